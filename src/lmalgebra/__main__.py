@@ -1,0 +1,3 @@
+from lmalgebra.cli import main
+
+main()

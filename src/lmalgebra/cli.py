@@ -1,0 +1,177 @@
+"""Command line: parse, validate, call one library function per command."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from lmalgebra.errors import UserInputError
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Measure how much of one language model is contained in others (LMD).",
+)
+console = Console()
+
+
+def _split_list(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [item for value in values for item in value.split(",") if item]
+
+
+@app.command()
+def decompose(
+    recipe: Annotated[Path | None, typer.Argument(help="YAML recipe (flags override it).")] = None,
+    model: Annotated[
+        list[str] | None,
+        typer.Option(help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION]; repeat for each model."),
+    ] = None,
+    corpus: Annotated[
+        list[str] | None, typer.Option(help="Corpus file or saved dataset; repeatable.")
+    ] = None,
+    text_column: Annotated[
+        str | None, typer.Option(help="Text field of .jsonl/.json/.csv/.parquet.")
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", "-T", help="Span length T in tokens.")
+    ] = None,
+    spans: Annotated[
+        str | None, typer.Option(help="Spans per split: TRAIN,VALIDATION,TEST.")
+    ] = None,
+    fractions: Annotated[
+        str | None, typer.Option(help="Document fractions: TRAIN,VALIDATION,TEST.")
+    ] = None,
+    per_doc: Annotated[
+        int | None, typer.Option(help="At most this many spans per document.")
+    ] = None,
+    layer: Annotated[int | None, typer.Option(help="Hidden layer (default -1, the last).")] = None,
+    pooling: Annotated[str | None, typer.Option(help="mean | first | last.")] = None,
+    exclude_special: Annotated[
+        bool | None, typer.Option(help="Exclude special tokens from pooling.")
+    ] = None,
+    dtype: Annotated[str | None, typer.Option(help="float32 | bfloat16.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Spans per forward pass.")] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="Ridge strength (default 1e-2, relative).")
+    ] = None,
+    alpha_mode: Annotated[str | None, typer.Option(help="relative | absolute.")] = None,
+    target: Annotated[str | None, typer.Option(help="Fit this model on --basis.")] = None,
+    basis: Annotated[
+        list[str] | None, typer.Option(help="Basis model(s): repeat or comma-separate.")
+    ] = None,
+    save_weights: Annotated[
+        bool | None, typer.Option(help="Write fitted weights (safetensors).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory.")] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache root.")] = None,
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
+    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+) -> None:
+    """Decompose every model on the others: pairwise and group R^2 on train, validation, test."""
+    from lmalgebra.lmd.report import table
+    from lmalgebra.lmd.run import decompose as run
+    from lmalgebra.lmd.run import load_config
+    from lmalgebra.sources.models import ModelRef
+
+    overrides: dict[str, Any] = {}
+    if model:
+        refs = [
+            ModelRef.parse(m).model_copy(update={"trust_remote_code": trust_remote_code})
+            for m in model
+        ]
+        overrides["models"] = [r.model_dump() for r in refs]
+    corpus_over = {
+        k: v for k, v in {"paths": corpus, "text_column": text_column}.items() if v is not None
+    }
+    if corpus_over:
+        overrides["corpus"] = corpus_over
+    span_over = {
+        "length": seq_len,
+        "per_doc": per_doc,
+        "counts": _numbers(spans, int, "--spans"),
+        "fractions": _numbers(fractions, float, "--fractions"),
+    }
+    if any(v is not None for v in span_over.values()):
+        overrides["spans"] = {k: v for k, v in span_over.items() if v is not None}
+    flat = {
+        "layer": layer,
+        "pooling": pooling,
+        "exclude_special": exclude_special,
+        "dtype": dtype,
+        "batch_size": batch_size,
+        "alpha": alpha,
+        "alpha_mode": alpha_mode,
+        "target": target,
+        "basis": _split_list(basis),
+        "save_weights": save_weights,
+        "out": out,
+        "cache_dir": cache_dir,
+    }
+    overrides.update({k: v for k, v in flat.items() if v is not None})
+    overrides["progress"] = progress
+    config = load_config(recipe, overrides)
+    result = run(config)
+    console.print(table(result))
+    console.print(f"outputs in [bold]{config.out}[/bold]")
+
+
+def _numbers(text: str | None, kind: type, flag: str) -> list[Any] | None:
+    if text is None:
+        return None
+    try:
+        return [kind(part) for part in text.split(",")]
+    except ValueError:
+        raise UserInputError(
+            f"{flag}: expected three comma-separated numbers, got {text!r}"
+        ) from None
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("demo-output"),
+    quick: Annotated[bool, typer.Option(help="A smaller run (about a minute).")] = False,
+    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+) -> None:
+    """Decompose the packaged real encoders on packaged Wikipedia text (no model hub needed)."""
+    from lmalgebra.demo import demo_config
+    from lmalgebra.lmd.report import table
+    from lmalgebra.lmd.run import decompose as run
+
+    config = demo_config(out, quick=quick, progress=progress)
+    result = run(config)
+    console.print(table(result))
+    console.print(
+        f"outputs in [bold]{config.out}[/bold]: pairwise_r2_*.csv, group_r2.csv, "
+        "summary.json, config.yaml, pairwise_r2_test.png"
+    )
+
+
+def main() -> None:
+    """Console entry point: bad input -> one line on stderr, exit status 2."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        app(standalone_mode=False)
+    except UserInputError as err:
+        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except typer.Exit as err:
+        sys.exit(err.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        Console(stderr=True).print("interrupted; run the same command again to resume")
+        sys.exit(130)
+    except Exception as err:  # click usage errors
+        import click
+
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(2)
+        raise

@@ -1,0 +1,49 @@
+"""Content hashes: of files, directories, JSON-able specs and text streams.
+
+Every cache key and manifest in the toolkit is built from these, so a change in any input that
+alters the numbers changes the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_files(paths: Iterable[Path], root: Path) -> str:
+    """One hash over several files: their paths relative to ``root`` and their bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def sha256_json(value: Any) -> str:
+    """Hash of a JSON-able value in canonical form (sorted keys, no whitespace)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sha256_texts(texts: Iterable[str]) -> str:
+    """Hash of an ordered sequence of strings (length-prefixed so boundaries count)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        data = text.encode()
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()

@@ -1,0 +1,1 @@
+"""Language Model Decomposition: spans -> embeddings -> second moments -> ridge fits -> report."""

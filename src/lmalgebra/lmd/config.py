@@ -1,0 +1,100 @@
+"""The decomposition recipe: models, corpus, spans, embedding and solver settings, outputs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.errors import UserInputError
+from lmalgebra.lmd.embed import EmbedSpec, Pooling
+from lmalgebra.lmd.solver import AlphaMode
+from lmalgebra.lmd.spans import SpanSpec
+from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.models import ModelRef
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("LMALGEBRA_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
+
+
+class DecomposeConfig(BaseModel):
+    """Everything a decomposition run needs; every field is also a recipe key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelRef] = Field(
+        description="Two or more models; their order is the basis order."
+    )
+    corpus: CorpusSpec
+    spans: SpanSpec = Field(default_factory=SpanSpec)
+    reference_tokenizer: str | None = Field(
+        default=None,
+        description="Model name whose tokenizer defines span length (default: first model).",
+    )
+    layer: int = Field(
+        default=-1, description="Hidden layer to pool (negative counts from the last)."
+    )
+    pooling: Pooling = Field(
+        default="mean", description="mean over real tokens, first token, or last real token."
+    )
+    exclude_special: bool = Field(default=False, description="Leave special tokens out of pooling.")
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32", description="Model compute dtype."
+    )
+    batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
+    max_length: int | None = Field(
+        default=None, ge=2, description="Cap on tokens per span per model."
+    )
+    alpha: float = Field(default=1e-2, ge=0, description="Ridge strength (see alpha_mode).")
+    alpha_mode: AlphaMode = Field(
+        default="relative",
+        description="'relative': alpha times each basis model's mean variance; 'absolute'.",
+    )
+    target: str | None = Field(default=None, description="Also fit this one model on --basis.")
+    basis: list[str] | None = Field(default=None, description="Basis models for the --target fit.")
+    save_weights: bool = Field(default=False, description="Write fitted weights as safetensors.")
+    out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Embedding cache root.")
+    progress: bool = Field(default=True, description="Show progress bars.")
+
+    @model_validator(mode="after")
+    def _check(self) -> DecomposeConfig:
+        names = [m.name for m in self.models]
+        if len(names) < 2:
+            raise UserInputError(f"decomposition needs at least two models, got {len(names)}")
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise UserInputError(f"model names must be unique; repeated: {', '.join(dup)}")
+        if self.reference_tokenizer is not None and self.reference_tokenizer not in names:
+            raise UserInputError(
+                f"reference_tokenizer {self.reference_tokenizer!r} is not among the models"
+            )
+        if (self.target is None) != (self.basis is None):
+            raise UserInputError("--target and --basis go together")
+        if self.target is not None and self.basis is not None:
+            if self.target not in names:
+                raise UserInputError(
+                    f"target {self.target!r} is not among the models ({', '.join(names)})"
+                )
+            if self.target in self.basis:
+                raise UserInputError(f"the basis contains the target {self.target!r}")
+            unknown = [b for b in self.basis if b not in names]
+            if unknown:
+                raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
+            if not self.basis:
+                raise UserInputError("the basis is empty")
+        return self
+
+    def embed_spec(self) -> EmbedSpec:
+        return EmbedSpec(
+            self.layer,
+            self.pooling,
+            self.exclude_special,
+            self.dtype,
+            self.batch_size,
+            self.max_length,
+        )

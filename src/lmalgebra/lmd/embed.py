@@ -1,0 +1,143 @@
+"""The one embedding loop: text spans -> pooled hidden states of one model, for any model family.
+
+Spans are tokenised once, sorted by length so each batch pads only to its own longest member, run
+through the model, pooled over real tokens, and put back in input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+Pooling = Literal["mean", "first", "last"]
+
+
+@dataclass(frozen=True)
+class EmbedSpec:
+    """What, of a model's forward pass, becomes the span's vector."""
+
+    layer: int = -1
+    pooling: Pooling = "mean"
+    exclude_special: bool = False
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    batch_size: int = 32
+    max_length: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenReport:
+    """Per model: mean tokens per span and spans cut at the model's maximum length."""
+
+    mean_tokens: float
+    truncated: int
+    spans: int
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
+    """Pool ``hidden (batch, seq, d)`` over positions where ``mask (batch, seq)`` is 1.
+
+    ``mean`` averages the masked positions; ``first`` takes position 0; ``last`` takes the last
+    masked position (right padding). Returns ``(batch, d) float32``.
+    """
+    hidden = hidden.float()
+    if pooling == "first":
+        return hidden[:, 0]
+    if pooling == "last":
+        last = mask.long().cumsum(1).argmax(1)  # index of the last 1 in each row
+        return hidden[torch.arange(hidden.shape[0]), last]
+    weights = mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+
+def max_tokens(model: Any, tokenizer: Any, requested: int | None) -> int:
+    """Longest input the model accepts: the smallest of the request, tokenizer and positions."""
+    limits = [requested] if requested else []
+    if 0 < getattr(tokenizer, "model_max_length", 0) < 1_000_000:
+        limits.append(tokenizer.model_max_length)
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if positions:
+        # RoBERTa-style models reserve padding_idx + 1 position slots
+        offset = (
+            (model.config.pad_token_id or 0) + 1
+            if model.config.model_type in ("roberta", "xlm-roberta", "camembert", "longformer")
+            else 0
+        )
+        limits.append(positions - offset)
+    return min(limits) if limits else 512
+
+
+def tokenize(
+    texts: list[str], tokenizer: Any, limit: int
+) -> tuple[list[list[int]], list[list[int]], TokenReport]:
+    """Token ids and special-token masks per span (truncated at ``limit``), and a report."""
+    enc = tokenizer(
+        texts,
+        add_special_tokens=True,
+        truncation=False,
+        return_special_tokens_mask=True,
+        verbose=False,
+    )
+    ids, special, truncated = [], [], 0
+    for row, smask in zip(enc["input_ids"], enc["special_tokens_mask"], strict=True):
+        if len(row) > limit:
+            truncated += 1
+            # keep the closing special tokens, cut text tokens from the end
+            tail = 0
+            while tail < len(row) and smask[len(row) - 1 - tail]:
+                tail += 1
+            tail = min(tail, limit - 1)
+            row = row[: limit - tail] + row[len(row) - tail :]
+            smask = smask[: limit - tail] + smask[len(smask) - tail :]
+        ids.append(row)
+        special.append(smask)
+    mean = float(np.mean([len(r) for r in ids])) if ids else 0.0
+    return ids, special, TokenReport(mean, truncated, len(texts))
+
+
+@torch.inference_mode()
+def embed(
+    texts: list[str],
+    model: Any,
+    tokenizer: Any,
+    spec: EmbedSpec,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, TokenReport]:
+    """Embed spans with one model. Returns ``(len(texts), hidden) float32`` in input order."""
+    limit = max_tokens(model, tokenizer, spec.max_length)
+    ids, special, report = tokenize(texts, tokenizer, limit)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    hidden_size = model.config.hidden_size
+    out = np.empty((len(ids), hidden_size), dtype=np.float32)
+    need_all_layers = spec.layer != -1
+    for start in range(0, len(order), spec.batch_size):
+        batch = order[start : start + spec.batch_size]
+        width = len(ids[batch[0]])
+        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        pool_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            n = len(ids[i])
+            input_ids[row, :n] = torch.tensor(ids[i])
+            attention[row, :n] = 1
+            keep = [0 if s else 1 for s in special[i]] if spec.exclude_special else [1] * n
+            pool_mask[row, :n] = torch.tensor(keep)
+        outputs = model(
+            input_ids=input_ids, attention_mask=attention, output_hidden_states=need_all_layers
+        )
+        hidden = outputs.hidden_states[spec.layer] if need_all_layers else _last_hidden(outputs)
+        out[batch] = pool(hidden, pool_mask, spec.pooling).numpy()
+        if progress is not None:
+            progress(len(batch))
+    return out, report
+
+
+def _last_hidden(outputs: Any) -> torch.Tensor:
+    hidden = getattr(outputs, "last_hidden_state", None)
+    if hidden is None:
+        hidden = outputs.hidden_states[-1] if outputs.hidden_states else outputs[0]
+    return hidden

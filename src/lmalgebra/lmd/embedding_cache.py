@@ -1,0 +1,141 @@
+"""On-disk cache of one model's embeddings of one split, in checksummed safetensors shards.
+
+The cache directory is named by a hash of everything that changes the numbers (model weights,
+tokenizer and config hashes, the exact span texts, layer, pooling, dtype, length limit). Shards
+cover fixed row ranges in corpus order; each is written atomically and recorded with its sha256 in
+``manifest.json`` before the next starts, so an interrupted run resumes at the first missing shard.
+A shard whose checksum does not match is never used: it is reported and recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from lmalgebra.atomic import write_atomic, write_json_atomic
+from lmalgebra.errors import UserInputError
+from lmalgebra.fingerprint import sha256_file, sha256_json
+from lmalgebra.lmd.embed import TokenReport
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+Compute = Callable[[list[str]], tuple[np.ndarray, TokenReport]]
+
+
+class EmbeddingCache:
+    """Embeddings ``(rows, dim) float32`` of ``texts`` by one model, cached under ``root``.
+
+    Args:
+        root: cache root directory.
+        key: JSON-able description of everything that changes the numbers.
+        texts: the spans, in corpus order.
+        shard_rows: rows per shard (the unit of resumption and of streaming reads).
+    """
+
+    def __init__(self, root: Path, key: dict[str, Any], texts: list[str], shard_rows: int = 2048):
+        self.key = {"format": FORMAT, **key}
+        digest = sha256_json(self.key)
+        self.dir = root / digest[:2] / digest
+        self.texts = texts
+        self.shard_rows = shard_rows
+        self.manifest_path = self.dir / "manifest.json"
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        n = len(self.texts)
+        return [(a, min(a + self.shard_rows, n)) for a in range(0, n, self.shard_rows)]
+
+    def _manifest(self) -> dict[str, Any]:
+        fresh = {"key": self.key, "rows": len(self.texts), "shards": {}, "complete": False}
+        if not self.manifest_path.is_file():
+            return fresh
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError:
+            log.warning("cache manifest %s is corrupt; recomputing this entry", self.manifest_path)
+            return fresh
+        if manifest.get("key") != self.key or manifest.get("rows") != len(self.texts):
+            log.warning("cache entry %s does not match its key; recomputing it", self.dir)
+            return fresh
+        return dict(manifest)
+
+    def _valid(self, manifest: dict[str, Any], name: str) -> bool:
+        entry = manifest["shards"].get(name)
+        if entry is None:
+            return False
+        path = self.dir / name
+        if path.is_file() and sha256_file(path) == entry["sha256"]:
+            return True
+        log.warning("cache shard %s is missing or fails its checksum; recomputing it", path)
+        return False
+
+    def ensure(
+        self, compute: Compute, progress: Callable[[int], None] | None = None
+    ) -> TokenReport:
+        """Compute every missing or damaged shard; return the token report over all rows."""
+        manifest = self._manifest()
+        if manifest["complete"] and all(self._valid(manifest, n) for n in manifest["shards"]):
+            if progress is not None:
+                progress(len(self.texts))
+            return _report(manifest)
+        manifest["complete"] = False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for index, (a, b) in enumerate(self.ranges):
+            name = f"shard-{index:05d}.safetensors"
+            if self._valid(manifest, name):
+                if progress is not None:
+                    progress(b - a)
+                continue
+            vectors, report = compute(self.texts[a:b])
+            if not np.isfinite(vectors).all():
+                raise UserInputError(
+                    f"non-finite (NaN/inf) embeddings in rows {a}..{b} "
+                    f"of {self.key.get('model', 'a model')}"
+                )
+            path = self.dir / name
+            _save_shard(path, vectors)
+            manifest["shards"][name] = {
+                "rows": [a, b],
+                "sha256": sha256_file(path),
+                "dim": int(vectors.shape[1]),
+                "tokens": report.mean_tokens * report.spans,
+                "truncated": report.truncated,
+            }
+            write_json_atomic(self.manifest_path, manifest)
+        manifest["complete"] = True
+        write_json_atomic(self.manifest_path, manifest)
+        return _report(manifest)
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Shard arrays ``(rows, dim) float32`` in row order, each verified before use."""
+        manifest = self._manifest()
+        if not manifest["complete"]:
+            raise RuntimeError(f"cache entry {self.dir} is incomplete")
+        for index, _ in enumerate(self.ranges):
+            name = f"shard-{index:05d}.safetensors"
+            if not self._valid(manifest, name):
+                raise UserInputError(
+                    f"cache shard {self.dir / name} is corrupt; run again to repair it"
+                )
+            yield load_file(str(self.dir / name))["embeddings"]
+
+
+def _save_shard(path: Path, vectors: np.ndarray) -> None:
+    def write(tmp: Path) -> None:
+        save_file({"embeddings": vectors}, str(tmp))
+
+    write_atomic(path, write)
+
+
+def _report(manifest: dict[str, Any]) -> TokenReport:
+    shards = manifest["shards"].values()
+    rows = manifest["rows"]
+    tokens = sum(s["tokens"] for s in shards)
+    return TokenReport(tokens / rows if rows else 0.0, sum(s["truncated"] for s in shards), rows)

@@ -1,0 +1,34 @@
+"""Library entry point of ``lmalgebra decompose``: run, then write outputs, complete or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
+from lmalgebra.lmd.report import SUMMARY, write_outputs
+from lmalgebra.recipe_io import read_yaml, validate
+
+
+def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConfig:
+    """A recipe file (optional) with command-line values laid over it."""
+    data = read_yaml(recipe) if recipe is not None else {}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+
+
+def decompose(config: DecomposeConfig) -> Decomposition:
+    """Run a decomposition and write its outputs under ``config.out``.
+
+    A previous ``summary.json`` is removed first, so a failed run never looks complete.
+    """
+    config.out.mkdir(parents=True, exist_ok=True)
+    (config.out / SUMMARY).unlink(missing_ok=True)
+    result = run_decomposition(config)
+    write_outputs(result)
+    return result

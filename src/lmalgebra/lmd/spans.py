@@ -1,0 +1,118 @@
+"""Sequences defined once, as text, for every model.
+
+Documents go to train/validation/test by a salted hash of their text (duplicates land together).
+Each document is cut into consecutive spans of exactly ``T`` tokens of a reference tokenizer; a span
+is the original text between its first token's start and last token's end character (no
+lower-casing, no decode round trip). Spans are drawn across documents in hash order, at most
+``per_doc`` from each, until a split has its count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.errors import UserInputError
+
+SPLITS = ("train", "validation", "test")
+
+
+class SpanSpec(BaseModel):
+    """How documents become spans, and how many per split."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    length: int = Field(default=64, description="T: span length in reference-tokenizer tokens.")
+    fractions: tuple[float, float, float] = Field(
+        default=(0.8, 0.1, 0.1), description="Share of documents for train, validation, test."
+    )
+    counts: tuple[int, int, int] = Field(
+        default=(4000, 500, 500), description="Maximum spans for train, validation, test."
+    )
+    per_doc: int = Field(default=4, description="At most this many spans from one document.")
+    seed: int = Field(default=0, description="Salt of the document hash that assigns splits.")
+
+    @model_validator(mode="after")
+    def _check(self) -> SpanSpec:
+        if self.length < 1:
+            raise UserInputError(f"span length T must be >= 1, got {self.length}")
+        if any(f < 0 for f in self.fractions) or abs(sum(self.fractions) - 1) > 1e-9:
+            raise UserInputError(
+                f"split fractions must be >= 0 and sum to 1, got {list(self.fractions)}"
+            )
+        if self.fractions[0] == 0 or any(c < 1 for c in self.counts):
+            raise UserInputError(
+                "the training split needs a fraction > 0 and every count must be >= 1"
+            )
+        if self.per_doc < 1:
+            raise UserInputError(f"per_doc must be >= 1, got {self.per_doc}")
+        return self
+
+
+@dataclass(frozen=True)
+class Span:
+    """A span of a document: ``doc`` index and character range ``[start, end)``."""
+
+    doc: int
+    start: int
+    end: int
+
+
+def _unit_hash(text: str, salt: int) -> float:
+    digest = hashlib.blake2b(text.encode(), digest_size=8, salt=salt.to_bytes(8, "little"))
+    return int.from_bytes(digest.digest(), "big") / 2**64
+
+
+def assign_splits(docs: list[str], spec: SpanSpec) -> dict[str, list[int]]:
+    """Document indices per split, each list in hash order (a deterministic shuffle)."""
+    keyed = sorted(range(len(docs)), key=lambda i: (_unit_hash(docs[i], spec.seed + 1), i))
+    edges = (spec.fractions[0], spec.fractions[0] + spec.fractions[1])
+    out: dict[str, list[int]] = {s: [] for s in SPLITS}
+    for i in keyed:
+        u = _unit_hash(docs[i], spec.seed)
+        out["train" if u < edges[0] else "validation" if u < edges[1] else "test"].append(i)
+    return out
+
+
+def _spans_of(doc: str, index: int, tokenizer: Any, length: int) -> Iterator[Span]:
+    offsets = tokenizer(
+        doc, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False
+    )["offset_mapping"]
+    offsets = [(a, b) for a, b in offsets if b > a]
+    for first in range(0, len(offsets) - length + 1, length):
+        yield Span(index, offsets[first][0], offsets[first + length - 1][1])
+
+
+def draw_spans(docs: list[str], tokenizer: Any, spec: SpanSpec) -> dict[str, list[Span]]:
+    """Spans per split: full spans of ``spec.length`` tokens, ``per_doc`` at most per document."""
+    out = {}
+    assignment = assign_splits(docs, spec)
+    for split, count in zip(SPLITS, spec.counts, strict=True):
+        chosen: list[Span] = []
+        for index in assignment[split]:
+            for k, span in enumerate(_spans_of(docs[index], index, tokenizer, spec.length)):
+                if k == spec.per_doc or len(chosen) == count:
+                    break
+                chosen.append(span)
+            if len(chosen) == count:
+                break
+        out[split] = chosen
+    if not out["train"]:
+        raise UserInputError(
+            f"no training span of {spec.length} tokens: the documents are too short or too few"
+        )
+    for split in SPLITS[1:]:
+        if not out[split]:
+            raise UserInputError(
+                f"no {split} span of {spec.length} tokens: give more text or "
+                "a larger fraction for that split"
+            )
+    return out
+
+
+def span_texts(docs: list[str], spans: list[Span]) -> list[str]:
+    return [docs[s.doc][s.start : s.end] for s in spans]

@@ -1,0 +1,1 @@
+"""Inputs: model references (hub ids, local directories, random-initialised copies) and corpora."""
