@@ -158,6 +158,9 @@ def main() -> None:
     """Console entry point: bad input -> one line on stderr, exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bars cover loading and embedding
     try:
         app(standalone_mode=False)
     except UserInputError as err:

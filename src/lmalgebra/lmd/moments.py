@@ -143,5 +143,5 @@ class SecondMoments:
             tensors = load_file(str(path))
             blocks = [Block(name, start, stop) for name, start, stop in json.loads(meta["blocks"])]
             return cls(blocks, int(meta["n"]), tensors["shift"], tensors["sums"], tensors["gram"])
-        except (OSError, KeyError, ValueError) as err:
+        except Exception as err:  # safetensors raises its own error type for damaged files
             raise UserInputError(f"statistics file {path} is unreadable or corrupt: {err}") from err

@@ -1,0 +1,484 @@
+"""Solver benchmark: every pairwise and leave-one-out fit of M models, from cached embeddings.
+
+Target: >= 20x faster end to end than recomputing covariances from raw embeddings for each fit
+(the approach of the LMD paper's code), with peak memory independent of the number of spans and
+<= 1/5 of the baseline's.
+
+Synthetic embeddings with realistic structure (a shared latent, per-family latents, a private
+latent and isotropic noise per model, large per-coordinate offsets including a few outlier
+coordinates) are first written with ``lmalgebra``'s own embedding cache (checksummed safetensors
+shards of 2048 rows), exactly as a decomposition run leaves them. Then, for each size, three
+fresh interpreters run one after the other:
+
+* ``imports``: imports the same libraries and stops (the memory floor),
+* ``baseline``: loads every model's embeddings of every split into memory (float32 torch tensors,
+  one per model and split, as the authors' code holds them) and, for each of the M leave-one-out
+  group fits and the M(M-1) ordered pairs, concatenates the basis, recomputes means and
+  covariances, solves the ridge normal equations and scores train/validation/test by predicting
+  every row (pooled R^2 = 1 - SSE/SST, SST around each split's own mean),
+* ``ours``: streams the shards into ``SecondMoments`` per split (``pipeline.accumulate``) and runs
+  ``Decomposer.pairwise`` and ``Decomposer.leave_one_out``, as ``run_decomposition`` does.
+
+Both use the same absolute ridge alpha; R^2 must agree to 1e-4 or the script exits with an error.
+
+    python bench/bench_solver.py [--sizes 8000,32000] [--models 12] [--dim 384]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchlib import machine, peak_rss_mib, rss_mib, utc_date, write_section
+from lmalgebra.lmd.embed import TokenReport
+from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.pipeline import accumulate
+from lmalgebra.lmd.solver import Decomposer, SplitMoments
+from lmalgebra.lmd.spans import SPLITS
+
+SECTION = "bench_solver"
+TOLERANCE = 1e-4
+SPEED_TARGET = 20.0
+MEMORY_TARGET = 1 / 5
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+# -- synthetic embeddings ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Synthetic:
+    """Generator of M models' embeddings of the same spans, deterministic per row block."""
+
+    models: int
+    dim: int
+    seed: int = 0
+    latent: int = 128  # shared by every model, with a decaying spectrum
+    families: int = 3  # models m, m + 3, m + 6, ... share a family latent
+    family_latent: int = 32
+    private: int = 64  # each model's own latent
+
+    def names(self) -> list[str]:
+        return [f"model{m:02d}" for m in range(self.models)]
+
+    def _params(self, m: int) -> dict[str, Any]:
+        rng = np.random.default_rng([self.seed, 7, m])
+        offset = rng.normal(0.0, 2.0, self.dim)
+        offset[rng.choice(self.dim, 3, replace=False)] += rng.choice([-1, 1], 3) * 25.0
+        return {
+            "shared": rng.standard_normal((self.latent, self.dim))
+            * rng.uniform(1.0, 2.0)
+            / math.sqrt(self.latent),
+            "family": rng.standard_normal((self.family_latent, self.dim))
+            * rng.uniform(0.3, 1.2)
+            / math.sqrt(self.family_latent),
+            "private": rng.standard_normal((self.private, self.dim))
+            * rng.uniform(0.2, 1.0)
+            / math.sqrt(self.private),
+            "noise": rng.uniform(0.05, 0.3),
+            "offset": offset,
+        }
+
+    def rows(self, m: int, split: str, start: int, count: int) -> np.ndarray:
+        """``(count, dim) float32`` embeddings by model ``m`` of rows ``[start, start+count)``."""
+        p = self._params(m)
+        shared_rng = np.random.default_rng([self.seed, 1000 + SPLITS.index(split), start])
+        spectrum = 1 / np.sqrt(1 + np.arange(self.latent) / 8)
+        z = shared_rng.standard_normal((count, self.latent)) * spectrum
+        fam = shared_rng.standard_normal((count, self.families, self.family_latent))
+        own_rng = np.random.default_rng([self.seed, 2000 + SPLITS.index(split), start, m])
+        x = z @ p["shared"] + fam[:, m % self.families] @ p["family"]
+        x += own_rng.standard_normal((count, self.private)) @ p["private"]
+        x += p["noise"] * own_rng.standard_normal((count, self.dim))
+        x += p["offset"]
+        return x.astype(np.float32)
+
+
+def split_sizes(n_train: int) -> dict[str, int]:
+    held_out = max(1, n_train // 10)
+    return {"train": n_train, "validation": held_out, "test": held_out}
+
+
+def open_caches(
+    workdir: Path, synth: Synthetic, n_train: int
+) -> dict[str, dict[str, EmbeddingCache]]:
+    """The embedding caches (model -> split -> cache) of one size; rows are named by index."""
+    caches: dict[str, dict[str, EmbeddingCache]] = {}
+    for name in synth.names():
+        caches[name] = {}
+        for split, n in split_sizes(n_train).items():
+            key = {
+                "bench": SECTION,
+                "model": name,
+                "split": split,
+                "n_train": n_train,
+                "synthetic": asdict(synth),
+            }
+            texts = [f"{split}:{i}" for i in range(n)]
+            caches[name][split] = EmbeddingCache(workdir / "embeddings", key, texts)
+    return caches
+
+
+def write_embeddings(workdir: Path, synth: Synthetic, n_train: int) -> float:
+    """Fill the caches of one size (no-op when already complete); returns MiB on disk."""
+    caches = open_caches(workdir, synth, n_train)
+    for m, name in enumerate(synth.names()):
+        for split, cache in caches[name].items():
+
+            def compute(
+                texts: list[str], m: int = m, split: str = split
+            ) -> tuple[np.ndarray, TokenReport]:
+                start = int(texts[0].split(":")[1])
+                return synth.rows(m, split, start, len(texts)), TokenReport(0.0, 0, len(texts))
+
+            cache.ensure(compute)
+    size = 0
+    for by_split in caches.values():
+        for cache in by_split.values():
+            size += sum(p.stat().st_size for p in cache.dir.glob("shard-*.safetensors"))
+    return size / 2**20
+
+
+# -- the two contenders (run in child processes) ----------------------------------------------
+def run_ours(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dict[str, Any]:
+    """Stream shards into second moments, then every fit in closed form (as the pipeline does)."""
+    phases: dict[str, float] = {}
+    clock = time.perf_counter()
+    caches = open_caches(workdir, synth, n_train)
+    moments = accumulate(caches, synth.names())
+    phases["stream shards into moments"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    solver = Decomposer(
+        moments["train"].blocks,
+        {s: SplitMoments.of(m) for s, m in moments.items()},
+        alpha,
+        "absolute",
+    )
+    phases["covariances"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    pairwise = solver.pairwise()
+    phases["pairwise fits"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    group = solver.leave_one_out()
+    phases["leave-one-out fits"] = time.perf_counter() - clock
+    return {
+        "phases": phases,
+        "pairwise": {s: pairwise[s].tolist() for s in SPLITS},
+        "group": {s: [fit.r2[s] for fit in group] for s in SPLITS},
+    }
+
+
+def _baseline_load(
+    workdir: Path, synth: Synthetic, n_train: int
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Every model's embeddings of every split, in memory: split -> model -> (n, d) float32."""
+    caches = open_caches(workdir, synth, n_train)
+    out: dict[str, dict[str, torch.Tensor]] = {s: {} for s in SPLITS}
+    for name, by_split in caches.items():
+        for split, cache in by_split.items():
+            full = torch.empty((len(cache.texts), synth.dim), dtype=torch.float32)
+            row = 0
+            for chunk in cache.chunks():
+                full[row : row + chunk.shape[0]] = torch.from_numpy(chunk)
+                row += chunk.shape[0]
+            out[split][name] = full
+    return out
+
+
+def _baseline_fit(
+    emb: dict[str, dict[str, torch.Tensor]], basis: list[str], target: str, alpha: float
+) -> dict[str, float]:
+    """One ridge fit recomputed from raw embeddings, scored on every split by prediction."""
+    z = torch.cat([emb["train"][b] for b in basis], dim=1)  # (n, d_B), a fresh copy
+    u = emb["train"][target]
+    n = z.shape[0]
+    z_mean, u_mean = z.mean(0), u.mean(0)
+    z -= z_mean  # centred in place: the copy above is ours to change
+    c_bb = z.T @ z / n
+    c_bt = z.T @ (u - u_mean) / n
+    c_bb.diagonal().add_(alpha)
+    weight = torch.linalg.solve(c_bb, c_bt)  # (d_B, d_t)
+    del z, c_bb, c_bt
+    scores = {}
+    for split in SPLITS:
+        zs = torch.cat([emb[split][b] for b in basis], dim=1)
+        us = emb[split][target]
+        zs -= z_mean
+        residual = us - (zs @ weight + u_mean)
+        sse = float((residual**2).sum())
+        sst = float(((us - us.mean(0)) ** 2).sum())
+        scores[split] = 1 - sse / sst
+    return scores
+
+
+def run_baseline(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dict[str, Any]:
+    """All embeddings in memory; means, covariances, solve and predictions per fit."""
+    phases: dict[str, float] = {}
+    clock = time.perf_counter()
+    emb = _baseline_load(workdir, synth, n_train)
+    phases["load all embeddings"] = time.perf_counter() - clock
+    names = synth.names()
+    m = len(names)
+
+    clock = time.perf_counter()
+    group: dict[str, list[float]] = {s: [] for s in SPLITS}
+    for target in names:
+        scores = _baseline_fit(emb, [b for b in names if b != target], target, alpha)
+        for s in SPLITS:
+            group[s].append(scores[s])
+    phases["leave-one-out fits"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    pairwise = {s: [[math.nan] * m for _ in range(m)] for s in SPLITS}
+    for i, target in enumerate(names):
+        for j, basis in enumerate(names):
+            if i != j:
+                scores = _baseline_fit(emb, [basis], target, alpha)
+                for s in SPLITS:
+                    pairwise[s][i][j] = scores[s]
+    phases["pairwise fits"] = time.perf_counter() - clock
+    return {"phases": phases, "pairwise": pairwise, "group": group}
+
+
+def child(args: argparse.Namespace) -> None:
+    """One measured run in this (fresh) interpreter; writes a JSON result."""
+    synth = Synthetic(args.models, args.dim, args.seed)
+    rss_start = rss_mib()
+    clock = time.perf_counter()
+    if args.which == "imports":
+        result: dict[str, Any] = {}
+    elif args.which == "ours":
+        result = run_ours(args.workdir, synth, args.size, args.alpha)
+    else:
+        result = run_baseline(args.workdir, synth, args.size, args.alpha)
+    result["seconds"] = time.perf_counter() - clock
+    result["rss_start_mib"] = rss_start
+    result["peak_rss_mib"] = peak_rss_mib()
+    args.result.write_text(json.dumps(result))
+
+
+# -- the driver -------------------------------------------------------------------------------
+def measure(which: str, n_train: int, args: argparse.Namespace) -> dict[str, Any]:
+    out = args.workdir / f"result-{which}-{n_train}.json"
+    out.unlink(missing_ok=True)
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--which",
+        which,
+        "--size",
+        str(n_train),
+        "--models",
+        str(args.models),
+        "--dim",
+        str(args.dim),
+        "--alpha",
+        repr(args.alpha),
+        "--seed",
+        str(args.seed),
+        "--workdir",
+        str(args.workdir),
+        "--result",
+        str(out),
+    ]
+    subprocess.run(command, check=True)
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def agreement(ours: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, float]:
+    """Max |difference| of pairwise R^2, of group R^2 (all splits), and the R^2 range seen."""
+    p_ours = np.array([ours["pairwise"][s] for s in SPLITS], dtype=float)
+    p_base = np.array([base["pairwise"][s] for s in SPLITS], dtype=float)
+    if not np.array_equal(np.isnan(p_ours), np.isnan(p_base)):
+        raise SystemExit("FAILED: pairwise R^2 tables have NaNs in different places")
+    g_ours = np.array([ours["group"][s] for s in SPLITS], dtype=float)
+    g_base = np.array([base["group"][s] for s in SPLITS], dtype=float)
+    return (
+        float(np.nanmax(np.abs(p_ours - p_base))),
+        float(np.max(np.abs(g_ours - g_base))),
+        float(np.nanmin(p_ours)),
+    )
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
+    d_total = args.models * args.dim
+    fits = args.models + args.models * (args.models - 1)
+    lines = [
+        "## Solver: all pairwise and leave-one-out fits from cached embeddings",
+        "",
+        f"- Date: {utc_date()}",
+        f"- Machine: {machine()}",
+        f"- Workload: {args.models} models x hidden size {args.dim} (D = {d_total}), {fits} fits "
+        f"({args.models} leave-one-out + {args.models * (args.models - 1)} ordered pairs), "
+        f"R^2 on train/validation/test; ridge alpha = {args.alpha:g} (absolute) in both.",
+        "- Data: synthetic float32 embeddings (shared + family + private latents, noise, large "
+        "offsets with outlier coordinates), written first with `EmbeddingCache` (checksummed "
+        "safetensors shards of 2048 rows); validation and test are 10% of train each. Both "
+        "contenders read the same shards through `EmbeddingCache.chunks` (page cache warm).",
+        "- Baseline (in this script, after the LMD paper's code): every embedding in memory as "
+        "float32 torch tensors; per fit `torch.cat` of the basis, means, centred covariances "
+        "recomputed from the rows, `torch.linalg.solve`, then predictions of every row of every "
+        "split for SSE and SST. Unlike the paper's code it centres and fits a bias, so that it "
+        "computes the same quantity as ours.",
+        "- Ours: `pipeline.accumulate` (shards -> `SecondMoments` per split, float64), "
+        "`SplitMoments.of`, `Decomposer.pairwise()` and `Decomposer.leave_one_out()`, as "
+        "`run_decomposition` does.",
+        "- Each contender runs in a fresh interpreter; time is wall-clock from after the imports "
+        "to the last R^2. Peak memory is the process's peak RSS (`VmHWM`): *raw*, and "
+        "*adjusted* = raw minus the peak RSS of an interpreter that only imports the same "
+        "libraries.",
+        "",
+        "| train / val / test spans | cache on disk | baseline | ours | speed-up "
+        "| baseline peak RSS raw (adj.) | ours peak RSS raw (adj.) | memory ours/baseline "
+        "raw (adj.) | max abs diff R^2 pairwise / group |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        sizes = split_sizes(r["n"])
+        floor = r["imports"]["peak_rss_mib"]
+        b, o = r["baseline"], r["ours"]
+        b_adj, o_adj = b["peak_rss_mib"] - floor, o["peak_rss_mib"] - floor
+        lines.append(
+            f"| {sizes['train']} / {sizes['validation']} / {sizes['test']} "
+            f"| {r['disk_mib']:.0f} MiB "
+            f"| {b['seconds']:.1f} s | {o['seconds']:.1f} s "
+            f"| **{b['seconds'] / o['seconds']:.1f}x** "
+            f"| {b['peak_rss_mib']:.0f} MiB ({b_adj:.0f}) "
+            f"| {o['peak_rss_mib']:.0f} MiB ({o_adj:.0f}) "
+            f"| {o['peak_rss_mib'] / b['peak_rss_mib']:.2f} ({o_adj / b_adj:.2f}) "
+            f"| {r['diff_pairwise']:.1e} / {r['diff_group']:.1e} |"
+        )
+    lines += ["", "Phases (seconds):", ""]
+    for r in rows:
+        for who in ("baseline", "ours"):
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in r[who]["phases"].items())
+            lines.append(f"- n_train = {r['n']}, {who}: {parts}")
+    lines.append(
+        f"- Import-only interpreter: peak RSS {rows[0]['imports']['peak_rss_mib']:.0f} MiB."
+    )
+    lines.append(
+        f"- Pairwise R^2 of the synthetic models ranges from {rows[0]['r2_min']:.2f} upwards "
+        "(targets differ, so the fits are not trivial)."
+    )
+
+    # growth and verdicts
+    lines += ["", "How cost grows with the number of spans:", ""]
+    if len(rows) >= 2:
+        a, z = rows[0], rows[-1]
+        grow = z["n"] / a["n"]
+        for who in ("baseline", "ours"):
+            t = z[who]["seconds"] / a[who]["seconds"]
+            mem_a = a[who]["peak_rss_mib"] - a["imports"]["peak_rss_mib"]
+            mem_z = z[who]["peak_rss_mib"] - z["imports"]["peak_rss_mib"]
+            lines.append(
+                f"- {who}: {grow:.0f}x the spans -> {t:.2f}x the time, adjusted peak memory "
+                f"{mem_a:.0f} -> {mem_z:.0f} MiB ({mem_z / mem_a:.2f}x)."
+            )
+    speed = [r["baseline"]["seconds"] / r["ours"]["seconds"] for r in rows]
+    mem = [
+        (r["ours"]["peak_rss_mib"] - r["imports"]["peak_rss_mib"])
+        / (r["baseline"]["peak_rss_mib"] - r["imports"]["peak_rss_mib"])
+        for r in rows
+    ]
+    ours_adj = [r["ours"]["peak_rss_mib"] - r["imports"]["peak_rss_mib"] for r in rows]
+    speed_ok = min(speed) >= SPEED_TARGET
+    mem_ok = max(mem) <= MEMORY_TARGET
+    lines += [
+        "",
+        "Targets:",
+        "",
+        f"- Speed >= {SPEED_TARGET:.0f}x: **{'met' if speed_ok else 'NOT met'}** "
+        f"({', '.join(f'{s:.1f}x' for s in speed)}).",
+        "- Peak memory independent of the number of spans: ours adjusted "
+        + ", ".join(f"{o:.0f}" for o in ours_adj)
+        + " MiB.",
+        f"- Peak memory <= 1/5 of the baseline's (adjusted): **{'met' if mem_ok else 'NOT met'}** "
+        f"({', '.join(f'{x:.2f}' for x in mem)}).",
+        "",
+        f"Total benchmark wall time {seconds / 60:.1f} min (including writing the caches).",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="8000,32000", help="training spans, comma separated")
+    parser.add_argument("--models", type=int, default=12)
+    parser.add_argument("--dim", type=int, default=384, help="hidden size of every model")
+    parser.add_argument("--alpha", type=float, default=1e-2, help="absolute ridge alpha")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--workdir", type=Path, default=BENCH_DIR / "_work" / "solver", help="cache location"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the embedding caches")
+    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
+    # internal: one measured run in a child process
+    parser.add_argument("--which", choices=["imports", "baseline", "ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    if args.which:
+        child(args)
+        return
+
+    started = time.perf_counter()
+    synth = Synthetic(args.models, args.dim, args.seed)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        for n in sizes:
+            clock = time.perf_counter()
+            disk = write_embeddings(args.workdir, synth, n)
+            print(
+                f"[n_train={n}] cache written: {disk:.0f} MiB in {time.perf_counter() - clock:.0f}"
+                " s",
+                flush=True,
+            )
+            row: dict[str, Any] = {"n": n, "disk_mib": disk}
+            for which in ("imports", "baseline", "ours"):
+                row[which] = measure(which, n, args)
+                print(
+                    f"[n_train={n}] {which}: {row[which]['seconds']:.1f} s, "
+                    f"peak RSS {row[which]['peak_rss_mib']:.0f} MiB",
+                    flush=True,
+                )
+            row["diff_pairwise"], row["diff_group"], row["r2_min"] = agreement(
+                row["ours"], row["baseline"]
+            )
+            print(
+                f"[n_train={n}] speed-up {row['baseline']['seconds'] / row['ours']['seconds']:.1f}x"
+                f"; max abs R^2 difference pairwise {row['diff_pairwise']:.2e}, "
+                f"group {row['diff_group']:.2e}",
+                flush=True,
+            )
+            if max(row["diff_pairwise"], row["diff_group"]) > TOLERANCE:
+                raise SystemExit(
+                    f"FAILED: ours and the baseline disagree on R^2 by more than {TOLERANCE:g} "
+                    f"(pairwise {row['diff_pairwise']:.2e}, group {row['diff_group']:.2e})"
+                )
+            rows.append(row)
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.workdir / "embeddings", ignore_errors=True)
+    text = report(rows, args, time.perf_counter() - started)
+    print(text)
+    if not args.no_write:
+        write_section(SECTION, text)
+
+
+if __name__ == "__main__":
+    main()
