@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny import build_bert, build_gpt2, documents, sentences  # noqa: E402
+from tiny import build_bert, build_gpt2, documents, sentences
 
 __all__ = ["build_bert", "build_gpt2", "documents", "sentences"]
 

@@ -10,10 +10,9 @@ import torch
 from transformers import AutoModel, AutoTokenizer
 
 from lmalgebra.lmd.embed import EmbedSpec, embed, pool
-
 from tiny import sentences
 
-TEXTS = sentences(23, seed=5) + ["Short.", "river " * 40]
+TEXTS = [*sentences(23, seed=5), "Short.", "river " * 40]
 
 
 def manual(texts: list[str], directory: Path, layer: int, pooling: str, exclude_special: bool):
@@ -38,9 +37,17 @@ def manual(texts: list[str], directory: Path, layer: int, pooling: str, exclude_
 
 @pytest.mark.parametrize(
     ("layer", "pooling", "exclude_special"),
-    [(-1, "mean", False), (-1, "mean", True), (1, "mean", False), (-1, "first", False), (0, "mean", True)],
+    [
+        (-1, "mean", False),
+        (-1, "mean", True),
+        (1, "mean", False),
+        (-1, "first", False),
+        (0, "mean", True),
+    ],
 )
-def test_encoder_pooling_matches_manual(bert_dir: Path, layer: int, pooling: str, exclude_special: bool):
+def test_encoder_pooling_matches_manual(
+    bert_dir: Path, layer: int, pooling: str, exclude_special: bool
+):
     model = AutoModel.from_pretrained(bert_dir).eval()
     tok = AutoTokenizer.from_pretrained(bert_dir)
     spec = EmbedSpec(layer=layer, pooling=pooling, exclude_special=exclude_special, batch_size=4)  # type: ignore[arg-type]

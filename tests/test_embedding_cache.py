@@ -293,7 +293,7 @@ def test_nan_while_repairing_a_complete_entry_never_serves_it(complete: Embeddin
 
 @pytest.mark.parametrize("interrupted", [False, True])
 @pytest.mark.xfail(
-    reason="EmbeddingCache.ensure (embedding_cache.py:91-97) calls progress() only for shards it "
+    reason="EmbeddingCache.ensure (embedding_cache.py:90-111) calls progress() only for shards it "
     "finds valid, never for shards it computes, and the pipeline's compute (_LazyModel) passes "
     "no progress to embed(): the 'embed NAME' bar stays at 0 for the whole of a fresh run. Fix: "
     "call progress(b - a) after each computed shard is recorded.",

@@ -58,5 +58,5 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     assert back.blocks == m.blocks and back.n == m.n
     np.testing.assert_array_equal(back.gram, m.gram)
     (tmp_path / "bad.safetensors").write_bytes(b"not a tensor file")
-    with pytest.raises(UserInputError, match="bad.safetensors"):
+    with pytest.raises(UserInputError, match=r"bad\.safetensors"):
         SecondMoments.load(tmp_path / "bad.safetensors")

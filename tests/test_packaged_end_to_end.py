@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -16,18 +15,20 @@ from lmalgebra.sources.packaged import asset_path
 def result(tmp_path_factory: pytest.TempPathFactory):
     minilm, sre = asset_path("minilm"), asset_path("minilm-sre")
     out = tmp_path_factory.mktemp("run")
-    config = DecomposeConfig.model_validate({
-        "models": [
-            {"name": "minilm", "path": str(minilm)},
-            {"name": "sre", "path": str(sre)},
-            {"name": "random", "path": str(minilm), "random_init": True},
-        ],
-        "corpus": {"paths": [str(asset_path("wiki-en"))], "text_column": "extract"},
-        "spans": {"length": 32, "counts": [1200, 200, 200], "per_doc": 1},
-        "out": out,
-        "cache_dir": out / "cache",
-        "progress": False,
-    })
+    config = DecomposeConfig.model_validate(
+        {
+            "models": [
+                {"name": "minilm", "path": str(minilm)},
+                {"name": "sre", "path": str(sre)},
+                {"name": "random", "path": str(minilm), "random_init": True},
+            ],
+            "corpus": {"paths": [str(asset_path("wiki-en"))], "text_column": "extract"},
+            "spans": {"length": 32, "counts": [1200, 200, 200], "per_doc": 1},
+            "out": out,
+            "cache_dir": out / "cache",
+            "progress": False,
+        }
+    )
     return decompose(config), out
 
 

@@ -89,7 +89,10 @@ def test_relative_alpha_is_ridge_on_rescaled_models(data: dict[str, np.ndarray])
     fit = decomposer(data, alpha, "relative").fit("b", ["a", "c"])
     train = data["train"]
     scales = np.concatenate(
-        [np.full(d, np.sqrt(train[:, cols([n])].var(0).mean())) for n, d in zip(NAMES, DIMS)]
+        [
+            np.full(d, np.sqrt(train[:, cols([n])].var(0).mean()))
+            for n, d in zip(NAMES, DIMS, strict=True)
+        ]
     )
     basis_cols = cols(["a", "c"])
     ref = Ridge(alpha=alpha * len(train), solver="cholesky")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tiny import documents
 from transformers import AutoTokenizer
 
 from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.spans import SPLITS, SpanSpec, assign_splits, draw_spans, span_texts
+from tiny import documents
 
 DOCS = documents(200, seed=2) + ["Exactly the SAME Document, Twice."] * 2
 
@@ -53,7 +53,9 @@ def test_splits_are_by_document_and_deterministic(tok) -> None:
 
 
 def test_fractions_are_respected() -> None:
-    assignment = assign_splits([f"document {i}" for i in range(5000)], SpanSpec(fractions=(0.6, 0.3, 0.1)))
+    assignment = assign_splits(
+        [f"document {i}" for i in range(5000)], SpanSpec(fractions=(0.6, 0.3, 0.1))
+    )
     shares = [len(assignment[s]) / 5000 for s in SPLITS]
     assert shares == pytest.approx([0.6, 0.3, 0.1], abs=0.03)
 

@@ -5,12 +5,69 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-WORDS = (
-    "the a river city old new king queen language model text north south music film war peace "
-    "science history small large red blue green early late people house school train bank light "
-    "water fire stone iron gold silver paper book song dance road bridge tower island forest "
-    "mountain valley lake sea star moon sun day night year century empire republic church"
-).split()
+WORDS = [
+    "the",
+    "a",
+    "river",
+    "city",
+    "old",
+    "new",
+    "king",
+    "queen",
+    "language",
+    "model",
+    "text",
+    "north",
+    "south",
+    "music",
+    "film",
+    "war",
+    "peace",
+    "science",
+    "history",
+    "small",
+    "large",
+    "red",
+    "blue",
+    "green",
+    "early",
+    "late",
+    "people",
+    "house",
+    "school",
+    "train",
+    "bank",
+    "light",
+    "water",
+    "fire",
+    "stone",
+    "iron",
+    "gold",
+    "silver",
+    "paper",
+    "book",
+    "song",
+    "dance",
+    "road",
+    "bridge",
+    "tower",
+    "island",
+    "forest",
+    "mountain",
+    "valley",
+    "lake",
+    "sea",
+    "star",
+    "moon",
+    "sun",
+    "day",
+    "night",
+    "year",
+    "century",
+    "empire",
+    "republic",
+    "church",
+]
 
 
 def sentences(count: int, seed: int = 0) -> list[str]:
@@ -39,14 +96,22 @@ def _wordpiece(directory: Path, lowercase: bool = True) -> None:
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(sentences(400), WordPieceTrainer(vocab_size=200, special_tokens=specials))
+    tok.train_from_iterator(
+        sentences(400), WordPieceTrainer(vocab_size=200, special_tokens=specials)
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
         special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
     )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_max_length=128,
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=128,
     )
     fast.save_pretrained(directory)
 
@@ -59,8 +124,14 @@ def _bytelevel(directory: Path) -> None:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(sentences(400, seed=1), BpeTrainer(vocab_size=300, special_tokens=["<eos>"],
-                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        sentences(400, seed=1),
+        BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<eos>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", model_max_length=256)
     fast.save_pretrained(directory)
 
@@ -70,9 +141,15 @@ def build_bert(directory: Path, hidden: int = 32, seed: int = 0, layers: int = 2
     from transformers import BertConfig, BertModel
 
     _wordpiece(directory)
-    config = BertConfig(vocab_size=200, hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=4, intermediate_size=2 * hidden,
-                        max_position_embeddings=128, pad_token_id=0)
+    config = BertConfig(
+        vocab_size=200,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+        pad_token_id=0,
+    )
     torch.manual_seed(seed)
     BertModel(config).save_pretrained(directory)
     return directory
@@ -87,5 +164,3 @@ def build_gpt2(directory: Path, hidden: int = 48, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     GPT2Model(config).save_pretrained(directory)
     return directory
-
-

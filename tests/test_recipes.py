@@ -1,0 +1,27 @@
+"""Every shipped recipe parses into its typed config."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+from lmalgebra.demo import demo_config, shipped_recipe
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.recipe_io import validate
+
+SHIPPED = sorted(
+    p.name for p in resources.files("lmalgebra.recipes").iterdir() if p.name.endswith(".yaml")
+)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_recipe_parses(name: str) -> None:
+    config = validate(DecomposeConfig, shipped_recipe(name), name)
+    assert len(config.models) >= 2
+
+
+def test_demo_config_quick_is_smaller(tmp_path) -> None:
+    full, quick = demo_config(tmp_path), demo_config(tmp_path, quick=True)
+    assert sum(quick.spans.counts) < sum(full.spans.counts)
+    assert [m.name for m in full.models] == ["minilm", "minilm-sre", "minilm-random"]
