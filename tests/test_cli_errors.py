@@ -393,7 +393,9 @@ def test_successful_run_writes_every_output(
     assert [m["name"] for m in config["models"]] == ["a", "b", "c"]
     assert config["spans"]["length"] == 8
     assert config["spans"]["counts"] == [200, 50, 50]
-    assert set(config["provenance"]["models"]) == {"a", "b", "c"}
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert set(provenance["models"]) == {"a", "b", "c"}
+    assert "torch" in provenance["versions"]
     assert "outputs in" in proc.stdout
 
 
@@ -444,18 +446,7 @@ RERUN_FAILURES: dict[str, Callable[[Fixtures, Path], list[str]]] = {
     "failure",
     [
         *RERUN_FAILURES,
-        pytest.param(
-            "invalid_option",
-            marks=pytest.mark.xfail(
-                reason="A run refused while validating its options (e.g. -T 0, bad fractions, "
-                "fewer than two models, unknown recipe key) fails in cli.decompose -> "
-                "run.load_config before run.decompose() unlinks <out>/summary.json, so the "
-                "previous run's summary.json stays and the failed run's --out still looks "
-                "complete. Fix: in cli.decompose, on UserInputError from load_config, remove "
-                "<out>/summary.json for the --out given (or the recipe's out) before re-raising.",
-                strict=True,
-            ),
-        ),
+        pytest.param("invalid_option"),
     ],
 )
 def test_failed_rerun_removes_previous_summary(
@@ -485,14 +476,6 @@ def test_failed_rerun_removes_previous_summary(
 
 
 @pytest.mark.parametrize("name", ["data[v2].txt", "notes[bold].txt", "drafts[/old].txt"])
-@pytest.mark.xfail(
-    reason="cli.main prints f'[red]error:[/red] {err}' through rich markup without escaping the "
-    "message, so square brackets in a user's path are parsed as markup: 'data[v2].txt' is shown "
-    "as 'data.txt' (the culprit is misnamed) and a '[/...]' sequence raises rich.errors."
-    "MarkupError, i.e. a traceback and exit 1. Fix: print('[red]error:[/red]', "
-    "rich.markup.escape(str(err))) or pass the message as a rich.text.Text.",
-    strict=True,
-)
 def test_error_message_keeps_brackets_in_paths(
     fx: Fixtures, tmp_path: Path, in_process: Callable[..., tuple[int, str]], name: str
 ) -> None:
@@ -502,13 +485,6 @@ def test_error_message_keeps_brackets_in_paths(
     assert_user_error(code, stderr, out, [str(missing), "does not exist"])
 
 
-@pytest.mark.xfail(
-    reason="recipe_io.describe reports only err.errors()[0]; pydantic lists 'missing' errors "
-    "before 'extra_forbidden' ones, so a misspelled required key ('corpuss:') is reported as "
-    "\"missing key 'corpus'\" and the unknown key the user actually wrote is never named. Fix: "
-    "in describe(), prefer an extra_forbidden error when there is one (or name both).",
-    strict=True,
-)
 def test_misspelled_recipe_key_is_named(
     fx: Fixtures, tmp_path: Path, in_process: Callable[..., tuple[int, str]]
 ) -> None:

@@ -348,12 +348,6 @@ def test_directory_that_is_not_a_dataset(tmp_path: Path) -> None:
 # --- bugs -----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    reason="corpus._csv opens CSV files with encoding='utf-8', so a UTF-8 byte-order mark (as "
-    "Excel's 'CSV UTF-8' writes) becomes part of the first header: column 'text' is reported "
-    "missing ('\\ufefftext'). Fix: open with encoding='utf-8-sig'.",
-    strict=True,
-)
 def test_csv_with_utf8_byte_order_mark(tmp_path: Path) -> None:
     path = tmp_path / "excel.csv"
     path.write_bytes("text,id\r\nhello world,1\r\nsecond row,2\r\n".encode("utf-8-sig"))
@@ -361,15 +355,6 @@ def test_csv_with_utf8_byte_order_mark(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", ["missing_arrow_file", "corrupt_state_json", "not_a_stream"])
-@pytest.mark.xfail(
-    reason="corpus._saved_dataset does not catch errors of a damaged saved dataset: a missing data "
-    "file (FileNotFoundError), an unparsable state.json (JSONDecodeError) or a non-stream Arrow "
-    "file (ArrowInvalid) escape as raw exceptions, so the CLI prints a traceback instead of "
-    "exit 2. Fix: wrap the state.json/dataset_dict.json parsing and the Arrow reads in "
-    "try/except (OSError, ValueError, KeyError, pa.ArrowException) -> "
-    "UserInputError(f'{path}: ...')",
-    strict=True,
-)
 def test_damaged_saved_dataset(tmp_path: Path, damage: str) -> None:
     directory = save_dataset(tmp_path / "ds", [text_table(DOCS)])
     arrow = directory / "data-00000-of-00001.arrow"

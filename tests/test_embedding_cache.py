@@ -292,13 +292,6 @@ def test_nan_while_repairing_a_complete_entry_never_serves_it(complete: Embeddin
 
 
 @pytest.mark.parametrize("interrupted", [False, True])
-@pytest.mark.xfail(
-    reason="EmbeddingCache.ensure (embedding_cache.py:90-111) calls progress() only for shards it "
-    "finds valid, never for shards it computes, and the pipeline's compute (_LazyModel) passes "
-    "no progress to embed(): the 'embed NAME' bar stays at 0 for the whole of a fresh run. Fix: "
-    "call progress(b - a) after each computed shard is recorded.",
-    strict=True,
-)
 def test_progress_reaches_the_total(tmp_path: Path, interrupted: bool) -> None:
     if interrupted:
         with pytest.raises(KeyboardInterrupt):
@@ -308,13 +301,6 @@ def test_progress_reaches_the_total(tmp_path: Path, interrupted: bool) -> None:
     assert sum(seen) == len(TEXTS)
 
 
-@pytest.mark.xfail(
-    reason="EmbeddingCache: shard_rows is not part of the cache key and _valid() does not check a "
-    "shard's recorded row range, so the same key with another shard_rows reuses shards that cover "
-    "other rows and chunks() silently returns too few rows (9 of 11 here). Fix: put shard_rows in "
-    "self.key, or in _valid() require entry['rows'] == [a, b] for the shard's range.",
-    strict=True,
-)
 def test_other_shard_size_never_returns_wrong_rows(
     complete: EmbeddingCache, tmp_path: Path
 ) -> None:

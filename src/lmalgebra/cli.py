@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from lmalgebra.errors import UserInputError
 
@@ -78,7 +79,7 @@ def decompose(
     """Decompose every model on the others: pairwise and group R^2 on train, validation, test."""
     from lmalgebra.lmd.report import table
     from lmalgebra.lmd.run import decompose as run
-    from lmalgebra.lmd.run import load_config
+    from lmalgebra.lmd.run import load_config, mark_incomplete
     from lmalgebra.sources.models import ModelRef
 
     overrides: dict[str, Any] = {}
@@ -117,7 +118,11 @@ def decompose(
     }
     overrides.update({k: v for k, v in flat.items() if v is not None})
     overrides["progress"] = progress
-    config = load_config(recipe, overrides)
+    try:
+        config = load_config(recipe, overrides)
+    except UserInputError:
+        mark_incomplete(recipe, out)  # a rejected run must not leave an older one looking complete
+        raise
     result = run(config)
     console.print(table(result))
     console.print(f"outputs in [bold]{config.out}[/bold]")
@@ -164,7 +169,9 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except UserInputError as err:
-        Console(stderr=True).print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+        )
         sys.exit(2)
     except typer.Exit as err:
         sys.exit(err.exit_code)

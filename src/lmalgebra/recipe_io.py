@@ -15,7 +15,9 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 def describe(err: ValidationError, source: str) -> str:
     """One line naming the first offending key (dotted path) and the source."""
-    first = err.errors()[0]
+    errors = err.errors()
+    # a misspelled key shows up as "missing" + "extra": name the key the user actually wrote
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"

@@ -40,7 +40,7 @@ class EmbeddingCache:
     """
 
     def __init__(self, root: Path, key: dict[str, Any], texts: list[str], shard_rows: int = 2048):
-        self.key = {"format": FORMAT, **key}
+        self.key = {"format": FORMAT, "shard_rows": shard_rows, **key}
         digest = sha256_json(self.key)
         self.dir = root / digest[:2] / digest
         self.texts = texts
@@ -66,9 +66,9 @@ class EmbeddingCache:
             return fresh
         return dict(manifest)
 
-    def _valid(self, manifest: dict[str, Any], name: str) -> bool:
+    def _valid(self, manifest: dict[str, Any], name: str, rows: tuple[int, int]) -> bool:
         entry = manifest["shards"].get(name)
-        if entry is None:
+        if entry is None or tuple(entry["rows"]) != rows:
             return False
         path = self.dir / name
         if path.is_file() and sha256_file(path) == entry["sha256"]:
@@ -81,15 +81,15 @@ class EmbeddingCache:
     ) -> TokenReport:
         """Compute every missing or damaged shard; return the token report over all rows."""
         manifest = self._manifest()
-        if manifest["complete"] and all(self._valid(manifest, n) for n in manifest["shards"]):
+        names = [(f"shard-{i:05d}.safetensors", r) for i, r in enumerate(self.ranges)]
+        if manifest["complete"] and all(self._valid(manifest, n, r) for n, r in names):
             if progress is not None:
                 progress(len(self.texts))
             return _report(manifest)
         manifest["complete"] = False
         self.dir.mkdir(parents=True, exist_ok=True)
-        for index, (a, b) in enumerate(self.ranges):
-            name = f"shard-{index:05d}.safetensors"
-            if self._valid(manifest, name):
+        for name, (a, b) in names:
+            if self._valid(manifest, name, (a, b)):
                 if progress is not None:
                     progress(b - a)
                 continue
@@ -109,6 +109,8 @@ class EmbeddingCache:
                 "truncated": report.truncated,
             }
             write_json_atomic(self.manifest_path, manifest)
+            if progress is not None:
+                progress(b - a)
         manifest["complete"] = True
         write_json_atomic(self.manifest_path, manifest)
         return _report(manifest)
@@ -118,9 +120,9 @@ class EmbeddingCache:
         manifest = self._manifest()
         if not manifest["complete"]:
             raise RuntimeError(f"cache entry {self.dir} is incomplete")
-        for index, _ in enumerate(self.ranges):
+        for index, rows in enumerate(self.ranges):
             name = f"shard-{index:05d}.safetensors"
-            if not self._valid(manifest, name):
+            if not self._valid(manifest, name, rows):
                 raise UserInputError(
                     f"cache shard {self.dir / name} is corrupt; run again to repair it"
                 )

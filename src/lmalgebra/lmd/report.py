@@ -83,12 +83,9 @@ def write_outputs(result: Decomposition) -> Path:
     if result.config.save_weights:
         _write_weights(result, out / "weights.safetensors")
     resolved = result.config.model_dump(mode="json")
-    resolved["provenance"] = {
-        "versions": versions(),
-        "hashes": result.hashes,
-        "models": result.fingerprints,
-    }
     write_text_atomic(out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    provenance = {"versions": versions(), "hashes": result.hashes, "models": result.fingerprints}
+    write_json_atomic(out / "provenance.json", provenance)
     heatmap(result.pairwise["test"], names, out / "pairwise_r2_test.png")
     write_json_atomic(out / SUMMARY, summary(result))
     return out

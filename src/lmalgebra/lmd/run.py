@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
 from lmalgebra.lmd.report import SUMMARY, write_outputs
@@ -20,6 +21,17 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
         else:
             data[key] = value
     return validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+
+
+def mark_incomplete(recipe: Path | None, out: Path | None) -> None:
+    """Remove the completion marker of the run a failed command was aimed at."""
+    if out is None:
+        try:
+            data = read_yaml(recipe) if recipe is not None else {}
+        except UserInputError:
+            data = {}
+        out = Path(data.get("out", DecomposeConfig.model_fields["out"].default))
+    (out / SUMMARY).unlink(missing_ok=True)
 
 
 def decompose(config: DecomposeConfig) -> Decomposition:

@@ -39,7 +39,7 @@ class CorpusSpec(BaseModel):
 
 
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8-sig")
     lines = text.splitlines()
     blank = doc_sep == "blank" or (doc_sep == "auto" and any(not ln.strip() for ln in lines))
     if not blank:
@@ -65,7 +65,7 @@ def _field(record: object, column: str, where: str) -> str:
 
 def _jsonl(path: Path, column: str) -> list[str]:
     docs = []
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -79,7 +79,7 @@ def _jsonl(path: Path, column: str) -> list[str]:
 
 def _json(path: Path, column: str) -> list[str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as err:
         raise UserInputError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from err
     records = list(data.values()) if isinstance(data, dict) else data
@@ -90,7 +90,7 @@ def _json(path: Path, column: str) -> list[str]:
 
 def _csv(path: Path, column: str) -> list[str]:
     csv.field_size_limit(sys.maxsize)
-    with path.open(encoding="utf-8", newline="") as handle:
+    with path.open(encoding="utf-8-sig", newline="") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None or column not in reader.fieldnames:
             raise UserInputError(f"{path}: no column {column!r} (columns: {reader.fieldnames})")
@@ -118,6 +118,17 @@ def _parquet(path: Path, column: str) -> list[str]:
 
 def _saved_dataset(path: Path, column: str, split: str) -> list[str]:
     """A directory written by ``datasets.Dataset(Dict).save_to_disk``: Arrow stream files."""
+    import pyarrow as pa
+
+    try:
+        return _read_saved_dataset(path, column, split)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise UserInputError(
+            f"{path}: damaged saved dataset ({type(err).__name__}: {err})"
+        ) from None
+
+
+def _read_saved_dataset(path: Path, column: str, split: str) -> list[str]:
     import pyarrow as pa
 
     if (path / "dataset_dict.json").is_file():
