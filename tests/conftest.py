@@ -37,3 +37,11 @@ def corpus_txt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "docs.txt"
     path.write_text("\n\n".join(documents(120)) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def teacher_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny masked-LM teachers: 'wp' (BERT, WordPiece) and 'sp' (RoBERTa, SentencePiece BPE)."""
+    from merge_fixtures import build_teachers
+
+    return build_teachers(tmp_path_factory.mktemp("teachers"))

@@ -164,3 +164,75 @@ def build_gpt2(directory: Path, hidden: int = 48, seed: int = 0) -> Path:
     torch.manual_seed(seed)
     GPT2Model(config).save_pretrained(directory)
     return directory
+
+
+def _sentencepiece_bpe(directory: Path, texts: list[str]) -> None:
+    """A SentencePiece-style BPE tokenizer (Metaspace, ``▁`` word starts) with RoBERTa specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers.trainers import BpeTrainer
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(texts, BpeTrainer(vocab_size=260, special_tokens=specials))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>",
+        special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_max_length=128,
+    )
+    fast.save_pretrained(directory)
+
+
+def build_bert_mlm(directory: Path, seed: int = 0) -> Path:
+    """A tiny BERT masked LM (WordPiece) with its head saved: usable as a teacher."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    _wordpiece(directory)
+    config = BertConfig(
+        vocab_size=200,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    BertForMaskedLM(config).save_pretrained(directory)
+    return directory
+
+
+def build_roberta_mlm(directory: Path, texts: list[str] | None = None, seed: int = 0) -> Path:
+    """A tiny RoBERTa masked LM with a SentencePiece-style BPE tokenizer: a second teacher family."""
+    import torch
+    from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
+
+    _sentencepiece_bpe(directory, texts or sentences(400, seed=3))
+    tok = AutoTokenizer.from_pretrained(directory)
+    config = RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=130,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    RobertaForMaskedLM(config).save_pretrained(directory)
+    return directory

@@ -159,6 +159,119 @@ def demo(
     )
 
 
+merge_app = typer.Typer(
+    no_args_is_help=True, help="MergeDistill: teacher masked LMs -> one student."
+)
+app.add_typer(merge_app, name="merge")
+RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
+RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
+ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+
+
+@merge_app.command("prepare")
+def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+    """Examples per language; each teacher's tokenised, masked copy of each example."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+
+    stages.prepare(load_recipe(recipe), progress)
+    console.print("prepared")
+
+
+@merge_app.command("teach")
+def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+    """Offline teacher inference: top-k log-probabilities at masked positions, per-example loss."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+
+    stages.teach(load_recipe(recipe), progress)
+    console.print("teacher store complete")
+
+
+@merge_app.command("vocab")
+def merge_vocab(recipe: RecipeArg) -> None:
+    """Union student vocabulary, teacher->student id maps and the student tokenizer."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+
+    stages.vocab(load_recipe(recipe))
+    console.print("vocabulary complete")
+
+
+@merge_app.command("run")
+def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+    """prepare, teach and vocab in turn (each resumes where it stopped)."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.merge.run_inspect import inspect_run
+
+    config = load_recipe(recipe)
+    stages.prepare(config, progress)
+    stages.teach(config, progress)
+    stages.vocab(config)
+    console.print(_inspect_table(inspect_run(config.output_dir)))
+
+
+@merge_app.command("inspect")
+def merge_inspect(
+    run_dir: RunDirArg, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+) -> None:
+    """Counts, bytes per masked token and vocabulary overlap of a run."""
+    import json
+
+    from lmalgebra.merge.run_inspect import inspect_run
+
+    report = inspect_run(run_dir)
+    if as_json:
+        console.print_json(json.dumps(report))
+    else:
+        console.print(_inspect_table(report))
+
+
+def _inspect_table(report: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"MergeDistill run {report['run_dir']}")
+    for column in (
+        "language",
+        "teacher",
+        "examples",
+        "masked tokens",
+        "top-k",
+        "top-k B/masked tok",
+        "store B/masked tok",
+    ):
+        table.add_column(
+            column, justify="right" if column[0] != "l" and column[0] != "t" else "left"
+        )
+    for row in report["pairs"]:
+        store = row["store_bytes_per_masked_token"]
+        table.add_row(
+            row["language"],
+            row["teacher"],
+            str(row["examples"]),
+            str(row["masked_tokens"]),
+            str(row["top_k"]),
+            f"{row['topk_file_bytes_per_masked_token'] or 0:.1f}",
+            f"{store:.1f}" if store else "-",
+        )
+    vocab = report.get("vocab")
+    if vocab:
+        table.caption = f"union vocabulary: {vocab.get('union_size')} tokens"
+    return table
+
+
+@merge_app.command("verify")
+def merge_verify(run_dir: RunDirArg) -> None:
+    """Check every shard of a run against its manifest; exit 2 naming each bad shard."""
+    from lmalgebra.merge.run_inspect import verify_run
+
+    problems = verify_run(run_dir)
+    if problems:
+        raise UserInputError("; ".join(problems))
+    console.print(f"{run_dir}: every shard matches its manifest")
+
+
 def main() -> None:
     """Console entry point: bad input -> one line on stderr, exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,122 @@
+"""Offline teacher inference and the sharded top-k store: parity, refusal, resumption, checksums."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from merge_fixtures import write_recipe
+from tiny import sentences
+from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+from lmalgebra.errors import UserInputError
+from lmalgebra.merge import stages
+from lmalgebra.merge.masking import TeacherMasker
+from lmalgebra.merge.recipe import MaskingSpec, load_recipe
+from lmalgebra.merge.run_inspect import inspect_run, verify_run
+from lmalgebra.merge.shard_store import ShardSet
+from lmalgebra.merge.teachers import load_masked_lm
+from lmalgebra.merge.topk import masked_topk, naive_topk
+from lmalgebra.sources.models import ModelRef
+
+
+@pytest.mark.parametrize("teacher", ["wp", "sp"])
+def test_masked_positions_head_matches_full_logits(teacher_dirs, teacher: str) -> None:
+    directory = teacher_dirs[teacher]
+    tok = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForMaskedLM.from_pretrained(directory).eval()
+    masker = TeacherMasker(teacher, tok, MaskingSpec(probability=0.3), max_length=40)
+    copies = [masker(f"e{i}", t) for i, t in enumerate(sentences(30, seed=2))]
+    fast = masked_topk(model, copies, k=8, pad_id=tok.pad_token_id, batch_size=7)
+    for copy, got in zip(copies, fast, strict=True):
+        want = naive_topk(model, copy, k=8)
+        np.testing.assert_array_equal(got.topk_ids, want.topk_ids)
+        np.testing.assert_allclose(got.topk_logprobs, want.topk_logprobs, atol=1e-5)
+        assert got.loss == pytest.approx(want.loss, abs=1e-5)
+        # stored values are log-probabilities over the full vocabulary
+        assert np.all(got.topk_logprobs <= 0) and np.exp(got.topk_logprobs).sum(1).max() <= 1 + 1e-5
+
+
+def test_teacher_without_trained_head_is_refused(teacher_dirs, tmp_path: Path) -> None:
+    encoder = tmp_path / "encoder-only"
+    AutoModel.from_pretrained(teacher_dirs["wp"]).save_pretrained(encoder)
+    with pytest.raises(UserInputError, match="no trained masked-LM head"):
+        load_masked_lm(ModelRef(name="enc", path=str(encoder)), encoder)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, teacher_dirs):
+    root = tmp_path_factory.mktemp("merge")
+    recipe = load_recipe(write_recipe(root, teacher_dirs))
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    return recipe
+
+
+def shard_bytes(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*.arrow"))}
+
+
+def test_store_layout_and_bytes_per_masked_token(run) -> None:
+    report = inspect_run(run.output_dir)
+    pairs = {(r["language"], r["teacher"]): r for r in report["pairs"]}
+    assert set(pairs) == {("xx", "wp"), ("yy", "wp"), ("yy", "sp")}
+    for row in pairs.values():
+        assert row["teach_complete"] and row["masked_tokens"] > 0
+        assert row["topk_payload_bytes_per_masked_token"] == 32  # uint16 ids + fp16 values, k=8
+        # 16-row shards carry Arrow's per-file framing; bench/ measures realistic shard sizes
+        assert 32 < row["topk_file_bytes_per_masked_token"] < 48
+    assert pairs[("xx", "wp")]["examples"] == 60
+    manifest = ShardSet.existing(run.output_dir / "topk" / "yy" / "sp").manifest
+    assert manifest["complete"] and manifest["teacher_hashes"]["weights"]
+    assert all(len(s["sha256"]) == 64 for s in manifest["shards"])
+
+
+def test_interrupted_teach_resumes_to_identical_shards(run, tmp_path: Path, monkeypatch) -> None:
+    copy_dir = tmp_path / "run"
+    shutil.copytree(run.output_dir / "examples", copy_dir / "examples")
+    shutil.copytree(run.output_dir / "masked", copy_dir / "masked")
+    shutil.copy(run.output_dir / "recipe.yaml", copy_dir / "recipe.yaml")
+    recipe = run.model_copy(update={"output_dir": copy_dir})
+    real_write, calls = ShardSet.write, []
+
+    def dying_write(self, index, table, **extra):
+        if "topk" in str(self.directory) and len(calls) == 2:
+            raise KeyboardInterrupt  # killed between two shards
+        calls.append(index)
+        real_write(self, index, table, **extra)
+
+    monkeypatch.setattr(ShardSet, "write", dying_write)
+    with pytest.raises(KeyboardInterrupt):
+        stages.teach(recipe, progress=False)
+    monkeypatch.setattr(ShardSet, "write", real_write)
+    assert any(p for p in (copy_dir / "topk").rglob("shard-*.arrow"))
+    stages.teach(recipe, progress=False)
+    assert shard_bytes(copy_dir) == shard_bytes(run.output_dir)
+
+
+def test_corrupt_shard_is_named_by_verify_and_on_read(run, tmp_path: Path) -> None:
+    copy_dir = tmp_path / "run"
+    shutil.copytree(run.output_dir, copy_dir, ignore=shutil.ignore_patterns("vocab"))
+    assert verify_run(copy_dir) == []
+    victim = copy_dir / "topk" / "yy" / "sp" / "shard-00001.arrow"
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    problems = verify_run(copy_dir)
+    assert problems == [f"{victim}: corrupt (checksum mismatch)"]
+    with pytest.raises(UserInputError, match="shard-00001.arrow is corrupt"):
+        ShardSet.existing(victim.parent).read(1)
+    # the next teach run redoes only the broken shard and what follows it
+    recipe = run.model_copy(update={"output_dir": copy_dir})
+    stages.teach(recipe, progress=False)
+    assert verify_run(copy_dir) == []
+    assert victim.read_bytes() == (run.output_dir / "topk/yy/sp/shard-00001.arrow").read_bytes()
+
+
+def test_teach_before_prepare_says_which_command(tmp_path: Path, teacher_dirs) -> None:
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
+    with pytest.raises(UserInputError, match="run `lmalgebra merge prepare RECIPE` first"):
+        stages.teach(recipe, progress=False)
