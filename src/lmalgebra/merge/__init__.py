@@ -1,0 +1,1 @@
+"""MergeDistill: teachers' masked LMs merged into one multilingual student."""
