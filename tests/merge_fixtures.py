@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from tiny import build_bert_mlm, build_roberta_mlm, documents
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from merge_fixtures import write_recipe
-from tiny import sentences
 from transformers import AutoTokenizer
 
 from lmalgebra.errors import UserInputError
 from lmalgebra.merge.examples import language_examples
 from lmalgebra.merge.masking import TeacherMasker
 from lmalgebra.merge.recipe import MaskingSpec, load_recipe
+from merge_fixtures import write_recipe
+from tiny import sentences
 
 
 def edit(path: Path, change) -> Path:
@@ -66,8 +66,10 @@ def test_masking_is_deterministic_and_bert_like(wp_tokenizer) -> None:
     np.testing.assert_array_equal(again.input_ids, copies[0].input_ids)
     other_teacher = TeacherMasker("sp", wp_tokenizer, spec, max_length=64)("id0", texts[0])
     other_seed = TeacherMasker("wp", wp_tokenizer, MaskingSpec(seed=2), 64)("id0", texts[0])
-    assert not (np.array_equal(other_teacher.positions, copies[0].positions)
-                and np.array_equal(other_seed.positions, copies[0].positions))
+    assert not (
+        np.array_equal(other_teacher.positions, copies[0].positions)
+        and np.array_equal(other_seed.positions, copies[0].positions)
+    )
     candidates = masked = kept = replaced_mask = 0
     for text, c in zip(texts, copies, strict=True):
         original = np.asarray(wp_tokenizer(text, truncation=True, max_length=64)["input_ids"])

@@ -7,8 +7,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from merge_fixtures import write_recipe
-from tiny import sentences
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from lmalgebra.errors import UserInputError
@@ -20,6 +18,8 @@ from lmalgebra.merge.shard_store import ShardSet
 from lmalgebra.merge.teachers import load_masked_lm
 from lmalgebra.merge.topk import masked_topk, naive_topk
 from lmalgebra.sources.models import ModelRef
+from merge_fixtures import write_recipe
+from tiny import sentences
 
 
 @pytest.mark.parametrize("teacher", ["wp", "sp"])
@@ -107,7 +107,7 @@ def test_corrupt_shard_is_named_by_verify_and_on_read(run, tmp_path: Path) -> No
     victim.write_bytes(bytes(data))
     problems = verify_run(copy_dir)
     assert problems == [f"{victim}: corrupt (checksum mismatch)"]
-    with pytest.raises(UserInputError, match="shard-00001.arrow is corrupt"):
+    with pytest.raises(UserInputError, match=r"shard-00001\.arrow is corrupt"):
         ShardSet.existing(victim.parent).read(1)
     # the next teach run redoes only the broken shard and what follows it
     recipe = run.model_copy(update={"output_dir": copy_dir})

@@ -216,7 +216,7 @@ def build_bert_mlm(directory: Path, seed: int = 0) -> Path:
 
 
 def build_roberta_mlm(directory: Path, texts: list[str] | None = None, seed: int = 0) -> Path:
-    """A tiny RoBERTa masked LM with a SentencePiece-style BPE tokenizer: a second teacher family."""
+    """A tiny RoBERTa masked LM with a SentencePiece-style BPE tokenizer: another family."""
     import torch
     from transformers import AutoTokenizer, RobertaConfig, RobertaForMaskedLM
 

@@ -1,0 +1,105 @@
+"""`lmalgebra merge run` end to end: two tiny teachers with different tokenizers, two languages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from lmalgebra.merge.recipe import load_recipe
+from lmalgebra.merge.shard_store import ShardSet
+from lmalgebra.merge.stages import examples_set, read_copies
+from lmalgebra.merge.store_view import load_copies
+from lmalgebra.merge.vocab_union import UnionVocab, canonical_token, detect_convention
+from merge_fixtures import write_recipe
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lmalgebra", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Path:
+    recipe = write_recipe(tmp_path_factory.mktemp("cli"), teacher_dirs)
+    proc = cli("merge", "run", str(recipe), "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    return load_recipe(recipe).output_dir
+
+
+def test_inspect_reports_counts_bytes_and_overlap(run_dir: Path) -> None:
+    proc = cli("merge", "inspect", str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert {(r["language"], r["teacher"]) for r in report["pairs"]} == {
+        ("xx", "wp"),
+        ("yy", "wp"),
+        ("yy", "sp"),
+    }
+    vocab = report["vocab"]
+    assert vocab["union_size"] > 200
+    assert set(vocab["tokens_per_language"]) == {"xx", "yy"}
+    assert cli("merge", "verify", str(run_dir)).returncode == 0
+
+
+def test_student_tokenizer_loads_with_auto_tokenizer(run_dir: Path) -> None:
+    student = AutoTokenizer.from_pretrained(run_dir / "vocab")
+    ids = student("the river city")["input_ids"]
+    assert student.convert_ids_to_tokens(ids)[0] == "[CLS]"
+    assert student.decode(ids, skip_special_tokens=True) == "the river city"
+
+
+def test_ids_round_trip_through_the_maps(run_dir: Path, teacher_dirs) -> None:
+    """Stored teacher ids, mapped to student ids, name the same canonical tokens."""
+    union = UnionVocab.load(run_dir / "vocab")
+    for lang, teacher in (("xx", "wp"), ("yy", "sp")):
+        tok = AutoTokenizer.from_pretrained(teacher_dirs[teacher])
+        convention = detect_convention(tok)
+        raw = load_copies(run_dir, lang, teacher, vocab=None)
+        mapped = load_copies(run_dir, lang, teacher, vocab=union)
+        specials = set(tok.all_special_ids)
+        for name in ("input_ids", "labels", "topk_ids"):
+            teacher_ids, student_ids = getattr(raw, name).ravel(), getattr(mapped, name).ravel()
+            assert teacher_ids.shape == student_ids.shape
+            for t_id, s_id in zip(teacher_ids[:2000], student_ids[:2000], strict=True):
+                if int(t_id) in specials:
+                    continue
+                token = tok.convert_ids_to_tokens(int(t_id))
+                assert union.tokens[s_id] == canonical_token(token, convention)
+        # rows line up with the examples, and held-out flags with the examples' flags
+        examples = ShardSet.existing(run_dir / "examples" / lang).tables()
+        ids = [i for t in examples for i in t.column("id").to_pylist()]
+        assert list(mapped.example_ids) == ids
+        assert mapped.topk_ids.shape[1] == 8 and mapped.topk_logprobs.dtype == np.float32
+        assert mapped.positions.size == mapped.labels.size == mapped.topk_ids.shape[0]
+
+
+def test_bad_run_dir_and_corrupt_shard_exit_2(run_dir: Path, tmp_path: Path) -> None:
+    proc = cli("merge", "inspect", str(tmp_path))
+    assert proc.returncode == 2 and "not a merge run directory" in proc.stderr
+    shard = run_dir / "masked" / "xx" / "wp" / "shard-00000.arrow"
+    original = shard.read_bytes()
+    try:
+        shard.write_bytes(original[:-10] + b"0123456789")
+        proc = cli("merge", "verify", str(run_dir))
+        assert proc.returncode == 2 and str(shard) in proc.stderr
+        assert "Traceback" not in proc.stderr
+    finally:
+        shard.write_bytes(original)
+
+
+def test_examples_and_masked_shards_line_up(run_dir: Path) -> None:
+    recipe = load_recipe(run_dir.parent / "recipe.yaml")
+    assert examples_set(recipe, "xx").complete
+    table = ShardSet.existing(run_dir / "masked" / "xx" / "wp").read(0)
+    assert len(read_copies(table)) == table.num_rows
