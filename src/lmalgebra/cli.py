@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.errors import TrainingDivergedError, UserInputError
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -212,6 +212,91 @@ def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     console.print(_inspect_table(inspect_run(config.output_dir)))
 
 
+@merge_app.command("train")
+def merge_train(
+    recipe: RecipeArg,
+    name: Annotated[str, typer.Option(help="Run subdirectory for this student.")] = "student",
+    gold_only: Annotated[bool, typer.Option(help="Gold labels only (no distillation).")] = False,
+    steps: Annotated[int | None, typer.Option(help="Override training.steps.")] = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Train the student from the teacher store (resumes from its last checkpoint)."""
+    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.merge.train_student import train_student
+    from lmalgebra.recipe_io import validate
+    from lmalgebra.train.config import TrainingSpec
+
+    config = load_recipe(recipe)
+    update: dict[str, Any] = {"gold_only": gold_only or config.training.gold_only}
+    if steps is not None:
+        update["steps"] = steps
+    training = validate(TrainingSpec, {**config.training.model_dump(), **update}, "command line")
+    target = train_student(config, name, training, progress)
+    console.print(f"student saved to [bold]{target}[/bold]")
+
+
+@app.command()
+def pretrain(
+    corpus: Annotated[list[str], typer.Option(help="Corpus file(s) of the language; repeatable.")],
+    lang: Annotated[str, typer.Option(help="Language code (for held-out ids).")],
+    vocab_size: Annotated[int, typer.Option(help="WordPiece vocabulary size.")],
+    out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    text_column: Annotated[str, typer.Option(help="Text field of structured corpora.")] = "text",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
+    hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = 128,
+    num_layers: Annotated[int, typer.Option(help="Layers.")] = 2,
+    num_heads: Annotated[int, typer.Option(help="Attention heads.")] = 2,
+    example_length: Annotated[int, typer.Option(help="Tokens per example.")] = 128,
+    heldout_fraction: Annotated[
+        float, typer.Option(help="Held-out share (as in the recipe).")
+    ] = 0.05,
+    lowercase: Annotated[bool, typer.Option(help="Lower-case the tokenizer.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    progress: ProgressOpt = True,
+) -> None:
+    """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch."""
+    from lmalgebra.merge.student import StudentSpec
+    from lmalgebra.pretrain import pretrain as run
+    from lmalgebra.recipe_io import validate
+    from lmalgebra.sources.corpus import CorpusSpec
+    from lmalgebra.train.config import TrainingSpec
+
+    sizes = {
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "intermediate_size": 4 * hidden_size,
+        "max_position_embeddings": max(512, example_length),
+    }
+    model = validate(StudentSpec, sizes, "command line")
+    schedule = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "warmup_steps": min(100, steps // 10),
+        "gold_only": True,
+        "checkpoint_every": max(1, steps // 5),
+    }
+    training = validate(TrainingSpec, schedule, "command line")
+    spec = CorpusSpec(paths=corpus, text_column=text_column)
+    target = run(
+        spec,
+        lang,
+        vocab_size,
+        out,
+        model,
+        training,
+        example_length,
+        heldout_fraction,
+        lowercase,
+        progress,
+    )
+    console.print(f"teacher saved to [bold]{target}[/bold]")
+
+
 @merge_app.command("inspect")
 def merge_inspect(
     run_dir: RunDirArg, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
@@ -288,6 +373,9 @@ def main() -> None:
         sys.exit(2)
     except typer.Exit as err:
         sys.exit(err.exit_code)
+    except TrainingDivergedError as err:
+        Console(stderr=True).print(f"[red]stopped:[/red] {escape(str(err))}", highlight=False)
+        sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
         Console(stderr=True).print("interrupted; run the same command again to resume")
         sys.exit(130)

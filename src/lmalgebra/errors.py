@@ -3,3 +3,7 @@
 
 class UserInputError(Exception):
     """Input a user gave is unusable; the message names the culprit."""
+
+
+class TrainingDivergedError(RuntimeError):
+    """The training loss became NaN or infinite; the last good checkpoint is kept."""

@@ -8,9 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.errors import UserInputError
 from lmalgebra.fingerprint import sha256_json
+from lmalgebra.merge.student import StudentSpec
 from lmalgebra.recipe_io import read_yaml, validate
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.train.config import TrainingSpec
 
 
 class TeacherSpec(BaseModel):
@@ -88,6 +90,8 @@ class MergeRecipe(BaseModel):
     batch_size: int = Field(default=32, ge=1, description="Examples per teacher forward pass.")
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
+    student: StudentSpec = Field(default_factory=StudentSpec, description="Student architecture.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="Student training.")
 
     @model_validator(mode="after")
     def _check(self) -> MergeRecipe:
@@ -111,7 +115,10 @@ class MergeRecipe(BaseModel):
 
     def data_hash(self) -> str:
         """Hash of everything that changes the stored examples and teacher outputs."""
-        return sha256_json(self.model_dump(mode="json", exclude={"output_dir", "batch_size"}))
+        settings = self.model_dump(
+            mode="json", exclude={"output_dir", "batch_size", "student", "training"}
+        )
+        return sha256_json(settings)
 
 
 def load_recipe(path: Path) -> MergeRecipe:

@@ -1,0 +1,1 @@
+"""Training: losses, schedules, checkpoints, and the one loop for pre-training and distillation."""

@@ -1,0 +1,52 @@
+"""Training settings shared by student distillation and teacher pre-training."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.errors import UserInputError
+from lmalgebra.train.schedules import LambdaSchedule
+
+
+class TrainingSpec(BaseModel):
+    """Optimisation, loss mix, data order and bookkeeping of one training run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(default=1000, ge=1, description="Optimizer steps.")
+    batch_size: int = Field(default=32, ge=1, description="Examples per micro-batch.")
+    grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
+    lr: float = Field(default=5e-4, gt=0, description="Peak learning rate (AdamW).")
+    warmup_steps: int = Field(
+        default=100, ge=0, description="Linear warm-up steps, then linear decay."
+    )
+    weight_decay: float = Field(
+        default=0.01, ge=0, description="AdamW weight decay (not on biases/norms)."
+    )
+    max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    lambda_schedule: LambdaSchedule = Field(
+        default="linear",
+        description="KD weight: constant, linear 1->0 (teacher annealing), cosine 1->0.",
+    )
+    lambda_value: float = Field(default=0.5, description="KD weight for the constant schedule.")
+    temperature: float = Field(default=1.0, gt=0, description="Softmax temperature of the KD term.")
+    alpha: float = Field(default=0.7, ge=0, le=1, description="Language sampling: p_k ~ n_k^alpha.")
+    multi_teacher: Literal["all", "best"] = Field(
+        default="all",
+        description="Several teachers for a language: every copy, or the lowest-loss one.",
+    )
+    gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
+    seed: int = Field(default=0, description="Seed of initialisation, dropout and data order.")
+    log_every: int = Field(default=10, ge=1, description="Steps between log lines.")
+    checkpoint_every: int = Field(default=200, ge=1, description="Steps between checkpoints.")
+    mixed_precision: Literal["no", "bf16", "fp16"] = Field(
+        default="no", description="Accelerate mixed precision."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingSpec:
+        if not 0 <= self.lambda_value <= 1:
+            raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
+        return self

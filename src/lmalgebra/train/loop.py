@@ -1,0 +1,154 @@
+"""The one training loop: masked-LM pre-training, gold-only and distilled students alike.
+
+What differs between runs is passed in: the model, a batch source (a pure function of the batch
+index) and whether the KD term is used. Accelerate handles device placement and mixed precision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmalgebra.errors import TrainingDivergedError
+from lmalgebra.merge.masked_head import masked_logits
+from lmalgebra.progress import progress_bar
+from lmalgebra.train.batches import Batch, BatchSource
+from lmalgebra.train.checkpoint import load_latest, save_checkpoint
+from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.losses import LossParts, combined_loss
+from lmalgebra.train.schedules import kd_weight, learning_rate
+
+log = logging.getLogger(__name__)
+
+
+def _optimizer(model: torch.nn.Module, spec: TrainingSpec) -> torch.optim.AdamW:
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (no_decay if param.ndim < 2 or "norm" in name.lower() else decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": spec.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=spec.lr)
+
+
+def _step_loss(model: Any, batch: Batch, spec: TrainingSpec, weight: float) -> LossParts:
+    logits = masked_logits(model, batch.head_inputs())
+    use_kd = not spec.gold_only and batch.topk_ids is not None
+    return combined_loss(
+        logits,
+        batch.labels,
+        weight,
+        batch.topk_ids if use_kd else None,
+        batch.topk_logprobs if use_kd else None,
+        spec.temperature,
+    )
+
+
+class _Log:
+    """Per-step JSONL log (truncated to the resume point) and TensorBoard when installed."""
+
+    def __init__(self, out: Path, start: int):
+        self.path = out / "train_log.jsonl"
+        lines = self.path.read_text().splitlines() if self.path.is_file() else []
+        kept = [ln for ln in lines if json.loads(ln)["step"] <= start]
+        self.path.write_text("".join(f"{ln}\n" for ln in kept))
+        self.board: Any = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.board = SummaryWriter(str(out / "tensorboard"))
+        except ImportError:
+            pass
+
+    def write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.board is not None:
+            for key, value in record.items():
+                if isinstance(value, float):
+                    self.board.add_scalar(key, value, record["step"])
+
+
+def train(
+    model: Any, source: BatchSource, spec: TrainingSpec, out: Path, progress: bool = True
+) -> dict[str, Any]:
+    """Train ``model`` for ``spec.steps`` optimizer steps, resuming from ``out/checkpoints``."""
+    from accelerate import Accelerator
+
+    out.mkdir(parents=True, exist_ok=True)
+    accelerator = Accelerator(mixed_precision=spec.mixed_precision)
+    torch.manual_seed(spec.seed)
+    optimizer = _optimizer(model, spec)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    state = load_latest(out / "checkpoints", accelerator.unwrap_model(model), optimizer.optimizer)
+    start = int(state["step"]) if state else 0
+    if start:
+        log.info("resuming from step %d", start)
+    logger = _Log(out, start)
+    model.train()
+    last: dict[str, Any] = {}
+    with progress_bar("train", spec.steps, progress) as advance:
+        advance(start)
+        for step in range(start, spec.steps):
+            last = _one_step(model, optimizer, accelerator, source, spec, step)
+            if (step + 1) % spec.log_every == 0 or step + 1 == spec.steps:
+                logger.write(last)
+            if (step + 1) % spec.checkpoint_every == 0 or step + 1 == spec.steps:
+                save_checkpoint(
+                    out / "checkpoints",
+                    step + 1,
+                    accelerator.unwrap_model(model),
+                    optimizer.optimizer,
+                    {"languages": source.languages},
+                )
+            advance(1)
+    model.eval()
+    return last
+
+
+def _one_step(
+    model: Any, optimizer: Any, accelerator: Any, source: BatchSource, spec: TrainingSpec, step: int
+) -> dict[str, Any]:
+    clock = time.perf_counter()
+    rate = learning_rate(step, spec.steps, spec.lr, spec.warmup_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = rate
+    weight = (
+        0.0
+        if spec.gold_only
+        else kd_weight(step, spec.steps, spec.lambda_schedule, spec.lambda_value)
+    )
+    totals = {"loss": 0.0, "mlm": 0.0, "kd": 0.0}
+    tokens = torch.zeros(len(source.languages), dtype=torch.long)
+    for micro in range(spec.grad_accum):
+        batch = source.batch(step * spec.grad_accum + micro).to(accelerator.device)
+        with accelerator.autocast():
+            parts = _step_loss(model, batch, spec, weight)
+        value = float(parts.total.detach())
+        if not math.isfinite(value):
+            raise TrainingDivergedError(
+                f"loss is {value} at step {step + 1}; "
+                "the last good checkpoint is kept (try a lower learning rate)"
+            )
+        accelerator.backward(parts.total / spec.grad_accum)
+        totals["loss"] += value / spec.grad_accum
+        totals["mlm"] += float(parts.mlm.detach()) / spec.grad_accum
+        totals["kd"] += float(parts.kd.detach()) / spec.grad_accum
+        tokens += batch.tokens.cpu()
+    accelerator.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    seconds = time.perf_counter() - clock
+    record: dict[str, Any] = {"step": step + 1, **totals, "lambda": weight, "lr": rate}
+    for lang, count in zip(source.languages, tokens.tolist(), strict=True):
+        record[f"tokens_per_s/{lang}"] = count / seconds
+    return record

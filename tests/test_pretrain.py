@@ -1,0 +1,86 @@
+"""`lmalgebra pretrain`: a teacher from scratch that a MergeDistill recipe accepts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from lmalgebra.merge import stages
+from lmalgebra.merge.examples import example_id, is_heldout
+from lmalgebra.merge.recipe import load_recipe
+from merge_fixtures import write_recipe
+from tiny import documents
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("pretrain")
+    corpus = root / "fr.txt"
+    corpus.write_text("\n".join(documents(80, seed=21)) + "\n", encoding="utf-8")
+    out = root / "teacher-fr"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lmalgebra",
+            "pretrain",
+            "--corpus",
+            str(corpus),
+            "--lang",
+            "fr",
+            "--vocab-size",
+            "150",
+            "--out",
+            str(out),
+            "--steps",
+            "30",
+            "--batch-size",
+            "8",
+            "--hidden-size",
+            "32",
+            "--num-layers",
+            "1",
+            "--example-length",
+            "48",
+            "--heldout-fraction",
+            "0.2",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return out, corpus
+
+
+def test_pretrained_teacher_is_a_hugging_face_masked_lm(teacher) -> None:
+    out, _ = teacher
+    _, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"]
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert len(tokenizer) == 150 and tokenizer.mask_token == "[MASK]"
+    log = [json.loads(ln) for ln in (out / "training" / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["mlm"] < log[0]["mlm"]  # it learned something
+    assert all(r["kd"] == 0 and r["lambda"] == 0 for r in log)
+
+
+def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:
+    out, corpus = teacher
+    meta = json.loads((out / "lmalgebra.json").read_text())
+    docs = [d.strip() for d in corpus.read_text().splitlines() if d.strip()]
+    assert meta["examples"] == sum(not is_heldout(example_id("fr", d), 0.2) for d in docs)
+
+
+def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:
+    out, _ = teacher
+    recipe = load_recipe(write_recipe(tmp_path, {"wp": out, "sp": teacher_dirs["sp"]}))
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)  # no refusal: the head is trained and saved
+    assert (recipe.output_dir / "topk" / "xx" / "wp" / "manifest.json").is_file()
