@@ -131,9 +131,11 @@ def run_decomposition(config: DecomposeConfig) -> Decomposition:
     timings["statistics"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
+    blocks = moments["train"].blocks
+    # each Gram buffer becomes its covariance in place: no second D x D array per split
     solver = Decomposer(
-        moments["train"].blocks,
-        {s: SplitMoments.of(m) for s, m in moments.items()},
+        blocks,
+        {s: SplitMoments.of(moments.pop(s), in_place=True) for s in SPLITS},
         config.alpha,
         config.alpha_mode,
     )

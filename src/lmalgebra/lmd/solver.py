@@ -49,8 +49,10 @@ class SplitMoments:
     cov: np.ndarray
 
     @classmethod
-    def of(cls, moments: SecondMoments) -> SplitMoments:
-        return cls(moments.n, moments.mean(), moments.covariance())
+    def of(cls, moments: SecondMoments, in_place: bool = False) -> SplitMoments:
+        """From streamed statistics; ``in_place`` turns the Gram buffer into the covariance."""
+        n, mean = moments.n, moments.mean()
+        return cls(n, mean, moments.covariance(in_place=in_place))
 
 
 @dataclass(frozen=True)
@@ -135,22 +137,25 @@ class Decomposer:
         return factor
 
     def r2(self, weight: np.ndarray, target: Block, basis_cols: np.ndarray) -> dict[str, float]:
-        """R^2 on every split of ``u_hat = W (z_B - mean_B) + mean_u`` (train means)."""
-        t = slice(target.start, target.stop)
-        scores = {}
-        for split, m in self.splits.items():
-            c_tt = m.cov[t, t]
-            c_tb = m.cov[t][:, basis_cols]
-            c_bb = m.cov[np.ix_(basis_cols, basis_cols)]
-            shift = (m.mean[t] - self.train.mean[t]) - weight @ (
-                m.mean[basis_cols] - self.train.mean[basis_cols]
-            )
-            total = np.trace(c_tt)
-            residual = (
-                total - 2 * np.sum(weight * c_tb) + np.sum((weight @ c_bb) * weight) + shift @ shift
-            )
-            scores[split] = float(1 - residual / total) if total > 0 else float("nan")
-        return scores
+        """R^2 on every split of ``u_hat = W (z_B - mean_B) + mean_u`` (train means).
+
+        With the residual operator ``R`` (``I`` on the target's columns, ``-W`` on the basis'),
+        the residual is ``R (z - mean_train)`` and its mean square on split ``s`` is
+        ``tr(R C^s R^T) + ||R (mean_s - mean_train)||^2``.
+        """
+        operator = torch.zeros((target.dim, self.train.cov.shape[0]), dtype=torch.float64)
+        operator[:, target.start : target.stop] = torch.eye(target.dim, dtype=torch.float64)
+        operator[:, torch.from_numpy(basis_cols)] = -torch.from_numpy(weight)
+        return {split: self._score(operator, target, m) for split, m in self.splits.items()}
+
+    def _score(self, operator: torch.Tensor, target: Block, m: SplitMoments) -> float:
+        cov = torch.from_numpy(m.cov)
+        total = float(torch.diagonal(cov)[target.start : target.stop].sum())
+        if total <= 0:
+            return float("nan")
+        shift = operator @ torch.from_numpy(m.mean - self.train.mean)
+        residual = float(((operator @ cov) * operator).sum() + shift @ shift)
+        return 1 - residual / total
 
     def _fit(self, target: str, basis: Sequence[str], weight: np.ndarray) -> Fit:
         cols = self._columns(basis)
@@ -178,17 +183,31 @@ class Decomposer:
     def leave_one_out(self) -> list[Fit]:
         """Every model decomposed on all the others, all from one ``D x D`` inverse."""
         names = [b.name for b in self.blocks]
-        system = self.train.cov + np.diag(self.penalty)
-        factor = self._cholesky(system, names)
-        inverse = torch.cholesky_inverse(factor).numpy()
+        system = torch.from_numpy(self.train.cov).clone()
+        system.diagonal().add_(torch.from_numpy(self.penalty))
+        factor = self._cholesky(system.numpy(), names)
+        del system
+        inverse = torch.cholesky_inverse(factor)  # P = (C + Lam)^-1
+        del factor
+        penalty = torch.from_numpy(self.penalty)
         fits = []
         for b in self.blocks:
             others = [n for n in names if n != b.name]
             cols = self._columns(others)
-            p_tt = inverse[b.start : b.stop, b.start : b.stop]
-            p_tb = inverse[b.start : b.stop][:, cols]
-            weight = -np.linalg.solve(p_tt, p_tb)
-            fits.append(self._fit(b.name, others, weight))
+            rows = inverse[b.start : b.stop]
+            p_tt = rows[:, b.start : b.stop]
+            operator = torch.linalg.solve(p_tt, rows)  # (d_t, D): I on t, -W on the rest
+            weight = -operator[:, torch.from_numpy(cols)].numpy()
+            t_cols = self.train.mean[b.start : b.stop]
+            bias = t_cols - weight @ self.train.mean[cols]
+            # on train, C = P^-1 - Lam gives tr(R C R^T) = tr(P_tt^-1) - sum(Lam * R^2)
+            total = float(np.trace(self.train.cov[b.start : b.stop, b.start : b.stop]))
+            residual = float(torch.linalg.inv(p_tt).trace() - (penalty * operator**2).sum())
+            scores = {"train": 1 - residual / total if total > 0 else float("nan")}
+            for split, m in self.splits.items():
+                if split != "train":
+                    scores[split] = self._score(operator, b, m)
+            fits.append(Fit(b.name, tuple(others), weight, bias, scores))
         return fits
 
     def pairwise(self) -> dict[str, np.ndarray]:
@@ -206,12 +225,12 @@ class Decomposer:
             factor = self._cholesky(system, [bj.name])
             # A = (C_jj + Lam_j)^-1 C_j,: ; target i's weight is A[:, block_i].T
             coef = torch.cholesky_solve(torch.from_numpy(np.ascontiguousarray(cov[cj])), factor)
-            coef_np = coef.numpy()
             for split, s in self.splits.items():
-                cross = (coef_np * s.cov[cj]).sum(axis=0)
-                quad = (coef_np * (s.cov[cj, cj] @ coef_np)).sum(axis=0)
+                c_j = torch.from_numpy(s.cov[cj])
+                cross = (coef * c_j).sum(dim=0).numpy()
+                quad = (coef * (c_j[:, cj] @ coef)).sum(dim=0).numpy()
                 d_mean = s.mean - self.train.mean
-                shift = d_mean - coef_np.T @ d_mean[cj]
+                shift = d_mean - coef.numpy().T @ d_mean[cj]
                 var = np.diag(s.cov)
                 for i, bi in enumerate(self.blocks):
                     if i == j:
