@@ -297,6 +297,21 @@ def pretrain(
     console.print(f"teacher saved to [bold]{target}[/bold]")
 
 
+@merge_app.command("evaluate")
+def merge_evaluate(
+    run_dir: RunDirArg,
+    student: Annotated[list[str] | None, typer.Option(help="Student name(s) in the run.")] = None,
+    language: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
+) -> None:
+    """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students."""
+    from lmalgebra.merge.evaluate import evaluate_run, markdown, write_evaluation
+
+    scores, deviations = evaluate_run(run_dir, student or ["student"], language)
+    write_evaluation(run_dir / "evaluation", scores, deviations)
+    console.print(markdown(scores, deviations), highlight=False)
+    console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")
+
+
 @merge_app.command("inspect")
 def merge_inspect(
     run_dir: RunDirArg, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False

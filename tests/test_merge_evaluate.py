@@ -1,0 +1,104 @@
+"""`lmalgebra merge evaluate`: student vs teachers on held-out text, RDT, files, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmalgebra.errors import UserInputError
+from lmalgebra.merge import stages
+from lmalgebra.merge.evaluate import Score, evaluate_run, rdt, teacher_score
+from lmalgebra.merge.recipe import load_recipe
+from lmalgebra.merge.store_view import load_copies
+from lmalgebra.merge.train_student import train_student
+from merge_fixtures import write_recipe
+
+STUDENT = {
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Path:
+    root = tmp_path_factory.mktemp("evaluate")
+    recipe = load_recipe(
+        write_recipe(
+            root,
+            teacher_dirs,
+            heldout_fraction=0.3,
+            student=STUDENT,
+            training={"steps": 3, "batch_size": 4, "warmup_steps": 0},
+        )
+    )
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    stages.vocab(recipe)
+    train_student(recipe, "student", progress=False)
+    return recipe.output_dir
+
+
+def test_rdt_follows_equation_3() -> None:
+    def score(model: str, teacher: str, accuracy: float) -> Score:
+        return Score("xx", teacher, model, 1, 1, accuracy, 0.0, 1.0, 1.0, 1.0)
+
+    scores = [
+        score("t1", "t1", 0.5),
+        score("t2", "t2", 0.8),
+        score("s", "t1", 0.55),
+        score("s", "t2", 0.6),
+    ]
+    assert rdt(scores, "s")["xx"] == pytest.approx(
+        100 * ((0.55 - 0.5) / 0.5 + (0.6 - 0.8) / 0.8) / 2
+    )
+
+
+def test_teacher_scores_come_from_the_store(run_dir: Path) -> None:
+    raw = load_copies(run_dir, "yy", "sp", None)
+    score = teacher_score("yy", "sp", raw)
+    rows = np.flatnonzero(raw.heldout)
+    assert score.examples == len(rows) > 0
+    idx = np.concatenate([np.arange(raw.mask_offsets[r], raw.mask_offsets[r + 1]) for r in rows])
+    assert score.accuracy == pytest.approx(np.mean(raw.topk_ids[idx, 0] == raw.labels[idx]))
+    assert score.masked_tokens == idx.size
+
+
+def test_evaluate_command_writes_tables_and_plot(run_dir: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "lmalgebra", "merge", "evaluate", str(run_dir)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = run_dir / "evaluation"
+    for name in ("scores.csv", "rdt.csv", "evaluation.md", "accuracy.png"):
+        assert (out / name).is_file()
+    lines = (out / "scores.csv").read_text().splitlines()
+    assert len(lines) == 1 + 2 * 3  # (teacher, student) x (xx/wp, yy/wp, yy/sp)
+    assert (out / "rdt.csv").read_text().startswith("student,xx,yy,average")
+
+
+def test_scores_are_in_range(run_dir: Path) -> None:
+    scores, deviations = evaluate_run(run_dir, ["student"], ["yy"])
+    assert {s.language for s in scores} == {"yy"}
+    for s in scores:
+        assert 0 <= s.accuracy <= 1 and s.loss > 0 and 0 <= s.topk_overlap <= 1
+    assert set(deviations["student"]) == {"yy", "average"}
+
+
+def test_bad_inputs_name_the_missing_stage(run_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="language 'zz' is not in the run"):
+        evaluate_run(run_dir, ["student"], ["zz"])
+    with pytest.raises(UserInputError, match="merge train RECIPE --name other"):
+        evaluate_run(run_dir, ["other"])
+    with pytest.raises(UserInputError, match="merge prepare RECIPE"):
+        evaluate_run(tmp_path, ["student"])
