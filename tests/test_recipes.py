@@ -6,7 +6,7 @@ from importlib import resources
 
 import pytest
 
-from lmalgebra.demo import demo_config, shipped_recipe
+from lmalgebra.demo.packaged_lmd import demo_config, shipped_recipe
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.recipe_io import validate
 

@@ -142,21 +142,35 @@ def _numbers(text: str | None, kind: type, flag: str) -> list[Any] | None:
 @app.command()
 def demo(
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("demo-output"),
+    quick: Annotated[bool, typer.Option(help="A smaller run (a few minutes).")] = False,
+    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+) -> None:
+    """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
+    from lmalgebra.demo.html_report import render
+    from lmalgebra.demo.workflow import run_demo
+
+    result = run_demo(out, quick=quick, progress=progress)
+    report = render(result, out)
+    for name, finding in result["findings"].items():
+        console.print(f"{name}: {finding}", highlight=False)
+    console.print(f"report: [bold]{report}[/bold]; everything else under [bold]{out}[/bold]")
+
+
+@app.command("demo-lmd")
+def demo_lmd(
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("demo-output/packaged-lmd"),
     quick: Annotated[bool, typer.Option(help="A smaller run (about a minute).")] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
 ) -> None:
     """Decompose the packaged real encoders on packaged Wikipedia text (no model hub needed)."""
-    from lmalgebra.demo import demo_config
+    from lmalgebra.demo.packaged_lmd import demo_config
     from lmalgebra.lmd.report import table
     from lmalgebra.lmd.run import decompose as run
 
     config = demo_config(out, quick=quick, progress=progress)
     result = run(config)
     console.print(table(result))
-    console.print(
-        f"outputs in [bold]{config.out}[/bold]: pairwise_r2_*.csv, group_r2.csv, "
-        "summary.json, config.yaml, pairwise_r2_test.png"
-    )
+    console.print(f"outputs in [bold]{config.out}[/bold]")
 
 
 merge_app = typer.Typer(

@@ -1,0 +1,1 @@
+"""The offline demo: teachers pre-trained here, merged by MergeDistill, evaluated, decomposed."""

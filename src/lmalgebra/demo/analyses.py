@@ -1,0 +1,110 @@
+"""The demo's analyses beyond held-out masked-token scores: a downstream UPOS probe and LMD."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.demo.plan import LANGUAGES, DemoPlan
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.run import decompose
+from lmalgebra.merge.recipe import MergeRecipe
+from lmalgebra.sources.packaged import asset_path
+
+log = logging.getLogger(__name__)
+
+
+def _decompose(
+    out: Path, models: dict[str, str], corpus: Path, spans: tuple[int, int, int], progress: bool
+) -> Any:
+    config = DecomposeConfig.model_validate(
+        {
+            "models": [{"name": n, "path": p} for n, p in models.items()],
+            "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
+            "spans": {"length": 32, "counts": list(spans), "per_doc": 2},
+            "out": out,
+            "cache_dir": out.parent / ".cache",
+            "progress": progress,
+            "save_weights": False,
+        }
+    )
+    return decompose(config)
+
+
+def lmd_analyses(
+    out: Path, union: MergeRecipe, teachers: dict[str, Path], plan: DemoPlan, progress: bool
+) -> dict[str, Any]:
+    """Group and pairwise R^2 of real encoders, teachers and students on unseen English text;
+    per language, held-out R^2 of each teacher from the student and of the student from it."""
+    data = union.output_dir.parent / "data"
+    students = {n: str(union.output_dir / n / "model") for n in ("sm3-distilled", "sm2-gold")}
+    models = {
+        "minilm": str(asset_path("minilm")),
+        "minilm-sre": str(asset_path("minilm-sre")),
+        **{f"teacher-{k}": str(v) for k, v in teachers.items()},
+        **students,
+    }
+    result = _decompose(out / "all-en", models, data / "unseen-en.txt", plan.lmd_spans, progress)
+    names = result.names
+    summary: dict[str, Any] = {
+        "models": names,
+        "group_r2_test": {f.target: f.r2["test"] for f in result.group},
+        "pairwise_r2_test": {
+            t: {b: float(result.pairwise["test"][i, j]) for j, b in enumerate(names) if i != j}
+            for i, t in enumerate(names)
+        },
+        "heatmap": str(out / "all-en" / "pairwise_r2_test.png"),
+        "coverage": {},
+    }
+    for lang in LANGUAGES:
+        pair = {"teacher": str(teachers[lang]), **students}
+        found = _decompose(
+            out / f"coverage-{lang}", pair, data / f"unseen-{lang}.txt", plan.lmd_spans, progress
+        )
+        test = found.pairwise["test"]
+        summary["coverage"][lang] = {
+            student: {
+                "teacher_from_student": float(test[0, j]),
+                "student_from_teacher": float(test[j, 0]),
+            }
+            for j, student in enumerate(found.names)
+            if j > 0
+        }
+        summary["coverage"][lang]["test_spans"] = found.spans["test"]
+    return summary
+
+
+def petrogold() -> Path:
+    """The Portuguese PetroGold UD treebank of the packaged dante-corpora."""
+    import importlib.util
+
+    from lmalgebra.errors import UserInputError
+
+    spec = importlib.util.find_spec("dante")
+    if spec is None or not spec.submodule_search_locations:
+        raise UserInputError("the UPOS treebank is not installed: pip install dante-corpora==2.0.5")
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / "petrogold"
+
+
+def downstream_pos(
+    out: Path, models: dict[str, Path], plan: DemoPlan, progress: bool
+) -> list[dict[str, Any]]:
+    """A linear UPOS probe on Portuguese (a language none of the models trained on, related to
+    French and Spanish) for teachers and students: accuracy and macro-F1."""
+    from dataclasses import asdict
+
+    from lmalgebra.evaluate.conllu import find_splits
+    from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_many
+    from lmalgebra.sources.models import ModelRef
+
+    splits = find_splits(petrogold())
+    refs = [ModelRef(name=name, path=str(path)) for name, path in models.items()]
+    options = PosOptions(
+        max_train_sentences=plan.pos_train_sentences,
+        max_eval_sentences=plan.pos_train_sentences // 2,
+        progress=progress,
+    )
+    results = evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options, out)
+    keep = ("model", "accuracy", "macro_f1", "majority_accuracy", "train_sentences", "test_words")
+    return [{k: v for k, v in asdict(r).items() if k in keep} for r in results]

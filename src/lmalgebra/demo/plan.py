@@ -1,0 +1,51 @@
+"""Sizes of the demo, full and quick. One place, so the README and the report quote the same."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LANGUAGES = ("en", "fr", "es")
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    docs_per_language: int
+    teacher_vocab: int
+    teacher_steps: int
+    student_steps: int
+    hidden_size: int
+    layers: int
+    example_length: int
+    batch_size: int
+    pos_train_sentences: int
+    lmd_spans: tuple[int, int, int]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FULL = DemoPlan(
+    docs_per_language=5000,
+    teacher_vocab=4000,
+    teacher_steps=800,
+    student_steps=1200,
+    hidden_size=128,
+    layers=2,
+    example_length=64,
+    batch_size=32,
+    pos_train_sentences=2000,
+    lmd_spans=(2000, 400, 400),
+)
+QUICK = DemoPlan(
+    docs_per_language=1500,
+    teacher_vocab=2000,
+    teacher_steps=120,
+    student_steps=150,
+    hidden_size=64,
+    layers=2,
+    example_length=48,
+    batch_size=32,
+    pos_train_sentences=400,
+    lmd_spans=(400, 100, 100),
+)
