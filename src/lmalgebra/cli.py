@@ -386,6 +386,72 @@ def merge_verify(run_dir: RunDirArg) -> None:
     console.print(f"{run_dir}: every shard matches its manifest")
 
 
+@app.command("evaluate-pos")
+def evaluate_pos(
+    treebank: Annotated[
+        Path,
+        typer.Argument(help="Treebank directory: *-ud-{train,dev,test}.conllu or train/dev/test."),
+    ],
+    model: Annotated[
+        list[str], typer.Option(help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION]; repeatable.")
+    ],
+    mode: Annotated[
+        str, typer.Option(help="probe (frozen states) or finetune (whole encoder).")
+    ] = "probe",
+    layer: Annotated[int, typer.Option(help="Hidden layer (0 embeddings, -1 the last).")] = -1,
+    epochs: Annotated[int | None, typer.Option(help="Most epochs (probe 30, finetune 3).")] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="Learning rate (probe 1e-2, finetune 5e-5).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 32,
+    max_train_sentences: Annotated[int | None, typer.Option(help="Seeded sample of train.")] = None,
+    max_eval_sentences: Annotated[int | None, typer.Option(help="First N of dev and test.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("pos-output"),
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """UPOS tagging on a CoNLL-U treebank: test accuracy and macro-F1 of each model."""
+    from lmalgebra.evaluate.conllu import find_splits
+    from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_many
+    from lmalgebra.sources.models import ModelRef
+
+    if mode not in ("probe", "finetune"):
+        raise UserInputError(f"--mode must be probe or finetune, got {mode!r}")
+    refs = [
+        ModelRef.parse(m).model_copy(update={"trust_remote_code": trust_remote_code}) for m in model
+    ]
+    splits = find_splits(treebank)
+    options = PosOptions(
+        layer=layer,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_train_sentences=max_train_sentences,
+        max_eval_sentences=max_eval_sentences,
+        seed=seed,
+        progress=progress,
+    )
+    results = evaluate_many(
+        refs,
+        splits.train,
+        splits.dev,
+        splits.test,
+        mode,  # type: ignore[arg-type]
+        options,
+        out,
+    )
+    for r in results:
+        console.print(
+            f"{r.model}: accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f} "
+            f"(majority {r.majority_accuracy:.4f})",
+            highlight=False,
+        )
+    console.print(
+        f"outputs in [bold]{out}[/bold]: pos_results.csv, pos_results.md, pos_config.json"
+    )
+
+
 def main() -> None:
     """Console entry point: bad input -> one line on stderr, exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -411,7 +477,10 @@ def main() -> None:
     except Exception as err:  # click usage errors
         import click
 
-        if isinstance(err, click.ClickException):
+        # typer vendors its own click: recognise usage errors by their interface
+        if isinstance(err, click.ClickException) or (
+            hasattr(err, "show") and hasattr(err, "exit_code")
+        ):
             err.show()
             sys.exit(2)
         raise

@@ -94,11 +94,11 @@ def downstream_pos(
     French and Spanish) for teachers and students: accuracy and macro-F1."""
     from dataclasses import asdict
 
-    from lmalgebra.evaluate.conllu import find_splits
+    from lmalgebra.evaluate.conllu import split_by_document
     from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_many
     from lmalgebra.sources.models import ModelRef
 
-    splits = find_splits(petrogold())
+    splits = split_by_document(petrogold() / "annotated.conllu", out / "treebank", "pt_petrogold")
     refs = [ModelRef(name=name, path=str(path)) for name, path in models.items()]
     options = PosOptions(
         max_train_sentences=plan.pos_train_sentences,

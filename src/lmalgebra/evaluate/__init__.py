@@ -1,0 +1,1 @@
+"""Downstream evaluation of encoders: universal POS tagging on CoNLL-U treebanks."""

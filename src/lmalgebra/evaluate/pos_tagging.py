@@ -1,0 +1,443 @@
+"""UPOS tagging as a downstream test of an encoder: a linear probe on frozen states, or fine-tuning.
+
+Words are split into subwords by the model's fast tokenizer and each word is represented by the
+hidden state of its first subword. ``probe`` computes the chosen layer's states once (batched,
+length-sorted), keeps them in memory and trains a linear softmax classifier on them; ``finetune``
+trains the whole encoder with a linear head. Both keep the epoch with the best dev accuracy and
+score it on test: accuracy and macro-F1 over the tags present in gold test.
+
+Words past the model's maximum length, and words the tokenizer turns into no subword at all, are
+neither trained on nor scored; the result counts them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from lmalgebra.atomic import write_json_atomic, write_text_atomic
+from lmalgebra.errors import UserInputError
+from lmalgebra.evaluate.conllu import Sentence, read_conllu
+from lmalgebra.lmd.embed import max_tokens
+from lmalgebra.progress import progress_bar
+from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["probe", "finetune"]
+_DEFAULTS: dict[str, tuple[int, float]] = {"probe": (30, 1e-2), "finetune": (3, 5e-5)}
+
+
+@dataclass(frozen=True)
+class PosOptions:
+    """How one evaluation runs; ``None`` epochs/lr take the mode's default."""
+
+    layer: int = -1  # hidden layer (0 = embeddings, negative counts from the last)
+    epochs: int | None = None  # at most this many epochs (probe 30, finetune 3)
+    lr: float | None = None  # AdamW learning rate (probe 1e-2, finetune 5e-5)
+    patience: int = 3  # stop after this many epochs without a better dev accuracy
+    batch_size: int = 32  # sentences per forward pass
+    probe_batch_words: int = 256  # words per probe optimisation step
+    max_train_sentences: int | None = None  # a seeded sample of train, kept in file order
+    max_eval_sentences: int | None = None  # the first N sentences of dev and of test
+    max_length: int | None = None  # subwords per sentence (default: the model's limit)
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if type(value) is int and item.name not in ("layer", "seed") and value < 1:
+                raise UserInputError(f"POS evaluation: {item.name} must be at least 1, got {value}")
+        if self.lr is not None and not self.lr > 0:
+            raise UserInputError(f"POS evaluation: lr must be positive, got {self.lr}")
+
+
+@dataclass(frozen=True)
+class PosResult:
+    """Test scores of one model, with what they depend on."""
+
+    model: str
+    mode: str
+    layer: int
+    accuracy: float
+    macro_f1: float
+    majority_accuracy: float  # the most frequent train tag, predicted everywhere
+    dev_accuracy: float  # of the kept epoch
+    best_epoch: int
+    train_sentences: int
+    test_words: int  # scored words
+    words_cut: int  # all splits: past the maximum length
+    words_untokenized: int  # all splits: no subword
+    seconds: float
+
+
+@dataclass
+class _Split:
+    """One split, tokenised: subword ids with specials, and the kept words' positions and tags."""
+
+    ids: list[list[int]]
+    first: list[list[int]]  # position of each kept word's first subword
+    labels: list[list[int]]  # tag index of each kept word
+    cut: int = 0
+    untokenized: int = 0
+
+
+@dataclass
+class _Batch:
+    input_ids: torch.Tensor  # (batch, seq) int64
+    attention: torch.Tensor  # (batch, seq) int64
+    rows: torch.Tensor  # (words,) int64: sentence of each word within the batch
+    cols: torch.Tensor  # (words,) int64: position of its first subword
+    labels: torch.Tensor  # (words,) int64
+
+
+def macro_f1(gold: Sequence[Any], pred: Sequence[Any]) -> float:
+    """Mean F1 over the labels present in ``gold`` (a label never predicted scores 0)."""
+    g, p = np.asarray(gold), np.asarray(pred)
+    if g.shape != p.shape or g.size == 0:
+        raise ValueError(f"macro_f1: {g.size} gold and {p.size} predicted labels")
+    scores = []
+    for label in np.unique(g):
+        tp = np.sum((g == label) & (p == label))
+        fp = np.sum((g != label) & (p == label))
+        fn = np.sum((g == label) & (p != label))
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores))
+
+
+def _encode(sentences: list[Sentence], tokenizer: Any, limit: int, tags: dict[str, int]) -> _Split:
+    """Tokenise whole sentences; cut at ``limit`` subwords, keeping the closing special tokens."""
+    words = [[form for form, _ in s] for s in sentences]
+    enc = tokenizer(words, is_split_into_words=True, add_special_tokens=True, verbose=False)
+    split = _Split([], [], [])
+    for i, sentence in enumerate(sentences):
+        ids, word_ids = list(enc["input_ids"][i]), enc.word_ids(i)
+        keep = len(ids)
+        if len(ids) > limit:
+            tail = 0
+            while tail < len(ids) - 1 and word_ids[len(ids) - 1 - tail] is None:
+                tail += 1
+            tail = min(tail, limit - 1)
+            keep = limit - tail
+            ids = ids[:keep] + ids[len(ids) - tail :]
+        first: dict[int, int] = {}
+        for position, word in enumerate(word_ids):
+            if word is not None and word not in first:
+                first[word] = position
+        split.untokenized += len(sentence) - len(first)
+        kept = [w for w in sorted(first) if first[w] < keep]
+        split.cut += len(first) - len(kept)
+        if kept:  # a sentence with no word to score is dropped
+            split.ids.append(ids)
+            split.first.append([first[w] for w in kept])
+            split.labels.append([tags[sentence[w][1]] for w in kept])
+    return split
+
+
+def _batch(split: _Split, members: Sequence[int], pad_id: int) -> _Batch:
+    width = max(len(split.ids[i]) for i in members)
+    input_ids = torch.full((len(members), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(members), width), dtype=torch.long)
+    rows, cols, labels = [], [], []
+    for row, i in enumerate(members):
+        input_ids[row, : len(split.ids[i])] = torch.tensor(split.ids[i])
+        attention[row, : len(split.ids[i])] = 1
+        rows += [row] * len(split.first[i])
+        cols += split.first[i]
+        labels += split.labels[i]
+    as_long = torch.tensor
+    return _Batch(input_ids, attention, as_long(rows), as_long(cols), as_long(labels))
+
+
+def _word_states(model: Any, batch: _Batch, layer: int) -> torch.Tensor:
+    """States of each word's first subword at ``layer``: ``(words, hidden) float32``."""
+    outputs = model(
+        input_ids=batch.input_ids, attention_mask=batch.attention, output_hidden_states=True
+    )
+    return outputs.hidden_states[layer][batch.rows, batch.cols].float()
+
+
+@torch.inference_mode()
+def _features(
+    model: Any, split: _Split, pad_id: int, options: PosOptions, label: str | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every kept word's state ``(words, hidden) float32`` and tag ``(words,) int64``.
+
+    Sentences run longest first, so a batch pads only to its own longest member; words come out
+    in that order, with their tags. A progress bar shows when ``label`` is given.
+    """
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(split.ids)), key=lambda i: -len(split.ids[i]))
+    states, labels = [], []
+    size = options.batch_size
+    with progress_bar(label or "", len(order), options.progress and bool(label)) as advance:
+        for start in range(0, len(order), size):
+            batch = _batch(split, order[start : start + size], pad_id)
+            states.append(_word_states(model, batch, options.layer))
+            labels.append(batch.labels)
+            advance(len(batch.input_ids))
+    model.train(was_training)
+    return torch.cat(states), torch.cat(labels)
+
+
+def _accuracy(head: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    with torch.inference_mode():
+        return float((head(x).argmax(-1) == y).double().mean())
+
+
+def _snapshot(*modules: torch.nn.Module) -> list[dict[str, torch.Tensor]]:
+    return [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules]
+
+
+def _train_probe(
+    train: tuple[torch.Tensor, torch.Tensor],
+    dev: tuple[torch.Tensor, torch.Tensor],
+    n_tags: int,
+    options: PosOptions,
+) -> tuple[torch.nn.Linear, float, int]:
+    """Linear softmax classifier on features ``(words, hidden) float32``; the best dev epoch's.
+
+    Training sees features standardised with train statistics; the returned layer has that
+    standardisation folded in, so it takes raw features.
+    """
+    mean, std = train[0].mean(0), train[0].std(0, correction=0).clamp(min=1e-6)
+    x, y = (train[0] - mean) / std, train[1]
+    dev = ((dev[0] - mean) / std, dev[1])
+    torch.manual_seed(options.seed)
+    head = torch.nn.Linear(x.shape[1], n_tags)
+    epochs, lr = _schedule("probe", options)
+    optimiser = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.01)
+    generator = torch.Generator().manual_seed(options.seed)
+    best, best_epoch, state = -1.0, 0, []
+    for epoch in range(1, epochs + 1):
+        for chunk in torch.randperm(len(y), generator=generator).split(options.probe_batch_words):
+            loss = torch.nn.functional.cross_entropy(head(x[chunk]), y[chunk])
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+        accuracy = _accuracy(head, *dev)
+        log.debug("probe epoch %d: dev accuracy %.4f", epoch, accuracy)
+        if accuracy > best:
+            best, best_epoch, state = accuracy, epoch, _snapshot(head)
+        elif epoch - best_epoch >= options.patience:
+            break
+    head.load_state_dict(state[0])
+    with torch.no_grad():  # W (x - mean) / std + b  ==  (W / std) x + (b - (W / std) mean)
+        head.weight.div_(std)
+        head.bias.sub_(head.weight @ mean)
+    return head, best, best_epoch
+
+
+def _schedule(mode: str, options: PosOptions) -> tuple[int, float]:
+    epochs, lr = _DEFAULTS[mode]
+    return options.epochs or epochs, options.lr or lr
+
+
+def _finetune(
+    model: Any, train: _Split, dev: _Split, n_tags: int, pad_id: int, options: PosOptions
+) -> tuple[torch.nn.Module, float, int]:
+    """Train encoder + linear head (cross-entropy on first subwords); keep the best dev epoch."""
+    torch.manual_seed(options.seed)
+    head = torch.nn.Sequential(
+        torch.nn.Dropout(0.1), torch.nn.Linear(model.config.hidden_size, n_tags)
+    )
+    epochs, lr = _schedule("finetune", options)
+    params = list(model.parameters()) + list(head.parameters())
+    optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    steps = epochs * -(-len(train.ids) // options.batch_size)
+    warmup = max(1, steps // 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / (steps - warmup + 1)))
+    )
+    generator = torch.Generator().manual_seed(options.seed)
+    best, best_epoch, state = -1.0, 0, []  # epoch 1 always sets the first copy
+    for epoch in range(1, epochs + 1):
+        order = torch.randperm(len(train.ids), generator=generator).tolist()
+        with progress_bar(f"fine-tune epoch {epoch}", len(order), options.progress) as advance:
+            for start in range(0, len(order), options.batch_size):
+                batch = _batch(train, order[start : start + options.batch_size], pad_id)
+                model.train()
+                head.train()
+                logits = head(_word_states(model, batch, options.layer))
+                loss = torch.nn.functional.cross_entropy(logits, batch.labels)
+                optimiser.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+                optimiser.step()
+                scheduler.step()
+                advance(len(batch.input_ids))
+        head.eval()
+        accuracy = _accuracy(head, *_features(model, dev, pad_id, options, None))
+        log.info("fine-tune epoch %d: loss %.4f, dev accuracy %.4f", epoch, loss.item(), accuracy)
+        if accuracy > best:
+            best, best_epoch, state = accuracy, epoch, _snapshot(model, head)
+        elif epoch - best_epoch >= options.patience:
+            break
+    model.load_state_dict(state[0])
+    head.load_state_dict(state[1])
+    return head.eval(), best, best_epoch
+
+
+def _check_layer(ref: ModelRef, model: Any, layer: int) -> None:
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if layers is not None and not -(layers + 1) <= layer <= layers:
+        raise UserInputError(
+            f"model {ref.name!r}: layer {layer} does not exist "
+            f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
+        )
+
+
+def _load_splits(
+    train: Path, dev: Path, test: Path, options: PosOptions
+) -> dict[str, list[Sentence]]:
+    data = {"train": read_conllu(train), "dev": read_conllu(dev), "test": read_conllu(test)}
+    cap = options.max_train_sentences
+    if cap is not None and cap < len(data["train"]):
+        chosen = sorted(random.Random(options.seed).sample(range(len(data["train"])), cap))
+        data["train"] = [data["train"][i] for i in chosen]
+    if options.max_eval_sentences is not None:
+        for split in ("dev", "test"):
+            data[split] = data[split][: options.max_eval_sentences]
+    return data
+
+
+def _fit_and_predict(
+    name: str,
+    model: Any,
+    encoded: dict[str, _Split],
+    n_tags: int,
+    pad_id: int,
+    mode: Mode,
+    options: PosOptions,
+) -> tuple[torch.Tensor, torch.Tensor, float, int]:
+    """Train the tagger; gold and predicted test tags ``(words,) int64``, dev accuracy, epoch."""
+
+    def extract(split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return _features(model, encoded[split], pad_id, options, f"{name}: {split} states")
+
+    head: torch.nn.Module
+    if mode == "probe":
+        train = extract("train")
+        head, dev_accuracy, best_epoch = _train_probe(train, extract("dev"), n_tags, options)
+    else:
+        head, dev_accuracy, best_epoch = _finetune(
+            model, encoded["train"], encoded["dev"], n_tags, pad_id, options
+        )
+    x_test, gold = extract("test")
+    with torch.inference_mode():
+        predicted = head(x_test).argmax(-1)
+    return gold, predicted, dev_accuracy, best_epoch
+
+
+def evaluate_pos(
+    ref: ModelRef,
+    train: Path,
+    dev: Path,
+    test: Path,
+    mode: Mode,
+    options: PosOptions | None = None,
+) -> PosResult:
+    """Tag ``test`` with a tagger trained on ``train`` over ``ref``, its epoch picked on ``dev``.
+
+    The tag set is every UPOS tag in the three files. Deterministic given ``options.seed`` (and,
+    for a ``random:`` model, the model's own seed).
+    """
+    options = options or PosOptions()
+    if mode not in _DEFAULTS:
+        raise UserInputError(f"POS evaluation: mode must be probe or finetune, got {mode!r}")
+    started = time.perf_counter()
+    data = _load_splits(train, dev, test, options)
+    tags = {t: i for i, t in enumerate(sorted({t for s in data.values() for x in s for _, t in x}))}
+    directory = resolve_directory(ref)
+    tokenizer = load_tokenizer(ref, directory)
+    model = load_model(ref, directory)
+    _check_layer(ref, model, options.layer)
+    limit = max_tokens(model, tokenizer, options.max_length)
+    encoded = {name: _encode(s, tokenizer, limit, tags) for name, s in data.items()}
+    if not encoded["train"].ids or not encoded["test"].ids or not encoded["dev"].ids:
+        raise UserInputError(f"model {ref.name!r}: a split has no word its tokenizer can represent")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    gold, predicted, dev_accuracy, best_epoch = _fit_and_predict(
+        ref.name, model, encoded, len(tags), pad_id, mode, options
+    )
+    majority = Counter(t for labels in encoded["train"].labels for t in labels).most_common(1)[0]
+    return PosResult(
+        model=ref.name,
+        mode=mode,
+        layer=options.layer,
+        accuracy=float((predicted == gold).double().mean()),
+        macro_f1=macro_f1(gold.tolist(), predicted.tolist()),
+        majority_accuracy=float((gold == majority[0]).double().mean()),
+        dev_accuracy=dev_accuracy,
+        best_epoch=best_epoch,
+        train_sentences=len(encoded["train"].ids),
+        test_words=len(gold),
+        words_cut=sum(s.cut for s in encoded.values()),
+        words_untokenized=sum(s.untokenized for s in encoded.values()),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def evaluate_many(
+    refs: Sequence[ModelRef],
+    train: Path,
+    dev: Path,
+    test: Path,
+    mode: Mode,
+    options: PosOptions | None = None,
+    out: Path | None = None,
+) -> list[PosResult]:
+    """:func:`evaluate_pos` per model; with ``out``, results are rewritten after each model."""
+    options = options or PosOptions()
+    results: list[PosResult] = []
+    for ref in refs:
+        result = evaluate_pos(ref, train, dev, test, mode, options)
+        log.info("%s: %s", ref.name, _summary(result))
+        results.append(result)
+        if out is not None:
+            settings = {"train": train, "dev": dev, "test": test, "mode": mode}
+            write_results(results, out, {**settings, **asdict(options)})
+    return results
+
+
+def write_results(
+    results: Sequence[PosResult], out: Path, settings: dict[str, Any] | None = None
+) -> None:
+    """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``."""
+    names = [f.name for f in fields(PosResult)]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(names)
+    for result in results:
+        writer.writerow([_cell(getattr(result, n)) for n in names])
+    write_text_atomic(out / "pos_results.csv", buffer.getvalue())
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for result in results:
+        lines.append("| " + " | ".join(_cell(getattr(result, n)) for n in names) + " |")
+    write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
+    if settings is not None:
+        write_json_atomic(out / "pos_config.json", settings)
+
+
+def _summary(result: PosResult) -> str:
+    return (
+        f"{result.mode} test accuracy {result.accuracy:.4f}, macro-F1 {result.macro_f1:.4f} "
+        f"(majority {result.majority_accuracy:.4f}), {result.seconds:.0f} s"
+    )
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
