@@ -459,6 +459,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own bars cover loading and embedding
+    hf_logging.set_verbosity_error()  # load reports: we check missing weights ourselves
     try:
         app(standalone_mode=False)
     except UserInputError as err:

@@ -27,9 +27,9 @@ class DemoPlan:
 
 FULL = DemoPlan(
     docs_per_language=5000,
-    teacher_vocab=4000,
-    teacher_steps=800,
-    student_steps=1200,
+    teacher_vocab=3000,
+    teacher_steps=1500,
+    student_steps=2000,
     hidden_size=128,
     layers=2,
     example_length=64,
