@@ -268,7 +268,7 @@ CASES: dict[str, Case] = {
     ),
     "layer_out_of_range": lambda fx, tmp: (
         [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "7"],
-        ["layer 7", "'a'", "-3..2"],
+        ["layer 7", "'a'", "0..2 or -3..-1"],
     ),
     "layer_out_of_range_negative": lambda fx, tmp: (
         [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "-4"],
@@ -345,7 +345,7 @@ def good_run(
         "-T",
         "8",
         "--spans",
-        "200,50,50",
+        "200,25,25",
         "--out",
         str(out),
     ]
@@ -386,13 +386,13 @@ def test_successful_run_writes_every_output(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "complete"
     assert summary["models"] == ["a", "b", "c"]
-    assert summary["spans"] == {"train": 200, "validation": 50, "test": 50}
+    assert summary["spans"] == {"train": 200, "validation": 25, "test": 25}
     assert summary["group_r2"]["a"]["train"] == pytest.approx(train[0], abs=1e-6)
 
     config = yaml.safe_load((out / "config.yaml").read_text())
     assert [m["name"] for m in config["models"]] == ["a", "b", "c"]
     assert config["spans"]["length"] == 8
-    assert config["spans"]["counts"] == [200, 50, 50]
+    assert config["spans"]["counts"] == [200, 25, 25]
     provenance = json.loads((out / "provenance.json").read_text())
     assert set(provenance["models"]) == {"a", "b", "c"}
     assert "torch" in provenance["versions"]
@@ -417,7 +417,7 @@ def test_yaml_recipe_gives_the_same_results_as_flags(
         ],
         "corpus": {"paths": [str(fx.corpus)]},
         # flags given on the command line win over the recipe
-        "spans": {"length": 16 if override_length else 8, "counts": [200, 50, 50]},
+        "spans": {"length": 16 if override_length else 8, "counts": [200, 25, 25]},
         "out": str(tmp_path / "ignored-out") if override_length else str(tmp_path / "out"),
     }
     path = tmp_path / "recipe.yaml"

@@ -35,7 +35,7 @@ def test_spans_are_original_text_of_exactly_t_tokens(tok) -> None:
 
 
 def test_splits_are_by_document_and_deterministic(tok) -> None:
-    spec = SpanSpec(length=6, counts=(150, 40, 40), per_doc=2)
+    spec = SpanSpec(length=6, counts=(150, 25, 25), per_doc=2)
     first, second = draw_spans(DOCS, tok, spec), draw_spans(DOCS, tok, spec)
     assert first == second
     docs = {s: {sp.doc for sp in first[s]} for s in SPLITS}

@@ -47,3 +47,9 @@ def sha256_texts(texts: Iterable[str]) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
+
+
+def unit_hash(text: str, salt: str) -> float:
+    """A deterministic number in [0, 1) from ``text`` and ``salt`` (for hash-based splits)."""
+    digest = hashlib.blake2b(f"{salt}\0{text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64

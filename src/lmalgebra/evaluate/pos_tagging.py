@@ -31,7 +31,13 @@ from lmalgebra.errors import UserInputError
 from lmalgebra.evaluate.conllu import Sentence, read_conllu
 from lmalgebra.lmd.embed import max_tokens
 from lmalgebra.progress import progress_bar
-from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
+from lmalgebra.sources.models import (
+    ModelRef,
+    check_layer,
+    load_model,
+    load_tokenizer,
+    resolve_directory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -291,15 +297,6 @@ def _finetune(
     return head.eval(), best, best_epoch
 
 
-def _check_layer(ref: ModelRef, model: Any, layer: int) -> None:
-    layers = getattr(model.config, "num_hidden_layers", None)
-    if layers is not None and not -(layers + 1) <= layer <= layers:
-        raise UserInputError(
-            f"model {ref.name!r}: layer {layer} does not exist "
-            f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
-        )
-
-
 def _load_splits(
     train: Path, dev: Path, test: Path, options: PosOptions
 ) -> dict[str, list[Sentence]]:
@@ -364,7 +361,7 @@ def evaluate_pos(
     directory = resolve_directory(ref)
     tokenizer = load_tokenizer(ref, directory)
     model = load_model(ref, directory)
-    _check_layer(ref, model, options.layer)
+    check_layer(ref.name, model, options.layer)
     limit = max_tokens(model, tokenizer, options.max_length)
     encoded = {name: _encode(s, tokenizer, limit, tags) for name, s in data.items()}
     if not encoded["train"].ids or not encoded["test"].ids or not encoded["dev"].ids:

@@ -21,6 +21,7 @@ from lmalgebra.progress import progress_bar
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.sources.models import (
     ModelRef,
+    check_layer,
     fingerprint,
     load_model,
     load_tokenizer,
@@ -56,21 +57,10 @@ class _LazyModel:
     def __call__(self, texts: list[str]) -> tuple[np.ndarray, TokenReport]:
         if self._loaded is None:
             model = load_model(self.ref, self.directory, self.config.dtype)
-            _check_layer(self.ref.name, model, self.config.layer)
+            check_layer(self.ref.name, model, self.config.layer)
             self._loaded = (model, load_tokenizer(self.ref, self.directory))
         model, tokenizer = self._loaded
         return embed(texts, model, tokenizer, self.config.embed_spec())
-
-
-def _check_layer(name: str, model: Any, layer: int) -> None:
-    from lmalgebra.errors import UserInputError
-
-    layers = getattr(model.config, "num_hidden_layers", None)
-    if layers is not None and not -(layers + 1) <= layer <= layers:
-        raise UserInputError(
-            f"layer {layer} does not exist in model {name!r} "
-            f"({layers} layers: use {-(layers + 1)}..{layers})"
-        )
 
 
 def run_decomposition(config: DecomposeConfig) -> Decomposition:

@@ -9,7 +9,6 @@ lower-casing, no decode round trip). Spans are drawn across documents in hash or
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.errors import UserInputError
+from lmalgebra.fingerprint import unit_hash
 
 SPLITS = ("train", "validation", "test")
 
@@ -62,18 +62,13 @@ class Span:
     end: int
 
 
-def _unit_hash(text: str, salt: int) -> float:
-    digest = hashlib.blake2b(text.encode(), digest_size=8, salt=salt.to_bytes(8, "little"))
-    return int.from_bytes(digest.digest(), "big") / 2**64
-
-
 def assign_splits(docs: list[str], spec: SpanSpec) -> dict[str, list[int]]:
     """Document indices per split, each list in hash order (a deterministic shuffle)."""
-    keyed = sorted(range(len(docs)), key=lambda i: (_unit_hash(docs[i], spec.seed + 1), i))
+    keyed = sorted(range(len(docs)), key=lambda i: (unit_hash(docs[i], f"order-{spec.seed}"), i))
     edges = (spec.fractions[0], spec.fractions[0] + spec.fractions[1])
     out: dict[str, list[int]] = {s: [] for s in SPLITS}
     for i in keyed:
-        u = _unit_hash(docs[i], spec.seed)
+        u = unit_hash(docs[i], f"split-{spec.seed}")
         out["train" if u < edges[0] else "validation" if u < edges[1] else "test"].append(i)
     return out
 

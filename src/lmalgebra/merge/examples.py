@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import dataclass
 
 from lmalgebra.errors import UserInputError
+from lmalgebra.fingerprint import unit_hash
 from lmalgebra.merge.recipe import MergeRecipe
 from lmalgebra.sources.corpus import read_documents
 
@@ -27,8 +28,7 @@ def example_id(language: str, text: str) -> str:
 
 
 def is_heldout(identifier: str, fraction: float) -> bool:
-    digest = hashlib.blake2b(identifier.encode(), digest_size=8, person=b"heldout").digest()
-    return int.from_bytes(digest, "big") / 2**64 < fraction
+    return unit_hash(identifier, "heldout") < fraction
 
 
 def language_examples(recipe: MergeRecipe, language: str) -> list[Example]:

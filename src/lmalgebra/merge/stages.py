@@ -48,6 +48,7 @@ def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
     spec = recipe.languages[lang]
     key = {
         "stage": "examples",
+        "rules": "ids-sha256/heldout-blake2b-salted",  # bump when these rules change
         "language": lang,
         "corpus": spec.corpus.model_dump(mode="json"),
         "max_examples": spec.max_examples,

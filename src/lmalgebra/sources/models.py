@@ -170,3 +170,13 @@ def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
     except Exception as err:
         raise UserInputError(f"model {ref.name!r}: cannot load from {directory}: {err}") from err
     return model.eval()
+
+
+def check_layer(name: str, model: Any, layer: int) -> None:
+    """Refuse a hidden-layer index the model does not have (0 = embeddings, -1 = the last)."""
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if layers is not None and not -(layers + 1) <= layer <= layers:
+        raise UserInputError(
+            f"model {name!r}: layer {layer} does not exist "
+            f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
+        )
