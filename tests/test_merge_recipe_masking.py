@@ -104,3 +104,9 @@ def test_tokenizer_without_mask_token_is_refused(tmp_path: Path) -> None:
     tok = AutoTokenizer.from_pretrained(build_gpt2(tmp_path / "g"))
     with pytest.raises(UserInputError, match="teacher 'g': tokenizer has no mask token"):
         TeacherMasker("g", tok, MaskingSpec(), 32)
+
+
+def test_language_left_empty_by_the_heldout_split_is_refused(tmp_path: Path, teacher_dirs) -> None:
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, heldout_fraction=0.999))
+    with pytest.raises(UserInputError, match="language 'xx': no training example left"):
+        language_examples(recipe, "xx")

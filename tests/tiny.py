@@ -87,33 +87,10 @@ def documents(count: int, seed: int = 0) -> list[str]:
 
 
 def _wordpiece(directory: Path, lowercase: bool = True) -> None:
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers.trainers import WordPieceTrainer
-    from transformers import PreTrainedTokenizerFast
+    """A 200-piece BERT WordPiece tokenizer, trained with the toolkit's own trainer."""
+    from lmalgebra.pretrain import train_wordpiece
 
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(
-        sentences(400), WordPieceTrainer(vocab_size=200, special_tokens=specials)
-    )
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B [SEP]",
-        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=128,
-    )
-    fast.save_pretrained(directory)
+    train_wordpiece(sentences(400), 200, lowercase, 128).save_pretrained(directory)
 
 
 def _bytelevel(directory: Path) -> None:
