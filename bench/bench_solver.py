@@ -41,7 +41,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchlib import machine, peak_rss_mib, rss_mib, utc_date, write_section
+from benchlib import (
+    CpuWatch,
+    changed_sources,
+    code_version,
+    machine,
+    peak_rss_mib,
+    reset_peak_rss,
+    rss_mib,
+    source_digest,
+    utc_date,
+    wait_for_idle,
+    write_section,
+)
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.lmd.pipeline import accumulate
@@ -52,6 +64,7 @@ SECTION = "bench_solver"
 TOLERANCE = 1e-4
 SPEED_TARGET = 20.0
 MEMORY_TARGET = 1 / 5
+CONTAMINATED = 0.05  # share of all CPUs used by other processes above which a run is repeated
 BENCH_DIR = Path(__file__).resolve().parent
 
 
@@ -152,26 +165,28 @@ def write_embeddings(workdir: Path, synth: Synthetic, n_train: int) -> float:
 # -- the two contenders (run in child processes) ----------------------------------------------
 def run_ours(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dict[str, Any]:
     """Stream shards into second moments, then every fit in closed form (as the pipeline does)."""
-    phases: dict[str, float] = {}
+    phases: dict[str, list[float]] = {}  # name -> [seconds, peak RSS so far (MiB)]
     clock = time.perf_counter()
     caches = open_caches(workdir, synth, n_train)
     moments = accumulate(caches, synth.names())
-    phases["stream shards into moments"] = time.perf_counter() - clock
+    phases["stream shards into moments"] = [time.perf_counter() - clock, peak_rss_mib()]
 
     clock = time.perf_counter()
+    blocks = moments["train"].blocks
+    # as run_decomposition does: each Gram buffer becomes its split's covariance in place
     solver = Decomposer(
-        moments["train"].blocks,
-        {s: SplitMoments.of(m) for s, m in moments.items()},
+        blocks,
+        {s: SplitMoments.of(moments.pop(s), in_place=True) for s in SPLITS},
         alpha,
         "absolute",
     )
-    phases["covariances"] = time.perf_counter() - clock
+    phases["covariances"] = [time.perf_counter() - clock, peak_rss_mib()]
     clock = time.perf_counter()
     pairwise = solver.pairwise()
-    phases["pairwise fits"] = time.perf_counter() - clock
+    phases["pairwise fits"] = [time.perf_counter() - clock, peak_rss_mib()]
     clock = time.perf_counter()
     group = solver.leave_one_out()
-    phases["leave-one-out fits"] = time.perf_counter() - clock
+    phases["leave-one-out fits"] = [time.perf_counter() - clock, peak_rss_mib()]
     return {
         "phases": phases,
         "pairwise": {s: pairwise[s].tolist() for s in SPLITS},
@@ -224,10 +239,10 @@ def _baseline_fit(
 
 def run_baseline(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dict[str, Any]:
     """All embeddings in memory; means, covariances, solve and predictions per fit."""
-    phases: dict[str, float] = {}
+    phases: dict[str, list[float]] = {}  # name -> [seconds, peak RSS so far (MiB)]
     clock = time.perf_counter()
     emb = _baseline_load(workdir, synth, n_train)
-    phases["load all embeddings"] = time.perf_counter() - clock
+    phases["load all embeddings"] = [time.perf_counter() - clock, peak_rss_mib()]
     names = synth.names()
     m = len(names)
 
@@ -237,7 +252,7 @@ def run_baseline(workdir: Path, synth: Synthetic, n_train: int, alpha: float) ->
         scores = _baseline_fit(emb, [b for b in names if b != target], target, alpha)
         for s in SPLITS:
             group[s].append(scores[s])
-    phases["leave-one-out fits"] = time.perf_counter() - clock
+    phases["leave-one-out fits"] = [time.perf_counter() - clock, peak_rss_mib()]
 
     clock = time.perf_counter()
     pairwise = {s: [[math.nan] * m for _ in range(m)] for s in SPLITS}
@@ -247,14 +262,20 @@ def run_baseline(workdir: Path, synth: Synthetic, n_train: int, alpha: float) ->
                 scores = _baseline_fit(emb, [basis], target, alpha)
                 for s in SPLITS:
                     pairwise[s][i][j] = scores[s]
-    phases["pairwise fits"] = time.perf_counter() - clock
+    phases["pairwise fits"] = [time.perf_counter() - clock, peak_rss_mib()]
     return {"phases": phases, "pairwise": pairwise, "group": group}
 
 
 def child(args: argparse.Namespace) -> None:
     """One measured run in this (fresh) interpreter; writes a JSON result."""
     synth = Synthetic(args.models, args.dim, args.seed)
+    # Untimed: make sure the cache is complete for the code imported here (a no-op that checks
+    # every shard's checksum, which also leaves every shard in the page cache), then start the
+    # peak-RSS mark afresh.
+    write_embeddings(args.workdir, synth, args.size)
+    reset_peak_rss()
     rss_start = rss_mib()
+    watch = CpuWatch()
     clock = time.perf_counter()
     if args.which == "imports":
         result: dict[str, Any] = {}
@@ -263,6 +284,7 @@ def child(args: argparse.Namespace) -> None:
     else:
         result = run_baseline(args.workdir, synth, args.size, args.alpha)
     result["seconds"] = time.perf_counter() - clock
+    result["cpu"] = watch.stop()
     result["rss_start_mib"] = rss_start
     result["peak_rss_mib"] = peak_rss_mib()
     args.result.write_text(json.dumps(result))
@@ -270,6 +292,28 @@ def child(args: argparse.Namespace) -> None:
 
 # -- the driver -------------------------------------------------------------------------------
 def measure(which: str, n_train: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one contender in a fresh interpreter on an idle machine; retry when other processes
+    took a noticeable share of the CPUs meanwhile, keeping the fastest attempt."""
+    best: dict[str, Any] | None = None
+    for attempt in range(1 + args.retries):
+        wait_for_idle()
+        result = _measure_once(which, n_train, args)
+        result["attempts"] = attempt + 1
+        if best is None or result["seconds"] < best["seconds"]:
+            best = result
+        cpu = result["cpu"]
+        if which == "imports" or cpu["others_share"] <= CONTAMINATED or cpu["others_cpu_s"] < 1:
+            break
+        print(
+            f"  other processes took {100 * result['cpu']['others_share']:.0f}% of the CPUs; "
+            "measuring again",
+            flush=True,
+        )
+    assert best is not None
+    return best
+
+
+def _measure_once(which: str, n_train: int, args: argparse.Namespace) -> dict[str, Any]:
     out = args.workdir / f"result-{which}-{n_train}.json"
     out.unlink(missing_ok=True)
     command = [
@@ -312,7 +356,13 @@ def agreement(ours: dict[str, Any], base: dict[str, Any]) -> tuple[float, float,
     )
 
 
-def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
+def report(
+    rows: list[dict[str, Any]],
+    args: argparse.Namespace,
+    seconds: float,
+    version_start: str,
+    digest_start: dict[str, str],
+) -> str:
     d_total = args.models * args.dim
     fits = args.models + args.models * (args.models - 1)
     lines = [
@@ -320,6 +370,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float)
         "",
         f"- Date: {utc_date()}",
         f"- Machine: {machine()}",
+        f"- Code: {version_start}",
         f"- Workload: {args.models} models x hidden size {args.dim} (D = {d_total}), {fits} fits "
         f"({args.models} leave-one-out + {args.models * (args.models - 1)} ordered pairs), "
         f"R^2 on train/validation/test; ridge alpha = {args.alpha:g} (absolute) in both.",
@@ -333,16 +384,18 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float)
         "split for SSE and SST. Unlike the paper's code it centres and fits a bias, so that it "
         "computes the same quantity as ours.",
         "- Ours: `pipeline.accumulate` (shards -> `SecondMoments` per split, float64), "
-        "`SplitMoments.of`, `Decomposer.pairwise()` and `Decomposer.leave_one_out()`, as "
-        "`run_decomposition` does.",
-        "- Each contender runs in a fresh interpreter; time is wall-clock from after the imports "
-        "to the last R^2. Peak memory is the process's peak RSS (`VmHWM`): *raw*, and "
-        "*adjusted* = raw minus the peak RSS of an interpreter that only imports the same "
-        "libraries.",
+        "`SplitMoments.of(..., in_place=True)`, `Decomposer.pairwise()` and "
+        "`Decomposer.leave_one_out()`, as `run_decomposition` does.",
+        "- Each contender runs in a fresh interpreter, on an idle machine (the script waits for "
+        "one and measures again, keeping the fastest attempt, when other processes took more "
+        f"than {100 * CONTAMINATED:.0f}% of the CPUs during a run); time is wall-clock from "
+        "after the imports and an untimed check of the cache to the last R^2. Peak memory is "
+        "the process's peak RSS (`VmHWM`, reset after that check): *raw*, and *adjusted* = raw "
+        "minus the same figure for an interpreter that only imports the same libraries.",
         "",
-        "| train / val / test spans | cache on disk | baseline | ours | speed-up "
-        "| baseline peak RSS raw (adj.) | ours peak RSS raw (adj.) | memory ours/baseline "
-        "raw (adj.) | max abs diff R^2 pairwise / group |",
+        "| train / val / test spans | cache on disk | baseline wall (CPU) | ours wall (CPU) "
+        "| speed-up wall (CPU) | baseline peak RSS raw (adj.) | ours peak RSS raw (adj.) "
+        "| memory ours/baseline raw (adj.) | max abs diff R^2 pairwise / group |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -353,21 +406,47 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float)
         lines.append(
             f"| {sizes['train']} / {sizes['validation']} / {sizes['test']} "
             f"| {r['disk_mib']:.0f} MiB "
-            f"| {b['seconds']:.1f} s | {o['seconds']:.1f} s "
+            f"| {b['seconds']:.1f} s ({b['cpu']['own_cpu_s']:.0f} CPU-s) "
+            f"| {o['seconds']:.1f} s ({o['cpu']['own_cpu_s']:.0f} CPU-s) "
             f"| **{b['seconds'] / o['seconds']:.1f}x** "
+            f"({b['cpu']['own_cpu_s'] / o['cpu']['own_cpu_s']:.1f}x) "
             f"| {b['peak_rss_mib']:.0f} MiB ({b_adj:.0f}) "
             f"| {o['peak_rss_mib']:.0f} MiB ({o_adj:.0f}) "
             f"| {o['peak_rss_mib'] / b['peak_rss_mib']:.2f} ({o_adj / b_adj:.2f}) "
             f"| {r['diff_pairwise']:.1e} / {r['diff_group']:.1e} |"
         )
-    lines += ["", "Phases (seconds):", ""]
+    lines += ["", "Phases: seconds (peak RSS of the process so far):", ""]
     for r in rows:
         for who in ("baseline", "ours"):
-            parts = ", ".join(f"{k} {v:.1f}" for k, v in r[who]["phases"].items())
+            parts = ", ".join(
+                f"{k} {sec:.1f} s ({peak:.0f} MiB)" for k, (sec, peak) in r[who]["phases"].items()
+            )
             lines.append(f"- n_train = {r['n']}, {who}: {parts}")
     lines.append(
         f"- Import-only interpreter: peak RSS {rows[0]['imports']['peak_rss_mib']:.0f} MiB."
     )
+    worst = 0.0
+    for r in rows:
+        for who in ("baseline", "ours"):
+            cpu = r[who]["cpu"]
+            worst = max(worst, cpu["others_share"])
+            lines.append(
+                f"- n_train = {r['n']}, {who}: {cpu['own_cpu_s']:.0f} CPU-s of its own "
+                f"({cpu['own_cpu_s'] / r[who]['seconds']:.2f} cores busy on average); other "
+                f"processes took {cpu['others_cpu_s']:.0f} CPU-s "
+                f"({100 * cpu['others_share']:.0f}% of the machine) meanwhile."
+            )
+    if worst > CONTAMINATED:
+        lines.append(
+            f"- **Warning**: other processes used up to {100 * worst:.0f}% of the CPUs during a "
+            "measured run; its time is inflated accordingly."
+        )
+    changed = changed_sources(digest_start)
+    if changed:
+        lines.append(
+            "- **Warning**: source files changed while the benchmark ran (later measurements "
+            f"may use the new code): {', '.join(changed)}."
+        )
     lines.append(
         f"- Pairwise R^2 of the synthetic models ranges from {rows[0]['r2_min']:.2f} upwards "
         "(targets differ, so the fits are not trivial)."
@@ -406,10 +485,74 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float)
         + " MiB.",
         f"- Peak memory <= 1/5 of the baseline's (adjusted): **{'met' if mem_ok else 'NOT met'}** "
         f"({', '.join(f'{x:.2f}' for x in mem)}).",
+    ]
+    if len(rows) >= 2 and not (speed_ok and mem_ok):
+        lines += ["", "Why (extrapolated linearly from the two sizes):", ""]
+        lines += explain(rows, args, speed_ok, mem_ok)
+    lines += [
         "",
         f"Total benchmark wall time {seconds / 60:.1f} min (including writing the caches).",
     ]
     return "\n".join(lines)
+
+
+def explain(
+    rows: list[dict[str, Any]], args: argparse.Namespace, speed_ok: bool, mem_ok: bool
+) -> list[str]:
+    """Why a target is missed: fixed vs per-span cost, and where the memory goes."""
+    a, z = rows[0], rows[-1]
+    dn = z["n"] - a["n"]
+    slope = {w: (z[w]["seconds"] - a[w]["seconds"]) / dn for w in ("baseline", "ours")}
+    dim = args.models * args.dim
+    lines = []
+    if not speed_ok:
+        phases = z["ours"]["phases"]
+        stream = phases["stream shards into moments"][0]
+        fixed = sum(sec for name, (sec, _) in phases.items() if "stream" not in name)
+        rows_total = sum(split_sizes(z["n"]).values())
+        gflops = rows_total * dim * (dim + 1) / stream / 1e9
+        limit = slope["baseline"] / slope["ours"] if slope["ours"] > 0 else math.inf
+        at = 128_000
+        ratio_at = (a["baseline"]["seconds"] + slope["baseline"] * (at - a["n"])) / (
+            a["ours"]["seconds"] + slope["ours"] * (at - a["n"])
+        )
+        lines += [
+            f"- Ours has a fixed cost: at n_train = {z['n']} it spends {fixed:.1f} s of "
+            f"{z['ours']['seconds']:.1f} s in covariances and fits, which depend on D = {dim} "
+            "and the number of models but not on the number of spans; that cost is what limits "
+            f"the speed-up at small sizes.",
+            f"- Per training span (held-out splits included), ours costs "
+            f"{1e3 * slope['ours']:.2f} ms (one float64 Gram update of the {dim}-wide "
+            f"concatenation; streaming ran at ~{gflops:.0f} GFLOP/s counting D(D+1) flops per "
+            f"row, about the float64 matrix-multiply rate of these cores) and the baseline "
+            f"{1e3 * slope['baseline']:.2f} ms ({args.models} float32 Gram products of "
+            f"{dim - args.dim} columns plus {args.models * (args.models - 1)} pair fits and "
+            "their predictions). The speed-up therefore tends to "
+            f"~{limit:.0f}x as the number of spans grows (~{ratio_at:.0f}x at {at:,} training "
+            f"spans): below {SPEED_TARGET:.0f}x on this CPU at any size, unless the per-span "
+            "Gram work gets cheaper (e.g. float32 products of shift-centred chunks accumulated "
+            "in float64, or an accelerator).",
+        ]
+    if not mem_ok:
+        floor = z["imports"]["peak_rss_mib"]
+        ours = z["ours"]["peak_rss_mib"] - floor
+        matrix = dim * dim * 8 / 2**20
+        mem_slope = (
+            (z["baseline"]["peak_rss_mib"] - a["baseline"]["peak_rss_mib"]) / dn if dn else math.nan
+        )
+        base_a = a["baseline"]["peak_rss_mib"] - a["imports"]["peak_rss_mib"]
+        needed = a["n"] + (ours / MEMORY_TARGET - base_a) / mem_slope if mem_slope > 0 else math.nan
+        lines += [
+            f"- Ours' peak ({ours:.0f} MiB adjusted) is about {ours / matrix:.1f} D x D float64 "
+            f"matrices ({matrix:.0f} MiB each at D = {dim}): one covariance per split (3) plus "
+            "the solver's working set (Cholesky factor and inverse of the leave-one-out "
+            "system); it does not grow with the spans. The baseline holds the raw float32 "
+            f"embeddings and a concatenated copy of a basis, ~{1e3 * mem_slope:.0f} MiB per "
+            f"1,000 training spans, so ours reaches 1/5 of it only from ~{needed:,.0f} training "
+            f"spans at this D (or less if ours' working set shrinks, e.g. an in-place "
+            "Cholesky inverse).",
+        ]
+    return lines
 
 
 def main() -> None:
@@ -423,6 +566,9 @@ def main() -> None:
         "--workdir", type=Path, default=BENCH_DIR / "_work" / "solver", help="cache location"
     )
     parser.add_argument("--keep", action="store_true", help="keep the embedding caches")
+    parser.add_argument(
+        "--retries", type=int, default=4, help="extra attempts when other processes interfere"
+    )
     parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
     # internal: one measured run in a child process
     parser.add_argument("--which", choices=["imports", "baseline", "ours"], help=argparse.SUPPRESS)
@@ -435,6 +581,7 @@ def main() -> None:
         return
 
     started = time.perf_counter()
+    version, digest = code_version(), source_digest()
     synth = Synthetic(args.models, args.dim, args.seed)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -474,7 +621,8 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(args.workdir / "embeddings", ignore_errors=True)
-    text = report(rows, args, time.perf_counter() - started)
+    (args.workdir / "results.json").write_text(json.dumps(rows, indent=1))
+    text = report(rows, args, time.perf_counter() - started, version, digest)
     print(text)
     if not args.no_write:
         write_section(SECTION, text)

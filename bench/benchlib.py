@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import re
 import resource
+import subprocess
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -13,15 +17,17 @@ RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 HEADER = """# Benchmarks
 
 Figures below are produced by the scripts in `bench/` and are overwritten when they run again.
-Regenerate everything with `make bench` (runs `bench/bench_solver.py`, then
-`bench/bench_embedding.py`); each script rewrites only its own section, between its
-`<!-- name -->` ... `<!-- /name -->` markers, so the two can be run independently:
+`make bench` regenerates the solver and embedding sections (it runs `bench/bench_solver.py`, then
+`bench/bench_embedding.py`). Each script rewrites only its own section, between its
+`<!-- name -->` ... `<!-- /name -->` markers, so any one can be run on its own:
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_solver.py [--sizes 8000,32000] [--models 12]
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding.py [--spans 1500]
 
 Memory is resident set size (RSS) as the kernel reports it (`VmHWM` / `ru_maxrss`); 1 MiB = 2^20
-bytes.
+bytes. The scripts wait for an idle machine before each measurement and measure again when other
+processes took a noticeable share of the CPUs meanwhile; a warning in a section means they could
+not get a quiet run.
 """
 
 
@@ -63,6 +69,87 @@ def machine() -> str:
     )
 
 
+ROOT = Path(__file__).resolve().parent.parent
+# The code the benchmarks exercise; other changes under src/ do not affect the figures.
+MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/sources")
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def code_version() -> str:
+    """The git commit of the checkout, noting uncommitted changes in the measured code."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = _git("status", "--porcelain", "--", *MEASURED)
+    return f"{commit}{' + uncommitted changes in ' + ', '.join(MEASURED) if dirty else ''}"
+
+
+def source_digest() -> dict[str, str]:
+    """A hash per file of the measured code as it is on disk now (to notice edits during a run)."""
+    digests = {}
+    for folder in MEASURED:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            digests[f"{folder}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
+
+
+def changed_sources(before: dict[str, str]) -> list[str]:
+    """Files of the measured code that changed (or appeared, or went) since ``before``."""
+    now = source_digest()
+    return sorted(name for name in before.keys() | now.keys() if before.get(name) != now.get(name))
+
+
+def _busy_seconds() -> float:
+    """CPU time, all cores and processes together, spent not idle since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuWatch:
+    """How much CPU other processes took while this one ran (a contamination check)."""
+
+    def __init__(self) -> None:
+        self.start_wall = time.perf_counter()
+        self.start_busy = _busy_seconds()
+        self.start_own = _own_cpu_seconds()
+
+    def stop(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.start_wall
+        busy = _busy_seconds() - self.start_busy
+        own = _own_cpu_seconds() - self.start_own
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        return {
+            "own_cpu_s": own,
+            "others_cpu_s": max(0.0, busy - own),
+            "others_share": max(0.0, busy - own) / (wall * (os.cpu_count() or cores)),
+        }
+
+
+def wait_for_idle(threshold: float = 0.1, window: float = 3.0, timeout: float = 300.0) -> float:
+    """Wait (up to ``timeout`` s) until the machine is idle: less than ``threshold`` of all CPUs
+    busy over ``window`` seconds. Returns the last busy share seen."""
+    deadline = time.perf_counter() + timeout
+    cores = os.cpu_count() or 1
+    while True:
+        before = _busy_seconds()
+        time.sleep(window)
+        share = (_busy_seconds() - before) / (window * cores)
+        if share < threshold or time.perf_counter() > deadline:
+            return share
+
+
 def _status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -96,7 +183,10 @@ def write_section(name: str, body: str, path: Path = RESULTS) -> None:
     """Replace (or append) the section between ``<!-- name -->`` and ``<!-- /name -->``."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
     text = path.read_text(encoding="utf-8") if path.is_file() else HEADER
-    if not text.startswith("# Benchmarks"):
+    first = re.search(r"^<!-- [\w.-]+ -->$", text, flags=re.MULTILINE)
+    if text.startswith("# Benchmarks") and first:
+        text = HEADER + "\n" + text[first.start() :]  # refresh the header
+    elif not text.startswith("# Benchmarks"):
         text = HEADER + "\n" + text
     block = f"{start}\n{body.strip()}\n{end}"
     if start in text and end in text:
