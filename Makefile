@@ -44,6 +44,8 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_solver.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_embedding.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_teacher_inference.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_training.py
 
 clean:
 	rm -rf $(VENV) demo-output runs .pytest_cache .mypy_cache .ruff_cache
