@@ -60,3 +60,12 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     (tmp_path / "bad.safetensors").write_bytes(b"not a tensor file")
     with pytest.raises(UserInputError, match=r"bad\.safetensors"):
         SecondMoments.load(tmp_path / "bad.safetensors")
+
+
+def test_in_place_covariance_spends_the_statistics() -> None:
+    m = stream(rows(40, 5), 2)
+    expected = m.covariance()
+    np.testing.assert_array_equal(m.covariance(in_place=True), expected)
+    for use in (m.mean, m.covariance, lambda: m.update(rows(3, 6))):
+        with pytest.raises(RuntimeError, match="spent"):
+            use()

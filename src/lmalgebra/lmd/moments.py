@@ -95,6 +95,7 @@ class SecondMoments:
 
     def update(self, chunk: np.ndarray) -> None:
         """Add rows. ``chunk``: ``(rows, D)``, any float dtype."""
+        self._check_unspent()
         if chunk.ndim != 2 or chunk.shape[1] != self.dim:
             raise ValueError(f"chunk of shape {chunk.shape} does not match dimension {self.dim}")
         if chunk.shape[0] == 0:
@@ -136,6 +137,7 @@ class SecondMoments:
 
     def mean(self) -> np.ndarray:
         """``(D,) float64`` column means."""
+        self._check_unspent()
         return self.shift + self.sums / self.n
 
     def covariance(self, in_place: bool = False) -> np.ndarray:
@@ -144,17 +146,24 @@ class SecondMoments:
         ``in_place`` reuses the Gram buffer (no second ``D x D`` array); the statistics are then
         spent and must not be used again.
         """
+        self._check_unspent()
         centred = torch.from_numpy(self.sums / self.n)
         gram = torch.from_numpy(self.gram)
         cov = gram if in_place else gram.clone()
         cov /= self.n
         cov -= torch.outer(centred, centred)
         if in_place:
-            self.n = -1  # spent: any further use fails loudly
+            self.gram = np.zeros((0, 0))  # spent: the buffer now belongs to the covariance
+            self.n = -1
         return cov.numpy()
+
+    def _check_unspent(self) -> None:
+        if self.n < 0:
+            raise RuntimeError("these statistics were spent by covariance(in_place=True)")
 
     def save(self, path: Path) -> None:
         """Write as safetensors; block layout in the metadata."""
+        self._check_unspent()
         meta = {
             "n": str(self.n),
             "blocks": json.dumps([[b.name, b.start, b.stop] for b in self.blocks]),
