@@ -424,6 +424,6 @@ def tokens_per_language(
         words = sum(len(text.split()) for text in texts)
         if words == 0:
             raise UserInputError(f"language {language!r} has no words to count tokens over")
-        encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
         fertility[language] = sum(len(ids) for ids in encoded) / words
     return fertility
