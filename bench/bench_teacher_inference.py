@@ -30,14 +30,9 @@ the Arrow files are uncompressed).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import gc
-import hashlib
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,10 +48,13 @@ import torch
 
 from benchlib import (
     CpuWatch,
+    code_version,
     machine,
     peak_rss_mib,
+    release_memory,
     reset_peak_rss,
     rss_mib,
+    source_digest,
     utc_date,
     wait_for_idle,
     write_section,
@@ -90,37 +88,6 @@ Contender = Callable[[Sequence[MaskedCopy]], list[TeacherOutput]]
 
 
 # -- bookkeeping --------------------------------------------------------------------------------
-def code_version() -> str:
-    """Commit of the checkout, noting uncommitted changes in the code this benchmark measures."""
-
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        except OSError:
-            return ""
-        return done.stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", *MEASURED)
-    return commit + (f" + uncommitted changes in {', '.join(MEASURED)}" if dirty else "")
-
-
-def source_digest() -> str:
-    """Hash of the measured code on disk (to notice concurrent edits during a run)."""
-    digest = hashlib.sha256()
-    for folder in MEASURED:
-        for path in sorted((ROOT / folder).glob("*.py")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def release_memory() -> None:
-    """Return freed heap memory to the OS so the next run's RSS starts from a clean floor."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 # -- the two contenders -------------------------------------------------------------------------
 def build_model(shape: dict[str, int], vocab_size: int, seed: int = 0) -> Any:
     from transformers import BertConfig, BertForMaskedLM
@@ -375,7 +342,7 @@ def main() -> None:
     args = parser.parse_args()
     IDLE_TIMEOUT[0] = args.idle_timeout
     torch.set_num_threads(args.threads)
-    version, digest = code_version(), source_digest()
+    version, digest = code_version(MEASURED), source_digest(MEASURED)
     started = time.perf_counter()
     counts = dict(zip(SHAPES, (int(c) for c in args.examples.split(",")), strict=True))
     shapes = [s for s in SHAPES if not args.only or s in args.only.split(",")]
@@ -573,7 +540,7 @@ def report(
             f"- **Warning**: other processes used up to {100 * worst:.0f}% of the CPUs during a "
             "measured run (after retries); its time is inflated accordingly."
         )
-    if digest != source_digest():
+    if digest != source_digest(MEASURED):
         lines.append("- **Warning**: the measured source code changed while the benchmark ran.")
     lines.append(f"- Total benchmark wall time {(time.perf_counter() - started) / 60:.1f} min.")
     return "\n".join(lines)

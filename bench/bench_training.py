@@ -34,14 +34,9 @@ run), since whole runs on a shared 2-core machine vary by several percent.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import gc
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -56,10 +51,13 @@ import torch
 
 from benchlib import (
     CpuWatch,
+    code_version,
     machine,
     peak_rss_mib,
+    release_memory,
     reset_peak_rss,
     rss_mib,
+    source_digest,
     utc_date,
     wait_for_idle,
     write_section,
@@ -93,36 +91,6 @@ IDLE_TIMEOUT = [600.0]  # seconds to wait for an idle machine (--idle-timeout)
 
 
 # -- bookkeeping --------------------------------------------------------------------------------
-def code_version() -> str:
-    """Commit of the checkout, noting uncommitted changes in the code this benchmark measures."""
-
-    def git(*args: str) -> str:
-        try:
-            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        except OSError:
-            return ""
-        return done.stdout.strip()
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", *MEASURED)
-    return commit + (f" + uncommitted changes in {', '.join(MEASURED)}" if dirty else "")
-
-
-def source_digest() -> str:
-    """Hash of the measured code on disk (to notice concurrent edits during a run)."""
-    digest = hashlib.sha256()
-    for folder in MEASURED:
-        for path in sorted((ROOT / folder).glob("*.py")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
-
-
-def release_memory() -> None:
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 # -- the store ----------------------------------------------------------------------------------
 def build_store(workdir: Path, args: argparse.Namespace) -> tuple[MergeRecipe, dict[str, Any]]:
     """Teachers (random BERT MLMs with their own WordPiece tokenizers), then the stages."""
@@ -392,7 +360,7 @@ def main() -> None:
     args = parser.parse_args()
     IDLE_TIMEOUT[0] = args.idle_timeout
     torch.set_num_threads(args.threads)
-    version, digest = code_version(), source_digest()
+    version, digest = code_version(MEASURED), source_digest(MEASURED)
     started = time.perf_counter()
     (BENCH_DIR / "_work").mkdir(exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="training-", dir=BENCH_DIR / "_work"))
@@ -619,7 +587,7 @@ def report(
             f"- **Warning**: other processes used up to {100 * worst:.0f}% of the CPUs during a "
             "measured run (after retries); its rate is deflated accordingly."
         )
-    if digest != source_digest():
+    if digest != source_digest(MEASURED):
         lines.append("- **Warning**: the measured source code changed while the benchmark ran.")
     lines.append(f"- Total benchmark wall time {(time.perf_counter() - started) / 60:.1f} min.")
     return "\n".join(lines)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import gc
 import hashlib
 import os
 import platform
@@ -82,20 +85,27 @@ def _git(*args: str) -> str:
     return done.stdout.strip()
 
 
-def code_version() -> str:
+def code_version(measured: tuple[str, ...] = MEASURED) -> str:
     """The git commit of the checkout, noting uncommitted changes in the measured code."""
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = _git("status", "--porcelain", "--", *MEASURED)
-    return f"{commit}{' + uncommitted changes in ' + ', '.join(MEASURED) if dirty else ''}"
+    dirty = _git("status", "--porcelain", "--", *measured)
+    return f"{commit}{' + uncommitted changes in ' + ', '.join(measured) if dirty else ''}"
 
 
-def source_digest() -> dict[str, str]:
+def source_digest(measured: tuple[str, ...] = MEASURED) -> dict[str, str]:
     """A hash per file of the measured code as it is on disk now (to notice edits during a run)."""
     digests = {}
-    for folder in MEASURED:
+    for folder in measured:
         for path in sorted((ROOT / folder).glob("*.py")):
             digests[f"{folder}/{path.name}"] = hashlib.sha256(path.read_bytes()).hexdigest()
     return digests
+
+
+def release_memory() -> None:
+    """Return freed heap memory to the OS so the next run's RSS starts from a clean floor."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def changed_sources(before: dict[str, str]) -> list[str]:
