@@ -366,3 +366,23 @@ def test_damaged_saved_dataset(tmp_path: Path, damage: str) -> None:
         arrow.write_bytes(b"definitely not an arrow stream")
     message = refused(directory)
     assert str(directory) in message
+
+
+def test_languages_from_entries_and_from_a_field(tmp_path: Path):
+    from lmalgebra.sources.corpus import documents_by_language
+
+    (tmp_path / "a.txt").write_text("one\ntwo\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("trois\n", encoding="utf-8")
+    spec = CorpusSpec(paths=[f"en={tmp_path / 'a.txt'}", f"fr={tmp_path / 'b.txt'}"])
+    assert documents_by_language(spec) == {"en": ["one", "two"], "fr": ["trois"]}
+    assert read_documents(spec) == ["one", "two", "trois"]
+    rows = [
+        {"text": "hola", "lang": "es"},
+        {"text": "", "lang": "es"},
+        {"text": "hi", "lang": "en"},
+    ]
+    (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    field = CorpusSpec(paths=[str(tmp_path / "c.jsonl")], language_column="lang")
+    assert documents_by_language(field) == {"es": ["hola"], "en": ["hi"]}
+    with pytest.raises(UserInputError, match="LANG=PATH"):
+        documents_by_language(CorpusSpec(paths=[str(tmp_path / "a.txt")]))

@@ -108,3 +108,16 @@ def test_pool_excludes_padding():
     np.testing.assert_allclose(pool(hidden, mask, "mean")[0], [1.5, 2.5, 3.5])
     np.testing.assert_allclose(pool(hidden, mask, "last")[0], [3, 4, 5])
     np.testing.assert_allclose(pool(hidden, mask, "last")[1], [9, 10, 11])
+
+
+def test_every_layer_in_one_pass_matches_manual_per_layer(bert_dir: Path):
+    model = AutoModel.from_pretrained(bert_dir).eval()
+    tok = AutoTokenizer.from_pretrained(bert_dir)
+    depth = model.config.num_hidden_layers
+    spec = EmbedSpec(layers=tuple(range(depth + 1)), batch_size=5)
+    got, _ = embed(TEXTS, model, tok, spec)
+    width = model.config.hidden_size
+    assert got.shape == (len(TEXTS), (depth + 1) * width)
+    for layer in range(depth + 1):
+        want = manual(TEXTS, bert_dir, layer, "mean", False)
+        np.testing.assert_allclose(got[:, layer * width : (layer + 1) * width], want, atol=1e-5)

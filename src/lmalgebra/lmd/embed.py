@@ -26,6 +26,8 @@ class EmbedSpec:
     dtype: Literal["float32", "bfloat16"] = "float32"
     batch_size: int = 32
     max_length: int | None = None
+    # several hidden layers at once (one forward pass), concatenated in this order; overrides layer
+    layers: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -106,14 +108,19 @@ def embed(
     spec: EmbedSpec,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, TokenReport]:
-    """Embed spans with one model. Returns ``(len(texts), hidden) float32`` in input order."""
+    """Embed spans with one model. Returns ``(len(texts), hidden) float32`` in input order.
+
+    With ``spec.layers`` the pooled vectors of those layers are concatenated:
+    ``(len(texts), len(layers) * hidden)``, layer by layer.
+    """
     limit = max_tokens(model, tokenizer, spec.max_length)
     ids, special, report = tokenize(texts, tokenizer, limit)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     hidden_size = model.config.hidden_size
-    out = np.empty((len(ids), hidden_size), dtype=np.float32)
-    need_all_layers = spec.layer != -1
+    layers = spec.layers if spec.layers is not None else (spec.layer,)
+    out = np.empty((len(ids), len(layers) * hidden_size), dtype=np.float32)
+    need_all_layers = layers != (-1,)
     for start in range(0, len(order), spec.batch_size):
         batch = order[start : start + spec.batch_size]
         width = len(ids[batch[0]])
@@ -129,8 +136,11 @@ def embed(
         outputs = model(
             input_ids=input_ids, attention_mask=attention, output_hidden_states=need_all_layers
         )
-        hidden = outputs.hidden_states[spec.layer] if need_all_layers else _last_hidden(outputs)
-        out[batch] = pool(hidden, pool_mask, spec.pooling).numpy()
+        if need_all_layers:
+            pooled = [pool(outputs.hidden_states[k], pool_mask, spec.pooling) for k in layers]
+            out[batch] = torch.cat(pooled, dim=1).numpy()
+        else:
+            out[batch] = pool(_last_hidden(outputs), pool_mask, spec.pooling).numpy()
         if progress is not None:
             progress(len(batch))
     return out, report

@@ -1,12 +1,15 @@
 """Text corpora from local files: .txt, .jsonl, .json, .csv, .parquet, or a saved dataset.
 
-A corpus is an ordered list of documents (strings). Empty documents are dropped.
+A corpus is an ordered list of documents (strings). Empty documents are dropped. Documents may carry
+a language: from a field of each record (``language_column``) or from the corpus entry itself
+(``LANG=PATH``, one language per file).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Literal
@@ -36,6 +39,20 @@ class CorpusSpec(BaseModel):
         "'auto' = blank-line separated if the file has blank lines.",
     )
     split: str = Field(default="train", description="Split to read from a saved DatasetDict.")
+    language_column: str | None = Field(
+        default=None, description="Field holding each document's language (records formats)."
+    )
+
+
+_LANGUAGE_ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,15})=(.+)$")
+
+
+def split_language(entry: str) -> tuple[str | None, str]:
+    """``"fr=wiki.txt"`` -> ``("fr", "wiki.txt")``; without a language -> ``(None, entry)``."""
+    match = _LANGUAGE_ENTRY.match(entry)
+    if match is None or Path(entry).expanduser().exists():
+        return None, entry
+    return match.group(1), match.group(2)
 
 
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:
@@ -149,40 +166,70 @@ def _read_saved_dataset(path: Path, column: str, split: str) -> list[str]:
 
 def read_documents(spec: CorpusSpec) -> list[str]:
     """All non-empty documents of the corpus, in file order."""
+    return [text for text, _ in read_labelled(spec)]
+
+
+def documents_by_language(spec: CorpusSpec) -> dict[str, list[str]]:
+    """Documents grouped by language, languages in order of first appearance."""
+    out: dict[str, list[str]] = {}
+    for text, language in read_labelled(spec):
+        if language is None:
+            raise UserInputError(
+                "a per-language study needs languages: give corpora as LANG=PATH "
+                "or name the records' language field with language_column"
+            )
+        out.setdefault(language, []).append(text)
+    return out
+
+
+def read_labelled(spec: CorpusSpec) -> list[tuple[str, str | None]]:
+    """``(document, language or None)`` for every non-empty document, in file order."""
     if not spec.paths:
         raise UserInputError("no corpus given")
-    docs: list[str] = []
-    for name in spec.paths:
+    docs: list[tuple[str, str | None]] = []
+    for entry in spec.paths:
+        language, name = split_language(entry)
         if name.startswith(PACKAGE_PREFIX):
             name = str(asset_path(name.removeprefix(PACKAGE_PREFIX)))
         path = Path(name).expanduser()
         if not path.exists():
             raise UserInputError(f"corpus {path} does not exist")
-        suffix = path.suffix.lower()
-        try:
-            if path.is_dir():
-                found = _saved_dataset(path, spec.text_column, spec.split)
-            elif suffix in (".txt", ".text", ""):
-                found = _txt(path, spec.doc_sep)
-            elif suffix == ".jsonl":
-                found = _jsonl(path, spec.text_column)
-            elif suffix == ".json":
-                found = _json(path, spec.text_column)
-            elif suffix == ".csv":
-                found = _csv(path, spec.text_column)
-            elif suffix == ".parquet":
-                found = _parquet(path, spec.text_column)
-            else:
-                raise UserInputError(
-                    f"corpus {path}: unknown format {suffix!r} "
-                    "(use .txt, .jsonl, .json, .csv, .parquet or a saved dataset)"
-                )
-        except UnicodeDecodeError as err:
-            raise UserInputError(f"corpus {path} is not UTF-8 text ({err.reason})") from err
-        except PermissionError as err:
-            raise UserInputError(f"corpus {path} is not readable ({err.strerror})") from err
-        kept = [d for d in found if d.strip()]
+        texts = _read(path, spec.text_column, spec)
+        labels: list[str | None] = [language] * len(texts)
+        if spec.language_column is not None and language is None and _has_records(path):
+            labels = [v or None for v in _read(path, spec.language_column, spec)]
+        kept = [(t, lang) for t, lang in zip(texts, labels, strict=True) if t.strip()]
         if not kept:
             raise UserInputError(f"corpus {path} holds no text")
         docs.extend(kept)
     return docs
+
+
+def _has_records(path: Path) -> bool:
+    return path.is_dir() or path.suffix.lower() in (".jsonl", ".json", ".csv", ".parquet")
+
+
+def _read(path: Path, column: str, spec: CorpusSpec) -> list[str]:
+    """One field of every record of one corpus file (the text itself for .txt)."""
+    suffix = path.suffix.lower()
+    try:
+        if path.is_dir():
+            return _saved_dataset(path, column, spec.split)
+        if suffix in (".txt", ".text", ""):
+            return _txt(path, spec.doc_sep)
+        if suffix == ".jsonl":
+            return _jsonl(path, column)
+        if suffix == ".json":
+            return _json(path, column)
+        if suffix == ".csv":
+            return _csv(path, column)
+        if suffix == ".parquet":
+            return _parquet(path, column)
+        raise UserInputError(
+            f"corpus {path}: unknown format {suffix!r} "
+            "(use .txt, .jsonl, .json, .csv, .parquet or a saved dataset)"
+        )
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"corpus {path} is not UTF-8 text ({err.reason})") from err
+    except PermissionError as err:
+        raise UserInputError(f"corpus {path} is not readable ({err.strerror})") from err
