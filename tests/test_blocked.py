@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.blocked import BlockedMoments, block_edges
 from lmalgebra.lmd.moments import SecondMoments, layout
 
@@ -60,3 +61,14 @@ def test_rows_outside_the_split_are_refused():
     blocked = BlockedMoments.empty(blocks, 10, 2)
     with pytest.raises(ValueError):
         blocked.add_rows(z, 5)
+
+
+def test_subset_keeps_the_chosen_models_columns():
+    z, blocks = _data(n=30)
+    blocked = BlockedMoments.empty(blocks, len(z), 3)
+    blocked.add_rows(z, 0)
+    only_b = blocked.subset(["b"]).total()
+    assert [b.name for b in only_b.blocks] == ["b"]
+    np.testing.assert_allclose(only_b.mean(), z[:, 3:].mean(0), rtol=1e-12)
+    with pytest.raises(UserInputError):
+        blocked.subset(["c"])

@@ -278,6 +278,62 @@ CASES: dict[str, Case] = {
         [*fx.models(), "--model", f"sick={fx.nan_bert}", "--corpus", str(fx.corpus), *SMALL],
         ["NaN", "of sick"],
     ),
+    # studies
+    "study_lengths_empty": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--lengths", ""],
+        ["list of span lengths T is empty"],
+    ),
+    "study_length_zero": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--lengths", "8,0"],
+        ["span length T", "0"],
+    ),
+    "study_alpha_grid_not_positive": lambda fx, tmp: (
+        [
+            *fx.models(),
+            "--corpus",
+            str(fx.corpus),
+            *SMALL,
+            "--alpha-select",
+            "gcv",
+            "--alpha-grid",
+            "0.1,-1",
+        ],
+        ["alpha grid", "-1"],
+    ),
+    "study_layer_map_unknown_model": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer-map", "a,zz"],
+        ["layer_map model 'zz'"],
+    ),
+    "study_by_language_without_languages": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--by-language"],
+        ["LANG=PATH", "language_column"],
+    ),
+    "study_length_sweep_with_precomputed_model": lambda fx, tmp: (
+        [
+            *fx.models("--model", f"c=precomputed:{tmp / 'c.npy'}"),
+            "--corpus",
+            str(fx.corpus),
+            *SMALL,
+            "--lengths",
+            "4,8",
+        ],
+        ["model 'c'", "precomputed", "span-length"],
+    ),
+    "study_folds_above_blocks": lambda fx, tmp: (
+        [
+            *fx.models(),
+            "--corpus",
+            str(fx.corpus),
+            *SMALL,
+            "--alpha-select",
+            "kfold",
+            "--blocks",
+            "4",
+            "--folds",
+            "9",
+        ],
+        ["folds", "9"],
+    ),
 }
 
 # the ones also run as a real `python -m lmalgebra` subprocess
@@ -289,6 +345,7 @@ SUBPROCESS_CASES = [
     "hub_id_offline",
     "layer_out_of_range",
     "nan_embeddings",
+    "study_lengths_empty",
 ]
 
 

@@ -109,11 +109,16 @@ def test_corrupt_shard_is_named_by_verify_and_on_read(run, tmp_path: Path) -> No
     assert problems == [f"{victim}: corrupt (checksum mismatch)"]
     with pytest.raises(UserInputError, match=r"shard-00001\.arrow is corrupt"):
         ShardSet.existing(victim.parent).read(1)
-    # the next teach run redoes only the broken shard and what follows it
+    # a run that finds it marks the set incomplete on disk at once and plans that shard alone
+    assert ShardSet.existing(victim.parent).plan(3) == [1]
+    assert not ShardSet.existing(victim.parent).complete
+    others = sorted(p for p in (copy_dir / "topk").rglob("shard-*.arrow") if p != victim)
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in others}
     recipe = run.model_copy(update={"output_dir": copy_dir})
     stages.teach(recipe, progress=False)
     assert verify_run(copy_dir) == []
     assert victim.read_bytes() == (run.output_dir / "topk/yy/sp/shard-00001.arrow").read_bytes()
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in others} == before  # not redone
 
 
 def test_teach_before_prepare_says_which_command(tmp_path: Path, teacher_dirs) -> None:

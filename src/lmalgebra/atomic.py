@@ -8,16 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.disk_space import naming_file
+
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``."""
+    """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
+
+    The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        write(tmp)
-        with tmp.open("rb+") as handle:
-            os.fsync(handle.fileno())
-        tmp.replace(path)
+        with naming_file(path):
+            write(tmp)
+            with tmp.open("rb+") as handle:
+                os.fsync(handle.fileno())
+            tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -33,7 +33,10 @@ def decompose(
     recipe: Annotated[Path | None, typer.Argument(help="YAML recipe (flags override it).")] = None,
     model: Annotated[
         list[str] | None,
-        typer.Option(help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION]; repeat for each model."),
+        typer.Option(
+            help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION], [NAME=]onnx:FILE[#TOKENIZER] or "
+            "[NAME=]precomputed:FILE; repeat for each model."
+        ),
     ] = None,
     corpus: Annotated[
         list[str] | None, typer.Option(help="Corpus file or saved dataset; repeatable.")
@@ -71,6 +74,43 @@ def decompose(
     save_weights: Annotated[
         bool | None, typer.Option(help="Write fitted weights (safetensors).")
     ] = None,
+    lengths: Annotated[
+        str | None, typer.Option(help="Study: sweep span length T over these, e.g. 16,32,64.")
+    ] = None,
+    layers: Annotated[
+        bool | None, typer.Option("--layers", help="Study: every layer of each target.")
+    ] = None,
+    layer_map: Annotated[
+        str | None, typer.Option(help="Study: layer-by-layer map between two models: A,B.")
+    ] = None,
+    train_sizes: Annotated[
+        str | None, typer.Option(help="Study: learning curve over these training sizes.")
+    ] = None,
+    by_language: Annotated[
+        bool | None, typer.Option("--by-language", help="Study: results per language.")
+    ] = None,
+    language_column: Annotated[
+        str | None, typer.Option(help="Field holding each record's language.")
+    ] = None,
+    bootstrap: Annotated[
+        int | None, typer.Option(help="Bootstrap replicates for R^2 intervals (0 = none).")
+    ] = None,
+    blocks: Annotated[
+        int | None, typer.Option(help="Blocks of spans per split for resampling.")
+    ] = None,
+    alpha_select: Annotated[
+        str | None, typer.Option(help="fixed | gcv | kfold | validation.")
+    ] = None,
+    alpha_grid: Annotated[
+        str | None, typer.Option(help="Candidate alphas, comma-separated.")
+    ] = None,
+    folds: Annotated[int | None, typer.Option(help="Folds for --alpha-select kfold.")] = None,
+    nulls: Annotated[
+        bool | None, typer.Option("--nulls", help="Add random-initialised null copies.")
+    ] = None,
+    attribution: Annotated[
+        bool | None, typer.Option("--attribution", help="Greedy, drop-one and Shapley.")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Output directory.")] = None,
     cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache root.")] = None,
     trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
@@ -89,9 +129,8 @@ def decompose(
             for m in model
         ]
         overrides["models"] = [r.model_dump() for r in refs]
-    corpus_over = {
-        k: v for k, v in {"paths": corpus, "text_column": text_column}.items() if v is not None
-    }
+    corpus_flags = {"paths": corpus, "text_column": text_column, "language_column": language_column}
+    corpus_over = {k: v for k, v in corpus_flags.items() if v is not None}
     if corpus_over:
         overrides["corpus"] = corpus_over
     span_over = {
@@ -117,6 +156,22 @@ def decompose(
         "cache_dir": cache_dir,
     }
     overrides.update({k: v for k, v in flat.items() if v is not None})
+    study_over = {
+        "lengths": _numbers(lengths, int, "--lengths"),
+        "layers": layers,
+        "layer_map": _split_list([layer_map]) if layer_map else None,
+        "train_sizes": _numbers(train_sizes, int, "--train-sizes"),
+        "languages": by_language,
+        "bootstrap": bootstrap,
+        "blocks": blocks,
+        "alpha_select": alpha_select,
+        "alpha_grid": _numbers(alpha_grid, float, "--alpha-grid"),
+        "folds": folds,
+        "nulls": nulls,
+        "attribution": attribution,
+    }
+    if any(v is not None for v in study_over.values()):
+        overrides["study"] = {k: v for k, v in study_over.items() if v is not None}
     overrides["progress"] = progress
     try:
         config = load_config(recipe, overrides)
@@ -124,19 +179,20 @@ def decompose(
         mark_incomplete(recipe, out)  # a rejected run must not leave an older one looking complete
         raise
     result = run(config)
-    console.print(table(result))
-    console.print(f"outputs in [bold]{config.out}[/bold]")
+    from lmalgebra.distributed import is_main
+
+    if is_main():  # one table, not one per process
+        console.print(table(result))
+        console.print(f"outputs in [bold]{config.out}[/bold]")
 
 
 def _numbers(text: str | None, kind: type, flag: str) -> list[Any] | None:
     if text is None:
         return None
     try:
-        return [kind(part) for part in text.split(",")]
+        return [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise UserInputError(
-            f"{flag}: expected three comma-separated numbers, got {text!r}"
-        ) from None
+        raise UserInputError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
 
 
 @app.command()
@@ -452,6 +508,61 @@ def evaluate_pos(
     )
 
 
+@app.command("report")
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A complete decomposition run directory.")],
+    out: Annotated[
+        Path | None, typer.Option(help="HTML file to write (default RUN_DIR/report.html).")
+    ] = None,
+) -> None:
+    """One self-contained HTML page of a decomposition run: figures, tables, configuration."""
+    from lmalgebra.report.html import write_report
+
+    typer.echo(str(write_report(run_dir, out)))
+
+
+@app.command("spans")
+def export_spans(
+    recipe: Annotated[Path | None, typer.Argument(help="Decomposition recipe.")] = None,
+    model: Annotated[
+        list[str] | None, typer.Option(help="Model(s) as in decompose; one supplies the tokenizer.")
+    ] = None,
+    corpus: Annotated[list[str] | None, typer.Option(help="Corpus file(s); repeatable.")] = None,
+    text_column: Annotated[str | None, typer.Option(help="Text field of structured files.")] = None,
+    seq_len: Annotated[int | None, typer.Option("--seq-len", "-T", help="Span length T.")] = None,
+    spans: Annotated[str | None, typer.Option(help="Spans per split: TRAIN,VAL,TEST.")] = None,
+    fractions: Annotated[str | None, typer.Option(help="Document fractions, three.")] = None,
+    per_doc: Annotated[int | None, typer.Option(help="At most this many per document.")] = None,
+    out: Annotated[Path, typer.Option(help="Span list to write (JSONL).")] = Path("spans.jsonl"),
+) -> None:
+    """Export a decomposition's spans, to embed them elsewhere (then: precomputed:FILE).
+
+    Writes one JSON line per span (row, split, index, sha256, text) and the order digest.
+    """
+    from lmalgebra.lmd.span_plan import draw_run_spans, load_span_config
+    from lmalgebra.lmd.span_plan import export_spans as export
+    from lmalgebra.sources.models import ModelRef
+
+    overrides: dict[str, Any] = {}
+    if model:
+        overrides["models"] = [ModelRef.parse(m).model_dump() for m in model]
+    corpus_over = {k: v for k, v in {"paths": corpus, "text_column": text_column}.items() if v}
+    if corpus_over:
+        overrides["corpus"] = corpus_over
+    span_over = {
+        "length": seq_len,
+        "per_doc": per_doc,
+        "counts": _numbers(spans, int, "--spans"),
+        "fractions": _numbers(fractions, float, "--fractions"),
+    }
+    if any(v is not None for v in span_over.values()):
+        overrides["spans"] = {k: v for k, v in span_over.items() if v is not None}
+    plan = draw_run_spans(load_span_config(recipe, overrides))
+    digest = export(plan, out)
+    counts = ", ".join(f"{s} {n}" for s, n in plan.counts.items())
+    console.print(f"{out}: {counts} spans; order digest {plan.order_digest} in {digest}")
+
+
 def main() -> None:
     """Console entry point: bad input -> one line on stderr, exit status 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -460,6 +571,9 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()  # our own bars cover loading and embedding
     hf_logging.set_verbosity_error()  # load reports: we check missing weights ourselves
+    from lmalgebra.threads import pin_thread_count
+
+    pin_thread_count()  # same bits in every process, busy machine or not (resumed runs)
     try:
         app(standalone_mode=False)
     except UserInputError as err:
@@ -483,5 +597,13 @@ def main() -> None:
             hasattr(err, "show") and hasattr(err, "exit_code")
         ):
             err.show()
+            sys.exit(2)
+        from lmalgebra.disk_space import is_out_of_space, message
+
+        if is_out_of_space(err):  # a write not wrapped by ``disk_space.naming_file``
+            text = message(getattr(err, "filename", None))
+            Console(stderr=True).print(
+                f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True
+            )
             sys.exit(2)
         raise

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from lmalgebra.atomic import write_json_atomic
+from lmalgebra.disk_space import naming_file
 from lmalgebra.errors import UserInputError
+from lmalgebra.lockfile import holding_lock
 from lmalgebra.merge.examples import example_id, is_heldout
 from lmalgebra.merge.masked_head import pad_batch
 from lmalgebra.merge.masking import TeacherMasker
@@ -96,6 +98,7 @@ class TextBatches:
         )
 
 
+@holding_lock("pretrain", lambda out, **_: out)
 def pretrain(
     corpus: CorpusSpec,
     language: str,
@@ -130,8 +133,10 @@ def pretrain(
     last = train(
         student, source, training.model_copy(update={"gold_only": True}), out / "training", progress
     )
-    student.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    (out / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the teacher complete
+    with naming_file(out):
+        student.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     write_json_atomic(
         out / "lmalgebra.json",
         {

@@ -9,6 +9,7 @@ training set. Spans of one document are adjacent, so a block keeps them together
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import numpy as np
 
 from lmalgebra.atomic import write_text_atomic
 from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.moments import Block, SecondMoments
+from lmalgebra.lmd.moments import Block, SecondMoments, layout
 
 
 def block_edges(rows: int, parts: int) -> list[int]:
@@ -46,6 +47,14 @@ class BlockedMoments:
         edges = block_edges(rows, parts)
         return cls(list(blocks), edges, [SecondMoments(list(blocks)) for _ in edges[1:]])
 
+    @classmethod
+    def with_edges(cls, blocks: Sequence[Block], edges: Sequence[int]) -> BlockedMoments:
+        """Blocks with the given increasing row boundaries (``edges[0] == 0``)."""
+        edges = [int(e) for e in edges]
+        if edges[0] != 0 or any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError(f"block edges must start at 0 and increase: {edges}")
+        return cls(list(blocks), edges, [SecondMoments(list(blocks)) for _ in edges[1:]])
+
     @property
     def rows(self) -> int:
         return self.edges[-1]
@@ -61,7 +70,9 @@ class BlockedMoments:
                 self.parts[p].update(chunk[lo - first_row : hi - first_row])
 
     def total(self) -> SecondMoments:
-        """Statistics of every row of the split."""
+        """Statistics of every row of the split (the part itself when there is one block)."""
+        if len(self.parts) == 1:
+            return self.parts[0]
         return self.combine(np.ones(len(self.parts)))
 
     def combine(self, counts: Sequence[float] | np.ndarray) -> SecondMoments:
@@ -91,6 +102,22 @@ class BlockedMoments:
         counts = np.zeros(len(self.parts))
         counts[:parts] = 1
         return self.combine(counts)
+
+    def subset(self, names: Sequence[str]) -> BlockedMoments:
+        """The same blocks of rows over only the models ``names`` (in that order)."""
+        by_name = {b.name: b for b in self.blocks}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise UserInputError(f"model {unknown[0]!r} is not among the block statistics")
+        cols = np.concatenate([np.arange(by_name[n].start, by_name[n].stop) for n in names])
+        blocks = layout(list(names), [by_name[n].dim for n in names])
+        parts = [
+            SecondMoments(blocks, m.n, m.shift[cols], m.sums[cols], m.gram[np.ix_(cols, cols)])
+            if m.n > 0
+            else SecondMoments(blocks)
+            for m in self.parts
+        ]
+        return BlockedMoments(blocks, list(self.edges), parts)
 
     def save(self, directory: Path) -> None:
         """One safetensors file per part plus ``blocks.json`` (layout and edges), written last."""

@@ -12,6 +12,7 @@ from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.embed import EmbedSpec, Pooling
 from lmalgebra.lmd.solver import AlphaMode
 from lmalgebra.lmd.spans import SpanSpec
+from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 
@@ -56,6 +57,7 @@ class DecomposeConfig(BaseModel):
     )
     target: str | None = Field(default=None, description="Also fit this one model on --basis.")
     basis: list[str] | None = Field(default=None, description="Basis models for the --target fit.")
+    study: StudySpec = Field(default_factory=StudySpec, description="Sweeps and statistics.")
     save_weights: bool = Field(default=False, description="Write fitted weights as safetensors.")
     out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Embedding cache root.")
@@ -87,6 +89,17 @@ class DecomposeConfig(BaseModel):
                 raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
             if not self.basis:
                 raise UserInputError("the basis is empty")
+        fixed = [m.name for m in self.models if m.kind == "precomputed"]
+        if fixed and (self.study.lengths or self.study.languages):
+            raise UserInputError(
+                f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
+                "the span-length and language sweeps draw other spans"
+            )
+        for name in self.study.layer_map or []:
+            if name not in names:
+                raise UserInputError(
+                    f"layer_map model {name!r} is not among the models ({', '.join(names)})"
+                )
         return self
 
     def embed_spec(self) -> EmbedSpec:

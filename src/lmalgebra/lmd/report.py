@@ -19,11 +19,37 @@ from lmalgebra.lmd.spans import SPLITS
 
 SUMMARY = "summary.json"
 
+# Tidy tables of a run (file stem -> columns); see the README's description of a run directory.
+_SWEEP = ["setting", "kind", "target", "basis", "split", "r2"]
+TABLE_COLUMNS: dict[str, list[str]] = {
+    "fits": ["kind", "target", "basis", "split", "r2", "ci_low", "ci_high", "adjusted_r2"],
+    "nulls": ["kind", "target", "basis", "split", "r2"],
+    "similarity": ["model_a", "model_b", "split", "lmd_r2", "cka", "mean_cca"],
+    "alpha_curve": ["target", "alpha", "criterion", "value"],
+    "attribution": ["target", "method", "model", "step", "split", "value"],
+    "sweeps/length": _SWEEP,
+    "sweeps/layer": _SWEEP,
+    "sweeps/layer_map": ["model_a", "layer_a", "model_b", "layer_b", "split", "r2"],
+    "sweeps/train_size": _SWEEP,
+    "sweeps/language": _SWEEP,
+}
+
 
 def _csv_text(rows: list[list[Any]]) -> str:
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     return buffer.getvalue()
+
+
+def tidy_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """Rows as CSV with the given columns; floats at full precision, NaN and missing as blank."""
+
+    def cell(value: Any) -> Any:
+        if isinstance(value, float | np.floating):
+            return "" if np.isnan(value) else repr(float(value))
+        return value
+
+    return _csv_text([columns, *([cell(r.get(c, "")) for c in columns] for r in rows)])
 
 
 def _cell(value: float | np.floating) -> str:
@@ -64,6 +90,12 @@ def summary(result: Decomposition) -> dict[str, Any]:
             "basis": list(result.single.basis),
             "r2": result.single.r2,
         },
+        "alpha": {
+            "value": result.alpha,
+            "mode": result.config.alpha_mode,
+            "selected_by": result.alpha_selected_by,
+        },
+        "tables": sorted(f"{stem}.csv" for stem in result.tables),
         "seconds": {k: round(v, 3) for k, v in result.timings.items()},
     }
 
@@ -87,6 +119,11 @@ def write_outputs(result: Decomposition) -> Path:
     provenance = {"versions": versions(), "hashes": result.hashes, "models": result.fingerprints}
     write_json_atomic(out / "provenance.json", provenance)
     heatmap(result.pairwise["test"], names, out / "pairwise_r2_test.png")
+    for stem, table_rows in result.tables.items():
+        write_text_atomic(out / f"{stem}.csv", tidy_csv(table_rows, TABLE_COLUMNS[stem]))
+    from lmalgebra.report.plots import write_plots
+
+    write_plots(out, chosen=result.alpha)
     write_json_atomic(out / SUMMARY, summary(result))
     return out
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.distributed import is_main
 from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
 from lmalgebra.lmd.report import SUMMARY, write_outputs
+from lmalgebra.lockfile import holding_lock
 from lmalgebra.recipe_io import read_yaml, validate
 
 
@@ -34,6 +36,7 @@ def mark_incomplete(recipe: Path | None, out: Path | None) -> None:
     (out / SUMMARY).unlink(missing_ok=True)
 
 
+@holding_lock("decompose", lambda config, **_: config.out)
 def decompose(config: DecomposeConfig) -> Decomposition:
     """Run a decomposition and write its outputs under ``config.out``.
 
@@ -42,5 +45,6 @@ def decompose(config: DecomposeConfig) -> Decomposition:
     config.out.mkdir(parents=True, exist_ok=True)
     (config.out / SUMMARY).unlink(missing_ok=True)
     result = run_decomposition(config)
-    write_outputs(result)
+    if is_main():  # under several processes every rank holds the result; one writes it
+        write_outputs(result)
     return result

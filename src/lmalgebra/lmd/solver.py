@@ -21,6 +21,7 @@ fit comes from one inverse ``P = (C + Lam)^-1``: ``W_t = -(P_tt)^-1 P_tB``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -31,13 +32,19 @@ import numpy as np
 import torch
 
 from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.moments import Block, SecondMoments
+from lmalgebra.lmd.moments import Block, SecondMoments, layout
 
 log = logging.getLogger(__name__)
 
 AlphaMode = Literal["relative", "absolute"]
 # Above this estimated condition number of (C_BB + Lam) the fit is numerically fragile.
 ILL_CONDITIONED = 1e10
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Log a warning once per process (sweeps repeat the same fits many times)."""
+    log.warning(message)
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ class Decomposer:
             raise UserInputError(f"alpha must be a finite number >= 0, got {alpha}")
         self.blocks = list(blocks)
         self.splits = splits
+        self.alpha, self.alpha_mode = alpha, alpha_mode
         self.train = splits["train"]
         self._by_name = {b.name: b for b in self.blocks}
         diag = np.diag(self.train.cov)
@@ -96,6 +104,24 @@ class Decomposer:
         for b in self.blocks:
             scale = diag[b.start : b.stop].mean() if alpha_mode == "relative" else 1.0
             self.penalty[b.start : b.stop] = alpha * scale
+
+    def subset(self, names: Sequence[str]) -> Decomposer:
+        """The same decomposer over only ``names`` (in that order, blocks laid out afresh).
+
+        Every split's mean and covariance keep those models' rows and columns; alpha and its mode
+        carry over, so each remaining model keeps its penalty and every fit is unchanged.
+        """
+        if not names:
+            raise UserInputError("the subset of models is empty")
+        if len(set(names)) != len(names):
+            raise UserInputError(f"the subset names a model twice: {list(names)}")
+        cols = self._columns(names)
+        splits = {
+            split: SplitMoments(m.n, m.mean[cols], m.cov[np.ix_(cols, cols)])
+            for split, m in self.splits.items()
+        }
+        blocks = layout(list(names), [self.block(n).dim for n in names])
+        return Decomposer(blocks, splits, self.alpha, self.alpha_mode)
 
     # -- helpers -------------------------------------------------------------------------------
     def block(self, name: str) -> Block:
@@ -127,12 +153,9 @@ class Decomposer:
             )
         dim = matrix.shape[0]
         if self.train.n < dim:
-            log.warning(
-                "basis [%s] has dimension %d but only %d training spans: the fit "
-                "can interpolate, trust held-out R^2 only",
-                label,
-                dim,
-                self.train.n,
+            _warn_once(
+                f"basis [{label}] has dimension {dim} but only {self.train.n} training spans: "
+                "the fit can interpolate, trust held-out R^2 only"
             )
         return factor
 
@@ -240,3 +263,29 @@ class Decomposer:
                     residual = total - 2 * cross[ci].sum() + quad[ci].sum() + shift[ci] @ shift[ci]
                     out[split][i, j] = 1 - residual / total if total > 0 else np.nan
         return out
+
+    def pairwise_fits(self, table: dict[str, np.ndarray] | None = None) -> list[Fit]:
+        """Every ordered pair (target, one basis model) as a :class:`Fit`, target-major.
+
+        The weights are those of :meth:`pairwise` (``(C_jj + Lam_j)^-1 C_j,:`` for basis ``j``);
+        R^2 comes from ``table``, the result of :meth:`pairwise`, computed here when not given.
+        """
+        table = self.pairwise() if table is None else table
+        weights: dict[tuple[int, int], np.ndarray] = {}
+        cov = self.train.cov
+        for j, bj in enumerate(self.blocks):
+            cj = slice(bj.start, bj.stop)
+            factor = self._cholesky(cov[cj, cj] + np.diag(self.penalty[cj]), [bj.name])
+            rhs = torch.from_numpy(np.ascontiguousarray(cov[cj]))
+            coef = torch.cholesky_solve(rhs, factor).numpy()
+            for i, bi in enumerate(self.blocks):
+                if i != j:
+                    weights[i, j] = np.ascontiguousarray(coef[:, bi.start : bi.stop].T)
+        fits = []
+        mean = self.train.mean
+        for (i, j), weight in sorted(weights.items()):
+            bi, bj = self.blocks[i], self.blocks[j]
+            bias = mean[bi.start : bi.stop] - weight @ mean[bj.start : bj.stop]
+            r2 = {split: float(table[split][i, j]) for split in self.splits}
+            fits.append(Fit(bi.name, (bj.name,), weight, bias, r2))
+        return fits

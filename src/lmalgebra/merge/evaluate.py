@@ -24,6 +24,7 @@ import yaml
 
 from lmalgebra.atomic import write_atomic, write_text_atomic
 from lmalgebra.errors import UserInputError
+from lmalgebra.lockfile import holding_lock
 from lmalgebra.merge.masked_head import masked_logits
 from lmalgebra.merge.masking import MaskedCopy
 from lmalgebra.merge.store_view import TeacherCopies, load_copies
@@ -155,6 +156,7 @@ def _load_student(run_dir: Path, name: str) -> Any:
     return AutoModelForMaskedLM.from_pretrained(directory).eval()
 
 
+@holding_lock("merge evaluate", lambda run_dir, **_: run_dir)
 def evaluate_run(
     run_dir: Path, students: list[str], languages: list[str] | None = None, batch_size: int = 32
 ) -> tuple[list[Score], dict[str, dict[str, float]]]:
@@ -189,6 +191,7 @@ def evaluate_run(
     return scores, {name: rdt(scores, name) for name in students}
 
 
+@holding_lock("merge evaluate", lambda out, **_: out)
 def write_evaluation(
     out: Path, scores: list[Score], deviations: dict[str, dict[str, float]]
 ) -> None:

@@ -42,7 +42,8 @@ def masked_logits(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         output.last_hidden_state = picked
         return output
 
-    handle = model.base_model.register_forward_hook(gather)
+    inner = getattr(model, "module", model)  # under data parallelism DDP wraps the model
+    handle = inner.base_model.register_forward_hook(gather)
     try:
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     finally:

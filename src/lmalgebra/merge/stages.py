@@ -22,7 +22,9 @@ import pyarrow as pa
 import yaml
 
 from lmalgebra.atomic import write_text_atomic
+from lmalgebra.distributed import main_rank_only
 from lmalgebra.errors import UserInputError
+from lmalgebra.lockfile import holding_lock
 from lmalgebra.merge.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.merge.examples import language_examples
 from lmalgebra.merge.masking import MaskedCopy, TeacherMasker
@@ -80,6 +82,8 @@ def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
     return ShardSet(recipe.output_dir / "topk" / lang / teacher.name, key)
 
 
+@holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir)
+@main_rank_only  # light work: one process writes it, the others wait
 def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
     """Examples per language, then each teacher's tokenised and masked copy of each example."""
     recipe.output_dir.mkdir(parents=True, exist_ok=True)
@@ -183,6 +187,7 @@ def require(shards: ShardSet, command: str) -> None:
         )
 
 
+@holding_lock("merge teach", lambda recipe, **_: recipe.output_dir)
 def teach(recipe: MergeRecipe, progress: bool = True) -> None:
     """Offline teacher inference over every masked copy: top-k log-probs and per-example loss."""
     teachers = open_teachers(recipe)
@@ -196,15 +201,15 @@ def _write_topk(
     recipe: MergeRecipe, lang: str, teacher: Teacher, masked: ShardSet, progress: bool
 ) -> None:
     shards = topk_set(recipe, lang, teacher)
-    done = shards.resume_point()
+    count = len(masked.manifest["shards"])
+    todo = set(shards.plan(count))  # under several processes: this rank's missing shards
     if shards.complete:
         return
     model: Any = None
     dtype = id_dtype(len(teacher.tokenizer))
-    count = len(masked.manifest["shards"])
     with progress_bar(f"teach {lang}/{teacher.name}", count, progress) as advance:
         for index in range(count):
-            if index >= done:
+            if index in todo:
                 if model is None:
                     spec = recipe.teachers[teacher.name]
                     model = load_masked_lm(spec.ref(teacher.name), teacher.directory)
@@ -230,6 +235,8 @@ def _write_topk(
     shards.finish(top_k=recipe.top_k, teacher_hashes=teacher.hashes)
 
 
+@holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir)
+@main_rank_only
 def vocab(recipe: MergeRecipe) -> None:
     """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
     from lmalgebra.atomic import write_json_atomic

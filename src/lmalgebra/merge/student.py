@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.atomic import write_json_atomic
+from lmalgebra.disk_space import naming_file
 from lmalgebra.errors import UserInputError
 
 
@@ -98,7 +99,12 @@ def build_student(spec: StudentSpec, vocab_size: int, pad_id: int = 0, seed: int
 
 
 def save_student(model: Any, tokenizer: Any, out: Path, metadata: dict[str, Any]) -> None:
-    """``save_pretrained`` of model and tokenizer plus ``lmalgebra.json`` (recipe, hashes, maps)."""
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    """``save_pretrained`` of model and tokenizer plus ``lmalgebra.json`` (recipe, hashes, maps).
+
+    ``lmalgebra.json`` goes last and marks the directory complete; an older one is removed first.
+    """
+    (out / "lmalgebra.json").unlink(missing_ok=True)
+    with naming_file(out):
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
     write_json_atomic(out / "lmalgebra.json", metadata)

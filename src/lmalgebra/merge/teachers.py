@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.errors import UserInputError
+from lmalgebra.remote_code import announce_remote_code
 from lmalgebra.sources.models import ModelRef, fingerprint, load_tokenizer, resolve_directory
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,7 @@ def load_masked_lm(ref: ModelRef, directory: Path) -> Any:
     from transformers import AutoModelForMaskedLM
 
     if ref.trust_remote_code:
-        log.warning(
-            "teacher %r: trust_remote_code is on; code from %s will run", ref.name, directory
-        )
+        announce_remote_code(ref.name, directory)
     try:
         model, info = AutoModelForMaskedLM.from_pretrained(
             directory, output_loading_info=True, trust_remote_code=ref.trust_remote_code

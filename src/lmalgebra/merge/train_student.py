@@ -8,8 +8,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.distributed import is_main
 from lmalgebra.errors import UserInputError
 from lmalgebra.fingerprint import sha256_json
+from lmalgebra.lockfile import holding_lock
 from lmalgebra.merge.recipe import MergeRecipe
 from lmalgebra.merge.shard_store import ShardSet
 from lmalgebra.merge.stages import open_teachers, topk_set
@@ -52,6 +54,7 @@ def check_store(recipe: MergeRecipe) -> dict[str, dict[str, str]]:
     return {name: t.hashes for name, t in teachers.items()}
 
 
+@holding_lock("merge train", lambda recipe, **_: recipe.output_dir)
 def train_student(
     recipe: MergeRecipe,
     name: str = "student",
@@ -76,6 +79,8 @@ def train_student(
     out = recipe.output_dir / name
     model = build_student(recipe.student, len(vocab.tokens), pad_id=0, seed=spec.seed)
     final = train(model, source, spec, out, progress)
+    if not is_main():  # the main rank saves the student
+        return out / "model"
     metadata: dict[str, Any] = {
         "kind": "mergedistill-student",
         "recipe": recipe.model_dump(mode="json"),

@@ -1,7 +1,9 @@
 """Model references: resolve a hub id or local directory, load it, and fingerprint its weights.
 
-A reference is resolved to a local directory first (a hub snapshot lands in the Hugging Face cache),
+A reference is resolved to a local path first (a hub snapshot lands in the Hugging Face cache),
 so the weights hash is always a hash of files, computed once and memoised by size and mtime.
+Three kinds: a Hugging Face model (a directory), an ONNX encoder (a ``.onnx`` file run with
+onnxruntime and a named tokenizer), and precomputed embeddings (a file of vectors, one per span).
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lmalgebra.atomic import write_text_atomic
 from lmalgebra.errors import UserInputError
 from lmalgebra.fingerprint import sha256_files, sha256_json
-from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
+from lmalgebra.remote_code import announce_remote_code
+from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
+from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,25 @@ _TOKENIZER_FILES = (
     "tokenizer.model",
     "added_tokens.json",
 )
+_FILE_SUFFIXES = (".onnx", *PRECOMPUTED_SUFFIXES)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+ModelKind = Literal["transformers", "onnx", "precomputed"]
+_KIND_PREFIXES: dict[str, ModelKind] = {"onnx:": "onnx", "precomputed:": "precomputed"}
+
+
+def _split_kind(path: str) -> tuple[ModelKind | None, str, str | None]:
+    """``"onnx:m.onnx#tok"`` -> ``("onnx", "m.onnx", "tok")``; no kind prefix -> ``(None, ...)``."""
+    for prefix, kind in _KIND_PREFIXES.items():
+        if path.startswith(prefix):
+            path = path.removeprefix(prefix)
+            if kind == "onnx" and "#" in path:
+                path, _, tokenizer = path.rpartition("#")
+                return kind, path, tokenizer or None
+            return kind, path, None
+    if path.startswith(PACKAGE_PREFIX) and path.removeprefix(PACKAGE_PREFIX) in ONNX_ASSETS:
+        return "onnx", path, None
+    return None, path, None
 
 
 class ModelRef(BaseModel):
@@ -54,11 +77,67 @@ class ModelRef(BaseModel):
     trust_remote_code: bool = Field(
         default=False, description="Allow code shipped with the model to run (off unless asked)."
     )
+    kind: ModelKind = Field(
+        default="transformers",
+        description="transformers: a Hugging Face model; onnx: an ONNX encoder file run with "
+        "onnxruntime; precomputed: a .npy/.parquet/.safetensors file of span embeddings. "
+        "A path prefix onnx: or precomputed: sets it too.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="ONNX models: tokenizer directory, hub id or package:NAME (default: "
+        "the ONNX file's own folder, or the packaged model's tokenizer).",
+    )
+    unchecked_order: bool = Field(
+        default=False,
+        description="Precomputed models: accept a file that carries no span order "
+        "(a .npy without its .spans.sha256 sidecar).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_prefix(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+            return data
+        kind, path, tokenizer = _split_kind(data["path"])
+        if kind is None:
+            return data
+        if data.get("kind", kind) != kind:
+            raise UserInputError(
+                f"model {data.get('name', path)!r}: path says {kind} but kind is {data['kind']}"
+            )
+        if tokenizer is not None and data.get("tokenizer", tokenizer) != tokenizer:
+            raise UserInputError(f"model {data.get('name', path)!r}: two tokenizers given")
+        update = {"kind": kind, "path": path}
+        return {**data, **update, **({"tokenizer": tokenizer} if tokenizer else {})}
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> ModelRef:
+        wrong = []
+        if self.kind != "transformers":
+            wrong += [k for k in ("revision", "random_init") if getattr(self, k)]
+        if self.kind != "onnx" and self.tokenizer is not None:
+            wrong.append("tokenizer")
+        if self.kind != "precomputed" and self.unchecked_order:
+            wrong.append("unchecked_order")
+        if wrong:
+            raise UserInputError(
+                f"model {self.name!r}: {', '.join(wrong)} does not apply to a {self.kind} model"
+            )
+        return self
 
     @classmethod
     def parse(cls, text: str) -> ModelRef:
-        """CLI form: ``[NAME=][random:]PATH[@REVISION]``."""
+        """CLI form: ``[NAME=][random:]PATH[@REVISION]``, ``[NAME=]onnx:FILE[#TOKENIZER]`` or
+        ``[NAME=]precomputed:FILE``."""
         name, _, ref = text.rpartition("=") if "=" in text else ("", "", text)
+        kind, file, tokenizer = _split_kind(ref)
+        if kind is not None:
+            if not file:
+                raise UserInputError(f"model reference {text!r} names no file")
+            stem = Path(file.rstrip("/")).stem if file.endswith(_FILE_SUFFIXES) else None
+            default = stem or Path(file.rstrip("/")).name
+            return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)
         random_init = ref.startswith("random:")
         ref = ref.removeprefix("random:")
         path, _, revision = ref.partition("@")
@@ -70,7 +149,12 @@ class ModelRef(BaseModel):
 
 
 def resolve_directory(ref: ModelRef) -> Path:
-    """The local directory holding the model's files, downloading a hub snapshot if needed."""
+    """The local path of the model: its directory (a hub snapshot is downloaded if needed), or
+    the file itself for ONNX and precomputed models."""
+    if ref.kind == "onnx":
+        return _onnx_file(ref)
+    if ref.kind == "precomputed":
+        return _precomputed_file(ref)
     if ref.path.startswith(PACKAGE_PREFIX):
         return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
     local = Path(ref.path).expanduser()
@@ -80,20 +164,99 @@ def resolve_directory(ref: ModelRef) -> Path:
                 f"model {ref.name!r}: {local} is not a model directory (no config.json)"
             )
         return local
-    looks_local = (
-        ref.path.startswith((".", "/", "~")) or local.exists() or not _HUB_ID.match(ref.path)
-    )
-    if looks_local:
+    if _looks_local(ref.path):
         raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
+    return _snapshot(ref.name, ref.path, ref.revision)
+
+
+def _looks_local(path: str) -> bool:
+    local = Path(path).expanduser()
+    return path.startswith((".", "/", "~")) or local.exists() or not _HUB_ID.match(path)
+
+
+def _snapshot(
+    name: str, repo: str, revision: str | None, patterns: list[str] | None = None
+) -> Path:
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(ref.path, revision=ref.revision))
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
     except Exception as err:  # the hub client raises many types; all mean "cannot get it"
         raise UserInputError(
-            f"model {ref.name!r}: cannot fetch {ref.path!r} from the hub "
+            f"model {name!r}: cannot fetch {repo!r} from the hub "
             f"({type(err).__name__}); give a local directory instead"
         ) from err
+
+
+def _local_file(ref: ModelRef, what: str) -> Path:
+    if ref.path.startswith(PACKAGE_PREFIX):
+        return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
+    path = Path(ref.path).expanduser()
+    if not path.exists():
+        raise UserInputError(f"model {ref.name!r}: {what} {ref.path} does not exist")
+    return path
+
+
+def _onnx_file(ref: ModelRef) -> Path:
+    path = _local_file(ref, "ONNX file")
+    if path.is_dir():  # an exported folder: model.onnx, or its only .onnx file
+        found = [path / "model.onnx"] if (path / "model.onnx").is_file() else []
+        found = found or sorted(path.glob("*.onnx"))
+        if len(found) != 1:
+            raise UserInputError(
+                f"model {ref.name!r}: {path} holds {len(found)} .onnx files; name one of them"
+            )
+        path = found[0]
+    return path
+
+
+def _precomputed_file(ref: ModelRef) -> Path:
+    path = _local_file(ref, "embeddings file")
+    if not path.is_file() or path.suffix.lower() not in PRECOMPUTED_SUFFIXES:
+        raise UserInputError(
+            f"model {ref.name!r}: {path} is not a file of embeddings "
+            f"({', '.join(PRECOMPUTED_SUFFIXES)})"
+        )
+    return path
+
+
+def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
+    """Where an ONNX model's tokenizer lives: ``ref.tokenizer``, the packaged model's default,
+    or the ONNX file's own folder when it holds tokenizer files."""
+    source = ref.tokenizer
+    if source is None and ref.path.startswith(PACKAGE_PREFIX):
+        source = ONNX_ASSETS.get(ref.path.removeprefix(PACKAGE_PREFIX))
+    if source is None:
+        if any((onnx_file.parent / f).is_file() for f in _TOKENIZER_FILES):
+            return onnx_file.parent
+        raise UserInputError(
+            f"model {ref.name!r}: an ONNX model needs a tokenizer: onnx:FILE#TOKENIZER on the "
+            "command line or tokenizer: in the recipe (a directory, hub id or package:NAME)"
+        )
+    if source.startswith(PACKAGE_PREFIX):
+        return asset_path(source.removeprefix(PACKAGE_PREFIX))
+    local = Path(source).expanduser()
+    if local.is_dir():
+        return local
+    repo, _, revision = source.partition("@")
+    if _looks_local(repo):
+        raise UserInputError(f"model {ref.name!r}: tokenizer directory {source} does not exist")
+    return _snapshot(ref.name, repo, revision or None, [*_TOKENIZER_FILES, "config.json"])
+
+
+def _onnx_files(path: Path) -> list[Path]:
+    """The graph and its external-data files (``<name>_data``, ``<name>.data``)."""
+    extra = [path.with_name(path.name + s) for s in ("_data", ".data")]
+    return [path, *(p for p in extra if p.is_file())]
+
+
+def _sibling_config(path: Path) -> dict[str, Any]:
+    config = path.parent / "config.json"
+    try:
+        return dict(json.loads(config.read_text())) if config.is_file() else {}
+    except (json.JSONDecodeError, TypeError, ValueError):
+        log.warning("ignoring %s: not a JSON object", config)
+        return {}
 
 
 def _memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
@@ -102,16 +265,35 @@ def _memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
     stamp = sha256_json([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(files)])
     memo = memo_dir / f"{stamp}.hash" if memo_dir else None
     if memo is not None and memo.is_file():
-        return memo.read_text().strip()
+        memoised = memo.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{64}", memoised):  # a memo torn by a killed run is redone
+            return memoised
     digest = sha256_files(files, root)
     if memo is not None:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_text(digest)
+        write_text_atomic(memo, digest)
     return digest
 
 
 def fingerprint(ref: ModelRef, directory: Path, memo_dir: Path | None = None) -> dict[str, str]:
-    """Hashes of what changes the numbers: weights (or config + seed if random), tokenizer."""
+    """Hashes of what changes the numbers: weights (or config + seed if random), tokenizer.
+
+    ``directory`` is what :func:`resolve_directory` returned (a file for ONNX and precomputed).
+    """
+    if ref.kind == "precomputed":
+        return {
+            "weights": _memoised_hash([directory], directory.parent, memo_dir),
+            "tokenizer": sha256_json(None),
+            "config": sha256_json({"kind": "precomputed"}),
+        }
+    if ref.kind == "onnx":
+        tok_dir = tokenizer_directory(ref, directory)
+        tok_files = [tok_dir / f for f in _TOKENIZER_FILES if (tok_dir / f).is_file()]
+        config = {"kind": "onnx", "config": _sibling_config(directory)}
+        return {
+            "weights": _memoised_hash(_onnx_files(directory), directory.parent, memo_dir),
+            "tokenizer": _memoised_hash(tok_files, tok_dir, memo_dir),
+            "config": sha256_json(config),
+        }
     config = json.loads((directory / "config.json").read_text())
     if ref.random_init:
         weights = sha256_json({"config": config, "seed": ref.seed, "random_init": True})
@@ -134,6 +316,12 @@ def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
     """A fast tokenizer (offsets are needed); refuses slow-only tokenizers."""
     from transformers import AutoTokenizer
 
+    if ref.kind == "precomputed":
+        raise UserInputError(f"model {ref.name!r} is a precomputed embeddings file: no tokenizer")
+    if ref.kind == "onnx":
+        directory = tokenizer_directory(ref, directory)
+    if ref.trust_remote_code:
+        announce_remote_code(ref.name, directory)
     try:
         tokenizer = AutoTokenizer.from_pretrained(
             directory, trust_remote_code=ref.trust_remote_code
@@ -148,13 +336,25 @@ def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
 
 
 def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
-    """The bare ``AutoModel`` (hidden states), in eval mode; random weights if asked."""
+    """The bare ``AutoModel`` (hidden states), in eval mode; random weights if asked.
+
+    An ONNX model loads as an :class:`~lmalgebra.sources.onnx_encoder.OnnxEncoder`, which the
+    embedding loop drives like an ``AutoModel``.
+    """
+    if ref.kind == "precomputed":
+        raise UserInputError(f"model {ref.name!r} is a file of precomputed embeddings: no network")
+    if ref.kind == "onnx":
+        from lmalgebra.sources.onnx_encoder import OnnxEncoder
+
+        if dtype != "float32":
+            log.warning("model %r: an ONNX graph runs in its own precision", ref.name)
+        return OnnxEncoder.load(ref.name, directory, _sibling_config(directory))
     import torch
     from transformers import AutoConfig, AutoModel
 
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     if ref.trust_remote_code:
-        log.warning("model %r: trust_remote_code is on; code from %s will run", ref.name, directory)
+        announce_remote_code(ref.name, directory)
     try:
         if ref.random_init:
             config = AutoConfig.from_pretrained(directory, trust_remote_code=ref.trust_remote_code)
@@ -172,8 +372,30 @@ def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
     return model.eval()
 
 
+def model_depth(ref: ModelRef, directory: Path) -> int:
+    """Number of hidden layers (the embedding output is layer 0), for layer studies.
+
+    ONNX graphs have layers only when they expose ``hidden_states.0..N``; precomputed files none.
+    """
+    if ref.kind == "precomputed":
+        raise UserInputError(f"model {ref.name!r} is a precomputed embeddings file: no layers")
+    if ref.kind == "onnx":
+        model = load_model(ref, directory)
+        model.check_layer(0)
+        return int(model.config.num_hidden_layers)
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(directory, trust_remote_code=ref.trust_remote_code)
+    return int(config.num_hidden_layers)
+
+
 def check_layer(name: str, model: Any, layer: int) -> None:
     """Refuse a hidden-layer index the model does not have (0 = embeddings, -1 = the last)."""
+    from lmalgebra.sources.onnx_encoder import OnnxEncoder
+
+    if isinstance(model, OnnxEncoder):
+        model.check_layer(layer)
+        return
     layers = getattr(model.config, "num_hidden_layers", None)
     if layers is not None and not -(layers + 1) <= layer <= layers:
         raise UserInputError(

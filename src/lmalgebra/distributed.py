@@ -1,0 +1,183 @@
+"""Ranks of a data-parallel run: who am I, how many are we, and the few collectives the stages use.
+
+A command launched by ``torchrun`` or ``accelerate launch`` runs once per process. Every stage asks
+this module (and nothing else) for its rank: the process group is set up through Accelerate's
+``PartialState`` (gloo without GPUs, NCCL with them) the first time it is needed. A plain run,
+with no launcher, never touches ``torch.distributed`` and sees rank 0 of 1.
+
+Ranks share work by fixed shards: shard ``i`` belongs to rank ``i % size``. Shard files are
+disjoint; each rank records its own shards in a manifest part (``<manifest>.rank-NNNN.json``),
+and the main rank alone writes the manifest after a barrier.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ParamSpec
+
+import numpy as np
+import torch
+
+from lmalgebra.lmd.blocked import BlockedMoments
+from lmalgebra.lmd.moments import SecondMoments
+
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+
+
+def _group() -> Any:
+    """``torch.distributed`` once a process group exists (set up here when launched), else None."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return None
+    if not dist.is_initialized():
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return None
+        from accelerate import PartialState
+
+        # Accelerate picks gloo for CPU processes only when told so (``accelerate launch --cpu``
+        # sets ACCELERATE_USE_CPU); with GPUs it picks NCCL
+        forced = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+        PartialState(cpu=forced or not torch.cuda.is_available())
+    return dist
+
+
+def world() -> tuple[int, int]:
+    """``(rank, size)`` of this process; ``(0, 1)`` when not launched as several processes."""
+    dist = _group()
+    if dist is None:
+        return 0, 1
+    return int(dist.get_rank()), int(dist.get_world_size())
+
+
+def is_main() -> bool:
+    """True on rank 0 (the only rank that writes manifests, statistics and reports)."""
+    return world()[0] == 0
+
+
+def barrier() -> None:
+    """Wait until every rank gets here (nothing to wait for in a single process)."""
+    dist = _group()
+    if dist is not None and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def owned(count: int) -> range:
+    """Indices in ``range(count)`` that this rank computes: ``i % size == rank``."""
+    rank, size = world()
+    return range(rank, count, size)
+
+
+def _device(dist: Any) -> torch.device:
+    if dist.get_backend() in ("gloo", "mpi"):
+        return torch.device("cpu")
+    from accelerate import PartialState
+
+    return torch.device(PartialState().device)
+
+
+def _sum_in_place(values: np.ndarray) -> None:
+    """All-reduce (sum) a contiguous float64 array in place; every rank ends with the same bits."""
+    dist = _group()
+    if dist is None or dist.get_world_size() == 1:
+        return
+    tensor = torch.from_numpy(values)  # shares memory with ``values``
+    device = _device(dist)
+    if device.type == "cpu":
+        dist.all_reduce(tensor)
+        return
+    moved = tensor.to(device)
+    dist.all_reduce(moved)
+    tensor.copy_(moved.cpu())
+
+
+def all_reduce_sum(array: np.ndarray) -> np.ndarray:
+    """Element-wise sum over ranks, as a new ``float64`` array of ``array``'s shape.
+
+    Sums are taken in float64 by the backend; every rank receives the same result.
+    """
+    values = np.array(array, dtype=np.float64, order="C", copy=True)
+    _sum_in_place(values)
+    return values
+
+
+def reduce_moments(moments: SecondMoments) -> SecondMoments:
+    """Statistics of the union of every rank's rows (ranks hold disjoint rows).
+
+    Every rank's statistics are first expressed around one common shift, the shift of the lowest
+    rank holding any row (rank 0 holds the first shard, so this is the shift a single process
+    would have used), with ``SecondMoments.shifted_to`` (exact algebra); then ``n``, sums and Gram
+    matrices are summed in float64. Ranks with ``n == 0`` contribute nothing. Collective: every
+    rank must call it, in the same order, with statistics over the same blocks. Returns the
+    input unchanged in a single process.
+    """
+    rank, size = world()
+    if size == 1:
+        return moments
+    counts = np.zeros(size)
+    counts[rank] = moments.n
+    counts = all_reduce_sum(counts)
+    holders = np.flatnonzero(counts)
+    if holders.size == 0:
+        return SecondMoments(moments.blocks)
+    source = int(holders[0])
+    shift = all_reduce_sum(moments.shift if rank == source else np.zeros(moments.dim))
+    moved = moments.shifted_to(shift) if moments.n else SecondMoments(moments.blocks)
+    sums = np.ascontiguousarray(moved.sums, dtype=np.float64)
+    gram = np.ascontiguousarray(moved.gram, dtype=np.float64)
+    _sum_in_place(sums)
+    _sum_in_place(gram)
+    return SecondMoments(moments.blocks, int(counts.sum()), shift, sums, gram)
+
+
+def reduce_blocked(blocked: BlockedMoments) -> BlockedMoments:
+    """``reduce_moments`` applied to every row block of ``blocked`` (collective)."""
+    parts = [reduce_moments(part) for part in blocked.parts]
+    return BlockedMoments(blocked.blocks, blocked.edges, parts)
+
+
+def main_rank_only(fn: Callable[P, None]) -> Callable[P, None]:
+    """Run ``fn`` on the main rank only; the other ranks wait for it at a barrier."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        if is_main():
+            fn(*args, **kwargs)
+        barrier()
+
+    return wrapper
+
+
+def part_path(manifest: Path, rank: int) -> Path:
+    """Where rank ``rank`` records its shards of the set whose manifest is ``manifest``."""
+    return manifest.with_name(f"{manifest.stem}.rank-{rank:04d}{manifest.suffix}")
+
+
+def read_parts(manifest: Path, key: Any) -> list[dict[str, Any]]:
+    """Every readable manifest part next to ``manifest`` written under ``key`` (any rank count).
+
+    A part is a JSON object ``{"key": ..., "shards": ...}``; unreadable or foreign parts are
+    skipped (their shards are then recomputed).
+    """
+    found = []
+    for path in sorted(manifest.parent.glob(f"{manifest.stem}.rank-*{manifest.suffix}")):
+        try:
+            part = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            log.warning("manifest part %s is unreadable; its shards will be recomputed", path)
+            continue
+        if isinstance(part, dict) and part.get("key") == key:
+            found.append(part)
+    return found
+
+
+def remove_parts(manifest: Path) -> None:
+    """Delete the manifest parts next to ``manifest`` (once the manifest holds their records)."""
+    for path in manifest.parent.glob(f"{manifest.stem}.rank-*{manifest.suffix}"):
+        path.unlink(missing_ok=True)

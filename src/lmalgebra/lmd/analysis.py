@@ -1,0 +1,197 @@
+"""The main fits of a run and everything said about them, from its statistics alone.
+
+Alpha (fixed or chosen), pairwise / group / single fits with adjusted R^2 and bootstrap intervals,
+null baselines (random-initialised copies, shuffled pairing), CKA and CCA next to LMD, and the
+attribution of each group fit to its basis models. Results are tidy rows for the run's CSV files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lmalgebra.lmd.alpha_select import adjusted_r2, effective_df, group_effective_df, select_alpha
+from lmalgebra.lmd.attribution import attribute
+from lmalgebra.lmd.bootstrap import bootstrap_r2
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.measure import Measured
+from lmalgebra.lmd.nulls import random_copy, random_null_fits, shuffled_r2
+from lmalgebra.lmd.similarity import similarity_table
+from lmalgebra.lmd.solver import Decomposer, Fit
+from lmalgebra.lmd.spans import SPLITS
+from lmalgebra.lmd.sweeps import Row, decomposer_of
+
+HELD_OUT = ("validation", "test")
+
+
+@dataclass
+class Analysis:
+    """The main fits and the tables written next to them (file stem -> tidy rows)."""
+
+    alpha: float
+    selected_by: str
+    solver: Decomposer
+    pairwise: dict[str, np.ndarray]
+    group: list[Fit]
+    single: Fit | None
+    tables: dict[str, list[Row]] = field(default_factory=dict)
+
+
+def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -> Analysis:
+    """Fit and describe the models ``names`` (the measurement may also hold their null copies)."""
+    study = config.study
+    names = list(names)
+    alpha, selected_by, curve = config.alpha, "fixed", list[Row]()
+    if study.alpha_select != "fixed":
+        alpha, curve = _choose_alpha(config, measured, names)
+        selected_by = study.alpha_select
+    everything = decomposer_of(measured.stats, alpha, config.alpha_mode)
+    solver = everything.subset(names) if len(everything.blocks) > len(names) else everything
+    pairwise = solver.pairwise()
+    group = solver.leave_one_out()
+    single = solver.fit(config.target, config.basis) if config.target and config.basis else None
+    result = Analysis(alpha, selected_by, solver, pairwise, group, single)
+    result.tables["fits"] = _fit_rows(result, measured, study.bootstrap, study.level, study.seed)
+    result.tables["nulls"] = _null_rows(everything, solver, group, names, study.nulls)
+    result.tables["similarity"] = _similarity_rows(solver, pairwise)
+    if curve:
+        result.tables["alpha_curve"] = curve
+    if study.attribution:
+        result.tables["attribution"] = [
+            {
+                "target": r.target,
+                "method": r.method,
+                "model": r.model,
+                "step": "" if r.step is None else r.step,
+                "split": r.split,
+                "value": r.value,
+            }
+            for f in group
+            for r in attribute(solver, f.target, split=study.attribution_split, seed=study.seed)
+        ]
+    return result
+
+
+def _fit_rows(
+    result: Analysis, measured: Measured, replicates: int, level: float, seed: int
+) -> list[Row]:
+    solver, names = result.solver, [b.name for b in result.solver.blocks]
+    rows: list[Row] = []
+    for split in SPLITS:
+        for i, target in enumerate(names):
+            for j, basis in enumerate(names):
+                if i != j:
+                    rows.append(
+                        _fit_row("pairwise", target, [basis], split, result.pairwise[split][i, j])
+                    )
+    n_train = solver.train.n
+    singles = [("group", f) for f in result.group]
+    singles += [("single", result.single)] if result.single is not None else []
+    group_df = group_effective_df(solver)
+    for kind, fit in singles:
+        df = group_df[fit.target] if kind == "group" else effective_df(solver, fit.basis)
+        for split in SPLITS:
+            row = _fit_row(kind, fit.target, fit.basis, split, fit.r2[split])
+            if split == "train":
+                row["adjusted_r2"] = adjusted_r2(fit.r2["train"], n_train, df)
+            rows.append(row)
+    if replicates > 0:
+        _add_intervals(rows, result, measured, replicates, level, seed)
+    return rows
+
+
+def _fit_row(kind: str, target: str, basis: Sequence[str], split: str, r2: float) -> Row:
+    return {
+        "kind": kind,
+        "target": target,
+        "basis": "+".join(basis),
+        "split": split,
+        "r2": float(r2),
+        "ci_low": "",
+        "ci_high": "",
+        "adjusted_r2": "",
+    }
+
+
+def _null_rows(
+    everything: Decomposer,
+    solver: Decomposer,
+    group: list[Fit],
+    names: list[str],
+    with_random: bool,
+) -> list[Row]:
+    rows: list[Row] = []
+    for fit in group:
+        for split in HELD_OUT:
+            rows.append(_null_row("shuffled_group", fit, split, shuffled_r2(solver, fit, split)))
+    copied = [n for n in names if random_copy(n) in {b.name for b in everything.blocks}]
+    if with_random and len(copied) >= 2:  # ONNX graphs and files of vectors have no copies
+        null = random_null_fits(everything, copied)
+        for kind, fits in (("random_group", null.group), ("random_pairwise", null.pairwise)):
+            for fit in fits:
+                for split in SPLITS:
+                    rows.append(_null_row(kind, fit, split, fit.r2[split]))
+    return rows
+
+
+def _null_row(kind: str, fit: Fit, split: str, r2: float) -> Row:
+    basis = "+".join(fit.basis)
+    return {"kind": kind, "target": fit.target, "basis": basis, "split": split, "r2": float(r2)}
+
+
+def _similarity_rows(solver: Decomposer, pairwise: dict[str, np.ndarray]) -> list[Row]:
+    names = [b.name for b in solver.blocks]
+    index = {n: k for k, n in enumerate(names)}
+    rows: list[Row] = []
+    for split in SPLITS:
+        for s in similarity_table(solver.blocks, solver.splits[split]):
+            for a, b in ((s.model_a, s.model_b), (s.model_b, s.model_a)):
+                rows.append(
+                    {
+                        "model_a": a,
+                        "model_b": b,
+                        "split": split,
+                        "lmd_r2": float(pairwise[split][index[a], index[b]]),
+                        "cka": s.cka,
+                        "mean_cca": s.mean_cca,
+                    }
+                )
+    return rows
+
+
+def _choose_alpha(
+    config: DecomposeConfig, measured: Measured, names: list[str]
+) -> tuple[float, list[Row]]:
+    """Alpha over the study's grid by its criterion; the curves become ``alpha_curve.csv``."""
+    study = config.study
+    solver = decomposer_of(measured.stats, config.alpha, config.alpha_mode).subset(names)
+    train = measured.stats["train"].subset(names) if study.alpha_select == "kfold" else None
+    selection = select_alpha(
+        solver.blocks,
+        solver.splits,
+        alpha_mode=config.alpha_mode,
+        method=study.alpha_select,  # type: ignore[arg-type]
+        grid=study.alpha_grid,
+        train_blocks=train,
+        folds=study.folds,
+    )
+    return selection.alpha, [dict(r) for r in selection.rows()]
+
+
+def _add_intervals(
+    rows: list[Row], result: Analysis, measured: Measured, replicates: int, level: float, seed: int
+) -> None:
+    """Fill ``ci_low`` / ``ci_high`` of every fit row from block-resampled statistics."""
+    solver, names = result.solver, [b.name for b in result.solver.blocks]
+    fits: dict[str, list[Fit]] = {"group": result.group, "pairwise": solver.pairwise_fits()}
+    if result.single is not None:
+        fits["single"] = [result.single]
+    blocked = {split: measured.stats[split].subset(names) for split in SPLITS}
+    boot = bootstrap_r2(solver, blocked, fits, replicates, level, seed)
+    found = {(i.kind, i.target, "+".join(i.basis), i.split): i for i in boot.intervals}
+    for row in rows:
+        interval = found.get((row["kind"], row["target"], row["basis"], row["split"]))
+        if interval is not None:
+            row["ci_low"], row["ci_high"] = interval.low, interval.high

@@ -1,0 +1,249 @@
+"""One measurement: documents -> spans of T tokens -> cached embeddings -> block statistics.
+
+The main decomposition and every sweep (span length, layers, languages) are measurements that
+differ only in their documents, span length and sources; the fits that follow read statistics only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lmalgebra.distributed import owned, reduce_blocked
+from lmalgebra.lmd.blocked import BlockedMoments
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
+from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.moments import Block, layout
+from lmalgebra.lmd.nulls import RANDOM_SUFFIX, random_copy
+from lmalgebra.lmd.span_plan import draw_run_spans
+from lmalgebra.lmd.spans import SPLITS, SpanSpec
+from lmalgebra.progress import progress_bar
+from lmalgebra.sources.models import (
+    ModelRef,
+    check_layer,
+    fingerprint,
+    load_model,
+    load_tokenizer,
+    model_depth,
+    resolve_directory,
+)
+from lmalgebra.sources.precomputed import PrecomputedSplit, load_precomputed
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Source:
+    """What one model contributes to the concatenated embedding: one layer, or several.
+
+    With ``layers`` the model yields one block per layer, named ``MODEL@LAYER``.
+    """
+
+    model: str
+    layers: tuple[int, ...] | None = None
+
+    @property
+    def block_names(self) -> list[str]:
+        if self.layers is None:
+            return [self.model]
+        return [f"{self.model}@{layer}" for layer in self.layers]
+
+
+class ModelPool:
+    """The run's models (and their random-initialised copies when nulls are asked for).
+
+    Directories and fingerprints are resolved once; weights load on first use, so models whose
+    embeddings are all cached are never loaded.
+    """
+
+    def __init__(self, config: DecomposeConfig):
+        self.config = config
+        refs = list(config.models)
+        if config.study.nulls:
+            refs += [
+                r.model_copy(
+                    update={
+                        "name": random_copy(r.name),
+                        "random_init": True,
+                        "seed": config.study.null_seed,
+                    }
+                )
+                for r in config.models
+                if not r.random_init and r.kind == "transformers"  # ONNX/vectors: no architecture
+            ]
+        self.refs: dict[str, ModelRef] = {r.name: r for r in refs}
+        self.dirs = {name: resolve_directory(ref) for name, ref in self.refs.items()}
+        memo = config.cache_dir / "hashes"
+        self.prints = {n: fingerprint(r, self.dirs[n], memo) for n, r in self.refs.items()}
+        self._loaded: dict[str, tuple[Any, Any]] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.config.models]
+
+    @property
+    def null_names(self) -> list[str]:
+        return [n for n in self.refs if n.endswith(RANDOM_SUFFIX)]
+
+    def tokenizer(self, name: str) -> Any:
+        return load_tokenizer(self.refs[name], self.dirs[name])
+
+    def depth(self, name: str) -> int:
+        """Number of hidden layers (the embedding output is layer 0)."""
+        return model_depth(self.refs[name], self.dirs[name])
+
+    def embedder(self, name: str, spec: EmbedSpec) -> Any:
+        def compute(texts: list[str]) -> tuple[np.ndarray, TokenReport]:
+            if name not in self._loaded:
+                model = load_model(self.refs[name], self.dirs[name], self.config.dtype)
+                for layer in spec.layers or (spec.layer,):
+                    check_layer(name, model, layer)
+                self._loaded[name] = (model, self.tokenizer(name))
+            model, tokenizer = self._loaded[name]
+            return embed(texts, model, tokenizer, spec)
+
+        return compute
+
+    def release(self) -> None:
+        """Drop loaded weights (a sweep over many settings would otherwise keep them all)."""
+        self._loaded.clear()
+
+
+@dataclass
+class Measured:
+    """Statistics of one measurement, per split, over the blocks of its sources."""
+
+    blocks: list[Block]
+    stats: dict[str, BlockedMoments]
+    spans: dict[str, int]
+    tokens: dict[str, TokenReport]
+    hashes: dict[str, str]
+    train_curve: BlockedMoments | None = None
+
+
+def draw_texts(
+    pool: ModelPool, docs: list[str], spec: SpanSpec
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Span texts per split, drawn with the reference tokenizer, and their hashes."""
+    plan = draw_run_spans(pool.config, docs, spec)  # the code `lmalgebra spans` exports with
+    return plan.texts, plan.hashes
+
+
+def measure(
+    pool: ModelPool,
+    docs: list[str],
+    spec: SpanSpec,
+    sources: list[Source],
+    parts: dict[str, int],
+    train_sizes: Sequence[int] | None = None,
+    label: str = "",
+) -> Measured:
+    """Embed ``docs``' spans with every source (cached) and keep their statistics per block.
+
+    ``parts``: blocks of spans per split (1 = plain statistics). ``train_sizes``: training-set
+    sizes whose prefixes of the training spans form a learning curve (capped at the split's size).
+    """
+    config = pool.config
+    texts, hashes = draw_texts(pool, docs, spec)
+    base = config.embed_spec()
+    caches: list[EmbeddingCache | PrecomputedSplit] = []
+    tokens: dict[str, TokenReport] = {}
+    total = sum(len(t) for t in texts.values())
+    for source in sources:
+        ref = pool.refs[source.model]
+        if ref.kind == "precomputed":  # a file of vectors, checked against these spans
+            given = load_precomputed(ref.name, pool.dirs[ref.name], texts, ref.unchecked_order)
+            caches += [given.splits[split] for split in SPLITS]
+            tokens[source.model] = TokenReport(0.0, 0, given.rows)
+            continue
+        embed_spec = EmbedSpec(**{**base.__dict__, "layers": source.layers})
+        compute = pool.embedder(source.model, embed_spec)
+        reports = []
+        tag = f"embed {source.model}" + (f" ({label})" if label else "")
+        with progress_bar(tag, total, config.progress) as advance:
+            for split in SPLITS:
+                key = {
+                    "model": source.model,
+                    "fingerprint": pool.prints[source.model],
+                    "spans": hashes[f"spans_{split}"],
+                    "layer": list(source.layers) if source.layers else base.layer,
+                    "pooling": base.pooling,
+                    "dtype": base.dtype,
+                    "exclude_special": base.exclude_special,
+                    "max_length": base.max_length,
+                }
+                cache = EmbeddingCache(config.cache_dir / "embeddings", key, texts[split])
+                reports.append(cache.ensure(compute, advance))
+                caches.append(cache)
+        tokens[source.model] = merge_reports(reports)
+    edges = train_edges(train_sizes, len(texts["train"])) if train_sizes else None
+    rows = {split: len(t) for split, t in texts.items()}
+    stats, curve = accumulate(caches, sources, rows, parts, edges)
+    return Measured(
+        stats["train"].blocks,
+        stats,
+        {s: len(t) for s, t in texts.items()},
+        tokens,
+        hashes,
+        curve,
+    )
+
+
+def accumulate(
+    caches: list[EmbeddingCache | PrecomputedSplit],
+    sources: list[Source],
+    rows: dict[str, int],
+    parts: dict[str, int],
+    train_edges: list[int] | None = None,
+) -> tuple[dict[str, BlockedMoments], BlockedMoments | None]:
+    """Stream every source's shards split by split into block statistics.
+
+    ``caches`` holds, source by source, one cache per split in ``SPLITS`` order; ``rows`` is each
+    split's row count, ``parts`` its number of row blocks (default 1).
+
+    Under several processes each rank reads only the shards it owns, then every row block's
+    statistics are summed over ranks (``reduce_blocked``): all ranks return the same.
+    """
+    names = [n for s in sources for n in s.block_names]
+    stats: dict[str, BlockedMoments] = {}
+    curve: BlockedMoments | None = None
+    for k, split in enumerate(SPLITS):
+        split_caches = caches[k :: len(SPLITS)]  # caches were made source by source, split by split
+        dims = [_width(c.dim, s) for c, s in zip(split_caches, sources, strict=True)]
+        blocks = layout(names, [d for group in dims for d in group])
+        blocked = BlockedMoments.empty(blocks, rows[split], parts.get(split, 1))
+        if split == "train" and train_edges:
+            curve = BlockedMoments.with_edges(blocks, [0, *train_edges])
+        ranges = split_caches[0].ranges
+        mine = owned(len(ranges))
+        pieces_of = zip(*(c.chunks(mine) for c in split_caches), strict=True)
+        for index, pieces in zip(mine, pieces_of, strict=True):
+            chunk, row = np.hstack(pieces), ranges[index][0]
+            blocked.add_rows(chunk, row)
+            if split == "train" and curve is not None:
+                upto = curve.rows
+                if row < upto:
+                    curve.add_rows(chunk[: upto - row], row)
+        stats[split] = reduce_blocked(blocked)
+    return stats, None if curve is None else reduce_blocked(curve)
+
+
+def train_edges(requested: Sequence[int], available: int) -> list[int]:
+    """Learning-curve sizes that fit in the training split: sorted, capped at its size."""
+    return sorted({min(int(s), available) for s in requested})
+
+
+def _width(width: int, source: Source) -> list[int]:
+    count = len(source.layers) if source.layers else 1
+    return [width // count] * count
+
+
+def merge_reports(reports: list[TokenReport]) -> TokenReport:
+    spans = sum(r.spans for r in reports)
+    tokens = sum(r.mean_tokens * r.spans for r in reports)
+    return TokenReport(tokens / spans if spans else 0.0, sum(r.truncated for r in reports), spans)

@@ -1,0 +1,162 @@
+"""A run's spans: drawn once, by the same code for a decomposition and for ``lmalgebra spans``.
+
+The exporter writes every span (split, index, text, sha256) in the row order a precomputed
+embeddings file must follow, and the order digest that vouches for that order (see
+``sources/precomputed.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.atomic import write_atomic, write_text_atomic
+from lmalgebra.errors import UserInputError
+from lmalgebra.fingerprint import sha256_texts
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.spans import SPLITS, Span, SpanSpec, draw_spans, span_texts
+from lmalgebra.recipe_io import validate
+from lmalgebra.sources.corpus import CorpusSpec, read_documents
+from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.precomputed import order_digest, span_sha256
+
+
+class SpanPlanSpec(BaseModel):
+    """The part of a decomposition recipe that decides the spans (one model is enough)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelRef] = Field(min_length=1, description="Models; one supplies the tokenizer.")
+    corpus: CorpusSpec
+    spans: SpanSpec = Field(default_factory=SpanSpec)
+    reference_tokenizer: str | None = Field(
+        default=None,
+        description="Model whose tokenizer defines span length (default: the first model "
+        "that has a tokenizer).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> SpanPlanSpec:
+        names = [m.name for m in self.models]
+        if self.reference_tokenizer is not None and self.reference_tokenizer not in names:
+            raise UserInputError(
+                f"reference_tokenizer {self.reference_tokenizer!r} is not among the models"
+            )
+        return self
+
+
+@dataclass(frozen=True)
+class RunSpans:
+    """The spans of a run: documents, spans and their texts per split, and their hashes.
+
+    ``hashes`` holds ``corpus``, ``spans_<split>`` (the keys of the embedding cache) and
+    ``spans_order`` (the order digest precomputed files are checked against).
+    """
+
+    docs: list[str]
+    spans: dict[str, list[Span]]
+    texts: dict[str, list[str]]
+    reference: str
+    hashes: dict[str, str]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: len(t) for s, t in self.texts.items()}
+
+    @property
+    def order_digest(self) -> str:
+        return self.hashes["spans_order"]
+
+
+def reference_model(models: list[ModelRef], reference_tokenizer: str | None) -> ModelRef:
+    """The model whose tokenizer cuts the spans: the named one, else the first with a tokenizer."""
+    if reference_tokenizer is not None:
+        ref = next(m for m in models if m.name == reference_tokenizer)
+        if ref.kind == "precomputed":
+            raise UserInputError(
+                f"reference_tokenizer {ref.name!r} is a file of precomputed embeddings: "
+                "name a model that has a tokenizer"
+            )
+        return ref
+    for ref in models:
+        if ref.kind != "precomputed":
+            return ref
+    raise UserInputError(
+        "every model is a precomputed embeddings file: add a model whose tokenizer cuts "
+        "the spans (the same one used when the spans were exported)"
+    )
+
+
+def draw_run_spans(
+    config: DecomposeConfig | SpanPlanSpec,
+    docs: list[str] | None = None,
+    spec: SpanSpec | None = None,
+) -> RunSpans:
+    """Cut the corpus into the run's spans with the reference model's tokenizer.
+
+    ``docs``: the documents (default: read ``config.corpus``); ``spec``: span settings (default
+    ``config.spans``; a sweep passes its own). Every decomposition measurement and the span
+    exporter call this, so an exported list is exactly what a run embeds.
+    """
+    if docs is None:
+        docs = read_documents(config.corpus)
+    ref = reference_model(config.models, config.reference_tokenizer)
+    tokenizer = load_tokenizer(ref, resolve_directory(ref))
+    spans = draw_spans(docs, tokenizer, spec or config.spans)
+    texts = {split: span_texts(docs, spans[split]) for split in SPLITS}
+    hashes = {
+        "corpus": sha256_texts(docs),
+        **{f"spans_{s}": sha256_texts(texts[s]) for s in SPLITS},
+        "spans_order": order_digest(texts),
+    }
+    return RunSpans(docs, spans, texts, ref.name, hashes)
+
+
+def load_span_config(recipe: Path | None, overrides: dict[str, Any]) -> SpanPlanSpec:
+    """A recipe (validated as the decomposition it describes) or flags alone, flags on top."""
+    if recipe is not None:
+        from lmalgebra.lmd.run import load_config
+
+        full = load_config(recipe, overrides)
+        return SpanPlanSpec(
+            models=full.models,
+            corpus=full.corpus,
+            spans=full.spans,
+            reference_tokenizer=full.reference_tokenizer,
+        )
+    return validate(SpanPlanSpec, dict(overrides), "command line")
+
+
+def export_spans(plan: RunSpans, out: Path) -> Path:
+    """Write ``out`` (JSON lines: row, split, index, sha256, text) and its order digest.
+
+    The digest goes to ``out`` with the suffix ``.sha256`` (``spans.jsonl`` -> ``spans.sha256``);
+    copy it to ``VECTORS.npy.spans.sha256`` next to a ``.npy`` of embeddings of these rows, or
+    into the ``spans_sha256`` metadata of a ``.safetensors`` file. Returns the digest's path.
+    """
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as handle:
+            row = 0
+            for split in SPLITS:
+                for index, text in enumerate(plan.texts[split]):
+                    record = {
+                        "row": row,
+                        "split": split,
+                        "index": index,
+                        "sha256": span_sha256(text),
+                        "text": text,
+                    }
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    row += 1
+
+    digest_path = out.with_suffix(".sha256")
+    if digest_path == out:
+        raise UserInputError(f"--out {out}: name the span list .jsonl; its digest gets .sha256")
+    write_atomic(out, write)
+    write_text_atomic(digest_path, plan.order_digest + "\n")
+    return digest_path

@@ -1,0 +1,100 @@
+"""What a decomposition run studies beyond its main fits: sweeps, intervals, alpha choice, nulls."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.errors import UserInputError
+
+AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
+
+
+def default_alpha_grid() -> list[float]:
+    """50 relative strengths, log-spaced from 1e-5 to 1e2."""
+    return [float(a) for a in np.logspace(-5, 2, 50)]
+
+
+class StudySpec(BaseModel):
+    """Optional studies; everything is computed from the same one-pass statistics."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lengths: list[int] | None = Field(
+        default=None, description="Sweep span length T over these values (tokens)."
+    )
+    layers: bool = Field(
+        default=False, description="Sweep every hidden layer of each target against the basis."
+    )
+    layer_map: list[str] | None = Field(
+        default=None,
+        description="Two model names: R^2 of every layer of one from every layer of the other.",
+    )
+    train_sizes: list[int] | None = Field(
+        default=None, description="Learning curve: training-set sizes (spans)."
+    )
+    languages: bool = Field(
+        default=False, description="Per-language results (LANG=PATH corpora or language_column)."
+    )
+    blocks: int = Field(
+        default=32, ge=2, description="Blocks of spans per split kept for resampling."
+    )
+    bootstrap: int = Field(default=0, ge=0, description="Bootstrap replicates (0 = no intervals).")
+    level: float = Field(default=0.95, description="Confidence level of the intervals.")
+    alpha_select: AlphaSelect = Field(
+        default="fixed",
+        description="fixed: use alpha; gcv | kfold | validation: choose it over alpha_grid.",
+    )
+    alpha_grid: list[float] = Field(
+        default_factory=default_alpha_grid, description="Candidate alphas for alpha_select."
+    )
+    folds: int = Field(default=5, description="Folds (groups of training blocks) for kfold.")
+    nulls: bool = Field(
+        default=False, description="Also embed random-initialised copies of every model (nulls)."
+    )
+    null_seed: int = Field(
+        default=12345, description="Seed of the random initialisation of the null copies."
+    )
+    attribution: bool = Field(
+        default=False, description="Greedy, drop-one and Shapley attribution of each group fit."
+    )
+    attribution_split: Literal["validation", "test"] = Field(
+        default="validation", description="Held-out split whose R^2 the attribution uses."
+    )
+    seed: int = Field(default=0, description="Seed of bootstrap and sampled Shapley values.")
+
+    @model_validator(mode="after")
+    def _check(self) -> StudySpec:
+        if self.lengths is not None:
+            if not self.lengths:
+                raise UserInputError("the list of span lengths T is empty")
+            bad = [t for t in self.lengths if t < 1]
+            if bad:
+                raise UserInputError(f"span length T must be >= 1, got {bad[0]}")
+        if self.train_sizes is not None:
+            if not self.train_sizes:
+                raise UserInputError("the list of training-set sizes is empty")
+            if any(s < 2 for s in self.train_sizes):
+                raise UserInputError(f"training-set sizes must be >= 2, got {self.train_sizes}")
+        if self.layer_map is not None and len(self.layer_map) != 2:
+            raise UserInputError(f"layer_map names two models, got {self.layer_map}")
+        if not 0 < self.level < 1:
+            raise UserInputError(f"confidence level must be in (0, 1), got {self.level}")
+        if not self.alpha_grid:
+            raise UserInputError("the alpha grid is empty")
+        bad_alpha = [a for a in self.alpha_grid if not (a > 0 and math.isfinite(a))]
+        if bad_alpha:
+            raise UserInputError(f"alpha grid values must be finite and > 0, got {bad_alpha[0]}")
+        if self.alpha_select == "kfold" and not 2 <= self.folds <= self.blocks:
+            raise UserInputError(
+                f"folds must be between 2 and blocks ({self.blocks}), got {self.folds}"
+            )
+        return self
+
+    @property
+    def keeps_blocks(self) -> bool:
+        """Whether per-block statistics are needed (intervals or k-fold)."""
+        return self.bootstrap > 0 or self.alpha_select == "kfold"

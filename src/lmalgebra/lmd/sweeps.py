@@ -1,0 +1,182 @@
+"""Sweeps: the decomposition repeated over span length, layers, training size and language.
+
+Each sweep yields tidy rows ``setting, kind, target, basis, split, r2`` (the layer map has its own
+columns). Span-length and language sweeps are new measurements (cached embeddings); layer sweeps
+embed every layer in one pass; the learning curve reuses the main training statistics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from lmalgebra.errors import UserInputError
+from lmalgebra.lmd.blocked import BlockedMoments
+from lmalgebra.lmd.measure import Measured, ModelPool, Source, measure
+from lmalgebra.lmd.solver import Decomposer, SplitMoments
+from lmalgebra.lmd.spans import SPLITS
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+
+
+def decomposer_of(
+    stats: dict[str, BlockedMoments],
+    alpha: float,
+    alpha_mode: str,
+    train: BlockedMoments | None = None,
+    train_parts: int | None = None,
+) -> Decomposer:
+    """A decomposer over a measurement's statistics (optionally a prefix of the training blocks)."""
+    splits = {s: SplitMoments.of(stats[s].total()) for s in SPLITS}
+    if train is not None and train_parts is not None:
+        splits["train"] = SplitMoments.of(train.prefix(train_parts))
+    blocks = stats["train"].blocks
+    return Decomposer(blocks, splits, alpha, alpha_mode)  # type: ignore[arg-type]
+
+
+def fit_rows(decomposer: Decomposer, setting: Any, names: Sequence[str]) -> list[Row]:
+    """Pairwise and group (each model from all the others) R^2 of ``names``, every split."""
+    solver = decomposer.subset(list(names)) if list(names) != _names(decomposer) else decomposer
+    rows: list[Row] = []
+    pairwise = solver.pairwise()
+    for split in SPLITS:
+        for i, target in enumerate(names):
+            for j, basis in enumerate(names):
+                if i != j:
+                    rows.append(
+                        _row(setting, "pairwise", target, [basis], split, pairwise[split][i, j])
+                    )
+    for fit in solver.leave_one_out():
+        for split in SPLITS:
+            rows.append(_row(setting, "group", fit.target, fit.basis, split, fit.r2[split]))
+    return rows
+
+
+def length_sweep(
+    pool: ModelPool, docs: list[str], lengths: Sequence[int], alpha: float
+) -> list[Row]:
+    """R^2 at every span length T (new spans per T; their embeddings are cached)."""
+    config = pool.config
+    rows: list[Row] = []
+    for length in lengths:
+        spec = config.spans.model_copy(update={"length": length})
+        measured = measure(pool, docs, spec, _sources(pool.names), {}, label=f"T={length}")
+        solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+        rows += fit_rows(solver, length, pool.names)
+        log.info("T=%d: %d training spans", length, measured.spans["train"])
+    return rows
+
+
+def layer_sweep(pool: ModelPool, docs: list[str], alpha: float) -> list[Row]:
+    """Every layer of each model fitted on all the other models (at the run's layer)."""
+    config = pool.config
+    rows: list[Row] = []
+    layered = {}
+    for name in pool.names:
+        try:
+            layered[name] = pool.depth(name)
+        except UserInputError as err:  # an ONNX graph without hidden states, a file of vectors
+            log.warning("layer sweep leaves out %s: %s", name, err)
+    if not layered:
+        raise UserInputError("the layer sweep needs a model with hidden layers; none has them")
+    for target, depth in layered.items():
+        layers = tuple(range(depth + 1))
+        others = [n for n in pool.names if n != target]
+        sources = [Source(target, layers), *_sources(others)]
+        measured = measure(pool, docs, config.spans, sources, {}, label=f"{target} layers")
+        solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+        for layer in layers:
+            fit = solver.fit(f"{target}@{layer}", others)
+            for split in SPLITS:
+                rows.append(_row(layer, "group", target, others, split, fit.r2[split]))
+        pool.release()
+    return rows
+
+
+def layer_map(pool: ModelPool, docs: list[str], pair: Sequence[str], alpha: float) -> list[Row]:
+    """R^2 of every layer of one model from every single layer of the other, both ways."""
+    config = pool.config
+    first, second = pair
+    sources = [Source(name, tuple(range(_depth(pool, name) + 1))) for name in (first, second)]
+    measured = measure(pool, docs, config.spans, sources, {}, label="layer map")
+    solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+    pairwise = solver.pairwise()
+    names = [b.name for b in solver.blocks]
+    rows: list[Row] = []
+    for split in SPLITS:
+        for i, a in enumerate(names):
+            for j, b in enumerate(names):
+                model_a, layer_a = a.rsplit("@", 1)
+                model_b, layer_b = b.rsplit("@", 1)
+                if model_a == model_b:
+                    continue
+                rows.append(
+                    {
+                        "model_a": model_a,
+                        "layer_a": int(layer_a),
+                        "model_b": model_b,
+                        "layer_b": int(layer_b),
+                        "split": split,
+                        "r2": float(pairwise[split][i, j]),
+                    }
+                )
+    pool.release()
+    return rows
+
+
+def train_size_sweep(
+    main: Measured, names: Sequence[str], alpha: float, alpha_mode: str
+) -> list[Row]:
+    """Learning curve: fits on growing prefixes of the training spans, scored on every split."""
+    curve = main.train_curve
+    if curve is None:
+        raise ValueError("the main measurement kept no learning-curve statistics")
+    rows: list[Row] = []
+    for parts in range(1, len(curve.parts) + 1):
+        size = curve.edges[parts]
+        solver = decomposer_of(main.stats, alpha, alpha_mode, curve, parts)
+        rows += fit_rows(solver, size, names)
+    return rows
+
+
+def language_sweep(pool: ModelPool, by_language: dict[str, list[str]], alpha: float) -> list[Row]:
+    """R^2 per language (spans drawn from that language's documents only)."""
+    config = pool.config
+    rows: list[Row] = []
+    for language, docs in by_language.items():
+        try:
+            measured = measure(pool, docs, config.spans, _sources(pool.names), {}, label=language)
+        except UserInputError as err:
+            raise UserInputError(f"language {language!r}: {err}") from None
+        solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+        rows += fit_rows(solver, language, pool.names)
+    return rows
+
+
+def _sources(names: Sequence[str]) -> list[Source]:
+    return [Source(n) for n in names]
+
+
+def _names(decomposer: Decomposer) -> list[str]:
+    return [b.name for b in decomposer.blocks]
+
+
+def _depth(pool: ModelPool, name: str) -> int:
+    try:
+        return pool.depth(name)
+    except (AttributeError, KeyError, ValueError) as err:
+        raise UserInputError(f"model {name!r}: cannot tell its number of layers ({err})") from None
+
+
+def _row(setting: Any, kind: str, target: str, basis: Sequence[str], split: str, r2: float) -> Row:
+    return {
+        "setting": setting,
+        "kind": kind,
+        "target": target,
+        "basis": "+".join(basis),
+        "split": split,
+        "r2": float(r2),
+    }

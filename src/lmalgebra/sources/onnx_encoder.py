@@ -1,0 +1,204 @@
+"""ONNX encoders run with onnxruntime, shaped like a Hugging Face model for the one embedding loop.
+
+``lmd.embed.embed`` calls ``model(input_ids=..., attention_mask=..., output_hidden_states=...)``
+and reads ``model.config``; :class:`OnnxEncoder` answers both, so batching, length sorting,
+truncation and pooling stay in that loop. The session is fed the inputs its graph declares:
+``input_ids`` and ``attention_mask`` (required), ``token_type_ids`` (zeros) and ``position_ids``
+(0..seq-1) when declared. The output is the graph's last hidden state: an output named
+``last_hidden_state``, else the last of ``hidden_states.<i>``, else its first 3-D float output.
+Other layers are available only when the graph exposes every hidden state as outputs named
+``hidden_states.0`` .. ``hidden_states.<layers>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmalgebra.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+REQUIRED_INPUTS = ("input_ids", "attention_mask")
+OPTIONAL_INPUTS = ("token_type_ids", "position_ids")
+_HIDDEN = re.compile(r"^hidden_states?[._](\d+)$")
+_FLOATS = ("tensor(float)", "tensor(float16)", "tensor(double)")
+_INTS = {"tensor(int64)": np.int64, "tensor(int32)": np.int32}
+
+
+@dataclass(frozen=True)
+class OnnxConfig:
+    """The few ``config`` fields the embedding loop reads (``None`` when the graph hides them)."""
+
+    hidden_size: int
+    num_hidden_layers: int | None = None
+    max_position_embeddings: int | None = None
+    pad_token_id: int | None = None
+    model_type: str = "onnx"
+
+
+@dataclass(frozen=True)
+class OnnxOutput:
+    """``last_hidden_state (batch, seq, hidden) float``; every layer's when asked and exposed."""
+
+    last_hidden_state: torch.Tensor
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+def _one_line(err: Exception) -> str:
+    text = " ".join(str(err).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def open_session(name: str, path: Path) -> Any:
+    """An ``onnxruntime.InferenceSession`` of ``path``; a ``UserInputError`` if unreadable."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise UserInputError(
+            f"model {name!r}: ONNX models need onnxruntime: pip install 'lmalgebra[onnx]'"
+        ) from None
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: graph-optimiser notices are not for users
+    try:
+        return ort.InferenceSession(
+            str(path), sess_options=options, providers=ort.get_available_providers()
+        )
+    except Exception as err:  # onnxruntime raises several types for a bad or missing file
+        raise UserInputError(
+            f"model {name!r}: cannot read ONNX file {path}: {_one_line(err)}"
+        ) from None
+
+
+class OnnxEncoder:
+    """An ONNX encoder graph behind the interface of a bare Hugging Face ``AutoModel``.
+
+    Args:
+        name: model name, for messages.
+        path: the ``.onnx`` file.
+        session: its ``onnxruntime.InferenceSession``.
+        extra: ``config.json`` fields found next to the file (optimum exports ship one), or {}.
+    """
+
+    def __init__(self, name: str, path: Path, session: Any, extra: dict[str, Any]):
+        self.name, self.path, self.session = name, path, session
+        declared = {i.name: i for i in session.get_inputs()}
+        missing = [n for n in REQUIRED_INPUTS if n not in declared]
+        if missing:
+            raise UserInputError(
+                f"model {name!r}: ONNX file {path} lacks the input(s) {', '.join(missing)} "
+                f"(it declares: {', '.join(declared) or 'none'})"
+            )
+        unknown = [n for n in declared if n not in REQUIRED_INPUTS + OPTIONAL_INPUTS]
+        odd = [n for n, i in declared.items() if n not in unknown and i.type not in _INTS]
+        if unknown or odd:
+            raise UserInputError(
+                f"model {name!r}: ONNX file {path} declares input(s) an encoder cannot feed: "
+                f"{', '.join(f'{n} ({declared[n].type})' for n in unknown + odd)}"
+            )
+        self.inputs = {n: _INTS[i.type] for n, i in declared.items()}
+        outputs = session.get_outputs()
+        floats3d = [o for o in outputs if o.type in _FLOATS and len(o.shape) == 3]
+        if not floats3d:
+            found = ", ".join(f"{o.name} ({len(o.shape)}-D {o.type})" for o in outputs)
+            raise UserInputError(
+                f"model {name!r}: ONNX file {path} has no 3-D float output "
+                f"(batch, sequence, hidden); its outputs: {found or 'none'}"
+            )
+        self.hidden = _hidden_outputs([o.name for o in floats3d])
+        names = [o.name for o in floats3d]
+        if "last_hidden_state" in names:
+            self.last = "last_hidden_state"
+        else:
+            self.last = self.hidden[-1] if self.hidden else names[0]
+        log.debug("model %s: last hidden state from ONNX output %r", name, self.last)
+        width = next(o.shape[-1] for o in floats3d if o.name == self.last)
+        layers = len(self.hidden) - 1 if self.hidden else extra.get("num_hidden_layers")
+        self.config = OnnxConfig(
+            hidden_size=width if isinstance(width, int) else self._probe_width(),
+            num_hidden_layers=layers,
+            max_position_embeddings=extra.get("max_position_embeddings"),
+            pad_token_id=extra.get("pad_token_id"),
+            model_type=str(extra.get("model_type", "onnx")),
+        )
+
+    @classmethod
+    def load(cls, name: str, path: Path, extra: dict[str, Any] | None = None) -> OnnxEncoder:
+        """Open and validate ``path`` (see the class); every problem is a ``UserInputError``."""
+        return cls(name, path, open_session(name, path), extra or {})
+
+    def check_layer(self, layer: int) -> None:
+        """Refuse a layer the graph does not expose (0 = embeddings, -1 = the last)."""
+        if not self.hidden:
+            if layer != -1:
+                raise UserInputError(
+                    f"model {self.name!r}: ONNX file {self.path} exposes only its last hidden "
+                    f"state, so layer {layer} is not available: use --layer -1, or export the "
+                    "graph with every hidden state as outputs hidden_states.0..N"
+                )
+            return
+        layers = len(self.hidden) - 1
+        if not -(layers + 1) <= layer <= layers:
+            raise UserInputError(
+                f"model {self.name!r}: layer {layer} does not exist "
+                f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
+            )
+
+    def __call__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        output_hidden_states: bool = False,
+        **_: Any,
+    ) -> OnnxOutput:
+        """Run ``input_ids, attention_mask (batch, seq) int`` through the graph."""
+        if output_hidden_states and not self.hidden:
+            self.check_layer(0)
+        feeds = self._feeds(input_ids.cpu().numpy(), attention_mask.cpu().numpy())
+        wanted = [self.last, *(self.hidden if output_hidden_states else [])]
+        try:
+            results = self.session.run(wanted, feeds)
+        except Exception as err:  # e.g. a sequence longer than the graph's position table
+            raise UserInputError(
+                f"model {self.name!r}: ONNX file {self.path} failed on a batch of shape "
+                f"{list(input_ids.shape)}: {_one_line(err)} (a smaller --max-length may help)"
+            ) from None
+        tensors = [torch.from_numpy(np.ascontiguousarray(r)) for r in results]
+        return OnnxOutput(tensors[0], tuple(tensors[1:]) if output_hidden_states else None)
+
+    def _feeds(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self.inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        if "position_ids" in self.inputs:
+            feeds["position_ids"] = np.broadcast_to(np.arange(ids.shape[1]), ids.shape).copy()
+        return {n: v.astype(self.inputs[n], copy=False) for n, v in feeds.items()}
+
+    def _probe_width(self) -> int:
+        """Hidden width of a graph whose output shape leaves it symbolic: run two tokens."""
+        ids = np.zeros((1, 2), dtype=np.int64)
+        feeds = self._feeds(ids, np.ones_like(ids))
+        try:
+            (hidden,) = self.session.run([self.last], feeds)
+        except Exception as err:
+            raise UserInputError(
+                f"model {self.name!r}: ONNX file {self.path} fails on a two-token input: "
+                f"{_one_line(err)}"
+            ) from None
+        return int(hidden.shape[-1])
+
+
+def _hidden_outputs(names: list[str]) -> list[str]:
+    """Outputs ``hidden_states.<i>`` in layer order, if they cover 0..n without gaps; else []."""
+    found = {int(m.group(1)): n for n in names if (m := _HIDDEN.match(n))}
+    if found and sorted(found) == list(range(len(found))):
+        return [found[i] for i in range(len(found))]
+    if found:
+        log.warning("ONNX hidden-state outputs %s are not numbered 0..n; ignored", sorted(found))
+    return []

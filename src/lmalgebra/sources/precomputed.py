@@ -1,0 +1,337 @@
+"""Precomputed span embeddings: a file of vectors, one row per span, checked against a run's spans.
+
+Rows cover the train, validation and test spans in that order, the order ``lmalgebra spans``
+exports. Three formats, each able to say which spans its rows belong to:
+
+- ``.npy``: a 2-D float array; a sidecar ``PATH.spans.sha256`` (the order digest as text) or
+  ``PATH.spans.json`` (``{"spans_sha256": ...}``) next to it vouches for the row order.
+- ``.parquet``: a column ``embedding`` (list or fixed-size list of floats) and a column
+  ``span_sha256`` (hex sha256 of each span's UTF-8 text) or ``text`` identifying each row's span.
+- ``.safetensors``: a tensor ``embeddings`` and the metadata entry ``spans_sha256`` (the order
+  digest).
+
+The order digest is the hex sha256 of the UTF-8 lines ``f"{split}\\t{span_sha256}\\n"``, one per
+span in row order. A file carrying no order at all is refused unless the model is marked
+``unchecked_order``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lmalgebra.errors import UserInputError
+from lmalgebra.lmd.spans import SPLITS
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".npy", ".parquet", ".safetensors")
+# EmbeddingCache's default shard size: the statistics pass zips every model's blocks row-aligned
+SHARD_ROWS = 2048
+_BLOCK = 8192  # rows per read while validating
+Reader = Callable[[int, int], np.ndarray]
+
+
+def span_sha256(text: str) -> str:
+    """Hex sha256 of a span's UTF-8 text: the span's id in exports and Parquet files."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def order_digest(texts: Mapping[str, Sequence[str]]) -> str:
+    """Hex sha256 over ``f"{split}\\t{span_sha256(text)}\\n"`` for every span, splits in order."""
+    digest = hashlib.sha256()
+    for split in SPLITS:
+        for text in texts.get(split, ()):
+            digest.update(f"{split}\t{span_sha256(text)}\n".encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class PrecomputedSplit:
+    """Rows ``(rows, dim) float32`` of one split, read like a complete embedding-cache entry:
+    the same ``ranges`` of ``shard_rows``, so the statistics pass can zip it with cached models."""
+
+    read: Reader
+    rows: int
+    dim: int
+    shard_rows: int = SHARD_ROWS
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        step = self.shard_rows
+        return [(a, min(a + step, self.rows)) for a in range(0, self.rows, step)]
+
+    def chunks(self, indices: Iterable[int] | None = None) -> Iterator[np.ndarray]:
+        """Blocks ``(<= shard_rows, dim) float32``: every range in order, or those ``indices``."""
+        ranges = self.ranges
+        for index in range(len(ranges)) if indices is None else indices:
+            yield self.read(*ranges[index])
+
+
+@dataclass(frozen=True)
+class PrecomputedEmbeddings:
+    """A validated file of span embeddings, split by split."""
+
+    path: Path
+    dim: int
+    splits: dict[str, PrecomputedSplit]
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.splits.values())
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What a file holds: its shape, a row reader, and whatever identifies its rows' spans."""
+
+    rows: int
+    dim: int
+    read: Reader
+    digest: str | None = None
+    ids: list[str] | None = None
+    texts: list[str] | None = None
+    how: str = ""  # for messages: where the order information was expected
+
+
+def load_precomputed(
+    name: str, path: Path, texts: Mapping[str, Sequence[str]], unchecked_order: bool = False
+) -> PrecomputedEmbeddings:
+    """Open ``path`` and check it against the run's span ``texts`` (split -> texts, in order).
+
+    Refuses (``UserInputError`` naming the model and the file) a wrong row count, rows that
+    belong to other spans or another order, a file without order information (unless
+    ``unchecked_order``), and non-finite values.
+    """
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UserInputError(
+            f"model {name!r}: {path} is not a file of embeddings (.npy, .parquet or .safetensors)"
+        )
+    opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
+    source = opener[suffix](name, path)
+    counts = {s: len(texts.get(s, ())) for s in SPLITS}
+    expected = sum(counts.values())
+    if source.rows != expected:
+        per_split = ", ".join(f"{s} {n}" for s, n in counts.items())
+        raise UserInputError(
+            f"model {name!r}: {path} has {source.rows} rows but the run has {expected} spans "
+            f"({per_split}); export them with `lmalgebra spans` and embed exactly those"
+        )
+    _check_order(name, path, source, texts, unchecked_order)
+    _check_finite(name, path, source, counts)
+    splits, start = {}, 0
+    for split in SPLITS:
+        splits[split] = PrecomputedSplit(_offset(source.read, start), counts[split], source.dim)
+        start += counts[split]
+    log.info("model %s: %d precomputed rows of width %d from %s", name, expected, source.dim, path)
+    return PrecomputedEmbeddings(path, source.dim, splits)
+
+
+def _offset(read: Reader, start: int) -> Reader:
+    return lambda a, b: read(start + a, start + b)
+
+
+def _where(row: int, counts: Mapping[str, int]) -> str:
+    for split in SPLITS:
+        if row < counts[split]:
+            return f"{split} span {row}"
+        row -= counts[split]
+    return "past the last span"
+
+
+def _check_order(
+    name: str,
+    path: Path,
+    source: _Source,
+    texts: Mapping[str, Sequence[str]],
+    unchecked: bool,
+) -> None:
+    counts = {s: len(texts.get(s, ())) for s in SPLITS}
+    if source.ids is not None or source.texts is not None:
+        run_texts = [t for s in SPLITS for t in texts.get(s, ())]
+        if source.ids is not None:
+            given, wanted, what = source.ids, [span_sha256(t) for t in run_texts], "id"
+        else:
+            given, wanted, what = source.texts or [], run_texts, "text"
+        bad = [i for i, (g, w) in enumerate(zip(given, wanted, strict=True)) if g != w]
+        if bad:
+            how = (
+                "the same spans in another order: sort the rows as `lmalgebra spans` lists them"
+                if sorted(given) == sorted(wanted)
+                else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
+            )
+            raise UserInputError(
+                f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
+                f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
+            )
+        return
+    if source.digest is not None:
+        wanted_digest = order_digest(texts)
+        if source.digest != wanted_digest:
+            raise UserInputError(
+                f"model {name!r}: {path} was made for other spans (order digest "
+                f"{source.digest[:12]}..., this run's {wanted_digest[:12]}...); export this "
+                "run's spans with `lmalgebra spans` and embed them"
+            )
+        return
+    if not unchecked:
+        raise UserInputError(
+            f"model {name!r}: {path} carries no span order ({source.how}); write the digest that "
+            f"`lmalgebra spans --out spans.jsonl` saves in spans.sha256 to {path}.spans.sha256, "
+            "or set unchecked_order: true on this model to accept the rows as they are"
+        )
+    log.warning("model %s: the row order of %s is not checked (unchecked_order)", name, path)
+
+
+def _check_finite(name: str, path: Path, source: _Source, counts: Mapping[str, int]) -> None:
+    for start in range(0, source.rows, _BLOCK):
+        block = source.read(start, min(start + _BLOCK, source.rows))
+        finite = np.isfinite(block).all(axis=1)
+        if not finite.all():
+            row = start + int(np.argmin(finite))
+            raise UserInputError(
+                f"model {name!r}: {path} holds non-finite values (NaN/inf), first in row {row} "
+                f"(the run's {_where(row, counts)})"
+            )
+
+
+def _float_rows(name: str, path: Path, shape: tuple[int, ...], kind: str) -> tuple[int, int]:
+    if len(shape) != 2:
+        raise UserInputError(
+            f"model {name!r}: {path} holds a {len(shape)}-D array {list(shape)}; "
+            "expected (spans, dim)"
+        )
+    if kind != "f":
+        raise UserInputError(f"model {name!r}: {path} holds non-float values; expected floats")
+    return int(shape[0]), int(shape[1])
+
+
+def _as_float32(block: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(block, dtype=np.float32)
+
+
+def _open_npy(name: str, path: Path) -> _Source:
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as err:
+        raise UserInputError(f"model {name!r}: cannot read {path} as .npy: {err}") from None
+    rows, dim = _float_rows(name, path, array.shape, array.dtype.kind)
+    return _Source(
+        rows,
+        dim,
+        lambda a, b: _as_float32(array[a:b]),
+        digest=_sidecar_digest(name, path),
+        how=f"no {path.name}.spans.sha256 next to it",
+    )
+
+
+def _sidecar_digest(name: str, path: Path) -> str | None:
+    text_form = path.with_name(f"{path.name}.spans.sha256")
+    json_form = path.with_name(f"{path.name}.spans.json")
+    if text_form.is_file():
+        words = text_form.read_text(encoding="utf-8").split()
+        if not words:
+            raise UserInputError(f"model {name!r}: {text_form} is empty; it must hold the digest")
+        return words[0].lower()
+    if json_form.is_file():
+        try:
+            digest = json.loads(json_form.read_text(encoding="utf-8")).get("spans_sha256")
+        except (json.JSONDecodeError, AttributeError):
+            digest = None
+        if not isinstance(digest, str):
+            raise UserInputError(f"model {name!r}: {json_form} has no 'spans_sha256' string")
+        return digest.lower()
+    return None
+
+
+def _open_safetensors(name: str, path: Path) -> _Source:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="np") as handle:
+            keys = list(handle.keys())
+            metadata = handle.metadata() or {}
+            if "embeddings" not in keys:
+                raise UserInputError(
+                    f"model {name!r}: {path} has no tensor 'embeddings' (it has: "
+                    f"{', '.join(keys) or 'none'})"
+                )
+            tensor = handle.get_slice("embeddings")
+            shape, dtype = tuple(tensor.get_shape()), tensor.get_dtype()
+    except UserInputError:
+        raise
+    except Exception as err:  # safetensors raises its own error types for a damaged header
+        raise UserInputError(f"model {name!r}: cannot read {path} as safetensors: {err}") from None
+    if dtype not in ("F16", "F32", "F64"):
+        raise UserInputError(
+            f"model {name!r}: {path}: 'embeddings' is {dtype}; store float16/32/64"
+        )
+    rows, dim = _float_rows(name, path, shape, "f")
+
+    def read(a: int, b: int) -> np.ndarray:
+        with safe_open(str(path), framework="np") as handle:
+            return _as_float32(handle.get_slice("embeddings")[a:b])
+
+    return _Source(
+        rows, dim, read, digest=metadata.get("spans_sha256"), how="no 'spans_sha256' metadata"
+    )
+
+
+def _open_parquet(name: str, path: Path) -> _Source:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        columns = pq.ParquetFile(path).schema_arrow.names
+    except (pa.ArrowException, OSError) as err:
+        raise UserInputError(f"model {name!r}: cannot read {path} as Parquet: {err}") from None
+    if "embedding" not in columns:
+        raise UserInputError(
+            f"model {name!r}: {path} has no column 'embedding' (columns: {', '.join(columns)})"
+        )
+    id_column = next((c for c in ("span_sha256", "text") if c in columns), None)
+    table = pq.read_table(path, columns=["embedding", *([id_column] if id_column else [])])
+    column = table.column("embedding").combine_chunks()
+    kind = column.type
+    if not (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ) or not pa.types.is_floating(kind.value_type):
+        raise UserInputError(
+            f"model {name!r}: {path}: column 'embedding' is {kind}; expected a list of floats"
+        )
+    rows = len(column)
+    lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
+    dim = int(lengths[0]) if rows else 0
+    flat = column.flatten()
+    for bad, what in (
+        (np.flatnonzero(lengths < 0), "is null"),
+        (np.flatnonzero(lengths != dim), f"has a different length than row 0 ({dim})"),
+    ):
+        if bad.size:
+            raise UserInputError(f"model {name!r}: {path}: 'embedding' of row {bad[0]} {what}")
+    if flat.null_count:
+        raise UserInputError(f"model {name!r}: {path}: 'embedding' holds null values")
+    values = flat.to_numpy(zero_copy_only=False).reshape(rows, dim)
+    if id_column is None:
+        return _Source(
+            rows,
+            dim,
+            lambda a, b: _as_float32(values[a:b]),
+            how="no 'span_sha256' or 'text' column",
+        )
+    ids = table.column(id_column).to_pylist()
+    return _Source(
+        rows,
+        dim,
+        lambda a, b: _as_float32(values[a:b]),
+        ids=[str(i).lower() for i in ids] if id_column == "span_sha256" else None,
+        texts=[str(t) for t in ids] if id_column == "text" else None,
+    )

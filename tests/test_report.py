@@ -1,0 +1,193 @@
+"""``lmalgebra.report``: clustering against scipy, every figure as a valid PNG, the HTML page."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lmalgebra.cli import main
+from lmalgebra.errors import UserInputError
+from lmalgebra.report.clustering import average_linkage, cluster_order, leaf_order, r2_distance
+from lmalgebra.report.html import write_report
+from lmalgebra.report.plots import write_plots
+from lmalgebra.report.run_files import read_table
+from report_fixtures import MODELS, build_run, pairwise_matrix, write_core
+
+PNG = b"\x89PNG\r\n\x1a\n"
+FIGURES = {
+    "pairwise_r2_test",
+    "group_r2",
+    "similarity",
+    "alpha_curve",
+    "attribution",
+    "length",
+    "layer",
+    "layer_map",
+    "train_size",
+    "language",
+}
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    run = build_run(tmp_path_factory.mktemp("report") / "run")
+    return run, write_plots(run)
+
+
+# --- clustering ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_average_linkage_matches_scipy(seed: int) -> None:
+    from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import pdist, squareform
+
+    rng = np.random.default_rng(seed)
+    points = rng.normal(size=(int(rng.integers(2, 14)), 3))
+    condensed = pdist(points)
+    ours = average_linkage(squareform(condensed))
+    reference = linkage(condensed, method="average")
+    np.testing.assert_allclose(ours, reference, rtol=1e-12, atol=1e-12)
+    assert leaf_order(ours) == leaves_list(reference).tolist()
+
+
+def test_r2_distance_is_symmetric_bounded_and_zero_on_the_diagonal() -> None:
+    r2 = np.array([[np.nan, 0.9, -0.3], [0.7, np.nan, np.nan], [0.1, 0.2, np.nan]])
+    distance = r2_distance(r2)
+    np.testing.assert_allclose(distance, distance.T)
+    np.testing.assert_allclose(np.diag(distance), 0.0)
+    assert distance[0, 1] == pytest.approx(1 - 0.8)
+    assert distance[1, 2] == pytest.approx(1 - 0.1)  # NaN counts as 0, 0.2 from the other side
+    assert distance[0, 2] == pytest.approx(1 - 0.05)  # negative R^2 clipped to 0
+
+
+def test_cluster_order_puts_each_family_together() -> None:
+    order = [MODELS[i] for i in cluster_order(pairwise_matrix("test"))]
+    assert order != MODELS  # the listed order interleaves the families
+    assert {frozenset(order[:2]), frozenset(order[2:])} == {
+        frozenset({"a1", "a2"}),
+        frozenset({"b1", "b2"}),
+    }
+
+
+def test_cluster_order_recovers_three_shuffled_blocks() -> None:
+    rng = np.random.default_rng(3)
+    family = np.repeat([0, 1, 2], 3)
+    r2 = np.where(family[:, None] == family[None, :], 0.85, 0.1) + rng.uniform(0, 0.05, (9, 9))
+    np.fill_diagonal(r2, np.nan)
+    shuffle = rng.permutation(9)
+    order = cluster_order(r2[np.ix_(shuffle, shuffle)])
+    blocks = family[shuffle][order]
+    assert all(len(set(blocks[i : i + 3])) == 1 for i in (0, 3, 6)), blocks
+
+
+# --- figures ------------------------------------------------------------------------------
+
+
+def test_every_contract_table_gets_a_valid_png(full_run: tuple[Path, list[Path]]) -> None:
+    import matplotlib.image
+
+    run, written = full_run
+    assert {p.stem for p in written} == FIGURES
+    for path in written:
+        assert path.parent == run / "plots"
+        assert path.read_bytes()[:8] == PNG, path
+        pixels = matplotlib.image.imread(path)
+        assert pixels.shape[0] > 100 and pixels.shape[1] > 100, path
+        assert pixels[..., :3].std() > 0.05, f"{path} is blank"
+
+
+def test_only_existing_nonempty_tables_get_figures(tmp_path: Path) -> None:
+    write_core(tmp_path)
+    (tmp_path / "sweeps").mkdir()
+    (tmp_path / "sweeps" / "length.csv").write_text("setting,kind,target,basis,split,r2\n")
+    written = write_plots(tmp_path, out_dir=tmp_path / "figs")
+    assert sorted(p.name for p in written) == ["group_r2.png", "pairwise_r2_test.png"]
+    assert all(p.parent == tmp_path / "figs" for p in written)
+
+
+def test_a_crowded_sweep_shows_the_group_fits_alone() -> None:
+    from lmalgebra.report.plots import MAX_SERIES, _focus
+
+    models = [f"m{i}" for i in range(4)]  # 12 pairwise series + 4 group series
+    rows = [
+        {"setting": "8", "kind": "pairwise", "target": t, "basis": b, "split": "test", "r2": "0.5"}
+        for t in models
+        for b in models
+        if t != b
+    ]
+    group = [{**rows[0], "kind": "group", "target": t, "basis": "rest"} for t in models]
+    assert len(rows) > MAX_SERIES
+    assert _focus(rows + group) == (group, " (group fits)")
+    assert _focus(rows) == (rows, "")  # no group fits: nothing to fall back on
+    assert _focus(rows[:3] + group) == (rows[:3] + group, "")
+
+
+def test_bad_tables_name_file_line_and_column(tmp_path: Path) -> None:
+    (tmp_path / "nulls.csv").write_text("kind,target,split,r2\nrandom_group,a,test,0.1\n")
+    with pytest.raises(UserInputError, match=r"nulls\.csv: missing column\(s\) basis"):
+        read_table(tmp_path, "nulls.csv")
+    (tmp_path / "nulls.csv").write_text("kind,target,basis,split,r2\nrandom_group,a,x,test,high\n")
+    with pytest.raises(UserInputError, match=r"nulls\.csv, line 2: column 'r2'.*'high'"):
+        read_table(tmp_path, "nulls.csv")
+
+
+# --- HTML ---------------------------------------------------------------------------------
+
+
+def test_report_is_self_contained_and_escapes_the_config(
+    full_run: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    run, _ = full_run
+    path = write_report(run, tmp_path / "page.html")
+    text = path.read_text(encoding="utf-8")
+    images = re.findall(r'<img [^>]*src="([^"]*)"', text)
+    assert len(images) == len(FIGURES)
+    assert all(src.startswith("data:image/png;base64,") for src in images)
+    assert not re.search(r'(src|href)="(?!data:|#)', text)  # nothing to fetch
+    assert "<script" not in text
+    assert "&lt;script&gt;alert(&#x27;not run&#x27;)&lt;/script&gt; &amp; friends" in text
+    assert "<td>0.830</td>" in text  # a1's test group R^2, 3 decimals
+    assert "<td>0.8300" not in text
+
+
+def test_sections_follow_the_files_present(tmp_path: Path) -> None:
+    write_core(tmp_path)
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    headings = re.findall(r"<h2>(.*?)</h2>", text)
+    assert headings == ["Run", "Pairwise R² (clustered)", "Group R²", "Configuration"]
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_report_refuses_a_directory_without_summary(tmp_path: Path) -> None:
+    write_core(tmp_path)
+    (tmp_path / "summary.json").unlink()
+    with pytest.raises(UserInputError, match=rf"{re.escape(str(tmp_path))} .*no summary\.json"):
+        write_report(tmp_path)
+    assert not (tmp_path / "report.html").exists()
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, *args: str) -> int | str | None:
+    monkeypatch.setattr(sys, "argv", ["lmalgebra", "report", *args])
+    try:
+        main()
+    except SystemExit as stop:
+        return stop.code
+    return 0
+
+
+def test_cli_prints_the_path_and_exits_2_on_an_incomplete_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_core(tmp_path / "run")
+    out = tmp_path / "elsewhere" / "page.html"
+    assert _cli(monkeypatch, str(tmp_path / "run"), "--out", str(out)) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    assert out.read_text(encoding="utf-8").startswith("<!doctype html>")
+    (tmp_path / "run" / "summary.json").unlink()
+    assert _cli(monkeypatch, str(tmp_path / "run")) == 2
+    assert "no summary.json" in capsys.readouterr().err

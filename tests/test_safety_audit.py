@@ -1,0 +1,88 @@
+"""Safety audit: no pickle in the toolkit's own code, ``torch.load`` only with
+``weights_only=True``, ``trust_remote_code`` only when asked for, and said in the log."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from lmalgebra.merge.teachers import load_masked_lm
+from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+PICKLERS = r"(?:pickle|cPickle|_pickle|dill|cloudpickle|joblib|shelve|marshal)"
+UNSAFE = {
+    "pickle-like module": re.compile(rf"^\s*(?:import|from)\s+{PICKLERS}\b", re.MULTILINE),
+    "pickle-like call": re.compile(rf"\b{PICKLERS}\.(?:loads?|dumps?|Unpickler|Pickler|open)\b"),
+    "pandas pickle": re.compile(r"\b(?:read_pickle|to_pickle)\s*\("),
+    "torch.save": re.compile(r"\btorch\.save\s*\("),
+    "torch.load without weights_only=True": re.compile(
+        r"\btorch\.load\s*\((?![^)]*weights_only\s*=\s*True)"
+    ),
+    "allow_pickle=True": re.compile(r"\ballow_pickle\s*=\s*True\b"),
+    "pickle_module": re.compile(r"\bpickle_module\s*="),
+    "trust_remote_code=True": re.compile(r"\btrust_remote_code\s*=\s*True\b"),
+}
+
+
+def violations(text: str) -> list[str]:
+    """Names of the unsafe patterns found in ``text`` (Python source)."""
+    return [name for name, pattern in UNSAFE.items() if pattern.search(text)]
+
+
+def test_the_scanner_catches_each_pattern() -> None:
+    samples = {
+        "pickle-like module": "import pickle\n",
+        "pickle-like call": "data = joblib.load(path)\n",
+        "pandas pickle": "frame.to_pickle(path)\n",
+        "torch.save": "torch.save(model.state_dict(), path)\n",
+        "torch.load without weights_only=True": "state = torch.load(path, map_location='cpu')\n",
+        "allow_pickle=True": "array = np.load(path, allow_pickle=True)\n",
+        "pickle_module": "torch.load(f, weights_only=True, pickle_module=p)\n",
+        "trust_remote_code=True": "AutoModel.from_pretrained(d, trust_remote_code=True)\n",
+    }
+    for name, sample in samples.items():
+        assert name in violations(sample), name
+    safe = (
+        '"""Checkpoints without pickle: safetensors and JSON."""\n'
+        "state = torch.load(path, weights_only=True)\n"
+        "AutoModel.from_pretrained(d, trust_remote_code=ref.trust_remote_code)\n"
+    )
+    assert violations(safe) == []
+
+
+def test_no_unsafe_serialisation_in_the_toolkit() -> None:
+    # the toolkit and its benchmarks; tests may write hostile files (a pickled .npy) on purpose
+    files = [*sorted((ROOT / "src").rglob("*.py")), *sorted((ROOT / "bench").glob("*.py"))]
+    assert len(files) > 50
+    found = {str(p.relative_to(ROOT)): v for p in files if (v := violations(p.read_text()))}
+    assert found == {}
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_trust_remote_code_is_logged_when_used(
+    bert_dir: Path, teacher_dirs, caplog: pytest.LogCaptureFixture, allowed: bool
+) -> None:
+    caplog.set_level(logging.WARNING)
+    ref = ModelRef(name="tiny", path=str(bert_dir), trust_remote_code=allowed)
+    load_tokenizer(ref, bert_dir)
+    load_model(ref, bert_dir)
+    teacher = ModelRef(name="wp", path=str(teacher_dirs["wp"]), trust_remote_code=allowed)
+    load_masked_lm(teacher, teacher_dirs["wp"])
+    lines = [r.getMessage() for r in caplog.records if "running code shipped" in r.getMessage()]
+    if not allowed:
+        assert lines == []
+        return
+    assert lines == [
+        f"running code shipped with model 'tiny' from {bert_dir} (--trust-remote-code)",
+        f"running code shipped with model 'tiny' from {bert_dir} (--trust-remote-code)",
+        f"running code shipped with model 'wp' from {teacher_dirs['wp']} (--trust-remote-code)",
+    ]
+
+
+def test_trust_remote_code_is_off_unless_asked_for() -> None:
+    assert ModelRef.parse("a=some/model").trust_remote_code is False
+    assert ModelRef(name="a", path="x").trust_remote_code is False
