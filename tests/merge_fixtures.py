@@ -39,3 +39,21 @@ def write_recipe(root: Path, teachers: dict[str, Path], **overrides: Any) -> Pat
 
 def build_teachers(root: Path) -> dict[str, Path]:
     return {"wp": build_bert_mlm(root / "wp"), "sp": build_roberta_mlm(root / "sp")}
+
+
+# A student and a training run small enough for tests (a few seconds on two cores).
+TINY_STUDENT = {
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
+TINY_TRAINING = {
+    "steps": 6,
+    "batch_size": 8,
+    "warmup_steps": 1,
+    "log_every": 1,
+    "checkpoint_every": 3,
+    "lr": 1e-3,
+}

@@ -33,31 +33,20 @@ from lmalgebra.lmd.moments import SecondMoments, layout
 from lmalgebra.merge.recipe import load_recipe
 from lmalgebra.merge.shard_store import ShardSet
 from lmalgebra.train.batches import Batch
-from merge_fixtures import write_recipe
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 # Two processes of the same global batch agree with one process to this much after TRAINING's
 # six AdamW steps at lr 1e-3 (each weight moves by up to ~6e-3); measured: 1.0e-7, the same order
-# as one process with 1 vs 2 threads (6e-8). Losses: measured 5e-7 absolute on ~5.7.
-WEIGHT_ATOL = 1e-6
+# as one process with 1 vs 2 threads (6e-8), and once 5.8e-6 on a loaded machine (Adam divides
+# tiny early gradients by their own size, which magnifies reduction-order differences).
+# Losses: measured 5e-7 absolute on ~5.7. The per-rank loss weighting is checked exactly below.
+WEIGHT_ATOL = 2e-5
 LOSS_RTOL = 1e-6
 STATS_RTOL = 1e-10
 
-STUDENT = {
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 64,
-    "dropout": 0.0,  # dropout masks are drawn per rank: parity with one process needs none
-}
-TRAINING = {
-    "steps": 6,
-    "batch_size": 8,
-    "warmup_steps": 1,
-    "log_every": 1,
-    "checkpoint_every": 3,
-    "lr": 1e-3,
-}
+# dropout masks are drawn per rank: parity with one process needs none
+STUDENT = {**TINY_STUDENT, "dropout": 0.0}
+TRAINING = TINY_TRAINING
 
 
 # ---------------------------------------------------------------- collectives in two processes

@@ -51,26 +51,13 @@ from lmalgebra.merge import stages
 from lmalgebra.merge.recipe import load_recipe
 from lmalgebra.merge.train_student import train_student
 from lmalgebra.threads import pin_thread_count
-from merge_fixtures import write_recipe
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 SEEDS = [11, 12, 13, 14, 15]
 SLOW_SEEDS = list(range(100, 116))
 ROOT = Path(__file__).resolve().parent.parent
-STUDENT = {
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 64,
-}
-TRAINING = {
-    "steps": 12,
-    "batch_size": 8,
-    "warmup_steps": 1,
-    "log_every": 1,
-    "checkpoint_every": 2,
-    "lr": 1e-3,
-}
+STUDENT = TINY_STUDENT
+TRAINING = {**TINY_TRAINING, "steps": 12, "checkpoint_every": 2}
 SHARD = r"shard-\d+\.arrow$"
 WRITING = r"^\..+\.tmp-\d+$"
 

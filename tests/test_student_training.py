@@ -19,23 +19,10 @@ from lmalgebra.merge.recipe import load_recipe
 from lmalgebra.merge.student_data import StoreBatches
 from lmalgebra.merge.train_student import train_student
 from lmalgebra.merge.vocab_union import UnionVocab
-from merge_fixtures import write_recipe
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
-STUDENT = {
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 64,
-}
-TRAINING = {
-    "steps": 6,
-    "batch_size": 8,
-    "warmup_steps": 1,
-    "log_every": 1,
-    "checkpoint_every": 3,
-    "lr": 1e-3,
-}
+STUDENT = TINY_STUDENT
+TRAINING = TINY_TRAINING
 
 
 @pytest.fixture(scope="module")
