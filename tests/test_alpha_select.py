@@ -20,6 +20,7 @@ from lmalgebra.lmd.blocked import BlockedMoments
 from lmalgebra.lmd.moments import SecondMoments, layout
 from lmalgebra.lmd.ridge_path import RidgePath
 from lmalgebra.lmd.solver import Decomposer, SplitMoments
+from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]
 DIMS = [5, 7, 3, 6]
@@ -30,13 +31,7 @@ FITS = [("a", ["b", "d"]), ("c", ["a", "b", "d"]), ("d", ["c"])]
 
 def embeddings(n: int, seed: int) -> np.ndarray:
     """Four correlated models of different widths, offsets and scales."""
-    rng = np.random.default_rng(seed)
-    latent = rng.normal(size=(n, 6))
-    parts = []
-    for k, dim in enumerate(DIMS):
-        mix = rng.normal(size=(6, dim)) * (k + 1)
-        parts.append(latent @ mix + rng.normal(scale=1.0 + k, size=(n, dim)) + 10 * (k - 1))
-    return np.hstack(parts)
+    return correlated_models(n, seed, tuple(DIMS), latent=6, noise=1.0)
 
 
 @pytest.fixture(scope="module")

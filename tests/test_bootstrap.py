@@ -13,6 +13,7 @@ from lmalgebra.lmd.blocked import BlockedMoments
 from lmalgebra.lmd.bootstrap import bootstrap_r2, draw_counts, refit_r2, split_rng
 from lmalgebra.lmd.moments import Block, layout
 from lmalgebra.lmd.solver import Decomposer, Fit, SplitMoments
+from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]
 DIMS = [5, 7, 3, 6]
@@ -21,13 +22,7 @@ PARTS = {"train": 7, "validation": 5, "test": 6}
 
 def make_embeddings(n: int, seed: int) -> np.ndarray:
     """Four correlated 'models' of different widths, with offsets and unequal scales."""
-    rng = np.random.default_rng(seed)
-    latent = rng.normal(size=(n, 8))
-    parts = []
-    for k, dim in enumerate(DIMS):
-        mix = rng.normal(size=(8, dim)) * (k + 1)
-        parts.append(latent @ mix + rng.normal(scale=0.5 + k, size=(n, dim)) + 10 * (k - 1))
-    return np.hstack(parts)
+    return correlated_models(n, seed, tuple(DIMS))
 
 
 def blocked_of(blocks: list[Block], z: np.ndarray, parts: int) -> BlockedMoments:

@@ -10,6 +10,7 @@ from sklearn.metrics import r2_score
 from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.moments import SecondMoments, layout
 from lmalgebra.lmd.solver import Decomposer, SplitMoments
+from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]
 DIMS = [5, 7, 3, 6]
@@ -17,13 +18,7 @@ DIMS = [5, 7, 3, 6]
 
 def make_embeddings(n: int, seed: int) -> np.ndarray:
     """Four correlated 'models' of different widths, with offsets and unequal scales."""
-    rng = np.random.default_rng(seed)
-    latent = rng.normal(size=(n, 8))
-    parts = []
-    for k, dim in enumerate(DIMS):
-        mix = rng.normal(size=(8, dim)) * (k + 1)
-        parts.append(latent @ mix + rng.normal(scale=0.5 + k, size=(n, dim)) + 10 * (k - 1))
-    return np.hstack(parts)
+    return correlated_models(n, seed, tuple(DIMS))
 
 
 @pytest.fixture(scope="module")

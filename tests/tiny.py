@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
+
 WORDS = [
     "the",
     "a",
@@ -213,3 +215,18 @@ def build_roberta_mlm(directory: Path, texts: list[str] | None = None, seed: int
     torch.manual_seed(seed)
     RobertaForMaskedLM(config).save_pretrained(directory)
     return directory
+
+
+def correlated_models(
+    n: int, seed: int, dims: tuple[int, ...] = (5, 7, 3, 6), latent: int = 8, noise: float = 0.5
+) -> np.ndarray:
+    """``(n, sum(dims))`` embeddings of correlated 'models' of different widths, offsets and
+    scales: model k mixes a shared latent (scale k + 1), adds noise (scale ``noise + k``) and
+    an offset of ``10 (k - 1)``."""
+    rng = np.random.default_rng(seed)
+    shared = rng.normal(size=(n, latent))
+    parts = []
+    for k, dim in enumerate(dims):
+        mix = rng.normal(size=(latent, dim)) * (k + 1)
+        parts.append(shared @ mix + rng.normal(scale=noise + k, size=(n, dim)) + 10 * (k - 1))
+    return np.hstack(parts)
