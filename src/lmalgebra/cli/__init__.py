@@ -1,0 +1,65 @@
+"""Command line: parse, validate, call one library function per command.
+
+``app.py`` holds the application; ``lmd.py`` and ``merge.py`` register their commands on it;
+``main`` turns errors into one line and an exit status.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+import lmalgebra.cli.lmd
+import lmalgebra.cli.merge  # noqa: F401  (registers the MergeDistill commands)
+from lmalgebra.cli.app import app
+from lmalgebra.errors import TrainingDivergedError, UserInputError
+
+
+def main() -> None:
+    """Console entry point: bad input -> one line on stderr, exit status 2."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own bars cover loading and embedding
+    hf_logging.set_verbosity_error()  # load reports: we check missing weights ourselves
+    from lmalgebra.threads import pin_thread_count
+
+    pin_thread_count()  # same bits in every process, busy machine or not (resumed runs)
+    try:
+        app(standalone_mode=False)
+    except UserInputError as err:
+        Console(stderr=True).print(
+            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+        )
+        sys.exit(2)
+    except typer.Exit as err:
+        sys.exit(err.exit_code)
+    except TrainingDivergedError as err:
+        Console(stderr=True).print(f"[red]stopped:[/red] {escape(str(err))}", highlight=False)
+        sys.exit(1)
+    except (typer.Abort, KeyboardInterrupt):
+        Console(stderr=True).print("interrupted; run the same command again to resume")
+        sys.exit(130)
+    except Exception as err:  # click usage errors
+        import click
+
+        # typer vendors its own click: recognise usage errors by their interface
+        if isinstance(err, click.ClickException) or (
+            hasattr(err, "show") and hasattr(err, "exit_code")
+        ):
+            err.show()
+            sys.exit(2)
+        from lmalgebra.disk_space import is_out_of_space, message
+
+        if is_out_of_space(err):  # a write not wrapped by ``disk_space.naming_file``
+            text = message(getattr(err, "filename", None))
+            Console(stderr=True).print(
+                f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True
+            )
+            sys.exit(2)
+        raise

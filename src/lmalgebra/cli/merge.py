@@ -1,0 +1,289 @@
+"""Commands of MergeDistill (``lmalgebra merge ...``), teacher pre-training and UPOS evaluation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lmalgebra.cli.app import app, console
+from lmalgebra.errors import UserInputError
+
+merge_app = typer.Typer(
+    no_args_is_help=True, help="MergeDistill: teacher masked LMs -> one student."
+)
+app.add_typer(merge_app, name="merge")
+RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
+RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
+ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+
+
+@merge_app.command("prepare")
+def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+    """Examples per language; each teacher's tokenised, masked copy of each example."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+
+    stages.prepare(load_recipe(recipe), progress)
+    console.print("prepared")
+
+
+@merge_app.command("teach")
+def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+    """Offline teacher inference: top-k log-probabilities at masked positions, per-example loss."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+
+    stages.teach(load_recipe(recipe), progress)
+    console.print("teacher store complete")
+
+
+@merge_app.command("vocab")
+def merge_vocab(recipe: RecipeArg) -> None:
+    """Union student vocabulary, teacher->student id maps and the student tokenizer."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+
+    stages.vocab(load_recipe(recipe))
+    console.print("vocabulary complete")
+
+
+@merge_app.command("run")
+def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+    """prepare, teach and vocab in turn (each resumes where it stopped)."""
+    from lmalgebra.merge import stages
+    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.merge.run_inspect import inspect_run
+
+    config = load_recipe(recipe)
+    stages.prepare(config, progress)
+    stages.teach(config, progress)
+    stages.vocab(config)
+    console.print(_inspect_table(inspect_run(config.output_dir)))
+
+
+@merge_app.command("train")
+def merge_train(
+    recipe: RecipeArg,
+    name: Annotated[str, typer.Option(help="Run subdirectory for this student.")] = "student",
+    gold_only: Annotated[bool, typer.Option(help="Gold labels only (no distillation).")] = False,
+    steps: Annotated[int | None, typer.Option(help="Override training.steps.")] = None,
+    progress: ProgressOpt = True,
+) -> None:
+    """Train the student from the teacher store (resumes from its last checkpoint)."""
+    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.merge.train_student import train_student
+    from lmalgebra.recipe_io import validate
+    from lmalgebra.train.config import TrainingSpec
+
+    config = load_recipe(recipe)
+    update: dict[str, Any] = {"gold_only": gold_only or config.training.gold_only}
+    if steps is not None:
+        update["steps"] = steps
+    training = validate(TrainingSpec, {**config.training.model_dump(), **update}, "command line")
+    target = train_student(config, name, training, progress)
+    console.print(f"student saved to [bold]{target}[/bold]")
+
+
+@app.command()
+def pretrain(
+    corpus: Annotated[list[str], typer.Option(help="Corpus file(s) of the language; repeatable.")],
+    lang: Annotated[str, typer.Option(help="Language code (for held-out ids).")],
+    vocab_size: Annotated[int, typer.Option(help="WordPiece vocabulary size.")],
+    out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    text_column: Annotated[str, typer.Option(help="Text field of structured corpora.")] = "text",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
+    batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
+    lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
+    hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = 128,
+    num_layers: Annotated[int, typer.Option(help="Layers.")] = 2,
+    num_heads: Annotated[int, typer.Option(help="Attention heads.")] = 2,
+    example_length: Annotated[int, typer.Option(help="Tokens per example.")] = 128,
+    heldout_fraction: Annotated[
+        float, typer.Option(help="Held-out share (as in the recipe).")
+    ] = 0.05,
+    lowercase: Annotated[bool, typer.Option(help="Lower-case the tokenizer.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    progress: ProgressOpt = True,
+) -> None:
+    """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch."""
+    from lmalgebra.merge.student import StudentSpec
+    from lmalgebra.pretrain import pretrain as run
+    from lmalgebra.recipe_io import validate
+    from lmalgebra.sources.corpus import CorpusSpec
+    from lmalgebra.train.config import TrainingSpec
+
+    sizes = {
+        "hidden_size": hidden_size,
+        "num_layers": num_layers,
+        "num_heads": num_heads,
+        "intermediate_size": 4 * hidden_size,
+        "max_position_embeddings": max(512, example_length),
+    }
+    model = validate(StudentSpec, sizes, "command line")
+    schedule = {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seed": seed,
+        "warmup_steps": min(100, steps // 10),
+        "gold_only": True,
+        "checkpoint_every": max(1, steps // 5),
+    }
+    training = validate(TrainingSpec, schedule, "command line")
+    spec = CorpusSpec(paths=corpus, text_column=text_column)
+    target = run(
+        spec,
+        lang,
+        vocab_size,
+        out,
+        model,
+        training,
+        example_length,
+        heldout_fraction,
+        lowercase,
+        progress,
+    )
+    console.print(f"teacher saved to [bold]{target}[/bold]")
+
+
+@merge_app.command("evaluate")
+def merge_evaluate(
+    run_dir: RunDirArg,
+    student: Annotated[list[str] | None, typer.Option(help="Student name(s) in the run.")] = None,
+    language: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
+) -> None:
+    """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students."""
+    from lmalgebra.merge.evaluate import evaluate_run, markdown, write_evaluation
+
+    scores, deviations = evaluate_run(run_dir, student or ["student"], language)
+    write_evaluation(run_dir / "evaluation", scores, deviations)
+    console.print(markdown(scores, deviations), highlight=False)
+    console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")
+
+
+@merge_app.command("inspect")
+def merge_inspect(
+    run_dir: RunDirArg, as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+) -> None:
+    """Counts, bytes per masked token and vocabulary overlap of a run."""
+    import json
+
+    from lmalgebra.merge.run_inspect import inspect_run
+
+    report = inspect_run(run_dir)
+    if as_json:
+        console.print_json(json.dumps(report))
+    else:
+        console.print(_inspect_table(report))
+
+
+def _inspect_table(report: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"MergeDistill run {report['run_dir']}")
+    for column in (
+        "language",
+        "teacher",
+        "examples",
+        "masked tokens",
+        "top-k",
+        "top-k B/masked tok",
+        "store B/masked tok",
+    ):
+        table.add_column(
+            column, justify="right" if column[0] != "l" and column[0] != "t" else "left"
+        )
+    for row in report["pairs"]:
+        store = row["store_bytes_per_masked_token"]
+        table.add_row(
+            row["language"],
+            row["teacher"],
+            str(row["examples"]),
+            str(row["masked_tokens"]),
+            str(row["top_k"]),
+            f"{row['topk_file_bytes_per_masked_token'] or 0:.1f}",
+            f"{store:.1f}" if store else "-",
+        )
+    vocab = report.get("vocab")
+    if vocab:
+        table.caption = f"union vocabulary: {vocab.get('union_size')} tokens"
+    return table
+
+
+@merge_app.command("verify")
+def merge_verify(run_dir: RunDirArg) -> None:
+    """Check every shard of a run against its manifest; exit 2 naming each bad shard."""
+    from lmalgebra.merge.run_inspect import verify_run
+
+    problems = verify_run(run_dir)
+    if problems:
+        raise UserInputError("; ".join(problems))
+    console.print(f"{run_dir}: every shard matches its manifest")
+
+
+@app.command("evaluate-pos")
+def evaluate_pos(
+    treebank: Annotated[
+        Path,
+        typer.Argument(help="Treebank directory: *-ud-{train,dev,test}.conllu or train/dev/test."),
+    ],
+    model: Annotated[
+        list[str], typer.Option(help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION]; repeatable.")
+    ],
+    mode: Annotated[
+        str, typer.Option(help="probe (frozen states) or finetune (whole encoder).")
+    ] = "probe",
+    layer: Annotated[int, typer.Option(help="Hidden layer (0 embeddings, -1 the last).")] = -1,
+    epochs: Annotated[int | None, typer.Option(help="Most epochs (probe 30, finetune 3).")] = None,
+    lr: Annotated[
+        float | None, typer.Option(help="Learning rate (probe 1e-2, finetune 5e-5).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 32,
+    max_train_sentences: Annotated[int | None, typer.Option(help="Seeded sample of train.")] = None,
+    max_eval_sentences: Annotated[int | None, typer.Option(help="First N of dev and test.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("pos-output"),
+    trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """UPOS tagging on a CoNLL-U treebank: test accuracy and macro-F1 of each model."""
+    from lmalgebra.evaluate.conllu import find_splits
+    from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_many
+    from lmalgebra.sources.models import ModelRef
+
+    if mode not in ("probe", "finetune"):
+        raise UserInputError(f"--mode must be probe or finetune, got {mode!r}")
+    refs = [
+        ModelRef.parse(m).model_copy(update={"trust_remote_code": trust_remote_code}) for m in model
+    ]
+    splits = find_splits(treebank)
+    options = PosOptions(
+        layer=layer,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        max_train_sentences=max_train_sentences,
+        max_eval_sentences=max_eval_sentences,
+        seed=seed,
+        progress=progress,
+    )
+    results = evaluate_many(
+        refs,
+        splits.train,
+        splits.dev,
+        splits.test,
+        mode,  # type: ignore[arg-type]
+        options,
+        out,
+    )
+    for r in results:
+        console.print(
+            f"{r.model}: accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f} "
+            f"(majority {r.majority_accuracy:.4f})",
+            highlight=False,
+        )
+    console.print(
+        f"outputs in [bold]{out}[/bold]: pos_results.csv, pos_results.md, pos_config.json"
+    )
