@@ -20,9 +20,6 @@ must agree to 1e-4 (max abs difference) or the script exits with an error.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import gc
 import os
 import random
 import sys
@@ -37,16 +34,12 @@ import numpy as np
 import torch
 
 from benchlib import (
-    CpuWatch,
     changed_sources,
     code_version,
+    fastest_attempt,
     machine,
-    peak_rss_mib,
-    reset_peak_rss,
-    rss_mib,
     source_digest,
     utc_date,
-    wait_for_idle,
     write_section,
 )
 from lmalgebra.lmd.embed import EmbedSpec, embed, max_tokens
@@ -107,52 +100,23 @@ def padded_embedder(model: Any, tokenizer: Any, batch_size: int, padding: str) -
     return run
 
 
-def release_memory() -> None:
-    """Return freed heap memory to the OS so the next method's RSS starts from a clean floor."""
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 def measure(
     name: str, run: Embedder, texts: list[str], warmup: list[str], retries: int
 ) -> dict[str, Any]:
     """Warm up, then time ``run(texts)`` on an idle machine; repeat when other processes took
     a noticeable share of the CPUs meanwhile, keeping the fastest attempt."""
     run(warmup)
-    best: dict[str, Any] | None = None
-    for attempt in range(1 + retries):
-        wait_for_idle()
-        release_memory()
-        start_rss = rss_mib()
-        exact = reset_peak_rss()
-        watch = CpuWatch()
-        clock = time.perf_counter()
-        vectors = run(texts)
-        seconds = time.perf_counter() - clock
-        cpu = watch.stop()
-        peak = peak_rss_mib()
+
+    def report(r: dict[str, Any]) -> None:
         print(
-            f"{name}: {len(texts) / seconds:.1f} spans/s ({seconds:.1f} s), peak RSS {peak:.0f} "
-            f"MiB, other processes {100 * cpu['others_share']:.0f}% of the CPUs",
+            f"{name}: {len(texts) / r['seconds']:.1f} spans/s ({r['seconds']:.1f} s), peak RSS "
+            f"{r['peak_rss']:.0f} MiB, other processes {100 * r['cpu']['others_share']:.0f}% "
+            "of the CPUs",
             flush=True,
         )
-        result = {
-            "vectors": vectors,
-            "seconds": seconds,
-            "rate": len(texts) / seconds,
-            "start_rss": start_rss,
-            "peak_rss": peak,
-            "exact_peak": exact,
-            "cpu": cpu,
-            "attempts": attempt + 1,
-        }
-        if best is None or seconds < best["seconds"]:
-            best = result
-        if cpu["others_share"] <= CONTAMINATED or cpu["others_cpu_s"] < 1:
-            break
-    assert best is not None
-    return best
+
+    best = fastest_attempt(lambda: run(texts), retries, report, CONTAMINATED)
+    return {**best, "vectors": best["output"], "rate": len(texts) / best["seconds"]}
 
 
 def padded_tokens(lengths: list[int], batch_size: int, width: int | None, sort: bool) -> int:

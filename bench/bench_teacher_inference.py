@@ -47,13 +47,10 @@ import numpy as np
 import torch
 
 from benchlib import (
-    CpuWatch,
     code_version,
+    fastest_attempt,
     machine,
-    peak_rss_mib,
     release_memory,
-    reset_peak_rss,
-    rss_mib,
     source_digest,
     utc_date,
     wait_for_idle,
@@ -168,39 +165,19 @@ def measure(
 ) -> dict[str, Any]:
     """Time ``run(copies)`` on an idle machine; repeat when other processes took a noticeable
     share of the CPUs meanwhile, keeping the fastest attempt."""
-    best: dict[str, Any] | None = None
-    for attempt in range(1 + retries):
-        wait_for_idle(timeout=IDLE_TIMEOUT[0])
-        release_memory()
-        start_rss = rss_mib()
-        exact = reset_peak_rss()
-        watch = CpuWatch()
-        clock = time.perf_counter()
-        outputs = run(copies)
-        seconds = time.perf_counter() - clock
-        cpu = watch.stop()
-        peak = peak_rss_mib()
+
+    def report(r: dict[str, Any]) -> None:
         print(
-            f"  {name}: {len(copies) / seconds:.2f} examples/s ({seconds:.1f} s), peak RSS "
-            f"{peak:.0f} MiB (+{peak - start_rss:.0f}), other processes "
-            f"{100 * cpu['others_share']:.0f}% of the CPUs",
+            f"  {name}: {len(copies) / r['seconds']:.2f} examples/s ({r['seconds']:.1f} s), peak "
+            f"RSS {r['peak_rss']:.0f} MiB (+{r['peak_rss'] - r['start_rss']:.0f}), other "
+            f"processes {100 * r['cpu']['others_share']:.0f}% of the CPUs",
             flush=True,
         )
-        result = {
-            "outputs": outputs,
-            "seconds": seconds,
-            "start_rss": start_rss,
-            "peak_rss": peak,
-            "exact_peak": exact,
-            "cpu": cpu,
-            "attempts": attempt + 1,
-        }
-        if best is None or seconds < best["seconds"]:
-            best = result
-        if cpu["others_share"] <= CONTAMINATED or cpu["others_cpu_s"] < 1:
-            break
-    assert best is not None
-    return best
+
+    best = fastest_attempt(
+        lambda: run(copies), retries, report, CONTAMINATED, idle_timeout=IDLE_TIMEOUT[0]
+    )
+    return {**best, "outputs": best["output"]}
 
 
 @torch.inference_mode()
