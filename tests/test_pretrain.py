@@ -84,3 +84,22 @@ def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_
     stages.prepare(recipe, progress=False)
     stages.teach(recipe, progress=False)  # no refusal: the head is trained and saved
     assert (recipe.output_dir / "topk" / "xx" / "wp" / "manifest.json").is_file()
+
+
+def test_wordpiece_training_gives_the_same_vocabulary_in_every_process() -> None:
+    """The `tokenizers` trainer numbers "##" pieces in hash order (a new order per process), which
+    changes merges on ties; the toolkit's trainer must not."""
+    code = (
+        "import sys, hashlib; sys.path.insert(0, 'tests');"
+        "from tiny import sentences; from lmalgebra.pretrain import train_wordpiece;"
+        "t = train_wordpiece(sentences(400), 200, True, 128);"
+        "print(hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest())"
+    )
+    root = Path(__file__).resolve().parent.parent
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+        ).stdout.split()[-1]
+        for _ in range(4)
+    }
+    assert len(digests) == 1

@@ -9,6 +9,7 @@ they are evaluated on.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,16 @@ def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_leng
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(texts, WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
+    # The trainer numbers the "##" pieces in hash-map order, and those ids break ties between
+    # equally frequent merges, so the same text gives another vocabulary in every process
+    # (huggingface/tokenizers#1794). Listing the pieces first, sorted, fixes their ids; they are
+    # then put back among the ordinary tokens.
+    pieces = _continuing_pieces(tok, texts)
+    trainer = WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS + pieces)
+    tok.train_from_iterator(texts, trainer)
+    vocab = tok.get_vocab()
+    tok.model = models.WordPiece(vocab, unk_token="[UNK]")
+    tok = _without_added(tok, SPECIALS)
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",
@@ -62,6 +72,24 @@ def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_leng
         mask_token="[MASK]",
         model_max_length=max_length,
     )
+
+
+def _continuing_pieces(tok: Any, texts: list[str]) -> list[str]:
+    """Every ``##c`` piece the WordPiece trainer would create for ``texts``, sorted."""
+    chars: set[str] = set()
+    for text in texts:
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
+            chars.update(word[1:])
+    return [f"##{c}" for c in sorted(chars)]
+
+
+def _without_added(tok: Any, specials: list[str]) -> Any:
+    """``tok`` rebuilt from its own JSON with only ``specials`` as added tokens."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
+    return Tokenizer.from_str(json.dumps(data))
 
 
 class TextBatches:
