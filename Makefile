@@ -50,6 +50,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-logo  # the layers and no-cycle contracts in pyproject.toml
 
 test: $(STAMP) lint
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"

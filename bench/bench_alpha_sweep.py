@@ -43,11 +43,10 @@ from benchlib import (
     wait_for_idle,
     write_section,
 )
-from lmalgebra.lmd.alpha_select import penalty_scale, select_alpha
-from lmalgebra.lmd.blocked import BlockedMoments
-from lmalgebra.lmd.moments import Block, SecondMoments, layout
-from lmalgebra.lmd.solver import Decomposer, SplitMoments
-from lmalgebra.lmd.study_config import default_alpha_grid
+from lmalgebra.stats.alpha_select import default_alpha_grid, penalty_scale, select_alpha
+from lmalgebra.stats.moments import Block, SecondMoments, layout
+from lmalgebra.stats.solver import Decomposer, SplitMoments
+from lmalgebra.stats.span_blocks import BlockedMoments
 from synthetic import Synthetic, split_sizes
 
 SECTION = "bench_alpha_sweep"

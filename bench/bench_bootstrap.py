@@ -44,12 +44,12 @@ from benchlib import (
     wait_for_idle,
     write_section,
 )
-from lmalgebra.lmd import block_scores
-from lmalgebra.lmd.blocked import BlockedMoments
-from lmalgebra.lmd.bootstrap import bootstrap_r2
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.lmd.solver import Decomposer, SplitMoments
-from lmalgebra.lmd.spans import SPLITS
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.stats import block_scores
+from lmalgebra.stats.bootstrap import bootstrap_r2
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.solver import Decomposer, SplitMoments
+from lmalgebra.stats.span_blocks import BlockedMoments
 from synthetic import Synthetic, split_sizes
 
 SECTION = "bench_bootstrap"

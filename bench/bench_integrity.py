@@ -58,21 +58,21 @@ from benchlib import (
     wait_for_idle,
     write_section,
 )
-from lmalgebra.atomic import write_atomic
-from lmalgebra.fingerprint import sha256_file
+from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.distill.examples import example_id
+from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill.pretrain import TextBatches
+from lmalgebra.distill.recipe import MaskingSpec
+from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.distill.topk import masked_topk
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.merge.arrow_columns import list_column
-from lmalgebra.merge.examples import example_id
-from lmalgebra.merge.masking import TeacherMasker
-from lmalgebra.merge.recipe import MaskingSpec
-from lmalgebra.merge.shard_store import ShardSet
-from lmalgebra.merge.student import StudentSpec, build_student
-from lmalgebra.merge.topk import masked_topk
-from lmalgebra.pretrain import TextBatches
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
+from lmalgebra.storage.arrow_columns import list_column
+from lmalgebra.storage.atomic import write_atomic
+from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.checkpoint import FILES, _optimizer_tensors, save_checkpoint
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train

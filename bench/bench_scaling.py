@@ -57,12 +57,13 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from lmalgebra.distributed import barrier, owned, reduce_moments, world
+    from lmalgebra.distributed import barrier, owned, world
     from lmalgebra.lmd.embed import EmbedSpec, embed
     from lmalgebra.lmd.embedding_cache import EmbeddingCache
-    from lmalgebra.lmd.moments import SecondMoments, layout
     from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
     from lmalgebra.sources.packaged import asset_path
+    from lmalgebra.stats.moments import SecondMoments, layout
+    from lmalgebra.stats.reduce import reduce_moments
 
     torch.set_num_threads(threads)
     rank, size = world()
@@ -96,9 +97,9 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
 def _teach_worker(work: Path, threads: int) -> dict[str, Any]:
     import torch
 
+    from lmalgebra.distill import stages
+    from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.distributed import barrier, world
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.recipe import load_recipe
 
     torch.set_num_threads(threads)
     size = world()[1]
@@ -144,11 +145,11 @@ def setup_teach(work: Path, examples: int, shard_rows: int) -> dict[str, Any]:
     import yaml
     from transformers import BertConfig, BertForMaskedLM
 
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.recipe import load_recipe
-    from lmalgebra.merge.shard_store import ShardSet
+    from lmalgebra.distill import stages
+    from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.sources.models import ModelRef, load_tokenizer
     from lmalgebra.sources.packaged import asset_path
+    from lmalgebra.storage.shard_set import ShardSet
 
     path = asset_path("minilm")
     tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(path)), path)
@@ -224,7 +225,7 @@ def compare_stats(work: Path) -> float:
     """Relative max difference of the covariance of one-process and two-process statistics."""
     import numpy as np
 
-    from lmalgebra.lmd.moments import SecondMoments
+    from lmalgebra.stats.moments import SecondMoments
 
     one, two = (SecondMoments.load(work / f"stats-{p}.safetensors").covariance() for p in (1, 2))
     return float(np.abs(one - two).max() / np.abs(one).max())

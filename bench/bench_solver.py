@@ -54,11 +54,11 @@ from benchlib import (
     wait_for_idle,
     write_section,
 )
+from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.lmd.measure import Source, accumulate
-from lmalgebra.lmd.solver import Decomposer, SplitMoments
-from lmalgebra.lmd.spans import SPLITS
+from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes
 
 SECTION = "bench_solver"

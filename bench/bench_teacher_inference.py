@@ -4,7 +4,7 @@ Targets: >= 3x faster on CPU than computing full-vocabulary logits at every posi
 BERT-shaped masked LM with a 30,522-token vocabulary; <= 40 bytes stored per masked token at
 k = 8 (naive int32 ids + fp16 values: 48; FuseLLM-style storage: about 100 per token per teacher).
 
-* ours: ``lmalgebra.merge.topk.masked_topk`` (length-sorted batches; the encoder runs on the whole
+* ours: ``lmalgebra.distill.topk.masked_topk`` (length-sorted batches; the encoder runs on the whole
   batch, a hook gathers the hidden states at the masked positions and the model's own MLM head
   runs on those rows only; exact log-probabilities = top-k logits - logsumexp over the vocabulary);
 * baseline: what a typical offline-distillation script does with the same batches (same
@@ -19,7 +19,7 @@ Wikipedia summaries (packaged ``wiki-en``), tokenised by the packaged MiniLM tok
 (bert-base-uncased vocabulary) and masked by ``TeacherMasker`` (15%, 80/10/10), cut at 128 tokens.
 Top-k ids must agree and log-probabilities agree within fp16 precision, or the script fails.
 
-Bytes per masked token: a real store written by ``lmalgebra.merge.stages`` (``prepare`` and
+Bytes per masked token: a real store written by ``lmalgebra.distill.stages`` (``prepare`` and
 ``teach``, default shard_rows 1024, top_k 8) from 3000 ``wiki-en`` documents, the small random
 BERT saved with the MiniLM tokenizer as the teacher (random weights do not change byte counts:
 the Arrow files are uncompressed).
@@ -56,15 +56,14 @@ from benchlib import (
     wait_for_idle,
     write_section,
 )
-from lmalgebra.merge.arrow_columns import id_dtype
-from lmalgebra.merge.examples import example_id
-from lmalgebra.merge.masked_head import pad_batch
-from lmalgebra.merge.masking import MaskedCopy, TeacherMasker
-from lmalgebra.merge.recipe import LanguageSpec, MaskingSpec, MergeRecipe, TeacherSpec
-from lmalgebra.merge.topk import TeacherOutput, masked_topk
+from lmalgebra.distill.examples import example_id
+from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
+from lmalgebra.distill.recipe import LanguageSpec, MaskingSpec, MergeRecipe, TeacherSpec
+from lmalgebra.distill.topk import TeacherOutput, masked_topk
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
+from lmalgebra.storage.arrow_columns import id_dtype
 
 SECTION = "bench_teacher_inference"
 SPEED_TARGET = 3.0
@@ -233,8 +232,8 @@ def head_only(
 # -- bytes per masked token ---------------------------------------------------------------------
 def store_bytes(workdir: Path, tokenizer: Any, wiki: Path, docs: int, seed: int) -> dict[str, Any]:
     """Build a real store with the stages; bytes per masked token of its parts."""
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.shard_store import ShardSet
+    from lmalgebra.distill import stages
+    from lmalgebra.storage.shard_set import ShardSet
 
     teacher_dir = workdir / "teacher"
     model = build_model(SHAPES["small BERT"], len(tokenizer), seed)
@@ -416,7 +415,8 @@ def report(
         "length-sorted batches for both contenders.",
         "- Baseline: `model(input_ids, attention_mask).logits` at every position (batch, seq, "
         "vocab), `log_softmax`, `topk` over every position, then the masked positions gathered "
-        "(with the gold log-prob). Ours: `lmalgebra.merge.topk.masked_topk` (encoder on the whole "
+        "(with the gold log-prob). Ours: `lmalgebra.distill.topk.masked_topk` (encoder on the "
+        "whole "
         "batch, MLM head on the masked rows only, log-probs = logits - logsumexp). Both return "
         "per-example numpy top-k ids, log-probs and the gold NLL.",
         "- One process; each contender warmed up on one batch of other examples, then timed on an "

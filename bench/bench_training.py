@@ -6,8 +6,9 @@ Targets: KD overhead <= 15% (distillation tokens/s >= gold-only tokens/s / 1.15)
 
 The run is small but real: two languages of real text (packaged ``wiki-en`` and ``wiki-fr``
 Wikipedia summaries), one teacher per language, each a random-initialised BERT masked LM with its
-own WordPiece tokenizer (``lmalgebra.pretrain.train_wordpiece`` on that language's text); the store
-is built with ``lmalgebra.merge.stages`` (``prepare``, ``teach``, ``vocab``: masked copies, top-8
+own WordPiece tokenizer (``lmalgebra.distill.pretrain.train_wordpiece`` on that language's text);
+the store
+is built with ``lmalgebra.distill.stages`` (``prepare``, ``teach``, ``vocab``: masked copies, top-8
 teacher log-probs, union vocabulary) and read with ``StoreBatches`` as ``merge train`` does. The
 student is ``build_student`` (BERT, hidden 256, 4 layers, 4 heads, intermediate 1024) over the
 union vocabulary. Contenders, each from the same initial weights and on the same batches:
@@ -62,19 +63,19 @@ from benchlib import (
     wait_for_idle,
     write_section,
 )
-from lmalgebra.merge import stages
-from lmalgebra.merge.masked_head import masked_logits
-from lmalgebra.merge.recipe import LanguageSpec, MergeRecipe, TeacherSpec
-from lmalgebra.merge.student import StudentSpec, build_student
-from lmalgebra.merge.student_data import StoreBatches
-from lmalgebra.merge.vocab_union import UnionVocab
-from lmalgebra.pretrain import train_wordpiece
+from lmalgebra.distill import stages
+from lmalgebra.distill.pretrain import train_wordpiece
+from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
+from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
 from lmalgebra.train.losses import combined_loss, mlm_loss
+from lmalgebra.train.masked_head import masked_logits
 
 SECTION = "bench_training"
 KD_OVERHEAD_TARGET = 0.15
@@ -487,7 +488,7 @@ def report(
         f"- Store: `wiki-en` and `wiki-fr` summaries, {args.examples} examples per language, "
         f"example length {args.length}, 15% masking, top-8; one teacher per language, each a "
         f"random-initialised BERT MLM (hidden {TEACHER.hidden_size}, {TEACHER.num_layers} layers) "
-        "with its own cased WordPiece tokenizer from `lmalgebra.pretrain.train_wordpiece` "
+        "with its own cased WordPiece tokenizer from `lmalgebra.distill.pretrain.train_wordpiece` "
         f"({', '.join(f'{k} {v:,}' for k, v in info['teacher_vocab'].items())} tokens); "
         f"`stages.prepare/teach/vocab` took {info['store_s']:.0f} s; union student vocabulary "
         f"{vocab_size:,} tokens.",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.lmd.spans import SPLITS
+from lmalgebra.core.splits import SPLITS
 
 
 @dataclass(frozen=True)

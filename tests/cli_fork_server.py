@@ -29,9 +29,9 @@ import transformers.models.bert.modeling_bert
 import transformers.models.roberta.modeling_roberta  # noqa: F401
 
 import lmalgebra.cli
+import lmalgebra.distill.stages
+import lmalgebra.distill.train_student
 import lmalgebra.lmd.run
-import lmalgebra.merge.stages
-import lmalgebra.merge.train_student
 
 
 def _child(args: list[str], log: str) -> None:

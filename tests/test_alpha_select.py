@@ -9,17 +9,17 @@ import pytest
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.alpha_select import (
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.alpha_select import (
     adjusted_r2,
     effective_df,
     group_effective_df,
     select_alpha,
 )
-from lmalgebra.lmd.blocked import BlockedMoments
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.lmd.ridge_path import RidgePath
-from lmalgebra.lmd.solver import Decomposer, SplitMoments
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.ridge_path import RidgePath
+from lmalgebra.stats.solver import Decomposer, SplitMoments
+from lmalgebra.stats.span_blocks import BlockedMoments
 from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]

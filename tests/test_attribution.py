@@ -11,17 +11,17 @@ import pytest
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd import attribution
-from lmalgebra.lmd.attribution import (
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats import attribution
+from lmalgebra.stats.attribution import (
     SubsetValue,
     attribute,
     shapley_exact,
     shapley_sampled,
     write_attribution_csv,
 )
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.lmd.solver import Decomposer, Fit, SplitMoments
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
 
 # "a2" is an exact copy of "a"; "noise" is independent of everything; "t" mostly follows "b".
 NAMES = ["t", "a", "b", "a2", "noise"]

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.blocked import BlockedMoments, block_edges
-from lmalgebra.lmd.moments import SecondMoments, layout
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.span_blocks import BlockedMoments, block_edges
 
 
 def _data(n=103, dims=(3, 4), seed=0):

@@ -7,12 +7,12 @@ import pytest
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.block_scores import FixedScorer
-from lmalgebra.lmd.blocked import BlockedMoments
-from lmalgebra.lmd.bootstrap import bootstrap_r2, draw_counts, refit_r2, split_rng
-from lmalgebra.lmd.moments import Block, layout
-from lmalgebra.lmd.solver import Decomposer, Fit, SplitMoments
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.block_scores import FixedScorer
+from lmalgebra.stats.bootstrap import bootstrap_r2, draw_counts, refit_r2, split_rng
+from lmalgebra.stats.moments import Block, layout
+from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
+from lmalgebra.stats.span_blocks import BlockedMoments
 from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]

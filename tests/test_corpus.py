@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 
 DOCS = [

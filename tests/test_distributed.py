@@ -27,14 +27,15 @@ import yaml
 from safetensors.numpy import load_file as load_np
 from safetensors.torch import load_file
 
-from lmalgebra.atomic import write_json_atomic
-from lmalgebra.distributed import part_path, reduce_moments, world
-from lmalgebra.lmd.blocked import BlockedMoments
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distributed import part_path, world
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.merge.recipe import load_recipe
-from lmalgebra.merge.shard_store import ShardSet
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.reduce import reduce_moments
+from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.batches import Batch
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
@@ -126,7 +127,7 @@ def _moments_checks(rank: int) -> None:
             raise AssertionError(f"reduce_moments, {name}: {err}") from err
     assert reduce_moments(SecondMoments(blocks)).n == 0
     # row blocks: shards of 100 rows dealt round-robin, as the embedding cache deals them
-    from lmalgebra.distributed import reduce_blocked
+    from lmalgebra.stats.reduce import reduce_blocked
 
     mine = BlockedMoments.empty(blocks, 500, 3)
     for first in range(rank * 100, 500, 200):
@@ -159,10 +160,10 @@ def _gradient_checks() -> None:
     """Each rank's weighted slice loss, gradients averaged as DDP does, equals one process."""
     import torch.distributed as dist
 
-    from lmalgebra.merge.masked_head import masked_logits
-    from lmalgebra.merge.student import StudentSpec, build_student
+    from lmalgebra.distill.student import StudentSpec, build_student
     from lmalgebra.train.data_parallel import global_values, local_loss, local_part
     from lmalgebra.train.losses import combined_loss
+    from lmalgebra.train.masked_head import masked_logits
 
     spec = StudentSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, dropout=0.0)
     model = build_student(spec, 60, seed=0)
@@ -371,7 +372,8 @@ def accelerate_launch(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
-    from lmalgebra.lmd.run import decompose, load_config
+    from lmalgebra.lmd.config import load_config
+    from lmalgebra.lmd.run import decompose
     from lmalgebra.sources.models import ModelRef
     from tiny import build_bert, documents
 
@@ -410,7 +412,7 @@ def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> tuple[Path, Path]:
     """The same prepared recipe in two run directories: taught by one and by two processes."""
-    from lmalgebra.merge import stages
+    from lmalgebra.distill import stages
 
     root = tmp_path_factory.mktemp("dp")
     one = write_recipe(root, teacher_dirs, student=STUDENT, training=TRAINING)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 

@@ -46,11 +46,11 @@ from fault_helpers import (
     wait_for,
 )
 from lmalgebra.cli import main
-from lmalgebra.disk_space import is_out_of_space
-from lmalgebra.merge import stages
-from lmalgebra.merge.recipe import load_recipe
-from lmalgebra.merge.train_student import train_student
-from lmalgebra.threads import pin_thread_count
+from lmalgebra.core.threads import pin_thread_count
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.train_student import train_student
+from lmalgebra.storage.disk_space import is_out_of_space
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 SEEDS = [11, 12, 13, 14, 15]

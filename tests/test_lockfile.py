@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lmalgebra.lockfile import (
+from lmalgebra.storage.lockfile import (
     LOCK_NAME,
     DirectoryInUseError,
     holder_record,
@@ -25,7 +25,7 @@ from lmalgebra.lockfile import (
 HOLDER = """
 import sys, time
 from pathlib import Path
-from lmalgebra.lockfile import run_directory_lock
+from lmalgebra.storage.lockfile import run_directory_lock
 with run_directory_lock(Path(sys.argv[1]), "holder command"):
     print("held", flush=True)
     time.sleep(120)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from lmalgebra.merge.store_view import TeacherCopies
-from lmalgebra.merge.student_data import _pool, language_probabilities
+from lmalgebra.distill.store_view import TeacherCopies
+from lmalgebra.distill.student_data import _pool, language_probabilities
 from lmalgebra.train.losses import combined_loss
 from lmalgebra.train.schedules import kd_weight, learning_rate
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.merge import stages
-from lmalgebra.merge.evaluate import Score, evaluate_run, rdt, teacher_score
-from lmalgebra.merge.recipe import load_recipe
-from lmalgebra.merge.store_view import load_copies
-from lmalgebra.merge.train_student import train_student
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.store_view import load_copies
+from lmalgebra.distill.train_student import train_student
+from lmalgebra.evaluate.distill_scores import Score, evaluate_run, rdt, teacher_score
 from merge_fixtures import write_recipe
 
 STUDENT = {

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from transformers import AutoTokenizer
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.merge.examples import language_examples
-from lmalgebra.merge.masking import TeacherMasker
-from lmalgebra.merge.recipe import MaskingSpec, load_recipe
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.examples import language_examples
+from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill.recipe import MaskingSpec, load_recipe
 from merge_fixtures import write_recipe
 from tiny import sentences
 

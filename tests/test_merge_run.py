@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from lmalgebra.merge.recipe import load_recipe
-from lmalgebra.merge.shard_store import ShardSet
-from lmalgebra.merge.stages import examples_set, read_copies
-from lmalgebra.merge.store_view import load_copies
-from lmalgebra.merge.vocab_union import UnionVocab, canonical_token, detect_convention
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.stages import examples_set, read_copies
+from lmalgebra.distill.store_view import load_copies
+from lmalgebra.distill.vocab_union import UnionVocab, canonical_token, detect_convention
+from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 
 

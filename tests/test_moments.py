@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.moments import SecondMoments, layout
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import SecondMoments, layout
 
 BLOCKS = layout(["p", "q"], [4, 2])
 

@@ -9,10 +9,10 @@ import pytest
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.lmd.nulls import random_null_fits, shuffled_pairwise, shuffled_r2
-from lmalgebra.lmd.solver import Decomposer, Fit, SplitMoments
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.nulls import random_null_fits, shuffled_pairwise, shuffled_r2
+from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
 
 REAL = ["a", "b", "c"]
 NAMES = [*REAL, "a~random", "b~random", "c~random"]

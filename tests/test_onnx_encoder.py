@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.lmd.embed import EmbedSpec, embed
 from lmalgebra.sources.models import (
     ModelRef,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.evaluate.conllu import find_splits, read_conllu, split_by_document, write_conllu
 from lmalgebra.evaluate.pos_tagging import (
     PosOptions,

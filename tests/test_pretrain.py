@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from lmalgebra.merge import stages
-from lmalgebra.merge.examples import example_id, is_heldout
-from lmalgebra.merge.recipe import load_recipe
+from lmalgebra.distill import stages
+from lmalgebra.distill.examples import example_id, is_heldout
+from lmalgebra.distill.recipe import load_recipe
 from merge_fixtures import write_recipe
 from tiny import documents
 
@@ -91,7 +91,7 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process() -> None
     changes merges on ties; the toolkit's trainer must not."""
     code = (
         "import sys, hashlib; sys.path.insert(0, 'tests');"
-        "from tiny import sentences; from lmalgebra.pretrain import train_wordpiece;"
+        "from tiny import sentences; from lmalgebra.distill.pretrain import train_wordpiece;"
         "t = train_wordpiece(sentences(400), 200, True, 128);"
         "print(hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest())"
     )

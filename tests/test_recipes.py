@@ -6,9 +6,9 @@ from importlib import resources
 
 import pytest
 
+from lmalgebra.core.recipe_files import validate
 from lmalgebra.demo.packaged_lmd import demo_config, shipped_recipe
 from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.recipe_io import validate
 
 SHIPPED = sorted(
     p.name for p in resources.files("lmalgebra.recipes").iterdir() if p.name.endswith(".yaml")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from lmalgebra.cli import main
-from lmalgebra.errors import UserInputError
-from lmalgebra.report.clustering import average_linkage, cluster_order, leaf_order, r2_distance
-from lmalgebra.report.html import write_report
-from lmalgebra.report.plots import write_plots
-from lmalgebra.report.run_files import read_table
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.lmd.figures import write_plots
+from lmalgebra.lmd.run_files import read_table
+from lmalgebra.report.lmd_page import write_report
+from lmalgebra.stats.clustering import average_linkage, cluster_order, leaf_order, r2_distance
 from report_fixtures import MODELS, build_run, pairwise_matrix, write_core
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -111,7 +111,7 @@ def test_only_existing_nonempty_tables_get_figures(tmp_path: Path) -> None:
 
 
 def test_a_crowded_sweep_shows_the_group_fits_alone() -> None:
-    from lmalgebra.report.plots import MAX_SERIES, _focus
+    from lmalgebra.lmd.figures import MAX_SERIES, _focus
 
     models = [f"m{i}" for i in range(4)]  # 12 pairwise series + 4 group series
     rows = [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lmalgebra.merge.teachers import load_masked_lm
+from lmalgebra.distill.teachers import load_masked_lm
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent

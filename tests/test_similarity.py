@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sklearn.cross_decomposition import CCA
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.lmd.similarity import canonical_correlations, linear_cka, similarity_table
-from lmalgebra.lmd.solver import SplitMoments
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.similarity import canonical_correlations, linear_cka, similarity_table
+from lmalgebra.stats.solver import SplitMoments
 
 NAMES = ["a", "b", "c"]
 DIMS = [4, 6, 5]

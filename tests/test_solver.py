@@ -7,9 +7,9 @@ import pytest
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.moments import SecondMoments, layout
-from lmalgebra.lmd.solver import Decomposer, SplitMoments
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.solver import Decomposer, SplitMoments
 from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]

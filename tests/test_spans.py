@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.spans import SPLITS, SpanSpec, assign_splits, draw_spans, span_texts
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.spans import SpanSpec, assign_splits, draw_spans, span_texts
 from tiny import documents
 
 DOCS = documents(200, seed=2) + ["Exactly the SAME Document, Twice."] * 2

@@ -13,12 +13,12 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
-from lmalgebra.errors import TrainingDivergedError, UserInputError
-from lmalgebra.merge import stages
-from lmalgebra.merge.recipe import load_recipe
-from lmalgebra.merge.student_data import StoreBatches
-from lmalgebra.merge.train_student import train_student
-from lmalgebra.merge.vocab_union import UnionVocab
+from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.train_student import train_student
+from lmalgebra.distill.vocab_union import UnionVocab
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 STUDENT = TINY_STUDENT
@@ -89,7 +89,7 @@ def test_killed_and_resumed_run_ends_with_identical_weights(
 
 
 def test_parameters_move_and_runs_are_deterministic(recipe_path: Path, trained: Path) -> None:
-    from lmalgebra.merge.student import build_student
+    from lmalgebra.distill.student import build_student
 
     recipe = load_recipe(recipe_path)
     initial = build_student(

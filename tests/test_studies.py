@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.run import decompose
-from lmalgebra.lmd.spans import SPLITS
 
 T = 8
 
@@ -69,7 +69,7 @@ def _main_pairwise(result: Any, split: str) -> dict[tuple[str, str], float]:
 
 
 def test_every_table_is_written_with_its_columns(study: tuple[Any, Path]) -> None:
-    from lmalgebra.lmd.report import TABLE_COLUMNS
+    from lmalgebra.lmd.outputs import TABLE_COLUMNS
 
     result, out = study
     summary = json.loads((out / "summary.json").read_text())

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.merge import stages
-from lmalgebra.merge.masking import TeacherMasker
-from lmalgebra.merge.recipe import MaskingSpec, load_recipe
-from lmalgebra.merge.run_inspect import inspect_run, verify_run
-from lmalgebra.merge.shard_store import ShardSet
-from lmalgebra.merge.teachers import load_masked_lm
-from lmalgebra.merge.topk import masked_topk, naive_topk
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill import stages
+from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill.recipe import MaskingSpec, load_recipe
+from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.distill.teachers import load_masked_lm
+from lmalgebra.distill.topk import masked_topk, naive_topk
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 from tiny import sentences
 

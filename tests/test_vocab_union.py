@@ -14,8 +14,8 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from tokenizers.trainers import BpeTrainer, UnigramTrainer, WordPieceTrainer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.merge.vocab_union import (
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.vocab_union import (
     STUDENT_SPECIALS,
     Convention,
     UnionVocab,

@@ -23,9 +23,6 @@ from typing import Any, ParamSpec
 import numpy as np
 import torch
 
-from lmalgebra.lmd.blocked import BlockedMoments
-from lmalgebra.lmd.moments import SecondMoments
-
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 
@@ -82,7 +79,7 @@ def _device(dist: Any) -> torch.device:
     return torch.device(PartialState().device)
 
 
-def _sum_in_place(values: np.ndarray) -> None:
+def sum_in_place(values: np.ndarray) -> None:
     """All-reduce (sum) a contiguous float64 array in place; every rank ends with the same bits."""
     dist = _group()
     if dist is None or dist.get_world_size() == 1:
@@ -103,43 +100,8 @@ def all_reduce_sum(array: np.ndarray) -> np.ndarray:
     Sums are taken in float64 by the backend; every rank receives the same result.
     """
     values = np.array(array, dtype=np.float64, order="C", copy=True)
-    _sum_in_place(values)
+    sum_in_place(values)
     return values
-
-
-def reduce_moments(moments: SecondMoments) -> SecondMoments:
-    """Statistics of the union of every rank's rows (ranks hold disjoint rows).
-
-    Every rank's statistics are first expressed around one common shift, the shift of the lowest
-    rank holding any row (rank 0 holds the first shard, so this is the shift a single process
-    would have used), with ``SecondMoments.shifted_to`` (exact algebra); then ``n``, sums and Gram
-    matrices are summed in float64. Ranks with ``n == 0`` contribute nothing. Collective: every
-    rank must call it, in the same order, with statistics over the same blocks. Returns the
-    input unchanged in a single process.
-    """
-    rank, size = world()
-    if size == 1:
-        return moments
-    counts = np.zeros(size)
-    counts[rank] = moments.n
-    counts = all_reduce_sum(counts)
-    holders = np.flatnonzero(counts)
-    if holders.size == 0:
-        return SecondMoments(moments.blocks)
-    source = int(holders[0])
-    shift = all_reduce_sum(moments.shift if rank == source else np.zeros(moments.dim))
-    moved = moments.shifted_to(shift) if moments.n else SecondMoments(moments.blocks)
-    sums = np.ascontiguousarray(moved.sums, dtype=np.float64)
-    gram = np.ascontiguousarray(moved.gram, dtype=np.float64)
-    _sum_in_place(sums)
-    _sum_in_place(gram)
-    return SecondMoments(moments.blocks, int(counts.sum()), shift, sums, gram)
-
-
-def reduce_blocked(blocked: BlockedMoments) -> BlockedMoments:
-    """``reduce_moments`` applied to every row block of ``blocked`` (collective)."""
-    parts = [reduce_moments(part) for part in blocked.parts]
-    return BlockedMoments(blocked.blocks, blocked.edges, parts)
 
 
 def main_rank_only(fn: Callable[P, None]) -> Callable[P, None]:

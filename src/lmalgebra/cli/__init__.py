@@ -16,7 +16,7 @@ from rich.markup import escape
 import lmalgebra.cli.lmd
 import lmalgebra.cli.merge  # noqa: F401  (registers the MergeDistill commands)
 from lmalgebra.cli.app import app
-from lmalgebra.errors import TrainingDivergedError, UserInputError
+from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 
 
 def main() -> None:
@@ -27,7 +27,7 @@ def main() -> None:
 
     hf_logging.disable_progress_bar()  # our own bars cover loading and embedding
     hf_logging.set_verbosity_error()  # load reports: we check missing weights ourselves
-    from lmalgebra.threads import pin_thread_count
+    from lmalgebra.core.threads import pin_thread_count
 
     pin_thread_count()  # same bits in every process, busy machine or not (resumed runs)
     try:
@@ -54,7 +54,7 @@ def main() -> None:
         ):
             err.show()
             sys.exit(2)
-        from lmalgebra.disk_space import is_out_of_space, message
+        from lmalgebra.storage.disk_space import is_out_of_space, message
 
         if is_out_of_space(err):  # a write not wrapped by ``disk_space.naming_file``
             text = message(getattr(err, "filename", None))

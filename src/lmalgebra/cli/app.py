@@ -7,7 +7,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console, parse_numbers, split_list
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 
 
 @app.command()
@@ -100,9 +100,10 @@ def decompose(
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
 ) -> None:
     """Decompose every model on the others: pairwise and group R^2 on train, validation, test."""
-    from lmalgebra.lmd.report import table
+    from lmalgebra.lmd.config import load_config
+    from lmalgebra.lmd.outputs import table
     from lmalgebra.lmd.run import decompose as run
-    from lmalgebra.lmd.run import load_config, mark_incomplete
+    from lmalgebra.lmd.run import mark_incomplete
     from lmalgebra.sources.models import ModelRef
 
     overrides: dict[str, Any] = {}
@@ -176,8 +177,8 @@ def demo(
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
 ) -> None:
     """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
-    from lmalgebra.demo.html_report import render
     from lmalgebra.demo.workflow import run_demo
+    from lmalgebra.report.demo_page import render
 
     result = run_demo(out, quick=quick, progress=progress)
     report = render(result, out)
@@ -194,7 +195,7 @@ def demo_lmd(
 ) -> None:
     """Decompose the packaged real encoders on packaged Wikipedia text (no model hub needed)."""
     from lmalgebra.demo.packaged_lmd import demo_config
-    from lmalgebra.lmd.report import table
+    from lmalgebra.lmd.outputs import table
     from lmalgebra.lmd.run import decompose as run
 
     config = demo_config(out, quick=quick, progress=progress)
@@ -211,7 +212,7 @@ def report(
     ] = None,
 ) -> None:
     """One self-contained HTML page of a decomposition run: figures, tables, configuration."""
-    from lmalgebra.report.html import write_report
+    from lmalgebra.report.lmd_page import write_report
 
     typer.echo(str(write_report(run_dir, out)))
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 
 merge_app = typer.Typer(
     no_args_is_help=True, help="MergeDistill: teacher masked LMs -> one student."
@@ -22,8 +22,8 @@ ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
 @merge_app.command("prepare")
 def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     """Examples per language; each teacher's tokenised, masked copy of each example."""
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.distill import stages
+    from lmalgebra.distill.recipe import load_recipe
 
     stages.prepare(load_recipe(recipe), progress)
     console.print("prepared")
@@ -32,8 +32,8 @@ def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
 @merge_app.command("teach")
 def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     """Offline teacher inference: top-k log-probabilities at masked positions, per-example loss."""
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.distill import stages
+    from lmalgebra.distill.recipe import load_recipe
 
     stages.teach(load_recipe(recipe), progress)
     console.print("teacher store complete")
@@ -42,8 +42,8 @@ def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
 @merge_app.command("vocab")
 def merge_vocab(recipe: RecipeArg) -> None:
     """Union student vocabulary, teacher->student id maps and the student tokenizer."""
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.recipe import load_recipe
+    from lmalgebra.distill import stages
+    from lmalgebra.distill.recipe import load_recipe
 
     stages.vocab(load_recipe(recipe))
     console.print("vocabulary complete")
@@ -52,9 +52,9 @@ def merge_vocab(recipe: RecipeArg) -> None:
 @merge_app.command("run")
 def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     """prepare, teach and vocab in turn (each resumes where it stopped)."""
-    from lmalgebra.merge import stages
-    from lmalgebra.merge.recipe import load_recipe
-    from lmalgebra.merge.run_inspect import inspect_run
+    from lmalgebra.distill import stages
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.distill.run_inspect import inspect_run
 
     config = load_recipe(recipe)
     stages.prepare(config, progress)
@@ -72,9 +72,9 @@ def merge_train(
     progress: ProgressOpt = True,
 ) -> None:
     """Train the student from the teacher store (resumes from its last checkpoint)."""
-    from lmalgebra.merge.recipe import load_recipe
-    from lmalgebra.merge.train_student import train_student
-    from lmalgebra.recipe_io import validate
+    from lmalgebra.core.recipe_files import validate
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.distill.train_student import train_student
     from lmalgebra.train.config import TrainingSpec
 
     config = load_recipe(recipe)
@@ -108,9 +108,9 @@ def pretrain(
     progress: ProgressOpt = True,
 ) -> None:
     """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch."""
-    from lmalgebra.merge.student import StudentSpec
-    from lmalgebra.pretrain import pretrain as run
-    from lmalgebra.recipe_io import validate
+    from lmalgebra.core.recipe_files import validate
+    from lmalgebra.distill.pretrain import pretrain as run
+    from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec
 
@@ -155,7 +155,7 @@ def merge_evaluate(
     language: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
 ) -> None:
     """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students."""
-    from lmalgebra.merge.evaluate import evaluate_run, markdown, write_evaluation
+    from lmalgebra.evaluate.distill_scores import evaluate_run, markdown, write_evaluation
 
     scores, deviations = evaluate_run(run_dir, student or ["student"], language)
     write_evaluation(run_dir / "evaluation", scores, deviations)
@@ -170,7 +170,7 @@ def merge_inspect(
     """Counts, bytes per masked token and vocabulary overlap of a run."""
     import json
 
-    from lmalgebra.merge.run_inspect import inspect_run
+    from lmalgebra.distill.run_inspect import inspect_run
 
     report = inspect_run(run_dir)
     if as_json:
@@ -215,7 +215,7 @@ def _inspect_table(report: dict[str, Any]) -> Any:
 @merge_app.command("verify")
 def merge_verify(run_dir: RunDirArg) -> None:
     """Check every shard of a run against its manifest; exit 2 naming each bad shard."""
-    from lmalgebra.merge.run_inspect import verify_run
+    from lmalgebra.distill.run_inspect import verify_run
 
     problems = verify_run(run_dir)
     if problems:

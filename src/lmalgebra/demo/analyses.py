@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.demo.plan import LANGUAGES, DemoPlan
+from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.run import decompose
-from lmalgebra.merge.recipe import MergeRecipe
 from lmalgebra.sources.packaged import asset_path
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def petrogold() -> Path:
     """The Portuguese PetroGold UD treebank of the packaged dante-corpora."""
     import importlib.util
 
-    from lmalgebra.errors import UserInputError
+    from lmalgebra.core.errors import UserInputError
 
     spec = importlib.util.find_spec("dante")
     if spec is None or not spec.submodule_search_locations:

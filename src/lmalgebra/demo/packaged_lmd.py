@@ -10,8 +10,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from lmalgebra.core.recipe_files import validate
 from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.recipe_io import validate
 
 RECIPE = "decompose-minilm-wiki.yaml"
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import yaml
 
+from lmalgebra.core.recipe_files import validate
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, DemoPlan
-from lmalgebra.merge import stages
-from lmalgebra.merge.evaluate import Score, evaluate_run, write_evaluation
-from lmalgebra.merge.recipe import MergeRecipe
-from lmalgebra.merge.run_inspect import inspect_run
-from lmalgebra.merge.train_student import train_student
-from lmalgebra.recipe_io import validate
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run_inspect import inspect_run
+from lmalgebra.distill.train_student import train_student
+from lmalgebra.evaluate.distill_scores import Score, evaluate_run, write_evaluation
 from lmalgebra.sources.packaged import asset_path
 
 log = logging.getLogger(__name__)
@@ -57,8 +57,8 @@ def write_corpora(out: Path, plan: DemoPlan) -> dict[str, Path]:
 def pretrain_teachers(
     out: Path, corpora: dict[str, Path], plan: DemoPlan, progress: bool
 ) -> dict[str, Path]:
-    from lmalgebra.merge.student import StudentSpec
-    from lmalgebra.pretrain import pretrain
+    from lmalgebra.distill.pretrain import pretrain
+    from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec
 

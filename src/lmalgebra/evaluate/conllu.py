@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmalgebra.atomic import write_text_atomic
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.atomic import write_text_atomic
 
 Sentence = list[tuple[str, str]]
 """One sentence: its syntactic words in order, each ``(form, upos)``."""

@@ -26,11 +26,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from lmalgebra.atomic import write_json_atomic, write_text_atomic
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, read_conllu
 from lmalgebra.lmd.embed import max_tokens
-from lmalgebra.progress import progress_bar
 from lmalgebra.sources.models import (
     ModelRef,
     check_layer,
@@ -38,6 +37,7 @@ from lmalgebra.sources.models import (
     load_tokenizer,
     resolve_directory,
 )
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lmalgebra.lmd.alpha_select import adjusted_r2, effective_df, group_effective_df, select_alpha
-from lmalgebra.lmd.attribution import attribute
-from lmalgebra.lmd.bootstrap import bootstrap_r2
+from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.measure import Measured
-from lmalgebra.lmd.nulls import random_copy, random_null_fits, shuffled_r2
-from lmalgebra.lmd.similarity import similarity_table
-from lmalgebra.lmd.solver import Decomposer, Fit
-from lmalgebra.lmd.spans import SPLITS
 from lmalgebra.lmd.sweeps import Row, decomposer_of
+from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, group_effective_df, select_alpha
+from lmalgebra.stats.attribution import attribute
+from lmalgebra.stats.bootstrap import bootstrap_r2
+from lmalgebra.stats.nulls import random_copy, random_null_fits, shuffled_r2
+from lmalgebra.stats.similarity import similarity_table
+from lmalgebra.stats.solver import Decomposer, Fit
 
 HELD_OUT = ("validation", "test")
 

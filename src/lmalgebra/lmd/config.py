@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.lmd.embed import EmbedSpec, Pooling
-from lmalgebra.lmd.solver import AlphaMode
 from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.stats.solver import AlphaMode
 
 
 def default_cache_dir() -> Path:
@@ -111,3 +112,14 @@ class DecomposeConfig(BaseModel):
             self.batch_size,
             self.max_length,
         )
+
+
+def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConfig:
+    """A recipe file (optional) with command-line values laid over it."""
+    data = read_yaml(recipe) if recipe is not None else {}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return validate(DecomposeConfig, data, str(recipe) if recipe else "command line")

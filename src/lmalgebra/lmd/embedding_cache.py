@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from lmalgebra.atomic import write_atomic, write_json_atomic
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.distributed import (
     all_reduce_sum,
     barrier,
@@ -33,9 +34,8 @@ from lmalgebra.distributed import (
     remove_parts,
     world,
 )
-from lmalgebra.errors import UserInputError
-from lmalgebra.fingerprint import sha256_file, sha256_json
 from lmalgebra.lmd.embed import TokenReport
+from lmalgebra.storage.atomic import write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 

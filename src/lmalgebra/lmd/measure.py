@@ -13,16 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.distributed import owned, reduce_blocked
-from lmalgebra.lmd.blocked import BlockedMoments
+from lmalgebra.core.progress import progress_bar
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.distributed import owned
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.moments import Block, layout
-from lmalgebra.lmd.nulls import RANDOM_SUFFIX, random_copy
 from lmalgebra.lmd.span_plan import draw_run_spans
-from lmalgebra.lmd.spans import SPLITS, SpanSpec
-from lmalgebra.progress import progress_bar
+from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.sources.models import (
     ModelRef,
     check_layer,
@@ -33,6 +31,10 @@ from lmalgebra.sources.models import (
     resolve_directory,
 )
 from lmalgebra.sources.precomputed import PrecomputedSplit, load_precomputed
+from lmalgebra.stats.moments import Block, layout
+from lmalgebra.stats.nulls import RANDOM_SUFFIX, random_copy
+from lmalgebra.stats.reduce import reduce_blocked
+from lmalgebra.stats.span_blocks import BlockedMoments
 
 log = logging.getLogger(__name__)
 

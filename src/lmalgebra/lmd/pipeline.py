@@ -8,13 +8,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import is_main
 from lmalgebra.lmd.analysis import Analysis, analyse
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.measure import ModelPool, Source, measure
-from lmalgebra.lmd.solver import Fit
-from lmalgebra.lmd.spans import SPLITS
 from lmalgebra.lmd.sweeps import (
     Row,
     language_sweep,
@@ -24,6 +23,7 @@ from lmalgebra.lmd.sweeps import (
     train_size_sweep,
 )
 from lmalgebra.sources.corpus import documents_by_language, read_documents
+from lmalgebra.stats.solver import Fit
 
 log = logging.getLogger(__name__)
 

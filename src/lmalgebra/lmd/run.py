@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.distributed import is_main
-from lmalgebra.errors import UserInputError
 from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.outputs import SUMMARY, write_outputs
 from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
-from lmalgebra.lmd.report import SUMMARY, write_outputs
-from lmalgebra.lockfile import holding_lock
-from lmalgebra.recipe_io import read_yaml, validate
-
-
-def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConfig:
-    """A recipe file (optional) with command-line values laid over it."""
-    data = read_yaml(recipe) if recipe is not None else {}
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    return validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+from lmalgebra.storage.lockfile import holding_lock
 
 
 def mark_incomplete(recipe: Path | None, out: Path | None) -> None:

@@ -14,15 +14,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmalgebra.atomic import write_atomic, write_text_atomic
-from lmalgebra.errors import UserInputError
-from lmalgebra.fingerprint import sha256_texts
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.spans import SPLITS, Span, SpanSpec, draw_spans, span_texts
-from lmalgebra.recipe_io import validate
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.config import DecomposeConfig, load_config
+from lmalgebra.lmd.spans import Span, SpanSpec, draw_spans, span_texts
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import order_digest, span_sha256
+from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 
 
 class SpanPlanSpec(BaseModel):
@@ -119,8 +120,6 @@ def draw_run_spans(
 def load_span_config(recipe: Path | None, overrides: dict[str, Any]) -> SpanPlanSpec:
     """A recipe (validated as the decomposition it describes) or flags alone, flags on top."""
     if recipe is not None:
-        from lmalgebra.lmd.run import load_config
-
         full = load_config(recipe, overrides)
         return SpanPlanSpec(
             models=full.models,

@@ -15,10 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.fingerprint import unit_hash
-
-SPLITS = ("train", "validation", "test")
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import unit_hash
+from lmalgebra.core.splits import SPLITS
 
 
 class SpanSpec(BaseModel):

@@ -5,17 +5,12 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.alpha_select import default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
-
-
-def default_alpha_grid() -> list[float]:
-    """50 relative strengths, log-spaced from 1e-5 to 1e2."""
-    return [float(a) for a in np.logspace(-5, 2, 50)]
 
 
 class StudySpec(BaseModel):

@@ -11,11 +11,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.blocked import BlockedMoments
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.measure import Measured, ModelPool, Source, measure
-from lmalgebra.lmd.solver import Decomposer, SplitMoments
-from lmalgebra.lmd.spans import SPLITS
+from lmalgebra.stats.solver import Decomposer, SplitMoments
+from lmalgebra.stats.span_blocks import BlockedMoments
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
 DocSep = Literal["auto", "line", "blank"]

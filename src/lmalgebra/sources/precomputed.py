@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lmalgebra.errors import UserInputError
-from lmalgebra.lmd.spans import SPLITS
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.splits import SPLITS
 
 log = logging.getLogger(__name__)
 

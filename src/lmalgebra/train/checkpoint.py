@@ -19,9 +19,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from lmalgebra.atomic import write_json_atomic
-from lmalgebra.disk_space import naming_file
-from lmalgebra.fingerprint import sha256_file
+from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.disk_space import naming_file
 
 log = logging.getLogger(__name__)
 FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from lmalgebra.errors import UserInputError
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.schedules import LambdaSchedule
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.distributed import all_reduce_sum, world
-from lmalgebra.errors import UserInputError
 from lmalgebra.train.batches import Batch
 
 

@@ -15,12 +15,11 @@ from typing import Any
 
 import torch
 
-from lmalgebra.atomic import write_text_atomic
-from lmalgebra.disk_space import naming_file
+from lmalgebra.core.errors import TrainingDivergedError
+from lmalgebra.core.progress import progress_bar
 from lmalgebra.distributed import is_main, world
-from lmalgebra.errors import TrainingDivergedError
-from lmalgebra.merge.masked_head import masked_logits
-from lmalgebra.progress import progress_bar
+from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.checkpoint import load_latest, save_checkpoint
 from lmalgebra.train.config import TrainingSpec
@@ -31,6 +30,7 @@ from lmalgebra.train.data_parallel import (
     local_part,
 )
 from lmalgebra.train.losses import LossParts, combined_loss
+from lmalgebra.train.masked_head import masked_logits
 from lmalgebra.train.schedules import kd_weight, learning_rate
 
 log = logging.getLogger(__name__)

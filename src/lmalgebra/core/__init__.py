@@ -1,0 +1,1 @@
+"""Foundations every layer uses: errors, split names, fingerprints, progress, threads, YAML."""

@@ -1,0 +1,1 @@
+"""MergeDistill: teachers' masked copies, top-k store, union vocabulary, student training."""

@@ -1,0 +1,180 @@
+"""Pre-training a small monolingual teacher from scratch: a WordPiece tokenizer trained with the
+`tokenizers` library, then a small BERT masked LM trained with the toolkit's one training loop.
+
+The result is a normal Hugging Face model directory with a trained head, accepted as a teacher by a
+MergeDistill recipe. Examples held out by a recipe with the same language and held-out fraction are
+held out here too (the decision depends only on the example's id), so teachers never see the text
+they are evaluated on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.examples import example_id, is_heldout
+from lmalgebra.distill.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.recipe import MaskingSpec
+from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.sources.corpus import CorpusSpec, read_documents
+from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.train.batches import Batch
+from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.loop import train
+
+log = logging.getLogger(__name__)
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_length: int) -> Any:
+    """A BERT-style WordPiece ``PreTrainedTokenizerFast`` trained on ``texts``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers.trainers import WordPieceTrainer
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < len(SPECIALS) + 26:
+        raise UserInputError(f"--vocab-size {vocab_size} is too small for a WordPiece vocabulary")
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    # The trainer numbers the "##" pieces in hash-map order, and those ids break ties between
+    # equally frequent merges, so the same text gives another vocabulary in every process
+    # (huggingface/tokenizers#1794). Listing the pieces first, sorted, fixes their ids; they are
+    # then put back among the ordinary tokens.
+    pieces = _continuing_pieces(tok, texts)
+    trainer = WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS + pieces)
+    tok.train_from_iterator(texts, trainer)
+    vocab = tok.get_vocab()
+    tok.model = models.WordPiece(vocab, unk_token="[UNK]")
+    tok = _without_added(tok, SPECIALS)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=max_length,
+    )
+
+
+def _continuing_pieces(tok: Any, texts: list[str]) -> list[str]:
+    """Every ``##c`` piece the WordPiece trainer would create for ``texts``, sorted."""
+    chars: set[str] = set()
+    for text in texts:
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
+            chars.update(word[1:])
+    return [f"##{c}" for c in sorted(chars)]
+
+
+def _without_added(tok: Any, specials: list[str]) -> Any:
+    """``tok`` rebuilt from its own JSON with only ``specials`` as added tokens."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
+    return Tokenizer.from_str(json.dumps(data))
+
+
+class TextBatches:
+    """Gold-only batches masked on the fly (a new mask for each draw of an example)."""
+
+    def __init__(
+        self,
+        ids: list[str],
+        texts: list[str],
+        tokenizer: Any,
+        masking: MaskingSpec,
+        max_length: int,
+        batch_size: int,
+        seed: int,
+        language: str,
+    ):
+        self.languages = [language]
+        self.ids, self.texts = ids, texts
+        self.masker = TeacherMasker("pretrain", tokenizer, masking, max_length)
+        self.pad_id = tokenizer.pad_token_id
+        self.batch_size, self.seed = batch_size, seed
+
+    def batch(self, index: int) -> Batch:
+        rng = np.random.default_rng([self.seed, index])
+        picks = rng.integers(len(self.texts), size=self.batch_size)
+        copies = [self.masker(f"{self.ids[i]}@{index}", self.texts[i]) for i in picks]
+        head = pad_batch(copies, self.pad_id)
+        labels = torch.from_numpy(np.concatenate([c.labels for c in copies])).long()
+        return Batch(
+            **head,
+            labels=labels,
+            language=torch.zeros_like(labels),
+            tokens=head["attention_mask"].sum().reshape(1),
+        )
+
+
+@holding_lock("pretrain", lambda out, **_: out)
+def pretrain(
+    corpus: CorpusSpec,
+    language: str,
+    vocab_size: int,
+    out: Path,
+    model: StudentSpec,
+    training: TrainingSpec,
+    example_length: int = 128,
+    heldout_fraction: float = 0.05,
+    lowercase: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Train tokenizer and masked LM; write a model directory usable as a teacher."""
+    docs = [d.strip() for d in read_documents(corpus)]
+    ids = [example_id(language, d) for d in docs]
+    keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
+    if not keep:
+        raise UserInputError(f"corpus for {language!r} has no text left after holding out examples")
+    texts = [docs[i] for i in keep]
+    tokenizer = train_wordpiece(texts, vocab_size, lowercase, max(example_length, 512))
+    student = build_student(model, len(tokenizer), tokenizer.pad_token_id, training.seed)
+    source = TextBatches(
+        [ids[i] for i in keep],
+        texts,
+        tokenizer,
+        MaskingSpec(seed=training.seed),
+        example_length,
+        training.batch_size,
+        training.seed,
+        language,
+    )
+    last = train(
+        student, source, training.model_copy(update={"gold_only": True}), out / "training", progress
+    )
+    (out / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the teacher complete
+    with naming_file(out):
+        student.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    write_json_atomic(
+        out / "lmalgebra.json",
+        {
+            "kind": "pretrained-teacher",
+            "language": language,
+            "corpus": corpus.model_dump(mode="json"),
+            "examples": len(texts),
+            "heldout_fraction": heldout_fraction,
+            "model": model.model_dump(),
+            "training": training.model_dump(),
+            "final": last,
+        },
+    )
+    return out

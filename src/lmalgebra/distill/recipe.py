@@ -1,0 +1,126 @@
+"""The MergeDistill recipe: languages, teachers, masking, example length, top-k, run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.recipe_files import read_yaml, validate
+from lmalgebra.distill.student import StudentSpec
+from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.models import ModelRef
+from lmalgebra.train.config import TrainingSpec
+
+
+class TeacherSpec(BaseModel):
+    """A pre-trained masked LM with a trained head: hub id, local directory or package:NAME."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(description="Hub id or local directory of an AutoModelForMaskedLM.")
+    revision: str | None = Field(default=None, description="Hub revision.")
+    trust_remote_code: bool = Field(default=False, description="Allow the model's own code to run.")
+
+    def ref(self, name: str) -> ModelRef:
+        return ModelRef(
+            name=name,
+            path=self.path,
+            revision=self.revision,
+            trust_remote_code=self.trust_remote_code,
+        )
+
+
+class LanguageSpec(BaseModel):
+    """One language: its text and the teachers that cover it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    corpus: CorpusSpec = Field(description="The language's text.")
+    teachers: list[str] = Field(
+        description="Names of teachers (keys of `teachers`) for this language."
+    )
+    max_examples: int | None = Field(
+        default=None, ge=1, description="Use at most this many examples."
+    )
+
+
+class MaskingSpec(BaseModel):
+    """BERT-style masking, drawn per (example, teacher) from the seed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    probability: float = Field(default=0.15, gt=0, lt=1, description="Share of tokens to predict.")
+    replace: tuple[float, float, float] = Field(
+        default=(0.8, 0.1, 0.1), description="Of those: [MASK], random token, unchanged."
+    )
+    whole_word: bool = Field(
+        default=False, description="Mask all pieces of a chosen word together."
+    )
+    seed: int = Field(default=0, description="Masking seed.")
+
+    @model_validator(mode="after")
+    def _check(self) -> MaskingSpec:
+        if any(r < 0 for r in self.replace) or abs(sum(self.replace) - 1) > 1e-9:
+            raise UserInputError(
+                f"masking.replace must be >= 0 and sum to 1, got {list(self.replace)}"
+            )
+        return self
+
+
+class MergeRecipe(BaseModel):
+    """Everything before student training: data, teachers, masking, the teacher store."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    languages: dict[str, LanguageSpec] = Field(description="Language code -> corpus and teachers.")
+    teachers: dict[str, TeacherSpec] = Field(description="Teacher name -> model reference.")
+    masking: MaskingSpec = Field(default_factory=MaskingSpec)
+    example_length: int = Field(
+        default=128, ge=8, description="Tokens per example per teacher (cut)."
+    )
+    heldout_fraction: float = Field(
+        default=0.05, ge=0, lt=1, description="Examples kept for evaluation."
+    )
+    top_k: int = Field(
+        default=8, ge=1, le=1024, description="Teacher logits kept per masked token."
+    )
+    batch_size: int = Field(default=32, ge=1, description="Examples per teacher forward pass.")
+    shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
+    output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
+    student: StudentSpec = Field(default_factory=StudentSpec, description="Student architecture.")
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="Student training.")
+
+    @model_validator(mode="after")
+    def _check(self) -> MergeRecipe:
+        if not self.languages:
+            raise UserInputError("the recipe names no language")
+        for code, lang in self.languages.items():
+            if not lang.teachers:
+                raise UserInputError(f"language {code!r} has no teacher")
+            for name in lang.teachers:
+                if name not in self.teachers:
+                    raise UserInputError(
+                        f"language {code!r} names teacher {name!r}, "
+                        "which is not defined under `teachers`"
+                    )
+        unused = sorted(
+            set(self.teachers) - {t for lang in self.languages.values() for t in lang.teachers}
+        )
+        if unused:
+            raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
+        return self
+
+    def data_hash(self) -> str:
+        """Hash of everything that changes the stored examples and teacher outputs."""
+        settings = self.model_dump(
+            mode="json", exclude={"output_dir", "batch_size", "student", "training"}
+        )
+        return sha256_json(settings)
+
+
+def load_recipe(path: Path) -> MergeRecipe:
+    recipe = validate(MergeRecipe, read_yaml(path), str(path))
+    return recipe

@@ -1,0 +1,264 @@
+"""The stages before student training, each cached and resumable shard by shard.
+
+Run directory layout::
+
+    recipe.yaml                         the recipe as validated
+    examples/<lang>/shard-*.arrow       id, text, heldout
+    masked/<lang>/<teacher>/shard-*     example_id, heldout, input_ids, positions, labels
+    topk/<lang>/<teacher>/shard-*       topk_ids, topk_logprobs, loss (row-aligned with masked/)
+    vocab/                              student tokenizer, teacher->student id maps, report
+
+Every shard set's manifest holds the key that produced it (recipe settings, teacher weight and
+tokenizer hashes, masking seed), so a change anywhere upstream is recomputed, never reused.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.progress import progress_bar
+from lmalgebra.distill.examples import language_examples
+from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.teachers import Teacher, load_masked_lm, open_teacher
+from lmalgebra.distill.topk import masked_topk
+from lmalgebra.distributed import main_rank_only
+from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
+from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.shard_set import ShardSet
+
+log = logging.getLogger(__name__)
+
+
+def open_teachers(recipe: MergeRecipe) -> dict[str, Teacher]:
+    memo = recipe.output_dir / ".hashes"
+    return {name: open_teacher(spec.ref(name), memo) for name, spec in recipe.teachers.items()}
+
+
+def _pairs(recipe: MergeRecipe) -> list[tuple[str, str]]:
+    return [(lang, t) for lang, spec in recipe.languages.items() for t in spec.teachers]
+
+
+def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
+    spec = recipe.languages[lang]
+    key = {
+        "stage": "examples",
+        "rules": "ids-sha256/heldout-blake2b-salted",  # bump when these rules change
+        "language": lang,
+        "corpus": spec.corpus.model_dump(mode="json"),
+        "max_examples": spec.max_examples,
+        "heldout": recipe.heldout_fraction,
+        "shard_rows": recipe.shard_rows,
+    }
+    return ShardSet(recipe.output_dir / "examples" / lang, key)
+
+
+def masked_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
+    key = {
+        "stage": "masked",
+        "examples": examples_set(recipe, lang).key,
+        "teacher": teacher.name,
+        "tokenizer": teacher.hashes["tokenizer"],
+        "masking": recipe.masking.model_dump(mode="json"),
+        "example_length": recipe.example_length,
+    }
+    return ShardSet(recipe.output_dir / "masked" / lang / teacher.name, key)
+
+
+def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
+    key = {
+        "stage": "topk",
+        "masked": masked_set(recipe, lang, teacher).key,
+        "weights": teacher.hashes["weights"],
+        "top_k": recipe.top_k,
+    }
+    return ShardSet(recipe.output_dir / "topk" / lang / teacher.name, key)
+
+
+@holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir)
+@main_rank_only  # light work: one process writes it, the others wait
+def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
+    """Examples per language, then each teacher's tokenised and masked copy of each example."""
+    recipe.output_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(
+        recipe.output_dir / "recipe.yaml",
+        yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False),
+    )
+    teachers = open_teachers(recipe)
+    for lang in recipe.languages:
+        examples = _write_examples(recipe, lang)
+        for name in recipe.languages[lang].teachers:
+            _write_masked(recipe, lang, teachers[name], examples, progress)
+
+
+def _write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
+    shards = examples_set(recipe, lang)
+    if shards.complete and shards.verified_count() == len(shards.manifest["shards"]):
+        return pa.concat_tables(shards.tables(verify=False))
+    shards.manifest["shards"], shards.manifest["complete"] = [], False
+    found = language_examples(recipe, lang)
+    table = pa.table(
+        {
+            "id": [e.id for e in found],
+            "text": [e.text for e in found],
+            "heldout": [e.heldout for e in found],
+        }
+    )
+    for index, start in enumerate(range(0, table.num_rows, recipe.shard_rows)):
+        shards.write(index, table.slice(start, recipe.shard_rows))
+    shards.finish(examples=table.num_rows, heldout=int(np.sum(table.column("heldout").to_numpy())))
+    return table
+
+
+def _write_masked(
+    recipe: MergeRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
+) -> None:
+    shards = masked_set(recipe, lang, teacher)
+    done = shards.resume_point()
+    if shards.complete:
+        return
+    masker = TeacherMasker(teacher.name, teacher.tokenizer, recipe.masking, recipe.example_length)
+    dtype = id_dtype(len(teacher.tokenizer))
+    starts = list(range(0, examples.num_rows, recipe.shard_rows))
+    with progress_bar(f"mask {lang}/{teacher.name}", len(starts), progress) as advance:
+        for index, start in enumerate(starts):
+            if index < done:
+                advance(1)
+                continue
+            part = examples.slice(start, recipe.shard_rows)
+            copies = [
+                masker(i, t)
+                for i, t in zip(
+                    part.column("id").to_pylist(), part.column("text").to_pylist(), strict=True
+                )
+            ]
+            shards.write(
+                index,
+                _masked_table(part, copies, dtype),
+                masked_tokens=int(sum(c.positions.size for c in copies)),
+            )
+            advance(1)
+    shards.finish(
+        masked_tokens=sum(int(s["masked_tokens"]) for s in shards.manifest["shards"]),
+        vocab_size=len(teacher.tokenizer),
+        teacher_hashes=teacher.hashes,
+    )
+
+
+def _masked_table(part: pa.Table, copies: list[MaskedCopy], dtype: np.dtype) -> pa.Table:
+    return pa.table(
+        {
+            "example_id": part.column("id"),
+            "heldout": part.column("heldout"),
+            "input_ids": list_column([c.input_ids for c in copies], dtype),
+            "positions": list_column([c.positions for c in copies], np.uint16),
+            "labels": list_column([c.labels for c in copies], dtype),
+        }
+    )
+
+
+def read_copies(table: pa.Table) -> list[MaskedCopy]:
+    """Masked copies of a ``masked/`` shard, ids as int64."""
+    ids, id_off = ragged(table.column("input_ids"))
+    pos, pos_off = ragged(table.column("positions"))
+    lab, _ = ragged(table.column("labels"))
+    return [
+        MaskedCopy(
+            ids[id_off[r] : id_off[r + 1]].astype(np.int64),
+            pos[pos_off[r] : pos_off[r + 1]].astype(np.int64),
+            lab[pos_off[r] : pos_off[r + 1]].astype(np.int64),
+        )
+        for r in range(table.num_rows)
+    ]
+
+
+def require(shards: ShardSet, command: str) -> None:
+    if not shards.complete:
+        raise UserInputError(
+            f"{shards.directory} is missing or incomplete: "
+            f"run `lmalgebra merge {command} RECIPE` first"
+        )
+
+
+@holding_lock("merge teach", lambda recipe, **_: recipe.output_dir)
+def teach(recipe: MergeRecipe, progress: bool = True) -> None:
+    """Offline teacher inference over every masked copy: top-k log-probs and per-example loss."""
+    teachers = open_teachers(recipe)
+    for lang, name in _pairs(recipe):
+        masked = masked_set(recipe, lang, teachers[name])
+        require(masked, "prepare")
+        _write_topk(recipe, lang, teachers[name], masked, progress)
+
+
+def _write_topk(
+    recipe: MergeRecipe, lang: str, teacher: Teacher, masked: ShardSet, progress: bool
+) -> None:
+    shards = topk_set(recipe, lang, teacher)
+    count = len(masked.manifest["shards"])
+    todo = set(shards.plan(count))  # under several processes: this rank's missing shards
+    if shards.complete:
+        return
+    model: Any = None
+    dtype = id_dtype(len(teacher.tokenizer))
+    with progress_bar(f"teach {lang}/{teacher.name}", count, progress) as advance:
+        for index in range(count):
+            if index in todo:
+                if model is None:
+                    spec = recipe.teachers[teacher.name]
+                    model = load_masked_lm(spec.ref(teacher.name), teacher.directory)
+                copies = read_copies(masked.read(index))
+                outputs = masked_topk(
+                    model,
+                    copies,
+                    recipe.top_k,
+                    teacher.tokenizer.pad_token_id or 0,
+                    recipe.batch_size,
+                )
+                table = pa.table(
+                    {
+                        "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
+                        "topk_logprobs": list_column(
+                            [o.topk_logprobs for o in outputs], np.float16
+                        ),
+                        "loss": pa.array(np.array([o.loss for o in outputs], dtype=np.float32)),
+                    }
+                )
+                shards.write(index, table)
+            advance(1)
+    shards.finish(top_k=recipe.top_k, teacher_hashes=teacher.hashes)
+
+
+@holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir)
+@main_rank_only
+def vocab(recipe: MergeRecipe) -> None:
+    """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
+    from lmalgebra.core.fingerprint import sha256_json
+    from lmalgebra.distill.vocab_union import build_union, tokens_per_language
+    from lmalgebra.storage.atomic import write_json_atomic
+
+    teachers = open_teachers(recipe)
+    out = recipe.output_dir / "vocab"
+    key = sha256_json({name: t.hashes["tokenizer"] for name, t in teachers.items()})
+    stamp = out / "complete.json"
+    if stamp.is_file() and stamp.read_text().strip() == f'"{key}"':
+        return
+    stamp.unlink(missing_ok=True)
+    tokenizers = {name: t.tokenizer for name, t in teachers.items()}
+    union = build_union(tokenizers)
+    union.save(out)
+    report = union.report(tokenizers)
+    texts = {}
+    for lang in recipe.languages:
+        shards = examples_set(recipe, lang)
+        require(shards, "prepare")
+        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
+    report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
+    write_json_atomic(out / "report.json", report)
+    write_json_atomic(stamp, key)

@@ -1,0 +1,99 @@
+"""``lmalgebra merge train``: the student trained from the teacher store with the one loop."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.stages import open_teachers, topk_set
+from lmalgebra.distill.student import build_student, save_student
+from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distributed import is_main
+from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.shard_set import ShardSet
+from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.loop import train
+
+log = logging.getLogger(__name__)
+
+
+def check_store(recipe: MergeRecipe) -> dict[str, dict[str, str]]:
+    """Refuse a store or vocabulary built from another recipe or other teachers; teacher hashes."""
+    teachers = open_teachers(recipe)
+    for lang, spec in recipe.languages.items():
+        for name in spec.teachers:
+            expected = topk_set(recipe, lang, teachers[name])
+            found = ShardSet.existing(expected.directory)
+            if not found.complete:
+                raise UserInputError(
+                    f"{expected.directory} is missing or incomplete: "
+                    "run `lmalgebra merge teach RECIPE` first"
+                )
+            if found.key != expected.key:
+                raise UserInputError(
+                    f"the store in {expected.directory} was built with a different "
+                    "recipe or teacher (manifest hash mismatch): run "
+                    "`lmalgebra merge teach RECIPE` for this recipe"
+                )
+    stamp = recipe.output_dir / "vocab" / "complete.json"
+    key = sha256_json({name: t.hashes["tokenizer"] for name, t in teachers.items()})
+    if not stamp.is_file():
+        raise UserInputError(f"{stamp.parent} is missing: run `lmalgebra merge vocab RECIPE` first")
+    if json.loads(stamp.read_text()) != key:
+        raise UserInputError(
+            f"the vocabulary in {stamp.parent} was built from other teachers: "
+            "run `lmalgebra merge vocab RECIPE` again"
+        )
+    return {name: t.hashes for name, t in teachers.items()}
+
+
+@holding_lock("merge train", lambda recipe, **_: recipe.output_dir)
+def train_student(
+    recipe: MergeRecipe,
+    name: str = "student",
+    training: TrainingSpec | None = None,
+    progress: bool = True,
+) -> Path:
+    """Train (or resume) student ``run_dir/<name>``; the final model goes to ``<name>/model``."""
+    spec = training or recipe.training
+    hashes = check_store(recipe)
+    vocab = UnionVocab.load(recipe.output_dir / "vocab")
+    recipe.student.fits(len(vocab.tokens), recipe.example_length)
+    source = StoreBatches(
+        recipe.output_dir,
+        {k: v.teachers for k, v in recipe.languages.items()},
+        vocab,
+        spec.batch_size,
+        spec.alpha,
+        spec.multi_teacher,
+        spec.seed,
+    )
+    log.info("language sampling probabilities: %s", source.probabilities)
+    out = recipe.output_dir / name
+    model = build_student(recipe.student, len(vocab.tokens), pad_id=0, seed=spec.seed)
+    final = train(model, source, spec, out, progress)
+    if not is_main():  # the main rank saves the student
+        return out / "model"
+    metadata: dict[str, Any] = {
+        "kind": "mergedistill-student",
+        "recipe": recipe.model_dump(mode="json"),
+        "training": spec.model_dump(),
+        "teacher_hashes": hashes,
+        "language_probabilities": source.probabilities,
+        "vocabulary": "vocab_maps.safetensors",
+        "final": final,
+    }
+    target = out / "model"
+    save_student(
+        model, vocab.student_tokenizer(recipe.student.max_position_embeddings), target, metadata
+    )
+    for file in ("vocab_maps.safetensors", "vocab_union.json"):
+        shutil.copy2(recipe.output_dir / "vocab" / file, target / file)
+    return target

@@ -1,0 +1,361 @@
+"""One PNG per study figure of a decomposition run, each drawn from the rows of its tidy CSV.
+
+Every figure function takes parsed rows (``dict[str, str]`` per CSV row, see ``run_files``) and
+the PNG path, writes the PNG atomically and returns the path. ``write_plots`` draws every figure
+whose table exists in a run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.figures import canvas
+from lmalgebra.lmd.run_files import (
+    Rows,
+    chosen_alpha,
+    group_fits,
+    num,
+    preferred_split,
+    read_pairwise,
+    read_table,
+    unique,
+)
+from lmalgebra.stats.clustering import cluster_order
+
+log = logging.getLogger(__name__)
+
+NULL_KINDS = ("random_group", "shuffled_group", "random_pairwise")
+CRITERIA = {  # criterion -> (axis label, whether lower is better)
+    "gcv": ("GCV score (lower is better)", True),
+    "kfold": ("k-fold held-out R²", False),
+    "validation": ("validation R²", False),
+}
+KIND_ORDER = {"group": 0, "single": 1, "pairwise": 2}
+MAX_SERIES = 8  # a sweep with more series than this shows the group fits alone
+METHODS = {"greedy": "greedy selection", "drop_one": "drop one", "shapley": "Shapley value"}
+MEASURES = {"lmd_r2": "LMD pairwise R²", "cka": "linear CKA", "mean_cca": "mean CCA"}
+
+
+def pairwise_heatmap(r2: np.ndarray, names: list[str], path: Path, split: str = "test") -> Path:
+    """Pairwise R^2 ``(n, n)`` float64 (row = target, column = basis), rows and columns in the
+    order of average-linkage clustering on ``1 - symmetrised R^2``."""
+    order = cluster_order(r2)
+    labels = [names[i] for i in order]
+    side = max(4.0, 0.55 * len(names) + 2.0)
+    fig, axes = canvas.figure(1, 1, side + 1.2, side)
+    ax = axes[0, 0]
+    image = canvas.matrix(ax, r2[np.ix_(order, order)], labels, labels)
+    ax.set_xlabel("basis")
+    ax.set_ylabel("target")
+    ax.set_title(f"Pairwise R² ({split}), clustered")
+    fig.colorbar(image, ax=ax, label=f"held-out R² ({split})")
+    return canvas.save(fig, path)
+
+
+def group_r2_bars(fits: Rows, nulls: Rows, path: Path) -> Path:
+    """Group R^2 per target (``fits.csv`` rows of kind group) with bootstrap intervals, and the
+    mean of each null baseline of ``nulls.csv`` beside it (whiskers: min to max over draws)."""
+    split = preferred_split(fits)
+    group = {r["target"]: r for r in fits if r["kind"] == "group" and r["split"] == split}
+    targets = list(group)
+    draws: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in nulls:
+        if r["split"] == split and r["target"] in group:
+            draws[r["kind"], r["target"]].append(num(r["r2"]))
+    present = {kind for kind, _ in draws}
+    kinds = [k for k in NULL_KINDS if k in present] + sorted(present - set(NULL_KINDS))
+    width = 0.8 / (1 + len(kinds))
+    fig, axes = canvas.figure(1, 1, max(5.0, 0.3 * len(targets) * (1 + len(kinds)) + 2.5), 3.8)
+    ax = axes[0, 0]
+    x = np.arange(len(targets), dtype=np.float64)
+    r2 = np.array([num(group[t]["r2"]) for t in targets])
+    low = np.array([num(group[t]["ci_low"]) for t in targets])
+    high = np.array([num(group[t]["ci_high"]) for t in targets])
+    error = np.nan_to_num(np.vstack([r2 - low, high - r2]), nan=0.0)
+    label = "group R²" + (" (bootstrap interval)" if np.isfinite(low).any() else "")
+    ax.bar(x, r2, width, yerr=error, capsize=3, color=canvas.colour(0), label=label)
+    for k, kind in enumerate(kinds, start=1):
+        values = [draws.get((kind, t), [math.nan]) for t in targets]
+        mean = np.array([np.mean(v) for v in values])
+        spread = np.vstack([mean - [min(v) for v in values], [max(v) for v in values] - mean])
+        shade = str(0.35 + 0.5 * k / (len(kinds) + 1))
+        error = np.nan_to_num(spread)
+        ax.bar(
+            x + k * width, mean, width, yerr=error, capsize=2, color=shade, label=f"null: {kind}"
+        )
+    ax.axhline(0.0, color="black", linewidth=0.6)
+    ax.set_xticks(x + width * len(kinds) / 2, targets, rotation=30, ha="right")
+    ax.set_ylabel(f"R² ({split})")
+    ax.set_title("Group R²: each model from all the others, with null baselines")
+    ax.legend(fontsize=7)
+    return canvas.save(fig, path)
+
+
+def _split_rank(split: str) -> tuple[int, str]:
+    return (SPLITS.index(split) if split in SPLITS else len(SPLITS), split)
+
+
+def _series(row: dict[str, str]) -> str:
+    return row["target"] if row["kind"] == "group" else f"{row['target']} from {row['basis']}"
+
+
+def _focus(rows: Rows) -> tuple[Rows, str]:
+    """The rows a sweep figure shows: all of them when they make few series, otherwise only the
+    group fits (one series per target); the other rows stay in the CSV."""
+    if len({_series(r) for r in rows}) <= MAX_SERIES or not any(r["kind"] == "group" for r in rows):
+        return rows, ""
+    return [r for r in rows if r["kind"] == "group"], " (group fits)"
+
+
+def _sweep(
+    rows: Rows, path: Path, xlabel: str, title: str, *, log_x: bool = False, by: str = "split"
+) -> Path:
+    """R^2 against ``setting``: one panel per split (``by="split"``, a line per series) or per
+    series (``by="series"``, a line per split). Non-numeric settings are drawn as grouped bars.
+    Repeated rows of one point are averaged; group series come first."""
+    rows, shown = _focus(rows)
+    rows = sorted(rows, key=lambda r: KIND_ORDER.get(r["kind"], len(KIND_ORDER)))
+    points: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        points[_series(r), r["split"], r["setting"]].append(num(r["r2"]))
+    settings = unique(r["setting"] for r in rows)
+    is_numeric = canvas.numeric(settings)
+    if is_numeric:
+        settings.sort(key=float)
+    series = unique(_series(r) for r in rows)
+    splits = sorted(unique(r["split"] for r in rows), key=_split_rank)
+    panels, lines = (splits, series) if by == "split" else (series, splits)
+    cols = min(3, len(panels))
+    fig, axes = canvas.figure(math.ceil(len(panels) / cols), cols, 4.2, 3.2)
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for i, line in enumerate(lines):
+            serie, split = (line, panel) if by == "split" else (panel, line)
+            found = [(s, points[serie, split, s]) for s in settings if (serie, split, s) in points]
+            if not found:
+                continue
+            y = [float(np.mean(v)) for _, v in found]
+            style = {"color": canvas.colour(i), "label": line}
+            if is_numeric:
+                x = [float(s) for s, _ in found]
+                ax.plot(x, y, marker="o", linestyle=canvas.LINESTYLES.get(split, "-"), **style)
+            else:
+                x = [
+                    settings.index(s) + (i - (len(lines) - 1) / 2) * 0.8 / len(lines)
+                    for s, _ in found
+                ]
+                ax.bar(x, y, 0.8 / len(lines), **style)
+        if log_x:
+            ax.set_xscale("log")
+        if not is_numeric:
+            ax.set_xticks(range(len(settings)), settings)
+        elif len(settings) <= 12:  # label the settings themselves, not decades
+            ax.set_xticks([float(s) for s in settings], settings)
+            ax.minorticks_off()
+        ax.axhline(0.0, color="black", linewidth=0.5)
+        ax.set_title(panel, fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("R²")
+    canvas.hide_unused(axes, len(panels))
+    canvas.legend(fig, axes)
+    fig.suptitle(title + shown)
+    return canvas.save(fig, path)
+
+
+def length_sweep(rows: Rows, path: Path) -> Path:
+    """``sweeps/length.csv``: R^2 against the span length T, one panel per split."""
+    return _sweep(rows, path, "span length T (tokens)", "R² against span length T")
+
+
+def layer_sweep(rows: Rows, path: Path) -> Path:
+    """``sweeps/layer.csv``: R^2 against the target layer, one panel per split."""
+    return _sweep(rows, path, "target layer", "R² against layer")
+
+
+def train_size_curve(rows: Rows, path: Path) -> Path:
+    """``sweeps/train_size.csv``: learning curve, train and held-out R^2 against training spans,
+    one panel per target."""
+    return _sweep(rows, path, "training spans", "Train and held-out R²", log_x=True, by="series")
+
+
+def language_sweep(rows: Rows, path: Path) -> Path:
+    """``sweeps/language.csv``: R^2 per language code, one panel per split."""
+    return _sweep(rows, path, "language", "R² per language")
+
+
+def layer_map(rows: Rows, path: Path) -> Path:
+    """``sweeps/layer_map.csv``: for each (model_a, model_b), R^2 of model_a's layer (rows)
+    from model_b's layer (columns), on the most held-out split present."""
+    split = preferred_split(rows)
+    rows = [r for r in rows if r["split"] == split]
+    pairs = unique(f"{r['model_a']}\0{r['model_b']}" for r in rows)
+    cols = min(3, len(pairs))
+    fig, axes = canvas.figure(math.ceil(len(pairs) / cols), cols, 3.8, 3.4)
+    image = None
+    for ax, pair in zip(axes.flat, pairs, strict=False):
+        a, b = pair.split("\0")
+        cells = [r for r in rows if r["model_a"] == a and r["model_b"] == b]
+        layers_a = sorted({int(num(r["layer_a"])) for r in cells})
+        layers_b = sorted({int(num(r["layer_b"])) for r in cells})
+        values = np.full((len(layers_a), len(layers_b)), np.nan)
+        for r in cells:
+            i, j = layers_a.index(int(num(r["layer_a"]))), layers_b.index(int(num(r["layer_b"])))
+            values[i, j] = num(r["r2"])
+        image = canvas.matrix(ax, values, [str(v) for v in layers_a], [str(v) for v in layers_b])
+        ax.set_ylabel(f"{a} layer (target)")
+        ax.set_xlabel(f"{b} layer (basis)")
+        ax.set_title(f"{a} from {b}", fontsize=9)
+    canvas.hide_unused(axes, len(pairs))
+    if image is not None:
+        fig.colorbar(image, ax=list(axes.flat[: len(pairs)]), label=f"R² ({split})")
+    return canvas.save(fig, path)
+
+
+def alpha_curve(rows: Rows, path: Path, chosen: float | None = None) -> Path:
+    """``alpha_curve.csv``: each criterion against alpha (log axis), one line per target, the best
+    alpha of each line starred and the run's ``chosen`` alpha as a dashed line."""
+    present = unique(r["criterion"] for r in rows)
+    criteria = [c for c in CRITERIA if c in present] + [c for c in present if c not in CRITERIA]
+    targets = unique(r["target"] for r in rows)
+    fig, axes = canvas.figure(1, len(criteria), 4.2, 3.4)
+    for ax, criterion in zip(axes.flat, criteria, strict=False):
+        label, lower_better = CRITERIA.get(criterion, (criterion, False))
+        for i, target in enumerate(targets):
+            curve = sorted(
+                (num(r["alpha"]), num(r["value"]))
+                for r in rows
+                if r["criterion"] == criterion and r["target"] == target
+            )
+            curve = [(a, v) for a, v in curve if a > 0 and math.isfinite(v)]
+            if not curve:
+                continue
+            x, y = np.array(curve).T
+            best = int(np.argmin(y) if lower_better else np.argmax(y))
+            ax.plot(x, y, marker=".", color=canvas.colour(i), label=target)
+            ax.plot(x[best], y[best], marker="*", markersize=11, color=canvas.colour(i))
+        if chosen is not None and chosen > 0:
+            ax.axvline(
+                chosen,
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label=rf"$\alpha$ = {chosen:.3g}",
+            )
+        ax.set_xscale("log")
+        ax.set_xlabel(r"$\alpha$")
+        ax.set_ylabel(label)
+        ax.set_title(criterion, fontsize=9)
+    canvas.legend(fig, axes)
+    fig.suptitle(
+        r"Ridge strength: criterion against $\alpha$ (star: best per target; dashed: chosen)"
+    )
+    return canvas.save(fig, path)
+
+
+def attribution(rows: Rows, path: Path) -> Path:
+    """``attribution.csv``: per target (a row of panels), the greedy selection curve and the
+    drop-one and Shapley bars, each on its most held-out split present."""
+    targets = unique(r["target"] for r in rows)
+    present = unique(r["method"] for r in rows)
+    methods = [m for m in METHODS if m in present] + [m for m in present if m not in METHODS]
+    fig, axes = canvas.figure(len(targets), len(methods), 3.8, 2.8)
+    for i, target in enumerate(targets):
+        for j, method in enumerate(methods):
+            ax = axes[i, j]
+            chosen = [r for r in rows if r["target"] == target and r["method"] == method]
+            split = preferred_split(chosen)
+            chosen = [r for r in chosen if r["split"] == split]
+            ax.set_title(f"{target}: {METHODS.get(method, method)} ({split})", fontsize=9)
+            if not chosen:
+                ax.set_axis_off()
+            elif method == "greedy":
+                chosen.sort(key=lambda r: num(r["step"]))
+                steps = [num(r["step"]) for r in chosen]
+                ax.plot(steps, [num(r["value"]) for r in chosen], marker="o", color="C0")
+                ax.set_xticks(steps, [f"+{r['model']}" for r in chosen], rotation=30, ha="right")
+                ax.set_ylabel("R²")
+            else:
+                values = [num(r["value"]) for r in chosen]
+                ax.barh([r["model"] for r in chosen], values, color=canvas.colour(j))
+                ax.invert_yaxis()
+                ax.axvline(0.0, color="black", linewidth=0.6)
+                ax.set_xlabel("ΔR²" if method == "drop_one" else "share of R²")
+    return canvas.save(fig, path)
+
+
+def similarity(rows: Rows, path: Path, order: list[str] | None = None) -> Path:
+    """``similarity.csv``: LMD pairwise R^2, linear CKA and mean CCA as heatmaps side by side
+    (row = model_a, column = model_b), models in ``order`` (default: first appearance)."""
+    split = preferred_split(rows)
+    rows = [r for r in rows if r["split"] == split]
+    seen = unique([r["model_a"] for r in rows] + [r["model_b"] for r in rows])
+    models = [m for m in order or [] if m in seen] + [m for m in seen if m not in (order or [])]
+    index = {m: i for i, m in enumerate(models)}
+    side = max(3.4, 0.45 * len(models) + 1.8)
+    fig, axes = canvas.figure(1, len(MEASURES), side, side)
+    image = None
+    for ax, (column, title) in zip(axes.flat, MEASURES.items(), strict=True):
+        values = np.full((len(models), len(models)), np.nan)
+        for r in rows:
+            values[index[r["model_a"]], index[r["model_b"]]] = num(r[column])
+        image = canvas.matrix(ax, values, models, models)
+        ax.set_title(title, fontsize=10)
+    axes[0, 0].set_ylabel("model a (target)")
+    if image is not None:
+        fig.colorbar(image, ax=list(axes.flat), label=f"similarity ({split})", shrink=0.8)
+    fig.suptitle(f"LMD against CKA and CCA ({split})")
+    return canvas.save(fig, path)
+
+
+SWEEPS: dict[str, Callable[[Rows, Path], Path]] = {
+    "length": length_sweep,
+    "layer": layer_sweep,
+    "layer_map": layer_map,
+    "train_size": train_size_curve,
+    "language": language_sweep,
+}
+
+
+def write_plots(
+    run_dir: Path, out_dir: Path | None = None, chosen: float | None = None
+) -> list[Path]:
+    """Draw every figure whose table exists in ``run_dir`` into ``out_dir`` (default
+    ``run_dir/plots``), named after its table (``plots/length.png``); return the paths written.
+
+    ``chosen`` marks the alpha on the alpha curve (default: ``alpha.value`` of summary.json).
+    A table with a header but no rows gets no figure.
+    """
+    out = out_dir if out_dir is not None else run_dir / "plots"
+    written: list[Path] = []
+    order: list[str] | None = None
+    pairwise = read_pairwise(run_dir, "test")
+    if pairwise is not None:
+        names, r2 = pairwise
+        order = [names[i] for i in cluster_order(r2)]
+        written.append(pairwise_heatmap(r2, names, out / "pairwise_r2_test.png"))
+    fits = group_fits(run_dir)
+    if fits:
+        nulls = read_table(run_dir, "nulls.csv") or []
+        written.append(group_r2_bars(fits, nulls, out / "group_r2.png"))
+    alpha = chosen if chosen is not None else chosen_alpha(run_dir)
+    tables: list[tuple[str, Callable[[Rows, Path], Path]]] = [
+        ("similarity.csv", lambda rows, p: similarity(rows, p, order)),
+        ("alpha_curve.csv", lambda rows, p: alpha_curve(rows, p, alpha)),
+        ("attribution.csv", attribution),
+        *((f"sweeps/{stem}.csv", draw) for stem, draw in SWEEPS.items()),
+    ]
+    for name, draw in tables:
+        rows = read_table(run_dir, name)
+        if rows is None:
+            continue
+        if not rows:
+            log.info("%s has no rows: no figure", run_dir / name)
+            continue
+        written.append(draw(rows, out / f"{Path(name).stem}.png"))
+    return written

@@ -1,1 +1,0 @@
-"""MergeDistill: teachers' masked LMs merged into one multilingual student."""

@@ -1,0 +1,185 @@
+"""Streaming, mergeable second moments of the concatenated embeddings of all models.
+
+For one split, ``Z`` is the ``(n, D)`` concatenation of every model's pooled embedding of each span.
+Every ridge fit and every R^2 of the decomposition is a function of ``n``, the column sums and
+``Z^T Z`` alone, so this is the only pass over embeddings the solver needs.
+
+Sums are kept around a fixed ``shift`` (the first chunk's mean) in float64, which keeps
+``Z^T Z / n - mean mean^T`` accurate when a coordinate's mean dwarfs its spread; statistics with
+different shifts are converted exactly before they are added.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.atomic import write_atomic
+
+
+@dataclass(frozen=True)
+class Block:
+    """One model's columns ``[start, stop)`` in the concatenated embedding."""
+
+    name: str
+    start: int
+    stop: int
+
+    @property
+    def dim(self) -> int:
+        return self.stop - self.start
+
+
+def layout(names: list[str], dims: list[int]) -> list[Block]:
+    """Blocks for models concatenated in the given (deterministic) order."""
+    blocks, start = [], 0
+    for name, dim in zip(names, dims, strict=True):
+        blocks.append(Block(name, start, start + dim))
+        start += dim
+    return blocks
+
+
+def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6) -> None:
+    """``gram += rows^T rows`` in place, computing only the upper block triangle and mirroring it.
+
+    ``gram``: ``(D, D) float64``; ``rows``: ``(n, D) float64``. About half the flops of a full
+    product; panels of columns keep each multiply large enough to run at full BLAS speed.
+    """
+    dim = rows.shape[1]
+    edges = np.linspace(0, dim, min(panels, max(dim, 1)) + 1).astype(int)
+    spans = list(itertools.pairwise(int(e) for e in edges))
+    for i, (a, b) in enumerate(spans):
+        left = rows[:, a:b].T
+        for c, d in spans[i:]:
+            block = left @ rows[:, c:d]
+            gram[a:b, c:d] += block
+            if c != a:
+                gram[c:d, a:b] += block.T
+
+
+@dataclass
+class SecondMoments:
+    """``n``, column sums and Gram matrix of ``Z - shift``, accumulated in float64.
+
+    Attributes:
+        blocks: which columns belong to which model.
+        n: number of rows seen.
+        shift: ``(D,) float64``, subtracted from every row before accumulating.
+        sums: ``(D,) float64``, sum of ``z - shift``.
+        gram: ``(D, D) float64``, sum of ``(z - shift)(z - shift)^T``.
+    """
+
+    blocks: list[Block]
+    n: int = 0
+    shift: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    gram: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+
+    def __post_init__(self) -> None:
+        dim = self.dim
+        if self.shift.size == 0:
+            self.shift = np.zeros(dim)
+            self.sums = np.zeros(dim)
+            self.gram = np.zeros((dim, dim))
+
+    @property
+    def dim(self) -> int:
+        return self.blocks[-1].stop if self.blocks else 0
+
+    def update(self, chunk: np.ndarray) -> None:
+        """Add rows. ``chunk``: ``(rows, D)``, any float dtype."""
+        self._check_unspent()
+        if chunk.ndim != 2 or chunk.shape[1] != self.dim:
+            raise ValueError(f"chunk of shape {chunk.shape} does not match dimension {self.dim}")
+        if chunk.shape[0] == 0:
+            return
+        rows = torch.tensor(chunk, dtype=torch.float64)  # a copy: never touch the input
+        if self.n == 0:
+            self.shift = rows.mean(dim=0).numpy()
+        rows -= torch.from_numpy(self.shift)
+        self.n += rows.shape[0]
+        self.sums += rows.sum(dim=0).numpy()
+        add_gram(torch.from_numpy(self.gram), rows)
+
+    def shifted_to(self, shift: np.ndarray) -> SecondMoments:
+        """The same statistics expressed around another shift (exact algebra, no data needed)."""
+        delta = self.shift - shift  # z - new = (z - old) + delta
+        sums = self.sums + self.n * delta
+        outer = np.outer(self.sums, delta)
+        gram = self.gram + outer + outer.T + self.n * np.outer(delta, delta)
+        return SecondMoments(self.blocks, self.n, shift.copy(), sums, gram)
+
+    def __add__(self, other: SecondMoments) -> SecondMoments:
+        """Statistics of the union of the rows of ``self`` and ``other``."""
+        if [(b.name, b.dim) for b in self.blocks] != [(b.name, b.dim) for b in other.blocks]:
+            raise ValueError("cannot merge statistics over different models")
+        if other.n == 0:
+            return SecondMoments(
+                self.blocks, self.n, self.shift, self.sums.copy(), self.gram.copy()
+            )
+        if self.n == 0:
+            return other.__add__(self)
+        moved = other.shifted_to(self.shift)
+        return SecondMoments(
+            self.blocks,
+            self.n + moved.n,
+            self.shift,
+            self.sums + moved.sums,
+            self.gram + moved.gram,
+        )
+
+    def mean(self) -> np.ndarray:
+        """``(D,) float64`` column means."""
+        self._check_unspent()
+        return self.shift + self.sums / self.n
+
+    def covariance(self, in_place: bool = False) -> np.ndarray:
+        """``(D, D) float64`` population covariance ``E[(z - E z)(z - E z)^T]``.
+
+        ``in_place`` reuses the Gram buffer (no second ``D x D`` array); the statistics are then
+        spent and must not be used again.
+        """
+        self._check_unspent()
+        centred = torch.from_numpy(self.sums / self.n)
+        gram = torch.from_numpy(self.gram)
+        cov = gram if in_place else gram.clone()
+        cov /= self.n
+        cov -= torch.outer(centred, centred)
+        if in_place:
+            self.gram = np.zeros((0, 0))  # spent: the buffer now belongs to the covariance
+            self.n = -1
+        return cov.numpy()
+
+    def _check_unspent(self) -> None:
+        if self.n < 0:
+            raise RuntimeError("these statistics were spent by covariance(in_place=True)")
+
+    def save(self, path: Path) -> None:
+        """Write as safetensors; block layout in the metadata."""
+        self._check_unspent()
+        meta = {
+            "n": str(self.n),
+            "blocks": json.dumps([[b.name, b.start, b.stop] for b in self.blocks]),
+        }
+        tensors = {"shift": self.shift, "sums": self.sums, "gram": self.gram}
+        write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+
+    @classmethod
+    def load(cls, path: Path) -> SecondMoments:
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="numpy") as handle:
+                meta = handle.metadata()
+            tensors = load_file(str(path))
+            blocks = [Block(name, start, stop) for name, start, stop in json.loads(meta["blocks"])]
+            return cls(blocks, int(meta["n"]), tensors["shift"], tensors["sums"], tensors["gram"])
+        except Exception as err:  # safetensors raises its own error type for damaged files
+            raise UserInputError(f"statistics file {path} is unreadable or corrupt: {err}") from err

@@ -1,0 +1,141 @@
+"""Representation similarity of every pair of models from one split's covariance alone.
+
+Two measures, both functions of the covariance blocks ``C_aa``, ``C_bb``, ``C_ab``:
+
+- linear CKA (Kornblith et al. 2019). With centred data ``X``, ``Y`` the HSIC of the linear Gram
+  matrices is ``||X^T Y||_F^2`` up to a constant, so
+  ``CKA = ||C_ab||_F^2 / (||C_aa||_F ||C_bb||_F)``.
+- mean canonical correlation, SVCCA-style (Raghu et al. 2017): each model keeps its top principal
+  directions explaining a fraction ``keep`` of its variance and is whitened there; the canonical
+  correlations are the singular values of ``W_a^T C_ab W_b`` and their mean is reported.
+
+Both are symmetric, so the table lists each unordered pair once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import Block
+from lmalgebra.stats.solver import SplitMoments
+
+# A direction is dropped by ``keep = 1`` only when it holds less than this share of the variance:
+# numerically zero directions are noise, not signal.
+_KEEP_TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class Similarity:
+    """Similarity of two models on one split.
+
+    Attributes:
+        model_a, model_b: the pair, in block order.
+        cka: linear CKA in ``[0, 1]``; NaN when a model has no variance.
+        mean_cca: mean canonical correlation in ``[0, 1]``; NaN when a model has no variance.
+        cca_dims: how many canonical correlations were averaged (the smaller kept dimension).
+    """
+
+    model_a: str
+    model_b: str
+    cka: float
+    mean_cca: float
+    cca_dims: int
+
+
+def linear_cka(cov_aa: np.ndarray, cov_bb: np.ndarray, cov_ab: np.ndarray) -> float:
+    """Linear CKA from ``(d_a, d_a)``, ``(d_b, d_b)`` and ``(d_a, d_b)`` float64 covariances."""
+    denominator = float(np.linalg.norm(cov_aa) * np.linalg.norm(cov_bb))
+    if denominator <= 0:
+        return math.nan
+    return float(np.linalg.norm(cov_ab) ** 2 / denominator)
+
+
+def whitener(cov: np.ndarray, keep: float = 0.99, ridge: float = 1e-8) -> np.ndarray:
+    """``(d, k) float64`` map onto the top ``k`` principal directions of ``cov``, whitened.
+
+    ``k`` is the fewest directions explaining at least ``keep`` of the variance. Each direction
+    is divided by ``sqrt(eigenvalue + ridge * mean eigenvalue)``, so ``W^T cov W`` is the identity
+    up to the relative ``ridge``. A model without variance gets ``k = 0``.
+    """
+    _check_settings(keep, ridge)
+    values, vectors = np.linalg.eigh(cov)
+    values, vectors = np.clip(values[::-1], 0.0, None), vectors[:, ::-1]
+    total = float(values.sum())
+    if total <= 0:
+        return np.zeros((cov.shape[0], 0))
+    wanted = keep * total * (1 - _KEEP_TOLERANCE)
+    k = min(int(np.searchsorted(np.cumsum(values), wanted)) + 1, len(values))
+    floor = ridge * total / len(values)
+    return vectors[:, :k] / np.sqrt(values[:k] + floor)
+
+
+def canonical_correlations(
+    cov_aa: np.ndarray,
+    cov_bb: np.ndarray,
+    cov_ab: np.ndarray,
+    keep: float = 0.99,
+    ridge: float = 1e-8,
+) -> np.ndarray:
+    """Canonical correlations ``(min(k_a, k_b),) float64``, descending, in ``[0, 1]``.
+
+    Each model is first reduced by :func:`whitener` (``keep``, ``ridge``).
+    """
+    return _correlations(whitener(cov_aa, keep, ridge), whitener(cov_bb, keep, ridge), cov_ab)
+
+
+def similarity_table(
+    blocks: Sequence[Block],
+    moments: SplitMoments,
+    keep: float = 0.99,
+    ridge: float = 1e-8,
+) -> list[Similarity]:
+    """CKA and mean canonical correlation of every unordered pair of models (``a`` before ``b``
+    in block order), from one split's ``(D, D)`` covariance.
+
+    Args:
+        blocks: the model layout of ``moments``.
+        moments: one split's statistics; only ``cov`` is used.
+        keep: share of each model's variance its principal subspace keeps before CCA, in
+            ``(0, 1]``; ``1`` keeps every direction with non-negligible variance.
+        ridge: added to each kept eigenvalue, relative to the model's mean eigenvalue.
+    """
+    _check_settings(keep, ridge)
+    cov = moments.cov
+    if cov.shape[0] != (blocks[-1].stop if blocks else 0):
+        raise ValueError(f"covariance of size {cov.shape[0]} does not match the block layout")
+    spans = [slice(b.start, b.stop) for b in blocks]
+    whiteners = [whitener(cov[s, s], keep, ridge) for s in spans]
+    rows = []
+    for i, a in enumerate(blocks):
+        for j in range(i + 1, len(blocks)):
+            b, cross = blocks[j], cov[spans[i], spans[j]]
+            corr = _correlations(whiteners[i], whiteners[j], cross)
+            rows.append(
+                Similarity(
+                    model_a=a.name,
+                    model_b=b.name,
+                    cka=linear_cka(cov[spans[i], spans[i]], cov[spans[j], spans[j]], cross),
+                    mean_cca=float(corr.mean()) if corr.size else math.nan,
+                    cca_dims=int(corr.size),
+                )
+            )
+    return rows
+
+
+def _correlations(white_a: np.ndarray, white_b: np.ndarray, cov_ab: np.ndarray) -> np.ndarray:
+    if white_a.shape[1] == 0 or white_b.shape[1] == 0:
+        return np.zeros(0)
+    values = np.linalg.svd(white_a.T @ cov_ab @ white_b, compute_uv=False)
+    return np.clip(values, 0.0, 1.0)
+
+
+def _check_settings(keep: float, ridge: float) -> None:
+    if not 0 < keep <= 1:
+        raise UserInputError(f"keep must be in (0, 1], got {keep}")
+    if not ridge >= 0 or not math.isfinite(ridge):
+        raise UserInputError(f"the CCA ridge must be a finite number >= 0, got {ridge}")

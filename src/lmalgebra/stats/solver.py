@@ -1,0 +1,291 @@
+"""Closed-form ridge decomposition and R^2, computed from second moments alone.
+
+A target model ``u`` is fitted on a basis of other models ``z_B``:
+
+    min_{W, b}  E||u - W z_B - b||^2 + sum_j lam_j ||W_j||_F^2
+    W = C_tB (C_BB + Lam)^-1,    b = E[u] - W E[z_B]
+
+on the training split. R^2 on any split ``s`` pools all output dimensions and uses that split's own
+mean in the denominator:
+
+    R^2_s = 1 - E_s||u - W z_B - b||^2 / tr(C^s_tt)
+
+Everything here takes :class:`SplitMoments` (mean and covariance of a split), never raw embeddings.
+
+The penalty ``Lam`` is diagonal and constant within each basis model's block. With ``alpha_mode =
+"relative"`` (the default) block ``j`` gets ``alpha * tr(C_jj) / d_j``: ridge alpha on each model
+rescaled to unit mean variance, so models of different scales and widths are treated alike. Because
+a model's penalty does not depend on which other models share the basis, every leave-one-model-out
+fit comes from one inverse ``P = (C + Lam)^-1``: ``W_t = -(P_tt)^-1 P_tB``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.moments import Block, SecondMoments, layout
+
+log = logging.getLogger(__name__)
+
+AlphaMode = Literal["relative", "absolute"]
+# Above this estimated condition number of (C_BB + Lam) the fit is numerically fragile.
+ILL_CONDITIONED = 1e10
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Log a warning once per process (sweeps repeat the same fits many times)."""
+    log.warning(message)
+
+
+@dataclass(frozen=True)
+class SplitMoments:
+    """Mean ``(D,) float64`` and covariance ``(D, D) float64`` of one split, with its size."""
+
+    n: int
+    mean: np.ndarray
+    cov: np.ndarray
+
+    @classmethod
+    def of(cls, moments: SecondMoments, in_place: bool = False) -> SplitMoments:
+        """From streamed statistics; ``in_place`` turns the Gram buffer into the covariance."""
+        n, mean = moments.n, moments.mean()
+        return cls(n, mean, moments.covariance(in_place=in_place))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One decomposition: ``target ~ weight @ concat(basis) + bias``, with R^2 per split."""
+
+    target: str
+    basis: tuple[str, ...]
+    weight: np.ndarray  # (d_target, d_basis) float64
+    bias: np.ndarray  # (d_target,) float64
+    r2: dict[str, float]
+
+
+class Decomposer:
+    """Ridge fits of any target on any basis, from per-split moments over the same block layout.
+
+    Args:
+        blocks: the model layout of the concatenated embedding.
+        splits: split name -> moments; must contain ``"train"`` (where every fit is estimated).
+        alpha: ridge strength (see the module docstring for the two modes).
+        alpha_mode: ``"relative"`` to each basis model's mean variance, or ``"absolute"``.
+    """
+
+    def __init__(
+        self,
+        blocks: Sequence[Block],
+        splits: dict[str, SplitMoments],
+        alpha: float = 1e-2,
+        alpha_mode: AlphaMode = "relative",
+    ) -> None:
+        if "train" not in splits:
+            raise ValueError("the training split is required")
+        if not alpha >= 0 or not math.isfinite(alpha):
+            raise UserInputError(f"alpha must be a finite number >= 0, got {alpha}")
+        self.blocks = list(blocks)
+        self.splits = splits
+        self.alpha, self.alpha_mode = alpha, alpha_mode
+        self.train = splits["train"]
+        self._by_name = {b.name: b for b in self.blocks}
+        diag = np.diag(self.train.cov)
+        self.penalty = np.empty(self.train.cov.shape[0])
+        for b in self.blocks:
+            scale = diag[b.start : b.stop].mean() if alpha_mode == "relative" else 1.0
+            self.penalty[b.start : b.stop] = alpha * scale
+
+    def subset(self, names: Sequence[str]) -> Decomposer:
+        """The same decomposer over only ``names`` (in that order, blocks laid out afresh).
+
+        Every split's mean and covariance keep those models' rows and columns; alpha and its mode
+        carry over, so each remaining model keeps its penalty and every fit is unchanged.
+        """
+        if not names:
+            raise UserInputError("the subset of models is empty")
+        if len(set(names)) != len(names):
+            raise UserInputError(f"the subset names a model twice: {list(names)}")
+        cols = self._columns(names)
+        splits = {
+            split: SplitMoments(m.n, m.mean[cols], m.cov[np.ix_(cols, cols)])
+            for split, m in self.splits.items()
+        }
+        blocks = layout(list(names), [self.block(n).dim for n in names])
+        return Decomposer(blocks, splits, self.alpha, self.alpha_mode)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def block(self, name: str) -> Block:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = ", ".join(self._by_name)
+            raise UserInputError(f"model {name!r} is not among the models ({known})") from None
+
+    def _columns(self, names: Sequence[str]) -> np.ndarray:
+        return np.concatenate([np.arange(self.block(n).start, self.block(n).stop) for n in names])
+
+    def _cholesky(self, matrix: np.ndarray, basis: Sequence[str]) -> torch.Tensor:
+        """Cholesky factor of an SPD matrix; warns or fails naming the basis."""
+        factor, info = torch.linalg.cholesky_ex(torch.from_numpy(matrix))
+        label = "+".join(basis)
+        if int(info) != 0:
+            raise UserInputError(
+                f"basis [{label}] is singular (covariance not positive definite); "
+                "use a larger --alpha"
+            )
+        diag = torch.diagonal(factor)
+        condition = float((diag.max() / diag.min()) ** 2)
+        if condition > ILL_CONDITIONED:
+            log.warning(
+                "basis [%s] is ill-conditioned (condition ~%.1e); consider a larger --alpha",
+                label,
+                condition,
+            )
+        dim = matrix.shape[0]
+        if self.train.n < dim:
+            _warn_once(
+                f"basis [{label}] has dimension {dim} but only {self.train.n} training spans: "
+                "the fit can interpolate, trust held-out R^2 only"
+            )
+        return factor
+
+    def r2(self, weight: np.ndarray, target: Block, basis_cols: np.ndarray) -> dict[str, float]:
+        """R^2 on every split of ``u_hat = W (z_B - mean_B) + mean_u`` (train means).
+
+        With the residual operator ``R`` (``I`` on the target's columns, ``-W`` on the basis'),
+        the residual is ``R (z - mean_train)`` and its mean square on split ``s`` is
+        ``tr(R C^s R^T) + ||R (mean_s - mean_train)||^2``.
+        """
+        operator = torch.zeros((target.dim, self.train.cov.shape[0]), dtype=torch.float64)
+        operator[:, target.start : target.stop] = torch.eye(target.dim, dtype=torch.float64)
+        operator[:, torch.from_numpy(basis_cols)] = -torch.from_numpy(weight)
+        return {split: self._score(operator, target, m) for split, m in self.splits.items()}
+
+    def _score(self, operator: torch.Tensor, target: Block, m: SplitMoments) -> float:
+        cov = torch.from_numpy(m.cov)
+        total = float(torch.diagonal(cov)[target.start : target.stop].sum())
+        if total <= 0:
+            return float("nan")
+        shift = operator @ torch.from_numpy(m.mean - self.train.mean)
+        residual = float(((operator @ cov) * operator).sum() + shift @ shift)
+        return 1 - residual / total
+
+    def _fit(self, target: str, basis: Sequence[str], weight: np.ndarray) -> Fit:
+        cols = self._columns(basis)
+        t = self.block(target)
+        bias = self.train.mean[t.start : t.stop] - weight @ self.train.mean[cols]
+        return Fit(target, tuple(basis), weight, bias, self.r2(weight, t, cols))
+
+    # -- fits -------------------------------------------------------------------------------------
+    def fit(self, target: str, basis: Sequence[str]) -> Fit:
+        """Decompose ``target`` on ``basis`` (a list of other model names, in this order)."""
+        if not basis:
+            raise UserInputError("the basis is empty: name at least one model")
+        if target in basis:
+            raise UserInputError(f"the basis contains the target {target!r}")
+        if len(set(basis)) != len(basis):
+            raise UserInputError(f"the basis names a model twice: {list(basis)}")
+        t, cols = self.block(target), self._columns(basis)
+        cov = self.train.cov
+        system = cov[np.ix_(cols, cols)] + np.diag(self.penalty[cols])
+        factor = self._cholesky(system, basis)
+        rhs = torch.from_numpy(np.ascontiguousarray(cov[cols, t.start : t.stop]))
+        weight = torch.cholesky_solve(rhs, factor).numpy().T
+        return self._fit(target, basis, weight)
+
+    def leave_one_out(self) -> list[Fit]:
+        """Every model decomposed on all the others, all from one ``D x D`` inverse."""
+        names = [b.name for b in self.blocks]
+        system = torch.from_numpy(self.train.cov).clone()
+        system.diagonal().add_(torch.from_numpy(self.penalty))
+        factor = self._cholesky(system.numpy(), names)
+        del system
+        inverse = torch.cholesky_inverse(factor)  # P = (C + Lam)^-1
+        del factor
+        penalty = torch.from_numpy(self.penalty)
+        fits = []
+        for b in self.blocks:
+            others = [n for n in names if n != b.name]
+            cols = self._columns(others)
+            rows = inverse[b.start : b.stop]
+            p_tt = rows[:, b.start : b.stop]
+            operator = torch.linalg.solve(p_tt, rows)  # (d_t, D): I on t, -W on the rest
+            weight = -operator[:, torch.from_numpy(cols)].numpy()
+            t_cols = self.train.mean[b.start : b.stop]
+            bias = t_cols - weight @ self.train.mean[cols]
+            # on train, C = P^-1 - Lam gives tr(R C R^T) = tr(P_tt^-1) - sum(Lam * R^2)
+            total = float(np.trace(self.train.cov[b.start : b.stop, b.start : b.stop]))
+            residual = float(torch.linalg.inv(p_tt).trace() - (penalty * operator**2).sum())
+            scores = {"train": 1 - residual / total if total > 0 else float("nan")}
+            for split, m in self.splits.items():
+                if split != "train":
+                    scores[split] = self._score(operator, b, m)
+            fits.append(Fit(b.name, tuple(others), weight, bias, scores))
+        return fits
+
+    def pairwise(self) -> dict[str, np.ndarray]:
+        """R^2 of every target (rows) from every single basis model (columns), per split.
+
+        One Cholesky per basis model serves all targets at once. The diagonal is NaN.
+        """
+        names = [b.name for b in self.blocks]
+        m = len(names)
+        out = {split: np.full((m, m), np.nan) for split in self.splits}
+        cov = self.train.cov
+        for j, bj in enumerate(self.blocks):
+            cj = slice(bj.start, bj.stop)
+            system = cov[cj, cj] + np.diag(self.penalty[cj])
+            factor = self._cholesky(system, [bj.name])
+            # A = (C_jj + Lam_j)^-1 C_j,: ; target i's weight is A[:, block_i].T
+            coef = torch.cholesky_solve(torch.from_numpy(np.ascontiguousarray(cov[cj])), factor)
+            for split, s in self.splits.items():
+                c_j = torch.from_numpy(s.cov[cj])
+                cross = (coef * c_j).sum(dim=0).numpy()
+                quad = (coef * (c_j[:, cj] @ coef)).sum(dim=0).numpy()
+                d_mean = s.mean - self.train.mean
+                shift = d_mean - coef.numpy().T @ d_mean[cj]
+                var = np.diag(s.cov)
+                for i, bi in enumerate(self.blocks):
+                    if i == j:
+                        continue
+                    ci = slice(bi.start, bi.stop)
+                    total = var[ci].sum()
+                    residual = total - 2 * cross[ci].sum() + quad[ci].sum() + shift[ci] @ shift[ci]
+                    out[split][i, j] = 1 - residual / total if total > 0 else np.nan
+        return out
+
+    def pairwise_fits(self, table: dict[str, np.ndarray] | None = None) -> list[Fit]:
+        """Every ordered pair (target, one basis model) as a :class:`Fit`, target-major.
+
+        The weights are those of :meth:`pairwise` (``(C_jj + Lam_j)^-1 C_j,:`` for basis ``j``);
+        R^2 comes from ``table``, the result of :meth:`pairwise`, computed here when not given.
+        """
+        table = self.pairwise() if table is None else table
+        weights: dict[tuple[int, int], np.ndarray] = {}
+        cov = self.train.cov
+        for j, bj in enumerate(self.blocks):
+            cj = slice(bj.start, bj.stop)
+            factor = self._cholesky(cov[cj, cj] + np.diag(self.penalty[cj]), [bj.name])
+            rhs = torch.from_numpy(np.ascontiguousarray(cov[cj]))
+            coef = torch.cholesky_solve(rhs, factor).numpy()
+            for i, bi in enumerate(self.blocks):
+                if i != j:
+                    weights[i, j] = np.ascontiguousarray(coef[:, bi.start : bi.stop].T)
+        fits = []
+        mean = self.train.mean
+        for (i, j), weight in sorted(weights.items()):
+            bi, bj = self.blocks[i], self.blocks[j]
+            bias = mean[bi.start : bi.stop] - weight @ mean[bj.start : bj.stop]
+            r2 = {split: float(table[split][i, j]) for split in self.splits}
+            fits.append(Fit(bi.name, (bj.name,), weight, bias, r2))
+        return fits

@@ -1,0 +1,39 @@
+"""Atomic file writes: a reader sees the old file or the whole new one, never a partial one."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.storage.disk_space import naming_file
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
+
+    The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with naming_file(path):
+            write(tmp)
+            with tmp.open("rb+") as handle:
+                os.fsync(handle.fileno())
+            tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    def write(tmp: Path) -> None:
+        tmp.write_text(text, encoding="utf-8")
+
+    write_atomic(path, write)
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,62 @@
+"""A full disk (or quota), as every writer reports it, turned into one message naming the file.
+
+Python and pyarrow raise ``OSError`` with ``errno`` ENOSPC or EDQUOT, usually without a file
+name; safetensors raises its own ``SafetensorError`` whose message ends in ``(os error 28)``.
+Writers wrap their writes in ``naming_file(path)`` so the user learns which file could not be
+written; the caller's cleanup (temporary files removed, nothing marked complete) then runs as for
+any other failure, and running the same command again, with space freed, resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from lmalgebra.core.errors import UserInputError
+
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+class OutOfSpaceError(UserInputError):
+    """The disk (or the user's quota) filled up while a file was written."""
+
+
+def is_out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) reports a full disk or an exceeded quota."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in NO_SPACE:
+            return True
+        codes = {int(code) for code in _RUST_OS_ERROR.findall(str(current))}
+        if codes & NO_SPACE:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def message(path: Path | str | None) -> str:
+    """The one line a user sees: which file, and what to do."""
+    where = f" while writing {path}" if path else ""
+    return (
+        f"no space left on device (or disk quota exceeded){where}; free some space and run the "
+        "same command again: finished parts are kept and the rest is redone"
+    )
+
+
+@contextlib.contextmanager
+def naming_file(path: Path) -> Iterator[None]:
+    """Re-raise a full-disk error from the block as ``OutOfSpaceError`` naming ``path``."""
+    try:
+        yield
+    except OutOfSpaceError:
+        raise
+    except Exception as err:
+        if is_out_of_space(err):
+            raise OutOfSpaceError(message(path)) from err
+        raise

@@ -1,0 +1,222 @@
+"""One writer per output directory: an exclusive lock on ``OUT/.lmalgebra.lock``.
+
+Every command that writes a run directory holds the lock while it runs, so a second run aimed at
+the same directory stops with a message naming the holder (pid, host, command) instead of
+interleaving its files with the first one's. The lock is a ``fcntl.flock`` on the file, which the
+kernel releases when the holder exits or is killed, so a lock left by a dead run never blocks;
+the file itself (holder details, JSON) is removed on release and overwritten by the next holder.
+
+In a run of several processes (``lmalgebra.distributed``) the main rank alone takes the lock and
+tells the other ranks whether it got it. Holding the lock alone in one process also makes it safe
+to remove temporaries (``.NAME.tmp-PID``, from ``lmalgebra.storage.atomic``) left by writers
+that died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import inspect
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from lmalgebra.core.errors import UserInputError
+
+log = logging.getLogger(__name__)
+LOCK_NAME = ".lmalgebra.lock"
+TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)$")  # lmalgebra.storage.atomic's temporary names
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Locks this process holds: directory -> (open lock file descriptor, nesting depth). flock locks
+# belong to an open file, so a second acquisition in the same process must reuse the first.
+_held: dict[Path, tuple[int | None, int]] = {}
+
+
+class DirectoryInUseError(UserInputError):
+    """Another run holds the lock of the output directory."""
+
+
+def _holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text())
+        return f"pid {info['pid']} on {info['host']} ({info['command']}, since {info['since']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (details not yet written)"
+
+
+def _try_lock(directory: Path, command: str) -> int | None:
+    """The descriptor of the locked file; raises ``DirectoryInUseError`` when it is taken."""
+    path = directory / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DirectoryInUseError(
+                f"{directory} is in use by another lmalgebra run: {_holder(path)}; wait for it "
+                "to finish or write to another directory"
+            ) from None
+        except OSError as err:
+            os.close(fd)
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                log.warning("cannot lock %s (%s); concurrent runs are not detected", path, err)
+                return None
+            raise
+        # the file may have been removed by its previous holder between our open and flock
+        try:
+            same = path.stat().st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": command,
+        "argv": sys.argv,
+        "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    return fd
+
+
+def _release(directory: Path, fd: int | None) -> None:
+    if fd is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        (directory / LOCK_NAME).unlink()  # while still holding it: the next holder re-checks
+    os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Delete ``.NAME.tmp-PID`` files under ``directory`` whose process is gone; the paths removed.
+
+    Only safe while holding the directory's lock in a single-process run: a temporary is then
+    either this process's own or a leftover of a writer that died (``kill -9``, power loss).
+    """
+    removed = []
+    for root, _, files in os.walk(directory):
+        for name in files:
+            match = TEMPORARY.match(name)
+            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+                path = Path(root) / name
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path)
+    if removed:
+        log.info("removed %d temporary file(s) left by an interrupted run", len(removed))
+    return removed
+
+
+def _ranks() -> tuple[int, int]:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return 0, 1  # not launched as several processes: no need to import torch.distributed
+    from lmalgebra.distributed import world
+
+    return world()
+
+
+def _shared_outcome(rank: int, size: int, failed: bool) -> bool:
+    """Whether the main rank failed to take the lock, as every rank learns it."""
+    if size == 1:
+        return failed
+    import numpy as np
+
+    from lmalgebra.distributed import all_reduce_sum
+
+    return bool(all_reduce_sum(np.array([1.0 if failed else 0.0]))[0] > 0)
+
+
+@contextlib.contextmanager
+def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
+    """Hold ``directory``'s lock for the duration of the block (re-entrant within a process).
+
+    Raises ``DirectoryInUseError`` (a ``UserInputError``) naming the directory and the holder.
+    Collective in a multi-process run: every rank must enter it.
+    """
+    directory = Path(directory).resolve()
+    if directory in _held:
+        held, depth = _held[directory]
+        _held[directory] = (held, depth + 1)
+        try:
+            yield
+        finally:
+            _held[directory] = (held, depth)
+        return
+    rank, size = _ranks()
+    fd: int | None = None
+    refusal: DirectoryInUseError | None = None
+    if rank == 0:
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = _try_lock(directory, command)
+        except DirectoryInUseError as err:
+            refusal = err
+    if _shared_outcome(rank, size, refusal is not None):
+        raise refusal or DirectoryInUseError(
+            f"{directory} is in use by another lmalgebra run (see the main rank's message)"
+        )
+    _held[directory] = (fd, 1)
+    try:
+        if size == 1:
+            remove_stale_temporaries(directory)
+        yield
+    finally:
+        del _held[directory]
+        _release(directory, fd)
+
+
+def holding_lock(
+    command: str, directory: Callable[..., Path]
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate a library entry point to run under ``run_directory_lock``.
+
+    ``directory`` receives the entry point's arguments by name, defaults filled in (so
+    ``lambda recipe, **_: recipe.output_dir``), and returns the directory the entry point writes.
+    """
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            with run_directory_lock(directory(**bound.arguments), command):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def holder_record(directory: Path) -> dict[str, Any] | None:
+    """The holder details in ``directory``'s lock file, if one is there (for inspection)."""
+    try:
+        return dict(json.loads((Path(directory) / LOCK_NAME).read_text()))
+    except (OSError, ValueError):
+        return None
