@@ -506,7 +506,7 @@ RERUN_FAILURES: dict[str, Callable[[Fixtures, Path], list[str]]] = {
         pytest.param("invalid_option"),
     ],
 )
-def test_failed_rerun_removes_previous_summary(
+def test_failed_rerun_leaves_the_finished_run_untouched(
     good_run: tuple[subprocess.CompletedProcess[str], Path],
     fx: Fixtures,
     tmp_path: Path,
@@ -518,6 +518,7 @@ def test_failed_rerun_removes_previous_summary(
     out = tmp_path / "out"
     shutil.copytree(good_out, out)
     assert (out / "summary.json").is_file()
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     if failure == "invalid_option":
         args = [*fx.models(), "-T", "0"]
     else:
@@ -526,7 +527,8 @@ def test_failed_rerun_removes_previous_summary(
         args += ["--corpus", str(fx.corpus)]
     code, stderr = in_process([*args, "--out", str(out)])
     assert code == 2, stderr
-    assert not (out / "summary.json").exists()
+    # a rejected or failed command never touches the finished run it was aimed at
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 # --- bugs -----------------------------------------------------------------------------------

@@ -143,3 +143,10 @@ def remove_parts(manifest: Path) -> None:
     """Delete the manifest parts next to ``manifest`` (once the manifest holds their records)."""
     for path in manifest.parent.glob(f"{manifest.stem}.rank-*{manifest.suffix}"):
         path.unlink(missing_ok=True)
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank (collective; ``flag`` itself in one process)."""
+    if world()[1] == 1:
+        return flag
+    return bool(all_reduce_sum(np.array([1.0 if flag else 0.0]))[0] > 0)

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console, parse_numbers, split_list
-from lmalgebra.core.errors import UserInputError
 
 
 @app.command()
@@ -98,12 +97,15 @@ def decompose(
     cache_dir: Annotated[Path | None, typer.Option(help="Embedding cache root.")] = None,
     trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    overwrite: Annotated[
+        bool,
+        typer.Option(help="Remove the files of a run already in --out first (another config)."),
+    ] = False,
 ) -> None:
     """Decompose every model on the others: pairwise and group R^2 on train, validation, test."""
     from lmalgebra.lmd.config import load_config
     from lmalgebra.lmd.outputs import table
     from lmalgebra.lmd.run import decompose as run
-    from lmalgebra.lmd.run import mark_incomplete
     from lmalgebra.sources.models import ModelRef
 
     overrides: dict[str, Any] = {}
@@ -157,12 +159,8 @@ def decompose(
     if any(v is not None for v in study_over.values()):
         overrides["study"] = {k: v for k, v in study_over.items() if v is not None}
     overrides["progress"] = progress
-    try:
-        config = load_config(recipe, overrides)
-    except UserInputError:
-        mark_incomplete(recipe, out)  # a rejected run must not leave an older one looking complete
-        raise
-    result = run(config)
+    config = load_config(recipe, overrides)
+    result = run(config, overwrite=overwrite)
     from lmalgebra.distributed import is_main
 
     if is_main():  # one table, not one per process

@@ -28,6 +28,7 @@ from lmalgebra.distill.run_inspect import inspect_run
 from lmalgebra.distill.train_student import train_student
 from lmalgebra.evaluate.distill_scores import Score, evaluate_run, write_evaluation
 from lmalgebra.sources.packaged import asset_path
+from lmalgebra.storage.output_paths import check_directory
 
 log = logging.getLogger(__name__)
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
@@ -156,6 +157,7 @@ def merge_and_train(recipe: MergeRecipe, students: dict[str, bool], progress: bo
 
 def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
     """Run every step; returns the numbers the report shows (also written to ``demo.json``)."""
+    check_directory(out, "demo output directory")
     plan = QUICK if quick else FULL
     clock, timings = time.perf_counter(), {}
     corpora = write_corpora(out / "data", plan)

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
@@ -123,3 +124,19 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
         else:
             data[key] = value
     return validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+
+
+# Fields that say where and how a run is shown or stored, not what it computes: a run resumed or
+# redone with other values of these is the same run.
+INCIDENTAL = ("out", "cache_dir", "progress", "batch_size")
+
+
+def config_yaml(config: DecomposeConfig) -> str:
+    """The resolved configuration as written to ``config.yaml``."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def run_identity(data: dict[str, Any]) -> dict[str, Any]:
+    """What makes a decomposition this decomposition: its resolved configuration, less
+    ``INCIDENTAL`` fields."""
+    return {k: v for k, v in data.items() if k not in INCIDENTAL}

@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from rich.table import Table
 
 from lmalgebra import __version__
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.config import config_yaml
 from lmalgebra.lmd.pipeline import Decomposition
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic, write_text_atomic
 
 SUMMARY = "summary.json"
+CONFIG = "config.yaml"
 
 # Tidy tables of a run (file stem -> columns); see the README's description of a run directory.
 _SWEEP = ["setting", "kind", "target", "basis", "split", "r2"]
@@ -114,8 +115,7 @@ def write_outputs(result: Decomposition) -> Path:
     write_text_atomic(out / "group_r2.csv", _csv_text(group_rows))
     if result.config.save_weights:
         _write_weights(result, out / "weights.safetensors")
-    resolved = result.config.model_dump(mode="json")
-    write_text_atomic(out / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    write_text_atomic(out / CONFIG, config_yaml(result.config))
     provenance = {"versions": versions(), "hashes": result.hashes, "models": result.fingerprints}
     write_json_atomic(out / "provenance.json", provenance)
     heatmap(result.pairwise["test"], names, out / "pairwise_r2_test.png")

@@ -3,36 +3,77 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.recipe_files import read_yaml
-from lmalgebra.distributed import is_main
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.outputs import SUMMARY, write_outputs
+from lmalgebra.distributed import any_rank, is_main
+from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
+from lmalgebra.lmd.outputs import CONFIG, SUMMARY, write_outputs
 from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
-from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.lockfile import run_directory_lock
+from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, claim_run_directory
 
 
-def mark_incomplete(recipe: Path | None, out: Path | None) -> None:
-    """Remove the completion marker of the run a failed command was aimed at."""
-    if out is None:
-        try:
-            data = read_yaml(recipe) if recipe is not None else {}
-        except UserInputError:
-            data = {}
-        out = Path(data.get("out", DecomposeConfig.model_fields["out"].default))
+def _recorded_identity(out: Path) -> dict[str, Any] | None:
+    """The identity of the decomposition already in ``out``, from its ``config.yaml``."""
+    path = out / CONFIG
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path} is not a readable run configuration: {err}") from err
+    return run_identity(data) if isinstance(data, dict) else None
+
+
+def _claim(config: DecomposeConfig, overwrite: bool) -> None:
+    out = config.out
+    claim_run_directory(
+        out,
+        run_identity(config.model_dump(mode="json")),
+        _recorded_identity(out),
+        finished=(out / SUMMARY).is_file(),
+        overwrite=overwrite,
+        what="decomposition",
+    )
     (out / SUMMARY).unlink(missing_ok=True)
+    write_text_atomic(out / CONFIG, config_yaml(config))
 
 
-@holding_lock("decompose", lambda config, **_: config.out)
-def decompose(config: DecomposeConfig) -> Decomposition:
+def decompose(config: DecomposeConfig, overwrite: bool = False) -> Decomposition:
     """Run a decomposition and write its outputs under ``config.out``.
 
-    A previous ``summary.json`` is removed first, so a failed run never looks complete.
+    ``config.out`` must be empty, or hold a run of the same configuration (resumed, or computed
+    again into the same files); ``overwrite`` empties it first. Its ``summary.json`` is removed
+    before any work, so a failed run never looks complete. Output and cache paths are checked
+    before anything is loaded.
     """
-    config.out.mkdir(parents=True, exist_ok=True)
-    (config.out / SUMMARY).unlink(missing_ok=True)
-    result = run_decomposition(config)
-    if is_main():  # under several processes every rank holds the result; one writes it
-        write_outputs(result)
+    check_directory(config.out, "output directory")
+    check_directory(config.cache_dir, "cache directory")
+    with run_directory_lock(config.out, "decompose"):
+        refusal: UserInputError | None = None
+        if is_main():
+            try:
+                _claim(config, overwrite)
+            except UserInputError as err:
+                refusal = err
+        if any_rank(refusal is not None):
+            raise refusal or UserInputError(f"{config.out}: refused (see the main rank's message)")
+        try:
+            result = run_decomposition(config)
+        except BaseException:
+            _release_claim(config.out)
+            raise
+        if is_main():  # under several processes every rank holds the result; one writes it
+            write_outputs(result)
     return result
+
+
+def _release_claim(out: Path) -> None:
+    """After a failure before anything was computed, take back the claim's ``config.yaml`` so that
+    a directory this command created is left empty (and removed with the lock)."""
+    if is_main() and [p.name for p in out.iterdir() if p.name != LOCK_NAME] == [CONFIG]:
+        (out / CONFIG).unlink()

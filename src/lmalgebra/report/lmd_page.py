@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.figures import write_plots
 from lmalgebra.lmd.run_files import (
@@ -31,6 +30,7 @@ from lmalgebra.lmd.run_files import (
 )
 from lmalgebra.stats.clustering import cluster_order
 from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.output_paths import check_file
 
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222;
@@ -254,10 +254,9 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
 
     Raises UserInputError naming the directory when it holds no ``summary.json``.
     """
-    summary = read_summary(run_dir)
     target = out if out is not None else run_dir / "report.html"
-    if target.is_dir():
-        raise UserInputError(f"--out {target} is a directory; give a file name")
+    check_file(target, "report file")
+    summary = read_summary(run_dir)
     figures = {p.stem: p for p in write_plots(run_dir)}
     config_path = run_dir / "config.yaml"
     config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.output_paths import LOCK_NAME, make_directory
 
 log = logging.getLogger(__name__)
-LOCK_NAME = ".lmalgebra.lock"
 TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)$")  # lmalgebra.storage.atomic's temporary names
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -170,8 +170,9 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
     rank, size = _ranks()
     fd: int | None = None
     refusal: DirectoryInUseError | None = None
+    created = not directory.exists()
     if rank == 0:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_directory(directory)
         try:
             fd = _try_lock(directory, command)
         except DirectoryInUseError as err:
@@ -181,13 +182,19 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
             f"{directory} is in use by another lmalgebra run (see the main rank's message)"
         )
     _held[directory] = (fd, 1)
+    succeeded = False
     try:
         if size == 1:
             remove_stale_temporaries(directory)
         yield
+        succeeded = True
     finally:
         del _held[directory]
         _release(directory, fd)
+        if created and not succeeded and rank == 0:
+            # a failed command leaves no empty directory behind (rmdir refuses a non-empty one)
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def holding_lock(

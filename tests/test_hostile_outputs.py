@@ -1,0 +1,256 @@
+"""Outputs that cannot be written, and finished runs that must not be overwritten or mixed.
+
+Every command that writes meets a bad output path in its first milliseconds: one ``error:`` line
+naming the path, exit status 2, nothing left behind (no empty directory, no earlier output
+changed). A run directory holding another configuration's run is refused unless ``--overwrite``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lmalgebra.cli import main
+from merge_fixtures import write_recipe
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+Runner = Callable[..., tuple[int, str]]
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> Runner:
+    """Run ``lmalgebra ARGS`` through ``cli.main``; (exit status, stderr without colours)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "default-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def run(*args: str) -> tuple[int, str]:
+        monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
+        capsys.readouterr()
+        try:
+            main()
+        except SystemExit as stop:
+            code = int(stop.code or 0)
+        else:
+            code = 0
+        return code, ANSI.sub("", capsys.readouterr().err)
+
+    return run
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def one_error(code: int, stderr: str, *needles: str) -> str:
+    """Exit 2 and a single ``error:`` line, the last thing printed, naming every needle."""
+    assert code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    lines = re.findall(r"^error: .*$", stderr, flags=re.MULTILINE)
+    assert len(lines) == 1, stderr
+    assert stderr.rstrip().endswith(lines[0]), stderr
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def decompose_args(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path) -> list[str]:
+    return [
+        "decompose",
+        "--model",
+        f"a={bert_dir}",
+        "--model",
+        f"b={bert2_dir}",
+        "--corpus",
+        str(corpus),
+        "-T",
+        "8",
+        "--spans",
+        "20,5,5",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
+
+
+@pytest.fixture
+def blocker(tmp_path: Path) -> Path:
+    """A plain file where commands will be asked to write a directory."""
+    path = tmp_path / "a-file"
+    path.write_text("not a directory\n", encoding="utf-8")
+    return path
+
+
+# --- class 2: outputs that cannot be written ---------------------------------------------------
+
+
+def test_decompose_refuses_outputs_that_cannot_be_written(
+    cli: Runner, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, blocker: Path, tmp_path: Path
+) -> None:
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, blocker)
+    one_error(*cli(*args), str(blocker), "is a file")
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, blocker / "run")
+    one_error(*cli(*args), str(blocker), "is a file")
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, tmp_path / "run")
+    one_error(*cli(*args, "--cache-dir", str(blocker)), "cache directory", str(blocker))
+    assert not (tmp_path / "run").exists()  # checked before the run directory was made
+    assert blocker.read_text(encoding="utf-8") == "not a directory\n"
+
+
+def test_unwritable_parent_is_named(
+    cli: Runner,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    real = os.access
+    # root writes anywhere, so the permission check itself is what the test can exercise here
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != locked and real(p, mode))
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, locked / "run")
+    one_error(*cli(*args), str(locked), "not writable")
+    assert list(locked.iterdir()) == []
+
+
+def test_file_outputs_that_are_directories_are_refused(
+    cli: Runner, finished_run: Path, tmp_path: Path, blocker: Path
+) -> None:
+    before = digests(finished_run)
+    one_error(*cli("report", str(finished_run), "--out", str(tmp_path)), str(tmp_path), "directory")
+    one_error(*cli("report", str(finished_run), "--out", str(blocker / "r.html")), str(blocker))
+    one_error(*cli("demo", "--quick", "--out", str(blocker)), str(blocker), "is a file")
+    assert digests(finished_run) == before
+
+
+def test_pretrain_and_merge_refuse_outputs_that_cannot_be_written(
+    cli: Runner, corpus_txt: Path, blocker: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    one_error(
+        *cli(
+            "pretrain",
+            "--corpus",
+            str(corpus_txt),
+            "--lang",
+            "xx",
+            "--vocab-size",
+            "100",
+            "--out",
+            str(blocker / "teacher"),
+            "--no-progress",
+        ),
+        str(blocker),
+    )
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(blocker))
+    for stage in ("prepare", "run"):
+        one_error(*cli("merge", stage, str(recipe), "--no-progress"), str(blocker), "is a file")
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(blocker / "run"))
+    one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(blocker))
+    assert blocker.read_text(encoding="utf-8") == "not a directory\n"
+
+
+def test_failed_command_leaves_no_empty_directory(
+    cli: Runner, bert_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "new" / "run"
+    # a model that does not exist fails after the run directory was claimed
+    args = decompose_args(bert_dir, tmp_path / "no-such-model", corpus_txt, out)
+    code, err = cli(*args)
+    assert code == 2, err
+    assert not out.exists()
+
+
+# --- class 3: a finished run is never overwritten silently -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(
+    tmp_path_factory: pytest.TempPathFactory, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
+) -> Path:
+    import subprocess
+
+    out = tmp_path_factory.mktemp("finished") / "run"
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LMALGEBRA_CACHE": str(out.parent / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-m", "lmalgebra", *args], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_another_configuration_into_a_finished_run_is_refused(
+    cli: Runner, finished_run: Path, bert_dir: Path, gpt2_dir: Path, corpus_txt: Path
+) -> None:
+    before = digests(finished_run)
+    args = decompose_args(bert_dir, gpt2_dir, corpus_txt, finished_run)
+    line = one_error(*cli(*args), str(finished_run), "finished", "models", "--overwrite")
+    assert "another configuration" in line
+    args = decompose_args(bert_dir, gpt2_dir, corpus_txt, finished_run)
+    one_error(*cli(*args[:-4], "-T", "6", *args[-2:]), "spans")
+    assert digests(finished_run) == before
+
+
+def test_overwrite_replaces_the_old_run_without_stale_files(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "weights.safetensors").write_bytes(b"stale weights of the old run")
+    (out / "sweeps").mkdir()
+    (out / "sweeps" / "length.csv").write_text("stale\n", encoding="utf-8")
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--overwrite")
+    assert code == 0, err
+    assert not (out / "weights.safetensors").exists() and not (out / "sweeps").exists()
+    config = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
+    assert [m["path"] for m in config["models"]] == [str(bert_dir), str(gpt2_dir)]
+
+
+def test_same_configuration_runs_again_in_place(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    before = {k: v for k, v in digests(out).items() if k.endswith(".csv")}
+    code, err = cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out))
+    assert code == 0, err
+    assert {k: v for k, v in digests(out).items() if k.endswith(".csv")} == before
+
+
+def test_a_directory_of_other_files_is_not_taken_over(
+    cli: Runner, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "my-documents"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious\n", encoding="utf-8")
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    one_error(*cli(*args), str(out), "not empty", "--overwrite")
+    assert (out / "thesis.tex").read_text(encoding="utf-8") == "precious\n"
