@@ -8,8 +8,9 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.distributed import is_main
 from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.outputs import SUMMARY, write_outputs
+from lmalgebra.lmd.outputs import write_outputs
 from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
+from lmalgebra.lmd.run_schema import SUMMARY
 from lmalgebra.storage.lockfile import holding_lock
 
 
