@@ -14,6 +14,7 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.evaluate.distill_scores import SCORES, Score, rdt_text
 from lmalgebra.lmd.run_schema import (
     ATTRIBUTION,
     FITS,
@@ -29,7 +30,7 @@ from lmalgebra.lmd.run_schema import (
 )
 from lmalgebra.storage.csv_tables import Table, read_table, table_text, write_table
 
-ALL_TABLES = [*TABLES.values(), GROUP]
+ALL_TABLES = [*TABLES.values(), GROUP, SCORES]
 FLOATS = [0.1234567890123456, -3.5e-300, math.nan, 1.0, -0.0]
 
 
@@ -160,3 +161,18 @@ def test_bad_cells_name_file_line_and_column(tmp_path: Path) -> None:
     (tmp_path / "pairwise_r2_test.csv").write_text("target \\ basis,a,b\na,,x\nb,0.1,\n")
     with pytest.raises(UserInputError, match=r"pairwise_r2_test\.csv, line 2: column 'b' .*'x'"):
         read_pairwise(tmp_path)
+
+
+def test_evaluation_tables_are_declared_once(tmp_path: Path) -> None:
+    score = Score("en", "t", "s", 3, 10, 0.5, 1.25, math.exp(1.25), 0.75, math.nan)
+    write_table(tmp_path, SCORES, [score])
+    text = (tmp_path / "scores.csv").read_text(encoding="utf-8")
+    assert text.splitlines() == [
+        "language,teacher,model,examples,masked_tokens,accuracy,loss,perplexity,"
+        "top1_agreement,topk_overlap",
+        f"en,t,s,3,10,0.5,1.25,{math.exp(1.25)!r},0.75,nan",
+    ]
+    back = read_table(tmp_path, SCORES)
+    assert back is not None and _same(back[0], score)
+    deviations = {"sm3": {"en": 12.3456, "fr": math.nan, "average": -1.0}}
+    assert rdt_text(deviations) == "student,en,fr,average\nsm3,12.346,nan,-1.000\n"
