@@ -10,6 +10,7 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.lmd.run_schema import ALPHA_CURVE, alpha_curve_rows
 from lmalgebra.stats.alpha_select import (
     adjusted_r2,
     effective_df,
@@ -20,6 +21,7 @@ from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.ridge_path import RidgePath
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.storage.csv_tables import write_table
 from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]
@@ -284,8 +286,8 @@ def test_rows_and_csv_are_tidy(splits, train_blocks, tmp_path) -> None:
     assert sel.labels == ("a~b", "a~b+c", "d")
     rows = sel.rows()
     assert len(rows) == 3 * len(fits) * len(grid)
-    path = tmp_path / "alpha_curve.csv"
-    sel.write_csv(path)
+    path = write_table(tmp_path, ALPHA_CURVE, alpha_curve_rows(sel))
+    assert path == tmp_path / "alpha_curve.csv"
     with path.open() as handle:
         back = list(csv.DictReader(handle))
     assert list(back[0]) == ["target", "alpha", "criterion", "value"]

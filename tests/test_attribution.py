@@ -12,16 +12,11 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats import attribution
-from lmalgebra.stats.attribution import (
-    SubsetValue,
-    attribute,
-    shapley_exact,
-    shapley_sampled,
-    write_attribution_csv,
-)
+from lmalgebra.lmd.run_schema import ATTRIBUTION, attribution_rows
+from lmalgebra.stats.attribution import SubsetValue, attribute, shapley_exact, shapley_sampled
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
+from lmalgebra.storage.csv_tables import write_table
 
 # "a2" is an exact copy of "a"; "noise" is independent of everything; "t" mostly follows "b".
 NAMES = ["t", "a", "b", "a2", "noise"]
@@ -140,11 +135,11 @@ def test_attribute_rows_greedy_drop_one_and_both_shapley_paths(solver: Decompose
 
 def test_csv_is_tidy(solver: Decomposer, tmp_path: pytest.TempPathFactory) -> None:
     rows = attribute(solver, "t", basis=["b", "noise"])
-    path = write_attribution_csv(tmp_path, rows)  # type: ignore[arg-type]
+    path = write_table(tmp_path, ATTRIBUTION, attribution_rows(rows))  # type: ignore[arg-type]
     assert path.name == "attribution.csv"
     with path.open(encoding="utf-8") as handle:
         read = list(csv.DictReader(handle))
-    assert list(read[0]) == list(attribution.CSV_COLUMNS)
+    assert list(read[0]) == ["target", "method", "model", "step", "split", "value"]
     assert len(read) == len(rows) == 6
     for line, row in zip(read, rows, strict=True):
         assert line["step"] == ("" if row.step is None else str(row.step))

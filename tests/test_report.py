@@ -12,14 +12,15 @@ import pytest
 from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.lmd.figures import write_plots
-from lmalgebra.lmd.run_files import read_table
+from lmalgebra.lmd.run_schema import NULLS
 from lmalgebra.report.lmd_page import write_report
 from lmalgebra.stats.clustering import average_linkage, cluster_order, leaf_order, r2_distance
+from lmalgebra.storage.csv_tables import read_table
 from report_fixtures import MODELS, build_run, pairwise_matrix, write_core
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FIGURES = {
-    "pairwise_r2_test",
+    "pairwise_r2_test_clustered",
     "group_r2",
     "similarity",
     "alpha_curve",
@@ -106,21 +107,19 @@ def test_only_existing_nonempty_tables_get_figures(tmp_path: Path) -> None:
     (tmp_path / "sweeps").mkdir()
     (tmp_path / "sweeps" / "length.csv").write_text("setting,kind,target,basis,split,r2\n")
     written = write_plots(tmp_path, out_dir=tmp_path / "figs")
-    assert sorted(p.name for p in written) == ["group_r2.png", "pairwise_r2_test.png"]
+    assert sorted(p.name for p in written) == ["group_r2.png", "pairwise_r2_test_clustered.png"]
     assert all(p.parent == tmp_path / "figs" for p in written)
 
 
 def test_a_crowded_sweep_shows_the_group_fits_alone() -> None:
+    from dataclasses import replace
+
     from lmalgebra.lmd.figures import MAX_SERIES, _focus
+    from lmalgebra.lmd.run_schema import SweepRow
 
     models = [f"m{i}" for i in range(4)]  # 12 pairwise series + 4 group series
-    rows = [
-        {"setting": "8", "kind": "pairwise", "target": t, "basis": b, "split": "test", "r2": "0.5"}
-        for t in models
-        for b in models
-        if t != b
-    ]
-    group = [{**rows[0], "kind": "group", "target": t, "basis": "rest"} for t in models]
+    rows = [SweepRow("8", "pairwise", t, b, "test", 0.5) for t in models for b in models if t != b]
+    group = [replace(rows[0], kind="group", target=t, basis="rest") for t in models]
     assert len(rows) > MAX_SERIES
     assert _focus(rows + group) == (group, " (group fits)")
     assert _focus(rows) == (rows, "")  # no group fits: nothing to fall back on
@@ -130,10 +129,10 @@ def test_a_crowded_sweep_shows_the_group_fits_alone() -> None:
 def test_bad_tables_name_file_line_and_column(tmp_path: Path) -> None:
     (tmp_path / "nulls.csv").write_text("kind,target,split,r2\nrandom_group,a,test,0.1\n")
     with pytest.raises(UserInputError, match=r"nulls\.csv: missing column\(s\) basis"):
-        read_table(tmp_path, "nulls.csv")
+        read_table(tmp_path, NULLS)
     (tmp_path / "nulls.csv").write_text("kind,target,basis,split,r2\nrandom_group,a,x,test,high\n")
     with pytest.raises(UserInputError, match=r"nulls\.csv, line 2: column 'r2'.*'high'"):
-        read_table(tmp_path, "nulls.csv")
+        read_table(tmp_path, NULLS)
 
 
 # --- HTML ---------------------------------------------------------------------------------

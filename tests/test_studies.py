@@ -69,17 +69,17 @@ def _main_pairwise(result: Any, split: str) -> dict[tuple[str, str], float]:
 
 
 def test_every_table_is_written_with_its_columns(study: tuple[Any, Path]) -> None:
-    from lmalgebra.lmd.outputs import TABLE_COLUMNS
+    from lmalgebra.lmd.run_schema import TABLES
 
     result, out = study
     summary = json.loads((out / "summary.json").read_text())
     assert summary["alpha"]["selected_by"] == "gcv"
     assert summary["alpha"]["value"] == pytest.approx(result.alpha)
-    for stem, columns in TABLE_COLUMNS.items():
+    for stem, table in TABLES.items():
         path = out / f"{stem}.csv"
         assert path.is_file(), stem
         with path.open(encoding="utf-8") as handle:
-            assert next(csv.reader(handle)) == columns, stem
+            assert next(csv.reader(handle)) == list(table.columns), stem
         assert _rows(path), stem
         assert (out / "plots").is_dir()
 

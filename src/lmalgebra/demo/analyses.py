@@ -10,6 +10,7 @@ from lmalgebra.demo.plan import LANGUAGES, DemoPlan
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.run import decompose
+from lmalgebra.lmd.run_schema import PAIRWISE_HEATMAP
 from lmalgebra.sources.packaged import asset_path
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def lmd_analyses(
             t: {b: float(result.pairwise["test"][i, j]) for j, b in enumerate(names) if i != j}
             for i, t in enumerate(names)
         },
-        "heatmap": str(out / "all-en" / "pairwise_r2_test.png"),
+        "heatmap": str(out / "all-en" / PAIRWISE_HEATMAP),
         "coverage": {},
     }
     for lang in LANGUAGES:

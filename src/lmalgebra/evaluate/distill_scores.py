@@ -11,10 +11,8 @@ paper's tables: ``100 / n * sum_i (P_S - P_Ti) / P_Ti``.
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,9 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.masking import MaskedCopy
 from lmalgebra.distill.store_view import TeacherCopies, load_copies
 from lmalgebra.distill.vocab_union import UnionVocab
-from lmalgebra.storage.atomic import write_atomic, write_text_atomic
+from lmalgebra.figures import canvas
+from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.csv_tables import Table, csv_text, format_cell, write_table
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.masked_head import masked_logits
 
@@ -47,6 +47,14 @@ class Score:
     perplexity: float
     top1_agreement: float
     topk_overlap: float
+
+
+SCORES = Table("scores.csv", Score, nan="nan")  # one row per (language, tokenisation, model)
+RDT = "rdt.csv"  # a row per student: RDT in percent per language, then "average"
+RDT_FIRST_COLUMN = "student"
+RDT_DECIMALS = 3
+EVALUATION_MD = "evaluation.md"
+ACCURACY_PLOT = "accuracy.png"
 
 
 def _heldout_rows(copies: TeacherCopies) -> np.ndarray:
@@ -196,20 +204,21 @@ def write_evaluation(
     out: Path, scores: list[Score], deviations: dict[str, dict[str, float]]
 ) -> None:
     """``scores.csv``, ``rdt.csv``, ``evaluation.md`` and ``accuracy.png`` under ``out``."""
-    rows = [asdict(s) for s in scores]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    write_text_atomic(out / "scores.csv", buffer.getvalue())
-    langs = [k for k in next(iter(deviations.values()))]
-    rdt_lines = ["student," + ",".join(langs)]
-    rdt_lines += [
-        f"{name}," + ",".join(f"{v[k]:.3f}" for k in langs) for name, v in deviations.items()
+    write_table(out, SCORES, scores)
+    write_text_atomic(out / RDT, rdt_text(deviations))
+    write_text_atomic(out / EVALUATION_MD, markdown(scores, deviations))
+    _bar_plot(scores, out / ACCURACY_PLOT)
+
+
+def rdt_text(deviations: dict[str, dict[str, float]]) -> str:
+    """``rdt.csv``: a header ``student,LANG,...,average`` and one row per student."""
+    columns = list(next(iter(deviations.values())))
+    rows: list[list[str]] = [[RDT_FIRST_COLUMN, *columns]]
+    rows += [
+        [name, *(format_cell(v[k], RDT_DECIMALS, nan="nan") for k in columns)]
+        for name, v in deviations.items()
     ]
-    write_text_atomic(out / "rdt.csv", "\n".join(rdt_lines) + "\n")
-    write_text_atomic(out / "evaluation.md", markdown(scores, deviations))
-    _bar_plot(scores, out / "accuracy.png")
+    return csv_text(rows)
 
 
 def markdown(scores: list[Score], deviations: dict[str, dict[str, float]]) -> str:
@@ -237,14 +246,10 @@ def markdown(scores: list[Score], deviations: dict[str, dict[str, float]]) -> st
 
 
 def _bar_plot(scores: list[Score], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     groups = sorted({(s.language, s.teacher) for s in scores})
     models = list(dict.fromkeys("teacher" if s.model == s.teacher else s.model for s in scores))
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(groups) * len(models) / 2), 3.6))
+    fig, axes = canvas.figure(1, 1, max(5.0, 1.4 * len(groups) * len(models) / 2), 3.6, layout=None)
+    ax = axes[0, 0]
     width = 0.8 / len(models)
     for m, model in enumerate(models):
         values = [
@@ -267,5 +272,4 @@ def _bar_plot(scores: list[Score], path: Path) -> None:
     ax.set_ylabel("held-out masked-token accuracy")
     ax.legend()
     fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
+    canvas.save(fig, path, dpi=120)

@@ -1,14 +1,15 @@
-"""Matplotlib plumbing shared by the figures: Agg figures, annotated matrices, atomic PNG writes.
+"""The one matplotlib set-up of the package: Agg figures, annotated matrices, atomic PNG writes.
 
-Figures are built on ``matplotlib.figure.Figure`` with an Agg canvas (no pyplot state, so nothing
-global is touched and nothing needs closing).
+Every figure (run tables, evaluation, demo) is built here on ``matplotlib.figure.Figure`` with an
+Agg canvas: no pyplot state, so nothing global is touched, no display is needed and nothing needs
+closing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -24,20 +25,30 @@ LINESTYLES = {"train": "-", "validation": "--", "test": ":"}
 ANNOTATE_UP_TO = 16  # cells per side; beyond this the numbers are unreadable
 
 
-def figure(rows: int, cols: int, width: float, height: float) -> tuple[Figure, np.ndarray]:
-    """A figure of ``rows x cols`` panels of ``width x height`` inches each; axes as a 2-D array."""
+def figure(
+    rows: int,
+    cols: int,
+    width: float,
+    height: float,
+    *,
+    layout: Literal["constrained", "tight"] | None = "constrained",
+) -> tuple[Figure, np.ndarray]:
+    """A figure of ``rows x cols`` panels of ``width x height`` inches each; axes as a 2-D array.
+
+    ``layout=None`` leaves placement to the caller (``fig.tight_layout()`` before saving).
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(cols * width, rows * height), layout="constrained")
+    fig = Figure(figsize=(cols * width, rows * height), layout=layout)
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False)
     return fig, axes
 
 
-def save(fig: Figure, path: Path) -> Path:
+def save(fig: Figure, path: Path, dpi: int = DPI) -> Path:
     """Write ``fig`` as PNG to ``path`` atomically."""
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
+    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
     return path
 
 
@@ -56,18 +67,27 @@ def matrix(
     *,
     vmin: float = 0.0,
     vmax: float = 1.0,
+    annotate_up_to: int | None = ANNOTATE_UP_TO,
+    text_size: float = 7,
+    white_text_below: float | None = None,
 ) -> AxesImage:
     """Draw ``values`` ``(len(rows), len(cols))`` float64 as a heatmap (NaN blank), with numbers
-    in the cells when the matrix is small enough to read them."""
+    in the cells when no side exceeds ``annotate_up_to`` (None: always).
+
+    Numbers below ``white_text_below`` (default: the middle of the colour range) are white, to
+    read on the dark end of the map.
+    """
     image = ax.imshow(np.ma.masked_invalid(values), vmin=vmin, vmax=vmax, cmap="viridis")
     ax.set_xticks(range(len(cols)), list(cols), rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), list(rows))
-    if max(values.shape) <= ANNOTATE_UP_TO:
-        middle = (vmin + vmax) / 2
+    if annotate_up_to is None or max(values.shape) <= annotate_up_to:
+        light = (vmin + vmax) / 2 if white_text_below is None else white_text_below
         for (i, j), value in np.ndenumerate(values):
             if np.isfinite(value):
-                tone = "white" if value < middle else "black"
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", color=tone, fontsize=7)
+                tone = "white" if value < light else "black"
+                ax.text(
+                    j, i, f"{value:.2f}", ha="center", va="center", color=tone, fontsize=text_size
+                )
     return image
 
 

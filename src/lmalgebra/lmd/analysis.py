@@ -15,6 +15,7 @@ import numpy as np
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.measure import Measured
+from lmalgebra.lmd.run_schema import AlphaCurveRow, TableRows, alpha_curve_rows, attribution_rows
 from lmalgebra.lmd.sweeps import Row, decomposer_of
 from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, group_effective_df, select_alpha
 from lmalgebra.stats.attribution import attribute
@@ -36,14 +37,14 @@ class Analysis:
     pairwise: dict[str, np.ndarray]
     group: list[Fit]
     single: Fit | None
-    tables: dict[str, list[Row]] = field(default_factory=dict)
+    tables: dict[str, TableRows] = field(default_factory=dict)
 
 
 def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -> Analysis:
     """Fit and describe the models ``names`` (the measurement may also hold their null copies)."""
     study = config.study
     names = list(names)
-    alpha, selected_by, curve = config.alpha, "fixed", list[Row]()
+    alpha, selected_by, curve = config.alpha, "fixed", list[AlphaCurveRow]()
     if study.alpha_select != "fixed":
         alpha, curve = _choose_alpha(config, measured, names)
         selected_by = study.alpha_select
@@ -60,16 +61,11 @@ def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -
         result.tables["alpha_curve"] = curve
     if study.attribution:
         result.tables["attribution"] = [
-            {
-                "target": r.target,
-                "method": r.method,
-                "model": r.model,
-                "step": "" if r.step is None else r.step,
-                "split": r.split,
-                "value": r.value,
-            }
+            row
             for f in group
-            for r in attribute(solver, f.target, split=study.attribution_split, seed=study.seed)
+            for row in attribution_rows(
+                attribute(solver, f.target, split=study.attribution_split, seed=study.seed)
+            )
         ]
     return result
 
@@ -163,7 +159,7 @@ def _similarity_rows(solver: Decomposer, pairwise: dict[str, np.ndarray]) -> lis
 
 def _choose_alpha(
     config: DecomposeConfig, measured: Measured, names: list[str]
-) -> tuple[float, list[Row]]:
+) -> tuple[float, list[AlphaCurveRow]]:
     """Alpha over the study's grid by its criterion; the curves become ``alpha_curve.csv``."""
     study = config.study
     solver = decomposer_of(measured.stats, config.alpha, config.alpha_mode).subset(names)
@@ -177,7 +173,7 @@ def _choose_alpha(
         train_blocks=train,
         folds=study.folds,
     )
-    return selection.alpha, [dict(r) for r in selection.rows()]
+    return selection.alpha, alpha_curve_rows(selection)
 
 
 def _add_intervals(

@@ -1,8 +1,8 @@
-"""One PNG per study figure of a decomposition run, each drawn from the rows of its tidy CSV.
+"""Every figure of a decomposition run, each drawn from the typed rows of its table.
 
-Every figure function takes parsed rows (``dict[str, str]`` per CSV row, see ``run_files``) and
+Every figure function takes rows as read through the schema (:mod:`lmalgebra.lmd.run_schema`) and
 the PNG path, writes the PNG atomically and returns the path. ``write_plots`` draws every figure
-whose table exists in a run directory.
+whose table exists in a run directory; ``pairwise_heatmap`` is the run-root heatmap.
 """
 
 from __future__ import annotations
@@ -12,22 +12,36 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.figures import canvas
-from lmalgebra.lmd.run_files import (
-    Rows,
-    chosen_alpha,
-    group_fits,
-    num,
-    preferred_split,
+from lmalgebra.lmd.run_files import chosen_alpha, group_fits, preferred_split, unique
+from lmalgebra.lmd.run_schema import (
+    ALPHA_CURVE,
+    ATTRIBUTION,
+    CLUSTERED_HEATMAP,
+    LANGUAGE_SWEEP,
+    LAYER_MAP,
+    LAYER_SWEEP,
+    LENGTH_SWEEP,
+    NULLS,
+    PLOTS_DIR,
+    SIMILARITY,
+    TRAIN_SIZE_SWEEP,
+    AlphaCurveRow,
+    AttributionShareRow,
+    FitRow,
+    LayerMapRow,
+    NullRow,
+    SimilarityRow,
+    SweepRow,
     read_pairwise,
-    read_table,
-    unique,
 )
 from lmalgebra.stats.clustering import cluster_order
+from lmalgebra.storage.csv_tables import Table, read_table
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +57,26 @@ METHODS = {"greedy": "greedy selection", "drop_one": "drop one", "shapley": "Sha
 MEASURES = {"lmd_r2": "LMD pairwise R²", "cka": "linear CKA", "mean_cca": "mean CCA"}
 
 
-def pairwise_heatmap(r2: np.ndarray, names: list[str], path: Path, split: str = "test") -> Path:
+def pairwise_heatmap(matrix: np.ndarray, names: list[str], path: Path) -> Path:
+    """Test pairwise R^2 ``(n, n)`` float64 (rows = target, columns = basis) in the run's model
+    order, every cell annotated: the run-root ``pairwise_r2_test.png``."""
+    size = max(4.0, 0.6 * len(names) + 2)
+    fig, axes = canvas.figure(1, 1, size + 1, size, layout=None)
+    ax = axes[0, 0]
+    image = canvas.matrix(
+        ax, matrix, names, names, annotate_up_to=None, text_size=8, white_text_below=0.6
+    )
+    ax.set_xlabel("basis")
+    ax.set_ylabel("target")
+    fig.colorbar(image, ax=ax, label="held-out R$^2$ (test)")
+    ax.set_title("Pairwise R$^2$: target from one basis model")
+    fig.tight_layout()
+    return canvas.save(fig, path, dpi=120)
+
+
+def clustered_pairwise_heatmap(
+    r2: np.ndarray, names: list[str], path: Path, split: str = "test"
+) -> Path:
     """Pairwise R^2 ``(n, n)`` float64 (row = target, column = basis), rows and columns in the
     order of average-linkage clustering on ``1 - symmetrised R^2``."""
     order = cluster_order(r2)
@@ -59,25 +92,25 @@ def pairwise_heatmap(r2: np.ndarray, names: list[str], path: Path, split: str = 
     return canvas.save(fig, path)
 
 
-def group_r2_bars(fits: Rows, nulls: Rows, path: Path) -> Path:
+def group_r2_bars(fits: list[FitRow], nulls: list[NullRow], path: Path) -> Path:
     """Group R^2 per target (``fits.csv`` rows of kind group) with bootstrap intervals, and the
     mean of each null baseline of ``nulls.csv`` beside it (whiskers: min to max over draws)."""
     split = preferred_split(fits)
-    group = {r["target"]: r for r in fits if r["kind"] == "group" and r["split"] == split}
+    group = {r.target: r for r in fits if r.kind == "group" and r.split == split}
     targets = list(group)
     draws: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in nulls:
-        if r["split"] == split and r["target"] in group:
-            draws[r["kind"], r["target"]].append(num(r["r2"]))
+        if r.split == split and r.target in group:
+            draws[r.kind, r.target].append(r.r2)
     present = {kind for kind, _ in draws}
     kinds = [k for k in NULL_KINDS if k in present] + sorted(present - set(NULL_KINDS))
     width = 0.8 / (1 + len(kinds))
     fig, axes = canvas.figure(1, 1, max(5.0, 0.3 * len(targets) * (1 + len(kinds)) + 2.5), 3.8)
     ax = axes[0, 0]
     x = np.arange(len(targets), dtype=np.float64)
-    r2 = np.array([num(group[t]["r2"]) for t in targets])
-    low = np.array([num(group[t]["ci_low"]) for t in targets])
-    high = np.array([num(group[t]["ci_high"]) for t in targets])
+    r2 = np.array([group[t].r2 for t in targets])
+    low = np.array([group[t].ci_low for t in targets])
+    high = np.array([group[t].ci_high for t in targets])
     error = np.nan_to_num(np.vstack([r2 - low, high - r2]), nan=0.0)
     label = "group R²" + (" (bootstrap interval)" if np.isfinite(low).any() else "")
     ax.bar(x, r2, width, yerr=error, capsize=3, color=canvas.colour(0), label=label)
@@ -102,35 +135,41 @@ def _split_rank(split: str) -> tuple[int, str]:
     return (SPLITS.index(split) if split in SPLITS else len(SPLITS), split)
 
 
-def _series(row: dict[str, str]) -> str:
-    return row["target"] if row["kind"] == "group" else f"{row['target']} from {row['basis']}"
+def _series(row: SweepRow) -> str:
+    return row.target if row.kind == "group" else f"{row.target} from {row.basis}"
 
 
-def _focus(rows: Rows) -> tuple[Rows, str]:
+def _focus(rows: list[SweepRow]) -> tuple[list[SweepRow], str]:
     """The rows a sweep figure shows: all of them when they make few series, otherwise only the
     group fits (one series per target); the other rows stay in the CSV."""
-    if len({_series(r) for r in rows}) <= MAX_SERIES or not any(r["kind"] == "group" for r in rows):
+    if len({_series(r) for r in rows}) <= MAX_SERIES or not any(r.kind == "group" for r in rows):
         return rows, ""
-    return [r for r in rows if r["kind"] == "group"], " (group fits)"
+    return [r for r in rows if r.kind == "group"], " (group fits)"
 
 
 def _sweep(
-    rows: Rows, path: Path, xlabel: str, title: str, *, log_x: bool = False, by: str = "split"
+    rows: list[SweepRow],
+    path: Path,
+    xlabel: str,
+    title: str,
+    *,
+    log_x: bool = False,
+    by: str = "split",
 ) -> Path:
     """R^2 against ``setting``: one panel per split (``by="split"``, a line per series) or per
     series (``by="series"``, a line per split). Non-numeric settings are drawn as grouped bars.
     Repeated rows of one point are averaged; group series come first."""
     rows, shown = _focus(rows)
-    rows = sorted(rows, key=lambda r: KIND_ORDER.get(r["kind"], len(KIND_ORDER)))
+    rows = sorted(rows, key=lambda r: KIND_ORDER.get(r.kind, len(KIND_ORDER)))
     points: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for r in rows:
-        points[_series(r), r["split"], r["setting"]].append(num(r["r2"]))
-    settings = unique(r["setting"] for r in rows)
+        points[_series(r), r.split, r.setting].append(r.r2)
+    settings = unique(r.setting for r in rows)
     is_numeric = canvas.numeric(settings)
     if is_numeric:
         settings.sort(key=float)
     series = unique(_series(r) for r in rows)
-    splits = sorted(unique(r["split"] for r in rows), key=_split_rank)
+    splits = sorted(unique(r.split for r in rows), key=_split_rank)
     panels, lines = (splits, series) if by == "split" else (series, splits)
     cols = min(3, len(panels))
     fig, axes = canvas.figure(math.ceil(len(panels) / cols), cols, 4.2, 3.2)
@@ -168,45 +207,44 @@ def _sweep(
     return canvas.save(fig, path)
 
 
-def length_sweep(rows: Rows, path: Path) -> Path:
+def length_sweep(rows: list[SweepRow], path: Path) -> Path:
     """``sweeps/length.csv``: R^2 against the span length T, one panel per split."""
     return _sweep(rows, path, "span length T (tokens)", "R² against span length T")
 
 
-def layer_sweep(rows: Rows, path: Path) -> Path:
+def layer_sweep(rows: list[SweepRow], path: Path) -> Path:
     """``sweeps/layer.csv``: R^2 against the target layer, one panel per split."""
     return _sweep(rows, path, "target layer", "R² against layer")
 
 
-def train_size_curve(rows: Rows, path: Path) -> Path:
+def train_size_curve(rows: list[SweepRow], path: Path) -> Path:
     """``sweeps/train_size.csv``: learning curve, train and held-out R^2 against training spans,
     one panel per target."""
     return _sweep(rows, path, "training spans", "Train and held-out R²", log_x=True, by="series")
 
 
-def language_sweep(rows: Rows, path: Path) -> Path:
+def language_sweep(rows: list[SweepRow], path: Path) -> Path:
     """``sweeps/language.csv``: R^2 per language code, one panel per split."""
     return _sweep(rows, path, "language", "R² per language")
 
 
-def layer_map(rows: Rows, path: Path) -> Path:
+def layer_map(rows: list[LayerMapRow], path: Path) -> Path:
     """``sweeps/layer_map.csv``: for each (model_a, model_b), R^2 of model_a's layer (rows)
     from model_b's layer (columns), on the most held-out split present."""
     split = preferred_split(rows)
-    rows = [r for r in rows if r["split"] == split]
-    pairs = unique(f"{r['model_a']}\0{r['model_b']}" for r in rows)
+    rows = [r for r in rows if r.split == split]
+    pairs = unique(f"{r.model_a}\0{r.model_b}" for r in rows)
     cols = min(3, len(pairs))
     fig, axes = canvas.figure(math.ceil(len(pairs) / cols), cols, 3.8, 3.4)
     image = None
     for ax, pair in zip(axes.flat, pairs, strict=False):
         a, b = pair.split("\0")
-        cells = [r for r in rows if r["model_a"] == a and r["model_b"] == b]
-        layers_a = sorted({int(num(r["layer_a"])) for r in cells})
-        layers_b = sorted({int(num(r["layer_b"])) for r in cells})
+        cells = [r for r in rows if r.model_a == a and r.model_b == b]
+        layers_a = sorted({r.layer_a for r in cells})
+        layers_b = sorted({r.layer_b for r in cells})
         values = np.full((len(layers_a), len(layers_b)), np.nan)
         for r in cells:
-            i, j = layers_a.index(int(num(r["layer_a"]))), layers_b.index(int(num(r["layer_b"])))
-            values[i, j] = num(r["r2"])
+            values[layers_a.index(r.layer_a), layers_b.index(r.layer_b)] = r.r2
         image = canvas.matrix(ax, values, [str(v) for v in layers_a], [str(v) for v in layers_b])
         ax.set_ylabel(f"{a} layer (target)")
         ax.set_xlabel(f"{b} layer (basis)")
@@ -217,20 +255,18 @@ def layer_map(rows: Rows, path: Path) -> Path:
     return canvas.save(fig, path)
 
 
-def alpha_curve(rows: Rows, path: Path, chosen: float | None = None) -> Path:
+def alpha_curve(rows: list[AlphaCurveRow], path: Path, chosen: float | None = None) -> Path:
     """``alpha_curve.csv``: each criterion against alpha (log axis), one line per target, the best
     alpha of each line starred and the run's ``chosen`` alpha as a dashed line."""
-    present = unique(r["criterion"] for r in rows)
+    present = unique(r.criterion for r in rows)
     criteria = [c for c in CRITERIA if c in present] + [c for c in present if c not in CRITERIA]
-    targets = unique(r["target"] for r in rows)
+    targets = unique(r.target for r in rows)
     fig, axes = canvas.figure(1, len(criteria), 4.2, 3.4)
     for ax, criterion in zip(axes.flat, criteria, strict=False):
         label, lower_better = CRITERIA.get(criterion, (criterion, False))
         for i, target in enumerate(targets):
             curve = sorted(
-                (num(r["alpha"]), num(r["value"]))
-                for r in rows
-                if r["criterion"] == criterion and r["target"] == target
+                (r.alpha, r.value) for r in rows if r.criterion == criterion and r.target == target
             )
             curve = [(a, v) for a, v in curve if a > 0 and math.isfinite(v)]
             if not curve:
@@ -258,43 +294,47 @@ def alpha_curve(rows: Rows, path: Path, chosen: float | None = None) -> Path:
     return canvas.save(fig, path)
 
 
-def attribution(rows: Rows, path: Path) -> Path:
+def attribution(rows: list[AttributionShareRow], path: Path) -> Path:
     """``attribution.csv``: per target (a row of panels), the greedy selection curve and the
     drop-one and Shapley bars, each on its most held-out split present."""
-    targets = unique(r["target"] for r in rows)
-    present = unique(r["method"] for r in rows)
+    targets = unique(r.target for r in rows)
+    present = unique(r.method for r in rows)
     methods = [m for m in METHODS if m in present] + [m for m in present if m not in METHODS]
     fig, axes = canvas.figure(len(targets), len(methods), 3.8, 2.8)
     for i, target in enumerate(targets):
         for j, method in enumerate(methods):
             ax = axes[i, j]
-            chosen = [r for r in rows if r["target"] == target and r["method"] == method]
+            chosen = [r for r in rows if r.target == target and r.method == method]
             split = preferred_split(chosen)
-            chosen = [r for r in chosen if r["split"] == split]
+            chosen = [r for r in chosen if r.split == split]
             ax.set_title(f"{target}: {METHODS.get(method, method)} ({split})", fontsize=9)
             if not chosen:
                 ax.set_axis_off()
             elif method == "greedy":
-                chosen.sort(key=lambda r: num(r["step"]))
-                steps = [num(r["step"]) for r in chosen]
-                ax.plot(steps, [num(r["value"]) for r in chosen], marker="o", color="C0")
-                ax.set_xticks(steps, [f"+{r['model']}" for r in chosen], rotation=30, ha="right")
+                chosen.sort(key=lambda r: _step(r.step))
+                steps = [_step(r.step) for r in chosen]
+                ax.plot(steps, [r.value for r in chosen], marker="o", color="C0")
+                ax.set_xticks(steps, [f"+{r.model}" for r in chosen], rotation=30, ha="right")
                 ax.set_ylabel("R²")
             else:
-                values = [num(r["value"]) for r in chosen]
-                ax.barh([r["model"] for r in chosen], values, color=canvas.colour(j))
+                values = [r.value for r in chosen]
+                ax.barh([r.model for r in chosen], values, color=canvas.colour(j))
                 ax.invert_yaxis()
                 ax.axvline(0.0, color="black", linewidth=0.6)
                 ax.set_xlabel("ΔR²" if method == "drop_one" else "share of R²")
     return canvas.save(fig, path)
 
 
-def similarity(rows: Rows, path: Path, order: list[str] | None = None) -> Path:
+def _step(step: int | None) -> float:
+    return math.nan if step is None else float(step)
+
+
+def similarity(rows: list[SimilarityRow], path: Path, order: list[str] | None = None) -> Path:
     """``similarity.csv``: LMD pairwise R^2, linear CKA and mean CCA as heatmaps side by side
     (row = model_a, column = model_b), models in ``order`` (default: first appearance)."""
     split = preferred_split(rows)
-    rows = [r for r in rows if r["split"] == split]
-    seen = unique([r["model_a"] for r in rows] + [r["model_b"] for r in rows])
+    rows = [r for r in rows if r.split == split]
+    seen = unique([r.model_a for r in rows] + [r.model_b for r in rows])
     models = [m for m in order or [] if m in seen] + [m for m in seen if m not in (order or [])]
     index = {m: i for i, m in enumerate(models)}
     side = max(3.4, 0.45 * len(models) + 1.8)
@@ -303,7 +343,7 @@ def similarity(rows: Rows, path: Path, order: list[str] | None = None) -> Path:
     for ax, (column, title) in zip(axes.flat, MEASURES.items(), strict=True):
         values = np.full((len(models), len(models)), np.nan)
         for r in rows:
-            values[index[r["model_a"]], index[r["model_b"]]] = num(r[column])
+            values[index[r.model_a], index[r.model_b]] = getattr(r, column)
         image = canvas.matrix(ax, values, models, models)
         ax.set_title(title, fontsize=10)
     axes[0, 0].set_ylabel("model a (target)")
@@ -313,49 +353,45 @@ def similarity(rows: Rows, path: Path, order: list[str] | None = None) -> Path:
     return canvas.save(fig, path)
 
 
-SWEEPS: dict[str, Callable[[Rows, Path], Path]] = {
-    "length": length_sweep,
-    "layer": layer_sweep,
-    "layer_map": layer_map,
-    "train_size": train_size_curve,
-    "language": language_sweep,
-}
-
-
 def write_plots(
     run_dir: Path, out_dir: Path | None = None, chosen: float | None = None
 ) -> list[Path]:
     """Draw every figure whose table exists in ``run_dir`` into ``out_dir`` (default
-    ``run_dir/plots``), named after its table (``plots/length.png``); return the paths written.
+    ``run_dir/plots``), named after its table (``plots/length.png``; the clustered pairwise
+    heatmap is ``plots/pairwise_r2_test_clustered.png``); return the paths written.
 
     ``chosen`` marks the alpha on the alpha curve (default: ``alpha.value`` of summary.json).
     A table with a header but no rows gets no figure.
     """
-    out = out_dir if out_dir is not None else run_dir / "plots"
+    out = out_dir if out_dir is not None else run_dir / PLOTS_DIR
     written: list[Path] = []
     order: list[str] | None = None
     pairwise = read_pairwise(run_dir, "test")
     if pairwise is not None:
         names, r2 = pairwise
         order = [names[i] for i in cluster_order(r2)]
-        written.append(pairwise_heatmap(r2, names, out / "pairwise_r2_test.png"))
+        written.append(clustered_pairwise_heatmap(r2, names, out / CLUSTERED_HEATMAP))
     fits = group_fits(run_dir)
     if fits:
-        nulls = read_table(run_dir, "nulls.csv") or []
+        nulls = read_table(run_dir, NULLS) or []
         written.append(group_r2_bars(fits, nulls, out / "group_r2.png"))
     alpha = chosen if chosen is not None else chosen_alpha(run_dir)
-    tables: list[tuple[str, Callable[[Rows, Path], Path]]] = [
-        ("similarity.csv", lambda rows, p: similarity(rows, p, order)),
-        ("alpha_curve.csv", lambda rows, p: alpha_curve(rows, p, alpha)),
-        ("attribution.csv", attribution),
-        *((f"sweeps/{stem}.csv", draw) for stem, draw in SWEEPS.items()),
+    tables: list[tuple[Table[Any], Callable[[Any, Path], Path]]] = [
+        (SIMILARITY, lambda rows, p: similarity(rows, p, order)),
+        (ALPHA_CURVE, lambda rows, p: alpha_curve(rows, p, alpha)),
+        (ATTRIBUTION, attribution),
+        (LENGTH_SWEEP, length_sweep),
+        (LAYER_SWEEP, layer_sweep),
+        (LAYER_MAP, layer_map),
+        (TRAIN_SIZE_SWEEP, train_size_curve),
+        (LANGUAGE_SWEEP, language_sweep),
     ]
-    for name, draw in tables:
-        rows = read_table(run_dir, name)
+    for table, draw in tables:
+        rows = read_table(run_dir, table)
         if rows is None:
             continue
         if not rows:
-            log.info("%s has no rows: no figure", run_dir / name)
+            log.info("%s has no rows: no figure", run_dir / table.file)
             continue
-        written.append(draw(rows, out / f"{Path(name).stem}.png"))
+        written.append(draw(rows, out / f"{Path(table.file).stem}.png"))
     return written

@@ -1,9 +1,8 @@
-"""Files of a decomposition run: CSV tables, weights, summary, resolved config, heatmap."""
+"""Writing a decomposition run directory: tables (through the schema), weights, resolved config,
+provenance, figures, and ``summary.json`` last; the run's rich summary table."""
 
 from __future__ import annotations
 
-import csv
-import io
 import platform
 from pathlib import Path
 from typing import Any
@@ -14,47 +13,21 @@ from rich.table import Table
 from lmalgebra import __version__
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import config_yaml
+from lmalgebra.lmd.figures import pairwise_heatmap, write_plots
 from lmalgebra.lmd.pipeline import Decomposition
+from lmalgebra.lmd.run_schema import (
+    CONFIG,
+    GROUP,
+    PAIRWISE_HEATMAP,
+    PROVENANCE,
+    SUMMARY,
+    TABLES,
+    WEIGHTS,
+    group_rows,
+    write_pairwise,
+)
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic, write_text_atomic
-
-SUMMARY = "summary.json"
-CONFIG = "config.yaml"
-
-# Tidy tables of a run (file stem -> columns); see the README's description of a run directory.
-_SWEEP = ["setting", "kind", "target", "basis", "split", "r2"]
-TABLE_COLUMNS: dict[str, list[str]] = {
-    "fits": ["kind", "target", "basis", "split", "r2", "ci_low", "ci_high", "adjusted_r2"],
-    "nulls": ["kind", "target", "basis", "split", "r2"],
-    "similarity": ["model_a", "model_b", "split", "lmd_r2", "cka", "mean_cca"],
-    "alpha_curve": ["target", "alpha", "criterion", "value"],
-    "attribution": ["target", "method", "model", "step", "split", "value"],
-    "sweeps/length": _SWEEP,
-    "sweeps/layer": _SWEEP,
-    "sweeps/layer_map": ["model_a", "layer_a", "model_b", "layer_b", "split", "r2"],
-    "sweeps/train_size": _SWEEP,
-    "sweeps/language": _SWEEP,
-}
-
-
-def _csv_text(rows: list[list[Any]]) -> str:
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(rows)
-    return buffer.getvalue()
-
-
-def tidy_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """Rows as CSV with the given columns; floats at full precision, NaN and missing as blank."""
-
-    def cell(value: Any) -> Any:
-        if isinstance(value, float | np.floating):
-            return "" if np.isnan(value) else repr(float(value))
-        return value
-
-    return _csv_text([columns, *([cell(r.get(c, "")) for c in columns] for r in rows)])
-
-
-def _cell(value: float | np.floating) -> str:
-    return "" if np.isnan(value) else f"{value:.6f}"
+from lmalgebra.storage.csv_tables import write_table
 
 
 def versions() -> dict[str, str]:
@@ -106,23 +79,18 @@ def write_outputs(result: Decomposition) -> Path:
     out = result.config.out
     names = result.names
     for split in SPLITS:
-        rows: list[list[Any]] = [["target \\ basis", *names]]
-        rows += [[t, *(_cell(v) for v in result.pairwise[split][i])] for i, t in enumerate(names)]
-        write_text_atomic(out / f"pairwise_r2_{split}.csv", _csv_text(rows))
-    group_rows: list[list[Any]] = [["target", *SPLITS]]
-    group_rows += [[f.target, *(_cell(f.r2[s]) for s in SPLITS)] for f in result.group]
-    group_rows.append(["mean", *(_cell(np.mean([f.r2[s] for f in result.group])) for s in SPLITS)])
-    write_text_atomic(out / "group_r2.csv", _csv_text(group_rows))
+        write_pairwise(out, split, names, result.pairwise[split])
+    write_table(
+        out, GROUP, group_rows([f.target for f in result.group], [f.r2 for f in result.group])
+    )
     if result.config.save_weights:
-        _write_weights(result, out / "weights.safetensors")
+        _write_weights(result, out / WEIGHTS)
     write_text_atomic(out / CONFIG, config_yaml(result.config))
     provenance = {"versions": versions(), "hashes": result.hashes, "models": result.fingerprints}
-    write_json_atomic(out / "provenance.json", provenance)
-    heatmap(result.pairwise["test"], names, out / "pairwise_r2_test.png")
+    write_json_atomic(out / PROVENANCE, provenance)
+    pairwise_heatmap(result.pairwise["test"], names, out / PAIRWISE_HEATMAP)
     for stem, table_rows in result.tables.items():
-        write_text_atomic(out / f"{stem}.csv", tidy_csv(table_rows, TABLE_COLUMNS[stem]))
-    from lmalgebra.lmd.figures import write_plots
-
+        write_table(out, TABLES[stem], table_rows)
     write_plots(out, chosen=result.alpha)
     write_json_atomic(out / SUMMARY, summary(result))
     return out
@@ -140,39 +108,6 @@ def _write_weights(result: Decomposition, path: Path) -> None:
         tensors[f"{kind}.{f.target}.bias"] = f.bias
         meta[f"{kind}.{f.target}.basis"] = ",".join(f.basis)
     write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
-
-
-def heatmap(matrix: np.ndarray, names: list[str], path: Path) -> None:
-    """Pairwise R^2 as a heatmap PNG (rows = target, columns = basis)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    size = max(4.0, 0.6 * len(names) + 2)
-    fig, ax = plt.subplots(figsize=(size + 1, size))
-    image = ax.imshow(np.ma.masked_invalid(matrix), vmin=0, vmax=1, cmap="viridis")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("basis")
-    ax.set_ylabel("target")
-    for i in range(len(names)):
-        for j in range(len(names)):
-            if not np.isnan(matrix[i, j]):
-                ax.text(
-                    j,
-                    i,
-                    f"{matrix[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    color="white" if matrix[i, j] < 0.6 else "black",
-                    fontsize=8,
-                )
-    fig.colorbar(image, ax=ax, label="held-out R$^2$ (test)")
-    ax.set_title("Pairwise R$^2$: target from one basis model")
-    fig.tight_layout()
-    write_atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
-    plt.close(fig)
 
 
 def table(result: Decomposition) -> Table:

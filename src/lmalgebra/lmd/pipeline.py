@@ -14,8 +14,8 @@ from lmalgebra.lmd.analysis import Analysis, analyse
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.measure import ModelPool, Source, measure
+from lmalgebra.lmd.run_schema import TableRows
 from lmalgebra.lmd.sweeps import (
-    Row,
     language_sweep,
     layer_map,
     layer_sweep,
@@ -44,7 +44,7 @@ class Decomposition:
     timings: dict[str, float] = field(default_factory=dict)
     alpha: float = 0.0
     alpha_selected_by: str = "fixed"
-    tables: dict[str, list[Row]] = field(default_factory=dict)
+    tables: dict[str, TableRows] = field(default_factory=dict)
 
 
 def run_decomposition(config: DecomposeConfig) -> Decomposition:

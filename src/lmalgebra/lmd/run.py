@@ -10,8 +10,9 @@ import yaml
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distributed import any_rank, is_main
 from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
-from lmalgebra.lmd.outputs import CONFIG, SUMMARY, write_outputs
+from lmalgebra.lmd.outputs import write_outputs
 from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
+from lmalgebra.lmd.run_schema import CONFIG, SUMMARY
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, claim_run_directory

@@ -1,1 +1,1 @@
-"""Report of a decomposition run: one figure per study table, one self-contained HTML page."""
+"""HTML reports: the page toolkit, the page of a decomposition run and the page of the demo."""

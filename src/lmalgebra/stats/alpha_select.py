@@ -15,13 +15,10 @@ Every curve of a fit comes from one eigendecomposition of its (rescaled) trainin
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -32,7 +29,6 @@ from lmalgebra.stats.moments import Block
 from lmalgebra.stats.ridge_path import RidgePath
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 from lmalgebra.stats.span_blocks import BlockedMoments
-from lmalgebra.storage.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +109,7 @@ class AlphaSelection:
     curves: dict[str, np.ndarray]
 
     def rows(self) -> list[dict[str, str | float]]:
-        """Tidy rows ``target, alpha, criterion, value`` (the run's ``alpha_curve.csv``)."""
+        """Tidy rows ``target, alpha, criterion, value``, one per fit, criterion and alpha."""
         return [
             {"target": label, "alpha": float(a), "criterion": crit, "value": float(values[i, k])}
             for crit in CRITERIA
@@ -121,16 +117,6 @@ class AlphaSelection:
             for i, label in enumerate(self.labels)
             for k, a in enumerate(self.grid)
         ]
-
-    def write_csv(self, path: Path) -> None:
-        """Write :meth:`rows` as CSV with a header row."""
-        out = io.StringIO()
-        writer = csv.DictWriter(out, ["target", "alpha", "criterion", "value"], lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(
-            {k: repr(v) if isinstance(v, float) else v for k, v in r.items()} for r in self.rows()
-        )
-        write_text_atomic(path, out.getvalue())
 
     def summary(self) -> dict[str, float | str]:
         """``{"value", "mode", "selected_by"}`` for the run's summary."""

@@ -11,22 +11,15 @@ seeded random permutations, with the standard error of each estimate.
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from pathlib import Path
 
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.solver import Decomposer
-from lmalgebra.storage.atomic import write_text_atomic
-
-CSV_NAME = "attribution.csv"
-CSV_COLUMNS = ("target", "method", "model", "step", "split", "value")
 
 ValueFunction = Callable[[frozenset[str]], float]
 
@@ -188,16 +181,3 @@ def attribute(
         sampled = shapley_sampled(value, players, permutations, seed)
         rows += [row("shapley", p, v, se=se) for p, (v, se) in sampled.items()]
     return rows
-
-
-def write_attribution_csv(out: Path, rows: Sequence[AttributionRow]) -> Path:
-    """Write ``out/attribution.csv`` (columns ``target,method,model,step,split,value``)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for r in rows:
-        step = "" if r.step is None else r.step
-        writer.writerow([r.target, r.method, r.model, step, r.split, repr(r.value)])
-    path = Path(out) / CSV_NAME
-    write_text_atomic(path, buffer.getvalue())
-    return path
