@@ -25,17 +25,10 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
-from lmalgebra.distributed import (
-    all_reduce_sum,
-    barrier,
-    owned,
-    part_path,
-    read_parts,
-    remove_parts,
-    world,
-)
+from lmalgebra.distributed import all_reduce_sum, barrier, owned, world
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +106,7 @@ class EmbeddingCache:
 
     def _parts(self) -> list[dict[str, Any]]:
         """Manifest parts left by ranks of an interrupted multi-process run of this entry."""
-        rows = len(self.texts)
-        return [p for p in read_parts(self.manifest_path, self.key) if p.get("rows") == rows]
+        return read_parts(self.manifest_path, {"key": self.key, "rows": len(self.texts)})
 
     def ensure(
         self, compute: Compute, progress: Callable[[int], None] | None = None

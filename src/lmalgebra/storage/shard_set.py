@@ -23,16 +23,9 @@ import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
-from lmalgebra.distributed import (
-    all_reduce_sum,
-    barrier,
-    owned,
-    part_path,
-    read_parts,
-    remove_parts,
-    world,
-)
+from lmalgebra.distributed import all_reduce_sum, barrier, owned, world
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
 
 MANIFEST = "manifest.json"
 
@@ -143,7 +136,7 @@ class ShardSet:
     def _part_records(self) -> dict[int, dict[str, Any]]:
         """Records in the manifest parts of an interrupted multi-process run (any rank count)."""
         records: dict[int, dict[str, Any]] = {}
-        for part in read_parts(self._manifest_path, self.key):
+        for part in read_parts(self._manifest_path, {"key": self.key}):
             records.update({int(i): e for i, e in part["shards"].items()})
         return records
 
