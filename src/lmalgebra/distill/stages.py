@@ -100,9 +100,9 @@ def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
 
 def _write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
     shards = examples_set(recipe, lang)
-    if shards.complete and shards.verified_count() == len(shards.manifest["shards"]):
-        return pa.concat_tables(shards.tables(verify=False))
-    shards.manifest["shards"], shards.manifest["complete"] = [], False
+    if shards.intact():
+        return pa.concat_tables(shards.read_all(verify=False))
+    shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
     found = language_examples(recipe, lang)
     table = pa.table(
         {
@@ -121,15 +121,15 @@ def _write_masked(
     recipe: MergeRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
 ) -> None:
     shards = masked_set(recipe, lang, teacher)
-    done = shards.resume_point()
+    starts = list(range(0, examples.num_rows, recipe.shard_rows))
+    todo = set(shards.plan(len(starts), shared=False))  # this stage runs on the main rank alone
     if shards.complete:
         return
     masker = TeacherMasker(teacher.name, teacher.tokenizer, recipe.masking, recipe.example_length)
     dtype = id_dtype(len(teacher.tokenizer))
-    starts = list(range(0, examples.num_rows, recipe.shard_rows))
     with progress_bar(f"mask {lang}/{teacher.name}", len(starts), progress) as advance:
         for index, start in enumerate(starts):
-            if index < done:
+            if index not in todo:
                 advance(1)
                 continue
             part = examples.slice(start, recipe.shard_rows)
@@ -258,7 +258,7 @@ def vocab(recipe: MergeRecipe) -> None:
     for lang in recipe.languages:
         shards = examples_set(recipe, lang)
         require(shards, "prepare")
-        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
+        texts[lang] = pa.concat_tables(shards.read_all()).column("text").to_pylist()[:2000]
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
     write_json_atomic(out / "report.json", report)
     write_json_atomic(stamp, key)
