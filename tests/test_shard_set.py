@@ -1,5 +1,5 @@
 """ShardSet over both payloads: damage, foreign manifests, parts left by an interrupted
-multi-process run. The embedding cache and the teacher store are tested through
+multi-process run; completion stamps. The embedding cache and the teacher store are tested through
 their users in test_embedding_cache.py, test_teacher_store.py and test_distributed.py."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.manifest_parts import part_path
 from lmalgebra.storage.shard_formats import SAFETENSORS_ROWS, RowBlock
 from lmalgebra.storage.shard_set import ShardSet
@@ -164,3 +165,18 @@ def test_parts_of_another_key_or_row_count_are_not_used(tmp_path: Path) -> None:
     write_json_atomic(part_path(tmp_path / "manifest.json", 0), part)
     write_json_atomic(part_path(tmp_path / "manifest.json", 1), {**part, "rows": 15, "key": {}})
     assert rows_set(tmp_path).plan(COUNT) == list(range(COUNT))
+
+
+def test_completion_stamp(tmp_path: Path) -> None:
+    stamp = CompletionStamp(tmp_path, "abc")
+    assert stamp.recorded() is None and not stamp.done()
+    stamp.mark()
+    assert (tmp_path / "complete.json").read_text() == '"abc"\n'
+    assert stamp.done() and CompletionStamp(tmp_path, "abc").done()
+    assert not CompletionStamp(tmp_path, "other").done()
+    assert CompletionStamp(tmp_path, "other").recorded() == "abc"
+    (tmp_path / "complete.json").write_text('"ab')  # not JSON: as good as no stamp
+    assert stamp.recorded() is None and not stamp.done()
+    stamp.clear()
+    assert not (tmp_path / "complete.json").exists()
+    stamp.clear()  # nothing to clear is fine
