@@ -80,7 +80,7 @@ def test_ids_round_trip_through_the_maps(run_dir: Path, teacher_dirs) -> None:
                 token = tok.convert_ids_to_tokens(int(t_id))
                 assert union.tokens[s_id] == canonical_token(token, convention)
         # rows line up with the examples, and held-out flags with the examples' flags
-        examples = ShardSet.existing(run_dir / "examples" / lang).read_all()
+        examples = ShardSet.existing(run_dir / "examples" / lang).tables()
         ids = [i for t in examples for i in t.column("id").to_pylist()]
         assert list(mapped.example_ids) == ids
         assert mapped.topk_ids.shape[1] == 8 and mapped.topk_logprobs.dtype == np.float32

@@ -104,7 +104,7 @@ def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
 def _write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
     shards = examples_set(recipe, lang)
     if shards.intact():
-        return pa.concat_tables(shards.read_all(verify=False))
+        return pa.concat_tables(shards.tables(verify=False))
     shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
     found = language_examples(recipe, lang)
     table = pa.table(
@@ -258,7 +258,7 @@ def vocab(recipe: MergeRecipe) -> None:
     for lang in recipe.languages:
         shards = examples_set(recipe, lang)
         require(shards, "prepare")
-        texts[lang] = pa.concat_tables(shards.read_all()).column("text").to_pylist()[:2000]
+        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
     write_json_atomic(out / "report.json", report)
     stamp.mark()

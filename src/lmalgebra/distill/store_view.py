@@ -48,7 +48,7 @@ class TeacherCopies:
 
 
 def _combined(shards: ShardSet) -> pa.Table:
-    return pa.concat_tables(shards.read_all())
+    return pa.concat_tables(shards.tables())
 
 
 def load_copies(run_dir: Path, lang: str, teacher: str, vocab: UnionVocab | None) -> TeacherCopies:

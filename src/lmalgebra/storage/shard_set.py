@@ -304,8 +304,8 @@ class ShardSet:
             )
         return self.payload.load(path, record)
 
-    def read_all(self, verify: bool = True) -> list[Any]:
-        """Every recorded shard's payload, in order."""
+    def tables(self, verify: bool = True) -> list[Any]:
+        """Every recorded shard's payload, in order (named for the store's Arrow tables)."""
         return [self.read(i, verify) for i in sorted(self.records)]
 
     def problems(self) -> list[str]:
