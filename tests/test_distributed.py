@@ -28,13 +28,14 @@ from safetensors.numpy import load_file as load_np
 from safetensors.torch import load_file
 
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distributed import part_path, world
+from lmalgebra.distributed import world
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.reduce import reduce_moments
 from lmalgebra.stats.span_blocks import BlockedMoments
 from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.manifest_parts import part_path
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.batches import Batch
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe

@@ -351,13 +351,13 @@ def test_full_disk_during_decompose(
     monkeypatch: pytest.MonkeyPatch,
     capsys,
 ) -> None:
-    import lmalgebra.lmd.embedding_cache as embedding_cache
+    import lmalgebra.storage.shard_formats as shard_formats
 
     out, cache = tmp_path / "out", tmp_path / "cache"
     models = ["--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
     sizes = ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
     args = ["decompose", *models, *sizes, "--out", str(out), "--cache-dir", str(cache)]
-    real, calls = embedding_cache.save_file, []
+    real, calls = shard_formats.save_file, []
 
     def filling(tensors, filename, *a, **k):
         calls.append(filename)
@@ -366,7 +366,7 @@ def test_full_disk_during_decompose(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(tensors, filename, *a, **k)
 
-    monkeypatch.setattr(embedding_cache, "save_file", filling)
+    monkeypatch.setattr(shard_formats, "save_file", filling)
     code, err = _main(monkeypatch, capsys, *args, "--no-progress")
     assert code == 2
     victim = _full_disk_line(err)
@@ -378,7 +378,7 @@ def test_full_disk_during_decompose(
     written = sorted(cache.rglob("shard-*.safetensors"))
     assert len(written) == 2
     before = stamps(written)
-    monkeypatch.setattr(embedding_cache, "save_file", real)
+    monkeypatch.setattr(shard_formats, "save_file", real)
     assert _main(monkeypatch, capsys, *args, "--no-progress")[0] == 0
     assert stamps(written) == before  # complete cache entries are reused, not recomputed
     assert json.loads((out / "summary.json").read_text())["status"] == "complete"

@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill import stages
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.stages import examples_set, read_copies
 from lmalgebra.distill.store_view import load_copies
+from lmalgebra.distill.train_student import check_store
 from lmalgebra.distill.vocab_union import UnionVocab, canonical_token, detect_convention
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
@@ -103,3 +106,26 @@ def test_examples_and_masked_shards_line_up(run_dir: Path) -> None:
     assert examples_set(recipe, "xx").complete
     table = ShardSet.existing(run_dir / "masked" / "xx" / "wp").read(0)
     assert len(read_copies(table)) == table.num_rows
+
+
+def test_vocabulary_is_stamped_and_checked_against_the_teachers(run_dir: Path) -> None:
+    recipe = load_recipe(run_dir.parent / "recipe.yaml")
+    vocab = run_dir / "vocab"
+    stamp = vocab / "complete.json"
+    built = {p.name: p.read_bytes() for p in sorted(vocab.iterdir())}
+    times = {p.name: p.stat().st_mtime_ns for p in vocab.iterdir()}
+    check_store(recipe)
+    stages.vocab(recipe)  # stamped under these teachers' tokenizers: nothing is rebuilt
+    assert {p.name: p.stat().st_mtime_ns for p in vocab.iterdir()} == times
+    try:
+        stamp.write_text(json.dumps("0" * 64) + "\n")
+        with pytest.raises(UserInputError, match="was built from other teachers"):
+            check_store(recipe)
+        stamp.unlink()
+        with pytest.raises(UserInputError, match=r"missing: run `lmalgebra merge vocab RECIPE`"):
+            check_store(recipe)
+        stages.vocab(recipe)  # rebuilt, to the same bytes, and stamped again
+        assert {p.name: p.read_bytes() for p in sorted(vocab.iterdir())} == built
+        check_store(recipe)
+    finally:
+        stamp.write_bytes(built["complete.json"])

@@ -5,25 +5,20 @@ this module (and nothing else) for its rank: the process group is set up through
 ``PartialState`` (gloo without GPUs, NCCL with them) the first time it is needed. A plain run,
 with no launcher, never touches ``torch.distributed`` and sees rank 0 of 1.
 
-Ranks share work by fixed shards: shard ``i`` belongs to rank ``i % size``. Shard files are
-disjoint; each rank records its own shards in a manifest part (``<manifest>.rank-NNNN.json``),
-and the main rank alone writes the manifest after a barrier.
+Ranks share work by fixed shards: shard ``i`` belongs to rank ``i % size`` (``owned``). How the
+shards are written and recorded without two ranks writing one file is ``lmalgebra.storage``'s.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, ParamSpec
 
 import numpy as np
 import torch
 
-log = logging.getLogger(__name__)
 P = ParamSpec("P")
 
 
@@ -114,35 +109,6 @@ def main_rank_only(fn: Callable[P, None]) -> Callable[P, None]:
         barrier()
 
     return wrapper
-
-
-def part_path(manifest: Path, rank: int) -> Path:
-    """Where rank ``rank`` records its shards of the set whose manifest is ``manifest``."""
-    return manifest.with_name(f"{manifest.stem}.rank-{rank:04d}{manifest.suffix}")
-
-
-def read_parts(manifest: Path, key: Any) -> list[dict[str, Any]]:
-    """Every readable manifest part next to ``manifest`` written under ``key`` (any rank count).
-
-    A part is a JSON object ``{"key": ..., "shards": ...}``; unreadable or foreign parts are
-    skipped (their shards are then recomputed).
-    """
-    found = []
-    for path in sorted(manifest.parent.glob(f"{manifest.stem}.rank-*{manifest.suffix}")):
-        try:
-            part = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            log.warning("manifest part %s is unreadable; its shards will be recomputed", path)
-            continue
-        if isinstance(part, dict) and part.get("key") == key:
-            found.append(part)
-    return found
-
-
-def remove_parts(manifest: Path) -> None:
-    """Delete the manifest parts next to ``manifest`` (once the manifest holds their records)."""
-    for path in manifest.parent.glob(f"{manifest.stem}.rank-*{manifest.suffix}"):
-        path.unlink(missing_ok=True)
 
 
 def any_rank(flag: bool) -> bool:

@@ -6,7 +6,8 @@ Run directory layout::
     examples/<lang>/shard-*.arrow       id, text, heldout
     masked/<lang>/<teacher>/shard-*     example_id, heldout, input_ids, positions, labels
     topk/<lang>/<teacher>/shard-*       topk_ids, topk_logprobs, loss (row-aligned with masked/)
-    vocab/                              student tokenizer, teacher->student id maps, report
+    vocab/                              student tokenizer, teacher->student id maps, report,
+                                        complete.json (stamped after the rest)
 
 Every shard set's manifest holds the key that produced it (recipe settings, teacher weight and
 tokenizer hashes, masking seed), so a change anywhere upstream is recomputed, never reused.
@@ -22,6 +23,7 @@ import pyarrow as pa
 import yaml
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.examples import language_examples
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
@@ -30,7 +32,8 @@ from lmalgebra.distill.teachers import Teacher, load_masked_lm, open_teacher
 from lmalgebra.distill.topk import masked_topk
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
+from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -100,9 +103,9 @@ def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
 
 def _write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
     shards = examples_set(recipe, lang)
-    if shards.complete and shards.verified_count() == len(shards.manifest["shards"]):
+    if shards.intact():
         return pa.concat_tables(shards.tables(verify=False))
-    shards.manifest["shards"], shards.manifest["complete"] = [], False
+    shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
     found = language_examples(recipe, lang)
     table = pa.table(
         {
@@ -121,15 +124,15 @@ def _write_masked(
     recipe: MergeRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
 ) -> None:
     shards = masked_set(recipe, lang, teacher)
-    done = shards.resume_point()
+    starts = list(range(0, examples.num_rows, recipe.shard_rows))
+    todo = set(shards.plan(len(starts), shared=False))  # this stage runs on the main rank alone
     if shards.complete:
         return
     masker = TeacherMasker(teacher.name, teacher.tokenizer, recipe.masking, recipe.example_length)
     dtype = id_dtype(len(teacher.tokenizer))
-    starts = list(range(0, examples.num_rows, recipe.shard_rows))
     with progress_bar(f"mask {lang}/{teacher.name}", len(starts), progress) as advance:
         for index, start in enumerate(starts):
-            if index < done:
+            if index not in todo:
                 advance(1)
                 continue
             part = examples.slice(start, recipe.shard_rows)
@@ -239,17 +242,14 @@ def _write_topk(
 @main_rank_only
 def vocab(recipe: MergeRecipe) -> None:
     """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
-    from lmalgebra.core.fingerprint import sha256_json
     from lmalgebra.distill.vocab_union import build_union, tokens_per_language
-    from lmalgebra.storage.atomic import write_json_atomic
 
     teachers = open_teachers(recipe)
     out = recipe.output_dir / "vocab"
-    key = sha256_json({name: t.hashes["tokenizer"] for name, t in teachers.items()})
-    stamp = out / "complete.json"
-    if stamp.is_file() and stamp.read_text().strip() == f'"{key}"':
+    stamp = vocab_stamp(recipe, teachers)
+    if stamp.done():
         return
-    stamp.unlink(missing_ok=True)
+    stamp.clear()
     tokenizers = {name: t.tokenizer for name, t in teachers.items()}
     union = build_union(tokenizers)
     union.save(out)
@@ -261,4 +261,10 @@ def vocab(recipe: MergeRecipe) -> None:
         texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
     write_json_atomic(out / "report.json", report)
-    write_json_atomic(stamp, key)
+    stamp.mark()
+
+
+def vocab_stamp(recipe: MergeRecipe, teachers: dict[str, Teacher]) -> CompletionStamp:
+    """The vocabulary's completion mark, keyed by the teachers' tokenizers."""
+    key = sha256_json({name: t.hashes["tokenizer"] for name, t in teachers.items()})
+    return CompletionStamp(recipe.output_dir / "vocab", key)

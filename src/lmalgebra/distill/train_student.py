@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import open_teachers, topk_set
+from lmalgebra.distill.stages import open_teachers, topk_set, vocab_stamp
 from lmalgebra.distill.student import build_student, save_student
 from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.distill.vocab_union import UnionVocab
@@ -42,13 +40,14 @@ def check_store(recipe: MergeRecipe) -> dict[str, dict[str, str]]:
                     "recipe or teacher (manifest hash mismatch): run "
                     "`lmalgebra merge teach RECIPE` for this recipe"
                 )
-    stamp = recipe.output_dir / "vocab" / "complete.json"
-    key = sha256_json({name: t.hashes["tokenizer"] for name, t in teachers.items()})
-    if not stamp.is_file():
-        raise UserInputError(f"{stamp.parent} is missing: run `lmalgebra merge vocab RECIPE` first")
-    if json.loads(stamp.read_text()) != key:
+    stamp = vocab_stamp(recipe, teachers)
+    if stamp.recorded() is None:
         raise UserInputError(
-            f"the vocabulary in {stamp.parent} was built from other teachers: "
+            f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
+        )
+    if not stamp.done():
+        raise UserInputError(
+            f"the vocabulary in {stamp.directory} was built from other teachers: "
             "run `lmalgebra merge vocab RECIPE` again"
         )
     return {name: t.hashes for name, t in teachers.items()}

@@ -140,15 +140,13 @@ def _ranks() -> tuple[int, int]:
     return world()
 
 
-def _shared_outcome(rank: int, size: int, failed: bool) -> bool:
+def _shared_outcome(size: int, failed: bool) -> bool:
     """Whether the main rank failed to take the lock, as every rank learns it."""
     if size == 1:
-        return failed
-    import numpy as np
+        return failed  # no process group: torch.distributed stays unimported
+    from lmalgebra.distributed import any_rank
 
-    from lmalgebra.distributed import all_reduce_sum
-
-    return bool(all_reduce_sum(np.array([1.0 if failed else 0.0]))[0] > 0)
+    return any_rank(failed)
 
 
 @contextlib.contextmanager
@@ -177,7 +175,7 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
             fd = _try_lock(directory, command)
         except DirectoryInUseError as err:
             refusal = err
-    if _shared_outcome(rank, size, refusal is not None):
+    if _shared_outcome(size, refusal is not None):
         raise refusal or DirectoryInUseError(
             f"{directory} is in use by another lmalgebra run (see the main rank's message)"
         )

@@ -1,185 +1,226 @@
-"""Sharded Arrow IPC tables with a manifest of checksums: atomic writes, resumption, verification.
+"""Checksummed, resumable shard sets: the one implementation behind every kill -9 safe store.
 
-A shard set is a directory of ``shard-NNNNN.arrow`` files (Arrow IPC file format, memory-mapped on
-read) and a ``manifest.json`` holding the key that produced them, each shard's row count, byte size
-and sha256, and whether the set is complete. Each shard is written to a temporary file, fsynced and
-renamed, and only then recorded in the manifest, so a run killed at any point resumes after the last
-recorded shard and a finished set is byte-for-byte what an uninterrupted run writes.
+A shard set is a directory of ``shard-NNNNN<suffix>`` files (Arrow tables for the teacher store,
+safetensors row blocks for the embedding cache: ``lmalgebra.storage.shard_formats``) and a
+``manifest.json`` holding the key that produced them, one record per shard (what the payload and
+the caller describe, and the file's sha256) and whether the set is complete. Each shard is written
+to a temporary file, fsynced and renamed, and only then recorded, so a run killed at any point
+resumes with the shards it recorded, and a finished set is byte-for-byte what an uninterrupted run
+writes. A shard failing its checksum is reported and recomputed, never returned.
 
 Under several processes (``lmalgebra.distributed``) ``plan`` gives each rank the missing shards it
-owns (``index % size == rank``); a rank records what it writes in its own manifest part, and
-``finish`` has the main rank assemble the manifest from the parts after a barrier, so no two
-processes ever write one file. Parts left by an interrupted run are read back on resumption.
+owns (``index % size == rank``); a rank records what it writes in its own manifest part
+(``lmalgebra.storage.manifest_parts``), and ``finish`` has the main rank assemble the manifest from
+the parts after a barrier, so no two processes ever write one file. Parts left by an interrupted
+run are read back on resumption, whatever the number of processes then.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
-from lmalgebra.distributed import (
-    all_reduce_sum,
-    barrier,
-    owned,
-    part_path,
-    read_parts,
-    remove_parts,
-    world,
-)
+from lmalgebra.distributed import all_reduce_sum, barrier, world
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
+from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+_OWN_FIELDS = ("key", "shards", "complete")
 
 
 class ShardSet:
-    """Shards of one table under ``directory``, produced by ``key`` (a JSON-able description)."""
+    """Shards of one payload under ``directory``, produced by ``key`` (a JSON-able description).
 
-    def __init__(self, directory: Path, key: dict[str, Any] | None):
+    Args:
+        directory: where the shards and the manifest live.
+        key: everything that changes the shards; a manifest under another key is not used.
+        payload: the shard files' format.
+        header: manifest fields written after the key that must also match (e.g. a row count).
+        by_name: the manifest maps file names to records (else it lists records in shard order,
+            so a set is recorded front to back).
+        label: what the set is called in messages ("store", "cache").
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        key: Any,
+        payload: ShardFormat = ARROW_TABLES,
+        *,
+        header: dict[str, Any] | None = None,
+        by_name: bool = False,
+        label: str = "store",
+    ):
         self.directory = directory
         self.key = key
-        self.manifest = self._load()
+        self.payload = payload
+        self.header = dict(header or {})
+        self.by_name = by_name
+        self.label = label
         self._part: dict[str, Any] | None = None  # this rank's records, in a multi-process run
         self._planned = 0  # shards in the set, as ``plan`` was told
+        self._load()
 
     @classmethod
-    def existing(cls, directory: Path) -> ShardSet:
-        """The shard set in ``directory`` as its manifest describes it (for inspection)."""
-        shards = cls(directory, None)
-        shards.key = shards.manifest.get("key")
-        return shards
+    def existing(cls, directory: Path, payload: ShardFormat = ARROW_TABLES) -> ShardSet:
+        """The shard set in ``directory`` as its manifest describes it, whatever its key."""
+        return cls(directory, None, payload)
 
-    def _load(self) -> dict[str, Any]:
-        path = self.directory / MANIFEST
-        fresh: dict[str, Any] = {"key": self.key, "shards": [], "complete": False}
+    @property
+    def manifest_path(self) -> Path:
+        return self.directory / MANIFEST
+
+    def path(self, index: int) -> Path:
+        return self.directory / f"shard-{index:05d}{self.payload.suffix}"
+
+    # ------------------------------------------------------------------ the manifest
+
+    def _load(self) -> None:
+        """State from the manifest on disk; a foreign or unreadable one leaves a fresh set."""
+        self.records: dict[int, dict[str, Any]] = {}
+        self.complete = False
+        self.summary: dict[str, Any] = {}  # fields ``finish`` was given
+        self._stale: str | None = None  # why the manifest on disk was not used
+        path = self.manifest_path
         if not path.is_file():
-            return fresh
+            return
         try:
             manifest = json.loads(path.read_text())
         except json.JSONDecodeError:
-            return fresh
-        return dict(manifest) if self.key is None or manifest.get("key") == self.key else fresh
+            manifest = None
+        if not isinstance(manifest, dict):
+            self._stale = f"manifest {path} is corrupt; recomputing its shards"
+            return
+        if self.key is None:  # inspection: take the set as it is
+            self.key = manifest.get("key")
+        elif any(manifest.get(f) != v for f, v in self._identity().items()):
+            self._stale = f"{self.label} {self.directory} does not match its key; recomputing it"
+            return
+        self.records = self._parse(manifest.get("shards", []))
+        self.complete = bool(manifest.get("complete", False))
+        own = (*_OWN_FIELDS, *self.header)
+        self.summary = {f: v for f, v in manifest.items() if f not in own}
+
+    def _identity(self) -> dict[str, Any]:
+        return {"key": self.key, **self.header}
+
+    def _name(self, index: int) -> str:
+        return self.path(index).name
+
+    def _label(self, index: int) -> str:
+        """How shard ``index`` is named in manifest parts (and, ``by_name``, in the manifest)."""
+        return self._name(index) if self.by_name else str(index)
+
+    def _index(self, label: str) -> int | None:
+        pattern = rf"shard-(\d+){re.escape(self.payload.suffix)}" if self.by_name else r"(\d+)"
+        found = re.fullmatch(pattern, label)
+        return int(found.group(1)) if found else None
+
+    def _parse(self, shards: Any) -> dict[int, dict[str, Any]]:
+        if isinstance(shards, list):
+            return dict(enumerate(shards))
+        labelled = {self._index(label): record for label, record in dict(shards).items()}
+        return {i: r for i, r in labelled.items() if i is not None}
+
+    def _listing(self) -> list[dict[str, Any]] | dict[str, dict[str, Any]]:
+        if self.by_name:
+            return {self._name(i): self.records[i] for i in sorted(self.records)}
+        return [self.records[i] for i in range(self._front())]
 
     @property
-    def complete(self) -> bool:
-        return bool(self.manifest["complete"])
+    def manifest(self) -> dict[str, Any]:
+        """The manifest as written: key, header, shard records, completeness, summary."""
+        listing = self._listing()
+        return {**self._identity(), "shards": listing, "complete": self.complete, **self.summary}
 
-    def _path(self, index: int) -> Path:
-        return self.directory / f"shard-{index:05d}.arrow"
+    def _save_manifest(self) -> None:
+        write_json_atomic(self.manifest_path, self.manifest)
 
-    def verified_count(self) -> int:
-        """How many leading recorded shards exist on disk with the recorded checksum."""
-        count = 0
-        for index, entry in enumerate(self.manifest["shards"]):
-            path = self._path(index)
-            if not path.is_file() or sha256_file(path) != entry["sha256"]:
-                break
-            count += 1
-        return count
+    def _front(self) -> int:
+        """How many shards are recorded without a gap from shard 0."""
+        return next(i for i in range(len(self.records) + 1) if i not in self.records)
 
-    def resume_point(self) -> int:
-        """Drop records from the first bad shard on; return the number of shards to keep."""
-        keep = self.verified_count()
-        if keep < len(self.manifest["shards"]):
-            self.manifest["shards"] = self.manifest["shards"][:keep]
-            self.manifest["complete"] = False
-        return keep
+    def _keep_front(self) -> None:
+        """A listed manifest cannot hold a gap: records after the first missing shard go."""
+        if not self.by_name:
+            self.records = {i: self.records[i] for i in range(self._front())}
 
-    def write(self, index: int, table: pa.Table, **extra: Any) -> None:
-        """Write shard ``index`` atomically, then record it.
+    # ------------------------------------------------------------------ planning and writing
 
-        In one process shards come in order and go straight into the manifest; after ``plan``
-        in a multi-process run, any shard this rank owns, recorded in its manifest part.
-        """
-        listed = self.manifest["shards"]
-        if self._part is None and index > len(listed):
-            raise RuntimeError(f"shard {index} written out of order")
-        path = self._path(index)
+    def _intact(self, index: int, record: dict[str, Any]) -> bool:
+        path = self.path(index)
+        return path.is_file() and sha256_file(path) == record["sha256"]
 
-        def write_ipc(tmp: Path) -> None:
-            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
+    def damaged(self, among: Iterable[int] | None = None) -> list[int]:
+        """Recorded shards (``among`` these) whose file is missing or fails its checksum."""
+        indices = sorted(self.records) if among is None else [i for i in among if i in self.records]
+        return [i for i in indices if not self._intact(i, self.records[i])]
 
-        write_atomic(path, write_ipc)
-        entry = {
-            "file": path.name,
-            "rows": table.num_rows,
-            "bytes": path.stat().st_size,
-            "sha256": sha256_file(path),
-            **extra,
-        }
-        if self._part is not None:
-            self._part["shards"][str(index)] = entry
-            write_json_atomic(part_path(self._manifest_path, world()[0]), self._part)
-            return
-        if index < len(listed):
-            listed[index] = entry  # a damaged shard, redone in place
-        else:
-            listed.append(entry)
-        write_json_atomic(self._manifest_path, self.manifest)
-
-    def finish(self, **summary: Any) -> None:
-        """Mark the set complete, with ``summary`` in its manifest (collective after ``plan``)."""
-        if self._part is not None:
-            self._finish_shared(summary)
-            return
-        self.manifest.update(summary, complete=True)
-        write_json_atomic(self._manifest_path, self.manifest)
-        remove_parts(self._manifest_path)
-
-    @property
-    def _manifest_path(self) -> Path:
-        return self.directory / MANIFEST
-
-    def _intact(self, index: int, entry: dict[str, Any]) -> bool:
-        path = self._path(index)
-        return path.is_file() and sha256_file(path) == entry["sha256"]
+    def _found_damaged(self, among: Iterable[int] | None = None) -> list[int]:
+        damaged = self.damaged(among)
+        for index in damaged:
+            log.warning(
+                "%s shard %s is missing or fails its checksum; recomputing it",
+                self.label,
+                self.path(index),
+            )
+        return damaged
 
     def _part_records(self) -> dict[int, dict[str, Any]]:
         """Records in the manifest parts of an interrupted multi-process run (any rank count)."""
         records: dict[int, dict[str, Any]] = {}
-        for part in read_parts(self._manifest_path, self.key):
-            records.update({int(i): e for i, e in part["shards"].items()})
+        for part in read_parts(self.manifest_path, self._identity()):
+            for label, record in part["shards"].items():
+                index = self._index(label)
+                if index is not None:
+                    records[index] = record
         return records
 
-    def plan(self, count: int) -> list[int]:
+    def plan(self, count: int, shared: bool = True) -> list[int]:
         """Indices of the shards of ``range(count)`` this process must (re)compute, in order.
 
-        Empty, with ``complete`` True, when the set is complete and intact. In one process this
-        is every missing or damaged shard (after folding in parts an interrupted multi-process
-        run left); intact ones are kept. Under several processes it is collective: each rank
-        verifies and lists only the shards it owns, and later ``write``s go to its manifest part.
+        Empty, with ``complete`` True, when the set is complete and intact. In one process (or
+        with ``shared`` False, for a stage the main rank runs alone) this is every missing or
+        damaged shard, after folding in parts an interrupted multi-process run left; intact ones
+        are kept. Under several processes it is collective: each rank verifies and lists only the
+        shards it owns, and later ``write``s go to its manifest part.
         """
-        rank, size = world()
+        if self._stale is not None:
+            log.warning(self._stale)
+            self._stale = None
+        rank, size = world() if shared else (0, 1)
         found = self._part_records()
         if size == 1:
             if found:  # fold them in: the manifest alone must describe the set from here on
-                listed = self.manifest["shards"]
-                for index, entry in sorted(found.items()):
-                    if index < len(listed):
-                        listed[index] = entry
-                    elif index == len(listed):
-                        listed.append(entry)
-                write_json_atomic(self._manifest_path, self.manifest)
-                remove_parts(self._manifest_path)
+                self.records.update(found)
+                self._keep_front()
+                self._save_manifest()
+                remove_parts(self.manifest_path)
             return self._damaged_and_missing(count)
-        records = {**dict(enumerate(self.manifest["shards"])), **found}
-        mine = owned(count)
-        kept = {i: records[i] for i in mine if i in records and self._intact(i, records[i])}
+        self.records.update(found)
+        mine = range(rank, count, size)
+        damaged = set(self._found_damaged(mine))
+        kept = {i: self.records[i] for i in mine if i in self.records and i not in damaged}
         missing, parts = all_reduce_sum(np.array([len(mine) - len(kept), len(found)]))
         if self.complete and missing == 0 and parts == 0:
             return []
-        self.manifest["complete"] = False
+        self.complete = False
         self.directory.mkdir(parents=True, exist_ok=True)
         barrier()  # every rank has read the old parts before any part is rewritten
-        self._part = {"key": self.key, "shards": {str(i): e for i, e in kept.items()}}
+        self._part = {**self._identity(), "shards": {self._label(i): r for i, r in kept.items()}}
         self._planned = count
-        write_json_atomic(part_path(self._manifest_path, rank), self._part)
+        write_json_atomic(part_path(self.manifest_path, rank), self._part)
         return [i for i in mine if i not in kept]
 
     def _damaged_and_missing(self, count: int) -> list[int]:
@@ -188,53 +229,95 @@ class ShardSet:
         A damaged set is marked incomplete on disk at once, so it never looks complete again
         until every damaged shard is redone; intact shards are kept as they are.
         """
-        listed = self.manifest["shards"]
-        damaged = [i for i, entry in enumerate(listed) if not self._intact(i, entry)]
-        todo = damaged + list(range(len(listed), count))
+        missing = [i for i in range(count) if i not in self.records]
+        todo = sorted({*self._found_damaged(), *missing})
         if todo and self.complete:
-            self.manifest["complete"] = False
-            write_json_atomic(self._manifest_path, self.manifest)
-        return [] if self.complete else todo
+            self.complete = False
+            self._save_manifest()
+        return todo
+
+    def intact(self) -> bool:
+        """The set is complete and every recorded shard passes its checksum."""
+        return self.complete and not self.damaged()
+
+    def restart(self) -> None:
+        """Forget every record (not yet on disk: the next ``write`` records the new start)."""
+        self.records, self.complete = {}, False
+
+    def write(self, index: int, payload: Any, **fields: Any) -> None:
+        """Write shard ``index`` atomically, then record it with ``fields`` after its sha256.
+
+        In one process shards go straight into the manifest (in order, unless ``by_name``);
+        after ``plan`` in a multi-process run, any shard this rank owns, recorded in its part.
+        """
+        if self._part is None and not self.by_name and index > self._front():
+            raise RuntimeError(f"shard {index} written out of order")
+        path = self.path(index)
+        write_atomic(path, lambda tmp: self.payload.save(tmp, payload))
+        record = {**self.payload.describe(path, payload), "sha256": sha256_file(path), **fields}
+        if self._part is not None:
+            self._part["shards"][self._label(index)] = record
+            write_json_atomic(part_path(self.manifest_path, world()[0]), self._part)
+            return
+        self.records[index] = record  # a damaged shard is redone in place
+        self._save_manifest()
+
+    def finish(self, **summary: Any) -> None:
+        """Mark the set complete, with ``summary`` in its manifest (collective after ``plan``)."""
+        if self._part is not None:
+            self._finish_shared(summary)
+            return
+        self.summary.update(summary)
+        self.complete = True
+        self._save_manifest()
+        remove_parts(self.manifest_path)
 
     def _finish_shared(self, summary: dict[str, Any]) -> None:
         rank, size = world()
         barrier()  # every rank has recorded its shards
         if rank == 0:
             parts = [
-                json.loads(part_path(self._manifest_path, r).read_text())["shards"]
+                json.loads(part_path(self.manifest_path, r).read_text())["shards"]
                 for r in range(size)
             ]
-            self.manifest["shards"] = [parts[i % size][str(i)] for i in range(self._planned)]
-            self.manifest.update(summary, complete=True)
-            write_json_atomic(self._manifest_path, self.manifest)
-            remove_parts(self._manifest_path)
+            self.records = {i: parts[i % size][self._label(i)] for i in range(self._planned)}
+            self.summary.update(summary)
+            self.complete = True
+            self._save_manifest()
+            remove_parts(self.manifest_path)
         barrier()  # the manifest is written
         self._part = None
-        self.manifest = self._load()
+        self._load()
 
-    def read(self, index: int, verify: bool = True) -> pa.Table:
-        """Shard ``index``, memory-mapped; raises naming the shard if it fails its checksum."""
-        path = self._path(index)
-        entry = self.manifest["shards"][index]
+    # ------------------------------------------------------------------ reading and checking
+
+    def read(self, index: int, verify: bool = True) -> Any:
+        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt."""
+        path = self.path(index)
+        record = self.records[index]
         if not path.is_file():
-            raise UserInputError(f"store shard {path} is missing")
-        if verify and sha256_file(path) != entry["sha256"]:
-            raise UserInputError(f"store shard {path} is corrupt (checksum mismatch)")
-        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            raise UserInputError(f"{self.label} shard {path} is missing; run again to recompute it")
+        if verify and sha256_file(path) != record["sha256"]:
+            raise UserInputError(
+                f"{self.label} shard {path} is corrupt (checksum mismatch); "
+                "run again to recompute it"
+            )
+        return self.payload.load(path, record)
 
-    def tables(self, verify: bool = True) -> list[pa.Table]:
-        return [self.read(i, verify) for i in range(len(self.manifest["shards"]))]
+    def tables(self, verify: bool = True) -> list[Any]:
+        """Every recorded shard's payload, in order (named for the store's Arrow tables)."""
+        return [self.read(i, verify) for i in sorted(self.records)]
 
     def problems(self) -> list[str]:
         """Every missing or corrupt shard, and an incomplete set, as messages naming the file."""
-        issues = []
-        if not (self.directory / MANIFEST).is_file():
+        if not self.manifest_path.is_file():
             return [f"{self.directory}: no manifest"]
-        for index, entry in enumerate(self.manifest["shards"]):
-            path = self._path(index)
+        issues = []
+        for index, record in sorted(self.records.items()):
+            path = self.path(index)
             if not path.is_file():
                 issues.append(f"{path}: missing")
-            elif sha256_file(path) != entry["sha256"]:
+            elif sha256_file(path) != record["sha256"]:
                 issues.append(f"{path}: corrupt (checksum mismatch)")
         if not self.complete:
             issues.append(f"{self.directory}: incomplete (run the stage again to finish it)")
@@ -242,8 +325,10 @@ class ShardSet:
 
     @property
     def rows(self) -> int:
-        return sum(int(s["rows"]) for s in self.manifest["shards"])
+        """Rows over all shards, for payloads whose records count them (Arrow tables)."""
+        return sum(int(r["rows"]) for r in self.records.values())
 
     @property
     def nbytes(self) -> int:
-        return sum(int(s["bytes"]) for s in self.manifest["shards"])
+        """Bytes over all shards, for payloads whose records hold them (Arrow tables)."""
+        return sum(int(r["bytes"]) for r in self.records.values())

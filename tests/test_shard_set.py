@@ -1,0 +1,182 @@
+"""ShardSet over both payloads: damage, foreign manifests, parts left by an interrupted
+multi-process run; completion stamps. The embedding cache and the teacher store are tested through
+their users in test_embedding_cache.py, test_teacher_store.py and test_distributed.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.completion import CompletionStamp
+from lmalgebra.storage.manifest_parts import part_path
+from lmalgebra.storage.shard_formats import SAFETENSORS_ROWS, RowBlock
+from lmalgebra.storage.shard_set import ShardSet
+
+KEY = {"stage": "test"}
+COUNT = 5
+
+
+def block(index: int) -> RowBlock:
+    values = np.arange(index * 6, index * 6 + 6, dtype=np.float32).reshape(3, 2)
+    return RowBlock(index * 3, {"values": values})
+
+
+def rows_set(directory: Path, rows: int = COUNT * 3) -> ShardSet:
+    return ShardSet(directory, KEY, SAFETENSORS_ROWS, header={"rows": rows}, by_name=True)
+
+
+def write_rows(directory: Path) -> ShardSet:
+    shards = rows_set(directory)
+    for index in shards.plan(COUNT):
+        shards.write(index, block(index), note=index)
+    shards.finish()
+    return shards
+
+
+def table(index: int) -> pa.Table:
+    return pa.table({"x": np.arange(index * 4, index * 4 + 4, dtype=np.int64)})
+
+
+def write_tables(directory: Path) -> ShardSet:
+    shards = ShardSet(directory, KEY)
+    for index in shards.plan(COUNT):
+        shards.write(index, table(index))
+    shards.finish(top_k=8)
+    return shards
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_safetensors_records_by_name_with_row_ranges(tmp_path: Path) -> None:
+    write_rows(tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert list(manifest) == ["key", "rows", "shards", "complete"]
+    assert list(manifest["shards"]) == [f"shard-{i:05d}.safetensors" for i in range(COUNT)]
+    first = manifest["shards"]["shard-00001.safetensors"]
+    assert list(first) == ["rows", "sha256", "note"] and first["rows"] == [3, 6]
+    again = rows_set(tmp_path)
+    assert again.plan(COUNT) == [] and again.complete
+    got = again.read(2)
+    assert got.first == 6
+    np.testing.assert_array_equal(got.arrays["values"], block(2).arrays["values"])
+
+
+def test_damaged_safetensors_shard_is_named_marked_and_redone_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_rows(tmp_path / "ref")
+    write_rows(tmp_path / "set")
+    victim = tmp_path / "set" / "shard-00003.safetensors"
+    flip_byte(victim)
+    with pytest.raises(UserInputError, match=r"shard-00003\.safetensors is corrupt"):
+        rows_set(tmp_path / "set").read(3)
+    assert rows_set(tmp_path / "set").problems() == [f"{victim}: corrupt (checksum mismatch)"]
+    shards = rows_set(tmp_path / "set")
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        assert shards.plan(COUNT) == [3]
+    assert str(victim) in caplog.text and "checksum" in caplog.text
+    # marked incomplete on disk at once: a run killed now never leaves it looking complete
+    assert not rows_set(tmp_path / "set").complete
+    shards.write(3, block(3), note=3)
+    shards.finish()
+    assert files(tmp_path / "set") == files(tmp_path / "ref")
+
+
+def test_tables_are_listed_in_order_and_written_in_order(tmp_path: Path) -> None:
+    shards = ShardSet(tmp_path, KEY)
+    shards.write(0, table(0))
+    with pytest.raises(RuntimeError, match="shard 2 written out of order"):
+        shards.write(2, table(2))
+    assert [r["file"] for r in shards.manifest["shards"]] == ["shard-00000.arrow"]
+
+
+@pytest.mark.parametrize("other", [{"key": {"stage": "other"}}, {"rows": COUNT * 3 + 1}])
+def test_foreign_manifest_is_recomputed_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, other: dict
+) -> None:
+    write_rows(tmp_path)
+    key, rows = other.get("key", KEY), other.get("rows", COUNT * 3)
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        shards = ShardSet(tmp_path, key, SAFETENSORS_ROWS, header={"rows": rows}, by_name=True)
+        assert caplog.text == ""  # looking at a set is not recomputing it
+        assert shards.plan(COUNT) == list(range(COUNT))
+    assert f"{tmp_path} does not match its key; recomputing it" in caplog.text
+
+
+def test_corrupt_manifest_is_recomputed_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_tables(tmp_path)
+    (tmp_path / "manifest.json").write_text('{"key": ')
+    shards = ShardSet(tmp_path, KEY)
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        assert shards.plan(COUNT) == list(range(COUNT))
+    assert f"manifest {tmp_path / 'manifest.json'} is corrupt" in caplog.text
+    incomplete = f"{tmp_path}: incomplete (run the stage again to finish it)"
+    assert ShardSet.existing(tmp_path).problems() == [incomplete]
+
+
+def _leave_parts(directory: Path, owners: dict[int, list[int]]) -> None:
+    """What a run of ``len(owners)`` ranks killed midway leaves: parts, no manifest."""
+    records = rows_set(directory).manifest["shards"]
+    (directory / "manifest.json").unlink()
+    for rank, indices in owners.items():
+        shards = {
+            f"shard-{i:05d}.safetensors": records[f"shard-{i:05d}.safetensors"] for i in indices
+        }
+        part = {"key": KEY, "rows": COUNT * 3, "shards": shards}
+        write_json_atomic(part_path(directory / "manifest.json", rank), part)
+
+
+def test_parts_left_by_three_ranks_are_read_by_one(tmp_path: Path) -> None:
+    write_rows(tmp_path / "ref")
+    write_rows(tmp_path / "set")
+    # ranks 0, 1, 2 owned shards {0, 3}, {1, 4}, {2}; rank 1 died before recording shard 4
+    _leave_parts(tmp_path / "set", {0: [0, 3], 1: [1], 2: [2]})
+    (tmp_path / "set" / "shard-00004.safetensors").unlink()
+    shards = rows_set(tmp_path / "set")
+    assert shards.plan(COUNT) == [4]
+    assert not list((tmp_path / "set").glob("*.rank-*"))  # folded into the manifest
+    shards.write(4, block(4), note=4)
+    shards.finish()
+    assert files(tmp_path / "set") == files(tmp_path / "ref")
+
+
+def test_parts_of_another_key_or_row_count_are_not_used(tmp_path: Path) -> None:
+    write_rows(tmp_path)
+    records = rows_set(tmp_path).manifest["shards"]
+    (tmp_path / "manifest.json").unlink()
+    part = {"key": KEY, "rows": 99, "shards": records}
+    write_json_atomic(part_path(tmp_path / "manifest.json", 0), part)
+    write_json_atomic(part_path(tmp_path / "manifest.json", 1), {**part, "rows": 15, "key": {}})
+    assert rows_set(tmp_path).plan(COUNT) == list(range(COUNT))
+
+
+def test_completion_stamp(tmp_path: Path) -> None:
+    stamp = CompletionStamp(tmp_path, "abc")
+    assert stamp.recorded() is None and not stamp.done()
+    stamp.mark()
+    assert (tmp_path / "complete.json").read_text() == '"abc"\n'
+    assert stamp.done() and CompletionStamp(tmp_path, "abc").done()
+    assert not CompletionStamp(tmp_path, "other").done()
+    assert CompletionStamp(tmp_path, "other").recorded() == "abc"
+    (tmp_path / "complete.json").write_text('"ab')  # not JSON: as good as no stamp
+    assert stamp.recorded() is None and not stamp.done()
+    stamp.clear()
+    assert not (tmp_path / "complete.json").exists()
+    stamp.clear()  # nothing to clear is fine
