@@ -42,6 +42,21 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_b
 Work = Callable[[], dict[str, Any]]
 
 
+IDLE = {"timeout": 300.0}  # seconds to wait for an idle machine (--idle-timeout)
+
+
+def parse_args(parser: argparse.ArgumentParser, attempts: int = 3) -> argparse.Namespace:
+    """Add the options every benchmark has (--attempts, --idle-timeout, --no-write), parse."""
+    parser.add_argument("--attempts", type=int, default=attempts, help="most runs per figure")
+    parser.add_argument(
+        "--idle-timeout", type=float, default=300.0, help="most seconds to wait for idle CPUs"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print the result only")
+    args = parser.parse_args()
+    IDLE["timeout"] = args.idle_timeout
+    return args
+
+
 # -- the machine ---------------------------------------------------------------------------------
 def _cpuinfo(field: str) -> str:
     with contextlib.suppress(OSError):
@@ -146,10 +161,12 @@ class CpuWatch:
         }
 
 
-def wait_for_idle(threshold: float = 0.1, window: float = 3.0, timeout: float = 300.0) -> float:
-    """Wait (up to ``timeout`` s) until other processes use less than ``threshold`` of all CPUs
-    over ``window`` seconds; returns the last share seen."""
-    deadline = time.perf_counter() + timeout
+def wait_for_idle(
+    threshold: float = 0.1, window: float = 3.0, timeout: float | None = None
+) -> float:
+    """Wait (up to ``timeout`` s, default ``--idle-timeout``) until the CPUs are less than
+    ``threshold`` busy over ``window`` seconds; returns the last share seen."""
+    deadline = time.perf_counter() + (IDLE["timeout"] if timeout is None else timeout)
     while True:
         before = _busy_seconds()
         time.sleep(window)
@@ -254,7 +271,6 @@ def fastest(
     attempts: int = 3,
     *,
     until_clean: bool = True,
-    idle_timeout: float = 300.0,
     key: str = "seconds",
     label: str = "",
 ) -> dict[str, Any]:
@@ -263,7 +279,7 @@ def fastest(
     most :data:`CLEAN` of the CPUs. Adds ``attempts`` and ``idle_share`` (before the kept run)."""
     best: dict[str, Any] | None = None
     for attempt in range(1, attempts + 1):
-        idle = wait_for_idle(timeout=idle_timeout)
+        idle = wait_for_idle()
         result = run()
         result["idle_share"] = idle
         print(
@@ -326,12 +342,20 @@ def figure(
     return out
 
 
-def target(what: str, met: bool, value: str) -> dict[str, Any]:
+def goal(what: str, met: bool, value: str) -> dict[str, Any]:
     return {"target": what, "met": met, "value": value}
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> dict[str, Any]:
     return {"title": title, "columns": columns, "rows": rows}
+
+
+def describe(doc: str | None) -> tuple[str, str]:
+    """Title and paragraph of a benchmark from its module docstring: the first line, and the
+    paragraphs after it up to the usage line (indented)."""
+    title, _, rest = (doc or "").strip().partition("\n")
+    paragraphs = [p for p in rest.strip().split("\n\n") if p and not p.startswith("    ")]
+    return title.strip().rstrip("."), " ".join(" ".join(p.split()) for p in paragraphs)
 
 
 class Session:
@@ -346,8 +370,7 @@ class Session:
 
     def save(
         self,
-        title: str,
-        about: str,
+        doc: str | None,
         sizes: dict[str, Any],
         figures: list[dict[str, Any]],
         *,
@@ -357,7 +380,9 @@ class Session:
         write: bool = True,
         results_dir: Path = RESULTS_DIR,
     ) -> dict[str, Any]:
-        """Build the record; write it and re-render RESULTS.md unless ``write`` is False."""
+        """Build the record (title and paragraph from the script's docstring ``doc``); write it
+        and re-render RESULTS.md unless ``write`` is False."""
+        title, about = describe(doc)
         now = _digest(self.measured)
         changed = sorted(
             k for k in now.keys() | self.digest.keys() if now.get(k) != self.digest.get(k)
