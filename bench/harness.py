@@ -301,7 +301,7 @@ def fastest(
 def sig(x: float, digits: int = 4) -> float:
     """``x`` rounded to ``digits`` significant digits (what a figure in the JSON keeps)."""
     if x == 0 or x != x or x in (float("inf"), float("-inf")):
-        return x
+        return float(x)
     return float(f"{x:.{digits}g}")
 
 
@@ -333,17 +333,17 @@ def figure(
         "ratio_is": "cost" if cost else "speed-up",
     }
     if peak_mib is not None:
-        out["peak_mib"] = {"baseline": round(peak_mib[0]), "ours": round(peak_mib[1])}
+        out["peak_mib"] = {"baseline": round(float(peak_mib[0])), "ours": round(float(peak_mib[1]))}
     if others_share is not None:
         out["others_share"] = {
-            "baseline": round(others_share[0], 2),
-            "ours": round(others_share[1], 2),
+            "baseline": round(float(others_share[0]), 2),
+            "ours": round(float(others_share[1]), 2),
         }
     return out
 
 
 def goal(what: str, met: bool, value: str) -> dict[str, Any]:
-    return {"target": what, "met": met, "value": value}
+    return {"target": what, "met": bool(met), "value": value}
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> dict[str, Any]:
