@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
+from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, sig, table
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.stats.alpha_select import default_alpha_grid, penalty_scale, select_alpha
 from lmalgebra.stats.moments import Block, SecondMoments, layout
@@ -162,7 +162,7 @@ def save(args: argparse.Namespace, runs: dict[str, Any], diff: float, session: S
             round(r["seconds"], 2),
             round(r["own_cpu_s"], 1),
             round(r["work_peak_rss_mib"] - r["start_rss_mib"]),
-            r["output"].get("alpha", "-"),
+            sig(r["output"]["alpha"], 3) if "alpha" in r["output"] else "-",
         ]
         for name, r in runs.items()
     ]

@@ -329,7 +329,7 @@ def figure(
         "unit": unit,
         "baseline": sig(baseline),
         "ours": sig(ours),
-        "ratio": sig(ratio),
+        "ratio": sig(ratio, 3),
         "ratio_is": "cost" if cost else "speed-up",
     }
     if peak_mib is not None:
