@@ -1,32 +1,21 @@
-"""Bootstrap benchmark: 1,000 replicates of every group and pairwise R^2 vs one fit.
+"""Bootstrap: 1,000 replicates of every R^2 from block statistics vs one fit.
 
-Target: 1,000 bootstrap replicates of every R^2 cost well under 10x one fit.
+Bootstrap replicates of every group (leave-one-out) and pairwise R^2 on train/validation/test of
+M synthetic models (default 12 x hidden 384, D = 4,608; 8,000 / 800 / 800 spans in 32 blocks per
+split; relative alpha 0.01). Baseline: one fit from the statistics in memory (the full solve,
+``Decomposer.pairwise`` + ``leave_one_out``, and one group fit). Ours: ``bootstrap_r2`` with fixed
+predictors over 1,000 replicates (block statistics are built split by split on access; that
+building is timed apart and not counted). For information: ``refit=True`` per replicate, and
+fixed-predictor vs refit interval widths at a small layout (12 x 32 dims). Target: 1,000
+replicates cost under 10x one fit.
 
-Synthetic correlated embeddings (12 models x 384 dims: shared, family and private latents, noise,
-offsets) are streamed into second moments per split, once whole (the decomposer's statistics,
-saved untimed) and once per block of spans (``BlockedMoments``, 32 blocks per split). Each
-contender runs in a fresh interpreter:
-
-* ``baseline``: one fit from the saved statistics: the full solve (``Decomposer.pairwise`` then
-  ``leave_one_out``) and, separately, one group fit (``Decomposer.fit`` of the first model on all
-  the others),
-* ``ours``: ``bootstrap_r2`` with 1,000 replicates per split over train/validation/test for the 12
-  group fits and the 132 pairwise fits (``Decomposer.pairwise_fits``). Block statistics are built
-  split by split when the bootstrap asks for them (a lazy mapping, so one split's blocks are in
-  memory at a time); that building is timed separately and left out of ours,
-* ``refit``: ``bootstrap_r2(..., refit=True)`` on a few replicates, for its cost per replicate,
-* ``widths`` (small layout, 12 x 32 dims): fixed-predictor vs refit interval widths.
-
-    python bench/bench_bootstrap.py [--n-train 8000] [--parts 32] [--replicates 1000]
+    python bench/bench_bootstrap.py [--n-train 8000] [--parts 32] [--replicates 1000] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -34,16 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from benchlib import (
-    CpuWatch,
-    code_version,
-    machine,
-    peak_rss_mib,
-    reset_peak_rss,
-    utc_date,
-    wait_for_idle,
-    write_section,
-)
+from harness import Session, fastest, figure, goal, parse_args, reset_peak_rss, run_contender
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.stats import block_scores
 from lmalgebra.stats.bootstrap import bootstrap_r2
@@ -52,7 +32,8 @@ from lmalgebra.stats.solver import Decomposer, SplitMoments
 from lmalgebra.stats.span_blocks import BlockedMoments
 from synthetic import Synthetic, split_sizes
 
-SECTION = "bench_bootstrap"
+NAME = "bench_bootstrap"
+MEASURED = ("src/lmalgebra/stats",)
 TARGET = 10.0
 CHUNK = 2048  # rows per generated chunk (Synthetic seeds each chunk by its first row)
 BENCH_DIR = Path(__file__).resolve().parent
@@ -239,123 +220,95 @@ def run_widths(args: argparse.Namespace) -> dict[str, Any]:
 CONTENDERS = {"baseline": run_baseline, "ours": run_ours, "refit": run_refit, "widths": run_widths}
 
 
-def child(args: argparse.Namespace) -> None:
-    watch = CpuWatch()
-    clock = time.perf_counter()
-    result = CONTENDERS[args.which](args)
-    result["wall_s"] = time.perf_counter() - clock
-    result["cpu"] = watch.stop()
-    result["peak_rss_mib"] = peak_rss_mib()
-    args.result.write_text(json.dumps(result))
+def contender(which: str, **options: Any) -> Any:
+    """The work of contender ``which``; ``options`` are the script's (JSON) options."""
+    args = argparse.Namespace(**options)
+    args.workdir = Path(args.workdir)
+    return lambda: CONTENDERS[which](args)
 
 
-def measure(which: str, args: argparse.Namespace) -> dict[str, Any]:
-    wait_for_idle(timeout=20)
-    out = args.workdir / f"result-{which}.json"
-    out.unlink(missing_ok=True)
-    command = [sys.executable, str(Path(__file__).resolve()), "--which", which]
-    for key in ("n_train", "parts", "replicates", "refit_replicates", "width_replicates"):
-        command += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
-    command += ["--models", str(args.models), "--dim", str(args.dim), "--alpha", repr(args.alpha)]
-    command += ["--seed", str(args.seed), "--workdir", str(args.workdir), "--result", str(out)]
-    subprocess.run(command, check=True)
-    result: dict[str, Any] = json.loads(out.read_text())
-    print(f"{which}: {json.dumps(result)}", flush=True)
-    return result
-
-
-# -- the report ----------------------------------------------------------------------------------
-def report(res: dict[str, dict[str, Any]], args: argparse.Namespace, minutes: float) -> str:
+def save(res: dict[str, dict[str, Any]], args: argparse.Namespace, session: Session) -> None:
     base, ours, refit, widths = res["baseline"], res["ours"], res["refit"], res["widths"]
-    sizes = split_sizes(args.n_train)
-    dim = args.models * args.dim
-    fits = args.models + args.models * (args.models - 1)
+    out = {k: v["output"] for k, v in res.items()}
     boot, full, group = (
-        np.array(x) for x in (ours["bootstrap"], base["full_solve"], base["group_fit"])
-    )
-    vs_full, vs_group = boot / full, boot / group  # (wall, CPU) ratios
-    met = "met" if vs_full[0] < TARGET and vs_group[0] < TARGET else "**NOT met**"
-    ph = ours["phases"]
-    refit_total = refit["per_replicate_s"] * args.replicates
-    lines = [
-        "## Bootstrap: 1,000 replicates of every R^2 from block statistics vs one fit",
-        "",
-        f"- Date: {utc_date()}",
-        f"- Machine: {machine()}",
-        f"- Code: {code_version()}",
-        f"- Sizes: {args.models} models x hidden size {args.dim} (D = {dim}); "
-        f"{sizes['train']} / {sizes['validation']} / {sizes['test']} train / validation / test "
-        f"spans, {args.parts} blocks of consecutive spans per split; {fits} fits "
-        f"({args.models} leave-one-out + {fits - args.models} ordered pairs); ridge alpha = "
-        f"{args.alpha:g} (relative). Synthetic correlated embeddings (shared, family and "
-        "private latents, noise, offsets).",
-        "- Baseline = one fit from the split statistics already in memory: the full solve "
-        "(`Decomposer.pairwise()` + `leave_one_out()`, every R^2 once), and one group fit "
-        "(`Decomposer.fit` of model00 on the 11 others, scored on the three splits).",
-        f"- Ours = `bootstrap_r2(solver, blocks, {{group, pairwise}}, replicates="
-        f"{args.replicates})`: {args.replicates:,} replicates x 3 splits x {fits} fits, "
-        "fixed predictors, percentile intervals. Block statistics are built split by split on "
-        "access (one split in memory at a time); building them (streaming the rows, as the "
-        "measurement does anyway) is excluded and shown separately.",
-        "- Fresh interpreter per contender; wall-clock time and CPU time (all threads of the "
-        "process); peak RSS (`VmHWM`) of the process.",
-        "",
-        "| | wall (CPU) | ours / this, wall (CPU) |",
-        "|---|---|---|",
-        f"| baseline: full solve (pairwise + leave-one-out) | {full[0]:.1f} s ({full[1]:.1f} "
-        f"CPU-s) | **{vs_full[0]:.2f}x** ({vs_full[1]:.2f}x) |",
-        f"| baseline: one group fit | {group[0]:.1f} s ({group[1]:.1f} CPU-s) "
-        f"| **{vs_group[0]:.2f}x** ({vs_group[1]:.2f}x) |",
-        f"| ours: {args.replicates:,} replicates of {3 * fits} R^2 | {boot[0]:.1f} s "
-        f"({boot[1]:.1f} CPU-s) | 1 |",
-        "",
-        f"- Ours by phase: pieces `R_r^T R_m` of every fit {ph['pieces']:.1f} s (once, kept: "
-        f"{ours['pieces_mib']:.0f} MiB); per-block statistics {ph['statistics']:.1f} s for the "
-        f"three splits (one pass over each split's {args.parts} block Grams); "
-        f"{args.replicates:,} replicates' R^2 {ph['replicates']:.2f} s; the rest (counts, "
-        f"percentiles, checks) {boot[0] - sum(ph.values()):.2f} s. Setting up the fits "
-        f"(`pairwise`, `leave_one_out`, `pairwise_fits`) took {ours['fits_s']:.1f} s, building "
-        f"the block statistics {ours['build_blocks_s']:.1f} s; neither is counted.",
-        f"- Peak RSS: baseline {base['peak_rss_mib']:.0f} MiB; ours {ours['peak_rss_mib']:.0f} "
-        f"MiB, of which one split's block statistics ({args.parts} D x D float64 Grams) "
-        f"{ours['split_blocks_mib']:.0f} MiB and the kept pieces {ours['pieces_mib']:.0f} MiB.",
-        f"- Target (1,000 replicates under {TARGET:.0f}x one fit): {met} "
-        f"(wall: {vs_full[0]:.2f}x the full solve, {vs_group[0]:.2f}x one group fit).",
-        f"- Test R^2 of these models: group mean {ours['group_test_r2']:.3f} (mean 95% interval "
-        f"width {ours['group_test_width']:.4f}); pairwise {ours['pairwise_test_r2'][0]:.2f} to "
-        f"{ours['pairwise_test_r2'][1]:.2f}.",
-        "",
-        "Refit (`refit=True`: resample training blocks, `combine`, refit, score on the fixed "
-        "held-out splits):",
-        "",
-        f"- At this size: {refit['per_replicate_s']:.1f} s per replicate for the 12 group fits "
-        f"(`combine` of the training blocks and one `leave_one_out`; "
-        f"{args.refit_replicates} replicate(s) timed), so "
-        f"{args.replicates:,} replicates would take ~{refit_total / 60:.0f} min, "
-        f"{refit_total / boot[0]:.0f}x the fixed-predictor bootstrap; peak RSS "
-        f"{refit['peak_rss_mib']:.0f} MiB.",
-        f"- Interval widths at a small layout ({args.models} models x 32 dims, latents scaled "
-        "down alike, same spans and "
-        f"blocks; {args.replicates:,} fixed-predictor vs {args.width_replicates} refit "
-        "replicates; mean width of the 12 group R^2 intervals):",
-    ]
-    for split in ("validation", "test"):
-        w = widths[split]
-        lines.append(
-            f"  - {split}: fixed {w['fixed']:.4f}, refit {w['refit']:.4f} "
-            f"(refit / fixed {w['refit'] / w['fixed']:.2f})."
+        np.array(x)
+        for x in (
+            out["ours"]["bootstrap"],
+            out["baseline"]["full_solve"],
+            out["baseline"]["group_fit"],
         )
-    lines += [
-        f"  Refit cost there: {widths['refit_per_replicate_s'] * 1e3:.0f} ms per replicate. The "
-        "two resample different things: fixed predictors, the spans scored on (held-out "
-        "sampling); refit, the training spans (fitting variability) with the held-out spans "
-        "fixed.",
-        "",
-        "Contamination (other processes' share of all CPUs while each ran): "
-        + ", ".join(f"{k} {100 * v['cpu']['others_share']:.0f}%" for k, v in res.items())
-        + f". Total benchmark wall time {minutes:.1f} min.",
+    )
+    o, ph = out["ours"], out["ours"]["phases"]
+    peaks = (base["peak_rss_mib"], ours["peak_rss_mib"])
+    shares = (base["others_share"], ours["others_share"])
+    figures = [
+        figure(
+            "vs the full solve (pairwise + leave-one-out)",
+            "s",
+            full[0],
+            boot[0],
+            peak_mib=peaks,
+            others_share=shares,
+            cost=True,
+        ),
+        figure(
+            "vs one group fit",
+            "s",
+            group[0],
+            boot[0],
+            peak_mib=peaks,
+            others_share=shares,
+            cost=True,
+        ),
     ]
-    return "\n".join(lines)
+    vs_full, vs_group = boot[0] / full[0], boot[0] / group[0]
+    refit_s = out["refit"]["per_replicate_s"]
+    w = out["widths"]
+    notes = [
+        f"CPU time: full solve {full[1]:.1f} CPU-s, one group fit {group[1]:.1f}, ours "
+        f"{boot[1]:.1f}.",
+        f"Ours by phase: pieces R_r^T R_m of every fit {ph['pieces']:.1f} s (kept: "
+        f"{o['pieces_mib']:,.0f} MiB); per-block statistics {ph['statistics']:.1f} s; the "
+        f"{args.replicates:,} replicates' R^2 {ph['replicates']:.2f} s; the rest "
+        f"{boot[0] - sum(ph.values()):.2f} s. Not counted: setting up the fits "
+        f"{o['fits_s']:.1f} s, building the block statistics {o['build_blocks_s']:.1f} s.",
+        f"Ours' peak RSS holds one split's {args.parts} D x D float64 block Grams "
+        f"({o['split_blocks_mib']:,.0f} MiB) and the kept pieces.",
+        f"Test R^2: group mean {o['group_test_r2']:.3f} (mean 95% interval width "
+        f"{o['group_test_width']:.4f}); pairwise {o['pairwise_test_r2'][0]:.2f} to "
+        f"{o['pairwise_test_r2'][1]:.2f}.",
+        f"Refit (`refit=True`): {refit_s:.1f} s per replicate for the {args.models} group fits "
+        f"({args.refit_replicates} timed, with other processes at {refit['others_share']:.0%} of "
+        f"the CPUs), so {args.replicates:,} replicates ~{refit_s * args.replicates / 60:.0f} min; "
+        f"peak RSS {refit['peak_rss_mib']:,.0f} MiB.",
+        f"Interval widths at {args.models} x 32 dims, {args.replicates:,} fixed vs "
+        f"{args.width_replicates} refit replicates: validation {w['validation']['fixed']:.4f} vs "
+        f"{w['validation']['refit']:.4f}, test {w['test']['fixed']:.4f} vs "
+        f"{w['test']['refit']:.4f} (refit {1e3 * w['refit_per_replicate_s']:.0f} ms per "
+        "replicate, others took "
+        f"{widths['others_share']:.0%} of the CPUs). Fixed predictors resample the spans scored "
+        "on; refit, the training spans.",
+    ]
+    session.save(
+        __doc__,
+        {
+            "models": args.models,
+            "hidden size": args.dim,
+            "spans": " / ".join(f"{n:,}" for n in split_sizes(args.n_train).values()),
+            "blocks per split": args.parts,
+            "replicates": args.replicates,
+        },
+        figures,
+        targets=[
+            goal(
+                f"{args.replicates:,} replicates < {TARGET:.0f}x one fit",
+                vs_full < TARGET and vs_group < TARGET,
+                f"{vs_full:.2f}x the full solve, {vs_group:.2f}x one group fit",
+            )
+        ],
+        notes=notes,
+        write=not args.no_write,
+    )
 
 
 def main() -> None:
@@ -370,25 +323,25 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=1e-2, help="relative ridge alpha")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=BENCH_DIR / "_work" / "bootstrap")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    parser.add_argument("--which", choices=list(CONTENDERS), help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, attempts=1)
     logging.basicConfig(level=logging.WARNING)
-    if args.which:
-        child(args)
-        return
-    started = time.perf_counter()
+    session = Session(NAME, MEASURED)
     synth = Synthetic(args.models, args.dim, args.seed)
+    clock = time.perf_counter()
     save_whole(synth, args.n_train, args.workdir)
-    print(f"statistics saved in {time.perf_counter() - started:.0f} s", flush=True)
-    results = {which: measure(which, args) for which in CONTENDERS}
+    print(f"statistics saved in {time.perf_counter() - clock:.0f} s", flush=True)
+    options = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    results = {
+        which: fastest(
+            lambda w=which: run_contender("bench_bootstrap:contender", {"which": w, **options}),
+            args.attempts,
+            label=which,
+        )
+        for which in CONTENDERS
+    }
     for split in SPLITS:
         (args.workdir / f"{split}.safetensors").unlink(missing_ok=True)
-    text = report(results, args, (time.perf_counter() - started) / 60)
-    print(text)
-    if not args.no_write:
-        write_section(SECTION, text)
+    save(results, args, session)
 
 
 if __name__ == "__main__":

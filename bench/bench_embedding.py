@@ -1,20 +1,14 @@
-"""Embedding benchmark: length-sorted batching vs padding every batch to the maximum length.
+"""Embedding: length-sorted batching vs padding to the maximum length.
 
-Target: >= 2x spans/s on a real packaged encoder (all-MiniLM-L6-v2) and real text (English
-Wikipedia summaries), with spans of varied length.
+The packaged all-MiniLM-L6-v2 (float32, 2 threads, batch 32) embeds spans of English Wikipedia
+summaries (packaged ``wiki-en``, document leads cut after 1..256 tokens). Baseline: corpus-order
+batches padded to the model's maximum length (512, as the LMD paper's code does), masked mean
+pooling. Ours: ``lmalgebra.lmd.embed.embed`` (length-sorted batches, each padded to its longest
+span). For information, corpus-order batches padded to their own longest span isolate what sorting
+adds. Tokenisation is included in all; each runs in a fresh interpreter after a warm-up;
+embeddings must agree to 1e-4. Target: >= 2x spans/s.
 
-* ours: ``lmalgebra.lmd.embed.embed`` (tokenise once, sort by length, pad each batch to its own
-  longest span, masked mean pooling, back to input order);
-* baseline: the same model, batches in corpus order, every span padded to the model's maximum
-  input length (``padding="max_length"``, as the LMD paper's code does), same masked mean pooling
-  and batch size;
-* for information, a second baseline pads each corpus-order batch to its own longest span
-  (``padding="longest"``), which isolates what sorting adds over dynamic padding.
-
-All run in one process, one after the other, each after a warm-up, on 2 threads. Embeddings
-must agree to 1e-4 (max abs difference) or the script exits with an error.
-
-    python bench/bench_embedding.py [--spans 1500] [--batch-size 32]
+    python bench/bench_embedding.py [--spans 1500] [--batch-size 32] [--no-write]
 """
 
 from __future__ import annotations
@@ -23,8 +17,9 @@ import argparse
 import os
 import random
 import sys
-import time
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,25 +28,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-from benchlib import (
-    changed_sources,
-    code_version,
-    fastest_attempt,
-    machine,
-    source_digest,
-    utc_date,
-    write_section,
-)
+from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
 from lmalgebra.lmd.embed import EmbedSpec, embed, max_tokens
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
 
-SECTION = "bench_embedding"
+NAME = "bench_embedding"
+MEASURED = ("src/lmalgebra/lmd/embed.py",)
 TOLERANCE = 1e-4
 SPEED_TARGET = 2.0
-CONTAMINATED = 0.05  # share of all CPUs used by other processes above which a run is repeated
 Embedder = Callable[[list[str]], np.ndarray]
+METHODS = {
+    "baseline": "baseline: corpus order, padded to the maximum length",
+    "dynamic": "(info) corpus order, padded to each batch's longest",
+    "ours": "ours: `embed`, length-sorted batches",
+}
 
 
 def span_texts(docs: list[str], tokenizer: Any, count: int, longest: int, seed: int) -> list[str]:
@@ -100,25 +92,6 @@ def padded_embedder(model: Any, tokenizer: Any, batch_size: int, padding: str) -
     return run
 
 
-def measure(
-    name: str, run: Embedder, texts: list[str], warmup: list[str], retries: int
-) -> dict[str, Any]:
-    """Warm up, then time ``run(texts)`` on an idle machine; repeat when other processes took
-    a noticeable share of the CPUs meanwhile, keeping the fastest attempt."""
-    run(warmup)
-
-    def report(r: dict[str, Any]) -> None:
-        print(
-            f"{name}: {len(texts) / r['seconds']:.1f} spans/s ({r['seconds']:.1f} s), peak RSS "
-            f"{r['peak_rss']:.0f} MiB, other processes {100 * r['cpu']['others_share']:.0f}% "
-            "of the CPUs",
-            flush=True,
-        )
-
-    best = fastest_attempt(lambda: run(texts), retries, report, CONTAMINATED)
-    return {**best, "vectors": best["output"], "rate": len(texts) / best["seconds"]}
-
-
 def padded_tokens(lengths: list[int], batch_size: int, width: int | None, sort: bool) -> int:
     """Token positions a method pushes through the model (including padding)."""
     order = sorted(lengths, reverse=True) if sort else lengths
@@ -129,6 +102,38 @@ def padded_tokens(lengths: list[int], batch_size: int, width: int | None, sort: 
     return total
 
 
+def setup(spans: int, longest: int, seed: int) -> tuple[Any, Any, list[str], list[str], int]:
+    """Model, tokenizer, the texts, other texts for warm-up, and the number of documents."""
+    model_dir = asset_path("minilm")
+    ref = ModelRef(name="all-MiniLM-L6-v2", path=str(model_dir))
+    model, tokenizer = load_model(ref, model_dir), load_tokenizer(ref, model_dir)
+    docs = read_documents(CorpusSpec(paths=[str(asset_path("wiki-en"))], text_column="extract"))
+    texts = span_texts(docs, tokenizer, spans, longest, seed)
+    warmup = span_texts(docs, tokenizer, 64, longest, seed + 1)
+    return model, tokenizer, texts, warmup, len(docs)
+
+
+def contender(
+    method: str, spans: int, longest: int, batch_size: int, threads: int, seed: int, out: str
+) -> Callable[[], dict[str, Any]]:
+    """Untimed: load the model and texts, warm up. The work: embed the texts (saved to ``out``)."""
+    torch.set_num_threads(threads)
+    model, tokenizer, texts, warmup, _ = setup(spans, longest, seed)
+    if method == "ours":
+        spec = EmbedSpec(batch_size=batch_size)
+        run: Embedder = lambda t: embed(t, model, tokenizer, spec)[0]  # noqa: E731
+    else:
+        padding = "max_length" if method == "baseline" else "longest"
+        run = padded_embedder(model, tokenizer, batch_size, padding)
+    run(warmup)
+
+    def work() -> dict[str, Any]:
+        np.save(out, run(texts))
+        return {}
+
+    return work
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=1500, help="number of text spans")
@@ -137,135 +142,96 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-dynamic", action="store_true", help="skip the padding=longest run")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    parser.add_argument(
-        "--retries", type=int, default=4, help="extra attempts when other processes interfere"
-    )
-    args = parser.parse_args()
-    version, digest = code_version(), source_digest()
-    torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-
-    model_dir = asset_path("minilm")
-    ref = ModelRef(name="all-MiniLM-L6-v2", path=str(model_dir))
-    model = load_model(ref, model_dir)
-    tokenizer = load_tokenizer(ref, model_dir)
+    args = parse_args(parser, attempts=5)
+    session = Session(NAME, MEASURED)
+    model, tokenizer, texts, _, docs = setup(args.spans, args.longest, args.seed)
     limit = max_tokens(model, tokenizer, None)
-    docs = read_documents(CorpusSpec(paths=[str(asset_path("wiki-en"))], text_column="extract"))
-    texts = span_texts(docs, tokenizer, args.spans, args.longest, args.seed)
     lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
-    warmup = span_texts(docs, tokenizer, 2 * args.batch_size, args.longest, args.seed + 1)
-    spec = EmbedSpec(batch_size=args.batch_size)
-
-    runs: dict[str, dict[str, Any]] = {}
-    runs["baseline"] = measure(
-        f"baseline (corpus order, padding=max_length {limit})",
-        padded_embedder(model, tokenizer, args.batch_size, "max_length"),
-        texts,
-        warmup,
-        args.retries,
-    )
-    if not args.no_dynamic:
-        runs["dynamic"] = measure(
-            "corpus order, padding=longest per batch",
-            padded_embedder(model, tokenizer, args.batch_size, "longest"),
-            texts,
-            warmup,
-            args.retries,
-        )
-    runs["ours"] = measure(
-        "ours (lmalgebra.lmd.embed.embed, length-sorted)",
-        lambda t: embed(t, model, tokenizer, spec)[0],
-        texts,
-        warmup,
-        args.retries,
-    )
-
-    diffs = {
-        k: float(np.abs(r["vectors"] - runs["ours"]["vectors"]).max())
-        for k, r in runs.items()
-        if k != "ours"
-    }
-    print("max abs difference from ours: " + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items()))
+    del model
+    methods = [m for m in METHODS if not (args.no_dynamic and m == "dynamic")]
+    runs, vectors = {}, {}
+    WORK.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        for method in methods:
+            out = str(Path(tmp) / f"{method}.npy")
+            kwargs = {"method": method, "out": out, "spans": args.spans, "longest": args.longest}
+            kwargs |= {"batch_size": args.batch_size, "threads": args.threads, "seed": args.seed}
+            runs[method] = fastest(
+                lambda k=kwargs: run_contender("bench_embedding:contender", k),
+                args.attempts,
+                label=method,
+            )
+            vectors[method] = np.load(out)
+    diffs = {k: float(np.abs(v - vectors["ours"]).max()) for k, v in vectors.items() if k != "ours"}
     if max(diffs.values()) > TOLERANCE:
         sys.exit(f"FAILED: embeddings disagree by more than {TOLERANCE:g}: {diffs}")
-
-    base, ours = runs["baseline"], runs["ours"]
-    ratio = ours["rate"] / base["rate"]
-    tokens = {
-        "baseline": padded_tokens(lengths, args.batch_size, limit, sort=False),
-        "dynamic": padded_tokens(lengths, args.batch_size, None, sort=False),
-        "ours": padded_tokens(lengths, args.batch_size, None, sort=True),
-    }
-    labels = {
-        "baseline": f"baseline: corpus order, padded to max length {limit}",
-        "dynamic": "(info) corpus order, padded to each batch's longest",
-        "ours": "ours: `embed`, length-sorted batches",
-    }
-    exact = all(r["exact_peak"] for r in runs.values())
-    lines = [
-        "## Embedding: length-sorted batching vs padding to the maximum length",
-        "",
-        f"- Date: {utc_date()}",
-        f"- Machine: {machine()}",
-        f"- Code: {version}",
-        f"- Model: packaged all-MiniLM-L6-v2 (6 layers, hidden 384, max input {limit} tokens), "
-        f"float32, `torch.set_num_threads({args.threads})`, batch size {args.batch_size}.",
-        f"- Text: {len(texts)} spans from {len(docs)} English Wikipedia summaries (packaged "
-        f"`wiki-en`), each a document's lead cut after a random 1..{args.longest} tokens: "
-        f"{np.mean(lengths):.0f} tokens on average (median {np.median(lengths):.0f}, "
-        f"min {min(lengths)}, max {max(lengths)}, with special tokens). Same texts for all.",
-        "- Baseline: batches in corpus order, `tokenizer(..., padding='max_length', "
-        "max_length=limit, truncation=True)`, masked mean pooling (as `embed` pools). Ours: "
-        "`lmalgebra.lmd.embed.embed(texts, model, tokenizer, EmbedSpec(batch_size=...))`, "
-        "tokenisation included in both.",
-        "- One process, methods one after the other, each after a warm-up of "
-        f"{len(warmup)} other spans. Peak RSS is the process's `VmHWM` "
-        + (
-            "reset (`/proc/self/clear_refs`) just before each method"
-            if exact
-            else "(could not be reset between methods: later rows are upper bounds)"
-        )
-        + "; *increase* is that peak minus the RSS when the method started.",
-        "",
-        "| method | spans/s | time | token positions run (incl. padding) | peak RSS "
-        "| increase | max abs diff vs ours | other processes' CPU share |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    width = {"baseline": limit, "dynamic": None, "ours": None}
+    rows = []
     for key, r in runs.items():
-        diff = f"{diffs[key]:.1e}" if key in diffs else "-"
-        lines.append(
-            f"| {labels[key]} | {r['rate']:.1f} | {r['seconds']:.1f} s | {tokens[key]:,} "
-            f"| {r['peak_rss']:.0f} MiB | {r['peak_rss'] - r['start_rss']:.0f} MiB | {diff} "
-            f"| {100 * r['cpu']['others_share']:.0f}% |"
+        tokens = padded_tokens(lengths, args.batch_size, width[key], sort=key == "ours")
+        rows.append(
+            [
+                METHODS[key],
+                round(args.spans / r["seconds"], 1),
+                round(r["seconds"], 1),
+                tokens,
+                round(r["peak_rss_mib"]),
+                round(r["work_peak_rss_mib"] - r["start_rss_mib"]),
+                f"{diffs[key]:.1e}" if key in diffs else "-",
+            ]
         )
-    lines += [
-        "",
-        f"- Speed-up, ours over the baseline: **{ratio:.1f}x** spans/s "
-        f"(target >= {SPEED_TARGET:.0f}x: **{'met' if ratio >= SPEED_TARGET else 'NOT met'}**).",
+    base, ours = runs["baseline"], runs["ours"]
+    rate = {k: args.spans / r["seconds"] for k, r in runs.items()}
+    ratio = rate["ours"] / rate["baseline"]
+    notes = [
+        "Peak RSS is the contender process's; increase = the peak while embedding over the RSS "
+        "before it."
     ]
-    if "dynamic" in runs:
-        lines.append(
-            f"- Over corpus-order batches padded to their own longest span (not the target's "
-            f"baseline): {ours['rate'] / runs['dynamic']['rate']:.2f}x: what sorting alone adds."
+    if "dynamic" in rate:
+        notes.append(
+            "Sorting alone (over corpus-order batches padded to their own longest span) adds "
+            f"{rate['ours'] / rate['dynamic']:.2f}x."
         )
-    worst = max(r["cpu"]["others_share"] for r in runs.values())
-    if worst > CONTAMINATED:
-        lines.append(
-            f"- **Warning**: other processes used up to {100 * worst:.0f}% of the CPUs during a "
-            "measured run (after retries); its time is inflated accordingly."
-        )
-    changed = changed_sources(digest)
-    if changed:
-        lines.append(
-            "- **Warning**: source files changed while the benchmark ran (later measurements "
-            f"may use the new code): {', '.join(changed)}."
-        )
-    lines.append(f"- Total benchmark wall time {(time.perf_counter() - started) / 60:.1f} min.")
-    text = "\n".join(lines)
-    print(text)
-    if not args.no_write:
-        write_section(SECTION, text)
+    session.save(
+        __doc__,
+        {
+            "spans": args.spans,
+            "tokens per span": f"{np.mean(lengths):.0f} mean, {min(lengths)}..{max(lengths)}",
+            "documents": docs,
+            "batch": args.batch_size,
+            "max length": limit,
+            "threads": args.threads,
+        },
+        [
+            figure(
+                f"{args.spans:,} spans",
+                "spans/s",
+                rate["baseline"],
+                rate["ours"],
+                peak_mib=(base["peak_rss_mib"], ours["peak_rss_mib"]),
+                others_share=(base["others_share"], ours["others_share"]),
+                higher_is_better=True,
+            )
+        ],
+        targets=[goal(f"speed-up >= {SPEED_TARGET:.0f}x", ratio >= SPEED_TARGET, f"{ratio:.1f}x")],
+        tables=[
+            table(
+                "Methods",
+                [
+                    "method",
+                    "spans/s",
+                    "time (s)",
+                    "token positions run (incl. padding)",
+                    "peak RSS (MiB)",
+                    "increase (MiB)",
+                    "max abs diff vs ours",
+                ],
+                rows,
+            )
+        ],
+        notes=notes,
+        write=not args.no_write,
+    )
 
 
 if __name__ == "__main__":

@@ -1,28 +1,15 @@
-"""Integrity benchmark: what checksums (sha256) and atomic writes (temporary file, fsync, rename)
-cost on the toolkit's real write paths, against plain writes and against the stage's own time.
+"""Integrity: checksums and atomic writes on the real write paths.
 
-Target: the overhead is at most 5% of the stage time.
-
-Write paths, one unit each, at the sizes a real run writes:
-
-* embedding cache shard: ``EmbeddingCache.ensure`` writing one 2,048-row shard of
-  all-MiniLM-L6-v2 embeddings (384 float32 per span, 3 MiB) and its manifest;
-* teacher store shard: ``ShardSet.write`` of one 1,024-example ``topk/`` shard (top-8 ids and
-  fp16 log-probs at ~14 masked positions per 128-token example, per-example loss) and manifest;
-* checkpoint: ``save_checkpoint`` of a BERT student (4 layers, hidden 256, 30,522-token
-  vocabulary, 11M parameters) with its AdamW state and RNG state (~135 MB).
-
-For each: *plain* writes the same bytes with the same library straight to the final name (no
-temporary, no fsync, no checksum, no manifest); *ours* is the toolkit's function; the parts are
-timed too: the writer inside ``write_atomic`` (temporary + fsync + rename) and ``sha256_file`` of
-the written file. The page cache is flushed (``os.sync``, untimed) before every write, so no
-write pays for another's dirty pages; each is repeated and the median kept.
-
-The stage time of one unit is measured on the real compute and scaled to the unit: ``embed`` of
-256 spans (x 8), ``masked_topk`` of a small BERT teacher (4 layers, hidden 256) on 256 examples
-(x 4), and the training loop's step time (from 2- and 6-step runs of ``lmalgebra.train.loop``)
-times 200 steps (the default ``checkpoint_every``). Overhead = (ours - plain) / (stage time +
-plain).
+What checksums (sha256) and atomic writes (temporary file, fsync, rename) cost per unit a run
+writes: an embedding-cache shard (2,048 x 384 float32 all-MiniLM-L6-v2 embeddings), a teacher-store
+shard (1,024 examples of 128 tokens, top-8) and a checkpoint (a 4 x 256 BERT student, 11.2M
+parameters, with AdamW and RNG state). Baseline: the same library writes the same bytes straight to
+the final name. Ours: ``EmbeddingCache.ensure``, ``ShardSet.write``, ``save_checkpoint``; the
+writer inside ``write_atomic`` and ``sha256_file`` are timed too. Write times are medians of
+interleaved repeats in one process (milliseconds: an interpreter per write would swamp them), after
+an untimed ``os.sync()``. The stage time of one unit is measured on the real compute: ``embed`` of
+256 spans (x 8), ``masked_topk`` on 256 examples (x 4), the loop's step time (from 2- and 6-step
+runs) x 200 steps. Target: overhead = (ours - plain) / (stage time + plain) <= 5%.
 
     python bench/bench_integrity.py [--repeats 5] [--no-write]
 """
@@ -49,14 +36,18 @@ import torch
 from safetensors.numpy import save_file as save_numpy
 from safetensors.torch import save_file, save_model
 
-from benchlib import (
+from harness import (
+    WORK,
     CpuWatch,
-    code_version,
-    machine,
+    Session,
+    fastest,
+    figure,
+    goal,
+    measure_work,
+    parse_args,
     peak_rss_mib,
-    utc_date,
+    table,
     wait_for_idle,
-    write_section,
 )
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.examples import example_id
@@ -77,12 +68,11 @@ from lmalgebra.train.checkpoint import FILES, _optimizer_tensors, save_checkpoin
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
 
-SECTION = "bench_integrity"
-MEASURED = ("src/lmalgebra/atomic.py", "src/lmalgebra/fingerprint.py")
+NAME = "bench_integrity"
+MEASURED = ("src/lmalgebra/storage", "src/lmalgebra/core/fingerprint.py")
 TARGET = 0.05
 CACHE_ROWS, STORE_ROWS, CHECKPOINT_EVERY = 2048, 1024, 200
 SAMPLE = 256
-WORK = Path(__file__).resolve().parent / "_work"
 
 
 def timed_write(write: Callable[[Path], object], target: Path) -> float:
@@ -109,7 +99,7 @@ def measure_path(
     variants: dict[str, Callable[[Path], object]] = {"plain": plain, "ours": ours, "atomic": atomic}
     for key, write in variants.items():
         timed_write(write, work / f"warm-{key}")
-    wait_for_idle(timeout=60)
+    wait_for_idle()
     watch = CpuWatch()
     times: dict[str, list[float]] = {key: [] for key in variants}
     keys = list(variants)
@@ -135,21 +125,10 @@ def measure_path(
     return result
 
 
-def quiet_seconds(run: Callable[[], object], retries: int = 1) -> tuple[float, float]:
-    """Fastest time of ``run()`` on an idle machine (again when other processes took > 5% of the
-    CPUs, up to ``retries`` times) and the other processes' CPU share during it."""
-    best = (float("inf"), 1.0)
-    for _ in range(1 + retries):
-        wait_for_idle(timeout=45)
-        watch = CpuWatch()
-        clock = time.perf_counter()
-        run()
-        seconds = time.perf_counter() - clock
-        share = watch.stop()["others_share"]
-        best = min(best, (seconds, share))
-        if share <= 0.05:
-            break
-    return best
+def quiet_seconds(run: Callable[[], object], attempts: int) -> tuple[float, float]:
+    """Fastest time of ``run()`` on an idle machine, and other processes' CPU share during it."""
+    best = fastest(lambda: measure_work(lambda: {"done": run() is None}), attempts)
+    return best["seconds"], best["others_share"]
 
 
 def cache_path(vectors: np.ndarray, repeats: int, work: Path) -> dict[str, Any]:
@@ -232,7 +211,9 @@ def stage_times(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     spec = EmbedSpec(batch_size=32)
     embed(spans[:32], encoder, tokenizer, spec)  # warm-up
     vectors, _ = embed(spans, encoder, tokenizer, spec)
-    seconds, shares["embed"] = quiet_seconds(lambda: embed(spans, encoder, tokenizer, spec))
+    seconds, shares["embed"] = quiet_seconds(
+        lambda: embed(spans, encoder, tokenizer, spec), args.attempts
+    )
     embed_s = seconds * CACHE_ROWS / SAMPLE
     shard_vectors = np.tile(vectors, (CACHE_ROWS // SAMPLE, 1)).astype(np.float32)
 
@@ -243,7 +224,7 @@ def stage_times(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     masked_topk(teacher, copies[:32], 8, tokenizer.pad_token_id, 32)  # warm-up
     outputs = masked_topk(teacher, copies, 8, tokenizer.pad_token_id, 32)
     seconds, shares["teach"] = quiet_seconds(
-        lambda: masked_topk(teacher, copies, 8, tokenizer.pad_token_id, 32)
+        lambda: masked_topk(teacher, copies, 8, tokenizer.pad_token_id, 32), args.attempts
     )
     teach_s = seconds * STORE_ROWS / SAMPLE
     dtype = np.uint16
@@ -277,8 +258,8 @@ def stage_times(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         train(model, source, spec, work / f"train-{steps}", progress=False)
         shutil.rmtree(work / f"train-{steps}")
 
-    short, _ = quiet_seconds(lambda: training(2))
-    long, shares["train"] = quiet_seconds(lambda: training(6))
+    short, _ = quiet_seconds(lambda: training(2), args.attempts)
+    long, shares["train"] = quiet_seconds(lambda: training(6), args.attempts)
     step_s = (long - short) / 4
     optimizer = torch.optim.AdamW(student.parameters(), lr=1e-4)
     for param in student.parameters():
@@ -309,11 +290,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    args = parser.parse_args()
+    args = parse_args(parser, attempts=2)
     torch.set_num_threads(args.threads)
-    started = time.perf_counter()
-    WORK.mkdir(exist_ok=True)
+    session = Session(NAME, MEASURED)
+    WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="integrity-", dir=WORK))
     try:
         stage = stage_times(args, work)
@@ -335,76 +315,80 @@ def main() -> None:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    text = report(stage, paths, started)
-    print(text)
-    if not args.no_write:
-        write_section(SECTION, text)
+    save(stage, paths, args, session)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.1f} ms"
-
-
-def report(
-    stage: dict[str, Any], paths: dict[str, tuple[dict[str, Any], float]], started: float
-) -> str:
-    rows = []
-    worst = 0.0
+def save(
+    stage: dict[str, Any],
+    paths: dict[str, tuple[dict[str, Any], float]],
+    args: argparse.Namespace,
+    session: Session,
+) -> None:
+    figures, rows, worst = [], [], 0.0
     for name, (r, compute) in paths.items():
         overhead = r["ours"] - r["plain"]
         share = overhead / (compute + r["plain"])
         worst = max(worst, share)
-        rows.append(
-            f"| {name} | {r['bytes'] / 2**20:,.1f} MiB | {_ms(r['plain'])} | {_ms(r['ours'])} | "
-            f"{_ms(r['atomic'])} | {_ms(r['sha256'])} | {_ms(overhead)} "
-            f"({overhead / r['plain']:+.0%}) | {compute:,.1f} s | **{share:.2%}** | "
-            f"{100 * r['others_share']:.0f}% |"
+        figures.append(
+            figure(
+                f"{name}, {r['bytes'] / 2**20:,.1f} MiB",
+                "ms",
+                1e3 * r["plain"],
+                1e3 * r["ours"],
+                others_share=(r["others_share"], r["others_share"]),
+                cost=True,
+            )
         )
-    verdict = "met" if worst <= TARGET else "NOT met"
-    return "\n".join(
-        [
-            "## Integrity: checksums and atomic writes on the real write paths",
-            "",
-            f"- Date: {utc_date()}",
-            f"- Machine: {machine()}",
-            f"- Code: {code_version(MEASURED)}",
-            f"- Units: embedding cache shard = {CACHE_ROWS} spans x 384 float32 "
-            "(all-MiniLM-L6-v2, packaged `wiki-en` leads of 1..120 words); teacher store shard = "
-            f"{STORE_ROWS} examples of 128 tokens, {stage['masked_per_example']:.1f} masked "
-            "tokens each, top-8 (small random BERT teacher, 4 x 256, MiniLM vocabulary); "
-            f"checkpoint = BERT student 4 x 256, {stage['params'] / 1e6:.1f}M parameters, "
-            "30,522-token vocabulary, with AdamW state and RNG state.",
-            "- Plain: the same library writes the same bytes straight to the final name. Ours: "
-            "`EmbeddingCache.ensure` (atomic shard write with fsync, sha256 re-read, manifest "
-            "written atomically twice), `ShardSet.write` (atomic shard write with fsync, sha256, "
-            "manifest), `save_checkpoint` (files in a temporary directory, sha256 of each, "
-            "state.json with fsync, rename). *Atomic only*: the writer inside a temporary name "
-            "with fsync and rename (for the checkpoint: fsync of each file and a rename). "
-            "`os.sync()` before every write (untimed); median of repeats.",
-            "- Stage time of one unit: `embed` of 256 spans x 8; `masked_topk` on 256 examples "
-            f"x 4; the loop's step time ({stage['step_s']:.2f} s at batch 32 x 128, from 2- and "
-            f"6-step runs) x {CHECKPOINT_EVERY} steps (default `checkpoint_every`). Share = "
-            "(ours - plain) / (stage time + plain). Each timed on an idle machine when one "
-            "could be had (fastest of up to 2 tries); other processes took "
-            + ", ".join(f"{100 * v:.0f}% ({k})" for k, v in stage["shares"].items())
-            + " of the CPUs during them.",
-            "",
-            "| write path | size | plain | ours | atomic only | sha256 (re-read) | overhead "
-            "(vs plain) | stage time per unit | overhead share of stage | other processes' CPU |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-            *rows,
-            "",
-            f"- Largest overhead share: **{worst:.2%}** (target <= 5%: **{verdict}**).",
-            "- Against the plain write alone the extra cost is large (the sha256 re-read, the "
-            "fsync of the shard and of the manifest written after each shard), but a unit's "
-            "compute is 3-4 orders of magnitude longer than its write. Hashing while writing "
-            "instead of re-reading would save the sha256 column; most of the rest is fsync.",
-            "- `save_checkpoint` does not fsync its tensor files (its *atomic only* column shows "
-            "what that would add): after a power cut a torn file fails its sha256 and the "
-            "previous checkpoint is used.",
-            f"- Peak RSS of the benchmark process: {peak_rss_mib():.0f} MiB.",
-            f"- Total benchmark wall time {(time.perf_counter() - started) / 60:.1f} min.",
-        ]
+        rows.append(
+            [
+                name,
+                round(1e3 * r["atomic"], 1),
+                round(1e3 * r["sha256"], 1),
+                round(1e3 * overhead, 1),
+                round(compute, 1),
+                f"{share:.2%}",
+            ]
+        )
+    session.save(
+        __doc__,
+        {
+            "cache shard": f"{CACHE_ROWS:,} x 384 float32",
+            "store shard": f"{STORE_ROWS:,} examples of 128 tokens",
+            "masked per example": round(stage["masked_per_example"], 1),
+            "checkpoint parameters": f"{stage['params'] / 1e6:.1f}M",
+            "repeats": args.repeats,
+        },
+        figures,
+        targets=[
+            goal(
+                f"overhead <= {TARGET:.0%} of the stage time",
+                worst <= TARGET,
+                f"largest {worst:.2%}",
+            )
+        ],
+        tables=[
+            table(
+                "Overhead against the stage",
+                [
+                    "write path",
+                    "atomic only (ms)",
+                    "sha256 re-read (ms)",
+                    "overhead (ms)",
+                    "stage time per unit (s)",
+                    "overhead share of stage",
+                ],
+                rows,
+            )
+        ],
+        notes=[
+            f"Stage step time {stage['step_s']:.2f} s at batch 32 x 128; other processes took "
+            + ", ".join(f"{v:.0%} ({k})" for k, v in stage["shares"].items())
+            + " of the CPUs while the stages were timed.",
+            "`save_checkpoint` does not fsync its tensor files (the atomic-only column shows what "
+            "that would add): a torn file fails its sha256 and the previous checkpoint is used.",
+            f"Peak RSS of the benchmark process: {peak_rss_mib():,.0f} MiB.",
+        ],
+        write=not args.no_write,
     )
 
 

@@ -1,22 +1,15 @@
-"""Scaling from one to two processes: embedding + statistics, and teacher inference.
+"""Scaling: one vs two processes (`torchrun`, gloo, CPU).
 
-Both workloads run under ``torchrun --standalone --nproc-per-node P`` (P = 1, then 2), launched by
-this script, which then runs itself as the worker (``--worker``). Every process gets
-``cores / P`` torch threads (``OMP_NUM_THREADS`` and ``torch.set_num_threads``), so both runs use
-all cores: on a machine with few cores the gain from more processes is small, since one process
-already keeps every core busy with its own threads.
+Two workloads under ``torchrun --standalone`` with 1 process x all cores' torch threads (baseline)
+and 2 processes x half as many each (ours), each run from an empty cache or store. Embedding +
+statistics (``lmalgebra decompose``'s heavy stage): the packaged MiniLM embeds 3,072 spans of 64
+tokens of ``wiki-en`` into ``EmbeddingCache`` shards of 768 rows (each rank its own shards), then
+``SecondMoments`` per rank and ``reduce_moments``. Teacher inference (``lmalgebra merge teach``):
+``stages.teach`` on 1,024 prepared ``wiki-en`` examples with a random small BERT (4 x 256, 30,522
+tokens), top-8. Timed on rank 0 between barriers; the whole launch is also timed. On a machine with
+few cores one process already keeps every core busy, so the gain is small.
 
-* Embedding + statistics (``lmalgebra decompose``'s heavy stage): the packaged MiniLM
-  (all-MiniLM-L6-v2) embeds spans of 64 tokens of packaged ``wiki-en`` into an ``EmbeddingCache``
-  (each rank computes its own shards), then each rank accumulates ``SecondMoments`` over its
-  shards and ``reduce_moments`` sums them. Timed on rank 0 from a barrier after the model is
-  loaded and warmed up to a barrier after the reduction.
-* Teacher inference (``lmalgebra merge teach``): ``stages.teach`` over a prepared store
-  (prepared once, untimed, copied for each run) with a random small BERT (4 layers, hidden 256,
-  MiniLM's 30,522-token vocabulary) as the teacher. Timed on rank 0 between barriers around
-  ``teach`` (model loading included).
-
-    flock /tmp/lmalgebra-bench.lock .venv/bin/python bench/bench_scaling.py [--spans 4096]
+    python bench/bench_scaling.py [--spans 3072] [--examples 1024] [--no-write]
 """
 
 from __future__ import annotations
@@ -24,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,20 +27,11 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from benchlib import (
-    _busy_seconds,
-    code_version,
-    machine,
-    peak_rss_mib,
-    utc_date,
-    wait_for_idle,
-    write_section,
-)
+from harness import Session, cores, fastest, figure, parse_args, peak_rss_mib, run_command, table
 
-SECTION = "bench_scaling"
-MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/merge", "src/lmalgebra/distributed.py")
-CONTAMINATED = 0.05  # share of all CPUs used by other processes above which a run is repeated
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+NAME = "bench_scaling"
+MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/distill", "src/lmalgebra/distributed")
+CORES = cores()
 
 
 # -- workers (one per rank, under torchrun) -----------------------------------------------------
@@ -195,30 +177,17 @@ def setup_teach(work: Path, examples: int, shard_rows: int) -> dict[str, Any]:
 
 
 # -- launching ----------------------------------------------------------------------------------
-def launch(kind: str, work: Path, procs: int, idle_timeout: float) -> dict[str, Any]:
-    """Run the workers under torchrun from scratch (no cached output); rank results plus the
-    launch's wall time and the share of the CPUs other processes took meanwhile."""
+def launch(kind: str, work: Path, procs: int) -> dict[str, Any]:
+    """Run the workers under torchrun from scratch (no cached output): the launch measured by the
+    harness, with rank 0's timed seconds as ``seconds`` and every rank's result."""
     shutil.rmtree(work / f"cache-{procs}", ignore_errors=True)
     shutil.rmtree(work / f"run-{procs}" / "topk", ignore_errors=True)
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, CORES // procs))}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", str(procs), __file__, "--worker", kind, "--work", str(work)]
-    wait_for_idle(timeout=idle_timeout)
-    busy, children = _busy_seconds(), _children_cpu()
-    clock = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - clock
-    if done.returncode != 0:
-        raise SystemExit(f"{kind} on {procs} processes failed:\n{done.stderr[-3000:]}")
-    own = _children_cpu() - children
-    others = max(0.0, _busy_seconds() - busy - own) / (wall * (os.cpu_count() or 1))
+    result = run_command(command, env)
     ranks = [json.loads((work / f"{kind}-{procs}-rank{r}.json").read_text()) for r in range(procs)]
-    return {"ranks": ranks, "launch_wall": wall, "others_share": others}
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    return {**result, "launch_s": result["seconds"], "seconds": ranks[0]["seconds"], "ranks": ranks}
 
 
 def compare_stats(work: Path) -> float:
@@ -241,68 +210,70 @@ def same_store(work: Path) -> bool:
     )
 
 
-# -- report -------------------------------------------------------------------------------------
-def _row(label: str, unit: str, amount: float, runs: dict[int, dict[str, Any]]) -> str:
-    one, two = (runs[p]["ranks"][0]["seconds"] for p in (1, 2))
-    peaks = {p: [r["peak_rss_mib"] for r in runs[p]["ranks"]] for p in (1, 2)}
-    return (
-        f"| {label} | {amount / one:,.1f} {unit} ({one:.1f} s) | {amount / two:,.1f} {unit} "
-        f"({two:.1f} s) | **{one / two:.2f}x** | {runs[1]['launch_wall']:.1f} s / "
-        f"{runs[2]['launch_wall']:.1f} s | {peaks[1][0]:.0f} MiB | "
-        f"{max(peaks[2]):.0f} MiB per rank, {sum(peaks[2]):.0f} MiB total | "
-        f"{runs[1]['others_share']:.0%} / {runs[2]['others_share']:.0%} |"
-    )
-
-
-def report(sizes: dict[str, Any], runs: dict[str, dict[int, Any]], checks: dict[str, Any]) -> str:
+# -- the result ---------------------------------------------------------------------------------
+def save(
+    sizes: dict[str, Any], runs: dict[str, Any], checks: dict[str, Any], args: Any, session: Session
+) -> None:
+    figures, rows = [], []
+    for kind, label, unit, amount in (
+        ("embed", "embedding + statistics", "spans/s", sizes["embed"]["spans"]),
+        ("teach", "teacher inference", "tokens/s", sizes["teach"]["tokens"]),
+    ):
+        one, two = runs[kind][1], runs[kind][2]
+        peaks = [r["peak_rss_mib"] for r in two["ranks"]]
+        figures.append(
+            figure(
+                label,
+                unit,
+                amount / one["seconds"],
+                amount / two["seconds"],
+                peak_mib=(one["ranks"][0]["peak_rss_mib"], sum(peaks)),
+                others_share=(one["others_share"], two["others_share"]),
+                higher_is_better=True,
+            )
+        )
+        rows.append(
+            [
+                label,
+                round(one["seconds"], 1),
+                round(two["seconds"], 1),
+                f"{one['launch_s']:.1f} / {two['launch_s']:.1f}",
+                round(max(peaks)),
+            ]
+        )
     embed, teach = sizes["embed"], sizes["teach"]
-    lines = [
-        "## Scaling from one to two processes (`torchrun`, gloo, CPU)",
-        "",
-        f"- Date: {utc_date()}",
-        f"- Machine: {machine()}",
-        f"- Code: {code_version(MEASURED)}",
-        f"- Baseline: 1 process x {CORES} torch threads. Ours: 2 processes x "
-        f"{max(1, CORES // 2)} thread(s) each (threads = cores / processes, so both use every "
-        "core). With 2 cores, one process already keeps both cores busy: the gain from a second "
-        "process is what one-thread-per-process execution saves (less threading overhead, "
-        "two batches in flight), not more hardware.",
-        f"- Embedding + statistics: packaged MiniLM (all-MiniLM-L6-v2, float32, batch 32) on "
-        f"{embed['spans']:,} spans of 64 tokens from packaged `wiki-en` "
-        f"({embed['docs']:,} documents), `EmbeddingCache` shards of {embed['shard_rows']:,} rows "
-        "(rank r computes shards i with i % 2 == r), then `SecondMoments` per rank and "
-        "`reduce_moments`. Timed on rank 0 between barriers, after model loading and a warm-up.",
-        f"- Teacher inference: `stages.teach` on {teach['examples']:,} `wiki-en` examples "
-        f"({teach['tokens']:,} tokens, {teach['masked_tokens']:,} masked) in {teach['shards']} "
-        f"shards of {teach['shard_rows']} examples; teacher: random small BERT (4 layers, hidden "
-        "256, 30,522-token vocabulary), top-k 8. Timed on rank 0 between barriers around "
-        "`teach` (model loading included).",
-        "- Launch wall: the whole `torchrun` command, interpreter start-up and imports included.",
-        "- Each run starts from an empty cache / store after waiting for an idle machine; a run "
-        f"during which other processes took more than {CONTAMINATED:.0%} of the CPUs is repeated "
-        "(once by default), keeping the faster.",
-        "",
-        "| workload | 1 process | 2 processes | speed-up | launch wall 1 / 2 | peak RSS, 1 process "
-        "| peak RSS, 2 processes | other processes' CPU share 1 / 2 |",
-        "|---|---|---|---|---|---|---|---|",
-        _row("embedding + statistics", "spans/s", embed["spans"], runs["embed"]),
-        _row("teacher inference", "tokens/s", teach["tokens"], runs["teach"]),
-        "",
-        f"- Agreement: covariance of the 2-process statistics vs 1 process, max relative "
-        f"difference {checks['stats']:.1e}; teacher store of 2 processes byte-identical to 1 "
-        f"process: {'yes' if checks['store'] else 'NO'}.",
-        f"- Total benchmark wall time {checks['total'] / 60:.1f} min.",
-    ]
-    for kind, label in (("embed", "embedding + statistics"), ("teach", "teacher inference")):
-        for procs in (1, 2):
-            share = runs[kind][procs]["others_share"]
-            if share > CONTAMINATED:
-                lines.append(
-                    f"- **Warning**: other processes took {share:.0%} of the CPUs during the "
-                    f"{procs}-process {label} run, even after a repeat: its speed-up is "
-                    f"{'overstated' if procs == 1 else 'understated'}."
-                )
-    return "\n".join(lines)
+    session.save(
+        __doc__,
+        {
+            "cores": CORES,
+            "spans": embed["spans"],
+            "embedding shard rows": embed["shard_rows"],
+            "teacher examples": teach["examples"],
+            "teacher tokens": teach["tokens"],
+            "teacher shards": teach["shards"],
+        },
+        figures,
+        tables=[
+            table(
+                "Runs",
+                [
+                    "workload",
+                    "1 process (s)",
+                    "2 processes (s)",
+                    "launch wall 1 / 2 (s)",
+                    "peak RSS per rank, 2 processes (MiB)",
+                ],
+                rows,
+            )
+        ],
+        notes=[
+            "Peak RSS of 2 processes is the sum over the ranks.",
+            "Agreement: covariance of 2-process vs 1-process statistics, max relative difference "
+            f"{checks['stats']:.1e}; teacher store of 2 processes byte-identical to 1 process: "
+            f"{'yes' if checks['store'] else 'no'}.",
+        ],
+        write=not args.no_write,
+    )
 
 
 def main() -> None:
@@ -311,18 +282,13 @@ def main() -> None:
     parser.add_argument("--embed-shard-rows", type=int, default=768)
     parser.add_argument("--examples", type=int, default=1024, help="teacher-inference examples")
     parser.add_argument("--teach-shard-rows", type=int, default=256)
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    parser.add_argument("--idle-timeout", type=float, default=60.0, help="seconds per wait")
-    parser.add_argument(
-        "--retries", type=int, default=1, help="extra attempts when other processes interfere"
-    )
     parser.add_argument("--worker", choices=["embed", "teach"], help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, attempts=2)
     if args.worker:
         worker(args.worker, args.work)
         return
-    started = time.perf_counter()
+    session = Session(NAME, MEASURED)
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as tmp:
         work = Path(tmp)
         sizes = {
@@ -332,25 +298,13 @@ def main() -> None:
         runs: dict[str, dict[int, Any]] = {"embed": {}, "teach": {}}
         for kind in ("embed", "teach"):
             for procs in (1, 2):
-                best = launch(kind, work, procs, args.idle_timeout)
-                for _ in range(args.retries):
-                    if best["others_share"] <= CONTAMINATED:
-                        break
-                    again = launch(kind, work, procs, args.idle_timeout)
-                    if again["ranks"][0]["seconds"] < best["ranks"][0]["seconds"]:
-                        best = again
-                runs[kind][procs] = best
-                seconds = best["ranks"][0]["seconds"]
-                print(f"{kind}: {procs} process(es) {seconds:.1f} s", flush=True)
-        checks = {
-            "stats": compare_stats(work),
-            "store": same_store(work),
-            "total": time.perf_counter() - started,
-        }
-    body = report(sizes, runs, checks)
-    print(body)
-    if not args.no_write:
-        write_section(SECTION, body)
+                runs[kind][procs] = fastest(
+                    lambda k=kind, p=procs: launch(k, work, p),
+                    args.attempts,
+                    label=f"{kind}, {procs} process(es)",
+                )
+        checks = {"stats": compare_stats(work), "store": same_store(work)}
+    save(sizes, runs, checks, args, session)
 
 
 if __name__ == "__main__":

@@ -1,38 +1,24 @@
-"""Solver benchmark: every pairwise and leave-one-out fit of M models, from cached embeddings.
+"""Solver: all pairwise and leave-one-out fits from cached embeddings.
 
-Target: >= 20x faster end to end than recomputing covariances from raw embeddings for each fit
-(the approach of the LMD paper's code), with peak memory independent of the number of spans and
-<= 1/5 of the baseline's.
+All M leave-one-out and M(M-1) pairwise fits of M synthetic models (default 12 x hidden 384,
+D = 4,608), R^2 on train/validation/test, from embeddings first written as checksummed safetensors
+shards by ``EmbeddingCache``. Baseline (after the LMD paper's code, centred with a bias so that both
+compute the same R^2): every embedding in memory as float32 tensors, per fit the covariances
+recomputed from the rows, ``torch.linalg.solve``, predictions of every row. Ours: shards streamed
+into float64 ``SecondMoments`` per split, then ``Decomposer.pairwise`` and ``leave_one_out``, as
+``run_decomposition`` does. Same absolute ridge alpha; R^2 must agree to 1e-4. Targets: >= 20x
+faster, peak memory independent of the spans and <= 1/5 of the baseline's (adjusted: minus an
+interpreter that only imports the same libraries).
 
-Synthetic embeddings with realistic structure (a shared latent, per-family latents, a private
-latent and isotropic noise per model, large per-coordinate offsets including a few outlier
-coordinates) are first written with ``lmalgebra``'s own embedding cache (checksummed safetensors
-shards of 2048 rows), exactly as a decomposition run leaves them. Then, for each size, three
-fresh interpreters run one after the other:
-
-* ``imports``: imports the same libraries and stops (the memory floor),
-* ``baseline``: loads every model's embeddings of every split into memory (float32 torch tensors,
-  one per model and split, as the authors' code holds them) and, for each of the M leave-one-out
-  group fits and the M(M-1) ordered pairs, concatenates the basis, recomputes means and
-  covariances, solves the ridge normal equations and scores train/validation/test by predicting
-  every row (pooled R^2 = 1 - SSE/SST, SST around each split's own mean),
-* ``ours``: streams the shards into ``SecondMoments`` per split (``measure.accumulate``) and runs
-  ``Decomposer.pairwise`` and ``Decomposer.leave_one_out``, as ``run_decomposition`` does.
-
-Both use the same absolute ridge alpha; R^2 must agree to 1e-4 or the script exits with an error.
-
-    python bench/bench_solver.py [--sizes 8000,32000] [--models 12] [--dim 384]
+    python bench/bench_solver.py [--sizes 8000,32000] [--models 12] [--dim 384] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -41,18 +27,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchlib import (
-    CpuWatch,
-    changed_sources,
-    code_version,
-    machine,
+from harness import (
+    Session,
+    fastest,
+    figure,
+    goal,
+    parse_args,
     peak_rss_mib,
-    reset_peak_rss,
-    rss_mib,
-    source_digest,
-    utc_date,
-    wait_for_idle,
-    write_section,
+    run_contender,
+    table,
 )
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embed import TokenReport
@@ -61,11 +44,11 @@ from lmalgebra.lmd.measure import Source, accumulate
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes
 
-SECTION = "bench_solver"
+NAME = "bench_solver"
+MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/stats")
 TOLERANCE = 1e-4
 SPEED_TARGET = 20.0
 MEMORY_TARGET = 1 / 5
-CONTAMINATED = 0.05  # share of all CPUs used by other processes above which a run is repeated
 BENCH_DIR = Path(__file__).resolve().parent
 
 
@@ -78,7 +61,7 @@ def open_caches(
         caches[name] = {}
         for split, n in split_sizes(n_train).items():
             key = {
-                "bench": SECTION,
+                "bench": NAME,
                 "model": name,
                 "split": split,
                 "n_train": n_train,
@@ -109,7 +92,7 @@ def write_embeddings(workdir: Path, synth: Synthetic, n_train: int) -> float:
     return size / 2**20
 
 
-# -- the two contenders (run in child processes) ----------------------------------------------
+# -- the two contenders (each in a fresh interpreter) ---------------------------------------
 def run_ours(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dict[str, Any]:
     """Stream shards into second moments, then every fit in closed form (as the pipeline does)."""
     phases: dict[str, list[float]] = {}  # name -> [seconds, peak RSS so far (MiB)]
@@ -217,83 +200,21 @@ def run_baseline(workdir: Path, synth: Synthetic, n_train: int, alpha: float) ->
     return {"phases": phases, "pairwise": pairwise, "group": group}
 
 
-def child(args: argparse.Namespace) -> None:
-    """One measured run in this (fresh) interpreter; writes a JSON result."""
-    synth = Synthetic(args.models, args.dim, args.seed)
-    # Untimed: make sure the cache is complete for the code imported here (a no-op that checks
-    # every shard's checksum, which also leaves every shard in the page cache), then start the
-    # peak-RSS mark afresh.
-    write_embeddings(args.workdir, synth, args.size)
-    reset_peak_rss()
-    rss_start = rss_mib()
-    watch = CpuWatch()
-    clock = time.perf_counter()
-    if args.which == "imports":
-        result: dict[str, Any] = {}
-    elif args.which == "ours":
-        result = run_ours(args.workdir, synth, args.size, args.alpha)
-    else:
-        result = run_baseline(args.workdir, synth, args.size, args.alpha)
-    result["seconds"] = time.perf_counter() - clock
-    result["cpu"] = watch.stop()
-    result["rss_start_mib"] = rss_start
-    result["peak_rss_mib"] = peak_rss_mib()
-    args.result.write_text(json.dumps(result))
-
-
-# -- the driver -------------------------------------------------------------------------------
-def measure(which: str, n_train: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Run one contender in a fresh interpreter on an idle machine; retry when other processes
-    took a noticeable share of the CPUs meanwhile, keeping the fastest attempt."""
-    best: dict[str, Any] | None = None
-    for attempt in range(1 + args.retries):
-        wait_for_idle()
-        result = _measure_once(which, n_train, args)
-        result["attempts"] = attempt + 1
-        if best is None or result["seconds"] < best["seconds"]:
-            best = result
-        cpu = result["cpu"]
-        if which == "imports" or cpu["others_share"] <= CONTAMINATED or cpu["others_cpu_s"] < 1:
-            break
-        print(
-            f"  other processes took {100 * result['cpu']['others_share']:.0f}% of the CPUs; "
-            "measuring again",
-            flush=True,
-        )
-    assert best is not None
-    return best
-
-
-def _measure_once(which: str, n_train: int, args: argparse.Namespace) -> dict[str, Any]:
-    out = args.workdir / f"result-{which}-{n_train}.json"
-    out.unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--which",
-        which,
-        "--size",
-        str(n_train),
-        "--models",
-        str(args.models),
-        "--dim",
-        str(args.dim),
-        "--alpha",
-        repr(args.alpha),
-        "--seed",
-        str(args.seed),
-        "--workdir",
-        str(args.workdir),
-        "--result",
-        str(out),
-    ]
-    subprocess.run(command, check=True)
-    result: dict[str, Any] = json.loads(out.read_text())
-    return result
+def contender(
+    which: str, workdir: str, models: int, dim: int, seed: int, n_train: int, alpha: float
+) -> Any:
+    """Untimed: check the cache (every shard's checksum; leaves the shards in the page cache).
+    The work: ``imports`` (nothing: the memory floor), ``baseline`` or ``ours``."""
+    synth = Synthetic(models, dim, seed)
+    write_embeddings(Path(workdir), synth, n_train)
+    if which == "imports":
+        return dict
+    run = run_ours if which == "ours" else run_baseline
+    return lambda: run(Path(workdir), synth, n_train, alpha)
 
 
 def agreement(ours: dict[str, Any], base: dict[str, Any]) -> tuple[float, float, float]:
-    """Max |difference| of pairwise R^2, of group R^2 (all splits), and the R^2 range seen."""
+    """Max |difference| of pairwise R^2, of group R^2 (all splits), and the lowest R^2 seen."""
     p_ours = np.array([ours["pairwise"][s] for s in SPLITS], dtype=float)
     p_base = np.array([base["pairwise"][s] for s in SPLITS], dtype=float)
     if not np.array_equal(np.isnan(p_ours), np.isnan(p_base)):
@@ -307,203 +228,137 @@ def agreement(ours: dict[str, Any], base: dict[str, Any]) -> tuple[float, float,
     )
 
 
-def report(
-    rows: list[dict[str, Any]],
-    args: argparse.Namespace,
-    seconds: float,
-    version_start: str,
-    digest_start: dict[str, str],
-) -> str:
-    d_total = args.models * args.dim
-    fits = args.models + args.models * (args.models - 1)
-    lines = [
-        "## Solver: all pairwise and leave-one-out fits from cached embeddings",
-        "",
-        f"- Date: {utc_date()}",
-        f"- Machine: {machine()}",
-        f"- Code: {version_start}",
-        f"- Workload: {args.models} models x hidden size {args.dim} (D = {d_total}), {fits} fits "
-        f"({args.models} leave-one-out + {args.models * (args.models - 1)} ordered pairs), "
-        f"R^2 on train/validation/test; ridge alpha = {args.alpha:g} (absolute) in both.",
-        "- Data: synthetic float32 embeddings (shared + family + private latents, noise, large "
-        "offsets with outlier coordinates), written first with `EmbeddingCache` (checksummed "
-        "safetensors shards of 2048 rows); validation and test are 10% of train each. Both "
-        "contenders read the same shards through `EmbeddingCache.chunks` (page cache warm).",
-        "- Baseline (in this script, after the LMD paper's code): every embedding in memory as "
-        "float32 torch tensors; per fit `torch.cat` of the basis, means, centred covariances "
-        "recomputed from the rows, `torch.linalg.solve`, then predictions of every row of every "
-        "split for SSE and SST. Unlike the paper's code it centres and fits a bias, so that it "
-        "computes the same quantity as ours.",
-        "- Ours: `measure.accumulate` (shards -> `SecondMoments` per split, float64), "
-        "`SplitMoments.of(..., in_place=True)`, `Decomposer.pairwise()` and "
-        "`Decomposer.leave_one_out()`, as `run_decomposition` does.",
-        "- Each contender runs in a fresh interpreter, on an idle machine (the script waits for "
-        "one and measures again, keeping the fastest attempt, when other processes took more "
-        f"than {100 * CONTAMINATED:.0f}% of the CPUs during a run); time is wall-clock from "
-        "after the imports and an untimed check of the cache to the last R^2. Peak memory is "
-        "the process's peak RSS (`VmHWM`, reset after that check): *raw*, and *adjusted* = raw "
-        "minus the same figure for an interpreter that only imports the same libraries.",
-        "",
-        "| train / val / test spans | cache on disk | baseline wall (CPU) | ours wall (CPU) "
-        "| speed-up wall (CPU) | baseline peak RSS raw (adj.) | ours peak RSS raw (adj.) "
-        "| memory ours/baseline raw (adj.) | max abs diff R^2 pairwise / group |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        sizes = split_sizes(r["n"])
-        floor = r["imports"]["peak_rss_mib"]
-        b, o = r["baseline"], r["ours"]
-        b_adj, o_adj = b["peak_rss_mib"] - floor, o["peak_rss_mib"] - floor
-        lines.append(
-            f"| {sizes['train']} / {sizes['validation']} / {sizes['test']} "
-            f"| {r['disk_mib']:.0f} MiB "
-            f"| {b['seconds']:.1f} s ({b['cpu']['own_cpu_s']:.0f} CPU-s) "
-            f"| {o['seconds']:.1f} s ({o['cpu']['own_cpu_s']:.0f} CPU-s) "
-            f"| **{b['seconds'] / o['seconds']:.1f}x** "
-            f"({b['cpu']['own_cpu_s'] / o['cpu']['own_cpu_s']:.1f}x) "
-            f"| {b['peak_rss_mib']:.0f} MiB ({b_adj:.0f}) "
-            f"| {o['peak_rss_mib']:.0f} MiB ({o_adj:.0f}) "
-            f"| {o['peak_rss_mib'] / b['peak_rss_mib']:.2f} ({o_adj / b_adj:.2f}) "
-            f"| {r['diff_pairwise']:.1e} / {r['diff_group']:.1e} |"
-        )
-    lines += ["", "Phases: seconds (peak RSS of the process so far):", ""]
+def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    clock = time.perf_counter()
+    synth = Synthetic(args.models, args.dim, args.seed)
+    row: dict[str, Any] = {"n": n, "disk_mib": write_embeddings(args.workdir, synth, n)}
+    print(f"[n_train={n}] cache: {row['disk_mib']:.0f} MiB in {time.perf_counter() - clock:.0f} s")
+    kwargs = {"workdir": str(args.workdir), "models": args.models, "dim": args.dim}
+    kwargs |= {"seed": args.seed, "n_train": n, "alpha": args.alpha}
+    for which in ("imports", "baseline", "ours"):
+        call = lambda w=which: run_contender("bench_solver:contender", {"which": w, **kwargs})  # noqa: E731
+        attempts = 1 if which == "imports" else args.attempts
+        row[which] = fastest(call, attempts, label=f"n_train={n} {which}")
+    diffs = agreement(row["ours"]["output"], row["baseline"]["output"])
+    row["diff_pairwise"], row["diff_group"], row["r2_min"] = diffs
+    if max(diffs[:2]) > TOLERANCE:
+        raise SystemExit(f"FAILED: ours and the baseline disagree on R^2 by {max(diffs[:2]):.2e}")
+    return row
+
+
+def phases_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    names = ["load all embeddings", "stream shards into moments", "covariances"]
+    names += ["pairwise fits", "leave-one-out fits"]
+    out = []
     for r in rows:
         for who in ("baseline", "ours"):
-            parts = ", ".join(
-                f"{k} {sec:.1f} s ({peak:.0f} MiB)" for k, (sec, peak) in r[who]["phases"].items()
-            )
-            lines.append(f"- n_train = {r['n']}, {who}: {parts}")
-    lines.append(
-        f"- Import-only interpreter: peak RSS {rows[0]['imports']['peak_rss_mib']:.0f} MiB."
-    )
-    worst = 0.0
-    for r in rows:
-        for who in ("baseline", "ours"):
-            cpu = r[who]["cpu"]
-            worst = max(worst, cpu["others_share"])
-            lines.append(
-                f"- n_train = {r['n']}, {who}: {cpu['own_cpu_s']:.0f} CPU-s of its own "
-                f"({cpu['own_cpu_s'] / r[who]['seconds']:.2f} cores busy on average); other "
-                f"processes took {cpu['others_cpu_s']:.0f} CPU-s "
-                f"({100 * cpu['others_share']:.0f}% of the machine) meanwhile."
-            )
-    if worst > CONTAMINATED:
-        lines.append(
-            f"- **Warning**: other processes used up to {100 * worst:.0f}% of the CPUs during a "
-            "measured run; its time is inflated accordingly."
-        )
-    changed = changed_sources(digest_start)
-    if changed:
-        lines.append(
-            "- **Warning**: source files changed while the benchmark ran (later measurements "
-            f"may use the new code): {', '.join(changed)}."
-        )
-    lines.append(
-        f"- Pairwise R^2 of the synthetic models ranges from {rows[0]['r2_min']:.2f} upwards "
-        "(targets differ, so the fits are not trivial)."
+            phases = r[who]["output"]["phases"]
+            cells = [
+                f"{phases[k][0]:.1f} ({phases[k][1]:.0f})" if k in phases else "-" for k in names
+            ]
+            out.append([r["n"], who, *cells])
+    return table(
+        "Phases, seconds (peak RSS so far, MiB)", ["train spans", "contender", *names], out
     )
 
-    # growth and verdicts
-    lines += ["", "How cost grows with the number of spans:", ""]
+
+def save(rows: list[dict[str, Any]], args: argparse.Namespace, session: Session) -> None:
+    d_total = args.models * args.dim
+
+    def adjusted(r: dict[str, Any], who: str) -> float:
+        return float(r[who]["work_peak_rss_mib"] - r["imports"]["work_peak_rss_mib"])
+
+    figures, detail = [], []
+    for r in rows:
+        b, o, sizes = r["baseline"], r["ours"], split_sizes(r["n"])
+        case = f"{sizes['train']:,} / {sizes['validation']:,} / {sizes['test']:,} spans"
+        figures.append(
+            figure(
+                case,
+                "s",
+                b["seconds"],
+                o["seconds"],
+                peak_mib=(b["work_peak_rss_mib"], o["work_peak_rss_mib"]),
+                others_share=(b["others_share"], o["others_share"]),
+            )
+        )
+        detail.append(
+            [
+                r["n"],
+                round(r["disk_mib"]),
+                f"{b['own_cpu_s']:.0f} / {o['own_cpu_s']:.0f}",
+                f"{b['own_cpu_s'] / o['own_cpu_s']:.1f}x",
+                f"{adjusted(r, 'baseline'):.0f} / {adjusted(r, 'ours'):.0f}",
+                f"{r['diff_pairwise']:.1e} / {r['diff_group']:.1e}",
+            ]
+        )
+    speed = [r["baseline"]["seconds"] / r["ours"]["seconds"] for r in rows]
+    memory = [adjusted(r, "ours") / adjusted(r, "baseline") for r in rows]
+    notes = [
+        "Peak RSS is the contender's peak after the untimed cache check; adjusted = minus the "
+        f"same for an interpreter that only imports the libraries "
+        f"({rows[0]['imports']['work_peak_rss_mib']:.0f} MiB).",
+        f"Pairwise R^2 of the synthetic models ranges from {rows[0]['r2_min']:.2f} upwards.",
+    ]
     if len(rows) >= 2:
         a, z = rows[0], rows[-1]
-        grow = z["n"] / a["n"]
-        for who in ("baseline", "ours"):
-            t = z[who]["seconds"] / a[who]["seconds"]
-            mem_a = a[who]["peak_rss_mib"] - a["imports"]["peak_rss_mib"]
-            mem_z = z[who]["peak_rss_mib"] - z["imports"]["peak_rss_mib"]
-            lines.append(
-                f"- {who}: {grow:.0f}x the spans -> {t:.2f}x the time, adjusted peak memory "
-                f"{mem_a:.0f} -> {mem_z:.0f} MiB ({mem_z / mem_a:.2f}x)."
+        slope = {
+            w: (z[w]["seconds"] - a[w]["seconds"]) / (z["n"] - a["n"]) for w in ("baseline", "ours")
+        }
+        growth = "; ".join(
+            f"{w} {z[w]['seconds'] / a[w]['seconds']:.2f}x the time, adjusted peak "
+            f"{adjusted(a, w):.0f} -> {adjusted(z, w):.0f} MiB"
+            for w in ("baseline", "ours")
+        )
+        notes.append(f"{z['n'] / a['n']:.0f}x the spans: {growth}.")
+        if min(slope.values()) > 0:
+            notes.append(
+                f"Per training span ours costs {1e3 * slope['ours']:.2f} ms (a float64 Gram "
+                f"update of the {d_total}-wide row) and the baseline "
+                f"{1e3 * slope['baseline']:.2f} ms, so the speed-up tends to "
+                f"~{slope['baseline'] / slope['ours']:.0f}x as the spans grow."
             )
-    speed = [r["baseline"]["seconds"] / r["ours"]["seconds"] for r in rows]
-    mem = [
-        (r["ours"]["peak_rss_mib"] - r["imports"]["peak_rss_mib"])
-        / (r["baseline"]["peak_rss_mib"] - r["imports"]["peak_rss_mib"])
-        for r in rows
-    ]
-    ours_adj = [r["ours"]["peak_rss_mib"] - r["imports"]["peak_rss_mib"] for r in rows]
-    speed_ok = min(speed) >= SPEED_TARGET
-    mem_ok = max(mem) <= MEMORY_TARGET
-    lines += [
-        "",
-        "Targets:",
-        "",
-        f"- Speed >= {SPEED_TARGET:.0f}x: **{'met' if speed_ok else 'NOT met'}** "
-        f"({', '.join(f'{s:.1f}x' for s in speed)}).",
-        "- Peak memory independent of the number of spans: ours adjusted "
-        + ", ".join(f"{o:.0f}" for o in ours_adj)
-        + " MiB.",
-        f"- Peak memory <= 1/5 of the baseline's (adjusted): **{'met' if mem_ok else 'NOT met'}** "
-        f"({', '.join(f'{x:.2f}' for x in mem)}).",
-    ]
-    if len(rows) >= 2 and not (speed_ok and mem_ok):
-        lines += ["", "Why (extrapolated linearly from the two sizes):", ""]
-        lines += explain(rows, args, speed_ok, mem_ok)
-    lines += [
-        "",
-        f"Total benchmark wall time {seconds / 60:.1f} min (including writing the caches).",
-    ]
-    return "\n".join(lines)
-
-
-def explain(
-    rows: list[dict[str, Any]], args: argparse.Namespace, speed_ok: bool, mem_ok: bool
-) -> list[str]:
-    """Why a target is missed: fixed vs per-span cost, and where the memory goes."""
-    a, z = rows[0], rows[-1]
-    dn = z["n"] - a["n"]
-    slope = {w: (z[w]["seconds"] - a[w]["seconds"]) / dn for w in ("baseline", "ours")}
-    dim = args.models * args.dim
-    lines = []
-    if not speed_ok:
-        phases = z["ours"]["phases"]
-        stream = phases["stream shards into moments"][0]
-        fixed = sum(sec for name, (sec, _) in phases.items() if "stream" not in name)
-        rows_total = sum(split_sizes(z["n"]).values())
-        gflops = rows_total * dim * (dim + 1) / stream / 1e9
-        limit = slope["baseline"] / slope["ours"] if slope["ours"] > 0 else math.inf
-        at = 128_000
-        ratio_at = (a["baseline"]["seconds"] + slope["baseline"] * (at - a["n"])) / (
-            a["ours"]["seconds"] + slope["ours"] * (at - a["n"])
-        )
-        lines += [
-            f"- Ours has a fixed cost: at n_train = {z['n']} it spends {fixed:.1f} s of "
-            f"{z['ours']['seconds']:.1f} s in covariances and fits, which depend on D = {dim} "
-            "and the number of models but not on the number of spans; that cost is what limits "
-            f"the speed-up at small sizes.",
-            f"- Per training span (held-out splits included), ours costs "
-            f"{1e3 * slope['ours']:.2f} ms (one float64 Gram update of the {dim}-wide "
-            f"concatenation; streaming ran at ~{gflops:.0f} GFLOP/s counting D(D+1) flops per "
-            f"row, about the float64 matrix-multiply rate of these cores) and the baseline "
-            f"{1e3 * slope['baseline']:.2f} ms ({args.models} float32 Gram products of "
-            f"{dim - args.dim} columns plus {args.models * (args.models - 1)} pair fits and "
-            "their predictions). The speed-up therefore tends to "
-            f"~{limit:.0f}x as the number of spans grows (~{ratio_at:.0f}x at {at:,} training "
-            f"spans): below {SPEED_TARGET:.0f}x on this CPU at any size, unless the per-span "
-            "Gram work gets cheaper (e.g. float32 products of shift-centred chunks accumulated "
-            "in float64, or an accelerator).",
-        ]
-    if not mem_ok:
-        floor = z["imports"]["peak_rss_mib"]
-        ours = z["ours"]["peak_rss_mib"] - floor
-        matrix = dim * dim * 8 / 2**20
-        mem_slope = (
-            (z["baseline"]["peak_rss_mib"] - a["baseline"]["peak_rss_mib"]) / dn if dn else math.nan
-        )
-        base_a = a["baseline"]["peak_rss_mib"] - a["imports"]["peak_rss_mib"]
-        needed = a["n"] + (ours / MEMORY_TARGET - base_a) / mem_slope if mem_slope > 0 else math.nan
-        lines += [
-            f"- Ours' peak ({ours:.0f} MiB adjusted) is about {ours / matrix:.1f} D x D float64 "
-            f"matrices ({matrix:.0f} MiB each at D = {dim}): one covariance per split (3) plus "
-            "the solver's working set (Cholesky factor and inverse of the leave-one-out "
-            "system); it does not grow with the spans. The baseline holds the raw float32 "
-            f"embeddings and a concatenated copy of a basis, ~{1e3 * mem_slope:.0f} MiB per "
-            f"1,000 training spans, so ours reaches 1/5 of it only from ~{needed:,.0f} training "
-            f"spans at this D (or less if ours' working set shrinks, e.g. an in-place "
-            "Cholesky inverse).",
-        ]
-    return lines
+    session.save(
+        __doc__,
+        {
+            "models": args.models,
+            "hidden size": args.dim,
+            "fits": args.models**2,
+            "train spans": ", ".join(f"{r['n']:,}" for r in rows),
+            "validation and test": "10% of train each",
+            "alpha (absolute)": args.alpha,
+        },
+        figures,
+        targets=[
+            goal(
+                f"speed-up >= {SPEED_TARGET:.0f}x",
+                min(speed) >= SPEED_TARGET,
+                ", ".join(f"{x:.1f}x" for x in speed),
+            ),
+            goal(
+                "peak memory <= 1/5 of the baseline's (adjusted)",
+                max(memory) <= MEMORY_TARGET,
+                ", ".join(f"{x:.2f}" for x in memory),
+            ),
+        ],
+        tables=[
+            table(
+                "Detail",
+                [
+                    "train spans",
+                    "cache on disk (MiB)",
+                    "CPU-s baseline / ours",
+                    "speed-up in CPU time",
+                    "adjusted peak RSS baseline / ours (MiB)",
+                    "max abs diff R^2 pairwise / group",
+                ],
+                detail,
+            ),
+            phases_table(rows),
+        ],
+        notes=notes,
+        write=not args.no_write,
+    )
 
 
 def main() -> None:
@@ -513,70 +368,18 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=384, help="hidden size of every model")
     parser.add_argument("--alpha", type=float, default=1e-2, help="absolute ridge alpha")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--workdir", type=Path, default=BENCH_DIR / "_work" / "solver", help="cache location"
-    )
+    parser.add_argument("--workdir", type=Path, default=BENCH_DIR / "_work" / "solver")
     parser.add_argument("--keep", action="store_true", help="keep the embedding caches")
-    parser.add_argument(
-        "--retries", type=int, default=4, help="extra attempts when other processes interfere"
-    )
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    # internal: one measured run in a child process
-    parser.add_argument("--which", choices=["imports", "baseline", "ours"], help=argparse.SUPPRESS)
-    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, attempts=5)
     logging.basicConfig(level=logging.WARNING)
-    if args.which:
-        child(args)
-        return
-
-    started = time.perf_counter()
-    version, digest = code_version(), source_digest()
-    synth = Synthetic(args.models, args.dim, args.seed)
-    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    session = Session(NAME, MEASURED)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    rows = []
     try:
-        for n in sizes:
-            clock = time.perf_counter()
-            disk = write_embeddings(args.workdir, synth, n)
-            print(
-                f"[n_train={n}] cache written: {disk:.0f} MiB in {time.perf_counter() - clock:.0f}"
-                " s",
-                flush=True,
-            )
-            row: dict[str, Any] = {"n": n, "disk_mib": disk}
-            for which in ("imports", "baseline", "ours"):
-                row[which] = measure(which, n, args)
-                print(
-                    f"[n_train={n}] {which}: {row[which]['seconds']:.1f} s, "
-                    f"peak RSS {row[which]['peak_rss_mib']:.0f} MiB",
-                    flush=True,
-                )
-            row["diff_pairwise"], row["diff_group"], row["r2_min"] = agreement(
-                row["ours"], row["baseline"]
-            )
-            print(
-                f"[n_train={n}] speed-up {row['baseline']['seconds'] / row['ours']['seconds']:.1f}x"
-                f"; max abs R^2 difference pairwise {row['diff_pairwise']:.2e}, "
-                f"group {row['diff_group']:.2e}",
-                flush=True,
-            )
-            if max(row["diff_pairwise"], row["diff_group"]) > TOLERANCE:
-                raise SystemExit(
-                    f"FAILED: ours and the baseline disagree on R^2 by more than {TOLERANCE:g} "
-                    f"(pairwise {row['diff_pairwise']:.2e}, group {row['diff_group']:.2e})"
-                )
-            rows.append(row)
+        rows = [measure_size(int(n), args) for n in args.sizes.split(",") if n.strip()]
     finally:
         if not args.keep:
             shutil.rmtree(args.workdir / "embeddings", ignore_errors=True)
-    (args.workdir / "results.json").write_text(json.dumps(rows, indent=1))
-    text = report(rows, args, time.perf_counter() - started, version, digest)
-    print(text)
-    if not args.no_write:
-        write_section(SECTION, text)
+    save(rows, args, session)
 
 
 if __name__ == "__main__":

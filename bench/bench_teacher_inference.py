@@ -1,30 +1,17 @@
-"""Teacher inference benchmark: the masked-positions-only head vs full logits + top-k.
+"""Teacher inference: masked-positions-only head vs full logits + top-k.
 
-Targets: >= 3x faster on CPU than computing full-vocabulary logits at every position for a
-BERT-shaped masked LM with a 30,522-token vocabulary; <= 40 bytes stored per masked token at
-k = 8 (naive int32 ids + fp16 values: 48; FuseLLM-style storage: about 100 per token per teacher).
+Top-k (k = 8) teacher log-probabilities at the masked positions of 128-token ``wiki-en`` examples
+(packaged MiniLM tokenizer, ``TeacherMasker`` 15%, 80/10/10), random-initialised
+``BertForMaskedLM`` with a 30,522-token vocabulary in two shapes: BERT-base (12 x 768) and a small
+BERT (4 x 256), batch 32, the same length-sorted batches for both. Baseline: logits at every
+position ``(batch, seq, vocab)``, ``log_softmax``, ``topk``, then the masked positions gathered.
+Ours: ``lmalgebra.distill.topk.masked_topk`` (the MLM head on the masked rows only, log-probs =
+logits - logsumexp). Top-k must agree within fp16 precision. Bytes per masked token come from a
+store written by ``stages.prepare`` + ``stages.teach`` (3,000 documents, the small BERT as
+teacher). Targets: >= 3x faster; <= 40 bytes per masked token (naive int32 ids + fp16 values: 48;
+FuseLLM-style storage: ~100).
 
-* ours: ``lmalgebra.distill.topk.masked_topk`` (length-sorted batches; the encoder runs on the whole
-  batch, a hook gathers the hidden states at the masked positions and the model's own MLM head
-  runs on those rows only; exact log-probabilities = top-k logits - logsumexp over the vocabulary);
-* baseline: what a typical offline-distillation script does with the same batches (same
-  length-sorted order, same ``pad_batch``, so only the head differs):
-  ``model(input_ids, attention_mask).logits`` at every position ``(batch, seq, vocab)``, then
-  ``log_softmax`` and ``topk`` over that tensor, then the masked positions gathered.
-
-Models: random-initialised ``BertForMaskedLM`` of BERT-base shape (12 layers, hidden 768, 12
-heads, intermediate 3072, vocabulary 30,522) and a small BERT (4 layers, hidden 256, 4 heads,
-intermediate 1024, same vocabulary), where the head is a larger share of the cost. Text: English
-Wikipedia summaries (packaged ``wiki-en``), tokenised by the packaged MiniLM tokenizer
-(bert-base-uncased vocabulary) and masked by ``TeacherMasker`` (15%, 80/10/10), cut at 128 tokens.
-Top-k ids must agree and log-probabilities agree within fp16 precision, or the script fails.
-
-Bytes per masked token: a real store written by ``lmalgebra.distill.stages`` (``prepare`` and
-``teach``, default shard_rows 1024, top_k 8) from 3000 ``wiki-en`` documents, the small random
-BERT saved with the MiniLM tokenizer as the teacher (random weights do not change byte counts:
-the Arrow files are uncompressed).
-
-    python bench/bench_teacher_inference.py [--examples 384,1280] [--batch-size 32] [--docs 3000]
+    python bench/bench_teacher_inference.py [--examples 384,1280] [--docs 3000] [--no-write]
 """
 
 from __future__ import annotations
@@ -32,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -46,15 +32,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-from benchlib import (
-    code_version,
-    fastest_attempt,
-    machine,
-    release_memory,
-    source_digest,
-    utc_date,
-    wait_for_idle,
-    write_section,
+from harness import (
+    WORK,
+    Session,
+    fastest,
+    figure,
+    goal,
+    parse_args,
+    run_contender,
+    table,
 )
 from lmalgebra.distill.examples import example_id
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
@@ -65,26 +51,19 @@ from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.arrow_columns import id_dtype
 
-SECTION = "bench_teacher_inference"
+NAME = "bench_teacher_inference"
+MEASURED = ("src/lmalgebra/distill", "src/lmalgebra/train")
 SPEED_TARGET = 3.0
 BYTES_TARGET = 40.0
 NAIVE_BYTES = 48  # int32 id + fp16 value per entry, k = 8
 FUSELLM_BYTES = 100  # per token per teacher, as quoted in the target
 FP16_HALF_ULP = 2.0**-11  # relative rounding error of float16
-IDLE_TIMEOUT = [600.0]  # seconds to wait for an idle machine (--idle-timeout)
-CONTAMINATED = 0.05  # share of all CPUs used by other processes above which a run is repeated
-BENCH_DIR = Path(__file__).resolve().parent
-ROOT = BENCH_DIR.parent
-MEASURED = ("src/lmalgebra/merge", "src/lmalgebra/train")
 SHAPES = {
     "BERT-base": {"layers": 12, "hidden": 768, "heads": 12, "intermediate": 3072},
     "small BERT": {"layers": 4, "hidden": 256, "heads": 4, "intermediate": 1024},
 }
-Contender = Callable[[Sequence[MaskedCopy]], list[TeacherOutput]]
 
 
-# -- bookkeeping --------------------------------------------------------------------------------
-# -- the two contenders -------------------------------------------------------------------------
 def build_model(shape: dict[str, int], vocab_size: int, seed: int = 0) -> Any:
     from transformers import BertConfig, BertForMaskedLM
 
@@ -158,27 +137,6 @@ def compare(ours: list[TeacherOutput], base: list[TeacherOutput]) -> dict[str, f
     }
 
 
-# -- timing -------------------------------------------------------------------------------------
-def measure(
-    name: str, run: Contender, copies: Sequence[MaskedCopy], retries: int
-) -> dict[str, Any]:
-    """Time ``run(copies)`` on an idle machine; repeat when other processes took a noticeable
-    share of the CPUs meanwhile, keeping the fastest attempt."""
-
-    def report(r: dict[str, Any]) -> None:
-        print(
-            f"  {name}: {len(copies) / r['seconds']:.2f} examples/s ({r['seconds']:.1f} s), peak "
-            f"RSS {r['peak_rss']:.0f} MiB (+{r['peak_rss'] - r['start_rss']:.0f}), other "
-            f"processes {100 * r['cpu']['others_share']:.0f}% of the CPUs",
-            flush=True,
-        )
-
-    best = fastest_attempt(
-        lambda: run(copies), retries, report, CONTAMINATED, idle_timeout=IDLE_TIMEOUT[0]
-    )
-    return {**best, "outputs": best["output"]}
-
-
 @torch.inference_mode()
 def head_only(
     model: Any, copies: Sequence[MaskedCopy], k: int, pad_id: int, batch_size: int, count: int
@@ -188,7 +146,6 @@ def head_only(
     length-sorted order."""
     batches = length_batches(copies, batch_size)
     picks = sorted({round(i * (len(batches) - 1) / max(count - 1, 1)) for i in range(count)})
-    wait_for_idle(timeout=IDLE_TIMEOUT[0])
     times = dict.fromkeys(
         ("encoder", "ours_proj", "ours_post", "base_proj", "base_post", "tokens", "masked"), 0.0
     )
@@ -254,7 +211,6 @@ def store_bytes(workdir: Path, tokenizer: Any, wiki: Path, docs: int, seed: int)
     clock = time.perf_counter()
     stages.prepare(recipe, progress=False)
     prepare_s = time.perf_counter() - clock
-    wait_for_idle(timeout=IDLE_TIMEOUT[0])
     clock = time.perf_counter()
     stages.teach(recipe, progress=False)
     teach_s = time.perf_counter() - clock
@@ -293,279 +249,281 @@ def store_bytes(workdir: Path, tokenizer: Any, wiki: Path, docs: int, seed: int)
     }
 
 
-# -- main ---------------------------------------------------------------------------------------
+# -- the contenders (each in a fresh interpreter) -----------------------------------------------
+def examples(
+    count: int, batch_size: int, length: int, seed: int
+) -> tuple[Any, list[MaskedCopy], list[MaskedCopy]]:
+    """The tokenizer, ``batch_size`` masked copies for warm-up and ``count`` to time."""
+    tok_dir = asset_path("minilm")
+    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
+    wiki = asset_path("wiki-en")
+    docs = [d.strip() for d in read_documents(CorpusSpec(paths=[str(wiki)], text_column="extract"))]
+    order = random.Random(seed).sample(range(len(docs)), count + batch_size)
+    masker = TeacherMasker("bert", tokenizer, MaskingSpec(seed=seed), length)
+    copies = [masker(example_id("en", docs[i]), docs[i]) for i in order]
+    return tokenizer, copies[:batch_size], copies[batch_size:]
+
+
+def contender(
+    which: str,
+    shape: str,
+    count: int,
+    batch_size: int,
+    length: int,
+    k: int,
+    threads: int,
+    seed: int,
+    out: str,
+) -> Callable[[], dict[str, Any]]:
+    """Untimed: the model, the examples, a warm-up batch. The work: ``baseline`` or ``ours`` on
+    the examples (outputs saved to ``out``), or ``head``: seconds per batch of each part."""
+    torch.set_num_threads(threads)
+    tokenizer, warmup, copies = examples(count, batch_size, length, seed)
+    pad_id = tokenizer.pad_token_id or 0
+    model = build_model(SHAPES[shape], len(tokenizer), seed)
+    if which == "head":
+        return lambda: head_only(model, copies, k, pad_id, batch_size, 4)
+    topk = full_logits_topk if which == "baseline" else masked_topk
+    topk(model, warmup, k, pad_id, batch_size)
+
+    def work() -> dict[str, Any]:
+        outputs = topk(model, copies, k, pad_id, batch_size)
+        np.savez(
+            out,
+            ids=np.concatenate([o.topk_ids for o in outputs]).astype(np.int64),
+            logprobs=np.concatenate([o.topk_logprobs for o in outputs]).astype(np.float32),
+            loss=np.array([o.loss for o in outputs]),
+            counts=np.array([len(o.topk_ids) for o in outputs]),
+        )
+        return {
+            "params": sum(p.numel() for p in model.parameters()),
+            "tokens": sum(len(c.input_ids) for c in copies),
+            "masked": sum(len(c.positions) for c in copies),
+        }
+
+    return work
+
+
+def load_outputs(path: str) -> list[TeacherOutput]:
+    with np.load(path) as data:
+        cuts = np.cumsum(data["counts"])[:-1]
+        ids, lps = np.split(data["ids"], cuts), np.split(data["logprobs"], cuts)
+        return [
+            TeacherOutput(i, lp, float(x)) for i, lp, x in zip(ids, lps, data["loss"], strict=True)
+        ]
+
+
+def measure_shape(shape: str, count: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    options = {"shape": shape, "count": count, "batch_size": args.batch_size}
+    options |= {"length": args.length, "k": args.k, "threads": args.threads, "seed": args.seed}
+    runs = {}
+    for which in ("baseline", "ours", "head"):
+        kwargs = {"which": which, "out": str(tmp / f"{which}.npz"), **options}
+        runs[which] = fastest(
+            lambda k=kwargs: run_contender("bench_teacher_inference:contender", k),
+            args.attempts if which != "head" else 1,
+            label=f"{shape} {which}",
+        )
+    check = compare(load_outputs(str(tmp / "ours.npz")), load_outputs(str(tmp / "baseline.npz")))
+    if not check["within_fp16"] or check["ids_same_set_share"] < 0.99:
+        sys.exit(f"FAILED: {shape}: outputs disagree beyond fp16 precision: {check}")
+    return {
+        **runs["ours"]["output"],
+        "count": count,
+        "runs": runs,
+        "check": check,
+        "head": runs["head"]["output"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--examples",
-        default="384,1280",
-        help="examples timed per contender: BERT-base,small BERT",
-    )
+    parser.add_argument("--examples", default="384,1280", help="BERT-base,small BERT")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--length", type=int, default=128, help="example length in tokens")
     parser.add_argument("--k", type=int, default=8)
     parser.add_argument("--docs", type=int, default=3000, help="documents in the byte-count store")
-    parser.add_argument("--head-batches", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="", help="comma-separated shapes to run (default all)")
     parser.add_argument("--no-store", action="store_true", help="skip the byte counts")
-    parser.add_argument("--no-write", action="store_true", help="do not update RESULTS.md")
-    parser.add_argument(
-        "--retries", type=int, default=2, help="extra attempts when other processes interfere"
-    )
-    parser.add_argument("--idle-timeout", type=float, default=600.0)
-    args = parser.parse_args()
-    IDLE_TIMEOUT[0] = args.idle_timeout
+    args = parse_args(parser, attempts=3)
     torch.set_num_threads(args.threads)
-    version, digest = code_version(MEASURED), source_digest(MEASURED)
-    started = time.perf_counter()
+    session = Session(NAME, MEASURED)
     counts = dict(zip(SHAPES, (int(c) for c in args.examples.split(",")), strict=True))
     shapes = [s for s in SHAPES if not args.only or s in args.only.split(",")]
-
-    tok_dir = asset_path("minilm")
-    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
-    vocab_size, pad_id = len(tokenizer), tokenizer.pad_token_id or 0
-    wiki = asset_path("wiki-en")
-    docs = [d.strip() for d in read_documents(CorpusSpec(paths=[str(wiki)], text_column="extract"))]
-    rng = random.Random(args.seed)
-    order = rng.sample(range(len(docs)), max(counts.values()) + args.batch_size)
-    masker = TeacherMasker("bert", tokenizer, MaskingSpec(seed=args.seed), args.length)
-    all_copies = [masker(example_id("en", docs[i]), docs[i]) for i in order]
-    warmup, pool = all_copies[: args.batch_size], all_copies[args.batch_size :]
-
+    WORK.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
-    for shape_name in shapes:
-        shape = SHAPES[shape_name]
-        copies = pool[: counts[shape_name]]
-        model = build_model(shape, vocab_size, args.seed)
-        params = sum(p.numel() for p in model.parameters())
-        print(f"{shape_name}: {params / 1e6:.1f}M parameters, {len(copies)} examples", flush=True)
-        contenders: dict[str, Contender] = {
-            "baseline": lambda c, m=model: full_logits_topk(m, c, args.k, pad_id, args.batch_size),
-            "ours": lambda c, m=model: masked_topk(m, c, args.k, pad_id, args.batch_size),
-        }
-        runs = {}
-        for key, run in contenders.items():
-            run(warmup)
-            runs[key] = measure(key, run, copies, args.retries)
-        check = compare(runs["ours"]["outputs"], runs["baseline"]["outputs"])
-        print(f"  agreement: {check}", flush=True)
-        if not check["within_fp16"] or check["ids_same_set_share"] < 0.99:
-            sys.exit(f"FAILED: {shape_name}: outputs disagree beyond fp16 precision: {check}")
-        head = head_only(model, copies, args.k, pad_id, args.batch_size, args.head_batches)
-        print(f"  head only (s/batch): {head}", flush=True)
-        results[shape_name] = {
-            "params": params,
-            "examples": len(copies),
-            "tokens": sum(len(c.input_ids) for c in copies),
-            "masked": sum(len(c.positions) for c in copies),
-            "runs": runs,
-            "check": check,
-            "head": head,
-        }
-        for r in runs.values():
-            r.pop("outputs")
-        del model, contenders
-        release_memory()
-
     store: dict[str, Any] | None = None
-    if not args.no_store:
-        (BENCH_DIR / "_work").mkdir(exist_ok=True)
-        workdir = Path(tempfile.mkdtemp(prefix="teacher_inference-", dir=BENCH_DIR / "_work"))
-        try:
-            store = store_bytes(workdir, tokenizer, wiki, args.docs, args.seed)
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-        print(f"store: {store}", flush=True)
-
-    text = report(args, results, store, version, digest, started, vocab_size)
-    print(text)
-    if not args.no_write:
-        write_section(SECTION, text)
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        for shape in shapes:
+            results[shape] = measure_shape(shape, counts[shape], args, Path(tmp))
+        if not args.no_store:
+            tok_dir = asset_path("minilm")
+            tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
+            store = store_bytes(Path(tmp), tokenizer, asset_path("wiki-en"), args.docs, args.seed)
+    save(args, results, store, session)
 
 
-def report(
+def save(
     args: argparse.Namespace,
     results: dict[str, dict[str, Any]],
     store: dict[str, Any] | None,
-    version: str,
-    digest: str,
-    started: float,
-    vocab_size: int,
-) -> str:
-    exact = all(r["exact_peak"] for res in results.values() for r in res["runs"].values())
-    lines = [
-        "## Teacher inference: masked-positions-only head vs full logits + top-k",
-        "",
-        f"- Date: {utc_date()}",
-        f"- Machine: {machine()}",
-        f"- Code: {version}",
-        f"- Models: random-initialised `BertForMaskedLM`, float32, vocabulary {vocab_size:,}: "
-        + "; ".join(
-            f"{name} ({SHAPES[name]['layers']} layers, hidden {SHAPES[name]['hidden']}, "
-            f"{SHAPES[name]['heads']} heads, intermediate {SHAPES[name]['intermediate']}, "
-            f"{res['params'] / 1e6:.1f}M parameters)"
-            for name, res in results.items()
-        )
-        + ".",
-        "- Text: packaged `wiki-en` summaries (random documents), packaged MiniLM tokenizer "
-        f"(bert-base-uncased vocabulary), `TeacherMasker` 15% (80/10/10), cut at {args.length} "
-        f"tokens; batch size {args.batch_size}, k = {args.k}. Same copies and the same "
-        "length-sorted batches for both contenders.",
-        "- Baseline: `model(input_ids, attention_mask).logits` at every position (batch, seq, "
-        "vocab), `log_softmax`, `topk` over every position, then the masked positions gathered "
-        "(with the gold log-prob). Ours: `lmalgebra.distill.topk.masked_topk` (encoder on the "
-        "whole "
-        "batch, MLM head on the masked rows only, log-probs = logits - logsumexp). Both return "
-        "per-example numpy top-k ids, log-probs and the gold NLL.",
-        "- One process; each contender warmed up on one batch of other examples, then timed on an "
-        "idle machine (repeated, keeping the fastest, when other processes took > 5% of the CPUs). "
-        "Peak RSS is the process's `VmHWM` "
-        + (
-            "reset before each contender"
-            if exact
-            else "(could not be reset between runs: later rows are upper bounds)"
-        )
-        + "; *increase* is that peak minus the RSS when the contender started.",
-        "",
-        "| model | examples (tokens, masked) | contender | examples/s | masked tokens/s | time "
-        "| peak RSS | increase | other processes' CPU share |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    ratios = {}
+    session: Session,
+) -> None:
+    figures, runs_rows, agree_rows, head_rows, targets, notes = [], [], [], [], [], []
     for name, res in results.items():
-        for key in ("baseline", "ours"):
-            r = res["runs"][key]
-            lines.append(
-                f"| {name} | {res['examples']} ({res['tokens']:,}, {res['masked']:,}) | {key} "
-                f"| {res['examples'] / r['seconds']:.2f} | {res['masked'] / r['seconds']:,.0f} "
-                f"| {r['seconds']:.1f} s | {r['peak_rss']:.0f} MiB "
-                f"| {r['peak_rss'] - r['start_rss']:.0f} MiB "
-                f"| {100 * r['cpu']['others_share']:.0f}% |"
+        b, o = res["runs"]["baseline"], res["runs"]["ours"]
+        n = res["count"]
+        figures.append(
+            figure(
+                f"{name}, {n:,} examples",
+                "examples/s",
+                n / b["seconds"],
+                n / o["seconds"],
+                peak_mib=(b["peak_rss_mib"], o["peak_rss_mib"]),
+                others_share=(b["others_share"], o["others_share"]),
+                higher_is_better=True,
             )
-        ratios[name] = res["runs"]["baseline"]["seconds"] / res["runs"]["ours"]["seconds"]
-    lines += ["", "Speed-up (ours over baseline, examples/s) and agreement:", ""]
-    for name, res in results.items():
+        )
+        ratio = b["seconds"] / o["seconds"]
+        targets.append(
+            goal(f"speed-up >= {SPEED_TARGET:.0f}x, {name}", ratio >= SPEED_TARGET, f"{ratio:.2f}x")
+        )
+        for key, r in (("baseline", b), ("ours", o)):
+            runs_rows.append(
+                [
+                    name,
+                    f"{n:,} ({res['tokens']:,}, {res['masked']:,})",
+                    key,
+                    round(res["masked"] / r["seconds"]),
+                    round(r["seconds"], 1),
+                    round(r["peak_rss_mib"]),
+                    round(r["work_peak_rss_mib"] - r["start_rss_mib"]),
+                ]
+            )
         c = res["check"]
-        lines.append(
-            f"- {name}: **{ratios[name]:.2f}x**; top-k ids identical (same order) for "
-            f"{100 * c['ids_same_share']:.2f}% of {int(c['tokens']):,} masked tokens, same set for "
-            f"{100 * c['ids_same_set_share']:.2f}%; log-probs rank by rank max abs diff "
-            f"{c['max_abs_diff']:.1e} (max relative {c['max_rel_diff']:.1e}, fp16 half-ulp "
-            f"{FP16_HALF_ULP:.1e}: within fp16 precision); gold NLL max abs diff "
-            f"{c['loss_max_abs_diff']:.1e}."
+        agree_rows.append(
+            [
+                name,
+                f"{c['ids_same_share']:.2%}",
+                f"{c['ids_same_set_share']:.2%}",
+                f"{c['max_abs_diff']:.1e}",
+                f"{c['loss_max_abs_diff']:.1e}",
+            ]
         )
-    lines += [
-        "",
-        "Where the time goes: seconds per batch on "
-        + ", ".join(
-            f"{int(res['head']['batches'])} batches of {name}" for name, res in results.items()
-        )
-        + " spread over the sorted order (hidden states computed once, then each head given "
-        "them; *post* = logsumexp or log_softmax, top-k and gathers):",
-        "",
-        "| model | encoder | ours: head on masked rows | ours: post | baseline: head at every "
-        "position | baseline: post | head share of baseline time | predicted speed-up |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for name, res in results.items():
         h = res["head"]
+        base = h["encoder"] + h["base_proj"] + h["base_post"]
         ours = h["encoder"] + h["ours_proj"] + h["ours_post"]
-        base = h["encoder"] + h["base_proj"] + h["base_post"]
-        lines.append(
-            f"| {name} | {h['encoder']:.3f} s | {h['ours_proj']:.4f} s | {h['ours_post']:.4f} s "
-            f"| {h['base_proj']:.3f} s | {h['base_post']:.3f} s "
-            f"| {100 * (base - h['encoder']) / base:.0f}% | {base / ours:.2f}x |"
+        head_rows.append(
+            [
+                name,
+                *(
+                    round(h[key], 4)
+                    for key in ("encoder", "ours_proj", "ours_post", "base_proj", "base_post")
+                ),
+                f"{1 - h['encoder'] / base:.0%}",
+                f"{base / ours:.2f}x",
+            ]
         )
-    lines.append("")
-    met = {name: r >= SPEED_TARGET for name, r in ratios.items()}
-    lines.append(
-        f"- Speed target >= {SPEED_TARGET:.0f}x: "
-        + "; ".join(
-            f"{name} **{'met' if ok else 'NOT met'}** ({ratios[name]:.2f}x)"
-            for name, ok in met.items()
-        )
-        + "."
-    )
-    for name, ok in met.items():
-        if ok:
-            continue
-        h = results[name]["head"]
-        base = h["encoder"] + h["base_proj"] + h["base_post"]
-        lines.append(
-            f"  Why ({name}): the masked-only head removes the vocabulary projection, softmax and "
-            "top-k at the ~85% unmasked positions, nothing else, so the speed-up is at most "
-            f"(encoder + full head) / encoder = {base / h['encoder']:.2f}x even with a free head: "
-            f"the {SHAPES[name]['layers']}-layer encoder is {100 * h['encoder'] / base:.0f}% of "
-            "the baseline's time. 3x needs the head (projection + softmax/top-k) to be at least "
-            f"2/3 of the baseline's time; here it is {100 * (1 - h['encoder'] / base):.0f}% "
-            "(smaller encoders and larger vocabularies raise it: mBERT has 119,547 tokens, "
-            "XLM-R 250,002). "
-            "Closing the gap on BERT-base means making the encoder itself cheaper (lower "
-            "precision on a CPU with AMX/VNNI, a compiled or ONNX Runtime encoder), which is "
-            "outside the top-k path and would speed the baseline's encoder alike."
-        )
+        if ratio < SPEED_TARGET:
+            notes.append(
+                f"{name} misses {SPEED_TARGET:.0f}x because only the head gets cheaper: its "
+                f"encoder is {h['encoder'] / base:.0%} of the baseline's time, so even a free head "
+                f"gives at most {base / h['encoder']:.2f}x."
+            )
+    tables = [
+        table(
+            "Runs",
+            [
+                "model",
+                "examples (tokens, masked)",
+                "contender",
+                "masked tokens/s",
+                "time (s)",
+                "peak RSS (MiB)",
+                "increase (MiB)",
+            ],
+            runs_rows,
+        ),
+        table(
+            "Agreement",
+            [
+                "model",
+                "top-k ids, same order",
+                "same set",
+                "log-prob max abs diff",
+                "gold NLL max abs diff",
+            ],
+            agree_rows,
+        ),
+        table(
+            "Seconds per batch, 4 batches (post = normalisation, top-k, gathers)",
+            [
+                "model",
+                "encoder",
+                "ours: head on masked rows",
+                "ours: post",
+                "baseline: head everywhere",
+                "baseline: post",
+                "head share of baseline",
+                "predicted speed-up",
+            ],
+            head_rows,
+        ),
+    ]
     if store is not None:
-        lines += store_lines(store)
-    worst = max(
-        (r["cpu"]["others_share"] for res in results.values() for r in res["runs"].values()),
-        default=0.0,
-    )
-    if worst > CONTAMINATED:
-        lines.append(
-            f"- **Warning**: other processes used up to {100 * worst:.0f}% of the CPUs during a "
-            "measured run (after retries); its time is inflated accordingly."
+        per, rows = store_table(store)
+        tables.append(table("Bytes per masked token", ["what", "bytes"], rows))
+        targets.append(
+            goal(
+                f"<= {BYTES_TARGET:.0f} bytes per masked token in the top-k store",
+                per <= BYTES_TARGET,
+                f"{per:.1f}",
+            )
         )
-    if digest != source_digest(MEASURED):
-        lines.append("- **Warning**: the measured source code changed while the benchmark ran.")
-    lines.append(f"- Total benchmark wall time {(time.perf_counter() - started) / 60:.1f} min.")
-    return "\n".join(lines)
-
-
-def store_lines(s: dict[str, Any]) -> list[str]:
-    n = s["masked_tokens"]
-    per = {
-        "payload": s["payload"] / n,
-        "topk": s["topk_file"] / n,
-        "masked": s["masked_file"] / n,
-        "whole": (s["topk_file"] + s["masked_file"]) / n,
-        "examples": s["examples_file"] / n,
+        notes.append(
+            f"Store: {store['examples']:,} documents ({store['heldout']} held out), "
+            f"{store['shards']} shards, {store['masked_tokens']:,} masked tokens in "
+            f"{store['input_tokens']:,} input tokens; `prepare` {store['prepare_s']:.1f} s, "
+            f"`teach` {store['teach_s']:.1f} s."
+        )
+    sizes: dict[str, Any] = {
+        name: f"{SHAPES[name]['layers']} layers x {SHAPES[name]['hidden']}, "
+        f"{res['params'] / 1e6:.1f}M parameters"
+        for name, res in results.items()
     }
+    sizes |= {"example length": args.length, "k": args.k, "batch": args.batch_size}
+    if store is not None:
+        sizes["store documents"] = args.docs
+    session.save(
+        __doc__,
+        sizes,
+        figures,
+        targets=targets,
+        tables=tables,
+        notes=notes,
+        write=not args.no_write,
+    )
+
+
+def store_table(s: dict[str, Any]) -> tuple[float, list[list[Any]]]:
+    """Bytes per masked token of the top-k files, and the table's rows."""
+    n = s["masked_tokens"]
+    topk = s["topk_file"] / n
     nominal = s["k"] * (s["id_bytes"] + 2)
-    ok = per["topk"] <= BYTES_TARGET
-    return [
-        "",
-        "Bytes per masked token, from a store written by `stages.prepare` + `stages.teach` "
-        f"({s['examples']:,} `wiki-en` documents of which {s['heldout']} held out, "
-        f"{s['shards']} shards of <= 1024 rows, top_k {s['k']}, teacher = the small random BERT "
-        f"with the MiniLM tokenizer; {n:,} masked tokens in {s['input_tokens']:,} input tokens, "
-        f"{s['input_tokens'] / s['examples']:.0f} tokens and {n / s['examples']:.1f} masked "
-        "tokens per example):",
-        "",
-        "| what | bytes per masked token |",
-        "|---|---|",
-        f"| top-k payload (uint{8 * s['id_bytes']} ids + fp16 log-probs, k = {s['k']}; nominal "
-        f"{nominal}) | {per['payload']:.1f} |",
-        f"| top-k Arrow files on disk (`topk/`: ids, log-probs, list offsets, per-example loss, "
-        f"schema) | **{per['topk']:.1f}** |",
-        f"| masked inputs on disk (`masked/`: example id, held-out flag, all input ids, "
-        f"positions, labels) | {per['masked']:.1f} |",
-        f"| whole store (`masked/` + `topk/`) | {per['whole']:.1f} |",
-        f"| (info) example text (`examples/`, not needed once masked) | {per['examples']:.1f} |",
-        f"| naive: int32 ids + fp16 values, k = {s['k']} | {NAIVE_BYTES} |",
-        f"| FuseLLM-style storage (per token per teacher) | ~{FUSELLM_BYTES} |",
-        "",
-        f"- Bytes target <= {BYTES_TARGET:.0f} per masked token (top-k store): "
-        f"**{'met' if ok else 'NOT met'}** ({per['topk']:.1f}; "
-        f"{per['topk'] / NAIVE_BYTES:.2f}x the naive 48, {per['topk'] / FUSELLM_BYTES:.2f}x "
-        f"FuseLLM's ~100). With the masked inputs, which any offline-distillation store must "
-        f"also keep, {per['whole']:.1f} bytes per masked token; most of the masked part is the "
-        f"unmasked input ids (2 bytes x {s['input_tokens'] / n:.1f} input tokens per masked "
-        "token).",
-        f"- Store build (information): `prepare` {s['prepare_s']:.1f} s, `teach` "
-        f"{s['teach_s']:.1f} s ({n / s['teach_s']:,.0f} masked tokens/s with the small BERT, "
-        "Arrow writes and checksums included).",
+    return topk, [
+        [
+            f"top-k payload (uint{8 * s['id_bytes']} ids + fp16 log-probs, k = {s['k']}; nominal "
+            f"{nominal})",
+            round(s["payload"] / n, 1),
+        ],
+        ["top-k Arrow files on disk (`topk/`)", round(topk, 1)],
+        ["masked inputs on disk (`masked/`)", round(s["masked_file"] / n, 1)],
+        ["whole store (`masked/` + `topk/`)", round((s["topk_file"] + s["masked_file"]) / n, 1)],
+        ["(info) example text (`examples/`)", round(s["examples_file"] / n, 1)],
+        [f"naive: int32 ids + fp16 values, k = {s['k']}", NAIVE_BYTES],
+        ["FuseLLM-style storage (per token per teacher)", f"~{FUSELLM_BYTES}"],
     ]
 
 

@@ -1,0 +1,439 @@
+"""The benchmark harness: every benchmark in bench/ measures through it.
+
+It owns the machine header (written once per result), waiting for an idle machine, running each
+contender in a fresh interpreter, keeping the fastest of N attempts, peak memory, the CPU share
+other processes took during each measurement, and writing figures as data
+(``bench/results/<name>.json``, rendered into RESULTS.md by ``render.py``).
+
+A contender is a function ``module:name`` of a module in bench/. It is called with JSON keyword
+arguments and returns the *work*: a callable with no arguments that returns a JSON-able dict.
+Everything the contender does before returning the work (imports, loading models, warm-up) is
+untimed; the harness times the work alone. The child is started as
+``python bench/harness.py --call module:name --kwargs JSON --result PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import gc
+import hashlib
+import importlib
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+RESULTS_DIR = BENCH / "results"
+WORK = BENCH / "_work"
+CLEAN = 0.05  # other processes' share of all CPUs above which a measurement is repeated
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
+Work = Callable[[], dict[str, Any]]
+
+
+IDLE = {"timeout": 300.0}  # seconds to wait for an idle machine (--idle-timeout)
+
+
+def parse_args(parser: argparse.ArgumentParser, attempts: int = 3) -> argparse.Namespace:
+    """Add the options every benchmark has (--attempts, --idle-timeout, --no-write), parse."""
+    parser.add_argument("--attempts", type=int, default=attempts, help="most runs per figure")
+    parser.add_argument(
+        "--idle-timeout", type=float, default=300.0, help="most seconds to wait for idle CPUs"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print the result only")
+    args = parser.parse_args()
+    IDLE["timeout"] = args.idle_timeout
+    return args
+
+
+# -- the machine ---------------------------------------------------------------------------------
+def _cpuinfo(field: str) -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def cores() -> int:
+    """Cores this process may run on (``nproc``)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def machine() -> dict[str, Any]:
+    """CPU model, cores, the CPU flags that matter for matrix work, RAM and library versions."""
+    import numpy as np
+    import torch
+
+    ram = 0.0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = int(line.split()[1]) / 2**20
+    flags = set(_cpuinfo("flags").split())
+    return {
+        "cpu": _cpuinfo("model name") or platform.processor() or "unknown",
+        "cores": cores(),
+        "flags": [f for f in CPU_FLAGS if f in flags],
+        "ram_gib": round(ram, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def machine_line(m: dict[str, Any]) -> str:
+    """One line for RESULTS.md (older results kept only this line, as ``summary``)."""
+    if "summary" in m:
+        return str(m["summary"])
+    flags = ", ".join(m["flags"]) or "no AVX2/AVX-512/AMX"
+    return (
+        f"{m['cores']} cores (nproc), {m['cpu']} ({flags}), {m['ram_gib']} GiB RAM; Python "
+        f"{m['python']}, numpy {m['numpy']}, torch {m['torch']} ({m['torch_threads']} threads)"
+    )
+
+
+def _git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return ""
+    return done.stdout.strip()
+
+
+def code_version(measured: Sequence[str]) -> str:
+    """The commit of the checkout, noting uncommitted changes in the measured code."""
+    commit = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = _git("status", "--porcelain", "--", *measured)
+    return commit + (f" + uncommitted changes in {', '.join(measured)}" if dirty else "")
+
+
+def _digest(measured: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for entry in measured:
+        path = ROOT / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.is_file() else []
+        for file in files:
+            out[str(file.relative_to(ROOT))] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return out
+
+
+# -- CPU share of other processes, idle waits ----------------------------------------------------
+def _busy_seconds() -> float:
+    """CPU time, all cores and processes together, spent not idle since boot."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class CpuWatch:
+    """CPU time of this process, and the share of all CPUs other processes took, since made."""
+
+    def __init__(self) -> None:
+        self.wall, self.busy, self.own = time.perf_counter(), _busy_seconds(), _own_cpu_seconds()
+
+    def stop(self, own: float | None = None) -> dict[str, float]:
+        """``own``: CPU seconds of what was measured, when it is not this process (a child)."""
+        wall = time.perf_counter() - self.wall
+        own = _own_cpu_seconds() - self.own if own is None else own
+        others = max(0.0, _busy_seconds() - self.busy - own)
+        return {
+            "own_cpu_s": own,
+            "others_cpu_s": others,
+            "others_share": others / (wall * (os.cpu_count() or 1)),
+        }
+
+
+def wait_for_idle(
+    threshold: float = 0.1, window: float = 3.0, timeout: float | None = None
+) -> float:
+    """Wait (up to ``timeout`` s, default ``--idle-timeout``) until the CPUs are less than
+    ``threshold`` busy over ``window`` seconds; returns the last share seen."""
+    deadline = time.perf_counter() + (IDLE["timeout"] if timeout is None else timeout)
+    while True:
+        before = _busy_seconds()
+        time.sleep(window)
+        share = (_busy_seconds() - before) / (window * (os.cpu_count() or 1))
+        if share < threshold or time.perf_counter() > deadline:
+            return share
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def _status_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def rss_mib() -> float:
+    return _status_mib("VmRSS")
+
+
+def peak_rss_mib() -> float:
+    """Peak RSS of this process since start or the last :func:`reset_peak_rss`."""
+    try:
+        return _status_mib("VmHWM")
+    except (OSError, KeyError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark to the current RSS; False where not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def release_memory() -> None:
+    """Return freed heap memory to the OS, so the next measurement starts from a clean floor."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+# -- measuring -----------------------------------------------------------------------------------
+def measure_work(work: Work) -> dict[str, Any]:
+    """Time ``work()`` in this process: seconds, CPU, peak RSS over its start, others' share."""
+    release_memory()
+    start = rss_mib()
+    exact = reset_peak_rss()
+    watch = CpuWatch()
+    clock = time.perf_counter()
+    output = work()
+    seconds = time.perf_counter() - clock
+    cpu = watch.stop()
+    return {
+        "output": output,
+        "seconds": seconds,
+        **cpu,
+        "start_rss_mib": start,
+        "work_peak_rss_mib": peak_rss_mib() if exact else float("nan"),
+    }
+
+
+def run_contender(call: str, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run contender ``module:name`` in a fresh interpreter; its :func:`measure_work` result plus
+    ``peak_rss_mib``, the child's whole-life peak RSS (``ru_maxrss`` from ``wait4``)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        out = Path(tmp) / "result.json"
+        command = [sys.executable, str(Path(__file__)), "--call", call]
+        command += ["--kwargs", json.dumps(kwargs or {}), "--result", str(out)]
+        proc = subprocess.Popen(command, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise SystemExit(f"contender {call} failed with exit status {proc.returncode}")
+        result: dict[str, Any] = json.loads(out.read_text())
+    result["peak_rss_mib"] = usage.ru_maxrss / 1024
+    return result
+
+
+def run_command(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a whole command (e.g. a ``torchrun`` launch) as the contender: wall seconds, CPU of the
+    command and its children, others' CPU share meanwhile, and ``peak_rss_mib``, the peak RSS of
+    its largest process (``ru_maxrss`` from ``wait4``)."""
+    watch = CpuWatch()
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - watch.wall
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(command[:4])} ... failed:\n{stderr[-3000:]}")
+    cpu = watch.stop(own=usage.ru_utime + usage.ru_stime)
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, **cpu}
+
+
+def fastest(
+    run: Callable[[], dict[str, Any]],
+    attempts: int = 3,
+    *,
+    until_clean: bool = True,
+    key: str = "seconds",
+    label: str = "",
+) -> dict[str, Any]:
+    """The fastest (lowest ``key``) of up to ``attempts`` runs, each after waiting for an idle
+    machine; with ``until_clean``, stop at the first run during which other processes took at
+    most :data:`CLEAN` of the CPUs. Adds ``attempts`` and ``idle_share`` (before the kept run)."""
+    best: dict[str, Any] | None = None
+    for attempt in range(1, attempts + 1):
+        idle = wait_for_idle()
+        result = run()
+        result["idle_share"] = idle
+        print(
+            f"  {label or 'run'} #{attempt}: {result[key]:.3f} {key}, peak RSS "
+            f"{result.get('peak_rss_mib', result.get('work_peak_rss_mib', 0)):.0f} MiB, other "
+            f"processes {result['others_share']:.0%} of the CPUs",
+            flush=True,
+        )
+        if best is None or result[key] < best[key]:
+            best = result
+        if until_clean and result["others_share"] <= CLEAN:
+            break
+    assert best is not None
+    best["attempts"] = attempt
+    return best
+
+
+# -- results as data -----------------------------------------------------------------------------
+def sig(x: float, digits: int = 4) -> float:
+    """``x`` rounded to ``digits`` significant digits (what a figure in the JSON keeps)."""
+    if x == 0 or x != x or x in (float("inf"), float("-inf")):
+        return float(x)
+    return float(f"{x:.{digits}g}")
+
+
+def figure(
+    case: str,
+    unit: str,
+    baseline: float,
+    ours: float,
+    *,
+    peak_mib: tuple[float, float] | None = None,
+    others_share: tuple[float, float] | None = None,
+    higher_is_better: bool = False,
+    cost: bool = False,
+) -> dict[str, Any]:
+    """One headline figure: baseline and ours in ``unit``, the ratio, peak memory (MiB, baseline
+    and ours) and other processes' CPU share during each. The ratio is ours' speed-up, or with
+    ``cost`` (ours does more work than the baseline, e.g. a sweep against one fit) ours' time
+    over the baseline's."""
+    if cost:
+        ratio = baseline / ours if higher_is_better else ours / baseline
+    else:
+        ratio = ours / baseline if higher_is_better else baseline / ours
+    out: dict[str, Any] = {
+        "case": case,
+        "unit": unit,
+        "baseline": sig(baseline),
+        "ours": sig(ours),
+        "ratio": sig(ratio, 3),
+        "ratio_is": "cost" if cost else "speed-up",
+    }
+    if peak_mib is not None:
+        out["peak_mib"] = {"baseline": round(float(peak_mib[0])), "ours": round(float(peak_mib[1]))}
+    if others_share is not None:
+        out["others_share"] = {
+            "baseline": round(float(others_share[0]), 2),
+            "ours": round(float(others_share[1]), 2),
+        }
+    return out
+
+
+def goal(what: str, met: bool, value: str) -> dict[str, Any]:
+    return {"target": what, "met": bool(met), "value": value}
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> dict[str, Any]:
+    return {"title": title, "columns": columns, "rows": rows}
+
+
+def describe(doc: str | None) -> tuple[str, str]:
+    """Title and paragraph of a benchmark from its module docstring: the first line, and the
+    paragraphs after it up to the usage line (indented)."""
+    title, _, rest = (doc or "").strip().partition("\n")
+    paragraphs = [p for p in rest.strip().split("\n\n") if p and not p.startswith("    ")]
+    return title.strip().rstrip("."), " ".join(" ".join(p.split()) for p in paragraphs)
+
+
+class Session:
+    """One benchmark run: notes the code version and the measured sources at the start, and
+    writes the result (date, machine, code, sizes, figures) as ``results/<name>.json``."""
+
+    def __init__(self, name: str, measured: Sequence[str]) -> None:
+        self.name, self.measured = name, tuple(measured)
+        self.started = time.perf_counter()
+        self.code = code_version(self.measured)
+        self.digest = _digest(self.measured)
+
+    def save(
+        self,
+        doc: str | None,
+        sizes: dict[str, Any],
+        figures: list[dict[str, Any]],
+        *,
+        targets: Sequence[dict[str, Any]] = (),
+        tables: Sequence[dict[str, Any]] = (),
+        notes: Sequence[str] = (),
+        write: bool = True,
+        results_dir: Path = RESULTS_DIR,
+    ) -> dict[str, Any]:
+        """Build the record (title and paragraph from the script's docstring ``doc``); write it
+        and re-render RESULTS.md unless ``write`` is False."""
+        title, about = describe(doc)
+        now = _digest(self.measured)
+        changed = sorted(
+            k for k in now.keys() | self.digest.keys() if now.get(k) != self.digest.get(k)
+        )
+        notes = list(notes)
+        worst = max(
+            (max(f.get("others_share", {}).values(), default=0.0) for f in figures), default=0.0
+        )
+        if worst > CLEAN:
+            notes.append(
+                f"Warning: other processes took up to {worst:.0%} of the CPUs during a measurement."
+            )
+        if changed:
+            notes.append(f"Warning: measured sources changed during the run: {', '.join(changed)}.")
+        record = {
+            "name": self.name,
+            "title": title,
+            "about": about,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "machine": machine(),
+            "code": self.code,
+            "sizes": sizes,
+            "figures": figures,
+            "targets": list(targets),
+            "tables": list(tables),
+            "notes": notes,
+            "minutes": round((time.perf_counter() - self.started) / 60, 1),
+        }
+        text = json.dumps(record, indent=1)
+        print(text)
+        if write:
+            results_dir.mkdir(parents=True, exist_ok=True)
+            (results_dir / f"{self.name}.json").write_text(text + "\n", encoding="utf-8")
+            from render import render
+
+            render()
+        return record
+
+
+# -- the child ------------------------------------------------------------------------------------
+def _child() -> None:
+    parser = argparse.ArgumentParser(description="Run one contender (internal to the harness).")
+    parser.add_argument("--call", required=True, help="module:function in bench/")
+    parser.add_argument("--kwargs", default="{}")
+    parser.add_argument("--result", type=Path, required=True)
+    args = parser.parse_args()
+    module, name = args.call.split(":")
+    work = getattr(importlib.import_module(module), name)(**json.loads(args.kwargs))
+    args.result.write_text(json.dumps(measure_work(work)))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(BENCH))
+    _child()
