@@ -7,6 +7,7 @@ is reported with its file and line) and converted with :func:`num` where they ar
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import read_text
 
 Rows = list[dict[str, str]]
 
@@ -62,7 +64,7 @@ def read_table(run_dir: Path, name: str) -> Rows | None:
     if not path.is_file():
         return None
     required = COLUMNS[name]
-    with path.open(newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_text(path, "run file", newline=""), newline="") as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
@@ -83,7 +85,7 @@ def read_pairwise(run_dir: Path, split: str = "test") -> tuple[list[str], np.nda
     path = run_dir / PAIRWISE.format(split=split)
     if not path.is_file():
         return None
-    with path.open(newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_text(path, "run file", newline=""), newline="") as handle:
         table = [row for row in csv.reader(handle) if row]
     if not table or len(table[0]) < 2:
         raise UserInputError(f"{path}: expected a header 'target \\ basis,MODEL,...'")
@@ -108,7 +110,7 @@ def group_fits(run_dir: Path) -> Rows | None:
     path = run_dir / "group_r2.csv"
     if not path.is_file():
         return None
-    with path.open(newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_text(path, "run file", newline=""), newline="") as handle:
         reader = csv.DictReader(handle)
         if "target" not in (reader.fieldnames or []):
             raise UserInputError(f"{path}: missing column target")
@@ -129,8 +131,8 @@ def group_fits(run_dir: Path) -> Rows | None:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        data = json.loads(read_text(path, "run file"))
+    except ValueError as err:
         raise UserInputError(f"{path} is not readable JSON: {err}") from None
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a JSON object")

@@ -18,6 +18,7 @@ import yaml
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.figures import write_plots
 from lmalgebra.lmd.run_files import (
     group_fits,
@@ -260,7 +261,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         raise UserInputError(f"--out {target} is a directory; give a file name")
     figures = {p.stem: p for p in write_plots(run_dir)}
     config_path = run_dir / "config.yaml"
-    config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
+    config_text = read_text(config_path, "run file") if config_path.is_file() else ""
     try:
         parsed = yaml.safe_load(config_text)
     except yaml.YAMLError:
