@@ -25,6 +25,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.distill.masking import MaskedCopy
 from lmalgebra.distill.store_view import TeacherCopies, load_copies
+from lmalgebra.distill.student_inputs import check_student_name
 from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
@@ -145,6 +146,7 @@ def rdt(scores: list[Score], student: str, metric: str = "accuracy") -> dict[str
 
 
 def _load_student(run_dir: Path, name: str) -> Any:
+    check_student_name(name)
     from transformers import AutoModelForMaskedLM
 
     directory = run_dir / name / "model"
