@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -18,9 +19,11 @@ import lmalgebra.cli.merge  # noqa: F401  (registers the MergeDistill commands)
 from lmalgebra.cli.app import app
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 
+INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
-def main() -> None:
-    """Console entry point: bad input -> one line on stderr, exit status 2."""
+
+def _run() -> object:
+    """Set up logging and threads, then run the command; what typer returns (see ``main``)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging
@@ -30,8 +33,16 @@ def main() -> None:
     from lmalgebra.core.threads import pin_thread_count
 
     pin_thread_count()  # same bits in every process, busy machine or not (resumed runs)
+    # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
+    # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
+    return app(standalone_mode=False)
+
+
+def main() -> None:
+    """Console entry point: bad input -> one line on stderr, exit status 2; Ctrl-C -> one line,
+    exit status 130 (the run resumes when the same command is given again)."""
     try:
-        app(standalone_mode=False)
+        status = _run()
     except UserInputError as err:
         Console(stderr=True).print(
             f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
@@ -43,8 +54,7 @@ def main() -> None:
         Console(stderr=True).print(f"[red]stopped:[/red] {escape(str(err))}", highlight=False)
         sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
-        Console(stderr=True).print("interrupted; run the same command again to resume")
-        sys.exit(130)
+        _interrupted()
     except Exception as err:  # click usage errors
         import click
 
@@ -63,3 +73,14 @@ def main() -> None:
             )
             sys.exit(2)
         raise
+    if status == INTERRUPTED:
+        _interrupted()
+    if isinstance(status, int) and not isinstance(status, bool) and status:
+        sys.exit(status)
+
+
+def _interrupted() -> NoReturn:
+    Console(stderr=True).print(
+        "interrupted; run the same command again to resume", highlight=False, soft_wrap=True
+    )
+    sys.exit(INTERRUPTED)

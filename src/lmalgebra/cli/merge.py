@@ -17,6 +17,14 @@ app.add_typer(merge_app, name="merge")
 RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
 RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
 ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+RestartOpt = Annotated[
+    bool,
+    typer.Option(
+        "--restart",
+        help="Start afresh from step 0, dropping checkpoints (needed when they were written "
+        "for other inputs or settings).",
+    ),
+]
 
 
 @merge_app.command("prepare")
@@ -70,6 +78,7 @@ def merge_train(
     gold_only: Annotated[bool, typer.Option(help="Gold labels only (no distillation).")] = False,
     steps: Annotated[int | None, typer.Option(help="Override training.steps.")] = None,
     progress: ProgressOpt = True,
+    restart: RestartOpt = False,
 ) -> None:
     """Train the student from the teacher store (resumes from its last checkpoint)."""
     from lmalgebra.core.recipe_files import validate
@@ -82,7 +91,7 @@ def merge_train(
     if steps is not None:
         update["steps"] = steps
     training = validate(TrainingSpec, {**config.training.model_dump(), **update}, "command line")
-    target = train_student(config, name, training, progress)
+    target = train_student(config, name, training, progress, restart)
     console.print(f"student saved to [bold]{target}[/bold]")
 
 
@@ -106,6 +115,7 @@ def pretrain(
     lowercase: Annotated[bool, typer.Option(help="Lower-case the tokenizer.")] = False,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     progress: ProgressOpt = True,
+    restart: RestartOpt = False,
 ) -> None:
     """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch."""
     from lmalgebra.core.recipe_files import validate
@@ -144,6 +154,7 @@ def pretrain(
         heldout_fraction,
         lowercase,
         progress,
+        restart,
     )
     console.print(f"teacher saved to [bold]{target}[/bold]")
 

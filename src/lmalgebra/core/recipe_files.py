@@ -9,12 +9,14 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_text
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
+_SHOWN = (bool, int, float, str, type(None))  # inputs short enough to quote in a message
 
 
 def describe(err: ValidationError, source: str) -> str:
-    """One line naming the first offending key (dotted path) and the source."""
+    """One line naming the first offending key (dotted path), the value given and the source."""
     errors = err.errors()
     # a misspelled key shows up as "missing" + "extra": name the key the user actually wrote
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
@@ -23,7 +25,9 @@ def describe(err: ValidationError, source: str) -> str:
         return f"{source}: unknown key {key!r}"
     if first["type"] == "missing":
         return f"{source}: missing key {key!r}"
-    return f"{source}: key {key!r}: {first['msg']}"
+    given = first.get("input")
+    shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
+    return f"{source}: key {key!r}: {first['msg']}{shown}"
 
 
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
@@ -33,13 +37,24 @@ def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
         raise UserInputError(describe(err, source)) from None
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line for a YAML error: where (line, column) and what, without the quoted excerpt."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    if isinstance(err, yaml.constructor.ConstructorError) and "tag" in str(err.problem):
+        tag = str(err.problem).rsplit("tag ", 1)[-1].strip("'").replace("tag:yaml.org,2002:", "!!")
+        return f"{where}tag {tag} is not allowed (plain YAML only: no Python objects)"
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    context = getattr(err, "context", None)
+    return f"{where}{problem}" + (f" ({context})" if context else "")
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserInputError(f"recipe {path} does not exist")
+    text = read_text(path, "recipe")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise UserInputError(f"recipe {path} is not valid YAML: {err}") from None
+        raise UserInputError(f"recipe {path} is not valid YAML: {_yaml_problem(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

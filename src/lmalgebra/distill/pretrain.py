@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.distill.examples import example_id, is_heldout
 from lmalgebra.distill.masking import TeacherMasker, pad_batch
-from lmalgebra.distill.recipe import MaskingSpec
+from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH, MaskingSpec
 from lmalgebra.distill.student import StudentSpec, build_student
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.atomic import write_json_atomic
@@ -137,8 +139,13 @@ def pretrain(
     heldout_fraction: float = 0.05,
     lowercase: bool = False,
     progress: bool = True,
+    restart: bool = False,
 ) -> Path:
-    """Train tokenizer and masked LM; write a model directory usable as a teacher."""
+    """Train tokenizer and masked LM; write a model directory usable as a teacher.
+
+    Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
+    settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
+    _check_lengths(example_length, heldout_fraction, model)
     docs = [d.strip() for d in read_documents(corpus)]
     ids = [example_id(language, d) for d in docs]
     keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
@@ -157,9 +164,18 @@ def pretrain(
         training.seed,
         language,
     )
-    last = train(
-        student, source, training.model_copy(update={"gold_only": True}), out / "training", progress
-    )
+    inputs = {
+        "corpus": sha256_texts(texts),
+        "data": {
+            "language": language,
+            "vocab_size": vocab_size,
+            "lowercase": lowercase,
+            "example_length": example_length,
+            "heldout_fraction": heldout_fraction,
+        },
+    }
+    spec = training.model_copy(update={"gold_only": True})
+    last = train(student, source, spec, out / "training", progress, inputs, restart)
     (out / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the teacher complete
     with naming_file(out):
         student.save_pretrained(out)
@@ -178,3 +194,20 @@ def pretrain(
         },
     )
     return out
+
+
+def _check_lengths(example_length: int, heldout_fraction: float, model: StudentSpec) -> None:
+    """Refuse an example length that leaves nothing to mask or exceeds the model's positions,
+    and a held-out share outside [0, 1)."""
+    if example_length < MIN_EXAMPLE_LENGTH:
+        raise UserInputError(
+            f"--example-length must be at least {MIN_EXAMPLE_LENGTH} tokens "
+            f"([CLS], [SEP] and words to mask), got {example_length}"
+        )
+    if example_length > model.max_position_embeddings:
+        raise UserInputError(
+            f"--example-length {example_length} exceeds the model's "
+            f"{model.max_position_embeddings} positions"
+        )
+    if not (math.isfinite(heldout_fraction) and 0 <= heldout_fraction < 1):
+        raise UserInputError(f"--heldout-fraction must be in [0, 1), got {heldout_fraction}")

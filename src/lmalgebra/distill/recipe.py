@@ -14,11 +14,14 @@ from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import TrainingSpec
 
+# [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
+MIN_EXAMPLE_LENGTH = 8
+
 
 class TeacherSpec(BaseModel):
     """A pre-trained masked LM with a trained head: hub id, local directory or package:NAME."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     path: str = Field(description="Hub id or local directory of an AutoModelForMaskedLM.")
     revision: str | None = Field(default=None, description="Hub revision.")
@@ -36,7 +39,7 @@ class TeacherSpec(BaseModel):
 class LanguageSpec(BaseModel):
     """One language: its text and the teachers that cover it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     corpus: CorpusSpec = Field(description="The language's text.")
     teachers: list[str] = Field(
@@ -50,7 +53,7 @@ class LanguageSpec(BaseModel):
 class MaskingSpec(BaseModel):
     """BERT-style masking, drawn per (example, teacher) from the seed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     probability: float = Field(default=0.15, gt=0, lt=1, description="Share of tokens to predict.")
     replace: tuple[float, float, float] = Field(
@@ -73,13 +76,13 @@ class MaskingSpec(BaseModel):
 class MergeRecipe(BaseModel):
     """Everything before student training: data, teachers, masking, the teacher store."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     languages: dict[str, LanguageSpec] = Field(description="Language code -> corpus and teachers.")
     teachers: dict[str, TeacherSpec] = Field(description="Teacher name -> model reference.")
     masking: MaskingSpec = Field(default_factory=MaskingSpec)
     example_length: int = Field(
-        default=128, ge=8, description="Tokens per example per teacher (cut)."
+        default=128, ge=MIN_EXAMPLE_LENGTH, description="Tokens per example per teacher (cut)."
     )
     heldout_fraction: float = Field(
         default=0.05, ge=0, lt=1, description="Examples kept for evaluation."
@@ -100,6 +103,11 @@ class MergeRecipe(BaseModel):
         for code, lang in self.languages.items():
             if not lang.teachers:
                 raise UserInputError(f"language {code!r} has no teacher")
+            repeated = sorted({t for t in lang.teachers if lang.teachers.count(t) > 1})
+            if repeated:
+                raise UserInputError(
+                    f"language {code!r} lists teacher {repeated[0]!r} more than once"
+                )
             for name in lang.teachers:
                 if name not in self.teachers:
                     raise UserInputError(

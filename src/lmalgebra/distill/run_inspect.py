@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.run_verify import checkpoint_problems, vocabulary_problems
 from lmalgebra.storage.shard_set import MANIFEST, ShardSet
 
 
@@ -54,11 +55,12 @@ def inspect_run(run_dir: Path) -> dict[str, Any]:
 
 
 def verify_run(run_dir: Path) -> list[str]:
-    """Every missing, corrupt or incomplete shard set of the run, naming the file."""
+    """Every missing, corrupt or incomplete shard set of the run, a damaged vocabulary and
+    damaged checkpoints, naming the file."""
     if not (run_dir / "recipe.yaml").is_file():
         raise UserInputError(f"{run_dir} is not a merge run directory (no recipe.yaml)")
     problems = []
     for stage in ("examples", "masked", "topk"):
         for manifest in sorted((run_dir / stage).rglob(MANIFEST)):
             problems += ShardSet.existing(manifest.parent).problems()
-    return problems
+    return problems + vocabulary_problems(run_dir) + checkpoint_problems(run_dir)

@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
 
 def open_teachers(recipe: MergeRecipe) -> dict[str, Teacher]:
     memo = recipe.output_dir / ".hashes"
-    return {name: open_teacher(spec.ref(name), memo) for name, spec in recipe.teachers.items()}
+    return {
+        name: open_teacher(spec.ref(name), memo, recipe.example_length)
+        for name, spec in recipe.teachers.items()
+    }
 
 
 def _pairs(recipe: MergeRecipe) -> list[tuple[str, str]]:
@@ -89,12 +92,12 @@ def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
 @main_rank_only  # light work: one process writes it, the others wait
 def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
     """Examples per language, then each teacher's tokenised and masked copy of each example."""
+    teachers = open_teachers(recipe)  # refuses unusable teachers before anything is written
     recipe.output_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(
         recipe.output_dir / "recipe.yaml",
         yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False),
     )
-    teachers = open_teachers(recipe)
     for lang in recipe.languages:
         examples = _write_examples(recipe, lang)
         for name in recipe.languages[lang].teachers:

@@ -17,7 +17,7 @@ from lmalgebra.storage.disk_space import naming_file
 class StudentSpec(BaseModel):
     """Student (or pre-trained teacher) architecture."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     hidden_size: int = Field(default=256, ge=8, description="Hidden width.")
     num_layers: int = Field(default=4, ge=1, description="Transformer layers.")

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.remote_code import announce_remote_code
+from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.core.text_files import read_text
 from lmalgebra.sources.models import ModelRef, fingerprint, load_tokenizer, resolve_directory
 
 log = logging.getLogger(__name__)
+# families whose position ids start after the padding id (RoBERTa's convention)
+_OFFSET_POSITIONS = (
+    "roberta",
+    "xlm-roberta",
+    "xlm-roberta-xl",
+    "camembert",
+    "longformer",
+    "data2vec-text",
+    "roberta-prelayernorm",
+    "xmod",
+)
 
 
 @dataclass
@@ -22,12 +35,21 @@ class Teacher:
     tokenizer: Any
 
 
-def open_teacher(ref: ModelRef, memo_dir: Path | None = None) -> Teacher:
-    """Resolve and fingerprint a teacher and load its tokenizer (which must have a mask token)."""
+def open_teacher(
+    ref: ModelRef, memo_dir: Path | None = None, example_length: int | None = None
+) -> Teacher:
+    """Resolve and fingerprint a teacher and load its tokenizer (which must have a mask token);
+    with ``example_length``, refuse a teacher whose positions cannot hold that many tokens."""
     directory = resolve_directory(ref)
     tokenizer = load_tokenizer(ref, directory)
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")
+    limit = max_positions(directory)
+    if example_length is not None and limit is not None and example_length > limit:
+        raise UserInputError(
+            f"example_length {example_length} exceeds the {limit} positions teacher "
+            f"{ref.name!r} can read ({directory / 'config.json'}); use example_length <= {limit}"
+        )
     return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
 
 
@@ -47,7 +69,7 @@ def load_masked_lm(ref: ModelRef, directory: Path) -> Any:
         )
     except Exception as err:
         raise UserInputError(
-            f"teacher {ref.name!r}: cannot load a masked LM from {directory}: {err}"
+            f"teacher {ref.name!r}: cannot load a masked LM from {directory}: {load_failure(err)}"
         ) from err
     missing = sorted(info.get("missing_keys", []))
     if missing:
@@ -57,3 +79,20 @@ def load_masked_lm(ref: ModelRef, directory: Path) -> Any:
             f"(missing weights: {shown}); pre-train one with `lmalgebra pretrain` or use another"
         )
     return model.eval()
+
+
+def max_positions(directory: Path) -> int | None:
+    """The longest input (tokens) the model in ``directory`` reads, from its ``config.json``."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(read_text(path, "model configuration"))
+    except ValueError:
+        return None
+    limit = config.get("max_position_embeddings", config.get("n_positions"))
+    if not isinstance(limit, int):
+        return None
+    if config.get("model_type") in _OFFSET_POSITIONS:
+        limit -= int(config.get("pad_token_id") or 0) + 1
+    return limit

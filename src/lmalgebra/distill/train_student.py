@@ -12,6 +12,7 @@ from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import open_teachers, topk_set, vocab_stamp
 from lmalgebra.distill.student import build_student, save_student
 from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.student_inputs import check_student_name, student_inputs
 from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.storage.lockfile import holding_lock
@@ -59,9 +60,14 @@ def train_student(
     name: str = "student",
     training: TrainingSpec | None = None,
     progress: bool = True,
+    restart: bool = False,
 ) -> Path:
-    """Train (or resume) student ``run_dir/<name>``; the final model goes to ``<name>/model``."""
+    """Train (or resume) student ``run_dir/<name>``; the final model goes to ``<name>/model``.
+
+    A checkpoint of other inputs (recipe, store, vocabulary, student, training) is refused;
+    ``restart`` starts afresh instead."""
     spec = training or recipe.training
+    check_student_name(name)
     hashes = check_store(recipe)
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
@@ -77,7 +83,7 @@ def train_student(
     log.info("language sampling probabilities: %s", source.probabilities)
     out = recipe.output_dir / name
     model = build_student(recipe.student, len(vocab.tokens), pad_id=0, seed=spec.seed)
-    final = train(model, source, spec, out, progress)
+    final = train(model, source, spec, out, progress, student_inputs(recipe), restart)
     if not is_main():  # the main rank saves the student
         return out / "model"
     metadata: dict[str, Any] = {

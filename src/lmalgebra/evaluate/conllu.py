@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_text
 from lmalgebra.storage.atomic import write_text_atomic
 
 Sentence = list[tuple[str, str]]
@@ -27,12 +28,7 @@ _EMPTY_NODE = re.compile(r"^[0-9]+\.[0-9]+$")
 def read_conllu(path: Path) -> list[Sentence]:
     """Sentences of a CoNLL-U file, in file order; a malformed line raises, naming ``file:line``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise UserInputError(f"CoNLL-U file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserInputError(f"cannot read CoNLL-U file {path}: {err}") from err
+    text = read_text(path, "CoNLL-U file")
     sentences: list[Sentence] = []
     current: Sentence = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -128,7 +124,7 @@ def split_by_document(source: Path, out: Path, name: str = "treebank") -> Treeba
     """Split a one-file treebank into train/dev/test by document (``# sent_id = DOC-N``): of the
     documents in sorted order, every sixth goes to test and another sixth to dev, so no document
     is shared between splits. Writes ``<name>-ud-{split}.conllu`` under ``out``."""
-    blocks = [b for b in source.read_text(encoding="utf-8-sig").split("\n\n") if b.strip()]
+    blocks = [b for b in read_text(source, "CoNLL-U file").split("\n\n") if b.strip()]
     documents = []
     for number, block in enumerate(blocks, 1):
         found = re.search(r"# sent_id = (.*)-\d+", block)

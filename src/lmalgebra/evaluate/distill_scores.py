@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.distill.masking import MaskedCopy
 from lmalgebra.distill.store_view import TeacherCopies, load_copies
+from lmalgebra.distill.student_inputs import check_student_name
 from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_text_atomic
@@ -153,6 +154,7 @@ def rdt(scores: list[Score], student: str, metric: str = "accuracy") -> dict[str
 
 
 def _load_student(run_dir: Path, name: str) -> Any:
+    check_student_name(name)
     from transformers import AutoModelForMaskedLM
 
     directory = run_dir / name / "model"
@@ -175,7 +177,7 @@ def evaluate_run(
             f"{run_dir} is not a merge run directory (no recipe.yaml): "
             "run `lmalgebra merge prepare RECIPE` first"
         )
-    recipe = yaml.safe_load(recipe_path.read_text())
+    recipe = read_yaml(recipe_path)
     teachers_of = {lang: spec["teachers"] for lang, spec in recipe["languages"].items()}
     for lang in languages or []:
         if lang not in teachers_of:

@@ -27,7 +27,7 @@ def default_cache_dir() -> Path:
 class DecomposeConfig(BaseModel):
     """Everything a decomposition run needs; every field is also a recipe key."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     models: list[ModelRef] = Field(
         description="Two or more models; their order is the basis order."

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.run_schema import FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
 from lmalgebra.storage.csv_tables import read_table
 
@@ -41,8 +42,8 @@ def group_fits(run_dir: Path) -> list[FitRow] | None:
 
 def read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        data = json.loads(read_text(path, "run file"))
+    except ValueError as err:
         raise UserInputError(f"{path} is not readable JSON: {err}") from None
     if not isinstance(data, dict):
         raise UserInputError(f"{path}: expected a JSON object")

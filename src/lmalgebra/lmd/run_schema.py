@@ -9,6 +9,7 @@ as an empty cell. The wide tables (``pairwise_r2_{split}.csv``: a matrix with a 
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import read_text
 from lmalgebra.stats.alpha_select import AlphaSelection
 from lmalgebra.stats.attribution import AttributionRow
 from lmalgebra.storage.atomic import write_text_atomic
@@ -218,7 +220,7 @@ def read_pairwise(run_dir: Path, split: str = "test") -> tuple[list[str], np.nda
     path = run_dir / PAIRWISE.format(split=split)
     if not path.is_file():
         return None
-    with path.open(newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_text(path, "run file", newline=""), newline="") as handle:
         table = [row for row in csv.reader(handle) if row]
     if not table or len(table[0]) < 2:
         raise UserInputError(f"{path}: expected a header '{PAIRWISE_CORNER},MODEL,...'")

@@ -23,7 +23,7 @@ from lmalgebra.core.splits import SPLITS
 class SpanSpec(BaseModel):
     """How documents become spans, and how many per split."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     length: int = Field(default=64, description="T: span length in reference-tokenizer tokens.")
     fractions: tuple[float, float, float] = Field(

@@ -16,7 +16,7 @@ AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
 class StudySpec(BaseModel):
     """Optional studies; everything is computed from the same one-pass statistics."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     lengths: list[int] | None = Field(
         default=None, description="Sweep span length T over these values (tokens)."

@@ -16,6 +16,7 @@ import numpy as np
 import yaml
 
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.figures import write_plots
 from lmalgebra.lmd.run_files import group_fits, preferred_split, read_json, read_summary, unique
 from lmalgebra.lmd.run_schema import (
@@ -216,7 +217,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     summary = read_summary(run_dir)
     figures = {p.stem: p for p in write_plots(run_dir)}
     config_path = run_dir / CONFIG
-    config_text = config_path.read_text(encoding="utf-8") if config_path.is_file() else ""
+    config_text = read_text(config_path, "run file") if config_path.is_file() else ""
     try:
         parsed = yaml.safe_load(config_text)
     except yaml.YAMLError:

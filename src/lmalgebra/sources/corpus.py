@@ -8,7 +8,9 @@ a language: from a field of each record (``language_column``) or from the corpus
 from __future__ import annotations
 
 import csv
+import io
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -17,8 +19,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
+log = logging.getLogger(__name__)
 DocSep = Literal["auto", "line", "blank"]
 
 
@@ -56,7 +60,7 @@ def split_language(entry: str) -> tuple[str | None, str]:
 
 
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path, "corpus")
     lines = text.splitlines()
     blank = doc_sep == "blank" or (doc_sep == "auto" and any(not ln.strip() for ln in lines))
     if not blank:
@@ -73,45 +77,62 @@ def _txt(path: Path, doc_sep: DocSep) -> list[str]:
     return docs
 
 
-def _field(record: object, column: str, where: str) -> str:
+def _field(record: object, column: str, where: str) -> object:
     if not isinstance(record, dict) or column not in record:
         raise UserInputError(f"{where}: no text field {column!r}")
-    value = record[column]
-    return value if isinstance(value, str) else ""
+    return record[column]
+
+
+def _strings(values: list[object], column: str, source: Path, places: list[str]) -> list[str]:
+    """``values`` with every non-string (null, number, list...) read as ``""`` (so dropped as an
+    empty document); a warning counts them and names the first one's place and type."""
+    bad = [i for i, v in enumerate(values) if not isinstance(v, str)]
+    if bad:
+        first = values[bad[0]]
+        log.warning(
+            "corpus %s: %d record(s) whose %r is not a string are read as empty (first: %s, %s)",
+            source,
+            len(bad),
+            column,
+            places[bad[0]],
+            "null" if first is None else type(first).__name__,
+        )
+    return [v if isinstance(v, str) else "" for v in values]
 
 
 def _jsonl(path: Path, column: str) -> list[str]:
-    docs = []
-    with path.open(encoding="utf-8-sig") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise UserInputError(f"{path}:{number}: not valid JSON ({err.msg})") from err
-            docs.append(_field(record, column, f"{path}:{number}"))
-    return docs
+    values: list[object] = []
+    places: list[str] = []
+    for number, line in enumerate(io.StringIO(read_text(path, "corpus")), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserInputError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+        values.append(_field(record, column, f"{path}:{number}"))
+        places.append(f"line {number}")
+    return _strings(values, column, path, places)
 
 
 def _json(path: Path, column: str) -> list[str]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = json.loads(read_text(path, "corpus"))
     except json.JSONDecodeError as err:
         raise UserInputError(f"{path}: not valid JSON ({err.msg}, line {err.lineno})") from err
     records = list(data.values()) if isinstance(data, dict) else data
     if not isinstance(records, list):
         raise UserInputError(f"{path}: expected a list of records or a mapping of records")
-    return [_field(r, column, str(path)) for r in records]
+    values = [_field(r, column, str(path)) for r in records]
+    return _strings(values, column, path, [f"record {i + 1}" for i in range(len(values))])
 
 
 def _csv(path: Path, column: str) -> list[str]:
     csv.field_size_limit(sys.maxsize)
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None or column not in reader.fieldnames:
-            raise UserInputError(f"{path}: no column {column!r} (columns: {reader.fieldnames})")
-        return [row[column] or "" for row in reader]
+    reader = csv.DictReader(io.StringIO(read_text(path, "corpus", newline=""), newline=""))
+    if reader.fieldnames is None or column not in reader.fieldnames:
+        raise UserInputError(f"{path}: no column {column!r} (columns: {reader.fieldnames})")
+    return [row[column] or "" for row in reader]
 
 
 def _arrow_column(table: object, column: str, where: Path) -> list[str]:
@@ -120,7 +141,8 @@ def _arrow_column(table: object, column: str, where: Path) -> list[str]:
     assert isinstance(table, pa.Table)
     if column not in table.column_names:
         raise UserInputError(f"{where}: no column {column!r} (columns: {table.column_names})")
-    return [v if isinstance(v, str) else "" for v in table.column(column).to_pylist()]
+    values = table.column(column).to_pylist()
+    return _strings(values, column, where, [f"row {i + 1}" for i in range(len(values))])
 
 
 def _parquet(path: Path, column: str) -> list[str]:

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_files, sha256_json
-from lmalgebra.core.remote_code import announce_remote_code
+from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
 from lmalgebra.storage.atomic import write_text_atomic
@@ -164,6 +164,8 @@ def resolve_directory(ref: ModelRef) -> Path:
                 f"model {ref.name!r}: {local} is not a model directory (no config.json)"
             )
         return local
+    if local.exists():
+        raise UserInputError(f"model {ref.name!r}: {ref.path} is a file, not a model directory")
     if _looks_local(ref.path):
         raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
     return _snapshot(ref.name, ref.path, ref.revision)
@@ -238,6 +240,8 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
     local = Path(source).expanduser()
     if local.is_dir():
         return local
+    if local.exists():
+        raise UserInputError(f"model {ref.name!r}: tokenizer {source} is a file, not a directory")
     repo, _, revision = source.partition("@")
     if _looks_local(repo):
         raise UserInputError(f"model {ref.name!r}: tokenizer directory {source} does not exist")
@@ -328,7 +332,7 @@ def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
         )
     except Exception as err:
         raise UserInputError(
-            f"model {ref.name!r}: cannot load a tokenizer from {directory}: {err}"
+            f"model {ref.name!r}: cannot load a tokenizer from {directory}: {load_failure(err)}"
         ) from err
     if not getattr(tokenizer, "is_fast", False):
         raise UserInputError(f"model {ref.name!r}: tokenizer is not a fast (Rust) tokenizer")
@@ -368,7 +372,9 @@ def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
     except UserInputError:
         raise
     except Exception as err:
-        raise UserInputError(f"model {ref.name!r}: cannot load from {directory}: {err}") from err
+        raise UserInputError(
+            f"model {ref.name!r}: cannot load from {directory}: {load_failure(err)}"
+        ) from err
     return model.eval()
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import read_text
 
 log = logging.getLogger(__name__)
 
@@ -236,13 +237,13 @@ def _sidecar_digest(name: str, path: Path) -> str | None:
     text_form = path.with_name(f"{path.name}.spans.sha256")
     json_form = path.with_name(f"{path.name}.spans.json")
     if text_form.is_file():
-        words = text_form.read_text(encoding="utf-8").split()
+        words = read_text(text_form, "digest file").split()
         if not words:
             raise UserInputError(f"model {name!r}: {text_form} is empty; it must hold the digest")
         return words[0].lower()
     if json_form.is_file():
         try:
-            digest = json.loads(json_form.read_text(encoding="utf-8")).get("spans_sha256")
+            digest = json.loads(read_text(json_form, "digest file")).get("spans_sha256")
         except (json.JSONDecodeError, AttributeError):
             digest = None
         if not isinstance(digest, str):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_text
 from lmalgebra.storage.atomic import write_text_atomic
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ def read_table(directory: Path, table: Table[R]) -> list[R] | None:
     if not path.is_file():
         return None
     read = parsers(table.row)
-    with path.open(newline="", encoding="utf-8") as handle:
+    with io.StringIO(read_text(path, "run file", newline=""), newline="") as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in table.columns if c not in (reader.fieldnames or [])]
         if missing:

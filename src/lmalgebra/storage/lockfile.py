@@ -168,7 +168,7 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
     rank, size = _ranks()
     fd: int | None = None
     refusal: DirectoryInUseError | None = None
-    created = not directory.exists()
+    created = _missing(directory) if rank == 0 else None
     if rank == 0:
         make_directory(directory)
         try:
@@ -180,19 +180,37 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
             f"{directory} is in use by another lmalgebra run (see the main rank's message)"
         )
     _held[directory] = (fd, 1)
-    succeeded = False
+    failed = True
     try:
         if size == 1:
             remove_stale_temporaries(directory)
         yield
-        succeeded = True
+        failed = False
     finally:
         del _held[directory]
         _release(directory, fd)
-        if created and not succeeded and rank == 0:
-            # a failed command leaves no empty directory behind (rmdir refuses a non-empty one)
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+        if failed and created is not None:
+            _remove_empty(created)
+
+
+def _missing(directory: Path) -> Path | None:
+    """The outermost of ``directory`` and its parents that does not exist yet, if any."""
+    outermost = None
+    for path in (directory, *directory.parents):
+        if path.exists():
+            break
+        outermost = path
+    return outermost
+
+
+def _remove_empty(created: Path) -> None:
+    """After a failed command: remove the directories it created that hold no file, so that
+    it leaves nothing behind (directories holding files, such as resumable work, stay)."""
+    if not created.is_dir():
+        return
+    for root, _, _ in sorted(os.walk(created), key=lambda entry: -len(Path(entry[0]).parts)):
+        with contextlib.suppress(OSError):
+            Path(root).rmdir()  # fails, and is skipped, unless empty
 
 
 def holding_lock(

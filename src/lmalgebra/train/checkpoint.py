@@ -1,11 +1,13 @@
 """Checkpoints without pickle: model and optimizer tensors in safetensors, the rest in JSON.
 
 A checkpoint directory ``step-NNNNNNN`` holds ``model.safetensors``, ``optimizer.safetensors``,
-``rng.safetensors`` and ``state.json`` (step, optimizer hyper-parameters, sha256 of each file).
-It is written under a temporary name and renamed, so a checkpoint either exists whole or not at
-all (a failed write, a full disk included, removes the temporary directory); one whose files are
-missing, truncated or fail their checksums is skipped with a warning naming the file, in favour of
-the previous one, and with none intact training starts again from step 0.
+``rng.safetensors`` and ``state.json`` (step, optimizer hyper-parameters, sha256 of each file,
+the run's fingerprint, see ``run_fingerprint``, and a sha256 of the state itself). It is written
+under a temporary name and renamed, so a checkpoint either exists whole or not at all (a failed
+write, a full disk included, removes the temporary directory); one whose files are missing,
+truncated or fail their checksums (``state.json`` edited by hand included) is skipped with a
+warning naming the file, in favour of the previous one, and with none intact training starts
+again from step 0. A checkpoint written for other inputs or settings is refused.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.train.run_fingerprint import check_fingerprint
 
 log = logging.getLogger(__name__)
 FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
+STATE_SUM = "state_sha256"
 
 
 def _optimizer_tensors(
@@ -46,8 +51,11 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     extra: dict[str, Any],
     keep: int = 2,
+    fingerprint: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``root/step-{step}`` atomically and keep only the newest ``keep`` checkpoints."""
+    """Write ``root/step-{step}`` atomically and keep only the newest ``keep`` checkpoints.
+
+    ``fingerprint`` (what the run depends on) is recorded for ``load_latest`` to compare."""
     final = root / f"step-{step:07d}"
     tmp = root / f".tmp-step-{step:07d}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -60,12 +68,15 @@ def save_checkpoint(
             save_file(tensors, str(tmp / "optimizer.safetensors"))
         with naming_file(final / "rng.safetensors"):
             save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
-        state = {
+        state: dict[str, Any] = {
             "step": step,
             "param_groups": groups,
             "extra": extra,
             "sha256": {name: sha256_file(tmp / name) for name in FILES},
         }
+        if fingerprint is not None:
+            state["fingerprint"] = fingerprint
+        state[STATE_SUM] = _state_sum(state)
         write_json_atomic(tmp / "state.json", state)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -77,39 +88,81 @@ def save_checkpoint(
     return final
 
 
-def _intact(directory: Path) -> dict[str, Any] | None:
-    """The checkpoint's state if every file matches its recorded sha256; else warn, naming it."""
+def _state_sum(state: dict[str, Any]) -> str:
+    """sha256 of the state as JSON (itself left out): a hand-edited step or rate shows."""
+    return sha256_json({k: v for k, v in state.items() if k != STATE_SUM})
+
+
+def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
+    """Check a checkpoint: ``(file, "" , state)`` when whole, else the first damaged file and
+    why (missing, truncated, altered or edited)."""
     path = directory / "state.json"
     try:
         state = json.loads(path.read_text())
+        if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
+            raise ValueError("its content does not match its checksum (edited or damaged)")
         for name in FILES:
             path = directory / name
             if sha256_file(path) != state["sha256"][name]:
                 raise ValueError("checksum mismatch (truncated or altered)")
-        return dict(state)
+        return path, "", dict(state)
     except (OSError, ValueError, KeyError, TypeError) as err:
         reason = "missing" if isinstance(err, FileNotFoundError) else str(err) or type(err).__name__
+        return path, reason, None
+
+
+def _intact(directory: Path) -> dict[str, Any] | None:
+    """The checkpoint's state if every file matches its recorded sha256; else warn, naming it."""
+    path, reason, state = damage(directory)
+    if state is None:
         log.warning("checkpoint file %s is damaged (%s); skipping %s", path, reason, directory.name)
-    return None
+    return state
 
 
 def load_latest(
-    root: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    root: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    fingerprint: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    """Restore the newest intact checkpoint into ``model``/``optimizer``; its state, or None."""
+    """Restore the newest intact checkpoint into ``model``/``optimizer``; its state, or None.
+
+    With ``fingerprint``, a checkpoint recorded with another one raises
+    ``CheckpointMismatchError`` (a ``UserInputError``) naming what changed."""
     for directory in sorted(root.glob("step-*"), reverse=True):
         state = _intact(directory)
         if state is None:
             continue
-        load_model(model, str(directory / "model.safetensors"))
-        tensors = load_file(str(directory / "optimizer.safetensors"))
-        entries: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in tensors.items():
-            index, name = key.split(".", 1)
-            entries.setdefault(int(index), {})[name] = value
-        optimizer.load_state_dict({"state": entries, "param_groups": state["param_groups"]})
-        torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
+        if fingerprint is not None:
+            check_fingerprint(state.get("fingerprint"), fingerprint, str(directory), str(root))
+        try:
+            _restore(directory, state, model, optimizer)
+        except (RuntimeError, ValueError, KeyError) as err:  # a checkpoint of another shape
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserInputError(
+                f"checkpoint {directory} does not fit this model ({first}); to start afresh "
+                f"from step 0, run again with --restart (or remove {root})"
+            ) from None
         return state
     if any(root.glob("step-*")):
         log.warning("no intact checkpoint in %s; training starts again from step 0", root)
     return None
+
+
+def _restore(
+    directory: Path, state: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> None:
+    load_model(model, str(directory / "model.safetensors"))
+    tensors = load_file(str(directory / "optimizer.safetensors"))
+    entries: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        entries.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": entries, "param_groups": state["param_groups"]})
+    torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
+
+
+def clear_checkpoints(root: Path) -> None:
+    """Remove every checkpoint under ``root`` (a run asked to start afresh)."""
+    for old in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):
+        shutil.rmtree(old, ignore_errors=True)

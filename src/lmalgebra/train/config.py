@@ -13,7 +13,7 @@ from lmalgebra.train.schedules import LambdaSchedule
 class TrainingSpec(BaseModel):
     """Optimisation, loss mix, data order and bookkeeping of one training run."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     steps: int = Field(default=1000, ge=1, description="Optimizer steps.")
     batch_size: int = Field(default=32, ge=1, description="Examples per micro-batch.")

@@ -17,11 +17,11 @@ import torch
 
 from lmalgebra.core.errors import TrainingDivergedError
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distributed import is_main, world
+from lmalgebra.distributed import barrier, is_main, world
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.batches import Batch, BatchSource
-from lmalgebra.train.checkpoint import load_latest, save_checkpoint
+from lmalgebra.train.checkpoint import clear_checkpoints, load_latest, save_checkpoint
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.data_parallel import (
     check_batch_size,
@@ -31,6 +31,7 @@ from lmalgebra.train.data_parallel import (
 )
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits
+from lmalgebra.train.run_fingerprint import as_json, model_part, training_part
 from lmalgebra.train.schedules import kd_weight, learning_rate
 
 log = logging.getLogger(__name__)
@@ -96,19 +97,38 @@ class _Log:
 
 
 def train(
-    model: Any, source: BatchSource, spec: TrainingSpec, out: Path, progress: bool = True
+    model: Any,
+    source: BatchSource,
+    spec: TrainingSpec,
+    out: Path,
+    progress: bool = True,
+    inputs: dict[str, Any] | None = None,
+    restart: bool = False,
 ) -> dict[str, Any]:
-    """Train ``model`` for ``spec.steps`` optimizer steps, resuming from ``out/checkpoints``."""
+    """Train ``model`` for ``spec.steps`` optimizer steps, resuming from ``out/checkpoints``.
+
+    ``inputs``: what the data depends on (recipe, store, vocabulary...), recorded with the model
+    configuration and training settings in every checkpoint; a checkpoint recorded with others
+    is refused, naming what changed. ``restart``: drop existing checkpoints and start at step 0.
+    """
     from accelerate import Accelerator
 
     out.mkdir(parents=True, exist_ok=True)
     world()  # sets up the process group when launched as several processes, before Accelerate
     check_batch_size(spec.batch_size)
+    parts = {"model": model_part(model), "training": training_part(spec), **(inputs or {})}
+    fingerprint = as_json(parts)
+    if restart:
+        if is_main():
+            clear_checkpoints(out / "checkpoints")
+        barrier()
     accelerator = Accelerator(mixed_precision=spec.mixed_precision)
     torch.manual_seed(spec.seed)
     optimizer = _optimizer(model, spec)
     model, optimizer = accelerator.prepare(model, optimizer)
-    state = load_latest(out / "checkpoints", accelerator.unwrap_model(model), optimizer.optimizer)
+    state = load_latest(
+        out / "checkpoints", accelerator.unwrap_model(model), optimizer.optimizer, fingerprint
+    )
     start = int(state["step"]) if state else 0
     if start:
         log.info("resuming from step %d", start)
@@ -129,6 +149,7 @@ def train(
                     accelerator.unwrap_model(model),
                     optimizer.optimizer,
                     {"languages": source.languages},
+                    fingerprint=fingerprint,
                 )
             advance(1)
     model.eval()

@@ -1,0 +1,63 @@
+"""Reading the text files a user hands over (recipes, corpora, a run's CSV and JSON files).
+
+Every reader goes through :func:`read_text`, so each way a file can be unusable (absent, a
+directory, unreadable, not UTF-8) is reported the same way: one line naming the file, and for
+bad bytes the offset of the first one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmalgebra.core.errors import UserInputError
+
+
+def require_file(path: Path, what: str) -> Path:
+    """``path`` if it is an existing regular file (or a link to one); else UserInputError."""
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise UserInputError(f"{what} {path} is a directory, not a file")
+    if path.exists():
+        raise UserInputError(f"{what} {path} is not a regular file")
+    raise UserInputError(f"{what} {path} does not exist")
+
+
+def require_directory(path: Path, what: str) -> Path:
+    """``path`` if it is an existing directory; else UserInputError saying what it is instead."""
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise UserInputError(f"{what} {path} is a file, not a directory")
+    raise UserInputError(f"{what} {path} does not exist")
+
+
+def decode_utf8(data: bytes, path: Path, what: str) -> str:
+    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); UserInputError naming the
+    file and the offset of the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise UserInputError(
+            f"{what} {path} is not UTF-8 text: byte 0x{data[err.start]:02x} at offset {err.start}"
+        ) from None
+
+
+def read_text(path: Path, what: str, newline: str | None = None) -> str:
+    """The text of the file at ``path`` (``what`` names it in messages: "recipe", "corpus"...).
+
+    With ``newline=None`` line ends are translated to ``\\n`` as Python's text mode does; with
+    ``newline=""`` they are kept (for the ``csv`` module).
+    """
+    path = Path(path)
+    require_file(path, what)
+    try:
+        data = path.read_bytes()
+    except PermissionError as err:
+        raise UserInputError(f"{what} {path} is not readable ({err.strerror})") from None
+    except OSError as err:
+        raise UserInputError(f"{what} {path} cannot be read ({err.strerror})") from None
+    text = decode_utf8(data, path, what)
+    if newline is None and "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text

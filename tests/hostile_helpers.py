@@ -1,0 +1,73 @@
+"""Helpers of the hostile-input tests: run a command in-process, check its one message line, and
+fingerprint directories so a test can show that a refused command changed nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from lmalgebra.cli import main
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import load_recipe
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+INTERRUPTED = "interrupted; run the same command again to resume"
+
+
+def run_cli(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    """``lmalgebra ARGS`` through ``cli.main``: (exit status, stderr without colours)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
+    capsys.readouterr()
+    try:
+        main()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    else:
+        code = 0
+    return code, ANSI.sub("", capsys.readouterr().err)
+
+
+def assert_one_line(code: int, stderr: str, needles: list[str], status: int = 2) -> str:
+    """Exit ``status``; stderr ends with exactly one ``error:`` line holding every needle."""
+    assert code == status, stderr
+    assert "Traceback" not in stderr, stderr
+    lines = re.findall(r"^error: .*$", stderr, flags=re.MULTILINE)
+    assert len(lines) == 1, stderr
+    assert stderr.rstrip().endswith(lines[0]), f"message spans several lines:\n{stderr}"
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def digests(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` by relative path (the lock file left out)."""
+    if not root.exists():
+        return {}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lmalgebra.lock"
+    }
+
+
+def built_store(root: Path, teachers: dict[str, Path], **overrides: object) -> Path:
+    """A recipe (tiny student, six steps, a checkpoint every three) whose store and vocabulary
+    are built; its path."""
+    settings: dict[str, object] = {"student": TINY_STUDENT, "training": TINY_TRAINING}
+    path = write_recipe(root, teachers, **{**settings, **overrides})
+    recipe = load_recipe(path)
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    stages.vocab(recipe)
+    return path
+
+
+LATIN1 = "caf\xe9 au lait, cr\xe8me br\xfbl\xe9e\n".encode("latin-1")  # 0xe9 at offset 3

@@ -1,0 +1,130 @@
+"""Ctrl-C: one line, exit status 130, and the same command resumes as after ``kill -9``.
+
+Typer, outside standalone mode, turns a KeyboardInterrupt into a *returned* exit code, which the
+entry point used to drop (status 0, nothing printed). Here the interrupt is raised inside each
+command that meets it in practice, in-process, and once sent as a real SIGINT to a real process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from hostile_helpers import INTERRUPTED, built_store, digests, run_cli
+from lmalgebra.distill.pretrain import TextBatches
+from lmalgebra.distill.student_data import StoreBatches
+from tiny import documents
+
+
+def _interrupt_at(index: int):
+    def batch(self, i):
+        if i == index:
+            raise KeyboardInterrupt
+        return batch.real(self, i)
+
+    return batch
+
+
+def assert_interrupted(code: int, stderr: str) -> None:
+    assert code == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip().splitlines()[-1] == INTERRUPTED, stderr
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
+    return built_store(tmp_path_factory.mktemp("interrupt"), teacher_dirs)
+
+
+def test_merge_train_interrupted_resumes_to_identical_weights(
+    recipe: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = recipe.parent / "run"
+    code, stderr = run_cli(["merge", "train", str(recipe), "--name", "ref"], monkeypatch, capsys)
+    assert code == 0, stderr
+    batch = _interrupt_at(4)  # after the step-3 checkpoint, during step 5
+    batch.real = StoreBatches.batch  # type: ignore[attr-defined]
+    monkeypatch.setattr(StoreBatches, "batch", batch)
+    args = ["merge", "train", str(recipe), "--name", "cut", "--no-progress"]
+    assert_interrupted(*run_cli(args, monkeypatch, capsys))
+    kept = digests(run / "cut" / "checkpoints")
+    assert sorted({k.split("/")[0] for k in kept}) == ["step-0000003"]
+    assert not (run / "cut" / "model").exists()  # nothing marked complete
+    monkeypatch.setattr(StoreBatches, "batch", batch.real)  # type: ignore[attr-defined]
+    code, stderr = run_cli(args, monkeypatch, capsys)
+    assert code == 0, stderr
+    a = load_file(str(run / "ref" / "model" / "model.safetensors"))
+    b = load_file(str(run / "cut" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_pretrain_interrupted_exits_130_and_leaves_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(60)) + "\n", encoding="utf-8")
+    batch = _interrupt_at(6)
+    batch.real = TextBatches.batch  # type: ignore[attr-defined]
+    monkeypatch.setattr(TextBatches, "batch", batch)
+    out = tmp_path / "teacher"
+    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "120"]
+    args += ["--out", str(out), "--steps", "10", "--hidden-size", "16", "--example-length", "32"]
+    args += ["--batch-size", "4", "--no-progress"]
+    assert_interrupted(*run_cli(args, monkeypatch, capsys))
+    assert (out / "training" / "checkpoints" / "step-0000006").is_dir()
+    assert not (out / "lmalgebra.json").exists()
+
+
+def test_decompose_interrupted_exits_130(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import lmalgebra.lmd.measure
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmalgebra.lmd.measure, "embed", stop)
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
+    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
+    args += ["--out", str(tmp_path / "out"), "--no-progress"]
+    assert_interrupted(*run_cli(args, monkeypatch, capsys))
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_sigint_to_a_real_process(tmp_path: Path) -> None:
+    """The way a user meets it: Ctrl-C (SIGINT) to ``python -m lmalgebra`` while it trains."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(60)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
+    command = [sys.executable, "-m", "lmalgebra", "pretrain", "--corpus", str(corpus)]
+    command += ["--lang", "xx", "--vocab-size", "120", "--out", str(out), "--steps", "100000"]
+    command += ["--hidden-size", "16", "--example-length", "32", "--batch-size", "4"]
+    process = subprocess.Popen(
+        [*command, "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "training" / "train_log.jsonl").is_file():  # training has started
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    stderr = err.decode()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.rstrip().splitlines()[-1] == INTERRUPTED
+    assert not (out / "lmalgebra.json").exists()

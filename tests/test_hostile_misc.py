@@ -1,0 +1,167 @@
+"""Smaller hostile inputs: paths of the wrong kind, malformed YAML, code shipped with a model,
+records whose text is not a string, student names that leave the run, a teacher listed twice,
+damage that ``merge verify`` must find, and no empty directories left by a failed command."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hostile_helpers import assert_one_line, built_store, digests, run_cli
+from merge_fixtures import write_recipe
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+@pytest.mark.parametrize("command", [["decompose"], ["merge", "prepare"], ["merge", "train"]])
+def test_recipe_that_is_a_directory(command: list[str], tmp_path: Path, cli) -> None:
+    code, stderr = cli([*command, str(tmp_path)])
+    assert_one_line(code, stderr, [f"recipe {tmp_path} is a directory, not a file"])
+
+
+def test_model_path_that_is_a_file(tmp_path: Path, bert_dir: Path, corpus_txt: Path, cli) -> None:
+    weights = bert_dir / "model.safetensors"
+    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={weights}"]
+    code, stderr = cli([*args, "--corpus", str(corpus_txt), "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, ["model 'b'", str(weights), "is a file, not a model directory"])
+
+
+YAML = {
+    "unclosed_list": (b"models: [a, b\ncorpus: x\n", ["line 2, column 7"]),
+    "python_tag": (
+        b"models: !!python/object/apply:os.system [echo hi]\n",
+        ["tag !!python/object/apply:os.system is not allowed"],
+    ),
+    "nested_colon": (b"models: a: b\n", ["line 1, column 10", "mapping values"]),
+    "open_quote": (b'corpus: "x\n', ["unexpected end of stream"]),
+}
+
+
+@pytest.mark.parametrize("case", list(YAML))
+@pytest.mark.parametrize("command", [["decompose"], ["merge", "prepare"]])
+def test_malformed_yaml_is_one_line(case: str, command: list[str], tmp_path: Path, cli) -> None:
+    text, needles = YAML[case]
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes(text)
+    code, stderr = cli([*command, str(recipe)])
+    assert_one_line(code, stderr, [f"recipe {recipe} is not valid YAML", *needles])
+
+
+def test_remote_code_refusal_names_the_flag(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
+) -> None:
+    custom = tmp_path / "custom"
+    shutil.copytree(bert_dir, custom)
+    config = json.loads((custom / "config.json").read_text())
+    config["model_type"] = "custom-encoder"  # a family only its own code defines
+    config["auto_map"] = {
+        "AutoConfig": "configuration_custom.CustomConfig",
+        "AutoModel": "modeling_custom.CustomModel",
+    }
+    (custom / "config.json").write_text(json.dumps(config))
+    args = ["decompose", "--model", f"a={bert2_dir}", "--model", f"c={custom}"]
+    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    line = assert_one_line(code, stderr, ["model 'c'", "--trust-remote-code"])
+    assert "trust_remote_code=True" not in line
+
+
+def test_records_whose_text_is_not_a_string_are_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from lmalgebra.sources.corpus import CorpusSpec, read_documents
+
+    corpus = tmp_path / "c.jsonl"
+    records = [{"text": "kept"}, {"text": 5}, {"text": None}, {"text": ["a"]}, {"text": "too"}]
+    corpus.write_text("\n".join(json.dumps(r) for r in records) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert read_documents(CorpusSpec(paths=[str(corpus)])) == ["kept", "too"]
+    assert f"corpus {corpus}: 3 record(s) whose 'text' is not a string" in caplog.text
+    assert "(first: line 2, int)" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.distill.train_student import train_student
+
+    recipe = built_store(tmp_path_factory.mktemp("misc"), teacher_dirs)
+    train_student(load_recipe(recipe), "student", progress=False)
+    return recipe
+
+
+@pytest.mark.parametrize("name", ["../escape", "/tmp/elsewhere", "..", ".hidden", "a/b"])
+def test_student_name_outside_the_run(name: str, trained: Path, cli) -> None:
+    around = sorted(p.name for p in trained.parent.iterdir())
+    before = digests(trained.parent)
+    code, stderr = cli(["merge", "train", str(trained), "--name", name])
+    assert_one_line(code, stderr, [f"student name {name!r}"])
+    code, stderr = cli(["merge", "evaluate", str(trained.parent / "run"), "--student", name])
+    assert_one_line(code, stderr, [f"student name {name!r}"])
+    assert sorted(p.name for p in trained.parent.iterdir()) == around
+    assert digests(trained.parent) == before
+
+
+def test_teacher_listed_twice_for_a_language(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    data = yaml.safe_load(recipe.read_text())
+    data["languages"]["yy"]["teachers"] = ["wp", "sp", "wp"]
+    recipe.write_text(yaml.safe_dump(data))
+    code, stderr = cli(["merge", "prepare", str(recipe)])
+    assert_one_line(code, stderr, ["language 'yy'", "teacher 'wp' more than once"])
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        "vocab/vocab_maps.safetensors",
+        "student/checkpoints/step-0000006/model.safetensors",
+        "student/checkpoints/step-0000003/state.json",
+    ],
+)
+def test_merge_verify_checks_vocabulary_and_checkpoints(
+    damaged: str, trained: Path, tmp_path: Path, cli
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+    path = run / damaged
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 1
+    path.write_bytes(bytes(data))
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(path)])
+    assert digests(run) == before
+
+
+def test_failed_commands_leave_no_empty_directories(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    out = tmp_path / "new" / "deep" / "out"
+    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={tmp_path / 'gone'}"]
+    code, stderr = cli([*args, "--corpus", str(corpus_txt), "--out", str(out)])
+    assert_one_line(code, stderr, ["model 'b'", "does not exist"])
+    assert not (tmp_path / "new").exists()
+    merge = tmp_path / "merge"
+    merge.mkdir()
+    recipe = write_recipe(
+        merge, teacher_dirs, output_dir=str(merge / "a" / "run"), example_length=500
+    )
+    code, stderr = cli(["merge", "prepare", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, ["example_length 500"])
+    assert not (merge / "a").exists()

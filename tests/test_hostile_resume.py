@@ -1,0 +1,159 @@
+"""Resuming after the configuration changed: a checkpoint records the fingerprint of what it
+depends on (recipe, store, vocabulary, model configuration, training settings) and its own
+checksum; a mismatch is refused with one line naming what changed (nothing on disk changes), or
+starts afresh with ``--restart``; a hand-edited state is not trusted."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from hostile_helpers import assert_one_line, built_store, digests, run_cli
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import load_recipe
+from tiny import documents
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
+    """A built store and a finished six-step student ``student`` (checkpoints 3 and 6)."""
+    from lmalgebra.distill.train_student import train_student
+
+    recipe = built_store(tmp_path_factory.mktemp("resume"), teacher_dirs)
+    train_student(load_recipe(recipe), "student", progress=False)
+    return recipe
+
+
+def _copy(recipe: Path, tmp_path: Path, **changes: dict[str, object]) -> Path:
+    """The run copied under ``tmp_path``, its recipe with sections updated."""
+    shutil.copytree(recipe.parent / "run", tmp_path / "run")
+    data = yaml.safe_load(recipe.read_text())
+    data["output_dir"] = str(tmp_path / "run")
+    for section, values in changes.items():
+        data[section] = {**data.get(section, {}), **values}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _weights(run: Path, name: str) -> dict[str, torch.Tensor]:
+    return load_file(str(run / name / "model" / "model.safetensors"))
+
+
+def test_other_student_size_is_refused_then_restarted(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    recipe = _copy(trained, tmp_path, student={"hidden_size": 48})
+    student = tmp_path / "run" / "student"
+    before = digests(student)
+    code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
+    line = assert_one_line(
+        code, stderr, ["step-0000006", "model configuration", "hidden_size 32 -> 48", "--restart"]
+    )
+    assert len(line) < 400
+    assert digests(student) == before
+    code, stderr = run_cli(["merge", "train", str(recipe), "--restart"], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert (
+        _weights(tmp_path / "run", "student")["bert.embeddings.word_embeddings.weight"].shape[1]
+        == 48
+    )
+
+
+def test_store_rebuilt_with_another_masking_seed_is_refused(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    recipe = _copy(trained, tmp_path, masking={"seed": 4})
+    config = load_recipe(recipe)
+    stages.prepare(config, progress=False)
+    stages.teach(config, progress=False)
+    student = tmp_path / "run" / "student"
+    before = digests(student)
+    code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["the recipe", "the teacher store", "masking.seed 3 -> 4"])
+    assert digests(student) == before
+    meta = json.loads((student / "model" / "lmalgebra.json").read_text())
+    assert meta["recipe"]["masking"]["seed"] == 3  # still labelled with its own recipe
+
+
+def test_other_training_settings_are_refused_but_more_steps_resume(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    recipe = _copy(trained, tmp_path, training={"lr": 5e-4})
+    code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["the training settings", "lr 0.001 -> 0.0005"])
+    recipe = _copy(trained, tmp_path / "longer", training={"steps": 7})
+    code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
+    assert code == 0, stderr
+    log = (tmp_path / "longer" / "run" / "student" / "train_log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in log] == [1, 2, 3, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("edit", [("step", 5), ("lr", 0.5)])
+def test_hand_edited_state_is_not_trusted(
+    trained: Path,
+    tmp_path: Path,
+    edit: tuple[str, float],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recipe = _copy(trained, tmp_path)
+    state_path = tmp_path / "run" / "student" / "checkpoints" / "step-0000006" / "state.json"
+    state = json.loads(state_path.read_text())
+    key, value = edit
+    if key == "step":
+        state["step"] = value
+    else:
+        state["param_groups"][0]["lr"] = value
+    state_path.write_text(json.dumps(state))
+    with caplog.at_level(logging.WARNING):
+        code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert f"{state_path} is damaged (its content does not match its checksum" in caplog.text
+    # resumed from step 3 instead, to the very same weights
+    a, b = _weights(trained.parent / "run", "student"), _weights(tmp_path / "run", "student")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_checkpoint_without_fingerprint_of_another_shape(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A checkpoint written before fingerprints existed still cannot crash a run."""
+    recipe = _copy(trained, tmp_path, student={"intermediate_size": 48})
+    for state_path in (tmp_path / "run" / "student" / "checkpoints").glob("*/state.json"):
+        state = json.loads(state_path.read_text())
+        del state["fingerprint"], state["state_sha256"]
+        state_path.write_text(json.dumps(state))
+    before = digests(tmp_path / "run" / "student")
+    code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["step-0000006", "does not fit this model", "--restart"])
+    assert digests(tmp_path / "run" / "student") == before
+
+
+def test_pretrain_with_another_size_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(40)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "120"]
+    args += ["--out", str(out), "--steps", "3", "--example-length", "32", "--batch-size", "4"]
+    args += ["--no-progress", "--num-heads", "2"]
+    code, stderr = run_cli([*args, "--hidden-size", "16"], monkeypatch, capsys)
+    assert code == 0, stderr
+    before = digests(out)
+    code, stderr = run_cli([*args, "--hidden-size", "24"], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["model configuration", "hidden_size 16 -> 24", "--restart"])
+    assert digests(out) == before
+    corpus.write_text("\n".join(documents(40, seed=5)) + "\n", encoding="utf-8")
+    code, stderr = run_cli([*args, "--hidden-size", "16"], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["the corpus changed"])
+    assert digests(out) == before

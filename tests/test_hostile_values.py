@@ -1,0 +1,112 @@
+"""Values that used to pass validation and break later (deep in a model, as a misleading message,
+after the embedding work) are refused where they are read, naming the value, before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hostile_helpers import assert_one_line, run_cli
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+from tiny import documents
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+DECOMPOSE = {
+    "nan_fraction": (["--fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
+    "inf_alpha": (["--alpha", "inf"], ["'alpha'", "finite", "inf"]),
+    "nan_alpha": (["--alpha", "nan"], ["'alpha'", "nan"]),
+}
+
+
+@pytest.mark.parametrize("case", list(DECOMPOSE))
+def test_decompose_values(
+    case: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    flags, needles = DECOMPOSE[case]
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
+    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5", *flags]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, needles)
+    assert not cache.exists() and not (tmp_path / "out").exists()  # refused before embedding
+
+
+RECIPES = {
+    "example_length_beyond_teacher": (
+        {"example_length": 200},
+        ["example_length 200", "128 positions", "teacher 'sp'"],
+    ),
+    "nan_heldout": ({"heldout_fraction": float("nan")}, ["heldout_fraction", "nan"]),
+    "inf_learning_rate": (
+        {"training": {**TINY_TRAINING, "lr": float("inf")}},
+        ["training.lr", "finite", "inf"],
+    ),
+    "nan_dropout": ({"student": {**TINY_STUDENT, "dropout": float("nan")}}, ["dropout", "nan"]),
+    "nan_masking": ({"masking": {"probability": float("nan")}}, ["masking.probability", "nan"]),
+}
+
+
+@pytest.mark.parametrize("case", list(RECIPES))
+@pytest.mark.parametrize("command", ["prepare", "train"])
+def test_merge_recipe_values(
+    case: str, command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    overrides, needles = RECIPES[case]
+    recipe = write_recipe(tmp_path, teacher_dirs, **overrides)
+    code, stderr = cli(["merge", command, str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_example_length_at_the_teacher_limit_is_accepted(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """128 positions for BERT; RoBERTa's 130 minus its padding offset of two."""
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.distill.stages import open_teachers
+
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, example_length=128))
+    assert set(open_teachers(recipe)) == {"wp", "sp"}
+    data = yaml.safe_load((tmp_path / "recipe.yaml").read_text())
+    data["example_length"] = 129
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(data))
+    from lmalgebra.core.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="example_length 129 exceeds the 128 positions"):
+        open_teachers(load_recipe(tmp_path / "recipe.yaml"))
+
+
+PRETRAIN = {
+    "two_token_examples": (["--example-length", "2"], ["--example-length", "at least 8", "got 2"]),
+    "nan_heldout": (["--heldout-fraction", "nan"], ["--heldout-fraction", "nan"]),
+    "inf_learning_rate": (["--lr", "inf"], ["'lr'", "inf"]),
+}
+
+
+@pytest.mark.parametrize("case", list(PRETRAIN))
+def test_pretrain_values(case: str, tmp_path: Path, cli) -> None:
+    flags, needles = PRETRAIN[case]
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(20)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "120"]
+    code, stderr = cli([*args, "--out", str(out), "--steps", "2", *flags])
+    assert_one_line(code, stderr, needles)
+    assert not out.exists()
