@@ -27,9 +27,9 @@ import torch
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, sig, table
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.stats.alpha_select import default_alpha_grid, penalty_scale, select_alpha
-from lmalgebra.stats.moments import Block, SecondMoments, layout
+from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 from lmalgebra.stats.solver import Decomposer, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 from synthetic import Synthetic, split_sizes
 
 NAME = "bench_alpha_sweep"
@@ -39,7 +39,7 @@ CHUNK = 2048
 PHASES = ("fit", "sweep", "kfold", "cholesky", "eigh")
 
 
-def rescaled_system(blocks: list[Block], train: SplitMoments, alpha: float) -> torch.Tensor:
+def rescaled_system(blocks: list[ModelColumns], train: SplitMoments, alpha: float) -> torch.Tensor:
     """The group fit's ``d_B x d_B`` system in rescaled coordinates (what the sweep factorises)."""
     cols = np.arange(blocks[1].start, blocks[-1].stop)
     scale = penalty_scale(blocks, train, "relative")[cols]
@@ -51,7 +51,7 @@ def rescaled_system(blocks: list[Block], train: SplitMoments, alpha: float) -> t
 def save_statistics(synth: Synthetic, n_train: int, parts: int, workdir: Path) -> None:
     """Write the statistics every contender loads: train blocks, validation and test moments."""
     blocks = layout(synth.names(), [synth.dim] * synth.models)
-    train = BlockedMoments.empty(blocks, n_train, parts)
+    train = SpanBlockMoments.empty(blocks, n_train, parts)
     for split, n in split_sizes(n_train).items():
         flat = SecondMoments(blocks)
         for start in range(0, n, CHUNK):
@@ -65,8 +65,8 @@ def save_statistics(synth: Synthetic, n_train: int, parts: int, workdir: Path) -
     train.save(workdir / "train")
 
 
-def load_statistics(workdir: Path) -> tuple[BlockedMoments, dict[str, SplitMoments]]:
-    train = BlockedMoments.load(workdir / "train")
+def load_statistics(workdir: Path) -> tuple[SpanBlockMoments, dict[str, SplitMoments]]:
+    train = SpanBlockMoments.load(workdir / "train")
     splits = {"train": SplitMoments.of(train.total(), True)}
     for split in SPLITS[1:]:
         splits[split] = SplitMoments.of(SecondMoments.load(workdir / f"{split}.safetensors"), True)

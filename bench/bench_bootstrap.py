@@ -29,7 +29,7 @@ from lmalgebra.stats import block_scores
 from lmalgebra.stats.bootstrap import bootstrap_r2
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import Decomposer, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 from synthetic import Synthetic, split_sizes
 
 NAME = "bench_bootstrap"
@@ -55,22 +55,22 @@ def whole(synth: Synthetic, split: str, rows: int) -> SecondMoments:
     return moments
 
 
-def blocked(synth: Synthetic, split: str, rows: int, parts: int) -> BlockedMoments:
-    out = BlockedMoments.empty(layout(synth.names(), [synth.dim] * synth.models), rows, parts)
+def blocked(synth: Synthetic, split: str, rows: int, parts: int) -> SpanBlockMoments:
+    out = SpanBlockMoments.empty(layout(synth.names(), [synth.dim] * synth.models), rows, parts)
     for start, chunk in chunks(synth, split, rows):
         out.add_rows(chunk, start)
     return out
 
 
-class LazyBlocks(Mapping[str, BlockedMoments]):
+class LazyBlocks(Mapping[str, SpanBlockMoments]):
     """Split -> block statistics, built on access; holds one split at a time, times the builds."""
 
     def __init__(self, synth: Synthetic, sizes: dict[str, int], parts: int) -> None:
         self.synth, self.sizes, self.parts = synth, sizes, parts
         self.seconds = np.zeros(2)  # wall, CPU
-        self._held: tuple[str, BlockedMoments] | None = None
+        self._held: tuple[str, SpanBlockMoments] | None = None
 
-    def __getitem__(self, split: str) -> BlockedMoments:
+    def __getitem__(self, split: str) -> SpanBlockMoments:
         if self._held is None or self._held[0] != split:
             self._held = None  # let the previous split go before building the next
             watch = Stopwatch()
@@ -146,7 +146,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
         cache.append(out)
         return out
 
-    def timed_statistics(self: Any, split: str, stats: BlockedMoments) -> Any:
+    def timed_statistics(self: Any, split: str, stats: SpanBlockMoments) -> Any:
         started = time.perf_counter()
         out = statistics(self, split, stats)
         phases["statistics"] += time.perf_counter() - started

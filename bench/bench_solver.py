@@ -40,7 +40,7 @@ from harness import (
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.measure import Source, accumulate
+from lmalgebra.lmd.measure import ModelLayers, accumulate
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes
 
@@ -101,7 +101,7 @@ def run_ours(workdir: Path, synth: Synthetic, n_train: int, alpha: float) -> dic
     names = synth.names()
     flat = [caches[name][split] for name in names for split in SPLITS]
     rows = {split: len(caches[names[0]][split].texts) for split in SPLITS}
-    blocked, _ = accumulate(flat, [Source(n) for n in names], rows, {})  # type: ignore[arg-type]
+    blocked, _ = accumulate(flat, [ModelLayers(n) for n in names], rows, {})  # type: ignore[arg-type]
     moments = {split: blocked[split].total() for split in SPLITS}
     phases["stream shards into moments"] = [time.perf_counter() - clock, peak_rss_mib()]
 

@@ -20,7 +20,7 @@ from lmalgebra.stats.alpha_select import (
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.ridge_path import RidgePath
 from lmalgebra.stats.solver import Decomposer, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.csv_tables import write_table
 from tiny import correlated_models
 
@@ -55,8 +55,8 @@ def splits(data: dict[str, np.ndarray]) -> dict[str, SplitMoments]:
 
 
 @pytest.fixture(scope="module")
-def train_blocks(data: dict[str, np.ndarray]) -> BlockedMoments:
-    blocked = BlockedMoments.empty(BLOCKS, len(data["train"]), PARTS)
+def train_blocks(data: dict[str, np.ndarray]) -> SpanBlockMoments:
+    blocked = SpanBlockMoments.empty(BLOCKS, len(data["train"]), PARTS)
     blocked.add_rows(data["train"], 0)
     return blocked
 
@@ -238,7 +238,7 @@ def test_adjusted_r2_at_zero_alpha_is_the_ols_adjusted_r2(splits, data) -> None:
 
 def bayes_problem(
     seed: int, n: int, n_val: int
-) -> tuple[list, dict[str, SplitMoments], BlockedMoments, float]:
+) -> tuple[list, dict[str, SplitMoments], SpanBlockMoments, float]:
     """y = x w + noise with w ~ N(0, tau^2) per output: the best mean-objective alpha is
     sigma^2 / (n tau^2) (the posterior mean), for unit-variance x."""
     rng = np.random.default_rng(seed)
@@ -250,7 +250,7 @@ def bayes_problem(
         return np.hstack([x, x @ w + rng.normal(scale=np.sqrt(sigma2), size=(rows, d_y))])
 
     blocks = layout(["x", "y"], [d_x, d_y])
-    train = BlockedMoments.empty(blocks, n, 10)
+    train = SpanBlockMoments.empty(blocks, n, 10)
     train.add_rows(draw(n), 0)
     val = SecondMoments(blocks)
     val.update(draw(n_val))

@@ -10,9 +10,9 @@ from sklearn.metrics import r2_score
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.block_scores import FixedScorer
 from lmalgebra.stats.bootstrap import bootstrap_r2, draw_counts, refit_r2, split_rng
-from lmalgebra.stats.moments import Block, layout
+from lmalgebra.stats.moments import ModelColumns, layout
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 from tiny import correlated_models
 
 NAMES = ["a", "b", "c", "d"]
@@ -25,8 +25,8 @@ def make_embeddings(n: int, seed: int) -> np.ndarray:
     return correlated_models(n, seed, tuple(DIMS))
 
 
-def blocked_of(blocks: list[Block], z: np.ndarray, parts: int) -> BlockedMoments:
-    out = BlockedMoments.empty(blocks, len(z), parts)
+def blocked_of(blocks: list[ModelColumns], z: np.ndarray, parts: int) -> SpanBlockMoments:
+    out = SpanBlockMoments.empty(blocks, len(z), parts)
     for start in range(0, len(z), 13):  # chunks straddle block edges
         out.add_rows(z[start : start + 13], start)
     return out
@@ -39,12 +39,12 @@ def data() -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def stats(data: dict[str, np.ndarray]) -> dict[str, BlockedMoments]:
+def stats(data: dict[str, np.ndarray]) -> dict[str, SpanBlockMoments]:
     blocks = layout(NAMES, DIMS)
     return {s: blocked_of(blocks, z, PARTS[s]) for s, z in data.items()}
 
 
-def make_solver(stats: dict[str, BlockedMoments], alpha: float = 0.05, mode: str = "relative"):
+def make_solver(stats: dict[str, SpanBlockMoments], alpha: float = 0.05, mode: str = "relative"):
     splits = {s: SplitMoments.of(b.total()) for s, b in stats.items()}
     return Decomposer(layout(NAMES, DIMS), splits, alpha, mode)  # type: ignore[arg-type]
 
@@ -76,7 +76,7 @@ def all_kinds(solver: Decomposer) -> dict[str, list[Fit]]:
     }
 
 
-def test_pairwise_fits_equal_single_basis_fits(stats: dict[str, BlockedMoments]) -> None:
+def test_pairwise_fits_equal_single_basis_fits(stats: dict[str, SpanBlockMoments]) -> None:
     solver = make_solver(stats, 0.2, "absolute")
     fits = solver.pairwise_fits()
     assert [(f.target, f.basis) for f in fits] == [
@@ -95,7 +95,7 @@ def test_pairwise_fits_equal_single_basis_fits(stats: dict[str, BlockedMoments])
 
 @pytest.mark.parametrize("split", ["train", "validation", "test"])
 def test_replicate_r2_equals_r2_on_repeated_raw_rows(
-    data: dict[str, np.ndarray], stats: dict[str, BlockedMoments], split: str
+    data: dict[str, np.ndarray], stats: dict[str, SpanBlockMoments], split: str
 ) -> None:
     solver = make_solver(stats)
     kinds = all_kinds(solver)
@@ -116,7 +116,7 @@ def test_replicate_r2_equals_r2_on_repeated_raw_rows(
 
 
 def test_statistics_holding_further_models_serve_a_subset_solver(
-    data: dict[str, np.ndarray], stats: dict[str, BlockedMoments]
+    data: dict[str, np.ndarray], stats: dict[str, SpanBlockMoments]
 ) -> None:
     solver = make_solver(stats).subset(["d", "b", "a"])
     fits = [*solver.leave_one_out(), *solver.pairwise_fits()]
@@ -131,7 +131,7 @@ def test_statistics_holding_further_models_serve_a_subset_solver(
 
 
 def test_intervals_are_reproducible_per_split_and_bracket_the_estimate(
-    stats: dict[str, BlockedMoments],
+    stats: dict[str, SpanBlockMoments],
 ) -> None:
     solver = make_solver(stats)
     kinds = all_kinds(solver)
@@ -154,7 +154,7 @@ def test_intervals_are_reproducible_per_split_and_bracket_the_estimate(
     assert record["basis"] == "b+c+d" and record["ci_low"] == first.intervals[0].low
 
 
-def test_counts_are_shared_across_fits_of_a_split(stats: dict[str, BlockedMoments]) -> None:
+def test_counts_are_shared_across_fits_of_a_split(stats: dict[str, SpanBlockMoments]) -> None:
     """Two copies of one fit under different kinds get identical intervals."""
     solver = make_solver(stats)
     fit = solver.fit("b", ["a"])
@@ -193,9 +193,9 @@ def test_interval_covers_the_population_r2_of_the_fixed_predictor() -> None:
     for _ in range(trials):
         z = rng.multivariate_normal(mean, cov, size=500)
         train, test = z[:150], z[150:]
-        fitted = BlockedMoments.empty(blocks, len(train), 1)
+        fitted = SpanBlockMoments.empty(blocks, len(train), 1)
         fitted.add_rows(train, 0)
-        held = BlockedMoments.empty(blocks, len(test), 25)
+        held = SpanBlockMoments.empty(blocks, len(test), 25)
         held.add_rows(test, 0)
         splits = {"train": SplitMoments.of(fitted.total()), "test": SplitMoments.of(held.total())}
         solver = Decomposer(blocks, splits, 1e-6, "absolute")
@@ -213,7 +213,7 @@ def test_interval_covers_the_population_r2_of_the_fixed_predictor() -> None:
 
 @pytest.mark.parametrize("mode", ["absolute", "relative"])
 def test_refit_equals_ridge_on_resampled_raw_training_rows(
-    data: dict[str, np.ndarray], stats: dict[str, BlockedMoments], mode: str
+    data: dict[str, np.ndarray], stats: dict[str, SpanBlockMoments], mode: str
 ) -> None:
     alpha = 0.3
     solver = make_solver(stats, alpha, mode)
@@ -243,7 +243,7 @@ def test_refit_equals_ridge_on_resampled_raw_training_rows(
         assert got["test"][1, f] == pytest.approx(fit.r2["test"], abs=1e-10)
 
 
-def test_refit_bootstrap_gives_held_out_intervals(stats: dict[str, BlockedMoments]) -> None:
+def test_refit_bootstrap_gives_held_out_intervals(stats: dict[str, SpanBlockMoments]) -> None:
     solver = make_solver(stats)
     fits = {"group": solver.leave_one_out()}
     result = bootstrap_r2(solver, stats, fits, replicates=20, seed=2, refit=True)
@@ -258,7 +258,7 @@ def test_refit_bootstrap_gives_held_out_intervals(stats: dict[str, BlockedMoment
 
 
 def test_bad_requests_name_the_culprit(
-    data: dict[str, np.ndarray], stats: dict[str, BlockedMoments]
+    data: dict[str, np.ndarray], stats: dict[str, SpanBlockMoments]
 ) -> None:
     solver = make_solver(stats)
     fits = {"single": [solver.fit("a", ["b"])]}

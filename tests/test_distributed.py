@@ -33,7 +33,7 @@ from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.reduce import reduce_moments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.manifest_parts import part_path
 from lmalgebra.storage.shard_set import ShardSet
@@ -130,7 +130,7 @@ def _moments_checks(rank: int) -> None:
     # row blocks: shards of 100 rows dealt round-robin, as the embedding cache deals them
     from lmalgebra.stats.reduce import reduce_blocked
 
-    mine = BlockedMoments.empty(blocks, 500, 3)
+    mine = SpanBlockMoments.empty(blocks, 500, 3)
     for first in range(rank * 100, 500, 200):
         mine.add_rows(rows[first : first + 100], first)
     reduced = reduce_blocked(mine)

@@ -31,17 +31,17 @@ from lmalgebra.sources.models import (
     resolve_directory,
 )
 from lmalgebra.sources.precomputed import PrecomputedSplit, load_precomputed
-from lmalgebra.stats.moments import Block, layout
+from lmalgebra.stats.moments import ModelColumns, layout
 from lmalgebra.stats.nulls import RANDOM_SUFFIX, random_copy
 from lmalgebra.stats.reduce import reduce_blocked
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Source:
-    """What one model contributes to the concatenated embedding: one layer, or several.
+class ModelLayers:
+    """One model's layers in the concatenated embedding: one layer, or several.
 
     With ``layers`` the model yields one block per layer, named ``MODEL@LAYER``.
     """
@@ -50,7 +50,7 @@ class Source:
     layers: tuple[int, ...] | None = None
 
     @property
-    def block_names(self) -> list[str]:
+    def column_names(self) -> list[str]:
         if self.layers is None:
             return [self.model]
         return [f"{self.model}@{layer}" for layer in self.layers]
@@ -120,12 +120,12 @@ class ModelPool:
 class Measured:
     """Statistics of one measurement, per split, over the blocks of its sources."""
 
-    blocks: list[Block]
-    stats: dict[str, BlockedMoments]
+    blocks: list[ModelColumns]
+    stats: dict[str, SpanBlockMoments]
     spans: dict[str, int]
     tokens: dict[str, TokenReport]
     hashes: dict[str, str]
-    train_curve: BlockedMoments | None = None
+    train_curve: SpanBlockMoments | None = None
 
 
 def draw_texts(
@@ -140,7 +140,7 @@ def measure(
     pool: ModelPool,
     docs: list[str],
     spec: SpanSpec,
-    sources: list[Source],
+    sources: list[ModelLayers],
     parts: dict[str, int],
     train_sizes: Sequence[int] | None = None,
     label: str = "",
@@ -198,11 +198,11 @@ def measure(
 
 def accumulate(
     caches: list[EmbeddingCache | PrecomputedSplit],
-    sources: list[Source],
+    sources: list[ModelLayers],
     rows: dict[str, int],
     parts: dict[str, int],
     train_edges: list[int] | None = None,
-) -> tuple[dict[str, BlockedMoments], BlockedMoments | None]:
+) -> tuple[dict[str, SpanBlockMoments], SpanBlockMoments | None]:
     """Stream every source's shards split by split into block statistics.
 
     ``caches`` holds, source by source, one cache per split in ``SPLITS`` order; ``rows`` is each
@@ -211,16 +211,16 @@ def accumulate(
     Under several processes each rank reads only the shards it owns, then every row block's
     statistics are summed over ranks (``reduce_blocked``): all ranks return the same.
     """
-    names = [n for s in sources for n in s.block_names]
-    stats: dict[str, BlockedMoments] = {}
-    curve: BlockedMoments | None = None
+    names = [n for s in sources for n in s.column_names]
+    stats: dict[str, SpanBlockMoments] = {}
+    curve: SpanBlockMoments | None = None
     for k, split in enumerate(SPLITS):
         split_caches = caches[k :: len(SPLITS)]  # caches were made source by source, split by split
         dims = [_width(c.dim, s) for c, s in zip(split_caches, sources, strict=True)]
         blocks = layout(names, [d for group in dims for d in group])
-        blocked = BlockedMoments.empty(blocks, rows[split], parts.get(split, 1))
+        blocked = SpanBlockMoments.empty(blocks, rows[split], parts.get(split, 1))
         if split == "train" and train_edges:
-            curve = BlockedMoments.with_edges(blocks, [0, *train_edges])
+            curve = SpanBlockMoments.with_edges(blocks, [0, *train_edges])
         ranges = split_caches[0].ranges
         mine = owned(len(ranges))
         pieces_of = zip(*(c.chunks(mine) for c in split_caches), strict=True)
@@ -240,7 +240,7 @@ def train_edges(requested: Sequence[int], available: int) -> list[int]:
     return sorted({min(int(s), available) for s in requested})
 
 
-def _width(width: int, source: Source) -> list[int]:
+def _width(width: int, source: ModelLayers) -> list[int]:
     count = len(source.layers) if source.layers else 1
     return [width // count] * count
 

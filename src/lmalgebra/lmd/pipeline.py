@@ -13,7 +13,7 @@ from lmalgebra.distributed import is_main
 from lmalgebra.lmd.analysis import Analysis, analyse
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
-from lmalgebra.lmd.measure import ModelPool, Source, measure
+from lmalgebra.lmd.measure import ModelLayers, ModelPool, measure
 from lmalgebra.lmd.run_schema import TableRows
 from lmalgebra.lmd.sweeps import (
     language_sweep,
@@ -55,7 +55,7 @@ def run_decomposition(config: DecomposeConfig) -> Decomposition:
     docs = read_documents(config.corpus)
     by_language = documents_by_language(config.corpus) if study.languages else None
     pool = ModelPool(config)
-    sources = [Source(n) for n in [*pool.names, *pool.null_names]]
+    sources = [ModelLayers(n) for n in [*pool.names, *pool.null_names]]
     parts = {s: study.blocks for s in SPLITS} if study.keeps_blocks else {}
     main = measure(pool, docs, config.spans, sources, parts, study.train_sizes)
     for name in pool.names:

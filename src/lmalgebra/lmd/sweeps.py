@@ -13,9 +13,9 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.measure import Measured, ModelPool, Source, measure
+from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
 from lmalgebra.stats.solver import Decomposer, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +23,10 @@ Row = dict[str, Any]
 
 
 def decomposer_of(
-    stats: dict[str, BlockedMoments],
+    stats: dict[str, SpanBlockMoments],
     alpha: float,
     alpha_mode: str,
-    train: BlockedMoments | None = None,
+    train: SpanBlockMoments | None = None,
     train_parts: int | None = None,
 ) -> Decomposer:
     """A decomposer over a measurement's statistics (optionally a prefix of the training blocks)."""
@@ -63,7 +63,7 @@ def length_sweep(
     rows: list[Row] = []
     for length in lengths:
         spec = config.spans.model_copy(update={"length": length})
-        measured = measure(pool, docs, spec, _sources(pool.names), {}, label=f"T={length}")
+        measured = measure(pool, docs, spec, _model_layers(pool.names), {}, label=f"T={length}")
         solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
         rows += fit_rows(solver, length, pool.names)
         log.info("T=%d: %d training spans", length, measured.spans["train"])
@@ -85,7 +85,7 @@ def layer_sweep(pool: ModelPool, docs: list[str], alpha: float) -> list[Row]:
     for target, depth in layered.items():
         layers = tuple(range(depth + 1))
         others = [n for n in pool.names if n != target]
-        sources = [Source(target, layers), *_sources(others)]
+        sources = [ModelLayers(target, layers), *_model_layers(others)]
         measured = measure(pool, docs, config.spans, sources, {}, label=f"{target} layers")
         solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
         for layer in layers:
@@ -100,7 +100,7 @@ def layer_map(pool: ModelPool, docs: list[str], pair: Sequence[str], alpha: floa
     """R^2 of every layer of one model from every single layer of the other, both ways."""
     config = pool.config
     first, second = pair
-    sources = [Source(name, tuple(range(_depth(pool, name) + 1))) for name in (first, second)]
+    sources = [ModelLayers(name, tuple(range(_depth(pool, name) + 1))) for name in (first, second)]
     measured = measure(pool, docs, config.spans, sources, {}, label="layer map")
     solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
     pairwise = solver.pairwise()
@@ -148,7 +148,9 @@ def language_sweep(pool: ModelPool, by_language: dict[str, list[str]], alpha: fl
     rows: list[Row] = []
     for language, docs in by_language.items():
         try:
-            measured = measure(pool, docs, config.spans, _sources(pool.names), {}, label=language)
+            measured = measure(
+                pool, docs, config.spans, _model_layers(pool.names), {}, label=language
+            )
         except UserInputError as err:
             raise UserInputError(f"language {language!r}: {err}") from None
         solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
@@ -156,8 +158,8 @@ def language_sweep(pool: ModelPool, by_language: dict[str, list[str]], alpha: fl
     return rows
 
 
-def _sources(names: Sequence[str]) -> list[Source]:
-    return [Source(n) for n in names]
+def _model_layers(names: Sequence[str]) -> list[ModelLayers]:
+    return [ModelLayers(n) for n in names]
 
 
 def _names(decomposer: Decomposer) -> list[str]:

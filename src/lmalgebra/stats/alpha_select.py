@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import Block
+from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.ridge_path import RidgePath
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def leave_one_out_fits(names: Sequence[str]) -> list[FitSpec]:
 
 
 def fold_groups(parts: int, folds: int) -> list[np.ndarray]:
-    """Block indices of each fold: ``folds`` contiguous, near-equal groups of ``parts`` blocks."""
+    """Span-block indices of each fold: ``folds`` contiguous, near-equal groups of ``parts``."""
     if folds < 2:
         raise UserInputError(f"k-fold cross-validation needs k >= 2 folds, got k={folds}")
     if folds > parts:
@@ -70,7 +70,7 @@ def fold_groups(parts: int, folds: int) -> list[np.ndarray]:
 
 
 def penalty_scale(
-    blocks: Sequence[Block], train: SplitMoments, alpha_mode: AlphaMode
+    blocks: Sequence[ModelColumns], train: SplitMoments, alpha_mode: AlphaMode
 ) -> np.ndarray:
     """``(D,) float64`` per-column penalty at alpha = 1, exactly as :class:`Decomposer` sets it."""
     return Decomposer(blocks, {"train": train}, 1.0, alpha_mode).penalty
@@ -124,14 +124,14 @@ class AlphaSelection:
 
 
 def select_alpha(
-    blocks: Sequence[Block],
+    blocks: Sequence[ModelColumns],
     splits: Mapping[str, SplitMoments],
     *,
     alpha_mode: AlphaMode = "relative",
     method: Method = "gcv",
     grid: Sequence[float] | np.ndarray | None = None,
     fits: Sequence[tuple[str, Sequence[str]]] | None = None,
-    train_blocks: BlockedMoments | None = None,
+    train_blocks: SpanBlockMoments | None = None,
     folds: int = 5,
     criteria: Sequence[str] | None = None,
 ) -> AlphaSelection:
@@ -189,7 +189,7 @@ def select_alpha(
 
 
 def _check_fits(
-    blocks: Sequence[Block],
+    blocks: Sequence[ModelColumns],
     train: SplitMoments,
     fits: Sequence[tuple[str, Sequence[str]]] | None,
 ) -> list[FitSpec]:
@@ -215,29 +215,29 @@ def _labels(specs: list[FitSpec]) -> tuple[str, ...]:
     return tuple(t if targets.count(t) == 1 else f"{t}~{'+'.join(b)}" for t, b in specs)
 
 
-def _columns(blocks: Sequence[Block], names: Sequence[str]) -> np.ndarray:
+def _columns(blocks: Sequence[ModelColumns], names: Sequence[str]) -> np.ndarray:
     by_name = {b.name: b for b in blocks}
     return np.concatenate([np.arange(by_name[n].start, by_name[n].stop) for n in names])
 
 
-def _target_block(blocks: Sequence[Block], name: str) -> Block:
+def _target_block(blocks: Sequence[ModelColumns], name: str) -> ModelColumns:
     return next(b for b in blocks if b.name == name)
 
 
-def _target_variance(blocks: Sequence[Block], train: SplitMoments, name: str) -> float:
+def _target_variance(blocks: Sequence[ModelColumns], train: SplitMoments, name: str) -> float:
     b = _target_block(blocks, name)
     return float(np.diag(train.cov)[b.start : b.stop].sum())
 
 
 def _path(
-    blocks: Sequence[Block], train: SplitMoments, scale: np.ndarray, spec: FitSpec
+    blocks: Sequence[ModelColumns], train: SplitMoments, scale: np.ndarray, spec: FitSpec
 ) -> RidgePath:
     target, basis = spec
     return RidgePath(train, scale, _target_block(blocks, target), _columns(blocks, basis))
 
 
 def _train_curves(
-    blocks: Sequence[Block],
+    blocks: Sequence[ModelColumns],
     splits: Mapping[str, SplitMoments],
     specs: list[FitSpec],
     grid: np.ndarray,
@@ -260,9 +260,9 @@ def _train_curves(
 
 
 def _fold_r2(
-    blocks: Sequence[Block],
+    blocks: Sequence[ModelColumns],
     train: SplitMoments,
-    train_blocks: BlockedMoments,
+    train_blocks: SpanBlockMoments,
     groups: list[np.ndarray],
     specs: list[FitSpec],
     grid: np.ndarray,

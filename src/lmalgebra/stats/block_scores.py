@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import Block, SecondMoments
+from lmalgebra.stats.moments import ModelColumns, SecondMoments
 from lmalgebra.stats.solver import Decomposer, Fit
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class FixedScorer:
 
     # -- the operator of a fit, by model block ----------------------------------------------------
     def _coefficients(self, fit: Fit) -> dict[int, np.ndarray | None]:
-        """Block index -> ``R`` restricted to that block (``None`` for the target's identity)."""
+        """Model index -> ``R`` restricted to its columns (``None`` for the target's identity)."""
         coef: dict[int, np.ndarray | None] = {self._index[fit.target]: None}
         offset = 0
         for name in fit.basis:
@@ -140,7 +140,7 @@ class FixedScorer:
         return out
 
     # -- per-block statistics ----------------------------------------------------------------------
-    def statistics(self, split: str, blocked: BlockedMoments) -> BlockStatistics:
+    def statistics(self, split: str, blocked: SpanBlockMoments) -> BlockStatistics:
         """The block statistics of ``split`` (its blocks ``blocked``) for every fit."""
         solver = self.solver
         if split not in solver.splits:
@@ -186,7 +186,7 @@ class FixedScorer:
     def _denominators(
         self,
         parts: Sequence[SecondMoments],
-        placed: Sequence[Block],
+        placed: Sequence[ModelColumns],
         mean: np.ndarray,
         shifts: np.ndarray,
         sums: np.ndarray,
@@ -218,7 +218,9 @@ def _dense(block: np.ndarray | None, dim: int) -> np.ndarray:
     return np.eye(dim) if block is None else block
 
 
-def placement(blocks: Sequence[Block], blocked: BlockedMoments, split: str) -> list[Block]:
+def placement(
+    blocks: Sequence[ModelColumns], blocked: SpanBlockMoments, split: str
+) -> list[ModelColumns]:
     """Where each of ``blocks`` lies in ``blocked``'s layout, which may hold further models."""
     where = {b.name: b for b in blocked.blocks}
     placed = [where.get(b.name) for b in blocks]

@@ -30,7 +30,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.block_scores import FixedScorer, placement
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def percentile_interval(sample: np.ndarray, level: float) -> tuple[np.ndarray, n
 
 def bootstrap_r2(
     solver: Decomposer,
-    blocked: Mapping[str, BlockedMoments],
+    blocked: Mapping[str, SpanBlockMoments],
     fits: Mapping[str, Sequence[Fit]],
     replicates: int = 1000,
     level: float = 0.95,
@@ -159,7 +159,7 @@ def bootstrap_r2(
 
 
 def refit_r2(
-    solver: Decomposer, train: BlockedMoments, fits: Sequence[Fit], counts: np.ndarray
+    solver: Decomposer, train: SpanBlockMoments, fits: Sequence[Fit], counts: np.ndarray
 ) -> dict[str, np.ndarray]:
     """Held-out split -> ``(B, F) float64`` R^2 of every fit refitted on each resampled train.
 

@@ -25,7 +25,7 @@ from lmalgebra.storage.atomic import write_atomic
 
 
 @dataclass(frozen=True)
-class Block:
+class ModelColumns:
     """One model's columns ``[start, stop)`` in the concatenated embedding."""
 
     name: str
@@ -37,11 +37,11 @@ class Block:
         return self.stop - self.start
 
 
-def layout(names: list[str], dims: list[int]) -> list[Block]:
+def layout(names: list[str], dims: list[int]) -> list[ModelColumns]:
     """Blocks for models concatenated in the given (deterministic) order."""
     blocks, start = [], 0
     for name, dim in zip(names, dims, strict=True):
-        blocks.append(Block(name, start, start + dim))
+        blocks.append(ModelColumns(name, start, start + dim))
         start += dim
     return blocks
 
@@ -76,7 +76,7 @@ class SecondMoments:
         gram: ``(D, D) float64``, sum of ``(z - shift)(z - shift)^T``.
     """
 
-    blocks: list[Block]
+    blocks: list[ModelColumns]
     n: int = 0
     shift: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -179,7 +179,9 @@ class SecondMoments:
             with safe_open(str(path), framework="numpy") as handle:
                 meta = handle.metadata()
             tensors = load_file(str(path))
-            blocks = [Block(name, start, stop) for name, start, stop in json.loads(meta["blocks"])]
+            blocks = [
+                ModelColumns(name, start, stop) for name, start, stop in json.loads(meta["blocks"])
+            ]
             return cls(blocks, int(meta["n"]), tensors["shift"], tensors["sums"], tensors["gram"])
         except Exception as err:  # safetensors raises its own error type for damaged files
             raise UserInputError(f"statistics file {path} is unreadable or corrupt: {err}") from err

@@ -6,7 +6,7 @@ import numpy as np
 
 from lmalgebra.distributed import all_reduce_sum, sum_in_place, world
 from lmalgebra.stats.moments import SecondMoments
-from lmalgebra.stats.span_blocks import BlockedMoments
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 
 def reduce_moments(moments: SecondMoments) -> SecondMoments:
@@ -38,7 +38,7 @@ def reduce_moments(moments: SecondMoments) -> SecondMoments:
     return SecondMoments(moments.blocks, int(counts.sum()), shift, sums, gram)
 
 
-def reduce_blocked(blocked: BlockedMoments) -> BlockedMoments:
+def reduce_blocked(blocked: SpanBlockMoments) -> SpanBlockMoments:
     """``reduce_moments`` applied to every row block of ``blocked`` (collective)."""
     parts = [reduce_moments(part) for part in blocked.parts]
-    return BlockedMoments(blocked.blocks, blocked.edges, parts)
+    return SpanBlockMoments(blocked.blocks, blocked.edges, parts)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from lmalgebra.stats.moments import Block
+from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
 
 
@@ -69,7 +69,7 @@ class RidgePath:
     """
 
     def __init__(
-        self, train: SplitMoments, scale: np.ndarray, target: Block, basis_cols: np.ndarray
+        self, train: SplitMoments, scale: np.ndarray, target: ModelColumns, basis_cols: np.ndarray
     ) -> None:
         self.n = train.n
         self.target_cols = np.arange(target.start, target.stop)

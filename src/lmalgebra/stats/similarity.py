@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import Block
+from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
 
 # A direction is dropped by ``keep = 1`` only when it holds less than this share of the variance:
@@ -89,7 +89,7 @@ def canonical_correlations(
 
 
 def similarity_table(
-    blocks: Sequence[Block],
+    blocks: Sequence[ModelColumns],
     moments: SplitMoments,
     keep: float = 0.99,
     ridge: float = 1e-8,

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import Block, SecondMoments, layout
+from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class Decomposer:
 
     def __init__(
         self,
-        blocks: Sequence[Block],
+        blocks: Sequence[ModelColumns],
         splits: dict[str, SplitMoments],
         alpha: float = 1e-2,
         alpha_mode: AlphaMode = "relative",
@@ -124,7 +124,7 @@ class Decomposer:
         return Decomposer(blocks, splits, self.alpha, self.alpha_mode)
 
     # -- helpers -------------------------------------------------------------------------------
-    def block(self, name: str) -> Block:
+    def block(self, name: str) -> ModelColumns:
         try:
             return self._by_name[name]
         except KeyError:
@@ -159,7 +159,9 @@ class Decomposer:
             )
         return factor
 
-    def r2(self, weight: np.ndarray, target: Block, basis_cols: np.ndarray) -> dict[str, float]:
+    def r2(
+        self, weight: np.ndarray, target: ModelColumns, basis_cols: np.ndarray
+    ) -> dict[str, float]:
         """R^2 on every split of ``u_hat = W (z_B - mean_B) + mean_u`` (train means).
 
         With the residual operator ``R`` (``I`` on the target's columns, ``-W`` on the basis'),
@@ -171,7 +173,7 @@ class Decomposer:
         operator[:, torch.from_numpy(basis_cols)] = -torch.from_numpy(weight)
         return {split: self._score(operator, target, m) for split, m in self.splits.items()}
 
-    def _score(self, operator: torch.Tensor, target: Block, m: SplitMoments) -> float:
+    def _score(self, operator: torch.Tensor, target: ModelColumns, m: SplitMoments) -> float:
         cov = torch.from_numpy(m.cov)
         total = float(torch.diagonal(cov)[target.start : target.stop].sum())
         if total <= 0:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import Block, SecondMoments, layout
+from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 from lmalgebra.storage.atomic import write_text_atomic
 
 
@@ -29,7 +29,7 @@ def block_edges(rows: int, parts: int) -> list[int]:
 
 
 @dataclass
-class BlockedMoments:
+class SpanBlockMoments:
     """Statistics of one split, per contiguous block of rows.
 
     Attributes:
@@ -38,17 +38,17 @@ class BlockedMoments:
         parts: one :class:`SecondMoments` per block of rows.
     """
 
-    blocks: list[Block]
+    blocks: list[ModelColumns]
     edges: list[int]
     parts: list[SecondMoments]
 
     @classmethod
-    def empty(cls, blocks: Sequence[Block], rows: int, parts: int) -> BlockedMoments:
+    def empty(cls, blocks: Sequence[ModelColumns], rows: int, parts: int) -> SpanBlockMoments:
         edges = block_edges(rows, parts)
         return cls(list(blocks), edges, [SecondMoments(list(blocks)) for _ in edges[1:]])
 
     @classmethod
-    def with_edges(cls, blocks: Sequence[Block], edges: Sequence[int]) -> BlockedMoments:
+    def with_edges(cls, blocks: Sequence[ModelColumns], edges: Sequence[int]) -> SpanBlockMoments:
         """Blocks with the given increasing row boundaries (``edges[0] == 0``)."""
         edges = [int(e) for e in edges]
         if edges[0] != 0 or any(b <= a for a, b in itertools.pairwise(edges)):
@@ -103,7 +103,7 @@ class BlockedMoments:
         counts[:parts] = 1
         return self.combine(counts)
 
-    def subset(self, names: Sequence[str]) -> BlockedMoments:
+    def subset(self, names: Sequence[str]) -> SpanBlockMoments:
         """The same blocks of rows over only the models ``names`` (in that order)."""
         by_name = {b.name: b for b in self.blocks}
         unknown = [n for n in names if n not in by_name]
@@ -117,7 +117,7 @@ class BlockedMoments:
             else SecondMoments(blocks)
             for m in self.parts
         ]
-        return BlockedMoments(blocks, list(self.edges), parts)
+        return SpanBlockMoments(blocks, list(self.edges), parts)
 
     def save(self, directory: Path) -> None:
         """One safetensors file per part plus ``blocks.json`` (layout and edges), written last."""
@@ -132,13 +132,13 @@ class BlockedMoments:
         write_text_atomic(directory / "blocks.json", text)
 
     @classmethod
-    def load(cls, directory: Path) -> BlockedMoments:
+    def load(cls, directory: Path) -> SpanBlockMoments:
         index = directory / "blocks.json"
         try:
             meta = json.loads(index.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise UserInputError(f"block statistics index {index} is unreadable: {err}") from err
-        blocks = [Block(name, start, stop) for name, start, stop in meta["blocks"]]
+        blocks = [ModelColumns(name, start, stop) for name, start, stop in meta["blocks"]]
         parts = [
             SecondMoments.load(directory / f"part-{p:04d}.safetensors")
             for p in range(len(meta["edges"]) - 1)

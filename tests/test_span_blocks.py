@@ -3,7 +3,7 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.moments import SecondMoments, layout
-from lmalgebra.stats.span_blocks import BlockedMoments, block_edges
+from lmalgebra.stats.span_blocks import SpanBlockMoments, block_edges
 
 
 def _data(n=103, dims=(3, 4), seed=0):
@@ -18,7 +18,7 @@ def test_edges_cover_rows_contiguously():
 
 def test_parts_sum_to_one_pass_statistics_whatever_the_chunking():
     z, blocks = _data()
-    blocked = BlockedMoments.empty(blocks, len(z), 7)
+    blocked = SpanBlockMoments.empty(blocks, len(z), 7)
     for start in range(0, len(z), 10):  # chunks straddle block edges
         blocked.add_rows(z[start : start + 10], start)
     total = blocked.total()
@@ -30,7 +30,7 @@ def test_parts_sum_to_one_pass_statistics_whatever_the_chunking():
 
 def test_combine_counts_blocks_with_multiplicity():
     z, blocks = _data(n=60)
-    blocked = BlockedMoments.empty(blocks, len(z), 6)
+    blocked = SpanBlockMoments.empty(blocks, len(z), 6)
     blocked.add_rows(z, 0)
     counts = np.array([2, 0, 1, 0, 3, 0])
     edges = blocked.edges
@@ -48,24 +48,24 @@ def test_combine_counts_blocks_with_multiplicity():
 
 def test_save_load_round_trip(tmp_path):
     z, blocks = _data(n=20)
-    blocked = BlockedMoments.empty(blocks, len(z), 3)
+    blocked = SpanBlockMoments.empty(blocks, len(z), 3)
     blocked.add_rows(z, 0)
     blocked.save(tmp_path / "train")
-    back = BlockedMoments.load(tmp_path / "train")
+    back = SpanBlockMoments.load(tmp_path / "train")
     assert back.edges == blocked.edges
     np.testing.assert_array_equal(back.total().gram, blocked.total().gram)
 
 
 def test_rows_outside_the_split_are_refused():
     z, blocks = _data(n=10)
-    blocked = BlockedMoments.empty(blocks, 10, 2)
+    blocked = SpanBlockMoments.empty(blocks, 10, 2)
     with pytest.raises(ValueError):
         blocked.add_rows(z, 5)
 
 
 def test_subset_keeps_the_chosen_models_columns():
     z, blocks = _data(n=30)
-    blocked = BlockedMoments.empty(blocks, len(z), 3)
+    blocked = SpanBlockMoments.empty(blocks, len(z), 3)
     blocked.add_rows(z, 0)
     only_b = blocked.subset(["b"]).total()
     assert [b.name for b in only_b.blocks] == ["b"]
