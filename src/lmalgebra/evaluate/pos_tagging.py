@@ -12,8 +12,6 @@ neither trained on nor scored; the result counts them.
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import random
 import time
@@ -29,6 +27,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, read_conllu
+from lmalgebra.evaluate.pos_results import PosResult, result_summary, write_results
 from lmalgebra.lmd.embed import max_tokens
 from lmalgebra.sources.models import (
     ModelRef,
@@ -37,7 +36,6 @@ from lmalgebra.sources.models import (
     load_tokenizer,
     resolve_directory,
 )
-from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -68,25 +66,6 @@ class PosOptions:
                 raise UserInputError(f"POS evaluation: {item.name} must be at least 1, got {value}")
         if self.lr is not None and not self.lr > 0:
             raise UserInputError(f"POS evaluation: lr must be positive, got {self.lr}")
-
-
-@dataclass(frozen=True)
-class PosResult:
-    """Test scores of one model, with what they depend on."""
-
-    model: str
-    mode: str
-    layer: int
-    accuracy: float
-    macro_f1: float
-    majority_accuracy: float  # the most frequent train tag, predicted everywhere
-    dev_accuracy: float  # of the kept epoch
-    best_epoch: int
-    train_sentences: int
-    test_words: int  # scored words
-    words_cut: int  # all splits: past the maximum length
-    words_untokenized: int  # all splits: no subword
-    seconds: float
 
 
 @dataclass
@@ -402,39 +381,9 @@ def evaluate_many(
     results: list[PosResult] = []
     for ref in refs:
         result = evaluate_pos(ref, train, dev, test, mode, options)
-        log.info("%s: %s", ref.name, _summary(result))
+        log.info("%s: %s", ref.name, result_summary(result))
         results.append(result)
         if out is not None:
             settings = {"train": train, "dev": dev, "test": test, "mode": mode}
             write_results(results, out, {**settings, **asdict(options)})
     return results
-
-
-def write_results(
-    results: Sequence[PosResult], out: Path, settings: dict[str, Any] | None = None
-) -> None:
-    """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``."""
-    names = [f.name for f in fields(PosResult)]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(names)
-    for result in results:
-        writer.writerow([_cell(getattr(result, n)) for n in names])
-    write_text_atomic(out / "pos_results.csv", buffer.getvalue())
-    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
-    for result in results:
-        lines.append("| " + " | ".join(_cell(getattr(result, n)) for n in names) + " |")
-    write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
-    if settings is not None:
-        write_json_atomic(out / "pos_config.json", settings)
-
-
-def _summary(result: PosResult) -> str:
-    return (
-        f"{result.mode} test accuracy {result.accuracy:.4f}, macro-F1 {result.macro_f1:.4f} "
-        f"(majority {result.majority_accuracy:.4f}), {result.seconds:.0f} s"
-    )
-
-
-def _cell(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)

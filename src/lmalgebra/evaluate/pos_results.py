@@ -1,0 +1,55 @@
+"""Results of the UPOS evaluation: one row per model, written as CSV and Markdown tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
+from lmalgebra.storage.csv_tables import Table, format_cell, write_table
+
+
+@dataclass(frozen=True)
+class PosResult:
+    """Test scores of one model, with what they depend on."""
+
+    model: str
+    mode: str
+    layer: int
+    accuracy: float
+    macro_f1: float
+    majority_accuracy: float  # the most frequent train tag, predicted everywhere
+    dev_accuracy: float  # of the kept epoch
+    best_epoch: int
+    train_sentences: int
+    test_words: int  # scored words
+    words_cut: int  # all splits: past the maximum length
+    words_untokenized: int  # all splits: no subword
+    seconds: float
+
+
+RESULTS = Table("pos_results.csv", PosResult, decimals=4, nan="nan")
+
+
+def write_results(
+    results: Sequence[PosResult], out: Path, settings: dict[str, Any] | None = None
+) -> None:
+    """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``."""
+    write_table(out, RESULTS, results)
+    names = [f.name for f in fields(PosResult)]
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    for result in results:
+        cells = (str(format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan)) for n in names)
+        lines.append("| " + " | ".join(cells) + " |")
+    write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
+    if settings is not None:
+        write_json_atomic(out / "pos_config.json", settings)
+
+
+def result_summary(result: PosResult) -> str:
+    return (
+        f"{result.mode} test accuracy {result.accuracy:.4f}, macro-F1 {result.macro_f1:.4f} "
+        f"(majority {result.majority_accuracy:.4f}), {result.seconds:.0f} s"
+    )
