@@ -52,14 +52,12 @@ def merge_vocab(recipe: RecipeArg) -> None:
 @merge_app.command("run")
 def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     """prepare, teach and vocab in turn (each resumes where it stopped)."""
-    from lmalgebra.distill import stages
+    from lmalgebra.distill.pipeline import STORE_STAGES, run_stages
     from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.distill.run_inspect import inspect_run
 
     config = load_recipe(recipe)
-    stages.prepare(config, progress)
-    stages.teach(config, progress)
-    stages.vocab(config)
+    run_stages(config, STORE_STAGES, progress=progress)
     console.print(_inspect_table(inspect_run(config.output_dir)))
 
 
