@@ -22,6 +22,7 @@ from lmalgebra.cli import main
 from lmalgebra.cli.app import app
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.span_plan import SpanPlanSpec
+from lmalgebra.train.config import TrainingSpec
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -138,6 +139,14 @@ def test_every_field_has_its_dotted_flag_with_its_description_as_help(
             continue  # its fields have the flags
         assert f"--{key}" in options, f"no flag --{key}"
         assert options[f"--{key}"].help.startswith(escape(field.description)), key
+
+
+def test_training_flags_of_merge_train() -> None:
+    options = command_options("merge", "train")
+    for key, field in TrainingSpec.model_fields.items():
+        assert options[f"--training.{key}"].help.startswith(escape(field.description or ""))
+    assert options["--steps"] is options["--training.steps"]
+    assert options["--gold-only"] is options["--training.gold_only"]
 
 
 def test_help_shows_every_default(
@@ -297,6 +306,34 @@ def test_spans_command_reads_the_same_flags(
     assert isinstance(plan, SpanPlanSpec)
     assert (plan.spans.length, plan.spans.counts, plan.spans.per_doc) == (8, (20, 5, 5), 2)
     assert [m.name for m in plan.models] == ["a"]
+
+
+def test_merge_train_flags_override_the_recipe_training(
+    monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    import lmalgebra.distill.train_student
+
+    def keep(recipe: Any, name: str, training: TrainingSpec, progress: bool) -> None:
+        raise CapturedCallError(name, training, progress)
+
+    monkeypatch.setattr(lmalgebra.distill.train_student, "train_student", keep)
+    data = {
+        "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t"]}},
+        "teachers": {"t": {"path": "./teacher"}},
+        "training": {"steps": 50, "batch_size": 4, "lr": 0.002},
+    }
+    path = tmp_path / "merge.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    args = ["merge", "train", str(path), "--name", "sm2", "--no-progress"]
+    with pytest.raises(CapturedCallError) as caught:
+        run_cli(*args, "--steps", "7", "--gold-only", "--training.lr", "0.01")
+    name, training, progress = caught.value.configs
+    assert (name, progress) == ("sm2", False)
+    assert (training.steps, training.gold_only, training.lr) == (7, True, 0.01)
+    assert training.batch_size == 4  # from the recipe
+    with pytest.raises(CapturedCallError) as caught:
+        run_cli("merge", "train", str(path))
+    assert caught.value.configs[1] == TrainingSpec(steps=50, batch_size=4, lr=0.002)
 
 
 # --- bad values -------------------------------------------------------------------------------
