@@ -20,6 +20,8 @@ from rich.markup import escape
 
 from lmalgebra.cli import main
 from lmalgebra.cli.app import app
+from lmalgebra.cli.config_options import default_text
+from lmalgebra.cli.lmd import DECOMPOSE_FLAGS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.span_plan import SpanPlanSpec
 from lmalgebra.train.config import TrainingSpec
@@ -149,7 +151,7 @@ def test_training_flags_of_merge_train() -> None:
     assert options["--gold-only"] is options["--training.gold_only"]
 
 
-def test_help_shows_every_default(
+def test_help_shows_the_defaults(
     monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
 ) -> None:
     monkeypatch.setenv("COLUMNS", "400")  # one line per option
@@ -161,6 +163,10 @@ def test_help_shows_every_default(
         (line,) = [x for x in lines if re.search(rf"\s{re.escape(flag)}[\s,]", x)]
         return line
 
+    for flag in DECOMPOSE_FLAGS:
+        shown = default_text(flag)
+        if shown is not None:
+            assert f"[default: {shown}]" in line_of(f"--{flag.key}"), flag.key
     assert "[default: 0.01]" in line_of("--alpha")
     assert "[default: 64]" in line_of("--spans.length")
     assert "[default: 4000,500,500]" in line_of("--spans.counts")
