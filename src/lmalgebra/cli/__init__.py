@@ -1,7 +1,8 @@
 """Command line: parse, validate, call one library function per command.
 
-``app.py`` holds the application; ``lmd.py`` and ``merge.py`` register their commands on it;
-``main`` turns errors into one line and an exit status.
+``app.py`` holds the application; ``lmd.py`` and ``merge.py`` register their commands on it,
+with flags that ``config_options.py`` generates from the configs; ``main`` turns errors into one
+line and an exit status.
 """
 
 from __future__ import annotations

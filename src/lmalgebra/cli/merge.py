@@ -8,7 +8,9 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console
+from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.train.config import TrainingSpec
 
 merge_app = typer.Typer(
     no_args_is_help=True, help="MergeDistill: teacher masked LMs -> one student."
@@ -60,37 +62,47 @@ def merge_vocab(recipe: RecipeArg) -> None:
 @merge_app.command("run")
 def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     """prepare, teach and vocab in turn (each resumes where it stopped)."""
-    from lmalgebra.distill import stages
+    from lmalgebra.distill.pipeline import STORE_STAGES, run_stages
     from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.distill.run_inspect import inspect_run
 
     config = load_recipe(recipe)
-    stages.prepare(config, progress)
-    stages.teach(config, progress)
-    stages.vocab(config)
+    run_stages(config, STORE_STAGES, progress=progress)
     console.print(_inspect_table(inspect_run(config.output_dir)))
 
 
+TRAINING_FLAGS = config_flags(
+    TrainingSpec,
+    {
+        "training.steps": FlagStyle(aliases=("--steps",)),
+        "training.gold_only": FlagStyle(aliases=("--gold-only",)),
+    },
+    prefix="training.",
+)
+
+
 @merge_app.command("train")
+@with_config_flags(TRAINING_FLAGS)
 def merge_train(
     recipe: RecipeArg,
     name: Annotated[str, typer.Option(help="Run subdirectory for this student.")] = "student",
-    gold_only: Annotated[bool, typer.Option(help="Gold labels only (no distillation).")] = False,
-    steps: Annotated[int | None, typer.Option(help="Override training.steps.")] = None,
     progress: ProgressOpt = True,
     restart: RestartOpt = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
-    """Train the student from the teacher store (resumes from its last checkpoint)."""
+    """Train the student from the teacher store (resumes from its last checkpoint).
+
+    A training flag overrides the recipe's training setting; one not given keeps the recipe's
+    (the defaults shown apply when the recipe does not set them either).
+    """
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.distill.train_student import train_student
-    from lmalgebra.train.config import TrainingSpec
 
     config = load_recipe(recipe)
-    update: dict[str, Any] = {"gold_only": gold_only or config.training.gold_only}
-    if steps is not None:
-        update["steps"] = steps
-    training = validate(TrainingSpec, {**config.training.model_dump(), **update}, "command line")
+    settings = {**config.training.model_dump(), **overrides.get("training", {})}
+    training = validate(TrainingSpec, settings, "command line")
     target = train_student(config, name, training, progress, restart)
     console.print(f"student saved to [bold]{target}[/bold]")
 
@@ -122,7 +134,6 @@ def pretrain(
     from lmalgebra.distill.pretrain import pretrain as run
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
-    from lmalgebra.train.config import TrainingSpec
 
     sizes = {
         "hidden_size": hidden_size,

@@ -22,10 +22,9 @@ import yaml
 
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, DemoPlan
-from lmalgebra.distill import stages
+from lmalgebra.distill.pipeline import STAGES, run_stages
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run_inspect import inspect_run
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.evaluate.distill_scores import Score, evaluate_run, write_evaluation
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.output_paths import check_directory
@@ -146,13 +145,12 @@ def merge_recipe(
 
 
 def merge_and_train(recipe: MergeRecipe, students: dict[str, bool], progress: bool) -> None:
-    stages.prepare(recipe, progress)
-    stages.teach(recipe, progress)
-    stages.vocab(recipe)
-    for name, gold_only in students.items():
-        if not (recipe.output_dir / name / "model" / "lmalgebra.json").is_file():
-            training = recipe.training.model_copy(update={"gold_only": gold_only})
-            train_student(recipe, name, training, progress)
+    """Every MergeDistill stage; ``students``: name -> gold-only (else distilled)."""
+    trainings = {
+        name: recipe.training.model_copy(update={"gold_only": gold_only})
+        for name, gold_only in students.items()
+    }
+    run_stages(recipe, STAGES, trainings, progress)
 
 
 def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:

@@ -30,10 +30,14 @@ class DecomposeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     models: list[ModelRef] = Field(
-        description="Two or more models; their order is the basis order."
+        description="Two or more models, in basis order. On the command line, one flag per model: "
+        "[NAME=][random:]PATH_OR_HUB_ID[@REVISION], [NAME=]onnx:FILE[#TOKENIZER] or "
+        "[NAME=]precomputed:FILE."
     )
-    corpus: CorpusSpec
-    spans: SpanSpec = Field(default_factory=SpanSpec)
+    corpus: CorpusSpec = Field(description="The text the spans are cut from.")
+    spans: SpanSpec = Field(
+        default_factory=SpanSpec, description="How documents become spans, and how many per split."
+    )
     reference_tokenizer: str | None = Field(
         default=None,
         description="Model name whose tokenizer defines span length (default: first model).",
@@ -57,12 +61,19 @@ class DecomposeConfig(BaseModel):
         default="relative",
         description="'relative': alpha times each basis model's mean variance; 'absolute'.",
     )
-    target: str | None = Field(default=None, description="Also fit this one model on --basis.")
-    basis: list[str] | None = Field(default=None, description="Basis models for the --target fit.")
+    target: str | None = Field(
+        default=None, description="Also fit this one model on the models named by basis."
+    )
+    basis: list[str] | None = Field(
+        default=None, description="Basis models of the target fit (names, with target)."
+    )
     study: StudySpec = Field(default_factory=StudySpec, description="Sweeps and statistics.")
     save_weights: bool = Field(default=False, description="Write fitted weights as safetensors.")
     out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Embedding cache root.")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
+    )
     progress: bool = Field(default=True, description="Show progress bars.")
 
     @model_validator(mode="after")

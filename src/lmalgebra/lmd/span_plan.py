@@ -31,9 +31,16 @@ class SpanPlanSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    models: list[ModelRef] = Field(min_length=1, description="Models; one supplies the tokenizer.")
-    corpus: CorpusSpec
-    spans: SpanSpec = Field(default_factory=SpanSpec)
+    models: list[ModelRef] = Field(
+        min_length=1,
+        description="Models, as in a decomposition; one supplies the tokenizer. On the command "
+        "line, one flag per model: [NAME=][random:]PATH_OR_HUB_ID[@REVISION], "
+        "[NAME=]onnx:FILE[#TOKENIZER] or [NAME=]precomputed:FILE.",
+    )
+    corpus: CorpusSpec = Field(description="The text the spans are cut from.")
+    spans: SpanSpec = Field(
+        default_factory=SpanSpec, description="How documents become spans, and how many per split."
+    )
     reference_tokenizer: str | None = Field(
         default=None,
         description="Model whose tokenizer defines span length (default: the first model "

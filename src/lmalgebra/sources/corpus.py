@@ -32,7 +32,8 @@ class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     paths: list[str] = Field(
-        description="Corpus files or saved-dataset directories, read in order."
+        description="Corpus files or saved-dataset directories, read in order; LANG=PATH "
+        "gives a file's language (for per-language results)."
     )
     text_column: str = Field(
         default="text", description="Field holding the text (.jsonl/.json/.csv/.parquet/datasets)."

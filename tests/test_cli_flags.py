@@ -1,0 +1,366 @@
+"""Flags generated from the configs: one per recipe key, help from the field, aliases kept.
+
+The commands run through ``lmalgebra.cli.main`` up to the library call, which is replaced by one
+that keeps the config it was given, so no model is loaded.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+from pydantic import BaseModel
+from rich.markup import escape
+
+from lmalgebra.cli import main
+from lmalgebra.cli.app import app
+from lmalgebra.cli.config_options import default_text
+from lmalgebra.cli.lmd import DECOMPOSE_FLAGS
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.span_plan import SpanPlanSpec
+from lmalgebra.train.config import TrainingSpec
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class CapturedCallError(Exception):
+    """Raised in place of the library call, carrying the config the command built."""
+
+    def __init__(self, *configs: Any) -> None:
+        super().__init__("captured")
+        self.configs = configs
+
+
+def leaf_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, field) of every field, nested configs included (the containers too)."""
+    for name, field in model.model_fields.items():
+        yield prefix + name, field
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            yield from leaf_fields(annotation, f"{prefix}{name}.")
+
+
+def is_container(field: Any) -> bool:
+    return isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+
+
+def command_options(*path: str) -> dict[str, Any]:
+    """Option string -> click parameter, for ``lmalgebra PATH...``."""
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = command.commands[name]
+    return {opt: p for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+
+
+def lookup(config: BaseModel, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+@pytest.fixture
+def run_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., tuple[int | str | None, str, str]]:
+    def run(*args: str) -> tuple[int | str | None, str, str]:
+        monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
+        capsys.readouterr()
+        try:
+            main()
+        except SystemExit as stop:
+            code = stop.code
+        else:
+            code = 0
+        captured = capsys.readouterr()
+        return code, ANSI.sub("", captured.out), ANSI.sub("", captured.err)
+
+    return run
+
+
+@pytest.fixture
+def decompose_config(
+    monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
+) -> Callable[..., DecomposeConfig]:
+    """``lmalgebra decompose ARGS`` -> the config it would run."""
+    import lmalgebra.lmd.run
+
+    def keep(config: DecomposeConfig) -> None:
+        raise CapturedCallError(config)
+
+    monkeypatch.setattr(lmalgebra.lmd.run, "decompose", keep)
+
+    def run(*args: str) -> DecomposeConfig:
+        with pytest.raises(CapturedCallError) as caught:
+            run_cli("decompose", *args)
+        return caught.value.configs[0]
+
+    return run
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    data = {
+        "models": [{"name": n, "path": f"./models/{n}"} for n in ("a", "b", "c")],
+        "corpus": {"paths": ["docs.txt"], "text_column": "body"},
+        "spans": {"length": 16, "counts": [40, 8, 8]},
+        "alpha": 0.5,
+        "exclude_special": True,
+        "study": {"bootstrap": 10, "nulls": True},
+        "progress": False,
+        "out": str(tmp_path / "out"),
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+MODELS = ["--model", "a=./models/a", "--model", "b=./models/b", "--model", "c=./models/c"]
+FLAGS = [*MODELS, "--corpus", "docs.txt"]
+
+
+# --- one flag per field -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "config"), [(("decompose",), DecomposeConfig), (("spans",), SpanPlanSpec)]
+)
+def test_every_field_has_its_dotted_flag_with_its_description_as_help(
+    command: tuple[str, ...], config: type[BaseModel]
+) -> None:
+    options = command_options(*command)
+    for key, field in leaf_fields(config):
+        assert field.description, f"{config.__name__}.{key} has no description"
+        if is_container(field):
+            continue  # its fields have the flags
+        assert f"--{key}" in options, f"no flag --{key}"
+        assert options[f"--{key}"].help.startswith(escape(field.description)), key
+
+
+def test_training_flags_of_merge_train() -> None:
+    options = command_options("merge", "train")
+    for key, field in TrainingSpec.model_fields.items():
+        assert options[f"--training.{key}"].help.startswith(escape(field.description or ""))
+    assert options["--steps"] is options["--training.steps"]
+    assert options["--gold-only"] is options["--training.gold_only"]
+
+
+def test_help_shows_the_defaults(
+    monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option
+    code, out, _ = run_cli("decompose", "--help")
+    assert code == 0
+    lines = out.splitlines()
+
+    def line_of(flag: str) -> str:
+        (line,) = [x for x in lines if re.search(rf"\s{re.escape(flag)}[\s,]", x)]
+        return line
+
+    for flag in DECOMPOSE_FLAGS:
+        shown = default_text(flag)
+        if shown is not None:
+            assert f"[default: {shown}]" in line_of(f"--{flag.key}"), flag.key
+    assert "[default: 0.01]" in line_of("--alpha")
+    assert "[default: 64]" in line_of("--spans.length")
+    assert "[default: 4000,500,500]" in line_of("--spans.counts")
+    assert "[default: relative]" in line_of("--alpha_mode")
+    assert "[default: no-study.nulls]" in line_of("--study.nulls")
+    assert "[default: progress]" in line_of("--progress")
+    assert "[default: 50 values, 1e-05 to 100]" in line_of("--study.alpha_grid")
+    assert "[default: 0.95]" in line_of("--study.level")
+    assert "mean|first|last" in line_of("--pooling")
+    # brackets of the model syntax are shown, not taken for markup
+    assert "[NAME=][random:]PATH_OR_HUB_ID[@REVISION]" in out
+
+
+# --- flags and recipes ------------------------------------------------------------------------
+
+
+def test_given_flags_override_the_recipe_and_only_those(
+    recipe: Path, decompose_config: Callable[..., DecomposeConfig]
+) -> None:
+    base = decompose_config(str(recipe))
+    assert base.spans.length == 16 and base.alpha == 0.5 and not base.progress
+    config = decompose_config(
+        str(recipe),
+        "--spans.length",
+        "8",
+        "--alpha",
+        "0.25",
+        "--study.bootstrap",
+        "20",
+        "--no-study.nulls",
+    )
+    assert config.spans.length == 8
+    assert config.alpha == 0.25
+    assert config.study.bootstrap == 20
+    assert config.study.nulls is False
+    # the rest of the recipe stands, nested keys beside an overridden one included
+    assert config.spans.counts == (40, 8, 8)
+    assert config.corpus.text_column == "body"
+    assert config.exclude_special is True
+    assert config.progress is False  # not given: the recipe's value, not the flag's default
+    unchanged = {"spans", "alpha", "study"}
+    for key in DecomposeConfig.model_fields:
+        if key not in unchanged:
+            assert getattr(config, key) == getattr(base, key), key
+
+
+def test_every_new_flag_sets_its_field(decompose_config: Callable[..., DecomposeConfig]) -> None:
+    config = decompose_config(
+        *FLAGS,
+        *("--reference_tokenizer", "b", "--max_length", "48", "--spans.seed", "3"),
+        *("--corpus.doc_sep", "line", "--corpus.split", "validation"),
+        *("--study.level", "0.9", "--study.null_seed", "7", "--study.seed", "5"),
+        *("--study.attribution_split", "test"),
+    )
+    assert config.reference_tokenizer == "b"
+    assert config.max_length == 48
+    assert config.spans.seed == 3
+    assert config.corpus.doc_sep == "line"
+    assert config.corpus.split == "validation"
+    assert config.study.level == 0.9
+    assert config.study.null_seed == 7
+    assert config.study.seed == 5
+    assert config.study.attribution_split == "test"
+
+
+# every flag the README and the tests use: (arguments, dotted key, value)
+LEGACY: list[tuple[list[str], str, Any]] = [
+    (["-T", "8"], "spans.length", 8),
+    (["--seq-len", "8"], "spans.length", 8),
+    (["--spans", "20,5,5"], "spans.counts", (20, 5, 5)),
+    (["--fractions", "0.6,0.2,0.2"], "spans.fractions", (0.6, 0.2, 0.2)),
+    (["--per-doc", "2"], "spans.per_doc", 2),
+    (["--text-column", "abstract"], "corpus.text_column", "abstract"),
+    (["--language-column", "lang"], "corpus.language_column", "lang"),
+    (["--layer", "-2"], "layer", -2),
+    (["--pooling", "last"], "pooling", "last"),
+    (["--exclude-special"], "exclude_special", True),
+    (["--dtype", "bfloat16"], "dtype", "bfloat16"),
+    (["--batch-size", "4"], "batch_size", 4),
+    (["--alpha", "1e-6"], "alpha", 1e-6),
+    (["--alpha-mode", "absolute"], "alpha_mode", "absolute"),
+    (["--target", "a", "--basis", "b", "--basis", "c"], "basis", ["b", "c"]),
+    (["--target", "a", "--basis", "b,c"], "basis", ["b", "c"]),
+    (["--save-weights"], "save_weights", True),
+    (["--out", "runs/x"], "out", Path("runs/x")),
+    (["--cache-dir", "/tmp/cache"], "cache_dir", Path("/tmp/cache")),
+    (["--no-progress"], "progress", False),
+    (["--lengths", "16,32,64"], "study.lengths", [16, 32, 64]),
+    (["--layers"], "study.layers", True),
+    (["--layer-map", "a,b"], "study.layer_map", ["a", "b"]),
+    (["--train-sizes", "100,400"], "study.train_sizes", [100, 400]),
+    (["--by-language"], "study.languages", True),
+    (["--bootstrap", "1000"], "study.bootstrap", 1000),
+    (["--blocks", "8"], "study.blocks", 8),
+    (["--alpha-select", "gcv"], "study.alpha_select", "gcv"),
+    (["--alpha-grid", "0.1,1"], "study.alpha_grid", [0.1, 1.0]),
+    (["--alpha-select", "kfold", "--folds", "3"], "study.folds", 3),
+    (["--nulls"], "study.nulls", True),
+    (["--attribution"], "study.attribution", True),
+]
+
+
+@pytest.mark.parametrize(("args", "key", "value"), LEGACY, ids=[" ".join(c[0]) for c in LEGACY])
+def test_legacy_flags_set_their_field(
+    decompose_config: Callable[..., DecomposeConfig], args: list[str], key: str, value: Any
+) -> None:
+    assert lookup(decompose_config(*FLAGS, *args), key) == value
+
+
+def test_models_and_corpus_flags(decompose_config: Callable[..., DecomposeConfig]) -> None:
+    config = decompose_config(
+        "--model",
+        "a=./models/a@v1",
+        "--models",
+        "null=random:./models/b",
+        "--corpus",
+        "one,two.txt",  # a path with a comma is one path
+        "--corpus.paths",
+        "three.txt",
+        "--trust-remote-code",
+    )
+    assert [(m.name, m.path, m.revision, m.random_init) for m in config.models] == [
+        ("a", "./models/a", "v1", False),
+        ("null", "./models/b", None, True),
+    ]
+    assert all(m.trust_remote_code for m in config.models)
+    assert config.corpus.paths == ["one,two.txt", "three.txt"]
+
+
+def test_spans_command_reads_the_same_flags(
+    monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    import lmalgebra.lmd.span_plan
+
+    def keep(config: SpanPlanSpec) -> None:
+        raise CapturedCallError(config)
+
+    monkeypatch.setattr(lmalgebra.lmd.span_plan, "draw_run_spans", keep)
+    args = ["spans", "--model", "a=./models/a", "--corpus", "docs.txt", "-T", "8"]
+    with pytest.raises(CapturedCallError) as caught:
+        run_cli(*args, "--spans", "20,5,5", "--spans.per_doc", "2", "--out", "s.jsonl")
+    (plan,) = caught.value.configs
+    assert isinstance(plan, SpanPlanSpec)
+    assert (plan.spans.length, plan.spans.counts, plan.spans.per_doc) == (8, (20, 5, 5), 2)
+    assert [m.name for m in plan.models] == ["a"]
+
+
+def test_merge_train_flags_override_the_recipe_training(
+    monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    import lmalgebra.distill.train_student
+
+    def keep(recipe: Any, name: str, training: TrainingSpec, progress: bool) -> None:
+        raise CapturedCallError(name, training, progress)
+
+    monkeypatch.setattr(lmalgebra.distill.train_student, "train_student", keep)
+    data = {
+        "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t"]}},
+        "teachers": {"t": {"path": "./teacher"}},
+        "training": {"steps": 50, "batch_size": 4, "lr": 0.002},
+    }
+    path = tmp_path / "merge.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    args = ["merge", "train", str(path), "--name", "sm2", "--no-progress"]
+    with pytest.raises(CapturedCallError) as caught:
+        run_cli(*args, "--steps", "7", "--gold-only", "--training.lr", "0.01")
+    name, training, progress = caught.value.configs
+    assert (name, progress) == ("sm2", False)
+    assert (training.steps, training.gold_only, training.lr) == (7, True, 0.01)
+    assert training.batch_size == 4  # from the recipe
+    with pytest.raises(CapturedCallError) as caught:
+        run_cli("merge", "train", str(path))
+    assert caught.value.configs[1] == TrainingSpec(steps=50, batch_size=4, lr=0.002)
+
+
+# --- bad values -------------------------------------------------------------------------------
+
+BAD: dict[str, tuple[list[str], list[str]]] = {
+    "tuple_too_short": (["--spans", "20,5"], ["--spans", "'20,5'", "3 values"]),
+    "not_a_number": (["-T", "eight"], ["--spans.length", "-T", "'eight'", "integer"]),
+    "not_a_choice": (["--pooling", "max"], ["--pooling", "'max'", "'mean'"]),
+    "below_minimum": (["--batch_size", "0"], ["--batch_size", "'0'", "greater than"]),
+    "list_item_not_a_number": (["--lengths", "16,x"], ["--lengths", "'16,x'", "integer"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_flag_values_name_the_flag(
+    run_cli: Callable[..., Any], tmp_path: Path, case: str
+) -> None:
+    args, needles = BAD[case]
+    code, _, err = run_cli("decompose", *FLAGS, *args, "--out", str(tmp_path / "out"))
+    assert code == 2, err
+    lines = re.findall(r"^error: .*$", err, flags=re.MULTILINE)
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"

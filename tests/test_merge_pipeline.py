@@ -1,0 +1,81 @@
+"""``run_stages``: the one MergeDistill stage sequence that ``merge run`` and the demo call.
+
+The stages themselves are tested in their own files (and end to end through ``merge run`` in
+``test_merge_run.py``); here they are replaced by recorders, to check order and skipping.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import lmalgebra.distill.pipeline as pipeline
+from lmalgebra.distill.pipeline import STAGES, STORE_STAGES, run_stages
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.train.config import TrainingSpec
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    made: list[tuple[Any, ...]] = []
+
+    def train_student(recipe: MergeRecipe, name: str, training: TrainingSpec, progress: bool):
+        made.append(("train", name, training.gold_only, progress))
+        return recipe.output_dir / name / "model"
+
+    monkeypatch.setattr(pipeline, "prepare", lambda r, p: made.append(("prepare", p)))
+    monkeypatch.setattr(pipeline, "teach", lambda r, p: made.append(("teach", p)))
+    monkeypatch.setattr(pipeline, "vocab", lambda r: made.append(("vocab",)))
+    monkeypatch.setattr(pipeline, "train_student", train_student)
+    return made
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> MergeRecipe:
+    return MergeRecipe.model_validate(
+        {
+            "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t"]}},
+            "teachers": {"t": {"path": "./teacher"}},
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
+
+
+def test_store_stages_run_in_order(recipe: MergeRecipe, calls: list[tuple[Any, ...]]) -> None:
+    assert run_stages(recipe, STORE_STAGES, progress=False) == {}
+    assert calls == [("prepare", False), ("teach", False), ("vocab",)]
+
+
+def test_stages_run_in_pipeline_order_whatever_the_order_given(
+    recipe: MergeRecipe, calls: list[tuple[Any, ...]]
+) -> None:
+    run_stages(recipe, ["vocab", "prepare"])
+    assert calls == [("prepare", True), ("vocab",)]
+
+
+def test_train_stage_trains_each_student_not_yet_saved(
+    recipe: MergeRecipe, calls: list[tuple[Any, ...]]
+) -> None:
+    saved = recipe.output_dir / "sm2" / "model"
+    saved.mkdir(parents=True)
+    (saved / "lmalgebra.json").write_text("{}")
+    students = {
+        "sm3": recipe.training,
+        "sm2": recipe.training.model_copy(update={"gold_only": True}),
+    }
+    models = run_stages(recipe, STAGES, students, progress=False)
+    assert calls[:3] == [("prepare", False), ("teach", False), ("vocab",)]
+    assert calls[3:] == [("train", "sm3", False, False)]  # sm2 is already saved
+    assert models == {"sm3": recipe.output_dir / "sm3" / "model", "sm2": saved}
+
+
+def test_unknown_stage_and_train_without_students_are_refused(
+    recipe: MergeRecipe, calls: list[tuple[Any, ...]]
+) -> None:
+    with pytest.raises(ValueError, match="'distill'"):
+        run_stages(recipe, ["prepare", "distill"])
+    with pytest.raises(ValueError, match="at least one student"):
+        run_stages(recipe, ["train"])
+    assert calls == []
