@@ -91,7 +91,7 @@ def decompose_config(
     """``lmalgebra decompose ARGS`` -> the config it would run."""
     import lmalgebra.lmd.run
 
-    def keep(config: DecomposeConfig) -> None:
+    def keep(config: DecomposeConfig, overwrite: bool = False) -> None:
         raise CapturedCallError(config)
 
     monkeypatch.setattr(lmalgebra.lmd.run, "decompose", keep)
@@ -319,7 +319,9 @@ def test_merge_train_flags_override_the_recipe_training(
 ) -> None:
     import lmalgebra.distill.train_student
 
-    def keep(recipe: Any, name: str, training: TrainingSpec, progress: bool) -> None:
+    def keep(
+        recipe: Any, name: str, training: TrainingSpec, progress: bool, restart: bool = False
+    ) -> None:
         raise CapturedCallError(name, training, progress)
 
     monkeypatch.setattr(lmalgebra.distill.train_student, "train_student", keep)

@@ -64,7 +64,7 @@ def decompose(
     ] = False,
     overwrite: Annotated[
         bool,
-        typer.Option(help="Remove the files of a run already in --out first (another config)."),
+        typer.Option(help="Empty the output directory first when it holds another run."),
     ] = False,
     *,
     overrides: dict[str, Any],

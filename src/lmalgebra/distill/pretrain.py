@@ -146,16 +146,11 @@ def pretrain(
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
     _check_lengths(example_length, heldout_fraction, model)
-    docs = [d.strip() for d in read_documents(corpus)]
-    ids = [example_id(language, d) for d in docs]
-    keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
-    if not keep:
-        raise UserInputError(f"corpus for {language!r} has no text left after holding out examples")
-    texts = [docs[i] for i in keep]
+    kept_ids, texts = _training_examples(corpus, language, heldout_fraction)
     tokenizer = train_wordpiece(texts, vocab_size, lowercase, max(example_length, 512))
     student = build_student(model, len(tokenizer), tokenizer.pad_token_id, training.seed)
     source = TextBatches(
-        [ids[i] for i in keep],
+        kept_ids,
         texts,
         tokenizer,
         MaskingSpec(seed=training.seed),
@@ -194,6 +189,19 @@ def pretrain(
         },
     )
     return out
+
+
+def _training_examples(
+    corpus: CorpusSpec, language: str, heldout_fraction: float
+) -> tuple[list[str], list[str]]:
+    """Ids and texts of the corpus's examples that a recipe with the same language and held-out
+    fraction would not hold out."""
+    docs = [d.strip() for d in read_documents(corpus)]
+    ids = [example_id(language, d) for d in docs]
+    keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
+    if not keep:
+        raise UserInputError(f"corpus for {language!r} has no text left after holding out examples")
+    return [ids[i] for i in keep], [docs[i] for i in keep]
 
 
 def _check_lengths(example_length: int, heldout_fraction: float, model: StudentSpec) -> None:

@@ -150,15 +150,7 @@ def select_alpha(
             ``kfold`` when it is the method. The method's own curve is always computed.
     """
     values = check_grid(grid)
-    if method not in CRITERIA:
-        raise UserInputError(f"alpha selection method {method!r} is not one of {CRITERIA}")
-    wanted = set(criteria or ["gcv", *(["validation"] if "validation" in splits else [])])
-    wanted.add(method)
-    unknown = sorted(wanted - set(CRITERIA))
-    if unknown:
-        raise UserInputError(f"alpha criterion {unknown[0]!r} is not one of {CRITERIA}")
-    if "validation" in wanted and "validation" not in splits:
-        raise UserInputError("the validation curve needs statistics of the validation split")
+    wanted = _criteria(method, criteria, splits)
     specs = _check_fits(blocks, splits["train"], fits)
     groups = None
     if "kfold" in wanted:
@@ -186,6 +178,23 @@ def select_alpha(
     log.info("alpha %.3g chosen by %s over %d values (%s)", chosen, method, len(values), alpha_mode)
     labels = _labels(specs)
     return AlphaSelection(chosen, method, alpha_mode, values, labels, curves)
+
+
+def _criteria(
+    method: str, criteria: Sequence[str] | None, splits: Mapping[str, SplitMoments]
+) -> set[str]:
+    """The curves to compute: ``criteria`` (default gcv, and validation when it exists) and
+    ``method``'s own; each known and computable from ``splits``."""
+    if method not in CRITERIA:
+        raise UserInputError(f"alpha selection method {method!r} is not one of {CRITERIA}")
+    wanted = set(criteria or ["gcv", *(["validation"] if "validation" in splits else [])])
+    wanted.add(method)
+    unknown = sorted(wanted - set(CRITERIA))
+    if unknown:
+        raise UserInputError(f"alpha criterion {unknown[0]!r} is not one of {CRITERIA}")
+    if "validation" in wanted and "validation" not in splits:
+        raise UserInputError("the validation curve needs statistics of the validation split")
+    return wanted
 
 
 def _check_fits(
