@@ -63,3 +63,21 @@ def test_verbose_and_quiet_exclude_each_other(
 ) -> None:
     code, _, err = run(monkeypatch, capsys, "-v", "-q", "report", "x")
     assert code == 2 and "exclude each other" in err
+
+
+def test_default_model_names_are_readable() -> None:
+    from lmalgebra.sources.models import ModelRef
+
+    assert ModelRef.parse("package:minilm").name == "minilm"
+    assert ModelRef.parse("random:package:minilm").name == "minilm-random"
+    assert ModelRef.parse("org/bert-base@v1").name == "bert-base"
+
+
+def test_colliding_model_names_are_refused_with_the_remedy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path
+) -> None:
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("one two three\n", encoding="utf-8")
+    args = ["decompose", "--model", "a/bert", "--model", "b/bert", "--corpus", str(corpus)]
+    code, _, err = run(monkeypatch, capsys, *args, "--out", str(tmp_path / "out"))
+    assert code == 2 and "repeated: bert" in err and "NAME=REFERENCE" in err

@@ -83,7 +83,10 @@ class DecomposeConfig(BaseModel):
             raise UserInputError(f"decomposition needs at least two models, got {len(names)}")
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
-            raise UserInputError(f"model names must be unique; repeated: {', '.join(dup)}")
+            raise UserInputError(
+                f"model names must be unique; repeated: {', '.join(dup)} (name each model: "
+                "--model NAME=REFERENCE, or `name:` in the recipe)"
+            )
         if self.reference_tokenizer is not None and self.reference_tokenizer not in names:
             raise UserInputError(
                 f"reference_tokenizer {self.reference_tokenizer!r} is not among the models"

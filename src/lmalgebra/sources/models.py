@@ -144,7 +144,8 @@ class ModelRef(BaseModel):
         if not path:
             raise UserInputError(f"model reference {text!r} names no path or hub id")
         if not name:
-            name = Path(path.rstrip("/")).name + ("-random" if random_init else "")
+            readable = path.removeprefix("package:")  # package:minilm -> minilm
+            name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
 
 
