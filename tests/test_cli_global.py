@@ -81,3 +81,36 @@ def test_colliding_model_names_are_refused_with_the_remedy(
     args = ["decompose", "--model", "a/bert", "--model", "b/bert", "--corpus", str(corpus)]
     code, _, err = run(monkeypatch, capsys, *args, "--out", str(tmp_path / "out"))
     assert code == 2 and "repeated: bert" in err and "NAME=REFERENCE" in err
+
+
+def test_packaged_lists_models_corpora_and_recipes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    code, out, _ = run(monkeypatch, capsys, "packaged")
+    assert code == 0
+    models, corpora = out.index("Packaged models"), out.index("Packaged corpora")
+    assert models < out.index("package:minilm-sre") < corpora < out.index("package:wiki-fr")
+    assert "recipe:decompose-minilm-wiki" in out[out.index("Shipped recipes") :]
+
+
+def test_unknown_packaged_name_suggests_the_closest() -> None:
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources.packaged import asset_path
+
+    with pytest.raises(UserInputError, match="did you mean 'minilm-sre'"):
+        asset_path("minilm-sr")
+
+
+def test_shipped_recipes_by_name_from_any_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.core.recipe_files import read_yaml
+    from lmalgebra.lmd.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    config = load_config("recipe:decompose-minilm-wiki", {})  # type: ignore[arg-type]
+    assert [m.name for m in config.models][:2] == ["minilm", "minilm-sre"]
+    with pytest.raises(UserInputError, match="did you mean 'study-minilm-wiki'"):
+        read_yaml("recipe:study-minilm")  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+import lmalgebra.cli.assets
 import lmalgebra.cli.lmd
 import lmalgebra.cli.merge  # noqa: F401  (registers the MergeDistill commands)
 from lmalgebra.cli.app import app

@@ -7,3 +7,11 @@ class UserInputError(Exception):
 
 class TrainingDivergedError(RuntimeError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def did_you_mean(name: str, known: list[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``known`` to ``name``, or nothing."""
+    import difflib
+
+    match = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""

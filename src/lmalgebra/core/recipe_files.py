@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, did_you_mean
 from lmalgebra.core.text_files import read_text
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -49,7 +49,38 @@ def _yaml_problem(err: yaml.YAMLError) -> str:
     return f"{where}{problem}" + (f" ({context})" if context else "")
 
 
+RECIPE_PREFIX = "recipe:"
+
+
+def shipped_recipes() -> list[str]:
+    """Names of the recipes that ship with the package (``recipe:NAME``)."""
+    from importlib.resources import files
+
+    return sorted(
+        p.name.removesuffix(".yaml")
+        for p in files("lmalgebra.recipes").iterdir()
+        if p.name.endswith(".yaml")
+    )
+
+
+def recipe_path(path: Path | str) -> Path:
+    """``path``, or for ``recipe:NAME`` the shipped recipe of that name (from any directory)."""
+    text = str(path)
+    if not text.startswith(RECIPE_PREFIX):
+        return Path(path)
+    from importlib.resources import files
+
+    name = text.removeprefix(RECIPE_PREFIX).removesuffix(".yaml")
+    known = shipped_recipes()
+    if name not in known:
+        raise UserInputError(
+            f"no shipped recipe {name!r}{did_you_mean(name, known)}; shipped: {', '.join(known)}"
+        )
+    return Path(str(files("lmalgebra.recipes") / f"{name}.yaml"))
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
+    path = recipe_path(path)
     text = read_text(path, "recipe")
     try:
         data = yaml.safe_load(text)
