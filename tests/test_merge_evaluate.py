@@ -102,3 +102,28 @@ def test_bad_inputs_name_the_missing_stage(run_dir: Path, tmp_path: Path) -> Non
         evaluate_run(run_dir, ["other"])
     with pytest.raises(UserInputError, match="merge prepare RECIPE"):
         evaluate_run(tmp_path, ["student"])
+
+
+def test_rdt_leaves_out_a_teacher_with_zero_accuracy_and_says_so(tmp_path: Path) -> None:
+    from lmalgebra.evaluate.distill_scores import markdown, rdt_text, undefined_rdt
+
+    def score(lang: str, teacher: str, model: str, accuracy: float) -> Score:
+        return Score(lang, teacher, model, 10, 50, accuracy, 1.0, 2.7, 0.5, 0.5)
+
+    scores = [
+        score("xx", "t1", "t1", 0.5),
+        score("xx", "t1", "s", 0.6),
+        score("yy", "t2", "t2", 0.0),  # a teacher that gets no masked token right
+        score("yy", "t2", "s", 0.3),
+    ]
+    values = rdt(scores, "s")
+    assert values["xx"] == pytest.approx(20.0)
+    assert np.isnan(values["yy"]) and values["average"] == pytest.approx(20.0)
+    assert undefined_rdt(scores) == [
+        "teacher t2 scores 0 accuracy on yy: RDT against it is undefined and left out (a "
+        "teacher that predicts no masked token right cannot be a reference)"
+    ]
+    assert "nan" not in rdt_text({"s": values}).lower()
+    page = markdown(scores, {"s": values})
+    assert "nan" not in page.lower() and "| s | +20.00 | n/a | +20.00 |" in page
+    assert "Note: teacher t2 scores 0 accuracy on yy" in page

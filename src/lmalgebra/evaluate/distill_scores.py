@@ -139,7 +139,11 @@ def _pad(copies: list[MaskedCopy]) -> dict[str, torch.Tensor]:
 
 
 def rdt(scores: list[Score], student: str, metric: str = "accuracy") -> dict[str, float]:
-    """Per language and averaged: ``100/n sum_i (P_S - P_Ti) / P_Ti`` over its teachers."""
+    """Per language and averaged: ``100/n sum_i (P_S - P_Ti) / P_Ti`` over its teachers.
+
+    A teacher scoring 0 leaves its term undefined: it is left out of the sum (see
+    ``undefined_rdt``); a language with no defined term is NaN, and the average is over the
+    languages that have a value (NaN when none has)."""
     out: dict[str, float] = {}
     for lang in sorted({s.language for s in scores}):
         deviations = []
@@ -147,10 +151,22 @@ def rdt(scores: list[Score], student: str, metric: str = "accuracy") -> dict[str
             if s.language == lang and s.model == student:
                 teacher = next(t for t in scores if t.language == lang and t.model == s.teacher)
                 base = getattr(teacher, metric)
-                deviations.append((getattr(s, metric) - base) / base if base else float("nan"))
-        out[lang] = 100 * float(np.mean(deviations))
-    out["average"] = float(np.mean([v for k, v in out.items()]))
+                if base:
+                    deviations.append((getattr(s, metric) - base) / base)
+        out[lang] = 100 * float(np.mean(deviations)) if deviations else float("nan")
+    defined = [v for v in out.values() if not np.isnan(v)]
+    out["average"] = float(np.mean(defined)) if defined else float("nan")
     return out
+
+
+def undefined_rdt(scores: list[Score], metric: str = "accuracy") -> list[str]:
+    """One note per teacher whose ``metric`` is 0 on a language: RDT against it is undefined."""
+    return [
+        f"teacher {s.model} scores 0 {metric} on {s.language}: RDT against it is undefined and "
+        "left out (a teacher that predicts no masked token right cannot be a reference)"
+        for s in scores
+        if s.model == s.teacher and not getattr(s, metric)
+    ]
 
 
 def _load_student(run_dir: Path, name: str) -> Any:
@@ -217,7 +233,7 @@ def rdt_text(deviations: dict[str, dict[str, float]]) -> str:
     columns = list(next(iter(deviations.values())))
     rows: list[list[str]] = [[RDT_FIRST_COLUMN, *columns]]
     rows += [
-        [name, *(format_cell(v[k], RDT_DECIMALS, nan="nan") for k in columns)]
+        [name, *(format_cell(v[k], RDT_DECIMALS) for k in columns)]
         for name, v in deviations.items()
     ]
     return csv_text(rows)
@@ -243,8 +259,10 @@ def markdown(scores: list[Score], deviations: dict[str, dict[str, float]]) -> st
         "|---|" + "---|" * len(next(iter(deviations.values()))),
     ]
     for name, values in deviations.items():
-        lines.append(f"| {name} | " + " | ".join(f"{v:+.2f}" for v in values.values()) + " |")
-    return "\n".join(lines) + "\n"
+        cells = ("n/a" if np.isnan(v) else f"{v:+.2f}" for v in values.values())
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", *(f"Note: {note}." for note in undefined_rdt(scores))]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _bar_plot(scores: list[Score], path: Path) -> None:
