@@ -16,25 +16,35 @@ Pipeline stages, one subpackage or module each: ``sources`` (models and corpora)
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
+    "decompose": "lmalgebra.api.decompose",
+    "spans": "lmalgebra.api.decompose",
+    "read_texts": "lmalgebra.api.decompose",
+    "Decomposition": "lmalgebra.api.decomposition",
     "LinearDecomposition": "lmalgebra.stats.linear_decomposition",
+    "merge": "lmalgebra.api.merge",
+    "MergeRun": "lmalgebra.api.merge",
+    "MergeRecipe": "lmalgebra.distill.recipe",
     "UserInputError": "lmalgebra.core.errors",
 }
 
 __all__ = [
+    "Decomposition",
     "LinearDecomposition",
+    "MergeRecipe",
+    "MergeRun",
     "UserInputError",
     "__version__",
+    "decompose",
+    "merge",
+    "read_texts",
+    "spans",
 ]
-
-if TYPE_CHECKING:
-    from lmalgebra.core.errors import UserInputError
-    from lmalgebra.stats.linear_decomposition import LinearDecomposition
 
 
 def __getattr__(name: str) -> Any:

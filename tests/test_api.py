@@ -1,0 +1,236 @@
+"""The Python API called as documented: models as references, objects and arrays; texts as a list
+or a path; labelled DataFrames; nothing written without ``out``; runs read back equal."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import lmalgebra
+from lmalgebra import Decomposition, UserInputError, decompose
+from lmalgebra.core.splits import SPLITS
+from tiny import documents
+
+T = 8
+SPANS = (60, 20, 20)
+FITS_COLUMNS = ["kind", "target", "basis", "split", "r2", "ci_low", "ci_high", "adjusted_r2"]
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    return documents(120)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("api-cache")
+
+
+@pytest.fixture(scope="module")
+def by_path(bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path) -> Decomposition:
+    """Two tiny BERTs named by directory, a list of strings, nothing written."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    return decompose(models, texts, seq_len=T, spans=SPANS, cache_dir=cache, progress=False)
+
+
+def _frames_equal(left: Decomposition, right: Decomposition, exact: bool = True) -> None:
+    tol = {} if exact else {"check_exact": False, "rtol": 1e-4, "atol": 1e-4}
+    for split in SPLITS:
+        pd.testing.assert_frame_equal(left.pairwise(split), right.pairwise(split), **tol)
+    pd.testing.assert_frame_equal(left.group, right.group, **tol)
+    pd.testing.assert_frame_equal(left.fits, right.fits, **tol)
+    pd.testing.assert_frame_equal(left.similarity, right.similarity, **tol)
+
+
+def test_a_list_of_strings_gives_labelled_dataframes(by_path: Decomposition) -> None:
+    assert by_path.names == ["a", "b"]
+    pairwise = by_path.pairwise()  # test split by default
+    assert list(pairwise.index) == ["a", "b"] and list(pairwise.columns) == ["a", "b"]
+    assert (pairwise.index.name, pairwise.columns.name) == ("target", "basis")
+    assert np.diag(pairwise.to_numpy()).tolist() == [1.0, 1.0]  # documented: not a fit
+    assert math.isnan(by_path.pairwise("train", diagonal=math.nan).loc["a", "a"])
+    fits = by_path.fits
+    assert list(fits.columns) == FITS_COLUMNS
+    row = fits[(fits.kind == "pairwise") & (fits.target == "a") & (fits.split == "test")]
+    assert pairwise.loc["a", "b"] == row.r2.item()
+    group = by_path.group
+    assert list(group.index) == ["a", "b"] and list(group.columns) == list(SPLITS)
+    groups = fits[(fits.kind == "group") & (fits.split == "validation")].set_index("target")
+    assert group.loc["b", "validation"] == groups.loc["b", "r2"]
+    assert set(by_path.similarity.columns) >= {"model_a", "model_b", "cka", "mean_cca"}
+    assert by_path.spans == dict(zip(SPLITS, SPANS, strict=True))
+    assert by_path.summary["group_r2"]["a"]["test"] == group.loc["a", "test"]
+    assert "Decomposition: 2 models" in repr(by_path) and "a " in repr(by_path)
+    assert "<table" in by_path._repr_html_()
+
+
+def test_nothing_is_written_without_out(
+    bert_dir: Path, bert2_dir: Path, texts: list[str], tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / "cache"
+    decompose(
+        {"a": str(bert_dir), "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS, cache_dir=cache
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no runs/, no stats/
+    assert sorted(p.name for p in cache.iterdir()) == ["embeddings", "hashes"]
+
+
+def test_out_writes_the_cli_files_and_load_reads_them_back(
+    by_path: Decomposition, bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path, tmp_path
+) -> None:
+    out = tmp_path / "run"
+    written = decompose(
+        {"a": str(bert_dir), "b": str(bert2_dir)},
+        texts,
+        seq_len=T,
+        spans=SPANS,
+        cache_dir=cache,
+        out=out,
+    )
+    names = {p.name for p in out.iterdir()}
+    for split in SPLITS:
+        assert f"pairwise_r2_{split}.csv" in names
+        assert (out / "stats" / f"{split}.safetensors").is_file()
+    assert {"fits.csv", "group_r2.csv", "summary.json", "config.yaml", "nulls.csv"} <= names
+    assert written.run_dir == out
+    _frames_equal(written, by_path)
+    loaded = Decomposition.load(out)
+    _frames_equal(loaded, written)
+    assert loaded.summary == written.summary
+    with pytest.raises(UserInputError, match="give report"):
+        by_path.report()  # no run directory to default to
+    page = by_path.report(tmp_path / "page.html")  # drawn from a scratch copy of the run
+    assert page.read_text(encoding="utf-8").startswith("<!doctype html>")
+    assert by_path.run_dir is None
+    saved = by_path.save(tmp_path / "saved")  # the in-memory result, written afterwards
+    assert sorted(p.name for p in saved.iterdir()) == sorted(
+        p.name for p in out.iterdir() if not p.name.startswith(".")
+    )
+    _frames_equal(Decomposition.load(saved), by_path)
+
+
+def test_load_of_a_cli_run_equals_the_api_on_the_same_corpus(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cache: Path, tmp_path, monkeypatch, capsys
+) -> None:
+    from lmalgebra.cli import main
+
+    out = tmp_path / "cli-run"
+    argv = ["lmalgebra", "decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
+    argv += ["--corpus", str(corpus_txt), "-T", str(T), "--spans", "60,20,20", "--out", str(out)]
+    argv += ["--cache-dir", str(cache), "--no-progress"]
+    monkeypatch.setattr(sys, "argv", argv)
+    main()
+    capsys.readouterr()
+    api = decompose(
+        {"a": str(bert_dir), "b": str(bert2_dir)},
+        corpus_txt,
+        seq_len=T,
+        spans=SPANS,
+        cache_dir=cache,
+    )
+    cli = Decomposition.load(out)
+    _frames_equal(cli, api)
+    assert cli.summary["group_r2"] == api.summary["group_r2"]
+
+
+def test_a_model_and_tokenizer_pair_equals_its_directory(
+    by_path: Decomposition, bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path
+) -> None:
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(bert_dir)
+    model.train()  # embedded in eval mode, and handed back in the caller's mode
+    pair = (model, AutoTokenizer.from_pretrained(bert_dir))
+    result = decompose({"a": pair, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    assert model.training
+    _frames_equal(result, by_path, exact=False)
+    config = result.config["models"][0]
+    assert config["kind"] == "memory" and config["path"] == "BertModel object"
+
+
+def test_a_sentence_transformer_is_embedded_through_encode(
+    by_path: Decomposition, bert_dir: Path, bert2_dir: Path, texts: list[str]
+) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+
+    word = models.Transformer(str(bert_dir), max_seq_length=64)
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    pooling = models.Pooling(width(), pooling_mode="mean")
+    encoder = SentenceTransformer(modules=[word, pooling], device="cpu")
+    result = decompose({"a": encoder, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    # mean pooling of the same weights: the numbers of the directory's run
+    _frames_equal(result, by_path, exact=False)
+    normalised = SentenceTransformer(modules=[word, pooling, models.Normalize()], device="cpu")
+    other = decompose({"a": normalised, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    assert other.pairwise().loc["b", "a"] != pytest.approx(result.pairwise().loc["b", "a"])
+
+
+def _mean_pooled(directory: Path, spans: list[str]) -> np.ndarray:
+    """Reference embeddings, computed here without the toolkit: mean over real tokens."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model, tokenizer = (
+        AutoModel.from_pretrained(directory).eval(),
+        AutoTokenizer.from_pretrained(directory),
+    )
+    out = []
+    with torch.no_grad():
+        for text in spans:
+            batch = tokenizer([text], return_tensors="pt")
+            hidden = model(**batch).last_hidden_state[0]
+            out.append(hidden.mean(dim=0).numpy())
+    return np.stack(out)
+
+
+def test_arrays_in_the_order_spans_lists_them(
+    by_path: Decomposition, bert_dir: Path, bert2_dir: Path, texts: list[str]
+) -> None:
+    table = lmalgebra.spans({"b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    assert list(table.columns) == ["row", "split", "index", "sha256", "text"]
+    assert table.split.tolist() == [s for s, n in zip(SPLITS, SPANS, strict=True) for _ in range(n)]
+    assert len(table.attrs["spans_sha256"]) == 64
+    vectors = _mean_pooled(bert_dir, table.text.tolist())
+    # the array's model comes first: the spans are cut by the first model with a tokenizer
+    result = decompose({"a": vectors, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    _frames_equal(result, by_path, exact=False)
+    with pytest.raises(UserInputError, match=r"'a'.*59 rows.*lmalgebra\.spans\(\)"):
+        decompose({"a": vectors[:59], "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+
+
+def _bad(models: Any, texts: Any, **options: Any) -> str:
+    with pytest.raises(UserInputError) as caught:
+        decompose(models, texts, seq_len=T, spans=SPANS, **options)
+    return str(caught.value)
+
+
+def test_bad_input_is_one_user_input_error_naming_the_culprit(
+    bert_dir: Path, bert2_dir: Path, texts: list[str]
+) -> None:
+    from transformers import AutoModel
+
+    two = {"a": str(bert_dir), "b": str(bert2_dir)}
+    assert "mapping of name -> model" in _bad([str(bert_dir)], texts)
+    assert "'b'" in _bad({"a": str(bert_dir), "b": 3.5}, texts)
+    assert "needs its tokenizer" in _bad({**two, "c": AutoModel.from_pretrained(bert_dir)}, texts)
+    assert "(PreTrainedModel, tokenizer)" in _bad({**two, "c": (1, 2, 3)}, texts)
+    assert "texts[1] is a int" in _bad(two, ["a text", 7])
+    assert "give a corpus path alone" in _bad(two, [Path("x.txt")])
+    assert "hold no text" in _bad(two, ["", "  "])
+    assert "unknown option 'bootstrapp'" in _bad(two, texts, bootstrapp=10)
+    assert "at least two models" in _bad({"a": str(bert_dir)}, texts)
+    assert "'study.bootstrap'" in _bad(two, texts, bootstrap=-1)
+    assert "2-D" in _bad({**two, "c": np.zeros(5)}, texts)
+    assert "list of strings" in _bad(two, texts, languages=True)
