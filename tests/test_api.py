@@ -234,3 +234,58 @@ def test_bad_input_is_one_user_input_error_naming_the_culprit(
     assert "'study.bootstrap'" in _bad(two, texts, bootstrap=-1)
     assert "2-D" in _bad({**two, "c": np.zeros(5)}, texts)
     assert "list of strings" in _bad(two, texts, languages=True)
+
+
+def test_merge_runs_stages_from_python_and_returns_the_evaluation(
+    teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    import yaml
+
+    from lmalgebra.api.merge import score_frame
+    from lmalgebra.evaluate.distill_scores import SCORES
+    from lmalgebra.storage.csv_tables import read_table
+    from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+    path = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
+    first = lmalgebra.merge(path, stages=["prepare", "teach", "vocab"])
+    assert first.scores is None and first.students == {}
+    assert (first.run_dir / "vocab" / "vocab_union.json").is_file()
+    # the same recipe built in Python: the later stages resume from the run directory
+    recipe = lmalgebra.MergeRecipe.model_validate(yaml.safe_load(path.read_text()))
+    run = lmalgebra.merge(recipe, stages=["train", "evaluate"], steps=4)
+    assert run.students == {"student": first.run_dir / "student" / "model"}
+    assert run.scores is not None and run.rdt is not None
+    written = read_table(run.run_dir / "evaluation", SCORES)
+    assert written is not None
+    pd.testing.assert_frame_equal(run.scores, score_frame(written))
+    assert set(run.scores.model) == {"wp", "sp", "student"}
+    assert list(run.rdt.index) == ["student"]
+    assert list(run.rdt.columns) == ["xx", "yy", "average"]
+    on_disk = pd.read_csv(run.run_dir / "evaluation" / "rdt.csv", index_col="student")
+    pd.testing.assert_frame_equal(run.rdt, on_disk, check_exact=False, atol=1e-3)
+    with pytest.raises(UserInputError, match="unknown stage 'distil'"):
+        lmalgebra.merge(recipe, stages=["distil"])
+    with pytest.raises(UserInputError, match="unknown key 'teacher'"):
+        lmalgebra.merge({**recipe.model_dump(mode="json"), "teacher": {}}, stages=["vocab"])
+
+
+def test_import_is_light_and_calls_set_up_threads_and_quiet_logging() -> None:
+    import subprocess
+
+    code = (
+        "import sys, lmalgebra; heavy = {'torch', 'pandas', 'transformers'} & set(sys.modules); "
+        "assert not heavy, heavy; assert callable(lmalgebra.decompose); "
+        "assert 'pandas' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+    from transformers.utils import logging as hf_logging
+
+    from lmalgebra.api.runtime import library_call
+
+    hf_logging.set_verbosity_info()
+    with library_call():
+        assert hf_logging.get_verbosity() == hf_logging.ERROR
+        assert not hf_logging.is_progress_bar_enabled()
+    assert hf_logging.get_verbosity() == hf_logging.INFO  # the caller's setting comes back
+    hf_logging.set_verbosity_warning()
