@@ -289,3 +289,30 @@ def test_import_is_light_and_calls_set_up_threads_and_quiet_logging() -> None:
         assert not hf_logging.is_progress_bar_enabled()
     assert hf_logging.get_verbosity() == hf_logging.INFO  # the caller's setting comes back
     hf_logging.set_verbosity_warning()
+
+
+def test_the_documented_example_runs(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """docs/python-api.md's first example, with tiny models and corpus in place of packaged ones."""
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "python-api.md").read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
+    swaps = {
+        '"package:minilm-sre"': repr(str(bert2_dir)),
+        '"package:minilm"': repr(str(bert_dir)),
+        '"package:wiki-en"': repr(str(corpus_txt)),
+        "seq_len=32": f"seq_len={T}",
+        "spans=(1000, 200, 200)": f"spans={SPANS}",
+    }
+    for old, new in swaps.items():
+        assert old in code, old  # the example still says what this test replaces
+        code = code.replace(old, new)
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/python-api.md", "exec"), namespace)
+    result = namespace["result"]
+    assert isinstance(result, Decomposition)
+    assert list(result.group.index) == ["minilm", "minilm-sre"]
+    assert "target" in capsys.readouterr().out
