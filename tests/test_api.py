@@ -206,6 +206,11 @@ def test_arrays_in_the_order_spans_lists_them(
     # the array's model comes first: the spans are cut by the first model with a tokenizer
     result = decompose({"a": vectors, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
     _frames_equal(result, by_path, exact=False)
+    import torch
+
+    tensor = torch.from_numpy(vectors)  # a torch tensor is an array too
+    as_tensor = decompose({"a": tensor, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    _frames_equal(as_tensor, result)
     with pytest.raises(UserInputError, match=r"'a'.*59 rows.*lmalgebra\.spans\(\)"):
         decompose({"a": vectors[:59], "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
 

@@ -81,8 +81,10 @@ def _given(name: str, value: Any) -> GivenModel | None:
                 f"got {len(value)} items"
             )
         return TransformerPair(name, value[0], value[1])
-    if isinstance(value, np.ndarray) or type(value).__name__ == "Tensor":
-        return GivenArrays(name, np.asarray(value))
+    if isinstance(value, np.ndarray):
+        return GivenArrays(name, value)
+    if type(value).__name__ == "Tensor" and hasattr(value, "detach"):  # a torch tensor
+        return GivenArrays(name, value.detach().cpu().float().numpy())
     if hasattr(value, "config") and hasattr(value, "state_dict"):
         raise UserInputError(
             f"model {name!r}: a {type(value).__name__} needs its tokenizer: give (model, tokenizer)"
