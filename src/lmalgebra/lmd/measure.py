@@ -7,19 +7,22 @@ differ only in their documents, span length and sources; the fits that follow re
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import owned
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.span_plan import draw_run_spans
+from lmalgebra.lmd.given_models import GivenArrays, GivenModel, in_memory_split
+from lmalgebra.lmd.span_plan import plan_spans, reference_model
 from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.sources.models import (
     ModelRef,
@@ -60,11 +63,19 @@ class ModelPool:
     """The run's models (and their random-initialised copies when nulls are asked for).
 
     Directories and fingerprints are resolved once; weights load on first use, so models whose
-    embeddings are all cached are never loaded.
+    embeddings are all cached are never loaded. ``given``: models handed over as Python objects
+    (``ModelRef`` of kind ``memory`` in the config), by name.
     """
 
-    def __init__(self, config: DecomposeConfig):
+    def __init__(self, config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None):
         self.config = config
+        self.given = dict(given or {})
+        unmatched = {r.name for r in config.models if r.kind == "memory"} ^ set(self.given)
+        if unmatched:
+            raise UserInputError(
+                f"model {sorted(unmatched)[0]!r}: a Python object must be given for each model "
+                "of kind memory, and only for those"
+            )
         refs = list(config.models)
         if config.study.nulls:
             refs += [
@@ -79,10 +90,18 @@ class ModelPool:
                 if not r.random_init and r.kind == "transformers"  # ONNX/vectors: no architecture
             ]
         self.refs: dict[str, ModelRef] = {r.name: r for r in refs}
-        self.dirs = {name: resolve_directory(ref) for name, ref in self.refs.items()}
-        memo = config.cache_dir / "hashes"
-        self.prints = {n: fingerprint(r, self.dirs[n], memo) for n, r in self.refs.items()}
+        self.dirs = {n: resolve_directory(r) for n, r in self.refs.items() if n not in self.given}
         self._loaded: dict[str, tuple[Any, Any]] = {}
+
+    @cached_property
+    def prints(self) -> dict[str, dict[str, str]]:
+        """Fingerprint of every model (hashes of weights, tokenizer and config)."""
+        memo = self.config.cache_dir / "hashes"
+        given = {n: m.fingerprint() for n, m in self.given.items()}
+        return {
+            n: given[n] if n in given else fingerprint(r, self.dirs[n], memo)
+            for n, r in self.refs.items()
+        }
 
     @property
     def names(self) -> list[str]:
@@ -93,13 +112,33 @@ class ModelPool:
         return [n for n in self.refs if n.endswith(RANDOM_SUFFIX)]
 
     def tokenizer(self, name: str) -> Any:
+        if name in self.given:
+            return self.given[name].tokenizer
         return load_tokenizer(self.refs[name], self.dirs[name])
+
+    def reference(self) -> str:
+        """The model whose tokenizer cuts the spans."""
+        return reference_model(
+            self.config.models,
+            self.config.reference_tokenizer,
+            lambda ref: (
+                self.given[ref.name].tokenizer is not None
+                if ref.name in self.given
+                else ref.kind != "precomputed"
+            ),
+        ).name
 
     def depth(self, name: str) -> int:
         """Number of hidden layers (the embedding output is layer 0)."""
+        if name in self.given:
+            return self.given[name].depth()
         return model_depth(self.refs[name], self.dirs[name])
 
     def embedder(self, name: str, spec: EmbedSpec) -> Any:
+        if name in self.given:
+            given = self.given[name]
+            return lambda texts: given.embed(texts, spec)
+
         def compute(texts: list[str]) -> tuple[np.ndarray, TokenReport]:
             if name not in self._loaded:
                 model = load_model(self.refs[name], self.dirs[name], self.config.dtype)
@@ -132,7 +171,8 @@ def draw_texts(
     pool: ModelPool, docs: list[str], spec: SpanSpec
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Span texts per split, drawn with the reference tokenizer, and their hashes."""
-    plan = draw_run_spans(pool.config, docs, spec)  # the code `lmalgebra spans` exports with
+    reference = pool.reference()
+    plan = plan_spans(docs, pool.tokenizer(reference), spec, reference)  # as `lmalgebra spans`
     return plan.texts, plan.hashes
 
 
@@ -158,6 +198,9 @@ def measure(
     total = sum(len(t) for t in texts.values())
     for source in sources:
         ref = pool.refs[source.model]
+        if source.model in pool.given:  # a Python object: embedded in memory, not cached
+            caches += _in_memory(pool, source, texts, base, tokens)
+            continue
         if ref.kind == "precomputed":  # a file of vectors, checked against these spans
             given = load_precomputed(ref.name, pool.dirs[ref.name], texts, ref.unchecked_order)
             caches += [given.splits[split] for split in SPLITS]
@@ -194,6 +237,33 @@ def measure(
         hashes,
         curve,
     )
+
+
+def _in_memory(
+    pool: ModelPool,
+    source: ModelLayers,
+    texts: dict[str, list[str]],
+    base: EmbedSpec,
+    tokens: dict[str, TokenReport],
+) -> list[PrecomputedSplit]:
+    """One split after another: the rows of a model given as a Python object (arrays as given)."""
+    given = pool.given[source.model]
+    if isinstance(given, GivenArrays):
+        tokens[source.model] = TokenReport(0.0, 0, sum(len(t) for t in texts.values()))
+        arrays = given.splits({s: len(t) for s, t in texts.items()})
+        return [arrays[split] for split in SPLITS]
+    compute = pool.embedder(source.model, EmbedSpec(**{**base.__dict__, "layers": source.layers}))
+    splits, reports = [], []
+    for split in SPLITS:
+        vectors, report = compute(texts[split])
+        if not np.isfinite(vectors).all():
+            raise UserInputError(
+                f"non-finite (NaN/inf) embeddings of {split} spans by {given.name!r}"
+            )
+        splits.append(in_memory_split(vectors))
+        reports.append(report)
+    tokens[source.model] = merge_reports(reports)
+    return splits
 
 
 def accumulate(

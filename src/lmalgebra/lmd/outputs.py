@@ -14,12 +14,13 @@ from lmalgebra import __version__
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import config_yaml
 from lmalgebra.lmd.figures import pairwise_heatmap, write_plots
-from lmalgebra.lmd.pipeline import Decomposition
+from lmalgebra.lmd.pipeline import RunResult
 from lmalgebra.lmd.run_schema import (
     CONFIG,
     GROUP,
     PAIRWISE_HEATMAP,
     PROVENANCE,
+    STATS_DIR,
     SUMMARY,
     TABLES,
     WEIGHTS,
@@ -44,7 +45,7 @@ def versions() -> dict[str, str]:
     }
 
 
-def summary(result: Decomposition) -> dict[str, Any]:
+def summary(result: RunResult) -> dict[str, Any]:
     names = result.names
     off_diagonal = ~np.eye(len(names), dtype=bool)
     group = {f.target: f.r2 for f in result.group}
@@ -74,7 +75,7 @@ def summary(result: Decomposition) -> dict[str, Any]:
     }
 
 
-def write_outputs(result: Decomposition) -> Path:
+def write_outputs(result: RunResult) -> Path:
     """Write every output; ``summary.json`` goes last and marks the run complete."""
     out = result.config.out
     names = result.names
@@ -83,6 +84,8 @@ def write_outputs(result: Decomposition) -> Path:
     write_table(
         out, GROUP, group_rows([f.target for f in result.group], [f.r2 for f in result.group])
     )
+    for split, moments in result.stats.items():
+        moments.save(out / STATS_DIR / f"{split}.safetensors")
     if result.config.save_weights:
         _write_weights(result, out / WEIGHTS)
     write_text_atomic(out / CONFIG, config_yaml(result.config))
@@ -96,7 +99,7 @@ def write_outputs(result: Decomposition) -> Path:
     return out
 
 
-def _write_weights(result: Decomposition, path: Path) -> None:
+def _write_weights(result: RunResult, path: Path) -> None:
     from safetensors.numpy import save_file
 
     fits = [("group", f) for f in result.group] + (
@@ -110,7 +113,7 @@ def _write_weights(result: Decomposition, path: Path) -> None:
     write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
 
 
-def table(result: Decomposition) -> Table:
+def table(result: RunResult) -> Table:
     """Group R^2 per model and split, plus tokens per span, as a rich table."""
     view = Table(title=f"Group R^2: each model from all the others ({result.config.out})")
     view.add_column("model")

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.distributed import is_main
 from lmalgebra.lmd.analysis import Analysis, analyse
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
+from lmalgebra.lmd.given_models import GivenModel
 from lmalgebra.lmd.measure import ModelLayers, ModelPool, measure
 from lmalgebra.lmd.run_schema import TableRows
 from lmalgebra.lmd.sweeps import (
@@ -23,14 +25,15 @@ from lmalgebra.lmd.sweeps import (
     train_size_sweep,
 )
 from lmalgebra.sources.corpus import documents_by_language, read_documents
+from lmalgebra.stats.moments import SecondMoments
 from lmalgebra.stats.solver import Fit
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class Decomposition:
-    """Everything a run computed; ``report.write_outputs`` turns it into files."""
+class RunResult:
+    """Everything a run computed; ``lmd.outputs.write_outputs`` turns it into files."""
 
     config: DecomposeConfig
     names: list[str]
@@ -45,16 +48,33 @@ class Decomposition:
     alpha: float = 0.0
     alpha_selected_by: str = "fixed"
     tables: dict[str, TableRows] = field(default_factory=dict)
+    stats: dict[str, SecondMoments] = field(default_factory=dict)  # per split, every source
 
 
-def run_decomposition(config: DecomposeConfig) -> Decomposition:
-    """Run the whole decomposition described by ``config`` (outputs are written by the caller)."""
+@dataclass(frozen=True)
+class RunInputs:
+    """What a run takes from Python rather than from its config: the documents (instead of
+    reading ``config.corpus``) and models given as objects (the config's ``memory`` models)."""
+
+    docs: list[str] | None = None
+    given: Mapping[str, GivenModel] = field(default_factory=dict)
+
+
+def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) -> RunResult:
+    """Run the whole decomposition described by ``config``; nothing is written (the caller
+    writes outputs), only the embedding cache of models named by reference is filled."""
     study = config.study
+    inputs = inputs or RunInputs()
     timings: dict[str, float] = {}
     clock = time.perf_counter()
-    docs = read_documents(config.corpus)
+    docs = read_documents(config.corpus) if inputs.docs is None else inputs.docs
+    if study.languages and inputs.docs is not None:
+        raise UserInputError(
+            "a per-language study reads languages from a corpus: give LANG=PATH corpora "
+            "or a records file with language_column, not a list of strings"
+        )
     by_language = documents_by_language(config.corpus) if study.languages else None
-    pool = ModelPool(config)
+    pool = ModelPool(config, inputs.given)
     sources = [ModelLayers(n) for n in [*pool.names, *pool.null_names]]
     parts = {s: study.blocks for s in SPLITS} if study.keeps_blocks else {}
     main = measure(pool, docs, config.spans, sources, parts, study.train_sizes)
@@ -63,9 +83,7 @@ def run_decomposition(config: DecomposeConfig) -> Decomposition:
         log.info(
             "%s: %.1f tokens per span, %d truncated", name, report.mean_tokens, report.truncated
         )
-    stats_dir = config.out / "stats"
-    for split, blocked in main.stats.items() if is_main() else ():  # all ranks hold the same
-        blocked.total().save(stats_dir / f"{split}.safetensors")
+    totals = {split: blocked.total() for split, blocked in main.stats.items()}
     timings["measure"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -87,7 +105,7 @@ def run_decomposition(config: DecomposeConfig) -> Decomposition:
     if by_language is not None:
         tables["sweeps/language"] = language_sweep(pool, by_language, result.alpha)
     timings["sweeps"] = time.perf_counter() - clock
-    return Decomposition(
+    return RunResult(
         config,
         pool.names,
         main.spans,
@@ -101,4 +119,5 @@ def run_decomposition(config: DecomposeConfig) -> Decomposition:
         result.alpha,
         result.selected_by,
         tables,
+        totals,
     )

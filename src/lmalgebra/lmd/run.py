@@ -8,10 +8,11 @@ from typing import Any
 import yaml
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_text
 from lmalgebra.distributed import any_rank, is_main
 from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.lmd.outputs import write_outputs
-from lmalgebra.lmd.pipeline import Decomposition, run_decomposition
+from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.run_schema import CONFIG, SUMMARY
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
@@ -24,8 +25,8 @@ def _recorded_identity(out: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        data = yaml.safe_load(read_text(path, "run configuration"))
+    except yaml.YAMLError as err:
         raise UserInputError(f"{path} is not a readable run configuration: {err}") from err
     return run_identity(data) if isinstance(data, dict) else None
 
@@ -44,33 +45,51 @@ def _claim(config: DecomposeConfig, overwrite: bool) -> None:
     write_text_atomic(out / CONFIG, config_yaml(config))
 
 
-def decompose(config: DecomposeConfig, overwrite: bool = False) -> Decomposition:
+def decompose(
+    config: DecomposeConfig, overwrite: bool = False, inputs: RunInputs | None = None
+) -> RunResult:
     """Run a decomposition and write its outputs under ``config.out``.
 
     ``config.out`` must be empty, or hold a run of the same configuration (resumed, or computed
     again into the same files); ``overwrite`` empties it first. Its ``summary.json`` is removed
     before any work, so a failed run never looks complete. Output and cache paths are checked
-    before anything is loaded.
+    before anything is loaded. ``inputs``: documents and model objects given from Python.
     """
     check_directory(config.out, "output directory")
     check_directory(config.cache_dir, "cache directory")
     with run_directory_lock(config.out, "decompose"):
-        refusal: UserInputError | None = None
-        if is_main():
-            try:
-                _claim(config, overwrite)
-            except UserInputError as err:
-                refusal = err
-        if any_rank(refusal is not None):
-            raise refusal or UserInputError(f"{config.out}: refused (see the main rank's message)")
+        _claim_everywhere(config, overwrite)
         try:
-            result = run_decomposition(config)
+            result = run_decomposition(config, inputs)
         except BaseException:
             _release_claim(config.out)
             raise
         if is_main():  # under several processes every rank holds the result; one writes it
             write_outputs(result)
     return result
+
+
+def save_result(result: RunResult, overwrite: bool = False) -> Path:
+    """Write a result computed without an output directory to ``result.config.out``, claimed and
+    locked as :func:`decompose` does (the same files as a run made with that directory)."""
+    config = result.config
+    check_directory(config.out, "output directory")
+    with run_directory_lock(config.out, "decompose"):
+        _claim_everywhere(config, overwrite)
+        if is_main():
+            write_outputs(result)
+    return config.out
+
+
+def _claim_everywhere(config: DecomposeConfig, overwrite: bool) -> None:
+    refusal: UserInputError | None = None
+    if is_main():
+        try:
+            _claim(config, overwrite)
+        except UserInputError as err:
+            refusal = err
+    if any_rank(refusal is not None):
+        raise refusal or UserInputError(f"{config.out}: refused (see the main rank's message)")
 
 
 def _release_claim(out: Path) -> None:

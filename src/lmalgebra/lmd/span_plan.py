@@ -8,6 +8,7 @@ embeddings file must follow, and the order digest that vouches for that order (s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,18 +81,26 @@ class RunSpans:
         return self.hashes["spans_order"]
 
 
-def reference_model(models: list[ModelRef], reference_tokenizer: str | None) -> ModelRef:
-    """The model whose tokenizer cuts the spans: the named one, else the first with a tokenizer."""
+def reference_model(
+    models: list[ModelRef],
+    reference_tokenizer: str | None,
+    has_tokenizer: Callable[[ModelRef], bool] | None = None,
+) -> ModelRef:
+    """The model whose tokenizer cuts the spans: the named one, else the first with a tokenizer.
+
+    ``has_tokenizer``: whether a model has one (default: every model but a precomputed file).
+    """
+    tokenized = has_tokenizer or (lambda ref: ref.kind != "precomputed")
     if reference_tokenizer is not None:
         ref = next(m for m in models if m.name == reference_tokenizer)
-        if ref.kind == "precomputed":
+        if not tokenized(ref):
             raise UserInputError(
-                f"reference_tokenizer {ref.name!r} is a file of precomputed embeddings: "
+                f"reference_tokenizer {ref.name!r} has no tokenizer (precomputed embeddings): "
                 "name a model that has a tokenizer"
             )
         return ref
     for ref in models:
-        if ref.kind != "precomputed":
+        if tokenized(ref):
             return ref
     raise UserInputError(
         "every model is a precomputed embeddings file: add a model whose tokenizer cuts "
@@ -114,14 +123,19 @@ def draw_run_spans(
         docs = read_documents(config.corpus)
     ref = reference_model(config.models, config.reference_tokenizer)
     tokenizer = load_tokenizer(ref, resolve_directory(ref))
-    spans = draw_spans(docs, tokenizer, spec or config.spans)
+    return plan_spans(docs, tokenizer, spec or config.spans, ref.name)
+
+
+def plan_spans(docs: list[str], tokenizer: Any, spec: SpanSpec, reference: str) -> RunSpans:
+    """The spans of ``docs`` cut with ``tokenizer`` (model ``reference``'s), and their hashes."""
+    spans = draw_spans(docs, tokenizer, spec)
     texts = {split: span_texts(docs, spans[split]) for split in SPLITS}
     hashes = {
         "corpus": sha256_texts(docs),
         **{f"spans_{s}": sha256_texts(texts[s]) for s in SPLITS},
         "spans_order": order_digest(texts),
     }
-    return RunSpans(docs, spans, texts, ref.name, hashes)
+    return RunSpans(docs, spans, texts, reference, hashes)
 
 
 def load_span_config(recipe: Path | None, overrides: dict[str, Any]) -> SpanPlanSpec:

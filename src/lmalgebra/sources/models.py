@@ -41,7 +41,7 @@ _TOKENIZER_FILES = (
 _FILE_SUFFIXES = (".onnx", *PRECOMPUTED_SUFFIXES)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
-ModelKind = Literal["transformers", "onnx", "precomputed"]
+ModelKind = Literal["transformers", "onnx", "precomputed", "memory"]
 _KIND_PREFIXES: dict[str, ModelKind] = {"onnx:": "onnx", "precomputed:": "precomputed"}
 
 
@@ -80,7 +80,8 @@ class ModelRef(BaseModel):
     kind: ModelKind = Field(
         default="transformers",
         description="transformers: a Hugging Face model; onnx: an ONNX encoder file run with "
-        "onnxruntime; precomputed: a .npy/.parquet/.safetensors file of span embeddings. "
+        "onnxruntime; precomputed: a .npy/.parquet/.safetensors file of span embeddings; "
+        "memory: a Python object given to lmalgebra.decompose() (not loadable from a recipe). "
         "A path prefix onnx: or precomputed: sets it too.",
     )
     tokenizer: str | None = Field(
@@ -152,6 +153,11 @@ class ModelRef(BaseModel):
 def resolve_directory(ref: ModelRef) -> Path:
     """The local path of the model: its directory (a hub snapshot is downloaded if needed), or
     the file itself for ONNX and precomputed models."""
+    if ref.kind == "memory":
+        raise UserInputError(
+            f"model {ref.name!r} was a Python object given to lmalgebra.decompose(): "
+            "a recipe or the command line cannot load it"
+        )
     if ref.kind == "onnx":
         return _onnx_file(ref)
     if ref.kind == "precomputed":

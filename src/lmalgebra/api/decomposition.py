@@ -1,0 +1,194 @@
+"""``Decomposition``: the result of a decomposition as labelled DataFrames, computed now or read
+back from a run directory (``Decomposition.load``), saved as the command line saves it, and shown
+in a notebook.
+
+Every table comes from the run's tidy tables (``fits.csv`` and the rest, see
+:mod:`lmalgebra.lmd.run_schema`), so a result computed in memory and the same run read from disk
+give equal DataFrames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, read_frames
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.outputs import summary as summary_of
+from lmalgebra.lmd.pipeline import RunResult
+from lmalgebra.lmd.run import save_result
+from lmalgebra.lmd.run_files import read_summary
+from lmalgebra.lmd.run_schema import CONFIG
+from lmalgebra.storage.output_paths import LOCK_NAME
+
+
+class Decomposition:
+    """What a decomposition found: pairwise and group R^2, every fit, similarities, studies.
+
+    Build it with :func:`lmalgebra.decompose` or :meth:`load`. Tables are pandas DataFrames
+    labelled by model name; ``summary`` is the run's ``summary.json``, ``config`` its resolved
+    configuration (``config.yaml``) as a dict.
+    """
+
+    def __init__(
+        self,
+        summary: dict[str, Any],
+        config: dict[str, Any],
+        tables: dict[str, pd.DataFrame],
+        run_dir: Path | None = None,
+        result: RunResult | None = None,
+    ) -> None:
+        self.summary = summary
+        self.config = config
+        self.tables = tables
+        self.run_dir = run_dir
+        self._result = result
+
+    @classmethod
+    def from_result(cls, result: RunResult, run_dir: Path | None = None) -> Decomposition:
+        """A result computed now (written to ``run_dir`` when it was given an output)."""
+        config = result.config.model_dump(mode="json")
+        return cls(summary_of(result), config, computed_frames(result.tables), run_dir, result)
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> Decomposition:
+        """Read a complete run directory (written by ``lmalgebra decompose --out`` or ``save``)."""
+        directory = Path(run_dir)
+        summary = read_summary(directory)  # refuses a missing or incomplete run, naming it
+        config_path = directory / CONFIG
+        config: Any = {}
+        if config_path.is_file():
+            try:
+                config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                raise UserInputError(f"{config_path} is not readable YAML: {err}") from None
+        tables = read_frames(directory)
+        if "fits" not in tables:
+            raise UserInputError(f"{directory} holds no fits.csv and no pairwise or group tables")
+        return cls(summary, config if isinstance(config, dict) else {}, tables, directory)
+
+    # -- labelled results ---------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        """The models, in the run's order."""
+        return [str(n) for n in self.summary["models"]]
+
+    @property
+    def alpha(self) -> float:
+        """The ridge strength the fits used (chosen by the study when ``alpha_select`` is set)."""
+        alpha = self.summary["alpha"]
+        return float(alpha["value"] if isinstance(alpha, dict) else alpha)
+
+    @property
+    def spans(self) -> dict[str, int]:
+        """Spans per split."""
+        return {str(k): int(v) for k, v in self.summary.get("spans", {}).items()}
+
+    @property
+    def fits(self) -> pd.DataFrame:
+        """Every fit per split, the columns of ``fits.csv``: kind (pairwise, group, single),
+        target, basis (models joined by ``+``), split, r2, ci_low/ci_high (bootstrap),
+        adjusted_r2 (train rows)."""
+        return self.tables["fits"]
+
+    def pairwise(self, split: str = "test", diagonal: float = 1.0) -> pd.DataFrame:
+        """R^2 of each target (rows, index ``target``) from each single model (columns,
+        ``basis``) on ``split``.
+
+        The diagonal is not a fit: it holds ``diagonal``, by default 1.0 (a model explains itself
+        exactly); pass ``float('nan')`` for the empty diagonal of ``pairwise_r2_{split}.csv``.
+        """
+        if split not in SPLITS:
+            raise UserInputError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        return pairwise_frame(self.fits, self.names, split, diagonal)
+
+    @property
+    def group(self) -> pd.DataFrame:
+        """R^2 of each model (index ``target``) from all the others; one column per split.
+        Their mean over models, the group dependency, is ``summary['group_dependency']``."""
+        return group_frame(self.fits, self.names)
+
+    @property
+    def similarity(self) -> pd.DataFrame:
+        """Per ordered pair and split: LMD R^2 (a from b), linear CKA and mean CCA."""
+        return self._table("similarity")
+
+    @property
+    def nulls(self) -> pd.DataFrame:
+        """Null baselines: shuffled pairing (always), random-initialised copies (``nulls``)."""
+        return self._table("nulls")
+
+    def _table(self, stem: str) -> pd.DataFrame:
+        if stem not in self.tables:
+            raise UserInputError(f"this decomposition has no {stem} table")
+        return self.tables[stem]
+
+    # -- files ----------------------------------------------------------------------------------
+    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
+        """Write the run directory ``lmalgebra decompose --out`` writes (tables, statistics,
+        figures, ``config.yaml``, ``summary.json`` last). ``directory`` must be empty or absent,
+        or hold this same run; ``overwrite`` replaces a run of another configuration."""
+        target = Path(directory)
+        if self._result is None:
+            return self._copy_to(target, overwrite)
+        config: DecomposeConfig = self._result.config.model_copy(update={"out": target})
+        save_result(dataclasses.replace(self._result, config=config), overwrite)
+        self.run_dir = target
+        return target
+
+    def _copy_to(self, target: Path, overwrite: bool) -> Path:
+        assert self.run_dir is not None
+        if target.exists() and any(target.iterdir()):
+            if not overwrite:
+                raise UserInputError(f"{target} is not empty: pass overwrite=True to replace it")
+            shutil.rmtree(target)
+        shutil.copytree(self.run_dir, target, ignore=shutil.ignore_patterns(LOCK_NAME, ".*"))
+        return target
+
+    def report(self, path: str | Path | None = None) -> Path:
+        """Write the HTML report (``lmalgebra report``) to ``path``; default
+        ``RUN_DIR/report.html`` for a run that has a directory. Returns the page's path."""
+        from lmalgebra.report.lmd_page import write_report
+
+        if self.run_dir is not None:
+            return write_report(self.run_dir, None if path is None else Path(path))
+        if path is None:
+            raise UserInputError(
+                "this decomposition was not saved: give report(path), or save(directory) first"
+            )
+        with tempfile.TemporaryDirectory(prefix="lmalgebra-") as scratch:
+            run_dir = Path(scratch) / "run"
+            Decomposition(self.summary, self.config, self.tables, None, self._result).save(run_dir)
+            return write_report(run_dir, Path(path))
+
+    # -- display --------------------------------------------------------------------------------
+    def _headline(self) -> str:
+        spans = " / ".join(f"{s} {n}" for s, n in self.spans.items())
+        mode = self.summary.get("alpha", {}).get("mode", "")
+        return f"{len(self.names)} models, spans {spans}, alpha {self.alpha:.3g} {mode}".rstrip()
+
+    def __repr__(self) -> str:
+        group = self.group
+        split = "test" if "test" in group.columns else group.columns[-1]
+        scores = ", ".join(f"{t} {v:.3f}" for t, v in group[split].items())
+        where = f", saved in {self.run_dir}" if self.run_dir is not None else ""
+        return f"<Decomposition: {self._headline()}; group R^2 ({split}): {scores}{where}>"
+
+    def _repr_html_(self) -> str:
+        pairwise = self.pairwise("test").to_html(float_format=lambda v: f"{v:.3f}")
+        group = self.group.to_html(float_format=lambda v: f"{v:.3f}")
+        return (
+            f"<p><b>Decomposition</b>: {html.escape(self._headline())}</p>"
+            f"<p>Group R&sup2; (each model from all the others)</p>{group}"
+            f"<p>Pairwise R&sup2; on test (row from column; diagonal 1 by definition)</p>"
+            f"{pairwise}"
+        )

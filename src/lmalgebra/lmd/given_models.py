@@ -1,0 +1,203 @@
+"""Models handed over as Python objects: a ``(PreTrainedModel, tokenizer)`` pair, a
+``SentenceTransformer``, or an array of precomputed span embeddings.
+
+They take the place of a model reference in a decomposition run (``ModelRef`` of kind
+``memory``). They are embedded afresh on every run and never cached: a notebook may change a
+model's weights between two calls. Their fingerprints (a hash of every parameter and buffer, of
+the tokenizer and of the configuration) are recorded in the run's provenance all the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed, tokenize
+from lmalgebra.sources.models import check_layer
+from lmalgebra.sources.precomputed import PrecomputedSplit
+
+
+def _state_hash(module: Any) -> str:
+    """sha256 over every parameter and buffer: name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        flat = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{flat.dtype}|{tuple(flat.shape)}\n".encode())
+        digest.update(flat.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _tokenizer_hash(tokenizer: Any) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else repr(tokenizer)
+    return sha256_json({"tokenizer": text, "special": str(tokenizer.all_special_tokens)})
+
+
+def check_fast_tokenizer(name: str, tokenizer: Any) -> None:
+    """Spans are cut with character offsets: only fast (Rust) tokenizers give them."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserInputError(
+            f"model {name!r}: the tokenizer ({type(tokenizer).__name__}) is not a fast (Rust) "
+            "tokenizer; load it with AutoTokenizer.from_pretrained(..., use_fast=True)"
+        )
+
+
+@dataclass
+class TransformerPair:
+    """A loaded Hugging Face model (any ``AutoModel`` with hidden states) and its tokenizer,
+    embedded by the one embedding loop exactly like a model named by a path."""
+
+    name: str
+    model: Any
+    tokenizer: Any
+    description: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not hasattr(self.model, "config") or not callable(self.model):
+            raise UserInputError(
+                f"model {self.name!r}: {type(self.model).__name__} is not a transformers model "
+                "(give (PreTrainedModel, tokenizer))"
+            )
+        check_fast_tokenizer(self.name, self.tokenizer)
+        self.description = f"{type(self.model).__name__} object"
+
+    def fingerprint(self) -> dict[str, str]:
+        config = self.model.config.to_dict() if hasattr(self.model.config, "to_dict") else {}
+        return {
+            "weights": _state_hash(self.model),
+            "tokenizer": _tokenizer_hash(self.tokenizer),
+            "config": sha256_json({"kind": "memory", "config": config}),
+        }
+
+    def depth(self) -> int:
+        layers = getattr(self.model.config, "num_hidden_layers", None)
+        if layers is None:
+            raise UserInputError(f"model {self.name!r}: its config has no num_hidden_layers")
+        return int(layers)
+
+    def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        for layer in spec.layers or (spec.layer,):
+            check_layer(self.name, self.model, layer)
+        was_training = bool(getattr(self.model, "training", False))
+        self.model.eval()  # no dropout in embeddings; the caller's mode is restored
+        try:
+            return embed(texts, self.model, self.tokenizer, spec)
+        finally:
+            if was_training:
+                self.model.train()
+
+
+@dataclass
+class SentenceEncoder:
+    """A ``sentence_transformers.SentenceTransformer``: its own pipeline (tokenisation, pooling,
+    normalisation) through ``encode``. The run's ``layer``, ``pooling`` and ``exclude_special``
+    do not apply to it, and it has no layers for the layer studies."""
+
+    name: str
+    model: Any
+    description: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.description = "SentenceTransformer object"
+        check_fast_tokenizer(self.name, self.tokenizer)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.model.tokenizer
+
+    def fingerprint(self) -> dict[str, str]:
+        return {
+            "weights": _state_hash(self.model),
+            "tokenizer": _tokenizer_hash(self.tokenizer),
+            "config": sha256_json({"kind": "memory", "pipeline": repr(self.model)}),
+        }
+
+    def depth(self) -> int:
+        raise UserInputError(
+            f"model {self.name!r} is a SentenceTransformer, embedded through its own encode(): "
+            "no layers"
+        )
+
+    def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        if spec.layers is not None:
+            self.depth()
+        limit = int(getattr(self.model, "max_seq_length", None) or 512)
+        _, _, report = tokenize(texts, self.tokenizer, limit)
+        vectors = self.model.encode(
+            texts, batch_size=spec.batch_size, convert_to_numpy=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), report
+
+
+@dataclass
+class GivenArrays:
+    """Precomputed span embeddings ``(spans, dim)``: one row per span of the run, train then
+    validation then test, in the order ``lmalgebra.spans()`` lists them."""
+
+    name: str
+    array: np.ndarray
+    description: str = field(init=False)
+    tokenizer: Any = None
+
+    def __post_init__(self) -> None:
+        array = np.asarray(self.array)
+        if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
+            raise UserInputError(
+                f"model {self.name!r}: an array of embeddings must be 2-D (spans, dim), "
+                f"got shape {array.shape}"
+            )
+        if not np.issubdtype(array.dtype, np.number):
+            raise UserInputError(f"model {self.name!r}: the array is not numeric ({array.dtype})")
+        if not np.isfinite(array).all():
+            row = int(np.flatnonzero(~np.isfinite(array).all(axis=1))[0])
+            raise UserInputError(f"model {self.name!r}: non-finite (NaN/inf) value in row {row}")
+        self.array = np.ascontiguousarray(array, dtype=np.float32)
+        self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
+
+    def fingerprint(self) -> dict[str, str]:
+        return {
+            "weights": hashlib.sha256(self.array.tobytes()).hexdigest(),
+            "tokenizer": sha256_json(None),
+            "config": sha256_json({"kind": "memory", "shape": list(self.array.shape)}),
+        }
+
+    def depth(self) -> int:
+        raise UserInputError(f"model {self.name!r} is an array of embeddings: no layers")
+
+    def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        raise UserInputError(f"model {self.name!r} is an array of embeddings: it embeds no text")
+
+    def splits(self, counts: Mapping[str, int]) -> dict[str, PrecomputedSplit]:
+        """The rows of each split, read like cache entries; refuses a wrong row count."""
+        total = sum(counts[s] for s in SPLITS)
+        if self.array.shape[0] != total:
+            listed = ", ".join(f"{s} {counts[s]}" for s in SPLITS)
+            raise UserInputError(
+                f"model {self.name!r}: the array has {self.array.shape[0]} rows but the run has "
+                f"{total} spans ({listed}); lmalgebra.spans() lists them in row order"
+            )
+        out, start = {}, 0
+        for split in SPLITS:
+            out[split] = in_memory_split(self.array[start : start + counts[split]])
+            start += counts[split]
+        return out
+
+
+GivenModel = TransformerPair | SentenceEncoder | GivenArrays
+
+
+def in_memory_split(vectors: np.ndarray) -> PrecomputedSplit:
+    """Rows ``(n, dim) float32`` held in memory, read by the statistics pass like a cache entry."""
+
+    def read(start: int, stop: int) -> np.ndarray:
+        return vectors[start:stop]
+
+    return PrecomputedSplit(read, int(vectors.shape[0]), int(vectors.shape[1]))
