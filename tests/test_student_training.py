@@ -198,3 +198,15 @@ def test_factorised_embedding_student(recipe_path: Path, tmp_path: Path) -> None
     model = AutoModelForMaskedLM.from_pretrained(target)
     assert type(model).__name__ == "AlbertForMaskedLM"
     assert model.get_input_embeddings().weight.shape[1] == 16
+
+
+def test_old_language_sampling_key_is_read_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import TrainingSpec
+
+    with caplog.at_level("WARNING"):
+        spec = TrainingSpec.model_validate({"alpha": 0.3})
+    assert spec.sampling_exponent == 0.3
+    assert "training.alpha is now training.sampling_exponent" in caplog.text
+    with pytest.raises(UserInputError, match="not also its old name alpha"):
+        TrainingSpec.model_validate({"alpha": 0.3, "sampling_exponent": 0.5})

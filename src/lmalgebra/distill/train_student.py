@@ -76,7 +76,7 @@ def train_student(
         {k: v.teachers for k, v in recipe.languages.items()},
         vocab,
         spec.batch_size,
-        spec.alpha,
+        spec.sampling_exponent,
         spec.multi_teacher,
         spec.seed,
     )

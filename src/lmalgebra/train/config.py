@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.schedules import LambdaSchedule
+
+log = logging.getLogger(__name__)
 
 
 class TrainingSpec(BaseModel):
@@ -32,7 +35,13 @@ class TrainingSpec(BaseModel):
     )
     lambda_value: float = Field(default=0.5, description="KD weight for the constant schedule.")
     temperature: float = Field(default=1.0, gt=0, description="Softmax temperature of the KD term.")
-    alpha: float = Field(default=0.7, ge=0, le=1, description="Language sampling: p_k ~ n_k^alpha.")
+    sampling_exponent: float = Field(
+        default=0.7,
+        ge=0,
+        le=1,
+        description="Language sampling: p_k ~ n_k^sampling_exponent (the paper's alpha; "
+        "1 = proportional to data, 0 = uniform).",
+    )
     multi_teacher: Literal["all", "best"] = Field(
         default="all",
         description="Several teachers for a language: every copy, or the lowest-loss one.",
@@ -44,6 +53,19 @@ class TrainingSpec(BaseModel):
     mixed_precision: Literal["no", "bf16", "fp16"] = Field(
         default="no", description="Accelerate mixed precision."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """Recipes written before the rename say ``alpha``, which read like the ridge alpha."""
+        if isinstance(data, dict) and "alpha" in data:
+            if "sampling_exponent" in data:
+                raise UserInputError(
+                    "training: give sampling_exponent, not also its old name alpha"
+                )
+            log.warning("training.alpha is now training.sampling_exponent; please rename it")
+            data = {("sampling_exponent" if k == "alpha" else k): v for k, v in data.items()}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
