@@ -175,4 +175,4 @@ def test_evaluation_tables_are_declared_once(tmp_path: Path) -> None:
     back = read_table(tmp_path, SCORES)
     assert back is not None and _same(back[0], score)
     deviations = {"sm3": {"en": 12.3456, "fr": math.nan, "average": -1.0}}
-    assert rdt_text(deviations) == "student,en,fr,average\nsm3,12.346,nan,-1.000\n"
+    assert rdt_text(deviations) == "student,en,fr,average\nsm3,12.346,,-1.000\n"
