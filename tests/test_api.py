@@ -299,10 +299,11 @@ def test_import_is_light_and_calls_set_up_threads_and_quiet_logging() -> None:
 def test_the_documented_example_runs(
     bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    """docs/python-api.md's first example, with tiny models and corpus in place of packaged ones."""
+    """The README's Python example (its first ``python`` block), with tiny models and corpus in
+    place of packaged ones."""
     import re
 
-    text = (Path(__file__).parents[1] / "docs" / "python-api.md").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     code = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
     swaps = {
         '"package:minilm-sre"': repr(str(bert2_dir)),
@@ -316,7 +317,7 @@ def test_the_documented_example_runs(
         code = code.replace(old, new)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     namespace: dict[str, Any] = {}
-    exec(compile(code, "docs/python-api.md", "exec"), namespace)
+    exec(compile(code, "README.md", "exec"), namespace)
     result = namespace["result"]
     assert isinstance(result, Decomposition)
     assert list(result.group.index) == ["minilm", "minilm-sre"]
