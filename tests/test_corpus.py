@@ -267,6 +267,10 @@ def test_missing_column_is_named(tmp_path: Path, name: str, writer: object) -> N
     message = refused(path, text_column="abstract")
     assert "'abstract'" in message
     assert str(path) in message
+    assert (
+        "text" in message.split("'abstract'", 1)[1]
+    )  # the fields that are there, for every format
+    assert "--text-column" in message
 
 
 def test_missing_column_in_a_later_jsonl_line_names_the_line(tmp_path: Path) -> None:

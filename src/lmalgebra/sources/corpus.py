@@ -79,8 +79,15 @@ def _txt(path: Path, doc_sep: DocSep) -> list[str]:
 
 
 def _field(record: object, column: str, where: str) -> object:
-    if not isinstance(record, dict) or column not in record:
-        raise UserInputError(f"{where}: no text field {column!r}")
+    if not isinstance(record, dict):
+        raise UserInputError(
+            f"{where}: a record is not an object with fields, so it has no {column!r}"
+        )
+    if column not in record:
+        fields = ", ".join(map(repr, record)) or "none"
+        raise UserInputError(
+            f"{where}: no text field {column!r} (fields: {fields}; choose one with --text-column)"
+        )
     return record[column]
 
 
@@ -132,7 +139,10 @@ def _csv(path: Path, column: str) -> list[str]:
     csv.field_size_limit(sys.maxsize)
     reader = csv.DictReader(io.StringIO(read_text(path, "corpus", newline=""), newline=""))
     if reader.fieldnames is None or column not in reader.fieldnames:
-        raise UserInputError(f"{path}: no column {column!r} (columns: {reader.fieldnames})")
+        raise UserInputError(
+            f"{path}: no column {column!r} (columns: {', '.join(reader.fieldnames or [])}; "
+            "choose one with --text-column)"
+        )
     return [row[column] or "" for row in reader]
 
 
@@ -141,7 +151,10 @@ def _arrow_column(table: object, column: str, where: Path) -> list[str]:
 
     assert isinstance(table, pa.Table)
     if column not in table.column_names:
-        raise UserInputError(f"{where}: no column {column!r} (columns: {table.column_names})")
+        raise UserInputError(
+            f"{where}: no column {column!r} (columns: {', '.join(table.column_names)}; "
+            "choose one with --text-column)"
+        )
     values = table.column(column).to_pylist()
     return _strings(values, column, where, [f"row {i + 1}" for i in range(len(values))])
 
