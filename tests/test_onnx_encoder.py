@@ -10,10 +10,10 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.lmd.embed import EmbedSpec, embed
+from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,
     check_layer,
-    fingerprint,
     load_model,
     load_tokenizer,
     model_depth,

@@ -11,7 +11,8 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import read_text
-from lmalgebra.sources.models import ModelRef, fingerprint, load_tokenizer, resolve_directory
+from lmalgebra.sources.model_fingerprints import fingerprint
+from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 
 log = logging.getLogger(__name__)
 # families whose position ids start after the padding id (RoBERTa's convention)

@@ -24,10 +24,10 @@ from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.lmd.given_models import GivenArrays, GivenModel, in_memory_split
 from lmalgebra.lmd.span_plan import plan_spans, reference_model
 from lmalgebra.lmd.spans import SpanSpec
+from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,
     check_layer,
-    fingerprint,
     load_model,
     load_tokenizer,
     model_depth,

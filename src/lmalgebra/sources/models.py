@@ -17,16 +17,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_files, sha256_json
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
-from lmalgebra.storage.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
-_TOKENIZER_FILES = (
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
+TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
@@ -236,7 +234,7 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
     if source is None and ref.path.startswith(PACKAGE_PREFIX):
         source = ONNX_ASSETS.get(ref.path.removeprefix(PACKAGE_PREFIX))
     if source is None:
-        if any((onnx_file.parent / f).is_file() for f in _TOKENIZER_FILES):
+        if any((onnx_file.parent / f).is_file() for f in TOKENIZER_FILES):
             return onnx_file.parent
         raise UserInputError(
             f"model {ref.name!r}: an ONNX model needs a tokenizer: onnx:FILE#TOKENIZER on the "
@@ -252,75 +250,16 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
     repo, _, revision = source.partition("@")
     if _looks_local(repo):
         raise UserInputError(f"model {ref.name!r}: tokenizer directory {source} does not exist")
-    return _snapshot(ref.name, repo, revision or None, [*_TOKENIZER_FILES, "config.json"])
+    return _snapshot(ref.name, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
 
 
-def _onnx_files(path: Path) -> list[Path]:
-    """The graph and its external-data files (``<name>_data``, ``<name>.data``)."""
-    extra = [path.with_name(path.name + s) for s in ("_data", ".data")]
-    return [path, *(p for p in extra if p.is_file())]
-
-
-def _sibling_config(path: Path) -> dict[str, Any]:
+def sibling_config(path: Path) -> dict[str, Any]:
     config = path.parent / "config.json"
     try:
         return dict(json.loads(config.read_text())) if config.is_file() else {}
     except (json.JSONDecodeError, TypeError, ValueError):
         log.warning("ignoring %s: not a JSON object", config)
         return {}
-
-
-def _memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
-    if not files:
-        return sha256_json([])
-    stamp = sha256_json([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(files)])
-    memo = memo_dir / f"{stamp}.hash" if memo_dir else None
-    if memo is not None and memo.is_file():
-        memoised = memo.read_text().strip()
-        if re.fullmatch(r"[0-9a-f]{64}", memoised):  # a memo torn by a killed run is redone
-            return memoised
-    digest = sha256_files(files, root)
-    if memo is not None:
-        write_text_atomic(memo, digest)
-    return digest
-
-
-def fingerprint(ref: ModelRef, directory: Path, memo_dir: Path | None = None) -> dict[str, str]:
-    """Hashes of what changes the numbers: weights (or config + seed if random), tokenizer.
-
-    ``directory`` is what :func:`resolve_directory` returned (a file for ONNX and precomputed).
-    """
-    if ref.kind == "precomputed":
-        return {
-            "weights": _memoised_hash([directory], directory.parent, memo_dir),
-            "tokenizer": sha256_json(None),
-            "config": sha256_json({"kind": "precomputed"}),
-        }
-    if ref.kind == "onnx":
-        tok_dir = tokenizer_directory(ref, directory)
-        tok_files = [tok_dir / f for f in _TOKENIZER_FILES if (tok_dir / f).is_file()]
-        config = {"kind": "onnx", "config": _sibling_config(directory)}
-        return {
-            "weights": _memoised_hash(_onnx_files(directory), directory.parent, memo_dir),
-            "tokenizer": _memoised_hash(tok_files, tok_dir, memo_dir),
-            "config": sha256_json(config),
-        }
-    config = json.loads((directory / "config.json").read_text())
-    if ref.random_init:
-        weights = sha256_json({"config": config, "seed": ref.seed, "random_init": True})
-    else:
-        files = [
-            p for p in directory.rglob("*") if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES)
-        ]
-        if not files:
-            raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
-        weights = _memoised_hash(files, directory, memo_dir)
-    tok_files = [directory / f for f in _TOKENIZER_FILES if (directory / f).is_file()]
-    return {
-        "weights": weights,
-        "tokenizer": _memoised_hash(tok_files, directory, memo_dir),
-        "config": sha256_json(config),
-    }
 
 
 def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
@@ -359,7 +298,7 @@ def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
 
         if dtype != "float32":
             log.warning("model %r: an ONNX graph runs in its own precision", ref.name)
-        return OnnxEncoder.load(ref.name, directory, _sibling_config(directory))
+        return OnnxEncoder.load(ref.name, directory, sibling_config(directory))
     import torch
     from transformers import AutoConfig, AutoModel
 
