@@ -15,7 +15,7 @@ from lmalgebra.lmd.analysis import Analysis, analyse
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.given_models import GivenModel
-from lmalgebra.lmd.measure import ModelLayers, ModelPool, measure
+from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
 from lmalgebra.lmd.run_schema import TableRows
 from lmalgebra.lmd.sweeps import (
     language_sweep,
@@ -91,19 +91,7 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
     timings["analyse"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    tables = dict(result.tables)
-    if study.train_sizes and main.train_curve is not None:
-        tables["sweeps/train_size"] = train_size_sweep(
-            main, pool.names, result.alpha, config.alpha_mode
-        )
-    if study.lengths:
-        tables["sweeps/length"] = length_sweep(pool, docs, study.lengths, result.alpha)
-    if study.layers:
-        tables["sweeps/layer"] = layer_sweep(pool, docs, result.alpha)
-    if study.layer_map:
-        tables["sweeps/layer_map"] = layer_map(pool, docs, study.layer_map, result.alpha)
-    if by_language is not None:
-        tables["sweeps/language"] = language_sweep(pool, by_language, result.alpha)
+    tables = {**result.tables, **_sweeps(config, pool, docs, main, result.alpha, by_language)}
     timings["sweeps"] = time.perf_counter() - clock
     return RunResult(
         config,
@@ -121,3 +109,27 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
         tables,
         totals,
     )
+
+
+def _sweeps(
+    config: DecomposeConfig,
+    pool: ModelPool,
+    docs: list[str],
+    main: Measured,
+    alpha: float,
+    by_language: dict[str, list[str]] | None,
+) -> dict[str, TableRows]:
+    """The study's sweeps, each a tidy table by name (``sweeps/length``...)."""
+    study = config.study
+    tables: dict[str, TableRows] = {}
+    if study.train_sizes and main.train_curve is not None:
+        tables["sweeps/train_size"] = train_size_sweep(main, pool.names, alpha, config.alpha_mode)
+    if study.lengths:
+        tables["sweeps/length"] = length_sweep(pool, docs, study.lengths, alpha)
+    if study.layers:
+        tables["sweeps/layer"] = layer_sweep(pool, docs, alpha)
+    if study.layer_map:
+        tables["sweeps/layer_map"] = layer_map(pool, docs, study.layer_map, alpha)
+    if by_language is not None:
+        tables["sweeps/language"] = language_sweep(pool, by_language, alpha)
+    return tables
