@@ -7,9 +7,7 @@ changed). A run directory holding another configuration's run is refused unless 
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmalgebra.cli import main
+from hostile_helpers import assert_one_line, digests, run_cli
 from merge_fixtures import write_recipe
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 Runner = Callable[..., tuple[int, str]]
 
 
@@ -30,40 +27,12 @@ def cli(
 ) -> Runner:
     """Run ``lmalgebra ARGS`` through ``cli.main``; (exit status, stderr without colours)."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "default-cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-
-    def run(*args: str) -> tuple[int, str]:
-        monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
-        capsys.readouterr()
-        try:
-            main()
-        except SystemExit as stop:
-            code = int(stop.code or 0)
-        else:
-            code = 0
-        return code, ANSI.sub("", capsys.readouterr().err)
-
-    return run
-
-
-def digests(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+    return lambda *args: run_cli(list(args), monkeypatch, capsys)
 
 
 def one_error(code: int, stderr: str, *needles: str) -> str:
     """Exit 2 and a single ``error:`` line, the last thing printed, naming every needle."""
-    assert code == 2, stderr
-    assert "Traceback" not in stderr, stderr
-    lines = re.findall(r"^error: .*$", stderr, flags=re.MULTILINE)
-    assert len(lines) == 1, stderr
-    assert stderr.rstrip().endswith(lines[0]), stderr
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
+    return assert_one_line(code, stderr, list(needles))
 
 
 def decompose_args(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path) -> list[str]:
