@@ -252,3 +252,22 @@ def test_packaged_onnx_minilm_with_the_l6_tokenizer() -> None:
     assert cos[0, 1] > max(cos[0, 2], cos[0, 3]) + 0.2
     assert cos[2, 3] > max(cos[2, 0], cos[2, 1]) + 0.2
     assert time.perf_counter() - started < 30
+
+
+def test_weights_fingerprint_reads_the_model_directory_not_its_subfolders(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A teacher made by `pretrain` keeps checkpoints under training/: they change its bytes
+    between runs (and as training goes on) but not the model that loads from the directory."""
+    import shutil
+
+    model = tmp_path / "teacher"
+    shutil.copytree(bert_dir, model)
+    ref = ModelRef.parse(f"t={model}")
+    before = fingerprint(ref, resolve_directory(ref))
+    (model / "training" / "step-1").mkdir(parents=True)
+    (model / "training" / "step-1" / "model.safetensors").write_bytes(b"checkpoint bytes")
+    assert fingerprint(ref, resolve_directory(ref)) == before
+    weights = next(model.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes() + b" ")  # the model's own weights do count
+    assert fingerprint(ref, resolve_directory(ref))["weights"] != before["weights"]

@@ -67,9 +67,9 @@ def fingerprint(ref: ModelRef, directory: Path, memo_dir: Path | None = None) ->
     if ref.random_init:
         weights = sha256_json({"config": config, "seed": ref.seed, "random_init": True})
     else:
-        files = [
-            p for p in directory.rglob("*") if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)
-        ]
+        # the files from_pretrained reads: the directory's own, not a subfolder's (a teacher made by
+        # `pretrain` keeps its training checkpoints under training/, which must not count)
+        files = [p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
         if not files:
             raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
         weights = _memoised_hash(files, directory, memo_dir)
