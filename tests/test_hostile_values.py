@@ -23,8 +23,8 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
 
 DECOMPOSE = {
     "nan_fraction": (["--fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
-    "inf_alpha": (["--alpha", "inf"], ["'alpha'", "finite", "inf"]),
-    "nan_alpha": (["--alpha", "nan"], ["'alpha'", "nan"]),
+    "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
+    "nan_alpha": (["--alpha", "nan"], ["--alpha", "finite", "nan"]),
 }
 
 

@@ -14,7 +14,9 @@ choices. A value that does not parse stops the command with one line naming the 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping
@@ -129,6 +131,10 @@ class ConfigFlag:
         return value.split(",") if self.style.comma_separated else [value]
 
     def _validate(self, value: Any, text: str) -> Any:
+        if isinstance(value, str) and _without_none(self.field.annotation) is float:
+            with contextlib.suppress(ValueError):
+                if not math.isfinite(float(value)):  # NaN would fail ge=0 with a confusing reason
+                    raise UserInputError(f"{self.label} {text!r}: not a finite number")
         annotation: Any = self.field.annotation
         for constraint in self.field.metadata:  # such as ``ge=1``
             annotation = Annotated[annotation, constraint]
