@@ -72,6 +72,7 @@ def summary(result: RunResult) -> dict[str, Any]:
         },
         "tables": sorted(f"{stem}.csv" for stem in result.tables),
         "seconds": {k: round(v, 3) for k, v in result.timings.items()},
+        "warnings": result.warnings,
     }
 
 
@@ -131,9 +132,14 @@ def table(result: RunResult) -> Table:
         )
     means = [np.mean([f.r2[s] for f in result.group]) for s in SPLITS]
     view.add_row("[bold]mean (group dependency)", *(f"[bold]{m:.3f}" for m in means), "", "")
+    spans = ", ".join(f"{s} {result.spans.get(s, 0)}" for s in SPLITS)
+    lines = [f"spans: {spans}"]
     if result.single is not None:
         s = result.single
-        view.caption = f"{s.target} from {' + '.join(s.basis)}: " + ", ".join(
-            f"{k} R^2 {v:.3f}" for k, v in s.r2.items()
+        lines.append(
+            f"{s.target} from {' + '.join(s.basis)}: "
+            + ", ".join(f"{k} R^2 {v:.3f}" for k, v in s.r2.items())
         )
+    lines += [f"[yellow]warning:[/yellow] {w}" for w in result.warnings]
+    view.caption = "\n".join(lines)
     return view

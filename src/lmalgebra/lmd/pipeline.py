@@ -17,6 +17,7 @@ from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.given_models import GivenModel
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
 from lmalgebra.lmd.run_schema import TableRows
+from lmalgebra.lmd.run_warnings import run_warnings
 from lmalgebra.lmd.sweeps import (
     language_sweep,
     layer_map,
@@ -49,6 +50,7 @@ class RunResult:
     alpha_selected_by: str = "fixed"
     tables: dict[str, TableRows] = field(default_factory=dict)
     stats: dict[str, SecondMoments] = field(default_factory=dict)  # per split, every source
+    warnings: list[str] = field(default_factory=list)  # lmd.run_warnings: what could mislead
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
             "%s: %.1f tokens per span, %d truncated", name, report.mean_tokens, report.truncated
         )
     totals = {split: blocked.total() for split, blocked in main.stats.items()}
+    tokens = {n: main.tokens[n] for n in pool.names}
     timings["measure"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -97,7 +100,7 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
         config,
         pool.names,
         main.spans,
-        {n: main.tokens[n] for n in pool.names},
+        tokens,
         pool.prints,
         main.hashes,
         result.pairwise,
@@ -108,6 +111,7 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
         result.selected_by,
         tables,
         totals,
+        run_warnings(config, pool.names, main.spans, tokens, totals.get("train")),
     )
 
 

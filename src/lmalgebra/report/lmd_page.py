@@ -81,7 +81,9 @@ def _run_section(run_dir: Path, summary: dict[str, Any], config: dict[str, Any])
         ("seconds", ", ".join(f"{k} {v}" for k, v in seconds.items())),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items())),
     ]
-    return section("run", "Run", facts(rows))
+    warnings = [str(w) for w in summary.get("warnings", [])]
+    notes = [note("Warning: " + html.escape(w)) for w in warnings]
+    return section("run", "Run", *notes, facts(rows))
 
 
 def _pairwise_section(run_dir: Path, figure: Path | None) -> Section | None:

@@ -1,0 +1,65 @@
+"""Warnings that keep a small or unusual run from misleading: each says what is off and the remedy.
+
+They go to the log, into ``summary.json`` (``warnings``), the terminal caption and the HTML report.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.embed import TokenReport
+from lmalgebra.stats.moments import SecondMoments
+
+log = logging.getLogger(__name__)
+
+
+def _widest_basis(names: Sequence[str], train: SecondMoments | None) -> tuple[str, int]:
+    """The group fit with the most basis columns: (its target, that width)."""
+    if train is None:
+        return "", 0
+    dims = {c.name: c.dim for c in train.blocks if c.name in names}
+    total = sum(dims.values())
+    target = min(dims, key=lambda n: dims[n])  # leaving out the narrowest model leaves the most
+    return target, total - dims[target]
+
+
+def run_warnings(
+    config: DecomposeConfig,
+    names: Sequence[str],
+    spans: Mapping[str, int],
+    tokens: Mapping[str, TokenReport],
+    train: SecondMoments | None,
+) -> list[str]:
+    """What a reader of a run's numbers should know, with the remedy (also logged)."""
+    warnings: list[str] = []
+    requested = dict(zip(SPLITS, config.spans.counts, strict=True))
+    short = {s: (spans.get(s, 0), n) for s, n in requested.items()}
+    if any(got < want for got, want in short.values()):
+        counts = ", ".join(f"{s} {got} of {want}" for s, (got, want) in short.items())
+        warnings.append(
+            f"fewer spans than requested ({counts}): the corpus has too few documents or "
+            "tokens for these counts at this span length; use a larger corpus, a smaller "
+            "spans.length (-T) or a larger spans.per_doc"
+        )
+    target, width = _widest_basis(names, train)
+    n_train = spans.get("train", 0)
+    if width and n_train <= width:
+        warnings.append(
+            f"{n_train} training spans for a group basis of {width} columns (the fit of "
+            f"{target!r}): the fits can interpolate the training spans, so train R^2 says "
+            "nothing and held-out R^2 depends strongly on alpha; use more spans than basis "
+            "columns, or let the data choose alpha (--study.alpha_select gcv)"
+        )
+    for name, report in tokens.items():
+        if report.truncated:
+            warnings.append(
+                f"{name}: {report.truncated} of {report.spans} spans were cut at the model's "
+                "maximum length, so it saw less text than the others; use a smaller "
+                "spans.length (-T) or check max_length"
+            )
+    for text in warnings:
+        log.warning("%s", text)
+    return warnings

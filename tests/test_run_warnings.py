@@ -1,0 +1,59 @@
+"""Small runs must not mislead: what could, is said in the log, summary.json, the terminal table
+and the report, each with its remedy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import run_cli
+
+
+def test_small_run_warns_with_remedies(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "300")
+    out = tmp_path / "run"
+    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
+    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "100000,5,5", "--max_length", "6"]
+    code, err = run_cli([*args, "--no-progress", "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    warnings = json.loads((out / "summary.json").read_text())["warnings"]
+    spans = json.loads((out / "summary.json").read_text())["spans"]
+    assert spans["train"] < 100000
+    fewer, *cut = warnings
+    assert fewer.startswith("fewer spans than requested")
+    assert f"train {spans['train']} of 100000" in fewer and "-T" in fewer
+    assert [w.split(":")[0] for w in cut] == ["a", "b"]  # max_length 6 < 8 tokens: both cut
+    assert all("maximum length" in w and "spans.length" in w for w in cut)
+    code, err = run_cli(["report", str(out)], monkeypatch, capsys)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert code == 0 and page.count("Warning: ") == len(warnings)
+
+
+def test_fewer_training_spans_than_basis_columns_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
+    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5", "--no-progress"]
+    code, err = run_cli([*args, "--out", str(out)], monkeypatch, capsys)
+    assert code == 0, err
+    (warning,) = json.loads((out / "summary.json").read_text())["warnings"]
+    # the tiny models are 32 and 24 wide: fitting the narrower one uses 32 basis columns
+    assert warning.startswith("20 training spans for a group basis of 32 columns")
+    assert "--study.alpha_select gcv" in warning
