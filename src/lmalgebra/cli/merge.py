@@ -29,6 +29,24 @@ RestartOpt = Annotated[
 ]
 
 
+@merge_app.command("init")
+def merge_init(
+    path: Annotated[Path, typer.Argument(help="Where to write the recipe.")] = Path("merge.yaml"),
+    force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
+) -> None:
+    """Write a commented starter recipe (every key with its default and meaning).
+
+    Example: lmalgebra merge init merge.yaml && lmalgebra merge run merge.yaml
+    """
+    from lmalgebra.distill.starter_recipe import write_starter
+
+    written = write_starter(path, force)
+    console.print(
+        f"wrote {written}; make its teachers (commands in its header), then "
+        f"[bold]lmalgebra merge run {written}[/bold]"
+    )
+
+
 @merge_app.command("prepare")
 def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     """Examples per language; each teacher's tokenised, masked copy of each example."""
