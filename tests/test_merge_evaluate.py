@@ -85,6 +85,13 @@ def test_evaluate_command_writes_tables_and_plot(run_dir: Path) -> None:
     lines = (out / "scores.csv").read_text().splitlines()
     assert len(lines) == 1 + 2 * 3  # (teacher, student) x (xx/wp, yy/wp, yy/sp)
     assert (out / "rdt.csv").read_text().startswith("student,xx,yy,average")
+    # the student's model card now carries its evaluation, beside how it was made
+    card = (run_dir / "student" / "model" / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("---\nlibrary_name: transformers\n")
+    assert "## How it was made" in card and "xx: wp; yy: wp, sp" in card
+    evaluation = card.split("## Evaluation", 1)[1]
+    assert "Not evaluated yet" not in evaluation and "| student |" in evaluation
+    assert evaluation.count("| yy | sp |") == 2  # the teacher's row and the student's
 
 
 def test_scores_are_in_range(run_dir: Path) -> None:

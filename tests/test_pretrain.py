@@ -69,6 +69,8 @@ def test_pretrained_teacher_is_a_hugging_face_masked_lm(teacher) -> None:
     log = [json.loads(ln) for ln in (out / "training" / "train_log.jsonl").read_text().splitlines()]
     assert log[-1]["mlm"] < log[0]["mlm"]  # it learned something
     assert all(r["kd"] == 0 and r["lambda"] == 0 for r in log)
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "# fr teacher (lmalgebra pretrain)" in card and "WordPiece, 150 pieces" in card
 
 
 def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:

@@ -22,6 +22,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.distill.examples import example_id, is_heldout
 from lmalgebra.distill.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.model_card import teacher_card, write_card
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH, MaskingSpec
 from lmalgebra.distill.student import StudentSpec, build_student
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
@@ -175,6 +176,10 @@ def pretrain(
     with naming_file(out):
         student.save_pretrained(out)
         tokenizer.save_pretrained(out)
+    card = teacher_card(
+        language, len(texts), len(tokenizer), model.model_dump(), training.model_dump()
+    )
+    write_card(out, card)
     write_json_atomic(
         out / "lmalgebra.json",
         {

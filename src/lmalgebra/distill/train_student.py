@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.model_card import student_card, write_card
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import open_teachers, topk_set, vocab_stamp
 from lmalgebra.distill.student import build_student, save_student
@@ -101,4 +102,8 @@ def train_student(
     )
     for file in ("vocab_maps.safetensors", "vocab_union.json"):
         shutil.copy2(recipe.output_dir / "vocab" / file, target / file)
+    card = student_card(
+        name, metadata["recipe"], metadata["training"], source.probabilities, len(vocab.tokens)
+    )
+    write_card(target, card)
     return target

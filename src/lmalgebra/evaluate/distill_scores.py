@@ -22,6 +22,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.distill.masking import MaskedCopy
+from lmalgebra.distill.model_card import add_evaluation
 from lmalgebra.distill.store_view import TeacherCopies, load_copies
 from lmalgebra.distill.student_inputs import check_student_name
 from lmalgebra.distill.vocab_union import UnionVocab
@@ -214,7 +215,11 @@ def evaluate_run(
             mapped = load_copies(run_dir, lang, teacher, vocab)
             for name, model in models.items():
                 scores.append(student_score(lang, teacher, name, model, mapped, batch_size))
-    return scores, {name: rdt(scores, name) for name in students}
+    deviations = {name: rdt(scores, name) for name in students}
+    for name in students:
+        mine = [s for s in scores if s.model in (name, s.teacher)]
+        add_evaluation(run_dir / name / "model", markdown(mine, {name: deviations[name]}))
+    return scores, deviations
 
 
 @holding_lock("merge evaluate", lambda out, **_: out)
