@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,27 @@ def test_vocabulary_is_stamped_and_checked_against_the_teachers(run_dir: Path) -
         check_store(recipe)
     finally:
         stamp.write_bytes(built["complete.json"])
+
+
+def test_each_stage_ends_with_a_summary_and_the_next_command(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    lines = {}
+    for stage in ("prepare", "teach", "vocab"):
+        done = subprocess.run(
+            [sys.executable, "-m", "lmalgebra", "merge", stage, str(recipe), "--no-progress"]
+            if stage != "vocab"
+            else [sys.executable, "-m", "lmalgebra", "merge", stage, str(recipe)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "300"},
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        lines[stage] = done.stdout.strip().splitlines()
+    assert "3 (language, teacher) pairs" in lines["prepare"][-2]
+    assert lines["prepare"][-1] == f"next: lmalgebra merge teach {recipe}"
+    assert lines["teach"][-1] == f"next: lmalgebra merge vocab {recipe}"
+    assert "student vocabulary" in lines["vocab"][-2]
+    assert lines["vocab"][-1] == f"next: lmalgebra merge train {recipe}"

@@ -29,6 +29,22 @@ RestartOpt = Annotated[
 ]
 
 
+def _stage_done(what: str, run_dir: Path, next_command: str) -> None:
+    """One summary line of the run so far (examples, masked tokens, store size), and what next."""
+    from lmalgebra.distill.run_inspect import inspect_run
+
+    report = inspect_run(run_dir)
+    pairs = report["pairs"]
+    examples = sum(int(p["examples"]) for p in pairs)
+    masked = sum(int(p["masked_tokens"]) for p in pairs)
+    line = f"{what}: {len(pairs)} (language, teacher) pairs, {examples} masked copies, "
+    line += f"{masked} masked tokens"
+    if report["vocab"]:
+        line += f", student vocabulary {report['vocab']['union_size']} tokens"
+    console.print(line)
+    console.print(f"next: {next_command}")
+
+
 @merge_app.command("init")
 def merge_init(
     path: Annotated[Path, typer.Argument(help="Where to write the recipe.")] = Path("merge.yaml"),
@@ -53,8 +69,9 @@ def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     from lmalgebra.distill import stages
     from lmalgebra.distill.recipe import load_recipe
 
-    stages.prepare(load_recipe(recipe), progress)
-    console.print("prepared")
+    config = load_recipe(recipe)
+    stages.prepare(config, progress)
+    _stage_done("prepared", config.output_dir, f"lmalgebra merge teach {recipe}")
 
 
 @merge_app.command("teach")
@@ -63,8 +80,9 @@ def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     from lmalgebra.distill import stages
     from lmalgebra.distill.recipe import load_recipe
 
-    stages.teach(load_recipe(recipe), progress)
-    console.print("teacher store complete")
+    config = load_recipe(recipe)
+    stages.teach(config, progress)
+    _stage_done("teacher store complete", config.output_dir, f"lmalgebra merge vocab {recipe}")
 
 
 @merge_app.command("vocab")
@@ -73,8 +91,9 @@ def merge_vocab(recipe: RecipeArg) -> None:
     from lmalgebra.distill import stages
     from lmalgebra.distill.recipe import load_recipe
 
-    stages.vocab(load_recipe(recipe))
-    console.print("vocabulary complete")
+    config = load_recipe(recipe)
+    stages.vocab(config)
+    _stage_done("vocabulary complete", config.output_dir, f"lmalgebra merge train {recipe}")
 
 
 @merge_app.command("run")
@@ -87,6 +106,7 @@ def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     config = load_recipe(recipe)
     run_stages(config, STORE_STAGES, progress=progress)
     console.print(_inspect_table(inspect_run(config.output_dir)))
+    console.print(f"next: lmalgebra merge train {recipe}")
 
 
 TRAINING_FLAGS = config_flags(
@@ -123,6 +143,7 @@ def merge_train(
     training = validate(TrainingSpec, settings, "command line")
     target = train_student(config, name, training, progress, restart)
     console.print(f"student saved to [bold]{target}[/bold]")
+    console.print(f"next: lmalgebra merge evaluate {config.output_dir} --student {name}")
 
 
 @app.command()
