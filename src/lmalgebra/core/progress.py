@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 
+class Advance(Protocol):
+    def __call__(self, n: int, status: str = "") -> None: ...
+
+
 @contextmanager
-def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Callable[[int], None]]:
-    """Yield ``advance(n)``; draws a bar on stderr only when enabled and attached to a terminal."""
+def progress_bar(label: str, total: int, enabled: bool = True) -> Iterator[Advance]:
+    """Yield ``advance(n, status="")``; draws a bar on stderr only when enabled and attached to a
+    terminal. ``status`` (e.g. the training loss and tokens/s) is shown after the bar."""
     if not enabled or not sys.stderr.isatty():
-        yield lambda n: None
+        yield lambda n, status="": None
         return
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
+        TextColumn("{task.fields[status]}"),
         transient=True,
     ) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n: bar.advance(task, n)
+        task = bar.add_task(label, total=total, status="")
+
+        def advance(n: int, status: str = "") -> None:
+            if status:
+                bar.update(task, advance=n, status=status)
+            else:
+                bar.update(task, advance=n)
+
+        yield advance

@@ -151,9 +151,15 @@ def train(
                     {"languages": source.languages},
                     fingerprint=fingerprint,
                 )
-            advance(1)
+            advance(1, _status(last))
     model.eval()
     return last
+
+
+def _status(record: dict[str, Any]) -> str:
+    """``loss 2.345, 12,345 tokens/s`` for the progress bar."""
+    speed = sum(v for k, v in record.items() if k.startswith("tokens_per_s/"))
+    return f"loss {record['loss']:.3f}, {speed:,.0f} tokens/s"
 
 
 def _one_step(
