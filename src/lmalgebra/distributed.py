@@ -11,6 +11,7 @@ shards are written and recorded without two ranks writing one file is ``lmalgebr
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 from collections.abc import Callable
@@ -37,7 +38,17 @@ def _group() -> Any:
         # sets ACCELERATE_USE_CPU); with GPUs it picks NCCL
         forced = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
         PartialState(cpu=forced or not torch.cuda.is_available())
+        # leave the group before the interpreter tears down the backend's threads: a process that
+        # exits with the group alive can abort ("terminate called without an active exception")
+        atexit.register(_leave)
     return dist
+
+
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def world() -> tuple[int, int]:

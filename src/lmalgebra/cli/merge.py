@@ -33,7 +33,11 @@ def _stage_done(what: str, run_dir: Path, next_command: str) -> None:
     """One summary line of the run so far (examples, masked tokens, store size), and what next."""
     from lmalgebra.distill.run_inspect import inspect_run
 
-    report = inspect_run(run_dir)
+    try:
+        report = inspect_run(run_dir)
+    except UserInputError:  # a store assembled by hand, without recipe.yaml: nothing to count
+        console.print(f"{what}\nnext: {next_command}")
+        return
     pairs = report["pairs"]
     examples = sum(int(p["examples"]) for p in pairs)
     masked = sum(int(p["masked_tokens"]) for p in pairs)

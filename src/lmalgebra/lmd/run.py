@@ -9,7 +9,7 @@ import yaml
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import read_text
-from lmalgebra.distributed import any_rank, is_main
+from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.lmd.outputs import write_outputs
 from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
@@ -66,6 +66,7 @@ def decompose(
             raise
         if is_main():  # under several processes every rank holds the result; one writes it
             write_outputs(result)
+        barrier()  # the ranks finish together, once the outputs are written
     return result
 
 
