@@ -5,55 +5,55 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hostile_helpers import run_cli
 
 
-def test_small_run_warns_with_remedies(
+@pytest.fixture
+def decompose(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     bert_dir: Path,
     bert2_dir: Path,
     corpus_txt: Path,
-) -> None:
+):
+    """``decompose`` of the two tiny models with extra flags; the run's summary.json."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("COLUMNS", "300")
     out = tmp_path / "run"
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "100000,5,5", "--max_length", "6"]
-    code, err = run_cli([*args, "--no-progress", "--out", str(out)], monkeypatch, capsys)
-    assert code == 0, err
-    warnings = json.loads((out / "summary.json").read_text())["warnings"]
-    spans = json.loads((out / "summary.json").read_text())["spans"]
+
+    def run(*flags: str) -> dict[str, Any]:
+        args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
+        args += ["--corpus", str(corpus_txt), "-T", "8", *flags, "--no-progress"]
+        code, err = run_cli([*args, "--out", str(out)], monkeypatch, capsys)
+        assert code == 0, err
+        return dict(json.loads((out / "summary.json").read_text()))
+
+    run.out = out  # type: ignore[attr-defined]
+    return run
+
+
+def test_small_run_warns_with_remedies(
+    decompose: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = decompose("--spans", "100000,5,5", "--max_length", "6")
+    warnings, spans = summary["warnings"], summary["spans"]
     assert spans["train"] < 100000
     fewer, *cut = warnings
     assert fewer.startswith("fewer spans than requested")
     assert f"train {spans['train']} of 100000" in fewer and "-T" in fewer
     assert [w.split(":")[0] for w in cut] == ["a", "b"]  # max_length 6 < 8 tokens: both cut
     assert all("maximum length" in w and "spans.length" in w for w in cut)
-    code, err = run_cli(["report", str(out)], monkeypatch, capsys)
-    page = (out / "report.html").read_text(encoding="utf-8")
+    code, _ = run_cli(["report", str(decompose.out)], monkeypatch, capsys)
+    page = (decompose.out / "report.html").read_text(encoding="utf-8")
     assert code == 0 and page.count("Warning: ") == len(warnings)
 
 
-def test_fewer_training_spans_than_basis_columns_is_named(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
-    bert_dir: Path,
-    bert2_dir: Path,
-    corpus_txt: Path,
-) -> None:
-    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
-    out = tmp_path / "run"
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5", "--no-progress"]
-    code, err = run_cli([*args, "--out", str(out)], monkeypatch, capsys)
-    assert code == 0, err
-    (warning,) = json.loads((out / "summary.json").read_text())["warnings"]
+def test_fewer_training_spans_than_basis_columns_is_named(decompose: Any) -> None:
+    (warning,) = decompose("--spans", "20,5,5")["warnings"]
     # the tiny models are 32 and 24 wide: fitting the narrower one uses 32 basis columns
     assert warning.startswith("20 training spans for a group basis of 32 columns")
     assert "--study.alpha_select gcv" in warning

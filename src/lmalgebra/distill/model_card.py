@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.text_files import read_text
 from lmalgebra.storage.atomic import write_text_atomic
 
 CARD = "README.md"
@@ -104,6 +105,5 @@ def add_evaluation(directory: Path, table: str) -> None:
     path = directory / CARD
     if not path.is_file():
         return
-    text = path.read_text(encoding="utf-8")
-    head = text.split(EVALUATION, 1)[0]
+    head = read_text(path, "model card").split(EVALUATION, 1)[0]
     write_text_atomic(path, f"{head}{EVALUATION}\n\n{table}\n")
