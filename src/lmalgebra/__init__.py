@@ -6,11 +6,13 @@ The Python API (imported on first use, so ``import lmalgebra`` stays light):
   labelled pandas DataFrames; ``Decomposition.load(run_dir)`` reads a run back; ``spans(...)``
   lists a run's spans in the row order precomputed embeddings follow;
 - ``LinearDecomposition``: the decomposition's ridge fit as a scikit-learn style estimator;
-- ``merge(recipe, stages=...)`` -> ``MergeRun``: MergeDistill stages, evaluation as DataFrames.
+- ``merge(recipe, stages=...)`` -> ``MergeRun``: MergeDistill stages, evaluation as DataFrames;
+- ``select_teachers(recipe, size=...)`` -> ``TeacherSelection``: LMD ranks sets of teachers.
 
 Pipeline stages, one subpackage or module each: ``sources`` (models and corpora), ``lmd``
 (spans -> embeddings -> second moments -> ridge fits), ``stats``, ``distill``, ``train``,
-``evaluate``, ``report``; ``api`` is the Python API, ``cli`` the command line over it.
+``selection``, ``evaluate``, ``report``; ``api`` is the Python API, ``cli`` the command line
+over it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ _EXPORTS = {
     "LinearDecomposition": "lmalgebra.stats.linear_decomposition",
     "merge": "lmalgebra.api.merge",
     "MergeRun": "lmalgebra.api.merge",
+    "select_teachers": "lmalgebra.api.select",
+    "TeacherSelection": "lmalgebra.api.select",
     "MergeRecipe": "lmalgebra.distill.recipe",
     "UserInputError": "lmalgebra.core.errors",
 }
@@ -38,11 +42,13 @@ __all__ = [
     "LinearDecomposition",
     "MergeRecipe",
     "MergeRun",
+    "TeacherSelection",
     "UserInputError",
     "__version__",
     "decompose",
     "merge",
     "read_texts",
+    "select_teachers",
     "spans",
 ]
 

@@ -87,7 +87,8 @@ def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     return table
 
 
-def _recipe(recipe: Any) -> MergeRecipe:
+def recipe_of(recipe: Any) -> MergeRecipe:
+    """A recipe given as a YAML path, a mapping of its keys, or a ``MergeRecipe``."""
     if isinstance(recipe, MergeRecipe):
         return recipe
     if isinstance(recipe, Mapping):
@@ -130,7 +131,7 @@ def merge(
         languages: evaluate only these languages.
         progress: progress bars (drawn only on a terminal).
     """
-    config = _recipe(recipe)
+    config = recipe_of(recipe)
     run = MergeRun(config)
     chosen = _stages(stages)
     with library_call():

@@ -28,6 +28,7 @@ from lmalgebra.lmd.sweeps import (
 from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.stats.moments import SecondMoments
 from lmalgebra.stats.solver import Fit
+from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ class RunResult:
     tables: dict[str, TableRows] = field(default_factory=dict)
     stats: dict[str, SecondMoments] = field(default_factory=dict)  # per split, every source
     warnings: list[str] = field(default_factory=list)  # lmd.run_warnings: what could mislead
+    # per split, every source, per block of spans: only when RunInputs.keep_blocks and the study
+    # keeps blocks (bootstrap); callers that resample other fits need them
+    blocked: dict[str, SpanBlockMoments] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class RunInputs:
 
     docs: list[str] | None = None
     given: Mapping[str, GivenModel] = field(default_factory=dict)
+    keep_blocks: bool = False  # return the block statistics (large: blocks x D^2 per split)
 
 
 def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) -> RunResult:
@@ -112,6 +117,7 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
         tables,
         totals,
         run_warnings(config, pool.names, main.spans, tokens, totals.get("train")),
+        main.stats if inputs.keep_blocks and study.keeps_blocks else {},
     )
 
 

@@ -1,0 +1,89 @@
+"""``select_teachers``: LMD chooses a recipe's teachers, from Python, with DataFrames.
+
+The same work as ``lmalgebra merge select``: per language, every candidate teacher embeds the
+language's held-out text (LMD pipeline and cache) and is scored by held-out masked-token accuracy;
+sets of teachers are ranked by complementarity times quality (``lmalgebra.stats.complementarity``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from lmalgebra.api.merge import recipe_of
+from lmalgebra.api.runtime import library_call
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.selection.outputs import (
+    SET_COLUMNS,
+    TEACHER_COLUMNS,
+    set_rows,
+    teacher_rows,
+    write_selection,
+)
+from lmalgebra.selection.teacher_sets import Selection, SelectionSpec
+from lmalgebra.selection.teacher_sets import select_teachers as _select
+from lmalgebra.storage.output_paths import make_directory
+
+
+class TeacherSelection:
+    """What ``select_teachers`` found.
+
+    Attributes:
+        sets: one row per (language, set of teachers), best first per language, then the rows of
+            language ``overall`` (sets for the whole student); the columns of ``sets.csv``.
+        teachers: one row per (language, candidate): held-out accuracy, loss, group R^2.
+        recommended: language -> the best set's teachers.
+        recipe: the input recipe with each language's teachers replaced by the recommendation.
+        seconds: time spent scoring quality, on LMD, and on the overall ranking.
+    """
+
+    def __init__(self, selection: Selection, recipe: MergeRecipe) -> None:
+        self.selection = selection
+        self.sets = pd.DataFrame(set_rows(selection), columns=list(SET_COLUMNS))
+        self.teachers = pd.DataFrame(teacher_rows(selection), columns=list(TEACHER_COLUMNS))
+        self.recommended = selection.recommended
+        self.recipe = selection.recipe(recipe)
+        self.seconds = dict(selection.timings)
+        self._input = recipe
+
+    def save(self, out: str | Path) -> list[Path]:
+        """Write ``sets.csv``, ``teachers.csv``, ``recommended.yaml``, ``summary.json`` and
+        ``selection.png`` into ``out``, as ``lmalgebra merge select`` does."""
+        make_directory(Path(out), "selection directory")
+        return write_selection(self.selection, self._input, Path(out))
+
+    def __repr__(self) -> str:
+        chosen = "; ".join(f"{k}: {'+'.join(v)}" for k, v in self.recommended.items())
+        return f"<TeacherSelection sets of {self.selection.size}: {chosen}>"
+
+
+def select_teachers(recipe: Any, *, size: int = 2, **options: Any) -> TeacherSelection:
+    """Rank each language's sets of ``size`` teachers by LMD complementarity times quality.
+
+    Args:
+        recipe: a MergeDistill recipe (YAML path, mapping or ``MergeRecipe``).
+        size: teachers per set.
+        options: ``languages`` (default all), ``seq_len`` (span length, default 32), ``spans``
+            (train, validation, test counts, default (2000, 250, 500)), ``max_texts`` (held-out
+            examples per language, default all), ``alpha``, ``bootstrap`` (replicates, default
+            1000), ``level``, ``seed``, ``batch_size``, ``progress``, ``cache_dir``.
+    """
+    known = {f.name for f in fields(SelectionSpec)} - {"size"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UserInputError(
+            f"select_teachers(): unknown option {unknown[0]!r} "
+            f"(options: {', '.join(sorted(known))})"
+        )
+    if "languages" in options and options["languages"] is not None:
+        options["languages"] = tuple(options["languages"])
+    if "spans" in options:
+        options["spans"] = tuple(options["spans"])
+    config = recipe_of(recipe)
+    spec = SelectionSpec(size=size, **{"progress": False, **options})
+    with library_call():
+        return TeacherSelection(_select(config, spec), config)

@@ -1,0 +1,1 @@
+"""Choosing teachers before distillation: LMD complementarity against held-out quality."""

@@ -1,0 +1,144 @@
+"""The files of ``merge select``: ranked sets and teachers (CSV), the recommended recipe, a figure.
+
+``sets.csv``      one row per (language, set): rank, members, complementarity, quality, score and
+                  their intervals, ``recommended``; language ``overall`` ranks sets for the student.
+``teachers.csv``  one row per (language, candidate): held-out accuracy and loss, group R^2.
+``recommended.yaml``  the recipe with each language's teachers replaced by its recommended set.
+``selection.png``  per language, the scores of the best sets with their intervals.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.figures import canvas
+from lmalgebra.selection.teacher_sets import Selection
+from lmalgebra.stats.complementarity import SetScore
+from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.csv_tables import csv_text, format_cell
+
+SET_COLUMNS = (
+    "language",
+    "rank",
+    "members",
+    "size",
+    "complementarity",
+    "complementarity_low",
+    "complementarity_high",
+    "quality",
+    "score",
+    "score_low",
+    "score_high",
+    "recommended",
+)
+TEACHER_COLUMNS = (
+    "language",
+    "teacher",
+    "examples",
+    "masked_tokens",
+    "accuracy",
+    "loss",
+    "group_r2",
+)
+DECIMALS = 6
+SHOWN = 8  # sets per language in the figure
+
+
+def set_rows(selection: Selection) -> list[dict[str, Any]]:
+    """Every ranked set, per language then ``overall``, best first."""
+    rows = []
+    ranked = {lang: found.ranking for lang, found in selection.languages.items()}
+    ranked["overall"] = selection.overall
+    for lang, ranking in ranked.items():
+        for rank, s in enumerate(ranking, start=1):
+            rows.append(_set_row(lang, rank, s))
+    return rows
+
+
+def _set_row(lang: str, rank: int, s: SetScore) -> dict[str, Any]:
+    return {
+        "language": lang,
+        "rank": rank,
+        "members": "+".join(s.members),
+        "size": len(s.members),
+        "complementarity": s.complementarity,
+        "complementarity_low": s.complementarity_low,
+        "complementarity_high": s.complementarity_high,
+        "quality": s.quality,
+        "score": s.score,
+        "score_low": s.score_low,
+        "score_high": s.score_high,
+        "recommended": rank == 1,
+    }
+
+
+def teacher_rows(selection: Selection) -> list[dict[str, Any]]:
+    """One row per (language, candidate teacher)."""
+    return [
+        {
+            "language": lang,
+            "teacher": q.teacher,
+            "examples": q.examples,
+            "masked_tokens": q.masked_tokens,
+            "accuracy": q.accuracy,
+            "loss": q.loss,
+            "group_r2": found.group_r2.get(q.teacher, float("nan")),
+        }
+        for lang, found in selection.languages.items()
+        for q in found.qualities
+    ]
+
+
+def _csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
+    body = [[format_cell(r[c], DECIMALS, nan="") for c in columns] for r in rows]
+    return csv_text([list(columns), *body])
+
+
+def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> list[Path]:
+    """Write the selection's files into ``out`` (which exists); returns their paths."""
+    paths = [out / "sets.csv", out / "teachers.csv", out / "recommended.yaml"]
+    write_text_atomic(paths[0], _csv(set_rows(selection), SET_COLUMNS))
+    write_text_atomic(paths[1], _csv(teacher_rows(selection), TEACHER_COLUMNS))
+    chosen = selection.recipe(recipe).model_dump(mode="json")
+    header = "# teachers chosen by `lmalgebra merge select` (see sets.csv next to this file)\n"
+    write_text_atomic(paths[2], header + yaml.safe_dump(chosen, sort_keys=False))
+    summary = {
+        "size": selection.size,
+        "recommended": selection.recommended,
+        "overall": list(selection.overall[0].members) if selection.overall else [],
+        "seconds": selection.timings,
+    }
+    paths.append(out / "summary.json")
+    write_text_atomic(paths[-1], json.dumps(summary, indent=2) + "\n")
+    paths.append(plot_selection(selection, out / "selection.png"))
+    return paths
+
+
+def plot_selection(selection: Selection, path: Path) -> Path:
+    """Horizontal bars of the best sets' scores per language, with their intervals."""
+    panels = {lang: f.ranking[:SHOWN] for lang, f in selection.languages.items()}
+    if len(selection.languages) > 1:
+        panels["overall"] = selection.overall[:SHOWN]
+    height = max(1.6, 0.35 * max(len(r) for r in panels.values()) + 0.9)
+    fig, axes = canvas.figure(1, len(panels), 4.2, height)
+    for ax, (lang, ranking) in zip(axes[0], panels.items(), strict=True):
+        labels = [" + ".join(s.members) for s in ranking]
+        scores = np.array([s.score for s in ranking])
+        low = np.array([s.score_low for s in ranking])
+        high = np.array([s.score_high for s in ranking])
+        y = np.arange(len(ranking))[::-1]
+        colours = [canvas.colour(0 if i else 1) for i in range(len(ranking))]
+        ax.barh(y, scores, color=colours)
+        if np.isfinite(low).all():  # no bars without an interval
+            ax.errorbar(scores, y, xerr=[scores - low, high - scores], fmt="none", ecolor="k")
+        ax.set_yticks(y, labels)
+        ax.set_xlim(0, max(1.0, float(np.nanmax(high)) if np.isfinite(high).any() else 1.0))
+        ax.set_xlabel("score = complementarity x quality")
+        ax.set_title(f"{lang}: sets of {len(ranking[0].members)}" if ranking else lang)
+    return canvas.save(fig, path)

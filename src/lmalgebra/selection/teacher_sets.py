@@ -1,0 +1,268 @@
+"""``lmalgebra merge select``: which teachers of a recipe complement each other, per language.
+
+For every language, each candidate teacher (the teachers the recipe lists for it) embeds spans of
+the language's held-out examples through the LMD pipeline (its embedding cache and statistics),
+and is scored on the same examples by masked-token accuracy (:mod:`.teacher_quality`). Every set of
+``size`` candidates is then scored by :mod:`lmalgebra.stats.complementarity` (complementarity times
+normalised quality, with bootstrap intervals). The overall ranking scores a set of teachers for the
+whole student: the mean over languages of the score of the set's members that cover the language
+(0 when none does). Nothing here reads or writes the teacher store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import validate
+from lmalgebra.distill.examples import Example, language_examples
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.teachers import Teacher, open_teacher
+from lmalgebra.lmd.config import DecomposeConfig, default_cache_dir
+from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
+from lmalgebra.lmd.sweeps import decomposer_of
+from lmalgebra.selection.teacher_quality import TeacherQuality, held_out_quality
+from lmalgebra.stats.bootstrap import percentile_interval
+from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
+
+log = logging.getLogger(__name__)
+SOURCE = "merge select"
+
+
+@dataclass(frozen=True)
+class SelectionSpec:
+    """How teachers are compared (the options of ``lmalgebra merge select``)."""
+
+    size: int = 2
+    languages: tuple[str, ...] | None = None
+    seq_len: int = 32
+    spans: tuple[int, int, int] = (2000, 250, 500)
+    max_texts: int | None = None
+    alpha: float = 0.01
+    bootstrap: int = 1000
+    level: float = 0.95
+    seed: int = 0
+    batch_size: int = 32
+    progress: bool = True
+    cache_dir: Any = field(default_factory=default_cache_dir)
+
+
+@dataclass
+class LanguageSelection:
+    """One language: its candidates' qualities and group R^2, and every set ranked."""
+
+    language: str
+    qualities: list[TeacherQuality]
+    group_r2: dict[str, float]  # test R^2 of each candidate on all the others
+    ranking: list[SetScore]
+    samples: dict[int, SetSamples]  # set size -> scores of every set of that size
+    spans: dict[str, int]
+
+
+@dataclass
+class Selection:
+    """What ``merge select`` found: per-language rankings, the overall ranking, timings."""
+
+    size: int
+    languages: dict[str, LanguageSelection]
+    overall: list[SetScore]
+    timings: dict[str, float]
+
+    @property
+    def recommended(self) -> dict[str, list[str]]:
+        """Language -> the best-scoring set of its candidates."""
+        return {lang: list(found.ranking[0].members) for lang, found in self.languages.items()}
+
+    def recipe(self, recipe: MergeRecipe) -> MergeRecipe:
+        """``recipe`` with each selected language's teachers replaced by its recommended set."""
+        data = recipe.model_dump(mode="json")
+        for lang, members in self.recommended.items():
+            data["languages"][lang]["teachers"] = members
+        used = {t for spec in data["languages"].values() for t in spec["teachers"]}
+        data["teachers"] = {n: t for n, t in data["teachers"].items() if n in used}
+        return validate(MergeRecipe, data, "recommended recipe")
+
+
+def select_teachers(recipe: MergeRecipe, spec: SelectionSpec) -> Selection:
+    """Rank the recipe's teacher sets of ``spec.size`` per language and overall."""
+    languages = _languages(recipe, spec)
+    opened: dict[str, Teacher] = {}
+    found: dict[str, LanguageSelection] = {}
+    timings = {"quality": 0.0, "lmd": 0.0}
+    for lang in languages:
+        found[lang] = _language(recipe, spec, lang, opened, timings)
+    clock = time.perf_counter()
+    overall = _overall(found, spec)
+    timings["overall"] = time.perf_counter() - clock
+    return Selection(spec.size, found, overall, timings)
+
+
+def _languages(recipe: MergeRecipe, spec: SelectionSpec) -> list[str]:
+    chosen = list(spec.languages) if spec.languages else list(recipe.languages)
+    unknown = [lang for lang in chosen if lang not in recipe.languages]
+    if unknown:
+        raise UserInputError(
+            f"language {unknown[0]!r} is not in the recipe ({', '.join(recipe.languages)})"
+        )
+    if spec.size < 1:
+        raise UserInputError(f"--size must be at least 1, got {spec.size}")
+    most = max(len(recipe.languages[lang].teachers) for lang in chosen)
+    if spec.size > most:
+        raise UserInputError(
+            f"--size {spec.size} is larger than the candidates: no language of the recipe lists "
+            f"more than {most} teacher(s)"
+        )
+    return chosen
+
+
+def _held_out(recipe: MergeRecipe, lang: str, limit: int | None) -> list[Example]:
+    held = [e for e in language_examples(recipe, lang) if e.heldout]
+    if not held:
+        raise UserInputError(
+            f"language {lang!r} has no held-out example to compare its teachers on "
+            f"(heldout_fraction {recipe.heldout_fraction}); raise heldout_fraction"
+        )
+    return held[:limit] if limit else held
+
+
+def _language(
+    recipe: MergeRecipe,
+    spec: SelectionSpec,
+    lang: str,
+    opened: dict[str, Teacher],
+    timings: dict[str, float],
+) -> LanguageSelection:
+    candidates = sorted(recipe.languages[lang].teachers)
+    held = _held_out(recipe, lang, spec.max_texts)
+    clock = time.perf_counter()
+    qualities = []
+    for name in candidates:
+        ref = recipe.teachers[name].ref(name)
+        if name not in opened:
+            opened[name] = open_teacher(ref, example_length=recipe.example_length)
+        qualities.append(
+            held_out_quality(
+                lang,
+                opened[name],
+                ref,
+                held,
+                recipe.masking,
+                recipe.example_length,
+                spec.batch_size,
+            )
+        )
+    timings["quality"] += time.perf_counter() - clock
+    accuracy = {q.teacher: q.accuracy for q in qualities}
+    samples: dict[int, SetSamples] = {}
+    group_r2: dict[str, float] = {}
+    spans: dict[str, int] = {}
+    clock = time.perf_counter()
+    if len(candidates) == 1:
+        samples[1] = set_samples(None, candidates, 1, accuracy)
+    else:
+        result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
+        solver = decomposer_of(result.blocked, result.alpha, "relative")
+        group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
+        spans = dict(result.spans)
+        for size in range(1, min(spec.size, len(candidates)) + 1):
+            samples[size] = set_samples(
+                solver,
+                candidates,
+                size,
+                accuracy,
+                result.blocked["test"],
+                "test",
+                spec.bootstrap,
+                spec.seed,
+            )
+    timings["lmd"] += time.perf_counter() - clock
+    top = min(spec.size, len(candidates))
+    ranking = ranked(samples[top], spec.level)
+    return LanguageSelection(lang, qualities, group_r2, ranking, samples, spans)
+
+
+def _embed(
+    recipe: MergeRecipe, spec: SelectionSpec, lang: str, names: list[str], texts: list[str]
+) -> RunResult:
+    """The LMD run of the candidates on the language's held-out text (block statistics kept)."""
+    models = []
+    for name in names:
+        teacher = recipe.teachers[name]
+        models.append(
+            {
+                "name": name,
+                "path": teacher.path,
+                "revision": teacher.revision,
+                "trust_remote_code": teacher.trust_remote_code,
+            }
+        )
+    data = {
+        "models": models,
+        "corpus": recipe.languages[lang].corpus.model_dump(mode="json"),
+        "spans": {"length": spec.seq_len, "counts": list(spec.spans)},
+        "alpha": spec.alpha,
+        "study": {"bootstrap": max(spec.bootstrap, 1), "level": spec.level, "seed": spec.seed},
+        "cache_dir": str(spec.cache_dir),
+        "progress": spec.progress,
+        "batch_size": spec.batch_size,
+    }
+    config = validate(DecomposeConfig, data, SOURCE)
+    result = run_decomposition(config, RunInputs(docs=texts, keep_blocks=True))
+    for warning in result.warnings:
+        log.warning("%s: %s", lang, warning)
+    return result
+
+
+def _overall(found: dict[str, LanguageSelection], spec: SelectionSpec) -> list[SetScore]:
+    """Sets of ``size`` teachers from every language's candidates, scored for the whole student:
+    the mean over languages of the language's score of the members that cover it."""
+    every = sorted({q.teacher for f in found.values() for q in f.qualities})
+    sets = list(combinations(every, min(spec.size, len(every))))
+    point = np.zeros(len(sets))
+    columns: dict[int, list[np.ndarray | float]] = {s: [] for s in range(len(sets))}
+    for f in found.values():
+        mine = {q.teacher for q in f.qualities}
+        where = {m: (k, s) for k, got in f.samples.items() for s, m in enumerate(got.sets)}
+        for s, members in enumerate(sets):
+            covering = tuple(m for m in members if m in mine)
+            if covering:
+                got, index = f.samples[where[covering][0]], where[covering][1]
+                point[s] += got.score[index] / len(found)
+                fixed = not got.replicates.shape[0] or len(covering) == 1
+                columns[s].append(
+                    float(got.score[index])
+                    if fixed
+                    else got.replicates[:, index] * got.quality[index]
+                )
+    low, high = _overall_intervals(columns, len(found), spec.level)
+    nan = float("nan")  # complementarity and quality are per language
+    rows = [
+        SetScore(members, nan, nan, nan, nan, float(point[s]), low[s], high[s], {})
+        for s, members in enumerate(sets)
+    ]
+    return sorted(rows, key=lambda r: (-round(r.score, 12), r.members))
+
+
+def _overall_intervals(
+    columns: dict[int, list[np.ndarray | float]], languages: int, level: float
+) -> tuple[list[float], list[float]]:
+    """Percentile intervals of the overall scores from the languages' replicates (a language
+    whose score does not vary, a lone teacher's, adds its constant to every replicate)."""
+    width = max(
+        (len(c) for cs in columns.values() for c in cs if isinstance(c, np.ndarray)), default=0
+    )
+    if not width:
+        nan = [float("nan")] * len(columns)
+        return nan, nan
+    sample = np.zeros((width, len(columns)))
+    for s, parts in columns.items():
+        for part in parts:
+            sample[:, s] += np.asarray(part) / languages
+    low, high = percentile_interval(sample, level)
+    return low.tolist(), high.tolist()

@@ -1,0 +1,128 @@
+"""`lmalgebra merge select` / `select_teachers`: LMD ranks a recipe's teacher sets."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hostile_helpers import assert_one_line, run_cli
+from lmalgebra import select_teachers
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.recipe import load_recipe
+from tiny import build_bert_mlm, documents
+
+OPTIONS = {"spans": (240, 60, 120), "seq_len": 8, "bootstrap": 40}
+
+
+@pytest.fixture(scope="module")
+def candidates(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> dict:
+    root = tmp_path_factory.mktemp("candidates")
+    copy = root / "wp_copy"
+    shutil.copytree(teacher_dirs["wp"], copy)  # the same model under another name
+    return {
+        "wp": teacher_dirs["wp"],
+        "wp_copy": copy,
+        "other": build_bert_mlm(root / "other", seed=7),
+        "sp": teacher_dirs["sp"],
+    }
+
+
+def write(root: Path, teachers: dict[str, Path], order: list[str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = root / "xx.txt"
+    corpus.write_text("\n".join(documents(160, seed=21)) + "\n", encoding="utf-8")
+    recipe = {
+        "languages": {
+            "xx": {"corpus": {"paths": [str(corpus)]}, "teachers": order},
+            "yy": {"corpus": {"paths": [str(corpus)]}, "teachers": ["sp"]},
+        },
+        "teachers": {name: {"path": str(teachers[name])} for name in teachers},
+        "example_length": 48,
+        "heldout_fraction": 0.5,
+        "output_dir": str(root / "run"),
+    }
+    path = root / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def selected(tmp_path_factory: pytest.TempPathFactory, candidates: dict) -> tuple:
+    root = tmp_path_factory.mktemp("select")
+    path = write(root, candidates, ["wp", "wp_copy", "other", "sp"])
+    cache = root / "cache"
+    return path, cache, select_teachers(path, size=2, cache_dir=cache, **OPTIONS)
+
+
+def test_a_duplicate_is_never_chosen_over_a_distinct_teacher(selected: tuple) -> None:
+    _, _, found = selected
+    xx = found.sets[found.sets.language == "xx"].reset_index(drop=True)
+    assert len(xx) == 6  # every pair of four candidates
+    assert xx.members[0] != "wp+wp_copy"
+    duplicate = xx[xx.members == "wp+wp_copy"].iloc[0]
+    assert duplicate["rank"] == 6 and duplicate.complementarity < 0.05
+    assert (xx.complementarity[:5] > 0.2).all()
+    assert (xx.score_low <= xx.score).all() and (xx.score <= xx.score_high).all()
+    assert found.recommended["yy"] == ["sp"] and len(found.recommended["xx"]) == 2
+    assert set(found.teachers.columns) >= {"accuracy", "loss", "group_r2"}
+    # the recommended recipe keeps only the chosen teachers and loads as a recipe
+    assert sorted(found.recipe.languages["xx"].teachers) == found.recommended["xx"]
+    assert set(found.recipe.teachers) == {*found.recommended["xx"], "sp"}
+
+
+def test_stable_under_reordering_of_candidates(
+    tmp_path: Path, selected: tuple, candidates: dict
+) -> None:
+    _, cache, found = selected
+    path = write(tmp_path, candidates, ["sp", "other", "wp_copy", "wp"])
+    again = select_teachers(path, size=2, cache_dir=cache, **OPTIONS)
+    assert list(again.sets.members) == list(found.sets.members)
+    assert again.sets.score.to_numpy() == pytest.approx(found.sets.score.to_numpy(), abs=1e-9)
+
+
+def test_cli_writes_the_tables_and_a_recipe_that_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], selected: tuple
+) -> None:
+    path, cache, found = selected
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    args = ["merge", "select", str(path), "--spans", "240,60,120", "--seq-len", "8"]
+    code, err = run_cli([*args, "--bootstrap", "40", "--no-progress"], monkeypatch, capsys)
+    assert code == 0, err
+    out = path.parent / "run" / "selection"
+    names = {p.name for p in out.iterdir()}
+    assert {"sets.csv", "teachers.csv", "recommended.yaml", "selection.png"} <= names
+    assert sorted(p.name for p in (path.parent / "run").iterdir()) == ["selection"]  # no store
+    chosen = load_recipe(out / "recommended.yaml")
+    assert sorted(chosen.languages["xx"].teachers) == found.recommended["xx"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--size", "5"], ["--size 5", "4"]),
+        (["--language", "zz"], ["'zz'"]),
+        (["--spans", "10,10"], ["10,10"]),
+    ],
+)
+def test_bad_input_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    selected: tuple,
+    extra: list[str],
+    named: list[str],
+) -> None:
+    path, _, _ = selected
+    code, err = run_cli(["merge", "select", str(path), *extra], monkeypatch, capsys)
+    assert_one_line(code, err, named)
+
+
+def test_a_language_without_held_out_text_is_refused(tmp_path: Path, candidates: dict) -> None:
+    path = write(tmp_path, candidates, ["wp", "wp_copy", "other"])
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["heldout_fraction"] = 0.0
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(UserInputError, match="language 'xx' has no held-out example"):
+        select_teachers(path, size=2, **OPTIONS)
