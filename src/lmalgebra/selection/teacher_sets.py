@@ -213,7 +213,15 @@ def _embed(
         "batch_size": spec.batch_size,
     }
     config = validate(DecomposeConfig, data, SOURCE)
-    result = run_decomposition(config, RunInputs(docs=texts, keep_blocks=True))
+    try:
+        result = run_decomposition(config, RunInputs(docs=texts, keep_blocks=True))
+    except UserInputError as err:
+        if "span" not in str(err):
+            raise
+        raise UserInputError(
+            f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
+            f"compare teachers ({err}); raise heldout_fraction or max_examples, or lower --seq-len"
+        ) from err
     for warning in result.warnings:
         log.warning("%s: %s", lang, warning)
     return result
