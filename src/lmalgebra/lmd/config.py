@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,11 +16,7 @@ from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.solver import AlphaMode
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("LMALGEBRA_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
+from lmalgebra.storage.output_paths import default_cache_dir
 
 
 class DecomposeConfig(BaseModel):
