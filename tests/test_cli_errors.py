@@ -264,7 +264,12 @@ CASES: dict[str, Case] = {
     ),
     "hub_id_offline": lambda fx, tmp: (
         [*fx.models()[:2], "--model", "x=some-org/some-model", "--corpus", str(fx.corpus)],
-        ["model 'x'", "'some-org/some-model'", "hub"],
+        [
+            "model 'x': 'some-org/some-model' could not be reached",
+            "hub is offline (HF_HUB_OFFLINE is set)",
+            "local directory or a package: model",
+            "`lmalgebra packaged`",
+        ],
     ),
     "layer_out_of_range": lambda fx, tmp: (
         [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "7"],

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
 
@@ -37,7 +37,6 @@ TOKENIZER_FILES = (
     "added_tokens.json",
 )
 _FILE_SUFFIXES = (".onnx", *PRECOMPUTED_SUFFIXES)
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 ModelKind = Literal["transformers", "onnx", "precomputed", "memory"]
 _KIND_PREFIXES: dict[str, ModelKind] = {"onnx:": "onnx", "precomputed:": "precomputed"}
@@ -171,28 +170,9 @@ def resolve_directory(ref: ModelRef) -> Path:
         return local
     if local.exists():
         raise UserInputError(f"model {ref.name!r}: {ref.path} is a file, not a model directory")
-    if _looks_local(ref.path):
+    if looks_local(ref.path):
         raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
-    return _snapshot(ref.name, ref.path, ref.revision)
-
-
-def _looks_local(path: str) -> bool:
-    local = Path(path).expanduser()
-    return path.startswith((".", "/", "~")) or local.exists() or not _HUB_ID.match(path)
-
-
-def _snapshot(
-    name: str, repo: str, revision: str | None, patterns: list[str] | None = None
-) -> Path:
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
-    except Exception as err:  # the hub client raises many types; all mean "cannot get it"
-        raise UserInputError(
-            f"model {name!r}: cannot fetch {repo!r} from the hub "
-            f"({type(err).__name__}); give a local directory instead"
-        ) from err
+    return snapshot(f"model {ref.name!r}", ref.path, ref.revision)
 
 
 def _local_file(ref: ModelRef, what: str) -> Path:
@@ -248,9 +228,11 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
     if local.exists():
         raise UserInputError(f"model {ref.name!r}: tokenizer {source} is a file, not a directory")
     repo, _, revision = source.partition("@")
-    if _looks_local(repo):
+    if looks_local(repo):
         raise UserInputError(f"model {ref.name!r}: tokenizer directory {source} does not exist")
-    return _snapshot(ref.name, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
+    return snapshot(
+        f"model {ref.name!r}", repo, revision or None, [*TOKENIZER_FILES, "config.json"]
+    )
 
 
 def sibling_config(path: Path) -> dict[str, Any]:
