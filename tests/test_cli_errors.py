@@ -271,6 +271,14 @@ CASES: dict[str, Case] = {
             "`lmalgebra packaged`",
         ],
     ),
+    "reference_tokenizer_offline": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), "--reference_tokenizer", "some-org/tok"],
+        ["reference_tokenizer 'some-org/tok': 'some-org/tok' could not be reached", "offline"],
+    ),
+    "reference_tokenizer_missing_directory": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), "--reference_tokenizer", str(tmp / "tok")],
+        [f"reference_tokenizer '{tmp / 'tok'}'", "does not exist", "model of this run: a, b"],
+    ),
     "layer_out_of_range": lambda fx, tmp: (
         [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "7"],
         ["layer 7", "'a'", "0..2 or -3..-1"],
@@ -348,6 +356,7 @@ SUBPROCESS_CASES = [
     "span_length_zero",
     "recipe_unknown_key",
     "hub_id_offline",
+    "reference_tokenizer_offline",
     "layer_out_of_range",
     "nan_embeddings",
     "study_lengths_empty",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -220,19 +221,23 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
             f"model {ref.name!r}: an ONNX model needs a tokenizer: onnx:FILE#TOKENIZER on the "
             "command line or tokenizer: in the recipe (a directory, hub id or package:NAME)"
         )
+    return resolve_tokenizer(source, f"model {ref.name!r}")
+
+
+def resolve_tokenizer(source: str, owner: str) -> Path:
+    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME`` or a hub id
+    (``ID[@REVISION]``, its tokenizer files fetched). ``owner`` starts every message."""
     if source.startswith(PACKAGE_PREFIX):
         return asset_path(source.removeprefix(PACKAGE_PREFIX))
     local = Path(source).expanduser()
     if local.is_dir():
         return local
     if local.exists():
-        raise UserInputError(f"model {ref.name!r}: tokenizer {source} is a file, not a directory")
+        raise UserInputError(f"{owner}: tokenizer {source} is a file, not a directory")
     repo, _, revision = source.partition("@")
     if looks_local(repo):
-        raise UserInputError(f"model {ref.name!r}: tokenizer directory {source} does not exist")
-    return snapshot(
-        f"model {ref.name!r}", repo, revision or None, [*TOKENIZER_FILES, "config.json"]
-    )
+        raise UserInputError(f"{owner}: tokenizer directory {source} does not exist")
+    return snapshot(owner, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
 
 
 def sibling_config(path: Path) -> dict[str, Any]:
@@ -246,24 +251,39 @@ def sibling_config(path: Path) -> dict[str, Any]:
 
 def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
     """A fast tokenizer (offsets are needed); refuses slow-only tokenizers."""
-    from transformers import AutoTokenizer
-
     if ref.kind == "precomputed":
         raise UserInputError(f"model {ref.name!r} is a precomputed embeddings file: no tokenizer")
     if ref.kind == "onnx":
         directory = tokenizer_directory(ref, directory)
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
+    return _fast_tokenizer(directory, f"model {ref.name!r}", ref.trust_remote_code)
+
+
+def load_reference_tokenizer(source: str, models: Sequence[str]) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``) when it is
+    no model of the run: a ``reference_tokenizer`` that cuts spans without embedding anything.
+    ``models``: the run's model names, listed when ``source`` turns out to be unusable."""
+    owner = f"reference_tokenizer {source!r}"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            directory, trust_remote_code=ref.trust_remote_code
-        )
+        return _fast_tokenizer(resolve_tokenizer(source, owner), owner, False)
+    except UserInputError as err:
+        if not models:
+            raise
+        raise UserInputError(f"{err} (nor is it a model of this run: {', '.join(models)})") from err
+
+
+def _fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except Exception as err:
         raise UserInputError(
-            f"model {ref.name!r}: cannot load a tokenizer from {directory}: {load_failure(err)}"
+            f"{owner}: cannot load a tokenizer from {directory}: {load_failure(err)}"
         ) from err
     if not getattr(tokenizer, "is_fast", False):
-        raise UserInputError(f"model {ref.name!r}: tokenizer is not a fast (Rust) tokenizer")
+        raise UserInputError(f"{owner}: tokenizer is not a fast (Rust) tokenizer")
     return tokenizer
 
 
