@@ -135,7 +135,7 @@ class ModelRef(BaseModel):
             if not file:
                 raise UserInputError(f"model reference {text!r} names no file")
             stem = Path(file.rstrip("/")).stem if file.endswith(_FILE_SUFFIXES) else None
-            default = stem or Path(file.rstrip("/")).name
+            default = stem or Path(file.removeprefix(PACKAGE_PREFIX).rstrip("/")).name
             return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)
         random_init = ref.startswith("random:")
         ref = ref.removeprefix("random:")
@@ -143,7 +143,7 @@ class ModelRef(BaseModel):
         if not path:
             raise UserInputError(f"model reference {text!r} names no path or hub id")
         if not name:
-            readable = path.removeprefix("package:")  # package:minilm -> minilm
+            readable = path.removeprefix(PACKAGE_PREFIX)  # package:minilm -> minilm
             name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
 
