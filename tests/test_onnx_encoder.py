@@ -189,7 +189,7 @@ def test_model_ref_forms() -> None:
         "/data/api@v2.npy",
     )
     packaged = ModelRef.parse("package:minilm-l3-onnx")
-    assert packaged.kind == "onnx"
+    assert (packaged.kind, packaged.name) == ("onnx", "minilm-l3-onnx")
     # the existing forms are unchanged
     hub = ModelRef.parse("b=org/model@main")
     assert (hub.kind, hub.path, hub.revision, hub.tokenizer) == (

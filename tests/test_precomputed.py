@@ -425,3 +425,108 @@ def test_torch_onnx_and_precomputed_models_in_one_decomposition(
     assert float(r2["a"][1]) < 0.99  # different models stay different
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["hashes"]["spans_order"] == (tmp_path / "spans.sha256").read_text().strip()
+
+
+# --- a reference tokenizer that is no model of the run --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny import build_tokenizer
+
+    return build_tokenizer(tmp_path_factory.mktemp("tokenizer-only"))
+
+
+@pytest.fixture
+def nothing_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any model is loaded or any span embedded."""
+    from transformers import AutoModel
+
+    import lmalgebra.lmd.measure
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded or a span embedded")
+
+    monkeypatch.setattr(AutoModel, "from_pretrained", refuse)
+    monkeypatch.setattr(AutoModel, "from_config", refuse)
+    monkeypatch.setattr(lmalgebra.lmd.measure, "load_model", refuse)
+    monkeypatch.setattr(lmalgebra.lmd.measure, "embed", refuse)
+
+
+def _related(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Two arrays of span embeddings, the second nearly a linear function of the first."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((rows, 12))
+    b = a @ rng.standard_normal((12, 6)) + 0.05 * rng.standard_normal((rows, 6))
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+def test_precomputed_files_alone_cut_by_a_tokenizer_directory_embed_nothing(
+    cli: Cli, tokenizer_dir: Path, corpus_txt: Path, tmp_path: Path, nothing_embedded: None
+) -> None:
+    flags = ["--corpus", str(corpus_txt), *SMALL, "--reference_tokenizer", str(tokenizer_dir)]
+    code, err = cli(["spans", *flags, "--out", str(tmp_path / "spans.jsonl")])  # no model at all
+    assert code == 0, err
+    digest = (tmp_path / "spans.sha256").read_text().strip()
+    a, b = _related(len((tmp_path / "spans.jsonl").read_text().splitlines()))
+    files = [write_npy(tmp_path / f"{n}.npy", v, digest) for n, v in (("a", a), ("b", b))]
+    models = ["--model", f"a=precomputed:{files[0]}", "--model", f"b=precomputed:{files[1]}"]
+    out = tmp_path / "run"
+    code, err = cli(["decompose", *models, *flags, "--out", str(out)])
+    assert code == 0, err
+    assert json.loads((out / "summary.json").read_text())["models"] == ["a", "b"]
+    table = (out / "pairwise_r2_test.csv").read_text().splitlines()
+    assert float(table[2].split(",")[1]) > 0.95  # b from a
+
+
+def test_arrays_alone_cut_by_a_tokenizer_directory_embed_nothing(
+    tokenizer_dir: Path, bert_dir: Path, tmp_path: Path, nothing_embedded: None
+) -> None:
+    import lmalgebra
+    from tiny import documents
+
+    texts, shape = documents(120), {"seq_len": 8, "spans": (60, 12, 12)}
+    table = lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer_dir))
+    # the same spans as the model whose tokenizer this is would cut (its tokenizer alone loads)
+    as_model = lmalgebra.spans({"m": str(bert_dir)}, texts, **shape)
+    assert table.text.tolist() == as_model.text.tolist() and len(table) == 84
+    a, b = _related(len(table))
+    result = lmalgebra.decompose(
+        {"a": a, "b": b},
+        texts,
+        **shape,
+        reference_tokenizer=str(tokenizer_dir),
+        cache_dir=tmp_path / "cache",
+        progress=False,
+    )
+    assert result.pairwise("test").loc["b", "a"] > 0.95
+    assert result.config["reference_tokenizer"] == str(tokenizer_dir)
+
+
+def test_a_bad_reference_tokenizer_is_one_error_naming_it(
+    bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    from lmalgebra import decompose
+    from tiny import documents
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file.json").write_text("{}")
+    texts, shape = documents(120), {"seq_len": 8, "spans": (60, 12, 12), "progress": False}
+    two = {"a": str(bert_dir), "b": str(bert2_dir)}
+    vectors = np.zeros((84, 4), dtype=np.float32)
+    cases = {
+        str(tmp_path / "nowhere"): (two, ["does not exist", "nor is it a model of this run: a, b"]),
+        str(tmp_path / "empty"): (two, ["cannot load a tokenizer from"]),
+        str(tmp_path / "file.json"): (two, ["is a file, not a directory"]),
+        "some-org/some-tokenizer": (two, ["could not be reached", "offline"]),
+        "v": ({"v": vectors, "w": vectors}, ["has no tokenizer", "tokenizer directory"]),
+    }
+    for reference, (models, needles) in cases.items():
+        with pytest.raises(UserInputError) as caught:
+            decompose(models, texts, **shape, reference_tokenizer=reference, cache_dir=tmp_path)
+        message = str(caught.value)
+        assert message.startswith(f"reference_tokenizer {reference!r}"), message
+        for needle in needles:
+            assert needle in message, message
+    with pytest.raises(UserInputError, match=r"no model has a tokenizer.*reference_tokenizer"):
+        decompose({"v": vectors, "w": vectors}, texts, **shape, cache_dir=tmp_path)

@@ -115,6 +115,12 @@ def _bytelevel(directory: Path) -> None:
     fast.save_pretrained(directory)
 
 
+def build_tokenizer(directory: Path) -> Path:
+    """The tiny BERT's WordPiece tokenizer alone: a directory with no model in it."""
+    _wordpiece(directory)
+    return directory
+
+
 def build_bert(directory: Path, hidden: int = 32, seed: int = 0, layers: int = 2) -> Path:
     import torch
     from transformers import BertConfig, BertModel

@@ -25,7 +25,7 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.given_models import GivenArrays
 from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.run import decompose as decompose_to_directory
-from lmalgebra.lmd.span_plan import SpanPlanSpec, plan_spans, reference_model
+from lmalgebra.lmd.span_plan import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, read_documents
 from lmalgebra.sources.models import load_tokenizer, resolve_directory
@@ -100,7 +100,9 @@ def decompose(
             ``precomputed:FILE``), a ``(PreTrainedModel, tokenizer)`` pair (a fast tokenizer),
             a ``SentenceTransformer`` (its own pooling and normalisation, through ``encode``),
             or a 2-D array of span embeddings, one row per span in the order :func:`spans`
-            lists them. The first model with a tokenizer cuts the spans.
+            lists them. The first model with a tokenizer cuts the spans, unless the option
+            ``reference_tokenizer`` names another model or a tokenizer (a directory, hub id or
+            ``package:NAME``): then a run of arrays alone embeds nothing.
         texts: a list of documents (strings), or a corpus path as on the command line.
         seq_len: span length T in tokens of the reference tokenizer.
         spans: at most this many spans for train, validation and test.
@@ -150,7 +152,8 @@ def spans(
 
     Columns ``row``, ``split``, ``index`` (within the split), ``sha256`` (of the text) and
     ``text``, as ``lmalgebra spans`` exports them; ``attrs['spans_sha256']`` is the order digest.
-    Models given as arrays may be left out (they do not cut spans); any other option of
+    Models given as arrays may be left out (they do not cut spans; with
+    ``reference_tokenizer=`` naming a tokenizer, ``models`` may be empty); any other option of
     :func:`decompose` is accepted and those that do not change the spans are ignored.
     """
     data, inputs = _recipe(models, texts, seq_len, spans, dict(options))
@@ -158,19 +161,22 @@ def spans(
     plan_spec["reference_tokenizer"] = data.get("reference_tokenizer")
     spec = validate(SpanPlanSpec, plan_spec, "spans()")
     with library_call():
-        ref = reference_model(
+        name, tokenizer = span_tokenizer(
             spec.models,
             spec.reference_tokenizer,
+            lambda r: (
+                inputs.given[r.name].tokenizer
+                if r.name in inputs.given
+                else load_tokenizer(r, resolve_directory(r))
+            ),
             lambda r: (
                 inputs.given[r.name].tokenizer is not None
                 if r.name in inputs.given
                 else r.kind != "precomputed"
             ),
         )
-        given = inputs.given.get(ref.name)
-        tokenizer = given.tokenizer if given else load_tokenizer(ref, resolve_directory(ref))
         docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
-        plan = plan_spans(docs, tokenizer, spec.spans, ref.name)
+        plan = plan_spans(docs, tokenizer, spec.spans, name)
     rows = [
         {"split": split, "index": i, "sha256": span_sha256(text), "text": text}
         for split in SPLITS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,11 +16,13 @@ from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.solver import AlphaMode
+from lmalgebra.storage.output_paths import default_cache_dir
 
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("LMALGEBRA_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
+REFERENCE_TOKENIZER_HELP = (
+    "Tokenizer that cuts the spans (T counts its tokens): a model's name, or a tokenizer "
+    "directory, hub id or package:NAME that is no model of the run (nothing is embedded for it). "
+    "Default: the first model that has a tokenizer."
+)
 
 
 class DecomposeConfig(BaseModel):
@@ -38,10 +39,7 @@ class DecomposeConfig(BaseModel):
     spans: SpanSpec = Field(
         default_factory=SpanSpec, description="How documents become spans, and how many per split."
     )
-    reference_tokenizer: str | None = Field(
-        default=None,
-        description="Model name whose tokenizer defines span length (default: first model).",
-    )
+    reference_tokenizer: str | None = Field(default=None, description=REFERENCE_TOKENIZER_HELP)
     layer: int = Field(
         default=-1, description="Hidden layer to pool (negative counts from the last)."
     )
@@ -86,10 +84,6 @@ class DecomposeConfig(BaseModel):
             raise UserInputError(
                 f"model names must be unique; repeated: {', '.join(dup)} (name each model: "
                 "--model NAME=REFERENCE, or `name:` in the recipe)"
-            )
-        if self.reference_tokenizer is not None and self.reference_tokenizer not in names:
-            raise UserInputError(
-                f"reference_tokenizer {self.reference_tokenizer!r} is not among the models"
             )
         if (self.target is None) != (self.basis is None):
             raise UserInputError("--target and --basis go together")

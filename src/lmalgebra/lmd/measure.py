@@ -22,7 +22,7 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.lmd.given_models import GivenArrays, GivenModel, in_memory_split
-from lmalgebra.lmd.span_plan import plan_spans, reference_model
+from lmalgebra.lmd.span_plan import plan_spans, span_tokenizer
 from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
@@ -116,17 +116,19 @@ class ModelPool:
             return self.given[name].tokenizer
         return load_tokenizer(self.refs[name], self.dirs[name])
 
-    def reference(self) -> str:
-        """The model whose tokenizer cuts the spans."""
-        return reference_model(
+    @cached_property
+    def span_tokenizer(self) -> tuple[str, Any]:
+        """The tokenizer that cuts the spans, and its name (a model's, or the reference's)."""
+        return span_tokenizer(
             self.config.models,
             self.config.reference_tokenizer,
+            lambda ref: self.tokenizer(ref.name),
             lambda ref: (
                 self.given[ref.name].tokenizer is not None
                 if ref.name in self.given
                 else ref.kind != "precomputed"
             ),
-        ).name
+        )
 
     def depth(self, name: str) -> int:
         """Number of hidden layers (the embedding output is layer 0)."""
@@ -171,8 +173,8 @@ def draw_texts(
     pool: ModelPool, docs: list[str], spec: SpanSpec
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Span texts per split, drawn with the reference tokenizer, and their hashes."""
-    reference = pool.reference()
-    plan = plan_spans(docs, pool.tokenizer(reference), spec, reference)  # as `lmalgebra spans`
+    reference, tokenizer = pool.span_tokenizer
+    plan = plan_spans(docs, tokenizer, spec, reference)  # as `lmalgebra spans`
     return plan.texts, plan.hashes
 
 

@@ -19,10 +19,15 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig, load_config
+from lmalgebra.lmd.config import REFERENCE_TOKENIZER_HELP, DecomposeConfig, load_config
 from lmalgebra.lmd.spans import Span, SpanSpec, draw_spans, span_texts
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.models import (
+    ModelRef,
+    load_reference_tokenizer,
+    load_tokenizer,
+    resolve_directory,
+)
 from lmalgebra.sources.precomputed import order_digest, span_sha256
 from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 
@@ -33,27 +38,23 @@ class SpanPlanSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelRef] = Field(
-        min_length=1,
-        description="Models, as in a decomposition; one supplies the tokenizer. On the command "
-        "line, one flag per model: [NAME=][random:]PATH_OR_HUB_ID[@REVISION], "
-        "[NAME=]onnx:FILE[#TOKENIZER] or [NAME=]precomputed:FILE.",
+        default_factory=list,
+        description="Models, as in a decomposition; one supplies the tokenizer unless "
+        "reference_tokenizer names another. On the command line, one flag per model: "
+        "[NAME=][random:]PATH_OR_HUB_ID[@REVISION], [NAME=]onnx:FILE[#TOKENIZER] or "
+        "[NAME=]precomputed:FILE.",
     )
     corpus: CorpusSpec = Field(description="The text the spans are cut from.")
     spans: SpanSpec = Field(
         default_factory=SpanSpec, description="How documents become spans, and how many per split."
     )
-    reference_tokenizer: str | None = Field(
-        default=None,
-        description="Model whose tokenizer defines span length (default: the first model "
-        "that has a tokenizer).",
-    )
+    reference_tokenizer: str | None = Field(default=None, description=REFERENCE_TOKENIZER_HELP)
 
     @model_validator(mode="after")
     def _check(self) -> SpanPlanSpec:
-        names = [m.name for m in self.models]
-        if self.reference_tokenizer is not None and self.reference_tokenizer not in names:
+        if not self.models and self.reference_tokenizer is None:
             raise UserInputError(
-                f"reference_tokenizer {self.reference_tokenizer!r} is not among the models"
+                "name a model (--model) or a reference_tokenizer whose tokenizer cuts the spans"
             )
         return self
 
@@ -85,27 +86,50 @@ def reference_model(
     models: list[ModelRef],
     reference_tokenizer: str | None,
     has_tokenizer: Callable[[ModelRef], bool] | None = None,
-) -> ModelRef:
-    """The model whose tokenizer cuts the spans: the named one, else the first with a tokenizer.
+) -> ModelRef | None:
+    """The model whose tokenizer cuts the spans: the one ``reference_tokenizer`` names, else the
+    first with a tokenizer; None when ``reference_tokenizer`` is no model's name (then it names
+    a tokenizer by reference, see :func:`span_tokenizer`).
 
     ``has_tokenizer``: whether a model has one (default: every model but a precomputed file).
     """
     tokenized = has_tokenizer or (lambda ref: ref.kind != "precomputed")
     if reference_tokenizer is not None:
-        ref = next(m for m in models if m.name == reference_tokenizer)
-        if not tokenized(ref):
+        ref = next((m for m in models if m.name == reference_tokenizer), None)
+        if ref is not None and not tokenized(ref):
             raise UserInputError(
                 f"reference_tokenizer {ref.name!r} has no tokenizer (precomputed embeddings): "
-                "name a model that has a tokenizer"
+                "name a model that has a tokenizer, or a tokenizer directory, hub id or "
+                "package:NAME"
             )
         return ref
     for ref in models:
         if tokenized(ref):
             return ref
     raise UserInputError(
-        "every model is a precomputed embeddings file: add a model whose tokenizer cuts "
-        "the spans (the same one used when the spans were exported)"
+        "no model has a tokenizer to cut the spans (precomputed embeddings only): set "
+        "reference_tokenizer to a tokenizer directory, hub id or package:NAME (the same one "
+        "used when the spans were exported)"
     )
+
+
+def span_tokenizer(
+    models: list[ModelRef],
+    reference_tokenizer: str | None,
+    model_tokenizer: Callable[[ModelRef], Any],
+    has_tokenizer: Callable[[ModelRef], bool] | None = None,
+) -> tuple[str, Any]:
+    """The tokenizer that cuts the spans, and what it is (a model's name, or the reference).
+
+    ``model_tokenizer`` loads a model's tokenizer; a ``reference_tokenizer`` that names no model
+    is loaded by reference (directory, hub id, ``package:NAME``) and nothing is embedded for it.
+    """
+    ref = reference_model(models, reference_tokenizer, has_tokenizer)
+    if ref is not None:
+        return ref.name, model_tokenizer(ref)
+    assert reference_tokenizer is not None  # reference_model returns None for it alone
+    names = [m.name for m in models]
+    return reference_tokenizer, load_reference_tokenizer(reference_tokenizer, names)
 
 
 def draw_run_spans(
@@ -113,21 +137,25 @@ def draw_run_spans(
     docs: list[str] | None = None,
     spec: SpanSpec | None = None,
 ) -> RunSpans:
-    """Cut the corpus into the run's spans with the reference model's tokenizer.
+    """Cut the corpus into the run's spans with the reference tokenizer.
 
     ``docs``: the documents (default: read ``config.corpus``); ``spec``: span settings (default
     ``config.spans``; a sweep passes its own). Every decomposition measurement and the span
     exporter call this, so an exported list is exactly what a run embeds.
     """
+    name, tokenizer = span_tokenizer(
+        config.models,
+        config.reference_tokenizer,
+        lambda ref: load_tokenizer(ref, resolve_directory(ref)),
+    )
     if docs is None:
         docs = read_documents(config.corpus)
-    ref = reference_model(config.models, config.reference_tokenizer)
-    tokenizer = load_tokenizer(ref, resolve_directory(ref))
-    return plan_spans(docs, tokenizer, spec or config.spans, ref.name)
+    return plan_spans(docs, tokenizer, spec or config.spans, name)
 
 
 def plan_spans(docs: list[str], tokenizer: Any, spec: SpanSpec, reference: str) -> RunSpans:
-    """The spans of ``docs`` cut with ``tokenizer`` (model ``reference``'s), and their hashes."""
+    """The spans of ``docs`` cut with ``tokenizer`` (``reference``: a model's name or the
+    reference tokenizer's), and their hashes."""
     spans = draw_spans(docs, tokenizer, spec)
     texts = {split: span_texts(docs, spans[split]) for split in SPLITS}
     hashes = {

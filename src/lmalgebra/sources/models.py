@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
 
@@ -37,7 +38,6 @@ TOKENIZER_FILES = (
     "added_tokens.json",
 )
 _FILE_SUFFIXES = (".onnx", *PRECOMPUTED_SUFFIXES)
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 ModelKind = Literal["transformers", "onnx", "precomputed", "memory"]
 _KIND_PREFIXES: dict[str, ModelKind] = {"onnx:": "onnx", "precomputed:": "precomputed"}
@@ -135,7 +135,7 @@ class ModelRef(BaseModel):
             if not file:
                 raise UserInputError(f"model reference {text!r} names no file")
             stem = Path(file.rstrip("/")).stem if file.endswith(_FILE_SUFFIXES) else None
-            default = stem or Path(file.rstrip("/")).name
+            default = stem or Path(file.removeprefix(PACKAGE_PREFIX).rstrip("/")).name
             return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)
         random_init = ref.startswith("random:")
         ref = ref.removeprefix("random:")
@@ -143,7 +143,7 @@ class ModelRef(BaseModel):
         if not path:
             raise UserInputError(f"model reference {text!r} names no path or hub id")
         if not name:
-            readable = path.removeprefix("package:")  # package:minilm -> minilm
+            readable = path.removeprefix(PACKAGE_PREFIX)  # package:minilm -> minilm
             name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
 
@@ -171,28 +171,9 @@ def resolve_directory(ref: ModelRef) -> Path:
         return local
     if local.exists():
         raise UserInputError(f"model {ref.name!r}: {ref.path} is a file, not a model directory")
-    if _looks_local(ref.path):
+    if looks_local(ref.path):
         raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
-    return _snapshot(ref.name, ref.path, ref.revision)
-
-
-def _looks_local(path: str) -> bool:
-    local = Path(path).expanduser()
-    return path.startswith((".", "/", "~")) or local.exists() or not _HUB_ID.match(path)
-
-
-def _snapshot(
-    name: str, repo: str, revision: str | None, patterns: list[str] | None = None
-) -> Path:
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
-    except Exception as err:  # the hub client raises many types; all mean "cannot get it"
-        raise UserInputError(
-            f"model {name!r}: cannot fetch {repo!r} from the hub "
-            f"({type(err).__name__}); give a local directory instead"
-        ) from err
+    return snapshot(f"model {ref.name!r}", ref.path, ref.revision)
 
 
 def _local_file(ref: ModelRef, what: str) -> Path:
@@ -240,17 +221,23 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
             f"model {ref.name!r}: an ONNX model needs a tokenizer: onnx:FILE#TOKENIZER on the "
             "command line or tokenizer: in the recipe (a directory, hub id or package:NAME)"
         )
+    return resolve_tokenizer(source, f"model {ref.name!r}")
+
+
+def resolve_tokenizer(source: str, owner: str) -> Path:
+    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME`` or a hub id
+    (``ID[@REVISION]``, its tokenizer files fetched). ``owner`` starts every message."""
     if source.startswith(PACKAGE_PREFIX):
         return asset_path(source.removeprefix(PACKAGE_PREFIX))
     local = Path(source).expanduser()
     if local.is_dir():
         return local
     if local.exists():
-        raise UserInputError(f"model {ref.name!r}: tokenizer {source} is a file, not a directory")
+        raise UserInputError(f"{owner}: tokenizer {source} is a file, not a directory")
     repo, _, revision = source.partition("@")
-    if _looks_local(repo):
-        raise UserInputError(f"model {ref.name!r}: tokenizer directory {source} does not exist")
-    return _snapshot(ref.name, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
+    if looks_local(repo):
+        raise UserInputError(f"{owner}: tokenizer directory {source} does not exist")
+    return snapshot(owner, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
 
 
 def sibling_config(path: Path) -> dict[str, Any]:
@@ -264,24 +251,39 @@ def sibling_config(path: Path) -> dict[str, Any]:
 
 def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
     """A fast tokenizer (offsets are needed); refuses slow-only tokenizers."""
-    from transformers import AutoTokenizer
-
     if ref.kind == "precomputed":
         raise UserInputError(f"model {ref.name!r} is a precomputed embeddings file: no tokenizer")
     if ref.kind == "onnx":
         directory = tokenizer_directory(ref, directory)
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
+    return _fast_tokenizer(directory, f"model {ref.name!r}", ref.trust_remote_code)
+
+
+def load_reference_tokenizer(source: str, models: Sequence[str]) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``) when it is
+    no model of the run: a ``reference_tokenizer`` that cuts spans without embedding anything.
+    ``models``: the run's model names, listed when ``source`` turns out to be unusable."""
+    owner = f"reference_tokenizer {source!r}"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            directory, trust_remote_code=ref.trust_remote_code
-        )
+        return _fast_tokenizer(resolve_tokenizer(source, owner), owner, False)
+    except UserInputError as err:
+        if not models:
+            raise
+        raise UserInputError(f"{err} (nor is it a model of this run: {', '.join(models)})") from err
+
+
+def _fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except Exception as err:
         raise UserInputError(
-            f"model {ref.name!r}: cannot load a tokenizer from {directory}: {load_failure(err)}"
+            f"{owner}: cannot load a tokenizer from {directory}: {load_failure(err)}"
         ) from err
     if not getattr(tokenizer, "is_fast", False):
-        raise UserInputError(f"model {ref.name!r}: tokenizer is not a fast (Rust) tokenizer")
+        raise UserInputError(f"{owner}: tokenizer is not a fast (Rust) tokenizer")
     return tokenizer
 
 

@@ -20,6 +20,12 @@ from lmalgebra.core.errors import UserInputError
 LOCK_NAME = ".lmalgebra.lock"
 
 
+def default_cache_dir() -> Path:
+    """The user's lmalgebra cache: ``$LMALGEBRA_CACHE``, else ``~/.cache/lmalgebra``."""
+    env = os.environ.get("LMALGEBRA_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
+
+
 def _nearest_existing(path: Path) -> Path:
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
