@@ -68,7 +68,9 @@ def select_teachers(recipe: Any, *, size: int = 2, **options: Any) -> TeacherSel
         recipe: a MergeDistill recipe (YAML path, mapping or ``MergeRecipe``).
         size: teachers per set.
         options: ``languages`` (default all), ``seq_len`` (span length, default 32), ``spans``
-            (train, validation, test counts, default (2000, 250, 500)), ``max_texts`` (held-out
+            (train, validation, test counts, default (2000, 250, 500)), ``per_doc`` (spans per
+            example, default 16), ``fractions`` (of examples per split, default (0.7, 0.1,
+            0.2)), ``max_texts`` (held-out
             examples per language, default all), ``alpha``, ``bootstrap`` (replicates, default
             1000), ``level``, ``seed``, ``batch_size``, ``progress``, ``cache_dir``.
     """
@@ -81,8 +83,9 @@ def select_teachers(recipe: Any, *, size: int = 2, **options: Any) -> TeacherSel
         )
     if "languages" in options and options["languages"] is not None:
         options["languages"] = tuple(options["languages"])
-    if "spans" in options:
-        options["spans"] = tuple(options["spans"])
+    for key in ("spans", "fractions"):
+        if key in options:
+            options[key] = tuple(options[key])
     config = recipe_of(recipe)
     spec = SelectionSpec(size=size, **{"progress": False, **options})
     with library_call():

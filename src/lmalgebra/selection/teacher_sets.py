@@ -43,6 +43,10 @@ class SelectionSpec:
     languages: tuple[str, ...] | None = None
     seq_len: int = 32
     spans: tuple[int, int, int] = (2000, 250, 500)
+    # held-out text is scarce: more spans per document than decompose's default, a larger test
+    # share (the set scores are test R^2)
+    per_doc: int = 16
+    fractions: tuple[float, float, float] = (0.7, 0.1, 0.2)
     max_texts: int | None = None
     alpha: float = 0.01
     bootstrap: int = 1000
@@ -205,7 +209,12 @@ def _embed(
     data = {
         "models": models,
         "corpus": recipe.languages[lang].corpus.model_dump(mode="json"),
-        "spans": {"length": spec.seq_len, "counts": list(spec.spans)},
+        "spans": {
+            "length": spec.seq_len,
+            "counts": list(spec.spans),
+            "per_doc": spec.per_doc,
+            "fractions": list(spec.fractions),
+        },
         "alpha": spec.alpha,
         "study": {"bootstrap": max(spec.bootstrap, 1), "level": spec.level, "seed": spec.seed},
         "cache_dir": str(spec.cache_dir),
