@@ -74,8 +74,9 @@ def corpora(work: Path, plan: Plan) -> dict[str, Path]:
 
 def teachers(work: Path, text: dict[str, Path], plan: Plan) -> dict[str, Path]:
     """The six teachers (each made once; a later run reuses the finished directories)."""
-    from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.head_only import pretrain_head
+
+    from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.pretrain import pretrain
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
@@ -101,23 +102,36 @@ def teachers(work: Path, text: dict[str, Path], plan: Plan) -> dict[str, Path]:
         out = work / "teachers" / name
         if not (out / "lmalgebra.json").exists():
             pretrain(
-                corpus(part), lang, 0, out, size, training(plan.teacher_steps, seed),
-                plan.example_length, progress=False, tokenizer=TOKENIZER,
+                corpus(part),
+                lang,
+                0,
+                out,
+                size,
+                training(plan.teacher_steps, seed),
+                plan.example_length,
+                progress=False,
+                tokenizer=TOKENIZER,
             )
         made[name] = out
     for name, encoder in (("minilm", "package:minilm"), ("minilm-sre", "package:minilm-sre")):
         out = work / "teachers" / name
         if not (out / "lmalgebra.json").exists():
             pretrain_head(
-                corpus("en-a"), "en", encoder, out, training(plan.head_steps, 0),
-                plan.example_length, progress=False,
+                corpus("en-a"),
+                "en",
+                encoder,
+                out,
+                training(plan.head_steps, 0),
+                plan.example_length,
+                progress=False,
             )
         made[name] = out
     return made
 
 
-def recipe(work: Path, text: dict[str, Path], made: dict[str, Path], plan: Plan,
-           names: list[str], run: str) -> dict[str, Any]:
+def recipe(
+    work: Path, text: dict[str, Path], made: dict[str, Path], plan: Plan, names: list[str], run: str
+) -> dict[str, Any]:
     return {
         "languages": {
             "en": {"corpus": {"paths": [str(text["en-c"])], "doc_sep": "line"}, "teachers": names}
@@ -128,8 +142,11 @@ def recipe(work: Path, text: dict[str, Path], made: dict[str, Path], plan: Plan,
         "output_dir": str(work / "runs" / run),
         "student": {"hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512},
         "training": {
-            "steps": plan.student_steps, "batch_size": plan.batch_size, "lr": 1e-3,
-            "warmup_steps": plan.student_steps // 10, "checkpoint_every": plan.student_steps,
+            "steps": plan.student_steps,
+            "batch_size": plan.batch_size,
+            "lr": 1e-3,
+            "warmup_steps": plan.student_steps // 10,
+            "checkpoint_every": plan.student_steps,
             "seed": 0,
         },
     }
@@ -186,8 +203,11 @@ def main() -> None:
     names = sorted(made)
     clock = time.perf_counter()
     found = select_teachers(
-        recipe(work, text, made, plan, names, "select"), size=2, spans=plan.select_spans,
-        bootstrap=500, cache_dir=work / "cache",
+        recipe(work, text, made, plan, names, "select"),
+        size=2,
+        spans=plan.select_spans,
+        bootstrap=500,
+        cache_dir=work / "cache",
     )
     seconds["select"] = time.perf_counter() - clock
     scores = found.sets[found.sets.language == "en"].set_index("members")
@@ -199,16 +219,28 @@ def main() -> None:
         run = merge(config, stages=["prepare", "teach", "vocab", "train"])
         accuracy = student_accuracy(config, run.students["student"])
         row = scores.loc[label]
-        rows.append({"pair": label, "score": float(row.score),
-                     "complementarity": float(row.complementarity),
-                     "quality": float(row.quality), "student_accuracy": accuracy})
+        rows.append(
+            {
+                "pair": label,
+                "score": float(row.score),
+                "complementarity": float(row.complementarity),
+                "quality": float(row.quality),
+                "student_accuracy": accuracy,
+            }
+        )
         print(f"{label}: score {row.score:.3f}, student accuracy {accuracy:.4f}", flush=True)
     seconds["students"] = time.perf_counter() - clock
     report(rows, found, plan, seconds, args.out, args.quick)
 
 
-def report(rows: list[dict[str, Any]], found: Any, plan: Plan, seconds: dict[str, float],
-           out: Path, quick: bool) -> None:
+def report(
+    rows: list[dict[str, Any]],
+    found: Any,
+    plan: Plan,
+    seconds: dict[str, float],
+    out: Path,
+    quick: bool,
+) -> None:
     score = np.array([r["score"] for r in rows])
     accuracy = np.array([r["student_accuracy"] for r in rows])
     rho = spearman(score, accuracy)
@@ -219,9 +251,14 @@ def report(rows: list[dict[str, Any]], found: Any, plan: Plan, seconds: dict[str
     median = float(np.median(accuracy))
     chosen_accuracy = next(r["student_accuracy"] for r in rows if r["pair"] == chosen)
     result = {
-        "plan": asdict(plan), "seconds": seconds, "pairs": rows,
-        "spearman": rho, "spearman_interval": [low, high],
-        "recommended": chosen, "recommended_rank": rank, "pairs_count": len(rows),
+        "plan": asdict(plan),
+        "seconds": seconds,
+        "pairs": rows,
+        "spearman": rho,
+        "spearman_interval": [low, high],
+        "recommended": chosen,
+        "recommended_rank": rank,
+        "pairs_count": len(rows),
         "recommended_above_median": chosen_accuracy > median,
         "targets": {"spearman >= 0.5": rho >= 0.5, "chosen above median": chosen_accuracy > median},
     }

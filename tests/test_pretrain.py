@@ -136,7 +136,7 @@ def test_a_given_tokenizer_is_kept_as_is(
     assert made.get_vocab() == given.get_vocab()
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert model.config.vocab_size == len(given)
-    with pytest.raises(UserInputError, match="--tokenizer .*missing-dir"):
+    with pytest.raises(UserInputError, match=r"--tokenizer .*missing-dir"):
         pretrain(
             CorpusSpec(paths=[str(corpus)]),
             "fr",
