@@ -117,7 +117,7 @@ def naive_alm(batch, found_per_example, temperature=1.0, epsilon=1e-6):
         log_q = torch.log_softmax(batch["logits"][b], -1)
         for (a, e), (c, d) in found:
             l_t = sum(float(batch["next_logprob"][b, i]) for i in range(a, e))
-            if math.isnan(l_t):
+            if math.isnan(l_t) or not all(batch["mask"][b, c:d]):
                 continue
             l_s = sum(log_q[s, int(batch["student_ids"][b, s])] for s in range(c, d))
             x_t = l_t / temperature - epsilon
@@ -169,10 +169,10 @@ def test_uld_loss(batch, student_top: int | None) -> None:
 
 @pytest.mark.parametrize("temperature", [1.0, 3.0])
 def test_alm_loss(batch, temperature: float) -> None:
-    # example 0: teacher row 0 is NaN (its chunk is skipped); example 1: 4 teacher tokens only
+    # example 0: teacher row 0 is NaN; example 1: student token 5 is padding (both chunks skipped)
     found = [
         [((0, 2), (0, 1)), ((2, 3), (1, 4)), ((3, 5), (4, 6))],
-        [((0, 1), (0, 2)), ((1, 4), (2, 5))],
+        [((0, 1), (0, 2)), ((1, 3), (2, 4)), ((3, 5), (4, 6))],
     ]
     batch["next_logprob"][0, 0] = float("nan")
     ids = [chunk_ids(f, T, S) for f in found]
@@ -181,6 +181,7 @@ def test_alm_loss(batch, temperature: float) -> None:
     args = (
         batch["logits"],
         batch["student_ids"],
+        batch["mask"],
         student_chunk,
         batch["next_logprob"],
         teacher_chunk,
@@ -230,11 +231,10 @@ def test_alm_vanishes_when_chunk_likelihoods_agree(batch) -> None:
     teacher_chunk = torch.arange(3).repeat_interleave(3).expand(B, 9)
     per_chunk = picked.reshape(B, 3, 2).sum(-1)
     next_logprob = (per_chunk / 3).repeat_interleave(3, dim=1)
-    args = (logits, student_ids, student_chunk, next_logprob, teacher_chunk)
-    assert abs(ctl.alm_loss(*args).item()) < 1e-9
-    assert (
-        ctl.alm_loss(logits, student_ids, student_chunk, next_logprob - 0.5, teacher_chunk) > 1e-3
-    )
+    mask = torch.ones(B, S, dtype=torch.bool)
+    args = (logits, student_ids, mask, student_chunk)
+    assert abs(ctl.alm_loss(*args, next_logprob, teacher_chunk).item()) < 1e-9
+    assert ctl.alm_loss(*args, next_logprob - 0.5, teacher_chunk) > 1e-3
 
 
 def test_sampled_ce_with_exact_counts_is_the_cross_entropy(batch) -> None:
@@ -265,9 +265,8 @@ def test_no_gradient_reaches_the_teacher(batch) -> None:
         batch["mask"],
     )
     loss = loss + ctl.uld_loss(batch["logits"], batch["aligned"], values, batch["mask"])
-    loss = loss + ctl.alm_loss(
-        batch["logits"], batch["student_ids"], chunk, next_logprob, chunk[:, :T]
-    )
+    student = (batch["logits"], batch["student_ids"], batch["mask"], chunk)
+    loss = loss + ctl.alm_loss(*student, next_logprob, chunk[:, :T])
     loss.backward()
     assert values.grad is None and next_logprob.grad is None
     assert batch["logits"].grad is not None and torch.isfinite(batch["logits"].grad).all()

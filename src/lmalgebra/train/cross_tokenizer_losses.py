@@ -137,6 +137,7 @@ def uld_loss(
 def alm_loss(
     logits: torch.Tensor,
     student_ids: torch.Tensor,
+    mask: torch.Tensor,
     student_chunk: torch.Tensor,
     next_logprob: torch.Tensor,
     teacher_chunk: torch.Tensor,
@@ -158,9 +159,10 @@ def alm_loss(
     reference code (tokenkit) uses the binary cross-entropy, which differs from this by the
     teacher's binary entropy (a constant: same gradients).
 
-    Shapes: ``logits (B, S, V)``, ``student_ids (B, S)``, ``student_chunk (B, S) int64`` and
-    ``teacher_chunk (B, T) int64`` chunk indices (-1: no chunk, padding), ``next_logprob (B, T)``
-    -> scalar mean over chunks with tokens on both sides and no NaN teacher row.
+    Shapes: ``logits (B, S, V)``, ``student_ids (B, S)``, ``mask (B, S) bool``, ``student_chunk
+    (B, S) int64`` and ``teacher_chunk (B, T) int64`` chunk indices (-1: no chunk, padding),
+    ``next_logprob (B, T)`` -> scalar mean over the chunks with tokens on both sides, every student
+    token in ``mask`` and no NaN teacher row (a token without context spoils its chunk).
     """
     picked = nnf.log_softmax(_real(logits), dim=-1).gather(-1, student_ids.clamp(min=0)[..., None])
     student = picked[..., 0]
@@ -169,10 +171,11 @@ def alm_loss(
         (int(c.max()) for c in (student_chunk, teacher_chunk) if c.numel()), default=-1
     )
     l_s, n_s = _chunk_sums(student, student_chunk, chunks)
+    masked, _ = _chunk_sums((~mask).to(student.dtype), student_chunk, chunks)
     missing = teacher.isnan()
     l_t, n_t = _chunk_sums(torch.where(missing, 0.0, teacher), teacher_chunk, chunks)
     holes, _ = _chunk_sums(missing.to(teacher.dtype), teacher_chunk, chunks)
-    keep = (n_s > 0) & (n_t > 0) & (holes == 0)
+    keep = (n_s > 0) & (n_t > 0) & (holes == 0) & (masked == 0)
     x_t = l_t.clamp(max=0) / temperature - epsilon
     x_s = l_s.clamp(max=0) / temperature - epsilon
     binary_kl = x_t.exp() * (x_t - x_s) - torch.expm1(x_t) * (log1mexp(x_t) - log1mexp(x_s))
