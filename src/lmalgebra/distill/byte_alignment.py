@@ -38,9 +38,8 @@ from lmalgebra.distill.token_forms import backend_of, detect_convention, token_s
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
-Chunk = tuple[
-    tuple[int, int], tuple[int, int]
-]  # ((a, b), (c, d)): teacher and student index ranges
+# ((a, b), (c, d)): teacher tokens [a, b) and student tokens [c, d)
+Chunk = tuple[tuple[int, int], tuple[int, int]]
 
 
 @dataclass(frozen=True)
