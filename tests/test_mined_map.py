@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import mined_map as mm
-from lmalgebra.distill.edit_distance import distance_matrix
+from lmalgebra.distill.edit_distance import BLOCK_CELLS, distance_matrix
 from lmalgebra.distill.vocab_union import canonical_vocabulary
 from test_byte_alignment import _levenshtein
 from tiny import build_tokenizer_kinds
@@ -34,6 +34,16 @@ def _words(rng: random.Random, count: int, longest: int = 6) -> list[str]:
 def test_distance_matrix_equals_the_textbook_levenshtein() -> None:
     rng = random.Random(0)
     a, b = _words(rng, 60), _words(rng, 45)
+    expected = np.array([[_levenshtein(x, y) for y in b] for x in a])
+    assert (distance_matrix(a, b) == expected).all()
+
+
+def test_blocked_distances_equal_the_textbook_levenshtein() -> None:
+    # one length bucket large enough to be cut into several blocks of BLOCK_CELLS
+    rng = random.Random(2)
+    a = ["".join(rng.choice("abcd") for _ in range(5)) for _ in range(150)]
+    b = ["".join(rng.choice("abcd") for _ in range(5)) for _ in range(200)]
+    assert len(a) * len(b) * 6 > 2 * BLOCK_CELLS
     expected = np.array([[_levenshtein(x, y) for y in b] for x in a])
     assert (distance_matrix(a, b) == expected).all()
 

@@ -31,7 +31,7 @@ def _real(x: torch.Tensor) -> torch.Tensor:
 
 def _mean(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` where ``keep``; masked entries may hold NaN or inf; zero if none kept."""
-    kept = torch.where(keep, values, torch.zeros((), dtype=values.dtype, device=values.device))
+    kept = torch.where(keep, values, values.new_zeros(()))
     return kept.sum() / keep.sum().clamp(min=1)
 
 
@@ -85,13 +85,13 @@ def mined_kl(
     values, has = _teacher_rows(_real(topk_logprobs), aligned)
     ids, _ = _teacher_rows(topk_ids.long(), aligned)
     keep = mask & has & ~values.isnan().any(-1) & (values > -math.inf).any(-1)
-    values = torch.where(keep[..., None], values, torch.zeros((), dtype=values.dtype))
+    values = torch.where(keep[..., None], values, values.new_zeros(()))
     p = torch.softmax(values / temperature, dim=-1)
     mapped = vocab_map.to(ids.device)[ids]  # (B, S, k) student ids
     same = mapped[..., :, None] == mapped[..., None, :]
     merged = (same.to(p.dtype) * p[..., None, :]).sum(-1)
     log_q = nnf.log_softmax(_real(logits) / temperature, dim=-1).gather(-1, mapped)
-    terms = torch.where(p > 0, p * (merged.log() - log_q), torch.zeros((), dtype=p.dtype))
+    terms = torch.where(p > 0, p * (merged.log() - log_q), p.new_zeros(()))
     return _mean(terms.sum(-1), keep)
 
 
@@ -117,7 +117,7 @@ def uld_loss(
     """
     values, has = _teacher_rows(_real(topk_logprobs), aligned)
     keep = mask & has & ~values.isnan().any(-1)
-    teacher = torch.where(keep[..., None], values.exp(), torch.zeros((), dtype=values.dtype))
+    teacher = torch.where(keep[..., None], values.exp(), values.new_zeros(()))
     teacher = teacher.sort(dim=-1, descending=True).values
     probs = torch.softmax(_real(logits), dim=-1)
     vocab, k = probs.shape[-1], teacher.shape[-1]
@@ -225,7 +225,7 @@ def sampled_ce(
         weights = torch.ones_like(ids, dtype=logprobs.dtype)
     else:
         weights = _teacher_rows(sample_counts, aligned)[0].to(logprobs.dtype)
-    weights = torch.where(ids >= 0, weights, torch.zeros((), dtype=weights.dtype))
+    weights = torch.where(ids >= 0, weights, weights.new_zeros(()))
     mapped = vocab_map.to(ids.device)[ids.clamp(min=0)]
     total = weights.sum(-1)
     keep = mask & has & (total > 0)
