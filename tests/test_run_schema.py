@@ -164,13 +164,13 @@ def test_bad_cells_name_file_line_and_column(tmp_path: Path) -> None:
 
 
 def test_evaluation_tables_are_declared_once(tmp_path: Path) -> None:
-    score = Score("en", "t", "s", 3, 10, 0.5, 1.25, math.exp(1.25), 0.75, math.nan)
+    score = Score("en", "t", "s", 3, 10, 0.5, 1.25, math.exp(1.25), 0.75, math.nan, 0.625)
     write_table(tmp_path, SCORES, [score])
     text = (tmp_path / "scores.csv").read_text(encoding="utf-8")
     assert text.splitlines() == [
         "language,teacher,model,examples,masked_tokens,accuracy,loss,perplexity,"
-        "top1_agreement,topk_overlap",
-        f"en,t,s,3,10,0.5,1.25,{math.exp(1.25)!r},0.75,nan",
+        "top1_agreement,topk_overlap,top1_training_masking",
+        f"en,t,s,3,10,0.5,1.25,{math.exp(1.25)!r},0.75,nan,0.625",
     ]
     back = read_table(tmp_path, SCORES)
     assert back is not None and _same(back[0], score)

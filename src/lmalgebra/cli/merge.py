@@ -150,19 +150,38 @@ def merge_train(
     console.print(f"next: lmalgebra merge evaluate {config.output_dir} --student {name}")
 
 
+SCRATCH_SIZES = {"hidden_size": 128, "num_layers": 2, "num_heads": 2}  # pretrain's defaults
+
+
 @app.command()
 def pretrain(
     corpus: Annotated[list[str], typer.Option(help="Corpus file(s) of the language; repeatable.")],
     lang: Annotated[str, typer.Option(help="Language code (for held-out ids).")],
-    vocab_size: Annotated[int, typer.Option(help="WordPiece vocabulary size.")],
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    vocab_size: Annotated[
+        int | None, typer.Option(help="WordPiece vocabulary size (from scratch).")
+    ] = None,
+    head_only: Annotated[
+        bool,
+        typer.Option(
+            "--head-only",
+            help="Fit only a masked-LM head on the frozen encoder --from (its own tokenizer).",
+        ),
+    ] = False,
+    from_model: Annotated[
+        str | None,
+        typer.Option("--from", help="With --head-only: the encoder (directory, package:, hub id)."),
+    ] = None,
+    max_examples: Annotated[
+        int | None, typer.Option(help="With --head-only: fit on the first N training examples.")
+    ] = None,
     text_column: Annotated[str, typer.Option(help="Text field of structured corpora.")] = "text",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
-    hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = 128,
-    num_layers: Annotated[int, typer.Option(help="Layers.")] = 2,
-    num_heads: Annotated[int, typer.Option(help="Attention heads.")] = 2,
+    hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = SCRATCH_SIZES["hidden_size"],
+    num_layers: Annotated[int, typer.Option(help="Layers.")] = SCRATCH_SIZES["num_layers"],
+    num_heads: Annotated[int, typer.Option(help="Attention heads.")] = SCRATCH_SIZES["num_heads"],
     example_length: Annotated[int, typer.Option(help="Tokens per example.")] = 128,
     heldout_fraction: Annotated[
         float, typer.Option(help="Held-out share (as in the recipe).")
@@ -172,12 +191,15 @@ def pretrain(
     progress: ProgressOpt = True,
     restart: RestartOpt = False,
 ) -> None:
-    """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch."""
+    """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch,
+    or (--head-only --from MODEL) fit a masked-LM head on an existing encoder, kept frozen."""
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.pretrain import pretrain as run
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
 
+    scratch = {"hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads}
+    _check_pretrain_mode(head_only, from_model, vocab_size, lowercase, max_examples, scratch)
     sizes = {
         "hidden_size": hidden_size,
         "num_layers": num_layers,
@@ -197,6 +219,25 @@ def pretrain(
     }
     training = validate(TrainingSpec, schedule, "command line")
     spec = CorpusSpec(paths=corpus, text_column=text_column)
+    if head_only:
+        from lmalgebra.distill.head_only import pretrain_head
+
+        assert from_model is not None  # checked above
+        target = pretrain_head(
+            spec,
+            lang,
+            from_model,
+            out,
+            training,
+            example_length,
+            heldout_fraction,
+            max_examples,
+            progress,
+            restart,
+        )
+        console.print(f"teacher saved to [bold]{target}[/bold]")
+        return
+    assert vocab_size is not None  # checked above
     target = run(
         spec,
         lang,
@@ -211,6 +252,39 @@ def pretrain(
         restart,
     )
     console.print(f"teacher saved to [bold]{target}[/bold]")
+
+
+def _check_pretrain_mode(
+    head_only: bool,
+    from_model: str | None,
+    vocab_size: int | None,
+    lowercase: bool,
+    max_examples: int | None,
+    scratch: dict[str, int],
+) -> None:
+    """Refuse an option of one kind of pre-training given to the other, naming it."""
+    if not head_only:
+        if from_model is not None or max_examples is not None:
+            flag = "--from" if from_model is not None else "--max-examples"
+            raise UserInputError(f"{flag} applies to a head-only teacher: add --head-only")
+        if vocab_size is None:
+            raise UserInputError(
+                "--vocab-size is needed to pre-train from scratch "
+                "(or fit a head on an existing encoder: --head-only --from MODEL)"
+            )
+        return
+    if from_model is None:
+        raise UserInputError(
+            "--head-only needs --from MODEL: the encoder to fit a head on "
+            "(a directory, package:NAME or hub id)"
+        )
+    given = [f"--{k.replace('_', '-')}" for k, v in scratch.items() if v != SCRATCH_SIZES[k]]
+    given += ["--vocab-size"] * (vocab_size is not None) + ["--lowercase"] * lowercase
+    if given:
+        raise UserInputError(
+            f"{', '.join(given)} does not apply with --head-only "
+            "(the encoder keeps its own sizes and tokenizer)"
+        )
 
 
 @merge_app.command("evaluate")

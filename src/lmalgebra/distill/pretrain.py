@@ -4,7 +4,8 @@
 The result is a normal Hugging Face model directory with a trained head, accepted as a teacher by a
 MergeDistill recipe. Examples held out by a recipe with the same language and held-out fraction are
 held out here too (the decision depends only on the example's id), so teachers never see the text
-they are evaluated on.
+they are evaluated on. ``head_only.pretrain_head`` makes a teacher of an existing encoder instead,
+fitting only a masked-LM head on its frozen states.
 """
 
 from __future__ import annotations
@@ -151,8 +152,8 @@ def pretrain(
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
-    _check_lengths(example_length, heldout_fraction, model)
-    kept_ids, texts = _training_examples(corpus, language, heldout_fraction)
+    check_lengths(example_length, heldout_fraction, model.max_position_embeddings)
+    kept_ids, texts = training_examples(corpus, language, heldout_fraction)
     if tokenizer is None:
         chosen = train_wordpiece(texts, vocab_size, lowercase, max(example_length, 512))
     else:
@@ -216,7 +217,7 @@ def _given_tokenizer(source: str) -> Any:
     return chosen
 
 
-def _training_examples(
+def training_examples(
     corpus: CorpusSpec, language: str, heldout_fraction: float
 ) -> tuple[list[str], list[str]]:
     """Ids and texts of the corpus's examples that a recipe with the same language and held-out
@@ -229,18 +230,17 @@ def _training_examples(
     return [ids[i] for i in keep], [docs[i] for i in keep]
 
 
-def _check_lengths(example_length: int, heldout_fraction: float, model: StudentSpec) -> None:
-    """Refuse an example length that leaves nothing to mask or exceeds the model's positions,
-    and a held-out share outside [0, 1)."""
+def check_lengths(example_length: int, heldout_fraction: float, positions: int | None) -> None:
+    """Refuse an example length that leaves nothing to mask or exceeds the model's ``positions``
+    (None: unknown, not checked), and a held-out share outside [0, 1)."""
     if example_length < MIN_EXAMPLE_LENGTH:
         raise UserInputError(
             f"--example-length must be at least {MIN_EXAMPLE_LENGTH} tokens "
             f"([CLS], [SEP] and words to mask), got {example_length}"
         )
-    if example_length > model.max_position_embeddings:
+    if positions is not None and example_length > positions:
         raise UserInputError(
-            f"--example-length {example_length} exceeds the model's "
-            f"{model.max_position_embeddings} positions"
+            f"--example-length {example_length} exceeds the model's {positions} positions"
         )
     if not (math.isfinite(heldout_fraction) and 0 <= heldout_fraction < 1):
         raise UserInputError(f"--heldout-fraction must be in [0, 1), got {heldout_fraction}")
