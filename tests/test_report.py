@@ -249,7 +249,7 @@ def test_heatmaps_show_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) 
 
 
 def test_run_root_heatmap_shows_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) -> None:
-    from lmalgebra.lmd.figures import pairwise_heatmap
+    from lmalgebra.lmd.heatmaps import pairwise_heatmap
 
     r2 = pairwise_matrix("test", across=-0.5)
     pairwise_heatmap(r2, MODELS, tmp_path / "pairwise_r2_test.png")
