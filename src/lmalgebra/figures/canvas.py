@@ -115,7 +115,7 @@ def matrix(
     annotate_up_to: int | None = ANNOTATE_UP_TO,
     text_size: float = 7,
 ) -> AxesImage:
-    """Draw ``values`` ``(len(rows), len(cols))`` float64 as a heatmap (NaN blank), with numbers
+    """Draw ``values`` ``(len(rows), len(cols))`` float64 as a heatmap (NaN grey), with numbers
     in the cells when no side exceeds ``annotate_up_to`` (None: always).
 
     The scale runs from ``vmin`` (default :func:`lower_bound` of ``values``; pass one bound to
