@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.store_view import load_copies
 from lmalgebra.distill.train_student import train_student
 from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.evaluate.comparability import is_comparable, teacher_languages
 from lmalgebra.evaluate.distill_scores import Score, evaluate_run, rdt
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
@@ -216,3 +218,100 @@ def test_a_teacher_changed_since_the_teach_stage_is_refused(tmp_path: Path, teac
     build_bert_mlm(teachers["wp"], seed=1)  # other weights, same tokenizer
     with pytest.raises(UserInputError, match=r"teacher 'wp' \(.*\) changed since `lmalgebra merge"):
         evaluate_run(recipe.output_dir, ["student"])
+
+
+# --- comparability: a teacher on a language it was not trained on is no reference ----------
+
+
+def test_the_comparability_rule() -> None:
+    assert is_comparable("fr", frozenset({"fr", "es"}))
+    assert not is_comparable("fr", frozenset({"en"}))
+    assert is_comparable("fr", None)  # the teacher's languages are unknown: nothing to judge by
+
+
+def test_teacher_languages_come_from_the_pretraining_record(tmp_path: Path) -> None:
+    records = {
+        "teacher-en": {"kind": "pretrained-teacher", "language": "en"},
+        "student": {"kind": "student", "recipe": {}},  # a student's record names no language
+    }
+    for name, record in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "lmalgebra.json").write_text(json.dumps(record), encoding="utf-8")
+    teachers = {
+        "teacher-en": {"path": str(tmp_path / "teacher-en")},
+        "student": {"path": str(tmp_path / "student")},
+        "hub": {"path": "some-org/some-model"},
+    }
+    assert teacher_languages(teachers) == {
+        "teacher-en": frozenset({"en"}),
+        "student": None,
+        "hub": None,
+    }
+
+
+def _sm1_scores() -> list[Score]:
+    """SM1 of the demo: every language scored in the English teacher's tokenisation."""
+    accuracy = {"en": (0.5, 0.6), "fr": (0.1, 0.4), "es": (0.2, 0.5)}  # (teacher, student)
+    return [
+        Score(
+            lang,
+            "teacher-en",
+            model,
+            10,
+            50,
+            acc,
+            1.0,
+            2.7,
+            0.5,
+            0.5,
+            comparable=is_comparable(lang, {"en"}),
+        )
+        for lang, (teacher, student) in accuracy.items()
+        for model, acc in (("teacher-en", teacher), ("sm1", student))
+    ]
+
+
+def test_rows_on_a_language_the_teacher_never_learnt_are_marked_and_left_out(
+    tmp_path: Path,
+) -> None:
+    from lmalgebra.api.merge import score_frame
+    from lmalgebra.evaluate.distill_scores import SCORES, incomparable_languages, markdown
+    from lmalgebra.storage.csv_tables import read_table, write_table
+
+    scores = _sm1_scores()
+    frame = score_frame(scores)
+    assert frame["comparable"].dtype == bool
+    assert sorted(frame.loc[~frame["comparable"], "language"].unique()) == ["es", "fr"]
+    assert frame.loc[frame["comparable"], "language"].unique().tolist() == ["en"]
+    values = rdt(scores, "sm1")
+    assert values["en"] == pytest.approx(20.0)
+    assert np.isnan(values["fr"]) and np.isnan(values["es"])
+    assert values["average"] == pytest.approx(20.0)  # not (20 + 300 + 150) / 3
+    assert incomparable_languages(scores, "sm1") == ["es", "fr"]
+    page = markdown(scores, {"sm1": values})
+    assert "| sm1 | +20.00 | not comparable | not comparable | +20.00 |" in page
+    assert "Note: teacher teacher-en was not trained on es, fr:" in page
+    assert page.count("| no |") == 4 and page.count("| yes |") == 2
+    write_table(tmp_path, SCORES, scores)
+    assert [s.comparable for s in read_table(tmp_path, SCORES) or []] == [
+        s.comparable for s in scores
+    ]
+
+
+def test_evaluate_marks_the_scores_of_a_teacher_off_its_languages(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmalgebra.evaluate import distill_scores
+
+    # as if wp had been pre-trained on yy alone, and sp's languages were unknown
+    monkeypatch.setattr(
+        distill_scores, "teacher_languages", lambda teachers: {"wp": frozenset({"yy"})}
+    )
+    scores, deviations = evaluate_run(run_dir, ["student"])
+    marked = {(s.language, s.teacher, s.comparable) for s in scores}
+    assert marked == {("xx", "wp", False), ("yy", "wp", True), ("yy", "sp", True)}
+    assert set(deviations["student"]) == {"xx", "yy", "average"}
+    # the tiny teachers get no masked token right, so read RDT on perplexity (never 0)
+    values = rdt(scores, "student", metric="perplexity")
+    assert np.isnan(values["xx"]) and np.isfinite(values["yy"])  # xx: no comparable score
+    assert values["average"] == pytest.approx(values["yy"])

@@ -80,6 +80,16 @@ def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:
     assert meta["examples"] == sum(not is_heldout(example_id("fr", d), 0.2) for d in docs)
 
 
+def test_the_pretrained_teacher_records_its_language(teacher) -> None:
+    """What tells `merge evaluate` which scores against this teacher are comparable."""
+    from lmalgebra.evaluate.comparability import teacher_languages
+
+    out, _ = teacher
+    assert teacher_languages({"teacher-fr": {"path": str(out)}}) == {
+        "teacher-fr": frozenset({"fr"})
+    }
+
+
 def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:
     out, _ = teacher
     recipe = load_recipe(write_recipe(tmp_path, {"wp": out, "sp": teacher_dirs["sp"]}))

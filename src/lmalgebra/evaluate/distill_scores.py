@@ -9,14 +9,16 @@ would show the gold token at a tenth of the positions; its top-1 accuracy is rep
 ``top1_training_masking`` (the teacher's from the store, where it is exact). RDT (MergeDistill,
 eq. 3) is the mean relative deviation of the student from the language's teachers on the main
 accuracy, in percent, positive when the student is better, as in the paper's tables:
-``100 / n * sum_i (P_S - P_Ti) / P_Ti``.
+``100 / n * sum_i (P_S - P_Ti) / P_Ti``. Scores that compare a student with a
+teacher on a language the teacher was not trained on are kept, marked ``comparable`` false, and
+left out of RDT (:mod:`lmalgebra.evaluate.comparability`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from lmalgebra.distill.student_inputs import check_student_name
 from lmalgebra.distill.teachers import load_masked_lm, open_teacher
 from lmalgebra.distill.topk import masked_topk
 from lmalgebra.distill.vocab_union import UnionVocab, apply_map
+from lmalgebra.evaluate.comparability import is_comparable, teacher_languages
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import Table, csv_text, format_cell, write_table
@@ -62,6 +65,9 @@ class Score:
     top1_agreement: float
     topk_overlap: float
     top1_training_masking: float = math.nan
+    # False: the teacher was not trained on this language (see evaluate.comparability); the row
+    # is shown but left out of RDT and of averages
+    comparable: bool = True
 
 
 SCORES = Table("scores.csv", Score, nan="nan")  # one row per (language, tokenisation, model)
@@ -176,13 +182,14 @@ def rdt(scores: list[Score], student: str, metric: str = "accuracy") -> dict[str
     """Per language and averaged: ``100/n sum_i (P_S - P_Ti) / P_Ti`` over its teachers.
 
     A teacher scoring 0 leaves its term undefined: it is left out of the sum (see
-    ``undefined_rdt``); a language with no defined term is NaN, and the average is over the
-    languages that have a value (NaN when none has)."""
+    ``undefined_rdt``), and so is a score that is not comparable (see ``not_comparable``); a
+    language with no term left is NaN, and the average is over the languages that have a value
+    (NaN when none has)."""
     out: dict[str, float] = {}
     for lang in sorted({s.language for s in scores}):
         deviations = []
         for s in scores:
-            if s.language == lang and s.model == student:
+            if s.language == lang and s.model == student and s.comparable:
                 teacher = next(t for t in scores if t.language == lang and t.model == s.teacher)
                 base = getattr(teacher, metric)
                 if base:
@@ -200,6 +207,27 @@ def undefined_rdt(scores: list[Score], metric: str = "accuracy") -> list[str]:
         "left out (a teacher that predicts no masked token right cannot be a reference)"
         for s in scores
         if s.model == s.teacher and not getattr(s, metric)
+    ]
+
+
+def incomparable_languages(scores: list[Score], student: str) -> list[str]:
+    """The languages on which ``student`` has scores and none of them is comparable: its RDT
+    there is left blank, as not comparable."""
+    mine = [s for s in scores if s.model == student]
+    return sorted({s.language for s in mine} - {s.language for s in mine if s.comparable})
+
+
+def not_comparable(scores: list[Score]) -> list[str]:
+    """One note per teacher with scores that are not comparable, naming the languages."""
+    languages: dict[str, set[str]] = {}
+    for s in scores:
+        if not s.comparable:
+            languages.setdefault(s.teacher, set()).add(s.language)
+    return [
+        f"teacher {teacher} was not trained on {', '.join(sorted(langs))}: scores there in its "
+        "tokenisation are not comparable (comparable = false) and are left out of RDT and its "
+        "average"
+        for teacher, langs in languages.items()
     ]
 
 
@@ -266,6 +294,7 @@ def evaluate_run(
         )
     recipe = read_yaml(recipe_path)
     teachers_of = {lang: spec["teachers"] for lang, spec in recipe["languages"].items()}
+    trained_on = teacher_languages(recipe.get("teachers", {}))
     for lang in languages or []:
         if lang not in teachers_of:
             raise UserInputError(
@@ -284,7 +313,9 @@ def evaluate_run(
         for teacher in teachers_of[lang]:
             if teacher not in teachers:
                 teachers[teacher] = _load_teacher(run_dir, recipe["teachers"][teacher], teacher)
-            scores += _pair_scores(run_dir, (lang, teacher), teachers[teacher], vocab, models)
+            comparable = is_comparable(lang, trained_on.get(teacher))
+            pair = _pair_scores(run_dir, (lang, teacher), teachers[teacher], vocab, models)
+            scores += [replace(score, comparable=comparable) for score in pair]
     deviations = {name: rdt(scores, name) for name in students}
     for name in students:
         mine = [s for s in scores if s.model in (name, s.teacher)]
@@ -324,14 +355,15 @@ def markdown(scores: list[Score], deviations: dict[str, dict[str, float]]) -> st
         "of the tokens shown) beside, for reference.",
         "",
         "| language | tokenisation | model | masked tokens | accuracy | perplexity | "
-        "top-1 agreement | top-k overlap | accuracy (training masking) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "top-1 agreement | top-k overlap | accuracy (training masking) | comparable |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in scores:
         lines.append(
             f"| {s.language} | {s.teacher} | {s.model} | {s.masked_tokens} | "
             f"{s.accuracy:.4f} | {s.perplexity:.2f} | {s.top1_agreement:.3f} | "
-            f"{s.topk_overlap:.3f} | {_or_na(s.top1_training_masking)} |"
+            f"{s.topk_overlap:.3f} | {_or_na(s.top1_training_masking)} | "
+            f"{'yes' if s.comparable else 'no'} |"
         )
     lines += [
         "",
@@ -341,14 +373,20 @@ def markdown(scores: list[Score], deviations: dict[str, dict[str, float]]) -> st
         "|---|" + "---|" * len(next(iter(deviations.values()))),
     ]
     for name, values in deviations.items():
-        cells = ("n/a" if np.isnan(v) else f"{v:+.2f}" for v in values.values())
+        apart = incomparable_languages(scores, name)
+        cells = (
+            "not comparable" if k in apart else "n/a" if np.isnan(v) else f"{v:+.2f}"
+            for k, v in values.items()
+        )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", *(f"Note: {note}." for note in undefined_rdt(scores))]
+    notes = [*undefined_rdt(scores), *not_comparable(scores)]
+    lines += ["", *(f"Note: {note}." for note in notes)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _bar_plot(scores: list[Score], path: Path) -> None:
     groups = sorted({(s.language, s.teacher) for s in scores})
+    comparable = {(s.language, s.teacher) for s in scores if s.comparable}
     models = list(dict.fromkeys("teacher" if s.model == s.teacher else s.model for s in scores))
     fig, axes = canvas.figure(1, 1, max(5.0, 1.4 * len(groups) * len(models) / 2), 3.6, layout=None)
     ax = axes[0, 0]
@@ -369,7 +407,10 @@ def _bar_plot(scores: list[Score], path: Path) -> None:
         ax.bar(np.arange(len(groups)) + m * width, values, width, label=model)
     ax.set_xticks(
         np.arange(len(groups)) + width * (len(models) - 1) / 2,
-        [f"{lang}\n({teacher})" for lang, teacher in groups],
+        [
+            f"{lang}\n({teacher})" + ("" if (lang, teacher) in comparable else "\nnot comparable")
+            for lang, teacher in groups
+        ],
     )
     ax.set_ylabel("held-out masked-token accuracy")
     ax.legend()
