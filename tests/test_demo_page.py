@@ -37,7 +37,7 @@ def _score(lang: str, teacher: str, model: str, accuracy: float) -> Score:
         536.9047359054475,
         0.958139534883721,
         0.6255813953488372,
-        is_comparable(lang, TRAINED_ON[teacher]),
+        comparable=is_comparable(lang, TRAINED_ON[teacher]),
     )
 
 

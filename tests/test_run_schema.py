@@ -177,7 +177,7 @@ def test_evaluation_tables_are_declared_once(tmp_path: Path) -> None:
         "fr,t,s,3,10,0.5,1.25,1.0,0.75,0.5,nan,False",
     ]
     back = read_table(tmp_path, SCORES)
-    assert back is not None and _same(back[0], score) and back[1] == apart
+    assert back is not None and _same(back[0], score) and _same(back[1], apart)
     (tmp_path / "scores.csv").write_text(text.replace(",False", ",maybe"), encoding="utf-8")
     with pytest.raises(UserInputError, match=r"scores\.csv, line 3: column 'comparable'.*'maybe'"):
         read_table(tmp_path, SCORES)
