@@ -211,7 +211,11 @@ def _training_examples(
 
 def _check_lengths(example_length: int, heldout_fraction: float, model: StudentSpec) -> None:
     """Refuse an example length that leaves nothing to mask or exceeds the model's positions,
-    and a held-out share outside [0, 1)."""
+    and a held-out share outside [0, 1); a model from scratch has no teachers to seed from."""
+    if model.init_embeddings != "random":
+        raise UserInputError(
+            f"init_embeddings {model.init_embeddings!r} needs teachers; pre-training starts random"
+        )
     if example_length < MIN_EXAMPLE_LENGTH:
         raise UserInputError(
             f"--example-length must be at least {MIN_EXAMPLE_LENGTH} tokens "
