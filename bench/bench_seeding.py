@@ -1,17 +1,18 @@
 """Seeding: student token embeddings from the teachers vs random initialisation.
 
 Two teachers pre-trained by ``lmalgebra pretrain`` on the packaged Wikipedia summaries (wiki-en,
-wiki-fr; WordPiece vocabularies, BERT 2 x 128, 64-token examples), a teacher store of each
-language's first examples (15% masking, top-8), and a student (BERT 2 x 128 over the union
-vocabulary) trained with the recipe's training defaults (distillation with linear teacher
+wiki-fr; WordPiece vocabularies, BERT 2 x 128, 64-token examples, batch 32, lr 1e-3), a teacher
+store of 1,500 examples per language (15% masking, top-8), and a student (BERT 2 x 128 over the
+union vocabulary) trained with the recipe's training defaults (distillation with linear teacher
 annealing, AdamW at 5e-4, warm-up a tenth of the steps, batch 32) on the same batches from
 ``init_embeddings: random`` (baseline) and ``teachers`` (ours), for three seeds, all in one process
 on one thread. The yardstick is the gold masked-LM loss of each training batch (the ``mlm`` the
-loop logs at every step): the training objective itself changes as teacher annealing moves its
-weight from KD to MLM. Step 0 is the loss of the first batch before any update. Steps to reach
-are the first step at which ours' trailing 20-step mean falls to the baseline's final trailing
-mean. Ours' time includes the seeding (loading the teachers, the maps, the priors). Targets:
-loss at step 0 >= 20% lower; >= 30% fewer steps to reach the baseline's final loss.
+loop logs at every step), since the training objective itself moves from KD to MLM as the
+teachers are annealed; the objective at step 0 (KD alone) is shown too. Step 0 is the first
+batch before any update. Steps to reach: the first step at which ours' trailing 20-step mean falls
+to the baseline's final trailing mean. Ours' time includes the seeding (loading the teachers,
+fitting the maps, the priors). Targets: loss at step 0 >= 20% lower; >= 30% fewer steps to reach
+the baseline's final loss.
 
     python bench/bench_seeding.py [--steps 200] [--teacher-steps 300] [--seeds 0,1,2] [--no-write]
 """
@@ -68,7 +69,8 @@ def corpus(lang: str) -> CorpusSpec:
 
 
 def make_teachers(workdir: Path, args: argparse.Namespace) -> dict[str, float]:
-    """Pre-train (or, with the same settings, reuse) the two teachers; their final losses."""
+    """Pre-train (or, with the same settings, reuse) the two teachers; their final losses (the
+    mean of the last five logged, one every ten steps)."""
     losses = {}
     for lang in LANGUAGES:
         schedule = TrainingSpec(
@@ -82,7 +84,8 @@ def make_teachers(workdir: Path, args: argparse.Namespace) -> dict[str, float]:
         )
         out = workdir / "teachers" / lang
         done = pretrain(corpus(lang), lang, args.teacher_vocab, out, MODEL, schedule, args.length)
-        losses[lang] = float(json.loads((done / "lmalgebra.json").read_text())["final"]["mlm"])
+        lines = (done / "training" / "train_log.jsonl").read_text().splitlines()
+        losses[lang] = float(np.mean([json.loads(line)["mlm"] for line in lines[-5:]]))
     return losses
 
 
@@ -183,6 +186,19 @@ def step0_ablation(
     return out, seeding.report
 
 
+def context_free_floor(
+    recipe: MergeRecipe, vocab: UnionVocab, args: argparse.Namespace, seed: int
+) -> float:
+    """Entropy (nats) of the gold tokens' own distribution over the training batches of ``seed``:
+    no prediction that ignores the context (a student whose body is random) can score lower on
+    these batches on average."""
+    batches = source(recipe, vocab, schedule(args, seed))
+    labels = np.concatenate([batches.batch(i).labels.numpy() for i in range(args.steps)])
+    shares = np.bincount(labels) / labels.size
+    shares = shares[shares > 0]
+    return float(-(shares * np.log(shares)).sum())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200, help="student training steps")
@@ -214,6 +230,9 @@ def run_all(args: argparse.Namespace, workdir: Path, session: Session) -> None:
     vocab = UnionVocab.load(recipes["random"].output_dir / "vocab")
     print(f"teachers and store in {time.perf_counter() - clock:.0f} s", flush=True)
     ablation, report = step0_ablation(recipes["teachers"], vocab, args)
+    ablation["no context, best possible (gold tokens' own unigram)"] = context_free_floor(
+        recipes["random"], vocab, args, 0
+    )
     print(f"step-0 losses: {ablation}", flush=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     runs: dict[str, list[dict[str, Any]]] = {"random": [], "teachers": []}
@@ -240,10 +259,12 @@ def save(
 ) -> None:
     base, ours = runs["random"], runs["teachers"]
     step0 = [np.mean([r["output"]["mlm"][0] for r in rs]) for rs in (base, ours)]
+    objective0 = [np.mean([r["output"]["loss"][0] for r in rs]) for rs in (base, ours)]
     finals = [trailing(r["output"]["mlm"])[-1] for r in base]
     reached = [steps_to_reach(r["output"]["mlm"], f) for r, f in zip(ours, finals, strict=True)]
     steps = [args.steps if n is None else n for n in reached]  # not reached: counted as all
     lower = 1 - step0[1] / step0[0]
+    lower_objective = 1 - objective0[1] / objective0[0]
     fewer = 1 - float(np.mean(steps)) / args.steps
     peak = [max(r["work_peak_rss_mib"] for r in rs) for rs in (base, ours)]
     share = [max(r["others_share"] for r in rs) for rs in (base, ours)]
@@ -251,9 +272,17 @@ def save(
     loss0 = figure(
         "gold MLM loss at step 0", "nats", step0[0], step0[1], peak_mib=(peak[0], peak[1])
     )
-    loss0["ratio_is"] = "lower"
+    objective = figure(
+        "training objective (KD + MLM) at step 0",
+        "nats",
+        objective0[0],
+        objective0[1],
+        peak_mib=(peak[0], peak[1]),
+    )
+    loss0["ratio_is"] = objective["ratio_is"] = "lower"
     figures = [
         loss0,
+        objective,
         figure(
             "steps to the baseline's final loss",
             "steps",
@@ -305,7 +334,14 @@ def save(
         figures,
         targets=[
             goal(
-                f"loss at step 0 >= {STEP0_TARGET:.0%} lower", lower >= STEP0_TARGET, f"{lower:.1%}"
+                f"gold MLM loss at step 0 >= {STEP0_TARGET:.0%} lower",
+                lower >= STEP0_TARGET,
+                f"{lower:.1%}",
+            ),
+            goal(
+                f"training objective at step 0 >= {STEP0_TARGET:.0%} lower",
+                lower_objective >= STEP0_TARGET,
+                f"{lower_objective:.1%}",
             ),
             goal(
                 f">= {STEPS_TARGET:.0%} fewer steps to the baseline's final loss",
@@ -329,7 +365,8 @@ def save(
                 rows,
             ),
             table(
-                "Step 0 by part of the seeding (eval mode, 4 batches, seed 0)",
+                "Step 0 by part of the seeding (gold MLM, eval mode, 4 batches, seed 0; the "
+                "floor over all the run's batches)",
                 ["student", "gold MLM loss"],
                 [[k, round(v, 3)] for k, v in info["ablation"].items()],
             ),
