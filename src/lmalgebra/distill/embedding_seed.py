@@ -186,8 +186,10 @@ def seed_rows(
 ) -> Seeding:
     """Seeded embedding rows and output bias of every student token (see the module docstring).
 
-    ``tables`` holds every teacher of ``vocab.maps``, in any order; ``width`` is the student's
-    embedding width, ``init_std`` the std of its random initialiser.
+    ``tables`` holds every teacher of ``vocab.maps``, in the recipe's order (the first of the
+    widest is the reference); ``width`` is the student's embedding width, ``init_std`` the std of
+    its random initialiser. The report's ``r2`` is each map's in-sample pooled R^2 on the shared
+    tokens.
     """
     if missing := [name for name in vocab.maps if name not in tables]:
         raise UserInputError(f"no embeddings given for teacher {missing[0]!r} of the vocabulary")
