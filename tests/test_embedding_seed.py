@@ -78,9 +78,12 @@ def test_tokens_take_their_teachers_mapped_embeddings_averaged(vocab, tokenizers
     tables = synthetic_tables(vocab, tokenizers, {"wp": 12, "sp": 9})
     seeding = seed_rows(tables, vocab, width=10, init_std=STD)
     assert seeding.report["reference"] == "wp"  # the widest teacher
-    assert seeding.report["from_teachers"] == len(vocab.tokens)
+    assert seeding.report["from_teachers"] == len(vocab.tokens) - 1  # all but [PAD]
+    assert np.isnan(seeding.rows[0]).all() and np.isnan(seeding.bias[0])
     both = 0
     for student_id, having in enumerate(teachers_of(vocab)):
+        if student_id == 0:
+            continue
         per_teacher = [
             seeding.maps[name](tables[name].embeddings[ids]).mean(axis=0)
             for name, ids in having.items()
@@ -89,7 +92,7 @@ def test_tokens_take_their_teachers_mapped_embeddings_averaged(vocab, tokenizers
         np.testing.assert_allclose(seeding.rows[student_id], expected, rtol=1e-10, atol=1e-14)
         both += len(having) == 2
     assert both > 50  # many tokens are shared, so averaging is exercised
-    rms = np.sqrt(np.mean(seeding.rows**2))
+    rms = np.sqrt(np.mean(seeding.rows[1:] ** 2))
     assert rms == pytest.approx(STD, rel=1e-12)
 
 
@@ -149,7 +152,7 @@ def test_a_token_no_teacher_has_is_the_mean_of_its_pieces(vocab, tokenizers) -> 
     tables = synthetic_tables(extended, tokenizers, {"wp": 8, "sp": 8})
     width = TINY_STUDENT["hidden_size"]
     seeding = seed_rows(tables, extended, width=width, init_std=STD)
-    assert seeding.report["from_pieces"] == 1 and seeding.report["random"] == 1
+    assert seeding.report["from_pieces"] == 1 and seeding.report["random"] == 2  # and [PAD]
     pieces: set[int] = set()
     for name, tokenizer in tokenizers.items():
         ids = tokenizer("riverstone", add_special_tokens=False)["input_ids"]
@@ -209,7 +212,7 @@ def test_seeding_a_student_is_reproducible_and_uses_the_teachers(recipe_path: Pa
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
     students = [build_student(recipe.student, len(vocab.tokens), seed=s) for s in (0, 1)]
     reports = [seed_from_teachers(model, recipe, vocab) for model in students]
-    assert reports[0] == reports[1] and reports[0]["from_teachers"] == len(vocab.tokens)
+    assert reports[0] == reports[1] and reports[0]["from_teachers"] == len(vocab.tokens) - 1
     first, second = (m.get_input_embeddings().weight.detach() for m in students)
     assert torch.equal(first[1:], second[1:])  # all but [PAD], which keeps each own init
     bias = [m.get_output_embeddings().bias.detach() for m in students]
@@ -257,3 +260,17 @@ def test_pretraining_from_scratch_refuses_seeding(tmp_path: Path) -> None:
             StudentSpec(**TINY_STUDENT, init_embeddings="teachers"),
             TrainingSpec(**TINY_TRAINING),
         )
+
+
+def test_a_factorised_student_is_seeded_at_its_embedding_width(recipe_path: Path) -> None:
+    recipe = load_recipe(recipe_path)
+    factorised = recipe.student.model_copy(update={"embedding_size": 16})
+    recipe = recipe.model_copy(update={"student": factorised})
+    vocab = UnionVocab.load(recipe.output_dir / "vocab")
+    model = build_student(recipe.student, len(vocab.tokens))
+    seed_from_teachers(model, recipe, vocab)
+    weight = model.get_input_embeddings().weight.detach()
+    assert weight.shape == (len(vocab.tokens), 16)
+    assert float(weight[1:].pow(2).mean().sqrt()) == pytest.approx(0.02, rel=1e-5)
+    prior = model.get_output_embeddings().bias.detach()
+    assert bool((prior[1:] < 0).all())  # log-probabilities of the teachers' mixture

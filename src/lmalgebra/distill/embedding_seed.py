@@ -48,6 +48,7 @@ from lmalgebra.train.masked_head import masked_logits
 
 log = logging.getLogger(__name__)
 RIDGE_ALPHA = 1e-2  # relative ridge strength of the maps onto the reference (LMD's default)
+PAD = STUDENT_SPECIALS.index("[PAD]")
 MIN_SHARED = 8  # fewer paired tokens than this leave a map onto the reference undetermined
 
 
@@ -201,12 +202,14 @@ def seed_rows(
         mapped.append(per_student_id(maps[name](table.embeddings), ids, size))
         np.add.at(mixture, ids, table.prior[: ids.size] / len(tables))
     rows = _nanmean(mapped)
+    rows[PAD] = np.nan  # feeds only padded positions, masked out: it keeps the student's own
     seeded = ~np.isnan(rows[:, 0])
     rms = float(np.sqrt(np.mean(rows[seeded] ** 2)))
     scale = init_std / rms if rms > 0 else 1.0
     rows *= scale
     with np.errstate(divide="ignore"):
         bias = np.where(mixture > 0, np.log(mixture), np.nan)
+    bias[PAD] = np.nan
     focus = focus_rows(rows, bias, vocab, {n: t.tokenizer for n, t in tables.items()})
     report |= {
         "scale": scale,
@@ -289,8 +292,9 @@ def teacher_tables(recipe: MergeRecipe) -> dict[str, TeacherTable]:
 
 
 def no_context_prior(model: Any, tokenizer: Any, length: int) -> np.ndarray:
-    """``(vocab,) float64``: the masked LM's softmax at the masked positions of its special tokens
-    around ``length - 2`` [MASK] tokens (its template, e.g. [CLS] ... [SEP]), averaged."""
+    """``(vocab,) float64``: the masked LM's softmax over an input of ``length`` tokens, its
+    template's special tokens (e.g. [CLS] ... [SEP]) around [MASK] tokens only, averaged over the
+    masked positions."""
     import torch
 
     frame = list(tokenizer("", verbose=False)["input_ids"])
@@ -309,7 +313,7 @@ def seed_from_teachers(model: Any, recipe: MergeRecipe, vocab: UnionVocab) -> di
     returns the report of ``seed_rows``."""
     width = model.get_input_embeddings().weight.shape[1]
     seeding = seed_rows(teacher_tables(recipe), vocab, width, model.config.initializer_range)
-    apply_seeding(model, seeding, pad_id=STUDENT_SPECIALS.index("[PAD]"))
+    apply_seeding(model, seeding, pad_id=PAD)
     log.info(
         "student embeddings seeded from teachers: %d tokens from teachers, %d from their pieces, "
         "%d random (reference %s, scale %.3g)",
