@@ -20,6 +20,7 @@ ORDER = (
     "bench_scaling",
     "bench_alpha_sweep",
     "bench_integrity",
+    "bench_seeding",
 )
 
 INTRO = """# Benchmarks
@@ -59,8 +60,9 @@ def machine_line(m: dict[str, Any]) -> str:
 
 
 def ratio(f: dict[str, Any]) -> str:
-    """``2.4x faster`` (a speed-up) or ``1.48x the time`` (a cost: ours does more work)."""
-    kind = "the time" if f.get("ratio_is") == "cost" else "faster"
+    """``2.4x faster`` (a speed-up), ``1.48x the time`` (a cost: ours does more work) or
+    ``1.2x lower`` (a loss, the baseline's over ours)."""
+    kind = {"cost": "the time", "lower": "lower"}.get(f.get("ratio_is", ""), "faster")
     return f"**{fmt(f['ratio'])}x** {kind}"
 
 

@@ -152,6 +152,10 @@ def pretrain(
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
+    if model.init_embeddings != "random":  # a model from scratch has no teachers to seed from
+        raise UserInputError(
+            f"init_embeddings {model.init_embeddings!r} needs teachers; pre-training starts random"
+        )
     check_lengths(example_length, heldout_fraction, model.max_position_embeddings)
     kept_ids, texts = training_examples(corpus, language, heldout_fraction)
     if tokenizer is None:

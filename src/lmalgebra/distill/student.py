@@ -5,7 +5,7 @@ vocabulary grows. Saved as a normal Hugging Face model directory with the union 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -36,6 +36,12 @@ class StudentSpec(BaseModel):
     )
     vocab_size: int | None = Field(
         default=None, description="Student vocabulary size; None = the union vocabulary's size."
+    )
+    init_embeddings: Literal["random", "teachers"] = Field(
+        default="random",
+        description="Token embeddings and output bias at the start: random, or teachers (each "
+        "token's teacher embeddings mapped to the student's width in closed form and averaged; "
+        "see distill.embedding_seed).",
     )
 
     @model_validator(mode="after")

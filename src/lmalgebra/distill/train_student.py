@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.embedding_seed import seed_from_teachers
 from lmalgebra.distill.model_card import student_card, write_card
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import open_teachers, topk_set, vocab_stamp
@@ -84,7 +85,12 @@ def train_student(
     log.info("language sampling probabilities: %s", source.probabilities)
     out = recipe.output_dir / name
     model = build_student(recipe.student, len(vocab.tokens), pad_id=0, seed=spec.seed)
-    final = train(model, source, spec, out, progress, student_inputs(recipe), restart)
+    inputs = student_inputs(recipe)
+    seeding: dict[str, Any] | None = None
+    if recipe.student.init_embeddings == "teachers":
+        seeding = seed_from_teachers(model, recipe, vocab)
+        inputs["init_embeddings"] = "teachers"  # absent for random: older checkpoints stay valid
+    final = train(model, source, spec, out, progress, inputs, restart)
     if not is_main():  # the main rank saves the student
         return out / "model"
     metadata: dict[str, Any] = {
@@ -95,6 +101,7 @@ def train_student(
         "language_probabilities": source.probabilities,
         "vocabulary": "vocab_maps.safetensors",
         "final": final,
+        "init_embeddings": seeding,
     }
     target = out / "model"
     save_student(

@@ -26,6 +26,7 @@ _PARTS = {
     "corpus": "the corpus",
     "tokenizer": "the tokenizer",
     "data": "the data settings",
+    "init_embeddings": "the embedding initialisation",
 }
 _MISSING = object()
 
