@@ -38,6 +38,16 @@ def _stage_done(what: str, run_dir: Path, next_command: str) -> None:
     except UserInputError:  # a store assembled by hand, without recipe.yaml: nothing to count
         console.print(f"{what}\nnext: {next_command}")
         return
+    if report["causal"]:
+        rows = report["causal"]
+        examples = sum(int(r["examples"]) for r in rows)
+        tokens = sum(int(r["tokens"]) for r in rows)
+        console.print(
+            f"{what}: {len(rows)} (language, causal teacher) pairs, {examples} examples, "
+            f"{tokens} teacher tokens"
+        )
+        console.print(f"next: {next_command}")
+        return
     pairs = report["pairs"]
     examples = sum(int(p["examples"]) for p in pairs)
     masked = sum(int(p["masked_tokens"]) for p in pairs)
@@ -86,7 +96,10 @@ def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
 
     config = load_recipe(recipe)
     stages.teach(config, progress)
-    _stage_done("teacher store complete", config.output_dir, f"lmalgebra merge vocab {recipe}")
+    after = f"lmalgebra merge vocab {recipe}"
+    if config.objective == "causal":  # no union vocabulary
+        after = f"lmalgebra merge inspect {config.output_dir}"
+    _stage_done("teacher store complete", config.output_dir, after)
 
 
 @merge_app.command("vocab")
@@ -109,7 +122,11 @@ def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
 
     config = load_recipe(recipe)
     run_stages(config, STORE_STAGES, progress=progress)
-    console.print(_inspect_table(inspect_run(config.output_dir)))
+    report = inspect_run(config.output_dir)
+    if config.objective == "causal":
+        console.print(_causal_table(report))
+        return
+    console.print(_inspect_table(report))
     console.print(f"next: lmalgebra merge train {recipe}")
 
 
@@ -154,7 +171,7 @@ def merge_train(
 def pretrain(
     corpus: Annotated[list[str], typer.Option(help="Corpus file(s) of the language; repeatable.")],
     lang: Annotated[str, typer.Option(help="Language code (for held-out ids).")],
-    vocab_size: Annotated[int, typer.Option(help="WordPiece vocabulary size.")],
+    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size.")],
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
     text_column: Annotated[str, typer.Option(help="Text field of structured corpora.")] = "text",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
@@ -171,8 +188,19 @@ def pretrain(
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     progress: ProgressOpt = True,
     restart: RestartOpt = False,
+    causal: Annotated[
+        bool, typer.Option("--causal", help="A GPT-2-style causal LM instead of a BERT masked LM.")
+    ] = False,
+    tokenizer_kind: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokenizer of a --causal teacher: bytelevel-bpe (default), unigram, bpe, "
+            "wordpiece."
+        ),
+    ] = None,
 ) -> None:
-    """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch."""
+    """Pre-train a small monolingual teacher from scratch: a BERT masked LM with a WordPiece
+    tokenizer, or with --causal a GPT-2-style causal LM with a tokenizer of --tokenizer-kind."""
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.pretrain import pretrain as run
     from lmalgebra.distill.student import StudentSpec
@@ -197,6 +225,21 @@ def pretrain(
     }
     training = validate(TrainingSpec, schedule, "command line")
     spec = CorpusSpec(paths=corpus, text_column=text_column)
+    if causal or tokenizer_kind is not None:
+        target = _pretrain_causal(
+            spec,
+            lang,
+            vocab_size,
+            out,
+            model,
+            training,
+            causal,
+            tokenizer_kind,
+            lowercase,
+            (example_length, heldout_fraction, progress, restart),
+        )
+        console.print(f"causal teacher saved to [bold]{target}[/bold]")
+        return
     target = run(
         spec,
         lang,
@@ -211,6 +254,34 @@ def pretrain(
         restart,
     )
     console.print(f"teacher saved to [bold]{target}[/bold]")
+
+
+def _pretrain_causal(
+    corpus: Any,
+    lang: str,
+    vocab_size: int,
+    out: Path,
+    model: Any,
+    training: TrainingSpec,
+    causal: bool,
+    kind: str | None,
+    lowercase: bool,
+    rest: tuple[int, float, bool, bool],
+) -> Path:
+    """``pretrain --causal``: refuse the flags that do not apply, then train."""
+    from lmalgebra.distill.causal_pretrain import pretrain_causal
+    from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
+
+    if not causal:
+        raise UserInputError("--tokenizer-kind applies to --causal teachers only")
+    kind = kind or "bytelevel-bpe"
+    if kind not in TOKENIZER_KINDS:
+        raise UserInputError(
+            f"--tokenizer-kind must be one of {', '.join(TOKENIZER_KINDS)}, got {kind!r}"
+        )
+    if lowercase:
+        raise UserInputError("--lowercase applies to masked-LM (WordPiece) teachers only")
+    return pretrain_causal(corpus, lang, kind, vocab_size, out, model, training, *rest)
 
 
 @merge_app.command("evaluate")
@@ -240,8 +311,39 @@ def merge_inspect(
     report = inspect_run(run_dir)
     if as_json:
         console.print_json(json.dumps(report))
+    elif report["causal"]:
+        console.print(_causal_table(report))
     else:
         console.print(_inspect_table(report))
+
+
+def _causal_table(report: dict[str, Any]) -> Any:
+    """Counts and bytes per teacher token of each part of a causal store."""
+    from rich.table import Table
+
+    parts = ("token_ids", "offsets", "next_logprob", "topk", "samples")
+    table = Table(title=f"causal teacher store {report['run_dir']}")
+    for column in ("language", "teacher"):
+        table.add_column(column)
+    for column in ("examples", "tokens", "top-k", "samples", *parts, "store"):
+        table.add_column(
+            column if column in ("examples", "tokens", "top-k", "samples") else f"{column} B/tok",
+            justify="right",
+        )
+    for row in report["causal"]:
+        sizes = row["bytes_per_token"]
+        store = row["store_bytes_per_token"]
+        table.add_row(
+            row["language"],
+            row["teacher"],
+            str(row["examples"]),
+            str(row["tokens"]),
+            str(row["top_k"]),
+            str(row["samples"]),
+            *(f"{sizes[p]:.1f}" if sizes[p] is not None else "-" for p in parts),
+            f"{store:.1f}" if store else "-",
+        )
+    return table
 
 
 def _inspect_table(report: dict[str, Any]) -> Any:
