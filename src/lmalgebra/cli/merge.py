@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console
+from lmalgebra.cli.causal import causal_table, causal_tokenizer_kind
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.config import TrainingSpec
@@ -124,7 +125,7 @@ def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
     run_stages(config, STORE_STAGES, progress=progress)
     report = inspect_run(config.output_dir)
     if config.objective == "causal":
-        console.print(_causal_table(report))
+        console.print(causal_table(report))
         return
     console.print(_inspect_table(report))
     console.print(f"next: lmalgebra merge train {recipe}")
@@ -226,17 +227,21 @@ def pretrain(
     training = validate(TrainingSpec, schedule, "command line")
     spec = CorpusSpec(paths=corpus, text_column=text_column)
     if causal or tokenizer_kind is not None:
-        target = _pretrain_causal(
+        from lmalgebra.distill.causal_pretrain import pretrain_causal
+
+        kind = causal_tokenizer_kind(causal, tokenizer_kind, lowercase)
+        target = pretrain_causal(
             spec,
             lang,
+            kind,
             vocab_size,
             out,
             model,
             training,
-            causal,
-            tokenizer_kind,
-            lowercase,
-            (example_length, heldout_fraction, progress, restart),
+            example_length,
+            heldout_fraction,
+            progress,
+            restart,
         )
         console.print(f"causal teacher saved to [bold]{target}[/bold]")
         return
@@ -254,34 +259,6 @@ def pretrain(
         restart,
     )
     console.print(f"teacher saved to [bold]{target}[/bold]")
-
-
-def _pretrain_causal(
-    corpus: Any,
-    lang: str,
-    vocab_size: int,
-    out: Path,
-    model: Any,
-    training: TrainingSpec,
-    causal: bool,
-    kind: str | None,
-    lowercase: bool,
-    rest: tuple[int, float, bool, bool],
-) -> Path:
-    """``pretrain --causal``: refuse the flags that do not apply, then train."""
-    from lmalgebra.distill.causal_pretrain import pretrain_causal
-    from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
-
-    if not causal:
-        raise UserInputError("--tokenizer-kind applies to --causal teachers only")
-    kind = kind or "bytelevel-bpe"
-    if kind not in TOKENIZER_KINDS:
-        raise UserInputError(
-            f"--tokenizer-kind must be one of {', '.join(TOKENIZER_KINDS)}, got {kind!r}"
-        )
-    if lowercase:
-        raise UserInputError("--lowercase applies to masked-LM (WordPiece) teachers only")
-    return pretrain_causal(corpus, lang, kind, vocab_size, out, model, training, *rest)
 
 
 @merge_app.command("evaluate")
@@ -312,38 +289,9 @@ def merge_inspect(
     if as_json:
         console.print_json(json.dumps(report))
     elif report["causal"]:
-        console.print(_causal_table(report))
+        console.print(causal_table(report))
     else:
         console.print(_inspect_table(report))
-
-
-def _causal_table(report: dict[str, Any]) -> Any:
-    """Counts and bytes per teacher token of each part of a causal store."""
-    from rich.table import Table
-
-    parts = ("token_ids", "offsets", "next_logprob", "topk", "samples")
-    table = Table(title=f"causal teacher store {report['run_dir']}")
-    for column in ("language", "teacher"):
-        table.add_column(column)
-    for column in ("examples", "tokens", "top-k", "samples", *parts, "store"):
-        table.add_column(
-            column if column in ("examples", "tokens", "top-k", "samples") else f"{column} B/tok",
-            justify="right",
-        )
-    for row in report["causal"]:
-        sizes = row["bytes_per_token"]
-        store = row["store_bytes_per_token"]
-        table.add_row(
-            row["language"],
-            row["teacher"],
-            str(row["examples"]),
-            str(row["tokens"]),
-            str(row["top_k"]),
-            str(row["samples"]),
-            *(f"{sizes[p]:.1f}" if sizes[p] is not None else "-" for p in parts),
-            f"{store:.1f}" if store else "-",
-        )
-    return table
 
 
 def _inspect_table(report: dict[str, Any]) -> Any:

@@ -6,8 +6,8 @@ character (a prefix sum of the characters' UTF-8 lengths). Byte-level BPE and by
 may hold part of a character: the tokenizer then gives every such piece the whole character's
 span. A run of tokens whose spans overlap is split back into the bytes each contributes when
 their byte lengths are known (byte-level alphabet, ``<0xNN>`` pieces) and add up to the run's
-span; otherwise each token of the run starts where the previous one ended (the first keeps the
-span, the others cover no byte).
+span; otherwise the run's last token covers its span and the others none (a lone ``▁`` that
+SentencePiece-style tokenizers put before a word's first piece is given that piece's span).
 """
 
 from __future__ import annotations
@@ -93,10 +93,9 @@ def _split_runs(spans: np.ndarray, lengths: list[int | None]) -> np.ndarray:
             ends = spans[i, 0] + np.cumsum(np.asarray(run, dtype=np.int64))
             out[i:j, 1] = ends
             out[i:j, 0] = np.concatenate([[spans[i, 0]], ends[:-1]])
-        elif j - i > 1:
-            for t in range(i + 1, j):
-                out[t, 0] = max(out[t, 0], out[t - 1, 1])
-                out[t, 1] = max(out[t, 1], out[t, 0])
+        elif j - i > 1:  # the last token takes the bytes (a Metaspace "▁" before it takes none)
+            out[i:j] = spans[i, 0]
+            out[j - 1, 1] = stop
         i = j
     return out
 

@@ -29,16 +29,24 @@ def start_token_id(tokenizer: Any) -> int | None:
     return None
 
 
+_TEACHER_HINT = "; give masked-LM teachers in a recipe with `objective: masked`"
+
+
+def refuse_masked_lm(owner: str, directory: Path, hint: str = _TEACHER_HINT) -> None:
+    """Refuse a masked LM where a causal LM is needed (it would load as a causal LM: BERT's
+    masked-LM head fits ``BertLMHeadModel``, and score nonsense)."""
+    found = architecture(directory)
+    if is_masked_architecture(found):
+        raise UserInputError(
+            f"{owner}: {directory} holds a masked LM ({found}), not a causal LM{hint}"
+        )
+
+
 def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Teacher:
     """Resolve and fingerprint a causal teacher and load its tokenizer; refuse a masked LM, a
     tokenizer without offsets or start token, and a ``top_k`` beyond its vocabulary."""
     directory = resolve_directory(ref)
-    found = architecture(directory)
-    if is_masked_architecture(found):
-        raise UserInputError(
-            f"teacher {ref.name!r}: {directory} holds a masked LM ({found}), not a causal LM; "
-            "give masked-LM teachers in a recipe with `objective: masked`"
-        )
+    refuse_masked_lm(f"teacher {ref.name!r}", directory)
     tokenizer = load_tokenizer(ref, directory)
     ByteOffsets(tokenizer, f"teacher {ref.name!r}")  # refuses one without offsets
     if start_token_id(tokenizer) is None:
@@ -50,11 +58,14 @@ def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Tea
     return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
 
 
-def load_causal_lm(ref: ModelRef, directory: Path) -> Any:
-    """``AutoModelForCausalLM`` in eval mode; refused when head weights are missing from the files
-    (an untrained head would produce confident nonsense)."""
+def load_causal_lm(ref: ModelRef, directory: Path, role: str = "teacher") -> Any:
+    """``AutoModelForCausalLM`` in eval mode; refused when it is a masked LM or head weights are
+    missing from the files (an untrained head would produce confident nonsense). ``role``: what
+    messages call the model."""
     from transformers import AutoModelForCausalLM
 
+    owner = f"{role} {ref.name!r}"
+    refuse_masked_lm(owner, directory, _TEACHER_HINT if role == "teacher" else "")
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
     try:
@@ -63,14 +74,14 @@ def load_causal_lm(ref: ModelRef, directory: Path) -> Any:
         )
     except Exception as err:
         raise UserInputError(
-            f"teacher {ref.name!r}: cannot load a causal LM from {directory}: {load_failure(err)}"
+            f"{owner}: cannot load a causal LM from {directory}: {load_failure(err)}"
         ) from err
     model, info = loaded
     missing = sorted(info.get("missing_keys", []))
     if missing:
         shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
         raise UserInputError(
-            f"teacher {ref.name!r}: {directory} has no trained causal-LM head "
+            f"{owner}: {directory} has no trained causal-LM head "
             f"(missing weights: {shown}); pre-train one with `lmalgebra pretrain --causal`"
         )
     return model.eval()

@@ -3,6 +3,9 @@ the masked copies and the causal teacher store are row-aligned with it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 
@@ -55,3 +58,27 @@ def require(shards: ShardSet, command: str) -> None:
             f"{shards.directory} is missing or incomplete: "
             f"run `lmalgebra merge {command} RECIPE` first"
         )
+
+
+def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """The held-out examples' texts of each language of the run (of ``languages`` if given)."""
+    found = sorted(p.parent.name for p in (run_dir / "examples").glob("*/manifest.json"))
+    if not found:
+        raise UserInputError(
+            f"{run_dir} holds no examples: run `lmalgebra merge prepare RECIPE` first"
+        )
+    unknown = sorted(set(languages or []) - set(found))
+    if unknown:
+        raise UserInputError(
+            f"language {unknown[0]!r} is not in {run_dir} (it has {', '.join(found)})"
+        )
+    texts = {}
+    for lang in languages or found:
+        shards = ShardSet.existing(run_dir / "examples" / lang)
+        require(shards, "prepare")
+        table = pa.concat_tables(shards.tables())
+        held = table.filter(table.column("heldout")).column("text").to_pylist()
+        if not held:
+            raise UserInputError(f"language {lang!r} of {run_dir} has no held-out example")
+        texts[lang] = held
+    return texts

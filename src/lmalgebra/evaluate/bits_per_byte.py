@@ -27,9 +27,11 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.causal_teachers import load_causal_lm, start_token_id
+from lmalgebra.distill.causal_teachers import load_causal_lm, refuse_masked_lm, start_token_id
+from lmalgebra.distill.example_store import heldout_texts
 from lmalgebra.distill.teachers import max_positions
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.storage.csv_tables import Table, write_table
 
 
 @dataclass(frozen=True)
@@ -136,21 +138,23 @@ def _window_nats(model: Any, parts: list[_Window], batch_size: int) -> float:
 
 
 def bits_per_byte(
-    model_dir: Path | str,
+    model: ModelRef | Path | str,
     texts: Mapping[str, Sequence[str]],
     context: int | None = None,
     stride: int | None = None,
     batch_size: int = 8,
 ) -> dict[str, TextScore]:
-    """Per language, the scores of the causal LM in ``model_dir`` on ``texts`` (language -> its
-    documents). ``context``: input tokens per window, default the model's positions."""
-    ref = ModelRef(name=Path(model_dir).name, path=str(model_dir))
+    """Per language, the scores of a causal LM (a reference, or a directory or hub id) on
+    ``texts`` (language -> its documents). ``context``: input tokens per window, default the
+    model's positions."""
+    ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
     directory = resolve_directory(ref)
+    refuse_masked_lm(f"model {ref.name!r}", directory, "")
     tokenizer = load_tokenizer(ref, directory)
     if start_token_id(tokenizer) is None:
         raise UserInputError(
-            f"{directory}: the tokenizer has neither a beginning-of-sequence nor an end-of-text "
-            "token to predict a document's first token after"
+            f"model {ref.name!r}: the tokenizer in {directory} has neither a beginning-of-sequence "
+            "nor an end-of-text token to predict a document's first token after"
         )
     limit = max_positions(directory)
     context = context or limit
@@ -158,8 +162,57 @@ def bits_per_byte(
         raise UserInputError(f"{directory}: config.json gives no context length; pass one")
     if limit is not None and context > limit:
         raise UserInputError(f"context {context} exceeds the {limit} positions of {directory}")
-    model = load_causal_lm(ref, directory)
+    network = load_causal_lm(ref, directory, role="model")
     return {
-        lang: score_texts(model, tokenizer, docs, context, stride, batch_size)
+        lang: score_texts(network, tokenizer, docs, context, stride, batch_size)
         for lang, docs in texts.items()
     }
+
+
+@dataclass(frozen=True)
+class BitsRow:
+    """One model on one language's held-out documents."""
+
+    language: str
+    model: str
+    documents: int
+    tokens: int
+    unknown_tokens: int
+    bytes: int
+    chars: int
+    nats: float
+    bits_per_byte: float
+    bits_per_char: float
+
+
+BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")
+
+
+def evaluate_bits(
+    run_dir: Path,
+    models: Sequence[ModelRef],
+    languages: Sequence[str] | None = None,
+    context: int | None = None,
+) -> list[BitsRow]:
+    """Bits per byte of each model on each language's held-out examples of a merge run, written
+    to ``run_dir/evaluation/bits_per_byte.csv``; the rows."""
+    texts = heldout_texts(run_dir, languages)
+    rows = []
+    for ref in models:
+        for lang, score in bits_per_byte(ref, texts, context).items():
+            rows.append(
+                BitsRow(
+                    lang,
+                    ref.name,
+                    score.documents,
+                    score.tokens,
+                    score.unknown_tokens,
+                    score.bytes,
+                    score.chars,
+                    score.nats,
+                    score.bits_per_byte,
+                    score.bits_per_char,
+                )
+            )
+    write_table(run_dir / "evaluation", BITS, rows)
+    return rows

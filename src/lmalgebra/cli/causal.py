@@ -1,0 +1,54 @@
+"""What the MergeDistill commands print and check for causal recipes and teachers: the causal
+store's table, and the flags of ``pretrain --causal``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+
+
+def causal_table(report: dict[str, Any]) -> Any:
+    """Counts and bytes per teacher token of each part of a causal store."""
+    from rich.table import Table
+
+    parts = ("token_ids", "offsets", "next_logprob", "topk", "samples")
+    table = Table(title=f"causal teacher store {report['run_dir']}")
+    for column in ("language", "teacher"):
+        table.add_column(column)
+    for column in ("examples", "tokens", "top-k", "samples", *parts, "store"):
+        table.add_column(
+            column if column in ("examples", "tokens", "top-k", "samples") else f"{column} B/tok",
+            justify="right",
+        )
+    for row in report["causal"]:
+        sizes = row["bytes_per_token"]
+        store = row["store_bytes_per_token"]
+        table.add_row(
+            row["language"],
+            row["teacher"],
+            str(row["examples"]),
+            str(row["tokens"]),
+            str(row["top_k"]),
+            str(row["samples"]),
+            *(f"{sizes[p]:.1f}" if sizes[p] is not None else "-" for p in parts),
+            f"{store:.1f}" if store else "-",
+        )
+    return table
+
+
+def causal_tokenizer_kind(causal: bool, kind: str | None, lowercase: bool) -> Any:
+    """The tokenizer kind of ``pretrain --causal`` (bytelevel-bpe unless given); refuses the
+    flags that do not go with it."""
+    from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
+
+    if not causal:
+        raise UserInputError("--tokenizer-kind applies to --causal teachers only")
+    kind = kind or "bytelevel-bpe"
+    if kind not in TOKENIZER_KINDS:
+        raise UserInputError(
+            f"--tokenizer-kind must be one of {', '.join(TOKENIZER_KINDS)}, got {kind!r}"
+        )
+    if lowercase:
+        raise UserInputError("--lowercase applies to masked-LM (WordPiece) teachers only")
+    return kind
