@@ -71,7 +71,9 @@ def test_overlapping_pieces_of_unknown_length_leave_the_bytes_to_the_last() -> N
 def test_a_tokenizer_without_offsets_is_refused() -> None:
     from transformers import CanineTokenizer
 
-    with pytest.raises(UserInputError, match=r"teacher 'c': the tokenizer is not a fast .* offsets"):
+    with pytest.raises(
+        UserInputError, match=r"teacher 'c': the tokenizer is not a fast .* offsets"
+    ):
         ByteOffsets(CanineTokenizer(), "teacher 'c'")
 
 
