@@ -19,7 +19,7 @@ def build_causal_teacher(
     from lmalgebra.distill.student import StudentSpec
 
     texts = sentences(400, seed=seed + 5) + ["café crème brûlée, naïve señor; 東京 ☃ 😀"] * 3
-    tokenizer = train_causal_tokenizer(texts, kind, 300, positions)  # type: ignore[arg-type]
+    tokenizer = train_causal_tokenizer(texts, kind, 300, positions)
     spec = StudentSpec(
         hidden_size=hidden,
         num_layers=2,

@@ -91,7 +91,7 @@ def test_sliding_windows_match_the_transformers_recipe(gpt2) -> None:
 @pytest.mark.parametrize(("context", "stride"), [(4, 1), (4, 2), (4, 4), (7, 3)])
 def test_windows_score_every_target_once(length: int, context: int, stride: int) -> None:
     scored: list[int] = []
-    for begin, end, first in windows(list(range(length)), context, stride):  # type: ignore[arg-type]
+    for begin, end, first in windows(list(range(length)), context, stride):
         assert end - begin - 1 <= context and first >= 0
         scored += range(begin + 1 + first, end)
         assert first == 0 or first >= context - stride  # later windows: at least that context

@@ -132,7 +132,7 @@ def test_batches_are_next_token_windows_drawn_from_the_index() -> None:
 
 @pytest.mark.parametrize("kind", TOKENIZER_KINDS)
 def test_each_tokenizer_kind_starts_with_its_bos_and_reports_offsets(kind: str) -> None:
-    tok = train_causal_tokenizer(sentences(300), kind, 300, 64)  # type: ignore[arg-type]
+    tok = train_causal_tokenizer(sentences(300), kind, 300, 64)
     encoded = tok("The river runs.", return_offsets_mapping=True)
     assert encoded["input_ids"][0] == tok.bos_token_id and tok.eos_token_id is not None
     assert encoded["offset_mapping"][-1][1] == len("The river runs.")

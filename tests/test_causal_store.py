@@ -111,15 +111,15 @@ def test_inspect_gives_bytes_per_token_of_each_part(run) -> None:
     assert set(rows) == set(PAIRS)
     for row in rows.values():
         assert row["teach_complete"] and row["top_k"] == 5 and row["samples"] == 4
-        # uint16 ids, int32 offset pairs, float32 next log-prob, fp16 log-probs
+        # uint16 ids and byte offset pairs, float32 next log-prob, fp16 log-probs
         assert row["bytes_per_token"] == {
             "token_ids": 2.0,
-            "offsets": 8.0,
+            "offsets": 4.0,
             "next_logprob": 4.0,
             "topk": 20.0,
             "samples": 16.0,
         }
-        assert 50 < row["store_bytes_per_token"] < 80  # tiny shards carry Arrow framing
+        assert 46 < row["store_bytes_per_token"] < 80  # tiny shards carry Arrow framing
     assert rows[("xx", "bl")]["examples"] == 40
 
 
@@ -175,5 +175,9 @@ def test_merge_run_builds_the_store_and_vocab_and_train_refuse(
     assert_one_line(code, err, ["does not train a student from a causal store"])
     code, err = run_cli(["merge", "inspect", str(tmp_path / "run")], monkeypatch, capsys)
     assert code == 0, err
+    code, err = run_cli(["merge", "evaluate", str(tmp_path / "run")], monkeypatch, capsys)
+    assert_one_line(code, err, ["holds a causal store", "merge bits-per-byte"])
+    code, err = run_cli(["merge", "select", str(path)], monkeypatch, capsys)
+    assert_one_line(code, err, ["merge select ranks masked-LM teachers"])
     code, err = run_cli(["merge", "verify", str(tmp_path / "run")], monkeypatch, capsys)
     assert code == 0, err

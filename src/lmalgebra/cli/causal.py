@@ -12,15 +12,17 @@ def causal_table(report: dict[str, Any]) -> Any:
     """Counts and bytes per teacher token of each part of a causal store."""
     from rich.table import Table
 
-    parts = ("token_ids", "offsets", "next_logprob", "topk", "samples")
-    table = Table(title=f"causal teacher store {report['run_dir']}")
-    for column in ("language", "teacher"):
-        table.add_column(column)
-    for column in ("examples", "tokens", "top-k", "samples", *parts, "store"):
-        table.add_column(
-            column if column in ("examples", "tokens", "top-k", "samples") else f"{column} B/tok",
-            justify="right",
-        )
+    parts = {"token_ids": "ids", "offsets": "offs", "next_logprob": "next", "topk": "top-k"}
+    parts["samples"] = "draws"
+    table = Table(
+        title=f"causal teacher store {report['run_dir']}",
+        caption="k: top-k; K: draws; B: bytes per teacher token (values; total: shard files)",
+    )
+    table.add_column("lang")
+    table.add_column("teacher")
+    for column in ("examples", "tokens", "k", "K", *(f"{p} B" for p in parts.values())):
+        table.add_column(column, justify="right")
+    table.add_column("total B", justify="right")
     for row in report["causal"]:
         sizes = row["bytes_per_token"]
         store = row["store_bytes_per_token"]
@@ -31,7 +33,7 @@ def causal_table(report: dict[str, Any]) -> Any:
             str(row["tokens"]),
             str(row["top_k"]),
             str(row["samples"]),
-            *(f"{sizes[p]:.1f}" if sizes[p] is not None else "-" for p in parts),
+            *(f"{sizes[p]:.0f}" if sizes[p] is not None else "-" for p in parts),
             f"{store:.1f}" if store else "-",
         )
     return table

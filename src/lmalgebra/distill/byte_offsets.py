@@ -88,8 +88,8 @@ def _split_runs(spans: np.ndarray, lengths: list[int | None]) -> np.ndarray:
         while j < n and spans[j, 0] < stop:  # token j starts inside the run
             stop = max(stop, spans[j, 1])
             j += 1
-        run = [lengths[t] for t in range(i, j)]
-        if j - i > 1 and None not in run and sum(run) == stop - spans[i, 0]:  # type: ignore[arg-type]
+        run = [n for n in lengths[i:j] if n is not None]  # the known lengths
+        if j - i > 1 and len(run) == j - i and sum(run) == stop - spans[i, 0]:
             ends = spans[i, 0] + np.cumsum(np.asarray(run, dtype=np.int64))
             out[i:j, 1] = ends
             out[i:j, 0] = np.concatenate([[spans[i, 0]], ends[:-1]])

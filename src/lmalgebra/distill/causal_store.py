@@ -86,7 +86,8 @@ def _tokenize(
             "example_id": part.column("id"),
             "heldout": part.column("heldout"),
             "token_ids": list_column(ids, id_dtype(len(teacher.tokenizer))),
-            "offsets": list_column(spans, np.int32),
+            # an example has at most example_bytes bytes: the narrowest type that holds them
+            "offsets": list_column(spans, id_dtype(recipe.causal.example_bytes + 1)),
         }
     )
 
@@ -129,11 +130,11 @@ def _logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) 
         "topk_logprobs": list_column([o.topk_logprobs for o in outputs], np.float16),
     }
     if samples:
-        columns["sample_ids"] = list_column([o.sample_ids for o in outputs], dtype)  # type: ignore[misc]
-        columns["sample_logprobs"] = list_column(
-            [o.sample_logprobs for o in outputs],  # type: ignore[misc]
-            np.float16,
-        )
+        ids = [o.sample_ids for o in outputs if o.sample_ids is not None]
+        values = [o.sample_logprobs for o in outputs if o.sample_logprobs is not None]
+        assert len(ids) == len(values) == len(outputs)  # every output holds its draws
+        columns["sample_ids"] = list_column(ids, dtype)
+        columns["sample_logprobs"] = list_column(values, np.float16)
     return pa.table(columns)
 
 
