@@ -21,7 +21,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-quick study test test-slow lint bench clean
+.PHONY: install demo demo-quick study test test-slow lint bench experiment-teachers clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -52,13 +52,17 @@ study: $(STAMP)
 	$(BIN)/lmalgebra report runs/minilm-wiki-study
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench experiments
+	$(BIN)/ruff format --check src tests bench experiments
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo  # the layers and no-cycle contracts in pyproject.toml
 
 test: $(STAMP) lint
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
+
+# LMD-chosen teachers against every pair distilled (README "Does the score predict students?")
+experiment-teachers: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/teacher_pairs.py
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +21,15 @@ SPLITS = ("train", "validation", "test")
 FAMILY = {"a1": "a", "a2": "a", "b1": "b", "b2": "b"}
 
 
-def pairwise_matrix(split: str = "test") -> np.ndarray:
-    """``(4, 4)`` R^2 (row = target, column = basis): high within a family, low across; NaN
-    diagonal; train a little higher than held-out."""
+def pairwise_matrix(split: str = "test", across: float = 0.15) -> np.ndarray:
+    """``(4, 4)`` R^2 (row = target, column = basis): high within a family, about ``across``
+    across families; NaN diagonal; train a little higher than held-out."""
     lift = {"train": 0.08, "validation": 0.02, "test": 0.0}[split]
     r2 = np.full((len(MODELS), len(MODELS)), np.nan)
     for i, t in enumerate(MODELS):
         for j, b in enumerate(MODELS):
             if i != j:
-                base = 0.8 if FAMILY[t] == FAMILY[b] else 0.15
+                base = 0.8 if FAMILY[t] == FAMILY[b] else across
                 r2[i, j] = base + 0.01 * (i - j) + lift
     return r2
 
@@ -45,11 +47,12 @@ def _group(target: str, split: str) -> float:
     return float(np.nanmax(row) + 0.05)
 
 
-def write_core(run: Path) -> None:
-    """The files every complete run has: summary, config, provenance, pairwise and group tables."""
+def write_core(run: Path, across: float = 0.15) -> None:
+    """The files every complete run has: summary, config, provenance, pairwise and group tables
+    (``across``: the pairwise R^2 across families; below 0 makes negative cells)."""
     run.mkdir(parents=True, exist_ok=True)
     for split in SPLITS:
-        r2 = pairwise_matrix(split)
+        r2 = pairwise_matrix(split, across)
         rows = [
             [t, *("" if np.isnan(v) else f"{v:.6f}" for v in r2[i])] for i, t in enumerate(MODELS)
         ]
@@ -75,24 +78,25 @@ def write_core(run: Path) -> None:
     (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
 
 
-def write_study(run: Path) -> None:
-    """Every optional study table of the contract."""
+def write_study(run: Path, across: float = 0.15, intervals: bool = True, draws: int = 3) -> None:
+    """Every optional study table of the contract; ``intervals=False``: a run without bootstrap
+    (blank interval cells); ``draws``: null draws per target."""
     fits, nulls, similarity = [], [], []
     for split in SPLITS:
-        r2 = pairwise_matrix(split)
+        r2 = pairwise_matrix(split, across)
         for i, t in enumerate(MODELS):
             others = "+".join(m for m in MODELS if m != t)
             g = _group(t, split)
             adjusted = f"{g - 0.03:.4f}" if split == "train" else ""
-            fits.append(["group", t, others, split, g, g - 0.04, g + 0.03, adjusted])
+            ci = (g - 0.04, g + 0.03) if intervals else ("", "")
+            fits.append(["group", t, others, split, g, *ci, adjusted])
             for j, b in enumerate(MODELS):
                 if i != j:
-                    fits.append(
-                        ["pairwise", t, b, split, r2[i, j], r2[i, j] - 0.05, r2[i, j] + 0.05, ""]
-                    )
+                    ci = (r2[i, j] - 0.05, r2[i, j] + 0.05) if intervals else ("", "")
+                    fits.append(["pairwise", t, b, split, r2[i, j], *ci, ""])
                     cka = 0.9 if FAMILY[t] == FAMILY[b] else 0.3
                     similarity.append([t, b, split, r2[i, j], cka, cka - 0.1])
-            for draw in range(3):
+            for draw in range(draws):
                 nulls.append(["random_group", t, "random", split, 0.02 + 0.01 * draw])
                 nulls.append(["shuffled_group", t, others, split, -0.01 * draw])
     _write(
@@ -169,8 +173,27 @@ def write_study(run: Path) -> None:
     )
 
 
-def build_run(run: Path) -> Path:
-    """A complete synthetic run with every contract file, at ``run``."""
-    write_core(run)
-    write_study(run)
+def build_run(
+    run: Path,
+    *,
+    across: float = 0.15,
+    intervals: bool = True,
+    draws: int = 3,
+    names: Mapping[str, str] | None = None,
+) -> Path:
+    """A complete synthetic run with every contract file, at ``run``: options as
+    :func:`write_study`, and ``names`` renaming models (``{"a1": "a very long name"}``)."""
+    write_core(run, across)
+    write_study(run, across, intervals, draws)
+    if names:
+        rename(run, names)
     return run
+
+
+def rename(run: Path, names: Mapping[str, str]) -> None:
+    """Rename models in every table and file of ``run`` (whole names only)."""
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    for path in run.rglob("*"):
+        if path.suffix in {".csv", ".json", ".yaml"}:
+            text = path.read_text(encoding="utf-8")
+            path.write_text(pattern.sub(lambda m: names[m.group(1)], text), encoding="utf-8")

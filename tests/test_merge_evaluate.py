@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.store_view import load_copies
 from lmalgebra.distill.train_student import train_student
-from lmalgebra.evaluate.distill_scores import Score, evaluate_run, rdt, teacher_score
+from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.evaluate.comparability import is_comparable, teacher_languages
+from lmalgebra.evaluate.distill_scores import Score, evaluate_run, rdt
+from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
+from tiny import build_bert_mlm
 
 STUDENT = {
     "hidden_size": 32,
@@ -60,14 +69,71 @@ def test_rdt_follows_equation_3() -> None:
     )
 
 
-def test_teacher_scores_come_from_the_store(run_dir: Path) -> None:
+def _fill_mask_reference(
+    model: object, rows: list[tuple[np.ndarray, np.ndarray]], mask_id: int | None
+) -> tuple[np.ndarray, float]:
+    """Independent reference, one example at a time with plain transformers: the selected
+    positions replaced by ``mask_id`` (None: the input as given), full-vocabulary logits, argmax.
+    ``rows``: (input ids, positions). Returns the predicted ids and the gold tokens' total NLL,
+    the gold ids being ``ids[positions]`` before masking."""
+    predicted, nll = [], 0.0
+    with torch.no_grad():
+        for ids, positions in rows:
+            x = torch.from_numpy(ids.copy())
+            gold = x[positions].clone()
+            if mask_id is not None:
+                x[positions] = mask_id
+            logits = model(input_ids=x[None]).logits[0, positions]  # type: ignore[operator]
+            predicted.append(logits.argmax(-1).numpy())
+            nll -= float(torch.log_softmax(logits, -1).gather(1, gold[:, None]).sum())
+    return np.concatenate(predicted), nll
+
+
+def test_scores_match_a_plain_fill_mask_reference(run_dir: Path, teacher_dirs) -> None:
+    """Teacher and student, each on the held-out text in the teacher's tokenisation (the student
+    through the vocabulary map), every selected token replaced by the mask token."""
+    examples = pa.concat_tables(ShardSet.existing(run_dir / "examples" / "yy").tables())
+    texts = dict(
+        zip(examples.column("id").to_pylist(), examples.column("text").to_pylist(), strict=True)
+    )
     raw = load_copies(run_dir, "yy", "sp", None)
-    score = teacher_score("yy", "sp", raw)
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dirs["sp"])
+    rows = []
+    for r in np.flatnonzero(raw.heldout):
+        ids = tokenizer(texts[raw.example_ids[r]], truncation=True, max_length=48)["input_ids"]
+        rows.append((np.array(ids), raw.positions[raw.mask_offsets[r] : raw.mask_offsets[r + 1]]))
+    gold = np.concatenate([ids[positions] for ids, positions in rows])
+    teacher = AutoModelForMaskedLM.from_pretrained(teacher_dirs["sp"]).eval()
+    mapping = UnionVocab.load(run_dir / "vocab").maps["sp"]
+    student_rows = [(mapping[ids].astype(np.int64), positions) for ids, positions in rows]
+    student = AutoModelForMaskedLM.from_pretrained(run_dir / "student" / "model").eval()
+    expected = {
+        "sp": (*_fill_mask_reference(teacher, rows, tokenizer.mask_token_id), gold),
+        "student": (
+            *_fill_mask_reference(student, student_rows, int(mapping[tokenizer.mask_token_id])),
+            mapping[gold],
+        ),
+    }
+    scores, _ = evaluate_run(run_dir, ["student"], ["yy"])
+    for model, (predicted, nll, labels) in expected.items():
+        score = next(s for s in scores if s.teacher == "sp" and s.model == model)
+        assert score.masked_tokens == gold.size > 20
+        # one token's worth of slack: a near-tie may break the other way in another kernel
+        assert abs(score.accuracy * gold.size - np.sum(predicted == labels)) <= 1
+        assert score.loss == pytest.approx(nll / gold.size, rel=1e-4)
+
+
+def test_training_masking_column_keeps_the_stored_figure(run_dir: Path) -> None:
+    """The teacher's top-1 under the training masking (80/10/10) is the store's, exactly."""
+    raw = load_copies(run_dir, "yy", "sp", None)
     rows = np.flatnonzero(raw.heldout)
-    assert score.examples == len(rows) > 0
     idx = np.concatenate([np.arange(raw.mask_offsets[r], raw.mask_offsets[r + 1]) for r in rows])
-    assert score.accuracy == pytest.approx(np.mean(raw.topk_ids[idx, 0] == raw.labels[idx]))
-    assert score.masked_tokens == idx.size
+    scores, _ = evaluate_run(run_dir, ["student"], ["yy"])
+    teacher = next(s for s in scores if s.teacher == "sp" and s.model == "sp")
+    assert teacher.examples == len(rows) > 0 and teacher.masked_tokens == idx.size
+    stored = np.mean(raw.topk_ids[idx, 0] == raw.labels[idx])
+    assert teacher.top1_training_masking == pytest.approx(stored)
+    assert teacher.top1_agreement == 1.0 and teacher.topk_overlap == 1.0
 
 
 def test_evaluate_command_writes_tables_and_plot(run_dir: Path) -> None:
@@ -134,3 +200,118 @@ def test_rdt_leaves_out_a_teacher_with_zero_accuracy_and_says_so(tmp_path: Path)
     page = markdown(scores, {"s": values})
     assert "nan" not in page.lower() and "| s | +20.00 | n/a | +20.00 |" in page
     assert "Note: teacher t2 scores 0 accuracy on yy" in page
+
+
+def test_a_teacher_changed_since_the_teach_stage_is_refused(tmp_path: Path, teacher_dirs) -> None:
+    """Scoring a teacher again (its all-mask predictions are not in the store) needs the same
+    weights the store was made with."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = load_recipe(
+        write_recipe(tmp_path, teachers, student=STUDENT, training={"steps": 1, "batch_size": 4})
+    )
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    stages.vocab(recipe)
+    train_student(recipe, "student", progress=False)
+    build_bert_mlm(teachers["wp"], seed=1)  # other weights, same tokenizer
+    with pytest.raises(UserInputError, match=r"teacher 'wp' \(.*\) changed since `lmalgebra merge"):
+        evaluate_run(recipe.output_dir, ["student"])
+
+
+# --- comparability: a teacher on a language it was not trained on is no reference ----------
+
+
+def test_the_comparability_rule() -> None:
+    assert is_comparable("fr", frozenset({"fr", "es"}))
+    assert not is_comparable("fr", frozenset({"en"}))
+    assert is_comparable("fr", None)  # the teacher's languages are unknown: nothing to judge by
+
+
+def test_teacher_languages_come_from_the_pretraining_record(tmp_path: Path) -> None:
+    records = {
+        "teacher-en": {"kind": "pretrained-teacher", "language": "en"},
+        "student": {"kind": "student", "recipe": {}},  # a student's record names no language
+    }
+    for name, record in records.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "lmalgebra.json").write_text(json.dumps(record), encoding="utf-8")
+    teachers = {
+        "teacher-en": {"path": str(tmp_path / "teacher-en")},
+        "student": {"path": str(tmp_path / "student")},
+        "hub": {"path": "some-org/some-model"},
+    }
+    assert teacher_languages(teachers) == {
+        "teacher-en": frozenset({"en"}),
+        "student": None,
+        "hub": None,
+    }
+
+
+def _sm1_scores() -> list[Score]:
+    """SM1 of the demo: every language scored in the English teacher's tokenisation."""
+    accuracy = {"en": (0.5, 0.6), "fr": (0.1, 0.4), "es": (0.2, 0.5)}  # (teacher, student)
+    return [
+        Score(
+            lang,
+            "teacher-en",
+            model,
+            10,
+            50,
+            acc,
+            1.0,
+            2.7,
+            0.5,
+            0.5,
+            comparable=is_comparable(lang, {"en"}),
+        )
+        for lang, (teacher, student) in accuracy.items()
+        for model, acc in (("teacher-en", teacher), ("sm1", student))
+    ]
+
+
+def test_rows_on_a_language_the_teacher_never_learnt_are_marked_and_left_out(
+    tmp_path: Path,
+) -> None:
+    from lmalgebra.api.merge import score_frame
+    from lmalgebra.evaluate.distill_scores import SCORES, incomparable_languages, markdown
+    from lmalgebra.storage.csv_tables import read_table, write_table
+
+    scores = _sm1_scores()
+    frame = score_frame(scores)
+    assert frame["comparable"].dtype == bool
+    assert sorted(frame.loc[~frame["comparable"], "language"].unique()) == ["es", "fr"]
+    assert frame.loc[frame["comparable"], "language"].unique().tolist() == ["en"]
+    values = rdt(scores, "sm1")
+    assert values["en"] == pytest.approx(20.0)
+    assert np.isnan(values["fr"]) and np.isnan(values["es"])
+    assert values["average"] == pytest.approx(20.0)  # not (20 + 300 + 150) / 3
+    assert incomparable_languages(scores, "sm1") == ["es", "fr"]
+    page = markdown(scores, {"sm1": values})
+    assert "| sm1 | +20.00 | not comparable | not comparable | +20.00 |" in page
+    assert "Note: teacher teacher-en was not trained on es, fr:" in page
+    assert page.count("| no |") == 4 and page.count("| yes |") == 2
+    write_table(tmp_path, SCORES, scores)
+    assert [s.comparable for s in read_table(tmp_path, SCORES) or []] == [
+        s.comparable for s in scores
+    ]
+
+
+def test_evaluate_marks_the_scores_of_a_teacher_off_its_languages(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmalgebra.evaluate import distill_scores
+
+    # as if wp had been pre-trained on yy alone, and sp's languages were unknown
+    monkeypatch.setattr(
+        distill_scores, "teacher_languages", lambda teachers: {"wp": frozenset({"yy"})}
+    )
+    scores, deviations = evaluate_run(run_dir, ["student"])
+    marked = {(s.language, s.teacher, s.comparable) for s in scores}
+    assert marked == {("xx", "wp", False), ("yy", "wp", True), ("yy", "sp", True)}
+    assert set(deviations["student"]) == {"xx", "yy", "average"}
+    # the tiny teachers get no masked token right, so read RDT on perplexity (never 0)
+    values = rdt(scores, "student", metric="perplexity")
+    assert np.isnan(values["xx"]) and np.isfinite(values["yy"])  # xx: no comparable score
+    assert values["average"] == pytest.approx(values["yy"])

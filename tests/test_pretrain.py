@@ -80,6 +80,16 @@ def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:
     assert meta["examples"] == sum(not is_heldout(example_id("fr", d), 0.2) for d in docs)
 
 
+def test_the_pretrained_teacher_records_its_language(teacher) -> None:
+    """What tells `merge evaluate` which scores against this teacher are comparable."""
+    from lmalgebra.evaluate.comparability import teacher_languages
+
+    out, _ = teacher
+    assert teacher_languages({"teacher-fr": {"path": str(out)}}) == {
+        "teacher-fr": frozenset({"fr"})
+    }
+
+
 def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:
     out, _ = teacher
     recipe = load_recipe(write_recipe(tmp_path, {"wp": out, "sp": teacher_dirs["sp"]}))
@@ -105,3 +115,46 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process() -> None
         for _ in range(4)
     }
     assert len(digests) == 1
+
+
+def test_a_given_tokenizer_is_kept_as_is(
+    tmp_path: Path, bert_dir: Path, teacher: tuple[Path, Path]
+) -> None:
+    """Teachers that share one tokenizer give students one vocabulary."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill.pretrain import pretrain
+    from lmalgebra.distill.student import StudentSpec
+    from lmalgebra.sources.corpus import CorpusSpec
+    from lmalgebra.train.config import TrainingSpec
+
+    _, corpus = teacher
+    size = StudentSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    training = TrainingSpec(steps=3, batch_size=4, warmup_steps=1, checkpoint_every=3)
+    out = pretrain(
+        CorpusSpec(paths=[str(corpus)]),
+        "fr",
+        0,
+        tmp_path / "t",
+        size,
+        training,
+        48,
+        progress=False,
+        tokenizer=str(bert_dir),
+    )
+    given = AutoTokenizer.from_pretrained(bert_dir)
+    made = AutoTokenizer.from_pretrained(out)
+    assert made.get_vocab() == given.get_vocab()
+    model = AutoModelForMaskedLM.from_pretrained(out)
+    assert model.config.vocab_size == len(given)
+    with pytest.raises(UserInputError, match=r"--tokenizer .*missing-dir"):
+        pretrain(
+            CorpusSpec(paths=[str(corpus)]),
+            "fr",
+            0,
+            tmp_path / "u",
+            size,
+            training,
+            48,
+            progress=False,
+            tokenizer=str(tmp_path / "missing-dir"),
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -190,3 +191,109 @@ def test_cli_prints_the_path_and_exits_2_on_an_incomplete_run(
     (tmp_path / "run" / "summary.json").unlink()
     assert _cli(monkeypatch, str(tmp_path / "run")) == 2
     assert "no summary.json" in capsys.readouterr().err
+
+
+# --- reading the numbers: negative R^2, intervals, long names -----------------------------
+
+LONG_NAMES = {
+    "a1": "organisation-with-a-long-name/encoder-a1-base-multilingual-cased-finetuned",
+    "b1": "another-lab/b1-model-name-that-is-also-very-long-v2",
+}
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> dict[str, tuple[Any, Path]]:
+    """Every figure saved while the test runs, by file stem: (figure, PNG path)."""
+    from lmalgebra.figures import canvas
+
+    figures: dict[str, tuple[Any, Path]] = {}
+    save = canvas.save
+
+    def keep(fig: Any, path: Path, dpi: int = canvas.DPI) -> Path:
+        figures[path.stem] = (fig, save(fig, path, dpi))
+        return path
+
+    monkeypatch.setattr(canvas, "save", keep)
+    return figures
+
+
+def _images(fig: Any) -> list[Any]:
+    return [image for ax in fig.axes for image in ax.get_images()]
+
+
+def test_negative_r2_is_explained_where_it_is_shown(tmp_path: Path) -> None:
+    text = write_report(build_run(tmp_path / "neg", across=-0.3)).read_text(encoding="utf-8")
+    pairwise = text.split('id="pairwise"')[1].split("</section>")[0]
+    assert "8 values are below 0: a1 from b1 (-0.31)" in pairwise
+    assert "worse than their mean" in pairwise and "--alpha-select gcv" in pairwise
+    similarity = text.split('id="similarity"')[1].split("</section>")[0]
+    assert "worse than their mean" in similarity
+    plain = write_report(build_run(tmp_path / "plain")).read_text(encoding="utf-8")
+    assert "below 0" not in plain  # no negative value: nothing to explain
+
+
+def test_heatmaps_show_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) -> None:
+    write_plots(build_run(tmp_path / "neg", across=-0.3))
+    for stem in ("pairwise_r2_test_clustered", "similarity"):
+        fig, _ = drawn[stem]
+        images = _images(fig)
+        assert images and all(image.norm.vmin <= -0.3 for image in images), stem
+        image = images[0]
+        colours = {tuple(image.cmap(image.norm(v))) for v in (-0.3, -0.1, 0.0, 0.5)}
+        assert len(colours) == 4, f"{stem}: values at or below 0 share a colour"
+        labels = [ax.get_ylabel() for ax in fig.axes if ax not in {i.axes for i in images}]
+        assert any("below 0" in label for label in labels), labels  # the colour bar says so
+    write_plots(build_run(tmp_path / "plain"))
+    image = _images(drawn["pairwise_r2_test_clustered"][0])[0]
+    assert image.norm.vmin == 0.0  # nothing below 0: the scale starts at 0, as before
+
+
+def test_run_root_heatmap_shows_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) -> None:
+    from lmalgebra.lmd.heatmaps import pairwise_heatmap
+
+    r2 = pairwise_matrix("test", across=-0.5)
+    pairwise_heatmap(r2, MODELS, tmp_path / "pairwise_r2_test.png")
+    (image,) = _images(drawn["pairwise_r2_test"][0])
+    assert image.norm.vmin <= np.nanmin(r2) < 0
+    assert image.cmap(image.norm(np.nanmin(r2))) != image.cmap(image.norm(0.0))
+
+
+def _error_bars(fig: Any) -> int:
+    from matplotlib.container import ErrorbarContainer
+
+    return sum(isinstance(c, ErrorbarContainer) for ax in fig.axes for c in ax.containers)
+
+
+def test_no_error_bars_or_interval_columns_without_intervals(
+    tmp_path: Path, drawn: dict[str, Any]
+) -> None:
+    run = build_run(tmp_path / "bare", intervals=False, draws=1)
+    text = write_report(run).read_text(encoding="utf-8")
+    fig, _ = drawn["group_r2"]
+    assert _error_bars(fig) == 0
+    assert "whiskers" not in " ".join(t.get_text() for t in fig.legends[0].get_texts())
+    group = text.split('id="group"')[1].split("</section>")[0]
+    assert "interval" not in group and "bootstrap" not in group
+    assert "<th>null random_group (test)</th>" in group  # computed columns stay
+    write_report(build_run(tmp_path / "full"))
+    assert _error_bars(drawn["group_r2"][0]) == 3  # the intervals and both nulls' spreads
+
+
+def test_titles_and_labels_are_inside_every_png(tmp_path: Path, drawn: dict[str, Any]) -> None:
+    """With long model names, everything drawn (titles, axis and tick labels, legends, colour
+    bars) fits in the saved image: nothing is cut at its edge."""
+    import matplotlib.image
+
+    from lmalgebra.figures import canvas
+
+    write_plots(build_run(tmp_path / "run", across=-0.2, names=LONG_NAMES))
+    assert set(drawn) == FIGURES
+    for stem, (fig, path) in drawn.items():
+        drawn_box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, every visible artist
+        height, width = matplotlib.image.imread(path).shape[:2]
+        assert drawn_box.width * canvas.DPI <= width + 2, f"{stem}: cut at the sides"
+        assert drawn_box.height * canvas.DPI <= height + 2, f"{stem}: cut at the top or bottom"
+        renderer = fig.canvas.get_renderer()
+        titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
+        for i, box in enumerate(titles):  # a long panel title would run into its neighbour's
+            assert not any(box.overlaps(other) for other in titles[i + 1 :]), stem

@@ -85,6 +85,14 @@ class Visit:
     headings: list[str] = field(default_factory=list)
     subheadings: list[str] = field(default_factory=list)
     image_widths: list[int] = field(default_factory=list)
+    clipped: list[str] = field(default_factory=list)
+
+
+# every heading and table header whose text is wider than its box, or that reaches past the
+# page's right edge: a cut title
+CLIPPED = """els => els.filter(e => e.scrollWidth > e.clientWidth + 1
+    || e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+  .map(e => e.tagName + ': ' + e.textContent.slice(0, 80))"""
 
 
 def visit(browser: Any, page_path: Path) -> Visit:
@@ -110,6 +118,7 @@ def visit(browser: Any, page_path: Path) -> Visit:
     seen.image_widths = page.eval_on_selector_all(
         "img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)"
     )
+    seen.clipped = page.eval_on_selector_all("h1, h2, h3, th", CLIPPED)
     context.close()
     return seen
 
@@ -126,6 +135,7 @@ def report(run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFix
 
 def check(seen: Visit, run: Path) -> None:
     assert not seen.errors, seen.errors
+    assert not seen.clipped, seen.clipped
     assert seen.requests == [seen.url], f"requests besides the page itself: {seen.requests}"
     figures = sorted((run / "plots").glob("*.png"))
     assert len(seen.image_widths) == len(figures) > 0
@@ -146,6 +156,23 @@ def test_every_contract_file_renders(
     check(seen, run)
     assert seen.headings == list(SECTIONS)
     assert len(seen.image_widths) == 10
+
+
+def test_long_names_leave_no_title_cut(
+    browser: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # no space or hyphen: nothing where a browser would break the line by itself
+    names = {
+        "a1": "organisation_with_a_long_name_encoder_a1_base_multilingual_cased_finetuned",
+        "b1": "another_lab_b1_model_name_that_is_also_very_long_v2",
+    }
+    run = build_run(tmp_path / ("a_run_directory_named_at_length_" * 4 + "end"), names=names)
+    seen = visit(browser, report(run, monkeypatch, capsys))
+    check(seen, run)  # among the checks: no heading or table header clipped
+    assert seen.headings == list(SECTIONS)
 
 
 def test_a_real_decomposition_renders(

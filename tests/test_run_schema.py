@@ -36,7 +36,7 @@ FLOATS = [0.1234567890123456, -3.5e-300, math.nan, 1.0, -0.0]
 
 def _example_rows(table: Table[Any], count: int = 5) -> list[Any]:
     """Rows of ``table`` exercising every column type: text that needs quoting, floats at full
-    precision and NaN, integers and (where allowed) empty integers."""
+    precision and NaN, integers and (where allowed) empty integers, booleans."""
     hints = typing.get_type_hints(table.row)
     rows = []
     for i in range(count):
@@ -49,6 +49,8 @@ def _example_rows(table: Table[Any], count: int = 5) -> list[Any]:
                 values[f.name] = FLOATS[i % len(FLOATS)]
             elif hint is int:
                 values[f.name] = i - 1
+            elif hint is bool:
+                values[f.name] = i % 2 == 0
             else:  # int | None
                 values[f.name] = None if i % 2 else i
         rows.append(table.row(**values))
@@ -164,15 +166,20 @@ def test_bad_cells_name_file_line_and_column(tmp_path: Path) -> None:
 
 
 def test_evaluation_tables_are_declared_once(tmp_path: Path) -> None:
-    score = Score("en", "t", "s", 3, 10, 0.5, 1.25, math.exp(1.25), 0.75, math.nan)
-    write_table(tmp_path, SCORES, [score])
+    score = Score("en", "t", "s", 3, 10, 0.5, 1.25, math.exp(1.25), 0.75, math.nan, 0.625)
+    apart = Score("fr", "t", "s", 3, 10, 0.5, 1.25, 1.0, 0.75, 0.5, comparable=False)
+    write_table(tmp_path, SCORES, [score, apart])
     text = (tmp_path / "scores.csv").read_text(encoding="utf-8")
     assert text.splitlines() == [
         "language,teacher,model,examples,masked_tokens,accuracy,loss,perplexity,"
-        "top1_agreement,topk_overlap",
-        f"en,t,s,3,10,0.5,1.25,{math.exp(1.25)!r},0.75,nan",
+        "top1_agreement,topk_overlap,top1_training_masking,comparable",
+        f"en,t,s,3,10,0.5,1.25,{math.exp(1.25)!r},0.75,nan,0.625,True",
+        "fr,t,s,3,10,0.5,1.25,1.0,0.75,0.5,nan,False",
     ]
     back = read_table(tmp_path, SCORES)
-    assert back is not None and _same(back[0], score)
+    assert back is not None and _same(back[0], score) and back[1] == apart
+    (tmp_path / "scores.csv").write_text(text.replace(",False", ",maybe"), encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"scores\.csv, line 3: column 'comparable'.*'maybe'"):
+        read_table(tmp_path, SCORES)
     deviations = {"sm3": {"en": 12.3456, "fr": math.nan, "average": -1.0}}
     assert rdt_text(deviations) == "student,en,fr,average\nsm3,12.346,,-1.000\n"

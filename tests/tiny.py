@@ -180,6 +180,17 @@ def _sentencepiece_bpe(directory: Path, texts: list[str]) -> None:
     fast.save_pretrained(directory)
 
 
+def build_tokenizer_kinds(directory: Path) -> dict[str, Path]:
+    """One tokenizer of each kind teachers come with, each in its own subdirectory: WordPiece
+    (``wp``, lower-cased), byte-level BPE (``bl``, GPT-2 style) and SentencePiece-style BPE
+    (``sp``, with ``<unk>``)."""
+    paths = {kind: directory / kind for kind in ("wp", "bl", "sp")}
+    _wordpiece(paths["wp"])
+    _bytelevel(paths["bl"])
+    _sentencepiece_bpe(paths["sp"], sentences(400, seed=3))
+    return paths
+
+
 def build_bert_mlm(directory: Path, seed: int = 0) -> Path:
     """A tiny BERT masked LM (WordPiece) with its head saved: usable as a teacher."""
     import torch

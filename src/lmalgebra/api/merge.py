@@ -35,9 +35,12 @@ class MergeRun:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
         students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``).
         scores: after ``evaluate``: one row per (language, teacher tokenisation, model) with
-            examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap.
+            examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
+            (every scored token replaced by the mask token), top1_training_masking and
+            comparable (False where the teacher was not trained on the language).
         rdt: after ``evaluate``: RDT in percent (index ``student``; a column per language, then
-            ``average``), positive when the student beats its teachers.
+            ``average``), positive when the student beats its teachers; comparable scores
+            only (a language with none is NaN).
     """
 
     def __init__(self, recipe: MergeRecipe) -> None:

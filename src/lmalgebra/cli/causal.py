@@ -39,13 +39,23 @@ def causal_table(report: dict[str, Any]) -> Any:
     return table
 
 
-def causal_tokenizer_kind(causal: bool, kind: str | None, lowercase: bool) -> Any:
+def causal_summary(report: dict[str, Any]) -> str:
+    """``3 (language, causal teacher) pairs, 110 examples, 11816 teacher tokens``."""
+    rows = report["causal"]
+    examples = sum(int(r["examples"]) for r in rows)
+    tokens = sum(int(r["tokens"]) for r in rows)
+    return f"{len(rows)} (language, causal teacher) pairs, {examples} examples, {tokens} tokens"
+
+
+def causal_tokenizer_kind(causal: bool, kind: str | None, lowercase: bool, head_only: bool) -> Any:
     """The tokenizer kind of ``pretrain --causal`` (bytelevel-bpe unless given); refuses the
     flags that do not go with it."""
     from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
 
     if not causal:
         raise UserInputError("--tokenizer-kind applies to --causal teachers only")
+    if head_only:
+        raise UserInputError("--head-only fits masked-LM heads: it does not go with --causal")
     kind = kind or "bytelevel-bpe"
     if kind not in TOKENIZER_KINDS:
         raise UserInputError(

@@ -96,12 +96,12 @@ def demo(
 ) -> None:
     """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
     from lmalgebra.demo.workflow import run_demo
-    from lmalgebra.report.demo_page import render
+    from lmalgebra.report.demo_page import finding_lines, render
 
     result = run_demo(out, quick=quick, progress=progress)
     report = render(result, out)
-    for name, finding in result["findings"].items():
-        console.print(f"{name}: {finding}", highlight=False)
+    for title, verdict, evidence in finding_lines(result["findings"]):
+        console.print(f"{title}: {verdict}. {evidence}", highlight=False, markup=False)
     console.print(f"report: [bold]{report}[/bold]; everything else under [bold]{out}[/bold]")
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console
-from lmalgebra.cli.causal import causal_table, causal_tokenizer_kind
+from lmalgebra.cli.causal import causal_summary, causal_table, causal_tokenizer_kind
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.config import TrainingSpec
@@ -40,14 +40,7 @@ def _stage_done(what: str, run_dir: Path, next_command: str) -> None:
         console.print(f"{what}\nnext: {next_command}")
         return
     if report["causal"]:
-        rows = report["causal"]
-        examples = sum(int(r["examples"]) for r in rows)
-        tokens = sum(int(r["tokens"]) for r in rows)
-        console.print(
-            f"{what}: {len(rows)} (language, causal teacher) pairs, {examples} examples, "
-            f"{tokens} teacher tokens"
-        )
-        console.print(f"next: {next_command}")
+        console.print(f"{what}: {causal_summary(report)}\nnext: {next_command}")
         return
     pairs = report["pairs"]
     examples = sum(int(p["examples"]) for p in pairs)
@@ -168,19 +161,38 @@ def merge_train(
     console.print(f"next: lmalgebra merge evaluate {config.output_dir} --student {name}")
 
 
+SCRATCH_SIZES = {"hidden_size": 128, "num_layers": 2, "num_heads": 2}  # pretrain's defaults
+
+
 @app.command()
 def pretrain(
     corpus: Annotated[list[str], typer.Option(help="Corpus file(s) of the language; repeatable.")],
     lang: Annotated[str, typer.Option(help="Language code (for held-out ids).")],
-    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size.")],
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
+    vocab_size: Annotated[
+        int | None, typer.Option(help="Tokenizer vocabulary size (from scratch).")
+    ] = None,
+    head_only: Annotated[
+        bool,
+        typer.Option(
+            "--head-only",
+            help="Fit only a masked-LM head on the frozen encoder --from (its own tokenizer).",
+        ),
+    ] = False,
+    from_model: Annotated[
+        str | None,
+        typer.Option("--from", help="With --head-only: the encoder (directory, package:, hub id)."),
+    ] = None,
+    max_examples: Annotated[
+        int | None, typer.Option(help="With --head-only: fit on the first N training examples.")
+    ] = None,
     text_column: Annotated[str, typer.Option(help="Text field of structured corpora.")] = "text",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
     lr: Annotated[float, typer.Option(help="Peak learning rate.")] = 1e-3,
-    hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = 128,
-    num_layers: Annotated[int, typer.Option(help="Layers.")] = 2,
-    num_heads: Annotated[int, typer.Option(help="Attention heads.")] = 2,
+    hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = SCRATCH_SIZES["hidden_size"],
+    num_layers: Annotated[int, typer.Option(help="Layers.")] = SCRATCH_SIZES["num_layers"],
+    num_heads: Annotated[int, typer.Option(help="Attention heads.")] = SCRATCH_SIZES["num_heads"],
     example_length: Annotated[int, typer.Option(help="Tokens per example.")] = 128,
     heldout_fraction: Annotated[
         float, typer.Option(help="Held-out share (as in the recipe).")
@@ -200,13 +212,16 @@ def pretrain(
         ),
     ] = None,
 ) -> None:
-    """Pre-train a small monolingual teacher from scratch: a BERT masked LM with a WordPiece
-    tokenizer, or with --causal a GPT-2-style causal LM with a tokenizer of --tokenizer-kind."""
+    """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch,
+    or (--head-only --from MODEL) fit a masked-LM head on an existing encoder, kept frozen, or
+    (--causal) pre-train a GPT-2-style causal LM with a tokenizer of --tokenizer-kind."""
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.pretrain import pretrain as run
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
 
+    scratch = {"hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads}
+    _check_pretrain_mode(head_only, from_model, vocab_size, lowercase, max_examples, scratch)
     sizes = {
         "hidden_size": hidden_size,
         "num_layers": num_layers,
@@ -229,7 +244,8 @@ def pretrain(
     if causal or tokenizer_kind is not None:
         from lmalgebra.distill.causal_pretrain import pretrain_causal
 
-        kind = causal_tokenizer_kind(causal, tokenizer_kind, lowercase)
+        kind = causal_tokenizer_kind(causal, tokenizer_kind, lowercase, head_only)
+        assert vocab_size is not None  # checked above
         target = pretrain_causal(
             spec,
             lang,
@@ -245,6 +261,25 @@ def pretrain(
         )
         console.print(f"causal teacher saved to [bold]{target}[/bold]")
         return
+    if head_only:
+        from lmalgebra.distill.head_only import pretrain_head
+
+        assert from_model is not None  # checked above
+        target = pretrain_head(
+            spec,
+            lang,
+            from_model,
+            out,
+            training,
+            example_length,
+            heldout_fraction,
+            max_examples,
+            progress,
+            restart,
+        )
+        console.print(f"teacher saved to [bold]{target}[/bold]")
+        return
+    assert vocab_size is not None  # checked above
     target = run(
         spec,
         lang,
@@ -259,6 +294,39 @@ def pretrain(
         restart,
     )
     console.print(f"teacher saved to [bold]{target}[/bold]")
+
+
+def _check_pretrain_mode(
+    head_only: bool,
+    from_model: str | None,
+    vocab_size: int | None,
+    lowercase: bool,
+    max_examples: int | None,
+    scratch: dict[str, int],
+) -> None:
+    """Refuse an option of one kind of pre-training given to the other, naming it."""
+    if not head_only:
+        if from_model is not None or max_examples is not None:
+            flag = "--from" if from_model is not None else "--max-examples"
+            raise UserInputError(f"{flag} applies to a head-only teacher: add --head-only")
+        if vocab_size is None:
+            raise UserInputError(
+                "--vocab-size is needed to pre-train from scratch "
+                "(or fit a head on an existing encoder: --head-only --from MODEL)"
+            )
+        return
+    if from_model is None:
+        raise UserInputError(
+            "--head-only needs --from MODEL: the encoder to fit a head on "
+            "(a directory, package:NAME or hub id)"
+        )
+    given = [f"--{k.replace('_', '-')}" for k, v in scratch.items() if v != SCRATCH_SIZES[k]]
+    given += ["--vocab-size"] * (vocab_size is not None) + ["--lowercase"] * lowercase
+    if given:
+        raise UserInputError(
+            f"{', '.join(given)} does not apply with --head-only "
+            "(the encoder keeps its own sizes and tokenizer)"
+        )
 
 
 @merge_app.command("evaluate")

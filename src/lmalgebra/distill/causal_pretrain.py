@@ -21,7 +21,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.distill.causal_tokenizers import TokenizerKind, train_causal_tokenizer
 from lmalgebra.distill.model_card import causal_teacher_card, write_card
-from lmalgebra.distill.pretrain import _training_examples
+from lmalgebra.distill.pretrain import training_examples
 from lmalgebra.distill.student import StudentSpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.storage.atomic import write_json_atomic
@@ -149,7 +149,7 @@ def pretrain_causal(
         )
     if not 0 <= heldout_fraction < 1:
         raise UserInputError(f"--heldout-fraction must be in [0, 1), got {heldout_fraction}")
-    kept_ids, texts = _training_examples(corpus, language, heldout_fraction)
+    kept_ids, texts = training_examples(corpus, language, heldout_fraction)
     tokenizer = train_causal_tokenizer(texts, kind, vocab_size, model.max_position_embeddings)
     network = build_causal_lm(model, tokenizer, training.seed)
     source = CausalTextBatches(

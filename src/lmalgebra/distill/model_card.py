@@ -136,6 +136,35 @@ def causal_teacher_card(
     return card_text(title, summary, facts, "Not evaluated.", "text-generation")
 
 
+def head_teacher_card(
+    language: str,
+    examples: int,
+    encoder: Mapping[str, str],
+    head: str,
+    training: Mapping[str, Any],
+) -> str:
+    """The card of a teacher made by ``lmalgebra pretrain --head-only``: a frozen encoder
+    (``encoder``: its ``reference`` and ``weights`` hash) with a masked-LM head fitted here."""
+    facts = [
+        ("language", language),
+        ("data", f"{examples} training examples (held-out examples excluded by id)"),
+        ("encoder", f"{encoder['reference']} (frozen; weights sha256 {encoder['weights'][:12]})"),
+        ("tokenizer", "the encoder's own"),
+        ("head", head),
+        (
+            "training",
+            f"{training['steps']} steps, batch {training['batch_size']}, "
+            f"lr {training['lr']}, seed {training['seed']}",
+        ),
+    ]
+    summary = (
+        f"A pre-trained encoder, unchanged, with a masked-LM head fitted on {language} text by "
+        "`lmalgebra pretrain --head-only`, usable as a MergeDistill teacher."
+    )
+    title = f"{language} head-only teacher (lmalgebra pretrain --head-only)"
+    return card_text(title, summary, facts, "Not evaluated.")
+
+
 def write_card(directory: Path, text: str) -> Path:
     """Write ``text`` as the card of the model in ``directory``; its path."""
     write_text_atomic(directory / CARD, text)

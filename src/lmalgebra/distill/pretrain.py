@@ -4,7 +4,8 @@
 The result is a normal Hugging Face model directory with a trained head, accepted as a teacher by a
 MergeDistill recipe. Examples held out by a recipe with the same language and held-out fraction are
 held out here too (the decision depends only on the example's id), so teachers never see the text
-they are evaluated on.
+they are evaluated on. ``head_only.pretrain_head`` makes a teacher of an existing encoder instead,
+fitting only a masked-LM head on its frozen states.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.examples import example_id, is_heldout
 from lmalgebra.distill.masking import TeacherMasker, pad_batch
 from lmalgebra.distill.model_card import teacher_card, write_card
@@ -141,19 +142,27 @@ def pretrain(
     lowercase: bool = False,
     progress: bool = True,
     restart: bool = False,
+    tokenizer: str | None = None,
 ) -> Path:
     """Train tokenizer and masked LM; write a model directory usable as a teacher.
 
+    ``tokenizer`` (a directory, hub id or ``package:NAME``) uses that tokenizer instead of
+    training a WordPiece one (``vocab_size`` and ``lowercase`` are then ignored): teachers that
+    share one tokenizer give students one vocabulary.
+
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
-    _check_lengths(example_length, heldout_fraction, model)
-    kept_ids, texts = _training_examples(corpus, language, heldout_fraction)
-    tokenizer = train_wordpiece(texts, vocab_size, lowercase, max(example_length, 512))
-    student = build_student(model, len(tokenizer), tokenizer.pad_token_id, training.seed)
+    check_lengths(example_length, heldout_fraction, model.max_position_embeddings)
+    kept_ids, texts = training_examples(corpus, language, heldout_fraction)
+    if tokenizer is None:
+        chosen = train_wordpiece(texts, vocab_size, lowercase, max(example_length, 512))
+    else:
+        chosen = _given_tokenizer(tokenizer)
+    student = build_student(model, len(chosen), chosen.pad_token_id, training.seed)
     source = TextBatches(
         kept_ids,
         texts,
-        tokenizer,
+        chosen,
         MaskingSpec(seed=training.seed),
         example_length,
         training.batch_size,
@@ -164,8 +173,9 @@ def pretrain(
         "corpus": sha256_texts(texts),
         "data": {
             "language": language,
-            "vocab_size": vocab_size,
+            "vocab_size": vocab_size if tokenizer is None else len(chosen),
             "lowercase": lowercase,
+            "tokenizer": None if tokenizer is None else sha256_json(chosen.get_vocab()),
             "example_length": example_length,
             "heldout_fraction": heldout_fraction,
         },
@@ -175,9 +185,9 @@ def pretrain(
     (out / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the teacher complete
     with naming_file(out):
         student.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        chosen.save_pretrained(out)
     card = teacher_card(
-        language, len(texts), len(tokenizer), model.model_dump(), training.model_dump()
+        language, len(texts), len(chosen), model.model_dump(), training.model_dump()
     )
     write_card(out, card)
     write_json_atomic(
@@ -190,13 +200,24 @@ def pretrain(
             "heldout_fraction": heldout_fraction,
             "model": model.model_dump(),
             "training": training.model_dump(),
+            "tokenizer": tokenizer or "WordPiece trained on the corpus",
             "final": last,
         },
     )
     return out
 
 
-def _training_examples(
+def _given_tokenizer(source: str) -> Any:
+    """A fast tokenizer with a mask token, from a directory, hub id or ``package:NAME``."""
+    from lmalgebra.sources.models import load_named_tokenizer
+
+    chosen = load_named_tokenizer(source, f"--tokenizer {source}")
+    if chosen.mask_token_id is None or chosen.pad_token_id is None:
+        raise UserInputError(f"--tokenizer {source}: a masked LM needs mask and pad tokens")
+    return chosen
+
+
+def training_examples(
     corpus: CorpusSpec, language: str, heldout_fraction: float
 ) -> tuple[list[str], list[str]]:
     """Ids and texts of the corpus's examples that a recipe with the same language and held-out
@@ -209,18 +230,17 @@ def _training_examples(
     return [ids[i] for i in keep], [docs[i] for i in keep]
 
 
-def _check_lengths(example_length: int, heldout_fraction: float, model: StudentSpec) -> None:
-    """Refuse an example length that leaves nothing to mask or exceeds the model's positions,
-    and a held-out share outside [0, 1)."""
+def check_lengths(example_length: int, heldout_fraction: float, positions: int | None) -> None:
+    """Refuse an example length that leaves nothing to mask or exceeds the model's ``positions``
+    (None: unknown, not checked), and a held-out share outside [0, 1)."""
     if example_length < MIN_EXAMPLE_LENGTH:
         raise UserInputError(
             f"--example-length must be at least {MIN_EXAMPLE_LENGTH} tokens "
             f"([CLS], [SEP] and words to mask), got {example_length}"
         )
-    if example_length > model.max_position_embeddings:
+    if positions is not None and example_length > positions:
         raise UserInputError(
-            f"--example-length {example_length} exceeds the model's "
-            f"{model.max_position_embeddings} positions"
+            f"--example-length {example_length} exceeds the model's {positions} positions"
         )
     if not (math.isfinite(heldout_fraction) and 0 <= heldout_fraction < 1):
         raise UserInputError(f"--heldout-fraction must be in [0, 1), got {heldout_fraction}")

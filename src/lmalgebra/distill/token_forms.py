@@ -132,3 +132,27 @@ def canonical_token(token: str, convention: Convention, marker: str | None = Non
         return token
     text = _bytes_to_text(data)
     return text[1:] if text.startswith(" ") else "##" + text
+
+
+def token_surface(token: str, convention: Convention, marker: str | None = None) -> bytes:
+    """The UTF-8 bytes a token spells: byte-level tokens decoded from the GPT-2 byte alphabet
+    (possibly part of a character), a SentencePiece word-start marker as a space and a byte
+    fallback token ``<0xHH>`` as its byte, a WordPiece token without its ``##`` prefix.
+
+    A space a tokenizer inserts (a word-start marker at the start of a text) is part of the
+    surface: the caller decides whether the text holds it.
+    """
+    if convention == "wordpiece":
+        prefix = marker or "##"
+        return (token[len(prefix) :] if token.startswith(prefix) else token).encode()
+    if convention == "sentencepiece":
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            try:
+                return bytes([int(token[3:5], 16)])
+            except ValueError:
+                pass
+        return token.replace(marker or "▁", " ").encode()
+    try:
+        return token.translate(_byte_decoder()).encode("latin-1")
+    except UnicodeEncodeError:  # not in the byte alphabet (a stray added token): its own text
+        return token.encode()

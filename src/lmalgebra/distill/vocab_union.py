@@ -74,16 +74,19 @@ def _vocab_sha256(by_id: list[str | None]) -> str:
 
 
 @dataclass
-class _Teacher:
-    canonical: list[str]  # student token string of each teacher id
+class CanonicalVocabulary:
+    """A tokenizer's vocabulary in canonical form, id by id."""
+
+    canonical: list[str]  # student token string of each id
     extra_specials: list[str]
     convention: Convention
     lowercase: bool
     sha256: str
+    special_ids: frozenset[int]  # ids of role tokens and other special tokens
 
 
-def _teacher(name: str, tokenizer: PreTrainedTokenizerFast) -> _Teacher:
-    """Canonical form of every teacher id: roles -> student specials, other specials verbatim."""
+def canonical_vocabulary(name: str, tokenizer: PreTrainedTokenizerFast) -> CanonicalVocabulary:
+    """Canonical form of every id: roles -> student specials, other specials verbatim."""
     convention = detect_convention(tokenizer, name)
     backend = backend_of(tokenizer, name)
     by_id = _tokens_by_id(tokenizer)
@@ -111,7 +114,10 @@ def _teacher(name: str, tokenizer: PreTrainedTokenizerFast) -> _Teacher:
             canonical.append(canonical_token(token, convention, marker))
     if (holes := by_id.count(None)) > 0:
         log.warning("teacher %s has %d ids without a token; they map to [UNK]", name, holes)
-    return _Teacher(canonical, extras, convention, lowercases(tokenizer), _vocab_sha256(by_id))
+    specials = frozenset(roles) | {i for i, t in added.items() if t.special}
+    return CanonicalVocabulary(
+        canonical, extras, convention, lowercases(tokenizer), _vocab_sha256(by_id), specials
+    )
 
 
 def apply_map(ids: np.ndarray, mapping: np.ndarray) -> np.ndarray:
@@ -282,7 +288,7 @@ def build_union(
     """
     if not tokenizers:
         raise UserInputError("build_union needs at least one teacher tokenizer")
-    teachers = {name: _teacher(name, tok) for name, tok in tokenizers.items()}
+    teachers = {name: canonical_vocabulary(name, tok) for name, tok in tokenizers.items()}
     if lowercase is None:
         lowercase = all(teacher.lowercase for teacher in teachers.values())
     index = {token: i for i, token in enumerate(STUDENT_SPECIALS)}

@@ -2,7 +2,7 @@
 
 Every figure function takes rows as read through the schema (:mod:`lmalgebra.lmd.run_schema`) and
 the PNG path, writes the PNG atomically and returns the path. ``write_plots`` draws every figure
-whose table exists in a run directory; ``pairwise_heatmap`` is the run-root heatmap.
+whose table exists in a run directory; the heatmaps are in :mod:`lmalgebra.lmd.heatmaps`.
 """
 
 from __future__ import annotations
@@ -18,6 +18,12 @@ import numpy as np
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.figures import canvas
+from lmalgebra.lmd.heatmaps import (
+    TITLE_CHARS_PER_INCH,
+    clustered_pairwise_heatmap,
+    layer_map,
+    similarity,
+)
 from lmalgebra.lmd.run_files import chosen_alpha, group_fits, preferred_split, unique
 from lmalgebra.lmd.run_schema import (
     ALPHA_CURVE,
@@ -34,9 +40,7 @@ from lmalgebra.lmd.run_schema import (
     AlphaCurveRow,
     AttributionShareRow,
     FitRow,
-    LayerMapRow,
     NullRow,
-    SimilarityRow,
     SweepRow,
     read_pairwise,
 )
@@ -54,47 +58,24 @@ CRITERIA = {  # criterion -> (axis label, whether lower is better)
 KIND_ORDER = {"group": 0, "single": 1, "pairwise": 2}
 MAX_SERIES = 8  # a sweep with more series than this shows the group fits alone
 METHODS = {"greedy": "greedy selection", "drop_one": "drop one", "shapley": "Shapley value"}
-MEASURES = {"lmd_r2": "LMD pairwise R²", "cka": "linear CKA", "mean_cca": "mean CCA"}
 
 
-def pairwise_heatmap(matrix: np.ndarray, names: list[str], path: Path) -> Path:
-    """Test pairwise R^2 ``(n, n)`` float64 (rows = target, columns = basis) in the run's model
-    order, every cell annotated: the run-root ``pairwise_r2_test.png``."""
-    size = max(4.0, 0.6 * len(names) + 2)
-    fig, axes = canvas.figure(1, 1, size + 1, size, layout=None)
-    ax = axes[0, 0]
-    image = canvas.matrix(
-        ax, matrix, names, names, annotate_up_to=None, text_size=8, white_text_below=0.6
-    )
-    ax.set_xlabel("basis")
-    ax.set_ylabel("target")
-    fig.colorbar(image, ax=ax, label="held-out R$^2$ (test)")
-    ax.set_title("Pairwise R$^2$: target from one basis model")
-    fig.tight_layout()
-    return canvas.save(fig, path, dpi=120)
-
-
-def clustered_pairwise_heatmap(
-    r2: np.ndarray, names: list[str], path: Path, split: str = "test"
-) -> Path:
-    """Pairwise R^2 ``(n, n)`` float64 (row = target, column = basis), rows and columns in the
-    order of average-linkage clustering on ``1 - symmetrised R^2``."""
-    order = cluster_order(r2)
-    labels = [names[i] for i in order]
-    side = max(4.0, 0.55 * len(names) + 2.0)
-    fig, axes = canvas.figure(1, 1, side + 1.2, side)
-    ax = axes[0, 0]
-    image = canvas.matrix(ax, r2[np.ix_(order, order)], labels, labels)
-    ax.set_xlabel("basis")
-    ax.set_ylabel("target")
-    ax.set_title(f"Pairwise R² ({split}), clustered")
-    fig.colorbar(image, ax=ax, label=f"held-out R² ({split})")
-    return canvas.save(fig, path)
+def _whiskers(ax: Any, x: np.ndarray, y: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
+    """Error bars from ``low`` to ``high`` ``(n,)`` around ``y`` at ``x``, drawn only where an
+    interval exists (finite and wider than nothing); whether any was drawn."""
+    shown = np.isfinite(low) & np.isfinite(high) & np.isfinite(y) & (high > low)
+    if shown.any():
+        spread = np.vstack([y[shown] - low[shown], high[shown] - y[shown]])
+        ax.errorbar(x[shown], y[shown], yerr=spread, fmt="none", ecolor="black", capsize=3)
+    return bool(shown.any())
 
 
 def group_r2_bars(fits: list[FitRow], nulls: list[NullRow], path: Path) -> Path:
     """Group R^2 per target (``fits.csv`` rows of kind group) with bootstrap intervals, and the
-    mean of each null baseline of ``nulls.csv`` beside it (whiskers: min to max over draws)."""
+    mean of each null baseline of ``nulls.csv`` beside it (whiskers: min to max over draws).
+
+    Only intervals that exist are drawn: a run without a bootstrap, or a null of one draw, shows
+    bars alone, and the legend says which whiskers are intervals."""
     split = preferred_split(fits)
     group = {r.target: r for r in fits if r.kind == "group" and r.split == split}
     targets = list(group)
@@ -105,29 +86,32 @@ def group_r2_bars(fits: list[FitRow], nulls: list[NullRow], path: Path) -> Path:
     present = {kind for kind, _ in draws}
     kinds = [k for k in NULL_KINDS if k in present] + sorted(present - set(NULL_KINDS))
     width = 0.8 / (1 + len(kinds))
-    fig, axes = canvas.figure(1, 1, max(5.0, 0.3 * len(targets) * (1 + len(kinds)) + 2.5), 3.8)
+    width_in = max(5.0, 0.3 * len(targets) * (1 + len(kinds)) + 2.5)
+    height = 3.8 + canvas.label_inches(targets) + 0.2 * (1 + len(kinds))  # legend below
+    fig, axes = canvas.figure(1, 1, width_in, height)
     ax = axes[0, 0]
     x = np.arange(len(targets), dtype=np.float64)
     r2 = np.array([group[t].r2 for t in targets])
     low = np.array([group[t].ci_low for t in targets])
     high = np.array([group[t].ci_high for t in targets])
-    error = np.nan_to_num(np.vstack([r2 - low, high - r2]), nan=0.0)
-    label = "group R²" + (" (bootstrap interval)" if np.isfinite(low).any() else "")
-    ax.bar(x, r2, width, yerr=error, capsize=3, color=canvas.colour(0), label=label)
+    drawn = _whiskers(ax, x, r2, low, high)
+    label = "group R²" + (" (whiskers: bootstrap interval)" if drawn else "")
+    ax.bar(x, r2, width, color=canvas.colour(0), label=label)
     for k, kind in enumerate(kinds, start=1):
-        values = [draws.get((kind, t), [math.nan]) for t in targets]
-        mean = np.array([np.mean(v) for v in values])
-        spread = np.vstack([mean - [min(v) for v in values], [max(v) for v in values] - mean])
+        values = [draws.get((kind, t), []) for t in targets]
+        mean = np.array([np.mean(v) if v else math.nan for v in values])
+        lowest = np.array([min(v) if v else math.nan for v in values])
+        highest = np.array([max(v) if v else math.nan for v in values])
+        drawn = _whiskers(ax, x + k * width, mean, lowest, highest)
+        label = f"null: {kind}" + (" (whiskers: min to max over draws)" if drawn else "")
         shade = str(0.35 + 0.5 * k / (len(kinds) + 1))
-        error = np.nan_to_num(spread)
-        ax.bar(
-            x + k * width, mean, width, yerr=error, capsize=2, color=shade, label=f"null: {kind}"
-        )
+        ax.bar(x + k * width, mean, width, color=shade, label=label)
     ax.axhline(0.0, color="black", linewidth=0.6)
-    ax.set_xticks(x + width * len(kinds) / 2, targets, rotation=30, ha="right")
+    canvas.slanted_ticks(ax, x + width * len(kinds) / 2, targets)
     ax.set_ylabel(f"R² ({split})")
     ax.set_title("Group R²: each model from all the others, with null baselines")
-    ax.legend(fontsize=7)
+    # below the panel: inside, it would hide the last targets' bars
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", fontsize=7)
     return canvas.save(fig, path)
 
 
@@ -198,7 +182,7 @@ def _sweep(
             ax.set_xticks([float(s) for s in settings], settings)
             ax.minorticks_off()
         ax.axhline(0.0, color="black", linewidth=0.5)
-        ax.set_title(panel, fontsize=9)
+        ax.set_title(canvas.wrap(panel, int(4.2 * TITLE_CHARS_PER_INCH)), fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("R²")
     canvas.hide_unused(axes, len(panels))
@@ -226,33 +210,6 @@ def train_size_curve(rows: list[SweepRow], path: Path) -> Path:
 def language_sweep(rows: list[SweepRow], path: Path) -> Path:
     """``sweeps/language.csv``: R^2 per language code, one panel per split."""
     return _sweep(rows, path, "language", "R² per language")
-
-
-def layer_map(rows: list[LayerMapRow], path: Path) -> Path:
-    """``sweeps/layer_map.csv``: for each (model_a, model_b), R^2 of model_a's layer (rows)
-    from model_b's layer (columns), on the most held-out split present."""
-    split = preferred_split(rows)
-    rows = [r for r in rows if r.split == split]
-    pairs = unique(f"{r.model_a}\0{r.model_b}" for r in rows)
-    cols = min(3, len(pairs))
-    fig, axes = canvas.figure(math.ceil(len(pairs) / cols), cols, 3.8, 3.4)
-    image = None
-    for ax, pair in zip(axes.flat, pairs, strict=False):
-        a, b = pair.split("\0")
-        cells = [r for r in rows if r.model_a == a and r.model_b == b]
-        layers_a = sorted({r.layer_a for r in cells})
-        layers_b = sorted({r.layer_b for r in cells})
-        values = np.full((len(layers_a), len(layers_b)), np.nan)
-        for r in cells:
-            values[layers_a.index(r.layer_a), layers_b.index(r.layer_b)] = r.r2
-        image = canvas.matrix(ax, values, [str(v) for v in layers_a], [str(v) for v in layers_b])
-        ax.set_ylabel(f"{a} layer (target)")
-        ax.set_xlabel(f"{b} layer (basis)")
-        ax.set_title(f"{a} from {b}", fontsize=9)
-    canvas.hide_unused(axes, len(pairs))
-    if image is not None:
-        fig.colorbar(image, ax=list(axes.flat[: len(pairs)]), label=f"R² ({split})")
-    return canvas.save(fig, path)
 
 
 def alpha_curve(rows: list[AlphaCurveRow], path: Path, chosen: float | None = None) -> Path:
@@ -300,25 +257,29 @@ def attribution(rows: list[AttributionShareRow], path: Path) -> Path:
     targets = unique(r.target for r in rows)
     present = unique(r.method for r in rows)
     methods = [m for m in METHODS if m in present] + [m for m in present if m not in METHODS]
-    fig, axes = canvas.figure(len(targets), len(methods), 3.8, 2.8)
+    room = canvas.label_inches([r.model for r in rows])  # model names label x and y ticks
+    fig, axes = canvas.figure(len(targets), len(methods), 3.8 + room, 2.8 + room)
     for i, target in enumerate(targets):
         for j, method in enumerate(methods):
             ax = axes[i, j]
             chosen = [r for r in rows if r.target == target and r.method == method]
             split = preferred_split(chosen)
             chosen = [r for r in chosen if r.split == split]
-            ax.set_title(f"{target}: {METHODS.get(method, method)} ({split})", fontsize=9)
+            title = f"{target}: {METHODS.get(method, method)} ({split})"
+            ax.set_title(canvas.wrap(title, int(3.8 * TITLE_CHARS_PER_INCH)), fontsize=9)
             if not chosen:
                 ax.set_axis_off()
             elif method == "greedy":
                 chosen.sort(key=lambda r: _step(r.step))
                 steps = [_step(r.step) for r in chosen]
                 ax.plot(steps, [r.value for r in chosen], marker="o", color="C0")
-                ax.set_xticks(steps, [f"+{r.model}" for r in chosen], rotation=30, ha="right")
+                canvas.slanted_ticks(ax, steps, [f"+{r.model}" for r in chosen])
                 ax.set_ylabel("R²")
             else:
                 values = [r.value for r in chosen]
-                ax.barh([r.model for r in chosen], values, color=canvas.colour(j))
+                ax.barh(
+                    canvas.tick_labels([r.model for r in chosen]), values, color=canvas.colour(j)
+                )
                 ax.invert_yaxis()
                 ax.axvline(0.0, color="black", linewidth=0.6)
                 ax.set_xlabel("ΔR²" if method == "drop_one" else "share of R²")
@@ -327,30 +288,6 @@ def attribution(rows: list[AttributionShareRow], path: Path) -> Path:
 
 def _step(step: int | None) -> float:
     return math.nan if step is None else float(step)
-
-
-def similarity(rows: list[SimilarityRow], path: Path, order: list[str] | None = None) -> Path:
-    """``similarity.csv``: LMD pairwise R^2, linear CKA and mean CCA as heatmaps side by side
-    (row = model_a, column = model_b), models in ``order`` (default: first appearance)."""
-    split = preferred_split(rows)
-    rows = [r for r in rows if r.split == split]
-    seen = unique([r.model_a for r in rows] + [r.model_b for r in rows])
-    models = [m for m in order or [] if m in seen] + [m for m in seen if m not in (order or [])]
-    index = {m: i for i, m in enumerate(models)}
-    side = max(3.4, 0.45 * len(models) + 1.8)
-    fig, axes = canvas.figure(1, len(MEASURES), side, side)
-    image = None
-    for ax, (column, title) in zip(axes.flat, MEASURES.items(), strict=True):
-        values = np.full((len(models), len(models)), np.nan)
-        for r in rows:
-            values[index[r.model_a], index[r.model_b]] = getattr(r, column)
-        image = canvas.matrix(ax, values, models, models)
-        ax.set_title(title, fontsize=10)
-    axes[0, 0].set_ylabel("model a (target)")
-    if image is not None:
-        fig.colorbar(image, ax=list(axes.flat), label=f"similarity ({split})", shrink=0.8)
-    fig.suptitle(f"LMD against CKA and CCA ({split})")
-    return canvas.save(fig, path)
 
 
 def write_plots(

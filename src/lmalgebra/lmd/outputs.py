@@ -13,7 +13,8 @@ from rich.table import Table
 from lmalgebra import __version__
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import config_yaml
-from lmalgebra.lmd.figures import pairwise_heatmap, write_plots
+from lmalgebra.lmd.figures import write_plots
+from lmalgebra.lmd.heatmaps import pairwise_heatmap
 from lmalgebra.lmd.pipeline import RunResult
 from lmalgebra.lmd.run_schema import (
     CONFIG,

@@ -32,10 +32,27 @@ from lmalgebra.lmd.run_schema import (
     FitRow,
     read_pairwise,
 )
-from lmalgebra.report.page import Section, facts, image, note, section, table, write_page
+from lmalgebra.report.page import (
+    Section,
+    facts,
+    image,
+    note,
+    section,
+    table,
+    without_empty_columns,
+    write_page,
+)
 from lmalgebra.stats.clustering import cluster_order
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.output_paths import check_file
+
+NEGATIVE_R2 = (
+    "An R² below 0 means the fit predicts the held-out embeddings worse than their mean: the "
+    "basis models do not explain the target linearly, or the ridge fit over-learnt too few "
+    "training spans. It is a result, not an error; if overfitting is the cause, use more spans "
+    "or let the data choose the ridge strength (<code>--alpha-select gcv</code>)."
+)
+NEGATIVE_SHOWN = 6  # cells named in the note; the rest are counted
 
 SWEEP_TITLES = {
     "length": "Span length T",
@@ -55,6 +72,36 @@ def _alpha_text(summary: dict[str, Any], config: dict[str, Any]) -> str:
     if isinstance(config.get("alpha"), int | float):
         return f"{config['alpha']:.3g} ({config.get('alpha_mode', 'relative')}, from config.yaml)"
     return "not recorded"
+
+
+def negative_r2_note(cells: Iterable[tuple[str, float]]) -> str:
+    """A note naming the ``(label, R^2)`` cells below 0 and saying what that means; empty when
+    none is (NaN is not below 0)."""
+    negative = [(label, value) for label, value in cells if value < 0]
+    if not negative:
+        return ""
+    named = ", ".join(
+        f"{html.escape(label)} ({value:.2f})" for label, value in negative[:NEGATIVE_SHOWN]
+    )
+    more = len(negative) - NEGATIVE_SHOWN
+    named += f" and {more} more" if more > 0 else ""
+    count = "One value is" if len(negative) == 1 else f"{len(negative)} values are"
+    return note(f"{count} below 0: {named}. {NEGATIVE_R2}")
+
+
+def _summary_cells(summary: dict[str, Any]) -> list[tuple[str, float]]:
+    """The headline numbers of summary.json as ``(label, value)``, for the note on R^2 < 0."""
+    cells = []
+    for key, label in (
+        ("group_dependency", "group dependency"),
+        ("mean_pairwise_r2", "mean pairwise R²"),
+    ):
+        values = summary.get(key)
+        if isinstance(values, dict):
+            cells += [
+                (f"{label}, {s}", float(v)) for s, v in values.items() if isinstance(v, int | float)
+            ]
+    return cells
 
 
 def _per_split(values: Any) -> str:
@@ -83,7 +130,7 @@ def _run_section(run_dir: Path, summary: dict[str, Any], config: dict[str, Any])
     ]
     warnings = [str(w) for w in summary.get("warnings", [])]
     notes = [note("Warning: " + html.escape(w)) for w in warnings]
-    return section("run", "Run", *notes, facts(rows))
+    return section("run", "Run", *notes, facts(rows), negative_r2_note(_summary_cells(summary)))
 
 
 def _pairwise_section(run_dir: Path, figure: Path | None) -> Section | None:
@@ -98,10 +145,12 @@ def _pairwise_section(run_dir: Path, figure: Path | None) -> Section | None:
         "Test R² of each target (row) from each single basis model (column); "
         "rows and columns ordered by average-linkage clustering on 1 &minus; symmetrised R²."
     )
+    cells = [(f"{names[i]} from {names[j]}", float(r2[i, j])) for i in order for j in order]
     return section(
         "pairwise",
         "Pairwise R² (clustered)",
         explained,
+        negative_r2_note(cells),
         image(figure, "pairwise R² heatmap"),
         table([PAIRWISE_CORNER, *labels], rows),
     )
@@ -135,12 +184,29 @@ def _group_section(run_dir: Path, figure: Path | None) -> Section | None:
             row.append(float(np.mean(draws)) if draws else math.nan)
         rows.append(row)
     mean = ["mean", *(_mean(row[i] for row in rows) for i in range(1, len(header)))]
+    header, shown = without_empty_columns(header, [*rows, mean])
+    computed = [h for h in header if h.startswith(("interval", "null"))]
     explained = note(
-        "Each model from all the others. Intervals from the bootstrap; nulls "
-        "averaged over their draws (blank: not computed)."
+        "Each model from all the others."
+        + (
+            " Intervals from the bootstrap."
+            if any(h.startswith("interval") for h in computed)
+            else ""
+        )
+        + (
+            " Nulls averaged over their draws."
+            if any(h.startswith("null") for h in computed)
+            else ""
+        )
     )
+    cells = [(f"{row[0]}, {s}", row[1 + k]) for row in rows for k, s in enumerate(SPLITS)]
     return section(
-        "group", "Group R²", explained, image(figure, "group R² bars"), table(header, [*rows, mean])
+        "group",
+        "Group R²",
+        explained,
+        negative_r2_note(cells),
+        image(figure, "group R² bars"),
+        table(header, shown),
     )
 
 
@@ -154,12 +220,14 @@ def _similarity_section(run_dir: Path, figure: Path | None) -> Section | None:
     if not rows:
         return None
     split = preferred_split(rows)
-    cells = [[r.model_a, r.model_b, r.lmd_r2, r.cka, r.mean_cca] for r in rows if r.split == split]
+    picked = [r for r in rows if r.split == split]
+    cells = [[r.model_a, r.model_b, r.lmd_r2, r.cka, r.mean_cca] for r in picked]
     header = ["model a", "model b", "LMD R² (a from b)", "linear CKA", "mean CCA"]
     return section(
         "similarity",
         "Similarity: LMD, CKA and CCA",
         note(f"Split: {html.escape(split)}."),
+        negative_r2_note((f"{r.model_a} from {r.model_b}", r.lmd_r2) for r in picked),
         image(figure, "LMD, CKA and CCA heatmaps"),
         table(header, cells),
     )

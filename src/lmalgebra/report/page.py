@@ -22,6 +22,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; color: #222;
        padding: 0 1em; }
 nav a { margin-right: 1em; }
+h1, h2, h3, th, td.text { overflow-wrap: anywhere; }
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th:first-child, td:first-child, td.text { text-align: left; }
@@ -61,6 +62,24 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cell: Cell = fmt
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(td(c) for c in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _blank(value: Any) -> bool:
+    return (
+        value is None
+        or value == ""
+        or (isinstance(value, float | np.floating) and math.isnan(value))
+    )
+
+
+def without_empty_columns(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], keep: int = 1
+) -> tuple[list[str], list[list[Any]]]:
+    """``header`` and ``rows`` less every column after the first ``keep`` whose cells are all
+    blank (NaN, None or empty): a table shows no column of nothing, such as intervals of a run
+    that computed none."""
+    used = [i for i in range(len(header)) if i < keep or not all(_blank(row[i]) for row in rows)]
+    return [header[i] for i in used], [[row[i] for i in used] for row in rows]
 
 
 def facts(rows: Iterable[tuple[str, Any]]) -> str:

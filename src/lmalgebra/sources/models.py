@@ -260,13 +260,18 @@ def load_tokenizer(ref: ModelRef, directory: Path) -> Any:
     return _fast_tokenizer(directory, f"model {ref.name!r}", ref.trust_remote_code)
 
 
+def load_named_tokenizer(source: str, owner: str) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``), without
+    remote code; ``owner`` starts every message."""
+    return _fast_tokenizer(resolve_tokenizer(source, owner), owner, False)
+
+
 def load_reference_tokenizer(source: str, models: Sequence[str]) -> Any:
     """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``) when it is
     no model of the run: a ``reference_tokenizer`` that cuts spans without embedding anything.
     ``models``: the run's model names, listed when ``source`` turns out to be unusable."""
-    owner = f"reference_tokenizer {source!r}"
     try:
-        return _fast_tokenizer(resolve_tokenizer(source, owner), owner, False)
+        return load_named_tokenizer(source, f"reference_tokenizer {source!r}")
     except UserInputError as err:
         if not models:
             raise

@@ -3,8 +3,9 @@
 A table is declared once, as a frozen dataclass whose fields are its columns in order, and a
 :class:`Table` naming its file and how its numbers are written. Field types say how a cell is read
 back: ``str`` (text, stripped), ``float`` (an empty cell is NaN), ``int`` or ``int | None`` (an
-empty cell is None). :func:`read_table` returns instances of the dataclass, so
-``pandas.DataFrame(rows)`` gives one typed column per field.
+empty cell is None), ``bool`` (``True`` or ``False``, as Python writes them). :func:`read_table`
+returns instances of the dataclass, so ``pandas.DataFrame(rows)`` gives one typed column per
+field.
 """
 
 from __future__ import annotations
@@ -128,6 +129,14 @@ def _required_integer(text: str, where: str, column: str) -> int:
 
 
 Parser = Callable[[str, str, str], Any]
+BOOLEANS = {"true": True, "false": False}
+
+
+def _boolean(text: str, where: str, column: str) -> bool:
+    try:
+        return BOOLEANS[text.lower()]
+    except KeyError:
+        raise UserInputError(f"{where}: column {column!r} is not True or False: {text!r}") from None
 
 
 def _parser(hint: Any) -> Parser:
@@ -137,6 +146,8 @@ def _parser(hint: Any) -> Parser:
         return parse_number
     if hint is int:
         return _required_integer
+    if hint is bool:
+        return _boolean
     if isinstance(hint, types.UnionType) and set(typing.get_args(hint)) == {int, type(None)}:
         return _integer
     raise TypeError(f"no CSV reading for a column of type {hint!r}")
