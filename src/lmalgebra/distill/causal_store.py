@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.byte_offsets import ByteOffsets
+from lmalgebra.distill.byte_alignment import encode_with_offsets
 from lmalgebra.distill.causal_logprobs import CausalOutput, causal_outputs
 from lmalgebra.distill.causal_teachers import load_causal_lm, start_token_id
 from lmalgebra.distill.example_store import examples_set, require
@@ -34,7 +34,7 @@ from lmalgebra.distill.teachers import Teacher, max_positions
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.shard_set import ShardSet
 
-OFFSETS_RULES = "utf8-bytes/partial-characters-split/v1"  # bump when byte_offsets changes
+OFFSETS_RULES = "byte_alignment.encode_with_offsets/v1"  # bump when its rules change
 
 
 def tokens_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
@@ -61,26 +61,23 @@ def logprobs_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
     return ShardSet(recipe.output_dir / "logprobs" / lang / teacher.name, key)
 
 
-def _tokenize(
-    recipe: MergeRecipe, lang: str, teacher: Teacher, part: pa.Table, offsets: ByteOffsets
-) -> pa.Table:
-    """One shard of ``tokens/``: the teacher's tokens of each example and their byte offsets."""
-    texts = part.column("text").to_pylist()
-    encoded = teacher.tokenizer(
-        texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-    )
+def _tokenize(recipe: MergeRecipe, lang: str, teacher: Teacher, part: pa.Table) -> pa.Table:
+    """One shard of ``tokens/``: the teacher's tokens of each example and their byte offsets,
+    as the student side computes them (``byte_alignment.encode_with_offsets``)."""
     limit = max_positions(teacher.directory)
     ids, spans = [], []
-    for row, text in enumerate(texts):
-        tokens = np.asarray(encoded["input_ids"][row], dtype=np.int64)
-        if limit is not None and len(tokens) > limit:
+    for identifier, text in zip(
+        part.column("id").to_pylist(), part.column("text").to_pylist(), strict=True
+    ):
+        found = encode_with_offsets(teacher.tokenizer, text, teacher.name)
+        if limit is not None and len(found.ids) > limit:
             raise UserInputError(
-                f"example {part.column('id')[row].as_py()} of language {lang!r} is "
-                f"{len(tokens)} tokens long for teacher {teacher.name!r}, which reads at most "
-                f"{limit}; lower causal.example_bytes (now {recipe.causal.example_bytes})"
+                f"example {identifier} of language {lang!r} is {len(found.ids)} tokens long "
+                f"for teacher {teacher.name!r}, which reads at most {limit}; lower "
+                f"causal.example_bytes (now {recipe.causal.example_bytes})"
             )
-        ids.append(tokens)
-        spans.append(offsets(text, tokens, np.asarray(encoded["offset_mapping"][row])))
+        ids.append(found.ids)
+        spans.append(found.offsets)
     return pa.table(
         {
             "example_id": part.column("id"),
@@ -101,12 +98,11 @@ def write_tokens(
     todo = set(shards.plan(len(starts), shared=False))
     if shards.complete:
         return
-    offsets = ByteOffsets(teacher.tokenizer, f"teacher {teacher.name!r}")
     with progress_bar(f"tokenize {lang}/{teacher.name}", len(starts), progress) as advance:
         for index, start in enumerate(starts):
             if index in todo:
                 part = examples.slice(start, recipe.shard_rows)
-                table = _tokenize(recipe, lang, teacher, part, offsets)
+                table = _tokenize(recipe, lang, teacher, part)
                 shards.write(index, table, tokens=len(pc.list_flatten(table["token_ids"])))
             advance(1)
     shards.finish(

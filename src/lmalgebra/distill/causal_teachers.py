@@ -8,13 +8,13 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
-from lmalgebra.distill.byte_offsets import ByteOffsets
 from lmalgebra.distill.teachers import (
     Teacher,
     architecture,
     check_top_k,
     is_masked_architecture,
 )
+from lmalgebra.distill.token_forms import detect_convention
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 
@@ -48,7 +48,7 @@ def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Tea
     directory = resolve_directory(ref)
     refuse_masked_lm(f"teacher {ref.name!r}", directory)
     tokenizer = load_tokenizer(ref, directory)
-    ByteOffsets(tokenizer, f"teacher {ref.name!r}")  # refuses one without offsets
+    detect_convention(tokenizer, ref.name)  # refuses one whose tokens cannot be read as bytes
     if start_token_id(tokenizer) is None:
         raise UserInputError(
             f"teacher {ref.name!r}: the tokenizer in {directory} has neither a "
