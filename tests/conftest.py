@@ -45,3 +45,11 @@ def teacher_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from merge_fixtures import build_teachers
 
     return build_teachers(tmp_path_factory.mktemp("teachers"))
+
+
+@pytest.fixture(scope="session")
+def causal_teacher_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny causal teachers: 'bl' (byte-level BPE), 'uni' (unigram), 'wp' (WordPiece)."""
+    from causal_fixtures import build_causal_teachers
+
+    return build_causal_teachers(tmp_path_factory.mktemp("causal-teachers"))

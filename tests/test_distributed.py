@@ -459,3 +459,22 @@ def test_training_on_two_processes_matches_one_and_resumes(runs: tuple[Path, Pat
     assert "resuming from step 3" in done.stderr
     resumed = load_file(str(out / "two" / "model" / "model.safetensors"))
     assert all(torch.equal(resumed[k], finished[k]) for k in finished)
+
+
+def test_causal_teacher_store_of_two_processes_is_byte_identical(
+    tmp_path: Path, causal_teacher_dirs
+) -> None:
+    from causal_fixtures import write_causal_recipe
+    from lmalgebra.distill import stages
+
+    one = load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs))
+    two = one.model_copy(update={"output_dir": tmp_path / "run-two"})
+    path_two = tmp_path / "recipe-two.yaml"
+    path_two.write_text(yaml.safe_dump(two.model_dump(mode="json"), allow_unicode=True))
+    for recipe in (one, two):
+        stages.prepare(recipe, progress=False)
+    with _threads(1):
+        stages.teach(one, progress=False)
+    torchrun("merge", "teach", str(path_two), "--no-progress")
+    _same_tree(one.output_dir / "logprobs", two.output_dir / "logprobs")
+    assert not list(two.output_dir.rglob("*.rank-*"))

@@ -18,6 +18,7 @@ from rich.markup import escape
 import lmalgebra.cli.assets
 import lmalgebra.cli.lmd
 import lmalgebra.cli.merge
+import lmalgebra.cli.merge_bits
 import lmalgebra.cli.merge_select  # noqa: F401  (registers the MergeDistill commands)
 from lmalgebra.cli.app import app
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console
+from lmalgebra.cli.causal import causal_summary, causal_table, causal_tokenizer_kind
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.config import TrainingSpec
@@ -37,6 +38,9 @@ def _stage_done(what: str, run_dir: Path, next_command: str) -> None:
         report = inspect_run(run_dir)
     except UserInputError:  # a store assembled by hand, without recipe.yaml: nothing to count
         console.print(f"{what}\nnext: {next_command}")
+        return
+    if report["causal"]:
+        console.print(f"{what}: {causal_summary(report)}\nnext: {next_command}")
         return
     pairs = report["pairs"]
     examples = sum(int(p["examples"]) for p in pairs)
@@ -86,7 +90,10 @@ def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
 
     config = load_recipe(recipe)
     stages.teach(config, progress)
-    _stage_done("teacher store complete", config.output_dir, f"lmalgebra merge vocab {recipe}")
+    after = f"lmalgebra merge vocab {recipe}"
+    if config.objective == "causal":  # no union vocabulary
+        after = f"lmalgebra merge inspect {config.output_dir}"
+    _stage_done("teacher store complete", config.output_dir, after)
 
 
 @merge_app.command("vocab")
@@ -109,7 +116,11 @@ def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
 
     config = load_recipe(recipe)
     run_stages(config, STORE_STAGES, progress=progress)
-    console.print(_inspect_table(inspect_run(config.output_dir)))
+    report = inspect_run(config.output_dir)
+    if config.objective == "causal":
+        console.print(causal_table(report))
+        return
+    console.print(_inspect_table(report))
     console.print(f"next: lmalgebra merge train {recipe}")
 
 
@@ -159,7 +170,7 @@ def pretrain(
     lang: Annotated[str, typer.Option(help="Language code (for held-out ids).")],
     out: Annotated[Path, typer.Option(help="Model directory to write.")],
     vocab_size: Annotated[
-        int | None, typer.Option(help="WordPiece vocabulary size (from scratch).")
+        int | None, typer.Option(help="Tokenizer vocabulary size (from scratch).")
     ] = None,
     head_only: Annotated[
         bool,
@@ -190,9 +201,20 @@ def pretrain(
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     progress: ProgressOpt = True,
     restart: RestartOpt = False,
+    causal: Annotated[
+        bool, typer.Option("--causal", help="A GPT-2-style causal LM instead of a BERT masked LM.")
+    ] = False,
+    tokenizer_kind: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokenizer of a --causal teacher: bytelevel-bpe (default), unigram, bpe, "
+            "wordpiece."
+        ),
+    ] = None,
 ) -> None:
     """Pre-train a small monolingual BERT teacher (WordPiece tokenizer + masked LM) from scratch,
-    or (--head-only --from MODEL) fit a masked-LM head on an existing encoder, kept frozen."""
+    or (--head-only --from MODEL) fit a masked-LM head on an existing encoder, kept frozen, or
+    (--causal) pre-train a GPT-2-style causal LM with a tokenizer of --tokenizer-kind."""
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.pretrain import pretrain as run
     from lmalgebra.distill.student import StudentSpec
@@ -219,6 +241,26 @@ def pretrain(
     }
     training = validate(TrainingSpec, schedule, "command line")
     spec = CorpusSpec(paths=corpus, text_column=text_column)
+    if causal or tokenizer_kind is not None:
+        from lmalgebra.distill.causal_pretrain import pretrain_causal
+
+        kind = causal_tokenizer_kind(causal, tokenizer_kind, lowercase, head_only)
+        assert vocab_size is not None  # checked above
+        target = pretrain_causal(
+            spec,
+            lang,
+            kind,
+            vocab_size,
+            out,
+            model,
+            training,
+            example_length,
+            heldout_fraction,
+            progress,
+            restart,
+        )
+        console.print(f"causal teacher saved to [bold]{target}[/bold]")
+        return
     if head_only:
         from lmalgebra.distill.head_only import pretrain_head
 
@@ -314,6 +356,8 @@ def merge_inspect(
     report = inspect_run(run_dir)
     if as_json:
         console.print_json(json.dumps(report))
+    elif report["causal"]:
+        console.print(causal_table(report))
     else:
         console.print(_inspect_table(report))
 

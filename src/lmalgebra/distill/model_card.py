@@ -22,13 +22,27 @@ def _facts(rows: Iterable[tuple[str, Any]]) -> str:
     return "\n".join(f"- **{key}**: {value}" for key, value in rows)
 
 
-def card_text(title: str, summary: str, facts: Iterable[tuple[str, Any]], evaluation: str) -> str:
-    """A whole card: metadata, title, what it is, how it was made, how to use, evaluation."""
+_USE = {
+    "fill-mask": 'fill = pipeline("fill-mask", model="PATH/TO/THIS/DIRECTORY")',
+    "text-generation": 'generate = pipeline("text-generation", model="PATH/TO/THIS/DIRECTORY")',
+}
+
+
+def card_text(
+    title: str,
+    summary: str,
+    facts: Iterable[tuple[str, Any]],
+    evaluation: str,
+    task: str = "fill-mask",
+) -> str:
+    """A whole card: metadata, title, what it is, how it was made, how to use, evaluation.
+
+    ``task``: the Hub pipeline tag, ``fill-mask`` or ``text-generation``."""
     return (
-        "---\nlibrary_name: transformers\npipeline_tag: fill-mask\ntags: [lmalgebra, fill-mask]\n"
+        f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [lmalgebra, {task}]\n"
         f"---\n\n# {title}\n\n{summary}\n\n## How it was made\n\n{_facts(facts)}\n\n"
         "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
-        'fill = pipeline("fill-mask", model="PATH/TO/THIS/DIRECTORY")\n'
+        f"{_USE[task]}\n"
         "```\n\n"
         f"{EVALUATION}\n\n{evaluation}\n"
     )
@@ -92,6 +106,34 @@ def teacher_card(
         "`lmalgebra pretrain`, usable as a MergeDistill teacher."
     )
     return card_text(f"{language} teacher (lmalgebra pretrain)", summary, facts, "Not evaluated.")
+
+
+def causal_teacher_card(
+    language: str,
+    examples: int,
+    kind: str,
+    vocab_size: int,
+    model: Mapping[str, Any],
+    training: Mapping[str, Any],
+) -> str:
+    """The card of a causal teacher pre-trained from scratch by ``lmalgebra pretrain --causal``."""
+    facts = [
+        ("language", language),
+        ("data", f"{examples} training examples (held-out examples excluded by id)"),
+        ("tokenizer", f"{kind}, {vocab_size} tokens, trained on the same text"),
+        ("model", ", ".join(f"{k} {v}" for k, v in model.items() if v is not None)),
+        (
+            "training",
+            f"{training['steps']} steps, batch {training['batch_size']}, "
+            f"lr {training['lr']}, seed {training['seed']}",
+        ),
+    ]
+    summary = (
+        f"A small monolingual ({language}) GPT-2-style causal LM trained from scratch by "
+        "`lmalgebra pretrain --causal`, usable as a causal teacher."
+    )
+    title = f"{language} causal teacher (lmalgebra pretrain)"
+    return card_text(title, summary, facts, "Not evaluated.", "text-generation")
 
 
 def head_teacher_card(

@@ -20,6 +20,7 @@ from lmalgebra.train.config import TrainingSpec
 Stage = Literal["prepare", "teach", "vocab", "train"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train")
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
+# a causal recipe has no union vocabulary: its vocab stage is skipped
 
 
 def run_stages(
@@ -42,7 +43,7 @@ def run_stages(
         prepare(recipe, progress)
     if "teach" in stages:
         teach(recipe, progress)
-    if "vocab" in stages:
+    if "vocab" in stages and recipe.objective == "masked":
         vocab(recipe)
     models: dict[str, Path] = {}
     if "train" in stages:

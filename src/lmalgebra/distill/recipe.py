@@ -1,8 +1,10 @@
-"""The MergeDistill recipe: languages, teachers, masking, example length, top-k, run directory."""
+"""The MergeDistill recipe: languages, teachers, objective (masked or causal), masking or text
+cuts, example length, top-k, samples, run directory."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -19,11 +21,15 @@ MIN_EXAMPLE_LENGTH = 8
 
 
 class TeacherSpec(BaseModel):
-    """A pre-trained masked LM with a trained head: hub id, local directory or package:NAME."""
+    """A pre-trained LM with a trained head (masked or causal, as the recipe's objective says):
+    hub id, local directory or package:NAME."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    path: str = Field(description="Hub id or local directory of an AutoModelForMaskedLM.")
+    path: str = Field(
+        description="Hub id or local directory of an AutoModelForMaskedLM "
+        "(objective masked) or AutoModelForCausalLM (objective causal)."
+    )
     revision: str | None = Field(default=None, description="Hub revision.")
     trust_remote_code: bool = Field(default=False, description="Allow the model's own code to run.")
 
@@ -73,6 +79,31 @@ class MaskingSpec(BaseModel):
         return self
 
 
+class CausalSpec(BaseModel):
+    """How a causal recipe cuts its examples and what its store keeps besides the top-k.
+
+    Examples are cut by text, not by tokens: every teacher (and later the student) sees exactly
+    the same bytes of an example, which cross-tokenizer alignment needs.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    example_bytes: int = Field(
+        default=2048,
+        ge=16,
+        description="Each document is cut to its first example_bytes UTF-8 bytes "
+        "(at a character boundary); every teacher reads the same text.",
+    )
+    samples: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="Tokens drawn (with replacement) from each teacher's next-token distribution "
+        "at every position, stored with their log-probabilities (Sparse Logit Sampling); 0: none.",
+    )
+    sample_seed: int = Field(default=0, description="Seed of the drawn tokens.")
+
+
 class MergeRecipe(BaseModel):
     """Everything before student training: data, teachers, masking, the teacher store."""
 
@@ -80,15 +111,28 @@ class MergeRecipe(BaseModel):
 
     languages: dict[str, LanguageSpec] = Field(description="Language code -> corpus and teachers.")
     teachers: dict[str, TeacherSpec] = Field(description="Teacher name -> model reference.")
-    masking: MaskingSpec = Field(default_factory=MaskingSpec)
+    objective: Literal["masked", "causal"] = Field(
+        default="masked",
+        description="masked: masked-LM teachers, union vocabulary (MergeDistill); causal: causal "
+        "LM teachers with any tokenizers, examples cut by text.",
+    )
+    masking: MaskingSpec = Field(default_factory=MaskingSpec, description="Masked recipes only.")
     example_length: int = Field(
-        default=128, ge=MIN_EXAMPLE_LENGTH, description="Tokens per example per teacher (cut)."
+        default=128,
+        ge=MIN_EXAMPLE_LENGTH,
+        description="Tokens per example per teacher (cut); masked recipes only.",
+    )
+    causal: CausalSpec = Field(
+        default_factory=CausalSpec, description="Text cut and samples; causal recipes only."
     )
     heldout_fraction: float = Field(
         default=0.05, ge=0, lt=1, description="Examples kept for evaluation."
     )
     top_k: int = Field(
-        default=8, ge=1, le=1024, description="Teacher logits kept per masked token."
+        default=8,
+        ge=1,
+        le=1024,
+        description="Teacher log-probabilities kept per masked token (causal: per token).",
     )
     batch_size: int = Field(default=32, ge=1, description="Examples per teacher forward pass.")
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
@@ -119,14 +163,37 @@ class MergeRecipe(BaseModel):
         )
         if unused:
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
+        self._check_objective()
         return self
+
+    def _check_objective(self) -> None:
+        """Refuse a setting the objective would ignore (a non-default value of the other's)."""
+        default_length = MergeRecipe.model_fields["example_length"].get_default()
+        if self.objective == "causal":
+            ignored = [
+                key
+                for key, changed in (
+                    ("masking", self.masking != MaskingSpec()),
+                    ("example_length", self.example_length != default_length),
+                )
+                if changed
+            ]
+            fix = "causal recipes mask nothing and cut examples by text (causal.example_bytes)"
+        else:
+            ignored = ["causal"] if self.causal != CausalSpec() else []
+            fix = "set `objective: causal` for causal teachers"
+        if ignored:
+            raise UserInputError(
+                f"{ignored[0]} does not apply to a recipe with objective {self.objective}: "
+                f"remove it ({fix})"
+            )
 
     def data_hash(self) -> str:
         """Hash of everything that changes the stored examples and teacher outputs."""
-        settings = self.model_dump(
-            mode="json", exclude={"output_dir", "batch_size", "student", "training"}
-        )
-        return sha256_json(settings)
+        exclude = {"output_dir", "batch_size", "student", "training"}
+        if self.objective == "masked":  # as before the causal objective: existing stores stay valid
+            exclude |= {"objective", "causal"}
+        return sha256_json(self.model_dump(mode="json", exclude=exclude))
 
 
 def load_recipe(path: Path) -> MergeRecipe:

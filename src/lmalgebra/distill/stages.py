@@ -1,6 +1,7 @@
 """The stages before student training, each cached and resumable shard by shard.
 
-Run directory layout::
+Run directory layout (objective masked; a causal recipe writes ``tokens/`` and ``logprobs/``
+instead of ``masked/`` and ``topk/``, and has no ``vocab/``: ``lmalgebra.distill.causal_store``)::
 
     recipe.yaml                         the recipe as validated
     examples/<lang>/shard-*.arrow       id, text, heldout
@@ -25,10 +26,12 @@ import yaml
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.examples import language_examples
+from lmalgebra.distill.causal_store import write_logprobs, write_tokens
+from lmalgebra.distill.causal_teachers import open_causal_teacher
+from lmalgebra.distill.example_store import examples_set, require, write_examples
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.teachers import Teacher, load_masked_lm, open_teacher
+from lmalgebra.distill.teachers import Teacher, check_top_k, load_masked_lm, open_teacher
 from lmalgebra.distill.topk import masked_topk
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
@@ -41,29 +44,20 @@ log = logging.getLogger(__name__)
 
 
 def open_teachers(recipe: MergeRecipe) -> dict[str, Teacher]:
+    """Every teacher of the recipe, of the recipe's objective, checked before anything is done."""
     memo = recipe.output_dir / ".hashes"
-    return {
-        name: open_teacher(spec.ref(name), memo, recipe.example_length)
-        for name, spec in recipe.teachers.items()
-    }
+    teachers = {}
+    for name, spec in recipe.teachers.items():
+        if recipe.objective == "causal":
+            teachers[name] = open_causal_teacher(spec.ref(name), memo, recipe.top_k)
+        else:
+            teachers[name] = open_teacher(spec.ref(name), memo, recipe.example_length)
+            check_top_k(name, recipe.top_k, teachers[name].tokenizer)
+    return teachers
 
 
 def _pairs(recipe: MergeRecipe) -> list[tuple[str, str]]:
     return [(lang, t) for lang, spec in recipe.languages.items() for t in spec.teachers]
-
-
-def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
-    spec = recipe.languages[lang]
-    key = {
-        "stage": "examples",
-        "rules": "ids-sha256/heldout-blake2b-salted",  # bump when these rules change
-        "language": lang,
-        "corpus": spec.corpus.model_dump(mode="json"),
-        "max_examples": spec.max_examples,
-        "heldout": recipe.heldout_fraction,
-        "shard_rows": recipe.shard_rows,
-    }
-    return ShardSet(recipe.output_dir / "examples" / lang, key)
 
 
 def masked_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
@@ -91,7 +85,8 @@ def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
 @holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir)
 @main_rank_only  # light work: one process writes it, the others wait
 def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
-    """Examples per language, then each teacher's tokenised and masked copy of each example."""
+    """Examples per language, then each teacher's tokenised and masked copy of each example
+    (causal: its tokens of each example with their byte offsets)."""
     teachers = open_teachers(recipe)  # refuses unusable teachers before anything is written
     recipe.output_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(
@@ -99,28 +94,12 @@ def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
         yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False),
     )
     for lang in recipe.languages:
-        examples = _write_examples(recipe, lang)
+        examples = write_examples(recipe, lang)
         for name in recipe.languages[lang].teachers:
-            _write_masked(recipe, lang, teachers[name], examples, progress)
-
-
-def _write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
-    shards = examples_set(recipe, lang)
-    if shards.intact():
-        return pa.concat_tables(shards.tables(verify=False))
-    shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
-    found = language_examples(recipe, lang)
-    table = pa.table(
-        {
-            "id": [e.id for e in found],
-            "text": [e.text for e in found],
-            "heldout": [e.heldout for e in found],
-        }
-    )
-    for index, start in enumerate(range(0, table.num_rows, recipe.shard_rows)):
-        shards.write(index, table.slice(start, recipe.shard_rows))
-    shards.finish(examples=table.num_rows, heldout=int(np.sum(table.column("heldout").to_numpy())))
-    return table
+            if recipe.objective == "causal":
+                write_tokens(recipe, lang, teachers[name], examples, progress)
+            else:
+                _write_masked(recipe, lang, teachers[name], examples, progress)
 
 
 def _write_masked(
@@ -185,19 +164,15 @@ def read_copies(table: pa.Table) -> list[MaskedCopy]:
     ]
 
 
-def require(shards: ShardSet, command: str) -> None:
-    if not shards.complete:
-        raise UserInputError(
-            f"{shards.directory} is missing or incomplete: "
-            f"run `lmalgebra merge {command} RECIPE` first"
-        )
-
-
 @holding_lock("merge teach", lambda recipe, **_: recipe.output_dir)
 def teach(recipe: MergeRecipe, progress: bool = True) -> None:
-    """Offline teacher inference over every masked copy: top-k log-probs and per-example loss."""
+    """Offline teacher inference over every masked copy: top-k log-probs and per-example loss
+    (causal: next-token log-probs, top-k and drawn tokens at every position of every example)."""
     teachers = open_teachers(recipe)
     for lang, name in _pairs(recipe):
+        if recipe.objective == "causal":
+            write_logprobs(recipe, lang, teachers[name], progress)
+            continue
         masked = masked_set(recipe, lang, teachers[name])
         require(masked, "prepare")
         _write_topk(recipe, lang, teachers[name], masked, progress)
@@ -247,6 +222,11 @@ def vocab(recipe: MergeRecipe) -> None:
     """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
     from lmalgebra.distill.vocab_union import build_union, tokens_per_language
 
+    if recipe.objective == "causal":
+        raise UserInputError(
+            "a causal recipe has no union vocabulary (its student keeps a tokenizer of its own): "
+            "`merge vocab` applies to recipes with objective masked"
+        )
     teachers = open_teachers(recipe)
     out = recipe.output_dir / "vocab"
     stamp = vocab_stamp(recipe, teachers)

@@ -32,19 +32,26 @@ languages:                     # language code -> its text and the teachers that
     teachers: [fr]
     max_examples: 2000
 
+objective: masked              # masked: masked-LM teachers (MergeDistill) | causal: causal LMs,
+                               # any tokenizers (teachers from `lmalgebra pretrain --causal`)
+
 teachers:                      # name -> a masked LM with a trained head
   en: {path: teachers/en}      # a directory, a hub id (org/name) or package:NAME
   fr: {path: teachers/fr}      # trust_remote_code: true only for models you trust
 
-masking:
+masking:                       # objective masked only
   probability: 0.15            # share of tokens each teacher predicts
   replace: [0.8, 0.1, 0.1]     # of those: [MASK], random token, unchanged
   whole_word: false            # mask whole words
   seed: 0
 
-example_length: 128            # tokens per example, per teacher's tokenizer
+example_length: 128            # tokens per example, per teacher's tokenizer (masked)
+causal:                        # objective causal only
+  example_bytes: 2048          # each document cut to its first N UTF-8 bytes: same text per teacher
+  samples: 0                   # tokens drawn from each teacher's distribution per position
+  sample_seed: 0
 heldout_fraction: 0.05         # examples held out for evaluation (by id: stable)
-top_k: 8                       # teacher log-probabilities stored per masked token
+top_k: 8                       # teacher log-probabilities kept per masked token (causal: per token)
 batch_size: 32                 # examples per teacher forward pass
 shard_rows: 1024               # examples per store shard (the unit of resumption)
 output_dir: runs/merge         # the run directory

@@ -1,4 +1,6 @@
-"""Teachers: masked LMs with a trained head, loaded from a hub id, a directory or a package."""
+"""Teachers: masked LMs with a trained head, loaded from a hub id, a directory or a package.
+
+(Causal teachers, for recipes with objective causal, are ``causal_teachers``'s.)"""
 
 from __future__ import annotations
 
@@ -36,12 +38,47 @@ class Teacher:
     tokenizer: Any
 
 
+def architecture(directory: Path) -> str | None:
+    """The model class ``config.json`` names (``BertForMaskedLM``, ``GPT2LMHeadModel``...)."""
+    path = directory / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        names = json.loads(read_text(path, "model configuration")).get("architectures")
+    except (ValueError, AttributeError):  # not JSON, or not an object: loading will say so
+        return None
+    return str(names[0]) if isinstance(names, list) and names else None
+
+
+def is_causal_architecture(name: str | None) -> bool:
+    return name is not None and name.endswith(("ForCausalLM", "LMHeadModel"))
+
+
+def is_masked_architecture(name: str | None) -> bool:
+    return name is not None and name.endswith("ForMaskedLM")
+
+
+def check_top_k(name: str, top_k: int, tokenizer: Any) -> None:
+    """Refuse a ``top_k`` larger than the teacher's vocabulary."""
+    if top_k > len(tokenizer):
+        raise UserInputError(
+            f"top_k {top_k} exceeds the vocabulary of teacher {name!r} "
+            f"({len(tokenizer)} tokens); use top_k <= {len(tokenizer)}"
+        )
+
+
 def open_teacher(
     ref: ModelRef, memo_dir: Path | None = None, example_length: int | None = None
 ) -> Teacher:
     """Resolve and fingerprint a teacher and load its tokenizer (which must have a mask token);
     with ``example_length``, refuse a teacher whose positions cannot hold that many tokens."""
     directory = resolve_directory(ref)
+    found = architecture(directory)
+    if is_causal_architecture(found):
+        raise UserInputError(
+            f"teacher {ref.name!r}: {directory} holds a causal LM ({found}), not a masked LM; "
+            "give causal teachers in a recipe with `objective: causal`"
+        )
     tokenizer = load_tokenizer(ref, directory)
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")

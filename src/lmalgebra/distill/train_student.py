@@ -70,6 +70,11 @@ def train_student(
     ``restart`` starts afresh instead."""
     spec = training or recipe.training
     check_student_name(name)
+    if recipe.objective == "causal":
+        raise UserInputError(
+            "`merge train` trains masked-LM students; it does not train a student from a causal "
+            "store (objective causal) yet"
+        )
     hashes = check_store(recipe)
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
     recipe.student.fits(len(vocab.tokens), recipe.example_length)

@@ -293,6 +293,11 @@ def evaluate_run(
             "run `lmalgebra merge prepare RECIPE` first"
         )
     recipe = read_yaml(recipe_path)
+    if recipe.get("objective") == "causal":
+        raise UserInputError(
+            f"{run_dir} holds a causal store: score causal models with "
+            f"`lmalgebra merge bits-per-byte {run_dir}`"
+        )
     teachers_of = {lang: spec["teachers"] for lang, spec in recipe["languages"].items()}
     trained_on = teacher_languages(recipe.get("teachers", {}))
     for lang in languages or []:

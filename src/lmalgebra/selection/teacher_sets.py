@@ -95,6 +95,11 @@ class Selection:
 
 def select_teachers(recipe: MergeRecipe, spec: SelectionSpec) -> Selection:
     """Rank the recipe's teacher sets of ``spec.size`` per language and overall."""
+    if recipe.objective == "causal":
+        raise UserInputError(
+            "merge select ranks masked-LM teachers (by masked-token accuracy); "
+            "this recipe has objective causal"
+        )
     languages = _languages(recipe, spec)
     opened: dict[str, Teacher] = {}
     found: dict[str, LanguageSelection] = {}

@@ -288,7 +288,9 @@ def _fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any
             f"{owner}: cannot load a tokenizer from {directory}: {load_failure(err)}"
         ) from err
     if not getattr(tokenizer, "is_fast", False):
-        raise UserInputError(f"{owner}: tokenizer is not a fast (Rust) tokenizer")
+        raise UserInputError(
+            f"{owner}: tokenizer is not a fast (Rust) tokenizer, so it reports no token offsets"
+        )
     return tokenizer
 
 

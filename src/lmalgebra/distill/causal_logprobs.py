@@ -1,0 +1,127 @@
+"""Offline causal-teacher inference: at every position of an example, the log-probability of the
+actual next token, the top-k of the next-token distribution and optionally K tokens drawn from it.
+
+Row ``i`` of an example with tokens ``t_0..t_{n-1}`` is the teacher's distribution over token
+``i`` given the start token and ``t_0..t_{i-1}`` (the model reads ``[start, t_0, ..., t_{n-2}]``).
+Log-probabilities are exact: logits minus the log-sum-exp over the full vocabulary. Drawn tokens
+come from ``numpy`` generators seeded per example (inverse CDF in float64), so they do not depend
+on batching, on torch's generator or on the process that computes the shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class CausalOutput:
+    """One example's teacher outputs (``n`` tokens).
+
+    Attributes:
+        next_logprob: ``(n,) float32`` log p(t_i | start, t_<i).
+        topk_ids: ``(n, k) int64`` the k most likely next tokens, most likely first.
+        topk_logprobs: ``(n, k) float32`` their log-probabilities.
+        sample_ids: ``(n, K) int64`` tokens drawn with replacement, ascending; None without samples.
+        sample_logprobs: ``(n, K) float32`` their log-probabilities; None without samples.
+    """
+
+    next_logprob: np.ndarray
+    topk_ids: np.ndarray
+    topk_logprobs: np.ndarray
+    sample_ids: np.ndarray | None = None
+    sample_logprobs: np.ndarray | None = None
+
+
+def draw_samples(
+    logprobs: torch.Tensor, count: int, seed: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` draws per row of ``logprobs (n, vocab)``: ``(n, count)`` ids (ascending per row)
+    and their log-probabilities, from ``numpy.random.default_rng(seed)``."""
+    rows = logprobs.double()
+    cdf = rows.exp().cumsum(dim=-1)
+    uniform = np.random.default_rng(list(seed)).random((rows.shape[0], count))
+    targets = torch.from_numpy(uniform) * cdf[:, -1:]  # the total, not 1: rounding of the sum
+    ids = torch.searchsorted(cdf, targets, right=True).clamp_(max=rows.shape[1] - 1)
+    ids = ids.sort(dim=1).values
+    return ids.numpy(), logprobs.gather(1, ids).float().numpy()
+
+
+def _example_output(
+    logits: torch.Tensor, tokens: np.ndarray, k: int, samples: int, seed: Sequence[int]
+) -> CausalOutput:
+    """Outputs from ``logits (n, vocab)``, row i predicting ``tokens[i]``."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    actual = torch.from_numpy(tokens.astype(np.int64)).unsqueeze(1)
+    values, indices = logprobs.topk(k, dim=-1)
+    drawn = draw_samples(logprobs, samples, seed) if samples else (None, None)
+    return CausalOutput(
+        logprobs.gather(1, actual).squeeze(1).numpy(),
+        indices.numpy(),
+        values.numpy(),
+        *drawn,
+    )
+
+
+def _inputs(tokens: np.ndarray, start_id: int) -> np.ndarray:
+    return np.concatenate([[start_id], tokens[:-1]]).astype(np.int64)
+
+
+@torch.inference_mode()
+def causal_outputs(
+    model: Any,
+    examples: Sequence[np.ndarray],
+    start_id: int,
+    k: int,
+    samples: int = 0,
+    seeds: Sequence[Sequence[int]] | None = None,
+    batch_size: int = 32,
+) -> list[CausalOutput]:
+    """Teacher outputs of each example (``(n,)`` token ids), batched by length, in input order.
+
+    ``seeds``: one seed sequence per example for its drawn tokens (needed when ``samples``).
+    Batches are right-padded; a causal model's outputs at real positions ignore the padding.
+    """
+    if samples and seeds is None:
+        raise ValueError("drawing samples needs one seed per example")
+    order = sorted(range(len(examples)), key=lambda i: -len(examples[i]))
+    out: list[CausalOutput | None] = [None] * len(examples)
+    for start in range(0, len(order), batch_size):
+        chosen = [i for i in order[start : start + batch_size] if len(examples[i])]
+        if not chosen:
+            continue
+        width = len(examples[chosen[0]])
+        ids = torch.full((len(chosen), width), start_id, dtype=torch.long)
+        mask = torch.zeros((len(chosen), width), dtype=torch.long)
+        for row, i in enumerate(chosen):
+            n = len(examples[i])
+            ids[row, :n] = torch.from_numpy(_inputs(examples[i], start_id))
+            mask[row, :n] = 1
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        for row, i in enumerate(chosen):
+            n = len(examples[i])
+            seed = seeds[i] if seeds is not None else ()
+            out[i] = _example_output(logits[row, :n], examples[i], k, samples, seed)
+    return [o if o is not None else _empty(k, samples) for o in out]
+
+
+def _empty(k: int, samples: int) -> CausalOutput:
+    """The outputs of an example with no token (a text its tokenizer maps to nothing)."""
+    drawn = (np.zeros((0, samples), np.int64), np.zeros((0, samples), np.float32))
+    return CausalOutput(
+        np.zeros(0, np.float32),
+        np.zeros((0, k), np.int64),
+        np.zeros((0, k), np.float32),
+        *(drawn if samples else (None, None)),
+    )
+
+
+@torch.inference_mode()
+def naive_causal_output(model: Any, tokens: np.ndarray, start_id: int, k: int) -> CausalOutput:
+    """Reference: one example alone, full logits, no padding (tests and benchmarks)."""
+    ids = torch.from_numpy(_inputs(tokens, start_id)).unsqueeze(0)
+    return _example_output(model(input_ids=ids).logits[0], tokens, k, 0, ())

@@ -1,0 +1,136 @@
+"""Tokenizers for small causal teachers, trained by the `tokenizers` library on a language's text.
+
+Four kinds, as the models people merge use them: ``bytelevel-bpe`` (GPT-2: BPE over bytes, no
+unknown token), ``bpe`` and ``unigram`` (SentencePiece style: ``▁`` marks word starts; unknown
+characters become ``<unk>``) and ``wordpiece`` (BERT's pieces, the toolkit's deterministic
+trainer). Each gets a beginning-of-sequence token, prepended by the tokenizer's post-processor
+(a causal teacher predicts a text's first token after it), an end-of-text token and a padding
+token. Training is deterministic: the same text gives the same vocabulary in every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.pretrain import train_wordpiece
+
+TokenizerKind = Literal["bytelevel-bpe", "unigram", "bpe", "wordpiece"]
+TOKENIZER_KINDS: tuple[TokenizerKind, ...] = ("bytelevel-bpe", "unigram", "bpe", "wordpiece")
+SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+_WORDPIECE_SPECIALS = {"pad": "[PAD]", "bos": "[CLS]", "eos": "[SEP]", "unk": "[UNK]"}
+_MIN_SIZE = {"bytelevel-bpe": 256 + len(SPECIALS), "unigram": 40, "bpe": 40, "wordpiece": 31}
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """The trainers run single-threaded, so that no sum depends on how work was split."""
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+def _settled_unigram(tok: Any) -> Any:
+    """The unigram model with scores rounded to 1e-9 and pieces in a canonical order.
+
+    The trainer sums expected counts in hash-map order, so the same text gives scores that differ
+    in their last bits from one process to the next; and it appends the characters no piece
+    covers in hash-set order, each 1e-4 below the one before. A run of such characters is put
+    in character order first (the scores staying where they stand), then rounded scores order
+    every piece, ties by the piece.
+    """
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    specials = len(SPECIALS)  # the trainer lists them first, unk among them
+    pieces = [(str(p), float(s)) for p, s in vocab[specials:]]
+    start = 0
+    while start < len(pieces):
+        stop = start + 1
+        while (
+            stop < len(pieces)
+            and len(pieces[stop][0]) == len(pieces[start][0]) == 1
+            and abs(pieces[stop - 1][1] - pieces[stop][1] - 1e-4) < 1e-7
+        ):
+            stop += 1
+        chars = sorted(p for p, _ in pieces[start:stop])  # a run of appended characters
+        pieces[start:stop] = list(zip(chars, (s for _, s in pieces[start:stop]), strict=True))
+        start = stop
+    ordered = sorted(((p, round(s, 9)) for p, s in pieces), key=lambda e: (-e[1], e[0]))
+    data["model"]["vocab"] = [*vocab[:specials], *([p, s] for p, s in ordered)]
+    return Tokenizer.from_str(json.dumps(data))
+
+
+def _backend(kind: TokenizerKind, texts: list[str], vocab_size: int) -> Any:
+    """The trained ``tokenizers.Tokenizer`` of a kind other than wordpiece."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    specials = list(SPECIALS.values())
+    if kind == "bytelevel-bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        trainer: Any = trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet
+        )
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE(unk_token=SPECIALS["unk"]))
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials)
+    else:
+        tok = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=specials, unk_token=SPECIALS["unk"]
+        )
+    if kind != "bytelevel-bpe":
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+    with _one_thread():
+        tok.train_from_iterator(texts, trainer)
+    return _settled_unigram(tok) if kind == "unigram" else tok
+
+
+def train_causal_tokenizer(
+    texts: list[str], kind: TokenizerKind, vocab_size: int, max_length: int
+) -> Any:
+    """A ``PreTrainedTokenizerFast`` of ``kind`` with about ``vocab_size`` entries, trained on
+    ``texts``, whose encodings start with its beginning-of-sequence token."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    if kind not in TOKENIZER_KINDS:
+        raise UserInputError(f"--tokenizer-kind must be one of {', '.join(TOKENIZER_KINDS)}")
+    if vocab_size < _MIN_SIZE[kind]:
+        raise UserInputError(
+            f"--vocab-size {vocab_size} is too small for a {kind} vocabulary "
+            f"(at least {_MIN_SIZE[kind]})"
+        )
+    if kind == "wordpiece":
+        with _one_thread():
+            backend = train_wordpiece(texts, vocab_size, False, max_length).backend_tokenizer
+        names = _WORDPIECE_SPECIALS
+    else:
+        backend, names = _backend(kind, texts, vocab_size), SPECIALS
+    bos = names["bos"]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, backend.token_to_id(bos))]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=bos,
+        eos_token=names["eos"],
+        pad_token=names["pad"],
+        unk_token=names["unk"],
+        model_max_length=max_length,
+    )

@@ -1,0 +1,175 @@
+"""Bits per byte: parity with naive per-token loops in plain transformers, a tokenizer-invariance
+derived from a uniform byte model, the windows, and the run-level command."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+from causal_fixtures import write_causal_recipe
+from hostile_helpers import assert_one_line, run_cli
+from lmalgebra.distill import stages
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.evaluate.bits_per_byte import bits_per_byte, score_texts, windows
+from tiny import documents, sentences
+
+TEXTS = [*documents(4, seed=5), "Ça coûte 5 €, señor 😀.", "x"]
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_dir: Path):
+    """The tiny GPT-2 of tests/tiny.py (byte-level BPE, an end-of-text token and no bos)."""
+    return AutoModelForCausalLM.from_pretrained(gpt2_dir).eval(), AutoTokenizer.from_pretrained(
+        gpt2_dir
+    )
+
+
+@torch.no_grad()
+def _naive_nats(model, tokenizer, text: str, context: int) -> float:
+    """Each token alone: the model run on the (at most ``context``) tokens before it."""
+    ids = [tokenizer.eos_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]]
+    total = 0.0
+    for t in range(1, len(ids)):
+        before = torch.tensor([ids[max(0, t - context) : t]])
+        total -= float(torch.log_softmax(model(input_ids=before).logits[0, -1], -1)[ids[t]])
+    return total
+
+
+def test_every_token_given_its_full_context_matches_a_naive_loop(gpt2) -> None:
+    model, tokenizer = gpt2
+    got = score_texts(model, tokenizer, TEXTS, context=12, stride=1, batch_size=5)
+    want = sum(_naive_nats(model, tokenizer, t, 12) for t in TEXTS)
+    assert got.nats == pytest.approx(want, rel=1e-5)
+    data = sum(len(t.encode("utf-8")) for t in TEXTS)
+    assert got.bytes == data and got.chars == sum(len(t) for t in TEXTS) < data
+    assert got.bits_per_byte == pytest.approx(want / (math.log(2) * data), rel=1e-5)
+
+
+@torch.no_grad()
+def _hugging_face_sliding_window(model, tokenizer, text: str, length: int, stride: int) -> float:
+    """The sliding-window perplexity of the transformers documentation, with the model's own
+    loss (labels shifted inside the model), as summed NLL."""
+    ids = torch.tensor([[tokenizer.eos_token_id, *tokenizer(text)["input_ids"]]])
+    total, previous_end = 0.0, 0
+    for begin in range(0, ids.shape[1], stride):
+        end = min(begin + length, ids.shape[1])
+        target_length = end - previous_end
+        window = ids[:, begin:end]
+        labels = window.clone()
+        labels[:, :-target_length] = -100
+        scored = int((labels[:, 1:] != -100).sum())
+        if scored:
+            total += float(model(input_ids=window, labels=labels).loss) * scored
+        previous_end = end
+        if end == ids.shape[1]:
+            break
+    return total
+
+
+def test_sliding_windows_match_the_transformers_recipe(gpt2) -> None:
+    model, tokenizer = gpt2
+    long = [" ".join(documents(3, seed=s)) for s in (1, 2)]
+    got = score_texts(model, tokenizer, long, context=15, stride=6)
+    want = sum(_hugging_face_sliding_window(model, tokenizer, t, 16, 6) for t in long)
+    assert got.nats == pytest.approx(want, rel=1e-5)
+    short = [*sentences(6, seed=3), "Ça coûte 5 €, señor 😀."]
+    assert max(len(tokenizer(t)["input_ids"]) for t in short) < 255  # one window per text
+    one_window = score_texts(model, tokenizer, short, context=255, batch_size=4)
+    assert one_window.nats == pytest.approx(
+        sum(_naive_nats(model, tokenizer, t, 255) for t in short), rel=1e-5
+    )
+
+
+@pytest.mark.parametrize("length", [2, 3, 10, 41])
+@pytest.mark.parametrize(("context", "stride"), [(4, 1), (4, 2), (4, 4), (7, 3)])
+def test_windows_score_every_target_once(length: int, context: int, stride: int) -> None:
+    scored: list[int] = []
+    for begin, end, first in windows(list(range(length)), context, stride):
+        assert end - begin - 1 <= context and first >= 0
+        scored += range(begin + 1 + first, end)
+        assert first == 0 or first >= context - stride  # later windows: at least that context
+    assert scored == list(range(1, length))
+
+
+class _UniformOver(torch.nn.Module):
+    """A model that gives every listed token the same probability, whatever came before."""
+
+    def __init__(self, vocab_size: int, allowed: list[int]):
+        super().__init__()
+        self.logits = torch.full((vocab_size,), -math.inf)
+        self.logits[allowed] = 0.0
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        return SimpleNamespace(logits=self.logits.expand(*input_ids.shape, -1).clone())
+
+
+def _fixed_width(alphabet: list[str], width: int) -> PreTrainedTokenizerFast:
+    """A tokenizer whose tokens are all the strings of ``width`` characters of ``alphabet``."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    pieces = ["".join(p) for p in itertools.product(alphabet, repeat=width)]
+    vocab = {"<s>": 0, "<unk>": 1, **{p: i + 2 for i, p in enumerate(pieces)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("." * width), behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", unk_token="<unk>")
+
+
+def test_a_uniform_byte_model_gives_equal_bits_per_byte_under_two_tokenizations() -> None:
+    """With A characters of 2 bytes each, a model uniform over the A characters (tokens of one
+    character) and one uniform over the A^2 pairs (tokens of two) both give every text
+    probability A^-length: log2(A) bits per character, log2(A) / 2 bits per byte."""
+    alphabet = ["é", "ü", "ß", "ø"]
+    rng = random.Random(0)
+    texts = ["".join(rng.choices(alphabet, k=2 * rng.randint(1, 40))) for _ in range(12)]
+    scores = []
+    for width in (1, 2):
+        tokenizer = _fixed_width(alphabet, width)
+        model = _UniformOver(len(tokenizer), list(range(2, len(tokenizer))))
+        scores.append(score_texts(model, tokenizer, texts, context=7, stride=3, batch_size=4))
+    for score in scores:
+        assert score.unknown_tokens == 0
+        assert score.bits_per_char == pytest.approx(2.0, rel=1e-6)  # float32 log-softmax
+        assert score.bits_per_byte == pytest.approx(1.0, rel=1e-6)
+    assert scores[0].tokens == 2 * scores[1].tokens
+
+
+@pytest.fixture(scope="module")
+def causal_run(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    root = tmp_path_factory.mktemp("bpb-run")
+    recipe = load_recipe(write_causal_recipe(root, causal_teacher_dirs, heldout_fraction=0.3))
+    stages.prepare(recipe, progress=False)
+    return recipe.output_dir
+
+
+def test_bits_per_byte_of_a_model_directory(causal_teacher_dirs, gpt2) -> None:
+    scores = bits_per_byte(causal_teacher_dirs["uni"], {"xx": TEXTS[:3], "yy": TEXTS[3:]})
+    model = AutoModelForCausalLM.from_pretrained(causal_teacher_dirs["uni"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(causal_teacher_dirs["uni"])
+    want = score_texts(model, tokenizer, TEXTS[3:], context=256)
+    assert scores["yy"].nats == pytest.approx(want.nats, rel=1e-6)
+    assert scores["yy"].bits_per_char > scores["yy"].bits_per_byte > 0
+
+
+def test_merge_bits_per_byte_scores_the_runs_teachers(causal_run, monkeypatch, capsys) -> None:
+    code, err = run_cli(["merge", "bits-per-byte", str(causal_run)], monkeypatch, capsys)
+    assert code == 0, err
+    lines = (causal_run / "evaluation" / "bits_per_byte.csv").read_text().splitlines()
+    assert lines[0].startswith("language,model,documents,tokens,unknown_tokens,bytes,chars")
+    assert {tuple(ln.split(",")[:2]) for ln in lines[1:]} == {
+        (lang, t) for lang in ("xx", "yy") for t in ("bl", "uni", "wp")
+    }
+
+
+def test_a_masked_lm_is_not_scored(causal_run, teacher_dirs, monkeypatch, capsys) -> None:
+    args = ["merge", "bits-per-byte", str(causal_run), "--model", f"bert={teacher_dirs['wp']}"]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert_one_line(code, err, ["model 'bert'", "holds a masked LM (BertForMaskedLM)"])
+    args = ["merge", "bits-per-byte", str(causal_run), "--language", "zz"]
+    assert_one_line(*run_cli(args, monkeypatch, capsys), ["language 'zz' is not in"])
