@@ -49,7 +49,7 @@ class Plan:
     select_spans: tuple[int, int, int]
 
 
-FULL = Plan(1500, 600, 300, 400, 64, 32, (3000, 300, 800))
+FULL = Plan(1000, 300, 200, 200, 64, 32, (3000, 300, 800))
 QUICK = Plan(300, 20, 20, 20, 48, 16, (300, 50, 100))
 
 
@@ -74,9 +74,8 @@ def corpora(work: Path, plan: Plan) -> dict[str, Path]:
 
 def teachers(work: Path, text: dict[str, Path], plan: Plan) -> dict[str, Path]:
     """The six teachers (each made once; a later run reuses the finished directories)."""
-    from lmalgebra.distill.head_only import pretrain_head
-
     from lmalgebra.core.recipe_files import validate
+    from lmalgebra.distill.head_only import pretrain_head
     from lmalgebra.distill.pretrain import pretrain
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
@@ -138,7 +137,7 @@ def recipe(
         },
         "teachers": {n: {"path": str(made[n])} for n in names},
         "example_length": plan.example_length,
-        "heldout_fraction": 0.1,
+        "heldout_fraction": 0.2,
         "output_dir": str(work / "runs" / run),
         "student": {"hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512},
         "training": {
@@ -152,8 +151,9 @@ def recipe(
     }
 
 
-def student_accuracy(config: Any, student: Path) -> float:
-    """Held-out masked-token accuracy of a student, on positions that do not depend on the pair."""
+def student_quality(config: Any, student: Path) -> tuple[float, float]:
+    """Held-out masked-token accuracy and loss (nats) of a student, on positions that do not
+    depend on the pair."""
     from lmalgebra.distill.examples import language_examples
     from lmalgebra.distill.recipe import MergeRecipe, TeacherSpec
     from lmalgebra.distill.teachers import open_teacher
@@ -164,7 +164,7 @@ def student_accuracy(config: Any, student: Path) -> float:
     ref = TeacherSpec(path=str(student)).ref("student")
     teacher = open_teacher(ref, example_length=recipe_.example_length)
     quality = held_out_quality("en", teacher, ref, held, recipe_.masking, recipe_.example_length)
-    return quality.accuracy
+    return quality.accuracy, quality.loss
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -180,6 +180,8 @@ def bootstrap_spearman(x: np.ndarray, y: np.ndarray, reps: int = 2000) -> tuple[
         pick = rng.integers(0, len(x), len(x))
         if np.ptp(x[pick]) > 0 and np.ptp(y[pick]) > 0:
             values.append(spearman(x[pick], y[pick]))
+    if not values:  # every resample constant: no correlation to speak of
+        return float("nan"), float("nan")
     low, high = np.quantile(values, [0.025, 0.975])
     return float(low), float(high)
 
@@ -217,7 +219,7 @@ def main() -> None:
         label = "+".join(pair)
         config = recipe_of(recipe(work, text, made, plan, list(pair), label))
         run = merge(config, stages=["prepare", "teach", "vocab", "train"])
-        accuracy = student_accuracy(config, run.students["student"])
+        accuracy, loss = student_quality(config, run.students["student"])
         row = scores.loc[label]
         rows.append(
             {
@@ -228,7 +230,10 @@ def main() -> None:
                 "student_accuracy": accuracy,
             }
         )
-        print(f"{label}: score {row.score:.3f}, student accuracy {accuracy:.4f}", flush=True)
+        print(
+            f"{label}: score {row.score:.3f}, student accuracy {accuracy:.4f}, loss {loss:.3f}",
+            flush=True,
+        )
     seconds["students"] = time.perf_counter() - clock
     report(rows, found, plan, seconds, args.out, args.quick)
 
@@ -245,6 +250,8 @@ def report(
     accuracy = np.array([r["student_accuracy"] for r in rows])
     rho = spearman(score, accuracy)
     low, high = bootstrap_spearman(score, accuracy)
+    loss = np.array([r["student_loss"] for r in rows])
+    rho_loss = spearman(score, -loss)
     chosen = "+".join(found.recommended["en"])
     order = sorted(rows, key=lambda r: -r["student_accuracy"])
     rank = 1 + [r["pair"] for r in order].index(chosen)
@@ -266,17 +273,18 @@ def report(
     stem = "teacher_pairs_quick" if quick else "teacher_pairs"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     lines = [
-        "| pair | complementarity | quality | score | student accuracy |",
-        "|---|---|---|---|---|",
+        "| pair | complementarity | quality | score | student accuracy | student loss |",
+        "|---|---|---|---|---|---|",
         *(
             f"| {r['pair']} | {r['complementarity']:.3f} | {r['quality']:.3f} | {r['score']:.3f} "
-            f"| {r['student_accuracy']:.4f} |"
+            f"| {r['student_accuracy']:.4f} | {r['student_loss']:.3f} |"
             for r in sorted(rows, key=lambda r: -r["score"])
         ),
         "",
         f"Spearman(score, student accuracy) = {rho:.2f} (95% bootstrap interval over pairs "
         f"[{low:.2f}, {high:.2f}]); recommended pair {chosen}: its student ranks {rank} of "
-        f"{len(rows)} (median accuracy {median:.4f}, its {chosen_accuracy:.4f}).",
+        f"{len(rows)} (median accuracy {median:.4f}, its {chosen_accuracy:.4f}). "
+        f"Spearman(score, -student loss) = {rho_loss:.2f}.",
     ]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
