@@ -170,7 +170,7 @@ def test_merge_run_builds_the_store_and_vocab_and_train_refuse(
     code, err = run_cli(["merge", "vocab", str(path)], monkeypatch, capsys)
     assert_one_line(code, err, ["causal recipe has no union vocabulary"])
     code, err = run_cli(["merge", "train", str(path), "--no-progress"], monkeypatch, capsys)
-    assert_one_line(code, err, ["does not train a student from a causal store"])
+    assert_one_line(code, err, ["needs a tokenizer", "student.tokenizer"])
     code, err = run_cli(["merge", "inspect", str(tmp_path / "run")], monkeypatch, capsys)
     assert code == 0, err
     code, err = run_cli(["merge", "evaluate", str(tmp_path / "run")], monkeypatch, capsys)

@@ -131,6 +131,7 @@ TRAINING_FLAGS = config_flags(
         "training.gold_only": FlagStyle(aliases=("--gold-only",)),
     },
     prefix="training.",
+    skip=("training.objective_mix",),  # a mapping: set in the recipe
 )
 
 

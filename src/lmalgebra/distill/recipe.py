@@ -180,7 +180,15 @@ class MergeRecipe(BaseModel):
             ]
             fix = "causal recipes mask nothing and cut examples by text (causal.example_bytes)"
         else:
-            ignored = ["causal"] if self.causal != CausalSpec() else []
+            ignored = [
+                key
+                for key, changed in (
+                    ("causal", self.causal != CausalSpec()),
+                    ("student.tokenizer", self.student.tokenizer is not None),
+                    ("training.objective_mix", self.training.objective_mix is not None),
+                )
+                if changed
+            ]
             fix = "set `objective: causal` for causal teachers"
         if ignored:
             raise UserInputError(

@@ -37,6 +37,12 @@ class StudentSpec(BaseModel):
     vocab_size: int | None = Field(
         default=None, description="Student vocabulary size; None = the union vocabulary's size."
     )
+    tokenizer: str | None = Field(
+        default=None,
+        description="Causal recipes: the student's tokenizer, a teacher's name (its tokenizer) "
+        "or a model reference (hub id, directory, package:NAME); masked students use the "
+        "union vocabulary.",
+    )
     init_embeddings: Literal["random", "teachers"] = Field(
         default="random",
         description="Token embeddings and output bias at the start: random, or teachers (each "

@@ -10,9 +10,10 @@ rebuilt from its index alone.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -30,29 +31,68 @@ def language_probabilities(counts: dict[str, int], alpha: float) -> dict[str, fl
     return {k: w / total for k, w in weights.items()}
 
 
+class Copies(Protocol):
+    """One teacher's copy of a language's examples: ``heldout (rows,) bool`` and the teacher's
+    ``loss (rows,) float`` on each example (NaN: unknown), rows aligned across teachers."""
+
+    @property
+    def heldout(self) -> np.ndarray: ...
+
+    @property
+    def loss(self) -> np.ndarray: ...
+
+
 @dataclass
-class _Pool:
+class LanguagePool:
     """A language's training items: which teacher's copies, which row."""
 
-    copies: list[TeacherCopies]
+    copies: Sequence[Any]
     source: np.ndarray  # (items,) index into copies
     row: np.ndarray  # (items,) row within that copy set
     examples: int
 
 
-def _pool(copies: list[TeacherCopies], mode: Literal["all", "best"], lang: str) -> _Pool:
+def language_pool(
+    copies: Sequence[Copies], mode: Literal["all", "best"], lang: str
+) -> LanguagePool:
+    """The training items of a language with ``copies`` (one per teacher) in ``mode``."""
     train = [np.flatnonzero(~c.heldout) for c in copies]
     if not train[0].size:
         raise UserInputError(f"language {lang!r} has no training example (all held out)")
     if mode == "all" or len(copies) == 1:
         source = np.concatenate([np.full(len(rows), i) for i, rows in enumerate(train)])
-        return _Pool(copies, source, np.concatenate(train), len(train[0]))
+        return LanguagePool(copies, source, np.concatenate(train), len(train[0]))
     # best: copies are row-aligned (the same examples in the same order for every teacher)
     losses = np.stack([np.nan_to_num(c.loss[train[0]], nan=np.inf) for c in copies])
-    return _Pool(copies, np.argmin(losses, axis=0), train[0], len(train[0]))
+    return LanguagePool(copies, np.argmin(losses, axis=0), train[0], len(train[0]))
 
 
-class StoreBatches:
+class SampledLanguages:
+    """Languages drawn per batch slot with the smoothed probabilities; items of each language's
+    pool drawn uniformly. Batch ``index``'s draw depends on ``(seed, index)`` alone."""
+
+    def __init__(
+        self,
+        languages: list[str],
+        pools: list[LanguagePool],
+        batch_size: int,
+        alpha: float,
+        seed: int,
+    ):
+        self.languages, self.pools = languages, pools
+        counts = {lang: p.examples for lang, p in zip(self.languages, self.pools, strict=True)}
+        self.probabilities = language_probabilities(counts, alpha)
+        self._p = np.array([self.probabilities[lang] for lang in self.languages])
+        self.batch_size, self.seed = batch_size, seed
+
+    def draw(self, index: int) -> list[tuple[int, int]]:
+        """``(language, item)`` pairs of batch ``index``."""
+        rng = np.random.default_rng([self.seed, index])
+        langs = rng.choice(len(self.languages), size=self.batch_size, p=self._p)
+        return [(int(k), int(rng.integers(len(self.pools[k].row)))) for k in langs]
+
+
+class StoreBatches(SampledLanguages):
     """Batches of student-id copies from a run directory's store."""
 
     def __init__(
@@ -65,21 +105,11 @@ class StoreBatches:
         mode: Literal["all", "best"],
         seed: int,
     ):
-        self.languages = list(teachers_of)
-        self.pools = [
-            _pool([load_copies(run_dir, lang, t, vocab) for t in teachers], mode, lang)
+        pools = [
+            language_pool([load_copies(run_dir, lang, t, vocab) for t in teachers], mode, lang)
             for lang, teachers in teachers_of.items()
         ]
-        counts = {lang: p.examples for lang, p in zip(self.languages, self.pools, strict=True)}
-        self.probabilities = language_probabilities(counts, alpha)
-        self._p = np.array([self.probabilities[lang] for lang in self.languages])
-        self.batch_size, self.seed = batch_size, seed
-
-    def draw(self, index: int) -> list[tuple[int, int]]:
-        """``(language, item)`` pairs of batch ``index``."""
-        rng = np.random.default_rng([self.seed, index])
-        langs = rng.choice(len(self.languages), size=self.batch_size, p=self._p)
-        return [(int(k), int(rng.integers(len(self.pools[k].row)))) for k in langs]
+        super().__init__(list(teachers_of), pools, batch_size, alpha, seed)
 
     def batch(self, index: int) -> Batch:
         slots = []

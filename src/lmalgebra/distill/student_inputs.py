@@ -17,17 +17,21 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 
 def student_inputs(recipe: MergeRecipe) -> dict[str, Any]:
-    """``{"recipe": data settings, "store": {lang/teacher: key hash}, "vocabulary": sha256}``."""
+    """``{"recipe": data settings, "store": {lang/teacher: key hash}, "vocabulary": sha256}``
+    (causal recipes: no vocabulary)."""
     data = recipe.model_dump(
         mode="json", exclude={"output_dir", "batch_size", "student", "training"}
     )
+    outputs = "logprobs" if recipe.objective == "causal" else "topk"
     store = {
         f"{lang}/{teacher}": sha256_json(
-            ShardSet.existing(recipe.output_dir / "topk" / lang / teacher).key
+            ShardSet.existing(recipe.output_dir / outputs / lang / teacher).key
         )
         for lang, spec in recipe.languages.items()
         for teacher in spec.teachers
     }
+    if recipe.objective == "causal":  # no union vocabulary: the student's tokenizer is its own
+        return {"recipe": data, "store": store}
     vocabulary = sha256_file(recipe.output_dir / "vocab" / "vocab_union.json")
     return {"recipe": data, "store": store, "vocabulary": vocabulary}
 

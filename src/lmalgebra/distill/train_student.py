@@ -71,10 +71,9 @@ def train_student(
     spec = training or recipe.training
     check_student_name(name)
     if recipe.objective == "causal":
-        raise UserInputError(
-            "`merge train` trains masked-LM students; it does not train a student from a causal "
-            "store (objective causal) yet"
-        )
+        from lmalgebra.distill.train_causal_student import train_causal_student
+
+        return train_causal_student(recipe, name, spec, progress, restart)
     hashes = check_store(recipe)
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
     recipe.student.fits(len(vocab.tokens), recipe.example_length)

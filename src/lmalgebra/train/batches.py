@@ -55,6 +55,7 @@ class Batch:
 class BatchSource(Protocol):
     languages: list[str]
 
-    def batch(self, index: int) -> Batch:
-        """Micro-batch number ``index`` (deterministic)."""
+    def batch(self, index: int) -> Any:
+        """Micro-batch number ``index`` (deterministic): a :class:`Batch`, or, with a loop
+        given its own ``step_loss``, what that reads (with ``to(device)`` and ``tokens``)."""
         ...

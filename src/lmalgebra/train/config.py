@@ -12,6 +12,8 @@ from lmalgebra.train.schedules import LambdaSchedule
 
 log = logging.getLogger(__name__)
 
+OBJECTIVE_LOSSES = ("ce", "mined_kl", "uld", "alm", "sampled")
+
 
 class TrainingSpec(BaseModel):
     """Optimisation, loss mix, data order and bookkeeping of one training run."""
@@ -46,6 +48,12 @@ class TrainingSpec(BaseModel):
         default="all",
         description="Several teachers for a language: every copy, or the lowest-loss one.",
     )
+    objective_mix: dict[str, float] | None = Field(
+        default=None,
+        description="Causal students: weight of each loss, among ce (alone: the CE-only "
+        "baseline), mined_kl, uld, alm and sampled; loss = (1 - lambda) * CE + lambda * "
+        "sum of weight * loss against the example's teacher. None: {alm: 1}.",
+    )
     gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
     seed: int = Field(default=0, description="Seed of initialisation, dropout and data order.")
     log_every: int = Field(default=10, ge=1, description="Steps between log lines.")
@@ -71,4 +79,24 @@ class TrainingSpec(BaseModel):
     def _check(self) -> TrainingSpec:
         if not 0 <= self.lambda_value <= 1:
             raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
+        self._check_mix()
         return self
+
+    def _check_mix(self) -> None:
+        if self.objective_mix is None:
+            return
+        for name, weight in self.objective_mix.items():
+            if name not in OBJECTIVE_LOSSES:
+                raise UserInputError(
+                    f"training.objective_mix: unknown loss {name!r}; "
+                    f"losses are {', '.join(OBJECTIVE_LOSSES)}"
+                )
+            if weight < 0:
+                raise UserInputError(f"training.objective_mix: {name} weight {weight} is below 0")
+        if not self.objective_mix or sum(self.objective_mix.values()) <= 0:
+            raise UserInputError("training.objective_mix: give at least one positive weight")
+        if "ce" in self.objective_mix and len(self.objective_mix) > 1:
+            raise UserInputError(
+                "training.objective_mix: ce stands alone (the CE-only baseline); the "
+                "distillation losses are always added to CE by the lambda schedule"
+            )

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ from lmalgebra.train.run_fingerprint import as_json, model_part, training_part
 from lmalgebra.train.schedules import kd_weight, learning_rate
 
 log = logging.getLogger(__name__)
+
+# (model, batch, settings, KD weight) -> the loss parts of one micro-batch
+StepLoss = Callable[[Any, Any, TrainingSpec, float], LossParts]
 
 
 def _optimizer(model: torch.nn.Module, spec: TrainingSpec) -> torch.optim.AdamW:
@@ -104,12 +108,15 @@ def train(
     progress: bool = True,
     inputs: dict[str, Any] | None = None,
     restart: bool = False,
+    step_loss: StepLoss | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` for ``spec.steps`` optimizer steps, resuming from ``out/checkpoints``.
 
     ``inputs``: what the data depends on (recipe, store, vocabulary...), recorded with the model
     configuration and training settings in every checkpoint; a checkpoint recorded with others
     is refused, naming what changed. ``restart``: drop existing checkpoints and start at step 0.
+    ``step_loss``: the loss of a micro-batch (default: masked-LM gold and KD terms over the
+    masked positions of a :class:`Batch`).
     """
     from accelerate import Accelerator
 
@@ -139,7 +146,9 @@ def train(
     with progress_bar("train", spec.steps, progress) as advance:
         advance(start)
         for step in range(start, spec.steps):
-            last = _one_step(model, optimizer, accelerator, source, spec, step)
+            last = _one_step(
+                model, optimizer, accelerator, source, spec, step, step_loss or _step_loss
+            )
             if logger is not None and ((step + 1) % spec.log_every == 0 or step + 1 == spec.steps):
                 logger.write(last)
             if main and ((step + 1) % spec.checkpoint_every == 0 or step + 1 == spec.steps):
@@ -163,7 +172,13 @@ def _status(record: dict[str, Any]) -> str:
 
 
 def _one_step(
-    model: Any, optimizer: Any, accelerator: Any, source: BatchSource, spec: TrainingSpec, step: int
+    model: Any,
+    optimizer: Any,
+    accelerator: Any,
+    source: BatchSource,
+    spec: TrainingSpec,
+    step: int,
+    step_loss: StepLoss,
 ) -> dict[str, Any]:
     clock = time.perf_counter()
     rate = learning_rate(step, spec.steps, spec.lr, spec.warmup_steps)
@@ -181,7 +196,7 @@ def _one_step(
         batch, share = local_part(source.batch(step * spec.grad_accum + micro))
         batch = batch.to(accelerator.device)
         with accelerator.autocast():
-            parts = _step_loss(model, batch, spec, weight)
+            parts = step_loss(model, batch, spec, weight)
         values = [float(parts.total.detach()), float(parts.mlm.detach()), float(parts.kd.detach())]
         value, mlm, kd = global_values(values, share)
         if not math.isfinite(value):
