@@ -21,6 +21,9 @@ from lmalgebra.distill.causal_student_data import CausalStoreBatches
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.train_causal_student import causal_step_loss, student_tokenizer
 from lmalgebra.distill.train_student import train_student
+from lmalgebra.evaluate.bits_per_byte import BITS, BitsRow
+from lmalgebra.evaluate.causal_evaluation import bits_rdt
+from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.train.config import TrainingSpec
 
 STUDENT = {
@@ -209,3 +212,33 @@ def test_refused_configurations(
     )
     code, err = run_cli(["merge", "train", str(bad), "--no-progress"], monkeypatch, capsys)
     assert_one_line(code, err, ["unknown loss 'mined'", "mined_kl"])
+
+
+def test_rdt_on_bits_per_byte_is_positive_when_the_student_needs_fewer_bits() -> None:
+    def row(lang: str, model: str, bits: float) -> BitsRow:
+        return BitsRow(lang, model, 1, 1, 0, 1, 1, 0.0, bits, bits)
+
+    rows = [row("xx", "a", 2.0), row("xx", "b", 4.0), row("xx", "s", 3.0), row("yy", "c", 2.0)]
+    found = bits_rdt(rows, "s", {"xx": ["a", "b"], "yy": ["c"]})
+    assert found["xx"] == pytest.approx(100 * ((2 - 3) / 2 + (4 - 3) / 4) / 2)  # -12.5
+    assert np.isnan(found["yy"]) and found["average"] == pytest.approx(found["xx"])
+
+
+def test_merge_evaluate_scores_teachers_and_student_in_bits_per_byte(
+    recipe_path: Path, trained: Path, monkeypatch, capsys
+) -> None:
+    run_dir = load_recipe(recipe_path).output_dir
+    code, err = run_cli(["merge", "evaluate", str(run_dir)], monkeypatch, capsys)
+    assert code == 0, err
+    rows = read_table(run_dir / "evaluation", BITS)
+    assert {(r.language, r.model) for r in rows} == {
+        (lang, model) for lang in ("xx", "yy") for model in ("bl", "uni", "wp", "student")
+    }
+    assert all(0 < r.bits_per_byte < 20 for r in rows)
+    want = bits_rdt(rows, "student", {"xx": ["bl", "uni"], "yy": ["wp"]})
+    rdt = (run_dir / "evaluation" / "rdt.csv").read_text().splitlines()
+    assert rdt[0] == "student,xx,yy,average"
+    got = [float(v) for v in rdt[1].split(",")[1:]]
+    np.testing.assert_allclose(got, [want["xx"], want["yy"], want["average"]], atol=1e-3)
+    report = (run_dir / "evaluation" / "evaluation.md").read_text()
+    assert "Greedy continuations of student" in report and report.count("- xx: **") == 2

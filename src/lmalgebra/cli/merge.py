@@ -336,8 +336,20 @@ def merge_evaluate(
     student: Annotated[list[str] | None, typer.Option(help="Student name(s) in the run.")] = None,
     language: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
 ) -> None:
-    """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students."""
+    """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students (causal
+    runs: bits per byte of teachers and students, RDT on bits per byte, greedy continuations)."""
+    from lmalgebra.evaluate.causal_evaluation import (
+        causal_markdown,
+        evaluate_causal_run,
+        is_causal_run,
+    )
     from lmalgebra.evaluate.distill_scores import evaluate_run, markdown, write_evaluation
+
+    if is_causal_run(run_dir):
+        rows, rdt, made = evaluate_causal_run(run_dir, student or ["student"], language)
+        console.print(causal_markdown(rows, rdt, made), highlight=False)
+        console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")
+        return
 
     scores, deviations = evaluate_run(run_dir, student or ["student"], language)
     write_evaluation(run_dir / "evaluation", scores, deviations)

@@ -1,0 +1,150 @@
+"""``lmalgebra merge evaluate`` on a causal run: bits per byte of every teacher and student on each
+language's held-out examples (``evaluate.bits_per_byte``), RDT on bits per byte, and a few greedy
+continuations of each student per language.
+
+RDT of a student on a language, over the language's teachers ``T_i`` (lower bits per byte is
+better, so the sign is turned: positive = the student needs fewer bits than the teachers)::
+
+    RDT = 100/n * sum_i (B_Ti - B_S) / B_Ti
+
+The average is over the languages that have a value.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import read_yaml
+from lmalgebra.distill.causal_teachers import load_causal_lm, start_token_id
+from lmalgebra.distill.example_store import heldout_texts
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.evaluate.bits_per_byte import BitsRow, evaluate_bits
+from lmalgebra.evaluate.distill_scores import EVALUATION_MD, RDT, rdt_text
+from lmalgebra.sources.models import ModelRef, load_tokenizer
+from lmalgebra.storage.atomic import write_text_atomic
+
+PROMPT_CHARS = 40  # prompts: the first words of held-out examples, up to this many characters
+CONTINUATIONS = 2  # per language
+NEW_TOKENS = 16
+
+
+def is_causal_run(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s recipe has ``objective: causal`` (False without a recipe)."""
+    path = run_dir / "recipe.yaml"
+    return path.is_file() and read_yaml(path).get("objective") == "causal"
+
+
+def bits_rdt(
+    rows: list[BitsRow], student: str, teachers_of: dict[str, list[str]]
+) -> dict[str, float]:
+    """Per language and averaged: ``100/n sum_i (B_Ti - B_S) / B_Ti`` (positive: student better)."""
+    bits = {(r.language, r.model): r.bits_per_byte for r in rows}
+    out: dict[str, float] = {}
+    for lang in sorted({r.language for r in rows}):
+        terms = [
+            (bits[(lang, t)] - bits[(lang, student)]) / bits[(lang, t)]
+            for t in teachers_of[lang]
+            if bits.get((lang, t)) and (lang, student) in bits
+        ]
+        out[lang] = 100 * float(np.mean(terms)) if terms else math.nan
+    defined = [v for v in out.values() if not math.isnan(v)]
+    out["average"] = float(np.mean(defined)) if defined else math.nan
+    return out
+
+
+def prompt_of(text: str) -> str:
+    """The first words of ``text``, at most :data:`PROMPT_CHARS` characters (one word at least)."""
+    words = text.split()
+    prompt = words[0] if words else ""
+    for word in words[1:]:
+        if len(prompt) + 1 + len(word) > PROMPT_CHARS:
+            break
+        prompt += " " + word
+    return prompt
+
+
+def continuations(
+    ref: ModelRef, directory: Path, texts: dict[str, list[str]]
+) -> dict[str, list[tuple[str, str]]]:
+    """Greedy continuations of the first held-out examples' prompts: language -> (prompt, text)."""
+    import torch
+
+    model = load_causal_lm(ref, directory, role="student")
+    tokenizer = load_tokenizer(ref, directory)
+    start = start_token_id(tokenizer)
+    out: dict[str, list[tuple[str, str]]] = {}
+    for lang, docs in texts.items():
+        out[lang] = []
+        for doc in docs[:CONTINUATIONS]:
+            prompt = prompt_of(doc)
+            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            inputs = torch.tensor([[start, *ids]])
+            with torch.no_grad():
+                made = model.generate(
+                    inputs,
+                    attention_mask=torch.ones_like(inputs),
+                    max_new_tokens=NEW_TOKENS,
+                    do_sample=False,
+                    pad_token_id=tokenizer.pad_token_id or start,
+                )
+            out[lang].append((prompt, tokenizer.decode(made[0, inputs.shape[1] :])))
+    return out
+
+
+def evaluate_causal_run(
+    run_dir: Path, students: list[str], languages: list[str] | None = None
+) -> tuple[list[BitsRow], dict[str, dict[str, float]], dict[str, Any]]:
+    """Bits per byte of teachers and students (``evaluation/bits_per_byte.csv``), each student's
+    RDT and greedy continuations; written with ``rdt.csv`` and ``evaluation.md``."""
+    recipe = load_recipe(run_dir / "recipe.yaml")
+    teachers = [spec.ref(name) for name, spec in recipe.teachers.items()]
+    mine: dict[str, ModelRef] = {}
+    for name in students:
+        directory = run_dir / name / "model"
+        if not (directory / "lmalgebra.json").is_file():
+            raise UserInputError(
+                f"student {name!r} has no model in {directory}: run `lmalgebra merge train` first"
+            )
+        mine[name] = ModelRef(name=name, path=str(directory))
+    rows = evaluate_bits(run_dir, [*teachers, *mine.values()], languages)
+    teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
+    deviations = {name: bits_rdt(rows, name, teachers_of) for name in students}
+    texts = heldout_texts(run_dir, languages)
+    made = {name: continuations(ref, Path(ref.path), texts) for name, ref in mine.items()}
+    out = run_dir / "evaluation"
+    write_text_atomic(out / RDT, rdt_text(deviations))
+    write_text_atomic(out / EVALUATION_MD, causal_markdown(rows, deviations, made))
+    return rows, deviations, made
+
+
+def causal_markdown(
+    rows: list[BitsRow], deviations: dict[str, dict[str, float]], made: dict[str, Any]
+) -> str:
+    """The evaluation report: bits per byte table, RDT, continuations."""
+    lines = [
+        "Bits per byte on each language's held-out examples (lower is better); RDT in percent, "
+        "positive when the student needs fewer bits per byte than the language's teachers.",
+        "",
+        "| language | model | documents | bits/byte | bits/char |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.language} | {r.model} | {r.documents} | {r.bits_per_byte:.4f} | "
+            f"{r.bits_per_char:.4f} |"
+        )
+    lines += ["", "| student | " + " | ".join(next(iter(deviations.values()))) + " |"]
+    lines.append("|---" * (1 + len(next(iter(deviations.values())))) + "|")
+    for name, values in deviations.items():
+        cells = " | ".join("n/a" if math.isnan(v) else f"{v:.2f}" for v in values.values())
+        lines.append(f"| {name} | {cells} |")
+    for name, by_lang in made.items():
+        lines += ["", f"Greedy continuations of {name}:"]
+        for lang, pairs in by_lang.items():
+            lines += [f"- {lang}: **{prompt}**{text!r}" for prompt, text in pairs]
+    return "\n".join(lines) + "\n"
