@@ -146,6 +146,9 @@ def test_every_field_has_its_dotted_flag_with_its_description_as_help(
 def test_training_flags_of_merge_train() -> None:
     options = command_options("merge", "train")
     for key, field in TrainingSpec.model_fields.items():
+        if key == "objective_mix":  # a mapping: set in the recipe only
+            assert f"--training.{key}" not in options
+            continue
         assert options[f"--training.{key}"].help.startswith(escape(field.description or ""))
     assert options["--steps"] is options["--training.steps"]
     assert options["--gold-only"] is options["--training.gold_only"]
