@@ -82,7 +82,7 @@ def trained(recipe_path: Path) -> Path:
     return _train(recipe_path, "student", objective_mix=MIXES["all"])
 
 
-def _source(recipe_path: Path) -> tuple[CausalStoreBatches, object]:
+def _source(recipe_path: Path, mode: str = "all") -> tuple[CausalStoreBatches, object]:
     recipe = load_recipe(recipe_path)
     tokenizer, _ = student_tokenizer(recipe)
     source = CausalStoreBatches(
@@ -94,7 +94,7 @@ def _source(recipe_path: Path) -> tuple[CausalStoreBatches, object]:
         recipe.student.max_position_embeddings,
         8,
         0.7,
-        "all",
+        mode,
         0,
         samples=True,
     )
@@ -242,3 +242,17 @@ def test_merge_evaluate_scores_teachers_and_student_in_bits_per_byte(
     np.testing.assert_allclose(got, [want["xx"], want["yy"], want["average"]], atol=1e-3)
     report = (run_dir / "evaluation" / "evaluation.md").read_text()
     assert "Greedy continuations of student" in report and report.count("- xx: **") == 2
+
+
+def test_best_copy_is_the_teacher_with_fewest_nats_per_byte(recipe_path: Path) -> None:
+    source, _ = _source(recipe_path, "best")
+    pool = source.pools[source.languages.index("xx")]
+    bl, uni = pool.copies
+    for item, row in enumerate(pool.row):
+        per_byte = []
+        for copy in (bl, uni):
+            record = copy.store.record(int(row))
+            nats = -np.nansum(record.next_logprob.astype(np.float64))
+            per_byte.append(nats / len(record.text.encode("utf-8")))
+        assert pool.source[item] == int(np.argmin(per_byte))
+    assert len(pool.row) == pool.examples  # one copy per example
