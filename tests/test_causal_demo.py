@@ -1,5 +1,5 @@
 """``demo --causal``: the table (seed means and deviations, gap closed) on hand-made figures, the
-plans, and (slow) the quick demo end to end."""
+plans, and the quick demo end to end (about 40 s on two cores)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,6 @@ def test_plans_name_three_tokenizer_kinds_and_every_loss() -> None:
     assert CAUSAL_LOSSES["ce"] == {"ce": 1.0}
 
 
-@pytest.mark.slow
 def test_quick_causal_demo(tmp_path: Path, monkeypatch, capsys) -> None:
     from hostile_helpers import run_cli
 
