@@ -69,7 +69,7 @@ def pretrain_causal_teachers(
             pretrain_causal(
                 CorpusSpec(paths=[str(corpora[lang])], doc_sep="line"),
                 lang,
-                kind,  # type: ignore[arg-type]  # one of TOKENIZER_KINDS, fixed in the plan
+                kind,
                 vocab,
                 target,
                 model_spec(plan),

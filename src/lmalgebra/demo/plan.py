@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lmalgebra.distill.causal_tokenizers import TokenizerKind
+
 LANGUAGES = ("en", "fr", "es")
 
 
@@ -59,7 +61,9 @@ class CausalPlan:
     docs_per_language: int
     heldout_fraction: float
     example_bytes: int
-    teachers: tuple[tuple[str, str, int], ...]  # (language, tokenizer kind, vocabulary size)
+    teachers: tuple[
+        tuple[str, TokenizerKind, int], ...
+    ]  # (language, tokenizer kind, vocabulary size)
     student_tokenizer: str  # the teacher whose tokenizer the student uses
     teacher_steps: int
     student_steps: int
@@ -75,7 +79,11 @@ class CausalPlan:
         return asdict(self)
 
 
-CAUSAL_TEACHERS = (("en", "bytelevel-bpe", 2000), ("fr", "unigram", 1500), ("es", "bpe", 2500))
+CAUSAL_TEACHERS: tuple[tuple[str, TokenizerKind, int], ...] = (
+    ("en", "bytelevel-bpe", 2000),
+    ("fr", "unigram", 1500),
+    ("es", "bpe", 2500),
+)
 # Every student trains with the same steps, data and lambda; only the distillation loss differs.
 CAUSAL_LOSSES: dict[str, dict[str, float]] = {
     "ce": {"ce": 1.0},
