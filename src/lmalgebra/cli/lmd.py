@@ -93,11 +93,26 @@ def demo(
     out: Annotated[Path, typer.Option(help="Output directory.")] = Path("demo-output"),
     quick: Annotated[bool, typer.Option(help="A smaller run (a few minutes).")] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    causal: Annotated[
+        bool,
+        typer.Option(
+            help="Causal teachers with three tokenizers; students trained with CE, MinED, ULD "
+            "and ALM; a table of held-out bits per byte (causal-demo.md)."
+        ),
+    ] = False,
 ) -> None:
     """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
     from lmalgebra.demo.workflow import run_demo
     from lmalgebra.report.demo_page import finding_lines, render
 
+    if causal:
+        from lmalgebra.demo.causal_table import causal_markdown
+        from lmalgebra.demo.causal_workflow import run_causal_demo
+
+        table = run_causal_demo(out, quick=quick, progress=progress)
+        console.print(causal_markdown(table), highlight=False, markup=False)
+        console.print(f"table: [bold]{out / 'causal-demo.md'}[/bold] (and causal-demo.json)")
+        return
     result = run_demo(out, quick=quick, progress=progress)
     report = render(result, out)
     for title, verdict, evidence in finding_lines(result["findings"]):

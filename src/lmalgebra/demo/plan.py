@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from lmalgebra.distill.causal_tokenizers import TokenizerKind
+
 LANGUAGES = ("en", "fr", "es")
 
 
@@ -48,4 +50,76 @@ QUICK = DemoPlan(
     batch_size=32,
     pos_train_sentences=400,
     lmd_spans=(400, 100, 100),
+)
+
+
+@dataclass(frozen=True)
+class CausalPlan:
+    """Sizes of ``demo --causal``: one causal teacher per language (tokenizer kind and size in
+    ``teachers``), students trained with each loss of ``losses`` for every seed of ``seeds``."""
+
+    docs_per_language: int
+    heldout_fraction: float
+    example_bytes: int
+    teachers: tuple[
+        tuple[str, TokenizerKind, int], ...
+    ]  # (language, tokenizer kind, vocabulary size)
+    student_tokenizer: str  # the teacher whose tokenizer the student uses
+    teacher_steps: int
+    student_steps: int
+    hidden_size: int
+    layers: int
+    batch_size: int
+    teacher_window: int
+    top_k: int
+    lambda_value: float
+    seeds: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+CAUSAL_TEACHERS: tuple[tuple[str, TokenizerKind, int], ...] = (
+    ("en", "bytelevel-bpe", 2000),
+    ("fr", "unigram", 1500),
+    ("es", "bpe", 2500),
+)
+# Every student trains with the same steps, data and lambda; only the distillation loss differs.
+CAUSAL_LOSSES: dict[str, dict[str, float]] = {
+    "ce": {"ce": 1.0},
+    "mined": {"mined_kl": 1.0},
+    "uld": {"uld": 1.0},
+    "alm": {"alm": 1.0},
+}
+CAUSAL_FULL = CausalPlan(
+    docs_per_language=600,
+    heldout_fraction=0.1,
+    example_bytes=384,
+    teachers=CAUSAL_TEACHERS,
+    student_tokenizer="teacher-en",
+    teacher_steps=300,
+    student_steps=80,
+    hidden_size=64,
+    layers=2,
+    batch_size=8,
+    teacher_window=64,
+    top_k=8,
+    lambda_value=0.5,
+    seeds=(0, 1, 2),
+)
+CAUSAL_QUICK = CausalPlan(
+    docs_per_language=300,
+    heldout_fraction=0.1,
+    example_bytes=384,
+    teachers=CAUSAL_TEACHERS,
+    student_tokenizer="teacher-en",
+    teacher_steps=60,
+    student_steps=30,
+    hidden_size=48,
+    layers=2,
+    batch_size=8,
+    teacher_window=64,
+    top_k=8,
+    lambda_value=0.5,
+    seeds=(0,),
 )

@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, DemoPlan
+from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan
 from lmalgebra.distill.pipeline import STAGES, run_stages
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run_inspect import inspect_run
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
 
 
-def write_corpora(out: Path, plan: DemoPlan) -> dict[str, Path]:
+def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
     """``<lang>.txt``: the first documents, for teachers and students; ``unseen-<lang>.txt``: the
     rest, which no model trains on (text for the decompositions)."""
     paths = {}

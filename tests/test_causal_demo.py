@@ -1,0 +1,83 @@
+"""``demo --causal``: the table (seed means and deviations, gap closed) on hand-made figures, the
+plans, and the quick demo end to end (about 40 s on two cores)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from lmalgebra.demo.causal_table import causal_markdown, causal_table, student_name
+from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_LOSSES, CAUSAL_QUICK
+from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
+
+TEACHERS = {"en": "teacher-en", "fr": "teacher-fr"}
+
+
+def _bits() -> list[tuple[str, str, float]]:
+    """CE 3.0/4.0 on every seed; ALM 2.5 +- 0.1 (en) and 3.5 (fr); MinED no better than CE on
+    en, worse on fr; teachers 2.0 and 3.0: ALM closes 50% on both languages."""
+    rows = [("en", "teacher-en", 2.0), ("fr", "teacher-fr", 3.0)]
+    for seed, alm_en in zip((0, 1, 2), (2.4, 2.5, 2.6), strict=True):
+        rows += [
+            ("en", student_name("ce", seed), 3.0),
+            ("fr", student_name("ce", seed), 4.0),
+            ("en", student_name("alm", seed), alm_en),
+            ("fr", student_name("alm", seed), 3.5),
+            ("en", student_name("mined", seed), 3.0),
+            ("fr", student_name("mined", seed), 4.2),
+        ]
+    return rows
+
+
+def test_table_means_deviations_and_gap_closed() -> None:
+    table = causal_table(_bits(), TEACHERS, ["ce", "mined", "alm"], [0, 1, 2])
+    alm = table["students"]["alm"]
+    assert alm["bits_per_byte"]["en"]["mean"] == pytest.approx(2.5)
+    assert alm["bits_per_byte"]["en"]["std"] == pytest.approx(0.1)  # sample deviation, ddof 1
+    assert alm["gap_closed"] == pytest.approx({"en": 0.5, "fr": 0.5})
+    assert table["students"]["mined"]["gap_closed_mean"] == pytest.approx((0.0 - 0.2) / 2)
+    assert table["students"]["ce"]["gap_closed_mean"] == pytest.approx(0.0)
+    assert (table["best_loss"], table["target_met"]) == ("alm", True)
+    text = causal_markdown(table)
+    assert "| alm | 2.500 ± 0.100 | 3.500 ± 0.000 | 50.0% |" in text
+    assert "| teachers | 2.000 | 3.000 | 100% |" in text
+
+
+def test_gap_undefined_where_the_teacher_is_not_better() -> None:
+    rows = [r if r[1] != "teacher-fr" else ("fr", "teacher-fr", 4.5) for r in _bits()]
+    table = causal_table(rows, TEACHERS, ["ce", "alm"], [0])
+    assert math.isnan(table["students"]["alm"]["gap_closed"]["fr"])
+    assert table["students"]["alm"]["gap_closed_mean"] == pytest.approx(0.6)  # en alone, seed 0
+    assert "2.400 |" in causal_markdown(table)  # one seed: no deviation shown
+
+
+def test_plans_name_three_tokenizer_kinds_and_every_loss() -> None:
+    for plan in (CAUSAL_FULL, CAUSAL_QUICK):
+        kinds = [kind for _, kind, _ in plan.teachers]
+        assert len(set(kinds)) == 3 and set(kinds) <= set(TOKENIZER_KINDS)
+        assert len({size for *_, size in plan.teachers}) == 3
+        assert [lang for lang, *_ in plan.teachers] == ["en", "fr", "es"]
+    assert len(CAUSAL_FULL.seeds) == 3 and len(CAUSAL_QUICK.seeds) == 1
+    assert set(CAUSAL_LOSSES) == {"ce", "mined", "uld", "alm"}
+    assert CAUSAL_LOSSES["ce"] == {"ce": 1.0}
+
+
+def test_quick_causal_demo(tmp_path: Path, monkeypatch, capsys) -> None:
+    from hostile_helpers import run_cli
+
+    code, _ = run_cli(
+        ["demo", "--causal", "--quick", "--out", str(tmp_path), "--no-progress"],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 0
+    result = json.loads((tmp_path / "causal-demo.json").read_text())
+    assert set(result["students"]) == set(CAUSAL_LOSSES)
+    for lang in ("en", "fr", "es"):
+        teacher = result["teachers"][lang]["bits_per_byte"]
+        assert 0 < teacher < result["students"]["ce"]["bits_per_byte"][lang]["mean"] < 8
+    assert "| teachers |" in (tmp_path / "causal-demo.md").read_text()
+    assert (tmp_path / "merge" / "alm-seed0" / "model" / "config.json").is_file()
