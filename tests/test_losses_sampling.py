@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lmalgebra.distill.store_view import TeacherCopies
-from lmalgebra.distill.student_data import _pool, language_probabilities
+from lmalgebra.distill.student_data import language_pool, language_probabilities
 from lmalgebra.train.losses import combined_loss
 from lmalgebra.train.schedules import kd_weight, learning_rate
 
@@ -94,9 +94,9 @@ def test_best_copy_picks_the_lowest_teacher_loss_and_all_keeps_every_copy() -> N
     held = [False, False, True, False]
     a = copies([1.0, 5.0, 0.1, 2.0], held)
     b = copies([3.0, 0.5, 9.0, float("nan")], held)  # NaN loss (nothing masked) never wins
-    best = _pool([a, b], "best", "xx")
+    best = language_pool([a, b], "best", "xx")
     assert best.source.tolist() == [0, 1, 0] and best.row.tolist() == [0, 1, 3]
-    every = _pool([a, b], "all", "xx")
+    every = language_pool([a, b], "all", "xx")
     assert sorted(zip(every.source.tolist(), every.row.tolist(), strict=True)) == [
         (0, 0),
         (0, 1),
