@@ -140,8 +140,8 @@ class Decomposer:
         label = "+".join(basis)
         if int(info) != 0:
             raise UserInputError(
-                f"basis [{label}] is singular (covariance not positive definite); "
-                "use a larger --alpha"
+                f"basis [{label}] is singular (covariance not positive definite); use a larger "
+                "--alpha (or, where the statistics took float32 products, --products float64)"
             )
         diag = torch.diagonal(factor)
         condition = float((diag.max() / diag.min()) ** 2)
