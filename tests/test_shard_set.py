@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage import shard_set
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.manifest_parts import part_path
 from lmalgebra.storage.shard_formats import SAFETENSORS_ROWS, RowBlock
-from lmalgebra.storage import shard_set
 from lmalgebra.storage.shard_set import ShardSet
 
 KEY = {"stage": "test"}

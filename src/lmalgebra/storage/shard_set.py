@@ -30,7 +30,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distributed import all_reduce_sum, barrier, world
-from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic
 from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
 from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 
@@ -255,11 +255,7 @@ class ShardSet:
             raise RuntimeError(f"shard {index} written out of order")
         path = self.path(index)
         data = self.payload.encode(payload)  # hashed as written: the file is not read back
-
-        def write(tmp: Path) -> None:
-            tmp.write_bytes(memoryview(data))
-
-        write_atomic(path, write)
+        write_bytes_atomic(path, data)
         digest = hashlib.sha256(memoryview(data)).hexdigest()
         record = {**self.payload.describe(path, payload), "sha256": digest, **fields}
         if self._part is not None:
