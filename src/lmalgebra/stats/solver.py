@@ -256,11 +256,12 @@ class Decomposer:
                 shift = operators @ torch.from_numpy(m.mean - self.train.mean)
                 residuals[split] = block_sums(spread + shift**2, edges)
         fits = []
+        mean = torch.from_numpy(self.train.mean)
         for k, b in enumerate(self.blocks):
             others = [n for n in names if n != b.name]
             cols = self._columns(others)
+            bias = (operators[b.start : b.stop] @ mean).numpy()  # mean_t - W mean_B
             weight = operators[b.start : b.stop, torch.from_numpy(cols)].neg_().numpy()
-            bias = self.train.mean[b.start : b.stop] - weight @ self.train.mean[cols]
             scores = {}
             for split, m in self.splits.items():
                 total = float(np.trace(m.cov[b.start : b.stop, b.start : b.stop]))
@@ -310,8 +311,8 @@ class Decomposer:
                 else:
                     fitted = c_j[:, cj] @ coef
                 quad = ((fitted - 2 * c_j) * coef).sum(dim=0).numpy()
-                d_mean = s.mean - self.train.mean
-                shift = d_mean - coef.numpy().T @ d_mean[cj]
+                d_mean = torch.from_numpy(s.mean - self.train.mean)
+                shift = (d_mean - coef.T @ d_mean[cj]).numpy()
                 var = np.diag(s.cov)
                 total = np.add.reduceat(var, starts)
                 residual = np.add.reduceat(var + quad + shift**2, starts)
