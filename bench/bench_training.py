@@ -4,13 +4,13 @@ Student training throughput (real input tokens/s over the steps after a warm-up,
 from its start to the next's, data loading included) on a two-language store built by
 ``lmalgebra.distill.stages`` (``wiki-en``, ``wiki-fr``, 1,500 examples each, 128 tokens, 15%
 masking, top-8 from one random BERT teacher per language with its own WordPiece tokenizer).
-Student: ``build_student`` BERT 4 x 256 over the union vocabulary, batch 32, 60 steps, AdamW, the
-same initial weights and batches in every run. Baseline: ``transformers.Trainer`` masked LM on the
-same examples in the same order (full-vocabulary logits at every position), same optimizer
-settings. Ours: ``lmalgebra.train.loop.train``, gold-only and distillation (KD + MLM), run
-alternately several times; the KD overhead keeps each step's fastest timing in both modes. Each
-run is a fresh interpreter after an untimed 3-step run. Targets: KD overhead <= 15%; this loop
->= 1.0x the Trainer's tokens/s.
+Student: ``build_student`` BERT 4 x 256 over the union vocabulary, batch 32, 60 steps, fused
+AdamW, the same initial weights and batches in every run. Baseline: ``transformers.Trainer``
+masked LM on the same examples in the same order (full-vocabulary logits at every position), same
+optimizer settings (fused AdamW is the Trainer's default). Ours: ``lmalgebra.train.loop.train``,
+gold-only and distillation (KD + MLM), run alternately several times; the KD overhead keeps each
+step's fastest timing in both modes. Each run is a fresh interpreter after an untimed 3-step run.
+Targets: KD overhead <= 5%; this loop >= 2x the Trainer's tokens/s.
 
     python bench/bench_training.py [--steps 60] [--warmup 5] [--repeats 3] [--no-write]
 """
@@ -60,8 +60,8 @@ from lmalgebra.train.masked_head import masked_logits
 
 NAME = "bench_training"
 MEASURED = ("src/lmalgebra/distill", "src/lmalgebra/train")
-KD_OVERHEAD_TARGET = 0.15
-HF_TARGET = 1.0
+KD_OVERHEAD_TARGET = 0.05
+HF_TARGET = 2.0
 LANGUAGES = {"en": "wiki-en", "fr": "wiki-fr"}
 TEACHER = StudentSpec(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512)
 STUDENT = StudentSpec(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
@@ -192,7 +192,7 @@ def run_hf(
         learning_rate=spec.lr,
         lr_scheduler_type="linear",
         warmup_steps=spec.warmup_steps,
-        optim="adamw_torch",
+        optim="adamw_torch_fused",  # the Trainer's default; our loop's AdamW is fused too
         weight_decay=spec.weight_decay,
         max_grad_norm=spec.max_grad_norm,
         train_sampling_strategy="sequential",

@@ -48,6 +48,9 @@ from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 WEIGHT_ATOL = 2e-5
 LOSS_RTOL = 1e-6
 STATS_RTOL = 1e-10
+# A decompose run takes float32 Gram products of rows centred on each rank's own shift: one and
+# two processes round differently, within the float32 path's precision (test_float32_products).
+RUN_STATS_RTOL, RUN_R2_ATOL = 1e-6, 1e-6
 
 # dropout masks are drawn per rank: parity with one process needs none
 STUDENT = {**TINY_STUDENT, "dropout": 0.0}
@@ -402,12 +405,12 @@ def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
         two = SecondMoments.load(tmp_path / "two" / "stats" / f"{split}.safetensors")
         assert one.n == two.n
         assert _close(two.mean(), one.mean()) <= STATS_RTOL
-        assert _close(two.covariance(), one.covariance()) <= STATS_RTOL
+        assert _close(two.covariance(), one.covariance()) <= RUN_STATS_RTOL
     one = json.loads((tmp_path / "one" / "summary.json").read_text())["group_r2"]
     two = json.loads((tmp_path / "two" / "summary.json").read_text())["group_r2"]
     assert one.keys() == two.keys()
     for target, r2 in one.items():
-        assert np.allclose(list(two[target].values()), list(r2.values()), atol=1e-8)
+        assert np.allclose(list(two[target].values()), list(r2.values()), atol=RUN_R2_ATOL)
 
 
 @pytest.fixture(scope="module")

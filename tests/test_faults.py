@@ -26,8 +26,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import pyarrow as pa
 import pytest
 import torch
 from safetensors import SafetensorError
@@ -285,20 +285,28 @@ def _full_disk_line(err: str) -> Path:
     return Path(found.group(1))
 
 
+def _fill_disk_at(monkeypatch: pytest.MonkeyPatch, suffix: str, nth: int) -> Any:
+    """The ``nth`` shard file ending in ``suffix`` fills the disk after a few bytes (ENOSPC);
+    returns the real ``Path.write_bytes`` to put back."""
+    real, calls = Path.write_bytes, []
+
+    def filling(self: Path, data: Any) -> int:
+        if self.name.startswith(".shard-") and f".{suffix}.tmp-" in self.name:
+            calls.append(self)
+            if len(calls) == nth:
+                real(self, b"\0" * 64)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", filling)
+    return real
+
+
 def test_full_disk_during_teach(
     reference: Reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     run, recipe = _teach_copy(reference, tmp_path)
-    real, calls = pa.ipc.new_file, []
-
-    def filling(sink, schema, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 6:  # the sixth shard: the disk fills up halfway through it
-            sink.write(b"\0" * 512)
-            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] ...")
-        return real(sink, schema, *args, **kwargs)
-
-    monkeypatch.setattr(pa.ipc, "new_file", filling)
+    real = _fill_disk_at(monkeypatch, "arrow", 6)  # the sixth shard: the disk fills halfway
     code, err = _main(monkeypatch, capsys, "merge", "teach", str(recipe), "--no-progress")
     assert code == 2
     victim = _full_disk_line(err)
@@ -307,7 +315,7 @@ def test_full_disk_during_teach(
     assert not json.loads((victim.parent / "manifest.json").read_text())["complete"]
     written = sorted((run / "topk").rglob("shard-*.arrow"))
     before = stamps(written)
-    monkeypatch.setattr(pa.ipc, "new_file", real)
+    monkeypatch.setattr(Path, "write_bytes", real)
     assert _main(monkeypatch, capsys, "merge", "teach", str(recipe), "--no-progress")[0] == 0
     assert stamps(written) == before  # what was written before the disk filled is kept
     assert tree_bytes(run / "topk") == tree_bytes(reference.run / "topk")
@@ -351,22 +359,11 @@ def test_full_disk_during_decompose(
     monkeypatch: pytest.MonkeyPatch,
     capsys,
 ) -> None:
-    import lmalgebra.storage.shard_formats as shard_formats
-
     out, cache = tmp_path / "out", tmp_path / "cache"
     models = ["--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
     sizes = ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
     args = ["decompose", *models, *sizes, "--out", str(out), "--cache-dir", str(cache)]
-    real, calls = shard_formats.save_file, []
-
-    def filling(tensors, filename, *a, **k):
-        calls.append(filename)
-        if len(calls) == 3:
-            Path(filename).write_bytes(b"\0" * 64)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(tensors, filename, *a, **k)
-
-    monkeypatch.setattr(shard_formats, "save_file", filling)
+    real = _fill_disk_at(monkeypatch, "safetensors", 3)
     code, err = _main(monkeypatch, capsys, *args, "--no-progress")
     assert code == 2
     victim = _full_disk_line(err)
@@ -378,7 +375,7 @@ def test_full_disk_during_decompose(
     written = sorted(cache.rglob("shard-*.safetensors"))
     assert len(written) == 2
     before = stamps(written)
-    monkeypatch.setattr(shard_formats, "save_file", real)
+    monkeypatch.setattr(Path, "write_bytes", real)
     assert _main(monkeypatch, capsys, *args, "--no-progress")[0] == 0
     assert stamps(written) == before  # complete cache entries are reused, not recomputed
     assert json.loads((out / "summary.json").read_text())["status"] == "complete"

@@ -36,20 +36,68 @@ def naive(logits, labels, topk_ids, topk_lp, weight, temperature):
     return weight * kd + (1 - weight) * mlm, mlm, kd
 
 
+def random_batch(rows: int, vocab: int, k: int, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(rows, vocab, generator=gen) * 3
+    labels = torch.randint(0, vocab, (rows,), generator=gen)
+    topk_ids = torch.stack([torch.randperm(vocab, generator=gen)[:k] for _ in range(rows)])
+    topk_lp = torch.log_softmax(torch.randn(rows, vocab, generator=gen), -1).gather(1, topk_ids)
+    return logits, labels, topk_ids, topk_lp
+
+
 @pytest.mark.parametrize(("weight", "temperature"), [(0.0, 1.0), (0.3, 1.0), (1.0, 2.0)])
-def test_vectorised_loss_matches_naive_loop(weight: float, temperature: float) -> None:
-    gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(13, 50, generator=gen) * 3
-    labels = torch.randint(0, 50, (13,), generator=gen)
-    topk_ids = torch.stack([torch.randperm(50, generator=gen)[:8] for _ in range(13)])
-    topk_lp = torch.log_softmax(torch.randn(13, 50, generator=gen), -1).gather(1, topk_ids)
+def test_fused_loss_matches_naive_loop(weight: float, temperature: float) -> None:
+    logits, labels, topk_ids, topk_lp = random_batch(13, 50, 8, 0)
     parts = combined_loss(logits, labels, weight, topk_ids, topk_lp, temperature)
     total, mlm, kd = naive(logits, labels, topk_ids, topk_lp, weight, temperature)
-    assert float(parts.total) == pytest.approx(total, rel=1e-5)
-    assert float(parts.mlm) == pytest.approx(mlm, rel=1e-5)
-    assert float(parts.kd) == pytest.approx(kd, rel=1e-5)
+    assert float(parts.total) == pytest.approx(total, rel=1e-6)
+    assert float(parts.mlm) == pytest.approx(mlm, rel=1e-6)
+    assert float(parts.kd) == pytest.approx(kd, rel=1e-6)
     gold = combined_loss(logits, labels, weight)
-    assert not gold.has_kd and float(gold.total) == pytest.approx(mlm, rel=1e-5)
+    assert not gold.has_kd and float(gold.total) == pytest.approx(mlm, rel=1e-6)
+
+
+def separate(logits, labels, topk_ids, topk_lp, weight, temperature):
+    """MLM and KD each from its own float64 log-softmax, differentiated by autograd."""
+    z = logits.double()
+    mlm = torch.nn.functional.cross_entropy(z, labels)
+    teacher = torch.softmax(topk_lp.double() / temperature, -1)
+    kd = -(teacher * torch.log_softmax(z / temperature, -1).gather(1, topk_ids)).sum(-1).mean()
+    return weight * kd + (1 - weight) * mlm, mlm, kd
+
+
+@pytest.mark.parametrize(
+    ("weight", "temperature", "teacher"),
+    [(0.0, 1.0, True), (0.3, 1.0, True), (1.0, 1.0, True), (0.5, 2.0, True), (0.5, 1.0, False)],
+)
+def test_fused_loss_gradients_match_separate_log_softmaxes(
+    weight: float, temperature: float, teacher: bool
+) -> None:
+    logits, labels, topk_ids, topk_lp = random_batch(37, 300, 8, 1)
+    logits.requires_grad_()
+    ids, lp = (topk_ids, topk_lp) if teacher else (None, None)
+    parts = combined_loss(logits, labels, weight, ids, lp, temperature)
+    # each term alone and the mix: the backward pass weighs the two terms' gradients itself
+    for ours, term in ((parts.total, 0), (parts.mlm, 1), *([(parts.kd, 2)] if teacher else [])):
+        (grad,) = torch.autograd.grad(ours, logits, retain_graph=True)
+        reference = separate(
+            logits, labels, topk_ids, topk_lp, weight if teacher else 0.0, temperature
+        )
+        (expected,) = torch.autograd.grad(reference[term], logits)
+        assert grad.dtype == torch.float32
+        torch.testing.assert_close(grad, expected, rtol=0, atol=1e-6 * float(expected.abs().max()))
+        assert float(ours.detach()) == pytest.approx(float(reference[term].detach()), rel=1e-6)
+
+
+def test_fused_loss_keeps_the_logits_dtype_of_mixed_precision() -> None:
+    logits, labels, topk_ids, topk_lp = random_batch(11, 64, 4, 2)
+    half = logits.bfloat16().requires_grad_()
+    parts = combined_loss(half, labels, 0.5, topk_ids, topk_lp)
+    parts.total.backward()
+    assert parts.total.dtype == torch.float32 and half.grad is not None
+    assert half.grad.dtype == torch.bfloat16
+    expected = separate(half.detach().float(), labels, topk_ids, topk_lp, 0.5, 1.0)[0]
+    assert float(parts.total.detach()) == pytest.approx(float(expected), rel=1e-6)
 
 
 def test_schedules() -> None:

@@ -11,7 +11,12 @@ from sklearn.metrics import r2_score
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.moments import SecondMoments, layout
-from lmalgebra.stats.nulls import random_null_fits, shuffled_pairwise, shuffled_r2
+from lmalgebra.stats.nulls import (
+    random_null_fits,
+    shuffled_from_r2,
+    shuffled_pairwise,
+    shuffled_r2,
+)
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
 
 REAL = ["a", "b", "c"]
@@ -103,6 +108,14 @@ def test_shuffled_pairwise_equals_single_fits(solver: Decomposer) -> None:
                 expected = shuffled_r2(solver, fit, split)
                 assert table[split][i, j] == pytest.approx(expected, abs=1e-10)
                 assert table[split][i, j] <= 0
+
+
+def test_shuffled_r2_of_own_fits_from_their_r2(solver: Decomposer) -> None:
+    fits = [*solver.leave_one_out(), solver.fit("c", ["b~random", "a"]), solver.fit("a", ["b"])]
+    for fit in fits:
+        for split in ("train", "tiny", "validation"):
+            expected = shuffled_r2(solver, fit, split)
+            assert shuffled_from_r2(solver, fit, split) == pytest.approx(expected, abs=1e-10)
 
 
 def test_random_null_fits_use_the_other_models_copies(data: dict[str, np.ndarray]) -> None:

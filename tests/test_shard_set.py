@@ -4,6 +4,7 @@ their users in test_embedding_cache.py, test_teacher_store.py and test_distribut
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage import shard_set
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.manifest_parts import part_path
@@ -74,6 +76,23 @@ def test_safetensors_records_by_name_with_row_ranges(tmp_path: Path) -> None:
     got = again.read(2)
     assert got.first == 6
     np.testing.assert_array_equal(got.arrays["values"], block(2).arrays["values"])
+
+
+@pytest.mark.parametrize("write", [write_rows, write_tables])
+def test_shards_are_hashed_from_the_bytes_written_and_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write
+) -> None:
+    """Writing hashes the bytes it writes and reading the bytes it decodes: no file is read a
+    second time just to be hashed."""
+
+    def read_again(path: Path) -> str:
+        raise AssertionError(f"{path} was read again to be hashed")
+
+    monkeypatch.setattr(shard_set, "sha256_file", read_again)
+    shards = write(tmp_path)
+    for index, record in shards.records.items():
+        assert record["sha256"] == hashlib.sha256(shards.path(index).read_bytes()).hexdigest()
+        assert shards.read(index) is not None  # verified against the manifest on the way
 
 
 def test_damaged_safetensors_shard_is_named_marked_and_redone_alone(

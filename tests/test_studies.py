@@ -18,6 +18,9 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.run import decompose
 
 T = 8
+# A sweep re-measures the main fits in another pass, whose float32 Gram products (the default)
+# are grouped by other blocks of rows around other shifts: the same R^2 to float32 precision.
+SAME = 1e-6
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -92,11 +95,11 @@ def test_length_sweep_at_the_main_length_equals_the_main_fits(study: tuple[Any, 
         main = _main_pairwise(result, split)
         for r in rows:
             if r["setting"] == str(T) and r["kind"] == "pairwise" and r["split"] == split:
-                assert float(r["r2"]) == pytest.approx(main[(r["target"], r["basis"])], abs=1e-9)
+                assert float(r["r2"]) == pytest.approx(main[(r["target"], r["basis"])], abs=SAME)
         group = {f.target: f.r2[split] for f in result.group}
         for r in rows:
             if r["setting"] == str(T) and r["kind"] == "group" and r["split"] == split:
-                assert float(r["r2"]) == pytest.approx(group[r["target"]], abs=1e-9)
+                assert float(r["r2"]) == pytest.approx(group[r["target"]], abs=SAME)
 
 
 def test_last_layer_of_the_layer_sweep_and_map_equal_the_main_fits(
@@ -109,7 +112,7 @@ def test_last_layer_of_the_layer_sweep_and_map_equal_the_main_fits(
     assert {int(r["setting"]) for r in layers} == set(range(depth + 1))
     for r in layers:
         if int(r["setting"]) == depth:
-            assert float(r["r2"]) == pytest.approx(group[r["target"]][r["split"]], abs=1e-9)
+            assert float(r["r2"]) == pytest.approx(group[r["target"]][r["split"]], abs=SAME)
     mapping = _rows(out / "sweeps" / "layer_map.csv")
     assert len(mapping) == 2 * (depth + 1) ** 2 * len(SPLITS)
     for split in SPLITS:
@@ -120,7 +123,7 @@ def test_last_layer_of_the_layer_sweep_and_map_equal_the_main_fits(
             if r["split"] == split and int(r["layer_a"]) == depth and int(r["layer_b"]) == depth
         ]
         for r in top:
-            assert float(r["r2"]) == pytest.approx(main[(r["model_a"], r["model_b"])], abs=1e-9)
+            assert float(r["r2"]) == pytest.approx(main[(r["model_a"], r["model_b"])], abs=SAME)
 
 
 def test_learning_curve_ends_at_the_main_fits_and_overfits_more_when_small(
@@ -133,7 +136,7 @@ def test_learning_curve_ends_at_the_main_fits_and_overfits_more_when_small(
     group = {f.target: f.r2 for f in result.group}
     for r in rows:
         if int(r["setting"]) == sizes[-1]:
-            assert float(r["r2"]) == pytest.approx(group[r["target"]][r["split"]], abs=1e-9)
+            assert float(r["r2"]) == pytest.approx(group[r["target"]][r["split"]], abs=SAME)
 
     def gap(size: int) -> float:
         by = {(r["target"], r["split"]): float(r["r2"]) for r in rows if int(r["setting"]) == size}

@@ -17,10 +17,10 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.measure import Measured
 from lmalgebra.lmd.run_schema import AlphaCurveRow, TableRows, alpha_curve_rows, attribution_rows
 from lmalgebra.lmd.sweeps import Row, decomposer_of
-from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, group_effective_df, select_alpha
+from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, select_alpha
 from lmalgebra.stats.attribution import attribute
 from lmalgebra.stats.bootstrap import bootstrap_r2
-from lmalgebra.stats.nulls import random_copy, random_null_fits, shuffled_r2
+from lmalgebra.stats.nulls import random_copy, random_null_fits, shuffled_from_r2
 from lmalgebra.stats.similarity import similarity_table
 from lmalgebra.stats.solver import Decomposer, Fit
 
@@ -85,9 +85,8 @@ def _fit_rows(
     n_train = solver.train.n
     singles = [("group", f) for f in result.group]
     singles += [("single", result.single)] if result.single is not None else []
-    group_df = group_effective_df(solver)
     for kind, fit in singles:
-        df = group_df[fit.target] if kind == "group" else effective_df(solver, fit.basis)
+        df = fit.df if fit.df is not None else effective_df(solver, fit.basis)
         for split in SPLITS:
             row = _fit_row(kind, fit.target, fit.basis, split, fit.r2[split])
             if split == "train":
@@ -121,7 +120,8 @@ def _null_rows(
     rows: list[Row] = []
     for fit in group:
         for split in HELD_OUT:
-            rows.append(_null_row("shuffled_group", fit, split, shuffled_r2(solver, fit, split)))
+            shuffled = shuffled_from_r2(solver, fit, split)
+            rows.append(_null_row("shuffled_group", fit, split, shuffled))
     copied = [n for n in names if random_copy(n) in {b.name for b in everything.blocks}]
     if with_random and len(copied) >= 2:  # ONNX graphs and files of vectors have no copies
         null = random_null_fits(everything, copied)
@@ -181,7 +181,7 @@ def _add_intervals(
 ) -> None:
     """Fill ``ci_low`` / ``ci_high`` of every fit row from block-resampled statistics."""
     solver, names = result.solver, [b.name for b in result.solver.blocks]
-    fits: dict[str, list[Fit]] = {"group": result.group, "pairwise": solver.pairwise_fits()}
+    fits = {"group": result.group, "pairwise": solver.pairwise_fits(result.pairwise)}
     if result.single is not None:
         fits["single"] = [result.single]
     blocked = {split: measured.stats[split].subset(names) for split in SPLITS}

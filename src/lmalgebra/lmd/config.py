@@ -15,6 +15,7 @@ from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.stats.moments import Products
 from lmalgebra.stats.solver import AlphaMode
 from lmalgebra.storage.output_paths import default_cache_dir
 
@@ -53,6 +54,12 @@ class DecomposeConfig(BaseModel):
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
     max_length: int | None = Field(
         default=None, ge=2, description="Cap on tokens per span per model."
+    )
+    products: Products = Field(
+        default="float32",
+        description="Precision of the Gram products of the pass over embeddings (rows centred "
+        "first; accumulated in float64 either way). float64 when a basis is singular at float32 "
+        "resolution and the alpha is tiny.",
     )
     alpha: float = Field(default=1e-2, ge=0, description="Ridge strength (see alpha_mode).")
     alpha_mode: AlphaMode = Field(

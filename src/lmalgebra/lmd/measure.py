@@ -34,7 +34,7 @@ from lmalgebra.sources.models import (
     resolve_directory,
 )
 from lmalgebra.sources.precomputed import PrecomputedSplit, load_precomputed
-from lmalgebra.stats.moments import ModelColumns, layout
+from lmalgebra.stats.moments import ModelColumns, Products, layout
 from lmalgebra.stats.nulls import RANDOM_SUFFIX, random_copy
 from lmalgebra.stats.reduce import reduce_blocked
 from lmalgebra.stats.span_blocks import SpanBlockMoments
@@ -230,7 +230,7 @@ def measure(
         tokens[source.model] = merge_reports(reports)
     edges = train_edges(train_sizes, len(texts["train"])) if train_sizes else None
     rows = {split: len(t) for split, t in texts.items()}
-    stats, curve = accumulate(caches, sources, rows, parts, edges)
+    stats, curve = accumulate(caches, sources, rows, parts, edges, config.products)
     return Measured(
         stats["train"].blocks,
         stats,
@@ -274,11 +274,13 @@ def accumulate(
     rows: dict[str, int],
     parts: dict[str, int],
     train_edges: list[int] | None = None,
+    products: Products = "float32",
 ) -> tuple[dict[str, SpanBlockMoments], SpanBlockMoments | None]:
     """Stream every source's shards split by split into block statistics.
 
     ``caches`` holds, source by source, one cache per split in ``SPLITS`` order; ``rows`` is each
-    split's row count, ``parts`` its number of row blocks (default 1).
+    split's row count, ``parts`` its number of row blocks (default 1); ``products``: precision of
+    the Gram products (``SecondMoments``; accumulated in float64 either way).
 
     Under several processes each rank reads only the shards it owns, then every row block's
     statistics are summed over ranks (``reduce_blocked``): all ranks return the same.
@@ -290,9 +292,9 @@ def accumulate(
         split_caches = caches[k :: len(SPLITS)]  # caches were made source by source, split by split
         dims = [_width(c.dim, s) for c, s in zip(split_caches, sources, strict=True)]
         blocks = layout(names, [d for group in dims for d in group])
-        blocked = SpanBlockMoments.empty(blocks, rows[split], parts.get(split, 1))
+        blocked = SpanBlockMoments.empty(blocks, rows[split], parts.get(split, 1), products)
         if split == "train" and train_edges:
-            curve = SpanBlockMoments.with_edges(blocks, [0, *train_edges])
+            curve = SpanBlockMoments.with_edges(blocks, [0, *train_edges], products)
         ranges = split_caches[0].ranges
         mine = owned(len(ranges))
         pieces_of = zip(*(c.chunks(mine) for c in split_caches), strict=True)

@@ -314,31 +314,9 @@ def effective_df(decomposer: Decomposer, basis: Sequence[str]) -> float:
 
 
 def group_effective_df(decomposer: Decomposer) -> dict[str, float]:
-    """:func:`effective_df` of every leave-one-out fit, from one ``D x D`` inverse.
-
-    With ``P = (C + Lam)^-1`` and B = every model but t,
-    ``(C_BB + Lam_B)^-1 = P_BB - P_Bt P_tt^-1 P_tB``.
-    """
-    system = _t(decomposer.train.cov).clone()
-    system.diagonal().add_(_t(decomposer.penalty))
-    factor, info = torch.linalg.cholesky_ex(system)
-    del system
-    if int(info) != 0:
-        names = "+".join(b.name for b in decomposer.blocks)
-        raise UserInputError(f"basis [{names}] is singular; use a larger --alpha")
-    inverse = torch.cholesky_inverse(factor)
-    del factor
-    penalty = _t(decomposer.penalty)
-    diagonal = torch.diagonal(inverse)
-    out = {}
-    for b in decomposer.blocks:
-        t = slice(b.start, b.stop)
-        cross = inverse[:, t]  # rows of t itself are dropped below
-        reduced = diagonal - (torch.linalg.solve(inverse[t, t], cross.T).T * cross).sum(dim=1)
-        keep = torch.ones(len(penalty), dtype=torch.bool)
-        keep[t] = False
-        out[b.name] = float(keep.sum() - (penalty[keep] * reduced[keep]).sum())
-    return out
+    """:func:`effective_df` of every leave-one-out fit, as ``leave_one_out`` computes it in
+    passing from its one ``D x D`` inverse."""
+    return {fit.target: float(fit.df) for fit in decomposer.leave_one_out() if fit.df is not None}
 
 
 def adjusted_r2(r2: float, n: int, df: float) -> float:

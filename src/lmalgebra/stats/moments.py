@@ -7,6 +7,12 @@ Every ridge fit and every R^2 of the decomposition is a function of ``n``, the c
 Sums are kept around a fixed ``shift`` (the first chunk's mean) in float64, which keeps
 ``Z^T Z / n - mean mean^T`` accurate when a coordinate's mean dwarfs its spread; statistics with
 different shifts are converted exactly before they are added.
+
+The Gram products may be taken in float32 (``products="float32"``, what a decomposition run uses):
+the shift-centred rows are rounded to float32 once, their products summed in float32 over at most
+``FLOAT32_ROWS`` rows, and those partial Grams accumulated in float64. Centring first is what makes
+this accurate: the rounding is relative to each row's distance from the shift, not to its offset.
+Column sums are always exact float64 sums of the rows as given.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -22,6 +29,12 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.atomic import write_atomic
+
+Products = Literal["float32", "float64"]
+# Rows whose float32 products are summed in float32 before the partial Gram is added in float64:
+# the float32 rounding of one entry is at most (FLOAT32_ROWS + 2) * 2^-24 times the sum of the
+# absolute products it adds (typically far less), and large chunks still run at full BLAS speed.
+FLOAT32_ROWS = 2048
 
 
 @dataclass(frozen=True)
@@ -49,8 +62,9 @@ def layout(names: list[str], dims: list[int]) -> list[ModelColumns]:
 def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6) -> None:
     """``gram += rows^T rows`` in place, computing only the upper block triangle and mirroring it.
 
-    ``gram``: ``(D, D) float64``; ``rows``: ``(n, D) float64``. About half the flops of a full
-    product; panels of columns keep each multiply large enough to run at full BLAS speed.
+    ``gram``: ``(D, D) float64``; ``rows``: ``(n, D)`` float64, or float32 (products summed in
+    float32, added to ``gram`` in float64). About half the flops of a full product; panels of
+    columns keep each multiply large enough to run at full BLAS speed.
     """
     dim = rows.shape[1]
     edges = np.linspace(0, dim, min(panels, max(dim, 1)) + 1).astype(int)
@@ -74,6 +88,7 @@ class SecondMoments:
         shift: ``(D,) float64``, subtracted from every row before accumulating.
         sums: ``(D,) float64``, sum of ``z - shift``.
         gram: ``(D, D) float64``, sum of ``(z - shift)(z - shift)^T``.
+        products: precision of the products ``update`` adds to ``gram`` (see the module).
     """
 
     blocks: list[ModelColumns]
@@ -81,6 +96,7 @@ class SecondMoments:
     shift: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
     gram: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    products: Products = "float64"
 
     def __post_init__(self) -> None:
         dim = self.dim
@@ -100,6 +116,9 @@ class SecondMoments:
             raise ValueError(f"chunk of shape {chunk.shape} does not match dimension {self.dim}")
         if chunk.shape[0] == 0:
             return
+        if self.products == "float32":
+            self._update_float32(chunk)
+            return
         rows = torch.tensor(chunk, dtype=torch.float64)  # a copy: never touch the input
         if self.n == 0:
             self.shift = rows.mean(dim=0).numpy()
@@ -108,13 +127,33 @@ class SecondMoments:
         self.sums += rows.sum(dim=0).numpy()
         add_gram(torch.from_numpy(self.gram), rows)
 
+    def _update_float32(self, chunk: np.ndarray) -> None:
+        """``update`` with float32 products of the centred rows (see the module docstring)."""
+        data = torch.from_numpy(chunk if chunk.flags.writeable else chunk.copy())
+        single = data.dtype == torch.float32
+        if self.n == 0:
+            first = data.mean(dim=0, dtype=torch.float64)
+            # float32 rows minus a float32 shift: the exact difference, rounded once
+            self.shift = (first.to(torch.float32).to(torch.float64) if single else first).numpy()
+        shift = torch.from_numpy(self.shift)
+        self.n += data.shape[0]
+        self.sums += (data.sum(dim=0, dtype=torch.float64) - data.shape[0] * shift).numpy()
+        exact = shift.to(torch.float32)
+        if single and bool((exact.to(torch.float64) == shift).all()):
+            centred = data - exact  # a new array: the input is left alone
+        else:  # centred in float64, then rounded
+            centred = (data.to(torch.float64) - shift).to(torch.float32)
+        gram = torch.from_numpy(self.gram)
+        for start in range(0, centred.shape[0], FLOAT32_ROWS):
+            add_gram(gram, centred[start : start + FLOAT32_ROWS])
+
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:
         """The same statistics expressed around another shift (exact algebra, no data needed)."""
         delta = self.shift - shift  # z - new = (z - old) + delta
         sums = self.sums + self.n * delta
         outer = np.outer(self.sums, delta)
         gram = self.gram + outer + outer.T + self.n * np.outer(delta, delta)
-        return SecondMoments(self.blocks, self.n, shift.copy(), sums, gram)
+        return SecondMoments(self.blocks, self.n, shift.copy(), sums, gram, self.products)
 
     def __add__(self, other: SecondMoments) -> SecondMoments:
         """Statistics of the union of the rows of ``self`` and ``other``."""
@@ -122,7 +161,7 @@ class SecondMoments:
             raise ValueError("cannot merge statistics over different models")
         if other.n == 0:
             return SecondMoments(
-                self.blocks, self.n, self.shift, self.sums.copy(), self.gram.copy()
+                self.blocks, self.n, self.shift, self.sums.copy(), self.gram.copy(), self.products
             )
         if self.n == 0:
             return other.__add__(self)
@@ -133,6 +172,7 @@ class SecondMoments:
             self.shift,
             self.sums + moved.sums,
             self.gram + moved.gram,
+            self.products,
         )
 
     def mean(self) -> np.ndarray:

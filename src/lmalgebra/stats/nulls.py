@@ -25,6 +25,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
+from lmalgebra.stats.symmetric_kernels import row_quadratics
 
 RANDOM_SUFFIX = "~random"
 
@@ -49,27 +50,45 @@ def shuffled_r2(decomposer: Decomposer, fit: Fit, split: str = "validation") -> 
     total = float(np.trace(m.cov[t.start : t.stop, t.start : t.stop]))
     if total <= 0:
         return math.nan
-    spread = float(((fit.weight @ m.cov[np.ix_(cols, cols)]) * fit.weight).sum())
+    weight = torch.from_numpy(np.ascontiguousarray(fit.weight))
+    spread = float(row_quadratics(weight, torch.from_numpy(m.cov), cols).sum())
     shift = m.mean[t.start : t.stop] - fit.weight @ m.mean[cols] - fit.bias
     return -(spread + float(shift @ shift)) / total
+
+
+def shuffled_from_r2(decomposer: Decomposer, fit: Fit, split: str = "validation") -> float:
+    """:func:`shuffled_r2` of a fit this decomposer made, from its R^2 on ``split``.
+
+    With the residual operator ``R = [I, -W]`` and the fitted bias, ``(1 - R^2) tr(C_tt) =
+    tr(R C R^T) + ||R dmean||^2`` and ``tr(W C_BB W^T) = tr(R C R^T) - tr(C_tt) + 2 tr(W C_Bt)``,
+    so the shuffled R^2 is ``R^2 - 2 tr(W C_Bt) / tr(C_tt)``: no quadratic form over the basis.
+    Only for fits of ``decomposer`` (its ``fit``, ``leave_one_out``, ``pairwise_fits``): their R^2
+    and bias are read as this decomposer computed them.
+    """
+    m = _split(decomposer, split)
+    t = decomposer.block(fit.target)
+    cols = np.concatenate(
+        [np.arange(decomposer.block(n).start, decomposer.block(n).stop) for n in fit.basis]
+    )
+    total = float(np.trace(m.cov[t.start : t.stop, t.start : t.stop]))
+    if total <= 0:
+        return math.nan
+    cross = float((fit.weight * m.cov[t.start : t.stop][:, cols]).sum())
+    return fit.r2[split] - 2 * cross / total
 
 
 def shuffled_pairwise(decomposer: Decomposer) -> dict[str, np.ndarray]:
     """:func:`shuffled_r2` of every single-model fit: ``split -> (m, m) float64``, target rows,
     basis columns, NaN diagonal (the shuffled counterpart of ``Decomposer.pairwise``).
 
-    One solve per basis model serves all targets, as in ``Decomposer.pairwise``.
+    One solve per basis model serves all targets, with the factors ``Decomposer.pairwise`` uses.
     """
     names = [b.name for b in decomposer.blocks]
     out = {split: np.full((len(names), len(names)), np.nan) for split in decomposer.splits}
     train = decomposer.train
     for j, bj in enumerate(decomposer.blocks):
         cj = slice(bj.start, bj.stop)
-        system = train.cov[cj, cj] + np.diag(decomposer.penalty[cj])
-        factor = decomposer._cholesky(system, [bj.name])
-        # coef[:, block_i].T is target i's weight on model j
-        rhs = torch.from_numpy(np.ascontiguousarray(train.cov[cj]))
-        coef = torch.cholesky_solve(rhs, factor).numpy()
+        coef = decomposer.single_basis_coef(j).numpy()  # coef[:, block_i].T: i's weight on j
         for split, s in decomposer.splits.items():
             spread = (coef * (s.cov[cj, cj] @ coef)).sum(axis=0)
             d_mean = s.mean - train.mean  # the fitted bias moves the train means onto each other

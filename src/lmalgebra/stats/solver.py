@@ -33,6 +33,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
+from lmalgebra.stats.symmetric_kernels import block_sums, row_quadratics, spd_inverse
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +65,18 @@ class SplitMoments:
 
 @dataclass(frozen=True)
 class Fit:
-    """One decomposition: ``target ~ weight @ concat(basis) + bias``, with R^2 per split."""
+    """One decomposition: ``target ~ weight @ concat(basis) + bias``, with R^2 per split.
+
+    ``df``: effective degrees of freedom of the slopes, ``d_B - tr(Lam (C_BB + Lam)^-1)``, where
+    the fit computed it in passing (leave-one-out fits); otherwise ``None``.
+    """
 
     target: str
     basis: tuple[str, ...]
     weight: np.ndarray  # (d_target, d_basis) float64
     bias: np.ndarray  # (d_target,) float64
     r2: dict[str, float]
+    df: float | None = None
 
 
 class Decomposer:
@@ -99,6 +105,7 @@ class Decomposer:
         self.alpha, self.alpha_mode = alpha, alpha_mode
         self.train = splits["train"]
         self._by_name = {b.name: b for b in self.blocks}
+        self._factors: dict[int, torch.Tensor] = {}  # single-model bases, factored once
         diag = np.diag(self.train.cov)
         self.penalty = np.empty(self.train.cov.shape[0])
         for b in self.blocks:
@@ -134,16 +141,15 @@ class Decomposer:
     def _columns(self, names: Sequence[str]) -> np.ndarray:
         return np.concatenate([np.arange(self.block(n).start, self.block(n).stop) for n in names])
 
-    def _cholesky(self, matrix: np.ndarray, basis: Sequence[str]) -> torch.Tensor:
-        """Cholesky factor of an SPD matrix; warns or fails naming the basis."""
-        factor, info = torch.linalg.cholesky_ex(torch.from_numpy(matrix))
+    def _check_factor(self, ok: bool, diag: np.ndarray, basis: Sequence[str]) -> None:
+        """Fail naming the basis when its system is not SPD; warn when it is ill-conditioned
+        (condition estimated from the Cholesky diagonal ``diag``) or when spans are few."""
         label = "+".join(basis)
-        if int(info) != 0:
+        if not ok:
             raise UserInputError(
-                f"basis [{label}] is singular (covariance not positive definite); "
-                "use a larger --alpha"
+                f"basis [{label}] is singular (covariance not positive definite); use a larger "
+                "--alpha (or, where the statistics took float32 products, --products float64)"
             )
-        diag = torch.diagonal(factor)
         condition = float((diag.max() / diag.min()) ** 2)
         if condition > ILL_CONDITIONED:
             log.warning(
@@ -151,13 +157,31 @@ class Decomposer:
                 label,
                 condition,
             )
-        dim = matrix.shape[0]
-        if self.train.n < dim:
+        if self.train.n < diag.size:
             _warn_once(
-                f"basis [{label}] has dimension {dim} but only {self.train.n} training spans: "
-                "the fit can interpolate, trust held-out R^2 only"
+                f"basis [{label}] has dimension {diag.size} but only {self.train.n} training "
+                "spans: the fit can interpolate, trust held-out R^2 only"
             )
+
+    def _cholesky(self, matrix: np.ndarray, basis: Sequence[str]) -> torch.Tensor:
+        """Cholesky factor of an SPD matrix; warns or fails naming the basis."""
+        factor, info = torch.linalg.cholesky_ex(torch.from_numpy(matrix))
+        self._check_factor(int(info) == 0, torch.diagonal(factor).numpy(), basis)
         return factor
+
+    def _block_factor(self, j: int) -> torch.Tensor:
+        """Cholesky factor of ``C_jj + Lam_j`` of block ``j``, factored once per decomposer."""
+        if j not in self._factors:
+            cj = slice(self.blocks[j].start, self.blocks[j].stop)
+            system = self.train.cov[cj, cj] + np.diag(self.penalty[cj])
+            self._factors[j] = self._cholesky(system, [self.blocks[j].name])
+        return self._factors[j]
+
+    def single_basis_coef(self, j: int) -> torch.Tensor:
+        """``(d_j, D) float64`` ``(C_jj + Lam_j)^-1 C_j,:``: column block ``i`` is the transposed
+        weight of target ``i`` fitted on model ``j`` alone."""
+        rows = torch.from_numpy(self.train.cov[self.blocks[j].start : self.blocks[j].stop])
+        return torch.cholesky_solve(rows, self._block_factor(j))
 
     def r2(
         self, weight: np.ndarray, target: ModelColumns, basis_cols: np.ndarray
@@ -166,21 +190,23 @@ class Decomposer:
 
         With the residual operator ``R`` (``I`` on the target's columns, ``-W`` on the basis'),
         the residual is ``R (z - mean_train)`` and its mean square on split ``s`` is
-        ``tr(R C^s R^T) + ||R (mean_s - mean_train)||^2``.
+        ``tr(R C^s R^T) + ||R (mean_s - mean_train)||^2``, read from the columns used only.
         """
-        operator = torch.zeros((target.dim, self.train.cov.shape[0]), dtype=torch.float64)
-        operator[:, target.start : target.stop] = torch.eye(target.dim, dtype=torch.float64)
-        operator[:, torch.from_numpy(basis_cols)] = -torch.from_numpy(weight)
-        return {split: self._score(operator, target, m) for split, m in self.splits.items()}
+        cols = np.concatenate([np.arange(target.start, target.stop), basis_cols])
+        operator = torch.empty((target.dim, cols.size), dtype=torch.float64)
+        operator[:, : target.dim] = torch.eye(target.dim, dtype=torch.float64)
+        operator[:, target.dim :] = -torch.from_numpy(weight)
+        return {split: self._score(operator, cols, target, m) for split, m in self.splits.items()}
 
-    def _score(self, operator: torch.Tensor, target: ModelColumns, m: SplitMoments) -> float:
-        cov = torch.from_numpy(m.cov)
-        total = float(torch.diagonal(cov)[target.start : target.stop].sum())
+    def _score(
+        self, operator: torch.Tensor, cols: np.ndarray, target: ModelColumns, m: SplitMoments
+    ) -> float:
+        total = float(np.trace(m.cov[target.start : target.stop, target.start : target.stop]))
         if total <= 0:
             return float("nan")
-        shift = operator @ torch.from_numpy(m.mean - self.train.mean)
-        residual = float(((operator @ cov) * operator).sum() + shift @ shift)
-        return 1 - residual / total
+        shift = operator @ torch.from_numpy(m.mean[cols] - self.train.mean[cols])
+        spread = row_quadratics(operator, torch.from_numpy(m.cov), cols)
+        return 1 - float(spread.sum() + shift @ shift) / total
 
     def _fit(self, target: str, basis: Sequence[str], weight: np.ndarray) -> Fit:
         cols = self._columns(basis)
@@ -199,71 +225,101 @@ class Decomposer:
             raise UserInputError(f"the basis names a model twice: {list(basis)}")
         t, cols = self.block(target), self._columns(basis)
         cov = self.train.cov
-        system = cov[np.ix_(cols, cols)] + np.diag(self.penalty[cols])
-        factor = self._cholesky(system, basis)
+        if len(basis) == 1:  # the factor the pairwise fits share
+            factor = self._block_factor(self.blocks.index(self.block(basis[0])))
+        else:
+            factor = self._cholesky(cov[np.ix_(cols, cols)] + np.diag(self.penalty[cols]), basis)
         rhs = torch.from_numpy(np.ascontiguousarray(cov[cols, t.start : t.stop]))
         weight = torch.cholesky_solve(rhs, factor).numpy().T
         return self._fit(target, basis, weight)
 
     def leave_one_out(self) -> list[Fit]:
-        """Every model decomposed on all the others, all from one ``D x D`` inverse."""
-        names = [b.name for b in self.blocks]
-        system = torch.from_numpy(self.train.cov).clone()
-        system.diagonal().add_(torch.from_numpy(self.penalty))
-        factor = self._cholesky(system.numpy(), names)
-        del system
-        inverse = torch.cholesky_inverse(factor)  # P = (C + Lam)^-1
-        del factor
-        penalty = torch.from_numpy(self.penalty)
+        """Every model decomposed on all the others, all from one ``D x D`` inverse.
+
+        ``P = (C + Lam)^-1`` is computed in one buffer, whose rows then become each target's
+        residual operator ``R_t = P_tt^-1 P_t`` (``I`` on t, ``-W`` on the rest); held-out
+        residuals are quadratic forms of the stacked operators, taken over all targets at once.
+        """
+        names, dim = [b.name for b in self.blocks], self.train.cov.shape[0]
+        system = self.train.cov.copy()
+        system[np.diag_indices(dim)] += self.penalty
+        inverse, diag = spd_inverse(system)
+        self._check_factor(inverse is not None, diag, names)
+        assert inverse is not None  # _check_factor raised otherwise
+        operators = torch.from_numpy(inverse)
+        train_residual, dfs = self._operators_in_place(operators)
+        edges = [b.start for b in self.blocks] + [dim]
+        residuals = {"train": train_residual}
+        for split, m in self.splits.items():
+            if split != "train":
+                spread = row_quadratics(operators, torch.from_numpy(m.cov), np.arange(dim))
+                shift = operators @ torch.from_numpy(m.mean - self.train.mean)
+                residuals[split] = block_sums(spread + shift**2, edges)
         fits = []
-        for b in self.blocks:
+        mean = torch.from_numpy(self.train.mean)
+        for k, b in enumerate(self.blocks):
             others = [n for n in names if n != b.name]
             cols = self._columns(others)
-            rows = inverse[b.start : b.stop]
-            p_tt = rows[:, b.start : b.stop]
-            operator = torch.linalg.solve(p_tt, rows)  # (d_t, D): I on t, -W on the rest
-            weight = -operator[:, torch.from_numpy(cols)].numpy()
-            t_cols = self.train.mean[b.start : b.stop]
-            bias = t_cols - weight @ self.train.mean[cols]
-            # on train, C = P^-1 - Lam gives tr(R C R^T) = tr(P_tt^-1) - sum(Lam * R^2)
-            total = float(np.trace(self.train.cov[b.start : b.stop, b.start : b.stop]))
-            residual = float(torch.linalg.inv(p_tt).trace() - (penalty * operator**2).sum())
-            scores = {"train": 1 - residual / total if total > 0 else float("nan")}
+            bias = (operators[b.start : b.stop] @ mean).numpy()  # mean_t - W mean_B
+            weight = operators[b.start : b.stop, torch.from_numpy(cols)].neg_().numpy()
+            scores = {}
             for split, m in self.splits.items():
-                if split != "train":
-                    scores[split] = self._score(operator, b, m)
-            fits.append(Fit(b.name, tuple(others), weight, bias, scores))
+                total = float(np.trace(m.cov[b.start : b.stop, b.start : b.stop]))
+                scores[split] = 1 - residuals[split][k] / total if total > 0 else float("nan")
+            fits.append(Fit(b.name, tuple(others), weight, bias, scores, dfs[k]))
         return fits
+
+    def _operators_in_place(self, inverse: torch.Tensor) -> tuple[list[float], list[float]]:
+        """Turn ``P``'s rows into the operators ``R_t``; each fit's train residual and df.
+
+        On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) = tr(P_tt^-1) - sum(Lam * R^2)``; with
+        ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the effective degrees of freedom are
+        ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``, and ``P_tt R_t = P_t``.
+        """
+        penalty = torch.from_numpy(self.penalty)
+        p_diag = torch.diagonal(inverse).clone()
+        residuals, dfs = [], []
+        for b in self.blocks:
+            rows = inverse[b.start : b.stop]
+            p_tt = rows[:, b.start : b.stop].clone()
+            factor = torch.linalg.cholesky(p_tt)  # a principal block of an SPD inverse
+            operator = torch.cholesky_solve(rows, factor)  # (d_t, D)
+            # diag(R_tB^T P_tt R_tB), as P_tt R_t = P_t
+            reduced = penalty * (p_diag - (rows * operator).sum(dim=0))
+            basis_dim = len(penalty) - b.dim
+            dfs.append(basis_dim - float(reduced.sum() - reduced[b.start : b.stop].sum()))
+            residual = torch.cholesky_inverse(factor).trace() - (penalty * operator**2).sum()
+            residuals.append(float(residual))
+            rows.copy_(operator)
+        return residuals, dfs
 
     def pairwise(self) -> dict[str, np.ndarray]:
         """R^2 of every target (rows) from every single basis model (columns), per split.
 
         One Cholesky per basis model serves all targets at once. The diagonal is NaN.
         """
-        names = [b.name for b in self.blocks]
-        m = len(names)
+        m = len(self.blocks)
         out = {split: np.full((m, m), np.nan) for split in self.splits}
-        cov = self.train.cov
+        starts = [b.start for b in self.blocks]
         for j, bj in enumerate(self.blocks):
             cj = slice(bj.start, bj.stop)
-            system = cov[cj, cj] + np.diag(self.penalty[cj])
-            factor = self._cholesky(system, [bj.name])
-            # A = (C_jj + Lam_j)^-1 C_j,: ; target i's weight is A[:, block_i].T
-            coef = torch.cholesky_solve(torch.from_numpy(np.ascontiguousarray(cov[cj])), factor)
+            coef = self.single_basis_coef(j)  # (d_j, D)
             for split, s in self.splits.items():
                 c_j = torch.from_numpy(s.cov[cj])
-                cross = (coef * c_j).sum(dim=0).numpy()
-                quad = (coef * (c_j[:, cj] @ coef)).sum(dim=0).numpy()
-                d_mean = s.mean - self.train.mean
-                shift = d_mean - coef.numpy().T @ d_mean[cj]
+                if s is self.train:  # (C_jj + Lam_j) coef = C_j: spares a product
+                    fitted = c_j - torch.from_numpy(self.penalty[cj])[:, None] * coef
+                else:
+                    fitted = c_j[:, cj] @ coef
+                quad = ((fitted - 2 * c_j) * coef).sum(dim=0).numpy()
+                d_mean = torch.from_numpy(s.mean - self.train.mean)
+                shift = (d_mean - coef.T @ d_mean[cj]).numpy()
                 var = np.diag(s.cov)
-                for i, bi in enumerate(self.blocks):
-                    if i == j:
-                        continue
-                    ci = slice(bi.start, bi.stop)
-                    total = var[ci].sum()
-                    residual = total - 2 * cross[ci].sum() + quad[ci].sum() + shift[ci] @ shift[ci]
-                    out[split][i, j] = 1 - residual / total if total > 0 else np.nan
+                total = np.add.reduceat(var, starts)
+                residual = np.add.reduceat(var + quad + shift**2, starts)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r2 = np.where(total > 0, 1 - residual / total, np.nan)
+                r2[j] = np.nan
+                out[split][:, j] = r2
         return out
 
     def pairwise_fits(self, table: dict[str, np.ndarray] | None = None) -> list[Fit]:
@@ -274,12 +330,8 @@ class Decomposer:
         """
         table = self.pairwise() if table is None else table
         weights: dict[tuple[int, int], np.ndarray] = {}
-        cov = self.train.cov
-        for j, bj in enumerate(self.blocks):
-            cj = slice(bj.start, bj.stop)
-            factor = self._cholesky(cov[cj, cj] + np.diag(self.penalty[cj]), [bj.name])
-            rhs = torch.from_numpy(np.ascontiguousarray(cov[cj]))
-            coef = torch.cholesky_solve(rhs, factor).numpy()
+        for j in range(len(self.blocks)):
+            coef = self.single_basis_coef(j).numpy()
             for i, bi in enumerate(self.blocks):
                 if i != j:
                     weights[i, j] = np.ascontiguousarray(coef[:, bi.start : bi.stop].T)

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
+from lmalgebra.stats.moments import ModelColumns, Products, SecondMoments, layout
 from lmalgebra.storage.atomic import write_text_atomic
 
 
@@ -43,17 +43,26 @@ class SpanBlockMoments:
     parts: list[SecondMoments]
 
     @classmethod
-    def empty(cls, blocks: Sequence[ModelColumns], rows: int, parts: int) -> SpanBlockMoments:
-        edges = block_edges(rows, parts)
-        return cls(list(blocks), edges, [SecondMoments(list(blocks)) for _ in edges[1:]])
+    def empty(
+        cls,
+        blocks: Sequence[ModelColumns],
+        rows: int,
+        parts: int,
+        products: Products = "float64",
+    ) -> SpanBlockMoments:
+        """``parts`` near-equal blocks over ``rows`` rows; ``products``: see ``SecondMoments``."""
+        return cls.with_edges(blocks, block_edges(rows, parts), products)
 
     @classmethod
-    def with_edges(cls, blocks: Sequence[ModelColumns], edges: Sequence[int]) -> SpanBlockMoments:
+    def with_edges(
+        cls, blocks: Sequence[ModelColumns], edges: Sequence[int], products: Products = "float64"
+    ) -> SpanBlockMoments:
         """Blocks with the given increasing row boundaries (``edges[0] == 0``)."""
         edges = [int(e) for e in edges]
         if edges[0] != 0 or any(b <= a for a, b in itertools.pairwise(edges)):
             raise ValueError(f"block edges must start at 0 and increase: {edges}")
-        return cls(list(blocks), edges, [SecondMoments(list(blocks)) for _ in edges[1:]])
+        parts = [SecondMoments(list(blocks), products=products) for _ in edges[1:]]
+        return cls(list(blocks), edges, parts)
 
     @property
     def rows(self) -> int:

@@ -28,6 +28,15 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def write_bytes_atomic(path: Path, data: Any) -> None:
+    """``write_atomic`` of ``data``: anything with the buffer protocol (bytes, an Arrow buffer)."""
+
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(memoryview(data))
+
+    write_atomic(path, write)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     def write(tmp: Path) -> None:
         tmp.write_text(text, encoding="utf-8")

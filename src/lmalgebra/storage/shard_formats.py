@@ -1,18 +1,22 @@
 """What a shard file holds, and how it is written, read and described in its manifest record.
 
 Two payloads: Arrow tables (IPC file format, memory-mapped on read), the teacher store's shards;
-and row blocks of named arrays in safetensors, the embedding cache's shards.
+and row blocks of named arrays in safetensors, the embedding cache's shards. A payload is encoded
+to its file's bytes in memory and a file is read into one buffer, so the shard set hashes the
+very bytes it writes or decodes: no shard is read twice to be checked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load, save
+
+Bytes: TypeAlias = "bytes | pa.Buffer"  # what hashlib and file writes take (buffer protocol)
 
 
 class ShardFormat(Protocol):
@@ -20,12 +24,17 @@ class ShardFormat(Protocol):
 
     suffix: str  # the file name's ending, e.g. ".arrow"
 
-    def save(self, path: Path, payload: Any) -> None:
-        """Write ``payload`` to ``path`` (a temporary file, renamed into place afterwards)."""
+    def encode(self, payload: Any) -> Bytes:
+        """The bytes of the file holding ``payload``."""
         ...
 
-    def load(self, path: Path, record: dict[str, Any]) -> Any:
-        """The payload of the verified shard ``path``, recorded in the manifest as ``record``."""
+    def read(self, path: Path) -> Bytes:
+        """The bytes of the file ``path``, read once (memory-mapped where the format allows)."""
+        ...
+
+    def decode(self, data: Bytes, record: dict[str, Any]) -> Any:
+        """The payload of a verified file's bytes ``data``, recorded in the manifest as
+        ``record``."""
         ...
 
     def describe(self, path: Path, payload: Any) -> dict[str, Any]:
@@ -38,12 +47,18 @@ class ArrowTables:
 
     suffix = ".arrow"
 
-    def save(self, path: Path, payload: pa.Table) -> None:
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, payload.schema) as writer:
+    def encode(self, payload: pa.Table) -> Bytes:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, payload.schema) as writer:
             writer.write_table(payload)
+        return sink.getvalue()
 
-    def load(self, path: Path, record: dict[str, Any]) -> pa.Table:
-        return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    def read(self, path: Path) -> Bytes:
+        with pa.memory_map(str(path)) as mapped:  # the buffer keeps the mapping alive
+            return mapped.read_buffer()
+
+    def decode(self, data: Bytes, record: dict[str, Any]) -> pa.Table:
+        return pa.ipc.open_file(pa.BufferReader(data)).read_all()
 
     def describe(self, path: Path, payload: pa.Table) -> dict[str, Any]:
         return {"file": path.name, "rows": payload.num_rows, "bytes": path.stat().st_size}
@@ -66,11 +81,14 @@ class SafetensorsRows:
 
     suffix = ".safetensors"
 
-    def save(self, path: Path, payload: RowBlock) -> None:
-        save_file(payload.arrays, str(path))
+    def encode(self, payload: RowBlock) -> Bytes:
+        return save(payload.arrays)
 
-    def load(self, path: Path, record: dict[str, Any]) -> RowBlock:
-        return RowBlock(int(record["rows"][0]), load_file(str(path)))
+    def read(self, path: Path) -> Bytes:
+        return path.read_bytes()
+
+    def decode(self, data: Bytes, record: dict[str, Any]) -> RowBlock:
+        return RowBlock(int(record["rows"][0]), load(bytes(data)))
 
     def describe(self, path: Path, payload: RowBlock) -> dict[str, Any]:
         return {"rows": [payload.first, payload.stop]}

@@ -17,6 +17,7 @@ run are read back on resumption, whatever the number of processes then.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -29,7 +30,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distributed import all_reduce_sum, barrier, world
-from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic
 from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
 from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 
@@ -253,8 +254,10 @@ class ShardSet:
         if self._part is None and not self.by_name and index > self._front():
             raise RuntimeError(f"shard {index} written out of order")
         path = self.path(index)
-        write_atomic(path, lambda tmp: self.payload.save(tmp, payload))
-        record = {**self.payload.describe(path, payload), "sha256": sha256_file(path), **fields}
+        data = self.payload.encode(payload)  # hashed as written: the file is not read back
+        write_bytes_atomic(path, data)
+        digest = hashlib.sha256(memoryview(data)).hexdigest()
+        record = {**self.payload.describe(path, payload), "sha256": digest, **fields}
         if self._part is not None:
             self._part["shards"][self._label(index)] = record
             write_json_atomic(part_path(self.manifest_path, world()[0]), self._part)
@@ -297,12 +300,13 @@ class ShardSet:
         record = self.records[index]
         if not path.is_file():
             raise UserInputError(f"{self.label} shard {path} is missing; run again to recompute it")
-        if verify and sha256_file(path) != record["sha256"]:
+        data = self.payload.read(path)  # one read serves the checksum and the payload
+        if verify and hashlib.sha256(memoryview(data)).hexdigest() != record["sha256"]:
             raise UserInputError(
                 f"{self.label} shard {path} is corrupt (checksum mismatch); "
                 "run again to recompute it"
             )
-        return self.payload.load(path, record)
+        return self.payload.decode(data, record)
 
     def tables(self, verify: bool = True) -> list[Any]:
         """Every recorded shard's payload, in order (named for the store's Arrow tables)."""

@@ -1,0 +1,275 @@
+"""Decompose end to end: a cached `decompose` run vs the authors' per-fit solver in memory.
+
+M synthetic models (default 12 x hidden 384) given as precomputed `.npy` files of the run's spans
+plus the packaged MiniLM, which cuts the spans (16 tokens of `wiki-en`) and whose embeddings are
+cached by an untimed first run. Baseline: the LMD authors' per-fit approach of
+`bench_solver.py` (per fit the covariances recomputed from the rows, `torch.linalg.solve`,
+predictions of every row) on all M + 1 models' embeddings already in memory: every leave-one-out
+and pairwise fit. Ours: `run_decomposition`, what `lmalgebra decompose` runs without writing
+outputs (spans, statistics, pairwise and group fits, adjusted R^2, shuffled nulls, CKA and CCA).
+R^2 must agree to 1e-4.
+
+    python bench/bench_decompose.py [--sizes 8000] [--models 12] [--dim 384] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench_solver import _baseline_fit
+from harness import Session, fastest, figure, parse_args, run_contender, table
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.measure import ModelPool, draw_texts
+from lmalgebra.lmd.pipeline import run_decomposition
+from lmalgebra.sources.corpus import read_documents
+from lmalgebra.sources.precomputed import order_digest
+from synthetic import Synthetic
+
+NAME = "bench_decompose"
+MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/stats", "src/lmalgebra/storage")
+TOLERANCE = 1e-4
+BENCH_DIR = Path(__file__).resolve().parent
+SPAN_TOKENS = 16
+
+
+def config_of(workdir: Path, synth: Synthetic, n_train: int) -> DecomposeConfig:
+    """MiniLM first (its tokenizer cuts the spans), then the precomputed files."""
+    files = [
+        {"name": n, "path": str(_file(workdir, n_train, n)), "kind": "precomputed"}
+        for n in synth.names()
+    ]
+    held_out = max(1, n_train // 10)
+    return DecomposeConfig.model_validate(
+        {
+            "models": [{"name": "minilm", "path": "package:minilm"}, *files],
+            "corpus": {"paths": ["package:wiki-en"], "text_column": "extract"},
+            "spans": {
+                "length": SPAN_TOKENS,
+                "counts": [n_train, held_out, held_out],
+                "per_doc": 16,
+            },
+            "alpha_mode": "absolute",  # as the baseline: alpha 0.01 on every model's scale
+            "cache_dir": str(workdir / "cache"),
+            "progress": False,
+        }
+    )
+
+
+def _file(workdir: Path, n_train: int, name: str) -> Path:
+    return workdir / f"n{n_train}" / f"{name}.npy"
+
+
+def prepare(workdir: Path, synth: Synthetic, n_train: int) -> dict[str, int]:
+    """Write the precomputed files (rows of the run's spans, with their order digest) and fill
+    MiniLM's cache with one untimed run; returns the spans per split."""
+    config = config_of(workdir, synth, n_train)
+    pool = ModelPool(config.model_copy(update={"models": config.models[:1]}))  # no files yet
+    texts, _ = draw_texts(pool, read_documents(config.corpus), config.spans)
+    counts = {s: len(texts[s]) for s in SPLITS}
+    digest = order_digest(texts)
+    for m, name in enumerate(synth.names()):
+        path = _file(workdir, n_train, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [synth.rows(m, s, 0, counts[s]) for s in SPLITS]
+        np.save(path, np.vstack(rows))
+        path.with_name(f"{path.name}.spans.sha256").write_text(digest + "\n")
+    run_decomposition(config)
+    return counts
+
+
+def minilm_rows(config: DecomposeConfig) -> dict[str, np.ndarray]:
+    """MiniLM's cached embeddings per split, read from the entries the run wrote."""
+    pool = ModelPool(config)
+    texts, hashes = draw_texts(pool, read_documents(config.corpus), config.spans)
+    base = config.embed_spec()
+    out = {}
+    for split in SPLITS:
+        key = {
+            "model": "minilm",
+            "fingerprint": pool.prints["minilm"],
+            "spans": hashes[f"spans_{split}"],
+            "layer": base.layer,
+            "pooling": base.pooling,
+            "dtype": base.dtype,
+            "exclude_special": base.exclude_special,
+            "max_length": base.max_length,
+        }
+        cache = EmbeddingCache(config.cache_dir / "embeddings", key, texts[split])
+        out[split] = np.vstack(list(cache.chunks()))
+    return out
+
+
+# -- the two contenders (each in a fresh interpreter) ---------------------------------------
+def run_ours(config: DecomposeConfig) -> dict[str, Any]:
+    result = run_decomposition(config)
+    return {
+        "phases": dict(result.timings),
+        "names": result.names,
+        "pairwise": {s: result.pairwise[s].tolist() for s in SPLITS},
+        "group": {s: [fit.r2[s] for fit in result.group] for s in SPLITS},
+    }
+
+
+def run_baseline(emb: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Every leave-one-out and pairwise fit from the rows, the authors' way."""
+    m, alpha = len(names), 1e-2
+    clock = time.perf_counter()
+    group: dict[str, list[float]] = {s: [] for s in SPLITS}
+    pairwise = {s: [[math.nan] * m for _ in range(m)] for s in SPLITS}
+    for i, target in enumerate(names):
+        scores = _baseline_fit(emb, [b for b in names if b != target], target, alpha)
+        for s in SPLITS:
+            group[s].append(scores[s])
+        for j, basis in enumerate(names):
+            if i != j:
+                scores = _baseline_fit(emb, [basis], target, alpha)
+                for s in SPLITS:
+                    pairwise[s][i][j] = scores[s]
+    phases = {"fits": time.perf_counter() - clock}
+    return {"phases": phases, "names": names, "pairwise": pairwise, "group": group}
+
+
+def contender(which: str, workdir: str, models: int, dim: int, seed: int, n_train: int) -> Any:
+    """Untimed: the configuration (ours) or every embedding loaded into memory (baseline)."""
+    import torch
+
+    synth = Synthetic(models, dim, seed)
+    config = config_of(Path(workdir), synth, n_train)
+    if which == "imports":
+        return dict
+    if which == "ours":
+        return lambda: run_ours(config)
+    emb: dict[str, dict[str, Any]] = {s: {} for s in SPLITS}
+    for split, rows in minilm_rows(config).items():
+        emb[split]["minilm"] = torch.from_numpy(rows)
+    for name in synth.names():
+        full = np.load(_file(Path(workdir), n_train, name))
+        start = 0
+        for split in SPLITS:
+            count = len(emb[split]["minilm"])
+            emb[split][name] = torch.from_numpy(np.ascontiguousarray(full[start : start + count]))
+            start += count
+    names = ["minilm", *synth.names()]
+    return lambda: run_baseline(emb, names)
+
+
+def agreement(ours: dict[str, Any], base: dict[str, Any]) -> tuple[float, float]:
+    """Max |difference| of pairwise and of group R^2 over all splits."""
+    assert ours["names"] == base["names"], (ours["names"], base["names"])
+    p = [np.array(x["pairwise"][s], dtype=float) for s in SPLITS for x in (ours, base)]
+    g = [np.array(x["group"][s], dtype=float) for s in SPLITS for x in (ours, base)]
+    pairwise = max(float(np.nanmax(np.abs(a - b))) for a, b in zip(p[::2], p[1::2], strict=True))
+    group = max(float(np.max(np.abs(a - b))) for a, b in zip(g[::2], g[1::2], strict=True))
+    return pairwise, group
+
+
+def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    clock = time.perf_counter()
+    synth = Synthetic(args.models, args.dim, args.seed)
+    row: dict[str, Any] = {"n": n, "counts": prepare(args.workdir, synth, n)}
+    print(f"[n_train={n}] prepared in {time.perf_counter() - clock:.0f} s", flush=True)
+    kwargs = {"workdir": str(args.workdir), "models": args.models, "dim": args.dim}
+    kwargs |= {"seed": args.seed, "n_train": n}
+    for which in ("imports", "baseline", "ours"):
+        call = lambda w=which: run_contender("bench_decompose:contender", {"which": w, **kwargs})  # noqa: E731
+        attempts = 1 if which == "imports" else args.attempts
+        row[which] = fastest(call, attempts, label=f"n_train={n} {which}")
+    row["diff_pairwise"], row["diff_group"] = agreement(
+        row["ours"]["output"], row["baseline"]["output"]
+    )
+    if max(row["diff_pairwise"], row["diff_group"]) > TOLERANCE:
+        raise SystemExit(f"FAILED: ours and the baseline disagree on R^2 ({row['diff_group']:.2e})")
+    return row
+
+
+def save(rows: list[dict[str, Any]], args: argparse.Namespace, session: Session) -> None:
+    figures, detail = [], []
+    for r in rows:
+        b, o, c = r["baseline"], r["ours"], r["counts"]
+        case = f"{c['train']:,} / {c['validation']:,} / {c['test']:,} spans"
+        figures.append(
+            figure(
+                case,
+                "s",
+                b["seconds"],
+                o["seconds"],
+                peak_mib=(b["work_peak_rss_mib"], o["work_peak_rss_mib"]),
+                others_share=(b["others_share"], o["others_share"]),
+            )
+        )
+        phases = o["output"]["phases"]
+        detail.append(
+            [
+                f"{c['train']:,}",
+                f"{b['own_cpu_s']:.0f} / {o['own_cpu_s']:.0f}",
+                f"{phases['measure']:.1f}",
+                f"{phases['analyse']:.1f}",
+                f"{r['diff_pairwise']:.1e} / {r['diff_group']:.1e}",
+            ]
+        )
+    session.save(
+        __doc__,
+        {
+            "models": f"{args.models} precomputed + MiniLM",
+            "hidden size": args.dim,
+            "fits": (args.models + 1) ** 2,
+            "train spans": ", ".join(f"{r['n']:,}" for r in rows),
+            "span length": SPAN_TOKENS,
+            "alpha (absolute)": 0.01,
+        },
+        figures,
+        tables=[
+            table(
+                "Detail",
+                [
+                    "train spans",
+                    "CPU-s baseline / ours",
+                    "ours: measure (s)",
+                    "ours: analyse (s)",
+                    "max abs diff R^2 pairwise / group",
+                ],
+                detail,
+            )
+        ],
+        notes=[
+            "Ours' measure phase reads the corpus, cuts the spans, checks the precomputed files "
+            "against them, reads MiniLM's cached shards (sha256 of each) and streams every split "
+            "into statistics; analyse is every fit, the nulls and the similarities.",
+            "The baseline's time counts the fits only: its embeddings are loaded untimed.",
+        ],
+        write=not args.no_write,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="8000", help="training spans, comma separated")
+    parser.add_argument("--models", type=int, default=12)
+    parser.add_argument("--dim", type=int, default=384, help="hidden size of every model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", type=Path, default=BENCH_DIR / "_work" / "decompose")
+    parser.add_argument("--keep", action="store_true", help="keep the files and the cache")
+    args = parse_args(parser, attempts=3)
+    logging.basicConfig(level=logging.WARNING)
+    session = Session(NAME, MEASURED)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        rows = [measure_size(int(n), args) for n in args.sizes.split(",") if n.strip()]
+    finally:
+        if not args.keep:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+    save(rows, args, session)
+
+
+if __name__ == "__main__":
+    main()

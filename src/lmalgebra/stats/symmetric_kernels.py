@@ -1,0 +1,113 @@
+"""The dense kernels of the solver on symmetric matrices: an SPD inverse, and quadratic forms.
+
+``spd_inverse`` factors and inverts ``C + Lam`` in the buffer it is given when SciPy's LAPACK is
+installed (``potrf`` then ``potri``, no second ``D x D`` array), else with torch (one more).
+``row_quadratics`` computes ``op_i C op_i^T`` for every row ``i`` of an operator from the upper
+panels of the symmetric ``C`` only, reading ``C`` in place over any set of its column ranges:
+about half the flops of ``(op @ C) * op`` and no gathered copy of a sub-matrix.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+# Width of the column panels of row_quadratics: wide enough for full BLAS speed, narrow enough
+# that the diagonal panels (computed in full) are a small share of the work.
+PANEL = 512
+
+
+def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """``(system^-1, diag(L))`` of an SPD ``(D, D) float64`` C-contiguous ``system = L L^T``.
+
+    ``system`` is overwritten: it becomes the inverse (returned as a view of it). The inverse is
+    ``None`` when ``system`` is not positive definite; ``diag(L)`` then holds what the
+    factorisation reached (its condition is of no use).
+    """
+    try:
+        from scipy.linalg import lapack
+    except ImportError:
+        return _torch_inverse(system)
+    # a C-ordered symmetric matrix is its own transpose, an F-ordered array LAPACK works in
+    fortran = system.T
+    factor, info = lapack.dpotrf(fortran, lower=1, overwrite_a=1, clean=0)
+    diag = np.diagonal(factor).copy()
+    if info != 0:
+        return None, diag
+    inverse, info = lapack.dpotri(factor, lower=1, overwrite_c=1)
+    if info != 0:  # a zero pivot potrf did not see: singular to working precision
+        return None, diag
+    result = inverse.T  # C-ordered again; potri filled the upper triangle of this view
+    _mirror_upper(result)
+    return np.ascontiguousarray(result), diag
+
+
+def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """``spd_inverse`` with torch: the factor, then the inverse, each copied into ``system`` so
+    that at most two ``D x D`` arrays are alive at once."""
+    buffer = torch.from_numpy(system)
+    factor, info = torch.linalg.cholesky_ex(buffer)
+    diag = torch.diagonal(factor).clone().numpy()
+    if int(info) != 0:
+        return None, diag
+    buffer.copy_(factor)
+    del factor
+    inverse = torch.cholesky_inverse(buffer)
+    buffer.copy_(inverse)
+    return system, diag
+
+
+def _mirror_upper(matrix: np.ndarray) -> None:
+    """Copy the upper triangle of a square array onto its lower one, in place, panel by panel."""
+    dim = matrix.shape[0]
+    for a in range(0, dim, PANEL):
+        b = min(a + PANEL, dim)
+        block = matrix[a:b, a:b]
+        lower = np.tril_indices(b - a, -1)
+        block[lower] = block.T[lower]
+        matrix[b:, a:b] = matrix[a:b, b:].T
+
+
+def column_runs(cols: np.ndarray) -> list[tuple[int, int, int]]:
+    """Runs of consecutive column indices: ``(position, length, first column)`` each."""
+    cols = np.asarray(cols)
+    if cols.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(cols) != 1) + 1
+    starts = [0, *breaks.tolist()]
+    ends = [*breaks.tolist(), int(cols.size)]
+    return [(a, b - a, int(cols[a])) for a, b in zip(starts, ends, strict=True)]
+
+
+def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> torch.Tensor:
+    """``(r,) float64``: ``op_i C[cols, cols] op_i^T`` for each row ``i`` of ``op``.
+
+    ``op``: ``(r, len(cols)) float64``, its columns in the order of ``cols``; ``cov``:
+    ``(D, D) float64`` symmetric, read in place. With ``C`` cut into panels ``p`` (runs of
+    consecutive columns, at most ``PANEL`` wide), ``op C op^T = sum_q op_q C_qq op_q^T +
+    2 sum_{p < q} op_p C_pq op_q^T``; the panels before ``q`` in one run take one product.
+    """
+    runs = column_runs(cols)
+    out = torch.zeros(op.shape[0], dtype=torch.float64)
+    for k, (position, length, column) in enumerate(runs):
+        for offset in range(0, length, PANEL):
+            width = min(PANEL, length - offset)
+            pos_q, col_q = position + offset, column + offset
+            op_q = op[:, pos_q : pos_q + width]
+            target = slice(col_q, col_q + width)
+            spread = op_q @ cov[target, target]
+            earlier = [*runs[:k], (position, offset, column)]  # whole runs, then this run's head
+            for pos_p, len_p, col_p in earlier:
+                if len_p:
+                    block = cov[col_p : col_p + len_p, target]
+                    spread.addmm_(op[:, pos_p : pos_p + len_p], block, alpha=2.0)
+            out += (spread * op_q).sum(dim=1)
+    return out
+
+
+def block_sums(values: torch.Tensor, edges: Sequence[int]) -> list[float]:
+    """Sums of ``values`` over consecutive ranges ``edges[k] .. edges[k + 1]``."""
+    return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]

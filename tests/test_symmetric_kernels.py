@@ -1,0 +1,64 @@
+"""The solver's dense kernels vs numpy: SPD inverse in place (LAPACK or torch), quadratic forms."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from lmalgebra.stats import symmetric_kernels
+from lmalgebra.stats.symmetric_kernels import column_runs, row_quadratics, spd_inverse
+
+
+def spd(dim: int, seed: int) -> np.ndarray:
+    a = np.random.default_rng(seed).normal(size=(dim, dim))
+    return a @ a.T / dim + 0.1 * np.eye(dim)
+
+
+@pytest.fixture(params=["lapack", "torch"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of inverting: SciPy's LAPACK, and torch where SciPy is not installed."""
+    if request.param == "torch":
+        real_import = builtins.__import__
+
+        def no_scipy(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name.startswith("scipy"):
+                raise ImportError(name)
+            return real_import(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_scipy)
+    else:
+        pytest.importorskip("scipy")
+    return str(request.param)
+
+
+def test_spd_inverse_overwrites_its_buffer(backend: str) -> None:
+    matrix = spd(1100, 0)  # more than two panels, so the mirroring crosses panels
+    buffer = matrix.copy()
+    inverse, diag = spd_inverse(buffer)
+    assert inverse is not None and np.shares_memory(inverse, buffer)
+    assert inverse.flags.c_contiguous
+    np.testing.assert_allclose(inverse, np.linalg.inv(matrix), rtol=1e-9, atol=1e-10)
+    np.testing.assert_array_equal(inverse, inverse.T)
+    np.testing.assert_allclose(diag, np.diag(np.linalg.cholesky(matrix)), rtol=1e-12)
+
+
+def test_spd_inverse_of_an_indefinite_matrix_is_none(backend: str) -> None:
+    matrix = spd(50, 1)
+    matrix[7, 7] = -1.0
+    inverse, _ = spd_inverse(matrix)
+    assert inverse is None
+
+
+def test_row_quadratics_over_column_runs_equal_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(symmetric_kernels, "PANEL", 64)  # several panels per run
+    cov = spd(400, 2)
+    cols = np.r_[np.arange(150, 300), np.arange(10, 40), np.arange(320, 400), [5]]
+    assert column_runs(cols) == [(0, 150, 150), (150, 30, 10), (180, 80, 320), (260, 1, 5)]
+    op = np.random.default_rng(3).normal(size=(9, cols.size))
+    expected = np.einsum("ij,jk,ik->i", op, cov[np.ix_(cols, cols)], op)
+    got = row_quadratics(torch.from_numpy(op), torch.from_numpy(cov), cols).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
