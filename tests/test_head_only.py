@@ -160,6 +160,7 @@ def test_head_on_cached_states_gives_the_full_models_logits(bert_dir: Path) -> N
         (["--head-only", "--from", "{bert}", "--vocab-size", "100"], ["--vocab-size", "does not"]),
         (["--head-only", "--from", "/no/such/dir"], ["/no/such/dir", "does not exist"]),
         ([], ["--vocab-size is needed"]),
+        (["--vocab-size", "100", "--max-examples", "5"], ["--max-examples applies to a head-only"]),
     ],
 )
 def test_bad_head_only_inputs_exit_2_naming_the_culprit(

@@ -10,9 +10,16 @@ LANGUAGES = ("en", "fr", "es")
 
 @dataclass(frozen=True)
 class DemoPlan:
+    """Sizes of one demo run. ``head_*``: the second English teacher, a packaged pre-trained
+    encoder (``head_encoder``) with a masked-LM head fitted for ``head_steps`` on its states at
+    the first ``head_examples`` English training examples (``pretrain --head-only``)."""
+
     docs_per_language: int
     teacher_vocab: int
     teacher_steps: int
+    head_encoder: str
+    head_examples: int
+    head_steps: int
     student_steps: int
     hidden_size: int
     layers: int
@@ -29,6 +36,9 @@ FULL = DemoPlan(
     docs_per_language=5000,
     teacher_vocab=3000,
     teacher_steps=1500,
+    head_encoder="package:minilm",
+    head_examples=2000,
+    head_steps=300,
     student_steps=2000,
     hidden_size=128,
     layers=2,
@@ -41,6 +51,9 @@ QUICK = DemoPlan(
     docs_per_language=1500,
     teacher_vocab=2000,
     teacher_steps=120,
+    head_encoder="package:minilm",
+    head_examples=300,
+    head_steps=40,
     student_steps=150,
     hidden_size=64,
     layers=2,
