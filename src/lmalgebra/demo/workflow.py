@@ -114,7 +114,7 @@ def fit_head_teacher(out: Path, corpus: Path, plan: DemoPlan, progress: bool) ->
         training = TrainingSpec(
             steps=plan.head_steps,
             batch_size=plan.batch_size,
-            lr=2e-3,
+            lr=5e-3,
             warmup_steps=plan.head_steps // 10,
             gold_only=True,
             checkpoint_every=max(1, plan.head_steps // 2),

@@ -284,7 +284,8 @@ def evaluate_run(
         for teacher in teachers_of[lang]:
             if teacher not in teachers:
                 teachers[teacher] = _load_teacher(run_dir, recipe["teachers"][teacher], teacher)
-            scores += _pair_scores(run_dir, (lang, teacher), teachers[teacher], vocab, models)
+            pair = (lang, teacher)
+            scores += _pair_scores(run_dir, pair, teachers[teacher], vocab, models, batch_size)
     deviations = {name: rdt(scores, name) for name in students}
     for name in students:
         mine = [s for s in scores if s.model in (name, s.teacher)]
