@@ -47,6 +47,7 @@ def test_quick_demo_runs_every_stage_and_writes_one_report(tmp_path: Path) -> No
         "teacher-en",
         "teacher-fr",
         "teacher-es",
+        "teacher-en-head",  # package:minilm, frozen, with a fitted masked-LM head
         "sm3-distilled",
         "sm2-gold",
         "sm1-gold",
@@ -56,3 +57,5 @@ def test_quick_demo_runs_every_stage_and_writes_one_report(tmp_path: Path) -> No
     for name in ("sm3-distilled", "sm2-gold"):
         assert (out / "merge" / name / "model" / "config.json").is_file()
     assert (out / "merge" / "evaluation" / "scores.csv").is_file()
+    head = json.loads((out / "teachers" / "teacher-en-head" / "lmalgebra.json").read_text())
+    assert head["kind"] == "head-only-teacher" and head["encoder"]["reference"] == "package:minilm"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from hostile_helpers import assert_one_line, run_cli
@@ -21,13 +22,16 @@ from lmalgebra.distill.head_only import (
     encoder_replaced,
     encoder_with_new_head,
     masked_states,
+    pretrain_head,
 )
 from lmalgebra.distill.masking import TeacherMasker, pad_batch
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
+from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.masked_head import masked_logits
+from lmalgebra.train.run_fingerprint import CheckpointMismatchError
 from merge_fixtures import write_recipe
 from tiny import documents
 
@@ -160,6 +164,7 @@ def test_head_on_cached_states_gives_the_full_models_logits(bert_dir: Path) -> N
         (["--head-only", "--from", "{bert}", "--vocab-size", "100"], ["--vocab-size", "does not"]),
         (["--head-only", "--from", "/no/such/dir"], ["/no/such/dir", "does not exist"]),
         ([], ["--vocab-size is needed"]),
+        (["--vocab-size", "100", "--max-examples", "5"], ["--max-examples applies to a head-only"]),
     ],
 )
 def test_bad_head_only_inputs_exit_2_naming_the_culprit(
@@ -178,3 +183,23 @@ def test_bad_head_only_inputs_exit_2_naming_the_culprit(
     code, stderr = run_cli(args, monkeypatch, capsys)
     assert_one_line(code, stderr, needles)
     assert not (out / "lmalgebra.json").exists()
+
+
+def test_a_second_run_resumes_from_the_checkpoints_and_refuses_other_inputs(
+    bert_dir: Path, corpus: Path, tmp_path: Path
+) -> None:
+    """Checkpoints hold the head (the stand-in encoder has no weights) and load back into it."""
+    out = tmp_path / "teacher"
+    spec = CorpusSpec(paths=[str(corpus)])
+    training = TrainingSpec(steps=4, batch_size=4, warmup_steps=0, checkpoint_every=2)
+    pretrain_head(spec, "xx", str(bert_dir), out, training, 48, progress=False)
+    first = load_file(str(out / "model.safetensors"))
+    checkpoint = load_file(
+        str(out / "training" / "checkpoints" / "step-0000004" / "model.safetensors")
+    )
+    assert not any(k.startswith("bert.") for k in checkpoint)
+    pretrain_head(spec, "xx", str(bert_dir), out, training, 48, progress=False)  # nothing to do
+    again = load_file(str(out / "model.safetensors"))
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    with pytest.raises(CheckpointMismatchError, match="the corpus changed"):
+        pretrain_head(spec, "xx", str(bert_dir), out, training, 48, max_examples=10, progress=False)

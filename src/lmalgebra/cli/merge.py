@@ -187,6 +187,9 @@ def pretrain(
     max_examples: Annotated[
         int | None, typer.Option(help="With --head-only: fit on the first N training examples.")
     ] = None,
+    trust_remote_code: Annotated[
+        bool, typer.Option(help="With --head-only: allow the encoder's own code to run.")
+    ] = False,
     text_column: Annotated[str, typer.Option(help="Text field of structured corpora.")] = "text",
     steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 1000,
     batch_size: Annotated[int, typer.Option(help="Examples per batch.")] = 32,
@@ -222,7 +225,9 @@ def pretrain(
     from lmalgebra.sources.corpus import CorpusSpec
 
     scratch = {"hidden_size": hidden_size, "num_layers": num_layers, "num_heads": num_heads}
-    _check_pretrain_mode(head_only, from_model, vocab_size, lowercase, max_examples, scratch)
+    head_flags = {"--from": from_model is not None, "--max-examples": max_examples is not None}
+    head_flags["--trust-remote-code"] = trust_remote_code
+    _check_pretrain_mode(head_only, head_flags, vocab_size, lowercase, scratch)
     sizes = {
         "hidden_size": hidden_size,
         "num_layers": num_layers,
@@ -264,12 +269,16 @@ def pretrain(
         return
     if head_only:
         from lmalgebra.distill.head_only import pretrain_head
+        from lmalgebra.sources.models import ModelRef
 
         assert from_model is not None  # checked above
+        encoder = ModelRef.parse(from_model).model_copy(
+            update={"trust_remote_code": trust_remote_code}
+        )
         target = pretrain_head(
             spec,
             lang,
-            from_model,
+            encoder,
             out,
             training,
             example_length,
@@ -299,24 +308,24 @@ def pretrain(
 
 def _check_pretrain_mode(
     head_only: bool,
-    from_model: str | None,
+    head_flags: dict[str, bool],
     vocab_size: int | None,
     lowercase: bool,
-    max_examples: int | None,
     scratch: dict[str, int],
 ) -> None:
-    """Refuse an option of one kind of pre-training given to the other, naming it."""
+    """Refuse an option of one kind of pre-training given to the other, naming it
+    (``head_flags``: whether each option of head-only teachers was given)."""
     if not head_only:
-        if from_model is not None or max_examples is not None:
-            flag = "--from" if from_model is not None else "--max-examples"
-            raise UserInputError(f"{flag} applies to a head-only teacher: add --head-only")
+        given = [flag for flag, on in head_flags.items() if on]
+        if given:
+            raise UserInputError(f"{given[0]} applies to a head-only teacher: add --head-only")
         if vocab_size is None:
             raise UserInputError(
                 "--vocab-size is needed to pre-train from scratch "
                 "(or fit a head on an existing encoder: --head-only --from MODEL)"
             )
         return
-    if from_model is None:
+    if not head_flags["--from"]:
         raise UserInputError(
             "--head-only needs --from MODEL: the encoder to fit a head on "
             "(a directory, package:NAME or hub id)"

@@ -12,9 +12,16 @@ LANGUAGES = ("en", "fr", "es")
 
 @dataclass(frozen=True)
 class DemoPlan:
+    """Sizes of one demo run. ``head_*``: the second English teacher, a packaged pre-trained
+    encoder (``head_encoder``) with a masked-LM head fitted for ``head_steps`` on its states at
+    the first ``head_examples`` English training examples (``pretrain --head-only``)."""
+
     docs_per_language: int
     teacher_vocab: int
     teacher_steps: int
+    head_encoder: str
+    head_examples: int
+    head_steps: int
     student_steps: int
     hidden_size: int
     layers: int
@@ -30,8 +37,11 @@ class DemoPlan:
 FULL = DemoPlan(
     docs_per_language=5000,
     teacher_vocab=3000,
-    teacher_steps=1500,
-    student_steps=2000,
+    teacher_steps=1000,
+    head_encoder="package:minilm",
+    head_examples=2000,
+    head_steps=300,
+    student_steps=1000,
     hidden_size=128,
     layers=2,
     example_length=64,
@@ -40,10 +50,13 @@ FULL = DemoPlan(
     lmd_spans=(2000, 400, 400),
 )
 QUICK = DemoPlan(
-    docs_per_language=1500,
+    docs_per_language=1000,
     teacher_vocab=2000,
     teacher_steps=120,
-    student_steps=150,
+    head_encoder="package:minilm",
+    head_examples=300,
+    head_steps=40,
+    student_steps=100,
     hidden_size=64,
     layers=2,
     example_length=48,

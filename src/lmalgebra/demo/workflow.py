@@ -1,7 +1,9 @@
 """The demo, step by step; every step is resumable, so an interrupted demo continues where it was.
 
 1. Corpora: Wikipedia leads in English, French and Spanish (packaged, no hub).
-2. One small teacher per language, each with its own WordPiece vocabulary (``pretrain``).
+2. One small teacher per language, each with its own WordPiece vocabulary (``pretrain``), and a
+   second English teacher with real pre-trained knowledge: a packaged encoder, frozen, with a
+   masked-LM head fitted here (``pretrain --head-only``).
 3. MergeDistill: store, union vocabulary, and three students with the same size and steps:
    SM3 distilled on the union vocabulary, SM2 gold-only on the union vocabulary, SM1 gold-only on
    the English teacher's vocabulary alone (MergeDistill table 5).
@@ -32,6 +34,7 @@ from lmalgebra.storage.output_paths import check_directory
 
 log = logging.getLogger(__name__)
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
+HEAD_TEACHER = "teacher-en-head"  # the plan's head_encoder with a fitted masked-LM head
 
 
 def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
@@ -100,26 +103,62 @@ def pretrain_teachers(
     return dirs
 
 
+def fit_head_teacher(out: Path, corpus: Path, plan: DemoPlan, progress: bool) -> Path:
+    """The second English teacher: ``plan.head_encoder`` with a masked-LM head fitted on it."""
+    from lmalgebra.distill.head_only import pretrain_head
+    from lmalgebra.sources.corpus import CorpusSpec
+    from lmalgebra.train.config import TrainingSpec
+
+    target = out / HEAD_TEACHER
+    if not (target / "lmalgebra.json").is_file():
+        log.info("fitting a masked-LM head on %s for English", plan.head_encoder)
+        training = TrainingSpec(
+            steps=plan.head_steps,
+            batch_size=plan.batch_size,
+            lr=5e-3,
+            warmup_steps=plan.head_steps // 10,
+            gold_only=True,
+            checkpoint_every=max(1, plan.head_steps // 2),
+        )
+        pretrain_head(
+            CorpusSpec(paths=[str(corpus)], doc_sep="line"),
+            "en",
+            plan.head_encoder,
+            target,
+            training,
+            plan.example_length,
+            0.05,
+            plan.head_examples,
+            progress,
+        )
+    return target
+
+
 def merge_recipe(
     out: Path,
     corpora: dict[str, Path],
     teachers: dict[str, Path],
     plan: DemoPlan,
     single_vocabulary: bool,
+    head_teacher: Path | None = None,
 ) -> MergeRecipe:
-    """The union-vocabulary recipe, or (SM1) every language tokenised by the English teacher."""
+    """The union-vocabulary recipe, or (SM1) every language tokenised by the English teacher;
+    ``head_teacher`` joins the English teachers."""
     names = {lang: "en" if single_vocabulary else lang for lang in LANGUAGES}
+    paths = {f"teacher-{n}": teachers[n] for n in sorted(set(names.values()))}
+    teachers_of = {lang: [f"teacher-{names[lang]}"] for lang in LANGUAGES}
+    if head_teacher is not None:
+        paths[HEAD_TEACHER] = head_teacher
+        teachers_of["en"].append(HEAD_TEACHER)
     data: dict[str, Any] = {
         "languages": {
             lang: {
                 "corpus": {"paths": [str(corpora[lang])], "doc_sep": "line"},
-                "teachers": [f"teacher-{names[lang]}"],
+                "teachers": teachers_of[lang],
             }
             for lang in LANGUAGES
         },
-        "teachers": {
-            f"teacher-{n}": {"path": str(teachers[n])} for n in sorted(set(names.values()))
-        },
+        "teachers": {name: {"path": str(path)} for name, path in paths.items()},
         "example_length": plan.example_length,
         "heldout_fraction": 0.05,
         "top_k": 8,
@@ -162,7 +201,10 @@ def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str,
     corpora = write_corpora(out / "data", plan)
     teachers = pretrain_teachers(out / "teachers", corpora, plan, progress)
     timings["pretrain teachers"] = time.perf_counter() - clock
-    union = merge_recipe(out / "merge", corpora, teachers, plan, single_vocabulary=False)
+    clock = time.perf_counter()
+    head = fit_head_teacher(out / "teachers", corpora["en"], plan, progress)
+    timings["fit the head-only teacher"] = time.perf_counter() - clock
+    union = merge_recipe(out / "merge", corpora, teachers, plan, False, head)
     single = merge_recipe(
         out / "merge-en-vocabulary", corpora, teachers, plan, single_vocabulary=True
     )

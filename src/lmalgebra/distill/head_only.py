@@ -27,6 +27,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.model_card import head_teacher_card, write_card
@@ -62,6 +63,8 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
     remote = ref.trust_remote_code
     try:
         config = AutoConfig.from_pretrained(directory, trust_remote_code=remote)
+        if getattr(config, "is_encoder_decoder", False):
+            raise ValueError(f"{config.model_type} is an encoder-decoder model")
         torch.manual_seed(seed)
         model = AutoModelForMaskedLM.from_config(config, trust_remote_code=remote)
     except Exception as err:
@@ -92,22 +95,29 @@ def trainable_names(model: Any) -> list[str]:
 
 @torch.no_grad()
 def masked_states(
-    encoder: Any, copies: Sequence[MaskedCopy], pad_id: int, batch_size: int = 32
+    encoder: Any,
+    copies: Sequence[MaskedCopy],
+    pad_id: int,
+    batch_size: int = 32,
+    progress: bool = False,
 ) -> torch.Tensor:
     """``(n_masked, hidden) float32``: the encoder's last hidden states at each copy's masked
     positions, copies in order, positions in order; batched by length."""
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
     parts: list[torch.Tensor | None] = [None] * len(copies)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        batch = pad_batch([copies[i] for i in chosen], pad_id)
-        hidden = encoder(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).last_hidden_state
-        picked = hidden[batch["rows"], batch["cols"]].float()
-        counts = [len(copies[i].positions) for i in chosen]
-        for i, rows in zip(chosen, picked.split(counts), strict=True):
-            parts[i] = rows
+    starts = range(0, len(order), batch_size)
+    with progress_bar("encoder states", len(starts), progress) as advance:
+        for start in starts:
+            chosen = order[start : start + batch_size]
+            batch = pad_batch([copies[i] for i in chosen], pad_id)
+            hidden = encoder(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+            ).last_hidden_state
+            picked = hidden[batch["rows"], batch["cols"]].float()
+            counts = [len(copies[i].positions) for i in chosen]
+            for i, rows in zip(chosen, picked.split(counts), strict=True):
+                parts[i] = rows
+            advance(1)
     return torch.cat([p for p in parts if p is not None])
 
 
@@ -191,6 +201,7 @@ def cached_source(
     example_length: int,
     training: TrainingSpec,
     language: str,
+    progress: bool = False,
 ) -> tuple[torch.Tensor, CachedBatches]:
     """The encoder's states ``(n_masked, hidden) float32`` under one seeded masking of every
     example (drawn from ``(example id, "head", seed)``, as a recipe draws a teacher's), and the
@@ -207,7 +218,7 @@ def cached_source(
         len(copies),
         counts.sum() * model.config.hidden_size * 4 / 2**20,
     )
-    states = masked_states(model.base_model, copies, tokenizer.pad_token_id or 0)
+    states = masked_states(model.base_model, copies, tokenizer.pad_token_id or 0, progress=progress)
     source = CachedBatches(
         offsets=np.concatenate([[0], np.cumsum(counts)]),
         labels=np.concatenate([c.labels for c in copies]),
@@ -258,7 +269,7 @@ def pretrain_head(
         "data": {**data, "heldout_fraction": heldout_fraction},
     }
     states, source = cached_source(
-        model, tokenizer, (ids, texts), example_length, training, language
+        model, tokenizer, (ids, texts), example_length, training, language, progress
     )
     spec = training.model_copy(update={"gold_only": True})
     with encoder_replaced(model, CachedEncoder(states)) as fitting:

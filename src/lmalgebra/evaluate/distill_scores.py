@@ -319,7 +319,9 @@ def evaluate_run(
             if teacher not in teachers:
                 teachers[teacher] = _load_teacher(run_dir, recipe["teachers"][teacher], teacher)
             comparable = is_comparable(lang, trained_on.get(teacher))
-            pair = _pair_scores(run_dir, (lang, teacher), teachers[teacher], vocab, models)
+            pair = _pair_scores(
+                run_dir, (lang, teacher), teachers[teacher], vocab, models, batch_size
+            )
             scores += [replace(score, comparable=comparable) for score in pair]
     deviations = {name: rdt(scores, name) for name in students}
     for name in students:
