@@ -38,6 +38,9 @@ from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 
 log = logging.getLogger(__name__)
+# what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
+# fails before producing anything in a run directory it created takes these back with it
+RUN_SCRATCH = ("recipe.yaml", ".hashes/*")
 
 
 def open_teachers(recipe: MergeRecipe) -> dict[str, Teacher]:
@@ -88,7 +91,7 @@ def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
     return ShardSet(recipe.output_dir / "topk" / lang / teacher.name, key)
 
 
-@holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir)
+@holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 @main_rank_only  # light work: one process writes it, the others wait
 def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
     """Examples per language, then each teacher's tokenised and masked copy of each example."""
@@ -193,7 +196,7 @@ def require(shards: ShardSet, command: str) -> None:
         )
 
 
-@holding_lock("merge teach", lambda recipe, **_: recipe.output_dir)
+@holding_lock("merge teach", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 def teach(recipe: MergeRecipe, progress: bool = True) -> None:
     """Offline teacher inference over every masked copy: top-k log-probs and per-example loss."""
     teachers = open_teachers(recipe)
@@ -241,7 +244,7 @@ def _write_topk(
     shards.finish(top_k=recipe.top_k, teacher_hashes=teacher.hashes)
 
 
-@holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir)
+@holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 @main_rank_only
 def vocab(recipe: MergeRecipe) -> None:
     """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
@@ -252,16 +255,16 @@ def vocab(recipe: MergeRecipe) -> None:
     stamp = vocab_stamp(recipe, teachers)
     if stamp.done():
         return
+    texts = {}
+    for lang in recipe.languages:  # read first: a missing stage is refused before any write
+        shards = examples_set(recipe, lang)
+        require(shards, "prepare")
+        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
     stamp.clear()
     tokenizers = {name: t.tokenizer for name, t in teachers.items()}
     union = build_union(tokenizers)
     union.save(out)
     report = union.report(tokenizers)
-    texts = {}
-    for lang in recipe.languages:
-        shards = examples_set(recipe, lang)
-        require(shards, "prepare")
-        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
     write_json_atomic(out / "report.json", report)
     stamp.mark()

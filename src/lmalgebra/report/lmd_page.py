@@ -35,7 +35,7 @@ from lmalgebra.lmd.run_schema import (
 from lmalgebra.report.page import Section, facts, image, note, section, table, write_page
 from lmalgebra.stats.clustering import cluster_order
 from lmalgebra.storage.csv_tables import read_table
-from lmalgebra.storage.output_paths import check_file
+from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
 SWEEP_TITLES = {
     "length": "Span length T",
@@ -217,6 +217,11 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     target = out if out is not None else run_dir / REPORT
     check_file(target, "report file")
     summary = read_summary(run_dir)
+    with tidy_on_failure(run_dir, target.parent):
+        return _write(run_dir, target, summary)
+
+
+def _write(run_dir: Path, target: Path, summary: dict[str, Any]) -> Path:
     figures = {p.stem: p for p in write_plots(run_dir)}
     config_path = run_dir / CONFIG
     config_text = read_text(config_path, "run file") if config_path.is_file() else ""
