@@ -18,6 +18,7 @@ import pandas as pd
 from lmalgebra.api.runtime import library_call
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.distill.dry_run import plan_merge
 from lmalgebra.distill.pipeline import STAGES as PIPELINE_STAGES
 from lmalgebra.distill.pipeline import Stage, run_stages
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
@@ -169,6 +170,30 @@ def merge(
     if "evaluate" in chosen:
         run.evaluate([name], languages)
     return run
+
+
+def merge_plan(
+    recipe: Any,
+    *,
+    gold_only: bool | None = None,
+    steps: int | None = None,
+    training: TrainingSpec | Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """What :func:`merge` would do with ``recipe``, found before anything runs; nothing is
+    written and no teacher weights are read (``lmalgebra merge ... --dry-run``).
+
+    One row per (language, teacher): ``examples`` (``heldout`` of them), input ``tokens`` and
+    ``masked_tokens`` of the teacher's copies, exactly as ``prepare`` makes them;
+    ``store_bytes``, the teacher store's shard files exactly as ``teach`` writes them; and
+    seconds per stage spent on the pair, ``prepare_s``, ``teach_s``, ``vocab_s``, ``train_s``,
+    ``evaluate_s`` (a column's sum is the stage's time): ``prepare`` and ``vocab`` timed doing
+    their work in memory, the others estimated (``lmalgebra.distill.time_estimate`` states the
+    model). ``gold_only``, ``steps``, ``training``: the student's training, as for :func:`merge`.
+    """
+    config = _recipe(recipe)
+    spec = _training(config, training, gold_only, steps)
+    with library_call():
+        return pd.DataFrame(plan_merge(config, spec))
 
 
 def _training(

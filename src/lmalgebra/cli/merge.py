@@ -19,6 +19,14 @@ app.add_typer(merge_app, name="merge")
 RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
 RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
 ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Print what the run would do (examples, masked tokens, teacher-store bytes, time "
+        "per stage) and stop: nothing is written, no teacher weights are read.",
+    ),
+]
 RestartOpt = Annotated[
     bool,
     typer.Option(
@@ -66,41 +74,93 @@ def merge_init(
     )
 
 
-def _run_stages(recipe: Path, stages: list[str], progress: bool) -> Any:
-    """``lmalgebra.merge`` on the recipe file: the ``MergeRun``."""
+def _run_stages(recipe: Path, stages: list[str], progress: bool, dry_run: bool) -> Any:
+    """``lmalgebra.merge`` on the recipe file: the ``MergeRun``; with ``dry_run``, its plan
+    printed instead (``None``)."""
     from lmalgebra.api.merge import merge
     from lmalgebra.distill.recipe import load_recipe
 
-    return merge(load_recipe(recipe), stages, progress=progress)
+    config = load_recipe(recipe)
+    if dry_run:
+        _print_plan(config, stages)
+        return None
+    return merge(config, stages, progress=progress)
 
 
 @merge_app.command("prepare")
-def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+def merge_prepare(
+    recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOpt = False
+) -> None:
     """Examples per language; each teacher's tokenised, masked copy of each example."""
-    run = _run_stages(recipe, ["prepare"], progress)
-    _stage_done("prepared", run, f"lmalgebra merge teach {recipe}")
+    run = _run_stages(recipe, ["prepare"], progress, dry_run)
+    if run is not None:
+        _stage_done("prepared", run, f"lmalgebra merge teach {recipe}")
 
 
 @merge_app.command("teach")
-def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+def merge_teach(
+    recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOpt = False
+) -> None:
     """Offline teacher inference: top-k log-probabilities at masked positions, per-example loss."""
-    run = _run_stages(recipe, ["teach"], progress)
-    _stage_done("teacher store complete", run, f"lmalgebra merge vocab {recipe}")
+    run = _run_stages(recipe, ["teach"], progress, dry_run)
+    if run is not None:
+        _stage_done("teacher store complete", run, f"lmalgebra merge vocab {recipe}")
 
 
 @merge_app.command("vocab")
-def merge_vocab(recipe: RecipeArg) -> None:
+def merge_vocab(recipe: RecipeArg, dry_run: DryRunOpt = False) -> None:
     """Union student vocabulary, teacher->student id maps and the student tokenizer."""
-    run = _run_stages(recipe, ["vocab"], False)
-    _stage_done("vocabulary complete", run, f"lmalgebra merge train {recipe}")
+    run = _run_stages(recipe, ["vocab"], False, dry_run)
+    if run is not None:
+        _stage_done("vocabulary complete", run, f"lmalgebra merge train {recipe}")
 
 
 @merge_app.command("run")
-def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+def merge_run(recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOpt = False) -> None:
     """prepare, teach and vocab in turn (each resumes where it stopped)."""
-    run = _run_stages(recipe, ["prepare", "teach", "vocab"], progress)
-    console.print(_inspect_table(run.inspect()))
-    console.print(f"next: lmalgebra merge train {recipe}")
+    run = _run_stages(recipe, ["prepare", "teach", "vocab"], progress, dry_run)
+    if run is not None:
+        console.print(_inspect_table(run.inspect()))
+        console.print(f"next: lmalgebra merge train {recipe}")
+
+
+def _print_plan(config: Any, stages: list[str], training: Any = None) -> None:
+    """The dry run: ``lmalgebra.api.merge.merge_plan`` as two tables, counts and times."""
+    from rich.table import Table
+
+    from lmalgebra.api.merge import merge_plan
+
+    plan = merge_plan(config, training=training)
+    counts = Table(title=f"Dry run of {config.output_dir}: nothing written")
+    for column in ("language", "teacher", "examples", "held out", "tokens", "masked", "store"):
+        counts.add_column(column, justify="left" if column in ("language", "teacher") else "right")
+    totals = plan.sum(numeric_only=True)
+    for row in [*plan.to_dict("records"), {"language": "[bold]total", "teacher": "", **totals}]:
+        numbers = [f"{int(row[k]):,}" for k in ("examples", "heldout", "tokens", "masked_tokens")]
+        counts.add_row(row["language"], row["teacher"], *numbers, _bytes(row["store_bytes"]))
+    counts.caption = "store: the teacher store's shard files (top-k ids and log-probabilities)"
+    console.print(counts)
+    times = Table(title="Time per stage (an estimate)")
+    for column in ("stage", "seconds", "this command", "from"):
+        times.add_column(column, justify="right" if column == "seconds" else "left")
+    for stage in ("prepare", "teach", "vocab", "train", "evaluate"):
+        how = "its work, timed here in memory" if stage in ("prepare", "vocab") else "FLOPs model"
+        runs = "runs" if stage in stages else ""
+        times.add_row(stage, f"{totals[f'{stage}_s']:,.2f}", runs, how)
+    times.caption = (
+        "FLOPs model: FLOPs over a matmul rate probed on this machine, plus per-layer overhead "
+        "and model loading (README: dry runs). File writes and process start-up not counted."
+    )
+    console.print(times)
+
+
+def _bytes(count: float) -> str:
+    """``18.0 KiB``: a byte count in binary units."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while count >= 1024 and power < len(units) - 1:
+        count, power = count / 1024, power + 1
+    return f"{count:,.0f} B" if power == 0 else f"{count:,.1f} {units[power]}"
 
 
 TRAINING_FLAGS = config_flags(
@@ -120,6 +180,7 @@ def merge_train(
     name: Annotated[str, typer.Option(help="Run subdirectory for this student.")] = "student",
     progress: ProgressOpt = True,
     restart: RestartOpt = False,
+    dry_run: DryRunOpt = False,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -135,6 +196,9 @@ def merge_train(
     config = load_recipe(recipe)
     settings = {**config.training.model_dump(), **overrides.get("training", {})}
     training = validate(TrainingSpec, settings, "command line")
+    if dry_run:
+        _print_plan(config, ["train"], training)
+        return
     run = merge(config, ["train"], name=name, training=training, restart=restart, progress=progress)
     console.print(f"student saved to [bold]{run.students[name]}[/bold]")
     console.print(f"next: lmalgebra merge evaluate {config.output_dir} --student {name}")

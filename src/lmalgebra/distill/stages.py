@@ -29,7 +29,7 @@ from lmalgebra.distill.examples import language_examples
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.teachers import Teacher, load_masked_lm, open_teacher
-from lmalgebra.distill.topk import masked_topk
+from lmalgebra.distill.topk import TeacherOutput, masked_topk
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
@@ -230,18 +230,21 @@ def _write_topk(
                     teacher.tokenizer.pad_token_id or 0,
                     recipe.batch_size,
                 )
-                table = pa.table(
-                    {
-                        "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
-                        "topk_logprobs": list_column(
-                            [o.topk_logprobs for o in outputs], np.float16
-                        ),
-                        "loss": pa.array(np.array([o.loss for o in outputs], dtype=np.float32)),
-                    }
-                )
-                shards.write(index, table)
+                shards.write(index, topk_table(outputs, dtype))
             advance(1)
     shards.finish(top_k=recipe.top_k, teacher_hashes=teacher.hashes)
+
+
+def topk_table(outputs: list[TeacherOutput], dtype: np.dtype) -> pa.Table:
+    """A ``topk/`` shard: per copy its masked positions' top-k ids (``dtype``, the narrowest that
+    holds the teacher's ids) and log-probabilities (float16), and its loss (float32)."""
+    return pa.table(
+        {
+            "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
+            "topk_logprobs": list_column([o.topk_logprobs for o in outputs], np.float16),
+            "loss": pa.array(np.array([o.loss for o in outputs], dtype=np.float32)),
+        }
+    )
 
 
 @holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)

@@ -39,7 +39,18 @@ class ArrowTables:
     suffix = ".arrow"
 
     def save(self, path: Path, payload: pa.Table) -> None:
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, payload.schema) as writer:
+        with pa.OSFile(str(path), "wb") as sink:
+            self._write(sink, payload)
+
+    def size(self, payload: pa.Table) -> int:
+        """The bytes ``save`` writes for ``payload`` (written to memory, not to a file)."""
+        sink = pa.BufferOutputStream()
+        self._write(sink, payload)
+        return int(sink.getvalue().size)
+
+    @staticmethod
+    def _write(sink: Any, payload: pa.Table) -> None:
+        with pa.ipc.new_file(sink, payload.schema) as writer:
             writer.write_table(payload)
 
     def load(self, path: Path, record: dict[str, Any]) -> pa.Table:
