@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_call
 from lmalgebra.core.errors import UserInputError
@@ -25,6 +23,9 @@ from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run_inspect import inspect_run, verify_run
 from lmalgebra.evaluate.distill_scores import Score, evaluate_students, markdown
 from lmalgebra.train.config import TrainingSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
 RECIPE_COPY = "recipe.yaml"  # the recipe as validated, in every run directory
@@ -99,12 +100,16 @@ class MergeRun:
 
 def score_frame(scores: Sequence[Score]) -> pd.DataFrame:
     """Scores as a DataFrame, the columns of ``scores.csv``."""
+    import pandas as pd  # here, not at import: the stage commands need no DataFrame
+
     columns = list(Score.__dataclass_fields__)
     return pd.DataFrame([asdict(s) for s in scores], columns=columns)
 
 
 def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     """RDT per student (rows) and language (columns, then ``average``), as ``rdt.csv``."""
+    import pandas as pd
+
     table = pd.DataFrame.from_dict({k: dict(v) for k, v in deviations.items()}, orient="index")
     table.index.name = "student"
     return table
@@ -190,6 +195,8 @@ def merge_plan(
     their work in memory, the others estimated (``lmalgebra.distill.time_estimate`` states the
     model). ``gold_only``, ``steps``, ``training``: the student's training, as for :func:`merge`.
     """
+    import pandas as pd
+
     config = _recipe(recipe)
     spec = _training(config, training, gold_only, steps)
     with library_call():
