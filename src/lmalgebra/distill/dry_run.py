@@ -96,7 +96,7 @@ def plan_merge(recipe: MergeRecipe, training: TrainingSpec | None = None) -> lis
         load = teacher.shape.load_seconds / share
         pair.seconds["teach"] = load + _teach_seconds(recipe, pair, teacher.shape, cpu)
     student = _vocab(recipe, teachers, texts, pairs)
-    _train(recipe, spec, pairs, student)
+    _train(recipe, spec, pairs, student, cpu)
     for pair in pairs:
         batches = _batches(pair, np.flatnonzero(pair.heldout), EVALUATE_BATCH, sort=False)
         load = student.load_seconds / len(pairs)
@@ -119,22 +119,24 @@ def _open(recipe: MergeRecipe, name: str) -> _Teacher:
 def _mask(
     recipe: MergeRecipe, lang: str, name: str, teacher: _Teacher, examples: list[Any]
 ) -> PairPlan:
-    """The pair's copies made as ``prepare`` makes them; their sizes and the store's bytes."""
-    clock = time.perf_counter()
+    """The pair's copies made as ``prepare`` makes them, shard by shard (one shard's copies in
+    memory at a time); their sizes and the store's bytes."""
     masker = TeacherMasker(name, teacher.tokenizer, recipe.masking, recipe.example_length)
-    copies = [masker(e.id, e.text) for e in examples]
-    lengths = np.array([c.input_ids.size for c in copies], dtype=np.int64)
-    masked = np.array([c.positions.size for c in copies], dtype=np.int64)
-    heldout = np.array([e.heldout for e in examples], dtype=bool)
-    seconds = time.perf_counter() - clock
     k = min(recipe.top_k, teacher.shape.vocab)  # ``masked_topk`` keeps at most the vocabulary
     dtype = id_dtype(len(teacher.tokenizer))
-    store = 0
-    for start in range(0, len(copies), recipe.shard_rows):
-        part = masked[start : start + recipe.shard_rows]
-        zeros = [TeacherOutput(np.zeros((m, k), np.int64), np.zeros((m, k)), 0.0) for m in part]
+    sizes: list[tuple[int, int]] = []  # (tokens, masked tokens) per copy
+    seconds, store = 0.0, 0
+    for start in range(0, len(examples), recipe.shard_rows):
+        clock = time.perf_counter()
+        copies = [masker(e.id, e.text) for e in examples[start : start + recipe.shard_rows]]
+        seconds += time.perf_counter() - clock
+        sizes += [(c.input_ids.size, c.positions.size) for c in copies]
+        shape = [(c.positions.size, k) for c in copies]
+        zeros = [TeacherOutput(np.zeros(s, np.int64), np.zeros(s), 0.0) for s in shape]
         store += ARROW_TABLES.size(topk_table(zeros, dtype))
-    pair = PairPlan(lang, name, lengths, masked, heldout, store)
+    heldout = np.array([e.heldout for e in examples], dtype=bool)
+    counts = np.array(sizes, dtype=np.int64).reshape(-1, 2)
+    pair = PairPlan(lang, name, counts[:, 0], counts[:, 1], heldout, store)
     pair.seconds["prepare"] = seconds
     return pair
 
@@ -188,10 +190,11 @@ def _vocab(
 
 
 def _train(
-    recipe: MergeRecipe, spec: TrainingSpec, pairs: list[PairPlan], student: ModelShape
+    recipe: MergeRecipe, spec: TrainingSpec, pairs: list[PairPlan], student: ModelShape, cpu: Speed
 ) -> None:
     """Student training: batches drawn as ``StoreBatches`` draws them (languages by
-    ``n^sampling_exponent``, then a training copy uniformly), time split by each pair's tokens."""
+    ``n^sampling_exponent``, then a training copy uniformly), time split by each pair's tokens;
+    timed on the device Accelerate trains on."""
     import torch
 
     rng = np.random.default_rng(spec.seed)
@@ -201,24 +204,20 @@ def _train(
     probabilities = language_probabilities(counts, spec.sampling_exponent)
     micro = spec.steps * spec.grad_accum
     drawn, tokens = [], {id(p): 0 for p in pairs}
+    training_rows = {id(p): np.flatnonzero(~p.heldout) for p in pairs}
     for _ in range(min(micro, _SAMPLED_BATCHES)):
         picks = rng.choice(len(langs), size=spec.batch_size, p=[probabilities[x] for x in langs])
         width = masked = 0
         for k in picks:
             pool = pools[langs[k]]
             pair = pool[rng.integers(len(pool))]  # ``best`` keeps one copy: same odds per teacher
-            row = rng.choice(np.flatnonzero(~pair.heldout))
+            row = rng.choice(training_rows[id(pair)])
             width, masked = max(width, int(pair.lengths[row])), masked + int(pair.masked[row])
             tokens[id(pair)] += int(pair.lengths[row])
         drawn.append((spec.batch_size, width, masked))
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # where Accelerate trains
-    sampled = measure_speed(device).batch_seconds(student, drawn, training=True)
+    speed = measure_speed("cuda") if torch.cuda.is_available() else cpu  # as Accelerate picks
+    sampled = speed.batch_seconds(student, drawn, training=True)
     total = sampled * micro / max(len(drawn), 1) + student.load_seconds  # building the student
     seen = max(sum(tokens.values()), 1)
     for pair in pairs:
         pair.seconds["train"] = total * tokens[id(pair)] / seen
-
-
-def stage_totals(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Estimated seconds per stage: the sums of the rows' ``<stage>_s`` columns."""
-    return {stage: float(sum(r[f"{stage}_s"] for r in rows)) for stage in STAGES}
