@@ -290,3 +290,15 @@ def test_scratch_goes_only_when_it_is_all_that_was_written(tmp_path: Path) -> No
         (run / "shard-00000.arrow").write_bytes(b"finished work")
         raise RuntimeError("late failure")
     assert tree(run) == {"recipe.yaml", "shard-00000.arrow"}  # empty memo/ went, work stayed
+
+
+def test_a_file_outputs_directory_is_not_listed_only_its_missing_parents_go(
+    tmp_path: Path,
+) -> None:
+    here = tmp_path / "work"  # the user's working directory, say: never listed, never touched
+    (here / "project" / "empty").mkdir(parents=True)
+    with pytest.raises(RuntimeError), tidy_on_failure(here, here / "new" / "dir", deep=False):
+        (here / "new" / "dir").mkdir(parents=True)
+        (here / "made-by-someone").mkdir()  # not the block's to take back: it writes files only
+        raise RuntimeError("disk full")
+    assert tree(here) == {"project", "project/empty", "made-by-someone"}

@@ -77,6 +77,6 @@ def write_starter(path: Path, force: bool = False) -> Path:
     if path.exists() and not force:
         raise UserInputError(f"{path} exists; choose another name or pass --force to replace it")
     check_file(path, "recipe file")
-    with tidy_on_failure(path.parent):
+    with tidy_on_failure(path.parent, deep=False):
         write_text_atomic(path, STARTER)
     return path

@@ -176,7 +176,7 @@ def export_spans(plan: RunSpans, out: Path) -> Path:
                     row += 1
 
     digest_path = _digest_path(out)
-    with tidy_on_failure(out.parent):
+    with tidy_on_failure(out.parent, deep=False):
         write_atomic(out, write)
         write_text_atomic(digest_path, plan.order_digest + "\n")
     return digest_path

@@ -217,7 +217,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     target = out if out is not None else run_dir / REPORT
     check_file(target, "report file")
     summary = read_summary(run_dir)
-    with tidy_on_failure(run_dir, target.parent):
+    with tidy_on_failure(run_dir), tidy_on_failure(target.parent, deep=False):
         return _write(run_dir, target, summary)
 
 

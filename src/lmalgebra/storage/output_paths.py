@@ -139,17 +139,22 @@ class Snapshot:
             if path.exists() or path.is_symlink():
                 break
             self.created = path
-        self.paths: set[Path] = set()
+        self.paths: set[Path] | None = set()  # None: not listed (``scan(deep=False)``)
 
-    def scan(self) -> Snapshot:
-        """Record what is below ``root`` now (call it while no one else writes there)."""
-        self.paths = set(_walk(self.root)) if self.root.is_dir() else set()
+    def scan(self, deep: bool = True) -> Snapshot:
+        """Record what is below ``root`` now (call it while no one else writes there).
+
+        ``deep=False`` when the command writes only files into an existing ``root`` (a report
+        into the working directory): nothing is listed, and nothing below it is ever touched.
+        """
+        exists = self.root.is_dir()
+        self.paths = set(_walk(self.root)) if exists and deep else set() if not exists else None
         return self
 
     def tidy(self, scratch: Sequence[str]) -> None:
         """Remove the new files matching ``scratch`` when they are all the command added below
         ``root``; then every new directory left empty, deepest first."""
-        if not self.root.is_dir():
+        if not self.root.is_dir() or self.paths is None:
             return
         new = [p for p in _walk(self.root) if p not in self.paths]
         files = [p for p in new if not (self.root / p).is_dir() and p.name != LOCK_NAME]
@@ -179,7 +184,7 @@ def _matches(path: Path, patterns: Sequence[str]) -> bool:
 
 @contextlib.contextmanager
 def tidy_on_failure(
-    *roots: Path, scratch: Sequence[str] = (), enabled: bool = True
+    *roots: Path, scratch: Sequence[str] = (), enabled: bool = True, deep: bool = True
 ) -> Iterator[None]:
     """Run a block that writes under ``roots``; if it fails, take back what it left without output.
 
@@ -189,13 +194,16 @@ def tidy_on_failure(
             of the recipe, memoised hashes); new ones are removed when they are all the block
             added under that root, so a run that failed before producing anything leaves nothing.
         enabled: ``False`` makes it a plain block (the ranks of a run other than the main one).
+        deep: ``False`` when the block writes files only, no directory, into the roots that exist
+            (the directory of an output file, which may be the user's working directory): those
+            are not listed, and only missing roots and parents are taken back.
 
     On any exception (Ctrl-C included) every directory the block created that is left empty is
     removed, the roots and their missing parents included. A file that was there before, or any
     new file not matching ``scratch`` (a finished shard, a checkpoint: work a rerun resumes),
     is never removed, and neither is the directory holding it.
     """
-    before = [Snapshot(root).scan() for root in roots] if enabled else []
+    before = [Snapshot(root).scan(deep) for root in roots] if enabled else []
     try:
         yield
     except BaseException:
