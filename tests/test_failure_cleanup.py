@@ -121,6 +121,9 @@ def demo(ctx: Context) -> list[str]:
         return {lang: out / f"teacher-{lang}" for lang in ("en", "fr", "es")}  # none trained
 
     ctx.monkeypatch.setattr(workflow, "pretrain_teachers", teachers)
+    ctx.monkeypatch.setattr(
+        workflow, "fit_head_teacher", lambda out, *a: out / workflow.HEAD_TEACHER
+    )
     _stop(ctx, workflow, "merge_and_train")  # once the merge directories are made
     return ["demo", "--quick", "--no-progress", "--out", str(ctx.tmp / "new" / "demo")]
 
