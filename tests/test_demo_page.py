@@ -121,7 +121,9 @@ def test_the_demo_page_reads_as_a_report(tmp_path: Path) -> None:
     assert not re.search(r"\d\.\d{4,}", text), re.findall(r".{40}\d\.\d{4,}.{10}", text)
     for dump in ("{", "}", "[", "]", "': ", "None", "True", "False", "nan"):
         assert dump not in text, dump
-    assert "1,500 documents per language" in text and "400 / 100 / 100 spans" in text
+    spans = " / ".join(str(n) for n in QUICK.lmd_spans)
+    assert f"{QUICK.docs_per_language:,} documents per language" in text
+    assert f"{spans} spans" in text
     assert (
         '<b>1. Student within 5% RDT of each teacher</b>: <span class="yes">reproduced</span>. '
         "RDT of SM3 en +20.0%, es +20.0%, fr +20.0%.</p>"
