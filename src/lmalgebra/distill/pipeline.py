@@ -20,7 +20,8 @@ from lmalgebra.train.config import TrainingSpec
 Stage = Literal["prepare", "teach", "vocab", "train"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train")
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
-# a causal recipe has no union vocabulary: its vocab stage is skipped
+# a causal recipe has no union vocabulary: its vocab stage is skipped in a sequence of stages, and
+# refused (one clear line) when asked for alone
 
 
 def run_stages(
@@ -48,7 +49,7 @@ def run_stages(
         prepare(recipe, progress)
     if "teach" in stages:
         teach(recipe, progress)
-    if "vocab" in stages and recipe.objective == "masked":
+    if "vocab" in stages and (recipe.objective == "masked" or list(stages) == ["vocab"]):
         vocab(recipe)
     models: dict[str, Path] = {}
     if "train" in stages:
