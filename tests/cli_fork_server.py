@@ -28,9 +28,8 @@ import transformers.models.albert.modeling_albert
 import transformers.models.bert.modeling_bert
 import transformers.models.roberta.modeling_roberta  # noqa: F401
 
+import lmalgebra.api.merge  # what the merge commands call (stages, training, evaluation)
 import lmalgebra.cli
-import lmalgebra.distill.stages
-import lmalgebra.distill.train_student
 import lmalgebra.lmd.run
 
 

@@ -89,12 +89,12 @@ def decompose_config(
     monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
 ) -> Callable[..., DecomposeConfig]:
     """``lmalgebra decompose ARGS`` -> the config it would run."""
-    import lmalgebra.lmd.run
+    import lmalgebra.api.decompose
 
     def keep(config: DecomposeConfig, overwrite: bool = False) -> None:
         raise CapturedCallError(config)
 
-    monkeypatch.setattr(lmalgebra.lmd.run, "decompose", keep)
+    monkeypatch.setattr(lmalgebra.api.decompose, "decompose_recipe", keep)
 
     def run(*args: str) -> DecomposeConfig:
         with pytest.raises(CapturedCallError) as caught:
@@ -320,14 +320,14 @@ def test_spans_command_reads_the_same_flags(
 def test_merge_train_flags_override_the_recipe_training(
     monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    import lmalgebra.distill.train_student
+    import lmalgebra.distill.pipeline
 
     def keep(
         recipe: Any, name: str, training: TrainingSpec, progress: bool, restart: bool = False
     ) -> None:
         raise CapturedCallError(name, training, progress)
 
-    monkeypatch.setattr(lmalgebra.distill.train_student, "train_student", keep)
+    monkeypatch.setattr(lmalgebra.distill.pipeline, "train_student", keep)
     data = {
         "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t"]}},
         "teachers": {"t": {"path": "./teacher"}},

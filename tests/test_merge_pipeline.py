@@ -21,7 +21,9 @@ from lmalgebra.train.config import TrainingSpec
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     made: list[tuple[Any, ...]] = []
 
-    def train_student(recipe: MergeRecipe, name: str, training: TrainingSpec, progress: bool):
+    def train_student(
+        recipe: MergeRecipe, name: str, training: TrainingSpec, progress: bool, restart: bool
+    ):
         made.append(("train", name, training.gold_only, progress))
         return recipe.output_dir / name / "model"
 

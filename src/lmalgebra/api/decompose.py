@@ -1,4 +1,5 @@
-"""``decompose`` and ``spans``: Language Model Decomposition from Python.
+"""``decompose`` and ``spans``: Language Model Decomposition from Python; ``decompose_recipe``,
+what ``lmalgebra decompose`` runs.
 
 Both take the models as a mapping (name -> reference string, model object or array of
 embeddings) and the texts as a list of documents or a corpus path, plus the options of
@@ -21,7 +22,7 @@ from lmalgebra.api.runtime import library_call
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.config import DecomposeConfig, load_config
 from lmalgebra.lmd.given_models import GivenArrays
 from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.run import decompose as decompose_to_directory
@@ -131,12 +132,27 @@ def decompose(
             f"model {arrays[0]!r} is an array of embeddings of this run's spans; "
             "the span-length and language studies draw other spans"
         )
+    if out is not None:
+        return decompose_recipe(config, overwrite, inputs)
     with library_call():
-        if out is None:
-            check_directory(config.cache_dir, "cache directory")
-            return Decomposition.from_result(run_decomposition(config, inputs))
+        check_directory(config.cache_dir, "cache directory")
+        return Decomposition.from_result(run_decomposition(config, inputs))
+
+
+def decompose_recipe(
+    recipe: DecomposeConfig | str | Path, overwrite: bool = False, inputs: RunInputs | None = None
+) -> Decomposition:
+    """The decomposition a recipe describes, written to its ``out`` (``lmalgebra decompose``).
+
+    Args:
+        recipe: a validated ``DecomposeConfig`` or a YAML recipe path.
+        overwrite: replace a run of another configuration in ``out``.
+        inputs: documents and models given as Python objects (:func:`decompose`'s own).
+    """
+    config = recipe if isinstance(recipe, DecomposeConfig) else load_config(Path(recipe), {})
+    with library_call():
         result = decompose_to_directory(config, overwrite, inputs)
-        return Decomposition.from_result(result, config.out)
+    return Decomposition.from_result(result, config.out)
 
 
 def spans(

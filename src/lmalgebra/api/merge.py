@@ -1,9 +1,9 @@
 """``merge``: MergeDistill from Python: any sequence of stages in one call, evaluation as
-DataFrames.
+DataFrames; ``MergeRun.load`` for a run directory made earlier.
 
-The stages are those of ``lmalgebra merge``, run by the same functions (``distill.stages``,
-``distill.train_student``, ``evaluate.distill_scores``): each resumes where it stopped and writes
-the recipe's run directory, which is the product of a merge.
+Every ``lmalgebra merge`` command is a call of this module: the stages run through
+``distill.pipeline.run_stages`` and ``evaluate.distill_scores.evaluate_students``; each resumes
+where it stopped and writes the recipe's run directory, which is the product of a merge.
 """
 
 from __future__ import annotations
@@ -11,21 +11,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_call
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.distill import stages as distill_stages
+from lmalgebra.distill.dry_run import plan_merge
+from lmalgebra.distill.pipeline import STAGES as PIPELINE_STAGES
+from lmalgebra.distill.pipeline import Stage, run_stages
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
-from lmalgebra.distill.run_inspect import inspect_run
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.evaluate.distill_scores import Score, evaluate_run, write_evaluation
+from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.evaluate.distill_scores import Score, evaluate_students, markdown
 from lmalgebra.train.config import TrainingSpec
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
+RECIPE_COPY = "recipe.yaml"  # the recipe as validated, in every run directory
 
 
 class MergeRun:
@@ -41,6 +44,7 @@ class MergeRun:
         rdt: after ``evaluate``: RDT in percent (index ``student``; a column per language, then
             ``average``), positive when the student beats its teachers; comparable scores
             only (a language with none is NaN).
+        evaluation: after ``evaluate``: the evaluation as markdown (``evaluation.md``).
     """
 
     def __init__(self, recipe: MergeRecipe) -> None:
@@ -49,6 +53,22 @@ class MergeRun:
         self.students: dict[str, Path] = {}
         self.scores: pd.DataFrame | None = None
         self.rdt: pd.DataFrame | None = None
+        self.evaluation: str | None = None
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> MergeRun:
+        """The run in ``run_dir`` (from its ``recipe.yaml``), with the students saved there."""
+        directory = Path(run_dir)
+        path = directory / RECIPE_COPY
+        if not path.is_file():
+            raise UserInputError(
+                f"{directory} is not a merge run directory (no {RECIPE_COPY}): "
+                "run `lmalgebra merge prepare RECIPE` first"
+            )
+        run = cls(load_recipe(path).model_copy(update={"output_dir": directory}))
+        saved = sorted(directory.glob("*/model/lmalgebra.json"))
+        run.students = {p.parent.parent.name: p.parent for p in saved}
+        return run
 
     def evaluate(
         self, students: Sequence[str] | None = None, languages: Sequence[str] | None = None
@@ -57,17 +77,21 @@ class MergeRun:
         held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does."""
         names = list(students or self.students or ["student"])
         with library_call():
-            scores, deviations = evaluate_run(
+            scores, deviations = evaluate_students(
                 self.run_dir, names, list(languages) if languages else None
             )
-            write_evaluation(self.run_dir / "evaluation", scores, deviations)
         self.scores = score_frame(scores)
         self.rdt = rdt_frame(deviations)
+        self.evaluation = markdown(scores, deviations)
         return self
 
     def inspect(self) -> dict[str, Any]:
         """Counts, bytes per masked token and vocabulary overlap (``lmalgebra merge inspect``)."""
         return inspect_run(self.run_dir)
+
+    def verify(self) -> list[str]:
+        """Every missing, corrupt or incomplete file of the run, named (``merge verify``)."""
+        return verify_run(self.run_dir)
 
     def __repr__(self) -> str:
         done = f", students {', '.join(self.students)}" if self.students else ""
@@ -79,12 +103,16 @@ class MergeRun:
 
 def score_frame(scores: Sequence[Score]) -> pd.DataFrame:
     """Scores as a DataFrame, the columns of ``scores.csv``."""
+    import pandas as pd  # here, not at import: the stage commands need no DataFrame
+
     columns = list(Score.__dataclass_fields__)
     return pd.DataFrame([asdict(s) for s in scores], columns=columns)
 
 
 def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     """RDT per student (rows) and language (columns, then ``average``), as ``rdt.csv``."""
+    import pandas as pd
+
     table = pd.DataFrame.from_dict({k: dict(v) for k, v in deviations.items()}, orient="index")
     table.index.name = "student"
     return table
@@ -120,44 +148,76 @@ def merge(
     name: str = "student",
     gold_only: bool | None = None,
     steps: int | None = None,
+    training: TrainingSpec | Mapping[str, Any] | None = None,
+    restart: bool = False,
     languages: Sequence[str] | None = None,
     progress: bool = False,
 ) -> MergeRun:
-    """Run MergeDistill stages in the order given and return the run, evaluated if asked.
+    """Run MergeDistill stages in pipeline order and return the run, evaluated if asked.
 
     Args:
         recipe: a YAML recipe path, a mapping of its keys, or a ``MergeRecipe``.
-        stages: any of ``prepare``, ``teach``, ``vocab``, ``train``, ``evaluate`` (default all,
-            in that order); each resumes from what earlier calls left in the run directory.
+        stages: any of ``prepare``, ``teach``, ``vocab``, ``train``, ``evaluate`` (default all);
+            each resumes from what earlier calls left in the run directory.
         name: the student's subdirectory (``train``) and the student evaluated (``evaluate``).
         gold_only, steps: override ``training.gold_only`` / ``training.steps`` for ``train``.
+        training: the student's training settings, or a mapping of those that override the
+            recipe's (``lmalgebra merge train --training.KEY``); ``gold_only``/``steps`` on top.
+        restart: train from step 0, dropping the student's checkpoints.
         languages: evaluate only these languages.
         progress: progress bars (drawn only on a terminal).
     """
     config = recipe_of(recipe)
     run = MergeRun(config)
     chosen = _stages(stages)
+    students = {name: _training(config, training, gold_only, steps)} if "train" in chosen else None
     with library_call():
-        for stage in chosen:
-            if stage == "prepare":
-                distill_stages.prepare(config, progress)
-            elif stage == "teach":
-                distill_stages.teach(config, progress)
-            elif stage == "vocab":
-                distill_stages.vocab(config)
-            elif stage == "train":
-                run.students[name] = train_student(
-                    config, name, _training(config, gold_only, steps), progress
-                )
+        work: list[Stage] = [s for s in PIPELINE_STAGES if s in chosen]
+        run.students = run_stages(
+            config, work, students, progress, keep_saved=False, restart=restart
+        )
     if "evaluate" in chosen:
         run.evaluate([name], languages)
     return run
 
 
-def _training(config: MergeRecipe, gold_only: bool | None, steps: int | None) -> TrainingSpec:
-    update: dict[str, Any] = {}
+def merge_plan(
+    recipe: Any,
+    *,
+    gold_only: bool | None = None,
+    steps: int | None = None,
+    training: TrainingSpec | Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """What :func:`merge` would do with ``recipe``, found before anything runs; nothing is
+    written and no teacher weights are read (``lmalgebra merge ... --dry-run``).
+
+    One row per (language, teacher): ``examples`` (``heldout`` of them), input ``tokens`` and
+    ``masked_tokens`` of the teacher's copies, exactly as ``prepare`` makes them;
+    ``store_bytes``, the teacher store's shard files exactly as ``teach`` writes them; and
+    seconds per stage spent on the pair, ``prepare_s``, ``teach_s``, ``vocab_s``, ``train_s``,
+    ``evaluate_s`` (a column's sum is the stage's time): ``prepare`` and ``vocab`` timed doing
+    their work in memory, the others estimated (``lmalgebra.distill.time_estimate`` states the
+    model). ``gold_only``, ``steps``, ``training``: the student's training, as for :func:`merge`.
+    """
+    import pandas as pd
+
+    config = recipe_of(recipe)
+    spec = _training(config, training, gold_only, steps)
+    with library_call():
+        return pd.DataFrame(plan_merge(config, spec))
+
+
+def _training(
+    config: MergeRecipe,
+    training: TrainingSpec | Mapping[str, Any] | None,
+    gold_only: bool | None,
+    steps: int | None,
+) -> TrainingSpec:
+    base = training.model_dump() if isinstance(training, TrainingSpec) else {}
+    overrides = dict(training) if isinstance(training, Mapping) else {}
+    update: dict[str, Any] = {**(base or config.training.model_dump()), **overrides}
     if gold_only is not None:
         update["gold_only"] = gold_only
     if steps is not None:
         update["steps"] = steps
-    return validate(TrainingSpec, {**config.training.model_dump(), **update}, "merge()")
+    return validate(TrainingSpec, update, "merge()")

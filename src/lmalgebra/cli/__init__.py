@@ -1,8 +1,9 @@
 """Command line: parse, validate, call one library function per command.
 
-``app.py`` holds the application; ``lmd.py`` and ``merge.py`` register their commands on it,
-with flags that ``config_options.py`` generates from the configs; ``main`` turns errors into one
-line and an exit status.
+``app.py`` holds the application; ``lmd.py``, ``merge.py``, ``evaluate.py`` and ``assets.py``
+register their commands on it, with flags that ``config_options.py`` generates from the configs;
+each command calls one library function, the Python API's (``lmalgebra.api``) where there is
+one. ``main`` turns errors into one line and an exit status.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import lmalgebra.cli.assets
+import lmalgebra.cli.evaluate
 import lmalgebra.cli.lmd
 import lmalgebra.cli.merge
 import lmalgebra.cli.merge_bits

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
 from lmalgebra.cli.app import app, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
+from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig, load_config
 from lmalgebra.lmd.span_plan import SpanPlanSpec
 from lmalgebra.sources.models import ModelRef
@@ -74,18 +76,47 @@ def decompose(
     Every recipe key has a flag (--spans.length, --study.bootstrap); a flag given overrides the
     recipe, one not given keeps it (the defaults shown apply when the recipe does not set them).
     """
-    from lmalgebra.lmd.outputs import table
-    from lmalgebra.lmd.run import decompose as run
+    from lmalgebra.api.decompose import decompose_recipe
+    from lmalgebra.distributed import is_main
 
     for entry in overrides.get("models", []):
         entry["trust_remote_code"] = trust_remote_code
     config = load_config(recipe, overrides)
-    result = run(config, overwrite=overwrite)
-    from lmalgebra.distributed import is_main
-
+    result = decompose_recipe(config, overwrite)
     if is_main():  # one table, not one per process
-        console.print(table(result))
+        console.print(_group_table(result))
         console.print(f"outputs in [bold]{config.out}[/bold]")
+
+
+def _group_table(result: Any) -> Table:
+    """Group R^2 per model and split, plus tokens per span, of a ``Decomposition``."""
+    summary = result.summary
+    view = Table(title=f"Group R^2: each model from all the others ({result.run_dir})")
+    view.add_column("model")
+    for split in SPLITS:
+        view.add_column(f"{split} R^2", justify="right")
+    view.add_column("tokens/span", justify="right")
+    view.add_column("truncated", justify="right")
+    for target, r2 in summary["group_r2"].items():
+        view.add_row(
+            target,
+            *(f"{r2[s]:.3f}" for s in SPLITS),
+            f"{summary['tokens_per_span'][target]:.1f}",
+            str(summary["truncated_spans"][target]),
+        )
+    means = [summary["group_dependency"][s] for s in SPLITS]
+    view.add_row("[bold]mean (group dependency)", *(f"[bold]{m:.3f}" for m in means), "", "")
+    spans = ", ".join(f"{s} {summary['spans'].get(s, 0)}" for s in SPLITS)
+    lines = [f"spans: {spans}"]
+    single = summary.get("single_fit")
+    if single:
+        lines.append(
+            f"{single['target']} from {' + '.join(single['basis'])}: "
+            + ", ".join(f"{k} R^2 {v:.3f}" for k, v in single["r2"].items())
+        )
+    lines += [f"[yellow]warning:[/yellow] {w}" for w in summary.get("warnings", [])]
+    view.caption = "\n".join(lines)
+    return view
 
 
 @app.command()
@@ -103,7 +134,7 @@ def demo(
 ) -> None:
     """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
     from lmalgebra.demo.workflow import run_demo
-    from lmalgebra.report.demo_page import finding_lines, render
+    from lmalgebra.report.demo_page import finding_lines
 
     if causal:
         from lmalgebra.demo.causal_table import causal_markdown
@@ -114,9 +145,9 @@ def demo(
         console.print(f"table: [bold]{out / 'causal-demo.md'}[/bold] (and causal-demo.json)")
         return
     result = run_demo(out, quick=quick, progress=progress)
-    report = render(result, out)
     for title, verdict, evidence in finding_lines(result["findings"]):
         console.print(f"{title}: {verdict}. {evidence}", highlight=False, markup=False)
+    report = result["report"]
     console.print(f"report: [bold]{report}[/bold]; everything else under [bold]{out}[/bold]")
 
 
@@ -127,13 +158,11 @@ def demo_lmd(
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
 ) -> None:
     """Decompose the packaged real encoders on packaged Wikipedia text (no model hub needed)."""
+    from lmalgebra.api.decompose import decompose_recipe
     from lmalgebra.demo.packaged_lmd import demo_config
-    from lmalgebra.lmd.outputs import table
-    from lmalgebra.lmd.run import decompose as run
 
     config = demo_config(out, quick=quick, progress=progress)
-    result = run(config)
-    console.print(table(result))
+    console.print(_group_table(decompose_recipe(config)))
     console.print(f"outputs in [bold]{config.out}[/bold]")
 
 
@@ -162,10 +191,8 @@ def export_spans(
 
     Writes one JSON line per span (row, split, index, sha256, text) and the order digest.
     """
-    from lmalgebra.lmd.span_plan import draw_run_spans, load_span_config
-    from lmalgebra.lmd.span_plan import export_spans as export
+    from lmalgebra.lmd.span_plan import load_span_config, write_run_spans
 
-    plan = draw_run_spans(load_span_config(recipe, overrides))
-    digest = export(plan, out)
+    plan, digest = write_run_spans(load_span_config(recipe, overrides), out)
     counts = ", ".join(f"{s} {n}" for s, n in plan.counts.items())
     console.print(f"{out}: {counts} spans; order digest {plan.order_digest} in {digest}")

@@ -1,4 +1,4 @@
-"""Commands of MergeDistill (``lmalgebra merge ...``), teacher pre-training and UPOS evaluation."""
+"""Commands of MergeDistill (``lmalgebra merge ...``) and teacher pre-training."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ app.add_typer(merge_app, name="merge")
 RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
 RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
 ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run",
+        help="Print what the run would do (examples, masked tokens, teacher-store bytes, time "
+        "per stage) and stop: nothing is written, no teacher weights are read.",
+    ),
+]
 RestartOpt = Annotated[
     bool,
     typer.Option(
@@ -30,12 +38,11 @@ RestartOpt = Annotated[
 ]
 
 
-def _stage_done(what: str, run_dir: Path, next_command: str) -> None:
-    """One summary line of the run so far (examples, masked tokens, store size), and what next."""
-    from lmalgebra.distill.run_inspect import inspect_run
-
+def _stage_done(what: str, run: Any, next_command: str) -> None:
+    """One summary line of the ``MergeRun`` so far (examples, masked tokens, vocabulary), and
+    what next."""
     try:
-        report = inspect_run(run_dir)
+        report = run.inspect()
     except UserInputError:  # a store assembled by hand, without recipe.yaml: nothing to count
         console.print(f"{what}\nnext: {next_command}")
         return
@@ -71,57 +78,102 @@ def merge_init(
     )
 
 
-@merge_app.command("prepare")
-def merge_prepare(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
-    """Examples per language; each teacher's tokenised, masked copy of each example."""
-    from lmalgebra.distill import stages
+def _run_stages(recipe: Path, stages: list[str], progress: bool, dry_run: bool) -> Any:
+    """``lmalgebra.merge`` on the recipe file: the ``MergeRun``; with ``dry_run``, its plan
+    printed instead (``None``)."""
+    from lmalgebra.api.merge import merge
     from lmalgebra.distill.recipe import load_recipe
 
     config = load_recipe(recipe)
-    stages.prepare(config, progress)
-    _stage_done("prepared", config.output_dir, f"lmalgebra merge teach {recipe}")
+    if dry_run:
+        _print_plan(config, stages)
+        return None
+    return merge(config, stages, progress=progress)
+
+
+@merge_app.command("prepare")
+def merge_prepare(
+    recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOpt = False
+) -> None:
+    """Examples per language; each teacher's tokenised, masked copy of each example."""
+    run = _run_stages(recipe, ["prepare"], progress, dry_run)
+    if run is not None:
+        _stage_done("prepared", run, f"lmalgebra merge teach {recipe}")
 
 
 @merge_app.command("teach")
-def merge_teach(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+def merge_teach(
+    recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOpt = False
+) -> None:
     """Offline teacher inference: top-k log-probabilities at masked positions, per-example loss."""
-    from lmalgebra.distill import stages
-    from lmalgebra.distill.recipe import load_recipe
-
-    config = load_recipe(recipe)
-    stages.teach(config, progress)
-    after = f"lmalgebra merge vocab {recipe}"
-    if config.objective == "causal":  # no union vocabulary
-        after = f"lmalgebra merge inspect {config.output_dir}"
-    _stage_done("teacher store complete", config.output_dir, after)
+    run = _run_stages(recipe, ["teach"], progress, dry_run)
+    if run is not None:
+        after = f"lmalgebra merge vocab {recipe}"
+        if run.recipe.objective == "causal":  # no union vocabulary
+            after = f"lmalgebra merge inspect {run.run_dir}"
+        _stage_done("teacher store complete", run, after)
 
 
 @merge_app.command("vocab")
-def merge_vocab(recipe: RecipeArg) -> None:
+def merge_vocab(recipe: RecipeArg, dry_run: DryRunOpt = False) -> None:
     """Union student vocabulary, teacher->student id maps and the student tokenizer."""
-    from lmalgebra.distill import stages
-    from lmalgebra.distill.recipe import load_recipe
-
-    config = load_recipe(recipe)
-    stages.vocab(config)
-    _stage_done("vocabulary complete", config.output_dir, f"lmalgebra merge train {recipe}")
+    run = _run_stages(recipe, ["vocab"], False, dry_run)
+    if run is not None:
+        _stage_done("vocabulary complete", run, f"lmalgebra merge train {recipe}")
 
 
 @merge_app.command("run")
-def merge_run(recipe: RecipeArg, progress: ProgressOpt = True) -> None:
+def merge_run(recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOpt = False) -> None:
     """prepare, teach and vocab in turn (each resumes where it stopped)."""
-    from lmalgebra.distill.pipeline import STORE_STAGES, run_stages
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.distill.run_inspect import inspect_run
 
-    config = load_recipe(recipe)
-    run_stages(config, STORE_STAGES, progress=progress)
-    report = inspect_run(config.output_dir)
-    if config.objective == "causal":
-        console.print(causal_table(report))
+    causal = load_recipe(recipe).objective == "causal"  # no union vocabulary
+    stages = ["prepare", "teach"] if causal else ["prepare", "teach", "vocab"]
+    run = _run_stages(recipe, stages, progress, dry_run)
+    if run is None:
         return
-    console.print(_inspect_table(report))
+    report = run.inspect()
+    console.print(causal_table(report) if causal else _inspect_table(report))
     console.print(f"next: lmalgebra merge train {recipe}")
+
+
+def _print_plan(config: Any, stages: list[str], training: Any = None) -> None:
+    """The dry run: ``lmalgebra.api.merge.merge_plan`` as two tables, counts and times."""
+    from rich.table import Table
+
+    from lmalgebra.api.merge import merge_plan
+
+    plan = merge_plan(config, training=training)
+    counts = Table(title=f"Dry run of {config.output_dir}: nothing written")
+    for column in ("language", "teacher", "examples", "held out", "tokens", "masked", "store"):
+        counts.add_column(column, justify="left" if column in ("language", "teacher") else "right")
+    totals = plan.sum(numeric_only=True)
+    for row in [*plan.to_dict("records"), {"language": "[bold]total", "teacher": "", **totals}]:
+        numbers = [f"{int(row[k]):,}" for k in ("examples", "heldout", "tokens", "masked_tokens")]
+        counts.add_row(row["language"], row["teacher"], *numbers, _bytes(row["store_bytes"]))
+    counts.caption = "store: the teacher store's shard files (top-k ids and log-probabilities)"
+    console.print(counts)
+    times = Table(title="Time per stage (an estimate)")
+    for column in ("stage", "seconds", "this command", "from"):
+        times.add_column(column, justify="right" if column == "seconds" else "left")
+    for stage in ("prepare", "teach", "vocab", "train", "evaluate"):
+        how = "its work, timed here in memory" if stage in ("prepare", "vocab") else "FLOPs model"
+        runs = "runs" if stage in stages else ""
+        times.add_row(stage, f"{totals[f'{stage}_s']:,.2f}", runs, how)
+    times.caption = (
+        "FLOPs model: FLOPs over a matmul rate probed on this machine, plus per-layer overhead "
+        "and model loading (README: dry runs). File writes and process start-up not counted."
+    )
+    console.print(times)
+
+
+def _bytes(count: float) -> str:
+    """``18.0 KiB``: a byte count in binary units."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while count >= 1024 and power < len(units) - 1:
+        count, power = count / 1024, power + 1
+    return f"{count:,.0f} B" if power == 0 else f"{count:,.1f} {units[power]}"
 
 
 TRAINING_FLAGS = config_flags(
@@ -142,6 +194,7 @@ def merge_train(
     name: Annotated[str, typer.Option(help="Run subdirectory for this student.")] = "student",
     progress: ProgressOpt = True,
     restart: RestartOpt = False,
+    dry_run: DryRunOpt = False,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -150,15 +203,18 @@ def merge_train(
     A training flag overrides the recipe's training setting; one not given keeps the recipe's
     (the defaults shown apply when the recipe does not set them either).
     """
+    from lmalgebra.api.merge import merge
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.distill.train_student import train_student
 
     config = load_recipe(recipe)
     settings = {**config.training.model_dump(), **overrides.get("training", {})}
     training = validate(TrainingSpec, settings, "command line")
-    target = train_student(config, name, training, progress, restart)
-    console.print(f"student saved to [bold]{target}[/bold]")
+    if dry_run:
+        _print_plan(config, ["train"], training)
+        return
+    run = merge(config, ["train"], name=name, training=training, restart=restart, progress=progress)
+    console.print(f"student saved to [bold]{run.students[name]}[/bold]")
     console.print(f"next: lmalgebra merge evaluate {config.output_dir} --student {name}")
 
 
@@ -347,22 +403,20 @@ def merge_evaluate(
 ) -> None:
     """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students (causal
     runs: bits per byte of teachers and students, RDT on bits per byte, greedy continuations)."""
+    from lmalgebra.api.merge import MergeRun
     from lmalgebra.evaluate.causal_evaluation import (
         causal_markdown,
         evaluate_causal_run,
         is_causal_run,
     )
-    from lmalgebra.evaluate.distill_scores import evaluate_run, markdown, write_evaluation
 
     if is_causal_run(run_dir):
         rows, rdt, made = evaluate_causal_run(run_dir, student or ["student"], language)
         console.print(causal_markdown(rows, rdt, made), highlight=False)
         console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")
         return
-
-    scores, deviations = evaluate_run(run_dir, student or ["student"], language)
-    write_evaluation(run_dir / "evaluation", scores, deviations)
-    console.print(markdown(scores, deviations), highlight=False)
+    run = MergeRun.load(run_dir).evaluate(student or ["student"], language)
+    console.print(run.evaluation, highlight=False)
     console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")
 
 
@@ -373,9 +427,9 @@ def merge_inspect(
     """Counts, bytes per masked token and vocabulary overlap of a run."""
     import json
 
-    from lmalgebra.distill.run_inspect import inspect_run
+    from lmalgebra.api.merge import MergeRun
 
-    report = inspect_run(run_dir)
+    report = MergeRun.load(run_dir).inspect()
     if as_json:
         console.print_json(json.dumps(report))
     elif report["causal"]:
@@ -420,75 +474,9 @@ def _inspect_table(report: dict[str, Any]) -> Any:
 @merge_app.command("verify")
 def merge_verify(run_dir: RunDirArg) -> None:
     """Check every shard of a run against its manifest; exit 2 naming each bad shard."""
-    from lmalgebra.distill.run_inspect import verify_run
+    from lmalgebra.api.merge import MergeRun
 
-    problems = verify_run(run_dir)
+    problems = MergeRun.load(run_dir).verify()
     if problems:
         raise UserInputError("; ".join(problems))
     console.print(f"{run_dir}: every shard matches its manifest")
-
-
-@app.command("evaluate-pos")
-def evaluate_pos(
-    treebank: Annotated[
-        Path,
-        typer.Argument(help="Treebank directory: *-ud-{train,dev,test}.conllu or train/dev/test."),
-    ],
-    model: Annotated[
-        list[str], typer.Option(help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION]; repeatable.")
-    ],
-    mode: Annotated[
-        str, typer.Option(help="probe (frozen states) or finetune (whole encoder).")
-    ] = "probe",
-    layer: Annotated[int, typer.Option(help="Hidden layer (0 embeddings, -1 the last).")] = -1,
-    epochs: Annotated[int | None, typer.Option(help="Most epochs (probe 30, finetune 3).")] = None,
-    lr: Annotated[
-        float | None, typer.Option(help="Learning rate (probe 1e-2, finetune 5e-5).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 32,
-    max_train_sentences: Annotated[int | None, typer.Option(help="Seeded sample of train.")] = None,
-    max_eval_sentences: Annotated[int | None, typer.Option(help="First N of dev and test.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("pos-output"),
-    trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
-    progress: ProgressOpt = True,
-) -> None:
-    """UPOS tagging on a CoNLL-U treebank: test accuracy and macro-F1 of each model."""
-    from lmalgebra.evaluate.conllu import find_splits
-    from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_many
-    from lmalgebra.sources.models import ModelRef
-
-    if mode not in ("probe", "finetune"):
-        raise UserInputError(f"--mode must be probe or finetune, got {mode!r}")
-    refs = [
-        ModelRef.parse(m).model_copy(update={"trust_remote_code": trust_remote_code}) for m in model
-    ]
-    splits = find_splits(treebank)
-    options = PosOptions(
-        layer=layer,
-        epochs=epochs,
-        lr=lr,
-        batch_size=batch_size,
-        max_train_sentences=max_train_sentences,
-        max_eval_sentences=max_eval_sentences,
-        seed=seed,
-        progress=progress,
-    )
-    results = evaluate_many(
-        refs,
-        splits.train,
-        splits.dev,
-        splits.test,
-        mode,  # type: ignore[arg-type]
-        options,
-        out,
-    )
-    for r in results:
-        console.print(
-            f"{r.model}: accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f} "
-            f"(majority {r.majority_accuracy:.4f})",
-            highlight=False,
-        )
-    console.print(
-        f"outputs in [bold]{out}[/bold]: pos_results.csv, pos_results.md, pos_config.json"
-    )

@@ -28,9 +28,9 @@ from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan
 from lmalgebra.distill.pipeline import STAGES, run_stages
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run_inspect import inspect_run
-from lmalgebra.evaluate.distill_scores import Score, evaluate_run, write_evaluation
+from lmalgebra.evaluate.distill_scores import Score, evaluate_students
 from lmalgebra.sources.packaged import asset_path
-from lmalgebra.storage.output_paths import check_directory
+from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
@@ -194,8 +194,21 @@ def merge_and_train(recipe: MergeRecipe, students: dict[str, bool], progress: bo
 
 
 def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run every step; returns the numbers the report shows (also written to ``demo.json``)."""
+    """Run every step and write ``out/report.html``; returns the numbers the report shows (also
+    written to ``demo.json``) and the report's path under ``report``.
+
+    A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
+    """
+    from lmalgebra.report.demo_page import render
+
     check_directory(out, "demo output directory")
+    with tidy_on_failure(out):
+        result = _run_steps(out, quick, progress)
+        result["report"] = str(render(result, out))
+    return result
+
+
+def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
     plan = QUICK if quick else FULL
     clock, timings = time.perf_counter(), {}
     corpora = write_corpora(out / "data", plan)
@@ -213,10 +226,8 @@ def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str,
     merge_and_train(single, {"sm1-gold": True}, progress)
     timings["merge and train students"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    scores, rdt = evaluate_run(union.output_dir, list(STUDENTS))
-    write_evaluation(union.output_dir / "evaluation", scores, rdt)
-    sm1_scores, sm1_rdt = evaluate_run(single.output_dir, ["sm1-gold"])
-    write_evaluation(single.output_dir / "evaluation", sm1_scores, sm1_rdt)
+    scores, rdt = evaluate_students(union.output_dir, list(STUDENTS))
+    sm1_scores, sm1_rdt = evaluate_students(single.output_dir, ["sm1-gold"])
     timings["evaluate"] = time.perf_counter() - clock
     result: dict[str, Any] = {
         "plan": plan.as_dict(),

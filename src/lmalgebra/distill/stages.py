@@ -32,7 +32,7 @@ from lmalgebra.distill.example_store import examples_set, require, write_example
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.teachers import Teacher, check_top_k, load_masked_lm, open_teacher
-from lmalgebra.distill.topk import masked_topk
+from lmalgebra.distill.topk import TeacherOutput, masked_topk
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
@@ -41,6 +41,9 @@ from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 
 log = logging.getLogger(__name__)
+# what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
+# fails before producing anything in a run directory it created takes these back with it
+RUN_SCRATCH = ("recipe.yaml", ".hashes/*")
 
 
 def open_teachers(recipe: MergeRecipe) -> dict[str, Teacher]:
@@ -82,7 +85,7 @@ def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
     return ShardSet(recipe.output_dir / "topk" / lang / teacher.name, key)
 
 
-@holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir)
+@holding_lock("merge prepare", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 @main_rank_only  # light work: one process writes it, the others wait
 def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
     """Examples per language, then each teacher's tokenised and masked copy of each example
@@ -164,7 +167,7 @@ def read_copies(table: pa.Table) -> list[MaskedCopy]:
     ]
 
 
-@holding_lock("merge teach", lambda recipe, **_: recipe.output_dir)
+@holding_lock("merge teach", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 def teach(recipe: MergeRecipe, progress: bool = True) -> None:
     """Offline teacher inference over every masked copy: top-k log-probs and per-example loss
     (causal: next-token log-probs, top-k and drawn tokens at every position of every example)."""
@@ -202,21 +205,24 @@ def _write_topk(
                     teacher.tokenizer.pad_token_id or 0,
                     recipe.batch_size,
                 )
-                table = pa.table(
-                    {
-                        "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
-                        "topk_logprobs": list_column(
-                            [o.topk_logprobs for o in outputs], np.float16
-                        ),
-                        "loss": pa.array(np.array([o.loss for o in outputs], dtype=np.float32)),
-                    }
-                )
-                shards.write(index, table)
+                shards.write(index, topk_table(outputs, dtype))
             advance(1)
     shards.finish(top_k=recipe.top_k, teacher_hashes=teacher.hashes)
 
 
-@holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir)
+def topk_table(outputs: list[TeacherOutput], dtype: np.dtype) -> pa.Table:
+    """A ``topk/`` shard: per copy its masked positions' top-k ids (``dtype``, the narrowest that
+    holds the teacher's ids) and log-probabilities (float16), and its loss (float32)."""
+    return pa.table(
+        {
+            "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
+            "topk_logprobs": list_column([o.topk_logprobs for o in outputs], np.float16),
+            "loss": pa.array(np.array([o.loss for o in outputs], dtype=np.float32)),
+        }
+    )
+
+
+@holding_lock("merge vocab", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 @main_rank_only
 def vocab(recipe: MergeRecipe) -> None:
     """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
@@ -232,16 +238,16 @@ def vocab(recipe: MergeRecipe) -> None:
     stamp = vocab_stamp(recipe, teachers)
     if stamp.done():
         return
+    texts = {}
+    for lang in recipe.languages:  # read first: a missing stage is refused before any write
+        shards = examples_set(recipe, lang)
+        require(shards, "prepare")
+        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
     stamp.clear()
     tokenizers = {name: t.tokenizer for name, t in teachers.items()}
     union = build_union(tokenizers)
     union.save(out)
     report = union.report(tokenizers)
-    texts = {}
-    for lang in recipe.languages:
-        shards = examples_set(recipe, lang)
-        require(shards, "prepare")
-        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:2000]
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
     write_json_atomic(out / "report.json", report)
     stamp.mark()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.output_paths import check_file
+from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
 STARTER = """\
 # MergeDistill recipe: several teacher masked LMs -> one multilingual student.
@@ -85,6 +85,6 @@ def write_starter(path: Path, force: bool = False) -> Path:
     if path.exists() and not force:
         raise UserInputError(f"{path} exists; choose another name or pass --force to replace it")
     check_file(path, "recipe file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, STARTER)
+    with tidy_on_failure(path.parent, deep=False):
+        write_text_atomic(path, STARTER)
     return path

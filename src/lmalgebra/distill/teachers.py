@@ -79,6 +79,13 @@ def open_teacher(
             f"teacher {ref.name!r}: {directory} holds a causal LM ({found}), not a masked LM; "
             "give causal teachers in a recipe with `objective: causal`"
         )
+    tokenizer = teacher_tokenizer(ref, directory, example_length)
+    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
+
+
+def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None = None) -> Any:
+    """The teacher's tokenizer, refused without a mask token or (given ``example_length``) when
+    the model's positions cannot hold that many tokens; nothing of the weights is read."""
     tokenizer = load_tokenizer(ref, directory)
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")
@@ -88,7 +95,7 @@ def open_teacher(
             f"example_length {example_length} exceeds the {limit} positions teacher "
             f"{ref.name!r} can read ({directory / 'config.json'}); use example_length <= {limit}"
         )
-    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
+    return tokenizer
 
 
 def load_masked_lm(ref: ModelRef, directory: Path) -> Any:
@@ -119,15 +126,21 @@ def load_masked_lm(ref: ModelRef, directory: Path) -> Any:
     return model.eval()
 
 
-def max_positions(directory: Path) -> int | None:
-    """The longest input (tokens) the model in ``directory`` reads, from its ``config.json``."""
+def model_config(directory: Path) -> dict[str, Any]:
+    """The model's ``config.json`` as a dict (empty when missing or not a JSON object)."""
     path = directory / "config.json"
     if not path.is_file():
-        return None
+        return {}
     try:
         config = json.loads(read_text(path, "model configuration"))
     except ValueError:
-        return None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def max_positions(directory: Path) -> int | None:
+    """The longest input (tokens) the model in ``directory`` reads, from its ``config.json``."""
+    config = model_config(directory)
     limit = config.get("max_position_embeddings", config.get("n_positions"))
     if not isinstance(limit, int):
         return None

@@ -11,7 +11,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.embedding_seed import seed_from_teachers
 from lmalgebra.distill.model_card import student_card, write_card
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import open_teachers, topk_set, vocab_stamp
+from lmalgebra.distill.stages import RUN_SCRATCH, open_teachers, topk_set, vocab_stamp
 from lmalgebra.distill.student import build_student, save_student
 from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.distill.student_inputs import check_student_name, student_inputs
@@ -56,7 +56,7 @@ def check_store(recipe: MergeRecipe) -> dict[str, dict[str, str]]:
     return {name: t.hashes for name, t in teachers.items()}
 
 
-@holding_lock("merge train", lambda recipe, **_: recipe.output_dir)
+@holding_lock("merge train", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
 def train_student(
     recipe: MergeRecipe,
     name: str = "student",

@@ -74,6 +74,7 @@ SCORES = Table("scores.csv", Score, nan="nan")  # one row per (language, tokenis
 RDT = "rdt.csv"  # a row per student: RDT in percent per language, then "average"
 RDT_FIRST_COLUMN = "student"
 RDT_DECIMALS = 3
+EVALUATION_DIR = "evaluation"  # in the run directory
 EVALUATION_MD = "evaluation.md"
 ACCURACY_PLOT = "accuracy.png"
 
@@ -327,6 +328,15 @@ def evaluate_run(
     for name in students:
         mine = [s for s in scores if s.model in (name, s.teacher)]
         add_evaluation(run_dir / name / "model", markdown(mine, {name: deviations[name]}))
+    return scores, deviations
+
+
+def evaluate_students(
+    run_dir: Path, students: list[str], languages: list[str] | None = None
+) -> tuple[list[Score], dict[str, dict[str, float]]]:
+    """``evaluate_run``, then its tables written to ``run_dir/evaluation`` (``merge evaluate``)."""
+    scores, deviations = evaluate_run(run_dir, students, languages)
+    write_evaluation(run_dir / EVALUATION_DIR, scores, deviations)
     return scores, deviations
 
 

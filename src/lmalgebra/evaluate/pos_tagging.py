@@ -26,7 +26,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.evaluate.conllu import Sentence, read_conllu
+from lmalgebra.evaluate.conllu import Sentence, find_splits, read_conllu
 from lmalgebra.evaluate.pos_results import PosResult, result_summary, write_results
 from lmalgebra.lmd.embed import max_tokens
 from lmalgebra.sources.models import (
@@ -36,6 +36,7 @@ from lmalgebra.sources.models import (
     load_tokenizer,
     resolve_directory,
 )
+from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
 
@@ -376,14 +377,26 @@ def evaluate_many(
     options: PosOptions | None = None,
     out: Path | None = None,
 ) -> list[PosResult]:
-    """:func:`evaluate_pos` per model; with ``out``, results are rewritten after each model."""
+    """:func:`evaluate_pos` per model; with ``out``, results are rewritten after each model (a
+    failure leaves those of the models done, and no empty directory)."""
     options = options or PosOptions()
     results: list[PosResult] = []
-    for ref in refs:
-        result = evaluate_pos(ref, train, dev, test, mode, options)
-        log.info("%s: %s", ref.name, result_summary(result))
-        results.append(result)
-        if out is not None:
-            settings = {"train": train, "dev": dev, "test": test, "mode": mode}
-            write_results(results, out, {**settings, **asdict(options)})
+    settings = {"train": train, "dev": dev, "test": test, "mode": mode, **asdict(options)}
+    with tidy_on_failure(*([out] if out is not None else [])):
+        for ref in refs:
+            result = evaluate_pos(ref, train, dev, test, mode, options)
+            log.info("%s: %s", ref.name, result_summary(result))
+            results.append(result)
+            if out is not None:
+                write_results(results, out, settings)
     return results
+
+
+def evaluate_treebank(
+    refs: Sequence[ModelRef], treebank: Path, mode: Mode, options: PosOptions, out: Path
+) -> list[PosResult]:
+    """``lmalgebra evaluate-pos``: :func:`evaluate_many` on the splits of a treebank directory
+    (``conllu.find_splits``), results written to ``out`` (checked before any model is loaded)."""
+    check_directory(out, "output directory")
+    splits = find_splits(treebank)
+    return evaluate_many(refs, splits.train, splits.dev, splits.test, mode, options, out)

@@ -1,5 +1,5 @@
 """Writing a decomposition run directory: tables (through the schema), weights, resolved config,
-provenance, figures, and ``summary.json`` last; the run's rich summary table."""
+provenance, figures, and ``summary.json`` last."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.table import Table
 
 from lmalgebra import __version__
 from lmalgebra.core.splits import SPLITS
@@ -113,34 +112,3 @@ def _write_weights(result: RunResult, path: Path) -> None:
         tensors[f"{kind}.{f.target}.bias"] = f.bias
         meta[f"{kind}.{f.target}.basis"] = ",".join(f.basis)
     write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
-
-
-def table(result: RunResult) -> Table:
-    """Group R^2 per model and split, plus tokens per span, as a rich table."""
-    view = Table(title=f"Group R^2: each model from all the others ({result.config.out})")
-    view.add_column("model")
-    for split in SPLITS:
-        view.add_column(f"{split} R^2", justify="right")
-    view.add_column("tokens/span", justify="right")
-    view.add_column("truncated", justify="right")
-    for f in result.group:
-        tok = result.tokens[f.target]
-        view.add_row(
-            f.target,
-            *(f"{f.r2[s]:.3f}" for s in SPLITS),
-            f"{tok.mean_tokens:.1f}",
-            str(tok.truncated),
-        )
-    means = [np.mean([f.r2[s] for f in result.group]) for s in SPLITS]
-    view.add_row("[bold]mean (group dependency)", *(f"[bold]{m:.3f}" for m in means), "", "")
-    spans = ", ".join(f"{s} {result.spans.get(s, 0)}" for s in SPLITS)
-    lines = [f"spans: {spans}"]
-    if result.single is not None:
-        s = result.single
-        lines.append(
-            f"{s.target} from {' + '.join(s.basis)}: "
-            + ", ".join(f"{k} R^2 {v:.3f}" for k, v in s.r2.items())
-        )
-    lines += [f"[yellow]warning:[/yellow] {w}" for w in result.warnings]
-    view.caption = "\n".join(lines)
-    return view

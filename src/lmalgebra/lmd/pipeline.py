@@ -11,6 +11,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.distributed import is_main
 from lmalgebra.lmd.analysis import Analysis, analyse
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
@@ -29,8 +30,10 @@ from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.stats.moments import SecondMoments
 from lmalgebra.stats.solver import Fit
 from lmalgebra.stats.span_blocks import SpanBlockMoments
+from lmalgebra.storage.output_paths import tidy_on_failure
 
 log = logging.getLogger(__name__)
+CACHE_SCRATCH = ("hashes/*",)  # memoised model hashes (``ModelPool.prints``): not embeddings
 
 
 @dataclass
@@ -69,9 +72,16 @@ class RunInputs:
 
 def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) -> RunResult:
     """Run the whole decomposition described by ``config``; nothing is written (the caller
-    writes outputs), only the embedding cache of models named by reference is filled."""
+    writes outputs), only the embedding cache of models named by reference is filled.
+
+    A run that fails takes back the cache directories it created and left without embeddings
+    (memoised model hashes alone do not count)."""
+    with tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()):
+        return _run(config, inputs or RunInputs())
+
+
+def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
     study = config.study
-    inputs = inputs or RunInputs()
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     docs = read_documents(config.corpus) if inputs.docs is None else inputs.docs

@@ -30,6 +30,7 @@ from lmalgebra.sources.models import (
 )
 from lmalgebra.sources.precomputed import order_digest, span_sha256
 from lmalgebra.storage.atomic import write_atomic, write_text_atomic
+from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
 
 class SpanPlanSpec(BaseModel):
@@ -202,9 +203,25 @@ def export_spans(plan: RunSpans, out: Path) -> Path:
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
                     row += 1
 
+    digest_path = _digest_path(out)
+    with tidy_on_failure(out.parent, deep=False):
+        write_atomic(out, write)
+        write_text_atomic(digest_path, plan.order_digest + "\n")
+    return digest_path
+
+
+def _digest_path(out: Path) -> Path:
     digest_path = out.with_suffix(".sha256")
     if digest_path == out:
         raise UserInputError(f"--out {out}: name the span list .jsonl; its digest gets .sha256")
-    write_atomic(out, write)
-    write_text_atomic(digest_path, plan.order_digest + "\n")
     return digest_path
+
+
+def write_run_spans(config: SpanPlanSpec, out: Path) -> tuple[RunSpans, Path]:
+    """``lmalgebra spans``: the run's spans (``draw_run_spans``) written to ``out`` with their
+    order digest (``export_spans``); the spans and the digest's path. ``out`` and the digest's
+    path are checked before any model is loaded."""
+    check_file(out, "span list")
+    check_file(_digest_path(out), "span order digest")
+    plan = draw_run_spans(config)
+    return plan, export_spans(plan, out)

@@ -44,7 +44,7 @@ from lmalgebra.report.page import (
 )
 from lmalgebra.stats.clustering import cluster_order
 from lmalgebra.storage.csv_tables import read_table
-from lmalgebra.storage.output_paths import check_file
+from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
 NEGATIVE_R2 = (
     "An R² below 0 means the fit predicts the held-out embeddings worse than their mean: the "
@@ -285,6 +285,11 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     target = out if out is not None else run_dir / REPORT
     check_file(target, "report file")
     summary = read_summary(run_dir)
+    with tidy_on_failure(run_dir), tidy_on_failure(target.parent, deep=False):
+        return _write(run_dir, target, summary)
+
+
+def _write(run_dir: Path, target: Path, summary: dict[str, Any]) -> Path:
     figures = {p.stem: p for p in write_plots(run_dir)}
     config_path = run_dir / CONFIG
     config_text = read_text(config_path, "run file") if config_path.is_file() else ""

@@ -148,9 +148,10 @@ class ModelRef(BaseModel):
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
 
 
-def resolve_directory(ref: ModelRef) -> Path:
+def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     """The local path of the model: its directory (a hub snapshot is downloaded if needed), or
-    the file itself for ONNX and precomputed models."""
+    the file itself for ONNX and precomputed models. ``weights=False``: a hub snapshot of the
+    tokenizer files and ``config.json`` alone (enough to plan a run)."""
     if ref.kind == "memory":
         raise UserInputError(
             f"model {ref.name!r} was a Python object given to lmalgebra.decompose(): "
@@ -173,7 +174,8 @@ def resolve_directory(ref: ModelRef) -> Path:
         raise UserInputError(f"model {ref.name!r}: {ref.path} is a file, not a model directory")
     if looks_local(ref.path):
         raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
-    return snapshot(f"model {ref.name!r}", ref.path, ref.revision)
+    patterns = None if weights else [*TOKENIZER_FILES, "config.json"]
+    return snapshot(f"model {ref.name!r}", ref.path, ref.revision, patterns)
 
 
 def _local_file(ref: ModelRef, what: str) -> Path:

@@ -26,12 +26,12 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.storage.output_paths import LOCK_NAME, make_directory
+from lmalgebra.storage.output_paths import LOCK_NAME, Snapshot, make_directory
 
 log = logging.getLogger(__name__)
 TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)$")  # lmalgebra.storage.atomic's temporary names
@@ -150,10 +150,14 @@ def _shared_outcome(size: int, failed: bool) -> bool:
 
 
 @contextlib.contextmanager
-def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
+def run_directory_lock(
+    directory: Path, command: str, scratch: Sequence[str] = ()
+) -> Iterator[None]:
     """Hold ``directory``'s lock for the duration of the block (re-entrant within a process).
 
     Raises ``DirectoryInUseError`` (a ``UserInputError``) naming the directory and the holder.
+    When the block fails, the directories it created and left without output are removed
+    (``scratch``: files that do not count as output, see ``output_paths.tidy_on_failure``).
     Collective in a multi-process run: every rank must enter it.
     """
     directory = Path(directory).resolve()
@@ -166,20 +170,22 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
             _held[directory] = (held, depth)
         return
     rank, size = _ranks()
+    before = Snapshot(directory) if rank == 0 else None  # what a failure leaves as it was
     fd: int | None = None
     refusal: DirectoryInUseError | None = None
-    created = _missing(directory) if rank == 0 else None
     if rank == 0:
         make_directory(directory)
         try:
             fd = _try_lock(directory, command)
         except DirectoryInUseError as err:
-            refusal = err
+            refusal = err  # what is new in the directory is the holder's: nothing is tidied
     if _shared_outcome(size, refusal is not None):
         raise refusal or DirectoryInUseError(
             f"{directory} is in use by another lmalgebra run (see the main rank's message)"
         )
     _held[directory] = (fd, 1)
+    if before is not None:
+        before.scan()  # under the lock: what appears from now on is this run's
     failed = True
     try:
         if size == 1:
@@ -189,37 +195,18 @@ def run_directory_lock(directory: Path, command: str) -> Iterator[None]:
     finally:
         del _held[directory]
         _release(directory, fd)
-        if failed and created is not None:
-            _remove_empty(created)
-
-
-def _missing(directory: Path) -> Path | None:
-    """The outermost of ``directory`` and its parents that does not exist yet, if any."""
-    outermost = None
-    for path in (directory, *directory.parents):
-        if path.exists():
-            break
-        outermost = path
-    return outermost
-
-
-def _remove_empty(created: Path) -> None:
-    """After a failed command: remove the directories it created that hold no file, so that
-    it leaves nothing behind (directories holding files, such as resumable work, stay)."""
-    if not created.is_dir():
-        return
-    for root, _, _ in sorted(os.walk(created), key=lambda entry: -len(Path(entry[0]).parts)):
-        with contextlib.suppress(OSError):
-            Path(root).rmdir()  # fails, and is skipped, unless empty
+        if failed and before is not None:
+            before.tidy(scratch)
 
 
 def holding_lock(
-    command: str, directory: Callable[..., Path]
+    command: str, directory: Callable[..., Path], scratch: Sequence[str] = ()
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate a library entry point to run under ``run_directory_lock``.
 
     ``directory`` receives the entry point's arguments by name, defaults filled in (so
-    ``lambda recipe, **_: recipe.output_dir``), and returns the directory the entry point writes.
+    ``lambda recipe, **_: recipe.output_dir``), and returns the directory the entry point writes;
+    ``scratch`` as for ``run_directory_lock``.
     """
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
@@ -229,7 +216,7 @@ def holding_lock(
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            with run_directory_lock(directory(**bound.arguments), command):
+            with run_directory_lock(directory(**bound.arguments), command, scratch):
                 return fn(*args, **kwargs)
 
         return wrapper

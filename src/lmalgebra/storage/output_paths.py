@@ -1,17 +1,21 @@
-"""Output paths, checked before any work: writable, of the right kind, never mixed with other runs.
+"""Output paths, checked before any work: writable, of the right kind, never mixed with other runs,
+and left as they were by a command that fails.
 
 Every command that writes learns about a bad output path in its first milliseconds, with one line
 naming the path, instead of a traceback after minutes of embedding or training. A run directory
 that holds a run of another configuration is refused (its files would mix with the new run's);
 ``overwrite`` empties it first. ``LOCK_NAME`` files are ignored: the lock is taken before the
-claim.
+claim. ``tidy_on_failure`` is how every writing command takes back the directories it created
+when it fails before producing anything in them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +131,88 @@ def claim_run_directory(
             f"{directory} holds a {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
         )
+
+
+class Snapshot:
+    """What was under ``root`` before a command wrote there: the outermost of it and its parents
+    that did not exist (``created``, the top of what the command may make), taken at once, and
+    every path below it (relative, files and directories), taken by ``scan``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root).absolute()
+        self.created: Path | None = None
+        for path in (self.root, *self.root.parents):
+            if path.exists() or path.is_symlink():
+                break
+            self.created = path
+        self.paths: set[Path] | None = set()  # None: not listed (``scan(deep=False)``)
+
+    def scan(self, deep: bool = True) -> Snapshot:
+        """Record what is below ``root`` now (call it while no one else writes there).
+
+        ``deep=False`` when the command writes only files into an existing ``root`` (a report
+        into the working directory): nothing is listed, and nothing below it is ever touched.
+        """
+        exists = self.root.is_dir()
+        self.paths = set(_walk(self.root)) if exists and deep else set() if not exists else None
+        return self
+
+    def tidy(self, scratch: Sequence[str]) -> None:
+        """Remove the new files matching ``scratch`` when they are all the command added below
+        ``root``; then every new directory left empty, deepest first."""
+        if not self.root.is_dir() or self.paths is None:
+            return
+        new = [p for p in _walk(self.root) if p not in self.paths]
+        files = [p for p in new if not (self.root / p).is_dir() and p.name != LOCK_NAME]
+        if files and all(_matches(p, scratch) for p in files):
+            for path in files:
+                with contextlib.suppress(OSError):
+                    (self.root / path).unlink()
+        fresh = [self.root / p for p in new if (self.root / p).is_dir()]
+        if self.created is not None:  # the root and its parents up to the first that existed
+            fresh += [d for d in (self.root, *self.root.parents) if self.created in (d, *d.parents)]
+        for directory in sorted(fresh, key=lambda d: -len(d.parts)):
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # fails, and is skipped, unless empty
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every path below ``root`` (relative), symbolic links not followed."""
+    for top, dirs, files in os.walk(root):
+        relative = Path(top).relative_to(root)
+        for name in (*dirs, *files):
+            yield relative / name
+
+
+def _matches(path: Path, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(path.as_posix(), pattern) for pattern in patterns)
+
+
+@contextlib.contextmanager
+def tidy_on_failure(
+    *roots: Path, scratch: Sequence[str] = (), enabled: bool = True, deep: bool = True
+) -> Iterator[None]:
+    """Run a block that writes under ``roots``; if it fails, take back what it left without output.
+
+    Args:
+        roots: the directories the block writes into (they may not exist yet).
+        scratch: glob patterns, relative to a root, of files written before any output (a copy
+            of the recipe, memoised hashes); new ones are removed when they are all the block
+            added under that root, so a run that failed before producing anything leaves nothing.
+        enabled: ``False`` makes it a plain block (the ranks of a run other than the main one).
+        deep: ``False`` when the block writes files only, no directory, into the roots that exist
+            (the directory of an output file, which may be the user's working directory): those
+            are not listed, and only missing roots and parents are taken back.
+
+    On any exception (Ctrl-C included) every directory the block created that is left empty is
+    removed, the roots and their missing parents included. A file that was there before, or any
+    new file not matching ``scratch`` (a finished shard, a checkpoint: work a rerun resumes),
+    is never removed, and neither is the directory holding it.
+    """
+    before = [Snapshot(root).scan(deep) for root in roots] if enabled else []
+    try:
+        yield
+    except BaseException:
+        for state in before:
+            state.tidy(scratch)
+        raise

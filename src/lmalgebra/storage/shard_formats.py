@@ -53,6 +53,10 @@ class ArrowTables:
             writer.write_table(payload)
         return sink.getvalue()
 
+    def size(self, payload: pa.Table) -> int:
+        """The bytes a shard of ``payload`` takes (encoded in memory, not written)."""
+        return len(self.encode(payload))
+
     def read(self, path: Path) -> Bytes:
         with pa.memory_map(str(path)) as mapped:  # the buffer keeps the mapping alive
             return mapped.read_buffer()

@@ -1,0 +1,134 @@
+"""``lmalgebra merge ... --dry-run`` and ``lmalgebra.api.merge.merge_plan``: what a run will do,
+found before it runs, against what the stages then make.
+
+The counts and the store's bytes must equal what ``prepare`` and ``teach`` write; the FLOPs of
+the time model must equal torch's own count of a real forward pass; a dry run writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch.utils.flop_counter import FlopCounterMode
+
+import lmalgebra
+from hostile_helpers import run_cli
+from lmalgebra.api.merge import merge_plan
+from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.distill.teachers import model_config
+from lmalgebra.distill.time_estimate import LOAD_SECONDS, ModelShape, measure_speed
+from lmalgebra.storage.shard_set import ShardSet
+from lmalgebra.train.masked_head import masked_logits
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+
+def files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.fixture
+def recipe(tmp_path: Path, teacher_dirs: dict[str, Path]) -> Path:
+    return write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
+
+
+@pytest.mark.parametrize(
+    "command", [["run"], ["prepare"], ["teach"], ["vocab"], ["train", "--steps", "4"]]
+)
+def test_a_dry_run_writes_nothing_and_prints_the_plan(
+    command: list[str],
+    recipe: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = files(tmp_path)
+    args = ["merge", command[0], str(recipe), *command[1:], "--dry-run"]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    assert files(tmp_path) == before
+
+
+def test_counts_and_store_bytes_are_what_prepare_and_teach_make(recipe: Path) -> None:
+    plan = merge_plan(recipe)
+    assert list(plan[["language", "teacher"]].itertuples(index=False, name=None)) == [
+        ("xx", "wp"),
+        ("yy", "wp"),
+        ("yy", "sp"),
+    ]
+    run = lmalgebra.merge(recipe, ["prepare", "teach"])
+    for row in plan.to_dict("records"):
+        masked = ShardSet.existing(run.run_dir / "masked" / row["language"] / row["teacher"])
+        topk = ShardSet.existing(run.run_dir / "topk" / row["language"] / row["teacher"])
+        examples = ShardSet.existing(run.run_dir / "examples" / row["language"])
+        assert row["examples"] == masked.rows == examples.manifest["examples"]
+        assert row["heldout"] == examples.manifest["heldout"]
+        assert row["masked_tokens"] == masked.manifest["masked_tokens"]
+        shards = sorted(topk.directory.glob("shard-*.arrow"))
+        assert row["store_bytes"] == sum(p.stat().st_size for p in shards)  # exactly
+        assert row["store_bytes"] == topk.nbytes
+
+
+def test_times_are_positive_and_grow_with_the_work(recipe: Path) -> None:
+    plan = merge_plan(recipe)
+    stages = ["prepare_s", "teach_s", "vocab_s", "train_s", "evaluate_s"]
+    assert all(math.isfinite(v) and v > 0 for v in plan[stages].to_numpy().ravel())
+    longer = merge_plan(recipe, steps=60)
+    compute = plan.train_s.sum() - LOAD_SECONDS  # the student is built once whatever the steps
+    assert longer.train_s.sum() - LOAD_SECONDS > 2 * compute  # ten times the steps (probes vary)
+    assert list(longer.store_bytes) == list(plan.store_bytes)
+
+
+def _counted(model: object, batch: dict[str, torch.Tensor]) -> int:
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        masked_logits(model, batch)
+    return int(counter.get_total_flops())
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    ids = torch.randint(5, 100, (3, 17))
+    rows, cols = torch.tensor([0, 0, 1, 2, 2]), torch.tensor([1, 4, 2, 3, 9])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "rows": rows, "cols": cols}
+
+
+@pytest.mark.parametrize("teacher", ["wp", "sp"])
+def test_flops_equal_torchs_count_of_a_teacher_forward(
+    teacher: str, teacher_dirs: dict[str, Path]
+) -> None:
+    from transformers import AutoModelForMaskedLM
+
+    directory = teacher_dirs[teacher]
+    # eager attention: its matmuls are counted (a fused kernel's are not, on CPU)
+    model = AutoModelForMaskedLM.from_pretrained(directory, attn_implementation="eager")
+    shape = ModelShape.from_config(model_config(directory), 0)
+    assert shape.forward_flops(3, 17, 5) == _counted(model.eval(), _batch())
+
+
+def test_flops_of_a_factorised_student() -> None:
+    spec = StudentSpec(**{**TINY_STUDENT, "embedding_size": 16})
+    model = build_student(spec, 120)
+    model.config._attn_implementation = "eager"
+    shape = ModelShape(2, 32, 64, 16, 120)
+    assert shape.forward_flops(3, 17, 5) == _counted(model.eval(), _batch())
+
+
+def test_probes_measure_something() -> None:
+    speed = measure_speed("cpu")
+    assert 0 < speed.layer_forward < speed.layer_training < 1
+    assert 1e6 < speed.rate(64, 32, 64) < 1e15  # FLOP/s, any CPU
+    shape = ModelShape(2, 32, 64, 32, 200)
+    one = speed.batch_seconds(shape, [(8, 20, 12)])
+    assert speed.batch_seconds(shape, [(8, 20, 12)] * 4) == pytest.approx(4 * one)
+    assert speed.batch_seconds(shape, [(8, 20, 12)], training=True) > one
+
+
+def test_recipe_errors_are_those_of_a_run(recipe: Path, tmp_path: Path) -> None:
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    data["example_length"] = 500
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(lmalgebra.UserInputError, match="example_length 500"):
+        merge_plan(bad)
