@@ -135,6 +135,17 @@ class MergeRecipe(BaseModel):
         description="Teacher log-probabilities kept per masked token (causal: per token).",
     )
     batch_size: int = Field(default=32, ge=1, description="Examples per teacher forward pass.")
+    dtype: Literal["float32", "bfloat16", "auto"] = Field(
+        default="float32",
+        description="Compute precision of teacher inference: float32; bfloat16 (autocast: "
+        "weights stay float32, log-probabilities are taken in float32 from the bfloat16 logits; "
+        "refused where the hardware lacks it unless LMALGEBRA_ALLOW_SLOW_BF16=1); auto: "
+        "bfloat16 where native, else float32. The store records the dtype it resolves to.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="cpu",
+        description="Where teacher inference runs: cpu, cuda, or auto (cuda when present).",
+    )
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
     student: StudentSpec = Field(default_factory=StudentSpec, description="Student architecture.")
@@ -198,7 +209,7 @@ class MergeRecipe(BaseModel):
 
     def data_hash(self) -> str:
         """Hash of everything that changes the stored examples and teacher outputs."""
-        exclude = {"output_dir", "batch_size", "student", "training"}
+        exclude = {"output_dir", "batch_size", "device", "student", "training"}
         if self.objective == "masked":  # as before the causal objective: existing stores stay valid
             exclude |= {"objective", "causal"}
         return sha256_json(self.model_dump(mode="json", exclude=exclude))

@@ -15,6 +15,7 @@ from lmalgebra.distill.stages import RUN_SCRATCH, open_teachers, topk_set, vocab
 from lmalgebra.distill.student import build_student, save_student
 from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.distill.student_inputs import check_student_name, student_inputs
+from lmalgebra.distill.teacher_precision import accepted_dtypes
 from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.storage.lockfile import holding_lock
@@ -30,18 +31,19 @@ def check_store(recipe: MergeRecipe) -> dict[str, dict[str, str]]:
     teachers = open_teachers(recipe)
     for lang, spec in recipe.languages.items():
         for name in spec.teachers:
-            expected = topk_set(recipe, lang, teachers[name])
-            found = ShardSet.existing(expected.directory)
+            expected = [topk_set(recipe, lang, teachers[name], d) for d in accepted_dtypes(recipe)]
+            directory = expected[0].directory
+            found = ShardSet.existing(directory)
             if not found.complete:
                 raise UserInputError(
-                    f"{expected.directory} is missing or incomplete: "
+                    f"{directory} is missing or incomplete: "
                     "run `lmalgebra merge teach RECIPE` first"
                 )
-            if found.key != expected.key:
+            if found.key not in [e.key for e in expected]:
                 raise UserInputError(
-                    f"the store in {expected.directory} was built with a different "
-                    "recipe or teacher (manifest hash mismatch): run "
-                    "`lmalgebra merge teach RECIPE` for this recipe"
+                    f"the store in {directory} was built with a different recipe or teacher, "
+                    "or in another dtype (manifest hash mismatch): run `lmalgebra merge teach "
+                    "RECIPE` for this recipe"
                 )
     stamp = vocab_stamp(recipe, teachers)
     if stamp.recorded() is None:
