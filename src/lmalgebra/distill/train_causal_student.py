@@ -27,7 +27,7 @@ from lmalgebra.distill.causal_teachers import start_token_id
 from lmalgebra.distill.causal_tokenizers import byte_tokenizer, train_causal_tokenizer
 from lmalgebra.distill.example_store import stored_texts
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import open_teachers
+from lmalgebra.distill.store_check import check_store
 from lmalgebra.distill.student_inputs import student_inputs
 from lmalgebra.distill.token_forms import detect_convention
 from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
@@ -150,10 +150,11 @@ def train_causal_student(
     recipe: MergeRecipe, name: str, spec: TrainingSpec, progress: bool, restart: bool
 ) -> Path:
     """Train (or resume) the causal student ``run_dir/<name>``; the model goes to
-    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer)."""
+    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer). A store built from another
+    recipe or other teachers is refused first (``store_check``)."""
     mix = spec.objective_mix or DEFAULT_MIX
     _check(recipe, mix)
-    teachers = open_teachers(recipe)
+    teachers = check_store(recipe)
     tokenizer, identity = student_tokenizer(recipe)
     start = start_token_id(tokenizer)
     assert start is not None  # student_tokenizer refuses a tokenizer without one
