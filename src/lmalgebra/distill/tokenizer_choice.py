@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 from lmalgebra.core.errors import UserInputError
 
@@ -60,7 +60,7 @@ def _trained(given: str) -> TokenizerChoice:
     parts = given.split(":")
     if len(parts) != 3 or parts[1] not in TOKENIZER_KINDS or not parts[2].isdigit():
         raise UserInputError(f"student.tokenizer {given!r} must read {_FORM}")
-    kind, size = cast(TokenizerKind, parts[1]), int(parts[2])
+    kind, size = parts[1], int(parts[2])
     if size < MIN_VOCAB_SIZE[kind]:
         raise UserInputError(
             f"student.tokenizer {given!r}: a {kind} vocabulary needs at least "
