@@ -22,7 +22,10 @@ from lmalgebra.distill import stages as distill_stages
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run_inspect import inspect_run
 from lmalgebra.distill.train_student import train_student
+from lmalgebra.evaluate.bits_per_byte import BITS
+from lmalgebra.evaluate.causal_evaluation import evaluate_causal_run
 from lmalgebra.evaluate.distill_scores import Score, evaluate_run, write_evaluation
+from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoveragePooling, CoverageSpec
 from lmalgebra.train.config import TrainingSpec
 
 STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
@@ -33,7 +36,8 @@ class MergeRun:
 
     Attributes:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
-        students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``).
+        students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``;
+            causal runs: ``AutoModelForCausalLM``).
         scores: after ``evaluate``: one row per (language, teacher tokenisation, model) with
             examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
             (every scored token replaced by the mask token), top1_training_masking and
@@ -41,6 +45,11 @@ class MergeRun:
         rdt: after ``evaluate``: RDT in percent (index ``student``; a column per language, then
             ``average``), positive when the student beats its teachers; comparable scores
             only (a language with none is NaN).
+        coverage: after ``evaluate`` of a causal run: how much of each teacher each student
+            carries by LMD, the columns of ``lmd_coverage.csv`` (language, teacher, student,
+            pooling, teacher_from_student, student_from_teacher: test R^2; train_spans,
+            test_spans). Causal runs' ``scores`` are bits per byte (``bits_per_byte.csv``) and
+            their ``rdt`` is on bits per byte.
     """
 
     def __init__(self, recipe: MergeRecipe) -> None:
@@ -49,17 +58,31 @@ class MergeRun:
         self.students: dict[str, Path] = {}
         self.scores: pd.DataFrame | None = None
         self.rdt: pd.DataFrame | None = None
+        self.coverage: pd.DataFrame | None = None
 
     def evaluate(
-        self, students: Sequence[str] | None = None, languages: Sequence[str] | None = None
+        self,
+        students: Sequence[str] | None = None,
+        languages: Sequence[str] | None = None,
+        pooling: CoveragePooling = "mean",
     ) -> MergeRun:
         """Score students (default: those trained here, else ``student``) and teachers on the
-        held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does."""
+        held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does.
+        ``pooling`` (causal runs): how LMD coverage pools a span's token states."""
         names = list(students or self.students or ["student"])
+        chosen = list(languages) if languages else None
         with library_call():
-            scores, deviations = evaluate_run(
-                self.run_dir, names, list(languages) if languages else None
-            )
+            if self.recipe.objective == "causal":
+                found = evaluate_causal_run(
+                    self.run_dir, names, chosen, CoverageSpec(pooling=pooling)
+                )
+                self.scores = pd.DataFrame([asdict(r) for r in found.bits], columns=BITS.columns)
+                self.rdt = rdt_frame(found.rdt)
+                self.coverage = pd.DataFrame(
+                    [asdict(r) for r in found.coverage], columns=COVERAGE.columns
+                )
+                return self
+            scores, deviations = evaluate_run(self.run_dir, names, chosen)
             write_evaluation(self.run_dir / "evaluation", scores, deviations)
         self.scores = score_frame(scores)
         self.rdt = rdt_frame(deviations)
