@@ -108,6 +108,7 @@ class CausalEvaluation:
         rdt: student -> language (then ``average``) -> RDT on bits per byte (``rdt.csv``).
         continuations: student -> language -> (prompt, greedy continuation) pairs.
         coverage: LMD coverage rows (``lmd_coverage.csv``); skipped: language -> why it has none.
+        pooling: how the coverage's span embeddings were pooled.
     """
 
     bits: list[BitsRow]
@@ -115,6 +116,7 @@ class CausalEvaluation:
     continuations: dict[str, dict[str, list[tuple[str, str]]]]
     coverage: list[CoverageRow]
     skipped: dict[str, str]
+    pooling: str
 
 
 def evaluate_causal_run(
@@ -141,15 +143,16 @@ def evaluate_causal_run(
     teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
     deviations = {name: bits_rdt(rows, name, teachers_of) for name in students}
     texts = heldout_texts(run_dir, languages)
+    coverage = coverage or CoverageSpec()
     covered, skipped = lmd_coverage(
         texts,
         {lang: recipe.languages[lang].corpus for lang in texts},
         {lang: [teachers[t] for t in teachers_of[lang]] for lang in texts},
         list(mine.values()),
-        coverage or CoverageSpec(),
+        coverage,
     )
     made = {name: continuations(ref, Path(ref.path), texts) for name, ref in mine.items()}
-    found = CausalEvaluation(rows, deviations, made, covered, skipped)
+    found = CausalEvaluation(rows, deviations, made, covered, skipped, coverage.pooling)
     out = run_dir / "evaluation"
     write_text_atomic(out / RDT, rdt_text(deviations))
     write_table(out, COVERAGE, covered)
@@ -177,7 +180,7 @@ def causal_markdown(found: CausalEvaluation) -> str:
     for name, values in deviations.items():
         cells = " | ".join("n/a" if math.isnan(v) else f"{v:.2f}" for v in values.values())
         lines.append(f"| {name} | {cells} |")
-    lines += ["", *coverage_markdown(found.coverage, found.skipped)]
+    lines += ["", *coverage_markdown(found.coverage, found.skipped, found.pooling)]
     for name, by_lang in found.continuations.items():
         lines += ["", f"Greedy continuations of {name}:"]
         for lang, pairs in by_lang.items():
@@ -185,9 +188,8 @@ def causal_markdown(found: CausalEvaluation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def coverage_markdown(rows: list[CoverageRow], skipped: dict[str, str]) -> list[str]:
+def coverage_markdown(rows: list[CoverageRow], skipped: dict[str, str], pooling: str) -> list[str]:
     """The LMD coverage table's lines, then a line per language left out."""
-    pooling = rows[0].pooling if rows else "mean"
     lines = [
         "How much of each teacher the student carries (LMD: test R^2 of the teacher's span "
         f"embeddings fitted on the student's, {pooling} pooling, held-out text; and the reverse).",
