@@ -12,6 +12,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import TrainingSpec
@@ -175,6 +176,8 @@ class MergeRecipe(BaseModel):
         if unused:
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
         self._check_objective()
+        if self.objective == "causal" and self.student.tokenizer is not None:
+            parse_student_tokenizer(self.student.tokenizer, self.teachers)
         return self
 
     def _check_objective(self) -> None:
