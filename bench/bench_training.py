@@ -287,7 +287,13 @@ def spec_of(options: dict[str, Any]) -> TrainingSpec:
 def store_source(run_dir: Path, teachers: dict[str, list[str]], spec: TrainingSpec) -> Any:
     vocab = UnionVocab.load(run_dir / "vocab")
     source = StoreBatches(
-        run_dir, teachers, vocab, spec.batch_size, spec.alpha, spec.multi_teacher, spec.seed
+        run_dir,
+        teachers,
+        vocab,
+        spec.batch_size,
+        spec.sampling_exponent,
+        spec.multi_teacher,
+        spec.seed,
     )
     return source, len(vocab.tokens)
 

@@ -1,0 +1,110 @@
+"""Achieved FLOP/s as a share of the machine's own matrix-multiply peak, measured in the same run.
+
+The peak is the best rate of square ``n x n x n`` products (``torch.matmul``) in the dtype and
+with the thread count of the stage, in a fresh interpreter started by the harness
+(:func:`measure_peak`). A stage's FLOPs are counted analytically from its shapes
+(:func:`bert_forward_flops`, :func:`gram_flops`); :func:`counted_flops` counts the matrix
+products of one real call with ``torch.utils.flop_counter.FlopCounterMode`` so a benchmark can
+check the formula on the model it runs. Only matrix products count (2 FLOPs per multiply-add):
+normalisation, softmax, activations and element-wise work are left out, which is what a matrix
+unit's peak can be compared with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def peak_contender(
+    dtype: str, threads: int, n: int = 2048, repeats: int = 5, device: str = "cpu"
+) -> Callable[[], dict[str, Any]]:
+    """Harness contender: the matrix-product rate of ``dtype`` (GFLOP/s), best of ``repeats``."""
+    torch.set_num_threads(threads)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32, not TF32
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, generator=gen, device=device).to(DTYPES[dtype])
+    b = torch.randn(n, n, generator=gen, device=device).to(DTYPES[dtype])
+    for _ in range(2):
+        a @ b
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def work() -> dict[str, Any]:
+        best = float("inf")
+        for _ in range(repeats):
+            sync()
+            clock = time.perf_counter()
+            a @ b
+            sync()
+            best = min(best, time.perf_counter() - clock)
+        return {"gflops": 2 * n**3 / best / 1e9, "n": n, "dtype": dtype, "threads": threads}
+
+    return work
+
+
+def measure_peak(dtypes: Sequence[str], threads: int, attempts: int = 3) -> dict[str, float]:
+    """GFLOP/s of each dtype's square products on this machine now, each in a fresh interpreter
+    (fastest of ``attempts`` after waiting for idle CPUs)."""
+    from harness import fastest, run_contender
+
+    peaks = {}
+    for dtype in dtypes:
+        kwargs = {"dtype": dtype, "threads": threads}
+        best = fastest(
+            lambda k=kwargs: run_contender("utilisation:peak_contender", k),
+            attempts,
+            label=f"peak {dtype}",
+        )
+        peaks[dtype] = float(best["output"]["gflops"])
+    return peaks
+
+
+def bert_forward_flops(
+    lengths: Sequence[int],
+    *,
+    layers: int,
+    hidden: int,
+    intermediate: int,
+    head_rows: int = 0,
+    vocab: int = 0,
+    attention: bool = True,
+) -> float:
+    """Matrix-product FLOPs of one BERT-style encoder forward over sequences of ``lengths``
+    (padded lengths: what the kernels run), plus an MLM head (dense transform + decoder) on
+    ``head_rows`` rows.
+
+    Per layer and sequence of length T with width d and feed-forward width f: Q, K, V and output
+    projections 8 T d^2, feed-forward 4 T d f, attention scores and values 4 T^2 d (left out
+    with ``attention=False``: torch's FLOP counter does not see fused attention kernels on CPU).
+    """
+    d, f, a = hidden, intermediate, 4 if attention else 0
+    per_layer = sum(8 * t * d * d + 4 * t * d * f + a * t * t * d for t in lengths)
+    head = 2 * head_rows * d * d + 2 * head_rows * d * vocab
+    return float(layers * per_layer + head)
+
+
+def gram_flops(rows: int, width: int, panels: int = 6) -> float:
+    """FLOPs the Gram update ``X^T X`` of ``(rows, width)`` runs as ``stats.moments.add_gram``
+    does it: the upper block triangle of ``panels x panels`` column panels, so
+    2 rows width^2 x (panels + 1) / (2 panels)."""
+    return 2.0 * rows * width * width * (panels + 1) / (2 * panels)
+
+
+def counted_flops(call: Callable[[], Any]) -> float:
+    """Matrix-product FLOPs of one call, counted by torch's ``FlopCounterMode``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        call()
+    return float(counter.get_total_flops())
+
+
+def share(flops: float, seconds: float, peak_gflops: float) -> float:
+    """Achieved rate as a share of the peak."""
+    return flops / seconds / 1e9 / peak_gflops
