@@ -46,6 +46,7 @@ from lmalgebra.lmd.measure import ModelLayers, accumulate
 from lmalgebra.stats.moments import Products
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes
+from utilisation import gram_flops, measure_peak
 
 NAME = "bench_solver"
 MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/stats")
@@ -275,7 +276,29 @@ def phases_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     )
 
 
-def save(rows: list[dict[str, Any]], args: argparse.Namespace, session: Session) -> None:
+def utilisation_table(rows: list[dict[str, Any]], width: int, peak: float) -> dict[str, Any]:
+    """The statistics pass (shards streamed into float32 Gram products accumulated in float64)
+    against the float32 matrix-product peak measured in the same run."""
+    out = []
+    for r in rows:
+        spans = sum(split_sizes(r["n"]).values())
+        seconds = r["ours"]["output"]["phases"]["stream shards into moments"][0]
+        flops = gram_flops(spans, width)
+        rate = flops / seconds / 1e9
+        out.append([r["n"], f"{spans:,}", f"{flops / 1e12:.2f}", round(seconds, 1), round(rate)])
+        out[-1].append(f"{rate / peak:.0%}")
+    return table(
+        f"Utilisation of the statistics pass (float32 peak {peak:.0f} GFLOP/s, measured in this "
+        f"run; FLOPs = 2 x spans x D^2 x 7/12, the upper block triangle of 6 x 6 panels, D = "
+        f"{width:,})",
+        ["train spans", "spans, all splits", "TFLOP", "seconds", "GFLOP/s", "share of peak"],
+        out,
+    )
+
+
+def save(
+    rows: list[dict[str, Any]], args: argparse.Namespace, session: Session, peak: float
+) -> None:
     d_total = args.models * args.dim
 
     def adjusted(r: dict[str, Any], who: str) -> float:
@@ -377,6 +400,7 @@ def save(rows: list[dict[str, Any]], args: argparse.Namespace, session: Session)
                 detail,
             ),
             phases_table(rows),
+            utilisation_table(rows, d_total, peak),
         ],
         notes=notes,
         write=not args.no_write,
@@ -401,7 +425,8 @@ def main() -> None:
     finally:
         if not args.keep:
             shutil.rmtree(args.workdir / "embeddings", ignore_errors=True)
-    save(rows, args, session)
+    peak = measure_peak(["float32"], torch.get_num_threads())["float32"]
+    save(rows, args, session, peak)
 
 
 if __name__ == "__main__":

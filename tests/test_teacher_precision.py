@@ -158,7 +158,7 @@ def test_the_store_key_keeps_float32_and_bfloat16_apart(
     stages.teach(half, progress=False)
     assert _topk(half).key["dtype"] == "bfloat16" and _topk(half).manifest["dtype"] == "bfloat16"
     assert digests(full.output_dir / "topk") != first  # recomputed, not reused
-    with pytest.raises(UserInputError, match="dtype .bfloat16."):
+    with pytest.raises(UserInputError, match=r"dtype .bfloat16."):
         check_store(full)
     check_store(half)
     check_store(full.model_copy(update={"dtype": "auto"}))  # auto may have resolved to either

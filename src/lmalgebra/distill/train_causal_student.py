@@ -14,6 +14,7 @@ and sampled at MinED-aligned positions (``distill.causal_student_data``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from lmalgebra.distill.example_store import stored_texts
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.store_check import check_store
 from lmalgebra.distill.student_inputs import student_inputs
+from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.token_forms import detect_convention
 from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
 from lmalgebra.distributed import is_main, world
@@ -146,13 +148,23 @@ def _check(recipe: MergeRecipe, mix: dict[str, float]) -> None:
         )
 
 
-def train_causal_student(
-    recipe: MergeRecipe, name: str, spec: TrainingSpec, progress: bool, restart: bool
-) -> Path:
-    """Train (or resume) the causal student ``run_dir/<name>``; the model goes to
-    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer). A store built from another
+@dataclass(frozen=True)
+class CausalStudentData:
+    """What a causal student trains on: its batches, its tokenizer and what identifies it, and
+    the teachers the store was written by."""
+
+    source: CausalStoreBatches
+    tokenizer: Any
+    identity: dict[str, Any]
+    teachers: dict[str, Teacher]
+
+
+def causal_student_data(
+    recipe: MergeRecipe, spec: TrainingSpec, mix: dict[str, float]
+) -> CausalStudentData:
+    """The batches of ``recipe``'s store for the loss ``mix`` (drawn tokens only when ``mix``
+    has ``sampled``), after the checks of a causal student's recipe; a store built from another
     recipe or other teachers is refused first (``store_check``)."""
-    mix = spec.objective_mix or DEFAULT_MIX
     _check(recipe, mix)
     teachers = check_store(recipe)
     tokenizer, identity = student_tokenizer(recipe)
@@ -171,10 +183,21 @@ def train_causal_student(
         spec.seed,
         samples="sampled" in mix,
     )
+    return CausalStudentData(source, tokenizer, identity, teachers)
+
+
+def train_causal_student(
+    recipe: MergeRecipe, name: str, spec: TrainingSpec, progress: bool, restart: bool
+) -> Path:
+    """Train (or resume) the causal student ``run_dir/<name>``; the model goes to
+    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer)."""
+    mix = spec.objective_mix or DEFAULT_MIX
+    data = causal_student_data(recipe, spec, mix)
+    source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
     out = recipe.output_dir / name
     model = build_causal_lm(recipe.student, tokenizer, seed=spec.seed)
-    inputs = {**student_inputs(recipe), "student_tokenizer": identity}
+    inputs = {**student_inputs(recipe), "student_tokenizer": data.identity}
     final = train(model, source, spec, out, progress, inputs, restart, causal_step_loss(mix))
     target = out / "model"
     if not is_main():
@@ -190,8 +213,8 @@ def train_causal_student(
             "recipe": recipe.model_dump(mode="json"),
             "training": spec.model_dump(),
             "objective_mix": mix,
-            "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
-            "student_tokenizer": identity,
+            "teacher_hashes": {n: t.hashes for n, t in data.teachers.items()},
+            "student_tokenizer": data.identity,
             "language_probabilities": source.probabilities,
             "final": final,
         },
