@@ -52,7 +52,7 @@ from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
-from lmalgebra.train.batches import Batch
+from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
 from lmalgebra.train.losses import combined_loss, mlm_loss
@@ -103,12 +103,12 @@ def build_store(workdir: Path, args: argparse.Namespace) -> tuple[MergeRecipe, d
 class TimedSource:
     """A batch source that records when each batch is asked for (= when each step starts)."""
 
-    def __init__(self, source: StoreBatches):
+    def __init__(self, source: BatchSource):
         self.source = source
         self.languages = source.languages
         self.calls: dict[int, float] = {}
 
-    def batch(self, index: int) -> Batch:
+    def batch(self, index: int) -> Any:
         self.calls.setdefault(index, time.perf_counter())
         return self.source.batch(index)
 
@@ -287,7 +287,13 @@ def spec_of(options: dict[str, Any]) -> TrainingSpec:
 def store_source(run_dir: Path, teachers: dict[str, list[str]], spec: TrainingSpec) -> Any:
     vocab = UnionVocab.load(run_dir / "vocab")
     source = StoreBatches(
-        run_dir, teachers, vocab, spec.batch_size, spec.alpha, spec.multi_teacher, spec.seed
+        run_dir,
+        teachers,
+        vocab,
+        spec.batch_size,
+        spec.sampling_exponent,
+        spec.multi_teacher,
+        spec.seed,
     )
     return source, len(vocab.tokens)
 

@@ -82,6 +82,14 @@ def machine() -> dict[str, Any]:
             if line.startswith("MemTotal:"):
                 ram = int(line.split()[1]) / 2**20
     flags = set(_cpuinfo("flags").split())
+    gpu = {}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = {
+            "gpu": f"{torch.cuda.device_count()} x {props.name}",
+            "gpu_memory_gib": round(props.total_memory / 2**30, 1),
+            "cuda": torch.version.cuda,
+        }
     return {
         "cpu": _cpuinfo("model name") or platform.processor() or "unknown",
         "cores": cores(),
@@ -91,6 +99,7 @@ def machine() -> dict[str, Any]:
         "numpy": np.__version__,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        **gpu,
     }
 
 
@@ -99,9 +108,11 @@ def machine_line(m: dict[str, Any]) -> str:
     if "summary" in m:
         return str(m["summary"])
     flags = ", ".join(m["flags"]) or "no AVX2/AVX-512/AMX"
+    gpu = f"; GPU {m['gpu']} ({m['gpu_memory_gib']} GiB, CUDA {m['cuda']})" if "gpu" in m else ""
     return (
         f"{m['cores']} cores (nproc), {m['cpu']} ({flags}), {m['ram_gib']} GiB RAM; Python "
         f"{m['python']}, numpy {m['numpy']}, torch {m['torch']} ({m['torch_threads']} threads)"
+        + gpu
     )
 
 

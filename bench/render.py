@@ -16,6 +16,7 @@ ORDER = (
     "bench_embedding",
     "bench_teacher_inference",
     "bench_training",
+    "bench_causal",
     "bench_bootstrap",
     "bench_scaling",
     "bench_alpha_sweep",

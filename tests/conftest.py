@@ -53,3 +53,23 @@ def causal_teacher_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, P
     from causal_fixtures import build_causal_teachers
 
     return build_causal_teachers(tmp_path_factory.mktemp("causal-teachers"))
+
+
+@pytest.fixture
+def cpu_without_bf16(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The CPU's flags read from a file that lists no bfloat16 instruction, and no override."""
+    from lmalgebra.core import precision
+
+    path = tmp_path / "cpuinfo"
+    path.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n", encoding="utf-8")
+    monkeypatch.setattr(precision, "CPUINFO", path)
+    monkeypatch.delenv(precision.ALLOW_SLOW_BF16, raising=False)
+    return path
+
+
+@pytest.fixture
+def slow_bf16_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16 allowed on any CPU (emulated where the flags are missing): numerics tests."""
+    from lmalgebra.core import precision
+
+    monkeypatch.setenv(precision.ALLOW_SLOW_BF16, "1")

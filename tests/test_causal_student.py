@@ -225,8 +225,9 @@ def test_rdt_on_bits_per_byte_is_positive_when_the_student_needs_fewer_bits() ->
 
 
 def test_merge_evaluate_scores_teachers_and_student_in_bits_per_byte(
-    recipe_path: Path, trained: Path, monkeypatch, capsys
+    recipe_path: Path, trained: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))  # LMD coverage embeds spans
     run_dir = load_recipe(recipe_path).output_dir
     code, err = run_cli(["merge", "evaluate", str(run_dir)], monkeypatch, capsys)
     assert code == 0, err
@@ -242,6 +243,7 @@ def test_merge_evaluate_scores_teachers_and_student_in_bits_per_byte(
     np.testing.assert_allclose(got, [want["xx"], want["yy"], want["average"]], atol=1e-3)
     report = (run_dir / "evaluation" / "evaluation.md").read_text()
     assert "Greedy continuations of student" in report and report.count("- xx: **") == 2
+    assert "How much of each teacher the student carries" in report
 
 
 def test_best_copy_is_the_teacher_with_fewest_nats_per_byte(recipe_path: Path) -> None:

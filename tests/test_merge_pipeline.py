@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import lmalgebra.distill.pipeline as pipeline
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.pipeline import STAGES, STORE_STAGES, run_stages
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.train.config import TrainingSpec
@@ -28,7 +29,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
         return recipe.output_dir / name / "model"
 
     monkeypatch.setattr(pipeline, "prepare", lambda r, p: made.append(("prepare", p)))
-    monkeypatch.setattr(pipeline, "teach", lambda r, p: made.append(("teach", p)))
+    monkeypatch.setattr(pipeline, "teach", lambda r, p, setup: made.append(("teach", p)))
     monkeypatch.setattr(pipeline, "vocab", lambda r: made.append(("vocab",)))
     monkeypatch.setattr(pipeline, "train_student", train_student)
     return made
@@ -80,4 +81,12 @@ def test_unknown_stage_and_train_without_students_are_refused(
         run_stages(recipe, ["prepare", "distill"])
     with pytest.raises(ValueError, match="at least one student"):
         run_stages(recipe, ["train"])
+    assert calls == []
+
+
+def test_an_unusable_teacher_dtype_is_refused_before_anything_is_written(
+    recipe: MergeRecipe, calls: list[tuple[Any, ...]], cpu_without_bf16: Path
+) -> None:
+    with pytest.raises(UserInputError, match="merge recipe dtype: bfloat16 is not native"):
+        run_stages(recipe.model_copy(update={"dtype": "bfloat16"}), STORE_STAGES)
     assert calls == []

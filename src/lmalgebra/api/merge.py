@@ -21,7 +21,10 @@ from lmalgebra.distill.pipeline import STAGES as PIPELINE_STAGES
 from lmalgebra.distill.pipeline import Stage, run_stages
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.evaluate.bits_per_byte import BITS
+from lmalgebra.evaluate.causal_evaluation import causal_markdown, evaluate_causal_run
 from lmalgebra.evaluate.distill_scores import Score, evaluate_students, markdown
+from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoveragePooling, CoverageSpec
 from lmalgebra.train.config import TrainingSpec
 
 if TYPE_CHECKING:
@@ -36,7 +39,8 @@ class MergeRun:
 
     Attributes:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
-        students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``).
+        students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``;
+            causal runs: ``AutoModelForCausalLM``).
         scores: after ``evaluate``: one row per (language, teacher tokenisation, model) with
             examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
             (every scored token replaced by the mask token), top1_training_masking and
@@ -45,6 +49,11 @@ class MergeRun:
             ``average``), positive when the student beats its teachers; comparable scores
             only (a language with none is NaN).
         evaluation: after ``evaluate``: the evaluation as markdown (``evaluation.md``).
+        coverage: after ``evaluate`` of a causal run: how much of each teacher each student
+            carries by LMD, the columns of ``lmd_coverage.csv`` (language, teacher, student,
+            pooling, teacher_from_student, student_from_teacher: test R^2; train_spans,
+            test_spans). Causal runs' ``scores`` are bits per byte (``bits_per_byte.csv``) and
+            their ``rdt`` is on bits per byte.
     """
 
     def __init__(self, recipe: MergeRecipe) -> None:
@@ -54,6 +63,7 @@ class MergeRun:
         self.scores: pd.DataFrame | None = None
         self.rdt: pd.DataFrame | None = None
         self.evaluation: str | None = None
+        self.coverage: pd.DataFrame | None = None
 
     @classmethod
     def load(cls, run_dir: str | Path) -> MergeRun:
@@ -71,15 +81,31 @@ class MergeRun:
         return run
 
     def evaluate(
-        self, students: Sequence[str] | None = None, languages: Sequence[str] | None = None
+        self,
+        students: Sequence[str] | None = None,
+        languages: Sequence[str] | None = None,
+        pooling: CoveragePooling = "mean",
     ) -> MergeRun:
         """Score students (default: those trained here, else ``student``) and teachers on the
-        held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does."""
+        held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does.
+        ``pooling`` (causal runs): how LMD coverage pools a span's token states."""
         names = list(students or self.students or ["student"])
+        chosen = list(languages) if languages else None
         with library_call():
-            scores, deviations = evaluate_students(
-                self.run_dir, names, list(languages) if languages else None
-            )
+            if self.recipe.objective == "causal":
+                import pandas as pd
+
+                found = evaluate_causal_run(
+                    self.run_dir, names, chosen, CoverageSpec(pooling=pooling)
+                )
+                self.scores = pd.DataFrame([asdict(r) for r in found.bits], columns=BITS.columns)
+                self.rdt = rdt_frame(found.rdt)
+                self.coverage = pd.DataFrame(
+                    [asdict(r) for r in found.coverage], columns=COVERAGE.columns
+                )
+                self.evaluation = causal_markdown(found)
+                return self
+            scores, deviations = evaluate_students(self.run_dir, names, chosen)
         self.scores = score_frame(scores)
         self.rdt = rdt_frame(deviations)
         self.evaluation = markdown(scores, deviations)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -400,21 +400,33 @@ def merge_evaluate(
     run_dir: RunDirArg,
     student: Annotated[list[str] | None, typer.Option(help="Student name(s) in the run.")] = None,
     language: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
+    pooling: Annotated[
+        str | None,
+        typer.Option(
+            help="Causal runs: how LMD coverage pools a span's token states: mean (default) or "
+            "last (the last token)."
+        ),
+    ] = None,
 ) -> None:
     """Held-out masked-token accuracy, perplexity, teacher agreement and RDT of students (causal
-    runs: bits per byte of teachers and students, RDT on bits per byte, greedy continuations)."""
+    runs: bits per byte of teachers and students, RDT on bits per byte, LMD coverage of each
+    teacher by each student, greedy continuations)."""
     from lmalgebra.api.merge import MergeRun
     from lmalgebra.evaluate.causal_evaluation import (
         causal_markdown,
         evaluate_causal_run,
         is_causal_run,
     )
+    from lmalgebra.evaluate.lmd_coverage import CoveragePooling, CoverageSpec
 
     if is_causal_run(run_dir):
-        rows, rdt, made = evaluate_causal_run(run_dir, student or ["student"], language)
-        console.print(causal_markdown(rows, rdt, made), highlight=False)
+        spec = CoverageSpec(pooling=cast(CoveragePooling, pooling or "mean"))
+        found = evaluate_causal_run(run_dir, student or ["student"], language, spec)
+        console.print(causal_markdown(found), highlight=False)
         console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")
         return
+    if pooling is not None:
+        raise UserInputError("--pooling applies to causal runs only (LMD coverage of teachers)")
     run = MergeRun.load(run_dir).evaluate(student or ["student"], language)
     console.print(run.evaluation, highlight=False)
     console.print(f"written to [bold]{run_dir / 'evaluation'}[/bold]")

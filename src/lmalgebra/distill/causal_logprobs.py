@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.core.precision import compute_context, module_device
+
 
 @dataclass(frozen=True)
 class CausalOutput:
@@ -54,15 +56,16 @@ def draw_samples(
 def _example_output(
     logits: torch.Tensor, tokens: np.ndarray, k: int, samples: int, seed: Sequence[int]
 ) -> CausalOutput:
-    """Outputs from ``logits (n, vocab)``, row i predicting ``tokens[i]``."""
+    """Outputs from ``logits (n, vocab)`` (any float dtype, any device; log-probabilities are
+    taken in float32), row i predicting ``tokens[i]``."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
-    actual = torch.from_numpy(tokens.astype(np.int64)).unsqueeze(1)
+    actual = torch.from_numpy(tokens.astype(np.int64)).unsqueeze(1).to(logprobs.device)
     values, indices = logprobs.topk(k, dim=-1)
-    drawn = draw_samples(logprobs, samples, seed) if samples else (None, None)
+    drawn = draw_samples(logprobs.cpu(), samples, seed) if samples else (None, None)
     return CausalOutput(
-        logprobs.gather(1, actual).squeeze(1).numpy(),
-        indices.numpy(),
-        values.numpy(),
+        logprobs.gather(1, actual).squeeze(1).cpu().numpy(),
+        indices.cpu().numpy(),
+        values.cpu().numpy(),
         *drawn,
     )
 
@@ -80,12 +83,15 @@ def causal_outputs(
     samples: int = 0,
     seeds: Sequence[Sequence[int]] | None = None,
     batch_size: int = 32,
+    dtype: torch.dtype = torch.float32,
 ) -> list[CausalOutput]:
     """Teacher outputs of each example (``(n,)`` token ids), batched by length, in input order.
 
     ``seeds``: one seed sequence per example for its drawn tokens (needed when ``samples``).
     Batches are right-padded; a causal model's outputs at real positions ignore the padding.
+    The model runs where its weights are, under autocast when ``dtype`` is bfloat16.
     """
+    device = module_device(model) or torch.device("cpu")
     if samples and seeds is None:
         raise ValueError("drawing samples needs one seed per example")
     order = sorted(range(len(examples)), key=lambda i: -len(examples[i]))
@@ -101,7 +107,8 @@ def causal_outputs(
             n = len(examples[i])
             ids[row, :n] = torch.from_numpy(_inputs(examples[i], start_id))
             mask[row, :n] = 1
-        logits = model(input_ids=ids, attention_mask=mask).logits
+        with compute_context(device, dtype):
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
         for row, i in enumerate(chosen):
             n = len(examples[i])
             seed = seeds[i] if seeds is not None else ()

@@ -22,14 +22,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.byte_alignment import encode_with_offsets
 from lmalgebra.distill.causal_logprobs import CausalOutput, causal_outputs
 from lmalgebra.distill.causal_teachers import load_causal_lm, start_token_id
 from lmalgebra.distill.example_store import examples_set, require
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.teacher_precision import dtype_key
 from lmalgebra.distill.teachers import Teacher, max_positions
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.shard_set import ShardSet
@@ -48,13 +51,15 @@ def tokens_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
     return ShardSet(recipe.output_dir / "tokens" / lang / teacher.name, key)
 
 
-def logprobs_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
+def logprobs_set(recipe: MergeRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+    """The log-probability store of one (language, teacher) computed in ``dtype`` (resolved)."""
     key: dict[str, Any] = {
         "stage": "logprobs",
         "tokens": tokens_set(recipe, lang, teacher).key,
         "weights": teacher.hashes["weights"],
         "top_k": recipe.top_k,
         "samples": recipe.causal.samples,
+        **dtype_key(dtype),
     }
     if recipe.causal.samples:
         key["sample_seed"] = recipe.causal.sample_seed
@@ -134,11 +139,19 @@ def _logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) 
     return pa.table(columns)
 
 
-def write_logprobs(recipe: MergeRecipe, lang: str, teacher: Teacher, progress: bool) -> None:
-    """``logprobs/<lang>/<teacher>``: the teach stage of a causal recipe (every rank its shards)."""
+def write_logprobs(
+    recipe: MergeRecipe,
+    lang: str,
+    teacher: Teacher,
+    setup: tuple[torch.device, torch.dtype],
+    progress: bool,
+) -> None:
+    """``logprobs/<lang>/<teacher>``: the teach stage of a causal recipe (every rank its shards),
+    on ``setup``'s device and in its dtype (``teacher_precision.inference_setup``)."""
+    device, compute = setup
     tokens = tokens_set(recipe, lang, teacher)
     require(tokens, "prepare")
-    shards = logprobs_set(recipe, lang, teacher)
+    shards = logprobs_set(recipe, lang, teacher, dtype_name(compute))
     count = len(tokens.manifest["shards"])
     todo = set(shards.plan(count))
     if shards.complete:
@@ -154,14 +167,20 @@ def write_logprobs(recipe: MergeRecipe, lang: str, teacher: Teacher, progress: b
                 if model is None:
                     spec = recipe.teachers[teacher.name]
                     model = load_causal_lm(spec.ref(teacher.name), teacher.directory)
+                    model.to(device)
                 part = tokens.read(index)
                 values, offsets = ragged(part.column("token_ids"))
                 examples = [values[offsets[r] : offsets[r + 1]] for r in range(part.num_rows)]
                 ids = part.column("example_id").to_pylist()
                 seeds = [_seed(recipe, teacher.name, e) for e in ids]
                 outputs = causal_outputs(
-                    model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size
+                    model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size, compute
                 )
                 shards.write(index, _logprobs_table(outputs, dtype, samples))
             advance(1)
-    shards.finish(top_k=recipe.top_k, samples=samples, teacher_hashes=teacher.hashes)
+    shards.finish(
+        top_k=recipe.top_k,
+        samples=samples,
+        dtype=dtype_name(compute),
+        teacher_hashes=teacher.hashes,
+    )

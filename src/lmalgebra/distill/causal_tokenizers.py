@@ -1,11 +1,14 @@
-"""Tokenizers for small causal teachers, trained by the `tokenizers` library on a language's text.
+"""Tokenizers for small causal teachers and students, trained by the `tokenizers` library on text,
+and the byte tokenizer of a byte-level student.
 
-Four kinds, as the models people merge use them: ``bytelevel-bpe`` (GPT-2: BPE over bytes, no
-unknown token), ``bpe`` and ``unigram`` (SentencePiece style: ``▁`` marks word starts; unknown
-characters become ``<unk>``) and ``wordpiece`` (BERT's pieces, the toolkit's deterministic
-trainer). Each gets a beginning-of-sequence token, prepended by the tokenizer's post-processor
-(a causal teacher predicts a text's first token after it), an end-of-text token and a padding
-token. Training is deterministic: the same text gives the same vocabulary in every process.
+Four trained kinds, as the models people merge use them: ``bytelevel-bpe`` (GPT-2: BPE over
+bytes, no unknown token), ``bpe`` and ``unigram`` (SentencePiece style: ``▁`` marks word
+starts; unknown characters become ``<unk>``) and ``wordpiece`` (BERT's pieces, the toolkit's
+deterministic trainer). Each gets a beginning-of-sequence token, prepended by the tokenizer's
+post-processor (a causal LM predicts a text's first token after it), an end-of-text token and a
+padding token. Training is deterministic: the same text gives the same vocabulary in every
+process. ``byte_tokenizer`` trains nothing: one token per UTF-8 byte (id = byte value) and the
+same start, end and padding tokens.
 """
 
 from __future__ import annotations
@@ -14,16 +17,16 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.pretrain import train_wordpiece
+from lmalgebra.distill.token_forms import byte_alphabet
+from lmalgebra.distill.tokenizer_choice import MIN_VOCAB_SIZE, TOKENIZER_KINDS, TokenizerKind
 
-TokenizerKind = Literal["bytelevel-bpe", "unigram", "bpe", "wordpiece"]
-TOKENIZER_KINDS: tuple[TokenizerKind, ...] = ("bytelevel-bpe", "unigram", "bpe", "wordpiece")
+__all__ = ["TOKENIZER_KINDS", "TokenizerKind", "byte_tokenizer", "train_causal_tokenizer"]
 SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 _WORDPIECE_SPECIALS = {"pad": "[PAD]", "bos": "[CLS]", "eos": "[SEP]", "unk": "[UNK]"}
-_MIN_SIZE = {"bytelevel-bpe": 256 + len(SPECIALS), "unigram": 40, "bpe": 40, "wordpiece": 31}
 
 
 @contextlib.contextmanager
@@ -106,15 +109,12 @@ def train_causal_tokenizer(
 ) -> Any:
     """A ``PreTrainedTokenizerFast`` of ``kind`` with about ``vocab_size`` entries, trained on
     ``texts``, whose encodings start with its beginning-of-sequence token."""
-    from tokenizers import processors
-    from transformers import PreTrainedTokenizerFast
-
     if kind not in TOKENIZER_KINDS:
         raise UserInputError(f"--tokenizer-kind must be one of {', '.join(TOKENIZER_KINDS)}")
-    if vocab_size < _MIN_SIZE[kind]:
+    if vocab_size < MIN_VOCAB_SIZE[kind]:
         raise UserInputError(
             f"--vocab-size {vocab_size} is too small for a {kind} vocabulary "
-            f"(at least {_MIN_SIZE[kind]})"
+            f"(at least {MIN_VOCAB_SIZE[kind]})"
         )
     if kind == "wordpiece":
         with _one_thread():
@@ -122,6 +122,15 @@ def train_causal_tokenizer(
         names = _WORDPIECE_SPECIALS
     else:
         backend, names = _backend(kind, texts, vocab_size), SPECIALS
+    return _wrapped(backend, names, max_length)
+
+
+def _wrapped(backend: Any, names: dict[str, str], max_length: int) -> Any:
+    """``backend`` as a ``PreTrainedTokenizerFast`` whose encodings start with ``names["bos"]``
+    (``names`` without ``unk``: a tokenizer that has no unknown token)."""
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
     bos = names["bos"]
     backend.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, backend.token_to_id(bos))]
@@ -131,6 +140,23 @@ def train_causal_tokenizer(
         bos_token=bos,
         eos_token=names["eos"],
         pad_token=names["pad"],
-        unk_token=names["unk"],
+        unk_token=names.get("unk"),
         model_max_length=max_length,
     )
+
+
+def byte_tokenizer(max_length: int) -> Any:
+    """A ``PreTrainedTokenizerFast`` of raw UTF-8 bytes: byte ``b`` is id ``b`` (written as
+    GPT-2's byte-level character, so it reads and decodes as byte-level BPE with no merges), then
+    ``<pad>``, ``<s>`` and ``</s>`` (ids 256-258); every text is representable, so no unknown
+    token. Encodings start with ``<s>``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    names = {k: v for k, v in SPECIALS.items() if k != "unk"}
+    vocab = {char: byte for byte, char in enumerate(byte_alphabet())}
+    vocab |= {token: 256 + k for k, token in enumerate(names.values())}
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(list(names.values()))
+    return _wrapped(backend, names, max_length)

@@ -62,6 +62,14 @@ def require(shards: ShardSet, command: str) -> None:
 
 def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:
     """The held-out examples' texts of each language of the run (of ``languages`` if given)."""
+    return stored_texts(run_dir, languages, heldout=True)
+
+
+def stored_texts(
+    run_dir: Path, languages: Sequence[str] | None = None, heldout: bool = True
+) -> dict[str, list[str]]:
+    """The texts of each language's held-out (``heldout``) or training examples, in stored order;
+    refused when the run has no examples, or a language none of that kind."""
     found = sorted(p.parent.name for p in (run_dir / "examples").glob("*/manifest.json"))
     if not found:
         raise UserInputError(
@@ -72,13 +80,15 @@ def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict
         raise UserInputError(
             f"language {unknown[0]!r} is not in {run_dir} (it has {', '.join(found)})"
         )
+    kind = "held-out" if heldout else "training"
     texts = {}
     for lang in languages or found:
         shards = ShardSet.existing(run_dir / "examples" / lang)
         require(shards, "prepare")
         table = pa.concat_tables(shards.tables())
-        held = table.filter(table.column("heldout")).column("text").to_pylist()
-        if not held:
-            raise UserInputError(f"language {lang!r} of {run_dir} has no held-out example")
-        texts[lang] = held
+        chosen = table.column("heldout").to_numpy(zero_copy_only=False) == heldout
+        kept = [t for t, keep in zip(table.column("text").to_pylist(), chosen, strict=True) if keep]
+        if not kept:
+            raise UserInputError(f"language {lang!r} of {run_dir} has no {kind} example")
+        texts[lang] = kept
     return texts

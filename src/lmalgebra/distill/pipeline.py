@@ -14,6 +14,7 @@ from typing import Literal
 
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import prepare, teach, vocab
+from lmalgebra.distill.teacher_precision import inference_setup
 from lmalgebra.distill.train_student import train_student
 from lmalgebra.train.config import TrainingSpec
 
@@ -45,10 +46,12 @@ def run_stages(
         raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {STAGES}")
     if "train" in stages and not students:
         raise ValueError("the train stage needs at least one student")
+    # teacher inference's device and dtype, refused before anything is written
+    setup = inference_setup(recipe) if "teach" in stages else None
     if "prepare" in stages:
         prepare(recipe, progress)
     if "teach" in stages:
-        teach(recipe, progress)
+        teach(recipe, progress, setup)
     if "vocab" in stages and (recipe.objective == "masked" or list(stages) == ["vocab"]):
         vocab(recipe)
     models: dict[str, Path] = {}

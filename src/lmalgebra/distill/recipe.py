@@ -12,6 +12,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import TrainingSpec
@@ -135,6 +136,17 @@ class MergeRecipe(BaseModel):
         description="Teacher log-probabilities kept per masked token (causal: per token).",
     )
     batch_size: int = Field(default=32, ge=1, description="Examples per teacher forward pass.")
+    dtype: Literal["float32", "bfloat16", "auto"] = Field(
+        default="float32",
+        description="Compute precision of teacher inference: float32; bfloat16 (autocast: "
+        "weights stay float32, log-probabilities are taken in float32 from the bfloat16 logits; "
+        "refused where the hardware lacks it unless LMALGEBRA_ALLOW_SLOW_BF16=1); auto: "
+        "bfloat16 where native, else float32. The store records the dtype it resolves to.",
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        default="cpu",
+        description="Where teacher inference runs: cpu, cuda, or auto (cuda when present).",
+    )
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
     student: StudentSpec = Field(default_factory=StudentSpec, description="Student architecture.")
@@ -164,6 +176,8 @@ class MergeRecipe(BaseModel):
         if unused:
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
         self._check_objective()
+        if self.objective == "causal" and self.student.tokenizer is not None:
+            parse_student_tokenizer(self.student.tokenizer, self.teachers)
         return self
 
     def _check_objective(self) -> None:
@@ -198,7 +212,7 @@ class MergeRecipe(BaseModel):
 
     def data_hash(self) -> str:
         """Hash of everything that changes the stored examples and teacher outputs."""
-        exclude = {"output_dir", "batch_size", "student", "training"}
+        exclude = {"output_dir", "batch_size", "device", "student", "training"}
         if self.objective == "masked":  # as before the causal objective: existing stores stay valid
             exclude |= {"objective", "causal"}
         return sha256_json(self.model_dump(mode="json", exclude=exclude))

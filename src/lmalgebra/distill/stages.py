@@ -11,7 +11,8 @@ instead of ``masked/`` and ``topk/``, and has no ``vocab/``: ``lmalgebra.distill
                                         complete.json (stamped after the rest)
 
 Every shard set's manifest holds the key that produced it (recipe settings, teacher weight and
-tokenizer hashes, masking seed), so a change anywhere upstream is recomputed, never reused.
+tokenizer hashes, masking seed, the compute dtype of teacher inference when not float32), so a
+change anywhere upstream is recomputed, never reused.
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 import yaml
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.causal_store import write_logprobs, write_tokens
 from lmalgebra.distill.causal_teachers import open_causal_teacher
 from lmalgebra.distill.example_store import examples_set, require, write_examples
 from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.teacher_precision import dtype_key, inference_setup
 from lmalgebra.distill.teachers import Teacher, check_top_k, load_masked_lm, open_teacher
 from lmalgebra.distill.topk import TeacherOutput, masked_topk
 from lmalgebra.distributed import main_rank_only
@@ -75,12 +79,14 @@ def masked_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
     return ShardSet(recipe.output_dir / "masked" / lang / teacher.name, key)
 
 
-def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
+def topk_set(recipe: MergeRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+    """The top-k store of one (language, teacher) computed in ``dtype`` (resolved)."""
     key = {
         "stage": "topk",
         "masked": masked_set(recipe, lang, teacher).key,
         "weights": teacher.hashes["weights"],
         "top_k": recipe.top_k,
+        **dtype_key(dtype),
     }
     return ShardSet(recipe.output_dir / "topk" / lang / teacher.name, key)
 
@@ -168,23 +174,36 @@ def read_copies(table: pa.Table) -> list[MaskedCopy]:
 
 
 @holding_lock("merge teach", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
-def teach(recipe: MergeRecipe, progress: bool = True) -> None:
+def teach(
+    recipe: MergeRecipe,
+    progress: bool = True,
+    setup: tuple[torch.device, torch.dtype] | None = None,
+) -> None:
     """Offline teacher inference over every masked copy: top-k log-probs and per-example loss
-    (causal: next-token log-probs, top-k and drawn tokens at every position of every example)."""
+    (causal: next-token log-probs, top-k and drawn tokens at every position of every example).
+
+    ``setup``: device and dtype already resolved (``teacher_precision.inference_setup``)."""
+    setup = setup or inference_setup(recipe)  # an unusable device or dtype: refused first
     teachers = open_teachers(recipe)
     for lang, name in _pairs(recipe):
         if recipe.objective == "causal":
-            write_logprobs(recipe, lang, teachers[name], progress)
+            write_logprobs(recipe, lang, teachers[name], setup, progress)
             continue
         masked = masked_set(recipe, lang, teachers[name])
         require(masked, "prepare")
-        _write_topk(recipe, lang, teachers[name], masked, progress)
+        _write_topk(recipe, lang, teachers[name], masked, setup, progress)
 
 
 def _write_topk(
-    recipe: MergeRecipe, lang: str, teacher: Teacher, masked: ShardSet, progress: bool
+    recipe: MergeRecipe,
+    lang: str,
+    teacher: Teacher,
+    masked: ShardSet,
+    setup: tuple[torch.device, torch.dtype],
+    progress: bool,
 ) -> None:
-    shards = topk_set(recipe, lang, teacher)
+    device, compute = setup
+    shards = topk_set(recipe, lang, teacher, dtype_name(compute))
     count = len(masked.manifest["shards"])
     todo = set(shards.plan(count))  # under several processes: this rank's missing shards
     if shards.complete:
@@ -197,6 +216,7 @@ def _write_topk(
                 if model is None:
                     spec = recipe.teachers[teacher.name]
                     model = load_masked_lm(spec.ref(teacher.name), teacher.directory)
+                    model.to(device)
                 copies = read_copies(masked.read(index))
                 outputs = masked_topk(
                     model,
@@ -204,10 +224,11 @@ def _write_topk(
                     recipe.top_k,
                     teacher.tokenizer.pad_token_id or 0,
                     recipe.batch_size,
+                    compute,
                 )
                 shards.write(index, topk_table(outputs, dtype))
             advance(1)
-    shards.finish(top_k=recipe.top_k, teacher_hashes=teacher.hashes)
+    shards.finish(top_k=recipe.top_k, dtype=dtype_name(compute), teacher_hashes=teacher.hashes)
 
 
 def topk_table(outputs: list[TeacherOutput], dtype: np.dtype) -> pa.Table:

@@ -53,6 +53,8 @@ causal:                        # objective causal only
 heldout_fraction: 0.05         # examples held out for evaluation (by id: stable)
 top_k: 8                       # teacher log-probabilities kept per masked token (causal: per token)
 batch_size: 32                 # examples per teacher forward pass
+dtype: float32                 # teacher inference: float32 | bfloat16 | auto (bf16 where native)
+device: cpu                    # teacher inference: cpu | cuda | auto (cuda when present)
 shard_rows: 1024               # examples per store shard (the unit of resumption)
 output_dir: runs/merge         # the run directory
 

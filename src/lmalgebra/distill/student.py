@@ -39,9 +39,11 @@ class StudentSpec(BaseModel):
     )
     tokenizer: str | None = Field(
         default=None,
-        description="Causal recipes: the student's tokenizer, a teacher's name (its tokenizer) "
-        "or a model reference (hub id, directory, package:NAME); masked students use the "
-        "union vocabulary.",
+        description="Causal recipes: the student's tokenizer: teacher:NAME (or NAME) for a "
+        "teacher's, train:KIND:SIZE for one trained on the run's training text (KIND as "
+        "pretrain --tokenizer-kind, e.g. train:bytelevel-bpe:8000), bytes for raw UTF-8 bytes, "
+        "or a model reference (hub id, directory, package:NAME); masked students use the union "
+        "vocabulary.",
     )
     init_embeddings: Literal["random", "teachers"] = Field(
         default="random",

@@ -19,8 +19,11 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 def student_inputs(recipe: MergeRecipe) -> dict[str, Any]:
     """``{"recipe": data settings, "store": {lang/teacher: key hash}, "vocabulary": sha256}``
     (causal recipes: no vocabulary)."""
+    # dtype and device of teacher inference are left out: the store's key records the dtype
+    # it was computed in, and recipes written before these settings keep their fingerprint
     data = recipe.model_dump(
-        mode="json", exclude={"output_dir", "batch_size", "student", "training"}
+        mode="json",
+        exclude={"output_dir", "batch_size", "dtype", "device", "student", "training"},
     )
     outputs = "logprobs" if recipe.objective == "causal" else "topk"
     store = {

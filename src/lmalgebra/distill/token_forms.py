@@ -89,12 +89,19 @@ def word_marker(backend: Any, convention: Convention) -> str:
 
 
 @functools.cache
-def _byte_decoder() -> dict[int, int]:
-    """``str.translate`` table from the GPT-2 bytes-to-unicode alphabet back to latin-1 bytes."""
+def byte_alphabet() -> tuple[str, ...]:
+    """The GPT-2 bytes-to-unicode alphabet: the character that stands for each byte, in byte order
+    (printable latin-1 bytes stand for themselves, the others for characters from U+0100)."""
     printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
     shifted = [b for b in range(256) if b not in printable]
     table = {b: b for b in printable} | {b: 256 + k for k, b in enumerate(shifted)}
-    return {char: byte for byte, char in table.items()}
+    return tuple(chr(table[b]) for b in range(256))
+
+
+@functools.cache
+def _byte_decoder() -> dict[int, int]:
+    """``str.translate`` table from the GPT-2 bytes-to-unicode alphabet back to latin-1 bytes."""
+    return {ord(char): byte for byte, char in enumerate(byte_alphabet())}
 
 
 def _bytes_to_text(data: bytes) -> str:

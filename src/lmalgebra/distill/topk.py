@@ -2,7 +2,7 @@
 
 The head runs on masked positions only (``masked_head``): ``(n_masked, vocab)`` logits instead of
 ``(batch, seq, vocab)``. Stored values are exact log-probabilities: top-k logits minus the
-log-sum-exp over the full vocabulary.
+log-sum-exp over the full vocabulary, taken in float32 whatever the forward pass's precision.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.core.precision import compute_context, module_device
 from lmalgebra.distill.masking import MaskedCopy, pad_batch
 from lmalgebra.train.masked_head import masked_logits
 
@@ -35,26 +36,40 @@ class TeacherOutput:
 
 @torch.inference_mode()
 def masked_topk(
-    model: Any, copies: Sequence[MaskedCopy], k: int, pad_id: int, batch_size: int = 32
+    model: Any,
+    copies: Sequence[MaskedCopy],
+    k: int,
+    pad_id: int,
+    batch_size: int = 32,
+    dtype: torch.dtype = torch.float32,
 ) -> list[TeacherOutput]:
-    """Top-k teacher outputs for each copy, batched by length, returned in input order."""
+    """Top-k teacher outputs for each copy, batched by length, returned in input order.
+
+    The model runs where its weights are; with ``dtype`` bfloat16 the encoder and head run under
+    autocast, and the logits are cast to float32 before the log-sum-exp and the top-k.
+    """
+    device = module_device(model) or torch.device("cpu")
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
     out: list[TeacherOutput | None] = [None] * len(copies)
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]
         batch = [copies[i] for i in chosen]
-        logits = masked_logits(model, pad_batch(batch, pad_id)).float()
-        for i, result in zip(chosen, _split_outputs(logits, batch, k), strict=True):
+        inputs = {name: t.to(device) for name, t in pad_batch(batch, pad_id).items()}
+        with compute_context(device, dtype):
+            logits = masked_logits(model, inputs)
+        for i, result in zip(chosen, _split_outputs(logits.float(), batch, k), strict=True):
             out[i] = result
     return [o for o in out if o is not None]
 
 
 def _split_outputs(logits: torch.Tensor, batch: list[MaskedCopy], k: int) -> list[TeacherOutput]:
+    """Per-copy outputs from ``logits (n_masked, vocab) float32`` on any device."""
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
     values, indices = logits.topk(min(k, logits.shape[-1]), dim=-1)
-    logprobs = (values - lse).numpy()
-    labels = torch.from_numpy(np.concatenate([c.labels for c in batch]))
-    gold = (logits.gather(1, labels.unsqueeze(1)) - lse).squeeze(1).numpy()
+    logprobs = (values - lse).cpu().numpy()
+    indices = indices.cpu()
+    labels = torch.from_numpy(np.concatenate([c.labels for c in batch])).to(logits.device)
+    gold = (logits.gather(1, labels.unsqueeze(1)) - lse).squeeze(1).cpu().numpy()
     outputs, start = [], 0
     for c in batch:
         stop = start + len(c.positions)

@@ -14,6 +14,7 @@ and sampled at MinED-aligned positions (``distill.causal_student_data``).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,14 @@ from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.causal_pretrain import build_causal_lm
 from lmalgebra.distill.causal_student_data import CausalBatch, CausalStoreBatches
 from lmalgebra.distill.causal_teachers import start_token_id
+from lmalgebra.distill.causal_tokenizers import byte_tokenizer, train_causal_tokenizer
+from lmalgebra.distill.example_store import stored_texts
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import open_teachers
+from lmalgebra.distill.store_check import check_store
 from lmalgebra.distill.student_inputs import student_inputs
+from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.token_forms import detect_convention
+from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
 from lmalgebra.distributed import is_main, world
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.atomic import write_json_atomic
@@ -94,19 +99,33 @@ def causal_step_loss(mix: dict[str, float]) -> StepLoss:
     return step
 
 
+def _made_tokenizer(choice: TokenizerChoice, recipe: MergeRecipe) -> Any:
+    """The tokenizer ``choice`` names: a teacher's or a model's (loaded), a trained one (on the
+    run's training examples of every language, in language order) or the byte tokenizer."""
+    positions = recipe.student.max_position_embeddings
+    if choice.source == "bytes":
+        return byte_tokenizer(positions)
+    if choice.source == "train":
+        texts = stored_texts(recipe.output_dir, sorted(recipe.languages), heldout=False)
+        every = [text for lang in sorted(texts) for text in texts[lang]]
+        log.info("training the student's %s tokenizer on %d examples", choice, len(every))
+        return train_causal_tokenizer(every, choice.kind, choice.vocab_size, positions)
+    teacher = recipe.teachers.get(choice.name) if choice.source == "teacher" else None
+    ref = teacher.ref(choice.name) if teacher else ModelRef(name="student", path=choice.name)
+    return load_tokenizer(ref, resolve_directory(ref))
+
+
 def student_tokenizer(recipe: MergeRecipe) -> tuple[Any, dict[str, Any]]:
-    """The student's tokenizer (``student.tokenizer``: a teacher's name or a model reference) and
-    what identifies it; refused without offsets, readable tokens or a start token."""
+    """The student's tokenizer (``student.tokenizer``, ``distill.tokenizer_choice``) and what
+    identifies it; refused without offsets, readable tokens or a start token."""
     given = recipe.student.tokenizer
     if given is None:
         raise UserInputError(
-            "a causal recipe's student needs a tokenizer: set student.tokenizer to a teacher's "
-            "name or a model reference"
+            "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "
+            "train:KIND:SIZE, bytes or a model reference"
         )
-    teacher = recipe.teachers.get(given)
-    ref = teacher.ref(given) if teacher else ModelRef(name="student", path=given)
-    directory = resolve_directory(ref)
-    tokenizer = load_tokenizer(ref, directory)
+    choice = parse_student_tokenizer(given, recipe.teachers)
+    tokenizer = _made_tokenizer(choice, recipe)
     detect_convention(tokenizer, f"student tokenizer {given!r}")
     if start_token_id(tokenizer) is None:
         raise UserInputError(
@@ -114,7 +133,7 @@ def student_tokenizer(recipe: MergeRecipe) -> tuple[Any, dict[str, Any]]:
             "end-of-text token to predict the first token after"
         )
     vocabulary = sha256_json(sorted(tokenizer.get_vocab().items()))
-    return tokenizer, {"tokenizer": given, "vocabulary": vocabulary}
+    return tokenizer, {"tokenizer": str(choice), "vocabulary": vocabulary}
 
 
 def _check(recipe: MergeRecipe, mix: dict[str, float]) -> None:
@@ -129,14 +148,25 @@ def _check(recipe: MergeRecipe, mix: dict[str, float]) -> None:
         )
 
 
-def train_causal_student(
-    recipe: MergeRecipe, name: str, spec: TrainingSpec, progress: bool, restart: bool
-) -> Path:
-    """Train (or resume) the causal student ``run_dir/<name>``; the model goes to
-    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer)."""
-    mix = spec.objective_mix or DEFAULT_MIX
+@dataclass(frozen=True)
+class CausalStudentData:
+    """What a causal student trains on: its batches, its tokenizer and what identifies it, and
+    the teachers the store was written by."""
+
+    source: CausalStoreBatches
+    tokenizer: Any
+    identity: dict[str, Any]
+    teachers: dict[str, Teacher]
+
+
+def causal_student_data(
+    recipe: MergeRecipe, spec: TrainingSpec, mix: dict[str, float]
+) -> CausalStudentData:
+    """The batches of ``recipe``'s store for the loss ``mix`` (drawn tokens only when ``mix``
+    has ``sampled``), after the checks of a causal student's recipe; a store built from another
+    recipe or other teachers is refused first (``store_check``)."""
     _check(recipe, mix)
-    teachers = open_teachers(recipe)
+    teachers = check_store(recipe)
     tokenizer, identity = student_tokenizer(recipe)
     start = start_token_id(tokenizer)
     assert start is not None  # student_tokenizer refuses a tokenizer without one
@@ -153,10 +183,21 @@ def train_causal_student(
         spec.seed,
         samples="sampled" in mix,
     )
+    return CausalStudentData(source, tokenizer, identity, teachers)
+
+
+def train_causal_student(
+    recipe: MergeRecipe, name: str, spec: TrainingSpec, progress: bool, restart: bool
+) -> Path:
+    """Train (or resume) the causal student ``run_dir/<name>``; the model goes to
+    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer)."""
+    mix = spec.objective_mix or DEFAULT_MIX
+    data = causal_student_data(recipe, spec, mix)
+    source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
     out = recipe.output_dir / name
     model = build_causal_lm(recipe.student, tokenizer, seed=spec.seed)
-    inputs = {**student_inputs(recipe), "student_tokenizer": identity}
+    inputs = {**student_inputs(recipe), "student_tokenizer": data.identity}
     final = train(model, source, spec, out, progress, inputs, restart, causal_step_loss(mix))
     target = out / "model"
     if not is_main():
@@ -172,8 +213,8 @@ def train_causal_student(
             "recipe": recipe.model_dump(mode="json"),
             "training": spec.model_dump(),
             "objective_mix": mix,
-            "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
-            "student_tokenizer": identity,
+            "teacher_hashes": {n: t.hashes for n, t in data.teachers.items()},
+            "student_tokenizer": data.identity,
             "language_probabilities": source.probabilities,
             "final": final,
         },

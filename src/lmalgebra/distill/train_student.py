@@ -7,53 +7,21 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.embedding_seed import seed_from_teachers
 from lmalgebra.distill.model_card import student_card, write_card
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import RUN_SCRATCH, open_teachers, topk_set, vocab_stamp
+from lmalgebra.distill.stages import RUN_SCRATCH
+from lmalgebra.distill.store_check import check_store
 from lmalgebra.distill.student import build_student, save_student
 from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.distill.student_inputs import check_student_name, student_inputs
 from lmalgebra.distill.vocab_union import UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.storage.lockfile import holding_lock
-from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
 
 log = logging.getLogger(__name__)
-
-
-def check_store(recipe: MergeRecipe) -> dict[str, dict[str, str]]:
-    """Refuse a store or vocabulary built from another recipe or other teachers; teacher hashes."""
-    teachers = open_teachers(recipe)
-    for lang, spec in recipe.languages.items():
-        for name in spec.teachers:
-            expected = topk_set(recipe, lang, teachers[name])
-            found = ShardSet.existing(expected.directory)
-            if not found.complete:
-                raise UserInputError(
-                    f"{expected.directory} is missing or incomplete: "
-                    "run `lmalgebra merge teach RECIPE` first"
-                )
-            if found.key != expected.key:
-                raise UserInputError(
-                    f"the store in {expected.directory} was built with a different "
-                    "recipe or teacher (manifest hash mismatch): run "
-                    "`lmalgebra merge teach RECIPE` for this recipe"
-                )
-    stamp = vocab_stamp(recipe, teachers)
-    if stamp.recorded() is None:
-        raise UserInputError(
-            f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
-        )
-    if not stamp.done():
-        raise UserInputError(
-            f"the vocabulary in {stamp.directory} was built from other teachers: "
-            "run `lmalgebra merge vocab RECIPE` again"
-        )
-    return {name: t.hashes for name, t in teachers.items()}
 
 
 @holding_lock("merge train", lambda recipe, **_: recipe.output_dir, RUN_SCRATCH)
@@ -74,7 +42,7 @@ def train_student(
         from lmalgebra.distill.train_causal_student import train_causal_student
 
         return train_causal_student(recipe, name, spec, progress, restart)
-    hashes = check_store(recipe)
+    hashes = {n: t.hashes for n, t in check_store(recipe).items()}
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
     source = StoreBatches(

@@ -1,6 +1,7 @@
 """``lmalgebra merge evaluate`` on a causal run: bits per byte of every teacher and student on each
-language's held-out examples (``evaluate.bits_per_byte``), RDT on bits per byte, and a few greedy
-continuations of each student per language.
+language's held-out examples (``evaluate.bits_per_byte``), RDT on bits per byte, how much of each
+teacher each student carries by LMD (``evaluate.lmd_coverage``), and a few greedy continuations
+of each student per language.
 
 RDT of a student on a language, over the language's teachers ``T_i`` (lower bits per byte is
 better, so the sign is turned: positive = the student needs fewer bits than the teachers)::
@@ -13,8 +14,8 @@ The average is over the languages that have a value.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from lmalgebra.distill.example_store import heldout_texts
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.evaluate.bits_per_byte import BitsRow, evaluate_bits
 from lmalgebra.evaluate.distill_scores import EVALUATION_MD, RDT, rdt_text
+from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageRow, CoverageSpec, lmd_coverage
 from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.csv_tables import write_table
 
 PROMPT_CHARS = 40  # prompts: the first words of held-out examples, up to this many characters
 CONTINUATIONS = 2  # per language
@@ -96,13 +99,38 @@ def continuations(
     return out
 
 
+@dataclass
+class CausalEvaluation:
+    """What ``merge evaluate`` found on a causal run.
+
+    Attributes:
+        bits: bits per byte of every teacher and student per language (``bits_per_byte.csv``).
+        rdt: student -> language (then ``average``) -> RDT on bits per byte (``rdt.csv``).
+        continuations: student -> language -> (prompt, greedy continuation) pairs.
+        coverage: LMD coverage rows (``lmd_coverage.csv``); skipped: language -> why it has none.
+        pooling: how the coverage's span embeddings were pooled.
+    """
+
+    bits: list[BitsRow]
+    rdt: dict[str, dict[str, float]]
+    continuations: dict[str, dict[str, list[tuple[str, str]]]]
+    coverage: list[CoverageRow]
+    skipped: dict[str, str]
+    pooling: str
+
+
 def evaluate_causal_run(
-    run_dir: Path, students: list[str], languages: list[str] | None = None
-) -> tuple[list[BitsRow], dict[str, dict[str, float]], dict[str, Any]]:
-    """Bits per byte of teachers and students (``evaluation/bits_per_byte.csv``), each student's
-    RDT and greedy continuations; written with ``rdt.csv`` and ``evaluation.md``."""
+    run_dir: Path,
+    students: list[str],
+    languages: list[str] | None = None,
+    coverage: CoverageSpec | None = None,
+) -> CausalEvaluation:
+    """Bits per byte of teachers and students, each student's RDT, LMD coverage of each teacher
+    by each student (``coverage``: how spans are embedded) and greedy continuations; written to
+    ``run_dir/evaluation`` (``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv``,
+    ``evaluation.md``)."""
     recipe = load_recipe(run_dir / "recipe.yaml")
-    teachers = [spec.ref(name) for name, spec in recipe.teachers.items()]
+    teachers = {name: spec.ref(name) for name, spec in recipe.teachers.items()}
     mine: dict[str, ModelRef] = {}
     for name in students:
         directory = run_dir / name / "model"
@@ -111,21 +139,29 @@ def evaluate_causal_run(
                 f"student {name!r} has no model in {directory}: run `lmalgebra merge train` first"
             )
         mine[name] = ModelRef(name=name, path=str(directory))
-    rows = evaluate_bits(run_dir, [*teachers, *mine.values()], languages)
+    rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages)
     teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
     deviations = {name: bits_rdt(rows, name, teachers_of) for name in students}
     texts = heldout_texts(run_dir, languages)
+    coverage = coverage or CoverageSpec()
+    covered, skipped = lmd_coverage(
+        texts,
+        {lang: recipe.languages[lang].corpus for lang in texts},
+        {lang: [teachers[t] for t in teachers_of[lang]] for lang in texts},
+        list(mine.values()),
+        coverage,
+    )
     made = {name: continuations(ref, Path(ref.path), texts) for name, ref in mine.items()}
+    found = CausalEvaluation(rows, deviations, made, covered, skipped, coverage.pooling)
     out = run_dir / "evaluation"
     write_text_atomic(out / RDT, rdt_text(deviations))
-    write_text_atomic(out / EVALUATION_MD, causal_markdown(rows, deviations, made))
-    return rows, deviations, made
+    write_table(out, COVERAGE, covered)
+    write_text_atomic(out / EVALUATION_MD, causal_markdown(found))
+    return found
 
 
-def causal_markdown(
-    rows: list[BitsRow], deviations: dict[str, dict[str, float]], made: dict[str, Any]
-) -> str:
-    """The evaluation report: bits per byte table, RDT, continuations."""
+def causal_markdown(found: CausalEvaluation) -> str:
+    """The evaluation report: bits per byte, RDT, LMD coverage, continuations."""
     lines = [
         "Bits per byte on each language's held-out examples (lower is better); RDT in percent, "
         "positive when the student needs fewer bits per byte than the language's teachers.",
@@ -133,18 +169,39 @@ def causal_markdown(
         "| language | model | documents | bits/byte | bits/char |",
         "|---|---|---|---|---|",
     ]
-    for r in rows:
+    for r in found.bits:
         lines.append(
             f"| {r.language} | {r.model} | {r.documents} | {r.bits_per_byte:.4f} | "
             f"{r.bits_per_char:.4f} |"
         )
+    deviations = found.rdt
     lines += ["", "| student | " + " | ".join(next(iter(deviations.values()))) + " |"]
     lines.append("|---" * (1 + len(next(iter(deviations.values())))) + "|")
     for name, values in deviations.items():
         cells = " | ".join("n/a" if math.isnan(v) else f"{v:.2f}" for v in values.values())
         lines.append(f"| {name} | {cells} |")
-    for name, by_lang in made.items():
+    lines += ["", *coverage_markdown(found.coverage, found.skipped, found.pooling)]
+    for name, by_lang in found.continuations.items():
         lines += ["", f"Greedy continuations of {name}:"]
         for lang, pairs in by_lang.items():
             lines += [f"- {lang}: **{prompt}**{text!r}" for prompt, text in pairs]
     return "\n".join(lines) + "\n"
+
+
+def coverage_markdown(rows: list[CoverageRow], skipped: dict[str, str], pooling: str) -> list[str]:
+    """The LMD coverage table's lines, then a line per language left out."""
+    lines = [
+        "How much of each teacher the student carries (LMD: test R^2 of the teacher's span "
+        f"embeddings fitted on the student's, {pooling} pooling, held-out text; and the reverse).",
+        "",
+        "| language | teacher | student | teacher from student | student from teacher | "
+        "test spans |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.language} | {r.teacher} | {r.student} | {r.teacher_from_student:.3f} | "
+            f"{r.student_from_teacher:.3f} | {r.test_spans} |"
+        )
+    lines += [f"- {lang}: no LMD coverage: {why}" for lang, why in skipped.items()]
+    return lines

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import DeviceChoice, DtypeChoice, resolve_device, resolve_dtype
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.lmd.embed import EmbedSpec, Pooling
 from lmalgebra.lmd.spans import SpanSpec
@@ -48,8 +50,14 @@ class DecomposeConfig(BaseModel):
         default="mean", description="mean over real tokens, first token, or last real token."
     )
     exclude_special: bool = Field(default=False, description="Leave special tokens out of pooling.")
-    dtype: Literal["float32", "bfloat16"] = Field(
-        default="float32", description="Model compute dtype."
+    dtype: DtypeChoice = Field(
+        default="float32",
+        description="Forward-pass precision: float32, bfloat16 (autocast; weights and pooling "
+        "stay float32) or auto (bfloat16 where the hardware has it natively).",
+    )
+    device: DeviceChoice = Field(
+        default="cpu",
+        description="Where the models run: cpu, cuda, or auto (cuda when present).",
     )
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
     max_length: int | None = Field(
@@ -120,13 +128,18 @@ class DecomposeConfig(BaseModel):
         return self
 
     def embed_spec(self) -> EmbedSpec:
+        """The embedding settings, device and dtype resolved for this machine (``auto`` logs
+        its choice; an unusable device or dtype is refused here, before any model loads)."""
+        device = resolve_device(self.device, "decompose device")
+        dtype = resolve_dtype(self.dtype, device, "decompose dtype")
         return EmbedSpec(
             self.layer,
             self.pooling,
             self.exclude_special,
-            self.dtype,
+            "bfloat16" if dtype == torch.bfloat16 else "float32",
             self.batch_size,
             self.max_length,
+            device=str(device),
         )
 
 
@@ -143,7 +156,7 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
 
 # Fields that say where and how a run is shown or stored, not what it computes: a run resumed or
 # redone with other values of these is the same run.
-INCIDENTAL = ("out", "cache_dir", "progress", "batch_size")
+INCIDENTAL = ("out", "cache_dir", "progress", "batch_size", "device")
 
 
 def config_yaml(config: DecomposeConfig) -> str:

@@ -13,12 +13,19 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from lmalgebra.core.precision import compute_context
+
 Pooling = Literal["mean", "first", "last"]
 
 
 @dataclass(frozen=True)
 class EmbedSpec:
-    """What, of a model's forward pass, becomes the span's vector."""
+    """What, of a model's forward pass, becomes the span's vector, and where it runs.
+
+    ``dtype``: the forward pass's compute precision (resolved: no ``auto`` here); bfloat16 runs
+    under autocast with float32 weights, and pooling is float32 either way. ``device``: where the
+    forward pass runs; the model must already be there.
+    """
 
     layer: int = -1
     pooling: Pooling = "mean"
@@ -28,6 +35,7 @@ class EmbedSpec:
     max_length: int | None = None
     # several hidden layers at once (one forward pass), concatenated in this order; overrides layer
     layers: tuple[int, ...] | None = None
+    device: str = "cpu"
 
 
 @dataclass(frozen=True)
@@ -111,8 +119,12 @@ def embed(
     """Embed spans with one model. Returns ``(len(texts), hidden) float32`` in input order.
 
     With ``spec.layers`` the pooled vectors of those layers are concatenated:
-    ``(len(texts), len(layers) * hidden)``, layer by layer.
+    ``(len(texts), len(layers) * hidden)``, layer by layer. The forward pass runs on
+    ``spec.device`` (where ``model`` must be) in ``spec.dtype``; hidden states are pooled in
+    float32.
     """
+    device = torch.device(spec.device)
+    context = compute_context(device, getattr(torch, spec.dtype))
     limit = max_tokens(model, tokenizer, spec.max_length)
     ids, special, report = tokenize(texts, tokenizer, limit)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -133,14 +145,17 @@ def embed(
             attention[row, :n] = 1
             keep = [0 if s else 1 for s in special[i]] if spec.exclude_special else [1] * n
             pool_mask[row, :n] = torch.tensor(keep)
-        outputs = model(
-            input_ids=input_ids, attention_mask=attention, output_hidden_states=need_all_layers
-        )
-        if need_all_layers:
-            pooled = [pool(outputs.hidden_states[k], pool_mask, spec.pooling) for k in layers]
-            out[batch] = torch.cat(pooled, dim=1).numpy()
-        else:
-            out[batch] = pool(_last_hidden(outputs), pool_mask, spec.pooling).numpy()
+        with context:
+            outputs = model(
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                output_hidden_states=need_all_layers,
+            )
+        chosen = [outputs.hidden_states[k] for k in layers] if need_all_layers else None
+        hidden = chosen or [_last_hidden(outputs)]
+        # pooled where the states are (an ONNX graph returns them on the CPU whatever the device)
+        pooled = [pool(h, pool_mask.to(h.device), spec.pooling) for h in hidden]
+        out[batch] = torch.cat(pooled, dim=1).float().cpu().numpy()
         if progress is not None:
             progress(len(batch))
     return out, report

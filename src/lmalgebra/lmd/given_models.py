@@ -19,6 +19,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.precision import module_device
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed, tokenize
 from lmalgebra.sources.models import check_layer
@@ -87,10 +88,15 @@ class TransformerPair:
         for layer in spec.layers or (spec.layer,):
             check_layer(self.name, self.model, layer)
         was_training = bool(getattr(self.model, "training", False))
-        self.model.eval()  # no dropout in embeddings; the caller's mode is restored
+        self.model.eval()  # no dropout in embeddings; the caller's mode and device are restored
+        home = module_device(self.model)
+        if home is not None and home != torch.device(spec.device):
+            self.model.to(spec.device)
         try:
             return embed(texts, self.model, self.tokenizer, spec)
         finally:
+            if home is not None and home != torch.device(spec.device):
+                self.model.to(home)
             if was_training:
                 self.model.train()
 

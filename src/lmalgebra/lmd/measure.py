@@ -92,6 +92,8 @@ class ModelPool:
         self.refs: dict[str, ModelRef] = {r.name: r for r in refs}
         self.dirs = {n: resolve_directory(r) for n, r in self.refs.items() if n not in self.given}
         self._loaded: dict[str, tuple[Any, Any]] = {}
+        # resolved once per run: ``auto`` is reported once, a bad device refused before any work
+        self.spec = config.embed_spec()
 
     @cached_property
     def prints(self) -> dict[str, dict[str, str]]:
@@ -143,7 +145,10 @@ class ModelPool:
 
         def compute(texts: list[str]) -> tuple[np.ndarray, TokenReport]:
             if name not in self._loaded:
-                model = load_model(self.refs[name], self.dirs[name], self.config.dtype)
+                ref = self.refs[name]
+                if ref.kind == "onnx" and spec.dtype != "float32":
+                    log.warning("model %r: an ONNX graph runs in its own precision", name)
+                model = load_model(ref, self.dirs[name], spec.device)
                 for layer in spec.layers or (spec.layer,):
                     check_layer(name, model, layer)
                 self._loaded[name] = (model, self.tokenizer(name))
@@ -194,7 +199,7 @@ def measure(
     """
     config = pool.config
     texts, hashes = draw_texts(pool, docs, spec)
-    base = config.embed_spec()
+    base = pool.spec
     caches: list[EmbeddingCache | PrecomputedSplit] = []
     tokens: dict[str, TokenReport] = {}
     total = sum(len(t) for t in texts.values())

@@ -20,6 +20,11 @@ from lmalgebra.core.fingerprint import unit_hash
 from lmalgebra.core.splits import SPLITS
 
 
+class TooLittleTextError(UserInputError):
+    """The documents give no full span for a split: callers that can go on without this
+    decomposition (an evaluation with other parts) catch it."""
+
+
 class SpanSpec(BaseModel):
     """How documents become spans, and how many per split."""
 
@@ -96,12 +101,12 @@ def draw_spans(docs: list[str], tokenizer: Any, spec: SpanSpec) -> dict[str, lis
                 break
         out[split] = chosen
     if not out["train"]:
-        raise UserInputError(
+        raise TooLittleTextError(
             f"no training span of {spec.length} tokens: the documents are too short or too few"
         )
     for split in SPLITS[1:]:
         if not out[split]:
-            raise UserInputError(
+            raise TooLittleTextError(
                 f"no {split} span of {spec.length} tokens: give more text or "
                 "a larger fraction for that split"
             )

@@ -296,24 +296,24 @@ def _fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any
     return tokenizer
 
 
-def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
-    """The bare ``AutoModel`` (hidden states), in eval mode; random weights if asked.
+def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
+    """The bare ``AutoModel`` (hidden states), float32, in eval mode on ``device``; random weights
+    if asked. Lower precision is the forward pass's business (autocast), not the weights'.
 
     An ONNX model loads as an :class:`~lmalgebra.sources.onnx_encoder.OnnxEncoder`, which the
-    embedding loop drives like an ``AutoModel``.
+    embedding loop drives like an ``AutoModel``; it runs on the CPU whatever ``device`` says.
     """
     if ref.kind == "precomputed":
         raise UserInputError(f"model {ref.name!r} is a file of precomputed embeddings: no network")
     if ref.kind == "onnx":
         from lmalgebra.sources.onnx_encoder import OnnxEncoder
 
-        if dtype != "float32":
-            log.warning("model %r: an ONNX graph runs in its own precision", ref.name)
+        if device != "cpu":
+            log.warning("model %r: an ONNX graph runs on the CPU, not on %s", ref.name, device)
         return OnnxEncoder.load(ref.name, directory, sibling_config(directory))
     import torch
     from transformers import AutoConfig, AutoModel
 
-    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
     try:
@@ -321,10 +321,11 @@ def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
             config = AutoConfig.from_pretrained(directory, trust_remote_code=ref.trust_remote_code)
             torch.manual_seed(ref.seed)
             model = AutoModel.from_config(config, trust_remote_code=ref.trust_remote_code)
-            model = model.to(torch_dtype)
         else:
+            # float32 whatever the checkpoint stores: weights kept in half precision would make
+            # every product half precision, autocast or not
             model = AutoModel.from_pretrained(
-                directory, dtype=torch_dtype, trust_remote_code=ref.trust_remote_code
+                directory, dtype=torch.float32, trust_remote_code=ref.trust_remote_code
             )
     except UserInputError:
         raise
@@ -332,7 +333,7 @@ def load_model(ref: ModelRef, directory: Path, dtype: str = "float32") -> Any:
         raise UserInputError(
             f"model {ref.name!r}: cannot load from {directory}: {load_failure(err)}"
         ) from err
-    return model.eval()
+    return model.to(device).eval()
 
 
 def model_depth(ref: ModelRef, directory: Path) -> int:

@@ -59,7 +59,9 @@ class TrainingSpec(BaseModel):
     log_every: int = Field(default=10, ge=1, description="Steps between log lines.")
     checkpoint_every: int = Field(default=200, ge=1, description="Steps between checkpoints.")
     mixed_precision: Literal["no", "bf16", "fp16"] = Field(
-        default="no", description="Accelerate mixed precision."
+        default="no",
+        description="Accelerate mixed precision: no (float32), bf16 (refused where the hardware "
+        "has no native bfloat16, unless LMALGEBRA_ALLOW_SLOW_BF16=1), fp16.",
     )
 
     @model_validator(mode="before")

@@ -1,7 +1,8 @@
 """The one training loop: masked-LM pre-training, gold-only and distilled students alike.
 
 What differs between runs is passed in: the model, a batch source (a pure function of the batch
-index) and whether the KD term is used. Accelerate handles device placement and mixed precision.
+index) and whether the KD term is used. Accelerate handles device placement and mixed precision;
+bfloat16 is refused where the hardware lacks it (``core.precision.check_bf16``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from lmalgebra.core.errors import TrainingDivergedError
+from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distributed import barrier, is_main, world
 from lmalgebra.storage.atomic import write_text_atomic
@@ -127,6 +129,7 @@ def train(
     check_batch_size(spec.batch_size)
     parts = {"model": model_part(model), "training": training_part(spec), **(inputs or {})}
     fingerprint = as_json(parts)
+    _check_precision(spec)  # before any checkpoint is dropped
     if restart:
         if is_main():
             clear_checkpoints(out / "checkpoints")
@@ -165,6 +168,14 @@ def train(
             advance(1, _status(last))
     model.eval()
     return last
+
+
+def _check_precision(spec: TrainingSpec) -> None:
+    """Refuse bf16 where the device Accelerate trains on (a GPU when there is one) lacks it."""
+    if spec.mixed_precision == "bf16":
+        from accelerate import PartialState
+
+        check_bf16(PartialState().device, "training.mixed_precision", "use no (float32)")
 
 
 def _status(record: dict[str, Any]) -> str:

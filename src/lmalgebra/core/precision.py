@@ -1,0 +1,139 @@
+"""Where the heavy stages run and in which precision: devices, and bfloat16 where it is safe.
+
+Embedding, teacher inference and training can run their matrix products in bfloat16 under
+``torch.autocast`` (weights stay float32). That is fast only where the hardware has bfloat16
+arithmetic: CPUs with the ``avx512_bf16`` or ``amx_bf16`` instructions, and CUDA devices that
+support it natively. Elsewhere torch emulates it: the numbers are right but slower than float32.
+So ``auto`` picks bfloat16 only where it is native, and an explicit ``bfloat16`` where it is not
+is refused unless ``LMALGEBRA_ALLOW_SLOW_BF16=1`` (tests and numerical comparisons on any CPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from lmalgebra.core.errors import UserInputError
+
+log = logging.getLogger(__name__)
+
+DtypeChoice = Literal["float32", "bfloat16", "auto"]
+DeviceChoice = Literal["auto", "cpu", "cuda"]
+
+# where the CPU's instruction-set flags are read; tests point it at a file of their own
+CPUINFO = Path("/proc/cpuinfo")
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+ALLOW_SLOW_BF16 = "LMALGEBRA_ALLOW_SLOW_BF16"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def cpu_flags(cpuinfo: Path | None = None) -> set[str] | None:
+    """The CPU's feature flags from ``cpuinfo`` (default :data:`CPUINFO`); None if unreadable."""
+    try:
+        text = (cpuinfo or CPUINFO).read_text(errors="replace")
+    except OSError:
+        return None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):  # x86 and ARM spell the line differently
+            flags.update(value.split())
+    return flags
+
+
+def bf16_support(device: torch.device | str, cpuinfo: Path | None = None) -> tuple[bool, str]:
+    """Whether ``device`` computes in bfloat16 natively, and why (the flags found or missing)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        # torch counts emulated bfloat16 as supported by default: ask for native support only
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return True, f"{torch.cuda.get_device_name(device)} supports bfloat16"
+        return False, f"{torch.cuda.get_device_name(device)} has no native bfloat16"
+    if device.type != "cpu":
+        return False, f"bfloat16 support on {device.type} devices is not checked"
+    path = cpuinfo or CPUINFO
+    flags = cpu_flags(path)
+    if flags is None:
+        return False, f"{path} is unreadable, so the CPU's bfloat16 support is unknown"
+    found = [flag for flag in CPU_BF16_FLAGS if flag in flags]
+    if found:
+        return True, f"the CPU has {' and '.join(found)}"
+    return False, f"the CPU has neither {' nor '.join(CPU_BF16_FLAGS)}"
+
+
+def check_bf16(device: torch.device, owner: str, remedy: str) -> None:
+    """Refuse bfloat16 on ``device`` without native support (one line naming ``owner``, the
+    reason and ``remedy``), unless ``LMALGEBRA_ALLOW_SLOW_BF16=1``."""
+    supported, why = bf16_support(device)
+    if supported:
+        return
+    if os.environ.get(ALLOW_SLOW_BF16) == "1":
+        log.warning("%s: bfloat16 is emulated on %s (%s): correct but slow", owner, device, why)
+        return
+    raise UserInputError(
+        f"{owner}: bfloat16 is not native on {device} ({why}); {remedy}, or set "
+        f"{ALLOW_SLOW_BF16}=1 to run it emulated (correct but slow)"
+    )
+
+
+def resolve_dtype(requested: str, device: torch.device, owner: str) -> torch.dtype:
+    """The compute dtype for ``requested`` (float32, bfloat16 or auto) on ``device``.
+
+    ``auto``: bfloat16 where ``device`` has it natively, else float32; one info line says which
+    and why. An explicit ``bfloat16`` without native support is refused (see :func:`check_bf16`).
+    """
+    if requested == "auto":
+        supported, why = bf16_support(device)
+        chosen = "bfloat16" if supported else "float32"
+        log.info("%s auto: %s on %s (%s)", owner, chosen, device, why)
+        return _DTYPES[chosen]
+    if requested not in _DTYPES:
+        raise UserInputError(
+            f"{owner}: {requested!r} is not a dtype; use float32, bfloat16 or auto"
+        )
+    if requested == "bfloat16":
+        check_bf16(device, owner, "use float32 or auto")
+    return _DTYPES[requested]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` / ``bfloat16``: the name recorded in cache and store keys."""
+    return str(dtype).removeprefix("torch.")
+
+
+def resolve_device(requested: str, owner: str = "device") -> torch.device:
+    """``auto``: CUDA when present, else the CPU; ``cuda`` without CUDA is refused.
+
+    Under several processes each takes the GPU of its local rank (``LOCAL_RANK``)."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise UserInputError(f"{owner}: {requested!r} is not a device; use auto, cpu or cuda")
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserInputError(
+            f"{owner}: cuda asked for, but torch sees no CUDA device (torch "
+            f"{torch.__version__}); use cpu or auto"
+        )
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return torch.device("cuda", local % torch.cuda.device_count())
+
+
+def module_device(module: Any) -> torch.device | None:
+    """The device of a module's first parameter; None for a module without parameters (an
+    ONNX graph, a parameter-free module)."""
+    parameters = getattr(module, "parameters", None)
+    first = next(iter(parameters()), None) if callable(parameters) else None
+    return None if first is None else first.device
+
+
+def compute_context(device: torch.device, dtype: torch.dtype) -> Any:
+    """The context a forward pass runs in: autocast to ``dtype`` on ``device``'s kind, or
+    nothing for float32 (weights, and so the computation, are float32 already)."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)

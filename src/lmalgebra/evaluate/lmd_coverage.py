@@ -1,0 +1,145 @@
+"""How much of each teacher a student carries, by LMD: the held-out R^2 of a ridge fit of the
+teacher's span embeddings on the student's (and the reverse), per language.
+
+Spans are text (``lmd.spans``): every model tokenizes the same span text with its own tokenizer,
+so teachers and students whose tokenizers disagree are compared on exactly the same text. Each
+language is one LMD run (``lmd.pipeline.run_decomposition``: the one embedding loop, its cache
+and the statistics engine) over the language's held-out examples, with the language's teachers
+and every student; spans are cut in the tokens of the language's first teacher. A causal model's
+span embedding is its last hidden layer pooled over the span's tokens (``mean``, or ``last``: the
+last token, which has read the whole span), special tokens left out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import validate
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
+from lmalgebra.lmd.spans import TooLittleTextError
+from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.csv_tables import Table
+from lmalgebra.storage.output_paths import default_cache_dir
+
+log = logging.getLogger(__name__)
+SOURCE = "merge evaluate (LMD coverage)"
+CoveragePooling = Literal["mean", "last"]
+POOLINGS: tuple[CoveragePooling, ...] = ("mean", "last")
+
+
+@dataclass(frozen=True)
+class CoverageSpec:
+    """How spans are cut and embedded. Held-out text is scarce: more spans per document and a
+    larger test share than ``decompose``'s defaults (as ``merge select``)."""
+
+    pooling: CoveragePooling = "mean"
+    seq_len: int = 32
+    spans: tuple[int, int, int] = (2000, 250, 500)
+    per_doc: int = 16
+    fractions: tuple[float, float, float] = (0.7, 0.1, 0.2)
+    alpha: float = 0.01
+    batch_size: int = 32
+    progress: bool = False
+    cache_dir: Path = field(default_factory=default_cache_dir)
+
+    def __post_init__(self) -> None:
+        if self.pooling not in POOLINGS:
+            raise UserInputError(
+                f"--pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"
+            )
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    """One (language, teacher, student): test R^2 both ways on the language's held-out text."""
+
+    language: str
+    teacher: str
+    student: str
+    pooling: str
+    teacher_from_student: float  # how much of the teacher the student carries
+    student_from_teacher: float
+    train_spans: int
+    test_spans: int
+
+
+COVERAGE = Table("lmd_coverage.csv", CoverageRow, nan="nan")
+
+
+def _config(
+    models: Sequence[ModelRef], corpus: CorpusSpec, reference: str, spec: CoverageSpec
+) -> DecomposeConfig:
+    data = {
+        "models": list(models),
+        "corpus": corpus,  # recorded only: the documents are given
+        "reference_tokenizer": reference,
+        "spans": {
+            "length": spec.seq_len,
+            "counts": list(spec.spans),
+            "per_doc": spec.per_doc,
+            "fractions": list(spec.fractions),
+        },
+        "pooling": spec.pooling,
+        "exclude_special": True,  # a start token's state is the same before every span
+        "alpha": spec.alpha,
+        "cache_dir": spec.cache_dir,
+        "progress": spec.progress,
+        "batch_size": spec.batch_size,
+    }
+    return validate(DecomposeConfig, data, SOURCE)
+
+
+def language_coverage(
+    language: str,
+    texts: list[str],
+    corpus: CorpusSpec,
+    teachers: Sequence[ModelRef],
+    students: Sequence[ModelRef],
+    spec: CoverageSpec,
+) -> list[CoverageRow]:
+    """Rows of every (teacher, student) of one language, from one LMD run on ``texts``."""
+    config = _config([*teachers, *students], corpus, teachers[0].name, spec)
+    result = run_decomposition(config, RunInputs(docs=texts))  # logs its own warnings
+    test = result.pairwise["test"]  # row: the target, column: the basis
+    where = {name: i for i, name in enumerate(result.names)}
+    return [
+        CoverageRow(
+            language,
+            t.name,
+            s.name,
+            spec.pooling,
+            float(test[where[t.name], where[s.name]]),
+            float(test[where[s.name], where[t.name]]),
+            result.spans["train"],
+            result.spans["test"],
+        )
+        for t in teachers
+        for s in students
+    ]
+
+
+def lmd_coverage(
+    texts: dict[str, list[str]],
+    corpora: dict[str, CorpusSpec],
+    teachers_of: dict[str, list[ModelRef]],
+    students: Sequence[ModelRef],
+    spec: CoverageSpec,
+) -> tuple[list[CoverageRow], dict[str, str]]:
+    """Coverage rows of every language of ``texts``, and the languages left out: language ->
+    why (held-out text too short for a span in some split; the rest of the evaluation stands)."""
+    rows: list[CoverageRow] = []
+    skipped: dict[str, str] = {}
+    for lang, docs in texts.items():
+        try:
+            rows += language_coverage(lang, docs, corpora[lang], teachers_of[lang], students, spec)
+        except TooLittleTextError as err:
+            skipped[lang] = f"too little held-out text for LMD ({err}); raise heldout_fraction"
+            log.warning("LMD coverage, %s: %s", lang, skipped[lang])
+    return rows, skipped
