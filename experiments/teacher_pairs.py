@@ -228,6 +228,7 @@ def main() -> None:
                 "complementarity": float(row.complementarity),
                 "quality": float(row.quality),
                 "student_accuracy": accuracy,
+                "student_loss": loss,
             }
         )
         print(
