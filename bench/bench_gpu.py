@@ -226,9 +226,9 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
     """KD + MLM student training through the one loop, float32 and bf16 mixed precision."""
     from accelerate.state import AcceleratorState
 
-    from bench_training import TimedSource, build_store, spec_of, store_source
     from lmalgebra.distill.student import StudentSpec, build_student
     from lmalgebra.train.loop import train
+    from student_runs import TimedSource, build_store, spec_of, store_source
 
     args = argparse.Namespace(examples=size["docs"], length=128, teacher_vocab=12000, seed=0)
     recipe, _ = build_store(workdir, args)
