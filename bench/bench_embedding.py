@@ -284,32 +284,22 @@ def utilisation(
 def save(args: argparse.Namespace, res: dict[str, Any], session: Session) -> None:
     runs, lengths = res["runs"], res["lengths"]
     rate = {k: args.spans / r["seconds"] for k, r in runs.items()}
-    base, ours = runs["baseline"], runs["ours"]
     ratio = rate["ours"] / rate["baseline"]
+    pairs = [("baseline", "ours", f"{args.spans:,} spans")]
+    if "ours-bf16" in runs:
+        pairs.append(("ours", "ours-bf16", f"{args.spans:,} spans, ours bfloat16 vs ours float32"))
     figures = [
         figure(
-            f"{args.spans:,} spans",
+            case,
             "spans/s",
-            rate["baseline"],
-            rate["ours"],
-            peak_mib=(base["peak_rss_mib"], ours["peak_rss_mib"]),
-            others_share=(base["others_share"], ours["others_share"]),
+            rate[b],
+            rate[o],
+            peak_mib=(runs[b]["peak_rss_mib"], runs[o]["peak_rss_mib"]),
+            others_share=(runs[b]["others_share"], runs[o]["others_share"]),
             higher_is_better=True,
         )
+        for b, o, case in pairs
     ]
-    if "ours-bf16" in runs:
-        bf16 = runs["ours-bf16"]
-        figures.append(
-            figure(
-                f"{args.spans:,} spans, ours bfloat16 vs ours float32",
-                "spans/s",
-                rate["ours"],
-                rate["ours-bf16"],
-                peak_mib=(ours["peak_rss_mib"], bf16["peak_rss_mib"]),
-                others_share=(ours["others_share"], bf16["others_share"]),
-                higher_is_better=True,
-            )
-        )
     util, shares = utilisation(args, res)
     targets = [
         goal(f"speed-up >= {SPEED_TARGET:.0f}x", ratio >= SPEED_TARGET, f"{ratio:.1f}x"),

@@ -40,7 +40,7 @@ from harness import WORK, Session, fastest, figure, goal, parse_args, run_conten
 from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
 from teacher_topk import SHAPES, compare, load_outputs, trained_teacher_problem
-from topk_store_bytes import BYTES_TARGET, store_bytes, store_table
+from topk_store_bytes import store_bytes, store_record
 from utilisation import (
     encoder_flops,
     measure_peak,
@@ -345,11 +345,7 @@ def save(
             )
         )
     tables = [
-        table(
-            "Runs",
-            RUNS_COLUMNS,
-            runs,
-        ),
+        table("Runs", RUNS_COLUMNS, runs),
         table(
             "Agreement with the float32 full-logits baseline (of the same teacher)",
             AGREE_COLUMNS,
@@ -364,21 +360,10 @@ def save(
         utilisation_table(util, peak, "model"),
     ]
     if store is not None:
-        per, rows = store_table(store)
-        tables.append(table("Bytes per masked token", ["what", "bytes"], rows))
-        targets.append(
-            goal(
-                f"<= {BYTES_TARGET:.0f} bytes per masked token in the top-k store",
-                per <= BYTES_TARGET,
-                f"{per:.1f}",
-            )
-        )
-        notes.append(
-            f"Store: {store['examples']:,} documents ({store['heldout']} held out), "
-            f"{store['shards']} shards, {store['masked_tokens']:,} masked tokens in "
-            f"{store['input_tokens']:,} input tokens; `prepare` {store['prepare_s']:.1f} s, "
-            f"`teach` {store['teach_s']:.1f} s."
-        )
+        store_figures, store_target, store_note = store_record(store)
+        tables.append(store_figures)
+        targets.append(store_target)
+        notes.append(store_note)
     session.save(
         __doc__,
         sizes(args, results, store, teacher),

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness import goal, table
 from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.storage.arrow_columns import id_dtype
@@ -98,3 +99,19 @@ def store_table(s: dict[str, Any]) -> tuple[float, list[list[Any]]]:
         [f"naive: int32 ids + fp16 values, k = {s['k']}", NAIVE_BYTES],
         ["FuseLLM-style storage (per token per teacher)", f"~{FUSELLM_BYTES}"],
     ]
+
+
+def store_record(s: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The bytes table, the bytes target and a note on the store's sizes and times."""
+    per, rows = store_table(s)
+    target = goal(
+        f"<= {BYTES_TARGET:.0f} bytes per masked token in the top-k store",
+        per <= BYTES_TARGET,
+        f"{per:.1f}",
+    )
+    note = (
+        f"Store: {s['examples']:,} documents ({s['heldout']} held out), {s['shards']} shards, "
+        f"{s['masked_tokens']:,} masked tokens in {s['input_tokens']:,} input tokens; "
+        f"`prepare` {s['prepare_s']:.1f} s, `teach` {s['teach_s']:.1f} s."
+    )
+    return table("Bytes per masked token", ["what", "bytes"], rows), target, note
