@@ -46,7 +46,6 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np
 import torch
 
-from bench_training import TimedSource, loop_log_rate, step_rate
 from causal_store_bytes import (
     FULL,
     QUICK,
@@ -68,6 +67,7 @@ from lmalgebra.distill.train_causal_student import (
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.cross_tokenizer_losses import ce_loss
 from lmalgebra.train.loop import train
+from student_runs import TimedSource, loop_log_rate, step_rate
 
 NAME = "bench_causal"
 MEASURED = ("src/lmalgebra/distill", "src/lmalgebra/train")

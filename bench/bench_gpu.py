@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from harness import RESULTS_DIR, WORK, Session, figure, goal, table
-from utilisation import bert_forward_flops
+from utilisation import encoder_flops, padded_lengths, utilisation_rows, utilisation_table
 
 NAME = "bench_gpu"
 MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/distill", "src/lmalgebra/train")
@@ -87,32 +87,14 @@ def peaks(device: torch.device, n: int, repeats: int) -> dict[str, float]:
 
 
 # -- teacher inference ---------------------------------------------------------------------------
-def padded_lengths(lengths: list[int], batch: int) -> list[int]:
-    """Each sequence's padded length under length-sorted batches of ``batch``: its batch's
-    longest (what the kernels run)."""
-    order = sorted(lengths, reverse=True)
-    return [order[s] for s in range(0, len(order), batch) for _ in order[s : s + batch]]
-
-
-def encoder_flops(shape: dict[str, int], lengths: list[int], head_rows: int, vocab: int) -> float:
-    return bert_forward_flops(
-        lengths,
-        layers=shape["layers"],
-        hidden=shape["hidden"],
-        intermediate=shape["intermediate"],
-        head_rows=head_rows,
-        vocab=vocab,
-    )
-
-
 def full_logits(
     model: Any, copies: list[Any], k: int, pad_id: int, batch: int, device: torch.device
 ) -> Any:
     """The baseline: float32 logits at every position, log_softmax and top-k, then the masked
-    positions gathered (``bench_teacher_inference.full_logits_topk`` with device placement)."""
-    from bench_teacher_inference import length_batches
+    positions gathered (``teacher_topk.full_logits_topk`` with device placement)."""
     from lmalgebra.distill.masking import pad_batch
     from lmalgebra.distill.topk import TeacherOutput
+    from teacher_topk import length_batches
 
     out: list[TeacherOutput | None] = [None] * len(copies)
     with torch.inference_mode():
@@ -146,7 +128,7 @@ def teacher_inference(
     """BERT-base top-8 at the masked positions: full logits (float32) vs ``masked_topk`` in
     float32 and bfloat16, bfloat16 also at other batch sizes; with ``trained`` (a trained masked
     LM's directory) the bfloat16 agreement on that teacher too."""
-    from bench_teacher_inference import build_model, compare, examples
+    from teacher_topk import build_model, compare, examples
 
     batch, shape = size["batch"], SHAPES["BERT-base"]
     tokenizer, _, copies = examples(size["examples"], batch, 128, 0)
@@ -194,12 +176,12 @@ def embedding(device: torch.device, size: dict[str, int], repeats: int) -> dict[
     """Mean-pooled spans (up to 128 tokens) in float32 and bfloat16, two shapes; the R^2 of the
     BERT-base embeddings from the MiniLM-shaped ones in each dtype."""
     from bench_embedding import span_texts
-    from bench_teacher_inference import build_model
     from lmalgebra import LinearDecomposition
     from lmalgebra.lmd.embed import EmbedSpec, embed, tokenize
     from lmalgebra.sources.corpus import CorpusSpec, read_documents
     from lmalgebra.sources.models import ModelRef, load_tokenizer
     from lmalgebra.sources.packaged import asset_path
+    from teacher_topk import build_model
 
     tok_dir = asset_path("minilm")
     tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
@@ -244,9 +226,9 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
     """KD + MLM student training through the one loop, float32 and bf16 mixed precision."""
     from accelerate.state import AcceleratorState
 
-    from bench_training import TimedSource, build_store, spec_of, store_source
     from lmalgebra.distill.student import StudentSpec, build_student
     from lmalgebra.train.loop import train
+    from student_runs import TimedSource, build_store, spec_of, store_source
 
     args = argparse.Namespace(examples=size["docs"], length=128, teacher_vocab=12000, seed=0)
     recipe, _ = build_store(workdir, args)
@@ -301,25 +283,6 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
 
 
 # -- the record ----------------------------------------------------------------------------------
-def utilisation_rows(
-    stage: str, runs: dict[str, dict[str, Any]], peak: dict[str, float], unit: Callable[..., str]
-) -> list[list[Any]]:
-    rows = []
-    for name, r in runs.items():
-        rate = r["flops"] / r["seconds"] / 1e9
-        rows.append(
-            [
-                stage,
-                name,
-                unit(r),
-                f"{r['flops'] / 1e12:.2f}",
-                f"{rate:,.0f}",
-                f"{rate / peak[r['dtype']]:.0%} of {r['dtype']}",
-            ]
-        )
-    return rows
-
-
 def save(
     res: dict[str, Any],
     device: torch.device,
@@ -413,12 +376,7 @@ def save(
         figures,
         targets=targets,
         tables=[
-            table(
-                "Utilisation (matrix-product FLOPs over time, against the peak of the same "
-                "dtype measured in this run)",
-                ["stage", "run", "rate", "TFLOP", "GFLOP/s", "share of peak"],
-                util,
-            ),
+            utilisation_table(util, peak),
             table(
                 "bfloat16 against float32: teacher top-8 at masked positions (vs the "
                 "float32 full-logits baseline)",

@@ -7,16 +7,20 @@ with the thread count of the stage, in a fresh interpreter started by the harnes
 products of one real call with ``torch.utils.flop_counter.FlopCounterMode`` so a benchmark can
 check the formula on the model it runs. Only matrix products count (2 FLOPs per multiply-add):
 normalisation, softmax, activations and element-wise work are left out, which is what a matrix
-unit's peak can be compared with.
+unit's peak can be compared with. :func:`utilisation_table` is the table every benchmark records,
+and :func:`require_bf16` the guard in front of a bfloat16 contender on the CPU.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from harness import fastest, run_contender, table
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -51,8 +55,6 @@ def peak_contender(
 def measure_peak(dtypes: Sequence[str], threads: int, attempts: int = 3) -> dict[str, float]:
     """GFLOP/s of each dtype's square products on this machine now, each in a fresh interpreter
     (fastest of ``attempts`` after waiting for idle CPUs)."""
-    from harness import fastest, run_contender
-
     peaks = {}
     for dtype in dtypes:
         kwargs = {"dtype": dtype, "threads": threads}
@@ -89,6 +91,27 @@ def bert_forward_flops(
     return float(layers * per_layer + head)
 
 
+def padded_lengths(lengths: Sequence[int], batch: int) -> list[int]:
+    """Each sequence's padded length under length-sorted batches of ``batch``: its batch's
+    longest (what the kernels run)."""
+    order = sorted(lengths, reverse=True)
+    return [order[s] for s in range(0, len(order), batch) for _ in order[s : s + batch]]
+
+
+def encoder_flops(
+    shape: dict[str, int], lengths: Sequence[int], head_rows: int = 0, vocab: int = 0
+) -> float:
+    """:func:`bert_forward_flops` of a shape given as ``{"layers", "hidden", "intermediate"}``."""
+    return bert_forward_flops(
+        lengths,
+        layers=shape["layers"],
+        hidden=shape["hidden"],
+        intermediate=shape["intermediate"],
+        head_rows=head_rows,
+        vocab=vocab,
+    )
+
+
 def gram_flops(rows: int, width: int, panels: int = 6) -> float:
     """FLOPs the Gram update ``X^T X`` of ``(rows, width)`` runs as ``stats.moments.add_gram``
     does it: the upper block triangle of ``panels x panels`` column panels, so
@@ -108,3 +131,51 @@ def counted_flops(call: Callable[[], Any]) -> float:
 def share(flops: float, seconds: float, peak_gflops: float) -> float:
     """Achieved rate as a share of the peak."""
     return flops / seconds / 1e9 / peak_gflops
+
+
+def utilisation_rows(
+    stage: str, runs: dict[str, dict[str, Any]], peak: dict[str, float], unit: Callable[..., str]
+) -> list[list[Any]]:
+    """One row per run (``{"seconds", "flops", "dtype"}``): its rate in ``unit(run)``, TFLOP,
+    GFLOP/s and share of the peak of its dtype."""
+    rows = []
+    for name, r in runs.items():
+        rate = r["flops"] / r["seconds"] / 1e9
+        rows.append(
+            [
+                stage,
+                name,
+                unit(r),
+                f"{r['flops'] / 1e12:.3g}",
+                f"{rate:,.0f}",
+                f"{rate / peak[r['dtype']]:.0%} of {r['dtype']}",
+            ]
+        )
+    return rows
+
+
+def utilisation_table(
+    rows: list[list[Any]], peak: dict[str, float], stage: str = "stage"
+) -> dict[str, Any]:
+    """The table of :func:`utilisation_rows`, its title naming the peaks it compares with."""
+    peaks = ", ".join(f"{dtype} {gflops:,.0f} GFLOP/s" for dtype, gflops in peak.items())
+    return table(
+        "Utilisation (matrix-product FLOPs over time, against the peak of the same dtype "
+        f"measured in this run: {peaks})",
+        [stage, "run", "rate", "TFLOP", "GFLOP/s", "share of peak"],
+        rows,
+    )
+
+
+def require_bf16(owner: str, remedy: str) -> None:
+    """Stop (exit status 2, one line) before a bfloat16 contender on a CPU without native
+    bfloat16, unless ``LMALGEBRA_ALLOW_SLOW_BF16=1``: emulated, its figures would measure the
+    emulation. ``owner``: the benchmark; ``remedy``: its option that leaves bfloat16 out."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.core.precision import check_bf16
+
+    try:
+        check_bf16(torch.device("cpu"), owner, remedy)
+    except UserInputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
