@@ -293,44 +293,37 @@ def save(
 ) -> dict[str, Any]:
     peak, ti, em, tr = res["peak"], res["teacher"], res["embedding"], res["training"]
     t = ti["runs"]
-    figures = [
-        figure(
-            "teacher inference, BERT-base, ours float32",
+    base = ti["examples"] / t["baseline float32"]["seconds"]
+    rates = [  # (case, unit, baseline rate, ours' rate)
+        (
+            f"teacher inference, BERT-base, ours {d}",
             "examples/s",
-            ti["examples"] / t["baseline float32"]["seconds"],
-            ti["examples"] / t["ours float32"]["seconds"],
-            higher_is_better=True,
-        ),
-        figure(
-            "teacher inference, BERT-base, ours bfloat16",
-            "examples/s",
-            ti["examples"] / t["baseline float32"]["seconds"],
-            ti["examples"] / t["ours bfloat16"]["seconds"],
-            higher_is_better=True,
-        ),
+            base,
+            ti["examples"] / t[f"ours {d}"]["seconds"],
+        )
+        for d in DTYPES
     ]
-    for shape_name in ("MiniLM-L6", "BERT-base"):
-        base, ours = em["runs"][f"{shape_name} float32"], em["runs"][f"{shape_name} bfloat16"]
-        figures.append(
-            figure(
-                f"embedding, {shape_name}, bfloat16 vs float32",
+    for name in ("MiniLM-L6", "BERT-base"):
+        f32, bf16 = (em["runs"][f"{name} {d}"] for d in DTYPES)
+        rates.append(
+            (
+                f"embedding, {name}, bfloat16 vs float32",
                 "spans/s",
-                em["spans"] / base["seconds"],
-                em["spans"] / ours["seconds"],
-                higher_is_better=True,
+                em["spans"] / f32["seconds"],
+                em["spans"] / bf16["seconds"],
             )
         )
-    for shape_name in ("BERT 4 x 256", "BERT-base"):
-        base, ours = tr["runs"][f"{shape_name} float32"], tr["runs"][f"{shape_name} bfloat16"]
-        figures.append(
-            figure(
-                f"training, {shape_name}, bf16 mixed vs float32",
+    for name in ("BERT 4 x 256", "BERT-base"):
+        f32, bf16 = (tr["runs"][f"{name} {d}"] for d in DTYPES)
+        rates.append(
+            (
+                f"training, {name}, bf16 mixed vs float32",
                 "tokens/s",
-                base["tokens"] / base["seconds"],
-                ours["tokens"] / ours["seconds"],
-                higher_is_better=True,
+                f32["tokens"] / f32["seconds"],
+                bf16["tokens"] / bf16["seconds"],
             )
         )
+    figures = [figure(*r, higher_is_better=True) for r in rates]
     shares = {k: a["ids_same_set_share"] for k, a in ti["agree"].items() if "bfloat16" in k}
     speed = t["baseline float32"]["seconds"] / t["ours bfloat16"]["seconds"]
     r2_diff = abs(em["r2"]["bfloat16"] - em["r2"]["float32"])
