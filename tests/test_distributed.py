@@ -28,7 +28,7 @@ from safetensors.numpy import load_file as load_np
 from safetensors.torch import load_file
 
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distributed import world
+from lmalgebra.distributed import same_on_every_rank, world
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.stats.moments import SecondMoments, layout
@@ -207,6 +207,7 @@ def _worker(rank: int, root: str) -> None:
     )
     try:
         assert world() == (rank, 2)
+        assert same_on_every_rank("0123456789ab") and not same_on_every_rank(f"{rank:012x}")
         _moments_checks(rank)
         _gradient_checks()
         calls = {}
@@ -464,13 +465,36 @@ def test_training_on_two_processes_matches_one_and_resumes(runs: tuple[Path, Pat
     assert all(torch.equal(resumed[k], finished[k]) for k in finished)
 
 
-def test_causal_teacher_store_of_two_processes_is_byte_identical(
+# a causal student with a tokenizer each rank trains, every cross-tokenizer loss in the mix
+CAUSAL_STUDENT = {
+    "tokenizer": "train:unigram:200",
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 4,
+    "intermediate_size": 64,
+    "max_position_embeddings": 320,
+    "dropout": 0.0,
+}
+CAUSAL_TRAINING = {
+    **TINY_TRAINING,
+    "lambda_schedule": "constant",
+    "lambda_value": 0.5,
+    "objective_mix": {"mined_kl": 0.5, "uld": 0.5, "alm": 1.0, "sampled": 0.5},
+}
+
+
+def test_causal_store_and_student_of_two_processes_match_one(
     tmp_path: Path, causal_teacher_dirs
 ) -> None:
+    """The store is byte-identical; the student trained on two processes matches one process
+    (each loss term averaged over the global batch's own positions) and resumes."""
     from causal_fixtures import write_causal_recipe
     from lmalgebra.distill import stages
 
-    one = load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs))
+    path_one = write_causal_recipe(
+        tmp_path, causal_teacher_dirs, student=CAUSAL_STUDENT, training=CAUSAL_TRAINING
+    )
+    one = load_recipe(path_one)
     two = one.model_copy(update={"output_dir": tmp_path / "run-two"})
     path_two = tmp_path / "recipe-two.yaml"
     path_two.write_text(yaml.safe_dump(two.model_dump(mode="json"), allow_unicode=True))
@@ -481,3 +505,26 @@ def test_causal_teacher_store_of_two_processes_is_byte_identical(
     torchrun("merge", "teach", str(path_two), "--no-progress")
     _same_tree(one.output_dir / "logprobs", two.output_dir / "logprobs")
     assert not list(two.output_dir.rglob("*.rank-*"))
+
+    _run([sys.executable, "-m", "lmalgebra", "merge", "train", str(path_one), "--no-progress"])
+    torchrun("merge", "train", str(path_two), "--no-progress")
+    students = [r.output_dir / "student" for r in (one, two)]
+    weights = [load_file(str(d / "model" / "model.safetensors")) for d in students]
+    assert weights[0].keys() == weights[1].keys()
+    gap = max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0])
+    assert gap <= WEIGHT_ATOL
+    logs = [
+        [json.loads(ln) for ln in (d / "train_log.jsonl").read_text().splitlines()]
+        for d in students
+    ]
+    assert [r["step"] for r in logs[1]] == [1, 2, 3, 4, 5, 6]
+    for a, b in zip(*logs, strict=True):
+        assert b["loss"] == pytest.approx(a["loss"], rel=LOSS_RTOL)
+        assert b["kd"] == pytest.approx(a["kd"], rel=LOSS_RTOL) and b["kd"] > 0
+    finished = weights[1]
+    shutil.rmtree(two.output_dir / "student" / "checkpoints" / "step-0000006")
+    shutil.rmtree(two.output_dir / "student" / "model")
+    done = torchrun("merge", "train", str(path_two), "--no-progress")
+    assert "resuming from step 3" in done.stderr
+    resumed = load_file(str(two.output_dir / "student" / "model" / "model.safetensors"))
+    assert all(torch.equal(resumed[k], finished[k]) for k in finished)

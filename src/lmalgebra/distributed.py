@@ -127,3 +127,17 @@ def any_rank(flag: bool) -> bool:
     if world()[1] == 1:
         return flag
     return bool(all_reduce_sum(np.array([1.0 if flag else 0.0]))[0] > 0)
+
+
+def same_on_every_rank(digest: str) -> bool:
+    """Whether every rank holds the same hex ``digest`` (collective; True in one process).
+
+    Its first 48 bits as three 16-bit numbers ``v``: sums of ``v`` and ``v^2`` are exact in
+    float64, and ``size * sum(v^2) == sum(v)^2`` holds only when every rank's ``v`` is the same.
+    """
+    size = world()[1]
+    if size == 1:
+        return True
+    parts = np.array([int(digest[i : i + 4], 16) for i in (0, 4, 8)], dtype=np.float64)
+    sums = all_reduce_sum(np.concatenate([parts, parts**2]))
+    return bool(np.all(size * sums[3:] == sums[:3] ** 2))

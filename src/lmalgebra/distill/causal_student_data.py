@@ -77,6 +77,14 @@ class CausalBatch:
             moved[f.name] = None if value is None else value.to(device)
         return CausalBatch(**moved)
 
+    def examples(self, lo: int, hi: int) -> CausalBatch:
+        """Examples ``[lo, hi)`` at the batch's padded widths; ``tokens`` stays the batch's."""
+        part: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            part[f.name] = value if value is None or f.name == "tokens" else value[lo:hi]
+        return CausalBatch(**part)
+
 
 @dataclass
 class TeacherCopy:

@@ -33,12 +33,21 @@ from lmalgebra.distill.student_inputs import student_inputs
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.token_forms import detect_convention
 from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
-from lmalgebra.distributed import is_main, world
+from lmalgebra.distributed import is_main, same_on_every_rank
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.cross_tokenizer_losses import alm_loss, ce_loss, mined_kl, sampled_ce, uld_loss
+from lmalgebra.train.cross_tokenizer_losses import (
+    Mean,
+    alm_loss,
+    batch_mean,
+    ce_loss,
+    mined_kl,
+    sampled_ce,
+    uld_loss,
+)
+from lmalgebra.train.data_parallel import global_mean
 from lmalgebra.train.loop import StepLoss, train
 from lmalgebra.train.losses import LossParts
 
@@ -47,9 +56,10 @@ DEFAULT_MIX = {"alm": 1.0}
 
 
 def distillation_term(
-    name: str, logits: torch.Tensor, batch: CausalBatch, temperature: float
+    name: str, logits: torch.Tensor, batch: CausalBatch, temperature: float, mean: Mean = batch_mean
 ) -> torch.Tensor:
-    """Loss ``name`` of student ``logits (B, S, V)`` against the batch's teacher rows."""
+    """Loss ``name`` of student ``logits (B, S, V)`` against the batch's teacher rows, averaged
+    by ``mean`` (over this batch, or ``global_mean`` over the global batch of several ranks)."""
     identity = torch.arange(logits.shape[-1], device=logits.device)  # ids are student ids
     if name == "mined_kl":
         return mined_kl(
@@ -60,9 +70,10 @@ def distillation_term(
             identity,
             batch.mask,
             temperature,
+            mean=mean,
         )
     if name == "uld":
-        return uld_loss(logits, batch.chunk_start, batch.topk_logprobs, batch.mask)
+        return uld_loss(logits, batch.chunk_start, batch.topk_logprobs, batch.mask, mean=mean)
     if name == "alm":
         return alm_loss(
             logits,
@@ -72,24 +83,26 @@ def distillation_term(
             batch.next_logprob,
             batch.teacher_chunk,
             temperature,
+            mean=mean,
         )
     if name == "sampled" and batch.sample_ids is not None:
-        return sampled_ce(logits, batch.mined, batch.sample_ids, identity, batch.mask)
+        return sampled_ce(logits, batch.mined, batch.sample_ids, identity, batch.mask, mean=mean)
     raise ValueError(f"no distillation loss {name!r} for this batch")
 
 
 def causal_step_loss(mix: dict[str, float]) -> StepLoss:
-    """The loop's micro-batch loss for ``mix`` (``training.objective_mix``)."""
+    """The loop's micro-batch loss for ``mix`` (``training.objective_mix``). Each term is a mean
+    over the global batch (``global_mean``): on several ranks, each its own count of positions."""
     distilled = {k: w for k, w in mix.items() if k != "ce" and w > 0}
 
     def step(model: Any, batch: CausalBatch, spec: TrainingSpec, weight: float) -> LossParts:
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        ce = ce_loss(logits, batch.targets, batch.mask)
+        ce = ce_loss(logits, batch.targets, batch.mask, mean=global_mean)
         if spec.gold_only or not distilled:
             return LossParts(ce, ce, torch.zeros((), device=ce.device), False)
         kd = sum(
             (
-                w * distillation_term(k, logits, batch, spec.temperature)
+                w * distillation_term(k, logits, batch, spec.temperature, global_mean)
                 for k, w in distilled.items()
             ),
             torch.zeros((), device=ce.device),
@@ -133,12 +146,12 @@ def student_tokenizer(recipe: MergeRecipe) -> tuple[Any, dict[str, Any]]:
             "end-of-text token to predict the first token after"
         )
     vocabulary = sha256_json(sorted(tokenizer.get_vocab().items()))
+    if not same_on_every_rank(vocabulary):  # each rank builds it: a trained one must agree
+        raise RuntimeError(f"student tokenizer {given!r} differs between processes")
     return tokenizer, {"tokenizer": str(choice), "vocabulary": vocabulary}
 
 
 def _check(recipe: MergeRecipe, mix: dict[str, float]) -> None:
-    if world()[1] > 1:
-        raise UserInputError("a causal student trains in one process: launch it without torchrun")
     if recipe.student.init_embeddings != "random":
         raise UserInputError("student.init_embeddings: teachers applies to masked students only")
     if "sampled" in mix and recipe.causal.samples == 0:

@@ -12,14 +12,17 @@ Conventions for a batch of ``B`` texts (padded):
   (``distill.byte_alignment``: MinED alignment or chunk starts); ``vocab_map (V_teacher,) int64``:
   the student id of each teacher id (``distill.mined_map``).
 
-Every loss is a mean over the positions (or chunks) that count, zero when none does. Teacher
-tensors are detached: gradients flow to the student logits only. Inputs in float64 are computed in
-float64, anything else in float32.
+Every loss is a mean over the positions (or chunks) that count, zero when none does: by default
+over this batch (:func:`batch_mean`); data-parallel ranks pass ``mean=`` one that divides by the
+global batch's count (``train.data_parallel.global_mean``). Teacher tensors are detached: gradients
+flow to the student logits only. Inputs in float64 are computed in float64, anything else in
+float32.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as nnf
@@ -29,7 +32,11 @@ def _real(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def _mean(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+# (values, keep) -> the mean of ``values`` where ``keep`` (entries not kept may hold NaN or inf)
+Mean = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def batch_mean(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Mean of ``values`` where ``keep``; masked entries may hold NaN or inf; zero if none kept."""
     kept = torch.where(keep, values, values.new_zeros(()))
     return kept.sum() / keep.sum().clamp(min=1)
@@ -48,14 +55,16 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > -math.log(2.0), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
 
 
-def ce_loss(logits: torch.Tensor, student_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def ce_loss(
+    logits: torch.Tensor, student_ids: torch.Tensor, mask: torch.Tensor, mean: Mean = batch_mean
+) -> torch.Tensor:
     """Next-token cross-entropy on the text (the baseline): ``mean_s -log q(x_s | x_<s)``.
 
     ``logits (B, S, V)``, ``student_ids (B, S) int64``, ``mask (B, S) bool`` -> scalar.
     """
     logprobs = nnf.log_softmax(_real(logits), dim=-1)
     picked = logprobs.gather(-1, student_ids.clamp(min=0)[..., None])[..., 0]
-    return _mean(-picked, mask)
+    return mean(-picked, mask)
 
 
 def mined_kl(
@@ -66,6 +75,7 @@ def mined_kl(
     vocab_map: torch.Tensor,
     mask: torch.Tensor,
     temperature: float = 1.0,
+    mean: Mean = batch_mean,
 ) -> torch.Tensor:
     """MinED-aligned KL (FuseLLM: Wan et al., ICLR 2024, arXiv 2401.10491).
 
@@ -92,7 +102,7 @@ def mined_kl(
     merged = (same.to(p.dtype) * p[..., None, :]).sum(-1)
     log_q = nnf.log_softmax(_real(logits) / temperature, dim=-1).gather(-1, mapped)
     terms = torch.where(p > 0, p * (merged.log() - log_q), p.new_zeros(()))
-    return _mean(terms.sum(-1), keep)
+    return mean(terms.sum(-1), keep)
 
 
 def uld_loss(
@@ -101,6 +111,7 @@ def uld_loss(
     topk_logprobs: torch.Tensor,
     mask: torch.Tensor,
     student_top: int | None = None,
+    mean: Mean = batch_mean,
 ) -> torch.Tensor:
     """Universal Logit Distillation (Boizard et al. 2024, arXiv 2402.12030).
 
@@ -131,7 +142,7 @@ def uld_loss(
     distance = gaps.abs().sum(-1)
     if student_top is None:  # the student's ranks past k face the teacher's zeros
         distance = distance + (1 - student.sum(-1)).clamp(min=0)
-    return _mean(distance, keep)
+    return mean(distance, keep)
 
 
 def alm_loss(
@@ -143,6 +154,7 @@ def alm_loss(
     teacher_chunk: torch.Tensor,
     temperature: float = 1.0,
     epsilon: float = 1e-6,
+    mean: Mean = batch_mean,
 ) -> torch.Tensor:
     """Approximate Likelihood Matching on aligned chunks (Minixhofer, Vulić and Ponti 2025,
     arXiv 2503.20083).
@@ -179,7 +191,7 @@ def alm_loss(
     x_t = l_t.clamp(max=0) / temperature - epsilon
     x_s = l_s.clamp(max=0) / temperature - epsilon
     binary_kl = x_t.exp() * (x_t - x_s) - torch.expm1(x_t) * (log1mexp(x_t) - log1mexp(x_s))
-    return _mean(binary_kl, keep)
+    return mean(binary_kl, keep)
 
 
 def _chunk_sums(
@@ -202,6 +214,7 @@ def sampled_ce(
     vocab_map: torch.Tensor,
     mask: torch.Tensor,
     sample_counts: torch.Tensor | None = None,
+    mean: Mean = batch_mean,
 ) -> torch.Tensor:
     """Cross-entropy to the teacher estimated from sampled tokens (Sparse Logit Sampling:
     Anshumann et al., ACL 2025, arXiv 2503.16870).
@@ -230,4 +243,4 @@ def sampled_ce(
     total = weights.sum(-1)
     keep = mask & has & (total > 0)
     estimate = -(weights * logprobs.gather(-1, mapped)).sum(-1) / total.clamp(min=1e-12)
-    return _mean(estimate, keep)
+    return mean(estimate, keep)

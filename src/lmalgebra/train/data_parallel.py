@@ -5,7 +5,11 @@ keeps its own contiguous slice of examples. The MLM and KD losses are means over
 of the whole global batch; a rank's mean over its own tokens is therefore weighted by
 ``share = size * local_tokens / global_tokens`` before backward, and Accelerate's DDP averages the
 gradients over ranks: the sum is the gradient of the one-process loss, up to floating-point
-reduction order. Dropout masks are drawn per rank, so exact agreement needs dropout 0.
+reduction order. A loss of several means, each over its own positions (the causal path's
+cross-tokenizer terms), cannot be weighted by one share: each of its means divides this rank's sum
+by the global batch's count instead (:func:`global_mean`), and its batch slices itself
+(``examples(lo, hi)``) with share 1. Dropout masks are drawn per rank, so exact agreement needs
+dropout 0.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distributed import all_reduce_sum, world
 from lmalgebra.train.batches import Batch
+from lmalgebra.train.cross_tokenizer_losses import batch_mean
 
 
 def check_batch_size(batch_size: int) -> None:
@@ -30,19 +35,22 @@ def check_batch_size(batch_size: int) -> None:
         )
 
 
-def local_part(batch: Batch) -> tuple[Batch, float]:
+def local_part(batch: Any) -> tuple[Any, float]:
     """This rank's slice of a global batch, and its ``share`` of the loss (1.0 in one process).
 
-    The slice holds examples ``[rank * b, (rank + 1) * b)`` with ``b = batch / size``, their masked
-    tokens (``rows`` renumbered from 0) and their teacher outputs. ``tokens`` stays the global
-    batch's count, for throughput logs. The padded width is the global batch's, so every rank
-    runs the same shapes.
+    The slice holds examples ``[rank * b, (rank + 1) * b)`` with ``b = batch / size``; of a
+    :class:`Batch`, their masked tokens (``rows`` renumbered from 0) and their teacher outputs.
+    ``tokens`` stays the global batch's count, for throughput logs. The padded width is the global
+    batch's, so every rank runs the same shapes. Another batch type slices itself with
+    ``examples(lo, hi)``, and its loss averages with :func:`global_mean`: its share is 1.
     """
     rank, size = world()
     if size == 1:
         return batch, 1.0
     per_rank = batch.input_ids.shape[0] // size
     lo, hi = rank * per_rank, (rank + 1) * per_rank
+    if not isinstance(batch, Batch):
+        return batch.examples(lo, hi), 1.0
     keep = (batch.rows >= lo) & (batch.rows < hi)
 
     def masked(value: torch.Tensor | None) -> torch.Tensor | None:
@@ -61,6 +69,21 @@ def local_part(batch: Batch) -> tuple[Batch, float]:
     )
     total = batch.labels.numel()
     return local, size * local.labels.numel() / total if total else 0.0
+
+
+def global_mean(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """This rank's part of the mean of ``values`` where ``keep`` over the global batch.
+
+    ``sum of this rank's kept values * size / kept count of all ranks``: the ranks' parts average
+    (as DDP averages their gradients) to the one-process mean. The counts are all-reduced, so every
+    rank must call it for the same terms in the same order. In one process: :func:`batch_mean`.
+    """
+    size = world()[1]
+    if size == 1:
+        return batch_mean(values, keep)
+    count = float(all_reduce_sum(np.array([float(keep.sum())]))[0])
+    kept = torch.where(keep, values, values.new_zeros(()))
+    return kept.sum() * (size / max(count, 1.0))
 
 
 def local_loss(loss: torch.Tensor, share: float, model: Any) -> torch.Tensor:
