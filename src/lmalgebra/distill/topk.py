@@ -45,8 +45,10 @@ def masked_topk(
 ) -> list[TeacherOutput]:
     """Top-k teacher outputs for each copy, batched by length, returned in input order.
 
-    The model runs where its weights are; with ``dtype`` bfloat16 the encoder and head run under
-    autocast, and the logits are cast to float32 before the log-sum-exp and the top-k.
+    The model runs where its weights are; with ``dtype`` bfloat16 the encoder runs under
+    autocast and the head in float32 on the masked rows (``masked_head``): a bfloat16 head
+    reorders near-tied candidates, which changes the stored top-k set. The log-sum-exp and the
+    top-k are taken in float32.
     """
     device = module_device(model) or torch.device("cpu")
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
@@ -56,7 +58,7 @@ def masked_topk(
         batch = [copies[i] for i in chosen]
         inputs = {name: t.to(device) for name, t in pad_batch(batch, pad_id).items()}
         with compute_context(device, dtype):
-            logits = masked_logits(model, inputs)
+            logits = masked_logits(model, inputs, float32_head=True)
         for i, result in zip(chosen, _split_outputs(logits.float(), batch, k), strict=True):
             out[i] = result
     return [o for o in out if o is not None]
