@@ -124,8 +124,9 @@ def test_bfloat16_decomposition_matches_float32_and_has_its_own_cache_entries(
         assert gap < 0.01, split  # measured 6e-5 on the tiny models
     # auto on a CPU with the flags resolves to bfloat16: the key holds that, not "auto"
     monkeypatch.setattr(precision, "CPUINFO", _cpuinfo(tmp_path, "amx_bf16"))
-    run(dtype="auto", device="auto" if not torch.cuda.is_available() else "cpu")
+    auto = run(dtype="auto", device="auto" if not torch.cuda.is_available() else "cpu")
     assert _entries(cache) == after_half  # same entries, whatever the device option says
+    assert auto.config["dtype"] == "bfloat16"  # the run records what auto resolved to
 
 
 def test_bfloat16_refused_on_the_command_line_with_exit_2(

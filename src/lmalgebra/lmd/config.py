@@ -127,6 +127,13 @@ class DecomposeConfig(BaseModel):
                 )
         return self
 
+    def resolved(self) -> DecomposeConfig:
+        """This configuration with ``dtype: auto`` replaced by the dtype it resolves to here, as
+        recorded in ``config.yaml`` (an ``auto`` run on another machine may be another run)."""
+        if self.dtype != "auto":
+            return self
+        return self.model_copy(update={"dtype": self.embed_spec().dtype})
+
     def embed_spec(self) -> EmbedSpec:
         """The embedding settings, device and dtype resolved for this machine (``auto`` logs
         its choice; an unusable device or dtype is refused here, before any model loads)."""

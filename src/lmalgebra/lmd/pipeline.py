@@ -75,7 +75,9 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
     writes outputs), only the embedding cache of models named by reference is filled.
 
     A run that fails takes back the cache directories it created and left without embeddings
-    (memoised model hashes alone do not count)."""
+    (memoised model hashes alone do not count). ``dtype: auto`` is resolved first: the result's
+    configuration holds the dtype the run used."""
+    config = config.resolved()
     with tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()):
         return _run(config, inputs or RunInputs())
 

@@ -54,7 +54,9 @@ def decompose(
     again into the same files); ``overwrite`` empties it first. Its ``summary.json`` is removed
     before any work, so a failed run never looks complete. Output and cache paths are checked
     before anything is loaded. ``inputs``: documents and model objects given from Python.
+    ``dtype: auto`` is recorded as the dtype it resolved to.
     """
+    config = config.resolved()
     check_directory(config.out, "output directory")
     check_directory(config.cache_dir, "cache directory")
     with run_directory_lock(config.out, "decompose"):
@@ -73,7 +75,7 @@ def decompose(
 def save_result(result: RunResult, overwrite: bool = False) -> Path:
     """Write a result computed without an output directory to ``result.config.out``, claimed and
     locked as :func:`decompose` does (the same files as a run made with that directory)."""
-    config = result.config
+    result.config = config = result.config.resolved()
     check_directory(config.out, "output directory")
     with run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite)
