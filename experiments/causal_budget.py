@@ -58,12 +58,14 @@ def train_variants(recipe: Any, seeds: tuple[int, ...], progress: bool) -> list[
 
 
 def run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
-    from lmalgebra.demo.causal_table import causal_markdown, causal_table
-    from lmalgebra.demo.causal_workflow import causal_recipe, pretrain_causal_teachers
+    from lmalgebra.demo.causal_table import causal_markdown
+    from lmalgebra.demo.causal_workflow import (
+        causal_recipe,
+        pretrain_causal_teachers,
+        students_table,
+    )
     from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_QUICK
     from lmalgebra.demo.workflow import write_corpora
-    from lmalgebra.evaluate.bits_per_byte import evaluate_bits
-    from lmalgebra.sources.models import ModelRef
 
     plan = replace(CAUSAL_QUICK if quick else CAUSAL_FULL, student_steps=steps)
     clock = time.perf_counter()
@@ -71,15 +73,7 @@ def run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
     teachers = pretrain_causal_teachers(work / "teachers", corpora, plan, False)
     recipe = causal_recipe(work / "merge", corpora, teachers, plan)
     names = train_variants(recipe, plan.seeds, progress=False)
-    refs = [spec.ref(name) for name, spec in recipe.teachers.items()]
-    refs += [ModelRef(name=n, path=str(recipe.output_dir / n / "model")) for n in names]
-    rows = evaluate_bits(recipe.output_dir, refs)
-    table = causal_table(
-        [(r.language, r.model, r.bits_per_byte) for r in rows],
-        {lang: f"teacher-{lang}" for lang in teachers},
-        VARIANTS,
-        plan.seeds,
-    )
+    table = students_table(recipe, names, VARIANTS, plan.seeds)
     result = {
         "plan": plan.as_dict(),
         "variants": {k: {"mix": m, "lambda": w} for k, (m, w) in VARIANTS.items()},

@@ -9,6 +9,17 @@ import yaml
 
 from tiny import documents, sentences
 
+# a tiny causal student with teacher bl's tokenizer; positions for a whole 300-byte example
+CAUSAL_STUDENT = {
+    "tokenizer": "bl",
+    "hidden_size": 32,
+    "num_layers": 2,
+    "num_heads": 4,
+    "intermediate_size": 64,
+    "max_position_embeddings": 320,
+    "dropout": 0.0,
+}
+
 
 def build_causal_teacher(
     directory: Path, kind: str, seed: int = 0, hidden: int = 32, positions: int = 256

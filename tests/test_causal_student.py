@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-from causal_fixtures import write_causal_recipe
+from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
@@ -26,15 +26,6 @@ from lmalgebra.evaluate.causal_evaluation import bits_rdt
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.train.config import TrainingSpec
 
-STUDENT = {
-    "tokenizer": "bl",
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": 320,
-    "dropout": 0.0,
-}
 TRAINING = {
     "steps": 6,
     "batch_size": 4,
@@ -59,7 +50,7 @@ MIXES = {
 @pytest.fixture(scope="module")
 def recipe_path(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     root = tmp_path_factory.mktemp("causal-student")
-    path = write_causal_recipe(root, causal_teacher_dirs, student=STUDENT, training=TRAINING)
+    path = write_causal_recipe(root, causal_teacher_dirs, student=CAUSAL_STUDENT, training=TRAINING)
     recipe = load_recipe(path)
     stages.prepare(recipe, progress=False)
     stages.teach(recipe, progress=False)
@@ -201,7 +192,7 @@ def test_refused_configurations(
     path = write_causal_recipe(
         tmp_path,
         causal_teacher_dirs,
-        student=STUDENT,
+        student=CAUSAL_STUDENT,
         training={**TRAINING, "objective_mix": {"sampled": 1.0}},
         causal={"example_bytes": 300},
     )

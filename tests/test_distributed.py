@@ -466,15 +466,6 @@ def test_training_on_two_processes_matches_one_and_resumes(runs: tuple[Path, Pat
 
 
 # a causal student with a tokenizer each rank trains, every cross-tokenizer loss in the mix
-CAUSAL_STUDENT = {
-    "tokenizer": "train:unigram:200",
-    "hidden_size": 32,
-    "num_layers": 2,
-    "num_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": 320,
-    "dropout": 0.0,
-}
 CAUSAL_TRAINING = {
     **TINY_TRAINING,
     "lambda_schedule": "constant",
@@ -488,11 +479,12 @@ def test_causal_store_and_student_of_two_processes_match_one(
 ) -> None:
     """The store is byte-identical; the student trained on two processes matches one process
     (each loss term averaged over the global batch's own positions) and resumes."""
-    from causal_fixtures import write_causal_recipe
+    from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
     from lmalgebra.distill import stages
 
+    student = {**CAUSAL_STUDENT, "tokenizer": "train:unigram:200"}
     path_one = write_causal_recipe(
-        tmp_path, causal_teacher_dirs, student=CAUSAL_STUDENT, training=CAUSAL_TRAINING
+        tmp_path, causal_teacher_dirs, student=student, training=CAUSAL_TRAINING
     )
     one = load_recipe(path_one)
     two = one.model_copy(update={"output_dir": tmp_path / "run-two"})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -138,10 +139,27 @@ def train_students(recipe: MergeRecipe, plan: CausalPlan, progress: bool) -> lis
     return names
 
 
-def run_causal_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run every step; returns the table (also ``causal-demo.json`` and ``causal-demo.md``)."""
+def students_table(
+    recipe: MergeRecipe, names: list[str], losses: Iterable[str], seeds: Iterable[int]
+) -> dict[str, Any]:
+    """Held-out bits per byte of the recipe's teachers (``teacher-LANG``) and of the students
+    ``names`` (``student_name(loss, seed)`` for each of ``losses`` and ``seeds``), as the
+    demo's table (``causal_table``)."""
     from lmalgebra.evaluate.bits_per_byte import evaluate_bits
 
+    refs = [spec.ref(name) for name, spec in recipe.teachers.items()]
+    refs += [ModelRef(name=n, path=str(recipe.output_dir / n / "model")) for n in names]
+    rows = evaluate_bits(recipe.output_dir, refs)
+    return causal_table(
+        [(r.language, r.model, r.bits_per_byte) for r in rows],
+        {lang: f"teacher-{lang}" for lang in recipe.languages},
+        losses,
+        seeds,
+    )
+
+
+def run_causal_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    """Run every step; returns the table (also ``causal-demo.json`` and ``causal-demo.md``)."""
     check_directory(out, "demo output directory")
     plan = CAUSAL_QUICK if quick else CAUSAL_FULL
     clock, seconds = time.perf_counter(), {}
@@ -153,16 +171,8 @@ def run_causal_demo(out: Path, quick: bool = False, progress: bool = True) -> di
     names = train_students(recipe, plan, progress)
     seconds["store and students"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    refs = [spec.ref(name) for name, spec in recipe.teachers.items()]
-    refs += [ModelRef(name=n, path=str(recipe.output_dir / n / "model")) for n in names]
-    rows = evaluate_bits(recipe.output_dir, refs)
+    table = students_table(recipe, names, CAUSAL_LOSSES, plan.seeds)
     seconds["bits per byte"] = time.perf_counter() - clock
-    table = causal_table(
-        [(r.language, r.model, r.bits_per_byte) for r in rows],
-        {lang: f"teacher-{lang}" for lang in teachers},
-        CAUSAL_LOSSES,
-        plan.seeds,
-    )
     result = {
         "plan": plan.as_dict(),
         "quick": quick,
