@@ -17,7 +17,11 @@ from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
 from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_student_data import CausalStoreBatches
+from lmalgebra.distill.causal_student_data import (
+    ALIGNMENTS,
+    CausalStoreBatches,
+    alignments_for,
+)
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.train_causal_student import causal_step_loss, student_tokenizer
 from lmalgebra.distill.train_student import train_student
@@ -73,7 +77,9 @@ def trained(recipe_path: Path) -> Path:
     return _train(recipe_path, "student", objective_mix=MIXES["all"])
 
 
-def _source(recipe_path: Path, mode: str = "all") -> tuple[CausalStoreBatches, object]:
+def _source(
+    recipe_path: Path, mode: str = "all", alignments: frozenset[str] = ALIGNMENTS
+) -> tuple[CausalStoreBatches, object]:
     recipe = load_recipe(recipe_path)
     tokenizer, _ = student_tokenizer(recipe)
     source = CausalStoreBatches(
@@ -88,8 +94,27 @@ def _source(recipe_path: Path, mode: str = "all") -> tuple[CausalStoreBatches, o
         mode,
         0,
         samples=True,
+        alignments=alignments,
     )
     return source, tokenizer
+
+
+def test_batches_carry_only_the_alignments_the_mix_reads(recipe_path: Path) -> None:
+    """CE only builds no alignment, ALM and ULD the chunks, MinED-KL and sampled the MinED
+    alignment; what is built equals the full batch's."""
+    assert alignments_for(["ce"]) == frozenset()
+    assert alignments_for(["alm", "uld"]) == {"chunks"}
+    assert alignments_for(["mined_kl", "sampled"]) == {"mined"}
+    full = _source(recipe_path)[0].batch(3)
+    chunk_keys, mined_keys = ("student_chunk", "teacher_chunk", "chunk_start"), ("mined",)
+    for wanted in (frozenset(), frozenset({"chunks"}), frozenset({"mined"})):
+        part = _source(recipe_path, alignments=wanted)[0].batch(3)
+        for key in ("input_ids", "targets", "mask", "topk_ids", "next_logprob"):
+            assert torch.equal(getattr(part, key).nan_to_num(), getattr(full, key).nan_to_num())
+        for name, keys in (("chunks", chunk_keys), ("mined", mined_keys)):
+            for key in keys:
+                got = getattr(part, key)
+                assert torch.equal(got, getattr(full, key)) if name in wanted else (got == -1).all()
 
 
 @pytest.mark.parametrize("mix", list(MIXES))

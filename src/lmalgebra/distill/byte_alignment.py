@@ -25,6 +25,7 @@ strings compared are the bytes each token covers in the text, so that word marke
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -224,36 +225,49 @@ def mined_alignment(teacher_tokens: Sequence[str], student_tokens: Sequence[str]
     if n == 0 or m == 0:
         return aligned
     total = _warping_costs(distance_matrix(teacher_tokens, student_tokens).astype(np.float64))
-    partners = np.zeros(m, dtype=np.int64)
+    cells = total.tolist()  # the walk back reads single cells: Python floats are faster
+    partners, partner = [0] * m, [-1] * m
     i, j = n - 1, m - 1
     while True:
         partners[j] += 1
-        aligned[j] = i
+        partner[j] = i
         if i == 0 and j == 0:
             break
-        options = [
-            total[i - 1, j - 1] if i and j else np.inf,
-            total[i - 1, j] if i else np.inf,
-            total[i, j - 1] if j else np.inf,
-        ]
-        step = int(np.argmin(options))
-        i, j = i - (step != 2), j - (step != 1)
-    aligned[partners > 1] = -1
+        diagonal = cells[i - 1][j - 1] if i and j else math.inf
+        up = cells[i - 1][j] if i else math.inf
+        left = cells[i][j - 1] if j else math.inf
+        if diagonal <= up and diagonal <= left:  # the first of the cheapest, diagonal on ties
+            i, j = i - 1, j - 1
+        elif up <= left:
+            i -= 1
+        else:
+            j -= 1
+    aligned[:] = partner
+    aligned[np.array(partners) > 1] = -1
     return aligned
 
 
 def _warping_costs(cost: np.ndarray) -> np.ndarray:
     """``(n, m)`` cumulative DTW costs ``T[i, j] = cost[i, j] + min(T[i-1, j-1], T[i-1, j],
-    T[i, j-1])``, one anti-diagonal at a time (each depends on the two before it)."""
+    T[i, j-1])`` of non-negative integer ``cost`` (as float64), one row at a time.
+
+    Within row ``i``, with ``a[j] = min(T[i-1, j-1], T[i-1, j])`` and ``S`` the running sum of
+    ``cost[i]``, the chain ``T[i, j] = cost[i, j] + min(a[j], T[i, j-1])`` unrolls to
+    ``T[i, j] = S[j] + min_{k <= j} (a[k] - S[k-1])``: a running minimum. Sums of integers are
+    exact in float64, so this equals the cell-by-cell recurrence bit for bit.
+    """
     n, m = cost.shape
-    total = np.full((n + 1, m + 1), np.inf)
-    total[0, 0] = 0.0
-    for diagonal in range(2, n + m + 1):  # cells with i + j == diagonal, 1-based
-        i = np.arange(max(1, diagonal - m), min(n, diagonal - 1) + 1)
-        j = diagonal - i
-        best = np.minimum(np.minimum(total[i - 1, j - 1], total[i - 1, j]), total[i, j - 1])
-        total[i, j] = cost[i - 1, j - 1] + best
-    return total[1:, 1:]
+    total = np.empty((n, m))
+    total[0] = np.cumsum(cost[0])
+    before = np.empty(m)  # a[k] - S[k-1]
+    for i in range(1, n):
+        running = np.cumsum(cost[i])
+        above = total[i - 1]
+        before[0] = above[0]
+        np.minimum(above[1:], above[:-1], out=before[1:])
+        before[1:] -= running[:-1]
+        total[i] = running + np.minimum.accumulate(before)
+    return total
 
 
 def keep_agreeing(

@@ -13,12 +13,14 @@ row ``s`` predicts token ``s``. Against the record of the teacher the batch slot
 - the teacher's top-k and drawn ids are carried into the student vocabulary by the MinED map
   (``distill.mined_map``) here, so the losses see student ids only, whatever the teacher.
 
-Alignments are computed on the CPU when a batch is built; batch ``i`` depends on ``(seed, i)``
-alone (``student_data.SampledLanguages``), as the masked path's.
+Alignments are computed on the CPU when a batch is built, only those the loss mix reads
+(``alignments_for``); batch ``i`` depends on ``(seed, i)`` alone
+(``student_data.SampledLanguages``), as the masked path's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +41,21 @@ from lmalgebra.distill.byte_alignment import (
 from lmalgebra.distill.causal_view import CausalStore, load_causal_store
 from lmalgebra.distill.mined_map import mined_map
 from lmalgebra.distill.student_data import SampledLanguages, language_pool
+
+ALIGNMENTS = frozenset({"chunks", "mined"})
+# the alignments each loss reads (``train_causal_student.distillation_term``)
+LOSS_ALIGNMENTS: dict[str, frozenset[str]] = {
+    "ce": frozenset(),
+    "alm": frozenset({"chunks"}),
+    "uld": frozenset({"chunks"}),
+    "mined_kl": frozenset({"mined"}),
+    "sampled": frozenset({"mined"}),
+}
+
+
+def alignments_for(losses: Iterable[str]) -> frozenset[str]:
+    """The alignments a mix of ``losses`` reads."""
+    return frozenset(a for loss in losses for a in LOSS_ALIGNMENTS[loss])
 
 
 @dataclass
@@ -116,6 +133,9 @@ class CausalStoreBatches(SampledLanguages):
         start_id: the student's start token; positions: its longest input.
         batch_size, alpha, mode, seed: as ``student_data.StoreBatches``.
         samples: whether batches carry the drawn tokens (refused when a store has none).
+        alignments: which alignments batches carry: ``chunks`` (ALM's chunks and ULD's chunk
+            starts) and ``mined`` (MinED-KL and sampled); one not asked for stays -1 (a CE-only
+            student needs neither, and the MinED alignment is the costly part of a batch).
     """
 
     def __init__(
@@ -131,8 +151,9 @@ class CausalStoreBatches(SampledLanguages):
         mode: Literal["all", "best"],
         seed: int,
         samples: bool = False,
+        alignments: frozenset[str] = ALIGNMENTS,
     ):
-        self.start_id, self.samples = start_id, samples
+        self.start_id, self.samples, self.alignments = start_id, samples, alignments
         self.pad_id = student.pad_token_id if student.pad_token_id is not None else 0
         pools, self.encoded = [], []
         for lang, teachers in teachers_of.items():
@@ -160,7 +181,10 @@ class CausalStoreBatches(SampledLanguages):
         return self._collate(slots)
 
     def _collate(self, slots: list[tuple[int, TeacherCopy, int, ByteTokens]]) -> CausalBatch:
-        parts = [_example(copy, row, tokens, self.samples) for _, copy, row, tokens in slots]
+        parts = [
+            _example(copy, row, tokens, self.samples, self.alignments)
+            for _, copy, row, tokens in slots
+        ]
         width = max(len(t.ids) for *_, t in slots)
         depth = max(len(p["next_logprob"]) for p in parts)
         k = slots[0][1].store.topk_ids.shape[1]
@@ -176,9 +200,11 @@ class CausalStoreBatches(SampledLanguages):
             out["targets"][b, :n] = ids
             out["mask"][b, :n] = True
             for key in ("student_chunk", "chunk_start", "mined"):
-                out[key][b, :n] = torch.from_numpy(part[key])
+                if key in part:
+                    out[key][b, :n] = torch.from_numpy(part[key])
             for key in ("teacher_chunk", "next_logprob", "topk_ids", "topk_logprobs"):
-                out[key][b, :t] = torch.from_numpy(part[key])
+                if key in part:
+                    out[key][b, :t] = torch.from_numpy(part[key])
             if self.samples:
                 out["sample_ids"][b, :t] = torch.from_numpy(part["sample_ids"])
             tokens[lang] += n
@@ -200,24 +226,25 @@ def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> 
     return encoded
 
 
-def _example(copy: TeacherCopy, row: int, student: ByteTokens, samples: bool) -> dict[str, Any]:
-    """One example's teacher arrays (ids in student ids) and alignments to the student tokens."""
+def _example(
+    copy: TeacherCopy, row: int, student: ByteTokens, samples: bool, alignments: frozenset[str]
+) -> dict[str, Any]:
+    """One example's teacher arrays (ids in student ids) and the ``alignments`` asked for."""
     record = copy.store.record(row)
     n_t, n_s = len(record.token_ids), len(student.ids)
-    found = chunks(record.offsets, student.offsets)
-    teacher_chunk, student_chunk = chunk_ids(found, n_t, n_s)
-    mined = mined_alignment(
-        token_texts(record.text, record.offsets), token_texts(record.text, student.offsets)
-    )
     part = {
-        "teacher_chunk": teacher_chunk,
-        "student_chunk": student_chunk,
-        "chunk_start": chunk_start_alignment(found, n_s),
-        "mined": mined,
         "next_logprob": record.next_logprob,
         "topk_ids": copy.vocab_map[record.topk_ids],
         "topk_logprobs": record.topk_logprobs,
     }
+    if "chunks" in alignments:
+        found = chunks(record.offsets, student.offsets)
+        part["teacher_chunk"], part["student_chunk"] = chunk_ids(found, n_t, n_s)
+        part["chunk_start"] = chunk_start_alignment(found, n_s)
+    if "mined" in alignments:
+        part["mined"] = mined_alignment(
+            token_texts(record.text, record.offsets), token_texts(record.text, student.offsets)
+        )
     if samples and record.sample_ids is not None:
         part["sample_ids"] = copy.vocab_map[record.sample_ids]
     return part

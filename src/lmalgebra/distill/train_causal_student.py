@@ -23,7 +23,11 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_student_data import CausalBatch, CausalStoreBatches
+from lmalgebra.distill.causal_student_data import (
+    CausalBatch,
+    CausalStoreBatches,
+    alignments_for,
+)
 from lmalgebra.distill.causal_teachers import start_token_id
 from lmalgebra.distill.causal_tokenizers import byte_tokenizer, train_causal_tokenizer
 from lmalgebra.distill.example_store import stored_texts
@@ -195,6 +199,7 @@ def causal_student_data(
         spec.multi_teacher,
         spec.seed,
         samples="sampled" in mix,
+        alignments=alignments_for([] if spec.gold_only else [k for k, w in mix.items() if w > 0]),
     )
     return CausalStudentData(source, tokenizer, identity, teachers)
 
