@@ -22,6 +22,7 @@ from lmalgebra.distill.byte_alignment import (
     shared_boundaries,
     token_texts,
 )
+from lmalgebra.distill.edit_distance import RememberedDistances, distance_matrix
 from lmalgebra.distill.token_forms import detect_convention, token_surface
 from tiny import build_tokenizer_kinds
 
@@ -245,6 +246,26 @@ def test_mined_alignment_matches_the_naive_dtw() -> None:
         assert mined_alignment(teacher, student).tolist() == _naive_fusellm_alignment(
             teacher, student
         )
+
+
+def test_remembered_distances_equal_the_direct_ones_across_examples_and_resets() -> None:
+    """The same matrices as ``distance_matrix`` over many examples sharing strings, through
+    table growth and a start afresh at capacity; the alignment is unchanged."""
+    rng = random.Random(5)
+    pool = ["".join(rng.choice("ab éc") for _ in range(rng.randint(0, 6))) for _ in range(300)]
+    remembered = RememberedDistances(capacity=80)
+    seen: set[str] = set()
+    for _ in range(40):
+        teacher = rng.choices(pool, k=rng.randint(1, 30))
+        student = rng.choices(pool, k=rng.randint(1, 30))
+        got = remembered(teacher, student)
+        seen.update(teacher)
+        assert got.dtype == np.int32
+        assert np.array_equal(got, distance_matrix(teacher, student))
+        assert np.array_equal(
+            mined_alignment(teacher, student, remembered), mined_alignment(teacher, student)
+        )
+    assert len(seen) > 80 >= len(remembered.strings[0])  # so it started afresh at least once
 
 
 def test_mined_alignment_of_split_and_merged_tokens() -> None:

@@ -26,7 +26,7 @@ strings compared are the bytes each token covers in the text, so that word marke
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -212,19 +212,25 @@ def token_texts(text: str, offsets: np.ndarray) -> list[str]:
     return [data[start:end].decode("latin-1") for start, end in np.asarray(offsets).tolist()]
 
 
-def mined_alignment(teacher_tokens: Sequence[str], student_tokens: Sequence[str]) -> np.ndarray:
+def mined_alignment(
+    teacher_tokens: Sequence[str],
+    student_tokens: Sequence[str],
+    distances: Callable[[Sequence[str], Sequence[str]], np.ndarray] = distance_matrix,
+) -> np.ndarray:
     """``(n_student,) int64``: the teacher position aligned to each student position, or -1.
 
     Dynamic time warping over the Levenshtein distances of the token strings (usually
     :func:`token_texts`); from the last pair back, the path steps to the cheapest of the diagonal,
     teacher-only and student-only predecessors (the diagonal on ties), as FuseLLM does. A student
-    position the path pairs with several teacher positions is left unaligned.
+    position the path pairs with several teacher positions is left unaligned. ``distances``:
+    the token strings' distance matrix (``edit_distance.RememberedDistances`` keeps the pairs
+    seen in earlier examples).
     """
     n, m = len(teacher_tokens), len(student_tokens)
     aligned = np.full(m, -1, dtype=np.int64)
     if n == 0 or m == 0:
         return aligned
-    total = _warping_costs(distance_matrix(teacher_tokens, student_tokens).astype(np.float64))
+    total = _warping_costs(distances(teacher_tokens, student_tokens).astype(np.float64))
     cells = total.tolist()  # the walk back reads single cells: Python floats are faster
     partners, partner = [0] * m, [-1] * m
     i, j = n - 1, m - 1

@@ -77,3 +77,67 @@ def distance_matrix(a: Sequence[str], b: Sequence[str]) -> np.ndarray:
         for rows_b, codes_b in groups_b.values():
             out[np.ix_(rows_a, rows_b)] = pair_distances(codes_a, codes_b)
     return out
+
+
+class RememberedDistances:
+    """:func:`distance_matrix` that remembers the distances of the string pairs it has seen.
+
+    Two tokenizations of a corpus repeat the same token strings from one example to the next, so
+    after a few batches almost every pair is known. Each side's strings get ids in order of
+    appearance; known distances sit in a dense ``int16`` table (-1: not computed), grown as
+    strings appear. When either side exceeds ``capacity`` strings the table starts afresh, which
+    bounds its memory at ``2 * capacity^2`` bytes. Results equal :func:`distance_matrix`'s.
+    """
+
+    def __init__(self, capacity: int = 4096):
+        self.capacity = capacity
+        self._clear()
+
+    def _clear(self) -> None:
+        self.ids: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self.strings: tuple[list[str], list[str]] = ([], [])
+        self.table = np.full((256, 256), -1, dtype=np.int16)
+
+    def _ids(self, side: int, strings: Sequence[str]) -> np.ndarray:
+        ids, known = self.ids[side], self.strings[side]
+        out = np.empty(len(strings), dtype=np.int64)
+        for position, text in enumerate(strings):
+            index = ids.get(text)
+            if index is None:
+                index = ids[text] = len(known)
+                known.append(text)
+            out[position] = index
+        return out
+
+    def __call__(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        """``(len(a), len(b)) int32`` Levenshtein distances, as :func:`distance_matrix`."""
+        if len(self.strings[0]) + len(a) > self.capacity or (
+            len(self.strings[1]) + len(b) > self.capacity
+        ):
+            self._clear()
+        rows, cols = self._ids(0, a), self._ids(1, b)
+        self._grow(len(self.strings[0]), len(self.strings[1]))
+        unique_rows, unique_cols = np.unique(rows), np.unique(cols)
+        unknown = self.table[np.ix_(unique_rows, unique_cols)] < 0
+        if unknown.any():
+            new_rows = unique_rows[unknown.any(axis=1)]
+            new_cols = unique_cols[unknown.any(axis=0)]
+            self.table[np.ix_(new_rows, new_cols)] = distance_matrix(
+                [self.strings[0][i] for i in new_rows], [self.strings[1][j] for j in new_cols]
+            )
+        return self.table[np.ix_(rows, cols)].astype(np.int32)
+
+    def _grow(self, rows: int, cols: int) -> None:
+        have_rows, have_cols = self.table.shape
+        if rows <= have_rows and cols <= have_cols:
+            return
+        grown = np.full(
+            (
+                max(rows, 2 * have_rows if rows > have_rows else have_rows),
+                max(cols, 2 * have_cols if cols > have_cols else have_cols),
+            ),
+            -1,
+            dtype=np.int16,
+        )
+        grown[:have_rows, :have_cols] = self.table
+        self.table = grown
