@@ -21,7 +21,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-quick study test test-slow lint bench experiment-teachers clean
+.PHONY: install demo demo-quick study test test-slow lint bench experiment-teachers experiment-causal-budget clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,9 @@ test: $(STAMP) lint
 # LMD-chosen teachers against every pair distilled (README "Does the score predict students?")
 experiment-teachers: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python experiments/teacher_pairs.py
+
+experiment-causal-budget: $(STAMP)
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python experiments/causal_budget.py
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow

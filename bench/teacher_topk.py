@@ -129,8 +129,9 @@ def head_only(
 ) -> dict[str, float]:
     """Seconds per batch of the encoder, and of each contender's head given the hidden states
     (projection, then normalisation + top-k + gather), on ``count`` batches spread over the
-    length-sorted order; the encoder's matrix-product FLOPs per batch. In bfloat16 (autocast)
-    the baseline's head, a float32 contender, is not timed."""
+    length-sorted order; the encoder's matrix-product FLOPs per batch. In bfloat16 the encoder
+    runs under autocast and ours' head in float32; the baseline's head, a float32 contender, is
+    not timed."""
     batches = length_batches(copies, batch_size)
     picks = sorted({round(i * (len(batches) - 1) / max(count - 1, 1)) for i in range(count)})
     keys = ("encoder", "ours_proj", "ours_post", "base_proj", "base_post", "encoder_flops")
@@ -150,10 +151,10 @@ def head_only(
         times["encoder"] += time.perf_counter() - clock
         times["tokens"] += float(padded["input_ids"].numel())
         times["masked"] += float(rows.numel())
-        # ours: the head on the gathered rows, exact log-probs from logsumexp
+        # ours: the head on the gathered rows, in float32 whatever the encoder's dtype (as
+        # masked_topk runs it), exact log-probs from logsumexp
         clock = time.perf_counter()
-        with context:
-            logits = model.cls(hidden[rows, cols].unsqueeze(0))[0].float()
+        logits = model.cls(hidden[rows, cols].float().unsqueeze(0))[0]
         mid = time.perf_counter()
         lse = torch.logsumexp(logits, dim=-1, keepdim=True)
         values, _ = logits.topk(k, dim=-1)
