@@ -131,13 +131,15 @@ class SecondMoments:
         """``update`` with float32 products of the centred rows (see the module docstring)."""
         data = torch.from_numpy(chunk if chunk.flags.writeable else chunk.copy())
         single = data.dtype == torch.float32
+        # numpy's float64 column sums of float32 rows: several times faster than torch's
+        column_sums = np.add.reduce(chunk, axis=0, dtype=np.float64)
         if self.n == 0:
-            first = data.mean(dim=0, dtype=torch.float64)
+            first = column_sums / chunk.shape[0]
             # float32 rows minus a float32 shift: the exact difference, rounded once
-            self.shift = (first.to(torch.float32).to(torch.float64) if single else first).numpy()
+            self.shift = first.astype(np.float32).astype(np.float64) if single else first
         shift = torch.from_numpy(self.shift)
         self.n += data.shape[0]
-        self.sums += (data.sum(dim=0, dtype=torch.float64) - data.shape[0] * shift).numpy()
+        self.sums += column_sums - data.shape[0] * self.shift
         exact = shift.to(torch.float32)
         if single and bool((exact.to(torch.float64) == shift).all()):
             centred = data - exact  # a new array: the input is left alone
