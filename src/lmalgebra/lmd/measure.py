@@ -209,7 +209,9 @@ def measure(
             caches += _in_memory(pool, source, texts, base, tokens)
             continue
         if ref.kind == "precomputed":  # a file of vectors, checked against these spans
-            given = load_precomputed(ref.name, pool.dirs[ref.name], texts, ref.unchecked_order)
+            given = load_precomputed(
+                ref.name, pool.dirs[ref.name], texts, ref.unchecked_order, hashes["spans_order"]
+            )
             caches += [given.splits[split] for split in SPLITS]
             tokens[source.model] = TokenReport(0.0, 0, given.rows)
             continue
