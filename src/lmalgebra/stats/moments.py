@@ -191,9 +191,8 @@ class SecondMoments:
         self._check_unspent()
         centred = torch.from_numpy(self.sums / self.n)
         gram = torch.from_numpy(self.gram)
-        cov = gram if in_place else gram.clone()
-        cov /= self.n
-        cov -= torch.outer(centred, centred)
+        cov = gram.div_(self.n) if in_place else gram / self.n  # one pass, no D x D temporary
+        cov.addr_(centred, centred, alpha=-1.0)
         if in_place:
             self.gram = np.zeros((0, 0))  # spent: the buffer now belongs to the covariance
             self.n = -1
