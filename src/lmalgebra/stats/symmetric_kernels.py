@@ -5,6 +5,8 @@ installed (``potrf`` then ``potri``, no second ``D x D`` array), else with torch
 ``row_quadratics`` computes ``op_i C op_i^T`` for every row ``i`` of an operator from the upper
 panels of the symmetric ``C`` only, reading ``C`` in place over any set of its column ranges:
 about half the flops of ``(op @ C) * op`` and no gathered copy of a sub-matrix.
+``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the flops of a product),
+and ``add_upper`` adds such a triangle to a full symmetric float64 matrix.
 """
 
 from __future__ import annotations
@@ -111,3 +113,32 @@ def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> tor
 def block_sums(values: torch.Tensor, edges: Sequence[int]) -> list[float]:
     """Sums of ``values`` over consecutive ranges ``edges[k] .. edges[k + 1]``."""
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
+
+
+def gram_upper(rows: torch.Tensor) -> torch.Tensor | None:
+    """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by SciPy's
+    BLAS ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be
+    read. ``None`` without SciPy or for other ``rows`` (the caller then multiplies panels)."""
+    if rows.dtype != torch.float32 or not rows.is_contiguous() or rows.ndim != 2:
+        return None
+    try:
+        from scipy.linalg import blas
+    except ImportError:
+        return None
+    # the C-ordered (n, D) rows are a Fortran-ordered (D, n) matrix A: syrk gives A A^T, whose
+    # Fortran lower triangle is the upper triangle of the C-ordered result
+    product = blas.ssyrk(1.0, rows.numpy().T, trans=0, lower=1)
+    return torch.from_numpy(product.T)
+
+
+def add_upper(target: torch.Tensor, upper: torch.Tensor) -> None:
+    """``target += S`` in place, ``S`` the symmetric matrix whose upper triangle ``upper`` holds
+    (its lower triangle unread). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``; panels of
+    ``PANEL`` rows keep the mirrored (transposed) reads cache-sized."""
+    dim = upper.shape[0]
+    for a in range(0, dim, PANEL):
+        b = min(a + PANEL, dim)
+        diagonal = upper[a:b, a:b].triu()
+        target[a:b, a:b] += diagonal + diagonal.T.tril(-1)
+        target[a:b, b:] += upper[a:b, b:]
+        target[b:, a:b] += upper[a:b, b:].T
