@@ -7,7 +7,7 @@ differ only in their documents, span length and sources; the fits that follow re
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -40,6 +40,9 @@ from lmalgebra.stats.reduce import reduce_blocked
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
+# Rows of consecutive shards streamed into the statistics at once (float32: 4 shards of 2048 rows
+# of a 5,000-wide concatenation are 160 MB)
+GROUP_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -302,11 +305,7 @@ def accumulate(
         blocked = SpanBlockMoments.empty(blocks, rows[split], parts.get(split, 1), products)
         if split == "train" and train_edges:
             curve = SpanBlockMoments.with_edges(blocks, [0, *train_edges], products)
-        ranges = split_caches[0].ranges
-        mine = owned(len(ranges))
-        pieces_of = zip(*(c.chunks(mine) for c in split_caches), strict=True)
-        for index, pieces in zip(mine, pieces_of, strict=True):
-            chunk, row = np.hstack(pieces), ranges[index][0]
+        for row, chunk in _row_groups(split_caches, owned(len(split_caches[0].ranges))):
             blocked.add_rows(chunk, row)
             if split == "train" and curve is not None:
                 upto = curve.rows
@@ -314,6 +313,43 @@ def accumulate(
                     curve.add_rows(chunk[: upto - row], row)
         stats[split] = reduce_blocked(blocked)
     return stats, None if curve is None else reduce_blocked(curve)
+
+
+def _row_groups(
+    caches: list[EmbeddingCache | PrecomputedSplit], indices: Sequence[int]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, (rows, D) chunk)``: the shards ``indices`` of every source side by side,
+    consecutive shards joined up to ``GROUP_ROWS`` rows (each update then mirrors its Gram once).
+    """
+    ranges = caches[0].ranges
+    group: list[tuple[int, tuple[np.ndarray, ...]]] = []
+    pieces_of = zip(*(c.chunks(indices) for c in caches), strict=True)
+    for index, pieces in zip(indices, pieces_of, strict=True):
+        if group and (index != group[-1][0] + 1 or _rows(group) >= GROUP_ROWS):
+            yield _joined(group, ranges)
+            group = []
+        group.append((index, pieces))
+    if group:
+        yield _joined(group, ranges)
+
+
+def _rows(group: list[tuple[int, tuple[np.ndarray, ...]]]) -> int:
+    return sum(len(pieces[0]) for _, pieces in group)
+
+
+def _joined(
+    group: list[tuple[int, tuple[np.ndarray, ...]]], ranges: list[tuple[int, int]]
+) -> tuple[int, np.ndarray]:
+    """One array of the group's rows (shards stacked) and columns (sources side by side)."""
+    first = group[0][1]
+    widths = np.cumsum([0, *(p.shape[1] for p in first)])
+    out = np.empty((_rows(group), int(widths[-1])), np.result_type(*first))
+    row = 0
+    for _, pieces in group:
+        for piece, a, b in zip(pieces, widths[:-1], widths[1:], strict=True):
+            out[row : row + len(piece), a:b] = piece
+        row += len(pieces[0])
+    return ranges[group[0][0]][0], out
 
 
 def train_edges(requested: Sequence[int], available: int) -> list[int]:

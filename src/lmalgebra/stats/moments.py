@@ -28,7 +28,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.symmetric_kernels import add_upper, gram_upper
+from lmalgebra.stats.symmetric_kernels import add_upper, gram_upper, mirror_upper
 from lmalgebra.storage.atomic import write_atomic
 
 Products = Literal["float32", "float64"]
@@ -60,17 +60,20 @@ def layout(names: list[str], dims: list[int]) -> list[ModelColumns]:
     return blocks
 
 
-def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6) -> None:
-    """``gram += rows^T rows`` in place, computing only the upper block triangle and mirroring it.
+def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bool = True) -> None:
+    """``gram += rows^T rows`` in place, computing only the upper (block) triangle.
 
     ``gram``: ``(D, D) float64``; ``rows``: ``(n, D)`` float64, or float32 (products summed in
     float32, added to ``gram`` in float64). About half the flops of a full product: float32 rows
     take BLAS ``syrk`` (one triangle) where SciPy is installed, else panels of columns large enough
-    to run at full BLAS speed.
+    to run at full BLAS speed. ``mirror=False`` may leave ``gram``'s lower triangle behind (a
+    caller adding many chunks mirrors once, with ``mirror_upper``, after the last).
     """
     upper = gram_upper(rows)
     if upper is not None:
         add_upper(gram, upper)
+        if mirror:
+            mirror_upper(gram.numpy())
         return
     dim = rows.shape[1]
     edges = np.linspace(0, dim, min(panels, max(dim, 1)) + 1).astype(int)
@@ -139,8 +142,10 @@ class SecondMoments:
         single = data.dtype == torch.float32
         # numpy's float64 column sums of float32 rows: several times faster than torch's
         column_sums = np.add.reduce(chunk, axis=0, dtype=np.float64)
-        if self.n == 0:
-            first = column_sums / chunk.shape[0]
+        if self.n == 0:  # the first FLOAT32_ROWS rows' mean: one shard's, however chunks are cut
+            head = chunk[:FLOAT32_ROWS]
+            whole = len(head) == len(chunk)
+            first = (column_sums if whole else np.add.reduce(head, 0, np.float64)) / len(head)
             # float32 rows minus a float32 shift: the exact difference, rounded once
             self.shift = first.astype(np.float32).astype(np.float64) if single else first
         shift = torch.from_numpy(self.shift)
@@ -153,7 +158,8 @@ class SecondMoments:
             centred = (data.to(torch.float64) - shift).to(torch.float32)
         gram = torch.from_numpy(self.gram)
         for start in range(0, centred.shape[0], FLOAT32_ROWS):
-            add_gram(gram, centred[start : start + FLOAT32_ROWS])
+            add_gram(gram, centred[start : start + FLOAT32_ROWS], mirror=False)
+        mirror_upper(self.gram)  # once per update: a large chunk spares the transposed adds
 
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:
         """The same statistics expressed around another shift (exact algebra, no data needed)."""

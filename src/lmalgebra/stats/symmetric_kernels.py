@@ -6,7 +6,7 @@ installed (``potrf`` then ``potri``, no second ``D x D`` array), else with torch
 panels of the symmetric ``C`` only, reading ``C`` in place over any set of its column ranges:
 about half the flops of ``(op @ C) * op`` and no gathered copy of a sub-matrix.
 ``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the flops of a product),
-and ``add_upper`` adds such a triangle to a full symmetric float64 matrix.
+``add_upper`` adds such a triangle to another, and ``mirror_upper`` makes a matrix whole again.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     if info != 0:  # a zero pivot potrf did not see: singular to working precision
         return None, diag
     result = inverse.T  # C-ordered again; potri filled the upper triangle of this view
-    _mirror_upper(result)
+    mirror_upper(result)
     return np.ascontiguousarray(result), diag
 
 
@@ -62,7 +62,7 @@ def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     return system, diag
 
 
-def _mirror_upper(matrix: np.ndarray) -> None:
+def mirror_upper(matrix: np.ndarray) -> None:
     """Copy the upper triangle of a square array onto its lower one, in place, panel by panel."""
     dim = matrix.shape[0]
     for a in range(0, dim, PANEL):
@@ -132,13 +132,11 @@ def gram_upper(rows: torch.Tensor) -> torch.Tensor | None:
 
 
 def add_upper(target: torch.Tensor, upper: torch.Tensor) -> None:
-    """``target += S`` in place, ``S`` the symmetric matrix whose upper triangle ``upper`` holds
-    (its lower triangle unread). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``; panels of
-    ``PANEL`` rows keep the mirrored (transposed) reads cache-sized."""
+    """``target``'s upper triangle (diagonal included) ``+= upper``'s, in place, by panels of
+    ``PANEL`` contiguous rows; both lower triangles are left alone (``mirror_upper`` completes
+    ``target``). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``."""
     dim = upper.shape[0]
     for a in range(0, dim, PANEL):
         b = min(a + PANEL, dim)
-        diagonal = upper[a:b, a:b].triu()
-        target[a:b, a:b] += diagonal + diagonal.T.tril(-1)
+        target[a:b, a:b] += upper[a:b, a:b].triu()
         target[a:b, b:] += upper[a:b, b:]
-        target[b:, a:b] += upper[a:b, b:].T
