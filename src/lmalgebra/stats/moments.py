@@ -71,7 +71,7 @@ def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bo
     """
     upper = gram_upper(rows)
     if upper is not None:
-        add_upper(gram, upper)
+        add_upper(gram.numpy(), upper)
         if mirror:
             mirror_upper(gram.numpy())
         return
@@ -81,7 +81,8 @@ def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bo
     for i, (a, b) in enumerate(spans):
         left = rows[:, a:b].T
         for c, d in spans[i:]:
-            block = left @ rows[:, c:d]
+            # converted before the add: torch's mixed-precision in-place add is slow on threads
+            block = (left @ rows[:, c:d]).to(gram.dtype)
             gram[a:b, c:d] += block
             if c != a:
                 gram[c:d, a:b] += block.T
@@ -152,13 +153,19 @@ class SecondMoments:
         self.n += data.shape[0]
         self.sums += column_sums - data.shape[0] * self.shift
         exact = shift.to(torch.float32)
-        if single and bool((exact.to(torch.float64) == shift).all()):
-            centred = data - exact  # a new array: the input is left alone
-        else:  # centred in float64, then rounded
-            centred = (data.to(torch.float64) - shift).to(torch.float32)
+        in_float32 = single and bool((exact.to(torch.float64) == shift).all())
         gram = torch.from_numpy(self.gram)
-        for start in range(0, centred.shape[0], FLOAT32_ROWS):
-            add_gram(gram, centred[start : start + FLOAT32_ROWS], mirror=False)
+        # one scratch buffer for every FLOAT32_ROWS rows: the input is left alone, and a large
+        # chunk does not allocate (and fault in) a centred copy of itself
+        scratch = torch.empty((min(len(data), FLOAT32_ROWS), data.shape[1]), dtype=torch.float32)
+        for start in range(0, data.shape[0], FLOAT32_ROWS):
+            rows = data[start : start + FLOAT32_ROWS]
+            centred = scratch[: len(rows)]
+            if in_float32:  # float32 rows minus a float32 shift: the exact difference, rounded
+                torch.sub(rows, exact, out=centred)
+            else:  # centred in float64, then rounded
+                centred.copy_(rows.to(torch.float64) - shift)
+            add_gram(gram, centred, mirror=False)
         mirror_upper(self.gram)  # once per update: a large chunk spares the transposed adds
 
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:

@@ -115,7 +115,7 @@ def block_sums(values: torch.Tensor, edges: Sequence[int]) -> list[float]:
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
 
 
-def gram_upper(rows: torch.Tensor) -> torch.Tensor | None:
+def gram_upper(rows: torch.Tensor) -> np.ndarray | None:
     """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by SciPy's
     BLAS ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be
     read. ``None`` without SciPy or for other ``rows`` (the caller then multiplies panels)."""
@@ -128,15 +128,18 @@ def gram_upper(rows: torch.Tensor) -> torch.Tensor | None:
     # the C-ordered (n, D) rows are a Fortran-ordered (D, n) matrix A: syrk gives A A^T, whose
     # Fortran lower triangle is the upper triangle of the C-ordered result
     product = blas.ssyrk(1.0, rows.numpy().T, trans=0, lower=1)
-    return torch.from_numpy(product.T)
+    return product.T
 
 
-def add_upper(target: torch.Tensor, upper: torch.Tensor) -> None:
+def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
     """``target``'s upper triangle (diagonal included) ``+= upper``'s, in place, by panels of
     ``PANEL`` contiguous rows; both lower triangles are left alone (``mirror_upper`` completes
-    ``target``). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``."""
+    ``target``). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``. NumPy adds: torch's
+    mixed-precision in-place add runs several times slower on more than one thread."""
     dim = upper.shape[0]
     for a in range(0, dim, PANEL):
         b = min(a + PANEL, dim)
-        target[a:b, a:b] += upper[a:b, a:b].triu()
-        target[a:b, b:] += upper[a:b, b:]
+        diagonal = target[a:b, a:b]
+        np.add(diagonal, np.triu(upper[a:b, a:b]), out=diagonal)
+        right = target[a:b, b:]
+        np.add(right, upper[a:b, b:], out=right)
