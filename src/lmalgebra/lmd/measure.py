@@ -320,36 +320,43 @@ def _row_groups(
 ) -> Iterator[tuple[int, np.ndarray]]:
     """``(first row, (rows, D) chunk)``: the shards ``indices`` of every source side by side,
     consecutive shards joined up to ``GROUP_ROWS`` rows (each update then mirrors its Gram once).
+
+    Every chunk is a view of one buffer, overwritten by the next: it must not be kept (the
+    statistics copy what they need), and a large buffer is not faulted in again per chunk.
     """
     ranges = caches[0].ranges
     group: list[tuple[int, tuple[np.ndarray, ...]]] = []
+    buffer = np.empty((0, 0), np.float32)
     pieces_of = zip(*(c.chunks(indices) for c in caches), strict=True)
     for index, pieces in zip(indices, pieces_of, strict=True):
         if group and (index != group[-1][0] + 1 or _rows(group) >= GROUP_ROWS):
-            yield _joined(group, ranges)
+            buffer = _joined(group, buffer)
+            yield ranges[group[0][0]][0], buffer[: _rows(group)]
             group = []
         group.append((index, pieces))
     if group:
-        yield _joined(group, ranges)
+        buffer = _joined(group, buffer)
+        yield ranges[group[0][0]][0], buffer[: _rows(group)]
 
 
 def _rows(group: list[tuple[int, tuple[np.ndarray, ...]]]) -> int:
     return sum(len(pieces[0]) for _, pieces in group)
 
 
-def _joined(
-    group: list[tuple[int, tuple[np.ndarray, ...]]], ranges: list[tuple[int, int]]
-) -> tuple[int, np.ndarray]:
-    """One array of the group's rows (shards stacked) and columns (sources side by side)."""
+def _joined(group: list[tuple[int, tuple[np.ndarray, ...]]], buffer: np.ndarray) -> np.ndarray:
+    """The group's rows (shards stacked) and columns (sources side by side) at the top of
+    ``buffer``, or of a new buffer where it is too small or of another dtype."""
     first = group[0][1]
     widths = np.cumsum([0, *(p.shape[1] for p in first)])
-    out = np.empty((_rows(group), int(widths[-1])), np.result_type(*first))
+    shape, dtype = (_rows(group), int(widths[-1])), np.result_type(*first)
+    if buffer.shape[0] < shape[0] or buffer.shape[1] != shape[1] or buffer.dtype != dtype:
+        buffer = np.empty(shape, dtype)
     row = 0
     for _, pieces in group:
         for piece, a, b in zip(pieces, widths[:-1], widths[1:], strict=True):
-            out[row : row + len(piece), a:b] = piece
+            buffer[row : row + len(piece), a:b] = piece
         row += len(pieces[0])
-    return ranges[group[0][0]][0], out
+    return buffer
 
 
 def train_edges(requested: Sequence[int], available: int) -> list[int]:
