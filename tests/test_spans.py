@@ -35,6 +35,27 @@ def test_spans_are_original_text_of_exactly_t_tokens(tok) -> None:
     assert any(any(c.isupper() for c in t) for t in span_texts(DOCS, spans["train"]))
 
 
+def test_batched_tokenization_draws_the_spans_of_one_document_at_a_time(tok, monkeypatch) -> None:
+    """Documents are tokenized in batches; the spans are those of a per-document reference."""
+    from lmalgebra.lmd import spans as spans_module
+
+    spec = SpanSpec(length=5, counts=(120, 30, 30), per_doc=2)
+    reference: dict[str, list[tuple[int, int, int]]] = {}
+    for split, count in zip(SPLITS, spec.counts, strict=True):
+        chosen: list[tuple[int, int, int]] = []
+        for index in assign_splits(DOCS, spec)[split]:
+            found = tok(DOCS[index], add_special_tokens=False, return_offsets_mapping=True)
+            offsets = [(a, b) for a, b in found["offset_mapping"] if b > a]
+            for k in range(min(spec.per_doc, len(offsets) // 5)):
+                if len(chosen) < count:
+                    chosen.append((index, offsets[5 * k][0], offsets[5 * k + 4][1]))
+        reference[split] = chosen
+    for batch in (1, 7, 1000):  # batches ending mid-split, and one batch for everything
+        monkeypatch.setattr(spans_module, "TOKENIZE_BATCH", batch)
+        drawn = draw_spans(DOCS, tok, spec)
+        assert {s: [(x.doc, x.start, x.end) for x in drawn[s]] for s in SPLITS} == reference
+
+
 def test_splits_are_by_document_and_deterministic(tok) -> None:
     spec = SpanSpec(length=6, counts=(150, 25, 25), per_doc=2)
     first, second = draw_spans(DOCS, tok, spec), draw_spans(DOCS, tok, spec)

@@ -1,4 +1,5 @@
-"""The solver's dense kernels vs numpy: SPD inverse in place (LAPACK or torch), quadratic forms."""
+"""The solver's dense kernels vs numpy: SPD inverse in place (LAPACK or torch), quadratic forms,
+the float32 Gram (BLAS syrk or panels of products)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from lmalgebra.stats import symmetric_kernels
-from lmalgebra.stats.symmetric_kernels import column_runs, row_quadratics, spd_inverse
+from lmalgebra.stats.moments import add_gram
+from lmalgebra.stats.symmetric_kernels import column_runs, gram_upper, row_quadratics, spd_inverse
 
 
 def spd(dim: int, seed: int) -> np.ndarray:
@@ -62,3 +64,19 @@ def test_row_quadratics_over_column_runs_equal_numpy(monkeypatch: pytest.MonkeyP
     expected = np.einsum("ij,jk,ik->i", op, cov[np.ix_(cols, cols)], op)
     got = row_quadratics(torch.from_numpy(op), torch.from_numpy(cov), cols).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+def test_float32_gram_is_symmetric_and_within_float32_rounding(backend: str) -> None:
+    """syrk (SciPy) or panels of products (without): ``gram += rows^T rows`` to float32 accuracy,
+    every entry, both triangles; added to what ``gram`` held."""
+    rng = np.random.default_rng(4)
+    rows = rng.normal(size=(300, 1100)).astype(np.float32)  # 1100 columns: several panels
+    exact = rows.astype(np.float64).T @ rows.astype(np.float64)
+    start = spd(1100, 5)
+    gram = torch.from_numpy(start.copy())
+    add_gram(gram, torch.from_numpy(rows))
+    assert (gram_upper(torch.from_numpy(rows)) is not None) == (backend == "lapack")
+    absolute = np.abs(rows.astype(np.float64)).T @ np.abs(rows.astype(np.float64))
+    error = np.abs(gram.numpy() - start - exact)
+    assert (error <= 303 * 2.0**-24 * absolute + 1e-12).all()
+    np.testing.assert_array_equal(gram.numpy(), gram.numpy().T)

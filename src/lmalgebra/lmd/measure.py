@@ -7,7 +7,7 @@ differ only in their documents, span length and sources; the fits that follow re
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -40,6 +40,9 @@ from lmalgebra.stats.reduce import reduce_blocked
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
+# Rows of consecutive shards streamed into the statistics at once (float32: 4 shards of 2048 rows
+# of a 5,000-wide concatenation are 160 MB)
+GROUP_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,9 @@ def measure(
             caches += _in_memory(pool, source, texts, base, tokens)
             continue
         if ref.kind == "precomputed":  # a file of vectors, checked against these spans
-            given = load_precomputed(ref.name, pool.dirs[ref.name], texts, ref.unchecked_order)
+            given = load_precomputed(
+                ref.name, pool.dirs[ref.name], texts, ref.unchecked_order, hashes["spans_order"]
+            )
             caches += [given.splits[split] for split in SPLITS]
             tokens[source.model] = TokenReport(0.0, 0, given.rows)
             continue
@@ -300,11 +305,7 @@ def accumulate(
         blocked = SpanBlockMoments.empty(blocks, rows[split], parts.get(split, 1), products)
         if split == "train" and train_edges:
             curve = SpanBlockMoments.with_edges(blocks, [0, *train_edges], products)
-        ranges = split_caches[0].ranges
-        mine = owned(len(ranges))
-        pieces_of = zip(*(c.chunks(mine) for c in split_caches), strict=True)
-        for index, pieces in zip(mine, pieces_of, strict=True):
-            chunk, row = np.hstack(pieces), ranges[index][0]
+        for row, chunk in _row_groups(split_caches, owned(len(split_caches[0].ranges))):
             blocked.add_rows(chunk, row)
             if split == "train" and curve is not None:
                 upto = curve.rows
@@ -312,6 +313,50 @@ def accumulate(
                     curve.add_rows(chunk[: upto - row], row)
         stats[split] = reduce_blocked(blocked)
     return stats, None if curve is None else reduce_blocked(curve)
+
+
+def _row_groups(
+    caches: list[EmbeddingCache | PrecomputedSplit], indices: Sequence[int]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, (rows, D) chunk)``: the shards ``indices`` of every source side by side,
+    consecutive shards joined up to ``GROUP_ROWS`` rows (each update then mirrors its Gram once).
+
+    Every chunk is a view of one buffer, overwritten by the next: it must not be kept (the
+    statistics copy what they need), and a large buffer is not faulted in again per chunk.
+    """
+    ranges = caches[0].ranges
+    group: list[tuple[int, tuple[np.ndarray, ...]]] = []
+    buffer = np.empty((0, 0), np.float32)
+    pieces_of = zip(*(c.chunks(indices) for c in caches), strict=True)
+    for index, pieces in zip(indices, pieces_of, strict=True):
+        if group and (index != group[-1][0] + 1 or _rows(group) >= GROUP_ROWS):
+            buffer = _joined(group, buffer)
+            yield ranges[group[0][0]][0], buffer[: _rows(group)]
+            group = []
+        group.append((index, pieces))
+    if group:
+        buffer = _joined(group, buffer)
+        yield ranges[group[0][0]][0], buffer[: _rows(group)]
+
+
+def _rows(group: list[tuple[int, tuple[np.ndarray, ...]]]) -> int:
+    return sum(len(pieces[0]) for _, pieces in group)
+
+
+def _joined(group: list[tuple[int, tuple[np.ndarray, ...]]], buffer: np.ndarray) -> np.ndarray:
+    """The group's rows (shards stacked) and columns (sources side by side) at the top of
+    ``buffer``, or of a new buffer where it is too small or of another dtype."""
+    first = group[0][1]
+    widths = np.cumsum([0, *(p.shape[1] for p in first)])
+    shape, dtype = (_rows(group), int(widths[-1])), np.result_type(*first)
+    if buffer.shape[0] < shape[0] or buffer.shape[1] != shape[1] or buffer.dtype != dtype:
+        buffer = np.empty(shape, dtype)
+    row = 0
+    for _, pieces in group:
+        for piece, a, b in zip(pieces, widths[:-1], widths[1:], strict=True):
+            buffer[row : row + len(piece), a:b] = piece
+        row += len(pieces[0])
+    return buffer
 
 
 def train_edges(requested: Sequence[int], available: int) -> list[int]:

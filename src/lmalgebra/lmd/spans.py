@@ -77,10 +77,28 @@ def assign_splits(docs: list[str], spec: SpanSpec) -> dict[str, list[int]]:
     return out
 
 
-def _spans_of(doc: str, index: int, tokenizer: Any, length: int) -> Iterator[Span]:
-    offsets = tokenizer(
-        doc, add_special_tokens=False, return_offsets_mapping=True, truncation=False, verbose=False
-    )["offset_mapping"]
+# Documents tokenized per call: one call per batch runs the fast tokenizer's parallel batch
+# encoder, and at most a batch less one is tokenized past the last document a split needs.
+TOKENIZE_BATCH = 64
+
+
+def _offsets(
+    docs: list[str], order: list[int], tokenizer: Any
+) -> Iterator[tuple[int, list[tuple[int, int]]]]:
+    """``(document index, token character offsets)`` for the documents ``order``, in order."""
+    for first in range(0, len(order), TOKENIZE_BATCH):
+        batch = order[first : first + TOKENIZE_BATCH]
+        encoded = tokenizer(
+            [docs[i] for i in batch],
+            add_special_tokens=False,
+            return_offsets_mapping=True,
+            truncation=False,
+            verbose=False,
+        )["offset_mapping"]
+        yield from zip(batch, encoded, strict=True)
+
+
+def _spans_of(offsets: list[tuple[int, int]], index: int, length: int) -> Iterator[Span]:
     offsets = [(a, b) for a, b in offsets if b > a]
     for first in range(0, len(offsets) - length + 1, length):
         yield Span(index, offsets[first][0], offsets[first + length - 1][1])
@@ -92,8 +110,8 @@ def draw_spans(docs: list[str], tokenizer: Any, spec: SpanSpec) -> dict[str, lis
     assignment = assign_splits(docs, spec)
     for split, count in zip(SPLITS, spec.counts, strict=True):
         chosen: list[Span] = []
-        for index in assignment[split]:
-            for k, span in enumerate(_spans_of(docs[index], index, tokenizer, spec.length)):
+        for index, offsets in _offsets(docs, assignment[split], tokenizer):
+            for k, span in enumerate(_spans_of(offsets, index, spec.length)):
                 if k == spec.per_doc or len(chosen) == count:
                     break
                 chosen.append(span)

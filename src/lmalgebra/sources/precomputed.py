@@ -102,9 +102,16 @@ class _Source:
 
 
 def load_precomputed(
-    name: str, path: Path, texts: Mapping[str, Sequence[str]], unchecked_order: bool = False
+    name: str,
+    path: Path,
+    texts: Mapping[str, Sequence[str]],
+    unchecked_order: bool = False,
+    digest: str | None = None,
 ) -> PrecomputedEmbeddings:
     """Open ``path`` and check it against the run's span ``texts`` (split -> texts, in order).
+
+    ``digest``: ``order_digest(texts)`` when the caller has it already (a run with many files
+    would otherwise hash every span once per file).
 
     Refuses (``UserInputError`` naming the model and the file) a wrong row count, rows that
     belong to other spans or another order, a file without order information (unless
@@ -125,7 +132,7 @@ def load_precomputed(
             f"model {name!r}: {path} has {source.rows} rows but the run has {expected} spans "
             f"({per_split}); export them with `lmalgebra spans` and embed exactly those"
         )
-    _check_order(name, path, source, texts, unchecked_order)
+    _check_order(name, path, source, texts, unchecked_order, digest)
     _check_finite(name, path, source, counts)
     splits, start = {}, 0
     for split in SPLITS:
@@ -153,6 +160,7 @@ def _check_order(
     source: _Source,
     texts: Mapping[str, Sequence[str]],
     unchecked: bool,
+    digest: str | None,
 ) -> None:
     counts = {s: len(texts.get(s, ())) for s in SPLITS}
     if source.ids is not None or source.texts is not None:
@@ -174,7 +182,7 @@ def _check_order(
             )
         return
     if source.digest is not None:
-        wanted_digest = order_digest(texts)
+        wanted_digest = digest or order_digest(texts)
         if source.digest != wanted_digest:
             raise UserInputError(
                 f"model {name!r}: {path} was made for other spans (order digest "

@@ -28,6 +28,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.symmetric_kernels import add_upper, gram_upper, mirror_upper
 from lmalgebra.storage.atomic import write_atomic
 
 Products = Literal["float32", "float64"]
@@ -59,20 +60,29 @@ def layout(names: list[str], dims: list[int]) -> list[ModelColumns]:
     return blocks
 
 
-def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6) -> None:
-    """``gram += rows^T rows`` in place, computing only the upper block triangle and mirroring it.
+def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bool = True) -> None:
+    """``gram += rows^T rows`` in place, computing only the upper (block) triangle.
 
     ``gram``: ``(D, D) float64``; ``rows``: ``(n, D)`` float64, or float32 (products summed in
-    float32, added to ``gram`` in float64). About half the flops of a full product; panels of
-    columns keep each multiply large enough to run at full BLAS speed.
+    float32, added to ``gram`` in float64). About half the flops of a full product: float32 rows
+    take BLAS ``syrk`` (one triangle) where SciPy is installed, else panels of columns large enough
+    to run at full BLAS speed. ``mirror=False`` may leave ``gram``'s lower triangle behind (a
+    caller adding many chunks mirrors once, with ``mirror_upper``, after the last).
     """
+    upper = gram_upper(rows)
+    if upper is not None:
+        add_upper(gram.numpy(), upper)
+        if mirror:
+            mirror_upper(gram.numpy())
+        return
     dim = rows.shape[1]
     edges = np.linspace(0, dim, min(panels, max(dim, 1)) + 1).astype(int)
     spans = list(itertools.pairwise(int(e) for e in edges))
     for i, (a, b) in enumerate(spans):
         left = rows[:, a:b].T
         for c, d in spans[i:]:
-            block = left @ rows[:, c:d]
+            # converted before the add: torch's mixed-precision in-place add is slow on threads
+            block = (left @ rows[:, c:d]).to(gram.dtype)
             gram[a:b, c:d] += block
             if c != a:
                 gram[c:d, a:b] += block.T
@@ -131,21 +141,32 @@ class SecondMoments:
         """``update`` with float32 products of the centred rows (see the module docstring)."""
         data = torch.from_numpy(chunk if chunk.flags.writeable else chunk.copy())
         single = data.dtype == torch.float32
-        if self.n == 0:
-            first = data.mean(dim=0, dtype=torch.float64)
+        # numpy's float64 column sums of float32 rows: several times faster than torch's
+        column_sums = np.add.reduce(chunk, axis=0, dtype=np.float64)
+        if self.n == 0:  # the first FLOAT32_ROWS rows' mean: one shard's, however chunks are cut
+            head = chunk[:FLOAT32_ROWS]
+            whole = len(head) == len(chunk)
+            first = (column_sums if whole else np.add.reduce(head, 0, np.float64)) / len(head)
             # float32 rows minus a float32 shift: the exact difference, rounded once
-            self.shift = (first.to(torch.float32).to(torch.float64) if single else first).numpy()
+            self.shift = first.astype(np.float32).astype(np.float64) if single else first
         shift = torch.from_numpy(self.shift)
         self.n += data.shape[0]
-        self.sums += (data.sum(dim=0, dtype=torch.float64) - data.shape[0] * shift).numpy()
+        self.sums += column_sums - data.shape[0] * self.shift
         exact = shift.to(torch.float32)
-        if single and bool((exact.to(torch.float64) == shift).all()):
-            centred = data - exact  # a new array: the input is left alone
-        else:  # centred in float64, then rounded
-            centred = (data.to(torch.float64) - shift).to(torch.float32)
+        in_float32 = single and bool((exact.to(torch.float64) == shift).all())
         gram = torch.from_numpy(self.gram)
-        for start in range(0, centred.shape[0], FLOAT32_ROWS):
-            add_gram(gram, centred[start : start + FLOAT32_ROWS])
+        # one scratch buffer for every FLOAT32_ROWS rows: the input is left alone, and a large
+        # chunk does not allocate (and fault in) a centred copy of itself
+        scratch = torch.empty((min(len(data), FLOAT32_ROWS), data.shape[1]), dtype=torch.float32)
+        for start in range(0, data.shape[0], FLOAT32_ROWS):
+            rows = data[start : start + FLOAT32_ROWS]
+            centred = scratch[: len(rows)]
+            if in_float32:  # float32 rows minus a float32 shift: the exact difference, rounded
+                torch.sub(rows, exact, out=centred)
+            else:  # centred in float64, then rounded
+                centred.copy_(rows.to(torch.float64) - shift)
+            add_gram(gram, centred, mirror=False)
+        mirror_upper(self.gram)  # once per update: a large chunk spares the transposed adds
 
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:
         """The same statistics expressed around another shift (exact algebra, no data needed)."""
@@ -189,9 +210,8 @@ class SecondMoments:
         self._check_unspent()
         centred = torch.from_numpy(self.sums / self.n)
         gram = torch.from_numpy(self.gram)
-        cov = gram if in_place else gram.clone()
-        cov /= self.n
-        cov -= torch.outer(centred, centred)
+        cov = gram.div_(self.n) if in_place else gram / self.n  # one pass, no D x D temporary
+        cov.addr_(centred, centred, alpha=-1.0)
         if in_place:
             self.gram = np.zeros((0, 0))  # spent: the buffer now belongs to the covariance
             self.n = -1

@@ -301,21 +301,24 @@ class Decomposer:
         m = len(self.blocks)
         out = {split: np.full((m, m), np.nan) for split in self.splits}
         starts = [b.start for b in self.blocks]
+        # per split: each column's variance, and its blocks' total variance (the denominators)
+        var = {split: np.diag(s.cov) for split, s in self.splits.items()}
+        totals = {split: np.add.reduceat(v, starts) for split, v in var.items()}
         for j, bj in enumerate(self.blocks):
             cj = slice(bj.start, bj.stop)
             coef = self.single_basis_coef(j)  # (d_j, D)
             for split, s in self.splits.items():
                 c_j = torch.from_numpy(s.cov[cj])
-                if s is self.train:  # (C_jj + Lam_j) coef = C_j: spares a product
-                    fitted = c_j - torch.from_numpy(self.penalty[cj])[:, None] * coef
-                else:
-                    fitted = c_j[:, cj] @ coef
-                quad = ((fitted - 2 * c_j) * coef).sum(dim=0).numpy()
+                if s is self.train:  # (C_jj + Lam_j) coef = C_j: fitted - 2 C_j = -(C_j + Lam coef)
+                    work = torch.addcmul(c_j, torch.from_numpy(self.penalty[cj])[:, None], coef)
+                    work.neg_()
+                else:  # fitted - 2 C_j in one product
+                    work = torch.addmm(c_j, c_j[:, cj], coef, beta=-2.0)
+                quad = (work.mul_(coef)).sum(dim=0).numpy()
                 d_mean = torch.from_numpy(s.mean - self.train.mean)
                 shift = (d_mean - coef.T @ d_mean[cj]).numpy()
-                var = np.diag(s.cov)
-                total = np.add.reduceat(var, starts)
-                residual = np.add.reduceat(var + quad + shift**2, starts)
+                residual = np.add.reduceat(var[split] + quad + shift**2, starts)
+                total = totals[split]
                 with np.errstate(invalid="ignore", divide="ignore"):
                     r2 = np.where(total > 0, 1 - residual / total, np.nan)
                 r2[j] = np.nan

@@ -5,6 +5,8 @@ installed (``potrf`` then ``potri``, no second ``D x D`` array), else with torch
 ``row_quadratics`` computes ``op_i C op_i^T`` for every row ``i`` of an operator from the upper
 panels of the symmetric ``C`` only, reading ``C`` in place over any set of its column ranges:
 about half the flops of ``(op @ C) * op`` and no gathered copy of a sub-matrix.
+``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the flops of a product),
+``add_upper`` adds such a triangle to another, and ``mirror_upper`` makes a matrix whole again.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     if info != 0:  # a zero pivot potrf did not see: singular to working precision
         return None, diag
     result = inverse.T  # C-ordered again; potri filled the upper triangle of this view
-    _mirror_upper(result)
+    mirror_upper(result)
     return np.ascontiguousarray(result), diag
 
 
@@ -60,7 +62,7 @@ def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     return system, diag
 
 
-def _mirror_upper(matrix: np.ndarray) -> None:
+def mirror_upper(matrix: np.ndarray) -> None:
     """Copy the upper triangle of a square array onto its lower one, in place, panel by panel."""
     dim = matrix.shape[0]
     for a in range(0, dim, PANEL):
@@ -111,3 +113,33 @@ def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> tor
 def block_sums(values: torch.Tensor, edges: Sequence[int]) -> list[float]:
     """Sums of ``values`` over consecutive ranges ``edges[k] .. edges[k + 1]``."""
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
+
+
+def gram_upper(rows: torch.Tensor) -> np.ndarray | None:
+    """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by SciPy's
+    BLAS ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be
+    read. ``None`` without SciPy or for other ``rows`` (the caller then multiplies panels)."""
+    if rows.dtype != torch.float32 or not rows.is_contiguous() or rows.ndim != 2:
+        return None
+    try:
+        from scipy.linalg import blas
+    except ImportError:
+        return None
+    # the C-ordered (n, D) rows are a Fortran-ordered (D, n) matrix A: syrk gives A A^T, whose
+    # Fortran lower triangle is the upper triangle of the C-ordered result
+    product = blas.ssyrk(1.0, rows.numpy().T, trans=0, lower=1)
+    return product.T
+
+
+def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
+    """``target``'s upper triangle (diagonal included) ``+= upper``'s, in place, by panels of
+    ``PANEL`` contiguous rows; both lower triangles are left alone (``mirror_upper`` completes
+    ``target``). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``. NumPy adds: torch's
+    mixed-precision in-place add runs several times slower on more than one thread."""
+    dim = upper.shape[0]
+    for a in range(0, dim, PANEL):
+        b = min(a + PANEL, dim)
+        diagonal = target[a:b, a:b]
+        np.add(diagonal, np.triu(upper[a:b, a:b]), out=diagonal)
+        right = target[a:b, b:]
+        np.add(right, upper[a:b, b:], out=right)
