@@ -46,7 +46,7 @@ from lmalgebra.lmd.measure import ModelLayers, accumulate
 from lmalgebra.stats.moments import Products
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes
-from utilisation import gram_flops, measure_peak
+from utilisation import GRAM_FORMULA, gram_flops, measure_peak
 
 NAME = "bench_solver"
 MEASURED = ("src/lmalgebra/lmd", "src/lmalgebra/stats")
@@ -289,8 +289,7 @@ def utilisation_table(rows: list[dict[str, Any]], width: int, peak: float) -> di
         out[-1].append(f"{rate / peak:.0%}")
     return table(
         f"Utilisation of the statistics pass (float32 peak {peak:.0f} GFLOP/s, measured in this "
-        f"run; FLOPs = 2 x spans x D^2 x 7/12, the upper block triangle of 6 x 6 panels, D = "
-        f"{width:,})",
+        f"run; FLOPs = {GRAM_FORMULA.replace('rows', 'spans')}, D = {width:,})",
         ["train spans", "spans, all splits", "TFLOP", "seconds", "GFLOP/s", "share of peak"],
         out,
     )

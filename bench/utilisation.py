@@ -13,6 +13,7 @@ and :func:`require_bf16` the guard in front of a bfloat16 contender on the CPU.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -114,9 +115,20 @@ def encoder_flops(
 
 def gram_flops(rows: int, width: int, panels: int = 6) -> float:
     """FLOPs the Gram update ``X^T X`` of ``(rows, width)`` runs as ``stats.moments.add_gram``
-    does it: the upper block triangle of ``panels x panels`` column panels, so
-    2 rows width^2 x (panels + 1) / (2 panels)."""
+    does it: BLAS ``syrk`` where SciPy is installed (one triangle, diagonal included:
+    rows width (width + 1)), else the upper block triangle of ``panels x panels`` column panels
+    (2 rows width^2 (panels + 1) / (2 panels))."""
+    if GRAM_BY_SYRK:
+        return float(rows) * width * (width + 1)
     return 2.0 * rows * width * width * (panels + 1) / (2 * panels)
+
+
+GRAM_BY_SYRK = importlib.util.find_spec("scipy") is not None
+GRAM_FORMULA = (
+    "rows x D x (D + 1), one triangle by BLAS syrk"
+    if GRAM_BY_SYRK
+    else "2 x rows x D^2 x 7/12, the upper block triangle of 6 x 6 panels"
+)
 
 
 def counted_flops(call: Callable[[], Any]) -> float:
