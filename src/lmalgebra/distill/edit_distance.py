@@ -128,16 +128,10 @@ class RememberedDistances:
         return self.table[np.ix_(rows, cols)].astype(np.int32)
 
     def _grow(self, rows: int, cols: int) -> None:
-        have_rows, have_cols = self.table.shape
-        if rows <= have_rows and cols <= have_cols:
-            return
-        grown = np.full(
-            (
-                max(rows, 2 * have_rows if rows > have_rows else have_rows),
-                max(cols, 2 * have_cols if cols > have_cols else have_cols),
-            ),
-            -1,
-            dtype=np.int16,
-        )
-        grown[:have_rows, :have_cols] = self.table
-        self.table = grown
+        """Room for ``rows x cols`` strings: each side that is short at least doubles."""
+        have = self.table.shape
+        wanted = [h if n <= h else max(n, 2 * h) for n, h in zip((rows, cols), have, strict=True)]
+        if wanted != list(have):
+            grown = np.full(wanted, -1, dtype=np.int16)
+            grown[: have[0], : have[1]] = self.table
+            self.table = grown
