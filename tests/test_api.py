@@ -3,6 +3,7 @@ or a path; labelled DataFrames; nothing written without ``out``; runs read back 
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from pathlib import Path
@@ -79,7 +80,7 @@ def test_nothing_is_written_without_out(
         {"a": str(bert_dir), "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS, cache_dir=cache
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no runs/, no stats/
-    assert sorted(p.name for p in cache.iterdir()) == ["embeddings", "hashes"]
+    assert sorted(p.name for p in cache.iterdir()) == ["embeddings", "hashes", "spans"]
 
 
 def test_out_writes_the_cli_files_and_load_reads_them_back(
@@ -100,6 +101,10 @@ def test_out_writes_the_cli_files_and_load_reads_them_back(
         assert (out / "stats" / f"{split}.safetensors").is_file()
     assert {"fits.csv", "group_r2.csv", "summary.json", "config.yaml", "nulls.csv"} <= names
     assert written.run_dir == out
+    seconds = json.loads((out / "summary.json").read_text())["seconds"]
+    parts = {k: v for k, v in seconds.items() if k.startswith("analyse: ")}
+    assert {"analyse: fits", "analyse: nulls", "analyse: similarity"} <= set(parts)
+    assert 0 < sum(parts.values()) <= seconds["analyse"] + 1e-3  # rounded to the millisecond
     _frames_equal(written, by_path)
     loaded = Decomposition.load(out)
     _frames_equal(loaded, written)

@@ -7,6 +7,7 @@ attribution of each group fit to its basis models. Results are tidy rows for the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,25 +39,33 @@ class Analysis:
     group: list[Fit]
     single: Fit | None
     tables: dict[str, TableRows] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # the analysis' parts, timed
 
 
 def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -> Analysis:
     """Fit and describe the models ``names`` (the measurement may also hold their null copies)."""
     study = config.study
     names = list(names)
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
     alpha, selected_by, curve = config.alpha, "fixed", list[AlphaCurveRow]()
     if study.alpha_select != "fixed":
         alpha, curve = _choose_alpha(config, measured, names)
         selected_by = study.alpha_select
+        clock = _lap(seconds, "alpha", clock)
     everything = decomposer_of(measured.stats, alpha, config.alpha_mode)
     solver = everything.subset(names) if len(everything.blocks) > len(names) else everything
     pairwise = solver.pairwise()
     group = solver.leave_one_out()
     single = solver.fit(config.target, config.basis) if config.target and config.basis else None
-    result = Analysis(alpha, selected_by, solver, pairwise, group, single)
+    result = Analysis(alpha, selected_by, solver, pairwise, group, single, seconds=seconds)
+    clock = _lap(seconds, "fits", clock)
     result.tables["fits"] = _fit_rows(result, measured, study.bootstrap, study.level, study.seed)
+    clock = _lap(seconds, "fit rows", clock)
     result.tables["nulls"] = _null_rows(everything, solver, group, names, study.nulls)
+    clock = _lap(seconds, "nulls", clock)
     result.tables["similarity"] = _similarity_rows(solver, pairwise)
+    clock = _lap(seconds, "similarity", clock)
     if curve:
         result.tables["alpha_curve"] = curve
     if study.attribution:
@@ -67,7 +76,15 @@ def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -
                 attribute(solver, f.target, split=study.attribution_split, seed=study.seed)
             )
         ]
+        _lap(seconds, "attribution", clock)
     return result
+
+
+def _lap(seconds: dict[str, float], name: str, clock: float) -> float:
+    """Record the time since ``clock`` as ``seconds[name]``; returns the new clock."""
+    now = time.perf_counter()
+    seconds[name] = now - clock
+    return now
 
 
 def _fit_rows(

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import owned
@@ -22,7 +23,8 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.lmd.given_models import GivenArrays, GivenModel, in_memory_split
-from lmalgebra.lmd.span_plan import plan_spans, span_tokenizer
+from lmalgebra.lmd.span_cache import remembered_plan, span_key
+from lmalgebra.lmd.span_plan import RunSpans, plan_spans, reference_model, span_tokenizer
 from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
@@ -121,6 +123,11 @@ class ModelPool:
             return self.given[name].tokenizer
         return load_tokenizer(self.refs[name], self.dirs[name])
 
+    def has_tokenizer(self, ref: ModelRef) -> bool:
+        if ref.name in self.given:
+            return self.given[ref.name].tokenizer is not None
+        return ref.kind != "precomputed"
+
     @cached_property
     def span_tokenizer(self) -> tuple[str, Any]:
         """The tokenizer that cuts the spans, and its name (a model's, or the reference's)."""
@@ -128,11 +135,7 @@ class ModelPool:
             self.config.models,
             self.config.reference_tokenizer,
             lambda ref: self.tokenizer(ref.name),
-            lambda ref: (
-                self.given[ref.name].tokenizer is not None
-                if ref.name in self.given
-                else ref.kind != "precomputed"
-            ),
+            self.has_tokenizer,
         )
 
     def depth(self, name: str) -> int:
@@ -180,9 +183,24 @@ class Measured:
 def draw_texts(
     pool: ModelPool, docs: list[str], spec: SpanSpec
 ) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Span texts per split, drawn with the reference tokenizer, and their hashes."""
-    reference, tokenizer = pool.span_tokenizer
-    plan = plan_spans(docs, tokenizer, spec, reference)  # as `lmalgebra spans`
+    """Span texts per split, drawn with the reference tokenizer, and their hashes.
+
+    The spans a model's tokenizer cuts are remembered under the cache directory (``span_cache``),
+    so a later run on the same corpus neither loads nor runs the tokenizer.
+    """
+
+    def draw() -> RunSpans:
+        reference, tokenizer = pool.span_tokenizer
+        return plan_spans(docs, tokenizer, spec, reference, corpus)  # as `lmalgebra spans`
+
+    config = pool.config
+    corpus = sha256_texts(docs)
+    ref = reference_model(config.models, config.reference_tokenizer, pool.has_tokenizer)
+    if ref is None or ref.trust_remote_code:  # a tokenizer of no model, or code no hash pins
+        plan = draw()
+    else:
+        key = span_key(corpus, pool.prints[ref.name], spec)
+        plan = remembered_plan(config.cache_dir / "spans", key, docs, ref.name, draw)
     return plan.texts, plan.hashes
 
 

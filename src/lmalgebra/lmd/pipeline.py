@@ -33,7 +33,9 @@ from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.output_paths import tidy_on_failure
 
 log = logging.getLogger(__name__)
-CACHE_SCRATCH = ("hashes/*",)  # memoised model hashes (``ModelPool.prints``): not embeddings
+# memoised model hashes (``ModelPool.prints``) and the remembered spans: written before any
+# embedding, taken back when a failed run made nothing else
+CACHE_SCRATCH = ("hashes/*", "spans/*")
 
 
 @dataclass
@@ -109,6 +111,7 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
     clock = time.perf_counter()
     result: Analysis = analyse(config, main, pool.names)
     timings["analyse"] = time.perf_counter() - clock
+    timings |= {f"analyse: {part}": seconds for part, seconds in result.seconds.items()}
 
     clock = time.perf_counter()
     tables = {**result.tables, **_sweeps(config, pool, docs, main, result.alpha, by_language)}

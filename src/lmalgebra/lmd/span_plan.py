@@ -154,13 +154,21 @@ def draw_run_spans(
     return plan_spans(docs, tokenizer, spec or config.spans, name)
 
 
-def plan_spans(docs: list[str], tokenizer: Any, spec: SpanSpec, reference: str) -> RunSpans:
+def plan_spans(
+    docs: list[str], tokenizer: Any, spec: SpanSpec, reference: str, corpus: str | None = None
+) -> RunSpans:
     """The spans of ``docs`` cut with ``tokenizer`` (``reference``: a model's name or the
-    reference tokenizer's), and their hashes."""
-    spans = draw_spans(docs, tokenizer, spec)
+    reference tokenizer's), and their hashes (``corpus``: the documents', when known)."""
+    return plan_of(docs, draw_spans(docs, tokenizer, spec), reference, corpus)
+
+
+def plan_of(
+    docs: list[str], spans: dict[str, list[Span]], reference: str, corpus: str | None = None
+) -> RunSpans:
+    """The plan of ``spans`` (drawn from ``docs``, or read back from the span cache)."""
     texts = {split: span_texts(docs, spans[split]) for split in SPLITS}
     hashes = {
-        "corpus": sha256_texts(docs),
+        "corpus": corpus or sha256_texts(docs),
         **{f"spans_{s}": sha256_texts(texts[s]) for s in SPLITS},
         "spans_order": order_digest(texts),
     }

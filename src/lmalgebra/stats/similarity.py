@@ -130,8 +130,12 @@ def similarity_table(
 def _correlations(white_a: np.ndarray, white_b: np.ndarray, cov_ab: np.ndarray) -> np.ndarray:
     if white_a.shape[1] == 0 or white_b.shape[1] == 0:
         return np.zeros(0)
-    values = np.linalg.svd(white_a.T @ cov_ab @ white_b, compute_uv=False)
-    return np.clip(values, 0.0, 1.0)
+    cross = white_a.T @ cov_ab @ white_b
+    # the singular values of ``cross`` are the square roots of the eigenvalues of its smaller
+    # Gram matrix: a symmetric eigensolver takes about half the time of an SVD
+    gram = cross @ cross.T if cross.shape[0] <= cross.shape[1] else cross.T @ cross
+    values = np.sqrt(np.clip(np.linalg.eigvalsh(gram)[::-1], 0.0, 1.0))
+    return values
 
 
 def _check_settings(keep: float, ridge: float) -> None:

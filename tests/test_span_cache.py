@@ -1,0 +1,170 @@
+"""The span cache: a run's spans are cut once per corpus, tokenizer and settings, then read back."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+from lmalgebra.core.splits import SPLITS
+from lmalgebra.lmd import measure
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.measure import ModelPool, draw_texts
+from lmalgebra.lmd.span_plan import SpanPlanSpec, draw_run_spans
+from lmalgebra.sources.corpus import read_documents
+
+
+def _config(tmp_path: Path, model: Path, corpus: Path, **change: Any) -> DecomposeConfig:
+    first = {"name": "a", "path": str(model), **change.pop("first", {})}
+    raw = {
+        "models": [first, {"name": "b", "path": str(model)}],
+        "corpus": {"paths": [str(corpus)]},
+        "spans": {"length": 8, "counts": [60, 12, 12], **change.pop("spans", {})},
+        "cache_dir": str(tmp_path / "cache"),
+        **change,
+    }
+    return DecomposeConfig.model_validate(raw)
+
+
+def _draw(config: DecomposeConfig) -> tuple[dict[str, list[str]], dict[str, str]]:
+    return draw_texts(ModelPool(config), read_documents(config.corpus), config.spans)
+
+
+def _reference(config: DecomposeConfig) -> dict[str, list[str]]:
+    """The spans `lmalgebra spans` exports: cut by the tokenizer, no cache involved."""
+    spec = SpanPlanSpec(models=config.models[:1], corpus=config.corpus, spans=config.spans)
+    return draw_run_spans(spec).texts
+
+
+def _entries(config: DecomposeConfig) -> list[Path]:
+    return sorted((config.cache_dir / "spans").glob("*.safetensors"))
+
+
+def test_a_second_run_reads_the_spans_without_loading_the_tokenizer(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, bert_dir, corpus_txt)
+    texts, hashes = _draw(config)
+    assert texts == _reference(config)
+    assert len(_entries(config)) == 1
+    with monkeypatch.context() as patch:
+        patch.setattr(measure, "load_tokenizer", lambda *a: pytest.fail("tokenizer loaded"))
+        again, again_hashes = _draw(config)
+    assert again == texts and again_hashes == hashes
+
+
+def test_other_span_settings_or_another_tokenizer_make_another_entry(
+    tmp_path: Path, bert_dir: Path, gpt2_dir: Path, corpus_txt: Path
+) -> None:
+    _draw(_config(tmp_path, bert_dir, corpus_txt))
+    longer = _config(tmp_path, bert_dir, corpus_txt, spans={"length": 6})
+    assert _draw(longer)[0] == _reference(longer)
+    other = _config(tmp_path, bert_dir, corpus_txt, first={"path": str(gpt2_dir)})
+    assert _draw(other)[0] == _reference(other)
+    assert len(_entries(other)) == 3
+
+
+def _damage_bytes(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:40] + b"\0" * 16)
+
+
+def _shift_one_span(path: Path) -> None:
+    """A sound file whose rows no longer give the texts its metadata vouches for."""
+    with safe_open(str(path), framework="numpy") as handle:
+        meta = handle.metadata()
+    rows = load_file(str(path))
+    rows["train"][0, 2] -= 1
+    save_file(rows, str(path), metadata=meta)
+
+
+def _point_outside(path: Path) -> None:
+    with safe_open(str(path), framework="numpy") as handle:
+        meta = handle.metadata()
+    rows = load_file(str(path))
+    rows["test"][-1, 0] = 10**9
+    save_file(rows, str(path), metadata=meta)
+
+
+def _drop_a_split(path: Path) -> None:
+    with safe_open(str(path), framework="numpy") as handle:
+        meta = handle.metadata()
+    rows = load_file(str(path))
+    save_file({s: rows[s] for s in SPLITS[:2]}, str(path), metadata=meta)
+
+
+def _foreign_key(path: Path) -> None:
+    with safe_open(str(path), framework="numpy") as handle:
+        meta = dict(handle.metadata())
+    key = json.loads(meta["key"])
+    meta["key"] = json.dumps({**key, "corpus": "0" * 64}, sort_keys=True)
+    save_file(load_file(str(path)), str(path), metadata=meta)
+
+
+@pytest.mark.parametrize(
+    "damage", [_damage_bytes, _shift_one_span, _point_outside, _drop_a_split, _foreign_key]
+)
+def test_a_damaged_entry_is_cut_again_and_rewritten(
+    tmp_path: Path,
+    bert_dir: Path,
+    corpus_txt: Path,
+    damage: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = _config(tmp_path, bert_dir, corpus_txt)
+    texts, hashes = _draw(config)
+    (entry,) = _entries(config)
+    damage(entry)
+    with caplog.at_level(logging.WARNING):
+        again, again_hashes = _draw(config)
+    assert again == texts and again_hashes == hashes
+    assert "does not reproduce its spans" in caplog.text and str(entry) in caplog.text
+    monkeypatch.setattr(measure, "load_tokenizer", lambda *a: pytest.fail("tokenizer loaded"))
+    assert _draw(config) == (texts, hashes)  # the rewritten entry is sound
+
+
+def test_rows_are_int64_triples_of_document_and_characters(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path
+) -> None:
+    config = _config(tmp_path, bert_dir, corpus_txt)
+    texts, _ = _draw(config)
+    rows = load_file(str(_entries(config)[0]))
+    docs = read_documents(config.corpus)
+    for split in SPLITS:
+        assert rows[split].dtype == np.int64 and rows[split].shape == (len(texts[split]), 3)
+        assert [docs[d][a:b] for d, a, b in rows[split].tolist()] == texts[split]
+
+
+def test_a_tokenizer_running_remote_code_is_never_remembered(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path
+) -> None:
+    config = _config(tmp_path, bert_dir, corpus_txt, first={"trust_remote_code": True})
+    assert _draw(config)[0] == _reference(config)
+    assert _entries(config) == []
+
+
+def test_a_changed_tokenizer_file_makes_another_entry(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path
+) -> None:
+    """Same model config, other tokenizer files (a cased vocabulary): the spans are cut again."""
+    from tiny import _wordpiece
+
+    cased = tmp_path / "cased"
+    shutil.copytree(bert_dir, cased)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        (cased / name).unlink(missing_ok=True)
+    _wordpiece(cased, lowercase=False)
+    _draw(_config(tmp_path, bert_dir, corpus_txt))
+    config = _config(tmp_path, cased, corpus_txt)
+    texts, _ = _draw(config)
+    assert texts == _reference(config) and texts != _reference(
+        _config(tmp_path, bert_dir, corpus_txt)
+    )
+    assert len(_entries(config)) == 2
