@@ -75,36 +75,40 @@ def _damage_bytes(path: Path) -> None:
     path.write_bytes(path.read_bytes()[:40] + b"\0" * 16)
 
 
-def _shift_one_span(path: Path) -> None:
-    """A sound file whose rows no longer give the texts its metadata vouches for."""
+def _rewrite(path: Path, change: Any) -> None:
+    """Save ``path`` again as a sound safetensors file after ``change(rows, metadata)``."""
     with safe_open(str(path), framework="numpy") as handle:
-        meta = handle.metadata()
+        meta = dict(handle.metadata())
     rows = load_file(str(path))
-    rows["train"][0, 2] -= 1
+    change(rows, meta)
     save_file(rows, str(path), metadata=meta)
+
+
+def _shift_one_span(path: Path) -> None:
+    """Rows that no longer give the texts the metadata vouches for."""
+
+    def change(rows: dict[str, np.ndarray], meta: dict[str, str]) -> None:
+        rows["train"][0, 2] -= 1
+
+    _rewrite(path, change)
 
 
 def _point_outside(path: Path) -> None:
-    with safe_open(str(path), framework="numpy") as handle:
-        meta = handle.metadata()
-    rows = load_file(str(path))
-    rows["test"][-1, 0] = 10**9
-    save_file(rows, str(path), metadata=meta)
+    def change(rows: dict[str, np.ndarray], meta: dict[str, str]) -> None:
+        rows["test"][-1, 0] = 10**9
+
+    _rewrite(path, change)
 
 
 def _drop_a_split(path: Path) -> None:
-    with safe_open(str(path), framework="numpy") as handle:
-        meta = handle.metadata()
-    rows = load_file(str(path))
-    save_file({s: rows[s] for s in SPLITS[:2]}, str(path), metadata=meta)
+    _rewrite(path, lambda rows, meta: rows.pop(SPLITS[2]))
 
 
 def _foreign_key(path: Path) -> None:
-    with safe_open(str(path), framework="numpy") as handle:
-        meta = dict(handle.metadata())
-    key = json.loads(meta["key"])
-    meta["key"] = json.dumps({**key, "corpus": "0" * 64}, sort_keys=True)
-    save_file(load_file(str(path)), str(path), metadata=meta)
+    def change(rows: dict[str, np.ndarray], meta: dict[str, str]) -> None:
+        meta["key"] = json.dumps({**json.loads(meta["key"]), "corpus": "0" * 64}, sort_keys=True)
+
+    _rewrite(path, change)
 
 
 @pytest.mark.parametrize(
