@@ -151,7 +151,8 @@ def teacher_inference(
         lengths = padded_lengths([len(c.input_ids) for c in copies], other or batch)
         rows = sum(lengths) if name.startswith("baseline") else masked
         dtype = "bfloat16" if "bfloat16" in name else "float32"
-        flops = encoder_flops(shape, lengths, rows, vocab)
+        trimmed = None if name.startswith("baseline") else rows  # ours: last layer on the rows
+        flops = encoder_flops(shape, lengths, rows, vocab, trimmed)
         runs[name] = {"seconds": seconds, "flops": flops, "dtype": dtype}
         print(f"teacher inference, {name}: {seconds:.3f} s", flush=True)
     agree = {
@@ -267,7 +268,7 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
                 for _ in range(b.input_ids.shape[0])
             ]
             rows = sum(int(batches[i].labels.numel()) for i in steps)
-            flops = 3 * encoder_flops(shape, lengths, rows, vocab)
+            flops = 3 * encoder_flops(shape, lengths, rows, vocab, rows)  # last layer on the rows
             log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
             key = f"{shape_name} {'bfloat16' if precision == 'bf16' else 'float32'}"
             runs[key] = {

@@ -181,9 +181,10 @@ def shape_runs(res: dict[str, Any], batch: int) -> dict[str, dict[str, Any]]:
         if key in res["runs"]:
             seconds = res["runs"][key]["seconds"]
             rows = sum(lengths) if key == "baseline" else res["masked"]  # the head's rows
+            trimmed = None if key == "baseline" else rows  # ours: the last layer on those rows
             runs[key] = {
                 "seconds": seconds,
-                "flops": encoder_flops(shape, lengths, rows, res["vocab"]),
+                "flops": encoder_flops(shape, lengths, rows, res["vocab"], trimmed),
                 "dtype": "bfloat16" if "bfloat16" in key else "float32",
                 "rate": f"{res['count'] / seconds:,.1f} examples/s",
             }

@@ -200,12 +200,15 @@ def measure(
 
 def step_flops(batch: Batch, vocab: int, head_everywhere: bool) -> float:
     """Matrix-product FLOPs of one training step: 3 x the forward (the backward is twice the
-    forward), encoder on the padded batch, the head on the masked rows or on every position."""
+    forward), encoder on the padded batch, the head (and ours' last layer) on the masked rows,
+    or (the Trainer) everything on every position."""
     rows, width = batch.input_ids.shape
     shape = {"layers": STUDENT.num_layers, "hidden": STUDENT.hidden_size}
     shape["intermediate"] = STUDENT.intermediate_size
-    head_rows = rows * width if head_everywhere else int(batch.labels.numel())
-    return 3 * encoder_flops(shape, [width] * rows, head_rows, vocab)
+    masked = int(batch.labels.numel())
+    head_rows = rows * width if head_everywhere else masked
+    trimmed = None if head_everywhere else masked
+    return 3 * encoder_flops(shape, [width] * rows, head_rows, vocab, trimmed)
 
 
 # -- main ---------------------------------------------------------------------------------------

@@ -219,10 +219,11 @@ def contender(
     seed: int,
     out: str,
     dtype: str = "float32",
+    trim: bool = True,
 ) -> Callable[[], dict[str, Any]]:
     """Untimed: the model, the examples, a warm-up batch. The work: ``baseline`` (float32) or
-    ``ours`` (in ``dtype``) on the examples (outputs saved to ``out``), or ``head``: seconds per
-    batch of each part in ``dtype``."""
+    ``ours`` (in ``dtype``; ``trim``: the last layer on the masked rows only) on the examples
+    (outputs saved to ``out``), or ``head``: seconds per batch of each part in ``dtype``."""
     torch.set_num_threads(threads)
     tokenizer, warmup, copies = examples(count, batch_size, length, seed)
     pad_id = tokenizer.pad_token_id or 0
@@ -235,7 +236,7 @@ def contender(
     if which == "baseline":
         topk: Callable[..., list[TeacherOutput]] = full_logits_topk
     else:
-        topk = lambda *a: masked_topk(*a, dtype=DTYPES[dtype])  # noqa: E731
+        topk = lambda *a: masked_topk(*a, dtype=DTYPES[dtype], trim_last_layer=trim)  # noqa: E731
     topk(model, warmup, k, pad_id, batch_size)
 
     def work() -> dict[str, Any]:

@@ -77,6 +77,7 @@ def bert_forward_flops(
     head_rows: int = 0,
     vocab: int = 0,
     attention: bool = True,
+    last_layer_rows: int | None = None,
 ) -> float:
     """Matrix-product FLOPs of one BERT-style encoder forward over sequences of ``lengths``
     (padded lengths: what the kernels run), plus an MLM head (dense transform + decoder) on
@@ -85,11 +86,18 @@ def bert_forward_flops(
     Per layer and sequence of length T with width d and feed-forward width f: Q, K, V and output
     projections 8 T d^2, feed-forward 4 T d f, attention scores and values 4 T^2 d (left out
     with ``attention=False``: torch's FLOP counter does not see fused attention kernels on CPU).
+    ``last_layer_rows``: the last layer runs for that many rows only (``train.last_layer``): keys
+    and values 4 T d^2 per sequence, queries, output and feed-forward 4 d^2 + 4 d f per row, its
+    attention 4 T d per row (T the mean length).
     """
     d, f, a = hidden, intermediate, 4 if attention else 0
     per_layer = sum(8 * t * d * d + 4 * t * d * f + a * t * t * d for t in lengths)
     head = 2 * head_rows * d * d + 2 * head_rows * d * vocab
-    return float(layers * per_layer + head)
+    if last_layer_rows is None or not lengths:
+        return float(layers * per_layer + head)
+    mean = sum(lengths) / len(lengths)
+    last = 4 * d * d * sum(lengths) + last_layer_rows * (4 * d * d + 4 * d * f + a * mean * d)
+    return float((layers - 1) * per_layer + last + head)
 
 
 def padded_lengths(lengths: Sequence[int], batch: int) -> list[int]:
@@ -100,7 +108,11 @@ def padded_lengths(lengths: Sequence[int], batch: int) -> list[int]:
 
 
 def encoder_flops(
-    shape: dict[str, int], lengths: Sequence[int], head_rows: int = 0, vocab: int = 0
+    shape: dict[str, int],
+    lengths: Sequence[int],
+    head_rows: int = 0,
+    vocab: int = 0,
+    last_layer_rows: int | None = None,
 ) -> float:
     """:func:`bert_forward_flops` of a shape given as ``{"layers", "hidden", "intermediate"}``."""
     return bert_forward_flops(
@@ -110,6 +122,7 @@ def encoder_flops(
         intermediate=shape["intermediate"],
         head_rows=head_rows,
         vocab=vocab,
+        last_layer_rows=last_layer_rows,
     )
 
 

@@ -101,10 +101,13 @@ def test_flops_equal_torchs_count_of_a_teacher_forward(
     from transformers import AutoModelForMaskedLM
 
     directory = teacher_dirs[teacher]
-    # eager attention: its matmuls are counted (a fused kernel's are not, on CPU)
+    # eager attention: its matmuls are counted (a fused kernel's are not, on CPU); the trimmed
+    # last layer's attention is always the fused kernel
     model = AutoModelForMaskedLM.from_pretrained(directory, attn_implementation="eager")
     shape = ModelShape.from_config(model_config(directory), 0)
-    assert shape.forward_flops(3, 17, 5) == _counted(model.eval(), _batch())
+    assert shape.trimmed and shape.last_layer_attention(17, 5) > 0
+    expected = shape.forward_flops(3, 17, 5) - shape.last_layer_attention(17, 5)
+    assert expected == _counted(model.eval(), _batch())
 
 
 def test_flops_of_a_factorised_student() -> None:
@@ -113,6 +116,16 @@ def test_flops_of_a_factorised_student() -> None:
     model.config._attn_implementation = "eager"
     shape = ModelShape(2, 32, 64, 16, 120)
     assert shape.forward_flops(3, 17, 5) == _counted(model.eval(), _batch())
+
+
+def test_flops_of_a_bert_student_with_its_last_layer_trimmed() -> None:
+    model = build_student(StudentSpec(**TINY_STUDENT), 120)
+    model.config._attn_implementation = "eager"
+    shape = ModelShape(2, 32, 64, 32, 120, trimmed=True)
+    untrimmed = ModelShape(2, 32, 64, 32, 120)
+    expected = shape.forward_flops(3, 17, 5) - shape.last_layer_attention(17, 5)
+    assert expected == _counted(model.eval(), _batch())
+    assert expected < untrimmed.forward_flops(3, 17, 5)
 
 
 def test_probes_measure_something() -> None:

@@ -186,6 +186,7 @@ def _vocab(
         intermediate=s.intermediate_size,
         embedding=s.embedding_size or s.hidden_size,
         vocab=s.vocab_size or len(union.tokens),
+        trimmed=s.embedding_size in (None, s.hidden_size),  # BERT; factorised: ALBERT
     )
 
 

@@ -8,8 +8,10 @@ The model, every figure of which is an estimate and shown as one:
   biases, norms and embedding look-ups left out), the second term is attention (scores and
   weighted sums), the last the masked-LM head, which runs at masked positions only
   (``train.masked_head``). L layers, H hidden, I feed-forward, E embedding width (H unless
-  factorised, then ``2 rows width E H`` more), V vocabulary. A training step costs three forward
-  passes (the backward pass costs two).
+  factorised, then ``2 rows width E H`` more), V vocabulary. Where the last layer runs at the
+  masked rows only (``train.last_layer``: the BERT family), it costs ``4 rows width H^2`` (keys,
+  values) ``+ 2 masked (2 H^2 + 2 H I)`` (queries, output, feed-forward) ``+ 4 masked width H``
+  (attention) instead. A training step costs three forward passes (the backward pass costs two).
 - **Speed.** FLOPs are divided by the rate of float32 matmuls of the model's shape on this machine,
   ``(tokens, H) @ (H, I)``, measured by a probe (best of three). Each batch also pays, per layer
   and for the embeddings and the head, the time one tiny transformer layer takes to run (forward,
@@ -29,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.train.last_layer import TRIMMED_MODEL_TYPES
+
 LOAD_SECONDS = 0.1  # building a model object and its tokenizer, beyond reading the files
 READ_RATE = 1e9  # bytes per second read from disk
 _PROBE_TOKENS = 2048  # most rows of a probe matmul: the rate no longer changes beyond
@@ -39,7 +43,8 @@ _REPEATS = 3  # a probe's timings: the best is kept (the machine may be busy)
 @dataclass(frozen=True)
 class ModelShape:
     """The sizes the estimate needs: layers, hidden, feed-forward and embedding widths,
-    vocabulary; ``weight_bytes`` of the files a load reads (0 when unknown)."""
+    vocabulary; ``weight_bytes`` of the files a load reads (0 when unknown); ``trimmed``: the
+    last layer runs at the masked rows only."""
 
     layers: int
     hidden: int
@@ -47,6 +52,7 @@ class ModelShape:
     embedding: int
     vocab: int
     weight_bytes: int = 0
+    trimmed: bool = False
 
     @classmethod
     def from_config(cls, config: dict[str, Any], vocab: int, weight_bytes: int = 0) -> ModelShape:
@@ -61,6 +67,8 @@ class ModelShape:
             embedding=_first(config, ("embedding_size",), 0) or hidden,
             vocab=_first(config, ("vocab_size",), 0) or vocab,
             weight_bytes=weight_bytes,
+            trimmed=config.get("model_type") in TRIMMED_MODEL_TYPES
+            and not config.get("is_decoder", False),
         )
 
     @property
@@ -76,10 +84,18 @@ class ModelShape:
         """FLOPs of one forward pass over ``rows`` x ``width`` tokens, head at ``masked`` rows."""
         h, e = self.hidden, self.embedding
         tokens = rows * width
-        layer_weights = self.layers * (4 * h * h + 2 * h * self.intermediate)
-        flops = 2.0 * tokens * layer_weights + 4.0 * self.layers * rows * width * width * h
+        layer_weights = 4 * h * h + 2 * h * self.intermediate
+        full = self.layers - 1 if self.trimmed and self.layers else self.layers
+        flops = full * (2.0 * tokens * layer_weights + 4.0 * rows * width * width * h)
+        if full < self.layers:
+            flops += 4.0 * tokens * h * h + 2.0 * masked * (layer_weights - 2 * h * h)
+            flops += self.last_layer_attention(width, masked)
         flops += 2.0 * masked * (h * e + e * self.vocab)
         return flops + (2.0 * tokens * e * h if e != h else 0.0)
+
+    def last_layer_attention(self, width: int, masked: int) -> float:
+        """The attention FLOPs of a trimmed last layer (0 when the last layer is not trimmed)."""
+        return 4.0 * masked * width * self.hidden if self.trimmed and self.layers else 0.0
 
 
 def _first(config: dict[str, Any], keys: tuple[str, ...], default: int) -> int:

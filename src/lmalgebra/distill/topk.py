@@ -42,25 +42,28 @@ def masked_topk(
     pad_id: int,
     batch_size: int = 32,
     dtype: torch.dtype = torch.float32,
+    trim_last_layer: bool = True,
 ) -> list[TeacherOutput]:
     """Top-k teacher outputs for each copy, batched by length, returned in input order.
 
     The model runs where its weights are; with ``dtype`` bfloat16 the encoder runs under
     autocast and the head in float32 on the masked rows (``masked_head``): a bfloat16 head
     reorders near-tied candidates, which changes the stored top-k set. The log-sum-exp and the
-    top-k are taken in float32.
+    top-k are taken in float32. ``trim_last_layer=False`` runs the last encoder layer at every
+    position (see ``masked_logits``; for comparisons).
     """
     device = module_device(model) or torch.device("cpu")
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
     out: list[TeacherOutput | None] = [None] * len(copies)
-    for start in range(0, len(order), batch_size):
-        chosen = order[start : start + batch_size]
-        batch = [copies[i] for i in chosen]
-        inputs = {name: t.to(device) for name, t in pad_batch(batch, pad_id).items()}
-        with compute_context(device, dtype):
-            logits = masked_logits(model, inputs, float32_head=True)
-        for i, result in zip(chosen, _split_outputs(logits.float(), batch, k), strict=True):
-            out[i] = result
+    # one context for every batch: autocast casts each weight to ``dtype`` once, not per batch
+    with compute_context(device, dtype):
+        for start in range(0, len(order), batch_size):
+            chosen = order[start : start + batch_size]
+            batch = [copies[i] for i in chosen]
+            inputs = {name: t.to(device) for name, t in pad_batch(batch, pad_id).items()}
+            logits = masked_logits(model, inputs, True, trim_last_layer).float()
+            for i, result in zip(chosen, _split_outputs(logits, batch, k), strict=True):
+                out[i] = result
     return [o for o in out if o is not None]
 
 

@@ -3,7 +3,8 @@
 The vocabulary projection dominates a masked LM's cost when applied at every position. The encoder
 runs on the whole batch; a forward hook on the base model replaces its output by the hidden states
 gathered at the masked positions, so the model's own head (whatever its structure) runs on those
-rows only. Used by teacher inference and by student training alike.
+rows only. Where the architecture allows it the encoder's last layer runs on those rows only too
+(``last_layer``). Used by teacher inference and by student training alike.
 
 Under autocast (bfloat16) the head may run in float32 (``float32_head``): the head is every child
 module of the model other than its base model, and autocast is switched off around each of them.
@@ -19,22 +20,32 @@ from typing import Any
 
 import torch
 
+from lmalgebra.train.last_layer import last_layer_on_rows
+
 
 def masked_logits(
-    model: Any, batch: dict[str, torch.Tensor], float32_head: bool = False
+    model: Any,
+    batch: dict[str, torch.Tensor],
+    float32_head: bool = False,
+    trim_last_layer: bool = True,
 ) -> torch.Tensor:
     """``(n_masked, vocab)`` logits of ``model`` at ``batch['rows'], batch['cols']``.
 
     ``float32_head``: under autocast, run the head in float32 on float32 hidden states (the
     encoder stays in the autocast dtype); without autocast it changes nothing.
+    ``trim_last_layer``: run the encoder's last layer for the masked rows only where the
+    architecture allows it (``last_layer``): the same logits up to float rounding.
     """
     rows, cols = batch["rows"], batch["cols"]
     device = batch["input_ids"].device.type
     in_float32 = float32_head and torch.is_autocast_enabled(device)
 
+    trimmed = False
+
     def gather(module: Any, args: Any, output: Any) -> Any:
         hidden = output[0] if isinstance(output, tuple) else output.last_hidden_state
-        picked = hidden[rows, cols].unsqueeze(0)  # (1, n_masked, hidden)
+        # (1, n_masked, hidden); a trimmed last layer returns the masked rows already
+        picked = hidden if trimmed else hidden[rows, cols].unsqueeze(0)
         if in_float32:
             picked = picked.float()
         if isinstance(output, tuple):
@@ -44,6 +55,7 @@ def masked_logits(
 
     inner = getattr(model, "module", model)  # under data parallelism DDP wraps the model
     with contextlib.ExitStack() as hooks:
+        trimmed = trim_last_layer and last_layer_on_rows(inner, batch, hooks)
         hooks.callback(inner.base_model.register_forward_hook(gather).remove)
         if in_float32:
             _without_autocast(inner, device, hooks)
