@@ -150,6 +150,16 @@ def test_other_architectures_run_untrimmed(counted_rows_layer: list[int]) -> Non
     assert torch.allclose(got, expected, rtol=0, atol=1e-5 * expected.abs().max())
 
 
+def test_a_same_named_layer_from_outside_transformers_is_not_trimmed() -> None:
+    model = family_model("bert").eval()
+    layers = trimmable_layers(model)
+    assert layers is not None
+    # a class of the same name defined elsewhere (remote code): its forward is unknown
+    foreign = type("BertLayer", (type(layers[-1]),), {"__module__": "remote_model"})
+    layers[-1].__class__ = foreign
+    assert trimmable_layers(model) is None
+
+
 def test_the_layer_is_put_back_when_the_forward_fails() -> None:
     model = family_model("bert").eval()
     layers = trimmable_layers(model)

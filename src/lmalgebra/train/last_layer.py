@@ -38,6 +38,8 @@ def trimmable_layers(model: Any) -> torch.nn.ModuleList | None:
     attention = getattr(getattr(last, "attention", None), "self", None)
     if type(last).__name__ not in _LAYERS or type(attention).__name__ not in _ATTENTIONS:
         return None
+    if not type(last).__module__.startswith("transformers.models."):  # remote code, same names
+        return None
     if getattr(last, "is_decoder", False) or hasattr(last, "crossattention"):
         return None
     return layers
@@ -46,9 +48,9 @@ def trimmable_layers(model: Any) -> torch.nn.ModuleList | None:
 class RowsLayer(torch.nn.Module):
     """``layer`` computed at ``(rows, cols)`` only: ``forward`` returns ``(1, n_rows, hidden)``.
 
-    Stands in for the last layer inside the encoder's layer list; the attention mask the encoder
-    passes is replaced by ``attention_mask`` ``(batch, width)`` (1 = a real token), from which the
-    model's own mask is built too.
+    Stands in for the last layer inside the encoder's layer list. The mask the encoder passes
+    (prepared for its attention implementation) is ignored: attention reads ``attention_mask``
+    ``(batch, width)`` (1 = a real token), the mask the model was called with.
     """
 
     def __init__(
