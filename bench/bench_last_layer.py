@@ -56,11 +56,9 @@ def training_contender(trim: bool, **options: Any) -> Any:
     return bench_training.contender("kd", **options)
 
 
-def alternate(
-    runs: dict[str, Any], attempts: int, key: str = "seconds"
-) -> dict[str, dict[str, Any]]:
+def alternate(runs: dict[str, Any], attempts: int, key: str = "seconds") -> dict[str, Any]:
     """Each of ``runs`` (name -> no-argument run) once per round, ``attempts`` rounds; the best
-    (lowest ``key``) of each, and under ``"rounds"`` every round's ``key`` by name."""
+    (lowest ``key``) of each by name, and under ``"rounds"`` each round's ``key`` by name."""
     best: dict[str, dict[str, Any]] = {}
     rounds: list[dict[str, float]] = []
     for _ in range(attempts):
@@ -70,7 +68,7 @@ def alternate(
             rounds[-1][name] = result[key]
             if name not in best or result[key] < best[name][key]:
                 best[name] = result
-    return best | {"rounds": {"rounds": rounds}}
+    return {**best, "rounds": rounds}
 
 
 def inference(args: argparse.Namespace, dtypes: list[str], workdir: Path) -> list[dict[str, Any]]:
@@ -185,7 +183,7 @@ def per_round(runs: dict[str, Any]) -> str:
     kept negated as ``slowness`` (trimmed / whole)."""
     return ", ".join(
         f"{(r['trimmed'] / r['whole'] if r['whole'] < 0 else r['whole'] / r['trimmed']):.2f}x"
-        for r in runs["rounds"]["rounds"]
+        for r in runs["rounds"]
     )
 
 
