@@ -103,7 +103,7 @@ def test_score_is_r2_score_variance_weighted_and_r2_score_for_one_target() -> No
     assert single.score(a[300:], y[300:, 1]) == pytest.approx(expected, abs=1e-10)
 
 
-@parametrize_with_checks([LinearDecomposition(), LinearDecomposition(alpha_mode="absolute")])
+@parametrize_with_checks([LinearDecomposition()])
 def test_passes_scikit_learns_estimator_checks(estimator, check) -> None:
     check(estimator)
 
@@ -143,8 +143,8 @@ def _manual_fold_scores(model: LinearDecomposition, x, y, folds: KFold) -> list[
 def test_grid_search_picks_alpha_by_the_pooled_r2_of_each_fold() -> None:
     (a, b), y = _data(rows=200, seed=7)
     x = np.hstack([a, b])
-    folds = KFold(4, shuffle=True, random_state=0)
-    grid = {"alpha": [1e-3, 0.1, 10.0, 1000.0]}
+    folds = KFold(3, shuffle=True, random_state=0)
+    grid = {"alpha": [1e-3, 10.0, 1000.0]}
     search = GridSearchCV(LinearDecomposition(blocks=[5, 3]), grid, cv=folds).fit(x, y)
     expected = [
         np.mean(_manual_fold_scores(LinearDecomposition(alpha=g, blocks=[5, 3]), x, y, folds))
