@@ -78,7 +78,8 @@ def recipe(root: Path, examples: int) -> dict[str, Any]:
 
 def contender(which: str, examples: int) -> Any:
     """The work of one contender, its run directory and cache emptied first (untimed)."""
-    from lmalgebra import merge, select_teachers
+    from lmalgebra import merge
+    from lmalgebra.experimental import select_teachers
 
     root = WORK / "selection"
     data = recipe(root, examples)

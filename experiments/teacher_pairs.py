@@ -193,8 +193,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from lmalgebra import merge, select_teachers
+    from lmalgebra import merge
     from lmalgebra.api.merge import recipe_of
+    from lmalgebra.experimental import select_teachers
 
     plan = QUICK if args.quick else FULL
     work = args.work / ("quick" if args.quick else "full")

@@ -9,6 +9,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread for the suite and the processes it starts with its environment (set before
+# torch loads): the tests' models are tiny, and on a shared machine torch's default of one thread
+# per core spends most of its time waiting for a core (a test that embeds with MiniLM ran several
+# times slower on two threads than on one, on two busy cores).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from tiny import build_bert, build_gpt2, documents, sentences
 

@@ -12,8 +12,14 @@ from pathlib import Path
 import pandas as pd
 
 
-def _threads() -> dict[str, str]:
-    return {k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}
+def _env() -> dict[str, str]:
+    """The suite's thread count (on a shared machine, torch's default of one thread per core is
+    many times slower) and the sources under test (a checkout beside the installed one)."""
+    import lmalgebra
+
+    threads = {k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}
+    source = str(Path(lmalgebra.__file__).resolve().parents[1])
+    return {"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": source, **threads}
 
 
 def test_quick_demo_runs_every_stage_and_writes_one_report(tmp_path: Path) -> None:
@@ -24,9 +30,7 @@ def test_quick_demo_runs_every_stage_and_writes_one_report(tmp_path: Path) -> No
         text=True,
         check=False,
         timeout=900,
-        # the thread count the suite runs under: on a shared machine, torch's default of one
-        # thread per core is many times slower
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", **_threads()},
+        env=_env(),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "report:" in proc.stdout

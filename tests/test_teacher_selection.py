@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra import select_teachers
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.experimental import select_teachers
 from tiny import build_bert_mlm, documents
 
 OPTIONS = {"spans": (240, 60, 120), "seq_len": 8, "bootstrap": 40}

@@ -4,10 +4,15 @@ The Python API (imported on first use, so ``import lmalgebra`` stays light):
 
 - ``decompose(models, texts, ...)`` -> ``Decomposition``: Language Model Decomposition, results as
   labelled pandas DataFrames; ``Decomposition.load(run_dir)`` reads a run back; ``spans(...)``
-  lists a run's spans in the row order precomputed embeddings follow;
-- ``LinearDecomposition``: the decomposition's ridge fit as a scikit-learn style estimator;
-- ``merge(recipe, stages=...)`` -> ``MergeRun``: MergeDistill stages, evaluation as DataFrames;
-- ``select_teachers(recipe, size=...)`` -> ``TeacherSelection``: LMD ranks sets of teachers.
+  lists a run's spans in the row order precomputed embeddings follow; ``decompose_recipe`` runs
+  a recipe (a YAML path or a ``DecomposeConfig``) as ``lmalgebra decompose`` does;
+- ``LinearDecomposition``: the decomposition's ridge fit as a scikit-learn estimator;
+- ``merge(recipe, stages=...)`` -> ``MergeRun``: MergeDistill stages on a ``MergeRecipe``,
+  evaluation as DataFrames; ``merge_plan`` is its dry run; ``TrainingSpec`` the student's training;
+- ``quiet()``: the silencing of third-party load reports and progress bars every call applies.
+
+Features whose recorded evidence misses their targets live in ``lmalgebra.experimental``
+(``select_teachers``, among others).
 
 Pipeline stages, one subpackage or module each: ``sources`` (models and corpora), ``lmd``
 (spans -> embeddings -> second moments -> ridge fits), ``stats``, ``distill``, ``train``,
@@ -25,35 +30,50 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS = {
     "decompose": "lmalgebra.api.decompose",
+    "decompose_recipe": "lmalgebra.api.decompose",
     "spans": "lmalgebra.api.decompose",
     "read_texts": "lmalgebra.api.decompose",
     "Decomposition": "lmalgebra.api.decomposition",
+    "DecomposeConfig": "lmalgebra.lmd.config",
     "LinearDecomposition": "lmalgebra.stats.linear_decomposition",
     "merge": "lmalgebra.api.merge",
+    "merge_plan": "lmalgebra.api.merge",
     "MergeRun": "lmalgebra.api.merge",
-    "select_teachers": "lmalgebra.api.select",
-    "TeacherSelection": "lmalgebra.api.select",
     "MergeRecipe": "lmalgebra.distill.recipe",
+    "TrainingSpec": "lmalgebra.train.config",
+    "quiet": "lmalgebra.api.runtime",
     "UserInputError": "lmalgebra.core.errors",
+    "TrainingDivergedError": "lmalgebra.core.errors",
 }
+# names that moved to lmalgebra.experimental: their evidence misses its targets
+_EXPERIMENTAL = ("select_teachers", "TeacherSelection")
 
 __all__ = [
+    "DecomposeConfig",
     "Decomposition",
     "LinearDecomposition",
     "MergeRecipe",
     "MergeRun",
-    "TeacherSelection",
+    "TrainingDivergedError",
+    "TrainingSpec",
     "UserInputError",
     "__version__",
     "decompose",
+    "decompose_recipe",
     "merge",
+    "merge_plan",
+    "quiet",
     "read_texts",
-    "select_teachers",
     "spans",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _EXPERIMENTAL:
+        raise AttributeError(
+            f"lmalgebra.{name} is experimental (its recorded evidence misses its target): "
+            f"use lmalgebra.experimental.{name}"
+        )
     if name not in _EXPORTS:
         raise AttributeError(f"module 'lmalgebra' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from lmalgebra.api.decomposition import Decomposition
 from lmalgebra.api.model_inputs import corpus_input, model_entries
-from lmalgebra.api.runtime import library_call
+from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
@@ -81,6 +81,7 @@ def _recipe(
     return data, RunInputs(docs, given)
 
 
+@library_entry
 def decompose(
     models: Any,
     texts: Any,
@@ -134,11 +135,11 @@ def decompose(
         )
     if out is not None:
         return decompose_recipe(config, overwrite, inputs)
-    with library_call():
-        check_directory(config.cache_dir, "cache directory")
-        return Decomposition.from_result(run_decomposition(config, inputs))
+    check_directory(config.cache_dir, "cache directory")
+    return Decomposition.from_result(run_decomposition(config, inputs))
 
 
+@library_entry
 def decompose_recipe(
     recipe: DecomposeConfig | str | Path, overwrite: bool = False, inputs: RunInputs | None = None
 ) -> Decomposition:
@@ -150,11 +151,11 @@ def decompose_recipe(
         inputs: documents and models given as Python objects (:func:`decompose`'s own).
     """
     config = recipe if isinstance(recipe, DecomposeConfig) else load_config(Path(recipe), {})
-    with library_call():
-        result = decompose_to_directory(config, overwrite, inputs)
+    result = decompose_to_directory(config, overwrite, inputs)
     return Decomposition.from_result(result, config.out)
 
 
+@library_entry
 def spans(
     models: Any,
     texts: Any,
@@ -176,23 +177,22 @@ def spans(
     plan_spec: dict[str, Any] = {k: data[k] for k in ("models", "corpus", "spans")}
     plan_spec["reference_tokenizer"] = data.get("reference_tokenizer")
     spec = validate(SpanPlanSpec, plan_spec, "spans()")
-    with library_call():
-        name, tokenizer = span_tokenizer(
-            spec.models,
-            spec.reference_tokenizer,
-            lambda r: (
-                inputs.given[r.name].tokenizer
-                if r.name in inputs.given
-                else load_tokenizer(r, resolve_directory(r))
-            ),
-            lambda r: (
-                inputs.given[r.name].tokenizer is not None
-                if r.name in inputs.given
-                else r.kind != "precomputed"
-            ),
-        )
-        docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
-        plan = plan_spans(docs, tokenizer, spec.spans, name)
+    name, tokenizer = span_tokenizer(
+        spec.models,
+        spec.reference_tokenizer,
+        lambda r: (
+            inputs.given[r.name].tokenizer
+            if r.name in inputs.given
+            else load_tokenizer(r, resolve_directory(r))
+        ),
+        lambda r: (
+            inputs.given[r.name].tokenizer is not None
+            if r.name in inputs.given
+            else r.kind != "precomputed"
+        ),
+    )
+    docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
+    plan = plan_spans(docs, tokenizer, spec.spans, name)
     rows = [
         {"split": split, "index": i, "sha256": span_sha256(text), "text": text}
         for split in SPLITS
@@ -204,6 +204,7 @@ def spans(
     return table
 
 
+@library_entry
 def read_texts(
     path: str | Path,
     text_column: str = "text",

@@ -20,6 +20,7 @@ import pandas as pd
 import yaml
 
 from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, read_frames
+from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig
@@ -60,6 +61,7 @@ class Decomposition:
         return cls(summary_of(result), config, computed_frames(result.tables), run_dir, result)
 
     @classmethod
+    @library_entry
     def load(cls, run_dir: str | Path) -> Decomposition:
         """Read a complete run directory (written by ``lmalgebra decompose --out`` or ``save``)."""
         directory = Path(run_dir)
@@ -133,6 +135,7 @@ class Decomposition:
         return self.tables[stem]
 
     # -- files ----------------------------------------------------------------------------------
+    @library_entry
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:
         """Write the run directory ``lmalgebra decompose --out`` writes (tables, statistics,
         figures, ``config.yaml``, ``summary.json`` last). ``directory`` must be empty or absent,
@@ -154,6 +157,7 @@ class Decomposition:
         shutil.copytree(self.run_dir, target, ignore=shutil.ignore_patterns(LOCK_NAME, ".*"))
         return target
 
+    @library_entry
     def report(self, path: str | Path | None = None) -> Path:
         """Write the HTML report (``lmalgebra report``) to ``path``; default
         ``RUN_DIR/report.html`` for a run that has a directory. Returns the page's path."""

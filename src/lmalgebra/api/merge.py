@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmalgebra.api.runtime import library_call
+from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.dry_run import plan_merge
@@ -66,6 +66,7 @@ class MergeRun:
         self.coverage: pd.DataFrame | None = None
 
     @classmethod
+    @library_entry
     def load(cls, run_dir: str | Path) -> MergeRun:
         """The run in ``run_dir`` (from its ``recipe.yaml``), with the students saved there."""
         directory = Path(run_dir)
@@ -80,6 +81,7 @@ class MergeRun:
         run.students = {p.parent.parent.name: p.parent for p in saved}
         return run
 
+    @library_entry
     def evaluate(
         self,
         students: Sequence[str] | None = None,
@@ -91,30 +93,29 @@ class MergeRun:
         ``pooling`` (causal runs): how LMD coverage pools a span's token states."""
         names = list(students or self.students or ["student"])
         chosen = list(languages) if languages else None
-        with library_call():
-            if self.recipe.objective == "causal":
-                import pandas as pd
+        if self.recipe.objective == "causal":
+            import pandas as pd
 
-                found = evaluate_causal_run(
-                    self.run_dir, names, chosen, CoverageSpec(pooling=pooling)
-                )
-                self.scores = pd.DataFrame([asdict(r) for r in found.bits], columns=BITS.columns)
-                self.rdt = rdt_frame(found.rdt)
-                self.coverage = pd.DataFrame(
-                    [asdict(r) for r in found.coverage], columns=COVERAGE.columns
-                )
-                self.evaluation = causal_markdown(found)
-                return self
-            scores, deviations = evaluate_students(self.run_dir, names, chosen)
+            found = evaluate_causal_run(self.run_dir, names, chosen, CoverageSpec(pooling=pooling))
+            self.scores = pd.DataFrame([asdict(r) for r in found.bits], columns=BITS.columns)
+            self.rdt = rdt_frame(found.rdt)
+            self.coverage = pd.DataFrame(
+                [asdict(r) for r in found.coverage], columns=COVERAGE.columns
+            )
+            self.evaluation = causal_markdown(found)
+            return self
+        scores, deviations = evaluate_students(self.run_dir, names, chosen)
         self.scores = score_frame(scores)
         self.rdt = rdt_frame(deviations)
         self.evaluation = markdown(scores, deviations)
         return self
 
+    @library_entry
     def inspect(self) -> dict[str, Any]:
         """Counts, bytes per masked token and vocabulary overlap (``lmalgebra merge inspect``)."""
         return inspect_run(self.run_dir)
 
+    @library_entry
     def verify(self) -> list[str]:
         """Every missing, corrupt or incomplete file of the run, named (``merge verify``)."""
         return verify_run(self.run_dir)
@@ -167,6 +168,7 @@ def _stages(stages: Sequence[str] | str) -> list[str]:
     return chosen
 
 
+@library_entry
 def merge(
     recipe: Any,
     stages: Sequence[str] | str = STAGES,
@@ -197,16 +199,14 @@ def merge(
     run = MergeRun(config)
     chosen = _stages(stages)
     students = {name: _training(config, training, gold_only, steps)} if "train" in chosen else None
-    with library_call():
-        work: list[Stage] = [s for s in PIPELINE_STAGES if s in chosen]
-        run.students = run_stages(
-            config, work, students, progress, keep_saved=False, restart=restart
-        )
+    work: list[Stage] = [s for s in PIPELINE_STAGES if s in chosen]
+    run.students = run_stages(config, work, students, progress, keep_saved=False, restart=restart)
     if "evaluate" in chosen:
         run.evaluate([name], languages)
     return run
 
 
+@library_entry
 def merge_plan(
     recipe: Any,
     *,
@@ -229,8 +229,7 @@ def merge_plan(
 
     config = recipe_of(recipe)
     spec = _training(config, training, gold_only, steps)
-    with library_call():
-        return pd.DataFrame(plan_merge(config, spec))
+    return pd.DataFrame(plan_merge(config, spec))
 
 
 def _training(

@@ -5,6 +5,17 @@ class UserInputError(Exception):
     """Input a user gave is unusable; the message names the culprit."""
 
 
+class UserValueError(UserInputError, ValueError):
+    """Unusable values given to a scikit-learn style estimator (arrays of the wrong shape, NaN,
+    strings where numbers go): a ``UserInputError`` that is also the ``ValueError`` scikit-learn's
+    conventions, and so ``Pipeline``, ``GridSearchCV`` and its estimator checks, expect."""
+
+
+class UserTypeError(UserInputError, TypeError):
+    """Objects that are not numbers in an estimator's arrays: a ``UserInputError`` that is also
+    the ``TypeError`` numpy and scikit-learn raise for them."""
+
+
 class TrainingDivergedError(RuntimeError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
 

@@ -49,20 +49,22 @@ FULL = DemoPlan(
     pos_train_sentences=2000,
     lmd_spans=(2000, 400, 400),
 )
+# every step of the full demo at the smallest size that still runs each path (the test suite's
+# smoke test); its numbers are toys
 QUICK = DemoPlan(
-    docs_per_language=1000,
+    docs_per_language=500,
     teacher_vocab=2000,
-    teacher_steps=120,
+    teacher_steps=60,
     head_encoder="package:minilm",
-    head_examples=300,
-    head_steps=40,
-    student_steps=100,
+    head_examples=120,
+    head_steps=20,
+    student_steps=40,
     hidden_size=64,
     layers=2,
-    example_length=48,
-    batch_size=32,
-    pos_train_sentences=400,
-    lmd_spans=(400, 100, 100),
+    example_length=32,
+    batch_size=16,
+    pos_train_sentences=200,
+    lmd_spans=(200, 50, 50),
 )
 
 
@@ -120,14 +122,14 @@ CAUSAL_FULL = CausalPlan(
     lambda_value=0.5,
     seeds=(0, 1, 2),
 )
-CAUSAL_QUICK = CausalPlan(
-    docs_per_language=300,
+CAUSAL_QUICK = CausalPlan(  # every path at the smallest size that runs it (the smoke test)
+    docs_per_language=200,
     heldout_fraction=0.1,
     example_bytes=384,
     teachers=CAUSAL_TEACHERS,
     student_tokenizer="teacher-en",
-    teacher_steps=60,
-    student_steps=30,
+    teacher_steps=40,
+    student_steps=12,
     hidden_size=48,
     layers=2,
     batch_size=8,

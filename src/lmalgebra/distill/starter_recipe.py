@@ -65,7 +65,7 @@ student:                       # a BERT masked LM over the union vocabulary
   intermediate_size: 1024
   embedding_size: null         # ALBERT-style factorised embeddings when set (e.g. 128)
   max_position_embeddings: 512
-  init_embeddings: random      # teachers: token embeddings seeded from the teachers' (mapped)
+  init_embeddings: random      # teachers (experimental): embeddings seeded from the teachers'
 
 training:
   steps: 1000

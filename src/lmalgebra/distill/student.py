@@ -49,7 +49,8 @@ class StudentSpec(BaseModel):
         default="random",
         description="Token embeddings and output bias at the start: random, or teachers (each "
         "token's teacher embeddings mapped to the student's width in closed form and averaged; "
-        "see distill.embedding_seed).",
+        "see distill.embedding_seed). teachers is experimental: 12.7% lower step-0 loss and "
+        '22% fewer steps for targets of 20% and 30% (README "Benchmarks").',
     )
 
     @model_validator(mode="after")

@@ -1,4 +1,4 @@
-"""``LinearDecomposition``: the decomposition's ridge fit as a scikit-learn style estimator.
+"""``LinearDecomposition``: the decomposition's ridge fit as a scikit-learn estimator.
 
 One engine: ``fit`` and ``partial_fit`` stream rows into :class:`SecondMoments` (float64, around a
 shift) and solve with :class:`Decomposer`, exactly as a decomposition run does, so a fit over
@@ -11,30 +11,55 @@ per-feature variance (``"relative"``, the default). ``penalty_`` holds ``lam`` p
 block, or in absolute mode, this is ``sklearn.linear_model.Ridge(alpha=n_samples_seen_ *
 penalty_[0])``. ``score`` is LMD's pooled R^2 (all output dimensions together, the scored rows'
 own mean in the denominator), not scikit-learn's average of per-output R^2.
+
+It is a scikit-learn estimator (``BaseEstimator``, ``RegressorMixin``, ``MultiOutputMixin``; it
+passes ``check_estimator``): ``clone``, ``Pipeline``, ``GridSearchCV`` and ``cross_val_score``
+take it. Bad input raises :class:`UserValueError` / :class:`UserTypeError`, which are both the
+toolkit's ``UserInputError`` and the ``ValueError`` / ``TypeError`` scikit-learn expects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.utils.validation import check_array, validate_data
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 
 TARGET = "target"
 ArrayLike = Any  # a 2-D array (rows, features), or a list of them (one per model)
+_FITTED = ("coef_", "intercept_", "penalty_", "n_samples_seen_", "block_sizes_")
+_SEEN = ("n_features_in_", "feature_names_in_", "_moments", "_layout", "_one_dim")
 
 
-class LinearDecomposition:
+class NotFittedError(UserInputError, SklearnNotFittedError):
+    """``predict`` or ``score`` before ``fit``: a ``UserInputError`` and scikit-learn's own
+    ``NotFittedError`` (so also a ``ValueError`` and an ``AttributeError``)."""
+
+
+class LinearDecomposition(MultiOutputMixin, RegressorMixin, BaseEstimator):
     """Ridge regression of ``y`` on one or several blocks of features, fitted from moments.
+
+    ``X`` is one 2-D array ``(rows, features)`` (a scikit-learn input: arrays, lists of rows,
+    DataFrames) or a list of 2-D arrays, one block per basis model, each penalised as a
+    decomposition run penalises a basis model (or one array cut by ``blocks``); ``y`` is
+    ``(rows,)`` or ``(rows, targets)``.
 
     Args:
         alpha: ridge strength, >= 0 (see ``alpha_mode``).
         alpha_mode: ``"relative"``: each block's penalty is ``alpha`` times its mean per-feature
             variance (ridge on blocks rescaled to unit variance); ``"absolute"``: ``alpha``.
+        blocks: features per basis model when ``X`` is one array holding the models' features
+            side by side (what ``Pipeline`` and ``GridSearchCV`` pass on): its columns are cut
+            into these blocks, the same fit as the list of blocks. None: a list of arrays gives
+            the blocks; one array is one block.
 
     Attributes (after fitting):
         coef_: ``(n_targets, n_features) float64``, or ``(n_features,)`` for a 1-D ``y``.
@@ -42,55 +67,76 @@ class LinearDecomposition:
         penalty_: ``(n_features,) float64``, the ridge penalty of each feature (``lam``).
         n_samples_seen_: rows seen by ``fit`` / ``partial_fit``.
         n_features_in_: total features over all blocks; ``block_sizes_``: features per block.
+        feature_names_in_: column names of a DataFrame ``X`` (one block only).
     """
 
-    def __init__(self, alpha: float = 0.01, alpha_mode: AlphaMode = "relative") -> None:
+    def __init__(
+        self,
+        alpha: float = 0.01,
+        alpha_mode: AlphaMode = "relative",
+        blocks: Sequence[int] | None = None,
+    ) -> None:
         self.alpha = alpha
         self.alpha_mode = alpha_mode
-        self._moments: SecondMoments | None = None
-
-    # scikit-learn's estimator protocol (clone, grid search) without depending on it
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {"alpha": self.alpha, "alpha_mode": self.alpha_mode}
+        self.blocks = blocks
 
     def set_params(self, **params: Any) -> LinearDecomposition:
-        for key, value in params.items():
-            if key not in ("alpha", "alpha_mode"):
-                raise UserInputError(f"LinearDecomposition has no parameter {key!r}")
-            setattr(self, key, value)
+        try:
+            super().set_params(**params)
+        except ValueError as err:  # scikit-learn's message names the parameter and the valid ones
+            raise UserValueError(str(err)) from None
         return self
 
-    def __repr__(self) -> str:
-        return f"LinearDecomposition(alpha={self.alpha!r}, alpha_mode={self.alpha_mode!r})"
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "coef_")
 
     def fit(self, X: ArrayLike, y: ArrayLike) -> LinearDecomposition:  # noqa: N803 (sklearn)
-        """Fit on all rows at once (forgets earlier ``partial_fit`` calls)."""
-        self._moments = None
+        """Fit on all rows at once (forgets earlier ``fit`` and ``partial_fit`` calls)."""
+        for name in (*_FITTED, *_SEEN):
+            self.__dict__.pop(name, None)
         return self.partial_fit(X, y)
 
     def partial_fit(self, X: ArrayLike, y: ArrayLike) -> LinearDecomposition:  # noqa: N803
         """Add a chunk of rows and refit: chunk after chunk gives the fit of all of them."""
         self._check_params()
-        blocks, target = self._arrays(X, y, fitted=self._moments is not None)
-        if self._moments is None:
-            self._one_dim = np.ndim(y) == 1
+        moments: SecondMoments | None = getattr(self, "_moments", None)
+        first = moments is None
+        blocks = self._blocks(X, reset=first)
+        target, one_dim = self._target(y, blocks[0].shape[0], reset=first)
+        seen = len(target) + (0 if moments is None else moments.n)
+        if seen < 2:
+            raise UserValueError(f"need at least 2 samples to fit, got {seen} sample")
+        if moments is None:
+            self._one_dim = one_dim
             names = [TARGET, *(f"x{k}" for k in range(len(blocks)))]
             self._layout = layout(names, [target.shape[1], *(b.shape[1] for b in blocks)])
-            self._moments = SecondMoments(self._layout)
-        self._moments.update(np.hstack([target, *blocks]))
-        if self._moments.n < 2:
-            raise UserInputError(f"need at least 2 rows to fit, got {self._moments.n}")
+            moments = self._moments = SecondMoments(self._layout)
+        moments.update(np.hstack([target, *blocks]))
         self._solve()
         return self
 
     def predict(self, X: ArrayLike) -> np.ndarray:  # noqa: N803
-        """``X @ coef_.T + intercept_``: ``(rows, n_targets)``, or ``(rows,)`` for a 1-D ``y``."""
-        blocks = self._features(X)
+        """``X @ coef_.T + intercept_``: ``(rows, n_targets) float64``, or ``(rows,)`` for a
+        1-D ``y``."""
+        self._check_fitted()
+        blocks = self._blocks(X, reset=False)
         return np.hstack(blocks) @ self.coef_.T + self.intercept_
 
     def score(self, X: ArrayLike, y: ArrayLike) -> float:  # noqa: N803
-        """Pooled R^2 on these rows: ``1 - sum ||y - y_hat||^2 / sum ||y - mean(y)||^2``."""
-        blocks, target = self._arrays(X, y, fitted=True)
+        """Pooled R^2 on these rows, the decomposition runs' score:
+        ``1 - sum ||y - y_hat||^2 / sum ||y - mean(y)||^2``, sums over rows and targets,
+        ``mean(y)`` the scored rows' own.
+
+        For a 1-D ``y`` this is ``sklearn.metrics.r2_score(y, predict(X))``. With several
+        targets, ``r2_score``'s default (``multioutput="uniform_average"``) averages each
+        target's R^2 with equal weight; the pooled R^2 weighs each target by its variance,
+        i.e. ``r2_score(y, predict(X), multioutput="variance_weighted")``: a target of small
+        variance cannot dominate, as in LMD where one embedding is one target. ``GridSearchCV``
+        and ``cross_val_score`` use this score unless given ``scoring=``.
+        """
+        self._check_fitted()
+        blocks = self._blocks(X, reset=False)
+        target, _ = self._target(y, blocks[0].shape[0], reset=False)
         scored = SecondMoments(self._layout)
         scored.update(np.hstack([target, *blocks]))
         solver = self._decomposer({"scored": SplitMoments.of(scored)})
@@ -102,73 +148,134 @@ class LinearDecomposition:
     # -- internals ---------------------------------------------------------------------------------
     def _check_params(self) -> None:
         if self.alpha_mode not in ("relative", "absolute"):
-            raise UserInputError(
+            raise UserValueError(
                 f"alpha_mode must be 'relative' or 'absolute', got {self.alpha_mode!r}"
+            )
+        alpha = self.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.number):
+            raise UserTypeError(f"alpha must be a number, got {type(alpha).__name__}")
+        if not np.isfinite(alpha) or alpha < 0:
+            raise UserValueError(f"alpha must be a finite number >= 0, got {alpha}")
+
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet: call fit (or partial_fit) first"
             )
 
     def _decomposer(self, extra: dict[str, SplitMoments] | None = None) -> Decomposer:
-        assert self._moments is not None
         splits = {"train": SplitMoments.of(self._moments), **(extra or {})}
-        return Decomposer(self._layout, splits, self.alpha, self.alpha_mode)
+        return Decomposer(self._layout, splits, float(self.alpha), self.alpha_mode)
 
     def _solve(self) -> None:
         solver = self._decomposer()
         fit = solver.fit(TARGET, [b.name for b in self._layout[1:]])
         self.penalty_ = solver.penalty[self._layout[1].start :].copy()
         self.n_samples_seen_ = solver.train.n
-        self.block_sizes_ = [b.dim for b in self._layout[1:]]
-        self.n_features_in_ = sum(self.block_sizes_)
         self.coef_ = fit.weight[0] if self._one_dim else fit.weight
         self.intercept_: float | np.ndarray = float(fit.bias[0]) if self._one_dim else fit.bias
 
-    def _features(self, X: ArrayLike) -> list[np.ndarray]:  # noqa: N803
-        if not hasattr(self, "coef_"):
-            raise UserInputError("this LinearDecomposition is not fitted yet: call fit first")
-        blocks = _blocks(X)
+    def _blocks(self, X: ArrayLike, reset: bool) -> list[np.ndarray]:  # noqa: N803
+        """``X`` as 2-D float64 blocks, validated as scikit-learn validates; ``reset``: the first
+        chunk (it sets ``n_features_in_`` and ``block_sizes_``), else checked against them."""
+        parts = _block_list(X)
+        if parts is None:  # one array: scikit-learn's validation, feature names included
+            array = _validated("X", validate_data, self, X, reset=reset, dtype="numeric")
+            array = array.astype(np.float64, copy=False)
+            blocks = _cut(array, self.blocks)
+        else:
+            names = [f"X block {k}" for k in range(len(parts))]
+            blocks = [_validated(n, _checked, p, n) for n, p in zip(names, parts, strict=True)]
+            if reset:
+                self.__dict__.pop("feature_names_in_", None)
+                self.n_features_in_ = sum(b.shape[1] for b in blocks)
         sizes = [b.shape[1] for b in blocks]
-        if sizes != self.block_sizes_:
-            raise UserInputError(
+        if self.blocks is not None and sizes != list(self.blocks):
+            raise UserValueError(f"X has blocks of {sizes} features but blocks={self.blocks!r}")
+        if reset:
+            self.block_sizes_ = sizes
+        elif sizes != self.block_sizes_:
+            raise UserValueError(
                 f"X has blocks of {sizes} features; the fit was made on {self.block_sizes_}"
             )
+        rows = [b.shape[0] for b in blocks]
+        if len(set(rows)) > 1:
+            raise UserValueError(f"the blocks of X have different row counts: {rows}")
         return blocks
 
-    def _arrays(
-        self,
-        X: ArrayLike,  # noqa: N803
-        y: ArrayLike,
-        fitted: bool,
-    ) -> tuple[list[np.ndarray], np.ndarray]:
-        blocks = self._features(X) if fitted else _blocks(X)
-        target = np.asarray(y, dtype=np.float64)
-        if target.ndim == 1:
+    def _target(self, y: ArrayLike, rows: int, reset: bool) -> tuple[np.ndarray, bool]:
+        """``y`` as ``(rows, targets) float64``, and whether it was 1-D."""
+        if y is None:
+            raise UserValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None"
+            )
+        target = _validated("y", _checked, y, "y", ensure_2d=False)
+        one_dim = target.ndim == 1
+        if one_dim:
             target = target[:, None]
-        if target.ndim != 2 or target.shape[1] == 0:
-            raise UserInputError(f"y must be 1-D or 2-D (rows, targets), got shape {target.shape}")
-        if fitted and target.shape[1] != self._layout[0].dim:
-            raise UserInputError(
+        if target.shape[0] != rows:
+            raise UserValueError(f"X has {rows} rows but y has {target.shape[0]}")
+        if not reset and target.shape[1] != self._layout[0].dim:
+            raise UserValueError(
                 f"y has {target.shape[1]} targets; the fit was made on {self._layout[0].dim}"
             )
-        if any(b.shape[0] != target.shape[0] for b in blocks):
-            rows = [b.shape[0] for b in blocks]
-            raise UserInputError(f"X has {rows} rows but y has {target.shape[0]}")
-        if not np.isfinite(target).all():
-            raise UserInputError("y holds NaN or infinite values")
-        return blocks, target
+        return target, one_dim
 
 
-def _blocks(X: ArrayLike) -> list[np.ndarray]:  # noqa: N803
-    """One 2-D float64 array per block: ``X`` itself, or each array of a list of them."""
-    parts: Sequence[Any] = X if isinstance(X, list | tuple) else [X]
-    if not parts:
-        raise UserInputError("X is an empty list: give one array per basis model")
-    blocks = []
-    for k, part in enumerate(parts):
-        array = np.asarray(part, dtype=np.float64)
-        if array.ndim == 1:
-            array = array[:, None]
-        if array.ndim != 2 or array.shape[1] == 0:
-            raise UserInputError(f"X block {k} must be 2-D (rows, features), got {array.shape}")
-        if not np.isfinite(array).all():
-            raise UserInputError(f"X block {k} holds NaN or infinite values")
-        blocks.append(array)
-    return blocks
+def _checked(value: ArrayLike, name: str, ensure_2d: bool = True) -> np.ndarray:
+    # "numeric" refuses strings (float64 would parse "1.5"), then the statistics' float64
+    result = check_array(value, dtype="numeric", ensure_2d=ensure_2d, input_name=name)
+    return np.asarray(result, dtype=np.float64)
+
+
+def _cut(array: np.ndarray, sizes: Sequence[int] | None) -> list[np.ndarray]:
+    """``array (rows, sum(sizes))`` cut into column blocks of ``sizes``; itself when None."""
+    if sizes is None:
+        return [array]
+    if (
+        isinstance(sizes, str)
+        or not isinstance(sizes, Sequence)
+        or not sizes
+        or not all(isinstance(n, int | np.integer) and n > 0 for n in sizes)
+    ):
+        raise UserValueError(f"blocks must be a list of feature counts > 0, got {sizes!r}")
+    if sum(sizes) != array.shape[1]:
+        raise UserValueError(
+            f"blocks={list(sizes)} add up to {sum(sizes)} features but X has {array.shape[1]}"
+        )
+    return np.split(array, np.cumsum(sizes)[:-1], axis=1)
+
+
+def _block_list(X: ArrayLike) -> Sequence[Any] | None:  # noqa: N803
+    """The blocks of ``X`` when it is a list of 2-D arrays; None when it is one array (a list
+    of rows is one array, as in scikit-learn)."""
+    if not isinstance(X, list | tuple):
+        return None
+    if not X:
+        raise UserValueError("X is an empty list: give one array, or one 2-D array per model")
+    try:
+        dims = [np.ndim(part) for part in X]
+    except (ValueError, TypeError):  # ragged rows: scikit-learn's validation names the problem
+        return None
+    if all(d == 2 for d in dims):
+        return X
+    if 2 in dims:
+        raise UserValueError(
+            f"X is a list mixing 2-D blocks with arrays of {sorted(set(dims) - {2})} dimensions: "
+            "give one 2-D array (rows, features) per model"
+        )
+    return None
+
+
+def _validated(name: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> np.ndarray:
+    """``check(*args, **kwargs)``, its ValueError or TypeError re-raised as a ``UserInputError``
+    naming ``name`` (scikit-learn's own messages usually name it already)."""
+    try:
+        result: np.ndarray = check(*args, **kwargs)
+    except (ValueError, TypeError) as err:
+        message = str(err)
+        if not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", message):
+            message = f"{name}: {message}"
+        kind = UserTypeError if isinstance(err, TypeError) else UserValueError
+        raise kind(message) from err
+    return result

@@ -52,7 +52,9 @@ class TrainingSpec(BaseModel):
         default=None,
         description="Causal students: weight of each loss, among ce (alone: the CE-only "
         "baseline), mined_kl, uld, alm and sampled; loss = (1 - lambda) * CE + lambda * "
-        "sum of weight * loss against the example's teacher. None: {alm: 1}.",
+        "sum of weight * loss against the example's teacher. None: {alm: 1}. mined_kl and uld "
+        'are experimental: worse than CE alone in the recorded runs (README "Recorded causal '
+        'demo run").',
     )
     gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
     seed: int = Field(default=0, description="Seed of initialisation, dropout and data order.")
