@@ -13,6 +13,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import DeviceChoice, DtypeChoice, resolve_device, resolve_dtype
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.lmd.embed import EmbedSpec, Pooling
+from lmalgebra.lmd.scale_config import ScaleSpec
 from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
@@ -81,6 +82,10 @@ class DecomposeConfig(BaseModel):
         default=None, description="Basis models of the target fit (names, with target)."
     )
     study: StudySpec = Field(default_factory=StudySpec, description="Sweeps and statistics.")
+    scale: ScaleSpec = Field(
+        default_factory=ScaleSpec,
+        description="Wide studies: exact or reduced statistics, their precision, the memory.",
+    )
     save_weights: bool = Field(default=False, description="Write fitted weights as safetensors.")
     out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
     cache_dir: Path = Field(
@@ -173,5 +178,11 @@ def config_yaml(config: DecomposeConfig) -> str:
 
 def run_identity(data: dict[str, Any]) -> dict[str, Any]:
     """What makes a decomposition this decomposition: its resolved configuration, less
-    ``INCIDENTAL`` fields."""
-    return {k: v for k, v in data.items() if k not in INCIDENTAL}
+    ``INCIDENTAL`` fields (and the memory its plan was held to)."""
+    identity = {k: v for k, v in data.items() if k not in INCIDENTAL}
+    if isinstance(identity.get("scale"), dict):
+        scale = {k: v for k, v in identity.pop("scale").items() if k != "memory_gib"}
+        defaults = ScaleSpec().model_dump(mode="json", exclude={"memory_gib"})
+        if scale != defaults:  # runs at the defaults keep the identity they had before
+            identity["scale"] = scale
+    return identity

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -27,8 +28,8 @@ from lmalgebra.lmd.sweeps import (
     train_size_sweep,
 )
 from lmalgebra.sources.corpus import documents_by_language, read_documents
-from lmalgebra.stats.moments import SecondMoments
-from lmalgebra.stats.solver import Fit
+from lmalgebra.stats.moments import ModelColumns
+from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.output_paths import tidy_on_failure
 
@@ -55,11 +56,16 @@ class RunResult:
     alpha: float = 0.0
     alpha_selected_by: str = "fixed"
     tables: dict[str, TableRows] = field(default_factory=dict)
-    stats: dict[str, SecondMoments] = field(default_factory=dict)  # per split, every source
+    # per split, every source: mean and covariance (in the layout ``blocks``)
+    stats: dict[str, SplitMoments] = field(default_factory=dict)
+    blocks: list[ModelColumns] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # lmd.run_warnings: what could mislead
     # per split, every source, per block of spans: only when RunInputs.keep_blocks and the study
     # keeps blocks (bootstrap); callers that resample other fits need them
     blocked: dict[str, SpanBlockMoments] = field(default_factory=dict)
+    # how the statistics were made (exact or reduced, precision, k per model, the change of R^2
+    # at half k): summary.json's ``method``
+    method: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,6 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
         log.info(
             "%s: %.1f tokens per span, %d truncated", name, report.mean_tokens, report.truncated
         )
-    totals = {split: blocked.total() for split, blocked in main.stats.items()}
     tokens = {n: main.tokens[n] for n in pool.names}
     timings["measure"] = time.perf_counter() - clock
 
@@ -130,9 +135,11 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
         result.alpha,
         result.selected_by,
         tables,
-        totals,
-        run_warnings(config, pool.names, main.spans, tokens, totals.get("train")),
+        main.split_moments(),
+        main.blocks,
+        run_warnings(config, pool.names, main.spans, tokens, main.blocks),
         main.stats if inputs.keep_blocks and study.keeps_blocks else {},
+        result.method,
     )
 
 
