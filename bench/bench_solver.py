@@ -109,7 +109,7 @@ def run_ours(
     flat = [caches[name][split] for name in names for split in SPLITS]
     rows = {split: len(caches[names[0]][split].texts) for split in SPLITS}
     widths = [[caches[name]["train"].dim] for name in names]
-    blocked, _, _ = accumulate(flat, names, widths, rows, {}, products=products)  # type: ignore[arg-type]
+    blocked = accumulate(flat, names, widths, rows, {}, products=products).stats  # type: ignore[arg-type]
     moments = {split: blocked[split].total() for split in SPLITS}
     phases["stream shards into moments"] = [time.perf_counter() - clock, peak_rss_mib()]
 

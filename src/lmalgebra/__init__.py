@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS = {
     "decompose": "lmalgebra.api.decompose",
+    "decompose_plan": "lmalgebra.api.decompose",
     "spans": "lmalgebra.api.decompose",
     "read_texts": "lmalgebra.api.decompose",
     "Decomposition": "lmalgebra.api.decomposition",
@@ -46,6 +47,7 @@ __all__ = [
     "UserInputError",
     "__version__",
     "decompose",
+    "decompose_plan",
     "merge",
     "read_texts",
     "select_teachers",

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -234,11 +235,13 @@ def measure(
     parts: dict[str, int],
     train_sizes: Sequence[int] | None = None,
     label: str = "",
+    spill: Path | None = None,
 ) -> Measured:
     """Embed ``docs``' spans with every source (cached) and keep their statistics per block.
 
     ``parts``: blocks of spans per split (1 = plain statistics). ``train_sizes``: training-set
     sizes whose prefixes of the training spans form a learning curve (capped at the split's size).
+    ``spill``: where the splits' covariances go when their statistics do not fit in memory.
     """
     config = pool.config
     texts, hashes = draw_texts(pool, docs, spec)
@@ -282,17 +285,18 @@ def measure(
     rows = {split: len(t) for split, t in texts.items()}
     names = [n for s in sources for n in s.column_names]
     widths = [_widths(c.dim, s) for c, s in zip(caches[:: len(SPLITS)], sources, strict=True)]
-    stats, curve, reductions = accumulate(
-        caches, names, widths, rows, parts, edges, config.products, config.scale
+    done = accumulate(
+        caches, names, widths, rows, parts, edges, config.products, config.scale, spill
     )
     return Measured(
-        stats["train"].blocks,
-        stats,
+        done.stats["train"].blocks,
+        done.stats,
         {s: len(t) for s, t in texts.items()},
         tokens,
         hashes,
-        curve,
-        reductions,
+        done.curve,
+        done.reductions,
+        done.spilled,
     )
 
 

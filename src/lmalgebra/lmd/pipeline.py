@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,7 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.given_models import GivenModel
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
+from lmalgebra.lmd.plan_table import checked_plan
 from lmalgebra.lmd.run_schema import TableRows
 from lmalgebra.lmd.run_warnings import run_warnings
 from lmalgebra.lmd.sweeps import (
@@ -101,10 +105,13 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
             "or a records file with language_column, not a list of strings"
         )
     by_language = documents_by_language(config.corpus) if study.languages else None
+    plan = checked_plan(config, inputs.given)  # refused here, before any embedding
     pool = ModelPool(config, inputs.given)
     sources = [ModelLayers(n) for n in [*pool.names, *pool.null_names]]
     parts = {s: study.blocks for s in SPLITS} if study.keeps_blocks else {}
-    main = measure(pool, docs, config.spans, sources, parts, study.train_sizes)
+    spill = plan is not None and not config.scale.reduced and plan.spilled[config.scale.precision]
+    with _scratch(config, spill) as directory:
+        main = measure(pool, docs, config.spans, sources, parts, study.train_sizes, spill=directory)
     for name in pool.names:
         report = main.tokens[name]
         log.info(
@@ -141,6 +148,20 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
         main.stats if inputs.keep_blocks and study.keeps_blocks else {},
         result.method,
     )
+
+
+@contextlib.contextmanager
+def _scratch(config: DecomposeConfig, wanted: bool) -> Iterator[Path | None]:
+    """A private directory under the cache for covariances spilled to disk (their files are
+    unlinked once mapped), removed afterwards; None when the statistics stay in memory."""
+    if not wanted:
+        yield None
+        return
+    root = config.cache_dir / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    log.info("the covariances do not fit in memory together: each is spilled under %s", root)
+    with tempfile.TemporaryDirectory(dir=root) as directory:
+        yield Path(directory)
 
 
 def _sweeps(

@@ -14,8 +14,10 @@ Under several processes each rank reads the shards it owns; every statistic is s
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -28,6 +30,7 @@ from lmalgebra.stats.principal import OVERSAMPLE, Reduction, project, reduce_cov
 from lmalgebra.stats.principal import reduce_sketch as sketch_reduction
 from lmalgebra.stats.reduce import reduce_blocked, reduce_columns, reduce_moments, reduce_sketch
 from lmalgebra.stats.sketch import ColumnMoments, CovarianceSketch
+from lmalgebra.stats.solver import SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 # Rows of consecutive shards streamed into the statistics at once: at most GROUP_ROWS, and at most
@@ -77,6 +80,17 @@ class Reductions:
         return [self.models[b.name].total / self.models[b.name].width for b in blocks]
 
 
+@dataclass
+class Accumulated:
+    """A measurement's statistics: per split and block of spans, the learning curve's, what a
+    reduction kept, and the splits' covariances where they were spilled to disk."""
+
+    stats: dict[str, SpanBlockMoments]
+    curve: SpanBlockMoments | None = None
+    reductions: Reductions | None = None
+    spilled: dict[str, SplitMoments] = field(default_factory=dict)
+
+
 def accumulate(
     caches: Sequence[Source],
     names: list[str],
@@ -86,15 +100,17 @@ def accumulate(
     train_edges: list[int] | None = None,
     products: Products = "float32",
     scale: ScaleSpec | None = None,
-) -> tuple[dict[str, SpanBlockMoments], SpanBlockMoments | None, Reductions | None]:
+    spill: Path | None = None,
+) -> Accumulated:
     """Stream every source's shards split by split into block statistics.
 
     ``caches`` holds, source by source, one cache per split in ``SPLITS`` order; ``names`` are the
     blocks' names and ``widths[i]`` the widths of source ``i``'s blocks (several layers of one
     model are several blocks); ``rows`` is each split's row count, ``parts`` its number of row
     blocks (default 1); ``train_edges``: prefixes of the training rows kept for a learning curve;
-    ``products``: precision of the Gram products; ``scale``: the method (default exact).
-    Returns the statistics per split, the learning curve's, and what a reduction kept.
+    ``products``: precision of the Gram products; ``scale``: the method (default exact);
+    ``spill``: a directory where each split's covariance goes once its pass is over, so that one
+    split's ``D x D`` statistics are in memory at a time (one block of spans per split only).
     """
     scale = scale or ScaleSpec()
     columns, start = [], 0
@@ -115,6 +131,9 @@ def accumulate(
         blocks = layout(names, [c.stop - c.start for c in columns])
     stats: dict[str, SpanBlockMoments] = {}
     curve: SpanBlockMoments | None = None
+    spilled: dict[str, SplitMoments] = {}
+    if spill is not None and (train_edges or any(p > 1 for p in parts.values())):
+        raise ValueError("statistics kept per block of spans cannot be spilled")
     for split in SPLITS:
         blocked = SpanBlockMoments.empty(
             blocks, rows[split], parts.get(split, 1), products, scale.precision
@@ -131,7 +150,26 @@ def accumulate(
         stats[split] = reduce_blocked(blocked)
         if reductions is not None:
             reductions.totals[split] = {n: reduce_columns(t) for n, t in totals.items()}
-    return stats, None if curve is None else reduce_blocked(curve), reductions
+        if spill is not None:
+            spilled[split] = spill_covariance(stats[split].total(), spill / f"{split}.npy")
+    return Accumulated(stats, None if curve is None else reduce_blocked(curve), reductions, spilled)
+
+
+def spill_covariance(moments: SecondMoments, path: Path) -> SplitMoments:
+    """The split's mean and covariance, the covariance made in place, written to ``path`` and
+    mapped back into memory (copy on write, never written back); ``moments`` are spent.
+
+    The file is unlinked at once: the mapping keeps its pages readable until it is dropped,
+    and nothing is left behind by an interrupted run."""
+    split = SplitMoments.of(moments, in_place=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, split.cov)
+    mean, n = split.mean, split.n
+    del split  # the in-memory covariance goes before the mapping comes
+    cov = np.load(path, mmap_mode="c")
+    with contextlib.suppress(OSError):  # a system that cannot unlink a mapped file keeps it
+        path.unlink()
+    return SplitMoments(n, mean, cov)
 
 
 def _rows_of(

@@ -117,13 +117,7 @@ def load_precomputed(
     belong to other spans or another order, a file without order information (unless
     ``unchecked_order``), and non-finite values.
     """
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise UserInputError(
-            f"model {name!r}: {path} is not a file of embeddings (.npy, .parquet or .safetensors)"
-        )
-    opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
-    source = opener[suffix](name, path)
+    source = _open(name, path)
     counts = {s: len(texts.get(s, ())) for s in SPLITS}
     expected = sum(counts.values())
     if source.rows != expected:
@@ -140,6 +134,24 @@ def load_precomputed(
         start += counts[split]
     log.info("model %s: %d precomputed rows of width %d from %s", name, expected, source.dim, path)
     return PrecomputedEmbeddings(path, source.dim, splits)
+
+
+def file_shape(name: str, path: Path) -> tuple[int, int]:
+    """``(rows, dim)`` of a file of embeddings, read from its header (a Parquet file: from its
+    column), without checking its rows; a file that is none is refused as ``load_precomputed``
+    refuses it."""
+    source = _open(name, path)
+    return source.rows, source.dim
+
+
+def _open(name: str, path: Path) -> _Source:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UserInputError(
+            f"model {name!r}: {path} is not a file of embeddings (.npy, .parquet or .safetensors)"
+        )
+    opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
+    return opener[suffix](name, path)
 
 
 def _offset(read: Reader, start: int) -> Reader:
