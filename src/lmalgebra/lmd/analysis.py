@@ -74,8 +74,9 @@ def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -
     clock = _lap(seconds, "fit rows", clock)
     result.tables["nulls"] = _null_rows(everything, solver, group, names, study.nulls)
     clock = _lap(seconds, "nulls", clock)
-    result.tables["similarity"] = _similarity_rows(solver, pairwise)
-    clock = _lap(seconds, "similarity", clock)
+    if study.similarity:
+        result.tables["similarity"] = _similarity_rows(solver, pairwise)
+        clock = _lap(seconds, "similarity", clock)
     if curve:
         result.tables["alpha_curve"] = curve
     if study.attribution:

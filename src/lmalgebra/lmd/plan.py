@@ -121,12 +121,14 @@ class Phase:
 @dataclass(frozen=True)
 class Layout:
     """The sizes every phase is computed from: the widths of the blocks, the spans per split,
-    the blocks of spans kept per split (1: none) and the learning curve's prefixes (0: none)."""
+    the blocks of spans kept per split (1: none), the learning curve's prefixes (0: none) and
+    whether CKA and CCA are computed."""
 
     widths: list[int]
     spans: dict[str, int]
     parts: dict[str, int]
     curve: int = 0
+    similarity: bool = True
 
     @property
     def dim(self) -> int:
@@ -142,7 +144,8 @@ def layout_of(config: DecomposeConfig, shapes: Sequence[ModelShape]) -> Layout:
     study = config.study
     parts = {s: study.blocks for s in SPLITS} if study.keeps_blocks else {}
     spans = dict(zip(SPLITS, config.spans.counts, strict=True))
-    return Layout([s.width for s in shapes], spans, parts, len(study.train_sizes or []))
+    curve = len(study.train_sizes or [])
+    return Layout([s.width for s in shapes], spans, parts, curve, study.similarity)
 
 
 def _bytes(precision: str) -> int:
@@ -188,7 +191,7 @@ def fit_phases(
         "eigh": len(SPLITS) * float(sum(b**3 for b in bases)),
         "product64": 2.0 * len(SPLITS) * sum(a * a * b for a in bases for b in bases),
     }
-    return [
+    phases = [
         Phase(
             *label,
             "pairwise fits",
@@ -196,8 +199,12 @@ def fit_phases(
             {"product64": 6.0 * squares * columns},
         ),
         Phase(*label, "group fits", held + heads * heads * p + 2 * heads * 512 * 8, group),
-        Phase(*label, "similarity (CKA, CCA)", held + 3 * widest * widest * 8, similarity),
     ]
+    if layout.similarity:
+        phases.append(
+            Phase(*label, "similarity (CKA, CCA)", held + 3 * widest * widest * 8, similarity)
+        )
+    return phases
 
 
 def exact_phases(layout: Layout, precision: str, spilled: bool) -> list[Phase]:

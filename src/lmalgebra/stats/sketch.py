@@ -50,8 +50,10 @@ class ColumnMoments:
         if self.n == 0:
             head = np.add.reduce(chunk[:FLOAT32_ROWS], 0, np.float64) / len(chunk[:FLOAT32_ROWS])
             self.shift = head.astype(np.float32).astype(np.float64)
-        centred = torch.from_numpy(np.ascontiguousarray(chunk, dtype=np.float32))
-        centred = centred - torch.from_numpy(self.shift.astype(np.float32))
+        # a new float32 array: the input (perhaps read-only) is left alone
+        centred = torch.from_numpy(
+            np.subtract(chunk, self.shift.astype(np.float32), dtype=np.float32)
+        )
         wide = centred.to(torch.float64)
         self.n += len(chunk)
         self.sums += wide.sum(0).numpy()
