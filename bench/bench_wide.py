@@ -172,7 +172,7 @@ def measure(
     kwargs |= {"work": str(args.workdir), "similarity": not args.no_similarity}
     kwargs |= {"alpha": args.alpha}
     label = f"{models} x {width}, {train:,} spans, {scale or 'exact'}"
-    planned = predicted(texts, paths, train, scale, args)
+    planned = {} if args.quick else predicted(texts, paths, train, scale, args)
     result = fastest(
         lambda: run_contender("bench_wide:contender", kwargs), args.attempts, label=label
     )

@@ -152,7 +152,10 @@ class ModelPool:
                 ref = self.refs[name]
                 if ref.kind == "onnx" and spec.dtype != "float32":
                     log.warning("model %r: an ONNX graph runs in its own precision", name)
-                model = load_model(ref, self.dirs[name], spec.device)
+                config = self.config
+                model = load_model(
+                    ref, self.dirs[name], spec.device, config.weights_dtype, config.device_map
+                )
                 for layer in spec.layers or (spec.layer,):
                     check_layer(name, model, layer)
                 self._loaded[name] = (model, self.tokenizer(name))
@@ -276,6 +279,12 @@ def measure(
                     "dtype": base.dtype,
                     "exclude_special": base.exclude_special,
                     "max_length": base.max_length,
+                    # only when it is not float32: caches made before the option keep their keys
+                    **(
+                        {"weights": config.weights_dtype}
+                        if config.weights_dtype != "float32"
+                        else {}
+                    ),
                 }
                 cache = EmbeddingCache(config.cache_dir / "embeddings", key, texts[split])
                 reports.append(cache.ensure(compute, advance))

@@ -63,7 +63,8 @@ def model_shapes(
 ) -> list[ModelShape]:
     """Every model of the run (and the random-initialised copies a ``nulls`` study adds)."""
     given = dict(given or {})
-    shapes = [_shape(ref, given.get(ref.name)) for ref in config.models]
+    bytes_per_weight = 2 if config.weights_dtype == "bfloat16" else 4
+    shapes = [_shape(ref, given.get(ref.name), bytes_per_weight) for ref in config.models]
     if config.study.nulls:
         copies = [r for r in config.models if r.kind == "transformers" and not r.random_init]
         originals = {s.name: s for s in shapes}
@@ -83,7 +84,7 @@ def _copy(shape: ModelShape) -> ModelShape:
     )
 
 
-def _shape(ref: ModelRef, given: GivenModel | None) -> ModelShape:
+def _shape(ref: ModelRef, given: GivenModel | None, bytes_per_weight: int) -> ModelShape:
     if given is not None:
         return _given_shape(ref.name, given)
     path = resolve_directory(ref, weights=False)
@@ -103,8 +104,9 @@ def _shape(ref: ModelRef, given: GivenModel | None) -> ModelShape:
     layer, total, hidden, intermediate = _architecture(config, width)
     files = [p for p in path.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
     on_disk = sum(p.stat().st_size for p in files)
-    # weights are loaded in float32 whatever the checkpoint stores
-    weight_bytes = max(4 * total, 2 * on_disk)
+    # weights are loaded in float32 whatever the checkpoint stores (or bfloat16 when asked);
+    # the files' size stands in for an architecture the config does not describe
+    weight_bytes = bytes_per_weight * total or on_disk
     return ModelShape(ref.name, ref.kind, width, layer, weight_bytes, hidden, intermediate)
 
 

@@ -296,9 +296,20 @@ def _fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any
     return tokenizer
 
 
-def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
-    """The bare ``AutoModel`` (hidden states), float32, in eval mode on ``device``; random weights
-    if asked. Lower precision is the forward pass's business (autocast), not the weights'.
+def load_model(
+    ref: ModelRef,
+    directory: Path,
+    device: str = "cpu",
+    weights_dtype: str = "float32",
+    device_map: str | None = None,
+) -> Any:
+    """The bare ``AutoModel`` (hidden states) in eval mode on ``device``; random weights if asked.
+
+    Weights are float32 unless ``weights_dtype`` is ``bfloat16`` (half the memory of a model too
+    large for one device; its forward pass is then bfloat16). Otherwise lower precision is the
+    forward pass's business (autocast), not the weights'. ``device_map="auto"`` spreads the
+    model over the devices instead, layer by layer (:func:`device_share` under several
+    processes on one machine).
 
     An ONNX model loads as an :class:`~lmalgebra.sources.onnx_encoder.OnnxEncoder`, which the
     embedding loop drives like an ``AutoModel``; it runs on the CPU whatever ``device`` says.
@@ -316,16 +327,19 @@ def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
 
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
+    # float32 whatever the checkpoint stores, unless asked: weights kept in half precision make
+    # every product half precision, autocast or not
+    dtype = torch.bfloat16 if weights_dtype == "bfloat16" else torch.float32
+    placement = {} if device_map is None else {"device_map": device_map, **_share_memory()}
     try:
         if ref.random_init:
             config = AutoConfig.from_pretrained(directory, trust_remote_code=ref.trust_remote_code)
             torch.manual_seed(ref.seed)
             model = AutoModel.from_config(config, trust_remote_code=ref.trust_remote_code)
+            model = model.to(dtype)
         else:
-            # float32 whatever the checkpoint stores: weights kept in half precision would make
-            # every product half precision, autocast or not
             model = AutoModel.from_pretrained(
-                directory, dtype=torch.float32, trust_remote_code=ref.trust_remote_code
+                directory, dtype=dtype, trust_remote_code=ref.trust_remote_code, **placement
             )
     except UserInputError:
         raise
@@ -333,7 +347,40 @@ def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
         raise UserInputError(
             f"model {ref.name!r}: cannot load from {directory}: {load_failure(err)}"
         ) from err
+    if getattr(model, "hf_device_map", None) is not None:
+        return model.eval()  # placed layer by layer: left where Accelerate put it
     return model.to(device).eval()
+
+
+def device_share(local_rank: int, local_size: int, gpus: int) -> list[int]:
+    """The GPUs of process ``local_rank`` of ``local_size`` on a machine of ``gpus``: an equal,
+    contiguous share (every process shares them all when there are fewer GPUs than processes)."""
+    if gpus < local_size:
+        return list(range(gpus))
+    per = gpus // local_size
+    return list(range(local_rank * per, (local_rank + 1) * per))
+
+
+def _share_memory() -> dict[str, Any]:
+    """``max_memory`` keeping ``device_map="auto"`` on this process's share of the GPUs (and the
+    CPU) when a launcher started several processes on this machine; nothing otherwise."""
+    import os
+
+    import torch
+
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_size == 1 or not torch.cuda.is_available():
+        return {}
+    from lmalgebra.core.memory import available_bytes
+
+    gpus = torch.cuda.device_count()
+    mine = device_share(int(os.environ.get("LOCAL_RANK", "0")), local_size, gpus)
+    memory: dict[Any, int] = {
+        i: int(torch.cuda.get_device_properties(i).total_memory) if i in mine else 0
+        for i in range(gpus)
+    }
+    memory["cpu"] = int(available_bytes() / local_size)
+    return {"max_memory": memory}
 
 
 def model_depth(ref: ModelRef, directory: Path) -> int:
