@@ -11,8 +11,9 @@ import torch
 
 import lmalgebra
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import device_share
 from lmalgebra.lmd.embed import EmbedSpec, embed, input_device
-from lmalgebra.sources.models import ModelRef, device_share, load_model, load_tokenizer
+from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from tiny import documents, sentences
 
 SHAPE = {"seq_len": 8, "spans": (40, 8, 8)}

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
@@ -308,8 +309,8 @@ def load_model(
     Weights are float32 unless ``weights_dtype`` is ``bfloat16`` (half the memory of a model too
     large for one device; its forward pass is then bfloat16). Otherwise lower precision is the
     forward pass's business (autocast), not the weights'. ``device_map="auto"`` spreads the
-    model over the devices instead, layer by layer (:func:`device_share` under several
-    processes on one machine).
+    model over the devices instead, layer by layer (under several processes on one machine,
+    each on its share: :func:`~lmalgebra.core.precision.device_map_memory`).
 
     An ONNX model loads as an :class:`~lmalgebra.sources.onnx_encoder.OnnxEncoder`, which the
     embedding loop drives like an ``AutoModel``; it runs on the CPU whatever ``device`` says.
@@ -330,7 +331,7 @@ def load_model(
     # float32 whatever the checkpoint stores, unless asked: weights kept in half precision make
     # every product half precision, autocast or not
     dtype = torch.bfloat16 if weights_dtype == "bfloat16" else torch.float32
-    placement = {} if device_map is None else {"device_map": device_map, **_share_memory()}
+    placement = {} if device_map is None else {"device_map": device_map, **device_map_memory()}
     try:
         if ref.random_init:
             config = AutoConfig.from_pretrained(directory, trust_remote_code=ref.trust_remote_code)
@@ -350,37 +351,6 @@ def load_model(
     if getattr(model, "hf_device_map", None) is not None:
         return model.eval()  # placed layer by layer: left where Accelerate put it
     return model.to(device).eval()
-
-
-def device_share(local_rank: int, local_size: int, gpus: int) -> list[int]:
-    """The GPUs of process ``local_rank`` of ``local_size`` on a machine of ``gpus``: an equal,
-    contiguous share (every process shares them all when there are fewer GPUs than processes)."""
-    if gpus < local_size:
-        return list(range(gpus))
-    per = gpus // local_size
-    return list(range(local_rank * per, (local_rank + 1) * per))
-
-
-def _share_memory() -> dict[str, Any]:
-    """``max_memory`` keeping ``device_map="auto"`` on this process's share of the GPUs (and the
-    CPU) when a launcher started several processes on this machine; nothing otherwise."""
-    import os
-
-    import torch
-
-    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if local_size == 1 or not torch.cuda.is_available():
-        return {}
-    from lmalgebra.core.memory import available_bytes
-
-    gpus = torch.cuda.device_count()
-    mine = device_share(int(os.environ.get("LOCAL_RANK", "0")), local_size, gpus)
-    memory: dict[Any, int] = {
-        i: int(torch.cuda.get_device_properties(i).total_memory) if i in mine else 0
-        for i in range(gpus)
-    }
-    memory["cpu"] = int(available_bytes() / local_size)
-    return {"max_memory": memory}
 
 
 def model_depth(ref: ModelRef, directory: Path) -> int:

@@ -41,6 +41,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 from lmalgebra.stats.symmetric_kernels import block_sums, row_quadratics, spd_inverse
+from lmalgebra.stats.tail_fit import tail_fit
 
 log = logging.getLogger(__name__)
 
@@ -277,7 +278,7 @@ class Decomposer:
         residual operator ``R_t = P_tt^-1 P_t`` (``I`` on t, ``-W`` on the rest); held-out
         residuals are quadratic forms of the stacked operators, taken over all targets at once.
         A target's tail columns (target-only, see ``ModelColumns``) are fitted on the same basis
-        from ``P C_{:, tail}``, taken before ``P`` is overwritten (:meth:`_tail_fit`).
+        from ``P C_{:, tail}``, taken before ``P`` is overwritten (:func:`tail_fit`).
         """
         names, cov = [b.name for b in self.blocks], self.train.cov
         heads = self.basis_columns(names)
@@ -311,8 +312,8 @@ class Decomposer:
             if b.tail:
                 assert carried is not None
                 placed = np.searchsorted(tails, np.arange(b.basis_stop, b.stop))
-                weight, bias, extra = self._tail_fit(
-                    b, others, weight, bias, carried[:, placed], (edges[k], edges[k + 1])
+                weight, bias, extra = tail_fit(
+                    self, b, others, weight, bias, carried[:, placed], (edges[k], edges[k + 1])
                 )
                 residual = {split: residual[split] + extra[split] for split in residual}
             scores = {}
@@ -321,40 +322,6 @@ class Decomposer:
                 scores[split] = 1 - residual[split] / total if total > 0 else float("nan")
             fits.append(Fit(b.name, tuple(others), weight, bias, scores, dfs[k]))
         return fits
-
-    def _tail_fit(
-        self,
-        target: ModelColumns,
-        others: list[str],
-        weight: np.ndarray,
-        bias: np.ndarray,
-        carried: np.ndarray,
-        rows: tuple[int, int],
-    ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-        """The target's tail columns fitted on the basis ``others`` of a leave-one-out fit.
-
-        ``weight (d_t, D_B)``, ``bias (d_t,)``: the fit of the target's basis columns;
-        ``carried (D_y, s) = P C_{:, tail}`` over every basis column (``rows``: the target's).
-        With ``(C_BB + Lam_B)^-1 = P_BB - P_Bt P_tt^-1 P_tB`` and ``P_tt^-1 P_tB = -W``, the
-        tail's weight is ``W_tail = carried_B^T + carried_t^T W``. Returns the weight and bias of
-        all the target's columns and the tail's residual mean square on every split.
-        """
-        carried = np.asarray(carried, dtype=np.float64)
-        inside = np.zeros(carried.shape[0], dtype=bool)
-        inside[rows[0] : rows[1]] = True
-        tail_weight = carried[~inside].T + carried[inside].T @ weight  # (s, D_B)
-        basis = self.basis_columns(others)
-        tail = np.arange(target.basis_stop, target.stop)
-        cols = np.concatenate([tail, basis])
-        operator = torch.from_numpy(np.hstack([np.eye(tail.size), -tail_weight]))
-        extra = {}
-        for split, m in self.splits.items():
-            spread = row_quadratics(operator, torch.from_numpy(m.cov), cols)
-            shift = operator @ torch.from_numpy((m.mean - self.train.mean)[cols])
-            extra[split] = float(spread.sum() + shift @ shift)
-        mean = self.train.mean
-        tail_bias = mean[tail] - tail_weight @ mean[basis]
-        return np.vstack([weight, tail_weight]), np.concatenate([bias, tail_bias]), extra
 
     def _operators_in_place(
         self, inverse: torch.Tensor, edges: np.ndarray, penalty_values: np.ndarray
