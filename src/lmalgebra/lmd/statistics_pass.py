@@ -194,49 +194,38 @@ def _rows_of(
 
 
 def _first_pass(caches: list[Source], columns: list[Column], scale: ScaleSpec) -> Reductions:
-    """Each block's principal coordinates from the training rows (see the module)."""
+    """Each block's principal coordinates from the training rows (see the module): every block's
+    own second moments (``reduced``) or covariance sketch (``sketch``), streamed side by side."""
     components, retained = scale.choice()
-    indices = owned(len(caches[0].ranges))
-    if scale.method == "reduced":
-        moments = {
-            c.name: SecondMoments(layout([c.name], [c.stop - c.start]), products="float32")
-            for c in columns
-        }
-        for _, pieces in _shard_pieces(caches, indices):
-            for c in columns:
-                moments[c.name].update(pieces[c.source][:, c.start : c.stop])
-        models = {}
-        for k, c in enumerate(columns):
-            total = reduce_moments(moments.pop(c.name))
-            mean, cov = total.mean(), total.covariance(in_place=True)
-            seed = scale.seed + 1000 * k
-            models[c.name] = reduce_covariance(
-                c.name, mean, cov, components, retained, scale.probes, seed
-            )
-        return Reductions(models, method="reduced")
-    size = (components or 0) + OVERSAMPLE
-    sketches = {
-        c.name: CovarianceSketch.empty(c.stop - c.start, size, scale.seed + 1000 * k)
-        for k, c in enumerate(columns)
-    }
-    for _, pieces in _shard_pieces(caches, indices):
+    seeds = {c.name: scale.seed + 1000 * k for k, c in enumerate(columns)}
+    streams: dict[str, SecondMoments | CovarianceSketch] = {}
+    for c in columns:
+        width = c.stop - c.start
+        if scale.method == "reduced":
+            streams[c.name] = SecondMoments(layout([c.name], [width]), products="float32")
+        else:
+            size = (components or 0) + OVERSAMPLE
+            streams[c.name] = CovarianceSketch.empty(width, size, seeds[c.name])
+    for _, pieces in _shard_pieces(caches, owned(len(caches[0].ranges))):
         for c in columns:
-            sketches[c.name].update(pieces[c.source][:, c.start : c.stop])
+            streams[c.name].update(pieces[c.source][:, c.start : c.stop])
     models = {}
-    for k, c in enumerate(columns):
-        sketch = reduce_sketch(sketches.pop(c.name))
-        models[c.name] = sketch_reduction(
-            c.name,
-            sketch.columns.mean(),
-            sketch.sketch(),
-            sketch.test,
-            sketch.columns.total_variance(),
-            components,
-            retained,
-            scale.probes,
-            scale.seed + 1000 * k,
-        )
-    return Reductions(models, method="sketch")
+    for c in columns:  # one block's statistics at a time are made into its reduction
+        stream = streams.pop(c.name)
+        choice = (components, retained, scale.probes, seeds[c.name])
+        if isinstance(stream, SecondMoments):
+            total = reduce_moments(stream)
+            models[c.name] = reduce_covariance(
+                c.name, total.mean(), total.covariance(in_place=True), *choice
+            )
+        else:
+            sketch = reduce_sketch(stream)
+            columns_of = sketch.columns
+            mean, total_variance = columns_of.mean(), columns_of.total_variance()
+            models[c.name] = sketch_reduction(
+                c.name, mean, sketch.sketch(), sketch.test, total_variance, *choice
+            )
+    return Reductions(models, method=scale.method)
 
 
 def _shard_pieces(
