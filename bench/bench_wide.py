@@ -13,11 +13,11 @@ Every run uses relative alpha 1.0 (``--alpha``) and leaves CKA and CCA out
 (``--no-similarity``; they cost an eigendecomposition per model and split): at the default
 alpha 0.01 the exact group fits of 3 to 23 bases of 4,096 columns over-learn 100,000 training
 spans, and a reduced basis, which regularises, scores higher on held-out spans than the exact one
-(measured at 4 x 1,024 and 20,000 spans, in the notes). Targets: 12 x 4,096 in at most 16 GB and
-30 minutes on 2 cores with every R^2 within 0.005 of exact; 24 x 4,096 runs to the end. The dry
-run's predicted peak and time stand beside each measurement. Each invocation runs its parts and
-keeps the others' last measurements (``bench/results/wide/*.json``); files live under
-``bench/_work/wide``.
+(part ``regime``: 4 x 1,024 at 20,000 spans, alpha 0.01 and 1.0). Targets: 12 x 4,096 in at
+most 16 GB and 30 minutes on 2 cores with every R^2 within 0.005 of exact; 24 x 4,096 runs to the
+end. The dry run's predicted peak and time stand beside each measurement. Each invocation runs
+its parts and keeps the others' last measurements (``bench/results/wide/*.json``); files live
+under ``bench/_work/wide``.
 
     python bench/bench_wide.py [--parts accuracy,scaling,full] [--quick] [--no-write]
 """
@@ -61,6 +61,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "scaling_d": {"width": 1024, "models": [2, 4, 8, 16], "train": 20_000, "k": 256},
         "scaling_n": {"width": 1024, "models": 4, "train": [10_000, 20_000, 40_000, 80_000]},
         "full": {"width": 4096, "models": [12, 24], "train": 100_000},
+        "regime": {"width": 1024, "models": 4, "train": 20_000, "k": 512, "alphas": [0.01, 1.0]},
     },
     "quick": {
         "accuracy": {
@@ -74,6 +75,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "scaling_d": {"width": 32, "models": [2, 3], "train": 1500, "k": 8},
         "scaling_n": {"width": 32, "models": 2, "train": [800, 1500]},
         "full": {"width": 48, "models": [3], "train": 1500},
+        "regime": {"width": 32, "models": 3, "train": 1500, "k": 16, "alphas": [0.01, 1.0]},
     },
 }
 
@@ -164,19 +166,26 @@ def contender(
 
 
 def measure(
-    width: int, models: int, train: int, scale: dict[str, Any], args: argparse.Namespace
+    width: int,
+    models: int,
+    train: int,
+    scale: dict[str, Any],
+    args: argparse.Namespace,
+    alpha: float | None = None,
 ) -> dict[str, Any]:
     """One decomposition in a fresh interpreter (after its files exist): its figures."""
     texts, paths = prepared(args.workdir, width, models, train)
+    alpha = args.alpha if alpha is None else alpha
     kwargs = {"width": width, "models": models, "train": train, "scale": scale}
     kwargs |= {"work": str(args.workdir), "similarity": not args.no_similarity}
-    kwargs |= {"alpha": args.alpha}
+    kwargs |= {"alpha": alpha}
     label = f"{models} x {width}, {train:,} spans, {scale or 'exact'}"
     planned = {} if args.quick else predicted(texts, paths, train, scale, args)
     result = fastest(
         lambda: run_contender("bench_wide:contender", kwargs), args.attempts, label=label
     )
-    return {"width": width, "models": models, "train": train, "scale": scale, **planned, **result}
+    sizes = {"width": width, "models": models, "train": train, "scale": scale, "alpha": alpha}
+    return {**sizes, **planned, **result}
 
 
 def predicted(
@@ -223,6 +232,16 @@ def scaling(args: argparse.Namespace, d: dict[str, Any], n: dict[str, Any]) -> l
     return runs
 
 
+def regime(args: argparse.Namespace, size: dict[str, Any]) -> list[dict[str, Any]]:
+    """Exact and reduced at a small and a large alpha: how far a reduced basis moves held-out
+    R^2 when the exact fits over-learn, and when they do not."""
+    base = (size["width"], size["models"], size["train"])
+    reduced = {"method": "reduced", "components": size["k"]}
+    return [
+        measure(*base, scale, args, alpha) for alpha in size["alphas"] for scale in ({}, reduced)
+    ]
+
+
 def full(args: argparse.Namespace, size: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         measure(size["width"], models, size["train"], json.loads(args.full_scale), args)
@@ -232,7 +251,7 @@ def full(args: argparse.Namespace, size: dict[str, Any]) -> list[dict[str, Any]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="accuracy,scaling,full", help="comma separated")
+    parser.add_argument("--parts", default="regime,accuracy,scaling,full", help="comma separated")
     parser.add_argument("--quick", action="store_true", help="toy sizes (the test suite's)")
     parser.add_argument(
         "--full-scale",
@@ -270,8 +289,10 @@ def main() -> None:
             runs = scaling(args, sizes["scaling_d"], sizes["scaling_n"])
         elif part == "full":
             runs = full(args, sizes["full"])
+        elif part == "regime":
+            runs = regime(args, sizes["regime"])
         else:
-            raise SystemExit(f"unknown part {part!r} (accuracy, scaling, full)")
+            raise SystemExit(f"unknown part {part!r} (accuracy, scaling, full, regime)")
         if not args.no_write:
             data.mkdir(parents=True, exist_ok=True)
             (data / f"{part}.json").write_text(json.dumps(runs, indent=1) + "\n")

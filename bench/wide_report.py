@@ -99,7 +99,7 @@ def scaling_plot(runs: list[dict[str, Any]], out: Path) -> Path:
         )
     ):
         for method in sorted({label(r) for r in subset}):
-            points = sorted((key(r), r) for r in subset if label(r) == method)
+            points = sorted(((key(r), r) for r in subset if label(r) == method), key=lambda p: p[0])
             xs = [p[0] for p in points]
             axes[0, column].loglog(xs, [p[1]["seconds"] for p in points], "o-", label=method)
             axes[1, column].loglog(xs, [p[1]["peak_rss_mib"] for p in points], "o-", label=method)
@@ -171,6 +171,8 @@ def record(
         )
         scaling_plot(runs, bench / PLOT)
         notes.append(f"![time and memory against D and against the spans]({PLOT})")
+    if "regime" in stored:
+        tables.append(regime_table(stored["regime"]))
     if "full" in stored:
         runs = stored["full"]
         rows = []
@@ -200,6 +202,28 @@ def record(
         sizes["full"] = ", ".join(f"{r['models']} x {r['width']}" for r in runs)
         targets += full_targets(runs, found)
     return figures, targets, tables, notes, sizes
+
+
+def regime_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per alpha: the exact and the reduced group R^2 (mean over models) per split, and how far
+    the reduced ones are from the exact ones."""
+    rows = []
+    for run in runs:
+        exact = next(r for r in runs if r["alpha"] == run["alpha"] and not r["scale"])
+        group = run["output"]["group"]
+        moved = [np.max(np.abs(np.subtract(group[s], exact["output"]["group"][s]))) for s in SPLITS]
+        rows.append(
+            [f"{run['alpha']:g}", label(run)]
+            + [f"{np.mean(group[s]):.4f}" for s in SPLITS]
+            + [" / ".join(f"{m:.1e}" for m in moved) if run["scale"] else ""]
+        )
+    first = runs[0]
+    title = (
+        f"Alpha and over-learning ({first['models']} x {first['width']}, {first['train']:,} "
+        "training spans): group R^2, mean over models"
+    )
+    columns = ["alpha", "method", "train", "validation", "test", "max |dR^2| train / val / test"]
+    return table(title, columns, rows)
 
 
 def full_targets(
