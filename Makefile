@@ -80,6 +80,7 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_integrity.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_alpha_sweep.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_bootstrap.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_wide.py --no-similarity  # hours; 47 GB of files
 
 clean:
 	rm -rf $(VENV) demo-output runs .pytest_cache .mypy_cache .ruff_cache

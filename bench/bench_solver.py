@@ -42,7 +42,7 @@ from harness import (
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.measure import ModelLayers, accumulate
+from lmalgebra.lmd.statistics_pass import accumulate
 from lmalgebra.stats.moments import Products
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes
@@ -108,8 +108,8 @@ def run_ours(
     names = synth.names()
     flat = [caches[name][split] for name in names for split in SPLITS]
     rows = {split: len(caches[names[0]][split].texts) for split in SPLITS}
-    sources = [ModelLayers(n) for n in names]
-    blocked, _ = accumulate(flat, sources, rows, {}, products=products)  # type: ignore[arg-type]
+    widths = [[caches[name]["train"].dim] for name in names]
+    blocked = accumulate(flat, names, widths, rows, {}, products=products).stats  # type: ignore[arg-type]
     moments = {split: blocked[split].total() for split in SPLITS}
     phases["stream shards into moments"] = [time.perf_counter() - clock, peak_rss_mib()]
 

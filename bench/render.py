@@ -22,6 +22,7 @@ ORDER = (
     "bench_alpha_sweep",
     "bench_integrity",
     "bench_seeding",
+    "bench_wide",
 )
 
 INTRO = """# Benchmarks

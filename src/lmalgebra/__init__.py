@@ -30,6 +30,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS = {
     "decompose": "lmalgebra.api.decompose",
+    "decompose_plan": "lmalgebra.api.decompose",
     "decompose_recipe": "lmalgebra.api.decompose",
     "spans": "lmalgebra.api.decompose",
     "read_texts": "lmalgebra.api.decompose",
@@ -59,6 +60,7 @@ __all__ = [
     "UserInputError",
     "__version__",
     "decompose",
+    "decompose_plan",
     "decompose_recipe",
     "merge",
     "merge_plan",

@@ -18,13 +18,15 @@ import pandas as pd
 
 from lmalgebra.api.decomposition import Decomposition
 from lmalgebra.api.model_inputs import corpus_input, model_entries
-from lmalgebra.api.runtime import library_entry
+from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig, load_config
 from lmalgebra.lmd.given_models import GivenArrays
 from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
+from lmalgebra.lmd.plan import GIB, measure_speeds
+from lmalgebra.lmd.plan_table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run import decompose as decompose_to_directory
 from lmalgebra.lmd.span_plan import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.lmd.study_config import StudySpec
@@ -137,6 +139,56 @@ def decompose(
         return decompose_recipe(config, overwrite, inputs)
     check_directory(config.cache_dir, "cache directory")
     return Decomposition.from_result(run_decomposition(config, inputs))
+
+
+@library_entry
+def decompose_plan(
+    models: Any,
+    texts: Any = None,
+    *,
+    seq_len: int = 64,
+    spans: Sequence[int] = (4000, 500, 500),
+    alpha: float = 0.01,
+    alpha_mode: str = "relative",
+    timed: bool = True,
+    **options: Any,
+) -> pd.DataFrame:
+    """The plan of the :func:`decompose` call with the same arguments, before any work: per
+    method (exact with float64 and float32 statistics, reduced, sketch) and phase, the peak
+    memory and the time, and whether it fits the memory available. Nothing is embedded and no
+    weights are read (widths come from the models' configurations and files' headers); the span
+    counts are those asked for. ``texts`` may be left out.
+
+    Columns: ``method``, ``precision``, ``components``, ``phase``, ``model`` (embedding rows),
+    ``peak_gib``, ``seconds`` (NaN with ``timed=False``, which skips the few seconds of probes
+    that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
+    rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
+    ``attrs["available_gib"]``: the memory the plan is held to.
+    """
+    options = {**options, "alpha": alpha, "alpha_mode": alpha_mode}
+    data, inputs = _recipe(models, ["."] if texts is None else texts, seq_len, spans, options)
+    config = validate(DecomposeConfig, data, "decompose_plan()")
+    return plan_frame(config, inputs, timed)
+
+
+def plan_frame(
+    config: DecomposeConfig, inputs: RunInputs | None = None, timed: bool = True
+) -> pd.DataFrame:
+    """:func:`decompose_plan` of a validated configuration (``lmalgebra decompose --dry-run``)."""
+    given = inputs.given if inputs is not None else {}
+    with library_call():
+        plan, shapes = plan_for(config, given)
+        unknown = [s.name for s in shapes if s.width <= 0]
+        if unknown:
+            raise UserInputError(
+                f"model {unknown[0]!r}: its configuration names no hidden size, so its width "
+                "is not known before it is loaded"
+            )
+        speeds = measure_speeds() if timed else None
+    frame = pd.DataFrame(plan_rows(plan, shapes, speeds))
+    frame.attrs["models"] = pd.DataFrame(model_rows(plan, shapes))
+    frame.attrs["available_gib"] = plan.available / GIB
+    return frame
 
 
 @library_entry

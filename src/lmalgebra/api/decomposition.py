@@ -129,6 +129,20 @@ class Decomposition:
         """Null baselines: shuffled pairing (always), random-initialised copies (``nulls``)."""
         return self._table("nulls")
 
+    @property
+    def method(self) -> dict[str, Any]:
+        """How the statistics were made: ``name`` (exact, reduced or sketch) and ``precision``;
+        for a reduced run also ``components`` (k per model), ``retained_variance`` and
+        ``error_estimate`` per split (see ``reduction``)."""
+        return dict(self.summary.get("method") or {"name": "exact", "precision": "float64"})
+
+    @property
+    def reduction(self) -> pd.DataFrame:
+        """A reduced run's ``reduction.csv``: per model and split, its width, the principal
+        coordinates and tail probes kept, the share of variance they hold, its group R^2 and the
+        same with every basis model at half its coordinates."""
+        return self._table("reduction")
+
     def _table(self, stem: str) -> pd.DataFrame:
         if stem not in self.tables:
             raise UserInputError(f"this decomposition has no {stem} table")
@@ -178,7 +192,8 @@ class Decomposition:
     def _headline(self) -> str:
         spans = " / ".join(f"{s} {n}" for s, n in self.spans.items())
         mode = self.summary.get("alpha", {}).get("mode", "")
-        return f"{len(self.names)} models, spans {spans}, alpha {self.alpha:.3g} {mode}".rstrip()
+        line = f"{len(self.names)} models, spans {spans}, alpha {self.alpha:.3g} {mode}".rstrip()
+        return line + method_line(self.method)
 
     def __repr__(self) -> str:
         group = self.group
@@ -196,3 +211,14 @@ class Decomposition:
             f"<p>Pairwise R&sup2; on test (row from column; diagonal 1 by definition)</p>"
             f"{pairwise}"
         )
+
+
+def method_line(method: dict[str, Any]) -> str:
+    """``; reduced, k 512-1024, error estimate 0.003 (test)`` for a reduced run, else ``""``."""
+    if method.get("name", "exact") == "exact":
+        return "" if method.get("precision", "float64") == "float64" else ", float32 statistics"
+    ks = sorted(method.get("components", {}).values()) or [0]
+    k = f"{ks[0]}" if ks[0] == ks[-1] else f"{ks[0]}-{ks[-1]}"
+    error = method.get("error_estimate", {}).get("test")
+    estimate = "" if error is None else f", error estimate {error:.3g} (test)"
+    return f"; {method['name']}, k {k}{estimate}"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.memory import available_bytes
 
 log = logging.getLogger(__name__)
 
@@ -137,3 +138,28 @@ def compute_context(device: torch.device, dtype: torch.dtype) -> Any:
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
+
+
+def device_share(local_rank: int, local_size: int, gpus: int) -> list[int]:
+    """The GPUs of process ``local_rank`` of ``local_size`` on a machine of ``gpus``: an equal,
+    contiguous share (every process shares them all when there are fewer GPUs than processes)."""
+    if gpus < local_size:
+        return list(range(gpus))
+    per = gpus // local_size
+    return list(range(local_rank * per, (local_rank + 1) * per))
+
+
+def device_map_memory() -> dict[str, Any]:
+    """``max_memory`` keeping ``device_map="auto"`` on this process's share of the GPUs (and the
+    CPU) when a launcher started several processes on this machine; nothing otherwise."""
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local_size == 1 or not torch.cuda.is_available():
+        return {}
+    gpus = torch.cuda.device_count()
+    mine = device_share(int(os.environ.get("LOCAL_RANK", "0")), local_size, gpus)
+    memory: dict[Any, int] = {
+        i: int(torch.cuda.get_device_properties(i).total_memory) if i in mine else 0
+        for i in range(gpus)
+    }
+    memory["cpu"] = int(available_bytes() / local_size)
+    return {"max_memory": memory}

@@ -10,14 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.measure import Measured
+from lmalgebra.lmd.reduction_record import exact_method, reduced_method
 from lmalgebra.lmd.run_schema import AlphaCurveRow, TableRows, alpha_curve_rows, attribution_rows
-from lmalgebra.lmd.sweeps import Row, decomposer_of
+from lmalgebra.lmd.sweeps import Row
 from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, select_alpha
 from lmalgebra.stats.attribution import attribute
 from lmalgebra.stats.bootstrap import bootstrap_r2
@@ -40,6 +42,7 @@ class Analysis:
     single: Fit | None
     tables: dict[str, TableRows] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # the analysis' parts, timed
+    method: dict[str, Any] = field(default_factory=dict)  # summary.json's ``method``
 
 
 def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -> Analysis:
@@ -53,19 +56,27 @@ def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -
         alpha, curve = _choose_alpha(config, measured, names)
         selected_by = study.alpha_select
         clock = _lap(seconds, "alpha", clock)
-    everything = decomposer_of(measured.stats, alpha, config.alpha_mode)
+    everything = measured.decomposer(alpha, config.alpha_mode)
     solver = everything.subset(names) if len(everything.blocks) > len(names) else everything
     pairwise = solver.pairwise()
     group = solver.leave_one_out()
     single = solver.fit(config.target, config.basis) if config.target and config.basis else None
     result = Analysis(alpha, selected_by, solver, pairwise, group, single, seconds=seconds)
     clock = _lap(seconds, "fits", clock)
+    result.method = exact_method(config)
+    if measured.reductions is not None:
+        result.method, reduction = reduced_method(
+            config, measured.reductions, solver, pairwise, group
+        )
+        result.tables["reduction"] = reduction
+        clock = _lap(seconds, "fits at half k", clock)
     result.tables["fits"] = _fit_rows(result, measured, study.bootstrap, study.level, study.seed)
     clock = _lap(seconds, "fit rows", clock)
     result.tables["nulls"] = _null_rows(everything, solver, group, names, study.nulls)
     clock = _lap(seconds, "nulls", clock)
-    result.tables["similarity"] = _similarity_rows(solver, pairwise)
-    clock = _lap(seconds, "similarity", clock)
+    if study.similarity:
+        result.tables["similarity"] = _similarity_rows(solver, pairwise)
+        clock = _lap(seconds, "similarity", clock)
     if curve:
         result.tables["alpha_curve"] = curve
     if study.attribution:
@@ -179,7 +190,7 @@ def _choose_alpha(
 ) -> tuple[float, list[AlphaCurveRow]]:
     """Alpha over the study's grid by its criterion; the curves become ``alpha_curve.csv``."""
     study = config.study
-    solver = decomposer_of(measured.stats, config.alpha, config.alpha_mode).subset(names)
+    solver = measured.decomposer(config.alpha, config.alpha_mode).subset(names)
     train = measured.stats["train"].subset(names) if study.alpha_select == "kfold" else None
     selection = select_alpha(
         solver.blocks,
@@ -189,6 +200,7 @@ def _choose_alpha(
         grid=study.alpha_grid,
         train_blocks=train,
         folds=study.folds,
+        scales=solver.given_scales,
     )
     return selection.alpha, alpha_curve_rows(selection)
 

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.precision import DeviceChoice, DtypeChoice, resolve_device, resolve_dtype
+from lmalgebra.core.precision import (
+    DeviceChoice,
+    DtypeChoice,
+    check_bf16,
+    resolve_device,
+    resolve_dtype,
+)
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.lmd.embed import EmbedSpec, Pooling
+from lmalgebra.lmd.scale_config import ScaleSpec
 from lmalgebra.lmd.spans import SpanSpec
 from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
@@ -59,6 +66,18 @@ class DecomposeConfig(BaseModel):
         default="cpu",
         description="Where the models run: cpu, cuda, or auto (cuda when present).",
     )
+    weights_dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="Precision the weights are loaded in: bfloat16 halves a model's memory (a "
+        "model larger than one device at float32); its forward pass is then bfloat16, pooled "
+        "in float32.",
+    )
+    device_map: Literal["auto"] | None = Field(
+        default=None,
+        description="auto: spread each model over this process's devices layer by layer "
+        "(Accelerate's big-model loading: its GPUs in order, then the CPU); under several "
+        "processes on one machine each takes an equal share of the GPUs.",
+    )
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
     max_length: int | None = Field(
         default=None, ge=2, description="Cap on tokens per span per model."
@@ -81,6 +100,10 @@ class DecomposeConfig(BaseModel):
         default=None, description="Basis models of the target fit (names, with target)."
     )
     study: StudySpec = Field(default_factory=StudySpec, description="Sweeps and statistics.")
+    scale: ScaleSpec = Field(
+        default_factory=ScaleSpec,
+        description="Wide studies: exact or reduced statistics, their precision, the memory.",
+    )
     save_weights: bool = Field(default=False, description="Write fitted weights as safetensors.")
     out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
     cache_dir: Path = Field(
@@ -139,6 +162,8 @@ class DecomposeConfig(BaseModel):
         its choice; an unusable device or dtype is refused here, before any model loads)."""
         device = resolve_device(self.device, "decompose device")
         dtype = resolve_dtype(self.dtype, device, "decompose dtype")
+        if self.weights_dtype == "bfloat16":
+            check_bf16(device, "decompose weights_dtype", "use float32")
         return EmbedSpec(
             self.layer,
             self.pooling,
@@ -163,7 +188,7 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
 
 # Fields that say where and how a run is shown or stored, not what it computes: a run resumed or
 # redone with other values of these is the same run.
-INCIDENTAL = ("out", "cache_dir", "progress", "batch_size", "device")
+INCIDENTAL = ("out", "cache_dir", "progress", "batch_size", "device", "device_map")
 
 
 def config_yaml(config: DecomposeConfig) -> str:
@@ -173,5 +198,17 @@ def config_yaml(config: DecomposeConfig) -> str:
 
 def run_identity(data: dict[str, Any]) -> dict[str, Any]:
     """What makes a decomposition this decomposition: its resolved configuration, less
-    ``INCIDENTAL`` fields."""
-    return {k: v for k, v in data.items() if k not in INCIDENTAL}
+    ``INCIDENTAL`` fields (and the memory its plan was held to)."""
+    identity = {k: v for k, v in data.items() if k not in INCIDENTAL}
+    if isinstance(identity.get("scale"), dict):
+        scale = {k: v for k, v in identity.pop("scale").items() if k != "memory_gib"}
+        defaults = ScaleSpec().model_dump(mode="json", exclude={"memory_gib"})
+        if scale != defaults:  # runs at the defaults keep the identity they had before
+            identity["scale"] = scale
+    # newer keys at their defaults are left out too, for the same reason
+    if identity.get("weights_dtype") == "float32":
+        del identity["weights_dtype"]
+    study = identity.get("study")
+    if isinstance(study, dict) and study.get("similarity") is True:
+        identity["study"] = {k: v for k, v in study.items() if k != "similarity"}
+    return identity

@@ -123,7 +123,7 @@ def embed(
     ``spec.device`` (where ``model`` must be) in ``spec.dtype``; hidden states are pooled in
     float32.
     """
-    device = torch.device(spec.device)
+    device = input_device(model, torch.device(spec.device))
     context = compute_context(device, getattr(torch, spec.dtype))
     limit = max_tokens(model, tokenizer, spec.max_length)
     ids, special, report = tokenize(texts, tokenizer, limit)
@@ -159,6 +159,14 @@ def embed(
         if progress is not None:
             progress(len(batch))
     return out, report
+
+
+def input_device(model: Any, default: torch.device) -> torch.device:
+    """Where a batch's inputs go: the device of the model's input embeddings when the model is
+    spread over several devices (``device_map``), else ``default``."""
+    if getattr(model, "hf_device_map", None) is None:
+        return default
+    return torch.device(model.get_input_embeddings().weight.device)
 
 
 def _last_hidden(outputs: Any) -> torch.Tensor:

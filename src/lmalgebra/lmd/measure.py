@@ -7,9 +7,10 @@ differ only in their documents, span length and sources; the fits that follow re
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,6 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.distributed import owned
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
@@ -26,6 +26,7 @@ from lmalgebra.lmd.given_models import GivenArrays, GivenModel, in_memory_split
 from lmalgebra.lmd.span_cache import remembered_plan, span_key
 from lmalgebra.lmd.span_plan import RunSpans, plan_spans, reference_model, span_tokenizer
 from lmalgebra.lmd.spans import SpanSpec
+from lmalgebra.lmd.statistics_pass import Reductions, accumulate
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,
@@ -36,15 +37,12 @@ from lmalgebra.sources.models import (
     resolve_directory,
 )
 from lmalgebra.sources.precomputed import PrecomputedSplit, load_precomputed
-from lmalgebra.stats.moments import ModelColumns, Products, layout
+from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.nulls import RANDOM_SUFFIX, random_copy
-from lmalgebra.stats.reduce import reduce_blocked
+from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
-# Rows of consecutive shards streamed into the statistics at once (float32: 4 shards of 2048 rows
-# of a 5,000-wide concatenation are 160 MB)
-GROUP_ROWS = 8192
 
 
 @dataclass(frozen=True)
@@ -154,7 +152,10 @@ class ModelPool:
                 ref = self.refs[name]
                 if ref.kind == "onnx" and spec.dtype != "float32":
                     log.warning("model %r: an ONNX graph runs in its own precision", name)
-                model = load_model(ref, self.dirs[name], spec.device)
+                config = self.config
+                model = load_model(
+                    ref, self.dirs[name], spec.device, config.weights_dtype, config.device_map
+                )
                 for layer in spec.layers or (spec.layer,):
                     check_layer(name, model, layer)
                 self._loaded[name] = (model, self.tokenizer(name))
@@ -178,6 +179,31 @@ class Measured:
     tokens: dict[str, TokenReport]
     hashes: dict[str, str]
     train_curve: SpanBlockMoments | None = None
+    reductions: Reductions | None = None  # what a reduced measurement kept of each model
+    splits: dict[str, SplitMoments] = field(default_factory=dict)  # see split_moments
+
+    def scales(self) -> list[float] | None:
+        """Each block's mean variance over all its dimensions (reduced), else None (derived)."""
+        return None if self.reductions is None else self.reductions.scales(self.blocks)
+
+    def split_moments(self) -> dict[str, SplitMoments]:
+        """Mean and covariance of every split, made once: a split kept as one block of spans
+        gives its Gram buffer to its covariance (no second ``D x D`` array; its block statistics
+        are then spent), one kept in several blocks sums them into a new one."""
+        if not self.splits:
+            self.splits = {
+                split: SplitMoments.of(blocked.total(), in_place=True)
+                for split, blocked in self.stats.items()
+            }
+        return self.splits
+
+    def decomposer(
+        self, alpha: float, alpha_mode: AlphaMode, train: SplitMoments | None = None
+    ) -> Decomposer:
+        """A decomposer over every block of this measurement (``train``: another training
+        split, e.g. a prefix of the training spans)."""
+        splits = {**self.split_moments(), **({"train": train} if train is not None else {})}
+        return Decomposer(self.blocks, splits, alpha, alpha_mode, self.scales())
 
 
 def draw_texts(
@@ -212,11 +238,13 @@ def measure(
     parts: dict[str, int],
     train_sizes: Sequence[int] | None = None,
     label: str = "",
+    spill: Path | None = None,
 ) -> Measured:
     """Embed ``docs``' spans with every source (cached) and keep their statistics per block.
 
     ``parts``: blocks of spans per split (1 = plain statistics). ``train_sizes``: training-set
     sizes whose prefixes of the training spans form a learning curve (capped at the split's size).
+    ``spill``: where the splits' covariances go when their statistics do not fit in memory.
     """
     config = pool.config
     texts, hashes = draw_texts(pool, docs, spec)
@@ -251,6 +279,12 @@ def measure(
                     "dtype": base.dtype,
                     "exclude_special": base.exclude_special,
                     "max_length": base.max_length,
+                    # only when it is not float32: caches made before the option keep their keys
+                    **(
+                        {"weights": config.weights_dtype}
+                        if config.weights_dtype != "float32"
+                        else {}
+                    ),
                 }
                 cache = EmbeddingCache(config.cache_dir / "embeddings", key, texts[split])
                 reports.append(cache.ensure(compute, advance))
@@ -258,14 +292,20 @@ def measure(
         tokens[source.model] = merge_reports(reports)
     edges = train_edges(train_sizes, len(texts["train"])) if train_sizes else None
     rows = {split: len(t) for split, t in texts.items()}
-    stats, curve = accumulate(caches, sources, rows, parts, edges, config.products)
+    names = [n for s in sources for n in s.column_names]
+    widths = [_widths(c.dim, s) for c, s in zip(caches[:: len(SPLITS)], sources, strict=True)]
+    done = accumulate(
+        caches, names, widths, rows, parts, edges, config.products, config.scale, spill
+    )
     return Measured(
-        stats["train"].blocks,
-        stats,
+        done.stats["train"].blocks,
+        done.stats,
         {s: len(t) for s, t in texts.items()},
         tokens,
         hashes,
-        curve,
+        done.curve,
+        done.reductions,
+        done.spilled,
     )
 
 
@@ -296,93 +336,13 @@ def _in_memory(
     return splits
 
 
-def accumulate(
-    caches: list[EmbeddingCache | PrecomputedSplit],
-    sources: list[ModelLayers],
-    rows: dict[str, int],
-    parts: dict[str, int],
-    train_edges: list[int] | None = None,
-    products: Products = "float32",
-) -> tuple[dict[str, SpanBlockMoments], SpanBlockMoments | None]:
-    """Stream every source's shards split by split into block statistics.
-
-    ``caches`` holds, source by source, one cache per split in ``SPLITS`` order; ``rows`` is each
-    split's row count, ``parts`` its number of row blocks (default 1); ``products``: precision of
-    the Gram products (``SecondMoments``; accumulated in float64 either way).
-
-    Under several processes each rank reads only the shards it owns, then every row block's
-    statistics are summed over ranks (``reduce_blocked``): all ranks return the same.
-    """
-    names = [n for s in sources for n in s.column_names]
-    stats: dict[str, SpanBlockMoments] = {}
-    curve: SpanBlockMoments | None = None
-    for k, split in enumerate(SPLITS):
-        split_caches = caches[k :: len(SPLITS)]  # caches were made source by source, split by split
-        dims = [_width(c.dim, s) for c, s in zip(split_caches, sources, strict=True)]
-        blocks = layout(names, [d for group in dims for d in group])
-        blocked = SpanBlockMoments.empty(blocks, rows[split], parts.get(split, 1), products)
-        if split == "train" and train_edges:
-            curve = SpanBlockMoments.with_edges(blocks, [0, *train_edges], products)
-        for row, chunk in _row_groups(split_caches, owned(len(split_caches[0].ranges))):
-            blocked.add_rows(chunk, row)
-            if split == "train" and curve is not None:
-                upto = curve.rows
-                if row < upto:
-                    curve.add_rows(chunk[: upto - row], row)
-        stats[split] = reduce_blocked(blocked)
-    return stats, None if curve is None else reduce_blocked(curve)
-
-
-def _row_groups(
-    caches: list[EmbeddingCache | PrecomputedSplit], indices: Sequence[int]
-) -> Iterator[tuple[int, np.ndarray]]:
-    """``(first row, (rows, D) chunk)``: the shards ``indices`` of every source side by side,
-    consecutive shards joined up to ``GROUP_ROWS`` rows (each update then mirrors its Gram once).
-
-    Every chunk is a view of one buffer, overwritten by the next: it must not be kept (the
-    statistics copy what they need), and a large buffer is not faulted in again per chunk.
-    """
-    ranges = caches[0].ranges
-    group: list[tuple[int, tuple[np.ndarray, ...]]] = []
-    buffer = np.empty((0, 0), np.float32)
-    pieces_of = zip(*(c.chunks(indices) for c in caches), strict=True)
-    for index, pieces in zip(indices, pieces_of, strict=True):
-        if group and (index != group[-1][0] + 1 or _rows(group) >= GROUP_ROWS):
-            buffer = _joined(group, buffer)
-            yield ranges[group[0][0]][0], buffer[: _rows(group)]
-            group = []
-        group.append((index, pieces))
-    if group:
-        buffer = _joined(group, buffer)
-        yield ranges[group[0][0]][0], buffer[: _rows(group)]
-
-
-def _rows(group: list[tuple[int, tuple[np.ndarray, ...]]]) -> int:
-    return sum(len(pieces[0]) for _, pieces in group)
-
-
-def _joined(group: list[tuple[int, tuple[np.ndarray, ...]]], buffer: np.ndarray) -> np.ndarray:
-    """The group's rows (shards stacked) and columns (sources side by side) at the top of
-    ``buffer``, or of a new buffer where it is too small or of another dtype."""
-    first = group[0][1]
-    widths = np.cumsum([0, *(p.shape[1] for p in first)])
-    shape, dtype = (_rows(group), int(widths[-1])), np.result_type(*first)
-    if buffer.shape[0] < shape[0] or buffer.shape[1] != shape[1] or buffer.dtype != dtype:
-        buffer = np.empty(shape, dtype)
-    row = 0
-    for _, pieces in group:
-        for piece, a, b in zip(pieces, widths[:-1], widths[1:], strict=True):
-            buffer[row : row + len(piece), a:b] = piece
-        row += len(pieces[0])
-    return buffer
-
-
 def train_edges(requested: Sequence[int], available: int) -> list[int]:
     """Learning-curve sizes that fit in the training split: sorted, capped at its size."""
     return sorted({min(int(s), available) for s in requested})
 
 
-def _width(width: int, source: ModelLayers) -> list[int]:
+def _widths(width: int, source: ModelLayers) -> list[int]:
+    """The widths of a source's blocks: one per layer, equal."""
     count = len(source.layers) if source.layers else 1
     return [width // count] * count
 

@@ -27,6 +27,7 @@ from lmalgebra.lmd.run_schema import (
     group_rows,
     write_pairwise,
 )
+from lmalgebra.stats.moments import save_moments
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import write_table
 
@@ -72,6 +73,7 @@ def summary(result: RunResult) -> dict[str, Any]:
         },
         "tables": sorted(f"{stem}.csv" for stem in result.tables),
         "seconds": {k: round(v, 3) for k, v in result.timings.items()},
+        "method": result.method,
         "warnings": result.warnings,
     }
 
@@ -85,8 +87,10 @@ def write_outputs(result: RunResult) -> Path:
     write_table(
         out, GROUP, group_rows([f.target for f in result.group], [f.r2 for f in result.group])
     )
-    for split, moments in result.stats.items():
-        moments.save(out / STATS_DIR / f"{split}.safetensors")
+    for split, moments in result.stats.items():  # around the mean: n, shift = mean, gram = n cov
+        centred = np.zeros_like(moments.mean)
+        path = out / STATS_DIR / f"{split}.safetensors"
+        save_moments(path, result.blocks, moments.n, moments.mean, centred, moments.cov, moments.n)
     if result.config.save_weights:
         _write_weights(result, out / WEIGHTS)
     write_text_atomic(out / CONFIG, config_yaml(result.config))

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +21,7 @@ from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
 from lmalgebra.lmd.given_models import GivenModel
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
+from lmalgebra.lmd.plan_table import checked_plan
 from lmalgebra.lmd.run_schema import TableRows
 from lmalgebra.lmd.run_warnings import run_warnings
 from lmalgebra.lmd.sweeps import (
@@ -27,8 +32,8 @@ from lmalgebra.lmd.sweeps import (
     train_size_sweep,
 )
 from lmalgebra.sources.corpus import documents_by_language, read_documents
-from lmalgebra.stats.moments import SecondMoments
-from lmalgebra.stats.solver import Fit
+from lmalgebra.stats.moments import ModelColumns
+from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.output_paths import tidy_on_failure
 
@@ -55,11 +60,16 @@ class RunResult:
     alpha: float = 0.0
     alpha_selected_by: str = "fixed"
     tables: dict[str, TableRows] = field(default_factory=dict)
-    stats: dict[str, SecondMoments] = field(default_factory=dict)  # per split, every source
+    # per split, every source: mean and covariance (in the layout ``blocks``)
+    stats: dict[str, SplitMoments] = field(default_factory=dict)
+    blocks: list[ModelColumns] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # lmd.run_warnings: what could mislead
     # per split, every source, per block of spans: only when RunInputs.keep_blocks and the study
     # keeps blocks (bootstrap); callers that resample other fits need them
     blocked: dict[str, SpanBlockMoments] = field(default_factory=dict)
+    # how the statistics were made (exact or reduced, precision, k per model, the change of R^2
+    # at half k): summary.json's ``method``
+    method: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,16 +105,18 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
             "or a records file with language_column, not a list of strings"
         )
     by_language = documents_by_language(config.corpus) if study.languages else None
+    plan = checked_plan(config, inputs.given)  # refused here, before any embedding
     pool = ModelPool(config, inputs.given)
     sources = [ModelLayers(n) for n in [*pool.names, *pool.null_names]]
     parts = {s: study.blocks for s in SPLITS} if study.keeps_blocks else {}
-    main = measure(pool, docs, config.spans, sources, parts, study.train_sizes)
+    spill = plan is not None and not config.scale.reduced and plan.spilled[config.scale.precision]
+    with _scratch(config, spill) as directory:
+        main = measure(pool, docs, config.spans, sources, parts, study.train_sizes, spill=directory)
     for name in pool.names:
         report = main.tokens[name]
         log.info(
             "%s: %.1f tokens per span, %d truncated", name, report.mean_tokens, report.truncated
         )
-    totals = {split: blocked.total() for split, blocked in main.stats.items()}
     tokens = {n: main.tokens[n] for n in pool.names}
     timings["measure"] = time.perf_counter() - clock
 
@@ -130,10 +142,26 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
         result.alpha,
         result.selected_by,
         tables,
-        totals,
-        run_warnings(config, pool.names, main.spans, tokens, totals.get("train")),
+        main.split_moments(),
+        main.blocks,
+        run_warnings(config, pool.names, main.spans, tokens, main.blocks),
         main.stats if inputs.keep_blocks and study.keeps_blocks else {},
+        result.method,
     )
+
+
+@contextlib.contextmanager
+def _scratch(config: DecomposeConfig, wanted: bool) -> Iterator[Path | None]:
+    """A private directory under the cache for covariances spilled to disk (their files are
+    unlinked once mapped), removed afterwards; None when the statistics stay in memory."""
+    if not wanted:
+        yield None
+        return
+    root = config.cache_dir / "scratch"
+    root.mkdir(parents=True, exist_ok=True)
+    log.info("the covariances do not fit in memory together: each is spilled under %s", root)
+    with tempfile.TemporaryDirectory(dir=root) as directory:
+        yield Path(directory)
 
 
 def _sweeps(

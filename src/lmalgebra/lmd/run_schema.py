@@ -129,6 +129,24 @@ class LayerMapRow:
 
 
 @dataclass(frozen=True)
+class ReductionRow:
+    """``reduction.csv`` (reduced runs): one model on one split: its width, the principal
+    coordinates and tail probes it kept, the share of the split's variance its coordinates hold,
+    its group R^2, the same with every basis model at half its coordinates, and the largest
+    change of its pairwise R^2 (as target) at half (see :mod:`lmalgebra.lmd.reduction_record`)."""
+
+    model: str
+    width: int
+    components: int
+    probes: int
+    split: str
+    retained_variance: float
+    group_r2: float
+    group_r2_half: float
+    pairwise_change_half: float
+
+
+@dataclass(frozen=True)
 class GroupRow:
     """``group_r2.csv``: each model from all the others, per split; the last row's target is
     ``mean``."""
@@ -149,6 +167,7 @@ LAYER_SWEEP = Table("sweeps/layer.csv", SweepRow)
 LAYER_MAP = Table("sweeps/layer_map.csv", LayerMapRow)
 TRAIN_SIZE_SWEEP = Table("sweeps/train_size.csv", SweepRow)
 LANGUAGE_SWEEP = Table("sweeps/language.csv", SweepRow)
+REDUCTION = Table("reduction.csv", ReductionRow)
 GROUP = Table("group_r2.csv", GroupRow, decimals=WIDE_DECIMALS)
 GROUP_MEAN = "mean"
 
@@ -166,10 +185,18 @@ TABLES: dict[str, Table[Any]] = {
         LAYER_MAP,
         TRAIN_SIZE_SWEEP,
         LANGUAGE_SWEEP,
+        REDUCTION,
     )
 }
 TableRow = (
-    FitRow | NullRow | SimilarityRow | AlphaCurveRow | AttributionShareRow | SweepRow | LayerMapRow
+    FitRow
+    | NullRow
+    | SimilarityRow
+    | AlphaCurveRow
+    | AttributionShareRow
+    | SweepRow
+    | LayerMapRow
+    | ReductionRow
 )
 # Rows handed to the writer: typed rows, or mappings of column -> value (the sweeps' tidy rows).
 TableRows = Sequence[TableRow] | Sequence[Mapping[str, Any]]

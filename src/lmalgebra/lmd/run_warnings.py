@@ -11,16 +11,16 @@ from collections.abc import Mapping, Sequence
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.embed import TokenReport
-from lmalgebra.stats.moments import SecondMoments
+from lmalgebra.stats.moments import ModelColumns
 
 log = logging.getLogger(__name__)
 
 
-def _widest_basis(names: Sequence[str], train: SecondMoments | None) -> tuple[str, int]:
+def _widest_basis(names: Sequence[str], blocks: Sequence[ModelColumns] | None) -> tuple[str, int]:
     """The group fit with the most basis columns: (its target, that width)."""
-    if train is None:
+    if not blocks:
         return "", 0
-    dims = {c.name: c.dim for c in train.blocks if c.name in names}
+    dims = {c.name: c.basis_dim for c in blocks if c.name in names}
     total = sum(dims.values())
     target = min(dims, key=lambda n: dims[n])  # leaving out the narrowest model leaves the most
     return target, total - dims[target]
@@ -31,7 +31,7 @@ def run_warnings(
     names: Sequence[str],
     spans: Mapping[str, int],
     tokens: Mapping[str, TokenReport],
-    train: SecondMoments | None,
+    blocks: Sequence[ModelColumns] | None,
 ) -> list[str]:
     """What a reader of a run's numbers should know, with the remedy (also logged)."""
     warnings: list[str] = []
@@ -44,7 +44,7 @@ def run_warnings(
             "tokens for these counts at this span length; use a larger corpus, a smaller "
             "spans.length (-T) or a larger spans.per_doc"
         )
-    target, width = _widest_basis(names, train)
+    target, width = _widest_basis(names, blocks)
     n_train = spans.get("train", 0)
     if width and n_train <= width:
         warnings.append(

@@ -60,6 +60,11 @@ class StudySpec(BaseModel):
         default="validation", description="Held-out split whose R^2 the attribution uses."
     )
     seed: int = Field(default=0, description="Seed of bootstrap and sampled Shapley values.")
+    similarity: bool = Field(
+        default=True,
+        description="Linear CKA and mean CCA of every pair next to LMD (similarity.csv): an "
+        "eigendecomposition per model and split, minutes each at widths of thousands.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:

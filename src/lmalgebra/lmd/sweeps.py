@@ -28,13 +28,15 @@ def decomposer_of(
     alpha_mode: str,
     train: SpanBlockMoments | None = None,
     train_parts: int | None = None,
+    scales: list[float] | None = None,
 ) -> Decomposer:
-    """A decomposer over a measurement's statistics (optionally a prefix of the training blocks)."""
+    """A decomposer over a measurement's statistics (optionally a prefix of the training
+    blocks); ``scales``: each block's mean variance (a reduced measurement's: ``Decomposer``)."""
     splits = {s: SplitMoments.of(stats[s].total()) for s in SPLITS}
     if train is not None and train_parts is not None:
         splits["train"] = SplitMoments.of(train.prefix(train_parts))
     blocks = stats["train"].blocks
-    return Decomposer(blocks, splits, alpha, alpha_mode)  # type: ignore[arg-type]
+    return Decomposer(blocks, splits, alpha, alpha_mode, scales)  # type: ignore[arg-type]
 
 
 def fit_rows(decomposer: Decomposer, setting: Any, names: Sequence[str]) -> list[Row]:
@@ -64,7 +66,7 @@ def length_sweep(
     for length in lengths:
         spec = config.spans.model_copy(update={"length": length})
         measured = measure(pool, docs, spec, _model_layers(pool.names), {}, label=f"T={length}")
-        solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+        solver = measured.decomposer(alpha, config.alpha_mode)
         rows += fit_rows(solver, length, pool.names)
         log.info("T=%d: %d training spans", length, measured.spans["train"])
     return rows
@@ -87,7 +89,7 @@ def layer_sweep(pool: ModelPool, docs: list[str], alpha: float) -> list[Row]:
         others = [n for n in pool.names if n != target]
         sources = [ModelLayers(target, layers), *_model_layers(others)]
         measured = measure(pool, docs, config.spans, sources, {}, label=f"{target} layers")
-        solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+        solver = measured.decomposer(alpha, config.alpha_mode)
         for layer in layers:
             fit = solver.fit(f"{target}@{layer}", others)
             for split in SPLITS:
@@ -102,7 +104,7 @@ def layer_map(pool: ModelPool, docs: list[str], pair: Sequence[str], alpha: floa
     first, second = pair
     sources = [ModelLayers(name, tuple(range(_depth(pool, name) + 1))) for name in (first, second)]
     measured = measure(pool, docs, config.spans, sources, {}, label="layer map")
-    solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+    solver = measured.decomposer(alpha, config.alpha_mode)
     pairwise = solver.pairwise()
     names = [b.name for b in solver.blocks]
     rows: list[Row] = []
@@ -137,7 +139,8 @@ def train_size_sweep(
     rows: list[Row] = []
     for parts in range(1, len(curve.parts) + 1):
         size = curve.edges[parts]
-        solver = decomposer_of(main.stats, alpha, alpha_mode, curve, parts)
+        train = SplitMoments.of(curve.prefix(parts), in_place=True)
+        solver = main.decomposer(alpha, alpha_mode, train)  # type: ignore[arg-type]
         rows += fit_rows(solver, size, names)
     return rows
 
@@ -153,7 +156,7 @@ def language_sweep(pool: ModelPool, by_language: dict[str, list[str]], alpha: fl
             )
         except UserInputError as err:
             raise UserInputError(f"language {language!r}: {err}") from None
-        solver = decomposer_of(measured.stats, alpha, config.alpha_mode)
+        solver = measured.decomposer(alpha, config.alpha_mode)
         rows += fit_rows(solver, language, pool.names)
     return rows
 

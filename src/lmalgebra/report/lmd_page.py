@@ -112,6 +112,26 @@ def _per_split(values: Any) -> str:
     )
 
 
+def _method_text(method: Any) -> str:
+    """How the statistics were made: exact (and in which precision), or reduced with its k per
+    model, the variance kept and the error estimate (``summary.json``'s ``method``)."""
+    if not isinstance(method, dict):
+        return "exact, float64"
+    if method.get("name") == "exact":
+        return f"exact, {method.get('precision', 'float64')}"
+    components = method.get("components", {})
+    kept = method.get("retained_variance", {})
+    per_model = ", ".join(
+        f"{name} k {k} ({100 * kept.get(name, {}).get('train', float('nan')):.1f}% of its "
+        "training variance)"
+        for name, k in components.items()
+    )
+    return (
+        f"{method.get('name')} ({method.get('precision')}): {per_model}. "
+        f"{method.get('statement', '')}: {_per_split(method.get('error_estimate'))}"
+    )
+
+
 def _run_section(run_dir: Path, summary: dict[str, Any], config: dict[str, Any]) -> Section:
     provenance = run_dir / PROVENANCE
     versions = read_json(provenance).get("versions", {}) if provenance.is_file() else {}
@@ -123,6 +143,7 @@ def _run_section(run_dir: Path, summary: dict[str, Any], config: dict[str, Any])
         ("models", ", ".join(map(str, summary.get("models", [])))),
         ("spans", ", ".join(f"{s} {n}" for s, n in spans.items())),
         ("ridge strength alpha", _alpha_text(summary, config)),
+        ("statistics", _method_text(summary.get("method"))),
         ("group dependency (mean group R²)", _per_split(summary.get("group_dependency"))),
         ("mean pairwise R²", _per_split(summary.get("mean_pairwise_r2"))),
         ("seconds", ", ".join(f"{k} {v}" for k, v in seconds.items())),

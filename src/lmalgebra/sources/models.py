@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
@@ -296,9 +297,20 @@ def _fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any
     return tokenizer
 
 
-def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
-    """The bare ``AutoModel`` (hidden states), float32, in eval mode on ``device``; random weights
-    if asked. Lower precision is the forward pass's business (autocast), not the weights'.
+def load_model(
+    ref: ModelRef,
+    directory: Path,
+    device: str = "cpu",
+    weights_dtype: str = "float32",
+    device_map: str | None = None,
+) -> Any:
+    """The bare ``AutoModel`` (hidden states) in eval mode on ``device``; random weights if asked.
+
+    Weights are float32 unless ``weights_dtype`` is ``bfloat16`` (half the memory of a model too
+    large for one device; its forward pass is then bfloat16). Otherwise lower precision is the
+    forward pass's business (autocast), not the weights'. ``device_map="auto"`` spreads the
+    model over the devices instead, layer by layer (under several processes on one machine,
+    each on its share: :func:`~lmalgebra.core.precision.device_map_memory`).
 
     An ONNX model loads as an :class:`~lmalgebra.sources.onnx_encoder.OnnxEncoder`, which the
     embedding loop drives like an ``AutoModel``; it runs on the CPU whatever ``device`` says.
@@ -316,16 +328,19 @@ def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
 
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
+    # float32 whatever the checkpoint stores, unless asked: weights kept in half precision make
+    # every product half precision, autocast or not
+    dtype = torch.bfloat16 if weights_dtype == "bfloat16" else torch.float32
+    placement = {} if device_map is None else {"device_map": device_map, **device_map_memory()}
     try:
         if ref.random_init:
             config = AutoConfig.from_pretrained(directory, trust_remote_code=ref.trust_remote_code)
             torch.manual_seed(ref.seed)
             model = AutoModel.from_config(config, trust_remote_code=ref.trust_remote_code)
+            model = model.to(dtype)
         else:
-            # float32 whatever the checkpoint stores: weights kept in half precision would make
-            # every product half precision, autocast or not
             model = AutoModel.from_pretrained(
-                directory, dtype=torch.float32, trust_remote_code=ref.trust_remote_code
+                directory, dtype=dtype, trust_remote_code=ref.trust_remote_code, **placement
             )
     except UserInputError:
         raise
@@ -333,6 +348,8 @@ def load_model(ref: ModelRef, directory: Path, device: str = "cpu") -> Any:
         raise UserInputError(
             f"model {ref.name!r}: cannot load from {directory}: {load_failure(err)}"
         ) from err
+    if getattr(model, "hf_device_map", None) is not None:
+        return model.eval()  # placed layer by layer: left where Accelerate put it
     return model.to(device).eval()
 
 

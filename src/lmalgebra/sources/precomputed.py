@@ -117,13 +117,7 @@ def load_precomputed(
     belong to other spans or another order, a file without order information (unless
     ``unchecked_order``), and non-finite values.
     """
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise UserInputError(
-            f"model {name!r}: {path} is not a file of embeddings (.npy, .parquet or .safetensors)"
-        )
-    opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
-    source = opener[suffix](name, path)
+    source = _open(name, path)
     counts = {s: len(texts.get(s, ())) for s in SPLITS}
     expected = sum(counts.values())
     if source.rows != expected:
@@ -140,6 +134,24 @@ def load_precomputed(
         start += counts[split]
     log.info("model %s: %d precomputed rows of width %d from %s", name, expected, source.dim, path)
     return PrecomputedEmbeddings(path, source.dim, splits)
+
+
+def file_shape(name: str, path: Path) -> tuple[int, int]:
+    """``(rows, dim)`` of a file of embeddings, read from its header (a Parquet file: from its
+    column), without checking its rows; a file that is none is refused as ``load_precomputed``
+    refuses it."""
+    source = _open(name, path)
+    return source.rows, source.dim
+
+
+def _open(name: str, path: Path) -> _Source:
+    suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UserInputError(
+            f"model {name!r}: {path} is not a file of embeddings (.npy, .parquet or .safetensors)"
+        )
+    opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
+    return opener[suffix](name, path)
 
 
 def _offset(read: Reader, start: int) -> Reader:
@@ -232,13 +244,31 @@ def _open_npy(name: str, path: Path) -> _Source:
     except (ValueError, OSError) as err:
         raise UserInputError(f"model {name!r}: cannot read {path} as .npy: {err}") from None
     rows, dim = _float_rows(name, path, array.shape, array.dtype.kind)
+    read: Reader = lambda a, b: _as_float32(array[a:b])  # noqa: E731
+    if array.flags.c_contiguous:  # rows read from the file, not through the mapping
+        read = _row_reader(path, array.offset, array.dtype, dim)
     return _Source(
         rows,
         dim,
-        lambda a, b: _as_float32(array[a:b]),
+        read,
         digest=_sidecar_digest(name, path),
         how=f"no {path.name}.spans.sha256 next to it",
     )
+
+
+def _row_reader(path: Path, offset: int, dtype: np.dtype, dim: int) -> Reader:
+    """Rows ``[a, b)`` of a C-ordered array stored at ``offset`` in ``path``, read with one
+    positioned read each: a wide file streamed this way leaves none of its pages mapped into
+    the process (a mapping would count every page it touched as resident memory)."""
+    row_bytes = dim * dtype.itemsize
+
+    def read(a: int, b: int) -> np.ndarray:
+        with path.open("rb") as handle:
+            handle.seek(offset + a * row_bytes)
+            block = np.fromfile(handle, dtype=dtype, count=(b - a) * dim)
+        return _as_float32(block.reshape(b - a, dim))
+
+    return read
 
 
 def _sidecar_digest(name: str, path: Path) -> str | None:

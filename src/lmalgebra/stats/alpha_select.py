@@ -70,10 +70,14 @@ def fold_groups(parts: int, folds: int) -> list[np.ndarray]:
 
 
 def penalty_scale(
-    blocks: Sequence[ModelColumns], train: SplitMoments, alpha_mode: AlphaMode
+    blocks: Sequence[ModelColumns],
+    train: SplitMoments,
+    alpha_mode: AlphaMode,
+    scales: np.ndarray | None = None,
 ) -> np.ndarray:
-    """``(D,) float64`` per-column penalty at alpha = 1, exactly as :class:`Decomposer` sets it."""
-    return Decomposer(blocks, {"train": train}, 1.0, alpha_mode).penalty
+    """``(D,) float64`` per-column penalty at alpha = 1, exactly as :class:`Decomposer` sets it
+    (``scales``: each block's mean variance, as the decomposer's; default from ``train``)."""
+    return Decomposer(blocks, {"train": train}, 1.0, alpha_mode, scales).penalty
 
 
 def complement(total: SplitMoments, part: SplitMoments) -> SplitMoments:
@@ -134,6 +138,7 @@ def select_alpha(
     train_blocks: SpanBlockMoments | None = None,
     folds: int = 5,
     criteria: Sequence[str] | None = None,
+    scales: np.ndarray | None = None,
 ) -> AlphaSelection:
     """Choose alpha over ``grid`` for ``fits`` (default: every model on all the others).
 
@@ -148,6 +153,8 @@ def select_alpha(
         folds: ``k``, between 2 and the number of training blocks.
         criteria: curves to compute; default: ``gcv``, ``validation`` when that split exists,
             ``kfold`` when it is the method. The method's own curve is always computed.
+        scales: each block's mean variance for relative alpha (``Decomposer``'s ``scales``,
+            which reduced models need); default from each training split used.
     """
     values = check_grid(grid)
     wanted = _criteria(method, criteria, splits)
@@ -158,10 +165,10 @@ def select_alpha(
             raise ValueError("k-fold cross-validation needs the training split's block statistics")
         groups = fold_groups(len(train_blocks.parts), folds)
 
-    curves = _train_curves(blocks, splits, specs, values, alpha_mode, wanted)
+    curves = _train_curves(blocks, splits, specs, values, alpha_mode, wanted, scales)
     if groups is not None and train_blocks is not None:
         per_fold = _fold_r2(
-            blocks, splits["train"], train_blocks, groups, specs, values, alpha_mode
+            blocks, splits["train"], train_blocks, groups, specs, values, alpha_mode, scales
         )
         curves["kfold"] = per_fold.mean(axis=0)
     totals = np.array([_target_variance(blocks, splits["train"], t) for t, _ in specs])
@@ -226,7 +233,7 @@ def _labels(specs: list[FitSpec]) -> tuple[str, ...]:
 
 def _columns(blocks: Sequence[ModelColumns], names: Sequence[str]) -> np.ndarray:
     by_name = {b.name: b for b in blocks}
-    return np.concatenate([np.arange(by_name[n].start, by_name[n].stop) for n in names])
+    return np.concatenate([by_name[n].basis_columns() for n in names])
 
 
 def _target_block(blocks: Sequence[ModelColumns], name: str) -> ModelColumns:
@@ -252,10 +259,11 @@ def _train_curves(
     grid: np.ndarray,
     alpha_mode: AlphaMode,
     wanted: set[str],
+    scales: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """GCV and validation R^2, ``(fits, A)`` each, from one eigendecomposition per fit."""
     train = splits["train"]
-    scale = penalty_scale(blocks, train, alpha_mode)
+    scale = penalty_scale(blocks, train, alpha_mode, scales)
     out: dict[str, np.ndarray] = {
         c: np.empty((len(specs), len(grid))) for c in ("gcv", "validation") if c in wanted
     }
@@ -276,6 +284,7 @@ def _fold_r2(
     specs: list[FitSpec],
     grid: np.ndarray,
     alpha_mode: AlphaMode,
+    scales: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(folds, fits, A)`` R^2 of each fold, fitted on the other folds' blocks."""
     if sum(p.n for p in train_blocks.parts) != train.n:
@@ -286,7 +295,7 @@ def _fold_r2(
         counts[group] = 1
         held = SplitMoments.of(train_blocks.combine(counts), in_place=True)
         rest = complement(train, held)
-        scale = penalty_scale(blocks, rest, alpha_mode)
+        scale = penalty_scale(blocks, rest, alpha_mode, scales)
         for i, spec in enumerate(specs):
             path = _path(blocks, rest, scale, spec)
             out[f, i] = path.r2(path.held_out(held), grid)

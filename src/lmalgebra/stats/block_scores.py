@@ -210,7 +210,7 @@ class FixedScorer:
 
 def _columns(solver: Decomposer, names: Sequence[str]) -> np.ndarray:
     """Columns of the models ``names`` (in that order) in the solver's layout."""
-    return np.concatenate([np.arange(solver.block(n).start, solver.block(n).stop) for n in names])
+    return solver.basis_columns(names)
 
 
 def _dense(block: np.ndarray | None, dim: int) -> np.ndarray:

@@ -13,6 +13,10 @@ the shift-centred rows are rounded to float32 once, their products summed in flo
 ``FLOAT32_ROWS`` rows, and those partial Grams accumulated in float64. Centring first is what makes
 this accurate: the rounding is relative to each row's distance from the shift, not to its offset.
 Column sums are always exact float64 sums of the rows as given.
+
+``precision="float32"`` keeps the Gram matrix itself in float32 (half the memory of a wide run:
+``D x D x 4`` bytes), each float32 partial Gram added into it by BLAS ``ssyrk`` in place; sums
+stay float64. Above ``WIDE`` columns no update allocates a ``D x D`` temporary.
 """
 
 from __future__ import annotations
@@ -25,13 +29,23 @@ from typing import Literal
 
 import numpy as np
 import torch
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.symmetric_kernels import add_upper, gram_upper, mirror_upper
-from lmalgebra.storage.atomic import write_atomic
+from lmalgebra.stats.symmetric_kernels import (
+    add_gram_panels,
+    add_upper,
+    gram_upper,
+    mirror_upper,
+    syrk_into,
+)
+from lmalgebra.storage.safetensors_stream import write_safetensors
 
 Products = Literal["float32", "float64"]
+Precision = Literal["float64", "float32"]
+# Above this many columns an update never builds a (D, D) temporary (a float32 triangle of
+# 8,192 columns is 256 MiB): the Gram grows panel by panel, or by syrk in place.
+WIDE = 8192
 # Rows whose float32 products are summed in float32 before the partial Gram is added in float64:
 # the float32 rounding of one entry is at most (FLOAT32_ROWS + 2) * 2^-24 times the sum of the
 # absolute products it adds (typically far less), and large chunks still run at full BLAS speed.
@@ -40,22 +54,46 @@ FLOAT32_ROWS = 2048
 
 @dataclass(frozen=True)
 class ModelColumns:
-    """One model's columns ``[start, stop)`` in the concatenated embedding."""
+    """One model's columns ``[start, stop)`` in the concatenated embedding.
+
+    ``tail``: the block's last ``tail`` columns stand for the model's variance outside its other
+    columns (a reduced model's tail probes, :mod:`lmalgebra.stats.principal`). They are the
+    model's when it is a target, never when it is in a basis: its basis columns are
+    ``[start, basis_stop)``.
+    """
 
     name: str
     start: int
     stop: int
+    tail: int = 0
 
     @property
     def dim(self) -> int:
         return self.stop - self.start
 
+    @property
+    def basis_stop(self) -> int:
+        return self.stop - self.tail
 
-def layout(names: list[str], dims: list[int]) -> list[ModelColumns]:
-    """Blocks for models concatenated in the given (deterministic) order."""
+    @property
+    def basis_dim(self) -> int:
+        return self.dim - self.tail
+
+    def basis_columns(self) -> np.ndarray:
+        return np.arange(self.start, self.basis_stop)
+
+
+def block_entry(block: ModelColumns) -> list[str | int]:
+    """``[name, start, stop]`` (and ``tail`` when there is one): a block as files record it."""
+    return [block.name, block.start, block.stop, *([block.tail] if block.tail else [])]
+
+
+def layout(names: list[str], dims: list[int], tails: list[int] | None = None) -> list[ModelColumns]:
+    """Blocks for models concatenated in the given (deterministic) order (``tails``: see
+    :class:`ModelColumns`; none by default)."""
     blocks, start = [], 0
-    for name, dim in zip(names, dims, strict=True):
-        blocks.append(ModelColumns(name, start, start + dim))
+    for name, dim, tail in zip(names, dims, tails or [0] * len(names), strict=True):
+        blocks.append(ModelColumns(name, start, start + dim, tail))
         start += dim
     return blocks
 
@@ -69,6 +107,15 @@ def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bo
     to run at full BLAS speed. ``mirror=False`` may leave ``gram``'s lower triangle behind (a
     caller adding many chunks mirrors once, with ``mirror_upper``, after the last).
     """
+    if gram.dtype == torch.float32 and syrk_into(gram.numpy(), rows):
+        if mirror:
+            mirror_upper(gram.numpy())
+        return
+    if rows.dtype == torch.float32 and rows.shape[1] > WIDE:
+        add_gram_panels(gram.numpy(), rows)
+        if mirror:
+            mirror_upper(gram.numpy())
+        return
     upper = gram_upper(rows)
     if upper is not None:
         add_upper(gram.numpy(), upper)
@@ -97,8 +144,10 @@ class SecondMoments:
         n: number of rows seen.
         shift: ``(D,) float64``, subtracted from every row before accumulating.
         sums: ``(D,) float64``, sum of ``z - shift``.
-        gram: ``(D, D) float64``, sum of ``(z - shift)(z - shift)^T``.
+        gram: ``(D, D)`` float64 (float32 with ``precision="float32"``), sum of
+            ``(z - shift)(z - shift)^T``.
         products: precision of the products ``update`` adds to ``gram`` (see the module).
+        precision: dtype of ``gram`` and of the covariance made from it.
     """
 
     blocks: list[ModelColumns]
@@ -107,13 +156,16 @@ class SecondMoments:
     sums: np.ndarray = field(default_factory=lambda: np.zeros(0))
     gram: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     products: Products = "float64"
+    precision: Precision = "float64"
 
     def __post_init__(self) -> None:
         dim = self.dim
+        if self.precision == "float32":
+            self.products = "float32"  # float64 products would be rounded at once
         if self.shift.size == 0:
             self.shift = np.zeros(dim)
             self.sums = np.zeros(dim)
-            self.gram = np.zeros((dim, dim))
+            self.gram = np.zeros((dim, dim), dtype=self.precision)
 
     @property
     def dim(self) -> int:
@@ -174,7 +226,15 @@ class SecondMoments:
         sums = self.sums + self.n * delta
         outer = np.outer(self.sums, delta)
         gram = self.gram + outer + outer.T + self.n * np.outer(delta, delta)
-        return SecondMoments(self.blocks, self.n, shift.copy(), sums, gram, self.products)
+        return SecondMoments(
+            self.blocks,
+            self.n,
+            shift.copy(),
+            sums,
+            gram.astype(self.gram.dtype, copy=False),
+            self.products,
+            self.precision,
+        )
 
     def __add__(self, other: SecondMoments) -> SecondMoments:
         """Statistics of the union of the rows of ``self`` and ``other``."""
@@ -182,7 +242,13 @@ class SecondMoments:
             raise ValueError("cannot merge statistics over different models")
         if other.n == 0:
             return SecondMoments(
-                self.blocks, self.n, self.shift, self.sums.copy(), self.gram.copy(), self.products
+                self.blocks,
+                self.n,
+                self.shift,
+                self.sums.copy(),
+                self.gram.copy(),
+                self.products,
+                self.precision,
             )
         if self.n == 0:
             return other.__add__(self)
@@ -194,6 +260,7 @@ class SecondMoments:
             self.sums + moved.sums,
             self.gram + moved.gram,
             self.products,
+            self.precision,
         )
 
     def mean(self) -> np.ndarray:
@@ -202,14 +269,14 @@ class SecondMoments:
         return self.shift + self.sums / self.n
 
     def covariance(self, in_place: bool = False) -> np.ndarray:
-        """``(D, D) float64`` population covariance ``E[(z - E z)(z - E z)^T]``.
+        """``(D, D)`` population covariance ``E[(z - E z)(z - E z)^T]``, in the Gram's dtype.
 
         ``in_place`` reuses the Gram buffer (no second ``D x D`` array); the statistics are then
         spent and must not be used again.
         """
         self._check_unspent()
-        centred = torch.from_numpy(self.sums / self.n)
         gram = torch.from_numpy(self.gram)
+        centred = torch.from_numpy(self.sums / self.n).to(gram.dtype)
         cov = gram.div_(self.n) if in_place else gram / self.n  # one pass, no D x D temporary
         cov.addr_(centred, centred, alpha=-1.0)
         if in_place:
@@ -224,12 +291,7 @@ class SecondMoments:
     def save(self, path: Path) -> None:
         """Write as safetensors; block layout in the metadata."""
         self._check_unspent()
-        meta = {
-            "n": str(self.n),
-            "blocks": json.dumps([[b.name, b.start, b.stop] for b in self.blocks]),
-        }
-        tensors = {"shift": self.shift, "sums": self.sums, "gram": self.gram}
-        write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta))
+        save_moments(path, self.blocks, self.n, self.shift, self.sums, self.gram)
 
     @classmethod
     def load(cls, path: Path) -> SecondMoments:
@@ -239,9 +301,37 @@ class SecondMoments:
             with safe_open(str(path), framework="numpy") as handle:
                 meta = handle.metadata()
             tensors = load_file(str(path))
-            blocks = [
-                ModelColumns(name, start, stop) for name, start, stop in json.loads(meta["blocks"])
-            ]
-            return cls(blocks, int(meta["n"]), tensors["shift"], tensors["sums"], tensors["gram"])
+            blocks = [ModelColumns(*entry) for entry in json.loads(meta["blocks"])]
+            gram = tensors["gram"]
+            precision: Precision = "float32" if gram.dtype == np.float32 else "float64"
+            return cls(
+                blocks,
+                int(meta["n"]),
+                tensors["shift"],
+                tensors["sums"],
+                gram,
+                products="float32" if precision == "float32" else "float64",
+                precision=precision,
+            )
         except Exception as err:  # safetensors raises its own error type for damaged files
             raise UserInputError(f"statistics file {path} is unreadable or corrupt: {err}") from err
+
+
+def save_moments(
+    path: Path,
+    blocks: list[ModelColumns],
+    n: int,
+    shift: np.ndarray,
+    sums: np.ndarray,
+    gram: np.ndarray,
+    gram_scale: float | None = None,
+) -> None:
+    """Write second moments as ``SecondMoments.load`` reads them, streamed (no copy of ``gram``).
+
+    ``gram_scale``: the Gram is ``gram_scale * gram`` (a covariance around the mean is written as
+    the statistics ``n, shift = mean, sums = 0, gram = n * cov``).
+    """
+    meta = {"n": str(n), "blocks": json.dumps([block_entry(b) for b in blocks])}
+    tensors = {"shift": shift, "sums": sums, "gram": gram}
+    scales = {} if gram_scale is None else {"gram": gram_scale}
+    write_safetensors(path, tensors, meta, scales)

@@ -44,9 +44,7 @@ def shuffled_r2(decomposer: Decomposer, fit: Fit, split: str = "validation") -> 
     """
     m = _split(decomposer, split)
     t = decomposer.block(fit.target)
-    cols = np.concatenate(
-        [np.arange(decomposer.block(n).start, decomposer.block(n).stop) for n in fit.basis]
-    )
+    cols = decomposer.basis_columns(fit.basis)
     total = float(np.trace(m.cov[t.start : t.stop, t.start : t.stop]))
     if total <= 0:
         return math.nan
@@ -67,9 +65,7 @@ def shuffled_from_r2(decomposer: Decomposer, fit: Fit, split: str = "validation"
     """
     m = _split(decomposer, split)
     t = decomposer.block(fit.target)
-    cols = np.concatenate(
-        [np.arange(decomposer.block(n).start, decomposer.block(n).stop) for n in fit.basis]
-    )
+    cols = decomposer.basis_columns(fit.basis)
     total = float(np.trace(m.cov[t.start : t.stop, t.start : t.stop]))
     if total <= 0:
         return math.nan
@@ -87,7 +83,7 @@ def shuffled_pairwise(decomposer: Decomposer) -> dict[str, np.ndarray]:
     out = {split: np.full((len(names), len(names)), np.nan) for split in decomposer.splits}
     train = decomposer.train
     for j, bj in enumerate(decomposer.blocks):
-        cj = slice(bj.start, bj.stop)
+        cj = slice(bj.start, bj.basis_stop)
         coef = decomposer.single_basis_coef(j).numpy()  # coef[:, block_i].T: i's weight on j
         for split, s in decomposer.splits.items():
             spread = (coef * (s.cov[cj, cj] @ coef)).sum(axis=0)

@@ -108,7 +108,7 @@ def similarity_table(
     cov = moments.cov
     if cov.shape[0] != (blocks[-1].stop if blocks else 0):
         raise ValueError(f"covariance of size {cov.shape[0]} does not match the block layout")
-    spans = [slice(b.start, b.stop) for b in blocks]
+    spans = [slice(b.start, b.basis_stop) for b in blocks]  # a reduced model: its coordinates
     whiteners = [whitener(cov[s, s], keep, ridge) for s in spans]
     rows = []
     for i, a in enumerate(blocks):

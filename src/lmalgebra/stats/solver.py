@@ -17,11 +17,18 @@ The penalty ``Lam`` is diagonal and constant within each basis model's block. Wi
 rescaled to unit mean variance, so models of different scales and widths are treated alike. Because
 a model's penalty does not depend on which other models share the basis, every leave-one-model-out
 fit comes from one inverse ``P = (C + Lam)^-1``: ``W_t = -(P_tt)^-1 P_tB``.
+
+A model may be given by its principal coordinates (:mod:`lmalgebra.stats.principal`): its block
+then holds ``k`` of its ``d`` dimensions, and ``scales`` carries the mean variance of all ``d``,
+so its relative penalty is the one the whole model would get. Covariances stored in float32 (the
+float32 precision of the statistics) give a float32 inverse and float32 held-out scores of the
+group fits; single-model blocks are solved in float64 either way.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -34,12 +41,18 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 from lmalgebra.stats.symmetric_kernels import block_sums, row_quadratics, spd_inverse
+from lmalgebra.stats.tail_fit import tail_fit
 
 log = logging.getLogger(__name__)
 
 AlphaMode = Literal["relative", "absolute"]
 # Above this estimated condition number of (C_BB + Lam) the fit is numerically fragile.
 ILL_CONDITIONED = 1e10
+
+
+def _wide(rows: np.ndarray) -> torch.Tensor:
+    """Rows of a covariance as a float64 tensor (a float32 covariance's rows are converted)."""
+    return torch.from_numpy(np.asarray(rows, dtype=np.float64))
 
 
 @functools.cache
@@ -87,6 +100,8 @@ class Decomposer:
         splits: split name -> moments; must contain ``"train"`` (where every fit is estimated).
         alpha: ridge strength (see the module docstring for the two modes).
         alpha_mode: ``"relative"`` to each basis model's mean variance, or ``"absolute"``.
+        scales: ``(blocks,) float64``, each block's mean per-dimension variance that relative
+            alpha multiplies; default the mean of the block's training variances.
     """
 
     def __init__(
@@ -95,6 +110,7 @@ class Decomposer:
         splits: dict[str, SplitMoments],
         alpha: float = 1e-2,
         alpha_mode: AlphaMode = "relative",
+        scales: Sequence[float] | np.ndarray | None = None,
     ) -> None:
         if "train" not in splits:
             raise ValueError("the training split is required")
@@ -106,11 +122,17 @@ class Decomposer:
         self.train = splits["train"]
         self._by_name = {b.name: b for b in self.blocks}
         self._factors: dict[int, torch.Tensor] = {}  # single-model bases, factored once
-        diag = np.diag(self.train.cov)
+        diag = np.diag(self.train.cov).astype(np.float64)
+        # given scales stay with a decomposer refitted on other training rows; derived ones follow
+        self.given_scales = None if scales is None else np.asarray(scales, dtype=np.float64)
+        if scales is None:
+            scales = [diag[b.start : b.basis_stop].mean() for b in self.blocks]
+        self.scales = np.asarray(scales, dtype=np.float64)
+        if self.scales.shape != (len(self.blocks),):
+            raise ValueError(f"{self.scales.shape} scales for {len(self.blocks)} blocks")
         self.penalty = np.empty(self.train.cov.shape[0])
-        for b in self.blocks:
-            scale = diag[b.start : b.stop].mean() if alpha_mode == "relative" else 1.0
-            self.penalty[b.start : b.stop] = alpha * scale
+        for b, scale in zip(self.blocks, self.scales, strict=True):
+            self.penalty[b.start : b.stop] = alpha * (scale if alpha_mode == "relative" else 1.0)
 
     def subset(self, names: Sequence[str]) -> Decomposer:
         """The same decomposer over only ``names`` (in that order, blocks laid out afresh).
@@ -122,13 +144,25 @@ class Decomposer:
             raise UserInputError("the subset of models is empty")
         if len(set(names)) != len(names):
             raise UserInputError(f"the subset names a model twice: {list(names)}")
-        cols = self._columns(names)
+        cols = np.concatenate([np.arange(self.block(n).start, self.block(n).stop) for n in names])
         splits = {
             split: SplitMoments(m.n, m.mean[cols], m.cov[np.ix_(cols, cols)])
             for split, m in self.splits.items()
         }
-        blocks = layout(list(names), [self.block(n).dim for n in names])
-        return Decomposer(blocks, splits, self.alpha, self.alpha_mode)
+        picked = [self.block(n) for n in names]
+        blocks = layout(list(names), [b.dim for b in picked], [b.tail for b in picked])
+        scales = [self.scales[self.blocks.index(self.block(n))] for n in names]
+        return Decomposer(blocks, splits, self.alpha, self.alpha_mode, scales)
+
+    def with_basis(self, keep: dict[str, int]) -> Decomposer:
+        """The same statistics with model ``name``'s basis cut to its first ``keep[name]``
+        columns: the rest of its block joins its target-only tail, so it is still fitted as a
+        target. Penalties are unchanged (no copy of the statistics is made)."""
+        blocks = [
+            ModelColumns(b.name, b.start, b.stop, b.dim - min(keep.get(b.name, b.dim), b.basis_dim))
+            for b in self.blocks
+        ]
+        return Decomposer(blocks, self.splits, self.alpha, self.alpha_mode, self.scales)
 
     # -- helpers -------------------------------------------------------------------------------
     def block(self, name: str) -> ModelColumns:
@@ -138,8 +172,11 @@ class Decomposer:
             known = ", ".join(self._by_name)
             raise UserInputError(f"model {name!r} is not among the models ({known})") from None
 
-    def _columns(self, names: Sequence[str]) -> np.ndarray:
-        return np.concatenate([np.arange(self.block(n).start, self.block(n).stop) for n in names])
+    def basis_columns(self, names: Sequence[str]) -> np.ndarray:
+        """The columns the models ``names`` bring to a basis, in that order (tails left out)."""
+        return np.concatenate([self.block(n).basis_columns() for n in names])
+
+    _columns = basis_columns
 
     def _check_factor(self, ok: bool, diag: np.ndarray, basis: Sequence[str]) -> None:
         """Fail naming the basis when its system is not SPD; warn when it is ill-conditioned
@@ -172,16 +209,17 @@ class Decomposer:
     def _block_factor(self, j: int) -> torch.Tensor:
         """Cholesky factor of ``C_jj + Lam_j`` of block ``j``, factored once per decomposer."""
         if j not in self._factors:
-            cj = slice(self.blocks[j].start, self.blocks[j].stop)
-            system = self.train.cov[cj, cj] + np.diag(self.penalty[cj])
+            cj = slice(self.blocks[j].start, self.blocks[j].basis_stop)
+            system = self.train.cov[cj, cj].astype(np.float64) + np.diag(self.penalty[cj])
             self._factors[j] = self._cholesky(system, [self.blocks[j].name])
         return self._factors[j]
 
     def single_basis_coef(self, j: int) -> torch.Tensor:
-        """``(d_j, D) float64`` ``(C_jj + Lam_j)^-1 C_j,:``: column block ``i`` is the transposed
-        weight of target ``i`` fitted on model ``j`` alone."""
-        rows = torch.from_numpy(self.train.cov[self.blocks[j].start : self.blocks[j].stop])
-        return torch.cholesky_solve(rows, self._block_factor(j))
+        """``(d_j, D) float64`` ``(C_jj + Lam_j)^-1 C_j,:`` (``d_j``: block ``j``'s basis
+        columns): column block ``i`` is the transposed weight of target ``i`` fitted on model
+        ``j`` alone."""
+        rows = self.train.cov[self.blocks[j].start : self.blocks[j].basis_stop]
+        return torch.cholesky_solve(_wide(rows), self._block_factor(j))
 
     def r2(
         self, weight: np.ndarray, target: ModelColumns, basis_cols: np.ndarray
@@ -229,66 +267,95 @@ class Decomposer:
             factor = self._block_factor(self.blocks.index(self.block(basis[0])))
         else:
             factor = self._cholesky(cov[np.ix_(cols, cols)] + np.diag(self.penalty[cols]), basis)
-        rhs = torch.from_numpy(np.ascontiguousarray(cov[cols, t.start : t.stop]))
+        rhs = _wide(np.ascontiguousarray(cov[cols, t.start : t.stop]))
         weight = torch.cholesky_solve(rhs, factor).numpy().T
         return self._fit(target, basis, weight)
 
     def leave_one_out(self) -> list[Fit]:
-        """Every model decomposed on all the others, all from one ``D x D`` inverse.
+        """Every model decomposed on all the others, all from one inverse over the basis columns.
 
         ``P = (C + Lam)^-1`` is computed in one buffer, whose rows then become each target's
         residual operator ``R_t = P_tt^-1 P_t`` (``I`` on t, ``-W`` on the rest); held-out
         residuals are quadratic forms of the stacked operators, taken over all targets at once.
+        A target's tail columns (target-only, see ``ModelColumns``) are fitted on the same basis
+        from ``P C_{:, tail}``, taken before ``P`` is overwritten (:func:`tail_fit`).
         """
-        names, dim = [b.name for b in self.blocks], self.train.cov.shape[0]
-        system = self.train.cov.copy()
-        system[np.diag_indices(dim)] += self.penalty
+        names, cov = [b.name for b in self.blocks], self.train.cov
+        heads = self.basis_columns(names)
+        tails = np.setdiff1d(np.arange(cov.shape[0]), heads)
+        # the one D x D copy (of a file-backed covariance: read into memory)
+        system = np.array(cov) if not tails.size else cov[np.ix_(heads, heads)]
+        system[np.diag_indices(heads.size)] += self.penalty[heads].astype(system.dtype)
         inverse, diag = spd_inverse(system)
         self._check_factor(inverse is not None, diag, names)
         assert inverse is not None  # _check_factor raised otherwise
+        carried = inverse @ cov[np.ix_(heads, tails)] if tails.size else None  # P C_{:, tails}
+        edges = np.cumsum([0, *(b.basis_dim for b in self.blocks)])
         operators = torch.from_numpy(inverse)
-        train_residual, dfs = self._operators_in_place(operators)
-        edges = [b.start for b in self.blocks] + [dim]
+        train_residual, dfs = self._operators_in_place(operators, edges, self.penalty[heads])
         residuals = {"train": train_residual}
         for split, m in self.splits.items():
             if split != "train":
-                spread = row_quadratics(operators, torch.from_numpy(m.cov), np.arange(dim))
-                shift = operators @ torch.from_numpy(m.mean - self.train.mean)
-                residuals[split] = block_sums(spread + shift**2, edges)
+                spread = row_quadratics(operators, torch.from_numpy(m.cov), heads)
+                moved = torch.from_numpy((m.mean - self.train.mean)[heads]).to(operators.dtype)
+                shift = (operators @ moved).to(torch.float64)
+                residuals[split] = block_sums(spread + shift**2, edges.tolist())
         fits = []
-        mean = torch.from_numpy(self.train.mean)
+        mean = torch.from_numpy(self.train.mean[heads]).to(operators.dtype)
         for k, b in enumerate(self.blocks):
             others = [n for n in names if n != b.name]
-            cols = self._columns(others)
-            bias = (operators[b.start : b.stop] @ mean).numpy()  # mean_t - W mean_B
-            weight = operators[b.start : b.stop, torch.from_numpy(cols)].neg_().numpy()
+            rows = operators[edges[k] : edges[k + 1]]
+            bias = (rows @ mean).double().numpy()  # mean_t - W mean_B
+            kept = np.r_[0 : edges[k], edges[k + 1] : edges[-1]]
+            weight = rows[:, torch.from_numpy(kept)].neg_().double().numpy()
+            residual = {split: residuals[split][k] for split in self.splits}
+            if b.tail:
+                assert carried is not None
+                placed = np.searchsorted(tails, np.arange(b.basis_stop, b.stop))
+                weight, bias, extra = tail_fit(
+                    self.splits,
+                    b,
+                    self.basis_columns(others),
+                    weight,
+                    bias,
+                    carried[:, placed],
+                    (edges[k], edges[k + 1]),
+                )
+                residual = {split: residual[split] + extra[split] for split in residual}
             scores = {}
             for split, m in self.splits.items():
                 total = float(np.trace(m.cov[b.start : b.stop, b.start : b.stop]))
-                scores[split] = 1 - residuals[split][k] / total if total > 0 else float("nan")
+                scores[split] = 1 - residual[split] / total if total > 0 else float("nan")
             fits.append(Fit(b.name, tuple(others), weight, bias, scores, dfs[k]))
         return fits
 
-    def _operators_in_place(self, inverse: torch.Tensor) -> tuple[list[float], list[float]]:
+    def _operators_in_place(
+        self, inverse: torch.Tensor, edges: np.ndarray, penalty_values: np.ndarray
+    ) -> tuple[list[float], list[float]]:
         """Turn ``P``'s rows into the operators ``R_t``; each fit's train residual and df.
 
-        On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) = tr(P_tt^-1) - sum(Lam * R^2)``; with
-        ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the effective degrees of freedom are
-        ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``, and ``P_tt R_t = P_t``.
+        ``edges``: each block's rows ``[edges[k], edges[k + 1])`` of ``P``; ``penalty_values``:
+        the penalty of every row. On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) =
+        tr(P_tt^-1) - sum(Lam * R^2)``; with ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the
+        effective degrees of freedom are ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``,
+        and ``P_tt R_t = P_t``.
         """
-        penalty = torch.from_numpy(self.penalty)
+        penalty = torch.from_numpy(penalty_values)
         p_diag = torch.diagonal(inverse).clone()
         residuals, dfs = [], []
-        for b in self.blocks:
-            rows = inverse[b.start : b.stop]
-            p_tt = rows[:, b.start : b.stop].clone()
+        for a, b in itertools.pairwise(int(e) for e in edges):
+            rows = inverse[a:b]
+            p_tt = rows[:, a:b].clone()
             factor = torch.linalg.cholesky(p_tt)  # a principal block of an SPD inverse
             operator = torch.cholesky_solve(rows, factor)  # (d_t, D)
             # diag(R_tB^T P_tt R_tB), as P_tt R_t = P_t
             reduced = penalty * (p_diag - (rows * operator).sum(dim=0))
-            basis_dim = len(penalty) - b.dim
-            dfs.append(basis_dim - float(reduced.sum() - reduced[b.start : b.stop].sum()))
-            residual = torch.cholesky_inverse(factor).trace() - (penalty * operator**2).sum()
+            basis_dim = len(penalty) - (b - a)
+            dfs.append(basis_dim - float(reduced.sum() - reduced[a:b].sum()))
+            residual = (
+                torch.cholesky_inverse(factor).double().trace()
+                - (penalty * operator.double() ** 2).sum()
+            )
             residuals.append(float(residual))
             rows.copy_(operator)
         return residuals, dfs
@@ -305,10 +372,10 @@ class Decomposer:
         var = {split: np.diag(s.cov) for split, s in self.splits.items()}
         totals = {split: np.add.reduceat(v, starts) for split, v in var.items()}
         for j, bj in enumerate(self.blocks):
-            cj = slice(bj.start, bj.stop)
+            cj = slice(bj.start, bj.basis_stop)
             coef = self.single_basis_coef(j)  # (d_j, D)
             for split, s in self.splits.items():
-                c_j = torch.from_numpy(s.cov[cj])
+                c_j = _wide(s.cov[cj])
                 if s is self.train:  # (C_jj + Lam_j) coef = C_j: fitted - 2 C_j = -(C_j + Lam coef)
                     work = torch.addcmul(c_j, torch.from_numpy(self.penalty[cj])[:, None], coef)
                     work.neg_()
@@ -342,7 +409,7 @@ class Decomposer:
         mean = self.train.mean
         for (i, j), weight in sorted(weights.items()):
             bi, bj = self.blocks[i], self.blocks[j]
-            bias = mean[bi.start : bi.stop] - weight @ mean[bj.start : bj.stop]
+            bias = mean[bi.start : bi.stop] - weight @ mean[bj.start : bj.basis_stop]
             r2 = {split: float(table[split][i, j]) for split in self.splits}
             fits.append(Fit(bi.name, (bj.name,), weight, bias, r2))
         return fits

@@ -18,7 +18,14 @@ from pathlib import Path
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.moments import ModelColumns, Products, SecondMoments, layout
+from lmalgebra.stats.moments import (
+    ModelColumns,
+    Precision,
+    Products,
+    SecondMoments,
+    block_entry,
+    layout,
+)
 from lmalgebra.storage.atomic import write_text_atomic
 
 
@@ -49,19 +56,27 @@ class SpanBlockMoments:
         rows: int,
         parts: int,
         products: Products = "float64",
+        precision: Precision = "float64",
     ) -> SpanBlockMoments:
-        """``parts`` near-equal blocks over ``rows`` rows; ``products``: see ``SecondMoments``."""
-        return cls.with_edges(blocks, block_edges(rows, parts), products)
+        """``parts`` near-equal blocks over ``rows`` rows; ``products``, ``precision``: see
+        ``SecondMoments``."""
+        return cls.with_edges(blocks, block_edges(rows, parts), products, precision)
 
     @classmethod
     def with_edges(
-        cls, blocks: Sequence[ModelColumns], edges: Sequence[int], products: Products = "float64"
+        cls,
+        blocks: Sequence[ModelColumns],
+        edges: Sequence[int],
+        products: Products = "float64",
+        precision: Precision = "float64",
     ) -> SpanBlockMoments:
         """Blocks with the given increasing row boundaries (``edges[0] == 0``)."""
         edges = [int(e) for e in edges]
         if edges[0] != 0 or any(b <= a for a, b in itertools.pairwise(edges)):
             raise ValueError(f"block edges must start at 0 and increase: {edges}")
-        parts = [SecondMoments(list(blocks), products=products) for _ in edges[1:]]
+        parts = [
+            SecondMoments(list(blocks), products=products, precision=precision) for _ in edges[1:]
+        ]
         return cls(list(blocks), edges, parts)
 
     @property
@@ -119,7 +134,9 @@ class SpanBlockMoments:
         if unknown:
             raise UserInputError(f"model {unknown[0]!r} is not among the block statistics")
         cols = np.concatenate([np.arange(by_name[n].start, by_name[n].stop) for n in names])
-        blocks = layout(list(names), [by_name[n].dim for n in names])
+        blocks = layout(
+            list(names), [by_name[n].dim for n in names], [by_name[n].tail for n in names]
+        )
         parts = [
             SecondMoments(blocks, m.n, m.shift[cols], m.sums[cols], m.gram[np.ix_(cols, cols)])
             if m.n > 0
@@ -135,7 +152,7 @@ class SpanBlockMoments:
             part.save(directory / f"part-{p:04d}.safetensors")
         meta = {
             "edges": self.edges,
-            "blocks": [[b.name, b.start, b.stop] for b in self.blocks],
+            "blocks": [block_entry(b) for b in self.blocks],
         }
         text = json.dumps(meta, indent=1)
         write_text_atomic(directory / "blocks.json", text)
@@ -147,7 +164,7 @@ class SpanBlockMoments:
             meta = json.loads(index.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise UserInputError(f"block statistics index {index} is unreadable: {err}") from err
-        blocks = [ModelColumns(name, start, stop) for name, start, stop in meta["blocks"]]
+        blocks = [ModelColumns(*entry) for entry in meta["blocks"]]
         parts = [
             SecondMoments.load(directory / f"part-{p:04d}.safetensors")
             for p in range(len(meta["edges"]) - 1)

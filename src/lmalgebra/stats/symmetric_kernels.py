@@ -7,6 +7,9 @@ panels of the symmetric ``C`` only, reading ``C`` in place over any set of its c
 about half the flops of ``(op @ C) * op`` and no gathered copy of a sub-matrix.
 ``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the flops of a product),
 ``add_upper`` adds such a triangle to another, and ``mirror_upper`` makes a matrix whole again.
+For wide matrices, ``syrk_into`` adds the triangle into a float32 matrix in place and
+``add_gram_panels`` into a float64 one panel by panel: neither allocates a ``D x D`` temporary.
+Every kernel works in the matrix's own dtype (float64, or float32 for the float32 precision).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ PANEL = 512
 
 
 def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-    """``(system^-1, diag(L))`` of an SPD ``(D, D) float64`` C-contiguous ``system = L L^T``.
+    """``(system^-1, diag(L))`` of an SPD ``(D, D)`` float64 or float32 C-contiguous
+    ``system = L L^T`` (the inverse in the same dtype).
 
     ``system`` is overwritten: it becomes the inverse (returned as a view of it). The inverse is
     ``None`` when ``system`` is not positive definite; ``diag(L)`` then holds what the
@@ -35,11 +39,12 @@ def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
         return _torch_inverse(system)
     # a C-ordered symmetric matrix is its own transpose, an F-ordered array LAPACK works in
     fortran = system.T
-    factor, info = lapack.dpotrf(fortran, lower=1, overwrite_a=1, clean=0)
-    diag = np.diagonal(factor).copy()
+    potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (fortran,))
+    factor, info = potrf(fortran, lower=1, overwrite_a=1, clean=0)
+    diag = np.diagonal(factor).astype(np.float64)
     if info != 0:
         return None, diag
-    inverse, info = lapack.dpotri(factor, lower=1, overwrite_c=1)
+    inverse, info = potri(factor, lower=1, overwrite_c=1)
     if info != 0:  # a zero pivot potrf did not see: singular to working precision
         return None, diag
     result = inverse.T  # C-ordered again; potri filled the upper triangle of this view
@@ -52,7 +57,7 @@ def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     that at most two ``D x D`` arrays are alive at once."""
     buffer = torch.from_numpy(system)
     factor, info = torch.linalg.cholesky_ex(buffer)
-    diag = torch.diagonal(factor).clone().numpy()
+    diag = torch.diagonal(factor).to(torch.float64).numpy()
     if int(info) != 0:
         return None, diag
     buffer.copy_(factor)
@@ -87,10 +92,11 @@ def column_runs(cols: np.ndarray) -> list[tuple[int, int, int]]:
 def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> torch.Tensor:
     """``(r,) float64``: ``op_i C[cols, cols] op_i^T`` for each row ``i`` of ``op``.
 
-    ``op``: ``(r, len(cols)) float64``, its columns in the order of ``cols``; ``cov``:
-    ``(D, D) float64`` symmetric, read in place. With ``C`` cut into panels ``p`` (runs of
-    consecutive columns, at most ``PANEL`` wide), ``op C op^T = sum_q op_q C_qq op_q^T +
-    2 sum_{p < q} op_p C_pq op_q^T``; the panels before ``q`` in one run take one product.
+    ``op``: ``(r, len(cols))`` float64 or float32, its columns in the order of ``cols``;
+    ``cov``: ``(D, D)`` symmetric, read in place (panels converted to ``op``'s dtype where they
+    differ). With ``C`` cut into panels ``p`` (runs of consecutive columns, at most ``PANEL``
+    wide), ``op C op^T = sum_q op_q C_qq op_q^T + 2 sum_{p < q} op_p C_pq op_q^T``; the panels
+    before ``q`` in one run take one product.
     """
     runs = column_runs(cols)
     out = torch.zeros(op.shape[0], dtype=torch.float64)
@@ -100,11 +106,11 @@ def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> tor
             pos_q, col_q = position + offset, column + offset
             op_q = op[:, pos_q : pos_q + width]
             target = slice(col_q, col_q + width)
-            spread = op_q @ cov[target, target]
+            spread = op_q @ cov[target, target].to(op.dtype)
             earlier = [*runs[:k], (position, offset, column)]  # whole runs, then this run's head
             for pos_p, len_p, col_p in earlier:
                 if len_p:
-                    block = cov[col_p : col_p + len_p, target]
+                    block = cov[col_p : col_p + len_p, target].to(op.dtype)
                     spread.addmm_(op[:, pos_p : pos_p + len_p], block, alpha=2.0)
             out += (spread * op_q).sum(dim=1)
     return out
@@ -143,3 +149,38 @@ def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
         np.add(diagonal, np.triu(upper[a:b, a:b]), out=diagonal)
         right = target[a:b, b:]
         np.add(right, upper[a:b, b:], out=right)
+
+
+def syrk_into(gram: np.ndarray, rows: torch.Tensor) -> bool:
+    """``gram``'s upper triangle ``+= rows^T rows`` in place by SciPy's BLAS ``ssyrk``, for a
+    C-contiguous ``(D, D) float32`` ``gram`` and ``(n, D) float32`` ``rows``; the lower triangle
+    is left alone. False (nothing done) without SciPy or for other arguments."""
+    if (
+        gram.dtype != np.float32
+        or not gram.flags.c_contiguous
+        or rows.dtype != torch.float32
+        or not rows.is_contiguous()
+    ):
+        return False
+    try:
+        from scipy.linalg import blas
+    except ImportError:
+        return False
+    # gram.T is the Fortran-ordered matrix syrk updates; its lower triangle is gram's upper one
+    out = blas.ssyrk(1.0, rows.numpy().T, beta=1.0, c=gram.T, trans=0, lower=1, overwrite_c=1)
+    if not np.shares_memory(out, gram):  # a BLAS that worked on a copy: take its result
+        np.copyto(gram, out.T)
+    return True
+
+
+def add_gram_panels(gram: np.ndarray, rows: torch.Tensor) -> None:
+    """``gram``'s upper triangle ``+= rows^T rows`` in place, ``PANEL`` rows of the triangle at a
+    time: each panel is one float32 product ``(PANEL, D - a)``, added in ``gram``'s dtype.
+    ``gram``: ``(D, D)``; ``rows``: ``(n, D) float32``. The lower triangle is left alone."""
+    dim = gram.shape[0]
+    for a in range(0, dim, PANEL):
+        b = min(a + PANEL, dim)
+        panel = (rows[:, a:b].T @ rows[:, a:]).numpy()
+        np.add(gram[a:b, b:], panel[:, b - a :], out=gram[a:b, b:])
+        diagonal = gram[a:b, a:b]
+        np.add(diagonal, np.triu(panel[:, : b - a]), out=diagonal)

@@ -1,0 +1,107 @@
+"""A run's plan made from its configuration, checked before any embedding, and laid out as rows
+(``decompose --dry-run``, ``lmalgebra.api.decompose.decompose_plan``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from lmalgebra.core.memory import available_bytes
+from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.given_models import GivenModel
+from lmalgebra.lmd.plan import GIB, OVERHEAD, Plan, Speeds, check_plan, plan_run
+from lmalgebra.lmd.plan_shapes import ModelShape, model_shapes
+
+log = logging.getLogger(__name__)
+
+
+def memory_for(config: DecomposeConfig) -> float:
+    """Bytes the run may use: ``scale.memory_gib``, else what is available now, shared by the
+    processes a launcher started on this machine (``LOCAL_WORLD_SIZE``)."""
+    if config.scale.memory_gib is not None:
+        return config.scale.memory_gib * GIB
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return available_bytes() / local
+
+
+def plan_for(
+    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None
+) -> tuple[Plan, list[ModelShape]]:
+    """The plan of ``config`` on this machine, and the models' shapes it was made from."""
+    shapes = model_shapes(config, given)
+    return plan_run(config, shapes, memory_for(config)), shapes
+
+
+def checked_plan(
+    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None
+) -> Plan | None:
+    """The run's plan, refused (``UserInputError``, one line) when its method does not fit;
+    None when a model's width cannot be read without loading it (the run goes ahead)."""
+    plan, shapes = plan_for(config, given)
+    unknown = [s.name for s in shapes if s.width <= 0]
+    if unknown:
+        log.info("no memory plan: the width of %s is not in its configuration", unknown[0])
+        return None
+    check_plan(plan, config.scale.probes)
+    return plan
+
+
+def plan_rows(plan: Plan, shapes: list[ModelShape], speeds: Speeds | None) -> list[dict[str, Any]]:
+    """One row per phase, then one ``total`` row per method: ``method``, ``precision``,
+    ``components``, ``phase``, ``model`` (the embedding rows), ``peak_gib`` (with the
+    interpreter's overhead), ``seconds`` (NaN without ``speeds``; a total counts the method's
+    phases, not the embedding), ``disk_gib`` (embedding cache per model; spilled statistics),
+    ``fits`` and ``chosen`` (total rows)."""
+    rows = []
+    for phase in plan.phases:
+        rows.append(
+            {
+                "method": phase.method,
+                "precision": phase.precision,
+                "components": phase.components,
+                "phase": phase.phase,
+                "model": phase.model,
+                "peak_gib": (OVERHEAD + phase.peak) / GIB,
+                "seconds": phase.seconds(speeds),
+                "disk_gib": phase.disk / GIB,
+                "fits": None,
+                "chosen": None,
+            }
+        )
+    for method in plan.methods():
+        own = [p for p in plan.phases if (p.method, p.precision, p.components) == method]
+        spilled = method[0] == "exact" and plan.spilled.get(method[1], False)
+        rows.append(
+            {
+                "method": method[0],
+                "precision": method[1],
+                "components": method[2],
+                "phase": "total" + (" (covariances spilled to disk)" if spilled else ""),
+                "model": "",
+                "peak_gib": plan.peak(method) / GIB,
+                "seconds": sum(p.seconds(speeds) for p in own),
+                "disk_gib": max(p.disk for p in own) / GIB,
+                "fits": plan.fits(method),
+                "chosen": method == plan.chosen,
+            }
+        )
+    return rows
+
+
+def model_rows(plan: Plan, shapes: list[ModelShape]) -> list[dict[str, Any]]:
+    """Per model: ``model``, ``kind``, ``width``, ``parameters`` (layer weights), and
+    ``cache_gib``, the embedding cache its spans fill (float32; 0 for vectors given as files
+    or arrays, read as they are, and for models given as Python objects, never cached)."""
+    rows = plan.layout.rows
+    return [
+        {
+            "model": s.name,
+            "kind": s.kind,
+            "width": s.width,
+            "parameters": s.parameters,
+            "cache_gib": 4.0 * rows * s.width / GIB if s.cached else 0.0,
+        }
+        for s in shapes
+    ]

@@ -1,0 +1,190 @@
+"""The plan of a wide decomposition, its refusal, spilled covariances and float32 statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import lmalgebra
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.lmd.plan import GIB, OVERHEAD, Layout, exact_phases
+from lmalgebra.lmd.statistics_pass import spill_covariance
+from lmalgebra.stats.moments import SecondMoments, layout
+from lmalgebra.stats.solver import SplitMoments
+from tiny import documents
+
+SHAPE = {"seq_len": 8, "spans": (60, 12, 12)}
+
+
+def sparse_npy(path: Path, rows: int, width: int) -> Path:
+    """A ``.npy`` of that shape whose data are never written (a sparse file): a header to plan."""
+    np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
+    return path
+
+
+def test_plan_reads_widths_from_headers_and_configs_without_weights(
+    tmp_path: Path, bert_dir: Path
+) -> None:
+    weightless = tmp_path / "bert"
+    shutil.copytree(bert_dir, weightless)
+    for weights in weightless.glob("*.safetensors"):
+        weights.unlink()  # the plan reads config.json only
+    files = {f"f{i}": sparse_npy(tmp_path / f"f{i}.npy", 120_000, 4096) for i in range(3)}
+    models = {"bert": str(weightless), **{n: f"precomputed:{p}" for n, p in files.items()}}
+    frame = lmalgebra.decompose_plan(
+        models, seq_len=16, spans=(100_000, 10_000, 10_000), timed=False, scale={"memory_gib": 1000}
+    )
+    widths = frame.attrs["models"].set_index("model")["width"].to_dict()
+    assert widths == {"bert": 32, "f0": 4096, "f1": 4096, "f2": 4096}
+    cache = frame.attrs["models"].set_index("model")["cache_gib"]
+    assert cache["bert"] == pytest.approx(120_000 * 32 * 4 / GIB)  # float32 rows it embeds
+    assert cache["f0"] == 0  # a file is read as it is
+    totals = frame[frame["phase"].str.startswith("total")].set_index(["method", "precision"])
+    assert totals.loc[("exact", "float64"), "chosen"]
+    dim = 32 + 3 * 4096
+    # three float64 covariances and the inverse: the exact method's peak, as stated
+    expected = (OVERHEAD + 4 * dim * dim * 8) / GIB
+    assert totals.loc[("exact", "float64"), "peak_gib"] == pytest.approx(expected, rel=0.05)
+    # half the bytes for the statistics and the inverse; the pairwise fits stay float64
+    assert totals.loc[("exact", "float32"), "peak_gib"] < 0.7 * expected
+    reduced = totals.loc[("reduced", "float64"), "peak_gib"]
+    assert reduced < 0.25 * expected  # k = 1024 of 4096 per model
+    assert frame["seconds"].isna().all()  # not timed
+
+
+def test_timed_plan_has_a_time_for_every_phase(tmp_path: Path) -> None:
+    files = {f"f{i}": f"precomputed:{sparse_npy(tmp_path / f'f{i}.npy', 1000, 64)}" for i in "ab"}
+    frame = lmalgebra.decompose_plan(files, spans=(800, 100, 100))
+    assert (frame["seconds"] >= 0).all()
+    assert frame.attrs["available_gib"] > 0
+
+
+@pytest.fixture(scope="module")
+def wide_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("wide")
+    return [sparse_npy(folder / f"w{i}.npy", 1000, 2048) for i in range(3)]
+
+
+def test_a_run_that_cannot_fit_is_refused_in_one_line_before_any_work(
+    tmp_path: Path, wide_files: list[Path], corpus_txt: Path, bert_dir: Path
+) -> None:
+    models = [f"--model=w{i}={p}" for i, p in enumerate(wide_files)]
+    models = [m.replace("=/", "=precomputed:/", 1) for m in models]
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "lmalgebra", "decompose", *models, "--corpus", str(corpus_txt)),
+            *("--reference_tokenizer", str(bert_dir), "--spans", "100000,10000,10000", "-T", "8"),
+            *("--scale.memory_gib", "1.0", "--out", str(out), "--cache-dir", str(tmp_path / "c")),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "exact method with float64 statistics needs" in lines[0]
+    assert "1.0 GiB are available" in lines[0] and "--scale.method reduced" in lines[0]
+    assert "Traceback" not in done.stderr
+    assert not (out / "summary.json").exists()
+    assert not (tmp_path / "c" / "embeddings").exists()  # refused before anything was embedded
+
+
+def test_spilled_covariance_is_the_covariance_mapped_from_a_file_removed_at_once(
+    tmp_path: Path,
+) -> None:
+    rows = np.random.default_rng(0).normal(size=(300, 10)) + 4
+    blocks = layout(["a", "b"], [4, 6])
+    whole, other = SecondMoments(blocks), SecondMoments(blocks)
+    whole.update(rows)
+    other.update(rows)
+    spilled = spill_covariance(whole, tmp_path / "train.npy")
+    expected = SplitMoments.of(other)
+    np.testing.assert_array_equal(spilled.cov, expected.cov)
+    np.testing.assert_array_equal(spilled.mean, expected.mean)
+    assert isinstance(spilled.cov, np.memmap) and not (tmp_path / "train.npy").exists()
+    with pytest.raises(RuntimeError, match="spent"):
+        whole.mean()
+
+
+def run(texts: list[str], tmp_path: Path, **options: object) -> lmalgebra.Decomposition:
+    rng = np.random.default_rng(1)
+    table = lmalgebra.spans({}, texts, **SHAPE, reference_tokenizer=str(options["tokenizer"]))
+    latent = rng.normal(size=(len(table), 6))
+    arrays = {
+        name: (latent @ rng.normal(size=(6, 20)) + 0.3 * rng.normal(size=(len(table), 20)) + 7)
+        for name in ("a", "b", "c")
+    }
+    extra = {k: v for k, v in options.items() if k != "tokenizer"}
+    return lmalgebra.decompose(
+        arrays,
+        texts,
+        **SHAPE,
+        reference_tokenizer=str(options["tokenizer"]),
+        cache_dir=tmp_path / "cache",
+        progress=False,
+        **extra,
+    )
+
+
+def test_covariances_spilled_when_memory_is_short_give_the_same_fits(
+    tmp_path: Path, bert_dir: Path
+) -> None:
+    texts = documents(120)
+    plain = run(texts, tmp_path, tokenizer=bert_dir)
+    shape = Layout(
+        [20, 20, 20], dict(zip(("train", "validation", "test"), SHAPE["spans"], strict=True)), {}
+    )
+    in_memory = OVERHEAD + max(p.peak for p in exact_phases(shape, "float64", False))
+    spilled = OVERHEAD + max(p.peak for p in exact_phases(shape, "float64", True))
+    assert spilled < in_memory
+    memory = (spilled + in_memory) / 2 / GIB  # room for one split's statistics, not three
+    spill = run(texts, tmp_path, tokenizer=bert_dir, scale={"memory_gib": memory})
+    assert (spill.group - plain.group).abs().max().max() < 1e-12
+    assert not any((tmp_path / "cache" / "scratch").glob("*"))  # nothing left behind
+
+
+def test_float32_statistics_move_r2_within_the_stated_tolerance(
+    tmp_path: Path, bert_dir: Path
+) -> None:
+    texts = documents(120)
+    plain = run(texts, tmp_path, tokenizer=bert_dir)
+    single = run(texts, tmp_path, tokenizer=bert_dir, scale={"precision": "float32"})
+    assert single.method["precision"] == "float32"
+    assert (single.group - plain.group).abs().max().max() < 1e-4
+    difference = single.pairwise("test") - plain.pairwise("test")
+    assert float(np.nanmax(np.abs(difference.to_numpy()))) < 1e-4
+
+
+def test_reduced_run_records_its_method_and_k(tmp_path: Path, bert_dir: Path) -> None:
+    texts = documents(120)
+    reduced = run(texts, tmp_path, tokenizer=bert_dir, scale={"method": "reduced", "components": 8})
+    method = reduced.method
+    assert method["name"] == "reduced" and method["components"] == {"a": 8, "b": 8, "c": 8}
+    assert set(method["error_estimate"]) == {"train", "validation", "test"}
+    table = reduced.reduction
+    assert set(table["model"]) == {"a", "b", "c"} and (table["components"] == 8).all()
+    assert ((table["retained_variance"] > 0) & (table["retained_variance"] <= 1)).all()
+    assert "reduced, k 8" in repr(reduced)
+    saved = reduced.save(tmp_path / "saved")
+    summary = json.loads((saved / "summary.json").read_text())
+    assert summary["method"]["components"] == {"a": 8, "b": 8, "c": 8}
+    assert lmalgebra.Decomposition.load(saved).reduction.shape == table.shape
+    page = Path(reduced.report(tmp_path / "report.html")).read_text(encoding="utf-8")
+    assert "reduced (float64): a k 8" in page and "estimated error" in page
+
+
+def test_sketch_without_components_is_refused() -> None:
+    with pytest.raises(UserInputError, match=r"sketch method needs scale\.components"):
+        lmalgebra.decompose_plan({"a": np.zeros((3, 2))}, scale={"method": "sketch"})
