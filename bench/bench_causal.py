@@ -57,13 +57,13 @@ from causal_store_bytes import (
     store_notes,
 )
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.train_causal_student import (
+from lmalgebra.distill.causal.training import (
     causal_step_loss,
     causal_student_data,
     distillation_term,
 )
+from lmalgebra.distill.pretrain.causal import build_causal_lm
+from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.cross_tokenizer_losses import ce_loss
 from lmalgebra.train.loop import train

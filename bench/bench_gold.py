@@ -42,8 +42,8 @@ def run_gold(demo: Path, work: Path, steps: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.experimental.gold import GOLDConfig, GOLDTrainer
 
-    from lmalgebra.distill.causal_pretrain import build_causal_lm
-    from lmalgebra.distill.pretrain import training_examples
+    from lmalgebra.distill.pretrain.causal import build_causal_lm
+    from lmalgebra.distill.pretrain.masked import training_examples
     from lmalgebra.sources.corpus import CorpusSpec
 
     plan = CAUSAL_FULL
@@ -109,7 +109,7 @@ def run_gold(demo: Path, work: Path, steps: int) -> dict[str, Any]:
 def run_ours(demo: Path, steps: int) -> dict[str, dict[str, float]]:
     """CE only, ULD and ALM students from an English-only store of the same teacher."""
     from lmalgebra.distill import stages
-    from lmalgebra.distill.train_student import train_student
+    from lmalgebra.distill.masked.training import train_student
 
     plan = CAUSAL_FULL
     corpora = {LANG: demo / "data" / f"{LANG}.txt"}

@@ -92,8 +92,8 @@ def full_logits(
 ) -> Any:
     """The baseline: float32 logits at every position, log_softmax and top-k, then the masked
     positions gathered (``teacher_topk.full_logits_topk`` with device placement)."""
-    from lmalgebra.distill.masking import pad_batch
-    from lmalgebra.distill.topk import TeacherOutput
+    from lmalgebra.distill.masked.masking import pad_batch
+    from lmalgebra.distill.masked.topk import TeacherOutput
     from teacher_topk import length_batches
 
     out: list[TeacherOutput | None] = [None] * len(copies)
@@ -116,7 +116,7 @@ def full_logits(
 
 
 def ours_topk(model: Any, copies: list[Any], pad_id: int, batch: int, dtype: str) -> Any:
-    from lmalgebra.distill.topk import masked_topk
+    from lmalgebra.distill.masked.topk import masked_topk
 
     torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     return lambda: masked_topk(model, copies, 8, pad_id, batch, dtype=torch_dtype)

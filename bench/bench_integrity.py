@@ -51,11 +51,11 @@ from harness import (
 )
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.examples import example_id
-from lmalgebra.distill.masking import TeacherMasker
-from lmalgebra.distill.pretrain import TextBatches
+from lmalgebra.distill.masked.masking import TeacherMasker
+from lmalgebra.distill.masked.topk import masked_topk
+from lmalgebra.distill.pretrain.masked import TextBatches
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.topk import masked_topk
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.sources.corpus import CorpusSpec, read_documents

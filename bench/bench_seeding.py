@@ -36,13 +36,13 @@ import torch
 
 from harness import WORK, Session, figure, goal, measure_work, parse_args, table
 from lmalgebra.distill import stages
-from lmalgebra.distill.embedding_seed import apply_seeding, seed_from_teachers, seed_rows
-from lmalgebra.distill.embedding_seed import teacher_tables as load_tables
-from lmalgebra.distill.pretrain import pretrain
+from lmalgebra.distill.masked.seeding import apply_seeding, seed_from_teachers, seed_rows
+from lmalgebra.distill.masked.seeding import teacher_tables as load_tables
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.pretrain.masked import pretrain
 from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
 from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.student_data import StoreBatches
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train

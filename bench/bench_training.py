@@ -52,8 +52,8 @@ from harness import (
     wait_for_idle,
 )
 from hf_trainer import run_hf
+from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train

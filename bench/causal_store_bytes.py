@@ -11,11 +11,11 @@ from typing import Any
 
 from harness import figure
 from lmalgebra.distill import stages
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_tokenizers import train_causal_tokenizer
+from lmalgebra.distill.pretrain.causal import build_causal_lm
 from lmalgebra.distill.recipe import CausalSpec, LanguageSpec, MergeRecipe, TeacherSpec
-from lmalgebra.distill.run_inspect import CAUSAL_PARTS, inspect_run
+from lmalgebra.distill.run.inspection import CAUSAL_PARTS, inspect_run
 from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.shard_formats import ArrowTables

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.distill import stages
-from lmalgebra.distill.pretrain import train_wordpiece
+from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
 from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.student_data import StoreBatches
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.train.batches import BatchSource

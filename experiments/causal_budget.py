@@ -41,7 +41,7 @@ def train_variants(recipe: Any, seeds: tuple[int, ...], progress: bool) -> list[
     """The store, then every variant for every seed (resumes: finished students are kept)."""
     from lmalgebra.demo.causal_table import student_name
     from lmalgebra.distill import stages
-    from lmalgebra.distill.train_student import train_student
+    from lmalgebra.distill.masked.training import train_student
 
     stages.prepare(recipe, progress)
     stages.teach(recipe, progress)

@@ -75,8 +75,8 @@ def corpora(work: Path, plan: Plan) -> dict[str, Path]:
 def teachers(work: Path, text: dict[str, Path], plan: Plan) -> dict[str, Path]:
     """The six teachers (each made once; a later run reuses the finished directories)."""
     from lmalgebra.core.recipe_files import validate
-    from lmalgebra.distill.head_only import pretrain_head
-    from lmalgebra.distill.pretrain import pretrain
+    from lmalgebra.distill.pretrain.head_only import pretrain_head
+    from lmalgebra.distill.pretrain.masked import pretrain
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec

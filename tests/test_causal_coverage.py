@@ -16,8 +16,8 @@ from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.api.merge import MergeRun
 from lmalgebra.distill import stages
+from lmalgebra.distill.masked.training import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoveragePooling, CoverageSpec, lmd_coverage
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef

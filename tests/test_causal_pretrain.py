@@ -17,10 +17,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill import stages
-from lmalgebra.distill.causal_pretrain import CausalTextBatches, build_causal_lm
-from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS, train_causal_tokenizer
+from lmalgebra.distill.pretrain.causal import CausalTextBatches, build_causal_lm
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS
+from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import _step_loss
 from tiny import documents, sentences
@@ -146,7 +147,8 @@ def test_tokenizer_training_gives_the_same_vocabulary_in_every_process() -> None
     code = (
         "import sys, hashlib; sys.path.insert(0, 'tests');"
         "from tiny import documents;"
-        "from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS, train_causal_tokenizer;"
+        "from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS;"
+        "from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer;"
         "[print(hashlib.sha256(train_causal_tokenizer(documents(200), k, 400, 64)"
         ".backend_tokenizer.to_str().encode()).hexdigest()) for k in TOKENIZER_KINDS]"
     )

@@ -155,7 +155,7 @@ def test_tokenizer_without_start_token(tmp_path, causal_teacher_dirs, monkeypatc
 
 
 def test_starter_recipe_documents_the_causal_keys() -> None:
-    from lmalgebra.distill.starter_recipe import STARTER
+    from lmalgebra.distill.run.starter_recipe import STARTER
 
     data = yaml.safe_load(STARTER)
     assert data["objective"] == "masked" and set(data["causal"]) == {

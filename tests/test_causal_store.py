@@ -14,12 +14,12 @@ from transformers import AutoModelForCausalLM
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill import stages
-from lmalgebra.distill.byte_alignment import encode_with_offsets
-from lmalgebra.distill.causal_logprobs import draw_samples, naive_causal_output
-from lmalgebra.distill.causal_view import load_causal_store
+from lmalgebra.distill.causal.logprobs import draw_samples, naive_causal_output
+from lmalgebra.distill.causal.store_view import load_causal_store
 from lmalgebra.distill.examples import example_id
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.distill.run.inspection import inspect_run, verify_run
+from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.shard_set import ShardSet
 
 PAIRS = [("xx", "bl"), ("xx", "uni"), ("yy", "wp")]

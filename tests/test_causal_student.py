@@ -16,15 +16,15 @@ from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_student_data import (
+from lmalgebra.distill.causal.student_data import (
     ALIGNMENTS,
     CausalStoreBatches,
     alignments_for,
 )
+from lmalgebra.distill.causal.training import causal_step_loss, student_tokenizer
+from lmalgebra.distill.masked.training import train_student
+from lmalgebra.distill.pretrain.causal import build_causal_lm
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.train_causal_student import causal_step_loss, student_tokenizer
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.evaluate.bits_per_byte import BITS, BitsRow
 from lmalgebra.evaluate.causal_evaluation import bits_rdt
 from lmalgebra.storage.csv_tables import read_table

@@ -16,12 +16,12 @@ from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
-from lmalgebra.distill.causal_tokenizers import byte_tokenizer, train_causal_tokenizer
+from lmalgebra.distill.causal.training import student_tokenizer
 from lmalgebra.distill.example_store import stored_texts
+from lmalgebra.distill.masked.training import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
-from lmalgebra.distill.train_causal_student import student_tokenizer
-from lmalgebra.distill.train_student import train_student
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
+from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
 
 STUDENT = {
     "hidden_size": 32,

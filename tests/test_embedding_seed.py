@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
-from lmalgebra.distill.embedding_seed import (
+from lmalgebra.distill.masked.seeding import (
     TeacherTable,
     apply_seeding,
     no_context_prior,
@@ -24,12 +24,12 @@ from lmalgebra.distill.embedding_seed import (
     seed_rows,
     teacher_tables,
 )
-from lmalgebra.distill.pretrain import pretrain
+from lmalgebra.distill.masked.training import train_student
+from lmalgebra.distill.pretrain.masked import pretrain
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.student import StudentSpec, build_student
 from lmalgebra.distill.teachers import load_masked_lm
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.distill.vocab_union import UnionVocab, build_union
+from lmalgebra.distill.vocab.union import UnionVocab, build_union
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import TrainingSpec

@@ -48,8 +48,8 @@ from fault_helpers import (
 from lmalgebra.cli import main
 from lmalgebra.core.threads import pin_thread_count
 from lmalgebra.distill import stages
+from lmalgebra.distill.masked.training import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.storage.disk_space import is_out_of_space
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 

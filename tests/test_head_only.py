@@ -16,7 +16,8 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill import stages
 from lmalgebra.distill.examples import example_id, is_heldout
-from lmalgebra.distill.head_only import (
+from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.pretrain.head_only import (
     CachedEncoder,
     cached_source,
     encoder_replaced,
@@ -24,7 +25,6 @@ from lmalgebra.distill.head_only import (
     masked_states,
     pretrain_head,
 )
-from lmalgebra.distill.masking import TeacherMasker, pad_batch
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 from hostile_helpers import INTERRUPTED, built_store, digests, run_cli
-from lmalgebra.distill.pretrain import TextBatches
-from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.pretrain.masked import TextBatches
 from tiny import documents
 
 

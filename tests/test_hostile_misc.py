@@ -93,8 +93,8 @@ def test_records_whose_text_is_not_a_string_are_warned_about(
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
+    from lmalgebra.distill.masked.training import train_student
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.distill.train_student import train_student
 
     recipe = built_store(tmp_path_factory.mktemp("misc"), teacher_dirs)
     train_student(load_recipe(recipe), "student", progress=False)

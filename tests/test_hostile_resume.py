@@ -24,7 +24,7 @@ from tiny import documents
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
     """A built store and a finished six-step student ``student`` (checkpoints 3 and 6)."""
-    from lmalgebra.distill.train_student import train_student
+    from lmalgebra.distill.masked.training import train_student
 
     recipe = built_store(tmp_path_factory.mktemp("resume"), teacher_dirs)
     train_student(load_recipe(recipe), "student", progress=False)

@@ -18,9 +18,9 @@ from torch.utils.flop_counter import FlopCounterMode
 import lmalgebra
 from hostile_helpers import run_cli
 from lmalgebra.api.merge import merge_plan
+from lmalgebra.distill.run.time_estimate import LOAD_SECONDS, ModelShape, measure_speed
 from lmalgebra.distill.student import StudentSpec, build_student
 from lmalgebra.distill.teachers import model_config
-from lmalgebra.distill.time_estimate import LOAD_SECONDS, ModelShape, measure_speed
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.masked_head import masked_logits
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe

@@ -16,10 +16,10 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
+from lmalgebra.distill.masked.store_view import load_copies
+from lmalgebra.distill.masked.training import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.store_view import load_copies
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.evaluate.comparability import is_comparable, teacher_languages
 from lmalgebra.evaluate.distill_scores import Score, evaluate_run, rdt
 from lmalgebra.storage.shard_set import ShardSet

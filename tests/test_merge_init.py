@@ -8,7 +8,7 @@ import pytest
 
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
-from lmalgebra.distill.starter_recipe import STARTER
+from lmalgebra.distill.run.starter_recipe import STARTER
 
 
 def test_init_writes_a_recipe_that_loads(

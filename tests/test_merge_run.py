@@ -14,11 +14,11 @@ from transformers import AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
+from lmalgebra.distill.masked.store_view import load_copies
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.stages import examples_set, read_copies
 from lmalgebra.distill.store_check import check_store
-from lmalgebra.distill.store_view import load_copies
-from lmalgebra.distill.vocab_union import UnionVocab, canonical_token, detect_convention
+from lmalgebra.distill.vocab.union import UnionVocab, canonical_token, detect_convention
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 

@@ -103,7 +103,8 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process() -> None
     changes merges on ties; the toolkit's trainer must not."""
     code = (
         "import sys, hashlib; sys.path.insert(0, 'tests');"
-        "from tiny import sentences; from lmalgebra.distill.pretrain import train_wordpiece;"
+        "from tiny import sentences;"
+        "from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece;"
         "t = train_wordpiece(sentences(400), 200, True, 128);"
         "print(hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest())"
     )
@@ -122,7 +123,7 @@ def test_a_given_tokenizer_is_kept_as_is(
 ) -> None:
     """Teachers that share one tokenizer give students one vocabulary."""
     from lmalgebra.core.errors import UserInputError
-    from lmalgebra.distill.pretrain import pretrain
+    from lmalgebra.distill.pretrain.masked import pretrain
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec

@@ -15,10 +15,10 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.distill import stages
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.masked.training import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.student_data import StoreBatches
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill.vocab.union import UnionVocab
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 STUDENT = TINY_STUDENT

@@ -16,13 +16,13 @@ from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, built_store, digests, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
-from lmalgebra.distill.causal_view import load_causal_store
-from lmalgebra.distill.masking import TeacherMasker, pad_batch
-from lmalgebra.distill.pretrain import pretrain
+from lmalgebra.distill.causal.store_view import load_causal_store
+from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.masked.topk import masked_topk
+from lmalgebra.distill.masked.training import check_store
+from lmalgebra.distill.pretrain.masked import pretrain
 from lmalgebra.distill.recipe import MaskingSpec, MergeRecipe, load_recipe
 from lmalgebra.distill.student import StudentSpec
-from lmalgebra.distill.topk import masked_topk
-from lmalgebra.distill.train_student import check_store
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec

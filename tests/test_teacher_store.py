@@ -11,11 +11,11 @@ from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import stages
-from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill.masked.masking import TeacherMasker
+from lmalgebra.distill.masked.topk import masked_topk, naive_topk
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
-from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.distill.run.inspection import inspect_run, verify_run
 from lmalgebra.distill.teachers import load_masked_lm
-from lmalgebra.distill.topk import masked_topk, naive_topk
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe

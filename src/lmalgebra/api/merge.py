@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from lmalgebra.api.runtime import library_call
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.distill.dry_run import plan_merge
+from lmalgebra.distill.masked.plan import plan_merge
 from lmalgebra.distill.pipeline import STAGES as PIPELINE_STAGES
 from lmalgebra.distill.pipeline import Stage, run_stages
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
-from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.distill.run.inspection import inspect_run, verify_run
 from lmalgebra.evaluate.bits_per_byte import BITS
 from lmalgebra.evaluate.causal_evaluation import causal_markdown, evaluate_causal_run
 from lmalgebra.evaluate.distill_scores import Score, evaluate_students, markdown
@@ -222,7 +222,7 @@ def merge_plan(
     ``store_bytes``, the teacher store's shard files exactly as ``teach`` writes them; and
     seconds per stage spent on the pair, ``prepare_s``, ``teach_s``, ``vocab_s``, ``train_s``,
     ``evaluate_s`` (a column's sum is the stage's time): ``prepare`` and ``vocab`` timed doing
-    their work in memory, the others estimated (``lmalgebra.distill.time_estimate`` states the
+    their work in memory, the others estimated (``lmalgebra.distill.run.time_estimate`` states the
     model). ``gold_only``, ``steps``, ``training``: the student's training, as for :func:`merge`.
     """
     import pandas as pd

@@ -50,7 +50,7 @@ def causal_summary(report: dict[str, Any]) -> str:
 def causal_tokenizer_kind(causal: bool, kind: str | None, lowercase: bool, head_only: bool) -> Any:
     """The tokenizer kind of ``pretrain --causal`` (bytelevel-bpe unless given); refuses the
     flags that do not go with it."""
-    from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
+    from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS
 
     if not causal:
         raise UserInputError("--tokenizer-kind applies to --causal teachers only")

@@ -69,7 +69,7 @@ def merge_init(
 
     Example: lmalgebra merge init merge.yaml && lmalgebra merge run merge.yaml
     """
-    from lmalgebra.distill.starter_recipe import write_starter
+    from lmalgebra.distill.run.starter_recipe import write_starter
 
     written = write_starter(path, force)
     console.print(
@@ -276,7 +276,7 @@ def pretrain(
     or (--head-only --from MODEL) fit a masked-LM head on an existing encoder, kept frozen, or
     (--causal) pre-train a GPT-2-style causal LM with a tokenizer of --tokenizer-kind."""
     from lmalgebra.core.recipe_files import validate
-    from lmalgebra.distill.pretrain import pretrain as run
+    from lmalgebra.distill.pretrain.masked import pretrain as run
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
 
@@ -304,7 +304,7 @@ def pretrain(
     training = validate(TrainingSpec, schedule, "command line")
     spec = CorpusSpec(paths=corpus, text_column=text_column)
     if causal or tokenizer_kind is not None:
-        from lmalgebra.distill.causal_pretrain import pretrain_causal
+        from lmalgebra.distill.pretrain.causal import pretrain_causal
 
         kind = causal_tokenizer_kind(causal, tokenizer_kind, lowercase, head_only)
         assert vocab_size is not None  # checked above
@@ -324,7 +324,7 @@ def pretrain(
         console.print(f"causal teacher saved to [bold]{target}[/bold]")
         return
     if head_only:
-        from lmalgebra.distill.head_only import pretrain_head
+        from lmalgebra.distill.pretrain.head_only import pretrain_head
         from lmalgebra.sources.models import ModelRef
 
         assert from_model is not None  # checked above

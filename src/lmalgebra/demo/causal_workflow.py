@@ -49,7 +49,7 @@ def pretrain_causal_teachers(
     out: Path, corpora: dict[str, Path], plan: CausalPlan, progress: bool
 ) -> dict[str, Path]:
     """``teacher-<lang>`` directories, each with its own tokenizer kind and size."""
-    from lmalgebra.distill.causal_pretrain import pretrain_causal
+    from lmalgebra.distill.pretrain.causal import pretrain_causal
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec
 
@@ -123,7 +123,7 @@ def causal_recipe(
 def train_students(recipe: MergeRecipe, plan: CausalPlan, progress: bool) -> list[str]:
     """Store, then one student per loss and seed (same steps, data and lambda); their names."""
     from lmalgebra.distill import stages
-    from lmalgebra.distill.train_student import train_student
+    from lmalgebra.distill.masked.training import train_student
 
     stages.prepare(recipe, progress)
     stages.teach(recipe, progress)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lmalgebra.distill.causal_tokenizers import TokenizerKind
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerKind
 
 LANGUAGES = ("en", "fr", "es")
 

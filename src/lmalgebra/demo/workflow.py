@@ -27,7 +27,7 @@ from lmalgebra.core.recipe_files import validate
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan
 from lmalgebra.distill.pipeline import STAGES, run_stages
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.run_inspect import inspect_run
+from lmalgebra.distill.run.inspection import inspect_run
 from lmalgebra.evaluate.distill_scores import Score, evaluate_students
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
@@ -61,7 +61,7 @@ def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
 def pretrain_teachers(
     out: Path, corpora: dict[str, Path], plan: DemoPlan, progress: bool
 ) -> dict[str, Path]:
-    from lmalgebra.distill.pretrain import pretrain
+    from lmalgebra.distill.pretrain.masked import pretrain
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec
@@ -105,7 +105,7 @@ def pretrain_teachers(
 
 def fit_head_teacher(out: Path, corpus: Path, plan: DemoPlan, progress: bool) -> Path:
     """The second English teacher: ``plan.head_encoder`` with a masked-LM head fitted on it."""
-    from lmalgebra.distill.head_only import pretrain_head
+    from lmalgebra.distill.pretrain.head_only import pretrain_head
     from lmalgebra.sources.corpus import CorpusSpec
     from lmalgebra.train.config import TrainingSpec
 

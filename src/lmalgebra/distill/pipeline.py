@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from lmalgebra.distill.masked.training import train_student
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import prepare, teach, vocab
 from lmalgebra.distill.teacher_precision import inference_setup
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.train.config import TrainingSpec
 
 Stage = Literal["prepare", "teach", "vocab", "train"]

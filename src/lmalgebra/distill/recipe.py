@@ -12,7 +12,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.distill.student import StudentSpec
-from lmalgebra.distill.tokenizer_choice import parse_student_tokenizer
+from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import TrainingSpec

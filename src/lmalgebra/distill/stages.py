@@ -1,7 +1,7 @@
 """The stages before student training, each cached and resumable shard by shard.
 
 Run directory layout (objective masked; a causal recipe writes ``tokens/`` and ``logprobs/``
-instead of ``masked/`` and ``topk/``, and has no ``vocab/``: ``lmalgebra.distill.causal_store``)::
+instead of ``masked/`` and ``topk/``, and has no ``vocab/``: ``lmalgebra.distill.causal.store``)::
 
     recipe.yaml                         the recipe as validated
     examples/<lang>/shard-*.arrow       id, text, heldout
@@ -29,14 +29,14 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.causal_store import write_logprobs, write_tokens
-from lmalgebra.distill.causal_teachers import open_causal_teacher
+from lmalgebra.distill.causal.store import write_logprobs, write_tokens
+from lmalgebra.distill.causal.teachers import open_causal_teacher
 from lmalgebra.distill.example_store import examples_set, require, write_examples
-from lmalgebra.distill.masking import MaskedCopy, TeacherMasker
+from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker
+from lmalgebra.distill.masked.topk import TeacherOutput, masked_topk
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.teacher_precision import dtype_key, inference_setup
 from lmalgebra.distill.teachers import Teacher, check_top_k, load_masked_lm, open_teacher
-from lmalgebra.distill.topk import TeacherOutput, masked_topk
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
@@ -247,7 +247,7 @@ def topk_table(outputs: list[TeacherOutput], dtype: np.dtype) -> pa.Table:
 @main_rank_only
 def vocab(recipe: MergeRecipe) -> None:
     """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
-    from lmalgebra.distill.vocab_union import build_union, tokens_per_language
+    from lmalgebra.distill.vocab.union import build_union, tokens_per_language
 
     if recipe.objective == "causal":
         raise UserInputError(

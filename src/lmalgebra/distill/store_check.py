@@ -6,7 +6,7 @@ difference is refused with one line naming what changed and the stage to run aga
 from __future__ import annotations
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.causal_store import logprobs_set, tokens_set
+from lmalgebra.distill.causal.store import logprobs_set, tokens_set
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import open_teachers, topk_set, vocab_stamp
 from lmalgebra.distill.teacher_precision import accepted_dtypes

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.causal_teachers import load_causal_lm, refuse_masked_lm, start_token_id
+from lmalgebra.distill.causal.teachers import load_causal_lm, refuse_masked_lm, start_token_id
 from lmalgebra.distill.example_store import heldout_texts
 from lmalgebra.distill.teachers import max_positions
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory

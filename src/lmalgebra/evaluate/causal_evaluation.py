@@ -21,7 +21,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
-from lmalgebra.distill.causal_teachers import load_causal_lm, start_token_id
+from lmalgebra.distill.causal.teachers import load_causal_lm, start_token_id
 from lmalgebra.distill.example_store import heldout_texts
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.evaluate.bits_per_byte import BitsRow, evaluate_bits

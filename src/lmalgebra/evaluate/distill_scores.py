@@ -27,14 +27,14 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml, validate
-from lmalgebra.distill.masking import MaskedCopy
-from lmalgebra.distill.model_card import add_evaluation
+from lmalgebra.distill.masked.masking import MaskedCopy
+from lmalgebra.distill.masked.store_view import TeacherCopies, load_copies
+from lmalgebra.distill.masked.topk import masked_topk
 from lmalgebra.distill.recipe import TeacherSpec
-from lmalgebra.distill.store_view import TeacherCopies, load_copies
+from lmalgebra.distill.run.model_card import add_evaluation
 from lmalgebra.distill.student_inputs import check_student_name
 from lmalgebra.distill.teachers import load_masked_lm, open_teacher
-from lmalgebra.distill.topk import masked_topk
-from lmalgebra.distill.vocab_union import UnionVocab, apply_map
+from lmalgebra.distill.vocab.union import UnionVocab, apply_map
 from lmalgebra.evaluate.comparability import is_comparable, teacher_languages
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_text_atomic

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from lmalgebra.distill.examples import Example
-from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
+from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.teachers import Teacher, load_masked_lm
 from lmalgebra.sources.models import ModelRef

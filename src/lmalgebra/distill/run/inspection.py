@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.run_verify import checkpoint_problems, vocabulary_problems
+from lmalgebra.distill.run.verify import checkpoint_problems, vocabulary_problems
 from lmalgebra.storage.shard_set import MANIFEST, ShardSet
 
 # the parts of a causal store, by the columns that hold them

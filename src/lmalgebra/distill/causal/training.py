@@ -22,21 +22,21 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_student_data import (
+from lmalgebra.distill.causal.student_data import (
     CausalBatch,
     CausalStoreBatches,
     alignments_for,
 )
-from lmalgebra.distill.causal_teachers import start_token_id
-from lmalgebra.distill.causal_tokenizers import byte_tokenizer, train_causal_tokenizer
+from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.example_store import stored_texts
+from lmalgebra.distill.pretrain.causal import build_causal_lm
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.store_check import check_store
 from lmalgebra.distill.student_inputs import student_inputs
 from lmalgebra.distill.teachers import Teacher
-from lmalgebra.distill.token_forms import detect_convention
-from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
+from lmalgebra.distill.vocab.token_forms import detect_convention
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
+from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
 from lmalgebra.distributed import is_main, same_on_every_rank
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.atomic import write_json_atomic

@@ -27,13 +27,13 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.byte_alignment import encode_with_offsets
-from lmalgebra.distill.causal_logprobs import CausalOutput, causal_outputs
-from lmalgebra.distill.causal_teachers import load_causal_lm, start_token_id
+from lmalgebra.distill.causal.logprobs import CausalOutput, causal_outputs
+from lmalgebra.distill.causal.teachers import load_causal_lm, start_token_id
 from lmalgebra.distill.example_store import examples_set, require
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.teacher_precision import dtype_key
 from lmalgebra.distill.teachers import Teacher, max_positions
+from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.shard_set import ShardSet
 

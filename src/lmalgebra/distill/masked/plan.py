@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.distill.examples import language_examples
-from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill.masked.masking import TeacherMasker
+from lmalgebra.distill.masked.topk import TeacherOutput
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run.time_estimate import ModelShape, Speed, measure_speed
+from lmalgebra.distill.sampling import language_probabilities
 from lmalgebra.distill.stages import topk_table
-from lmalgebra.distill.student_data import language_probabilities
 from lmalgebra.distill.teachers import model_config, teacher_tokenizer
-from lmalgebra.distill.time_estimate import ModelShape, Speed, measure_speed
-from lmalgebra.distill.topk import TeacherOutput
 from lmalgebra.sources.models import WEIGHT_SUFFIXES, resolve_directory
 from lmalgebra.storage.arrow_columns import id_dtype
 from lmalgebra.storage.shard_formats import ARROW_TABLES
@@ -169,7 +169,7 @@ def _vocab(
 ) -> ModelShape:
     """The vocab stage's work, done in memory and timed (split evenly over the pairs); the
     student's shape over the union vocabulary."""
-    from lmalgebra.distill.vocab_union import build_union, tokens_per_language
+    from lmalgebra.distill.vocab.union import build_union, tokens_per_language
 
     clock = time.perf_counter()
     tokenizers = {name: t.tokenizer for name, t in teachers.items()}

@@ -27,7 +27,7 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_texts
-from lmalgebra.distill.token_forms import (
+from lmalgebra.distill.vocab.token_forms import (
     Convention,
     backend_of,
     canonical_token,

@@ -29,10 +29,10 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
-from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
-from lmalgebra.distill.model_card import head_teacher_card, write_card
-from lmalgebra.distill.pretrain import check_lengths, training_examples
+from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
+from lmalgebra.distill.pretrain.masked import check_lengths, training_examples
 from lmalgebra.distill.recipe import MaskingSpec
+from lmalgebra.distill.run.model_card import head_teacher_card, write_card
 from lmalgebra.distill.teachers import max_positions
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.model_fingerprints import fingerprint

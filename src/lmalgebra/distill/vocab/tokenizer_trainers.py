@@ -1,5 +1,6 @@
-"""Tokenizers for small causal teachers and students, trained by the `tokenizers` library on text,
-and the byte tokenizer of a byte-level student.
+"""Tokenizers trained here by the `tokenizers` library on text: BERT's WordPiece for masked
+teachers (``train_wordpiece``), the kinds of causal teachers and students
+(``train_causal_tokenizer``), and the byte tokenizer of a byte-level student.
 
 Four trained kinds, as the models people merge use them: ``bytelevel-bpe`` (GPT-2: BPE over
 bytes, no unknown token), ``bpe`` and ``unigram`` (SentencePiece style: ``▁`` marks word
@@ -20,11 +21,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.pretrain import train_wordpiece
-from lmalgebra.distill.token_forms import byte_alphabet
-from lmalgebra.distill.tokenizer_choice import MIN_VOCAB_SIZE, TOKENIZER_KINDS, TokenizerKind
+from lmalgebra.distill.vocab.token_forms import byte_alphabet
+from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TOKENIZER_KINDS, TokenizerKind
 
-__all__ = ["TOKENIZER_KINDS", "TokenizerKind", "byte_tokenizer", "train_causal_tokenizer"]
+WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 _WORDPIECE_SPECIALS = {"pad": "[PAD]", "bos": "[CLS]", "eos": "[SEP]", "unk": "[UNK]"}
 
@@ -102,6 +102,63 @@ def _backend(kind: TokenizerKind, texts: list[str], vocab_size: int) -> Any:
     with _one_thread():
         tok.train_from_iterator(texts, trainer)
     return _settled_unigram(tok) if kind == "unigram" else tok
+
+
+def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_length: int) -> Any:
+    """A BERT-style WordPiece ``PreTrainedTokenizerFast`` trained on ``texts``."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers.trainers import WordPieceTrainer
+    from transformers import PreTrainedTokenizerFast
+
+    if vocab_size < len(WORDPIECE_SPECIALS) + 26:
+        raise UserInputError(f"--vocab-size {vocab_size} is too small for a WordPiece vocabulary")
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    # The trainer numbers the "##" pieces in hash-map order, and those ids break ties between
+    # equally frequent merges, so the same text gives another vocabulary in every process
+    # (huggingface/tokenizers#1794). Listing the pieces first, sorted, fixes their ids; they are
+    # then put back among the ordinary tokens.
+    pieces = _continuing_pieces(tok, texts)
+    trainer = WordPieceTrainer(vocab_size=vocab_size, special_tokens=WORDPIECE_SPECIALS + pieces)
+    tok.train_from_iterator(texts, trainer)
+    vocab = tok.get_vocab()
+    tok.model = models.WordPiece(vocab, unk_token="[UNK]")
+    tok = _without_added(tok, WORDPIECE_SPECIALS)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=max_length,
+    )
+
+
+def _continuing_pieces(tok: Any, texts: list[str]) -> list[str]:
+    """Every ``##c`` piece the WordPiece trainer would create for ``texts``, sorted."""
+    chars: set[str] = set()
+    for text in texts:
+        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
+            chars.update(word[1:])
+    return [f"##{c}" for c in sorted(chars)]
+
+
+def _without_added(tok: Any, specials: list[str]) -> Any:
+    """``tok`` rebuilt from its own JSON with only ``specials`` as added tokens."""
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def train_causal_tokenizer(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.vocab_union import META_FILE, UnionVocab
+from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
 from lmalgebra.train.checkpoint import damage
 
 

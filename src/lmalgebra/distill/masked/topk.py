@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.precision import compute_context, module_device
-from lmalgebra.distill.masking import MaskedCopy, pad_batch
+from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
 from lmalgebra.train.masked_head import masked_logits
 
 

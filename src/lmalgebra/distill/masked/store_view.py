@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from lmalgebra.distill.stages import require
-from lmalgebra.distill.vocab_union import UnionVocab, apply_map
+from lmalgebra.distill.vocab.union import UnionVocab, apply_map
 from lmalgebra.storage.arrow_columns import ragged
 from lmalgebra.storage.shard_set import ShardSet
 

@@ -33,8 +33,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.edit_distance import distance_matrix
-from lmalgebra.distill.token_forms import backend_of, detect_convention, token_surface, word_marker
+from lmalgebra.distill.vocab.edit_distance import distance_matrix
+from lmalgebra.distill.vocab.token_forms import (
+    backend_of,
+    detect_convention,
+    token_surface,
+    word_marker,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast

@@ -19,10 +19,11 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
-from lmalgebra.distill.causal_tokenizers import TokenizerKind, train_causal_tokenizer
-from lmalgebra.distill.model_card import causal_teacher_card, write_card
-from lmalgebra.distill.pretrain import training_examples
+from lmalgebra.distill.pretrain.masked import training_examples
+from lmalgebra.distill.run.model_card import causal_teacher_card, write_card
 from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerKind
+from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.disk_space import naming_file

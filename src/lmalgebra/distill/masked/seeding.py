@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.masking import MaskedCopy, pad_batch
+from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.stages import open_teachers
 from lmalgebra.distill.teachers import load_masked_lm
-from lmalgebra.distill.vocab_union import STUDENT_SPECIALS, UnionVocab
+from lmalgebra.distill.vocab.union import STUDENT_SPECIALS, UnionVocab
 from lmalgebra.stats.linear_decomposition import LinearDecomposition
 from lmalgebra.train.masked_head import masked_logits
 

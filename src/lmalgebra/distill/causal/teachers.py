@@ -14,7 +14,7 @@ from lmalgebra.distill.teachers import (
     check_top_k,
     is_masked_architecture,
 )
-from lmalgebra.distill.token_forms import detect_convention
+from lmalgebra.distill.vocab.token_forms import detect_convention
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 

@@ -33,8 +33,8 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
-from lmalgebra.distill.edit_distance import code_points, pair_distances
-from lmalgebra.distill.vocab_union import CanonicalVocabulary, canonical_vocabulary
+from lmalgebra.distill.vocab.edit_distance import code_points, pair_distances
+from lmalgebra.distill.vocab.union import CanonicalVocabulary, canonical_vocabulary
 from lmalgebra.storage.atomic import write_atomic
 from lmalgebra.storage.output_paths import default_cache_dir
 

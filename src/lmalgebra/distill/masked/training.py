@@ -7,15 +7,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.distill.embedding_seed import seed_from_teachers
-from lmalgebra.distill.model_card import student_card, write_card
+from lmalgebra.distill.masked.seeding import seed_from_teachers
+from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run.model_card import student_card, write_card
 from lmalgebra.distill.stages import RUN_SCRATCH
 from lmalgebra.distill.store_check import check_store
 from lmalgebra.distill.student import build_student, save_student
-from lmalgebra.distill.student_data import StoreBatches
 from lmalgebra.distill.student_inputs import check_student_name, student_inputs
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.config import TrainingSpec
@@ -39,7 +39,7 @@ def train_student(
     spec = training or recipe.training
     check_student_name(name)
     if recipe.objective == "causal":
-        from lmalgebra.distill.train_causal_student import train_causal_student
+        from lmalgebra.distill.causal.training import train_causal_student
 
         return train_causal_student(recipe, name, spec, progress, restart)
     hashes = {n: t.hashes for n, t in check_store(recipe).items()}

@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.byte_alignment import (
+from lmalgebra.distill.causal.store_view import CausalStore, load_causal_store
+from lmalgebra.distill.sampling import SampledLanguages, language_pool
+from lmalgebra.distill.vocab.byte_alignment import (
     ByteTokens,
     chunk_ids,
     chunk_start_alignment,
@@ -38,10 +40,8 @@ from lmalgebra.distill.byte_alignment import (
     mined_alignment,
     token_texts,
 )
-from lmalgebra.distill.causal_view import CausalStore, load_causal_store
-from lmalgebra.distill.edit_distance import RememberedDistances
-from lmalgebra.distill.mined_map import mined_map
-from lmalgebra.distill.student_data import SampledLanguages, language_pool
+from lmalgebra.distill.vocab.edit_distance import RememberedDistances
+from lmalgebra.distill.vocab.mined_map import mined_map
 
 ALIGNMENTS = frozenset({"chunks", "mined"})
 # the alignments each loss reads (``train_causal_student.distillation_term``)

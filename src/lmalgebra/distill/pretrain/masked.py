@@ -10,7 +10,6 @@ fitting only a masked-LM head on its frozen states.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
@@ -22,10 +21,11 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.examples import example_id, is_heldout
-from lmalgebra.distill.masking import TeacherMasker, pad_batch
-from lmalgebra.distill.model_card import teacher_card, write_card
+from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH, MaskingSpec
+from lmalgebra.distill.run.model_card import teacher_card, write_card
 from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -35,64 +35,6 @@ from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
 
 log = logging.getLogger(__name__)
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_length: int) -> Any:
-    """A BERT-style WordPiece ``PreTrainedTokenizerFast`` trained on ``texts``."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from tokenizers.trainers import WordPieceTrainer
-    from transformers import PreTrainedTokenizerFast
-
-    if vocab_size < len(SPECIALS) + 26:
-        raise UserInputError(f"--vocab-size {vocab_size} is too small for a WordPiece vocabulary")
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    # The trainer numbers the "##" pieces in hash-map order, and those ids break ties between
-    # equally frequent merges, so the same text gives another vocabulary in every process
-    # (huggingface/tokenizers#1794). Listing the pieces first, sorted, fixes their ids; they are
-    # then put back among the ordinary tokens.
-    pieces = _continuing_pieces(tok, texts)
-    trainer = WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS + pieces)
-    tok.train_from_iterator(texts, trainer)
-    vocab = tok.get_vocab()
-    tok.model = models.WordPiece(vocab, unk_token="[UNK]")
-    tok = _without_added(tok, SPECIALS)
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B [SEP]",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=max_length,
-    )
-
-
-def _continuing_pieces(tok: Any, texts: list[str]) -> list[str]:
-    """Every ``##c`` piece the WordPiece trainer would create for ``texts``, sorted."""
-    chars: set[str] = set()
-    for text in texts:
-        for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
-            chars.update(word[1:])
-    return [f"##{c}" for c in sorted(chars)]
-
-
-def _without_added(tok: Any, specials: list[str]) -> Any:
-    """``tok`` rebuilt from its own JSON with only ``specials`` as added tokens."""
-    from tokenizers import Tokenizer
-
-    data = json.loads(tok.to_str())
-    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] in specials]
-    return Tokenizer.from_str(json.dumps(data))
 
 
 class TextBatches:

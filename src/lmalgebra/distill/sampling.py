@@ -1,4 +1,4 @@
-"""Student training data from the teacher store: language sampling and multi-teacher modes.
+"""Language sampling and multi-teacher modes of student training data, for both objectives.
 
 Languages are sampled with probability proportional to ``n_k ** alpha`` (``n_k`` = the language's
 training examples; alpha = 0.7 smooths towards small languages), independently for each slot of a
@@ -12,16 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
-import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.store_view import TeacherCopies, load_copies
-from lmalgebra.distill.vocab_union import UnionVocab
-from lmalgebra.train.batches import Batch
 
 
 def language_probabilities(counts: dict[str, int], alpha: float) -> dict[str, float]:
@@ -90,61 +85,3 @@ class SampledLanguages:
         rng = np.random.default_rng([self.seed, index])
         langs = rng.choice(len(self.languages), size=self.batch_size, p=self._p)
         return [(int(k), int(rng.integers(len(self.pools[k].row)))) for k in langs]
-
-
-class StoreBatches(SampledLanguages):
-    """Batches of student-id copies from a run directory's store."""
-
-    def __init__(
-        self,
-        run_dir: Path,
-        teachers_of: dict[str, list[str]],
-        vocab: UnionVocab,
-        batch_size: int,
-        alpha: float,
-        mode: Literal["all", "best"],
-        seed: int,
-    ):
-        pools = [
-            language_pool([load_copies(run_dir, lang, t, vocab) for t in teachers], mode, lang)
-            for lang, teachers in teachers_of.items()
-        ]
-        super().__init__(list(teachers_of), pools, batch_size, alpha, seed)
-
-    def batch(self, index: int) -> Batch:
-        slots = []
-        for lang, item in self.draw(index):
-            pool = self.pools[lang]
-            slots.append((lang, pool.copies[pool.source[item]], int(pool.row[item])))
-        return _collate(slots, len(self.languages))
-
-
-def _collate(slots: list[tuple[int, TeacherCopies, int]], n_languages: int) -> Batch:
-    width = max(int(c.token_offsets[r + 1] - c.token_offsets[r]) for _, c, r in slots)
-    ids = torch.zeros((len(slots), width), dtype=torch.long)  # student [PAD] is id 0
-    attention = torch.zeros((len(slots), width), dtype=torch.long)
-    rows, cols, labels, langs, top_ids, top_lp = [], [], [], [], [], []
-    tokens = torch.zeros(n_languages, dtype=torch.long)
-    for b, (lang, c, r) in enumerate(slots):
-        t0, t1 = c.token_offsets[r], c.token_offsets[r + 1]
-        m0, m1 = c.mask_offsets[r], c.mask_offsets[r + 1]
-        ids[b, : t1 - t0] = torch.from_numpy(c.input_ids[t0:t1])
-        attention[b, : t1 - t0] = 1
-        tokens[lang] += int(t1 - t0)
-        rows.append(np.full(m1 - m0, b))
-        cols.append(c.positions[m0:m1])
-        labels.append(c.labels[m0:m1])
-        langs.append(np.full(m1 - m0, lang))
-        top_ids.append(c.topk_ids[m0:m1])
-        top_lp.append(c.topk_logprobs[m0:m1])
-    return Batch(
-        input_ids=ids,
-        attention_mask=attention,
-        rows=torch.from_numpy(np.concatenate(rows)).long(),
-        cols=torch.from_numpy(np.concatenate(cols)).long(),
-        labels=torch.from_numpy(np.concatenate(labels)).long(),
-        language=torch.from_numpy(np.concatenate(langs)).long(),
-        tokens=tokens,
-        topk_ids=torch.from_numpy(np.concatenate(top_ids)).long(),
-        topk_logprobs=torch.from_numpy(np.concatenate(top_lp)).float(),
-    )
