@@ -10,11 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from harness import figure
-from lmalgebra.distill import stages
-from lmalgebra.distill.pretrain.causal import build_causal_lm
-from lmalgebra.distill.recipe import CausalSpec, LanguageSpec, MergeRecipe, TeacherSpec
-from lmalgebra.distill.run.inspection import CAUSAL_PARTS, inspect_run
-from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.pipeline import inspect_run
+from lmalgebra.distill.recipe import (
+    CausalRecipe,
+    CausalSpec,
+    LanguageSpec,
+    MergeRecipe,
+    TeacherSpec,
+)
+from lmalgebra.distill.run.inspection import CAUSAL_PARTS
+from lmalgebra.distill.student import CausalStudentSpec
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
@@ -71,10 +78,10 @@ QUICK = replace(
 )
 
 
-def model_spec(width: tuple[int, int], sizes: Sizes) -> StudentSpec:
+def model_spec(width: tuple[int, int], sizes: Sizes) -> CausalStudentSpec:
     """A GPT-2 of ``width``; positions for a whole example at one byte a token."""
     hidden, layers = width
-    return StudentSpec(
+    return CausalStudentSpec(
         hidden_size=hidden,
         num_layers=layers,
         num_heads=max(1, hidden // 32),
@@ -104,8 +111,7 @@ def build_runs(
     tokenizer.save_pretrained(student_dir)
     recipes, seconds = {}, {}
     for name, samples in (("topk", 0), ("drawn", sizes.samples)):
-        recipes[name] = MergeRecipe(
-            objective="causal",
+        recipes[name] = CausalRecipe(
             languages={
                 "en": LanguageSpec(corpus=corpus, teachers=["teacher"], max_examples=sizes.docs)
             },
@@ -114,7 +120,7 @@ def build_runs(
             output_dir=workdir / name,
             student=student,
         )
-        for stage in (stages.prepare, stages.teach):
+        for stage in (pipeline.prepare, pipeline.teach):
             clock = time.perf_counter()
             stage(recipes[name], progress=False)
             seconds[f"{name} {stage.__name__}"] = time.perf_counter() - clock

@@ -1,4 +1,4 @@
-"""`lmalgebra pretrain --causal`: a causal teacher from scratch, with a tokenizer of each kind,
+"""`lmalgebra pretrain causal`: a causal teacher from scratch, with a tokenizer of each kind,
 trained by the one loop; it loads with AutoModelForCausalLM, generates text and is accepted by a
 causal recipe."""
 
@@ -16,10 +16,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill import stages
-from lmalgebra.distill.pretrain.causal import CausalTextBatches, build_causal_lm
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.pretrain.causal import CausalTextBatches
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.student import ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.train.config import TrainingSpec
@@ -27,7 +28,7 @@ from lmalgebra.train.loop import _step_loss
 from tiny import documents, sentences
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = StudentSpec(
+TINY = ModelSpec(
     hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64
 )
 
@@ -35,27 +36,34 @@ TINY = StudentSpec(
 def _pretrain_args(corpus: Path, out: Path, *extra: str) -> list[str]:
     return [
         "pretrain",
-        "--corpus",
+        "causal",
+        "--corpus.paths",
         str(corpus),
-        "--lang",
+        "--language",
         "fr",
-        "--vocab-size",
+        "--tokenizer.vocab_size",
         "300",
         "--out",
         str(out),
-        "--steps",
+        "--training.steps",
         "30",
-        "--batch-size",
+        "--training.batch_size",
         "8",
-        "--lr",
+        "--training.lr",
         "3e-3",
-        "--hidden-size",
+        "--training.warmup_steps",
+        "3",
+        "--training.checkpoint_every",
+        "6",
+        "--model.hidden_size",
         "32",
-        "--num-layers",
+        "--model.num_layers",
         "1",
-        "--example-length",
+        "--model.intermediate_size",
+        "128",
+        "--example_length",
         "48",
-        "--heldout-fraction",
+        "--heldout_fraction",
         "0.2",
         "--no-progress",
         *extra,
@@ -68,14 +76,13 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = root / "fr.txt"
     corpus.write_text("\n".join(documents(80, seed=21)) + "\n", encoding="utf-8")
     out = root / "teacher-fr"
-    args = _pretrain_args(corpus, out, "--causal", "--tokenizer-kind", "unigram")
+    args = _pretrain_args(corpus, out, "--tokenizer.kind", "unigram")
     proc = subprocess.run(
         [sys.executable, "-m", "lmalgebra", *args],
         capture_output=True,
         text=True,
         check=False,
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
-        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     return out
@@ -164,14 +171,13 @@ def test_tokenizer_training_gives_the_same_vocabulary_in_every_process() -> None
 @pytest.mark.parametrize(
     ("extra", "needles"),
     [
-        (["--tokenizer-kind", "unigram"], ["--tokenizer-kind applies to --causal teachers only"]),
-        (["--causal", "--tokenizer-kind", "sentencepiece"], ["--tokenizer-kind must be one of"]),
-        (["--causal", "--lowercase"], ["--lowercase applies to masked-LM (WordPiece) teachers"]),
         (
-            ["--causal", "--vocab-size", "100"],
-            ["--vocab-size 100 is too small for a bytelevel-bpe"],
+            ["--tokenizer.kind", "sentencepiece"],
+            ["tokenizer.kind", "'bytelevel-bpe', 'unigram', 'bpe' or 'wordpiece'"],
         ),
-        (["--causal", "--example-length", "1"], ["--example-length must be between 2 and"]),
+        (["--tokenizer.vocab_size", "100"], ["tokenizer.vocab_size 100 is too small for a"]),
+        (["--example_length", "1"], ["--example_length '1'", "greater than or equal to 2"]),
+        (["--example_length", "600"], ["example_length 600 exceeds the model's 512 positions"]),
     ],
 )
 def test_bad_causal_pretrain_flags(tmp_path, monkeypatch, capsys, extra, needles) -> None:

@@ -28,11 +28,11 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.causal.logprobs import CausalOutput, causal_outputs
-from lmalgebra.distill.causal.teachers import load_causal_lm, start_token_id
-from lmalgebra.distill.example_store import examples_set, require
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.teacher_precision import dtype_key
-from lmalgebra.distill.teachers import Teacher, max_positions
+from lmalgebra.distill.causal.teachers import start_token_id
+from lmalgebra.distill.examples import examples_set, require
+from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.teachers import Teacher, dtype_key, infer_shards, load_lm, max_positions
 from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.shard_set import ShardSet
@@ -40,7 +40,7 @@ from lmalgebra.storage.shard_set import ShardSet
 OFFSETS_RULES = "byte_alignment.encode_with_offsets/v1"  # bump when its rules change
 
 
-def tokens_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
+def tokens_set(recipe: CausalRecipe, lang: str, teacher: Teacher) -> ShardSet:
     key = {
         "stage": "tokens",
         "examples": examples_set(recipe, lang).key,
@@ -48,10 +48,10 @@ def tokens_set(recipe: MergeRecipe, lang: str, teacher: Teacher) -> ShardSet:
         "tokenizer": teacher.hashes["tokenizer"],
         "offsets": OFFSETS_RULES,
     }
-    return ShardSet(recipe.output_dir / "tokens" / lang / teacher.name, key)
+    return ShardSet(RunLayout(recipe.output_dir).store(TOKENS, lang, teacher.name), key)
 
 
-def logprobs_set(recipe: MergeRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+def logprobs_set(recipe: CausalRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
     """The log-probability store of one (language, teacher) computed in ``dtype`` (resolved)."""
     key: dict[str, Any] = {
         "stage": "logprobs",
@@ -63,10 +63,10 @@ def logprobs_set(recipe: MergeRecipe, lang: str, teacher: Teacher, dtype: str) -
     }
     if recipe.causal.samples:
         key["sample_seed"] = recipe.causal.sample_seed
-    return ShardSet(recipe.output_dir / "logprobs" / lang / teacher.name, key)
+    return ShardSet(RunLayout(recipe.output_dir).store(LOGPROBS, lang, teacher.name), key)
 
 
-def _tokenize(recipe: MergeRecipe, lang: str, teacher: Teacher, part: pa.Table) -> pa.Table:
+def tokens_table(recipe: CausalRecipe, lang: str, teacher: Teacher, part: pa.Table) -> pa.Table:
     """One shard of ``tokens/``: the teacher's tokens of each example and their byte offsets,
     as the student side computes them (``byte_alignment.encode_with_offsets``)."""
     limit = max_positions(teacher.directory)
@@ -95,7 +95,7 @@ def _tokenize(recipe: MergeRecipe, lang: str, teacher: Teacher, part: pa.Table) 
 
 
 def write_tokens(
-    recipe: MergeRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
+    recipe: CausalRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
 ) -> None:
     """``tokens/<lang>/<teacher>``: the prepare stage of a causal recipe (main rank alone)."""
     shards = tokens_set(recipe, lang, teacher)
@@ -107,7 +107,7 @@ def write_tokens(
         for index, start in enumerate(starts):
             if index in todo:
                 part = examples.slice(start, recipe.shard_rows)
-                table = _tokenize(recipe, lang, teacher, part)
+                table = tokens_table(recipe, lang, teacher, part)
                 shards.write(index, table, tokens=len(pc.list_flatten(table["token_ids"])))
             advance(1)
     shards.finish(
@@ -118,13 +118,13 @@ def write_tokens(
     )
 
 
-def _seed(recipe: MergeRecipe, teacher: str, example: str) -> list[int]:
+def _seed(recipe: CausalRecipe, teacher: str, example: str) -> list[int]:
     """The seed of one (teacher, example)'s drawn tokens: the recipe's, then a stable hash."""
     digest = hashlib.sha256(f"{teacher}\0{example}".encode()).digest()
     return [recipe.causal.sample_seed, int.from_bytes(digest[:8], "little")]
 
 
-def _logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) -> pa.Table:
+def logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) -> pa.Table:
     columns = {
         "next_logprob": list_column([o.next_logprob for o in outputs], np.float32),
         "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
@@ -140,45 +140,42 @@ def _logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) 
 
 
 def write_logprobs(
-    recipe: MergeRecipe,
+    recipe: CausalRecipe,
     lang: str,
     teacher: Teacher,
     setup: tuple[torch.device, torch.dtype],
     progress: bool,
 ) -> None:
     """``logprobs/<lang>/<teacher>``: the teach stage of a causal recipe (every rank its shards),
-    on ``setup``'s device and in its dtype (``teacher_precision.inference_setup``)."""
+    on ``setup``'s device and in its dtype (``teachers.inference_setup``)."""
     device, compute = setup
     tokens = tokens_set(recipe, lang, teacher)
     require(tokens, "prepare")
-    shards = logprobs_set(recipe, lang, teacher, dtype_name(compute))
-    count = len(tokens.manifest["shards"])
-    todo = set(shards.plan(count))
-    if shards.complete:
-        return
-    model: Any = None
     start = start_token_id(teacher.tokenizer)
     assert start is not None  # open_causal_teacher refuses a tokenizer without one
     dtype = id_dtype(len(teacher.tokenizer))
     samples = recipe.causal.samples
-    with progress_bar(f"teach {lang}/{teacher.name}", count, progress) as advance:
-        for index in range(count):
-            if index in todo:
-                if model is None:
-                    spec = recipe.teachers[teacher.name]
-                    model = load_causal_lm(spec.ref(teacher.name), teacher.directory)
-                    model.to(device)
-                part = tokens.read(index)
-                values, offsets = ragged(part.column("token_ids"))
-                examples = [values[offsets[r] : offsets[r + 1]] for r in range(part.num_rows)]
-                ids = part.column("example_id").to_pylist()
-                seeds = [_seed(recipe, teacher.name, e) for e in ids]
-                outputs = causal_outputs(
-                    model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size, compute
-                )
-                shards.write(index, _logprobs_table(outputs, dtype, samples))
-            advance(1)
-    shards.finish(
+    ref = recipe.teachers[teacher.name].ref(teacher.name)
+
+    def load() -> Any:
+        return load_lm(ref, teacher.directory, "causal").to(device)
+
+    def infer(model: Any, part: pa.Table) -> pa.Table:
+        values, offsets = ragged(part.column("token_ids"))
+        examples = [values[offsets[r] : offsets[r + 1]] for r in range(part.num_rows)]
+        seeds = [_seed(recipe, teacher.name, e) for e in part.column("example_id").to_pylist()]
+        outputs = causal_outputs(
+            model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size, compute
+        )
+        return logprobs_table(outputs, dtype, samples)
+
+    infer_shards(
+        tokens,
+        logprobs_set(recipe, lang, teacher, dtype_name(compute)),
+        f"teach {lang}/{teacher.name}",
+        load,
+        infer,
+        progress,
         top_k=recipe.top_k,
         samples=samples,
         dtype=dtype_name(compute),

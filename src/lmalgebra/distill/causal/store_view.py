@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.example_store import require
+from lmalgebra.distill.examples import require
+from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
 from lmalgebra.storage.arrow_columns import ragged
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -101,24 +102,25 @@ def _flat(table: pa.Table, column: str, dtype: type, width: int) -> np.ndarray:
 
 def load_causal_store(run_dir: Path, lang: str, teacher: str) -> CausalStore:
     """``tokens/``, ``logprobs/`` and the texts of ``examples/`` of (``lang``, ``teacher``)."""
+    layout = RunLayout(run_dir)
     sets = {
-        name: ShardSet.existing(run_dir / name / lang / teacher) for name in ("tokens", "logprobs")
+        part: ShardSet.existing(layout.store(part, lang, teacher)) for part in (TOKENS, LOGPROBS)
     }
-    examples = ShardSet.existing(run_dir / "examples" / lang)
+    examples = ShardSet.existing(layout.examples(lang))
     require(examples, "prepare")
-    require(sets["tokens"], "prepare")
-    require(sets["logprobs"], "teach")
+    require(sets[TOKENS], "prepare")
+    require(sets[LOGPROBS], "teach")
     text = pa.concat_tables(examples.tables())
-    tok = pa.concat_tables(sets["tokens"].tables())
-    out = pa.concat_tables(sets["logprobs"].tables())
+    tok = pa.concat_tables(sets[TOKENS].tables())
+    out = pa.concat_tables(sets[LOGPROBS].tables())
     ids = np.asarray(tok.column("example_id").to_pylist(), dtype=object)
     if ids.tolist() != text.column("id").to_pylist():
         raise UserInputError(
-            f"{sets['tokens'].directory} was made from other examples than "
+            f"{sets[TOKENS].directory} was made from other examples than "
             f"{examples.directory}: run `lmalgebra merge prepare RECIPE` again"
         )
     token_ids, token_offsets = ragged(tok.column("token_ids"))
-    k, samples = (int(sets["logprobs"].manifest[f]) for f in ("top_k", "samples"))
+    k, samples = (int(sets[LOGPROBS].manifest[f]) for f in ("top_k", "samples"))
     drawn: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
     if samples:
         drawn = (
@@ -137,5 +139,5 @@ def load_causal_store(run_dir: Path, lang: str, teacher: str) -> CausalStore:
         topk_logprobs=_flat(out, "topk_logprobs", np.float32, k),
         sample_ids=drawn[0],
         sample_logprobs=drawn[1],
-        start_token_id=int(sets["tokens"].manifest["start_token_id"]),
+        start_token_id=int(sets[TOKENS].manifest["start_token_id"]),
     )

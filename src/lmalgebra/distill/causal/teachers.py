@@ -7,13 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.remote_code import announce_remote_code, load_failure
-from lmalgebra.distill.teachers import (
-    Teacher,
-    architecture,
-    check_top_k,
-    is_masked_architecture,
-)
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.teachers import TEACHER_HINT, Teacher, check_top_k, refuse_other_head
 from lmalgebra.distill.vocab.token_forms import detect_convention
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
@@ -29,24 +25,18 @@ def start_token_id(tokenizer: Any) -> int | None:
     return None
 
 
-_TEACHER_HINT = "; give masked-LM teachers in a recipe with `objective: masked`"
-
-
-def refuse_masked_lm(owner: str, directory: Path, hint: str = _TEACHER_HINT) -> None:
-    """Refuse a masked LM where a causal LM is needed (it would load as a causal LM: BERT's
-    masked-LM head fits ``BertLMHeadModel``, and score nonsense)."""
-    found = architecture(directory)
-    if is_masked_architecture(found):
-        raise UserInputError(
-            f"{owner}: {directory} holds a masked LM ({found}), not a causal LM{hint}"
-        )
-
-
 def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Teacher:
     """Resolve and fingerprint a causal teacher and load its tokenizer; refuse a masked LM, a
     tokenizer without offsets or start token, and a ``top_k`` beyond its vocabulary."""
     directory = resolve_directory(ref)
-    refuse_masked_lm(f"teacher {ref.name!r}", directory)
+    tokenizer = teacher_tokenizer(ref, directory, top_k)
+    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
+
+
+def teacher_tokenizer(ref: ModelRef, directory: Path, top_k: int) -> Any:
+    """The causal teacher's tokenizer, refused for a masked LM, without offsets or a start
+    token, or with fewer tokens than ``top_k``; nothing of the weights is read."""
+    refuse_other_head(f"teacher {ref.name!r}", directory, "causal", TEACHER_HINT["causal"])
     tokenizer = load_tokenizer(ref, directory)
     detect_convention(tokenizer, ref.name)  # refuses one whose tokens cannot be read as bytes
     if start_token_id(tokenizer) is None:
@@ -55,33 +45,13 @@ def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Tea
             "beginning-of-sequence nor an end-of-text token to predict the first token after"
         )
     check_top_k(ref.name, top_k, tokenizer)
-    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
+    return tokenizer
 
 
-def load_causal_lm(ref: ModelRef, directory: Path, role: str = "teacher") -> Any:
-    """``AutoModelForCausalLM`` in eval mode; refused when it is a masked LM or head weights are
-    missing from the files (an untrained head would produce confident nonsense). ``role``: what
-    messages call the model."""
-    from transformers import AutoModelForCausalLM
-
-    owner = f"{role} {ref.name!r}"
-    refuse_masked_lm(owner, directory, _TEACHER_HINT if role == "teacher" else "")
-    if ref.trust_remote_code:
-        announce_remote_code(ref.name, directory)
-    try:
-        loaded: Any = AutoModelForCausalLM.from_pretrained(
-            directory, output_loading_info=True, trust_remote_code=ref.trust_remote_code
-        )
-    except Exception as err:
-        raise UserInputError(
-            f"{owner}: cannot load a causal LM from {directory}: {load_failure(err)}"
-        ) from err
-    model, info = loaded
-    missing = sorted(info.get("missing_keys", []))
-    if missing:
-        shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-        raise UserInputError(
-            f"{owner}: {directory} has no trained causal-LM head "
-            f"(missing weights: {shown}); pre-train one with `lmalgebra pretrain --causal`"
-        )
-    return model.eval()
+def open_teachers(recipe: CausalRecipe) -> dict[str, Teacher]:
+    """Every teacher of the recipe, checked before anything is done."""
+    memo = RunLayout(recipe.output_dir).hashes
+    return {
+        name: open_causal_teacher(spec.ref(name), memo, recipe.top_k)
+        for name, spec in recipe.teachers.items()
+    }

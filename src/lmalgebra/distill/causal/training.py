@@ -21,27 +21,21 @@ from typing import Any
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.causal.student_data import (
     CausalBatch,
     CausalStoreBatches,
     alignments_for,
 )
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.teachers import start_token_id
-from lmalgebra.distill.example_store import stored_texts
-from lmalgebra.distill.pretrain.causal import build_causal_lm
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.store_check import check_store
-from lmalgebra.distill.student_inputs import student_inputs
+from lmalgebra.distill.examples import stored_texts
+from lmalgebra.distill.layout import LOGPROBS, RunLayout, write_model_directory
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
-from lmalgebra.distill.vocab.token_forms import detect_convention
-from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
-from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
-from lmalgebra.distributed import is_main, same_on_every_rank
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
-from lmalgebra.storage.atomic import write_json_atomic
-from lmalgebra.storage.disk_space import naming_file
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.distributed import is_main
+from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 from lmalgebra.train.cross_tokenizer_losses import (
     Mean,
     alm_loss,
@@ -116,48 +110,7 @@ def causal_step_loss(mix: dict[str, float]) -> StepLoss:
     return step
 
 
-def _made_tokenizer(choice: TokenizerChoice, recipe: MergeRecipe) -> Any:
-    """The tokenizer ``choice`` names: a teacher's or a model's (loaded), a trained one (on the
-    run's training examples of every language, in language order) or the byte tokenizer."""
-    positions = recipe.student.max_position_embeddings
-    if choice.source == "bytes":
-        return byte_tokenizer(positions)
-    if choice.source == "train":
-        texts = stored_texts(recipe.output_dir, sorted(recipe.languages), heldout=False)
-        every = [text for lang in sorted(texts) for text in texts[lang]]
-        log.info("training the student's %s tokenizer on %d examples", choice, len(every))
-        return train_causal_tokenizer(every, choice.kind, choice.vocab_size, positions)
-    teacher = recipe.teachers.get(choice.name) if choice.source == "teacher" else None
-    ref = teacher.ref(choice.name) if teacher else ModelRef(name="student", path=choice.name)
-    return load_tokenizer(ref, resolve_directory(ref))
-
-
-def student_tokenizer(recipe: MergeRecipe) -> tuple[Any, dict[str, Any]]:
-    """The student's tokenizer (``student.tokenizer``, ``distill.tokenizer_choice``) and what
-    identifies it; refused without offsets, readable tokens or a start token."""
-    given = recipe.student.tokenizer
-    if given is None:
-        raise UserInputError(
-            "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "
-            "train:KIND:SIZE, bytes or a model reference"
-        )
-    choice = parse_student_tokenizer(given, recipe.teachers)
-    tokenizer = _made_tokenizer(choice, recipe)
-    detect_convention(tokenizer, f"student tokenizer {given!r}")
-    if start_token_id(tokenizer) is None:
-        raise UserInputError(
-            f"student tokenizer {given!r} has neither a beginning-of-sequence nor an "
-            "end-of-text token to predict the first token after"
-        )
-    vocabulary = sha256_json(sorted(tokenizer.get_vocab().items()))
-    if not same_on_every_rank(vocabulary):  # each rank builds it: a trained one must agree
-        raise RuntimeError(f"student tokenizer {given!r} differs between processes")
-    return tokenizer, {"tokenizer": str(choice), "vocabulary": vocabulary}
-
-
-def _check(recipe: MergeRecipe, mix: dict[str, float]) -> None:
-    if recipe.student.init_embeddings != "random":
-        raise UserInputError("student.init_embeddings: teachers applies to masked students only")
+def _check(recipe: CausalRecipe, mix: dict[str, float]) -> None:
     if "sampled" in mix and recipe.causal.samples == 0:
         raise UserInputError(
             "training.objective_mix: sampled needs drawn tokens in the store; set causal.samples "
@@ -177,14 +130,19 @@ class CausalStudentData:
 
 
 def causal_student_data(
-    recipe: MergeRecipe, spec: TrainingSpec, mix: dict[str, float]
+    recipe: CausalRecipe,
+    spec: CausalTrainingSpec,
+    mix: dict[str, float],
+    teachers: dict[str, Teacher],
 ) -> CausalStudentData:
-    """The batches of ``recipe``'s store for the loss ``mix`` (drawn tokens only when ``mix``
-    has ``sampled``), after the checks of a causal student's recipe; a store built from another
-    recipe or other teachers is refused first (``store_check``)."""
+    """The batches of ``recipe``'s store (checked: ``teachers``) for the loss ``mix`` (drawn
+    tokens only when ``mix`` has ``sampled``), after the checks of a causal student's recipe."""
     _check(recipe, mix)
-    teachers = check_store(recipe)
-    tokenizer, identity = student_tokenizer(recipe)
+
+    def training() -> dict[str, list[str]]:
+        return stored_texts(recipe.output_dir, sorted(recipe.languages), heldout=False)
+
+    tokenizer, identity = student_tokenizer(recipe, training)
     start = start_token_id(tokenizer)
     assert start is not None  # student_tokenizer refuses a tokenizer without one
     source = CausalStoreBatches(
@@ -205,36 +163,36 @@ def causal_student_data(
 
 
 def train_causal_student(
-    recipe: MergeRecipe, name: str, spec: TrainingSpec, progress: bool, restart: bool
+    recipe: CausalRecipe,
+    name: str,
+    spec: CausalTrainingSpec,
+    teachers: dict[str, Teacher],
+    progress: bool,
+    restart: bool,
 ) -> Path:
-    """Train (or resume) the causal student ``run_dir/<name>``; the model goes to
-    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer)."""
+    """Train (or resume) the causal student ``name`` of the run on its store (checked:
+    ``teachers``); the model goes to ``<name>/model`` (``AutoModelForCausalLM`` with its
+    tokenizer)."""
     mix = spec.objective_mix or DEFAULT_MIX
-    data = causal_student_data(recipe, spec, mix)
+    data = causal_student_data(recipe, spec, mix, teachers)
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
-    out = recipe.output_dir / name
+    layout = RunLayout(recipe.output_dir)
     model = build_causal_lm(recipe.student, tokenizer, seed=spec.seed)
-    inputs = {**student_inputs(recipe), "student_tokenizer": data.identity}
-    final = train(model, source, spec, out, progress, inputs, restart, causal_step_loss(mix))
-    target = out / "model"
+    inputs = {**student_inputs(recipe, LOGPROBS), "student_tokenizer": data.identity}
+    step = causal_step_loss(mix)
+    final = train(model, source, spec, layout.student(name), progress, inputs, restart, step)
+    target = layout.model(name)
     if not is_main():
         return target
-    (target / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the student complete
-    with naming_file(target):
-        model.save_pretrained(target)
-        tokenizer.save_pretrained(target)
-    write_json_atomic(
-        target / "lmalgebra.json",
-        {
-            "kind": "causal-student",
-            "recipe": recipe.model_dump(mode="json"),
-            "training": spec.model_dump(),
-            "objective_mix": mix,
-            "teacher_hashes": {n: t.hashes for n, t in data.teachers.items()},
-            "student_tokenizer": data.identity,
-            "language_probabilities": source.probabilities,
-            "final": final,
-        },
-    )
-    return target
+    metadata = {
+        "kind": "causal-student",
+        "recipe": recipe.model_dump(mode="json"),
+        "training": spec.model_dump(),
+        "objective_mix": mix,
+        "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
+        "student_tokenizer": data.identity,
+        "language_probabilities": source.probabilities,
+        "final": final,
+    }
+    return write_model_directory(target, model, tokenizer, metadata)

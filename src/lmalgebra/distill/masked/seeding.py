@@ -39,9 +39,9 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import open_teachers
-from lmalgebra.distill.teachers import load_masked_lm
+from lmalgebra.distill.masked.teachers import open_teachers
+from lmalgebra.distill.recipe import MaskedRecipe
+from lmalgebra.distill.teachers import load_lm
 from lmalgebra.distill.vocab.union import STUDENT_SPECIALS, UnionVocab
 from lmalgebra.stats.linear_decomposition import LinearDecomposition
 from lmalgebra.train.masked_head import masked_logits
@@ -279,11 +279,11 @@ def apply_seeding(model: Any, seeding: Seeding, pad_id: int) -> None:
             target[index] = torch.from_numpy(values[known]).to(target.dtype)
 
 
-def teacher_tables(recipe: MergeRecipe) -> dict[str, TeacherTable]:
+def teacher_tables(recipe: MaskedRecipe) -> dict[str, TeacherTable]:
     """Each teacher's input embeddings and prior (``no_context_prior``), in recipe order."""
     tables = {}
     for name, teacher in open_teachers(recipe).items():
-        model = load_masked_lm(recipe.teachers[name].ref(name), teacher.directory)
+        model = load_lm(recipe.teachers[name].ref(name), teacher.directory, "masked")
         embeddings = model.get_input_embeddings().weight.detach().double().numpy()
         prior = no_context_prior(model, teacher.tokenizer, recipe.example_length)
         tables[name] = TeacherTable(embeddings, prior[: len(embeddings)], teacher.tokenizer)
@@ -308,7 +308,7 @@ def no_context_prior(model: Any, tokenizer: Any, length: int) -> np.ndarray:
     return torch.softmax(logits, dim=-1).mean(dim=0).numpy()
 
 
-def seed_from_teachers(model: Any, recipe: MergeRecipe, vocab: UnionVocab) -> dict[str, Any]:
+def seed_from_teachers(model: Any, recipe: MaskedRecipe, vocab: UnionVocab) -> dict[str, Any]:
     """Seed ``model``'s token embeddings and output bias from the recipe's teachers (in place);
     returns the report of ``seed_rows``."""
     width = model.get_input_embeddings().weight.shape[1]

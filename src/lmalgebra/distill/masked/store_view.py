@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lmalgebra.distill.stages import require
+from lmalgebra.distill.examples import require
+from lmalgebra.distill.layout import MASKED, TOPK, RunLayout
 from lmalgebra.distill.vocab.union import UnionVocab, apply_map
 from lmalgebra.storage.arrow_columns import ragged
 from lmalgebra.storage.shard_set import ShardSet
@@ -53,8 +54,9 @@ def _combined(shards: ShardSet) -> pa.Table:
 
 def load_copies(run_dir: Path, lang: str, teacher: str, vocab: UnionVocab | None) -> TeacherCopies:
     """Read ``masked/`` and ``topk/`` of one (language, teacher), in student ids if ``vocab``."""
-    masked = ShardSet.existing(run_dir / "masked" / lang / teacher)
-    topk = ShardSet.existing(run_dir / "topk" / lang / teacher)
+    layout = RunLayout(run_dir)
+    masked = ShardSet.existing(layout.store(MASKED, lang, teacher))
+    topk = ShardSet.existing(layout.store(TOPK, lang, teacher))
     require(masked, "prepare")
     require(topk, "teach")
     m, t = _combined(masked), _combined(topk)

@@ -1,11 +1,12 @@
-"""Pre-training a small monolingual causal teacher from scratch: a tokenizer of a chosen kind
-(``causal_tokenizers``), then a GPT-2-style causal LM trained with the toolkit's one training loop.
+"""``lmalgebra pretrain causal``: a small monolingual causal teacher from scratch, a tokenizer of a
+chosen kind (``distill.vocab.tokenizer_trainers``), then a GPT-2-style causal LM trained with the
+toolkit's one training loop.
 
 The loop trains on labels at chosen positions (``train.batches.Batch``: ``rows``, ``cols``,
 ``labels``); for a causal LM those are every position of a window and the token after it, so the
 same step, loss and checkpoints serve (the gold term, logged as ``mlm``, is then the next-token
 cross-entropy). Windows start with the beginning-of-sequence token when they start a document.
-Examples held out by a recipe with the same language and held-out fraction are held out here too.
+Examples a recipe with the same language and held-out fraction holds out are left out here too.
 """
 
 from __future__ import annotations
@@ -19,44 +20,18 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
-from lmalgebra.distill.pretrain.masked import training_examples
-from lmalgebra.distill.run.model_card import causal_teacher_card, write_card
-from lmalgebra.distill.student import StudentSpec
-from lmalgebra.distill.vocab.tokenizer_choice import TokenizerKind
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.examples import training_examples
+from lmalgebra.distill.layout import write_model_directory
+from lmalgebra.distill.pretrain.specs import CausalPretrainSpec
+from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
-from lmalgebra.sources.corpus import CorpusSpec
-from lmalgebra.storage.atomic import write_json_atomic
-from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
 
 log = logging.getLogger(__name__)
-
-
-def build_causal_lm(spec: StudentSpec, tokenizer: Any, seed: int = 0) -> Any:
-    """A freshly initialised ``GPT2LMHeadModel`` of ``spec``'s sizes for ``tokenizer``."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    if spec.embedding_size not in (None, spec.hidden_size):
-        raise UserInputError("a causal teacher has no factorised embeddings: omit embedding_size")
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=spec.max_position_embeddings,
-        n_embd=spec.hidden_size,
-        n_layer=spec.num_layers,
-        n_head=spec.num_heads,
-        n_inner=spec.intermediate_size,
-        resid_pdrop=spec.dropout,
-        embd_pdrop=spec.dropout,
-        attn_pdrop=spec.dropout,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    return GPT2LMHeadModel(config)
 
 
 class CausalTextBatches:
@@ -124,72 +99,58 @@ def _sequences(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
     return [np.asarray([*ids, eos], dtype=np.int64) for ids in encoded]
 
 
-@holding_lock("pretrain", lambda out, **_: out)
-def pretrain_causal(
-    corpus: CorpusSpec,
-    language: str,
-    kind: TokenizerKind,
-    vocab_size: int,
-    out: Path,
-    model: StudentSpec,
-    training: TrainingSpec,
-    example_length: int = 128,
-    heldout_fraction: float = 0.05,
-    progress: bool = True,
-    restart: bool = False,
-) -> Path:
-    """Train a ``kind`` tokenizer and a causal LM; write a model directory usable as a causal
-    teacher (``AutoModelForCausalLM``, ``text-generation`` pipeline).
+@holding_lock("pretrain", lambda spec, **_: spec.out)
+def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bool = False) -> Path:
+    """Train the tokenizer and the causal LM ``spec`` describes; write a model directory usable
+    as a causal teacher (``AutoModelForCausalLM``, ``text-generation`` pipeline).
 
-    ``example_length``: tokens per training window. Resumes from ``out/training/checkpoints``
-    when they were written for the same corpus and settings; ``restart`` starts afresh."""
-    if not 2 <= example_length <= model.max_position_embeddings:
-        raise UserInputError(
-            f"--example-length must be between 2 and the model's "
-            f"{model.max_position_embeddings} positions, got {example_length}"
-        )
-    if not 0 <= heldout_fraction < 1:
-        raise UserInputError(f"--heldout-fraction must be in [0, 1), got {heldout_fraction}")
-    kept_ids, texts = training_examples(corpus, language, heldout_fraction)
-    tokenizer = train_causal_tokenizer(texts, kind, vocab_size, model.max_position_embeddings)
-    network = build_causal_lm(model, tokenizer, training.seed)
+    Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
+    settings; ``restart`` starts afresh."""
+    kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    kind, size = spec.tokenizer.kind, spec.tokenizer.vocab_size
+    tokenizer = train_causal_tokenizer(texts, kind, size, spec.model.max_position_embeddings)
+    seed = spec.training.seed
+    network = build_causal_lm(spec.model, tokenizer, seed)
     source = CausalTextBatches(
         _sequences(tokenizer, texts),
-        example_length,
-        training.batch_size,
-        training.seed,
-        language,
+        spec.example_length,
+        spec.training.batch_size,
+        seed,
+        spec.language,
         tokenizer.pad_token_id,
     )
     data = {
-        "language": language,
+        "language": spec.language,
         "objective": "causal",
         "tokenizer_kind": kind,
-        "vocab_size": vocab_size,
-        "example_length": example_length,
-        "heldout_fraction": heldout_fraction,
+        "vocab_size": size,
+        "example_length": spec.example_length,
+        "heldout_fraction": spec.heldout_fraction,
     }
     inputs = {"corpus": sha256_texts(texts), "data": data}
-    spec = training.model_copy(update={"gold_only": True})
-    last = train(network, source, spec, out / "training", progress, inputs, restart)
-    (out / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the teacher complete
-    with naming_file(out):
-        network.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    card = causal_teacher_card(
-        language, len(texts), kind, len(tokenizer), model.model_dump(), training.model_dump()
+    training = TrainingSpec.gold(spec.training)
+    last = train(network, source, training, spec.out / "training", progress, inputs, restart)
+    facts = [
+        ("tokenizer", f"{kind}, {len(tokenizer)} tokens, trained on the same text"),
+        ("model", sizes(spec.model.model_dump())),
+    ]
+    card = teacher_card(
+        f"{spec.language} causal teacher (lmalgebra pretrain causal)",
+        f"A small monolingual ({spec.language}) GPT-2-style causal LM trained from scratch by "
+        "`lmalgebra pretrain causal`, usable as a causal teacher.",
+        spec.language,
+        len(texts),
+        facts,
+        spec.training.model_dump(),
+        task="text-generation",
     )
-    write_card(out, card)
-    write_json_atomic(
-        out / "lmalgebra.json",
-        {
-            "kind": "pretrained-causal-teacher",
-            **data,
-            "corpus": corpus.model_dump(mode="json"),
-            "examples": len(kept_ids),
-            "model": model.model_dump(),
-            "training": training.model_dump(),
-            "final": last,
-        },
-    )
-    return out
+    metadata = {
+        "kind": "pretrained-causal-teacher",
+        **data,
+        "corpus": spec.corpus.model_dump(mode="json"),
+        "examples": len(kept_ids),
+        "model": spec.model.model_dump(),
+        "training": spec.training.model_dump(),
+        "final": last,
+    }
+    return write_model_directory(spec.out, network, tokenizer, metadata, card)

@@ -11,7 +11,7 @@ Since the encoder never changes, its last hidden states at the masked positions 
 per training example (one BERT-style masking per example) and the head trains on those with the
 one training loop: while it runs, the encoder inside the model is replaced by a stand-in that
 returns the cached states, so a step costs only the head. Examples that a recipe with the same
-language and held-out fraction holds out are left out, as by ``pretrain``.
+language and held-out fraction holds out are left out, as by ``pretrain masked``.
 """
 
 from __future__ import annotations
@@ -29,16 +29,15 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.distill.examples import training_examples
+from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
-from lmalgebra.distill.pretrain.masked import check_lengths, training_examples
+from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.recipe import MaskingSpec
-from lmalgebra.distill.run.model_card import head_teacher_card, write_card
+from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
-from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
-from lmalgebra.storage.atomic import write_json_atomic
-from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
@@ -55,7 +54,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
     if ref.kind != "transformers" or ref.random_init:
         what = "random-initialised weights" if ref.random_init else f"an {ref.kind} model"
         raise UserInputError(
-            f"--from {ref.path}: {what} cannot carry a head-only teacher "
+            f"encoder {ref.path}: {what} cannot carry a head-only teacher "
             "(give a trained transformers encoder: a directory, package:NAME or hub id)"
         )
     if ref.trust_remote_code:
@@ -69,7 +68,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
         model = AutoModelForMaskedLM.from_config(config, trust_remote_code=remote)
     except Exception as err:
         raise UserInputError(
-            f"--from {ref.path}: not an encoder with a masked-LM form in transformers "
+            f"encoder {ref.path}: not an encoder with a masked-LM form in transformers "
             f"({load_failure(err)})"
         ) from err
     try:
@@ -77,13 +76,13 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
             directory, output_loading_info=True, trust_remote_code=remote
         )
     except Exception as err:
-        raise UserInputError(f"--from {ref.path}: cannot load it: {load_failure(err)}") from err
+        raise UserInputError(f"encoder {ref.path}: cannot load it: {load_failure(err)}") from err
     # keys the checkpoint lacks, or the masked LM's encoder has and the bare model does not
     missing = set(info.get("missing_keys", []))
     missing |= set(model.base_model.load_state_dict(encoder.state_dict(), strict=False)[0])
     if missing:
         shown = ", ".join(sorted(missing)[:3]) + (" ..." if len(missing) > 3 else "")
-        raise UserInputError(f"--from {ref.path}: the checkpoint lacks encoder weights ({shown})")
+        raise UserInputError(f"encoder {ref.path}: the checkpoint lacks encoder weights ({shown})")
     model.base_model.requires_grad_(False)
     return model.eval()
 
@@ -155,7 +154,7 @@ class CachedBatches:
     Example ``i``'s masked tokens are rows ``offsets[i]:offsets[i + 1]``; a batch's ``input_ids``
     ``(batch, width)`` holds those row numbers (padding points at row 0 and is never scored), its
     ``rows``/``cols`` every real entry, ``labels`` their gold ids. Examples are drawn with
-    replacement from a generator seeded by ``(seed, index)``, as ``pretrain`` draws them.
+    replacement from a generator seeded by ``(seed, index)``, as ``pretrain masked`` draws them.
     """
 
     def __init__(
@@ -230,79 +229,73 @@ def cached_source(
     return states, source
 
 
-@holding_lock("pretrain", lambda out, **_: out)
-def pretrain_head(
-    corpus: CorpusSpec,
-    language: str,
-    encoder: str | ModelRef,
-    out: Path,
-    training: TrainingSpec,
-    example_length: int = 128,
-    heldout_fraction: float = 0.05,
-    max_examples: int | None = None,
-    progress: bool = True,
-    restart: bool = False,
-) -> Path:
-    """Fit a masked-LM head on the frozen ``encoder`` (a reference as on the command line, or a
-    ``ModelRef``); write a model directory usable as a teacher. ``max_examples``: train on the
-    first this many training examples only.
+@holding_lock("pretrain", lambda spec, **_: spec.out)
+def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = False) -> Path:
+    """Fit a masked-LM head on the frozen encoder ``spec`` names; write a model directory usable
+    as a teacher (``spec.out``).
 
     Resumes from ``out/training/checkpoints`` when they were written for the same encoder,
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
-    if max_examples is not None and max_examples < 1:
-        raise UserInputError(f"--max-examples must be at least 1, got {max_examples}")
-    ref = ModelRef.parse(encoder) if isinstance(encoder, str) else encoder
+    ref = ModelRef.parse(spec.encoder).model_copy(
+        update={"trust_remote_code": spec.trust_remote_code}
+    )
     directory = resolve_directory(ref)
-    check_lengths(example_length, heldout_fraction, max_positions(directory))
-    model = encoder_with_new_head(ref, directory, training.seed)
+    limit = max_positions(directory)
+    if limit is not None and spec.example_length > limit:
+        raise UserInputError(
+            f"example_length {spec.example_length} exceeds the {limit} positions of encoder "
+            f"{spec.encoder}"
+        )
+    model = encoder_with_new_head(ref, directory, spec.training.seed)
     tokenizer = load_tokenizer(ref, directory)
     if tokenizer.mask_token_id is None:
-        raise UserInputError(f"--from {ref.path}: its tokenizer has no mask token")
-    ids, texts = training_examples(corpus, language, heldout_fraction)
-    ids, texts = ids[:max_examples], texts[:max_examples]
+        raise UserInputError(f"encoder {ref.path}: its tokenizer has no mask token")
+    ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
     hashes = fingerprint(ref, directory)
-    data = {"language": language, "example_length": example_length}
+    data = {"language": spec.language, "example_length": spec.example_length}
     inputs = {
         "corpus": sha256_texts(texts),
         "encoder": hashes["weights"],
         "tokenizer": hashes["tokenizer"],
-        "data": {**data, "heldout_fraction": heldout_fraction},
+        "data": {**data, "heldout_fraction": spec.heldout_fraction},
     }
+    training = TrainingSpec.gold(spec.training)
     states, source = cached_source(
-        model, tokenizer, (ids, texts), example_length, training, language, progress
+        model, tokenizer, (ids, texts), spec.example_length, training, spec.language, progress
     )
-    spec = training.model_copy(update={"gold_only": True})
     with encoder_replaced(model, CachedEncoder(states)) as fitting:
-        last = train(fitting, source, spec, out / "training", progress, inputs, restart)
-    facts = {
+        last = train(fitting, source, training, spec.out / "training", progress, inputs, restart)
+    trained = trainable_names(model)
+    tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    metadata = {
         "kind": "head-only-teacher",
-        "language": language,
-        "corpus": corpus.model_dump(mode="json"),
+        "language": spec.language,
+        "corpus": spec.corpus.model_dump(mode="json"),
         "examples": len(texts),
-        "heldout_fraction": heldout_fraction,
-        "example_length": example_length,
+        "heldout_fraction": spec.heldout_fraction,
+        "example_length": spec.example_length,
         "encoder": {"reference": ref.path, **hashes},
-        "trained_parameters": trainable_names(model),
-        "tied_output_projection": model.get_output_embeddings().weight
-        is model.get_input_embeddings().weight,
-        "training": training.model_dump(),
+        "trained_parameters": trained,
+        "tied_output_projection": tied,
+        "training": spec.training.model_dump(),
         "final": last,
     }
-    _write_teacher(out, model, tokenizer, facts)
-    return out
-
-
-def _write_teacher(out: Path, model: Any, tokenizer: Any, facts: dict[str, Any]) -> None:
-    """Model, tokenizer, card, then ``lmalgebra.json`` (``facts``), which marks it complete."""
-    (out / "lmalgebra.json").unlink(missing_ok=True)
-    with naming_file(out):
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    head = f"trained: {', '.join(facts['trained_parameters'])}"
-    if facts["tied_output_projection"]:
+    head = f"trained: {', '.join(trained)}"
+    if tied:
         head += "; output projection tied to the frozen input embeddings"
-    card = head_teacher_card(
-        facts["language"], facts["examples"], facts["encoder"], head, facts["training"]
+    facts = [
+        ("encoder", f"{ref.path} (frozen; weights sha256 {hashes['weights'][:12]})"),
+        ("tokenizer", "the encoder's own"),
+        ("head", head),
+    ]
+    card = teacher_card(
+        f"{spec.language} head-only teacher (lmalgebra pretrain head-only)",
+        f"A pre-trained encoder, unchanged, with a masked-LM head fitted on {spec.language} text "
+        "by `lmalgebra pretrain head-only`, usable as a MergeDistill teacher.",
+        spec.language,
+        len(texts),
+        facts,
+        spec.training.model_dump(),
     )
-    write_card(out, card)
-    write_json_atomic(out / "lmalgebra.json", facts)
+    return write_model_directory(spec.out, model, tokenizer, metadata, card)

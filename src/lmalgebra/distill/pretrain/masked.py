@@ -1,17 +1,14 @@
-"""Pre-training a small monolingual teacher from scratch: a WordPiece tokenizer trained with the
-`tokenizers` library, then a small BERT masked LM trained with the toolkit's one training loop.
+"""``lmalgebra pretrain masked``: a small monolingual masked teacher from scratch, a WordPiece
+tokenizer trained with the `tokenizers` library (or one given), then a small BERT masked LM
+trained with the toolkit's one training loop, on the examples a recipe would not hold out.
 
 The result is a normal Hugging Face model directory with a trained head, accepted as a teacher by a
-MergeDistill recipe. Examples held out by a recipe with the same language and held-out fraction are
-held out here too (the decision depends only on the example's id), so teachers never see the text
-they are evaluated on. ``head_only.pretrain_head`` makes a teacher of an existing encoder instead,
-fitting only a masked-LM head on its frozen states.
+MergeDistill recipe.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +17,14 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
-from lmalgebra.distill.examples import example_id, is_heldout
+from lmalgebra.distill.examples import training_examples
+from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
-from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH, MaskingSpec
-from lmalgebra.distill.run.model_card import teacher_card, write_card
-from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
+from lmalgebra.distill.recipe import MaskingSpec
+from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
-from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.storage.atomic import write_json_atomic
-from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
@@ -71,122 +67,74 @@ class TextBatches:
         )
 
 
-@holding_lock("pretrain", lambda out, **_: out)
-def pretrain(
-    corpus: CorpusSpec,
-    language: str,
-    vocab_size: int,
-    out: Path,
-    model: StudentSpec,
-    training: TrainingSpec,
-    example_length: int = 128,
-    heldout_fraction: float = 0.05,
-    lowercase: bool = False,
-    progress: bool = True,
-    restart: bool = False,
-    tokenizer: str | None = None,
-) -> Path:
-    """Train tokenizer and masked LM; write a model directory usable as a teacher.
-
-    ``tokenizer`` (a directory, hub id or ``package:NAME``) uses that tokenizer instead of
-    training a WordPiece one (``vocab_size`` and ``lowercase`` are then ignored): teachers that
-    share one tokenizer give students one vocabulary.
+@holding_lock("pretrain", lambda spec, **_: spec.out)
+def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bool = False) -> Path:
+    """Train the tokenizer and the masked LM ``spec`` describes; write a model directory usable
+    as a teacher (``spec.out``).
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
-    if model.init_embeddings != "random":  # a model from scratch has no teachers to seed from
-        raise UserInputError(
-            f"init_embeddings {model.init_embeddings!r} needs teachers; pre-training starts random"
-        )
-    check_lengths(example_length, heldout_fraction, model.max_position_embeddings)
-    kept_ids, texts = training_examples(corpus, language, heldout_fraction)
-    if tokenizer is None:
-        chosen = train_wordpiece(texts, vocab_size, lowercase, max(example_length, 512))
+    kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    given = spec.tokenizer.path
+    if given is None:
+        assert spec.tokenizer.vocab_size is not None  # the spec has one or the other
+        size, lowercase = spec.tokenizer.vocab_size, spec.tokenizer.lowercase
+        chosen = train_wordpiece(texts, size, lowercase, max(spec.example_length, 512))
     else:
-        chosen = _given_tokenizer(tokenizer)
-    student = build_student(model, len(chosen), chosen.pad_token_id, training.seed)
+        chosen = _given_tokenizer(given)
+    seed = spec.training.seed
+    model = build_masked_lm(spec.model, len(chosen), chosen.pad_token_id, seed)
     source = TextBatches(
         kept_ids,
         texts,
         chosen,
-        MaskingSpec(seed=training.seed),
-        example_length,
-        training.batch_size,
-        training.seed,
-        language,
+        MaskingSpec(seed=seed),
+        spec.example_length,
+        spec.training.batch_size,
+        seed,
+        spec.language,
     )
-    inputs = {
-        "corpus": sha256_texts(texts),
-        "data": {
-            "language": language,
-            "vocab_size": vocab_size if tokenizer is None else len(chosen),
-            "lowercase": lowercase,
-            "tokenizer": None if tokenizer is None else sha256_json(chosen.get_vocab()),
-            "example_length": example_length,
-            "heldout_fraction": heldout_fraction,
-        },
+    data = {
+        "language": spec.language,
+        "vocab_size": spec.tokenizer.vocab_size if given is None else len(chosen),
+        "lowercase": spec.tokenizer.lowercase,
+        "tokenizer": None if given is None else sha256_json(chosen.get_vocab()),
+        "example_length": spec.example_length,
+        "heldout_fraction": spec.heldout_fraction,
     }
-    spec = training.model_copy(update={"gold_only": True})
-    last = train(student, source, spec, out / "training", progress, inputs, restart)
-    (out / "lmalgebra.json").unlink(missing_ok=True)  # written last: marks the teacher complete
-    with naming_file(out):
-        student.save_pretrained(out)
-        chosen.save_pretrained(out)
+    inputs = {"corpus": sha256_texts(texts), "data": data}
+    training = TrainingSpec.gold(spec.training)
+    last = train(model, source, training, spec.out / "training", progress, inputs, restart)
+    trained = f"WordPiece, {len(chosen)} pieces, trained on the same text"
+    facts = [("tokenizer", given or trained), ("model", sizes(spec.model.model_dump()))]
     card = teacher_card(
-        language, len(texts), len(chosen), model.model_dump(), training.model_dump()
+        f"{spec.language} teacher (lmalgebra pretrain masked)",
+        f"A small monolingual ({spec.language}) BERT masked LM trained from scratch by "
+        "`lmalgebra pretrain masked`, usable as a MergeDistill teacher.",
+        spec.language,
+        len(texts),
+        facts,
+        spec.training.model_dump(),
     )
-    write_card(out, card)
-    write_json_atomic(
-        out / "lmalgebra.json",
-        {
-            "kind": "pretrained-teacher",
-            "language": language,
-            "corpus": corpus.model_dump(mode="json"),
-            "examples": len(texts),
-            "heldout_fraction": heldout_fraction,
-            "model": model.model_dump(),
-            "training": training.model_dump(),
-            "tokenizer": tokenizer or "WordPiece trained on the corpus",
-            "final": last,
-        },
-    )
-    return out
+    metadata = {
+        "kind": "pretrained-teacher",
+        "language": spec.language,
+        "corpus": spec.corpus.model_dump(mode="json"),
+        "examples": len(texts),
+        "heldout_fraction": spec.heldout_fraction,
+        "model": spec.model.model_dump(),
+        "training": spec.training.model_dump(),
+        "tokenizer": given or "WordPiece trained on the corpus",
+        "final": last,
+    }
+    return write_model_directory(spec.out, model, chosen, metadata, card)
 
 
 def _given_tokenizer(source: str) -> Any:
     """A fast tokenizer with a mask token, from a directory, hub id or ``package:NAME``."""
     from lmalgebra.sources.models import load_named_tokenizer
 
-    chosen = load_named_tokenizer(source, f"--tokenizer {source}")
+    chosen = load_named_tokenizer(source, f"tokenizer.path {source}")
     if chosen.mask_token_id is None or chosen.pad_token_id is None:
-        raise UserInputError(f"--tokenizer {source}: a masked LM needs mask and pad tokens")
+        raise UserInputError(f"tokenizer.path {source}: a masked LM needs mask and pad tokens")
     return chosen
-
-
-def training_examples(
-    corpus: CorpusSpec, language: str, heldout_fraction: float
-) -> tuple[list[str], list[str]]:
-    """Ids and texts of the corpus's examples that a recipe with the same language and held-out
-    fraction would not hold out."""
-    docs = [d.strip() for d in read_documents(corpus)]
-    ids = [example_id(language, d) for d in docs]
-    keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
-    if not keep:
-        raise UserInputError(f"corpus for {language!r} has no text left after holding out examples")
-    return [ids[i] for i in keep], [docs[i] for i in keep]
-
-
-def check_lengths(example_length: int, heldout_fraction: float, positions: int | None) -> None:
-    """Refuse an example length that leaves nothing to mask or exceeds the model's ``positions``
-    (None: unknown, not checked), and a held-out share outside [0, 1)."""
-    if example_length < MIN_EXAMPLE_LENGTH:
-        raise UserInputError(
-            f"--example-length must be at least {MIN_EXAMPLE_LENGTH} tokens "
-            f"([CLS], [SEP] and words to mask), got {example_length}"
-        )
-    if positions is not None and example_length > positions:
-        raise UserInputError(
-            f"--example-length {example_length} exceeds the model's {positions} positions"
-        )
-    if not (math.isfinite(heldout_fraction) and 0 <= heldout_fraction < 1):
-        raise UserInputError(f"--heldout-fraction must be in [0, 1), got {heldout_fraction}")

@@ -1,51 +1,83 @@
 """Model cards: the ``README.md`` a Hugging Face model directory carries, for students and teachers.
 
-A card says what the model is, how it was made (from the recipe and training settings) and how to
-load it; ``merge evaluate`` fills in its evaluation table. The metadata block at the top follows
-the Hub's model-card convention (``library_name``, ``pipeline_tag``, ``tags``).
+One builder (``model_card``) writes every card: what the model is, how it was made (facts from
+the recipe and training settings) and how to load it; ``merge evaluate`` fills in its evaluation
+table. The metadata block at the top follows the Hub's model-card convention (``library_name``,
+``pipeline_tag``, ``tags``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lmalgebra.core.text_files import read_text
+from lmalgebra.distill.layout import CARD
 from lmalgebra.storage.atomic import write_text_atomic
 
-CARD = "README.md"
 EVALUATION = "## Evaluation"
-
-
-def _facts(rows: Iterable[tuple[str, Any]]) -> str:
-    return "\n".join(f"- **{key}**: {value}" for key, value in rows)
-
-
+NOT_EVALUATED = "Not evaluated."
+Task = Literal["fill-mask", "text-generation"]
 _USE = {
     "fill-mask": 'fill = pipeline("fill-mask", model="PATH/TO/THIS/DIRECTORY")',
     "text-generation": 'generate = pipeline("text-generation", model="PATH/TO/THIS/DIRECTORY")',
 }
 
 
-def card_text(
+def model_card(
     title: str,
     summary: str,
     facts: Iterable[tuple[str, Any]],
-    evaluation: str,
-    task: str = "fill-mask",
+    evaluation: str = NOT_EVALUATED,
+    task: Task = "fill-mask",
 ) -> str:
     """A whole card: metadata, title, what it is, how it was made, how to use, evaluation.
 
     ``task``: the Hub pipeline tag, ``fill-mask`` or ``text-generation``."""
+    made = "\n".join(f"- **{key}**: {value}" for key, value in facts)
     return (
         f"---\nlibrary_name: transformers\npipeline_tag: {task}\ntags: [lmalgebra, {task}]\n"
-        f"---\n\n# {title}\n\n{summary}\n\n## How it was made\n\n{_facts(facts)}\n\n"
+        f"---\n\n# {title}\n\n{summary}\n\n## How it was made\n\n{made}\n\n"
         "## How to use\n\n```python\nfrom transformers import pipeline\n\n"
         f"{_USE[task]}\n"
         "```\n\n"
         f"{EVALUATION}\n\n{evaluation}\n"
     )
+
+
+def sizes(spec: Mapping[str, Any]) -> str:
+    """``hidden_size 64, num_layers 2, ...``: a model's sizes, unset ones left out."""
+    return ", ".join(f"{k} {v}" for k, v in spec.items() if v is not None)
+
+
+def training_fact(training: Mapping[str, Any]) -> tuple[str, str]:
+    """The card's line on a training run: steps, batch, learning rate, seed."""
+    return (
+        "training",
+        f"{training['steps']} steps, batch {training['batch_size']}, "
+        f"lr {training['lr']}, seed {training['seed']}",
+    )
+
+
+def examples_fact(examples: int) -> tuple[str, str]:
+    """The card's line on a teacher's training text."""
+    return "data", f"{examples} training examples (held-out examples excluded by id)"
+
+
+def teacher_card(
+    title: str,
+    summary: str,
+    language: str,
+    examples: int,
+    facts: Iterable[tuple[str, Any]],
+    training: Mapping[str, Any],
+    task: Task = "fill-mask",
+) -> str:
+    """The card of a teacher made by ``lmalgebra pretrain``: its language and training text,
+    ``facts`` (tokenizer, model or encoder and head), its training."""
+    rows = [("language", language), examples_fact(examples), *facts, training_fact(training)]
+    return model_card(title, summary, rows, NOT_EVALUATED, task)
 
 
 def student_card(
@@ -66,109 +98,16 @@ def student_card(
         ("objective", f"{kind}, lambda {training['lambda_schedule']}"),
         ("language sampling", ", ".join(f"{k} {v:.3f}" for k, v in probabilities.items())),
         ("vocabulary", f"{vocab_size} tokens, the union of the teachers' (lmalgebra merge vocab)"),
-        ("student", ", ".join(f"{k} {v}" for k, v in recipe["student"].items() if v is not None)),
-        (
-            "training",
-            f"{training['steps']} steps, batch {training['batch_size']}, "
-            f"lr {training['lr']}, seed {training['seed']}",
-        ),
+        ("student", sizes(recipe["student"])),
+        training_fact(training),
     ]
     summary = (
         f"`{name}`: a multilingual BERT masked LM distilled by lmalgebra (MergeDistill) from "
         "several teacher masked LMs, each with its own tokenizer and languages. "
         "`lmalgebra.json` beside this card holds the full recipe and teacher hashes."
     )
-    waiting = f"Not evaluated yet: `lmalgebra merge evaluate RUN_DIR --student {name}`."
-    return card_text(f"{name} (MergeDistill student)", summary, facts, waiting)
-
-
-def teacher_card(
-    language: str,
-    examples: int,
-    vocab_size: int,
-    model: Mapping[str, Any],
-    training: Mapping[str, Any],
-) -> str:
-    """The card of a teacher pre-trained from scratch by ``lmalgebra pretrain``."""
-    facts = [
-        ("language", language),
-        ("data", f"{examples} training examples (held-out examples excluded by id)"),
-        ("tokenizer", f"WordPiece, {vocab_size} pieces, trained on the same text"),
-        ("model", ", ".join(f"{k} {v}" for k, v in model.items() if v is not None)),
-        (
-            "training",
-            f"{training['steps']} steps, batch {training['batch_size']}, "
-            f"lr {training['lr']}, seed {training['seed']}",
-        ),
-    ]
-    summary = (
-        f"A small monolingual ({language}) BERT masked LM trained from scratch by "
-        "`lmalgebra pretrain`, usable as a MergeDistill teacher."
-    )
-    return card_text(f"{language} teacher (lmalgebra pretrain)", summary, facts, "Not evaluated.")
-
-
-def causal_teacher_card(
-    language: str,
-    examples: int,
-    kind: str,
-    vocab_size: int,
-    model: Mapping[str, Any],
-    training: Mapping[str, Any],
-) -> str:
-    """The card of a causal teacher pre-trained from scratch by ``lmalgebra pretrain --causal``."""
-    facts = [
-        ("language", language),
-        ("data", f"{examples} training examples (held-out examples excluded by id)"),
-        ("tokenizer", f"{kind}, {vocab_size} tokens, trained on the same text"),
-        ("model", ", ".join(f"{k} {v}" for k, v in model.items() if v is not None)),
-        (
-            "training",
-            f"{training['steps']} steps, batch {training['batch_size']}, "
-            f"lr {training['lr']}, seed {training['seed']}",
-        ),
-    ]
-    summary = (
-        f"A small monolingual ({language}) GPT-2-style causal LM trained from scratch by "
-        "`lmalgebra pretrain --causal`, usable as a causal teacher."
-    )
-    title = f"{language} causal teacher (lmalgebra pretrain)"
-    return card_text(title, summary, facts, "Not evaluated.", "text-generation")
-
-
-def head_teacher_card(
-    language: str,
-    examples: int,
-    encoder: Mapping[str, str],
-    head: str,
-    training: Mapping[str, Any],
-) -> str:
-    """The card of a teacher made by ``lmalgebra pretrain --head-only``: a frozen encoder
-    (``encoder``: its ``reference`` and ``weights`` hash) with a masked-LM head fitted here."""
-    facts = [
-        ("language", language),
-        ("data", f"{examples} training examples (held-out examples excluded by id)"),
-        ("encoder", f"{encoder['reference']} (frozen; weights sha256 {encoder['weights'][:12]})"),
-        ("tokenizer", "the encoder's own"),
-        ("head", head),
-        (
-            "training",
-            f"{training['steps']} steps, batch {training['batch_size']}, "
-            f"lr {training['lr']}, seed {training['seed']}",
-        ),
-    ]
-    summary = (
-        f"A pre-trained encoder, unchanged, with a masked-LM head fitted on {language} text by "
-        "`lmalgebra pretrain --head-only`, usable as a MergeDistill teacher."
-    )
-    title = f"{language} head-only teacher (lmalgebra pretrain --head-only)"
-    return card_text(title, summary, facts, "Not evaluated.")
-
-
-def write_card(directory: Path, text: str) -> Path:
-    """Write ``text`` as the card of the model in ``directory``; its path."""
-    write_text_atomic(directory / CARD, text)
-    return directory / CARD
+    waiting = f"Not evaluated yet: `lmalgebra merge evaluate RUN_DIR --students {name}`."
+    return model_card(f"{name} (MergeDistill student)", summary, facts, waiting)
 
 
 def add_evaluation(directory: Path, table: str) -> None:

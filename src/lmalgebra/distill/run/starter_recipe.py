@@ -16,10 +16,10 @@ from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 STARTER = """\
 # MergeDistill recipe: several teacher masked LMs -> one multilingual student.
 # Teachers for this starter, made offline from packaged Wikipedia text (a few minutes each):
-#   lmalgebra pretrain --corpus package:wiki-en --text-column extract --lang en \\
-#       --vocab-size 3000 --out teachers/en
-#   lmalgebra pretrain --corpus package:wiki-fr --text-column extract --lang fr \\
-#       --vocab-size 3000 --out teachers/fr
+#   lmalgebra pretrain masked --corpus.paths package:wiki-en --corpus.text_column extract \\
+#       --language en --tokenizer.vocab_size 3000 --out teachers/en
+#   lmalgebra pretrain masked --corpus.paths package:wiki-fr --corpus.text_column extract \\
+#       --language fr --tokenizer.vocab_size 3000 --out teachers/fr
 # Then: lmalgebra merge run RECIPE; lmalgebra merge train RECIPE; lmalgebra merge evaluate RUN_DIR
 
 languages:                     # language code -> its text and the teachers that cover it
@@ -33,23 +33,27 @@ languages:                     # language code -> its text and the teachers that
     max_examples: 2000
 
 objective: masked              # masked: masked-LM teachers (MergeDistill) | causal: causal LMs,
-                               # any tokenizers (teachers from `lmalgebra pretrain --causal`)
+                               # any tokenizers (teachers from `lmalgebra pretrain causal`)
 
 teachers:                      # name -> a masked LM with a trained head
   en: {path: teachers/en}      # a directory, a hub id (org/name) or package:NAME
   fr: {path: teachers/fr}      # trust_remote_code: true only for models you trust
 
-masking:                       # objective masked only
+masking:                       # which tokens each teacher predicts
   probability: 0.15            # share of tokens each teacher predicts
   replace: [0.8, 0.1, 0.1]     # of those: [MASK], random token, unchanged
   whole_word: false            # mask whole words
   seed: 0
 
-example_length: 128            # tokens per example, per teacher's tokenizer (masked)
-causal:                        # objective causal only
-  example_bytes: 2048          # each document cut to its first N UTF-8 bytes: same text per teacher
-  samples: 0                   # tokens drawn from each teacher's distribution per position
-  sample_seed: 0
+example_length: 128            # tokens per example, per teacher's tokenizer
+# A recipe with `objective: causal` has no masking and no example_length; it has instead:
+# causal:
+#   example_bytes: 2048        # each document cut to its first N UTF-8 bytes: same text per teacher
+#   samples: 0                 # tokens drawn from each teacher's distribution per position
+#   sample_seed: 0
+# and its student a tokenizer of its own (student.tokenizer: teacher:NAME, train:KIND:SIZE,
+# bytes or a model reference) and no embedding_size, vocab_size or init_embeddings; its
+# training a mix of losses (training.objective_mix, e.g. {alm: 1.0}).
 heldout_fraction: 0.05         # examples held out for evaluation (by id: stable)
 top_k: 8                       # teacher log-probabilities kept per masked token (causal: per token)
 batch_size: 32                 # examples per teacher forward pass

@@ -111,7 +111,7 @@ def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_leng
     from transformers import PreTrainedTokenizerFast
 
     if vocab_size < len(WORDPIECE_SPECIALS) + 26:
-        raise UserInputError(f"--vocab-size {vocab_size} is too small for a WordPiece vocabulary")
+        raise UserInputError(f"vocab_size {vocab_size} is too small for a WordPiece vocabulary")
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -167,10 +167,10 @@ def train_causal_tokenizer(
     """A ``PreTrainedTokenizerFast`` of ``kind`` with about ``vocab_size`` entries, trained on
     ``texts``, whose encodings start with its beginning-of-sequence token."""
     if kind not in TOKENIZER_KINDS:
-        raise UserInputError(f"--tokenizer-kind must be one of {', '.join(TOKENIZER_KINDS)}")
+        raise UserInputError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}")
     if vocab_size < MIN_VOCAB_SIZE[kind]:
         raise UserInputError(
-            f"--vocab-size {vocab_size} is too small for a {kind} vocabulary "
+            f"vocab_size {vocab_size} is too small for a {kind} vocabulary "
             f"(at least {MIN_VOCAB_SIZE[kind]})"
         )
     if kind == "wordpiece":

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
 
+from lmalgebra.distill.layout import MARKER
 from lmalgebra.lmd.run_files import read_json
 
-TEACHER_RECORD = "lmalgebra.json"  # written by `lmalgebra pretrain` into the teacher directory
-PRETRAINED = "pretrained-teacher"  # its "kind"; a student's record names no language
+PRETRAINED = "pretrained-teacher"  # the "kind" `lmalgebra pretrain masked` records
 
 
 def is_comparable(language: str, trained_on: Collection[str] | None) -> bool:
@@ -27,20 +26,17 @@ def is_comparable(language: str, trained_on: Collection[str] | None) -> bool:
     return trained_on is None or language in trained_on
 
 
-def teacher_languages(
-    teachers: Mapping[str, Mapping[str, Any]],
-) -> dict[str, frozenset[str] | None]:
-    """Teacher name -> the languages it was trained on, for the ``teachers`` mapping of a merge
-    recipe (name -> ``{"path": ...}``).
+def teacher_languages(teachers: Mapping[str, str | Path]) -> dict[str, frozenset[str] | None]:
+    """Teacher name -> the languages it was trained on, for a recipe's teachers (name -> path).
 
-    Known for a teacher pre-trained by ``lmalgebra pretrain``: its directory's ``lmalgebra.json``
-    records the language. None (unknown, so every score counts as comparable) for any other
-    teacher: a hub id, a package, a directory without that record.
+    Known for a teacher pre-trained by ``lmalgebra pretrain masked``: its directory's
+    ``lmalgebra.json`` records the language. None (unknown, so every score counts as comparable)
+    for any other teacher: a hub id, a package, a directory without that record.
     """
     found: dict[str, frozenset[str] | None] = {}
-    for name, spec in teachers.items():
-        path = Path(str(spec.get("path", ""))).expanduser() / TEACHER_RECORD
-        record = read_json(path) if path.is_file() else {}
+    for name, path in teachers.items():
+        record_path = Path(str(path)).expanduser() / MARKER
+        record = read_json(record_path) if record_path.is_file() else {}
         language = record.get("language") if record.get("kind") == PRETRAINED else None
         found[name] = frozenset({language}) if isinstance(language, str) and language else None
     return found

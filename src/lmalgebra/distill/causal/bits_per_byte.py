@@ -27,9 +27,11 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.causal.teachers import load_causal_lm, refuse_masked_lm, start_token_id
-from lmalgebra.distill.example_store import heldout_texts
-from lmalgebra.distill.teachers import max_positions
+from lmalgebra.distill.causal.teachers import start_token_id
+from lmalgebra.distill.examples import heldout_texts
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.recipe import causal_only, load_recipe
+from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.csv_tables import Table, write_table
 
@@ -149,7 +151,7 @@ def bits_per_byte(
     model's positions."""
     ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
     directory = resolve_directory(ref)
-    refuse_masked_lm(f"model {ref.name!r}", directory, "")
+    refuse_other_head(f"model {ref.name!r}", directory, "causal")
     tokenizer = load_tokenizer(ref, directory)
     if start_token_id(tokenizer) is None:
         raise UserInputError(
@@ -162,7 +164,7 @@ def bits_per_byte(
         raise UserInputError(f"{directory}: config.json gives no context length; pass one")
     if limit is not None and context > limit:
         raise UserInputError(f"context {context} exceeds the {limit} positions of {directory}")
-    network = load_causal_lm(ref, directory, role="model")
+    network = load_lm(ref, directory, "causal", role="model")
     return {
         lang: score_texts(network, tokenizer, docs, context, stride, batch_size)
         for lang, docs in texts.items()
@@ -214,5 +216,15 @@ def evaluate_bits(
                     score.bits_per_char,
                 )
             )
-    write_table(run_dir / "evaluation", BITS, rows)
+    write_table(RunLayout(run_dir).evaluation, BITS, rows)
     return rows
+
+
+def run_teachers(run_dir: Path) -> list[ModelRef]:
+    """The causal teachers of the run in ``run_dir`` (what ``merge bits-per-byte`` scores when
+    given no model); refused for a masked-LM run, whose teachers are no causal LMs."""
+    recipe = causal_only(
+        load_recipe(RunLayout(run_dir).require_recipe()),
+        f"{run_dir} is a masked-LM run: name the causal LMs to score with --models",
+    )
+    return [spec.ref(name) for name, spec in recipe.teachers.items()]

@@ -17,15 +17,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.recipe_files import read_yaml
-from lmalgebra.distill.causal.teachers import load_causal_lm, start_token_id
-from lmalgebra.distill.example_store import heldout_texts
-from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.evaluate.bits_per_byte import BitsRow, evaluate_bits
-from lmalgebra.evaluate.distill_scores import EVALUATION_MD, RDT, rdt_text
+from lmalgebra.distill.causal.bits_per_byte import BitsRow, evaluate_bits
+from lmalgebra.distill.causal.teachers import start_token_id
+from lmalgebra.distill.examples import heldout_texts
+from lmalgebra.distill.layout import EVALUATION_MD, RDT_FILE, RunLayout, is_complete
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.run.rdt import rdt, rdt_text
+from lmalgebra.distill.teachers import load_lm
 from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageRow, CoverageSpec, lmd_coverage
 from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.storage.atomic import write_text_atomic
@@ -36,28 +35,18 @@ CONTINUATIONS = 2  # per language
 NEW_TOKENS = 16
 
 
-def is_causal_run(run_dir: Path) -> bool:
-    """Whether ``run_dir``'s recipe has ``objective: causal`` (False without a recipe)."""
-    path = run_dir / "recipe.yaml"
-    return path.is_file() and read_yaml(path).get("objective") == "causal"
-
-
 def bits_rdt(
     rows: list[BitsRow], student: str, teachers_of: dict[str, list[str]]
 ) -> dict[str, float]:
-    """Per language and averaged: ``100/n sum_i (B_Ti - B_S) / B_Ti`` (positive: student better)."""
+    """Per language and averaged: RDT of ``student`` on bits per byte (lower is better)."""
     bits = {(r.language, r.model): r.bits_per_byte for r in rows}
-    out: dict[str, float] = {}
-    for lang in sorted({r.language for r in rows}):
-        terms = [
-            (bits[(lang, t)] - bits[(lang, student)]) / bits[(lang, t)]
-            for t in teachers_of[lang]
-            if bits.get((lang, t)) and (lang, student) in bits
-        ]
-        out[lang] = 100 * float(np.mean(terms)) if terms else math.nan
-    defined = [v for v in out.values() if not math.isnan(v)]
-    out["average"] = float(np.mean(defined)) if defined else math.nan
-    return out
+    terms = [
+        (lang, bits[(lang, t)], bits[(lang, student)])
+        for lang, teachers in teachers_of.items()
+        for t in teachers
+        if (lang, t) in bits and (lang, student) in bits
+    ]
+    return rdt(terms, sorted({r.language for r in rows}), higher_is_better=False)
 
 
 def prompt_of(text: str) -> str:
@@ -77,7 +66,7 @@ def continuations(
     """Greedy continuations of the first held-out examples' prompts: language -> (prompt, text)."""
     import torch
 
-    model = load_causal_lm(ref, directory, role="student")
+    model = load_lm(ref, directory, "causal", role="student")
     tokenizer = load_tokenizer(ref, directory)
     start = start_token_id(tokenizer)
     out: dict[str, list[tuple[str, str]]] = {}
@@ -120,21 +109,22 @@ class CausalEvaluation:
 
 
 def evaluate_causal_run(
-    run_dir: Path,
+    recipe: CausalRecipe,
     students: list[str],
     languages: list[str] | None = None,
     coverage: CoverageSpec | None = None,
 ) -> CausalEvaluation:
     """Bits per byte of teachers and students, each student's RDT, LMD coverage of each teacher
     by each student (``coverage``: how spans are embedded) and greedy continuations; written to
-    ``run_dir/evaluation`` (``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv``,
+    the run's ``evaluation/`` (``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv``,
     ``evaluation.md``)."""
-    recipe = load_recipe(run_dir / "recipe.yaml")
+    layout = RunLayout(recipe.output_dir)
+    run_dir = layout.root
     teachers = {name: spec.ref(name) for name, spec in recipe.teachers.items()}
     mine: dict[str, ModelRef] = {}
     for name in students:
-        directory = run_dir / name / "model"
-        if not (directory / "lmalgebra.json").is_file():
+        directory = layout.model(name)
+        if not is_complete(directory):
             raise UserInputError(
                 f"student {name!r} has no model in {directory}: run `lmalgebra merge train` first"
             )
@@ -153,8 +143,8 @@ def evaluate_causal_run(
     )
     made = {name: continuations(ref, Path(ref.path), texts) for name, ref in mine.items()}
     found = CausalEvaluation(rows, deviations, made, covered, skipped, coverage.pooling)
-    out = run_dir / "evaluation"
-    write_text_atomic(out / RDT, rdt_text(deviations))
+    out = layout.evaluation
+    write_text_atomic(out / RDT_FILE, rdt_text(deviations))
     write_table(out, COVERAGE, covered)
     write_text_atomic(out / EVALUATION_MD, causal_markdown(found))
     return found
