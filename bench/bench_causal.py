@@ -1,7 +1,7 @@
 """Causal distillation: bytes per token of the teacher store, training cost of each loss.
 
 At the default sizes (``--quick``: toy sizes, to check the script runs). Store:
-``lmalgebra.distill.stages`` prepare + teach on packaged ``wiki-en`` leads cut at 512
+``lmalgebra.distill.pipeline`` prepare + teach on packaged ``wiki-en`` leads cut at 512
 bytes, with one random-initialised GPT-2 causal teacher (2 x 128) whose unigram tokenizer of 4,000
 entries is trained by the toolkit (``train_causal_tokenizer``); the recipe's top-k (8), once
 without and once with K = 8 tokens drawn per position. Per stored teacher token, each part's bytes:

@@ -110,11 +110,14 @@ def run_ours(demo: Path, steps: int) -> dict[str, dict[str, float]]:
     """CE only, ULD and ALM students from an English-only store of the same teacher."""
     from lmalgebra.distill import pipeline
     from lmalgebra.distill.pipeline import train_student
+    from lmalgebra.distill.recipe import MergeRecipe
 
     plan = CAUSAL_FULL
     corpora = {LANG: demo / "data" / f"{LANG}.txt"}
     teachers = {LANG: demo / "teachers" / f"teacher-{LANG}"}
-    recipe = causal_recipe(demo / f"merge-{LANG}", corpora, teachers, plan)
+    recipe = MergeRecipe.model_validate(
+        causal_recipe(demo / f"merge-{LANG}", corpora, teachers, plan)
+    )
     pipeline.prepare(recipe, False)
     pipeline.teach(recipe, False)
     out = {}

@@ -5,7 +5,7 @@ and 2 processes x half as many each (ours), each run from an empty cache or stor
 statistics (``lmalgebra decompose``'s heavy stage): the packaged MiniLM embeds 3,072 spans of 64
 tokens of ``wiki-en`` into ``EmbeddingCache`` shards of 768 rows (each rank its own shards), then
 ``SecondMoments`` per rank and ``reduce_moments``. Teacher inference (``lmalgebra merge teach``):
-``stages.teach`` on 1,024 prepared ``wiki-en`` examples with a random small BERT (4 x 256, 30,522
+``pipeline.teach`` on 1,024 prepared ``wiki-en`` examples with a random small BERT (4 x 256, 30,522
 tokens), top-8. Timed on rank 0 between barriers; the whole launch is also timed. On a machine with
 few cores one process already keeps every core busy, so the gain is small.
 

@@ -13,10 +13,10 @@ top-k set, largest log-prob difference), with ``--trained-teacher DIR`` (a train
 ``BertForMaskedLM``, 30,522 tokens) on that teacher too. Utilisation: matrix-product FLOPs (encoder
 on padded lengths, head on the rows it runs on) over time against the matrix-product peak of the
 same dtype, measured in this run with the same thread count. Bytes per masked token come from a
-store written by ``stages.prepare`` + ``stages.teach`` (3,000 documents, the small BERT as teacher).
-Targets: >= 3x faster; BERT-base bfloat16 >= 3x the baseline with the same top-k set for >= 99% of
-masked tokens; encoder forward >= 50% of the peak; <= 40 bytes per masked token (naive int32 ids +
-fp16 values: 48; FuseLLM-style storage: ~100).
+store written by ``pipeline.prepare`` + ``pipeline.teach`` (3,000 documents, the small BERT as
+teacher). Targets: >= 3x faster; BERT-base bfloat16 >= 3x the baseline with the same top-k set for
+>= 99% of masked tokens; encoder forward >= 50% of the peak; <= 40 bytes per masked token (naive
+int32 ids + fp16 values: 48; FuseLLM-style storage: ~100).
 
     python bench/bench_teacher_inference.py [--examples 384,1280] [--docs 3000] [--no-bf16]
         [--trained-teacher DIR] [--no-write]

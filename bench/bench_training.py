@@ -2,7 +2,7 @@
 
 Student training throughput (real input tokens/s over the steps after a warm-up, each step timed
 from its start to the next's, data loading included) on a two-language store built by
-``lmalgebra.distill.stages`` (``wiki-en``, ``wiki-fr``, 1,500 examples each, 128 tokens, 15%
+``lmalgebra.distill.pipeline`` (``wiki-en``, ``wiki-fr``, 1,500 examples each, 128 tokens, 15%
 masking, top-8 from one random BERT teacher per language with its own WordPiece tokenizer).
 Student: ``build_masked_lm`` BERT 4 x 256 over the union vocabulary, batch 32, 60 steps, fused
 AdamW, the same initial weights and batches in every run. Baseline: ``transformers.Trainer``

@@ -128,9 +128,10 @@ def build_runs(
 
 
 def store_bytes(recipe: MergeRecipe) -> dict[str, Any]:
-    """Bytes per stored teacher token of each part (``run_inspect.CAUSAL_PARTS``): payload (from
-    ``merge inspect``) and on disk (the part's columns alone, encoded as the store's shards)."""
-    found = inspect_run(recipe.output_dir)["causal"][0]
+    """Bytes per stored teacher token of each part (``run.inspection.CAUSAL_PARTS``): payload
+    (from ``merge inspect``) and on disk (the part's columns alone, encoded as the store's
+    shards)."""
+    found = inspect_run(recipe.output_dir)["pairs"][0]
     tokens = int(found["tokens"])
     sets = [
         ShardSet.existing(recipe.output_dir / s / "en" / "teacher") for s in ("tokens", "logprobs")
@@ -146,7 +147,11 @@ def store_bytes(recipe: MergeRecipe) -> dict[str, Any]:
         "examples": int(found["examples"]),
         "k": int(found["top_k"]),
         "samples": int(found["samples"]),
-        "payload": {k: v for k, v in found["bytes_per_token"].items() if v},
+        "payload": {
+            part: found[f"{part}_bytes_per_token"]
+            for part in CAUSAL_PARTS
+            if found[f"{part}_bytes_per_token"]
+        },
         "on_disk": on_disk,
         "store": float(found["store_bytes_per_token"]),
         "vocab": int(sets[0].manifest["vocab_size"]),

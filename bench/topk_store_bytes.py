@@ -1,5 +1,5 @@
-"""The top-k store of ``bench_teacher_inference.py``: written by ``stages.prepare`` and
-``stages.teach`` (the small BERT as teacher), its bytes per masked token part by part against
+"""The top-k store of ``bench_teacher_inference.py``: written by ``pipeline.prepare`` and
+``pipeline.teach`` (the small BERT as teacher), its bytes per masked token part by part against
 naive storage and FuseLLM's (quoted, not measured here)."""
 
 from __future__ import annotations

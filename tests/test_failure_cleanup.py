@@ -37,7 +37,9 @@ def merge_done(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str,
     """A recipe whose run went through every stage to a trained student; its path."""
     root = tmp_path_factory.mktemp("cleanup-merge")
     path = write_recipe(root, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
-    lmalgebra.merge(path, ["prepare", "teach", "vocab", "train"], steps=2)
+    lmalgebra.merge(
+        path, ["prepare", "teach", "vocab", "train"], students={"student": {"steps": 2}}
+    )
     return path
 
 

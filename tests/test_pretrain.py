@@ -42,16 +42,10 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "30",
             "--training.batch_size",
             "8",
-            "--training.warmup_steps",
-            "3",
-            "--training.checkpoint_every",
-            "6",
             "--model.hidden_size",
             "32",
             "--model.num_layers",
             "1",
-            "--model.intermediate_size",
-            "128",
             "--example_length",
             "48",
             "--heldout_fraction",
@@ -85,6 +79,13 @@ def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:
     meta = json.loads((out / "lmalgebra.json").read_text())
     docs = [d.strip() for d in corpus.read_text().splitlines() if d.strip()]
     assert meta["examples"] == sum(not is_heldout(example_id("fr", d), 0.2) for d in docs)
+
+
+def test_defaults_not_given_follow_the_steps_and_the_width(teacher) -> None:
+    out, _ = teacher
+    meta = json.loads((out / "lmalgebra.json").read_text())
+    assert meta["training"]["warmup_steps"] == 3 and meta["training"]["checkpoint_every"] == 6
+    assert meta["model"]["intermediate_size"] == 4 * 32
 
 
 def test_the_pretrained_teacher_records_its_language(teacher) -> None:

@@ -212,8 +212,8 @@ def _walk(
 
 def default_text(flag: ConfigFlag) -> str | None:
     """The default as ``--help`` shows it; ``None`` when the field is required or unset."""
-    if flag.field.is_required():
-        return None
+    if flag.field.is_required() or flag.field.default_factory_takes_validated_data:
+        return None  # required, or computed from other keys (its description says how)
     value = flag.field.get_default(call_default_factory=True)
     if value is None:
         return None

@@ -62,7 +62,6 @@ class Objective(ABC):
     """The stages of a recipe of one objective; each resumes what an earlier run finished."""
 
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
-    outputs: ClassVar[str]  # the store part that holds the teachers' outputs (layout)
     # the objective's own functions: every teacher of a recipe opened and checked; a teacher's
     # copy of a language's examples (prepare); its outputs on that copy (teach)
     open_all: ClassVar[staticmethod[[Any], dict[str, Teacher]]]

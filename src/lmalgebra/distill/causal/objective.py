@@ -13,7 +13,7 @@ from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.plan import plan_causal
 from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
 from lmalgebra.distill.causal.teachers import open_teachers
-from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH
+from lmalgebra.distill.layout import RUN_SCRATCH
 from lmalgebra.distill.objective import Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import causal_report
@@ -31,7 +31,6 @@ class CausalObjective(Objective):
     """The stages of a causal recipe (no vocab stage: the student keeps a tokenizer of its own)."""
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
-    outputs: ClassVar[str] = LOGPROBS
     recipe: CausalRecipe
     open_all = staticmethod(open_teachers)
     write_copy = staticmethod(write_tokens)
@@ -55,10 +54,11 @@ class CausalObjective(Objective):
 
     @holding_lock("merge train", _run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
-        from lmalgebra.distill.causal.training import train_causal_student
+        from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix, train_causal_student
 
         self.layout.student(name)  # a name that is no plain directory name: refused first
         spec = CausalTrainingSpec.model_validate(training.model_dump())
+        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # settings before the store
         teachers = self.check_store()
         return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
 

@@ -110,7 +110,8 @@ def causal_step_loss(mix: dict[str, float]) -> StepLoss:
     return step
 
 
-def _check(recipe: CausalRecipe, mix: dict[str, float]) -> None:
+def check_mix(recipe: CausalRecipe, mix: dict[str, float]) -> None:
+    """Refuse a loss ``mix`` the recipe's store cannot feed, before the store is read."""
     if "sampled" in mix and recipe.causal.samples == 0:
         raise UserInputError(
             "training.objective_mix: sampled needs drawn tokens in the store; set causal.samples "
@@ -137,7 +138,7 @@ def causal_student_data(
 ) -> CausalStudentData:
     """The batches of ``recipe``'s store (checked: ``teachers``) for the loss ``mix`` (drawn
     tokens only when ``mix`` has ``sampled``), after the checks of a causal student's recipe."""
-    _check(recipe, mix)
+    check_mix(recipe, mix)
 
     def training() -> dict[str, list[str]]:
         return stored_texts(recipe.output_dir, sorted(recipe.languages), heldout=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import RUN_SCRATCH, TOPK
+from lmalgebra.distill.layout import RUN_SCRATCH
 from lmalgebra.distill.masked.plan import plan_masked
 from lmalgebra.distill.masked.scores import SCORES
 from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
@@ -33,7 +33,6 @@ class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
-    outputs: ClassVar[str] = TOPK
     recipe: MaskedRecipe
     open_all = staticmethod(open_teachers)
     write_copy = staticmethod(write_masked)

@@ -24,9 +24,21 @@ from lmalgebra.train.config import OptimisationSpec
 
 
 class TeacherTrainingSpec(OptimisationSpec):
-    """A teacher's training: optimisation alone (pre-training learns the gold tokens)."""
+    """A teacher's training: optimisation alone (pre-training learns the gold tokens); the
+    warm-up and the checkpoints follow the number of steps unless given."""
 
     lr: float = with_default(OptimisationSpec, "lr", 1e-3)
+    warmup_steps: int = Field(
+        default_factory=lambda data: min(100, data["steps"] // 10),
+        ge=0,
+        description="Linear warm-up steps, then linear decay (default: a tenth of the steps, "
+        "at most 100).",
+    )
+    checkpoint_every: int = Field(
+        default_factory=lambda data: max(1, data["steps"] // 5),
+        ge=1,
+        description="Steps between checkpoints (default: a fifth of the steps).",
+    )
 
 
 class TeacherModelSpec(MaskedModelSpec):
@@ -35,7 +47,11 @@ class TeacherModelSpec(MaskedModelSpec):
     hidden_size: int = with_default(ModelSpec, "hidden_size", 128)
     num_layers: int = with_default(ModelSpec, "num_layers", 2)
     num_heads: int = with_default(ModelSpec, "num_heads", 2)
-    intermediate_size: int = with_default(ModelSpec, "intermediate_size", 512)
+    intermediate_size: int = Field(
+        default_factory=lambda data: 4 * data["hidden_size"],
+        ge=8,
+        description="Feed-forward width (default: 4 x hidden_size).",
+    )
 
 
 class CausalTeacherModelSpec(ModelSpec):
@@ -44,7 +60,11 @@ class CausalTeacherModelSpec(ModelSpec):
     hidden_size: int = with_default(ModelSpec, "hidden_size", 128)
     num_layers: int = with_default(ModelSpec, "num_layers", 2)
     num_heads: int = with_default(ModelSpec, "num_heads", 2)
-    intermediate_size: int = with_default(ModelSpec, "intermediate_size", 512)
+    intermediate_size: int = Field(
+        default_factory=lambda data: 4 * data["hidden_size"],
+        ge=8,
+        description="Feed-forward width (default: 4 x hidden_size).",
+    )
 
 
 class PretrainText(BaseModel):
