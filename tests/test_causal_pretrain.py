@@ -4,6 +4,7 @@ causal recipe."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from lmalgebra.distill.pretrain.causal import CausalTextBatches
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.student import ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS
-from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
+from lmalgebra.distill.vocab.tokenizer_trainers import _settled_unigram, train_causal_tokenizer
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import _step_loss
 from tiny import documents, sentences
@@ -166,6 +167,22 @@ def test_tokenizer_training_gives_the_same_vocabulary_in_every_process() -> None
         for _ in range(3)
     ]
     assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize("order", ["".join(p) for p in itertools.permutations("zßé")])
+def test_the_characters_the_unigram_trainer_appends_get_one_order(order: str) -> None:
+    """The trainer appends uncovered characters in hash-set order, 1e-4 apart; a trained piece
+    scored between them (``ab``) does not keep them from being put in character order."""
+    from tokenizers import Tokenizer
+
+    backend = train_causal_tokenizer(sentences(300), "unigram", 300, 64).backend_tokenizer
+    data = json.loads(backend.to_str())
+    specials = data["model"]["vocab"][:4]
+    trained = [["▁the", -2.0], [order[0], -5.0], ["ab", -5.00005], [order[1], -5.0001]]
+    data["model"]["vocab"] = [*specials, *trained, [order[2], -5.0002]]
+    settled = _settled_unigram(Tokenizer.from_str(json.dumps(data)))
+    pieces = json.loads(settled.to_str())["model"]["vocab"][4:]
+    assert pieces == [["▁the", -2.0], ["z", -5.0], ["ab", -5.00005], ["ß", -5.0001], ["é", -5.0002]]
 
 
 @pytest.mark.parametrize(

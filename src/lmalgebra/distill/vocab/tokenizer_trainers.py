@@ -43,14 +43,36 @@ def _one_thread() -> Iterator[None]:
             os.environ["TOKENIZERS_PARALLELISM"] = before
 
 
+_APPENDED_STEP = 1e-4  # the trainer's score step between the characters it appends
+
+
+def _appended_characters(pieces: list[tuple[str, float]]) -> list[int]:
+    """Indices in ``pieces`` of the characters the unigram trainer appended (those no piece
+    covers): the longest chain of single characters whose scores step down by 1e-4 from the
+    first, wherever trained pieces scored between them fell."""
+    singles = sorted(((s, i) for i, (p, s) in enumerate(pieces) if len(p) == 1), reverse=True)
+    longest: list[int] = []
+    for first, (top, _) in enumerate(singles):
+        chain: list[int] = []
+        for score, index in singles[first:]:
+            steps = (top - score) / _APPENDED_STEP
+            if steps > len(chain) + 0.5:
+                break  # a step is missing: the chain ends
+            if abs(steps - len(chain)) < 1e-3:
+                chain.append(index)
+        if len(chain) > len(longest):
+            longest = chain
+    return longest if len(longest) > 1 else []
+
+
 def _settled_unigram(tok: Any) -> Any:
     """The unigram model with scores rounded to 1e-9 and pieces in a canonical order.
 
     The trainer sums expected counts in hash-map order, so the same text gives scores that differ
     in their last bits from one process to the next; and it appends the characters no piece
-    covers in hash-set order, each 1e-4 below the one before. A run of such characters is put
-    in character order first (the scores staying where they stand), then rounded scores order
-    every piece, ties by the piece.
+    covers in hash-set order, each 1e-4 below the one before, trained pieces whose scores fall
+    between them sorted among them. Those characters are given their scores in character order
+    first, then rounded scores order every piece, ties by the piece.
     """
     from tokenizers import Tokenizer
 
@@ -58,18 +80,11 @@ def _settled_unigram(tok: Any) -> Any:
     vocab = data["model"]["vocab"]
     specials = len(SPECIALS)  # the trainer lists them first, unk among them
     pieces = [(str(p), float(s)) for p, s in vocab[specials:]]
-    start = 0
-    while start < len(pieces):
-        stop = start + 1
-        while (
-            stop < len(pieces)
-            and len(pieces[stop][0]) == len(pieces[start][0]) == 1
-            and abs(pieces[stop - 1][1] - pieces[stop][1] - 1e-4) < 1e-7
-        ):
-            stop += 1
-        chars = sorted(p for p, _ in pieces[start:stop])  # a run of appended characters
-        pieces[start:stop] = list(zip(chars, (s for _, s in pieces[start:stop]), strict=True))
-        start = stop
+    appended = _appended_characters(pieces)
+    chars = sorted(pieces[i][0] for i in appended)
+    scores = sorted((pieces[i][1] for i in appended), reverse=True)
+    for index, char, score in zip(sorted(appended), chars, scores, strict=True):
+        pieces[index] = (char, score)
     ordered = sorted(((p, round(s, 9)) for p, s in pieces), key=lambda e: (-e[1], e[0]))
     data["model"]["vocab"] = [*vocab[:specials], *([p, s] for p, s in ordered)]
     return Tokenizer.from_str(json.dumps(data))
