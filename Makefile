@@ -55,7 +55,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench experiments
 	$(BIN)/ruff format --check src tests bench experiments
 	$(BIN)/mypy
-	$(BIN)/lint-imports --no-logo  # the layers and no-cycle contracts in pyproject.toml
+	$(BIN)/lint-imports --no-logo  # the contracts in pyproject.toml: layers, objectives independent, demo through the API, no cycle
 
 test: $(STAMP) lint
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"

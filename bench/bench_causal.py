@@ -1,7 +1,7 @@
 """Causal distillation: bytes per token of the teacher store, training cost of each loss.
 
 At the default sizes (``--quick``: toy sizes, to check the script runs). Store:
-``lmalgebra.distill.stages`` prepare + teach on packaged ``wiki-en`` leads cut at 512
+``lmalgebra.distill.pipeline`` prepare + teach on packaged ``wiki-en`` leads cut at 512
 bytes, with one random-initialised GPT-2 causal teacher (2 x 128) whose unigram tokenizer of 4,000
 entries is trained by the toolkit (``train_causal_tokenizer``); the recipe's top-k (8), once
 without and once with K = 8 tokens drawn per position. Per stored teacher token, each part's bytes:
@@ -57,14 +57,15 @@ from causal_store_bytes import (
     store_notes,
 )
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.train_causal_student import (
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.causal.training import (
     causal_step_loss,
     causal_student_data,
     distillation_term,
 )
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.distill.pipeline import check_store
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.train.config import CausalTrainingSpec
 from lmalgebra.train.cross_tokenizer_losses import ce_loss
 from lmalgebra.train.loop import train
 from student_runs import TimedSource, loop_log_rate, step_rate
@@ -91,9 +92,9 @@ MODEL, OPTIMIZER = "model forward + CE + backward", "optimizer (clipping + AdamW
 
 
 # -- runs in fresh interpreters ------------------------------------------------------------------
-def training_spec(options: dict[str, Any]) -> TrainingSpec:
+def training_spec(options: dict[str, Any]) -> CausalTrainingSpec:
     steps = options["steps"]
-    return TrainingSpec(
+    return CausalTrainingSpec(
         steps=steps,
         batch_size=options["batch"],
         lr=3e-3,
@@ -113,7 +114,7 @@ def contender(
     same initial weights; returns each step's start time and the loop's own log."""
     torch.set_num_threads(options["threads"])
     run, mix, spec = MergeRecipe.model_validate(recipe), LOSSES[loss], training_spec(options)
-    data = causal_student_data(run, spec, mix)
+    data = causal_student_data(run, spec, mix, check_store(run))
     step_loss = causal_step_loss(mix)
     warm = spec.model_copy(update={"steps": 3, "warmup_steps": 1, "checkpoint_every": 3})
     model = build_causal_lm(run.student, data.tokenizer, seed=spec.seed)
@@ -151,13 +152,15 @@ def profile(recipe: dict[str, Any], batches: int, **options: Any) -> Callable[[]
     distillation loss adds to the model's)."""
     torch.set_num_threads(options["threads"])
     run, spec = MergeRecipe.model_validate(recipe), training_spec(options)
+    teachers = check_store(run)
     sources = {
-        key: causal_student_data(run, spec, LOSSES[loss]).source
+        key: causal_student_data(run, spec, LOSSES[loss], teachers).source
         for key, loss in ((BATCH, "ce"), (BATCH_CHUNKS, "alm"), (BATCH_MINED, "mined_kl"))
     }
-    drawn = causal_student_data(run, spec, LOSSES["sampled"])
+    drawn = causal_student_data(run, spec, LOSSES["sampled"], teachers)
     sources[BATCH_DRAWN] = drawn.source
-    every = causal_student_data(run, spec, {name: 1.0 for name in LOSSES if name != "ce"}).source
+    mix = {name: 1.0 for name in LOSSES if name != "ce"}
+    every = causal_student_data(run, spec, mix, teachers).source
     model = build_causal_lm(run.student, drawn.tokenizer, seed=spec.seed).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, fused=True)
 
@@ -250,7 +253,8 @@ def run_all(args: argparse.Namespace, sizes: Sizes, workdir: Path, session: Sess
     recipe = recipes["drawn"]  # every loss trains on this store (sampled needs its draws)
     options = {"batch": sizes.batch, "steps": sizes.steps, "warmup": sizes.warmup}
     options |= {"seed": args.seed, "threads": args.threads}
-    source = causal_student_data(recipe, training_spec(options), LOSSES["ce"]).source
+    teachers = check_store(recipe)
+    source = causal_student_data(recipe, training_spec(options), LOSSES["ce"], teachers).source
     tokens = [int(source.batch(i).tokens.sum()) for i in range(sizes.steps)]
     options["recipe"] = recipe.model_dump(mode="json")
     tries: dict[str, list[dict[str, Any]]] = {loss: [] for loss in LOSSES}

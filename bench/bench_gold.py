@@ -28,8 +28,8 @@ import numpy as np
 
 from lmalgebra.demo.causal_workflow import causal_recipe, model_spec
 from lmalgebra.demo.plan import CAUSAL_FULL
-from lmalgebra.distill.example_store import heldout_texts
-from lmalgebra.evaluate.bits_per_byte import bits_per_byte
+from lmalgebra.distill.causal.bits_per_byte import bits_per_byte
+from lmalgebra.distill.examples import heldout_texts
 
 LANG = "en"
 # GOLD renders chat messages; a template that only concatenates keeps the text as it is.
@@ -42,8 +42,8 @@ def run_gold(demo: Path, work: Path, steps: int) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.experimental.gold import GOLDConfig, GOLDTrainer
 
-    from lmalgebra.distill.causal_pretrain import build_causal_lm
-    from lmalgebra.distill.pretrain import training_examples
+    from lmalgebra.distill.causal.student_model import build_causal_lm
+    from lmalgebra.distill.examples import training_examples
     from lmalgebra.sources.corpus import CorpusSpec
 
     plan = CAUSAL_FULL
@@ -108,15 +108,18 @@ def run_gold(demo: Path, work: Path, steps: int) -> dict[str, Any]:
 
 def run_ours(demo: Path, steps: int) -> dict[str, dict[str, float]]:
     """CE only, ULD and ALM students from an English-only store of the same teacher."""
-    from lmalgebra.distill import stages
-    from lmalgebra.distill.train_student import train_student
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.pipeline import train_student
+    from lmalgebra.distill.recipe import MergeRecipe
 
     plan = CAUSAL_FULL
     corpora = {LANG: demo / "data" / f"{LANG}.txt"}
     teachers = {LANG: demo / "teachers" / f"teacher-{LANG}"}
-    recipe = causal_recipe(demo / f"merge-{LANG}", corpora, teachers, plan)
-    stages.prepare(recipe, False)
-    stages.teach(recipe, False)
+    recipe = MergeRecipe.model_validate(
+        causal_recipe(demo / f"merge-{LANG}", corpora, teachers, plan)
+    )
+    pipeline.prepare(recipe, False)
+    pipeline.teach(recipe, False)
     out = {}
     for loss in ("ce", "uld", "alm"):
         spec = recipe.training.model_copy(

@@ -92,8 +92,8 @@ def full_logits(
 ) -> Any:
     """The baseline: float32 logits at every position, log_softmax and top-k, then the masked
     positions gathered (``teacher_topk.full_logits_topk`` with device placement)."""
-    from lmalgebra.distill.masking import pad_batch
-    from lmalgebra.distill.topk import TeacherOutput
+    from lmalgebra.distill.masked.masking import pad_batch
+    from lmalgebra.distill.masked.topk import TeacherOutput
     from teacher_topk import length_batches
 
     out: list[TeacherOutput | None] = [None] * len(copies)
@@ -116,7 +116,7 @@ def full_logits(
 
 
 def ours_topk(model: Any, copies: list[Any], pad_id: int, batch: int, dtype: str) -> Any:
-    from lmalgebra.distill.topk import masked_topk
+    from lmalgebra.distill.masked.topk import masked_topk
 
     torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     return lambda: masked_topk(model, copies, 8, pad_id, batch, dtype=torch_dtype)
@@ -227,7 +227,8 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
     """KD + MLM student training through the one loop, float32 and bf16 mixed precision."""
     from accelerate.state import AcceleratorState
 
-    from lmalgebra.distill.student import StudentSpec, build_student
+    from lmalgebra.distill.masked.student_model import build_masked_lm
+    from lmalgebra.distill.student import MaskedStudentSpec
     from lmalgebra.train.loop import train
     from student_runs import TimedSource, build_store, spec_of, store_source
 
@@ -242,7 +243,7 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
     runs: dict[str, dict[str, Any]] = {}
     for shape_name in ("BERT 4 x 256", "BERT-base"):
         shape = SHAPES[shape_name]
-        student = StudentSpec(
+        student = MaskedStudentSpec(
             hidden_size=shape["hidden"],
             num_layers=shape["layers"],
             num_heads=shape["heads"],
@@ -251,7 +252,7 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
         for precision in ("no", "bf16"):
             # Accelerate keeps one mixed-precision setting per process: start each run afresh
             AcceleratorState._reset_state()
-            model = build_student(student, vocab, pad_id=0, seed=0)
+            model = build_masked_lm(student, vocab, pad_id=0, seed=0)
             timed = TimedSource(source)
             run_spec = spec.model_copy(update={"mixed_precision": precision})
             out = workdir / f"train-{shape_name.replace(' ', '')}-{precision}"

@@ -51,11 +51,12 @@ from harness import (
 )
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.examples import example_id
-from lmalgebra.distill.masking import TeacherMasker
-from lmalgebra.distill.pretrain import TextBatches
+from lmalgebra.distill.masked.masking import TeacherMasker
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.masked.topk import masked_topk
+from lmalgebra.distill.pretrain.masked import TextBatches
 from lmalgebra.distill.recipe import MaskingSpec
-from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.topk import masked_topk
+from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.lmd.embedding_cache import EmbeddingCache
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
@@ -219,8 +220,12 @@ def stage_times(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     masker = TeacherMasker("bert", tokenizer, MaskingSpec(seed=args.seed), 128)
     copies = [masker(example_id("en", d), d) for d in picked[SAMPLE:]]
-    teacher_spec = StudentSpec(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
-    teacher = build_student(teacher_spec, len(tokenizer), tokenizer.pad_token_id, args.seed).eval()
+    teacher_spec = MaskedStudentSpec(
+        hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024
+    )
+    teacher = build_masked_lm(
+        teacher_spec, len(tokenizer), tokenizer.pad_token_id, args.seed
+    ).eval()
     masked_topk(teacher, copies[:32], 8, tokenizer.pad_token_id, 32)  # warm-up
     outputs = masked_topk(teacher, copies, 8, tokenizer.pad_token_id, 32)
     seconds, shares["teach"] = quiet_seconds(
@@ -248,10 +253,10 @@ def stage_times(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         args.seed,
         "en",
     )
-    student = build_student(teacher_spec, len(tokenizer), tokenizer.pad_token_id, args.seed)
+    student = build_masked_lm(teacher_spec, len(tokenizer), tokenizer.pad_token_id, args.seed)
 
     def training(steps: int) -> None:
-        model = build_student(teacher_spec, len(tokenizer), tokenizer.pad_token_id, args.seed)
+        model = build_masked_lm(teacher_spec, len(tokenizer), tokenizer.pad_token_id, args.seed)
         spec = TrainingSpec(
             steps=steps, batch_size=32, warmup_steps=1, gold_only=True, checkpoint_every=10**6
         )

@@ -39,7 +39,7 @@ from teacher_topk import SHAPES, compare, load_outputs
 from utilisation import encoder_flops, padded_lengths
 
 NAME = "bench_last_layer"
-MEASURED = ("src/lmalgebra/train", "src/lmalgebra/distill/topk.py")
+MEASURED = ("src/lmalgebra/train", "src/lmalgebra/distill/masked/topk.py")
 AGREE_IDS = 0.999  # share of masked tokens with the same top-k ids, in the same order
 
 

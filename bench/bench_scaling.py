@@ -5,7 +5,7 @@ and 2 processes x half as many each (ours), each run from an empty cache or stor
 statistics (``lmalgebra decompose``'s heavy stage): the packaged MiniLM embeds 3,072 spans of 64
 tokens of ``wiki-en`` into ``EmbeddingCache`` shards of 768 rows (each rank its own shards), then
 ``SecondMoments`` per rank and ``reduce_moments``. Teacher inference (``lmalgebra merge teach``):
-``stages.teach`` on 1,024 prepared ``wiki-en`` examples with a random small BERT (4 x 256, 30,522
+``pipeline.teach`` on 1,024 prepared ``wiki-en`` examples with a random small BERT (4 x 256, 30,522
 tokens), top-8. Timed on rank 0 between barriers; the whole launch is also timed. On a machine with
 few cores one process already keeps every core busy, so the gain is small.
 
@@ -79,7 +79,7 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
 def _teach_worker(work: Path, threads: int) -> dict[str, Any]:
     import torch
 
-    from lmalgebra.distill import stages
+    from lmalgebra.distill import pipeline
     from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.distributed import barrier, world
 
@@ -88,7 +88,7 @@ def _teach_worker(work: Path, threads: int) -> dict[str, Any]:
     recipe = load_recipe(work / f"recipe-{size}.yaml")
     barrier()
     clock = time.perf_counter()
-    stages.teach(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     barrier()
     return {"seconds": time.perf_counter() - clock}
 
@@ -127,7 +127,7 @@ def setup_teach(work: Path, examples: int, shard_rows: int) -> dict[str, Any]:
     import yaml
     from transformers import BertConfig, BertForMaskedLM
 
-    from lmalgebra.distill import stages
+    from lmalgebra.distill import pipeline
     from lmalgebra.distill.recipe import load_recipe
     from lmalgebra.sources.models import ModelRef, load_tokenizer
     from lmalgebra.sources.packaged import asset_path
@@ -163,7 +163,7 @@ def setup_teach(work: Path, examples: int, shard_rows: int) -> dict[str, Any]:
     (work / "recipe-2.yaml").write_text(
         yaml.safe_dump({**recipe, "output_dir": str(work / "run-2")})
     )
-    stages.prepare(load_recipe(work / "recipe-1.yaml"), progress=False)
+    pipeline.prepare(load_recipe(work / "recipe-1.yaml"), progress=False)
     shutil.copytree(work / "run-1", work / "run-2")
     masked = ShardSet.existing(work / "run-1" / "masked" / "en" / "bert")
     tokens = sum(len(t.column("input_ids").combine_chunks().values) for t in masked.tables())

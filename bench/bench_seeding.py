@@ -35,14 +35,21 @@ import numpy as np
 import torch
 
 from harness import WORK, Session, figure, goal, measure_work, parse_args, table
-from lmalgebra.distill import stages
-from lmalgebra.distill.embedding_seed import apply_seeding, seed_from_teachers, seed_rows
-from lmalgebra.distill.embedding_seed import teacher_tables as load_tables
-from lmalgebra.distill.pretrain import pretrain
-from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
-from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.student_data import StoreBatches
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.masked.seeding import apply_seeding, seed_from_teachers, seed_rows
+from lmalgebra.distill.masked.seeding import teacher_tables as load_tables
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.pretrain.masked import pretrain_masked
+from lmalgebra.distill.pretrain.specs import (
+    MaskedPretrainSpec,
+    TeacherModelSpec,
+    TeacherTrainingSpec,
+    WordPieceSpec,
+)
+from lmalgebra.distill.recipe import LanguageSpec, MaskedRecipe, MergeRecipe, TeacherSpec
+from lmalgebra.distill.student import MaskedStudentSpec
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
@@ -50,12 +57,12 @@ from lmalgebra.train.losses import mlm_loss
 from lmalgebra.train.masked_head import masked_logits
 
 NAME = "bench_seeding"
-MEASURED = ("src/lmalgebra/distill/embedding_seed.py", "src/lmalgebra/stats")
+MEASURED = ("src/lmalgebra/distill/masked/seeding.py", "src/lmalgebra/stats")
 STEP0_TARGET = 0.20
 STEPS_TARGET = 0.30
 WINDOW = 20
 LANGUAGES = ("en", "fr")
-MODEL = StudentSpec(
+MODEL = MaskedStudentSpec(
     hidden_size=128,
     num_layers=2,
     num_heads=2,
@@ -73,17 +80,23 @@ def make_teachers(workdir: Path, args: argparse.Namespace) -> dict[str, float]:
     mean of the last five logged, one every ten steps)."""
     losses = {}
     for lang in LANGUAGES:
-        schedule = TrainingSpec(
-            steps=args.teacher_steps,
-            batch_size=32,
-            lr=1e-3,
-            warmup_steps=args.teacher_steps // 10,
-            gold_only=True,
-            checkpoint_every=args.teacher_steps,
-            log_every=10,
+        spec = MaskedPretrainSpec(
+            corpus=corpus(lang),
+            language=lang,
+            out=workdir / "teachers" / lang,
+            example_length=args.length,
+            tokenizer=WordPieceSpec(vocab_size=args.teacher_vocab),
+            model=TeacherModelSpec(**MODEL.model_dump(include=set(TeacherModelSpec.model_fields))),
+            training=TeacherTrainingSpec(
+                steps=args.teacher_steps,
+                batch_size=32,
+                lr=1e-3,
+                warmup_steps=args.teacher_steps // 10,
+                checkpoint_every=args.teacher_steps,
+                log_every=10,
+            ),
         )
-        out = workdir / "teachers" / lang
-        done = pretrain(corpus(lang), lang, args.teacher_vocab, out, MODEL, schedule, args.length)
+        done = pretrain_masked(spec, progress=False)
         lines = (done / "training" / "train_log.jsonl").read_text().splitlines()
         losses[lang] = float(np.mean([json.loads(line)["mlm"] for line in lines[-5:]]))
     return losses
@@ -94,16 +107,16 @@ def make_store(workdir: Path, args: argparse.Namespace, init: str) -> MergeRecip
         lang: LanguageSpec(corpus=corpus(lang), teachers=[lang], max_examples=args.examples)
         for lang in LANGUAGES
     }
-    recipe = MergeRecipe(
+    recipe = MaskedRecipe(
         languages=languages,
         teachers={lang: TeacherSpec(path=str(workdir / "teachers" / lang)) for lang in LANGUAGES},
         example_length=args.length,
         output_dir=workdir / "run",
         student=MODEL.model_copy(update={"init_embeddings": init}),
     )
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    stages.vocab(recipe)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
+    pipeline.vocab(recipe)
     return recipe
 
 
@@ -136,7 +149,7 @@ def one_run(recipe: MergeRecipe, vocab: UnionVocab, seed: int, args: argparse.Na
     batches = source(recipe, vocab, spec)
 
     def work() -> dict[str, Any]:
-        model = build_student(recipe.student, len(vocab.tokens), pad_id=0, seed=seed)
+        model = build_masked_lm(recipe.student, len(vocab.tokens), pad_id=0, seed=seed)
         if recipe.student.init_embeddings == "teachers":
             seed_from_teachers(model, recipe, vocab)
         with tempfile.TemporaryDirectory(dir=WORK) as out:
@@ -174,7 +187,7 @@ def step0_ablation(
     }
     out = {}
     for label, part in parts.items():
-        model = build_student(MODEL, len(vocab.tokens), pad_id=0, seed=0)
+        model = build_masked_lm(MODEL, len(vocab.tokens), pad_id=0, seed=0)
         if part is not None:
             apply_seeding(model, type(seeding)(part[0], part[1], {}, seeding.scale), pad_id=0)
         model.eval()

@@ -5,18 +5,18 @@ Top-k (k = 8) teacher log-probabilities at the masked positions of 128-token ``w
 with a 30,522-token vocabulary in two shapes: BERT-base (12 x 768) and a small BERT (4 x 256), batch
 32, the same length-sorted batches for all. Baseline: float32 logits at every position ``(batch,
 seq, vocab)``, ``log_softmax``, ``topk``, then the masked positions gathered. Ours:
-``lmalgebra.distill.topk.masked_topk`` (the MLM head on the masked rows only, log-probs = logits -
-logsumexp) in float32, and in bfloat16 (the encoder under autocast with float32 weights, the head in
-float32 on the masked rows, float32 log-probs). Ours in float32 must agree within fp16 precision;
-bfloat16's agreement with the baseline is recorded (share of masked tokens with the same top-k set,
-largest log-prob difference), with ``--trained-teacher DIR`` (a trained ``BertForMaskedLM``, 30,522
-tokens) on that teacher too. Utilisation: matrix-product FLOPs (encoder on padded lengths, head on
-the rows it runs on) over time against the matrix-product peak of the same dtype, measured in this
-run with the same thread count. Bytes per masked token come from a store written by
-``stages.prepare`` + ``stages.teach`` (3,000 documents, the small BERT as teacher). Targets: >= 3x
-faster; BERT-base bfloat16 >= 3x the baseline with the same top-k set for >= 99% of masked tokens;
-encoder forward >= 50% of the peak; <= 40 bytes per masked token (naive int32 ids + fp16 values: 48;
-FuseLLM-style storage: ~100).
+``lmalgebra.distill.masked.topk.masked_topk`` (the MLM head on the masked rows only, log-probs =
+logits - logsumexp) in float32, and in bfloat16 (the encoder under autocast with float32 weights,
+the head in float32 on the masked rows, float32 log-probs). Ours in float32 must agree within fp16
+precision; bfloat16's agreement with the baseline is recorded (share of masked tokens with the same
+top-k set, largest log-prob difference), with ``--trained-teacher DIR`` (a trained
+``BertForMaskedLM``, 30,522 tokens) on that teacher too. Utilisation: matrix-product FLOPs (encoder
+on padded lengths, head on the rows it runs on) over time against the matrix-product peak of the
+same dtype, measured in this run with the same thread count. Bytes per masked token come from a
+store written by ``pipeline.prepare`` + ``pipeline.teach`` (3,000 documents, the small BERT as
+teacher). Targets: >= 3x faster; BERT-base bfloat16 >= 3x the baseline with the same top-k set for
+>= 99% of masked tokens; encoder forward >= 50% of the peak; <= 40 bytes per masked token (naive
+int32 ids + fp16 values: 48; FuseLLM-style storage: ~100).
 
     python bench/bench_teacher_inference.py [--examples 384,1280] [--docs 3000] [--no-bf16]
         [--trained-teacher DIR] [--no-write]

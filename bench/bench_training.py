@@ -2,9 +2,9 @@
 
 Student training throughput (real input tokens/s over the steps after a warm-up, each step timed
 from its start to the next's, data loading included) on a two-language store built by
-``lmalgebra.distill.stages`` (``wiki-en``, ``wiki-fr``, 1,500 examples each, 128 tokens, 15%
+``lmalgebra.distill.pipeline`` (``wiki-en``, ``wiki-fr``, 1,500 examples each, 128 tokens, 15%
 masking, top-8 from one random BERT teacher per language with its own WordPiece tokenizer).
-Student: ``build_student`` BERT 4 x 256 over the union vocabulary, batch 32, 60 steps, fused
+Student: ``build_masked_lm`` BERT 4 x 256 over the union vocabulary, batch 32, 60 steps, fused
 AdamW, the same initial weights and batches in every run. Baseline: ``transformers.Trainer``
 masked LM on the same examples in the same order (full-vocabulary logits at every position), same
 optimizer settings (fused AdamW is the Trainer's default). Ours: ``lmalgebra.train.loop.train``,
@@ -52,8 +52,9 @@ from harness import (
     wait_for_idle,
 )
 from hf_trainer import run_hf
-from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train
@@ -73,14 +74,14 @@ MEASURED = ("src/lmalgebra/distill", "src/lmalgebra/train")
 KD_OVERHEAD_TARGET = 0.05
 HF_TARGET = 2.0
 PEAK_TARGET = 0.3
-STUDENT = StudentSpec(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
+STUDENT = MaskedStudentSpec(hidden_size=256, num_layers=4, num_heads=4, intermediate_size=1024)
 
 
 # -- contenders ---------------------------------------------------------------------------------
 def run_ours(
     source: StoreBatches, vocab_size: int, spec: TrainingSpec, out: Path
 ) -> tuple[dict[int, float], list[dict[str, Any]]]:
-    model = build_student(STUDENT, vocab_size, pad_id=0, seed=spec.seed)
+    model = build_masked_lm(STUDENT, vocab_size, pad_id=0, seed=spec.seed)
     timed = TimedSource(source)
     train(model, timed, spec, out, progress=False)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -89,7 +90,7 @@ def run_ours(
 
 def same_objective(batch: Batch, vocab_size: int, seed: int) -> tuple[float, float]:
     """Initial MLM loss of the student on one batch, our way and Hugging Face's (eval mode)."""
-    model = build_student(STUDENT, vocab_size, pad_id=0, seed=seed).eval()
+    model = build_masked_lm(STUDENT, vocab_size, pad_id=0, seed=seed).eval()
     labels = torch.full_like(batch.input_ids, -100)
     labels[batch.rows, batch.cols] = batch.labels
     with torch.no_grad():
@@ -370,7 +371,7 @@ def notes_of(res: dict[str, Any]) -> list[str]:
 
 def save(args: argparse.Namespace, res: dict[str, Any], session: Session) -> None:
     runs, vocab = res["runs"], res["steps"]["vocab"]
-    params = sum(p.numel() for p in build_student(STUDENT, vocab).parameters())
+    params = sum(p.numel() for p in build_masked_lm(STUDENT, vocab).parameters())
     util = {LABELS[k]: r | {"unit": f"{r['rate']:,.0f} tokens/s"} for k, r in runs.items()}
     session.save(
         __doc__,

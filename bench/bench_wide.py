@@ -119,9 +119,11 @@ def prepared(work: Path, width: int, models: int, train: int) -> tuple[list[str]
 
 def shape(train: int) -> dict[str, Any]:
     return {
-        "seq_len": SPAN_TOKENS,
-        "spans": tuple(counts(train)[s] for s in SPLITS),
-        "per_doc": PER_DOC,
+        "spans": {
+            "length": SPAN_TOKENS,
+            "counts": tuple(counts(train)[s] for s in SPLITS),
+            "per_doc": PER_DOC,
+        }
     }
 
 
@@ -150,7 +152,7 @@ def contender(
             reference_tokenizer="package:minilm",
             cache_dir=cache,
             progress=False,
-            similarity=similarity,
+            study={"similarity": similarity},
             scale=scale,
             alpha=alpha,
         )
@@ -199,7 +201,7 @@ def predicted(
         texts,
         **shape(train),
         reference_tokenizer="package:minilm",
-        similarity=not args.no_similarity,
+        study={"similarity": not args.no_similarity},
         scale={**scale, "memory_gib": 1e6},
         alpha=args.alpha,
     )

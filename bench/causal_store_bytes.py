@@ -10,12 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from harness import figure
-from lmalgebra.distill import stages
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_tokenizers import train_causal_tokenizer
-from lmalgebra.distill.recipe import CausalSpec, LanguageSpec, MergeRecipe, TeacherSpec
-from lmalgebra.distill.run_inspect import CAUSAL_PARTS, inspect_run
-from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.pipeline import inspect_run
+from lmalgebra.distill.recipe import (
+    CausalRecipe,
+    CausalSpec,
+    LanguageSpec,
+    MergeRecipe,
+    TeacherSpec,
+)
+from lmalgebra.distill.run.inspection import CAUSAL_PARTS
+from lmalgebra.distill.student import CausalStudentSpec
+from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.shard_formats import ArrowTables
@@ -71,10 +78,10 @@ QUICK = replace(
 )
 
 
-def model_spec(width: tuple[int, int], sizes: Sizes) -> StudentSpec:
+def model_spec(width: tuple[int, int], sizes: Sizes) -> CausalStudentSpec:
     """A GPT-2 of ``width``; positions for a whole example at one byte a token."""
     hidden, layers = width
-    return StudentSpec(
+    return CausalStudentSpec(
         hidden_size=hidden,
         num_layers=layers,
         num_heads=max(1, hidden // 32),
@@ -104,8 +111,7 @@ def build_runs(
     tokenizer.save_pretrained(student_dir)
     recipes, seconds = {}, {}
     for name, samples in (("topk", 0), ("drawn", sizes.samples)):
-        recipes[name] = MergeRecipe(
-            objective="causal",
+        recipes[name] = CausalRecipe(
             languages={
                 "en": LanguageSpec(corpus=corpus, teachers=["teacher"], max_examples=sizes.docs)
             },
@@ -114,7 +120,7 @@ def build_runs(
             output_dir=workdir / name,
             student=student,
         )
-        for stage in (stages.prepare, stages.teach):
+        for stage in (pipeline.prepare, pipeline.teach):
             clock = time.perf_counter()
             stage(recipes[name], progress=False)
             seconds[f"{name} {stage.__name__}"] = time.perf_counter() - clock
@@ -122,9 +128,10 @@ def build_runs(
 
 
 def store_bytes(recipe: MergeRecipe) -> dict[str, Any]:
-    """Bytes per stored teacher token of each part (``run_inspect.CAUSAL_PARTS``): payload (from
-    ``merge inspect``) and on disk (the part's columns alone, encoded as the store's shards)."""
-    found = inspect_run(recipe.output_dir)["causal"][0]
+    """Bytes per stored teacher token of each part (``run.inspection.CAUSAL_PARTS``): payload
+    (from ``merge inspect``) and on disk (the part's columns alone, encoded as the store's
+    shards)."""
+    found = inspect_run(recipe.output_dir)["pairs"][0]
     tokens = int(found["tokens"])
     sets = [
         ShardSet.existing(recipe.output_dir / s / "en" / "teacher") for s in ("tokens", "logprobs")
@@ -140,7 +147,11 @@ def store_bytes(recipe: MergeRecipe) -> dict[str, Any]:
         "examples": int(found["examples"]),
         "k": int(found["top_k"]),
         "samples": int(found["samples"]),
-        "payload": {k: v for k, v in found["bytes_per_token"].items() if v},
+        "payload": {
+            part: found[f"{part}_bytes_per_token"]
+            for part in CAUSAL_PARTS
+            if found[f"{part}_bytes_per_token"]
+        },
         "on_disk": on_disk,
         "store": float(found["store_bytes_per_token"]),
         "vocab": int(sets[0].manifest["vocab_size"]),

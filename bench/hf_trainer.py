@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 
@@ -48,7 +49,7 @@ def pad_collate(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]
 
 
 def run_hf(
-    batches: list[Batch], student: StudentSpec, vocab_size: int, spec: TrainingSpec, out: Path
+    batches: list[Batch], student: MaskedStudentSpec, vocab_size: int, spec: TrainingSpec, out: Path
 ) -> tuple[dict[int, float], dict[str, Any]]:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -60,7 +61,7 @@ def run_hf(
             starts.setdefault(state.global_step, time.perf_counter())
             seen.setdefault("threads", torch.get_num_threads())
 
-    model = build_student(student, vocab_size, pad_id=0, seed=spec.seed)
+    model = build_masked_lm(student, vocab_size, pad_id=0, seed=spec.seed)
     arguments = TrainingArguments(
         output_dir=str(out),
         per_device_train_batch_size=spec.batch_size,

@@ -33,8 +33,7 @@ def contender(
         result = lmalgebra.decompose(
             MODELS,
             texts,
-            seq_len=length,
-            spans=tuple(spans),
+            spans={"length": length, "counts": tuple(spans)},
             dtype=dtype,
             cache_dir=cache_dir,
             progress=False,

@@ -9,19 +9,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.distill import stages
-from lmalgebra.distill.pretrain import train_wordpiece
-from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
-from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.student_data import StoreBatches
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.recipe import LanguageSpec, MaskedRecipe, MergeRecipe, TeacherSpec
+from lmalgebra.distill.student import MaskedStudentSpec
+from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.train.batches import BatchSource
 from lmalgebra.train.config import TrainingSpec
 
 LANGUAGES = {"en": "wiki-en", "fr": "wiki-fr"}
-TEACHER = StudentSpec(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512)
+TEACHER = MaskedStudentSpec(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512)
 
 
 def build_store(workdir: Path, args: argparse.Namespace) -> tuple[MergeRecipe, dict[str, Any]]:
@@ -32,7 +33,7 @@ def build_store(workdir: Path, args: argparse.Namespace) -> tuple[MergeRecipe, d
         corpus = CorpusSpec(paths=[str(asset_path(asset))], text_column="extract")
         texts = [d.strip() for d in read_documents(corpus)]
         tokenizer = train_wordpiece(texts, args.teacher_vocab, lowercase=False, max_length=512)
-        model = build_student(TEACHER, len(tokenizer), tokenizer.pad_token_id, seed=args.seed)
+        model = build_masked_lm(TEACHER, len(tokenizer), tokenizer.pad_token_id, seed=args.seed)
         directory = workdir / f"teacher-{lang}"
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
@@ -41,7 +42,7 @@ def build_store(workdir: Path, args: argparse.Namespace) -> tuple[MergeRecipe, d
         languages[lang] = LanguageSpec(
             corpus=corpus, teachers=[f"t_{lang}"], max_examples=args.examples
         )
-    recipe = MergeRecipe(
+    recipe = MaskedRecipe(
         languages=languages,
         teachers=teachers,
         example_length=args.length,
@@ -49,9 +50,9 @@ def build_store(workdir: Path, args: argparse.Namespace) -> tuple[MergeRecipe, d
         output_dir=workdir / "run",
     )
     clock = time.perf_counter()
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    stages.vocab(recipe)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
+    pipeline.vocab(recipe)
     info["store_s"] = time.perf_counter() - clock
     return recipe, info
 

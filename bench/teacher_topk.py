@@ -17,9 +17,9 @@ import torch
 
 from lmalgebra.core.precision import compute_context
 from lmalgebra.distill.examples import example_id
-from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
+from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
+from lmalgebra.distill.masked.topk import TeacherOutput, masked_topk
 from lmalgebra.distill.recipe import MaskingSpec
-from lmalgebra.distill.topk import TeacherOutput, masked_topk
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.sources.packaged import asset_path

@@ -1,5 +1,5 @@
-"""The top-k store of ``bench_teacher_inference.py``: written by ``stages.prepare`` and
-``stages.teach`` (the small BERT as teacher), its bytes per masked token part by part against
+"""The top-k store of ``bench_teacher_inference.py``: written by ``pipeline.prepare`` and
+``pipeline.teach`` (the small BERT as teacher), its bytes per masked token part by part against
 naive storage and FuseLLM's (quoted, not measured here)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import goal, table
-from lmalgebra.distill.recipe import LanguageSpec, MergeRecipe, TeacherSpec
+from lmalgebra.distill.recipe import LanguageSpec, MaskedRecipe, TeacherSpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.storage.arrow_columns import id_dtype
 from teacher_topk import SHAPES, build_model
@@ -21,7 +21,7 @@ FUSELLM_BYTES = 100  # per token per teacher, as quoted in the target
 
 def store_bytes(workdir: Path, tokenizer: Any, wiki: Path, docs: int, seed: int) -> dict[str, Any]:
     """Build a real store with the stages; bytes per masked token of its parts."""
-    from lmalgebra.distill import stages
+    from lmalgebra.distill import pipeline
     from lmalgebra.storage.shard_set import ShardSet
 
     teacher_dir = workdir / "teacher"
@@ -29,7 +29,7 @@ def store_bytes(workdir: Path, tokenizer: Any, wiki: Path, docs: int, seed: int)
     model.save_pretrained(teacher_dir)
     tokenizer.save_pretrained(teacher_dir)
     del model
-    recipe = MergeRecipe(
+    recipe = MaskedRecipe(
         languages={
             "en": LanguageSpec(
                 corpus=CorpusSpec(paths=[str(wiki)], text_column="extract"),
@@ -41,10 +41,10 @@ def store_bytes(workdir: Path, tokenizer: Any, wiki: Path, docs: int, seed: int)
         output_dir=workdir / "run",
     )
     clock = time.perf_counter()
-    stages.prepare(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
     prepare_s = time.perf_counter() - clock
     clock = time.perf_counter()
-    stages.teach(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     teach_s = time.perf_counter() - clock
     run = recipe.output_dir
     examples = ShardSet.existing(run / "examples" / "en")

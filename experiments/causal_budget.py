@@ -37,32 +37,22 @@ VARIANTS: dict[str, tuple[dict[str, float], float]] = {
 }
 
 
-def train_variants(recipe: Any, seeds: tuple[int, ...], progress: bool) -> list[str]:
-    """The store, then every variant for every seed (resumes: finished students are kept)."""
-    from lmalgebra.demo.causal_table import student_name
-    from lmalgebra.distill import stages
-    from lmalgebra.distill.train_student import train_student
-
-    stages.prepare(recipe, progress)
-    stages.teach(recipe, progress)
-    names = []
-    for variant, (mix, weight) in VARIANTS.items():
-        for seed in seeds:
-            name = student_name(variant, seed)
-            if not (recipe.output_dir / name / "model" / "lmalgebra.json").is_file():
-                logging.info("training student %s", name)
-                update = {"objective_mix": mix, "lambda_value": weight, "seed": seed}
-                train_student(recipe, name, recipe.training.model_copy(update=update), progress)
-            names.append(name)
-    return names
-
-
 def run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
+    """The demo's steps with the variants' students (through ``lmalgebra.merge``, as the demo);
+    a failure leaves the steps finished (a rerun resumes them) and no empty directory."""
+    from lmalgebra.demo.workflow import run_workflow
+
+    return run_workflow(work, lambda: _run(out, work, steps, quick))
+
+
+def _run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
     from lmalgebra.demo.causal_table import causal_markdown
     from lmalgebra.demo.causal_workflow import (
         causal_recipe,
+        loss_students,
         pretrain_causal_teachers,
         students_table,
+        train_students,
     )
     from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_QUICK
     from lmalgebra.demo.workflow import write_corpora
@@ -72,8 +62,8 @@ def run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
     corpora = write_corpora(work / "data", plan)
     teachers = pretrain_causal_teachers(work / "teachers", corpora, plan, False)
     recipe = causal_recipe(work / "merge", corpora, teachers, plan)
-    names = train_variants(recipe, plan.seeds, progress=False)
-    table = students_table(recipe, names, VARIANTS, plan.seeds)
+    run = train_students(recipe, loss_students(plan, VARIANTS), progress=False)
+    table = students_table(run, VARIANTS, plan.seeds)
     result = {
         "plan": plan.as_dict(),
         "variants": {k: {"mix": m, "lambda": w} for k, (m, w) in VARIANTS.items()},

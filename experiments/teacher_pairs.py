@@ -74,22 +74,20 @@ def corpora(work: Path, plan: Plan) -> dict[str, Path]:
 
 def teachers(work: Path, text: dict[str, Path], plan: Plan) -> dict[str, Path]:
     """The six teachers (each made once; a later run reuses the finished directories)."""
-    from lmalgebra.core.recipe_files import validate
-    from lmalgebra.distill.head_only import pretrain_head
-    from lmalgebra.distill.pretrain import pretrain
-    from lmalgebra.distill.student import StudentSpec
-    from lmalgebra.sources.corpus import CorpusSpec
-    from lmalgebra.train.config import TrainingSpec
+    from lmalgebra.api.pretrain import HeadOnlySpec, MaskedPretrainSpec, pretrain
 
-    size = StudentSpec(hidden_size=128, num_layers=2, num_heads=2, intermediate_size=512)
+    size = {"hidden_size": 128, "num_layers": 2, "num_heads": 2, "intermediate_size": 512}
 
-    def training(steps: int, seed: int) -> TrainingSpec:
-        spec = {"steps": steps, "batch_size": plan.batch_size, "lr": 1e-3, "seed": seed}
-        spec |= {"warmup_steps": steps // 10, "gold_only": True, "checkpoint_every": steps}
-        return validate(TrainingSpec, spec, "experiment")
-
-    def corpus(name: str) -> CorpusSpec:
-        return CorpusSpec(paths=[str(text[name])], doc_sep="line")
+    def common(name: str, part: str, lang: str, steps: int, seed: int) -> dict[str, Any]:
+        training = {"steps": steps, "batch_size": plan.batch_size, "lr": 1e-3, "seed": seed}
+        training |= {"warmup_steps": steps // 10, "checkpoint_every": steps}
+        return {
+            "corpus": {"paths": [str(text[part])], "doc_sep": "line"},
+            "language": lang,
+            "out": work / "teachers" / name,
+            "example_length": plan.example_length,
+            "training": training,
+        }
 
     made: dict[str, Path] = {}
     for name, part, seed, lang in (
@@ -98,33 +96,17 @@ def teachers(work: Path, text: dict[str, Path], plan: Plan) -> dict[str, Path]:
         ("en-b", "en-b", 0, "en"),
         ("fr", "fr", 0, "fr"),
     ):
-        out = work / "teachers" / name
-        if not (out / "lmalgebra.json").exists():
-            pretrain(
-                corpus(part),
-                lang,
-                0,
-                out,
-                size,
-                training(plan.teacher_steps, seed),
-                plan.example_length,
-                progress=False,
-                tokenizer=TOKENIZER,
-            )
-        made[name] = out
+        spec = MaskedPretrainSpec.model_validate(
+            {
+                **common(name, part, lang, plan.teacher_steps, seed),
+                "tokenizer": {"path": TOKENIZER},
+                "model": size,
+            }
+        )
+        made[name] = pretrain(spec, keep_saved=True)
     for name, encoder in (("minilm", "package:minilm"), ("minilm-sre", "package:minilm-sre")):
-        out = work / "teachers" / name
-        if not (out / "lmalgebra.json").exists():
-            pretrain_head(
-                corpus("en-a"),
-                "en",
-                encoder,
-                out,
-                training(plan.head_steps, 0),
-                plan.example_length,
-                progress=False,
-            )
-        made[name] = out
+        data = {**common(name, "en-a", "en", plan.head_steps, 0), "encoder": encoder}
+        made[name] = pretrain(HeadOnlySpec.model_validate(data), keep_saved=True)
     return made
 
 
@@ -155,14 +137,14 @@ def student_quality(config: Any, student: Path) -> tuple[float, float]:
     """Held-out masked-token accuracy and loss (nats) of a student, on positions that do not
     depend on the pair."""
     from lmalgebra.distill.examples import language_examples
-    from lmalgebra.distill.recipe import MergeRecipe, TeacherSpec
-    from lmalgebra.distill.teachers import open_teacher
+    from lmalgebra.distill.masked.teachers import open_masked_teacher
+    from lmalgebra.distill.recipe import MaskedRecipe, TeacherSpec
     from lmalgebra.selection.teacher_quality import held_out_quality
 
-    recipe_: MergeRecipe = config
+    recipe_: MaskedRecipe = config
     held = [e for e in language_examples(recipe_, "en") if e.heldout]
     ref = TeacherSpec(path=str(student)).ref("student")
-    teacher = open_teacher(ref, example_length=recipe_.example_length)
+    teacher = open_masked_teacher(ref, example_length=recipe_.example_length)
     quality = held_out_quality("en", teacher, ref, held, recipe_.masking, recipe_.example_length)
     return quality.accuracy, quality.loss
 
@@ -193,12 +175,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    from lmalgebra.demo.workflow import run_workflow
+
+    plan = QUICK if args.quick else FULL
+    work = args.work / ("quick" if args.quick else "full")
+    run_workflow(work, lambda: measure(work, plan, args.out, args.quick))
+
+
+def measure(work: Path, plan: Plan, out: Path, quick: bool) -> dict[str, Any]:
+    """Teachers, the selection, every pair's student (through ``lmalgebra.merge``), the report."""
     from lmalgebra import merge
     from lmalgebra.api.merge import recipe_of
     from lmalgebra.experimental import select_teachers
 
-    plan = QUICK if args.quick else FULL
-    work = args.work / ("quick" if args.quick else "full")
     clock = time.perf_counter()
     text = corpora(work, plan)
     made = teachers(work, text, plan)
@@ -208,7 +197,7 @@ def main() -> None:
     found = select_teachers(
         recipe(work, text, made, plan, names, "select"),
         size=2,
-        spans=plan.select_spans,
+        spans={"counts": plan.select_spans},
         bootstrap=500,
         cache_dir=work / "cache",
     )
@@ -219,7 +208,7 @@ def main() -> None:
     for pair in combinations(names, 2):
         label = "+".join(pair)
         config = recipe_of(recipe(work, text, made, plan, list(pair), label))
-        run = merge(config, stages=["prepare", "teach", "vocab", "train"])
+        run = merge(config, stages=["prepare", "teach", "vocab", "train"], keep_saved=True)
         accuracy, loss = student_quality(config, run.students["student"])
         row = scores.loc[label]
         rows.append(
@@ -237,7 +226,7 @@ def main() -> None:
             flush=True,
         )
     seconds["students"] = time.perf_counter() - clock
-    report(rows, found, plan, seconds, args.out, args.quick)
+    return report(rows, found, plan, seconds, out, quick)
 
 
 def report(
@@ -247,7 +236,7 @@ def report(
     seconds: dict[str, float],
     out: Path,
     quick: bool,
-) -> None:
+) -> dict[str, Any]:
     score = np.array([r["score"] for r in rows])
     accuracy = np.array([r["student_accuracy"] for r in rows])
     rho = spearman(score, accuracy)
@@ -290,6 +279,7 @@ def report(
     ]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
+    return result
 
 
 if __name__ == "__main__":

@@ -25,13 +25,13 @@ def build_causal_teacher(
     directory: Path, kind: str, seed: int = 0, hidden: int = 32, positions: int = 256
 ) -> Path:
     """A randomly initialised GPT-2 causal LM with a ``kind`` tokenizer trained on tiny text."""
-    from lmalgebra.distill.causal_pretrain import build_causal_lm
-    from lmalgebra.distill.causal_tokenizers import train_causal_tokenizer
-    from lmalgebra.distill.student import StudentSpec
+    from lmalgebra.distill.causal.student_model import build_causal_lm
+    from lmalgebra.distill.student import ModelSpec
+    from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 
     texts = sentences(400, seed=seed + 5) + ["café crème brûlée, naïve señor; 東京 ☃ 😀"] * 3
     tokenizer = train_causal_tokenizer(texts, kind, 300, positions)
-    spec = StudentSpec(
+    spec = ModelSpec(
         hidden_size=hidden,
         num_layers=2,
         num_heads=4,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lmalgebra.cli import main
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
 from lmalgebra.distill.recipe import load_recipe
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
@@ -64,9 +64,9 @@ def built_store(root: Path, teachers: dict[str, Path], **overrides: object) -> P
     settings: dict[str, object] = {"student": TINY_STUDENT, "training": TINY_TRAINING}
     path = write_recipe(root, teachers, **{**settings, **overrides})
     recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    stages.vocab(recipe)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
+    pipeline.vocab(recipe)
     return path
 
 

@@ -37,7 +37,9 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def by_path(bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path) -> Decomposition:
     """Two tiny BERTs named by directory, a list of strings, nothing written."""
     models = {"a": str(bert_dir), "b": str(bert2_dir)}
-    return decompose(models, texts, seq_len=T, spans=SPANS, cache_dir=cache, progress=False)
+    return decompose(
+        models, texts, spans={"length": T, "counts": SPANS}, cache_dir=cache, progress=False
+    )
 
 
 def _frames_equal(left: Decomposition, right: Decomposition, exact: bool = True) -> None:
@@ -77,7 +79,10 @@ def test_nothing_is_written_without_out(
     monkeypatch.chdir(tmp_path)
     cache = tmp_path / "cache"
     decompose(
-        {"a": str(bert_dir), "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS, cache_dir=cache
+        {"a": str(bert_dir), "b": str(bert2_dir)},
+        texts,
+        spans={"length": T, "counts": SPANS},
+        cache_dir=cache,
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]  # no runs/, no stats/
     assert sorted(p.name for p in cache.iterdir()) == ["embeddings", "hashes", "spans"]
@@ -90,8 +95,7 @@ def test_out_writes_the_cli_files_and_load_reads_them_back(
     written = decompose(
         {"a": str(bert_dir), "b": str(bert2_dir)},
         texts,
-        seq_len=T,
-        spans=SPANS,
+        spans={"length": T, "counts": SPANS},
         cache_dir=cache,
         out=out,
     )
@@ -127,17 +131,25 @@ def test_load_of_a_cli_run_equals_the_api_on_the_same_corpus(
     from lmalgebra.cli import main
 
     out = tmp_path / "cli-run"
-    argv = ["lmalgebra", "decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    argv += ["--corpus", str(corpus_txt), "-T", str(T), "--spans", "60,20,20", "--out", str(out)]
-    argv += ["--cache-dir", str(cache), "--no-progress"]
+    argv = ["lmalgebra", "decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    argv += [
+        "--corpus.paths",
+        str(corpus_txt),
+        "-T",
+        str(T),
+        "--spans.counts",
+        "60,20,20",
+        "--out",
+        str(out),
+    ]
+    argv += ["--cache_dir", str(cache), "--no-progress"]
     monkeypatch.setattr(sys, "argv", argv)
     main()
     capsys.readouterr()
     api = decompose(
         {"a": str(bert_dir), "b": str(bert2_dir)},
         corpus_txt,
-        seq_len=T,
-        spans=SPANS,
+        spans={"length": T, "counts": SPANS},
         cache_dir=cache,
     )
     cli = Decomposition.load(out)
@@ -153,7 +165,9 @@ def test_a_model_and_tokenizer_pair_equals_its_directory(
     model = AutoModel.from_pretrained(bert_dir)
     model.train()  # embedded in eval mode, and handed back in the caller's mode
     pair = (model, AutoTokenizer.from_pretrained(bert_dir))
-    result = decompose({"a": pair, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    result = decompose(
+        {"a": pair, "b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}
+    )
     assert model.training
     _frames_equal(result, by_path, exact=False)
     config = result.config["models"][0]
@@ -174,11 +188,15 @@ def test_a_sentence_transformer_is_embedded_through_encode(
     width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
     pooling = models.Pooling(width(), pooling_mode="mean")
     encoder = SentenceTransformer(modules=[word, pooling], device="cpu")
-    result = decompose({"a": encoder, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    result = decompose(
+        {"a": encoder, "b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}
+    )
     # mean pooling of the same weights: the numbers of the directory's run
     _frames_equal(result, by_path, exact=False)
     normalised = SentenceTransformer(modules=[word, pooling, models.Normalize()], device="cpu")
-    other = decompose({"a": normalised, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    other = decompose(
+        {"a": normalised, "b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}
+    )
     assert other.pairwise().loc["b", "a"] != pytest.approx(result.pairwise().loc["b", "a"])
 
 
@@ -203,26 +221,32 @@ def _mean_pooled(directory: Path, spans: list[str]) -> np.ndarray:
 def test_arrays_in_the_order_spans_lists_them(
     by_path: Decomposition, bert_dir: Path, bert2_dir: Path, texts: list[str]
 ) -> None:
-    table = lmalgebra.spans({"b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    table = lmalgebra.spans({"b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS})
     assert list(table.columns) == ["row", "split", "index", "sha256", "text"]
     assert table.split.tolist() == [s for s, n in zip(SPLITS, SPANS, strict=True) for _ in range(n)]
     assert len(table.attrs["spans_sha256"]) == 64
     vectors = _mean_pooled(bert_dir, table.text.tolist())
     # the array's model comes first: the spans are cut by the first model with a tokenizer
-    result = decompose({"a": vectors, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    result = decompose(
+        {"a": vectors, "b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}
+    )
     _frames_equal(result, by_path, exact=False)
     import torch
 
     tensor = torch.from_numpy(vectors)  # a torch tensor is an array too
-    as_tensor = decompose({"a": tensor, "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+    as_tensor = decompose(
+        {"a": tensor, "b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}
+    )
     _frames_equal(as_tensor, result)
     with pytest.raises(UserInputError, match=r"'a'.*59 rows.*lmalgebra\.spans\(\)"):
-        decompose({"a": vectors[:59], "b": str(bert2_dir)}, texts, seq_len=T, spans=SPANS)
+        decompose(
+            {"a": vectors[:59], "b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}
+        )
 
 
 def _bad(models: Any, texts: Any, **options: Any) -> str:
     with pytest.raises(UserInputError) as caught:
-        decompose(models, texts, seq_len=T, spans=SPANS, **options)
+        decompose(models, texts, spans={"length": T, "counts": SPANS}, **options)
     return str(caught.value)
 
 
@@ -241,9 +265,9 @@ def test_bad_input_is_one_user_input_error_naming_the_culprit(
     assert "hold no text" in _bad(two, ["", "  "])
     assert "unknown option 'bootstrapp'" in _bad(two, texts, bootstrapp=10)
     assert "at least two models" in _bad({"a": str(bert_dir)}, texts)
-    assert "'study.bootstrap'" in _bad(two, texts, bootstrap=-1)
+    assert "'study.bootstrap'" in _bad(two, texts, study={"bootstrap": -1})
     assert "2-D" in _bad({**two, "c": np.zeros(5)}, texts)
-    assert "list of strings" in _bad(two, texts, languages=True)
+    assert "list of strings" in _bad(two, texts, study={"languages": True})
     # a hub id, offline (HF_HUB_OFFLINE=1 in the tests): one line naming it, no hub traceback
     offline = _bad({**two, "c": "some-org/some-model"}, texts)
     assert offline.startswith("model 'c': 'some-org/some-model' could not be reached"), offline
@@ -253,10 +277,11 @@ def test_bad_input_is_one_user_input_error_naming_the_culprit(
 def test_merge_runs_stages_from_python_and_returns_the_evaluation(
     teacher_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
+    from dataclasses import asdict
+
     import yaml
 
-    from lmalgebra.api.merge import score_frame
-    from lmalgebra.evaluate.distill_scores import SCORES
+    from lmalgebra.distill.masked.scores import SCORES
     from lmalgebra.storage.csv_tables import read_table
     from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
@@ -266,12 +291,13 @@ def test_merge_runs_stages_from_python_and_returns_the_evaluation(
     assert (first.run_dir / "vocab" / "vocab_union.json").is_file()
     # the same recipe built in Python: the later stages resume from the run directory
     recipe = lmalgebra.MergeRecipe.model_validate(yaml.safe_load(path.read_text()))
-    run = lmalgebra.merge(recipe, stages=["train", "evaluate"], steps=4)
+    run = lmalgebra.merge(recipe, stages=["train", "evaluate"], students={"student": {"steps": 4}})
     assert run.students == {"student": first.run_dir / "student" / "model"}
     assert run.scores is not None and run.rdt is not None
     written = read_table(run.run_dir / "evaluation", SCORES)
     assert written is not None
-    pd.testing.assert_frame_equal(run.scores, score_frame(written))
+    frame = pd.DataFrame([asdict(s) for s in written], columns=list(SCORES.columns))
+    pd.testing.assert_frame_equal(run.scores, frame)
     assert set(run.scores.model) == {"wp", "sp", "student"}
     assert list(run.rdt.index) == ["student"]
     assert list(run.rdt.columns) == ["xx", "yy", "average"]
@@ -318,8 +344,8 @@ def test_the_documented_example_runs(
         '"package:minilm-sre"': repr(str(bert2_dir)),
         '"package:minilm"': repr(str(bert_dir)),
         '"package:wiki-en"': repr(str(corpus_txt)),
-        "seq_len=32": f"seq_len={T}",
-        "spans=(1000, 200, 200)": f"spans={SPANS}",
+        '"length": 32': f'"length": {T}',
+        '"counts": (1000, 200, 200)': f'"counts": {SPANS}',
     }
     for old, new in swaps.items():
         assert old in code, old  # the example still says what this test replaces

@@ -15,9 +15,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.causal.bits_per_byte import bits_per_byte, score_texts, windows
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.evaluate.bits_per_byte import bits_per_byte, score_texts, windows
 from tiny import documents, sentences
 
 TEXTS = [*documents(4, seed=5), "Ça coûte 5 €, señor 😀.", "x"]
@@ -144,7 +144,7 @@ def test_a_uniform_byte_model_gives_equal_bits_per_byte_under_two_tokenizations(
 def causal_run(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     root = tmp_path_factory.mktemp("bpb-run")
     recipe = load_recipe(write_causal_recipe(root, causal_teacher_dirs, heldout_fraction=0.3))
-    stages.prepare(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
     return recipe.output_dir
 
 
@@ -168,8 +168,8 @@ def test_merge_bits_per_byte_scores_the_runs_teachers(causal_run, monkeypatch, c
 
 
 def test_a_masked_lm_is_not_scored(causal_run, teacher_dirs, monkeypatch, capsys) -> None:
-    args = ["merge", "bits-per-byte", str(causal_run), "--model", f"bert={teacher_dirs['wp']}"]
+    args = ["merge", "bits-per-byte", str(causal_run), "--models", f"bert={teacher_dirs['wp']}"]
     code, err = run_cli(args, monkeypatch, capsys)
     assert_one_line(code, err, ["model 'bert'", "holds a masked LM (BertForMaskedLM)"])
-    args = ["merge", "bits-per-byte", str(causal_run), "--language", "zz"]
+    args = ["merge", "bits-per-byte", str(causal_run), "--languages", "zz"]
     assert_one_line(*run_cli(args, monkeypatch, capsys), ["language 'zz' is not in"])

@@ -11,7 +11,7 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.byte_alignment import (
+from lmalgebra.distill.vocab.byte_alignment import (
     byte_offsets,
     chunk_ids,
     chunk_start_alignment,
@@ -22,8 +22,8 @@ from lmalgebra.distill.byte_alignment import (
     shared_boundaries,
     token_texts,
 )
-from lmalgebra.distill.edit_distance import RememberedDistances, distance_matrix
-from lmalgebra.distill.token_forms import detect_convention, token_surface
+from lmalgebra.distill.vocab.edit_distance import RememberedDistances, distance_matrix
+from lmalgebra.distill.vocab.token_forms import detect_convention, token_surface
 from tiny import build_tokenizer_kinds
 
 TEXTS = [

@@ -15,9 +15,9 @@ import lmalgebra
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.api.merge import MergeRun
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoveragePooling, CoverageSpec, lmd_coverage
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
@@ -83,8 +83,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Pa
         root, causal_teacher_dirs, student=STUDENT, training=TRAINING, heldout_fraction=0.5
     )
     recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     train_student(recipe, "student", progress=False)
     return recipe.output_dir
 
@@ -119,16 +119,16 @@ def test_merge_evaluate_reports_coverage_of_each_teacher(
 
 
 def test_bad_pooling_is_refused(
-    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    run_dir: Path, tmp_path: Path, teacher_dirs, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
+    from merge_fixtures import write_recipe
+
     code, err = run_cli(
         ["merge", "evaluate", str(run_dir), "--pooling", "max"], monkeypatch, capsys
     )
-    assert_one_line(code, err, ["--pooling must be one of mean, last", "'max'"])
-    masked = tmp_path / "masked"
-    masked.mkdir()
-    (masked / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
+    assert_one_line(code, err, ["pooling", "'mean' or 'last'", "'max'"])
+    masked = write_recipe(tmp_path, teacher_dirs).parent
     code, err = run_cli(
         ["merge", "evaluate", str(masked), "--pooling", "last"], monkeypatch, capsys
     )
-    assert_one_line(code, err, ["--pooling applies to causal runs only"])
+    assert_one_line(code, err, ["pooling applies to causal runs only"])

@@ -11,7 +11,7 @@ import pytest
 
 from lmalgebra.demo.causal_table import causal_markdown, causal_table, student_name
 from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_LOSSES, CAUSAL_QUICK
-from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS
+from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS
 
 TEACHERS = {"en": "teacher-en", "fr": "teacher-fr"}
 

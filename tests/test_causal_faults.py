@@ -28,7 +28,7 @@ from fault_helpers import (
     tree_bytes,
 )
 from lmalgebra.core.threads import pin_thread_count
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
 from lmalgebra.distill.recipe import load_recipe
 
 SEEDS = [21, 22, 23, 24, 25]
@@ -59,7 +59,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> 
     root = tmp_path_factory.mktemp("causal-faults")
     path = write_causal_recipe(root, causal_teacher_dirs, shard_rows=4)
     recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "lmalgebra", "merge", "teach", str(path), "--no-progress"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)

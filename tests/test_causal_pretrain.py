@@ -1,9 +1,10 @@
-"""`lmalgebra pretrain --causal`: a causal teacher from scratch, with a tokenizer of each kind,
+"""`lmalgebra pretrain causal`: a causal teacher from scratch, with a tokenizer of each kind,
 trained by the one loop; it loads with AutoModelForCausalLM, generates text and is accepted by a
 causal recipe."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -16,17 +17,19 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill import stages
-from lmalgebra.distill.causal_pretrain import CausalTextBatches, build_causal_lm
-from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS, train_causal_tokenizer
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.pretrain.causal import CausalTextBatches
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.student import StudentSpec
+from lmalgebra.distill.student import ModelSpec
+from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS
+from lmalgebra.distill.vocab.tokenizer_trainers import _settled_unigram, train_causal_tokenizer
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import _step_loss
 from tiny import documents, sentences
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = StudentSpec(
+TINY = ModelSpec(
     hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64
 )
 
@@ -34,27 +37,34 @@ TINY = StudentSpec(
 def _pretrain_args(corpus: Path, out: Path, *extra: str) -> list[str]:
     return [
         "pretrain",
-        "--corpus",
+        "causal",
+        "--corpus.paths",
         str(corpus),
-        "--lang",
+        "--language",
         "fr",
-        "--vocab-size",
+        "--tokenizer.vocab_size",
         "300",
         "--out",
         str(out),
-        "--steps",
+        "--training.steps",
         "30",
-        "--batch-size",
+        "--training.batch_size",
         "8",
-        "--lr",
+        "--training.lr",
         "3e-3",
-        "--hidden-size",
+        "--training.warmup_steps",
+        "3",
+        "--training.checkpoint_every",
+        "6",
+        "--model.hidden_size",
         "32",
-        "--num-layers",
+        "--model.num_layers",
         "1",
-        "--example-length",
+        "--model.intermediate_size",
+        "128",
+        "--example_length",
         "48",
-        "--heldout-fraction",
+        "--heldout_fraction",
         "0.2",
         "--no-progress",
         *extra,
@@ -67,14 +77,13 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = root / "fr.txt"
     corpus.write_text("\n".join(documents(80, seed=21)) + "\n", encoding="utf-8")
     out = root / "teacher-fr"
-    args = _pretrain_args(corpus, out, "--causal", "--tokenizer-kind", "unigram")
+    args = _pretrain_args(corpus, out, "--tokenizer.kind", "unigram")
     proc = subprocess.run(
         [sys.executable, "-m", "lmalgebra", *args],
         capture_output=True,
         text=True,
         check=False,
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
-        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     return out
@@ -146,7 +155,8 @@ def test_tokenizer_training_gives_the_same_vocabulary_in_every_process() -> None
     code = (
         "import sys, hashlib; sys.path.insert(0, 'tests');"
         "from tiny import documents;"
-        "from lmalgebra.distill.causal_tokenizers import TOKENIZER_KINDS, train_causal_tokenizer;"
+        "from lmalgebra.distill.vocab.tokenizer_choice import TOKENIZER_KINDS;"
+        "from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer;"
         "[print(hashlib.sha256(train_causal_tokenizer(documents(200), k, 400, 64)"
         ".backend_tokenizer.to_str().encode()).hexdigest()) for k in TOKENIZER_KINDS]"
     )
@@ -159,17 +169,32 @@ def test_tokenizer_training_gives_the_same_vocabulary_in_every_process() -> None
     assert runs[0] == runs[1] == runs[2]
 
 
+@pytest.mark.parametrize("order", ["".join(p) for p in itertools.permutations("zßé")])
+def test_the_characters_the_unigram_trainer_appends_get_one_order(order: str) -> None:
+    """The trainer appends uncovered characters in hash-set order, 1e-4 apart; a trained piece
+    scored between them (``ab``) does not keep them from being put in character order."""
+    from tokenizers import Tokenizer
+
+    backend = train_causal_tokenizer(sentences(300), "unigram", 300, 64).backend_tokenizer
+    data = json.loads(backend.to_str())
+    specials = data["model"]["vocab"][:4]
+    trained = [["▁the", -2.0], [order[0], -5.0], ["ab", -5.00005], [order[1], -5.0001]]
+    data["model"]["vocab"] = [*specials, *trained, [order[2], -5.0002]]
+    settled = _settled_unigram(Tokenizer.from_str(json.dumps(data)))
+    pieces = json.loads(settled.to_str())["model"]["vocab"][4:]
+    assert pieces == [["▁the", -2.0], ["z", -5.0], ["ab", -5.00005], ["ß", -5.0001], ["é", -5.0002]]
+
+
 @pytest.mark.parametrize(
     ("extra", "needles"),
     [
-        (["--tokenizer-kind", "unigram"], ["--tokenizer-kind applies to --causal teachers only"]),
-        (["--causal", "--tokenizer-kind", "sentencepiece"], ["--tokenizer-kind must be one of"]),
-        (["--causal", "--lowercase"], ["--lowercase applies to masked-LM (WordPiece) teachers"]),
         (
-            ["--causal", "--vocab-size", "100"],
-            ["--vocab-size 100 is too small for a bytelevel-bpe"],
+            ["--tokenizer.kind", "sentencepiece"],
+            ["tokenizer.kind", "'bytelevel-bpe', 'unigram', 'bpe' or 'wordpiece'"],
         ),
-        (["--causal", "--example-length", "1"], ["--example-length must be between 2 and"]),
+        (["--tokenizer.vocab_size", "100"], ["tokenizer.vocab_size 100 is too small for a"]),
+        (["--example_length", "1"], ["--example_length '1'", "greater than or equal to 2"]),
+        (["--example_length", "600"], ["example_length 600 exceeds the model's 512 positions"]),
     ],
 )
 def test_bad_causal_pretrain_flags(tmp_path, monkeypatch, capsys, extra, needles) -> None:

@@ -12,8 +12,7 @@ import yaml
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill.examples import cut_text
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe
+from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, cut_text, load_recipe
 from merge_fixtures import write_recipe
 
 
@@ -23,11 +22,23 @@ def test_cut_text_ends_between_characters() -> None:
     assert cut_text("a😀", 4) == "a" and cut_text("a😀", 5) == "a😀"
 
 
-def test_masked_recipes_keep_their_defaults_and_hash(tmp_path: Path, teacher_dirs) -> None:
+def test_each_objective_has_a_recipe_type_of_its_own(tmp_path: Path, teacher_dirs) -> None:
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
-    assert recipe.objective == "masked"
-    settings = recipe.model_dump(mode="json", exclude={"objective", "causal"})
-    assert set(settings) | {"objective", "causal"} == set(MergeRecipe.model_fields)
+    assert isinstance(recipe, MaskedRecipe) and recipe.objective == "masked"
+    assert "causal" not in recipe.model_dump() and "tokenizer" not in recipe.student.model_dump()
+    assert "objective_mix" not in recipe.training.model_dump()
+    causal = MergeRecipe.model_validate(
+        {
+            **recipe.model_dump(
+                mode="json", exclude={"masking", "example_length", "student", "training"}
+            ),
+            "objective": "causal",
+        }
+    )
+    assert isinstance(causal, CausalRecipe) and "masking" not in causal.model_dump()
+    assert set(MaskedRecipe.model_fields) & set(CausalRecipe.model_fields) == set(
+        MergeRecipe.model_fields
+    ) | {"objective", "student", "training"}
 
 
 def test_causal_recipe_loads(tmp_path: Path, causal_teacher_dirs) -> None:
@@ -88,12 +99,8 @@ def test_top_k_larger_than_a_masked_vocabulary(tmp_path, teacher_dirs, monkeypat
 @pytest.mark.parametrize(
     ("setting", "value", "needle"),
     [
-        (
-            "masking",
-            {"probability": 0.3},
-            "masking does not apply to a recipe with objective causal",
-        ),
-        ("example_length", 64, "example_length does not apply to a recipe with objective causal"),
+        ("masking", {"probability": 0.3}, "unknown key 'masking': a setting of masked recipes"),
+        ("example_length", 64, "unknown key 'example_length': a setting of masked recipes"),
     ],
 )
 def test_masked_settings_in_a_causal_recipe(
@@ -101,13 +108,15 @@ def test_masked_settings_in_a_causal_recipe(
 ):
     path = write_causal_recipe(tmp_path, causal_teacher_dirs, **{setting: value})
     code, err = _prepare(path, monkeypatch, capsys)
-    assert_one_line(code, err, [needle, "causal.example_bytes"])
+    assert_one_line(code, err, [needle, "this recipe's objective is causal"])
 
 
 def test_causal_settings_in_a_masked_recipe(tmp_path, teacher_dirs, monkeypatch, capsys) -> None:
     path = write_recipe(tmp_path, teacher_dirs, causal={"samples": 8})
     code, err = _prepare(path, monkeypatch, capsys)
-    assert_one_line(code, err, ["causal does not apply to a recipe with objective masked"])
+    assert_one_line(
+        code, err, ["unknown key 'causal': a setting of causal recipes", "objective is masked"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -155,11 +164,9 @@ def test_tokenizer_without_start_token(tmp_path, causal_teacher_dirs, monkeypatc
 
 
 def test_starter_recipe_documents_the_causal_keys() -> None:
-    from lmalgebra.distill.starter_recipe import STARTER
+    from lmalgebra.distill.run.starter_recipe import STARTER
 
     data = yaml.safe_load(STARTER)
-    assert data["objective"] == "masked" and set(data["causal"]) == {
-        "example_bytes",
-        "samples",
-        "sample_seed",
-    }
+    assert data["objective"] == "masked" and "causal" not in data  # a masked recipe, as written
+    for key in ("causal:", "example_bytes:", "samples:", "sample_seed:", "student.tokenizer"):
+        assert f"# {key}" in STARTER or f"#   {key}" in STARTER or key in STARTER, key

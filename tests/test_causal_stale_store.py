@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, digests, run_cli
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
 from lmalgebra.distill.recipe import load_recipe
 
 STUDENT = {
@@ -35,8 +35,8 @@ def taught(tmp_path: Path, causal_teacher_dirs: dict[str, Path]) -> Path:
     teachers["bl"] = Path(shutil.copytree(causal_teacher_dirs["bl"], tmp_path / "bl"))
     path = write_causal_recipe(tmp_path, teachers, student=STUDENT, training=TRAINING)
     recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     return path
 
 

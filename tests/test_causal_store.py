@@ -13,13 +13,14 @@ from transformers import AutoModelForCausalLM
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill import stages
-from lmalgebra.distill.byte_alignment import encode_with_offsets
-from lmalgebra.distill.causal_logprobs import draw_samples, naive_causal_output
-from lmalgebra.distill.causal_view import load_causal_store
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.causal.logprobs import draw_samples, naive_causal_output
+from lmalgebra.distill.causal.store_view import load_causal_store
 from lmalgebra.distill.examples import example_id
+from lmalgebra.distill.pipeline import inspect_run
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.run_inspect import inspect_run, verify_run
+from lmalgebra.distill.run.verify import verify_run
+from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.shard_set import ShardSet
 
 PAIRS = [("xx", "bl"), ("xx", "uni"), ("yy", "wp")]
@@ -29,8 +30,8 @@ PAIRS = [("xx", "bl"), ("xx", "uni"), ("yy", "wp")]
 def run(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs):
     root = tmp_path_factory.mktemp("causal")
     recipe = load_recipe(write_causal_recipe(root, causal_teacher_dirs))
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     return recipe
 
 
@@ -105,17 +106,18 @@ def test_drawn_tokens_follow_the_distribution_and_the_seed() -> None:
 
 
 def test_inspect_gives_bytes_per_token_of_each_part(run) -> None:
-    rows = {(r["language"], r["teacher"]): r for r in inspect_run(run.output_dir)["causal"]}
+    rows = {(r["language"], r["teacher"]): r for r in inspect_run(run.output_dir)["pairs"]}
     assert set(rows) == set(PAIRS)
     for row in rows.values():
         assert row["teach_complete"] and row["top_k"] == 5 and row["samples"] == 4
         # uint16 ids and byte offset pairs, float32 next log-prob, fp16 log-probs
-        assert row["bytes_per_token"] == {
-            "token_ids": 2.0,
-            "offsets": 4.0,
-            "next_logprob": 4.0,
-            "topk": 20.0,
-            "samples": 16.0,
+        assert {k: v for k, v in row.items() if k.endswith("_bytes_per_token")} == {
+            "token_ids_bytes_per_token": 2.0,
+            "offsets_bytes_per_token": 4.0,
+            "next_logprob_bytes_per_token": 4.0,
+            "topk_bytes_per_token": 20.0,
+            "samples_bytes_per_token": 16.0,
+            "store_bytes_per_token": row["store_bytes_per_token"],
         }
         assert 46 < row["store_bytes_per_token"] < 80  # tiny shards carry Arrow framing
     assert rows[("xx", "bl")]["examples"] == 40
@@ -132,7 +134,7 @@ def test_verify_names_a_corrupt_shard_and_teach_redoes_it_alone(run, tmp_path: P
     assert verify_run(copy) == [f"{victim}: corrupt (checksum mismatch)"]
     others = sorted(p for p in (copy / "logprobs").rglob("shard-*.arrow") if p != victim)
     before = {p: p.stat().st_mtime_ns for p in others}
-    stages.teach(run.model_copy(update={"output_dir": copy}), progress=False)
+    pipeline.teach(run.model_copy(update={"output_dir": copy}), progress=False)
     assert verify_run(copy) == []
     assert victim.read_bytes() == (run.output_dir / victim.relative_to(copy)).read_bytes()
     assert {p: p.stat().st_mtime_ns for p in others} == before
@@ -152,9 +154,9 @@ def test_interrupted_teach_resumes_to_identical_shards(run, tmp_path: Path, monk
 
     monkeypatch.setattr(ShardSet, "write", dying_write)
     with pytest.raises(KeyboardInterrupt):
-        stages.teach(recipe, progress=False)
+        pipeline.teach(recipe, progress=False)
     monkeypatch.setattr(ShardSet, "write", real_write)
-    stages.teach(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     for path in sorted((run.output_dir / "logprobs").rglob("*.arrow")):
         assert (copy / path.relative_to(run.output_dir)).read_bytes() == path.read_bytes()
 

@@ -15,20 +15,21 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
-from lmalgebra.distill.causal_pretrain import build_causal_lm
-from lmalgebra.distill.causal_student_data import (
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow
+from lmalgebra.distill.causal.evaluation import bits_rdt
+from lmalgebra.distill.causal.student_data import (
     ALIGNMENTS,
     CausalStoreBatches,
     alignments_for,
 )
+from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
+from lmalgebra.distill.causal.training import causal_step_loss
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.train_causal_student import causal_step_loss, student_tokenizer
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.evaluate.bits_per_byte import BITS, BitsRow
-from lmalgebra.evaluate.causal_evaluation import bits_rdt
 from lmalgebra.storage.csv_tables import read_table
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.config import CausalTrainingSpec
 
 TRAINING = {
     "steps": 6,
@@ -64,7 +65,7 @@ def recipe_path(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -
 def _train(recipe_path: Path, name: str, **changes) -> Path:
     recipe = load_recipe(recipe_path)
     spec = recipe.training.model_copy(update=changes)
-    return train_student(recipe, name, TrainingSpec.model_validate(spec.model_dump()), False)
+    return train_student(recipe, name, CausalTrainingSpec.model_validate(spec.model_dump()), False)
 
 
 def _log(model: Path) -> list[dict]:
@@ -81,7 +82,7 @@ def _source(
     recipe_path: Path, mode: str = "all", alignments: frozenset[str] = ALIGNMENTS
 ) -> tuple[CausalStoreBatches, object]:
     recipe = load_recipe(recipe_path)
-    tokenizer, _ = student_tokenizer(recipe)
+    tokenizer, _ = student_tokenizer(recipe, lambda: {})
     source = CausalStoreBatches(
         recipe.output_dir,
         {k: v.teachers for k, v in recipe.languages.items()},
@@ -127,7 +128,7 @@ def test_each_loss_mix_trains_and_its_terms_fall(recipe_path: Path, mix: str) ->
     assert [r["step"] for r in _log(model)] == list(range(1, 9))
     source, tokenizer = _source(recipe_path)
     batch = source.batch(0)
-    spec = TrainingSpec(objective_mix=MIXES[mix])
+    spec = CausalTrainingSpec(objective_mix=MIXES[mix])
     step = causal_step_loss(MIXES[mix])
     initial = build_causal_lm(load_recipe(recipe_path).student, tokenizer, TRAINING["seed"])
     trained = AutoModelForCausalLM.from_pretrained(model)
@@ -211,9 +212,9 @@ def test_refused_configurations(
     causal_teacher_dirs, recipe_path: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     with pytest.raises(UserInputError, match="unknown loss 'kl'"):
-        TrainingSpec(objective_mix={"kl": 1.0})
+        CausalTrainingSpec(objective_mix={"kl": 1.0})
     with pytest.raises(UserInputError, match="ce stands alone"):
-        TrainingSpec(objective_mix={"ce": 1.0, "alm": 1.0})
+        CausalTrainingSpec(objective_mix={"ce": 1.0, "alm": 1.0})
     path = write_causal_recipe(
         tmp_path,
         causal_teacher_dirs,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -15,13 +16,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
-from lmalgebra.distill.causal_tokenizers import byte_tokenizer, train_causal_tokenizer
-from lmalgebra.distill.example_store import stored_texts
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
+from lmalgebra.distill.examples import stored_texts
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
-from lmalgebra.distill.train_causal_student import student_tokenizer
-from lmalgebra.distill.train_student import train_student
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
+from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
 
 STUDENT = {
     "hidden_size": 32,
@@ -55,6 +56,11 @@ def _with_tokenizer(store: Path, tokenizer: str) -> Path:
     return path
 
 
+def _training(recipe: Any) -> dict[str, list[str]]:
+    """The run's training texts, as ``merge train`` reads them."""
+    return stored_texts(recipe.output_dir, sorted(recipe.languages), heldout=False)
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_student_of_each_tokenizer_kind_loads_and_generates(store: Path, kind: str) -> None:
     recipe = load_recipe(_with_tokenizer(store, KINDS[kind]))
@@ -62,7 +68,7 @@ def test_student_of_each_tokenizer_kind_loads_and_generates(store: Path, kind: s
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     assert model.config.vocab_size == len(tokenizer)
-    made, _ = student_tokenizer(recipe)
+    made, _ = student_tokenizer(recipe, lambda: _training(recipe))
     text = "Ça coûte 5 €, señor."
     assert tokenizer(text)["input_ids"] == made(text)["input_ids"]  # saved as trained
     generate = pipeline("text-generation", model=model, tokenizer=tokenizer)
@@ -74,12 +80,14 @@ def test_student_of_each_tokenizer_kind_loads_and_generates(store: Path, kind: s
 
 def test_trained_tokenizer_learns_from_the_training_examples_alone(store: Path) -> None:
     recipe = load_recipe(_with_tokenizer(store, "train:unigram:200"))
-    made, identity = student_tokenizer(recipe)
+    made, identity = student_tokenizer(recipe, lambda: _training(recipe))
     texts = stored_texts(recipe.output_dir, heldout=False)
     want = train_causal_tokenizer([*texts["xx"], *texts["yy"]], "unigram", 200, 320)
     assert made.backend_tokenizer.to_str() == want.backend_tokenizer.to_str()
     assert identity["tokenizer"] == "train:unigram:200"
-    assert student_tokenizer(recipe)[1] == identity  # the same text, the same vocabulary
+    assert (
+        student_tokenizer(recipe, lambda: _training(recipe))[1] == identity
+    )  # the same text, the same vocabulary
 
 
 def test_byte_tokenizer_ids_are_the_utf8_bytes(tmp_path: Path) -> None:
@@ -95,7 +103,10 @@ def test_byte_tokenizer_ids_are_the_utf8_bytes(tmp_path: Path) -> None:
 
 def test_a_teachers_name_alone_is_still_its_tokenizer(store: Path) -> None:
     old, new = (load_recipe(_with_tokenizer(store, t)) for t in ("bl", "teacher:bl"))
-    assert student_tokenizer(old)[1] == student_tokenizer(new)[1]  # checkpoints stay valid
+    assert (
+        student_tokenizer(old, lambda: _training(old))[1]
+        == student_tokenizer(new, lambda: _training(new))[1]
+    )  # checkpoints stay valid
     assert parse_student_tokenizer("bl", ["bl"]) == TokenizerChoice("teacher", "bl")
     assert parse_student_tokenizer("./bl", ["bl"]) == TokenizerChoice("model", "./bl")
 

@@ -32,7 +32,7 @@ OUTPUTS = [
     "config.yaml",
     "pairwise_r2_test.png",
 ]
-SMALL = ["-T", "8", "--spans", "20,5,5"]  # enough to reach the embedding stage quickly
+SMALL = ["-T", "8", "--spans.counts", "20,5,5"]  # enough to reach the embedding stage quickly
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Fixtures:
     cache: Path
 
     def models(self, *extra: str) -> list[str]:
-        return ["--model", f"a={self.bert}", "--model", f"b={self.bert2}", *extra]
+        return ["--models", f"a={self.bert}", "--models", f"b={self.bert2}", *extra]
 
     def recipe(self, name: str, **changes: object) -> Path:
         """A valid recipe (two models, the corpus), with top-level keys changed or added."""
@@ -163,87 +163,93 @@ Case = Callable[[Fixtures, Path], tuple[list[str], list[str]]]
 
 CASES: dict[str, Case] = {
     "missing_model_directory": lambda fx, tmp: (
-        [*fx.models(), "--model", f"c={tmp / 'no-such-model'}", "--corpus", str(fx.corpus)],
+        [*fx.models(), "--models", f"c={tmp / 'no-such-model'}", "--corpus.paths", str(fx.corpus)],
         ["model 'c'", str(tmp / "no-such-model"), "does not exist"],
     ),
     "directory_is_not_a_model": lambda fx, tmp: (
-        [*fx.models()[:2], "--model", f"b={fx.bad / 'not-a-model'}", "--corpus", str(fx.corpus)],
+        [
+            *fx.models()[:2],
+            "--models",
+            f"b={fx.bad / 'not-a-model'}",
+            "--corpus.paths",
+            str(fx.corpus),
+        ],
         ["model 'b'", str(fx.bad / "not-a-model"), "config.json"],
     ),
     "corpus_missing": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(tmp / "nowhere.txt")],
+        [*fx.models(), "--corpus.paths", str(tmp / "nowhere.txt")],
         [str(tmp / "nowhere.txt"), "does not exist"],
     ),
     "corpus_empty": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.bad / "empty.txt")],
+        [*fx.models(), "--corpus.paths", str(fx.bad / "empty.txt")],
         [str(fx.bad / "empty.txt"), "no text"],
     ),
     "corpus_only_blank_lines": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.bad / "blank.txt")],
+        [*fx.models(), "--corpus.paths", str(fx.bad / "blank.txt")],
         [str(fx.bad / "blank.txt"), "no text"],
     ),
     "corpus_not_utf8": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.bad / "latin1.txt")],
+        [*fx.models(), "--corpus.paths", str(fx.bad / "latin1.txt")],
         [str(fx.bad / "latin1.txt"), "UTF-8"],
     ),
     "corpus_directory_not_a_dataset": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.bad / "not-a-dataset")],
+        [*fx.models(), "--corpus.paths", str(fx.bad / "not-a-dataset")],
         [str(fx.bad / "not-a-dataset"), "state.json"],
     ),
     "corpus_missing_column": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(_jsonl(tmp)), "--text-column", "abstract"],
+        [*fx.models(), "--corpus.paths", str(_jsonl(tmp)), "--corpus.text_column", "abstract"],
         [str(tmp / "docs.jsonl"), "'abstract'"],
     ),
     "span_length_zero": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "-T", "0"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "-T", "0"],
         ["span length T", "got 0"],
     ),
     "span_length_negative": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--seq-len", "-3"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "-T", "-3"],
         ["span length T", "got -3"],
     ),
     "spans_too_long_for_the_documents": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "-T", "5000"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "-T", "5000"],
         ["no training span of 5000 tokens"],
     ),
     "one_model": lambda fx, tmp: (
-        ["--model", f"a={fx.bert}", "--corpus", str(fx.corpus)],
+        ["--models", f"a={fx.bert}", "--corpus.paths", str(fx.corpus)],
         ["at least two models", "got 1"],
     ),
     "no_model": lambda fx, tmp: (
-        ["--corpus", str(fx.corpus)],
+        ["--corpus.paths", str(fx.corpus)],
         ["command line", "'models'"],
     ),
     "duplicate_model_names": lambda fx, tmp: (
-        ["--model", f"a={fx.bert}", "--model", f"a={fx.bert2}", "--corpus", str(fx.corpus)],
+        ["--models", f"a={fx.bert}", "--models", f"a={fx.bert2}", "--corpus.paths", str(fx.corpus)],
         ["unique", "repeated: a"],
     ),
     "fractions_sum_above_one": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--fractions", "0.5,0.5,0.5"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--spans.fractions", "0.5,0.5,0.5"],
         ["fractions", "[0.5, 0.5, 0.5]"],
     ),
     "fractions_negative": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--fractions", "1.2,-0.1,-0.1"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--spans.fractions", "1.2,-0.1,-0.1"],
         ["fractions", "-0.1"],
     ),
     "fractions_not_numbers": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--fractions", "most,some,rest"],
-        ["--fractions", "'most,some,rest'"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--spans.fractions", "most,some,rest"],
+        ["--spans.fractions", "'most,some,rest'"],
     ),
     "target_not_among_models": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--target", "zeta", "--basis", "a"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--target", "zeta", "--basis", "a"],
         ["target 'zeta'", "a, b"],
     ),
     "basis_contains_target": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--target", "a", "--basis", "b,a"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--target", "a", "--basis", "b,a"],
         ["basis contains the target 'a'"],
     ),
     "basis_model_unknown": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--target", "a", "--basis", "omega"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--target", "a", "--basis", "omega"],
         ["basis model 'omega'"],
     ),
     "target_without_basis": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--target", "a"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--target", "a"],
         ["--target and --basis"],
     ),
     "recipe_unknown_key": lambda fx, tmp: (
@@ -263,7 +269,7 @@ CASES: dict[str, Case] = {
         [str(tmp / "no-recipe.yaml"), "does not exist"],
     ),
     "hub_id_offline": lambda fx, tmp: (
-        [*fx.models()[:2], "--model", "x=some-org/some-model", "--corpus", str(fx.corpus)],
+        [*fx.models()[:2], "--models", "x=some-org/some-model", "--corpus.paths", str(fx.corpus)],
         [
             "model 'x': 'some-org/some-model' could not be reached",
             "hub is offline (HF_HUB_OFFLINE is set)",
@@ -272,62 +278,62 @@ CASES: dict[str, Case] = {
         ],
     ),
     "reference_tokenizer_offline": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--reference_tokenizer", "some-org/tok"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--reference_tokenizer", "some-org/tok"],
         ["reference_tokenizer 'some-org/tok': 'some-org/tok' could not be reached", "offline"],
     ),
     "reference_tokenizer_missing_directory": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), "--reference_tokenizer", str(tmp / "tok")],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--reference_tokenizer", str(tmp / "tok")],
         [f"reference_tokenizer '{tmp / 'tok'}'", "does not exist", "model of this run: a, b"],
     ),
     "layer_out_of_range": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "7"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), *SMALL, "--layer", "7"],
         ["layer 7", "'a'", "0..2 or -3..-1"],
     ),
     "layer_out_of_range_negative": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer", "-4"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), *SMALL, "--layer", "-4"],
         ["layer -4", "'a'"],
     ),
     "nan_embeddings": lambda fx, tmp: (
-        [*fx.models(), "--model", f"sick={fx.nan_bert}", "--corpus", str(fx.corpus), *SMALL],
+        [*fx.models(), "--models", f"sick={fx.nan_bert}", "--corpus.paths", str(fx.corpus), *SMALL],
         ["NaN", "of sick"],
     ),
     # studies
     "study_lengths_empty": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--lengths", ""],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), *SMALL, "--study.lengths", ""],
         ["list of span lengths T is empty"],
     ),
     "study_length_zero": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--lengths", "8,0"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), *SMALL, "--study.lengths", "8,0"],
         ["span length T", "0"],
     ),
     "study_alpha_grid_not_positive": lambda fx, tmp: (
         [
             *fx.models(),
-            "--corpus",
+            "--corpus.paths",
             str(fx.corpus),
             *SMALL,
-            "--alpha-select",
+            "--study.alpha_select",
             "gcv",
-            "--alpha-grid",
+            "--study.alpha_grid",
             "0.1,-1",
         ],
         ["alpha grid", "-1"],
     ),
     "study_layer_map_unknown_model": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--layer-map", "a,zz"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), *SMALL, "--study.layer_map", "a,zz"],
         ["layer_map model 'zz'"],
     ),
     "study_by_language_without_languages": lambda fx, tmp: (
-        [*fx.models(), "--corpus", str(fx.corpus), *SMALL, "--by-language"],
+        [*fx.models(), "--corpus.paths", str(fx.corpus), *SMALL, "--study.languages"],
         ["LANG=PATH", "language_column"],
     ),
     "study_length_sweep_with_precomputed_model": lambda fx, tmp: (
         [
-            *fx.models("--model", f"c=precomputed:{tmp / 'c.npy'}"),
-            "--corpus",
+            *fx.models("--models", f"c=precomputed:{tmp / 'c.npy'}"),
+            "--corpus.paths",
             str(fx.corpus),
             *SMALL,
-            "--lengths",
+            "--study.lengths",
             "4,8",
         ],
         ["model 'c'", "precomputed", "span-length"],
@@ -335,14 +341,14 @@ CASES: dict[str, Case] = {
     "study_folds_above_blocks": lambda fx, tmp: (
         [
             *fx.models(),
-            "--corpus",
+            "--corpus.paths",
             str(fx.corpus),
             *SMALL,
-            "--alpha-select",
+            "--study.alpha_select",
             "kfold",
-            "--blocks",
+            "--study.blocks",
             "4",
-            "--folds",
+            "--study.folds",
             "9",
         ],
         ["folds", "9"],
@@ -396,7 +402,7 @@ def test_unreadable_corpus(
     corpus.write_text("hidden text\n", encoding="utf-8")
     corpus.chmod(0)
     out = tmp_path / "out"
-    code, stderr = in_process([*fx.models(), "--corpus", str(corpus), "--out", str(out)])
+    code, stderr = in_process([*fx.models(), "--corpus.paths", str(corpus), "--out", str(out)])
     assert_user_error(code, stderr, out, [str(corpus), "not readable"])
 
 
@@ -410,12 +416,12 @@ def good_run(
     work = tmp_path_factory.mktemp("good-run")
     out = work / "out"
     args = [
-        *fx.models("--model", f"c={fx.gpt2}"),
-        "--corpus",
+        *fx.models("--models", f"c={fx.gpt2}"),
+        "--corpus.paths",
         str(fx.corpus),
         "-T",
         "8",
-        "--spans",
+        "--spans.counts",
         "200,25,25",
         "--out",
         str(out),
@@ -507,9 +513,9 @@ def test_yaml_recipe_gives_the_same_results_as_flags(
 
 
 RERUN_FAILURES: dict[str, Callable[[Fixtures, Path], list[str]]] = {
-    "missing_model": lambda fx, tmp: [*fx.models(), "--model", f"c={tmp / 'gone'}"],
+    "missing_model": lambda fx, tmp: [*fx.models(), "--models", f"c={tmp / 'gone'}"],
     "bad_layer": lambda fx, tmp: [*fx.models(), *SMALL, "--layer", "7"],
-    "empty_corpus": lambda fx, tmp: [*fx.models(), "--corpus", str(fx.bad / "empty.txt")],
+    "empty_corpus": lambda fx, tmp: [*fx.models(), "--corpus.paths", str(fx.bad / "empty.txt")],
 }
 
 
@@ -537,8 +543,8 @@ def test_failed_rerun_leaves_the_finished_run_untouched(
         args = [*fx.models(), "-T", "0"]
     else:
         args = RERUN_FAILURES[failure](fx, tmp_path)
-    if "--corpus" not in args:
-        args += ["--corpus", str(fx.corpus)]
+    if "--corpus.paths" not in args:
+        args += ["--corpus.paths", str(fx.corpus)]
     code, stderr = in_process([*args, "--out", str(out)])
     assert code == 2, stderr
     # a rejected or failed command never touches the finished run it was aimed at
@@ -554,7 +560,7 @@ def test_error_message_keeps_brackets_in_paths(
 ) -> None:
     missing = tmp_path / name
     out = tmp_path / "out"
-    code, stderr = in_process([*fx.models(), "--corpus", str(missing), "--out", str(out)])
+    code, stderr = in_process([*fx.models(), "--corpus.paths", str(missing), "--out", str(out)])
     assert_user_error(code, stderr, out, [str(missing), "does not exist"])
 
 

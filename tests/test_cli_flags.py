@@ -22,6 +22,7 @@ from lmalgebra.cli import main
 from lmalgebra.cli.app import app
 from lmalgebra.cli.config_options import default_text
 from lmalgebra.cli.lmd import DECOMPOSE_FLAGS
+from lmalgebra.cli.merge import TRAINING_FLAGS
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.span_plan import SpanPlanSpec
 from lmalgebra.train.config import TrainingSpec
@@ -121,8 +122,8 @@ def recipe(tmp_path: Path) -> Path:
     return path
 
 
-MODELS = ["--model", "a=./models/a", "--model", "b=./models/b", "--model", "c=./models/c"]
-FLAGS = [*MODELS, "--corpus", "docs.txt"]
+MODELS = ["--models", "a=./models/a", "--models", "b=./models/b", "--models", "c=./models/c"]
+FLAGS = [*MODELS, "--corpus.paths", "docs.txt"]
 
 
 # --- one flag per field -----------------------------------------------------------------------
@@ -146,12 +147,9 @@ def test_every_field_has_its_dotted_flag_with_its_description_as_help(
 def test_training_flags_of_merge_train() -> None:
     options = command_options("merge", "train")
     for key, field in TrainingSpec.model_fields.items():
-        if key == "objective_mix":  # a mapping: set in the recipe only
-            assert f"--training.{key}" not in options
-            continue
         assert options[f"--training.{key}"].help.startswith(escape(field.description or ""))
-    assert options["--steps"] is options["--training.steps"]
-    assert options["--gold-only"] is options["--training.gold_only"]
+    assert "--training.objective_mix" not in options  # causal recipes: a mapping, in the recipe
+    assert "--steps" not in options and "--gold-only" not in options
 
 
 def test_help_shows_the_defaults(
@@ -235,57 +233,67 @@ def test_every_new_flag_sets_its_field(decompose_config: Callable[..., Decompose
     assert config.study.attribution_split == "test"
 
 
-# every flag the README and the tests use: (arguments, dotted key, value)
-LEGACY: list[tuple[list[str], str, Any]] = [
+# every flag the README and the tests use, by its one name: (arguments, dotted key, value)
+NAMED: list[tuple[list[str], str, Any]] = [
     (["-T", "8"], "spans.length", 8),
-    (["--seq-len", "8"], "spans.length", 8),
-    (["--spans", "20,5,5"], "spans.counts", (20, 5, 5)),
-    (["--fractions", "0.6,0.2,0.2"], "spans.fractions", (0.6, 0.2, 0.2)),
-    (["--per-doc", "2"], "spans.per_doc", 2),
-    (["--text-column", "abstract"], "corpus.text_column", "abstract"),
-    (["--language-column", "lang"], "corpus.language_column", "lang"),
+    (["--spans.length", "8"], "spans.length", 8),
+    (["--spans.counts", "20,5,5"], "spans.counts", (20, 5, 5)),
+    (["--spans.fractions", "0.6,0.2,0.2"], "spans.fractions", (0.6, 0.2, 0.2)),
+    (["--spans.per_doc", "2"], "spans.per_doc", 2),
+    (["--corpus.text_column", "abstract"], "corpus.text_column", "abstract"),
+    (["--corpus.language_column", "lang"], "corpus.language_column", "lang"),
     (["--layer", "-2"], "layer", -2),
     (["--pooling", "last"], "pooling", "last"),
-    (["--exclude-special"], "exclude_special", True),
+    (["--exclude_special"], "exclude_special", True),
     (["--dtype", "bfloat16"], "dtype", "bfloat16"),
-    (["--batch-size", "4"], "batch_size", 4),
+    (["--batch_size", "4"], "batch_size", 4),
     (["--alpha", "1e-6"], "alpha", 1e-6),
-    (["--alpha-mode", "absolute"], "alpha_mode", "absolute"),
+    (["--alpha_mode", "absolute"], "alpha_mode", "absolute"),
     (["--target", "a", "--basis", "b", "--basis", "c"], "basis", ["b", "c"]),
     (["--target", "a", "--basis", "b,c"], "basis", ["b", "c"]),
-    (["--save-weights"], "save_weights", True),
+    (["--save_weights"], "save_weights", True),
     (["--out", "runs/x"], "out", Path("runs/x")),
-    (["--cache-dir", "/tmp/cache"], "cache_dir", Path("/tmp/cache")),
+    (["--cache_dir", "/tmp/cache"], "cache_dir", Path("/tmp/cache")),
     (["--no-progress"], "progress", False),
-    (["--lengths", "16,32,64"], "study.lengths", [16, 32, 64]),
-    (["--layers"], "study.layers", True),
-    (["--layer-map", "a,b"], "study.layer_map", ["a", "b"]),
-    (["--train-sizes", "100,400"], "study.train_sizes", [100, 400]),
-    (["--by-language"], "study.languages", True),
-    (["--bootstrap", "1000"], "study.bootstrap", 1000),
-    (["--blocks", "8"], "study.blocks", 8),
-    (["--alpha-select", "gcv"], "study.alpha_select", "gcv"),
-    (["--alpha-grid", "0.1,1"], "study.alpha_grid", [0.1, 1.0]),
-    (["--alpha-select", "kfold", "--folds", "3"], "study.folds", 3),
-    (["--nulls"], "study.nulls", True),
-    (["--attribution"], "study.attribution", True),
+    (["--study.lengths", "16,32,64"], "study.lengths", [16, 32, 64]),
+    (["--study.layers"], "study.layers", True),
+    (["--study.layer_map", "a,b"], "study.layer_map", ["a", "b"]),
+    (["--study.train_sizes", "100,400"], "study.train_sizes", [100, 400]),
+    (["--study.languages"], "study.languages", True),
+    (["--study.bootstrap", "1000"], "study.bootstrap", 1000),
+    (["--study.blocks", "8"], "study.blocks", 8),
+    (["--study.alpha_select", "gcv"], "study.alpha_select", "gcv"),
+    (["--study.alpha_grid", "0.1,1"], "study.alpha_grid", [0.1, 1.0]),
+    (["--study.alpha_select", "kfold", "--study.folds", "3"], "study.folds", 3),
+    (["--study.nulls"], "study.nulls", True),
+    (["--study.attribution"], "study.attribution", True),
 ]
 
 
-@pytest.mark.parametrize(("args", "key", "value"), LEGACY, ids=[" ".join(c[0]) for c in LEGACY])
-def test_legacy_flags_set_their_field(
+@pytest.mark.parametrize(("args", "key", "value"), NAMED, ids=[" ".join(c[0]) for c in NAMED])
+def test_named_flags_set_their_field(
     decompose_config: Callable[..., DecomposeConfig], args: list[str], key: str, value: Any
 ) -> None:
     assert lookup(decompose_config(*FLAGS, *args), key) == value
 
 
+@pytest.mark.parametrize(
+    "old", ["--model", "--corpus", "--seq-len", "--spans", "--batch-size", "--bootstrap", "--steps"]
+)
+def test_a_setting_has_one_name(old: str) -> None:
+    """The spellings before the flags were the recipe keys are no flags (CHANGELOG.md)."""
+    names = {n for flags in (DECOMPOSE_FLAGS, TRAINING_FLAGS) for f in flags for n in f.names}
+    assert old not in names
+    assert all(n.startswith("--") or n == "-T" for n in names)
+
+
 def test_models_and_corpus_flags(decompose_config: Callable[..., DecomposeConfig]) -> None:
     config = decompose_config(
-        "--model",
+        "--models",
         "a=./models/a@v1",
         "--models",
         "null=random:./models/b",
-        "--corpus",
+        "--corpus.paths",
         "one,two.txt",  # a path with a comma is one path
         "--corpus.paths",
         "three.txt",
@@ -308,9 +316,9 @@ def test_spans_command_reads_the_same_flags(
         raise CapturedCallError(config)
 
     monkeypatch.setattr(lmalgebra.lmd.span_plan, "draw_run_spans", keep)
-    args = ["spans", "--model", "a=./models/a", "--corpus", "docs.txt", "-T", "8"]
+    args = ["spans", "--models", "a=./models/a", "--corpus.paths", "docs.txt", "-T", "8"]
     with pytest.raises(CapturedCallError) as caught:
-        run_cli(*args, "--spans", "20,5,5", "--spans.per_doc", "2", "--out", "s.jsonl")
+        run_cli(*args, "--spans.counts", "20,5,5", "--spans.per_doc", "2", "--out", "s.jsonl")
     (plan,) = caught.value.configs
     assert isinstance(plan, SpanPlanSpec)
     assert (plan.spans.length, plan.spans.counts, plan.spans.per_doc) == (8, (20, 5, 5), 2)
@@ -320,14 +328,14 @@ def test_spans_command_reads_the_same_flags(
 def test_merge_train_flags_override_the_recipe_training(
     monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    import lmalgebra.distill.pipeline
+    from lmalgebra.distill.masked.objective import MaskedObjective
 
     def keep(
-        recipe: Any, name: str, training: TrainingSpec, progress: bool, restart: bool = False
+        objective: Any, name: str, training: TrainingSpec, progress: bool, restart: bool = False
     ) -> None:
         raise CapturedCallError(name, training, progress)
 
-    monkeypatch.setattr(lmalgebra.distill.pipeline, "train_student", keep)
+    monkeypatch.setattr(MaskedObjective, "train", keep)
     data = {
         "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t"]}},
         "teachers": {"t": {"path": "./teacher"}},
@@ -337,7 +345,7 @@ def test_merge_train_flags_override_the_recipe_training(
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     args = ["merge", "train", str(path), "--name", "sm2", "--no-progress"]
     with pytest.raises(CapturedCallError) as caught:
-        run_cli(*args, "--steps", "7", "--gold-only", "--training.lr", "0.01")
+        run_cli(*args, "--training.steps", "7", "--training.gold_only", "--training.lr", "0.01")
     name, training, progress = caught.value.configs
     assert (name, progress) == ("sm2", False)
     assert (training.steps, training.gold_only, training.lr) == (7, True, 0.01)
@@ -350,11 +358,14 @@ def test_merge_train_flags_override_the_recipe_training(
 # --- bad values -------------------------------------------------------------------------------
 
 BAD: dict[str, tuple[list[str], list[str]]] = {
-    "tuple_too_short": (["--spans", "20,5"], ["--spans", "'20,5'", "3 values"]),
+    "tuple_too_short": (["--spans.counts", "20,5"], ["--spans.counts", "'20,5'", "3 values"]),
     "not_a_number": (["-T", "eight"], ["--spans.length", "-T", "'eight'", "integer"]),
     "not_a_choice": (["--pooling", "max"], ["--pooling", "'max'", "'mean'"]),
     "below_minimum": (["--batch_size", "0"], ["--batch_size", "'0'", "greater than"]),
-    "list_item_not_a_number": (["--lengths", "16,x"], ["--lengths", "'16,x'", "integer"]),
+    "list_item_not_a_number": (
+        ["--study.lengths", "16,x"],
+        ["--study.lengths", "'16,x'", "integer"],
+    ),
 }
 
 

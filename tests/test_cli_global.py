@@ -78,7 +78,7 @@ def test_colliding_model_names_are_refused_with_the_remedy(
 ) -> None:
     corpus = tmp_path / "docs.txt"
     corpus.write_text("one two three\n", encoding="utf-8")
-    args = ["decompose", "--model", "a/bert", "--model", "b/bert", "--corpus", str(corpus)]
+    args = ["decompose", "--models", "a/bert", "--models", "b/bert", "--corpus.paths", str(corpus)]
     code, _, err = run(monkeypatch, capsys, *args, "--out", str(tmp_path / "out"))
     assert code == 2 and "repeated: bert" in err and "NAME=REFERENCE" in err
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmalgebra.distill.byte_alignment import chunk_ids
+from lmalgebra.distill.vocab.byte_alignment import chunk_ids
 from lmalgebra.train import cross_tokenizer_losses as ctl
 
 B, S, V, T, K, VT, SAMPLES = 2, 6, 7, 5, 3, 9, 4

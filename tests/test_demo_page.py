@@ -15,8 +15,8 @@ import pytest
 
 from lmalgebra.demo.plan import QUICK
 from lmalgebra.demo.workflow import findings
-from lmalgebra.evaluate.comparability import is_comparable
-from lmalgebra.evaluate.distill_scores import Score, rdt
+from lmalgebra.distill.masked.comparability import is_comparable
+from lmalgebra.distill.masked.scores import Score, score_rdt
 from lmalgebra.lmd.heatmaps import pairwise_heatmap
 from lmalgebra.report.demo_page import finding_lines, number, render
 
@@ -63,10 +63,10 @@ def _sm1_scores() -> list[Score]:
 
 def _result(tmp_path: Path) -> dict[str, Any]:
     union, sm1 = _union_scores(), _sm1_scores()
-    deviations = {n: rdt(union, n) for n in ("sm3-distilled", "sm2-gold")}
-    deviations["sm1-gold"] = rdt(sm1, "sm1-gold")
-    found = findings(union, sm1, deviations)
-    found["3 union vocabulary beats one teacher's vocabulary"].update(
+    deviations = {n: score_rdt(union, n) for n in ("sm3-distilled", "sm2-gold")}
+    deviations["sm1-gold"] = score_rdt(sm1, "sm1-gold")
+    found = findings([asdict(s) for s in union], [asdict(s) for s in sm1], deviations)
+    found["union_vocabulary"].update(
         sm2_pos_accuracy=0.6067482241515391, sm1_pos_accuracy=0.5930372148859544, holds=True
     )
     names = ["minilm", "teacher-en", "sm3-distilled"]
@@ -143,7 +143,7 @@ def test_sm1_rows_off_the_teacher_language_are_marked_and_not_averaged(tmp_path:
     assert sm1["en"] == pytest.approx(100 * (0.12 - 0.15) / (0.15 + 1 / 3e4), rel=1e-3)
     assert math.isnan(sm1["fr"]) and math.isnan(sm1["es"])
     assert sm1["average"] == sm1["en"]  # not pulled up by +400% on French
-    measured = result["findings"]["3 union vocabulary beats one teacher's vocabulary"]
+    measured = result["findings"]["union_vocabulary"]
     assert measured["sm1_masked_accuracy_comparable"] == pytest.approx(0.12, abs=1e-4)
     text = _text(render(result, tmp_path))
     rdt_row = re.search(r"<tr><td class=\"text\">sm1-gold</td>.*?</tr>", text.split("RDT on")[1])
@@ -157,23 +157,24 @@ def test_sm1_rows_off_the_teacher_language_are_marked_and_not_averaged(tmp_path:
 def test_findings_in_words() -> None:
     lines = finding_lines(
         {
-            "2 distilled beats gold-only": {
+            "distilled_beats_gold_only": {
+                "claim": "Distilled beats gold-only",
                 "sm3_accuracy": 0.1873,
                 "sm2_accuracy": 0.14,
                 "holds": False,
             },
-            "extra": {"some_ratio": 12.345678, "per_lang": {"en": 0.123456}},
-            "4 not run": {"holds": None},
+            "extra": {"claim": "Extra", "some_ratio": 12.345678, "per_lang": {"en": 0.123456}},
+            "not_run": {"claim": "Not run", "holds": None},
         }
     )
     assert lines == [
         (
-            "2. Distilled beats gold-only",
+            "1. Distilled beats gold-only",
             "not reproduced",
             "Mean held-out accuracy of SM3 0.187; of SM2 0.140.",
         ),
-        ("extra", "not measured", "Some ratio 12.3; per lang en 0.123."),
-        ("4. Not run", "not measured", ""),
+        ("2. Extra", "not measured", "Some ratio 12.3; per lang en 0.123."),
+        ("3. Not run", "not measured", ""),
     ]
     assert [number(v) for v in (0.123456, 1234.56, 3, True, math.nan, None)] == [
         "0.123",

@@ -164,13 +164,16 @@ def _gradient_checks() -> None:
     """Each rank's weighted slice loss, gradients averaged as DDP does, equals one process."""
     import torch.distributed as dist
 
-    from lmalgebra.distill.student import StudentSpec, build_student
+    from lmalgebra.distill.masked.student_model import build_masked_lm
+    from lmalgebra.distill.student import MaskedStudentSpec
     from lmalgebra.train.data_parallel import global_values, local_loss, local_part
     from lmalgebra.train.losses import combined_loss
     from lmalgebra.train.masked_head import masked_logits
 
-    spec = StudentSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, dropout=0.0)
-    model = build_student(spec, 60, seed=0)
+    spec = MaskedStudentSpec(
+        hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, dropout=0.0
+    )
+    model = build_masked_lm(spec, 60, seed=0)
     # uneven: rank 0 holds 2 masked tokens, rank 1 holds 7; then none at all on rank 1
     for masks in ([1, 1, 4, 3], [2, 3, 0, 0]):
         full = _batch(masks)
@@ -387,10 +390,10 @@ def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
     corpus.write_text("\n\n".join(documents(900)) + "\n", encoding="utf-8")
     # 2600 training spans: two cache shards of 2048 rows, one per rank; validation and test
     # fit in one shard, so rank 1 holds no row of them
-    flags = ["--seq-len", "8", "--spans", "2600,300,300", "--per-doc", "8", "--no-progress"]
+    flags = ["-T", "8", "--spans.counts", "2600,300,300", "--spans.per_doc", "8", "--no-progress"]
     named = [f"a={models[0]}", f"b={models[1]}"]
-    flags += ["--corpus", str(corpus), "--model", named[0], "--model", named[1]]
-    torchrun("decompose", *flags, "--out", str(tmp_path / "two"), "--cache-dir", f"{tmp_path}/c2")
+    flags += ["--corpus.paths", str(corpus), "--models", named[0], "--models", named[1]]
+    torchrun("decompose", *flags, "--out", str(tmp_path / "two"), "--cache_dir", f"{tmp_path}/c2")
     overrides = {
         "models": [ModelRef.parse(spec).model_dump() for spec in named],
         "corpus": {"paths": [str(corpus)]},
@@ -417,7 +420,7 @@ def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> tuple[Path, Path]:
     """The same prepared recipe in two run directories: taught by one and by two processes."""
-    from lmalgebra.distill import stages
+    from lmalgebra.distill import pipeline
 
     root = tmp_path_factory.mktemp("dp")
     one = write_recipe(root, teacher_dirs, student=STUDENT, training=TRAINING)
@@ -425,11 +428,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> tuple[Path, 
     two = root / "recipe-two.yaml"
     two.write_text(yaml.safe_dump({**data, "output_dir": str(root / "run-two")}))
     for path in (one, two):
-        stages.prepare(load_recipe(path), progress=False)
+        pipeline.prepare(load_recipe(path), progress=False)
     with _threads(1):  # as each torchrun rank: the same kernels, so the same bytes
-        stages.teach(load_recipe(one), progress=False)
+        pipeline.teach(load_recipe(one), progress=False)
     torchrun("merge", "teach", str(two), "--no-progress")
-    stages.vocab(load_recipe(two))
+    pipeline.vocab(load_recipe(two))
     return load_recipe(one).output_dir, two
 
 
@@ -480,7 +483,7 @@ def test_causal_store_and_student_of_two_processes_match_one(
     """The store is byte-identical; the student trained on two processes matches one process
     (each loss term averaged over the global batch's own positions) and resumes."""
     from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
-    from lmalgebra.distill import stages
+    from lmalgebra.distill import pipeline
 
     student = {**CAUSAL_STUDENT, "tokenizer": "train:unigram:200"}
     path_one = write_causal_recipe(
@@ -491,9 +494,9 @@ def test_causal_store_and_student_of_two_processes_match_one(
     path_two = tmp_path / "recipe-two.yaml"
     path_two.write_text(yaml.safe_dump(two.model_dump(mode="json"), allow_unicode=True))
     for recipe in (one, two):
-        stages.prepare(recipe, progress=False)
+        pipeline.prepare(recipe, progress=False)
     with _threads(1):
-        stages.teach(one, progress=False)
+        pipeline.teach(one, progress=False)
     torchrun("merge", "teach", str(path_two), "--no-progress")
     _same_tree(one.output_dir / "logprobs", two.output_dir / "logprobs")
     assert not list(two.output_dir.rglob("*.rank-*"))

@@ -13,8 +13,9 @@ import yaml
 from transformers import AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
-from lmalgebra.distill.embedding_seed import (
+from lmalgebra.core.recipe_files import validate
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.masked.seeding import (
     TeacherTable,
     apply_seeding,
     no_context_prior,
@@ -24,15 +25,13 @@ from lmalgebra.distill.embedding_seed import (
     seed_rows,
     teacher_tables,
 )
-from lmalgebra.distill.pretrain import pretrain
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.student import StudentSpec, build_student
-from lmalgebra.distill.teachers import load_masked_lm
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.distill.vocab_union import UnionVocab, build_union
-from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.distill.student import MaskedStudentSpec
+from lmalgebra.distill.teachers import load_lm
+from lmalgebra.distill.vocab.union import UnionVocab, build_union
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.train.config import TrainingSpec
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 STD = 0.02
@@ -165,7 +164,7 @@ def test_a_token_no_teacher_has_is_the_mean_of_its_pieces(vocab, tokenizers) -> 
     assert seeding.bias[new] == pytest.approx(seeding.bias[chosen].mean(), rel=1e-12)
     # nothing overlaps "ΩΩ" (both teachers cut it to unknown pieces): the row stays random
     assert np.isnan(seeding.rows[new + 1]).all() and np.isnan(seeding.bias[new + 1])
-    model = build_student(StudentSpec(**TINY_STUDENT), len(extended.tokens), seed=3)
+    model = build_masked_lm(MaskedStudentSpec(**TINY_STUDENT), len(extended.tokens), seed=3)
     before = model.get_input_embeddings().weight.detach().clone()
     apply_seeding(model, seeding, pad_id=0)
     after = model.get_input_embeddings().weight.detach()
@@ -184,7 +183,7 @@ def test_teachers_sharing_too_few_tokens_are_refused(vocab, tokenizers) -> None:
 
 def test_prior_is_the_teachers_prediction_without_context(teacher_dirs) -> None:
     ref = ModelRef(name="wp", path=str(teacher_dirs["wp"]))
-    model = load_masked_lm(ref, teacher_dirs["wp"])
+    model = load_lm(ref, teacher_dirs["wp"], "masked")
     tokenizer = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
     prior = no_context_prior(model, tokenizer, 12)
     assert prior.shape == (model.config.vocab_size,) and prior.sum() == pytest.approx(1, rel=1e-9)
@@ -201,16 +200,16 @@ def recipe_path(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Path:
     student = {**TINY_STUDENT, "init_embeddings": "teachers"}
     path = write_recipe(root, teacher_dirs, student=student, training=TINY_TRAINING)
     recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    stages.vocab(recipe)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
+    pipeline.vocab(recipe)
     return path
 
 
 def test_seeding_a_student_is_reproducible_and_uses_the_teachers(recipe_path: Path) -> None:
     recipe = load_recipe(recipe_path)
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
-    students = [build_student(recipe.student, len(vocab.tokens), seed=s) for s in (0, 1)]
+    students = [build_masked_lm(recipe.student, len(vocab.tokens), seed=s) for s in (0, 1)]
     reports = [seed_from_teachers(model, recipe, vocab) for model in students]
     assert reports[0] == reports[1] and reports[0]["from_teachers"] == len(vocab.tokens) - 1
     first, second = (m.get_input_embeddings().weight.detach() for m in students)
@@ -248,18 +247,19 @@ def test_an_unknown_init_value_is_refused(recipe_path: Path, tmp_path: Path) -> 
     assert "\n" not in message
 
 
-def test_pretraining_from_scratch_refuses_seeding(tmp_path: Path) -> None:
-    corpus = tmp_path / "c.txt"
-    corpus.write_text("a few words here\n")
-    with pytest.raises(UserInputError, match="init_embeddings 'teachers' needs teachers"):
-        pretrain(
-            CorpusSpec(paths=[str(corpus)]),
-            "xx",
-            100,
-            tmp_path / "out",
-            StudentSpec(**TINY_STUDENT, init_embeddings="teachers"),
-            TrainingSpec(**TINY_TRAINING),
-        )
+def test_pretraining_from_scratch_has_no_seeding(tmp_path: Path) -> None:
+    """A teacher made from scratch has no teachers to seed from: the key is not in its spec."""
+    from lmalgebra.api.pretrain import MaskedPretrainSpec
+
+    data = {
+        "corpus": {"paths": [str(tmp_path / "c.txt")]},
+        "language": "xx",
+        "out": tmp_path / "out",
+        "tokenizer": {"vocab_size": 100},
+        "model": {**TINY_STUDENT, "init_embeddings": "teachers"},
+    }
+    with pytest.raises(UserInputError, match=r"unknown key 'model\.init_embeddings'"):
+        validate(MaskedPretrainSpec, data, "spec")
 
 
 def test_a_factorised_student_is_seeded_at_its_embedding_width(recipe_path: Path) -> None:
@@ -267,7 +267,7 @@ def test_a_factorised_student_is_seeded_at_its_embedding_width(recipe_path: Path
     factorised = recipe.student.model_copy(update={"embedding_size": 16})
     recipe = recipe.model_copy(update={"student": factorised})
     vocab = UnionVocab.load(recipe.output_dir / "vocab")
-    model = build_student(recipe.student, len(vocab.tokens))
+    model = build_masked_lm(recipe.student, len(vocab.tokens))
     seed_from_teachers(model, recipe, vocab)
     weight = model.get_input_embeddings().weight.detach()
     assert weight.shape == (len(vocab.tokens), 16)

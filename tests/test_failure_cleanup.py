@@ -37,7 +37,9 @@ def merge_done(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str,
     """A recipe whose run went through every stage to a trained student; its path."""
     root = tmp_path_factory.mktemp("cleanup-merge")
     path = write_recipe(root, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
-    lmalgebra.merge(path, ["prepare", "teach", "vocab", "train"], steps=2)
+    lmalgebra.merge(
+        path, ["prepare", "teach", "vocab", "train"], students={"student": {"steps": 2}}
+    )
     return path
 
 
@@ -47,7 +49,9 @@ def lmd_run(tmp_path_factory: pytest.TempPathFactory, bert_dir: Path, corpus_txt
     root = tmp_path_factory.mktemp("cleanup-lmd")
     models = {"a": str(bert_dir), "b": f"random:{bert_dir}"}
     texts, out = str(corpus_txt), root / "run"
-    lmalgebra.decompose(models, texts, seq_len=8, spans=(20, 5, 5), out=out, cache_dir=root)
+    lmalgebra.decompose(
+        models, texts, spans={"length": 8, "counts": (20, 5, 5)}, out=out, cache_dir=root
+    )
     return out
 
 
@@ -102,8 +106,15 @@ def decompose(ctx: Context) -> list[str]:
     broken = ctx.tmp / "broken-model"  # found weightless once the run has begun, by its hash
     shutil.copytree(bert, broken)
     (broken / "model.safetensors").unlink()
-    args = ["decompose", "--model", f"a={bert}", "--model", f"b={broken}"]
-    args += ["--corpus", str(ctx.fixtures["corpus_txt"]), "-T", "8", "--spans", "20,5,5"]
+    args = ["decompose", "--models", f"a={bert}", "--models", f"b={broken}"]
+    args += [
+        "--corpus.paths",
+        str(ctx.fixtures["corpus_txt"]),
+        "-T",
+        "8",
+        "--spans.counts",
+        "20,5,5",
+    ]
     return [*args, "--no-progress", "--out", str(ctx.tmp / "new" / "run")]
 
 
@@ -138,8 +149,16 @@ def report(ctx: Context) -> list[str]:
 
 def spans(ctx: Context) -> list[str]:
     _disk_full(ctx)
-    args = ["spans", "--model", f"a={ctx.fixtures['bert_dir']}", "-T", "8", "--spans", "20,5,5"]
-    args += ["--corpus", str(ctx.fixtures["corpus_txt"])]
+    args = [
+        "spans",
+        "--models",
+        f"a={ctx.fixtures['bert_dir']}",
+        "-T",
+        "8",
+        "--spans.counts",
+        "20,5,5",
+    ]
+    args += ["--corpus.paths", str(ctx.fixtures["corpus_txt"])]
     return [*args, "--out", str(ctx.tmp / "new" / "spans.jsonl")]
 
 
@@ -180,7 +199,7 @@ def merge_train(ctx: Context) -> list[str]:
 
 
 def merge_evaluate(ctx: Context) -> list[str]:
-    import lmalgebra.evaluate.distill_scores as scores
+    import lmalgebra.distill.masked.scores as scores
 
     def full(*args: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -193,7 +212,16 @@ def merge_evaluate(ctx: Context) -> list[str]:
 def pretrain(ctx: Context) -> list[str]:
     corpus = ctx.tmp / "latin1.txt"
     corpus.write_bytes(LATIN1)
-    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "100"]
+    args = [
+        "pretrain",
+        "masked",
+        "--corpus.paths",
+        str(corpus),
+        "--language",
+        "xx",
+        "--tokenizer.vocab_size",
+        "100",
+    ]
     return [*args, "--out", str(ctx.tmp / "new" / "teacher"), "--no-progress"]
 
 
@@ -209,7 +237,7 @@ def evaluate_pos(ctx: Context) -> list[str]:
     result = PosResult(**{name: 0 for name in fields} | {"model": "a", "mode": "probe"})
     ctx.monkeypatch.setattr(pos, "evaluate_pos", lambda *args, **kwargs: result)
     _disk_full(ctx)
-    args = ["evaluate-pos", str(bank), "--model", f"a={ctx.fixtures['bert_dir']}"]
+    args = ["evaluate-pos", str(bank), "--models", f"a={ctx.fixtures['bert_dir']}"]
     return [*args, "--out", str(ctx.tmp / "new" / "pos"), "--no-progress"]
 
 

@@ -47,9 +47,9 @@ from fault_helpers import (
 )
 from lmalgebra.cli import main
 from lmalgebra.core.threads import pin_thread_count
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.train_student import train_student
 from lmalgebra.storage.disk_space import is_out_of_space
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
@@ -91,10 +91,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Referen
     root = tmp_path_factory.mktemp("faults")
     path = write_recipe(root, teacher_dirs, student=STUDENT, training=TRAINING)
     recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
     done = _cli("merge", "teach", str(path), "--no-progress")
     assert done.returncode == 0, done.stderr
-    stages.vocab(recipe)
+    pipeline.vocab(recipe)
     done = _cli("merge", "train", str(path), "--name", "reference", "--no-progress")
     assert done.returncode == 0, done.stderr
     run = recipe.output_dir
@@ -360,9 +360,9 @@ def test_full_disk_during_decompose(
     capsys,
 ) -> None:
     out, cache = tmp_path / "out", tmp_path / "cache"
-    models = ["--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    sizes = ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
-    args = ["decompose", *models, *sizes, "--out", str(out), "--cache-dir", str(cache)]
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    sizes = ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args = ["decompose", *models, *sizes, "--out", str(out), "--cache_dir", str(cache)]
     real = _fill_disk_at(monkeypatch, "safetensors", 3)
     code, err = _main(monkeypatch, capsys, *args, "--no-progress")
     assert code == 2

@@ -1,4 +1,4 @@
-"""`lmalgebra pretrain --head-only`: a masked-LM head fitted on a frozen encoder, as a teacher."""
+"""`lmalgebra pretrain head-only`: a masked-LM head fitted on a frozen encoder, as a teacher."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
 from lmalgebra.distill.examples import example_id, is_heldout
-from lmalgebra.distill.head_only import (
+from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.pretrain.head_only import (
     CachedEncoder,
     cached_source,
     encoder_replaced,
@@ -24,9 +25,8 @@ from lmalgebra.distill.head_only import (
     masked_states,
     pretrain_head,
 )
-from lmalgebra.distill.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
-from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
@@ -48,9 +48,22 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory: pytest.TempPathFactory, corpus: Path, bert_dir: Path) -> Path:
     out = tmp_path_factory.mktemp("head-only") / "teacher-xx"
-    args = ["--corpus", str(corpus), "--lang", "xx", "--out", str(out), "--head-only"]
-    args += ["--from", str(bert_dir), "--steps", "40", "--batch-size", "8", "--lr", "0.01"]
-    args += ["--example-length", "48", "--heldout-fraction", "0.2", "--no-progress"]
+    args = ["head-only", "--corpus.paths", str(corpus), "--language", "xx", "--out", str(out)]
+    args += [
+        "--encoder",
+        str(bert_dir),
+        "--training.steps",
+        "40",
+        "--training.batch_size",
+        "8",
+        "--training.lr",
+        "0.01",
+        "--training.warmup_steps",
+        "4",
+        "--training.checkpoint_every",
+        "8",
+    ]
+    args += ["--example_length", "48", "--heldout_fraction", "0.2", "--no-progress"]
     proc = subprocess.run(
         [sys.executable, "-m", "lmalgebra", "pretrain", *args],
         capture_output=True,
@@ -111,8 +124,8 @@ def test_recipe_teaches_with_the_head_only_teacher(
     teacher: Path, tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:
     recipe = load_recipe(write_recipe(tmp_path, {"wp": teacher, "sp": teacher_dirs["sp"]}))
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)  # loads it as a masked LM with every head weight
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)  # loads it as a masked LM with every head weight
     for lang in ("xx", "yy"):
         assert ShardSet.existing(recipe.output_dir / "topk" / lang / "wp").complete
 
@@ -156,18 +169,22 @@ def test_head_on_cached_states_gives_the_full_models_logits(bert_dir: Path) -> N
 
 
 @pytest.mark.parametrize(
-    ("extra", "needles"),
+    ("kind", "extra", "needles"),
     [
-        (["--head-only"], ["--head-only needs --from MODEL"]),
-        (["--from", "{bert}"], ["--from applies to a head-only teacher", "--head-only"]),
-        (["--head-only", "--from", "{gpt2}"], ["--from", "not an encoder with a masked-LM form"]),
-        (["--head-only", "--from", "{bert}", "--vocab-size", "100"], ["--vocab-size", "does not"]),
-        (["--head-only", "--from", "/no/such/dir"], ["/no/such/dir", "does not exist"]),
-        ([], ["--vocab-size is needed"]),
-        (["--vocab-size", "100", "--max-examples", "5"], ["--max-examples applies to a head-only"]),
+        ("head-only", [], ["missing key 'encoder'"]),
+        ("head-only", ["--encoder", "{gpt2}"], ["encoder", "not an encoder with a masked-LM form"]),
+        ("head-only", ["--encoder", "/no/such/dir"], ["/no/such/dir", "does not exist"]),
+        ("masked", [], ["missing key 'tokenizer'"]),
+        (
+            "masked",
+            ["--tokenizer.vocab_size", "100", "--tokenizer.path", "{bert}"],
+            ["tokenizer.vocab_size or tokenizer.path, not both"],
+        ),
+        ("causal", ["--tokenizer.vocab_size", "20"], ["too small for a bytelevel-bpe"]),
     ],
 )
-def test_bad_head_only_inputs_exit_2_naming_the_culprit(
+def test_bad_pretrain_inputs_exit_2_naming_the_culprit(
+    kind: str,
     extra: list[str],
     needles: list[str],
     corpus: Path,
@@ -178,11 +195,22 @@ def test_bad_head_only_inputs_exit_2_naming_the_culprit(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "t"
-    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--out", str(out)]
+    args = ["pretrain", kind, "--corpus.paths", str(corpus), "--language", "xx", "--out", str(out)]
     args += [a.format(bert=bert_dir, gpt2=gpt2_dir) for a in extra] + ["--no-progress"]
     code, stderr = run_cli(args, monkeypatch, capsys)
     assert_one_line(code, stderr, needles)
     assert not (out / "lmalgebra.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("kind", "flag"),
+    [("head-only", "--tokenizer.vocab_size"), ("masked", "--encoder"), ("causal", "--lowercase")],
+)
+def test_a_setting_of_another_kind_of_teacher_is_no_flag(
+    kind: str, flag: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, stderr = run_cli(["pretrain", kind, flag, "1"], monkeypatch, capsys)
+    assert code == 2 and f"No such option: {flag}" in stderr
 
 
 def test_a_second_run_resumes_from_the_checkpoints_and_refuses_other_inputs(
@@ -190,16 +218,23 @@ def test_a_second_run_resumes_from_the_checkpoints_and_refuses_other_inputs(
 ) -> None:
     """Checkpoints hold the head (the stand-in encoder has no weights) and load back into it."""
     out = tmp_path / "teacher"
-    spec = CorpusSpec(paths=[str(corpus)])
-    training = TrainingSpec(steps=4, batch_size=4, warmup_steps=0, checkpoint_every=2)
-    pretrain_head(spec, "xx", str(bert_dir), out, training, 48, progress=False)
+    data = {
+        "corpus": {"paths": [str(corpus)]},
+        "language": "xx",
+        "out": out,
+        "encoder": str(bert_dir),
+        "example_length": 48,
+        "training": {"steps": 4, "batch_size": 4, "warmup_steps": 0, "checkpoint_every": 2},
+    }
+    spec = HeadOnlySpec.model_validate(data)
+    pretrain_head(spec, progress=False)
     first = load_file(str(out / "model.safetensors"))
     checkpoint = load_file(
         str(out / "training" / "checkpoints" / "step-0000004" / "model.safetensors")
     )
     assert not any(k.startswith("bert.") for k in checkpoint)
-    pretrain_head(spec, "xx", str(bert_dir), out, training, 48, progress=False)  # nothing to do
+    pretrain_head(spec, progress=False)  # nothing to do
     again = load_file(str(out / "model.safetensors"))
     assert all(torch.equal(first[k], again[k]) for k in first)
     with pytest.raises(CheckpointMismatchError, match="the corpus changed"):
-        pretrain_head(spec, "xx", str(bert_dir), out, training, 48, max_examples=10, progress=False)
+        pretrain_head(HeadOnlySpec.model_validate({**data, "max_examples": 10}), progress=False)

@@ -46,8 +46,8 @@ def test_corpus_not_utf8_decompose(
     corpus = tmp_path / f"corpus{suffix}"
     corpus.write_bytes(LATIN1)
     out = tmp_path / "out"
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    code, stderr = cli([*args, "--corpus", str(corpus), "--out", str(out)])
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    code, stderr = cli([*args, "--corpus.paths", str(corpus), "--out", str(out)])
     assert_one_line(code, stderr, [f"corpus {corpus}", OFFSET])
     assert not out.exists()
 
@@ -56,7 +56,16 @@ def test_corpus_not_utf8_pretrain(tmp_path: Path, cli) -> None:
     corpus = tmp_path / "fr.txt"
     corpus.write_bytes(LATIN1)
     out = tmp_path / "teacher"
-    args = ["pretrain", "--corpus", str(corpus), "--lang", "fr", "--vocab-size", "100"]
+    args = [
+        "pretrain",
+        "masked",
+        "--corpus.paths",
+        str(corpus),
+        "--language",
+        "fr",
+        "--tokenizer.vocab_size",
+        "100",
+    ]
     code, stderr = cli([*args, "--out", str(out)])
     assert_one_line(code, stderr, [f"corpus {corpus}", OFFSET])
     assert not out.exists()

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 from hostile_helpers import INTERRUPTED, built_store, digests, run_cli
-from lmalgebra.distill.pretrain import TextBatches
-from lmalgebra.distill.student_data import StoreBatches
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.pretrain.masked import TextBatches
 from tiny import documents
 
 
@@ -75,9 +75,27 @@ def test_pretrain_interrupted_exits_130_and_leaves_its_checkpoint(
     batch.real = TextBatches.batch  # type: ignore[attr-defined]
     monkeypatch.setattr(TextBatches, "batch", batch)
     out = tmp_path / "teacher"
-    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "120"]
-    args += ["--out", str(out), "--steps", "10", "--hidden-size", "16", "--example-length", "32"]
-    args += ["--batch-size", "4", "--no-progress"]
+    args = [
+        "pretrain",
+        "masked",
+        "--corpus.paths",
+        str(corpus),
+        "--language",
+        "xx",
+        "--tokenizer.vocab_size",
+        "120",
+    ]
+    args += [
+        "--out",
+        str(out),
+        "--training.steps",
+        "10",
+        "--model.hidden_size",
+        "16",
+        "--example_length",
+        "32",
+    ]
+    args += ["--training.batch_size", "4", "--no-progress"]
     assert_interrupted(*run_cli(args, monkeypatch, capsys))
     assert (out / "training" / "checkpoints" / "step-0000006").is_dir()
     assert not (out / "lmalgebra.json").exists()
@@ -98,8 +116,8 @@ def test_decompose_interrupted_exits_130(
 
     monkeypatch.setattr(lmalgebra.lmd.measure, "embed", stop)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
     args += ["--out", str(tmp_path / "out"), "--no-progress"]
     assert_interrupted(*run_cli(args, monkeypatch, capsys))
     assert not (tmp_path / "out" / "summary.json").exists()
@@ -111,9 +129,26 @@ def test_sigint_to_a_real_process(tmp_path: Path) -> None:
     corpus.write_text("\n".join(documents(60)) + "\n", encoding="utf-8")
     out = tmp_path / "teacher"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
-    command = [sys.executable, "-m", "lmalgebra", "pretrain", "--corpus", str(corpus)]
-    command += ["--lang", "xx", "--vocab-size", "120", "--out", str(out), "--steps", "100000"]
-    command += ["--hidden-size", "16", "--example-length", "32", "--batch-size", "4"]
+    command = [
+        sys.executable,
+        "-m",
+        "lmalgebra",
+        "pretrain",
+        "masked",
+        "--corpus.paths",
+        str(corpus),
+    ]
+    command += [
+        "--language",
+        "xx",
+        "--tokenizer.vocab_size",
+        "120",
+        "--out",
+        str(out),
+        "--training.steps",
+        "100000",
+    ]
+    command += ["--model.hidden_size", "16", "--example_length", "32", "--training.batch_size", "4"]
     process = subprocess.Popen(
         [*command, "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

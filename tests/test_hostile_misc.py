@@ -32,8 +32,8 @@ def test_recipe_that_is_a_directory(command: list[str], tmp_path: Path, cli) -> 
 
 def test_model_path_that_is_a_file(tmp_path: Path, bert_dir: Path, corpus_txt: Path, cli) -> None:
     weights = bert_dir / "model.safetensors"
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={weights}"]
-    code, stderr = cli([*args, "--corpus", str(corpus_txt), "--out", str(tmp_path / "out")])
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={weights}"]
+    code, stderr = cli([*args, "--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")])
     assert_one_line(code, stderr, ["model 'b'", str(weights), "is a file, not a model directory"])
 
 
@@ -70,8 +70,8 @@ def test_remote_code_refusal_names_the_flag(
         "AutoModel": "modeling_custom.CustomModel",
     }
     (custom / "config.json").write_text(json.dumps(config))
-    args = ["decompose", "--model", f"a={bert2_dir}", "--model", f"c={custom}"]
-    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
+    args = ["decompose", "--models", f"a={bert2_dir}", "--models", f"c={custom}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
     code, stderr = cli([*args, "--out", str(tmp_path / "out")])
     line = assert_one_line(code, stderr, ["model 'c'", "--trust-remote-code"])
     assert "trust_remote_code=True" not in line
@@ -93,8 +93,8 @@ def test_records_whose_text_is_not_a_string_are_warned_about(
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
+    from lmalgebra.distill.pipeline import train_student
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.distill.train_student import train_student
 
     recipe = built_store(tmp_path_factory.mktemp("misc"), teacher_dirs)
     train_student(load_recipe(recipe), "student", progress=False)
@@ -107,7 +107,7 @@ def test_student_name_outside_the_run(name: str, trained: Path, cli) -> None:
     before = digests(trained.parent)
     code, stderr = cli(["merge", "train", str(trained), "--name", name])
     assert_one_line(code, stderr, [f"student name {name!r}"])
-    code, stderr = cli(["merge", "evaluate", str(trained.parent / "run"), "--student", name])
+    code, stderr = cli(["merge", "evaluate", str(trained.parent / "run"), "--students", name])
     assert_one_line(code, stderr, [f"student name {name!r}"])
     assert sorted(p.name for p in trained.parent.iterdir()) == around
     assert digests(trained.parent) == before
@@ -153,8 +153,8 @@ def test_failed_commands_leave_no_empty_directories(
     tmp_path: Path, bert_dir: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:
     out = tmp_path / "new" / "deep" / "out"
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={tmp_path / 'gone'}"]
-    code, stderr = cli([*args, "--corpus", str(corpus_txt), "--out", str(out)])
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={tmp_path / 'gone'}"]
+    code, stderr = cli([*args, "--corpus.paths", str(corpus_txt), "--out", str(out)])
     assert_one_line(code, stderr, ["model 'b'", "does not exist"])
     assert not (tmp_path / "new").exists()
     merge = tmp_path / "merge"

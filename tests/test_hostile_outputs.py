@@ -38,15 +38,15 @@ def one_error(code: int, stderr: str, *needles: str) -> str:
 def decompose_args(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path) -> list[str]:
     return [
         "decompose",
-        "--model",
+        "--models",
         f"a={bert_dir}",
-        "--model",
+        "--models",
         f"b={bert2_dir}",
-        "--corpus",
+        "--corpus.paths",
         str(corpus),
         "-T",
         "8",
-        "--spans",
+        "--spans.counts",
         "20,5,5",
         "--no-progress",
         "--out",
@@ -73,7 +73,7 @@ def test_decompose_refuses_outputs_that_cannot_be_written(
     args = decompose_args(bert_dir, bert2_dir, corpus_txt, blocker / "run")
     one_error(*cli(*args), str(blocker), "is a file")
     args = decompose_args(bert_dir, bert2_dir, corpus_txt, tmp_path / "run")
-    one_error(*cli(*args, "--cache-dir", str(blocker)), "cache directory", str(blocker))
+    one_error(*cli(*args, "--cache_dir", str(blocker)), "cache directory", str(blocker))
     assert not (tmp_path / "run").exists()  # checked before the run directory was made
     assert blocker.read_text(encoding="utf-8") == "not a directory\n"
 
@@ -112,11 +112,12 @@ def test_pretrain_and_merge_refuse_outputs_that_cannot_be_written(
     one_error(
         *cli(
             "pretrain",
-            "--corpus",
+            "masked",
+            "--corpus.paths",
             str(corpus_txt),
-            "--lang",
+            "--language",
             "xx",
-            "--vocab-size",
+            "--tokenizer.vocab_size",
             "100",
             "--out",
             str(blocker / "teacher"),

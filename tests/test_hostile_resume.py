@@ -16,7 +16,7 @@ import yaml
 from safetensors.torch import load_file
 
 from hostile_helpers import assert_one_line, built_store, digests, run_cli
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
 from lmalgebra.distill.recipe import load_recipe
 from tiny import documents
 
@@ -24,7 +24,7 @@ from tiny import documents
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
     """A built store and a finished six-step student ``student`` (checkpoints 3 and 6)."""
-    from lmalgebra.distill.train_student import train_student
+    from lmalgebra.distill.pipeline import train_student
 
     recipe = built_store(tmp_path_factory.mktemp("resume"), teacher_dirs)
     train_student(load_recipe(recipe), "student", progress=False)
@@ -72,8 +72,8 @@ def test_store_rebuilt_with_another_masking_seed_is_refused(
 ) -> None:
     recipe = _copy(trained, tmp_path, masking={"seed": 4})
     config = load_recipe(recipe)
-    stages.prepare(config, progress=False)
-    stages.teach(config, progress=False)
+    pipeline.prepare(config, progress=False)
+    pipeline.teach(config, progress=False)
     student = tmp_path / "run" / "student"
     before = digests(student)
     code, stderr = run_cli(["merge", "train", str(recipe)], monkeypatch, capsys)
@@ -144,16 +144,34 @@ def test_pretrain_with_another_size_is_refused(
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(documents(40)) + "\n", encoding="utf-8")
     out = tmp_path / "teacher"
-    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "120"]
-    args += ["--out", str(out), "--steps", "3", "--example-length", "32", "--batch-size", "4"]
-    args += ["--no-progress", "--num-heads", "2"]
-    code, stderr = run_cli([*args, "--hidden-size", "16"], monkeypatch, capsys)
+    args = [
+        "pretrain",
+        "masked",
+        "--corpus.paths",
+        str(corpus),
+        "--language",
+        "xx",
+        "--tokenizer.vocab_size",
+        "120",
+    ]
+    args += [
+        "--out",
+        str(out),
+        "--training.steps",
+        "3",
+        "--example_length",
+        "32",
+        "--training.batch_size",
+        "4",
+    ]
+    args += ["--no-progress", "--model.num_heads", "2"]
+    code, stderr = run_cli([*args, "--model.hidden_size", "16"], monkeypatch, capsys)
     assert code == 0, stderr
     before = digests(out)
-    code, stderr = run_cli([*args, "--hidden-size", "24"], monkeypatch, capsys)
+    code, stderr = run_cli([*args, "--model.hidden_size", "24"], monkeypatch, capsys)
     assert_one_line(code, stderr, ["model configuration", "hidden_size 16 -> 24", "--restart"])
     assert digests(out) == before
     corpus.write_text("\n".join(documents(40, seed=5)) + "\n", encoding="utf-8")
-    code, stderr = run_cli([*args, "--hidden-size", "16"], monkeypatch, capsys)
+    code, stderr = run_cli([*args, "--model.hidden_size", "16"], monkeypatch, capsys)
     assert_one_line(code, stderr, ["the corpus changed"])
     assert digests(out) == before

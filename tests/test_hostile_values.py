@@ -22,7 +22,7 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
 
 
 DECOMPOSE = {
-    "nan_fraction": (["--fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
+    "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
     "nan_alpha": (["--alpha", "nan"], ["--alpha", "finite", "nan"]),
 }
@@ -41,8 +41,8 @@ def test_decompose_values(
     flags, needles = DECOMPOSE[case]
     cache = tmp_path / "cache"
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5", *flags]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5", *flags]
     code, stderr = cli([*args, "--out", str(tmp_path / "out")])
     assert_one_line(code, stderr, needles)
     assert not cache.exists() and not (tmp_path / "out").exists()  # refused before embedding
@@ -79,8 +79,8 @@ def test_example_length_at_the_teacher_limit_is_accepted(
     tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:
     """128 positions for BERT; RoBERTa's 130 minus its padding offset of two."""
+    from lmalgebra.distill.masked.teachers import open_teachers
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.distill.stages import open_teachers
 
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, example_length=128))
     assert set(open_teachers(recipe)) == {"wp", "sp"}
@@ -94,9 +94,12 @@ def test_example_length_at_the_teacher_limit_is_accepted(
 
 
 PRETRAIN = {
-    "two_token_examples": (["--example-length", "2"], ["--example-length", "at least 8", "got 2"]),
-    "nan_heldout": (["--heldout-fraction", "nan"], ["--heldout-fraction", "nan"]),
-    "inf_learning_rate": (["--lr", "inf"], ["'lr'", "inf"]),
+    "two_token_examples": (
+        ["--example_length", "2"],
+        ["--example_length", "'2'", "greater than or equal to 8"],
+    ),
+    "nan_heldout": (["--heldout_fraction", "nan"], ["--heldout_fraction", "nan"]),
+    "inf_learning_rate": (["--training.lr", "inf"], ["--training.lr", "inf"]),
 }
 
 
@@ -106,7 +109,16 @@ def test_pretrain_values(case: str, tmp_path: Path, cli) -> None:
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(documents(20)) + "\n", encoding="utf-8")
     out = tmp_path / "teacher"
-    args = ["pretrain", "--corpus", str(corpus), "--lang", "xx", "--vocab-size", "120"]
-    code, stderr = cli([*args, "--out", str(out), "--steps", "2", *flags])
+    args = [
+        "pretrain",
+        "masked",
+        "--corpus.paths",
+        str(corpus),
+        "--language",
+        "xx",
+        "--tokenizer.vocab_size",
+        "120",
+    ]
+    code, stderr = cli([*args, "--out", str(out), "--training.steps", "2", *flags])
     assert_one_line(code, stderr, needles)
     assert not out.exists()

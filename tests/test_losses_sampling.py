@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from lmalgebra.distill.store_view import TeacherCopies
-from lmalgebra.distill.student_data import language_pool, language_probabilities
+from lmalgebra.distill.masked.store_view import TeacherCopies
+from lmalgebra.distill.sampling import language_pool, language_probabilities
 from lmalgebra.train.losses import combined_loss
 from lmalgebra.train.schedules import kd_weight, learning_rate
 

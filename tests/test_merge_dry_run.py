@@ -8,6 +8,7 @@ the time model must equal torch's own count of a real forward pass; a dry run wr
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,14 @@ import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 import lmalgebra
+from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import run_cli
 from lmalgebra.api.merge import merge_plan
-from lmalgebra.distill.student import StudentSpec, build_student
+from lmalgebra.cli import main
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.run.time_estimate import LOAD_SECONDS, ModelShape, measure_speed
+from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.distill.teachers import model_config
-from lmalgebra.distill.time_estimate import LOAD_SECONDS, ModelShape, measure_speed
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.masked_head import masked_logits
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
@@ -36,7 +40,7 @@ def recipe(tmp_path: Path, teacher_dirs: dict[str, Path]) -> Path:
 
 
 @pytest.mark.parametrize(
-    "command", [["run"], ["prepare"], ["teach"], ["vocab"], ["train", "--steps", "4"]]
+    "command", [["run"], ["prepare"], ["teach"], ["vocab"], ["train", "--training.steps", "4"]]
 )
 def test_a_dry_run_writes_nothing_and_prints_the_plan(
     command: list[str],
@@ -66,7 +70,7 @@ def test_counts_and_store_bytes_are_what_prepare_and_teach_make(recipe: Path) ->
         examples = ShardSet.existing(run.run_dir / "examples" / row["language"])
         assert row["examples"] == masked.rows == examples.manifest["examples"]
         assert row["heldout"] == examples.manifest["heldout"]
-        assert row["masked_tokens"] == masked.manifest["masked_tokens"]
+        assert row["predicted_tokens"] == masked.manifest["masked_tokens"]
         shards = sorted(topk.directory.glob("shard-*.arrow"))
         assert row["store_bytes"] == sum(p.stat().st_size for p in shards)  # exactly
         assert row["store_bytes"] == topk.nbytes
@@ -76,7 +80,7 @@ def test_times_are_positive_and_grow_with_the_work(recipe: Path) -> None:
     plan = merge_plan(recipe)
     stages = ["prepare_s", "teach_s", "vocab_s", "train_s", "evaluate_s"]
     assert all(math.isfinite(v) and v > 0 for v in plan[stages].to_numpy().ravel())
-    longer = merge_plan(recipe, steps=60)
+    longer = merge_plan(recipe, training={"steps": 60})
     compute = plan.train_s.sum() - LOAD_SECONDS  # the student is built once whatever the steps
     assert longer.train_s.sum() - LOAD_SECONDS > 2 * compute  # ten times the steps (probes vary)
     assert list(longer.store_bytes) == list(plan.store_bytes)
@@ -111,15 +115,15 @@ def test_flops_equal_torchs_count_of_a_teacher_forward(
 
 
 def test_flops_of_a_factorised_student() -> None:
-    spec = StudentSpec(**{**TINY_STUDENT, "embedding_size": 16})
-    model = build_student(spec, 120)
+    spec = MaskedStudentSpec(**{**TINY_STUDENT, "embedding_size": 16})
+    model = build_masked_lm(spec, 120)
     model.config._attn_implementation = "eager"
     shape = ModelShape(2, 32, 64, 16, 120)
     assert shape.forward_flops(3, 17, 5) == _counted(model.eval(), _batch())
 
 
 def test_flops_of_a_bert_student_with_its_last_layer_trimmed() -> None:
-    model = build_student(StudentSpec(**TINY_STUDENT), 120)
+    model = build_masked_lm(MaskedStudentSpec(**TINY_STUDENT), 120)
     model.config._attn_implementation = "eager"
     shape = ModelShape(2, 32, 64, 32, 120, trimmed=True)
     untrimmed = ModelShape(2, 32, 64, 32, 120)
@@ -147,3 +151,77 @@ def test_recipe_errors_are_those_of_a_run(recipe: Path, tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(lmalgebra.UserInputError, match="example_length 500"):
         merge_plan(bad)
+
+
+# --- causal recipes: the same plan, of a causal store --------------------------------------
+
+
+@pytest.fixture
+def causal_recipe(tmp_path: Path, causal_teacher_dirs: dict[str, Path]) -> Path:
+    training = {"steps": 4, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2}
+    return write_causal_recipe(
+        tmp_path, causal_teacher_dirs, student=CAUSAL_STUDENT, training=training
+    )
+
+
+def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``lmalgebra ARGS``: (exit status, stdout, stderr)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr("sys.argv", ["lmalgebra", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("command", [["run"], ["prepare"], ["teach"], ["train"]])
+def test_a_causal_dry_run_prints_the_plan_and_writes_nothing(
+    command: list[str],
+    causal_recipe: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = files(tmp_path)
+    args = ["merge", command[0], str(causal_recipe), "--dry-run"]
+    code, out, err = _cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    assert "Dry run of" in out and "Time per stage" in out
+    for language, teacher in (("xx", "bl"), ("xx", "uni"), ("yy", "wp")):
+        assert re.search(rf"{language}\s+.\s+{teacher}\s", out), out
+    assert files(tmp_path) == before
+
+
+def test_causal_counts_and_store_bytes_are_what_prepare_and_teach_make(causal_recipe: Path) -> None:
+    plan = merge_plan(causal_recipe)
+    assert list(plan[["language", "teacher"]].itertuples(index=False, name=None)) == [
+        ("xx", "bl"),
+        ("xx", "uni"),
+        ("yy", "wp"),
+    ]
+    run = lmalgebra.merge(causal_recipe, ["prepare", "teach"])
+    for row in plan.to_dict("records"):
+        tokens = ShardSet.existing(run.run_dir / "tokens" / row["language"] / row["teacher"])
+        logprobs = ShardSet.existing(run.run_dir / "logprobs" / row["language"] / row["teacher"])
+        examples = ShardSet.existing(run.run_dir / "examples" / row["language"])
+        assert row["examples"] == tokens.rows == examples.manifest["examples"]
+        assert row["heldout"] == examples.manifest["heldout"]
+        assert row["tokens"] == row["predicted_tokens"] == tokens.manifest["tokens"]
+        shards = sorted(logprobs.directory.glob("shard-*.arrow"))
+        assert row["store_bytes"] == sum(p.stat().st_size for p in shards)  # exactly
+    assert (plan.vocab_s == 0).all()  # a causal recipe has no vocabulary stage
+    for stage in ("prepare_s", "teach_s", "train_s", "evaluate_s"):
+        assert (plan[stage] > 0).all() and plan[stage].map(math.isfinite).all(), stage
+
+
+def test_a_causal_recipe_without_a_student_tokenizer_plans_its_store(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    plan = merge_plan(write_causal_recipe(tmp_path, causal_teacher_dirs))
+    assert plan.train_s.isna().all()  # `merge train` would refuse it: no estimate
+    assert (plan.teach_s > 0).all() and (plan.evaluate_s > 0).all()

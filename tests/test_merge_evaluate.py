@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,16 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+from lmalgebra.api.merge import MergeRun
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
+from lmalgebra.distill.masked.evaluation import evaluate_run
+from lmalgebra.distill.masked.scores import Score, score_rdt
+from lmalgebra.distill.masked.store_view import load_copies
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.store_view import load_copies
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.distill.vocab_union import UnionVocab
-from lmalgebra.evaluate.comparability import is_comparable, teacher_languages
-from lmalgebra.evaluate.distill_scores import Score, evaluate_run, rdt
+from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 from tiny import build_bert_mlm
@@ -47,9 +50,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Path:
             training={"steps": 3, "batch_size": 4, "warmup_steps": 0},
         )
     )
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    stages.vocab(recipe)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
+    pipeline.vocab(recipe)
     train_student(recipe, "student", progress=False)
     return recipe.output_dir
 
@@ -64,7 +67,7 @@ def test_rdt_follows_equation_3() -> None:
         score("s", "t1", 0.55),
         score("s", "t2", 0.6),
     ]
-    assert rdt(scores, "s")["xx"] == pytest.approx(
+    assert score_rdt(scores, "s")["xx"] == pytest.approx(
         100 * ((0.55 - 0.5) / 0.5 + (0.6 - 0.8) / 0.8) / 2
     )
 
@@ -114,7 +117,7 @@ def test_scores_match_a_plain_fill_mask_reference(run_dir: Path, teacher_dirs) -
             mapping[gold],
         ),
     }
-    scores, _ = evaluate_run(run_dir, ["student"], ["yy"])
+    scores, _ = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
     for model, (predicted, nll, labels) in expected.items():
         score = next(s for s in scores if s.teacher == "sp" and s.model == model)
         assert score.masked_tokens == gold.size > 20
@@ -128,7 +131,7 @@ def test_training_masking_column_keeps_the_stored_figure(run_dir: Path) -> None:
     raw = load_copies(run_dir, "yy", "sp", None)
     rows = np.flatnonzero(raw.heldout)
     idx = np.concatenate([np.arange(raw.mask_offsets[r], raw.mask_offsets[r + 1]) for r in rows])
-    scores, _ = evaluate_run(run_dir, ["student"], ["yy"])
+    scores, _ = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
     teacher = next(s for s in scores if s.teacher == "sp" and s.model == "sp")
     assert teacher.examples == len(rows) > 0 and teacher.masked_tokens == idx.size
     stored = np.mean(raw.topk_ids[idx, 0] == raw.labels[idx])
@@ -161,7 +164,7 @@ def test_evaluate_command_writes_tables_and_plot(run_dir: Path) -> None:
 
 
 def test_scores_are_in_range(run_dir: Path) -> None:
-    scores, deviations = evaluate_run(run_dir, ["student"], ["yy"])
+    scores, deviations = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
     assert {s.language for s in scores} == {"yy"}
     for s in scores:
         assert 0 <= s.accuracy <= 1 and s.loss > 0 and 0 <= s.topk_overlap <= 1
@@ -170,15 +173,16 @@ def test_scores_are_in_range(run_dir: Path) -> None:
 
 def test_bad_inputs_name_the_missing_stage(run_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="language 'zz' is not in the run"):
-        evaluate_run(run_dir, ["student"], ["zz"])
+        evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["zz"])
     with pytest.raises(UserInputError, match="merge train RECIPE --name other"):
-        evaluate_run(run_dir, ["other"])
+        evaluate_run(MergeRun.load(run_dir).recipe, ["other"])
     with pytest.raises(UserInputError, match="merge prepare RECIPE"):
-        evaluate_run(tmp_path, ["student"])
+        MergeRun.load(tmp_path).evaluate(["student"])
 
 
 def test_rdt_leaves_out_a_teacher_with_zero_accuracy_and_says_so(tmp_path: Path) -> None:
-    from lmalgebra.evaluate.distill_scores import markdown, rdt_text, undefined_rdt
+    from lmalgebra.distill.masked.scores import markdown, undefined_rdt
+    from lmalgebra.distill.run.rdt import rdt_text
 
     def score(lang: str, teacher: str, model: str, accuracy: float) -> Score:
         return Score(lang, teacher, model, 10, 50, accuracy, 1.0, 2.7, 0.5, 0.5)
@@ -189,7 +193,7 @@ def test_rdt_leaves_out_a_teacher_with_zero_accuracy_and_says_so(tmp_path: Path)
         score("yy", "t2", "t2", 0.0),  # a teacher that gets no masked token right
         score("yy", "t2", "s", 0.3),
     ]
-    values = rdt(scores, "s")
+    values = score_rdt(scores, "s")
     assert values["xx"] == pytest.approx(20.0)
     assert np.isnan(values["yy"]) and values["average"] == pytest.approx(20.0)
     assert undefined_rdt(scores) == [
@@ -211,13 +215,13 @@ def test_a_teacher_changed_since_the_teach_stage_is_refused(tmp_path: Path, teac
     recipe = load_recipe(
         write_recipe(tmp_path, teachers, student=STUDENT, training={"steps": 1, "batch_size": 4})
     )
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    stages.vocab(recipe)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
+    pipeline.vocab(recipe)
     train_student(recipe, "student", progress=False)
     build_bert_mlm(teachers["wp"], seed=1)  # other weights, same tokenizer
     with pytest.raises(UserInputError, match=r"teacher 'wp' \(.*\) changed since `lmalgebra merge"):
-        evaluate_run(recipe.output_dir, ["student"])
+        evaluate_run(recipe, ["student"])
 
 
 # --- comparability: a teacher on a language it was not trained on is no reference ----------
@@ -238,9 +242,9 @@ def test_teacher_languages_come_from_the_pretraining_record(tmp_path: Path) -> N
         (tmp_path / name).mkdir()
         (tmp_path / name / "lmalgebra.json").write_text(json.dumps(record), encoding="utf-8")
     teachers = {
-        "teacher-en": {"path": str(tmp_path / "teacher-en")},
-        "student": {"path": str(tmp_path / "student")},
-        "hub": {"path": "some-org/some-model"},
+        "teacher-en": str(tmp_path / "teacher-en"),
+        "student": str(tmp_path / "student"),
+        "hub": "some-org/some-model",
     }
     assert teacher_languages(teachers) == {
         "teacher-en": frozenset({"en"}),
@@ -274,16 +278,17 @@ def _sm1_scores() -> list[Score]:
 def test_rows_on_a_language_the_teacher_never_learnt_are_marked_and_left_out(
     tmp_path: Path,
 ) -> None:
-    from lmalgebra.api.merge import score_frame
-    from lmalgebra.evaluate.distill_scores import SCORES, incomparable_languages, markdown
+    import pandas as pd
+
+    from lmalgebra.distill.masked.scores import SCORES, incomparable_languages, markdown
     from lmalgebra.storage.csv_tables import read_table, write_table
 
     scores = _sm1_scores()
-    frame = score_frame(scores)
+    frame = pd.DataFrame([asdict(s) for s in scores], columns=list(SCORES.columns))
     assert frame["comparable"].dtype == bool
     assert sorted(frame.loc[~frame["comparable"], "language"].unique()) == ["es", "fr"]
     assert frame.loc[frame["comparable"], "language"].unique().tolist() == ["en"]
-    values = rdt(scores, "sm1")
+    values = score_rdt(scores, "sm1")
     assert values["en"] == pytest.approx(20.0)
     assert np.isnan(values["fr"]) and np.isnan(values["es"])
     assert values["average"] == pytest.approx(20.0)  # not (20 + 300 + 150) / 3
@@ -301,17 +306,15 @@ def test_rows_on_a_language_the_teacher_never_learnt_are_marked_and_left_out(
 def test_evaluate_marks_the_scores_of_a_teacher_off_its_languages(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lmalgebra.evaluate import distill_scores
+    from lmalgebra.distill.masked import evaluation
 
     # as if wp had been pre-trained on yy alone, and sp's languages were unknown
-    monkeypatch.setattr(
-        distill_scores, "teacher_languages", lambda teachers: {"wp": frozenset({"yy"})}
-    )
-    scores, deviations = evaluate_run(run_dir, ["student"])
+    monkeypatch.setattr(evaluation, "teacher_languages", lambda teachers: {"wp": frozenset({"yy"})})
+    scores, deviations = evaluate_run(MergeRun.load(run_dir).recipe, ["student"])
     marked = {(s.language, s.teacher, s.comparable) for s in scores}
     assert marked == {("xx", "wp", False), ("yy", "wp", True), ("yy", "sp", True)}
     assert set(deviations["student"]) == {"xx", "yy", "average"}
     # the tiny teachers get no masked token right, so read RDT on perplexity (never 0)
-    values = rdt(scores, "student", metric="perplexity")
+    values = score_rdt(scores, "student", metric="perplexity")
     assert np.isnan(values["xx"]) and np.isfinite(values["yy"])  # xx: no comparable score
     assert values["average"] == pytest.approx(values["yy"])

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from hostile_helpers import assert_one_line, run_cli
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe
-from lmalgebra.distill.starter_recipe import STARTER
+from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, load_recipe
+from lmalgebra.distill.run.starter_recipe import STARTER
 
 
 def test_init_writes_a_recipe_that_loads(
@@ -22,8 +22,10 @@ def test_init_writes_a_recipe_that_loads(
     assert sorted(recipe.languages) == ["en", "fr"] and recipe.training.sampling_exponent == 0.7
     # every top-level key of a recipe is shown (the file is also the reference)
     text = path.read_text(encoding="utf-8")
-    for key in MergeRecipe.model_fields:
+    for key in MaskedRecipe.model_fields:
         assert f"\n{key}:" in text, key
+    for key in set(CausalRecipe.model_fields) - set(MaskedRecipe.model_fields):
+        assert f"\n# {key}:" in text, key  # the causal recipe's own keys, commented
     assert text.count("#") > 20  # commented
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-import lmalgebra.distill.pipeline as pipeline
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.pipeline import STAGES, STORE_STAGES, run_stages
-from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.causal.objective import CausalObjective
+from lmalgebra.distill.masked.objective import MaskedObjective
+from lmalgebra.distill.pipeline import RUN_STAGES, STORE_STAGES, objective_of, run_stages
+from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe
 from lmalgebra.train.config import TrainingSpec
 
 
@@ -22,16 +23,15 @@ from lmalgebra.train.config import TrainingSpec
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     made: list[tuple[Any, ...]] = []
 
-    def train_student(
-        recipe: MergeRecipe, name: str, training: TrainingSpec, progress: bool, restart: bool
-    ):
+    def train(objective: Any, name: str, training: TrainingSpec, progress: bool, restart: bool):
         made.append(("train", name, training.gold_only, progress))
-        return recipe.output_dir / name / "model"
+        return objective.recipe.output_dir / name / "model"
 
-    monkeypatch.setattr(pipeline, "prepare", lambda r, p: made.append(("prepare", p)))
-    monkeypatch.setattr(pipeline, "teach", lambda r, p, setup: made.append(("teach", p)))
-    monkeypatch.setattr(pipeline, "vocab", lambda r: made.append(("vocab",)))
-    monkeypatch.setattr(pipeline, "train_student", train_student)
+    for objective in (MaskedObjective, CausalObjective):
+        monkeypatch.setattr(objective, "prepare", lambda o, p: made.append(("prepare", p)))
+        monkeypatch.setattr(objective, "teach", lambda o, p, setup: made.append(("teach", p)))
+        monkeypatch.setattr(objective, "train", train)
+    monkeypatch.setattr(MaskedObjective, "vocab", lambda o: made.append(("vocab",)))
     return made
 
 
@@ -44,6 +44,18 @@ def recipe(tmp_path: Path) -> MergeRecipe:
             "output_dir": str(tmp_path / "run"),
         }
     )
+
+
+def test_the_objective_is_chosen_once_from_the_recipe(recipe: MergeRecipe) -> None:
+    assert isinstance(recipe, MaskedRecipe) and isinstance(objective_of(recipe), MaskedObjective)
+    causal = MergeRecipe.model_validate({**_keys(recipe), "objective": "causal"})
+    assert isinstance(causal, CausalRecipe) and isinstance(objective_of(causal), CausalObjective)
+    assert "vocab" not in objective_of(causal).stages
+
+
+def _keys(recipe: MergeRecipe) -> dict[str, Any]:
+    """The recipe's keys every objective shares."""
+    return recipe.model_dump(mode="json", include=set(MergeRecipe.model_fields))
 
 
 def test_store_stages_run_in_order(recipe: MergeRecipe, calls: list[tuple[Any, ...]]) -> None:
@@ -68,7 +80,7 @@ def test_train_stage_trains_each_student_not_yet_saved(
         "sm3": recipe.training,
         "sm2": recipe.training.model_copy(update={"gold_only": True}),
     }
-    models = run_stages(recipe, STAGES, students, progress=False)
+    models = run_stages(recipe, RUN_STAGES, students, progress=False)
     assert calls[:3] == [("prepare", False), ("teach", False), ("vocab",)]
     assert calls[3:] == [("train", "sm3", False, False)]  # sm2 is already saved
     assert models == {"sm3": recipe.output_dir / "sm3" / "model", "sm2": saved}
@@ -90,3 +102,13 @@ def test_an_unusable_teacher_dtype_is_refused_before_anything_is_written(
     with pytest.raises(UserInputError, match="merge recipe dtype: bfloat16 is not native"):
         run_stages(recipe.model_copy(update={"dtype": "bfloat16"}), STORE_STAGES)
     assert calls == []
+
+
+def test_a_causal_recipe_skips_vocab_in_a_sequence_and_refuses_it_alone(
+    recipe: MergeRecipe, calls: list[tuple[Any, ...]]
+) -> None:
+    causal = MergeRecipe.model_validate({**_keys(recipe), "objective": "causal"})
+    run_stages(causal, STORE_STAGES, progress=False)
+    assert calls == [("prepare", False), ("teach", False)]
+    with pytest.raises(UserInputError, match="a causal recipe has no union vocabulary"):
+        run_stages(causal, ["vocab"])

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.examples import language_examples
-from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill.masked.masking import TeacherMasker
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
 from merge_fixtures import write_recipe
 from tiny import sentences

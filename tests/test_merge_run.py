@@ -13,12 +13,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.examples import examples_set
+from lmalgebra.distill.masked.store import read_copies
+from lmalgebra.distill.masked.store_view import load_copies
+from lmalgebra.distill.pipeline import check_store
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.stages import examples_set, read_copies
-from lmalgebra.distill.store_check import check_store
-from lmalgebra.distill.store_view import load_copies
-from lmalgebra.distill.vocab_union import UnionVocab, canonical_token, detect_convention
+from lmalgebra.distill.vocab.union import UnionVocab, canonical_token, detect_convention
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 
@@ -116,7 +117,7 @@ def test_vocabulary_is_stamped_and_checked_against_the_teachers(run_dir: Path) -
     built = {p.name: p.read_bytes() for p in sorted(vocab.iterdir())}
     times = {p.name: p.stat().st_mtime_ns for p in vocab.iterdir()}
     check_store(recipe)
-    stages.vocab(recipe)  # stamped under these teachers' tokenizers: nothing is rebuilt
+    pipeline.vocab(recipe)  # stamped under these teachers' tokenizers: nothing is rebuilt
     assert {p.name: p.stat().st_mtime_ns for p in vocab.iterdir()} == times
     try:
         stamp.write_text(json.dumps("0" * 64) + "\n")
@@ -125,7 +126,7 @@ def test_vocabulary_is_stamped_and_checked_against_the_teachers(run_dir: Path) -
         stamp.unlink()
         with pytest.raises(UserInputError, match=r"missing: run `lmalgebra merge vocab RECIPE`"):
             check_store(recipe)
-        stages.vocab(recipe)  # rebuilt, to the same bytes, and stamped again
+        pipeline.vocab(recipe)  # rebuilt, to the same bytes, and stamped again
         assert {p.name: p.read_bytes() for p in sorted(vocab.iterdir())} == built
         check_store(recipe)
     finally:

@@ -10,9 +10,9 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import mined_map as mm
-from lmalgebra.distill.edit_distance import BLOCK_CELLS, distance_matrix
-from lmalgebra.distill.vocab_union import canonical_vocabulary
+from lmalgebra.distill.vocab import mined_map as mm
+from lmalgebra.distill.vocab.edit_distance import BLOCK_CELLS, distance_matrix
+from lmalgebra.distill.vocab.union import canonical_vocabulary
 from test_byte_alignment import _levenshtein
 from tiny import build_tokenizer_kinds
 
@@ -125,7 +125,7 @@ def test_map_is_cached_and_a_broken_cache_is_recomputed(
     assert (again.student_ids == first.student_ids).all()
     assert (again.distances == first.distances).all()
     files[0].write_bytes(b"not a safetensors file")
-    with caplog.at_level(logging.WARNING, logger="lmalgebra.distill.mined_map"):
+    with caplog.at_level(logging.WARNING, logger="lmalgebra.distill.vocab.mined_map"):
         rebuilt = mm.mined_map(kinds["sp"], kinds["bl"], "sp", "bl", cache_dir=tmp_path)
     assert "unreadable" in caplog.text
     assert (rebuilt.student_ids == first.student_ids).all()

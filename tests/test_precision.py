@@ -111,7 +111,12 @@ def test_bfloat16_decomposition_matches_float32_and_has_its_own_cache_entries(
 
     def run(**options: object) -> Decomposition:
         return decompose(
-            models, texts, seq_len=T, spans=SPANS, cache_dir=cache, progress=False, **options
+            models,
+            texts,
+            spans={"length": T, "counts": SPANS},
+            cache_dir=cache,
+            progress=False,
+            **options,
         )
 
     full = run(dtype="float32")
@@ -138,9 +143,9 @@ def test_bfloat16_refused_on_the_command_line_with_exit_2(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-    args += ["--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"]
-    args += ["--out", str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache")]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--out", str(tmp_path / "out"), "--cache_dir", str(tmp_path / "cache")]
     code, err = run_cli([*args, "--dtype", "bfloat16"], monkeypatch, capsys)
     assert_one_line(code, err, ["decompose dtype", "avx512_bf16", "use float32 or auto"])
     assert not _entries(tmp_path / "cache")
@@ -172,7 +177,7 @@ def test_cuda_embedding_matches_cpu(
     from transformers import AutoModel
 
     given = AutoModel.from_pretrained(bert_dir)
-    options = {"seq_len": T, "spans": SPANS, "cache_dir": tmp_path, "progress": False}
+    options = {"spans": {"length": T, "counts": SPANS}, "cache_dir": tmp_path, "progress": False}
     gpu = decompose({"a": (given, tok), "b": str(bert2_dir)}, texts, device="cuda", **options)
     assert next(given.parameters()).device.type == "cpu"
     cpu = decompose({"a": (given, tok), "b": str(bert2_dir)}, texts, **options)

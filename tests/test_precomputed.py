@@ -34,7 +34,7 @@ from lmalgebra.sources.precomputed import (
     span_sha256,
 )
 
-SMALL = ["-T", "8", "--spans", "60,12,12"]
+SMALL = ["-T", "8", "--spans.counts", "60,12,12"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 Cli = Callable[[list[str]], tuple[int | str | None, str]]
 
@@ -144,9 +144,9 @@ def test_spans_command_exports_exactly_what_a_decomposition_draws(
     code, err = cli(
         [
             "spans",
-            "--model",
+            "--models",
             f"a={bert_dir}",
-            "--corpus",
+            "--corpus.paths",
             str(corpus_txt),
             *SMALL,
             "--out",
@@ -366,8 +366,10 @@ def test_cli_refusals_exit_2_with_one_line(
         path, needles = _refusals(plan, vectors, tmp_path)[case]
         model, needles = f"v=precomputed:{path}", ["model 'v'", *needles]
     out = tmp_path / "out"
-    models = ["--model", f"a={bert_dir}", "--model", model]
-    code, err = cli(["decompose", *models, "--corpus", str(corpus_txt), *SMALL, "--out", str(out)])
+    models = ["--models", f"a={bert_dir}", "--models", model]
+    code, err = cli(
+        ["decompose", *models, "--corpus.paths", str(corpus_txt), *SMALL, "--out", str(out)]
+    )
     assert code == 2, err
     assert "Traceback" not in err
     lines = re.findall(r"^error: .*$", err, flags=re.MULTILINE)
@@ -389,9 +391,9 @@ def test_torch_onnx_and_precomputed_models_in_one_decomposition(
     pytest.importorskip("onnx")
     from onnx_export import export_onnx
 
-    flags = ["--corpus", str(corpus_txt), "-T", "8", "--spans", "200,25,25"]
+    flags = ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "200,25,25"]
     spans = tmp_path / "spans.jsonl"
-    code, err = cli(["spans", "--model", f"a={bert_dir}", *flags, "--out", str(spans)])
+    code, err = cli(["spans", "--models", f"a={bert_dir}", *flags, "--out", str(spans)])
     assert code == 0, err
     texts = [json.loads(line)["text"] for line in spans.read_text().splitlines()]
     ref = ModelRef(name="a", path=str(bert_dir))
@@ -409,7 +411,7 @@ def test_torch_onnx_and_precomputed_models_in_one_decomposition(
     models = [f"a={bert_dir}", f"b={bert2_dir}", f"b-onnx=onnx:{graph}#{bert2_dir}"]
     models.append(f"a-vectors=precomputed:{vectors}")
     code, err = cli(
-        ["decompose", *(x for m in models for x in ("--model", m)), *flags, "--out", str(out)]
+        ["decompose", *(x for m in models for x in ("--models", m)), *flags, "--out", str(out)]
     )
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())
@@ -464,13 +466,13 @@ def _related(rows: int) -> tuple[np.ndarray, np.ndarray]:
 def test_precomputed_files_alone_cut_by_a_tokenizer_directory_embed_nothing(
     cli: Cli, tokenizer_dir: Path, corpus_txt: Path, tmp_path: Path, nothing_embedded: None
 ) -> None:
-    flags = ["--corpus", str(corpus_txt), *SMALL, "--reference_tokenizer", str(tokenizer_dir)]
+    flags = ["--corpus.paths", str(corpus_txt), *SMALL, "--reference_tokenizer", str(tokenizer_dir)]
     code, err = cli(["spans", *flags, "--out", str(tmp_path / "spans.jsonl")])  # no model at all
     assert code == 0, err
     digest = (tmp_path / "spans.sha256").read_text().strip()
     a, b = _related(len((tmp_path / "spans.jsonl").read_text().splitlines()))
     files = [write_npy(tmp_path / f"{n}.npy", v, digest) for n, v in (("a", a), ("b", b))]
-    models = ["--model", f"a=precomputed:{files[0]}", "--model", f"b=precomputed:{files[1]}"]
+    models = ["--models", f"a=precomputed:{files[0]}", "--models", f"b=precomputed:{files[1]}"]
     out = tmp_path / "run"
     code, err = cli(["decompose", *models, *flags, "--out", str(out)])
     assert code == 0, err
@@ -485,7 +487,7 @@ def test_arrays_alone_cut_by_a_tokenizer_directory_embed_nothing(
     import lmalgebra
     from tiny import documents
 
-    texts, shape = documents(120), {"seq_len": 8, "spans": (60, 12, 12)}
+    texts, shape = documents(120), {"spans": {"length": 8, "counts": (60, 12, 12)}}
     table = lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer_dir))
     # the same spans as the model whose tokenizer this is would cut (its tokenizer alone loads)
     as_model = lmalgebra.spans({"m": str(bert_dir)}, texts, **shape)
@@ -511,7 +513,10 @@ def test_a_bad_reference_tokenizer_is_one_error_naming_it(
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "file.json").write_text("{}")
-    texts, shape = documents(120), {"seq_len": 8, "spans": (60, 12, 12), "progress": False}
+    texts, shape = (
+        documents(120),
+        {"spans": {"length": 8, "counts": (60, 12, 12)}, "progress": False},
+    )
     two = {"a": str(bert_dir), "b": str(bert2_dir)}
     vectors = np.zeros((84, 4), dtype=np.float32)
     cases = {

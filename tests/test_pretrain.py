@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline
 from lmalgebra.distill.examples import example_id, is_heldout
 from lmalgebra.distill.recipe import load_recipe
 from merge_fixtures import write_recipe
@@ -29,25 +29,26 @@ def teacher(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "-m",
             "lmalgebra",
             "pretrain",
-            "--corpus",
+            "masked",
+            "--corpus.paths",
             str(corpus),
-            "--lang",
+            "--language",
             "fr",
-            "--vocab-size",
+            "--tokenizer.vocab_size",
             "150",
             "--out",
             str(out),
-            "--steps",
+            "--training.steps",
             "30",
-            "--batch-size",
+            "--training.batch_size",
             "8",
-            "--hidden-size",
+            "--model.hidden_size",
             "32",
-            "--num-layers",
+            "--model.num_layers",
             "1",
-            "--example-length",
+            "--example_length",
             "48",
-            "--heldout-fraction",
+            "--heldout_fraction",
             "0.2",
             "--no-progress",
         ],
@@ -70,7 +71,7 @@ def test_pretrained_teacher_is_a_hugging_face_masked_lm(teacher) -> None:
     assert log[-1]["mlm"] < log[0]["mlm"]  # it learned something
     assert all(r["kd"] == 0 and r["lambda"] == 0 for r in log)
     card = (out / "README.md").read_text(encoding="utf-8")
-    assert "# fr teacher (lmalgebra pretrain)" in card and "WordPiece, 150 pieces" in card
+    assert "# fr teacher (lmalgebra pretrain masked)" in card and "WordPiece, 150 pieces" in card
 
 
 def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:
@@ -80,21 +81,26 @@ def test_pretraining_holds_out_what_the_recipe_holds_out(teacher) -> None:
     assert meta["examples"] == sum(not is_heldout(example_id("fr", d), 0.2) for d in docs)
 
 
+def test_defaults_not_given_follow_the_steps_and_the_width(teacher) -> None:
+    out, _ = teacher
+    meta = json.loads((out / "lmalgebra.json").read_text())
+    assert meta["training"]["warmup_steps"] == 3 and meta["training"]["checkpoint_every"] == 6
+    assert meta["model"]["intermediate_size"] == 4 * 32
+
+
 def test_the_pretrained_teacher_records_its_language(teacher) -> None:
     """What tells `merge evaluate` which scores against this teacher are comparable."""
-    from lmalgebra.evaluate.comparability import teacher_languages
+    from lmalgebra.distill.masked.comparability import teacher_languages
 
     out, _ = teacher
-    assert teacher_languages({"teacher-fr": {"path": str(out)}}) == {
-        "teacher-fr": frozenset({"fr"})
-    }
+    assert teacher_languages({"teacher-fr": str(out)}) == {"teacher-fr": frozenset({"fr"})}
 
 
 def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:
     out, _ = teacher
     recipe = load_recipe(write_recipe(tmp_path, {"wp": out, "sp": teacher_dirs["sp"]}))
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)  # no refusal: the head is trained and saved
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)  # no refusal: the head is trained and saved
     assert (recipe.output_dir / "topk" / "xx" / "wp" / "manifest.json").is_file()
 
 
@@ -103,7 +109,8 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process() -> None
     changes merges on ties; the toolkit's trainer must not."""
     code = (
         "import sys, hashlib; sys.path.insert(0, 'tests');"
-        "from tiny import sentences; from lmalgebra.distill.pretrain import train_wordpiece;"
+        "from tiny import sentences;"
+        "from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece;"
         "t = train_wordpiece(sentences(400), 200, True, 128);"
         "print(hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest())"
     )
@@ -121,40 +128,31 @@ def test_a_given_tokenizer_is_kept_as_is(
     tmp_path: Path, bert_dir: Path, teacher: tuple[Path, Path]
 ) -> None:
     """Teachers that share one tokenizer give students one vocabulary."""
+    from lmalgebra.api.pretrain import MaskedPretrainSpec, pretrain
     from lmalgebra.core.errors import UserInputError
-    from lmalgebra.distill.pretrain import pretrain
-    from lmalgebra.distill.student import StudentSpec
-    from lmalgebra.sources.corpus import CorpusSpec
-    from lmalgebra.train.config import TrainingSpec
 
     _, corpus = teacher
-    size = StudentSpec(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
-    training = TrainingSpec(steps=3, batch_size=4, warmup_steps=1, checkpoint_every=3)
-    out = pretrain(
-        CorpusSpec(paths=[str(corpus)]),
-        "fr",
-        0,
-        tmp_path / "t",
-        size,
-        training,
-        48,
-        progress=False,
-        tokenizer=str(bert_dir),
-    )
+    size = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
+    training = {"steps": 3, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 3}
+
+    def spec(out: Path, tokenizer: Path) -> MaskedPretrainSpec:
+        return MaskedPretrainSpec.model_validate(
+            {
+                "corpus": {"paths": [str(corpus)]},
+                "language": "fr",
+                "out": out,
+                "example_length": 48,
+                "tokenizer": {"path": str(tokenizer)},
+                "model": size,
+                "training": training,
+            }
+        )
+
+    out = pretrain(spec(tmp_path / "t", bert_dir))
     given = AutoTokenizer.from_pretrained(bert_dir)
     made = AutoTokenizer.from_pretrained(out)
     assert made.get_vocab() == given.get_vocab()
     model = AutoModelForMaskedLM.from_pretrained(out)
     assert model.config.vocab_size == len(given)
-    with pytest.raises(UserInputError, match=r"--tokenizer .*missing-dir"):
-        pretrain(
-            CorpusSpec(paths=[str(corpus)]),
-            "fr",
-            0,
-            tmp_path / "u",
-            size,
-            training,
-            48,
-            progress=False,
-            tokenizer=str(tmp_path / "missing-dir"),
-        )
+    with pytest.raises(UserInputError, match=r"tokenizer.path .*missing-dir"):
+        pretrain(spec(tmp_path / "u", tmp_path / "missing-dir"))

@@ -78,7 +78,8 @@ def _help(*args: str) -> str:
 
 
 def test_experimental_features_say_so_where_users_meet_them() -> None:
-    from lmalgebra.distill.starter_recipe import STARTER
+    from lmalgebra.distill.run.starter_recipe import STARTER
+
     from lmalgebra.distill.student import StudentSpec
     from lmalgebra.experimental import FEATURES
     from lmalgebra.train.config import TrainingSpec
@@ -152,8 +153,8 @@ def encoder():
 logging.getLogger("sentence_transformers").setLevel(logging.INFO)
 loaded = encoder()  # the caller's own load: transformers' bar shows
 print("<<call>>", file=sys.stderr, flush=True)
-lmalgebra.decompose({"st": loaded, "b": bert2}, corpus, seq_len=8, spans=(30, 10, 10))
-lmalgebra.spans({"b": bert2}, corpus, seq_len=8, spans=(30, 10, 10))
+lmalgebra.decompose({"st": loaded, "b": bert2}, corpus, spans={"length": 8, "counts": (30, 10, 10)})
+lmalgebra.spans({"b": bert2}, corpus, spans={"length": 8, "counts": (30, 10, 10)})
 with lmalgebra.quiet():
     encoder()
 print("<<after>>", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ def test_shipped_recipe_parses(name: str) -> None:
 
 
 def test_demo_config_quick_is_smaller(tmp_path) -> None:
-    full, quick = demo_config(tmp_path), demo_config(tmp_path, quick=True)
+    full = validate(DecomposeConfig, demo_config(tmp_path), "demo")
+    quick = validate(DecomposeConfig, demo_config(tmp_path, quick=True), "demo")
     assert sum(quick.spans.counts) < sum(full.spans.counts)
     assert [m.name for m in full.models] == ["minilm", "minilm-sre", "minilm-random"]

@@ -225,7 +225,7 @@ def test_negative_r2_is_explained_where_it_is_shown(tmp_path: Path) -> None:
     text = write_report(build_run(tmp_path / "neg", across=-0.3)).read_text(encoding="utf-8")
     pairwise = text.split('id="pairwise"')[1].split("</section>")[0]
     assert "8 values are below 0: a1 from b1 (-0.31)" in pairwise
-    assert "worse than their mean" in pairwise and "--alpha-select gcv" in pairwise
+    assert "worse than their mean" in pairwise and "--study.alpha_select gcv" in pairwise
     similarity = text.split('id="similarity"')[1].split("</section>")[0]
     assert "worse than their mean" in similarity
     plain = write_report(build_run(tmp_path / "plain")).read_text(encoding="utf-8")

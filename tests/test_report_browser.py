@@ -190,8 +190,8 @@ def test_a_real_decomposition_renders(
         sys,
         "argv",
         [
-            *("lmalgebra", "decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"),
-            *("--corpus", str(corpus_txt), "-T", "8", "--spans", "20,5,5"),
+            *("lmalgebra", "decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"),
+            *("--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"),
             *("--out", str(run), "--no-progress"),
         ],
     )

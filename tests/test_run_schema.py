@@ -14,7 +14,8 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.evaluate.distill_scores import SCORES, Score, rdt_text
+from lmalgebra.distill.masked.scores import SCORES, Score
+from lmalgebra.distill.run.rdt import rdt_text
 from lmalgebra.lmd.run_schema import (
     ATTRIBUTION,
     FITS,

@@ -26,8 +26,8 @@ def decompose(
     out = tmp_path / "run"
 
     def run(*flags: str) -> dict[str, Any]:
-        args = ["decompose", "--model", f"a={bert_dir}", "--model", f"b={bert2_dir}"]
-        args += ["--corpus", str(corpus_txt), "-T", "8", *flags, "--no-progress"]
+        args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+        args += ["--corpus.paths", str(corpus_txt), "-T", "8", *flags, "--no-progress"]
         code, err = run_cli([*args, "--out", str(out)], monkeypatch, capsys)
         assert code == 0, err
         return dict(json.loads((out / "summary.json").read_text()))
@@ -39,7 +39,7 @@ def decompose(
 def test_small_run_warns_with_remedies(
     decompose: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    summary = decompose("--spans", "100000,5,5", "--max_length", "6")
+    summary = decompose("--spans.counts", "100000,5,5", "--max_length", "6")
     warnings, spans = summary["warnings"], summary["spans"]
     assert spans["train"] < 100000
     fewer, *cut = warnings
@@ -53,7 +53,7 @@ def test_small_run_warns_with_remedies(
 
 
 def test_fewer_training_spans_than_basis_columns_is_named(decompose: Any) -> None:
-    (warning,) = decompose("--spans", "20,5,5")["warnings"]
+    (warning,) = decompose("--spans.counts", "20,5,5")["warnings"]
     # the tiny models are 32 and 24 wide: fitting the narrower one uses 32 basis columns
     assert warning.startswith("20 training spans for a group basis of 32 columns")
     assert "--study.alpha_select gcv" in warning

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lmalgebra.distill.teachers import load_masked_lm
+from lmalgebra.distill.teachers import load_lm
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def test_trust_remote_code_is_logged_when_used(
     load_tokenizer(ref, bert_dir)
     load_model(ref, bert_dir)
     teacher = ModelRef(name="wp", path=str(teacher_dirs["wp"]), trust_remote_code=allowed)
-    load_masked_lm(teacher, teacher_dirs["wp"])
+    load_lm(teacher, teacher_dirs["wp"], "masked")
     lines = [r.getMessage() for r in caplog.records if "running code shipped" in r.getMessage()]
     if not allowed:
         assert lines == []

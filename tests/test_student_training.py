@@ -14,11 +14,11 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
-from lmalgebra.distill import stages
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.student_data import StoreBatches
-from lmalgebra.distill.train_student import train_student
-from lmalgebra.distill.vocab_union import UnionVocab
+from lmalgebra.distill.vocab.union import UnionVocab
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 STUDENT = TINY_STUDENT
@@ -89,10 +89,10 @@ def test_killed_and_resumed_run_ends_with_identical_weights(
 
 
 def test_parameters_move_and_runs_are_deterministic(recipe_path: Path, trained: Path) -> None:
-    from lmalgebra.distill.student import build_student
+    from lmalgebra.distill.masked.student_model import build_masked_lm
 
     recipe = load_recipe(recipe_path)
-    initial = build_student(
+    initial = build_masked_lm(
         recipe.student, len(UnionVocab.load(recipe.output_dir / "vocab").tokens)
     )
     final = weights(trained)
@@ -200,13 +200,10 @@ def test_factorised_embedding_student(recipe_path: Path, tmp_path: Path) -> None
     assert model.get_input_embeddings().weight.shape[1] == 16
 
 
-def test_old_language_sampling_key_is_read_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    from lmalgebra.core.errors import UserInputError
+def test_training_has_one_name_for_the_language_sampling_exponent() -> None:
+    from lmalgebra.core.recipe_files import validate
     from lmalgebra.train.config import TrainingSpec
 
-    with caplog.at_level("WARNING"):
-        spec = TrainingSpec.model_validate({"alpha": 0.3})
-    assert spec.sampling_exponent == 0.3
-    assert "training.alpha is now training.sampling_exponent" in caplog.text
-    with pytest.raises(UserInputError, match="not also its old name alpha"):
-        TrainingSpec.model_validate({"alpha": 0.3, "sampling_exponent": 0.5})
+    assert TrainingSpec.model_validate({"sampling_exponent": 0.3}).sampling_exponent == 0.3
+    with pytest.raises(UserInputError, match="unknown key 'alpha'"):
+        validate(TrainingSpec, {"alpha": 0.3}, "recipe")

@@ -14,41 +14,52 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, built_store, digests, run_cli
+from lmalgebra.api.pretrain import MaskedPretrainSpec, pretrain
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
-from lmalgebra.distill.causal_view import load_causal_store
-from lmalgebra.distill.masking import TeacherMasker, pad_batch
-from lmalgebra.distill.pretrain import pretrain
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.causal.store_view import load_causal_store
+from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.masked.topk import masked_topk
+from lmalgebra.distill.pipeline import check_store
 from lmalgebra.distill.recipe import MaskingSpec, MergeRecipe, load_recipe
-from lmalgebra.distill.student import StudentSpec
-from lmalgebra.distill.topk import masked_topk
-from lmalgebra.distill.train_student import check_store
-from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.storage.shard_set import ShardSet
-from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.masked_head import masked_logits
 from tiny import documents, sentences
 
-TEACHER = StudentSpec(
-    hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64
-)
+TEACHER = {
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "intermediate_size": 64,
+    "max_position_embeddings": 64,
+}
 
 
 def _pretrain(root: Path, mixed_precision: str, steps: int) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(documents(80, seed=21)) + "\n", encoding="utf-8")
-    training = TrainingSpec(
-        steps=steps,
-        batch_size=8,
-        lr=1e-2,
-        warmup_steps=2,
-        log_every=1,
-        checkpoint_every=1000,
-        mixed_precision=mixed_precision,  # type: ignore[arg-type]
+    training = {
+        "steps": steps,
+        "batch_size": 8,
+        "lr": 1e-2,
+        "warmup_steps": 2,
+        "log_every": 1,
+        "checkpoint_every": 1000,
+        "mixed_precision": mixed_precision,
+    }
+    spec = MaskedPretrainSpec.model_validate(
+        {
+            "corpus": {"paths": [str(corpus)]},
+            "language": "xx",
+            "out": root / "teacher",
+            "example_length": 48,
+            "tokenizer": {"vocab_size": 150},
+            "model": TEACHER,
+            "training": training,
+        }
     )
-    corpus_spec = CorpusSpec(paths=[str(corpus)])
-    return pretrain(corpus_spec, "xx", 150, root / "teacher", TEACHER, training, 48, progress=False)
+    return pretrain(spec)
 
 
 @pytest.fixture(scope="module")
@@ -188,14 +199,14 @@ def test_the_store_key_keeps_float32_and_bfloat16_apart(
     assert _topk(full).manifest["dtype"] == "float32"
     first = digests(full.output_dir / "topk")
     half = load_recipe(_with(path, tmp_path / "half.yaml", dtype="bfloat16"))
-    stages.teach(half, progress=False)
+    pipeline.teach(half, progress=False)
     assert _topk(half).key["dtype"] == "bfloat16" and _topk(half).manifest["dtype"] == "bfloat16"
     assert digests(full.output_dir / "topk") != first  # recomputed, not reused
     with pytest.raises(UserInputError, match=r"dtype .bfloat16."):
         check_store(full)
     check_store(half)
     check_store(full.model_copy(update={"dtype": "auto"}))  # auto may have resolved to either
-    stages.teach(full, progress=False)  # back to float32: recomputed, the same bytes as before
+    pipeline.teach(full, progress=False)  # back to float32: recomputed, the same bytes as before
     assert digests(full.output_dir / "topk") == first
 
 
@@ -209,12 +220,12 @@ def test_causal_store_in_bfloat16(
         languages={"xx": {"corpus": {"paths": [str(tmp_path / "xx.txt")]}, "teachers": ["bl"]}},
     )
     full = load_recipe(path)
-    stages.prepare(full, progress=False)
-    stages.teach(full, progress=False)
+    pipeline.prepare(full, progress=False)
+    pipeline.teach(full, progress=False)
     want = load_causal_store(full.output_dir, "xx", "bl")
     want_next = [want.record(r).next_logprob for r in range(len(want))]
     half = load_recipe(_with(path, tmp_path / "half.yaml", dtype="bfloat16"))
-    stages.teach(half, progress=False)
+    pipeline.teach(half, progress=False)
     logprobs = ShardSet.existing(half.output_dir / "logprobs" / "xx" / "bl")
     assert logprobs.key["dtype"] == "bfloat16" and logprobs.manifest["dtype"] == "bfloat16"
     got = load_causal_store(half.output_dir, "xx", "bl")

@@ -14,7 +14,7 @@ from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.experimental import select_teachers
 from tiny import build_bert_mlm, documents
 
-OPTIONS = {"spans": (240, 60, 120), "seq_len": 8, "bootstrap": 40}
+OPTIONS = {"spans": {"counts": (240, 60, 120), "length": 8}, "bootstrap": 40}
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
 ) -> None:
     path, cache, found = selected
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
-    args = ["merge", "select", str(path), "--spans", "240,60,120", "--seq-len", "8"]
+    args = ["merge", "select", str(path), "--spans.counts", "240,60,120", "-T", "8"]
     code, err = run_cli([*args, "--bootstrap", "40", "--no-progress"], monkeypatch, capsys)
     assert code == 0, err
     out = path.parent / "run" / "selection"
@@ -102,9 +102,9 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
-        (["--size", "5"], ["--size 5", "4"]),
-        (["--language", "zz"], ["'zz'"]),
-        (["--spans", "10,10"], ["10,10"]),
+        (["--size", "5"], ["size 5", "4"]),
+        (["--languages", "zz"], ["'zz'"]),
+        (["--spans.counts", "10,10"], ["10,10"]),
     ],
 )
 def test_bad_input_is_one_line(

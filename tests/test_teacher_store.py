@@ -10,12 +10,13 @@ import pytest
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import stages
-from lmalgebra.distill.masking import TeacherMasker
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.masked.masking import TeacherMasker
+from lmalgebra.distill.masked.topk import masked_topk, naive_topk
+from lmalgebra.distill.pipeline import inspect_run
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
-from lmalgebra.distill.run_inspect import inspect_run, verify_run
-from lmalgebra.distill.teachers import load_masked_lm
-from lmalgebra.distill.topk import masked_topk, naive_topk
+from lmalgebra.distill.run.verify import verify_run
+from lmalgebra.distill.teachers import load_lm
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
@@ -43,15 +44,15 @@ def test_teacher_without_trained_head_is_refused(teacher_dirs, tmp_path: Path) -
     encoder = tmp_path / "encoder-only"
     AutoModel.from_pretrained(teacher_dirs["wp"]).save_pretrained(encoder)
     with pytest.raises(UserInputError, match="no trained masked-LM head"):
-        load_masked_lm(ModelRef(name="enc", path=str(encoder)), encoder)
+        load_lm(ModelRef(name="enc", path=str(encoder)), encoder, "masked")
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory, teacher_dirs):
     root = tmp_path_factory.mktemp("merge")
     recipe = load_recipe(write_recipe(root, teacher_dirs))
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
+    pipeline.prepare(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     return recipe
 
 
@@ -90,10 +91,10 @@ def test_interrupted_teach_resumes_to_identical_shards(run, tmp_path: Path, monk
 
     monkeypatch.setattr(ShardSet, "write", dying_write)
     with pytest.raises(KeyboardInterrupt):
-        stages.teach(recipe, progress=False)
+        pipeline.teach(recipe, progress=False)
     monkeypatch.setattr(ShardSet, "write", real_write)
     assert any(p for p in (copy_dir / "topk").rglob("shard-*.arrow"))
-    stages.teach(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     assert shard_bytes(copy_dir) == shard_bytes(run.output_dir)
 
 
@@ -115,7 +116,7 @@ def test_corrupt_shard_is_named_by_verify_and_on_read(run, tmp_path: Path) -> No
     others = sorted(p for p in (copy_dir / "topk").rglob("shard-*.arrow") if p != victim)
     before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in others}
     recipe = run.model_copy(update={"output_dir": copy_dir})
-    stages.teach(recipe, progress=False)
+    pipeline.teach(recipe, progress=False)
     assert verify_run(copy_dir) == []
     assert victim.read_bytes() == (run.output_dir / "topk/yy/sp/shard-00001.arrow").read_bytes()
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in others} == before  # not redone
@@ -124,4 +125,4 @@ def test_corrupt_shard_is_named_by_verify_and_on_read(run, tmp_path: Path) -> No
 def test_teach_before_prepare_says_which_command(tmp_path: Path, teacher_dirs) -> None:
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
     with pytest.raises(UserInputError, match="run `lmalgebra merge prepare RECIPE` first"):
-        stages.teach(recipe, progress=False)
+        pipeline.teach(recipe, progress=False)

@@ -15,7 +15,7 @@ from tokenizers.trainers import BpeTrainer, UnigramTrainer, WordPieceTrainer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.vocab_union import (
+from lmalgebra.distill.vocab.union import (
     STUDENT_SPECIALS,
     Convention,
     UnionVocab,

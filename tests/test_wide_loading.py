@@ -16,7 +16,7 @@ from lmalgebra.lmd.embed import EmbedSpec, embed, input_device
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from tiny import documents, sentences
 
-SHAPE = {"seq_len": 8, "spans": (40, 8, 8)}
+SHAPE = {"spans": {"length": 8, "counts": (40, 8, 8)}}
 
 
 @pytest.fixture

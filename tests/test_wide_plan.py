@@ -20,7 +20,7 @@ from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import SplitMoments
 from tiny import documents
 
-SHAPE = {"seq_len": 8, "spans": (60, 12, 12)}
+SHAPE = {"spans": {"length": 8, "counts": (60, 12, 12)}}
 
 
 def sparse_npy(path: Path, rows: int, width: int) -> Path:
@@ -39,7 +39,10 @@ def test_plan_reads_widths_from_headers_and_configs_without_weights(
     files = {f"f{i}": sparse_npy(tmp_path / f"f{i}.npy", 120_000, 4096) for i in range(3)}
     models = {"bert": str(weightless), **{n: f"precomputed:{p}" for n, p in files.items()}}
     frame = lmalgebra.decompose_plan(
-        models, seq_len=16, spans=(100_000, 10_000, 10_000), timed=False, scale={"memory_gib": 1000}
+        models,
+        spans={"length": 16, "counts": (100_000, 10_000, 10_000)},
+        timed=False,
+        scale={"memory_gib": 1000},
     )
     widths = frame.attrs["models"].set_index("model")["width"].to_dict()
     assert widths == {"bert": 32, "f0": 4096, "f1": 4096, "f2": 4096}
@@ -61,7 +64,7 @@ def test_plan_reads_widths_from_headers_and_configs_without_weights(
 
 def test_timed_plan_has_a_time_for_every_phase(tmp_path: Path) -> None:
     files = {f"f{i}": f"precomputed:{sparse_npy(tmp_path / f'f{i}.npy', 1000, 64)}" for i in "ab"}
-    frame = lmalgebra.decompose_plan(files, spans=(800, 100, 100))
+    frame = lmalgebra.decompose_plan(files, spans={"counts": (800, 100, 100)})
     assert (frame["seconds"] >= 0).all()
     assert frame.attrs["available_gib"] > 0
 
@@ -144,7 +147,9 @@ def test_covariances_spilled_when_memory_is_short_give_the_same_fits(
     texts = documents(120)
     plain = run(texts, tmp_path, tokenizer=bert_dir)
     shape = Layout(
-        [20, 20, 20], dict(zip(("train", "validation", "test"), SHAPE["spans"], strict=True)), {}
+        [20, 20, 20],
+        dict(zip(("train", "validation", "test"), SHAPE["spans"]["counts"], strict=True)),
+        {},
     )
     in_memory = OVERHEAD + max(p.peak for p in exact_phases(shape, "float64", False))
     spilled = OVERHEAD + max(p.peak for p in exact_phases(shape, "float64", True))

@@ -90,7 +90,7 @@ def documents(count: int, seed: int = 0) -> list[str]:
 
 def _wordpiece(directory: Path, lowercase: bool = True) -> None:
     """A 200-piece BERT WordPiece tokenizer, trained with the toolkit's own trainer."""
-    from lmalgebra.distill.pretrain import train_wordpiece
+    from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
 
     train_wordpiece(sentences(400), 200, lowercase, 128).save_pretrained(directory)
 

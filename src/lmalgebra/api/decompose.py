@@ -1,20 +1,21 @@
 """``decompose`` and ``spans``: Language Model Decomposition from Python; ``decompose_recipe``,
 what ``lmalgebra decompose`` runs.
 
-Both take the models as a mapping (name -> reference string, model object or array of
-embeddings) and the texts as a list of documents or a corpus path, plus the options of
-``lmalgebra decompose`` as keyword arguments (the fields of ``DecomposeConfig`` and of its
-``study``). Nothing is written unless ``out`` is given; models named by reference keep using the
+Both take the models as a mapping (name -> reference string, model object or array of embeddings)
+and the texts as a list of documents or a corpus path, plus the keys of ``lmalgebra decompose``'s
+recipe as keyword arguments, named as in the recipe (a section such as ``spans`` as a mapping of its
+keys). Nothing is written unless ``out`` is given; models named by reference keep using the
 embedding cache (``cache_dir``, default ``$LMALGEBRA_CACHE`` or ``~/.cache/lmalgebra``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel
 
 from lmalgebra.api.decomposition import Decomposition
 from lmalgebra.api.model_inputs import corpus_input, model_entries
@@ -29,57 +30,36 @@ from lmalgebra.lmd.plan import GIB, measure_speeds
 from lmalgebra.lmd.plan_table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run import decompose as decompose_to_directory
 from lmalgebra.lmd.span_plan import SpanPlanSpec, plan_spans, span_tokenizer
-from lmalgebra.lmd.study_config import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, read_documents
 from lmalgebra.sources.models import load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import span_sha256
 from lmalgebra.storage.output_paths import check_directory
 
 SOURCE = "decompose()"
-# keyword -> (recipe section, key): options that live below the top level of the recipe
-_NESTED = {
-    "fractions": ("spans", "fractions"),
-    "per_doc": ("spans", "per_doc"),
-    "split_seed": ("spans", "seed"),
-    "text_column": ("corpus", "text_column"),
-    "doc_sep": ("corpus", "doc_sep"),
-    "language_column": ("corpus", "language_column"),
-    "dataset_split": ("corpus", "split"),
-    **{key: ("study", key) for key in StudySpec.model_fields},
-}
-_TOP = set(DecomposeConfig.model_fields) - {"models", "corpus", "spans", "study", "out"}
+# the recipe's keys a call gives as keywords: every key but the models (given as ``models``),
+# plus trust_remote_code, which applies to the models given by reference
+_KEYS = (set(DecomposeConfig.model_fields) - {"models"}) | {"trust_remote_code"}
 
 
-def _recipe(
-    models: Any,
-    texts: Any,
-    seq_len: int,
-    spans: Sequence[int],
-    options: dict[str, Any],
-) -> tuple[dict[str, Any], RunInputs]:
-    """The recipe (as ``lmalgebra decompose`` would read it) and the inputs given as objects."""
-    trust = bool(options.pop("trust_remote_code", False))
-    entries, given = model_entries(models, trust)
-    sections: dict[str, dict[str, Any]] = {"spans": {}, "corpus": {}, "study": {}}
-    data: dict[str, Any] = {}
-    for key, value in options.items():
-        if key in _NESTED:
-            section, field = _NESTED[key]
-            sections[section][field] = value
-        elif key in _TOP:
-            data[key] = value
-        else:
-            known = ", ".join(sorted([*_TOP, *_NESTED, "trust_remote_code"]))
-            raise UserInputError(f"{SOURCE}: unknown option {key!r} (options: {known})")
-    corpus, docs = corpus_input(texts, sections.pop("corpus"))
-    if not isinstance(spans, Sequence) or isinstance(spans, str) or len(spans) != len(SPLITS):
-        raise UserInputError(f"{SOURCE}: spans must be three counts (train, validation, test)")
-    data.update(
-        models=entries,
-        corpus=corpus,
-        spans={"length": seq_len, "counts": list(spans), **sections["spans"]},
-        study=sections["study"],
-    )
+def _recipe(models: Any, texts: Any, options: dict[str, Any]) -> tuple[dict[str, Any], RunInputs]:
+    """The recipe (as ``lmalgebra decompose`` would read it) and the inputs given as objects.
+
+    ``options``: keys of the recipe; a section (``corpus``, ``spans``, ``study``) is a mapping
+    of its keys or its config object."""
+    unknown = sorted(set(options) - _KEYS)
+    if unknown:
+        known = ", ".join(sorted(_KEYS))
+        raise UserInputError(f"{SOURCE}: unknown option {unknown[0]!r} (options: {known})")
+    data = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in options.items()}
+    entries, given = model_entries(models, bool(data.pop("trust_remote_code", False)))
+    corpus = data.pop("corpus", None) or {}
+    if not isinstance(corpus, Mapping) or "paths" in corpus:
+        raise UserInputError(
+            f"{SOURCE}: corpus must be a mapping of corpus keys but paths (give the corpus as "
+            "texts)"
+        )
+    data["corpus"], docs = corpus_input(texts, dict(corpus))
+    data["models"] = entries
     return data, RunInputs(docs, given)
 
 
@@ -88,10 +68,6 @@ def decompose(
     models: Any,
     texts: Any,
     *,
-    seq_len: int = 64,
-    spans: Sequence[int] = (4000, 500, 500),
-    alpha: float = 0.01,
-    alpha_mode: str = "relative",
     out: str | Path | None = None,
     overwrite: bool = False,
     **options: Any,
@@ -101,31 +77,29 @@ def decompose(
     Args:
         models: name -> model: a reference string as on the command line (``package:minilm``,
             a directory, a hub id, ``random:PATH``, ``onnx:FILE#TOKENIZER``,
-            ``precomputed:FILE``), a ``(PreTrainedModel, tokenizer)`` pair (a fast tokenizer),
-            a ``SentenceTransformer`` (its own pooling and normalisation, through ``encode``),
-            or a 2-D array of span embeddings, one row per span in the order :func:`spans`
-            lists them. The first model with a tokenizer cuts the spans, unless the option
-            ``reference_tokenizer`` names another model or a tokenizer (a directory, hub id or
-            ``package:NAME``): then a run of arrays alone embeds nothing.
+            ``precomputed:FILE``), a mapping of model keys (``{"path": ..., "revision": ...}``),
+            a ``(PreTrainedModel, tokenizer)`` pair (a fast tokenizer), a
+            ``SentenceTransformer`` (its own pooling and normalisation, through ``encode``), or
+            a 2-D array of span embeddings, one row per span in the order :func:`spans` lists
+            them. The first model with a tokenizer cuts the spans, unless ``reference_tokenizer``
+            names another model or a tokenizer (a directory, hub id or ``package:NAME``): then a
+            run of arrays alone embeds nothing.
         texts: a list of documents (strings), or a corpus path as on the command line.
-        seq_len: span length T in tokens of the reference tokenizer.
-        spans: at most this many spans for train, validation and test.
-        alpha, alpha_mode: ridge strength, relative to each basis model's variance or absolute.
         out: write the run directory ``lmalgebra decompose --out`` writes (locked while
             running); nothing is written without it.
         overwrite: replace a run of another configuration in ``out``.
-        options: any other field of the decomposition recipe (``layer``, ``pooling``,
-            ``batch_size``, ``target``/``basis``, ``cache_dir``, ``progress``, ...), of its
-            ``study`` (``bootstrap``, ``nulls``, ``attribution``, ``lengths``, ...), the span
-            options ``fractions``, ``per_doc``, ``split_seed``, the corpus options
-            ``text_column``, ``doc_sep``, ``language_column``, ``dataset_split``, and
-            ``trust_remote_code``.
+        options: any other key of the decomposition recipe, named as in the recipe:
+            ``layer``, ``pooling``, ``batch_size``, ``alpha``, ``alpha_mode``,
+            ``target``/``basis``, ``cache_dir``, ``progress``, ...; the sections ``spans``
+            (``{"length": 64, "counts": (4000, 500, 500), "per_doc": 4, ...}``), ``study``
+            (``{"bootstrap": 1000, "nulls": True, ...}``) and ``corpus`` (its keys but
+            ``paths``: ``text_column``, ``doc_sep``, ``split``, ``language_column``), each a
+            mapping of the keys it sets; and ``trust_remote_code``.
 
     Models given as Python objects are embedded on every call (no cache); their weight
     hashes are recorded in the run's provenance.
     """
-    options = {**options, "alpha": alpha, "alpha_mode": alpha_mode}
-    data, inputs = _recipe(models, texts, seq_len, spans, options)
+    data, inputs = _recipe(models, texts, dict(options))
     if out is not None:
         data["out"] = str(out)
     config = validate(DecomposeConfig, data, SOURCE)
@@ -143,15 +117,7 @@ def decompose(
 
 @library_entry
 def decompose_plan(
-    models: Any,
-    texts: Any = None,
-    *,
-    seq_len: int = 64,
-    spans: Sequence[int] = (4000, 500, 500),
-    alpha: float = 0.01,
-    alpha_mode: str = "relative",
-    timed: bool = True,
-    **options: Any,
+    models: Any, texts: Any = None, *, timed: bool = True, **options: Any
 ) -> pd.DataFrame:
     """The plan of the :func:`decompose` call with the same arguments, before any work: per
     method (exact with float64 and float32 statistics, reduced, sketch) and phase, the peak
@@ -165,8 +131,7 @@ def decompose_plan(
     rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
     ``attrs["available_gib"]``: the memory the plan is held to.
     """
-    options = {**options, "alpha": alpha, "alpha_mode": alpha_mode}
-    data, inputs = _recipe(models, ["."] if texts is None else texts, seq_len, spans, options)
+    data, inputs = _recipe(models, ["."] if texts is None else texts, dict(options))
     config = validate(DecomposeConfig, data, "decompose_plan()")
     return plan_frame(config, inputs, timed)
 
@@ -193,29 +158,26 @@ def plan_frame(
 
 @library_entry
 def decompose_recipe(
-    recipe: DecomposeConfig | str | Path, overwrite: bool = False, inputs: RunInputs | None = None
+    recipe: DecomposeConfig | Mapping[str, Any] | str | Path,
+    overwrite: bool = False,
+    inputs: RunInputs | None = None,
 ) -> Decomposition:
     """The decomposition a recipe describes, written to its ``out`` (``lmalgebra decompose``).
 
     Args:
-        recipe: a validated ``DecomposeConfig`` or a YAML recipe path.
+        recipe: a validated ``DecomposeConfig``, a mapping of its keys or a YAML recipe path.
         overwrite: replace a run of another configuration in ``out``.
         inputs: documents and models given as Python objects (:func:`decompose`'s own).
     """
+    if isinstance(recipe, Mapping):
+        recipe = validate(DecomposeConfig, dict(recipe), "decompose_recipe() recipe")
     config = recipe if isinstance(recipe, DecomposeConfig) else load_config(Path(recipe), {})
     result = decompose_to_directory(config, overwrite, inputs)
     return Decomposition.from_result(result, config.out)
 
 
 @library_entry
-def spans(
-    models: Any,
-    texts: Any,
-    *,
-    seq_len: int = 64,
-    spans: Sequence[int] = (4000, 500, 500),
-    **options: Any,
-) -> pd.DataFrame:
+def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     """The spans :func:`decompose` embeds with the same arguments, one row per span in the row
     order an array of embeddings must follow: train, then validation, then test.
 
@@ -225,8 +187,9 @@ def spans(
     ``reference_tokenizer=`` naming a tokenizer, ``models`` may be empty); any other option of
     :func:`decompose` is accepted and those that do not change the spans are ignored.
     """
-    data, inputs = _recipe(models, texts, seq_len, spans, dict(options))
-    plan_spec: dict[str, Any] = {k: data[k] for k in ("models", "corpus", "spans")}
+    data, inputs = _recipe(models, texts, dict(options))
+    plan_spec: dict[str, Any] = {k: data[k] for k in ("models", "corpus") if k in data}
+    plan_spec["spans"] = data.get("spans", {})
     plan_spec["reference_tokenizer"] = data.get("reference_tokenizer")
     spec = validate(SpanPlanSpec, plan_spec, "spans()")
     name, tokenizer = span_tokenizer(
@@ -261,7 +224,7 @@ def read_texts(
     path: str | Path,
     text_column: str = "text",
     doc_sep: DocSep = "auto",
-    dataset_split: str = "train",
+    split: str = "train",
 ) -> list[str]:
     """The documents of a corpus as a list of strings, read as ``decompose`` reads a corpus path
     (``.txt``, ``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a saved dataset, ``package:NAME``);
@@ -272,7 +235,7 @@ def read_texts(
             "paths": [str(path)],
             "text_column": text_column,
             "doc_sep": doc_sep,
-            "split": dataset_split,
+            "split": split,
         },
         "read_texts()",
     )

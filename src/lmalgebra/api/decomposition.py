@@ -28,7 +28,7 @@ from lmalgebra.lmd.outputs import summary as summary_of
 from lmalgebra.lmd.pipeline import RunResult
 from lmalgebra.lmd.run import save_result
 from lmalgebra.lmd.run_files import read_summary
-from lmalgebra.lmd.run_schema import CONFIG
+from lmalgebra.lmd.run_schema import CONFIG, PAIRWISE_HEATMAP
 from lmalgebra.storage.output_paths import LOCK_NAME
 
 
@@ -118,6 +118,11 @@ class Decomposition:
         """R^2 of each model (index ``target``) from all the others; one column per split.
         Their mean over models, the group dependency, is ``summary['group_dependency']``."""
         return group_frame(self.fits, self.names)
+
+    @property
+    def heatmap(self) -> Path | None:
+        """The heatmap of pairwise test R^2 of a run written to a directory (None otherwise)."""
+        return self.run_dir / PAIRWISE_HEATMAP if self.run_dir is not None else None
 
     @property
     def similarity(self) -> pd.DataFrame:

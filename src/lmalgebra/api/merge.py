@@ -2,8 +2,8 @@
 DataFrames; ``MergeRun.load`` for a run directory made earlier.
 
 Every ``lmalgebra merge`` command is a call of this module: the stages run through
-``distill.pipeline.run_stages`` and ``evaluate.distill_scores.evaluate_students``; each resumes
-where it stopped and writes the recipe's run directory, which is the product of a merge.
+``distill.pipeline`` (the recipe's objective chosen there, once); each resumes where it stopped
+and writes the recipe's run directory, which is the product of a merge.
 """
 
 from __future__ import annotations
@@ -15,23 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.recipe_files import validate
-from lmalgebra.distill.dry_run import plan_merge
-from lmalgebra.distill.pipeline import STAGES as PIPELINE_STAGES
-from lmalgebra.distill.pipeline import Stage, run_stages
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe
-from lmalgebra.distill.run_inspect import inspect_run, verify_run
-from lmalgebra.evaluate.bits_per_byte import BITS
-from lmalgebra.evaluate.causal_evaluation import causal_markdown, evaluate_causal_run
-from lmalgebra.evaluate.distill_scores import Score, evaluate_students, markdown
-from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoveragePooling, CoverageSpec
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.objective import STAGES
+from lmalgebra.distill.pipeline import (
+    RUN_STAGES,
+    evaluate_students,
+    objective_of,
+    plan,
+    run_stages,
+    training_of,
+)
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe, parse_recipe
+from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.train.config import TrainingSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
-STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
-RECIPE_COPY = "recipe.yaml"  # the recipe as validated, in every run directory
+Training = TrainingSpec | Mapping[str, Any]  # settings, or keys of ``training`` to override
 
 
 class MergeRun:
@@ -41,19 +42,19 @@ class MergeRun:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
         students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``;
             causal runs: ``AutoModelForCausalLM``).
-        scores: after ``evaluate``: one row per (language, teacher tokenisation, model) with
-            examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
-            (every scored token replaced by the mask token), top1_training_masking and
-            comparable (False where the teacher was not trained on the language).
+        scores: after ``evaluate``: masked runs, one row per (language, teacher tokenisation,
+            model) with examples, masked_tokens, accuracy, loss, perplexity, top1_agreement,
+            topk_overlap (every scored token replaced by the mask token), top1_training_masking
+            and comparable (False where the teacher was not trained on the language); causal
+            runs, bits per byte per (language, model) (``bits_per_byte.csv``).
         rdt: after ``evaluate``: RDT in percent (index ``student``; a column per language, then
-            ``average``), positive when the student beats its teachers; comparable scores
-            only (a language with none is NaN).
+            ``average``), positive when the student beats its teachers (masked: on accuracy,
+            comparable scores only; causal: on bits per byte); a language with none is NaN.
         evaluation: after ``evaluate``: the evaluation as markdown (``evaluation.md``).
         coverage: after ``evaluate`` of a causal run: how much of each teacher each student
             carries by LMD, the columns of ``lmd_coverage.csv`` (language, teacher, student,
             pooling, teacher_from_student, student_from_teacher: test R^2; train_spans,
-            test_spans). Causal runs' ``scores`` are bits per byte (``bits_per_byte.csv``) and
-            their ``rdt`` is on bits per byte.
+            test_spans).
     """
 
     def __init__(self, recipe: MergeRecipe) -> None:
@@ -69,16 +70,10 @@ class MergeRun:
     @library_entry
     def load(cls, run_dir: str | Path) -> MergeRun:
         """The run in ``run_dir`` (from its ``recipe.yaml``), with the students saved there."""
-        directory = Path(run_dir)
-        path = directory / RECIPE_COPY
-        if not path.is_file():
-            raise UserInputError(
-                f"{directory} is not a merge run directory (no {RECIPE_COPY}): "
-                "run `lmalgebra merge prepare RECIPE` first"
-            )
-        run = cls(load_recipe(path).model_copy(update={"output_dir": directory}))
-        saved = sorted(directory.glob("*/model/lmalgebra.json"))
-        run.students = {p.parent.parent.name: p.parent for p in saved}
+        layout = RunLayout(Path(run_dir))
+        recipe = load_recipe(layout.require_recipe())
+        run = cls(recipe.model_copy(update={"output_dir": layout.root}))
+        run.students = layout.saved_students()
         return run
 
     @library_entry
@@ -86,34 +81,62 @@ class MergeRun:
         self,
         students: Sequence[str] | None = None,
         languages: Sequence[str] | None = None,
-        pooling: CoveragePooling = "mean",
+        pooling: str | None = None,
     ) -> MergeRun:
         """Score students (default: those trained here, else ``student``) and teachers on the
         held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does.
-        ``pooling`` (causal runs): how LMD coverage pools a span's token states."""
-        names = list(students or self.students or ["student"])
-        chosen = list(languages) if languages else None
-        if self.recipe.objective == "causal":
-            import pandas as pd
+        ``pooling`` (causal runs): how LMD coverage pools a span's token states, ``mean``
+        (default) or ``last``."""
+        import pandas as pd
 
-            found = evaluate_causal_run(self.run_dir, names, chosen, CoverageSpec(pooling=pooling))
-            self.scores = pd.DataFrame([asdict(r) for r in found.bits], columns=BITS.columns)
-            self.rdt = rdt_frame(found.rdt)
-            self.coverage = pd.DataFrame(
-                [asdict(r) for r in found.coverage], columns=COVERAGE.columns
-            )
-            self.evaluation = causal_markdown(found)
-            return self
-        scores, deviations = evaluate_students(self.run_dir, names, chosen)
-        self.scores = score_frame(scores)
-        self.rdt = rdt_frame(deviations)
-        self.evaluation = markdown(scores, deviations)
+        names = list(students or self.students or ["student"])
+        found = evaluate_students(self.recipe, names, languages, pooling)
+        self.scores = pd.DataFrame([asdict(r) for r in found.scores], columns=found.columns)
+        self.rdt = rdt_frame(found.rdt)
+        self.evaluation = found.markdown
+        if found.coverage_columns:
+            rows = [asdict(r) for r in found.coverage]
+            self.coverage = pd.DataFrame(rows, columns=found.coverage_columns)
         return self
 
     @library_entry
+    def bits_per_byte(
+        self,
+        models: Mapping[str, str | Path] | Sequence[str] | None = None,
+        languages: Sequence[str] | None = None,
+        context: int | None = None,
+    ) -> pd.DataFrame:
+        """Bits per byte and per character of causal LMs on each language's held-out examples
+        (``lmalgebra merge bits-per-byte``), written to ``evaluation/bits_per_byte.csv``.
+
+        ``models``: name -> path, or references as on the command line (``[NAME=]PATH``);
+        default the run's causal teachers. ``context``: tokens per sliding window (default the
+        model's)."""
+        import pandas as pd
+
+        from lmalgebra.distill.causal.bits_per_byte import BITS, evaluate_bits, run_teachers
+        from lmalgebra.sources.models import ModelRef
+
+        if models is None:
+            refs = run_teachers(self.run_dir)
+        elif isinstance(models, Mapping):
+            refs = [ModelRef(name=name, path=str(path)) for name, path in models.items()]
+        else:
+            refs = [ModelRef.parse(m) for m in models]
+        rows = evaluate_bits(self.run_dir, refs, languages, context)
+        return pd.DataFrame([asdict(r) for r in rows], columns=list(BITS.columns))
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages of the recipe's objective, in order (a causal recipe has no ``vocab``)."""
+        return objective_of(self.recipe).stages
+
+    @library_entry
     def inspect(self) -> dict[str, Any]:
-        """Counts, bytes per masked token and vocabulary overlap (``lmalgebra merge inspect``)."""
-        return inspect_run(self.run_dir)
+        """What the run holds (``lmalgebra merge inspect``): per (language, teacher) its examples,
+        what the store holds of them and bytes per stored token (``pairs``, headed by
+        ``columns``), a ``summary`` line, and the vocabulary's report (``vocab``)."""
+        return objective_of(self.recipe).inspect()
 
     @library_entry
     def verify(self) -> list[str]:
@@ -126,14 +149,6 @@ class MergeRun:
         return (
             f"<MergeRun {self.run_dir}: languages {', '.join(self.recipe.languages)}{done}{scored}>"
         )
-
-
-def score_frame(scores: Sequence[Score]) -> pd.DataFrame:
-    """Scores as a DataFrame, the columns of ``scores.csv``."""
-    import pandas as pd  # here, not at import: the stage commands need no DataFrame
-
-    columns = list(Score.__dataclass_fields__)
-    return pd.DataFrame([asdict(s) for s in scores], columns=columns)
 
 
 def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
@@ -150,7 +165,7 @@ def recipe_of(recipe: Any) -> MergeRecipe:
     if isinstance(recipe, MergeRecipe):
         return recipe
     if isinstance(recipe, Mapping):
-        return validate(MergeRecipe, dict(recipe), "merge() recipe")
+        return parse_recipe(dict(recipe), "merge() recipe")
     if isinstance(recipe, str | Path):
         return load_recipe(Path(recipe))
     raise UserInputError(
@@ -168,17 +183,24 @@ def _stages(stages: Sequence[str] | str) -> list[str]:
     return chosen
 
 
+def _training(config: MergeRecipe, training: Training | None, source: str) -> TrainingSpec:
+    """The recipe's training settings, replaced (``TrainingSpec``) or overridden (a mapping of
+    keys of ``training``) by ``training``."""
+    if isinstance(training, TrainingSpec):
+        return training_of(config, training.model_dump(), source)
+    return training_of(config, dict(training or {}), source)
+
+
 @library_entry
 def merge(
     recipe: Any,
     stages: Sequence[str] | str = STAGES,
     *,
-    name: str = "student",
-    gold_only: bool | None = None,
-    steps: int | None = None,
-    training: TrainingSpec | Mapping[str, Any] | None = None,
+    students: Mapping[str, Training | None] | None = None,
+    keep_saved: bool = False,
     restart: bool = False,
     languages: Sequence[str] | None = None,
+    pooling: str | None = None,
     progress: bool = False,
 ) -> MergeRun:
     """Run MergeDistill stages in pipeline order and return the run, evaluated if asked.
@@ -186,63 +208,53 @@ def merge(
     Args:
         recipe: a YAML recipe path, a mapping of its keys, or a ``MergeRecipe``.
         stages: any of ``prepare``, ``teach``, ``vocab``, ``train``, ``evaluate`` (default all);
-            each resumes from what earlier calls left in the run directory.
-        name: the student's subdirectory (``train``) and the student evaluated (``evaluate``).
-        gold_only, steps: override ``training.gold_only`` / ``training.steps`` for ``train``.
-        training: the student's training settings, or a mapping of those that override the
-            recipe's (``lmalgebra merge train --training.KEY``); ``gold_only``/``steps`` on top.
-        restart: train from step 0, dropping the student's checkpoints.
+            each resumes from what earlier calls left in the run directory. A stage the
+            recipe's objective does not have (a causal recipe's ``vocab``) is skipped.
+        students: for ``train`` (and ``evaluate``): student name (its run subdirectory) -> its
+            training: settings, keys of the recipe's ``training`` to override, or None (the
+            recipe's). Default ``{"student": None}``.
+        keep_saved: a student whose model is already saved is not trained again; otherwise it
+            is resumed from its last checkpoint (to more steps, say).
+        restart: train from step 0, dropping the students' checkpoints.
         languages: evaluate only these languages.
+        pooling: causal runs: how ``evaluate``'s LMD coverage pools span states.
         progress: progress bars (drawn only on a terminal).
     """
     config = recipe_of(recipe)
     run = MergeRun(config)
     chosen = _stages(stages)
-    students = {name: _training(config, training, gold_only, steps)} if "train" in chosen else None
-    work: list[Stage] = [s for s in PIPELINE_STAGES if s in chosen]
-    run.students = run_stages(config, work, students, progress, keep_saved=False, restart=restart)
+    given = dict(students) if students is not None else {"student": None}
+    trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
+    work = [s for s in RUN_STAGES if s in chosen]
+    run.students = run_stages(
+        config,
+        work,
+        trainings if "train" in chosen else None,
+        progress,
+        keep_saved=keep_saved,
+        restart=restart,
+    )
     if "evaluate" in chosen:
-        run.evaluate([name], languages)
+        run.evaluate(list(given), languages, pooling)
     return run
 
 
 @library_entry
-def merge_plan(
-    recipe: Any,
-    *,
-    gold_only: bool | None = None,
-    steps: int | None = None,
-    training: TrainingSpec | Mapping[str, Any] | None = None,
-) -> pd.DataFrame:
+def merge_plan(recipe: Any, *, training: Training | None = None) -> pd.DataFrame:
     """What :func:`merge` would do with ``recipe``, found before anything runs; nothing is
     written and no teacher weights are read (``lmalgebra merge ... --dry-run``).
 
     One row per (language, teacher): ``examples`` (``heldout`` of them), input ``tokens`` and
-    ``masked_tokens`` of the teacher's copies, exactly as ``prepare`` makes them;
-    ``store_bytes``, the teacher store's shard files exactly as ``teach`` writes them; and
-    seconds per stage spent on the pair, ``prepare_s``, ``teach_s``, ``vocab_s``, ``train_s``,
-    ``evaluate_s`` (a column's sum is the stage's time): ``prepare`` and ``vocab`` timed doing
-    their work in memory, the others estimated (``lmalgebra.distill.time_estimate`` states the
-    model). ``gold_only``, ``steps``, ``training``: the student's training, as for :func:`merge`.
+    ``predicted_tokens`` (masked tokens, or every token of a causal teacher) of the teacher's
+    copies, exactly as ``prepare`` makes them; ``store_bytes``, the shard files of the
+    teachers' outputs exactly as ``teach`` writes them; and seconds per stage spent on the pair,
+    ``prepare_s``, ``teach_s``, ``vocab_s``, ``train_s``, ``evaluate_s`` (a column's sum is the
+    stage's time): ``prepare`` and ``vocab`` timed doing their work in memory, the others
+    estimated (``lmalgebra.distill.run.time_estimate`` states the model). ``training``: the
+    student's training, as for a student of :func:`merge`.
     """
     import pandas as pd
 
     config = recipe_of(recipe)
-    spec = _training(config, training, gold_only, steps)
-    return pd.DataFrame(plan_merge(config, spec))
-
-
-def _training(
-    config: MergeRecipe,
-    training: TrainingSpec | Mapping[str, Any] | None,
-    gold_only: bool | None,
-    steps: int | None,
-) -> TrainingSpec:
-    base = training.model_dump() if isinstance(training, TrainingSpec) else {}
-    overrides = dict(training) if isinstance(training, Mapping) else {}
-    update: dict[str, Any] = {**(base or config.training.model_dump()), **overrides}
-    if gold_only is not None:
-        update["gold_only"] = gold_only
-    if steps is not None:
-        update["steps"] = steps
-    return validate(TrainingSpec, update, "merge()")
+    spec = _training(config, training, "merge_plan() training")
+    return pd.DataFrame(plan(config, spec))

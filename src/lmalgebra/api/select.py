@@ -10,7 +10,6 @@ sets of teachers are ranked by complementarity times quality (``lmalgebra.stats.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pandas as pd
 
 from lmalgebra.api.merge import recipe_of
 from lmalgebra.api.runtime import library_entry
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.selection.outputs import (
     SET_COLUMNS,
@@ -66,31 +65,19 @@ class TeacherSelection:
 
 
 @library_entry
-def select_teachers(recipe: Any, *, size: int = 2, **options: Any) -> TeacherSelection:
-    """Rank each language's sets of ``size`` teachers by LMD complementarity times quality.
+def select_teachers(recipe: Any, **settings: Any) -> TeacherSelection:
+    """Rank each language's sets of teachers by LMD complementarity times quality.
 
     Args:
         recipe: a MergeDistill recipe (YAML path, mapping or ``MergeRecipe``).
-        size: teachers per set.
-        options: ``languages`` (default all), ``seq_len`` (span length, default 32), ``spans``
-            (train, validation, test counts, default (2000, 250, 500)), ``per_doc`` (spans per
-            example, default 16), ``fractions`` (of examples per split, default (0.7, 0.1,
-            0.2)), ``max_texts`` (held-out
-            examples per language, default all), ``alpha``, ``bootstrap`` (replicates, default
-            1000), ``level``, ``seed``, ``batch_size``, ``progress``, ``cache_dir``.
+        settings: the keys of ``SelectionSpec`` (``lmalgebra merge select``'s flags): ``size``
+            (teachers per set, default 2), ``languages`` (default all), ``spans`` (a mapping of
+            span keys: ``length`` default 32, ``counts`` default (2000, 250, 500), ``per_doc``
+            default 16, ``fractions`` default (0.7, 0.1, 0.2), ``seed``), ``max_texts``
+            (held-out examples per language, default all), ``alpha``, ``bootstrap``
+            (replicates, default 1000), ``level``, ``seed``, ``batch_size``, ``progress``
+            (default off here), ``cache_dir``.
     """
-    known = {f.name for f in fields(SelectionSpec)} - {"size"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise UserInputError(
-            f"select_teachers(): unknown option {unknown[0]!r} "
-            f"(options: {', '.join(sorted(known))})"
-        )
-    if "languages" in options and options["languages"] is not None:
-        options["languages"] = tuple(options["languages"])
-    for key in ("spans", "fractions"):
-        if key in options:
-            options[key] = tuple(options[key])
     config = recipe_of(recipe)
-    spec = SelectionSpec(size=size, **{"progress": False, **options})
+    spec = validate(SelectionSpec, {"progress": False, **settings}, "select_teachers()")
     return TeacherSelection(_select(config, spec), config)

@@ -1,6 +1,7 @@
 """Command line: parse, validate, call one library function per command.
 
-``app.py`` holds the application; ``lmd.py``, ``merge.py``, ``evaluate.py`` and ``assets.py``
+``app.py`` holds the application; ``lmd.py``, ``merge.py`` (with ``merge_bits.py``,
+``merge_select.py`` and ``merge_tables.py``), ``pretrain.py``, ``evaluate.py`` and ``assets.py``
 register their commands on it, with flags that ``config_options.py`` generates from the configs;
 each command calls one library function, the Python API's (``lmalgebra.api``) where there is
 one. ``main`` turns errors into one line and an exit status.
@@ -21,7 +22,8 @@ import lmalgebra.cli.evaluate
 import lmalgebra.cli.lmd
 import lmalgebra.cli.merge
 import lmalgebra.cli.merge_bits
-import lmalgebra.cli.merge_select  # noqa: F401  (registers the MergeDistill commands)
+import lmalgebra.cli.merge_select
+import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
 from lmalgebra.cli.app import app
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 

@@ -16,10 +16,11 @@ HELP = (
     "lmalgebra: linear algebra over language models.\n\n"
     "Two jobs. LMD: `decompose` fits every model's embeddings on the others' (ridge, closed "
     "form) and reports pairwise and group R^2, how much of one model the others contain. "
-    "MergeDistill: `merge` distils several teacher masked LMs, each with its own tokenizer and "
-    "languages, into one multilingual student, and scores it against its teachers.\n\n"
-    "Example: lmalgebra decompose --model a=package:minilm --model b=package:minilm-sre "
-    "--corpus package:wiki-en --text-column extract --out runs/minilm"
+    "MergeDistill: `merge` distils several teacher LMs (masked LMs, or causal LMs with any "
+    "tokenizers), each with its own tokenizer and languages, into one student, and scores it "
+    "against its teachers; `pretrain` makes teachers.\n\n"
+    "Example: lmalgebra decompose --models a=package:minilm --models b=package:minilm-sre "
+    "--corpus.paths package:wiki-en --corpus.text_column extract --out runs/minilm"
 )
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 

@@ -1,15 +1,17 @@
 """Command-line flags generated from a typed config: one flag per field, named by its recipe key.
 
 ``config_flags`` walks a pydantic model, nested models included, and describes one flag per leaf
-field: ``--spans.length`` sets ``spans.length``, ``--alpha`` sets ``alpha``. The help text is the
-field's ``description`` and the default shown is the field's default, so both are written once, at
-the field. ``with_config_flags`` adds those flags to a typer command and hands it the values the
-user gave as a nested dict of recipe keys, ready to lay over a YAML recipe: a flag that is not
-given overrides nothing.
+field: ``--spans.length`` sets ``spans.length``, ``--batch_size`` sets ``batch_size``: the flag is
+the key, so a setting has one name in a recipe, on the command line and as a Python keyword. A field
+may declare a documented short form (``json_schema_extra={"short_flag": "-T"}``). The help text is
+the field's ``description`` and the default shown is the field's default, so both are written once,
+at the field. ``with_config_flags`` adds those flags to a typer command and hands it the values the
+user gave as a nested dict of recipe keys, ready to lay over a YAML recipe: a flag that is not given
+overrides nothing.
 
 Values are read by the field's type: a list is repeated or comma-separated (``--basis a,b``), a
-tuple is one comma list (``--spans 20,5,5``), a bool is ``--x/--no-x``, a ``Literal`` is one of its
-choices. A value that does not parse stops the command with one line naming the flag.
+tuple is one comma list (``--spans.counts 20,5,5``), a bool is ``--x/--no-x``, a ``Literal`` is one
+of its choices. A value that does not parse stops the command with one line naming the flag.
 """
 
 from __future__ import annotations
@@ -39,14 +41,11 @@ _LONGEST_DEFAULT = 6
 class FlagStyle:
     """What the type of a field does not say about its flag.
 
-    ``aliases``: further names (``-T``, ``--seq-len``); for a switch, the positive names (each
-    gets its ``--no-`` form). ``comma_separated``: whether list items may be joined by commas
-    (not for paths, which may contain them). ``parse``: turns one item of a list into the value
-    the config expects (a model reference string into a model entry). ``metavar``: the value's
-    placeholder in ``--help``.
+    ``comma_separated``: whether list items may be joined by commas (not for paths, which may
+    contain them). ``parse``: turns one item of a list into the value the config expects (a model
+    reference string into a model entry). ``metavar``: the value's placeholder in ``--help``.
     """
 
-    aliases: tuple[str, ...] = ()
     comma_separated: bool = True
     parse: Callable[[str], Any] | None = None
     metavar: str | None = None
@@ -69,11 +68,10 @@ class ConfigFlag:
 
     @property
     def names(self) -> list[str]:
-        """Every spelling: the recipe key, then (top level) with ``-`` for ``_``, then aliases."""
-        names = [f"--{self.key}"]
-        if "_" in self.key and "." not in self.key:  # top-level flags were always dashed
-            names.append(f"--{self.key.replace('_', '-')}")
-        return names + [a for a in self.style.aliases if a not in names]
+        """The flag, ``--`` and the recipe key, then the field's documented short form if any."""
+        extra = self.field.json_schema_extra
+        short = extra.get("short_flag") if isinstance(extra, dict) else None
+        return [f"--{self.key}", *([str(short)] if short else [])]
 
     @property
     def label(self) -> str:
@@ -82,7 +80,7 @@ class ConfigFlag:
     def option(self) -> Any:
         """The typer option, with the help and default taken from the field."""
         if self.kind == "switch":
-            declarations = [f"{n}/--no-{n.removeprefix('--')}" for n in self.names]
+            declarations = [f"{n}/--no-{n.removeprefix('--')}" for n in self.names if n[1] == "-"]
         else:
             declarations = self.names
         help_text = self.field.description or ""
@@ -182,7 +180,7 @@ def config_flags(
 ) -> list[ConfigFlag]:
     """A flag for every field of ``model``, nested configs walked, in field order.
 
-    ``styles``: per dotted key, aliases and parsing; ``skip``: dotted keys that get no flag
+    ``styles``: per dotted key, parsing and placeholder; ``skip``: dotted keys that get no flag
     (a field no command line can express, such as a mapping of names to configs); ``prefix``:
     where ``model`` sits in a larger recipe (``"training."``).
     """
@@ -214,8 +212,8 @@ def _walk(
 
 def default_text(flag: ConfigFlag) -> str | None:
     """The default as ``--help`` shows it; ``None`` when the field is required or unset."""
-    if flag.field.is_required():
-        return None
+    if flag.field.is_required() or flag.field.default_factory_takes_validated_data:
+        return None  # required, or computed from other keys (its description says how)
     value = flag.field.get_default(call_default_factory=True)
     if value is None:
         return None

@@ -1,61 +1,50 @@
-"""``lmalgebra evaluate-pos``: downstream UPOS tagging of any encoder on a CoNLL-U treebank."""
+"""``lmalgebra evaluate-pos``: downstream UPOS tagging of any encoder on a CoNLL-U treebank, with a
+flag for every key of ``evaluate.pos_options.PosSpec``."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from lmalgebra.cli.app import app, console
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
+from lmalgebra.evaluate.pos_options import PosSpec
+from lmalgebra.sources.models import ModelRef
+
+
+def _model_entry(text: str) -> dict[str, Any]:
+    """``[NAME=][random:]PATH[@REVISION]`` as a model entry."""
+    return ModelRef.parse(text).model_dump()
+
+
+POS_FLAGS = config_flags(
+    PosSpec, {"models": FlagStyle(comma_separated=False, parse=_model_entry, metavar="MODEL")}
+)
 
 
 @app.command("evaluate-pos")
+@with_config_flags(POS_FLAGS)
 def evaluate_pos(
     treebank: Annotated[
         Path,
         typer.Argument(help="Treebank directory: *-ud-{train,dev,test}.conllu or train/dev/test."),
     ],
-    model: Annotated[
-        list[str], typer.Option(help="[NAME=][random:]PATH_OR_HUB_ID[@REVISION]; repeatable.")
-    ],
-    mode: Annotated[
-        str, typer.Option(help="probe (frozen states) or finetune (whole encoder).")
-    ] = "probe",
-    layer: Annotated[int, typer.Option(help="Hidden layer (0 embeddings, -1 the last).")] = -1,
-    epochs: Annotated[int | None, typer.Option(help="Most epochs (probe 30, finetune 3).")] = None,
-    lr: Annotated[
-        float | None, typer.Option(help="Learning rate (probe 1e-2, finetune 5e-5).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 32,
-    max_train_sentences: Annotated[int | None, typer.Option(help="Seeded sample of train.")] = None,
-    max_eval_sentences: Annotated[int | None, typer.Option(help="First N of dev and test.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("pos-output"),
-    trust_remote_code: Annotated[bool, typer.Option(help="Allow models' own code to run.")] = False,
-    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    trust_remote_code: Annotated[
+        bool, typer.Option(help="Allow the code shipped with the --models models to run.")
+    ] = False,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """UPOS tagging on a CoNLL-U treebank: test accuracy and macro-F1 of each model."""
-    from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_treebank
-    from lmalgebra.sources.models import ModelRef
+    from lmalgebra.core.recipe_files import load_settings
+    from lmalgebra.evaluate.pos_tagging import evaluate_treebank
 
-    if mode not in ("probe", "finetune"):
-        raise UserInputError(f"--mode must be probe or finetune, got {mode!r}")
-    refs = [
-        ModelRef.parse(m).model_copy(update={"trust_remote_code": trust_remote_code}) for m in model
-    ]
-    options = PosOptions(
-        layer=layer,
-        epochs=epochs,
-        lr=lr,
-        batch_size=batch_size,
-        max_train_sentences=max_train_sentences,
-        max_eval_sentences=max_eval_sentences,
-        seed=seed,
-        progress=progress,
-    )
-    results = evaluate_treebank(refs, treebank, mode, options, out)  # type: ignore[arg-type]
+    for entry in overrides.get("models", []):
+        entry["trust_remote_code"] = trust_remote_code
+    spec = load_settings(PosSpec, None, overrides)
+    results = evaluate_treebank(spec.models, treebank, spec.mode, spec.options(), spec.out)
     for r in results:
         console.print(
             f"{r.model}: accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f} "
@@ -63,5 +52,5 @@ def evaluate_pos(
             highlight=False,
         )
     console.print(
-        f"outputs in [bold]{out}[/bold]: pos_results.csv, pos_results.md, pos_config.json"
+        f"outputs in [bold]{spec.out}[/bold]: pos_results.csv, pos_results.md, pos_config.json"
     )

@@ -3,48 +3,30 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from lmalgebra.cli.app import console
-from lmalgebra.cli.merge import ProgressOpt, RecipeArg, merge_app
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
+from lmalgebra.cli.merge import RecipeArg, merge_app
+from lmalgebra.selection.teacher_sets import SelectionSpec
 
-
-def _spans(text: str) -> tuple[int, int, int]:
-    parts = text.split(",")
-    try:
-        counts = tuple(int(p) for p in parts)
-    except ValueError:
-        counts = ()
-    if len(counts) != 3 or min(counts) < 1:
-        raise UserInputError(
-            f"--spans: expected three positive counts TRAIN,VALIDATION,TEST, got {text!r}"
-        )
-    return counts
+SELECT_FLAGS = config_flags(
+    SelectionSpec, {"spans.counts": FlagStyle(metavar="TRAIN,VALIDATION,TEST")}
+)
 
 
 @merge_app.command("select")
+@with_config_flags(SELECT_FLAGS)
 def merge_select(
     recipe: RecipeArg,
-    size: Annotated[int, typer.Option(help="Teachers per set.")] = 2,
-    language: Annotated[
-        list[str] | None, typer.Option(help="Only this language (repeat for several).")
-    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="Output directory (default OUTPUT_DIR/selection).")
     ] = None,
-    spans: Annotated[
-        str, typer.Option(help="Spans TRAIN,VALIDATION,TEST cut from the held-out text.")
-    ] = "2000,250,500",
-    seq_len: Annotated[int, typer.Option(help="Span length in tokens.", min=2)] = 32,
-    max_texts: Annotated[
-        int | None, typer.Option(help="Held-out examples per language (default all).", min=1)
-    ] = None,
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap replicates.", min=0)] = 1000,
-    progress: ProgressOpt = True,
+    *,
+    overrides: dict[str, Any],
 ) -> None:
     """(experimental: its score's Spearman with student accuracy was 0.24, interval [-0.30,
     0.66]; README "Does the score predict anything?") Rank each language's sets of teachers:
@@ -56,22 +38,14 @@ def merge_select(
     runs/merge/selection/recommended.yaml
     """
     from lmalgebra.api.merge import recipe_of
+    from lmalgebra.distill.layout import RunLayout
     from lmalgebra.experimental import select_teachers
     from lmalgebra.storage.output_paths import check_directory
 
     config = recipe_of(recipe)
-    target = out if out is not None else config.output_dir / "selection"
+    target = out if out is not None else RunLayout(config.output_dir).selection
     check_directory(target, "selection directory")
-    found = select_teachers(
-        config,
-        size=size,
-        languages=language or None,
-        spans=_spans(spans),
-        seq_len=seq_len,
-        max_texts=max_texts,
-        bootstrap=bootstrap,
-        progress=progress,
-    )
+    found = select_teachers(config, **{"progress": True, **overrides})
     paths = found.save(target)
     table = Table("language", "rank", "teachers", "complementarity", "quality", "score")
     for row in found.sets.itertuples():

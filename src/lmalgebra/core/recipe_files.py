@@ -15,12 +15,16 @@ ConfigT = TypeVar("ConfigT", bound=BaseModel)
 _SHOWN = (bool, int, float, str, type(None))  # inputs short enough to quote in a message
 
 
-def describe(err: ValidationError, source: str) -> str:
-    """One line naming the first offending key (dotted path), the value given and the source."""
+def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
+    """One line naming the first offending key (dotted path), the value given and the source.
+
+    ``tagged``: the data was validated as a tagged union, whose tag leads every error's path
+    (it is not a key)."""
     errors = err.errors()
     # a misspelled key shows up as "missing" + "extra": name the key the user actually wrote
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    loc = first["loc"][1:] if tagged else first["loc"]
+    key = ".".join(str(p) for p in loc) or "(top level)"
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
     if first["type"] == "missing":
@@ -28,6 +32,14 @@ def describe(err: ValidationError, source: str) -> str:
     given = first.get("input")
     shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
     return f"{source}: key {key!r}: {first['msg']}{shown}"
+
+
+def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
+    """Field ``name`` of ``model`` (its constraints and description) with another default: for a
+    subclass whose settings default otherwise."""
+    from pydantic.fields import FieldInfo
+
+    return FieldInfo.merge_field_infos(model.model_fields[name], default=value)
 
 
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
@@ -91,3 +103,22 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserInputError(f"recipe {path}: the top level must be a mapping of keys")
     return data
+
+
+def layered(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with ``overrides`` laid over it, section by section: a nested mapping of
+    overrides replaces only the keys it gives."""
+    out = dict(data)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = layered(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_settings(cls: type[ConfigT], path: Path | None, overrides: dict[str, Any]) -> ConfigT:
+    """A ``cls`` from a YAML file (optional) with command-line values laid over it; errors
+    name the file, or the command line when there is none."""
+    data = read_yaml(path) if path is not None else {}
+    return validate(cls, layered(data, overrides), str(path) if path else "command line")

@@ -6,11 +6,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.api.decompose import decompose
+from lmalgebra.api.merge import MergeRun
 from lmalgebra.demo.plan import LANGUAGES, DemoPlan
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.run import decompose
-from lmalgebra.lmd.run_schema import PAIRWISE_HEATMAP
 from lmalgebra.sources.packaged import asset_path
 
 log = logging.getLogger(__name__)
@@ -19,27 +17,25 @@ log = logging.getLogger(__name__)
 def _decompose(
     out: Path, models: dict[str, str], corpus: Path, spans: tuple[int, int, int], progress: bool
 ) -> Any:
-    config = DecomposeConfig.model_validate(
-        {
-            "models": [{"name": n, "path": p} for n, p in models.items()],
-            "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
-            "spans": {"length": 32, "counts": list(spans), "per_doc": 2},
-            "out": out,
-            "cache_dir": out.parent / ".cache",
-            "progress": progress,
-            "save_weights": False,
-        }
+    return decompose(
+        {name: {"path": path} for name, path in models.items()},
+        str(corpus),
+        corpus={"doc_sep": "line"},
+        spans={"length": 32, "counts": list(spans), "per_doc": 2},
+        out=out,
+        cache_dir=out.parent / ".cache",
+        progress=progress,
+        save_weights=False,
     )
-    return decompose(config)
 
 
 def lmd_analyses(
-    out: Path, union: MergeRecipe, teachers: dict[str, Path], plan: DemoPlan, progress: bool
+    out: Path, union: MergeRun, teachers: dict[str, Path], plan: DemoPlan, progress: bool
 ) -> dict[str, Any]:
     """Group and pairwise R^2 of real encoders, teachers and students on unseen English text;
     per language, held-out R^2 of each teacher from the student and of the student from it."""
-    data = union.output_dir.parent / "data"
-    students = {n: str(union.output_dir / n / "model") for n in ("sm3-distilled", "sm2-gold")}
+    data = union.run_dir.parent / "data"
+    students = {n: str(path) for n, path in union.students.items()}
     models = {
         "minilm": str(asset_path("minilm")),
         "minilm-sre": str(asset_path("minilm-sre")),
@@ -48,14 +44,14 @@ def lmd_analyses(
     }
     result = _decompose(out / "all-en", models, data / "unseen-en.txt", plan.lmd_spans, progress)
     names = result.names
+    pairwise = result.pairwise("test")
     summary: dict[str, Any] = {
         "models": names,
-        "group_r2_test": {f.target: f.r2["test"] for f in result.group},
+        "group_r2_test": {t: float(v) for t, v in result.group["test"].items()},
         "pairwise_r2_test": {
-            t: {b: float(result.pairwise["test"][i, j]) for j, b in enumerate(names) if i != j}
-            for i, t in enumerate(names)
+            t: {b: float(pairwise.loc[t, b]) for b in names if b != t} for t in names
         },
-        "heatmap": str(out / "all-en" / PAIRWISE_HEATMAP),
+        "heatmap": str(result.heatmap),
         "coverage": {},
     }
     for lang in LANGUAGES:
@@ -63,14 +59,13 @@ def lmd_analyses(
         found = _decompose(
             out / f"coverage-{lang}", pair, data / f"unseen-{lang}.txt", plan.lmd_spans, progress
         )
-        test = found.pairwise["test"]
+        test = found.pairwise("test")
         summary["coverage"][lang] = {
             student: {
-                "teacher_from_student": float(test[0, j]),
-                "student_from_teacher": float(test[j, 0]),
+                "teacher_from_student": float(test.loc["teacher", student]),
+                "student_from_teacher": float(test.loc[student, "teacher"]),
             }
-            for j, student in enumerate(found.names)
-            if j > 0
+            for student in found.names[1:]
         }
         summary["coverage"][lang]["test_spans"] = found.spans["test"]
     return summary
@@ -96,7 +91,8 @@ def downstream_pos(
     from dataclasses import asdict
 
     from lmalgebra.evaluate.conllu import split_by_document
-    from lmalgebra.evaluate.pos_tagging import PosOptions, evaluate_many
+    from lmalgebra.evaluate.pos_options import PosOptions
+    from lmalgebra.evaluate.pos_tagging import evaluate_many
     from lmalgebra.sources.models import ModelRef
 
     splits = split_by_document(petrogold() / "annotated.conllu", out / "treebank", "pt_petrogold")

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-
-from lmalgebra.core.recipe_files import validate
-from lmalgebra.lmd.config import DecomposeConfig
+from typing import Any
 
 RECIPE = "decompose-minilm-wiki.yaml"
 
@@ -23,9 +21,10 @@ def shipped_recipe(name: str) -> dict:
     return dict(yaml.safe_load(text))
 
 
-def demo_config(out: Path, quick: bool = False, progress: bool = True) -> DecomposeConfig:
+def demo_config(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    """The shipped recipe's keys, writing to ``out`` (smaller spans when ``quick``)."""
     data = shipped_recipe(RECIPE)
-    data.update(out=out, progress=progress)
+    data.update(out=str(out), progress=progress)
     if quick:
         data["spans"] = {**data["spans"], "counts": [600, 150, 150]}
-    return validate(DecomposeConfig, data, RECIPE)
+    return data

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from lmalgebra.distill.causal_tokenizers import TokenizerKind
-
 LANGUAGES = ("en", "fr", "es")
 
 
@@ -76,9 +74,7 @@ class CausalPlan:
     docs_per_language: int
     heldout_fraction: float
     example_bytes: int
-    teachers: tuple[
-        tuple[str, TokenizerKind, int], ...
-    ]  # (language, tokenizer kind, vocabulary size)
+    teachers: tuple[tuple[str, str, int], ...]  # (language, tokenizer kind, vocabulary size)
     student_tokenizer: str  # the teacher whose tokenizer the student uses
     teacher_steps: int
     student_steps: int
@@ -94,7 +90,7 @@ class CausalPlan:
         return asdict(self)
 
 
-CAUSAL_TEACHERS: tuple[tuple[str, TokenizerKind, int], ...] = (
+CAUSAL_TEACHERS: tuple[tuple[str, str, int], ...] = (
     ("en", "bytelevel-bpe", 2000),
     ("fr", "unigram", 1500),
     ("es", "bpe", 2500),

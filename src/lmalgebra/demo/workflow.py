@@ -1,9 +1,10 @@
-"""The demo, step by step; every step is resumable, so an interrupted demo continues where it was.
+"""The demo, step by step, through the Python API; every step is resumable, so an interrupted demo
+continues where it was.
 
 1. Corpora: Wikipedia leads in English, French and Spanish (packaged, no hub).
 2. One small teacher per language, each with its own WordPiece vocabulary (``pretrain``), and a
    second English teacher with real pre-trained knowledge: a packaged encoder, frozen, with a
-   masked-LM head fitted here (``pretrain --head-only``).
+   masked-LM head fitted here (``pretrain`` of a ``HeadOnlySpec``).
 3. MergeDistill: store, union vocabulary, and three students with the same size and steps:
    SM3 distilled on the union vocabulary, SM2 gold-only on the union vocabulary, SM1 gold-only on
    the English teacher's vocabulary alone (MergeDistill table 5).
@@ -18,23 +19,30 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from lmalgebra.core.recipe_files import validate
+from lmalgebra.api.decompose import read_texts
+from lmalgebra.api.merge import MergeRun, merge
+from lmalgebra.api.pretrain import HeadOnlySpec, MaskedPretrainSpec, pretrain
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan
-from lmalgebra.distill.pipeline import STAGES, run_stages
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.run_inspect import inspect_run
-from lmalgebra.evaluate.distill_scores import Score, evaluate_students
-from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
 HEAD_TEACHER = "teacher-en-head"  # the plan's head_encoder with a fitted masked-LM head
+
+
+def run_workflow(out: Path, steps: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``steps()``'s result, with ``out`` checked first; a failure leaves the steps finished
+    (a rerun resumes them) and no empty directory (the one failure clean-up of the demos and
+    the experiments)."""
+    check_directory(out, "output directory")
+    with tidy_on_failure(out):
+        return steps()
 
 
 def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
@@ -44,12 +52,8 @@ def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
     for lang in LANGUAGES:
         path, unseen = out / f"{lang}.txt", out / f"unseen-{lang}.txt"
         if not (path.is_file() and unseen.is_file()):
-            records = json.loads(asset_path(f"wiki-{lang}").read_text(encoding="utf-8"))
-            docs = [
-                r["extract"].replace("\n", " ").strip()
-                for r in records.values()
-                if isinstance(r, dict) and r.get("extract", "").strip()
-            ]
+            texts = read_texts(f"package:wiki-{lang}", text_column="extract")
+            docs = [t.replace("\n", " ").strip() for t in texts]
             out.mkdir(parents=True, exist_ok=True)
             cut = plan.docs_per_language
             unseen.write_text("\n".join(docs[cut:]) + "\n", encoding="utf-8")
@@ -58,80 +62,59 @@ def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
     return paths
 
 
+def _training(plan: DemoPlan, steps: int, lr: float, checkpoints: int) -> dict[str, Any]:
+    return {
+        "steps": steps,
+        "batch_size": plan.batch_size,
+        "lr": lr,
+        "warmup_steps": steps // 10,
+        "checkpoint_every": max(1, steps // checkpoints),
+    }
+
+
 def pretrain_teachers(
     out: Path, corpora: dict[str, Path], plan: DemoPlan, progress: bool
 ) -> dict[str, Path]:
-    from lmalgebra.distill.pretrain import pretrain
-    from lmalgebra.distill.student import StudentSpec
-    from lmalgebra.sources.corpus import CorpusSpec
-    from lmalgebra.train.config import TrainingSpec
-
-    model = StudentSpec(
-        hidden_size=plan.hidden_size,
-        num_layers=plan.layers,
-        num_heads=2,
-        intermediate_size=4 * plan.hidden_size,
-        max_position_embeddings=128,
-    )
-    training = TrainingSpec(
-        steps=plan.teacher_steps,
-        batch_size=plan.batch_size,
-        lr=2e-3,
-        warmup_steps=plan.teacher_steps // 10,
-        gold_only=True,
-        checkpoint_every=max(1, plan.teacher_steps // 4),
-        log_every=10,
-    )
+    """``teacher-<lang>``: a small BERT and its WordPiece vocabulary per language."""
+    model = {
+        "hidden_size": plan.hidden_size,
+        "num_layers": plan.layers,
+        "num_heads": 2,
+        "intermediate_size": 4 * plan.hidden_size,
+        "max_position_embeddings": 128,
+    }
+    training = {**_training(plan, plan.teacher_steps, 2e-3, 4), "log_every": 10}
     dirs = {}
     for lang, corpus in corpora.items():
-        target = out / f"teacher-{lang}"
-        if not (target / "lmalgebra.json").is_file():
-            log.info("pre-training the %s teacher", lang)
-            pretrain(
-                CorpusSpec(paths=[str(corpus)], doc_sep="line"),
-                lang,
-                plan.teacher_vocab,
-                target,
-                model,
-                training,
-                plan.example_length,
-                0.05,
-                False,
-                progress,
-            )
-        dirs[lang] = target
+        spec = MaskedPretrainSpec.model_validate(
+            {
+                "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
+                "language": lang,
+                "out": out / f"teacher-{lang}",
+                "example_length": plan.example_length,
+                "tokenizer": {"vocab_size": plan.teacher_vocab},
+                "model": model,
+                "training": training,
+            }
+        )
+        dirs[lang] = pretrain(spec, progress, keep_saved=True)
     return dirs
 
 
 def fit_head_teacher(out: Path, corpus: Path, plan: DemoPlan, progress: bool) -> Path:
     """The second English teacher: ``plan.head_encoder`` with a masked-LM head fitted on it."""
-    from lmalgebra.distill.head_only import pretrain_head
-    from lmalgebra.sources.corpus import CorpusSpec
-    from lmalgebra.train.config import TrainingSpec
-
-    target = out / HEAD_TEACHER
-    if not (target / "lmalgebra.json").is_file():
-        log.info("fitting a masked-LM head on %s for English", plan.head_encoder)
-        training = TrainingSpec(
-            steps=plan.head_steps,
-            batch_size=plan.batch_size,
-            lr=5e-3,
-            warmup_steps=plan.head_steps // 10,
-            gold_only=True,
-            checkpoint_every=max(1, plan.head_steps // 2),
-        )
-        pretrain_head(
-            CorpusSpec(paths=[str(corpus)], doc_sep="line"),
-            "en",
-            plan.head_encoder,
-            target,
-            training,
-            plan.example_length,
-            0.05,
-            plan.head_examples,
-            progress,
-        )
-    return target
+    spec = HeadOnlySpec.model_validate(
+        {
+            "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
+            "language": "en",
+            "out": out / HEAD_TEACHER,
+            "encoder": plan.head_encoder,
+            "example_length": plan.example_length,
+            "max_examples": plan.head_examples,
+            "training": _training(plan, plan.head_steps, 5e-3, 2),
+        }
+    )
+    return pretrain(spec, progress, keep_saved=True)
 
 
 def merge_recipe(
@@ -141,9 +124,9 @@ def merge_recipe(
     plan: DemoPlan,
     single_vocabulary: bool,
     head_teacher: Path | None = None,
-) -> MergeRecipe:
+) -> dict[str, Any]:
     """The union-vocabulary recipe, or (SM1) every language tokenised by the English teacher;
-    ``head_teacher`` joins the English teachers."""
+    ``head_teacher`` joins the English teachers. Written beside ``out`` as ``<out>.yaml``."""
     names = {lang: "en" if single_vocabulary else lang for lang in LANGUAGES}
     paths = {f"teacher-{n}": teachers[n] for n in sorted(set(names.values()))}
     teachers_of = {lang: [f"teacher-{names[lang]}"] for lang in LANGUAGES}
@@ -181,16 +164,14 @@ def merge_recipe(
     }
     out.mkdir(parents=True, exist_ok=True)
     (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return validate(MergeRecipe, data, f"{out.name}.yaml")
+    return data
 
 
-def merge_and_train(recipe: MergeRecipe, students: dict[str, bool], progress: bool) -> None:
-    """Every MergeDistill stage; ``students``: name -> gold-only (else distilled)."""
-    trainings = {
-        name: recipe.training.model_copy(update={"gold_only": gold_only})
-        for name, gold_only in students.items()
-    }
-    run_stages(recipe, STAGES, trainings, progress)
+def merge_and_train(recipe: dict[str, Any], students: dict[str, bool], progress: bool) -> MergeRun:
+    """Every MergeDistill stage, then the students evaluated; ``students``: name -> gold-only
+    (else distilled). Students already saved are kept."""
+    trainings = {name: {"gold_only": gold_only} for name, gold_only in students.items()}
+    return merge(recipe, students=trainings, keep_saved=True, progress=progress)
 
 
 def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
@@ -201,11 +182,12 @@ def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str,
     """
     from lmalgebra.report.demo_page import render
 
-    check_directory(out, "demo output directory")
-    with tidy_on_failure(out):
+    def steps() -> dict[str, Any]:
         result = _run_steps(out, quick, progress)
         result["report"] = str(render(result, out))
-    return result
+        return result
+
+    return run_workflow(out, steps)
 
 
 def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
@@ -222,19 +204,17 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
         out / "merge-en-vocabulary", corpora, teachers, plan, single_vocabulary=True
     )
     clock = time.perf_counter()
-    merge_and_train(union, STUDENTS, progress)
-    merge_and_train(single, {"sm1-gold": True}, progress)
-    timings["merge and train students"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    scores, rdt = evaluate_students(union.output_dir, list(STUDENTS))
-    sm1_scores, sm1_rdt = evaluate_students(single.output_dir, ["sm1-gold"])
-    timings["evaluate"] = time.perf_counter() - clock
+    union_run = merge_and_train(union, STUDENTS, progress)
+    single_run = merge_and_train(single, {"sm1-gold": True}, progress)
+    timings["merge, train and evaluate students"] = time.perf_counter() - clock
+    scores, sm1_scores = _rows(union_run), _rows(single_run)
+    rdt = {**_rdt(union_run), **_rdt(single_run)}
     result: dict[str, Any] = {
         "plan": plan.as_dict(),
         "quick": quick,
-        "inspect": inspect_run(union.output_dir),
-        "scores": [s.__dict__ for s in scores + sm1_scores],
-        "rdt": {**rdt, **sm1_rdt},
+        "inspect": union_run.inspect(),
+        "scores": scores + sm1_scores,
+        "rdt": rdt,
         "findings": findings(scores, sm1_scores, rdt),
     }
     from lmalgebra.demo.analyses import downstream_pos, lmd_analyses
@@ -242,34 +222,44 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
     clock = time.perf_counter()
     models = {
         **{f"teacher-{k}": v for k, v in teachers.items()},
-        **{n: union.output_dir / n / "model" for n in STUDENTS},
-        "sm1-gold": single.output_dir / "sm1-gold" / "model",
+        **union_run.students,
+        **single_run.students,
     }
     result["pos"] = downstream_pos(out / "pos", models, plan, progress)
     pos = {row["model"]: row["accuracy"] for row in result["pos"]}
-    result["findings"]["3 union vocabulary beats one teacher's vocabulary"].update(
+    result["findings"]["union_vocabulary"].update(
         sm2_pos_accuracy=pos["sm2-gold"],
         sm1_pos_accuracy=pos["sm1-gold"],
         holds=pos["sm2-gold"] > pos["sm1-gold"],
     )
     timings["downstream UPOS"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    result["lmd"] = lmd_analyses(out / "lmd", union, teachers, plan, progress)
+    result["lmd"] = lmd_analyses(out / "lmd", union_run, teachers, plan, progress)
     timings["decomposition"] = time.perf_counter() - clock
     result["seconds"] = {k: round(v, 1) for k, v in timings.items()}
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     return result
 
 
-def findings(
-    scores: list[Score], sm1: list[Score], rdt: dict[str, dict[str, float]]
-) -> dict[str, Any]:
-    """The three directions of the paper's findings, measured (never asserted). Only comparable
-    scores count (``Score.comparable``): SM1's French and Spanish rows, scored against the
-    English-only teacher, are in the tables but in no number here."""
+def _rows(run: MergeRun) -> list[dict[str, Any]]:
+    assert run.scores is not None  # merge() evaluated it
+    return list(run.scores.to_dict("records"))
 
-    def mean_accuracy(rows: list[Score], model: str) -> float:
-        picked = [s.accuracy for s in rows if s.model == model and s.comparable]
+
+def _rdt(run: MergeRun) -> dict[str, dict[str, float]]:
+    assert run.rdt is not None
+    return {str(k): dict(v) for k, v in run.rdt.to_dict("index").items()}
+
+
+def findings(
+    scores: list[dict[str, Any]], sm1: list[dict[str, Any]], rdt: dict[str, dict[str, float]]
+) -> dict[str, Any]:
+    """The three directions of the paper's findings, measured (never asserted), each with its
+    ``claim``. Only comparable scores count (``comparable``): SM1's French and Spanish rows,
+    scored against the English-only teacher, are in the tables but in no number here."""
+
+    def mean_accuracy(rows: list[dict[str, Any]], model: str) -> float:
+        picked = [s["accuracy"] for s in rows if s["model"] == model and s["comparable"]]
         return sum(picked) / len(picked) if picked else math.nan
 
     per_language = {
@@ -277,16 +267,19 @@ def findings(
     }
     sm3, sm2 = mean_accuracy(scores, "sm3-distilled"), mean_accuracy(scores, "sm2-gold")
     return {
-        "1 student within 5% RDT of each teacher": {
+        "rdt_within_5_percent": {
+            "claim": "Student within 5% RDT of each teacher",
             "rdt_percent": per_language,
             "holds": bool(per_language) and all(v >= -5 for v in per_language.values()),
         },
-        "2 distilled beats gold-only (same size, data, steps)": {
+        "distilled_beats_gold_only": {
+            "claim": "Distilled beats gold-only (same size, data, steps)",
             "sm3_accuracy": sm3,
             "sm2_accuracy": sm2,
             "holds": sm3 > sm2,
         },
-        "3 union vocabulary beats one teacher's vocabulary": {
+        "union_vocabulary": {
+            "claim": "Union vocabulary beats one teacher's vocabulary",
             "note": "compared downstream (UPOS probe), where tokenisations do not matter",
             "sm1_masked_accuracy_comparable": mean_accuracy(sm1, "sm1-gold"),
         },

@@ -1,4 +1,6 @@
-"""Each language's corpus as text examples with stable ids, and a held-out portion per language.
+"""Each language's corpus as text examples with stable ids and a held-out portion per language,
+stored as one shard set per language (``examples/<lang>/``), shared by both objectives: the
+masked copies and the causal teacher store are row-aligned with it.
 
 An example's id is ``<language>-<first 16 hex of sha256(text)>``: stable across runs and corpus
 re-orderings, and identical texts collapse to one example. Whether an example is held out depends
@@ -13,12 +15,19 @@ stays that of the whole document, so the held-out split is the same for both obj
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unit_hash
+from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.sources.corpus import read_documents
+from lmalgebra.sources.corpus import CorpusSpec, read_documents
+from lmalgebra.storage.shard_set import ShardSet
 
 
 @dataclass(frozen=True)
@@ -36,14 +45,6 @@ def is_heldout(identifier: str, fraction: float) -> bool:
     return unit_hash(identifier, "heldout") < fraction
 
 
-def cut_text(text: str, max_bytes: int) -> str:
-    """``text``'s longest prefix of at most ``max_bytes`` UTF-8 bytes ending between characters."""
-    data = text.encode("utf-8")
-    if len(data) <= max_bytes:
-        return text
-    return data[:max_bytes].decode("utf-8", errors="ignore")  # drops a character cut in two
-
-
 def language_examples(recipe: MergeRecipe, language: str) -> list[Example]:
     """The language's examples in corpus order (first occurrence of each distinct text)."""
     spec = recipe.languages[language]
@@ -55,9 +56,8 @@ def language_examples(recipe: MergeRecipe, language: str) -> list[Example]:
         if identifier in seen:
             continue
         seen.add(identifier)
-        if recipe.objective == "causal":
-            text = cut_text(text, recipe.causal.example_bytes)
-        out.append(Example(identifier, text, is_heldout(identifier, recipe.heldout_fraction)))
+        heldout = is_heldout(identifier, recipe.heldout_fraction)
+        out.append(Example(identifier, recipe.example_text(text), heldout))
         if spec.max_examples is not None and len(out) == spec.max_examples:
             break
     if not any(not e.heldout for e in out):
@@ -65,3 +65,95 @@ def language_examples(recipe: MergeRecipe, language: str) -> list[Example]:
             f"language {language!r}: no training example left after the held-out split"
         )
     return out
+
+
+def training_examples(
+    corpus: CorpusSpec, language: str, heldout_fraction: float
+) -> tuple[list[str], list[str]]:
+    """Ids and texts of the corpus's documents that a recipe with the same language and held-out
+    fraction would not hold out (what a teacher pre-trained here trains on)."""
+    docs = [d.strip() for d in read_documents(corpus)]
+    ids = [example_id(language, d) for d in docs]
+    keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
+    if not keep:
+        raise UserInputError(f"corpus for {language!r} has no text left after holding out examples")
+    return [ids[i] for i in keep], [docs[i] for i in keep]
+
+
+def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
+    spec = recipe.languages[lang]
+    key = {
+        "stage": "examples",
+        "rules": "ids-sha256/heldout-blake2b-salted",  # bump when these rules change
+        "language": lang,
+        "corpus": spec.corpus.model_dump(mode="json"),
+        "max_examples": spec.max_examples,
+        "heldout": recipe.heldout_fraction,
+        "shard_rows": recipe.shard_rows,
+    }
+    key.update(recipe.example_cut())  # a causal recipe's examples are cut by text
+    return ShardSet(RunLayout(recipe.output_dir).examples(lang), key)
+
+
+def write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
+    """The language's examples (``id``, ``text``, ``heldout``), written once, then read back."""
+    shards = examples_set(recipe, lang)
+    if shards.intact():
+        return pa.concat_tables(shards.tables(verify=False))
+    shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
+    found = language_examples(recipe, lang)
+    table = pa.table(
+        {
+            "id": [e.id for e in found],
+            "text": [e.text for e in found],
+            "heldout": [e.heldout for e in found],
+        }
+    )
+    for index, start in enumerate(range(0, table.num_rows, recipe.shard_rows)):
+        shards.write(index, table.slice(start, recipe.shard_rows))
+    shards.finish(examples=table.num_rows, heldout=int(np.sum(table.column("heldout").to_numpy())))
+    return table
+
+
+def require(shards: ShardSet, command: str) -> None:
+    """Refuse to go on when an earlier stage's shard set is missing or incomplete."""
+    if not shards.complete:
+        raise UserInputError(
+            f"{shards.directory} is missing or incomplete: "
+            f"run `lmalgebra merge {command} RECIPE` first"
+        )
+
+
+def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """The held-out examples' texts of each language of the run (of ``languages`` if given)."""
+    return stored_texts(run_dir, languages, heldout=True)
+
+
+def stored_texts(
+    run_dir: Path, languages: Sequence[str] | None = None, heldout: bool = True
+) -> dict[str, list[str]]:
+    """The texts of each language's held-out (``heldout``) or training examples, in stored order;
+    refused when the run has no examples, or a language none of that kind."""
+    layout = RunLayout(run_dir)
+    found = layout.languages()
+    if not found:
+        raise UserInputError(
+            f"{run_dir} holds no examples: run `lmalgebra merge prepare RECIPE` first"
+        )
+    unknown = sorted(set(languages or []) - set(found))
+    if unknown:
+        raise UserInputError(
+            f"language {unknown[0]!r} is not in {run_dir} (it has {', '.join(found)})"
+        )
+    kind = "held-out" if heldout else "training"
+    texts = {}
+    for lang in languages or found:
+        shards = ShardSet.existing(layout.examples(lang))
+        require(shards, "prepare")
+        table = pa.concat_tables(shards.tables())
+        chosen = table.column("heldout").to_numpy(zero_copy_only=False) == heldout
+        kept = [t for t, keep in zip(table.column("text").to_pylist(), chosen, strict=True) if keep]
+        if not kept:
+            raise UserInputError(f"language {lang!r} of {run_dir} has no {kind} example")
+        texts[lang] = kept
+    return texts

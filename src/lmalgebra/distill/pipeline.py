@@ -1,28 +1,43 @@
 """The MergeDistill stage sequence, written once: prepare -> teach -> vocab -> train.
 
-``lmalgebra.merge`` (and through it every ``lmalgebra merge`` stage command) runs its stages
-through ``run_stages``; the demo runs them and then trains its students. Each stage skips the
-work an earlier run finished (complete shard sets, a vocabulary built from the same tokenizers,
-a student already saved), so a sequence cut short continues where it stopped when run again.
+The objective is chosen here, once, from the recipe (``objective_of``): every stage of every
+command, of the Python API, of the demos and the experiments runs through it. Each stage skips
+the work an earlier run finished (complete shard sets, a vocabulary built from the same
+tokenizers, a student already saved), so a sequence cut short continues where it stopped when
+run again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.stages import prepare, teach, vocab
-from lmalgebra.distill.teacher_precision import inference_setup
-from lmalgebra.distill.train_student import train_student
+from lmalgebra.core.recipe_files import validate
+from lmalgebra.distill.causal.objective import CausalObjective
+from lmalgebra.distill.layout import RunLayout, is_complete
+from lmalgebra.distill.masked.objective import MaskedObjective
+from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
+from lmalgebra.distill.recipe import CausalRecipe, MergeRecipe, load_recipe
+from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.train.config import TrainingSpec
 
-Stage = Literal["prepare", "teach", "vocab", "train"]
-STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train")
+RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
-# a causal recipe has no union vocabulary: its vocab stage is skipped in a sequence of stages, and
-# refused (one clear line) when asked for alone
+
+
+def objective_of(recipe: MergeRecipe) -> Objective:
+    """The objective ``recipe`` has: the one place that tells the two apart."""
+    if isinstance(recipe, CausalRecipe):
+        return CausalObjective(recipe)
+    return MaskedObjective(recipe)
+
+
+def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) -> TrainingSpec:
+    """The recipe's training settings with ``overrides`` (keys of ``training``) laid over them,
+    validated as the recipe's own training section; ``source`` names the overrides in messages."""
+    spec = type(recipe.training)
+    return validate(spec, {**recipe.training.model_dump(), **overrides}, source)
 
 
 def run_stages(
@@ -36,29 +51,85 @@ def run_stages(
 ) -> dict[str, Path]:
     """Run ``stages`` of ``recipe`` in pipeline order; the model directory of each student.
 
-    ``students``: for the ``train`` stage, run subdirectory name -> training settings.
-    ``keep_saved``: a student whose model is already saved (``<name>/model/lmalgebra.json``) is
-    not trained again; ``False`` resumes it from its last checkpoint (to more steps, say).
+    A stage the recipe's objective does not have (a causal recipe's ``vocab``) is skipped in a
+    sequence and refused, in one line, when asked for alone. ``students``: for the ``train`` stage,
+    run subdirectory name -> training settings. ``keep_saved``: a student whose model is already
+    saved is not trained again; ``False`` resumes it from its last checkpoint (to more steps, say).
     ``restart``: train from step 0, dropping the students' checkpoints.
     """
-    unknown = [s for s in stages if s not in STAGES]
+    unknown = [s for s in stages if s not in RUN_STAGES]
     if unknown:
-        raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {STAGES}")
+        raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {RUN_STAGES}")
     if "train" in stages and not students:
         raise ValueError("the train stage needs at least one student")
+    objective = objective_of(recipe)
     # teacher inference's device and dtype, refused before anything is written
     setup = inference_setup(recipe) if "teach" in stages else None
     if "prepare" in stages:
-        prepare(recipe, progress)
+        objective.prepare(progress)
     if "teach" in stages:
-        teach(recipe, progress, setup)
-    if "vocab" in stages and (recipe.objective == "masked" or list(stages) == ["vocab"]):
-        vocab(recipe)
+        objective.teach(progress, setup)
+    if "vocab" in stages and ("vocab" in objective.stages or list(stages) == ["vocab"]):
+        objective.vocab()
     models: dict[str, Path] = {}
-    if "train" in stages:
-        for name, training in (students or {}).items():
-            model = recipe.output_dir / name / "model"
-            if restart or not (keep_saved and (model / "lmalgebra.json").is_file()):
-                model = train_student(recipe, name, training, progress, restart)
-            models[name] = model
+    for name, training in (students or {}).items() if "train" in stages else ():
+        model = objective.layout.model(name)
+        if restart or not (keep_saved and is_complete(model)):
+            model = objective.train(name, training, progress, restart)
+        models[name] = model
     return models
+
+
+def evaluate_students(
+    recipe: MergeRecipe,
+    students: Sequence[str],
+    languages: Sequence[str] | None = None,
+    pooling: str | None = None,
+) -> Evaluation:
+    """Score ``students`` of the recipe's run and its teachers on the held-out examples, as the
+    recipe's objective does; written to the run's ``evaluation/``."""
+    return objective_of(recipe).evaluate(students, languages, pooling)
+
+
+def plan(recipe: MergeRecipe, training: TrainingSpec | None = None) -> list[dict[str, Any]]:
+    """The run planned before anything runs (``--dry-run``); ``training``: the student's
+    settings (default the recipe's)."""
+    return objective_of(recipe).plan(training or recipe.training)
+
+
+def inspect_run(run_dir: Path) -> dict[str, Any]:
+    """What the run in ``run_dir`` holds, as its recipe's objective reports it."""
+    recipe = load_recipe(RunLayout(run_dir).require_recipe())
+    return objective_of(recipe.model_copy(update={"output_dir": run_dir})).inspect()
+
+
+def prepare(recipe: MergeRecipe, progress: bool = True) -> None:
+    """The ``prepare`` stage alone."""
+    objective_of(recipe).prepare(progress)
+
+
+def teach(recipe: MergeRecipe, progress: bool = True) -> None:
+    """The ``teach`` stage alone."""
+    objective_of(recipe).teach(progress)
+
+
+def vocab(recipe: MergeRecipe) -> None:
+    """The ``vocab`` stage alone (refused for a causal recipe)."""
+    objective_of(recipe).vocab()
+
+
+def check_store(recipe: MergeRecipe) -> dict[str, Any]:
+    """The recipe's teachers, after refusing a store built from another recipe or teachers."""
+    return objective_of(recipe).check_store()
+
+
+def train_student(
+    recipe: MergeRecipe,
+    name: str = "student",
+    training: TrainingSpec | None = None,
+    progress: bool = True,
+    restart: bool = False,
+) -> Path:
+    """Train (or resume) student ``name`` of the run (``training``: default the recipe's); its
+    model directory."""
+    return objective_of(recipe).train(name, training or recipe.training, progress, restart)

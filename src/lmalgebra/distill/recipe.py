@@ -1,24 +1,44 @@
-"""The MergeDistill recipe: languages, teachers, objective (masked or causal), masking or text
-cuts, example length, top-k, samples, run directory."""
+"""The MergeDistill recipe: languages, teachers, the teacher store's settings, student, training.
+
+A recipe has one of two objectives, and each has a recipe type of its own: ``MaskedRecipe``
+(masked-LM teachers, masking, examples cut by tokens, a union-vocabulary student) and
+``CausalRecipe`` (causal LM teachers with any tokenizers, examples cut by text, a student with a
+tokenizer of its own). ``MergeRecipe`` is their common base: ``MergeRecipe.model_validate(data)``
+(and ``load_recipe``) reads ``objective`` (default ``masked``) and returns the recipe type it
+names, so a setting of the other objective is an unknown key, never silently ignored.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.core.recipe_files import read_yaml, validate
-from lmalgebra.distill.student import StudentSpec
-from lmalgebra.distill.tokenizer_choice import parse_student_tokenizer
+from lmalgebra.core.recipe_files import describe, read_yaml
+from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
+from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
 MIN_EXAMPLE_LENGTH = 8
+OBJECTIVES = ("masked", "causal")
+OBJECTIVE_HELP = (
+    "masked: masked-LM teachers, union vocabulary (MergeDistill); causal: causal LM teachers "
+    "with any tokenizers, examples cut by text."
+)
 
 
 class TeacherSpec(BaseModel):
@@ -105,27 +125,27 @@ class CausalSpec(BaseModel):
     sample_seed: int = Field(default=0, description="Seed of the drawn tokens.")
 
 
+def cut_text(text: str, max_bytes: int) -> str:
+    """``text``'s longest prefix of at most ``max_bytes`` UTF-8 bytes ending between characters."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", errors="ignore")  # drops a character cut in two
+
+
 class MergeRecipe(BaseModel):
-    """Everything before student training: data, teachers, masking, the teacher store."""
+    """What every recipe has: data, teachers, the teacher store's settings, the run directory.
+
+    The base of ``MaskedRecipe`` and ``CausalRecipe``; ``MergeRecipe.model_validate`` returns
+    the one the data's ``objective`` names."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    if TYPE_CHECKING:  # every recipe has these sections, each of its objective's own type
+        student: ModelSpec
+        training: TrainingSpec
 
     languages: dict[str, LanguageSpec] = Field(description="Language code -> corpus and teachers.")
     teachers: dict[str, TeacherSpec] = Field(description="Teacher name -> model reference.")
-    objective: Literal["masked", "causal"] = Field(
-        default="masked",
-        description="masked: masked-LM teachers, union vocabulary (MergeDistill); causal: causal "
-        "LM teachers with any tokenizers, examples cut by text.",
-    )
-    masking: MaskingSpec = Field(default_factory=MaskingSpec, description="Masked recipes only.")
-    example_length: int = Field(
-        default=128,
-        ge=MIN_EXAMPLE_LENGTH,
-        description="Tokens per example per teacher (cut); masked recipes only.",
-    )
-    causal: CausalSpec = Field(
-        default_factory=CausalSpec, description="Text cut and samples; causal recipes only."
-    )
     heldout_fraction: float = Field(
         default=0.05, ge=0, lt=1, description="Examples kept for evaluation."
     )
@@ -133,7 +153,8 @@ class MergeRecipe(BaseModel):
         default=8,
         ge=1,
         le=1024,
-        description="Teacher log-probabilities kept per masked token (causal: per token).",
+        description="Teacher log-probabilities kept per predicted token (masked: per masked "
+        "token; causal: per token).",
     )
     batch_size: int = Field(default=32, ge=1, description="Examples per teacher forward pass.")
     dtype: Literal["float32", "bfloat16", "auto"] = Field(
@@ -149,11 +170,11 @@ class MergeRecipe(BaseModel):
     )
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
-    student: StudentSpec = Field(default_factory=StudentSpec, description="Student architecture.")
-    training: TrainingSpec = Field(default_factory=TrainingSpec, description="Student training.")
 
     @model_validator(mode="after")
-    def _check(self) -> MergeRecipe:
+    def _check_teachers(self) -> MergeRecipe:
+        if type(self) is MergeRecipe:
+            raise TypeError("MergeRecipe is the base: build a MaskedRecipe or a CausalRecipe")
         if not self.languages:
             raise UserInputError("the recipe names no language")
         for code, lang in self.languages.items():
@@ -175,49 +196,142 @@ class MergeRecipe(BaseModel):
         )
         if unused:
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
-        self._check_objective()
-        if self.objective == "causal" and self.student.tokenizer is not None:
+        return self
+
+    def example_text(self, text: str) -> str:
+        """The text an example keeps of a (stripped) document: all of it."""
+        return text
+
+    def example_cut(self) -> dict[str, Any]:
+        """What the examples' store key records of how examples are cut (nothing: whole)."""
+        return {}
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> MergeRecipe:
+        """On ``MergeRecipe``: the ``MaskedRecipe`` or ``CausalRecipe`` ``obj``'s ``objective``
+        names (default masked); on either of those, that type's own validation."""
+        if cls is MergeRecipe:
+            return cast(MergeRecipe, _RECIPES.validate_python(obj, *args, **kwargs))
+        return super().model_validate(obj, *args, **kwargs)
+
+
+class MaskedRecipe(MergeRecipe):
+    """Masked-LM teachers, masked copies of examples cut by tokens, a union-vocabulary student."""
+
+    objective: Literal["masked"] = Field(
+        default="masked",
+        description=OBJECTIVE_HELP,
+    )
+    masking: MaskingSpec = Field(default_factory=MaskingSpec, description="Masking.")
+    example_length: int = Field(
+        default=128,
+        ge=MIN_EXAMPLE_LENGTH,
+        description="Tokens per example per teacher (cut).",
+    )
+    student: MaskedStudentSpec = Field(
+        default_factory=MaskedStudentSpec, description="Student architecture."
+    )
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description="Student training.")
+
+
+class CausalRecipe(MergeRecipe):
+    """Causal LM teachers with any tokenizers, examples cut by text, a student with a tokenizer
+    of its own."""
+
+    objective: Literal["causal"] = Field(
+        default="causal",
+        description=OBJECTIVE_HELP,
+    )
+    causal: CausalSpec = Field(default_factory=CausalSpec, description="Text cut and samples.")
+    student: CausalStudentSpec = Field(
+        default_factory=CausalStudentSpec, description="Student architecture and tokenizer."
+    )
+    training: CausalTrainingSpec = Field(
+        default_factory=CausalTrainingSpec, description="Student training."
+    )
+
+    @model_validator(mode="after")
+    def _check_tokenizer(self) -> CausalRecipe:
+        if self.student.tokenizer is not None:
             parse_student_tokenizer(self.student.tokenizer, self.teachers)
         return self
 
-    def _check_objective(self) -> None:
-        """Refuse a setting the objective would ignore (a non-default value of the other's)."""
-        default_length = MergeRecipe.model_fields["example_length"].get_default()
-        if self.objective == "causal":
-            ignored = [
-                key
-                for key, changed in (
-                    ("masking", self.masking != MaskingSpec()),
-                    ("example_length", self.example_length != default_length),
-                )
-                if changed
-            ]
-            fix = "causal recipes mask nothing and cut examples by text (causal.example_bytes)"
-        else:
-            ignored = [
-                key
-                for key, changed in (
-                    ("causal", self.causal != CausalSpec()),
-                    ("student.tokenizer", self.student.tokenizer is not None),
-                    ("training.objective_mix", self.training.objective_mix is not None),
-                )
-                if changed
-            ]
-            fix = "set `objective: causal` for causal teachers"
-        if ignored:
-            raise UserInputError(
-                f"{ignored[0]} does not apply to a recipe with objective {self.objective}: "
-                f"remove it ({fix})"
-            )
+    def example_text(self, text: str) -> str:
+        """The document's first ``causal.example_bytes`` UTF-8 bytes (at a character boundary):
+        every teacher tokenises exactly those bytes."""
+        return cut_text(text, self.causal.example_bytes)
 
-    def data_hash(self) -> str:
-        """Hash of everything that changes the stored examples and teacher outputs."""
-        exclude = {"output_dir", "batch_size", "device", "student", "training"}
-        if self.objective == "masked":  # as before the causal objective: existing stores stay valid
-            exclude |= {"objective", "causal"}
-        return sha256_json(self.model_dump(mode="json", exclude=exclude))
+    def example_cut(self) -> dict[str, Any]:
+        return {"cut": {"utf8_bytes": self.causal.example_bytes, "at": "character boundary"}}
+
+
+def _objective(data: Any) -> Any:
+    if isinstance(data, dict):
+        return data.get("objective", "masked")
+    return getattr(data, "objective", None)
+
+
+_RECIPES: TypeAdapter[MaskedRecipe | CausalRecipe] = TypeAdapter(
+    Annotated[
+        Annotated[MaskedRecipe, Tag("masked")] | Annotated[CausalRecipe, Tag("causal")],
+        Discriminator(_objective),
+    ]
+)
+
+
+def _keys(recipe: type[MergeRecipe]) -> set[str]:
+    """Every key of ``recipe``'s top level and of its student and training sections."""
+    keys = set(recipe.model_fields)
+    for section in ("student", "training"):
+        spec = recipe.model_fields[section].annotation
+        assert isinstance(spec, type) and issubclass(spec, BaseModel)
+        keys |= {f"{section}.{name}" for name in spec.model_fields}
+    return keys
+
+
+_KEYS = {"masked": _keys(MaskedRecipe), "causal": _keys(CausalRecipe)}
+
+
+def parse_recipe(data: Any, source: str) -> MergeRecipe:
+    """The recipe ``data`` describes (a mapping of its keys); one line naming the key and
+    ``source`` when it is not one."""
+    try:
+        return MergeRecipe.model_validate(data)
+    except ValidationError as err:
+        raise UserInputError(_message(err, data, source)) from None
+
+
+def _message(err: ValidationError, data: Any, source: str) -> str:
+    """``describe``'s line, with the objective's tag left out of the key, and for a key of the
+    other objective, which objective it belongs to."""
+    first = err.errors()[0]
+    objective = _objective(data)
+    if first["type"] == "union_tag_invalid" or objective not in OBJECTIVES:
+        return f"{source}: key 'objective': must be masked or causal, got {objective!r}"
+    message = describe(err, source, tagged=True)
+    unknown = next((e for e in err.errors() if e["type"] == "extra_forbidden"), None)
+    if unknown is not None:
+        key = ".".join(str(p) for p in unknown["loc"][1:])  # the tag left out
+        other = next((o for o in OBJECTIVES if o != objective), "")
+        if key in _KEYS[other] - _KEYS[objective]:
+            message += f": a setting of {other} recipes, and this recipe's objective is {objective}"
+    return message
+
+
+def masked_only(recipe: MergeRecipe, refusal: str) -> MaskedRecipe:
+    """``recipe`` as the masked recipe it must be; ``refusal`` (one line) otherwise."""
+    if not isinstance(recipe, MaskedRecipe):
+        raise UserInputError(refusal)
+    return recipe
+
+
+def causal_only(recipe: MergeRecipe, refusal: str) -> CausalRecipe:
+    """``recipe`` as the causal recipe it must be; ``refusal`` (one line) otherwise."""
+    if not isinstance(recipe, CausalRecipe):
+        raise UserInputError(refusal)
+    return recipe
 
 
 def load_recipe(path: Path) -> MergeRecipe:
-    recipe = validate(MergeRecipe, read_yaml(path), str(path))
-    return recipe
+    """The recipe in the YAML file ``path``."""
+    return parse_recipe(read_yaml(path), str(path))

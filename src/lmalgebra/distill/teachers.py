@@ -1,22 +1,35 @@
-"""Teachers: masked LMs with a trained head, loaded from a hub id, a directory or a package.
+"""Teachers of either objective: what is known of one before its weights are read, the one loader
+of a language model with its trained head, and offline inference over a store's shards.
 
-(Causal teachers, for recipes with objective causal, are ``causal_teachers``'s.)"""
+Device and dtype of teacher inference (``merge teach``): a store computed in bfloat16 holds other
+numbers than a float32 one, so the dtype the recipe's ``dtype`` resolves to is part of the key of
+``topk/`` and ``logprobs/`` (``dtype_key``): a float32 store is never reused for a bfloat16
+request, nor the reverse. The device is not: it changes where the numbers are computed, not what
+they are.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import pyarrow as pa
+import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
+from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import read_text
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.shard_set import ShardSet
 
 log = logging.getLogger(__name__)
+Head = Literal["masked", "causal"]
 # families whose position ids start after the padding id (RoBERTa's convention)
 _OFFSET_POSITIONS = (
     "roberta",
@@ -28,102 +41,25 @@ _OFFSET_POSITIONS = (
     "roberta-prelayernorm",
     "xmod",
 )
+# per head: the Auto class, what messages call the model, the command that makes one
+_HEADS: dict[str, tuple[str, str, str]] = {
+    "masked": ("AutoModelForMaskedLM", "masked LM", "lmalgebra pretrain masked"),
+    "causal": ("AutoModelForCausalLM", "causal LM", "lmalgebra pretrain causal"),
+}
+TEACHER_HINT = {
+    "masked": "; give causal teachers in a recipe with `objective: causal`",
+    "causal": "; give masked-LM teachers in a recipe with `objective: masked`",
+}
 
 
 @dataclass
 class Teacher:
+    """A teacher opened for a recipe: its resolved directory, fingerprint and tokenizer."""
+
     name: str
     directory: Path
     hashes: dict[str, str]
     tokenizer: Any
-
-
-def architecture(directory: Path) -> str | None:
-    """The model class ``config.json`` names (``BertForMaskedLM``, ``GPT2LMHeadModel``...)."""
-    path = directory / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        names = json.loads(read_text(path, "model configuration")).get("architectures")
-    except (ValueError, AttributeError):  # not JSON, or not an object: loading will say so
-        return None
-    return str(names[0]) if isinstance(names, list) and names else None
-
-
-def is_causal_architecture(name: str | None) -> bool:
-    return name is not None and name.endswith(("ForCausalLM", "LMHeadModel"))
-
-
-def is_masked_architecture(name: str | None) -> bool:
-    return name is not None and name.endswith("ForMaskedLM")
-
-
-def check_top_k(name: str, top_k: int, tokenizer: Any) -> None:
-    """Refuse a ``top_k`` larger than the teacher's vocabulary."""
-    if top_k > len(tokenizer):
-        raise UserInputError(
-            f"top_k {top_k} exceeds the vocabulary of teacher {name!r} "
-            f"({len(tokenizer)} tokens); use top_k <= {len(tokenizer)}"
-        )
-
-
-def open_teacher(
-    ref: ModelRef, memo_dir: Path | None = None, example_length: int | None = None
-) -> Teacher:
-    """Resolve and fingerprint a teacher and load its tokenizer (which must have a mask token);
-    with ``example_length``, refuse a teacher whose positions cannot hold that many tokens."""
-    directory = resolve_directory(ref)
-    found = architecture(directory)
-    if is_causal_architecture(found):
-        raise UserInputError(
-            f"teacher {ref.name!r}: {directory} holds a causal LM ({found}), not a masked LM; "
-            "give causal teachers in a recipe with `objective: causal`"
-        )
-    tokenizer = teacher_tokenizer(ref, directory, example_length)
-    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
-
-
-def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None = None) -> Any:
-    """The teacher's tokenizer, refused without a mask token or (given ``example_length``) when
-    the model's positions cannot hold that many tokens; nothing of the weights is read."""
-    tokenizer = load_tokenizer(ref, directory)
-    if tokenizer.mask_token_id is None:
-        raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")
-    limit = max_positions(directory)
-    if example_length is not None and limit is not None and example_length > limit:
-        raise UserInputError(
-            f"example_length {example_length} exceeds the {limit} positions teacher "
-            f"{ref.name!r} can read ({directory / 'config.json'}); use example_length <= {limit}"
-        )
-    return tokenizer
-
-
-def load_masked_lm(ref: ModelRef, directory: Path) -> Any:
-    """``AutoModelForMaskedLM`` in eval mode; refused when head weights are missing from the files.
-
-    A model saved without its masked-LM head (an encoder-only checkpoint) would otherwise load with
-    a randomly initialised head and produce confident nonsense.
-    """
-    from transformers import AutoModelForMaskedLM
-
-    if ref.trust_remote_code:
-        announce_remote_code(ref.name, directory)
-    try:
-        model, info = AutoModelForMaskedLM.from_pretrained(
-            directory, output_loading_info=True, trust_remote_code=ref.trust_remote_code
-        )
-    except Exception as err:
-        raise UserInputError(
-            f"teacher {ref.name!r}: cannot load a masked LM from {directory}: {load_failure(err)}"
-        ) from err
-    missing = sorted(info.get("missing_keys", []))
-    if missing:
-        shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-        raise UserInputError(
-            f"teacher {ref.name!r}: {directory} has no trained masked-LM head "
-            f"(missing weights: {shown}); pre-train one with `lmalgebra pretrain` or use another"
-        )
-    return model.eval()
 
 
 def model_config(directory: Path) -> dict[str, Any]:
@@ -138,6 +74,34 @@ def model_config(directory: Path) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
+def architecture(directory: Path) -> str | None:
+    """The model class ``config.json`` names (``BertForMaskedLM``, ``GPT2LMHeadModel``...)."""
+    names = model_config(directory).get("architectures")
+    return str(names[0]) if isinstance(names, list) and names else None
+
+
+def head_of(name: str | None) -> Head | None:
+    """The head an architecture's name says the model has (None: it does not say)."""
+    if name is not None and name.endswith(("ForCausalLM", "LMHeadModel")):
+        return "causal"
+    if name is not None and name.endswith("ForMaskedLM"):
+        return "masked"
+    return None
+
+
+def refuse_other_head(owner: str, directory: Path, head: Head, hint: str = "") -> None:
+    """Refuse a model whose ``config.json`` names the other head: a masked LM would load as a
+    causal LM (BERT's masked-LM head fits ``BertLMHeadModel``) and score nonsense, and a causal
+    LM has no masked-LM head."""
+    found = architecture(directory)
+    other = head_of(found)
+    if other is not None and other != head:
+        raise UserInputError(
+            f"{owner}: {directory} holds a {_HEADS[other][1]} ({found}), "
+            f"not a {_HEADS[head][1]}{hint}"
+        )
+
+
 def max_positions(directory: Path) -> int | None:
     """The longest input (tokens) the model in ``directory`` reads, from its ``config.json``."""
     config = model_config(directory)
@@ -147,3 +111,92 @@ def max_positions(directory: Path) -> int | None:
     if config.get("model_type") in _OFFSET_POSITIONS:
         limit -= int(config.get("pad_token_id") or 0) + 1
     return limit
+
+
+def check_top_k(name: str, top_k: int, tokenizer: Any) -> None:
+    """Refuse a ``top_k`` larger than the teacher's vocabulary."""
+    if top_k > len(tokenizer):
+        raise UserInputError(
+            f"top_k {top_k} exceeds the vocabulary of teacher {name!r} "
+            f"({len(tokenizer)} tokens); use top_k <= {len(tokenizer)}"
+        )
+
+
+def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -> Any:
+    """The language model in ``directory`` with its ``head`` (``AutoModelForMaskedLM`` or
+    ``AutoModelForCausalLM``), in eval mode; ``role``: what messages call it.
+
+    Refused when ``config.json`` names the other head, and when head weights are missing from
+    the files: a randomly initialised head would produce confident nonsense."""
+    import transformers
+
+    auto, what, command = _HEADS[head]
+    owner = f"{role} {ref.name!r}"
+    refuse_other_head(owner, directory, head, TEACHER_HINT[head] if role == "teacher" else "")
+    if ref.trust_remote_code:
+        announce_remote_code(ref.name, directory)
+    try:
+        loaded: Any = getattr(transformers, auto).from_pretrained(
+            directory, output_loading_info=True, trust_remote_code=ref.trust_remote_code
+        )
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: cannot load a {what} from {directory}: {load_failure(err)}"
+        ) from err
+    model, info = loaded
+    missing = sorted(info.get("missing_keys", []))
+    if missing:
+        shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+        raise UserInputError(
+            f"{owner}: {directory} has no trained {what.replace(' ', '-')} head "
+            f"(missing weights: {shown}); "
+            f"pre-train one with `{command}` or use another"
+        )
+    return model.eval()
+
+
+def inference_setup(recipe: Any) -> tuple[torch.device, torch.dtype]:
+    """Where teacher inference runs and in which dtype, resolved for this machine (``auto``
+    logs its choice; an unusable device or an unsupported bfloat16 is refused in one line)."""
+    device = resolve_device(recipe.device, "merge recipe device")
+    return device, resolve_dtype(recipe.dtype, device, "merge recipe dtype")
+
+
+def dtype_key(dtype: torch.dtype | str) -> dict[str, Any]:
+    """The store-key entry of a compute dtype: nothing for float32, the name of any other."""
+    name = dtype if isinstance(dtype, str) else dtype_name(dtype)
+    return {} if name == "float32" else {"dtype": name}
+
+
+def accepted_dtypes(recipe: Any) -> tuple[str, ...]:
+    """The store dtypes a reader of the store accepts for the recipe's ``dtype``: ``auto`` may
+    have resolved to either on the machine that ran ``merge teach``."""
+    return ("float32", "bfloat16") if recipe.dtype == "auto" else (recipe.dtype,)
+
+
+def infer_shards(
+    source: ShardSet,
+    target: ShardSet,
+    label: str,
+    load: Callable[[], Any],
+    infer: Callable[[Any, pa.Table], pa.Table],
+    progress: bool,
+    **finish: Any,
+) -> None:
+    """Teacher inference over the shards of ``source``, written to ``target``, resumable: shard
+    ``i`` of ``target`` is ``infer(model, source shard i)``. Under several processes each rank
+    computes the shards it owns that are missing; the model (``load()``) is loaded only when a
+    shard is to be computed. ``finish``: what the completed set's manifest records."""
+    count = len(source.manifest["shards"])
+    todo = set(target.plan(count))
+    if target.complete:
+        return
+    model: Any = None
+    with progress_bar(label, count, progress) as advance:
+        for index in range(count):
+            if index in todo:
+                if model is None:
+                    model = load()
+                target.write(index, infer(model, source.read(index)))
+            advance(1)
+    target.finish(**finish)

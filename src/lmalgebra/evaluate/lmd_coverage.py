@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.recipe_files import validate
+from pydantic import BaseModel, ConfigDict, Field
+
+from lmalgebra.core.recipe_files import validate, with_default
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
-from lmalgebra.lmd.spans import TooLittleTextError
+from lmalgebra.lmd.spans import SpanSpec, TooLittleTextError
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table
@@ -31,29 +32,32 @@ from lmalgebra.storage.output_paths import default_cache_dir
 log = logging.getLogger(__name__)
 SOURCE = "merge evaluate (LMD coverage)"
 CoveragePooling = Literal["mean", "last"]
-POOLINGS: tuple[CoveragePooling, ...] = ("mean", "last")
 
 
-@dataclass(frozen=True)
-class CoverageSpec:
-    """How spans are cut and embedded. Held-out text is scarce: more spans per document and a
-    larger test share than ``decompose``'s defaults (as ``merge select``)."""
+class HeldOutSpans(SpanSpec):
+    """Spans of held-out text, which is scarce: shorter spans, more per document and a larger
+    test share than ``decompose``'s defaults."""
 
-    pooling: CoveragePooling = "mean"
-    seq_len: int = 32
-    spans: tuple[int, int, int] = (2000, 250, 500)
-    per_doc: int = 16
-    fractions: tuple[float, float, float] = (0.7, 0.1, 0.2)
-    alpha: float = 0.01
-    batch_size: int = 32
-    progress: bool = False
-    cache_dir: Path = field(default_factory=default_cache_dir)
+    length: int = with_default(SpanSpec, "length", 32)
+    fractions: tuple[float, float, float] = with_default(SpanSpec, "fractions", (0.7, 0.1, 0.2))
+    counts: tuple[int, int, int] = with_default(SpanSpec, "counts", (2000, 250, 500))
+    per_doc: int = with_default(SpanSpec, "per_doc", 16)
 
-    def __post_init__(self) -> None:
-        if self.pooling not in POOLINGS:
-            raise UserInputError(
-                f"--pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"
-            )
+
+class CoverageSpec(BaseModel):
+    """How spans of held-out text are cut, embedded and fitted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    pooling: CoveragePooling = Field(
+        default="mean",
+        description="How a span's token states are pooled: mean, or last (the last token).",
+    )
+    spans: HeldOutSpans = Field(default_factory=HeldOutSpans, description="Spans.")
+    alpha: float = Field(default=0.01, description="Ridge strength (relative).")
+    batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
+    progress: bool = Field(default=False, description="Progress bars.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Embedding cache root.")
 
 
 @dataclass(frozen=True)
@@ -80,12 +84,7 @@ def _config(
         "models": list(models),
         "corpus": corpus,  # recorded only: the documents are given
         "reference_tokenizer": reference,
-        "spans": {
-            "length": spec.seq_len,
-            "counts": list(spec.spans),
-            "per_doc": spec.per_doc,
-            "fractions": list(spec.fractions),
-        },
+        "spans": spec.spans.model_dump(),
         "pooling": spec.pooling,
         "exclude_special": True,  # a start token's state is the same before every span
         "alpha": spec.alpha,

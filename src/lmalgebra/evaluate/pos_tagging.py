@@ -17,9 +17,9 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, find_splits, read_conllu
+from lmalgebra.evaluate.pos_options import Mode, PosOptions
 from lmalgebra.evaluate.pos_results import PosResult, result_summary, write_results
 from lmalgebra.lmd.embed import max_tokens
 from lmalgebra.sources.models import (
@@ -40,33 +41,7 @@ from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["probe", "finetune"]
 _DEFAULTS: dict[str, tuple[int, float]] = {"probe": (30, 1e-2), "finetune": (3, 5e-5)}
-
-
-@dataclass(frozen=True)
-class PosOptions:
-    """How one evaluation runs; ``None`` epochs/lr take the mode's default."""
-
-    layer: int = -1  # hidden layer (0 = embeddings, negative counts from the last)
-    epochs: int | None = None  # at most this many epochs (probe 30, finetune 3)
-    lr: float | None = None  # AdamW learning rate (probe 1e-2, finetune 5e-5)
-    patience: int = 3  # stop after this many epochs without a better dev accuracy
-    batch_size: int = 32  # sentences per forward pass
-    probe_batch_words: int = 256  # words per probe optimisation step
-    max_train_sentences: int | None = None  # a seeded sample of train, kept in file order
-    max_eval_sentences: int | None = None  # the first N sentences of dev and of test
-    max_length: int | None = None  # subwords per sentence (default: the model's limit)
-    seed: int = 0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if type(value) is int and item.name not in ("layer", "seed") and value < 1:
-                raise UserInputError(f"POS evaluation: {item.name} must be at least 1, got {value}")
-        if self.lr is not None and not self.lr > 0:
-            raise UserInputError(f"POS evaluation: lr must be positive, got {self.lr}")
 
 
 @dataclass
@@ -381,7 +356,7 @@ def evaluate_many(
     failure leaves those of the models done, and no empty directory)."""
     options = options or PosOptions()
     results: list[PosResult] = []
-    settings = {"train": train, "dev": dev, "test": test, "mode": mode, **asdict(options)}
+    settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
     with tidy_on_failure(*([out] if out is not None else [])):
         for ref in refs:
             result = evaluate_pos(ref, train, dev, test, mode, options)

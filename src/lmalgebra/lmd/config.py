@@ -121,7 +121,7 @@ class DecomposeConfig(BaseModel):
             dup = sorted({n for n in names if names.count(n) > 1})
             raise UserInputError(
                 f"model names must be unique; repeated: {', '.join(dup)} (name each model: "
-                "--model NAME=REFERENCE, or `name:` in the recipe)"
+                "--models NAME=REFERENCE, or `name:` in the recipe)"
             )
         if (self.target is None) != (self.basis is None):
             raise UserInputError("--target and --basis go together")

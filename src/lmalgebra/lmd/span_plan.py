@@ -55,7 +55,7 @@ class SpanPlanSpec(BaseModel):
     def _check(self) -> SpanPlanSpec:
         if not self.models and self.reference_tokenizer is None:
             raise UserInputError(
-                "name a model (--model) or a reference_tokenizer whose tokenizer cuts the spans"
+                "name a model (--models) or a reference_tokenizer whose tokenizer cuts the spans"
             )
         return self
 

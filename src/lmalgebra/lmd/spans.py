@@ -30,7 +30,11 @@ class SpanSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    length: int = Field(default=64, description="T: span length in reference-tokenizer tokens.")
+    length: int = Field(
+        default=64,
+        description="T: span length in reference-tokenizer tokens.",
+        json_schema_extra={"short_flag": "-T"},  # T, as the method and every figure call it
+    )
     fractions: tuple[float, float, float] = Field(
         default=(0.8, 0.1, 0.1), description="Share of documents for train, validation, test."
     )

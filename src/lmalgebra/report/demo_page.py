@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.evaluate.distill_scores import (
+from lmalgebra.distill.masked.scores import (
     Score,
     incomparable_languages,
     not_comparable,
@@ -23,7 +23,7 @@ from lmalgebra.evaluate.distill_scores import (
 from lmalgebra.report.lmd_page import negative_r2_note
 from lmalgebra.report.page import Section, image, note, section, table, write_page
 
-SCORE_COLUMNS = {  # column heading -> field of a score row (evaluate.distill_scores.Score)
+SCORE_COLUMNS = {  # column heading -> field of a score row (distill.masked.scores.Score)
     "language": "language",
     "tokenisation": "teacher",
     "model": "model",
@@ -103,16 +103,15 @@ def _evidence(field: str, value: Any) -> str:
 
 
 def finding_lines(findings: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
-    """Each finding as (title, verdict, evidence sentence): ``"1 student within ..."`` becomes
-    ``"1. Student within ..."``, the verdict "reproduced", "not reproduced" or "not measured",
-    and the numbers behind it, rounded, in one sentence."""
+    """Each finding (key -> its ``claim``, ``holds`` and the numbers behind it) as (title,
+    verdict, evidence sentence): the title numbered (``"1. Student within ..."``), the verdict
+    "reproduced", "not reproduced" or "not measured", the numbers rounded, in one sentence."""
     lines = []
-    for name, finding in findings.items():
-        head, _, rest = name.partition(" ")
-        title = f"{head}. {rest[:1].upper()}{rest[1:]}" if head.isdigit() and rest else name
+    for number_, finding in enumerate(findings.values(), start=1):
+        title = f"{number_}. {finding['claim']}"
         holds = finding.get("holds")
         verdict = "not measured" if holds is None else "reproduced" if holds else "not reproduced"
-        parts = [_evidence(k, v) for k, v in finding.items() if k != "holds"]
+        parts = [_evidence(k, v) for k, v in finding.items() if k not in ("holds", "claim")]
         evidence = "; ".join(parts)
         lines.append((title, verdict, evidence[:1].upper() + evidence[1:] + "." if parts else ""))
     return lines

@@ -50,7 +50,7 @@ NEGATIVE_R2 = (
     "An R² below 0 means the fit predicts the held-out embeddings worse than their mean: the "
     "basis models do not explain the target linearly, or the ridge fit over-learnt too few "
     "training spans. It is a result, not an error; if overfitting is the cause, use more spans "
-    "or let the data choose the ridge strength (<code>--alpha-select gcv</code>)."
+    "or let the data choose the ridge strength (<code>--study.alpha_select gcv</code>)."
 )
 NEGATIVE_SHOWN = 6  # cells named in the note; the rest are counted
 

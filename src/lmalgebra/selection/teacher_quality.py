@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from lmalgebra.distill.examples import Example
-from lmalgebra.distill.masking import MaskedCopy, TeacherMasker, pad_batch
+from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.recipe import MaskingSpec
-from lmalgebra.distill.teachers import Teacher, load_masked_lm
+from lmalgebra.distill.teachers import Teacher, load_lm
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.masked_head import masked_logits
 
@@ -52,7 +52,7 @@ def held_out_quality(
     batch_size: int = 32,
 ) -> TeacherQuality:
     """Score ``teacher`` on ``examples`` (its masking, every chosen position masked)."""
-    model = load_masked_lm(ref, teacher.directory)
+    model = load_lm(ref, teacher.directory, "masked")
     tokenizer = teacher.tokenizer
     masker = TeacherMasker(teacher.name, tokenizer, masking, example_length)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

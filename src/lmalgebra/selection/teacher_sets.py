@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
+from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.examples import Example, language_examples
-from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.teachers import Teacher, open_teacher
+from lmalgebra.distill.masked.teachers import open_masked_teacher
+from lmalgebra.distill.recipe import MaskedRecipe, MergeRecipe, masked_only, parse_recipe
+from lmalgebra.distill.teachers import Teacher
+from lmalgebra.evaluate.lmd_coverage import HeldOutSpans
 from lmalgebra.lmd.config import DecomposeConfig, default_cache_dir
 from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.sweeps import decomposer_of
@@ -35,26 +38,31 @@ log = logging.getLogger(__name__)
 SOURCE = "merge select"
 
 
-@dataclass(frozen=True)
-class SelectionSpec:
-    """How teachers are compared (the options of ``lmalgebra merge select``)."""
+class SelectionSpec(BaseModel):
+    """How teachers are compared (``lmalgebra merge select``, ``select_teachers``)."""
 
-    size: int = 2
-    languages: tuple[str, ...] | None = None
-    seq_len: int = 32
-    spans: tuple[int, int, int] = (2000, 250, 500)
-    # held-out text is scarce: more spans per document than decompose's default, a larger test
-    # share (the set scores are test R^2)
-    per_doc: int = 16
-    fractions: tuple[float, float, float] = (0.7, 0.1, 0.2)
-    max_texts: int | None = None
-    alpha: float = 0.01
-    bootstrap: int = 1000
-    level: float = 0.95
-    seed: int = 0
-    batch_size: int = 32
-    progress: bool = True
-    cache_dir: Any = field(default_factory=default_cache_dir)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    size: int = Field(default=2, ge=1, description="Teachers per set.")
+    languages: list[str] | None = Field(
+        default=None, description="Only these languages (default: every language of the recipe)."
+    )
+    spans: HeldOutSpans = Field(
+        default_factory=HeldOutSpans, description="Spans cut from each language's held-out text."
+    )
+    max_texts: int | None = Field(
+        default=None, ge=1, description="Held-out examples per language (default: all)."
+    )
+    alpha: float = Field(default=0.01, description="Ridge strength (relative).")
+    bootstrap: int = Field(default=1000, ge=0, description="Bootstrap replicates.")
+    level: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of intervals.")
+    seed: int = Field(default=0, description="Seed of the bootstrap.")
+    batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
+    progress: bool = Field(default=True, description="Progress bars.")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
+    )
 
 
 @dataclass
@@ -90,16 +98,16 @@ class Selection:
             data["languages"][lang]["teachers"] = members
         used = {t for spec in data["languages"].values() for t in spec["teachers"]}
         data["teachers"] = {n: t for n, t in data["teachers"].items() if n in used}
-        return validate(MergeRecipe, data, "recommended recipe")
+        return parse_recipe(data, "recommended recipe")
 
 
 def select_teachers(recipe: MergeRecipe, spec: SelectionSpec) -> Selection:
     """Rank the recipe's teacher sets of ``spec.size`` per language and overall."""
-    if recipe.objective == "causal":
-        raise UserInputError(
-            "merge select ranks masked-LM teachers (by masked-token accuracy); "
-            "this recipe has objective causal"
-        )
+    recipe = masked_only(
+        recipe,
+        "merge select ranks masked-LM teachers (by masked-token accuracy); "
+        "this recipe has objective causal",
+    )
     languages = _languages(recipe, spec)
     opened: dict[str, Teacher] = {}
     found: dict[str, LanguageSelection] = {}
@@ -112,7 +120,7 @@ def select_teachers(recipe: MergeRecipe, spec: SelectionSpec) -> Selection:
     return Selection(spec.size, found, overall, timings)
 
 
-def _languages(recipe: MergeRecipe, spec: SelectionSpec) -> list[str]:
+def _languages(recipe: MaskedRecipe, spec: SelectionSpec) -> list[str]:
     chosen = list(spec.languages) if spec.languages else list(recipe.languages)
     unknown = [lang for lang in chosen if lang not in recipe.languages]
     if unknown:
@@ -120,17 +128,17 @@ def _languages(recipe: MergeRecipe, spec: SelectionSpec) -> list[str]:
             f"language {unknown[0]!r} is not in the recipe ({', '.join(recipe.languages)})"
         )
     if spec.size < 1:
-        raise UserInputError(f"--size must be at least 1, got {spec.size}")
+        raise UserInputError(f"size must be at least 1, got {spec.size}")
     most = max(len(recipe.languages[lang].teachers) for lang in chosen)
     if spec.size > most:
         raise UserInputError(
-            f"--size {spec.size} is larger than the candidates: no language of the recipe lists "
+            f"size {spec.size} is larger than the candidates: no language of the recipe lists "
             f"more than {most} teacher(s)"
         )
     return chosen
 
 
-def _held_out(recipe: MergeRecipe, lang: str, limit: int | None) -> list[Example]:
+def _held_out(recipe: MaskedRecipe, lang: str, limit: int | None) -> list[Example]:
     held = [e for e in language_examples(recipe, lang) if e.heldout]
     if not held:
         raise UserInputError(
@@ -141,7 +149,7 @@ def _held_out(recipe: MergeRecipe, lang: str, limit: int | None) -> list[Example
 
 
 def _language(
-    recipe: MergeRecipe,
+    recipe: MaskedRecipe,
     spec: SelectionSpec,
     lang: str,
     opened: dict[str, Teacher],
@@ -154,7 +162,7 @@ def _language(
     for name in candidates:
         ref = recipe.teachers[name].ref(name)
         if name not in opened:
-            opened[name] = open_teacher(ref, example_length=recipe.example_length)
+            opened[name] = open_masked_teacher(ref, example_length=recipe.example_length)
         qualities.append(
             held_out_quality(
                 lang,
@@ -197,7 +205,7 @@ def _language(
 
 
 def _embed(
-    recipe: MergeRecipe, spec: SelectionSpec, lang: str, names: list[str], texts: list[str]
+    recipe: MaskedRecipe, spec: SelectionSpec, lang: str, names: list[str], texts: list[str]
 ) -> RunResult:
     """The LMD run of the candidates on the language's held-out text (block statistics kept)."""
     models = []
@@ -214,12 +222,7 @@ def _embed(
     data = {
         "models": models,
         "corpus": recipe.languages[lang].corpus.model_dump(mode="json"),
-        "spans": {
-            "length": spec.seq_len,
-            "counts": list(spec.spans),
-            "per_doc": spec.per_doc,
-            "fractions": list(spec.fractions),
-        },
+        "spans": spec.spans.model_dump(),
         "alpha": spec.alpha,
         "study": {"bootstrap": max(spec.bootstrap, 1), "level": spec.level, "seed": spec.seed},
         "cache_dir": str(spec.cache_dir),
@@ -234,7 +237,8 @@ def _embed(
             raise
         raise UserInputError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
-            f"compare teachers ({err}); raise heldout_fraction or max_examples, or lower --seq-len"
+            f"compare teachers ({err}); raise heldout_fraction or max_examples, or lower "
+            "spans.length"
         ) from err
     for warning in result.warnings:
         log.warning("%s: %s", lang, warning)

@@ -86,7 +86,8 @@ def _field(record: object, column: str, where: str) -> object:
     if column not in record:
         fields = ", ".join(map(repr, record)) or "none"
         raise UserInputError(
-            f"{where}: no text field {column!r} (fields: {fields}; choose one with --text-column)"
+            f"{where}: no text field {column!r} (fields: {fields}; "
+            "choose one with corpus.text_column)"
         )
     return record[column]
 
@@ -141,7 +142,7 @@ def _csv(path: Path, column: str) -> list[str]:
     if reader.fieldnames is None or column not in reader.fieldnames:
         raise UserInputError(
             f"{path}: no column {column!r} (columns: {', '.join(reader.fieldnames or [])}; "
-            "choose one with --text-column)"
+            "choose one with corpus.text_column)"
         )
     return [row[column] or "" for row in reader]
 
@@ -153,7 +154,7 @@ def _arrow_column(table: object, column: str, where: Path) -> list[str]:
     if column not in table.column_names:
         raise UserInputError(
             f"{where}: no column {column!r} (columns: {', '.join(table.column_names)}; "
-            "choose one with --text-column)"
+            "choose one with corpus.text_column)"
         )
     values = table.column(column).to_pylist()
     return _strings(values, column, where, [f"row {i + 1}" for i in range(len(values))])

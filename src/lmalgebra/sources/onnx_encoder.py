@@ -167,7 +167,7 @@ class OnnxEncoder:
         except Exception as err:  # e.g. a sequence longer than the graph's position table
             raise UserInputError(
                 f"model {self.name!r}: ONNX file {self.path} failed on a batch of shape "
-                f"{list(input_ids.shape)}: {_one_line(err)} (a smaller --max-length may help)"
+                f"{list(input_ids.shape)}: {_one_line(err)} (a smaller --max_length may help)"
             ) from None
         tensors = [torch.from_numpy(np.ascontiguousarray(r)) for r in results]
         return OnnxOutput(tensors[0], tuple(tensors[1:]) if output_hidden_states else None)

@@ -1,22 +1,22 @@
-"""Training settings shared by student distillation and teacher pre-training."""
+"""Training settings: optimisation (every run, a teacher's pre-training included), a student's
+distillation settings (``TrainingSpec``), and a causal student's mix of cross-tokenizer losses
+(``CausalTrainingSpec``)."""
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.schedules import LambdaSchedule
 
-log = logging.getLogger(__name__)
-
 OBJECTIVE_LOSSES = ("ce", "mined_kl", "uld", "alm", "sampled")
 
 
-class TrainingSpec(BaseModel):
-    """Optimisation, loss mix, data order and bookkeeping of one training run."""
+class OptimisationSpec(BaseModel):
+    """Optimisation, data order and bookkeeping of one training run: what every run has, a
+    teacher's pre-training included."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -31,6 +31,20 @@ class TrainingSpec(BaseModel):
         default=0.01, ge=0, description="AdamW weight decay (not on biases/norms)."
     )
     max_grad_norm: float = Field(default=1.0, gt=0, description="Gradient clipping norm.")
+    seed: int = Field(default=0, description="Seed of initialisation, dropout and data order.")
+    log_every: int = Field(default=10, ge=1, description="Steps between log lines.")
+    checkpoint_every: int = Field(default=200, ge=1, description="Steps between checkpoints.")
+    mixed_precision: Literal["no", "bf16", "fp16"] = Field(
+        default="no",
+        description="Accelerate mixed precision: no (float32), bf16 (refused where the hardware "
+        "has no native bfloat16, unless LMALGEBRA_ALLOW_SLOW_BF16=1), fp16.",
+    )
+
+
+class TrainingSpec(OptimisationSpec):
+    """A student's training: optimisation, and the distillation weight, temperature and data
+    mix."""
+
     lambda_schedule: LambdaSchedule = Field(
         default="linear",
         description="KD weight: constant, linear 1->0 (teacher annealing), cosine 1->0.",
@@ -48,6 +62,23 @@ class TrainingSpec(BaseModel):
         default="all",
         description="Several teachers for a language: every copy, or the lowest-loss one.",
     )
+    gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainingSpec:
+        if not 0 <= self.lambda_value <= 1:
+            raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
+        return self
+
+    @classmethod
+    def gold(cls, optimisation: OptimisationSpec) -> TrainingSpec:
+        """A run on gold labels alone (a teacher's pre-training) with ``optimisation``."""
+        return cls(**optimisation.model_dump(), gold_only=True)
+
+
+class CausalTrainingSpec(TrainingSpec):
+    """A causal student's training: the settings of every run, and its mix of losses."""
+
     objective_mix: dict[str, float] | None = Field(
         default=None,
         description="Causal students: weight of each loss, among ce (alone: the CE-only "
@@ -56,39 +87,11 @@ class TrainingSpec(BaseModel):
         'are experimental: worse than CE alone in the recorded runs (README "Recorded causal '
         'demo run").',
     )
-    gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
-    seed: int = Field(default=0, description="Seed of initialisation, dropout and data order.")
-    log_every: int = Field(default=10, ge=1, description="Steps between log lines.")
-    checkpoint_every: int = Field(default=200, ge=1, description="Steps between checkpoints.")
-    mixed_precision: Literal["no", "bf16", "fp16"] = Field(
-        default="no",
-        description="Accelerate mixed precision: no (float32), bf16 (refused where the hardware "
-        "has no native bfloat16, unless LMALGEBRA_ALLOW_SLOW_BF16=1), fp16.",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: Any) -> Any:
-        """Recipes written before the rename say ``alpha``, which read like the ridge alpha."""
-        if isinstance(data, dict) and "alpha" in data:
-            if "sampling_exponent" in data:
-                raise UserInputError(
-                    "training: give sampling_exponent, not also its old name alpha"
-                )
-            log.warning("training.alpha is now training.sampling_exponent; please rename it")
-            data = {("sampling_exponent" if k == "alpha" else k): v for k, v in data.items()}
-        return data
 
     @model_validator(mode="after")
-    def _check(self) -> TrainingSpec:
-        if not 0 <= self.lambda_value <= 1:
-            raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
-        self._check_mix()
-        return self
-
-    def _check_mix(self) -> None:
+    def _check_mix(self) -> CausalTrainingSpec:
         if self.objective_mix is None:
-            return
+            return self
         for name, weight in self.objective_mix.items():
             if name not in OBJECTIVE_LOSSES:
                 raise UserInputError(
@@ -104,3 +107,4 @@ class TrainingSpec(BaseModel):
                 "training.objective_mix: ce stands alone (the CE-only baseline); the "
                 "distillation losses are always added to CE by the lambda schedule"
             )
+        return self

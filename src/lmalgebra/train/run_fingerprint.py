@@ -53,8 +53,6 @@ def model_part(model: Any) -> dict[str, Any]:
 def training_part(spec: Any) -> dict[str, Any]:
     """The optimisation settings that shape every step (``TrainingSpec``, run length excluded)."""
     dumped = spec.model_dump(mode="json")
-    if dumped.get("objective_mix") is None:  # masked-LM runs: checkpoints from before it stay valid
-        dumped.pop("objective_mix", None)
     return {k: v for k, v in dumped.items() if k not in RESUMABLE_SETTINGS}
 
 

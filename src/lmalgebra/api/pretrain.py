@@ -1,0 +1,34 @@
+"""``pretrain``: teachers made here, from Python: a masked or causal LM from scratch, or a
+masked-LM head fitted on a frozen encoder, each described by its spec (the keys of
+``lmalgebra pretrain masked|causal|head-only``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmalgebra.api.runtime import library_call
+from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
+
+__all__ = ["CausalPretrainSpec", "HeadOnlySpec", "MaskedPretrainSpec", "TeacherSpec", "pretrain"]
+TeacherSpec = MaskedPretrainSpec | CausalPretrainSpec | HeadOnlySpec
+
+
+def pretrain(
+    spec: TeacherSpec, progress: bool = False, restart: bool = False, *, keep_saved: bool = False
+) -> Path:
+    """Make the teacher ``spec`` describes in ``spec.out``; its model directory. Training cut
+    short resumes from its last checkpoint (``restart``: from step 0). ``keep_saved``: a teacher
+    already saved in ``spec.out`` is kept as it is (otherwise resumed: to more steps, say)."""
+    from lmalgebra.distill.layout import is_complete
+    from lmalgebra.distill.pretrain.causal import pretrain_causal
+    from lmalgebra.distill.pretrain.head_only import pretrain_head
+    from lmalgebra.distill.pretrain.masked import pretrain_masked
+
+    if keep_saved and is_complete(spec.out) and not restart:
+        return spec.out
+    with library_call():
+        if isinstance(spec, MaskedPretrainSpec):
+            return pretrain_masked(spec, progress, restart)
+        if isinstance(spec, CausalPretrainSpec):
+            return pretrain_causal(spec, progress, restart)
+        return pretrain_head(spec, progress, restart)

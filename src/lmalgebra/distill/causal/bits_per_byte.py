@@ -1,0 +1,230 @@
+"""Bits per byte (and per character) of causal LMs: a measure that does not depend on tokenizers.
+
+For each document, the model's total negative log-likelihood of its own tokenisation, in nats:
+every token from the first, the first predicted after the start token (beginning-of-sequence, or
+the end-of-text token of tokenizers that have only that one, as GPT-2's). Per language::
+
+    bits per byte = sum of documents' NLL / (ln 2 * sum of their UTF-8 bytes)
+    bits per char = sum of documents' NLL / (ln 2 * sum of their characters)
+
+A document longer than the model's context is scored with a sliding window: windows of
+``context`` input tokens start every ``stride`` tokens (default half the context), and each
+token is scored once, in the first window that predicts it, so every token after the first
+window sees at least ``context - stride`` tokens before it. Tokens a tokenizer cannot represent
+(``unknown_tokens``) cost what the model gives its unknown token: a tokenizer that maps much text
+to it scores better than it deserves, so the count is reported with the figures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.causal.teachers import start_token_id
+from lmalgebra.distill.examples import heldout_texts
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.recipe import causal_only, load_recipe
+from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
+from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.storage.csv_tables import Table, write_table
+
+
+@dataclass(frozen=True)
+class TextScore:
+    """What a model gives a set of documents: NLL in nats, and what it is divided by."""
+
+    documents: int
+    tokens: int
+    unknown_tokens: int
+    nats: float
+    bytes: int
+    chars: int
+
+    @property
+    def bits_per_byte(self) -> float:
+        return self.nats / (math.log(2) * self.bytes) if self.bytes else math.nan
+
+    @property
+    def bits_per_char(self) -> float:
+        return self.nats / (math.log(2) * self.chars) if self.chars else math.nan
+
+
+@dataclass(frozen=True)
+class _Window:
+    document: int
+    inputs: np.ndarray  # (w,) int64 tokens read
+    targets: np.ndarray  # (w,) int64 the token each position predicts
+    first: int  # positions before this one were scored by an earlier window
+
+
+def windows(sequence: np.ndarray, context: int, stride: int) -> list[tuple[int, int, int]]:
+    """``(begin, end, first)`` of each window over ``sequence`` (start token included): inputs
+    ``sequence[begin:end - 1]``, targets ``sequence[begin + 1:end]``, scored from target index
+    ``first`` (relative to the window) on."""
+    if not 1 <= stride <= context:
+        raise UserInputError(f"stride must be between 1 and the context ({context}), got {stride}")
+    out, begin, scored_to = [], 0, 1  # targets before index scored_to are done
+    while True:
+        end = min(begin + context + 1, len(sequence))
+        out.append((begin, end, scored_to - begin - 1))
+        scored_to = end
+        if end == len(sequence):
+            return out
+        begin += stride
+
+
+@torch.inference_mode()
+def score_texts(
+    model: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    context: int,
+    stride: int | None = None,
+    batch_size: int = 8,
+) -> TextScore:
+    """NLL of ``texts`` under ``model`` (tokenised by ``tokenizer``), windows of ``context``
+    input tokens every ``stride`` (default ``context // 2``)."""
+    start = start_token_id(tokenizer)
+    if start is None:
+        raise UserInputError(
+            "the tokenizer has neither a beginning-of-sequence nor an end-of-text token to "
+            "predict a document's first token after"
+        )
+    stride = stride or max(1, context // 2)
+    encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    parts: list[_Window] = []
+    for doc, ids in enumerate(encoded):
+        sequence = np.asarray([start, *ids], dtype=np.int64)
+        for begin, end, first in windows(sequence, context, stride) if ids else []:
+            parts.append(_Window(doc, sequence[begin : end - 1], sequence[begin + 1 : end], first))
+    nats = _window_nats(model, parts, batch_size)
+    unk = tokenizer.unk_token_id
+    return TextScore(
+        documents=len(texts),
+        tokens=sum(len(ids) for ids in encoded),
+        unknown_tokens=sum(int(np.sum(np.asarray(ids) == unk)) for ids in encoded)
+        if unk is not None
+        else 0,
+        nats=float(nats),
+        bytes=sum(len(t.encode("utf-8")) for t in texts),
+        chars=sum(len(t) for t in texts),
+    )
+
+
+def _window_nats(model: Any, parts: list[_Window], batch_size: int) -> float:
+    """Sum over windows of the NLL of their scored targets (float64), batched by length."""
+    order = sorted(range(len(parts)), key=lambda i: -len(parts[i].inputs))
+    total = 0.0
+    for lo in range(0, len(order), batch_size):
+        chosen = [parts[i] for i in order[lo : lo + batch_size]]
+        width = len(chosen[0].inputs)
+        ids = torch.zeros((len(chosen), width), dtype=torch.long)
+        mask = torch.zeros((len(chosen), width), dtype=torch.long)
+        for row, part in enumerate(chosen):
+            ids[row, : len(part.inputs)] = torch.from_numpy(part.inputs)
+            mask[row, : len(part.inputs)] = 1
+        logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), -1)
+        for row, part in enumerate(chosen):
+            scored = slice(part.first, len(part.targets))
+            rows = logprobs[row, scored]
+            targets = torch.from_numpy(part.targets[scored]).unsqueeze(1)
+            total -= float(rows.gather(1, targets).double().sum())
+    return total
+
+
+def bits_per_byte(
+    model: ModelRef | Path | str,
+    texts: Mapping[str, Sequence[str]],
+    context: int | None = None,
+    stride: int | None = None,
+    batch_size: int = 8,
+) -> dict[str, TextScore]:
+    """Per language, the scores of a causal LM (a reference, or a directory or hub id) on
+    ``texts`` (language -> its documents). ``context``: input tokens per window, default the
+    model's positions."""
+    ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
+    directory = resolve_directory(ref)
+    refuse_other_head(f"model {ref.name!r}", directory, "causal")
+    tokenizer = load_tokenizer(ref, directory)
+    if start_token_id(tokenizer) is None:
+        raise UserInputError(
+            f"model {ref.name!r}: the tokenizer in {directory} has neither a beginning-of-sequence "
+            "nor an end-of-text token to predict a document's first token after"
+        )
+    limit = max_positions(directory)
+    context = context or limit
+    if context is None:
+        raise UserInputError(f"{directory}: config.json gives no context length; pass one")
+    if limit is not None and context > limit:
+        raise UserInputError(f"context {context} exceeds the {limit} positions of {directory}")
+    network = load_lm(ref, directory, "causal", role="model")
+    return {
+        lang: score_texts(network, tokenizer, docs, context, stride, batch_size)
+        for lang, docs in texts.items()
+    }
+
+
+@dataclass(frozen=True)
+class BitsRow:
+    """One model on one language's held-out documents."""
+
+    language: str
+    model: str
+    documents: int
+    tokens: int
+    unknown_tokens: int
+    bytes: int
+    chars: int
+    nats: float
+    bits_per_byte: float
+    bits_per_char: float
+
+
+BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")
+
+
+def evaluate_bits(
+    run_dir: Path,
+    models: Sequence[ModelRef],
+    languages: Sequence[str] | None = None,
+    context: int | None = None,
+) -> list[BitsRow]:
+    """Bits per byte of each model on each language's held-out examples of a merge run, written
+    to ``run_dir/evaluation/bits_per_byte.csv``; the rows."""
+    texts = heldout_texts(run_dir, languages)
+    rows = []
+    for ref in models:
+        for lang, score in bits_per_byte(ref, texts, context).items():
+            rows.append(
+                BitsRow(
+                    lang,
+                    ref.name,
+                    score.documents,
+                    score.tokens,
+                    score.unknown_tokens,
+                    score.bytes,
+                    score.chars,
+                    score.nats,
+                    score.bits_per_byte,
+                    score.bits_per_char,
+                )
+            )
+    write_table(RunLayout(run_dir).evaluation, BITS, rows)
+    return rows
+
+
+def run_teachers(run_dir: Path) -> list[ModelRef]:
+    """The causal teachers of the run in ``run_dir`` (what ``merge bits-per-byte`` scores when
+    given no model); refused for a masked-LM run, whose teachers are no causal LMs."""
+    recipe = causal_only(
+        load_recipe(RunLayout(run_dir).require_recipe()),
+        f"{run_dir} is a masked-LM run: name the causal LMs to score with --models",
+    )
+    return [spec.ref(name) for name, spec in recipe.teachers.items()]

@@ -1,0 +1,85 @@
+"""The causal objective: causal LM teachers with any tokenizers, examples cut by text, each
+teacher's next-token log-probabilities at every position, a GPT-2-style student with a tokenizer
+of its own trained with cross-tokenizer losses, and held-out bits per byte against the teachers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import validate
+from lmalgebra.distill.causal.plan import plan_causal
+from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
+from lmalgebra.distill.causal.teachers import open_teachers
+from lmalgebra.distill.layout import RUN_SCRATCH
+from lmalgebra.distill.objective import Evaluation, Objective, Stage
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.run.inspection import causal_report
+from lmalgebra.distill.run.store_check import check_set
+from lmalgebra.distill.teachers import Teacher, accepted_dtypes
+from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
+
+
+def _run_dir(self: CausalObjective, **_: Any) -> Path:
+    return self.recipe.output_dir
+
+
+class CausalObjective(Objective):
+    """The stages of a causal recipe (no vocab stage: the student keeps a tokenizer of its own)."""
+
+    stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
+    recipe: CausalRecipe
+    open_all = staticmethod(open_teachers)
+    write_copy = staticmethod(write_tokens)
+    write_outputs = staticmethod(write_logprobs)
+
+    def vocab(self) -> None:
+        raise UserInputError(
+            "a causal recipe has no union vocabulary (its student keeps a tokenizer of its own): "
+            "`merge vocab` applies to recipes with objective masked"
+        )
+
+    def check_store(self) -> dict[str, Teacher]:
+        """Refuse a token or log-probability store built from another recipe or teachers."""
+        teachers = self.open_teachers()
+        for lang, name in self.pairs():
+            teacher = teachers[name]
+            check_set([tokens_set(self.recipe, lang, teacher)], "prepare")
+            dtypes = accepted_dtypes(self.recipe)
+            check_set([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach")
+        return teachers
+
+    @holding_lock("merge train", _run_dir, RUN_SCRATCH)
+    def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
+        from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix, train_causal_student
+
+        self.layout.student(name)  # a name that is no plain directory name: refused first
+        spec = CausalTrainingSpec.model_validate(training.model_dump())
+        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # settings before the store
+        teachers = self.check_store()
+        return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
+
+    def evaluate(
+        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
+    ) -> Evaluation:
+        from lmalgebra.distill.causal.bits_per_byte import BITS
+        from lmalgebra.distill.causal.evaluation import causal_markdown, evaluate_causal_run
+        from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageSpec
+
+        chosen = list(languages) if languages else None
+        spec = validate(CoverageSpec, {"pooling": pooling or "mean"}, "evaluate")
+        found = evaluate_causal_run(self.recipe, list(students), chosen, spec)
+        markdown = causal_markdown(found)
+        columns = list(COVERAGE.columns)
+        return Evaluation(
+            found.bits, list(BITS.columns), found.rdt, markdown, found.coverage, columns
+        )
+
+    def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
+        return plan_causal(self.recipe, CausalTrainingSpec.model_validate(training.model_dump()))
+
+    def inspect(self) -> dict[str, Any]:
+        return causal_report(self.layout.root)

@@ -1,0 +1,183 @@
+"""The causal teacher store: each causal teacher's tokens of every example, with UTF-8 byte
+offsets, and its next-token log-probabilities, top-k and drawn tokens at every position.
+
+Run directory layout (besides ``examples/``, which every objective shares)::
+
+    tokens/<lang>/<teacher>/shard-*     example_id, heldout, token_ids, offsets    (merge prepare)
+    logprobs/<lang>/<teacher>/shard-*   next_logprob, topk_ids, topk_logprobs      (merge teach)
+                                        [, sample_ids, sample_logprobs]
+
+Both are row-aligned with ``examples/<lang>/``: row ``r`` of every set is the same example. The
+sets are the checksummed, resumable shard sets of the masked store (``storage.shard_set``):
+``tokens/`` is written by the main rank, ``logprobs/`` by every rank for the shards it owns.
+Ragged values are flattened per row: ``offsets`` holds ``2n`` values (start, end pairs) and the
+top-k and drawn columns ``n * k`` and ``n * K`` values, in row-major order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import dtype_name
+from lmalgebra.core.progress import progress_bar
+from lmalgebra.distill.causal.logprobs import CausalOutput, causal_outputs
+from lmalgebra.distill.causal.teachers import start_token_id
+from lmalgebra.distill.examples import examples_set, require
+from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.teachers import Teacher, dtype_key, infer_shards, load_lm, max_positions
+from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
+from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
+from lmalgebra.storage.shard_set import ShardSet
+
+OFFSETS_RULES = "byte_alignment.encode_with_offsets/v1"  # bump when its rules change
+
+
+def tokens_set(recipe: CausalRecipe, lang: str, teacher: Teacher) -> ShardSet:
+    key = {
+        "stage": "tokens",
+        "examples": examples_set(recipe, lang).key,
+        "teacher": teacher.name,
+        "tokenizer": teacher.hashes["tokenizer"],
+        "offsets": OFFSETS_RULES,
+    }
+    return ShardSet(RunLayout(recipe.output_dir).store(TOKENS, lang, teacher.name), key)
+
+
+def logprobs_set(recipe: CausalRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+    """The log-probability store of one (language, teacher) computed in ``dtype`` (resolved)."""
+    key: dict[str, Any] = {
+        "stage": "logprobs",
+        "tokens": tokens_set(recipe, lang, teacher).key,
+        "weights": teacher.hashes["weights"],
+        "top_k": recipe.top_k,
+        "samples": recipe.causal.samples,
+        **dtype_key(dtype),
+    }
+    if recipe.causal.samples:
+        key["sample_seed"] = recipe.causal.sample_seed
+    return ShardSet(RunLayout(recipe.output_dir).store(LOGPROBS, lang, teacher.name), key)
+
+
+def tokens_table(recipe: CausalRecipe, lang: str, teacher: Teacher, part: pa.Table) -> pa.Table:
+    """One shard of ``tokens/``: the teacher's tokens of each example and their byte offsets,
+    as the student side computes them (``byte_alignment.encode_with_offsets``)."""
+    limit = max_positions(teacher.directory)
+    ids, spans = [], []
+    for identifier, text in zip(
+        part.column("id").to_pylist(), part.column("text").to_pylist(), strict=True
+    ):
+        found = encode_with_offsets(teacher.tokenizer, text, teacher.name)
+        if limit is not None and len(found.ids) > limit:
+            raise UserInputError(
+                f"example {identifier} of language {lang!r} is {len(found.ids)} tokens long "
+                f"for teacher {teacher.name!r}, which reads at most {limit}; lower "
+                f"causal.example_bytes (now {recipe.causal.example_bytes})"
+            )
+        ids.append(found.ids)
+        spans.append(found.offsets)
+    return pa.table(
+        {
+            "example_id": part.column("id"),
+            "heldout": part.column("heldout"),
+            "token_ids": list_column(ids, id_dtype(len(teacher.tokenizer))),
+            # an example has at most example_bytes bytes: the narrowest type that holds them
+            "offsets": list_column(spans, id_dtype(recipe.causal.example_bytes + 1)),
+        }
+    )
+
+
+def write_tokens(
+    recipe: CausalRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
+) -> None:
+    """``tokens/<lang>/<teacher>``: the prepare stage of a causal recipe (main rank alone)."""
+    shards = tokens_set(recipe, lang, teacher)
+    starts = list(range(0, examples.num_rows, recipe.shard_rows))
+    todo = set(shards.plan(len(starts), shared=False))
+    if shards.complete:
+        return
+    with progress_bar(f"tokenize {lang}/{teacher.name}", len(starts), progress) as advance:
+        for index, start in enumerate(starts):
+            if index in todo:
+                part = examples.slice(start, recipe.shard_rows)
+                table = tokens_table(recipe, lang, teacher, part)
+                shards.write(index, table, tokens=len(pc.list_flatten(table["token_ids"])))
+            advance(1)
+    shards.finish(
+        tokens=sum(int(s["tokens"]) for s in shards.manifest["shards"]),
+        vocab_size=len(teacher.tokenizer),
+        start_token_id=start_token_id(teacher.tokenizer),
+        teacher_hashes=teacher.hashes,
+    )
+
+
+def _seed(recipe: CausalRecipe, teacher: str, example: str) -> list[int]:
+    """The seed of one (teacher, example)'s drawn tokens: the recipe's, then a stable hash."""
+    digest = hashlib.sha256(f"{teacher}\0{example}".encode()).digest()
+    return [recipe.causal.sample_seed, int.from_bytes(digest[:8], "little")]
+
+
+def logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) -> pa.Table:
+    columns = {
+        "next_logprob": list_column([o.next_logprob for o in outputs], np.float32),
+        "topk_ids": list_column([o.topk_ids for o in outputs], dtype),
+        "topk_logprobs": list_column([o.topk_logprobs for o in outputs], np.float16),
+    }
+    if samples:
+        ids = [o.sample_ids for o in outputs if o.sample_ids is not None]
+        values = [o.sample_logprobs for o in outputs if o.sample_logprobs is not None]
+        assert len(ids) == len(values) == len(outputs)  # every output holds its draws
+        columns["sample_ids"] = list_column(ids, dtype)
+        columns["sample_logprobs"] = list_column(values, np.float16)
+    return pa.table(columns)
+
+
+def write_logprobs(
+    recipe: CausalRecipe,
+    lang: str,
+    teacher: Teacher,
+    setup: tuple[torch.device, torch.dtype],
+    progress: bool,
+) -> None:
+    """``logprobs/<lang>/<teacher>``: the teach stage of a causal recipe (every rank its shards),
+    on ``setup``'s device and in its dtype (``teachers.inference_setup``)."""
+    device, compute = setup
+    tokens = tokens_set(recipe, lang, teacher)
+    require(tokens, "prepare")
+    start = start_token_id(teacher.tokenizer)
+    assert start is not None  # open_causal_teacher refuses a tokenizer without one
+    dtype = id_dtype(len(teacher.tokenizer))
+    samples = recipe.causal.samples
+    ref = recipe.teachers[teacher.name].ref(teacher.name)
+
+    def load() -> Any:
+        return load_lm(ref, teacher.directory, "causal").to(device)
+
+    def infer(model: Any, part: pa.Table) -> pa.Table:
+        values, offsets = ragged(part.column("token_ids"))
+        examples = [values[offsets[r] : offsets[r + 1]] for r in range(part.num_rows)]
+        seeds = [_seed(recipe, teacher.name, e) for e in part.column("example_id").to_pylist()]
+        outputs = causal_outputs(
+            model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size, compute
+        )
+        return logprobs_table(outputs, dtype, samples)
+
+    infer_shards(
+        tokens,
+        logprobs_set(recipe, lang, teacher, dtype_name(compute)),
+        f"teach {lang}/{teacher.name}",
+        load,
+        infer,
+        progress,
+        top_k=recipe.top_k,
+        samples=samples,
+        dtype=dtype_name(compute),
+        teacher_hashes=teacher.hashes,
+    )

@@ -1,0 +1,281 @@
+"""Causal student training data: the student's tokens of each stored example and, per teacher, the
+teacher's record aligned to them.
+
+The student tokenizes each example's stored text with byte offsets
+(``byte_alignment.encode_with_offsets``); its input is ``[start] + tokens[:-1]`` so that output
+row ``s`` predicts token ``s``. Against the record of the teacher the batch slot was drawn for:
+
+- chunks (``byte_alignment.chunks``) give both sides' chunk indices (ALM);
+- the chunk-start alignment (each chunk's first student token -> the chunk's first teacher token:
+  both predict the continuation of the same byte prefix) places ULD;
+- the MinED sequence alignment (``byte_alignment.mined_alignment``) places MinED-KL and the
+  sampled-token loss;
+- the teacher's top-k and drawn ids are carried into the student vocabulary by the MinED map
+  (``distill.mined_map``) here, so the losses see student ids only, whatever the teacher.
+
+Alignments are computed on the CPU when a batch is built, only those the loss mix reads
+(``alignments_for``); batch ``i`` depends on ``(seed, i)`` alone
+(``student_data.SampledLanguages``), as the masked path's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.causal.store_view import CausalStore, load_causal_store
+from lmalgebra.distill.sampling import SampledLanguages, language_pool
+from lmalgebra.distill.vocab.byte_alignment import (
+    ByteTokens,
+    chunk_ids,
+    chunk_start_alignment,
+    chunks,
+    encode_with_offsets,
+    mined_alignment,
+    token_texts,
+)
+from lmalgebra.distill.vocab.edit_distance import RememberedDistances
+from lmalgebra.distill.vocab.mined_map import mined_map
+
+ALIGNMENTS = frozenset({"chunks", "mined"})
+# the alignments each loss reads (``train_causal_student.distillation_term``)
+LOSS_ALIGNMENTS: dict[str, frozenset[str]] = {
+    "ce": frozenset(),
+    "alm": frozenset({"chunks"}),
+    "uld": frozenset({"chunks"}),
+    "mined_kl": frozenset({"mined"}),
+    "sampled": frozenset({"mined"}),
+}
+
+
+def alignments_for(losses: Iterable[str]) -> frozenset[str]:
+    """The alignments a mix of ``losses`` reads."""
+    return frozenset(a for loss in losses for a in LOSS_ALIGNMENTS[loss])
+
+
+@dataclass
+class CausalBatch:
+    """One micro-batch of ``B`` examples, ``S`` student and ``T`` teacher positions (padded).
+
+    Attributes:
+        input_ids, attention_mask: ``(B, S) int64`` the student's inputs (start token first).
+        targets: ``(B, S) int64`` the student's tokens; mask ``(B, S) bool`` the real ones.
+        student_chunk, chunk_start, mined: ``(B, S) int64`` chunk index, chunk-start and MinED
+            aligned teacher row of each student position (-1: none).
+        teacher_chunk: ``(B, T) int64``; next_logprob ``(B, T) float32`` (NaN: padding).
+        topk_ids: ``(B, T, k) int64`` in student ids; topk_logprobs ``(B, T, k) float32``.
+        sample_ids: ``(B, T, K) int64`` in student ids (-1: padding), or None.
+        tokens: ``(n_languages,) int64`` student tokens per language (throughput logs).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    student_chunk: torch.Tensor
+    chunk_start: torch.Tensor
+    mined: torch.Tensor
+    teacher_chunk: torch.Tensor
+    next_logprob: torch.Tensor
+    topk_ids: torch.Tensor
+    topk_logprobs: torch.Tensor
+    sample_ids: torch.Tensor | None
+    tokens: torch.Tensor
+
+    def to(self, device: torch.device) -> CausalBatch:
+        moved: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            moved[f.name] = None if value is None else value.to(device)
+        return CausalBatch(**moved)
+
+    def examples(self, lo: int, hi: int) -> CausalBatch:
+        """Examples ``[lo, hi)`` at the batch's padded widths; ``tokens`` stays the batch's."""
+        part: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            part[f.name] = value if value is None or f.name == "tokens" else value[lo:hi]
+        return CausalBatch(**part)
+
+
+@dataclass
+class TeacherCopy:
+    """One teacher's records of a language, its MinED map into the student vocabulary, and its
+    loss on each example (nats per byte: the ``best`` copy is the lowest)."""
+
+    name: str
+    store: CausalStore
+    vocab_map: np.ndarray  # (V_teacher,) int64
+    heldout: np.ndarray  # (rows,) bool
+    loss: np.ndarray  # (rows,) float64
+    # token-string distances of this teacher and the student, kept across examples
+    distances: RememberedDistances = field(default_factory=RememberedDistances)
+
+
+def _nats_per_byte(store: CausalStore) -> np.ndarray:
+    lengths = np.array([max(len(t.encode("utf-8")), 1) for t in store.texts], dtype=np.float64)
+    nats = np.add.reduceat(
+        -np.nan_to_num(store.next_logprob.astype(np.float64)), store.token_offsets[:-1]
+    )
+    empty = store.token_offsets[1:] == store.token_offsets[:-1]
+    return np.where(empty, np.nan, nats) / lengths
+
+
+class CausalStoreBatches(SampledLanguages):
+    """Student batches from a run directory's causal store.
+
+    Args:
+        run_dir: the run directory. teachers_of: language -> its teachers' names.
+        tokenizers: teacher name -> its tokenizer; student: the student's tokenizer.
+        start_id: the student's start token; positions: its longest input.
+        batch_size, alpha, mode, seed: as ``student_data.StoreBatches``.
+        samples: whether batches carry the drawn tokens (refused when a store has none).
+        alignments: which alignments batches carry: ``chunks`` (ALM's chunks and ULD's chunk
+            starts) and ``mined`` (MinED-KL and sampled); one not asked for stays -1 (a CE-only
+            student needs neither, and the MinED alignment is the costly part of a batch).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        teachers_of: dict[str, list[str]],
+        tokenizers: dict[str, Any],
+        student: Any,
+        start_id: int,
+        positions: int,
+        batch_size: int,
+        alpha: float,
+        mode: Literal["all", "best"],
+        seed: int,
+        samples: bool = False,
+        alignments: frozenset[str] = ALIGNMENTS,
+    ):
+        self.start_id, self.samples, self.alignments = start_id, samples, alignments
+        self.pad_id = student.pad_token_id if student.pad_token_id is not None else 0
+        pools, self.encoded = [], []
+        for lang, teachers in teachers_of.items():
+            copies = [self._copy(run_dir, lang, t, tokenizers[t], student) for t in teachers]
+            pools.append(language_pool(copies, mode, lang))
+            self.encoded.append(_encode_all(student, copies[0].store, positions, lang))
+        super().__init__(list(teachers_of), pools, batch_size, alpha, seed)
+
+    def _copy(self, run_dir: Path, lang: str, name: str, tokenizer: Any, student: Any) -> Any:
+        store = load_causal_store(run_dir, lang, name)
+        if self.samples and store.sample_ids is None:
+            raise UserInputError(
+                f"training.objective_mix: sampled needs drawn tokens, and the store of "
+                f"{lang}/{name} has none (set causal.samples > 0 and run `merge teach` again)"
+            )
+        mapped = mined_map(tokenizer, student, name, "student").student_ids.astype(np.int64)
+        return TeacherCopy(name, store, mapped, store.heldout, _nats_per_byte(store))
+
+    def batch(self, index: int) -> CausalBatch:
+        slots = []
+        for lang, item in self.draw(index):
+            pool = self.pools[lang]
+            copy, row = pool.copies[pool.source[item]], int(pool.row[item])
+            slots.append((lang, copy, row, self.encoded[lang][row]))
+        return self._collate(slots)
+
+    def _collate(self, slots: list[tuple[int, TeacherCopy, int, ByteTokens]]) -> CausalBatch:
+        parts = [
+            _example(copy, row, tokens, self.samples, self.alignments)
+            for _, copy, row, tokens in slots
+        ]
+        width = max(len(t.ids) for *_, t in slots)
+        depth = max(len(p["next_logprob"]) for p in parts)
+        k = slots[0][1].store.topk_ids.shape[1]
+        out = _empty(len(slots), width, depth, k, slots[0][1], self.samples)
+        out["input_ids"].fill_(self.pad_id)
+        tokens = torch.zeros(len(self.languages), dtype=torch.long)
+        for b, ((lang, _, _, student), part) in enumerate(zip(slots, parts, strict=True)):
+            n, t = len(student.ids), len(part["next_logprob"])
+            ids = torch.from_numpy(student.ids)
+            out["input_ids"][b, 0] = self.start_id
+            out["input_ids"][b, 1:n] = ids[: n - 1]
+            out["attention_mask"][b, :n] = 1
+            out["targets"][b, :n] = ids
+            out["mask"][b, :n] = True
+            for key in ("student_chunk", "chunk_start", "mined"):
+                if key in part:
+                    out[key][b, :n] = torch.from_numpy(part[key])
+            for key in ("teacher_chunk", "next_logprob", "topk_ids", "topk_logprobs"):
+                if key in part:
+                    out[key][b, :t] = torch.from_numpy(part[key])
+            if self.samples:
+                out["sample_ids"][b, :t] = torch.from_numpy(part["sample_ids"])
+            tokens[lang] += n
+        return CausalBatch(**out, tokens=tokens)
+
+
+def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> list[ByteTokens]:
+    """The student's tokens of every example; refuses one longer than the student's positions."""
+    encoded = []
+    for text, example in zip(store.texts, store.example_ids, strict=True):
+        tokens = encode_with_offsets(student, str(text), "student")
+        if len(tokens.ids) > positions:
+            raise UserInputError(
+                f"example {example} of {lang!r} is {len(tokens.ids)} student tokens, more than "
+                f"student.max_position_embeddings ({positions}): raise it or lower "
+                "causal.example_bytes"
+            )
+        encoded.append(tokens)
+    return encoded
+
+
+def _example(
+    copy: TeacherCopy, row: int, student: ByteTokens, samples: bool, alignments: frozenset[str]
+) -> dict[str, Any]:
+    """One example's teacher arrays (ids in student ids) and the ``alignments`` asked for."""
+    record = copy.store.record(row)
+    n_t, n_s = len(record.token_ids), len(student.ids)
+    part = {
+        "next_logprob": record.next_logprob,
+        "topk_ids": copy.vocab_map[record.topk_ids],
+        "topk_logprobs": record.topk_logprobs,
+    }
+    if "chunks" in alignments:
+        found = chunks(record.offsets, student.offsets)
+        part["teacher_chunk"], part["student_chunk"] = chunk_ids(found, n_t, n_s)
+        part["chunk_start"] = chunk_start_alignment(found, n_s)
+    if "mined" in alignments:
+        part["mined"] = mined_alignment(
+            token_texts(record.text, record.offsets),
+            token_texts(record.text, student.offsets),
+            copy.distances,
+        )
+    if samples and record.sample_ids is not None:
+        part["sample_ids"] = copy.vocab_map[record.sample_ids]
+    return part
+
+
+def _empty(
+    batch: int, width: int, depth: int, k: int, copy: TeacherCopy, samples: bool
+) -> dict[str, Any]:
+    def ints(*shape: int) -> torch.Tensor:
+        return torch.full(shape, -1, dtype=torch.long)
+
+    def nans(*shape: int) -> torch.Tensor:
+        return torch.full(shape, float("nan"), dtype=torch.float32)
+
+    drawn = copy.store.sample_ids
+    return {
+        "input_ids": torch.zeros((batch, width), dtype=torch.long),
+        "attention_mask": torch.zeros((batch, width), dtype=torch.long),
+        "targets": torch.zeros((batch, width), dtype=torch.long),
+        "mask": torch.zeros((batch, width), dtype=torch.bool),
+        "student_chunk": ints(batch, width),
+        "chunk_start": ints(batch, width),
+        "mined": ints(batch, width),
+        "teacher_chunk": ints(batch, depth),
+        "next_logprob": nans(batch, depth),
+        "topk_ids": torch.zeros((batch, depth, k), dtype=torch.long),
+        "topk_logprobs": nans(batch, depth, k),
+        "sample_ids": ints(batch, depth, drawn.shape[1]) if samples and drawn is not None else None,
+    }

@@ -1,0 +1,30 @@
+"""The causal student (and causal teachers pre-trained here): a GPT-2-style causal LM."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lmalgebra.distill.student import ModelSpec
+
+
+def build_causal_lm(spec: ModelSpec, tokenizer: Any, seed: int = 0) -> Any:
+    """A freshly initialised ``GPT2LMHeadModel`` of ``spec``'s sizes for ``tokenizer``."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=spec.max_position_embeddings,
+        n_embd=spec.hidden_size,
+        n_layer=spec.num_layers,
+        n_head=spec.num_heads,
+        n_inner=spec.intermediate_size,
+        resid_pdrop=spec.dropout,
+        embd_pdrop=spec.dropout,
+        attn_pdrop=spec.dropout,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(config)

@@ -1,0 +1,63 @@
+"""A causal student's tokenizer, made as ``student.tokenizer`` says
+(``distill.vocab.tokenizer_choice``): a teacher's or a model's, one trained on the run's training
+text, or the byte tokenizer; refused without offsets, readable tokens or a start token."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.distill.causal.teachers import start_token_id
+from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.vocab.token_forms import detect_convention
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
+from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
+from lmalgebra.distributed import same_on_every_rank
+from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+
+log = logging.getLogger(__name__)
+
+
+Texts = Callable[[], Mapping[str, Sequence[str]]]  # each language's training texts, when asked
+
+
+def made_tokenizer(choice: TokenizerChoice, recipe: CausalRecipe, training: Texts) -> Any:
+    """The tokenizer ``choice`` names: a teacher's or a model's (loaded), one trained on the
+    ``training()`` texts of every language (in language order) or the byte tokenizer."""
+    positions = recipe.student.max_position_embeddings
+    if choice.source == "bytes":
+        return byte_tokenizer(positions)
+    if choice.source == "train":
+        texts = training()
+        every = [text for lang in sorted(texts) for text in texts[lang]]
+        log.info("training the student's %s tokenizer on %d examples", choice, len(every))
+        return train_causal_tokenizer(every, choice.kind, choice.vocab_size, positions)
+    teacher = recipe.teachers.get(choice.name) if choice.source == "teacher" else None
+    ref = teacher.ref(choice.name) if teacher else ModelRef(name="student", path=choice.name)
+    return load_tokenizer(ref, resolve_directory(ref))
+
+
+def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[str, Any]]:
+    """The student's tokenizer and what identifies it; ``training``: each language's training
+    texts (called only for a trained tokenizer)."""
+    given = recipe.student.tokenizer
+    if given is None:
+        raise UserInputError(
+            "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "
+            "train:KIND:SIZE, bytes or a model reference"
+        )
+    choice = parse_student_tokenizer(given, recipe.teachers)
+    tokenizer = made_tokenizer(choice, recipe, training)
+    detect_convention(tokenizer, f"student tokenizer {given!r}")
+    if start_token_id(tokenizer) is None:
+        raise UserInputError(
+            f"student tokenizer {given!r} has neither a beginning-of-sequence nor an "
+            "end-of-text token to predict the first token after"
+        )
+    vocabulary = sha256_json(sorted(tokenizer.get_vocab().items()))
+    if not same_on_every_rank(vocabulary):  # each rank builds it: a trained one must agree
+        raise RuntimeError(f"student tokenizer {given!r} differs between processes")
+    return tokenizer, {"tokenizer": str(choice), "vocabulary": vocabulary}

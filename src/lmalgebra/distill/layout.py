@@ -1,0 +1,164 @@
+"""The MergeDistill run directory, declared once, and the model directories made here.
+
+A run directory (the recipe's ``output_dir``)::
+
+    recipe.yaml                          the recipe as validated (every stage writes it first)
+    .hashes/                             memoised hashes of the teachers' weight files
+    examples/<lang>/shard-*              id, text, heldout                        (prepare)
+    masked/<lang>/<teacher>/shard-*      masked: each teacher's masked copies      (prepare)
+    topk/<lang>/<teacher>/shard-*        masked: top-k log-probabilities, loss     (teach)
+    vocab/                               masked: union vocabulary, id maps, report (vocab)
+    tokens/<lang>/<teacher>/shard-*      causal: each teacher's tokens, offsets    (prepare)
+    logprobs/<lang>/<teacher>/shard-*    causal: next-token log-probabilities      (teach)
+    <student>/checkpoints/step-*         a student's training checkpoints          (train)
+    <student>/model/                     the student, a Hugging Face directory     (train)
+    evaluation/                          scores, rdt.csv, evaluation.md            (evaluate)
+    selection/                           teacher sets ranked by ``merge select``
+
+Every shard set (``storage.shard_set``) is checksummed and resumable. A model directory (a
+student's ``model/``, a teacher made by ``lmalgebra pretrain``) is complete when it holds
+``lmalgebra.json``, which ``write_model_directory`` writes last.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.shard_set import MANIFEST
+
+RECIPE = "recipe.yaml"
+HASHES = ".hashes"
+EXAMPLES = "examples"
+MASKED = "masked"
+TOPK = "topk"
+VOCAB = "vocab"
+TOKENS = "tokens"
+LOGPROBS = "logprobs"
+SHARD_SETS = (EXAMPLES, MASKED, TOPK, TOKENS, LOGPROBS)  # the parts that are shard sets
+MODEL = "model"
+CHECKPOINTS = "checkpoints"
+EVALUATION = "evaluation"
+EVALUATION_MD = "evaluation.md"  # in evaluation/: the evaluation as markdown
+RDT_FILE = "rdt.csv"  # in evaluation/: a row per student, RDT per language, then the average
+SELECTION = "selection"
+MARKER = "lmalgebra.json"  # in a model directory: what made it; written last
+CARD = "README.md"  # in a model directory: its model card
+# what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
+# fails before producing anything in a run directory it created takes these back with it
+RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
+_STUDENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """The paths of one run directory ``root``."""
+
+    root: Path
+
+    @property
+    def recipe(self) -> Path:
+        return self.root / RECIPE
+
+    @property
+    def hashes(self) -> Path:
+        return self.root / HASHES
+
+    def examples(self, lang: str) -> Path:
+        return self.root / EXAMPLES / lang
+
+    def store(self, part: str, lang: str, teacher: str) -> Path:
+        """A (language, teacher) shard set of ``part``: masked, topk, tokens or logprobs."""
+        return self.root / part / lang / teacher
+
+    @property
+    def vocab(self) -> Path:
+        return self.root / VOCAB
+
+    def student(self, name: str) -> Path:
+        """Student ``name``'s directory (a plain name inside the run: ``check_student_name``)."""
+        return self.root / check_student_name(name)
+
+    def model(self, name: str) -> Path:
+        return self.student(name) / MODEL
+
+    def checkpoints(self) -> list[Path]:
+        """Every checkpoint of every student of the run."""
+        return sorted(self.root.glob(f"*/{CHECKPOINTS}/step-*"))
+
+    @property
+    def evaluation(self) -> Path:
+        return self.root / EVALUATION
+
+    @property
+    def selection(self) -> Path:
+        return self.root / SELECTION
+
+    def saved_students(self) -> dict[str, Path]:
+        """Student name -> model directory, for every complete student of the run."""
+        found = sorted(self.root.glob(f"*/{MODEL}/{MARKER}"))
+        return {p.parent.parent.name: p.parent for p in found}
+
+    def pairs(self, part: str) -> list[tuple[str, str]]:
+        """The (language, teacher) shard sets of ``part`` found on disk, sorted."""
+        found = (self.root / part).glob(f"*/*/{MANIFEST}")
+        return sorted((p.parent.parent.name, p.parent.name) for p in found)
+
+    def languages(self) -> list[str]:
+        """The languages whose examples were written, sorted."""
+        return sorted(p.parent.name for p in (self.root / EXAMPLES).glob(f"*/{MANIFEST}"))
+
+    def require_recipe(self) -> Path:
+        """The recipe's copy; refused, naming the directory, when it is not a run directory."""
+        if not self.recipe.is_file():
+            raise UserInputError(
+                f"{self.root} is not a merge run directory (no {RECIPE}): "
+                "run `lmalgebra merge prepare RECIPE` first"
+            )
+        return self.recipe
+
+
+def check_student_name(name: str) -> str:
+    """``name`` if it is one plain directory name inside the run (no ``/``, ``..`` or hidden
+    name); UserInputError naming it otherwise, so a student is never written outside the run."""
+    if not _STUDENT_NAME.fullmatch(name) or name in (".", ".."):
+        raise UserInputError(
+            f"student name {name!r} must be one plain directory name inside the run "
+            "(letters, digits, '.', '_', '-'; not starting with '.')"
+        )
+    return name
+
+
+def is_complete(directory: Path) -> bool:
+    """Whether the model directory holds its marker (written last by ``write_model_directory``)."""
+    return (directory / MARKER).is_file()
+
+
+def write_model_directory(
+    target: Path,
+    model: Any,
+    tokenizer: Any,
+    metadata: dict[str, Any],
+    card: str | None = None,
+    files: Iterable[tuple[str, bytes]] = (),
+) -> Path:
+    """``target`` as a Hugging Face model directory: ``save_pretrained`` of model and tokenizer,
+    ``files`` (name, content), the model ``card``, then ``lmalgebra.json`` (``metadata``), which
+    marks it complete; an older marker is removed first, so a directory cut short is never taken
+    for complete."""
+    (target / MARKER).unlink(missing_ok=True)
+    with naming_file(target):
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+    for name, content in files:
+        write_bytes_atomic(target / name, content)
+    if card is not None:
+        write_text_atomic(target / CARD, card)
+    write_json_atomic(target / MARKER, metadata)
+    return target

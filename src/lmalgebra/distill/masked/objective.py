@@ -1,0 +1,91 @@
+"""The masked objective (MergeDistill): masked-LM teachers, each example masked per teacher, the
+teachers' top-k at the masked positions, the union vocabulary, a BERT student trained on it, and
+held-out masked-token scores against the teachers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.layout import RUN_SCRATCH
+from lmalgebra.distill.masked.plan import plan_masked
+from lmalgebra.distill.masked.scores import SCORES
+from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
+from lmalgebra.distill.masked.teachers import open_teachers
+from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
+from lmalgebra.distill.objective import Evaluation, Objective, Stage
+from lmalgebra.distill.recipe import MaskedRecipe
+from lmalgebra.distill.run.inspection import masked_report
+from lmalgebra.distill.run.store_check import check_set
+from lmalgebra.distill.teachers import Teacher, accepted_dtypes
+from lmalgebra.distributed import main_rank_only
+from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.train.config import TrainingSpec
+
+
+def _run_dir(self: MaskedObjective, **_: Any) -> Path:
+    return self.recipe.output_dir
+
+
+class MaskedObjective(Objective):
+    """The stages of a masked recipe."""
+
+    stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
+    recipe: MaskedRecipe
+    open_all = staticmethod(open_teachers)
+    write_copy = staticmethod(write_masked)
+    write_outputs = staticmethod(write_topk)
+
+    @holding_lock("merge vocab", _run_dir, RUN_SCRATCH)
+    @main_rank_only
+    def vocab(self) -> None:
+        """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
+        build_vocabulary(self.recipe, self.open_teachers())
+
+    def check_store(self) -> dict[str, Teacher]:
+        """Refuse a top-k store or vocabulary built from another recipe or other teachers."""
+        teachers = self.open_teachers()
+        for lang, name in self.pairs():
+            dtypes = accepted_dtypes(self.recipe)
+            check_set([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
+        stamp = vocab_stamp(self.recipe, teachers)
+        if stamp.recorded() is None:
+            raise UserInputError(
+                f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
+            )
+        if not stamp.done():
+            raise UserInputError(
+                f"the vocabulary in {stamp.directory} was built from other teachers: "
+                "run `lmalgebra merge vocab RECIPE` again"
+            )
+        return teachers
+
+    @holding_lock("merge train", _run_dir, RUN_SCRATCH)
+    def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
+        from lmalgebra.distill.masked.training import train_masked_student
+
+        self.layout.student(name)  # a name that is no plain directory name: refused first
+        teachers = self.check_store()
+        return train_masked_student(self.recipe, name, training, teachers, progress, restart)
+
+    def evaluate(
+        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
+    ) -> Evaluation:
+        from lmalgebra.distill.masked.evaluation import evaluate_students
+        from lmalgebra.distill.masked.scores import markdown
+
+        if pooling is not None:
+            raise UserInputError(
+                "pooling applies to causal runs only (LMD coverage of their teachers)"
+            )
+        chosen = list(languages) if languages else None
+        scores, deviations = evaluate_students(self.recipe, list(students), chosen)
+        return Evaluation(scores, list(SCORES.columns), deviations, markdown(scores, deviations))
+
+    def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
+        return plan_masked(self.recipe, training)
+
+    def inspect(self) -> dict[str, Any]:
+        return masked_report(self.layout.root)

@@ -1,0 +1,82 @@
+"""``lmalgebra merge train`` on a masked recipe: the student trained from the teacher store and the
+union vocabulary with the one loop, saved with the union tokenizer, its id maps and a card."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.distill.layout import TOPK, RunLayout, write_model_directory
+from lmalgebra.distill.masked.seeding import seed_from_teachers
+from lmalgebra.distill.masked.student_data import StoreBatches
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.recipe import MaskedRecipe
+from lmalgebra.distill.run.model_card import student_card
+from lmalgebra.distill.student import student_inputs
+from lmalgebra.distill.teachers import Teacher
+from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
+from lmalgebra.distributed import is_main
+from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.loop import train
+
+log = logging.getLogger(__name__)
+
+
+def train_masked_student(
+    recipe: MaskedRecipe,
+    name: str,
+    spec: TrainingSpec,
+    teachers: dict[str, Teacher],
+    progress: bool,
+    restart: bool,
+) -> Path:
+    """Train (or resume) student ``name`` of the run on its store (checked: ``teachers``); the
+    final model goes to ``<name>/model``.
+
+    A checkpoint of other inputs (recipe, store, vocabulary, student, training) is refused;
+    ``restart`` starts afresh instead."""
+    layout = RunLayout(recipe.output_dir)
+    vocab = UnionVocab.load(layout.vocab)
+    recipe.student.fits(len(vocab.tokens), recipe.example_length)
+    source = StoreBatches(
+        recipe.output_dir,
+        {k: v.teachers for k, v in recipe.languages.items()},
+        vocab,
+        spec.batch_size,
+        spec.sampling_exponent,
+        spec.multi_teacher,
+        spec.seed,
+    )
+    log.info("language sampling probabilities: %s", source.probabilities)
+    size = recipe.student.vocab_size or len(vocab.tokens)
+    model = build_masked_lm(recipe.student, size, pad_id=0, seed=spec.seed)
+    inputs = {
+        **student_inputs(recipe, TOPK),
+        "vocabulary": sha256_file(layout.vocab / META_FILE),
+        "init_embeddings": recipe.student.init_embeddings,
+    }
+    seeding: dict[str, Any] | None = None
+    if recipe.student.init_embeddings == "teachers":
+        seeding = seed_from_teachers(model, recipe, vocab)
+    final = train(model, source, spec, layout.student(name), progress, inputs, restart)
+    target = layout.model(name)
+    if not is_main():  # the main rank saves the student
+        return target
+    metadata: dict[str, Any] = {
+        "kind": "mergedistill-student",
+        "recipe": recipe.model_dump(mode="json"),
+        "training": spec.model_dump(),
+        "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
+        "language_probabilities": source.probabilities,
+        "vocabulary": MAPS_FILE,
+        "final": final,
+        "init_embeddings": seeding,
+    }
+    card = student_card(
+        name, metadata["recipe"], metadata["training"], source.probabilities, len(vocab.tokens)
+    )
+    files = [(f, (layout.vocab / f).read_bytes()) for f in (MAPS_FILE, META_FILE)]
+    tokenizer = vocab.student_tokenizer(recipe.student.max_position_embeddings)
+    return write_model_directory(target, model, tokenizer, metadata, card, files)

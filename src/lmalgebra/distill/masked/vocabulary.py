@@ -1,0 +1,47 @@
+"""The vocab stage of a masked recipe: the union student vocabulary of the teachers' tokenizers,
+the teacher->student id maps, the student tokenizer and a report (``vocab/``, stamped complete
+after the rest; ``distill.vocab.union``)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.distill.examples import examples_set, require
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.recipe import MaskedRecipe
+from lmalgebra.distill.teachers import Teacher
+from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.completion import CompletionStamp
+
+REPORT_TEXTS = 2000  # texts per language whose tokens the report counts
+
+
+def build_vocabulary(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> None:
+    """The union vocabulary, id maps, student tokenizer and report; nothing when a vocabulary
+    built from the same tokenizers is complete."""
+    from lmalgebra.distill.vocab.union import build_union, tokens_per_language
+
+    out = RunLayout(recipe.output_dir).vocab
+    stamp = vocab_stamp(recipe, teachers)
+    if stamp.done():
+        return
+    texts = {}
+    for lang in recipe.languages:  # read first: a missing stage is refused before any write
+        shards = examples_set(recipe, lang)
+        require(shards, "prepare")
+        texts[lang] = pa.concat_tables(shards.tables()).column("text").to_pylist()[:REPORT_TEXTS]
+    stamp.clear()
+    tokenizers = {name: t.tokenizer for name, t in teachers.items()}
+    union = build_union(tokenizers)
+    union.save(out)
+    report = union.report(tokenizers)
+    report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
+    write_json_atomic(out / "report.json", report)
+    stamp.mark()
+
+
+def vocab_stamp(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> CompletionStamp:
+    """The vocabulary's completion mark, keyed by the teachers' tokenizers."""
+    key = sha256_json({name: t.hashes["tokenizer"] for name, t in teachers.items()})
+    return CompletionStamp(RunLayout(recipe.output_dir).vocab, key)

@@ -1,0 +1,138 @@
+"""One interface, two objectives: what every MergeDistill objective does, stage by stage.
+
+``Objective`` is written once for both: the stage sequence (``prepare`` -> ``teach`` -> [``vocab``]
+-> ``train`` -> ``evaluate``) and what each stage shares (the run directory's lock, the recipe's
+copy, the examples). What differs is an objective's own: ``distill.masked.objective`` (masked-LM
+teachers, top-k store, union vocabulary) and ``distill.causal.objective`` (causal teachers with
+any tokenizers, log-probability store, a student with a tokenizer of its own).
+``distill.pipeline.objective_of`` chooses one from the recipe, once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import pyarrow as pa
+import torch
+import yaml
+
+from lmalgebra.distill.examples import write_examples
+from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout
+from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.teachers import Teacher, inference_setup
+from lmalgebra.distributed import main_rank_only
+from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.train.config import TrainingSpec
+
+Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
+STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
+
+
+def _run_dir(self: Objective, **_: Any) -> Path:
+    return self.recipe.output_dir
+
+
+@dataclass
+class Evaluation:
+    """What ``evaluate`` found for a run's students.
+
+    Attributes:
+        scores: one row per (language, tokenisation or model, model); ``columns`` names them.
+        rdt: student -> language -> RDT in percent (then ``average``), positive when the student
+            is better than its teachers.
+        markdown: the evaluation as written to ``evaluation/evaluation.md``.
+        coverage: causal runs: LMD coverage rows (``evaluate.lmd_coverage``), whose columns
+            ``coverage_columns`` names; both empty for an objective that does not measure it.
+    """
+
+    scores: list[Any]
+    columns: list[str]
+    rdt: dict[str, dict[str, float]]
+    markdown: str
+    coverage: list[Any] = field(default_factory=list)
+    coverage_columns: list[str] = field(default_factory=list)
+
+
+class Objective(ABC):
+    """The stages of a recipe of one objective; each resumes what an earlier run finished."""
+
+    stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
+    # the objective's own functions: every teacher of a recipe opened and checked; a teacher's
+    # copy of a language's examples (prepare); its outputs on that copy (teach)
+    open_all: ClassVar[staticmethod[[Any], dict[str, Teacher]]]
+    write_copy: ClassVar[staticmethod[[Any, str, Teacher, pa.Table, bool], None]]
+    write_outputs: ClassVar[
+        staticmethod[[Any, str, Teacher, tuple[torch.device, torch.dtype], bool], None]
+    ]
+
+    def __init__(self, recipe: MergeRecipe) -> None:
+        self.recipe = recipe
+        self.layout = RunLayout(recipe.output_dir)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every (language, teacher) of the recipe, in recipe order."""
+        return [(lang, t) for lang, spec in self.recipe.languages.items() for t in spec.teachers]
+
+    def open_teachers(self) -> dict[str, Teacher]:
+        """Every teacher of the recipe, checked for this objective before anything is done."""
+        return type(self).open_all(self.recipe)
+
+    @holding_lock("merge prepare", _run_dir, RUN_SCRATCH)
+    @main_rank_only  # light work: one process writes it, the others wait
+    def prepare(self, progress: bool = True) -> None:
+        """Examples per language, then each teacher's copy of each example."""
+        teachers = self.open_teachers()  # refuses unusable teachers before anything is written
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        text = yaml.safe_dump(self.recipe.model_dump(mode="json"), sort_keys=False)
+        write_text_atomic(self.layout.recipe, text)
+        for lang in self.recipe.languages:
+            examples = write_examples(self.recipe, lang)
+            for name in self.recipe.languages[lang].teachers:
+                type(self).write_copy(self.recipe, lang, teachers[name], examples, progress)
+
+    @holding_lock("merge teach", _run_dir, RUN_SCRATCH)
+    def teach(
+        self, progress: bool = True, setup: tuple[torch.device, torch.dtype] | None = None
+    ) -> None:
+        """Offline teacher inference over every copy of every (language, teacher).
+
+        ``setup``: device and dtype already resolved (``teachers.inference_setup``)."""
+        setup = setup or inference_setup(self.recipe)  # an unusable device or dtype: refused first
+        teachers = self.open_teachers()
+        for lang, name in self.pairs():
+            type(self).write_outputs(self.recipe, lang, teachers[name], setup, progress)
+
+    @abstractmethod
+    def vocab(self) -> None:
+        """The student vocabulary built from the teachers' (``vocab``); refused, in one line, by
+        an objective whose students have none."""
+
+    @abstractmethod
+    def check_store(self) -> dict[str, Teacher]:
+        """Refuse a store built from another recipe or other teachers; the teachers, opened."""
+
+    @abstractmethod
+    def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
+        """Train (or resume) student ``name`` of the run; its model directory."""
+
+    @abstractmethod
+    def evaluate(
+        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
+    ) -> Evaluation:
+        """Score ``students`` and the teachers on the held-out examples; write ``evaluation/``.
+
+        ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
+
+    @abstractmethod
+    def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
+        """The run planned before anything runs: one row per (language, teacher) with counts,
+        the store's bytes and seconds per stage (``distill.run.dry_run``)."""
+
+    @abstractmethod
+    def inspect(self) -> dict[str, Any]:
+        """What the run directory holds (``distill.run.inspection``'s report)."""

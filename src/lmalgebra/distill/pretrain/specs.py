@@ -1,0 +1,204 @@
+"""What each kind of teacher pre-training reads, one spec per kind: a masked LM from scratch
+(``MaskedPretrainSpec``), a causal LM from scratch (``CausalPretrainSpec``), a masked-LM head on a
+frozen encoder (``HeadOnlySpec``). ``lmalgebra pretrain masked|causal|head-only`` has a flag for
+every key (a YAML file of the same keys may hold them), and the Python functions take the spec.
+
+Every kind trains on a language's text, minus the examples a recipe with the same language and
+held-out fraction holds out (the decision depends on the example's id alone), so a teacher never
+sees the text it is evaluated on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import with_default
+from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
+from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
+from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TokenizerKind
+from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.train.config import OptimisationSpec
+
+
+class TeacherTrainingSpec(OptimisationSpec):
+    """A teacher's training: optimisation alone (pre-training learns the gold tokens); the
+    warm-up and the checkpoints follow the number of steps unless given."""
+
+    lr: float = with_default(OptimisationSpec, "lr", 1e-3)
+    warmup_steps: int = Field(
+        default_factory=lambda data: min(100, data["steps"] // 10),
+        ge=0,
+        description="Linear warm-up steps, then linear decay (default: a tenth of the steps, "
+        "at most 100).",
+    )
+    checkpoint_every: int = Field(
+        default_factory=lambda data: max(1, data["steps"] // 5),
+        ge=1,
+        description="Steps between checkpoints (default: a fifth of the steps).",
+    )
+
+
+class TeacherModelSpec(MaskedModelSpec):
+    """A masked teacher's sizes (small by default: a teacher trains in minutes on a CPU)."""
+
+    hidden_size: int = with_default(ModelSpec, "hidden_size", 128)
+    num_layers: int = with_default(ModelSpec, "num_layers", 2)
+    num_heads: int = with_default(ModelSpec, "num_heads", 2)
+    intermediate_size: int = Field(
+        default_factory=lambda data: 4 * data["hidden_size"],
+        ge=8,
+        description="Feed-forward width (default: 4 x hidden_size).",
+    )
+
+
+class CausalTeacherModelSpec(ModelSpec):
+    """A causal teacher's sizes (small by default, as a masked teacher's)."""
+
+    hidden_size: int = with_default(ModelSpec, "hidden_size", 128)
+    num_layers: int = with_default(ModelSpec, "num_layers", 2)
+    num_heads: int = with_default(ModelSpec, "num_heads", 2)
+    intermediate_size: int = Field(
+        default_factory=lambda data: 4 * data["hidden_size"],
+        ge=8,
+        description="Feed-forward width (default: 4 x hidden_size).",
+    )
+
+
+class PretrainText(BaseModel):
+    """What every kind of pre-training reads: a language's text, where the teacher goes, how
+    examples are cut and held out, how it trains."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    corpus: CorpusSpec = Field(description="The language's text.")
+    language: str = Field(
+        description="Language code: held-out examples are chosen by id, as a recipe with this "
+        "language and heldout_fraction chooses them."
+    )
+    out: Path = Field(description="Model directory to write.")
+    heldout_fraction: float = Field(
+        default=0.05,
+        ge=0,
+        lt=1,
+        description="Held-out share, as in the recipe (those examples are never trained on).",
+    )
+    training: TeacherTrainingSpec = Field(
+        default_factory=TeacherTrainingSpec, description="Training."
+    )
+
+
+class WordPieceSpec(BaseModel):
+    """A masked teacher's tokenizer: a WordPiece one trained on the text, or one given."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    vocab_size: int | None = Field(
+        default=None, ge=31, description="Pieces of the WordPiece vocabulary trained on the text."
+    )
+    lowercase: bool = Field(default=False, description="Lower-case the trained tokenizer.")
+    path: str | None = Field(
+        default=None,
+        description="A tokenizer to use instead of training one (directory, hub id or "
+        "package:NAME; it needs mask and pad tokens): teachers that share one tokenizer give "
+        "students one vocabulary.",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WordPieceSpec:
+        if self.vocab_size is None and self.path is None:
+            raise UserInputError(
+                "tokenizer: give tokenizer.vocab_size (a WordPiece tokenizer trained on the text) "
+                "or tokenizer.path (a tokenizer to use)"
+            )
+        if self.vocab_size is not None and self.path is not None:
+            raise UserInputError("tokenizer: give tokenizer.vocab_size or tokenizer.path, not both")
+        if self.path is not None and self.lowercase:
+            raise UserInputError("tokenizer.lowercase applies to a tokenizer trained here")
+        return self
+
+
+class MaskedPretrainSpec(PretrainText):
+    """A small BERT masked LM and its WordPiece tokenizer, trained from scratch."""
+
+    example_length: int = Field(
+        default=128,
+        ge=MIN_EXAMPLE_LENGTH,
+        description="Tokens per training example (cut), at most model.max_position_embeddings.",
+    )
+    tokenizer: WordPieceSpec = Field(description="The tokenizer.")
+    model: TeacherModelSpec = Field(default_factory=TeacherModelSpec, description="Sizes.")
+
+    @model_validator(mode="after")
+    def _fits(self) -> MaskedPretrainSpec:
+        _check_positions(self.example_length, self.model.max_position_embeddings)
+        return self
+
+
+class CausalTokenizerSpec(BaseModel):
+    """A causal teacher's tokenizer, trained on the text."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    kind: TokenizerKind = Field(
+        default="bytelevel-bpe",
+        description="bytelevel-bpe (GPT-2's), unigram, bpe (SentencePiece style) or wordpiece.",
+    )
+    vocab_size: int = Field(ge=1, description="Tokens of the vocabulary.")
+
+    @model_validator(mode="after")
+    def _big_enough(self) -> CausalTokenizerSpec:
+        if self.vocab_size < MIN_VOCAB_SIZE[self.kind]:
+            raise UserInputError(
+                f"tokenizer.vocab_size {self.vocab_size} is too small for a {self.kind} "
+                f"vocabulary (at least {MIN_VOCAB_SIZE[self.kind]})"
+            )
+        return self
+
+
+class CausalPretrainSpec(PretrainText):
+    """A small GPT-2-style causal LM and its tokenizer, trained from scratch."""
+
+    example_length: int = Field(
+        default=128,
+        ge=2,
+        description="Tokens per training window, at most model.max_position_embeddings.",
+    )
+    tokenizer: CausalTokenizerSpec = Field(description="The tokenizer.")
+    model: CausalTeacherModelSpec = Field(
+        default_factory=CausalTeacherModelSpec, description="Sizes."
+    )
+
+    @model_validator(mode="after")
+    def _fits(self) -> CausalPretrainSpec:
+        _check_positions(self.example_length, self.model.max_position_embeddings)
+        return self
+
+
+class HeadOnlySpec(PretrainText):
+    """A masked-LM head fitted on an existing encoder, kept frozen, with its own tokenizer."""
+
+    encoder: str = Field(
+        description="The encoder: a directory, package:NAME or hub id of a transformers model."
+    )
+    trust_remote_code: bool = Field(
+        default=False, description="Allow the encoder's own code to run."
+    )
+    example_length: int = Field(
+        default=128,
+        ge=MIN_EXAMPLE_LENGTH,
+        description="Tokens per training example (cut), at most the encoder's positions.",
+    )
+    max_examples: int | None = Field(
+        default=None, ge=1, description="Fit on the first this many training examples only."
+    )
+
+
+def _check_positions(example_length: int, positions: int) -> None:
+    if example_length > positions:
+        raise UserInputError(
+            f"example_length {example_length} exceeds the model's {positions} positions "
+            "(model.max_position_embeddings)"
+        )

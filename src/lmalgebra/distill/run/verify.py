@@ -1,0 +1,51 @@
+"""Verification of a MergeDistill run: every shard set against its manifest, the student
+vocabulary (id maps and tokenizer against the checksums in ``vocab_union.json``) and every
+student's checkpoints (each file against the sha256 in its ``state.json``, the state against
+its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.layout import SHARD_SETS, RunLayout
+from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
+from lmalgebra.storage.completion import STAMP
+from lmalgebra.storage.shard_set import MANIFEST, ShardSet
+from lmalgebra.train.checkpoint import damage
+
+
+def verify_run(run_dir: Path) -> list[str]:
+    """Every missing, corrupt or incomplete shard set of the run, a damaged vocabulary and
+    damaged checkpoints, naming the file."""
+    layout = RunLayout(run_dir)
+    layout.require_recipe()
+    problems = []
+    for part in SHARD_SETS:
+        for manifest in sorted((layout.root / part).rglob(MANIFEST)):
+            problems += ShardSet.existing(manifest.parent).problems()
+    return problems + vocabulary_problems(layout) + checkpoint_problems(layout)
+
+
+def vocabulary_problems(layout: RunLayout) -> list[str]:
+    """The vocabulary's problem, if a vocabulary was written (``merge vocab``) and is damaged."""
+    directory = layout.vocab
+    if not (directory / STAMP).is_file() and not (directory / META_FILE).is_file():
+        return []
+    try:
+        UnionVocab.load(directory)
+    except UserInputError as err:
+        return [str(err)]
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged tokenizer.json
+        return [f"{directory}: cannot be read ({type(err).__name__}: {err})"]
+    return []
+
+
+def checkpoint_problems(layout: RunLayout) -> list[str]:
+    """Every damaged checkpoint of every student of the run, naming the file and why."""
+    problems = []
+    for checkpoint in layout.checkpoints():
+        path, reason, state = damage(checkpoint)
+        if state is None:
+            problems.append(f"checkpoint file {path} is damaged ({reason})")
+    return problems
