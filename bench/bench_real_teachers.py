@@ -5,13 +5,14 @@ The two packaged GGUF teachers (``package:smollm2-135m``, byte-level BPE of 49,1
 Wikipedia leads (``package:wiki-en``) cut at 512 bytes, with top-8 and 8 drawn tokens per
 position, in float32: the causal recipe's teach stage (``merge teach``), once with the
 full-logits path it had before (baseline: ``(batch, positions, vocabulary)`` logits from the
-model's forward, then each example's log-softmax, top-k and draws, as ``causal_outputs`` did) and
-once as it is (ours: the output head on 64 MiB chunks of the real positions,
-``train/causal_head.py``). Teacher tokens per second count the seconds spent in teacher inference
-(loading the model left out); peak memory is the contender process's, all its life (model
-loading included) and from the stage's start; store bytes per token are the finished store's
-(``merge inspect``). The two stores must agree within float rounding: next-token
-log-probabilities, top-k log-probabilities, the same drawn tokens.
+model's forward, then each example's log-softmax, top-k and draws, as ``causal_outputs`` did;
+the draws' float64 CDF made a block of rows at a time in both) and once as it is (ours: the
+output head on 128 MiB chunks of the real positions, ``train/causal_head.py``). Teacher tokens
+per second count the seconds spent in teacher inference (loading the model left out); peak
+memory is the contender process's, all its life (model loading included) and from the stage's
+start; store bytes per token are the finished store's (``merge inspect``). The two stores must
+agree within float rounding: next-token log-probabilities, top-k log-probabilities, the same
+drawn tokens.
 
     python bench/bench_real_teachers.py [--docs 48] [--batch 8] [--attempts 1] [--no-write]
 """
@@ -60,41 +61,32 @@ def recipe_of(teacher: str, out: Path, docs: int, batch: int) -> Any:
     )
 
 
-@torch.inference_mode()
-def full_logits_outputs(
-    model: Any,
-    examples: list[np.ndarray],
-    start_id: int,
-    k: int,
-    samples: int = 0,
-    seeds: list[list[int]] | None = None,
-    batch_size: int = 32,
-    dtype: torch.dtype = torch.float32,
-) -> list[Any]:
-    """The baseline: ``causal_outputs`` as it was before chunking (the model's whole logits)."""
-    from lmalgebra.core.precision import compute_context
-    from lmalgebra.distill.causal_logprobs import _empty, _example_output, _inputs
+def full_logits(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+    """The baseline's forward: ``(batch, positions, vocabulary)`` logits (in place of the body's
+    hidden states)."""
+    return model(input_ids=input_ids, attention_mask=attention_mask).logits
 
-    order = sorted(range(len(examples)), key=lambda i: -len(examples[i]))
-    out: list[Any] = [None] * len(examples)
-    for start in range(0, len(order), batch_size):
-        chosen = [i for i in order[start : start + batch_size] if len(examples[i])]
-        if not chosen:
-            continue
-        width = len(examples[chosen[0]])
-        ids = torch.full((len(chosen), width), start_id, dtype=torch.long)
-        mask = torch.zeros((len(chosen), width), dtype=torch.long)
-        for row, i in enumerate(chosen):
-            n = len(examples[i])
-            ids[row, :n] = torch.from_numpy(_inputs(examples[i], start_id))
-            mask[row, :n] = 1
-        with compute_context(torch.device("cpu"), dtype):
-            logits = model(input_ids=ids, attention_mask=mask).logits
-        for row, i in enumerate(chosen):
-            n = len(examples[i])
-            seed = seeds[i] if seeds is not None else ()
-            out[i] = _example_output(logits[row, :n], examples[i], k, samples, seed)
-    return [o if o is not None else _empty(k, samples) for o in out]
+
+def stats_from_logits(
+    model: Any,
+    logits: torch.Tensor,
+    targets: list[np.ndarray],
+    k: int,
+    uniforms: list[np.ndarray] | None,
+    dtype: torch.dtype,
+) -> list[Any]:
+    """The baseline's statistics, as ``causal_outputs`` made them before chunking: each row's
+    log-softmax over its real positions, then its top-k, actual tokens and draws."""
+    from lmalgebra.train.causal_head import NextTokenStats, inverse_cdf
+
+    out = []
+    for row, tokens in enumerate(targets):
+        logprobs = torch.log_softmax(logits[row, : len(tokens)].float(), dim=-1)
+        values, indices = logprobs.topk(k, dim=-1)
+        actual = logprobs.gather(1, torch.from_numpy(tokens).unsqueeze(1)).squeeze(1)
+        drawn = inverse_cdf(logprobs, uniforms[row]) if uniforms is not None else (None, None)
+        out.append(NextTokenStats(actual.numpy(), indices.numpy(), values.numpy(), *drawn))
+    return out
 
 
 def contender(
@@ -102,14 +94,16 @@ def contender(
 ) -> Any:
     """The teach stage on a copy of the prepared run, with the baseline or our inference; the
     work returns the inference seconds, tokens and store bytes per token."""
-    from lmalgebra.distill import causal_store, stages
-    from lmalgebra.distill.causal_logprobs import causal_outputs
+    from lmalgebra.distill import causal_logprobs, causal_store, stages
     from lmalgebra.distill.run_inspect import inspect_run
 
     torch.set_num_threads(threads)
     shutil.copytree(prepared, out)
     recipe = recipe_of(teacher, Path(out), docs, batch)
-    infer = full_logits_outputs if which == "baseline" else causal_outputs
+    if which == "baseline":  # the same batches, whole logits in place of hidden states
+        causal_logprobs.body_states = full_logits
+        causal_logprobs.batch_stats = stats_from_logits
+    infer = causal_logprobs.causal_outputs
     spent = [0.0]
 
     def timed(*args: Any, **kwargs: Any) -> Any:

@@ -125,4 +125,4 @@ def _add_tokenizer(writer: Any, tokenizer: Any) -> None:
     writer.add_eos_token_id(tokenizer.eos_token_id)
     writer.add_pad_token_id(tokenizer.pad_token_id)
     writer.add_unk_token_id(tokenizer.unk_token_id)
-    writer.add_add_bos_token(False)
+    writer.add_add_bos_token(True)  # as the source tokenizer, which starts every text with <s>

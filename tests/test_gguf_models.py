@@ -98,6 +98,7 @@ def test_a_gguf_file_loads_with_its_source_models_logits_and_tokens(
     loaded_tokenizer = load_tokenizer(ref, directory)
     ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
     assert loaded_tokenizer(TEXT, add_special_tokens=False)["input_ids"] == ids
+    assert loaded_tokenizer(TEXT)["input_ids"] == tokenizer(TEXT)["input_ids"]  # <s> first
     assert loaded_tokenizer.bos_token == tokenizer.bos_token
     loaded = AutoModelForCausalLM.from_pretrained(directory).eval()
     assert loaded.config.tie_word_embeddings and loaded.config.model_type == "llama"
@@ -134,7 +135,34 @@ def test_a_tokenizer_may_come_from_a_gguf_file(source, cache: Path) -> None:
     from lmalgebra.sources.models import load_named_tokenizer
 
     tokenizer = load_named_tokenizer(f"gguf:{source[2]}", "student tokenizer")
-    assert tokenizer(TEXT)["input_ids"] == source[1](TEXT, add_special_tokens=False)["input_ids"]
+    assert tokenizer(TEXT)["input_ids"] == source[1](TEXT)["input_ids"]
+
+
+def test_the_python_api_decomposes_a_gguf_model_on_its_source(
+    source, cache: Path, tmp_path: Path
+) -> None:
+    """The GGUF file and the directory it was written from hold the same network and tokenizer:
+    the same spans and last-token states, so the two fits are one fit (the same R^2 both ways,
+    below 1 only by the ridge's shrinkage on 40 spans)."""
+    from lmalgebra import decompose
+    from tiny import documents
+
+    model, tokenizer, path = source
+    model.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    models = {"gguf": f"gguf:{path}", "source": str(tmp_path / "source")}
+    result = decompose(
+        models,
+        documents(60),
+        seq_len=8,
+        spans=(40, 10, 10),
+        pooling="last",
+        cache_dir=tmp_path / "lmd-cache",
+        progress=False,
+    )
+    pairwise = result.pairwise("test")
+    assert pairwise.loc["gguf", "source"] == pytest.approx(pairwise.loc["source", "gguf"], abs=1e-6)
+    assert pairwise.loc["gguf", "source"] > 0.9
 
 
 def _decompose(monkeypatch, capsys, tmp_path: Path, model: str, gpt2_dir: Path, corpus: Path):

@@ -97,7 +97,7 @@ def decompose(
 
     Args:
         models: name -> model: a reference string as on the command line (``package:minilm``,
-            a directory, a hub id, ``random:PATH``, ``onnx:FILE#TOKENIZER``,
+            a directory, a hub id, ``random:PATH``, ``gguf:FILE``, ``onnx:FILE#TOKENIZER``,
             ``precomputed:FILE``), a ``(PreTrainedModel, tokenizer)`` pair (a fast tokenizer),
             a ``SentenceTransformer`` (its own pooling and normalisation, through ``encode``),
             or a 2-D array of span embeddings, one row per span in the order :func:`spans`

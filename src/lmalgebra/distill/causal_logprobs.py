@@ -12,33 +12,16 @@ not depend on batching, on torch's generator or on the process that computes the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from lmalgebra.core.precision import compute_context, module_device
-from lmalgebra.train.causal_head import batch_stats, body_states, inverse_cdf
+from lmalgebra.train.causal_head import NextTokenStats, batch_stats, body_states, inverse_cdf
 
-
-@dataclass(frozen=True)
-class CausalOutput:
-    """One example's teacher outputs (``n`` tokens).
-
-    Attributes:
-        next_logprob: ``(n,) float32`` log p(t_i | start, t_<i).
-        topk_ids: ``(n, k) int64`` the k most likely next tokens, most likely first.
-        topk_logprobs: ``(n, k) float32`` their log-probabilities.
-        sample_ids: ``(n, K) int64`` tokens drawn with replacement, ascending; None without samples.
-        sample_logprobs: ``(n, K) float32`` their log-probabilities; None without samples.
-    """
-
-    next_logprob: np.ndarray
-    topk_ids: np.ndarray
-    topk_logprobs: np.ndarray
-    sample_ids: np.ndarray | None = None
-    sample_logprobs: np.ndarray | None = None
+# one example's teacher outputs (``n`` tokens): the next-token statistics of its positions
+CausalOutput = NextTokenStats
 
 
 def draw_samples(
@@ -116,7 +99,7 @@ def causal_outputs(
             uniforms = [_uniform(seeds[i], len(examples[i]), samples) for i in chosen]
         stats = batch_stats(model, hidden, targets, k, uniforms, dtype)
         for i, example in zip(chosen, stats, strict=True):
-            out[i] = CausalOutput(*example)
+            out[i] = example
     return [o if o is not None else _empty(k, samples) for o in out]
 
 
