@@ -5,8 +5,8 @@ tokens that is 1 MiB of float32 per position, 8 GiB for 32 examples of 256 token
 ``log_softmax`` copies it. Here the model's body runs once for its last hidden states, and its
 output head is applied to a chunk of the real (not padding) positions at a time, so at most
 ``chunk x vocabulary`` logits exist at once, whatever the batch. From each chunk come the actual
-next token's log-probability, the top-k, and tokens drawn by inverse CDF, exactly as from full
-logits: every row's log-softmax depends on that row alone.
+next token's log-probability, the top-k, and tokens drawn by inverse CDF, as from full logits:
+every row's log-softmax depends on that row alone.
 
 The head is the model's output embedding (tied or not) followed by what the architecture does to
 logits in its ``forward``: Gemma 2 and 3 soft-cap them (``final_logit_softcapping``), Cohere
@@ -30,8 +30,8 @@ from lmalgebra.core.precision import compute_context
 
 # float32 logits per chunk: 128 positions of a 262,144-token vocabulary, 682 of 49,152. Each
 # chunk reads the whole head once (671 MB for Gemma 3 in float32): fewer rows would spend more
-# time reading it than multiplying; the log-softmax and the float64 CDF of the draws add about
-# two chunks at the peak.
+# time reading it than multiplying. The logits and their log-softmax are held together for a
+# moment, the float64 CDF of the draws a quarter chunk at a time: a peak of about 2.25 chunks.
 CHUNK_BYTES = 128 << 20
 _CHECKED: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -116,6 +116,8 @@ def logprob_chunks(
     step = positions_per_chunk(model.get_output_embeddings().weight.shape[0], chunk_bytes)
     for start in range(0, hidden.shape[0], step):
         logits = head_logits(model, hidden[start : start + step], dtype)
+        # log_softmax, as the full-logits path took it: logits minus their log-sum-exp in place
+        # would save a chunk but move log-probabilities by rounding, and so a rare draw
         yield start, torch.log_softmax(logits, dim=-1)
 
 
@@ -123,11 +125,11 @@ def inverse_cdf(logprobs: torch.Tensor, uniform: np.ndarray) -> tuple[np.ndarray
     """Draws from each row of ``logprobs (n, vocab)`` by inverse CDF in float64 at
     ``uniform (n, K)`` in [0, 1): ``(n, K) int64`` ids, ascending per row, and their
     ``(n, K) float32`` log-probabilities. The float64 CDF is made for a block of rows at a time,
-    at most :data:`CHUNK_BYTES`."""
+    a quarter of :data:`CHUNK_BYTES`."""
     logprobs = logprobs.cpu()
     n, vocab = logprobs.shape
     ids = torch.empty(uniform.shape, dtype=torch.int64)
-    step = max(1, CHUNK_BYTES // (8 * vocab))
+    step = max(1, CHUNK_BYTES // (4 * 8 * vocab))  # a quarter chunk: elementwise, no reuse
     for lo in range(0, n, step):
         cdf = logprobs[lo : lo + step].double().exp_().cumsum_(dim=-1)
         # the total, not 1: rounding of the sum
