@@ -7,7 +7,7 @@ position, in float32: the causal recipe's teach stage (``merge teach``), once wi
 full-logits path it had before (baseline: ``(batch, positions, vocabulary)`` logits from the
 model's forward, then each example's log-softmax, top-k and draws, as ``causal_outputs`` did;
 the draws' float64 CDF made a block of rows at a time in both) and once as it is (ours: the
-output head on 128 MiB chunks of the real positions, ``train/causal_head.py``). Teacher tokens
+output head on 256 MiB chunks of the real positions, ``train/causal_head.py``). Teacher tokens
 per second count the seconds spent in teacher inference (loading the model left out); peak
 memory is the contender process's, all its life (loading the model included); store bytes per
 token are the finished store's (``merge inspect``). The two stores must agree within float
