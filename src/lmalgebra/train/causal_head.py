@@ -28,12 +28,14 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import compute_context
 
-# float32 logits per chunk: 256 positions of a 262,144-token vocabulary, 1,365 of 49,152. Each
-# chunk reads the whole head once (671 MB for Gemma 3 in float32): on 2 AVX2 cores Gemma's head
-# took 1.05x the time of one product over 768 rows in chunks of 256, 1.35x in chunks of 128,
-# 1.8x in chunks of 64. The logits and their log-softmax are held together for a moment, the
-# float64 CDF of the draws a quarter chunk at a time: a peak of about 2.25 chunks.
+# At most this much float32 logits per chunk (256 positions of a 262,144-token vocabulary), and at
+# most MAX_POSITIONS positions (a 49,152-token vocabulary: 96 MiB). Each chunk reads the whole
+# head once (671 MB for Gemma 3 in float32): on 2 AVX2 cores Gemma's head took 1.05x the time of
+# one product over 768 rows in chunks of 256, 1.35x in chunks of 128, 1.8x in chunks of 64; more
+# rows only hold more memory. The logits and their log-softmax are held together for a moment,
+# the float64 CDF of the draws a quarter chunk at a time: a peak of about 2.25 chunks.
 CHUNK_BYTES = 256 << 20
+MAX_POSITIONS = 512
 _CHECKED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
@@ -103,9 +105,9 @@ def check_head(model: Any, owner: str = "model") -> None:
 
 
 def positions_per_chunk(vocab: int, chunk_bytes: int | None = None) -> int:
-    """How many positions' float32 logits fit in ``chunk_bytes`` (default :data:`CHUNK_BYTES`;
-    at least one)."""
-    return max(1, (chunk_bytes or CHUNK_BYTES) // (4 * vocab))
+    """How many positions' float32 logits fit in ``chunk_bytes`` (default :data:`CHUNK_BYTES`),
+    at most :data:`MAX_POSITIONS` and at least one."""
+    return max(1, min(MAX_POSITIONS, (chunk_bytes or CHUNK_BYTES) // (4 * vocab)))
 
 
 def logprob_chunks(
