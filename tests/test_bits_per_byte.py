@@ -99,15 +99,26 @@ def test_windows_score_every_target_once(length: int, context: int, stride: int)
 
 
 class _UniformOver(torch.nn.Module):
-    """A model that gives every listed token the same probability, whatever came before."""
+    """A model that gives every listed token the same probability, whatever came before: its
+    body's states are zeros and its head's bias makes the logits (0 listed, -inf the rest)."""
 
     def __init__(self, vocab_size: int, allowed: list[int]):
         super().__init__()
-        self.logits = torch.full((vocab_size,), -math.inf)
-        self.logits[allowed] = 0.0
+        self.config = SimpleNamespace()
+        self.head = torch.nn.Linear(1, vocab_size)
+        with torch.no_grad():
+            self.head.weight.zero_()
+            self.head.bias.fill_(-math.inf)
+            self.head.bias[allowed] = 0.0
+
+    def base_model(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        return SimpleNamespace(last_hidden_state=torch.zeros(*input_ids.shape, 1))
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
-        return SimpleNamespace(logits=self.logits.expand(*input_ids.shape, -1).clone())
+        return SimpleNamespace(logits=self.head(self.base_model(input_ids).last_hidden_state))
 
 
 def _fixed_width(alphabet: list[str], width: int) -> PreTrainedTokenizerFast:

@@ -17,7 +17,7 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources import packaged
-from lmalgebra.sources.packaged import Asset, SplitZip, asset_path, catalogue
+from lmalgebra.sources.packaged import Asset, SplitFile, asset_path, catalogue
 from lmalgebra.storage import split_archive
 
 ROOT = "tiny-model"
@@ -27,8 +27,8 @@ FILES = {"config.json": b'{"model_type": "bert"}', "weights.bin": bytes(range(25
 def _zip_bytes() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zipped:
-        for name, data in FILES.items():
-            zipped.writestr(f"{ROOT}/{name}", data)
+        for name, data in FILES.items():  # a fixed time stamp: the same bytes on every call
+            zipped.writestr(zipfile.ZipInfo(f"{ROOT}/{name}", (2020, 1, 1, 0, 0, 0)), data)
     return buffer.getvalue()
 
 
@@ -52,7 +52,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         parts.append((f"fakepart_{k:03d}", f"input/fake.zip.{k:03d}", _requirement(k)))
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     importlib.invalidate_caches()
-    split = SplitZip(tuple(parts), hashlib.sha256(data).hexdigest(), ROOT)
+    split = SplitFile(tuple(parts), hashlib.sha256(data).hexdigest(), "zip", ROOT)
     asset = Asset(*parts[0][:2], "fake-part-001..003==1.0", "model", "a fake model", split)
     monkeypatch.setitem(packaged.ASSETS, "fake", asset)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))

@@ -79,8 +79,7 @@ def _help(*args: str) -> str:
 
 def test_experimental_features_say_so_where_users_meet_them() -> None:
     from lmalgebra.distill.run.starter_recipe import STARTER
-
-    from lmalgebra.distill.student import StudentSpec
+    from lmalgebra.distill.student import MaskedStudentSpec
     from lmalgebra.experimental import FEATURES
     from lmalgebra.train.config import TrainingSpec
 
@@ -89,7 +88,7 @@ def test_experimental_features_say_so_where_users_meet_them() -> None:
         assert f"## {feature.section}" in readme or f"**{feature.section}**" in readme
     assert "(experimental: its score's Spearman" in _help("merge", "select")
     assert "MinED-KL and ULD are experimental" in _help("demo")
-    seeding = StudentSpec.model_fields["init_embeddings"].description or ""
+    seeding = MaskedStudentSpec.model_fields["init_embeddings"].description or ""
     assert "teachers is experimental" in seeding
     losses = TrainingSpec.model_fields["objective_mix"].description or ""
     assert "mined_kl and uld are experimental" in losses

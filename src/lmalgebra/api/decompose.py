@@ -76,7 +76,7 @@ def decompose(
 
     Args:
         models: name -> model: a reference string as on the command line (``package:minilm``,
-            a directory, a hub id, ``random:PATH``, ``onnx:FILE#TOKENIZER``,
+            a directory, a hub id, ``random:PATH``, ``gguf:FILE``, ``onnx:FILE#TOKENIZER``,
             ``precomputed:FILE``), a mapping of model keys (``{"path": ..., "revision": ...}``),
             a ``(PreTrainedModel, tokenizer)`` pair (a fast tokenizer), a
             ``SentenceTransformer`` (its own pooling and normalisation, through ``encode``), or

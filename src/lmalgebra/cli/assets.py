@@ -18,19 +18,19 @@ def _size(value: object) -> str:
 @app.command("packaged")
 def packaged() -> None:
     """List packaged models and corpora (name them as package:NAME) and shipped recipes
-    (recipe:NAME), with sizes and what they are.
+    (recipe:NAME), with sizes, what they are and their licences.
 
     Example: lmalgebra decompose recipe:decompose-minilm-wiki --out runs/minilm
     """
     rows = catalogue()
     for kind, title in (("model", "Packaged models"), ("corpus", "Packaged corpora")):
         table = Table(title=title, title_justify="left")
-        for column in ("name", "size", "what", "installs with"):
+        for column in ("name", "size", "what", "installs with", "licence"):
             table.add_column(column)
         for row in rows:
             if row["kind"] == kind:
-                description, requirement = str(row["description"]), str(row["requirement"])
-                table.add_row(str(row["name"]), _size(row["bytes"]), description, requirement)
+                text = [str(row[key]) for key in ("description", "requirement", "licence")]
+                table.add_row(str(row["name"]), _size(row["bytes"]), *text)
         console.print(table)
     table = Table(title="Shipped recipes", title_justify="left")
     table.add_column("name")

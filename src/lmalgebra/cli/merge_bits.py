@@ -16,8 +16,8 @@ def merge_bits_per_byte(
     models: Annotated[
         list[str] | None,
         typer.Option(
-            help="[NAME=]PATH_OR_HUB_ID of a causal LM; repeatable (default: the "
-            "run's causal teachers)."
+            help="[NAME=]PATH_OR_HUB_ID (or package:NAME, gguf:FILE) of a causal LM; "
+            "repeatable (default: the run's causal teachers)."
         ),
     ] = None,
     languages: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,

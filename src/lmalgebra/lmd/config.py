@@ -42,8 +42,8 @@ class DecomposeConfig(BaseModel):
 
     models: list[ModelRef] = Field(
         description="Two or more models, in basis order. On the command line, one flag per model: "
-        "[NAME=][random:]PATH_OR_HUB_ID[@REVISION], [NAME=]onnx:FILE[#TOKENIZER] or "
-        "[NAME=]precomputed:FILE."
+        "[NAME=][random:]PATH_OR_HUB_ID[@REVISION], [NAME=]gguf:FILE, "
+        "[NAME=]onnx:FILE[#TOKENIZER] or [NAME=]precomputed:FILE."
     )
     corpus: CorpusSpec = Field(description="The text the spans are cut from.")
     spans: SpanSpec = Field(

@@ -1,7 +1,8 @@
 """Fingerprints of models: hashes of what changes the numbers (weights, tokenizer, config).
 
 Weight hashes are memoised by file path, size and modification time, so a large model is read
-once per change, not once per run.
+once per change, not once per run. A model dequantised from a GGUF file also records that file's
+sha256 and quantisation.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_files, sha256_json
+from lmalgebra.sources.gguf_models import read_provenance
 from lmalgebra.sources.models import (
     TOKENIZER_FILES,
     WEIGHT_SUFFIXES,
@@ -44,7 +46,9 @@ def _memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
 
 
 def fingerprint(ref: ModelRef, directory: Path, memo_dir: Path | None = None) -> dict[str, str]:
-    """Hashes of what changes the numbers: weights (or config + seed if random), tokenizer.
+    """Hashes of what changes the numbers: weights (or config + seed if random), tokenizer; for
+    a model dequantised from a GGUF file also ``gguf_sha256`` and ``quantisation`` (llama.cpp's
+    file type, e.g. ``MOSTLY_Q4_K_M``).
 
     ``directory`` is what :func:`resolve_directory` returned (a file for ONNX and precomputed).
     """
@@ -74,8 +78,13 @@ def fingerprint(ref: ModelRef, directory: Path, memo_dir: Path | None = None) ->
             raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
         weights = _memoised_hash(files, directory, memo_dir)
     tok_files = [directory / f for f in TOKENIZER_FILES if (directory / f).is_file()]
-    return {
+    hashes = {
         "weights": weights,
         "tokenizer": _memoised_hash(tok_files, directory, memo_dir),
         "config": sha256_json(config),
     }
+    source = read_provenance(directory)
+    if source is not None:
+        hashes["gguf_sha256"] = str(source["sha256"])
+        hashes["quantisation"] = str(source["quantisation"])
+    return hashes

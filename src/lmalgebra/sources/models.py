@@ -1,7 +1,9 @@
 """Model references: resolve a hub id or local directory, load it, and fingerprint its weights.
 
-A reference is resolved to a local path first (a hub snapshot lands in the Hugging Face cache),
-so the weights hash is always a hash of files, computed once and memoised by size and mtime.
+A reference is resolved to a local path first (a hub snapshot lands in the Hugging Face cache, a
+GGUF file is dequantised into a model directory in the lmalgebra cache), so every loader reads a
+plain directory and the weights hash is always a hash of files, computed once and memoised by size
+and mtime.
 Three kinds: a Hugging Face model (a directory), an ONNX encoder (a ``.onnx`` file run with
 onnxruntime and a named tokenizer), and precomputed embeddings (a file of vectors, one per span).
 """
@@ -19,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
@@ -65,7 +68,8 @@ class ModelRef(BaseModel):
 
     name: str = Field(description="Short name used in tables and file names.")
     path: str = Field(
-        description="Hugging Face hub id, local model directory, or package:NAME (packaged model)."
+        description="Hugging Face hub id, local model directory, package:NAME (packaged model) "
+        "or gguf:FILE (a GGUF file, dequantised once into the cache)."
     )
     revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
     random_init: bool = Field(
@@ -128,8 +132,8 @@ class ModelRef(BaseModel):
 
     @classmethod
     def parse(cls, text: str) -> ModelRef:
-        """CLI form: ``[NAME=][random:]PATH[@REVISION]``, ``[NAME=]onnx:FILE[#TOKENIZER]`` or
-        ``[NAME=]precomputed:FILE``."""
+        """CLI form: ``[NAME=][random:]PATH[@REVISION]``, ``[NAME=][random:]gguf:FILE``,
+        ``[NAME=]onnx:FILE[#TOKENIZER]`` or ``[NAME=]precomputed:FILE``."""
         name, _, ref = text.rpartition("=") if "=" in text else ("", "", text)
         kind, file, tokenizer = _split_kind(ref)
         if kind is not None:
@@ -140,11 +144,13 @@ class ModelRef(BaseModel):
             return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)
         random_init = ref.startswith("random:")
         ref = ref.removeprefix("random:")
-        path, _, revision = ref.partition("@")
-        if not path:
+        gguf = ref.startswith(GGUF_PREFIX)  # a file path: an @ in it is no revision
+        path, _, revision = (ref, "", "") if gguf else ref.partition("@")
+        if not path.removeprefix(GGUF_PREFIX):
             raise UserInputError(f"model reference {text!r} names no path or hub id")
         if not name:
             readable = path.removeprefix(PACKAGE_PREFIX)  # package:minilm -> minilm
+            readable = Path(readable.removeprefix(GGUF_PREFIX)).stem if gguf else readable
             name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
 
@@ -164,6 +170,8 @@ def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
         return _precomputed_file(ref)
     if ref.path.startswith(PACKAGE_PREFIX):
         return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
+    if ref.path.startswith(GGUF_PREFIX):
+        return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}")
     local = Path(ref.path).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
@@ -228,10 +236,13 @@ def tokenizer_directory(ref: ModelRef, onnx_file: Path) -> Path:
 
 
 def resolve_tokenizer(source: str, owner: str) -> Path:
-    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME`` or a hub id
-    (``ID[@REVISION]``, its tokenizer files fetched). ``owner`` starts every message."""
+    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME``,
+    ``gguf:FILE`` (the tokenizer the file describes) or a hub id (``ID[@REVISION]``, its
+    tokenizer files fetched). ``owner`` starts every message."""
     if source.startswith(PACKAGE_PREFIX):
         return asset_path(source.removeprefix(PACKAGE_PREFIX))
+    if source.startswith(GGUF_PREFIX):
+        return file_directory(source.removeprefix(GGUF_PREFIX), owner)
     local = Path(source).expanduser()
     if local.is_dir():
         return local

