@@ -28,7 +28,6 @@ group fits; single-model blocks are solved in float64 either way.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import math
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.loo_operators import leave_one_out_operators
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 from lmalgebra.stats.symmetric_kernels import block_sums, row_quadratics, spd_inverse
 from lmalgebra.stats.tail_fit import tail_fit
@@ -292,7 +292,7 @@ class Decomposer:
         carried = inverse @ cov[np.ix_(heads, tails)] if tails.size else None  # P C_{:, tails}
         edges = np.cumsum([0, *(b.basis_dim for b in self.blocks)])
         operators = torch.from_numpy(inverse)
-        train_residual, dfs = self._operators_in_place(operators, edges, self.penalty[heads])
+        train_residual, dfs = leave_one_out_operators(operators, edges, self.penalty[heads])
         residuals = {"train": train_residual}
         for split, m in self.splits.items():
             if split != "train":
@@ -328,37 +328,6 @@ class Decomposer:
                 scores[split] = 1 - residual[split] / total if total > 0 else float("nan")
             fits.append(Fit(b.name, tuple(others), weight, bias, scores, dfs[k]))
         return fits
-
-    def _operators_in_place(
-        self, inverse: torch.Tensor, edges: np.ndarray, penalty_values: np.ndarray
-    ) -> tuple[list[float], list[float]]:
-        """Turn ``P``'s rows into the operators ``R_t``; each fit's train residual and df.
-
-        ``edges``: each block's rows ``[edges[k], edges[k + 1])`` of ``P``; ``penalty_values``:
-        the penalty of every row. On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) =
-        tr(P_tt^-1) - sum(Lam * R^2)``; with ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the
-        effective degrees of freedom are ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``,
-        and ``P_tt R_t = P_t``.
-        """
-        penalty = torch.from_numpy(penalty_values)
-        p_diag = torch.diagonal(inverse).clone()
-        residuals, dfs = [], []
-        for a, b in itertools.pairwise(int(e) for e in edges):
-            rows = inverse[a:b]
-            p_tt = rows[:, a:b].clone()
-            factor = torch.linalg.cholesky(p_tt)  # a principal block of an SPD inverse
-            operator = torch.cholesky_solve(rows, factor)  # (d_t, D)
-            # diag(R_tB^T P_tt R_tB), as P_tt R_t = P_t
-            reduced = penalty * (p_diag - (rows * operator).sum(dim=0))
-            basis_dim = len(penalty) - (b - a)
-            dfs.append(basis_dim - float(reduced.sum() - reduced[a:b].sum()))
-            residual = (
-                torch.cholesky_inverse(factor).double().trace()
-                - (penalty * operator.double() ** 2).sum()
-            )
-            residuals.append(float(residual))
-            rows.copy_(operator)
-        return residuals, dfs
 
     def pairwise(self) -> dict[str, np.ndarray]:
         """R^2 of every target (rows) from every single basis model (columns), per split.
