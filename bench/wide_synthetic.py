@@ -16,7 +16,7 @@ Each model's rows (``width`` columns, float32) are, per span:
 Rows are generated block by block (``BLOCK`` rows, seeded by split, block and model), so any
 model's file is written on its own, streamed, with the same shared latents as the others'.
 Files are ``.npy`` with the run's order digest beside them (``FILE.spans.sha256``), the form
-``lmalgebra decompose --model NAME=precomputed:FILE`` takes.
+``lmalgebra decompose --models NAME=precomputed:FILE`` takes.
 """
 
 from __future__ import annotations

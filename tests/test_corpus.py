@@ -270,7 +270,7 @@ def test_missing_column_is_named(tmp_path: Path, name: str, writer: object) -> N
     assert (
         "text" in message.split("'abstract'", 1)[1]
     )  # the fields that are there, for every format
-    assert "--corpus.text_column" in message
+    assert "corpus.text_column" in message
 
 
 def test_missing_column_in_a_later_jsonl_line_names_the_line(tmp_path: Path) -> None:

@@ -154,8 +154,7 @@ def test_the_python_api_decomposes_a_gguf_model_on_its_source(
     result = decompose(
         models,
         documents(60),
-        seq_len=8,
-        spans=(40, 10, 10),
+        spans={"length": 8, "counts": (40, 10, 10)},
         pooling="last",
         cache_dir=tmp_path / "lmd-cache",
         progress=False,
@@ -166,9 +165,9 @@ def test_the_python_api_decomposes_a_gguf_model_on_its_source(
 
 
 def _decompose(monkeypatch, capsys, tmp_path: Path, model: str, gpt2_dir: Path, corpus: Path):
-    args = ["decompose", "--model", f"a={model}", "--model", f"b={gpt2_dir}"]
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={gpt2_dir}"]
     return run_cli(
-        [*args, "--corpus", str(corpus), "--out", str(tmp_path / "out")], monkeypatch, capsys
+        [*args, "--corpus.paths", str(corpus), "--out", str(tmp_path / "out")], monkeypatch, capsys
     )
 
 

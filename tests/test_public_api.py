@@ -81,7 +81,7 @@ def test_experimental_features_say_so_where_users_meet_them() -> None:
     from lmalgebra.distill.run.starter_recipe import STARTER
     from lmalgebra.distill.student import MaskedStudentSpec
     from lmalgebra.experimental import FEATURES
-    from lmalgebra.train.config import TrainingSpec
+    from lmalgebra.train.config import CausalTrainingSpec
 
     readme = README.read_text(encoding="utf-8")
     for feature in FEATURES:
@@ -90,7 +90,7 @@ def test_experimental_features_say_so_where_users_meet_them() -> None:
     assert "MinED-KL and ULD are experimental" in _help("demo")
     seeding = MaskedStudentSpec.model_fields["init_embeddings"].description or ""
     assert "teachers is experimental" in seeding
-    losses = TrainingSpec.model_fields["objective_mix"].description or ""
+    losses = CausalTrainingSpec.model_fields["objective_mix"].description or ""
     assert "mined_kl and uld are experimental" in losses
     assert "init_embeddings: random      # teachers (experimental)" in STARTER
 

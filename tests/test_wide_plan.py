@@ -78,15 +78,16 @@ def wide_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 def test_a_run_that_cannot_fit_is_refused_in_one_line_before_any_work(
     tmp_path: Path, wide_files: list[Path], corpus_txt: Path, bert_dir: Path
 ) -> None:
-    models = [f"--model=w{i}={p}" for i, p in enumerate(wide_files)]
+    models = [f"--models=w{i}={p}" for i, p in enumerate(wide_files)]
     models = [m.replace("=/", "=precomputed:/", 1) for m in models]
     out = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "lmalgebra", "decompose", *models, "--corpus", str(corpus_txt)),
-            *("--reference_tokenizer", str(bert_dir), "--spans", "100000,10000,10000", "-T", "8"),
-            *("--scale.memory_gib", "1.0", "--out", str(out), "--cache-dir", str(tmp_path / "c")),
+            *(sys.executable, "-m", "lmalgebra", "decompose", *models, "--corpus.paths", str(corpus_txt)),
+            *("--reference_tokenizer", str(bert_dir), "--spans.counts", "100000,10000,10000"),
+            *("--spans.length", "8"),
+            *("--scale.memory_gib", "1.0", "--out", str(out), "--cache_dir", str(tmp_path / "c")),
         ],
         env=env,
         capture_output=True,
