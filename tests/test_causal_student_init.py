@@ -28,6 +28,7 @@ from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe, parse_recipe
 from lmalgebra.distill.student import CausalStudentSpec
 from lmalgebra.train.config import CausalTrainingSpec
+from lmalgebra.train.run_fingerprint import CheckpointMismatchError
 from merge_fixtures import write_recipe
 from tiny import sentences
 
@@ -154,6 +155,10 @@ def test_merge_run_trains_a_student_started_from_a_gguf_file(
     start = init_student(init).state_dict()
     final = load_file(str(saved / "model.safetensors"))
     assert any(not torch.equal(start[k], final[k]) for k in final)
+    # the same layers in another order: the same configuration, but not the same start
+    other = load_recipe(_with_student(run_recipe, {**student, "layers": [0, 2]}, "other.yaml"))
+    with pytest.raises(CheckpointMismatchError, match="the model the student starts from"):
+        train_student(other, "from-gguf", spec, False)
     # a recipe's dump (the run directory's copy) reads back as the same student
     assert parse_recipe(recipe.model_dump(mode="json"), "dump").student == recipe.student
 
