@@ -89,6 +89,58 @@ def test_layer_subset_equals_the_source_layers_bit_for_bit(
         assert torch.equal(tensor, original[_renamed(key, layers)]), key
 
 
+def _tiny_gemma3(directory: Path) -> Path:
+    """A random tiny Gemma 3 of six layers, sliding (window 4) and full attention mixed."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    _, tokenizer = tiny_llama(seed=3)
+    config = Gemma3TextConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        sliding_window=4,
+        max_position_embeddings=128,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(3)
+    Gemma3ForCausalLM(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize(("source", "layers"), [("llama", [3, 0, 2]), ("gemma3", [5, 0, 3])])
+def test_a_subset_computes_what_a_model_built_at_that_depth_computes(
+    llama_dir: Path, tmp_path: Path, source: str, layers: list[int]
+) -> None:
+    """The reference: the architecture built natively with ``len(layers)`` layers (Gemma's
+    per-layer attention kinds subset alike) holding the source's kept weights. Logits and a
+    greedy continuation through the key-value cache are identical."""
+    path = llama_dir if source == "llama" else _tiny_gemma3(tmp_path / "gemma3")
+    saved = AutoModelForCausalLM.from_pretrained(_saved_student(path, tmp_path / "s", layers))
+    original = AutoModelForCausalLM.from_pretrained(path)
+    config = original.config
+    config.num_hidden_layers = len(layers)
+    if source == "gemma3":
+        config.layer_types = [config.layer_types[i] for i in layers]
+        assert len(set(config.layer_types)) == 2  # both kinds among the kept layers
+    reference = AutoModelForCausalLM.from_config(config)
+    weights = {key: original.state_dict()[_renamed(key, layers)] for key in reference.state_dict()}
+    reference.load_state_dict(weights, strict=True)
+    ids = torch.tensor([[1, *range(10, 30)]])
+    with torch.no_grad():
+        for model in (saved, reference):
+            model.eval()
+        assert torch.equal(saved(ids).logits, reference(ids).logits)
+        greedy = {"max_new_tokens": 8, "do_sample": False}
+        assert torch.equal(saved.generate(ids, **greedy), reference.generate(ids, **greedy))
+
+
 def test_untrained_student_scores_its_sources_bits_per_byte(
     llama_dir: Path, causal_teacher_dirs, tmp_path: Path
 ) -> None:
@@ -232,3 +284,21 @@ def test_layer_beyond_the_model_stops_merge_train_with_one_line(
     path = _with_student(run_recipe, {"init": str(llama_dir), "layers": [0, 4]}, "bad.yaml")
     code, err = run_cli(["merge", "train", str(path), "--no-progress"], monkeypatch, capsys)
     assert_one_line(code, err, ["student.layers", "layer 4 does not exist", "4 layers"])
+
+
+@pytest.mark.slow
+def test_a_student_of_smollm2s_first_and_last_layers_generates(tmp_path: Path) -> None:
+    """The packaged SmolLM2-135M (dequantised into the user's cache on first use, minutes):
+    its first and last six layers as a Llama of twelve that plain transformers loads."""
+    layers = [0, 1, 2, 3, 4, 5, 24, 25, 26, 27, 28, 29]
+    init = open_init(CausalStudentSpec(init="package:smollm2-135m", layers=layers))
+    assert init is not None and init.depth == 30 and init.hashes["quantisation"] == "MOSTLY_Q4_1"
+    tokenizer = AutoTokenizer.from_pretrained(init.directory)
+    saved = write_model_directory(tmp_path / "s", init_student(init), tokenizer, {"kind": "test"})
+    model = AutoModelForCausalLM.from_pretrained(saved)
+    assert type(model).__name__ == "LlamaForCausalLM" and model.config.num_hidden_layers == 12
+    generate = pipeline(
+        "text-generation", model=model, tokenizer=AutoTokenizer.from_pretrained(saved)
+    )
+    out = generate("The capital of France is", max_new_tokens=4, do_sample=False)
+    assert out[0]["generated_text"].startswith("The capital of France is")
