@@ -13,23 +13,25 @@ import torch
 from tiny import sentences
 
 
-def tiny_llama(seed: int = 0) -> tuple[Any, Any]:
-    """A random tiny ``LlamaForCausalLM`` (hidden 32, 2 layers, 4 heads, 2 key-value heads, tied
-    embeddings) and its byte-level BPE tokenizer of about 300 tokens."""
+def tiny_llama(seed: int = 0, layers: int = 2, positions: int = 64) -> tuple[Any, Any]:
+    """A random tiny ``LlamaForCausalLM`` (hidden 32, ``layers`` layers, 4 heads, 2 key-value
+    heads, tied embeddings, ``positions`` positions) and its byte-level BPE tokenizer of about
+    300 tokens."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 
-    tokenizer = train_causal_tokenizer(sentences(300, seed=seed + 3), "bytelevel-bpe", 300, 64)
+    texts = sentences(300, seed=seed + 3)
+    tokenizer = train_causal_tokenizer(texts, "bytelevel-bpe", 300, positions)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=8,
-        max_position_embeddings=64,
+        max_position_embeddings=positions,
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

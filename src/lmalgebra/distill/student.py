@@ -3,7 +3,8 @@
 ``ModelSpec`` holds the sizes every transformer built here shares; ``MaskedModelSpec`` adds the
 factorised embedding of a BERT/ALBERT masked LM, ``MaskedStudentSpec`` the union vocabulary's
 size and the seeding of a masked student, ``CausalStudentSpec`` the tokenizer of a causal student
-(``distill.vocab.tokenizer_choice``). ``student_inputs`` is what a student's checkpoints record of
+(``distill.vocab.tokenizer_choice``) or the pre-trained model it starts from (``init``, with the
+decoder layers it keeps). ``student_inputs`` is what a student's checkpoints record of
 the recipe and the teacher store, so a student is never resumed on a store rebuilt since.
 """
 
@@ -11,7 +12,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
@@ -92,7 +100,8 @@ class MaskedStudentSpec(MaskedModelSpec):
 
 
 class CausalStudentSpec(ModelSpec):
-    """The causal student: a GPT-2-style causal LM with a tokenizer of its own."""
+    """The causal student: a GPT-2-style causal LM of these sizes with a tokenizer of its own,
+    or (``init``) a pre-trained causal LM with its tokenizer, all or some of its layers kept."""
 
     tokenizer: str | None = Field(
         default=None,
@@ -101,6 +110,57 @@ class CausalStudentSpec(ModelSpec):
         "pretrain causal --tokenizer.kind, e.g. train:bytelevel-bpe:8000), bytes for raw UTF-8 "
         "bytes, or a model reference (hub id, directory, package:NAME).",
     )
+    init: str | None = Field(
+        default=None,
+        description="Start from this causal LM's weights and tokenizer: a model reference "
+        "(directory, hub id[@REVISION], package:NAME, gguf:FILE). Its sizes, dropout and "
+        "tokenizer are the student's: none of those may be set beside it.",
+    )
+    layers: list[int] | None = Field(
+        default=None,
+        description="With init: the decoder layers kept, in this order and renumbered from 0 "
+        "(e.g. [0, 5, 11]); embeddings, final norm and head are kept whole. None: every layer.",
+    )
+
+    @model_validator(mode="after")
+    def _check_init(self) -> CausalStudentSpec:
+        if self.init is None:
+            if self.layers is not None:
+                raise UserInputError(
+                    "student.layers needs student.init: the pre-trained model whose layers it keeps"
+                )
+            return self
+        given = [f for f in (*ModelSpec.model_fields, "tokenizer") if f in self.model_fields_set]
+        if given:
+            raise UserInputError(
+                f"student.{given[0]} cannot be set beside student.init: the student takes its "
+                f"sizes, dropout and tokenizer from {self.init!r}"
+            )
+        if self.layers is not None:
+            check_layer_list(self.layers)
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without ``init``: the fields of a student built here (as before ``init`` existed);
+        with it: ``init`` and ``layers`` alone, so the dump reads back as the same spec."""
+        data = handler(self)
+        built = (*ModelSpec.model_fields, "tokenizer")
+        left_out = ("init", "layers") if self.init is None else built
+        return {key: value for key, value in data.items() if key not in left_out}
+
+
+def check_layer_list(layers: list[int], depth: int | None = None) -> None:
+    """Refuse an empty ``student.layers``, a negative or repeated index, and (``depth``: the
+    init model's decoder layers) an index the model does not have; one line naming it."""
+    if not layers:
+        raise UserInputError("student.layers is empty: list the layers to keep, or leave it out")
+    for index, layer in enumerate(layers):
+        if layer < 0 or (depth is not None and layer >= depth):
+            have = f" (the model has {depth} layers: 0..{depth - 1})" if depth else ""
+            raise UserInputError(f"student.layers: layer {layer} does not exist{have}")
+        if layer in layers[:index]:
+            raise UserInputError(f"student.layers lists layer {layer} more than once")
 
 
 def student_inputs(recipe: Any, outputs: str) -> dict[str, Any]:

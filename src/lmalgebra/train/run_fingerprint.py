@@ -27,6 +27,7 @@ _PARTS = {
     "tokenizer": "the tokenizer",
     "data": "the data settings",
     "init_embeddings": "the embedding initialisation",
+    "student_init": "the model the student starts from",
 }
 _MISSING = object()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ import pyarrow as pa
 
 from lmalgebra.distill.causal.logprobs import CausalOutput
 from lmalgebra.distill.causal.store import logprobs_table, tokens_table
+from lmalgebra.distill.causal.student_init import open_init
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.teachers import teacher_tokenizer
 from lmalgebra.distill.examples import Example, language_examples
@@ -130,8 +132,9 @@ def _student(
 ) -> ModelShape | None:
     """The student's tokenizer made as ``train`` makes it and every example read with it, timed
     (split evenly over the pairs, as ``train`` seconds); the student's tokens per example set on
-    each pair, and the student's shape. None when the recipe names no student tokenizer."""
-    if recipe.student.tokenizer is None:
+    each pair, and the student's shape (``student.init``: its model's, the kept layers alone).
+    None when the recipe names no student tokenizer and no model to start from."""
+    if recipe.student.tokenizer is None and recipe.student.init is None:
         return None
 
     def training() -> dict[str, list[str]]:
@@ -150,4 +153,8 @@ def _student(
     for pair in pairs:
         pair.student_lengths = pair.student_predicted = read[pair.language]
         pair.seconds["train"] = seconds / len(pairs)
-    return student_shape(recipe.student, len(tokenizer))
+    init = open_init(recipe.student, weights=False)
+    if init is None:
+        return student_shape(recipe.student, len(tokenizer))
+    shape = teacher_shape(init.directory, len(tokenizer))  # its config.json and weight files
+    return shape if init.layers is None else replace(shape, layers=len(init.layers))

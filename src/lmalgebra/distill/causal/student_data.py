@@ -222,8 +222,8 @@ def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> 
         if len(tokens.ids) > positions:
             raise UserInputError(
                 f"example {example} of {lang!r} is {len(tokens.ids)} student tokens, more than "
-                f"student.max_position_embeddings ({positions}): raise it or lower "
-                "causal.example_bytes"
+                f"the student's {positions} positions (student.max_position_embeddings, or "
+                "the student.init model's): raise them or lower causal.example_bytes"
             )
         encoded.append(tokens)
     return encoded

@@ -1,9 +1,11 @@
-"""The causal student (and causal teachers pre-trained here): a GPT-2-style causal LM."""
+"""The causal student (and causal teachers pre-trained here): a GPT-2-style causal LM built of
+the spec's sizes, or the pre-trained model ``student.init`` names (``student_init``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lmalgebra.distill.causal.student_init import InitModel, init_student
 from lmalgebra.distill.student import ModelSpec
 
 
@@ -28,3 +30,9 @@ def build_causal_lm(spec: ModelSpec, tokenizer: Any, seed: int = 0) -> Any:
     )
     torch.manual_seed(seed)
     return GPT2LMHeadModel(config)
+
+
+def causal_student(spec: ModelSpec, tokenizer: Any, seed: int, init: InitModel | None) -> Any:
+    """The student a causal run trains: started from ``init`` (its layers kept), or built fresh
+    of ``spec``'s sizes for ``tokenizer`` from ``seed``."""
+    return build_causal_lm(spec, tokenizer, seed) if init is None else init_student(init)

@@ -1,6 +1,7 @@
 """A causal student's tokenizer, made as ``student.tokenizer`` says
 (``distill.vocab.tokenizer_choice``): a teacher's or a model's, one trained on the run's training
-text, or the byte tokenizer; refused without offsets, readable tokens or a start token."""
+text, or the byte tokenizer; or the tokenizer of the model the student starts from
+(``student.init``); refused without offsets, readable tokens or a start token."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.distill.causal.student_init import init_reference
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.vocab.token_forms import detect_convention
@@ -42,15 +44,22 @@ def made_tokenizer(choice: TokenizerChoice, recipe: CausalRecipe, training: Text
 
 def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[str, Any]]:
     """The student's tokenizer and what identifies it; ``training``: each language's training
-    texts (called only for a trained tokenizer)."""
-    given = recipe.student.tokenizer
-    if given is None:
+    texts (called only for a trained tokenizer). A student with ``init`` has that model's."""
+    init = recipe.student.init
+    if init is not None:
+        ref = init_reference(init)
+        given = named = f"init:{init}"
+        tokenizer = load_tokenizer(ref, resolve_directory(ref, weights=False))
+    elif recipe.student.tokenizer is None:
         raise UserInputError(
             "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "
-            "train:KIND:SIZE, bytes or a model reference"
+            "train:KIND:SIZE, bytes or a model reference (or student.init to start from a model)"
         )
-    choice = parse_student_tokenizer(given, recipe.teachers)
-    tokenizer = made_tokenizer(choice, recipe, training)
+    else:
+        given = recipe.student.tokenizer
+        choice = parse_student_tokenizer(given, recipe.teachers)
+        named = str(choice)
+        tokenizer = made_tokenizer(choice, recipe, training)
     detect_convention(tokenizer, f"student tokenizer {given!r}")
     if start_token_id(tokenizer) is None:
         raise UserInputError(
@@ -60,4 +69,4 @@ def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[
     vocabulary = sha256_json(sorted(tokenizer.get_vocab().items()))
     if not same_on_every_rank(vocabulary):  # each rank builds it: a trained one must agree
         raise RuntimeError(f"student tokenizer {given!r} differs between processes")
-    return tokenizer, {"tokenizer": str(choice), "vocabulary": vocabulary}
+    return tokenizer, {"tokenizer": named, "vocabulary": vocabulary}

@@ -1,5 +1,6 @@
-"""``lmalgebra merge train`` on a causal recipe: a GPT-2-style student with a tokenizer of its own,
-trained from the causal teacher store with the one loop and a mix of cross-tokenizer losses.
+"""``lmalgebra merge train`` on a causal recipe: a GPT-2-style student with a tokenizer of its own
+(or the pre-trained model ``student.init`` names, with its tokenizer), trained from the causal
+teacher store with the one loop and a mix of cross-tokenizer losses.
 
 Loss of a micro-batch (each example against the teacher its slot was drawn for)::
 
@@ -26,7 +27,8 @@ from lmalgebra.distill.causal.student_data import (
     CausalStoreBatches,
     alignments_for,
 )
-from lmalgebra.distill.causal.student_model import build_causal_lm
+from lmalgebra.distill.causal.student_init import InitModel, open_init
+from lmalgebra.distill.causal.student_model import causal_student
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import stored_texts
@@ -121,13 +123,14 @@ def check_mix(recipe: CausalRecipe, mix: dict[str, float]) -> None:
 
 @dataclass(frozen=True)
 class CausalStudentData:
-    """What a causal student trains on: its batches, its tokenizer and what identifies it, and
-    the teachers the store was written by."""
+    """What a causal student trains on: its batches, its tokenizer and what identifies it, the
+    teachers the store was written by, and the model it starts from (None: built fresh)."""
 
     source: CausalStoreBatches
     tokenizer: Any
     identity: dict[str, Any]
     teachers: dict[str, Teacher]
+    init: InitModel | None = None
 
 
 def causal_student_data(
@@ -143,6 +146,7 @@ def causal_student_data(
     def training() -> dict[str, list[str]]:
         return stored_texts(recipe.output_dir, sorted(recipe.languages), heldout=False)
 
+    init = open_init(recipe.student, RunLayout(recipe.output_dir).hashes)
     tokenizer, identity = student_tokenizer(recipe, training)
     start = start_token_id(tokenizer)
     assert start is not None  # student_tokenizer refuses a tokenizer without one
@@ -152,7 +156,7 @@ def causal_student_data(
         {n: t.tokenizer for n, t in teachers.items()},
         tokenizer,
         start,
-        recipe.student.max_position_embeddings,
+        recipe.student.max_position_embeddings if init is None else init.positions,
         spec.batch_size,
         spec.sampling_exponent,
         spec.multi_teacher,
@@ -160,7 +164,7 @@ def causal_student_data(
         samples="sampled" in mix,
         alignments=alignments_for([] if spec.gold_only else [k for k, w in mix.items() if w > 0]),
     )
-    return CausalStudentData(source, tokenizer, identity, teachers)
+    return CausalStudentData(source, tokenizer, identity, teachers, init)
 
 
 def train_causal_student(
@@ -179,8 +183,10 @@ def train_causal_student(
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
     layout = RunLayout(recipe.output_dir)
-    model = build_causal_lm(recipe.student, tokenizer, seed=spec.seed)
-    inputs = {**student_inputs(recipe, LOGPROBS), "student_tokenizer": data.identity}
+    model = causal_student(recipe.student, tokenizer, spec.seed, data.init)
+    # a student started from a model records it (weights hashed): resumed only from that model
+    started = {} if data.init is None else {"student_init": data.init.record()}
+    inputs = {**student_inputs(recipe, LOGPROBS), "student_tokenizer": data.identity, **started}
     step = causal_step_loss(mix)
     final = train(model, source, spec, layout.student(name), progress, inputs, restart, step)
     target = layout.model(name)
@@ -193,6 +199,7 @@ def train_causal_student(
         "objective_mix": mix,
         "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
         "student_tokenizer": data.identity,
+        **started,
         "language_probabilities": source.probabilities,
         "final": final,
     }

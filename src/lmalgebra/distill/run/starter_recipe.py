@@ -52,8 +52,9 @@ example_length: 128            # tokens per example, per teacher's tokenizer
 #   samples: 0                 # tokens drawn from each teacher's distribution per position
 #   sample_seed: 0
 # and its student a tokenizer of its own (student.tokenizer: teacher:NAME, train:KIND:SIZE,
-# bytes or a model reference) and no embedding_size, vocab_size or init_embeddings; its
-# training a mix of losses (training.objective_mix, e.g. {alm: 1.0}).
+# bytes or a model reference) and no embedding_size, vocab_size or init_embeddings, or starts
+# from a pre-trained causal LM (student.init: MODEL_REF, its tokenizer and sizes; student.layers:
+# [0, 5, 11] keeps those layers); its training a mix of losses (training.objective_mix).
 heldout_fraction: 0.05         # examples held out for evaluation (by id: stable)
 top_k: 8                       # teacher log-probabilities kept per masked token (causal: per token)
 batch_size: 32                 # examples per teacher forward pass
