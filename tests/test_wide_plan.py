@@ -84,7 +84,15 @@ def test_a_run_that_cannot_fit_is_refused_in_one_line_before_any_work(
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
     done = subprocess.run(
         [
-            *(sys.executable, "-m", "lmalgebra", "decompose", *models, "--corpus.paths", str(corpus_txt)),
+            *(
+                sys.executable,
+                "-m",
+                "lmalgebra",
+                "decompose",
+                *models,
+                "--corpus.paths",
+                str(corpus_txt),
+            ),
             *("--reference_tokenizer", str(bert_dir), "--spans.counts", "100000,10000,10000"),
             *("--spans.length", "8"),
             *("--scale.memory_gib", "1.0", "--out", str(out), "--cache_dir", str(tmp_path / "c")),
