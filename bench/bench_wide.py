@@ -247,7 +247,7 @@ def regime(args: argparse.Namespace, size: dict[str, Any]) -> list[dict[str, Any
 def full(args: argparse.Namespace, size: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         measure(size["width"], models, size["train"], json.loads(args.full_scale), args)
-        for models in size["models"]
+        for models in (args.full_models or size["models"])
     ]
 
 
@@ -262,6 +262,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--no-similarity", action="store_true", help="leave CKA and CCA out of every run"
+    )
+    parser.add_argument(
+        "--full-models",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=None,
+        help="model counts of the full part, comma separated (default 12,24; 24 x 4,096 at "
+        "100,000 spans writes 47 GB of embeddings)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the embedding files")
     parser.add_argument("--workdir", type=Path, default=None, help="default bench/_work/wide")

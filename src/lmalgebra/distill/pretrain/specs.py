@@ -41,8 +41,8 @@ class TeacherTrainingSpec(OptimisationSpec):
     )
 
 
-class TeacherModelSpec(MaskedModelSpec):
-    """A masked teacher's sizes (small by default: a teacher trains in minutes on a CPU)."""
+class TeacherSizes(ModelSpec):
+    """A teacher's sizes, small by default: a teacher trains in minutes on a CPU."""
 
     hidden_size: int = with_default(ModelSpec, "hidden_size", 128)
     num_layers: int = with_default(ModelSpec, "num_layers", 2)
@@ -54,17 +54,12 @@ class TeacherModelSpec(MaskedModelSpec):
     )
 
 
-class CausalTeacherModelSpec(ModelSpec):
-    """A causal teacher's sizes (small by default, as a masked teacher's)."""
+class TeacherModelSpec(TeacherSizes, MaskedModelSpec):
+    """A masked teacher's sizes (:class:`TeacherSizes`, and a factorised embedding if asked)."""
 
-    hidden_size: int = with_default(ModelSpec, "hidden_size", 128)
-    num_layers: int = with_default(ModelSpec, "num_layers", 2)
-    num_heads: int = with_default(ModelSpec, "num_heads", 2)
-    intermediate_size: int = Field(
-        default_factory=lambda data: 4 * data["hidden_size"],
-        ge=8,
-        description="Feed-forward width (default: 4 x hidden_size).",
-    )
+
+class CausalTeacherModelSpec(TeacherSizes):
+    """A causal teacher's sizes (:class:`TeacherSizes`)."""
 
 
 class PretrainText(BaseModel):
