@@ -70,8 +70,8 @@ study: $(STAMP)
 	$(BIN)/lmalgebra report runs/minilm-wiki-study
 
 lint: $(DOCS_STAMP)
-	$(BIN)/ruff check src tests bench experiments examples docs
-	$(BIN)/ruff format --check src tests bench experiments examples docs
+	$(BIN)/ruff check src tests bench experiments examples docs/hooks
+	$(BIN)/ruff format --check src tests bench experiments examples docs/hooks
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo  # the contracts in pyproject.toml: layers, objectives independent, demo through the API, no cycle
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the site: links, anchors, API references
