@@ -90,3 +90,11 @@ def test_the_strict_build_fails_on_a_broken_link_anchor_or_reference(tmp_path: P
         "docs/getting-started.md#nowhere (no heading with anchor #nowhere)",
     ):
         assert culprit in broken.stderr, (culprit, broken.stderr[-3000:])
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    for section in ("## Set-up: two commands", "## Python API", "## Dependencies, and why"):
+        assert section in readme
+    assert "make demo" in readme and "make test" in readme
