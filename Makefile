@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.installed-docs
 
 # torch is pinned: this version installs as a CPU build from local disk here; an unpinned torch
 # would pull a multi-GB CUDA build.
@@ -28,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo demo-quick study test test-slow lint bench experiment-teachers experiment-causal-budget clean
+.PHONY: install docs demo demo-quick study test test-slow lint bench experiment-teachers experiment-causal-budget clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,16 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
+# The documentation site's tools (the extra `docs`, pinned there); `make lint` builds the site too.
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# The site, from docs/ and the docstrings, into site/; any warning (a broken link, anchor or
+# API reference, in the site or in README.md) fails it.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra demo
 
@@ -58,11 +69,12 @@ study: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra decompose src/lmalgebra/recipes/study-minilm-wiki.yaml
 	$(BIN)/lmalgebra report runs/minilm-wiki-study
 
-lint: $(STAMP)
-	$(BIN)/ruff check src tests bench experiments
-	$(BIN)/ruff format --check src tests bench experiments
+lint: $(DOCS_STAMP)
+	$(BIN)/ruff check src tests bench experiments examples docs/hooks
+	$(BIN)/ruff format --check src tests bench experiments examples docs/hooks
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo  # the contracts in pyproject.toml: layers, objectives independent, demo through the API, no cycle
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the site: links, anchors, API references
 
 test: $(STAMP) lint
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
@@ -90,4 +102,4 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_wide.py --no-similarity  # hours; 47 GB of files
 
 clean:
-	rm -rf $(VENV) demo-output runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo-output runs site .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,6 @@
-"""The public surface: every exported name resolves, every name the README tells users to use
-exists, every API call runs quietly, and experimental features say so wherever users meet them."""
+"""The public surface: every exported name resolves, every name the README and the documentation
+tell users to use exists, every API call runs quietly, and experimental features say so wherever
+users meet them."""
 
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ import pytest
 import lmalgebra
 from lmalgebra.api.runtime import ENTRY_POINT
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
 FILE_SUFFIXES = (".json", ".lock", ".yaml", ".csv", ".md", ".html")
+
+
+def _manual() -> str:
+    """README.md and every page of the documentation site (docs/), as one text."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return "\n".join(page.read_text(encoding="utf-8") for page in pages)
 
 
 def _resolve(dotted: str) -> Any:
@@ -42,8 +49,8 @@ def test_every_exported_name_resolves() -> None:
     assert set(lmalgebra.__all__) >= {"DecomposeConfig", "MergeRecipe", "LinearDecomposition"}
 
 
-def test_every_name_the_readme_uses_resolves() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_every_name_the_manual_uses_resolves() -> None:
+    text = _manual()
     dotted = set(re.findall(r"(?<![\w/.\-])lmalgebra(?:\.\w+)+", text))
     dotted = {d for d in dotted if not d.endswith(FILE_SUFFIXES)}
     imported = re.findall(r"^\s*from (lmalgebra[\w.]*) import ([\w, ]+)$", text, re.MULTILINE)
@@ -57,7 +64,7 @@ def test_every_name_the_readme_uses_resolves() -> None:
             _resolve(name)
         except (AttributeError, ModuleNotFoundError):
             missing.append(name)
-    assert not missing, f"README names that do not resolve: {missing}"
+    assert not missing, f"names in README.md or docs/ that do not resolve: {missing}"
 
 
 def test_experimental_names_point_to_their_new_home() -> None:
@@ -83,9 +90,10 @@ def test_experimental_features_say_so_where_users_meet_them() -> None:
     from lmalgebra.experimental import FEATURES
     from lmalgebra.train.config import CausalTrainingSpec
 
-    readme = README.read_text(encoding="utf-8")
+    manual = _manual()
     for feature in FEATURES:
-        assert f"## {feature.section}" in readme or f"**{feature.section}**" in readme
+        heading = rf"^#+ {re.escape(feature.section)}$"
+        assert re.search(heading, manual, re.MULTILINE) or f"**{feature.section}**" in manual
     assert "(experimental: its score's Spearman" in _help("merge", "select")
     assert "MinED-KL and ULD are experimental" in _help("demo")
     seeding = MaskedStudentSpec.model_fields["init_embeddings"].description or ""

@@ -2,7 +2,7 @@
 
 They work and are tested, but what was measured does not yet support relying on them; each
 returns to the main namespace when its evidence does. ``FEATURES`` lists them with the
-evidence and the README section that records it; the command-line help and the recipe field
+evidence and the documentation's section that records it; the command-line help and the recipe field
 descriptions of each say "experimental" too.
 
 - ``select_teachers(recipe, size=...)`` -> ``TeacherSelection`` (``lmalgebra merge select``):
@@ -29,7 +29,7 @@ class ExperimentalFeature:
     Attributes:
         name: the Python name or recipe setting.
         evidence: what was recorded, against which target.
-        section: the README section with the record.
+        section: the documentation's section with the record (docs/).
     """
 
     name: str

@@ -109,8 +109,8 @@ def demo(
         typer.Option(
             help="Causal teachers with three tokenizers; students trained with CE, MinED, ULD "
             "and ALM; a table of held-out bits per byte (causal-demo.md). MinED-KL and ULD are "
-            'experimental: worse than CE alone in the recorded runs (README "Recorded causal '
-            'demo run").'
+            "experimental: worse than CE alone in the recorded runs (docs/merge/causal.md, "
+            '"Recorded causal demo run").'
         ),
     ] = False,
 ) -> None:

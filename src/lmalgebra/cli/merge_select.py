@@ -29,10 +29,10 @@ def merge_select(
     overrides: dict[str, Any],
 ) -> None:
     """(experimental: its score's Spearman with student accuracy was 0.24, interval [-0.30,
-    0.66]; README "Does the score predict anything?") Rank each language's sets of teachers:
-    how much of each member the others do not explain (LMD on held-out text) times held-out
-    masked-token accuracy. Writes sets.csv, teachers.csv, recommended.yaml (the recipe with the
-    best sets) and selection.png.
+    0.66]; docs/merge/index.md, "Does the score predict anything?") Rank each language's sets
+    of teachers: how much of each member the others do not explain (LMD on held-out text) times
+    held-out masked-token accuracy. Writes sets.csv, teachers.csv, recommended.yaml (the recipe
+    with the best sets) and selection.png.
 
     Example: lmalgebra merge select merge.yaml --size 2 && lmalgebra merge run
     runs/merge/selection/recommended.yaml

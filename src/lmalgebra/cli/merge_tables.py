@@ -68,7 +68,7 @@ def plan_tables(plan: Any, run_dir: Path, stages: list[str]) -> list[Table]:
         times.add_row(stage, shown, runs, how)
     times.caption = (
         "FLOPs model: FLOPs over a matmul rate probed on this machine, plus per-layer overhead "
-        "and model loading (README: dry runs). File writes and process start-up not counted; "
-        "'-': no estimate (a causal student without a tokenizer)."
+        "and model loading (docs/merge/index.md: dry runs). File writes and process start-up "
+        "not counted; '-': no estimate (a causal student without a tokenizer)."
     )
     return [counts, times]

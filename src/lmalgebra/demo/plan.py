@@ -1,4 +1,5 @@
-"""Sizes of the demo, full and quick. One place, so the README and the report quote the same."""
+"""Sizes of the demo, full and quick. One place, so the documentation and the report quote the
+same."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ class MaskedStudentSpec(MaskedModelSpec):
         description="Token embeddings and output bias at the start: random, or teachers (each "
         "token's teacher embeddings mapped to the student's width in closed form and averaged; "
         "see distill.masked.seeding). teachers is experimental: 12.7% lower step-0 loss and "
-        '22% fewer steps for targets of 20% and 30% (README "Benchmarks").',
+        "22% fewer steps for targets of 20% and 30% (docs/benchmarks.md).",
     )
 
     def fits(self, vocab_size: int, example_length: int) -> None:

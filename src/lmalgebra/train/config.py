@@ -84,8 +84,8 @@ class CausalTrainingSpec(TrainingSpec):
         description="Causal students: weight of each loss, among ce (alone: the CE-only "
         "baseline), mined_kl, uld, alm and sampled; loss = (1 - lambda) * CE + lambda * "
         "sum of weight * loss against the example's teacher. None: {alm: 1}. mined_kl and uld "
-        'are experimental: worse than CE alone in the recorded runs (README "Recorded causal '
-        'demo run").',
+        "are experimental: worse than CE alone in the recorded runs (docs/merge/causal.md, "
+        '"Recorded causal demo run").',
     )
 
     @model_validator(mode="after")

@@ -1,0 +1,100 @@
+"""The documentation site: the API page lists every exported name, and the strict build that
+`make lint` runs fails on a broken link, anchor or API reference, in the site or in README.md."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import lmalgebra
+
+ROOT = Path(__file__).resolve().parents[1]
+API_PAGE = ROOT / "docs" / "api.md"
+
+
+def test_the_api_page_lists_every_exported_name() -> None:
+    listed = set(re.findall(r"^::: ([\w.]+)$", API_PAGE.read_text(encoding="utf-8"), re.M))
+    for name in lmalgebra.__all__:
+        if name == "__version__":
+            continue
+        value = getattr(lmalgebra, name)
+        assert f"{value.__module__}.{name}" in listed, name
+    assert "lmalgebra.experimental" in listed
+
+
+def _site_copy(tmp_path: Path) -> Path:
+    """What the build reads, in a scratch folder: the configuration, docs/, README.md and the
+    benchmark figures; the package sources linked, not copied."""
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "docs", copy / "docs")
+    (copy / "bench").mkdir()
+    for name in ("mkdocs.yml", "README.md", "bench/RESULTS.md"):
+        shutil.copy(ROOT / name, copy / name)
+    (copy / "src").symlink_to(ROOT / "src")
+    (copy / "examples").symlink_to(ROOT / "examples")
+    return copy
+
+
+def _build(repo: Path) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "mkdocs",
+        "build",
+        "--strict",
+    ]  # --quiet would drop the warnings
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run(
+        [*command, "-f", str(repo / "mkdocs.yml"), "-d", str(repo / "site")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, (path, old)  # the page still holds what this test breaks
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def test_the_strict_build_fails_on_a_broken_link_anchor_or_reference(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs")
+    repo = _site_copy(tmp_path)
+    intact = _build(repo)
+    assert intact.returncode == 0, intact.stderr[-3000:]
+    assert (repo / "site" / "api" / "index.html").is_file()
+
+    docs = repo / "docs"
+    _replace(docs / "index.md", "(lmd/method.md)", "(lmd/no-such-page.md)")
+    _replace(docs / "lmd/results.md", "(studies.md#bootstrap-intervals)", "(studies.md#no-such)")
+    with (docs / "python-api.md").open("a", encoding="utf-8") as page:
+        page.write("\nSee [the solver][lmalgebra.stats.no_such_solver].\n")
+    _replace(repo / "README.md", "(docs/faults.md)", "(docs/no-faults.md)")
+    _replace(repo / "README.md", "(docs/getting-started.md)", "(docs/getting-started.md#nowhere)")
+    broken = _build(repo)
+    assert broken.returncode != 0
+    for culprit in (
+        "lmd/no-such-page.md",
+        "#no-such",
+        "lmalgebra.stats.no_such_solver",
+        "docs/no-faults.md (no such file)",
+        "docs/getting-started.md#nowhere (no heading with anchor #nowhere)",
+    ):
+        assert culprit in broken.stderr, (culprit, broken.stderr[-3000:])
+
+
+def test_the_readme_is_a_landing_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 250
+    for section in ("## Set-up: two commands", "## Python API", "## Dependencies, and why"):
+        assert section in readme
+    assert "make demo" in readme and "make test" in readme
