@@ -5,12 +5,12 @@ Conventions for a batch of ``B`` texts (padded):
 - ``logits (B, S, V)``: row ``s`` holds the student's logits for its token ``s`` given its tokens
   before ``s`` (the model's output one input position earlier), ``student_ids (B, S) int64`` its
   tokens and ``mask (B, S) bool`` the positions that count.
-- The teacher's store rows of the same texts (``distill.causal_store``): ``topk_ids (B, T, k)``,
+- The teacher's store rows of the same texts (``distill.causal.store``): ``topk_ids (B, T, k)``,
   ``topk_logprobs (B, T, k)``, ``next_logprob (B, T)``, ``sample_ids (B, T, K)``; row ``t`` is about
   the teacher's token ``t`` given its tokens before it. Rows holding NaN (no context) are skipped.
 - ``aligned (B, S) int64``: the teacher row aligned to each student position, -1 for none
-  (``distill.byte_alignment``: MinED alignment or chunk starts); ``vocab_map (V_teacher,) int64``:
-  the student id of each teacher id (``distill.mined_map``).
+  (``distill.vocab.byte_alignment``: MinED alignment or chunk starts);
+  ``vocab_map (V_teacher,) int64``: the student id of each teacher id (``distill.vocab.mined_map``).
 
 Every loss is a mean over the positions (or chunks) that count, zero when none does: by default
 over this batch (:func:`batch_mean`); data-parallel ranks pass ``mean=`` one that divides by the

@@ -11,7 +11,7 @@ row ``s`` predicts token ``s``. Against the record of the teacher the batch slot
 - the MinED sequence alignment (``byte_alignment.mined_alignment``) places MinED-KL and the
   sampled-token loss;
 - the teacher's top-k and drawn ids are carried into the student vocabulary by the MinED map
-  (``distill.mined_map``) here, so the losses see student ids only, whatever the teacher.
+  (``distill.vocab.mined_map``) here, so the losses see student ids only, whatever the teacher.
 
 Alignments are computed on the CPU when a batch is built, only those the loss mix reads
 (``alignments_for``); batch ``i`` depends on ``(seed, i)`` alone

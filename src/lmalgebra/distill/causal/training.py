@@ -9,7 +9,7 @@ Loss of a micro-batch (each example against the teacher its slot was drawn for):
 with ``lambda`` from the recipe's schedule (``training.lambda_schedule``) and ``w_l`` from
 ``training.objective_mix``; ``{ce: w}`` alone trains on CE only (the baseline). Temperatures of
 MinED-KL and ALM: ``training.temperature``. Positions: ALM on chunks, ULD at chunk starts, MinED-KL
-and sampled at MinED-aligned positions (``distill.causal_student_data``).
+and sampled at MinED-aligned positions (``distill.causal.student_data``).
 """
 
 from __future__ import annotations

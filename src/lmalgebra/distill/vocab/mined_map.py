@@ -3,7 +3,7 @@
 FuseLLM (Wan et al., ICLR 2024, arXiv 2401.10491) carries a teacher's next-token distribution into
 a student vocabulary by mapping each teacher token to the student token whose string is closest in
 Levenshtein distance. Both vocabularies are compared in the canonical (WordPiece) form of
-``distill.token_forms`` (``play``/``##ing``), lower-cased on the teacher side when the student
+``distill.vocab.token_forms`` (``play``/``##ing``), lower-cased on the teacher side when the student
 lower-cases; role tokens compare as the student roles (``[CLS]``, ``[SEP]``, ...). Special tokens
 map only to special tokens and ordinary tokens only to ordinary tokens.
 
@@ -12,7 +12,7 @@ The choice is exact: for each teacher token the student token with the smallest
 by a search over student tokens in order of length difference ``Δ = 0, 1, 2, ...``, stopping as soon
 as the best distance found is at most ``Δ`` (no string of a length farther off can be closer,
 since the distance is at least the length difference). Distances of a length bucket against
-another are computed at once (``distill.edit_distance``).
+another are computed at once (``distill.vocab.edit_distance``).
 
 A map is computed once per tokenizer pair and cached as safetensors under the name of a hash of
 both canonical vocabularies (so any change of tokens, conventions, specials or case changes it).

@@ -5,7 +5,7 @@ Spellings (``student.tokenizer``):
 - ``teacher:NAME``, or ``NAME`` alone: the tokenizer of the recipe's teacher ``NAME``;
 - ``train:KIND:SIZE``: a tokenizer of ``KIND`` (the kinds of ``pretrain causal --tokenizer.kind``;
   ``bytelevel-bpe`` is GPT-2's byte-level BPE) with ``SIZE`` entries, trained on the run's
-  training examples of every language (``distill.causal_tokenizers``);
+  training examples of every language (``distill.vocab.tokenizer_trainers``);
 - ``bytes``: raw UTF-8 bytes, one token per byte (256 ids) plus start, end and padding tokens;
 - anything else: a model reference (directory, hub id, ``package:NAME``) whose tokenizer is used.
 

@@ -1,6 +1,6 @@
 """The student vocabulary: the union of the teachers' vocabularies, and teacher -> student id maps.
 
-Teacher tokens are compared in one canonical form (``distill.token_forms``).
+Teacher tokens are compared in one canonical form (``distill.vocab.token_forms``).
 
 The student has one set of special tokens, ``[PAD] [UNK] [CLS] [SEP] [MASK]`` at ids 0..4. Each
 teacher's pad/unk/cls/sep/mask/bos/eos token maps to the student's equivalent role (bos -> [CLS],
