@@ -52,6 +52,8 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
     """``summary.json`` of a complete run; UserInputError naming the directory otherwise."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserInputError(f"run directory {run_dir} is a file, not a directory")
     if not run_dir.is_dir():
         raise UserInputError(f"run directory {run_dir} does not exist")
     path = run_dir / SUMMARY
