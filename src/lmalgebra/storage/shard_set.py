@@ -37,6 +37,7 @@ from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
 
 
@@ -83,7 +84,7 @@ class ShardSet:
         return self.directory / MANIFEST
 
     def path(self, index: int) -> Path:
-        return self.directory / f"shard-{index:05d}{self.payload.suffix}"
+        return self.directory / f"{SHARD_PREFIX}{index:05d}{self.payload.suffix}"
 
     # ------------------------------------------------------------------ the manifest
 
@@ -124,7 +125,9 @@ class ShardSet:
         return self._name(index) if self.by_name else str(index)
 
     def _index(self, label: str) -> int | None:
-        pattern = rf"shard-(\d+){re.escape(self.payload.suffix)}" if self.by_name else r"(\d+)"
+        pattern = (
+            rf"{SHARD_PREFIX}(\d+){re.escape(self.payload.suffix)}" if self.by_name else r"(\d+)"
+        )
         found = re.fullmatch(pattern, label)
         return int(found.group(1)) if found else None
 
@@ -315,7 +318,10 @@ class ShardSet:
     def problems(self) -> list[str]:
         """Every missing or corrupt shard, and an incomplete set, as messages naming the file."""
         if not self.manifest_path.is_file():
-            return [f"{self.directory}: no manifest"]
+            return [
+                f"{self.directory}: no {MANIFEST}, so its shards cannot be checked "
+                "(run the stage again to rebuild the set)"
+            ]
         issues = []
         for index, record in sorted(self.records.items()):
             path = self.path(index)
