@@ -298,18 +298,28 @@ class ShardSet:
     # ------------------------------------------------------------------ reading and checking
 
     def read(self, index: int, verify: bool = True) -> Any:
-        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt."""
+        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt.
+
+        ``verify=False`` skips the checksum, not the check: a shard of another size than its
+        record, or one that does not decode, is still refused naming the file."""
         path = self.path(index)
         record = self.records[index]
         if not path.is_file():
             raise UserInputError(f"{self.label} shard {path} is missing; run again to recompute it")
         data = self.payload.read(path)  # one read serves the checksum and the payload
         if verify and hashlib.sha256(memoryview(data)).hexdigest() != record["sha256"]:
-            raise UserInputError(
-                f"{self.label} shard {path} is corrupt (checksum mismatch); "
-                "run again to recompute it"
-            )
-        return self.payload.decode(data, record)
+            raise self._corrupt(path, "checksum mismatch")
+        if record.get("bytes", len(data)) != len(data):
+            raise self._corrupt(path, f"{len(data)} bytes, its manifest records {record['bytes']}")
+        try:
+            return self.payload.decode(data, record)
+        except (ValueError, OSError, TypeError, KeyError) as err:  # pyarrow's errors among them
+            raise self._corrupt(path, f"{type(err).__name__}: {err}".splitlines()[0]) from None
+
+    def _corrupt(self, path: Path, why: str) -> UserInputError:
+        return UserInputError(
+            f"{self.label} shard {path} is corrupt ({why}); run again to recompute it"
+        )
 
     def tables(self, verify: bool = True) -> list[Any]:
         """Every recorded shard's payload, in order (named for the store's Arrow tables)."""
