@@ -53,40 +53,40 @@ def test_a_directory_in_place_of_a_span_cache_entry_is_named(
     assert entry.is_dir() and list(entry.iterdir()) == []
 
 
+@pytest.fixture
+def trusted(
+    tmp_path: Path, bert2_dir: Path, corpus_txt: Path, caplog: pytest.LogCaptureFixture, cli
+):
+    """``decompose --trust-remote-code`` of model 'a' (a directory) beside a tiny BERT:
+    (exit status, stderr, the messages logged)."""
+
+    def run(model: Path) -> tuple[int, str, list[str]]:
+        caplog.set_level(logging.INFO, logger="lmalgebra")
+        args = _decompose(model, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
+        code, stderr = cli([*args, "--trust-remote-code"])
+        return code, stderr, [r.getMessage() for r in caplog.records]
+
+    return run
+
+
 def test_trust_remote_code_runs_nothing_for_a_model_that_ships_none(
-    tmp_path: Path,
-    bert_dir: Path,
-    bert2_dir: Path,
-    corpus_txt: Path,
-    caplog: pytest.LogCaptureFixture,
-    cli,
+    bert_dir: Path, trusted
 ) -> None:
-    caplog.set_level(logging.INFO, logger="lmalgebra")
-    args = _decompose(bert_dir, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
-    code, stderr = cli([*args, "--trust-remote-code"])
+    code, stderr, messages = trusted(bert_dir)
     assert code == 0, stderr
-    messages = [r.getMessage() for r in caplog.records]
     assert not [m for m in messages if "running code shipped" in m]
     assert any(f"model 'a' from {bert_dir} ships no code" in m for m in messages), messages
 
 
 def test_trust_remote_code_says_it_runs_the_code_a_model_ships(
-    tmp_path: Path,
-    bert_dir: Path,
-    bert2_dir: Path,
-    corpus_txt: Path,
-    caplog: pytest.LogCaptureFixture,
-    cli,
+    tmp_path: Path, bert_dir: Path, trusted
 ) -> None:
     custom = tmp_path / "custom"
     shutil.copytree(bert_dir, custom)
     config = json.loads((custom / "config.json").read_text(encoding="utf-8"))
     config["auto_map"] = {"AutoModel": "modeling_custom.CustomModel"}  # its file is absent
     (custom / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    caplog.set_level(logging.INFO, logger="lmalgebra")
-    args = _decompose(custom, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
-    code, stderr = cli([*args, "--trust-remote-code"])
+    code, stderr, messages = trusted(custom)
     assert_one_line(code, stderr, ["model 'a'"])
-    shipped = f"running code shipped with model 'a' from {custom} (--trust-remote-code)"
-    assert shipped in [r.getMessage() for r in caplog.records]
+    assert f"running code shipped with model 'a' from {custom} (--trust-remote-code)" in messages
     assert not (tmp_path / "out" / "summary.json").exists()
