@@ -66,20 +66,25 @@ def test_no_unsafe_serialisation_in_the_toolkit() -> None:
 def test_trust_remote_code_is_logged_when_used(
     bert_dir: Path, teacher_dirs, caplog: pytest.LogCaptureFixture, allowed: bool
 ) -> None:
-    caplog.set_level(logging.WARNING)
+    """The tiny models ship no code: the switch is logged as running nothing, never as running
+    code (a model that ships some: tests/test_hostile_messages.py)."""
+    caplog.set_level(logging.INFO)
     ref = ModelRef(name="tiny", path=str(bert_dir), trust_remote_code=allowed)
     load_tokenizer(ref, bert_dir)
     load_model(ref, bert_dir)
     teacher = ModelRef(name="wp", path=str(teacher_dirs["wp"]), trust_remote_code=allowed)
     load_lm(teacher, teacher_dirs["wp"], "masked")
-    lines = [r.getMessage() for r in caplog.records if "running code shipped" in r.getMessage()]
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if "running code shipped" in m]
+    lines = [m for m in messages if "ships no code" in m]
     if not allowed:
         assert lines == []
         return
+    nothing = "ships no code of its own: --trust-remote-code runs nothing for it"
     assert lines == [
-        f"running code shipped with model 'tiny' from {bert_dir} (--trust-remote-code)",
-        f"running code shipped with model 'tiny' from {bert_dir} (--trust-remote-code)",
-        f"running code shipped with model 'wp' from {teacher_dirs['wp']} (--trust-remote-code)",
+        f"model 'tiny' from {bert_dir} {nothing}",
+        f"model 'tiny' from {bert_dir} {nothing}",
+        f"model 'wp' from {teacher_dirs['wp']} {nothing}",
     ]
 
 

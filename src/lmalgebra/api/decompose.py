@@ -33,7 +33,6 @@ from lmalgebra.lmd.span_plan import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, read_documents
 from lmalgebra.sources.models import load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import span_sha256
-from lmalgebra.storage.output_paths import check_directory
 
 SOURCE = "decompose()"
 # the recipe's keys a call gives as keywords: every key but the models (given as ``models``),
@@ -111,7 +110,6 @@ def decompose(
         )
     if out is not None:
         return decompose_recipe(config, overwrite, inputs)
-    check_directory(config.cache_dir, "cache directory")
     return Decomposition.from_result(run_decomposition(config, inputs))
 
 

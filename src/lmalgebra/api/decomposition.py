@@ -29,7 +29,7 @@ from lmalgebra.lmd.pipeline import RunResult
 from lmalgebra.lmd.run import save_result
 from lmalgebra.lmd.run_files import read_summary
 from lmalgebra.lmd.run_schema import CONFIG, PAIRWISE_HEATMAP
-from lmalgebra.storage.output_paths import LOCK_NAME
+from lmalgebra.storage.output_paths import LOCK_NAME, check_directory
 
 
 class Decomposition:
@@ -160,6 +160,7 @@ class Decomposition:
         figures, ``config.yaml``, ``summary.json`` last). ``directory`` must be empty or absent,
         or hold this same run; ``overwrite`` replaces a run of another configuration."""
         target = Path(directory)
+        check_directory(target, "save() directory")
         if self._result is None:
             return self._copy_to(target, overwrite)
         config: DecomposeConfig = self._result.config.model_copy(update={"out": target})

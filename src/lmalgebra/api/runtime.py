@@ -1,16 +1,22 @@
-"""What every library entry point sets up, as the command line does: a pinned thread count (the
-same bits in every process) and quiet third-party logging. Nothing happens at import time and
-the root logger is never configured: lmalgebra's own messages follow the caller's logging set-up
-(warnings reach stderr through Python's last-resort handler when there is none)."""
+"""What every library entry point sets up, as the command line does: its arguments checked
+against its annotations (one ``UserInputError`` naming the argument, never a ``TypeError`` from
+deep inside), a pinned thread count (the same bits in every process) and quiet third-party
+logging. Nothing happens at import time and the root logger is never configured: lmalgebra's own
+messages follow the caller's logging set-up (warnings reach stderr through Python's last-resort
+handler when there is none)."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import types
+import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
+from lmalgebra.core.errors import UserTypeError
 from lmalgebra.core.threads import pin_thread_count
 
 Call = TypeVar("Call", bound=Callable[..., Any])
@@ -59,11 +65,69 @@ def library_call() -> Iterator[None]:
         yield
 
 
+Check = Callable[[Any], bool]
+
+
+def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | None:
+    """Whether a value fits ``annotation`` (as written in ``function``'s module), judged by
+    pydantic without converting anything; None where it cannot judge (``Any``, a name known to
+    type checkers only)."""
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+    holder = types.SimpleNamespace(__annotations__={"value": annotation})
+    try:
+        hint = typing.get_type_hints(holder, globalns=function.__globals__)["value"]
+        adapter = TypeAdapter(hint, config=ConfigDict(arbitrary_types_allowed=True))
+    except Exception:  # an annotation pydantic has no schema for: nothing to check against
+        return None
+    if hint is Any:
+        return None
+
+    def fits(value: Any) -> bool:
+        try:
+            adapter.validate_python(value)
+        except ValidationError:
+            return False
+        return True
+
+    return fits
+
+
+@functools.cache
+def _argument_checks(function: Callable[..., Any]) -> dict[str, tuple[str, Check]]:
+    """Per annotated parameter of ``function``: its annotation as written, and its check."""
+    checks: dict[str, tuple[str, Check]] = {}
+    for name, parameter in inspect.signature(function).parameters.items():
+        written = parameter.annotation
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if isinstance(written, str) and (check := _annotation_check(function, written)):
+            checks[name] = (written, check)
+    return checks
+
+
+def check_arguments(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Raise ``UserTypeError`` (a ``UserInputError`` and the ``TypeError`` Python raises for a
+    bad call) naming the first argument of a call of ``function`` that is not of its annotated
+    type (``merge(recipe, None)``: stages must be a sequence of names)."""
+    where = f"{function.__qualname__}()"
+    try:
+        bound = inspect.signature(function).bind(*args, **kwargs)
+    except TypeError as err:  # a missing or unknown argument: Python's words name it
+        raise UserTypeError(f"{where}: {err}") from None
+    for name, (written, fits) in _argument_checks(function).items():
+        if name in bound.arguments and not fits(value := bound.arguments[name]):
+            shown = repr(value) if len(repr(value)) <= 60 else type(value).__name__
+            raise UserTypeError(f"{where}: {name} must be {written}, got {shown}")
+
+
 def library_entry(function: Call) -> Call:
-    """``function`` run inside :func:`library_call`: every public API function and method."""
+    """``function`` run inside :func:`library_call`, its arguments checked first by
+    :func:`check_arguments`: every public API function and method."""
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
+        check_arguments(function, *args, **kwargs)
         with library_call():
             return function(*args, **kwargs)
 

@@ -1,20 +1,51 @@
 """Code shipped with a model (``trust_remote_code``) runs only when asked for, and never silently.
 
 The switch is off unless a user turns it on for a model (``--trust-remote-code`` or a recipe's
-``trust_remote_code: true``); every load that passes it on says so in the log first.
+``trust_remote_code: true``); every load that passes it on says so in the log first, and says
+when the model ships no code, so the switch has nothing to run.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+# files whose ``auto_map`` points transformers at code shipped beside them
+AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json")
+
+
+def ships_code(directory: Path | str) -> bool:
+    """Whether the model in ``directory`` ships code that loading it runs: an ``auto_map``
+    naming classes of its own (transformers imports nothing else from a model's files). True
+    when ``directory`` is not a local directory, where this cannot be told."""
+    root = Path(directory)
+    if not root.is_dir():
+        return True
+    for name in AUTO_MAP_FILES:
+        try:
+            data = json.loads((root / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("auto_map"):
+            return True
+    return False
 
 
 def announce_remote_code(name: str, directory: Path | str) -> None:
-    """Log, before loading, that code shipped with model ``name`` (from ``directory``) will run."""
-    log.warning("running code shipped with model %r from %s (--trust-remote-code)", name, directory)
+    """Log, before loading, that code shipped with model ``name`` (from ``directory``) will run,
+    or that it ships none."""
+    if ships_code(directory):
+        log.warning(
+            "running code shipped with model %r from %s (--trust-remote-code)", name, directory
+        )
+    else:
+        log.info(
+            "model %r from %s ships no code of its own: --trust-remote-code runs nothing for it",
+            name,
+            directory,
+        )
 
 
 def load_failure(err: BaseException) -> str:

@@ -116,6 +116,8 @@ class RunLayout:
 
     def require_recipe(self) -> Path:
         """The recipe's copy; refused, naming the directory, when it is not a run directory."""
+        if self.root.is_file():
+            raise UserInputError(f"run directory {self.root} is a file, not a directory")
         if not self.recipe.is_file():
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}): "

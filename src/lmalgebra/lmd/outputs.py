@@ -17,6 +17,7 @@ from lmalgebra.lmd.heatmaps import pairwise_heatmap
 from lmalgebra.lmd.pipeline import RunResult
 from lmalgebra.lmd.run_schema import (
     CONFIG,
+    FILES,
     GROUP,
     PAIRWISE_HEATMAP,
     PROVENANCE,
@@ -25,11 +26,13 @@ from lmalgebra.lmd.run_schema import (
     TABLES,
     WEIGHTS,
     group_rows,
+    recorded_outputs,
     write_pairwise,
 )
 from lmalgebra.stats.moments import save_moments
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import write_table
+from lmalgebra.storage.file_record import record_files
 
 
 def versions() -> dict[str, str]:
@@ -79,7 +82,8 @@ def summary(result: RunResult) -> dict[str, Any]:
 
 
 def write_outputs(result: RunResult) -> Path:
-    """Write every output; ``summary.json`` goes last and marks the run complete."""
+    """Write every output; ``summary.json`` goes last and marks the run complete, recording the
+    size (and for text files the sha256) of every file its readers read."""
     out = result.config.out
     names = result.names
     for split in SPLITS:
@@ -100,7 +104,8 @@ def write_outputs(result: RunResult) -> Path:
     for stem, table_rows in result.tables.items():
         write_table(out, TABLES[stem], table_rows)
     write_plots(out, chosen=result.alpha)
-    write_json_atomic(out / SUMMARY, summary(result))
+    record = record_files(out, recorded_outputs(out))
+    write_json_atomic(out / SUMMARY, {**summary(result), FILES: record})
     return out
 
 

@@ -35,7 +35,7 @@ from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
-from lmalgebra.storage.output_paths import tidy_on_failure
+from lmalgebra.storage.output_paths import cache_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
 # memoised model hashes (``ModelPool.prints``) and the remembered spans: written before any
@@ -90,6 +90,7 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
     (memoised model hashes alone do not count). ``dtype: auto`` is resolved first: the result's
     configuration holds the dtype the run used."""
     config = config.resolved()
+    cache_directory(config.cache_dir)
     with tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()):
         return _run(config, inputs or RunInputs())
 

@@ -16,7 +16,12 @@ from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.run_schema import CONFIG, SUMMARY
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
-from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, claim_run_directory
+from lmalgebra.storage.output_paths import (
+    LOCK_NAME,
+    cache_directory,
+    check_directory,
+    claim_run_directory,
+)
 
 
 def _recorded_identity(out: Path) -> dict[str, Any] | None:
@@ -58,7 +63,7 @@ def decompose(
     """
     config = config.resolved()
     check_directory(config.out, "output directory")
-    check_directory(config.cache_dir, "cache directory")
+    cache_directory(config.cache_dir)
     with run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite)
         try:

@@ -14,8 +14,9 @@ from typing import Any, Protocol
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
-from lmalgebra.lmd.run_schema import FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
+from lmalgebra.lmd.run_schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
 from lmalgebra.storage.csv_tables import read_table
+from lmalgebra.storage.file_record import check_files
 
 
 class HasSplit(Protocol):
@@ -51,13 +52,21 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """``summary.json`` of a complete run; UserInputError naming the directory otherwise."""
+    """``summary.json`` of a complete run, its record of the run's files checked and left out;
+    UserInputError naming the directory when it is not a complete run, or the first file that
+    was cut short or changed since (runs written before the record are read unchecked)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserInputError(f"run directory {run_dir} is a file, not a directory")
     if not run_dir.is_dir():
         raise UserInputError(f"run directory {run_dir} does not exist")
     path = run_dir / SUMMARY
     if not path.is_file():
         raise UserInputError(f"{run_dir} is not a complete decomposition run: it has no {SUMMARY}")
-    return read_json(path)
+    summary = read_json(path)
+    record = summary.pop(FILES, None)
+    if isinstance(record, dict):
+        check_files(run_dir, record, SUMMARY)
+    return summary
 
 
 def chosen_alpha(run_dir: Path) -> float | None:

@@ -38,6 +38,9 @@ PAIRWISE_CORNER = "target \\ basis"
 PAIRWISE_HEATMAP = "pairwise_r2_test.png"  # at the run root: models in the run's order
 CLUSTERED_HEATMAP = "pairwise_r2_test_clustered.png"  # under plots/: clustered order
 WIDE_DECIMALS = 6
+FILES = "files"  # summary.json's record of the run's files, checked by every reader
+RECORDED_SUFFIXES = (".csv", ".json", ".yaml", ".safetensors")  # figures and the report are
+# drawn again by `report`: they are not the run's record
 
 
 @dataclass(frozen=True)
@@ -260,3 +263,17 @@ def read_pairwise(run_dir: Path, split: str = "test") -> tuple[list[str], np.nda
         for j, cell in enumerate(row[1:]):
             matrix[index[row[0]], j] = parse_number(cell.strip(), f"{path}, line {line}", names[j])
     return names, matrix
+
+
+def recorded_outputs(out: Path) -> list[Path]:
+    """The files of run directory ``out`` that ``summary.json`` records: tables, configuration,
+    provenance, moments and weights (not figures, the report, hidden files or the summary)."""
+    return [
+        path
+        for path in out.rglob("*")
+        if path.is_file()
+        and path.suffix in RECORDED_SUFFIXES
+        and path.name != SUMMARY
+        and path.relative_to(out).parts[0] != PLOTS_DIR
+        and not any(part.startswith(".") for part in path.relative_to(out).parts)
+    ]

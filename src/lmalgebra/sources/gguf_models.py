@@ -20,7 +20,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.remote_code import load_failure
-from lmalgebra.storage.output_paths import default_cache_dir
+from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def gguf_header(path: Path, owner: str) -> dict[str, Any]:
 
 
 def _cache_directory(stem: str, sha256: str) -> Path:
-    return default_cache_dir() / "gguf" / f"{stem}-{sha256[:16]}"
+    return cache_directory() / "gguf" / f"{stem}-{sha256[:16]}"
 
 
 def gguf_directory(

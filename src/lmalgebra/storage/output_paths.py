@@ -30,6 +30,17 @@ def default_cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
 
 
+def cache_directory(root: Path | None = None) -> Path:
+    """The cache root, ``root`` or else :func:`default_cache_dir`, checked where the cache is
+    opened (embeddings, packaged and GGUF models, token maps): one line naming it unless it is,
+    or can be created as, a writable directory."""
+    path = Path(root) if root is not None else default_cache_dir()
+    env = os.environ.get("LMALGEBRA_CACHE")
+    named = env is not None and Path(env) == path
+    check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
+    return path
+
+
 def _nearest_existing(path: Path) -> Path:
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:

@@ -37,6 +37,7 @@ from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
 
 
@@ -83,7 +84,7 @@ class ShardSet:
         return self.directory / MANIFEST
 
     def path(self, index: int) -> Path:
-        return self.directory / f"shard-{index:05d}{self.payload.suffix}"
+        return self.directory / f"{SHARD_PREFIX}{index:05d}{self.payload.suffix}"
 
     # ------------------------------------------------------------------ the manifest
 
@@ -124,7 +125,9 @@ class ShardSet:
         return self._name(index) if self.by_name else str(index)
 
     def _index(self, label: str) -> int | None:
-        pattern = rf"shard-(\d+){re.escape(self.payload.suffix)}" if self.by_name else r"(\d+)"
+        pattern = (
+            rf"{SHARD_PREFIX}(\d+){re.escape(self.payload.suffix)}" if self.by_name else r"(\d+)"
+        )
         found = re.fullmatch(pattern, label)
         return int(found.group(1)) if found else None
 
@@ -295,18 +298,28 @@ class ShardSet:
     # ------------------------------------------------------------------ reading and checking
 
     def read(self, index: int, verify: bool = True) -> Any:
-        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt."""
+        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt.
+
+        ``verify=False`` skips the checksum, not the check: a shard of another size than its
+        record, or one that does not decode, is still refused naming the file."""
         path = self.path(index)
         record = self.records[index]
         if not path.is_file():
             raise UserInputError(f"{self.label} shard {path} is missing; run again to recompute it")
         data = self.payload.read(path)  # one read serves the checksum and the payload
         if verify and hashlib.sha256(memoryview(data)).hexdigest() != record["sha256"]:
-            raise UserInputError(
-                f"{self.label} shard {path} is corrupt (checksum mismatch); "
-                "run again to recompute it"
-            )
-        return self.payload.decode(data, record)
+            raise self._corrupt(path, "checksum mismatch")
+        if record.get("bytes", len(data)) != len(data):
+            raise self._corrupt(path, f"{len(data)} bytes, its manifest records {record['bytes']}")
+        try:
+            return self.payload.decode(data, record)
+        except (ValueError, OSError, TypeError, KeyError) as err:  # pyarrow's errors among them
+            raise self._corrupt(path, f"{type(err).__name__}: {err}".splitlines()[0]) from None
+
+    def _corrupt(self, path: Path, why: str) -> UserInputError:
+        return UserInputError(
+            f"{self.label} shard {path} is corrupt ({why}); run again to recompute it"
+        )
 
     def tables(self, verify: bool = True) -> list[Any]:
         """Every recorded shard's payload, in order (named for the store's Arrow tables)."""
@@ -315,7 +328,10 @@ class ShardSet:
     def problems(self) -> list[str]:
         """Every missing or corrupt shard, and an incomplete set, as messages naming the file."""
         if not self.manifest_path.is_file():
-            return [f"{self.directory}: no manifest"]
+            return [
+                f"{self.directory}: no {MANIFEST}, so its shards cannot be checked "
+                "(run the stage again to rebuild the set)"
+            ]
         issues = []
         for index, record in sorted(self.records.items()):
             path = self.path(index)

@@ -11,7 +11,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
 from lmalgebra.storage.completion import STAMP
-from lmalgebra.storage.shard_set import MANIFEST, ShardSet
+from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage
 
 
@@ -22,9 +22,16 @@ def verify_run(run_dir: Path) -> list[str]:
     layout.require_recipe()
     problems = []
     for part in SHARD_SETS:
-        for manifest in sorted((layout.root / part).rglob(MANIFEST)):
-            problems += ShardSet.existing(manifest.parent).problems()
+        for directory in shard_set_directories(layout.root / part):
+            problems += ShardSet.existing(directory).problems()
     return problems + vocabulary_problems(layout) + checkpoint_problems(layout)
+
+
+def shard_set_directories(root: Path) -> list[Path]:
+    """Every directory under ``root`` holding a manifest or a shard: a set whose manifest was
+    deleted is found by its shards, and reported, instead of passing unseen."""
+    held = (p for p in root.rglob("*") if p.name == MANIFEST or p.name.startswith(SHARD_PREFIX))
+    return sorted({p.parent for p in held if p.is_file()})
 
 
 def vocabulary_problems(layout: RunLayout) -> list[str]:

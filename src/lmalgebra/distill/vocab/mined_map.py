@@ -36,7 +36,7 @@ from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.vocab.edit_distance import code_points, pair_distances
 from lmalgebra.distill.vocab.union import CanonicalVocabulary, canonical_vocabulary
 from lmalgebra.storage.atomic import write_atomic
-from lmalgebra.storage.output_paths import default_cache_dir
+from lmalgebra.storage.output_paths import cache_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -176,7 +176,7 @@ def mined_map(
             "student": [sha256_texts(student_forms), sha256_json(student_special)],
         }
     )
-    path = (cache_dir or default_cache_dir() / CACHE_SUBDIR) / f"mined-{key[:32]}.safetensors"
+    path = (cache_dir or cache_directory() / CACHE_SUBDIR) / f"mined-{key[:32]}.safetensors"
     if (cached := _load(path, len(teacher_forms), len(student_forms))) is not None:
         return MinedMap(*cached, key=key)
     started = time.perf_counter()

@@ -1,0 +1,121 @@
+"""Bad arguments to the Python API: every one is a single ``UserInputError`` naming the argument
+(also the ``TypeError`` or ``ValueError`` a caller expects), never a raw exception from deep
+inside, and nothing is left written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import lmalgebra
+from lmalgebra import Decomposition, MergeRun, UserInputError
+from lmalgebra.api.runtime import ENTRY_POINT
+from merge_fixtures import write_recipe
+from tiny import documents
+
+STRINGS = np.array([["a", "b"], ["c", "d"], ["e", "f"]])
+
+
+@pytest.mark.parametrize("argument", ["X", "y"])
+def test_a_string_array_to_fit_names_the_array(argument: str) -> None:
+    numbers = np.zeros((3, 2))
+    X, y = (STRINGS, numbers) if argument == "X" else (numbers, STRINGS)  # noqa: N806 (sklearn)
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.LinearDecomposition().fit(X, y)
+    assert isinstance(caught.value, ValueError)  # what scikit-learn's conventions expect
+    assert str(caught.value).startswith(f"{argument}: ") and "strings" in str(caught.value)
+
+
+# (arguments after the recipe, keywords, the argument's name in the message, what it was given)
+MERGE: dict[str, tuple[tuple[Any, ...], dict[str, Any], str]] = {
+    "stages_none": ((None,), {}, "stages must be Sequence[str] | str, got None"),
+    "stages_number": ((3,), {}, "stages must be Sequence[str] | str, got 3"),
+    "students_list": ((["prepare"],), {"students": ["s"]}, "students must be Mapping"),
+    "students_training_number": ((["prepare"],), {"students": {"s": 3}}, "students must be"),
+    "languages_one_string": ((["prepare"],), {"languages": "xx"}, "languages must be"),
+    "unknown_keyword": ((["prepare"],), {"student": {}}, "unexpected keyword argument 'student'"),
+}
+
+
+@pytest.mark.parametrize("case", list(MERGE))
+def test_a_bad_argument_to_merge_names_it(
+    case: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    args, kwargs, needle = MERGE[case]
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.merge(recipe, *args, **kwargs)
+    assert isinstance(caught.value, TypeError)  # what Python raises for a bad call
+    assert str(caught.value).startswith("merge(): ") and needle in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bad_training_to_merge_plan_names_it(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    with pytest.raises(UserInputError, match=r"^merge_plan\(\): training must be .*, got 3$"):
+        lmalgebra.merge_plan(write_recipe(tmp_path, teacher_dirs), training=3)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: Decomposition.load(None),
+        lambda: MergeRun.load(3),
+        lambda: lmalgebra.read_texts(3),
+        lambda: lmalgebra.decompose({"a": "package:minilm"}, ["text"], out=3),
+        lambda: lmalgebra.decompose_recipe(3),
+    ],
+    ids=["Decomposition.load", "MergeRun.load", "read_texts", "decompose", "decompose_recipe"],
+)
+def test_a_value_of_the_wrong_type_to_an_entry_point_names_it(call: Any) -> None:
+    with pytest.raises(UserInputError, match=r"^\S+\(\): \w+ must be .*, got (None|3)$"):
+        call()
+
+
+def test_every_public_function_checks_its_arguments() -> None:
+    for name in ("decompose", "decompose_plan", "decompose_recipe", "spans", "read_texts"):
+        assert getattr(getattr(lmalgebra, name), ENTRY_POINT, False), name
+    for name in ("merge", "merge_plan"):
+        assert getattr(getattr(lmalgebra, name), ENTRY_POINT, False), name
+    for method in (Decomposition.load, Decomposition.save, MergeRun.load, MergeRun.evaluate):
+        assert getattr(method, ENTRY_POINT, False), method.__qualname__
+
+
+@pytest.fixture(scope="module")
+def decomposition(bert_dir: Path, bert2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    cache = tmp_path_factory.mktemp("hostile-api-cache")
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    return lmalgebra.decompose(models, documents(60), spans=spans, cache_dir=cache, progress=False)
+
+
+@pytest.mark.parametrize("saved", [False, True], ids=["computed", "loaded"])
+@pytest.mark.parametrize("where", ["file", "under_a_file"])
+def test_save_into_a_file_names_the_file(
+    saved: bool, where: str, decomposition: Decomposition, tmp_path: Path
+) -> None:
+    result = decomposition
+    if saved:  # a run read back is copied, not written anew: the other path of save
+        result = Decomposition.load(decomposition.save(tmp_path / "first"))
+    blocker = tmp_path / "taken.txt"
+    blocker.write_text("mine\n", encoding="utf-8")
+    target = blocker if where == "file" else blocker / "run"
+    with pytest.raises(UserInputError) as caught:
+        result.save(target)
+    message = str(caught.value)
+    assert str(blocker) in message and "is a file, not a directory" in message
+    assert blocker.read_text(encoding="utf-8") == "mine\n"
+
+
+def test_load_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "fits.csv"
+    path.write_text("kind,target\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match="is a file, not a directory"):
+        Decomposition.load(path)
+    with pytest.raises(UserInputError, match="is a file, not a directory"):
+        MergeRun.load(path)

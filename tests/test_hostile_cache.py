@@ -1,0 +1,94 @@
+"""``$LMALGEBRA_CACHE`` pointing at a file or an unwritable directory: every command that opens
+the cache refuses with one line naming it (exit 2), before it writes a run marked complete."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from hostile_helpers import assert_one_line, run_cli
+from lmalgebra import UserInputError
+from lmalgebra.distill.vocab.mined_map import mined_map
+from merge_fixtures import write_recipe
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+@pytest.fixture(params=["file", "unwritable"])
+def bad_cache(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, str]:
+    """``$LMALGEBRA_CACHE`` set to a file, or to a directory the user cannot write; (the path,
+    what the message says of it)."""
+    if request.param == "file":
+        path = tmp_path / "cache-file"
+        path.write_text("not a cache\n", encoding="utf-8")
+        said = "is a file, not a directory"
+    else:
+        path = tmp_path / "cache-read-only"
+        path.mkdir()
+        real = os.access
+        # root writes anywhere, so the permission check itself is what the test can exercise
+        monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != path and real(p, mode))
+        said = "is not writable"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(path))
+    return path, said
+
+
+def _untouched(path: Path) -> None:
+    assert (
+        (path.read_text(encoding="utf-8") == "not a cache\n")
+        if path.is_file()
+        else (list(path.iterdir()) == [])
+    )
+
+
+def test_decompose(
+    bad_cache: tuple[Path, str],
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    cli,
+) -> None:
+    cache, said = bad_cache
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, ["cache directory ($LMALGEBRA_CACHE)", str(cache), said])
+    assert not (tmp_path / "out").exists()
+    _untouched(cache)
+
+
+def test_merge_select(
+    bad_cache: tuple[Path, str], teacher_dirs: dict[str, Path], tmp_path: Path, cli
+) -> None:
+    cache, said = bad_cache
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    args = ["merge", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
+    code, stderr = cli([*args, "--no-progress"])
+    assert_one_line(code, stderr, ["cache directory ($LMALGEBRA_CACHE)", str(cache), said])
+    assert not (tmp_path / "run" / "selection" / "summary.json").exists()
+    _untouched(cache)
+
+
+def test_the_token_maps_of_causal_training(
+    bad_cache: tuple[Path, str], teacher_dirs: dict[str, Path]
+) -> None:
+    """Causal training and evaluation open the cache for their token maps (MinED)."""
+    cache, said = bad_cache
+    teacher = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    student = AutoTokenizer.from_pretrained(teacher_dirs["sp"])
+    with pytest.raises(UserInputError, match=f"cache directory .* {said}$") as caught:
+        mined_map(teacher, student)
+    assert str(cache) in str(caught.value)
+    _untouched(cache)

@@ -1,0 +1,92 @@
+"""Messages that name the right thing: a run directory that is a file is called a file, a
+directory in the place of a cache entry is named (not a traceback), and ``--trust-remote-code``
+says it runs code only for a model that ships some."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import assert_one_line, run_cli
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path, cache: Path) -> list[str]:
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5"]
+    return [*args, "--out", str(out), "--cache_dir", str(cache), "--no-progress"]
+
+
+def test_report_of_a_file_says_it_is_a_file(tmp_path: Path, cli) -> None:
+    path = tmp_path / "fits.csv"
+    path.write_text("kind,target\n", encoding="utf-8")
+    code, stderr = cli(["report", str(path)])
+    assert_one_line(code, stderr, [str(path), "is a file, not a directory"])
+    assert "does not exist" not in stderr
+    assert path.read_text(encoding="utf-8") == "kind,target\n"
+
+
+def test_a_directory_in_place_of_a_span_cache_entry_is_named(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
+) -> None:
+    cache = tmp_path / "cache"
+    code, stderr = cli(_decompose(bert_dir, bert2_dir, corpus_txt, tmp_path / "first", cache))
+    assert code == 0, stderr
+    [entry] = (cache / "spans").glob("*.safetensors")
+    entry.unlink()
+    entry.mkdir()  # a cache entry made a directory by hand
+    out = tmp_path / "second"
+    code, stderr = cli(_decompose(bert_dir, bert2_dir, corpus_txt, out, cache))
+    assert_one_line(code, stderr, [str(entry), "is a directory, not a file"])
+    assert not (out / "summary.json").exists()
+    assert entry.is_dir() and list(entry.iterdir()) == []
+
+
+@pytest.fixture
+def trusted(
+    tmp_path: Path, bert2_dir: Path, corpus_txt: Path, caplog: pytest.LogCaptureFixture, cli
+):
+    """``decompose --trust-remote-code`` of model 'a' (a directory) beside a tiny BERT:
+    (exit status, stderr, the messages logged)."""
+
+    def run(model: Path) -> tuple[int, str, list[str]]:
+        caplog.set_level(logging.INFO, logger="lmalgebra")
+        args = _decompose(model, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
+        code, stderr = cli([*args, "--trust-remote-code"])
+        return code, stderr, [r.getMessage() for r in caplog.records]
+
+    return run
+
+
+def test_trust_remote_code_runs_nothing_for_a_model_that_ships_none(
+    bert_dir: Path, trusted
+) -> None:
+    code, stderr, messages = trusted(bert_dir)
+    assert code == 0, stderr
+    assert not [m for m in messages if "running code shipped" in m]
+    assert any(f"model 'a' from {bert_dir} ships no code" in m for m in messages), messages
+
+
+def test_trust_remote_code_says_it_runs_the_code_a_model_ships(
+    tmp_path: Path, bert_dir: Path, trusted
+) -> None:
+    custom = tmp_path / "custom"
+    shutil.copytree(bert_dir, custom)
+    config = json.loads((custom / "config.json").read_text(encoding="utf-8"))
+    config["auto_map"] = {"AutoModel": "modeling_custom.CustomModel"}  # its file is absent
+    (custom / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    code, stderr, messages = trusted(custom)
+    assert_one_line(code, stderr, ["model 'a'"])
+    assert f"running code shipped with model 'a' from {custom} (--trust-remote-code)" in messages
+    assert not (tmp_path / "out" / "summary.json").exists()

@@ -1,0 +1,103 @@
+"""A finished decomposition run damaged afterwards (a table cut short at a line break, a file
+deleted or edited, moments cut short): ``report`` and ``Decomposition.load`` refuse it with one
+line naming the file, instead of reading what is left as if it were the run (an empty group
+table, a report without its group section)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import assert_one_line, digests, run_cli
+from lmalgebra import Decomposition, UserInputError, decompose
+from lmalgebra.lmd.run_schema import FILES
+from tiny import documents
+
+
+@pytest.fixture(scope="module")
+def finished(bert_dir: Path, bert2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("finished")
+    decompose(
+        {"a": str(bert_dir), "b": str(bert2_dir)},
+        documents(60),
+        spans={"length": 8, "counts": (40, 10, 10)},
+        cache_dir=root / "cache",
+        out=root / "run",
+        progress=False,
+    )
+    return root / "run"
+
+
+def _half_lines(path: Path) -> None:
+    """Keep the header and the first half of the rows: still a valid CSV, silently short."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[: max(1, len(lines) // 2)]), encoding="utf-8")
+
+
+def _cut_bytes(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _edit_one_digit(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    at = next(i for i, c in enumerate(text) if c in "12345678")
+    path.write_text(text[:at] + str(int(text[at]) + 1) + text[at + 1 :], encoding="utf-8")
+
+
+DAMAGE: dict[str, tuple[str, Callable[[Path], None], str]] = {
+    "fits_cut_at_a_line": ("fits.csv", _half_lines, "bytes where summary.json records"),
+    "group_cut_at_a_line": ("group_r2.csv", _half_lines, "bytes where summary.json records"),
+    "fits_one_digit_changed": ("fits.csv", _edit_one_digit, "other contents"),
+    "config_cut": ("config.yaml", _cut_bytes, "bytes where summary.json records"),
+    "moments_cut": ("stats/test.safetensors", _cut_bytes, "bytes where summary.json records"),
+    "nulls_deleted": ("nulls.csv", lambda p: p.unlink(), "is missing (summary.json records it)"),
+}
+
+
+@pytest.fixture
+def damaged(request: pytest.FixtureRequest, finished: Path, tmp_path: Path) -> tuple[Path, str]:
+    name, damage, said = DAMAGE[request.param]
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    damage(run / name)
+    return run / name, said
+
+
+@pytest.mark.parametrize("damaged", list(DAMAGE), indirect=True)
+def test_report_refuses_a_damaged_run(
+    damaged: tuple[Path, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, said = damaged
+    run = next(p for p in path.parents if (p / "summary.json").is_file())
+    before = digests(run)
+    code, stderr = run_cli(["report", str(run)], monkeypatch, capsys)
+    assert_one_line(code, stderr, [str(path), said, "run it again"])
+    assert not (run / "report.html").exists()
+    assert digests(run) == before
+
+
+@pytest.mark.parametrize("damaged", list(DAMAGE), indirect=True)
+def test_load_refuses_a_damaged_run(damaged: tuple[Path, str]) -> None:
+    path, said = damaged
+    run = next(p for p in path.parents if (p / "summary.json").is_file())
+    with pytest.raises(UserInputError) as caught:
+        Decomposition.load(run)
+    assert str(path) in str(caught.value) and said in str(caught.value)
+
+
+def test_an_undamaged_run_reads_as_written(finished: Path, tmp_path: Path) -> None:
+    """The record covers the tables, configuration, provenance and moments, and a report drawn
+    afterwards (figures, report.html) does not count as damage."""
+    recorded = json.loads((finished / "summary.json").read_text(encoding="utf-8"))[FILES]
+    assert {"fits.csv", "group_r2.csv", "config.yaml", "stats/test.safetensors"} <= set(recorded)
+    assert not any(name.startswith("plots/") for name in recorded)
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    Decomposition.load(run).report()
+    loaded = Decomposition.load(run)  # after the report wrote its figures and page
+    assert FILES not in loaded.summary
+    assert not loaded.group.empty

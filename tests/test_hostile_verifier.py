@@ -1,0 +1,40 @@
+"""``merge verify`` trusts nothing that is missing: a shard set whose manifest was deleted is found
+by its shards and named (exit 2), instead of every remaining set being reported fine."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import assert_one_line, built_store, digests, run_cli
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
+    """A masked run whose examples, masked copies, teacher store and vocabulary are built."""
+    return built_store(tmp_path_factory.mktemp("verifier"), teacher_dirs).parent / "run"
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+@pytest.mark.parametrize("part", ["examples", "masked", "topk"])
+def test_a_deleted_manifest_is_named(part: str, built: Path, tmp_path: Path, cli) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(built, run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr  # the intact run passes
+    manifest = sorted((run / part).rglob("manifest.json"))[-1]
+    manifest.unlink()
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest.parent), "no manifest.json", "run the stage again"])
+    assert "every shard matches" not in stderr
+    assert digests(run) == before  # verifying repairs nothing and removes nothing
