@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick study test test-slow lint bench experiment-teachers experiment-causal-budget clean
+.PHONY: install docs demo demo-quick study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,12 @@ experiment-teachers: $(STAMP)
 
 experiment-causal-budget: $(STAMP)
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python experiments/causal_budget.py
+
+# Gemma-3-270M and SmolLM2-135M merged into a SmolLM2-layer student, beside CE only and TRL's GOLD
+# (README "Real teachers"); trl comes with the extra bench-gold.
+experiment-real-teachers: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench-gold]'
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/real_teachers.py
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow

@@ -275,3 +275,36 @@ def test_best_copy_is_the_teacher_with_fewest_nats_per_byte(recipe_path: Path) -
             per_byte.append(nats / len(record.text.encode("utf-8")))
         assert pool.source[item] == int(np.argmin(per_byte))
     assert len(pool.row) == pool.examples  # one copy per example
+
+
+def test_training_teachers_distils_from_the_named_teachers_only(recipe_path: Path) -> None:
+    """``training.teachers`` restricts each language's copies to the named teachers: the
+    student's batches come from those records alone; a name the recipe lacks, or a subset that
+    leaves a language without a teacher, is one line."""
+    from lmalgebra.distill.causal.training import causal_student_data
+    from lmalgebra.distill.teachers import Teacher
+
+    recipe = load_recipe(recipe_path)
+    assert recipe.teachers_of(None) == {"xx": ["bl", "uni"], "yy": ["wp"]}
+    assert recipe.teachers_of(["uni", "wp"]) == {"xx": ["uni"], "yy": ["wp"]}
+    spec = CausalTrainingSpec.model_validate({**TRAINING, "teachers": ["uni", "wp"]})
+    teachers = {
+        n: Teacher(n, Path(t.path), {}, AutoTokenizer.from_pretrained(t.path))
+        for n, t in recipe.teachers.items()
+    }
+    source = causal_student_data(recipe, spec, {"alm": 1.0}, teachers).source
+    copies = {
+        lang: [c.name for c in source.pools[i].copies] for i, lang in enumerate(source.languages)
+    }
+    assert copies == {"xx": ["uni"], "yy": ["wp"]}
+    # every teacher fingerprints as runs recorded before the setting: those still resume
+    from lmalgebra.train.run_fingerprint import training_part
+
+    assert "teachers" not in training_part(CausalTrainingSpec.model_validate(TRAINING))
+    assert training_part(spec)["teachers"] == ["uni", "wp"]
+    with pytest.raises(UserInputError, match="names 'nope', which is not defined"):
+        recipe.teachers_of(["nope"])
+    with pytest.raises(UserInputError, match="leaves language 'yy' without a teacher"):
+        recipe.teachers_of(["bl"])
+    with pytest.raises(UserInputError, match=r"training\.teachers is empty"):
+        CausalTrainingSpec.model_validate({**TRAINING, "teachers": []})

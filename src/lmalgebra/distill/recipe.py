@@ -198,6 +198,28 @@ class MergeRecipe(BaseModel):
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
         return self
 
+    def teachers_of(self, only: list[str] | None = None) -> dict[str, list[str]]:
+        """Language -> its teachers, restricted to ``only`` (``training.teachers``; None: all);
+        refused when ``only`` names a teacher the recipe lacks or leaves a language with none."""
+        if only is None:
+            return {code: list(lang.teachers) for code, lang in self.languages.items()}
+        for name in only:
+            if name not in self.teachers:
+                raise UserInputError(
+                    f"training.teachers names {name!r}, which is not defined under `teachers` "
+                    f"(teachers: {', '.join(self.teachers)})"
+                )
+        kept = {
+            code: [t for t in lang.teachers if t in only] for code, lang in self.languages.items()
+        }
+        for code, names in kept.items():
+            if not names:
+                raise UserInputError(
+                    f"training.teachers leaves language {code!r} without a teacher "
+                    f"(its teachers: {', '.join(self.languages[code].teachers)})"
+                )
+        return kept
+
     def example_text(self, text: str) -> str:
         """The text an example keeps of a (stripped) document: all of it."""
         return text

@@ -63,11 +63,21 @@ class TrainingSpec(OptimisationSpec):
         description="Several teachers for a language: every copy, or the lowest-loss one.",
     )
     gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
+    teachers: list[str] | None = Field(
+        default=None,
+        description="Distil from these of the recipe's teachers only (the same store; e.g. one "
+        "teacher's student beside the merge of all); every language keeps at least one. "
+        "None: every teacher.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
         if not 0 <= self.lambda_value <= 1:
             raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
+        if self.teachers is not None and not self.teachers:
+            raise UserInputError(
+                "training.teachers is empty: name at least one teacher, or omit it"
+            )
         return self
 
     @classmethod

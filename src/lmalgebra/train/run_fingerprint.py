@@ -54,6 +54,8 @@ def model_part(model: Any) -> dict[str, Any]:
 def training_part(spec: Any) -> dict[str, Any]:
     """The optimisation settings that shape every step (``TrainingSpec``, run length excluded)."""
     dumped = spec.model_dump(mode="json")
+    if dumped.get("teachers", ()) is None:  # every teacher: as runs recorded before the setting
+        del dumped["teachers"]
     return {k: v for k, v in dumped.items() if k not in RESUMABLE_SETTINGS}
 
 

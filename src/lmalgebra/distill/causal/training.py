@@ -152,7 +152,7 @@ def causal_student_data(
     assert start is not None  # student_tokenizer refuses a tokenizer without one
     source = CausalStoreBatches(
         recipe.output_dir,
-        {k: v.teachers for k, v in recipe.languages.items()},
+        recipe.teachers_of(spec.teachers),
         {n: t.tokenizer for n, t in teachers.items()},
         tokenizer,
         start,

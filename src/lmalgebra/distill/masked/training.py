@@ -42,7 +42,7 @@ def train_masked_student(
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
     source = StoreBatches(
         recipe.output_dir,
-        {k: v.teachers for k, v in recipe.languages.items()},
+        recipe.teachers_of(spec.teachers),
         vocab,
         spec.batch_size,
         spec.sampling_exponent,

@@ -81,6 +81,7 @@ training:
   temperature: 1.0
   sampling_exponent: 0.7       # languages sampled with p_k ~ n_k^sampling_exponent
   multi_teacher: all           # several teachers for a language: all copies | best
+  teachers: null               # [NAME, ...]: distil from these teachers only (null: every one)
   gold_only: false             # true: MLM on gold labels only (no distillation)
   checkpoint_every: 200
   seed: 0
