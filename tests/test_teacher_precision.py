@@ -180,6 +180,9 @@ def test_refusals_on_the_command_line_name_the_option(
         args = ["merge", "train", str(store), "--training.mixed_precision", "bf16", "--restart"]
         code, err = run_cli(args, monkeypatch, capsys)
         assert_one_line(code, err, ["training.mixed_precision", "avx512_bf16", "use no"])
+        args = ["merge", "train", str(store), "--training.mixed_precision", "fp16", "--restart"]
+        code, err = run_cli(args, monkeypatch, capsys)
+        assert_one_line(code, err, ["training.mixed_precision", "fp16 needs a GPU", "use no"])
         cuda = _with(store, tmp_path / "cuda.yaml", device="cuda")
         code, err = run_cli(["merge", "teach", str(cuda)], monkeypatch, capsys)
         assert_one_line(code, err, ["merge recipe device", "cuda"])

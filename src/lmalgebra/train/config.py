@@ -37,7 +37,7 @@ class OptimisationSpec(BaseModel):
     mixed_precision: Literal["no", "bf16", "fp16"] = Field(
         default="no",
         description="Accelerate mixed precision: no (float32), bf16 (refused where the hardware "
-        "has no native bfloat16, unless LMALGEBRA_ALLOW_SLOW_BF16=1), fp16.",
+        "has no native bfloat16, unless LMALGEBRA_ALLOW_SLOW_BF16=1), fp16 (refused off a GPU).",
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from lmalgebra.core.errors import TrainingDivergedError
+from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distributed import barrier, is_main, world
@@ -171,11 +171,20 @@ def train(
 
 
 def _check_precision(spec: TrainingSpec) -> None:
-    """Refuse bf16 where the device Accelerate trains on (a GPU when there is one) lacks it."""
-    if spec.mixed_precision == "bf16":
-        from accelerate import PartialState
+    """Refuse bf16 where the device Accelerate trains on (a GPU when there is one) lacks it, and
+    fp16 off a GPU (Accelerate would train in float32 while the run recorded fp16)."""
+    if spec.mixed_precision == "no":
+        return
+    from accelerate import PartialState
 
-        check_bf16(PartialState().device, "training.mixed_precision", "use no (float32)")
+    device = PartialState().device
+    if spec.mixed_precision == "bf16":
+        check_bf16(device, "training.mixed_precision", "use no (float32)")
+    elif device.type not in ("cuda", "xpu", "mlu", "npu", "musa", "hpu"):
+        raise UserInputError(
+            f"training.mixed_precision: fp16 needs a GPU, and training runs on {device} (where "
+            "it would train in float32); use no (float32), or bf16 where the hardware has it"
+        )
 
 
 def _status(record: dict[str, Any]) -> str:
