@@ -222,5 +222,59 @@ def test_a_directory_of_other_files_is_not_taken_over(
     out.mkdir()
     (out / "thesis.tex").write_text("precious\n", encoding="utf-8")
     args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
-    one_error(*cli(*args), str(out), "not empty", "--overwrite")
+    line = one_error(*cli(*args), str(out), "not empty", "thesis.tex")
+    assert "--overwrite" not in line  # it would not remove a user's file either
+    code, err = cli(*args, "--overwrite")
+    one_error(code, err, str(out), "thesis.tex", "does not write", "another directory")
     assert (out / "thesis.tex").read_text(encoding="utf-8") == "precious\n"
+
+
+def test_overwrite_removes_only_what_a_decomposition_writes(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """--overwrite over a run plus a user's own files, or over a merge run, removes nothing and
+    names what is not a decomposition's (a few names, then how many more)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    (out / "drafts").mkdir()
+    before = digests(out)
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--overwrite")
+    one_error(code, err, str(out), "drafts/", "notes.txt", "does not write")
+    assert digests(out) == before
+    merge_run = tmp_path / "merge-run"
+    for name in ("examples", "topk", "masked", "student"):
+        (merge_run / name).mkdir(parents=True)
+    (merge_run / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
+    before = digests(merge_run)
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, merge_run), "--overwrite")
+    one_error(code, err, str(merge_run), "examples/", "and 2 more")
+    assert digests(merge_run) == before
+
+
+def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
+    """``Decomposition.save(overwrite=True)`` replaces an old run's files, keeps nothing stale,
+    and refuses (removing nothing) a directory that holds a user's own file."""
+    import shutil
+
+    from lmalgebra import Decomposition
+    from lmalgebra.core.errors import UserInputError
+
+    result = Decomposition.load(finished_run)
+    target = tmp_path / "copy"
+    shutil.copytree(finished_run, target)
+    (target / "alpha_curve.csv").write_text("stale\n", encoding="utf-8")
+    result.save(target, overwrite=True)
+    assert not (target / "alpha_curve.csv").exists()
+    assert Decomposition.load(target).pairwise("test").equals(result.pairwise("test"))
+    (target / "thesis.tex").write_text("precious\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"thesis\.tex"):
+        result.save(target, overwrite=True)
+    assert (target / "thesis.tex").is_file() and (target / "summary.json").is_file()

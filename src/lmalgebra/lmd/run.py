@@ -13,7 +13,7 @@ from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.lmd.outputs import write_outputs
 from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.run_schema import CONFIG, SUMMARY
+from lmalgebra.lmd.run_schema import CONFIG, OWNED, SUMMARY
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
@@ -45,6 +45,7 @@ def _claim(config: DecomposeConfig, overwrite: bool) -> None:
         finished=(out / SUMMARY).is_file(),
         overwrite=overwrite,
         what="decomposition",
+        owned=OWNED,
     )
     (out / SUMMARY).unlink(missing_ok=True)
     write_text_atomic(out / CONFIG, config_yaml(config))

@@ -96,6 +96,20 @@ def _entries(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name != LOCK_NAME)
 
 
+def _names(entries: Sequence[Path]) -> str:
+    """The first three of ``entries`` (a directory with a slash), and how many more."""
+    shown = ", ".join(f"{e.name}/" if e.is_dir() else e.name for e in entries[:3])
+    return shown + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+
+
+def _owned(name: str, owned: Sequence[str]) -> bool:
+    """Whether a top-level ``name`` is one a run writes: matches ``owned``, or is the hidden
+    temporary file of an atomic write of such a name (``.NAME.tmp-PID``)."""
+    if name.startswith(".") and ".tmp-" in name:
+        name = name[1:].rsplit(".tmp-", 1)[0]
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in owned)
+
+
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
 
@@ -108,6 +122,7 @@ def claim_run_directory(
     finished: bool,
     overwrite: bool,
     what: str,
+    owned: Sequence[str] = ("*",),
 ) -> None:
     """Make ``directory`` this run's own before anything is written to it.
 
@@ -116,8 +131,11 @@ def claim_run_directory(
         identity: what makes this run this run (its configuration less paths and display options).
         recorded: the identity recorded by the run already in ``directory`` (``None``: none there).
         finished: whether the run already there is marked complete.
-        overwrite: empty ``directory`` first, whatever it holds.
+        overwrite: remove the run's files first (those matching ``owned``); refused, removing
+            nothing, when ``directory`` holds anything else (a user's own files, another run).
         what: the kind of run, for messages ("decomposition").
+        owned: patterns (``fnmatch``) of the top-level names this kind of run writes; hidden
+            temporary files of interrupted atomic writes (``.NAME.tmp-PID``) are its own too.
 
     An empty directory is claimed; the same configuration resumes (or, when finished, is computed
     again into the same files); anything else is refused with one line saying how to proceed.
@@ -125,7 +143,14 @@ def claim_run_directory(
     entries = _entries(directory)
     if not entries:
         return
+    foreign = [e for e in entries if not _owned(e.name, owned)]
     if overwrite:
+        if foreign:
+            raise UserInputError(
+                f"{directory} holds files a {what} does not write ({_names(foreign)}); "
+                "--overwrite removes only a run's own files: move those away, or write to "
+                "another directory"
+            )
         for entry in entries:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
@@ -133,6 +158,11 @@ def claim_run_directory(
                 entry.unlink()
         return
     hint = "write to another directory, or pass --overwrite to remove its files first"
+    if recorded is None and foreign:
+        raise UserInputError(
+            f"{directory} is not empty and holds no {what} ({_names(foreign)}); write to "
+            "another directory"
+        )
     if recorded is None:
         raise UserInputError(f"{directory} is not empty and holds no {what}; {hint}")
     changed = _differences(recorded, identity)
