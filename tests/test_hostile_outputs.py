@@ -278,3 +278,47 @@ def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_pat
     with pytest.raises(UserInputError, match=r"thesis\.tex"):
         result.save(target, overwrite=True)
     assert (target / "thesis.tex").is_file() and (target / "summary.json").is_file()
+
+
+def test_a_finished_run_is_not_replaced_by_a_run_on_other_inputs(
+    cli: Runner, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """The same configuration over a finished run computes it again only on the same inputs: a
+    corpus file changed since, or another array under the same name from Python, is refused in
+    one line naming what differs, the run untouched; --overwrite replaces it."""
+    import numpy as np
+
+    import lmalgebra
+
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text(corpus_txt.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "run"
+    args = decompose_args(bert_dir, bert2_dir, corpus, out)
+    assert cli(*args)[0] == 0
+    assert cli(*args)[0] == 0  # the same inputs: computed again in place
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\nA document added after the run finished.\n")
+    before = digests(out)
+    line = one_error(*cli(*args), str(out), "other inputs", "corpus", "--overwrite")
+    assert "model" not in line  # the models are the same
+    assert digests(out) == before
+    code, err = cli(*args, "--overwrite")
+    assert code == 0, err
+
+    texts = corpus_txt.read_text(encoding="utf-8").split("\n\n")
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    rows = len(lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans))
+    rng = np.random.default_rng(0)
+    first = {"a": str(bert_dir), "b": rng.normal(size=(rows, 5))}
+    api_out = tmp_path / "api-run"
+    options = {"spans": spans, "out": api_out}
+    lmalgebra.decompose(first, texts, **options)
+    before = digests(api_out)
+    second = {**first, "b": rng.normal(size=(rows, 5))}  # another array under the same name
+    with pytest.raises(lmalgebra.UserInputError, match="model 'b' differs since"):
+        lmalgebra.decompose(second, texts, **options)
+    edited = [texts[0] + " One more sentence.", *texts[1:]]  # other documents from Python
+    with pytest.raises(lmalgebra.UserInputError, match=r"other inputs \(corpus"):
+        lmalgebra.decompose(first, edited, **options)
+    assert digests(api_out) == before
+    lmalgebra.decompose(first, edited, overwrite=True, **options)

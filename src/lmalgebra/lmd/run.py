@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
+from lmalgebra.lmd.measure import ModelPool
 from lmalgebra.lmd.outputs import write_outputs
 from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.run_schema import CONFIG, OWNED, SUMMARY
+from lmalgebra.lmd.run_schema import CONFIG, OWNED, PROVENANCE, SUMMARY
+from lmalgebra.sources.corpus import read_documents
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
@@ -36,17 +41,61 @@ def _recorded_identity(out: Path) -> dict[str, Any] | None:
     return run_identity(data) if isinstance(data, dict) else None
 
 
-def _claim(config: DecomposeConfig, overwrite: bool) -> None:
+Inputs = Callable[[], tuple[str, dict[str, dict[str, str]]]]  # the corpus hash, model prints
+
+
+def run_inputs(config: DecomposeConfig, inputs: RunInputs | None) -> Inputs:
+    """What a run of ``config`` reads, as its provenance records it: the documents' hash and each
+    model's fingerprint (computed when called: only a rerun over a finished run needs them)."""
+
+    def compute() -> tuple[str, dict[str, dict[str, str]]]:
+        given = inputs or RunInputs()
+        docs = read_documents(config.corpus) if given.docs is None else given.docs
+        return sha256_texts(docs), ModelPool(config, given.given).prints
+
+    return compute
+
+
+def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
+    """Refuse to recompute a finished run of the same configuration over other inputs (a changed
+    corpus file, other documents or arrays under the same names): its outputs would be replaced
+    by those of another run. Refused unless ``overwrite``; a run without a readable provenance
+    (made before it recorded one) is not checked."""
+    path = out / PROVENANCE
+    if overwrite or not (out / SUMMARY).is_file() or not path.is_file():
+        return
+    try:
+        recorded = json.loads(read_text(path, "run provenance"))
+        corpus, models = recorded["hashes"]["corpus"], recorded["models"]
+    except (ValueError, KeyError, TypeError):
+        return
+    now_corpus, now_models = current()
+    differ = ["corpus (its documents)"] if corpus != now_corpus else []
+    differ += [f"model {n!r}" for n, p in now_models.items() if n in models and models[n] != p]
+    if differ:
+        raise UserInputError(
+            f"{out} holds a finished decomposition of the same configuration on other inputs "
+            f"({', '.join(differ)} {'differ' if len(differ) > 1 else 'differs'} since); write to "
+            "another directory, or pass "
+            "--overwrite to replace it"
+        )
+
+
+def _claim(config: DecomposeConfig, overwrite: bool, current: Inputs) -> None:
     out = config.out
+    identity = run_identity(config.model_dump(mode="json"))
+    recorded = _recorded_identity(out)
     claim_run_directory(
         out,
-        run_identity(config.model_dump(mode="json")),
-        _recorded_identity(out),
+        identity,
+        recorded,
         finished=(out / SUMMARY).is_file(),
         overwrite=overwrite,
         what="decomposition",
         owned=OWNED,
     )
+    if recorded is not None:  # the same configuration (else refused, or removed by overwrite)
+        _check_inputs(out, current, overwrite)
     (out / SUMMARY).unlink(missing_ok=True)
     write_text_atomic(out / CONFIG, config_yaml(config))
 
@@ -66,7 +115,7 @@ def decompose(
     check_directory(config.out, "output directory")
     cache_directory(config.cache_dir)
     with run_directory_lock(config.out, "decompose"):
-        _claim_everywhere(config, overwrite)
+        _claim_everywhere(config, overwrite, run_inputs(config, inputs))
         try:
             result = run_decomposition(config, inputs)
         except BaseException:
@@ -84,17 +133,17 @@ def save_result(result: RunResult, overwrite: bool = False) -> Path:
     result.config = config = result.config.resolved()
     check_directory(config.out, "output directory")
     with run_directory_lock(config.out, "decompose"):
-        _claim_everywhere(config, overwrite)
+        _claim_everywhere(config, overwrite, lambda: (result.hashes["corpus"], result.fingerprints))
         if is_main():
             write_outputs(result)
     return config.out
 
 
-def _claim_everywhere(config: DecomposeConfig, overwrite: bool) -> None:
+def _claim_everywhere(config: DecomposeConfig, overwrite: bool, current: Inputs) -> None:
     refusal: UserInputError | None = None
     if is_main():
         try:
-            _claim(config, overwrite)
+            _claim(config, overwrite, current)
         except UserInputError as err:
             refusal = err
     if any_rank(refusal is not None):
