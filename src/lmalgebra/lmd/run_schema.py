@@ -172,37 +172,6 @@ TRAIN_SIZE_SWEEP = Table("sweeps/train_size.csv", SweepRow)
 LANGUAGE_SWEEP = Table("sweeps/language.csv", SweepRow)
 REDUCTION = Table("reduction.csv", ReductionRow)
 GROUP = Table("group_r2.csv", GroupRow, decimals=WIDE_DECIMALS)
-# every top-level name a decomposition run writes: what --overwrite may remove
-OWNED = (
-    SUMMARY,
-    CONFIG,
-    PROVENANCE,
-    WEIGHTS,
-    STATS_DIR,
-    PLOTS_DIR,
-    REPORT,
-    PAIRWISE_HEATMAP,
-    PAIRWISE.format(split="*"),
-    *sorted(
-        {
-            Path(t.file).parts[0]
-            for t in (
-                FITS,
-                NULLS,
-                SIMILARITY,
-                ALPHA_CURVE,
-                ATTRIBUTION,
-                LENGTH_SWEEP,
-                LAYER_SWEEP,
-                LAYER_MAP,
-                TRAIN_SIZE_SWEEP,
-                LANGUAGE_SWEEP,
-                REDUCTION,
-                GROUP,
-            )
-        }
-    ),
-)
 GROUP_MEAN = "mean"
 
 # The tidy tables a run may hold, by stem (the keys of ``Decomposition.tables``).
@@ -222,6 +191,19 @@ TABLES: dict[str, Table[Any]] = {
         REDUCTION,
     )
 }
+# every top-level name a decomposition run writes: what --overwrite may remove
+OWNED = (
+    SUMMARY,
+    CONFIG,
+    PROVENANCE,
+    WEIGHTS,
+    STATS_DIR,
+    PLOTS_DIR,
+    REPORT,
+    PAIRWISE_HEATMAP,
+    PAIRWISE.format(split="*"),
+    *sorted({Path(t.file).parts[0] for t in (*TABLES.values(), GROUP)}),
+)
 TableRow = (
     FitRow
     | NullRow
