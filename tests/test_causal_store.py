@@ -106,7 +106,7 @@ def test_drawn_tokens_follow_the_distribution_and_the_seed() -> None:
 
 
 def test_inspect_gives_bytes_per_token_of_each_part(run) -> None:
-    rows = {(r["language"], r["teacher"]): r for r in inspect_run(run.output_dir)["pairs"]}
+    rows = {(r["language"], r["teacher"]): r for r in inspect_run(run.output_dir).pairs}
     assert set(rows) == set(PAIRS)
     for row in rows.values():
         assert row["teach_complete"] and row["top_k"] == 5 and row["samples"] == 4

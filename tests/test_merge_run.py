@@ -55,6 +55,16 @@ def test_inspect_reports_counts_bytes_and_overlap(run_dir: Path) -> None:
     assert vocab["union_size"] > 200
     assert set(vocab["tokens_per_language"]) == {"xx", "yy"}
     assert cli("merge", "verify", str(run_dir)).returncode == 0
+    # the same from Python, typed: the JSON is its as_dict(); a DataFrame by language and teacher
+    import lmalgebra
+
+    found = lmalgebra.MergeRun.load(run_dir).inspect()
+    assert isinstance(found, lmalgebra.RunInspection)
+    assert json.loads(json.dumps(found.as_dict())) == report
+    frame = found.frame()
+    assert list(frame.index.names) == ["language", "teacher"]
+    assert int(frame.loc[("xx", "wp"), "examples"]) == found.pairs[0]["examples"] > 0
+    assert found.summary.startswith("3 (language, teacher) pairs")
 
 
 def test_student_tokenizer_loads_with_auto_tokenizer(run_dir: Path) -> None:

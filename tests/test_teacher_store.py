@@ -62,7 +62,7 @@ def shard_bytes(run_dir: Path) -> dict[str, bytes]:
 
 def test_store_layout_and_bytes_per_masked_token(run) -> None:
     report = inspect_run(run.output_dir)
-    pairs = {(r["language"], r["teacher"]): r for r in report["pairs"]}
+    pairs = {(r["language"], r["teacher"]): r for r in report.pairs}
     assert set(pairs) == {("xx", "wp"), ("yy", "wp"), ("yy", "sp")}
     for row in pairs.values():
         assert row["teach_complete"] and row["masked_tokens"] > 0

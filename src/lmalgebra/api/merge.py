@@ -26,6 +26,7 @@ from lmalgebra.distill.pipeline import (
     training_of,
 )
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe, parse_recipe
+from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.train.config import TrainingSpec
 
@@ -132,10 +133,10 @@ class MergeRun:
         return objective_of(self.recipe).stages
 
     @library_entry
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> RunInspection:
         """What the run holds (``lmalgebra merge inspect``): per (language, teacher) its examples,
-        what the store holds of them and bytes per stored token (``pairs``, headed by
-        ``columns``), a ``summary`` line, and the vocabulary's report (``vocab``)."""
+        what the store holds of them and bytes per stored token (``.pairs``, ``.frame()`` a
+        DataFrame), a ``.summary`` line, and the vocabulary's report (``.vocab``)."""
         return objective_of(self.recipe).inspect()
 
     @library_entry

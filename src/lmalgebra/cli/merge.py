@@ -45,7 +45,7 @@ TRAINING_FLAGS = config_flags(TrainingSpec, prefix="training.")
 def _stage_done(what: str, run: Any, next_command: str) -> None:
     """One summary line of the ``MergeRun`` so far, and what next."""
     try:
-        summary = run.inspect()["summary"]
+        summary = run.inspect().summary
     except UserInputError:  # a store assembled by hand, without recipe.yaml: nothing to count
         console.print(f"{what}\nnext: {next_command}")
         return
@@ -197,7 +197,7 @@ def merge_inspect(
 
     report = MergeRun.load(run_dir).inspect()
     if as_json:
-        console.print_json(json.dumps(report))
+        console.print_json(json.dumps(report.as_dict()))
     else:
         console.print(run_table(report))
 

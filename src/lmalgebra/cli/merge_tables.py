@@ -21,14 +21,14 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def run_table(report: dict[str, Any]) -> Table:
+def run_table(report: Any) -> Table:
     """The rows of ``MergeRun.inspect()`` under its ``columns``, its ``caption`` below."""
-    table = Table(title=f"MergeDistill run {report['run_dir']}")
-    for heading, key in report["columns"].items():
+    table = Table(title=f"MergeDistill run {report.run_dir}")
+    for heading, key in report.columns.items():
         table.add_column(heading, justify="left" if key in _TEXT else "right")
-    for row in report["pairs"]:
-        table.add_row(*(_cell(row[key]) for key in report["columns"].values()))
-    table.caption = report["caption"] or None
+    for row in report.pairs:
+        table.add_row(*(_cell(row[key]) for key in report.columns.values()))
+    table.caption = report.caption or None
     return table
 
 

@@ -212,7 +212,7 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
     result: dict[str, Any] = {
         "plan": plan.as_dict(),
         "quick": quick,
-        "inspect": union_run.inspect(),
+        "inspect": union_run.inspect().as_dict(),
         "scores": scores + sm1_scores,
         "rdt": rdt,
         "findings": findings(scores, sm1_scores, rdt),

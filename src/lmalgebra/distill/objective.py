@@ -23,6 +23,7 @@ import yaml
 from lmalgebra.distill.examples import write_examples
 from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import Teacher, inference_setup
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
@@ -134,5 +135,5 @@ class Objective(ABC):
         the store's bytes and seconds per stage (``distill.run.dry_run``)."""
 
     @abstractmethod
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> RunInspection:
         """What the run directory holds (``distill.run.inspection``'s report)."""

@@ -19,6 +19,7 @@ from lmalgebra.distill.layout import RunLayout, is_complete
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MergeRecipe, load_recipe
+from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.train.config import TrainingSpec
 
@@ -97,7 +98,7 @@ def plan(recipe: MergeRecipe, training: TrainingSpec | None = None) -> list[dict
     return objective_of(recipe).plan(training or recipe.training)
 
 
-def inspect_run(run_dir: Path) -> dict[str, Any]:
+def inspect_run(run_dir: Path) -> RunInspection:
     """What the run in ``run_dir`` holds, as its recipe's objective reports it."""
     recipe = load_recipe(RunLayout(run_dir).require_recipe())
     return objective_of(recipe.model_copy(update={"output_dir": run_dir})).inspect()

@@ -16,7 +16,7 @@ from lmalgebra.distill.causal.teachers import open_teachers
 from lmalgebra.distill.layout import RUN_SCRATCH
 from lmalgebra.distill.objective import Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe
-from lmalgebra.distill.run.inspection import causal_report
+from lmalgebra.distill.run.inspection import RunInspection, causal_report
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.storage.lockfile import holding_lock
@@ -81,5 +81,5 @@ class CausalObjective(Objective):
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
         return plan_causal(self.recipe, CausalTrainingSpec.model_validate(training.model_dump()))
 
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> RunInspection:
         return causal_report(self.layout.root)

@@ -17,7 +17,7 @@ from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import MaskedRecipe
-from lmalgebra.distill.run.inspection import masked_report
+from lmalgebra.distill.run.inspection import RunInspection, masked_report
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.distributed import main_rank_only
@@ -87,5 +87,5 @@ class MaskedObjective(Objective):
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
         return plan_masked(self.recipe, training)
 
-    def inspect(self) -> dict[str, Any]:
+    def inspect(self) -> RunInspection:
         return masked_report(self.layout.root)

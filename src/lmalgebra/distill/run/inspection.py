@@ -1,20 +1,56 @@
 """What a MergeDistill run directory holds, read from its shard sets: per (language, teacher) the
 examples and what the teacher store holds of them, and bytes per stored token; the vocabulary's
-report. Each objective names its rows (``masked_report``, ``causal_report``); both reports have
-the same keys: ``run_dir``, ``pairs`` (one row per pair), ``columns`` (heading -> row key),
-``summary`` (one line), ``caption`` and ``vocab`` (the vocabulary's report, or None)."""
+report. Each objective names its rows (``masked_report``, ``causal_report``); both return a
+``RunInspection``."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from lmalgebra.distill.layout import LOGPROBS, MASKED, TOKENS, TOPK, RunLayout
 from lmalgebra.storage.shard_set import ShardSet
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class RunInspection:
+    """What a MergeDistill run directory holds (``MergeRun.inspect``, ``merge inspect``).
+
+    Attributes:
+        run_dir: the run directory.
+        pairs: one row per (language, teacher): its examples, what the store holds of them, bytes
+            per stored token (the keys of ``columns``' values); ``frame()`` as a DataFrame.
+        columns: the command's table: heading -> key of a row.
+        summary: one line (pairs, examples, tokens; the student vocabulary's size when built).
+        caption: what the table's abbreviations mean ("" when none).
+        vocab: the union vocabulary's report (masked runs, after ``merge vocab``), or None.
+    """
+
+    run_dir: Path
+    pairs: list[dict[str, Any]]
+    columns: dict[str, str]
+    summary: str
+    caption: str
+    vocab: dict[str, Any] | None
+
+    def frame(self) -> pd.DataFrame:
+        """``pairs`` as a DataFrame indexed by (language, teacher)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.pairs).set_index(["language", "teacher"])
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (``merge inspect --json``): the run directory as text."""
+        return {**asdict(self), "run_dir": str(self.run_dir)}
+
 
 # the parts of a causal store, by the columns that hold them
 CAUSAL_PARTS = {
@@ -83,7 +119,7 @@ def _masked_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     }
 
 
-def masked_report(run_dir: Path) -> dict[str, Any]:
+def masked_report(run_dir: Path) -> RunInspection:
     """A masked run: per (language, teacher) its examples, masked tokens, top-k and bytes per
     masked token of the top-k files and of the whole store; the vocabulary's report."""
     layout = RunLayout(run_dir)
@@ -97,14 +133,7 @@ def masked_report(run_dir: Path) -> dict[str, Any]:
     if vocab:
         summary += f", student vocabulary {vocab['union_size']} tokens"
         caption = f"union vocabulary: {vocab.get('union_size')} tokens"
-    return {
-        "run_dir": str(run_dir),
-        "pairs": rows,
-        "columns": MASKED_COLUMNS,
-        "summary": summary,
-        "caption": caption,
-        "vocab": vocab,
-    }
+    return RunInspection(run_dir, rows, MASKED_COLUMNS, summary, caption, vocab)
 
 
 def _causal_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
@@ -131,7 +160,7 @@ def _causal_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     }
 
 
-def causal_report(run_dir: Path) -> dict[str, Any]:
+def causal_report(run_dir: Path) -> RunInspection:
     """A causal run: per (language, teacher) its examples and tokens, top-k and draws, and
     bytes per teacher token of each part of the store and of its files."""
     layout = RunLayout(run_dir)
@@ -140,11 +169,4 @@ def causal_report(run_dir: Path) -> dict[str, Any]:
     tokens = sum(int(r["tokens"]) for r in rows)
     summary = f"{len(rows)} (language, causal teacher) pairs, {examples} examples, {tokens} tokens"
     caption = "k: top-k; K: draws; B: bytes per teacher token (values; total: shard files)"
-    return {
-        "run_dir": str(run_dir),
-        "pairs": rows,
-        "columns": CAUSAL_COLUMNS,
-        "summary": summary,
-        "caption": caption,
-        "vocab": None,
-    }
+    return RunInspection(run_dir, rows, CAUSAL_COLUMNS, summary, caption, None)
