@@ -248,8 +248,19 @@ def summarise(
 
 def markdown(result: dict[str, Any]) -> str:
     """The experiment's table and its targets as Markdown."""
-    t, langs = result["table"], LANGUAGES
+    t, langs, plan = result["table"], LANGUAGES, result["plan"]
+    minutes = sum(result["seconds"].values()) / 60
+    chosen = result["layers"]["chosen"]
+    layers = result["layers"]["candidates"][chosen]["layers"]
+    parts = ", ".join(f"{k} {v / 60:.1f}" for k, v in result["seconds"].items())
     lines = [
+        f"Run {result['date']} on {result['machine']}, float32, {minutes:.0f} minutes "
+        f"(minutes: {parts}). Layers "
+        f"kept: {chosen} {layers} of SmolLM2's 30; "
+        f"{plan['steps']} steps of {plan['batch_size']} examples, seeds "
+        f"{', '.join(str(s) for s in plan['seeds'])}. Held-out bits per byte, mean ± standard "
+        "deviation over seeds:",
+        "",
         "| model | " + " | ".join(f"{x} bits/byte" for x in langs) + " | gap closed | RDT |",
         "|" + "---|" * (len(langs) + 3),
     ]
@@ -310,10 +321,13 @@ def gold_markdown(result: dict[str, Any]) -> list[str]:
 
 
 def machine() -> str:
-    flags = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f" {f}" in flags]
-    cpu = platform.processor() or platform.machine()
-    return f"{os.cpu_count()} cores, {cpu}, {', '.join(wanted)}"
+    """Cores, CPU model and the flags that choose the float kernels (``lscpu``)."""
+    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    flags = fields.get("Flags", "").split()
+    wanted = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    cpu = fields.get("Model name", platform.machine()).strip()
+    return f"{os.cpu_count()} cores, {cpu} ({', '.join(wanted)})"
 
 
 def gold_side(work: Path, data: dict[str, Any], layers: list[int], plan: Plan) -> dict[str, Any]:
