@@ -345,9 +345,15 @@ def gold_side(work: Path, data: dict[str, Any], layers: list[int], plan: Plan) -
     run_dir = Path(data["output_dir"])
     texts = [t for docs in stored_texts(run_dir, heldout=False).values() for t in docs]
     name = student_name(BESIDE_GOLD[0], 0)
+    timed = work / "ours-beside-gold.json"  # the training's seconds, kept for a resumed run
+    saved = (run_dir / name / "model" / "lmalgebra.json").is_file()
     clock = time.perf_counter()
     ours = merge(data, ["train"], students={name: {**BESIDE_GOLD[1], "seed": 0}}, keep_saved=True)
     ours_seconds = time.perf_counter() - clock
+    if not saved:  # trained now, from step 0 or a checkpoint (then the figure is partial)
+        timed.write_text(json.dumps({"seconds": ours_seconds}))
+    # trained by an earlier run: its seconds, or NaN when it stopped before writing them
+    ours_seconds = json.loads(timed.read_text())["seconds"] if timed.is_file() else math.nan
     gold = train_gold(
         work / "gold", TEACHERS["smollm2"], STUDENT_INIT, layers, texts, data["training"], 0
     )
@@ -362,6 +368,14 @@ def gold_side(work: Path, data: dict[str, Any], layers: list[int], plan: Plan) -
 
 
 def run(out: Path, work: Path, plan: Plan) -> dict[str, Any]:
+    """Every step (through ``lmalgebra.merge``, as the demos); a failure leaves the steps
+    finished (a rerun resumes them) and no empty directory."""
+    from lmalgebra.demo.workflow import run_workflow
+
+    return run_workflow(work, lambda: _run(out, work, plan))
+
+
+def _run(out: Path, work: Path, plan: Plan) -> dict[str, Any]:
     from lmalgebra.api.merge import merge
     from lmalgebra.distill.examples import heldout_texts
 
