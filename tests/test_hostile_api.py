@@ -4,6 +4,7 @@ inside, and nothing is left written."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ MERGE: dict[str, tuple[tuple[Any, ...], dict[str, Any], str]] = {
     "stages_number": ((3,), {}, "stages must be Sequence[str] | str, got 3"),
     "students_list": ((["prepare"],), {"students": ["s"]}, "students must be Mapping"),
     "students_training_number": ((["prepare"],), {"students": {"s": 3}}, "students must be"),
+    "students_training_pairs": (
+        (["prepare"],),
+        {"students": {"s": [("steps", 2)]}},
+        "TrainingSpec | Mapping[str, Any] | None] | None, got {'s': [('steps', 2)]}",
+    ),
     "languages_one_string": ((["prepare"],), {"languages": "xx"}, "languages must be"),
     "unknown_keyword": ((["prepare"],), {"student": {}}, "unexpected keyword argument 'student'"),
 }
@@ -59,6 +65,10 @@ def test_a_bad_training_to_merge_plan_names_it(
 ) -> None:
     with pytest.raises(UserInputError, match=r"^merge_plan\(\): training must be .*, got 3$"):
         lmalgebra.merge_plan(write_recipe(tmp_path, teacher_dirs), training=3)
+    # pairs are no mapping; the message spells the accepted types, not an alias
+    wanted = "training must be TrainingSpec | Mapping[str, Any] | None, got [('steps', 2)]"
+    with pytest.raises(UserInputError, match=re.escape(wanted) + "$"):
+        lmalgebra.merge_plan(write_recipe(tmp_path, teacher_dirs), training=[("steps", 2)])
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,7 @@ def merge(
     recipe: Any,
     stages: Sequence[str] | str = STAGES,
     *,
-    students: Mapping[str, Training | None] | None = None,
+    students: Mapping[str, TrainingSpec | Mapping[str, Any] | None] | None = None,
     keep_saved: bool = False,
     restart: bool = False,
     languages: Sequence[str] | None = None,
@@ -241,7 +241,9 @@ def merge(
 
 
 @library_entry
-def merge_plan(recipe: Any, *, training: Training | None = None) -> pd.DataFrame:
+def merge_plan(
+    recipe: Any, *, training: TrainingSpec | Mapping[str, Any] | None = None
+) -> pd.DataFrame:
     """What :func:`merge` would do with ``recipe``, found before anything runs; nothing is
     written and no teacher weights are read (``lmalgebra merge ... --dry-run``).
 
