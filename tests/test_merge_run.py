@@ -165,3 +165,11 @@ def test_each_stage_ends_with_a_summary_and_the_next_command(
     assert lines["teach"][-1] == f"next: lmalgebra merge vocab {recipe}"
     assert "student vocabulary" in lines["vocab"][-2]
     assert lines["vocab"][-1] == f"next: lmalgebra merge train {recipe}"
+
+
+def test_an_inspection_without_examples_has_the_tables_columns_and_no_rows() -> None:
+    from lmalgebra.distill.run.inspection import CAUSAL_COLUMNS, RunInspection
+
+    frame = RunInspection(Path("run"), [], CAUSAL_COLUMNS, "", "", None).frame()
+    assert frame.empty and list(frame.index.names) == ["language", "teacher"]
+    assert set(frame.columns) == set(CAUSAL_COLUMNS.values()) - {"language", "teacher"}

@@ -29,7 +29,7 @@ from lmalgebra.lmd.pipeline import RunResult
 from lmalgebra.lmd.run import save_result
 from lmalgebra.lmd.run_files import read_summary
 from lmalgebra.lmd.run_schema import CONFIG, OWNED, PAIRWISE_HEATMAP
-from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, claim_run_directory
+from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, remove_run_files
 
 
 class Decomposition:
@@ -173,10 +173,7 @@ class Decomposition:
         if target.exists() and any(target.iterdir()):
             if not overwrite:
                 raise UserInputError(f"{target} is not empty: pass overwrite=True to replace it")
-            # removes only a decomposition's own files; refuses a directory holding others
-            claim_run_directory(
-                target, {}, None, finished=False, overwrite=True, what="decomposition", owned=OWNED
-            )
+            remove_run_files(target, "decomposition", OWNED)  # refuses a user's own files
         shutil.copytree(
             self.run_dir, target, ignore=shutil.ignore_patterns(LOCK_NAME, ".*"), dirs_exist_ok=True
         )

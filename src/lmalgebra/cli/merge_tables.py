@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from lmalgebra.distill.run.inspection import RunInspection
 
 PLAN_STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
 _TEXT = ("language", "teacher")
@@ -21,7 +24,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def run_table(report: Any) -> Table:
+def run_table(report: RunInspection) -> Table:
     """The rows of ``MergeRun.inspect()`` under its ``columns``, its ``caption`` below."""
     table = Table(title=f"MergeDistill run {report.run_dir}")
     for heading, key in report.columns.items():

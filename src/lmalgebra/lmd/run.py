@@ -76,8 +76,7 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
         raise UserInputError(
             f"{out} holds a finished decomposition of the same configuration on other inputs "
             f"({', '.join(differ)} {'differ' if len(differ) > 1 else 'differs'} since); write to "
-            "another directory, or pass "
-            "--overwrite to replace it"
+            "another directory, or pass --overwrite to replace it"
         )
 
 

@@ -114,6 +114,25 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
 
 
+def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
+    """Empty ``directory`` of a run's files (top-level names matching ``owned``, the lock kept);
+    refused, removing nothing, when it also holds anything else (a user's own files, another
+    run), naming a few of those."""
+    entries = _entries(directory)
+    foreign = [e for e in entries if not _owned(e.name, owned)]
+    if foreign:
+        raise UserInputError(
+            f"{directory} holds files a {what} does not write ({_names(foreign)}); "
+            "--overwrite removes only a run's own files: move those away, or write to "
+            "another directory"
+        )
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
 def claim_run_directory(
     directory: Path,
     identity: Mapping[str, Any],
@@ -143,20 +162,10 @@ def claim_run_directory(
     entries = _entries(directory)
     if not entries:
         return
-    foreign = [e for e in entries if not _owned(e.name, owned)]
     if overwrite:
-        if foreign:
-            raise UserInputError(
-                f"{directory} holds files a {what} does not write ({_names(foreign)}); "
-                "--overwrite removes only a run's own files: move those away, or write to "
-                "another directory"
-            )
-        for entry in entries:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        remove_run_files(directory, what, owned)
         return
+    foreign = [e for e in entries if not _owned(e.name, owned)]
     hint = "write to another directory, or pass --overwrite to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(

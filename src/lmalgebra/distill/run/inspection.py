@@ -45,7 +45,11 @@ class RunInspection:
         """``pairs`` as a DataFrame indexed by (language, teacher)."""
         import pandas as pd
 
-        return pd.DataFrame(self.pairs).set_index(["language", "teacher"])
+        # a run without examples yet: no rows, the table's columns
+        frame = pd.DataFrame(
+            self.pairs or None, columns=None if self.pairs else self.columns.values()
+        )
+        return frame.set_index(["language", "teacher"])
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``merge inspect --json``): the run directory as text."""
