@@ -51,6 +51,7 @@ def _run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
         causal_recipe,
         loss_students,
         pretrain_causal_teachers,
+        students_bits,
         students_table,
         train_students,
     )
@@ -63,7 +64,7 @@ def _run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
     teachers = pretrain_causal_teachers(work / "teachers", corpora, plan, False)
     recipe = causal_recipe(work / "merge", corpora, teachers, plan)
     run = train_students(recipe, loss_students(plan, VARIANTS), progress=False)
-    table = students_table(run, VARIANTS, plan.seeds)
+    table = students_table(students_bits(run), run, VARIANTS, plan.seeds)
     result = {
         "plan": plan.as_dict(),
         "variants": {k: {"mix": m, "lambda": w} for k, (m, w) in VARIANTS.items()},

@@ -127,6 +127,32 @@ class MergeRun:
         rows = evaluate_bits(self.run_dir, refs, languages, context)
         return pd.DataFrame([asdict(r) for r in rows], columns=list(BITS.columns))
 
+    @library_entry
+    def bits_rdt(self, bits: pd.DataFrame) -> pd.DataFrame:
+        """RDT in percent on bits per byte of every model in ``bits`` (a ``bits_per_byte``
+        table) that is not one of the run's teachers, against each language's teachers as the
+        recipe lists them (positive: fewer bits than the teachers); the table ``rdt`` holds
+        after ``evaluate``. A language none of whose teachers ``bits`` scores is NaN."""
+        from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow
+        from lmalgebra.distill.causal.evaluation import bits_rdt
+
+        missing = [c for c in BITS.columns if c not in bits.columns]
+        if missing:
+            raise UserInputError(
+                f"bits: not a bits_per_byte table, it lacks {', '.join(missing)} "
+                "(score the models with MergeRun.bits_per_byte)"
+            )
+        rows = [BitsRow(**{c: r[c] for c in BITS.columns}) for r in bits.to_dict("records")]
+        teachers = set(self.recipe.teachers)
+        if not teachers & {r.model for r in rows}:
+            raise UserInputError(
+                f"bits scores none of the run's teachers ({', '.join(sorted(teachers))}): "
+                "score them too, e.g. MergeRun.bits_per_byte() and the students together"
+            )
+        teachers_of = self.recipe.teachers_of()
+        models = dict.fromkeys(r.model for r in rows if r.model not in teachers)
+        return rdt_frame({m: bits_rdt(rows, m, teachers_of) for m in models})
+
     @property
     def stages(self) -> tuple[str, ...]:
         """The stages of the recipe's objective, in order (a causal recipe has no ``vocab``)."""

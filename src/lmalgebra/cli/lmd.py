@@ -14,6 +14,7 @@ from rich.table import Table
 
 from lmalgebra.cli.app import app, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import DecomposeConfig, load_config
 from lmalgebra.lmd.span_plan import SpanPlanSpec
@@ -113,23 +114,41 @@ def demo(
             '"Recorded causal demo run").'
         ),
     ] = False,
+    real: Annotated[
+        bool,
+        typer.Option(
+            help="Real pre-trained teachers: Gemma-3-270M and SmolLM2-135M (packaged GGUF) "
+            "merged into six of SmolLM2's layers; CE only, ALM from Gemma and ALM from both; "
+            "a table of held-out bits per byte and RDT (real-demo.md). About 20 minutes on two "
+            "cores."
+        ),
+    ] = False,
 ) -> None:
     """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
+    if causal and real:
+        raise UserInputError("demo: --causal and --real are two demos; choose one")
+    if real:
+        from lmalgebra.demo.real_workflow import run_real_demo
+
+        real_result = run_real_demo(out, quick=quick, progress=progress)
+        console.print(real_result.markdown(), highlight=False, markup=False)
+        console.print(f"table: [bold]{out / 'real-demo.md'}[/bold] (and real-demo.json)")
+        return
     from lmalgebra.demo.workflow import run_demo
     from lmalgebra.report.demo_page import finding_lines
 
     if causal:
-        from lmalgebra.demo.causal_table import causal_markdown
         from lmalgebra.demo.causal_workflow import run_causal_demo
 
-        table = run_causal_demo(out, quick=quick, progress=progress)
-        console.print(causal_markdown(table), highlight=False, markup=False)
+        causal_result = run_causal_demo(out, quick=quick, progress=progress)
+        console.print(causal_result.markdown(), highlight=False, markup=False)
         console.print(f"table: [bold]{out / 'causal-demo.md'}[/bold] (and causal-demo.json)")
         return
     result = run_demo(out, quick=quick, progress=progress)
-    for title, verdict, evidence in finding_lines(result["findings"]):
+    found = {key: finding.as_dict() for key, finding in result.findings.items()}
+    for title, verdict, evidence in finding_lines(found):
         console.print(f"{title}: {verdict}. {evidence}", highlight=False, markup=False)
-    report = result["report"]
+    report = result.report
     console.print(f"report: [bold]{report}[/bold]; everything else under [bold]{out}[/bold]")
 
 

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.decompose import decompose
+from lmalgebra.api.decomposition import Decomposition
 from lmalgebra.api.merge import MergeRun
 from lmalgebra.demo.plan import LANGUAGES, DemoPlan
 from lmalgebra.sources.packaged import asset_path
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
 
 def _decompose(
     out: Path, models: dict[str, str], corpus: Path, spans: tuple[int, int, int], progress: bool
-) -> Any:
+) -> Decomposition:
     return decompose(
         {name: {"path": path} for name, path in models.items()},
         str(corpus),
@@ -29,11 +34,52 @@ def _decompose(
     )
 
 
+@dataclass(frozen=True)
+class LmdFindings:
+    """The demo's decompositions.
+
+    Attributes:
+        decomposition: real encoders, teachers and students on unseen English text.
+        coverage: per language and student, held-out (test) R^2 of the language's teacher from
+            the student (``teacher_from_student``) and of the student from the teacher
+            (``student_from_teacher``), with the test spans they were scored on.
+    """
+
+    decomposition: Decomposition
+    coverage: pd.DataFrame
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, as ``demo.json`` and the report read them."""
+        result, names = self.decomposition, self.decomposition.names
+        pairwise = result.pairwise("test")
+        coverage: dict[str, Any] = {}
+        for lang, rows in self.coverage.groupby("language", sort=False):
+            coverage[str(lang)] = {
+                str(r.student): {
+                    "teacher_from_student": float(r.teacher_from_student),
+                    "student_from_teacher": float(r.student_from_teacher),
+                }
+                for r in rows.itertuples()
+            }
+            coverage[str(lang)]["test_spans"] = int(rows["test_spans"].iloc[0])
+        return {
+            "models": names,
+            "group_r2_test": {t: float(v) for t, v in result.group["test"].items()},
+            "pairwise_r2_test": {
+                t: {b: float(pairwise.loc[t, b]) for b in names if b != t} for t in names
+            },
+            "heatmap": str(result.heatmap),
+            "coverage": coverage,
+        }
+
+
 def lmd_analyses(
     out: Path, union: MergeRun, teachers: dict[str, Path], plan: DemoPlan, progress: bool
-) -> dict[str, Any]:
+) -> LmdFindings:
     """Group and pairwise R^2 of real encoders, teachers and students on unseen English text;
     per language, held-out R^2 of each teacher from the student and of the student from it."""
+    import pandas as pd
+
     data = union.run_dir.parent / "data"
     students = {n: str(path) for n, path in union.students.items()}
     models = {
@@ -43,32 +89,24 @@ def lmd_analyses(
         **students,
     }
     result = _decompose(out / "all-en", models, data / "unseen-en.txt", plan.lmd_spans, progress)
-    names = result.names
-    pairwise = result.pairwise("test")
-    summary: dict[str, Any] = {
-        "models": names,
-        "group_r2_test": {t: float(v) for t, v in result.group["test"].items()},
-        "pairwise_r2_test": {
-            t: {b: float(pairwise.loc[t, b]) for b in names if b != t} for t in names
-        },
-        "heatmap": str(result.heatmap),
-        "coverage": {},
-    }
+    rows = []
     for lang in LANGUAGES:
         pair = {"teacher": str(teachers[lang]), **students}
         found = _decompose(
             out / f"coverage-{lang}", pair, data / f"unseen-{lang}.txt", plan.lmd_spans, progress
         )
         test = found.pairwise("test")
-        summary["coverage"][lang] = {
-            student: {
+        rows += [
+            {
+                "language": lang,
+                "student": student,
                 "teacher_from_student": float(test.loc["teacher", student]),
                 "student_from_teacher": float(test.loc[student, "teacher"]),
+                "test_spans": found.spans["test"],
             }
             for student in found.names[1:]
-        }
-        summary["coverage"][lang]["test_spans"] = found.spans["test"]
-    return summary
+        ]
+    return LmdFindings(result, pd.DataFrame(rows))
 
 
 def petrogold() -> Path:
@@ -85,7 +123,7 @@ def petrogold() -> Path:
 
 def downstream_pos(
     out: Path, models: dict[str, Path], plan: DemoPlan, progress: bool
-) -> list[dict[str, Any]]:
+) -> pd.DataFrame:
     """A linear UPOS probe on Portuguese (a language none of the models trained on, related to
     French and Spanish) for teachers and students: accuracy and macro-F1."""
     from dataclasses import asdict
@@ -103,5 +141,7 @@ def downstream_pos(
         progress=progress,
     )
     results = evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options, out)
-    keep = ("model", "accuracy", "macro_f1", "majority_accuracy", "train_sentences", "test_words")
-    return [{k: v for k, v in asdict(r).items() if k in keep} for r in results]
+    import pandas as pd
+
+    keep = ["model", "accuracy", "macro_f1", "majority_accuracy", "train_sentences", "test_words"]
+    return pd.DataFrame([asdict(r) for r in results], columns=None)[keep]

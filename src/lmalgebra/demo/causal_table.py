@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def student_name(loss: str, seed: int) -> str:
@@ -62,6 +65,25 @@ def causal_table(
         "best_gap_closed": distilled[best],
         "target_met": bool(distilled[best] >= 0.25),
     }
+
+
+def causal_frame(table: Mapping[str, Any]) -> pd.DataFrame:
+    """``table`` (``causal_table``) as a DataFrame: one row per loss (index ``loss``), then
+    ``teachers``; per language the seed mean (``LANG``) and standard deviation (``LANG sd``) of
+    bits per byte, and ``gap closed`` averaged over languages (the teachers' row: 1)."""
+    import pandas as pd
+
+    langs = table["languages"]
+    rows = {}
+    for loss, row in table["students"].items():
+        got = row["bits_per_byte"]
+        rows[loss] = {x: got[x]["mean"] for x in langs} | {f"{x} sd": got[x]["std"] for x in langs}
+        rows[loss]["gap closed"] = row["gap_closed_mean"]
+    rows["teachers"] = {x: table["teachers"][x]["bits_per_byte"] for x in langs}
+    rows["teachers"] |= {f"{x} sd": math.nan for x in langs} | {"gap closed": 1.0}
+    frame = pd.DataFrame.from_dict(rows, orient="index")
+    frame.index.name = "loss"
+    return frame
 
 
 def _cell(mean: float, std: float) -> str:

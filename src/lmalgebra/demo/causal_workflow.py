@@ -15,17 +15,21 @@ import json
 import logging
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from lmalgebra.api.merge import MergeRun, merge
 from lmalgebra.api.pretrain import CausalPretrainSpec, pretrain
-from lmalgebra.demo.causal_table import causal_markdown, causal_table, student_name
+from lmalgebra.demo.causal_table import causal_frame, causal_markdown, causal_table, student_name
 from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_LOSSES, CAUSAL_QUICK, CausalPlan
 from lmalgebra.demo.workflow import run_workflow, write_corpora
 from lmalgebra.storage.atomic import write_text_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +132,19 @@ def train_students(
     return merge(recipe, stages, students=students, keep_saved=True, progress=progress)
 
 
-def students_table(run: MergeRun, losses: Iterable[str], seeds: Iterable[int]) -> dict[str, Any]:
-    """Held-out bits per byte of the run's teachers (``teacher-LANG``) and students
-    (``student_name(loss, seed)`` for each of ``losses`` and ``seeds``), as the demo's table
-    (``causal_table``)."""
+def students_bits(run: MergeRun) -> pd.DataFrame:
+    """Held-out bits per byte of the run's teachers and students."""
     teachers = {name: spec.path for name, spec in run.recipe.teachers.items()}
-    rows = run.bits_per_byte({**teachers, **run.students}).to_dict("records")
+    return run.bits_per_byte({**teachers, **run.students})
+
+
+def students_table(
+    bits: pd.DataFrame, run: MergeRun, losses: Iterable[str], seeds: Iterable[int]
+) -> dict[str, Any]:
+    """The demo's table (``causal_table``) of ``bits`` (``students_bits``): the run's teachers
+    (``teacher-LANG``) and students (``student_name(loss, seed)`` for each of ``losses`` and
+    ``seeds``)."""
+    rows = bits.to_dict("records")
     return causal_table(
         [(r["language"], r["model"], r["bits_per_byte"]) for r in rows],
         {lang: f"teacher-{lang}" for lang in run.recipe.languages},
@@ -142,15 +153,56 @@ def students_table(run: MergeRun, losses: Iterable[str], seeds: Iterable[int]) -
     )
 
 
-def run_causal_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run every step; returns the table (also ``causal-demo.json`` and ``causal-demo.md``).
+@dataclass(frozen=True)
+class CausalDemoResult:
+    """What ``demo --causal`` measured.
+
+    Attributes:
+        plan: the sizes it ran at; quick: whether the quick plan; run: the merge run.
+        bits: held-out bits per byte per (language, model), ``MergeRun.bits_per_byte``'s table.
+        table: one row per loss (index ``loss``) and a last row ``teachers``: per language the
+            seed mean (``LANG``) and standard deviation (``LANG sd``) of bits per byte, and the
+            share of the CE-to-teacher gap closed (``gap closed``, averaged over languages).
+        best_loss: the loss that closes the most of the gap; target_met: whether it closes 25%.
+        summary: the same figures as plain values, every seed's too (``causal-demo.json``).
+        seconds: wall time of each step.
+    """
+
+    plan: CausalPlan
+    quick: bool
+    run: MergeRun
+    bits: pd.DataFrame
+    table: pd.DataFrame
+    best_loss: str
+    target_met: bool
+    summary: dict[str, Any]
+    seconds: dict[str, float]
+
+    def markdown(self) -> str:
+        """The table as Markdown (``causal-demo.md``)."""
+        return causal_markdown(self.summary)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (``causal-demo.json``)."""
+        return {
+            "plan": self.plan.as_dict(),
+            "quick": self.quick,
+            "student_tokenizer": self.plan.student_tokenizer,
+            **self.summary,
+            "seconds": self.seconds,
+        }
+
+
+def run_causal_demo(out: Path, quick: bool = False, progress: bool = True) -> CausalDemoResult:
+    """Run every step; returns what it measured (also ``causal-demo.json`` and
+    ``causal-demo.md``).
 
     A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
     """
     return run_workflow(out, lambda: _run_steps(out, quick, progress))
 
 
-def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
+def _run_steps(out: Path, quick: bool, progress: bool) -> CausalDemoResult:
     plan = CAUSAL_QUICK if quick else CAUSAL_FULL
     clock, seconds = time.perf_counter(), {}
     corpora = write_corpora(out / "data", plan)
@@ -162,15 +214,21 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
     run = train_students(recipe, loss_students(plan, losses), progress)
     seconds["store and students"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    table = students_table(run, CAUSAL_LOSSES, plan.seeds)
+    bits = students_bits(run)
+    summary = students_table(bits, run, CAUSAL_LOSSES, plan.seeds)
     seconds["bits per byte"] = time.perf_counter() - clock
-    result = {
-        "plan": plan.as_dict(),
-        "quick": quick,
-        "student_tokenizer": plan.student_tokenizer,
-        **table,
-        "seconds": {k: round(v, 1) for k, v in seconds.items()},
-    }
-    write_text_atomic(out / "causal-demo.json", json.dumps(result, indent=2, default=str))
-    write_text_atomic(out / "causal-demo.md", causal_markdown(table))
+    result = CausalDemoResult(
+        plan=plan,
+        quick=quick,
+        run=run,
+        bits=bits,
+        table=causal_frame(summary),
+        best_loss=summary["best_loss"],
+        target_met=summary["target_met"],
+        summary=summary,
+        seconds={k: round(v, 1) for k, v in seconds.items()},
+    )
+    text = json.dumps(result.as_dict(), indent=2, default=str)
+    write_text_atomic(out / "causal-demo.json", text)
+    write_text_atomic(out / "causal-demo.md", result.markdown())
     return result

@@ -135,3 +135,74 @@ CAUSAL_QUICK = CausalPlan(  # every path at the smallest size that runs it (the 
     lambda_value=0.5,
     seeds=(0,),
 )
+
+
+@dataclass(frozen=True)
+class RealPlan:
+    """Sizes of ``demo --real``: two pre-trained causal LMs with different tokenizers teach every
+    language (``teachers``: name, model reference); the student is ``student_init`` with only
+    ``layers`` of its decoder layers, trained as each of ``variants`` (keys of
+    :data:`REAL_VARIANTS`) for every seed of ``seeds``, beside the same student untrained."""
+
+    teachers: tuple[tuple[str, str], ...]
+    student_init: str
+    layers: tuple[int, ...]
+    docs_per_language: int
+    heldout_fraction: float
+    example_bytes: int
+    top_k: int
+    steps: int
+    batch_size: int
+    lr: float
+    lambda_value: float
+    seeds: tuple[int, ...]
+    variants: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+REAL_TEACHERS: tuple[tuple[str, str], ...] = (
+    ("gemma", "package:gemma3-270m"),
+    ("smollm2", "package:smollm2-135m"),
+)
+# variant -> the keys of ``training`` it sets beside the seed; teachers named as in REAL_TEACHERS
+REAL_VARIANTS: dict[str, dict[str, Any]] = {
+    "ce": {"objective_mix": {"ce": 1.0}},
+    "alm-gemma": {"objective_mix": {"alm": 1.0}, "teachers": ["gemma"]},
+    "merge-all": {"objective_mix": {"alm": 1.0}, "multi_teacher": "all"},
+    "merge-best": {"objective_mix": {"alm": 1.0}, "multi_teacher": "best"},
+}
+# The layers the real-teacher experiment chose (experiments/results/real_teachers.md): of four
+# six-layer subsets of SmolLM2's 30, the fewest bits per byte before training on unseen leads.
+REAL_LAYERS = (0, 1, 2, 27, 28, 29)
+REAL_FULL = RealPlan(
+    teachers=REAL_TEACHERS,
+    student_init="package:smollm2-135m",
+    layers=REAL_LAYERS,
+    docs_per_language=60,
+    heldout_fraction=0.2,
+    example_bytes=256,
+    top_k=8,
+    steps=30,
+    batch_size=8,
+    lr=2e-4,
+    lambda_value=0.5,
+    seeds=(0, 1),
+    variants=("ce", "alm-gemma", "merge-all"),
+)
+REAL_QUICK = RealPlan(  # every path at the smallest size that runs it (the smoke test)
+    teachers=REAL_TEACHERS,
+    student_init="package:smollm2-135m",
+    layers=REAL_LAYERS,
+    docs_per_language=8,
+    heldout_fraction=0.25,
+    example_bytes=256,
+    top_k=8,
+    steps=2,
+    batch_size=2,
+    lr=2e-4,
+    lambda_value=0.5,
+    seeds=(0,),
+    variants=("ce", "merge-all"),
+)

@@ -19,24 +19,32 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import pandas as pd
 import yaml
 
 from lmalgebra.api.decompose import read_texts
 from lmalgebra.api.merge import MergeRun, merge
 from lmalgebra.api.pretrain import HeadOnlySpec, MaskedPretrainSpec, pretrain
-from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan
+from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan, RealPlan
+from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
+if TYPE_CHECKING:
+    from lmalgebra.api.merge import RunInspection
+    from lmalgebra.demo.analyses import LmdFindings
+
 log = logging.getLogger(__name__)
+Result = TypeVar("Result")
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
 HEAD_TEACHER = "teacher-en-head"  # the plan's head_encoder with a fitted masked-LM head
 
 
-def run_workflow(out: Path, steps: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def run_workflow(out: Path, steps: Callable[[], Result]) -> Result:
     """``steps()``'s result, with ``out`` checked first; a failure leaves the steps finished
     (a rerun resumes them) and no empty directory (the one failure clean-up of the demos and
     the experiments)."""
@@ -45,7 +53,7 @@ def run_workflow(out: Path, steps: Callable[[], dict[str, Any]]) -> dict[str, An
         return steps()
 
 
-def write_corpora(out: Path, plan: DemoPlan | CausalPlan) -> dict[str, Path]:
+def write_corpora(out: Path, plan: DemoPlan | CausalPlan | RealPlan) -> dict[str, Path]:
     """``<lang>.txt``: the first documents, for teachers and students; ``unseen-<lang>.txt``: the
     rest, which no model trains on (text for the decompositions)."""
     paths = {}
@@ -174,23 +182,85 @@ def merge_and_train(recipe: dict[str, Any], students: dict[str, bool], progress:
     return merge(recipe, students=trainings, keep_saved=True, progress=progress)
 
 
-def run_demo(out: Path, quick: bool = False, progress: bool = True) -> dict[str, Any]:
-    """Run every step and write ``out/report.html``; returns the numbers the report shows (also
-    written to ``demo.json``) and the report's path under ``report``.
+@dataclass(frozen=True)
+class Finding:
+    """One of the paper's findings, measured (never asserted): its ``claim``, whether it holds
+    (None: not measured) and the figures behind it."""
+
+    claim: str
+    holds: bool | None
+    figures: dict[str, Any]
+
+    @classmethod
+    def of(cls, found: Mapping[str, Any]) -> Finding:
+        figures = {k: v for k, v in found.items() if k not in ("claim", "holds")}
+        return cls(found["claim"], found.get("holds"), figures)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"claim": self.claim, **self.figures, "holds": self.holds}
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo measured.
+
+    Attributes:
+        plan: the sizes it ran at; quick: whether the quick plan.
+        run: the union-vocabulary merge run (SM3 distilled, SM2 gold-only); single_run: SM1's,
+            every language in the English teacher's vocabulary.
+        inspection: what the union run's store holds.
+        scores: held-out masked-token scores of both runs (``MergeRun.scores``'s columns).
+        rdt: RDT per student and language (``MergeRun.rdt``'s table, both runs).
+        findings: key -> the paper's finding, measured.
+        pos: the downstream UPOS probe per model (accuracy, macro_f1, majority_accuracy,
+            train_sentences, test_words).
+        lmd: the decompositions (``LmdFindings``).
+        seconds: wall time of each step; report: the HTML report.
+    """
+
+    plan: DemoPlan
+    quick: bool
+    run: MergeRun
+    single_run: MergeRun
+    inspection: RunInspection
+    scores: pd.DataFrame
+    rdt: pd.DataFrame
+    findings: dict[str, Finding]
+    pos: pd.DataFrame
+    lmd: LmdFindings
+    seconds: dict[str, float]
+    report: Path
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (``demo.json``; what the report renders)."""
+        rdt = {str(k): dict(v) for k, v in self.rdt.to_dict("index").items()}
+        return {
+            "plan": self.plan.as_dict(),
+            "quick": self.quick,
+            "inspect": self.inspection.as_dict(),
+            "scores": list(self.scores.to_dict("records")),
+            "rdt": rdt,
+            "findings": {k: f.as_dict() for k, f in self.findings.items()},
+            "pos": list(self.pos.to_dict("records")),
+            "lmd": self.lmd.as_dict(),
+            "seconds": self.seconds,
+            "report": str(self.report),
+        }
+
+
+def run_demo(out: Path, quick: bool = False, progress: bool = True) -> DemoResult:
+    """Run every step and write ``out/report.html``; returns what it measured (also written to
+    ``demo.json``).
 
     A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
     """
+    return run_workflow(out, lambda: _run_steps(out, quick, progress))
+
+
+def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
+    from lmalgebra.demo.analyses import downstream_pos, lmd_analyses
     from lmalgebra.report.demo_page import render
 
-    def steps() -> dict[str, Any]:
-        result = _run_steps(out, quick, progress)
-        result["report"] = str(render(result, out))
-        return result
-
-    return run_workflow(out, steps)
-
-
-def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
     plan = QUICK if quick else FULL
     clock, timings = time.perf_counter(), {}
     corpora = write_corpora(out / "data", plan)
@@ -209,35 +279,43 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> dict[str, Any]:
     timings["merge, train and evaluate students"] = time.perf_counter() - clock
     scores, sm1_scores = _rows(union_run), _rows(single_run)
     rdt = {**_rdt(union_run), **_rdt(single_run)}
-    result: dict[str, Any] = {
-        "plan": plan.as_dict(),
-        "quick": quick,
-        "inspect": union_run.inspect().as_dict(),
-        "scores": scores + sm1_scores,
-        "rdt": rdt,
-        "findings": findings(scores, sm1_scores, rdt),
-    }
-    from lmalgebra.demo.analyses import downstream_pos, lmd_analyses
-
+    found = findings(scores, sm1_scores, rdt)
     clock = time.perf_counter()
     models = {
         **{f"teacher-{k}": v for k, v in teachers.items()},
         **union_run.students,
         **single_run.students,
     }
-    result["pos"] = downstream_pos(out / "pos", models, plan, progress)
-    pos = {row["model"]: row["accuracy"] for row in result["pos"]}
-    result["findings"]["union_vocabulary"].update(
+    pos_table = downstream_pos(out / "pos", models, plan, progress)
+    pos = dict(zip(pos_table["model"], pos_table["accuracy"], strict=True))
+    found["union_vocabulary"].update(
         sm2_pos_accuracy=pos["sm2-gold"],
         sm1_pos_accuracy=pos["sm1-gold"],
         holds=pos["sm2-gold"] > pos["sm1-gold"],
     )
     timings["downstream UPOS"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    result["lmd"] = lmd_analyses(out / "lmd", union_run, teachers, plan, progress)
+    lmd = lmd_analyses(out / "lmd", union_run, teachers, plan, progress)
     timings["decomposition"] = time.perf_counter() - clock
-    result["seconds"] = {k: round(v, 1) for k, v in timings.items()}
-    (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
+    assert union_run.scores is not None and single_run.scores is not None  # merge() evaluated
+    assert union_run.rdt is not None and single_run.rdt is not None
+    result = DemoResult(
+        plan=plan,
+        quick=quick,
+        run=union_run,
+        single_run=single_run,
+        inspection=union_run.inspect(),
+        scores=pd.concat([union_run.scores, single_run.scores], ignore_index=True),
+        rdt=pd.concat([union_run.rdt, single_run.rdt]),
+        findings={k: Finding.of(v) for k, v in found.items()},
+        pos=pos_table,
+        lmd=lmd,
+        seconds={k: round(v, 1) for k, v in timings.items()},
+        report=out / "report.html",
+    )
+    plain = result.as_dict()
+    render(plain, out)
+    write_text_atomic(out / "demo.json", json.dumps(plain, indent=2, default=str))
     return result
 
 

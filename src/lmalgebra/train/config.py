@@ -20,7 +20,12 @@ class OptimisationSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    steps: int = Field(default=1000, ge=1, description="Optimizer steps.")
+    steps: int = Field(
+        default=1000,
+        ge=0,
+        description="Optimizer steps; 0 saves the model as it starts (untrained: the floor a "
+        "trained one is compared with).",
+    )
     batch_size: int = Field(default=32, ge=1, description="Examples per micro-batch.")
     grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     lr: float = Field(default=5e-4, gt=0, description="Peak learning rate (AdamW).")

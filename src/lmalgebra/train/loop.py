@@ -124,6 +124,10 @@ def train(
     """
     from accelerate import Accelerator
 
+    if spec.steps == 0:  # the model as it starts: nothing read, trained or written
+        log.info("steps 0: the model is kept as it starts, untrained")
+        model.eval()
+        return {}
     out.mkdir(parents=True, exist_ok=True)
     world()  # sets up the process group when launched as several processes, before Accelerate
     check_batch_size(spec.batch_size)

@@ -1,0 +1,163 @@
+"""``demo --real``: a merge of two real pre-trained causal LMs with different tokenizers
+(Gemma-3-270M and SmolLM2-135M, packaged GGUF files), offline, step by step; every step
+resumes, so an interrupted demo continues where it was.
+
+1. Corpora: Wikipedia leads in English, French and Spanish (packaged, no hub).
+2. One causal store of both teachers on every language (prepare, teach).
+3. The student: some of SmolLM2's decoder layers, started from SmolLM2's weights; kept
+   untrained (``steps: 0``, the floor) and trained as each variant (CE only, ALM from Gemma
+   alone, ALM from both teachers) for every seed, at equal steps and data.
+4. Held-out bits per byte of teachers and students, RDT against both teachers; the table
+   (``real-demo.md``/``.json``).
+
+A smaller run of ``experiments/real_teachers.py``, whose recorded figures are the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from lmalgebra.api.merge import MergeRun, merge
+from lmalgebra.demo.causal_table import student_name
+from lmalgebra.demo.plan import REAL_FULL, REAL_QUICK, REAL_VARIANTS, RealPlan
+from lmalgebra.demo.real_table import real_markdown, real_table
+from lmalgebra.demo.workflow import run_workflow, write_corpora
+from lmalgebra.storage.atomic import write_text_atomic
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+UNTRAINED = "untrained"  # the student as it starts (``steps: 0``)
+
+
+@dataclass(frozen=True)
+class RealDemoResult:
+    """What ``demo --real`` measured.
+
+    Attributes:
+        plan: the sizes it ran at; run: the merge run (its directory holds the store and every
+            student).
+        table: ``real_table``: one row per teacher, the untrained student and each variant.
+        bits: held-out bits per byte per (language, model), ``MergeRun.bits_per_byte``'s table.
+        rdt: RDT per student against both teachers, ``MergeRun.bits_rdt``'s table.
+        seconds: wall time of each step.
+    """
+
+    plan: RealPlan
+    run: MergeRun
+    table: pd.DataFrame
+    bits: pd.DataFrame
+    rdt: pd.DataFrame
+    seconds: dict[str, float]
+
+    def markdown(self) -> str:
+        """The table as Markdown, with the sizes it was measured at."""
+        plan, minutes = self.plan, sum(self.seconds.values()) / 60
+        seeds = ", ".join(str(s) for s in plan.seeds)
+        note = (
+            f"Student: layers {list(plan.layers)} of {plan.student_init}, {plan.steps} steps of "
+            f"{plan.batch_size} examples, seeds {seeds}; {plan.docs_per_language} leads per "
+            f"language, {plan.heldout_fraction:.0%} held out; {minutes:.1f} minutes. Held-out "
+            "bits per byte (mean ± standard deviation over seeds). Gap closed: the share of the "
+            "gap between CE only and each language's better teacher, averaged over languages; "
+            "RDT against both teachers (positive: fewer bits than the teachers)."
+        )
+        teachers = [name for name, _ in plan.teachers]
+        return real_markdown(self.table, teachers) + "\n" + note + "\n"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values (``real-demo.json``)."""
+        return {
+            "plan": self.plan.as_dict(),
+            "run_dir": str(self.run.run_dir),
+            "table": json.loads(self.table.to_json(orient="index")),
+            "bits": self.bits.to_dict("records"),
+            "rdt": json.loads(self.rdt.to_json(orient="index")),
+            "seconds": self.seconds,
+        }
+
+
+def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str, Any]:
+    """One causal recipe: both teachers on every language; the student from ``plan``'s layers.
+    Written beside ``out`` as ``<out>.yaml``."""
+    names = [name for name, _ in plan.teachers]
+    data: dict[str, Any] = {
+        "objective": "causal",
+        "languages": {
+            lang: {"corpus": {"paths": [str(path)], "doc_sep": "line"}, "teachers": names}
+            for lang, path in corpora.items()
+        },
+        "teachers": {name: {"path": ref} for name, ref in plan.teachers},
+        "causal": {"example_bytes": plan.example_bytes, "samples": 0},
+        "heldout_fraction": plan.heldout_fraction,
+        "top_k": plan.top_k,
+        "output_dir": str(out),
+        "student": {"init": plan.student_init, "layers": list(plan.layers)},
+        "training": {
+            "steps": plan.steps,
+            "batch_size": plan.batch_size,
+            "lr": plan.lr,
+            "warmup_steps": max(1, plan.steps // 10),
+            "lambda_schedule": "constant",
+            "lambda_value": plan.lambda_value,
+            "checkpoint_every": max(1, plan.steps // 2),
+            "log_every": max(1, plan.steps // 4),
+        },
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return data
+
+
+def real_students(plan: RealPlan) -> dict[str, dict[str, Any]]:
+    """Student name -> the keys of ``training`` it sets: the untrained student, then every
+    variant and seed."""
+    untrained = {"steps": 0, "warmup_steps": 0, "objective_mix": {"ce": 1.0}}
+    students: dict[str, dict[str, Any]] = {UNTRAINED: untrained}
+    for variant in plan.variants:
+        for seed in plan.seeds:
+            students[student_name(variant, seed)] = {**REAL_VARIANTS[variant], "seed": seed}
+    return students
+
+
+def run_real_demo(
+    out: Path, quick: bool = False, progress: bool = True, plan: RealPlan | None = None
+) -> RealDemoResult:
+    """Run every step (at ``plan``'s sizes; default the full or the quick plan); also writes
+    ``real-demo.json`` and ``real-demo.md``.
+
+    A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
+    """
+    chosen = plan or (REAL_QUICK if quick else REAL_FULL)
+    return run_workflow(out, lambda: _run_steps(out, chosen, progress))
+
+
+def _run_steps(out: Path, plan: RealPlan, progress: bool) -> RealDemoResult:
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    corpora = write_corpora(out / "data", plan)
+    recipe = real_recipe(out / "merge", corpora, plan)
+    merge(recipe, ["prepare", "teach"], progress=progress)
+    seconds["teacher store"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    students = real_students(plan)
+    run = merge(recipe, ["train"], students=students, keep_saved=True, progress=progress)
+    seconds["students"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    bits = run.bits_per_byte({**dict(plan.teachers), **run.students})
+    rdt = run.bits_rdt(bits)
+    seconds["bits per byte"] = time.perf_counter() - clock
+    teachers = [name for name, _ in plan.teachers]
+    languages = list(run.recipe.languages)
+    table = real_table(bits, rdt, teachers, UNTRAINED, plan.variants, plan.seeds, languages)
+    rounded = {k: round(v, 1) for k, v in seconds.items()}
+    result = RealDemoResult(plan, run, table, bits, rdt, rounded)
+    write_text_atomic(out / "real-demo.json", json.dumps(result.as_dict(), indent=2, default=str))
+    write_text_atomic(out / "real-demo.md", result.markdown())
+    return result
