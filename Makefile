@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,9 @@ demo: $(STAMP)
 
 demo-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra demo --quick
+
+demo-real: $(STAMP)  # Gemma-3-270M and SmolLM2-135M merged; about 12 min on 2 cores
+	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra demo --real
 
 study: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lmalgebra decompose src/lmalgebra/recipes/study-minilm-wiki.yaml

@@ -47,7 +47,11 @@ def decompose(
     ] = False,
     overwrite: Annotated[
         bool,
-        typer.Option(help="Empty the output directory first when it holds another run."),
+        typer.Option(
+            help="Replace the decomposition in the output directory (another run's, or this "
+            "one's on other inputs): only the files a decomposition writes are removed, and a "
+            "directory holding anything else is refused."
+        ),
     ] = False,
     *,
     overrides: dict[str, Any],
