@@ -113,3 +113,29 @@ def test_plans_use_the_packaged_pair_and_known_variants() -> None:
         }
         assert plan.variants[0] == "ce" and set(plan.variants) <= set(REAL_VARIANTS)
     assert len(REAL_FULL.seeds) >= 2  # a standard deviation per variant
+
+
+def test_two_demos_at_once_are_refused(tmp_path, monkeypatch, capsys) -> None:
+    from hostile_helpers import assert_one_line, run_cli
+
+    out = tmp_path / "out"
+    code, stderr = run_cli(["demo", "--causal", "--real", "--out", str(out)], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["--causal", "--real"])
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_quick_real_demo_on_the_packaged_models(tmp_path, monkeypatch, capsys) -> None:
+    """The packaged Gemma-3-270M and SmolLM2-135M (under 2 minutes with the models in the
+    cache): the teachers read every language better than the student, untrained or not."""
+    from hostile_helpers import run_cli
+
+    code, _ = run_cli(
+        ["demo", "--real", "--quick", "--out", str(tmp_path), "--no-progress"], monkeypatch, capsys
+    )
+    assert code == 0
+    table = json.loads((tmp_path / "real-demo.json").read_text())["table"]
+    for lang in ("en", "fr", "es"):
+        teacher = min(table["gemma"][lang], table["smollm2"][lang])
+        assert 0 < teacher < table["ce"][lang] < table["untrained"][lang] < 12
+    assert "| teacher gemma |" in (tmp_path / "real-demo.md").read_text()
