@@ -86,7 +86,11 @@ def test_colliding_model_names_are_refused_with_the_remedy(
 def test_packaged_lists_models_corpora_and_recipes(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("COLUMNS", "250")
+    from lmalgebra.cli.app import console
+
+    # wide enough for every name on one line, whenever and wherever the console was made (its
+    # width is read from COLUMNS or the terminal once, when it is created)
+    monkeypatch.setattr(console, "width", 250)
     code, out, _ = run(monkeypatch, capsys, "packaged")
     assert code == 0
     models, corpora = out.index("Packaged models"), out.index("Packaged corpora")
