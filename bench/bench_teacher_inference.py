@@ -39,6 +39,7 @@ import torch
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
 from lmalgebra.sources.models import ModelRef, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
+from onednn_census import census
 from teacher_topk import SHAPES, compare, load_outputs, trained_teacher_problem
 from topk_store_bytes import store_bytes, store_record
 from utilisation import (
@@ -139,7 +140,10 @@ def main() -> None:
         kwargs |= {"threads": args.threads, "seed": args.seed}
         agree = run_contender("teacher_topk:trained_agreement", kwargs)["output"]
     peak = measure_peak(dtypes, args.threads)
-    save(args, results, store, agree, peak, session)
+    kernels = None
+    if "bfloat16" in dtypes and "BERT-base" in results:
+        kernels = census("BERT-base", args.batch_size, args.length, args.threads)
+    save(args, results, store, agree, peak, session, kernels)
 
 
 # -- the record ---------------------------------------------------------------------------------
@@ -313,6 +317,7 @@ def save(
     trained: dict[str, Any] | None,
     peak: dict[str, float],
     session: Session,
+    kernels: dict[str, Any] | None = None,
 ) -> None:
     figures, runs, heads, util, targets, notes = [], [], [], [], [], []
     for name, res in results.items():
@@ -354,6 +359,19 @@ def save(
         ),
         utilisation_table(util, peak, "model"),
     ]
+    if kernels is not None:  # which oneDNN kernels bfloat16 ran in (AMX where the CPU has it)
+        tables.append(
+            table(
+                "oneDNN primitives of one bfloat16 BERT-base encoder forward (ONEDNN_VERBOSE; "
+                f"oneDNN's ISA: {kernels['isa']})",
+                ["kind", "implementation", "calls", "ms"],
+                kernels["rows"],
+            )
+        )
+        notes.append(
+            f"bfloat16: {kernels['amx_share']:.0%} of oneDNN's time in one BERT-base encoder "
+            "forward ran in AMX kernels (implementations named *amx)."
+        )
     if store is not None:
         store_figures, store_target, store_note = store_record(store)
         tables.append(store_figures)

@@ -43,6 +43,8 @@ Work = Callable[[], dict[str, Any]]
 
 
 IDLE = {"timeout": 300.0}  # seconds to wait for an idle machine (--idle-timeout)
+# --tag: a result kept beside the benchmark's main one (another machine's figures), not over it
+TAG = {"tag": ""}
 
 
 def parse_args(parser: argparse.ArgumentParser, attempts: int = 3) -> argparse.Namespace:
@@ -52,8 +54,15 @@ def parse_args(parser: argparse.ArgumentParser, attempts: int = 3) -> argparse.N
         "--idle-timeout", type=float, default=300.0, help="most seconds to wait for idle CPUs"
     )
     parser.add_argument("--no-write", action="store_true", help="print the result only")
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="keep this run beside the main result (results/NAME-TAG.json, its own section), "
+        "e.g. the same benchmark on a CPU of another kind",
+    )
     args = parser.parse_args()
     IDLE["timeout"] = args.idle_timeout
+    TAG["tag"] = args.tag
     return args
 
 
@@ -374,7 +383,9 @@ class Session:
     writes the result (date, machine, code, sizes, figures) as ``results/<name>.json``."""
 
     def __init__(self, name: str, measured: Sequence[str]) -> None:
-        self.name, self.measured = name, tuple(measured)
+        self.tag = TAG["tag"]
+        self.name = f"{name}-{self.tag}" if self.tag else name
+        self.measured = tuple(measured)
         self.started = time.perf_counter()
         self.code = code_version(self.measured)
         self.digest = _digest(self.measured)
@@ -394,6 +405,9 @@ class Session:
         """Build the record (title and paragraph from the script's docstring ``doc``); write it
         and re-render RESULTS.md unless ``write`` is False."""
         title, about = describe(doc)
+        if self.tag:  # "Teacher inference (amx): ..."
+            head, colon, rest = title.partition(":")
+            title = f"{head} ({self.tag}){colon}{rest}"
         now = _digest(self.measured)
         changed = sorted(
             k for k in now.keys() | self.digest.keys() if now.get(k) != self.digest.get(k)
