@@ -159,6 +159,8 @@ def choose_layers(plan: Plan, unseen: dict[str, list[str]]) -> tuple[str, dict[s
 
 def recipe(work: Path, corpora: dict[str, Path], layers: list[int], plan: Plan) -> dict[str, Any]:
     """One causal recipe: both teachers on every language, the student from SmolLM2's layers."""
+    from lmalgebra.demo.real_workflow import real_training
+
     return {
         "objective": "causal",
         "languages": {
@@ -172,16 +174,7 @@ def recipe(work: Path, corpora: dict[str, Path], layers: list[int], plan: Plan) 
         "batch_size": 8,
         "output_dir": str(work / "merge"),
         "student": {"init": STUDENT_INIT, "layers": layers},
-        "training": {
-            "steps": plan.steps,
-            "batch_size": plan.batch_size,
-            "lr": plan.lr,
-            "warmup_steps": max(1, plan.steps // 10),
-            "lambda_schedule": "constant",
-            "lambda_value": plan.lambda_value,
-            "checkpoint_every": max(1, plan.steps // 2),
-            "log_every": max(1, plan.steps // 4),
-        },
+        "training": real_training(plan.steps, plan.batch_size, plan.lr, plan.lambda_value),
     }
 
 

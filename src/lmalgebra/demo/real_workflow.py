@@ -99,20 +99,26 @@ def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str
         "top_k": plan.top_k,
         "output_dir": str(out),
         "student": {"init": plan.student_init, "layers": list(plan.layers)},
-        "training": {
-            "steps": plan.steps,
-            "batch_size": plan.batch_size,
-            "lr": plan.lr,
-            "warmup_steps": max(1, plan.steps // 10),
-            "lambda_schedule": "constant",
-            "lambda_value": plan.lambda_value,
-            "checkpoint_every": max(1, plan.steps // 2),
-            "log_every": max(1, plan.steps // 4),
-        },
+        "training": real_training(plan.steps, plan.batch_size, plan.lr, plan.lambda_value),
     }
     out.mkdir(parents=True, exist_ok=True)
     (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return data
+
+
+def real_training(steps: int, batch_size: int, lr: float, lambda_value: float) -> dict[str, Any]:
+    """The students' ``training``: ``lambda_value`` constant, a tenth of the steps to warm up,
+    a checkpoint halfway (the demo's and ``experiments/real_teachers.py``'s)."""
+    return {
+        "steps": steps,
+        "batch_size": batch_size,
+        "lr": lr,
+        "warmup_steps": max(1, steps // 10),
+        "lambda_schedule": "constant",
+        "lambda_value": lambda_value,
+        "checkpoint_every": max(1, steps // 2),
+        "log_every": max(1, steps // 4),
+    }
 
 
 def real_students(plan: RealPlan) -> dict[str, dict[str, Any]]:
