@@ -175,3 +175,33 @@ def test_pretrain_with_another_size_is_refused(
     code, stderr = run_cli([*args, "--model.hidden_size", "16"], monkeypatch, capsys)
     assert_one_line(code, stderr, ["the corpus changed"])
     assert digests(out) == before
+
+
+def test_a_corpus_edited_after_prepare_is_refused(
+    teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """The store comes from the stored examples: a corpus that no longer gives them is refused,
+    naming language and file, and nothing on disk changes."""
+    recipe = built_store(tmp_path, teacher_dirs)
+    corpus, run = tmp_path / "xx.txt", tmp_path / "run"
+    before = digests(run)
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("A document added after the examples were drawn.\n")
+    for command in (["merge", "run", str(recipe)], ["merge", "prepare", str(recipe)]):
+        code, stderr = run_cli(command, monkeypatch, capsys)
+        assert_one_line(code, stderr, ["language 'xx'", str(corpus), "changed", "output_dir"])
+    assert digests(run) == before
+
+
+def test_a_corpus_that_gives_the_same_examples_resumes(
+    teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Resumed where provably equal: spaces around the documents are not part of an example."""
+    recipe = built_store(tmp_path, teacher_dirs)
+    corpus, run = tmp_path / "xx.txt", tmp_path / "run"
+    before = digests(run)
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    corpus.write_text("\n".join(f"  {line} " for line in lines) + "\n", encoding="utf-8")
+    code, stderr = run_cli(["merge", "prepare", str(recipe)], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert digests(run) == before

@@ -96,12 +96,18 @@ def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
 
 
 def write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
-    """The language's examples (``id``, ``text``, ``heldout``), written once, then read back."""
+    """The language's examples (``id``, ``text``, ``heldout``), written once, then read back.
+
+    Examples already written are kept only while the corpus still gives the very same ones (ids,
+    texts, held-out flags): a corpus edited since is refused, naming it, and the run is left as
+    it was (everything downstream was computed from the stored examples)."""
     shards = examples_set(recipe, lang)
-    if shards.intact():
-        return pa.concat_tables(shards.tables(verify=False))
-    shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
     found = language_examples(recipe, lang)
+    if shards.intact():
+        stored = pa.concat_tables(shards.tables(verify=False))
+        _check_same_examples(recipe, lang, stored, found)
+        return stored
+    shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
     table = pa.table(
         {
             "id": [e.id for e in found],
@@ -113,6 +119,25 @@ def write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
         shards.write(index, table.slice(start, recipe.shard_rows))
     shards.finish(examples=table.num_rows, heldout=int(np.sum(table.column("heldout").to_numpy())))
     return table
+
+
+def _check_same_examples(
+    recipe: MergeRecipe, lang: str, stored: pa.Table, found: list[Example]
+) -> None:
+    """Refuse when ``found`` (the corpus read now) differs from the ``stored`` examples."""
+    now = [(e.id, e.text, e.heldout) for e in found]
+    columns = [stored.column(c).to_pylist() for c in ("id", "text", "heldout")]
+    if now == list(zip(*columns, strict=True)):
+        return
+    before = set(columns[0])
+    changed = len(before.symmetric_difference(e.id for e in found))
+    paths = ", ".join(recipe.languages[lang].corpus.paths)
+    raise UserInputError(
+        f"language {lang!r}: its corpus ({paths}) has changed since this run drew its examples "
+        f"from it ({stored.num_rows} stored, {len(found)} now, {changed} differ), and the "
+        "run's store and students come from those: restore the text, or give the recipe "
+        "another output_dir"
+    )
 
 
 def require(shards: ShardSet, command: str) -> None:
