@@ -98,6 +98,8 @@ def test_files_and_a_rerun_resumes_every_step(result: RealDemoResult) -> None:
 
 def test_bits_rdt_refuses_a_table_it_cannot_read(result: RealDemoResult) -> None:
     run = MergeRun.load(result.run.run_dir)
+    with pytest.raises(UserInputError, match="bits must be a DataFrame"):
+        run.bits_rdt(result.bits.to_dict("records"))
     with pytest.raises(UserInputError, match="lacks bits_per_byte"):
         run.bits_rdt(result.bits.drop(columns="bits_per_byte"))
     students = result.bits[~result.bits["model"].isin(["gemma", "smollm2"])]

@@ -133,9 +133,16 @@ class MergeRun:
         table) that is not one of the run's teachers, against each language's teachers as the
         recipe lists them (positive: fewer bits than the teachers); the table ``rdt`` holds
         after ``evaluate``. A language none of whose teachers ``bits`` scores is NaN."""
+        import pandas as pd
+
         from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow
         from lmalgebra.distill.causal.evaluation import bits_rdt
 
+        if not isinstance(bits, pd.DataFrame):
+            raise UserInputError(
+                f"MergeRun.bits_rdt(): bits must be a DataFrame (MergeRun.bits_per_byte's "
+                f"table), got {type(bits).__name__}"
+            )
         missing = [c for c in BITS.columns if c not in bits.columns]
         if missing:
             raise UserInputError(
