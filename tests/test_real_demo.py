@@ -45,6 +45,8 @@ def test_table_rows_and_the_untrained_student_is_its_source(result: RealDemoResu
     table, bits = result.table, _bits(result)
     assert list(table.index) == ["gemma", "smollm2", UNTRAINED, *VARIANTS]
     assert list(table.columns[:3]) == ["en", "fr", "es"]
+    for name in result.run.students:  # keep_checkpoints 0: no checkpoint left once saved
+        assert not list((result.run.run_dir / name / "checkpoints").glob("step-*"))
     for lang in ("en", "fr", "es"):  # steps 0: the source's weights, so its very bits per byte
         assert bits[(lang, UNTRAINED)] == bits[(lang, "smollm2")]
         assert bits[(lang, "ce-seed0")] != bits[(lang, UNTRAINED)]  # trained ones moved

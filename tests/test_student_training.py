@@ -207,3 +207,21 @@ def test_training_has_one_name_for_the_language_sampling_exponent() -> None:
     assert TrainingSpec.model_validate({"sampling_exponent": 0.3}).sampling_exponent == 0.3
     with pytest.raises(UserInputError, match="unknown key 'alpha'"):
         validate(TrainingSpec, {"alpha": 0.3}, "recipe")
+
+
+def test_keep_checkpoints(recipe_path: Path, trained: Path) -> None:
+    """Checkpoints every three of six steps: by default the newest two stay; with
+    ``keep_checkpoints: 0`` none once the model is saved, and the weights are the same."""
+    from lmalgebra.train.config import TrainingSpec
+
+    recipe = load_recipe(recipe_path)
+    kept = sorted(p.name for p in (trained.parent / "checkpoints").iterdir())
+    assert kept == ["step-0000003", "step-0000006"]
+    spec = TrainingSpec(**{**recipe.training.model_dump(), "keep_checkpoints": 0})
+    bare = train_student(recipe, "bare", spec, progress=False)
+    assert not list((bare.parent / "checkpoints").iterdir())
+    final = weights(trained)
+    assert all(torch.equal(final[k], weights(bare)[k]) for k in final)
+    # the setting is bookkeeping: a checkpoint written with another value still resumes
+    one = TrainingSpec(**{**recipe.training.model_dump(), "keep_checkpoints": 1})
+    assert train_student(recipe, "student", one, progress=False) == trained

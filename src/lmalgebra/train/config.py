@@ -39,6 +39,13 @@ class OptimisationSpec(BaseModel):
     seed: int = Field(default=0, description="Seed of initialisation, dropout and data order.")
     log_every: int = Field(default=10, ge=1, description="Steps between log lines.")
     checkpoint_every: int = Field(default=200, ge=1, description="Steps between checkpoints.")
+    keep_checkpoints: int = Field(
+        default=2,
+        ge=0,
+        description="Checkpoints kept, the newest; 0 keeps one while training and removes it "
+        "once the model is saved (no disk left behind; a finished run can then no longer be "
+        "continued with more steps).",
+    )
     mixed_precision: Literal["no", "bf16", "fp16"] = Field(
         default="no",
         description="Accelerate mixed precision: no (float32), bf16 (refused where the hardware "

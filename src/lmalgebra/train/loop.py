@@ -25,7 +25,7 @@ from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.checkpoint import clear_checkpoints, load_latest, save_checkpoint
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.config import OptimisationSpec, TrainingSpec
 from lmalgebra.train.data_parallel import (
     check_batch_size,
     global_values,
@@ -167,11 +167,19 @@ def train(
                     accelerator.unwrap_model(model),
                     optimizer.optimizer,
                     {"languages": source.languages},
+                    keep=max(1, spec.keep_checkpoints),
                     fingerprint=fingerprint,
                 )
             advance(1, _status(last))
     model.eval()
     return last
+
+
+def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
+    """Once the trained model is saved: remove ``out``'s checkpoints where the run keeps none
+    (``keep_checkpoints`` 0)."""
+    if spec.keep_checkpoints == 0 and is_main():
+        clear_checkpoints(out / "checkpoints")
 
 
 def _check_precision(spec: TrainingSpec) -> None:

@@ -16,7 +16,9 @@ from lmalgebra.core.errors import UserInputError
 
 # Settings a run may change between invocations without invalidating its checkpoints: how long it
 # runs (and so its warm-up, which the command line derives from the length) and its bookkeeping.
-RESUMABLE_SETTINGS = frozenset({"steps", "warmup_steps", "log_every", "checkpoint_every"})
+RESUMABLE_SETTINGS = frozenset(
+    {"steps", "warmup_steps", "log_every", "checkpoint_every", "keep_checkpoints"}
+)
 _PARTS = {
     "model": "the model configuration",
     "training": "the training settings",

@@ -48,7 +48,7 @@ from lmalgebra.train.cross_tokenizer_losses import (
     uld_loss,
 )
 from lmalgebra.train.data_parallel import global_mean
-from lmalgebra.train.loop import StepLoss, train
+from lmalgebra.train.loop import StepLoss, release_checkpoints, train
 from lmalgebra.train.losses import LossParts
 
 log = logging.getLogger(__name__)
@@ -203,4 +203,6 @@ def train_causal_student(
         "language_probabilities": source.probabilities,
         "final": final,
     }
-    return write_model_directory(target, model, tokenizer, metadata)
+    saved = write_model_directory(target, model, tokenizer, metadata)
+    release_checkpoints(layout.student(name), spec)
+    return saved

@@ -19,7 +19,7 @@ from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import train
+from lmalgebra.train.loop import release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -79,4 +79,6 @@ def train_masked_student(
     )
     files = [(f, (layout.vocab / f).read_bytes()) for f in (MAPS_FILE, META_FILE)]
     tokenizer = vocab.student_tokenizer(recipe.student.max_position_embeddings)
-    return write_model_directory(target, model, tokenizer, metadata, card, files)
+    saved = write_model_directory(target, model, tokenizer, metadata, card, files)
+    release_checkpoints(layout.student(name), spec)
+    return saved

@@ -29,7 +29,7 @@ from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import train
+from lmalgebra.train.loop import release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -153,4 +153,6 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
         "training": spec.training.model_dump(),
         "final": last,
     }
-    return write_model_directory(spec.out, network, tokenizer, metadata, card)
+    saved = write_model_directory(spec.out, network, tokenizer, metadata, card)
+    release_checkpoints(spec.out / "training", spec.training)
+    return saved

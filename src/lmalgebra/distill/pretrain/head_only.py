@@ -41,7 +41,7 @@ from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import train
+from lmalgebra.train.loop import release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -298,4 +298,6 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
         facts,
         spec.training.model_dump(),
     )
-    return write_model_directory(spec.out, model, tokenizer, metadata, card)
+    saved = write_model_directory(spec.out, model, tokenizer, metadata, card)
+    release_checkpoints(spec.out / "training", spec.training)
+    return saved

@@ -28,7 +28,7 @@ from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import train
+from lmalgebra.train.loop import release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +127,9 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
         "tokenizer": given or "WordPiece trained on the corpus",
         "final": last,
     }
-    return write_model_directory(spec.out, model, chosen, metadata, card)
+    saved = write_model_directory(spec.out, model, chosen, metadata, card)
+    release_checkpoints(spec.out / "training", spec.training)
+    return saved
 
 
 def _given_tokenizer(source: str) -> Any:
