@@ -92,4 +92,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from lmalgebra.cli import run_command
+
+    run_command(main)  # bad input or a full disk: one line, exit status 2

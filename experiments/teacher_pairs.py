@@ -283,4 +283,6 @@ def report(
 
 
 if __name__ == "__main__":
-    main()
+    from lmalgebra.cli import run_command
+
+    run_command(main)  # bad input or a full disk: one line, exit status 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 import typer
@@ -49,8 +50,15 @@ def _run() -> object:
 def main() -> None:
     """Console entry point: bad input -> one line on stderr, exit status 2; Ctrl-C -> one line,
     exit status 130 (the run resumes when the same command is given again)."""
+    run_command(_run)
+
+
+def run_command(call: Callable[[], object]) -> None:
+    """``call()`` with the command line's handling of what goes wrong (``main``'s): bad input
+    (a full disk included) -> one ``error:`` line, exit status 2; Ctrl-C -> one line, 130; a
+    diverged training run -> one line, 1. The experiment scripts run their ``main`` in it."""
     try:
-        status = _run()
+        status = call()
     except UserInputError as err:
         Console(stderr=True).print(
             f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
