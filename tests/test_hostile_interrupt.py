@@ -129,6 +129,7 @@ def test_sigint_to_a_real_process(tmp_path: Path) -> None:
     corpus.write_text("\n".join(documents(60)) + "\n", encoding="utf-8")
     out = tmp_path / "teacher"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT dumps every thread's stack: where a hang is
     command = [
         sys.executable,
         "-m",
@@ -152,12 +153,17 @@ def test_sigint_to_a_real_process(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [*command, "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    deadline = time.monotonic() + 120
-    while not (out / "training" / "train_log.jsonl").is_file():  # training has started
+    deadline, log = time.monotonic() + 120, out / "training" / "train_log.jsonl"
+    while not (log.is_file() and log.read_text()):  # training has logged its first steps
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
+    try:
+        _, err = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        _, err = process.communicate(timeout=60)
+        pytest.fail(f"still running 120 s after SIGINT; its stacks:\n{err.decode()[-4000:]}")
     stderr = err.decode()
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr, stderr
