@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -93,9 +97,27 @@ def test_files_and_a_rerun_resumes_every_step(result: RealDemoResult) -> None:
     assert saved["table"]["ce"]["en"] == pytest.approx(result.table.loc["ce", "en"])
     text = (out / "real-demo.md").read_text()
     assert "| teacher gemma |" in text and "| ce |" in text and "(baseline)" in text
+    saved = {
+        n: (p / "model.safetensors").stat().st_mtime_ns for n, p in result.run.students.items()
+    }
     again = run_real_demo(out, progress=False, plan=result.plan)
-    assert again.seconds["students"] < result.seconds["students"]  # all kept, none retrained
+    kept = {n: (p / "model.safetensors").stat().st_mtime_ns for n, p in again.run.students.items()}
+    assert kept == saved  # every student kept, none trained or written again
     pd.testing.assert_frame_equal(again.table, result.table)
+
+
+def test_an_experiment_script_ends_bad_input_in_one_line(tmp_path: Path) -> None:
+    """The experiment scripts answer as the command line does (``cli.run_command``)."""
+    script = Path(__file__).resolve().parents[1] / "experiments" / "real_teachers.py"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LMALGEBRA_CACHE": str(script)}  # a file
+    args = ["--quick", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(lines) == 1 and "LMALGEBRA_CACHE" in lines[0], done.stderr[-2000:]
+    assert not (tmp_path / "out").exists()
 
 
 def test_bits_rdt_refuses_a_table_it_cannot_read(result: RealDemoResult) -> None:
