@@ -123,8 +123,8 @@ def demo(
         typer.Option(
             help="Real pre-trained teachers: Gemma-3-270M and SmolLM2-135M (packaged GGUF) "
             "merged into six of SmolLM2's layers; CE only, ALM from Gemma and ALM from both; "
-            "a table of held-out bits per byte and RDT (real-demo.md). About 20 minutes on two "
-            "cores."
+            "a table of held-out bits per byte and RDT (real-demo.md). About 12 minutes on two "
+            "cores (2 more the first time, to dequantise the models)."
         ),
     ] = False,
 ) -> None:

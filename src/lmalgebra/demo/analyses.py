@@ -144,4 +144,4 @@ def downstream_pos(
     import pandas as pd
 
     keep = ["model", "accuracy", "macro_f1", "majority_accuracy", "train_sentences", "test_words"]
-    return pd.DataFrame([asdict(r) for r in results], columns=None)[keep]
+    return pd.DataFrame([asdict(r) for r in results])[keep]

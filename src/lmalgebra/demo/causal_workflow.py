@@ -173,10 +173,16 @@ class CausalDemoResult:
     run: MergeRun
     bits: pd.DataFrame
     table: pd.DataFrame
-    best_loss: str
-    target_met: bool
     summary: dict[str, Any]
     seconds: dict[str, float]
+
+    @property
+    def best_loss(self) -> str:
+        return str(self.summary["best_loss"])
+
+    @property
+    def target_met(self) -> bool:
+        return bool(self.summary["target_met"])
 
     def markdown(self) -> str:
         """The table as Markdown (``causal-demo.md``)."""
@@ -223,8 +229,6 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> CausalDemoResult:
         run=run,
         bits=bits,
         table=causal_frame(summary),
-        best_loss=summary["best_loss"],
-        target_met=summary["target_met"],
         summary=summary,
         seconds={k: round(v, 1) for k, v in seconds.items()},
     )

@@ -233,13 +233,12 @@ class DemoResult:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (``demo.json``; what the report renders)."""
-        rdt = {str(k): dict(v) for k, v in self.rdt.to_dict("index").items()}
         return {
             "plan": self.plan.as_dict(),
             "quick": self.quick,
             "inspect": self.inspection.as_dict(),
             "scores": list(self.scores.to_dict("records")),
-            "rdt": rdt,
+            "rdt": rdt_dict(self.rdt),
             "findings": {k: f.as_dict() for k, f in self.findings.items()},
             "pos": list(self.pos.to_dict("records")),
             "lmd": self.lmd.as_dict(),
@@ -277,9 +276,14 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
     union_run = merge_and_train(union, STUDENTS, progress)
     single_run = merge_and_train(single, {"sm1-gold": True}, progress)
     timings["merge, train and evaluate students"] = time.perf_counter() - clock
-    scores, sm1_scores = _rows(union_run), _rows(single_run)
-    rdt = {**_rdt(union_run), **_rdt(single_run)}
-    found = findings(scores, sm1_scores, rdt)
+    assert union_run.scores is not None and single_run.scores is not None  # merge() evaluated
+    assert union_run.rdt is not None and single_run.rdt is not None
+    rdt = pd.concat([union_run.rdt, single_run.rdt])
+    found = findings(
+        list(union_run.scores.to_dict("records")),
+        list(single_run.scores.to_dict("records")),
+        rdt_dict(rdt),
+    )
     clock = time.perf_counter()
     models = {
         **{f"teacher-{k}": v for k, v in teachers.items()},
@@ -297,8 +301,6 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
     clock = time.perf_counter()
     lmd = lmd_analyses(out / "lmd", union_run, teachers, plan, progress)
     timings["decomposition"] = time.perf_counter() - clock
-    assert union_run.scores is not None and single_run.scores is not None  # merge() evaluated
-    assert union_run.rdt is not None and single_run.rdt is not None
     result = DemoResult(
         plan=plan,
         quick=quick,
@@ -306,7 +308,7 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
         single_run=single_run,
         inspection=union_run.inspect(),
         scores=pd.concat([union_run.scores, single_run.scores], ignore_index=True),
-        rdt=pd.concat([union_run.rdt, single_run.rdt]),
+        rdt=rdt,
         findings={k: Finding.of(v) for k, v in found.items()},
         pos=pos_table,
         lmd=lmd,
@@ -319,14 +321,9 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
     return result
 
 
-def _rows(run: MergeRun) -> list[dict[str, Any]]:
-    assert run.scores is not None  # merge() evaluated it
-    return list(run.scores.to_dict("records"))
-
-
-def _rdt(run: MergeRun) -> dict[str, dict[str, float]]:
-    assert run.rdt is not None
-    return {str(k): dict(v) for k, v in run.rdt.to_dict("index").items()}
+def rdt_dict(rdt: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """``MergeRun.rdt``'s table as student -> language (and ``average``) -> RDT."""
+    return {str(k): dict(v) for k, v in rdt.to_dict("index").items()}
 
 
 def findings(
