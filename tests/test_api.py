@@ -318,6 +318,18 @@ def test_import_is_light_and_calls_set_up_threads_and_quiet_logging() -> None:
         "assert 'pandas' in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    # under the environment the command line sets, a call imports no transformers to quiet it,
+    # and transformers imported during the call starts quiet
+    code = (
+        "import os, sys\n"
+        "from lmalgebra.api.runtime import QUIET_ENVIRONMENT, library_call\n"
+        "os.environ.update(QUIET_ENVIRONMENT)\n"
+        "with library_call():\n"
+        "    assert 'transformers' not in sys.modules\n"
+        "    from transformers.utils import logging as hf\n"
+        "    assert hf.get_verbosity() == hf.ERROR and not hf.is_progress_bar_enabled()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
     from transformers.utils import logging as hf_logging
 

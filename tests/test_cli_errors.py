@@ -423,6 +423,7 @@ def good_run(
         "8",
         "--spans.counts",
         "200,25,25",
+        "--figures",
         "--out",
         str(out),
     ]

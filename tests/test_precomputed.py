@@ -481,6 +481,69 @@ def test_precomputed_files_alone_cut_by_a_tokenizer_directory_embed_nothing(
     assert float(table[2].split(",")[1]) > 0.95  # b from a
 
 
+# What a decomposition of cached or precomputed embeddings runs in a fresh process, printing the
+# heavy libraries it imported: neither transformers (no model loads) nor matplotlib (no figure
+# unless asked).
+IMPORTED = """
+import sys
+from lmalgebra.cli import main
+sys.argv = ["lmalgebra", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as stop:
+    assert not stop.code, stop.code
+print(sorted(m for m in ("transformers", "matplotlib") if m in sys.modules))
+"""
+
+
+def test_a_cached_decomposition_loads_no_model_library_and_draws_figures_only_when_asked(
+    cli: Cli, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+
+    from lmalgebra import Decomposition
+
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    flags = ["--corpus.paths", str(corpus_txt), *SMALL]
+    code, err = cli(["decompose", *models, *flags, "--out", str(tmp_path / "first")])
+    assert code == 0, err  # spans and embeddings made once, and cached
+    assert not list((tmp_path / "first").rglob("*.png"))  # no figure unless asked
+
+    env = {**os.environ, "LMALGEBRA_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-c", IMPORTED, "decompose", *models, *flags]
+    again = subprocess.run(
+        [*command, "--out", str(tmp_path / "again")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().splitlines()[-1] == "[]"
+
+    drawn = subprocess.run(
+        [*command, "--figures", "--out", str(tmp_path / "drawn")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    assert drawn.stdout.strip().splitlines()[-1] == "['matplotlib']"
+    drawn_dir = tmp_path / "drawn"
+    pngs = sorted(p.relative_to(drawn_dir).as_posix() for p in drawn_dir.rglob("*.png"))
+    assert "pairwise_r2_test.png" in pngs and "plots/pairwise_r2_test_clustered.png" in pngs
+    # the same tables either way: figures are no part of a run's identity or results
+    for name in ("pairwise_r2_test.csv", "group_r2.csv"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "drawn" / name).read_bytes()
+
+    # asked for from Python, the heatmap of a run written without figures is drawn then
+    heatmap = Decomposition.load(tmp_path / "again").heatmap
+    assert heatmap == tmp_path / "again" / "pairwise_r2_test.png"
+    assert heatmap.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_arrays_alone_cut_by_a_tokenizer_directory_embed_nothing(
     tokenizer_dir: Path, bert_dir: Path, tmp_path: Path, nothing_embedded: None
 ) -> None:

@@ -121,8 +121,18 @@ class Decomposition:
 
     @property
     def heatmap(self) -> Path | None:
-        """The heatmap of pairwise test R^2 of a run written to a directory (None otherwise)."""
-        return self.run_dir / PAIRWISE_HEATMAP if self.run_dir is not None else None
+        """The heatmap of pairwise test R^2 (``pairwise_r2_test.png``) of a run written to a
+        directory, drawn there the first time it is asked for (a run draws its figures itself
+        only with ``figures: true``); None for a run not written to a directory."""
+        if self.run_dir is None:
+            return None
+        path = self.run_dir / PAIRWISE_HEATMAP
+        if not path.is_file():
+            from lmalgebra.lmd.heatmaps import pairwise_heatmap
+
+            matrix = self.pairwise("test", float("nan")).to_numpy()
+            pairwise_heatmap(matrix, list(self.names), path)
+        return path
 
     @property
     def similarity(self) -> pd.DataFrame:

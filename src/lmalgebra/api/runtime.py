@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -26,23 +28,46 @@ THIRD_PARTY_LOGGERS = ("sentence_transformers",)
 ENTRY_POINT = "__lmalgebra_entry_point__"  # set on every function `library_entry` wraps
 
 
+# Environment variables under which transformers and the model hub start quiet when imported
+# (the command line sets them first thing): a call made under them need not import either.
+QUIET_ENVIRONMENT = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
 @contextmanager
 def quiet() -> Iterator[None]:
     """Silence transformers' load reports and progress bars (``Loading weights``), the model
     hub's progress bars and sentence-transformers' log messages for the duration; the caller's
     settings come back afterwards. Every API call runs inside it; wrap your own model loading
-    in it to keep a notebook quiet too."""
+    in it to keep a notebook quiet too. Where transformers is not imported yet and the
+    environment already makes it quiet (``QUIET_ENVIRONMENT``), it is not imported here: a call
+    that loads no model never pays for its import."""
+    levels = {name: logging.getLogger(name).level for name in THIRD_PARTY_LOGGERS}
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        if "transformers" not in sys.modules and all(
+            os.environ.get(key) == value for key, value in QUIET_ENVIRONMENT.items()
+        ):
+            yield
+        else:
+            with _quiet_transformers():
+                yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+@contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' verbosity and progress bars (and the hub's) off, then back as they were."""
     import huggingface_hub.utils as hub_utils
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()
     hub_bars_off = hub_utils.are_progress_bars_disabled()
-    levels = {name: logging.getLogger(name).level for name in THIRD_PARTY_LOGGERS}
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()  # transformers' tqdm, and the hub's
-    for name in THIRD_PARTY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         yield
     finally:
@@ -53,8 +78,6 @@ def quiet() -> Iterator[None]:
             hub_utils.disable_progress_bars()
         else:
             hub_utils.enable_progress_bars()
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
 
 
 @contextmanager

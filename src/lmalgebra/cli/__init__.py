@@ -10,6 +10,7 @@ one. ``main`` turns errors into one line and an exit status.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -25,6 +26,7 @@ import lmalgebra.cli.merge
 import lmalgebra.cli.merge_bits
 import lmalgebra.cli.merge_select
 import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
+from lmalgebra.api.runtime import QUIET_ENVIRONMENT
 from lmalgebra.cli.app import app
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 
@@ -35,16 +37,27 @@ def _run() -> object:
     """Set up logging and threads, then run the command; what typer returns (see ``main``)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # our own bars cover loading and embedding
-    hf_logging.set_verbosity_error()  # load reports: we check missing weights ourselves
+    _quiet_transformers()
     from lmalgebra.core.threads import pin_thread_count
 
     pin_thread_count()  # same bits in every process, busy machine or not (resumed runs)
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     return app(standalone_mode=False)
+
+
+def _quiet_transformers() -> None:
+    """Hugging Face's progress bars off (ours cover loading and embedding) and its load reports
+    at errors only (we check missing weights ourselves), without importing transformers: a
+    command that loads no model (a cached decomposition, a table) does not pay for its import.
+    Both libraries read these variables when first imported."""
+    if "transformers" in sys.modules:  # imported already (an embedding caller): tell it directly
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        return
+    os.environ.update(QUIET_ENVIRONMENT)
 
 
 def main() -> None:

@@ -105,6 +105,11 @@ class DecomposeConfig(BaseModel):
         description="Wide studies: exact or reduced statistics, their precision, the memory.",
     )
     save_weights: bool = Field(default=False, description="Write fitted weights as safetensors.")
+    figures: bool = Field(
+        default=False,
+        description="Also draw the run's figures (pairwise_r2_test.png, plots/*.png); "
+        "`lmalgebra report RUN_DIR` draws them for a finished run at any time.",
+    )
     out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
@@ -188,7 +193,15 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
 
 # Fields that say where and how a run is shown or stored, not what it computes: a run resumed or
 # redone with other values of these is the same run.
-INCIDENTAL = ("out", "cache_dir", "progress", "batch_size", "device", "device_map")
+INCIDENTAL = (
+    "out",
+    "cache_dir",
+    "progress",
+    "batch_size",
+    "device",
+    "device_map",
+    "figures",
+)
 
 
 def config_yaml(config: DecomposeConfig) -> str:

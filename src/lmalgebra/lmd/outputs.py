@@ -36,17 +36,17 @@ from lmalgebra.storage.file_record import record_files
 
 
 def versions() -> dict[str, str]:
-    import numpy
-    import torch
-    import transformers
+    """The versions that made a run, read from the installed packages' metadata: a run that
+    loaded no model does not import transformers to learn its version."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return {
-        "lmalgebra": __version__,
-        "python": platform.python_version(),
-        "torch": str(torch.__version__),
-        "transformers": transformers.__version__,
-        "numpy": numpy.__version__,
-    }
+    found = {"lmalgebra": __version__, "python": platform.python_version()}
+    for package in ("torch", "transformers", "numpy"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "not installed"
+    return found
 
 
 def summary(result: RunResult) -> dict[str, Any]:
@@ -100,10 +100,11 @@ def write_outputs(result: RunResult) -> Path:
     write_text_atomic(out / CONFIG, config_yaml(result.config))
     provenance = {"versions": versions(), "hashes": result.hashes, "models": result.fingerprints}
     write_json_atomic(out / PROVENANCE, provenance)
-    pairwise_heatmap(result.pairwise["test"], names, out / PAIRWISE_HEATMAP)
     for stem, table_rows in result.tables.items():
         write_table(out, TABLES[stem], table_rows)
-    write_plots(out, chosen=result.alpha)
+    if result.config.figures:  # drawn from the tables just written (matplotlib only then)
+        pairwise_heatmap(result.pairwise["test"], names, out / PAIRWISE_HEATMAP)
+        write_plots(out, chosen=result.alpha)
     record = record_files(out, recorded_outputs(out))
     write_json_atomic(out / SUMMARY, {**summary(result), FILES: record})
     return out

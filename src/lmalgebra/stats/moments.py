@@ -98,14 +98,22 @@ def layout(names: list[str], dims: list[int], tails: list[int] | None = None) ->
     return blocks
 
 
-def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bool = True) -> None:
+def add_gram(
+    gram: torch.Tensor,
+    rows: torch.Tensor,
+    panels: int = 6,
+    mirror: bool = True,
+    scratch: np.ndarray | None = None,
+) -> None:
     """``gram += rows^T rows`` in place, computing only the upper (block) triangle.
 
     ``gram``: ``(D, D) float64``; ``rows``: ``(n, D)`` float64, or float32 (products summed in
     float32, added to ``gram`` in float64). About half the flops of a full product: float32 rows
     take BLAS ``syrk`` (one triangle) where SciPy is installed, else panels of columns large enough
     to run at full BLAS speed. ``mirror=False`` may leave ``gram``'s lower triangle behind (a
-    caller adding many chunks mirrors once, with ``mirror_upper``, after the last).
+    caller adding many chunks mirrors once, with ``mirror_upper``, after the last). ``scratch``:
+    a ``(D, D) float32`` array the float32 products may be written into first (reused by a
+    caller adding many chunks).
     """
     if gram.dtype == torch.float32 and syrk_into(gram.numpy(), rows):
         if mirror:
@@ -116,7 +124,7 @@ def add_gram(gram: torch.Tensor, rows: torch.Tensor, panels: int = 6, mirror: bo
         if mirror:
             mirror_upper(gram.numpy())
         return
-    upper = gram_upper(rows)
+    upper = gram_upper(rows, scratch)
     if upper is not None:
         add_upper(gram.numpy(), upper)
         if mirror:
@@ -210,6 +218,10 @@ class SecondMoments:
         # one scratch buffer for every FLOAT32_ROWS rows: the input is left alone, and a large
         # chunk does not allocate (and fault in) a centred copy of itself
         scratch = torch.empty((min(len(data), FLOAT32_ROWS), data.shape[1]), dtype=torch.float32)
+        dim = data.shape[1]
+        # several partial Grams of a float64 Gram share one float32 product buffer
+        several = self.precision == "float64" and dim <= WIDE and len(data) > FLOAT32_ROWS
+        products = np.empty((dim, dim), np.float32) if several else None
         for start in range(0, data.shape[0], FLOAT32_ROWS):
             rows = data[start : start + FLOAT32_ROWS]
             centred = scratch[: len(rows)]
@@ -217,7 +229,7 @@ class SecondMoments:
                 torch.sub(rows, exact, out=centred)
             else:  # centred in float64, then rounded
                 centred.copy_(rows.to(torch.float64) - shift)
-            add_gram(gram, centred, mirror=False)
+            add_gram(gram, centred, mirror=False, scratch=products)
         mirror_upper(self.gram)  # once per update: a large chunk spares the transposed adds
 
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:

@@ -15,7 +15,8 @@ Every kernel works in the matrix's own dtype (float64, or float32 for the float3
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -68,14 +69,16 @@ def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
 
 
 def mirror_upper(matrix: np.ndarray) -> None:
-    """Copy the upper triangle of a square array onto its lower one, in place, panel by panel."""
-    dim = matrix.shape[0]
-    for a in range(0, dim, PANEL):
-        b = min(a + PANEL, dim)
+    """Copy the upper triangle of a square array onto its lower one, in place, panel by panel
+    (spread over threads: each panel writes below the diagonal and reads above it only)."""
+
+    def mirror(a: int, b: int) -> None:
         block = matrix[a:b, a:b]
         lower = np.tril_indices(b - a, -1)
         block[lower] = block.T[lower]
         matrix[b:, a:b] = matrix[a:b, b:].T
+
+    in_row_panels(mirror, matrix.shape[0])
 
 
 def column_runs(cols: np.ndarray) -> list[tuple[int, int, int]]:
@@ -121,10 +124,12 @@ def block_sums(values: torch.Tensor, edges: Sequence[int]) -> list[float]:
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
 
 
-def gram_upper(rows: torch.Tensor) -> np.ndarray | None:
+def gram_upper(rows: torch.Tensor, out: np.ndarray | None = None) -> np.ndarray | None:
     """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by SciPy's
     BLAS ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be
-    read. ``None`` without SciPy or for other ``rows`` (the caller then multiplies panels)."""
+    read. ``None`` without SciPy or for other ``rows`` (the caller then multiplies panels).
+    ``out``: a C-contiguous ``(D, D) float32`` array to write into (a caller adding many chunks
+    reuses one, rather than allocating and faulting in a new matrix per chunk)."""
     if rows.dtype != torch.float32 or not rows.is_contiguous() or rows.ndim != 2:
         return None
     try:
@@ -133,22 +138,50 @@ def gram_upper(rows: torch.Tensor) -> np.ndarray | None:
         return None
     # the C-ordered (n, D) rows are a Fortran-ordered (D, n) matrix A: syrk gives A A^T, whose
     # Fortran lower triangle is the upper triangle of the C-ordered result
-    product = blas.ssyrk(1.0, rows.numpy().T, trans=0, lower=1)
-    return product.T
+    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous:
+        return blas.ssyrk(1.0, rows.numpy().T, trans=0, lower=1).T
+    product = blas.ssyrk(1.0, rows.numpy().T, beta=0.0, c=out.T, trans=0, lower=1, overwrite_c=1)
+    if not np.shares_memory(product, out):  # a BLAS that worked on a copy: take its result
+        return product.T
+    return out
 
 
 def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
     """``target``'s upper triangle (diagonal included) ``+= upper``'s, in place, by panels of
-    ``PANEL`` contiguous rows; both lower triangles are left alone (``mirror_upper`` completes
-    ``target``). ``target``: ``(D, D)`` float64, ``upper``: ``(D, D)``. NumPy adds: torch's
-    mixed-precision in-place add runs several times slower on more than one thread."""
-    dim = upper.shape[0]
-    for a in range(0, dim, PANEL):
-        b = min(a + PANEL, dim)
+    ``PANEL`` contiguous rows spread over torch's threads; both lower triangles are left alone
+    (``mirror_upper`` completes ``target``). ``target``: ``(D, D)`` float64, ``upper``:
+    ``(D, D)``. NumPy adds (they release the GIL): torch's mixed-precision in-place add runs
+    several times slower on more than one thread."""
+
+    def add(a: int, b: int) -> None:
         diagonal = target[a:b, a:b]
         np.add(diagonal, np.triu(upper[a:b, a:b]), out=diagonal)
         right = target[a:b, b:]
         np.add(right, upper[a:b, b:], out=right)
+
+    in_row_panels(add, upper.shape[0])
+
+
+def in_row_panels(work: Callable[[int, int], None], dim: int) -> None:
+    """``work(a, b)`` for every panel of rows ``[a, b)`` (``PANEL`` rows, the last shorter) of a
+    ``(dim, dim)`` matrix, the panels dealt out in turn to torch's thread count of threads: the
+    panels of a triangle shrink, so each thread gets long and short ones alike. ``work`` must
+    touch its own panel only and release the GIL (NumPy's array loops do)."""
+    panels = [(a, min(a + PANEL, dim)) for a in range(0, dim, PANEL)]
+    threads = min(torch.get_num_threads(), len(panels))
+    if threads <= 1:
+        for a, b in panels:
+            work(a, b)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        done = [pool.submit(_each, work, panels[k::threads]) for k in range(threads)]
+        for future in done:
+            future.result()  # an error in a thread is raised here
+
+
+def _each(work: Callable[[int, int], None], panels: Sequence[tuple[int, int]]) -> None:
+    for a, b in panels:
+        work(a, b)
 
 
 def syrk_into(gram: np.ndarray, rows: torch.Tensor) -> bool:
