@@ -90,3 +90,36 @@ def test_trust_remote_code_says_it_runs_the_code_a_model_ships(
     assert_one_line(code, stderr, ["model 'a'"])
     assert f"running code shipped with model 'a' from {custom} (--trust-remote-code)" in messages
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("existed", [False, True], ids=["new directory", "existing directory"])
+def test_a_disk_too_full_for_the_lock_names_it_and_leaves_nothing(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    cli,
+    monkeypatch: pytest.MonkeyPatch,
+    existed: bool,
+) -> None:
+    """The disk is full before the first byte: the lock file is the one file named, and neither
+    it nor a directory the command made is left behind (a user's directory stays as it was)."""
+    import errno
+    import os
+
+    import lmalgebra.storage.lockfile as lockfile
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    out = tmp_path / "runs" / "out"
+    if existed:
+        out.mkdir(parents=True)
+        (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    monkeypatch.setattr(lockfile.os, "pwrite", full)
+    code, stderr = cli(_decompose(bert_dir, bert2_dir, corpus_txt, out, tmp_path / "cache"))
+    assert_one_line(code, stderr, ["no space left", str(out / ".lmalgebra.lock")])
+    if existed:
+        assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    else:
+        assert not (tmp_path / "runs").exists()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.output_paths import LOCK_NAME, Snapshot, make_directory
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,13 @@ def _try_lock(directory: Path, command: str) -> int | None:
         "argv": sys.argv,
         "since": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    try:
+        with naming_file(path):  # a full disk: the one file this command could not write
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+    except BaseException:
+        _release(directory, fd)  # no lock file left behind, held by no one
+        raise
     return fd
 
 
@@ -179,6 +185,10 @@ def run_directory_lock(
             fd = _try_lock(directory, command)
         except DirectoryInUseError as err:
             refusal = err  # what is new in the directory is the holder's: nothing is tidied
+        except BaseException:
+            if before is not None:  # the lock could not be written (a full disk, say)
+                before.remove_created()
+            raise
     if _shared_outcome(size, refusal is not None):
         raise refusal or DirectoryInUseError(
             f"{directory} is in use by another lmalgebra run (see the main rank's message)"

@@ -219,11 +219,21 @@ class Snapshot:
                 with contextlib.suppress(OSError):
                     (self.root / path).unlink()
         fresh = [self.root / p for p in new if (self.root / p).is_dir()]
-        if self.created is not None:  # the root and its parents up to the first that existed
-            fresh += [d for d in (self.root, *self.root.parents) if self.created in (d, *d.parents)]
         for directory in sorted(fresh, key=lambda d: -len(d.parts)):
             with contextlib.suppress(OSError):
                 directory.rmdir()  # fails, and is skipped, unless empty
+        self.remove_created()
+
+    def remove_created(self) -> None:
+        """Remove the root and its parents up to the first that existed before, deepest first,
+        each where it is empty (a failure before anything was written leaves no directory)."""
+        if self.created is None:
+            return
+        for directory in (self.root, *self.root.parents):
+            if self.created not in (directory, *directory.parents):
+                break
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def _walk(root: Path) -> Iterator[Path]:
