@@ -52,8 +52,10 @@ def test_plan_reads_widths_from_headers_and_configs_without_weights(
     totals = frame[frame["phase"].str.startswith("total")].set_index(["method", "precision"])
     assert totals.loc[("exact", "float64"), "chosen"]
     dim = 32 + 3 * 4096
-    # three float64 covariances and the inverse: the exact method's peak, as stated
-    expected = (OVERHEAD + 4 * dim * dim * 8) / GIB
+    # the exact method's peak, in its group fits: three float64 covariances, the inverse, the
+    # widest target's operator and its product, and every group fit's weights
+    weights = sum(b * (dim - b) for b in (32, 4096, 4096, 4096))
+    expected = (OVERHEAD + (4 * dim * dim + 2 * 4096 * dim + weights) * 8) / GIB
     assert totals.loc[("exact", "float64"), "peak_gib"] == pytest.approx(expected, rel=0.05)
     # half the bytes for the statistics and the inverse; the pairwise fits stay float64
     assert totals.loc[("exact", "float32"), "peak_gib"] < 0.7 * expected

@@ -166,6 +166,15 @@ def _buffer(columns: int) -> float:
     return 2 * rows * columns * 4
 
 
+def group_weights_bytes(bases: list[int], tails: list[int], precision: str) -> float:
+    """The group fits' weights, held from the group fits to the end of the run: each model's
+    ``(d_t, d_basis)`` matrix on all the other models' basis columns, in the statistics'
+    precision (about ``heads^2`` numbers, as many as the inverse)."""
+    heads = sum(bases)
+    pairs = sum((b + t) * (heads - b) for b, t in zip(bases, tails, strict=True))
+    return float(_bytes(precision) * pairs)
+
+
 def fit_phases(
     layout: Layout,
     bases: list[int],
@@ -176,12 +185,16 @@ def fit_phases(
 ) -> list[Phase]:
     """The main fits over statistics of blocks with ``bases[m]`` basis columns and ``tails[m]``
     target-only columns, ``held`` bytes of statistics in memory: pairwise (a float64 Cholesky
-    per model), group (one inverse, held-out quadratic forms, tails), similarity."""
+    per model, the factors kept; per basis model its coefficients on every column and two
+    float64 working copies of its covariance rows, one more while solving), group (one inverse,
+    the operators of one target, held-out quadratic forms, tails; every fit's weights kept to
+    the end), similarity."""
     heads, columns, p = sum(bases), sum(bases) + sum(tails), _bytes(precision)
     kernel = "product32" if precision == "float32" else "product64"
     widest = max(bases) if bases else 0
     held_out = len(SPLITS) - 1
     squares = sum(b * b for b in bases)
+    weights = group_weights_bytes(bases, tails, precision)
     group = {
         "inverse32" if precision == "float32" else "inverse64": float(heads) ** 3,
         kernel: held_out * float(heads) ** 3 + 2 * squares * heads,
@@ -191,18 +204,27 @@ def fit_phases(
         "eigh": len(SPLITS) * float(sum(b**3 for b in bases)),
         "product64": 2.0 * len(SPLITS) * sum(a * a * b for a in bases for b in bases),
     }
+    pairwise_peak = held + 8.0 * (4 * widest * columns + squares)
+    # the inverse, one target's operator and its product, quadratic-form panels, the tails'
+    # cross-covariance (gathered) and its product with the inverse, every weight so far
+    group_peak = (
+        held
+        + p * (heads * heads + 2 * widest * heads + 2 * heads * sum(tails))
+        + 2 * heads * 512 * 8
+        + weights
+    )
     phases = [
-        Phase(
-            *label,
-            "pairwise fits",
-            held + 3 * widest * columns * 8,
-            {"product64": 6.0 * squares * columns},
-        ),
-        Phase(*label, "group fits", held + heads * heads * p + 2 * heads * 512 * 8, group),
+        Phase(*label, "pairwise fits", pairwise_peak, {"product64": 6.0 * squares * columns}),
+        Phase(*label, "group fits", group_peak, group),
     ]
     if layout.similarity:
         phases.append(
-            Phase(*label, "similarity (CKA, CCA)", held + 3 * widest * widest * 8, similarity)
+            Phase(
+                *label,
+                "similarity (CKA, CCA)",
+                held + weights + 3 * widest * widest * 8,
+                similarity,
+            )
         )
     return phases
 
@@ -258,9 +280,14 @@ def reduced_phases(layout: Layout, method: str, k: int, probes: int, precision: 
         "read": 4.0 * rows * dim,
     }
     second_peak = held + 12.0 * projection + 4.0 * SHARD_ROWS * (dim + columns)
+    # each model's principal coordinates and probes (float64) stay held through the fits
+    held += 8.0 * projection
     half = [max(1, c // 2) for c in ks]
     half_tails = [c - h + t for c, h, t in zip(ks, half, tails, strict=True)]
-    at_half = fit_phases(layout, half, half_tails, precision, held, label)
+    # the fits at k/2 run while the run's own group fits (their weights) are held
+    at_half = fit_phases(
+        layout, half, half_tails, precision, held + group_weights_bytes(ks, tails, precision), label
+    )
     return [
         Phase(*label, "pass 1: training rows", first_held + SHARD_ROWS * dim * 4, first),
         Phase(*label, "principal coordinates", basis_peak, basis),

@@ -86,7 +86,7 @@ class Fit:
 
     target: str
     basis: tuple[str, ...]
-    weight: np.ndarray  # (d_target, d_basis) float64
+    weight: np.ndarray  # (d_target, d_basis) float64 (float32 under float32 statistics)
     bias: np.ndarray  # (d_target,) float64
     r2: dict[str, float]
     df: float | None = None
@@ -307,7 +307,9 @@ class Decomposer:
             rows = operators[edges[k] : edges[k + 1]]
             bias = (rows @ mean).double().numpy()  # mean_t - W mean_B
             kept = np.r_[0 : edges[k], edges[k + 1] : edges[-1]]
-            weight = rows[:, torch.from_numpy(kept)].neg_().double().numpy()
+            # in the statistics' precision: a wide float32 run's weights (about 4 heads^2 bytes
+            # in all) are its largest arrays after the statistics
+            weight = rows[:, torch.from_numpy(kept)].neg_().numpy()
             residual = {split: residuals[split][k] for split in self.splits}
             if b.tail:
                 assert carried is not None

@@ -61,4 +61,8 @@ def tail_fit(
         extra[split] = float(spread.sum() + shift @ shift)
     mean = train.mean
     tail_bias = mean[tail] - tail_weight @ mean[basis]
-    return np.vstack([weight, tail_weight]), np.concatenate([bias, tail_bias]), extra
+    return (
+        np.vstack([weight, tail_weight.astype(weight.dtype, copy=False)]),
+        np.concatenate([bias, tail_bias]),
+        extra,
+    )
