@@ -304,7 +304,10 @@ def main() -> None:
             raise SystemExit(f"unknown part {part!r} (accuracy, scaling, full, regime)")
         if not args.no_write:
             data.mkdir(parents=True, exist_ok=True)
-            (data / f"{part}.json").write_text(json.dumps(runs, indent=1) + "\n")
+            path = data / f"{part}.json"
+            if part == "full" and path.is_file():  # --full-models 24 keeps the 12-model run
+                runs = _kept_beside(json.loads(path.read_text()), runs)
+            path.write_text(json.dumps(runs, indent=1) + "\n")
         else:
             print(json.dumps({part: [_brief(r) for r in runs]}, indent=1))
     if not args.keep:
@@ -313,6 +316,13 @@ def main() -> None:
         stored = {p.stem: json.loads(p.read_text()) for p in sorted(data.glob("*.json"))}
         figures, targets, tables, notes, sizes_row = record(stored, BENCH)
         session.save(__doc__, sizes_row, figures, targets=targets, tables=tables, notes=notes)
+
+
+def _kept_beside(stored: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored full-size runs of other model counts, then the new ones, by model count."""
+    counts = {run["models"] for run in new}
+    kept = [run for run in stored if run["models"] not in counts]
+    return sorted([*kept, *new], key=lambda run: run["models"])
 
 
 def check_quick(runs: list[dict[str, Any]]) -> None:
