@@ -236,24 +236,30 @@ def measure_work(work: Work) -> dict[str, Any]:
     """Time ``work()`` in this process: seconds, CPU, peak RSS over its start, others' share."""
     release_memory()
     start = rss_mib()
+    before = peak_rss_mib()  # the process's peak so far (imports, untimed set-up)
     exact = reset_peak_rss()
     watch = CpuWatch()
     clock = time.perf_counter()
     output = work()
     seconds = time.perf_counter() - clock
     cpu = watch.stop()
+    work_peak = peak_rss_mib() if exact else float("nan")
     return {
         "output": output,
         "seconds": seconds,
         **cpu,
         "start_rss_mib": start,
-        "work_peak_rss_mib": peak_rss_mib() if exact else float("nan"),
+        "work_peak_rss_mib": work_peak,
+        # the whole life of this process, as the kernel counted it after exec: ``wait4``'s
+        # ``ru_maxrss`` would also count the parent's pages at fork (a large parent's RSS)
+        "life_peak_rss_mib": max(before, work_peak) if exact else float("nan"),
     }
 
 
 def run_contender(call: str, kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run contender ``module:name`` in a fresh interpreter; its :func:`measure_work` result plus
-    ``peak_rss_mib``, the child's whole-life peak RSS (``ru_maxrss`` from ``wait4``)."""
+    ``peak_rss_mib``, the child's whole-life peak RSS: its own ``VmHWM`` where the kernel has it,
+    else ``ru_maxrss`` from ``wait4`` (which also counts the parent's RSS at fork)."""
     WORK.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=WORK) as tmp:
         out = Path(tmp) / "result.json"
@@ -265,7 +271,8 @@ def run_contender(call: str, kwargs: dict[str, Any] | None = None) -> dict[str, 
         if proc.returncode != 0:
             raise SystemExit(f"contender {call} failed with exit status {proc.returncode}")
         result: dict[str, Any] = json.loads(out.read_text())
-    result["peak_rss_mib"] = usage.ru_maxrss / 1024
+    life = result.get("life_peak_rss_mib", float("nan"))
+    result["peak_rss_mib"] = life if life == life else usage.ru_maxrss / 1024  # NaN: no VmHWM
     return result
 
 

@@ -56,6 +56,7 @@ def study(bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path_factory) -
             "out": str(out),
             "cache_dir": str(root / "cache"),
             "progress": False,
+            "figures": True,  # a figure of every table
         }
     )
     return decompose(config), out
