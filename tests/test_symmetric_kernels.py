@@ -80,3 +80,50 @@ def test_float32_gram_is_symmetric_and_within_float32_rounding(backend: str) -> 
     error = np.abs(gram.numpy() - start - exact)
     assert (error <= 303 * 2.0**-24 * absolute + 1e-12).all()
     np.testing.assert_array_equal(gram.numpy(), gram.numpy().T)
+
+
+def _spd(dim: int, dtype: Any = np.float64, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((dim, dim))
+    a += a.T
+    a[np.diag_indices(dim)] += 4 * np.sqrt(dim)  # diagonally dominant: SPD
+    return a.astype(dtype)
+
+
+def test_a_large_float64_inverse_runs_on_one_blas_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above the order where OpenBLAS's threaded dsyrk crashes, the factorisation runs on one
+    BLAS thread (checked here with the order lowered), and gives the same inverse."""
+    from threadpoolctl import threadpool_info
+
+    seen: list[int] = []
+    real = symmetric_kernels._sound_threads
+
+    def watching(system: np.ndarray) -> Any:
+        limit = real(system)
+        with limit:
+            seen.append(max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"))
+        return real(system)
+
+    monkeypatch.setattr(symmetric_kernels, "THREADED_FLOAT64_ORDER", 40)
+    monkeypatch.setattr(symmetric_kernels, "_sound_threads", watching)
+    small, large = _spd(40), _spd(41)
+    expected = np.linalg.inv(large)
+    inverse, _ = spd_inverse(large.copy())
+    spd_inverse(small.copy())
+    spd_inverse(_spd(41, np.float32))
+    assert inverse is not None
+    np.testing.assert_allclose(inverse, expected, rtol=1e-10, atol=1e-12)
+    assert seen[0] == 1  # the order-41 float64 system: one thread
+    if torch.get_num_threads() > 1:
+        assert seen[1] > 1 and seen[2] > 1  # at the threshold, and float32: threads as set
+
+
+@pytest.mark.slow
+def test_a_float64_inverse_of_order_16384_does_not_crash() -> None:
+    """Order 16,384 in float64 crashed in OpenBLAS's threaded dsyrk on AVX-512 CPUs (a
+    segmentation fault in a wide exact run); about a minute on 2 cores, 2 GiB."""
+    system = _spd(16_384)
+    probe = system[:, :3] @ np.ones(3)  # system @ e_0..2 summed, before it is overwritten
+    inverse, _ = spd_inverse(system)
+    assert inverse is not None
+    np.testing.assert_allclose(inverse @ probe, np.r_[np.ones(3), np.zeros(16_381)], atol=1e-8)

@@ -14,6 +14,7 @@ Every kernel works in the matrix's own dtype (float64, or float32 for the float3
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,8 @@ import torch
 # Width of the column panels of row_quadratics: wide enough for full BLAS speed, narrow enough
 # that the diagonal panels (computed in full) are a small share of the work.
 PANEL = 512
+# Above this order a float64 factorisation runs on one BLAS thread (see ``_sound_threads``).
+THREADED_FLOAT64_ORDER = 8192
 
 
 def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
@@ -41,16 +44,30 @@ def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     # a C-ordered symmetric matrix is its own transpose, an F-ordered array LAPACK works in
     fortran = system.T
     potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (fortran,))
-    factor, info = potrf(fortran, lower=1, overwrite_a=1, clean=0)
-    diag = np.diagonal(factor).astype(np.float64)
-    if info != 0:
-        return None, diag
-    inverse, info = potri(factor, lower=1, overwrite_c=1)
+    with _sound_threads(system):
+        factor, info = potrf(fortran, lower=1, overwrite_a=1, clean=0)
+        diag = np.diagonal(factor).astype(np.float64)
+        if info != 0:
+            return None, diag
+        inverse, info = potri(factor, lower=1, overwrite_c=1)
     if info != 0:  # a zero pivot potrf did not see: singular to working precision
         return None, diag
     result = inverse.T  # C-ordered again; potri filled the upper triangle of this view
     mirror_upper(result)
     return np.ascontiguousarray(result), diag
+
+
+def _sound_threads(system: np.ndarray) -> contextlib.AbstractContextManager[object]:
+    """One BLAS thread for a float64 factorisation above ``THREADED_FLOAT64_ORDER``, else no
+    limit. OpenBLAS 0.3.30 and 0.3.31 (SciPy's and NumPy's wheels) crash with a segmentation
+    fault in their threaded ``dsyrk``, which ``dpotrf`` and ``dpotri`` call, from an order of
+    about 15,000 on an AVX-512 CPU (measured: 14,000 sound, 16,000 and above crash, on two
+    threads; single-threaded sound); ``ssyrk`` is sound at 24,576."""
+    if system.dtype != np.float64 or system.shape[0] <= THREADED_FLOAT64_ORDER:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
