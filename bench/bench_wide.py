@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import BENCH, Session, fastest, parse_args, run_contender
+from harness import BENCH, Session, code_version, fastest, parse_args, run_contender
 from lmalgebra.core.splits import SPLITS
 from wide_report import differences, label, record
 from wide_synthetic import WideSpectra, corpus
@@ -187,7 +187,7 @@ def measure(
         lambda: run_contender("bench_wide:contender", kwargs), args.attempts, label=label
     )
     sizes = {"width": width, "models": models, "train": train, "scale": scale, "alpha": alpha}
-    return {**sizes, **planned, **result}
+    return {**sizes, **planned, **result, "code": code_version(MEASURED)}
 
 
 def predicted(

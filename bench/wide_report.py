@@ -212,6 +212,15 @@ def record(
         tables.append(table(f"Full size ({runs[0]['train']:,} training spans)", columns, rows))
         sizes["full"] = ", ".join(f"{r['models']} x {r['width']}" for r in runs)
         targets += full_targets(runs, found)
+    codes = {
+        part: sorted({str(r.get("code", "not recorded")) for r in runs})
+        for part, runs in stored.items()
+    }
+    notes.append(
+        "Each part keeps its last measurement; the code each was measured at: "
+        + "; ".join(f"{part} {', '.join(found_codes)}" for part, found_codes in codes.items())
+        + "."
+    )
     return figures, targets, tables, notes, sizes
 
 
