@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +181,9 @@ def record(
                 rows,
             )
         )
-        scaling_plot(runs, bench / PLOT)
+        # beside RESULTS.md, and under docs/ where the documentation site's results page (which
+        # includes RESULTS.md) finds the same relative link
+        shutil.copyfile(scaling_plot(runs, bench / PLOT), bench.parent / "docs" / PLOT)
         notes.append(f"![time and memory against D and against the spans]({PLOT})")
     if "regime" in stored:
         tables.append(regime_table(stored["regime"]))
