@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import lmalgebra
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
-from hostile_helpers import run_cli
+from hostile_helpers import ANSI, run_cli
 from lmalgebra.api.merge import merge_plan
 from lmalgebra.cli import main
 from lmalgebra.distill.masked.student_model import build_masked_lm
@@ -195,6 +195,26 @@ def test_a_causal_dry_run_prints_the_plan_and_writes_nothing(
     for language, teacher in (("xx", "bl"), ("xx", "uni"), ("yy", "wp")):
         assert re.search(rf"{language}\s+.\s+{teacher}\s", out), out
     assert files(tmp_path) == before
+    assert not re.search(r"^\W*vocab\b", out, flags=re.MULTILINE)  # no stage of a causal run
+
+
+def test_a_causal_dry_run_of_a_stage_it_lacks_is_refused_as_the_run_is(
+    causal_recipe: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = files(tmp_path)
+    messages = []
+    for dry in (["--dry-run"], []):
+        code, _out, err = _cli(["merge", "vocab", str(causal_recipe), *dry], monkeypatch, capsys)
+        assert code == 2 and "Traceback" not in err, err
+        messages.append(ANSI.sub("", err).strip().splitlines()[-1])
+    assert messages[0] == messages[1] and "no union vocabulary" in messages[0]
+    assert files(tmp_path) == before
+    with pytest.raises(lmalgebra.UserInputError, match="no union vocabulary"):
+        merge_plan(causal_recipe, stages=["vocab"])
+    assert "vocab_s" not in merge_plan(causal_recipe, stages=["prepare", "vocab", "train"])
 
 
 def test_causal_counts_and_store_bytes_are_what_prepare_and_teach_make(causal_recipe: Path) -> None:
@@ -214,7 +234,7 @@ def test_causal_counts_and_store_bytes_are_what_prepare_and_teach_make(causal_re
         assert row["tokens"] == row["predicted_tokens"] == tokens.manifest["tokens"]
         shards = sorted(logprobs.directory.glob("shard-*.arrow"))
         assert row["store_bytes"] == sum(p.stat().st_size for p in shards)  # exactly
-    assert (plan.vocab_s == 0).all()  # a causal recipe has no vocabulary stage
+    assert "vocab_s" not in plan  # a causal recipe has no vocabulary stage
     for stage in ("prepare_s", "teach_s", "train_s", "evaluate_s"):
         assert (plan[stage] > 0).all() and plan[stage].map(math.isfinite).all(), stage
 

@@ -275,7 +275,10 @@ def merge(
 
 @library_entry
 def merge_plan(
-    recipe: Any, *, training: TrainingSpec | Mapping[str, Any] | None = None
+    recipe: Any,
+    *,
+    training: TrainingSpec | Mapping[str, Any] | None = None,
+    stages: Sequence[str] | str = STAGES,
 ) -> pd.DataFrame:
     """What :func:`merge` would do with ``recipe``, found before anything runs; nothing is
     written and no teacher weights are read (``lmalgebra merge ... --dry-run``).
@@ -286,11 +289,14 @@ def merge_plan(
     teachers' outputs exactly as ``teach`` writes them; and seconds per stage spent on the pair,
     ``prepare_s``, ``teach_s``, ``vocab_s``, ``train_s``, ``evaluate_s`` (a column's sum is the
     stage's time): ``prepare`` and ``vocab`` timed doing their work in memory, the others
-    estimated (``lmalgebra.distill.run.time_estimate`` states the model). ``training``: the
-    student's training, as for a student of :func:`merge`.
+    estimated (``lmalgebra.distill.run.time_estimate`` states the model); a causal recipe,
+    which has no ``vocab`` stage, has no ``vocab_s``. ``training``: the student's training, as
+    for a student of :func:`merge`; ``stages``: those the :func:`merge` call would run, refused
+    as it refuses them.
     """
     import pandas as pd
 
     config = recipe_of(recipe)
+    chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
-    return pd.DataFrame(plan(config, spec))
+    return pd.DataFrame(plan(config, spec, [s for s in RUN_STAGES if s in chosen]))

@@ -126,7 +126,8 @@ def _print_plan(config: Any, stages: list[str], training: dict[str, Any] | None 
     """The dry run: ``lmalgebra.api.merge.merge_plan`` as two tables, counts and times."""
     from lmalgebra.api.merge import merge_plan
 
-    for table in plan_tables(merge_plan(config, training=training), config.output_dir, stages):
+    found = merge_plan(config, training=training, stages=stages)
+    for table in plan_tables(found, config.output_dir, stages):
         console.print(table)
 
 

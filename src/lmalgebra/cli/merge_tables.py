@@ -63,7 +63,7 @@ def plan_tables(plan: Any, run_dir: Path, stages: list[str]) -> list[Table]:
     times = Table(title="Time per stage (an estimate)")
     for column in ("stage", "seconds", "this command", "from"):
         times.add_column(column, justify="right" if column == "seconds" else "left")
-    for stage in PLAN_STAGES:
+    for stage in [s for s in PLAN_STAGES if f"{s}_s" in totals]:  # the objective's stages
         how = "its work, timed here in memory" if stage in ("prepare", "vocab") else "FLOPs model"
         runs = "runs" if stage in stages else ""
         seconds = totals[f"{stage}_s"]

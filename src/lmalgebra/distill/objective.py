@@ -75,6 +75,14 @@ class Objective(ABC):
         self.recipe = recipe
         self.layout = RunLayout(recipe.output_dir)
 
+    def runnable(self, asked: Sequence[Stage]) -> list[Stage]:
+        """The stages of ``asked`` this objective has, in pipeline order: a stage it lacks (a
+        causal recipe's ``vocab``) is skipped in a sequence, and refused in one line, by the
+        objective, when asked for alone."""
+        if list(asked) == ["vocab"] and "vocab" not in self.stages:
+            self.vocab()
+        return [s for s in self.stages if s in asked]
+
     def pairs(self) -> list[tuple[str, str]]:
         """Every (language, teacher) of the recipe, in recipe order."""
         return [(lang, t) for lang, spec in self.recipe.languages.items() for t in spec.teachers]

@@ -64,13 +64,14 @@ def run_stages(
     if "train" in stages and not students:
         raise ValueError("the train stage needs at least one student")
     objective = objective_of(recipe)
+    stages = objective.runnable(stages)
     # teacher inference's device and dtype, refused before anything is written
     setup = inference_setup(recipe) if "teach" in stages else None
     if "prepare" in stages:
         objective.prepare(progress)
     if "teach" in stages:
         objective.teach(progress, setup)
-    if "vocab" in stages and ("vocab" in objective.stages or list(stages) == ["vocab"]):
+    if "vocab" in stages:
         objective.vocab()
     models: dict[str, Path] = {}
     for name, training in (students or {}).items() if "train" in stages else ():
@@ -92,10 +93,17 @@ def evaluate_students(
     return objective_of(recipe).evaluate(students, languages, pooling)
 
 
-def plan(recipe: MergeRecipe, training: TrainingSpec | None = None) -> list[dict[str, Any]]:
+def plan(
+    recipe: MergeRecipe, training: TrainingSpec | None = None, stages: Sequence[Stage] = STAGES
+) -> list[dict[str, Any]]:
     """The run planned before anything runs (``--dry-run``); ``training``: the student's
-    settings (default the recipe's)."""
-    return objective_of(recipe).plan(training or recipe.training)
+    settings (default the recipe's). ``stages``: those the run would run, refused as
+    ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out."""
+    objective = objective_of(recipe)
+    objective.runnable(stages)
+    lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
+    rows = objective.plan(training or recipe.training)
+    return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
 
 
 def inspect_run(run_dir: Path) -> RunInspection:

@@ -1,14 +1,26 @@
 """Verification of a MergeDistill run: every shard set against its manifest, the student
 vocabulary (id maps and tokenizer against the checksums in ``vocab_union.json``) and every
 student's checkpoints (each file against the sha256 in its ``state.json``, the state against
-its own)."""
+its own).
+
+What is missing counts as much as what is damaged: once the run holds anything a stage's
+outputs were made from (a later stage's files), every set that stage makes for the recipe's
+languages and teachers must be there."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import SHARD_SETS, RunLayout
+from lmalgebra.distill.layout import (
+    LOGPROBS,
+    MASKED,
+    SHARD_SETS,
+    TOKENS,
+    TOPK,
+    RunLayout,
+)
+from lmalgebra.distill.recipe import CausalRecipe, load_recipe
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
 from lmalgebra.storage.completion import STAMP
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
@@ -19,12 +31,38 @@ def verify_run(run_dir: Path) -> list[str]:
     """Every missing, corrupt or incomplete shard set of the run, a damaged vocabulary and
     damaged checkpoints, naming the file."""
     layout = RunLayout(run_dir)
-    layout.require_recipe()
-    problems = []
+    problems = missing_parts(layout)
     for part in SHARD_SETS:
         for directory in shard_set_directories(layout.root / part):
             problems += ShardSet.existing(directory).problems()
     return problems + vocabulary_problems(layout) + checkpoint_problems(layout)
+
+
+def missing_parts(layout: RunLayout) -> list[str]:
+    """Every shard set (and a masked run's vocabulary) that the run's recipe says a stage makes,
+    missing although the run holds something made after that stage, in stage order."""
+    recipe = load_recipe(layout.require_recipe())
+    copy, outputs = (TOKENS, LOGPROBS) if isinstance(recipe, CausalRecipe) else (MASKED, TOPK)
+    pairs = [(lang, t) for lang, spec in recipe.languages.items() for t in spec.teachers]
+    stages = [
+        ("prepare", [layout.examples(lang) for lang in recipe.languages]),
+        ("prepare", [layout.store(copy, lang, t) for lang, t in pairs]),
+        ("teach", [layout.store(outputs, lang, t) for lang, t in pairs]),
+    ]
+    if copy == MASKED:
+        stages.append(("vocab", [layout.vocab]))
+    trained = list(layout.root.glob("*/model")) + layout.checkpoints()
+    problems = []
+    for i, (stage, parts) in enumerate(stages):
+        later = [p for _, ps in stages[i + 1 :] for p in ps] + trained
+        missing = [str(p) for p in parts if not p.exists()]
+        if missing and any(p.exists() for p in later):
+            problems.append(
+                f"{', '.join(missing)}: missing, though the run holds what was made from "
+                f"{'them' if len(missing) > 1 else 'it'} (run `lmalgebra merge {stage} RECIPE` "
+                "again to rebuild)"
+            )
+    return problems
 
 
 def shard_set_directories(root: Path) -> list[Path]:
