@@ -17,11 +17,13 @@ A run directory (the recipe's ``output_dir``)::
 
 Every shard set (``storage.shard_set``) is checksummed and resumable. A model directory (a
 student's ``model/``, a teacher made by ``lmalgebra pretrain``) is complete when it holds
-``lmalgebra.json``, which ``write_model_directory`` writes last.
+``lmalgebra.json``, which ``write_model_directory`` writes last, with the sha256 of every file
+it wrote (``model_damage`` checks them: a student is read only when they match).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.shard_set import MANIFEST
@@ -49,7 +52,8 @@ EVALUATION_MD = "evaluation.md"  # in evaluation/: the evaluation as markdown
 RDT_FILE = "rdt.csv"  # in evaluation/: a row per student, RDT per language, then the average
 SELECTION = "selection"
 MARKER = "lmalgebra.json"  # in a model directory: what made it; written last
-CARD = "README.md"  # in a model directory: its model card
+CARD = "README.md"  # in a model directory: its model card (evaluations add to it)
+FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
 # what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
@@ -162,5 +166,35 @@ def write_model_directory(
         write_bytes_atomic(target / name, content)
     if card is not None:
         write_text_atomic(target / CARD, card)
-    write_json_atomic(target / MARKER, metadata)
+    written = sorted(p for p in target.iterdir() if p.is_file() and p.name not in (MARKER, CARD))
+    sums = {p.name: sha256_file(p) for p in written}
+    write_json_atomic(target / MARKER, {**metadata, FILES_KEY: sums})
     return target
+
+
+def model_damage(directory: Path) -> str | None:
+    """Why the complete model directory cannot be trusted (a file its marker lists is missing
+    or no longer has the sha256 recorded when it was written), or None. A marker of an older
+    release, without checksums, is taken as it is."""
+    try:
+        sums = json.loads((directory / MARKER).read_text(encoding="utf-8")).get(FILES_KEY, {})
+    except (OSError, ValueError, AttributeError) as err:
+        return f"{directory / MARKER} cannot be read ({type(err).__name__})"
+    for name, digest in sums.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if sha256_file(path) != digest:
+            return f"{path} is damaged (its sha256 is not the one recorded when it was written)"
+    return None
+
+
+def trusted_model(directory: Path, missing: str) -> Path:
+    """``directory``, a complete and undamaged model directory; UserInputError ``missing`` when
+    it is not complete, naming the damaged file when it is damaged."""
+    if not is_complete(directory):
+        raise UserInputError(missing)
+    damage = model_damage(directory)
+    if damage is not None:
+        raise UserInputError(f"{damage}: train it again (`--restart`), or remove {directory}")
+    return directory

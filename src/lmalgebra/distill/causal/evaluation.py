@@ -17,11 +17,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.bits_per_byte import BitsRow, evaluate_bits
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts
-from lmalgebra.distill.layout import EVALUATION_MD, RDT_FILE, RunLayout, is_complete
+from lmalgebra.distill.layout import EVALUATION_MD, RDT_FILE, RunLayout, trusted_model
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.rdt import rdt, rdt_text
 from lmalgebra.distill.teachers import load_lm
@@ -123,11 +122,11 @@ def evaluate_causal_run(
     teachers = {name: spec.ref(name) for name, spec in recipe.teachers.items()}
     mine: dict[str, ModelRef] = {}
     for name in students:
-        directory = layout.model(name)
-        if not is_complete(directory):
-            raise UserInputError(
-                f"student {name!r} has no model in {directory}: run `lmalgebra merge train` first"
-            )
+        directory = trusted_model(
+            layout.model(name),
+            f"student {name!r} has no model in {layout.model(name)}: run `lmalgebra merge train` "
+            "first",
+        )
         mine[name] = ModelRef(name=name, path=str(directory))
     rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages)
     teachers_of = {k: v.teachers for k, v in recipe.languages.items()}

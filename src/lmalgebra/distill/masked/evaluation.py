@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import TOPK, RunLayout, is_complete
+from lmalgebra.distill.layout import TOPK, RunLayout, trusted_model
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
 from lmalgebra.distill.masked.masking import MaskedCopy
 from lmalgebra.distill.masked.scores import Score, markdown, score_rdt, write_evaluation
@@ -144,12 +144,11 @@ def student_score(
 
 
 def _load_student(layout: RunLayout, name: str) -> Any:
-    directory = layout.model(name)
-    if not is_complete(directory):
-        raise UserInputError(
-            f"{directory} has no trained student: run "
-            f"`lmalgebra merge train RECIPE --name {name}` first"
-        )
+    directory = trusted_model(
+        layout.model(name),
+        f"{layout.model(name)} has no trained student: run "
+        f"`lmalgebra merge train RECIPE --name {name}` first",
+    )
     return load_lm(ModelRef(name=name, path=str(directory)), directory, "masked", "student")
 
 

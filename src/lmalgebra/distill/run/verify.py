@@ -1,7 +1,7 @@
 """Verification of a MergeDistill run: every shard set against its manifest, the student
 vocabulary (id maps and tokenizer against the checksums in ``vocab_union.json``) and every
 student's checkpoints (each file against the sha256 in its ``state.json``, the state against
-its own).
+its own), and every saved student's files against the sha256 its ``lmalgebra.json`` records.
 
 What is missing counts as much as what is damaged: once the run holds anything a stage's
 outputs were made from (a later stage's files), every set that stage makes for the recipe's
@@ -19,6 +19,7 @@ from lmalgebra.distill.layout import (
     TOKENS,
     TOPK,
     RunLayout,
+    model_damage,
 )
 from lmalgebra.distill.recipe import CausalRecipe, load_recipe
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
@@ -35,7 +36,9 @@ def verify_run(run_dir: Path) -> list[str]:
     for part in SHARD_SETS:
         for directory in shard_set_directories(layout.root / part):
             problems += ShardSet.existing(directory).problems()
-    return problems + vocabulary_problems(layout) + checkpoint_problems(layout)
+    problems += vocabulary_problems(layout) + checkpoint_problems(layout)
+    damaged = (model_damage(model) for model in layout.saved_students().values())
+    return problems + [f"student model: {damage}" for damage in damaged if damage]
 
 
 def missing_parts(layout: RunLayout) -> list[str]:

@@ -1,0 +1,85 @@
+"""A saved student read as it was written, or not at all: ``write_model_directory`` records the
+sha256 of every file in the directory's ``lmalgebra.json``, and evaluation and ``merge verify``
+check them, so a weights file damaged after training is named in one line (exit 2) instead of
+being scored as if it were the student."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from hostile_helpers import assert_one_line, digests, run_cli
+from lmalgebra.distill import pipeline
+from lmalgebra.distill.layout import FILES_KEY, MARKER, model_damage
+from lmalgebra.distill.recipe import load_recipe
+from merge_fixtures import TINY_TRAINING
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    """A causal run whose student is trained (two steps)."""
+    root = tmp_path_factory.mktemp("trained")
+    training = {**TINY_TRAINING, "steps": 2, "checkpoint_every": 2}
+    path = write_causal_recipe(root, causal_teacher_dirs, student=CAUSAL_STUDENT, training=training)
+    recipe = load_recipe(path)
+    pipeline.run_stages(recipe, ["prepare", "teach", "train"], {"student": recipe.training}, False)
+    return root / "run"
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, same header: loads fine, other weights
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "name", "said"),
+    [
+        (_flip, "model.safetensors", "is damaged"),
+        (Path.unlink, "tokenizer.json", "is missing"),
+        (_flip, "config.json", "is damaged"),
+    ],
+)
+def test_a_damaged_student_is_named_by_evaluate_and_verify(
+    damage, name: str, said: str, trained: Path, tmp_path: Path, cli
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr  # intact: every file as recorded
+    damage(run / "student" / "model" / name)
+    before = digests(run)
+    file = str(run / "student" / "model" / name)
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert_one_line(code, stderr, [file, said, "--restart"])
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, ["student model", file, said])
+    assert digests(run) == before  # nothing written, nothing removed
+
+
+def test_the_marker_records_every_file_but_the_card(trained: Path, tmp_path: Path) -> None:
+    model = trained / "student" / "model"
+    sums = json.loads((model / MARKER).read_text(encoding="utf-8"))[FILES_KEY]
+    on_disk = {p.name for p in model.iterdir() if p.is_file()} - {MARKER, "README.md"}
+    assert set(sums) == on_disk and "model.safetensors" in sums
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    (copy / "README.md").write_text("an evaluation added to the card\n", encoding="utf-8")
+    assert model_damage(copy) is None  # the card is the evaluations' to edit
+    marker = json.loads((copy / MARKER).read_text(encoding="utf-8"))
+    del marker[FILES_KEY]  # a directory written by an older release: taken as it is
+    (copy / MARKER).write_text(json.dumps(marker), encoding="utf-8")
+    _flip(copy / "config.json")
+    assert model_damage(copy) is None
