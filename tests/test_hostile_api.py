@@ -4,6 +4,7 @@ inside, and nothing is left written."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,43 @@ def test_every_public_function_checks_its_arguments() -> None:
         assert getattr(getattr(lmalgebra, name), ENTRY_POINT, False), name
     for name in ("merge", "merge_plan"):
         assert getattr(getattr(lmalgebra, name), ENTRY_POINT, False), name
-    for method in (Decomposition.load, Decomposition.save, MergeRun.load, MergeRun.evaluate):
-        assert getattr(method, ENTRY_POINT, False), method.__qualname__
+    for cls in (Decomposition, MergeRun):  # every public method that takes an argument
+        for name, method in vars(cls).items():
+            function = getattr(method, "__func__", method)
+            if name.startswith("_") or not inspect.isfunction(function):
+                continue
+            if len(inspect.signature(function).parameters) > 1:
+                assert getattr(function, ENTRY_POINT, False), f"{cls.__name__}.{name}"
+
+
+@pytest.mark.parametrize(
+    ("given", "name", "annotation"),
+    [
+        ({"overwrite": "no"}, "overwrite", "bool"),  # a true string: would have overwritten
+        ({"overwrite": 1}, None, None),
+        ({"overwrite": np.bool_(False)}, None, None),
+        ({"diagonal": "1"}, "diagonal", "float"),
+        ({"diagonal": True}, "diagonal", "float"),
+        ({"diagonal": np.float32(1)}, None, None),
+        ({"diagonal": 1}, None, None),
+    ],
+)
+def test_strings_and_booleans_are_taken_as_given(
+    given: dict[str, Any], name: str | None, annotation: str | None
+) -> None:
+    """The function receives the value as given, so it is judged as given: no string passes for
+    a bool or a number, no bool for a number; numpy scalars and ints pass where they work."""
+    from lmalgebra.api.runtime import check_arguments
+
+    def target(overwrite: bool = False, diagonal: float = 1.0) -> None: ...
+
+    target.__annotations__ = {"overwrite": "bool", "diagonal": "float", "return": "None"}
+    if name is None:
+        check_arguments(target, **given)
+        return
+    wanted = f"target(): {name} must be {annotation}, got {given[name]!r}"
+    with pytest.raises(UserInputError, match=re.escape(wanted) + "$"):
+        check_arguments(target, **given)
 
 
 @pytest.fixture(scope="module")

@@ -83,3 +83,28 @@ def test_the_marker_records_every_file_but_the_card(trained: Path, tmp_path: Pat
     (copy / MARKER).write_text(json.dumps(marker), encoding="utf-8")
     _flip(copy / "config.json")
     assert model_damage(copy) is None
+
+
+def test_a_student_is_not_scored_against_teachers_changed_since(
+    tmp_path: Path, causal_teacher_dirs, cli
+) -> None:
+    """A teacher's files replaced after training: the store is refused until rebuilt, then the
+    student, which learnt from the old teacher, until trained again."""
+    from causal_fixtures import build_causal_teacher
+
+    teachers = {name: tmp_path / name for name in causal_teacher_dirs}
+    for name, path in causal_teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    training = {**TINY_TRAINING, "steps": 1, "checkpoint_every": 1}
+    path = write_causal_recipe(tmp_path, teachers, student=CAUSAL_STUDENT, training=training)
+    recipe = load_recipe(path)
+    pipeline.run_stages(recipe, ["prepare", "teach", "train"], {"student": recipe.training}, False)
+    build_causal_teacher(teachers["wp"], "wordpiece", seed=9)  # other weights and tokenizer
+    run = str(tmp_path / "run")
+    code, stderr = cli(["merge", "evaluate", run])
+    assert_one_line(code, stderr, ["tokens/yy/wp", "different recipe or teacher", "merge prepare"])
+    pipeline.run_stages(recipe, ["prepare", "teach"], progress=False)
+    before = digests(tmp_path / "run")
+    code, stderr = cli(["merge", "evaluate", run])
+    assert_one_line(code, stderr, ["student 'student'", "teacher 'wp'", str(teachers["wp"])])
+    assert digests(tmp_path / "run") == before

@@ -55,6 +55,7 @@ class Decomposition:
         self._result = result
 
     @classmethod
+    @library_entry
     def from_result(cls, result: RunResult, run_dir: Path | None = None) -> Decomposition:
         """A result computed now (written to ``run_dir`` when it was given an output)."""
         config = result.config.model_dump(mode="json")
@@ -102,6 +103,7 @@ class Decomposition:
         adjusted_r2 (train rows)."""
         return self.tables["fits"]
 
+    @library_entry
     def pairwise(self, split: str = "test", diagonal: float = 1.0) -> pd.DataFrame:
         """R^2 of each target (rows, index ``target``) from each single model (columns,
         ``basis``) on ``split``.

@@ -94,19 +94,27 @@ Check = Callable[[Any], bool]
 def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | None:
     """Whether a value fits ``annotation`` (as written in ``function``'s module), judged by
     pydantic without converting anything; None where it cannot judge (``Any``, a name known to
-    type checkers only)."""
+    type checkers only).
+
+    Strings and booleans are judged strictly: the function receives the value as given, so
+    ``"no"`` is no ``bool`` (it is true) and ``"3"`` no ``int``; other values laxly, so a numpy
+    integer is an ``int`` and an ``int`` a ``float``."""
     from pydantic import ConfigDict, TypeAdapter, ValidationError
 
     holder = types.SimpleNamespace(__annotations__={"value": annotation})
     try:
         hint = typing.get_type_hints(holder, globalns=function.__globals__)["value"]
-        adapter = TypeAdapter(hint, config=ConfigDict(arbitrary_types_allowed=True))
+        lax, strict = (
+            TypeAdapter(hint, config=ConfigDict(arbitrary_types_allowed=True, strict=mode))
+            for mode in (False, True)
+        )
     except Exception:  # an annotation pydantic has no schema for: nothing to check against
         return None
     if hint is Any:
         return None
 
     def fits(value: Any) -> bool:
+        adapter = strict if isinstance(value, str | bytes | bool) else lax
         try:
             adapter.validate_python(value)
         except ValidationError:

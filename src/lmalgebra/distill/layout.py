@@ -172,14 +172,27 @@ def write_model_directory(
     return target
 
 
+def read_marker(directory: Path) -> dict[str, Any]:
+    """What made the complete model directory (its ``lmalgebra.json``); UserInputError naming
+    the file when it cannot be read."""
+    path = directory / MARKER
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{path} cannot be read ({type(err).__name__}: {err})") from None
+    if not isinstance(found, dict):
+        raise UserInputError(f"{path} holds no JSON object: the model directory is damaged")
+    return found
+
+
 def model_damage(directory: Path) -> str | None:
     """Why the complete model directory cannot be trusted (a file its marker lists is missing
     or no longer has the sha256 recorded when it was written), or None. A marker of an older
     release, without checksums, is taken as it is."""
     try:
-        sums = json.loads((directory / MARKER).read_text(encoding="utf-8")).get(FILES_KEY, {})
-    except (OSError, ValueError, AttributeError) as err:
-        return f"{directory / MARKER} cannot be read ({type(err).__name__})"
+        sums = read_marker(directory).get(FILES_KEY, {})
+    except UserInputError as err:
+        return str(err)
     for name, digest in sums.items():
         path = directory / name
         if not path.is_file():

@@ -20,8 +20,9 @@ import pyarrow as pa
 import torch
 import yaml
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.examples import write_examples
-from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout
+from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import Teacher, inference_setup
@@ -125,6 +126,25 @@ class Objective(ABC):
     def check_store(self) -> dict[str, Teacher]:
         """Refuse a store built from another recipe or other teachers; the teachers, opened."""
 
+    def check_students(self, students: Sequence[str]) -> None:
+        """Refuse to score students against teachers or a store other than those they were
+        trained from: the store must be the current teachers' (``check_store``), and each saved
+        student's record of its teachers' hashes theirs."""
+        teachers = self.check_store()
+        for name in students:
+            model = self.layout.model(name)
+            if not is_complete(model):
+                continue  # named by the objective's evaluation
+            recorded = read_marker(model).get("teacher_hashes", {})
+            changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
+            if changed:
+                teacher = teachers[changed[0]]
+                raise UserInputError(
+                    f"student {name!r} was trained from teacher {changed[0]!r} as it was before "
+                    f"its files ({teacher.directory}) changed: train it again "
+                    f"(`lmalgebra merge train RECIPE --name {name} --restart`)"
+                )
+
     @abstractmethod
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         """Train (or resume) student ``name`` of the run; its model directory."""
@@ -133,7 +153,8 @@ class Objective(ABC):
     def evaluate(
         self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
     ) -> Evaluation:
-        """Score ``students`` and the teachers on the held-out examples; write ``evaluation/``.
+        """Score ``students`` and the teachers on the held-out examples; write ``evaluation/``;
+        its settings checked first, then the store and the students (``check_students``).
 
         ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
 

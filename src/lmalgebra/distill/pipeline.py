@@ -89,7 +89,8 @@ def evaluate_students(
     pooling: str | None = None,
 ) -> Evaluation:
     """Score ``students`` of the recipe's run and its teachers on the held-out examples, as the
-    recipe's objective does; written to the run's ``evaluation/``."""
+    recipe's objective does; written to the run's ``evaluation/``. Refused when the store or a
+    student was made from other teachers than the recipe's as they are now."""
     return objective_of(recipe).evaluate(students, languages, pooling)
 
 

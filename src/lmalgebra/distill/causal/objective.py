@@ -71,6 +71,7 @@ class CausalObjective(Objective):
 
         chosen = list(languages) if languages else None
         spec = validate(CoverageSpec, {"pooling": pooling or "mean"}, "evaluate")
+        self.check_students(students)
         found = evaluate_causal_run(self.recipe, list(students), chosen, spec)
         markdown = causal_markdown(found)
         columns = list(COVERAGE.columns)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import TOPK, RunLayout, trusted_model
+from lmalgebra.distill.layout import RunLayout, trusted_model
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
 from lmalgebra.distill.masked.masking import MaskedCopy
 from lmalgebra.distill.masked.scores import Score, markdown, score_rdt, write_evaluation
@@ -38,7 +38,6 @@ from lmalgebra.distill.teachers import load_lm
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, apply_map
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
-from lmalgebra.storage.shard_set import ShardSet
 
 log = logging.getLogger(__name__)
 
@@ -156,17 +155,7 @@ def _load_teacher(recipe: MaskedRecipe, name: str) -> tuple[Any, Any]:
     """The teacher's masked LM and tokenizer (its all-mask predictions are not in the store)."""
     layout = RunLayout(recipe.output_dir)
     ref = recipe.teachers[name].ref(name)
-    teacher = open_masked_teacher(ref, layout.hashes)
-    for lang, found in layout.pairs(TOPK):
-        directory = layout.store(TOPK, lang, found)
-        if (
-            found == name
-            and ShardSet.existing(directory).manifest.get("teacher_hashes") != teacher.hashes
-        ):
-            raise UserInputError(
-                f"teacher {name!r} ({teacher.directory}) changed since `lmalgebra merge teach` "
-                f"wrote {directory}: run it again on the run's recipe"
-            )
+    teacher = open_masked_teacher(ref, layout.hashes)  # its store: checked by check_students
     return load_lm(ref, teacher.directory, "masked"), teacher.tokenizer
 
 

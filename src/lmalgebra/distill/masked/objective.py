@@ -81,6 +81,7 @@ class MaskedObjective(Objective):
                 "pooling applies to causal runs only (LMD coverage of their teachers)"
             )
         chosen = list(languages) if languages else None
+        self.check_students(students)
         scores, deviations = evaluate_students(self.recipe, list(students), chosen)
         return Evaluation(scores, list(SCORES.columns), deviations, markdown(scores, deviations))
 
