@@ -108,3 +108,16 @@ def test_a_student_is_not_scored_against_teachers_changed_since(
     code, stderr = cli(["merge", "evaluate", run])
     assert_one_line(code, stderr, ["student 'student'", "teacher 'wp'", str(teachers["wp"])])
     assert digests(tmp_path / "run") == before
+
+
+@pytest.mark.parametrize("given", ["bert_dir", "gpt2_dir"])
+def test_a_model_without_a_language_model_head_is_named_as_such(
+    given: str, trained: Path, request: pytest.FixtureRequest, cli
+) -> None:
+    """A bare encoder or decoder (``BertModel``, ``GPT2Model``) where a causal LM is needed is
+    refused for what it is, not for a tokenizer detail found first."""
+    directory = request.getfixturevalue(given)
+    before = digests(trained)
+    code, stderr = cli(["merge", "bits-per-byte", str(trained), "--models", f"x={directory}"])
+    assert_one_line(code, stderr, ["model 'x'", str(directory), "without a language-model head"])
+    assert digests(trained) == before

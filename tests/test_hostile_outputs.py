@@ -322,3 +322,40 @@ def test_a_finished_run_is_not_replaced_by_a_run_on_other_inputs(
         lmalgebra.decompose(first, edited, **options)
     assert digests(api_out) == before
     lmalgebra.decompose(first, edited, overwrite=True, **options)
+
+
+def test_no_command_writes_into_another_kind_of_directory(
+    cli: Runner, finished_run: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A model directory is not written into a decomposition run or a merge run, nor a merge run
+    into a decomposition run or a model directory: one line naming the directory, what it holds
+    and the file that tells, and nothing in it changed."""
+    import shutil
+
+    from merge_fixtures import write_recipe
+
+    run = tmp_path / "decomposition"
+    shutil.copytree(finished_run, run)
+    merge_run = tmp_path / "merge-run"
+    merge_run.mkdir()
+    (merge_run / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "lmalgebra.json").write_text("{}", encoding="utf-8")
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--training.steps", "1", "--no-progress"]
+    for target, holds, tell in (
+        (run, "decomposition run", "summary.json"),
+        (merge_run, "merge run", "recipe.yaml"),
+    ):
+        before = digests(target)
+        one_error(*cli(*pretrain, "--out", str(target)), str(target), holds, tell, "pretrain")
+        assert digests(target) == before
+    for target, holds, tell in (
+        (run, "decomposition run", "summary.json"),
+        (model, "model directory", "lmalgebra.json"),
+    ):
+        recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(target))
+        before = digests(target)
+        one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(target), holds, tell)
+        assert digests(target) == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -43,8 +44,14 @@ def test_masked_positions_head_matches_full_logits(teacher_dirs, teacher: str) -
 def test_teacher_without_trained_head_is_refused(teacher_dirs, tmp_path: Path) -> None:
     encoder = tmp_path / "encoder-only"
     AutoModel.from_pretrained(teacher_dirs["wp"]).save_pretrained(encoder)
+    ref = ModelRef(name="enc", path=str(encoder))
+    with pytest.raises(UserInputError, match="holds a BertModel, a model without a language-model"):
+        load_lm(ref, encoder, "masked")  # config.json says so: refused before loading
+    config = json.loads((encoder / "config.json").read_text())
+    config["architectures"] = ["BertForMaskedLM"]  # says it has a head; its weights do not
+    (encoder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserInputError, match="no trained masked-LM head"):
-        load_lm(ModelRef(name="enc", path=str(encoder)), encoder, "masked")
+        load_lm(ref, encoder, "masked")
 
 
 @pytest.fixture(scope="module")

@@ -90,15 +90,20 @@ def head_of(name: str | None) -> Head | None:
 
 
 def refuse_other_head(owner: str, directory: Path, head: Head, hint: str = "") -> None:
-    """Refuse a model whose ``config.json`` names the other head: a masked LM would load as a
-    causal LM (BERT's masked-LM head fits ``BertLMHeadModel``) and score nonsense, and a causal
-    LM has no masked-LM head."""
+    """Refuse a model whose ``config.json`` names the other head, or none (a bare encoder or
+    decoder, ``BertModel``): a masked LM would load as a causal LM (BERT's masked-LM head fits
+    ``BertLMHeadModel``) and score nonsense, and a causal LM has no masked-LM head."""
     found = architecture(directory)
     other = head_of(found)
     if other is not None and other != head:
         raise UserInputError(
             f"{owner}: {directory} holds a {_HEADS[other][1]} ({found}), "
             f"not a {_HEADS[head][1]}{hint}"
+        )
+    if other is None and found is not None and found.endswith("Model"):  # BertModel, GPT2Model
+        raise UserInputError(
+            f"{owner}: {directory} holds a {found}, a model without a language-model head, "
+            f"not a {_HEADS[head][1]}"
         )
 
 

@@ -130,6 +130,13 @@ class DecomposeConfig(BaseModel):
             )
         if (self.target is None) != (self.basis is None):
             raise UserInputError("--target and --basis go together")
+        default_alpha = type(self).model_fields["alpha"].default
+        if self.study.alpha_select != "fixed" and self.alpha != default_alpha:
+            raise UserInputError(
+                f"--alpha {self.alpha:g} would be ignored: --study.alpha_select "
+                f"{self.study.alpha_select} chooses alpha over --study.alpha_grid; give one of "
+                "the two"
+            )
         if self.target is not None and self.basis is not None:
             if self.target not in names:
                 raise UserInputError(

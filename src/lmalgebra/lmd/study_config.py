@@ -88,6 +88,11 @@ class StudySpec(BaseModel):
         bad_alpha = [a for a in self.alpha_grid if not (a > 0 and math.isfinite(a))]
         if bad_alpha:
             raise UserInputError(f"alpha grid values must be finite and > 0, got {bad_alpha[0]}")
+        if self.alpha_select != "kfold" and self.folds != type(self).model_fields["folds"].default:
+            raise UserInputError(
+                f"--study.folds {self.folds} would be ignored: folds apply to "
+                "--study.alpha_select kfold only"
+            )
         if self.alpha_select == "kfold" and not 2 <= self.folds <= self.blocks:
             raise UserInputError(
                 f"folds must be between 2 and blocks ({self.blocks}), got {self.folds}"

@@ -86,6 +86,13 @@ class TrainingSpec(OptimisationSpec):
     def _check(self) -> TrainingSpec:
         if not 0 <= self.lambda_value <= 1:
             raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
+        default = type(self).model_fields["lambda_value"].default
+        if self.lambda_schedule != "constant" and self.lambda_value != default:
+            raise UserInputError(
+                f"training.lambda_value {self.lambda_value:g} would be ignored: the "
+                f"{self.lambda_schedule} lambda_schedule anneals the KD weight from 1 to 0; set "
+                "lambda_schedule: constant to use it"
+            )
         if self.teachers is not None and not self.teachers:
             raise UserInputError(
                 "training.teachers is empty: name at least one teacher, or omit it"

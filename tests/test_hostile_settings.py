@@ -1,0 +1,77 @@
+"""A setting is applied, or refused: one that the rest of the configuration would make the run
+ignore is refused in one line naming both, before any work, instead of a run that records a
+value it never used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import lmalgebra
+from hostile_helpers import assert_one_line, run_cli
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run
+
+
+DECOMPOSE = {
+    "alpha_beside_alpha_select": (
+        ["--alpha", "0.5", "--study.alpha_select", "gcv"],
+        ["--alpha 0.5", "ignored", "alpha_select gcv"],
+    ),
+    "folds_without_kfold": (
+        ["--study.folds", "3", "--study.alpha_select", "validation"],
+        ["--study.folds 3", "ignored", "kfold"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DECOMPOSE))
+def test_decompose_settings_that_would_be_ignored(
+    case: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    flags, needles = DECOMPOSE[case]
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5", *flags]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, needles)
+    assert not cache.exists() and not (tmp_path / "out").exists()  # refused before embedding
+
+
+def test_the_default_alpha_beside_alpha_select_is_no_conflict(
+    bert_dir: Path, bert2_dir: Path
+) -> None:
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    plan = lmalgebra.decompose_plan(models, ["x"] * 4, study={"alpha_select": "gcv"})
+    assert len(plan) > 0
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+def test_a_constant_kd_weight_under_an_annealed_schedule_is_refused(
+    command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    training = {**TINY_TRAINING, "lambda_value": 0.3}  # lambda_schedule: linear, the default
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.lambda_value 0.3", "ignored", "linear"])
+    assert not (tmp_path / "run").exists()
+    constant = write_recipe(
+        tmp_path, teacher_dirs, training={**training, "lambda_schedule": "constant"}
+    )
+    assert lmalgebra.merge_plan(constant).train_s.gt(0).all()  # applied: accepted
