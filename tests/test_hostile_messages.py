@@ -37,6 +37,24 @@ def test_report_of_a_file_says_it_is_a_file(tmp_path: Path, cli) -> None:
     assert path.read_text(encoding="utf-8") == "kind,target\n"
 
 
+@pytest.mark.parametrize(
+    ("marker", "command", "holds"),
+    [
+        ("recipe.yaml", ["report"], "it holds a merge run (recipe.yaml)"),
+        ("lmalgebra.json", ["report"], "it holds a model directory (lmalgebra.json)"),
+        ("summary.json", ["merge", "evaluate"], "it holds a decomposition run (summary.json)"),
+        ("summary.json", ["merge", "inspect"], "it holds a decomposition run (summary.json)"),
+    ],
+)
+def test_a_directory_of_another_kind_is_called_what_it_is(
+    marker: str, command: list[str], holds: str, tmp_path: Path, cli
+) -> None:
+    """Not only what the command misses in the directory: what the directory is instead."""
+    (tmp_path / marker).write_text("{}\n", encoding="utf-8")
+    code, stderr = cli([*command, str(tmp_path)])
+    assert_one_line(code, stderr, [str(tmp_path), holds])
+
+
 def test_a_directory_in_place_of_a_span_cache_entry_is_named(
     tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
 ) -> None:

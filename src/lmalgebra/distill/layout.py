@@ -34,6 +34,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.output_paths import not_a
 from lmalgebra.storage.shard_set import MANIFEST
 
 RECIPE = "recipe.yaml"
@@ -124,8 +125,8 @@ class RunLayout:
             raise UserInputError(f"run directory {self.root} is a file, not a directory")
         if not self.recipe.is_file():
             raise UserInputError(
-                f"{self.root} is not a merge run directory (no {RECIPE}): "
-                "run `lmalgebra merge prepare RECIPE` first"
+                f"{self.root} is not a merge run directory (no {RECIPE}"
+                f"{not_a(self.root, 'merge run')}): run `lmalgebra merge prepare RECIPE` first"
             )
         return self.recipe
 

@@ -17,6 +17,7 @@ from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.run_schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
+from lmalgebra.storage.output_paths import not_a
 
 
 class HasSplit(Protocol):
@@ -61,7 +62,10 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
         raise UserInputError(f"run directory {run_dir} does not exist")
     path = run_dir / SUMMARY
     if not path.is_file():
-        raise UserInputError(f"{run_dir} is not a complete decomposition run: it has no {SUMMARY}")
+        raise UserInputError(
+            f"{run_dir} is not a complete decomposition run: it has no {SUMMARY}"
+            f"{not_a(run_dir, 'decomposition run')}"
+        )
     summary = read_json(path)
     record = summary.pop(FILES, None)
     if isinstance(record, dict):

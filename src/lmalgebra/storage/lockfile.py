@@ -32,7 +32,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.disk_space import naming_file
-from lmalgebra.storage.output_paths import LOCK_NAME, Snapshot, make_directory
+from lmalgebra.storage.output_paths import LOCK_NAME, Snapshot, directory_kind, make_directory
 
 log = logging.getLogger(__name__)
 TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)$")  # lmalgebra.storage.atomic's temporary names
@@ -155,30 +155,22 @@ def _shared_outcome(size: int, failed: bool) -> bool:
     return any_rank(failed)
 
 
-# What a command writes, and the top-level files by which each kind of directory is known: a merge
-# run or a model directory is not written into another kind (a decomposition's own claim,
-# ``output_paths.claim_run_directory``, judges its directory, naming every foreign entry)
+# What a command writes: a merge run or a model directory is not written into another kind (a
+# decomposition's own claim, ``output_paths.claim_run_directory``, judges its directory, naming
+# every foreign entry)
 WRITES = {"merge": "merge run", "pretrain": "model directory"}
-MARKERS = {
-    "decomposition run": ("summary.json", "provenance.json"),
-    "merge run": ("recipe.yaml",),
-    "model directory": ("lmalgebra.json",),
-}
 
 
 def refuse_other_kind(directory: Path, command: str) -> None:
     """Refuse ``command`` writing into a directory that holds another kind of lmalgebra output
-    (a decomposition run, a merge run, a model directory), naming it and the file that tells."""
+    (``output_paths.directory_kind``), naming it and the file that tells."""
     kind = WRITES.get(command.split()[0])
-    if kind is None:
-        return
-    for other, markers in MARKERS.items():
-        found = next((m for m in markers if (directory / m).is_file()), None)
-        if other != kind and found is not None:
-            raise UserInputError(
-                f"{directory} holds a {other} ({found}), not a {kind}: `lmalgebra {command}` "
-                "writes nothing into it; write to another directory"
-            )
+    found = directory_kind(directory)
+    if kind is not None and found is not None and found[0] != kind:
+        raise UserInputError(
+            f"{directory} holds a {found[0]} ({found[1]}), not a {kind}: `lmalgebra {command}` "
+            "writes nothing into it; write to another directory"
+        )
 
 
 @contextlib.contextmanager

@@ -96,6 +96,30 @@ def _entries(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name != LOCK_NAME)
 
 
+# the top-level files by which each kind of lmalgebra output directory is known
+KIND_MARKERS = {
+    "decomposition run": ("summary.json", "provenance.json"),
+    "merge run": ("recipe.yaml",),
+    "model directory": ("lmalgebra.json",),
+}
+
+
+def directory_kind(directory: Path) -> tuple[str, str] | None:
+    """What kind of lmalgebra output ``directory`` holds, and the file that tells (the first of
+    ``KIND_MARKERS`` found), or None."""
+    for kind, markers in KIND_MARKERS.items():
+        for marker in markers:
+            if (directory / marker).is_file():
+                return kind, marker
+    return None
+
+
+def not_a(directory: Path, kind: str) -> str:
+    """What ``directory`` holds instead of a ``kind``, for a message (empty when nothing)."""
+    found = directory_kind(directory)
+    return f"; it holds a {found[0]} ({found[1]})" if found and found[0] != kind else ""
+
+
 def _names(entries: Sequence[Path]) -> str:
     """The first three of ``entries`` (a directory with a slash), and how many more."""
     shown = ", ".join(f"{e.name}/" if e.is_dir() else e.name for e in entries[:3])
