@@ -41,7 +41,11 @@ def test_report_of_a_file_says_it_is_a_file(tmp_path: Path, cli) -> None:
     ("marker", "command", "holds"),
     [
         ("recipe.yaml", ["report"], "it holds a merge run (recipe.yaml)"),
-        ("lmalgebra.json", ["report"], "it holds a model directory (lmalgebra.json)"),
+        (
+            "lmalgebra.json",
+            ["report"],
+            "it holds a model directory written by lmalgebra (lmalgebra.json)",
+        ),
         ("summary.json", ["merge", "evaluate"], "it holds a decomposition run (summary.json)"),
         ("summary.json", ["merge", "inspect"], "it holds a decomposition run (summary.json)"),
     ],

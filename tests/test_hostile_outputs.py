@@ -342,11 +342,14 @@ def test_no_command_writes_into_another_kind_of_directory(
     model = tmp_path / "model"
     model.mkdir()
     (model / "lmalgebra.json").write_text("{}", encoding="utf-8")
+    users = tmp_path / "users-model"  # a Hugging Face model directory lmalgebra did not write
+    shutil.copytree(teacher_dirs["wp"], users)
     pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
     pretrain += ["--tokenizer.vocab_size", "100", "--training.steps", "1", "--no-progress"]
     for target, holds, tell in (
         (run, "decomposition run", "summary.json"),
         (merge_run, "merge run", "recipe.yaml"),
+        (users, "a model lmalgebra did not write", "config.json"),
     ):
         before = digests(target)
         one_error(*cli(*pretrain, "--out", str(target)), str(target), holds, tell, "pretrain")
@@ -354,8 +357,25 @@ def test_no_command_writes_into_another_kind_of_directory(
     for target, holds, tell in (
         (run, "decomposition run", "summary.json"),
         (model, "model directory", "lmalgebra.json"),
+        (users, "a model lmalgebra did not write", "config.json"),
     ):
         recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(target))
         before = digests(target)
         one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(target), holds, tell)
         assert digests(target) == before
+
+
+def test_pretrain_resumes_into_its_own_unfinished_directory(
+    cli: Runner, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """Its checkpoints (``training/``) mark a directory ``pretrain`` is writing, even when the
+    model's files are there before its ``lmalgebra.json`` (cut short while saving)."""
+    out = tmp_path / "teacher"
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--training.steps", "1", "--no-progress"]
+    code, err = cli(*pretrain, "--out", str(out))
+    assert code == 0, err
+    (out / "lmalgebra.json").unlink()  # as if stopped between the weights and the marker
+    code, err = cli(*pretrain, "--out", str(out))
+    assert code == 0, err
+    assert (out / "lmalgebra.json").is_file()

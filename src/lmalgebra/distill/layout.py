@@ -126,7 +126,7 @@ class RunLayout:
         if not self.recipe.is_file():
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}"
-                f"{not_a(self.root, 'merge run')}): run `lmalgebra merge prepare RECIPE` first"
+                f"{not_a(self.root, 'a merge run')}): run `lmalgebra merge prepare RECIPE` first"
             )
         return self.recipe
 

@@ -64,7 +64,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserInputError(
             f"{run_dir} is not a complete decomposition run: it has no {SUMMARY}"
-            f"{not_a(run_dir, 'decomposition run')}"
+            f"{not_a(run_dir, 'a decomposition run')}"
         )
     summary = read_json(path)
     record = summary.pop(FILES, None)

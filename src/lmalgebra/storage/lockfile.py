@@ -158,18 +158,19 @@ def _shared_outcome(size: int, failed: bool) -> bool:
 # What a command writes: a merge run or a model directory is not written into another kind (a
 # decomposition's own claim, ``output_paths.claim_run_directory``, judges its directory, naming
 # every foreign entry)
-WRITES = {"merge": "merge run", "pretrain": "model directory"}
+WRITES = {"merge": "a merge run", "pretrain": "a model directory written by lmalgebra"}
 
 
 def refuse_other_kind(directory: Path, command: str) -> None:
-    """Refuse ``command`` writing into a directory that holds another kind of lmalgebra output
-    (``output_paths.directory_kind``), naming it and the file that tells."""
+    """Refuse ``command`` writing into a directory that holds another kind of output
+    (``output_paths.directory_kind``: another kind of run, a model lmalgebra did not write),
+    naming it and the file that tells."""
     kind = WRITES.get(command.split()[0])
     found = directory_kind(directory)
     if kind is not None and found is not None and found[0] != kind:
         raise UserInputError(
-            f"{directory} holds a {found[0]} ({found[1]}), not a {kind}: `lmalgebra {command}` "
-            "writes nothing into it; write to another directory"
+            f"{directory} holds {found[0]} ({found[1]}): `lmalgebra {command}` writes nothing "
+            "into another kind of directory; write to another one"
         )
 
 

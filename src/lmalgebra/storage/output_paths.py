@@ -98,26 +98,36 @@ def _entries(directory: Path) -> list[Path]:
 
 # the top-level files by which each kind of lmalgebra output directory is known
 KIND_MARKERS = {
-    "decomposition run": ("summary.json", "provenance.json"),
-    "merge run": ("recipe.yaml",),
-    "model directory": ("lmalgebra.json",),
+    "a decomposition run": ("summary.json", "provenance.json"),
+    "a merge run": ("recipe.yaml",),
+    "a model directory written by lmalgebra": ("lmalgebra.json",),
 }
 
 
+# a model's configuration, and where ``lmalgebra pretrain`` keeps its checkpoints and log while
+# (and after) it trains: a model directory without them was not written here
+MODEL_CONFIG = "config.json"
+PRETRAIN_WORK = "training"
+
+
 def directory_kind(directory: Path) -> tuple[str, str] | None:
-    """What kind of lmalgebra output ``directory`` holds, and the file that tells (the first of
-    ``KIND_MARKERS`` found), or None."""
+    """What kind of output ``directory`` holds, and the file that tells (the first of
+    ``KIND_MARKERS`` found; a Hugging Face model directory that ``lmalgebra pretrain`` is not
+    writing, by its ``config.json``), or None."""
     for kind, markers in KIND_MARKERS.items():
         for marker in markers:
             if (directory / marker).is_file():
                 return kind, marker
+    if (directory / MODEL_CONFIG).is_file() and not (directory / PRETRAIN_WORK).is_dir():
+        return "a model lmalgebra did not write", MODEL_CONFIG
     return None
 
 
 def not_a(directory: Path, kind: str) -> str:
-    """What ``directory`` holds instead of a ``kind``, for a message (empty when nothing)."""
+    """What ``directory`` holds instead of a ``kind`` (a key of ``KIND_MARKERS``), for a
+    message (empty when nothing)."""
     found = directory_kind(directory)
-    return f"; it holds a {found[0]} ({found[1]})" if found and found[0] != kind else ""
+    return f"; it holds {found[0]} ({found[1]})" if found and found[0] != kind else ""
 
 
 def _names(entries: Sequence[Path]) -> str:
