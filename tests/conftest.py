@@ -78,3 +78,15 @@ def slow_bf16_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     from lmalgebra.core import precision
 
     monkeypatch.setenv(precision.ALLOW_SLOW_BF16, "1")
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``cli([ARGS])``: ``lmalgebra ARGS`` run in-process (``hostile_helpers.run_cli``): exit
+    status and stderr without colours."""
+    from hostile_helpers import run_cli
+
+    def run(args: list[str]) -> tuple[int, str]:
+        return run_cli(args, monkeypatch, capsys)
+
+    return run

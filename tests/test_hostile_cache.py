@@ -9,18 +9,10 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hostile_helpers import assert_one_line, run_cli
+from hostile_helpers import assert_one_line
 from lmalgebra import UserInputError
 from lmalgebra.distill.vocab.mined_map import mined_map
 from merge_fixtures import write_recipe
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
 
 
 @pytest.fixture(params=["file", "unwritable"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_helpers import LATIN1, assert_one_line, digests, run_cli
+from hostile_helpers import LATIN1, assert_one_line, digests
 from report_fixtures import build_run
 
 OFFSET = "byte 0xe9 at offset 3"
@@ -20,14 +20,6 @@ RECIPE_COMMANDS = [
     ["merge", "run"],
     ["merge", "train"],
 ]
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
 
 
 @pytest.mark.parametrize("command", RECIPE_COMMANDS, ids=" ".join)

@@ -11,15 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_helpers import assert_one_line, run_cli
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
+from hostile_helpers import assert_one_line
 
 
 def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path, cache: Path) -> list[str]:

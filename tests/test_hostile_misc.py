@@ -12,16 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, built_store, digests, run_cli
+from hostile_helpers import assert_one_line, built_store, digests
 from merge_fixtures import write_recipe
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
 
 
 @pytest.mark.parametrize("command", [["decompose"], ["merge", "prepare"], ["merge", "train"]])

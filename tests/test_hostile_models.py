@@ -12,19 +12,11 @@ from pathlib import Path
 import pytest
 
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
-from hostile_helpers import assert_one_line, digests, run_cli
+from hostile_helpers import assert_one_line, digests
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.layout import FILES_KEY, MARKER, model_damage
 from lmalgebra.distill.recipe import load_recipe
 from merge_fixtures import TINY_TRAINING
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
 
 
 @pytest.fixture(scope="module")

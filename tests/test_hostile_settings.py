@@ -9,17 +9,8 @@ from pathlib import Path
 import pytest
 
 import lmalgebra
-from hostile_helpers import assert_one_line, run_cli
+from hostile_helpers import assert_one_line
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
-
 
 DECOMPOSE = {
     "alpha_beside_alpha_select": (

@@ -11,17 +11,9 @@ import pytest
 import yaml
 
 from causal_fixtures import write_causal_recipe
-from hostile_helpers import assert_one_line, built_store, digests, run_cli
+from hostile_helpers import assert_one_line, built_store, digests
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.recipe import load_recipe
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
 
 
 @pytest.fixture(scope="module")

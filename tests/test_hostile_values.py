@@ -8,18 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, run_cli
+from hostile_helpers import assert_one_line
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
-
 
 DECOMPOSE = {
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),

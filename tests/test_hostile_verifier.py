@@ -9,21 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hostile_helpers import assert_one_line, built_store, digests, run_cli
+from hostile_helpers import assert_one_line, built_store, digests
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Path:
     """A masked run whose examples, masked copies, teacher store and vocabulary are built."""
     return built_store(tmp_path_factory.mktemp("verifier"), teacher_dirs).parent / "run"
-
-
-@pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    def run(args: list[str]) -> tuple[int, str]:
-        return run_cli(args, monkeypatch, capsys)
-
-    return run
 
 
 @pytest.mark.parametrize("part", ["examples", "masked", "topk"])
