@@ -391,6 +391,7 @@ class Session:
 
     def __init__(self, name: str, measured: Sequence[str]) -> None:
         self.tag = TAG["tag"]
+        self.script = f"bench/{name}.py"
         self.name = f"{name}-{self.tag}" if self.tag else name
         self.measured = tuple(measured)
         self.started = time.perf_counter()
@@ -431,6 +432,7 @@ class Session:
             notes.append(f"Warning: measured sources changed during the run: {', '.join(changed)}.")
         record = {
             "name": self.name,
+            "script": self.script,
             "title": title,
             "about": about,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -95,10 +95,16 @@ def _figures(figures: list[dict[str, Any]]) -> list[str]:
     return _table(columns, rows)
 
 
+def _script(record: dict[str, Any]) -> str:
+    """The script that made ``record``; records before the field: the name less its ``--tag``
+    (script names have no hyphen)."""
+    return str(record.get("script") or f"bench/{record['name'].split('-', 1)[0]}.py")
+
+
 def section(record: dict[str, Any], common_machine: str) -> list[str]:
     lines = [f"<a id='{record['name']}'></a>", f"## {record['title']}", "", record["about"], ""]
     lines.append(
-        f"- Date: {record['date']}; code {record['code']}; script `bench/{record['name']}.py`."
+        f"- Date: {record['date']}; code {record['code']}; script `{_script(record)}`."
     )
     here = machine_line(record["machine"])
     if here != common_machine:
