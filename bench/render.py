@@ -103,9 +103,7 @@ def _script(record: dict[str, Any]) -> str:
 
 def section(record: dict[str, Any], common_machine: str) -> list[str]:
     lines = [f"<a id='{record['name']}'></a>", f"## {record['title']}", "", record["about"], ""]
-    lines.append(
-        f"- Date: {record['date']}; code {record['code']}; script `{_script(record)}`."
-    )
+    lines.append(f"- Date: {record['date']}; code {record['code']}; script `{_script(record)}`.")
     here = machine_line(record["machine"])
     if here != common_machine:
         lines.append(f"- Machine: {here}")
