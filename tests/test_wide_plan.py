@@ -204,3 +204,31 @@ def test_reduced_run_records_its_method_and_k(tmp_path: Path, bert_dir: Path) ->
 def test_sketch_without_components_is_refused() -> None:
     with pytest.raises(UserInputError, match=r"sketch method needs scale\.components"):
         lmalgebra.decompose_plan({"a": np.zeros((3, 2))}, scale={"method": "sketch"})
+
+
+def test_the_dry_run_prints_the_plan_writes_nothing_and_refuses_what_the_run_would(
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``decompose --dry-run``: the models' table and each method's phases, exit 0, no output
+    directory and no cache; a corpus the run would refuse is refused by the dry run too."""
+    from hostile_helpers import ANSI, assert_one_line, run_cli
+    from lmalgebra.cli import main
+
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--out", str(tmp_path / "run"), "--cache_dir", str(tmp_path / "cache"), "--dry-run"]
+    monkeypatch.setattr(sys, "argv", ["lmalgebra", *args, "--corpus.paths", str(corpus_txt)])
+    main()  # returns: exit status 0
+    out = ANSI.sub("", capsys.readouterr().out)
+    assert "Models (sizes from their configurations" in out and "exact (float64)" in out
+    assert "group fits" in out and "reduced (float64" in out
+    assert list(tmp_path.iterdir()) == []  # nothing written: no run, no cache
+    missing = tmp_path / "nope.txt"
+    code, stderr = run_cli([*args, "--corpus.paths", str(missing)], monkeypatch, capsys)
+    assert_one_line(code, stderr, ["corpus", str(missing), "does not exist"])
+    with pytest.raises(UserInputError, match="does not exist"):
+        lmalgebra.decompose_plan({"a": str(bert_dir), "b": str(bert2_dir)}, str(missing))

@@ -30,7 +30,7 @@ from lmalgebra.lmd.plan import GIB, measure_speeds
 from lmalgebra.lmd.plan_table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run import decompose as decompose_to_directory
 from lmalgebra.lmd.span_plan import SpanPlanSpec, plan_spans, span_tokenizer
-from lmalgebra.sources.corpus import CorpusSpec, DocSep, read_documents
+from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.models import load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import span_sha256
 
@@ -139,6 +139,8 @@ def plan_frame(
 ) -> pd.DataFrame:
     """:func:`decompose_plan` of a validated configuration (``lmalgebra decompose --dry-run``)."""
     given = inputs.given if inputs is not None else {}
+    if inputs is None or inputs.docs is None:
+        corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
     with library_call():
         plan, shapes = plan_for(config, given)
         unknown = [s.name for s in shapes if s.width <= 0]

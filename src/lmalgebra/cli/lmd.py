@@ -53,6 +53,15 @@ def decompose(
             "directory holding anything else is refused."
         ),
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan (per method and phase: peak memory, time, disk; the embedding "
+            "cache per model; what fits this machine) and stop: nothing is embedded, no weights "
+            "are read.",
+        ),
+    ] = False,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -61,16 +70,69 @@ def decompose(
     Every recipe key has a flag (--spans.length, --study.bootstrap); a flag given overrides the
     recipe, one not given keeps it (the defaults shown apply when the recipe does not set them).
     """
-    from lmalgebra.api.decompose import decompose_recipe
+    from lmalgebra.api.decompose import decompose_recipe, plan_frame
     from lmalgebra.distributed import is_main
 
     for entry in overrides.get("models", []):
         entry["trust_remote_code"] = trust_remote_code
     config = load_config(recipe, overrides)
+    if dry_run:
+        _print_plan(plan_frame(config))
+        return
     result = decompose_recipe(config, overwrite)
     if is_main():  # one table, not one per process
         console.print(_group_table(result))
         console.print(f"outputs in [bold]{config.out}[/bold]")
+
+
+def _print_plan(frame: Any) -> None:
+    """The dry run's tables: the models (embedding time and cache), then each method's total
+    followed by its phases."""
+    embedding = {r.model: r for r in frame.itertuples() if r.method == "all"}
+    models = Table(title="Models (sizes from their configurations; no weights read)")
+    for column in ("model", "kind", "width", "embedding", "peak", "cache"):
+        models.add_column(column, justify="left" if column in ("model", "kind") else "right")
+    for row in frame.attrs["models"].itertuples():
+        embed = embedding.get(row.model)
+        models.add_row(
+            row.model,
+            row.kind,
+            f"{row.width:,}",
+            _duration(embed.seconds) if embed else "-",
+            f"{embed.peak_gib:.2f} GiB" if embed else "-",
+            f"{row.cache_gib:.2f} GiB" if row.cache_gib else "-",
+        )
+    console.print(models)
+    title = f"Plan: peak memory and time after embedding ({frame.attrs['available_gib']:.1f} GiB "
+    plan = Table(title=title + "available; the run is held to its own method)")
+    for column in ("method / phase", "peak", "time", "disk", "fits"):
+        plan.add_column(column, justify="left" if column == "method / phase" else "right")
+    methods = frame[frame["method"] != "all"]
+    for key, rows in methods.groupby(
+        ["method", "precision", "components"], dropna=False, sort=False
+    ):
+        total = rows[rows["phase"].str.startswith("total")].iloc[0]
+        k = "" if key[2] != key[2] or key[2] is None else f", k {int(key[2])}"
+        name = f"{key[0]} ({key[1]}{k}){' [this run]' if total.chosen else ''}"
+        style = "bold" if total.chosen else ""
+        plan.add_row(
+            f"[{style or 'default'}]{name}[/]",
+            f"{total.peak_gib:.2f} GiB",
+            _duration(total.seconds),
+            f"{total.disk_gib:.1f} GiB" if total.disk_gib else "",
+            "yes" if total.fits else "[red]no[/red]",
+        )
+        for phase in rows[~rows["phase"].str.startswith("total")].itertuples():
+            plan.add_row(
+                f"  {phase.phase}", f"{phase.peak_gib:.2f}", _duration(phase.seconds), "", ""
+            )
+    console.print(plan)
+
+
+def _duration(seconds: float) -> str:
+    if seconds != seconds:  # NaN: not timed
+        return "-"
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def _group_table(result: Any) -> Table:

@@ -219,11 +219,13 @@ def documents_by_language(spec: CorpusSpec) -> dict[str, list[str]]:
     return out
 
 
-def read_labelled(spec: CorpusSpec) -> list[tuple[str, str | None]]:
-    """``(document, language or None)`` for every non-empty document, in file order."""
+def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
+    """``(language or None, file)`` of every corpus entry, ``package:NAME`` resolved; refused,
+    naming it, when there is none or one does not exist (before anything reads them: a dry run
+    checks them too)."""
     if not spec.paths:
         raise UserInputError("no corpus given")
-    docs: list[tuple[str, str | None]] = []
+    found: list[tuple[str | None, Path]] = []
     for entry in spec.paths:
         language, name = split_language(entry)
         if name.startswith(PACKAGE_PREFIX):
@@ -231,6 +233,14 @@ def read_labelled(spec: CorpusSpec) -> list[tuple[str, str | None]]:
         path = Path(name).expanduser()
         if not path.exists():
             raise UserInputError(f"corpus {path} does not exist")
+        found.append((language, path))
+    return found
+
+
+def read_labelled(spec: CorpusSpec) -> list[tuple[str, str | None]]:
+    """``(document, language or None)`` for every non-empty document, in file order."""
+    docs: list[tuple[str, str | None]] = []
+    for language, path in corpus_paths(spec):
         texts = _read(path, spec.text_column, spec)
         labels: list[str | None] = [language] * len(texts)
         if spec.language_column is not None and language is None and _has_records(path):
