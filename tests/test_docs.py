@@ -98,3 +98,43 @@ def test_the_readme_is_a_landing_page() -> None:
     for section in ("## Set-up: two commands", "## Python API", "## Dependencies, and why"):
         assert section in readme
     assert "make demo" in readme and "make test" in readme
+
+
+def _command_options() -> dict[str, set[str]]:
+    """Every ``lmalgebra`` command (``merge train``...) -> the option names it accepts."""
+    import typer.main
+
+    from lmalgebra.cli import app
+
+    found: dict[str, set[str]] = {}
+
+    def walk(command, prefix: str) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{prefix} {name}".strip())
+        if not hasattr(command, "commands"):
+            names = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+            found[prefix] = names | {"--help"}
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def test_every_flag_the_documentation_shows_exists() -> None:
+    """``lmalgebra CMD ... --flag`` in the README, the documentation and the package's own
+    messages: the command takes that flag (a flag lost in a merge, or renamed, is caught)."""
+    options = _command_options()
+    texts = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "src").rglob("*.py")]
+    pattern = re.compile(r"lmalgebra ((?:merge |pretrain )?[a-z][a-z-]*)([^`\n]*)")
+    missing = []
+    for path in texts:
+        for match in pattern.finditer(path.read_text(encoding="utf-8")):
+            command = match.group(1).strip()
+            if command not in options:
+                continue
+            for flag in re.findall(
+                r"(?<![\w-])(--[a-z][A-Za-z0-9_.-]*[A-Za-z0-9_])", match.group(2)
+            ):
+                if flag not in options[command] and flag.islower():  # KEY: a placeholder
+                    missing.append(f"{path.relative_to(ROOT)}: lmalgebra {command} {flag}")
+    assert len(options) > 15 and "--dry-run" in options["decompose"]
+    assert not missing, "\n".join(sorted(set(missing)))
