@@ -71,3 +71,24 @@ def built_store(root: Path, teachers: dict[str, Path], **overrides: object) -> P
 
 
 LATIN1 = "caf\xe9 au lait, cr\xe8me br\xfbl\xe9e\n".encode("latin-1")  # 0xe9 at offset 3
+
+
+def refused_before_embedding(
+    cli,
+    models: dict[str, Path],
+    corpus: Path,
+    flags: list[str],
+    needles: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> str:
+    """``decompose`` of ``models`` on ``corpus`` with ``flags`` (8-token spans, 20/5/5) ends in one
+    line holding every needle, before anything is embedded: no cache, no output directory."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    args = ["decompose", *(f"--models={name}={path}" for name, path in models.items())]
+    args += ["--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5", *flags]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    line = assert_one_line(code, stderr, needles)
+    assert not cache.exists() and not (tmp_path / "out").exists()
+    return line

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import lmalgebra
-from hostile_helpers import assert_one_line
+from hostile_helpers import assert_one_line, refused_before_embedding
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 DECOMPOSE = {
@@ -35,13 +35,8 @@ def test_decompose_settings_that_would_be_ignored(
     cli,
 ) -> None:
     flags, needles = DECOMPOSE[case]
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
-    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
-    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5", *flags]
-    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
-    assert_one_line(code, stderr, needles)
-    assert not cache.exists() and not (tmp_path / "out").exists()  # refused before embedding
+    models = {"a": bert_dir, "b": bert2_dir}
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
 
 
 def test_the_default_alpha_beside_alpha_select_is_no_conflict(

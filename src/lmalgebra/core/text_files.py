@@ -7,7 +7,9 @@ bad bytes the offset of the first one.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 
@@ -61,3 +63,15 @@ def read_text(path: Path, what: str, newline: str | None = None) -> str:
     if newline is None and "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in the file at ``path`` (``what`` names it in messages); UserInputError
+    naming the file when it cannot be read, is no JSON, or holds no object."""
+    try:
+        data = json.loads(read_text(path, what))
+    except ValueError as err:
+        raise UserInputError(f"{path} is not readable JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"{path}: expected a JSON object")
+    return data

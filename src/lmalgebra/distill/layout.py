@@ -23,7 +23,6 @@ it wrote (``model_damage`` checks them: a student is read only when they match).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.text_files import read_json_object
 from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.output_paths import not_a
@@ -176,14 +176,7 @@ def write_model_directory(
 def read_marker(directory: Path) -> dict[str, Any]:
     """What made the complete model directory (its ``lmalgebra.json``); UserInputError naming
     the file when it cannot be read."""
-    path = directory / MARKER
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise UserInputError(f"{path} cannot be read ({type(err).__name__}: {err})") from None
-    if not isinstance(found, dict):
-        raise UserInputError(f"{path} holds no JSON object: the model directory is damaged")
-    return found
+    return read_json_object(directory / MARKER, "model directory marker")
 
 
 def model_damage(directory: Path) -> str | None:

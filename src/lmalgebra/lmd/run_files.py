@@ -6,14 +6,13 @@ Tables are read through the schema, :mod:`lmalgebra.lmd.run_schema`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import read_json_object
 from lmalgebra.lmd.run_schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
@@ -43,13 +42,8 @@ def group_fits(run_dir: Path) -> list[FitRow] | None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(read_text(path, "run file"))
-    except ValueError as err:
-        raise UserInputError(f"{path} is not readable JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise UserInputError(f"{path}: expected a JSON object")
-    return data
+    """A run file's JSON object (``core.text_files.read_json_object``)."""
+    return read_json_object(path, "run file")
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
