@@ -39,3 +39,15 @@ def test_init_never_replaces_a_file_unless_asked(
     assert path.read_text(encoding="utf-8") == "mine\n"
     code, err = run_cli(["merge", "init", str(path), "--force"], monkeypatch, capsys)
     assert code == 0 and path.read_text(encoding="utf-8") == STARTER
+
+
+def test_a_directory_in_the_recipes_place_is_named_without_offering_force(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--force replaces a file, never a directory: the message says what is there instead."""
+    (tmp_path / "mine.txt").write_text("kept\n", encoding="utf-8")
+    for force in ([], ["--force"]):
+        code, err = run_cli(["merge", "init", str(tmp_path), *force], monkeypatch, capsys)
+        line = assert_one_line(code, err, [str(tmp_path), "is a directory, not a file"])
+        assert "--force" not in line
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]

@@ -90,9 +90,9 @@ training:
 
 def write_starter(path: Path, force: bool = False) -> Path:
     """Write the starter recipe to ``path`` (never over an existing file unless ``force``)."""
+    check_file(path, "recipe file")  # a directory there: no --force would replace it
     if path.exists() and not force:
         raise UserInputError(f"{path} exists; choose another name or pass --force to replace it")
-    check_file(path, "recipe file")
     with tidy_on_failure(path.parent, deep=False):
         write_text_atomic(path, STARTER)
     return path
