@@ -113,3 +113,12 @@ def test_a_model_without_a_language_model_head_is_named_as_such(
     code, stderr = cli(["merge", "bits-per-byte", str(trained), "--models", f"x={directory}"])
     assert_one_line(code, stderr, ["model 'x'", str(directory), "without a language-model head"])
     assert digests(trained) == before
+
+
+@pytest.mark.parametrize("context", ["0", "-5"])
+def test_a_context_below_one_token_is_refused_by_name(context: str, trained: Path, cli) -> None:
+    """0 was taken for "the model's" (and run), -5 blamed on the stride."""
+    before = digests(trained)
+    code, stderr = cli(["merge", "bits-per-byte", str(trained), "--context", context])
+    assert_one_line(code, stderr, ["context must be at least 1", f"got {context}"])
+    assert "stride" not in stderr and digests(trained) == before

@@ -65,6 +65,12 @@ class _Window:
     first: int  # positions before this one were scored by an earlier window
 
 
+def check_context(context: int | None) -> None:
+    """Refuse a context (tokens per window) below one, naming it; None: the model's."""
+    if context is not None and context < 1:
+        raise UserInputError(f"context must be at least 1 token per window, got {context}")
+
+
 def windows(sequence: np.ndarray, context: int, stride: int) -> list[tuple[int, int, int]]:
     """``(begin, end, first)`` of each window over ``sequence`` (start token included): inputs
     ``sequence[begin:end - 1]``, targets ``sequence[begin + 1:end]``, scored from target index
@@ -158,8 +164,9 @@ def bits_per_byte(
             f"model {ref.name!r}: the tokenizer in {directory} has neither a beginning-of-sequence "
             "nor an end-of-text token to predict a document's first token after"
         )
+    check_context(context)
     limit = max_positions(directory)
-    context = context or limit
+    context = limit if context is None else context
     if context is None:
         raise UserInputError(f"{directory}: config.json gives no context length; pass one")
     if limit is not None and context > limit:
@@ -198,6 +205,7 @@ def evaluate_bits(
 ) -> list[BitsRow]:
     """Bits per byte of each model on each language's held-out examples of a merge run, written
     to ``run_dir/evaluation/bits_per_byte.csv``; the rows."""
+    check_context(context)  # before any model is read
     texts = heldout_texts(run_dir, languages)
     rows = []
     for ref in models:
