@@ -379,3 +379,39 @@ def test_pretrain_resumes_into_its_own_unfinished_directory(
     code, err = cli(*pretrain, "--out", str(out))
     assert code == 0, err
     assert (out / "lmalgebra.json").is_file()
+
+
+def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """``report --out`` and ``spans --out`` replace a file they wrote (or an empty one), never a
+    user's own: one line naming it, and it is left as it was."""
+    notes = tmp_path / "notes.html"
+    notes.write_text("<p>my notes</p>\n", encoding="utf-8")
+    one_error(
+        *cli("report", str(finished_run), "--out", str(notes)),
+        str(notes),
+        "not one lmalgebra wrote",
+    )
+    assert notes.read_text(encoding="utf-8") == "<p>my notes</p>\n"
+    ours = tmp_path / "report.html"
+    for _ in range(2):  # written, then replaced: it is ours
+        code, err = cli("report", str(finished_run), "--out", str(ours))
+        assert code == 0, err
+    spans = ["spans", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    spans += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    for name, text in (("list.jsonl", '{"mine": 1}\n'), ("list.sha256", "my checksums\n")):
+        mine = tmp_path / name
+        mine.write_text(text, encoding="utf-8")
+        out = tmp_path / "list.jsonl"
+        one_error(*cli(*spans, "--out", str(out)), str(mine), "not one lmalgebra wrote")
+        assert mine.read_text(encoding="utf-8") == text
+        mine.unlink()
+    for _ in range(2):
+        code, err = cli(*spans, "--out", str(tmp_path / "list.jsonl"))
+        assert code == 0, err

@@ -8,6 +8,7 @@ embeddings file must follow, and the order digest that vouches for that order (s
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,6 +219,16 @@ def export_spans(plan: RunSpans, out: Path) -> Path:
     return digest_path
 
 
+def _is_span_list(head: bytes) -> bool:
+    """Whether a file's first bytes are those of a span list ``export_spans`` wrote."""
+    return head.startswith(b'{"row": 0, "split": ')
+
+
+def _is_digest(head: bytes) -> bool:
+    """Whether a file's first bytes are an order digest (64 hexadecimal digits, a newline)."""
+    return re.fullmatch(rb"[0-9a-f]{64}\n?", head) is not None
+
+
 def _digest_path(out: Path) -> Path:
     digest_path = out.with_suffix(".sha256")
     if digest_path == out:
@@ -229,7 +240,7 @@ def write_run_spans(config: SpanPlanSpec, out: Path) -> tuple[RunSpans, Path]:
     """``lmalgebra spans``: the run's spans (``draw_run_spans``) written to ``out`` with their
     order digest (``export_spans``); the spans and the digest's path. ``out`` and the digest's
     path are checked before any model is loaded."""
-    check_file(out, "span list")
-    check_file(_digest_path(out), "span order digest")
+    check_file(out, "span list", _is_span_list)
+    check_file(_digest_path(out), "span order digest", _is_digest)
     plan = draw_run_spans(config)
     return plan, export_spans(plan, out)

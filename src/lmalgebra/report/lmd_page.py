@@ -297,6 +297,9 @@ def _attribution_cell(field: str, value: float | int | None) -> Any:
     return math.nan if value is None else float(value)
 
 
+TITLE = "lmalgebra report: "  # the page's title, then the run's name: a report is known by it
+
+
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write the HTML report of the complete run ``run_dir`` to ``out`` (default
     ``run_dir/report.html``), drawing its figures into ``run_dir/plots`` first; return the path.
@@ -304,7 +307,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     Raises UserInputError naming the directory when it holds no ``summary.json``.
     """
     target = out if out is not None else run_dir / REPORT
-    check_file(target, "report file")
+    check_file(target, "report file", lambda head: TITLE.encode() in head)
     summary = read_summary(run_dir)
     with tidy_on_failure(run_dir), tidy_on_failure(target.parent, deep=False):
         return _write(run_dir, target, summary)
@@ -344,5 +347,5 @@ def _write(run_dir: Path, target: Path, summary: dict[str, Any]) -> Path:
         sections.append(
             section("config", "Configuration", f"<pre>{html.escape(config_text)}</pre>")
         )
-    title = f"lmalgebra report: {run_dir.name}"
+    title = f"{TITLE}{run_dir.name}"
     return write_page(target, title, [s for s in sections if s is not None])

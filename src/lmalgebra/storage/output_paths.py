@@ -15,7 +15,7 @@ import contextlib
 import fnmatch
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,16 +69,40 @@ def check_directory(path: Path, what: str = "output directory") -> None:
     _check_creatable(path, what)
 
 
-def check_file(path: Path, what: str = "output file") -> None:
-    """Raise ``UserInputError`` unless ``path`` can be written as a file (created or replaced)."""
+def check_file(
+    path: Path, what: str = "output file", ours: Callable[[bytes], bool] | None = None
+) -> None:
+    """Raise ``UserInputError`` unless ``path`` can be written as a file (created or replaced).
+
+    ``ours``: whether a file's first bytes (``HEAD_BYTES``) are those of one this command
+    writes; a non-empty file that is not is refused rather than replaced (a user's own file
+    where the output was aimed)."""
     path = Path(path)
     if path.is_dir():
         raise UserInputError(f"{what} {path} is a directory, not a file")
     if path.exists():
         if not os.access(path.parent, os.W_OK | os.X_OK):
             raise UserInputError(f"{what} {path}: its directory {path.parent} is not writable")
+        if ours is not None and not _replaceable(path, ours):
+            raise UserInputError(
+                f"{what} {path} exists and is not one lmalgebra wrote: it is left as it is; "
+                "name another file, or move it away"
+            )
         return
     _check_creatable(path, what)
+
+
+HEAD_BYTES = 512  # what ``check_file``'s ``ours`` is shown of an existing file
+
+
+def _replaceable(path: Path, ours: Callable[[bytes], bool]) -> bool:
+    """An empty file, or one whose first bytes ``ours`` recognises (unreadable: not ours)."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(HEAD_BYTES)
+    except OSError:
+        return False
+    return not head or ours(head)
 
 
 def make_directory(path: Path, what: str = "output directory") -> None:
