@@ -166,8 +166,10 @@ def refuse_other_kind(directory: Path, command: str) -> None:
     (``output_paths.directory_kind``: another kind of run, a model lmalgebra did not write),
     naming it and the file that tells."""
     kind = WRITES.get(command.split()[0])
+    if kind is None:  # a decomposition judges its directory itself
+        return
     found = directory_kind(directory)
-    if kind is not None and found is not None and found[0] != kind:
+    if found is not None and found[0] != kind:
         raise UserInputError(
             f"{directory} holds {found[0]} ({found[1]}): `lmalgebra {command}` writes nothing "
             "into another kind of directory; write to another one"
