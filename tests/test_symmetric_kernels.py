@@ -66,6 +66,24 @@ def test_row_quadratics_over_column_runs_equal_numpy(monkeypatch: pytest.MonkeyP
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
+def test_row_quadratics_of_a_float32_operator_on_a_float64_covariance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A float32 run's operators read a float64 covariance's panels in float32 (the input is left
+    as it was); the quadratic forms are summed in float64, to float32 rounding."""
+    monkeypatch.setattr(symmetric_kernels, "PANEL", 64)
+    cov = spd(300, 6)
+    before = cov.copy()
+    cols = np.r_[np.arange(100, 300), np.arange(0, 50)]
+    op = np.random.default_rng(7).normal(size=(20, cols.size))
+    expected = np.einsum("ij,jk,ik->i", op, cov[np.ix_(cols, cols)], op)
+    single = torch.from_numpy(op.astype(np.float32))
+    got = row_quadratics(single, torch.from_numpy(cov), cols)
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4)
+    np.testing.assert_array_equal(cov, before)
+
+
 def test_float32_gram_is_symmetric_and_within_float32_rounding(backend: str) -> None:
     """syrk (SciPy) or panels of products (without): ``gram += rows^T rows`` to float32 accuracy,
     every entry, both triangles; added to what ``gram`` held."""
