@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,63 @@ def test_out_writes_the_cli_files_and_load_reads_them_back(
         p.name for p in out.iterdir() if not p.name.startswith(".")
     )
     _frames_equal(Decomposition.load(saved), by_path)
+    for split in SPLITS:  # written during the analysis (out) or after it (saved): the same bytes
+        name = f"stats/{split}.safetensors"
+        assert (out / name).read_bytes() == (saved / name).read_bytes()
+
+
+def _failing_once_written(out: Path) -> Any:
+    """An analysis that waits until the statistics files are written, then fails."""
+
+    def analyse(*args: object) -> None:
+        deadline = time.monotonic() + 120
+        stats = [out / "stats" / f"{split}.safetensors" for split in SPLITS]
+        while not all(p.is_file() for p in stats) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(p.is_file() for p in stats)
+        raise UserInputError("the analysis failed")
+
+    return analyse
+
+
+def test_a_run_failing_after_its_statistics_were_written_takes_them_back(
+    bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path, tmp_path: Path, monkeypatch
+) -> None:
+    import lmalgebra.lmd.pipeline as pipeline
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(pipeline, "analyse", _failing_once_written(out))
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    with pytest.raises(UserInputError, match="the analysis failed"):
+        decompose(models, texts, spans={"length": T, "counts": SPANS}, cache_dir=cache, out=out)
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_full_disk_while_the_statistics_are_written_is_named_and_leaves_no_summary(
+    bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path, tmp_path: Path, monkeypatch
+) -> None:
+    import errno
+    import os
+
+    import lmalgebra.storage.safetensors_stream as stream
+    from lmalgebra.storage.disk_space import OutOfSpaceError
+
+    real, seen = stream._write_array, []
+
+    def filling(handle: Any, array: np.ndarray, scale: float | None) -> None:
+        seen.append(array.shape)
+        if len(seen) == 6:  # the validation split's Gram, in the writer's thread
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(handle, array, scale)
+
+    monkeypatch.setattr(stream, "_write_array", filling)
+    out = tmp_path / "run"
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    with pytest.raises(OutOfSpaceError, match=r"stats/validation\.safetensors"):
+        decompose(models, texts, spans={"length": T, "counts": SPANS}, cache_dir=cache, out=out)
+    assert not (out / "summary.json").exists()
+    assert not (out / "stats" / "validation.safetensors").exists()
+    assert [p.name for p in out.rglob(".*tmp-*")] == []
 
 
 def test_load_of_a_cli_run_equals_the_api_on_the_same_corpus(

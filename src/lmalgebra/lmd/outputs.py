@@ -21,7 +21,6 @@ from lmalgebra.lmd.run_schema import (
     GROUP,
     PAIRWISE_HEATMAP,
     PROVENANCE,
-    STATS_DIR,
     SUMMARY,
     TABLES,
     WEIGHTS,
@@ -29,7 +28,7 @@ from lmalgebra.lmd.run_schema import (
     recorded_outputs,
     write_pairwise,
 )
-from lmalgebra.stats.moments import save_moments
+from lmalgebra.lmd.statistics_files import StatisticsWriter, write_statistics
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import write_table
 from lmalgebra.storage.file_record import record_files
@@ -81,9 +80,11 @@ def summary(result: RunResult) -> dict[str, Any]:
     }
 
 
-def write_outputs(result: RunResult) -> Path:
+def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None) -> Path:
     """Write every output; ``summary.json`` goes last and marks the run complete, recording the
-    size (and for text files the sha256) of every file its readers read."""
+    size (and for text files the sha256) of every file its readers read. ``statistics``: the
+    writer that has been writing the statistics files since the measurement ended, else they are
+    written here."""
     out = result.config.out
     names = result.names
     for split in SPLITS:
@@ -91,10 +92,10 @@ def write_outputs(result: RunResult) -> Path:
     write_table(
         out, GROUP, group_rows([f.target for f in result.group], [f.r2 for f in result.group])
     )
-    for split, moments in result.stats.items():  # around the mean: n, shift = mean, gram = n cov
-        centred = np.zeros_like(moments.mean)
-        path = out / STATS_DIR / f"{split}.safetensors"
-        save_moments(path, result.blocks, moments.n, moments.mean, centred, moments.cov, moments.n)
+    if statistics is None:
+        write_statistics(out, result.blocks, result.stats)
+    else:  # written during the analysis
+        statistics.wait()
     if result.config.save_weights:
         _write_weights(result, out / WEIGHTS)
     write_text_atomic(out / CONFIG, config_yaml(result.config))

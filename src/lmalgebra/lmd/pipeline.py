@@ -6,7 +6,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,9 +82,15 @@ class RunInputs:
     keep_blocks: bool = False  # return the block statistics (large: blocks x D^2 per split)
 
 
-def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) -> RunResult:
+def run_decomposition(
+    config: DecomposeConfig,
+    inputs: RunInputs | None = None,
+    on_measured: Callable[[Measured], None] | None = None,
+) -> RunResult:
     """Run the whole decomposition described by ``config``; nothing is written (the caller
     writes outputs), only the embedding cache of models named by reference is filled.
+    ``on_measured`` is called with the measurement once the statistics pass has ended, before
+    the analysis (``lmd.run`` starts writing the statistics files there).
 
     A run that fails takes back the cache directories it created and left without embeddings
     (memoised model hashes alone do not count). ``dtype: auto`` is resolved first: the result's
@@ -92,10 +98,14 @@ def run_decomposition(config: DecomposeConfig, inputs: RunInputs | None = None) 
     config = config.resolved()
     cache_directory(config.cache_dir)
     with tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()):
-        return _run(config, inputs or RunInputs())
+        return _run(config, inputs or RunInputs(), on_measured)
 
 
-def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
+def _run(
+    config: DecomposeConfig,
+    inputs: RunInputs,
+    on_measured: Callable[[Measured], None] | None = None,
+) -> RunResult:
     study = config.study
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -120,6 +130,8 @@ def _run(config: DecomposeConfig, inputs: RunInputs) -> RunResult:
         )
     tokens = {n: main.tokens[n] for n in pool.names}
     timings["measure"] = time.perf_counter() - clock
+    if on_measured is not None:
+        on_measured(main)
 
     clock = time.perf_counter()
     result: Analysis = analyse(config, main, pool.names)

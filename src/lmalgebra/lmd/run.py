@@ -14,10 +14,11 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
-from lmalgebra.lmd.measure import ModelPool
+from lmalgebra.lmd.measure import Measured, ModelPool
 from lmalgebra.lmd.outputs import write_outputs
 from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.run_schema import CONFIG, OWNED, PROVENANCE, SUMMARY
+from lmalgebra.lmd.statistics_files import StatisticsWriter
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
@@ -115,13 +116,27 @@ def decompose(
     cache_directory(config.cache_dir)
     with run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite, run_inputs(config, inputs))
+        writers: list[StatisticsWriter] = []
+
+        def write_statistics(measured: Measured) -> None:  # during the analysis
+            if is_main():
+                writers.append(
+                    StatisticsWriter(config.out, measured.blocks, measured.split_moments())
+                )
+
         try:
-            result = run_decomposition(config, inputs)
+            result = run_decomposition(config, inputs, on_measured=write_statistics)
         except BaseException:
+            for writer in writers:
+                writer.discard()
             _release_claim(config.out)
             raise
         if is_main():  # under several processes every rank holds the result; one writes it
-            write_outputs(result)
+            try:
+                write_outputs(result, statistics=writers[0] if writers else None)
+            finally:  # no thread outlives the lock, whatever writing met
+                for writer in writers:
+                    writer.join()
         barrier()  # the ranks finish together, once the outputs are written
     return result
 
