@@ -415,3 +415,70 @@ def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
     for _ in range(2):
         code, err = cli(*spans, "--out", str(tmp_path / "list.jsonl"))
         assert code == 0, err
+
+
+def test_each_demo_keeps_to_its_own_directory(
+    cli: Runner, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A demo resumes what its directory holds (corpora, teachers, runs), so a directory that
+    holds another demo, or the same demo at other sizes, or another kind of output, is refused
+    before anything is written; each demo's default directory is its own."""
+    import json
+
+    from lmalgebra.cli.lmd import demo_directory
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.demo.plan import FULL, QUICK
+    from lmalgebra.demo.workflow import run_workflow
+    from lmalgebra.storage.output_paths import DEMO_PLAN
+
+    defaults = {
+        (c, r, q): str(demo_directory(c, r, q))
+        for c in (False, True)
+        for r in (False, True)
+        for q in (False, True)
+        if not (c and r)
+    }
+    assert defaults == {
+        (False, False, False): "demo-output",
+        (False, False, True): "demo-output/quick",
+        (True, False, False): "demo-output/causal",
+        (True, False, True): "demo-output/causal-quick",
+        (False, True, False): "demo-output/real",
+        (False, True, True): "demo-output/real-quick",
+    }
+    out = tmp_path / "demo"
+    quick = {"demo": "quick masked", "plan": QUICK.as_dict()}
+    assert run_workflow(out, lambda: "ran", quick) == "ran"
+    assert json.loads((out / DEMO_PLAN).read_text()) == json.loads(json.dumps(quick))
+    assert run_workflow(out, lambda: "resumed", quick) == "resumed"
+
+    def never() -> str:
+        raise AssertionError("a refused demo ran a step")
+
+    (out / "data").mkdir()
+    (out / "data" / "en.txt").write_text("the quick demo's corpus\n", encoding="utf-8")
+    before = digests(out)
+    full = {"demo": "masked", "plan": FULL.as_dict()}
+    smaller = {"demo": "quick masked", "plan": {**QUICK.as_dict(), "teacher_steps": 1}}
+    refusals = ((full, "the quick masked demo, not the masked demo"), (smaller, "at other sizes"))
+    for other, said in refusals:
+        with pytest.raises(UserInputError, match=said):
+            run_workflow(out, never, other)
+        assert digests(out) == before
+    one_error(
+        *cli("demo", "--real", "--quick", "--out", str(out), "--no-progress"),
+        str(out),
+        "the quick masked demo, not the quick real demo",
+        DEMO_PLAN,
+        "--out",
+    )
+    assert digests(out) == before
+    merge_run = tmp_path / "merge-run"
+    merge_run.mkdir()
+    (merge_run / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"holds a merge run \(recipe\.yaml\)"):
+        run_workflow(merge_run, never, quick)
+    assert sorted(p.name for p in merge_run.iterdir()) == ["recipe.yaml"]
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
+    one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(out), "a demo's output")
+    assert digests(out) == before

@@ -35,6 +35,7 @@ SPAN_STYLES = {
 }
 DECOMPOSE_STYLES = {**SPAN_STYLES, "study.layer_map": FlagStyle(metavar="A,B")}
 DECOMPOSE_FLAGS = config_flags(DecomposeConfig, DECOMPOSE_STYLES)
+DEMO_OUTPUT = Path("demo-output")
 SPAN_FLAGS = config_flags(SpanPlanSpec, SPAN_STYLES)
 
 
@@ -168,7 +169,13 @@ def _group_table(result: Any) -> Table:
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("demo-output"),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output directory (default demo-output; for --quick, --causal or --real its "
+            "subdirectory quick, causal or real, with -quick for a quick causal or real demo)."
+        ),
+    ] = None,
     quick: Annotated[bool, typer.Option(help="A smaller run (a few minutes).")] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
     causal: Annotated[
@@ -193,6 +200,7 @@ def demo(
     """The whole toolkit offline: pre-train teachers, merge, evaluate, decompose, report."""
     if causal and real:
         raise UserInputError("demo: --causal and --real are two demos; choose one")
+    out = out if out is not None else demo_directory(causal, real, quick)
     if real:
         from lmalgebra.demo.real_workflow import run_real_demo
 
@@ -216,6 +224,13 @@ def demo(
         console.print(f"{title}: {verdict}. {evidence}", highlight=False, markup=False)
     report = result.report
     console.print(f"report: [bold]{report}[/bold]; everything else under [bold]{out}[/bold]")
+
+
+def demo_directory(causal: bool, real: bool, quick: bool) -> Path:
+    """Each demo's own default directory, so that none resumes another's steps."""
+    kind = "causal" if causal else "real" if real else ""
+    name = "-".join(part for part in (kind, "quick" if quick else "") if part)
+    return DEMO_OUTPUT / name if name else DEMO_OUTPUT
 
 
 @app.command("demo-lmd")

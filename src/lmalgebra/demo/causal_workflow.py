@@ -205,7 +205,9 @@ def run_causal_demo(out: Path, quick: bool = False, progress: bool = True) -> Ca
 
     A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
     """
-    return run_workflow(out, lambda: _run_steps(out, quick, progress))
+    plan = CAUSAL_QUICK if quick else CAUSAL_FULL
+    identity = {"demo": "quick causal" if quick else "causal", "plan": plan.as_dict()}
+    return run_workflow(out, lambda: _run_steps(out, quick, progress), identity)
 
 
 def _run_steps(out: Path, quick: bool, progress: bool) -> CausalDemoResult:

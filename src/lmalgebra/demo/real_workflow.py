@@ -143,7 +143,8 @@ def run_real_demo(
     A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
     """
     chosen = plan or (REAL_QUICK if quick else REAL_FULL)
-    return run_workflow(out, lambda: _run_steps(out, chosen, progress))
+    identity = {"demo": "quick real" if chosen == REAL_QUICK else "real", "plan": chosen.as_dict()}
+    return run_workflow(out, lambda: _run_steps(out, chosen, progress), identity)
 
 
 def _run_steps(out: Path, plan: RealPlan, progress: bool) -> RealDemoResult:

@@ -30,9 +30,16 @@ import yaml
 from lmalgebra.api.decompose import read_texts
 from lmalgebra.api.merge import MergeRun, merge
 from lmalgebra.api.pretrain import HeadOnlySpec, MaskedPretrainSpec, pretrain
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_json_object
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan, RealPlan
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
+from lmalgebra.storage.output_paths import (
+    DEMO_PLAN,
+    check_directory,
+    directory_kind,
+    tidy_on_failure,
+)
 
 if TYPE_CHECKING:
     from lmalgebra.api.merge import RunInspection
@@ -44,13 +51,46 @@ STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
 HEAD_TEACHER = "teacher-en-head"  # the plan's head_encoder with a fitted masked-LM head
 
 
-def run_workflow(out: Path, steps: Callable[[], Result]) -> Result:
+def run_workflow(
+    out: Path, steps: Callable[[], Result], identity: Mapping[str, Any] | None = None
+) -> Result:
     """``steps()``'s result, with ``out`` checked first; a failure leaves the steps finished
     (a rerun resumes them) and no empty directory (the one failure clean-up of the demos and
-    the experiments)."""
+    the experiments).
+
+    ``identity``: which demo at which sizes (``{"demo": ..., "plan": ...}``), recorded in
+    ``out/demo-plan.json`` before any step. A directory recording another one is refused before
+    anything is written: its corpora, teachers and runs would be taken as this demo's (the steps
+    resume what they find), and a directory holding another kind of lmalgebra output too.
+    """
     check_directory(out, "output directory")
+    if identity is not None:
+        _check_demo_directory(out, identity)
     with tidy_on_failure(out):
+        if identity is not None:
+            write_text_atomic(out / DEMO_PLAN, json.dumps(identity, indent=2) + "\n")
         return steps()
+
+
+def _check_demo_directory(out: Path, identity: Mapping[str, Any]) -> None:
+    found = directory_kind(out)
+    if found is not None and found[1] != DEMO_PLAN:
+        raise UserInputError(
+            f"{out} holds {found[0]} ({found[1]}): a demo writes nothing into another kind of "
+            "directory; give --out another one"
+        )
+    marker = out / DEMO_PLAN
+    if not marker.is_file():
+        return
+    recorded = read_json_object(marker, "the demo's record")
+    wanted = json.loads(json.dumps(identity))  # as the file holds it: tuples become lists
+    if recorded != wanted:
+        held, asked = (f"the {d.get('demo', 'another')} demo" for d in (recorded, wanted))
+        what = f"{held} at other sizes" if held == asked else f"{held}, not {asked}"
+        raise UserInputError(
+            f"{out} holds {what} ({DEMO_PLAN}): its steps would be taken as this one's; give "
+            "--out another directory, or remove it"
+        )
 
 
 def write_corpora(out: Path, plan: DemoPlan | CausalPlan | RealPlan) -> dict[str, Path]:
@@ -253,7 +293,9 @@ def run_demo(out: Path, quick: bool = False, progress: bool = True) -> DemoResul
 
     A demo that fails leaves the steps it finished (a rerun resumes them) and no empty directory.
     """
-    return run_workflow(out, lambda: _run_steps(out, quick, progress))
+    plan = QUICK if quick else FULL
+    identity = {"demo": "quick masked" if quick else "masked", "plan": plan.as_dict()}
+    return run_workflow(out, lambda: _run_steps(out, quick, progress), identity)
 
 
 def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:

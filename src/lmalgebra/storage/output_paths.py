@@ -120,11 +120,14 @@ def _entries(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if p.name != LOCK_NAME)
 
 
+# which demo, at which sizes, a demo's output directory holds (``demo.workflow``)
+DEMO_PLAN = "demo-plan.json"
 # the top-level files by which each kind of lmalgebra output directory is known
 KIND_MARKERS = {
     "a decomposition run": ("summary.json", "provenance.json"),
     "a merge run": ("recipe.yaml",),
     "a model directory written by lmalgebra": ("lmalgebra.json",),
+    "a demo's output": (DEMO_PLAN,),
 }
 
 
