@@ -165,3 +165,16 @@ def test_load_of_a_file_says_it_is_a_file(tmp_path: Path) -> None:
         Decomposition.load(path)
     with pytest.raises(UserInputError, match="is a file, not a directory"):
         MergeRun.load(path)
+
+
+def test_a_bad_value_to_a_decomposition_method_is_named_with_the_method(
+    decomposition: Decomposition,
+) -> None:
+    """The message of a value of the right type but no meaning starts with the method, as a
+    value of the wrong type's does, and says what would do."""
+    with pytest.raises(UserInputError, match=r"^Decomposition\.pairwise\(\): split must be one "):
+        decomposition.pairwise("nope")
+    with pytest.raises(UserInputError, match=r"^Decomposition\.reduction: .* \(it has .*fits"):
+        decomposition.reduction  # noqa: B018  (an exact run has no reduction table)
+    with pytest.raises(UserInputError, match=r"^Decomposition\.report\(\): .*give report\(path\)"):
+        decomposition.report()

@@ -112,7 +112,9 @@ class Decomposition:
         exactly); pass ``float('nan')`` for the empty diagonal of ``pairwise_r2_{split}.csv``.
         """
         if split not in SPLITS:
-            raise UserInputError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+            raise UserInputError(
+                f"Decomposition.pairwise(): split must be one of {', '.join(SPLITS)}, got {split!r}"
+            )
         return pairwise_frame(self.fits, self.names, split, diagonal)
 
     @property
@@ -162,7 +164,10 @@ class Decomposition:
 
     def _table(self, stem: str) -> pd.DataFrame:
         if stem not in self.tables:
-            raise UserInputError(f"this decomposition has no {stem} table")
+            raise UserInputError(
+                f"Decomposition.{stem}: this decomposition has no {stem} table (it has "
+                f"{', '.join(sorted(self.tables)) or 'none'})"
+            )
         return self.tables[stem]
 
     # -- files ----------------------------------------------------------------------------------
@@ -201,7 +206,8 @@ class Decomposition:
             return write_report(self.run_dir, None if path is None else Path(path))
         if path is None:
             raise UserInputError(
-                "this decomposition was not saved: give report(path), or save(directory) first"
+                "Decomposition.report(): this decomposition was not saved: give report(path), "
+                "or save(directory) first"
             )
         with tempfile.TemporaryDirectory(prefix="lmalgebra-") as scratch:
             run_dir = Path(scratch) / "run"
