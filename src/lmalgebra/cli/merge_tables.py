@@ -12,7 +12,6 @@ from rich.table import Table
 if TYPE_CHECKING:
     from lmalgebra.distill.run.inspection import RunInspection
 
-PLAN_STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
 _TEXT = ("language", "teacher")
 
 
@@ -63,6 +62,8 @@ def plan_tables(plan: Any, run_dir: Path, stages: list[str]) -> list[Table]:
     times = Table(title="Time per stage (an estimate)")
     for column in ("stage", "seconds", "this command", "from"):
         times.add_column(column, justify="right" if column == "seconds" else "left")
+    from lmalgebra.distill.run.dry_run import PLAN_STAGES
+
     for stage in [s for s in PLAN_STAGES if f"{s}_s" in totals]:  # the objective's stages
         how = "its work, timed here in memory" if stage in ("prepare", "vocab") else "FLOPs model"
         runs = "runs" if stage in stages else ""
