@@ -178,3 +178,51 @@ def test_a_bad_value_to_a_decomposition_method_is_named_with_the_method(
         decomposition.reduction  # noqa: B018  (an exact run has no reduction table)
     with pytest.raises(UserInputError, match=r"^Decomposition\.report\(\): .*give report\(path\)"):
         decomposition.report()
+
+
+def _settings_classes() -> list[type]:
+    """Every settings class of the package (the modules that define them imported first)."""
+    import importlib
+    import pkgutil
+
+    from lmalgebra.core.settings import Settings
+
+    for module in pkgutil.walk_packages(lmalgebra.__path__, "lmalgebra."):
+        if module.name != "lmalgebra.__main__":  # which would run the command line
+            importlib.import_module(module.name)
+    found, todo = [], list(Settings.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return sorted(set(found), key=lambda c: c.__qualname__)
+
+
+def test_every_settings_class_built_from_python_names_a_bad_value_in_one_line() -> None:
+    """``TrainingSpec(steps=-1)``, ``DecomposeConfig(models=3)``, ``MergeRecipe.model_validate``
+    of a bad mapping: one UserInputError line naming the class, the key and the value (also a
+    ValueError, as pydantic's error is), never pydantic's report of many lines."""
+    from lmalgebra.core.settings import SettingsError
+
+    classes = _settings_classes()
+    names = {c.__name__ for c in classes}
+    assert {"TrainingSpec", "DecomposeConfig", "MergeRecipe", "MaskedRecipe"} <= names, names
+    for cls in classes:
+        for build in (lambda c=cls: c.model_validate(3), lambda c=cls: c(no_such_key=1)):
+            with pytest.raises(SettingsError) as caught:
+                build()
+            message = str(caught.value)
+            assert "\n" not in message and message.startswith(f"{cls.__name__}: "), message
+            assert isinstance(caught.value, ValueError)
+    cases = [
+        (lambda: lmalgebra.TrainingSpec(steps=-1), "TrainingSpec: key 'steps': .*got -1"),
+        (lambda: lmalgebra.TrainingSpec(stepz=3), "TrainingSpec: unknown key 'stepz'"),
+        (
+            lambda: lmalgebra.MergeRecipe.model_validate({"languages": 3, "teachers": {}}),
+            "MergeRecipe: key 'languages': .*got 3",
+        ),
+        (lambda: lmalgebra.DecomposeConfig(models=3), "DecomposeConfig: key 'models': .*got 3"),
+    ]
+    for build, wanted in cases:
+        with pytest.raises(UserInputError, match=f"^{wanted}$"):
+            build()

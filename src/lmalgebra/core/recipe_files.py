@@ -9,29 +9,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
+from lmalgebra.core.settings import SettingsError, describe
 from lmalgebra.core.text_files import read_text
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
-_SHOWN = (bool, int, float, str, type(None))  # inputs short enough to quote in a message
-
-
-def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
-    """One line naming the first offending key (dotted path), the value given and the source.
-
-    ``tagged``: the data was validated as a tagged union, whose tag leads every error's path
-    (it is not a key)."""
-    errors = err.errors()
-    # a misspelled key shows up as "missing" + "extra": name the key the user actually wrote
-    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = first["loc"][1:] if tagged else first["loc"]
-    key = ".".join(str(p) for p in loc) or "(top level)"
-    if first["type"] == "extra_forbidden":
-        return f"{source}: unknown key {key!r}"
-    if first["type"] == "missing":
-        return f"{source}: missing key {key!r}"
-    given = first.get("input")
-    shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
-    return f"{source}: key {key!r}: {first['msg']}{shown}"
 
 
 def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
@@ -43,10 +24,14 @@ def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
 
 
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
+    """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
+    value is bad."""
     try:
         return cls.model_validate(data)
     except ValidationError as err:
         raise UserInputError(describe(err, source)) from None
+    except SettingsError as err:
+        raise UserInputError(describe(err.validation, source)) from None
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:

@@ -25,7 +25,8 @@ from pydantic import (
 )
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.recipe_files import describe, read_yaml
+from lmalgebra.core.recipe_files import read_yaml
+from lmalgebra.core.settings import Settings, SettingsError, describe
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
@@ -41,7 +42,7 @@ OBJECTIVE_HELP = (
 )
 
 
-class TeacherSpec(BaseModel):
+class TeacherSpec(Settings):
     """A pre-trained LM with a trained head (masked or causal, as the recipe's objective says):
     hub id, local directory or package:NAME."""
 
@@ -63,7 +64,7 @@ class TeacherSpec(BaseModel):
         )
 
 
-class LanguageSpec(BaseModel):
+class LanguageSpec(Settings):
     """One language: its text and the teachers that cover it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -77,7 +78,7 @@ class LanguageSpec(BaseModel):
     )
 
 
-class MaskingSpec(BaseModel):
+class MaskingSpec(Settings):
     """BERT-style masking, drawn per (example, teacher) from the seed."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -100,7 +101,7 @@ class MaskingSpec(BaseModel):
         return self
 
 
-class CausalSpec(BaseModel):
+class CausalSpec(Settings):
     """How a causal recipe cuts its examples and what its store keeps besides the top-k.
 
     Examples are cut by text, not by tokens: every teacher (and later the student) sees exactly
@@ -133,7 +134,7 @@ def cut_text(text: str, max_bytes: int) -> str:
     return data[:max_bytes].decode("utf-8", errors="ignore")  # drops a character cut in two
 
 
-class MergeRecipe(BaseModel):
+class MergeRecipe(Settings):
     """What every recipe has: data, teachers, the teacher store's settings, the run directory.
 
     The base of ``MaskedRecipe`` and ``CausalRecipe``; ``MergeRecipe.model_validate`` returns
@@ -233,7 +234,10 @@ class MergeRecipe(BaseModel):
         """On ``MergeRecipe``: the ``MaskedRecipe`` or ``CausalRecipe`` ``obj``'s ``objective``
         names (default masked); on either of those, that type's own validation."""
         if cls is MergeRecipe:
-            return cast(MergeRecipe, _RECIPES.validate_python(obj, *args, **kwargs))
+            try:
+                return cast(MergeRecipe, _RECIPES.validate_python(obj, *args, **kwargs))
+            except ValidationError as err:
+                raise SettingsError(_message(err, obj, "MergeRecipe"), err) from None
         return super().model_validate(obj, *args, **kwargs)
 
 
@@ -319,8 +323,8 @@ def parse_recipe(data: Any, source: str) -> MergeRecipe:
     ``source`` when it is not one."""
     try:
         return MergeRecipe.model_validate(data)
-    except ValidationError as err:
-        raise UserInputError(_message(err, data, source)) from None
+    except SettingsError as err:
+        raise UserInputError(_message(err.validation, data, source)) from None
 
 
 def _message(err: ValidationError, data: Any, source: str) -> str:

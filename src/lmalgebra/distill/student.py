@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -23,11 +22,12 @@ from pydantic import (
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.settings import Settings
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.storage.shard_set import ShardSet
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(Settings):
     """The sizes of a transformer built here: a student, or a teacher pre-trained from scratch."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

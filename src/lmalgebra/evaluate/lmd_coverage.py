@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lmalgebra.core.recipe_files import validate, with_default
+from lmalgebra.core.settings import Settings
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.spans import SpanSpec, TooLittleTextError
@@ -44,7 +45,7 @@ class HeldOutSpans(SpanSpec):
     per_doc: int = with_default(SpanSpec, "per_doc", 16)
 
 
-class CoverageSpec(BaseModel):
+class CoverageSpec(Settings):
     """How spans of held-out text are cut, embedded and fitted."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -6,15 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import Settings
 from lmalgebra.sources.models import ModelRef
 
 Mode = Literal["probe", "finetune"]
 
 
-class PosOptions(BaseModel):
+class PosOptions(Settings):
     """How one evaluation runs; ``None`` epochs/lr take the mode's default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

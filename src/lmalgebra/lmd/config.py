@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import (
@@ -18,6 +18,7 @@ from lmalgebra.core.precision import (
     resolve_dtype,
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
+from lmalgebra.core.settings import Settings
 from lmalgebra.lmd.embed import EmbedSpec, Pooling
 from lmalgebra.lmd.scale_config import ScaleSpec
 from lmalgebra.lmd.spans import SpanSpec
@@ -35,7 +36,7 @@ REFERENCE_TOKENIZER_HELP = (
 )
 
 
-class DecomposeConfig(BaseModel):
+class DecomposeConfig(Settings):
     """Everything a decomposition run needs; every field is also a recipe key."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

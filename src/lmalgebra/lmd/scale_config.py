@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import Settings
 from lmalgebra.stats.moments import Precision
 from lmalgebra.stats.principal import PROBES
 
@@ -15,7 +16,7 @@ Method = Literal["exact", "reduced", "sketch"]
 DEFAULT_RETAINED = 0.99  # the reduced method's share of variance when no k is given
 
 
-class ScaleSpec(BaseModel):
+class ScaleSpec(Settings):
     """The statistics' method and size; every field is a key of the recipe's ``scale:`` block."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

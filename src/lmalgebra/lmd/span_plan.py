@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.settings import Settings
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.config import REFERENCE_TOKENIZER_HELP, DecomposeConfig, load_config
 from lmalgebra.lmd.spans import Span, SpanSpec, draw_spans, span_texts
@@ -34,7 +35,7 @@ from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
 
-class SpanPlanSpec(BaseModel):
+class SpanPlanSpec(Settings):
     """The part of a decomposition recipe that decides the spans (one model is enough)."""
 
     model_config = ConfigDict(extra="forbid")

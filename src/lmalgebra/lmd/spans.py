@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unit_hash
+from lmalgebra.core.settings import Settings
 from lmalgebra.core.splits import SPLITS
 
 
@@ -25,7 +26,7 @@ class TooLittleTextError(UserInputError):
     decomposition (an evaluation with other parts) catch it."""
 
 
-class SpanSpec(BaseModel):
+class SpanSpec(Settings):
     """How documents become spans, and how many per split."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import Settings
 from lmalgebra.stats.alpha_select import default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
 
 
-class StudySpec(BaseModel):
+class StudySpec(Settings):
     """Optional studies; everything is computed from the same one-pass statistics."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

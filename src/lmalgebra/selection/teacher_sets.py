@@ -18,10 +18,11 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.settings import Settings
 from lmalgebra.distill.examples import Example, language_examples
 from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.recipe import MaskedRecipe, MergeRecipe, masked_only, parse_recipe
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 SOURCE = "merge select"
 
 
-class SelectionSpec(BaseModel):
+class SelectionSpec(Settings):
     """How teachers are compared (``lmalgebra merge select``, ``select_teachers``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import Settings
 from lmalgebra.core.text_files import read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 DocSep = Literal["auto", "line", "blank"]
 
 
-class CorpusSpec(BaseModel):
+class CorpusSpec(Settings):
     """Where the text comes from and which field holds it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.core.settings import Settings
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
@@ -61,7 +62,7 @@ def _split_kind(path: str) -> tuple[ModelKind | None, str, str | None]:
     return None, path, None
 
 
-class ModelRef(BaseModel):
+class ModelRef(Settings):
     """A model to embed with: where it comes from and how to load it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

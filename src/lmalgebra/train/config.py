@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import Settings
 from lmalgebra.train.schedules import LambdaSchedule
 
 OBJECTIVE_LOSSES = ("ce", "mined_kl", "uld", "alm", "sampled")
 
 
-class OptimisationSpec(BaseModel):
+class OptimisationSpec(Settings):
     """Optimisation, data order and bookkeeping of one training run: what every run has, a
     teacher's pre-training included."""
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import with_default
+from lmalgebra.core.settings import Settings
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TokenizerKind
@@ -62,7 +63,7 @@ class CausalTeacherModelSpec(TeacherSizes):
     """A causal teacher's sizes (:class:`TeacherSizes`)."""
 
 
-class PretrainText(BaseModel):
+class PretrainText(Settings):
     """What every kind of pre-training reads: a language's text, where the teacher goes, how
     examples are cut and held out, how it trains."""
 
@@ -85,7 +86,7 @@ class PretrainText(BaseModel):
     )
 
 
-class WordPieceSpec(BaseModel):
+class WordPieceSpec(Settings):
     """A masked teacher's tokenizer: a WordPiece one trained on the text, or one given."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -132,7 +133,7 @@ class MaskedPretrainSpec(PretrainText):
         return self
 
 
-class CausalTokenizerSpec(BaseModel):
+class CausalTokenizerSpec(Settings):
     """A causal teacher's tokenizer, trained on the text."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
