@@ -221,6 +221,7 @@ def test_every_new_flag_sets_its_field(decompose_config: Callable[..., Decompose
         *("--corpus.doc_sep", "line", "--corpus.split", "validation"),
         *("--study.level", "0.9", "--study.null_seed", "7", "--study.seed", "5"),
         *("--study.attribution_split", "test"),
+        *("--study.bootstrap", "10", "--study.nulls", "--study.attribution"),  # what they set
     )
     assert config.reference_tokenizer == "b"
     assert config.max_length == 48
@@ -261,9 +262,13 @@ NAMED: list[tuple[list[str], str, Any]] = [
     (["--study.train_sizes", "100,400"], "study.train_sizes", [100, 400]),
     (["--study.languages"], "study.languages", True),
     (["--study.bootstrap", "1000"], "study.bootstrap", 1000),
-    (["--study.blocks", "8"], "study.blocks", 8),
+    (["--study.bootstrap", "10", "--study.blocks", "8"], "study.blocks", 8),
     (["--study.alpha_select", "gcv"], "study.alpha_select", "gcv"),
-    (["--study.alpha_grid", "0.1,1"], "study.alpha_grid", [0.1, 1.0]),
+    (
+        ["--study.alpha_select", "gcv", "--study.alpha_grid", "0.1,1"],
+        "study.alpha_grid",
+        [0.1, 1.0],
+    ),
     (["--study.alpha_select", "kfold", "--study.folds", "3"], "study.folds", 3),
     (["--study.nulls"], "study.nulls", True),
     (["--study.attribution"], "study.attribution", True),

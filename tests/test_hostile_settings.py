@@ -21,6 +21,30 @@ DECOMPOSE = {
         ["--study.folds", "3", "--study.alpha_select", "validation"],
         ["--study.folds 3", "ignored", "kfold"],
     ),
+    "level_without_bootstrap": (
+        ["--study.level", "0.9"],
+        ["--study.level 0.9", "ignored", "--study.bootstrap"],
+    ),
+    "blocks_without_bootstrap_or_kfold": (
+        ["--study.blocks", "8", "--study.alpha_select", "gcv"],
+        ["--study.blocks 8", "ignored", "--study.bootstrap", "kfold"],
+    ),
+    "alpha_grid_with_a_fixed_alpha": (
+        ["--study.alpha_grid", "0.1,1"],
+        ["--study.alpha_grid [0.1, 1.0]", "ignored", "alpha_select"],
+    ),
+    "null_seed_without_nulls": (
+        ["--study.null_seed", "7"],
+        ["--study.null_seed 7", "ignored", "--study.nulls"],
+    ),
+    "attribution_split_without_attribution": (
+        ["--study.attribution_split", "test"],
+        ["--study.attribution_split 'test'", "ignored", "--study.attribution"],
+    ),
+    "probes_of_the_exact_method": (
+        ["--scale.probes", "8"],
+        ["--scale.probes 8", "ignored", "--scale.method reduced or sketch"],
+    ),
 }
 
 

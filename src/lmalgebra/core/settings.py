@@ -10,6 +10,7 @@ turns it, wherever the class is built (``TrainingSpec(steps=-1)``, ``model_valid
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -67,3 +68,16 @@ class Settings(BaseModel):
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as err:
             raise SettingsError(describe(err, cls.__name__), err) from None
+
+
+def refuse_ignored(settings: BaseModel, prefix: str, unused: Mapping[str, str]) -> None:
+    """Refuse a field given a value other than its default that the rest of ``settings`` makes
+    the run ignore. ``unused``: each such field (of those that do not apply to this run) -> what
+    it applies to; ``prefix`` spells the field's flag (``--study.``)."""
+    fields = type(settings).model_fields
+    for name, applies_to in unused.items():
+        value = getattr(settings, name)
+        if value != fields[name].get_default(call_default_factory=True):
+            raise UserInputError(
+                f"{prefix}{name} {value!r} would be ignored: it applies to {applies_to} only"
+            )

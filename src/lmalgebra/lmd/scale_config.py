@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.stats.moments import Precision
 from lmalgebra.stats.principal import PROBES
 
@@ -67,6 +67,15 @@ class ScaleSpec(Settings):
             raise UserInputError(
                 "scale.components and scale.retained choose k for the reduced and sketch "
                 "methods; the exact method keeps every column (set scale.method)"
+            )
+        if not self.reduced:
+            refuse_ignored(
+                self,
+                "--scale.",
+                {
+                    "probes": "--scale.method reduced or sketch",
+                    "seed": "--scale.method reduced or sketch",
+                },
             )
         if self.method == "sketch" and self.components is None:
             raise UserInputError(

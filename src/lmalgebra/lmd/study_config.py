@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.stats.alpha_select import default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
@@ -94,6 +94,21 @@ class StudySpec(Settings):
                 f"--study.folds {self.folds} would be ignored: folds apply to "
                 "--study.alpha_select kfold only"
             )
+        unused = {
+            "level": "--study.bootstrap intervals",
+            "blocks": "--study.bootstrap and --study.alpha_select kfold",
+            "alpha_grid": "--study.alpha_select gcv, kfold or validation",
+            "null_seed": "--study.nulls",
+            "attribution_split": "--study.attribution",
+        }
+        applies = {
+            "level": self.bootstrap > 0,
+            "blocks": self.keeps_blocks,
+            "alpha_grid": self.alpha_select != "fixed",
+            "null_seed": self.nulls,
+            "attribution_split": self.attribution,
+        }
+        refuse_ignored(self, "--study.", {k: v for k, v in unused.items() if not applies[k]})
         if self.alpha_select == "kfold" and not 2 <= self.folds <= self.blocks:
             raise UserInputError(
                 f"folds must be between 2 and blocks ({self.blocks}), got {self.folds}"
