@@ -153,6 +153,35 @@ def test_recipe_errors_are_those_of_a_run(recipe: Path, tmp_path: Path) -> None:
         merge_plan(bad)
 
 
+@pytest.mark.parametrize("where", ["a file", "another kind"])
+def test_an_output_directory_the_run_refuses_the_dry_run_refuses_alike(
+    where: str,
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The run's checks of its directory write nothing, so the dry run makes them too: the same
+    one line, not a plan of a run that would be refused."""
+    target = tmp_path / "target"
+    if where == "a file":
+        target.write_text("mine\n", encoding="utf-8")
+    else:  # a decomposition run
+        target.mkdir()
+        (target / "summary.json").write_text("{}", encoding="utf-8")
+    recipe = write_recipe(
+        tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING, output_dir=str(target)
+    )
+    before = files(tmp_path)
+    messages = []
+    for dry in (["--dry-run"], []):
+        code, err = run_cli(["merge", "prepare", str(recipe), *dry], monkeypatch, capsys)
+        assert code == 2 and "Traceback" not in err, err
+        messages.append(ANSI.sub("", err).strip().splitlines()[-1])
+    assert messages[0] == messages[1] and str(target) in messages[0], messages
+    assert files(tmp_path) == before
+
+
 # --- causal recipes: the same plan, of a causal store --------------------------------------
 
 

@@ -232,3 +232,34 @@ def test_the_dry_run_prints_the_plan_writes_nothing_and_refuses_what_the_run_wou
     assert_one_line(code, stderr, ["corpus", str(missing), "does not exist"])
     with pytest.raises(UserInputError, match="does not exist"):
         lmalgebra.decompose_plan({"a": str(bert_dir), "b": str(bert2_dir)}, str(missing))
+
+
+@pytest.mark.parametrize("where", ["a file", "a merge run", "a merge run, --overwrite"])
+def test_an_output_directory_the_run_refuses_the_dry_run_refuses_in_the_same_line(
+    where: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from hostile_helpers import assert_one_line, digests, run_cli
+
+    out = tmp_path / "out"
+    if where == "a file":
+        out.write_text("mine\n", encoding="utf-8")
+    else:
+        out.mkdir()
+        (out / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--out", str(out), "--cache_dir", str(tmp_path / "cache"), "--no-progress"]
+    args += ["--overwrite"] if "overwrite" in where else []
+    before = digests(tmp_path)
+    lines = [
+        assert_one_line(*run_cli([*args, *dry], monkeypatch, capsys), [str(out)])
+        for dry in (["--dry-run"], [])
+    ]
+    assert lines[0] == lines[1]
+    assert digests(tmp_path) == before

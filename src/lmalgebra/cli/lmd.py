@@ -78,6 +78,9 @@ def decompose(
         entry["trust_remote_code"] = trust_remote_code
     config = load_config(recipe, overrides)
     if dry_run:
+        from lmalgebra.lmd.run import check_claim
+
+        check_claim(config, overwrite)  # the run's refusals of its directory, nothing written
         _print_plan(plan_frame(config))
         return
     result = decompose_recipe(config, overwrite)

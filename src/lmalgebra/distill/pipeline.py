@@ -21,6 +21,8 @@ from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MergeRecipe, load_recipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import inference_setup
+from lmalgebra.storage.lockfile import refuse_other_kind
+from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.train.config import TrainingSpec
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
@@ -99,9 +101,14 @@ def plan(
 ) -> list[dict[str, Any]]:
     """The run planned before anything runs (``--dry-run``); ``training``: the student's
     settings (default the recipe's). ``stages``: those the run would run, refused as
-    ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out."""
+    ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
+    output directory the run would refuse (a file, another kind of output) is refused alike."""
     objective = objective_of(recipe)
-    objective.runnable(stages)
+    runnable = objective.runnable(stages)
+    if runnable:  # the run's own checks of its directory, which write nothing
+        check_directory(recipe.output_dir, "output directory")
+        if recipe.output_dir.is_dir():
+            refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(training or recipe.training)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]

@@ -81,6 +81,27 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
         )
 
 
+def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
+    """What a run of ``config`` refuses of its output directory, found without writing or
+    removing anything (``decompose --dry-run``): a file in its place, a directory holding
+    another configuration's run or files of no run (or, with ``overwrite``, files a run does not
+    write). Its inputs are not compared with a finished run's: that reads the models' weights."""
+    config = config.resolved()
+    check_directory(config.out, "output directory")
+    if not config.out.is_dir():
+        return
+    claim_run_directory(
+        config.out,
+        run_identity(config.model_dump(mode="json")),
+        _recorded_identity(config.out),
+        finished=(config.out / SUMMARY).is_file(),
+        overwrite=overwrite,
+        what="decomposition",
+        owned=OWNED,
+        dry=True,
+    )
+
+
 def _claim(config: DecomposeConfig, overwrite: bool, current: Inputs) -> None:
     out = config.out
     identity = run_identity(config.model_dump(mode="json"))

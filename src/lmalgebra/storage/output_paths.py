@@ -180,18 +180,24 @@ def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) 
     refused, removing nothing, when it also holds anything else (a user's own files, another
     run), naming a few of those."""
     entries = _entries(directory)
-    foreign = [e for e in entries if not _owned(e.name, owned)]
+    refuse_foreign(directory, what, owned)
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
+    """Refuse ``--overwrite`` of a directory that holds anything a run of ``what`` does not
+    write (``remove_run_files``' check, which removes nothing)."""
+    foreign = [e for e in _entries(directory) if not _owned(e.name, owned)]
     if foreign:
         raise UserInputError(
             f"{directory} holds files a {what} does not write ({_names(foreign)}); "
             "--overwrite removes only a run's own files: move those away, or write to "
             "another directory"
         )
-    for entry in entries:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
 
 
 def claim_run_directory(
@@ -203,8 +209,10 @@ def claim_run_directory(
     overwrite: bool,
     what: str,
     owned: Sequence[str] = ("*",),
+    dry: bool = False,
 ) -> None:
-    """Make ``directory`` this run's own before anything is written to it.
+    """Make ``directory`` this run's own before anything is written to it (``dry``: refuse what
+    would be refused, removing nothing: a dry run).
 
     Args:
         directory: the run directory (may be missing or empty).
@@ -224,7 +232,10 @@ def claim_run_directory(
     if not entries:
         return
     if overwrite:
-        remove_run_files(directory, what, owned)
+        if dry:
+            refuse_foreign(directory, what, owned)
+        else:
+            remove_run_files(directory, what, owned)
         return
     foreign = [e for e in entries if not _owned(e.name, owned)]
     hint = "write to another directory, or pass --overwrite to remove its files first"
