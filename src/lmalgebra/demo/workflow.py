@@ -34,12 +34,8 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan, RealPlan
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.output_paths import (
-    DEMO_PLAN,
-    check_directory,
-    directory_kind,
-    tidy_on_failure,
-)
+from lmalgebra.storage.lockfile import refuse_other_kind
+from lmalgebra.storage.output_paths import DEMO_PLAN, check_directory, tidy_on_failure
 
 if TYPE_CHECKING:
     from lmalgebra.api.merge import RunInspection
@@ -73,12 +69,8 @@ def run_workflow(
 
 
 def _check_demo_directory(out: Path, identity: Mapping[str, Any]) -> None:
-    found = directory_kind(out)
-    if found is not None and found[1] != DEMO_PLAN:
-        raise UserInputError(
-            f"{out} holds {found[0]} ({found[1]}): a demo writes nothing into another kind of "
-            "directory; give --out another one"
-        )
+    if out.is_dir():
+        refuse_other_kind(out, "demo")
     marker = out / DEMO_PLAN
     if not marker.is_file():
         return

@@ -88,33 +88,31 @@ def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
     write). Its inputs are not compared with a finished run's: that reads the models' weights."""
     config = config.resolved()
     check_directory(config.out, "output directory")
-    if not config.out.is_dir():
-        return
+    if config.out.is_dir():
+        _claim_directory(config, overwrite, dry=True)
+
+
+def _claim_directory(
+    config: DecomposeConfig, overwrite: bool, dry: bool = False
+) -> dict[str, Any] | None:
+    """``claim_run_directory`` for a decomposition of ``config``; the recorded identity."""
+    recorded = _recorded_identity(config.out)
     claim_run_directory(
         config.out,
         run_identity(config.model_dump(mode="json")),
-        _recorded_identity(config.out),
+        recorded,
         finished=(config.out / SUMMARY).is_file(),
         overwrite=overwrite,
         what="decomposition",
         owned=OWNED,
-        dry=True,
+        dry=dry,
     )
+    return recorded
 
 
 def _claim(config: DecomposeConfig, overwrite: bool, current: Inputs) -> None:
     out = config.out
-    identity = run_identity(config.model_dump(mode="json"))
-    recorded = _recorded_identity(out)
-    claim_run_directory(
-        out,
-        identity,
-        recorded,
-        finished=(out / SUMMARY).is_file(),
-        overwrite=overwrite,
-        what="decomposition",
-        owned=OWNED,
-    )
+    recorded = _claim_directory(config, overwrite)
     if recorded is not None:  # the same configuration (else refused, or removed by overwrite)
         _check_inputs(out, current, overwrite)
     (out / SUMMARY).unlink(missing_ok=True)

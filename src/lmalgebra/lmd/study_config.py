@@ -89,12 +89,8 @@ class StudySpec(Settings):
         bad_alpha = [a for a in self.alpha_grid if not (a > 0 and math.isfinite(a))]
         if bad_alpha:
             raise UserInputError(f"alpha grid values must be finite and > 0, got {bad_alpha[0]}")
-        if self.alpha_select != "kfold" and self.folds != type(self).model_fields["folds"].default:
-            raise UserInputError(
-                f"--study.folds {self.folds} would be ignored: folds apply to "
-                "--study.alpha_select kfold only"
-            )
         unused = {
+            "folds": "--study.alpha_select kfold",
             "level": "--study.bootstrap intervals",
             "blocks": "--study.bootstrap and --study.alpha_select kfold",
             "alpha_grid": "--study.alpha_select gcv, kfold or validation",
@@ -102,6 +98,7 @@ class StudySpec(Settings):
             "attribution_split": "--study.attribution",
         }
         applies = {
+            "folds": self.alpha_select == "kfold",
             "level": self.bootstrap > 0,
             "blocks": self.keeps_blocks,
             "alpha_grid": self.alpha_select != "fixed",

@@ -158,7 +158,11 @@ def _shared_outcome(size: int, failed: bool) -> bool:
 # What a command writes: a merge run or a model directory is not written into another kind (a
 # decomposition's own claim, ``output_paths.claim_run_directory``, judges its directory, naming
 # every foreign entry)
-WRITES = {"merge": "a merge run", "pretrain": "a model directory written by lmalgebra"}
+WRITES = {
+    "merge": "a merge run",
+    "pretrain": "a model directory written by lmalgebra",
+    "demo": "a demo's output",
+}
 
 
 def refuse_other_kind(directory: Path, command: str) -> None:
