@@ -225,7 +225,49 @@ def test_every_settings_class_built_from_python_names_a_bad_value_in_one_line() 
             "MergeRecipe: key 'languages': .*got 3",
         ),
         (lambda: lmalgebra.DecomposeConfig(models=3), "DecomposeConfig: key 'models': .*got 3"),
+        (
+            lambda: lmalgebra.MergeRecipe.model_validate(3),  # not "key 'objective'": no keys
+            "MergeRecipe: a recipe is a mapping of its keys, got int",
+        ),
     ]
     for build, wanted in cases:
         with pytest.raises(UserInputError, match=f"^{wanted}$"):
             build()
+
+
+def test_an_array_of_embeddings_is_real_and_fits_in_float32(bert_dir: Path, tmp_path: Path) -> None:
+    """Embeddings are kept in float32: a complex array or tensor, or a value past float32's range,
+    is one line naming the model, not a silent loss of the imaginary part or an infinity; a
+    bfloat16 tensor that requires grad is taken as it is."""
+    import torch
+
+    texts = documents(60)
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    rows = len(lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans))
+    options = {"spans": spans, "cache_dir": tmp_path, "progress": False}
+    rng = np.random.default_rng(0)
+    real = rng.normal(size=(rows, 4))
+    huge = real.copy()
+    huge[7, 2] = 1e300
+    for given, wanted in (
+        (real + 1j * real, r"model 'b': the array is complex \(complex128\); embeddings are real"),
+        (torch.from_numpy(real + 1j * real).to(torch.complex64), r"\(complex64\)"),
+        (huge, "model 'b': a value in row 7 is beyond float32's range"),
+    ):
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.decompose({"a": str(bert_dir), "b": given}, texts, **options)
+    tensor = torch.from_numpy(real).to(torch.bfloat16).requires_grad_()
+    result = lmalgebra.decompose({"a": str(bert_dir), "b": tensor}, texts, **options)
+    assert np.isfinite(result.pairwise().loc["b", "a"])  # b (the tensor) from a
+
+
+@pytest.mark.parametrize(
+    "X", [None, np.full((4, 2), np.nan), np.zeros(4)], ids=["none", "nan", "1d"]
+)
+def test_scikit_learns_complaint_about_an_array_is_one_line(X: Any) -> None:  # noqa: N803
+    """scikit-learn's checks word their complaints on several lines; ours is one (the advice the
+    estimator contract asks for kept in it)."""
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.LinearDecomposition().fit(X, np.zeros((4, 2)))
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(("X: ", "Input X")), message

@@ -365,6 +365,63 @@ def test_no_command_writes_into_another_kind_of_directory(
         assert digests(target) == before
 
 
+def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+) -> None:
+    """``merge select`` and ``evaluate-pos`` hold their output directory's lock from before their
+    first model is loaded, as every other writer does, and write into no other kind of output:
+    one line naming the directory (and the holder, or what it holds), nothing in it changed."""
+    import shutil
+    import subprocess
+
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text("1\tword\t_\tNOUN\n\n", encoding="utf-8")
+    recipe = write_recipe(tmp_path, teacher_dirs)
+
+    def select(out: Path) -> list[str]:
+        return ["merge", "select", str(recipe), "--out", str(out), "--no-progress"]
+
+    def tag(out: Path) -> list[str]:
+        return ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--out", str(out)]
+
+    run = tmp_path / "decomposition"
+    shutil.copytree(finished_run, run)
+    before = digests(run)
+    one_error(*cli(*select(run)), str(run), "decomposition run", "summary.json", "merge select")
+    one_error(*cli(*tag(run)), str(run), "decomposition run", "summary.json", "evaluate-pos")
+    assert digests(run) == before
+
+    held = tmp_path / "held"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        before = digests(held)
+        for args in (select(held), tag(held)):
+            one_error(*cli(*args), str(held.resolve()), "in use by another", f"pid {holder.pid}")
+        assert digests(held) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from lmalgebra.storage.lockfile import run_directory_lock
+with run_directory_lock(Path(sys.argv[1]), "holder command"):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
 def test_pretrain_resumes_into_its_own_unfinished_directory(
     cli: Runner, corpus_txt: Path, tmp_path: Path
 ) -> None:

@@ -84,7 +84,8 @@ def _given(name: str, value: Any) -> GivenModel | None:
     if isinstance(value, np.ndarray):
         return GivenArrays(name, value)
     if type(value).__name__ == "Tensor" and hasattr(value, "detach"):  # a torch tensor
-        return GivenArrays(name, value.detach().cpu().float().numpy())
+        tensor = value.detach().cpu()  # complex values stay complex, to be refused by name
+        return GivenArrays(name, (tensor if tensor.is_complex() else tensor.float()).numpy())
     if hasattr(value, "config") and hasattr(value, "state_dict"):
         raise UserInputError(
             f"model {name!r}: a {type(value).__name__} needs its tokenizer: give (model, tokenizer)"

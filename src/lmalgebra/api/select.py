@@ -28,6 +28,7 @@ from lmalgebra.selection.outputs import (
 )
 from lmalgebra.selection.teacher_sets import Selection, SelectionSpec
 from lmalgebra.selection.teacher_sets import select_teachers as _select
+from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import make_directory
 
 
@@ -57,7 +58,8 @@ class TeacherSelection:
         """Write ``sets.csv``, ``teachers.csv``, ``recommended.yaml``, ``summary.json`` and
         ``selection.png`` into ``out``, as ``lmalgebra merge select`` does."""
         make_directory(Path(out), "selection directory")
-        return write_selection(self.selection, self._input, Path(out))
+        with run_directory_lock(Path(out), "merge select"):
+            return write_selection(self.selection, self._input, Path(out))
 
     def __repr__(self) -> str:
         chosen = "; ".join(f"{k}: {'+'.join(v)}" for k, v in self.recommended.items())

@@ -40,13 +40,15 @@ def merge_select(
     from lmalgebra.api.merge import recipe_of
     from lmalgebra.distill.layout import RunLayout
     from lmalgebra.experimental import select_teachers
+    from lmalgebra.storage.lockfile import run_directory_lock
     from lmalgebra.storage.output_paths import check_directory
 
     config = recipe_of(recipe)
     target = out if out is not None else RunLayout(config.output_dir).selection
     check_directory(target, "selection directory")
-    found = select_teachers(config, **{"progress": True, **overrides})
-    paths = found.save(target)
+    with run_directory_lock(target, "merge select"):  # refused before any teacher is scored
+        found = select_teachers(config, **{"progress": True, **overrides})
+        paths = found.save(target)
     table = Table("language", "rank", "teachers", "complementarity", "quality", "score")
     for row in found.sets.itertuples():
         if row.rank <= 3:

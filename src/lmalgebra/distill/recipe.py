@@ -330,6 +330,8 @@ def parse_recipe(data: Any, source: str) -> MergeRecipe:
 def _message(err: ValidationError, data: Any, source: str) -> str:
     """``describe``'s line, with the objective's tag left out of the key, and for a key of the
     other objective, which objective it belongs to."""
+    if not isinstance(data, dict | BaseModel):
+        return f"{source}: a recipe is a mapping of its keys, got {type(data).__name__}"
     first = err.errors()[0]
     objective = _objective(data)
     if first["type"] == "union_tag_invalid" or objective not in OBJECTIVES:

@@ -17,6 +17,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from lmalgebra.sources.models import (
     load_tokenizer,
     resolve_directory,
 )
+from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
@@ -353,11 +355,13 @@ def evaluate_many(
     out: Path | None = None,
 ) -> list[PosResult]:
     """:func:`evaluate_pos` per model; with ``out``, results are rewritten after each model (a
-    failure leaves those of the models done, and no empty directory)."""
+    failure leaves those of the models done, and no empty directory), under ``out``'s lock (one
+    writer at a time; not into another kind of output)."""
     options = options or PosOptions()
     results: list[PosResult] = []
     settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
-    with tidy_on_failure(*([out] if out is not None else [])):
+    locked = nullcontext() if out is None else run_directory_lock(out, "evaluate-pos")
+    with locked, tidy_on_failure(*([out] if out is not None else [])):
         for ref in refs:
             result = evaluate_pos(ref, train, dev, test, mode, options)
             log.info("%s: %s", ref.name, result_summary(result))

@@ -162,10 +162,22 @@ class GivenArrays:
             )
         if not np.issubdtype(array.dtype, np.number):
             raise UserInputError(f"model {self.name!r}: the array is not numeric ({array.dtype})")
+        if np.issubdtype(array.dtype, np.complexfloating):
+            raise UserInputError(
+                f"model {self.name!r}: the array is complex ({array.dtype}); embeddings are real"
+            )
         if not np.isfinite(array).all():
             row = int(np.flatnonzero(~np.isfinite(array).all(axis=1))[0])
             raise UserInputError(f"model {self.name!r}: non-finite (NaN/inf) value in row {row}")
-        self.array = np.ascontiguousarray(array, dtype=np.float32)
+        with np.errstate(over="ignore"):  # a value past float32's range is named below
+            single = np.ascontiguousarray(array, dtype=np.float32)
+        if not np.isfinite(single).all():
+            row = int(np.flatnonzero(~np.isfinite(single).all(axis=1))[0])
+            raise UserInputError(
+                f"model {self.name!r}: a value in row {row} is beyond float32's range "
+                f"(|x| > {np.finfo(np.float32).max:.3g}), in which embeddings are kept"
+            )
+        self.array = single
         self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
 
     def fingerprint(self) -> dict[str, str]:

@@ -218,7 +218,8 @@ def _check_finite(name: str, path: Path, source: _Source, counts: Mapping[str, i
         if not finite.all():
             row = start + int(np.argmin(finite))
             raise UserInputError(
-                f"model {name!r}: {path} holds non-finite values (NaN/inf), first in row {row} "
+                f"model {name!r}: {path} holds non-finite values (NaN/inf, or beyond float32's "
+                f"range), first in row {row} "
                 f"(the run's {_where(row, counts)})"
             )
 
@@ -235,7 +236,8 @@ def _float_rows(name: str, path: Path, shape: tuple[int, ...], kind: str) -> tup
 
 
 def _as_float32(block: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(block, dtype=np.float32)
+    with np.errstate(over="ignore"):  # past float32's range is inf, refused by _check_finite
+        return np.ascontiguousarray(block, dtype=np.float32)
 
 
 def _open_npy(name: str, path: Path) -> _Source:

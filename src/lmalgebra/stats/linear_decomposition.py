@@ -273,9 +273,15 @@ def _validated(name: str, check: Callable[..., Any], *args: Any, **kwargs: Any) 
     try:
         result: np.ndarray = check(*args, **kwargs)
     except (ValueError, TypeError) as err:
-        message = str(err)
+        message = _one_line(str(err))
         if not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", message):
             message = f"{name}: {message}"
         kind = UserTypeError if isinstance(err, TypeError) else UserValueError
         raise kind(message) from err
     return result
+
+
+def _one_line(message: str) -> str:
+    """scikit-learn's message on one line (its lines joined: the advice it gives, such as
+    "Reshape your data ...", is part of the estimator contract)."""
+    return " ".join(line.strip() for line in message.splitlines() if line.strip()) or message

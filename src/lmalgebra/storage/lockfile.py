@@ -157,9 +157,11 @@ def _shared_outcome(size: int, failed: bool) -> bool:
 
 # What a command writes: a merge run or a model directory is not written into another kind (a
 # decomposition's own claim, ``output_paths.claim_run_directory``, judges its directory, naming
-# every foreign entry)
+# every foreign entry); a command is looked up whole, then by its first word
 WRITES = {
     "merge": "a merge run",
+    "merge select": "a teacher selection",
+    "evaluate-pos": "a tagging evaluation",
     "pretrain": "a model directory written by lmalgebra",
     "demo": "a demo's output",
 }
@@ -169,7 +171,7 @@ def refuse_other_kind(directory: Path, command: str) -> None:
     """Refuse ``command`` writing into a directory that holds another kind of output
     (``output_paths.directory_kind``: another kind of run, a model lmalgebra did not write),
     naming it and the file that tells."""
-    kind = WRITES.get(command.split()[0])
+    kind = WRITES.get(command, WRITES.get(command.split()[0]))
     if kind is None:  # a decomposition judges its directory itself
         return
     found = directory_kind(directory)

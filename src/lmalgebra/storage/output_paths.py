@@ -123,7 +123,11 @@ def _entries(directory: Path) -> list[Path]:
 # which demo, at which sizes, a demo's output directory holds (``demo.workflow``)
 DEMO_PLAN = "demo-plan.json"
 # the top-level files by which each kind of lmalgebra output directory is known
+# (a teacher selection and a tagging evaluation come first: a selection also writes a
+# ``summary.json``)
 KIND_MARKERS = {
+    "a teacher selection": ("recommended.yaml",),
+    "a tagging evaluation": ("pos_results.csv",),
     "a decomposition run": ("summary.json", "provenance.json"),
     "a merge run": ("recipe.yaml",),
     "a model directory written by lmalgebra": ("lmalgebra.json",),
