@@ -412,6 +412,48 @@ def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
         holder.wait()
 
 
+def test_an_evaluation_of_other_inputs_is_not_replaced_without_overwrite(
+    cli: Runner,
+    bert_dir: Path,
+    bert2_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``evaluate-pos`` into a directory holding an evaluation of other treebank files or other
+    models is refused, naming what differs, and nothing is changed; the same evaluation is
+    computed again; ``--overwrite`` replaces its files and refuses a directory holding others."""
+    import lmalgebra.evaluate.pos_tagging as pos
+    from lmalgebra.evaluate.pos_results import PosResult
+
+    def scored(ref, *args, **kwargs) -> PosResult:  # the tagger is tested elsewhere
+        zeros = dict.fromkeys(PosResult.__dataclass_fields__, 0)
+        return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
+
+    monkeypatch.setattr(pos, "evaluate_pos", scored)
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text("1\tword\t_\tNOUN\n\n", encoding="utf-8")
+    out = tmp_path / "pos"
+    args = ["evaluate-pos", str(bank), "--out", str(out), "--no-progress"]
+    first = [*args, "--models", f"a={bert_dir}"]
+    code, err = cli(*first)
+    assert code == 0, err
+    code, err = cli(*first)  # the same evaluation: computed again
+    assert code == 0, err
+    before = digests(out)
+    one_error(*cli(*args, "--models", f"a={bert2_dir}"), str(out), "another", "models differ")
+    with (bank / "x-ud-train.conllu").open("a", encoding="utf-8") as handle:
+        handle.write("1\tother\t_\tVERB\n\n")
+    one_error(*cli(*first), str(out), "tagging evaluation of another", "treebank differ")
+    assert digests(out) == before
+    (out / "my-notes.txt").write_text("mine\n", encoding="utf-8")
+    one_error(*cli(*first, "--overwrite"), str(out), "my-notes.txt", "does not write")
+    (out / "my-notes.txt").unlink()
+    code, err = cli(*first, "--overwrite")
+    assert code == 0, err
+
+
 HOLDER = """
 import sys, time
 from pathlib import Path

@@ -44,7 +44,9 @@ def evaluate_pos(
     for entry in overrides.get("models", []):
         entry["trust_remote_code"] = trust_remote_code
     spec = load_settings(PosSpec, None, overrides)
-    results = evaluate_treebank(spec.models, treebank, spec.mode, spec.options(), spec.out)
+    results = evaluate_treebank(
+        spec.models, treebank, spec.mode, spec.options(), spec.out, spec.overwrite
+    )
     for r in results:
         console.print(
             f"{r.model}: accuracy {r.accuracy:.4f}, macro-F1 {r.macro_f1:.4f} "

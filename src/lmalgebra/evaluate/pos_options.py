@@ -63,6 +63,11 @@ class PosSpec(PosOptions):
         default="probe", description="probe (frozen states) or finetune (the whole encoder)."
     )
     out: Path = Field(default=Path("pos-output"), description="Output directory.")
+    overwrite: bool = Field(
+        default=False,
+        description="Replace an evaluation of other treebank files, models, mode or options in "
+        "the output directory (its files only).",
+    )
 
     def options(self) -> PosOptions:
         """The evaluation's options (the fields of ``PosOptions``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -9,6 +10,11 @@ from typing import Any
 
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import Table, format_cell, write_table
+from lmalgebra.storage.output_paths import claim_run_directory
+
+CONFIG = "pos_config.json"
+# the top-level names an evaluation writes (``--overwrite`` removes these and nothing else)
+OWNED = ("pos_results.csv", "pos_results.md", CONFIG)
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,30 @@ def write_results(
         lines.append("| " + " | ".join(cells) + " |")
     write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
     if settings is not None:
-        write_json_atomic(out / "pos_config.json", settings)
+        write_json_atomic(out / CONFIG, settings)
+
+
+def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
+    """Make ``out`` this evaluation's own (``output_paths.claim_run_directory``): an empty
+    directory, or one holding an evaluation of the same treebank files, models (their weights,
+    tokenizer and config hashes), mode and options, which is computed again; another one is
+    refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
+    recorded = None
+    try:
+        config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+        recorded = config.get("identity") if isinstance(config, dict) else None
+    except (OSError, ValueError):
+        config = None
+    finished = isinstance(config, dict) and bool(config.get("finished"))
+    claim_run_directory(
+        out,
+        identity,
+        recorded if isinstance(recorded, dict) else None,
+        finished=finished,
+        overwrite=overwrite,
+        what="tagging evaluation",
+        owned=OWNED,
+    )
 
 
 def result_summary(result: PosResult) -> str:

@@ -26,11 +26,18 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.evaluate.conllu import Sentence, find_splits, read_conllu
+from lmalgebra.evaluate.conllu import Sentence, TreebankSplits, find_splits, read_conllu
 from lmalgebra.evaluate.pos_options import Mode, PosOptions
-from lmalgebra.evaluate.pos_results import PosResult, result_summary, write_results
+from lmalgebra.evaluate.pos_results import (
+    PosResult,
+    claim_evaluation,
+    result_summary,
+    write_results,
+)
 from lmalgebra.lmd.embed import max_tokens
+from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,
     check_layer,
@@ -353,10 +360,12 @@ def evaluate_many(
     mode: Mode,
     options: PosOptions | None = None,
     out: Path | None = None,
+    identity: dict[str, Any] | None = None,
 ) -> list[PosResult]:
     """:func:`evaluate_pos` per model; with ``out``, results are rewritten after each model (a
     failure leaves those of the models done, and no empty directory), under ``out``'s lock (one
-    writer at a time; not into another kind of output)."""
+    writer at a time; not into another kind of output), with ``identity``
+    (:func:`evaluation_identity`) in ``pos_config.json``."""
     options = options or PosOptions()
     results: list[PosResult] = []
     settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
@@ -367,15 +376,44 @@ def evaluate_many(
             log.info("%s: %s", ref.name, result_summary(result))
             results.append(result)
             if out is not None:
-                write_results(results, out, settings)
+                done = {"identity": identity, "finished": len(results) == len(refs)}
+                write_results(results, out, {**settings, **done})
     return results
 
 
+def evaluation_identity(
+    refs: Sequence[ModelRef], splits: TreebankSplits, mode: Mode, options: PosOptions
+) -> dict[str, Any]:
+    """What makes an evaluation this one: the sha256 of each treebank file, each model's
+    fingerprint (weights, tokenizer, config), the mode and the options (less progress). The
+    weights are hashed on each run (no cache: reading them is small beside training a tagger)."""
+    return {
+        "treebank": {
+            split: sha256_file(getattr(splits, split)) for split in ("train", "dev", "test")
+        },
+        "models": {ref.name: fingerprint(ref, resolve_directory(ref)) for ref in refs},
+        "mode": mode,
+        "options": options.model_dump(mode="json", exclude={"progress"}),
+    }
+
+
 def evaluate_treebank(
-    refs: Sequence[ModelRef], treebank: Path, mode: Mode, options: PosOptions, out: Path
+    refs: Sequence[ModelRef],
+    treebank: Path,
+    mode: Mode,
+    options: PosOptions,
+    out: Path,
+    overwrite: bool = False,
 ) -> list[PosResult]:
     """``lmalgebra evaluate-pos``: :func:`evaluate_many` on the splits of a treebank directory
-    (``conllu.find_splits``), results written to ``out`` (checked before any model is loaded)."""
+    (``conllu.find_splits``), results written to ``out`` (checked before any model is loaded:
+    an evaluation of other treebank files, models, mode or options there is refused unless
+    ``overwrite``, ``pos_results.claim_evaluation``)."""
     check_directory(out, "output directory")
     splits = find_splits(treebank)
-    return evaluate_many(refs, splits.train, splits.dev, splits.test, mode, options, out)
+    with run_directory_lock(out, "evaluate-pos"):
+        identity = evaluation_identity(refs, splits, mode, options)
+        claim_evaluation(out, identity, overwrite)
+        return evaluate_many(
+            refs, splits.train, splits.dev, splits.test, mode, options, out, identity
+        )
