@@ -477,6 +477,9 @@ CAUSAL_TRAINING = {
 }
 
 
+# about a minute: `make test-slow` (the masked store and training on two processes stay in the
+# default run)
+@pytest.mark.slow
 def test_causal_store_and_student_of_two_processes_match_one(
     tmp_path: Path, causal_teacher_dirs
 ) -> None:
