@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, run_cli
+from hostile_helpers import assert_one_line, digests, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.experimental import select_teachers
@@ -126,3 +127,47 @@ def test_a_language_without_held_out_text_is_refused(tmp_path: Path, candidates:
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(UserInputError, match="language 'xx' has no held-out example"):
         select_teachers(path, size=2, **OPTIONS)
+
+
+def test_a_selection_of_other_inputs_is_not_replaced_without_overwrite(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    selected: tuple,
+    candidates: dict,
+) -> None:
+    """A finished selection records what it was made of (recipe, settings, held-out text,
+    teachers): another one is refused before any teacher is scored, naming what differs, and
+    ``--overwrite`` replaces its files only."""
+    _, cache, _ = selected
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    chosen = {name: candidates[name] for name in ("wp", "other", "sp")}
+    path = write(tmp_path, chosen, ["wp", "other"])
+    out = tmp_path / "chosen"
+    base = ["merge", "select", str(path), "--out", str(out), "--spans.counts", "240,60,120"]
+    base += ["-T", "8", "--bootstrap", "40", "--no-progress"]
+    code, err = run_cli(base, monkeypatch, capsys)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert set(summary["identity"]) >= {"recipe", "settings", "held-out text of xx", "teacher wp"}
+    code, err = run_cli(base, monkeypatch, capsys)  # the same selection is made again
+    assert code == 0, err
+    before = digests(out)
+
+    code, err = run_cli([*base, "--seed", "3"], monkeypatch, capsys)
+    assert_one_line(code, err, [str(out), "finished teacher selection", "settings differ"])
+    corpus = tmp_path / "xx.txt"
+    corpus.write_text("\n".join(documents(160, seed=22)) + "\n", encoding="utf-8")
+    code, err = run_cli(base, monkeypatch, capsys)
+    assert_one_line(code, err, [str(out), "held-out text of xx", "--overwrite"])
+    assert digests(out) == before
+
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    code, err = run_cli([*base, "--overwrite"], monkeypatch, capsys)
+    assert_one_line(code, err, [str(out), "notes.txt"])
+    assert digests(out) == {**before, "notes.txt": digests(out)["notes.txt"]}
+    (out / "notes.txt").unlink()
+    code, err = run_cli([*base, "--overwrite"], monkeypatch, capsys)
+    assert code == 0, err
+    again = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert again["identity"]["held-out text of xx"] != summary["identity"]["held-out text of xx"]

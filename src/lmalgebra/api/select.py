@@ -22,6 +22,7 @@ from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.selection.outputs import (
     SET_COLUMNS,
     TEACHER_COLUMNS,
+    claim_selection,
     set_rows,
     teacher_rows,
     write_selection,
@@ -54,11 +55,16 @@ class TeacherSelection:
         self._input = recipe
 
     @library_entry
-    def save(self, out: str | Path) -> list[Path]:
-        """Write ``sets.csv``, ``teachers.csv``, ``recommended.yaml``, ``summary.json`` and
-        ``selection.png`` into ``out``, as ``lmalgebra merge select`` does."""
+    def save(self, out: str | Path, overwrite: bool = False) -> list[Path]:
+        """Write ``sets.csv``, ``teachers.csv``, ``recommended.yaml``, ``selection.png`` and
+        ``summary.json`` into ``out``, as ``lmalgebra merge select`` does.
+
+        A selection of another recipe, settings, held-out text or teachers already in ``out``
+        is refused, naming what differs, unless ``overwrite`` (its files removed, and only
+        those; anything else in ``out`` is refused)."""
         make_directory(Path(out), "selection directory")
         with run_directory_lock(Path(out), "merge select"):
+            claim_selection(Path(out), self.selection.identity, overwrite)
             return write_selection(self.selection, self._input, Path(out))
 
     def __repr__(self) -> str:

@@ -25,6 +25,14 @@ def merge_select(
     out: Annotated[
         Path | None, typer.Option(help="Output directory (default OUTPUT_DIR/selection).")
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace a selection of another recipe, settings, text or teachers in the "
+            "output directory (its files only).",
+        ),
+    ] = False,
     *,
     overrides: dict[str, Any],
 ) -> None:
@@ -38,16 +46,23 @@ def merge_select(
     runs/merge/selection/recommended.yaml
     """
     from lmalgebra.api.merge import recipe_of
+    from lmalgebra.api.select import TeacherSelection
+    from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.layout import RunLayout
-    from lmalgebra.experimental import select_teachers
+    from lmalgebra.selection.outputs import claim_selection
+    from lmalgebra.selection.teacher_sets import select_teachers
     from lmalgebra.storage.lockfile import run_directory_lock
     from lmalgebra.storage.output_paths import check_directory
 
     config = recipe_of(recipe)
+    spec = validate(SelectionSpec, overrides, "merge select")
     target = out if out is not None else RunLayout(config.output_dir).selection
     check_directory(target, "selection directory")
     with run_directory_lock(target, "merge select"):  # refused before any teacher is scored
-        found = select_teachers(config, **{"progress": True, **overrides})
+        selection = select_teachers(
+            config, spec, lambda identity: claim_selection(target, identity, overwrite)
+        )
+        found = TeacherSelection(selection, config)
         paths = found.save(target)
     table = Table("language", "rank", "teachers", "complementarity", "quality", "score")
     for row in found.sets.itertuples():

@@ -5,6 +5,7 @@
 ``teachers.csv``  one row per (language, candidate): held-out accuracy and loss, group R^2.
 ``recommended.yaml``  the recipe with each language's teachers replaced by its recommended set.
 ``selection.png``  per language, the scores of the best sets with their intervals.
+``summary.json``  the recommendation, timings and the selection's identity; written last.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from lmalgebra.selection.teacher_sets import Selection
 from lmalgebra.stats.complementarity import SetScore
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import csv_text, format_cell
+from lmalgebra.storage.output_paths import claim_run_directory
 
 SET_COLUMNS = (
     "language",
@@ -46,6 +48,9 @@ TEACHER_COLUMNS = (
     "loss",
     "group_r2",
 )
+SUMMARY = "summary.json"
+# the top-level names a selection writes (``--overwrite`` removes these and nothing else)
+OWNED = ("sets.csv", "teachers.csv", "recommended.yaml", "selection.png", SUMMARY)
 DECIMALS = 6
 SHOWN = 8  # sets per language in the figure
 
@@ -108,16 +113,44 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
     chosen = selection.recipe(recipe).model_dump(mode="json")
     header = "# teachers chosen by `lmalgebra merge select` (see sets.csv next to this file)\n"
     write_text_atomic(paths[2], header + yaml.safe_dump(chosen, sort_keys=False))
+    paths.append(plot_selection(selection, out / "selection.png"))
     summary = {
         "size": selection.size,
         "recommended": selection.recommended,
         "overall": list(selection.overall[0].members) if selection.overall else [],
         "seconds": selection.timings,
+        "identity": selection.identity,
     }
-    paths.append(out / "summary.json")
+    paths.append(out / SUMMARY)  # last: it marks the selection complete
     write_text_atomic(paths[-1], json.dumps(summary, indent=2) + "\n")
-    paths.append(plot_selection(selection, out / "selection.png"))
     return paths
+
+
+def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
+    """Make ``out`` this selection's own (``output_paths.claim_run_directory``): an empty
+    directory, one holding a selection of the same recipe, settings, held-out text and teachers
+    (computed again into the same files), or an unfinished selection's files; another selection
+    is refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
+    try:
+        summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        summary = None
+    except (OSError, ValueError):
+        summary = {}
+    if summary is None:  # nothing finished here: a selection's own files are made again
+        recorded: dict[str, Any] | None = identity
+    else:
+        found = summary.get("identity") if isinstance(summary, dict) else None
+        recorded = found if isinstance(found, dict) else None
+    claim_run_directory(
+        out,
+        identity,
+        recorded,
+        finished=summary is not None,
+        overwrite=overwrite,
+        what="teacher selection",
+        owned=OWNED,
+    )
 
 
 def plot_selection(selection: Selection, path: Path) -> Path:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
 from lmalgebra.distill.examples import Example, language_examples
@@ -86,6 +89,7 @@ class Selection:
     languages: dict[str, LanguageSelection]
     overall: list[SetScore]
     timings: dict[str, float]
+    identity: dict[str, Any] = field(default_factory=dict)  # selection_identity
 
     @property
     def recommended(self) -> dict[str, list[str]]:
@@ -102,23 +106,61 @@ class Selection:
         return parse_recipe(data, "recommended recipe")
 
 
-def select_teachers(recipe: MergeRecipe, spec: SelectionSpec) -> Selection:
-    """Rank the recipe's teacher sets of ``spec.size`` per language and overall."""
+def select_teachers(
+    recipe: MergeRecipe,
+    spec: SelectionSpec,
+    before_scoring: Callable[[dict[str, Any]], None] | None = None,
+) -> Selection:
+    """Rank the recipe's teacher sets of ``spec.size`` per language and overall.
+
+    Every language's held-out examples are read and every candidate opened (its fingerprint
+    taken) first; ``before_scoring`` is then given the selection's identity
+    (:func:`selection_identity`), e.g. to claim an output directory before the work."""
     recipe = masked_only(
         recipe,
         "merge select ranks masked-LM teachers (by masked-token accuracy); "
         "this recipe has objective causal",
     )
     languages = _languages(recipe, spec)
+    held = {lang: _held_out(recipe, lang, spec.max_texts) for lang in languages}
     opened: dict[str, Teacher] = {}
+    for lang in languages:
+        for name in sorted(recipe.languages[lang].teachers):
+            if name not in opened:
+                ref = recipe.teachers[name].ref(name)
+                opened[name] = open_masked_teacher(ref, example_length=recipe.example_length)
+    identity = selection_identity(recipe, spec, held, opened)
+    if before_scoring is not None:
+        before_scoring(identity)
     found: dict[str, LanguageSelection] = {}
     timings = {"quality": 0.0, "lmd": 0.0}
     for lang in languages:
-        found[lang] = _language(recipe, spec, lang, opened, timings)
+        found[lang] = _language(recipe, spec, lang, held[lang], opened, timings)
     clock = time.perf_counter()
     overall = _overall(found, spec)
     timings["overall"] = time.perf_counter() - clock
-    return Selection(spec.size, found, overall, timings)
+    return Selection(spec.size, found, overall, timings, identity)
+
+
+def selection_identity(
+    recipe: MaskedRecipe,
+    spec: SelectionSpec,
+    held: dict[str, list[Example]],
+    teachers: dict[str, Teacher],
+) -> dict[str, Any]:
+    """What makes a selection this one, one key per thing a message can name: the recipe (the
+    recommended recipe is made from it), the settings (less progress and the cache's place),
+    each language's held-out examples (ids and texts) and each candidate's fingerprint
+    (weights, tokenizer, config)."""
+    identity: dict[str, Any] = {
+        "recipe": recipe.model_dump(mode="json"),
+        "settings": spec.model_dump(mode="json", exclude={"progress", "cache_dir"}),
+    }
+    for lang, examples in held.items():
+        identity[f"held-out text of {lang}"] = sha256_texts(f"{e.id}\t{e.text}" for e in examples)
+    for name in sorted(teachers):
+        identity[f"teacher {name}"] = teachers[name].hashes
+    return identity
 
 
 def _languages(recipe: MaskedRecipe, spec: SelectionSpec) -> list[str]:
@@ -153,17 +195,15 @@ def _language(
     recipe: MaskedRecipe,
     spec: SelectionSpec,
     lang: str,
+    held: list[Example],
     opened: dict[str, Teacher],
     timings: dict[str, float],
 ) -> LanguageSelection:
     candidates = sorted(recipe.languages[lang].teachers)
-    held = _held_out(recipe, lang, spec.max_texts)
     clock = time.perf_counter()
     qualities = []
     for name in candidates:
         ref = recipe.teachers[name].ref(name)
-        if name not in opened:
-            opened[name] = open_masked_teacher(ref, example_length=recipe.example_length)
         qualities.append(
             held_out_quality(
                 lang,
