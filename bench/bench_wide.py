@@ -35,7 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from harness import BENCH, Session, code_version, fastest, parse_args, run_contender
+from harness import (
+    BENCH,
+    Session,
+    code_version,
+    fastest,
+    measure_work,
+    parse_args,
+    run_contender,
+)
 from lmalgebra.core.splits import SPLITS
 from wide_report import differences, label, record
 from wide_synthetic import WideSpectra, corpus
@@ -184,10 +192,22 @@ def measure(
     label = f"{models} x {width}, {train:,} spans, {scale or 'exact'}"
     planned = {} if args.quick else predicted(texts, paths, train, scale, args)
     result = fastest(
-        lambda: run_contender("bench_wide:contender", kwargs), args.attempts, label=label
+        (lambda: in_process(kwargs))
+        if args.quick
+        else (lambda: run_contender("bench_wide:contender", kwargs)),
+        args.attempts,
+        label=label,
     )
     sizes = {"width": width, "models": models, "train": train, "scale": scale, "alpha": alpha}
     return {**sizes, **planned, **result, "code": code_version(MEASURED)}
+
+
+def in_process(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The quick size's run: in this interpreter (a check of the figures, never a record of time
+    or memory; a fresh interpreter per run would spend most of the test importing libraries)."""
+    result = measure_work(contender(**kwargs))
+    result["peak_rss_mib"] = result["life_peak_rss_mib"]
+    return result
 
 
 def predicted(

@@ -205,8 +205,11 @@ def wait_for_idle(
     threshold: float = 0.1, window: float = 3.0, timeout: float | None = None
 ) -> float:
     """Wait (up to ``timeout`` s, default ``--idle-timeout``) until the CPUs are less than
-    ``threshold`` busy over ``window`` seconds; returns the last share seen."""
-    deadline = time.perf_counter() + (IDLE["timeout"] if timeout is None else timeout)
+    ``threshold`` busy over ``window`` seconds; returns the last share seen. With a timeout of
+    0 (no waiting) the share is taken over a tenth of a second."""
+    timeout = IDLE["timeout"] if timeout is None else timeout
+    window = window if timeout > 0 else 0.1
+    deadline = time.perf_counter() + timeout
     while True:
         before = _busy_seconds()
         time.sleep(window)

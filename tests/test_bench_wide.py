@@ -1,8 +1,9 @@
 """``bench/bench_wide.py --quick``: the wide-LMD benchmark end to end at a toy size.
 
 Precomputed files are written, and exact, reduced, sketch and float32 decompositions run on them
-in fresh interpreters; the script itself fails when the reduced and sketch fits with every
-component kept, or float32 statistics, move an R^2 by more than 1e-4 from the exact float64 fits.
+(in the script's own interpreter at this size; in a fresh one each at the recorded sizes); the
+script itself fails when the reduced and sketch fits with every component kept, or float32
+statistics, move an R^2 by more than 1e-4 from the exact float64 fits.
 """
 
 from __future__ import annotations

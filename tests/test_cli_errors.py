@@ -355,17 +355,19 @@ CASES: dict[str, Case] = {
     ),
 }
 
-# the ones also run as a real `python -m lmalgebra` subprocess
+# the ones also run as a real `python -m lmalgebra` subprocess (about 5 s each: most of them
+# under `make test-slow`, every one also in-process above)
+SLOW = pytest.mark.slow
 SUBPROCESS_CASES = [
     "missing_model_directory",
-    "corpus_empty",
-    "span_length_zero",
+    pytest.param("corpus_empty", marks=SLOW),
+    pytest.param("span_length_zero", marks=SLOW),
     "recipe_unknown_key",
-    "hub_id_offline",
-    "reference_tokenizer_offline",
-    "layer_out_of_range",
+    pytest.param("hub_id_offline", marks=SLOW),
+    pytest.param("reference_tokenizer_offline", marks=SLOW),
+    pytest.param("layer_out_of_range", marks=SLOW),
     "nan_embeddings",
-    "study_lengths_empty",
+    pytest.param("study_lengths_empty", marks=SLOW),
 ]
 
 

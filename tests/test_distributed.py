@@ -379,6 +379,8 @@ def accelerate_launch(*args: str) -> subprocess.CompletedProcess[str]:
     return _run([*launcher, *options, "-m", "lmalgebra", *args])
 
 
+# about half a minute: `make test-slow` (two processes reducing statistics stay in the default run)
+@pytest.mark.slow
 def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
     from lmalgebra.lmd.config import load_config
     from lmalgebra.lmd.run import decompose
@@ -442,6 +444,8 @@ def test_teacher_store_of_two_processes_is_byte_identical(runs: tuple[Path, Path
     assert not list((load_recipe(two).output_dir / "topk").rglob("*.rank-*"))
 
 
+# about a minute: `make test-slow` (the masked store on two processes stays in the default run)
+@pytest.mark.slow
 def test_training_on_two_processes_matches_one_and_resumes(runs: tuple[Path, Path]) -> None:
     _, recipe = runs
     out = load_recipe(recipe).output_dir
@@ -477,8 +481,7 @@ CAUSAL_TRAINING = {
 }
 
 
-# about a minute: `make test-slow` (the masked store and training on two processes stay in the
-# default run)
+# about a minute: `make test-slow` (the masked store on two processes stays in the default run)
 @pytest.mark.slow
 def test_causal_store_and_student_of_two_processes_match_one(
     tmp_path: Path, causal_teacher_dirs
