@@ -68,11 +68,21 @@ def parse_args(parser: argparse.ArgumentParser, attempts: int = 3) -> argparse.N
 
 # -- the machine ---------------------------------------------------------------------------------
 def _cpuinfo(field: str) -> str:
+    """The first value of ``field`` (the whole name) in ``/proc/cpuinfo``; "" when absent."""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(field):
-                return line.split(":", 1)[1].strip()
+            name, _, value = line.partition(":")
+            if name.strip() == field:
+                return value.strip()
     return ""
+
+
+def cpu_id() -> str:
+    """``family 6 model 143 stepping 8``: hosts of one model name and flag line (a virtual
+    machine's "Intel(R) Xeon(R) Processor") can be CPUs of different speed."""
+    parts = [(k, _cpuinfo(f)) for k, f in (("family", "cpu family"), ("model", "model"))]
+    parts.append(("stepping", _cpuinfo("stepping")))
+    return " ".join(f"{k} {v}" for k, v in parts if v)
 
 
 def cores() -> int:
@@ -101,6 +111,7 @@ def machine() -> dict[str, Any]:
         }
     return {
         "cpu": _cpuinfo("model name") or platform.processor() or "unknown",
+        "cpu_id": cpu_id(),
         "cores": cores(),
         "flags": [f for f in CPU_FLAGS if f in flags],
         "ram_gib": round(ram, 1),
@@ -138,7 +149,9 @@ def machine_line(m: dict[str, Any]) -> str:
     flags = ", ".join(m["flags"]) or "no AVX2/AVX-512/AMX"
     gpu = f"; GPU {m['gpu']} ({m['gpu_memory_gib']} GiB, CUDA {m['cuda']})" if "gpu" in m else ""
     return (
-        f"{m['cores']} cores (nproc), {m['cpu']} ({flags}), {m['ram_gib']} GiB RAM; Python "
+        f"{m['cores']} cores (nproc), {m['cpu']}"
+        + (f" ({m['cpu_id']})" if m.get("cpu_id") else "")
+        + f" ({flags}), {m['ram_gib']} GiB RAM; Python "
         f"{m['python']}, numpy {m['numpy']}, torch {m['torch']} ({m['torch_threads']} threads)"
         + (f"; OpenBLAS {m['openblas']}" if m.get("openblas") else "")
         + gpu
