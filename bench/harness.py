@@ -80,8 +80,8 @@ def _cpuinfo(field: str) -> str:
 def cpu_id() -> str:
     """``family 6 model 143 stepping 8``: hosts of one model name and flag line (a virtual
     machine's "Intel(R) Xeon(R) Processor") can be CPUs of different speed."""
-    parts = [(k, _cpuinfo(f)) for k, f in (("family", "cpu family"), ("model", "model"))]
-    parts.append(("stepping", _cpuinfo("stepping")))
+    fields = {"family": "cpu family", "model": "model", "stepping": "stepping"}
+    parts = ((k, _cpuinfo(f)) for k, f in fields.items())
     return " ".join(f"{k} {v}" for k, v in parts if v)
 
 

@@ -146,6 +146,12 @@ def test_a_selection_of_other_inputs_is_not_replaced_without_overwrite(
     out = tmp_path / "chosen"
     base = ["merge", "select", str(path), "--out", str(out), "--spans.counts", "240,60,120"]
     base += ["-T", "8", "--bootstrap", "40", "--no-progress"]
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")  # files of no selection: refused
+    code, err = run_cli(base, monkeypatch, capsys)
+    assert_one_line(code, err, [str(out), "holds no teacher selection", "notes.txt"])
+    assert sorted(p.name for p in out.iterdir() if p.name != ".lmalgebra.lock") == ["notes.txt"]
+    (out / "notes.txt").unlink()
     code, err = run_cli(base, monkeypatch, capsys)
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ from lmalgebra.selection.teacher_sets import Selection
 from lmalgebra.stats.complementarity import SetScore
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import csv_text, format_cell
-from lmalgebra.storage.output_paths import claim_run_directory
+from lmalgebra.storage.output_paths import claim_run_directory, holds_only
 
 SET_COLUMNS = (
     "language",
@@ -129,16 +129,17 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
 def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
     """Make ``out`` this selection's own (``output_paths.claim_run_directory``): an empty
     directory, one holding a selection of the same recipe, settings, held-out text and teachers
-    (computed again into the same files), or an unfinished selection's files; another selection
-    is refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
+    (computed again into the same files), or an unfinished selection's files; another selection,
+    or files of no selection, is refused, naming what differs or a few of the files, unless
+    ``overwrite`` (a selection's files removed, and only those)."""
     try:
         summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
     except FileNotFoundError:
         summary = None
     except (OSError, ValueError):
         summary = {}
-    if summary is None:  # nothing finished here: a selection's own files are made again
-        recorded: dict[str, Any] | None = identity
+    if summary is None:  # nothing finished: a selection's own files are made again, others refused
+        recorded: dict[str, Any] | None = identity if holds_only(out, OWNED) else None
     else:
         found = summary.get("identity") if isinstance(summary, dict) else None
         recorded = found if isinstance(found, dict) else None

@@ -175,6 +175,12 @@ def _owned(name: str, owned: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in owned)
 
 
+def holds_only(directory: Path, owned: Sequence[str]) -> bool:
+    """Whether every entry of ``directory`` (the lock aside) is a name a run writes (``owned``
+    patterns, or the temporary file of an atomic write of one); true when it is empty."""
+    return all(_owned(e.name, owned) for e in _entries(directory))
+
+
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
 
