@@ -215,6 +215,29 @@ def test_other_tokenizer_family_and_results_files(
     assert (tmp_path / "pos_config.json").is_file()
 
 
+def test_several_models_read_the_treebank_once_and_score_as_alone(
+    bert_dir: Path, treebank: Path, probe: PosResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lmalgebra.evaluate import pos_tagging
+
+    read: list[Path] = []
+
+    def counted(path: Path) -> Any:
+        read.append(Path(path))
+        return read_conllu(path)
+
+    monkeypatch.setattr(pos_tagging, "read_conllu", counted)
+    splits = find_splits(treebank)
+    refs = [ModelRef(name="tiny", path=str(bert_dir)), ModelRef(name="again", path=str(bert_dir))]
+    options = PosOptions(**FAST)
+    results = evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options)
+    assert sorted(read) == sorted([splits.train, splits.dev, splits.test])
+    for result, name in zip(results, ("tiny", "again"), strict=True):
+        assert dataclasses.replace(result, seconds=0) == dataclasses.replace(
+            probe, model=name, seconds=0
+        )
+
+
 def test_bad_options_layer_and_mode_are_named(bert_dir: Path, treebank: Path) -> None:
     with pytest.raises(UserInputError, match="epochs must be at least 1, got 0"):
         PosOptions(epochs=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -34,10 +34,45 @@ FIGURES = {
 }
 
 
+class Drawn(NamedTuple):
+    """A synthetic run's report drawn once: the run, the page's text, and every figure saved
+    meanwhile by file stem, as (figure, PNG path)."""
+
+    run: Path
+    page: str
+    figures: dict[str, tuple[Any, Path]]
+
+
+def draw_report(run: Path) -> Drawn:
+    """``write_report`` of ``run`` (which draws every figure into ``run/plots``), keeping each
+    figure object as it is saved."""
+    from lmalgebra.figures import canvas
+
+    figures: dict[str, tuple[Any, Path]] = {}
+    save = canvas.save
+
+    def keep(fig: Any, path: Path, dpi: int = canvas.DPI) -> Path:
+        figures[path.stem] = (fig, save(fig, path, dpi))
+        return path
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(canvas, "save", keep)
+        page = write_report(run).read_text(encoding="utf-8")
+    return Drawn(run, page, figures)
+
+
+# Drawing a run's ten figures takes seconds (text layout): each run below is drawn once for the
+# module, and the tests read what it drew.
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
-    run = build_run(tmp_path_factory.mktemp("report") / "run")
-    return run, write_plots(run)
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> Drawn:
+    """The default synthetic run: every value of R^2 at or above 0, intervals and nulls."""
+    return draw_report(build_run(tmp_path_factory.mktemp("report") / "run"))
+
+
+@pytest.fixture(scope="module")
+def negative_run(tmp_path_factory: pytest.TempPathFactory) -> Drawn:
+    """Models of the two families explain each other worse than their mean (R^2 below 0)."""
+    return draw_report(build_run(tmp_path_factory.mktemp("report") / "neg", across=-0.3))
 
 
 # --- clustering ---------------------------------------------------------------------------
@@ -90,11 +125,12 @@ def test_cluster_order_recovers_three_shuffled_blocks() -> None:
 # --- figures ------------------------------------------------------------------------------
 
 
-def test_every_contract_table_gets_a_valid_png(full_run: tuple[Path, list[Path]]) -> None:
+def test_every_contract_table_gets_a_valid_png(full_run: Drawn) -> None:
     import matplotlib.image
 
-    run, written = full_run
+    run, written = full_run.run, sorted((full_run.run / "plots").iterdir())
     assert {p.stem for p in written} == FIGURES
+    assert {path for _, path in full_run.figures.values()} == set(written)
     for path in written:
         assert path.parent == run / "plots"
         assert path.read_bytes()[:8] == PNG, path
@@ -139,12 +175,8 @@ def test_bad_tables_name_file_line_and_column(tmp_path: Path) -> None:
 # --- HTML ---------------------------------------------------------------------------------
 
 
-def test_report_is_self_contained_and_escapes_the_config(
-    full_run: tuple[Path, list[Path]], tmp_path: Path
-) -> None:
-    run, _ = full_run
-    path = write_report(run, tmp_path / "page.html")
-    text = path.read_text(encoding="utf-8")
+def test_report_is_self_contained_and_escapes_the_config(full_run: Drawn) -> None:
+    text = full_run.page
     images = re.findall(r'<img [^>]*src="([^"]*)"', text)
     assert len(images) == len(FIGURES)
     assert all(src.startswith("data:image/png;base64,") for src in images)
@@ -221,21 +253,19 @@ def _images(fig: Any) -> list[Any]:
     return [image for ax in fig.axes for image in ax.get_images()]
 
 
-def test_negative_r2_is_explained_where_it_is_shown(tmp_path: Path) -> None:
-    text = write_report(build_run(tmp_path / "neg", across=-0.3)).read_text(encoding="utf-8")
+def test_negative_r2_is_explained_where_it_is_shown(negative_run: Drawn, full_run: Drawn) -> None:
+    text = negative_run.page
     pairwise = text.split('id="pairwise"')[1].split("</section>")[0]
     assert "8 values are below 0: a1 from b1 (-0.31)" in pairwise
     assert "worse than their mean" in pairwise and "--study.alpha_select gcv" in pairwise
     similarity = text.split('id="similarity"')[1].split("</section>")[0]
     assert "worse than their mean" in similarity
-    plain = write_report(build_run(tmp_path / "plain")).read_text(encoding="utf-8")
-    assert "below 0" not in plain  # no negative value: nothing to explain
+    assert "below 0" not in full_run.page  # no negative value: nothing to explain
 
 
-def test_heatmaps_show_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) -> None:
-    write_plots(build_run(tmp_path / "neg", across=-0.3))
+def test_heatmaps_show_values_below_zero(negative_run: Drawn, full_run: Drawn) -> None:
     for stem in ("pairwise_r2_test_clustered", "similarity"):
-        fig, _ = drawn[stem]
+        fig, _ = negative_run.figures[stem]
         images = _images(fig)
         assert images and all(image.norm.vmin <= -0.3 for image in images), stem
         image = images[0]
@@ -243,8 +273,7 @@ def test_heatmaps_show_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) 
         assert len(colours) == 4, f"{stem}: values at or below 0 share a colour"
         labels = [ax.get_ylabel() for ax in fig.axes if ax not in {i.axes for i in images}]
         assert any("below 0" in label for label in labels), labels  # the colour bar says so
-    write_plots(build_run(tmp_path / "plain"))
-    image = _images(drawn["pairwise_r2_test_clustered"][0])[0]
+    image = _images(full_run.figures["pairwise_r2_test_clustered"][0])[0]
     assert image.norm.vmin == 0.0  # nothing below 0: the scale starts at 0, as before
 
 
@@ -265,18 +294,18 @@ def _error_bars(fig: Any) -> int:
 
 
 def test_no_error_bars_or_interval_columns_without_intervals(
-    tmp_path: Path, drawn: dict[str, Any]
+    tmp_path: Path, full_run: Drawn
 ) -> None:
-    run = build_run(tmp_path / "bare", intervals=False, draws=1)
-    text = write_report(run).read_text(encoding="utf-8")
-    fig, _ = drawn["group_r2"]
+    bare = draw_report(build_run(tmp_path / "bare", intervals=False, draws=1))
+    text = bare.page
+    fig, _ = bare.figures["group_r2"]
     assert _error_bars(fig) == 0
     assert "whiskers" not in " ".join(t.get_text() for t in fig.legends[0].get_texts())
     group = text.split('id="group"')[1].split("</section>")[0]
     assert "interval" not in group and "bootstrap" not in group
     assert "<th>null random_group (test)</th>" in group  # computed columns stay
-    write_report(build_run(tmp_path / "full"))
-    assert _error_bars(drawn["group_r2"][0]) == 3  # the intervals and both nulls' spreads
+    # the intervals and both nulls' spreads
+    assert _error_bars(full_run.figures["group_r2"][0]) == 3
 
 
 def test_titles_and_labels_are_inside_every_png(tmp_path: Path, drawn: dict[str, Any]) -> None:

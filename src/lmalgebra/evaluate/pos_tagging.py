@@ -317,10 +317,20 @@ def evaluate_pos(
     for a ``random:`` model, the model's own seed).
     """
     options = options or PosOptions()
+    _check_mode(mode)
+    started = time.perf_counter()
+    return _evaluate(ref, _load_splits(train, dev, test, options), mode, options, started)
+
+
+def _check_mode(mode: str) -> None:
     if mode not in _DEFAULTS:
         raise UserInputError(f"POS evaluation: mode must be probe or finetune, got {mode!r}")
-    started = time.perf_counter()
-    data = _load_splits(train, dev, test, options)
+
+
+def _evaluate(
+    ref: ModelRef, data: dict[str, list[Sentence]], mode: Mode, options: PosOptions, started: float
+) -> PosResult:
+    """:func:`evaluate_pos` on splits already read (``_load_splits``)."""
     tags = {t: i for i, t in enumerate(sorted({t for s in data.values() for x in s for _, t in x}))}
     directory = resolve_directory(ref)
     tokenizer = load_tokenizer(ref, directory)
@@ -362,17 +372,20 @@ def evaluate_many(
     out: Path | None = None,
     identity: dict[str, Any] | None = None,
 ) -> list[PosResult]:
-    """:func:`evaluate_pos` per model; with ``out``, results are rewritten after each model (a
-    failure leaves those of the models done, and no empty directory), under ``out``'s lock (one
-    writer at a time; not into another kind of output), with ``identity``
-    (:func:`evaluation_identity`) in ``pos_config.json``."""
+    """:func:`evaluate_pos` per model, the treebank files read once for all of them (each
+    result's ``seconds`` is its model's own: loading, training, tagging); with ``out``, results
+    are rewritten after each model (a failure leaves those of the models done, and no empty
+    directory), under ``out``'s lock (one writer at a time; not into another kind of output),
+    with ``identity`` (:func:`evaluation_identity`) in ``pos_config.json``."""
     options = options or PosOptions()
+    _check_mode(mode)
     results: list[PosResult] = []
     settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
     locked = nullcontext() if out is None else run_directory_lock(out, "evaluate-pos")
     with locked, tidy_on_failure(*([out] if out is not None else [])):
+        data = _load_splits(train, dev, test, options) if refs else {}
         for ref in refs:
-            result = evaluate_pos(ref, train, dev, test, mode, options)
+            result = _evaluate(ref, data, mode, options, time.perf_counter())
             log.info("%s: %s", ref.name, result_summary(result))
             results.append(result)
             if out is not None:
