@@ -124,6 +124,47 @@ def machine() -> dict[str, Any]:
     }
 
 
+def product_rates(size: int = 2048, repeats: int = 3) -> dict[str, float]:
+    """GFLOP/s of torch's ``size``-square matrix products at this moment (the fastest of
+    ``repeats``; float32, and bfloat16 where the CPU has AVX512-BF16 or AMX), on torch's threads.
+    Hosts with one model name and flag line ran them at rates twice apart, and one host's rate
+    moves from hour to hour (the hypervisor's steal): this says how fast the machine was."""
+    import torch
+
+    rates: dict[str, float] = {}
+    kinds = [("float32", torch.float32)]
+    if {"avx512_bf16", "amx_bf16"} & set(_cpuinfo("flags").split()):
+        kinds.append(("bfloat16", torch.bfloat16))
+    for name, dtype in kinds:
+        a = torch.randn(size, size).to(dtype)
+        b = torch.randn(size, size).to(dtype)
+        a @ b  # warm-up
+        best = float("inf")
+        for _ in range(repeats):
+            clock = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - clock)
+        rates[name] = round(2 * size**3 / best / 1e9)
+    return rates
+
+
+def conditions_line(c: dict[str, Any]) -> str:
+    """``matrix products at the start: float32 190, bfloat16 430 GFLOP/s; hypervisor steal 31%
+    of the CPUs over the run``."""
+    rates = ", ".join(f"{k} {v:,}" for k, v in c.get("product_gflops", {}).items())
+    parts = (
+        [
+            f"matrix products at the start ({c.get('product_size', 2048)}-square, torch): "
+            f"{rates} GFLOP/s"
+        ]
+        if rates
+        else []
+    )
+    if "steal_share" in c:
+        parts.append(f"hypervisor steal {c['steal_share']:.0%} of the CPUs over the run")
+    return "; ".join(parts)
+
+
 def openblas_kernels() -> str:
     """The kernels NumPy's and SciPy's OpenBLAS run (``0.3.31 SkylakeX``), with the environment's
     ``OPENBLAS_CORETYPE`` where one chose them: on the same CPU, AVX2 ("Haswell") kernels run
@@ -184,11 +225,28 @@ def _digest(measured: Sequence[str]) -> dict[str, str]:
 
 
 # -- CPU share of other processes, idle waits ----------------------------------------------------
+def _cpu_fields() -> list[int]:
+    """The first line of ``/proc/stat``: user nice system idle iowait irq softirq steal ...
+    (clock ticks since boot, all cores together); zeros where it cannot be read."""
+    with contextlib.suppress(OSError, ValueError):
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return (fields + [0] * 8)[:8]
+    return [0] * 8
+
+
 def _busy_seconds() -> float:
-    """CPU time, all cores and processes together, spent not idle since boot."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    """CPU time, all cores and processes together, spent running this machine's processes
+    since boot: neither idle nor stolen by the hypervisor."""
+    fields = _cpu_fields()
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:7]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to other guests while this machine's CPUs wanted to run
+    (``steal`` in ``/proc/stat``, all cores together, since boot). On a shared virtual host
+    it is the part of a slowdown no process here can see."""
+    return _cpu_fields()[7] / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_seconds() -> float:
@@ -201,16 +259,20 @@ class CpuWatch:
 
     def __init__(self) -> None:
         self.wall, self.busy, self.own = time.perf_counter(), _busy_seconds(), _own_cpu_seconds()
+        self.steal = steal_seconds()
 
     def stop(self, own: float | None = None) -> dict[str, float]:
-        """``own``: CPU seconds of what was measured, when it is not this process (a child)."""
+        """``own``: CPU seconds of what was measured, when it is not this process (a child).
+        ``steal_share``: the share of all CPUs the hypervisor took meanwhile (not in others')."""
         wall = time.perf_counter() - self.wall
         own = _own_cpu_seconds() - self.own if own is None else own
         others = max(0.0, _busy_seconds() - self.busy - own)
+        capacity = wall * (os.cpu_count() or 1)
         return {
             "own_cpu_s": own,
             "others_cpu_s": others,
-            "others_share": others / (wall * (os.cpu_count() or 1)),
+            "others_share": others / capacity,
+            "steal_share": (steal_seconds() - self.steal) / capacity,
         }
 
 
@@ -338,8 +400,9 @@ def fastest(
     label: str = "",
 ) -> dict[str, Any]:
     """The fastest (lowest ``key``) of up to ``attempts`` runs, each after waiting for an idle
-    machine; with ``until_clean``, stop at the first run during which other processes took at
-    most :data:`CLEAN` of the CPUs. Adds ``attempts`` and ``idle_share`` (before the kept run)."""
+    machine; with ``until_clean``, stop at the first run during which other processes and the
+    hypervisor's steal together took at most :data:`CLEAN` of the CPUs. Adds ``attempts`` and
+    ``idle_share`` (before the kept run)."""
     best: dict[str, Any] | None = None
     for attempt in range(1, attempts + 1):
         idle = wait_for_idle()
@@ -348,12 +411,13 @@ def fastest(
         print(
             f"  {label or 'run'} #{attempt}: {result[key]:.3f} {key}, peak RSS "
             f"{result.get('peak_rss_mib', result.get('work_peak_rss_mib', 0)):.0f} MiB, other "
-            f"processes {result['others_share']:.0%} of the CPUs",
+            f"processes {result['others_share']:.0%} of the CPUs, hypervisor steal "
+            f"{result.get('steal_share', 0.0):.0%}",
             flush=True,
         )
         if best is None or result[key] < best[key]:
             best = result
-        if until_clean and result["others_share"] <= CLEAN:
+        if until_clean and result["others_share"] + result.get("steal_share", 0.0) <= CLEAN:
             break
     assert best is not None
     best["attempts"] = attempt
@@ -433,6 +497,8 @@ class Session:
         self.started = time.perf_counter()
         self.code = code_version(self.measured)
         self.digest = _digest(self.measured)
+        self.rates = product_rates()
+        self.watch = CpuWatch()
 
     def save(
         self,
@@ -473,6 +539,11 @@ class Session:
             "about": about,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "machine": machine(),
+            "conditions": {
+                "product_size": 2048,
+                "product_gflops": self.rates,
+                "steal_share": round(self.watch.stop()["steal_share"], 3),
+            },
             "code": self.code,
             "sizes": sizes,
             "figures": figures,

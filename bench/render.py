@@ -56,6 +56,12 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def conditions_line(c: dict[str, Any]) -> str:
+    from harness import conditions_line as line
+
+    return line(c)
+
+
 def machine_line(m: dict[str, Any]) -> str:
     from harness import machine_line as line
 
@@ -107,6 +113,8 @@ def section(record: dict[str, Any], common_machine: str) -> list[str]:
     here = machine_line(record["machine"])
     if here != common_machine:
         lines.append(f"- Machine: {here}")
+    if record.get("conditions"):
+        lines.append(f"- Conditions: {conditions_line(record['conditions'])}.")
     lines.append("- Sizes: " + "; ".join(f"{k} {fmt(v)}" for k, v in record["sizes"].items()) + ".")
     lines += ["", *_figures(record["figures"])]
     if record.get("targets"):
