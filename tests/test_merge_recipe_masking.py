@@ -98,6 +98,36 @@ def test_whole_word_masking_takes_every_piece(wp_tokenizer) -> None:
             assert same_word <= chosen
 
 
+@pytest.mark.parametrize("whole_word", [False, True])
+def test_pretraining_batches_mask_kept_encodings_as_fresh_ones(
+    wp_tokenizer, whole_word: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pretrain masked`` tokenises an example once and masks it again on later draws: every
+    batch equals the one masked from the text, whether its examples were kept or not."""
+    from lmalgebra.distill.pretrain import masked
+
+    texts = sentences(12, seed=5)
+    ids = [f"d{i}" for i in range(len(texts))]
+    spec = MaskingSpec(whole_word=whole_word, probability=0.3)
+
+    def batches(kept_tokens: int) -> list[dict[str, np.ndarray]]:
+        monkeypatch.setattr(masked, "ENCODED_TOKENS_KEPT", kept_tokens)
+        source = masked.TextBatches(ids, texts, wp_tokenizer, spec, 32, 8, seed=3, language="x")
+        drawn = [source.batch(index) for index in range(6)]  # 48 draws of 12 examples
+        assert (len(source.encoded) == 12) == (kept_tokens > 10**6)
+        return [{k: v.numpy() for k, v in vars(b).items() if hasattr(v, "numpy")} for b in drawn]
+
+    kept, fresh = batches(10**9), batches(0)
+    masker = TeacherMasker("pretrain", wp_tokenizer, spec, 32)
+    for index, (a, b) in enumerate(zip(kept, fresh, strict=True)):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        picks = np.random.default_rng([3, index]).integers(len(texts), size=8)
+        first = masker(f"{ids[picks[0]]}@{index}", texts[picks[0]])
+        np.testing.assert_array_equal(a["labels"][: first.labels.size], first.labels)
+
+
 def test_tokenizer_without_mask_token_is_refused(tmp_path: Path) -> None:
     from tiny import build_gpt2
 

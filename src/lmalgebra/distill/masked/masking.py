@@ -35,6 +35,22 @@ class MaskedCopy:
     labels: np.ndarray
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """One example tokenised for one teacher, before masking.
+
+    Attributes:
+        input_ids: ``(seq,) int64`` ids, special tokens included, cut at the example length.
+        candidates: ``(n,) int64`` positions of the non-special tokens (those that may be masked).
+        word_ids: the word of each position (None for special tokens), kept for whole-word
+            masking only.
+    """
+
+    input_ids: np.ndarray
+    candidates: np.ndarray
+    word_ids: tuple[int | None, ...] | None
+
+
 def _stream_seed(seed: int, example_id: str, teacher: str) -> np.random.Generator:
     digest = hashlib.sha256(f"{example_id}\0{teacher}".encode()).digest()
     return np.random.default_rng([seed, int.from_bytes(digest[:8], "little")])
@@ -51,6 +67,11 @@ class TeacherMasker:
         self.random_pool = np.array([i for i in range(len(tokenizer)) if i not in special])
 
     def __call__(self, example_id: str, text: str) -> MaskedCopy:
+        return self.mask(example_id, self.encode(text))
+
+    def encode(self, text: str) -> Encoded:
+        """``text`` tokenised and cut at the example length, not yet masked: what
+        :meth:`mask` needs, to be kept for an example masked again on a later draw."""
         enc = self.tokenizer(
             text,
             truncation=True,
@@ -58,15 +79,23 @@ class TeacherMasker:
             return_special_tokens_mask=True,
             verbose=False,
         )
-        ids = np.asarray(enc["input_ids"], dtype=np.int64)
-        candidates = np.flatnonzero(np.asarray(enc["special_tokens_mask"]) == 0)
+        return Encoded(
+            np.asarray(enc["input_ids"], dtype=np.int64),
+            np.flatnonzero(np.asarray(enc["special_tokens_mask"]) == 0),
+            tuple(enc.word_ids()) if self.spec.whole_word else None,
+        )
+
+    def mask(self, example_id: str, encoded: Encoded) -> MaskedCopy:
+        """The masked copy of an encoded example: the same for the same ``example_id``."""
+        ids, candidates = encoded.input_ids, encoded.candidates
         rng = _stream_seed(self.spec.seed, example_id, self.name)
         if candidates.size == 0:
             empty = np.zeros(0, dtype=np.int64)
             return MaskedCopy(ids, empty, empty)
         count = max(1, round(self.spec.probability * candidates.size))
         if self.spec.whole_word:
-            positions = self._whole_words(enc.word_ids(), candidates, count, rng)
+            assert encoded.word_ids is not None  # encoded by this masker, which wanted them
+            positions = self._whole_words(encoded.word_ids, candidates, count, rng)
         else:
             positions = np.sort(rng.choice(candidates, size=count, replace=False))
         labels = ids[positions].copy()
@@ -82,7 +111,7 @@ class TeacherMasker:
 
     @staticmethod
     def _whole_words(
-        word_ids: list[int | None], candidates: np.ndarray, count: int, rng: np.random.Generator
+        word_ids: Sequence[int | None], candidates: np.ndarray, count: int, rng: np.random.Generator
     ) -> np.ndarray:
         groups: dict[int, list[int]] = {}
         for position in candidates:

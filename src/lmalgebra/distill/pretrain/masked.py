@@ -19,7 +19,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.examples import training_examples
 from lmalgebra.distill.layout import write_model_directory
-from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
+from lmalgebra.distill.masked.masking import Encoded, TeacherMasker, pad_batch
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
 from lmalgebra.distill.recipe import MaskingSpec
@@ -33,8 +33,17 @@ from lmalgebra.train.loop import release_checkpoints, train
 log = logging.getLogger(__name__)
 
 
+# Token ids kept for examples drawn again (``TextBatches``): 32M ids is about 256 MiB in int64.
+ENCODED_TOKENS_KEPT = 32 * 2**20
+
+
 class TextBatches:
-    """Gold-only batches masked on the fly (a new mask for each draw of an example)."""
+    """Gold-only batches masked on the fly (a new mask for each draw of an example).
+
+    Each example is tokenised on its first draw and kept (up to :data:`ENCODED_TOKENS_KEPT`
+    tokens in all), so that a later draw only masks it again: training draws each example of a
+    small corpus many times, and tokenising a document to cut it at the example length costs
+    about as much as masking and padding the batch."""
 
     def __init__(
         self,
@@ -52,11 +61,22 @@ class TextBatches:
         self.masker = TeacherMasker("pretrain", tokenizer, masking, max_length)
         self.pad_id = tokenizer.pad_token_id
         self.batch_size, self.seed = batch_size, seed
+        self.encoded: dict[int, Encoded] = {}
+        self.kept_tokens = 0
+
+    def _encoded(self, i: int) -> Encoded:
+        found = self.encoded.get(i)
+        if found is None:
+            found = self.masker.encode(self.texts[i])
+            if self.kept_tokens + found.input_ids.size <= ENCODED_TOKENS_KEPT:
+                self.encoded[i] = found
+                self.kept_tokens += found.input_ids.size
+        return found
 
     def batch(self, index: int) -> Batch:
         rng = np.random.default_rng([self.seed, index])
         picks = rng.integers(len(self.texts), size=self.batch_size)
-        copies = [self.masker(f"{self.ids[i]}@{index}", self.texts[i]) for i in picks]
+        copies = [self.masker.mask(f"{self.ids[i]}@{index}", self._encoded(int(i))) for i in picks]
         head = pad_batch(copies, self.pad_id)
         labels = torch.from_numpy(np.concatenate([c.labels for c in copies])).long()
         return Batch(
