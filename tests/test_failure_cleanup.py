@@ -232,10 +232,11 @@ def evaluate_pos(ctx: Context) -> list[str]:
     bank = ctx.tmp / "bank"
     bank.mkdir()
     for split in ("train", "dev", "test"):
-        (bank / f"x-ud-{split}.conllu").write_text("1\tword\t_\tNOUN\n\n", encoding="utf-8")
+        word = "\t".join(["1", "word", "_", "NOUN", *"______"])
+        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
     fields = PosResult.__dataclass_fields__
     result = PosResult(**{name: 0 for name in fields} | {"model": "a", "mode": "probe"})
-    ctx.monkeypatch.setattr(pos, "evaluate_pos", lambda *args, **kwargs: result)
+    ctx.monkeypatch.setattr(pos, "_evaluate", lambda *args, **kwargs: result)
     _disk_full(ctx)
     args = ["evaluate-pos", str(bank), "--models", f"a={ctx.fixtures['bert_dir']}"]
     return [*args, "--out", str(ctx.tmp / "new" / "pos"), "--no-progress"]

@@ -429,11 +429,12 @@ def test_an_evaluation_of_other_inputs_is_not_replaced_without_overwrite(
         zeros = dict.fromkeys(PosResult.__dataclass_fields__, 0)
         return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
 
-    monkeypatch.setattr(pos, "evaluate_pos", scored)
+    monkeypatch.setattr(pos, "_evaluate", scored)
     bank = tmp_path / "bank"
     bank.mkdir()
+    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
     for split in ("train", "dev", "test"):
-        (bank / f"x-ud-{split}.conllu").write_text("1\tword\t_\tNOUN\n\n", encoding="utf-8")
+        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
     out = tmp_path / "pos"
     args = ["evaluate-pos", str(bank), "--out", str(out), "--no-progress"]
     first = [*args, "--models", f"a={bert_dir}"]
@@ -444,7 +445,7 @@ def test_an_evaluation_of_other_inputs_is_not_replaced_without_overwrite(
     before = digests(out)
     one_error(*cli(*args, "--models", f"a={bert2_dir}"), str(out), "another", "models differ")
     with (bank / "x-ud-train.conllu").open("a", encoding="utf-8") as handle:
-        handle.write("1\tother\t_\tVERB\n\n")
+        handle.write(word.replace("word", "other").replace("NOUN", "VERB") + "\n\n")
     one_error(*cli(*first), str(out), "tagging evaluation of another", "treebank differ")
     assert digests(out) == before
     (out / "my-notes.txt").write_text("mine\n", encoding="utf-8")

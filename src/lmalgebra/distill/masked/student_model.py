@@ -13,7 +13,7 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
     """A freshly initialised ``BertForMaskedLM`` (or ``AlbertForMaskedLM`` when the embedding is
     factorised) over ``vocab_size`` tokens."""
     import torch
-    from transformers import AlbertConfig, AlbertForMaskedLM, BertConfig, BertForMaskedLM
+    from transformers import BertConfig, BertForMaskedLM  # ALBERT's module only where used
 
     torch.manual_seed(seed)
     common: dict[str, Any] = {
@@ -29,6 +29,8 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
     }
     if spec.embedding_size is None or spec.embedding_size == spec.hidden_size:
         return BertForMaskedLM(BertConfig(**common))
+    from transformers import AlbertConfig, AlbertForMaskedLM
+
     config = AlbertConfig(
         **common,
         embedding_size=spec.embedding_size,
