@@ -33,6 +33,7 @@ from lmalgebra.api.pretrain import HeadOnlySpec, MaskedPretrainSpec, pretrain
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan, RealPlan
+from lmalgebra.demo.side_by_side import processes, side_by_side
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import refuse_other_kind
 from lmalgebra.storage.output_paths import DEMO_PLAN, check_directory, tidy_on_failure
@@ -112,10 +113,12 @@ def _training(plan: DemoPlan, steps: int, lr: float, checkpoints: int) -> dict[s
     }
 
 
-def pretrain_teachers(
-    out: Path, corpora: dict[str, Path], plan: DemoPlan, progress: bool
-) -> dict[str, Path]:
-    """``teacher-<lang>``: a small BERT and its WordPiece vocabulary per language."""
+def teacher_specs(
+    out: Path, corpora: dict[str, Path], plan: DemoPlan
+) -> dict[str, MaskedPretrainSpec | HeadOnlySpec]:
+    """``teacher-<lang>``: a small BERT and its WordPiece vocabulary per language; and
+    :data:`HEAD_TEACHER`, the second English teacher: ``plan.head_encoder`` with a masked-LM head
+    fitted on it."""
     model = {
         "hidden_size": plan.hidden_size,
         "num_layers": plan.layers,
@@ -124,9 +127,9 @@ def pretrain_teachers(
         "max_position_embeddings": 128,
     }
     training = {**_training(plan, plan.teacher_steps, 2e-3, 4), "log_every": 10}
-    dirs = {}
+    specs: dict[str, MaskedPretrainSpec | HeadOnlySpec] = {}
     for lang, corpus in corpora.items():
-        spec = MaskedPretrainSpec.model_validate(
+        specs[f"teacher-{lang}"] = MaskedPretrainSpec.model_validate(
             {
                 "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
                 "language": lang,
@@ -137,15 +140,9 @@ def pretrain_teachers(
                 "training": training,
             }
         )
-        dirs[lang] = pretrain(spec, progress, keep_saved=True)
-    return dirs
-
-
-def fit_head_teacher(out: Path, corpus: Path, plan: DemoPlan, progress: bool) -> Path:
-    """The second English teacher: ``plan.head_encoder`` with a masked-LM head fitted on it."""
-    spec = HeadOnlySpec.model_validate(
+    specs[HEAD_TEACHER] = HeadOnlySpec.model_validate(
         {
-            "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
+            "corpus": {"paths": [str(corpora["en"])], "doc_sep": "line"},
             "language": "en",
             "out": out / HEAD_TEACHER,
             "encoder": plan.head_encoder,
@@ -154,6 +151,19 @@ def fit_head_teacher(out: Path, corpus: Path, plan: DemoPlan, progress: bool) ->
             "training": _training(plan, plan.head_steps, 5e-3, 2),
         }
     )
+    return specs
+
+
+def pretrain_teachers(
+    out: Path, corpora: dict[str, Path], plan: DemoPlan, progress: bool
+) -> dict[str, Path]:
+    """Every teacher of :func:`teacher_specs`, side by side (``side_by_side``), by name."""
+    specs = teacher_specs(out, corpora, plan)
+    bars = progress and processes(len(specs)) == 1
+    return side_by_side({name: (_pretrain, (spec, bars)) for name, spec in specs.items()})
+
+
+def _pretrain(spec: MaskedPretrainSpec | HeadOnlySpec, progress: bool) -> Path:
     return pretrain(spec, progress, keep_saved=True)
 
 
@@ -207,11 +217,27 @@ def merge_recipe(
     return data
 
 
-def merge_and_train(recipe: dict[str, Any], students: dict[str, bool], progress: bool) -> MergeRun:
-    """Every MergeDistill stage, then the students evaluated; ``students``: name -> gold-only
-    (else distilled). Students already saved are kept."""
-    trainings = {name: {"gold_only": gold_only} for name, gold_only in students.items()}
-    return merge(recipe, students=trainings, keep_saved=True, progress=progress)
+def merge_and_train(
+    runs: dict[str, tuple[dict[str, Any], dict[str, bool]]], progress: bool
+) -> dict[str, MergeRun]:
+    """Every MergeDistill stage of each run (name -> (recipe, students: name -> gold-only, else
+    distilled)), the runs side by side (``side_by_side``), then each run's students evaluated.
+    Students already saved are kept."""
+    bars = progress and processes(len(runs)) == 1
+    side_by_side({name: (_train_students, (*run, bars)) for name, run in runs.items()})
+    return {
+        name: merge(recipe, ["train", "evaluate"], students=_trainings(students), keep_saved=True)
+        for name, (recipe, students) in runs.items()
+    }
+
+
+def _trainings(students: dict[str, bool]) -> dict[str, dict[str, bool]]:
+    return {name: {"gold_only": gold_only} for name, gold_only in students.items()}
+
+
+def _train_students(recipe: dict[str, Any], students: dict[str, bool], progress: bool) -> None:
+    stages = ["prepare", "teach", "vocab", "train"]
+    merge(recipe, stages, students=_trainings(students), keep_saved=True, progress=progress)
 
 
 @dataclass(frozen=True)
@@ -297,18 +323,18 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
     plan = QUICK if quick else FULL
     clock, timings = time.perf_counter(), {}
     corpora = write_corpora(out / "data", plan)
-    teachers = pretrain_teachers(out / "teachers", corpora, plan, progress)
-    timings["pretrain teachers"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    head = fit_head_teacher(out / "teachers", corpora["en"], plan, progress)
-    timings["fit the head-only teacher"] = time.perf_counter() - clock
-    union = merge_recipe(out / "merge", corpora, teachers, plan, False, head)
+    trained = pretrain_teachers(out / "teachers", corpora, plan, progress)
+    teachers = {lang: trained[f"teacher-{lang}"] for lang in corpora}
+    timings["pretrain teachers (with the head-only teacher)"] = time.perf_counter() - clock
+    union = merge_recipe(out / "merge", corpora, teachers, plan, False, trained[HEAD_TEACHER])
     single = merge_recipe(
         out / "merge-en-vocabulary", corpora, teachers, plan, single_vocabulary=True
     )
     clock = time.perf_counter()
-    union_run = merge_and_train(union, STUDENTS, progress)
-    single_run = merge_and_train(single, {"sm1-gold": True}, progress)
+    runs = merge_and_train(
+        {"union": (union, STUDENTS), "single": (single, {"sm1-gold": True})}, progress
+    )
+    union_run, single_run = runs["union"], runs["single"]
     timings["merge, train and evaluate students"] = time.perf_counter() - clock
     assert union_run.scores is not None and single_run.scores is not None  # merge() evaluated
     assert union_run.rdt is not None and single_run.rdt is not None

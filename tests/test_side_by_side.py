@@ -1,0 +1,86 @@
+"""``demo.side_by_side``: independent demo steps in processes sharing out torch's threads."""
+
+from __future__ import annotations
+
+import operator
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmalgebra.demo.side_by_side import processes, side_by_side, torch_threads
+
+
+def test_jobs_run_in_processes_of_their_share_of_the_threads() -> None:
+    results = side_by_side(
+        {
+            "threads": (torch_threads, ()),
+            "pid": (os.getpid, ()),
+            "sum": (operator.add, (2, 3)),
+        },
+        threads=2,
+    )
+    assert list(results) == ["threads", "pid", "sum"]  # the order the jobs were given
+    assert results["threads"] == 1  # two threads shared by two processes
+    assert results["pid"] != os.getpid()
+    assert results["sum"] == 5
+    assert processes(3, threads=2) == 2 and processes(3, threads=8) == 3
+
+
+def test_one_thread_or_one_job_runs_here() -> None:
+    assert side_by_side({"pid": (os.getpid, ())}, threads=4) == {"pid": os.getpid()}
+    both = side_by_side({"a": (os.getpid, ()), "b": (os.getpid, ())}, threads=1)
+    assert both == {"a": os.getpid(), "b": os.getpid()}
+    assert processes(2, threads=1) == 1
+
+
+def test_a_failing_job_raises_its_own_error_here() -> None:
+    jobs = {"fine": (operator.add, (1, 1)), "broken": (operator.truediv, (1, 0))}
+    with pytest.raises(ZeroDivisionError):
+        side_by_side(jobs, threads=2)
+
+
+PARENT = """
+import time
+from lmalgebra.demo.side_by_side import side_by_side
+side_by_side({"a": (time.sleep, (120,)), "b": (time.sleep, (120,))}, threads=2)
+"""
+
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(p) for p in (task / "children").read_text().split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_job_processes_end_with_their_parent() -> None:
+    """A demo killed outright leaves no training running behind it."""
+    parent = subprocess.Popen([sys.executable, "-c", PARENT])
+    try:
+        deadline = time.monotonic() + 120
+        while len(_children(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = _children(parent.pid)
+        assert len(workers) >= 2, "the job processes did not start"
+        time.sleep(1)  # the workers' initializer has run
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)
