@@ -23,17 +23,19 @@ __all__ = ["build_bert", "build_gpt2", "documents", "sentences"]
 # collection order (``--dist loadfile``), so a long module collected last leaves one worker
 # running it alone at the end; first, the short ones fill in around it.
 LONGEST_FIRST = (
-    "test_distributed.py",
     "test_cli_errors.py",
     "test_demo_quick.py",
-    "test_report.py",
-    "test_bench_wide.py",
-    "test_causal_faults.py",
-    "test_faults.py",
     "test_merge_run.py",
+    "test_faults.py",
+    "test_causal_faults.py",
+    "test_distributed.py",
     "test_packaged_end_to_end.py",
+    "test_report.py",
+    "test_precomputed.py",
     "test_causal_demo.py",
+    "test_pos_tagging.py",
     "test_report_browser.py",
+    "test_bench_wide.py",
 )
 
 
