@@ -250,8 +250,11 @@ def steal_seconds() -> float:
 
 
 def _own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """CPU time of this process and of its children it has waited for (a contender's job
+    processes, once joined, are its own work, not other processes')."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 class CpuWatch:
