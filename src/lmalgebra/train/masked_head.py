@@ -60,7 +60,9 @@ def masked_logits(
         if in_float32:
             _without_autocast(inner, device, hooks)
         out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    return out.logits[0]
+    # squeeze, not [0]: indexing's backward fills a zero tensor of the logits' size and copies the
+    # gradient into it (20 ms of a 256 ms step at 34,150 tokens); a squeeze's backward is a view
+    return out.logits.squeeze(0)
 
 
 def _without_autocast(model: Any, device: str, hooks: contextlib.ExitStack) -> None:
