@@ -140,3 +140,30 @@ def test_language_left_empty_by_the_heldout_split_is_refused(tmp_path: Path, tea
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, heldout_fraction=0.999))
     with pytest.raises(UserInputError, match="language 'xx': no training example left"):
         language_examples(recipe, "xx")
+
+
+@pytest.mark.parametrize("whole_word", [False, True])
+@pytest.mark.parametrize("teacher", ["wp", "sp"])
+def test_a_list_of_texts_is_encoded_and_masked_as_each_text_alone(
+    teacher_dirs, teacher: str, whole_word: bool
+) -> None:
+    """``prepare`` hands the tokenizer a shard of texts at once: each copy equals the one made
+    from the tokenizer called on its text alone (ids, maskable positions, words), and an empty
+    text or an empty list takes no special path."""
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dirs[teacher])
+    spec = MaskingSpec(whole_word=whole_word, probability=0.3)
+    masker = TeacherMasker(teacher, tokenizer, spec, 24)
+    texts = [*sentences(20, seed=6), "", "a " * 200]  # an empty one, one cut at 24 tokens
+    ids = [f"e{i}" for i in range(len(texts))]
+    assert masker.encode_many([]) == [] and masker.mask_many([], []) == []
+    for text, got in zip(texts, masker.encode_many(texts), strict=True):
+        want = tokenizer(text, truncation=True, max_length=24, return_special_tokens_mask=True)
+        np.testing.assert_array_equal(got.input_ids, want["input_ids"])
+        special = np.asarray(want["special_tokens_mask"])
+        np.testing.assert_array_equal(got.candidates, np.flatnonzero(special == 0))
+        assert got.word_ids == (tuple(want.word_ids()) if whole_word else None)
+    assert len(masker.encode_many(texts)[-1].input_ids) == 24
+    for i, text, copy in zip(ids, texts, masker.mask_many(ids, texts), strict=True):
+        alone = masker(i, text)
+        for field in ("input_ids", "positions", "labels"):
+            np.testing.assert_array_equal(getattr(copy, field), getattr(alone, field))

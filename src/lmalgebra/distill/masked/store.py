@@ -72,12 +72,9 @@ def write_masked(
                 advance(1)
                 continue
             part = examples.slice(start, recipe.shard_rows)
-            copies = [
-                masker(i, t)
-                for i, t in zip(
-                    part.column("id").to_pylist(), part.column("text").to_pylist(), strict=True
-                )
-            ]
+            copies = masker.mask_many(
+                part.column("id").to_pylist(), part.column("text").to_pylist()
+            )
             shards.write(
                 index,
                 _masked_table(part, copies, dtype),

@@ -206,7 +206,7 @@ def cached_source(
     example (drawn from ``(example id, "head", seed)``, as a recipe draws a teacher's), and the
     batches over them; ``examples`` are ids and texts. Examples with nothing to mask are dropped."""
     masker = TeacherMasker("head", tokenizer, MaskingSpec(seed=training.seed), example_length)
-    copies = [masker(i, t) for i, t in zip(*examples, strict=True)]
+    copies = masker.mask_many(*examples)
     copies = [c for c in copies if c.labels.size]
     if not copies:
         raise UserInputError(f"corpus for {language!r}: no training example has a token to mask")

@@ -64,19 +64,25 @@ class TextBatches:
         self.encoded: dict[int, Encoded] = {}
         self.kept_tokens = 0
 
-    def _encoded(self, i: int) -> Encoded:
-        found = self.encoded.get(i)
-        if found is None:
-            found = self.masker.encode(self.texts[i])
-            if self.kept_tokens + found.input_ids.size <= ENCODED_TOKENS_KEPT:
-                self.encoded[i] = found
-                self.kept_tokens += found.input_ids.size
+    def _encoded(self, picks: np.ndarray) -> dict[int, Encoded]:
+        """The encodings of the examples ``picks``: kept ones, the others encoded in one call
+        (and kept while the budget allows)."""
+        found = {i: self.encoded[i] for i in map(int, picks) if i in self.encoded}
+        missing = sorted({int(i) for i in picks} - found.keys())
+        for i, fresh in zip(
+            missing, self.masker.encode_many([self.texts[i] for i in missing]), strict=True
+        ):
+            found[i] = fresh
+            if self.kept_tokens + fresh.input_ids.size <= ENCODED_TOKENS_KEPT:
+                self.encoded[i] = fresh
+                self.kept_tokens += fresh.input_ids.size
         return found
 
     def batch(self, index: int) -> Batch:
         rng = np.random.default_rng([self.seed, index])
         picks = rng.integers(len(self.texts), size=self.batch_size)
-        copies = [self.masker.mask(f"{self.ids[i]}@{index}", self._encoded(int(i))) for i in picks]
+        encoded = self._encoded(picks)
+        copies = [self.masker.mask(f"{self.ids[i]}@{index}", encoded[int(i)]) for i in picks]
         head = pad_batch(copies, self.pad_id)
         labels = torch.from_numpy(np.concatenate([c.labels for c in copies])).long()
         return Batch(
