@@ -102,3 +102,47 @@ def test_job_processes_end_with_their_parent() -> None:
     while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
+
+
+def test_students_of_a_run_train_side_by_side_as_in_turn(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """The demo's students of one run train in two one-thread processes under the run's lock,
+    held here: the same bytes as trained here one after the other on one thread."""
+    import torch
+    import yaml
+
+    from lmalgebra.demo.workflow import merge_and_train
+    from lmalgebra.storage.output_paths import LOCK_NAME
+    from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+    students = {"distilled": False, "gold": True}
+    saved: dict[str, dict[str, bytes]] = {}
+    for where, threads in (("apart", 2), ("in-turn", 1)):
+        (tmp_path / where).mkdir()
+        path = write_recipe(tmp_path / where, teacher_dirs, student=TINY_STUDENT)
+        recipe = {**yaml.safe_load(path.read_text()), "training": TINY_TRAINING}
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)  # in turn here on the one thread each job process has
+        try:
+            run = merge_and_train(recipe, students, progress=False, threads=threads)
+        finally:
+            torch.set_num_threads(previous)
+        assert run.scores is not None and set(students) <= set(run.scores["model"])
+        models = {name: run.run_dir / name / "model" / "model.safetensors" for name in students}
+        saved[where] = {name: p.read_bytes() for name, p in models.items()}
+        assert not (run.run_dir / LOCK_NAME).exists()  # released
+    assert saved["apart"] == saved["in-turn"]
+
+
+def test_a_process_whose_parent_holds_no_lock_is_refused(tmp_path: Path) -> None:
+    from lmalgebra.storage.lockfile import held_by_parent, run_directory_lock
+
+    def refused() -> pytest.RaisesExc[RuntimeError]:
+        return pytest.raises(RuntimeError, match="not held by this process's parent")
+
+    with refused(), held_by_parent(tmp_path):
+        pass
+    # held here, by this process, not by its parent
+    with run_directory_lock(tmp_path, "merge train"), refused(), held_by_parent(tmp_path):
+        pass

@@ -237,6 +237,24 @@ def run_directory_lock(
             before.tidy(scratch)
 
 
+@contextlib.contextmanager
+def held_by_parent(directory: Path) -> Iterator[None]:
+    """In a process started by the holder of ``directory``'s lock to do part of its work (the
+    demo's students of one run, trained side by side): locked entry points on ``directory`` run
+    under the holder's lock, as nested calls in the holder would, and neither take the lock nor
+    tidy the directory, which stay the holder's. Refused unless this process's parent holds the
+    lock; such a process must end before its parent releases it (``side_by_side``'s do)."""
+    directory = Path(directory).resolve()
+    holder = holder_record(directory)
+    if directory in _held or holder is None or holder.get("pid") != os.getppid():
+        raise RuntimeError(f"the lock of {directory} is not held by this process's parent")
+    _held[directory] = (None, 1)
+    try:
+        yield
+    finally:
+        del _held[directory]
+
+
 def holding_lock(
     command: str, directory: Callable[..., Path], scratch: Sequence[str] = ()
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
