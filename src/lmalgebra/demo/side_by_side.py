@@ -4,9 +4,10 @@ The demo's models are small: their operations are too short for two threads to s
 training step of a demo teacher took 120 ms on one thread and 99 ms on two (1.2x), while two
 one-thread processes side by side took 124 ms a step each (1.6x the throughput of one process on
 both threads; 2 cores, 2026-12-03). So the demo's teachers, which are independent, train in
-separate processes, the threads torch was given shared out among them. Jobs of unequal size gain
-little or lose: once the short ones end, the long one runs on its share of the threads alone (the
-demo's two merge runs, twice apart, ran slower side by side than in turn).
+separate processes, the threads torch was given shared out among them, and so do the students of
+one merge run, under the run's lock held by the demo. Jobs of unequal size gain little or lose:
+once the short ones end, the long one runs on its share of the threads alone (the demo's two
+merge runs, twice apart, ran slower side by side than in turn).
 
 Each job is a module-level function and its arguments (a spawned interpreter imports it anew);
 what a job returns, or raises, comes back to the caller. A job process ends with its parent, so
