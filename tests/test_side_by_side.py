@@ -136,7 +136,7 @@ def test_students_of_a_run_train_side_by_side_as_in_turn(
 
 
 def test_a_process_whose_parent_holds_no_lock_is_refused(tmp_path: Path) -> None:
-    from lmalgebra.storage.lockfile import held_by_parent, run_directory_lock
+    from lmalgebra.storage.lockfile import held_by_parent, holder_record, run_directory_lock
 
     def refused() -> pytest.RaisesExc[RuntimeError]:
         return pytest.raises(RuntimeError, match="not held by this process's parent")
@@ -145,4 +145,10 @@ def test_a_process_whose_parent_holds_no_lock_is_refused(tmp_path: Path) -> None
         pass
     # held here, by this process, not by its parent
     with run_directory_lock(tmp_path, "merge train"), refused(), held_by_parent(tmp_path):
+        pass
+    # a parent on a file system without locks leaves no lock file: nested calls run unlocked
+    with held_by_parent(tmp_path, recorded=False), run_directory_lock(tmp_path, "merge train"):
+        assert holder_record(tmp_path) is None
+    locked = run_directory_lock(tmp_path, "merge train")
+    with locked, refused(), held_by_parent(tmp_path, recorded=False):
         pass

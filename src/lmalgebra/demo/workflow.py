@@ -35,7 +35,12 @@ from lmalgebra.core.text_files import read_json_object
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan, RealPlan
 from lmalgebra.demo.side_by_side import processes, side_by_side
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.lockfile import held_by_parent, refuse_other_kind, run_directory_lock
+from lmalgebra.storage.lockfile import (
+    held_by_parent,
+    holder_record,
+    refuse_other_kind,
+    run_directory_lock,
+)
 from lmalgebra.storage.output_paths import DEMO_PLAN, check_directory, tidy_on_failure
 
 if TYPE_CHECKING:
@@ -236,16 +241,21 @@ def merge_and_train(
     merge(recipe, ["prepare", "teach", "vocab"], progress=progress)
     run_dir = recipe_of(recipe).output_dir
     with run_directory_lock(run_dir, "merge train"):
-        jobs = {name: (_train, (recipe, name, t, run_dir)) for name, t in trainings.items()}
+        recorded = holder_record(run_dir) is not None  # not where the file system has no locks
+        jobs = {
+            name: (_train, (recipe, name, t, run_dir, recorded)) for name, t in trainings.items()
+        }
         side_by_side(jobs, threads)
     return merge(
         recipe, ["train", "evaluate"], students=trainings, keep_saved=True, progress=progress
     )
 
 
-def _train(recipe: dict[str, Any], name: str, training: dict[str, Any], run_dir: Path) -> None:
+def _train(
+    recipe: dict[str, Any], name: str, training: dict[str, Any], run_dir: Path, recorded: bool
+) -> None:
     """One student of :func:`merge_and_train`, in a job process, under its parent's lock."""
-    with held_by_parent(run_dir):
+    with held_by_parent(run_dir, recorded):
         merge(recipe, ["train"], students={name: training}, keep_saved=True)
 
 

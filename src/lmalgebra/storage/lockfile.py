@@ -238,15 +238,21 @@ def run_directory_lock(
 
 
 @contextlib.contextmanager
-def held_by_parent(directory: Path) -> Iterator[None]:
+def held_by_parent(directory: Path, recorded: bool = True) -> Iterator[None]:
     """In a process started by the holder of ``directory``'s lock to do part of its work (the
     demo's students of one run, trained side by side): locked entry points on ``directory`` run
     under the holder's lock, as nested calls in the holder would, and neither take the lock nor
-    tidy the directory, which stay the holder's. Refused unless this process's parent holds the
-    lock; such a process must end before its parent releases it (``side_by_side``'s do)."""
+    tidy the directory, which stay the holder's. Refused unless the lock file names this
+    process's parent; ``recorded=False``: the parent's file system has no locks (the parent ran
+    unlocked, warned), and there must be no lock file at all. Such a process must end before its
+    parent releases the lock (``side_by_side``'s do)."""
     directory = Path(directory).resolve()
     holder = holder_record(directory)
-    if directory in _held or holder is None or holder.get("pid") != os.getppid():
+    if recorded:
+        allowed = holder is not None and holder.get("pid") == os.getppid()
+    else:
+        allowed = holder is None
+    if directory in _held or not allowed:
         raise RuntimeError(f"the lock of {directory} is not held by this process's parent")
     _held[directory] = (None, 1)
     try:
