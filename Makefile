@@ -107,6 +107,7 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_embedding.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_teacher_inference.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_training.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_masked_inputs.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_causal.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_scaling.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_integrity.py
