@@ -7,6 +7,7 @@ bfloat16 is refused where the hardware lacks it (``core.precision.check_bf16``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ from lmalgebra.train.data_parallel import (
     local_loss,
     local_part,
 )
+from lmalgebra.train.dropout import lane_dropout
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits
 from lmalgebra.train.run_fingerprint import as_json, model_part, training_part
@@ -152,7 +154,12 @@ def train(
     logger = _Log(out, start) if main else None
     model.train()
     last: dict[str, Any] = {}
-    with progress_bar("train", spec.steps, progress) as advance:
+    masks = (
+        lane_dropout(accelerator.unwrap_model(model))
+        if spec.dropout_masks == "lanes"
+        else contextlib.nullcontext(0)
+    )
+    with masks, progress_bar("train", spec.steps, progress) as advance:
         advance(start)
         for step in range(start, spec.steps):
             last = _one_step(

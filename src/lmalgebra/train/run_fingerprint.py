@@ -58,6 +58,8 @@ def training_part(spec: Any) -> dict[str, Any]:
     dumped = spec.model_dump(mode="json")
     if dumped.get("teachers", ()) is None:  # every teacher: as runs recorded before the setting
         del dumped["teachers"]
+    if dumped.get("dropout_masks") == "torch":  # as runs recorded before the setting drew them
+        del dumped["dropout_masks"]
     return {k: v for k, v in dumped.items() if k not in RESUMABLE_SETTINGS}
 
 
