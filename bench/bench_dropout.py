@@ -21,6 +21,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -62,8 +63,9 @@ def keep_rates() -> dict[str, float]:
     }
 
 
-def training_step(vocab: int) -> Callable[[bool], float]:
-    """``step(lanes) -> seconds``: one training step of a demo BERT over ``vocab`` tokens."""
+def training_step(vocab: int, with_loss: bool = False) -> Callable[[bool], Any]:
+    """``step(lanes) -> seconds`` (with ``with_loss``: ``(seconds, loss)``): one training step
+    of a demo BERT over ``vocab`` tokens."""
     import torch
     from transformers import BertConfig, BertForMaskedLM
 
@@ -86,14 +88,15 @@ def training_step(vocab: int) -> Callable[[bool], float]:
     labels, topk = torch.randint(5, vocab, (n,)), torch.randint(5, vocab, (n, 8))
     teacher = torch.log_softmax(torch.randn(n, 8), -1)
 
-    def step(lanes: bool) -> float:
+    def step(lanes: bool) -> Any:
         clock = time.perf_counter()
         with lane_dropout(model) if lanes else contextlib.nullcontext(0):
             loss = combined_loss(masked_logits(model, batch), labels, 0.5, topk, teacher).total
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        return time.perf_counter() - clock
+        seconds = time.perf_counter() - clock
+        return (seconds, float(loss)) if with_loss else seconds
 
     return step
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
@@ -152,6 +153,7 @@ def train(
         log.info("resuming from step %d", start)
     main = is_main()  # only the main rank writes logs and checkpoints
     logger = _Log(out, start) if main else None
+    reuse_freed_memory()  # a step's large temporaries faulted in once, not every step
     model.train()
     last: dict[str, Any] = {}
     masks = (
@@ -179,6 +181,7 @@ def train(
                 )
             advance(1, _status(last))
     model.eval()
+    release_free_memory()
     return last
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.core.allocator import reuse_freed_memory
 from lmalgebra.core.precision import compute_context, module_device
 from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
 from lmalgebra.train.masked_head import masked_logits
@@ -52,6 +53,7 @@ def masked_topk(
     top-k are taken in float32. ``trim_last_layer=False`` runs the last encoder layer at every
     position (see ``masked_logits``; for comparisons).
     """
+    reuse_freed_memory()  # each batch's logits (n_masked x vocab) faulted in once, not per batch
     device = module_device(model) or torch.device("cpu")
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
     out: list[TeacherOutput | None] = [None] * len(copies)

@@ -1,0 +1,61 @@
+"""``core.allocator``: with freed memory reused, a large temporary allocated again is not faulted
+in again (counted in minor page faults, not timed); the switch leaves the allocator alone. Each
+case runs in a fresh interpreter: the setting is the process's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lmalgebra.core.allocator import _glibc
+
+pytestmark = pytest.mark.skipif(_glibc() is None, reason="glibc's allocator only")
+
+SCRIPT = """
+import json, resource, sys
+import torch
+from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
+applied = reuse_freed_memory() if sys.argv[1] == "reuse" else False
+again = reuse_freed_memory() if sys.argv[1] == "reuse" else False
+faults = []
+for _ in range(24):  # 42 MB, above glibc's largest dynamic mmap threshold
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    logits = torch.empty(304, 34150).fill_(1.0)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    del logits
+release_free_memory()
+print(json.dumps({"applied": applied, "again": again, "faults": faults}))
+"""
+
+
+def _run(mode: str, **env: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_large_temporary_is_faulted_in_once_not_on_every_allocation() -> None:
+    default = _run("default")
+    # mapped afresh and faulted in each time (10,141 faults of 4 KiB pages; fewer with huge pages)
+    each_time = min(default["faults"])
+    assert each_time >= 10
+    reused = _run("reuse")
+    assert reused["applied"] and reused["again"]
+    # the heap grows while glibc's free blocks settle (a few allocations), then the blocks are
+    # reused: no page faulted in again
+    assert all(f <= each_time // 10 for f in reused["faults"][-8:])
+
+
+def test_the_switch_leaves_the_allocator_as_it_is() -> None:
+    off = _run("reuse", LMALGEBRA_REUSE_FREED_MEMORY="0")
+    assert not off["applied"]
+    assert min(off["faults"]) >= 10  # every allocation faulted in
