@@ -96,7 +96,7 @@ def training_step(vocab: int, with_loss: bool = False) -> Callable[[bool], Any]:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - clock
-        return (seconds, float(loss)) if with_loss else seconds
+        return (seconds, float(loss.detach())) if with_loss else seconds
 
     return step
 
