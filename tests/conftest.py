@@ -34,6 +34,7 @@ LONGEST_FIRST = (
     "test_precomputed.py",
     "test_causal_demo.py",
     "test_pos_tagging.py",
+    "test_side_by_side.py",
     "test_report_browser.py",
     "test_bench_wide.py",
 )
