@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import signal
@@ -153,35 +152,3 @@ def test_a_process_whose_parent_holds_no_lock_is_refused(tmp_path: Path) -> None
     locked = run_directory_lock(tmp_path, "merge train")
     with locked, refused(), held_by_parent(tmp_path, recorded=False):
         pass
-
-
-def test_the_demos_upos_probes_side_by_side_are_those_in_turn(tmp_path: Path) -> None:
-    """The demo's UPOS step shares its models out among two one-thread processes: the same
-    results as probed here one after the other on one thread, and the same files written."""
-    import dataclasses
-    import importlib.util
-
-    import pandas as pd
-    import torch
-
-    from lmalgebra.demo.analyses import downstream_pos
-    from lmalgebra.demo.plan import QUICK
-    from tiny import build_bert
-
-    if importlib.util.find_spec("dante") is None:
-        pytest.skip("dante-corpora is not installed (pip install dante-corpora==2.0.5)")
-    models = {f"m{seed}": build_bert(tmp_path / f"m{seed}", seed=seed) for seed in range(3)}
-    plan = dataclasses.replace(QUICK, pos_train_sentences=20)
-    tables, written = {}, {}
-    for where, threads in (("apart", 2), ("in-turn", 1)):
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)  # 2: two processes of one thread each; 1: here, in turn
-        try:
-            tables[where] = downstream_pos(tmp_path / where, models, plan, progress=False)
-        finally:
-            torch.set_num_threads(previous)
-        written[where] = pd.read_csv(tmp_path / where / "pos_results.csv").drop(columns="seconds")
-        assert json.loads((tmp_path / where / "pos_config.json").read_text())["finished"]
-    assert list(tables["apart"]["model"]) == list(models)
-    assert tables["apart"].equals(tables["in-turn"])
-    assert written["apart"].equals(written["in-turn"])  # the file, less each model's seconds

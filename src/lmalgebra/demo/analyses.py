@@ -11,16 +11,10 @@ from lmalgebra.api.decompose import decompose
 from lmalgebra.api.decomposition import Decomposition
 from lmalgebra.api.merge import MergeRun
 from lmalgebra.demo.plan import LANGUAGES, DemoPlan
-from lmalgebra.demo.side_by_side import processes, side_by_side
 from lmalgebra.sources.packaged import asset_path
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from lmalgebra.evaluate.conllu import TreebankSplits
-    from lmalgebra.evaluate.pos_options import PosOptions
-    from lmalgebra.evaluate.pos_results import PosResult
-    from lmalgebra.sources.models import ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -131,15 +125,12 @@ def downstream_pos(
     out: Path, models: dict[str, Path], plan: DemoPlan, progress: bool
 ) -> pd.DataFrame:
     """A linear UPOS probe on Portuguese (a language none of the models trained on, related to
-    French and Spanish) for teachers and students: accuracy and macro-F1. The models are shared
-    out among processes side by side (``side_by_side``), each reading the treebank once."""
+    French and Spanish) for teachers and students: accuracy and macro-F1."""
     from dataclasses import asdict
-
-    import pandas as pd
 
     from lmalgebra.evaluate.conllu import split_by_document
     from lmalgebra.evaluate.pos_options import PosOptions
-    from lmalgebra.evaluate.pos_tagging import evaluate_many, record_results
+    from lmalgebra.evaluate.pos_tagging import evaluate_many
     from lmalgebra.sources.models import ModelRef
 
     splits = split_by_document(petrogold() / "annotated.conllu", out / "treebank", "pt_petrogold")
@@ -149,24 +140,8 @@ def downstream_pos(
         max_eval_sentences=plan.pos_train_sentences // 2,
         progress=progress,
     )
-    workers = processes(len(refs))
-    if workers < 2:
-        results = evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options, out)
-    else:
-        quiet = options.model_copy(update={"progress": False})
-        shares = [refs[i::workers] for i in range(workers)]
-        jobs = {
-            ", ".join(r.name for r in share): (_probes, (share, splits, quiet)) for share in shares
-        }
-        found = {r.model: r for share in side_by_side(jobs).values() for r in share}
-        results = [found[ref.name] for ref in refs]
-        record_results(results, out, splits, "probe", options)
+    results = evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options, out)
+    import pandas as pd
+
     keep = ["model", "accuracy", "macro_f1", "majority_accuracy", "train_sentences", "test_words"]
     return pd.DataFrame([asdict(r) for r in results])[keep]
-
-
-def _probes(refs: list[ModelRef], splits: TreebankSplits, options: PosOptions) -> list[PosResult]:
-    """UPOS probes of ``refs`` in a job process of :func:`downstream_pos`."""
-    from lmalgebra.evaluate.pos_tagging import evaluate_many
-
-    return evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options)

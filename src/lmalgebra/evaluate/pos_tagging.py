@@ -380,7 +380,7 @@ def evaluate_many(
     options = options or PosOptions()
     _check_mode(mode)
     results: list[PosResult] = []
-    settings = _settings(train, dev, test, mode, options)
+    settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
     locked = nullcontext() if out is None else run_directory_lock(out, "evaluate-pos")
     with locked, tidy_on_failure(*([out] if out is not None else [])):
         data = _load_splits(train, dev, test, options) if refs else {}
@@ -392,25 +392,6 @@ def evaluate_many(
                 done = {"identity": identity, "finished": len(results) == len(refs)}
                 write_results(results, out, {**settings, **done})
     return results
-
-
-def _settings(train: Path, dev: Path, test: Path, mode: Mode, options: PosOptions) -> dict:
-    return {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
-
-
-def record_results(
-    results: Sequence[PosResult],
-    out: Path,
-    splits: TreebankSplits,
-    mode: Mode,
-    options: PosOptions,
-    identity: dict[str, Any] | None = None,
-) -> None:
-    """Write ``results`` of models evaluated elsewhere (in several processes, say) to ``out`` as
-    :func:`evaluate_many` writes a finished evaluation, under ``out``'s lock."""
-    with run_directory_lock(out, "evaluate-pos"), tidy_on_failure(out):
-        settings = _settings(splits.train, splits.dev, splits.test, mode, options)
-        write_results(results, out, {**settings, "identity": identity, "finished": True})
 
 
 def evaluation_identity(
