@@ -108,6 +108,8 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_teacher_inference.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_training.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_masked_inputs.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_dropout.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_allocator.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_causal.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_scaling.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_integrity.py

@@ -230,11 +230,11 @@ def merge_and_train(
 
     The students of the run train side by side (``side_by_side``, ``threads`` shared out among
     them), under the run directory's lock, which this process holds while they train: a demo
-    student trains at 57% of its two-thread speed on one thread, so two one-thread processes
+    student trains at 57-66% of its two-thread speed on one thread, so two one-thread processes
     train two students sooner than one after the other (the union run's two: 357 s, against
-    506 s in turn before the masked head's 8% saving; 2 cores). The demo's two merge runs
-    go one after the other: the union run has twice the single run's work, and alone on one
-    thread it outlasted both runs in turn."""
+    506 s in turn before the masked head's 8% saving; 290 s since freed memory is reused;
+    2 cores). The demo's two merge runs go one after the other: the union run has twice the
+    single run's work, and alone on one thread it outlasted both runs in turn."""
     trainings = {name: {"gold_only": gold_only} for name, gold_only in students.items()}
     if processes(len(students), threads) < 2:
         return merge(recipe, students=trainings, keep_saved=True, progress=progress)
