@@ -67,26 +67,16 @@ def training_step(vocab: int, with_loss: bool = False) -> Callable[[bool], Any]:
     """``step(lanes) -> seconds`` (with ``with_loss``: ``(seconds, loss)``): one training step
     of a demo BERT over ``vocab`` tokens."""
     import torch
-    from transformers import BertConfig, BertForMaskedLM
 
+    from demo_step import demo_bert_batch
     from lmalgebra.train.dropout import lane_dropout
     from lmalgebra.train.losses import combined_loss
     from lmalgebra.train.masked_head import masked_logits
 
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=vocab, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=512, max_position_embeddings=128, hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
-    )  # fmt: skip
-    model = BertForMaskedLM(config).train()
+    made = demo_bert_batch(vocab, 0.1)
+    model, batch, labels = made["model"], made["inputs"], made["labels"]
+    topk, teacher = made["topk"], made["teacher"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    ids = torch.randint(5, vocab, (32, 64))
-    rows, cols = (torch.rand(32, 64) < 0.15).nonzero(as_tuple=True)
-    n = len(rows)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "rows": rows, "cols": cols}
-    labels, topk = torch.randint(5, vocab, (n,)), torch.randint(5, vocab, (n, 8))
-    teacher = torch.log_softmax(torch.randn(n, 8), -1)
 
     def step(lanes: bool) -> Any:
         clock = time.perf_counter()

@@ -49,25 +49,15 @@ def masking_texts() -> tuple[Any, list[str], list[str]]:
 def student_step(vocab: int) -> tuple[Any, Any]:
     """A step function ``step(indexed) -> seconds`` and the gradients of one step each way."""
     import torch
-    from transformers import BertConfig, BertForMaskedLM
 
+    from demo_step import demo_bert_batch
     from lmalgebra.train.losses import combined_loss
     from lmalgebra.train.masked_head import masked_logits
 
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=vocab, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=512, max_position_embeddings=128, hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )  # fmt: skip
-    model = BertForMaskedLM(config).train()
+    made = demo_bert_batch(vocab, 0.0)
+    model, batch, labels = made["model"], made["inputs"], made["labels"]
+    topk, teacher = made["topk"], made["teacher"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-    ids = torch.randint(5, vocab, (32, 64))
-    rows, cols = (torch.rand(32, 64) < 0.15).nonzero(as_tuple=True)
-    n = len(rows)
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "rows": rows, "cols": cols}
-    labels, topk = torch.randint(5, vocab, (n,)), torch.randint(5, vocab, (n, 8))
-    teacher = torch.log_softmax(torch.randn(n, 8), -1)
 
     def loss(indexed: bool) -> Any:
         logits = masked_logits(model, batch)
