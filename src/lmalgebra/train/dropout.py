@@ -20,6 +20,7 @@ generators are not the cost).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,9 +37,7 @@ def drop_threshold(p: float) -> int:
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> torch.Tensor:
     """``shape`` bool, True where kept, each with probability ``1 - drop_threshold(p) / LANE``,
     from ``ceil(numel / 4)`` 64-bit draws of torch's default CPU generator."""
-    count = 1
-    for size in shape:
-        count *= size
+    count = math.prod(shape)
     words = torch.empty((count + 3) // 4, dtype=torch.int64).random_(-(1 << 63), (1 << 63) - 1)
     lanes = words.view(torch.int16)[:count]  # each lane uniform on [-32768, 32767]
     return (lanes >= drop_threshold(p) - LANE // 2).view(shape)
