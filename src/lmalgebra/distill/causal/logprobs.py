@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.core.allocator import reuse_freed_memory
 from lmalgebra.core.precision import compute_context, module_device
 from lmalgebra.train.causal_head import NextTokenStats, batch_stats, body_states, inverse_cdf
 
@@ -75,6 +76,7 @@ def causal_outputs(
     Batches are right-padded; a causal model's outputs at real positions ignore the padding.
     The model runs where its weights are, under autocast when ``dtype`` is bfloat16.
     """
+    reuse_freed_memory()  # each chunk of logits (up to 256 MB) faulted in once, not per chunk
     device = module_device(model) or torch.device("cpu")
     if samples and seeds is None:
         raise ValueError("drawing samples needs one seed per example")
