@@ -6,7 +6,8 @@ on the next first touch. A training step's largest temporaries are above that: a
 student's logits at the masked rows and their gradient are 304 x 34,150 float32 each (42 MB), and
 every step mapped and faulted them anew. On a 2-core KVM guest a 42 MB copy took 28 ms where the
 same copy into reused memory took 8 ms, a softmax over those logits 40 ms instead of 13, and the
-student's whole step on one thread 342 ms instead of 266 ms.
+student's whole step on one thread 298-341 ms instead of 230-235 ms (``bench/bench_allocator.py``;
+causal teacher inference of Gemma-3-270M, whose chunks of logits are up to 256 MB: 1.35x).
 
 :func:`reuse_freed_memory` raises the mmap threshold to 1 GiB and the trim threshold past it, for
 the rest of the process: freed blocks up to that size stay in the heap and are reused, so a
