@@ -55,3 +55,39 @@ def test_a_large_temporary_is_faulted_in_once_not_on_every_allocation() -> None:
     # the heap grows while glibc's free blocks settle (a few allocations), then the blocks are
     # reused: no page faulted in again
     assert all(f <= each_time // 10 for f in reused["faults"][-8:])
+
+
+def test_teacher_inference_hands_freed_memory_back_once_its_shards_are_written(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``infer_shards`` (the teach stages) releases the memory kept for reuse once, after the
+    model's last shard, and not at all when every shard was already there (no model loaded)."""
+    import pyarrow as pa
+
+    from lmalgebra.distill import teachers
+    from lmalgebra.storage.shard_set import ShardSet
+
+    events: list[str] = []
+    monkeypatch.setattr(teachers, "release_free_memory", lambda: events.append("release"))
+    source = ShardSet(tmp_path / "source", {"kind": "source"})
+    source.plan(3)
+    for index in range(3):
+        source.write(index, pa.table({"x": [index]}))
+    source.finish()
+
+    def load() -> str:
+        events.append("load")
+        return "model"
+
+    def infer(model: str, part: pa.Table) -> pa.Table:
+        events.append(f"shard {part.column('x')[0].as_py()}")
+        return part
+
+    target = ShardSet(tmp_path / "target", {"kind": "target"})
+    teachers.infer_shards(source, target, "teach", load, infer, False)
+    assert events == ["load", "shard 0", "shard 1", "shard 2", "release"]
+    events.clear()
+    teachers.infer_shards(
+        source, ShardSet(tmp_path / "target", {"kind": "target"}), "teach", load, infer, False
+    )
+    assert events == []

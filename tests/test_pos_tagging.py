@@ -238,6 +238,54 @@ def test_several_models_read_the_treebank_once_and_score_as_alone(
         )
 
 
+def test_an_interrupted_evaluation_resumes_with_the_models_it_finished(
+    bert_dir: Path, treebank: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evaluate-pos`` stopped in its second model keeps the first model's result (at full
+    precision, from ``pos_config.json``) and a rerun of the same evaluation evaluates only the
+    second; other options keep nothing; a finished evaluation is computed again."""
+    from lmalgebra.evaluate import pos_tagging
+    from lmalgebra.evaluate.pos_results import RESULTS
+    from lmalgebra.storage.csv_tables import read_table
+
+    real = pos_tagging._evaluate
+    calls: list[str] = []
+    stop = {"b"}
+
+    def counted(ref: ModelRef, *args: Any, **kwargs: Any) -> PosResult:
+        calls.append(ref.name)
+        if ref.name in stop:
+            raise RuntimeError(f"stopped in {ref.name}")
+        return real(ref, *args, **kwargs)
+
+    monkeypatch.setattr(pos_tagging, "_evaluate", counted)
+    refs = [ModelRef(name=name, path=str(bert_dir)) for name in ("a", "b")]
+    options = PosOptions(**FAST, epochs=2)
+    out = tmp_path / "pos"
+    with pytest.raises(RuntimeError, match="stopped in b"):
+        pos_tagging.evaluate_treebank(refs, treebank, "probe", options, out)
+    assert calls == ["a", "b"]
+    assert [r.model for r in read_table(out, RESULTS) or []] == ["a"]
+
+    def kept(opts: PosOptions) -> dict[str, PosResult]:
+        identity = pos_tagging.evaluation_identity(refs, find_splits(treebank), "probe", opts)
+        return pos_tagging.finished_results(out, identity)
+
+    first = kept(options)["a"]
+    assert kept(PosOptions(**FAST, epochs=3)) == {}  # other options: nothing kept
+    stop.clear()
+    calls.clear()
+    results = pos_tagging.evaluate_treebank(refs, treebank, "probe", options, out)
+    assert calls == ["b"]
+    assert results[0] == first  # the recorded result, seconds included
+    assert dataclasses.replace(results[1], model="a", seconds=0) == dataclasses.replace(
+        first, seconds=0
+    )
+    calls.clear()
+    pos_tagging.evaluate_treebank(refs, treebank, "probe", options, out)
+    assert calls == ["a", "b"]  # finished: computed again
+
+
 def test_bad_options_layer_and_mode_are_named(bert_dir: Path, treebank: Path) -> None:
     with pytest.raises(UserInputError, match="epochs must be at least 1, got 0"):
         PosOptions(epochs=0)

@@ -14,7 +14,8 @@ the rest of the process: freed blocks up to that size stay in the heap and are r
 step's temporaries are faulted in once (after the first few steps, while glibc's free blocks
 settle: the heap grows by a few of them). Memory the process freed is then kept rather than handed
 back; :func:`release_free_memory` hands it back (``malloc_trim``), which the training loop does
-when a run ends. Nothing changes the arithmetic. Off glibc (musl, macOS), or with
+when a run ends and teacher inference (``distill.teachers.infer_shards``) once a teacher's shards
+are written. Nothing changes the arithmetic. Off glibc (musl, macOS), or with
 ``LMALGEBRA_REUSE_FREED_MEMORY=0``, nothing is changed.
 """
 

@@ -130,7 +130,7 @@ def downstream_pos(
 
     from lmalgebra.evaluate.conllu import split_by_document
     from lmalgebra.evaluate.pos_options import PosOptions
-    from lmalgebra.evaluate.pos_tagging import evaluate_many
+    from lmalgebra.evaluate.pos_tagging import evaluate_many, evaluation_identity
     from lmalgebra.sources.models import ModelRef
 
     splits = split_by_document(petrogold() / "annotated.conllu", out / "treebank", "pt_petrogold")
@@ -140,7 +140,11 @@ def downstream_pos(
         max_eval_sentences=plan.pos_train_sentences // 2,
         progress=progress,
     )
-    results = evaluate_many(refs, splits.train, splits.dev, splits.test, "probe", options, out)
+    # with the identity, a demo stopped in this step resumes with the models it had tagged
+    identity = evaluation_identity(refs, splits, "probe", options)
+    results = evaluate_many(
+        refs, splits.train, splits.dev, splits.test, "probe", options, out, identity
+    )
     import pandas as pd
 
     keep = ["model", "accuracy", "macro_f1", "majority_accuracy", "train_sentences", "test_words"]

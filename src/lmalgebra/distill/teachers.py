@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import torch
 
+from lmalgebra.core.allocator import release_free_memory
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
@@ -191,7 +192,9 @@ def infer_shards(
     """Teacher inference over the shards of ``source``, written to ``target``, resumable: shard
     ``i`` of ``target`` is ``infer(model, source shard i)``. Under several processes each rank
     computes the shards it owns that are missing; the model (``load()``) is loaded only when a
-    shard is to be computed. ``finish``: what the completed set's manifest records."""
+    shard is to be computed, and once its shards are written the memory inference freed (kept
+    for reuse while it ran, ``core.allocator``) goes back to the system.
+    ``finish``: what the completed set's manifest records."""
     count = len(source.manifest["shards"])
     todo = set(target.plan(count))
     if target.complete:
@@ -204,4 +207,7 @@ def infer_shards(
                     model = load()
                 target.write(index, infer(model, source.read(index)))
             advance(1)
+    if model is not None:
+        del model
+        release_free_memory()
     target.finish(**finish)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,9 @@ RESULTS = Table("pos_results.csv", PosResult, decimals=4, nan="nan")
 def write_results(
     results: Sequence[PosResult], out: Path, settings: dict[str, Any] | None = None
 ) -> None:
-    """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``."""
+    """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``, which
+    also keeps every result at full precision (the tables round to 4 decimals) for a resumed
+    evaluation (:func:`finished_results`)."""
     write_table(out, RESULTS, results)
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
@@ -51,7 +53,39 @@ def write_results(
         lines.append("| " + " | ".join(cells) + " |")
     write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
     if settings is not None:
-        write_json_atomic(out / CONFIG, settings)
+        write_json_atomic(out / CONFIG, {**settings, "results": [asdict(r) for r in results]})
+
+
+def _recorded(out: Path) -> dict[str, Any] | None:
+    """``pos_config.json`` of ``out`` as a mapping; None when absent or not a JSON object."""
+    try:
+        config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
+def finished_results(out: Path, identity: Mapping[str, Any] | None) -> dict[str, PosResult]:
+    """Model name -> result, of the models an interrupted evaluation of the same ``identity``
+    (``pos_tagging.evaluation_identity``: treebank files, model weights, mode and options) in
+    ``out`` had finished; empty when there is none, when the evaluation there was finished (it
+    is computed again) or when its record cannot be read back."""
+    config = _recorded(out)
+    if identity is None or config is None or config.get("finished"):
+        return {}
+    if config.get("identity") != json.loads(json.dumps(identity, default=str)):
+        return {}
+    names = {f.name for f in fields(PosResult)}
+    done = {}
+    for row in config.get("results") or []:
+        if not isinstance(row, dict) or set(row) != names:
+            return {}
+        try:
+            result = PosResult(**row)
+        except TypeError:
+            return {}
+        done[result.model] = result
+    return done
 
 
 def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
@@ -59,13 +93,9 @@ def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> No
     directory, or one holding an evaluation of the same treebank files, models (their weights,
     tokenizer and config hashes), mode and options, which is computed again; another one is
     refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
-    recorded = None
-    try:
-        config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
-        recorded = config.get("identity") if isinstance(config, dict) else None
-    except (OSError, ValueError):
-        config = None
-    finished = isinstance(config, dict) and bool(config.get("finished"))
+    config = _recorded(out)
+    recorded = config.get("identity") if config is not None else None
+    finished = config is not None and bool(config.get("finished"))
     claim_run_directory(
         out,
         identity,

@@ -33,6 +33,7 @@ from lmalgebra.evaluate.pos_options import Mode, PosOptions
 from lmalgebra.evaluate.pos_results import (
     PosResult,
     claim_evaluation,
+    finished_results,
     result_summary,
     write_results,
 )
@@ -376,17 +377,27 @@ def evaluate_many(
     result's ``seconds`` is its model's own: loading, training, tagging); with ``out``, results
     are rewritten after each model (a failure leaves those of the models done, and no empty
     directory), under ``out``'s lock (one writer at a time; not into another kind of output),
-    with ``identity`` (:func:`evaluation_identity`) in ``pos_config.json``."""
+    with ``identity`` (:func:`evaluation_identity`) in ``pos_config.json``. An interrupted
+    evaluation of the same ``identity`` in ``out`` resumes: the models it finished keep their
+    recorded results (``pos_results.finished_results``) and are not evaluated again."""
     options = options or PosOptions()
     _check_mode(mode)
     results: list[PosResult] = []
     settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
     locked = nullcontext() if out is None else run_directory_lock(out, "evaluate-pos")
     with locked, tidy_on_failure(*([out] if out is not None else [])):
-        data = _load_splits(train, dev, test, options) if refs else {}
+        kept = {} if out is None else finished_results(out, identity)
+        if any(ref.name in kept for ref in refs):
+            names = ", ".join(ref.name for ref in refs if ref.name in kept)
+            log.info("resuming the evaluation in %s: kept the results of %s", out, names)
+        pending = [ref for ref in refs if ref.name not in kept]
+        data = _load_splits(train, dev, test, options) if pending else {}
         for ref in refs:
-            result = _evaluate(ref, data, mode, options, time.perf_counter())
-            log.info("%s: %s", ref.name, result_summary(result))
+            if ref.name in kept:
+                result = kept[ref.name]
+            else:
+                result = _evaluate(ref, data, mode, options, time.perf_counter())
+                log.info("%s: %s", ref.name, result_summary(result))
             results.append(result)
             if out is not None:
                 done = {"identity": identity, "finished": len(results) == len(refs)}
