@@ -111,6 +111,7 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_dropout.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_allocator.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_causal.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_mined_map.py --full-baseline
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_scaling.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_integrity.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_alpha_sweep.py

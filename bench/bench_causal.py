@@ -78,8 +78,7 @@ LAMBDA = 0.5
 LOSSES = {name: {name: 1.0} for name in ("ce", "mined_kl", "uld", "alm", "sampled")}
 BATCH = "batch building, CE only (no alignment)"
 BATCH_CHUNKS = "batch building with the chunks (ALM, ULD)"
-BATCH_MINED = "batch building with the MinED alignment (MinED-KL), distances new"
-BATCH_WARM = "batch building with the MinED alignment, distances remembered"
+BATCH_MINED = "batch building with the MinED alignment (MinED-KL)"
 BATCH_DRAWN = "batch building with the MinED alignment and drawn tokens (sampled)"
 # the batch building each loss pays beyond CE only's
 LOSS_BATCH = {
@@ -146,10 +145,9 @@ class Clock:
 def profile(recipe: dict[str, Any], batches: int, **options: Any) -> Callable[[], dict[str, Any]]:
     """The work: median milliseconds of each part of a step over ``batches`` batches, after one
     untimed batch: batch building as each loss needs it (no alignment, the chunks, the MinED
-    alignment with new distances and the same batches again with the distances remembered, the
-    drawn tokens), the model's forward + CE + backward, the optimizer (clipping + fused AdamW),
-    and each loss term's forward + backward to the logits alone (the only compute a
-    distillation loss adds to the model's)."""
+    alignment, the drawn tokens), the model's forward + CE + backward, the optimizer (clipping
+    + fused AdamW), and each loss term's forward + backward to the logits alone (the only
+    compute a distillation loss adds to the model's)."""
     torch.set_num_threads(options["threads"])
     run, spec = MergeRecipe.model_validate(recipe), training_spec(options)
     teachers = check_store(run)
@@ -197,8 +195,6 @@ def profile(recipe: dict[str, Any], batches: int, **options: Any) -> Callable[[]
         clock = Clock()
         for index in range(batches):
             step(index, clock)
-        for index in range(batches):  # the same batches: every distance is remembered now
-            clock(BATCH_WARM, lambda i=index: sources[BATCH_MINED].batch(i))
         return {key: statistics.median(values) for key, values in clock.times.items()}
 
     return work
@@ -349,13 +345,6 @@ def runs_table(best: dict[str, dict[str, Any]], overhead: dict[str, float]) -> d
     return table("Training runs (the fastest run of each loss)", columns, rows)
 
 
-def _remembered(loss: str, parts: dict[str, float]) -> float:
-    """What remembered distances save a step of ``loss`` (milliseconds; <= 0)."""
-    if LOSS_BATCH[loss] not in (BATCH_MINED, BATCH_DRAWN):
-        return 0.0
-    return min(0.0, parts[BATCH_WARM] - parts[BATCH_MINED])
-
-
 def training_notes(
     tries: dict[str, list[dict[str, Any]]],
     overhead: dict[str, float],
@@ -373,17 +362,12 @@ def training_notes(
         f"A CE-only step in the profile: {step:.1f} ms, of which batch building {parts[BATCH]:.1f} "
         f"ms ({parts[BATCH] / step:.0%}; the student's tokens are encoded once, and a batch "
         "builds only the alignments its loss reads). The MinED alignment of a batch: "
-        f"{parts[BATCH_MINED] - parts[BATCH]:.1f} ms with distances new to the run, "
-        f"{parts[BATCH_WARM] - parts[BATCH]:.1f} ms once they are remembered (the same batches "
-        "again), which is where a long run spends most of its steps.",
+        f"{parts[BATCH_MINED] - parts[BATCH]:.1f} ms (token-string distances and dynamic time "
+        "warping).",
         "The profile's estimate of each loss's extra time over a CE-only step (its term's forward "
         "+ backward to the logits and the alignments and drawn tokens its batches build): "
         + ", ".join(f"{k} {v / step:+.0%}" for k, v in extra.items())
         + ".",
-        "The same estimate once the MinED distances are remembered (the same batches built again:"
-        " the steady state of a run long enough to have met its frequent token strings): "
-        + ", ".join(f"{k} {(v + _remembered(k, parts)) / step:+.0%}" for k, v in extra.items())
-        + ". The runs above start with no distance known and meet new strings for 30 steps.",
     ]
     for loss, found in overhead.items():
         if found <= OVERHEAD_TARGET:

@@ -22,7 +22,6 @@ from lmalgebra.distill.vocab.byte_alignment import (
     shared_boundaries,
     token_texts,
 )
-from lmalgebra.distill.vocab.edit_distance import RememberedDistances, distance_matrix
 from lmalgebra.distill.vocab.token_forms import detect_convention, token_surface
 from tiny import build_tokenizer_kinds
 
@@ -246,35 +245,6 @@ def test_mined_alignment_matches_the_naive_dtw() -> None:
         assert mined_alignment(teacher, student).tolist() == _naive_fusellm_alignment(
             teacher, student
         )
-
-
-def test_remembered_distances_equal_the_direct_ones_across_examples_and_resets() -> None:
-    """The same matrices as ``distance_matrix`` over many examples sharing strings, through the
-    table's growth (past its first 256 strings a side) and a start afresh at capacity; the
-    alignment is unchanged."""
-    rng = random.Random(5)
-    pool = [
-        "".join(rng.choice("ab éc") for _ in range(rng.randint(0, 5))) + str(i % 400)
-        for i in range(700)
-    ]
-    for capacity, examples in ((80, 40), (4096, 60)):
-        remembered = RememberedDistances(capacity=capacity)
-        seen: set[str] = set()
-        for _ in range(examples):
-            teacher = rng.choices(pool, k=rng.randint(1, 40))
-            student = rng.choices(pool, k=rng.randint(1, 40))
-            got = remembered(teacher, student)
-            seen.update(teacher)
-            assert got.dtype == np.int32
-            assert np.array_equal(got, distance_matrix(teacher, student))
-            assert np.array_equal(
-                mined_alignment(teacher, student, remembered), mined_alignment(teacher, student)
-            )
-        if capacity == 80:  # more strings than it holds: it started afresh at least once
-            assert len(seen) > 80 >= len(remembered.strings[0])
-        else:  # every string kept; the table grew past its first size
-            assert len(remembered.strings[0]) == len(seen) > 256
-            assert remembered.table.shape[0] >= len(seen)
 
 
 def test_mined_alignment_of_split_and_merged_tokens() -> None:

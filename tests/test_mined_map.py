@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.vocab import mined_map as mm
-from lmalgebra.distill.vocab.edit_distance import BLOCK_CELLS, distance_matrix
+from lmalgebra.distill.vocab.edit_distance import by_length, distance_matrix
 from lmalgebra.distill.vocab.union import canonical_vocabulary
 from test_byte_alignment import _levenshtein
 from tiny import build_tokenizer_kinds
@@ -38,21 +38,28 @@ def test_distance_matrix_equals_the_textbook_levenshtein() -> None:
     assert (distance_matrix(a, b) == expected).all()
 
 
-def test_blocked_distances_equal_the_textbook_levenshtein() -> None:
-    # one length bucket large enough to be cut into several blocks of BLOCK_CELLS
+def test_threads_and_cutoff_keep_the_textbook_levenshtein() -> None:
+    """On two threads the same matrix; with a cutoff, every distance at or below it exact and
+    every one above it read as cutoff + 1; empty sides give empty matrices."""
     rng = random.Random(2)
-    a = ["".join(rng.choice("abcd") for _ in range(5)) for _ in range(150)]
-    b = ["".join(rng.choice("abcd") for _ in range(5)) for _ in range(200)]
-    assert len(a) * len(b) * 6 > 2 * BLOCK_CELLS
+    a, b = _words(rng, 150, 9), _words(rng, 200, 9)
     expected = np.array([[_levenshtein(x, y) for y in b] for x in a])
-    assert (distance_matrix(a, b) == expected).all()
+    assert (distance_matrix(a, b, workers=2) == expected).all()
+    for cutoff in (0, 1, 3):
+        got = distance_matrix(a, b, workers=2, cutoff=cutoff)
+        assert (got == np.where(expected <= cutoff, expected, cutoff + 1)).all()
+    assert distance_matrix([], b).shape == (0, 200) and distance_matrix(a, []).shape == (150, 0)
+    groups = by_length(a)
+    assert list(groups) == sorted({len(x) for x in a})
+    assert sorted(np.concatenate(list(groups.values())).tolist()) == list(range(len(a)))
+    assert all(len(a[i]) == n for n, rows in groups.items() for i in rows)
 
 
 def test_nearest_strings_equals_brute_force_with_its_tie_breaks() -> None:
     rng = random.Random(1)
     for _ in range(4):
         queries, pool = _words(rng, 120), _words(rng, 50)
-        index, distance = mm.nearest_strings(queries, pool)
+        index, distance = mm.nearest_strings(queries, pool, workers=2)
         for q, text in enumerate(queries):
             best = min(
                 range(len(pool)),

@@ -21,7 +21,7 @@ Alignments are computed on the CPU when a batch is built, only those the loss mi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +40,6 @@ from lmalgebra.distill.vocab.byte_alignment import (
     mined_alignment,
     token_texts,
 )
-from lmalgebra.distill.vocab.edit_distance import RememberedDistances
 from lmalgebra.distill.vocab.mined_map import mined_map
 
 ALIGNMENTS = frozenset({"chunks", "mined"})
@@ -114,8 +113,6 @@ class TeacherCopy:
     vocab_map: np.ndarray  # (V_teacher,) int64
     heldout: np.ndarray  # (rows,) bool
     loss: np.ndarray  # (rows,) float64
-    # token-string distances of this teacher and the student, kept across examples
-    distances: RememberedDistances = field(default_factory=RememberedDistances)
 
 
 def _nats_per_byte(store: CausalStore) -> np.ndarray:
@@ -246,9 +243,7 @@ def _example(
         part["chunk_start"] = chunk_start_alignment(found, n_s)
     if "mined" in alignments:
         part["mined"] = mined_alignment(
-            token_texts(record.text, record.offsets),
-            token_texts(record.text, student.offsets),
-            copy.distances,
+            token_texts(record.text, record.offsets), token_texts(record.text, student.offsets)
         )
     if samples and record.sample_ids is not None:
         part["sample_ids"] = copy.vocab_map[record.sample_ids]

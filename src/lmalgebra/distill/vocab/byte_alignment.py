@@ -228,8 +228,7 @@ def mined_alignment(
     :func:`token_texts`); from the last pair back, the path steps to the cheapest of the diagonal,
     teacher-only and student-only predecessors (the diagonal on ties), as FuseLLM does. A student
     position the path pairs with several teacher positions is left unaligned. ``distances``:
-    the token strings' distance matrix (``edit_distance.RememberedDistances`` keeps the pairs
-    seen in earlier examples).
+    the token strings' distance matrix (``edit_distance.distance_matrix``).
     """
     n, m = len(teacher_tokens), len(student_tokens)
     aligned = np.full(m, -1, dtype=np.int64)

@@ -12,7 +12,8 @@ The choice is exact: for each teacher token the student token with the smallest
 by a search over student tokens in order of length difference ``Δ = 0, 1, 2, ...``, stopping as soon
 as the best distance found is at most ``Δ`` (no string of a length farther off can be closer,
 since the distance is at least the length difference). Distances of a length bucket against
-another are computed at once (``distill.vocab.edit_distance``).
+another are computed at once on torch's thread count, each pair stopping once it is farther than
+every query's best so far (``distill.vocab.edit_distance``).
 
 A map is computed once per tokenizer pair and cached as safetensors under the name of a hash of
 both canonical vocabularies (so any change of tokens, conventions, specials or case changes it).
@@ -33,7 +34,7 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
-from lmalgebra.distill.vocab.edit_distance import code_points, pair_distances
+from lmalgebra.distill.vocab.edit_distance import by_length, distance_matrix
 from lmalgebra.distill.vocab.union import CanonicalVocabulary, canonical_vocabulary
 from lmalgebra.storage.atomic import write_atomic
 from lmalgebra.storage.output_paths import cache_directory
@@ -60,8 +61,11 @@ class MinedMap:
         return float((self.distances == 0).mean()) if self.distances.size else 0.0
 
 
-def nearest_strings(queries: Sequence[str], pool: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """For each query, the pool index minimising ``(distance, |length difference|, index)``.
+def nearest_strings(
+    queries: Sequence[str], pool: Sequence[str], workers: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each query, the pool index minimising ``(distance, |length difference|, index)``,
+    distances computed on ``workers`` threads.
 
     Returns ``(indices (len(queries),) int64, distances (len(queries),) int32)``.
     """
@@ -75,19 +79,18 @@ def nearest_strings(queries: Sequence[str], pool: Sequence[str]) -> tuple[np.nda
     for q, text in enumerate(queries):
         if text in first:
             best[q], found[:, q] = 0, (first[text], 0)
-    rest = [q for q in range(len(queries)) if best[q] > 0]
-    pool_groups = code_points(pool)
-    longest = max(pool_groups)
-    for length, (rows, codes) in code_points([queries[q] for q in rest]).items():
-        rows = np.asarray(rest, dtype=np.int64)[rows]
+    rest = np.asarray([q for q in range(len(queries)) if best[q] > 0], dtype=np.int64)
+    buckets = {n: (rows, [pool[i] for i in rows]) for n, rows in by_length(pool).items()}
+    longest = max(buckets)
+    for length, members in by_length([queries[q] for q in rest]).items():
+        rows = rest[members]
         for delta in range(max(length, longest) + 1):
             open_ = best[rows] > delta  # a candidate Δ off in length is at least Δ away
             if not open_.any():
                 break
             for other in sorted({length - delta, length + delta}):
-                if other in pool_groups:
-                    group = pool_groups[other]
-                    _improve(best, found, rows[open_], codes[open_], group, delta)
+                if other in buckets:
+                    _improve(best, found, rows[open_], queries, buckets[other], delta, workers)
     return found[0], best.astype(np.int32)
 
 
@@ -95,19 +98,23 @@ def _improve(
     best: np.ndarray,
     found: np.ndarray,
     rows: np.ndarray,
-    codes: np.ndarray,
-    group: tuple[np.ndarray, np.ndarray],
+    queries: Sequence[str],
+    bucket: tuple[np.ndarray, list[str]],
     delta: int,
+    workers: int,
 ) -> None:
     """Update ``best``/``found`` at ``rows`` with the nearest string of one pool length bucket,
     ``delta`` off in length.
 
     Within a bucket ``argmin`` takes the smallest pool index among ties (buckets are in index
     order); across the two buckets of one ``Δ`` the smaller index wins a tie, and a tie with a
-    string found at a smaller ``Δ`` keeps that one.
+    string found at a smaller ``Δ`` keeps that one. A pair farther apart than every row's best
+    so far cannot change anything, so the distances stop there (``cutoff``).
     """
-    pool_rows, pool_codes = group
-    distances = pair_distances(codes, pool_codes)
+    pool_rows, pool_strings = bucket
+    known = int(best[rows].max())
+    cutoff = known if known < np.iinfo(np.int32).max else None
+    distances = distance_matrix([queries[q] for q in rows], pool_strings, workers, cutoff)
     nearest = distances.argmin(axis=1)
     d = distances[np.arange(len(rows)), nearest].astype(np.int64)
     index = pool_rows[nearest]
@@ -133,9 +140,11 @@ def compute_map(
     teacher_special: Sequence[bool],
     student_forms: Sequence[str],
     student_special: Sequence[bool],
+    workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(student_ids (teacher_vocab,) int64, distances int32)``: specials onto specials (onto
-    ordinary tokens when the student has no special token), ordinary tokens onto ordinary ones."""
+    ordinary tokens when the student has no special token), ordinary tokens onto ordinary ones;
+    distances on ``workers`` threads."""
     ids = np.zeros(len(teacher_forms), dtype=np.int64)
     distances = np.zeros(len(teacher_forms), dtype=np.int32)
     for is_special in (False, True):
@@ -146,7 +155,7 @@ def compute_map(
         if not queries:
             continue
         found, d = nearest_strings(
-            [teacher_forms[i] for i in queries], [student_forms[i] for i in pool]
+            [teacher_forms[i] for i in queries], [student_forms[i] for i in pool], workers
         )
         ids[queries] = np.asarray(pool, dtype=np.int64)[found]
         distances[queries] = d
@@ -179,8 +188,12 @@ def mined_map(
     path = (cache_dir or cache_directory() / CACHE_SUBDIR) / f"mined-{key[:32]}.safetensors"
     if (cached := _load(path, len(teacher_forms), len(student_forms))) is not None:
         return MinedMap(*cached, key=key)
+    import torch  # its thread count: the share of the CPU this process was given
+
     started = time.perf_counter()
-    ids, distances = compute_map(teacher_forms, teacher_special, student_forms, student_special)
+    ids, distances = compute_map(
+        teacher_forms, teacher_special, student_forms, student_special, torch.get_num_threads()
+    )
     log.info(
         "MinED map %s -> %s: %d x %d tokens in %.1f s, %.1f%% exact",
         teacher_name,
