@@ -131,7 +131,7 @@ def store_bytes(recipe: MergeRecipe) -> dict[str, Any]:
     """Bytes per stored teacher token of each part (``run.inspection.CAUSAL_PARTS``): payload
     (from ``merge inspect``) and on disk (the part's columns alone, encoded as the store's
     shards)."""
-    found = inspect_run(recipe.output_dir)["pairs"][0]
+    found = inspect_run(recipe.output_dir).pairs[0]
     tokens = int(found["tokens"])
     sets = [
         ShardSet.existing(recipe.output_dir / s / "en" / "teacher") for s in ("tokens", "logprobs")

@@ -196,7 +196,7 @@ def demo(
             help="Real pre-trained teachers: Gemma-3-270M and SmolLM2-135M (packaged GGUF) "
             "merged into six of SmolLM2's layers; CE only, ALM from Gemma and ALM from both; "
             "a table of held-out bits per byte and RDT (real-demo.md). About 12 minutes on two "
-            "cores (2 more the first time, to dequantise the models)."
+            "cores (3 more the first time: the models dequantised, Gemma's MinED map built)."
         ),
     ] = False,
 ) -> None:
