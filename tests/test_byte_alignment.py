@@ -19,6 +19,7 @@ from lmalgebra.distill.vocab.byte_alignment import (
     encode_with_offsets,
     keep_agreeing,
     mined_alignment,
+    mined_alignments,
     shared_boundaries,
     token_texts,
 )
@@ -245,6 +246,27 @@ def test_mined_alignment_matches_the_naive_dtw() -> None:
         assert mined_alignment(teacher, student).tolist() == _naive_fusellm_alignment(
             teacher, student
         )
+
+
+def test_a_batch_of_alignments_equals_each_alone() -> None:
+    """``mined_alignments`` pads a batch's cost matrices to one shape; each pair's alignment is
+    the naive DTW's, whatever the other pairs' sizes (empty sides included)."""
+    rng = random.Random(4)
+
+    def tokens(most: int) -> list[str]:
+        return [
+            "".join(rng.choice("ab é") for _ in range(rng.randint(0, 4)))
+            for _ in range(rng.randint(0, most))
+        ]
+
+    for _ in range(10):
+        pairs = [(tokens(15), tokens(15)) for _ in range(rng.randint(1, 6))]
+        got = mined_alignments(pairs)
+        for (teacher, student), aligned in zip(pairs, got, strict=True):
+            expected = (
+                _naive_fusellm_alignment(teacher, student) if teacher else [-1] * len(student)
+            )
+            assert aligned.dtype == np.int64 and aligned.tolist() == expected
 
 
 def test_mined_alignment_of_split_and_merged_tokens() -> None:

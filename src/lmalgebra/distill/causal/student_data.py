@@ -8,8 +8,8 @@ row ``s`` predicts token ``s``. Against the record of the teacher the batch slot
 - chunks (``byte_alignment.chunks``) give both sides' chunk indices (ALM);
 - the chunk-start alignment (each chunk's first student token -> the chunk's first teacher token:
   both predict the continuation of the same byte prefix) places ULD;
-- the MinED sequence alignment (``byte_alignment.mined_alignment``) places MinED-KL and the
-  sampled-token loss;
+- the MinED sequence alignment (``byte_alignment.mined_alignments``, a batch's examples at once)
+  places MinED-KL and the sampled-token loss;
 - the teacher's top-k and drawn ids are carried into the student vocabulary by the MinED map
   (``distill.vocab.mined_map``) here, so the losses see student ids only, whatever the teacher.
 
@@ -37,7 +37,7 @@ from lmalgebra.distill.vocab.byte_alignment import (
     chunk_start_alignment,
     chunks,
     encode_with_offsets,
-    mined_alignment,
+    mined_alignments,
     token_texts,
 )
 from lmalgebra.distill.vocab.mined_map import mined_map
@@ -185,6 +185,10 @@ class CausalStoreBatches(SampledLanguages):
             _example(copy, row, tokens, self.samples, self.alignments)
             for _, copy, row, tokens in slots
         ]
+        if "mined" in self.alignments:
+            aligned = mined_alignments([part.pop("mined_texts") for part in parts])
+            for part, mined in zip(parts, aligned, strict=True):
+                part["mined"] = mined
         width = max(len(t.ids) for *_, t in slots)
         depth = max(len(p["next_logprob"]) for p in parts)
         k = slots[0][1].store.topk_ids.shape[1]
@@ -241,9 +245,10 @@ def _example(
         found = chunks(record.offsets, student.offsets)
         part["teacher_chunk"], part["student_chunk"] = chunk_ids(found, n_t, n_s)
         part["chunk_start"] = chunk_start_alignment(found, n_s)
-    if "mined" in alignments:
-        part["mined"] = mined_alignment(
-            token_texts(record.text, record.offsets), token_texts(record.text, student.offsets)
+    if "mined" in alignments:  # aligned for the whole batch at once (``_collate``)
+        part["mined_texts"] = (
+            token_texts(record.text, record.offsets),
+            token_texts(record.text, student.offsets),
         )
     if samples and record.sample_ids is not None:
         part["sample_ids"] = copy.vocab_map[record.sample_ids]

@@ -230,12 +230,36 @@ def mined_alignment(
     position the path pairs with several teacher positions is left unaligned. ``distances``:
     the token strings' distance matrix (``edit_distance.distance_matrix``).
     """
-    n, m = len(teacher_tokens), len(student_tokens)
-    aligned = np.full(m, -1, dtype=np.int64)
-    if n == 0 or m == 0:
-        return aligned
-    total = _warping_costs(distances(teacher_tokens, student_tokens).astype(np.float64))
-    cells = total.tolist()  # the walk back reads single cells: Python floats are faster
+    return mined_alignments([(teacher_tokens, student_tokens)], distances)[0]
+
+
+def mined_alignments(
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]],
+    distances: Callable[[Sequence[str], Sequence[str]], np.ndarray] = distance_matrix,
+) -> list[np.ndarray]:
+    """:func:`mined_alignment` of each ``(teacher_tokens, student_tokens)`` pair (a batch's
+    examples): the warping costs of all of them in one pass over rows (``_warping_costs``), the
+    same numbers as one at a time."""
+    out = [np.full(len(s), -1, dtype=np.int64) for _, s in pairs]
+    live = [b for b, (t, s) in enumerate(pairs) if len(t) and len(s)]
+    if not live:
+        return out
+    n = max(len(pairs[b][0]) for b in live)
+    m = max(len(pairs[b][1]) for b in live)
+    cost = np.zeros((len(live), n, m))  # padding: ignored, no cell of a pair depends on it
+    for slot, b in enumerate(live):
+        teacher, student = pairs[b]
+        cost[slot, : len(teacher), : len(student)] = distances(teacher, student)
+    total = _warping_costs(cost)
+    for slot, b in enumerate(live):
+        out[b][:] = _walk_back(total[slot], len(pairs[b][0]), len(pairs[b][1]))
+    return out
+
+
+def _walk_back(total: np.ndarray, n: int, m: int) -> np.ndarray:
+    """``(m,) int64``: the path's teacher position of each student position, -1 where it pairs
+    several, from the cumulative costs ``total[:n, :m]`` (cells read one at a time)."""
+    cell = total.item
     partners, partner = [0] * m, [-1] * m
     i, j = n - 1, m - 1
     while True:
@@ -243,40 +267,42 @@ def mined_alignment(
         partner[j] = i
         if i == 0 and j == 0:
             break
-        diagonal = cells[i - 1][j - 1] if i and j else math.inf
-        up = cells[i - 1][j] if i else math.inf
-        left = cells[i][j - 1] if j else math.inf
+        diagonal = cell(i - 1, j - 1) if i and j else math.inf
+        up = cell(i - 1, j) if i else math.inf
+        left = cell(i, j - 1) if j else math.inf
         if diagonal <= up and diagonal <= left:  # the first of the cheapest, diagonal on ties
             i, j = i - 1, j - 1
         elif up <= left:
             i -= 1
         else:
             j -= 1
-    aligned[:] = partner
+    aligned = np.array(partner, dtype=np.int64)
     aligned[np.array(partners) > 1] = -1
     return aligned
 
 
 def _warping_costs(cost: np.ndarray) -> np.ndarray:
-    """``(n, m)`` cumulative DTW costs ``T[i, j] = cost[i, j] + min(T[i-1, j-1], T[i-1, j],
-    T[i, j-1])`` of non-negative integer ``cost`` (as float64), one row at a time.
+    """``(..., n, m)`` cumulative DTW costs ``T[i, j] = cost[i, j] + min(T[i-1, j-1], T[i-1, j],
+    T[i, j-1])`` of non-negative integer ``cost`` (as float64), one row at a time (for every
+    leading index at once).
 
     Within row ``i``, with ``a[j] = min(T[i-1, j-1], T[i-1, j])`` and ``S`` the running sum of
     ``cost[i]``, the chain ``T[i, j] = cost[i, j] + min(a[j], T[i, j-1])`` unrolls to
     ``T[i, j] = S[j] + min_{k <= j} (a[k] - S[k-1])``: a running minimum. Sums of integers are
-    exact in float64, so this equals the cell-by-cell recurrence bit for bit.
+    exact in float64, so this equals the cell-by-cell recurrence bit for bit, and cells past a
+    pair's own rows or columns (a batch's padding) change none of its cells.
     """
-    n, m = cost.shape
-    total = np.empty((n, m))
-    total[0] = np.cumsum(cost[0])
-    before = np.empty(m)  # a[k] - S[k-1]
+    n, m = cost.shape[-2:]
+    total = np.empty(cost.shape)
+    total[..., 0, :] = np.cumsum(cost[..., 0, :], axis=-1)
+    before = np.empty((*cost.shape[:-2], m))  # a[k] - S[k-1]
     for i in range(1, n):
-        running = np.cumsum(cost[i])
-        above = total[i - 1]
-        before[0] = above[0]
-        np.minimum(above[1:], above[:-1], out=before[1:])
-        before[1:] -= running[:-1]
-        total[i] = running + np.minimum.accumulate(before)
+        running = np.cumsum(cost[..., i, :], axis=-1)
+        above = total[..., i - 1, :]
+        before[..., 0] = above[..., 0]
+        np.minimum(above[..., 1:], above[..., :-1], out=before[..., 1:])
+        before[..., 1:] -= running[..., :-1]
+        total[..., i, :] = running + np.minimum.accumulate(before, axis=-1)
     return total
 
 
