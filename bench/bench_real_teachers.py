@@ -120,7 +120,7 @@ def contender(
 
     def work() -> dict[str, Any]:
         pipeline.teach(recipe, progress=False)
-        row = causal_report(Path(out))["pairs"][0]
+        row = causal_report(Path(out)).pairs[0]
         return {
             "inference_s": spent[0],
             "tokens": int(row["tokens"]),
