@@ -49,6 +49,8 @@ def test_threads_and_cutoff_keep_the_textbook_levenshtein() -> None:
         got = distance_matrix(a, b, workers=2, cutoff=cutoff)
         assert (got == np.where(expected <= cutoff, expected, cutoff + 1)).all()
     assert distance_matrix([], b).shape == (0, 200) and distance_matrix(a, []).shape == (150, 0)
+    # strings as they are: no case folding, no trimming of spaces or punctuation
+    assert distance_matrix(["A", " a!"], ["a"]).tolist() == [[1], [2]]
     groups = by_length(a)
     assert list(groups) == sorted({len(x) for x in a})
     assert sorted(np.concatenate(list(groups.values())).tolist()) == list(range(len(a)))
