@@ -123,7 +123,7 @@ def ours_topk(model: Any, copies: list[Any], pad_id: int, batch: int, dtype: str
 
 
 def teacher_inference(
-    device: torch.device, size: dict[str, int], repeats: int, trained: Path | None
+    device: torch.device, size: dict[str, Any], repeats: int, trained: Path | None
 ) -> dict[str, Any]:
     """BERT-base top-8 at the masked positions: full logits (float32) vs ``masked_topk`` in
     float32 and bfloat16, bfloat16 also at other batch sizes; with ``trained`` (a trained masked
@@ -173,7 +173,7 @@ def teacher_inference(
 
 
 # -- embedding -----------------------------------------------------------------------------------
-def embedding(device: torch.device, size: dict[str, int], repeats: int) -> dict[str, Any]:
+def embedding(device: torch.device, size: dict[str, Any], repeats: int) -> dict[str, Any]:
     """Mean-pooled spans (up to 128 tokens) in float32 and bfloat16, two shapes; the R^2 of the
     BERT-base embeddings from the MiniLM-shaped ones in each dtype."""
     from bench_embedding import span_texts
@@ -223,7 +223,7 @@ def embedding(device: torch.device, size: dict[str, int], repeats: int) -> dict[
 
 
 # -- training ------------------------------------------------------------------------------------
-def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[str, Any]:
+def training(device: torch.device, size: dict[str, Any], workdir: Path) -> dict[str, Any]:
     """KD + MLM student training through the one loop, float32 and bf16 mixed precision."""
     from accelerate.state import AcceleratorState
 
@@ -288,7 +288,7 @@ def training(device: torch.device, size: dict[str, int], workdir: Path) -> dict[
 def save(
     res: dict[str, Any],
     device: torch.device,
-    size: dict[str, int],
+    size: dict[str, Any],
     session: Session,
     results_dir: Path,
     write: bool,

@@ -130,7 +130,7 @@ def schedule(args: argparse.Namespace, seed: int) -> TrainingSpec:
     )
 
 
-def source(recipe: MergeRecipe, vocab: UnionVocab, spec: TrainingSpec) -> StoreBatches:
+def source(recipe: MaskedRecipe, vocab: UnionVocab, spec: TrainingSpec) -> StoreBatches:
     teachers = {lang: s.teachers for lang, s in recipe.languages.items()}
     return StoreBatches(
         recipe.output_dir,
@@ -143,7 +143,7 @@ def source(recipe: MergeRecipe, vocab: UnionVocab, spec: TrainingSpec) -> StoreB
     )
 
 
-def one_run(recipe: MergeRecipe, vocab: UnionVocab, seed: int, args: argparse.Namespace) -> Any:
+def one_run(recipe: MaskedRecipe, vocab: UnionVocab, seed: int, args: argparse.Namespace) -> Any:
     """The work of one training run: build (and seed) the student, train, read its log."""
     spec = schedule(args, seed)
     batches = source(recipe, vocab, spec)
@@ -173,7 +173,7 @@ def steps_to_reach(curve: list[float], level: float) -> int | None:
 
 
 def step0_ablation(
-    recipe: MergeRecipe, vocab: UnionVocab, args: argparse.Namespace
+    recipe: MaskedRecipe, vocab: UnionVocab, args: argparse.Namespace
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Gold MLM loss before training (eval mode, 4 batches) of students seeded in part; the
     seeding's report."""
@@ -200,7 +200,7 @@ def step0_ablation(
 
 
 def context_free_floor(
-    recipe: MergeRecipe, vocab: UnionVocab, args: argparse.Namespace, seed: int
+    recipe: MaskedRecipe, vocab: UnionVocab, args: argparse.Namespace, seed: int
 ) -> float:
     """Entropy (nats) of the gold tokens' own distribution over the training batches of ``seed``:
     no prediction that ignores the context (a student whose body is random) can score lower on
