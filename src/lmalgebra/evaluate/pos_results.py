@@ -76,16 +76,10 @@ def finished_results(out: Path, identity: Mapping[str, Any] | None) -> dict[str,
     if config.get("identity") != json.loads(json.dumps(identity, default=str)):
         return {}
     names = {f.name for f in fields(PosResult)}
-    done = {}
-    for row in config.get("results") or []:
-        if not isinstance(row, dict) or set(row) != names:
-            return {}
-        try:
-            result = PosResult(**row)
-        except TypeError:
-            return {}
-        done[result.model] = result
-    return done
+    rows = config.get("results") or []
+    if not all(isinstance(row, dict) and set(row) == names for row in rows):
+        return {}
+    return {row["model"]: PosResult(**row) for row in rows}
 
 
 def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
