@@ -7,8 +7,8 @@ reported as ``cutoff + 1``. Distances are exact integers, the same on any CPU an
 This replaced a numpy dynamic programme (one array pass per character of one side), which took
 minutes for the MinED map of Gemma-3's 262,144 tokens onto SmolLM2's 49,152
 (``bench/bench_mined_map.py`` measures both), and the table of remembered distances that causal
-training kept beside it: one example's matrix (about 140 x 120 token strings) now costs about a
-quarter of a millisecond, less than looking its pairs up in such a table did.
+training kept beside it, which computing the distances afresh now beats (``bench/bench_causal.py``
+times a batch's MinED alignment: 88 ms with the table and the numpy distances, 10.6 ms now).
 """
 
 from __future__ import annotations
