@@ -66,7 +66,7 @@ from lmalgebra.distill.causal.training import (
 from lmalgebra.distill.pipeline import check_store
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.train.config import CausalTrainingSpec
-from lmalgebra.train.cross_tokenizer_losses import ce_loss
+from lmalgebra.train.cross_tokenizer import ce_loss
 from lmalgebra.train.loop import train
 from student_runs import TimedSource, loop_log_rate, step_rate
 

@@ -49,9 +49,9 @@ def forms() -> tuple[list[str], list[bool], list[str], list[bool]]:
         ref = ModelRef(name=name, path=f"package:{name}")
         tokenizers[name] = load_tokenizer(ref, resolve_directory(ref, weights=False))
     student = canonical_vocabulary("student", tokenizers[STUDENT])
-    student_forms, student_special = mm._forms(student, lowercase=False)
+    student_forms, student_special = mm.vocabulary_forms(student, lowercase=False)
     teacher = canonical_vocabulary("teacher", tokenizers[TEACHER])
-    teacher_forms, teacher_special = mm._forms(teacher, student.lowercase)
+    teacher_forms, teacher_special = mm.vocabulary_forms(teacher, student.lowercase)
     return teacher_forms, teacher_special, student_forms, student_special
 
 

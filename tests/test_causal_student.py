@@ -18,18 +18,15 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import pipeline as stages
 from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow
 from lmalgebra.distill.causal.evaluation import bits_rdt
-from lmalgebra.distill.causal.student_data import (
-    ALIGNMENTS,
-    CausalStoreBatches,
-    alignments_for,
-)
+from lmalgebra.distill.causal.student_data import CausalStoreBatches
 from lmalgebra.distill.causal.student_model import build_causal_lm
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
-from lmalgebra.distill.causal.training import causal_step_loss
+from lmalgebra.distill.causal.training import causal_step_loss, gradient_ratio
 from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.train.config import CausalTrainingSpec
+from lmalgebra.train.cross_tokenizer import LOSSES, NEEDS, CausalLoss, needs_of
 
 TRAINING = {
     "steps": 6,
@@ -42,12 +39,9 @@ TRAINING = {
     "checkpoint_every": 3,
     "seed": 3,
 }
+# every loss of the table alone, and a mix (the pinned trajectory's)
 MIXES = {
-    "ce": {"ce": 1.0},
-    "mined": {"mined_kl": 1.0},
-    "uld": {"uld": 1.0},
-    "alm": {"alm": 1.0},
-    "sampled": {"sampled": 1.0},
+    **{name: {name: 1.0} for name in LOSSES},
     "all": {"mined_kl": 0.5, "uld": 0.5, "alm": 1.0, "sampled": 0.5},
 }
 
@@ -79,7 +73,7 @@ def trained(recipe_path: Path) -> Path:
 
 
 def _source(
-    recipe_path: Path, mode: str = "all", alignments: frozenset[str] = ALIGNMENTS
+    recipe_path: Path, mode: str = "all", needs: frozenset[str] = NEEDS
 ) -> tuple[CausalStoreBatches, object]:
     recipe = load_recipe(recipe_path)
     tokenizer, _ = student_tokenizer(recipe, lambda: {})
@@ -94,8 +88,7 @@ def _source(
         0.7,
         mode,
         0,
-        samples=True,
-        alignments=alignments,
+        needs=needs,
     )
     return source, tokenizer
 
@@ -103,13 +96,14 @@ def _source(
 def test_batches_carry_only_the_alignments_the_mix_reads(recipe_path: Path) -> None:
     """CE only builds no alignment, ALM and ULD the chunks, MinED-KL and sampled the MinED
     alignment; what is built equals the full batch's."""
-    assert alignments_for(["ce"]) == frozenset()
-    assert alignments_for(["alm", "uld"]) == {"chunks"}
-    assert alignments_for(["mined_kl", "sampled"]) == {"mined"}
+    assert needs_of(["ce"]) == frozenset()
+    assert needs_of(["alm", "uld"]) == {"chunks"}
+    assert needs_of(["mined_kl", "sampled"]) == {"mined", "samples"}
+    assert needs_of(["prefix_kl"]) == {"chunks", "prefix"}
     full = _source(recipe_path)[0].batch(3)
     chunk_keys, mined_keys = ("student_chunk", "teacher_chunk", "chunk_start"), ("mined",)
     for wanted in (frozenset(), frozenset({"chunks"}), frozenset({"mined"})):
-        part = _source(recipe_path, alignments=wanted)[0].batch(3)
+        part = _source(recipe_path, needs=wanted)[0].batch(3)
         for key in ("input_ids", "targets", "mask", "topk_ids", "next_logprob"):
             assert torch.equal(getattr(part, key).nan_to_num(), getattr(full, key).nan_to_num())
         for name, keys in (("chunks", chunk_keys), ("mined", mined_keys)):
@@ -139,6 +133,53 @@ def test_each_loss_mix_trains_and_its_terms_fall(recipe_path: Path, mix: str) ->
         assert not before.has_kd
     else:
         assert before.has_kd and float(before.kd) > 0
+
+
+def test_a_loss_added_through_the_table_alone_trains(
+    recipe_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loss registered in the table (no other file touched) is accepted by the settings, gets
+    the batch fields it declares and trains a student."""
+
+    def half_alm(logits, batch, temperature, mean):
+        return 0.5 * LOSSES["alm"].term(logits, batch, temperature, mean)
+
+    toy = CausalLoss("half_alm", half_alm, frozenset({"chunks"}), tempered=True, summary="toy")
+    monkeypatch.setitem(LOSSES, "half_alm", toy)
+    model = _train(recipe_path, "toy", objective_mix={"half_alm": 1.0}, steps=3)
+    assert [r["step"] for r in _log(model)] == [1, 2, 3]
+    assert all(r["kd"] > 0 for r in _log(model))
+    meta = json.loads((model / "lmalgebra.json").read_text())
+    assert meta["objective_mix"] == {"half_alm": 1.0}
+
+
+def test_gradient_balance_gives_the_distillation_term_the_gradient_of_ce() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 5, 11, generator=gen, requires_grad=True)
+    ce = torch.nn.functional.cross_entropy(logits.view(-1, 11), torch.arange(10) % 11)
+    kd = 7.0 * (logits**2).mean()
+    scaled = kd * gradient_ratio(ce, kd, logits)
+    (g_ce,) = torch.autograd.grad(ce, logits, retain_graph=True)
+    (g_kd,) = torch.autograd.grad(scaled, logits)
+    assert g_kd.norm().item() == pytest.approx(g_ce.norm().item(), rel=1e-5)
+    constant = torch.zeros((), requires_grad=False)
+    assert gradient_ratio(ce, constant, logits).item() == 1.0
+
+
+def test_balanced_and_smoothed_students_train(recipe_path: Path) -> None:
+    """kd_balance gradient and label smoothing reach the step: the losses differ from the plain
+    run's from the first step on, and training runs to its end."""
+    plain = _log(_train(recipe_path, "plain", objective_mix={"alm": 1.0}, steps=2))
+    balanced = _log(
+        _train(recipe_path, "balanced", objective_mix={"alm": 1.0}, steps=2, kd_balance="gradient")
+    )
+    smoothed = _log(
+        _train(recipe_path, "smoothed", objective_mix={"ce": 1.0}, steps=2, label_smoothing=0.1)
+    )
+    ce = _log(_train(recipe_path, "ce-twin", objective_mix={"ce": 1.0}, steps=2))
+    assert len(balanced) == len(smoothed) == 2
+    assert balanced[0]["kd"] != plain[0]["kd"]
+    assert smoothed[0]["loss"] != ce[0]["loss"]  # the same seed and batches: smoothing alone
 
 
 def test_pinned_loss_trajectory(trained: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lmalgebra.distill.vocab.byte_alignment import chunk_ids
-from lmalgebra.train import cross_tokenizer_losses as ctl
+from lmalgebra.train import cross_tokenizer as ctl
 
 B, S, V, T, K, VT, SAMPLES = 2, 6, 7, 5, 3, 9, 4
 

@@ -10,9 +10,8 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings
+from lmalgebra.train.cross_tokenizer import LOSSES
 from lmalgebra.train.schedules import LambdaSchedule
-
-OBJECTIVE_LOSSES = ("ce", "mined_kl", "uld", "alm", "sampled")
 
 
 class OptimisationSpec(Settings):
@@ -115,26 +114,47 @@ class TrainingSpec(OptimisationSpec):
 
 
 class CausalTrainingSpec(TrainingSpec):
-    """A causal student's training: the settings of every run, and its mix of losses."""
+    """A causal student's training: the settings of every run, its mix of losses, and how the
+    distillation term is balanced against CE."""
 
     objective_mix: dict[str, float] | None = Field(
         default=None,
-        description="Causal students: weight of each loss, among ce (alone: the CE-only "
-        "baseline), mined_kl, uld, alm and sampled; loss = (1 - lambda) * CE + lambda * "
-        "sum of weight * loss against the example's teacher. None: {alm: 1}. mined_kl and uld "
-        "are experimental: worse than CE alone in the recorded runs (docs/merge/causal.md, "
-        '"Recorded causal demo run").',
+        description="Causal students: weight of each loss of the table "
+        "(``lmalgebra.train.cross_tokenizer.LOSSES``: ce alone is the CE-only baseline; mined_kl, "
+        "uld, alm, sampled, tail_kl, prefix_kl); loss = (1 - lambda) * CE + lambda * sum of "
+        "weight * loss against the example's teacher. None: {alm: 1}. mined_kl and uld are "
+        'experimental: worse than CE alone in the recorded runs (docs/merge/causal.md, "Recorded '
+        'causal demo run").',
+    )
+    label_smoothing: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Label smoothing of the CE term (the regularisation of soft targets without "
+        "a teacher: the twin a distilled student's gain is measured beyond).",
+    )
+    kd_balance: Literal["lambda", "gradient"] = Field(
+        default="lambda",
+        description="lambda: the distillation term weighted as the lambda schedule says; "
+        "gradient: scaled first to the gradient magnitude of CE on the logits (tokenkit's "
+        "balancing), then weighted by lambda.",
     )
 
     @model_validator(mode="after")
     def _check_mix(self) -> CausalTrainingSpec:
+        ce_only = self.objective_mix is not None and "ce" in self.objective_mix
+        if self.kd_balance != "lambda" and (self.gold_only or ce_only):
+            raise UserInputError(
+                f"training.kd_balance {self.kd_balance} would be ignored: "
+                f"{'gold_only' if self.gold_only else 'objective_mix {ce: ...}'} trains on CE "
+                "alone, with no distillation term to balance"
+            )
         if self.objective_mix is None:
             return self
         for name, weight in self.objective_mix.items():
-            if name not in OBJECTIVE_LOSSES:
+            if name not in LOSSES:
                 raise UserInputError(
-                    f"training.objective_mix: unknown loss {name!r}; "
-                    f"losses are {', '.join(OBJECTIVE_LOSSES)}"
+                    f"training.objective_mix: unknown loss {name!r}; losses are {', '.join(LOSSES)}"
                 )
             if weight < 0:
                 raise UserInputError(f"training.objective_mix: {name} weight {weight} is below 0")
@@ -144,5 +164,13 @@ class CausalTrainingSpec(TrainingSpec):
             raise UserInputError(
                 "training.objective_mix: ce stands alone (the CE-only baseline); the "
                 "distillation losses are always added to CE by the lambda schedule"
+            )
+        used = [n for n, w in self.objective_mix.items() if w > 0]
+        default = type(self).model_fields["temperature"].default
+        if self.temperature != default and not any(LOSSES[n].tempered for n in used):
+            raise UserInputError(
+                f"training.temperature {self.temperature:g} would be ignored: none of "
+                f"{', '.join(used)} is tempered (tempered: "
+                f"{', '.join(n for n, loss in LOSSES.items() if loss.tempered)})"
             )
         return self

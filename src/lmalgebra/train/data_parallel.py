@@ -22,7 +22,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distributed import all_reduce_sum, world
 from lmalgebra.train.batches import Batch
-from lmalgebra.train.cross_tokenizer_losses import batch_mean
+from lmalgebra.train.cross_tokenizer.common import batch_mean
 
 
 def check_batch_size(batch_size: int) -> None:

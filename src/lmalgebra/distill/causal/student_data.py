@@ -11,16 +11,16 @@ row ``s`` predicts token ``s``. Against the record of the teacher the batch slot
 - the MinED sequence alignment (``byte_alignment.mined_alignments``, a batch's examples at once)
   places MinED-KL and the sampled-token loss;
 - the teacher's top-k and drawn ids are carried into the student vocabulary by the MinED map
-  (``distill.vocab.mined_map``) here, so the losses see student ids only, whatever the teacher.
+  (``distill.vocab.mined_map``) here, so the losses see student ids only, whatever the teacher;
+  the top-k also by the prefix map (``distill.vocab.prefix_map``) where a loss reads it.
 
 Alignments are computed on the CPU when a batch is built, only those the loss mix reads
-(``alignments_for``); batch ``i`` depends on ``(seed, i)`` alone
+(``train.cross_tokenizer.needs_of``); batch ``i`` depends on ``(seed, i)`` alone
 (``student_data.SampledLanguages``), as the masked path's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -41,21 +41,8 @@ from lmalgebra.distill.vocab.byte_alignment import (
     token_texts,
 )
 from lmalgebra.distill.vocab.mined_map import mined_map
-
-ALIGNMENTS = frozenset({"chunks", "mined"})
-# the alignments each loss reads (``train_causal_student.distillation_term``)
-LOSS_ALIGNMENTS: dict[str, frozenset[str]] = {
-    "ce": frozenset(),
-    "alm": frozenset({"chunks"}),
-    "uld": frozenset({"chunks"}),
-    "mined_kl": frozenset({"mined"}),
-    "sampled": frozenset({"mined"}),
-}
-
-
-def alignments_for(losses: Iterable[str]) -> frozenset[str]:
-    """The alignments a mix of ``losses`` reads."""
-    return frozenset(a for loss in losses for a in LOSS_ALIGNMENTS[loss])
+from lmalgebra.distill.vocab.prefix_map import prefix_map
+from lmalgebra.train.cross_tokenizer import NEEDS
 
 
 @dataclass
@@ -69,6 +56,7 @@ class CausalBatch:
             aligned teacher row of each student position (-1: none).
         teacher_chunk: ``(B, T) int64``; next_logprob ``(B, T) float32`` (NaN: padding).
         topk_ids: ``(B, T, k) int64`` in student ids; topk_logprobs ``(B, T, k) float32``.
+        prefix_ids: ``(B, T, k) int64`` the top-k in student ids by the prefix map, or None.
         sample_ids: ``(B, T, K) int64`` in student ids (-1: padding), or None.
         tokens: ``(n_languages,) int64`` student tokens per language (throughput logs).
     """
@@ -84,6 +72,7 @@ class CausalBatch:
     next_logprob: torch.Tensor
     topk_ids: torch.Tensor
     topk_logprobs: torch.Tensor
+    prefix_ids: torch.Tensor | None
     sample_ids: torch.Tensor | None
     tokens: torch.Tensor
 
@@ -105,14 +94,16 @@ class CausalBatch:
 
 @dataclass
 class TeacherCopy:
-    """One teacher's records of a language, its MinED map into the student vocabulary, and its
-    loss on each example (nats per byte: the ``best`` copy is the lowest)."""
+    """One teacher's records of a language, its MinED map (and prefix map, where a loss reads
+    it) into the student vocabulary, and its loss on each example (nats per byte: the ``best``
+    copy is the lowest)."""
 
     name: str
     store: CausalStore
     vocab_map: np.ndarray  # (V_teacher,) int64
     heldout: np.ndarray  # (rows,) bool
     loss: np.ndarray  # (rows,) float64
+    prefix: np.ndarray | None = None  # (V_teacher,) int64
 
 
 def _nats_per_byte(store: CausalStore) -> np.ndarray:
@@ -132,10 +123,11 @@ class CausalStoreBatches(SampledLanguages):
         tokenizers: teacher name -> its tokenizer; student: the student's tokenizer.
         start_id: the student's start token; positions: its longest input.
         batch_size, alpha, mode, seed: as ``student_data.StoreBatches``.
-        samples: whether batches carry the drawn tokens (refused when a store has none).
-        alignments: which alignments batches carry: ``chunks`` (ALM's chunks and ULD's chunk
-            starts) and ``mined`` (MinED-KL and sampled); one not asked for stays -1 (a CE-only
-            student needs neither, and the MinED alignment is the costly part of a batch).
+        needs: what batches carry (``train.cross_tokenizer.NEEDS``, as the loss mix reads
+            them: ``needs_of``): ``chunks`` (chunk indices and chunk starts), ``mined`` (the
+            MinED alignment), ``samples`` (the drawn tokens; refused when a store has none),
+            ``prefix`` (the top-k by the prefix map). An alignment not asked for stays -1 (a
+            CE-only student needs none, and the MinED alignment is the costly part of a batch).
     """
 
     def __init__(
@@ -150,10 +142,10 @@ class CausalStoreBatches(SampledLanguages):
         alpha: float,
         mode: Literal["all", "best"],
         seed: int,
-        samples: bool = False,
-        alignments: frozenset[str] = ALIGNMENTS,
+        needs: frozenset[str] = NEEDS - {"samples"},
     ):
-        self.start_id, self.samples, self.alignments = start_id, samples, alignments
+        self.start_id, self.needs = start_id, needs
+        self.samples = "samples" in needs
         self.pad_id = student.pad_token_id if student.pad_token_id is not None else 0
         pools, self.encoded = [], []
         for lang, teachers in teachers_of.items():
@@ -169,8 +161,9 @@ class CausalStoreBatches(SampledLanguages):
                 f"training.objective_mix: sampled needs drawn tokens, and the store of "
                 f"{lang}/{name} has none (set causal.samples > 0 and run `merge teach` again)"
             )
-        mapped = mined_map(tokenizer, student, name, "student").student_ids.astype(np.int64)
-        return TeacherCopy(name, store, mapped, store.heldout, _nats_per_byte(store))
+        mined = mined_map(tokenizer, student, name, "student").student_ids.astype(np.int64)
+        prefix = prefix_map(tokenizer, student, mined, name) if "prefix" in self.needs else None
+        return TeacherCopy(name, store, mined, store.heldout, _nats_per_byte(store), prefix)
 
     def batch(self, index: int) -> CausalBatch:
         slots = []
@@ -181,18 +174,15 @@ class CausalStoreBatches(SampledLanguages):
         return self._collate(slots)
 
     def _collate(self, slots: list[tuple[int, TeacherCopy, int, ByteTokens]]) -> CausalBatch:
-        parts = [
-            _example(copy, row, tokens, self.samples, self.alignments)
-            for _, copy, row, tokens in slots
-        ]
-        if "mined" in self.alignments:
+        parts = [_example(copy, row, tokens, self.needs) for _, copy, row, tokens in slots]
+        if "mined" in self.needs:
             aligned = mined_alignments([part.pop("mined_texts") for part in parts])
             for part, mined in zip(parts, aligned, strict=True):
                 part["mined"] = mined
         width = max(len(t.ids) for *_, t in slots)
         depth = max(len(p["next_logprob"]) for p in parts)
         k = slots[0][1].store.topk_ids.shape[1]
-        out = _empty(len(slots), width, depth, k, slots[0][1], self.samples)
+        out = _empty(len(slots), width, depth, k, slots[0][1], self.needs)
         out["input_ids"].fill_(self.pad_id)
         tokens = torch.zeros(len(self.languages), dtype=torch.long)
         for b, ((lang, _, _, student), part) in enumerate(zip(slots, parts, strict=True)):
@@ -209,8 +199,9 @@ class CausalStoreBatches(SampledLanguages):
             for key in ("teacher_chunk", "next_logprob", "topk_ids", "topk_logprobs"):
                 if key in part:
                     out[key][b, :t] = torch.from_numpy(part[key])
-            if self.samples:
-                out["sample_ids"][b, :t] = torch.from_numpy(part["sample_ids"])
+            for key in ("sample_ids", "prefix_ids"):
+                if out[key] is not None:
+                    out[key][b, :t] = torch.from_numpy(part[key])
             tokens[lang] += n
         return CausalBatch(**out, tokens=tokens)
 
@@ -231,9 +222,9 @@ def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> 
 
 
 def _example(
-    copy: TeacherCopy, row: int, student: ByteTokens, samples: bool, alignments: frozenset[str]
+    copy: TeacherCopy, row: int, student: ByteTokens, needs: frozenset[str]
 ) -> dict[str, Any]:
-    """One example's teacher arrays (ids in student ids) and the ``alignments`` asked for."""
+    """One example's teacher arrays (ids in student ids) and what else ``needs`` asks for."""
     record = copy.store.record(row)
     n_t, n_s = len(record.token_ids), len(student.ids)
     part = {
@@ -241,22 +232,24 @@ def _example(
         "topk_ids": copy.vocab_map[record.topk_ids],
         "topk_logprobs": record.topk_logprobs,
     }
-    if "chunks" in alignments:
+    if "chunks" in needs:
         found = chunks(record.offsets, student.offsets)
         part["teacher_chunk"], part["student_chunk"] = chunk_ids(found, n_t, n_s)
         part["chunk_start"] = chunk_start_alignment(found, n_s)
-    if "mined" in alignments:  # aligned for the whole batch at once (``_collate``)
+    if "mined" in needs:  # aligned for the whole batch at once (``_collate``)
         part["mined_texts"] = (
             token_texts(record.text, record.offsets),
             token_texts(record.text, student.offsets),
         )
-    if samples and record.sample_ids is not None:
+    if "samples" in needs and record.sample_ids is not None:
         part["sample_ids"] = copy.vocab_map[record.sample_ids]
+    if "prefix" in needs and copy.prefix is not None:
+        part["prefix_ids"] = copy.prefix[record.topk_ids]
     return part
 
 
 def _empty(
-    batch: int, width: int, depth: int, k: int, copy: TeacherCopy, samples: bool
+    batch: int, width: int, depth: int, k: int, copy: TeacherCopy, needs: frozenset[str]
 ) -> dict[str, Any]:
     def ints(*shape: int) -> torch.Tensor:
         return torch.full(shape, -1, dtype=torch.long)
@@ -277,5 +270,8 @@ def _empty(
         "next_logprob": nans(batch, depth),
         "topk_ids": torch.zeros((batch, depth, k), dtype=torch.long),
         "topk_logprobs": nans(batch, depth, k),
-        "sample_ids": ints(batch, depth, drawn.shape[1]) if samples and drawn is not None else None,
+        "prefix_ids": ints(batch, depth, k) if "prefix" in needs else None,
+        "sample_ids": (
+            ints(batch, depth, drawn.shape[1]) if "samples" in needs and drawn is not None else None
+        ),
     }

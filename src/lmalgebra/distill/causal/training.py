@@ -25,7 +25,6 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.student_data import (
     CausalBatch,
     CausalStoreBatches,
-    alignments_for,
 )
 from lmalgebra.distill.causal.student_init import InitModel, open_init
 from lmalgebra.distill.causal.student_model import causal_student
@@ -38,15 +37,7 @@ from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distributed import is_main
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
-from lmalgebra.train.cross_tokenizer_losses import (
-    Mean,
-    alm_loss,
-    batch_mean,
-    ce_loss,
-    mined_kl,
-    sampled_ce,
-    uld_loss,
-)
+from lmalgebra.train.cross_tokenizer import LOSSES, Mean, batch_mean, ce_loss, needs_of
 from lmalgebra.train.data_parallel import global_mean
 from lmalgebra.train.loop import StepLoss, release_checkpoints, train
 from lmalgebra.train.losses import LossParts
@@ -58,46 +49,23 @@ DEFAULT_MIX = {"alm": 1.0}
 def distillation_term(
     name: str, logits: torch.Tensor, batch: CausalBatch, temperature: float, mean: Mean = batch_mean
 ) -> torch.Tensor:
-    """Loss ``name`` of student ``logits (B, S, V)`` against the batch's teacher rows, averaged
-    by ``mean`` (over this batch, or ``global_mean`` over the global batch of several ranks)."""
-    identity = torch.arange(logits.shape[-1], device=logits.device)  # ids are student ids
-    if name == "mined_kl":
-        return mined_kl(
-            logits,
-            batch.mined,
-            batch.topk_ids,
-            batch.topk_logprobs,
-            identity,
-            batch.mask,
-            temperature,
-            mean=mean,
-        )
-    if name == "uld":
-        return uld_loss(logits, batch.chunk_start, batch.topk_logprobs, batch.mask, mean=mean)
-    if name == "alm":
-        return alm_loss(
-            logits,
-            batch.targets,
-            batch.mask,
-            batch.student_chunk,
-            batch.next_logprob,
-            batch.teacher_chunk,
-            temperature,
-            mean=mean,
-        )
-    if name == "sampled" and batch.sample_ids is not None:
-        return sampled_ce(logits, batch.mined, batch.sample_ids, identity, batch.mask, mean=mean)
-    raise ValueError(f"no distillation loss {name!r} for this batch")
+    """Loss ``name`` (``train.cross_tokenizer.LOSSES``) of student ``logits (B, S, V)`` against
+    the batch's teacher rows, averaged by ``mean`` (over this batch, or ``global_mean`` over the
+    global batch of several ranks)."""
+    return LOSSES[name].term(logits, batch, temperature, mean)
 
 
-def causal_step_loss(mix: dict[str, float]) -> StepLoss:
-    """The loop's micro-batch loss for ``mix`` (``training.objective_mix``). Each term is a mean
-    over the global batch (``global_mean``): on several ranks, each its own count of positions."""
+def causal_step_loss(
+    mix: dict[str, float], smoothing: float = 0.0, balance: str = "lambda"
+) -> StepLoss:
+    """The loop's micro-batch loss for ``mix`` (``training.objective_mix``), with ``smoothing``
+    the CE term's label smoothing and ``balance`` ``training.kd_balance``. Each term is a mean over
+    the global batch (``global_mean``): on several ranks, each its own count of positions."""
     distilled = {k: w for k, w in mix.items() if k != "ce" and w > 0}
 
     def step(model: Any, batch: CausalBatch, spec: TrainingSpec, weight: float) -> LossParts:
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        ce = ce_loss(logits, batch.targets, batch.mask, mean=global_mean)
+        ce = ce_loss(logits, batch.targets, batch.mask, global_mean, smoothing)
         if spec.gold_only or not distilled:
             return LossParts(ce, ce, torch.zeros((), device=ce.device), False)
         kd = sum(
@@ -107,17 +75,34 @@ def causal_step_loss(mix: dict[str, float]) -> StepLoss:
             ),
             torch.zeros((), device=ce.device),
         )
+        if balance == "gradient":
+            kd = kd * gradient_ratio(ce, kd, logits)
         return LossParts((1 - weight) * ce + weight * kd, ce, kd, True)
 
     return step
 
 
+def gradient_ratio(ce: torch.Tensor, kd: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """``||dCE/dlogits|| / ||dKD/dlogits||``, detached (1 when KD has no gradient): the factor
+    that gives the distillation term CE's gradient magnitude on the logits (tokenkit's balancing
+    of its losses). On several ranks each rank takes its own factor from its micro-batch."""
+    if not kd.requires_grad:
+        return torch.ones((), device=kd.device)
+    (g_ce,) = torch.autograd.grad(ce, logits, retain_graph=True)
+    (g_kd,) = torch.autograd.grad(kd, logits, retain_graph=True)
+    norm_kd = g_kd.float().norm()
+    if not torch.isfinite(norm_kd) or norm_kd == 0:
+        return torch.ones((), device=kd.device)
+    return (g_ce.float().norm() / norm_kd).detach()
+
+
 def check_mix(recipe: CausalRecipe, mix: dict[str, float]) -> None:
     """Refuse a loss ``mix`` the recipe's store cannot feed, before the store is read."""
-    if "sampled" in mix and recipe.causal.samples == 0:
+    drawn = [name for name in mix if "samples" in LOSSES[name].needs]
+    if drawn and recipe.causal.samples == 0:
         raise UserInputError(
-            "training.objective_mix: sampled needs drawn tokens in the store; set causal.samples "
-            "> 0 and run `lmalgebra merge teach RECIPE` again"
+            f"training.objective_mix: {', '.join(drawn)} needs drawn tokens in the store; set "
+            "causal.samples > 0 and run `lmalgebra merge teach RECIPE` again"
         )
 
 
@@ -140,7 +125,8 @@ def causal_student_data(
     teachers: dict[str, Teacher],
 ) -> CausalStudentData:
     """The batches of ``recipe``'s store (checked: ``teachers``) for the loss ``mix`` (drawn
-    tokens only when ``mix`` has ``sampled``), after the checks of a causal student's recipe."""
+    tokens, alignments and maps only as ``mix`` reads them), after the checks of a causal
+    student's recipe."""
     check_mix(recipe, mix)
 
     def training() -> dict[str, list[str]]:
@@ -161,8 +147,7 @@ def causal_student_data(
         spec.sampling_exponent,
         spec.multi_teacher,
         spec.seed,
-        samples="sampled" in mix,
-        alignments=alignments_for([] if spec.gold_only else [k for k, w in mix.items() if w > 0]),
+        needs=needs_of([] if spec.gold_only else [k for k, w in mix.items() if w > 0]),
     )
     return CausalStudentData(source, tokenizer, identity, teachers, init)
 
@@ -187,7 +172,7 @@ def train_causal_student(
     # a student started from a model records it (weights hashed): resumed only from that model
     started = {} if data.init is None else {"student_init": data.init.record()}
     inputs = {**student_inputs(recipe, LOGPROBS), "student_tokenizer": data.identity, **started}
-    step = causal_step_loss(mix)
+    step = causal_step_loss(mix, spec.label_smoothing, spec.kd_balance)
     final = train(model, source, spec, layout.student(name), progress, inputs, restart, step)
     target = layout.model(name)
     if not is_main():

@@ -192,7 +192,7 @@ def chunk_ids(
     found: Sequence[Chunk], n_teacher: int, n_student: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Chunk index of every token: ``(n_teacher,) int64`` and ``(n_student,) int64``, -1 outside
-    every chunk (the inputs of ``train.cross_tokenizer_losses.alm_loss``)."""
+    every chunk (the inputs of ``train.cross_tokenizer.alm.alm_loss``)."""
     teacher = np.full(n_teacher, -1, dtype=np.int64)
     student = np.full(n_student, -1, dtype=np.int64)
     for index, ((a, b), (c, d)) in enumerate(found):

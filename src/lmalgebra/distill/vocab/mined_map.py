@@ -125,7 +125,7 @@ def _improve(
     found[1, rows[better]] = delta
 
 
-def _forms(vocab: CanonicalVocabulary, lowercase: bool) -> tuple[list[str], list[bool]]:
+def vocabulary_forms(vocab: CanonicalVocabulary, lowercase: bool) -> tuple[list[str], list[bool]]:
     """Canonical strings and special flags of every id; ordinary tokens lower-cased if asked."""
     special = [i in vocab.special_ids for i in range(len(vocab.canonical))]
     forms = [
@@ -175,9 +175,9 @@ def mined_map(
     does not fit the teacher vocabulary is recomputed and replaced.
     """
     student_vocab = canonical_vocabulary(student_name, student)
-    student_forms, student_special = _forms(student_vocab, lowercase=False)
+    student_forms, student_special = vocabulary_forms(student_vocab, lowercase=False)
     teacher_vocab = canonical_vocabulary(teacher_name, teacher)
-    teacher_forms, teacher_special = _forms(teacher_vocab, student_vocab.lowercase)
+    teacher_forms, teacher_special = vocabulary_forms(teacher_vocab, student_vocab.lowercase)
     key = sha256_json(
         {
             "format": FORMAT,
