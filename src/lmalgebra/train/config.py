@@ -140,6 +140,70 @@ class CausalTrainingSpec(TrainingSpec):
         "balancing), then weighted by lambda.",
     )
 
+    validation_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Share of each language's training examples kept out of training to "
+        "validate on (chosen by a hash of their ids: the same for every student of the run; "
+        "never the held-out examples students are evaluated on).",
+    )
+    validation_every: int = Field(
+        default=0,
+        ge=0,
+        description="Steps between validations (bits per byte on the validation examples); the "
+        "best-scoring weights are the student. 0: no validation.",
+    )
+    patience: int = Field(
+        default=0,
+        ge=0,
+        description="Stop early after this many validations in a row without improvement "
+        "(0: train every step).",
+    )
+    lambda_candidates: list[float] | None = Field(
+        default=None,
+        description="Train one student per KD weight listed (constant schedule) and keep the one "
+        "with the best validation score; the choice and every candidate's score are recorded.",
+    )
+
+    @model_validator(mode="after")
+    def _check_validation(self) -> CausalTrainingSpec:
+        if (self.validation_fraction > 0) != (self.validation_every > 0):
+            raise UserInputError(
+                "training.validation_fraction and training.validation_every go together: "
+                f"got {self.validation_fraction:g} and {self.validation_every} (set both, or "
+                "neither)"
+            )
+        if self.patience and not self.validation_every:
+            raise UserInputError(
+                f"training.patience {self.patience} would be ignored: it counts validations; "
+                "set training.validation_every and training.validation_fraction"
+            )
+        if self.lambda_candidates is not None:
+            self._check_candidates(self.lambda_candidates)
+        return self
+
+    def _check_candidates(self, candidates: list[float]) -> None:
+        if not candidates or any(not 0 <= c <= 1 for c in candidates):
+            raise UserInputError(
+                f"training.lambda_candidates must list KD weights in [0, 1], got {candidates}"
+            )
+        if len(set(candidates)) != len(candidates):
+            raise UserInputError(f"training.lambda_candidates repeats a value: {candidates}")
+        if not self.validation_every:
+            raise UserInputError(
+                "training.lambda_candidates are chosen on validation: set "
+                "training.validation_every and training.validation_fraction"
+            )
+        if self.lambda_schedule != "constant":
+            raise UserInputError(
+                "training.lambda_candidates are constant KD weights: set lambda_schedule: constant"
+            )
+        if self.gold_only or (self.objective_mix is not None and "ce" in self.objective_mix):
+            raise UserInputError(
+                "training.lambda_candidates would be ignored: CE alone has no KD weight"
+            )
+
     @model_validator(mode="after")
     def _check_mix(self) -> CausalTrainingSpec:
         ce_only = self.objective_mix is not None and "ce" in self.objective_mix

@@ -39,6 +39,7 @@ from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits
 from lmalgebra.train.run_fingerprint import as_json, model_part, training_part
 from lmalgebra.train.schedules import kd_weight, learning_rate
+from lmalgebra.train.validation import Validation, ValidationTracker, clear_best
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ def train(
     inputs: dict[str, Any] | None = None,
     restart: bool = False,
     step_loss: StepLoss | None = None,
+    validation: Validation | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` for ``spec.steps`` optimizer steps, resuming from ``out/checkpoints``.
 
@@ -123,7 +125,9 @@ def train(
     configuration and training settings in every checkpoint; a checkpoint recorded with others
     is refused, naming what changed. ``restart``: drop existing checkpoints and start at step 0.
     ``step_loss``: the loss of a micro-batch (default: masked-LM gold and KD terms over the
-    masked positions of a :class:`Batch`).
+    masked positions of a :class:`Batch`). ``validation``: score the model every few steps on
+    examples kept out of training; the best-scoring weights are the run's result, and the run
+    stops early once they stop improving (``train.validation``).
     """
     from accelerate import Accelerator
 
@@ -153,6 +157,8 @@ def train(
         log.info("resuming from step %d", start)
     main = is_main()  # only the main rank writes logs and checkpoints
     logger = _Log(out, start) if main else None
+    saved = (state or {}).get("extra", {}).get("validation")
+    tracker = None if validation is None else ValidationTracker(validation, out, saved)
     reuse_freed_memory()  # a step's large temporaries faulted in once, not every step
     model.train()
     last: dict[str, Any] = {}
@@ -164,32 +170,45 @@ def train(
     with masks, progress_bar("train", spec.steps, progress) as advance:
         advance(start)
         for step in range(start, spec.steps):
+            if tracker is not None and tracker.stopped:
+                break
             last = _one_step(
                 model, optimizer, accelerator, source, spec, step, step_loss or _step_loss
             )
-            if logger is not None and ((step + 1) % spec.log_every == 0 or step + 1 == spec.steps):
+            checked = tracker is not None and tracker.due(step + 1, spec.steps)
+            if tracker is not None and checked:
+                last["validation"] = tracker.check(accelerator.unwrap_model(model), step + 1, main)
+            ends = step + 1 == spec.steps or (tracker is not None and tracker.stopped)
+            if logger is not None and ((step + 1) % spec.log_every == 0 or ends or checked):
                 logger.write(last)
-            if main and ((step + 1) % spec.checkpoint_every == 0 or step + 1 == spec.steps):
+            if main and ((step + 1) % spec.checkpoint_every == 0 or ends):
                 save_checkpoint(
                     out / "checkpoints",
                     step + 1,
                     accelerator.unwrap_model(model),
                     optimizer.optimizer,
-                    {"languages": source.languages},
+                    {
+                        "languages": source.languages,
+                        **({} if tracker is None else {"validation": tracker.state()}),
+                    },
                     keep=max(1, spec.keep_checkpoints),
                     fingerprint=fingerprint,
                 )
             advance(1, _status(last))
+    if tracker is not None:
+        tracker.restore(accelerator.unwrap_model(model))
+        last = {**last, "best_step": tracker.best_step, "best_validation": tracker.best}
     model.eval()
     release_free_memory()
     return last
 
 
 def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
-    """Once the trained model is saved: remove ``out``'s checkpoints where the run keeps none
-    (``keep_checkpoints`` 0)."""
+    """Once the trained model is saved: remove ``out``'s checkpoints, and the best validation
+    weights it was saved from, where the run keeps none (``keep_checkpoints`` 0)."""
     if spec.keep_checkpoints == 0 and is_main():
         clear_checkpoints(out / "checkpoints")
+        clear_best(out)
 
 
 def _check_precision(spec: TrainingSpec) -> None:

@@ -21,6 +21,7 @@ Alignments are computed on the CPU when a batch is built, only those the loss mi
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -128,6 +129,8 @@ class CausalStoreBatches(SampledLanguages):
             MinED alignment), ``samples`` (the drawn tokens; refused when a store has none),
             ``prefix`` (the top-k by the prefix map). An alignment not asked for stays -1 (a
             CE-only student needs none, and the MinED alignment is the costly part of a batch).
+        validation_fraction: the share of each language's training examples kept out of the
+            batches for validation (``validation_rows``); their texts: ``validation``.
     """
 
     def __init__(
@@ -143,13 +146,20 @@ class CausalStoreBatches(SampledLanguages):
         mode: Literal["all", "best"],
         seed: int,
         needs: frozenset[str] = NEEDS - {"samples"},
+        validation_fraction: float = 0.0,
     ):
         self.start_id, self.needs = start_id, needs
         self.samples = "samples" in needs
         self.pad_id = student.pad_token_id if student.pad_token_id is not None else 0
         pools, self.encoded = [], []
+        self.validation: dict[str, list[str]] = {}
         for lang, teachers in teachers_of.items():
             copies = [self._copy(run_dir, lang, t, tokenizers[t], student) for t in teachers]
+            store = copies[0].store
+            kept = validation_rows(store.example_ids, store.heldout, validation_fraction, lang)
+            for copy in copies:  # row-aligned: the same examples for every teacher
+                copy.heldout = copy.heldout | kept
+            self.validation[lang] = [str(store.texts[r]) for r in np.flatnonzero(kept)]
             pools.append(language_pool(copies, mode, lang))
             self.encoded.append(_encode_all(student, copies[0].store, positions, lang))
         super().__init__(list(teachers_of), pools, batch_size, alpha, seed)
@@ -204,6 +214,28 @@ class CausalStoreBatches(SampledLanguages):
                     out[key][b, :t] = torch.from_numpy(part[key])
             tokens[lang] += n
         return CausalBatch(**out, tokens=tokens)
+
+
+def validation_rows(
+    example_ids: Any, heldout: np.ndarray, fraction: float, lang: str
+) -> np.ndarray:
+    """``(rows,) bool``: the ``round(fraction * n)`` (at least one) of a language's ``n``
+    training rows (not ``heldout``) whose ``sha256(lang/example_id)`` is smallest, so that every
+    student of a run, whatever its seed or teachers, validates on the same examples and none of
+    them is an example held out for evaluation. None kept where ``fraction`` is 0."""
+    kept = np.zeros(len(heldout), dtype=bool)
+    if fraction <= 0:
+        return kept
+    train = np.flatnonzero(~heldout)
+    count = max(1, round(fraction * len(train)))
+    if count >= len(train):
+        raise UserInputError(
+            f"training.validation_fraction {fraction:g} leaves language {lang!r} no training "
+            f"example ({len(train)} in all): lower it or give the language more text"
+        )
+    digests = [hashlib.sha256(f"{lang}/{example_ids[r]}".encode()).digest() for r in train]
+    kept[train[sorted(range(len(train)), key=digests.__getitem__)[:count]]] = True
+    return kept
 
 
 def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> list[ByteTokens]:

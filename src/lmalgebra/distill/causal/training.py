@@ -15,6 +15,7 @@ and sampled at MinED-aligned positions (``distill.causal.student_data``).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.causal.bits_per_byte import score_texts
 from lmalgebra.distill.causal.student_data import (
     CausalBatch,
     CausalStoreBatches,
@@ -41,6 +43,7 @@ from lmalgebra.train.cross_tokenizer import LOSSES, Mean, batch_mean, ce_loss, n
 from lmalgebra.train.data_parallel import global_mean
 from lmalgebra.train.loop import StepLoss, release_checkpoints, train
 from lmalgebra.train.losses import LossParts
+from lmalgebra.train.validation import Validation
 
 log = logging.getLogger(__name__)
 DEFAULT_MIX = {"alm": 1.0}
@@ -148,8 +151,26 @@ def causal_student_data(
         spec.multi_teacher,
         spec.seed,
         needs=needs_of([] if spec.gold_only else [k for k, w in mix.items() if w > 0]),
+        validation_fraction=spec.validation_fraction,
     )
     return CausalStudentData(source, tokenizer, identity, teachers, init)
+
+
+def validation_of(
+    spec: CausalTrainingSpec, data: CausalStudentData, context: int
+) -> Validation | None:
+    """The run's validation (None without one): the mean over languages of the student's bits
+    per byte on each language's validation examples (carved out of the training examples, never
+    the held-out ones), every ``spec.validation_every`` steps."""
+    if not spec.validation_every:
+        return None
+    texts = data.source.validation
+
+    def score(model: Any) -> float:
+        scores = [score_texts(model, data.tokenizer, t, context) for t in texts.values()]
+        return sum(s.bits_per_byte for s in scores) / len(scores)
+
+    return Validation(score, spec.validation_every, spec.patience)
 
 
 def train_causal_student(
@@ -162,18 +183,33 @@ def train_causal_student(
 ) -> Path:
     """Train (or resume) the causal student ``name`` of the run on its store (checked:
     ``teachers``); the model goes to ``<name>/model`` (``AutoModelForCausalLM`` with its
-    tokenizer)."""
+    tokenizer). With ``lambda_candidates``, one run per KD weight in ``<name>/lambda-<value>``
+    and the best on validation is the student."""
     mix = spec.objective_mix or DEFAULT_MIX
     data = causal_student_data(recipe, spec, mix, teachers)
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
     layout = RunLayout(recipe.output_dir)
-    model = causal_student(recipe.student, tokenizer, spec.seed, data.init)
     # a student started from a model records it (weights hashed): resumed only from that model
     started = {} if data.init is None else {"student_init": data.init.record()}
     inputs = {**student_inputs(recipe, LOGPROBS), "student_tokenizer": data.identity, **started}
     step = causal_step_loss(mix, spec.label_smoothing, spec.kd_balance)
-    final = train(model, source, spec, layout.student(name), progress, inputs, restart, step)
+    context = recipe.student.max_position_embeddings if data.init is None else data.init.positions
+    validation = validation_of(spec, data, context)
+    runs = {None: spec} if spec.lambda_candidates is None else candidate_specs(spec)
+    chosen: tuple[float, Any, dict[str, Any]] | None = None
+    choice: dict[str, float] = {}
+    for value, run_spec in runs.items():
+        out = layout.student(name) if value is None else layout.student(name) / f"lambda-{value:g}"
+        model = causal_student(recipe.student, tokenizer, spec.seed, data.init)
+        final = train(model, source, run_spec, out, progress, inputs, restart, step, validation)
+        score = float(final.get("best_validation", math.inf))
+        if value is not None:
+            choice[f"{value:g}"] = score
+        if chosen is None or score < chosen[0]:
+            chosen = (score, model, final)
+    assert chosen is not None
+    _, model, final = chosen
     target = layout.model(name)
     if not is_main():
         return target
@@ -187,7 +223,18 @@ def train_causal_student(
         **started,
         "language_probabilities": source.probabilities,
         "final": final,
+        **({"lambda_choice": choice} if choice else {}),
     }
     saved = write_model_directory(target, model, tokenizer, metadata)
-    release_checkpoints(layout.student(name), spec)
+    for value in runs:
+        out = layout.student(name) if value is None else layout.student(name) / f"lambda-{value:g}"
+        release_checkpoints(out, spec)
     return saved
+
+
+def candidate_specs(spec: CausalTrainingSpec) -> dict[float | None, CausalTrainingSpec]:
+    """One run's settings per KD weight of ``spec.lambda_candidates``, in the order listed."""
+    return {
+        c: spec.model_copy(update={"lambda_value": c, "lambda_candidates": None})
+        for c in spec.lambda_candidates or []
+    }

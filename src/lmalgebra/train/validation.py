@@ -1,0 +1,124 @@
+"""Validation during a run: the model scored on examples kept out of its training every few steps;
+the best-scoring weights are kept and are the run's result, and the run stops early once the
+score has not improved for ``patience`` checks.
+
+The score never reads the text a run is evaluated on afterwards: the caller builds it from a
+validation split carved out of the training examples (``distill.causal.student_data``). The best
+weights go to ``<run>/best/model.safetensors`` with ``best.json`` (step, score, the file's
+sha256); what the tracker knows is recorded in every checkpoint, so a resumed run goes on with
+the same best, the same count of checks without improvement, and stays stopped once stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_model, save_model
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+
+log = logging.getLogger(__name__)
+BEST = "best"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """``score(model) -> float`` (lower is better) every ``every`` steps and at the last step;
+    stop once ``patience`` checks in a row have not improved on the best (0: never stop)."""
+
+    score: Callable[[Any], float]
+    every: int
+    patience: int = 0
+
+
+class ValidationTracker:
+    """The best score so far, its step and weights, and the checks since it (``state`` goes into
+    each checkpoint; ``saved`` is a checkpoint's, to resume)."""
+
+    def __init__(self, validation: Validation, out: Path, saved: dict[str, Any] | None = None):
+        self.validation, self.folder = validation, out / BEST
+        saved = saved or {}
+        self.best = float(saved.get("best", math.inf))
+        self.best_step = int(saved.get("best_step", 0))
+        self.misses = int(saved.get("misses", 0))
+        self.stopped = bool(saved.get("stopped", False))
+
+    def due(self, step: int, steps: int) -> bool:
+        """Whether step ``step`` (counted from 1) is checked."""
+        return step % self.validation.every == 0 or step == steps
+
+    def check(self, model: Any, step: int, write: bool) -> float:
+        """Score ``model`` after step ``step``; keep its weights (where ``write``) if it is the
+        best so far; returns the score."""
+        was_training = model.training
+        model.eval()
+        score = float(self.validation.score(model))
+        model.train(was_training)
+        if score < self.best:
+            self.best, self.best_step, self.misses = score, step, 0
+            if write:
+                self._keep(model, step, score)
+        else:
+            self.misses += 1
+        patience = self.validation.patience
+        self.stopped = patience > 0 and self.misses >= patience
+        if self.stopped:
+            log.info(
+                "validation: no improvement in %d checks; stopping at step %d (best %.4f at "
+                "step %d)",
+                patience,
+                step,
+                self.best,
+                self.best_step,
+            )
+        return score
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "best": self.best,
+            "best_step": self.best_step,
+            "misses": self.misses,
+            "stopped": self.stopped,
+        }
+
+    def _keep(self, model: Any, step: int, score: float) -> None:
+        weights = self.folder / "model.safetensors"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(weights, lambda tmp: save_model(model, str(tmp)))
+        record = {"step": step, "score": score, "sha256": sha256_file(weights)}
+        write_json_atomic(self.folder / "best.json", record)
+
+    def restore(self, model: Any) -> None:
+        """Load the best weights into ``model`` (nothing when no check has run); refuses weights
+        that are not the ones this run recorded as its best."""
+        if not self.best_step:
+            return
+        weights = self.folder / "model.safetensors"
+        try:
+            record = json.loads((self.folder / "best.json").read_text(encoding="utf-8"))
+            intact = record["step"] == self.best_step and record["sha256"] == sha256_file(weights)
+        except (OSError, ValueError, KeyError, TypeError):
+            intact = False
+        if not intact:
+            raise UserInputError(
+                f"{self.folder}: the best validation weights (step {self.best_step}) are missing "
+                "or not the ones this run recorded; train again with --restart"
+            )
+        load_model(model, str(weights))
+
+
+def clear_best(out: Path) -> None:
+    """Remove ``out``'s best validation weights (once the model saved from them is written)."""
+    for name in ("best.json", "model.safetensors"):
+        (out / BEST / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        (out / BEST).rmdir()

@@ -1,0 +1,176 @@
+"""Validation while a causal student trains: a split carved from the training examples (never the
+held-out ones), the best weights kept, early stopping that resumes stopped, and the KD weight
+chosen on validation among candidates without reading the test text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill import examples
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.causal import training
+from lmalgebra.distill.causal.store_view import load_causal_store
+from lmalgebra.distill.causal.student_data import validation_rows
+from lmalgebra.distill.pipeline import train_student
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.train.config import CausalTrainingSpec
+from lmalgebra.train.validation import Validation, ValidationTracker
+
+TRAINING = {
+    "steps": 8,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_steps": 0,
+    "lambda_schedule": "constant",
+    "lambda_value": 0.5,
+    "log_every": 1,
+    "checkpoint_every": 2,
+    "seed": 3,
+    "objective_mix": {"alm": 1.0},
+    "validation_fraction": 0.2,
+    "validation_every": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def recipe_path(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    root = tmp_path_factory.mktemp("causal-validation")
+    path = write_causal_recipe(root, causal_teacher_dirs, student=CAUSAL_STUDENT, training=TRAINING)
+    recipe = load_recipe(path)
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    return path
+
+
+def _train(recipe_path: Path, name: str, **changes) -> Path:
+    recipe = load_recipe(recipe_path)
+    spec = recipe.training.model_dump() | changes
+    return train_student(recipe, name, CausalTrainingSpec.model_validate(spec), False)
+
+
+def _log(model: Path) -> list[dict]:
+    lines = (model.parent / "train_log.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def _same_weights(kept: Path, model: Path) -> None:
+    """The tensors both files hold are equal (a tied head is saved once by either writer)."""
+    best = load_file(str(kept / "model.safetensors"))
+    saved = load_file(str(model / "model.safetensors"))
+    common = best.keys() & saved.keys()
+    assert len(common) > 5 and all(torch.equal(best[k], saved[k]) for k in common)
+
+
+def _scripted(monkeypatch: pytest.MonkeyPatch, scores: list[float], patience: int = 0) -> list:
+    """Validation scores in the order given (the model is not read); returns the calls made."""
+    calls: list[float] = []
+
+    def validation_of(spec, data, context):
+        def score(model):
+            calls.append(scores[len(calls)])
+            return calls[-1]
+
+        return Validation(score, spec.validation_every, patience)
+
+    monkeypatch.setattr(training, "validation_of", validation_of)
+    return calls
+
+
+def test_validation_rows_are_training_rows_chosen_by_id_alone(recipe_path: Path) -> None:
+    store = load_causal_store(load_recipe(recipe_path).output_dir, "xx", "bl")
+    kept = validation_rows(store.example_ids, store.heldout, 0.2, "xx")
+    train = int((~store.heldout).sum())
+    assert kept.sum() == round(0.2 * train) and not (kept & store.heldout).any()
+    # the same rows whatever order or teacher: a hash of the ids, not of a seed or a position
+    other = load_causal_store(load_recipe(recipe_path).output_dir, "xx", "uni")
+    assert (validation_rows(other.example_ids, other.heldout, 0.2, "xx") == kept).all()
+    assert not validation_rows(store.example_ids, store.heldout, 0.0, "xx").any()
+    with pytest.raises(UserInputError, match="leaves language 'xx' no training example"):
+        validation_rows(store.example_ids, store.heldout, 0.99, "xx")
+
+
+def test_the_student_is_its_best_validation_checkpoint(recipe_path: Path, monkeypatch) -> None:
+    calls = _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6])
+    model = _train(recipe_path, "best")
+    log = _log(model)
+    assert [r["validation"] for r in log if "validation" in r] == [3.0, 2.0, 2.5, 2.6]
+    meta = json.loads((model / "lmalgebra.json").read_text())
+    assert meta["final"]["best_step"] == 4 and meta["final"]["best_validation"] == 2.0
+    _same_weights(model.parent / "best", model)
+    assert len(calls) == 4
+
+
+def test_early_stopping_stops_and_stays_stopped(recipe_path: Path, monkeypatch) -> None:
+    _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6], patience=2)
+    model = _train(recipe_path, "stopped")
+    assert [r["step"] for r in _log(model)][-1] == 8  # 8 steps, checked at 2, 4, 6, 8
+    calls = _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6, 9.9], patience=2)
+    model = _train(recipe_path, "stops", steps=12)
+    steps = [r["step"] for r in _log(model)]
+    assert steps[-1] == 8 and len(calls) == 4  # 2.5 and 2.6 after the best: stopped at 8
+    again = _scripted(monkeypatch, [], patience=2)
+    _train(recipe_path, "stops", steps=12)  # resumed: stopped, nothing trained or scored
+    assert [r["step"] for r in _log(model)] == steps and again == []
+
+
+def test_lambda_chosen_on_validation_never_reads_the_test_text(
+    recipe_path: Path, monkeypatch
+) -> None:
+    def no_test_text(*args, **kwargs):
+        raise AssertionError("the held-out (test) text was read while training")
+
+    monkeypatch.setattr(examples, "heldout_texts", no_test_text)
+    original = examples.stored_texts
+
+    def training_texts_only(run_dir, languages=None, heldout=True):
+        assert not heldout, "the held-out (test) text was read while training"
+        return original(run_dir, languages, heldout)
+
+    monkeypatch.setattr(training, "stored_texts", training_texts_only)
+    model = _train(recipe_path, "chosen", steps=4, lambda_candidates=[0.1, 0.9])
+    meta = json.loads((model / "lmalgebra.json").read_text())
+    choice = meta["lambda_choice"]
+    assert set(choice) == {"0.1", "0.9"}
+    best = min(choice, key=choice.get)
+    assert meta["final"]["best_validation"] == choice[best]
+    _same_weights(model.parent / f"lambda-{best}" / "best", model)
+    assert np.isfinite(list(choice.values())).all()
+
+
+@pytest.mark.parametrize(
+    ("changes", "culprit"),
+    [
+        ({"validation_every": 0}, "validation_fraction and training.validation_every"),
+        ({"validation_every": 0, "validation_fraction": 0, "patience": 2}, "patience 2"),
+        ({"lambda_candidates": [0.5, 0.5]}, "repeats"),
+        ({"lambda_candidates": [0.5], "lambda_schedule": "linear"}, "lambda_schedule"),
+        ({"lambda_candidates": [0.5], "objective_mix": {"ce": 1.0}}, "CE alone"),
+        ({"lambda_candidates": [1.5]}, r"\[0, 1\]"),
+    ],
+)
+def test_validation_settings_that_would_do_nothing_are_refused(changes, culprit) -> None:
+    spec = {k: v for k, v in TRAINING.items() if k != "lambda_value"} | changes
+    with pytest.raises(UserInputError, match=culprit):
+        CausalTrainingSpec.model_validate(spec)
+
+
+def test_tracker_counts_misses_and_refuses_weights_it_did_not_write(tmp_path: Path) -> None:
+    scores = iter([1.0, 0.5, 0.7, 0.6])
+    tracker = ValidationTracker(Validation(lambda m: next(scores), 2, patience=2), tmp_path)
+    model = torch.nn.Linear(2, 2)
+    for step in (2, 4, 6, 8):
+        tracker.check(model, step, write=True)
+    assert tracker.state() == {"best": 0.5, "best_step": 4, "misses": 2, "stopped": True}
+    resumed = ValidationTracker(tracker.validation, tmp_path, tracker.state())
+    resumed.restore(model)
+    resumed.best_step = 6
+    with pytest.raises(UserInputError, match="best validation weights"):
+        resumed.restore(model)
