@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick demo-real study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -106,10 +106,17 @@ experiment-real-teachers: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench-gold]'
 	HF_HUB_OFFLINE=1 $(BIN)/python experiments/real_teachers.py
 
-# Little data, many epochs: students from Gemma-3-270M and SmolLM2-135M against their CE and
-# label-smoothing twins, each at its best validation checkpoint (README "Distillation that pays")
+# The regimes where distillation should pay, on Gemma-3-270M and SmolLM2-135M: students against
+# their CE-only (and label-smoothing) twins, each at its best validation checkpoint
+# (docs/merge/causal.md "Distillation regimes")
 experiment-little-data: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python experiments/little_data.py
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py little-data
+
+experiment-pruned: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py pruned
+
+experiment-merge: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py merge
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow

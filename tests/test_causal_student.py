@@ -182,6 +182,20 @@ def test_balanced_and_smoothed_students_train(recipe_path: Path) -> None:
     assert smoothed[0]["loss"] != ce[0]["loss"]  # the same seed and batches: smoothing alone
 
 
+def test_teachers_chosen_per_language(recipe_path: Path) -> None:
+    """training.teachers as language -> teachers: a language not named keeps all of its own."""
+    recipe = load_recipe(recipe_path)
+    assert recipe.teachers_of({"xx": ["uni"]}) == {"xx": ["uni"], "yy": ["wp"]}
+    assert recipe.teachers_of(["wp", "bl"]) == {"xx": ["bl"], "yy": ["wp"]}
+    with pytest.raises(UserInputError, match="language 'zz'"):
+        recipe.teachers_of({"zz": ["wp"]})
+    with pytest.raises(UserInputError, match="leaves language 'yy' without a teacher"):
+        recipe.teachers_of({"yy": ["uni"]})
+    model = _train(recipe_path, "per-language", teachers={"xx": ["uni"]}, steps=2)
+    meta = json.loads((model / "lmalgebra.json").read_text())
+    assert meta["training"]["teachers"] == {"xx": ["uni"]}
+
+
 def test_pinned_loss_trajectory(trained: Path) -> None:
     """Seeded mix of every loss, lambda 0.5; float kernels may differ between machines."""
     losses = [r["loss"] for r in _log(trained)]

@@ -199,19 +199,30 @@ class MergeRecipe(Settings):
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
         return self
 
-    def teachers_of(self, only: list[str] | None = None) -> dict[str, list[str]]:
-        """Language -> its teachers, restricted to ``only`` (``training.teachers``; None: all);
-        refused when ``only`` names a teacher the recipe lacks or leaves a language with none."""
+    def teachers_of(
+        self, only: list[str] | dict[str, list[str]] | None = None
+    ) -> dict[str, list[str]]:
+        """Language -> its teachers, restricted to ``only`` (``training.teachers``: one list for
+        every language, or per language; None: all); refused when ``only`` names a teacher or a
+        language the recipe lacks, or leaves a language with none."""
         if only is None:
             return {code: list(lang.teachers) for code, lang in self.languages.items()}
-        for name in only:
-            if name not in self.teachers:
+        per_lang = only if isinstance(only, dict) else dict.fromkeys(self.languages, only)
+        for code, names in per_lang.items():
+            if code not in self.languages:
                 raise UserInputError(
-                    f"training.teachers names {name!r}, which is not defined under `teachers` "
-                    f"(teachers: {', '.join(self.teachers)})"
+                    f"training.teachers names language {code!r}, which is not under `languages` "
+                    f"(languages: {', '.join(self.languages)})"
                 )
+            for name in names:
+                if name not in self.teachers:
+                    raise UserInputError(
+                        f"training.teachers names {name!r}, which is not defined under "
+                        f"`teachers` (teachers: {', '.join(self.teachers)})"
+                    )
         kept = {
-            code: [t for t in lang.teachers if t in only] for code, lang in self.languages.items()
+            code: [t for t in lang.teachers if t in per_lang.get(code, lang.teachers)]
+            for code, lang in self.languages.items()
         }
         for code, names in kept.items():
             if not names:

@@ -83,11 +83,12 @@ class TrainingSpec(OptimisationSpec):
         description="Several teachers for a language: every copy, or the lowest-loss one.",
     )
     gold_only: bool = Field(default=False, description="Train on gold labels only (no KD).")
-    teachers: list[str] | None = Field(
+    teachers: list[str] | dict[str, list[str]] | None = Field(
         default=None,
         description="Distil from these of the recipe's teachers only (the same store; e.g. one "
-        "teacher's student beside the merge of all); every language keeps at least one. "
-        "None: every teacher.",
+        "teacher's student beside the merge of all): a list for every language, or language -> "
+        "its list (a language not named keeps all its teachers; e.g. {en: [smollm2], fr: "
+        "[gemma]}); every language keeps at least one. None: every teacher.",
     )
 
     @model_validator(mode="after")
@@ -105,6 +106,12 @@ class TrainingSpec(OptimisationSpec):
             raise UserInputError(
                 "training.teachers is empty: name at least one teacher, or omit it"
             )
+        if isinstance(self.teachers, dict):
+            for lang, names in self.teachers.items():
+                if not names:
+                    raise UserInputError(
+                        f"training.teachers.{lang} is empty: name at least one teacher"
+                    )
         return self
 
     @classmethod

@@ -1,0 +1,425 @@
+"""Where distillation should pay, on real teachers: three regimes of the literature, each against
+its CE-only twin, at equal steps and data.
+
+Teachers: ``package:gemma3-270m`` and ``package:smollm2-135m`` (different tokenizers) on the
+packaged English, French and Spanish Wikipedia leads, ``docs_per_language`` of each, a quarter
+held out as the test text (never read while training). A validation split is carved from the
+training examples (``training.validation_fraction``); every student is its best validation
+checkpoint and stops early once validation stops improving (``training.patience``). Three seeds.
+
+- ``little-data`` (Hinton et al. 2015; BabyLM): six of SmolLM2's 30 decoder layers (the subset of
+  ``real_teachers.CANDIDATES`` with the fewest bits per byte before training, on leads no model
+  trains or is scored on), initialised from SmolLM2, many epochs over 48 documents a language.
+- ``pruned`` (Minitron, DistilBERT): SmolLM2 with half its layers (the better of two halves by
+  the same measure), recovering from its parent and from Gemma.
+- ``merge`` (MergeDistill on real models): the whole SmolLM2-135M as student; SmolLM2 teaches
+  English (keeping it), Gemma French and Spanish; beside CE only, Gemma alone and SmolLM2 alone.
+
+Variants: ``ce`` (CE only), ``ce-smooth`` (label smoothing 0.1: soft targets without a teacher),
+``kl-smollm2`` (top-k plus tail KL from SmolLM2, the student's own tokenizer: same-tokenizer KD,
+the ceiling of the cross-tokenizer losses), ``prefix-gemma`` (Gemma's top-k plus tail by
+first-token prefix at chunk starts), ``alm-gemma`` (ALM), ``merge`` (both teachers, by prefix;
+per language in the merge regime). Reported: held-out bits per byte per language (mean and
+standard deviation over seeds), RDT against both teachers, the best validation step, and the
+targets: in ``little-data`` and ``pruned`` the best distilled student beats both teacherless twins
+by more than two standard deviations on French and Spanish; in ``merge`` the merged student closes
+at least 30% of the French and Spanish gap between CE only and Gemma, with English no worse than
+CE only by more than one standard deviation. Every stage resumes.
+
+    python experiments/distillation_regimes.py REGIME [--quick] [--out experiments/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from real_teachers import (  # noqa: E402  (the experiment beside this one: corpora, layers, machine)
+    CANDIDATES,
+    LANGUAGES,
+    STUDENT_INIT,
+    TEACHERS,
+    machine,
+    untrained_bits,
+    write_corpora,
+)
+
+# variant -> the keys of ``training`` it sets (beside the seed)
+BY_LANGUAGE = {"en": ["smollm2"], "fr": ["gemma"], "es": ["gemma"]}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "ce": {"objective_mix": {"ce": 1.0}},
+    "ce-smooth": {"objective_mix": {"ce": 1.0}, "label_smoothing": 0.1},
+    "kl-smollm2": {"objective_mix": {"tail_kl": 1.0}, "teachers": ["smollm2"]},
+    "prefix-gemma": {"objective_mix": {"prefix_kl": 1.0}, "teachers": ["gemma"]},
+    "alm-gemma": {"objective_mix": {"alm": 1.0}, "teachers": ["gemma"]},
+    "merge": {"objective_mix": {"prefix_kl": 1.0}, "multi_teacher": "all"},
+    "merge-by-language": {"objective_mix": {"prefix_kl": 1.0}, "teachers": BY_LANGUAGE},
+}
+TWINS = ("ce", "ce-smooth")  # the students without a teacher
+# SmolLM2's decoder layers kept, by regime: candidate subsets (the one with the fewest bits per
+# byte before training is chosen)
+LAYERS: dict[str, dict[str, list[int]]] = {
+    "six": CANDIDATES,
+    "half": {"alternate": list(range(0, 30, 2)), "ends": [*range(8), *range(23, 30)]},
+    "all": {"all": list(range(30))},
+}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of one regime's run."""
+
+    regime: str
+    layers: str  # a key of LAYERS
+    docs_per_language: int
+    heldout_fraction: float
+    validation_fraction: float
+    example_bytes: int
+    top_k: int
+    steps: int
+    batch_size: int
+    lr: float
+    lambda_value: float
+    validation_every: int
+    patience: int
+    seeds: tuple[int, ...]
+    selection_docs: int
+    variants: tuple[str, ...]
+
+
+LITTLE = Plan(
+    regime="little-data",
+    layers="six",
+    docs_per_language=48,
+    heldout_fraction=0.25,
+    validation_fraction=0.2,
+    example_bytes=256,
+    top_k=64,
+    steps=64,
+    batch_size=8,
+    lr=3e-4,
+    lambda_value=0.5,
+    validation_every=8,
+    patience=3,
+    seeds=(0, 1, 2),
+    selection_docs=20,
+    variants=("ce", "ce-smooth", "kl-smollm2", "prefix-gemma", "alm-gemma", "merge"),
+)
+PLANS = {
+    "little-data": LITTLE,
+    "pruned": replace(
+        LITTLE,
+        regime="pruned",
+        layers="half",
+        docs_per_language=120,
+        steps=150,
+        validation_every=15,
+        variants=("ce", "ce-smooth", "kl-smollm2", "prefix-gemma", "merge"),
+    ),
+    "merge": replace(
+        LITTLE,
+        regime="merge",
+        layers="all",
+        docs_per_language=100,
+        steps=100,
+        lr=1e-4,
+        validation_every=10,
+        variants=("ce", "kl-smollm2", "prefix-gemma", "merge-by-language"),
+    ),
+}
+
+
+def quick(plan: Plan) -> Plan:
+    """Every path of ``plan`` at the smallest size that runs it."""
+    return replace(
+        plan,
+        docs_per_language=12,
+        steps=4,
+        batch_size=2,
+        validation_every=2,
+        patience=1,
+        seeds=(0, 1),
+        selection_docs=2,
+    )
+
+
+def choose_layers(plan: Plan, unseen: dict[str, list[str]]) -> tuple[str, dict[str, Any]]:
+    """The candidate subset of ``plan.layers`` with the fewest bits per byte before training
+    (mean over languages) on documents no model trains or is scored on."""
+    found = {}
+    for name, layers in LAYERS[plan.layers].items():
+        bits = untrained_bits(layers, unseen)
+        found[name] = {"layers": layers, "bits_per_byte": bits, "mean": sum(bits.values()) / 3}
+        logging.info("layer subset %s: %s", name, bits)
+    return min(found, key=lambda n: found[n]["mean"]), found
+
+
+def recipe(work: Path, corpora: dict[str, Path], layers: list[int], plan: Plan) -> dict[str, Any]:
+    """One causal recipe: both teachers on every language, top-k of ``plan``, no drawn tokens."""
+    student: dict[str, Any] = {"init": STUDENT_INIT}
+    if layers != LAYERS["all"]["all"]:
+        student["layers"] = layers
+    return {
+        "objective": "causal",
+        "languages": {
+            lang: {"corpus": {"paths": [str(p)], "doc_sep": "line"}, "teachers": list(TEACHERS)}
+            for lang, p in corpora.items()
+        },
+        "teachers": {name: {"path": ref} for name, ref in TEACHERS.items()},
+        "causal": {"example_bytes": plan.example_bytes, "samples": 0},
+        "heldout_fraction": plan.heldout_fraction,
+        "top_k": plan.top_k,
+        "batch_size": 8,
+        "output_dir": str(work / "merge"),
+        "student": student,
+        "training": {
+            "steps": plan.steps,
+            "batch_size": plan.batch_size,
+            "lr": plan.lr,
+            "warmup_steps": max(1, plan.steps // 16),
+            "lambda_schedule": "constant",
+            "lambda_value": plan.lambda_value,
+            "checkpoint_every": plan.validation_every,
+            "log_every": plan.validation_every,
+            "keep_checkpoints": 0,
+            "validation_fraction": plan.validation_fraction,
+            "validation_every": plan.validation_every,
+            "patience": plan.patience,
+        },
+    }
+
+
+def students(plan: Plan) -> dict[str, dict[str, Any]]:
+    from lmalgebra.demo.causal_table import student_name
+
+    return {
+        student_name(v, seed): {**VARIANTS[v], "seed": seed}
+        for v in plan.variants
+        for seed in plan.seeds
+    }
+
+
+def summarise(rows: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
+    """Per variant and language: mean and sd over seeds, gap closed towards the better teacher,
+    RDT against both teachers; and the regime's targets."""
+    import numpy as np
+
+    from lmalgebra.demo.causal_table import causal_table, student_name
+    from lmalgebra.distill.causal.bits_per_byte import BitsRow
+    from lmalgebra.distill.causal.evaluation import bits_rdt
+
+    value = {(r["language"], r["model"]): r["bits_per_byte"] for r in rows}
+    better = {lang: min(TEACHERS, key=lambda t, lang=lang: value[(lang, t)]) for lang in LANGUAGES}
+    table = causal_table(
+        [(r["language"], r["model"], r["bits_per_byte"]) for r in rows],
+        better,
+        plan.variants,
+        plan.seeds,
+    )
+    table["teacher_bits"] = {t: {lang: value[(lang, t)] for lang in LANGUAGES} for t in TEACHERS}
+    both = {lang: list(TEACHERS) for lang in LANGUAGES}
+    bits_rows = [BitsRow(**r) for r in rows]
+    for v in plan.variants:
+        per_seed = [bits_rdt(bits_rows, student_name(v, s), both) for s in plan.seeds]
+        table["students"][v]["rdt"] = {
+            k: float(np.mean([d[k] for d in per_seed])) for k in [*LANGUAGES, "average"]
+        }
+    table["targets"] = merge_targets(table) if plan.regime == "merge" else twin_targets(table, plan)
+    return table
+
+
+def twin_targets(table: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    """French and Spanish: the best distilled student's margin over the better twin, in
+    standard deviations (target: more than two)."""
+    students_, targets = table["students"], {}
+    for lang in ("fr", "es"):
+        margins = {}
+        for v in plan.variants:
+            if v in TWINS:
+                continue
+            got = students_[v]["bits_per_byte"][lang]
+            margins[v] = min(_margin(students_[t]["bits_per_byte"][lang], got) for t in TWINS)
+        best = max(margins, key=lambda v: -math.inf if math.isnan(margins[v]) else margins[v])
+        targets[lang] = {
+            "best": best,
+            "text": f"best {best}, {margins[best]:.2f} standard deviations below the better of "
+            "CE only and label smoothing (target > 2)",
+            "met": bool(margins[best] > 2),
+        }
+    return targets
+
+
+def merge_targets(table: dict[str, Any]) -> dict[str, Any]:
+    """The merged student: the share of the gap between CE only and Gemma it closes on French
+    and Spanish (target: at least 30%), and English no worse than CE only by more than one
+    standard deviation."""
+    merged, ce = table["students"]["merge-by-language"], table["students"]["ce"]["bits_per_byte"]
+    gemma = table["teacher_bits"]["gemma"]
+    targets = {}
+    for lang in ("fr", "es"):
+        gap = ce[lang]["mean"] - gemma[lang]
+        closed = (ce[lang]["mean"] - merged["bits_per_byte"][lang]["mean"]) / gap
+        targets[lang] = {
+            "text": f"merge-by-language closes {100 * closed:.1f}% of the gap between CE only "
+            "and Gemma (target >= 30%)",
+            "met": bool(closed >= 0.30),
+        }
+    en, base = merged["bits_per_byte"]["en"], ce["en"]
+    spread = max(en["std"], base["std"])
+    lost = (en["mean"] - base["mean"]) / spread if spread > 0 else math.nan
+    targets["en"] = {
+        "text": f"English {en['mean'] - base['mean']:+.3f} bits per byte against CE only, "
+        f"{lost:.2f} standard deviations (target <= 1)",
+        "met": bool(lost <= 1),
+    }
+    return targets
+
+
+def _margin(twin: dict[str, float], got: dict[str, float]) -> float:
+    """How many standard deviations (the larger of the two) ``got`` is below ``twin``."""
+    spread = max(twin["std"], got["std"])
+    return (twin["mean"] - got["mean"]) / spread if spread > 0 else math.nan
+
+
+def markdown(result: dict[str, Any]) -> str:
+    t, plan = result["table"], result["plan"]
+    minutes = sum(result["seconds"].values()) / 60
+    parts = ", ".join(f"{k} {v / 60:.1f}" for k, v in result["seconds"].items())
+    lines = [
+        f"Regime {plan['regime']}: run {result['date']} at commit {result['commit']} on "
+        f"{result['machine']}, float32, {minutes:.0f} minutes (minutes: {parts}). "
+        f"{plan['docs_per_language']} documents per language ({plan['heldout_fraction']:.0%} "
+        f"held out as the test text, {plan['validation_fraction']:.0%} of the rest for "
+        f"validation), up to {plan['steps']} steps of {plan['batch_size']} examples, validation "
+        f"every {plan['validation_every']} steps, patience {plan['patience']}, "
+        f"top-{plan['top_k']}, lambda {plan['lambda_value']}, lr {plan['lr']}; SmolLM2 layers "
+        f"kept: {result['layers']}. Held-out bits per byte, mean ± standard deviation over "
+        "seeds; RDT against both teachers; best validation step (mean over seeds):",
+        "",
+        "| model | "
+        + " | ".join(f"{x} bits/byte" for x in LANGUAGES)
+        + " | gap closed | RDT | best step |",
+        "|" + "---|" * (len(LANGUAGES) + 4),
+    ]
+    for name, bits in t["teacher_bits"].items():
+        cells = " | ".join(f"{bits[x]:.3f}" for x in LANGUAGES)
+        lines.append(f"| teacher {name} | {cells} | | | |")
+    cells = " | ".join(f"{result['untrained'][x]:.3f}" for x in LANGUAGES)
+    lines.append(f"| student, untrained | {cells} | | | |")
+    for v, row in t["students"].items():
+        cells = " | ".join(
+            f"{row['bits_per_byte'][x]['mean']:.3f} ± {row['bits_per_byte'][x]['std']:.3f}"
+            for x in LANGUAGES
+        )
+        closed = "(baseline)" if v == "ce" else f"{100 * row['gap_closed_mean']:.1f}%"
+        lines.append(
+            f"| {v} | {cells} | {closed} | {row['rdt']['average']:.1f}% | "
+            f"{result['best_steps'][v]:.0f} |"
+        )
+    lines += ["", "Targets:", ""]
+    for lang, got in t["targets"].items():
+        lines.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'NOT met'}.")
+    return "\n".join(lines) + "\n"
+
+
+def best_steps(run_dir: Path, plan: Plan) -> dict[str, float]:
+    """Mean over seeds of each variant's best validation step (from its model's record)."""
+    from lmalgebra.demo.causal_table import student_name
+
+    out = {}
+    for v in plan.variants:
+        steps = []
+        for seed in plan.seeds:
+            meta = run_dir / student_name(v, seed) / "model" / "lmalgebra.json"
+            steps.append(json.loads(meta.read_text())["final"].get("best_step", math.nan))
+        out[v] = sum(steps) / len(steps)
+    return out
+
+
+def commit() -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+    )
+    return done.stdout.strip() or "unknown"
+
+
+def run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
+    """Every step through ``lmalgebra.merge``; a failure leaves the finished steps to resume."""
+    from lmalgebra.demo.workflow import run_workflow
+
+    return run_workflow(work, lambda: _run(out, work, plan, quick_run))
+
+
+def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
+    from lmalgebra.api.merge import merge
+    from lmalgebra.distill.examples import heldout_texts
+
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+    corpora, unseen = write_corpora(work / "data", plan)
+    chosen, _ = choose_layers(plan, unseen)
+    layers = LAYERS[plan.layers][chosen]
+    seconds["choose layers"] = time.perf_counter() - clock
+    data = recipe(work, corpora, layers, plan)
+    clock = time.perf_counter()
+    merge(data, ["prepare", "teach"], progress=False)
+    seconds["teacher store"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    trained = merge(data, ["train"], students=students(plan), keep_saved=True, progress=False)
+    seconds["students"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    run_dir = Path(data["output_dir"])
+    untrained = untrained_bits(layers, heldout_texts(run_dir))
+    frame = trained.bits_per_byte({**TEACHERS, **trained.students})
+    seconds["bits per byte"] = time.perf_counter() - clock
+    result = {
+        "plan": asdict(plan),
+        "layers": f"{chosen} {layers}",
+        "table": summarise(frame.to_dict("records"), plan),
+        "untrained": untrained,
+        "best_steps": best_steps(run_dir, plan),
+        "bits": frame.to_dict("records"),
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "machine": machine(),
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    stem = plan.regime.replace("-", "_") + ("_quick" if quick_run else "")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (out / f"{stem}.md").write_text(markdown(result))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("regime", choices=list(PLANS), help="the regime to run")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--work", type=Path, default=HERE / "_work" / "regimes")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    plan = quick(PLANS[args.regime]) if args.quick else PLANS[args.regime]
+    folder = args.work / (args.regime + ("-quick" if args.quick else ""))
+    result = run(args.out, folder, plan, args.quick)
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    from lmalgebra.cli import run_command
+
+    run_command(main)  # bad input or a full disk: one line, exit status 2
