@@ -330,6 +330,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {v} | {cells} | {closed} | {row['rdt']['average']:.1f}% | "
             f"{result['best_steps'][v]:.0f} |"
         )
+    lines += ["", "Store, bytes per teacher token (mean over languages):", ""]
+    for teacher, parts in result["store_bytes_per_token"].items():
+        cells = ", ".join(f"{k.removesuffix('_bytes_per_token')} {v:.1f}" for k, v in parts.items())
+        lines.append(f"- {teacher}: {cells}")
     lines += ["", "Targets:", ""]
     for lang, got in t["targets"].items():
         lines.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'NOT met'}.")
@@ -347,6 +351,21 @@ def best_steps(run_dir: Path, plan: Plan) -> dict[str, float]:
             meta = run_dir / student_name(v, seed) / "model" / "lmalgebra.json"
             steps.append(json.loads(meta.read_text())["final"].get("best_step", math.nan))
         out[v] = sum(steps) / len(steps)
+    return out
+
+
+def store_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Bytes per stored teacher token of each part of the store, per teacher (mean over its
+    languages): what the top-k (the tail bucket and the prefix projection are computed from it
+    at training time, at no cost in the store) costs beside the rest."""
+    from lmalgebra.distill.run.inspection import causal_report
+
+    pairs = causal_report(run_dir).pairs
+    out: dict[str, dict[str, float]] = {}
+    for teacher in TEACHERS:
+        rows = [p for p in pairs if p["teacher"] == teacher]
+        keys = [k for k in rows[0] if k.endswith("bytes_per_token") and rows[0][k] is not None]
+        out[teacher] = {k: sum(r[k] for r in rows) / len(rows) for k in keys}
     return out
 
 
@@ -378,6 +397,7 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
     clock = time.perf_counter()
     merge(data, ["prepare", "teach"], progress=False)
     seconds["teacher store"] = time.perf_counter() - clock
+    store = store_bytes(Path(data["output_dir"]))
     clock = time.perf_counter()
     trained = merge(data, ["train"], students=students(plan), keep_saved=True, progress=False)
     seconds["students"] = time.perf_counter() - clock
@@ -393,6 +413,7 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
         "untrained": untrained,
         "best_steps": best_steps(run_dir, plan),
         "bits": frame.to_dict("records"),
+        "store_bytes_per_token": store,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "machine": machine(),
         "commit": commit(),
