@@ -106,11 +106,16 @@ def test_files_and_a_rerun_resumes_every_step(result: RealDemoResult) -> None:
     pd.testing.assert_frame_equal(again.table, result.table)
 
 
-def test_an_experiment_script_ends_bad_input_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "first"), [("real_teachers.py", []), ("distillation_regimes.py", ["little-data"])]
+)
+def test_an_experiment_script_ends_bad_input_in_one_line(
+    tmp_path: Path, name: str, first: list[str]
+) -> None:
     """The experiment scripts answer as the command line does (``cli.run_command``)."""
-    script = Path(__file__).resolve().parents[1] / "experiments" / "real_teachers.py"
+    script = Path(__file__).resolve().parents[1] / "experiments" / name
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LMALGEBRA_CACHE": str(script)}  # a file
-    args = ["--quick", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
+    args = [*first, "--quick", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
     done = subprocess.run(
         [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=300
     )
