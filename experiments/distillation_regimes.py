@@ -370,10 +370,12 @@ def store_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
 
 
 def commit() -> str:
+    """The checkout's commit, with ``+changes`` when tracked files differ from it."""
     done = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
     )
-    return done.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=HERE).returncode != 0
+    return (done.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
 def run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
@@ -388,6 +390,7 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
     from lmalgebra.distill.examples import heldout_texts
 
     seconds: dict[str, float] = {}
+    started = {"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     clock = time.perf_counter()
     corpora, unseen = write_corpora(work / "data", plan)
     chosen, _ = choose_layers(plan, unseen)
@@ -416,8 +419,7 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
         "store_bytes_per_token": store,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "machine": machine(),
-        "commit": commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        **started,  # the code the run started with (a resumed run: the commit it resumed at)
     }
     stem = plan.regime.replace("-", "_") + ("_quick" if quick_run else "")
     out.mkdir(parents=True, exist_ok=True)
