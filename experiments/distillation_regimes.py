@@ -143,6 +143,17 @@ PLANS = {
 }
 
 
+def scaled(plan: Plan, factor: int) -> Plan:
+    """``plan`` at ``factor`` times the data and steps (a lent GPU: ``--scale 10 --device
+    cuda``), validating as often per epoch."""
+    return replace(
+        plan,
+        docs_per_language=plan.docs_per_language * factor,
+        steps=plan.steps * factor,
+        validation_every=plan.validation_every * factor,
+    )
+
+
 def quick(plan: Plan) -> Plan:
     """Every path of ``plan`` at the smallest size that runs it."""
     return replace(
@@ -168,8 +179,11 @@ def choose_layers(plan: Plan, unseen: dict[str, list[str]]) -> tuple[str, dict[s
     return min(found, key=lambda n: found[n]["mean"]), found
 
 
-def recipe(work: Path, corpora: dict[str, Path], layers: list[int], plan: Plan) -> dict[str, Any]:
-    """One causal recipe: both teachers on every language, top-k of ``plan``, no drawn tokens."""
+def recipe(
+    work: Path, corpora: dict[str, Path], layers: list[int], plan: Plan, device: str = "cpu"
+) -> dict[str, Any]:
+    """One causal recipe: both teachers on every language, top-k of ``plan``, no drawn tokens;
+    teacher inference on ``device`` (training runs where Accelerate finds a device)."""
     student: dict[str, Any] = {"init": STUDENT_INIT}
     if layers != LAYERS["all"]["all"]:
         student["layers"] = layers
@@ -184,6 +198,7 @@ def recipe(work: Path, corpora: dict[str, Path], layers: list[int], plan: Plan) 
         "heldout_fraction": plan.heldout_fraction,
         "top_k": plan.top_k,
         "batch_size": 8,
+        "device": device,
         "output_dir": str(work / "merge"),
         "student": student,
         "training": {
@@ -378,14 +393,15 @@ def commit() -> str:
     return (done.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
-def run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
-    """Every step through ``lmalgebra.merge``; a failure leaves the finished steps to resume."""
+def run(out: Path, work: Path, plan: Plan, stem: str, device: str = "cpu") -> dict[str, Any]:
+    """Every step through ``lmalgebra.merge``; a failure leaves the finished steps to resume.
+    Results: ``out/<stem>.json`` and ``.md``."""
     from lmalgebra.demo.workflow import run_workflow
 
-    return run_workflow(work, lambda: _run(out, work, plan, quick_run))
+    return run_workflow(work, lambda: _run(out, work, plan, stem, device))
 
 
-def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
+def _run(out: Path, work: Path, plan: Plan, stem: str, device: str) -> dict[str, Any]:
     from lmalgebra.api.merge import merge
     from lmalgebra.distill.examples import heldout_texts
 
@@ -396,7 +412,7 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
     chosen, _ = choose_layers(plan, unseen)
     layers = LAYERS[plan.layers][chosen]
     seconds["choose layers"] = time.perf_counter() - clock
-    data = recipe(work, corpora, layers, plan)
+    data = recipe(work, corpora, layers, plan, device)
     clock = time.perf_counter()
     merge(data, ["prepare", "teach"], progress=False)
     seconds["teacher store"] = time.perf_counter() - clock
@@ -421,7 +437,6 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
         "machine": machine(),
         **started,  # the code the run started with (a resumed run: the commit it resumed at)
     }
-    stem = plan.regime.replace("-", "_") + ("_quick" if quick_run else "")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (out / f"{stem}.md").write_text(markdown(result))
@@ -429,16 +444,23 @@ def _run(out: Path, work: Path, plan: Plan, quick_run: bool) -> dict[str, Any]:
 
 
 def main() -> None:
+    from lmalgebra.core.errors import UserInputError
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("regime", choices=list(PLANS), help="the regime to run")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
+    parser.add_argument("--scale", type=int, default=1, help="times the data and steps")
+    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--work", type=Path, default=HERE / "_work" / "regimes")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    plan = quick(PLANS[args.regime]) if args.quick else PLANS[args.regime]
-    folder = args.work / (args.regime + ("-quick" if args.quick else ""))
-    result = run(args.out, folder, plan, args.quick)
+    if args.scale < 1:
+        raise UserInputError(f"--scale must be 1 or more, got {args.scale}")
+    plan = scaled(PLANS[args.regime], args.scale)
+    plan = quick(plan) if args.quick else plan
+    name = args.regime + ("-quick" if args.quick else "") + (f"-x{args.scale}" * (args.scale > 1))
+    result = run(args.out, args.work / name, plan, name.replace("-", "_"), args.device)
     print(markdown(result))
 
 
