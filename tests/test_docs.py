@@ -138,3 +138,37 @@ def test_every_flag_the_documentation_shows_exists() -> None:
                     missing.append(f"{path.relative_to(ROOT)}: lmalgebra {command} {flag}")
     assert len(options) > 15 and "--dry-run" in options["decompose"]
     assert not missing, "\n".join(sorted(set(missing)))
+
+
+def _rendered_results():
+    """``docs/hooks/rendered_results.py``, imported by path (docs/ is no package)."""
+    import importlib.util
+
+    path = ROOT / "docs" / "hooks" / "rendered_results.py"
+    spec = importlib.util.spec_from_file_location("rendered_results", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rendered_figures_match_their_recorded_results() -> None:
+    """Every rendered block of README.md and docs/ is its results' rendering: a new run cannot
+    leave a stale figure behind (``python docs/hooks/rendered_results.py`` rewrites them)."""
+    rendered = _rendered_results()
+    found = [b for page in rendered.pages() for b in rendered.blocks(page.read_text("utf-8"))]
+    assert {name for name, _, _ in found} == set(rendered.RENDERERS)
+    assert rendered.stale() == []
+
+
+def test_a_figure_edited_by_hand_is_stale(tmp_path: Path, monkeypatch) -> None:
+    rendered = _rendered_results()
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text("utf-8")
+    name, path, body = rendered.blocks(text)[0]
+    edited = re.sub(r"\d\.\d{3}", "9.999", body, count=1)
+    assert edited != body
+    readme.write_text(text.replace(body, edited), encoding="utf-8")
+    monkeypatch.setattr(rendered, "pages", lambda: [readme])
+    found = rendered.stale()
+    assert len(found) == 1 and f"{name} from {path}" in found[0]

@@ -1,0 +1,133 @@
+"""Figures rendered from recorded results: blocks of README.md and docs/ written from the JSON an
+experiment or benchmark recorded, never copied by hand.
+
+A block is marked in the Markdown as::
+
+    <!-- rendered: NAME from PATH -->
+    ...the rendering of PATH's JSON by the renderer NAME...
+    <!-- end rendered -->
+
+As an MkDocs hook, every block of README.md and docs/ is compared with its rendering before the
+site is built; a stale block is a warning, so ``mkdocs build --strict`` (``make lint``) fails on
+it. ``python docs/hooks/rendered_results.py`` rewrites every block from the current results; the
+test suite checks them too (``tests/test_docs.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("mkdocs.hooks.rendered_results")
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK = re.compile(
+    r"(<!-- rendered: (?P<name>[\w-]+) from (?P<path>\S+) -->\n)"
+    r"(?P<body>.*?)(<!-- end rendered -->)",
+    re.S,
+)
+LANGUAGES = ("en", "fr", "es")
+
+
+def _mean_sd(cell: dict[str, float]) -> str:
+    return f"{cell['mean']:.3f} ± {cell['std']:.3f}"
+
+
+def real_teachers_readme(result: dict[str, Any]) -> str:
+    """The README's table of ``experiments/real_teachers.py``: teachers, CE only, ALM from both
+    teachers, and the best loss's share of the gap closed."""
+    table = result["table"]
+    teachers = table["teacher_bits"]
+    ce, merged = table["students"]["ce"], table["students"]["merge-all"]
+    rows = [
+        "| model | en | fr | es |",
+        "|---|---|---|---|",
+        "| Gemma-3-270M, SmolLM2-135M (teachers) | "
+        + " | ".join(f"{teachers['gemma'][x]:.3f}, {teachers['smollm2'][x]:.3f}" for x in LANGUAGES)
+        + " |",
+        "| student, CE only | "
+        + " | ".join(_mean_sd(ce["bits_per_byte"][x]) for x in LANGUAGES)
+        + " |",
+        "| student, ALM from both teachers | "
+        + " | ".join(_mean_sd(merged["bits_per_byte"][x]) for x in LANGUAGES)
+        + " |",
+        "",
+        f"No distillation loss closes the targeted 30% of the gap at this budget (the best, "
+        f"{table['best_loss']}, {100 * table['best_gap_closed']:.1f}%). With SmolLM2 as "
+        f"teacher, lmalgebra's stored teacher trains {_gold_ratio(result):.2f}x TRL GOLD's "
+        "online one per step (target 2x).",
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def _gold_ratio(result: dict[str, Any]) -> float:
+    """GOLD's seconds per step over ours (each run's wall time over its steps)."""
+    side = result["gold"]
+    return side["gold"]["seconds_per_step"] / (side["ours"]["seconds"] / result["plan"]["steps"])
+
+
+def real_teachers_rerun(result: dict[str, Any]) -> str:
+    """The fresh-clone rerun's GOLD ratio."""
+    return (
+        f"In the rerun on a fresh clone ({result['date']}), lmalgebra trained "
+        f"{_gold_ratio(result):.2f}x GOLD per step.\n"
+    )
+
+
+RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "real-teachers-readme": real_teachers_readme,
+    "real-teachers-rerun": real_teachers_rerun,
+}
+
+
+def blocks(text: str) -> list[tuple[str, str, str]]:
+    """``(name, path, body)`` of every rendered block of ``text``."""
+    return [(m["name"], m["path"], m["body"]) for m in BLOCK.finditer(text)]
+
+
+def render(name: str, path: str) -> str:
+    """Renderer ``name`` applied to the JSON at ``path`` (relative to the repository)."""
+    if name not in RENDERERS:
+        raise KeyError(f"no renderer {name!r} (renderers: {', '.join(RENDERERS)})")
+    return RENDERERS[name](json.loads((ROOT / path).read_text(encoding="utf-8")))
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def stale() -> list[str]:
+    """Every block whose text is not its rendering: ``file: name from path``."""
+    found = []
+    for page in pages():
+        for name, path, body in blocks(page.read_text(encoding="utf-8")):
+            if body != render(name, path):
+                found.append(f"{page}: {name} from {path}")
+    return found
+
+
+def rewrite() -> list[Path]:
+    """Write every block from its results; the pages changed."""
+    changed = []
+    for page in pages():
+        text = page.read_text(encoding="utf-8")
+        new = BLOCK.sub(lambda m: m[1] + render(m["name"], m["path"]) + m[5], text)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            changed.append(page)
+    return changed
+
+
+def on_pre_build(config: Any, **kwargs: Any) -> None:
+    for block in stale():
+        log.warning("rendered block out of date with its results: %s (run %s)", block, __file__)
+
+
+if __name__ == "__main__":
+    for page in rewrite():
+        print(f"rewrote {page}")
+    sys.exit(0)
