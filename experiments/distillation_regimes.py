@@ -54,7 +54,9 @@ from real_teachers import (  # noqa: E402  (the experiment beside this one: corp
     STUDENT_INIT,
     TEACHERS,
     machine,
+    model_rows,
     untrained_bits,
+    variants_table,
     write_corpora,
 )
 
@@ -231,28 +233,7 @@ def students(plan: Plan) -> dict[str, dict[str, Any]]:
 def summarise(rows: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
     """Per variant and language: mean and sd over seeds, gap closed towards the better teacher,
     RDT against both teachers; and the regime's targets."""
-    import numpy as np
-
-    from lmalgebra.demo.causal_table import causal_table, student_name
-    from lmalgebra.distill.causal.bits_per_byte import BitsRow
-    from lmalgebra.distill.causal.evaluation import bits_rdt
-
-    value = {(r["language"], r["model"]): r["bits_per_byte"] for r in rows}
-    better = {lang: min(TEACHERS, key=lambda t, lang=lang: value[(lang, t)]) for lang in LANGUAGES}
-    table = causal_table(
-        [(r["language"], r["model"], r["bits_per_byte"]) for r in rows],
-        better,
-        plan.variants,
-        plan.seeds,
-    )
-    table["teacher_bits"] = {t: {lang: value[(lang, t)] for lang in LANGUAGES} for t in TEACHERS}
-    both = {lang: list(TEACHERS) for lang in LANGUAGES}
-    bits_rows = [BitsRow(**r) for r in rows]
-    for v in plan.variants:
-        per_seed = [bits_rdt(bits_rows, student_name(v, s), both) for s in plan.seeds]
-        table["students"][v]["rdt"] = {
-            k: float(np.mean([d[k] for d in per_seed])) for k in [*LANGUAGES, "average"]
-        }
+    table = variants_table(rows, plan.variants, plan.seeds)
     table["targets"] = merge_targets(table) if plan.regime == "merge" else twin_targets(table, plan)
     return table
 
@@ -330,21 +311,7 @@ def markdown(result: dict[str, Any]) -> str:
         + " | gap closed | RDT | best step |",
         "|" + "---|" * (len(LANGUAGES) + 4),
     ]
-    for name, bits in t["teacher_bits"].items():
-        cells = " | ".join(f"{bits[x]:.3f}" for x in LANGUAGES)
-        lines.append(f"| teacher {name} | {cells} | | | |")
-    cells = " | ".join(f"{result['untrained'][x]:.3f}" for x in LANGUAGES)
-    lines.append(f"| student, untrained | {cells} | | | |")
-    for v, row in t["students"].items():
-        cells = " | ".join(
-            f"{row['bits_per_byte'][x]['mean']:.3f} ± {row['bits_per_byte'][x]['std']:.3f}"
-            for x in LANGUAGES
-        )
-        closed = "(baseline)" if v == "ce" else f"{100 * row['gap_closed_mean']:.1f}%"
-        lines.append(
-            f"| {v} | {cells} | {closed} | {row['rdt']['average']:.1f}% | "
-            f"{result['best_steps'][v]:.0f} |"
-        )
+    lines += model_rows(t, result["untrained"], lambda v: f"| {result['best_steps'][v]:.0f} ")
     lines += ["", "Store, bytes per teacher token (mean over languages):", ""]
     for teacher, parts in result["store_bytes_per_token"].items():
         cells = ", ".join(f"{k.removesuffix('_bytes_per_token')} {v:.1f}" for k, v in parts.items())

@@ -30,6 +30,7 @@ import os
 import platform
 import subprocess
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -188,11 +189,12 @@ def students(plan: Plan) -> dict[str, dict[str, Any]]:
     }
 
 
-def summarise(
-    rows: list[dict[str, Any]], untrained: dict[str, float], plan: Plan
+def variants_table(
+    rows: list[dict[str, Any]], variants: Sequence[str], seeds: Sequence[int]
 ) -> dict[str, Any]:
-    """The table: teachers, untrained student, every variant (mean, sd), gap closed against the
-    better teacher per language, RDT against both teachers, and the issue's targets."""
+    """``causal_table`` of the students (gap closed towards each language's better teacher),
+    each teacher's bits per byte, and each variant's RDT against both teachers (mean over
+    seeds)."""
     import numpy as np
 
     from lmalgebra.demo.causal_table import causal_table, student_name
@@ -202,20 +204,51 @@ def summarise(
     value = {(r["language"], r["model"]): r["bits_per_byte"] for r in rows}
     better = {lang: min(TEACHERS, key=lambda t, lang=lang: value[(lang, t)]) for lang in LANGUAGES}
     table = causal_table(
-        [(r["language"], r["model"], r["bits_per_byte"]) for r in rows],
-        better,
-        plan.variants,
-        plan.seeds,
+        [(r["language"], r["model"], r["bits_per_byte"]) for r in rows], better, variants, seeds
     )
     table["teacher_bits"] = {t: {lang: value[(lang, t)] for lang in LANGUAGES} for t in TEACHERS}
-    table["untrained"] = untrained
     bits_rows = [BitsRow(**r) for r in rows]
     both = {lang: list(TEACHERS) for lang in LANGUAGES}
-    for v in plan.variants:
-        per_seed = [bits_rdt(bits_rows, student_name(v, s), both) for s in plan.seeds]
+    for v in variants:
+        per_seed = [bits_rdt(bits_rows, student_name(v, s), both) for s in seeds]
         table["students"][v]["rdt"] = {
             k: float(np.mean([d[k] for d in per_seed])) for k in [*LANGUAGES, "average"]
         }
+    return table
+
+
+def model_rows(
+    table: dict[str, Any], untrained: dict[str, float], more: Callable[[str], str] = str
+) -> list[str]:
+    """Markdown rows: each teacher, the untrained student, then each variant (mean ± sd over
+    seeds; the mean alone with one seed), its gap closed and RDT, and ``more(variant)``'s cells
+    (``"| x"``; teacher rows get as many empty cells)."""
+    blank = " |" * (2 + more("ce").count("|"))
+    lines = []
+    for name, bits in table["teacher_bits"].items():
+        cells = " | ".join(f"{bits[x]:.3f}" for x in LANGUAGES)
+        lines.append(f"| teacher {name} | {cells} |{blank}")
+    cells = " | ".join(f"{untrained[x]:.3f}" for x in LANGUAGES)
+    lines.append(f"| student, untrained | {cells} |{blank}")
+    for v, row in table["students"].items():
+        cells = " | ".join(
+            f"{row['bits_per_byte'][x]['mean']:.3f} ± {row['bits_per_byte'][x]['std']:.3f}"
+            if len(table["seeds"]) > 1
+            else f"{row['bits_per_byte'][x]['mean']:.3f}"
+            for x in LANGUAGES
+        )
+        closed = "(baseline)" if v == "ce" else f"{100 * row['gap_closed_mean']:.1f}%"
+        lines.append(f"| {v} | {cells} | {closed} | {row['rdt']['average']:.1f}% {more(v)}|")
+    return lines
+
+
+def summarise(
+    rows: list[dict[str, Any]], untrained: dict[str, float], plan: Plan
+) -> dict[str, Any]:
+    """The table: teachers, untrained student, every variant (mean, sd), gap closed against the
+    better teacher per language, RDT against both teachers, and the issue's targets."""
+    table = variants_table(rows, plan.variants, plan.seeds)
+    table["untrained"] = untrained
     ce = table["students"]["ce"]["bits_per_byte"]
     targets = {}
     for lang in ("fr", "es"):
@@ -257,20 +290,7 @@ def markdown(result: dict[str, Any]) -> str:
         "| model | " + " | ".join(f"{x} bits/byte" for x in langs) + " | gap closed | RDT |",
         "|" + "---|" * (len(langs) + 3),
     ]
-    for name, bits in t["teacher_bits"].items():
-        cells = " | ".join(f"{bits[x]:.3f}" for x in langs)
-        lines.append(f"| teacher {name} | {cells} | | |")
-    cells = " | ".join(f"{t['untrained'][x]:.3f}" for x in langs)
-    lines.append(f"| student, untrained | {cells} | | |")
-    for v, row in t["students"].items():
-        cells = " | ".join(
-            f"{row['bits_per_byte'][x]['mean']:.3f} ± {row['bits_per_byte'][x]['std']:.3f}"
-            if len(t["seeds"]) > 1
-            else f"{row['bits_per_byte'][x]['mean']:.3f}"
-            for x in langs
-        )
-        closed = "(baseline)" if v == "ce" else f"{100 * row['gap_closed_mean']:.1f}%"
-        lines.append(f"| {v} | {cells} | {closed} | {row['rdt']['average']:.1f}% |")
+    lines += model_rows(t, t["untrained"], lambda v: "")
     lines += ["", "Targets (French and Spanish):", ""]
     for lang, got in t["targets"].items():
         lines.append(

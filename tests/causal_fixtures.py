@@ -81,3 +81,36 @@ def write_causal_recipe(root: Path, teachers: dict[str, Path], **overrides: Any)
     path = root / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
     return path
+
+
+def taught_causal_recipe(root: Path, teachers: dict[str, Path], training: dict[str, Any]) -> Path:
+    """``write_causal_recipe`` with the tiny ``CAUSAL_STUDENT`` and ``training``, its store
+    prepared and taught; the recipe's path."""
+    from lmalgebra.distill import pipeline as stages
+    from lmalgebra.distill.recipe import load_recipe
+
+    path = write_causal_recipe(root, teachers, student=CAUSAL_STUDENT, training=training)
+    recipe = load_recipe(path)
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    return path
+
+
+def train_causal(recipe_path: Path, name: str, **changes: Any) -> Path:
+    """Student ``name`` of the recipe's run, trained with its ``training`` changed by
+    ``changes``; its model directory."""
+    from lmalgebra.distill.pipeline import train_student
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    recipe = load_recipe(recipe_path)
+    spec = recipe.training.model_dump() | changes
+    return train_student(recipe, name, CausalTrainingSpec.model_validate(spec), False)
+
+
+def train_log(model: Path) -> list[dict[str, Any]]:
+    """The rows of a student's ``train_log.jsonl``."""
+    import json
+
+    lines = (model.parent / "train_log.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]

@@ -12,17 +12,21 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from causal_fixtures import (
+    CAUSAL_STUDENT,
+    taught_causal_recipe,
+    train_causal,
+    train_log,
+    write_causal_recipe,
+)
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill import pipeline as stages
 from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow
 from lmalgebra.distill.causal.evaluation import bits_rdt
 from lmalgebra.distill.causal.student_data import CausalStoreBatches
 from lmalgebra.distill.causal.student_model import build_causal_lm
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.training import causal_step_loss, gradient_ratio
-from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.train.config import CausalTrainingSpec
@@ -49,27 +53,12 @@ MIXES = {
 @pytest.fixture(scope="module")
 def recipe_path(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     root = tmp_path_factory.mktemp("causal-student")
-    path = write_causal_recipe(root, causal_teacher_dirs, student=CAUSAL_STUDENT, training=TRAINING)
-    recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    return path
-
-
-def _train(recipe_path: Path, name: str, **changes) -> Path:
-    recipe = load_recipe(recipe_path)
-    spec = recipe.training.model_copy(update=changes)
-    return train_student(recipe, name, CausalTrainingSpec.model_validate(spec.model_dump()), False)
-
-
-def _log(model: Path) -> list[dict]:
-    lines = (model.parent / "train_log.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return taught_causal_recipe(root, causal_teacher_dirs, TRAINING)
 
 
 @pytest.fixture(scope="module")
 def trained(recipe_path: Path) -> Path:
-    return _train(recipe_path, "student", objective_mix=MIXES["all"])
+    return train_causal(recipe_path, "student", objective_mix=MIXES["all"])
 
 
 def _source(
@@ -116,10 +105,10 @@ def test_batches_carry_only_the_alignments_the_mix_reads(recipe_path: Path) -> N
 def test_each_loss_mix_trains_and_its_terms_fall(recipe_path: Path, mix: str) -> None:
     """Distillation alone (lambda 1; CE for the baseline): the mix's loss on a fixed batch of
     training examples falls from the initial to the trained weights."""
-    model = _train(
+    model = train_causal(
         recipe_path, f"mix-{mix}", objective_mix=MIXES[mix], steps=8, lr=1e-2, lambda_value=1.0
     )
-    assert [r["step"] for r in _log(model)] == list(range(1, 9))
+    assert [r["step"] for r in train_log(model)] == list(range(1, 9))
     source, tokenizer = _source(recipe_path)
     batch = source.batch(0)
     spec = CausalTrainingSpec(objective_mix=MIXES[mix])
@@ -146,9 +135,9 @@ def test_a_loss_added_through_the_table_alone_trains(
 
     toy = CausalLoss("half_alm", half_alm, frozenset({"chunks"}), tempered=True, summary="toy")
     monkeypatch.setitem(LOSSES, "half_alm", toy)
-    model = _train(recipe_path, "toy", objective_mix={"half_alm": 1.0}, steps=3)
-    assert [r["step"] for r in _log(model)] == [1, 2, 3]
-    assert all(r["kd"] > 0 for r in _log(model))
+    model = train_causal(recipe_path, "toy", objective_mix={"half_alm": 1.0}, steps=3)
+    assert [r["step"] for r in train_log(model)] == [1, 2, 3]
+    assert all(r["kd"] > 0 for r in train_log(model))
     meta = json.loads((model / "lmalgebra.json").read_text())
     assert meta["objective_mix"] == {"half_alm": 1.0}
 
@@ -166,17 +155,21 @@ def test_gradient_balance_gives_the_distillation_term_the_gradient_of_ce() -> No
     assert gradient_ratio(ce, constant, logits).item() == 1.0
 
 
-def test_balanced_and_smoothed_students_train(recipe_path: Path) -> None:
+def test_balanced_and_smoothed_studentstrain_causal(recipe_path: Path) -> None:
     """kd_balance gradient and label smoothing reach the step: the losses differ from the plain
     run's from the first step on, and training runs to its end."""
-    plain = _log(_train(recipe_path, "plain", objective_mix={"alm": 1.0}, steps=2))
-    balanced = _log(
-        _train(recipe_path, "balanced", objective_mix={"alm": 1.0}, steps=2, kd_balance="gradient")
+    plain = train_log(train_causal(recipe_path, "plain", objective_mix={"alm": 1.0}, steps=2))
+    balanced = train_log(
+        train_causal(
+            recipe_path, "balanced", objective_mix={"alm": 1.0}, steps=2, kd_balance="gradient"
+        )
     )
-    smoothed = _log(
-        _train(recipe_path, "smoothed", objective_mix={"ce": 1.0}, steps=2, label_smoothing=0.1)
+    smoothed = train_log(
+        train_causal(
+            recipe_path, "smoothed", objective_mix={"ce": 1.0}, steps=2, label_smoothing=0.1
+        )
     )
-    ce = _log(_train(recipe_path, "ce-twin", objective_mix={"ce": 1.0}, steps=2))
+    ce = train_log(train_causal(recipe_path, "ce-twin", objective_mix={"ce": 1.0}, steps=2))
     assert len(balanced) == len(smoothed) == 2
     assert balanced[0]["kd"] != plain[0]["kd"]
     assert smoothed[0]["loss"] != ce[0]["loss"]  # the same seed and batches: smoothing alone
@@ -191,14 +184,14 @@ def test_teachers_chosen_per_language(recipe_path: Path) -> None:
         recipe.teachers_of({"zz": ["wp"]})
     with pytest.raises(UserInputError, match="leaves language 'yy' without a teacher"):
         recipe.teachers_of({"yy": ["uni"]})
-    model = _train(recipe_path, "per-language", teachers={"xx": ["uni"]}, steps=2)
+    model = train_causal(recipe_path, "per-language", teachers={"xx": ["uni"]}, steps=2)
     meta = json.loads((model / "lmalgebra.json").read_text())
     assert meta["training"]["teachers"] == {"xx": ["uni"]}
 
 
 def test_pinned_loss_trajectory(trained: Path) -> None:
     """Seeded mix of every loss, lambda 0.5; float kernels may differ between machines."""
-    losses = [r["loss"] for r in _log(trained)]
+    losses = [r["loss"] for r in train_log(trained)]
     pinned = [5.55631, 5.48783, 5.41227, 5.32576, 5.26222, 5.26099]
     np.testing.assert_allclose(losses, pinned, rtol=2e-3)
 
@@ -235,9 +228,9 @@ def test_killed_and_resumed_run_ends_with_identical_weights(
 
     monkeypatch.setattr(CausalStoreBatches, "batch", dying)
     with pytest.raises(KeyboardInterrupt):
-        _train(recipe_path, "resumed", objective_mix=MIXES["all"])
+        train_causal(recipe_path, "resumed", objective_mix=MIXES["all"])
     monkeypatch.setattr(CausalStoreBatches, "batch", real)
-    resumed = _train(recipe_path, "resumed", objective_mix=MIXES["all"])
+    resumed = train_causal(recipe_path, "resumed", objective_mix=MIXES["all"])
     a = load_file(str(trained / "model.safetensors"))
     b = load_file(str(resumed / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # same CPU kernels

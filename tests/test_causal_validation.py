@@ -12,14 +12,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from causal_fixtures import (
+    taught_causal_recipe,
+    train_causal,
+    train_log,
+)
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import examples
-from lmalgebra.distill import pipeline as stages
 from lmalgebra.distill.causal import training
 from lmalgebra.distill.causal.store_view import load_causal_store
 from lmalgebra.distill.causal.student_data import validation_rows
-from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.train.config import CausalTrainingSpec
 from lmalgebra.train.validation import Validation, ValidationTracker
@@ -43,22 +45,7 @@ TRAINING = {
 @pytest.fixture(scope="module")
 def recipe_path(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     root = tmp_path_factory.mktemp("causal-validation")
-    path = write_causal_recipe(root, causal_teacher_dirs, student=CAUSAL_STUDENT, training=TRAINING)
-    recipe = load_recipe(path)
-    stages.prepare(recipe, progress=False)
-    stages.teach(recipe, progress=False)
-    return path
-
-
-def _train(recipe_path: Path, name: str, **changes) -> Path:
-    recipe = load_recipe(recipe_path)
-    spec = recipe.training.model_dump() | changes
-    return train_student(recipe, name, CausalTrainingSpec.model_validate(spec), False)
-
-
-def _log(model: Path) -> list[dict]:
-    lines = (model.parent / "train_log.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return taught_causal_recipe(root, causal_teacher_dirs, TRAINING)
 
 
 def _same_weights(kept: Path, model: Path) -> None:
@@ -99,8 +86,8 @@ def test_validation_rows_are_training_rows_chosen_by_id_alone(recipe_path: Path)
 
 def test_the_student_is_its_best_validation_checkpoint(recipe_path: Path, monkeypatch) -> None:
     calls = _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6])
-    model = _train(recipe_path, "best")
-    log = _log(model)
+    model = train_causal(recipe_path, "best")
+    log = train_log(model)
     assert [r["validation"] for r in log if "validation" in r] == [3.0, 2.0, 2.5, 2.6]
     meta = json.loads((model / "lmalgebra.json").read_text())
     assert meta["final"]["best_step"] == 4 and meta["final"]["best_validation"] == 2.0
@@ -110,15 +97,15 @@ def test_the_student_is_its_best_validation_checkpoint(recipe_path: Path, monkey
 
 def test_early_stopping_stops_and_stays_stopped(recipe_path: Path, monkeypatch) -> None:
     _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6], patience=2)
-    model = _train(recipe_path, "stopped")
-    assert [r["step"] for r in _log(model)][-1] == 8  # 8 steps, checked at 2, 4, 6, 8
+    model = train_causal(recipe_path, "stopped")
+    assert [r["step"] for r in train_log(model)][-1] == 8  # 8 steps, checked at 2, 4, 6, 8
     calls = _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6, 9.9], patience=2)
-    model = _train(recipe_path, "stops", steps=12)
-    steps = [r["step"] for r in _log(model)]
+    model = train_causal(recipe_path, "stops", steps=12)
+    steps = [r["step"] for r in train_log(model)]
     assert steps[-1] == 8 and len(calls) == 4  # 2.5 and 2.6 after the best: stopped at 8
     again = _scripted(monkeypatch, [], patience=2)
-    _train(recipe_path, "stops", steps=12)  # resumed: stopped, nothing trained or scored
-    assert [r["step"] for r in _log(model)] == steps and again == []
+    train_causal(recipe_path, "stops", steps=12)  # resumed: stopped, nothing trained or scored
+    assert [r["step"] for r in train_log(model)] == steps and again == []
 
 
 def test_lambda_chosen_on_validation_never_reads_the_test_text(
@@ -135,7 +122,7 @@ def test_lambda_chosen_on_validation_never_reads_the_test_text(
         return original(run_dir, languages, heldout)
 
     monkeypatch.setattr(training, "stored_texts", training_texts_only)
-    model = _train(recipe_path, "chosen", steps=4, lambda_candidates=[0.1, 0.9])
+    model = train_causal(recipe_path, "chosen", steps=4, lambda_candidates=[0.1, 0.9])
     meta = json.loads((model / "lmalgebra.json").read_text())
     choice = meta["lambda_choice"]
     assert set(choice) == {"0.1", "0.9"}
