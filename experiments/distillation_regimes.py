@@ -119,7 +119,9 @@ LITTLE = Plan(
     patience=3,
     seeds=(0, 1, 2),
     selection_docs=20,
-    variants=("ce", "ce-smooth", "kl-smollm2", "prefix-gemma", "alm-gemma", "merge"),
+    # ALM (alm-gemma) left out to fit two cores' budget: it stayed within a seed deviation of CE
+    # only in the 40-step run (docs/merge/causal.md); add it back with more time
+    variants=("ce", "ce-smooth", "kl-smollm2", "prefix-gemma", "merge"),
 )
 PLANS = {
     "little-data": LITTLE,
@@ -130,7 +132,6 @@ PLANS = {
         docs_per_language=120,
         steps=150,
         validation_every=15,
-        variants=("ce", "ce-smooth", "kl-smollm2", "prefix-gemma", "merge"),
     ),
     "merge": replace(
         LITTLE,
