@@ -204,6 +204,9 @@ def test_student_loads_and_generates(trained: Path) -> None:
     assert out[0]["generated_text"].startswith("the river")
     meta = json.loads((trained / "lmalgebra.json").read_text())
     assert meta["kind"] == "causal-student" and meta["objective_mix"] == MIXES["all"]
+    card = (trained / "README.md").read_text()
+    assert "pipeline_tag: text-generation" in card and "# student (causal student)" in card
+    assert "xx: bl, uni; yy: wp" in card and "mined_kl 0.5, uld 0.5, alm 1, sampled 0.5" in card
     assert set(meta["teacher_hashes"]) == {"bl", "uni", "wp"}
 
 
@@ -309,6 +312,9 @@ def test_merge_evaluate_scores_teachers_and_student_in_bits_per_byte(
     report = (run_dir / "evaluation" / "evaluation.md").read_text()
     assert "Greedy continuations of student" in report and report.count("- xx: **") == 2
     assert "How much of each teacher the student carries" in report
+    card = (trained / "README.md").read_text()  # the student's card: its rows and RDT
+    assert "Not evaluated yet" not in card and "| yy | student |" in card
+    assert f"RDT against its teachers: xx {want['xx']:.2f}%" in card
 
 
 def test_best_copy_is_the_teacher_with_fewest_nats_per_byte(recipe_path: Path) -> None:

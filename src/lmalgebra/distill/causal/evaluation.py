@@ -22,6 +22,7 @@ from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts
 from lmalgebra.distill.layout import EVALUATION_MD, RDT_FILE, RunLayout, trusted_model
 from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.run.model_card import add_evaluation
 from lmalgebra.distill.run.rdt import rdt, rdt_text
 from lmalgebra.distill.teachers import load_lm
 from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageRow, CoverageSpec, lmd_coverage
@@ -146,7 +147,22 @@ def evaluate_causal_run(
     write_text_atomic(out / RDT_FILE, rdt_text(deviations))
     write_table(out, COVERAGE, covered)
     write_text_atomic(out / EVALUATION_MD, causal_markdown(found))
+    for name in students:
+        add_evaluation(layout.model(name), student_evaluation(found, name))
     return found
+
+
+def student_evaluation(found: CausalEvaluation, name: str) -> str:
+    """A student's card section: its bits per byte beside its teachers', and its RDT."""
+    teachers = {r.model for r in found.bits} - set(found.rdt)
+    lines = ["| language | model | bits/byte |", "|---|---|---|"]
+    for r in found.bits:
+        if r.model == name or r.model in teachers:
+            lines.append(f"| {r.language} | {r.model} | {r.bits_per_byte:.4f} |")
+    rdt = ", ".join(
+        f"{k} {'n/a' if math.isnan(v) else f'{v:.2f}%'}" for k, v in found.rdt[name].items()
+    )
+    return "\n".join([*lines, "", f"RDT against its teachers: {rdt}."])
 
 
 def causal_markdown(found: CausalEvaluation) -> str:

@@ -35,6 +35,7 @@ from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import stored_texts
 from lmalgebra.distill.layout import LOGPROBS, RunLayout, write_model_directory
 from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.run.model_card import causal_student_card
 from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distributed import is_main
@@ -225,7 +226,17 @@ def train_causal_student(
         "final": final,
         **({"lambda_choice": choice} if choice else {}),
     }
-    saved = write_model_directory(target, model, tokenizer, metadata)
+    what = f"{data.identity['tokenizer']}, {len(tokenizer)} tokens"
+    card = causal_student_card(
+        name,
+        recipe.teachers_of(spec.teachers),
+        recipe.student.model_dump(mode="json"),
+        spec.model_dump(),
+        mix,
+        source.probabilities,
+        what,
+    )
+    saved = write_model_directory(target, model, tokenizer, metadata, card)
     for value in runs:
         out = layout.student(name) if value is None else layout.student(name) / f"lambda-{value:g}"
         release_checkpoints(out, spec)

@@ -110,6 +110,41 @@ def student_card(
     return model_card(f"{name} (MergeDistill student)", summary, facts, waiting)
 
 
+def causal_student_card(
+    name: str,
+    teachers_of: Mapping[str, list[str]],
+    student: Mapping[str, Any],
+    training: Mapping[str, Any],
+    mix: Mapping[str, float],
+    probabilities: Mapping[str, float],
+    tokenizer: str,
+) -> str:
+    """The card of causal student ``name``: its teachers per language, losses, tokenizer, start
+    (``student``: the recipe's section as JSON) and training (as JSON)."""
+    start = f"from {student['init']}" if student.get("init") else f"random ({sizes(student)})"
+    if student.get("layers"):
+        start += f", decoder layers {student['layers']}"
+    losses = ", ".join(f"{k} {v:g}" for k, v in mix.items())
+    facts = [
+        (
+            "languages and teachers",
+            "; ".join(f"{k}: {', '.join(v)}" for k, v in teachers_of.items()),
+        ),
+        ("losses", f"{losses}; lambda {training['lambda_schedule']}"),
+        ("tokenizer", tokenizer),
+        ("student", start),
+        ("language sampling", ", ".join(f"{k} {v:.3f}" for k, v in probabilities.items())),
+        training_fact(training),
+    ]
+    summary = (
+        f"`{name}`: a causal LM distilled by lmalgebra from teacher causal LMs whose tokenizers "
+        "may differ from its own. `lmalgebra.json` beside this card holds the full recipe, the "
+        "training settings and the teachers' hashes."
+    )
+    waiting = f"Not evaluated yet: `lmalgebra merge evaluate RUN_DIR --students {name}`."
+    return model_card(f"{name} (causal student)", summary, facts, waiting, "text-generation")
+
+
 def add_evaluation(directory: Path, table: str) -> None:
     """Replace the evaluation section of the card in ``directory`` (if it has one) by ``table``."""
     path = directory / CARD
