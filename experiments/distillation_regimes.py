@@ -106,16 +106,16 @@ class Plan:
 LITTLE = Plan(
     regime="little-data",
     layers="six",
-    docs_per_language=48,
+    docs_per_language=32,
     heldout_fraction=0.25,
     validation_fraction=0.2,
     example_bytes=256,
     top_k=64,
-    steps=64,
+    steps=48,
     batch_size=8,
     lr=3e-4,
     lambda_value=0.5,
-    validation_every=8,
+    validation_every=6,
     patience=3,
     seeds=(0, 1, 2),
     selection_docs=20,
@@ -224,10 +224,11 @@ def recipe(
 def students(plan: Plan) -> dict[str, dict[str, Any]]:
     from lmalgebra.demo.causal_table import student_name
 
+    # seed by seed: a run stopped part-way has every variant of its first seeds
     return {
         student_name(v, seed): {**VARIANTS[v], "seed": seed}
-        for v in plan.variants
         for seed in plan.seeds
+        for v in plan.variants
     }
 
 
