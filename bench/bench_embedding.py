@@ -3,17 +3,17 @@
 The packaged all-MiniLM-L6-v2 (2 threads, batch 32) embeds spans of English Wikipedia summaries
 (packaged ``wiki-en``, document leads cut after 1..256 tokens). Baseline: corpus-order batches
 padded to the model's maximum length (512, as the LMD paper's code does), masked mean pooling, in
-float32. Ours: ``lmalgebra.lmd.embed.embed`` (length-sorted batches, each padded to its longest
-span) in float32, and in bfloat16 (autocast, float32 weights and pooling) on the same spans. For
-information, corpus-order batches padded to their own longest span isolate what sorting adds.
+float32. Ours: ``lmalgebra.lmd.embeddings.embed.embed`` (length-sorted batches, each padded to its
+longest span) in float32, and in bfloat16 (autocast, float32 weights and pooling) on the same spans.
+For information, corpus-order batches padded to their own longest span isolate what sorting adds.
 Tokenisation is included in all; each runs in a fresh interpreter after a warm-up; float32
-embeddings must agree to 1e-4, bfloat16's lowest cosine with float32's is recorded.
-Utilisation: matrix-product FLOPs (encoder on each method's padded lengths) over time against the
-matrix-product peak of the same dtype, measured in this run with the same thread count. The LMD
-check: ``lmalgebra.decompose`` on the packaged MiniLM and MiniLM-SRE (1,000/200/200 spans of 64
-tokens of ``wiki-en``, an empty cache each) in float32 and bfloat16, every pairwise and group R^2
-compared. Targets: >= 2x spans/s; ours >= 50% of the peak of its dtype; group R^2 in bfloat16
-within 0.005 of float32.
+embeddings must agree to 1e-4, bfloat16's lowest cosine with float32's is recorded. Utilisation:
+matrix-product FLOPs (encoder on each method's padded lengths) over time against the matrix-product
+peak of the same dtype, measured in this run with the same thread count. The LMD check:
+``lmalgebra.decompose`` on the packaged MiniLM and MiniLM-SRE (1,000/200/200 spans of 64 tokens of
+``wiki-en``, an empty cache each) in float32 and bfloat16, every pairwise and group R^2 compared.
+Targets: >= 2x spans/s; ours >= 50% of the peak of its dtype; group R^2 in bfloat16 within 0.005 of
+float32.
 
     python bench/bench_embedding.py [--spans 1500] [--batch-size 32] [--no-bf16] [--no-lmd]
         [--lmd-spans 1000,200,200] [--no-write]
@@ -38,7 +38,7 @@ import torch
 
 import lmd_precision
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
-from lmalgebra.lmd.embed import EmbedSpec, embed, max_tokens
+from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, max_tokens
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from lmalgebra.sources.packaged import asset_path

@@ -57,8 +57,8 @@ from lmalgebra.distill.masked.topk import masked_topk
 from lmalgebra.distill.pretrain.masked import TextBatches
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.student import MaskedStudentSpec
-from lmalgebra.lmd.embed import EmbedSpec, TokenReport, embed
-from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from lmalgebra.sources.packaged import asset_path

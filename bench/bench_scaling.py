@@ -40,8 +40,8 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
     import torch
 
     from lmalgebra.distributed import barrier, owned, world
-    from lmalgebra.lmd.embed import EmbedSpec, embed
-    from lmalgebra.lmd.embedding_cache import EmbeddingCache
+    from lmalgebra.lmd.embeddings.cache import EmbeddingCache
+    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
     from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
     from lmalgebra.sources.packaged import asset_path
     from lmalgebra.stats.moments import SecondMoments, layout
@@ -105,7 +105,7 @@ def worker(kind: str, work: Path) -> None:
 
 # -- setup (in this process, untimed) -----------------------------------------------------------
 def setup_embed(work: Path, spans: int, shard_rows: int) -> dict[str, Any]:
-    from lmalgebra.lmd.spans import SpanSpec, draw_spans, span_texts
+    from lmalgebra.lmd.settings.spans import SpanSpec, draw_spans, span_texts
     from lmalgebra.sources.corpus import CorpusSpec, read_documents
     from lmalgebra.sources.models import ModelRef, load_tokenizer
     from lmalgebra.sources.packaged import asset_path

@@ -40,9 +40,9 @@ from harness import (
     table,
 )
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.embed import TokenReport
-from lmalgebra.lmd.embedding_cache import EmbeddingCache
-from lmalgebra.lmd.statistics_pass import accumulate
+from lmalgebra.lmd.embeddings.cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.embed import TokenReport
+from lmalgebra.lmd.statistics.passes import accumulate
 from lmalgebra.stats.moments import Products
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes

@@ -30,7 +30,7 @@ import transformers.models.roberta.modeling_roberta  # noqa: F401
 
 import lmalgebra.api.merge  # what the merge commands call (stages, training, evaluation)
 import lmalgebra.cli
-import lmalgebra.lmd.run
+import lmalgebra.lmd.run.decompose
 
 
 def _child(args: list[str], log: str) -> None:

@@ -10,7 +10,7 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.run_schema import ALPHA_CURVE, alpha_curve_rows
+from lmalgebra.lmd.rundir.schema import ALPHA_CURVE, alpha_curve_rows
 from lmalgebra.stats.alpha_select import (
     adjusted_r2,
     effective_df,

@@ -147,7 +147,7 @@ def _failing_once_written(out: Path) -> Any:
 def test_a_run_failing_after_its_statistics_were_written_takes_them_back(
     bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    import lmalgebra.lmd.pipeline as pipeline
+    import lmalgebra.lmd.run.pipeline as pipeline
 
     out = tmp_path / "run"
     monkeypatch.setattr(pipeline, "analyse", _failing_once_written(out))

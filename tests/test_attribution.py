@@ -12,7 +12,7 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.run_schema import ATTRIBUTION, attribution_rows
+from lmalgebra.lmd.rundir.schema import ATTRIBUTION, attribution_rows
 from lmalgebra.stats.attribution import SubsetValue, attribute, shapley_exact, shapley_sampled
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments

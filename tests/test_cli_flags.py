@@ -23,8 +23,8 @@ from lmalgebra.cli.app import app
 from lmalgebra.cli.config_options import default_text
 from lmalgebra.cli.lmd import DECOMPOSE_FLAGS
 from lmalgebra.cli.merge import TRAINING_FLAGS
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.span_plan import SpanPlanSpec
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.spans.draw import SpanPlanSpec
 from lmalgebra.train.config import TrainingSpec
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -315,12 +315,12 @@ def test_models_and_corpus_flags(decompose_config: Callable[..., DecomposeConfig
 def test_spans_command_reads_the_same_flags(
     monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    import lmalgebra.lmd.span_plan
+    import lmalgebra.lmd.spans.draw
 
     def keep(config: SpanPlanSpec) -> None:
         raise CapturedCallError(config)
 
-    monkeypatch.setattr(lmalgebra.lmd.span_plan, "draw_run_spans", keep)
+    monkeypatch.setattr(lmalgebra.lmd.spans.draw, "draw_run_spans", keep)
     args = ["spans", "--models", "a=./models/a", "--corpus.paths", "docs.txt", "-T", "8"]
     with pytest.raises(CapturedCallError) as caught:
         run_cli(*args, "--spans.counts", "20,5,5", "--spans.per_doc", "2", "--out", "s.jsonl")

@@ -111,7 +111,7 @@ def test_shipped_recipes_by_name_from_any_directory(
 ) -> None:
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.core.recipe_files import read_yaml
-    from lmalgebra.lmd.config import load_config
+    from lmalgebra.lmd.settings.recipe import load_config
 
     monkeypatch.chdir(tmp_path)
     config = load_config("recipe:decompose-minilm-wiki", {})  # type: ignore[arg-type]

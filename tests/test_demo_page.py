@@ -17,7 +17,7 @@ from lmalgebra.demo.plan import QUICK
 from lmalgebra.demo.workflow import findings
 from lmalgebra.distill.masked.comparability import is_comparable
 from lmalgebra.distill.masked.scores import Score, score_rdt
-from lmalgebra.lmd.heatmaps import pairwise_heatmap
+from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 from lmalgebra.report.demo_page import finding_lines, number, render
 
 LANGUAGES = ("en", "fr", "es")

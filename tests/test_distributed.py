@@ -29,8 +29,8 @@ from safetensors.torch import load_file
 
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distributed import same_on_every_rank, world
-from lmalgebra.lmd.embed import TokenReport
-from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.embed import TokenReport
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.reduce import reduce_moments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
@@ -382,8 +382,8 @@ def accelerate_launch(*args: str) -> subprocess.CompletedProcess[str]:
 # about half a minute: `make test-slow` (two processes reducing statistics stay in the default run)
 @pytest.mark.slow
 def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
-    from lmalgebra.lmd.config import load_config
-    from lmalgebra.lmd.run import decompose
+    from lmalgebra.lmd.run.decompose import decompose
+    from lmalgebra.lmd.settings.recipe import load_config
     from lmalgebra.sources.models import ModelRef
     from tiny import build_bert, documents
 

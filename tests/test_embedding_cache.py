@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.embed import TokenReport
-from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.embed import TokenReport
 
 DIM = 6
 TEXTS = [f"span number {i} of the corpus" + " word" * (i % 4) for i in range(11)]

@@ -14,7 +14,7 @@ import pytest
 
 from hostile_helpers import assert_one_line, digests, run_cli
 from lmalgebra import Decomposition, UserInputError, decompose
-from lmalgebra.lmd.run_schema import FILES
+from lmalgebra.lmd.rundir.schema import FILES
 from tiny import documents
 
 

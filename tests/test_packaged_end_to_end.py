@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.run import decompose
+from lmalgebra.lmd.run.decompose import decompose
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.packaged import asset_path
 
 

@@ -19,11 +19,11 @@ from safetensors.numpy import save_file
 from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.embed import embed
-from lmalgebra.lmd.embedding_cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.cache import EmbeddingCache
+from lmalgebra.lmd.embeddings.embed import embed
 from lmalgebra.lmd.measure import ModelPool, draw_texts
-from lmalgebra.lmd.span_plan import RunSpans, SpanPlanSpec, draw_run_spans, export_spans
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.spans.draw import RunSpans, SpanPlanSpec, draw_run_spans, export_spans
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import (

@@ -12,7 +12,7 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.scale_config import ScaleSpec
+from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.principal import (
     components_for,

@@ -8,7 +8,7 @@ import pytest
 
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.demo.packaged_lmd import demo_config, shipped_recipe
-from lmalgebra.lmd.config import DecomposeConfig
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 
 SHIPPED = sorted(
     p.name for p in resources.files("lmalgebra.recipes").iterdir() if p.name.endswith(".yaml")

@@ -12,8 +12,8 @@ import pytest
 
 from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.figures import write_plots
-from lmalgebra.lmd.run_schema import NULLS
+from lmalgebra.lmd.figures.run_figures import write_plots
+from lmalgebra.lmd.rundir.schema import NULLS
 from lmalgebra.report.lmd_page import write_report
 from lmalgebra.stats.clustering import average_linkage, cluster_order, leaf_order, r2_distance
 from lmalgebra.storage.csv_tables import read_table
@@ -151,8 +151,8 @@ def test_only_existing_nonempty_tables_get_figures(tmp_path: Path) -> None:
 def test_a_crowded_sweep_shows_the_group_fits_alone() -> None:
     from dataclasses import replace
 
-    from lmalgebra.lmd.figures import MAX_SERIES, _focus
-    from lmalgebra.lmd.run_schema import SweepRow
+    from lmalgebra.lmd.figures.run_figures import MAX_SERIES, _focus
+    from lmalgebra.lmd.rundir.schema import SweepRow
 
     models = [f"m{i}" for i in range(4)]  # 12 pairwise series + 4 group series
     rows = [SweepRow("8", "pairwise", t, b, "test", 0.5) for t in models for b in models if t != b]
@@ -278,7 +278,7 @@ def test_heatmaps_show_values_below_zero(negative_run: Drawn, full_run: Drawn) -
 
 
 def test_run_root_heatmap_shows_values_below_zero(tmp_path: Path, drawn: dict[str, Any]) -> None:
-    from lmalgebra.lmd.heatmaps import pairwise_heatmap
+    from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 
     r2 = pairwise_matrix("test", across=-0.5)
     pairwise_heatmap(r2, MODELS, tmp_path / "pairwise_r2_test.png")

@@ -16,7 +16,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distill.masked.scores import SCORES, Score
 from lmalgebra.distill.run.rdt import rdt_text
-from lmalgebra.lmd.run_schema import (
+from lmalgebra.lmd.rundir.schema import (
     ATTRIBUTION,
     FITS,
     GROUP,

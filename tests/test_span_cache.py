@@ -15,9 +15,9 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd import measure
-from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.measure import ModelPool, draw_texts
-from lmalgebra.lmd.span_plan import SpanPlanSpec, draw_run_spans
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.spans.draw import SpanPlanSpec, draw_run_spans
 from lmalgebra.sources.corpus import read_documents
 
 

@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.spans import SpanSpec, assign_splits, draw_spans, span_texts
+from lmalgebra.lmd.settings.spans import SpanSpec, assign_splits, draw_spans, span_texts
 from tiny import documents
 
 DOCS = documents(200, seed=2) + ["Exactly the SAME Document, Twice."] * 2
@@ -37,7 +37,7 @@ def test_spans_are_original_text_of_exactly_t_tokens(tok) -> None:
 
 def test_batched_tokenization_draws_the_spans_of_one_document_at_a_time(tok, monkeypatch) -> None:
     """Documents are tokenized in batches; the spans are those of a per-document reference."""
-    from lmalgebra.lmd import spans as spans_module
+    from lmalgebra.lmd.settings import spans as spans_module
 
     spec = SpanSpec(length=5, counts=(120, 30, 30), per_doc=2)
     reference: dict[str, list[tuple[int, int, int]]] = {}

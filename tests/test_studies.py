@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.run import decompose
+from lmalgebra.lmd.run.decompose import decompose
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 
 T = 8
 # A sweep re-measures the main fits in another pass, whose float32 Gram products (the default)
@@ -73,7 +73,7 @@ def _main_pairwise(result: Any, split: str) -> dict[tuple[str, str], float]:
 
 
 def test_every_table_is_written_with_its_columns(study: tuple[Any, Path]) -> None:
-    from lmalgebra.lmd.run_schema import TABLES
+    from lmalgebra.lmd.rundir.schema import TABLES
 
     result, out = study
     summary = json.loads((out / "summary.json").read_text())

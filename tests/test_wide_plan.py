@@ -14,8 +14,8 @@ import pytest
 
 import lmalgebra
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.plan import GIB, OVERHEAD, Layout, exact_phases
-from lmalgebra.lmd.statistics_pass import spill_covariance
+from lmalgebra.lmd.plan.estimate import GIB, OVERHEAD, Layout, exact_phases
+from lmalgebra.lmd.statistics.passes import spill_covariance
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import SplitMoments
 from tiny import documents

@@ -35,7 +35,7 @@ _EXPORTS = {
     "spans": "lmalgebra.api.decompose",
     "read_texts": "lmalgebra.api.decompose",
     "Decomposition": "lmalgebra.api.decomposition",
-    "DecomposeConfig": "lmalgebra.lmd.config",
+    "DecomposeConfig": "lmalgebra.lmd.settings.recipe",
     "LinearDecomposition": "lmalgebra.stats.linear_decomposition",
     "merge": "lmalgebra.api.merge",
     "merge_plan": "lmalgebra.api.merge",

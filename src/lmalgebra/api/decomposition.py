@@ -3,7 +3,7 @@ back from a run directory (``Decomposition.load``), saved as the command line sa
 in a notebook.
 
 Every table comes from the run's tidy tables (``fits.csv`` and the rest, see
-:mod:`lmalgebra.lmd.run_schema`), so a result computed in memory and the same run read from disk
+:mod:`lmalgebra.lmd.rundir.schema`), so a result computed in memory and the same run read from disk
 give equal DataFrames.
 """
 
@@ -23,12 +23,12 @@ from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, r
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.outputs import summary as summary_of
-from lmalgebra.lmd.pipeline import RunResult
-from lmalgebra.lmd.run import save_result
-from lmalgebra.lmd.run_files import read_summary
-from lmalgebra.lmd.run_schema import CONFIG, OWNED, PAIRWISE_HEATMAP
+from lmalgebra.lmd.run.decompose import save_result
+from lmalgebra.lmd.run.outputs import summary as summary_of
+from lmalgebra.lmd.run.pipeline import RunResult
+from lmalgebra.lmd.rundir.files import read_summary
+from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PAIRWISE_HEATMAP
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, remove_run_files
 
 
@@ -132,7 +132,7 @@ class Decomposition:
             return None
         path = self.run_dir / PAIRWISE_HEATMAP
         if not path.is_file():
-            from lmalgebra.lmd.heatmaps import pairwise_heatmap
+            from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 
             matrix = self.pairwise("test", float("nan")).to_numpy()
             pairwise_heatmap(matrix, list(self.names), path)

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.run_files import group_fits
-from lmalgebra.lmd.run_schema import FITS, TABLES, read_pairwise
+from lmalgebra.lmd.rundir.files import group_fits
+from lmalgebra.lmd.rundir.schema import FITS, TABLES, read_pairwise
 from lmalgebra.storage.csv_tables import Table, format_cell, parsers, read_table
 
 

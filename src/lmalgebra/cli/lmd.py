@@ -16,8 +16,8 @@ from lmalgebra.cli.app import app, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig, load_config
-from lmalgebra.lmd.span_plan import SpanPlanSpec
+from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
+from lmalgebra.lmd.spans.draw import SpanPlanSpec
 from lmalgebra.sources.models import ModelRef
 
 
@@ -78,7 +78,7 @@ def decompose(
         entry["trust_remote_code"] = trust_remote_code
     config = load_config(recipe, overrides)
     if dry_run:
-        from lmalgebra.lmd.run import check_claim
+        from lmalgebra.lmd.run.decompose import check_claim
 
         check_claim(config, overwrite)  # the run's refusals of its directory, nothing written
         _print_plan(plan_frame(config))
@@ -276,7 +276,7 @@ def export_spans(
 
     Writes one JSON line per span (row, split, index, sha256, text) and the order digest.
     """
-    from lmalgebra.lmd.span_plan import load_span_config, write_run_spans
+    from lmalgebra.lmd.spans.draw import load_span_config, write_run_spans
 
     plan, digest = write_run_spans(load_span_config(recipe, overrides), out)
     counts = ", ".join(f"{s} {n}" for s, n in plan.counts.items())

@@ -1,10 +1,10 @@
 """How much of each teacher a student carries, by LMD: the held-out R^2 of a ridge fit of the
 teacher's span embeddings on the student's (and the reverse), per language.
 
-Spans are text (``lmd.spans``): every model tokenizes the same span text with its own tokenizer,
-so teachers and students whose tokenizers disagree are compared on exactly the same text. Each
-language is one LMD run (``lmd.pipeline.run_decomposition``: the one embedding loop, its cache
-and the statistics engine) over the language's held-out examples, with the language's teachers
+Spans are text (``lmd.settings.spans``): every model tokenizes the same span text with its own
+tokenizer, so teachers and students whose tokenizers disagree are compared on exactly the same text.
+Each language is one LMD run (``lmd.run.pipeline.run_decomposition``: the one embedding loop, its
+cache and the statistics engine) over the language's held-out examples, with the language's teachers
 and every student; spans are cut in the tokens of the language's first teacher. A causal model's
 span embedding is its last hidden layer pooled over the span's tokens (``mean``, or ``last``: the
 last token, which has read the whole span), special tokens left out.
@@ -22,9 +22,9 @@ from pydantic import ConfigDict, Field
 
 from lmalgebra.core.recipe_files import validate, with_default
 from lmalgebra.core.settings import Settings
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.pipeline import RunInputs, run_decomposition
-from lmalgebra.lmd.spans import SpanSpec, TooLittleTextError
+from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.settings.spans import SpanSpec, TooLittleTextError
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table

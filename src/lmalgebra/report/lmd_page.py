@@ -17,9 +17,9 @@ import yaml
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
-from lmalgebra.lmd.figures import write_plots
-from lmalgebra.lmd.run_files import group_fits, preferred_split, read_json, read_summary, unique
-from lmalgebra.lmd.run_schema import (
+from lmalgebra.lmd.figures.run_figures import write_plots
+from lmalgebra.lmd.rundir.files import group_fits, preferred_split, read_json, read_summary, unique
+from lmalgebra.lmd.rundir.schema import (
     ATTRIBUTION,
     CLUSTERED_HEATMAP,
     CONFIG,

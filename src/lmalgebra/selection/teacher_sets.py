@@ -31,9 +31,9 @@ from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.recipe import MaskedRecipe, MergeRecipe, masked_only, parse_recipe
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.evaluate.lmd_coverage import HeldOutSpans
-from lmalgebra.lmd.config import DecomposeConfig, default_cache_dir
-from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.sweeps import decomposer_of
+from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
+from lmalgebra.lmd.run.sweeps import decomposer_of
+from lmalgebra.lmd.settings.recipe import DecomposeConfig, default_cache_dir
 from lmalgebra.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples

@@ -1,12 +1,12 @@
 """ONNX encoders run with onnxruntime, shaped like a Hugging Face model for the one embedding loop.
 
-``lmd.embed.embed`` calls ``model(input_ids=..., attention_mask=..., output_hidden_states=...)``
-and reads ``model.config``; :class:`OnnxEncoder` answers both, so batching, length sorting,
-truncation and pooling stay in that loop. The session is fed the inputs its graph declares:
-``input_ids`` and ``attention_mask`` (required), ``token_type_ids`` (zeros) and ``position_ids``
-(0..seq-1) when declared. The output is the graph's last hidden state: an output named
-``last_hidden_state``, else the last of ``hidden_states.<i>``, else its first 3-D float output.
-Other layers are available only when the graph exposes every hidden state as outputs named
+``lmd.embeddings.embed.embed`` calls ``model(input_ids=..., attention_mask=...,
+output_hidden_states=...)`` and reads ``model.config``; :class:`OnnxEncoder` answers both, so
+batching, length sorting, truncation and pooling stay in that loop. The session is fed the inputs
+its graph declares: ``input_ids`` and ``attention_mask`` (required), ``token_type_ids`` (zeros) and
+``position_ids`` (0..seq-1) when declared. The output is the graph's last hidden state: an output
+named ``last_hidden_state``, else the last of ``hidden_states.<i>``, else its first 3-D float
+output. Other layers are available only when the graph exposes every hidden state as outputs named
 ``hidden_states.0`` .. ``hidden_states.<layers>``.
 """
 

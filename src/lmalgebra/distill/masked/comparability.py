@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from lmalgebra.distill.layout import MARKER
-from lmalgebra.lmd.run_files import read_json
+from lmalgebra.lmd.rundir.files import read_json
 
 PRETRAINED = "pretrained-teacher"  # the "kind" `lmalgebra pretrain masked` records
 

@@ -14,8 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.given_models import GivenArrays, GivenModel, SentenceEncoder, TransformerPair
+from lmalgebra.lmd.embeddings.given_models import (
+    GivenArrays,
+    GivenModel,
+    SentenceEncoder,
+    TransformerPair,
+)
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.models import WEIGHT_SUFFIXES, ModelRef, resolve_directory
 from lmalgebra.sources.precomputed import file_shape
 from lmalgebra.stats.nulls import random_copy

@@ -19,10 +19,10 @@ from lmalgebra.core.precision import (
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.core.settings import Settings
-from lmalgebra.lmd.embed import EmbedSpec, Pooling
-from lmalgebra.lmd.scale_config import ScaleSpec
-from lmalgebra.lmd.spans import SpanSpec
-from lmalgebra.lmd.study_config import StudySpec
+from lmalgebra.lmd.embeddings.embed import EmbedSpec, Pooling
+from lmalgebra.lmd.settings.scale import ScaleSpec
+from lmalgebra.lmd.settings.spans import SpanSpec
+from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.moments import Products

@@ -1,8 +1,8 @@
 """Every figure of a decomposition run, each drawn from the typed rows of its table.
 
-Every figure function takes rows as read through the schema (:mod:`lmalgebra.lmd.run_schema`) and
+Every figure function takes rows as read through the schema (:mod:`lmalgebra.lmd.rundir.schema`) and
 the PNG path, writes the PNG atomically and returns the path. ``write_plots`` draws every figure
-whose table exists in a run directory; the heatmaps are in :mod:`lmalgebra.lmd.heatmaps`.
+whose table exists in a run directory; the heatmaps are in :mod:`lmalgebra.lmd.figures.heatmaps`.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import numpy as np
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.figures import canvas
-from lmalgebra.lmd.heatmaps import (
+from lmalgebra.lmd.figures.heatmaps import (
     TITLE_CHARS_PER_INCH,
     clustered_pairwise_heatmap,
     layer_map,
     similarity,
 )
-from lmalgebra.lmd.run_files import chosen_alpha, group_fits, preferred_split, unique
-from lmalgebra.lmd.run_schema import (
+from lmalgebra.lmd.rundir.files import chosen_alpha, group_fits, preferred_split, unique
+from lmalgebra.lmd.rundir.schema import (
     ALPHA_CURVE,
     ATTRIBUTION,
     CLUSTERED_HEATMAP,

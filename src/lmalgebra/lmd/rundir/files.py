@@ -1,7 +1,7 @@
 """Reading a decomposition run directory beyond its tables: summary and JSON files, group fits
 of runs with or without ``fits.csv``, and the small helpers the figures and the report share.
 
-Tables are read through the schema, :mod:`lmalgebra.lmd.run_schema`.
+Tables are read through the schema, :mod:`lmalgebra.lmd.rundir.schema`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_json_object
-from lmalgebra.lmd.run_schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
+from lmalgebra.lmd.rundir.schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
 from lmalgebra.storage.output_paths import not_a

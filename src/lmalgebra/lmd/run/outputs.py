@@ -11,11 +11,10 @@ import numpy as np
 
 from lmalgebra import __version__
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import config_yaml
-from lmalgebra.lmd.figures import write_plots
-from lmalgebra.lmd.heatmaps import pairwise_heatmap
-from lmalgebra.lmd.pipeline import RunResult
-from lmalgebra.lmd.run_schema import (
+from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
+from lmalgebra.lmd.figures.run_figures import write_plots
+from lmalgebra.lmd.run.pipeline import RunResult
+from lmalgebra.lmd.rundir.schema import (
     CONFIG,
     FILES,
     GROUP,
@@ -28,7 +27,8 @@ from lmalgebra.lmd.run_schema import (
     recorded_outputs,
     write_pairwise,
 )
-from lmalgebra.lmd.statistics_files import StatisticsWriter, write_statistics
+from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter, write_statistics
+from lmalgebra.lmd.settings.recipe import config_yaml
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import write_table
 from lmalgebra.storage.file_record import record_files

@@ -23,8 +23,8 @@ from safetensors.numpy import save_file
 
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.span_plan import RunSpans, plan_of
-from lmalgebra.lmd.spans import Span, SpanSpec
+from lmalgebra.lmd.settings.spans import Span, SpanSpec
+from lmalgebra.lmd.spans.draw import RunSpans, plan_of
 from lmalgebra.storage.atomic import write_atomic
 
 log = logging.getLogger(__name__)

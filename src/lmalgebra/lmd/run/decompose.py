@@ -13,12 +13,12 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
-from lmalgebra.lmd.config import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.lmd.measure import Measured, ModelPool
-from lmalgebra.lmd.outputs import write_outputs
-from lmalgebra.lmd.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.run_schema import CONFIG, OWNED, PROVENANCE, SUMMARY
-from lmalgebra.lmd.statistics_files import StatisticsWriter
+from lmalgebra.lmd.run.outputs import write_outputs
+from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
+from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PROVENANCE, SUMMARY
+from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
+from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock

@@ -21,8 +21,8 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import REFERENCE_TOKENIZER_HELP, DecomposeConfig, load_config
-from lmalgebra.lmd.spans import Span, SpanSpec, draw_spans, span_texts
+from lmalgebra.lmd.settings.recipe import REFERENCE_TOKENIZER_HELP, DecomposeConfig, load_config
+from lmalgebra.lmd.settings.spans import Span, SpanSpec, draw_spans, span_texts
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.models import (
     ModelRef,

@@ -1,7 +1,7 @@
 """What a run's statistics were and what that costs its R^2: ``summary.json``'s ``method`` and,
 for a reduced run, the rows of ``reduction.csv``.
 
-A reduced run keeps ``k`` principal coordinates per model (:mod:`lmalgebra.lmd.statistics_pass`).
+A reduced run keeps ``k`` principal coordinates per model (:mod:`lmalgebra.lmd.statistics.passes`).
 Its targets keep all their variance (tail probes), so its error is the basis': what the
 coordinates a basis model leaves out would have explained. The run measures how its R^2 move when
 every basis model keeps only its first ``k / 2`` coordinates (the others join its target-only
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.run_schema import ReductionRow
-from lmalgebra.lmd.statistics_pass import Reductions
+from lmalgebra.lmd.rundir.schema import ReductionRow
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.statistics.passes import Reductions
 from lmalgebra.stats.solver import Decomposer, Fit
 
 STATEMENT = (

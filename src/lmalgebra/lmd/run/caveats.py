@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.embed import TokenReport
+from lmalgebra.lmd.embeddings.embed import TokenReport
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.stats.moments import ModelColumns
 
 log = logging.getLogger(__name__)

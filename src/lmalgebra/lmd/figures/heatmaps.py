@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.figures import canvas
-from lmalgebra.lmd.run_files import preferred_split, unique
-from lmalgebra.lmd.run_schema import LayerMapRow, SimilarityRow
+from lmalgebra.lmd.rundir.files import preferred_split, unique
+from lmalgebra.lmd.rundir.schema import LayerMapRow, SimilarityRow
 from lmalgebra.stats.clustering import cluster_order
 
 MEASURES = {"lmd_r2": "LMD pairwise R²", "cka": "linear CKA", "mean_cca": "mean CCA"}

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.measure import Measured
-from lmalgebra.lmd.reduction_record import exact_method, reduced_method
-from lmalgebra.lmd.run_schema import AlphaCurveRow, TableRows, alpha_curve_rows, attribution_rows
-from lmalgebra.lmd.sweeps import Row
+from lmalgebra.lmd.run.sweeps import Row
+from lmalgebra.lmd.rundir.reduction_record import exact_method, reduced_method
+from lmalgebra.lmd.rundir.schema import AlphaCurveRow, TableRows, alpha_curve_rows, attribution_rows
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, select_alpha
 from lmalgebra.stats.attribution import attribute
 from lmalgebra.stats.bootstrap import bootstrap_r2

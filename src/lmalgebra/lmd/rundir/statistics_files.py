@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmalgebra.lmd.run_schema import STATS_DIR
+from lmalgebra.lmd.rundir.schema import STATS_DIR
 from lmalgebra.stats.moments import ModelColumns, save_moments
 from lmalgebra.stats.solver import SplitMoments
 

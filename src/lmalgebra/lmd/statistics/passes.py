@@ -24,7 +24,7 @@ import numpy as np
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import owned
-from lmalgebra.lmd.scale_config import ScaleSpec
+from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.stats.moments import ModelColumns, Products, SecondMoments, layout
 from lmalgebra.stats.principal import OVERSAMPLE, Reduction, project, reduce_covariance
 from lmalgebra.stats.principal import reduce_sketch as sketch_reduction

@@ -134,9 +134,9 @@ class LayerMapRow:
 @dataclass(frozen=True)
 class ReductionRow:
     """``reduction.csv`` (reduced runs): one model on one split: its width, the principal
-    coordinates and tail probes it kept, the share of the split's variance its coordinates hold,
-    its group R^2, the same with every basis model at half its coordinates, and the largest
-    change of its pairwise R^2 (as target) at half (see :mod:`lmalgebra.lmd.reduction_record`)."""
+    coordinates and tail probes it kept, the share of the split's variance its coordinates hold, its
+    group R^2, the same with every basis model at half its coordinates, and the largest change of
+    its pairwise R^2 (as target) at half (see :mod:`lmalgebra.lmd.rundir.reduction_record`)."""
 
     model: str
     width: int

@@ -16,21 +16,21 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import is_main
-from lmalgebra.lmd.analysis import Analysis, analyse
-from lmalgebra.lmd.config import DecomposeConfig
-from lmalgebra.lmd.embed import TokenReport
-from lmalgebra.lmd.given_models import GivenModel
+from lmalgebra.lmd.embeddings.embed import TokenReport
+from lmalgebra.lmd.embeddings.given_models import GivenModel
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
-from lmalgebra.lmd.plan_table import checked_plan
-from lmalgebra.lmd.run_schema import TableRows
-from lmalgebra.lmd.run_warnings import run_warnings
-from lmalgebra.lmd.sweeps import (
+from lmalgebra.lmd.plan.table import checked_plan
+from lmalgebra.lmd.run.analysis import Analysis, analyse
+from lmalgebra.lmd.run.caveats import run_warnings
+from lmalgebra.lmd.run.sweeps import (
     language_sweep,
     layer_map,
     layer_sweep,
     length_sweep,
     train_size_sweep,
 )
+from lmalgebra.lmd.rundir.schema import TableRows
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
@@ -45,7 +45,7 @@ CACHE_SCRATCH = ("hashes/*", "spans/*")
 
 @dataclass
 class RunResult:
-    """Everything a run computed; ``lmd.outputs.write_outputs`` turns it into files."""
+    """Everything a run computed; ``lmd.run.outputs.write_outputs`` turns it into files."""
 
     config: DecomposeConfig
     names: list[str]
@@ -63,7 +63,7 @@ class RunResult:
     # per split, every source: mean and covariance (in the layout ``blocks``)
     stats: dict[str, SplitMoments] = field(default_factory=dict)
     blocks: list[ModelColumns] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # lmd.run_warnings: what could mislead
+    warnings: list[str] = field(default_factory=list)  # lmd.run.caveats: what could mislead
     # per split, every source, per block of spans: only when RunInputs.keep_blocks and the study
     # keeps blocks (bootstrap); callers that resample other fits need them
     blocked: dict[str, SpanBlockMoments] = field(default_factory=dict)
@@ -90,7 +90,7 @@ def run_decomposition(
     """Run the whole decomposition described by ``config``; nothing is written (the caller
     writes outputs), only the embedding cache of models named by reference is filled.
     ``on_measured`` is called with the measurement once the statistics pass has ended, before
-    the analysis (``lmd.run`` starts writing the statistics files there).
+    the analysis (``lmd.run.decompose`` starts writing the statistics files there).
 
     A run that fails takes back the cache directories it created and left without embeddings
     (memoised model hashes alone do not count). ``dtype: auto`` is resolved first: the result's

@@ -1,0 +1,1 @@
+"""Embeddings: the one embedding loop, its cache, and models handed over as Python objects."""

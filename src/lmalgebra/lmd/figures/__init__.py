@@ -1,0 +1,1 @@
+"""The figures of a decomposition run."""

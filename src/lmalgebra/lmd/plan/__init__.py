@@ -1,0 +1,1 @@
+"""A decomposition planned before any work: shapes, estimates, the plan's table."""

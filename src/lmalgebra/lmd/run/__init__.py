@@ -1,0 +1,1 @@
+"""A decomposition run: the pipeline, its analysis and sweeps, its outputs, the entry point."""

@@ -1,0 +1,1 @@
+"""A decomposition run directory: its schema, its files, statistics files and reduction record."""

@@ -1,0 +1,1 @@
+"""Spans: drawn from the corpus once, and remembered."""

@@ -1,0 +1,1 @@
+"""Statistics: the passes over a measurement's embeddings."""
