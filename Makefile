@@ -136,6 +136,8 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_alpha_sweep.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_bootstrap.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_demo_teachers.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_startup.py
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_similarity.py
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_decompose.py --sizes 32000,128000
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_wide.py --no-similarity  # hours; 47 GB of files
 

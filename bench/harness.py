@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -294,6 +294,21 @@ def wait_for_idle(
         share = (_busy_seconds() - before) / (window * (os.cpu_count() or 1))
         if share < threshold or time.perf_counter() > deadline:
             return share
+
+
+@contextlib.contextmanager
+def competing_process(count: int = 1) -> Iterator[None]:
+    """``count`` processes spinning on the CPU for the duration: another user's job on a shared
+    host, which takes one core each. Measurements under it say what a phase loses when it gets
+    less than the whole machine (``wait_for_idle`` would wait for them to end: do not call it)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    time.sleep(0.5)  # started and scheduled
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
 
 
 # -- memory ---------------------------------------------------------------------------------------

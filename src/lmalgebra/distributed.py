@@ -15,16 +15,19 @@ import atexit
 import functools
 import os
 from collections.abc import Callable
-from typing import Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # imported where used: the command line parses without torch
+    import torch
 
 P = ParamSpec("P")
 
 
 def _group() -> Any:
     """``torch.distributed`` once a process group exists (set up here when launched), else None."""
+    import torch
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -78,6 +81,8 @@ def owned(count: int) -> range:
 
 
 def _device(dist: Any) -> torch.device:
+    import torch
+
     if dist.get_backend() in ("gloo", "mpi"):
         return torch.device("cpu")
     from accelerate import PartialState
@@ -90,6 +95,8 @@ def sum_in_place(values: np.ndarray) -> None:
     dist = _group()
     if dist is None or dist.get_world_size() == 1:
         return
+    import torch
+
     tensor = torch.from_numpy(values)  # shares memory with ``values``
     device = _device(dist)
     if device.type == "cpu":

@@ -27,7 +27,8 @@ from lmalgebra.selection.outputs import (
     teacher_rows,
     write_selection,
 )
-from lmalgebra.selection.teacher_sets import Selection, SelectionSpec
+from lmalgebra.selection.selection_spec import SelectionSpec
+from lmalgebra.selection.teacher_sets import Selection
 from lmalgebra.selection.teacher_sets import select_teachers as _select
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import make_directory

@@ -29,6 +29,7 @@ import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
 from lmalgebra.api.runtime import QUIET_ENVIRONMENT
 from lmalgebra.cli.app import app
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+from lmalgebra.core.threads import pin_thread_count_when_imported
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
@@ -38,9 +39,9 @@ def _run() -> object:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     _quiet_transformers()
-    from lmalgebra.core.threads import pin_thread_count
-
-    pin_thread_count()  # same bits in every process, busy machine or not (resumed runs)
+    # same bits in every process, busy machine or not (resumed runs); torch is imported only by
+    # the commands that compute, after their input is parsed and checked
+    pin_thread_count_when_imported()
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     return app(standalone_mode=False)

@@ -11,7 +11,7 @@ from rich.table import Table
 from lmalgebra.cli.app import console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.cli.merge import RecipeArg, merge_app
-from lmalgebra.selection.teacher_sets import SelectionSpec
+from lmalgebra.selection.selection_spec import SelectionSpec
 
 SELECT_FLAGS = config_flags(
     SelectionSpec, {"spans.counts": FlagStyle(metavar="TRAIN,VALIDATION,TEST")}

@@ -14,12 +14,13 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.memory import available_bytes
+
+if TYPE_CHECKING:  # torch is imported by the functions that use it: the CLI parses without it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ DeviceChoice = Literal["auto", "cpu", "cuda"]
 CPUINFO = Path("/proc/cpuinfo")
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 ALLOW_SLOW_BF16 = "LMALGEBRA_ALLOW_SLOW_BF16"
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+_DTYPE_NAMES = ("float32", "bfloat16")
 
 
 def cpu_flags(cpuinfo: Path | None = None) -> set[str] | None:
@@ -49,6 +50,8 @@ def cpu_flags(cpuinfo: Path | None = None) -> set[str] | None:
 
 def bf16_support(device: torch.device | str, cpuinfo: Path | None = None) -> tuple[bool, str]:
     """Whether ``device`` computes in bfloat16 natively, and why (the flags found or missing)."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cuda":
         # torch counts emulated bfloat16 as supported by default: ask for native support only
@@ -88,18 +91,20 @@ def resolve_dtype(requested: str, device: torch.device, owner: str) -> torch.dty
     ``auto``: bfloat16 where ``device`` has it natively, else float32; one info line says which
     and why. An explicit ``bfloat16`` without native support is refused (see :func:`check_bf16`).
     """
+    import torch
+
     if requested == "auto":
         supported, why = bf16_support(device)
         chosen = "bfloat16" if supported else "float32"
         log.info("%s auto: %s on %s (%s)", owner, chosen, device, why)
-        return _DTYPES[chosen]
-    if requested not in _DTYPES:
+        return torch.bfloat16 if chosen == "bfloat16" else torch.float32
+    if requested not in _DTYPE_NAMES:
         raise UserInputError(
             f"{owner}: {requested!r} is not a dtype; use float32, bfloat16 or auto"
         )
     if requested == "bfloat16":
         check_bf16(device, owner, "use float32 or auto")
-    return _DTYPES[requested]
+    return torch.bfloat16 if requested == "bfloat16" else torch.float32
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -111,6 +116,8 @@ def resolve_device(requested: str, owner: str = "device") -> torch.device:
     """``auto``: CUDA when present, else the CPU; ``cuda`` without CUDA is refused.
 
     Under several processes each takes the GPU of its local rank (``LOCAL_RANK``)."""
+    import torch
+
     if requested not in ("auto", "cpu", "cuda"):
         raise UserInputError(f"{owner}: {requested!r} is not a device; use auto, cpu or cuda")
     if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
@@ -135,6 +142,8 @@ def module_device(module: Any) -> torch.device | None:
 def compute_context(device: torch.device, dtype: torch.dtype) -> Any:
     """The context a forward pass runs in: autocast to ``dtype`` on ``device``'s kind, or
     nothing for float32 (weights, and so the computation, are float32 already)."""
+    import torch
+
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype)
@@ -152,6 +161,8 @@ def device_share(local_rank: int, local_size: int, gpus: int) -> list[int]:
 def device_map_memory() -> dict[str, Any]:
     """``max_memory`` keeping ``device_map="auto"`` on this process's share of the GPUs (and the
     CPU) when a launcher started several processes on this machine; nothing otherwise."""
+    import torch
+
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if local_size == 1 or not torch.cuda.is_available():
         return {}

@@ -20,11 +20,11 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from lmalgebra.core.recipe_files import validate, with_default
+from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
-from lmalgebra.lmd.settings.spans import SpanSpec, TooLittleTextError
+from lmalgebra.lmd.settings.spans import HeldOutSpans, TooLittleTextError
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table
@@ -33,16 +33,6 @@ from lmalgebra.storage.output_paths import default_cache_dir
 log = logging.getLogger(__name__)
 SOURCE = "merge evaluate (LMD coverage)"
 CoveragePooling = Literal["mean", "last"]
-
-
-class HeldOutSpans(SpanSpec):
-    """Spans of held-out text, which is scarce: shorter spans, more per document and a larger
-    test share than ``decompose``'s defaults."""
-
-    length: int = with_default(SpanSpec, "length", 32)
-    fractions: tuple[float, float, float] = with_default(SpanSpec, "fractions", (0.7, 0.1, 0.2))
-    counts: tuple[int, int, int] = with_default(SpanSpec, "counts", (2000, 250, 500))
-    per_doc: int = with_default(SpanSpec, "per_doc", 16)
 
 
 class CoverageSpec(Settings):

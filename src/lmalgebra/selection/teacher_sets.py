@@ -16,57 +16,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.core.settings import Settings
 from lmalgebra.distill.examples import Example, language_examples
 from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.recipe import MaskedRecipe, MergeRecipe, masked_only, parse_recipe
 from lmalgebra.distill.teachers import Teacher
-from lmalgebra.evaluate.lmd_coverage import HeldOutSpans
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.run.sweeps import decomposer_of
-from lmalgebra.lmd.settings.recipe import DecomposeConfig, default_cache_dir
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.selection.selection_spec import SelectionSpec
 from lmalgebra.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
 
 log = logging.getLogger(__name__)
 SOURCE = "merge select"
-
-
-class SelectionSpec(Settings):
-    """How teachers are compared (``lmalgebra merge select``, ``select_teachers``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    size: int = Field(default=2, ge=1, description="Teachers per set.")
-    languages: list[str] | None = Field(
-        default=None, description="Only these languages (default: every language of the recipe)."
-    )
-    spans: HeldOutSpans = Field(
-        default_factory=HeldOutSpans, description="Spans cut from each language's held-out text."
-    )
-    max_texts: int | None = Field(
-        default=None, ge=1, description="Held-out examples per language (default: all)."
-    )
-    alpha: float = Field(default=0.01, description="Ridge strength (relative).")
-    bootstrap: int = Field(default=1000, ge=0, description="Bootstrap replicates.")
-    level: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of intervals.")
-    seed: int = Field(default=0, description="Seed of the bootstrap.")
-    batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
-    progress: bool = Field(default=True, description="Progress bars.")
-    cache_dir: Path = Field(
-        default_factory=default_cache_dir,
-        description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
-    )
 
 
 @dataclass

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.choices import default_alpha_grid
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.ridge_path import RidgePath
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
@@ -35,11 +36,6 @@ log = logging.getLogger(__name__)
 Method = Literal["gcv", "kfold", "validation"]
 CRITERIA: tuple[str, ...] = ("gcv", "kfold", "validation")
 FitSpec = tuple[str, tuple[str, ...]]
-
-
-def default_alpha_grid() -> list[float]:
-    """50 relative strengths, log-spaced from 1e-5 to 1e2."""
-    return [float(a) for a in np.logspace(-5, 2, 50)]
 
 
 def check_grid(grid: Sequence[float] | np.ndarray | None) -> np.ndarray:

@@ -25,13 +25,13 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 from safetensors.numpy import load_file
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.choices import Precision, Products
 from lmalgebra.stats.symmetric_kernels import (
     add_gram_panels,
     add_upper,
@@ -41,8 +41,6 @@ from lmalgebra.stats.symmetric_kernels import (
 )
 from lmalgebra.storage.safetensors_stream import write_safetensors
 
-Products = Literal["float32", "float64"]
-Precision = Literal["float64", "float32"]
 # Above this many columns an update never builds a (D, D) temporary (a float32 triangle of
 # 8,192 columns is 256 MiB): the Gram grows panel by panel, or by syrk in place.
 WIDE = 8192

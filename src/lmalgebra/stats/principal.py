@@ -33,13 +33,13 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.choices import PROBES
 
 # Subspace iterations after the first product: enough for the leading directions of a decaying
 # spectrum to converge to a share of a percent of their variance.
 ITERATIONS = 3
 OVERSAMPLE = 16  # extra columns of the random start, beyond the k directions kept
 FIRST_SIZE = 256  # the first subspace tried when k is chosen by retained variance
-PROBES = 32  # tail probes per reduced model (see the module)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.blas_threads import one_blas_thread
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
 
@@ -49,7 +50,13 @@ class Similarity:
 
 def linear_cka(cov_aa: np.ndarray, cov_bb: np.ndarray, cov_ab: np.ndarray) -> float:
     """Linear CKA from ``(d_a, d_a)``, ``(d_b, d_b)`` and ``(d_a, d_b)`` float64 covariances."""
-    denominator = float(np.linalg.norm(cov_aa) * np.linalg.norm(cov_bb))
+    return _cka(float(np.linalg.norm(cov_aa)), float(np.linalg.norm(cov_bb)), cov_ab)
+
+
+def _cka(norm_aa: float, norm_bb: float, cov_ab: np.ndarray) -> float:
+    """Linear CKA from the Frobenius norms of the two models' covariances (each computed once
+    per table, not once per pair) and their cross-covariance."""
+    denominator = norm_aa * norm_bb
     if denominator <= 0:
         return math.nan
     return float(np.linalg.norm(cov_ab) ** 2 / denominator)
@@ -64,10 +71,30 @@ def whitener(cov: np.ndarray, keep: float = 0.99, ridge: float = 1e-8) -> np.nda
     """
     _check_settings(keep, ridge)
     values, vectors = np.linalg.eigh(cov)
+    return _whitened(values, vectors, keep, ridge)
+
+
+def whiteners(
+    covs: Sequence[np.ndarray], keep: float = 0.99, ridge: float = 1e-8
+) -> list[np.ndarray]:
+    """:func:`whitener` of each of ``covs``; those of one order in one batched eigensolve
+    (models of one width are the common case: one call instead of one per model)."""
+    _check_settings(keep, ridge)
+    out: list[np.ndarray | None] = [None] * len(covs)
+    for order in sorted({c.shape[0] for c in covs}):
+        which = [i for i, c in enumerate(covs) if c.shape[0] == order]
+        values, vectors = np.linalg.eigh(np.stack([covs[i] for i in which]))
+        for row, i in enumerate(which):
+            out[i] = _whitened(values[row], vectors[row], keep, ridge)
+    return [w for w in out if w is not None]
+
+
+def _whitened(values: np.ndarray, vectors: np.ndarray, keep: float, ridge: float) -> np.ndarray:
+    """The whitener from ``eigh``'s ascending ``values`` and their ``vectors``."""
     values, vectors = np.clip(values[::-1], 0.0, None), vectors[:, ::-1]
     total = float(values.sum())
     if total <= 0:
-        return np.zeros((cov.shape[0], 0))
+        return np.zeros((vectors.shape[0], 0))
     wanted = keep * total * (1 - _KEEP_TOLERANCE)
     k = min(int(np.searchsorted(np.cumsum(values), wanted)) + 1, len(values))
     floor = ridge * total / len(values)
@@ -108,18 +135,27 @@ def similarity_table(
     cov = moments.cov
     if cov.shape[0] != (blocks[-1].stop if blocks else 0):
         raise ValueError(f"covariance of size {cov.shape[0]} does not match the block layout")
+    with one_blas_thread():  # many small problems: see ``stats.blas_threads``
+        return _pairs(blocks, cov, keep, ridge)
+
+
+def _pairs(
+    blocks: Sequence[ModelColumns], cov: np.ndarray, keep: float, ridge: float
+) -> list[Similarity]:
+    """The table's rows: each model's whitener and norm once, then every pair."""
     spans = [slice(b.start, b.basis_stop) for b in blocks]  # a reduced model: its coordinates
-    whiteners = [whitener(cov[s, s], keep, ridge) for s in spans]
+    white = whiteners([cov[s, s] for s in spans], keep, ridge)
+    norms = [float(np.linalg.norm(cov[s, s])) for s in spans]
     rows = []
     for i, a in enumerate(blocks):
         for j in range(i + 1, len(blocks)):
-            b, cross = blocks[j], cov[spans[i], spans[j]]
-            corr = _correlations(whiteners[i], whiteners[j], cross)
+            cross = cov[spans[i], spans[j]]
+            corr = _correlations(white[i], white[j], cross)
             rows.append(
                 Similarity(
                     model_a=a.name,
-                    model_b=b.name,
-                    cka=linear_cka(cov[spans[i], spans[i]], cov[spans[j], spans[j]], cross),
+                    model_b=blocks[j].name,
+                    cka=_cka(norms[i], norms[j], cross),
                     mean_cca=float(corr.mean()) if corr.size else math.nan,
                     cca_dims=int(corr.size),
                 )

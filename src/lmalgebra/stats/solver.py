@@ -32,12 +32,12 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.choices import AlphaMode
 from lmalgebra.stats.loo_operators import leave_one_out_operators
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
 from lmalgebra.stats.symmetric_kernels import block_sums, row_quadratics, spd_inverse
@@ -45,7 +45,6 @@ from lmalgebra.stats.tail_fit import tail_fit
 
 log = logging.getLogger(__name__)
 
-AlphaMode = Literal["relative", "absolute"]
 # Above this estimated condition number of (C_BB + Lam) the fit is numerically fragile.
 ILL_CONDITIONED = 1e10
 

@@ -7,44 +7,13 @@ through the model, pooled over real tokens, and put back in input order.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from lmalgebra.core.precision import compute_context
-
-Pooling = Literal["mean", "first", "last"]
-
-
-@dataclass(frozen=True)
-class EmbedSpec:
-    """What, of a model's forward pass, becomes the span's vector, and where it runs.
-
-    ``dtype``: the forward pass's compute precision (resolved: no ``auto`` here); bfloat16 runs
-    under autocast with float32 weights, and pooling is float32 either way. ``device``: where the
-    forward pass runs; the model must already be there.
-    """
-
-    layer: int = -1
-    pooling: Pooling = "mean"
-    exclude_special: bool = False
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    batch_size: int = 32
-    max_length: int | None = None
-    # several hidden layers at once (one forward pass), concatenated in this order; overrides layer
-    layers: tuple[int, ...] | None = None
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
-class TokenReport:
-    """Per model: mean tokens per span and spans cut at the model's maximum length."""
-
-    mean_tokens: float
-    truncated: int
-    spans: int
+from lmalgebra.lmd.settings.embed_spec import EmbedSpec, Pooling, TokenReport
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import yaml
 from pydantic import ConfigDict, Field, model_validator
 
@@ -14,19 +13,19 @@ from lmalgebra.core.precision import (
     DeviceChoice,
     DtypeChoice,
     check_bf16,
+    dtype_name,
     resolve_device,
     resolve_dtype,
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.core.settings import Settings
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, Pooling
+from lmalgebra.lmd.settings.embed_spec import EmbedSpec, Pooling
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.stats.moments import Products
-from lmalgebra.stats.solver import AlphaMode
+from lmalgebra.stats.choices import AlphaMode, Products
 from lmalgebra.storage.output_paths import default_cache_dir
 
 REFERENCE_TOKENIZER_HELP = (
@@ -181,7 +180,7 @@ class DecomposeConfig(Settings):
             self.layer,
             self.pooling,
             self.exclude_special,
-            "bfloat16" if dtype == torch.bfloat16 else "float32",
+            "bfloat16" if dtype_name(dtype) == "bfloat16" else "float32",
             self.batch_size,
             self.max_length,
             device=str(device),

@@ -9,8 +9,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
-from lmalgebra.stats.moments import Precision
-from lmalgebra.stats.principal import PROBES
+from lmalgebra.stats.choices import PROBES, Precision
 
 Method = Literal["exact", "reduced", "sketch"]
 DEFAULT_RETAINED = 0.99  # the reduced method's share of variance when no k is given

@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unit_hash
+from lmalgebra.core.recipe_files import with_default
 from lmalgebra.core.settings import Settings
 from lmalgebra.core.splits import SPLITS
 
@@ -60,6 +61,16 @@ class SpanSpec(Settings):
         if self.per_doc < 1:
             raise UserInputError(f"per_doc must be >= 1, got {self.per_doc}")
         return self
+
+
+class HeldOutSpans(SpanSpec):
+    """Spans of held-out text, which is scarce: shorter spans, more per document and a larger
+    test share than ``decompose``'s defaults."""
+
+    length: int = with_default(SpanSpec, "length", 32)
+    fractions: tuple[float, float, float] = with_default(SpanSpec, "fractions", (0.7, 0.1, 0.2))
+    counts: tuple[int, int, int] = with_default(SpanSpec, "counts", (2000, 250, 500))
+    per_doc: int = with_default(SpanSpec, "per_doc", 16)
 
 
 @dataclass(frozen=True)

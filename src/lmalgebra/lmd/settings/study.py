@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
-from lmalgebra.stats.alpha_select import default_alpha_grid
+from lmalgebra.stats.choices import default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
 

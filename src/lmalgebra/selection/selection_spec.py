@@ -1,0 +1,39 @@
+"""The settings of a teacher selection (``lmalgebra merge select``, ``select_teachers``), apart
+from the selection itself: the command line builds its flags without importing torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ConfigDict, Field
+
+from lmalgebra.core.settings import Settings
+from lmalgebra.lmd.settings.spans import HeldOutSpans
+from lmalgebra.storage.output_paths import default_cache_dir
+
+
+class SelectionSpec(Settings):
+    """How teachers are compared (``lmalgebra merge select``, ``select_teachers``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    size: int = Field(default=2, ge=1, description="Teachers per set.")
+    languages: list[str] | None = Field(
+        default=None, description="Only these languages (default: every language of the recipe)."
+    )
+    spans: HeldOutSpans = Field(
+        default_factory=HeldOutSpans, description="Spans cut from each language's held-out text."
+    )
+    max_texts: int | None = Field(
+        default=None, ge=1, description="Held-out examples per language (default: all)."
+    )
+    alpha: float = Field(default=0.01, description="Ridge strength (relative).")
+    bootstrap: int = Field(default=1000, ge=0, description="Bootstrap replicates.")
+    level: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of intervals.")
+    seed: int = Field(default=0, description="Seed of the bootstrap.")
+    batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
+    progress: bool = Field(default=True, description="Progress bars.")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
+    )

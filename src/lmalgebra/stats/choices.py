@@ -1,0 +1,22 @@
+"""The statistics' settings as configs and the command line name them: the choices of precision
+and ridge strength, the tail probes of a reduced model and the default alpha grid.
+
+They live apart from the numerical modules that use them so that a recipe is read, and the
+command line parses and refuses bad input, without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Products = Literal["float32", "float64"]  # the dtype of the Gram products (``stats.moments``)
+Precision = Literal["float64", "float32"]  # the dtype the Gram matrix is kept in
+AlphaMode = Literal["relative", "absolute"]  # ridge strength per unit of variance, or as given
+PROBES = 32  # tail probes per reduced model (see ``stats.principal``)
+
+
+def default_alpha_grid() -> list[float]:
+    """50 relative strengths, log-spaced from 1e-5 to 1e2."""
+    import numpy as np
+
+    return [float(a) for a in np.logspace(-5, 2, 50)]

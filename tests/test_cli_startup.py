@@ -1,0 +1,66 @@
+"""The command line parses, helps and refuses bad input without importing the heavy libraries.
+
+Importing torch and transformers takes seconds on a loaded machine; a user asking for ``--help``
+or mistyping a recipe path should not wait for them. Each case runs the command line in a fresh
+interpreter and lists the heavy modules it imported: a check of what is imported, not a timing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("torch", "transformers", "sklearn", "scipy", "pandas", "matplotlib")
+
+SCRIPT = f"""
+import json, sys
+from lmalgebra.cli import main
+sys.argv = ["lmalgebra", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as stop:
+    code = stop.code
+else:
+    code = 0
+heavy = [m for m in {HEAVY!r} if m in sys.modules]
+print("<<imports>>" + json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
+"""
+
+
+def _run(*args: str) -> tuple[int, list[str], str]:
+    """Exit status, heavy modules imported and stderr of ``lmalgebra ARGS`` in a new process."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *args], capture_output=True, text=True, timeout=120
+    )
+    head, _, tail = done.stderr.rpartition("<<imports>>")
+    assert tail, done.stderr[-2000:]
+    found = json.loads(tail)
+    return int(found["code"] or 0), found["heavy"], head
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["--help"], ["decompose", "--help"], ["merge", "--help"], ["merge", "select", "-h"]],
+)
+def test_help_imports_no_heavy_library(command: list[str]) -> None:
+    code, heavy, _ = _run(*command)
+    assert code == 0
+    assert heavy == []
+
+
+def test_missing_recipe_refused_without_heavy_library(tmp_path: Path) -> None:
+    missing = tmp_path / "absent.yaml"
+    code, heavy, err = _run("decompose", str(missing))
+    assert code == 2
+    assert "does not exist" in err and str(missing.name) in err
+    assert heavy == []
+
+
+def test_bad_flag_value_refused_without_heavy_library() -> None:
+    code, heavy, _ = _run("decompose", "--spans.length", "many")
+    assert code == 2
+    assert heavy == []
