@@ -16,7 +16,12 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.lmd.config import DecomposeConfig
 from lmalgebra.lmd.given_models import GivenArrays, GivenModel, SentenceEncoder, TransformerPair
-from lmalgebra.sources.models import WEIGHT_SUFFIXES, ModelRef, resolve_directory
+from lmalgebra.sources.models import (
+    WEIGHT_SUFFIXES,
+    ModelRef,
+    check_architecture,
+    resolve_directory,
+)
 from lmalgebra.sources.precomputed import file_shape
 from lmalgebra.stats.nulls import random_copy
 
@@ -99,6 +104,7 @@ def _shape(ref: ModelRef, given: GivenModel | None, bytes_per_weight: int) -> Mo
         layer, _, hidden, intermediate = _architecture(sibling_config(path), width)
         size = path.stat().st_size
         return ModelShape(ref.name, ref.kind, width, layer, size, hidden, intermediate)
+    check_architecture(ref, path)  # refused here, by the dry run too, before any embedding
     config = _read_config(ref, path / "config.json")
     width = _first(config, _WIDTH)  # 0: not named (the plan cannot be made)
     layer, total, hidden, intermediate = _architecture(config, width)

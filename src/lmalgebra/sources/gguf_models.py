@@ -20,6 +20,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.remote_code import load_failure
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
@@ -160,12 +161,15 @@ def _dequantise(path: Path, out: Path, owner: str) -> None:
         causal = type(config) in AutoModelForCausalLM._model_mapping
         auto: Any = AutoModelForCausalLM if causal else AutoModel
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = auto.from_pretrained(
+        model, info = auto.from_pretrained(
             folder,
             gguf_file=name,
             dtype=torch.float32,
             quantization_config=GgufConfig(dequantize=True),
+            output_loading_info=True,
         )
+        # tensors that do not match the declared architecture would load as a fresh model
+        refuse_incomplete(owner, path, model, info)
     except UserInputError:
         raise
     except Exception as err:

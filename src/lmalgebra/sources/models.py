@@ -24,6 +24,7 @@ from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.settings import Settings
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
 
@@ -44,6 +45,11 @@ TOKENIZER_FILES = (
 )
 _FILE_SUFFIXES = (".onnx", *PRECOMPUTED_SUFFIXES)
 
+_AUTO_KINDS = {
+    "AutoModel": "base model",
+    "AutoModelForCausalLM": "causal language model",
+    "AutoModelForMaskedLM": "masked language model",
+}
 ModelKind = Literal["transformers", "onnx", "precomputed", "memory"]
 _KIND_PREFIXES: dict[str, ModelKind] = {"onnx:": "onnx", "precomputed:": "precomputed"}
 
@@ -317,6 +323,8 @@ def load_model(
     device_map: str | None = None,
 ) -> Any:
     """The bare ``AutoModel`` (hidden states) in eval mode on ``device``; random weights if asked.
+    A model whose files lack weights it uses, or hold weights it has no place for, is refused
+    (:func:`~lmalgebra.sources.loaded_weights.refuse_incomplete`).
 
     Weights are float32 unless ``weights_dtype`` is ``bfloat16`` (half the memory of a model too
     large for one device; its forward pass is then bfloat16). Otherwise lower precision is the
@@ -351,9 +359,15 @@ def load_model(
             model = AutoModel.from_config(config, trust_remote_code=ref.trust_remote_code)
             model = model.to(dtype)
         else:
-            model = AutoModel.from_pretrained(
-                directory, dtype=dtype, trust_remote_code=ref.trust_remote_code, **placement
+            model, info = AutoModel.from_pretrained(
+                directory,
+                dtype=dtype,
+                trust_remote_code=ref.trust_remote_code,
+                output_loading_info=True,
+                **placement,
             )
+            # hidden states are all that is read: a pooler the files lack goes unused
+            refuse_incomplete(f"model {ref.name!r}", directory, model, info, unused=("pooler",))
     except UserInputError:
         raise
     except Exception as err:
@@ -363,6 +377,36 @@ def load_model(
     if getattr(model, "hf_device_map", None) is not None:
         return model.eval()  # placed layer by layer: left where Accelerate put it
     return model.to(device).eval()
+
+
+def check_architecture(
+    ref: ModelRef, directory: Path, auto: str = "AutoModel", owner: str | None = None
+) -> None:
+    """Refuse a model whose configuration transformers cannot read, or whose architecture has
+    no ``auto`` form (``AutoModel``, ``AutoModelForCausalLM``...), from ``config.json`` alone:
+    planned and checked before any work, by a dry run too, rather than found when its weights
+    are loaded after the run's other models. A model allowed to run its own code
+    (``trust_remote_code``) may bring an architecture of its own: it is left to its load, so
+    that none of its code runs before then. ``owner`` starts the message."""
+    if ref.kind != "transformers" or ref.trust_remote_code:
+        return
+    import transformers
+    from transformers import AutoConfig
+
+    owner = owner or f"model {ref.name!r}"
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: transformers cannot read the configuration in {directory}: "
+            f"{load_failure(err)}"
+        ) from err
+    if type(config) not in getattr(transformers, auto)._model_mapping:
+        kind = _AUTO_KINDS.get(auto, auto)
+        raise UserInputError(
+            f"{owner}: transformers has no {kind} for the {config.model_type!r} architecture "
+            f"of {directory}"
+        )
 
 
 def model_depth(ref: ModelRef, directory: Path) -> int:

@@ -36,6 +36,7 @@ from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.lockfile import holding_lock
@@ -77,9 +78,9 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
         )
     except Exception as err:
         raise UserInputError(f"encoder {ref.path}: cannot load it: {load_failure(err)}") from err
-    # keys the checkpoint lacks, or the masked LM's encoder has and the bare model does not
-    missing = set(info.get("missing_keys", []))
-    missing |= set(model.base_model.load_state_dict(encoder.state_dict(), strict=False)[0])
+    refuse_incomplete(f"encoder {ref.path}", directory, encoder, info, unused=("pooler",))
+    # keys the masked LM's encoder has and the bare model does not
+    missing = set(model.base_model.load_state_dict(encoder.state_dict(), strict=False)[0])
     if missing:
         shown = ", ".join(sorted(missing)[:3]) + (" ..." if len(missing) > 3 else "")
         raise UserInputError(f"encoder {ref.path}: the checkpoint lacks encoder weights ({shown})")
