@@ -7,9 +7,12 @@ changed). A run directory holding another configuration's run is refused unless 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -582,3 +585,91 @@ def test_each_demo_keeps_to_its_own_directory(
     recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
     one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(out), "a demo's output")
     assert digests(out) == before
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block waits longer than ``seconds``."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still waiting after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("special", ["fifo", "link", "dangling link"])
+def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
+    special: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """Looking into a FIFO waits for a writer forever; renaming over a link replaces the link.
+    ``report --out``, ``spans --out`` and ``merge init PATH`` refuse both, naming the path."""
+    target = tmp_path / "aimed-at"
+    target.write_text("the file a link names\n", encoding="utf-8")
+    spans = ["spans", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    spans += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    commands = {
+        "report.html": ["report", str(finished_run), "--out"],
+        "list.jsonl": [*spans, "--out"],
+        "merge.yaml": ["merge", "init"],
+    }
+    needle = "not a regular file" if special == "fifo" else "symbolic link"
+    for name, command in commands.items():
+        path = tmp_path / name
+        if special == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(target if special == "link" else tmp_path / "nowhere")
+        with _deadline(60):
+            one_error(*cli(*command, str(path)), str(path), needle)
+        assert path.is_symlink() or stat.S_ISFIFO(path.lstat().st_mode)
+        path.unlink()
+    assert target.read_text(encoding="utf-8") == "the file a link names\n"
+
+
+def test_every_writer_honours_the_lock_the_python_api_too(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """While another run holds a directory, ``Decomposition.save`` of a run read back,
+    ``report`` (which draws its figures into the run) and ``merge bits-per-byte``'s library
+    call are refused naming the holder, and nothing there changes."""
+    import shutil
+    import subprocess
+
+    from lmalgebra import Decomposition
+    from lmalgebra.distill.causal.bits_per_byte import evaluate_bits
+    from lmalgebra.storage.lockfile import DirectoryInUseError
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    loaded = Decomposition.load(finished_run)
+    for held in (tmp_path / "copy", run):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            before = digests(held)
+            if held == run:
+                one_error(*cli("report", str(run)), str(run), f"pid {holder.pid}")
+                with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                    evaluate_bits(run, [])
+            else:
+                with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                    loaded.save(held)
+            assert digests(held) == before
+        finally:
+            holder.kill()
+            holder.wait()
+    assert Decomposition.load(loaded.save(tmp_path / "copy")).names == loaded.names

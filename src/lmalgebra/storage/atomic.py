@@ -12,13 +12,32 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.disk_space import naming_file
 
 
+def refuse_special(path: Path, what: str = "output file") -> None:
+    """Refuse an output ``path`` that is a symbolic link (dangling or not) or exists as anything
+    but a regular file or directory (a FIFO, a socket, a device): opening a FIFO to look at it
+    waits for a writer forever, and renaming a new file over a link replaces the link, not the
+    file it names."""
+    if path.is_symlink():
+        raise UserInputError(
+            f"{what} {path} is a symbolic link: lmalgebra replaces no link; name the file it "
+            "points to, or another path"
+        )
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise UserInputError(
+            f"{what} {path} is not a regular file (a FIFO, socket or device): lmalgebra writes "
+            "only regular files; name another path"
+        )
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
 
     The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``,
     a directory in the way of ``path`` or of its folder ``UserInputError`` naming it (a cache entry
-    made a directory by hand, say), before anything is written.
+    made a directory by hand, say), as does a link or special file at ``path``
+    (:func:`refuse_special`), before anything is written.
     """
+    refuse_special(path)
     if path.is_dir():
         raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
     blocker = next((p for p in path.parents if p.exists()), None)

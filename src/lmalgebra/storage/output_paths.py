@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.atomic import refuse_special
 
 LOCK_NAME = ".lmalgebra.lock"
 
@@ -72,12 +73,14 @@ def check_directory(path: Path, what: str = "output directory") -> None:
 def check_file(
     path: Path, what: str = "output file", ours: Callable[[bytes], bool] | None = None
 ) -> None:
-    """Raise ``UserInputError`` unless ``path`` can be written as a file (created or replaced).
+    """Raise ``UserInputError`` unless ``path`` can be written as a file (created or replaced):
+    not a directory, link or special file (``atomic.refuse_special``).
 
     ``ours``: whether a file's first bytes (``HEAD_BYTES``) are those of one this command
     writes; a non-empty file that is not is refused rather than replaced (a user's own file
     where the output was aimed)."""
     path = Path(path)
+    refuse_special(path, what)
     if path.is_dir():
         raise UserInputError(f"{what} {path} is a directory, not a file")
     if path.exists():

@@ -34,6 +34,7 @@ from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.csv_tables import Table, write_table
+from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.causal_head import body_states, target_logprobs
 
 
@@ -197,6 +198,7 @@ class BitsRow:
 BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")
 
 
+@holding_lock("merge bits-per-byte", lambda run_dir, **_: run_dir)
 def evaluate_bits(
     run_dir: Path,
     models: Sequence[ModelRef],
@@ -204,7 +206,7 @@ def evaluate_bits(
     context: int | None = None,
 ) -> list[BitsRow]:
     """Bits per byte of each model on each language's held-out examples of a merge run, written
-    to ``run_dir/evaluation/bits_per_byte.csv``; the rows."""
+    to ``run_dir/evaluation/bits_per_byte.csv`` under the run's lock; the rows."""
     check_context(context)  # before any model is read
     texts = heldout_texts(run_dir, languages)
     rows = []

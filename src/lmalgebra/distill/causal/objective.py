@@ -62,6 +62,7 @@ class CausalObjective(Objective):
         teachers = self.check_store()
         return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
 
+    @holding_lock("merge evaluate", _run_dir)
     def evaluate(
         self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
     ) -> Evaluation:
