@@ -23,7 +23,7 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
 from lmalgebra.storage.output_paths import check_directory
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -40,7 +40,13 @@ def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) 
     """The recipe's training settings with ``overrides`` (keys of ``training``) laid over them,
     validated as the recipe's own training section; ``source`` names the overrides in messages."""
     spec = type(recipe.training)
-    return validate(spec, {**recipe.training.model_dump(), **overrides}, source)
+    base = recipe.training.model_dump()
+    if kd_free(dict(overrides)):
+        # a baseline beside the recipe's distilled students: their distillation settings are
+        # not this run's (and would be refused as ignored)
+        dropped = {*KD_SETTINGS, *(["objective_mix"] if overrides.get("gold_only") else [])}
+        base = {k: v for k, v in base.items() if k not in dropped}
+    return validate(spec, {**base, **overrides}, source)
 
 
 def run_stages(

@@ -20,6 +20,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.remote_code import load_failure
+from lmalgebra.core.text_files import absent
 from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
@@ -125,7 +126,7 @@ def file_directory(path: str, owner: str) -> Path:
     """``gguf:PATH``'s model directory (``path`` without the prefix)."""
     file = Path(path).expanduser()
     if not file.is_file():
-        what = "is a directory, not a GGUF file" if file.is_dir() else "does not exist"
+        what = "is a directory, not a GGUF file" if file.is_dir() else absent(file)
         raise UserInputError(f"{owner}: GGUF file {path} {what}")
     return gguf_directory([file], file.name, None, owner, "")
 

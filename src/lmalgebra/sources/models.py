@@ -22,6 +22,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.settings import Settings
+from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.loaded_weights import refuse_incomplete
@@ -180,6 +181,8 @@ def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     if ref.path.startswith(GGUF_PREFIX):
         return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}")
     local = Path(ref.path).expanduser()
+    if local.is_symlink() and not local.exists():  # no hub id: a link to nothing
+        raise UserInputError(f"model {ref.name!r}: {ref.path} {absent(local)}")
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise UserInputError(
@@ -199,7 +202,7 @@ def _local_file(ref: ModelRef, what: str) -> Path:
         return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
     path = Path(ref.path).expanduser()
     if not path.exists():
-        raise UserInputError(f"model {ref.name!r}: {what} {ref.path} does not exist")
+        raise UserInputError(f"model {ref.name!r}: {what} {ref.path} {absent(path)}")
     return path
 
 
@@ -251,6 +254,8 @@ def resolve_tokenizer(source: str, owner: str) -> Path:
     if source.startswith(GGUF_PREFIX):
         return file_directory(source.removeprefix(GGUF_PREFIX), owner)
     local = Path(source).expanduser()
+    if local.is_symlink() and not local.exists():
+        raise UserInputError(f"{owner}: tokenizer {source} {absent(local)}")
     if local.is_dir():
         return local
     if local.exists():

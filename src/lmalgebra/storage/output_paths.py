@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import absent
 from lmalgebra.storage.atomic import refuse_special
 
 LOCK_NAME = ".lmalgebra.lock"
@@ -61,7 +62,9 @@ def _check_creatable(path: Path, what: str) -> None:
 def check_directory(path: Path, what: str = "output directory") -> None:
     """Raise ``UserInputError`` unless ``path`` is, or can be created as, a writable directory."""
     path = Path(path)
-    if path.exists() or path.is_symlink():
+    if path.is_symlink() and not path.exists():
+        raise UserInputError(f"{what} {path} {absent(path)}")
+    if path.exists():
         if not path.is_dir():
             raise UserInputError(f"{what} {path} is a file, not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
