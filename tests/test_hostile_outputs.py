@@ -262,6 +262,36 @@ def test_overwrite_removes_only_what_a_decomposition_writes(
     assert digests(merge_run) == before
 
 
+@pytest.mark.parametrize("kept", ["plots/poster.svg", "stats/notes.txt", "sweeps/mine/x.csv"])
+def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
+    kept: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """--overwrite removes the files a decomposition writes, one by one: a user's file kept in
+    one of its directories (``plots/``, ``stats/``) refuses it, named, where the directory had
+    been removed whole with the file inside."""
+    import shutil
+
+    from lmalgebra import Decomposition
+    from lmalgebra.core.errors import UserInputError
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / kept).parent.mkdir(parents=True, exist_ok=True)
+    (out / kept).write_text("mine\n", encoding="utf-8")
+    before = digests(out)
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--overwrite")
+    one_error(code, err, str(out), kept.rsplit("/", 1)[0] if kept.count("/") > 1 else kept)
+    with pytest.raises(UserInputError, match=kept.split("/")[0]):
+        Decomposition.load(finished_run).save(out, overwrite=True)
+    assert digests(out) == before
+
+
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
     """``Decomposition.save(overwrite=True)`` replaces an old run's files, keeps nothing stale,
     and refuses (removing nothing) a directory that holds a user's own file."""
