@@ -703,3 +703,44 @@ def test_every_writer_honours_the_lock_the_python_api_too(
             holder.kill()
             holder.wait()
     assert Decomposition.load(loaded.save(tmp_path / "copy")).names == loaded.names
+
+
+@pytest.mark.parametrize(
+    ("record", "content"),
+    [("provenance.json", "{not json"), ("provenance.json", '{"hashes": {}, "models": {}}')],
+)
+def test_a_damaged_provenance_does_not_switch_the_input_check_off(
+    record: str,
+    content: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """Over a finished run the inputs are compared with its provenance: a damaged one had been
+    read as "made before it recorded one", and the run replaced on any inputs."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / record).write_text(content, encoding="utf-8")
+    before = digests(out)
+    one_error(*cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out)), record, "damaged")
+    assert digests(out) == before
+
+
+def test_a_damaged_record_of_the_runs_files_is_refused_by_report(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """``summary.json`` records the run's files: a damaged record had switched the check off."""
+    import json
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    key = next(k for k, v in summary.items() if isinstance(v, dict) and "config.yaml" in v)
+    (out / "summary.json").write_text(json.dumps({**summary, key: "x"}), encoding="utf-8")
+    one_error(*cli("report", str(out)), "summary.json", "damaged")

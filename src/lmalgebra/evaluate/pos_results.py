@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import Table, format_cell, write_table
 from lmalgebra.storage.output_paths import claim_run_directory
@@ -89,6 +90,12 @@ def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> No
     refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
     config = _recorded(out)
     recorded = config.get("identity") if config is not None else None
+    if (out / CONFIG).exists() and not isinstance(recorded, dict) and not overwrite:
+        raise UserInputError(
+            f"{out / CONFIG} is damaged (no identity of an evaluation can be read from it): "
+            "the evaluation there cannot be compared with this one; restore it, write to "
+            "another directory, or pass --overwrite to replace the evaluation"
+        )
     finished = config is not None and bool(config.get("finished"))
     claim_run_directory(
         out,

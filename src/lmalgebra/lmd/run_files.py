@@ -62,6 +62,11 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
         )
     summary = read_json(path)
     record = summary.pop(FILES, None)
+    if record is not None and not isinstance(record, dict):  # damaged: no check to switch off
+        raise UserInputError(
+            f"{path} is damaged: its record of the run's files ({FILES!r}) is not a mapping; "
+            "compute the run again"
+        )
     if isinstance(record, dict):
         check_files(run_dir, record, SUMMARY)
     return summary

@@ -2,8 +2,8 @@
 
 A reference is resolved to a local path first (a hub snapshot lands in the Hugging Face cache, a
 GGUF file is dequantised into a model directory in the lmalgebra cache), so every loader reads a
-plain directory and the weights hash is always a hash of files, computed once and memoised by size
-and mtime.
+plain directory and the weights hash is always a hash of files, computed once and memoised by size,
+times and inode.
 Three kinds: a Hugging Face model (a directory), an ONNX encoder (a ``.onnx`` file run with
 onnxruntime and a named tokenizer), and precomputed embeddings (a file of vectors, one per span).
 """
