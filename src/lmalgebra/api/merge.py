@@ -108,7 +108,8 @@ class MergeRun:
         context: int | None = None,
     ) -> pd.DataFrame:
         """Bits per byte and per character of causal LMs on each language's held-out examples
-        (``lmalgebra merge bits-per-byte``), written to ``evaluation/bits_per_byte.csv``.
+        (``lmalgebra merge bits-per-byte``), written to ``evaluation/scored_bits_per_byte.csv``
+        (beside ``merge evaluate``'s ``bits_per_byte.csv``, which it leaves as it is).
 
         ``models``: name -> path, or references as on the command line (``[NAME=]PATH``);
         default the run's causal teachers. ``context``: tokens per sliding window (default the

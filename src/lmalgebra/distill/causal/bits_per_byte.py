@@ -195,7 +195,10 @@ class BitsRow:
     bits_per_char: float
 
 
-BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")
+BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")  # merge evaluate's: teachers, students
+# merge bits-per-byte's, of the models it was given: beside merge evaluate's table, whose RDT
+# (rdt.csv) was computed from it, never over it
+SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
 
 
 @holding_lock("merge bits-per-byte", lambda run_dir, **_: run_dir)
@@ -204,9 +207,11 @@ def evaluate_bits(
     models: Sequence[ModelRef],
     languages: Sequence[str] | None = None,
     context: int | None = None,
+    table: Table = SCORED,
 ) -> list[BitsRow]:
     """Bits per byte of each model on each language's held-out examples of a merge run, written
-    to ``run_dir/evaluation/bits_per_byte.csv`` under the run's lock; the rows."""
+    to ``run_dir/evaluation/`` under the run's lock as ``table`` (``SCORED``, or ``BITS`` for
+    ``merge evaluate``); the rows."""
     check_context(context)  # before any model is read
     texts = heldout_texts(run_dir, languages)
     rows = []
@@ -226,7 +231,7 @@ def evaluate_bits(
                     score.bits_per_char,
                 )
             )
-    write_table(RunLayout(run_dir).evaluation, BITS, rows)
+    write_table(RunLayout(run_dir).evaluation, table, rows)
     return rows
 
 

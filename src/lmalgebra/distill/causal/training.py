@@ -32,7 +32,7 @@ from lmalgebra.distill.causal.student_model import causal_student
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import stored_texts
-from lmalgebra.distill.layout import LOGPROBS, RunLayout, write_model_directory
+from lmalgebra.distill.layout import LOGPROBS, RunLayout, saved_steps, write_model_directory
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
@@ -48,7 +48,7 @@ from lmalgebra.train.cross_tokenizer_losses import (
     uld_loss,
 )
 from lmalgebra.train.data_parallel import global_mean
-from lmalgebra.train.loop import StepLoss, release_checkpoints, train
+from lmalgebra.train.loop import StepLoss, refuse_fewer_steps, release_checkpoints, train
 from lmalgebra.train.losses import LossParts
 
 log = logging.getLogger(__name__)
@@ -179,6 +179,9 @@ def train_causal_student(
     ``teachers``); the model goes to ``<name>/model`` (``AutoModelForCausalLM`` with its
     tokenizer)."""
     mix = spec.objective_mix or DEFAULT_MIX
+    saved = RunLayout(recipe.output_dir).model(name)
+    if not restart:  # a saved student of more steps is not replaced (steps: 0, say)
+        refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
     data = causal_student_data(recipe, spec, mix, teachers)
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
