@@ -45,7 +45,13 @@ def write_results(
 ) -> None:
     """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``, which
     also keeps every result at full precision (the tables round to 4 decimals) for a resumed
-    evaluation (:func:`finished_results`)."""
+    evaluation (:func:`finished_results`).
+
+    ``pos_config.json`` goes first: it is what a run of the same evaluation recognises and
+    resumes from, and the tables are made again from it. Written last, a run killed between
+    the files had left tables without their record: a directory the next run refused."""
+    if settings is not None:
+        write_json_atomic(out / CONFIG, {**settings, "results": [asdict(r) for r in results]})
     write_table(out, RESULTS, results)
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
@@ -53,8 +59,6 @@ def write_results(
         cells = (str(format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan)) for n in names)
         lines.append("| " + " | ".join(cells) + " |")
     write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
-    if settings is not None:
-        write_json_atomic(out / CONFIG, {**settings, "results": [asdict(r) for r in results]})
 
 
 def _recorded(out: Path) -> dict[str, Any] | None:
