@@ -274,3 +274,43 @@ def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
     provenance = json.loads((directory / "gguf.json").read_text())
     quantisation = {"smollm2-135m": "MOSTLY_Q4_1", "gemma3-270m": "MOSTLY_Q4_K_M"}[name]
     assert provenance["quantisation"] == quantisation
+
+
+@pytest.mark.parametrize(
+    "damage", ["weights cut short", "config deleted", "record damaged", "a file in its place"]
+)
+def test_a_damaged_dequantised_entry_is_built_again(
+    damage: str, source, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache's model directory is checked against the sizes its ``gguf.json`` records: one
+    damaged since is built again (with a warning), not loaded as it is."""
+    ref = ModelRef.parse(f"gguf:{source[2]}")
+    built = resolve_directory(ref)
+    weights = built / "model.safetensors"
+    if damage == "weights cut short":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "config deleted":
+        (built / "config.json").unlink()
+    elif damage == "record damaged":
+        (built / gguf_models.PROVENANCE).write_text("[1, 2", encoding="utf-8")
+    else:
+        shutil.rmtree(built)
+        built.write_text("not a model\n", encoding="utf-8")
+    calls = _counting_builds(monkeypatch)
+    again = resolve_directory(ref)
+    assert again == built and len(calls) == 1
+    assert weights.stat().st_size > 100 and (built / "config.json").is_file()
+    assert resolve_directory(ref) == built and len(calls) == 1  # intact now: kept
+
+
+@pytest.mark.parametrize("blocker", ["file", "link to nothing"])
+def test_a_gguf_cache_directory_in_the_way_is_one_line(
+    blocker: str, source, cache: Path, tmp_path: Path
+) -> None:
+    cache.mkdir()
+    if blocker == "file":
+        (cache / "gguf").write_text("x\n", encoding="utf-8")
+    else:
+        (cache / "gguf").symlink_to(tmp_path / "gone")
+    with pytest.raises(UserInputError, match=f"{cache / 'gguf'} (is a file|is a symbolic link)"):
+        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))

@@ -105,7 +105,7 @@ def gguf_directory(
             raise ValueError("a GGUF in parts needs its expected sha256")
         sha256 = sha256_file(parts[0])
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir():
+    if target.is_dir() and _intact(target):
         return target
     _gguf_package(owner)  # before joining hundreds of MB
 
@@ -116,10 +116,32 @@ def gguf_directory(
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = _versions()
+        provenance["files"] = {p.name: p.stat().st_size for p in sorted(made.iterdir())}
         (made / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
         return made
 
-    return build_once(target, build, f"{owner} ({name}, dequantised)")
+    return build_once(target, build, f"{owner} ({name}, dequantised)", _intact)
+
+
+def _intact(directory: Path) -> bool:
+    """Whether a dequantised model directory is as it was built: its :data:`PROVENANCE`
+    readable, and every file it lists there at the size it had (a file deleted or cut short
+    since, a damaged record: built again). Entries from before the list are checked for a
+    configuration and weights."""
+    try:
+        provenance = read_provenance(directory)
+    except (OSError, ValueError, TypeError):
+        return False
+    if provenance is None:
+        return False
+    files = provenance.get("files")
+    if not isinstance(files, dict):
+        return (directory / "config.json").is_file() and any(directory.glob("*.safetensors"))
+    for file, size in files.items():
+        path = directory / str(file)
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+    return True
 
 
 def file_directory(path: str, owner: str) -> Path:

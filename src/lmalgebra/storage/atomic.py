@@ -9,7 +9,24 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import absent
 from lmalgebra.storage.disk_space import naming_file
+
+
+def make_directories(path: Path) -> None:
+    """``mkdir -p path``, with one line for what stands in the way (a file, a symbolic link to
+    nothing, no permission, no space) instead of an ``OSError`` from deep inside a write."""
+    for probe in (path, *path.parents):
+        if probe.is_symlink() and not probe.exists():
+            raise UserInputError(f"cannot create {path}: {probe} {absent(probe)}")
+        if probe.exists():
+            if not probe.is_dir():
+                raise UserInputError(f"cannot create {path}: {probe} is a file, not a directory")
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"cannot create {path}: {err.strerror or err}") from err
 
 
 def refuse_special(path: Path, what: str = "output file") -> None:
@@ -43,7 +60,7 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise UserInputError(f"cannot write {path}: {blocker} is a file, not a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with naming_file(path):

@@ -30,7 +30,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distributed import all_reduce_sum, barrier, world
-from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic
+from lmalgebra.storage.atomic import make_directories, write_bytes_atomic, write_json_atomic
 from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
 from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 
@@ -233,7 +233,7 @@ class ShardSet:
         if self.complete and missing == 0 and parts == 0:
             return []
         self.complete = False
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_directories(self.directory)
         barrier()  # every rank has read the old parts before any part is rewritten
         self._part = {**self._identity(), "shards": {self._label(i): r for i, r in kept.items()}}
         self._planned = count
