@@ -207,7 +207,9 @@ def test_cli_an_unsupported_architecture_is_one_line(
     path = write_llama_gguf(source[0], source[1], tmp_path / "odd.gguf", architecture="bert")
     code, err = _decompose(monkeypatch, capsys, tmp_path, f"gguf:{path}", gpt2_dir, corpus_txt)
     assert_one_line(code, err, ["model 'a'", str(path), "'bert' model", "transformers", "llama"])
-    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+    # refused while the run is planned, from the file's header: the cache is not even made
+    built = (cache / "gguf").iterdir() if (cache / "gguf").is_dir() else []
+    assert [p.name for p in built if not p.name.endswith(".lock")] == []
 
 
 def test_cli_without_the_gguf_package_is_one_line_naming_it(
@@ -314,3 +316,29 @@ def test_a_gguf_cache_directory_in_the_way_is_one_line(
         (cache / "gguf").symlink_to(tmp_path / "gone")
     with pytest.raises(UserInputError, match=f"{cache / 'gguf'} (is a file|is a symbolic link)"):
         resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+
+
+@pytest.mark.parametrize("architecture", ["llama", "bert"])
+def test_a_dry_run_plans_a_gguf_model_without_writing_the_cache(
+    architecture: str,
+    source,
+    tmp_path: Path,
+    cache: Path,
+    gpt2_dir,
+    corpus_txt,
+    monkeypatch,
+    capsys,
+) -> None:
+    """The plan reads the file's configuration and tokenizer, not its dequantised weights: the
+    cache is left as it was (it had been filled by the dry run), and an architecture transformers
+    cannot read is refused by the dry run as by the run."""
+    path = write_llama_gguf(source[0], source[1], tmp_path / "m.gguf", architecture=architecture)
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}", "--dry-run"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, err = run_cli(args, monkeypatch, capsys)
+    if architecture == "llama":
+        assert code == 0, err
+    else:
+        assert_one_line(code, err, ["model 'a'", str(path), "'bert' model"])
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+    assert not (tmp_path / "out").exists()

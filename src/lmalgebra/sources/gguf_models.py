@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -144,13 +145,42 @@ def _intact(directory: Path) -> bool:
     return True
 
 
-def file_directory(path: str, owner: str) -> Path:
-    """``gguf:PATH``'s model directory (``path`` without the prefix)."""
+def file_directory(path: str, owner: str, weights: bool = True) -> Path:
+    """``gguf:PATH``'s model directory (``path`` without the prefix). ``weights=False`` (a dry
+    run): its configuration and tokenizer alone, from the cache when it holds the model, else
+    read from the file into a temporary directory: a plan writes nothing to the cache."""
     file = Path(path).expanduser()
     if not file.is_file():
         what = "is a directory, not a GGUF file" if file.is_dir() else absent(file)
         raise UserInputError(f"{owner}: GGUF file {path} {what}")
+    if not weights:
+        return _planning_directory(file, owner)
     return gguf_directory([file], file.name, None, owner, "")
+
+
+def _planning_directory(file: Path, owner: str) -> Path:
+    """The dequantised model of ``file`` when the cache holds it intact; else a temporary
+    directory (removed when the process ends) holding the configuration and tokenizer the file
+    describes, its architecture checked as a build checks it, nothing dequantised."""
+    import atexit
+    import tempfile
+
+    target = _cache_directory(file.stem, sha256_file(file))
+    if target.is_dir() and _intact(target):
+        return target
+    gguf_header(file, owner)  # an architecture transformers cannot read: refused here too
+    from transformers import AutoConfig, AutoTokenizer
+
+    made = Path(tempfile.mkdtemp(prefix="lmalgebra-gguf-plan-"))
+    atexit.register(shutil.rmtree, made, True)
+    try:
+        AutoConfig.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
+        AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: transformers cannot load {file}: {load_failure(err)}"
+        ) from err
+    return made
 
 
 def read_provenance(directory: Path) -> dict[str, Any] | None:

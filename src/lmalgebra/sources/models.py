@@ -166,7 +166,8 @@ class ModelRef(Settings):
 def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     """The local path of the model: its directory (a hub snapshot is downloaded if needed), or
     the file itself for ONNX and precomputed models. ``weights=False``: a hub snapshot of the
-    tokenizer files and ``config.json`` alone (enough to plan a run)."""
+    tokenizer files and ``config.json`` alone, or a GGUF file's configuration and tokenizer
+    without dequantising it into the cache (enough to plan a run)."""
     if ref.kind == "memory":
         raise UserInputError(
             f"model {ref.name!r} was a Python object given to lmalgebra.decompose(): "
@@ -179,7 +180,7 @@ def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     if ref.path.startswith(PACKAGE_PREFIX):
         return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
     if ref.path.startswith(GGUF_PREFIX):
-        return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}")
+        return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}", weights)
     local = Path(ref.path).expanduser()
     if local.is_symlink() and not local.exists():  # no hub id: a link to nothing
         raise UserInputError(f"model {ref.name!r}: {ref.path} {absent(local)}")
