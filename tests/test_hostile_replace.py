@@ -40,3 +40,19 @@ def test_fewer_steps_over_a_trained_student_are_refused(
     finally:
         if hidden.exists():
             hidden.rename(student / "checkpoints")
+
+
+@pytest.mark.parametrize("keep", ["2", "0"], ids=["checkpoints", "saved_model_only"])
+def test_pretrain_with_fewer_steps_over_its_model_is_refused(
+    keep: str, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    out = tmp_path / "teacher"
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--no-progress", "--out", str(out)]
+    pretrain += ["--training.keep_checkpoints", keep]
+    code, err = cli([*pretrain, "--training.steps", "2"])
+    assert code == 0, err
+    before = digests(out)
+    code, err = cli([*pretrain, "--training.steps", "0"])
+    assert_one_line(code, err, [str(out), "trained 2 steps", "steps 0"])
+    assert digests(out) == before
