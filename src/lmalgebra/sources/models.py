@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.settings import Settings
@@ -28,6 +29,7 @@ from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
+from lmalgebra.storage.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -386,15 +388,27 @@ def load_model(
 
 
 def check_architecture(
-    ref: ModelRef, directory: Path, auto: str = "AutoModel", owner: str | None = None
+    ref: ModelRef,
+    directory: Path,
+    auto: str = "AutoModel",
+    owner: str | None = None,
+    memo_dir: Path | None = None,
+    remember: bool = True,
 ) -> None:
     """Refuse a model whose configuration transformers cannot read, or whose architecture has
     no ``auto`` form (``AutoModel``, ``AutoModelForCausalLM``...), from ``config.json`` alone:
     planned and checked before any work, by a dry run too, rather than found when its weights
     are loaded after the run's other models. A model allowed to run its own code
     (``trust_remote_code``) may bring an architecture of its own: it is left to its load, so
-    that none of its code runs before then. ``owner`` starts the message."""
+    that none of its code runs before then. ``owner`` starts the message.
+
+    ``memo_dir``: where a passed check is remembered (``remember``; a dry run only reads),
+    keyed on ``config.json`` as it is and the transformers release, so a run whose embeddings
+    are all cached does not import transformers to check again."""
     if ref.kind != "transformers" or ref.trust_remote_code:
+        return
+    memo = _architecture_memo(directory, auto, memo_dir)
+    if memo is not None and memo.is_file():
         return
     import transformers
     from transformers import AutoConfig
@@ -413,6 +427,22 @@ def check_architecture(
             f"{owner}: transformers has no {kind} for the {config.model_type!r} architecture "
             f"of {directory}"
         )
+    if memo is not None and remember:
+        write_text_atomic(memo, "checked\n")
+
+
+def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Path | None:
+    """Where a passed :func:`check_architecture` of ``directory`` is remembered (None: nowhere,
+    or no ``config.json`` to key it on)."""
+    config = directory / "config.json"
+    if memo_dir is None or not config.is_file():
+        return None
+    from importlib.metadata import version
+
+    found = config.stat()
+    stamp = [str(config.resolve()), found.st_size, found.st_mtime_ns, found.st_ctime_ns]
+    key = sha256_json([auto, *stamp, found.st_ino, version("transformers")])
+    return memo_dir / f"architecture-{key}.checked"
 
 
 def model_depth(ref: ModelRef, directory: Path) -> int:
