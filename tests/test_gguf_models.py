@@ -342,3 +342,13 @@ def test_a_dry_run_plans_a_gguf_model_without_writing_the_cache(
         assert_one_line(code, err, ["model 'a'", str(path), "'bert' model"])
     assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
     assert not (tmp_path / "out").exists()
+
+
+def test_a_lock_file_that_cannot_be_opened_is_one_line(source, cache: Path, tmp_path: Path) -> None:
+    """The build's lock file beside the entry, a link into a directory that is gone."""
+    digest = hashlib.sha256(source[2].read_bytes()).hexdigest()
+    lock = cache / "gguf" / f".tiny-llama-{digest[:16]}.lock"
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(tmp_path / "gone" / "lock")
+    with pytest.raises(UserInputError, match=f"cannot open the lock file {lock}"):
+        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))

@@ -36,7 +36,10 @@ _CHUNK = 1 << 22
 def _exclusive(path: Path) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path``, waiting for it; yields False where the
     filesystem has no locks (then concurrent assemblies are not serialised, only wasteful)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:  # a cache directory made read-only, a link to nothing in its place
+        raise UserInputError(f"cannot open the lock file {path}: {err.strerror or err}") from err
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
