@@ -666,6 +666,12 @@ def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
         assert path.is_symlink() or stat.S_ISFIFO(path.lstat().st_mode)
         path.unlink()
     assert target.read_text(encoding="utf-8") == "the file a link names\n"
+    if special == "fifo":  # a directory output: named for what it is, not "a file"
+        os.mkfifo(tmp_path / "run")
+        args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+        args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "run")]
+        with _deadline(60):
+            one_error(*cli(*args), str(tmp_path / "run"), "a FIFO, socket or device")
 
 
 def test_every_writer_honours_the_lock_the_python_api_too(

@@ -65,7 +65,8 @@ def check_directory(path: Path, what: str = "output directory") -> None:
         raise UserInputError(f"{what} {path} {absent(path)}")
     if path.exists():
         if not path.is_dir():
-            raise UserInputError(f"{what} {path} is a file, not a directory")
+            kind = "a file" if path.is_file() else "a FIFO, socket or device"
+            raise UserInputError(f"{what} {path} is {kind}, not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
             raise UserInputError(f"{what} {path} is not writable")
         return
