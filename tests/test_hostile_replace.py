@@ -32,11 +32,12 @@ def test_fewer_steps_over_a_trained_student_are_refused(
         (student / "checkpoints").rename(hidden)
     try:
         before = digests(student)
-        code, stderr = cli(
-            ["merge", "train", str(trained), "--training.steps", steps, "--no-progress"]
-        )
-        assert_one_line(code, stderr, [str(student), "trained 6 steps", f"steps {steps}"])
-        assert digests(student) == before
+        for dry in ([], ["--dry-run"]):  # the dry run says what the run would
+            code, stderr = cli(
+                ["merge", "train", str(trained), "--training.steps", steps, "--no-progress", *dry]
+            )
+            assert_one_line(code, stderr, [str(student), "trained 6 steps", f"steps {steps}"])
+            assert digests(student) == before
     finally:
         if hidden.exists():
             hidden.rename(student / "checkpoints")
