@@ -98,14 +98,13 @@ def taught_causal_recipe(root: Path, teachers: dict[str, Path], training: dict[s
 
 def train_causal(recipe_path: Path, name: str, **changes: Any) -> Path:
     """Student ``name`` of the recipe's run, trained with its ``training`` changed by
-    ``changes``; its model directory."""
-    from lmalgebra.distill.pipeline import train_student
+    ``changes`` (as ``merge train`` lays a student's settings over the recipe's: a CE-only
+    student drops the recipe's distillation settings); its model directory."""
+    from lmalgebra.distill.pipeline import train_student, training_of
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.train.config import CausalTrainingSpec
 
     recipe = load_recipe(recipe_path)
-    spec = recipe.training.model_dump() | changes
-    return train_student(recipe, name, CausalTrainingSpec.model_validate(spec), False)
+    return train_student(recipe, name, training_of(recipe, changes, "test"), False)
 
 
 def train_log(model: Path) -> list[dict[str, Any]]:

@@ -169,9 +169,16 @@ def test_bits_per_byte_of_a_model_directory(causal_teacher_dirs, gpt2) -> None:
 
 
 def test_merge_bits_per_byte_scores_the_runs_teachers(causal_run, monkeypatch, capsys) -> None:
+    """Written beside the table of ``merge evaluate`` (whose RDT was computed from it), which
+    it had replaced."""
+    evaluated = causal_run / "evaluation" / "bits_per_byte.csv"
+    evaluated.parent.mkdir(exist_ok=True)
+    evaluated.write_text("as merge evaluate wrote it\n", encoding="utf-8")
     code, err = run_cli(["merge", "bits-per-byte", str(causal_run)], monkeypatch, capsys)
     assert code == 0, err
-    lines = (causal_run / "evaluation" / "bits_per_byte.csv").read_text().splitlines()
+    assert evaluated.read_text(encoding="utf-8") == "as merge evaluate wrote it\n"
+    evaluated.unlink()
+    lines = (causal_run / "evaluation" / "scored_bits_per_byte.csv").read_text().splitlines()
     assert lines[0].startswith("language,model,documents,tokens,unknown_tokens,bytes,chars")
     assert {tuple(ln.split(",")[:2]) for ln in lines[1:]} == {
         (lang, t) for lang in ("xx", "yy") for t in ("bl", "uni", "wp")

@@ -207,7 +207,9 @@ def test_cli_an_unsupported_architecture_is_one_line(
     path = write_llama_gguf(source[0], source[1], tmp_path / "odd.gguf", architecture="bert")
     code, err = _decompose(monkeypatch, capsys, tmp_path, f"gguf:{path}", gpt2_dir, corpus_txt)
     assert_one_line(code, err, ["model 'a'", str(path), "'bert' model", "transformers", "llama"])
-    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+    # refused while the run is planned, from the file's header: the cache is not even made
+    built = (cache / "gguf").iterdir() if (cache / "gguf").is_dir() else []
+    assert [p.name for p in built if not p.name.endswith(".lock")] == []
 
 
 def test_cli_without_the_gguf_package_is_one_line_naming_it(
@@ -274,3 +276,79 @@ def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
     provenance = json.loads((directory / "gguf.json").read_text())
     quantisation = {"smollm2-135m": "MOSTLY_Q4_1", "gemma3-270m": "MOSTLY_Q4_K_M"}[name]
     assert provenance["quantisation"] == quantisation
+
+
+@pytest.mark.parametrize(
+    "damage", ["weights cut short", "config deleted", "record damaged", "a file in its place"]
+)
+def test_a_damaged_dequantised_entry_is_built_again(
+    damage: str, source, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache's model directory is checked against the sizes its ``gguf.json`` records: one
+    damaged since is built again (with a warning), not loaded as it is."""
+    ref = ModelRef.parse(f"gguf:{source[2]}")
+    built = resolve_directory(ref)
+    weights = built / "model.safetensors"
+    if damage == "weights cut short":
+        weights.write_bytes(weights.read_bytes()[:100])
+    elif damage == "config deleted":
+        (built / "config.json").unlink()
+    elif damage == "record damaged":
+        (built / gguf_models.PROVENANCE).write_text("[1, 2", encoding="utf-8")
+    else:
+        shutil.rmtree(built)
+        built.write_text("not a model\n", encoding="utf-8")
+    calls = _counting_builds(monkeypatch)
+    again = resolve_directory(ref)
+    assert again == built and len(calls) == 1
+    assert weights.stat().st_size > 100 and (built / "config.json").is_file()
+    assert resolve_directory(ref) == built and len(calls) == 1  # intact now: kept
+
+
+@pytest.mark.parametrize("blocker", ["file", "link to nothing"])
+def test_a_gguf_cache_directory_in_the_way_is_one_line(
+    blocker: str, source, cache: Path, tmp_path: Path
+) -> None:
+    cache.mkdir()
+    if blocker == "file":
+        (cache / "gguf").write_text("x\n", encoding="utf-8")
+    else:
+        (cache / "gguf").symlink_to(tmp_path / "gone")
+    with pytest.raises(UserInputError, match=f"{cache / 'gguf'} (is a file|is a symbolic link)"):
+        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+
+
+@pytest.mark.parametrize("architecture", ["llama", "bert"])
+def test_a_dry_run_plans_a_gguf_model_without_writing_the_cache(
+    architecture: str,
+    source,
+    tmp_path: Path,
+    cache: Path,
+    gpt2_dir,
+    corpus_txt,
+    monkeypatch,
+    capsys,
+) -> None:
+    """The plan reads the file's configuration and tokenizer, not its dequantised weights: the
+    cache is left as it was (it had been filled by the dry run), and an architecture transformers
+    cannot read is refused by the dry run as by the run."""
+    path = write_llama_gguf(source[0], source[1], tmp_path / "m.gguf", architecture=architecture)
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}", "--dry-run"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, err = run_cli(args, monkeypatch, capsys)
+    if architecture == "llama":
+        assert code == 0, err
+    else:
+        assert_one_line(code, err, ["model 'a'", str(path), "'bert' model"])
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lock_file_that_cannot_be_opened_is_one_line(source, cache: Path, tmp_path: Path) -> None:
+    """The build's lock file beside the entry, a link into a directory that is gone."""
+    digest = hashlib.sha256(source[2].read_bytes()).hexdigest()
+    lock = cache / "gguf" / f".tiny-llama-{digest[:16]}.lock"
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(tmp_path / "gone" / "lock")
+    with pytest.raises(UserInputError, match=f"cannot open the lock file {lock}"):
+        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))

@@ -84,3 +84,37 @@ def test_the_token_maps_of_causal_training(
         mined_map(teacher, student)
     assert str(cache) in str(caught.value)
     _untouched(cache)
+
+
+@pytest.mark.parametrize("part", ["hashes", "spans", "embeddings"])
+@pytest.mark.parametrize("blocker", ["file", "link to nothing"])
+def test_a_cache_directory_below_the_root_in_the_way_is_one_line(
+    part: str, blocker: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path, cli
+) -> None:
+    """The cache's own directories (``hashes/``, ``spans/``, ``embeddings/``) as a file or a
+    link to nothing: one line naming it, where a link had raised ``FileExistsError``."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if blocker == "file":
+        (cache / part).write_text("x\n", encoding="utf-8")
+    else:
+        (cache / part).symlink_to(tmp_path / "gone")
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
+    code, stderr = cli(args)
+    said = "is a file, not a directory" if blocker == "file" else "which does not exist"
+    assert_one_line(code, stderr, [str(cache / part), said])
+
+
+def test_a_write_refused_by_permissions_is_one_line(tmp_path: Path) -> None:
+    """Root writes anywhere, so the refusal is raised by hand: a read-only cache directory or
+    file system ends in one line naming the file."""
+    import errno
+
+    from lmalgebra.storage.disk_space import naming_file
+
+    target = tmp_path / "cache" / "hashes" / "x.hash"
+    refused = pytest.raises(UserInputError, match=f"cannot write {target}: Permission denied")
+    with refused, naming_file(target):
+        raise PermissionError(errno.EACCES, "Permission denied", str(target))

@@ -169,3 +169,47 @@ def test_sigint_to_a_real_process(tmp_path: Path) -> None:
     assert "Traceback" not in stderr, stderr
     assert stderr.rstrip().splitlines()[-1] == INTERRUPTED
     assert not (out / "lmalgebra.json").exists()
+
+
+@pytest.mark.parametrize("cut", ["write_json_atomic", "write_table", "write_text_atomic"])
+def test_evaluate_pos_killed_between_its_files_resumes(
+    cut: str,
+    bert_dir: Path,
+    bert2_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The record (``pos_config.json``) and the tables are two files: stopped after either,
+    the same command resumes, keeping the model it had finished. The record had been written
+    last, so tables without it made a directory the next run refused."""
+    import lmalgebra.evaluate.pos_results as results
+    import lmalgebra.evaluate.pos_tagging as pos
+    from lmalgebra.evaluate.pos_results import PosResult
+
+    evaluated: list[str] = []
+
+    def scored(ref, *args, **kwargs) -> PosResult:  # the tagger is tested elsewhere
+        evaluated.append(ref.name)
+        zeros = dict.fromkeys(PosResult.__dataclass_fields__, 0)
+        return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
+
+    def killed(*args, **kwargs) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pos, "_evaluate", scored)
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
+    args += ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    with monkeypatch.context() as patch:
+        patch.setattr(results, cut, killed)
+        code, stderr = run_cli(args, monkeypatch, capsys)
+    assert code == 130, stderr
+    code, stderr = run_cli(args, monkeypatch, capsys)
+    assert code == 0, stderr
+    # killed before its record, the first model is evaluated again; after it, kept
+    assert evaluated == (["a", "a", "b"] if cut == "write_json_atomic" else ["a", "b"])

@@ -7,9 +7,12 @@ changed). A run directory holding another configuration's run is refused unless 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -257,6 +260,36 @@ def test_overwrite_removes_only_what_a_decomposition_writes(
     code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, merge_run), "--overwrite")
     one_error(code, err, str(merge_run), "examples/", "and 2 more")
     assert digests(merge_run) == before
+
+
+@pytest.mark.parametrize("kept", ["plots/poster.svg", "stats/notes.txt", "sweeps/mine/x.csv"])
+def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
+    kept: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """--overwrite removes the files a decomposition writes, one by one: a user's file kept in
+    one of its directories (``plots/``, ``stats/``) refuses it, named, where the directory had
+    been removed whole with the file inside."""
+    import shutil
+
+    from lmalgebra import Decomposition
+    from lmalgebra.core.errors import UserInputError
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / kept).parent.mkdir(parents=True, exist_ok=True)
+    (out / kept).write_text("mine\n", encoding="utf-8")
+    before = digests(out)
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--overwrite")
+    one_error(code, err, str(out), kept.rsplit("/", 1)[0] if kept.count("/") > 1 else kept)
+    with pytest.raises(UserInputError, match=kept.split("/")[0]):
+        Decomposition.load(finished_run).save(out, overwrite=True)
+    assert digests(out) == before
 
 
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
@@ -582,3 +615,138 @@ def test_each_demo_keeps_to_its_own_directory(
     recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
     one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(out), "a demo's output")
     assert digests(out) == before
+
+
+@contextlib.contextmanager
+def _deadline(seconds: int) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block waits longer than ``seconds``."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"still waiting after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("special", ["fifo", "link", "dangling link"])
+def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
+    special: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """Looking into a FIFO waits for a writer forever; renaming over a link replaces the link.
+    ``report --out``, ``spans --out`` and ``merge init PATH`` refuse both, naming the path."""
+    target = tmp_path / "aimed-at"
+    target.write_text("the file a link names\n", encoding="utf-8")
+    spans = ["spans", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    spans += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    commands = {
+        "report.html": ["report", str(finished_run), "--out"],
+        "list.jsonl": [*spans, "--out"],
+        "merge.yaml": ["merge", "init"],
+    }
+    needle = "not a regular file" if special == "fifo" else "symbolic link"
+    for name, command in commands.items():
+        path = tmp_path / name
+        if special == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(target if special == "link" else tmp_path / "nowhere")
+        with _deadline(60):
+            one_error(*cli(*command, str(path)), str(path), needle)
+        assert path.is_symlink() or stat.S_ISFIFO(path.lstat().st_mode)
+        path.unlink()
+    assert target.read_text(encoding="utf-8") == "the file a link names\n"
+    if special == "fifo":  # a directory output: named for what it is, not "a file"
+        os.mkfifo(tmp_path / "run")
+        args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+        args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "run")]
+        with _deadline(60):
+            one_error(*cli(*args), str(tmp_path / "run"), "a FIFO, socket or device")
+
+
+def test_every_writer_honours_the_lock_the_python_api_too(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """While another run holds a directory, ``Decomposition.save`` of a run read back,
+    ``report`` (which draws its figures into the run) and ``merge bits-per-byte``'s library
+    call are refused naming the holder, and nothing there changes."""
+    import shutil
+    import subprocess
+
+    from lmalgebra import Decomposition
+    from lmalgebra.distill.causal.bits_per_byte import evaluate_bits
+    from lmalgebra.storage.lockfile import DirectoryInUseError
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    loaded = Decomposition.load(finished_run)
+    for held in (tmp_path / "copy", run):
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            before = digests(held)
+            if held == run:
+                one_error(*cli("report", str(run)), str(run), f"pid {holder.pid}")
+                with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                    evaluate_bits(run, [])
+            else:
+                with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                    loaded.save(held)
+            assert digests(held) == before
+        finally:
+            holder.kill()
+            holder.wait()
+    assert Decomposition.load(loaded.save(tmp_path / "copy")).names == loaded.names
+
+
+@pytest.mark.parametrize(
+    ("record", "content"),
+    [("provenance.json", "{not json"), ("provenance.json", '{"hashes": {}, "models": {}}')],
+)
+def test_a_damaged_provenance_does_not_switch_the_input_check_off(
+    record: str,
+    content: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """Over a finished run the inputs are compared with its provenance: a damaged one had been
+    read as "made before it recorded one", and the run replaced on any inputs."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / record).write_text(content, encoding="utf-8")
+    before = digests(out)
+    one_error(*cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out)), record, "damaged")
+    assert digests(out) == before
+
+
+def test_a_damaged_record_of_the_runs_files_is_refused_by_report(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """``summary.json`` records the run's files: a damaged record had switched the check off."""
+    import json
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    key = next(k for k, v in summary.items() if isinstance(v, dict) and "config.yaml" in v)
+    (out / "summary.json").write_text(json.dumps({**summary, key: "x"}), encoding="utf-8")
+    one_error(*cli("report", str(out)), "summary.json", "damaged")

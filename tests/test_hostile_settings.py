@@ -85,3 +85,44 @@ def test_a_constant_kd_weight_under_an_annealed_schedule_is_refused(
         tmp_path, teacher_dirs, training={**training, "lambda_schedule": "constant"}
     )
     assert lmalgebra.merge_plan(constant).train_s.gt(0).all()  # applied: accepted
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+def test_distillation_settings_of_a_run_that_distils_nothing_are_refused(
+    command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``gold_only: true`` beside a temperature of its own: the temperature was recorded, never
+    used. Named with the setting that makes it so."""
+    training = {**TINY_TRAINING, "gold_only": True, "temperature": 2.0}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.temperature 2.0", "ignored", "training.gold_only"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_ce_alone_or_gold_only_refuses_what_only_distillation_reads() -> None:
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    with pytest.raises(
+        UserInputError, match=r"training\.lambda_schedule .constant. .*ignored.*\{ce\}"
+    ):
+        CausalTrainingSpec(objective_mix={"ce": 1.0}, lambda_schedule="constant", lambda_value=0.3)
+    with pytest.raises(UserInputError, match=r"objective_mix would be ignored.*gold_only"):
+        CausalTrainingSpec(objective_mix={"alm": 1.0}, gold_only=True)
+
+
+def test_a_baseline_beside_a_recipes_distilled_students_drops_their_kd_settings(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``--training.gold_only`` over a recipe that distils at temperature 2 trains the baseline,
+    recording the settings it ran with, not the distilled students' temperature."""
+    from lmalgebra.distill.pipeline import training_of
+    from lmalgebra.distill.recipe import load_recipe
+
+    training = {**TINY_TRAINING, "temperature": 2.0, "lambda_schedule": "constant"}
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, training=training))
+    spec = training_of(recipe, {"gold_only": True}, "--training")
+    assert spec.gold_only and spec.temperature == 1.0 and spec.lambda_schedule == "linear"
+    assert training_of(recipe, {}, "--training").temperature == 2.0

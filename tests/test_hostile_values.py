@@ -46,6 +46,16 @@ RECIPES = {
     ),
     "nan_dropout": ({"student": {**TINY_STUDENT, "dropout": float("nan")}}, ["dropout", "nan"]),
     "nan_masking": ({"masking": {"probability": float("nan")}}, ["masking.probability", "nan"]),
+    # YAML's true where an integer or a number is promised: pydantic had read it as 1
+    "bool_steps": (
+        {"training": {**TINY_TRAINING, "steps": True}},
+        ["training.steps", "a boolean is no integer", "True"],
+    ),
+    "bool_learning_rate": (
+        {"training": {**TINY_TRAINING, "lr": True}},
+        ["training.lr", "a boolean is no number", "True"],
+    ),
+    "bool_top_k": ({"top_k": True}, ["top_k", "a boolean is no integer", "True"]),
 }
 
 

@@ -4,10 +4,12 @@ by its shards, and a whole set deleted by the recipe that says it belongs there,
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hostile_helpers import assert_one_line, built_store, digests
 
@@ -64,3 +66,51 @@ def test_a_run_not_yet_taught_is_not_called_damaged(built: Path, tmp_path: Path,
         shutil.rmtree(run / part)
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
+
+
+def _edit_manifest(path: Path, **fields: object) -> None:
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**manifest, **fields}), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"shards": []}, "marked complete but lists no shards"),
+        ({"shards": [{"rows": 3}]}, "damaged"),
+        ({"shards": 7}, "damaged"),
+        ({"complete": "no"}, "incomplete"),
+    ],
+    ids=["no_shards", "record_without_checksum", "not_a_list", "complete_as_a_string"],
+)
+def test_a_manifest_later_stages_could_not_read_fails_verify(
+    fields: dict, said: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """What verify passes, training reads: a teacher store marked complete that lists no shards
+    (or damaged records) had passed verify, then crashed ``merge train``."""
+    shutil.copytree(built.parent, tmp_path / "copy")
+    run, recipe = tmp_path / "copy" / "run", tmp_path / "copy" / "recipe.yaml"
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    manifest = run / "topk" / "yy" / "sp" / "manifest.json"
+    _edit_manifest(manifest, **fields)
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest.parent), said])
+    assert digests(run) == before
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(manifest.parent), "merge teach"])
+
+
+def test_a_store_of_other_shards_than_its_copies_fails_verify(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """The teacher's outputs are read row by row beside the copies they were computed from."""
+    run = tmp_path / "run"
+    shutil.copytree(built, run)
+    manifest = run / "topk" / "yy" / "sp" / "manifest.json"
+    shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
+    _edit_manifest(manifest, shards=shards[:-1])
+    (manifest.parent / f"shard-{len(shards) - 1:05d}.arrow").unlink()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest.parent), str(run / "masked" / "yy" / "sp")])

@@ -18,7 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import lmalgebra
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
-from hostile_helpers import ANSI, run_cli
+from hostile_helpers import ANSI, assert_one_line, run_cli
 from lmalgebra.api.merge import merge_plan
 from lmalgebra.cli import main
 from lmalgebra.distill.masked.student_model import build_masked_lm
@@ -274,3 +274,16 @@ def test_a_causal_recipe_without_a_student_tokenizer_plans_its_store(
     plan = merge_plan(write_causal_recipe(tmp_path, causal_teacher_dirs))
     assert plan.train_s.isna().all()  # `merge train` would refuse it: no estimate
     assert (plan.teach_s > 0).all() and (plan.evaluate_s > 0).all()
+
+
+def test_the_dry_run_refuses_what_training_refuses(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A ``training.teachers`` naming no teacher of the recipe had been planned (timed, exit 0),
+    then refused by ``merge train``: the dry run says what the run would."""
+    training = {**TINY_TRAINING, "teachers": ["nope"]}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    for command in (["train", str(recipe), "--dry-run"], ["train", str(recipe)]):
+        code, stderr = cli(["merge", *command, "--no-progress"])
+        assert_one_line(code, stderr, ["training.teachers", "'nope'"])
+    assert not (tmp_path / "run").exists()

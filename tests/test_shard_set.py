@@ -146,8 +146,8 @@ def test_corrupt_manifest_is_recomputed_with_a_log_line(
     with caplog.at_level(logging.WARNING, logger="lmalgebra"):
         assert shards.plan(COUNT) == list(range(COUNT))
     assert f"manifest {tmp_path / 'manifest.json'} is corrupt" in caplog.text
-    incomplete = f"{tmp_path}: incomplete (run the stage again to finish it)"
-    assert ShardSet.existing(tmp_path).problems() == [incomplete]
+    damaged = f"{tmp_path / 'manifest.json'}: damaged (run the stage again to rebuild the set)"
+    assert ShardSet.existing(tmp_path).problems() == [damaged]
 
 
 def _leave_parts(directory: Path, owners: dict[int, list[int]]) -> None:

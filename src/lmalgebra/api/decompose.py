@@ -142,7 +142,7 @@ def plan_frame(
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
     with library_call():
-        plan, shapes = plan_for(config, given)
+        plan, shapes = plan_for(config, given, dry=True)
         unknown = [s.name for s in shapes if s.width <= 0]
         if unknown:
             raise UserInputError(

@@ -29,6 +29,7 @@ from lmalgebra.lmd.run.pipeline import RunResult
 from lmalgebra.lmd.rundir.files import read_summary
 from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PAIRWISE_HEATMAP
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, remove_run_files
 
 
@@ -187,13 +188,19 @@ class Decomposition:
 
     def _copy_to(self, target: Path, overwrite: bool) -> Path:
         assert self.run_dir is not None
-        if target.exists() and any(target.iterdir()):
-            if not overwrite:
-                raise UserInputError(f"{target} is not empty: pass overwrite=True to replace it")
-            remove_run_files(target, "decomposition", OWNED)  # refuses a user's own files
-        shutil.copytree(
-            self.run_dir, target, ignore=shutil.ignore_patterns(LOCK_NAME, ".*"), dirs_exist_ok=True
-        )
+        with run_directory_lock(target, "decompose"):  # as a run there would hold it
+            if any(p.name != LOCK_NAME for p in target.iterdir()):
+                if not overwrite:
+                    raise UserInputError(
+                        f"{target} is not empty: pass overwrite=True to replace it"
+                    )
+                remove_run_files(target, "decomposition", OWNED)  # refuses a user's own files
+            shutil.copytree(
+                self.run_dir,
+                target,
+                ignore=shutil.ignore_patterns(LOCK_NAME, ".*"),
+                dirs_exist_ok=True,
+            )
         return target
 
     @library_entry

@@ -108,7 +108,8 @@ class MergeRun:
         context: int | None = None,
     ) -> pd.DataFrame:
         """Bits per byte and per character of causal LMs on each language's held-out examples
-        (``lmalgebra merge bits-per-byte``), written to ``evaluation/bits_per_byte.csv``.
+        (``lmalgebra merge bits-per-byte``), written to ``evaluation/scored_bits_per_byte.csv``
+        (beside ``merge evaluate``'s ``bits_per_byte.csv``, which it leaves as it is).
 
         ``models``: name -> path, or references as on the command line (``[NAME=]PATH``);
         default the run's causal teachers. ``context``: tokens per sliding window (default the
@@ -279,9 +280,13 @@ def merge_plan(
     *,
     training: TrainingSpec | Mapping[str, Any] | None = None,
     stages: Sequence[str] | str = STAGES,
+    student: str = "student",
+    restart: bool = False,
 ) -> pd.DataFrame:
     """What :func:`merge` would do with ``recipe``, found before anything runs; nothing is
-    written and no teacher weights are read (``lmalgebra merge ... --dry-run``).
+    written and no teacher weights are read (``lmalgebra merge ... --dry-run``). Refused as
+    the run would refuse it, ``student`` (trained unless ``restart``) included: fewer
+    ``training.steps`` than it has trained.
 
     One row per (language, teacher): ``examples`` (``heldout`` of them), input ``tokens`` and
     ``predicted_tokens`` (masked tokens, or every token of a causal teacher) of the teacher's
@@ -299,4 +304,5 @@ def merge_plan(
     config = recipe_of(recipe)
     chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
-    return pd.DataFrame(plan(config, spec, [s for s in RUN_STAGES if s in chosen]))
+    runs = [s for s in RUN_STAGES if s in chosen]
+    return pd.DataFrame(plan(config, spec, runs, None if restart else student))

@@ -122,11 +122,17 @@ def merge_run(recipe: RecipeArg, progress: ProgressOpt = True, dry_run: DryRunOp
     console.print(f"next: lmalgebra merge train {recipe}")
 
 
-def _print_plan(config: Any, stages: list[str], training: dict[str, Any] | None = None) -> None:
+def _print_plan(
+    config: Any,
+    stages: list[str],
+    training: dict[str, Any] | None = None,
+    student: str = "student",
+    restart: bool = False,
+) -> None:
     """The dry run: ``lmalgebra.api.merge.merge_plan`` as two tables, counts and times."""
     from lmalgebra.api.merge import merge_plan
 
-    found = merge_plan(config, training=training, stages=stages)
+    found = merge_plan(config, training=training, stages=stages, student=student, restart=restart)
     for table in plan_tables(found, config.output_dir, stages):
         console.print(table)
 
@@ -152,7 +158,7 @@ def merge_train(
     config = recipe_of(recipe)
     training = overrides.get("training", {})
     if dry_run:
-        _print_plan(config, ["train"], training)
+        _print_plan(config, ["train"], training, name, restart)
         return
     students = {name: training}
     run = merge(config, ["train"], students=students, restart=restart, progress=progress)

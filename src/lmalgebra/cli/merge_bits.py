@@ -27,6 +27,7 @@ def merge_bits_per_byte(
 ) -> None:
     """Bits per byte and per character of causal LMs on each language's held-out examples."""
     from lmalgebra.api.merge import MergeRun
+    from lmalgebra.distill.causal.bits_per_byte import SCORED
     from lmalgebra.distill.layout import RunLayout
 
     run = MergeRun.load(run_dir)
@@ -38,4 +39,5 @@ def merge_bits_per_byte(
             f"{row.unknown_tokens} unknown tokens)",
             highlight=False,
         )
-    console.print(f"written to [bold]{RunLayout(run.run_dir).evaluation}[/bold]")
+    written = RunLayout(run.run_dir).evaluation / SCORED.file
+    console.print(f"written to [bold]{written}[/bold]")

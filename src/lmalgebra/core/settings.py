@@ -10,10 +10,13 @@ turns it, wherever the class is built (``TrainingSpec(steps=-1)``, ``model_valid
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
 from lmalgebra.core.errors import UserInputError
@@ -40,6 +43,43 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     return f"{source}: key {key!r}: {first['msg']}{shown}"
 
 
+_SEQUENCES = (list, tuple, set, frozenset)
+
+
+def _bool_for_number(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` holds a boolean where ``annotation`` promises a number and no boolean
+    (``steps: true``, ``layers: [true, 2]``): pydantic takes ``True`` for ``1``."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _bool_for_number(typing.get_args(annotation)[0], value)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if isinstance(value, bool):
+            return not any(_admits_bool(a) for a in options) and any(
+                _admits_number(a) for a in options
+            )
+        return any(_bool_for_number(a, value) for a in options if typing.get_origin(a))
+    if isinstance(value, bool):
+        return _admits_number(annotation) and not _admits_bool(annotation)
+    if isinstance(value, _SEQUENCES) and origin in (*_SEQUENCES, typing.Sequence):
+        items = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return any(_bool_for_number(a, v) for a in items for v in value)
+    return False
+
+
+def _number_name(annotation: Any) -> str:
+    """``integer`` or ``number``, as the field promises."""
+    return "number" if "float" in str(annotation) else "integer"
+
+
+def _admits_number(annotation: Any) -> bool:
+    return annotation in (int, float)
+
+
+def _admits_bool(annotation: Any) -> bool:
+    return annotation is bool or annotation is Any
+
+
 class SettingsError(UserInputError, ValueError):
     """A settings class built from a bad value: one line; ``validation`` is pydantic's error."""
 
@@ -61,6 +101,18 @@ class Settings(BaseModel):
     # models that hold it, goes on calling the validator directly, not this method, so only the
     # outermost settings class a user builds words the error
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """A boolean where a number is promised is refused, not read as 0 or 1 (a YAML
+        ``steps: yes``, ``seed: true``)."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and _bool_for_number(field.annotation, value):
+            raise PydanticCustomError(
+                "bool_for_number", f"a boolean is no {_number_name(field.annotation)}"
+            )
+        return value
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:

@@ -14,6 +14,19 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 
 
+def absent(path: Path) -> str:
+    """Why ``path``, which does not exist, is not there, as a message ends: ``does not exist``,
+    or for a link to nothing ``is a symbolic link to TARGET, which does not exist`` (not "a
+    file", nor a name to look up elsewhere)."""
+    if path.is_symlink():
+        try:
+            target = str(path.readlink())
+        except OSError:
+            target = "a path"
+        return f"is a symbolic link to {target}, which does not exist"
+    return "does not exist"
+
+
 def require_file(path: Path, what: str) -> Path:
     """``path`` if it is an existing regular file (or a link to one); else UserInputError."""
     if path.is_file():
@@ -22,7 +35,7 @@ def require_file(path: Path, what: str) -> Path:
         raise UserInputError(f"{what} {path} is a directory, not a file")
     if path.exists():
         raise UserInputError(f"{what} {path} is not a regular file")
-    raise UserInputError(f"{what} {path} does not exist")
+    raise UserInputError(f"{what} {path} {absent(path)}")
 
 
 def require_directory(path: Path, what: str) -> Path:
@@ -31,7 +44,7 @@ def require_directory(path: Path, what: str) -> Path:
         return path
     if path.exists():
         raise UserInputError(f"{what} {path} is a file, not a directory")
-    raise UserInputError(f"{what} {path} does not exist")
+    raise UserInputError(f"{what} {path} {absent(path)}")
 
 
 def decode_utf8(data: bytes, path: Path, what: str) -> str:

@@ -117,7 +117,11 @@ def loss_students(
     """One student per loss and seed: name -> the keys of ``training`` it overrides (``losses``:
     name -> objective mix and lambda; everything else the same for all)."""
     return {
-        student_name(loss, seed): {"objective_mix": mix, "lambda_value": weight, "seed": seed}
+        student_name(loss, seed): {
+            "objective_mix": mix,
+            **({} if "ce" in mix else {"lambda_value": weight}),  # CE alone weighs no KD term
+            "seed": seed,
+        }
         for loss, (mix, weight) in losses.items()
         for seed in plan.seeds
     }

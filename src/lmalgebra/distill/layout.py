@@ -179,6 +179,17 @@ def read_marker(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / MARKER, "model directory marker")
 
 
+def saved_steps(directory: Path) -> int:
+    """The training steps the complete model directory records (0: none, or no such model)."""
+    if not is_complete(directory):
+        return 0
+    try:
+        steps = read_marker(directory).get("training", {}).get("steps", 0)
+    except (UserInputError, AttributeError):
+        return 0
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
+
+
 def model_damage(directory: Path) -> str | None:
     """Why the complete model directory cannot be trusted (a file its marker lists is missing
     or no longer has the sha256 recorded when it was written), or None. A marker of an older

@@ -15,7 +15,7 @@ from typing import Any
 
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.layout import RunLayout, is_complete
+from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MergeRecipe, load_recipe
@@ -23,7 +23,9 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
 from lmalgebra.storage.output_paths import check_directory
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.checkpoint import checkpointed_step
+from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
+from lmalgebra.train.loop import refuse_fewer_steps
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -40,7 +42,13 @@ def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) 
     """The recipe's training settings with ``overrides`` (keys of ``training``) laid over them,
     validated as the recipe's own training section; ``source`` names the overrides in messages."""
     spec = type(recipe.training)
-    return validate(spec, {**recipe.training.model_dump(), **overrides}, source)
+    base = recipe.training.model_dump()
+    if kd_free(dict(overrides)):
+        # a baseline beside the recipe's distilled students: their distillation settings are
+        # not this run's (and would be refused as ignored)
+        dropped = {*KD_SETTINGS, *(["objective_mix"] if overrides.get("gold_only") else [])}
+        base = {k: v for k, v in base.items() if k not in dropped}
+    return validate(spec, {**base, **overrides}, source)
 
 
 def run_stages(
@@ -97,20 +105,31 @@ def evaluate_students(
 
 
 def plan(
-    recipe: MergeRecipe, training: TrainingSpec | None = None, stages: Sequence[Stage] = STAGES
+    recipe: MergeRecipe,
+    training: TrainingSpec | None = None,
+    stages: Sequence[Stage] = STAGES,
+    student: str | None = None,
 ) -> list[dict[str, Any]]:
     """The run planned before anything runs (``--dry-run``); ``training``: the student's
     settings (default the recipe's). ``stages``: those the run would run, refused as
     ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
-    output directory the run would refuse (a file, another kind of output) is refused alike."""
+    output directory the run would refuse (a file, another kind of output) is refused alike,
+    and so is training ``student`` (None: not checked, ``--restart``) to fewer steps than it
+    has trained."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
+    spec = training or recipe.training
+    if student is not None and "train" in runnable:
+        layout = RunLayout(recipe.output_dir)
+        done = layout.student(student) / "checkpoints"
+        reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
+        refuse_fewer_steps(reached, spec.steps, layout.student(student))
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
-    rows = objective.plan(training or recipe.training)
+    rows = objective.plan(spec)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
 
 

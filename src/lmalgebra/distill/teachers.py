@@ -26,6 +26,7 @@ from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import read_text
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -132,8 +133,10 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
     """The language model in ``directory`` with its ``head`` (``AutoModelForMaskedLM`` or
     ``AutoModelForCausalLM``), in eval mode; ``role``: what messages call it.
 
-    Refused when ``config.json`` names the other head, and when head weights are missing from
-    the files: a randomly initialised head would produce confident nonsense."""
+    Refused when ``config.json`` names the other head, when head weights are missing from the
+    files (a randomly initialised head would produce confident nonsense), and when any other
+    weight is missing or found no place in the model (it would be random, or the files describe
+    another model)."""
     import transformers
 
     auto, what, command = _HEADS[head]
@@ -150,14 +153,16 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
             f"{owner}: cannot load a {what} from {directory}: {load_failure(err)}"
         ) from err
     model, info = loaded
+    base = getattr(model, "base_model_prefix", "")
     missing = sorted(info.get("missing_keys", []))
-    if missing:
+    if missing and not any(key.startswith(f"{base}.") for key in missing):
         shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
         raise UserInputError(
             f"{owner}: {directory} has no trained {what.replace(' ', '-')} head "
             f"(missing weights: {shown}); "
             f"pre-train one with `{command}` or use another"
         )
+    refuse_incomplete(owner, directory, model, info)
     return model.eval()
 
 

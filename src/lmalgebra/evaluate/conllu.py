@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import absent, read_text
 from lmalgebra.storage.atomic import write_text_atomic
 
 Sentence = list[tuple[str, str]]
@@ -91,7 +91,8 @@ def find_splits(directory: Path) -> TreebankSplits:
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise UserInputError(f"treebank directory {directory} does not exist")
+        why = "is a file, not a directory" if directory.exists() else absent(directory)
+        raise UserInputError(f"treebank directory {directory} {why}")
     found: dict[str, Path] = {}
     for split in SPLITS:
         patterns = (f"*-ud-{split}.conllu", f"{split}.conllu", split)

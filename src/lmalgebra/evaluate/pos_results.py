@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import Table, format_cell, write_table
 from lmalgebra.storage.output_paths import claim_run_directory
@@ -44,7 +45,13 @@ def write_results(
 ) -> None:
     """``pos_results.csv``, ``pos_results.md`` and (given settings) ``pos_config.json``, which
     also keeps every result at full precision (the tables round to 4 decimals) for a resumed
-    evaluation (:func:`finished_results`)."""
+    evaluation (:func:`finished_results`).
+
+    ``pos_config.json`` goes first: it is what a run of the same evaluation recognises and
+    resumes from, and the tables are made again from it. Written last, a run killed between
+    the files had left tables without their record: a directory the next run refused."""
+    if settings is not None:
+        write_json_atomic(out / CONFIG, {**settings, "results": [asdict(r) for r in results]})
     write_table(out, RESULTS, results)
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
@@ -52,8 +59,6 @@ def write_results(
         cells = (str(format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan)) for n in names)
         lines.append("| " + " | ".join(cells) + " |")
     write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
-    if settings is not None:
-        write_json_atomic(out / CONFIG, {**settings, "results": [asdict(r) for r in results]})
 
 
 def _recorded(out: Path) -> dict[str, Any] | None:
@@ -89,6 +94,12 @@ def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> No
     refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
     config = _recorded(out)
     recorded = config.get("identity") if config is not None else None
+    if (out / CONFIG).exists() and not isinstance(recorded, dict) and not overwrite:
+        raise UserInputError(
+            f"{out / CONFIG} is damaged (no identity of an evaluation can be read from it): "
+            "the evaluation there cannot be compared with this one; restore it, write to "
+            "another directory, or pass --overwrite to replace the evaluation"
+        )
     finished = config is not None and bool(config.get("finished"))
     claim_run_directory(
         out,

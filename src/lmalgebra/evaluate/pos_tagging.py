@@ -41,6 +41,7 @@ from lmalgebra.lmd.embeddings.embed import max_tokens
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,
+    check_architecture,
     check_layer,
     load_model,
     load_tokenizer,
@@ -410,12 +411,16 @@ def evaluation_identity(
 ) -> dict[str, Any]:
     """What makes an evaluation this one: the sha256 of each treebank file, each model's
     fingerprint (weights, tokenizer, config), the mode and the options (less progress). The
-    weights are hashed on each run (no cache: reading them is small beside training a tagger)."""
+    weights are hashed on each run (no cache: reading them is small beside training a tagger).
+    A model of an architecture transformers cannot take is refused here, before any tagger."""
+    directories = {ref.name: resolve_directory(ref) for ref in refs}
+    for ref in refs:
+        check_architecture(ref, directories[ref.name])
     return {
         "treebank": {
             split: sha256_file(getattr(splits, split)) for split in ("train", "dev", "test")
         },
-        "models": {ref.name: fingerprint(ref, resolve_directory(ref)) for ref in refs},
+        "models": {ref.name: fingerprint(ref, directories[ref.name]) for ref in refs},
         "mode": mode,
         "options": options.model_dump(mode="json", exclude={"progress"}),
     }

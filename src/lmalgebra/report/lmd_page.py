@@ -44,6 +44,7 @@ from lmalgebra.report.page import (
 )
 from lmalgebra.stats.clustering import cluster_order
 from lmalgebra.storage.csv_tables import read_table
+from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
 NEGATIVE_R2 = (
@@ -309,7 +310,8 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     target = out if out is not None else run_dir / REPORT
     check_file(target, "report file", lambda head: TITLE.encode() in head)
     summary = read_summary(run_dir)
-    with tidy_on_failure(run_dir), tidy_on_failure(target.parent, deep=False):
+    # the figures go into the run: not while a run writes there (--overwrite, say)
+    with run_directory_lock(run_dir, "report"), tidy_on_failure(target.parent, deep=False):
         return _write(run_dir, target, summary)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.figures import canvas
 from lmalgebra.selection.teacher_sets import Selection
@@ -138,6 +139,15 @@ def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> Non
         summary = None
     except (OSError, ValueError):
         summary = {}
+    damaged = summary is not None and not isinstance(
+        summary.get("identity") if isinstance(summary, dict) else None, dict
+    )
+    if damaged and not overwrite:
+        raise UserInputError(
+            f"{out / SUMMARY} is damaged (no identity of a selection can be read from it): "
+            "the selection there cannot be compared with this one; restore it, write to "
+            "another directory, or pass --overwrite to replace the selection"
+        )
     if summary is None:  # nothing finished: a selection's own files are made again, others refused
         recorded: dict[str, Any] | None = identity if holds_only(out, OWNED) else None
     else:

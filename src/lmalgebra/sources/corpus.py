@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import absent, read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
             name = str(asset_path(name.removeprefix(PACKAGE_PREFIX)))
         path = Path(name).expanduser()
         if not path.exists():
-            raise UserInputError(f"corpus {path} does not exist")
+            raise UserInputError(f"corpus {path} {absent(path)}")
         found.append((language, path))
     return found
 

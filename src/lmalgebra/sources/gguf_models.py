@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.remote_code import load_failure
+from lmalgebra.core.text_files import absent
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
@@ -103,7 +106,7 @@ def gguf_directory(
             raise ValueError("a GGUF in parts needs its expected sha256")
         sha256 = sha256_file(parts[0])
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir():
+    if target.is_dir() and _intact(target):
         return target
     _gguf_package(owner)  # before joining hundreds of MB
 
@@ -114,19 +117,70 @@ def gguf_directory(
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = _versions()
+        provenance["files"] = {p.name: p.stat().st_size for p in sorted(made.iterdir())}
         (made / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
         return made
 
-    return build_once(target, build, f"{owner} ({name}, dequantised)")
+    return build_once(target, build, f"{owner} ({name}, dequantised)", _intact)
 
 
-def file_directory(path: str, owner: str) -> Path:
-    """``gguf:PATH``'s model directory (``path`` without the prefix)."""
+def _intact(directory: Path) -> bool:
+    """Whether a dequantised model directory is as it was built: its :data:`PROVENANCE`
+    readable, and every file it lists there at the size it had (a file deleted or cut short
+    since, a damaged record: built again). Entries from before the list are checked for a
+    configuration and weights."""
+    try:
+        provenance = read_provenance(directory)
+    except (OSError, ValueError, TypeError):
+        return False
+    if provenance is None:
+        return False
+    files = provenance.get("files")
+    if not isinstance(files, dict):
+        return (directory / "config.json").is_file() and any(directory.glob("*.safetensors"))
+    for file, size in files.items():
+        path = directory / str(file)
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+    return True
+
+
+def file_directory(path: str, owner: str, weights: bool = True) -> Path:
+    """``gguf:PATH``'s model directory (``path`` without the prefix). ``weights=False`` (a dry
+    run): its configuration and tokenizer alone, from the cache when it holds the model, else
+    read from the file into a temporary directory: a plan writes nothing to the cache."""
     file = Path(path).expanduser()
     if not file.is_file():
-        what = "is a directory, not a GGUF file" if file.is_dir() else "does not exist"
+        what = "is a directory, not a GGUF file" if file.is_dir() else absent(file)
         raise UserInputError(f"{owner}: GGUF file {path} {what}")
+    if not weights:
+        return _planning_directory(file, owner)
     return gguf_directory([file], file.name, None, owner, "")
+
+
+def _planning_directory(file: Path, owner: str) -> Path:
+    """The dequantised model of ``file`` when the cache holds it intact; else a temporary
+    directory (removed when the process ends) holding the configuration and tokenizer the file
+    describes, its architecture checked as a build checks it, nothing dequantised."""
+    import atexit
+    import tempfile
+
+    target = _cache_directory(file.stem, sha256_file(file))
+    if target.is_dir() and _intact(target):
+        return target
+    gguf_header(file, owner)  # an architecture transformers cannot read: refused here too
+    from transformers import AutoConfig, AutoTokenizer
+
+    made = Path(tempfile.mkdtemp(prefix="lmalgebra-gguf-plan-"))
+    atexit.register(shutil.rmtree, made, True)
+    try:
+        AutoConfig.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
+        AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: transformers cannot load {file}: {load_failure(err)}"
+        ) from err
+    return made
 
 
 def read_provenance(directory: Path) -> dict[str, Any] | None:
@@ -160,12 +214,15 @@ def _dequantise(path: Path, out: Path, owner: str) -> None:
         causal = type(config) in AutoModelForCausalLM._model_mapping
         auto: Any = AutoModelForCausalLM if causal else AutoModel
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = auto.from_pretrained(
+        model, info = auto.from_pretrained(
             folder,
             gguf_file=name,
             dtype=torch.float32,
             quantization_config=GgufConfig(dequantize=True),
+            output_loading_info=True,
         )
+        # tensors that do not match the declared architecture would load as a fresh model
+        refuse_incomplete(owner, path, model, info)
     except UserInputError:
         raise
     except Exception as err:

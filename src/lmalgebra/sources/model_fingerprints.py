@@ -1,7 +1,8 @@
 """Fingerprints of models: hashes of what changes the numbers (weights, tokenizer, config).
 
-Weight hashes are memoised by file path, size and modification time, so a large model is read
-once per change, not once per run. A model dequantised from a GGUF file also records that file's
+Weight hashes are memoised by file path, size, modification and change times and inode, so a
+large model is read once per change, not once per run, and an edit whose modification time was
+set back is still seen. A model dequantised from a GGUF file also records that file's
 sha256 and quantisation.
 """
 
@@ -30,10 +31,19 @@ def _onnx_files(path: Path) -> list[Path]:
     return [path, *(p for p in extra if p.is_file())]
 
 
+def _stat_key(path: Path) -> list[int]:
+    """What changes whenever ``path``'s bytes do: size, modification and change times, inode
+    and device. The modification time alone can be set back (``touch -d``, ``cp -p``, an
+    unpacked archive) after an edit of the same size; the change time is set by the kernel on
+    every write and cannot be."""
+    found = path.stat()
+    return [found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino, found.st_dev]
+
+
 def _memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
     if not files:
         return sha256_json([])
-    stamp = sha256_json([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(files)])
+    stamp = sha256_json([[str(f), *_stat_key(f)] for f in sorted(files)])
     memo = memo_dir / f"{stamp}.hash" if memo_dir else None
     if memo is not None and memo.is_file():
         memoised = memo.read_text().strip()

@@ -2,8 +2,8 @@
 
 A reference is resolved to a local path first (a hub snapshot lands in the Hugging Face cache, a
 GGUF file is dequantised into a model directory in the lmalgebra cache), so every loader reads a
-plain directory and the weights hash is always a hash of files, computed once and memoised by size
-and mtime.
+plain directory and the weights hash is always a hash of files, computed once and memoised by size,
+times and inode.
 Three kinds: a Hugging Face model (a directory), an ONNX encoder (a ``.onnx`` file run with
 onnxruntime and a named tokenizer), and precomputed embeddings (a file of vectors, one per span).
 """
@@ -19,13 +19,17 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.settings import Settings
+from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import SUFFIXES as PRECOMPUTED_SUFFIXES
+from lmalgebra.storage.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +48,11 @@ TOKENIZER_FILES = (
 )
 _FILE_SUFFIXES = (".onnx", *PRECOMPUTED_SUFFIXES)
 
+_AUTO_KINDS = {
+    "AutoModel": "base model",
+    "AutoModelForCausalLM": "causal language model",
+    "AutoModelForMaskedLM": "masked language model",
+}
 ModelKind = Literal["transformers", "onnx", "precomputed", "memory"]
 _KIND_PREFIXES: dict[str, ModelKind] = {"onnx:": "onnx", "precomputed:": "precomputed"}
 
@@ -159,7 +168,8 @@ class ModelRef(Settings):
 def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     """The local path of the model: its directory (a hub snapshot is downloaded if needed), or
     the file itself for ONNX and precomputed models. ``weights=False``: a hub snapshot of the
-    tokenizer files and ``config.json`` alone (enough to plan a run)."""
+    tokenizer files and ``config.json`` alone, or a GGUF file's configuration and tokenizer
+    without dequantising it into the cache (enough to plan a run)."""
     if ref.kind == "memory":
         raise UserInputError(
             f"model {ref.name!r} was a Python object given to lmalgebra.decompose(): "
@@ -172,8 +182,10 @@ def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     if ref.path.startswith(PACKAGE_PREFIX):
         return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
     if ref.path.startswith(GGUF_PREFIX):
-        return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}")
+        return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}", weights)
     local = Path(ref.path).expanduser()
+    if local.is_symlink() and not local.exists():  # no hub id: a link to nothing
+        raise UserInputError(f"model {ref.name!r}: {ref.path} {absent(local)}")
     if local.is_dir():
         if not (local / "config.json").is_file():
             raise UserInputError(
@@ -193,7 +205,7 @@ def _local_file(ref: ModelRef, what: str) -> Path:
         return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
     path = Path(ref.path).expanduser()
     if not path.exists():
-        raise UserInputError(f"model {ref.name!r}: {what} {ref.path} does not exist")
+        raise UserInputError(f"model {ref.name!r}: {what} {ref.path} {absent(path)}")
     return path
 
 
@@ -245,6 +257,8 @@ def resolve_tokenizer(source: str, owner: str) -> Path:
     if source.startswith(GGUF_PREFIX):
         return file_directory(source.removeprefix(GGUF_PREFIX), owner)
     local = Path(source).expanduser()
+    if local.is_symlink() and not local.exists():
+        raise UserInputError(f"{owner}: tokenizer {source} {absent(local)}")
     if local.is_dir():
         return local
     if local.exists():
@@ -317,6 +331,8 @@ def load_model(
     device_map: str | None = None,
 ) -> Any:
     """The bare ``AutoModel`` (hidden states) in eval mode on ``device``; random weights if asked.
+    A model whose files lack weights it uses, or hold weights it has no place for, is refused
+    (:func:`~lmalgebra.sources.loaded_weights.refuse_incomplete`).
 
     Weights are float32 unless ``weights_dtype`` is ``bfloat16`` (half the memory of a model too
     large for one device; its forward pass is then bfloat16). Otherwise lower precision is the
@@ -351,9 +367,15 @@ def load_model(
             model = AutoModel.from_config(config, trust_remote_code=ref.trust_remote_code)
             model = model.to(dtype)
         else:
-            model = AutoModel.from_pretrained(
-                directory, dtype=dtype, trust_remote_code=ref.trust_remote_code, **placement
+            model, info = AutoModel.from_pretrained(
+                directory,
+                dtype=dtype,
+                trust_remote_code=ref.trust_remote_code,
+                output_loading_info=True,
+                **placement,
             )
+            # hidden states are all that is read: a pooler the files lack goes unused
+            refuse_incomplete(f"model {ref.name!r}", directory, model, info, unused=("pooler",))
     except UserInputError:
         raise
     except Exception as err:
@@ -363,6 +385,64 @@ def load_model(
     if getattr(model, "hf_device_map", None) is not None:
         return model.eval()  # placed layer by layer: left where Accelerate put it
     return model.to(device).eval()
+
+
+def check_architecture(
+    ref: ModelRef,
+    directory: Path,
+    auto: str = "AutoModel",
+    owner: str | None = None,
+    memo_dir: Path | None = None,
+    remember: bool = True,
+) -> None:
+    """Refuse a model whose configuration transformers cannot read, or whose architecture has
+    no ``auto`` form (``AutoModel``, ``AutoModelForCausalLM``...), from ``config.json`` alone:
+    planned and checked before any work, by a dry run too, rather than found when its weights
+    are loaded after the run's other models. A model allowed to run its own code
+    (``trust_remote_code``) may bring an architecture of its own: it is left to its load, so
+    that none of its code runs before then. ``owner`` starts the message.
+
+    ``memo_dir``: where a passed check is remembered (``remember``; a dry run only reads),
+    keyed on ``config.json`` as it is and the transformers release, so a run whose embeddings
+    are all cached does not import transformers to check again."""
+    if ref.kind != "transformers" or ref.trust_remote_code:
+        return
+    memo = _architecture_memo(directory, auto, memo_dir)
+    if memo is not None and memo.is_file():
+        return
+    import transformers
+    from transformers import AutoConfig
+
+    owner = owner or f"model {ref.name!r}"
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: transformers cannot read the configuration in {directory}: "
+            f"{load_failure(err)}"
+        ) from err
+    if type(config) not in getattr(transformers, auto)._model_mapping:
+        kind = _AUTO_KINDS.get(auto, auto)
+        raise UserInputError(
+            f"{owner}: transformers has no {kind} for the {config.model_type!r} architecture "
+            f"of {directory}"
+        )
+    if memo is not None and remember:
+        write_text_atomic(memo, "checked\n")
+
+
+def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Path | None:
+    """Where a passed :func:`check_architecture` of ``directory`` is remembered (None: nowhere,
+    or no ``config.json`` to key it on)."""
+    config = directory / "config.json"
+    if memo_dir is None or not config.is_file():
+        return None
+    from importlib.metadata import version
+
+    found = config.stat()
+    stamp = [str(config.resolve()), found.st_size, found.st_mtime_ns, found.st_ctime_ns]
+    key = sha256_json([auto, *stamp, found.st_ino, version("transformers")])
+    return memo_dir / f"architecture-{key}.checked"
 
 
 def model_depth(ref: ModelRef, directory: Path) -> int:

@@ -26,7 +26,7 @@ from lmalgebra.stats.moments import (
     block_entry,
     layout,
 )
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import make_directories, write_text_atomic
 
 
 def block_edges(rows: int, parts: int) -> list[int]:
@@ -147,7 +147,7 @@ class SpanBlockMoments:
 
     def save(self, directory: Path) -> None:
         """One safetensors file per part plus ``blocks.json`` (layout and edges), written last."""
-        directory.mkdir(parents=True, exist_ok=True)
+        make_directories(directory)
         for p, part in enumerate(self.parts):
             part.save(directory / f"part-{p:04d}.safetensors")
         meta = {

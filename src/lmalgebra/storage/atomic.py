@@ -9,7 +9,41 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import absent
 from lmalgebra.storage.disk_space import naming_file
+
+
+def make_directories(path: Path) -> None:
+    """``mkdir -p path``, with one line for what stands in the way (a file, a symbolic link to
+    nothing, no permission, no space) instead of an ``OSError`` from deep inside a write."""
+    for probe in (path, *path.parents):
+        if probe.is_symlink() and not probe.exists():
+            raise UserInputError(f"cannot create {path}: {probe} {absent(probe)}")
+        if probe.exists():
+            if not probe.is_dir():
+                raise UserInputError(f"cannot create {path}: {probe} is a file, not a directory")
+            break
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"cannot create {path}: {err.strerror or err}") from err
+
+
+def refuse_special(path: Path, what: str = "output file") -> None:
+    """Refuse an output ``path`` that is a symbolic link (dangling or not) or exists as anything
+    but a regular file or directory (a FIFO, a socket, a device): opening a FIFO to look at it
+    waits for a writer forever, and renaming a new file over a link replaces the link, not the
+    file it names."""
+    if path.is_symlink():
+        raise UserInputError(
+            f"{what} {path} is a symbolic link: lmalgebra replaces no link; name the file it "
+            "points to, or another path"
+        )
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise UserInputError(
+            f"{what} {path} is not a regular file (a FIFO, socket or device): lmalgebra writes "
+            "only regular files; name another path"
+        )
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -17,14 +51,16 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
 
     The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``,
     a directory in the way of ``path`` or of its folder ``UserInputError`` naming it (a cache entry
-    made a directory by hand, say), before anything is written.
+    made a directory by hand, say), as does a link or special file at ``path``
+    (:func:`refuse_special`), before anything is written.
     """
+    refuse_special(path)
     if path.is_dir():
         raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise UserInputError(f"cannot write {path}: {blocker} is a file, not a directory")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with naming_file(path):

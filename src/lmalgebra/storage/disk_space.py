@@ -18,6 +18,7 @@ from pathlib import Path
 from lmalgebra.core.errors import UserInputError
 
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+_NOT_PERMITTED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
@@ -51,7 +52,9 @@ def message(path: Path | str | None) -> str:
 
 @contextlib.contextmanager
 def naming_file(path: Path) -> Iterator[None]:
-    """Re-raise a full-disk error from the block as ``OutOfSpaceError`` naming ``path``."""
+    """Re-raise a full-disk error from the block as ``OutOfSpaceError`` naming ``path``, and a
+    refused permission (a cache directory made read-only, a read-only file system) as one
+    ``UserInputError`` line naming it."""
     try:
         yield
     except OutOfSpaceError:
@@ -59,4 +62,6 @@ def naming_file(path: Path) -> Iterator[None]:
     except Exception as err:
         if is_out_of_space(err):
             raise OutOfSpaceError(message(path)) from err
+        if isinstance(err, OSError) and err.errno in _NOT_PERMITTED:
+            raise UserInputError(f"cannot write {path}: {err.strerror or err}") from err
         raise

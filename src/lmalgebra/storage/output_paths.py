@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import absent
+from lmalgebra.storage.atomic import refuse_special
 
 LOCK_NAME = ".lmalgebra.lock"
 
@@ -60,9 +61,12 @@ def _check_creatable(path: Path, what: str) -> None:
 def check_directory(path: Path, what: str = "output directory") -> None:
     """Raise ``UserInputError`` unless ``path`` is, or can be created as, a writable directory."""
     path = Path(path)
-    if path.exists() or path.is_symlink():
+    if path.is_symlink() and not path.exists():
+        raise UserInputError(f"{what} {path} {absent(path)}")
+    if path.exists():
         if not path.is_dir():
-            raise UserInputError(f"{what} {path} is a file, not a directory")
+            kind = "a file" if path.is_file() else "a FIFO, socket or device"
+            raise UserInputError(f"{what} {path} is {kind}, not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
             raise UserInputError(f"{what} {path} is not writable")
         return
@@ -72,12 +76,14 @@ def check_directory(path: Path, what: str = "output directory") -> None:
 def check_file(
     path: Path, what: str = "output file", ours: Callable[[bytes], bool] | None = None
 ) -> None:
-    """Raise ``UserInputError`` unless ``path`` can be written as a file (created or replaced).
+    """Raise ``UserInputError`` unless ``path`` can be written as a file (created or replaced):
+    not a directory, link or special file (``atomic.refuse_special``).
 
     ``ours``: whether a file's first bytes (``HEAD_BYTES``) are those of one this command
     writes; a non-empty file that is not is refused rather than replaced (a user's own file
     where the output was aimed)."""
     path = Path(path)
+    refuse_special(path, what)
     if path.is_dir():
         raise UserInputError(f"{what} {path} is a directory, not a file")
     if path.exists():
@@ -161,9 +167,15 @@ def not_a(directory: Path, kind: str) -> str:
     return f"; it holds {found[0]} ({found[1]})" if found and found[0] != kind else ""
 
 
-def _names(entries: Sequence[Path]) -> str:
-    """The first three of ``entries`` (a directory with a slash), and how many more."""
-    shown = ", ".join(f"{e.name}/" if e.is_dir() else e.name for e in entries[:3])
+def _names(entries: Sequence[Path], root: Path | None = None) -> str:
+    """The first three of ``entries`` (relative to ``root``; a directory with a slash), and how
+    many more."""
+
+    def name(entry: Path) -> str:
+        shown = str(entry.relative_to(root)) if root is not None else entry.name
+        return f"{shown}/" if entry.is_dir() else shown
+
+    shown = ", ".join(name(e) for e in entries[:3])
     return shown + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
 
 
@@ -175,10 +187,36 @@ def _owned(name: str, owned: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in owned)
 
 
+def _sort_out(directory: Path, owned: Sequence[str]) -> tuple[list[Path], list[Path]]:
+    """``(files a run writes, entries it does not)`` under ``directory``, the lock aside.
+
+    ``owned``: patterns (``fnmatch``) of the relative paths of the files a run writes
+    (``fits.csv``, ``stats/*.safetensors``): a directory is a run's only as far as its files are,
+    so a user's file inside one is found (and keeps it from being removed); a link is a file."""
+    mine: list[Path] = []
+    foreign: list[Path] = []
+    files = [p for p in owned if "/" not in p]
+    for entry in _entries(directory):
+        if entry.is_dir() and not entry.is_symlink():
+            head = [p.split("/", 1) for p in owned if "/" in p]
+            inner = [rest for first, rest in head if fnmatch.fnmatchcase(entry.name, first)]
+            if not inner:
+                foreign.append(entry)
+                continue
+            found, other = _sort_out(entry, inner)
+            mine += found
+            foreign += other
+        elif _owned(entry.name, files):
+            mine.append(entry)
+        else:
+            foreign.append(entry)
+    return mine, foreign
+
+
 def holds_only(directory: Path, owned: Sequence[str]) -> bool:
-    """Whether every entry of ``directory`` (the lock aside) is a name a run writes (``owned``
+    """Whether every file under ``directory`` (the lock aside) is one a run writes (``owned``
     patterns, or the temporary file of an atomic write of one); true when it is empty."""
-    return all(_owned(e.name, owned) for e in _entries(directory))
+    return not _sort_out(directory, owned)[1]
 
 
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -186,25 +224,26 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
-    """Empty ``directory`` of a run's files (top-level names matching ``owned``, the lock kept);
-    refused, removing nothing, when it also holds anything else (a user's own files, another
-    run), naming a few of those."""
-    entries = _entries(directory)
+    """Empty ``directory`` of a run's files (paths matching ``owned``, the lock kept), and of the
+    directories that leaves empty; refused, removing nothing, when it also holds anything else
+    (a user's own files, in it or in a directory of the run's, another run), naming a few."""
     refuse_foreign(directory, what, owned)
-    for entry in entries:
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
+    mine, _ = _sort_out(directory, owned)
+    for path in mine:
+        path.unlink()
+    left = sorted({p.parent for p in mine} - {directory}, key=lambda p: -len(p.parts))
+    for folder in left:
+        with contextlib.suppress(OSError):  # not empty: something a run writes appeared
+            folder.rmdir()
 
 
 def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
     """Refuse ``--overwrite`` of a directory that holds anything a run of ``what`` does not
     write (``remove_run_files``' check, which removes nothing)."""
-    foreign = [e for e in _entries(directory) if not _owned(e.name, owned)]
+    foreign = _sort_out(directory, owned)[1]
     if foreign:
         raise UserInputError(
-            f"{directory} holds files a {what} does not write ({_names(foreign)}); "
+            f"{directory} holds files a {what} does not write ({_names(foreign, directory)}); "
             "--overwrite removes only a run's own files: move those away, or write to "
             "another directory"
         )
@@ -247,12 +286,12 @@ def claim_run_directory(
         else:
             remove_run_files(directory, what, owned)
         return
-    foreign = [e for e in entries if not _owned(e.name, owned)]
+    foreign = _sort_out(directory, owned)[1]
     hint = "write to another directory, or pass --overwrite to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(
-            f"{directory} is not empty and holds no {what} ({_names(foreign)}); write to "
-            "another directory"
+            f"{directory} is not empty and holds no {what} ({_names(foreign, directory)}); "
+            "write to another directory"
         )
     if recorded is None:
         raise UserInputError(f"{directory} is not empty and holds no {what}; {hint}")

@@ -30,7 +30,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distributed import all_reduce_sum, barrier, world
-from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic
+from lmalgebra.storage.atomic import make_directories, write_bytes_atomic, write_json_atomic
 from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
 from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 
@@ -99,7 +99,7 @@ class ShardSet:
             return
         try:
             manifest = json.loads(path.read_text())
-        except json.JSONDecodeError:
+        except ValueError:  # not JSON, or not text
             manifest = None
         if not isinstance(manifest, dict):
             self._stale = f"manifest {path} is corrupt; recomputing its shards"
@@ -109,8 +109,12 @@ class ShardSet:
         elif any(manifest.get(f) != v for f, v in self._identity().items()):
             self._stale = f"{self.label} {self.directory} does not match its key; recomputing it"
             return
-        self.records = self._parse(manifest.get("shards", []))
-        self.complete = bool(manifest.get("complete", False))
+        records = self._parse(manifest.get("shards", []))
+        if records is None:
+            self._stale = f"manifest {path} lists damaged shard records; recomputing its shards"
+            return
+        self.records = records
+        self.complete = manifest.get("complete") is True  # not a truthy string, say
         own = (*_OWN_FIELDS, *self.header)
         self.summary = {f: v for f, v in manifest.items() if f not in own}
 
@@ -131,11 +135,20 @@ class ShardSet:
         found = re.fullmatch(pattern, label)
         return int(found.group(1)) if found else None
 
-    def _parse(self, shards: Any) -> dict[int, dict[str, Any]]:
+    def _parse(self, shards: Any) -> dict[int, dict[str, Any]] | None:
+        """The shard records of a manifest's ``shards``; None when they are damaged (not a
+        list or mapping of records that each hold a sha256)."""
         if isinstance(shards, list):
-            return dict(enumerate(shards))
-        labelled = {self._index(label): record for label, record in dict(shards).items()}
-        return {i: r for i, r in labelled.items() if i is not None}
+            parsed = dict(enumerate(shards))
+        elif isinstance(shards, dict):
+            labelled = {self._index(str(label)): record for label, record in shards.items()}
+            parsed = {i: r for i, r in labelled.items() if i is not None}
+        else:
+            return None
+        intact = all(
+            isinstance(r, dict) and isinstance(r.get("sha256"), str) for r in parsed.values()
+        )
+        return parsed if intact else None
 
     def _listing(self) -> list[dict[str, Any]] | dict[str, dict[str, Any]]:
         if self.by_name:
@@ -220,7 +233,7 @@ class ShardSet:
         if self.complete and missing == 0 and parts == 0:
             return []
         self.complete = False
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_directories(self.directory)
         barrier()  # every rank has read the old parts before any part is rewritten
         self._part = {**self._identity(), "shards": {self._label(i): r for i, r in kept.items()}}
         self._planned = count
@@ -331,6 +344,13 @@ class ShardSet:
             return [
                 f"{self.directory}: no {MANIFEST}, so its shards cannot be checked "
                 "(run the stage again to rebuild the set)"
+            ]
+        if self._stale is not None:
+            return [f"{self.manifest_path}: damaged (run the stage again to rebuild the set)"]
+        if self.complete and not self.records:
+            return [
+                f"{self.manifest_path}: marked complete but lists no shards (run the stage "
+                "again to rebuild the set)"
             ]
         issues = []
         for index, record in sorted(self.records.items()):

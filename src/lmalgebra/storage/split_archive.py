@@ -25,6 +25,7 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.storage.atomic import make_directories
 from lmalgebra.storage.disk_space import naming_file
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,10 @@ _CHUNK = 1 << 22
 def _exclusive(path: Path) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path``, waiting for it; yields False where the
     filesystem has no locks (then concurrent assemblies are not serialised, only wasteful)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:  # a cache directory made read-only, a link to nothing in its place
+        raise UserInputError(f"cannot open the lock file {path}: {err.strerror or err}") from err
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -105,29 +109,48 @@ def _build(parts: Sequence[Path], sha256: str, work: Path, what: str, remedy: st
     return unpacked
 
 
-def build_once(target: Path, build: Callable[[Path], Path], what: str) -> Path:
+def build_once(
+    target: Path,
+    build: Callable[[Path], Path],
+    what: str,
+    intact: Callable[[Path], bool] | None = None,
+) -> Path:
     """The directory ``target``, made on first use by ``build``.
 
     ``build(work)`` gets an empty directory of its own and returns the directory inside it that
     becomes ``target`` (every file under it is fsynced, then it is renamed). An existing
-    ``target`` is a finished earlier build. ``what`` names the asset in the log. Whatever
-    ``build`` raises propagates; nothing is left under ``target``'s name then, nor after an
-    interruption.
+    ``target`` is a finished earlier build, unless ``intact(target)`` says it was damaged since
+    (a file deleted or cut short): it is then built again, with a warning. ``what`` names the
+    asset in the log. Whatever ``build`` raises propagates; nothing is left under ``target``'s
+    name then, nor after an interruption. Something in the way of the cache directory (a file,
+    a link to nothing) is one line naming it.
     """
-    if target.is_dir():
+
+    def usable() -> bool:
+        return target.is_dir() and (intact is None or intact(target))
+
+    if usable():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(target.parent)
     with _exclusive(target.parent / f".{target.name}.lock") as locked:
-        if target.is_dir():  # built by the process we waited for
+        if usable():  # built by the process we waited for
             return target
         if locked:  # we are the only builder: any temporary is a leftover of a killed one
             for stale in target.parent.glob(f".{target.name}.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
+        if target.exists() or target.is_symlink():  # damaged, or a file in its place
+            log.warning("%s in %s is damaged; building it again", what, target)
+            aside = target.parent / f".{target.name}.tmp-damaged-{os.getpid()}"
+            target.rename(aside)
+            if aside.is_dir() and not aside.is_symlink():
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                aside.unlink()
         work = target.parent / f".{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         try:
             log.info("building %s into %s (once)", what, target)
-            work.mkdir(parents=True)
+            make_directories(work)
             made = build(work)
             _sync_tree(made)
             try:

@@ -162,6 +162,12 @@ def _restore(
     torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
 
 
+def checkpointed_step(root: Path) -> int:
+    """The step of the newest checkpoint under ``root`` (0: none), by its name alone."""
+    steps = [int(p.name.removeprefix("step-")) for p in root.glob("step-*") if p.is_dir()]
+    return max((s for s in steps if s >= 0), default=0)
+
+
 def clear_checkpoints(root: Path) -> None:
     """Remove every checkpoint under ``root`` (a run asked to start afresh)."""
     for old in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):

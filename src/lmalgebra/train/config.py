@@ -4,7 +4,7 @@ distillation settings (``TrainingSpec``), and a causal student's mix of cross-to
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -12,6 +12,9 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings
 from lmalgebra.train.cross_tokenizer import LOSSES
 from lmalgebra.train.schedules import LambdaSchedule
+
+# what weighs and shapes the distillation term: nothing of it is read without one
+KD_SETTINGS = ("lambda_schedule", "lambda_value", "temperature")
 
 
 class OptimisationSpec(Settings):
@@ -112,6 +115,8 @@ class TrainingSpec(OptimisationSpec):
                     raise UserInputError(
                         f"training.teachers.{lang} is empty: name at least one teacher"
                     )
+        if self.gold_only:
+            without_kd(self, "training.gold_only: true")
         return self
 
     @classmethod
@@ -236,6 +241,13 @@ class CausalTrainingSpec(TrainingSpec):
                 "training.objective_mix: ce stands alone (the CE-only baseline); the "
                 "distillation losses are always added to CE by the lambda schedule"
             )
+        if self.gold_only:
+            raise UserInputError(
+                "training.objective_mix would be ignored: training.gold_only: true trains on "
+                "gold labels alone; give one of them"
+            )
+        if "ce" in self.objective_mix:
+            without_kd(self, "training.objective_mix {ce} (the CE-only baseline)")
         used = [n for n, w in self.objective_mix.items() if w > 0]
         default = type(self).model_fields["temperature"].default
         if self.temperature != default and not any(LOSSES[n].tempered for n in used):
@@ -245,3 +257,22 @@ class CausalTrainingSpec(TrainingSpec):
                 f"{', '.join(n for n, loss in LOSSES.items() if loss.tempered)})"
             )
         return self
+
+
+def without_kd(spec: TrainingSpec, why: str) -> None:
+    """Refuse a distillation setting (``KD_SETTINGS``) other than its default in a run that
+    distils nothing (``why`` names what makes it so): it would be ignored."""
+    fields = type(spec).model_fields
+    for name in KD_SETTINGS:
+        value = getattr(spec, name)
+        if value != fields[name].get_default(call_default_factory=True):
+            raise UserInputError(
+                f"training.{name} {value!r} would be ignored under {why}: it shapes the "
+                "distillation term, and this run distils nothing; leave it out"
+            )
+
+
+def kd_free(training: dict[str, Any]) -> bool:
+    """Whether a run of these training settings (a mapping of its keys) distils nothing."""
+    mix = training.get("objective_mix")
+    return bool(training.get("gold_only")) or (isinstance(mix, dict) and "ce" in mix)

@@ -26,7 +26,12 @@ from lmalgebra.distributed import barrier, is_main, world
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.batches import Batch, BatchSource
-from lmalgebra.train.checkpoint import clear_checkpoints, load_latest, save_checkpoint
+from lmalgebra.train.checkpoint import (
+    checkpointed_step,
+    clear_checkpoints,
+    load_latest,
+    save_checkpoint,
+)
 from lmalgebra.train.config import OptimisationSpec, TrainingSpec
 from lmalgebra.train.data_parallel import (
     check_batch_size,
@@ -108,6 +113,18 @@ class _Log:
                     self.board.add_scalar(key, value, record["step"])
 
 
+def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
+    """Refuse to train a run that has ``reached`` a later step than ``steps`` (its checkpoints,
+    or its saved model): the model saved at the end would replace a trained one with one
+    labelled with fewer steps, or with the untrained model (``steps: 0``)."""
+    if reached > steps:
+        raise UserInputError(
+            f"{where} holds a run trained {reached} steps: training.steps {steps} would "
+            f"replace it; give steps >= {reached}, --restart to train it again from step 0, or "
+            "train another beside it (merge train --name, another pretrain --out)"
+        )
+
+
 def train(
     model: Any,
     source: BatchSource,
@@ -131,6 +148,8 @@ def train(
     """
     from accelerate import Accelerator
 
+    if not restart:
+        refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written
         log.info("steps 0: the model is kept as it starts, untrained")
         model.eval()

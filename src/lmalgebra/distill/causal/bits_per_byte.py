@@ -34,6 +34,7 @@ from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.csv_tables import Table, write_table
+from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.causal_head import body_states, target_logprobs
 
 
@@ -194,17 +195,23 @@ class BitsRow:
     bits_per_char: float
 
 
-BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")
+BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")  # merge evaluate's: teachers, students
+# merge bits-per-byte's, of the models it was given: beside merge evaluate's table, whose RDT
+# (rdt.csv) was computed from it, never over it
+SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
 
 
+@holding_lock("merge bits-per-byte", lambda run_dir, **_: run_dir)
 def evaluate_bits(
     run_dir: Path,
     models: Sequence[ModelRef],
     languages: Sequence[str] | None = None,
     context: int | None = None,
+    table: Table = SCORED,
 ) -> list[BitsRow]:
     """Bits per byte of each model on each language's held-out examples of a merge run, written
-    to ``run_dir/evaluation/bits_per_byte.csv``; the rows."""
+    to ``run_dir/evaluation/`` under the run's lock as ``table`` (``SCORED``, or ``BITS`` for
+    ``merge evaluate``); the rows."""
     check_context(context)  # before any model is read
     texts = heldout_texts(run_dir, languages)
     rows = []
@@ -224,7 +231,7 @@ def evaluate_bits(
                     score.bits_per_char,
                 )
             )
-    write_table(RunLayout(run_dir).evaluation, BITS, rows)
+    write_table(RunLayout(run_dir).evaluation, table, rows)
     return rows
 
 

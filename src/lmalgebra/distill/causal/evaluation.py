@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmalgebra.distill.causal.bits_per_byte import BitsRow, evaluate_bits
+from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow, evaluate_bits
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts
 from lmalgebra.distill.layout import EVALUATION_MD, RDT_FILE, RunLayout, trusted_model
@@ -129,7 +129,7 @@ def evaluate_causal_run(
             "first",
         )
         mine[name] = ModelRef(name=name, path=str(directory))
-    rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages)
+    rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages, table=BITS)
     teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
     deviations = {name: bits_rdt(rows, name, teachers_of) for name in students}
     texts = heldout_texts(run_dir, languages)

@@ -19,7 +19,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.student import CausalStudentSpec, check_layer_list
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, resolve_directory
+from lmalgebra.sources.models import ModelRef, check_architecture, resolve_directory
 
 log = logging.getLogger(__name__)
 ROLE = "student.init"
@@ -82,6 +82,7 @@ def open_init(
     ref = init_reference(spec.init)
     directory = resolve_directory(ref, weights=weights)
     refuse_other_head(f"{ROLE} {spec.init!r}", directory, "causal")
+    check_architecture(ref, directory, "AutoModelForCausalLM", f"{ROLE} {spec.init!r}")
     depth = int(AutoConfig.from_pretrained(directory).num_hidden_layers)
     if spec.layers is not None:
         check_layer_list(spec.layers, depth)

@@ -12,7 +12,12 @@ from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.teachers import TEACHER_HINT, Teacher, check_top_k, refuse_other_head
 from lmalgebra.distill.vocab.token_forms import detect_convention
 from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.models import (
+    ModelRef,
+    check_architecture,
+    load_tokenizer,
+    resolve_directory,
+)
 
 
 def start_token_id(tokenizer: Any) -> int | None:
@@ -35,8 +40,10 @@ def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Tea
 
 def teacher_tokenizer(ref: ModelRef, directory: Path, top_k: int) -> Any:
     """The causal teacher's tokenizer, refused for a masked LM, without offsets or a start
-    token, or with fewer tokens than ``top_k``; nothing of the weights is read."""
+    token, or with fewer tokens than ``top_k``, and for an architecture transformers has no
+    causal LM of; nothing of the weights is read (a dry run checks as much as the run)."""
     refuse_other_head(f"teacher {ref.name!r}", directory, "causal", TEACHER_HINT["causal"])
+    check_architecture(ref, directory, "AutoModelForCausalLM", f"teacher {ref.name!r}")
     tokenizer = load_tokenizer(ref, directory)
     detect_convention(tokenizer, ref.name)  # refuses one whose tokens cannot be read as bytes
     if start_token_id(tokenizer) is None:

@@ -17,7 +17,12 @@ from lmalgebra.distill.teachers import (
     refuse_other_head,
 )
 from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.models import (
+    ModelRef,
+    check_architecture,
+    load_tokenizer,
+    resolve_directory,
+)
 
 
 def open_masked_teacher(
@@ -26,14 +31,18 @@ def open_masked_teacher(
     """Resolve and fingerprint a teacher and load its tokenizer (which must have a mask token);
     with ``example_length``, refuse a teacher whose positions cannot hold that many tokens."""
     directory = resolve_directory(ref)
-    refuse_other_head(f"teacher {ref.name!r}", directory, "masked", TEACHER_HINT["masked"])
     tokenizer = teacher_tokenizer(ref, directory, example_length)
     return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
 
 
 def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None = None) -> Any:
-    """The teacher's tokenizer, refused without a mask token or (given ``example_length``) when
-    the model's positions cannot hold that many tokens; nothing of the weights is read."""
+    """The teacher's tokenizer, refused for a model that is no masked LM (its configuration
+    names another head, or an architecture transformers has no masked LM of), without a mask
+    token or (given ``example_length``) when the model's positions cannot hold that many
+    tokens; nothing of the weights is read (a dry run checks as much as the run)."""
+    owner = f"teacher {ref.name!r}"
+    refuse_other_head(owner, directory, "masked", TEACHER_HINT["masked"])
+    check_architecture(ref, directory, "AutoModelForMaskedLM", owner)
     tokenizer = load_tokenizer(ref, directory)
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.fingerprint import sha256_file
-from lmalgebra.distill.layout import TOPK, RunLayout, write_model_directory
+from lmalgebra.distill.layout import TOPK, RunLayout, saved_steps, write_model_directory
 from lmalgebra.distill.masked.seeding import seed_from_teachers
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.masked.student_model import build_masked_lm
@@ -19,7 +19,7 @@ from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import release_checkpoints, train
+from lmalgebra.train.loop import refuse_fewer_steps, release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ def train_masked_student(
     A checkpoint of other inputs (recipe, store, vocabulary, student, training) is refused;
     ``restart`` starts afresh instead."""
     layout = RunLayout(recipe.output_dir)
+    if not restart:  # a saved student of more steps is not replaced (steps: 0, say)
+        refuse_fewer_steps(saved_steps(layout.model(name)), spec.steps, layout.model(name))
     vocab = UnionVocab.load(layout.vocab)
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
     source = StoreBatches(

@@ -30,18 +30,19 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.distill.examples import training_examples
-from lmalgebra.distill.layout import write_model_directory
+from lmalgebra.distill.layout import saved_steps, write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
+from lmalgebra.sources.loaded_weights import refuse_incomplete
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import release_checkpoints, train
+from lmalgebra.train.loop import refuse_fewer_steps, release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +78,9 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
         )
     except Exception as err:
         raise UserInputError(f"encoder {ref.path}: cannot load it: {load_failure(err)}") from err
-    # keys the checkpoint lacks, or the masked LM's encoder has and the bare model does not
-    missing = set(info.get("missing_keys", []))
-    missing |= set(model.base_model.load_state_dict(encoder.state_dict(), strict=False)[0])
+    refuse_incomplete(f"encoder {ref.path}", directory, encoder, info, unused=("pooler",))
+    # keys the masked LM's encoder has and the bare model does not
+    missing = set(model.base_model.load_state_dict(encoder.state_dict(), strict=False)[0])
     if missing:
         shown = ", ".join(sorted(missing)[:3]) + (" ..." if len(missing) > 3 else "")
         raise UserInputError(f"encoder {ref.path}: the checkpoint lacks encoder weights ({shown})")
@@ -236,6 +237,8 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
 
     Resumes from ``out/training/checkpoints`` when they were written for the same encoder,
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
+    if not restart:  # a model trained further is not replaced (steps: 0, say)
+        refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
     ref = ModelRef.parse(spec.encoder).model_copy(
         update={"trust_remote_code": spec.trust_remote_code}
     )

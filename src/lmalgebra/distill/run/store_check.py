@@ -19,7 +19,7 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     command that writes it."""
     expected = accepted[0]
     found = ShardSet.existing(expected.directory)
-    if not found.complete:
+    if not found.complete or not found.records:  # a complete set of nothing feeds no student
         raise UserInputError(
             f"{expected.directory} is missing or incomplete: run `lmalgebra merge {stage} RECIPE` "
             "first"

@@ -36,6 +36,7 @@ def verify_run(run_dir: Path) -> list[str]:
     for part in SHARD_SETS:
         for directory in shard_set_directories(layout.root / part):
             problems += ShardSet.existing(directory).problems()
+    problems += mismatched_sets(layout)
     problems += vocabulary_problems(layout) + checkpoint_problems(layout)
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
@@ -66,6 +67,34 @@ def missing_parts(layout: RunLayout) -> list[str]:
                 "again to rebuild)"
             )
     return problems
+
+
+def mismatched_sets(layout: RunLayout) -> list[str]:
+    """Every teacher-output set (``topk/``, ``logprobs/``) that is complete but does not hold a
+    shard of as many rows for each shard of the copies it was computed from (``masked/``,
+    ``tokens/``): training reads them side by side, row by row."""
+    recipe = load_recipe(layout.require_recipe())
+    copy, outputs = (TOKENS, LOGPROBS) if isinstance(recipe, CausalRecipe) else (MASKED, TOPK)
+    problems = []
+    for lang, spec in recipe.languages.items():
+        for teacher in spec.teachers:
+            source = ShardSet.existing(layout.store(copy, lang, teacher))
+            for directory in shard_set_directories(layout.store(outputs, lang, teacher)):
+                made = ShardSet.existing(directory)
+                if not (source.complete and made.complete):
+                    continue  # named as incomplete already
+                rows, expected = _rows(made), _rows(source)
+                if rows != expected:
+                    problems.append(
+                        f"{directory}: {len(rows)} shards of {sum(rows)} rows, but "
+                        f"{source.directory} it was computed from holds {len(expected)} of "
+                        f"{sum(expected)} (run `lmalgebra merge teach RECIPE` again)"
+                    )
+    return problems
+
+
+def _rows(shards: ShardSet) -> list[int]:
+    return [int(shards.records[i].get("rows", -1)) for i in sorted(shards.records)]
 
 
 def shard_set_directories(root: Path) -> list[Path]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
@@ -21,7 +22,12 @@ from lmalgebra.lmd.embeddings.given_models import (
     TransformerPair,
 )
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
-from lmalgebra.sources.models import WEIGHT_SUFFIXES, ModelRef, resolve_directory
+from lmalgebra.sources.models import (
+    WEIGHT_SUFFIXES,
+    ModelRef,
+    check_architecture,
+    resolve_directory,
+)
 from lmalgebra.sources.precomputed import file_shape
 from lmalgebra.stats.nulls import random_copy
 
@@ -64,12 +70,15 @@ class ModelShape:
 
 
 def model_shapes(
-    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None
+    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None, dry: bool = False
 ) -> list[ModelShape]:
-    """Every model of the run (and the random-initialised copies a ``nulls`` study adds)."""
+    """Every model of the run (and the random-initialised copies a ``nulls`` study adds), each
+    model's architecture checked (remembered in the cache's ``hashes/``, which a ``dry`` run
+    only reads)."""
     given = dict(given or {})
     bytes_per_weight = 2 if config.weights_dtype == "bfloat16" else 4
-    shapes = [_shape(ref, given.get(ref.name), bytes_per_weight) for ref in config.models]
+    memo = Memo(config.cache_dir / "hashes", not dry)
+    shapes = [_shape(ref, given.get(ref.name), bytes_per_weight, memo) for ref in config.models]
     if config.study.nulls:
         copies = [r for r in config.models if r.kind == "transformers" and not r.random_init]
         originals = {s.name: s for s in shapes}
@@ -89,7 +98,17 @@ def _copy(shape: ModelShape) -> ModelShape:
     )
 
 
-def _shape(ref: ModelRef, given: GivenModel | None, bytes_per_weight: int) -> ModelShape:
+@dataclass(frozen=True)
+class Memo:
+    """Where passed architecture checks are remembered, and whether this run writes there."""
+
+    directory: Path
+    write: bool
+
+
+def _shape(
+    ref: ModelRef, given: GivenModel | None, bytes_per_weight: int, memo: Memo
+) -> ModelShape:
     if given is not None:
         return _given_shape(ref.name, given)
     path = resolve_directory(ref, weights=False)
@@ -104,6 +123,8 @@ def _shape(ref: ModelRef, given: GivenModel | None, bytes_per_weight: int) -> Mo
         layer, _, hidden, intermediate = _architecture(sibling_config(path), width)
         size = path.stat().st_size
         return ModelShape(ref.name, ref.kind, width, layer, size, hidden, intermediate)
+    # refused here, by the dry run too, before any embedding
+    check_architecture(ref, path, memo_dir=memo.directory, remember=memo.write)
     config = _read_config(ref, path / "config.json")
     width = _first(config, _WIDTH)  # 0: not named (the plan cannot be made)
     layer, total, hidden, intermediate = _architecture(config, width)

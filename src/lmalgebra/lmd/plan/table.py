@@ -27,10 +27,11 @@ def memory_for(config: DecomposeConfig) -> float:
 
 
 def plan_for(
-    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None
+    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None, dry: bool = False
 ) -> tuple[Plan, list[ModelShape]]:
-    """The plan of ``config`` on this machine, and the models' shapes it was made from."""
-    shapes = model_shapes(config, given)
+    """The plan of ``config`` on this machine, and the models' shapes it was made from
+    (``dry``: for a dry run, which writes nothing to the cache)."""
+    shapes = model_shapes(config, given, dry)
     return plan_run(config, shapes, memory_for(config)), shapes
 
 

@@ -60,16 +60,23 @@ def run_inputs(config: DecomposeConfig, inputs: RunInputs | None) -> Inputs:
 def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
     """Refuse to recompute a finished run of the same configuration over other inputs (a changed
     corpus file, other documents or arrays under the same names): its outputs would be replaced
-    by those of another run. Refused unless ``overwrite``; a run without a readable provenance
-    (made before it recorded one) is not checked."""
+    by those of another run. Refused unless ``overwrite``; a run without a provenance (made
+    before it recorded one) is not checked, and one whose provenance is damaged is refused (its
+    inputs cannot be compared), naming it."""
     path = out / PROVENANCE
     if overwrite or not (out / SUMMARY).is_file() or not path.is_file():
         return
     try:
         recorded = json.loads(read_text(path, "run provenance"))
         corpus, models = recorded["hashes"]["corpus"], recorded["models"]
-    except (ValueError, KeyError, TypeError):
-        return
+        if not isinstance(corpus, str) or not isinstance(models, dict):
+            raise TypeError("hashes.corpus is no hash or models no mapping")
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserInputError(
+            f"{path} is damaged ({type(err).__name__}: {err}): the finished run's inputs "
+            "cannot be compared with these; restore it, write to another directory, or pass "
+            "--overwrite to replace the run"
+        ) from None
     now_corpus, now_models = current()
     differ = ["corpus (its documents)"] if corpus != now_corpus else []
     differ += [f"model {n!r}" for n, p in now_models.items() if n in models and models[n] != p]

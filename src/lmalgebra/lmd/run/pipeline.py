@@ -35,6 +35,7 @@ from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
+from lmalgebra.storage.atomic import make_directories
 from lmalgebra.storage.output_paths import cache_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ def _scratch(config: DecomposeConfig, wanted: bool) -> Iterator[Path | None]:
         yield None
         return
     root = config.cache_dir / "scratch"
-    root.mkdir(parents=True, exist_ok=True)
+    make_directories(root)
     log.info("the covariances do not fit in memory together: each is spilled under %s", root)
     with tempfile.TemporaryDirectory(dir=root) as directory:
         yield Path(directory)

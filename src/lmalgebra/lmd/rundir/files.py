@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.core.text_files import read_json_object
+from lmalgebra.core.text_files import absent, read_json_object
 from lmalgebra.lmd.rundir.schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
@@ -53,7 +53,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     if run_dir.exists() and not run_dir.is_dir():
         raise UserInputError(f"run directory {run_dir} is a file, not a directory")
     if not run_dir.is_dir():
-        raise UserInputError(f"run directory {run_dir} does not exist")
+        raise UserInputError(f"run directory {run_dir} {absent(run_dir)}")
     path = run_dir / SUMMARY
     if not path.is_file():
         raise UserInputError(
@@ -62,6 +62,11 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
         )
     summary = read_json(path)
     record = summary.pop(FILES, None)
+    if record is not None and not isinstance(record, dict):  # damaged: no check to switch off
+        raise UserInputError(
+            f"{path} is damaged: its record of the run's files ({FILES!r}) is not a mapping; "
+            "compute the run again"
+        )
     if isinstance(record, dict):
         check_files(run_dir, record, SUMMARY)
     return summary

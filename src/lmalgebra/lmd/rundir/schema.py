@@ -191,18 +191,19 @@ TABLES: dict[str, Table[Any]] = {
         REDUCTION,
     )
 }
-# every top-level name a decomposition run writes: what --overwrite may remove
+# every file a decomposition run writes (relative paths): what --overwrite may remove, a file at
+# a time, so that a user's file kept in one of its directories is found
 OWNED = (
     SUMMARY,
     CONFIG,
     PROVENANCE,
     WEIGHTS,
-    STATS_DIR,
-    PLOTS_DIR,
+    f"{STATS_DIR}/*.safetensors",
+    f"{PLOTS_DIR}/*.png",
     REPORT,
     PAIRWISE_HEATMAP,
     PAIRWISE.format(split="*"),
-    *sorted({Path(t.file).parts[0] for t in (*TABLES.values(), GROUP)}),
+    *sorted({t.file for t in (*TABLES.values(), GROUP)}),
 )
 TableRow = (
     FitRow

@@ -32,6 +32,7 @@ from lmalgebra.stats.reduce import reduce_blocked, reduce_columns, reduce_moment
 from lmalgebra.stats.sketch import ColumnMoments, CovarianceSketch
 from lmalgebra.stats.solver import SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
+from lmalgebra.storage.atomic import make_directories
 
 # Rows of consecutive shards streamed into the statistics at once: at most GROUP_ROWS, and at most
 # GROUP_BYTES of float32 (4 shards of 2048 rows of a 5,000-wide concatenation are 160 MB)
@@ -162,7 +163,7 @@ def spill_covariance(moments: SecondMoments, path: Path) -> SplitMoments:
     The file is unlinked at once: the mapping keeps its pages readable until it is dropped,
     and nothing is left behind by an interrupted run."""
     split = SplitMoments.of(moments, in_place=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_directories(path.parent)
     np.save(path, split.cov)
     mean, n = split.mean, split.n
     del split  # the in-memory covariance goes before the mapping comes

@@ -1,0 +1,57 @@
+"""Identity that trusts nothing it cannot check: a remembered weight hash does not let an edited
+model through, and a damaged record of what a directory holds (an evaluation's
+``pos_config.json``, a selection's ``summary.json``) is refused, named, instead of switching the
+identity check off or being read as "no run here"."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.evaluate.pos_results import claim_evaluation
+from lmalgebra.selection.outputs import claim_selection
+from lmalgebra.sources.model_fingerprints import fingerprint
+from lmalgebra.sources.models import ModelRef
+
+
+def test_an_edit_of_the_same_size_with_its_time_set_back_is_seen(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """``cp -p``, ``touch -d`` or an unpacked archive set the modification time back: the memo
+    of the weights hash is keyed on what the kernel sets on every write too."""
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    ref = ModelRef(name="m", path=str(model))
+    memo = tmp_path / "hashes"
+    first = fingerprint(ref, model, memo)
+    weights = model / "model.safetensors"
+    stamp = weights.stat()
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01  # one bit of the last weight
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert weights.stat().st_size == stamp.st_size
+    assert weights.stat().st_mtime_ns == stamp.st_mtime_ns
+    assert fingerprint(ref, model, memo)["weights"] != first["weights"]
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"identity": 3}', "[]"])
+@pytest.mark.parametrize(
+    ("claim", "record"),
+    [(claim_evaluation, "pos_config.json"), (claim_selection, "summary.json")],
+    ids=["evaluate-pos", "merge select"],
+)
+def test_a_damaged_record_is_refused_by_name(
+    claim, record: str, content: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / record).write_text(content, encoding="utf-8")
+    with pytest.raises(UserInputError, match=f"{record} is damaged.*--overwrite"):
+        claim(out, {"models": "x"}, False)
+    assert (out / record).read_text(encoding="utf-8") == content
+    claim(out, {"models": "x"}, True)  # --overwrite replaces it
+    assert not (out / record).exists()

@@ -1,0 +1,167 @@
+"""Weights that would be silently random: a model directory missing a tensor, holding tensors its
+configuration has no place for, or a GGUF file whose tensors do not match its declared
+architecture is refused in one line naming the model and a tensor, wherever its weights are read
+(a model to embed, a teacher, a student's ``init``, a GGUF file's dequantised model)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from gguf_fixtures import tiny_llama, write_llama_gguf
+from hostile_helpers import assert_one_line
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.teachers import load_lm
+from lmalgebra.sources.models import ModelRef, load_model, resolve_directory
+from tiny import build_bert_mlm
+
+DROPPED = "encoder.layer.1.attention.self.query.weight"
+
+
+def _edit_weights(directory: Path, drop: str | None = None, add: str | None = None) -> None:
+    """Remove the tensor whose name ends with ``drop`` and add a tensor named ``add``."""
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    if drop is not None:
+        (name,) = [key for key in tensors if key.endswith(drop)]
+        del tensors[name]
+    if add is not None:
+        tensors[add] = torch.zeros(4, 4)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+@pytest.fixture
+def bert_copy(bert_dir: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(bert_dir, tmp_path / "bert"))
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, object]:
+    return tiny_llama()
+
+
+def test_a_model_to_embed_missing_a_tensor_is_refused_naming_it(bert_copy: Path) -> None:
+    _edit_weights(bert_copy, drop=DROPPED)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=f"model 'enc'.*lacks 1 .*{DROPPED}.*random"):
+        load_model(ref, bert_copy)
+
+
+def test_a_model_to_embed_with_a_layer_beyond_its_configuration_is_refused(
+    bert_copy: Path,
+) -> None:
+    _edit_weights(bert_copy, add="encoder.layer.5.output.dense.weight")
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=r"model 'enc'.*encoder\.layer\.5\.output"):
+        load_model(ref, bert_copy)
+
+
+def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:
+    """The masked LM's head is no part of the bare model and the pooler goes unused: both pass."""
+    directory = build_bert_mlm(tmp_path / "mlm")
+    model = load_model(ModelRef(name="mlm", path=str(directory)), directory)
+    assert type(model).__name__ == "BertModel"
+
+
+def test_cli_decompose_with_a_damaged_model_is_one_line(
+    bert_copy: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    _edit_weights(bert_copy, drop=DROPPED)
+    code, stderr = cli(
+        [
+            "decompose",
+            "--models",
+            f"a={bert_copy}",
+            "--models",
+            f"b={bert2_dir}",
+            "--corpus.paths",
+            str(corpus_txt),
+            "--out",
+            str(tmp_path / "out"),
+            "--cache_dir",
+            str(tmp_path / "cache"),
+        ]
+    )
+    assert_one_line(code, stderr, ["model 'a'", str(bert_copy), DROPPED])
+
+
+@pytest.mark.parametrize(
+    ("drop", "add", "needle"),
+    [
+        ("layers.1.mlp.up_proj.weight", None, "layers.1.mlp.up_proj.weight"),
+        (None, "model.layers.2.mlp.up_proj.weight", "model.layers.2.mlp.up_proj.weight"),
+    ],
+)
+@pytest.mark.parametrize("role", ["teacher", "student.init"])
+def test_a_causal_lm_with_weights_not_its_own_is_refused(
+    llama, tmp_path: Path, role: str, drop: str | None, add: str | None, needle: str
+) -> None:
+    model, tokenizer = llama
+    model.save_pretrained(tmp_path / "lm")
+    tokenizer.save_pretrained(tmp_path / "lm")
+    _edit_weights(tmp_path / "lm", drop=drop, add=add)
+    ref = ModelRef(name="lm", path=str(tmp_path / "lm"))
+    with pytest.raises(UserInputError, match=f"{role} 'lm'.*{needle}") as caught:
+        load_lm(ref, tmp_path / "lm", "causal", role=role)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_gguf_file_whose_tensors_miss_layers_is_refused_and_not_cached(
+    llama, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header declares three layers, the tensors hold two: the third would be random."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    model, tokenizer = llama
+    config = json.loads(model.config.to_json_string())
+    model.config.num_hidden_layers = 3
+    try:
+        path = write_llama_gguf(model, tokenizer, tmp_path / "short.gguf")
+    finally:
+        model.config.num_hidden_layers = config["num_hidden_layers"]
+    with pytest.raises(UserInputError, match=r"model 'short'.*short.gguf.*layers\.2\."):
+        resolve_directory(ModelRef.parse(f"gguf:{path}"))
+    built = [p for p in (tmp_path / "cache" / "gguf").iterdir() if not p.name.endswith(".lock")]
+    assert built == []
+
+
+def _retyped(source: Path, target: Path, model_type: str) -> Path:
+    """A copy of ``source`` whose ``config.json`` names ``model_type`` and no architecture."""
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    config.pop("architectures", None)
+    (target / "config.json").write_text(json.dumps({**config, "model_type": model_type}))
+    return target
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_architecture_transformers_cannot_read_is_refused_before_any_work(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, dry_run: bool, cli
+) -> None:
+    odd = _retyped(bert_dir, tmp_path / "odd", "nonsense")
+    args = ["decompose", "--models", f"a={odd}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), *(["--dry-run"] if dry_run else [])]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, ["model 'a'", str(odd), "nonsense"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_teacher_or_init_of_no_causal_architecture_is_refused_from_its_config(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    from lmalgebra.distill.causal.student_init import open_init
+    from lmalgebra.distill.causal.teachers import teacher_tokenizer
+    from lmalgebra.distill.student import CausalStudentSpec
+
+    encoder = _retyped(bert_dir, tmp_path / "enc", "distilbert")
+    ref = ModelRef(name="enc", path=str(encoder))
+    with pytest.raises(UserInputError, match=r"teacher 'enc'.*no causal language model.*distil"):
+        teacher_tokenizer(ref, encoder, 5)
+    spec = CausalStudentSpec(init=str(encoder))
+    with pytest.raises(UserInputError, match=r"student\.init .*no causal language model"):
+        open_init(spec, weights=False)
