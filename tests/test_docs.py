@@ -38,6 +38,7 @@ def _site_copy(tmp_path: Path) -> Path:
         shutil.copy(ROOT / name, copy / name)
     (copy / "src").symlink_to(ROOT / "src")
     (copy / "examples").symlink_to(ROOT / "examples")
+    (copy / "experiments").symlink_to(ROOT / "experiments")  # the recorded results docs render
     return copy
 
 

@@ -10,7 +10,6 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings
-from lmalgebra.train.cross_tokenizer import LOSSES
 from lmalgebra.train.schedules import LambdaSchedule
 
 # what weighs and shapes the distillation term: nothing of it is read without one
@@ -227,6 +226,10 @@ class CausalTrainingSpec(TrainingSpec):
             )
         if self.objective_mix is None:
             return self
+        # the table of losses imports torch: read only when a mix is checked, so that the
+        # command line parses and refuses without it
+        from lmalgebra.train.cross_tokenizer import LOSSES
+
         for name, weight in self.objective_mix.items():
             if name not in LOSSES:
                 raise UserInputError(
