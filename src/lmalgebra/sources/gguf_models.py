@@ -162,17 +162,40 @@ def _planning_directory(file: Path, owner: str) -> Path:
     """The dequantised model of ``file`` when the cache holds it intact; else a temporary
     directory (removed when the process ends) holding the configuration and tokenizer the file
     describes, its architecture checked as a build checks it, nothing dequantised."""
-    import atexit
-    import tempfile
-
     target = _cache_directory(file.stem, sha256_file(file))
     if target.is_dir() and _intact(target):
         return target
-    gguf_header(file, owner)  # an architecture transformers cannot read: refused here too
-    from transformers import AutoConfig, AutoTokenizer
+    return _described(file, owner, _scratch())
+
+
+def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, remedy: str) -> Path:
+    """:func:`gguf_directory`'s model for a plan (a dry run): the cache's when it holds it
+    intact; else the configuration and tokenizer of the file ``parts`` form (joined and checked
+    in a temporary directory), nothing written to the cache, nothing dequantised."""
+    target = _cache_directory(Path(name).stem, sha256)
+    if target.is_dir() and _intact(target):
+        return target
+    _gguf_package(owner)
+    work = _scratch()
+    return _described(checked_file(parts, work, name, sha256, owner, remedy), owner, work / "plan")
+
+
+def _scratch() -> Path:
+    """A temporary directory of this process, removed when it ends."""
+    import atexit
+    import tempfile
 
     made = Path(tempfile.mkdtemp(prefix="lmalgebra-gguf-plan-"))
     atexit.register(shutil.rmtree, made, True)
+    return made
+
+
+def _described(file: Path, owner: str, made: Path) -> Path:
+    """``made``, holding the configuration and tokenizer GGUF ``file`` describes; its
+    architecture checked as a build checks it."""
+    gguf_header(file, owner)  # an architecture transformers cannot read: refused here too
+    from transformers import AutoConfig, AutoTokenizer
+
     try:
         AutoConfig.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
         AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)

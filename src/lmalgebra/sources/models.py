@@ -180,7 +180,7 @@ def resolve_directory(ref: ModelRef, weights: bool = True) -> Path:
     if ref.kind == "precomputed":
         return _precomputed_file(ref)
     if ref.path.startswith(PACKAGE_PREFIX):
-        return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
+        return asset_path(ref.path.removeprefix(PACKAGE_PREFIX), weights)
     if ref.path.startswith(GGUF_PREFIX):
         return file_directory(ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}", weights)
     local = Path(ref.path).expanduser()

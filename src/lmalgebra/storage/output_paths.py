@@ -231,8 +231,9 @@ def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) 
     mine, _ = _sort_out(directory, owned)
     for path in mine:
         path.unlink()
-    left = sorted({p.parent for p in mine} - {directory}, key=lambda p: -len(p.parts))
-    for folder in left:
+    # every directory left is the run's (another would have been refused): the emptied go
+    folders = [p for p in directory.rglob("*") if p.is_dir() and not p.is_symlink()]
+    for folder in sorted(folders, key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):  # not empty: something a run writes appeared
             folder.rmdir()
 
