@@ -60,6 +60,8 @@ from real_teachers import (  # noqa: E402  (the experiment beside this one: corp
     write_corpora,
 )
 
+from lmalgebra.core.errors import UserInputError  # noqa: E402
+
 # variant -> the keys of ``training`` it sets (beside the seed)
 BY_LANGUAGE = {"en": ["smollm2"], "fr": ["gemma"], "es": ["gemma"]}
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -298,7 +300,9 @@ def markdown(result: dict[str, Any]) -> str:
     minutes = sum(result["seconds"].values()) / 60
     parts = ", ".join(f"{k} {v / 60:.1f}" for k, v in result["seconds"].items())
     lines = [
-        f"Regime {plan['regime']}: run {result['date']} at commit {result['commit']} on "
+        f"Regime {plan['regime']}: run {result['date']} at commit {result['commit']}"
+        + (f" (evaluated at {result['resumed_at']})" if "resumed_at" in result else "")
+        + f" on "
         f"{result['machine']}, float32, {minutes:.0f} minutes (minutes: {parts}). "
         f"{plan['docs_per_language']} documents per language ({plan['heldout_fraction']:.0%} "
         f"held out as the test text, {plan['validation_fraction']:.0%} of the rest for "
@@ -353,6 +357,18 @@ def store_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def first_start(work: Path) -> dict[str, str]:
+    """The commit and date the run in ``work`` first started at (kept in ``started.json``), and
+    the commit of this process where it differs (a resumed run: ``resumed_at``)."""
+    path, now = work / "started.json", commit()
+    if not path.is_file():
+        work.mkdir(parents=True, exist_ok=True)
+        date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        path.write_text(json.dumps({"commit": now, "date": date}) + "\n")
+    started = json.loads(path.read_text())
+    return started if started["commit"] == now else {**started, "resumed_at": now}
+
+
 def commit() -> str:
     """The checkout's commit, with ``+changes`` when tracked files differ from it."""
     done = subprocess.run(
@@ -362,20 +378,37 @@ def commit() -> str:
     return (done.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
-def run(out: Path, work: Path, plan: Plan, stem: str, device: str = "cpu") -> dict[str, Any]:
+def run(
+    out: Path, work: Path, plan: Plan, stem: str, device: str = "cpu", finished: bool = False
+) -> dict[str, Any]:
     """Every step through ``lmalgebra.merge``; a failure leaves the finished steps to resume.
-    Results: ``out/<stem>.json`` and ``.md``."""
+    Results: ``out/<stem>.json`` and ``.md``. ``finished``: train nothing more; report the seeds
+    whose every variant is saved (``<stem>_partial`` when that is fewer than planned)."""
     from lmalgebra.demo.workflow import run_workflow
 
-    return run_workflow(work, lambda: _run(out, work, plan, stem, device))
+    return run_workflow(work, lambda: _run(out, work, plan, stem, device, finished))
 
 
-def _run(out: Path, work: Path, plan: Plan, stem: str, device: str) -> dict[str, Any]:
+def finished_seeds(run_dir: Path, plan: Plan) -> tuple[int, ...]:
+    """The seeds of ``plan`` whose every variant's student is saved in ``run_dir``."""
+    from lmalgebra.demo.causal_table import student_name
+    from lmalgebra.distill.layout import is_complete
+
+    return tuple(
+        s
+        for s in plan.seeds
+        if all(is_complete(run_dir / student_name(v, s) / "model") for v in plan.variants)
+    )
+
+
+def _run(
+    out: Path, work: Path, plan: Plan, stem: str, device: str, finished: bool
+) -> dict[str, Any]:
     from lmalgebra.api.merge import merge
     from lmalgebra.distill.examples import heldout_texts
 
     seconds: dict[str, float] = {}
-    started = {"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    started = first_start(work)
     clock = time.perf_counter()
     corpora, unseen = write_corpora(work / "data", plan)
     chosen, _ = choose_layers(plan, unseen)
@@ -386,6 +419,12 @@ def _run(out: Path, work: Path, plan: Plan, stem: str, device: str) -> dict[str,
     merge(data, ["prepare", "teach"], progress=False)
     seconds["teacher store"] = time.perf_counter() - clock
     store = store_bytes(Path(data["output_dir"]))
+    if finished:
+        seeds = finished_seeds(Path(data["output_dir"]), plan)
+        if len(seeds) < 2:
+            raise UserInputError(f"fewer than two seeds have every variant saved: {seeds}")
+        stem += "_partial" if seeds != plan.seeds else ""
+        plan = replace(plan, seeds=seeds)
     clock = time.perf_counter()
     trained = merge(data, ["train"], students=students(plan), keep_saved=True, progress=False)
     seconds["students"] = time.perf_counter() - clock
@@ -413,13 +452,16 @@ def _run(out: Path, work: Path, plan: Plan, stem: str, device: str) -> dict[str,
 
 
 def main() -> None:
-    from lmalgebra.core.errors import UserInputError
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("regime", choices=list(PLANS), help="the regime to run")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the script runs")
     parser.add_argument("--scale", type=int, default=1, help="times the data and steps")
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
+    parser.add_argument(
+        "--finished",
+        action="store_true",
+        help="train nothing more: report the seeds whose every variant is saved",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     parser.add_argument("--work", type=Path, default=HERE / "_work" / "regimes")
     args = parser.parse_args()
@@ -429,7 +471,8 @@ def main() -> None:
     plan = scaled(PLANS[args.regime], args.scale)
     plan = quick(plan) if args.quick else plan
     name = args.regime + ("-quick" if args.quick else "") + (f"-x{args.scale}" * (args.scale > 1))
-    result = run(args.out, args.work / name, plan, name.replace("-", "_"), args.device)
+    stem = name.replace("-", "_")
+    result = run(args.out, args.work / name, plan, stem, args.device, args.finished)
     print(markdown(result))
 
 
