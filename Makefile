@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick demo-real study test test-slow lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -120,6 +120,10 @@ experiment-merge: $(STAMP)
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow
+
+# the checks that need a CUDA device (a lent GPU); skipped without one
+test-gpu: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 0 -m gpu
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python bench/bench_solver.py

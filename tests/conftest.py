@@ -43,6 +43,13 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
+    needs_device = [item for item in items if "gpu" in item.keywords]
+    if needs_device:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in needs_device:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device (marker gpu)"))
 
 
 @pytest.fixture(scope="session")

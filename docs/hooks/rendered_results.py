@@ -10,7 +10,7 @@ A block is marked in the Markdown as::
 As an MkDocs hook, every block of README.md and docs/ is compared with its rendering before the
 site is built; a stale block is a warning, so ``mkdocs build --strict`` (``make lint``) fails on
 it. ``python docs/hooks/rendered_results.py`` rewrites every block from the current results; the
-test suite checks them too (``tests/test_docs.py``).
+test suite checks them too (``tests/docs/test_docs.py``).
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ def test_an_experiment_script_ends_bad_input_in_one_line(
     tmp_path: Path, name: str, first: list[str]
 ) -> None:
     """The experiment scripts answer as the command line does (``cli.run_command``)."""
-    script = Path(__file__).resolve().parents[1] / "experiments" / name
+    script = Path(__file__).resolve().parents[2] / "experiments" / name
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LMALGEBRA_CACHE": str(script)}  # a file
     args = [*first, "--quick", "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")]
     done = subprocess.run(

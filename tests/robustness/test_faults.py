@@ -55,7 +55,7 @@ from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
 SEEDS = [11, 12, 13]  # more under `make test-slow`
 SLOW_SEEDS = [14, 15, *range(100, 116)]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STUDENT = TINY_STUDENT
 TRAINING = {**TINY_TRAINING, "steps": 12, "checkpoint_every": 2}
 SHARD = r"shard-\d+\.arrow$"

@@ -28,7 +28,7 @@ from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import _step_loss
 from tiny import documents, sentences
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ModelSpec(
     hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position_embeddings=64
 )

@@ -17,7 +17,7 @@ import pytest
 import lmalgebra
 from lmalgebra.api.runtime import ENTRY_POINT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILE_SUFFIXES = (".json", ".lock", ".yaml", ".csv", ".md", ".html")
 
 

@@ -32,7 +32,7 @@ from lmalgebra.distill import pipeline
 from lmalgebra.distill.recipe import load_recipe
 
 SEEDS = [21, 22, 23, *(pytest.param(s, marks=pytest.mark.slow) for s in (24, 25))]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHARD = r"shard-\d+\.arrow$"
 WRITING = r"^\..+\.tmp-\d+$"
 

@@ -14,7 +14,7 @@ import pytest
 
 import lmalgebra
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 API_PAGE = ROOT / "docs" / "api.md"
 
 

@@ -237,7 +237,7 @@ def test_causal_store_in_bfloat16(
     assert 0 < max(gaps) < 0.05
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_teacher_topk_matches_cpu(confident_teacher: Path) -> None:
     tok = AutoTokenizer.from_pretrained(confident_teacher)
     model = AutoModelForMaskedLM.from_pretrained(confident_teacher).eval()

@@ -12,7 +12,7 @@ import pytest
 from lmalgebra.distill.teachers import load_lm
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PICKLERS = r"(?:pickle|cPickle|_pickle|dill|cloudpickle|joblib|shelve|marshal)"
 UNSAFE = {
     "pickle-like module": re.compile(rf"^\s*(?:import|from)\s+{PICKLERS}\b", re.MULTILINE),
@@ -67,7 +67,7 @@ def test_trust_remote_code_is_logged_when_used(
     bert_dir: Path, teacher_dirs, caplog: pytest.LogCaptureFixture, allowed: bool
 ) -> None:
     """The tiny models ship no code: the switch is logged as running nothing, never as running
-    code (a model that ships some: tests/test_hostile_messages.py)."""
+    code (a model that ships some: tests/robustness/test_hostile_messages.py)."""
     caplog.set_level(logging.INFO)
     ref = ModelRef(name="tiny", path=str(bert_dir), trust_remote_code=allowed)
     load_tokenizer(ref, bert_dir)

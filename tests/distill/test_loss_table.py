@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
-
 import test_cross_tokenizer_losses as naive
+import torch
+from test_cross_tokenizer_losses import SAMPLES, B, K, S, T, V
+
 from lmalgebra.distill.causal.logprobs import draw_samples
 from lmalgebra.distill.vocab.byte_alignment import chunk_ids, chunk_start_alignment
 from lmalgebra.train.cross_tokenizer import LOSSES, batch_mean, ce_loss, tail_kl
-from test_cross_tokenizer_losses import SAMPLES, B, K, S, T, V
 
 # example b's chunks: ((teacher rows), (student positions)); row 0 of example 0 is NaN
 FOUND = [

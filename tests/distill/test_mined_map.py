@@ -7,13 +7,13 @@ import random
 
 import numpy as np
 import pytest
+from test_byte_alignment import _levenshtein
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.vocab import mined_map as mm
 from lmalgebra.distill.vocab.edit_distance import by_length, distance_matrix
 from lmalgebra.distill.vocab.union import canonical_vocabulary
-from test_byte_alignment import _levenshtein
 from tiny import build_tokenizer_kinds
 
 ALPHABET = "abcé🙂"

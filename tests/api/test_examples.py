@@ -15,7 +15,7 @@ import pytest
 import lmalgebra
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SMALL = ["--text-column", "text", "--length", "8", "--counts", "40,10,20"]
 
 

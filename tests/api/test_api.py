@@ -409,7 +409,7 @@ def test_the_documented_example_runs(
     place of packaged ones."""
     import re
 
-    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     code = re.findall(r"```python\n(.*?)```", text, flags=re.S)[0]
     swaps = {
         '"package:minilm-sre"': repr(str(bert2_dir)),

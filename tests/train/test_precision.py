@@ -154,7 +154,7 @@ def test_bfloat16_refused_on_the_command_line_with_exit_2(
         assert_one_line(code, err, ["decompose device", "cuda"])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_cuda_embedding_matches_cpu(
     bert_dir: Path, bert2_dir: Path, texts: list[str], tmp_path: Path
 ) -> None:

@@ -114,7 +114,7 @@ def test_wordpiece_training_gives_the_same_vocabulary_in_every_process() -> None
         "t = train_wordpiece(sentences(400), 200, True, 128);"
         "print(hashlib.sha256(t.backend_tokenizer.to_str().encode()).hexdigest())"
     )
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     digests = {
         subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
