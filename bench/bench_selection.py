@@ -27,7 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from harness import WORK, Session, fastest, figure, parse_args, run_contender
 
 NAME = "bench_selection"
-MEASURED = ("src/lmalgebra/selection", "src/lmalgebra/stats", "src/lmalgebra/distill")
+MEASURED = ("src/lmalgebra/experimental/selection", "src/lmalgebra/stats", "src/lmalgebra/distill")
 SEEDS = (0, 1, 2)
 
 

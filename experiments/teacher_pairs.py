@@ -139,7 +139,7 @@ def student_quality(config: Any, student: Path) -> tuple[float, float]:
     from lmalgebra.distill.examples import language_examples
     from lmalgebra.distill.masked.teachers import open_masked_teacher
     from lmalgebra.distill.recipe import MaskedRecipe, TeacherSpec
-    from lmalgebra.selection.teacher_quality import held_out_quality
+    from lmalgebra.experimental.selection.teacher_quality import held_out_quality
 
     recipe_: MaskedRecipe = config
     held = [e for e in language_examples(recipe_, "en") if e.heldout]

@@ -189,3 +189,26 @@ def test_calls_silence_transformers_and_sentence_transformers(
         if line.strip() and not line.startswith(("INFO:lmalgebra.", "WARNING:lmalgebra."))
     ]
     assert not leaked, leaked
+
+
+def test_importing_experimental_warns_once_and_the_command_line_stays_silent() -> None:
+    """``import lmalgebra.experimental`` warns once however often it is imported; the command
+    line reads ``merge select``'s settings without a warning (it warns when the command runs)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings; warnings.simplefilter('always');"
+        "import lmalgebra.experimental; import lmalgebra.experimental as again;"
+        "from lmalgebra.experimental import FEATURES; print(len(FEATURES))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("ExperimentalWarning") == 1 and done.stdout.strip() == "3"
+    cli = subprocess.run(
+        [sys.executable, "-W", "always", "-c", "from lmalgebra.cli import main; main()"]
+        + ["merge", "--help"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 0 and "ExperimentalWarning" not in cli.stderr, cli.stderr

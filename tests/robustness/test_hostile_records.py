@@ -13,7 +13,7 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.evaluate.pos_results import claim_evaluation
-from lmalgebra.selection.outputs import claim_selection
+from lmalgebra.experimental.selection.outputs import claim_selection
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import ModelRef
 

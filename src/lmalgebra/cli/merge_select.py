@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +12,10 @@ from rich.table import Table
 from lmalgebra.cli.app import console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.cli.merge import RecipeArg, merge_app
-from lmalgebra.selection.selection_spec import SelectionSpec
+
+with warnings.catch_warnings():  # the settings alone, to build the flags: warned when it runs
+    warnings.simplefilter("ignore")
+    from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 
 SELECT_FLAGS = config_flags(
     SelectionSpec, {"spans.counts": FlagStyle(metavar="TRAIN,VALIDATION,TEST")}
@@ -45,15 +49,17 @@ def merge_select(
     Example: lmalgebra merge select merge.yaml --size 2 && lmalgebra merge run
     runs/merge/selection/recommended.yaml
     """
+    from lmalgebra import experimental
     from lmalgebra.api.merge import recipe_of
-    from lmalgebra.api.select import TeacherSelection
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.layout import RunLayout
-    from lmalgebra.selection.outputs import claim_selection
-    from lmalgebra.selection.teacher_sets import select_teachers
+    from lmalgebra.experimental.select import TeacherSelection
+    from lmalgebra.experimental.selection.outputs import claim_selection
+    from lmalgebra.experimental.selection.teacher_sets import select_teachers
     from lmalgebra.storage.lockfile import run_directory_lock
     from lmalgebra.storage.output_paths import check_directory
 
+    experimental.warn()
     config = recipe_of(recipe)
     spec = validate(SelectionSpec, overrides, "merge select")
     target = out if out is not None else RunLayout(config.output_dir).selection

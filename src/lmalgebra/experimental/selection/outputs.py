@@ -19,8 +19,8 @@ import yaml
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.figures import canvas
-from lmalgebra.selection.teacher_sets import Selection
 from lmalgebra.stats.complementarity import SetScore
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import csv_text, format_cell

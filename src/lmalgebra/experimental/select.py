@@ -19,7 +19,7 @@ from lmalgebra.api.merge import recipe_of
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.selection.outputs import (
+from lmalgebra.experimental.selection.outputs import (
     SET_COLUMNS,
     TEACHER_COLUMNS,
     claim_selection,
@@ -27,9 +27,9 @@ from lmalgebra.selection.outputs import (
     teacher_rows,
     write_selection,
 )
-from lmalgebra.selection.selection_spec import SelectionSpec
-from lmalgebra.selection.teacher_sets import Selection
-from lmalgebra.selection.teacher_sets import select_teachers as _select
+from lmalgebra.experimental.selection.selection_spec import SelectionSpec
+from lmalgebra.experimental.selection.teacher_sets import Selection
+from lmalgebra.experimental.selection.teacher_sets import select_teachers as _select
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import make_directory
 

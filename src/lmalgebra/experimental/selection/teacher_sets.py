@@ -27,11 +27,11 @@ from lmalgebra.distill.examples import Example, language_examples
 from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.recipe import MaskedRecipe, MergeRecipe, masked_only, parse_recipe
 from lmalgebra.distill.teachers import Teacher
+from lmalgebra.experimental.selection.selection_spec import SelectionSpec
+from lmalgebra.experimental.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.run.sweeps import decomposer_of
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
-from lmalgebra.selection.selection_spec import SelectionSpec
-from lmalgebra.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
 
