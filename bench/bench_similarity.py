@@ -114,6 +114,11 @@ def measure(
                 runs.setdefault(name, []).append(
                     timed(lambda f=table_of: [r for s in SPLITS for r in f(blocks, moments[s])])
                 )
+                print(
+                    f"    {name}: fits {runs[f'fits before {name}'][-1]['seconds']:.2f} s, "
+                    f"tables {runs[name][-1]['seconds']:.2f} s",
+                    flush=True,
+                )
     pairs = zip(runs["baseline"][-1]["result"], runs["ours"][-1]["result"], strict=True)
     diff = max(max(abs(a.cka - b.cka), abs(a.mean_cca - b.mean_cca)) for a, b in pairs)
     found: dict[str, Any] = {name: median(r) for name, r in runs.items()}

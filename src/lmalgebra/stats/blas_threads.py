@@ -3,10 +3,12 @@
 OpenBLAS splits every product and every step of an eigensolver between its threads, and its
 idle threads wait for the next call by spinning. For one matrix of a few hundred rows the split
 saves little, and on a shared host it costs much: when another process holds a core, each call
-waits for a descheduled thread. Measured on two shared cores beside one busy process, the 13
-eigendecompositions of order 384 of a similarity table took 4.7 s on two threads and 0.46 s on
-one (``bench/bench_similarity.py``). Work of this kind runs on one thread; large products and
-factorisations (the statistics pass, the D x D inverse) keep every thread.
+waits for a descheduled thread. On two shared cores, the three splits' similarity tables of 13
+models of width 384 (39 eigendecompositions of order 384, 234 of order about 165) took 5 to 72 s
+of wall time and up to 60 s of CPU on two threads, against 1.2 s (2.8 s beside a competing
+process) and 1.2 s of CPU on one (``bench/bench_similarity.py``). Work of this kind runs on one
+thread; large products and factorisations (the statistics pass, the D x D inverse) keep every
+thread.
 """
 
 from __future__ import annotations
