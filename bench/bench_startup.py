@@ -73,9 +73,9 @@ def timed(source: Path, args: list[str], repeats: int) -> dict[str, Any]:
     }
 
 
-def measure(sources: dict[str, Path], repeats: int, loaded: bool) -> dict[str, Any]:
+def measure(sources: dict[str, Path], repeats: int, loaded: bool) -> dict[tuple[str, str], Any]:
     """Every case for both contenders, idle or beside one competing process."""
-    found: dict[str, Any] = {}
+    found: dict[tuple[str, str], Any] = {}
     for case, args in CASES.items():
         for who, source in sources.items():
             if loaded:

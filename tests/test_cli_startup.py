@@ -16,7 +16,7 @@ import pytest
 
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "pandas", "matplotlib")
 
-SCRIPT = """
+SCRIPT = f"""
 import json, sys
 from lmalgebra.cli import main
 sys.argv = ["lmalgebra", *sys.argv[1:]]
@@ -26,9 +26,9 @@ except SystemExit as stop:
     code = stop.code
 else:
     code = 0
-heavy = [m for m in {heavy!r} if m in sys.modules]
+heavy = [m for m in {HEAVY!r} if m in sys.modules]
 print("<<imports>>" + json.dumps({{"code": code, "heavy": heavy}}), file=sys.stderr)
-""".format(heavy=HEAVY)
+"""
 
 
 def _run(*args: str) -> tuple[int, list[str], str]:
