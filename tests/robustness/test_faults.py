@@ -408,3 +408,26 @@ def test_thread_count_is_pinned_for_mkl() -> None:
         pytest.skip("torch is not built with MKL here")
     assert pin_thread_count() == torch.get_num_threads()
     assert get_dynamic() == 0
+
+
+def test_thread_count_is_pinned_for_mkl_before_torch_is_imported() -> None:
+    """The command line imports torch only where a command computes: ``MKL_DYNAMIC=FALSE``,
+    set before, must leave MKL pinned as ``pin_thread_count`` does."""
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    script = (
+        "import ctypes, sys\n"
+        "from lmalgebra.core.threads import pin_thread_count_when_imported\n"
+        "pin_thread_count_when_imported()\n"
+        "assert 'torch' not in sys.modules\n"
+        "import torch\n"
+        f"library = ctypes.CDLL({str(library)!r})\n"
+        "if not hasattr(library, 'mkl_serv_get_dynamic'):\n"
+        "    sys.exit(3)\n"
+        "print(library.mkl_serv_get_dynamic())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MKL_DYNAMIC"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    if done.returncode == 3:
+        pytest.skip("torch is not built with MKL here")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "0"
