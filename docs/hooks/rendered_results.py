@@ -78,7 +78,34 @@ def real_teachers_rerun(result: dict[str, Any]) -> str:
     )
 
 
+def regime_readme(result: dict[str, Any]) -> str:
+    """A regime of ``experiments/distillation_regimes.py`` for the README: held-out bits per byte
+    of the teachers and each variant (mean ± sd over seeds), and its targets."""
+    table, plan = result["table"], result["plan"]
+    seeds = ", ".join(str(s) for s in plan["seeds"])
+    teachers = table["teacher_bits"]
+    rows = [
+        f"Regime `{plan['regime']}`, commit {result['commit']}, {result['date']}, seeds {seeds} "
+        f"({result['machine']}); held-out bits per byte, each student at its best validation "
+        "checkpoint:",
+        "",
+        "| model | en | fr | es |",
+        "|---|---|---|---|",
+        "| Gemma-3-270M, SmolLM2-135M (teachers) | "
+        + " | ".join(f"{teachers['gemma'][x]:.3f}, {teachers['smollm2'][x]:.3f}" for x in LANGUAGES)
+        + " |",
+    ]
+    for name, row in table["students"].items():
+        cells = " | ".join(_mean_sd(row["bits_per_byte"][x]) for x in LANGUAGES)
+        rows.append(f"| {name} | {cells} |")
+    rows.append("")
+    for lang, got in table["targets"].items():
+        rows.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'not met'}.")
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "regime-readme": regime_readme,
     "real-teachers-readme": real_teachers_readme,
     "real-teachers-rerun": real_teachers_rerun,
 }

@@ -175,15 +175,22 @@ def test_a_figure_edited_by_hand_is_stale(tmp_path: Path, monkeypatch) -> None:
     assert len(found) == 1 and f"{name} from {path}" in found[0]
 
 
-@pytest.mark.parametrize("stem", ["real_teachers", "real_teachers_fresh_clone"])
-def test_recorded_experiment_tables_are_their_results_rendered(stem: str) -> None:
+@pytest.mark.parametrize(
+    ("stem", "script"),
+    [
+        ("real_teachers", "real_teachers"),
+        ("real_teachers_fresh_clone", "real_teachers"),
+        ("little_data", "distillation_regimes"),
+    ],
+)
+def test_recorded_experiment_tables_are_their_results_rendered(stem: str, script: str) -> None:
     """An experiment's Markdown (included by the docs) is its recorded JSON as the experiment's
     own ``markdown`` renders it: neither edited by hand nor left behind by a newer run."""
     import importlib
 
     sys.path.insert(0, str(ROOT / "experiments"))
     try:
-        script = importlib.import_module(stem.removesuffix("_fresh_clone"))
+        module = importlib.import_module(script)
     finally:
         sys.path.remove(str(ROOT / "experiments"))
     import json
@@ -191,6 +198,6 @@ def test_recorded_experiment_tables_are_their_results_rendered(stem: str) -> Non
     results = ROOT / "experiments" / "results"
     recorded = json.loads((results / f"{stem}.json").read_text(encoding="utf-8"))
     if (results / f"{stem}.md").is_file():
-        assert script.markdown(recorded) == (results / f"{stem}.md").read_text(encoding="utf-8")
+        assert module.markdown(recorded) == (results / f"{stem}.md").read_text(encoding="utf-8")
     else:  # a JSON alone (a rerun): it renders
-        assert script.markdown(recorded).startswith("Run ")
+        assert module.markdown(recorded).startswith("Run ")
