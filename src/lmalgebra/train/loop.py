@@ -215,6 +215,7 @@ def train(
                 )
             advance(1, _status(last))
     if tracker is not None:
+        barrier()  # the main rank has written the best weights every rank loads
         tracker.restore(accelerator.unwrap_model(model))
         last = {**last, "best_step": tracker.best_step, "best_validation": tracker.best}
     model.eval()
