@@ -103,6 +103,9 @@ class Plan:
     seeds: tuple[int, ...]
     selection_docs: int
     variants: tuple[str, ...]
+    # bfloat16 autocast for teacher inference and training where the device computes it natively
+    # (avx512_bf16 or AMX, a recent GPU), else float32: ``auto``; or ``float32`` always
+    precision: str = "auto"
 
 
 LITTLE = Plan(
@@ -189,6 +192,7 @@ def recipe(
 ) -> dict[str, Any]:
     """One causal recipe: both teachers on every language, top-k of ``plan``, no drawn tokens;
     teacher inference on ``device`` (training runs where Accelerate finds a device)."""
+    bf16 = plan.precision == "auto" and native_bf16(device)
     student: dict[str, Any] = {"init": STUDENT_INIT}
     if layers != LAYERS["all"]["all"]:
         student["layers"] = layers
@@ -203,6 +207,7 @@ def recipe(
         "heldout_fraction": plan.heldout_fraction,
         "top_k": plan.top_k,
         "batch_size": 8,
+        "dtype": "bfloat16" if bf16 else "float32",
         "device": device,
         "output_dir": str(work / "merge"),
         "student": student,
@@ -219,8 +224,20 @@ def recipe(
             "validation_fraction": plan.validation_fraction,
             "validation_every": plan.validation_every,
             "patience": plan.patience,
+            "mixed_precision": "bf16" if bf16 else "no",
         },
     }
+
+
+def native_bf16(device: str) -> bool:
+    """Whether ``device`` (``auto``: a GPU when there is one) computes in bfloat16 natively."""
+    import torch
+
+    from lmalgebra.core.precision import bf16_support
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return bf16_support(device)[0]
 
 
 def students(plan: Plan) -> dict[str, dict[str, Any]]:
@@ -302,8 +319,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"Regime {plan['regime']}: run {result['date']} at commit {result['commit']}"
         + (f" (evaluated at {result['resumed_at']})" if "resumed_at" in result else "")
-        + f" on "
-        f"{result['machine']}, float32, {minutes:.0f} minutes (minutes: {parts}). "
+        + f" on {result['machine']}, {result.get('precision', 'float32')}, "
+        f"{minutes:.0f} minutes (minutes: {parts}). "
         f"{plan['docs_per_language']} documents per language ({plan['heldout_fraction']:.0%} "
         f"held out as the test text, {plan['validation_fraction']:.0%} of the rest for "
         f"validation), up to {plan['steps']} steps of {plan['batch_size']} examples, validation "
@@ -443,6 +460,7 @@ def _run(
         "store_bytes_per_token": store,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "machine": machine(),
+        "precision": "bfloat16 autocast" if data["dtype"] == "bfloat16" else "float32",
         **started,  # the code the run started with (a resumed run: the commit it resumed at)
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -95,6 +95,15 @@ def test_the_student_is_its_best_validation_checkpoint(recipe_path: Path, monkey
     assert len(calls) == 4
 
 
+def test_validation_scores_a_student_training_in_bfloat16(recipe_path: Path, monkeypatch) -> None:
+    """Accelerate wraps the forward of a bf16 student in autocast: the validation score (body
+    and head in float32) still knows its head, and the run keeps its best checkpoint."""
+    monkeypatch.setenv("LMALGEBRA_ALLOW_SLOW_BF16", "1")
+    model = train_causal(recipe_path, "bf16", steps=4, mixed_precision="bf16")
+    scored = [row["validation"] for row in train_log(model) if "validation" in row]
+    assert len(scored) == 2 and all(np.isfinite(s) for s in scored)
+
+
 def test_early_stopping_stops_and_stays_stopped(recipe_path: Path, monkeypatch) -> None:
     _scripted(monkeypatch, [3.0, 2.0, 2.5, 2.6], patience=2)
     model = train_causal(recipe_path, "stopped")

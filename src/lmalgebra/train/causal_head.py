@@ -92,8 +92,12 @@ def check_head(model: Any, owner: str = "model") -> None:
     vocab = model.get_output_embeddings().weight.shape[0]
     ids = (torch.arange(4, device=device) % vocab).unsqueeze(0)
     mask = torch.ones_like(ids)
+    # the model's own forward: under mixed-precision training Accelerate wraps ``forward`` in
+    # bfloat16 autocast and keeps the float32 one as ``_original_forward``; the body and head
+    # here run in float32 (a student scored on validation while it trains)
+    forward = getattr(model, "_original_forward", model.forward)
     with torch.inference_mode():
-        want = model(input_ids=ids, attention_mask=mask).logits[0].float()
+        want = forward(input_ids=ids, attention_mask=mask).logits[0].float()
         got = head_logits(model, body_states(model, ids, mask)[0], torch.float32)
     scale = float(want.abs().max()) or 1.0
     if not torch.allclose(got, want, rtol=1e-4, atol=1e-5 * scale):

@@ -146,7 +146,6 @@ def train(
     examples kept out of training; the best-scoring weights are the run's result, and the run
     stops early once they stop improving (``train.validation``).
     """
-    from accelerate import Accelerator
 
     if not restart:
         refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out)
@@ -164,7 +163,7 @@ def train(
         if is_main():
             clear_checkpoints(out / "checkpoints")
         barrier()
-    accelerator = Accelerator(mixed_precision=spec.mixed_precision)
+    accelerator = _accelerator(spec.mixed_precision)
     torch.manual_seed(spec.seed)
     optimizer = _optimizer(model, spec, accelerator.device.type)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -229,6 +228,20 @@ def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
     if spec.keep_checkpoints == 0 and is_main():
         clear_checkpoints(out / "checkpoints")
         clear_best(out)
+
+
+def _accelerator(mixed_precision: str) -> Any:
+    """An ``Accelerator`` in ``mixed_precision``. Accelerate keeps one precision per process and
+    refuses another with a traceback: a process that trained one student in float32 and now
+    trains one in bfloat16 (a notebook, a sweep) starts from a fresh precision setting; the
+    process group (``PartialState``) is kept."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    state = AcceleratorState._shared_state
+    if state.get("_mixed_precision", mixed_precision) != mixed_precision:
+        AcceleratorState._reset_state(reset_partial_state=False)
+    return Accelerator(mixed_precision=mixed_precision)
 
 
 def _check_precision(spec: TrainingSpec) -> None:
