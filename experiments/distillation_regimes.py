@@ -61,16 +61,13 @@ from real_teachers import (  # noqa: E402  (the experiment beside this one: corp
 )
 
 from lmalgebra.core.errors import UserInputError  # noqa: E402
+from lmalgebra.demo.plan import REAL_VARIANTS  # noqa: E402
 
-# variant -> the keys of ``training`` it sets (beside the seed)
 BY_LANGUAGE = {"en": ["smollm2"], "fr": ["gemma"], "es": ["gemma"]}
+# variant -> the keys of ``training`` it sets (beside the seed): the demo's, and the merge by
+# language
 VARIANTS: dict[str, dict[str, Any]] = {
-    "ce": {"objective_mix": {"ce": 1.0}},
-    "ce-smooth": {"objective_mix": {"ce": 1.0}, "label_smoothing": 0.1},
-    "kl-smollm2": {"objective_mix": {"tail_kl": 1.0}, "teachers": ["smollm2"]},
-    "prefix-gemma": {"objective_mix": {"prefix_kl": 1.0}, "teachers": ["gemma"]},
-    "alm-gemma": {"objective_mix": {"alm": 1.0}, "teachers": ["gemma"]},
-    "merge": {"objective_mix": {"prefix_kl": 1.0}, "multi_teacher": "all"},
+    **REAL_VARIANTS,
     "merge-by-language": {"objective_mix": {"prefix_kl": 1.0}, "teachers": BY_LANGUAGE},
 }
 TWINS = ("ce", "ce-smooth")  # the students without a teacher
@@ -192,6 +189,8 @@ def recipe(
 ) -> dict[str, Any]:
     """One causal recipe: both teachers on every language, top-k of ``plan``, no drawn tokens;
     teacher inference on ``device`` (training runs where Accelerate finds a device)."""
+    from lmalgebra.core.precision import native_bf16
+
     bf16 = plan.precision == "auto" and native_bf16(device)
     student: dict[str, Any] = {"init": STUDENT_INIT}
     if layers != LAYERS["all"]["all"]:
@@ -227,17 +226,6 @@ def recipe(
             "mixed_precision": "bf16" if bf16 else "no",
         },
     }
-
-
-def native_bf16(device: str) -> bool:
-    """Whether ``device`` (``auto``: a GPU when there is one) computes in bfloat16 natively."""
-    import torch
-
-    from lmalgebra.core.precision import bf16_support
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return bf16_support(device)[0]
 
 
 def students(plan: Plan) -> dict[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from lmalgebra import MergeRun, UserInputError
 from lmalgebra.demo.plan import REAL_FULL, REAL_QUICK, REAL_VARIANTS
 from lmalgebra.demo.real_workflow import UNTRAINED, RealDemoResult, run_real_demo
 
-VARIANTS = ("ce", "alm-gemma", "merge-all")
+VARIANTS = ("ce", "ce-smooth", "merge")
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def result(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Rea
         teachers=(("gemma", str(dirs["uni"])), ("smollm2", str(dirs["bl"]))),
         student_init=str(dirs["bl"]),
         layers=(0, 1),
-        docs_per_language=6,
+        docs_per_language=12,
         example_bytes=128,
         seeds=(0, 1),
         variants=VARIANTS,

@@ -70,6 +70,16 @@ def bf16_support(device: torch.device | str, cpuinfo: Path | None = None) -> tup
     return False, f"the CPU has neither {' nor '.join(CPU_BF16_FLAGS)}"
 
 
+def native_bf16(device: str = "auto") -> bool:
+    """Whether ``device`` (``auto``: a GPU when there is one, as Accelerate trains) computes in
+    bfloat16 natively: what an ``auto`` precision of a plan resolves by."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return bf16_support(device)[0]
+
+
 def check_bf16(device: torch.device, owner: str, remedy: str) -> None:
     """Refuse bfloat16 on ``device`` without native support (one line naming ``owner``, the
     reason and ``remedy``), unless ``LMALGEBRA_ALLOW_SLOW_BF16=1``."""

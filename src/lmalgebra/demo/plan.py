@@ -142,7 +142,11 @@ class RealPlan:
     """Sizes of ``demo --real``: two pre-trained causal LMs with different tokenizers teach every
     language (``teachers``: name, model reference); the student is ``student_init`` with only
     ``layers`` of its decoder layers, trained as each of ``variants`` (keys of
-    :data:`REAL_VARIANTS`) for every seed of ``seeds``, beside the same student untrained."""
+    :data:`REAL_VARIANTS`) for every seed of ``seeds``, beside the same student untrained.
+    ``validation_fraction`` of the training examples score each student every
+    ``validation_every`` steps; it keeps its best weights and stops after ``patience`` scores
+    without a better one. ``precision``: ``auto`` trains and runs the teachers in bfloat16
+    autocast where the hardware computes it natively, else float32; ``float32`` always."""
 
     teachers: tuple[tuple[str, str], ...]
     student_init: str
@@ -157,6 +161,10 @@ class RealPlan:
     lambda_value: float
     seeds: tuple[int, ...]
     variants: tuple[str, ...]
+    validation_fraction: float
+    validation_every: int
+    patience: int
+    precision: str = "auto"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,36 +175,50 @@ REAL_TEACHERS: tuple[tuple[str, str], ...] = (
     ("smollm2", "package:smollm2-135m"),
 )
 # variant -> the keys of ``training`` it sets beside the seed; teachers named as in REAL_TEACHERS
+# (the demo's and experiments/distillation_regimes.py's)
 REAL_VARIANTS: dict[str, dict[str, Any]] = {
     "ce": {"objective_mix": {"ce": 1.0}},
+    # soft targets without a teacher: the regularisation a teacher's share is measured beyond
+    "ce-smooth": {"objective_mix": {"ce": 1.0}, "label_smoothing": 0.1},
+    # the student's own tokenizer: same-tokenizer KD, the ceiling of the cross-tokenizer losses
+    "kl-smollm2": {"objective_mix": {"tail_kl": 1.0}, "teachers": ["smollm2"]},
+    "prefix-gemma": {"objective_mix": {"prefix_kl": 1.0}, "teachers": ["gemma"]},
     "alm-gemma": {"objective_mix": {"alm": 1.0}, "teachers": ["gemma"]},
+    "merge": {"objective_mix": {"prefix_kl": 1.0}, "multi_teacher": "all"},
     "merge-all": {"objective_mix": {"alm": 1.0}, "multi_teacher": "all"},
     "merge-best": {"objective_mix": {"alm": 1.0}, "multi_teacher": "best"},
 }
 # The layers the real-teacher experiment chose (experiments/results/real_teachers.md): of four
 # six-layer subsets of SmolLM2's 30, the fewest bits per byte before training on unseen leads.
 REAL_LAYERS = (0, 1, 2, 27, 28, 29)
+# The little-data regime (experiments/results/little_data.md), where distillation pays: 32 leads
+# a language repeated for up to 48 steps, each student at its best validation checkpoint; CE
+# only, label smoothing and both teachers merged by prefix projection, two seeds
 REAL_FULL = RealPlan(
     teachers=REAL_TEACHERS,
     student_init="package:smollm2-135m",
     layers=REAL_LAYERS,
-    docs_per_language=60,
-    heldout_fraction=0.2,
+    docs_per_language=32,
+    heldout_fraction=0.25,
     example_bytes=256,
-    top_k=8,
-    steps=30,
+    top_k=64,
+    steps=48,
     batch_size=8,
-    lr=2e-4,
+    lr=3e-4,
     lambda_value=0.5,
     seeds=(0, 1),
-    variants=("ce", "alm-gemma", "merge-all"),
+    variants=("ce", "ce-smooth", "merge"),
+    validation_fraction=0.2,
+    validation_every=6,
+    patience=3,
 )
 REAL_QUICK = replace(  # every path at the smallest size that runs it (the smoke test)
     REAL_FULL,
-    docs_per_language=8,
-    heldout_fraction=0.25,
+    docs_per_language=12,
     steps=2,
     batch_size=2,
     seeds=(0,),
-    variants=("ce", "merge-all"),
+    variants=("ce", "merge"),
+    validation_every=1,
+    patience=1,
 )

@@ -5,12 +5,15 @@ resumes, so an interrupted demo continues where it was.
 1. Corpora: Wikipedia leads in English, French and Spanish (packaged, no hub).
 2. One causal store of both teachers on every language (prepare, teach).
 3. The student: some of SmolLM2's decoder layers, started from SmolLM2's weights; kept
-   untrained (``steps: 0``, the floor) and trained as each variant (CE only, ALM from Gemma
-   alone, ALM from both teachers) for every seed, at equal steps and data.
+   untrained (``steps: 0``, the floor) and trained as each variant (CE only, label smoothing,
+   both teachers merged by prefix projection) for every seed, at equal steps and data, many
+   epochs over little data, each at its best checkpoint on a validation split: the regime in
+   which distillation pays (``experiments/results/little_data.md``).
 4. Held-out bits per byte of teachers and students, RDT against both teachers; the table
    (``real-demo.md``/``.json``).
 
-A smaller run of ``experiments/real_teachers.py``, whose recorded figures are the reference.
+A smaller run of ``experiments/distillation_regimes.py little-data`` (two seeds, three of its
+variants), whose recorded figures are the reference.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from lmalgebra.api.merge import MergeRun, merge
+from lmalgebra.core.precision import native_bf16
 from lmalgebra.demo.causal_table import student_name
 from lmalgebra.demo.plan import REAL_FULL, REAL_QUICK, REAL_VARIANTS, RealPlan
 from lmalgebra.demo.real_table import real_markdown, real_table
@@ -56,14 +60,24 @@ class RealDemoResult:
     rdt: pd.DataFrame
     seconds: dict[str, float]
 
+    @property
+    def precision(self) -> str:
+        """What the students trained in (the store records what its teachers ran in)."""
+        mixed = self.run.recipe.training.mixed_precision
+        return "bfloat16 autocast" if mixed == "bf16" else "float32"
+
     def markdown(self) -> str:
         """The table as Markdown, with the sizes it was measured at."""
         plan, minutes = self.plan, sum(self.seconds.values()) / 60
         seeds = ", ".join(str(s) for s in plan.seeds)
         note = (
-            f"Student: layers {list(plan.layers)} of {plan.student_init}, {plan.steps} steps of "
-            f"{plan.batch_size} examples, seeds {seeds}; {plan.docs_per_language} leads per "
-            f"language, {plan.heldout_fraction:.0%} held out; {minutes:.1f} minutes. Held-out "
+            f"Student: layers {list(plan.layers)} of {plan.student_init}, up to {plan.steps} steps "
+            f"of {plan.batch_size} examples, at its best checkpoint on "
+            f"{plan.validation_fraction:.0%} of the training examples (scored every "
+            f"{plan.validation_every} steps, patience "
+            f"{plan.patience}), seeds {seeds}; {plan.docs_per_language} leads per language, "
+            f"{plan.heldout_fraction:.0%} held out, top-{plan.top_k}; {self.precision}; "
+            f"{minutes:.1f} minutes. Held-out "
             "bits per byte (mean ± standard deviation over seeds). Gap closed: the share of the "
             "gap between CE only and each language's better teacher, averaged over languages; "
             "RDT against both teachers (positive: fewer bits than the teachers)."
@@ -80,6 +94,7 @@ class RealDemoResult:
             "bits": self.bits.to_dict("records"),
             "rdt": json.loads(self.rdt.to_json(orient="index")),
             "seconds": self.seconds,
+            "precision": self.precision,
         }
 
 
@@ -100,6 +115,16 @@ def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str
         "output_dir": str(out),
         "student": {"init": plan.student_init, "layers": list(plan.layers)},
         "training": real_training(plan.steps, plan.batch_size, plan.lr, plan.lambda_value),
+    }
+    bf16 = plan.precision == "auto" and native_bf16()
+    data["dtype"] = "bfloat16" if bf16 else "float32"
+    data["training"] |= {
+        "checkpoint_every": plan.validation_every,
+        "log_every": plan.validation_every,
+        "validation_fraction": plan.validation_fraction,
+        "validation_every": plan.validation_every,
+        "patience": plan.patience,
+        "mixed_precision": "bf16" if bf16 else "no",
     }
     out.mkdir(parents=True, exist_ok=True)
     (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
