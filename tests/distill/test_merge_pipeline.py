@@ -112,3 +112,50 @@ def test_a_causal_recipe_skips_vocab_in_a_sequence_and_refuses_it_alone(
     assert calls == [("prepare", False), ("teach", False)]
     with pytest.raises(UserInputError, match="a causal recipe has no union vocabulary"):
         run_stages(causal, ["vocab"])
+
+
+def test_a_toy_objective_joins_through_the_table_alone(
+    recipe: MergeRecipe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An objective is a recipe class naming its ``Objective`` and one line of ``RECIPES``: the
+    recipe union, the chooser and the messages read the table."""
+    from typing import Literal
+
+    from pydantic import Field, TypeAdapter
+
+    import lmalgebra.distill.recipe as recipes
+
+    class ToyObjective(CausalObjective):
+        stages = ("prepare", "train")
+
+    class ToyRecipe(CausalRecipe):
+        objective: Literal["toy"] = Field(default="toy")  # type: ignore[assignment]
+
+        def objective_type(self) -> type[CausalObjective]:
+            return ToyObjective
+
+    table = {**recipes.RECIPES, "toy": ToyRecipe}
+    monkeypatch.setattr(recipes, "RECIPES", table)
+    monkeypatch.setattr(recipes, "OBJECTIVES", tuple(table))
+    monkeypatch.setattr(recipes, "_KEYS", {n: recipes._keys(r) for n, r in table.items()})
+    union = recipes.Union[tuple(recipes.Annotated[r, recipes.Tag(n)] for n, r in table.items())]
+    adapter = TypeAdapter(recipes.Annotated[union, recipes.Discriminator(recipes._objective)])
+    monkeypatch.setattr(recipes, "_RECIPES", adapter)
+    keys = ("languages", "teachers", "output_dir")
+    data = {k: v for k, v in recipe.model_dump(mode="json").items() if k in keys}
+    data["objective"] = "toy"
+    toy = MergeRecipe.model_validate(data)
+    assert type(toy) is ToyRecipe and type(objective_of(toy)) is ToyObjective
+    assert objective_of(toy).runnable(["prepare", "teach", "train"]) == ["prepare", "train"]
+    with pytest.raises(UserInputError, match="must be masked or causal or toy, got 'other'"):
+        recipes.parse_recipe(data | {"objective": "other"}, "r.yaml")
+
+
+def test_every_objective_of_the_table_runs_its_recipes() -> None:
+    from lmalgebra.distill.objective import Objective
+    from lmalgebra.distill.recipe import RECIPES
+
+    for name, recipe_type in RECIPES.items():
+        assert recipe_type.model_fields["objective"].default == name
+        chosen = recipe_type.objective_type(None)  # type: ignore[arg-type]  # reads no field
+        assert issubclass(chosen, Objective) and not chosen.__abstractmethods__

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RunLayout
-from lmalgebra.distill.objective import STAGES
+from lmalgebra.distill.objective import STAGES, Table
 from lmalgebra.distill.pipeline import (
     RUN_STAGES,
     evaluate_students,
@@ -92,12 +92,15 @@ class MergeRun:
 
         names = list(students or self.students or ["student"])
         found = evaluate_students(self.recipe, names, languages, pooling)
-        self.scores = pd.DataFrame([asdict(r) for r in found.scores], columns=found.columns)
+
+        def frame(table: Table) -> pd.DataFrame:
+            return pd.DataFrame([asdict(r) for r in table.rows], columns=table.columns)
+
+        self.scores = frame(found.scores)
         self.rdt = rdt_frame(found.rdt)
         self.evaluation = found.markdown
-        if found.coverage_columns:
-            rows = [asdict(r) for r in found.coverage]
-            self.coverage = pd.DataFrame(rows, columns=found.coverage_columns)
+        if "coverage" in found.extra:
+            self.coverage = frame(found.extra["coverage"])
         return self
 
     @library_entry

@@ -40,37 +40,36 @@ def _run_dir(self: Objective, **_: Any) -> Path:
 
 
 @dataclass
+class Table:
+    """Rows of one kind (dataclass instances) and the column names of their DataFrame."""
+
+    rows: list[Any]
+    columns: list[str]
+
+
+@dataclass
 class Evaluation:
     """What ``evaluate`` found for a run's students.
 
     Attributes:
-        scores: one row per (language, tokenisation or model, model); ``columns`` names them.
+        scores: one row per (language, tokenisation or model, model).
         rdt: student -> language -> RDT in percent (then ``average``), positive when the student
             is better than its teachers.
         markdown: the evaluation as written to ``evaluation/evaluation.md``.
-        coverage: causal runs: LMD coverage rows (``evaluate.lmd_coverage``), whose columns
-            ``coverage_columns`` names; both empty for an objective that does not measure it.
+        extra: the objective's further tables by name (causal runs: ``coverage``, the LMD
+            coverage of each teacher by each student).
     """
 
-    scores: list[Any]
-    columns: list[str]
+    scores: Table
     rdt: dict[str, dict[str, float]]
     markdown: str
-    coverage: list[Any] = field(default_factory=list)
-    coverage_columns: list[str] = field(default_factory=list)
+    extra: dict[str, Table] = field(default_factory=dict)
 
 
 class Objective(ABC):
     """The stages of a recipe of one objective; each resumes what an earlier run finished."""
 
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
-    # the objective's own functions: every teacher of a recipe opened and checked; a teacher's
-    # copy of a language's examples (prepare); its outputs on that copy (teach)
-    open_all: ClassVar[staticmethod[[Any], dict[str, Teacher]]]
-    write_copy: ClassVar[staticmethod[[Any, str, Teacher, pa.Table, bool], None]]
-    write_outputs: ClassVar[
-        staticmethod[[Any, str, Teacher, tuple[torch.device, torch.dtype], bool], None]
-    ]
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -88,9 +87,20 @@ class Objective(ABC):
         """Every (language, teacher) of the recipe, in recipe order."""
         return [(lang, t) for lang, spec in self.recipe.languages.items() for t in spec.teachers]
 
+    @abstractmethod
     def open_teachers(self) -> dict[str, Teacher]:
         """Every teacher of the recipe, checked for this objective before anything is done."""
-        return type(self).open_all(self.recipe)
+
+    @abstractmethod
+    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
+        """``teacher``'s copy of language ``lang``'s examples (``prepare``)."""
+
+    @abstractmethod
+    def write_outputs(
+        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
+    ) -> None:
+        """``teacher``'s outputs on its copy of ``lang`` (``teach``), on ``setup``'s device and
+        in its dtype."""
 
     @holding_lock("merge prepare", _run_dir, RUN_SCRATCH)
     @main_rank_only  # light work: one process writes it, the others wait
@@ -103,7 +113,7 @@ class Objective(ABC):
         for lang in self.recipe.languages:
             examples = write_examples(self.recipe, lang)
             for name in self.recipe.languages[lang].teachers:
-                type(self).write_copy(self.recipe, lang, teachers[name], examples, progress)
+                self.write_copy(lang, teachers[name], examples, progress)
 
     @holding_lock("merge teach", _run_dir, RUN_SCRATCH)
     def teach(
@@ -115,7 +125,7 @@ class Objective(ABC):
         setup = setup or inference_setup(self.recipe)  # an unusable device or dtype: refused first
         teachers = self.open_teachers()
         for lang, name in self.pairs():
-            type(self).write_outputs(self.recipe, lang, teachers[name], setup, progress)
+            self.write_outputs(lang, teachers[name], setup, progress)
 
     @abstractmethod
     def vocab(self) -> None:

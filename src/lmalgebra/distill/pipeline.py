@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
-from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
-from lmalgebra.distill.recipe import CausalRecipe, MergeRecipe, load_recipe
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
@@ -32,10 +30,8 @@ STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything be
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:
-    """The objective ``recipe`` has: the one place that tells the two apart."""
-    if isinstance(recipe, CausalRecipe):
-        return CausalObjective(recipe)
-    return MaskedObjective(recipe)
+    """The objective that runs ``recipe``'s stages (the one its recipe type names)."""
+    return recipe.objective_type()(recipe)
 
 
 def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) -> TrainingSpec:

@@ -11,7 +11,7 @@ names, so a setting of the other objective is an unknown key, never silently ign
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -33,9 +33,11 @@ from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 
+if TYPE_CHECKING:
+    from lmalgebra.distill.objective import Objective
+
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
 MIN_EXAMPLE_LENGTH = 8
-OBJECTIVES = ("masked", "causal")
 OBJECTIVE_HELP = (
     "masked: masked-LM teachers, union vocabulary (MergeDistill); causal: causal LM teachers "
     "with any tokenizers, examples cut by text."
@@ -240,13 +242,17 @@ class MergeRecipe(Settings):
         """What the examples' store key records of how examples are cut (nothing: whole)."""
         return {}
 
+    def objective_type(self) -> type[Objective]:
+        """The objective that runs this recipe's stages (``distill.pipeline.objective_of``)."""
+        raise NotImplementedError(f"{type(self).__name__} names no objective")
+
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> MergeRecipe:
         """On ``MergeRecipe``: the ``MaskedRecipe`` or ``CausalRecipe`` ``obj``'s ``objective``
         names (default masked); on either of those, that type's own validation."""
         if cls is MergeRecipe:
             try:
-                return cast(MergeRecipe, _RECIPES.validate_python(obj, *args, **kwargs))
+                return _RECIPES.validate_python(obj, *args, **kwargs)
             except ValidationError as err:
                 raise SettingsError(_message(err, obj, "MergeRecipe"), err) from None
         return super().model_validate(obj, *args, **kwargs)
@@ -270,6 +276,11 @@ class MaskedRecipe(MergeRecipe):
     )
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="Student training.")
 
+    def objective_type(self) -> type[Objective]:
+        from lmalgebra.distill.masked.objective import MaskedObjective
+
+        return MaskedObjective
+
 
 class CausalRecipe(MergeRecipe):
     """Causal LM teachers with any tokenizers, examples cut by text, a student with a tokenizer
@@ -286,6 +297,11 @@ class CausalRecipe(MergeRecipe):
     training: CausalTrainingSpec = Field(
         default_factory=CausalTrainingSpec, description="Student training."
     )
+
+    def objective_type(self) -> type[Objective]:
+        from lmalgebra.distill.causal.objective import CausalObjective
+
+        return CausalObjective
 
     @model_validator(mode="after")
     def _check_tokenizer(self) -> CausalRecipe:
@@ -308,9 +324,14 @@ def _objective(data: Any) -> Any:
     return getattr(data, "objective", None)
 
 
-_RECIPES: TypeAdapter[MaskedRecipe | CausalRecipe] = TypeAdapter(
-    Annotated[
-        Annotated[MaskedRecipe, Tag("masked")] | Annotated[CausalRecipe, Tag("causal")],
+# The objectives: name -> recipe, the one table of them. Each recipe names the objective that
+# runs its stages (``objective_type``, imported when a run starts: torch); the recipe union, the
+# keys each objective accepts and the messages read this table.
+RECIPES: dict[str, type[MergeRecipe]] = {"masked": MaskedRecipe, "causal": CausalRecipe}
+OBJECTIVES = tuple(RECIPES)
+_RECIPES: TypeAdapter[MergeRecipe] = TypeAdapter(
+    Annotated[  # type: ignore[arg-type]  # a union built from the table
+        Union[tuple(Annotated[recipe, Tag(name)] for name, recipe in RECIPES.items())],  # noqa: UP007
         Discriminator(_objective),
     ]
 )
@@ -326,7 +347,7 @@ def _keys(recipe: type[MergeRecipe]) -> set[str]:
     return keys
 
 
-_KEYS = {"masked": _keys(MaskedRecipe), "causal": _keys(CausalRecipe)}
+_KEYS = {name: _keys(recipe) for name, recipe in RECIPES.items()}
 
 
 def parse_recipe(data: Any, source: str) -> MergeRecipe:
@@ -346,13 +367,14 @@ def _message(err: ValidationError, data: Any, source: str) -> str:
     first = err.errors()[0]
     objective = _objective(data)
     if first["type"] == "union_tag_invalid" or objective not in OBJECTIVES:
-        return f"{source}: key 'objective': must be masked or causal, got {objective!r}"
+        names = " or ".join(OBJECTIVES)
+        return f"{source}: key 'objective': must be {names}, got {objective!r}"
     message = describe(err, source, tagged=True)
     unknown = next((e for e in err.errors() if e["type"] == "extra_forbidden"), None)
     if unknown is not None:
         key = ".".join(str(p) for p in unknown["loc"][1:])  # the tag left out
-        other = next((o for o in OBJECTIVES if o != objective), "")
-        if key in _KEYS[other] - _KEYS[objective]:
+        other = next((o for o in OBJECTIVES if key in _KEYS[o] - _KEYS[objective]), None)
+        if other is not None:
             message += f": a setting of {other} recipes, and this recipe's objective is {objective}"
     return message
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
@@ -14,13 +14,17 @@ from lmalgebra.distill.causal.plan import plan_causal
 from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
 from lmalgebra.distill.causal.teachers import open_teachers
 from lmalgebra.distill.layout import RUN_SCRATCH
-from lmalgebra.distill.objective import Evaluation, Objective, Stage
+from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection, causal_report
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import torch
 
 
 def _run_dir(self: CausalObjective, **_: Any) -> Path:
@@ -32,9 +36,17 @@ class CausalObjective(Objective):
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
     recipe: CausalRecipe
-    open_all = staticmethod(open_teachers)
-    write_copy = staticmethod(write_tokens)
-    write_outputs = staticmethod(write_logprobs)
+
+    def open_teachers(self) -> dict[str, Teacher]:
+        return open_teachers(self.recipe)
+
+    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
+        write_tokens(self.recipe, lang, teacher, examples, progress)
+
+    def write_outputs(
+        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
+    ) -> None:
+        write_logprobs(self.recipe, lang, teacher, setup, progress)
 
     def vocab(self) -> None:
         raise UserInputError(
@@ -76,9 +88,9 @@ class CausalObjective(Objective):
         self.check_students(students)
         found = evaluate_causal_run(self.recipe, list(students), chosen, spec)
         markdown = causal_markdown(found)
-        columns = list(COVERAGE.columns)
+        coverage = Table(found.coverage, list(COVERAGE.columns))
         return Evaluation(
-            found.bits, list(BITS.columns), found.rdt, markdown, found.coverage, columns
+            Table(found.bits, list(BITS.columns)), found.rdt, markdown, {"coverage": coverage}
         )
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RUN_SCRATCH
@@ -15,7 +15,7 @@ from lmalgebra.distill.masked.scores import SCORES
 from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
 from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
-from lmalgebra.distill.objective import Evaluation, Objective, Stage
+from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.inspection import RunInspection, masked_report
 from lmalgebra.distill.run.store_check import check_set
@@ -23,6 +23,10 @@ from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.config import TrainingSpec
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import torch
 
 
 def _run_dir(self: MaskedObjective, **_: Any) -> Path:
@@ -34,9 +38,17 @@ class MaskedObjective(Objective):
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     recipe: MaskedRecipe
-    open_all = staticmethod(open_teachers)
-    write_copy = staticmethod(write_masked)
-    write_outputs = staticmethod(write_topk)
+
+    def open_teachers(self) -> dict[str, Teacher]:
+        return open_teachers(self.recipe)
+
+    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
+        write_masked(self.recipe, lang, teacher, examples, progress)
+
+    def write_outputs(
+        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
+    ) -> None:
+        write_topk(self.recipe, lang, teacher, setup, progress)
 
     @holding_lock("merge vocab", _run_dir, RUN_SCRATCH)
     @main_rank_only
@@ -84,7 +96,8 @@ class MaskedObjective(Objective):
         chosen = list(languages) if languages else None
         self.check_students(students)
         scores, deviations = evaluate_students(self.recipe, list(students), chosen)
-        return Evaluation(scores, list(SCORES.columns), deviations, markdown(scores, deviations))
+        table = Table(scores, list(SCORES.columns))
+        return Evaluation(table, deviations, markdown(scores, deviations))
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
         return plan_masked(self.recipe, training)
