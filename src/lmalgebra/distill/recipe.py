@@ -33,9 +33,6 @@ from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 
-if TYPE_CHECKING:
-    from lmalgebra.distill.objective import Objective
-
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
 MIN_EXAMPLE_LENGTH = 8
 OBJECTIVE_HELP = (
@@ -242,10 +239,6 @@ class MergeRecipe(Settings):
         """What the examples' store key records of how examples are cut (nothing: whole)."""
         return {}
 
-    def objective_type(self) -> type[Objective]:
-        """The objective that runs this recipe's stages (``distill.pipeline.objective_of``)."""
-        raise NotImplementedError(f"{type(self).__name__} names no objective")
-
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> MergeRecipe:
         """On ``MergeRecipe``: the ``MaskedRecipe`` or ``CausalRecipe`` ``obj``'s ``objective``
@@ -276,11 +269,6 @@ class MaskedRecipe(MergeRecipe):
     )
     training: TrainingSpec = Field(default_factory=TrainingSpec, description="Student training.")
 
-    def objective_type(self) -> type[Objective]:
-        from lmalgebra.distill.masked.objective import MaskedObjective
-
-        return MaskedObjective
-
 
 class CausalRecipe(MergeRecipe):
     """Causal LM teachers with any tokenizers, examples cut by text, a student with a tokenizer
@@ -297,11 +285,6 @@ class CausalRecipe(MergeRecipe):
     training: CausalTrainingSpec = Field(
         default_factory=CausalTrainingSpec, description="Student training."
     )
-
-    def objective_type(self) -> type[Objective]:
-        from lmalgebra.distill.causal.objective import CausalObjective
-
-        return CausalObjective
 
     @model_validator(mode="after")
     def _check_tokenizer(self) -> CausalRecipe:
@@ -324,9 +307,9 @@ def _objective(data: Any) -> Any:
     return getattr(data, "objective", None)
 
 
-# The objectives: name -> recipe, the one table of them. Each recipe names the objective that
-# runs its stages (``objective_type``, imported when a run starts: torch); the recipe union, the
-# keys each objective accepts and the messages read this table.
+# The objectives: name -> recipe. The recipe union, the keys each objective accepts and the
+# messages read this table; ``distill.pipeline.OBJECTIVES`` names the Objective that runs each
+# recipe (it imports torch, which parsing a recipe does not).
 RECIPES: dict[str, type[MergeRecipe]] = {"masked": MaskedRecipe, "causal": CausalRecipe}
 OBJECTIVES = tuple(RECIPES)
 _RECIPES: TypeAdapter[MergeRecipe] = TypeAdapter(
