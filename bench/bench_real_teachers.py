@@ -99,7 +99,7 @@ def contender(
     from lmalgebra.distill import pipeline
     from lmalgebra.distill.causal import logprobs as causal_logprobs
     from lmalgebra.distill.causal import store as causal_store
-    from lmalgebra.distill.run.inspection import causal_report
+    from lmalgebra.distill.causal.inspection import causal_report
 
     torch.set_num_threads(threads)
     shutil.copytree(prepared, out)

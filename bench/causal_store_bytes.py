@@ -11,6 +11,7 @@ from typing import Any
 
 from harness import figure
 from lmalgebra.distill import pipeline
+from lmalgebra.distill.causal.inspection import CAUSAL_PARTS
 from lmalgebra.distill.causal.student_model import build_causal_lm
 from lmalgebra.distill.pipeline import inspect_run
 from lmalgebra.distill.recipe import (
@@ -20,7 +21,6 @@ from lmalgebra.distill.recipe import (
     MergeRecipe,
     TeacherSpec,
 )
-from lmalgebra.distill.run.inspection import CAUSAL_PARTS
 from lmalgebra.distill.student import CausalStudentSpec
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
@@ -128,7 +128,7 @@ def build_runs(
 
 
 def store_bytes(recipe: MergeRecipe) -> dict[str, Any]:
-    """Bytes per stored teacher token of each part (``run.inspection.CAUSAL_PARTS``): payload
+    """Bytes per stored teacher token of each part (``causal.inspection.CAUSAL_PARTS``): payload
     (from ``merge inspect``) and on disk (the part's columns alone, encoded as the store's
     shards)."""
     found = inspect_run(recipe.output_dir).pairs[0]

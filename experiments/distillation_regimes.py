@@ -351,7 +351,7 @@ def store_bytes(run_dir: Path) -> dict[str, dict[str, float]]:
     """Bytes per stored teacher token of each part of the store, per teacher (mean over its
     languages): what the top-k (the tail bucket and the prefix projection are computed from it
     at training time, at no cost in the store) costs beside the rest."""
-    from lmalgebra.distill.run.inspection import causal_report
+    from lmalgebra.distill.causal.inspection import causal_report
 
     pairs = causal_report(run_dir).pairs
     out: dict[str, dict[str, float]] = {}

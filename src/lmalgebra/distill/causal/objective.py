@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.distill.causal.inspection import causal_report
 from lmalgebra.distill.causal.plan import plan_causal
 from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
 from lmalgebra.distill.causal.teachers import open_teachers
 from lmalgebra.distill.layout import RUN_SCRATCH
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
 from lmalgebra.distill.recipe import CausalRecipe
-from lmalgebra.distill.run.inspection import RunInspection, causal_report
+from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.storage.lockfile import holding_lock

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RUN_SCRATCH
+from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_masked
 from lmalgebra.distill.masked.scores import SCORES
 from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
@@ -17,7 +18,7 @@ from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
 from lmalgebra.distill.recipe import MaskedRecipe
-from lmalgebra.distill.run.inspection import RunInspection, masked_report
+from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.distributed import main_rank_only
