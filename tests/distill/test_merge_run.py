@@ -168,7 +168,8 @@ def test_each_stage_ends_with_a_summary_and_the_next_command(
 
 
 def test_an_inspection_without_examples_has_the_tables_columns_and_no_rows() -> None:
-    from lmalgebra.distill.run.inspection import CAUSAL_COLUMNS, RunInspection
+    from lmalgebra.distill.causal.inspection import CAUSAL_COLUMNS
+    from lmalgebra.distill.run.inspection import RunInspection
 
     frame = RunInspection(Path("run"), [], CAUSAL_COLUMNS, "", "", None).frame()
     assert frame.empty and list(frame.index.names) == ["language", "teacher"]
