@@ -17,7 +17,6 @@ from lmalgebra.distill.vocab.byte_alignment import (
     chunk_start_alignment,
     chunks,
     encode_with_offsets,
-    keep_agreeing,
     mined_alignment,
     mined_alignments,
     shared_boundaries,
@@ -277,10 +276,3 @@ def test_mined_alignment_of_split_and_merged_tokens() -> None:
     assert mined_alignment(student, teacher).tolist() == [0, -1, 3]
     assert mined_alignment(teacher, teacher).tolist() == [0, 1, 2]
     assert mined_alignment([], teacher).tolist() == [-1, -1, -1]
-
-
-def test_keep_agreeing_drops_pairs_whose_tokens_do_not_map() -> None:
-    aligned = np.array([0, 1, 1, -1])
-    vocab_map = np.array([5, 6, 7])
-    kept = keep_agreeing(aligned, np.array([0, 1]), np.array([5, 6, 9, 7]), vocab_map)
-    assert kept.tolist() == [0, 1, -1, -1]

@@ -38,15 +38,6 @@ def require_file(path: Path, what: str) -> Path:
     raise UserInputError(f"{what} {path} {absent(path)}")
 
 
-def require_directory(path: Path, what: str) -> Path:
-    """``path`` if it is an existing directory; else UserInputError saying what it is instead."""
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise UserInputError(f"{what} {path} is a file, not a directory")
-    raise UserInputError(f"{what} {path} {absent(path)}")
-
-
 def decode_utf8(data: bytes, path: Path, what: str) -> str:
     """``data`` decoded as UTF-8 (a leading byte-order mark dropped); UserInputError naming the
     file and the offset of the first byte that is not UTF-8."""

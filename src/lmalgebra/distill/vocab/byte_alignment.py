@@ -304,19 +304,3 @@ def _warping_costs(cost: np.ndarray) -> np.ndarray:
         before[..., 1:] -= running[..., :-1]
         total[..., i, :] = running + np.minimum.accumulate(before, axis=-1)
     return total
-
-
-def keep_agreeing(
-    aligned: np.ndarray, teacher_ids: np.ndarray, student_ids: np.ndarray, vocab_map: np.ndarray
-) -> np.ndarray:
-    """``aligned`` with -1 where the aligned teacher token does not map to the student's token.
-
-    FuseLLM's "soft" check: a pair is kept when ``vocab_map[teacher_ids[aligned[j]]] ==
-    student_ids[j]``. ``aligned (n_student,)``, ``teacher_ids (n_teacher,)``, ``student_ids
-    (n_student,)``, ``vocab_map (teacher_vocab,)`` (``mined_map.MinedMap.student_ids``).
-    """
-    out = np.asarray(aligned, dtype=np.int64).copy()
-    has = out >= 0
-    mapped = np.asarray(vocab_map)[np.asarray(teacher_ids)[out[has]]]
-    out[np.flatnonzero(has)[mapped != np.asarray(student_ids)[has]]] = -1
-    return out
