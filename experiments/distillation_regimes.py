@@ -9,7 +9,7 @@ checkpoint and stops early once validation stops improving (``training.patience`
 
 - ``little-data`` (Hinton et al. 2015; BabyLM): six of SmolLM2's 30 decoder layers (the subset of
   ``real_teachers.CANDIDATES`` with the fewest bits per byte before training, on leads no model
-  trains or is scored on), initialised from SmolLM2, many epochs over 48 documents a language.
+  trains or is scored on), initialised from SmolLM2, many epochs over 32 documents a language.
 - ``pruned`` (Minitron, DistilBERT): SmolLM2 with half its layers (the better of two halves by
   the same measure), recovering from its parent and from Gemma.
 - ``merge`` (MergeDistill on real models): the whole SmolLM2-135M as student; SmolLM2 teaches
