@@ -3,7 +3,7 @@
 The packaged all-MiniLM-L6-v2 (2 threads, batch 32) embeds spans of English Wikipedia summaries
 (packaged ``wiki-en``, document leads cut after 1..256 tokens). Baseline: corpus-order batches
 padded to the model's maximum length (512, as the LMD paper's code does), masked mean pooling, in
-float32. Ours: ``lmalgebra.lmd.embeddings.embed.embed`` (length-sorted batches, each padded to its
+float32. Ours: ``lmalgebra.sources.embed.embed`` (length-sorted batches, each padded to its
 longest span) in float32, and in bfloat16 (autocast, float32 weights and pooling) on the same spans.
 For information, corpus-order batches padded to their own longest span isolate what sorting adds.
 Tokenisation is included in all; each runs in a fresh interpreter after a warm-up; float32
@@ -38,8 +38,8 @@ import torch
 
 import lmd_precision
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, max_tokens
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
+from lmalgebra.sources.embed import EmbedSpec, embed, max_tokens
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
 from utilisation import (

@@ -58,8 +58,8 @@ from lmalgebra.distill.pretrain.masked import TextBatches
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
+from lmalgebra.sources.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.arrow_columns import list_column

@@ -41,7 +41,7 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
 
     from lmalgebra.distributed import barrier, owned, world
     from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
+    from lmalgebra.sources.embed import EmbedSpec, embed
     from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
     from lmalgebra.sources.packaged import asset_path
     from lmalgebra.stats.moments import SecondMoments, layout

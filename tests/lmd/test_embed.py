@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, pool
+from lmalgebra.sources.embed import EmbedSpec, embed, pool
 from lmalgebra.sources.models import ModelRef, load_model
 from tiny import sentences
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
+from lmalgebra.sources.embed import EmbedSpec, embed
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,

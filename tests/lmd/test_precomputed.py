@@ -20,11 +20,11 @@ from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import embed
 from lmalgebra.lmd.measure import ModelPool, draw_texts
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.spans.draw import RunSpans, SpanPlanSpec, draw_run_spans, export_spans
 from lmalgebra.sources.corpus import read_documents
+from lmalgebra.sources.embed import embed
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import (
     SHARD_ROWS,

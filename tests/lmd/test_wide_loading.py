@@ -12,7 +12,7 @@ import torch
 import lmalgebra
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import device_share
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, input_device
+from lmalgebra.sources.embed import EmbedSpec, embed, input_device
 from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
 from tiny import documents, sentences
 

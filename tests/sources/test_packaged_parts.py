@@ -189,7 +189,7 @@ def test_mpnet_embeds_two_sentences_as_sentence_transformers_does(
     (mean pooling, then unit length)."""
     from sentence_transformers import SentenceTransformer
 
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
+    from lmalgebra.sources.embed import EmbedSpec, embed
     from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
 
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))

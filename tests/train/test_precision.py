@@ -160,7 +160,7 @@ def test_cuda_embedding_matches_cpu(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
+    from lmalgebra.sources.embed import EmbedSpec, embed
     from lmalgebra.sources.models import ModelRef, load_model
 
     ref, tok = ModelRef(name="a", path=str(bert_dir)), AutoTokenizer.from_pretrained(bert_dir)

@@ -23,7 +23,6 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.embeddings.given_models import GivenArrays
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
@@ -31,6 +30,7 @@ from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
+from lmalgebra.sources.given_models import GivenArrays
 from lmalgebra.sources.models import load_tokenizer, resolve_directory
 from lmalgebra.sources.precomputed import span_sha256
 

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.embeddings.given_models import (
+from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.given_models import (
     GivenArrays,
     GivenModel,
     SentenceEncoder,
     TransformerPair,
 )
-from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 
 

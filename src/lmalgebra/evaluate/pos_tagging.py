@@ -37,7 +37,7 @@ from lmalgebra.evaluate.pos_results import (
     result_summary,
     write_results,
 )
-from lmalgebra.lmd.embeddings.embed import max_tokens
+from lmalgebra.sources.embed import max_tokens
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,

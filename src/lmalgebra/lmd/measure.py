@@ -20,13 +20,13 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed
-from lmalgebra.lmd.embeddings.given_models import GivenArrays, GivenModel, in_memory_split
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.spans.cache import remembered_plan, span_key
 from lmalgebra.lmd.spans.draw import RunSpans, plan_spans, reference_model, span_tokenizer
 from lmalgebra.lmd.statistics.passes import Reductions, accumulate
+from lmalgebra.sources.embed import EmbedSpec, TokenReport, embed
+from lmalgebra.sources.given_models import GivenArrays, GivenModel, in_memory_split
 from lmalgebra.sources.model_fingerprints import fingerprint
 from lmalgebra.sources.models import (
     ModelRef,

@@ -1,6 +1,6 @@
 """ONNX encoders run with onnxruntime, shaped like a Hugging Face model for the one embedding loop.
 
-``lmd.embeddings.embed.embed`` calls ``model(input_ids=..., attention_mask=...,
+``sources.embed.embed`` calls ``model(input_ids=..., attention_mask=...,
 output_hidden_states=...)`` and reads ``model.config``; :class:`OnnxEncoder` answers both, so
 batching, length sorting, truncation and pooling stay in that loop. The session is fed the inputs
 its graph declares: ``input_ids`` and ``attention_mask`` (required), ``token_type_ids`` (zeros) and

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.embeddings.given_models import (
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.sources.given_models import (
     GivenArrays,
     GivenModel,
     SentenceEncoder,
     TransformerPair,
 )
-from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.models import (
     WEIGHT_SUFFIXES,
     ModelRef,

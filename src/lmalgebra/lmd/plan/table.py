@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from lmalgebra.core.memory import available_bytes
-from lmalgebra.lmd.embeddings.given_models import GivenModel
 from lmalgebra.lmd.plan.estimate import GIB, OVERHEAD, Plan, Speeds, check_plan, plan_run
 from lmalgebra.lmd.plan.shapes import ModelShape, model_shapes
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.sources.given_models import GivenModel
 
 log = logging.getLogger(__name__)
 

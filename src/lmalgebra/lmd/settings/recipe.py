@@ -19,11 +19,11 @@ from lmalgebra.core.precision import (
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.core.settings import Settings
-from lmalgebra.lmd.settings.embed_spec import EmbedSpec, Pooling
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.choices import AlphaMode, Products
 from lmalgebra.storage.output_paths import default_cache_dir

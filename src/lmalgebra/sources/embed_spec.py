@@ -1,4 +1,4 @@
-"""What the embedding loop (``lmd.embeddings.embed``) is asked for and what it reports, apart from
+"""What the embedding loop (``sources.embed``) is asked for and what it reports, apart from
 the loop: a recipe is read and checked without importing torch."""
 
 from __future__ import annotations

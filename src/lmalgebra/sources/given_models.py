@@ -21,7 +21,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import module_device
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed, tokenize
+from lmalgebra.sources.embed import EmbedSpec, TokenReport, embed, tokenize
 from lmalgebra.sources.models import check_layer
 from lmalgebra.sources.precomputed import PrecomputedSplit
 
