@@ -180,12 +180,13 @@ def embedding(device: torch.device, size: dict[str, Any], repeats: int) -> dict[
     from lmalgebra import LinearDecomposition
     from lmalgebra.sources.corpus import CorpusSpec, read_documents
     from lmalgebra.sources.embed import EmbedSpec, embed, tokenize
-    from lmalgebra.sources.models import ModelRef, load_tokenizer
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
     from lmalgebra.sources.packaged import asset_path
     from teacher_topk import build_model
 
     tok_dir = asset_path("minilm")
-    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
+    tokenizer = source_of(ModelRef(name="minilm", path=str(tok_dir)), tok_dir).load_tokenizer()
     docs = read_documents(CorpusSpec(paths=[str(asset_path("wiki-en"))], text_column="extract"))
     texts = span_texts(docs, tokenizer, size["spans"], 128, 0)
     ids, _, _ = tokenize(texts, tokenizer, 512)

@@ -31,7 +31,7 @@ from lmalgebra.lmd.rundir.schema import TableRows
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.sources.embed_spec import TokenReport
-from lmalgebra.sources.given_models import GivenModel
+from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
@@ -79,7 +79,7 @@ class RunInputs:
     reading ``config.corpus``) and models given as objects (the config's ``memory`` models)."""
 
     docs: list[str] | None = None
-    given: Mapping[str, GivenModel] = field(default_factory=dict)
+    given: Mapping[str, ModelSource] = field(default_factory=dict)
     keep_blocks: bool = False  # return the block statistics (large: blocks x D^2 per split)
 
 

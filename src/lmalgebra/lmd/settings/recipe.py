@@ -149,7 +149,7 @@ class DecomposeConfig(Settings):
                 raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
             if not self.basis:
                 raise UserInputError("the basis is empty")
-        fixed = [m.name for m in self.models if m.kind == "precomputed"]
+        fixed = [m.name for m in self.models if m.source.fixed_spans]
         if fixed and (self.study.lengths or self.study.languages):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
@@ -184,6 +184,8 @@ class DecomposeConfig(Settings):
             self.batch_size,
             self.max_length,
             device=str(device),
+            weights_dtype=self.weights_dtype,
+            device_map=self.device_map,
         )
 
 
