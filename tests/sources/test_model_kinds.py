@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -25,19 +25,15 @@ SPANS = {"length": 8, "counts": (60, 20, 20)}
 
 
 class RandomVectors(ReferencedModel):
-    """``toy:DIRECTORY``: the tokenizer in DIRECTORY cuts the spans, and each span's vector is
-    drawn from a generator seeded by its text: the same every run, related to no model."""
+    """``toy:DIRECTORY``: the tokenizer in DIRECTORY cuts the spans (loaded as any referenced
+    model's is), and each span's vector is drawn from a generator seeded by its text: the same
+    every run, related to no model."""
 
     prefix: ClassVar[str | None] = "toy:"
     embedded: ClassVar[list[int]] = []  # spans embedded, over every instance
 
     def resolve(self, weights: bool = True) -> Path:
         return Path(self.ref.path)
-
-    def load_tokenizer(self) -> Any:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(self.directory)
 
     def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
         self.embedded.append(len(texts))

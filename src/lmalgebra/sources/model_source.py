@@ -19,12 +19,14 @@ from pydantic import ConfigDict, Field
 from typing_extensions import Self
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.remote_code import announce_remote_code
 from lmalgebra.core.settings import Settings
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
-from lmalgebra.sources.model_files import ModelShape
+from lmalgebra.sources.model_files import ModelShape, memoised_hash
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.precomputed import PrecomputedSplit
+from lmalgebra.sources.tokenizers import TOKENIZER_FILES, fast_tokenizer
 
 
 class ModelFields(Settings):
@@ -187,6 +189,22 @@ class ReferencedModel(ModelSource):
         if self._planned is None:
             self._planned = self._directory or self.resolve(weights=False)
         return self._planned
+
+    def tokenizer_directory(self) -> Path:
+        """Where its tokenizer's files are (its own directory unless the kind says otherwise)."""
+        return self.directory
+
+    def load_tokenizer(self) -> Any:
+        directory, remote = self.tokenizer_directory(), self.ref.trust_remote_code
+        if remote:
+            announce_remote_code(self.name, directory)
+        return fast_tokenizer(directory, f"model {self.name!r}", remote)
+
+    def tokenizer_hash(self, memo_dir: Path | None) -> str:
+        """The hash of its tokenizer's files (memoised in ``memo_dir``)."""
+        directory = self.tokenizer_directory()
+        files = [directory / f for f in TOKENIZER_FILES if (directory / f).is_file()]
+        return memoised_hash(files, directory, memo_dir)
 
     def load(
         self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None

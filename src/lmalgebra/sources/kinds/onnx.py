@@ -25,12 +25,11 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.core.remote_code import announce_remote_code
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, architecture, memoised_hash
 from lmalgebra.sources.model_source import ReferencedModel
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX
-from lmalgebra.sources.tokenizers import TOKENIZER_FILES, fast_tokenizer, resolve_tokenizer
+from lmalgebra.sources.tokenizers import TOKENIZER_FILES, resolve_tokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -87,12 +86,6 @@ class OnnxModel(ReferencedModel):
             )
         return resolve_tokenizer(source, f"model {ref.name!r}")
 
-    def load_tokenizer(self) -> Any:
-        directory = self.tokenizer_directory()
-        if self.ref.trust_remote_code:
-            announce_remote_code(self.name, directory)
-        return fast_tokenizer(directory, f"model {self.name!r}", self.ref.trust_remote_code)
-
     def load(
         self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None
     ) -> Any:
@@ -112,12 +105,11 @@ class OnnxModel(ReferencedModel):
 
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         """The graph and its external data, the tokenizer's files, the sibling config."""
-        directory, tok_dir = self.directory, self.tokenizer_directory()
-        tok_files = [tok_dir / f for f in TOKENIZER_FILES if (tok_dir / f).is_file()]
+        directory = self.directory
         config = {"kind": "onnx", "config": sibling_config(directory)}
         return {
             "weights": memoised_hash(_onnx_files(directory), directory.parent, memo_dir),
-            "tokenizer": memoised_hash(tok_files, tok_dir, memo_dir),
+            "tokenizer": self.tokenizer_hash(memo_dir),
             "config": sha256_json(config),
         }
 

@@ -30,7 +30,7 @@ from lmalgebra.sources.model_files import (
 )
 from lmalgebra.sources.model_source import ReferencedModel
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
-from lmalgebra.sources.tokenizers import TOKENIZER_FILES, fast_tokenizer
+from lmalgebra.sources.tokenizers import TOKENIZER_FILES
 from lmalgebra.storage.atomic import write_text_atomic
 
 _AUTO_KINDS = {
@@ -75,11 +75,6 @@ class TransformersModel(ReferencedModel):
             raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
         patterns = None if weights else [*TOKENIZER_FILES, "config.json"]
         return snapshot(f"model {ref.name!r}", ref.path, ref.revision, patterns)
-
-    def load_tokenizer(self) -> Any:
-        if self.ref.trust_remote_code:
-            announce_remote_code(self.name, self.directory)
-        return fast_tokenizer(self.directory, f"model {self.name!r}", self.ref.trust_remote_code)
 
     def load(
         self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None
@@ -186,10 +181,9 @@ class TransformersModel(ReferencedModel):
             if not files:
                 raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
             weights = memoised_hash(files, directory, memo_dir)
-        tok_files = [directory / f for f in TOKENIZER_FILES if (directory / f).is_file()]
         hashes = {
             "weights": weights,
-            "tokenizer": memoised_hash(tok_files, directory, memo_dir),
+            "tokenizer": self.tokenizer_hash(memo_dir),
             "config": sha256_json(config),
         }
         source = read_provenance(directory)
