@@ -92,11 +92,11 @@ def causal(reuse: bool, threads: int, teacher: str, count: int) -> Callable[[], 
     from lmalgebra.core.allocator import reuse_freed_memory
     from lmalgebra.distill.causal.logprobs import causal_outputs
     from lmalgebra.distill.teachers import load_lm
-    from lmalgebra.sources.models import ModelRef, resolve_directory
+    from lmalgebra.sources.models import ModelRef
 
     torch.set_num_threads(threads)
     ref = ModelRef.parse(f"package:{teacher}")
-    model = load_lm(ref, resolve_directory(ref), "causal")
+    model = load_lm(ref, ref.source.resolve(), "causal")
     vocab = model.get_output_embeddings().weight.shape[0]
     rng = np.random.default_rng(0)
     examples = [rng.integers(5, vocab, 256) for _ in range(count)]

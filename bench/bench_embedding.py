@@ -3,7 +3,7 @@
 The packaged all-MiniLM-L6-v2 (2 threads, batch 32) embeds spans of English Wikipedia summaries
 (packaged ``wiki-en``, document leads cut after 1..256 tokens). Baseline: corpus-order batches
 padded to the model's maximum length (512, as the LMD paper's code does), masked mean pooling, in
-float32. Ours: ``lmalgebra.lmd.embeddings.embed.embed`` (length-sorted batches, each padded to its
+float32. Ours: ``lmalgebra.sources.embed.embed`` (length-sorted batches, each padded to its
 longest span) in float32, and in bfloat16 (autocast, float32 weights and pooling) on the same spans.
 For information, corpus-order batches padded to their own longest span isolate what sorting adds.
 Tokenisation is included in all; each runs in a fresh interpreter after a warm-up; float32
@@ -38,9 +38,10 @@ import torch
 
 import lmd_precision
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, max_tokens
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
+from lmalgebra.sources.embed import EmbedSpec, embed, max_tokens
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.packaged import asset_path
 from utilisation import (
     encoder_flops,
@@ -126,7 +127,7 @@ def setup(spans: int, longest: int, seed: int) -> tuple[Any, Any, list[str], lis
     """Model, tokenizer, the texts, other texts for warm-up, and the number of documents."""
     model_dir = asset_path("minilm")
     ref = ModelRef(name="all-MiniLM-L6-v2", path=str(model_dir))
-    model, tokenizer = load_model(ref, model_dir), load_tokenizer(ref, model_dir)
+    model, tokenizer = source_of(ref, model_dir).load(), source_of(ref, model_dir).load_tokenizer()
     docs = read_documents(CorpusSpec(paths=[str(asset_path("wiki-en"))], text_column="extract"))
     texts = span_texts(docs, tokenizer, spans, longest, seed)
     warmup = span_texts(docs, tokenizer, 64, longest, seed + 1)

@@ -8,7 +8,7 @@ depend on the weights): teacher inference (BERT-base, 30,522 tokens, top-8 at 15
 of 128-token examples): the full-logits float32 baseline against ``masked_topk`` in float32 and
 bfloat16, with the share of masked tokens whose top-k set matches float32's and the largest
 log-probability difference; embedding (MiniLM-L6 and BERT-base shapes, spans up to 128 tokens,
-``lmd.embeddings.embed.embed``) in float32 and bfloat16, with the R^2 of one model's embeddings from
+``sources.embed.embed``) in float32 and bfloat16, with the R^2 of one model's embeddings from
 the other's in both dtypes; student training (``train.loop.train``, BERT 4 x 256 and BERT-base
 students over a two-language store, KD + MLM) in float32 and bf16 mixed precision. FLOPs count
 matrix products only (``bench/utilisation.py``): encoder forward 8Td^2 + 4Tdf + 4T^2d per layer and
@@ -178,14 +178,15 @@ def embedding(device: torch.device, size: dict[str, Any], repeats: int) -> dict[
     BERT-base embeddings from the MiniLM-shaped ones in each dtype."""
     from bench_embedding import span_texts
     from lmalgebra import LinearDecomposition
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, tokenize
     from lmalgebra.sources.corpus import CorpusSpec, read_documents
-    from lmalgebra.sources.models import ModelRef, load_tokenizer
+    from lmalgebra.sources.embed import EmbedSpec, embed, tokenize
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
     from lmalgebra.sources.packaged import asset_path
     from teacher_topk import build_model
 
     tok_dir = asset_path("minilm")
-    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
+    tokenizer = source_of(ModelRef(name="minilm", path=str(tok_dir)), tok_dir).load_tokenizer()
     docs = read_documents(CorpusSpec(paths=[str(asset_path("wiki-en"))], text_column="extract"))
     texts = span_texts(docs, tokenizer, size["spans"], 128, 0)
     ids, _, _ = tokenize(texts, tokenizer, 512)

@@ -58,9 +58,10 @@ from lmalgebra.distill.pretrain.masked import TextBatches
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
+from lmalgebra.sources.embed import EmbedSpec, TokenReport, embed
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.packaged import asset_path
 from lmalgebra.storage.arrow_columns import list_column
 from lmalgebra.storage.atomic import write_atomic
@@ -201,14 +202,14 @@ def stage_times(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Compute time of one unit of each stage, and the data each unit writes."""
     minilm = asset_path("minilm")
     ref = ModelRef(name="all-MiniLM-L6-v2", path=str(minilm))
-    tokenizer = load_tokenizer(ref, minilm)
+    tokenizer = source_of(ref, minilm).load_tokenizer()
     wiki = asset_path("wiki-en")
     docs = [d.strip() for d in read_documents(CorpusSpec(paths=[str(wiki)], text_column="extract"))]
     rng = random.Random(args.seed)
     picked = rng.sample(docs, 2 * SAMPLE)
     shares: dict[str, float] = {}
     spans = [" ".join(d.split()[: rng.randint(1, 120)]) for d in picked[:SAMPLE]]
-    encoder = load_model(ref, minilm)
+    encoder = source_of(ref, minilm).load()
     spec = EmbedSpec(batch_size=32)
     embed(spans[:32], encoder, tokenizer, spec)  # warm-up
     vectors, _ = embed(spans, encoder, tokenizer, spec)

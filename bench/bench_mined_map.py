@@ -42,12 +42,13 @@ def forms() -> tuple[list[str], list[bool], list[str], list[bool]]:
     ``mined_map`` compares them."""
     from lmalgebra.distill.vocab import mined_map as mm
     from lmalgebra.distill.vocab.union import canonical_vocabulary
-    from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
 
     tokenizers = {}
     for name in (TEACHER, STUDENT):
         ref = ModelRef(name=name, path=f"package:{name}")
-        tokenizers[name] = load_tokenizer(ref, resolve_directory(ref, weights=False))
+        tokenizers[name] = source_of(ref, ref.source.resolve(weights=False)).load_tokenizer()
     student = canonical_vocabulary("student", tokenizers[STUDENT])
     student_forms, student_special = mm.vocabulary_forms(student, lowercase=False)
     teacher = canonical_vocabulary("teacher", tokenizers[TEACHER])

@@ -207,13 +207,13 @@ def per_round(runs: dict[str, Any]) -> str:
 
 
 def save(args: argparse.Namespace, found: dict[str, Any], session: Session) -> None:
-    from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+    from lmalgebra.sources.models import ModelRef
 
     figures, rows, targets = [], [], []
     for teacher, result in found.items():
         base, ours = result["runs"]["baseline"], result["runs"]["ours"]
         ref = ModelRef.parse(TEACHERS[teacher])
-        vocab = len(load_tokenizer(ref, resolve_directory(ref)))
+        vocab = len(ref.source.load_tokenizer())
         figures.append(
             figure(
                 f"{teacher} ({vocab:,} tokens), teacher inference",

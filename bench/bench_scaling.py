@@ -41,8 +41,9 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
 
     from lmalgebra.distributed import barrier, owned, world
     from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
-    from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
+    from lmalgebra.sources.embed import EmbedSpec, embed
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
     from lmalgebra.sources.packaged import asset_path
     from lmalgebra.stats.moments import SecondMoments, layout
     from lmalgebra.stats.reduce import reduce_moments
@@ -52,7 +53,7 @@ def _embed_worker(work: Path, threads: int) -> dict[str, Any]:
     setup = json.loads((work / "embed.json").read_text())
     path = asset_path("minilm")
     ref = ModelRef(name="minilm", path=str(path))
-    model, tokenizer = load_model(ref, path, "float32"), load_tokenizer(ref, path)
+    model, tokenizer = source_of(ref, path).load("float32"), source_of(ref, path).load_tokenizer()
     spec = EmbedSpec(batch_size=32)
     embed(setup["warmup"], model, tokenizer, spec)
 
@@ -107,13 +108,14 @@ def worker(kind: str, work: Path) -> None:
 def setup_embed(work: Path, spans: int, shard_rows: int) -> dict[str, Any]:
     from lmalgebra.lmd.settings.spans import SpanSpec, draw_spans, span_texts
     from lmalgebra.sources.corpus import CorpusSpec, read_documents
-    from lmalgebra.sources.models import ModelRef, load_tokenizer
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
     from lmalgebra.sources.packaged import asset_path
 
     wiki = asset_path("wiki-en")
     docs = read_documents(CorpusSpec(paths=[str(wiki)], text_column="extract"))
     path = asset_path("minilm")
-    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(path)), path)
+    tokenizer = source_of(ModelRef(name="minilm", path=str(path)), path).load_tokenizer()
     drawn = draw_spans(docs, tokenizer, SpanSpec(length=64, counts=(spans, 64, 1), per_doc=4))
     texts = span_texts(docs, drawn["train"])
     warmup = span_texts(docs, drawn["validation"])
@@ -129,12 +131,13 @@ def setup_teach(work: Path, examples: int, shard_rows: int) -> dict[str, Any]:
 
     from lmalgebra.distill import pipeline
     from lmalgebra.distill.recipe import load_recipe
-    from lmalgebra.sources.models import ModelRef, load_tokenizer
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
     from lmalgebra.sources.packaged import asset_path
     from lmalgebra.storage.shard_set import ShardSet
 
     path = asset_path("minilm")
-    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(path)), path)
+    tokenizer = source_of(ModelRef(name="minilm", path=str(path)), path).load_tokenizer()
     config = BertConfig(
         vocab_size=len(tokenizer),
         hidden_size=256,

@@ -41,8 +41,8 @@ from harness import (
 )
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import TokenReport
 from lmalgebra.lmd.statistics.passes import accumulate
+from lmalgebra.sources.embed import TokenReport
 from lmalgebra.stats.moments import Products
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 from synthetic import Synthetic, split_sizes

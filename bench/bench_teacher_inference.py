@@ -37,7 +37,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 
 from harness import WORK, Session, fastest, figure, goal, parse_args, run_contender, table
-from lmalgebra.sources.models import ModelRef, load_tokenizer
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.packaged import asset_path
 from onednn_census import census
 from teacher_topk import SHAPES, compare, load_outputs, trained_teacher_problem
@@ -130,7 +131,9 @@ def main() -> None:
             results[shape] = measure_shape(shape, counts[shape], args, Path(tmp), dtypes)
         if not args.no_store:
             tok_dir = asset_path("minilm")
-            tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
+            tokenizer = source_of(
+                ModelRef(name="minilm", path=str(tok_dir)), tok_dir
+            ).load_tokenizer()
             store = store_bytes(Path(tmp), tokenizer, asset_path("wiki-en"), args.docs, args.seed)
     agree = None
     if args.trained_teacher:

@@ -21,7 +21,8 @@ from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batc
 from lmalgebra.distill.masked.topk import TeacherOutput, masked_topk
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.sources.models import ModelRef, load_tokenizer
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.packaged import asset_path
 from utilisation import DTYPES, bert_forward_flops, counted_flops
 
@@ -199,7 +200,7 @@ def examples(
 ) -> tuple[Any, list[MaskedCopy], list[MaskedCopy]]:
     """The tokenizer, ``batch_size`` masked copies for warm-up and ``count`` to time."""
     tok_dir = asset_path("minilm")
-    tokenizer = load_tokenizer(ModelRef(name="minilm", path=str(tok_dir)), tok_dir)
+    tokenizer = source_of(ModelRef(name="minilm", path=str(tok_dir)), tok_dir).load_tokenizer()
     wiki = asset_path("wiki-en")
     docs = [d.strip() for d in read_documents(CorpusSpec(paths=[str(wiki)], text_column="extract"))]
     order = random.Random(seed).sample(range(len(docs)), count + batch_size)

@@ -20,11 +20,11 @@ from typing import Any
 def _student(init_ref: str, layers: list[int]) -> tuple[Any, Any]:
     from lmalgebra.distill.causal.student_init import init_student, open_init
     from lmalgebra.distill.student import CausalStudentSpec
-    from lmalgebra.sources.models import load_tokenizer
+    from lmalgebra.sources.kinds import source_of
 
     init = open_init(CausalStudentSpec(init=init_ref, layers=layers), None)
     assert init is not None  # the spec names a model
-    tokenizer = load_tokenizer(init.ref, init.directory)
+    tokenizer = source_of(init.ref, init.directory).load_tokenizer()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return init_student(init), tokenizer
@@ -32,10 +32,10 @@ def _student(init_ref: str, layers: list[int]) -> tuple[Any, Any]:
 
 def _teacher(ref_text: str) -> tuple[Any, Path]:
     from lmalgebra.distill.teachers import load_lm
-    from lmalgebra.sources.models import ModelRef, resolve_directory
+    from lmalgebra.sources.models import ModelRef
 
     ref = ModelRef.parse(ref_text)
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     return load_lm(ref, directory, "causal", role="teacher"), directory
 
 

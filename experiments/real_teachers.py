@@ -135,12 +135,12 @@ def untrained_bits(layers: list[int], texts: dict[str, list[str]]) -> dict[str, 
     from lmalgebra.distill.causal.bits_per_byte import score_texts
     from lmalgebra.distill.causal.student_init import init_student, open_init
     from lmalgebra.distill.student import CausalStudentSpec
-    from lmalgebra.sources.models import load_tokenizer
+    from lmalgebra.sources.kinds import source_of
 
     init = open_init(CausalStudentSpec(init=STUDENT_INIT, layers=layers), None)
     assert init is not None  # the spec names a model
     model = init_student(init)
-    tokenizer = load_tokenizer(init.ref, init.directory)
+    tokenizer = source_of(init.ref, init.directory).load_tokenizer()
     return {
         lang: score_texts(model, tokenizer, docs, context=init.positions).bits_per_byte
         for lang, docs in texts.items()

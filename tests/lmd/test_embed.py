@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, pool
-from lmalgebra.sources.models import ModelRef, load_model
+from lmalgebra.sources.embed import EmbedSpec, embed, pool
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from tiny import sentences
 
 TEXTS = [*sentences(23, seed=5), "Short.", "river " * 40]
@@ -98,7 +99,7 @@ def test_bfloat16_runs_under_autocast_and_agrees_with_float32(
     bert_dir: Path, slow_bf16_allowed: None
 ):
     tok = AutoTokenizer.from_pretrained(bert_dir)
-    model = load_model(ModelRef(name="a", path=str(bert_dir)), bert_dir)
+    model = source_of(ModelRef(name="a", path=str(bert_dir)), bert_dir).load()
     full, _ = embed(TEXTS, model, tok, EmbedSpec())
     half, _ = embed(TEXTS, model, tok, EmbedSpec(dtype="bfloat16"))
     assert half.dtype == np.float32

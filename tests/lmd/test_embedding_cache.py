@@ -12,7 +12,7 @@ import pytest
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import TokenReport
+from lmalgebra.sources.embed import TokenReport
 
 DIM = 6
 TEXTS = [f"span number {i} of the corpus" + " word" * (i % 4) for i in range(11)]

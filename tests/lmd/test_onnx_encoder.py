@@ -9,16 +9,10 @@ import numpy as np
 import pytest
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import (
-    ModelRef,
-    check_layer,
-    load_model,
-    load_tokenizer,
-    model_depth,
-    resolve_directory,
-)
+from lmalgebra.sources.embed import EmbedSpec, embed
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.model_source import check_layer
+from lmalgebra.sources.models import ModelRef
 from onnx_export import export_onnx
 from tiny import sentences
 
@@ -44,13 +38,13 @@ def graphs(tmp_path_factory: pytest.TempPathFactory, bert_dir: Path) -> dict[str
 
 def _load(path: Path, tokenizer: Path, name: str = "o") -> tuple[object, object]:
     ref = ModelRef.parse(f"{name}=onnx:{path}#{tokenizer}")
-    directory = resolve_directory(ref)
-    return load_model(ref, directory), load_tokenizer(ref, directory)
+    directory = ref.source.resolve()
+    return source_of(ref, directory).load(), source_of(ref, directory).load_tokenizer()
 
 
 def _torch(bert_dir: Path) -> tuple[object, object]:
     ref = ModelRef(name="t", path=str(bert_dir))
-    return load_model(ref, bert_dir), load_tokenizer(ref, bert_dir)
+    return source_of(ref, bert_dir).load(), source_of(ref, bert_dir).load_tokenizer()
 
 
 SPECS = [
@@ -107,12 +101,12 @@ def test_depth_for_layer_studies(graphs: dict[str, Path], bert_dir: Path) -> Non
     def ref(graph: str) -> ModelRef:
         return ModelRef.parse(f"o=onnx:{graphs[graph]}#{bert_dir}")
 
-    assert model_depth(ref("all"), graphs["all"]) == 2
-    assert model_depth(ModelRef(name="t", path=str(bert_dir)), bert_dir) == 2
+    assert source_of(ref("all"), graphs["all"]).depth() == 2
+    assert source_of(ModelRef(name="t", path=str(bert_dir)), bert_dir).depth() == 2
     with pytest.raises(UserInputError, match="exposes only its last hidden state"):
-        model_depth(ref("plain"), graphs["plain"])
+        source_of(ref("plain"), graphs["plain"]).depth()
     with pytest.raises(UserInputError, match="precomputed embeddings file: no layers"):
-        model_depth(ModelRef.parse("v=precomputed:/x.npy"), Path("/x.npy"))
+        source_of(ModelRef.parse("v=precomputed:/x.npy"), Path("/x.npy")).depth()
 
 
 @pytest.mark.parametrize(
@@ -140,14 +134,14 @@ def test_folder_with_one_graph_and_missing_paths(
     graphs: dict[str, Path], bert_dir: Path, tmp_path: Path
 ) -> None:
     ref = ModelRef.parse(f"onnx:{graphs['plain'].parent}#{bert_dir}")
-    assert resolve_directory(ref) == graphs["plain"]
+    assert ref.source.resolve() == graphs["plain"]
     with pytest.raises(UserInputError, match=r"ONNX file .* does not exist"):
-        resolve_directory(ModelRef.parse(f"x=onnx:{tmp_path / 'none.onnx'}#{bert_dir}"))
+        ModelRef.parse(f"x=onnx:{tmp_path / 'none.onnx'}#{bert_dir}").source.resolve()
     with pytest.raises(UserInputError, match="needs a tokenizer"):
-        load_tokenizer(ModelRef.parse(f"x=onnx:{graphs['all']}"), graphs["all"])
+        source_of(ModelRef.parse(f"x=onnx:{graphs['all']}"), graphs["all"]).load_tokenizer()
     with pytest.raises(UserInputError, match=r"tokenizer directory .* does not exist"):
         ref = ModelRef.parse(f"x=onnx:{graphs['all']}#{tmp_path / 'no-tok'}")
-        load_tokenizer(ref, graphs["all"])
+        source_of(ref, graphs["all"]).load_tokenizer()
 
 
 def test_fingerprint_covers_graph_and_tokenizer(
@@ -155,7 +149,7 @@ def test_fingerprint_covers_graph_and_tokenizer(
 ) -> None:
     def prints(graph: Path, tokenizer: Path) -> dict[str, str]:
         ref = ModelRef.parse(f"o=onnx:{graph}#{tokenizer}")
-        return fingerprint(ref, resolve_directory(ref), tmp_path / "memo")
+        return ref.source.fingerprint(tmp_path / "memo")
 
     base = prints(graphs["plain"], bert_dir)
     assert prints(graphs["plain"], bert_dir) == base  # memoised, stable
@@ -234,8 +228,8 @@ def test_packaged_onnx_minilm_with_the_l6_tokenizer() -> None:
         pytest.skip(str(err))
     started = time.perf_counter()
     ref = ModelRef.parse("l3=package:minilm-l3-onnx")
-    directory = resolve_directory(ref)
-    model, tokenizer = load_model(ref, directory), load_tokenizer(ref, directory)
+    directory = ref.source.resolve()
+    model, tokenizer = source_of(ref, directory).load(), source_of(ref, directory).load_tokenizer()
     texts = [
         "The cat sits on the mat.",
         "A cat is sitting on a mat.",
@@ -264,10 +258,10 @@ def test_weights_fingerprint_reads_the_model_directory_not_its_subfolders(
     model = tmp_path / "teacher"
     shutil.copytree(bert_dir, model)
     ref = ModelRef.parse(f"t={model}")
-    before = fingerprint(ref, resolve_directory(ref))
+    before = ref.source.fingerprint()
     (model / "training" / "step-1").mkdir(parents=True)
     (model / "training" / "step-1" / "model.safetensors").write_bytes(b"checkpoint bytes")
-    assert fingerprint(ref, resolve_directory(ref)) == before
+    assert ref.source.fingerprint() == before
     weights = next(model.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes() + b" ")  # the model's own weights do count
-    assert fingerprint(ref, resolve_directory(ref))["weights"] != before["weights"]
+    assert ref.source.fingerprint()["weights"] != before["weights"]

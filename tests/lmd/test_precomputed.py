@@ -20,12 +20,13 @@ from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import embed
 from lmalgebra.lmd.measure import ModelPool, draw_texts
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.spans.draw import RunSpans, SpanPlanSpec, draw_run_spans, export_spans
 from lmalgebra.sources.corpus import read_documents
-from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
+from lmalgebra.sources.embed import embed
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.precomputed import (
     SHARD_ROWS,
     PrecomputedSplit,
@@ -65,7 +66,12 @@ def vectors(plan: RunSpans, bert_dir: Path) -> np.ndarray:
             "corpus": {"paths": []},
         }
     ).embed_spec()
-    out, _ = embed(_rows(plan), load_model(ref, bert_dir), load_tokenizer(ref, bert_dir), spec)
+    out, _ = embed(
+        _rows(plan),
+        source_of(ref, bert_dir).load(),
+        source_of(ref, bert_dir).load_tokenizer(),
+        spec,
+    )
     return out
 
 
@@ -331,9 +337,9 @@ def test_unchecked_order_accepts_a_bare_npy_but_never_a_wrong_digest(
 
 def test_precomputed_ref_validation(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match=r"embeddings file .*missing\.npy does not exist"):
-        resolve_directory(ModelRef.parse(f"v=precomputed:{tmp_path / 'missing.npy'}"))
+        ModelRef.parse(f"v=precomputed:{tmp_path / 'missing.npy'}").source.resolve()
     with pytest.raises(UserInputError, match="precomputed embeddings file: no tokenizer"):
-        load_tokenizer(ModelRef.parse("v=precomputed:/x.npy"), Path("/x.npy"))
+        source_of(ModelRef.parse("v=precomputed:/x.npy"), Path("/x.npy")).load_tokenizer()
 
 
 # --- through the command line ---------------------------------------------------------------
@@ -403,7 +409,9 @@ def test_torch_onnx_and_precomputed_models_in_one_decomposition(
             "corpus": {"paths": []},
         }
     ).embed_spec()
-    rows, _ = embed(texts, load_model(ref, bert_dir), load_tokenizer(ref, bert_dir), spec)
+    rows, _ = embed(
+        texts, source_of(ref, bert_dir).load(), source_of(ref, bert_dir).load_tokenizer(), spec
+    )
     vectors = write_npy(tmp_path / "a.npy", rows, (tmp_path / "spans.sha256").read_text().strip())
     graph = export_onnx(bert2_dir, tmp_path / "b.onnx", ("input_ids", "attention_mask"))
 
@@ -444,15 +452,16 @@ def nothing_embedded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if any model is loaded or any span embedded."""
     from transformers import AutoModel
 
-    import lmalgebra.lmd.measure
+    import lmalgebra.sources.embed
+    from lmalgebra.sources.kinds.transformers import TransformersModel
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded or a span embedded")
 
     monkeypatch.setattr(AutoModel, "from_pretrained", refuse)
     monkeypatch.setattr(AutoModel, "from_config", refuse)
-    monkeypatch.setattr(lmalgebra.lmd.measure, "load_model", refuse)
-    monkeypatch.setattr(lmalgebra.lmd.measure, "embed", refuse)
+    monkeypatch.setattr(TransformersModel, "load", refuse)
+    monkeypatch.setattr(lmalgebra.sources.embed, "embed", refuse)
 
 
 def _related(rows: int) -> tuple[np.ndarray, np.ndarray]:

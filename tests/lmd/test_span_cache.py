@@ -14,11 +14,11 @@ from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd import measure
 from lmalgebra.lmd.measure import ModelPool, draw_texts
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, draw_run_spans
 from lmalgebra.sources.corpus import read_documents
+from lmalgebra.sources.kinds.transformers import TransformersModel
 
 
 def _config(tmp_path: Path, model: Path, corpus: Path, **change: Any) -> DecomposeConfig:
@@ -43,6 +43,10 @@ def _reference(config: DecomposeConfig) -> dict[str, list[str]]:
     return draw_run_spans(spec).texts
 
 
+def _no_tokenizer(*args: object) -> None:
+    pytest.fail("tokenizer loaded")
+
+
 def _entries(config: DecomposeConfig) -> list[Path]:
     return sorted((config.cache_dir / "spans").glob("*.safetensors"))
 
@@ -55,7 +59,7 @@ def test_a_second_run_reads_the_spans_without_loading_the_tokenizer(
     assert texts == _reference(config)
     assert len(_entries(config)) == 1
     with monkeypatch.context() as patch:
-        patch.setattr(measure, "load_tokenizer", lambda *a: pytest.fail("tokenizer loaded"))
+        patch.setattr(TransformersModel, "load_tokenizer", _no_tokenizer)
         again, again_hashes = _draw(config)
     assert again == texts and again_hashes == hashes
 
@@ -130,7 +134,7 @@ def test_a_damaged_entry_is_cut_again_and_rewritten(
         again, again_hashes = _draw(config)
     assert again == texts and again_hashes == hashes
     assert "does not reproduce its spans" in caplog.text and str(entry) in caplog.text
-    monkeypatch.setattr(measure, "load_tokenizer", lambda *a: pytest.fail("tokenizer loaded"))
+    monkeypatch.setattr(TransformersModel, "load_tokenizer", _no_tokenizer)
     assert _draw(config) == (texts, hashes)  # the rewritten entry is sound
 
 

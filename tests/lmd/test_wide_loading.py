@@ -12,8 +12,9 @@ import torch
 import lmalgebra
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import device_share
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed, input_device
-from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
+from lmalgebra.sources.embed import EmbedSpec, embed, input_device
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from tiny import documents, sentences
 
 SHAPE = {"spans": {"length": 8, "counts": (40, 8, 8)}}
@@ -27,8 +28,10 @@ def slow_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _embed(model_dir: Path, **loading: str) -> np.ndarray:
     ref = ModelRef.parse(str(model_dir))
-    model = load_model(ref, model_dir, "cpu", **loading)
-    vectors, _ = embed(sentences(24), model, load_tokenizer(ref, model_dir), EmbedSpec())
+    model = source_of(ref, model_dir).load("cpu", **loading)
+    vectors, _ = embed(
+        sentences(24), model, source_of(ref, model_dir).load_tokenizer(), EmbedSpec()
+    )
     return vectors
 
 
@@ -36,7 +39,7 @@ def test_bfloat16_weights_halve_the_model_and_keep_the_embeddings(
     bert_dir: Path, slow_bf16: None
 ) -> None:
     ref = ModelRef.parse(str(bert_dir))
-    model = load_model(ref, bert_dir, "cpu", weights_dtype="bfloat16")
+    model = source_of(ref, bert_dir).load("cpu", weights_dtype="bfloat16")
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     full, half = _embed(bert_dir), _embed(bert_dir, weights_dtype="bfloat16")
     assert half.dtype == np.float32  # pooled in float32

@@ -119,9 +119,9 @@ def decompose(ctx: Context) -> list[str]:
 
 
 def demo_lmd(ctx: Context) -> list[str]:
-    import lmalgebra.lmd.measure
+    import lmalgebra.sources.embed
 
-    _stop(ctx, lmalgebra.lmd.measure, "embed")
+    _stop(ctx, lmalgebra.sources.embed, "embed")
     return ["demo-lmd", "--quick", "--no-progress", "--out", str(ctx.tmp / "new" / "lmd")]
 
 

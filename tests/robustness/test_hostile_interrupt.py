@@ -109,12 +109,12 @@ def test_decompose_interrupted_exits_130(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import lmalgebra.lmd.measure
+    import lmalgebra.sources.embed
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(lmalgebra.lmd.measure, "embed", stop)
+    monkeypatch.setattr(lmalgebra.sources.embed, "embed", stop)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]

@@ -10,7 +10,8 @@ import pytest
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import require_file
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.sources.models import ModelRef, resolve_directory, resolve_tokenizer
+from lmalgebra.sources.models import ModelRef
+from lmalgebra.sources.tokenizers import resolve_tokenizer
 from lmalgebra.storage.output_paths import check_directory
 
 LINKED = "which does not exist"
@@ -28,11 +29,11 @@ def link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_model_or_tokenizer_behind_a_dangling_link_is_no_hub_id(link: Path) -> None:
     with pytest.raises(UserInputError, match=f"model 'bert': models/bert .*gone, {LINKED}"):
-        resolve_directory(ModelRef.parse(str(link)))
+        ModelRef.parse(str(link)).source.resolve()
     with pytest.raises(UserInputError, match=f"tokenizer models/bert .*{LINKED}"):
         resolve_tokenizer(str(link), "student")
     with pytest.raises(UserInputError, match=f"GGUF file models/bert .*{LINKED}"):
-        resolve_directory(ModelRef.parse(f"gguf:{link}"))
+        ModelRef.parse(f"gguf:{link}").source.resolve()
 
 
 def test_a_dangling_link_is_not_called_a_file(link: Path) -> None:

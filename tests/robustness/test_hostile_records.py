@@ -14,7 +14,7 @@ import pytest
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.evaluate.pos_results import claim_evaluation
 from lmalgebra.experimental.selection.outputs import claim_selection
-from lmalgebra.sources.model_fingerprints import fingerprint
+from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 
 
@@ -26,7 +26,7 @@ def test_an_edit_of_the_same_size_with_its_time_set_back_is_seen(
     model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
     ref = ModelRef(name="m", path=str(model))
     memo = tmp_path / "hashes"
-    first = fingerprint(ref, model, memo)
+    first = source_of(ref, model).fingerprint(memo)
     weights = model / "model.safetensors"
     stamp = weights.stat()
     data = bytearray(weights.read_bytes())
@@ -35,7 +35,7 @@ def test_an_edit_of_the_same_size_with_its_time_set_back_is_seen(
     os.utime(weights, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
     assert weights.stat().st_size == stamp.st_size
     assert weights.stat().st_mtime_ns == stamp.st_mtime_ns
-    assert fingerprint(ref, model, memo)["weights"] != first["weights"]
+    assert source_of(ref, model).fingerprint(memo)["weights"] != first["weights"]
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"identity": 3}', "[]"])

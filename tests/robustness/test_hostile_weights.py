@@ -17,7 +17,8 @@ from gguf_fixtures import tiny_llama, write_llama_gguf
 from hostile_helpers import assert_one_line
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.teachers import load_lm
-from lmalgebra.sources.models import ModelRef, load_model, resolve_directory
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from tiny import build_bert_mlm
 
 DROPPED = "encoder.layer.1.attention.self.query.weight"
@@ -49,7 +50,7 @@ def test_a_model_to_embed_missing_a_tensor_is_refused_naming_it(bert_copy: Path)
     _edit_weights(bert_copy, drop=DROPPED)
     ref = ModelRef(name="enc", path=str(bert_copy))
     with pytest.raises(UserInputError, match=f"model 'enc'.*lacks 1 .*{DROPPED}.*random"):
-        load_model(ref, bert_copy)
+        source_of(ref, bert_copy).load()
 
 
 def test_a_model_to_embed_with_a_layer_beyond_its_configuration_is_refused(
@@ -58,13 +59,13 @@ def test_a_model_to_embed_with_a_layer_beyond_its_configuration_is_refused(
     _edit_weights(bert_copy, add="encoder.layer.5.output.dense.weight")
     ref = ModelRef(name="enc", path=str(bert_copy))
     with pytest.raises(UserInputError, match=r"model 'enc'.*encoder\.layer\.5\.output"):
-        load_model(ref, bert_copy)
+        source_of(ref, bert_copy).load()
 
 
 def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:
     """The masked LM's head is no part of the bare model and the pooler goes unused: both pass."""
     directory = build_bert_mlm(tmp_path / "mlm")
-    model = load_model(ModelRef(name="mlm", path=str(directory)), directory)
+    model = source_of(ModelRef(name="mlm", path=str(directory)), directory).load()
     assert type(model).__name__ == "BertModel"
 
 
@@ -124,7 +125,7 @@ def test_a_gguf_file_whose_tensors_miss_layers_is_refused_and_not_cached(
     finally:
         model.config.num_hidden_layers = config["num_hidden_layers"]
     with pytest.raises(UserInputError, match=r"model 'short'.*short.gguf.*layers\.2\."):
-        resolve_directory(ModelRef.parse(f"gguf:{path}"))
+        ModelRef.parse(f"gguf:{path}").source.resolve()
     built = [p for p in (tmp_path / "cache" / "gguf").iterdir() if not p.name.endswith(".lock")]
     assert built == []
 

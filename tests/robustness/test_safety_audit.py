@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from lmalgebra.distill.teachers import load_lm
-from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 
 ROOT = Path(__file__).resolve().parents[2]
 PICKLERS = r"(?:pickle|cPickle|_pickle|dill|cloudpickle|joblib|shelve|marshal)"
@@ -70,8 +71,8 @@ def test_trust_remote_code_is_logged_when_used(
     code (a model that ships some: tests/robustness/test_hostile_messages.py)."""
     caplog.set_level(logging.INFO)
     ref = ModelRef(name="tiny", path=str(bert_dir), trust_remote_code=allowed)
-    load_tokenizer(ref, bert_dir)
-    load_model(ref, bert_dir)
+    source_of(ref, bert_dir).load_tokenizer()
+    source_of(ref, bert_dir).load()
     teacher = ModelRef(name="wp", path=str(teacher_dirs["wp"]), trust_remote_code=allowed)
     load_lm(teacher, teacher_dirs["wp"], "masked")
     messages = [r.getMessage() for r in caplog.records]

@@ -20,8 +20,8 @@ from gguf_fixtures import tiny_llama, write_llama_gguf
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources import gguf_models, packaged
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.packaged import Asset, SplitFile, asset_path, catalogue
 from lmalgebra.storage import split_archive
 
@@ -91,11 +91,11 @@ def test_a_gguf_file_loads_with_its_source_models_logits_and_tokens(
     builds = _counting_builds(monkeypatch)
     ref = ModelRef.parse(f"gguf:{path}")
     assert ref.name == "tiny-llama" and ref.kind == "transformers"
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
     assert directory == cache / "gguf" / f"tiny-llama-{sha[:16]}"
     assert (directory / "model.safetensors").is_file() and (directory / "config.json").is_file()
-    loaded_tokenizer = load_tokenizer(ref, directory)
+    loaded_tokenizer = source_of(ref, directory).load_tokenizer()
     ids = tokenizer(TEXT, add_special_tokens=False)["input_ids"]
     assert loaded_tokenizer(TEXT, add_special_tokens=False)["input_ids"] == ids
     assert loaded_tokenizer(TEXT)["input_ids"] == tokenizer(TEXT)["input_ids"]  # <s> first
@@ -107,10 +107,10 @@ def test_a_gguf_file_loads_with_its_source_models_logits_and_tokens(
     provenance = json.loads((directory / "gguf.json").read_text())
     assert provenance["sha256"] == sha and provenance["quantisation"] == "ALL_F32"
     assert provenance["architecture"] == "llama" and provenance["tensor_types"] == {"F32": 20}
-    hashes = fingerprint(ref, directory)
+    hashes = source_of(ref, directory).fingerprint()
     assert hashes["gguf_sha256"] == sha and hashes["quantisation"] == "ALL_F32"
     stamp = (directory / "model.safetensors").stat().st_mtime_ns
-    assert resolve_directory(ref) == directory and builds == [f"model {ref.name!r}"]
+    assert ref.source.resolve() == directory and builds == [f"model {ref.name!r}"]
     assert (directory / "model.safetensors").stat().st_mtime_ns == stamp
     assert sorted(p.name for p in (cache / "gguf").iterdir()) == [
         f".{directory.name}.lock",
@@ -123,16 +123,16 @@ def test_a_packaged_gguf_in_parts_is_joined_checked_and_shares_the_cache(
 ) -> None:
     builds = _counting_builds(monkeypatch)
     directory = asset_path("fake-gguf")
-    assert resolve_directory(ModelRef.parse("package:fake-gguf")) == directory
+    assert ModelRef.parse("package:fake-gguf").source.resolve() == directory
     # the same file named directly is the same cache entry: keyed by the file's hash
-    assert resolve_directory(ModelRef.parse(f"gguf:{source[2]}")) == directory
+    assert ModelRef.parse(f"gguf:{source[2]}").source.resolve() == directory
     assert len(builds) == 1
     row = next(r for r in catalogue() if r["name"] == "package:fake-gguf")
     assert row["bytes"] == source[2].stat().st_size and row["licence"] == "MIT"
 
 
 def test_a_tokenizer_may_come_from_a_gguf_file(source, cache: Path) -> None:
-    from lmalgebra.sources.models import load_named_tokenizer
+    from lmalgebra.sources.tokenizers import load_named_tokenizer
 
     tokenizer = load_named_tokenizer(f"gguf:{source[2]}", "student tokenizer")
     assert tokenizer(TEXT)["input_ids"] == source[1](TEXT)["input_ids"]
@@ -233,7 +233,7 @@ def test_a_missing_or_unreadable_file_is_refused(
     if content is not None:
         path.write_bytes(content)
     with pytest.raises(UserInputError, match=needle):
-        resolve_directory(ModelRef.parse(f"gguf:{path}"))
+        ModelRef.parse(f"gguf:{path}").source.resolve()
 
 
 def test_a_failed_build_leaves_nothing_marked_complete(
@@ -244,7 +244,7 @@ def test_a_failed_build_leaves_nothing_marked_complete(
 
     monkeypatch.setattr(split_archive, "_sync_tree", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+        ModelRef.parse(f"gguf:{source[2]}").source.resolve()
     assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
 
 
@@ -265,8 +265,8 @@ def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
     from transformers import AutoModelForCausalLM
 
     ref = ModelRef.parse(f"package:{name}")
-    directory = resolve_directory(ref)
-    tokenizer = load_tokenizer(ref, directory)
+    directory = ref.source.resolve()
+    tokenizer = source_of(ref, directory).load_tokenizer()
     model = AutoModelForCausalLM.from_pretrained(directory).eval()
     prompt = tokenizer(
         "The capital of France is Paris. The capital of Spain is", return_tensors="pt"
@@ -289,7 +289,7 @@ def test_a_damaged_dequantised_entry_is_built_again(
     """The cache's model directory is checked against the sizes its ``gguf.json`` records: one
     damaged since is built again (with a warning), not loaded as it is."""
     ref = ModelRef.parse(f"gguf:{source[2]}")
-    built = resolve_directory(ref)
+    built = ref.source.resolve()
     weights = built / "model.safetensors"
     if damage == "weights cut short":
         weights.write_bytes(weights.read_bytes()[:100])
@@ -301,10 +301,10 @@ def test_a_damaged_dequantised_entry_is_built_again(
         shutil.rmtree(built)
         built.write_text("not a model\n", encoding="utf-8")
     calls = _counting_builds(monkeypatch)
-    again = resolve_directory(ref)
+    again = ref.source.resolve()
     assert again == built and len(calls) == 1
     assert weights.stat().st_size > 100 and (built / "config.json").is_file()
-    assert resolve_directory(ref) == built and len(calls) == 1  # intact now: kept
+    assert ref.source.resolve() == built and len(calls) == 1  # intact now: kept
 
 
 @pytest.mark.parametrize("blocker", ["file", "link to nothing"])
@@ -317,7 +317,7 @@ def test_a_gguf_cache_directory_in_the_way_is_one_line(
     else:
         (cache / "gguf").symlink_to(tmp_path / "gone")
     with pytest.raises(UserInputError, match=f"{cache / 'gguf'} (is a file|is a symbolic link)"):
-        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+        ModelRef.parse(f"gguf:{source[2]}").source.resolve()
 
 
 @pytest.mark.parametrize("architecture", ["llama", "bert"])
@@ -353,7 +353,7 @@ def test_a_lock_file_that_cannot_be_opened_is_one_line(source, cache: Path, tmp_
     lock.parent.mkdir(parents=True)
     lock.symlink_to(tmp_path / "gone" / "lock")
     with pytest.raises(UserInputError, match=f"cannot open the lock file {lock}"):
-        resolve_directory(ModelRef.parse(f"gguf:{source[2]}"))
+        ModelRef.parse(f"gguf:{source[2]}").source.resolve()
 
 
 def test_a_dry_run_plans_a_packaged_gguf_in_parts_without_writing_the_cache(

@@ -189,17 +189,18 @@ def test_mpnet_embeds_two_sentences_as_sentence_transformers_does(
     (mean pooling, then unit length)."""
     from sentence_transformers import SentenceTransformer
 
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
-    from lmalgebra.sources.models import ModelRef, load_model, load_tokenizer, resolve_directory
+    from lmalgebra.sources.embed import EmbedSpec, embed
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
 
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     ref = ModelRef.parse("package:mpnet")
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     assert ref.name == "mpnet" and (directory / "config.json").is_file()
-    model = load_model(ref, directory)
+    model = source_of(ref, directory).load()
     assert model.config.model_type == "mpnet" and model.config.hidden_size == 768
     texts = ["A man is playing a guitar on stage.", "The central bank raised interest rates."]
-    vectors, report = embed(texts, model, load_tokenizer(ref, directory), EmbedSpec())
+    vectors, report = embed(texts, model, source_of(ref, directory).load_tokenizer(), EmbedSpec())
     assert vectors.shape == (2, 768) and np.isfinite(vectors).all() and report.spans == 2
     reference = SentenceTransformer(str(directory), device="cpu").encode(texts)
     unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)

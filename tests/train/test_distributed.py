@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distributed import same_on_every_rank, world
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import TokenReport
+from lmalgebra.sources.embed import TokenReport
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.reduce import reduce_moments
 from lmalgebra.stats.span_blocks import SpanBlockMoments

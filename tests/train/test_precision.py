@@ -160,13 +160,14 @@ def test_cuda_embedding_matches_cpu(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from lmalgebra.lmd.embeddings.embed import EmbedSpec, embed
-    from lmalgebra.sources.models import ModelRef, load_model
+    from lmalgebra.sources.embed import EmbedSpec, embed
+    from lmalgebra.sources.kinds import source_of
+    from lmalgebra.sources.models import ModelRef
 
     ref, tok = ModelRef(name="a", path=str(bert_dir)), AutoTokenizer.from_pretrained(bert_dir)
     spans = texts[:40]
-    want, _ = embed(spans, load_model(ref, bert_dir), tok, EmbedSpec())
-    on_gpu = load_model(ref, bert_dir, "cuda:0")
+    want, _ = embed(spans, source_of(ref, bert_dir).load(), tok, EmbedSpec())
+    on_gpu = source_of(ref, bert_dir).load("cuda:0")
     got, _ = embed(spans, on_gpu, tok, EmbedSpec(device="cuda:0"))
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
     if bf16_support(torch.device("cuda:0"))[0]:

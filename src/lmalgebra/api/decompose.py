@@ -23,7 +23,6 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.embeddings.given_models import GivenArrays
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
@@ -31,7 +30,7 @@ from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
-from lmalgebra.sources.models import load_tokenizer, resolve_directory
+from lmalgebra.sources.kinds import bound_sources
 from lmalgebra.sources.precomputed import span_sha256
 
 SOURCE = "decompose()"
@@ -102,7 +101,7 @@ def decompose(
     if out is not None:
         data["out"] = str(out)
     config = validate(DecomposeConfig, data, SOURCE)
-    arrays = [n for n, m in inputs.given.items() if isinstance(m, GivenArrays)]
+    arrays = [n for n, m in inputs.given.items() if m.fixed_spans]
     if arrays and (config.study.lengths or config.study.languages):
         raise UserInputError(
             f"model {arrays[0]!r} is an array of embeddings of this run's spans; "
@@ -192,20 +191,8 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     plan_spec["spans"] = data.get("spans", {})
     plan_spec["reference_tokenizer"] = data.get("reference_tokenizer")
     spec = validate(SpanPlanSpec, plan_spec, "spans()")
-    name, tokenizer = span_tokenizer(
-        spec.models,
-        spec.reference_tokenizer,
-        lambda r: (
-            inputs.given[r.name].tokenizer
-            if r.name in inputs.given
-            else load_tokenizer(r, resolve_directory(r))
-        ),
-        lambda r: (
-            inputs.given[r.name].tokenizer is not None
-            if r.name in inputs.given
-            else r.kind != "precomputed"
-        ),
-    )
+    sources = bound_sources(spec.models, inputs.given)
+    name, tokenizer = span_tokenizer(spec.models, spec.reference_tokenizer, sources)
     docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
     plan = plan_spans(docs, tokenizer, spec.spans, name)
     rows = [

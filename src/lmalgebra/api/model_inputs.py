@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.lmd.embeddings.given_models import (
+from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.kinds.python_objects import (
     GivenArrays,
     GivenModel,
     SentenceEncoder,
     TransformerPair,
 )
-from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 
 
@@ -44,7 +44,7 @@ def model_entries(
         obj = _given(name, value)
         if obj is not None:
             given[name] = obj
-            entries.append({"name": name, "path": obj.description, "kind": "memory"})
+            entries.append({"name": name, "path": obj.description, "kind": obj.kind})
         else:
             entries.append(_reference(name, value, trust_remote_code))
     return entries, given
@@ -61,7 +61,7 @@ def _reference(name: str, value: Any, trust_remote_code: bool) -> dict[str, Any]
             raise UserInputError(f"model {name!r}: the reference is empty")
         ref = ModelRef.parse(text)
         update: dict[str, Any] = {"name": name}
-        if ref.kind == "transformers":
+        if ref.source.runs_remote_code:
             update["trust_remote_code"] = trust_remote_code
         return {**ref.model_dump(), **update}
     raise UserInputError(

@@ -37,16 +37,9 @@ from lmalgebra.evaluate.pos_results import (
     result_summary,
     write_results,
 )
-from lmalgebra.lmd.embeddings.embed import max_tokens
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import (
-    ModelRef,
-    check_architecture,
-    check_layer,
-    load_model,
-    load_tokenizer,
-    resolve_directory,
-)
+from lmalgebra.sources.embed import max_tokens
+from lmalgebra.sources.model_source import check_layer
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
@@ -334,9 +327,8 @@ def _evaluate(
 ) -> PosResult:
     """:func:`evaluate_pos` on splits already read (``_load_splits``)."""
     tags = {t: i for i, t in enumerate(sorted({t for s in data.values() for x in s for _, t in x}))}
-    directory = resolve_directory(ref)
-    tokenizer = load_tokenizer(ref, directory)
-    model = load_model(ref, directory)
+    source = ref.source
+    tokenizer, model = source.load_tokenizer(), source.load()
     check_layer(ref.name, model, options.layer)
     limit = max_tokens(model, tokenizer, options.max_length)
     encoded = {name: _encode(s, tokenizer, limit, tags) for name, s in data.items()}
@@ -413,14 +405,14 @@ def evaluation_identity(
     fingerprint (weights, tokenizer, config), the mode and the options (less progress). The
     weights are hashed on each run (no cache: reading them is small beside training a tagger).
     A model of an architecture transformers cannot take is refused here, before any tagger."""
-    directories = {ref.name: resolve_directory(ref) for ref in refs}
-    for ref in refs:
-        check_architecture(ref, directories[ref.name])
+    sources = [ref.source.locate() for ref in refs]  # every model found before any is checked
+    for source in sources:
+        source.check_architecture()
     return {
         "treebank": {
             split: sha256_file(getattr(splits, split)) for split in ("train", "dev", "test")
         },
-        "models": {ref.name: fingerprint(ref, directories[ref.name]) for ref in refs},
+        "models": {source.name: source.fingerprint() for source in sources},
         "mode": mode,
         "options": options.model_dump(mode="json", exclude={"progress"}),
     }

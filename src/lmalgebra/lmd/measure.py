@@ -6,9 +6,8 @@ differ only in their documents, span length and sources; the fits that follow re
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -20,29 +19,20 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed
-from lmalgebra.lmd.embeddings.given_models import GivenArrays, GivenModel, in_memory_split
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.spans.cache import remembered_plan, span_key
 from lmalgebra.lmd.spans.draw import RunSpans, plan_spans, reference_model, span_tokenizer
 from lmalgebra.lmd.statistics.passes import Reductions, accumulate
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import (
-    ModelRef,
-    check_layer,
-    load_model,
-    load_tokenizer,
-    model_depth,
-    resolve_directory,
-)
-from lmalgebra.sources.precomputed import PrecomputedSplit, load_precomputed
+from lmalgebra.sources.embed_spec import TokenReport
+from lmalgebra.sources.kinds import bound_sources
+from lmalgebra.sources.kinds.python_objects import in_memory_split
+from lmalgebra.sources.model_source import ModelSource
+from lmalgebra.sources.precomputed import PrecomputedSplit
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.nulls import RANDOM_SUFFIX, random_copy
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -70,10 +60,10 @@ class ModelPool:
     (``ModelRef`` of kind ``memory`` in the config), by name.
     """
 
-    def __init__(self, config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None):
+    def __init__(self, config: DecomposeConfig, given: Mapping[str, ModelSource] | None = None):
         self.config = config
-        self.given = dict(given or {})
-        unmatched = {r.name for r in config.models if r.kind == "memory"} ^ set(self.given)
+        given = dict(given or {})
+        unmatched = {r.name for r in config.models if r.source.python_object} ^ set(given)
         if unmatched:
             raise UserInputError(
                 f"model {sorted(unmatched)[0]!r}: a Python object must be given for each model "
@@ -90,11 +80,10 @@ class ModelPool:
                     }
                 )
                 for r in config.models
-                if not r.random_init and r.kind == "transformers"  # ONNX/vectors: no architecture
+                if r.source.pretrained  # ONNX/vectors: no architecture
             ]
-        self.refs: dict[str, ModelRef] = {r.name: r for r in refs}
-        self.dirs = {n: resolve_directory(r) for n, r in self.refs.items() if n not in self.given}
-        self._loaded: dict[str, tuple[Any, Any]] = {}
+        # found now: a missing model is refused before any work
+        self.models = {n: m.locate() for n, m in bound_sources(refs, given).items()}
         # resolved once per run: ``auto`` is reported once, a bad device refused before any work
         self.spec = config.embed_spec()
 
@@ -102,11 +91,7 @@ class ModelPool:
     def prints(self) -> dict[str, dict[str, str]]:
         """Fingerprint of every model (hashes of weights, tokenizer and config)."""
         memo = self.config.cache_dir / "hashes"
-        given = {n: m.fingerprint() for n, m in self.given.items()}
-        return {
-            n: given[n] if n in given else fingerprint(r, self.dirs[n], memo)
-            for n, r in self.refs.items()
-        }
+        return {n: m.fingerprint(memo) for n, m in self.models.items()}
 
     @property
     def names(self) -> list[str]:
@@ -114,59 +99,26 @@ class ModelPool:
 
     @property
     def null_names(self) -> list[str]:
-        return [n for n in self.refs if n.endswith(RANDOM_SUFFIX)]
-
-    def tokenizer(self, name: str) -> Any:
-        if name in self.given:
-            return self.given[name].tokenizer
-        return load_tokenizer(self.refs[name], self.dirs[name])
-
-    def has_tokenizer(self, ref: ModelRef) -> bool:
-        if ref.name in self.given:
-            return self.given[ref.name].tokenizer is not None
-        return ref.kind != "precomputed"
+        return [n for n in self.models if n.endswith(RANDOM_SUFFIX)]
 
     @cached_property
     def span_tokenizer(self) -> tuple[str, Any]:
         """The tokenizer that cuts the spans, and its name (a model's, or the reference's)."""
-        return span_tokenizer(
-            self.config.models,
-            self.config.reference_tokenizer,
-            lambda ref: self.tokenizer(ref.name),
-            self.has_tokenizer,
-        )
+        return span_tokenizer(self.config.models, self.config.reference_tokenizer, self.models)
 
     def depth(self, name: str) -> int:
         """Number of hidden layers (the embedding output is layer 0)."""
-        if name in self.given:
-            return self.given[name].depth()
-        return model_depth(self.refs[name], self.dirs[name])
+        return self.models[name].depth()
 
-    def embedder(self, name: str, spec: EmbedSpec) -> Any:
-        if name in self.given:
-            given = self.given[name]
-            return lambda texts: given.embed(texts, spec)
-
-        def compute(texts: list[str]) -> tuple[np.ndarray, TokenReport]:
-            if name not in self._loaded:
-                ref = self.refs[name]
-                if ref.kind == "onnx" and spec.dtype != "float32":
-                    log.warning("model %r: an ONNX graph runs in its own precision", name)
-                config = self.config
-                model = load_model(
-                    ref, self.dirs[name], spec.device, config.weights_dtype, config.device_map
-                )
-                for layer in spec.layers or (spec.layer,):
-                    check_layer(name, model, layer)
-                self._loaded[name] = (model, self.tokenizer(name))
-            model, tokenizer = self._loaded[name]
-            return embed(texts, model, tokenizer, spec)
-
-        return compute
+    def embedder(self, source: ModelLayers) -> Any:
+        """What embeds texts for ``source`` (one of its layers, or several)."""
+        spec, model = replace(self.spec, layers=source.layers), self.models[source.model]
+        return lambda texts: model.embed(texts, spec)
 
     def release(self) -> None:
         """Drop loaded weights (a sweep over many settings would otherwise keep them all)."""
-        self._loaded.clear()
+        for model in self.models.values():
+            model.release()
 
 
 @dataclass
@@ -221,7 +173,7 @@ def draw_texts(
 
     config = pool.config
     corpus = sha256_texts(docs)
-    ref = reference_model(config.models, config.reference_tokenizer, pool.has_tokenizer)
+    ref = reference_model(config.models, config.reference_tokenizer, pool.models)
     if ref is None or ref.trust_remote_code:  # a tokenizer of no model, or code no hash pins
         plan = draw()
     else:
@@ -248,48 +200,18 @@ def measure(
     """
     config = pool.config
     texts, hashes = draw_texts(pool, docs, spec)
-    base = pool.spec
     caches: list[EmbeddingCache | PrecomputedSplit] = []
     tokens: dict[str, TokenReport] = {}
-    total = sum(len(t) for t in texts.values())
     for source in sources:
-        ref = pool.refs[source.model]
-        if source.model in pool.given:  # a Python object: embedded in memory, not cached
-            caches += _in_memory(pool, source, texts, base, tokens)
-            continue
-        if ref.kind == "precomputed":  # a file of vectors, checked against these spans
-            given = load_precomputed(
-                ref.name, pool.dirs[ref.name], texts, ref.unchecked_order, hashes["spans_order"]
-            )
-            caches += [given.splits[split] for split in SPLITS]
-            tokens[source.model] = TokenReport(0.0, 0, given.rows)
-            continue
-        embed_spec = EmbedSpec(**{**base.__dict__, "layers": source.layers})
-        compute = pool.embedder(source.model, embed_spec)
-        reports = []
-        tag = f"embed {source.model}" + (f" ({label})" if label else "")
-        with progress_bar(tag, total, config.progress) as advance:
-            for split in SPLITS:
-                key = {
-                    "model": source.model,
-                    "fingerprint": pool.prints[source.model],
-                    "spans": hashes[f"spans_{split}"],
-                    "layer": list(source.layers) if source.layers else base.layer,
-                    "pooling": base.pooling,
-                    "dtype": base.dtype,
-                    "exclude_special": base.exclude_special,
-                    "max_length": base.max_length,
-                    # only when it is not float32: caches made before the option keep their keys
-                    **(
-                        {"weights": config.weights_dtype}
-                        if config.weights_dtype != "float32"
-                        else {}
-                    ),
-                }
-                cache = EmbeddingCache(config.cache_dir / "embeddings", key, texts[split])
-                reports.append(cache.ensure(compute, advance))
-                caches.append(cache)
-        tokens[source.model] = merge_reports(reports)
+        model = pool.models[source.model]
+        held = model.rows(texts, hashes["spans_order"])
+        if held is not None:  # vectors of these spans (a file, an array), checked against them
+            caches += [held[split] for split in SPLITS]
+            tokens[source.model] = TokenReport(0.0, 0, sum(len(t) for t in texts.values()))
+        elif model.cached:
+            caches += _cached(pool, source, texts, hashes, tokens, label)
+        else:  # a Python object: embedded in memory, not cached
+            caches += _in_memory(pool, source, texts, tokens)
     edges = train_edges(train_sizes, len(texts["train"])) if train_sizes else None
     rows = {split: len(t) for split, t in texts.items()}
     names = [n for s in sources for n in s.column_names]
@@ -309,26 +231,54 @@ def measure(
     )
 
 
+def _cached(
+    pool: ModelPool,
+    source: ModelLayers,
+    texts: dict[str, list[str]],
+    hashes: dict[str, str],
+    tokens: dict[str, TokenReport],
+    label: str,
+) -> list[EmbeddingCache]:
+    """Every split's entry of the embedding cache for ``source``, embedded where missing."""
+    config, base = pool.config, pool.spec
+    compute = pool.embedder(source)
+    caches, reports = [], []
+    tag = f"embed {source.model}" + (f" ({label})" if label else "")
+    with progress_bar(tag, sum(len(t) for t in texts.values()), config.progress) as advance:
+        for split in SPLITS:
+            key = {
+                "model": source.model,
+                "fingerprint": pool.prints[source.model],
+                "spans": hashes[f"spans_{split}"],
+                "layer": list(source.layers) if source.layers else base.layer,
+                "pooling": base.pooling,
+                "dtype": base.dtype,
+                "exclude_special": base.exclude_special,
+                "max_length": base.max_length,
+                # only when it is not float32: caches made before the option keep their keys
+                **({"weights": config.weights_dtype} if config.weights_dtype != "float32" else {}),
+            }
+            cache = EmbeddingCache(config.cache_dir / "embeddings", key, texts[split])
+            reports.append(cache.ensure(compute, advance))
+            caches.append(cache)
+    tokens[source.model] = merge_reports(reports)
+    return caches
+
+
 def _in_memory(
     pool: ModelPool,
     source: ModelLayers,
     texts: dict[str, list[str]],
-    base: EmbedSpec,
     tokens: dict[str, TokenReport],
 ) -> list[PrecomputedSplit]:
-    """One split after another: the rows of a model given as a Python object (arrays as given)."""
-    given = pool.given[source.model]
-    if isinstance(given, GivenArrays):
-        tokens[source.model] = TokenReport(0.0, 0, sum(len(t) for t in texts.values()))
-        arrays = given.splits({s: len(t) for s, t in texts.items()})
-        return [arrays[split] for split in SPLITS]
-    compute = pool.embedder(source.model, EmbedSpec(**{**base.__dict__, "layers": source.layers}))
+    """One split after another: the rows of a model given as a Python object."""
+    compute = pool.embedder(source)
     splits, reports = [], []
     for split in SPLITS:
         vectors, report = compute(texts[split])
         if not np.isfinite(vectors).all():
             raise UserInputError(
-                f"non-finite (NaN/inf) embeddings of {split} spans by {given.name!r}"
+                f"non-finite (NaN/inf) embeddings of {split} spans by {source.model!r}"
             )
         splits.append(in_memory_split(vectors))
         reports.append(report)

@@ -32,7 +32,8 @@ from lmalgebra.distill.examples import heldout_texts
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table, write_table
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.causal_head import body_states, target_logprobs
@@ -157,9 +158,9 @@ def bits_per_byte(
     ``texts`` (language -> its documents). ``context``: input tokens per window, default the
     model's positions."""
     ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     refuse_other_head(f"model {ref.name!r}", directory, "causal")
-    tokenizer = load_tokenizer(ref, directory)
+    tokenizer = source_of(ref, directory).load_tokenizer()
     if start_token_id(tokenizer) is None:
         raise UserInputError(
             f"model {ref.name!r}: the tokenizer in {directory} has neither a beginning-of-sequence "

@@ -26,7 +26,8 @@ from lmalgebra.distill.run.model_card import add_evaluation
 from lmalgebra.distill.run.rdt import rdt, rdt_text
 from lmalgebra.distill.teachers import load_lm
 from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageRow, CoverageSpec, lmd_coverage
-from lmalgebra.sources.models import ModelRef, load_tokenizer
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import write_table
 
@@ -67,7 +68,7 @@ def continuations(
     import torch
 
     model = load_lm(ref, directory, "causal", role="student")
-    tokenizer = load_tokenizer(ref, directory)
+    tokenizer = source_of(ref, directory).load_tokenizer()
     start = start_token_id(tokenizer)
     out: dict[str, list[tuple[str, str]]] = {}
     for lang, docs in texts.items():

@@ -44,7 +44,6 @@ from lmalgebra.distill.run.dry_run import (
 from lmalgebra.distill.run.time_estimate import ModelShape
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
-from lmalgebra.sources.models import resolve_directory
 from lmalgebra.storage.arrow_columns import id_dtype, ragged
 from lmalgebra.storage.shard_formats import ARROW_TABLES
 from lmalgebra.train.config import CausalTrainingSpec
@@ -62,7 +61,7 @@ def plan_causal(recipe: CausalRecipe, spec: CausalTrainingSpec) -> list[dict[str
     teachers, shapes = {}, {}
     for name, teacher_spec in recipe.teachers.items():
         ref = teacher_spec.ref(name)
-        directory = resolve_directory(ref, weights=False)
+        directory = ref.source.resolve(weights=False)
         tokenizer = teacher_tokenizer(ref, directory, recipe.top_k)
         teachers[name] = Teacher(name, directory, {}, tokenizer)
         shapes[name] = teacher_shape(directory, len(tokenizer))

@@ -18,8 +18,8 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.student import CausalStudentSpec, check_layer_list
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, check_architecture, resolve_directory
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 
 log = logging.getLogger(__name__)
 ROLE = "student.init"
@@ -62,7 +62,7 @@ def init_reference(given: str) -> ModelRef:
     """``student.init`` as a model reference (``ModelRef.parse``'s spellings); refused unless it
     names a model with weights to start from."""
     ref = ModelRef.parse(given)
-    if ref.kind != "transformers" or ref.random_init:
+    if not ref.source.pretrained:
         raise UserInputError(
             f"student.init {given!r} must name a causal LM with weights (a directory, hub "
             "id, package:NAME or gguf:FILE)"
@@ -80,13 +80,14 @@ def open_init(
     from transformers import AutoConfig
 
     ref = init_reference(spec.init)
-    directory = resolve_directory(ref, weights=weights)
+    source = source_of(ref, weights=weights)
+    directory = source.directory
     refuse_other_head(f"{ROLE} {spec.init!r}", directory, "causal")
-    check_architecture(ref, directory, "AutoModelForCausalLM", f"{ROLE} {spec.init!r}")
+    source.check_architecture("AutoModelForCausalLM", f"{ROLE} {spec.init!r}")
     depth = int(AutoConfig.from_pretrained(directory).num_hidden_layers)
     if spec.layers is not None:
         check_layer_list(spec.layers, depth)
-    hashes = fingerprint(ref, directory, memo_dir) if weights else {}
+    hashes = source.fingerprint(memo_dir) if weights else {}
     return InitModel(spec.init, ref, directory, depth, spec.layers, hashes)
 
 

@@ -18,7 +18,8 @@ from lmalgebra.distill.vocab.token_forms import detect_convention
 from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_student_tokenizer
 from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
 from lmalgebra.distributed import same_on_every_rank
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def made_tokenizer(choice: TokenizerChoice, recipe: CausalRecipe, training: Text
         return train_causal_tokenizer(every, choice.kind, choice.vocab_size, positions)
     teacher = recipe.teachers.get(choice.name) if choice.source == "teacher" else None
     ref = teacher.ref(choice.name) if teacher else ModelRef(name="student", path=choice.name)
-    return load_tokenizer(ref, resolve_directory(ref))
+    return ref.source.load_tokenizer()
 
 
 def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[str, Any]]:
@@ -49,7 +50,7 @@ def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[
     if init is not None:
         ref = init_reference(init)
         given = named = f"init:{init}"
-        tokenizer = load_tokenizer(ref, resolve_directory(ref, weights=False))
+        tokenizer = source_of(ref, weights=False).load_tokenizer()
     elif recipe.student.tokenizer is None:
         raise UserInputError(
             "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "

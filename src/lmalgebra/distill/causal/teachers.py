@@ -11,13 +11,8 @@ from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.teachers import TEACHER_HINT, Teacher, check_top_k, refuse_other_head
 from lmalgebra.distill.vocab.token_forms import detect_convention
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import (
-    ModelRef,
-    check_architecture,
-    load_tokenizer,
-    resolve_directory,
-)
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 
 
 def start_token_id(tokenizer: Any) -> int | None:
@@ -33,9 +28,9 @@ def start_token_id(tokenizer: Any) -> int | None:
 def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Teacher:
     """Resolve and fingerprint a causal teacher and load its tokenizer; refuse a masked LM, a
     tokenizer without offsets or start token, and a ``top_k`` beyond its vocabulary."""
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     tokenizer = teacher_tokenizer(ref, directory, top_k)
-    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
+    return Teacher(ref.name, directory, source_of(ref, directory).fingerprint(memo_dir), tokenizer)
 
 
 def teacher_tokenizer(ref: ModelRef, directory: Path, top_k: int) -> Any:
@@ -43,8 +38,8 @@ def teacher_tokenizer(ref: ModelRef, directory: Path, top_k: int) -> Any:
     token, or with fewer tokens than ``top_k``, and for an architecture transformers has no
     causal LM of; nothing of the weights is read (a dry run checks as much as the run)."""
     refuse_other_head(f"teacher {ref.name!r}", directory, "causal", TEACHER_HINT["causal"])
-    check_architecture(ref, directory, "AutoModelForCausalLM", f"teacher {ref.name!r}")
-    tokenizer = load_tokenizer(ref, directory)
+    source_of(ref, directory).check_architecture("AutoModelForCausalLM", f"teacher {ref.name!r}")
+    tokenizer = source_of(ref, directory).load_tokenizer()
     detect_convention(tokenizer, ref.name)  # refuses one whose tokens cannot be read as bytes
     if start_token_id(tokenizer) is None:
         raise UserInputError(

@@ -34,7 +34,6 @@ from lmalgebra.distill.run.dry_run import (
     train_seconds,
 )
 from lmalgebra.distill.run.time_estimate import ModelShape
-from lmalgebra.sources.models import resolve_directory
 from lmalgebra.storage.arrow_columns import id_dtype
 from lmalgebra.storage.shard_formats import ARROW_TABLES
 from lmalgebra.train.config import TrainingSpec
@@ -48,7 +47,7 @@ def plan_masked(recipe: MaskedRecipe, spec: TrainingSpec) -> list[dict[str, Any]
     tokenizers, shapes = {}, {}
     for name, teacher in recipe.teachers.items():
         ref = teacher.ref(name)
-        directory = resolve_directory(ref, weights=False)
+        directory = ref.source.resolve(weights=False)
         tokenizers[name] = teacher_tokenizer(ref, directory, recipe.example_length)
         shapes[name] = teacher_shape(directory, len(tokenizers[name]))
     pairs, texts = [], {}

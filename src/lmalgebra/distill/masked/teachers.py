@@ -16,13 +16,8 @@ from lmalgebra.distill.teachers import (
     max_positions,
     refuse_other_head,
 )
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import (
-    ModelRef,
-    check_architecture,
-    load_tokenizer,
-    resolve_directory,
-)
+from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.models import ModelRef
 
 
 def open_masked_teacher(
@@ -30,9 +25,9 @@ def open_masked_teacher(
 ) -> Teacher:
     """Resolve and fingerprint a teacher and load its tokenizer (which must have a mask token);
     with ``example_length``, refuse a teacher whose positions cannot hold that many tokens."""
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     tokenizer = teacher_tokenizer(ref, directory, example_length)
-    return Teacher(ref.name, directory, fingerprint(ref, directory, memo_dir), tokenizer)
+    return Teacher(ref.name, directory, source_of(ref, directory).fingerprint(memo_dir), tokenizer)
 
 
 def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None = None) -> Any:
@@ -42,8 +37,8 @@ def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None
     tokens; nothing of the weights is read (a dry run checks as much as the run)."""
     owner = f"teacher {ref.name!r}"
     refuse_other_head(owner, directory, "masked", TEACHER_HINT["masked"])
-    check_architecture(ref, directory, "AutoModelForMaskedLM", owner)
-    tokenizer = load_tokenizer(ref, directory)
+    source_of(ref, directory).check_architecture("AutoModelForMaskedLM", owner)
+    tokenizer = source_of(ref, directory).load_tokenizer()
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")
     limit = max_positions(directory)

@@ -36,9 +36,9 @@ from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
+from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.loaded_weights import refuse_incomplete
-from lmalgebra.sources.model_fingerprints import fingerprint
-from lmalgebra.sources.models import ModelRef, load_tokenizer, resolve_directory
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
@@ -52,7 +52,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
     initialised (seeded) head; refused, naming the model, for what has no masked-LM form."""
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
-    if ref.kind != "transformers" or ref.random_init:
+    if not ref.source.pretrained:
         what = "random-initialised weights" if ref.random_init else f"an {ref.kind} model"
         raise UserInputError(
             f"encoder {ref.path}: {what} cannot carry a head-only teacher "
@@ -242,7 +242,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     ref = ModelRef.parse(spec.encoder).model_copy(
         update={"trust_remote_code": spec.trust_remote_code}
     )
-    directory = resolve_directory(ref)
+    directory = ref.source.resolve()
     limit = max_positions(directory)
     if limit is not None and spec.example_length > limit:
         raise UserInputError(
@@ -250,12 +250,12 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
             f"{spec.encoder}"
         )
     model = encoder_with_new_head(ref, directory, spec.training.seed)
-    tokenizer = load_tokenizer(ref, directory)
+    tokenizer = source_of(ref, directory).load_tokenizer()
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"encoder {ref.path}: its tokenizer has no mask token")
     ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
-    hashes = fingerprint(ref, directory)
+    hashes = source_of(ref, directory).fingerprint()
     data = {"language": spec.language, "example_length": spec.example_length}
     inputs = {
         "corpus": sha256_texts(texts),

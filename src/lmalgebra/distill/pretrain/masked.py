@@ -162,7 +162,7 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
 
 def _given_tokenizer(source: str) -> Any:
     """A fast tokenizer with a mask token, from a directory, hub id or ``package:NAME``."""
-    from lmalgebra.sources.models import load_named_tokenizer
+    from lmalgebra.sources.tokenizers import load_named_tokenizer
 
     chosen = load_named_tokenizer(source, f"tokenizer.path {source}")
     if chosen.mask_token_id is None or chosen.pad_token_id is None:

@@ -22,7 +22,7 @@ from lmalgebra.distill.run.time_estimate import ModelShape, Speed, measure_speed
 from lmalgebra.distill.sampling import language_probabilities
 from lmalgebra.distill.student import ModelSpec
 from lmalgebra.distill.teachers import model_config
-from lmalgebra.sources.models import WEIGHT_SUFFIXES
+from lmalgebra.sources.model_files import weight_files
 from lmalgebra.train.config import TrainingSpec
 
 PLAN_STAGES = ("prepare", "teach", "vocab", "train", "evaluate")
@@ -63,7 +63,7 @@ class PairPlan:
 def teacher_shape(directory: Path, vocab: int) -> ModelShape:
     """A teacher's sizes from its ``config.json`` and the bytes of its weight files (read by
     nothing here)."""
-    weights = [p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
+    weights = weight_files(directory)
     return ModelShape.from_config(
         model_config(directory), vocab, sum(p.stat().st_size for p in weights)
     )

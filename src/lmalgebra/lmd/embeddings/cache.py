@@ -19,7 +19,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.lmd.embeddings.embed import TokenReport
+from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.storage.shard_formats import SAFETENSORS_ROWS, RowBlock
 from lmalgebra.storage.shard_set import ShardSet
 

@@ -1,10 +1,10 @@
 """A decomposition planned before any work: each phase's peak memory and time, per method.
 
-For the models' widths (:mod:`lmalgebra.lmd.plan.shapes`, no weights read) and the span counts
-asked for, the plan lays out the exact method with float64 and float32 statistics and the reduced
-and sketch methods at their ``k`` (the run's, else ``PLAN_K``), and says which fit the memory
-available (``scale.memory_gib``, else what the machine has free now). A run whose chosen method
-does not fit is refused before any embedding (:func:`check_plan`), naming what would fit.
+For the models' widths (:func:`lmalgebra.lmd.plan.table.model_shapes`, no weights read) and the
+span counts asked for, the plan lays out the exact method with float64 and float32 statistics and
+the reduced and sketch methods at their ``k`` (the run's, else ``PLAN_K``), and says which fit the
+memory available (``scale.memory_gib``, else what the machine has free now). A run whose chosen
+method does not fit is refused before any embedding (:func:`check_plan`), naming what would fit.
 
 The model behind the figures, all estimates:
 
@@ -35,8 +35,8 @@ import numpy as np
 import torch
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.plan.shapes import ModelShape
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.sources.model_files import ModelShape
 from lmalgebra.stats.principal import ITERATIONS, OVERSAMPLE
 
 GIB = 2**30

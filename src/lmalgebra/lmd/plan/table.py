@@ -1,18 +1,22 @@
-"""A run's plan made from its configuration, checked before any embedding, and laid out as rows
-(``decompose --dry-run``, ``lmalgebra.api.decompose.decompose_plan``)."""
+"""A run's plan made from its configuration and its models' sizes (read without loading any
+weights), checked before any embedding, and laid out as rows (``decompose --dry-run``,
+``lmalgebra.api.decompose.decompose_plan``)."""
 
 from __future__ import annotations
 
 import logging
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from lmalgebra.core.memory import available_bytes
-from lmalgebra.lmd.embeddings.given_models import GivenModel
 from lmalgebra.lmd.plan.estimate import GIB, OVERHEAD, Plan, Speeds, check_plan, plan_run
-from lmalgebra.lmd.plan.shapes import ModelShape, model_shapes
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.sources.kinds import bound_sources
+from lmalgebra.sources.model_files import ModelShape
+from lmalgebra.sources.model_source import ModelSource
+from lmalgebra.stats.nulls import random_copy
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +30,29 @@ def memory_for(config: DecomposeConfig) -> float:
     return available_bytes() / local
 
 
+def model_shapes(
+    config: DecomposeConfig, given: Mapping[str, ModelSource] | None = None, dry: bool = False
+) -> list[ModelShape]:
+    """Every model's sizes, read without loading any weights (and those of the random-initialised
+    copies a ``nulls`` study adds), each model's architecture checked (remembered in the cache's
+    ``hashes/``, which a ``dry`` run only reads)."""
+    bytes_per_weight = 2 if config.weights_dtype == "bfloat16" else 4
+    memo = config.cache_dir / "hashes"
+    sources = list(bound_sources(config.models, given or {}).values())
+    shapes = []
+    for source in sources:  # refused here, by the dry run too, before any embedding
+        source.check_architecture(memo_dir=memo, remember=not dry)
+        shapes.append(source.shape(bytes_per_weight))
+    if config.study.nulls:
+        pairs = zip(shapes, sources, strict=True)
+        shapes += [
+            replace(shape, name=random_copy(shape.name)) for shape, s in pairs if s.pretrained
+        ]
+    return shapes
+
+
 def plan_for(
-    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None, dry: bool = False
+    config: DecomposeConfig, given: Mapping[str, ModelSource] | None = None, dry: bool = False
 ) -> tuple[Plan, list[ModelShape]]:
     """The plan of ``config`` on this machine, and the models' shapes it was made from
     (``dry``: for a dry run, which writes nothing to the cache)."""
@@ -36,7 +61,7 @@ def plan_for(
 
 
 def checked_plan(
-    config: DecomposeConfig, given: Mapping[str, GivenModel] | None = None
+    config: DecomposeConfig, given: Mapping[str, ModelSource] | None = None
 ) -> Plan | None:
     """The run's plan, refused (``UserInputError``, one line) when its method does not fit;
     None when a model's width cannot be read without loading it (the run goes ahead)."""

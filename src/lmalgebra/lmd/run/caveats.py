@@ -9,8 +9,8 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.embeddings.embed import TokenReport
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.stats.moments import ModelColumns
 
 log = logging.getLogger(__name__)

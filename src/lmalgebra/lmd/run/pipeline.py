@@ -16,8 +16,6 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import is_main
-from lmalgebra.lmd.embeddings.embed import TokenReport
-from lmalgebra.lmd.embeddings.given_models import GivenModel
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
 from lmalgebra.lmd.plan.table import checked_plan
 from lmalgebra.lmd.run.analysis import Analysis, analyse
@@ -32,6 +30,8 @@ from lmalgebra.lmd.run.sweeps import (
 from lmalgebra.lmd.rundir.schema import TableRows
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.corpus import documents_by_language, read_documents
+from lmalgebra.sources.embed_spec import TokenReport
+from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
@@ -79,7 +79,7 @@ class RunInputs:
     reading ``config.corpus``) and models given as objects (the config's ``memory`` models)."""
 
     docs: list[str] | None = None
-    given: Mapping[str, GivenModel] = field(default_factory=dict)
+    given: Mapping[str, ModelSource] = field(default_factory=dict)
     keep_blocks: bool = False  # return the block statistics (large: blocks x D^2 per split)
 
 

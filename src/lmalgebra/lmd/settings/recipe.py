@@ -19,11 +19,11 @@ from lmalgebra.core.precision import (
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.core.settings import Settings
-from lmalgebra.lmd.settings.embed_spec import EmbedSpec, Pooling
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.choices import AlphaMode, Products
 from lmalgebra.storage.output_paths import default_cache_dir
@@ -149,7 +149,7 @@ class DecomposeConfig(Settings):
                 raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
             if not self.basis:
                 raise UserInputError("the basis is empty")
-        fixed = [m.name for m in self.models if m.kind == "precomputed"]
+        fixed = [m.name for m in self.models if m.source.fixed_spans]
         if fixed and (self.study.lengths or self.study.languages):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
@@ -184,6 +184,8 @@ class DecomposeConfig(Settings):
             self.batch_size,
             self.max_length,
             device=str(device),
+            weights_dtype=self.weights_dtype,
+            device_map=self.device_map,
         )
 
 

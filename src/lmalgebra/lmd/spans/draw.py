@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +24,10 @@ from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.recipe import REFERENCE_TOKENIZER_HELP, DecomposeConfig, load_config
 from lmalgebra.lmd.settings.spans import Span, SpanSpec, draw_spans, span_texts
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
-from lmalgebra.sources.models import (
-    ModelRef,
-    load_reference_tokenizer,
-    load_tokenizer,
-    resolve_directory,
-)
+from lmalgebra.sources.model_source import ModelSource
+from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.precomputed import order_digest, span_sha256
+from lmalgebra.sources.tokenizers import load_reference_tokenizer
 from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 from lmalgebra.storage.output_paths import check_file, tidy_on_failure
 
@@ -88,18 +85,17 @@ class RunSpans:
 def reference_model(
     models: list[ModelRef],
     reference_tokenizer: str | None,
-    has_tokenizer: Callable[[ModelRef], bool] | None = None,
+    sources: Mapping[str, ModelSource] | None = None,
 ) -> ModelRef | None:
     """The model whose tokenizer cuts the spans: the one ``reference_tokenizer`` names, else the
     first with a tokenizer; None when ``reference_tokenizer`` is no model's name (then it names
     a tokenizer by reference, see :func:`span_tokenizer`).
 
-    ``has_tokenizer``: whether a model has one (default: every model but a precomputed file).
+    ``sources``: the run's models by name (default: what each reference names).
     """
-    tokenized = has_tokenizer or (lambda ref: ref.kind != "precomputed")
     if reference_tokenizer is not None:
         ref = next((m for m in models if m.name == reference_tokenizer), None)
-        if ref is not None and not tokenized(ref):
+        if ref is not None and not _source(ref, sources).has_tokenizer:
             raise UserInputError(
                 f"reference_tokenizer {ref.name!r} has no tokenizer (precomputed embeddings): "
                 "name a model that has a tokenizer, or a tokenizer directory, hub id or "
@@ -107,7 +103,7 @@ def reference_model(
             )
         return ref
     for ref in models:
-        if tokenized(ref):
+        if _source(ref, sources).has_tokenizer:
             return ref
     raise UserInputError(
         "no model has a tokenizer to cut the spans (precomputed embeddings only): set "
@@ -116,20 +112,24 @@ def reference_model(
     )
 
 
+def _source(ref: ModelRef, sources: Mapping[str, ModelSource] | None) -> ModelSource:
+    return ref.source if sources is None else sources[ref.name]
+
+
 def span_tokenizer(
     models: list[ModelRef],
     reference_tokenizer: str | None,
-    model_tokenizer: Callable[[ModelRef], Any],
-    has_tokenizer: Callable[[ModelRef], bool] | None = None,
+    sources: Mapping[str, ModelSource] | None = None,
 ) -> tuple[str, Any]:
     """The tokenizer that cuts the spans, and what it is (a model's name, or the reference).
 
-    ``model_tokenizer`` loads a model's tokenizer; a ``reference_tokenizer`` that names no model
-    is loaded by reference (directory, hub id, ``package:NAME``) and nothing is embedded for it.
+    ``sources``: the run's models by name, whose tokenizers are loaded (default: what each
+    reference names); a ``reference_tokenizer`` that names no model is loaded by reference
+    (directory, hub id, ``package:NAME``) and nothing is embedded for it.
     """
-    ref = reference_model(models, reference_tokenizer, has_tokenizer)
+    ref = reference_model(models, reference_tokenizer, sources)
     if ref is not None:
-        return ref.name, model_tokenizer(ref)
+        return ref.name, _source(ref, sources).load_tokenizer()
     assert reference_tokenizer is not None  # reference_model returns None for it alone
     names = [m.name for m in models]
     return reference_tokenizer, load_reference_tokenizer(reference_tokenizer, names)
@@ -146,11 +146,7 @@ def draw_run_spans(
     ``config.spans``; a sweep passes its own). Every decomposition measurement and the span
     exporter call this, so an exported list is exactly what a run embeds.
     """
-    name, tokenizer = span_tokenizer(
-        config.models,
-        config.reference_tokenizer,
-        lambda ref: load_tokenizer(ref, resolve_directory(ref)),
-    )
+    name, tokenizer = span_tokenizer(config.models, config.reference_tokenizer)
     if docs is None:
         docs = read_documents(config.corpus)
     return plan_spans(docs, tokenizer, spec or config.spans, name)

@@ -1,10 +1,11 @@
-"""Models handed over as Python objects: a ``(PreTrainedModel, tokenizer)`` pair, a
-``SentenceTransformer``, or an array of precomputed span embeddings.
+"""Models handed over as Python objects (kind ``memory``): a ``(PreTrainedModel, tokenizer)``
+pair, a ``SentenceTransformer``, or an array of precomputed span embeddings.
 
 They take the place of a model reference in a decomposition run (``ModelRef`` of kind
-``memory``). They are embedded afresh on every run and never cached: a notebook may change a
-model's weights between two calls. Their fingerprints (a hash of every parameter and buffer, of
-the tokenizer and of the configuration) are recorded in the run's provenance all the same.
+``memory``, which alone loads nothing). They are embedded afresh on every run and never cached: a
+notebook may change a model's weights between two calls. Their fingerprints (a hash of every
+parameter and buffer, of the tokenizer and of the configuration) are recorded in the run's
+provenance all the same.
 """
 
 from __future__ import annotations
@@ -12,22 +13,57 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
-import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import module_device
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.embeddings.embed import EmbedSpec, TokenReport, embed, tokenize
-from lmalgebra.sources.models import check_layer
+from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
+from lmalgebra.sources.model_files import ModelShape, architecture, config_width
+from lmalgebra.sources.model_source import ModelSource, ReferencedModel, check_layer
 from lmalgebra.sources.precomputed import PrecomputedSplit
+
+
+class ObjectReference(ReferencedModel):
+    """A ``memory`` reference: what a recipe records of a Python object, which a run is given
+    by name (:func:`~lmalgebra.sources.kinds.bound_sources`); alone, it loads nothing."""
+
+    python_object: ClassVar[bool] = True
+    cached: ClassVar[bool] = False
+
+    def resolve(self, weights: bool = True) -> NoReturn:
+        raise UserInputError(
+            f"model {self.name!r} was a Python object given to lmalgebra.decompose(): "
+            "a recipe or the command line cannot load it"
+        )
+
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
+        self.resolve()
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        self.resolve()
+
+
+class _GivenObject(ModelSource):
+    """What the objects share: kind ``memory``, never cached."""
+
+    kind = "memory"
+    python_object: ClassVar[bool] = True
+    cached: ClassVar[bool] = False
+
+
+def _weight_bytes(module: Any) -> int:
+    return sum(int(p.numel() * p.element_size()) for p in module.parameters())
 
 
 def _state_hash(module: Any) -> str:
     """sha256 over every parameter and buffer: name, dtype, shape and bytes, in name order."""
+    import torch
+
     digest = hashlib.sha256()
     for name, tensor in sorted(module.state_dict().items()):
         flat = tensor.detach().cpu().contiguous()
@@ -52,7 +88,7 @@ def check_fast_tokenizer(name: str, tokenizer: Any) -> None:
 
 
 @dataclass
-class TransformerPair:
+class TransformerPair(_GivenObject):
     """A loaded Hugging Face model (any ``AutoModel`` with hidden states) and its tokenizer,
     embedded by the one embedding loop exactly like a model named by a path."""
 
@@ -70,13 +106,25 @@ class TransformerPair:
         check_fast_tokenizer(self.name, self.tokenizer)
         self.description = f"{type(self.model).__name__} object"
 
-    def fingerprint(self) -> dict[str, str]:
-        config = self.model.config.to_dict() if hasattr(self.model.config, "to_dict") else {}
+    def _config(self) -> dict[str, Any]:
+        config = self.model.config
+        return config.to_dict() if hasattr(config, "to_dict") else {}
+
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         return {
             "weights": _state_hash(self.model),
             "tokenizer": _tokenizer_hash(self.tokenizer),
-            "config": sha256_json({"kind": "memory", "config": config}),
+            "config": sha256_json({"kind": "memory", "config": self._config()}),
         }
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        config = self._config()
+        width = config_width(config)
+        layer, _, hidden, intermediate = architecture(config, width)
+        return self._shape(width, layer, _weight_bytes(self.model), hidden, intermediate)
+
+    def load_tokenizer(self) -> Any:
+        return self.tokenizer
 
     def depth(self) -> int:
         layers = getattr(self.model.config, "num_hidden_layers", None)
@@ -85,6 +133,10 @@ class TransformerPair:
         return int(layers)
 
     def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        import torch
+
+        from lmalgebra.sources.embed import embed
+
         for layer in spec.layers or (spec.layer,):
             check_layer(self.name, self.model, layer)
         was_training = bool(getattr(self.model, "training", False))
@@ -102,7 +154,7 @@ class TransformerPair:
 
 
 @dataclass
-class SentenceEncoder:
+class SentenceEncoder(_GivenObject):
     """A ``sentence_transformers.SentenceTransformer``: its own pipeline (tokenisation, pooling,
     normalisation) through ``encode``. The run's ``layer``, ``pooling`` and ``exclude_special``
     do not apply to it, and it has no layers for the layer studies."""
@@ -113,18 +165,26 @@ class SentenceEncoder:
 
     def __post_init__(self) -> None:
         self.description = "SentenceTransformer object"
-        check_fast_tokenizer(self.name, self.tokenizer)
+        check_fast_tokenizer(self.name, self.load_tokenizer())
 
-    @property
-    def tokenizer(self) -> Any:
+    def load_tokenizer(self) -> Any:
         return self.model.tokenizer
 
-    def fingerprint(self) -> dict[str, str]:
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         return {
             "weights": _state_hash(self.model),
-            "tokenizer": _tokenizer_hash(self.tokenizer),
+            "tokenizer": _tokenizer_hash(self.load_tokenizer()),
             "config": sha256_json({"kind": "memory", "pipeline": repr(self.model)}),
         }
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        # sentence-transformers 5.x renamed get_sentence_embedding_dimension (deprecated since)
+        dimension = getattr(self.model, "get_embedding_dimension", None)
+        if dimension is None:
+            dimension = self.model.get_sentence_embedding_dimension
+        width = int(dimension() or 0)
+        parameters = sum(int(p.numel()) for p in self.model.parameters())
+        return self._shape(width, parameters, _weight_bytes(self.model), width, 4 * width)
 
     def depth(self) -> int:
         raise UserInputError(
@@ -133,10 +193,12 @@ class SentenceEncoder:
         )
 
     def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        from lmalgebra.sources.embed import tokenize
+
         if spec.layers is not None:
             self.depth()
         limit = int(getattr(self.model, "max_seq_length", None) or 512)
-        _, _, report = tokenize(texts, self.tokenizer, limit)
+        _, _, report = tokenize(texts, self.load_tokenizer(), limit)
         vectors = self.model.encode(
             texts, batch_size=spec.batch_size, convert_to_numpy=True, show_progress_bar=False
         )
@@ -144,14 +206,15 @@ class SentenceEncoder:
 
 
 @dataclass
-class GivenArrays:
+class GivenArrays(_GivenObject):
     """Precomputed span embeddings ``(spans, dim)``: one row per span of the run, train then
     validation then test, in the order ``lmalgebra.spans()`` lists them."""
 
     name: str
     array: np.ndarray
     description: str = field(init=False)
-    tokenizer: Any = None
+    has_tokenizer: ClassVar[bool] = False
+    fixed_spans: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         array = np.asarray(self.array)
@@ -180,12 +243,15 @@ class GivenArrays:
         self.array = single
         self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
 
-    def fingerprint(self) -> dict[str, str]:
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         return {
             "weights": hashlib.sha256(self.array.tobytes()).hexdigest(),
             "tokenizer": sha256_json(None),
             "config": sha256_json({"kind": "memory", "shape": list(self.array.shape)}),
         }
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        return self._shape(int(self.array.shape[1]))
 
     def depth(self) -> int:
         raise UserInputError(f"model {self.name!r} is an array of embeddings: no layers")
@@ -193,8 +259,9 @@ class GivenArrays:
     def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
         raise UserInputError(f"model {self.name!r} is an array of embeddings: it embeds no text")
 
-    def splits(self, counts: Mapping[str, int]) -> dict[str, PrecomputedSplit]:
+    def rows(self, texts: Mapping[str, list[str]], order: str) -> dict[str, PrecomputedSplit]:
         """The rows of each split, read like cache entries; refuses a wrong row count."""
+        counts = {split: len(texts[split]) for split in SPLITS}
         total = sum(counts[s] for s in SPLITS)
         if self.array.shape[0] != total:
             listed = ", ".join(f"{s} {counts[s]}" for s in SPLITS)

@@ -1,6 +1,8 @@
-"""ONNX encoders run with onnxruntime, shaped like a Hugging Face model for the one embedding loop.
+"""ONNX encoders: a ``.onnx`` file (or an exported folder) run with onnxruntime, with a named
+tokenizer (``onnx:FILE#TOKENIZER``, ``tokenizer:`` in a recipe, or the file's own folder), shaped
+like a Hugging Face model for the one embedding loop.
 
-``lmd.embeddings.embed.embed`` calls ``model(input_ids=..., attention_mask=...,
+``sources.embed.embed`` calls ``model(input_ids=..., attention_mask=...,
 output_hidden_states=...)`` and reads ``model.config``; :class:`OnnxEncoder` answers both, so
 batching, length sorting, truncation and pooling stay in that loop. The session is fed the inputs
 its graph declares: ``input_ids`` and ``attention_mask`` (required), ``token_type_ids`` (zeros) and
@@ -12,18 +14,129 @@ output. Other layers are available only when the graph exposes every hidden stat
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
+from lmalgebra.sources.model_files import ModelShape, architecture, memoised_hash
+from lmalgebra.sources.model_source import ReferencedModel
+from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX
+from lmalgebra.sources.tokenizers import TOKENIZER_FILES, resolve_tokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
+
+
+class OnnxModel(ReferencedModel):
+    """An ONNX encoder, which the embedding loop drives like an ``AutoModel``; it runs on the
+    CPU whatever the device. It has layers only when the graph exposes ``hidden_states.0..N``."""
+
+    prefix: ClassVar[str | None] = "onnx:"
+    suffixes: ClassVar[tuple[str, ...]] = (".onnx",)
+    options: ClassVar[tuple[str, ...]] = ("tokenizer",)
+
+    @classmethod
+    def named_by(cls, path: str) -> tuple[str, str | None] | None:
+        """``onnx:FILE[#TOKENIZER]``, or a packaged ONNX model (``package:NAME``)."""
+        if path.startswith(PACKAGE_PREFIX) and path.removeprefix(PACKAGE_PREFIX) in ONNX_ASSETS:
+            return path, None
+        found = super().named_by(path)
+        if found is None or "#" not in found[0]:
+            return found
+        file, _, tokenizer = found[0].rpartition("#")
+        return file, tokenizer or None
+
+    def resolve(self, weights: bool = True) -> Path:
+        """The ONNX file (of an exported folder: ``model.onnx``, or its only ``.onnx`` file)."""
+        path = self.local_file("ONNX file")
+        if path.is_dir():
+            found = [path / "model.onnx"] if (path / "model.onnx").is_file() else []
+            found = found or sorted(path.glob("*.onnx"))
+            if len(found) != 1:
+                raise UserInputError(
+                    f"model {self.name!r}: {path} holds {len(found)} .onnx files; name one of them"
+                )
+            path = found[0]
+        return path
+
+    def tokenizer_directory(self) -> Path:
+        """Where its tokenizer lives: ``ref.tokenizer``, the packaged model's default, or the
+        ONNX file's own folder when it holds tokenizer files."""
+        ref, onnx_file = self.ref, self.directory
+        source = ref.tokenizer
+        if source is None and ref.path.startswith(PACKAGE_PREFIX):
+            source = ONNX_ASSETS.get(ref.path.removeprefix(PACKAGE_PREFIX))
+        if source is None:
+            if any((onnx_file.parent / f).is_file() for f in TOKENIZER_FILES):
+                return onnx_file.parent
+            raise UserInputError(
+                f"model {ref.name!r}: an ONNX model needs a tokenizer: onnx:FILE#TOKENIZER on "
+                "the command line or tokenizer: in the recipe (a directory, hub id or "
+                "package:NAME)"
+            )
+        return resolve_tokenizer(source, f"model {ref.name!r}")
+
+    def load(
+        self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None
+    ) -> Any:
+        if device != "cpu":
+            log.warning("model %r: an ONNX graph runs on the CPU, not on %s", self.name, device)
+        return OnnxEncoder.load(self.name, self.directory, sibling_config(self.directory))
+
+    def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        if self._loaded is None and spec.dtype != "float32":
+            log.warning("model %r: an ONNX graph runs in its own precision", self.name)
+        return super().embed(texts, spec)
+
+    def depth(self) -> int:
+        model = self.load()
+        model.check_layer(0)
+        return int(model.config.num_hidden_layers)
+
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
+        """The graph and its external data, the tokenizer's files, the sibling config."""
+        directory = self.directory
+        config = {"kind": "onnx", "config": sibling_config(directory)}
+        return {
+            "weights": memoised_hash(_onnx_files(directory), directory.parent, memo_dir),
+            "tokenizer": self.tokenizer_hash(memo_dir),
+            "config": sha256_json(config),
+        }
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        """Its width from the graph's declared outputs, its sizes from a sibling config."""
+        path = self.planning_path()
+        encoder = OnnxEncoder.load(self.name, path, sibling_config(path))
+        width = int(encoder.config.hidden_size)
+        layer, _, hidden, intermediate = architecture(sibling_config(path), width)
+        return self._shape(width, layer, path.stat().st_size, hidden, intermediate)
+
+
+def sibling_config(path: Path) -> dict[str, Any]:
+    """The ``config.json`` beside an ONNX file, if any (``{}`` otherwise)."""
+    config = path.parent / "config.json"
+    try:
+        return dict(json.loads(config.read_text())) if config.is_file() else {}
+    except (json.JSONDecodeError, TypeError, ValueError):
+        log.warning("ignoring %s: not a JSON object", config)
+        return {}
+
+
+def _onnx_files(path: Path) -> list[Path]:
+    """The graph and its external-data files (``<name>_data``, ``<name>.data``)."""
+    extra = [path.with_name(path.name + s) for s in ("_data", ".data")]
+    return [path, *(p for p in extra if p.is_file())]
+
 
 REQUIRED_INPUTS = ("input_ids", "attention_mask")
 OPTIONAL_INPUTS = ("token_type_ids", "position_ids")
@@ -158,6 +271,8 @@ class OnnxEncoder:
         **_: Any,
     ) -> OnnxOutput:
         """Run ``input_ids, attention_mask (batch, seq) int`` through the graph."""
+        import torch
+
         if output_hidden_states and not self.hidden:
             self.check_layer(0)
         feeds = self._feeds(input_ids.cpu().numpy(), attention_mask.cpu().numpy())

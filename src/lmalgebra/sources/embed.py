@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.precision import compute_context
-from lmalgebra.lmd.settings.embed_spec import EmbedSpec, Pooling, TokenReport
+from lmalgebra.sources.embed_spec import EmbedSpec, Pooling, TokenReport
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""What the embedding loop (``lmd.embeddings.embed``) is asked for and what it reports, apart from
+"""What the embedding loop (``sources.embed``) is asked for and what it reports, apart from
 the loop: a recipe is read and checked without importing torch."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ class EmbedSpec:
 
     ``dtype``: the forward pass's compute precision (resolved: no ``auto`` here); bfloat16 runs
     under autocast with float32 weights, and pooling is float32 either way. ``device``: where the
-    forward pass runs; the model must already be there.
+    forward pass runs; the model must already be there. ``weights_dtype`` and ``device_map``:
+    how a model named by reference is loaded (:meth:`ReferencedModel.load`).
     """
 
     layer: int = -1
@@ -27,6 +28,8 @@ class EmbedSpec:
     # several hidden layers at once (one forward pass), concatenated in this order; overrides layer
     layers: tuple[int, ...] | None = None
     device: str = "cpu"
+    weights_dtype: Literal["float32", "bfloat16"] = "float32"
+    device_map: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,218 @@
+"""A Hugging Face model: a local directory, a hub id, ``package:NAME`` or ``gguf:FILE``.
+
+The reference is resolved to a local directory first (a hub snapshot lands in the Hugging Face
+cache, a GGUF file is dequantised into a model directory in the lmalgebra cache), so every loader
+reads a plain directory and the weights hash is always a hash of files. With ``random_init`` the
+architecture gets fresh, seeded weights (a null baseline).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.precision import device_map_memory
+from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.core.text_files import absent
+from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
+from lmalgebra.sources.hub import looks_local, snapshot
+from lmalgebra.sources.loaded_weights import refuse_incomplete
+from lmalgebra.sources.model_files import (
+    ModelShape,
+    architecture,
+    config_width,
+    memoised_hash,
+    read_config,
+    weight_files,
+)
+from lmalgebra.sources.model_source import ReferencedModel
+from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
+from lmalgebra.sources.tokenizers import TOKENIZER_FILES
+from lmalgebra.storage.atomic import write_text_atomic
+
+_AUTO_KINDS = {
+    "AutoModel": "base model",
+    "AutoModelForCausalLM": "causal language model",
+    "AutoModelForMaskedLM": "masked language model",
+}
+
+
+class TransformersModel(ReferencedModel):
+    """A Hugging Face model, loaded as its bare ``AutoModel`` (hidden states)."""
+
+    options: ClassVar[tuple[str, ...]] = ("revision", "random_init")
+    runs_remote_code: ClassVar[bool] = True
+
+    @property
+    def pretrained(self) -> bool:
+        return not self.ref.random_init
+
+    def resolve(self, weights: bool = True) -> Path:
+        """``weights=False``: a hub snapshot of the tokenizer files and ``config.json`` alone, or
+        a GGUF file's configuration and tokenizer without dequantising it into the cache."""
+        ref = self.ref
+        if ref.path.startswith(PACKAGE_PREFIX):
+            return asset_path(ref.path.removeprefix(PACKAGE_PREFIX), weights)
+        if ref.path.startswith(GGUF_PREFIX):
+            return file_directory(
+                ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}", weights
+            )
+        local = Path(ref.path).expanduser()
+        if local.is_symlink() and not local.exists():  # no hub id: a link to nothing
+            raise UserInputError(f"model {ref.name!r}: {ref.path} {absent(local)}")
+        if local.is_dir():
+            if not (local / "config.json").is_file():
+                raise UserInputError(
+                    f"model {ref.name!r}: {local} is not a model directory (no config.json)"
+                )
+            return local
+        if local.exists():
+            raise UserInputError(f"model {ref.name!r}: {ref.path} is a file, not a model directory")
+        if looks_local(ref.path):
+            raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
+        patterns = None if weights else [*TOKENIZER_FILES, "config.json"]
+        return snapshot(f"model {ref.name!r}", ref.path, ref.revision, patterns)
+
+    def load(
+        self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None
+    ) -> Any:
+        """Weights are float32 unless ``weights_dtype`` is ``bfloat16`` (half the memory of a
+        model too large for one device; its forward pass is then bfloat16); ``device_map="auto"``
+        spreads the model over the devices, layer by layer. Files that lack weights the model
+        uses, or hold weights it has no place for, are refused."""
+        import torch
+        from transformers import AutoConfig, AutoModel
+
+        ref, directory = self.ref, self.directory
+        if ref.trust_remote_code:
+            announce_remote_code(ref.name, directory)
+        # float32 whatever the checkpoint stores, unless asked: weights kept in half precision
+        # make every product half precision, autocast or not
+        dtype = torch.bfloat16 if weights_dtype == "bfloat16" else torch.float32
+        placement = {} if device_map is None else {"device_map": device_map, **device_map_memory()}
+        remote = ref.trust_remote_code
+        try:
+            if ref.random_init:
+                config = AutoConfig.from_pretrained(directory, trust_remote_code=remote)
+                torch.manual_seed(ref.seed)
+                model = AutoModel.from_config(config, trust_remote_code=remote).to(dtype)
+            else:
+                model, info = AutoModel.from_pretrained(
+                    directory,
+                    dtype=dtype,
+                    trust_remote_code=remote,
+                    output_loading_info=True,
+                    **placement,
+                )
+                # hidden states are all that is read: a pooler the files lack goes unused
+                refuse_incomplete(f"model {ref.name!r}", directory, model, info, unused=("pooler",))
+        except UserInputError:
+            raise
+        except Exception as err:
+            raise UserInputError(
+                f"model {ref.name!r}: cannot load from {directory}: {load_failure(err)}"
+            ) from err
+        if getattr(model, "hf_device_map", None) is not None:
+            return model.eval()  # placed layer by layer: left where Accelerate put it
+        return model.to(device).eval()
+
+    def depth(self) -> int:
+        from transformers import AutoConfig
+
+        remote = self.ref.trust_remote_code
+        return int(
+            AutoConfig.from_pretrained(self.directory, trust_remote_code=remote).num_hidden_layers
+        )
+
+    def check_architecture(
+        self,
+        auto: str = "AutoModel",
+        owner: str | None = None,
+        memo_dir: Path | None = None,
+        remember: bool = True,
+    ) -> None:
+        """Refuse a model whose configuration transformers cannot read, or whose architecture
+        has no ``auto`` form, from ``config.json`` alone. A model allowed to run its own code
+        may bring an architecture of its own: it is left to its load, so that none of its code
+        runs before then. ``owner`` starts the message.
+
+        ``memo_dir``: where a passed check is remembered (``remember``; a dry run only reads),
+        keyed on ``config.json`` as it is and the transformers release, so a run whose
+        embeddings are all cached does not import transformers to check again."""
+        if self.ref.trust_remote_code:
+            return
+        directory = self.planning_path()
+        memo = _architecture_memo(directory, auto, memo_dir)
+        if memo is not None and memo.is_file():
+            return
+        import transformers
+        from transformers import AutoConfig
+
+        owner = owner or f"model {self.name!r}"
+        try:
+            config = AutoConfig.from_pretrained(directory)
+        except Exception as err:
+            raise UserInputError(
+                f"{owner}: transformers cannot read the configuration in {directory}: "
+                f"{load_failure(err)}"
+            ) from err
+        if type(config) not in getattr(transformers, auto)._model_mapping:
+            kind = _AUTO_KINDS.get(auto, auto)
+            raise UserInputError(
+                f"{owner}: transformers has no {kind} for the {config.model_type!r} "
+                f"architecture of {directory}"
+            )
+        if memo is not None and remember:
+            write_text_atomic(memo, "checked\n")
+
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
+        """Weights (or config and seed if random), tokenizer and config; for a model
+        dequantised from a GGUF file also ``gguf_sha256`` and ``quantisation`` (llama.cpp's
+        file type, e.g. ``MOSTLY_Q4_K_M``)."""
+        ref, directory = self.ref, self.directory
+        config = json.loads((directory / "config.json").read_text())
+        if ref.random_init:
+            weights = sha256_json({"config": config, "seed": ref.seed, "random_init": True})
+        else:
+            files = weight_files(directory)
+            if not files:
+                raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
+            weights = memoised_hash(files, directory, memo_dir)
+        hashes = {
+            "weights": weights,
+            "tokenizer": self.tokenizer_hash(memo_dir),
+            "config": sha256_json(config),
+        }
+        source = read_provenance(directory)
+        if source is not None:
+            hashes["gguf_sha256"] = str(source["sha256"])
+            hashes["quantisation"] = str(source["quantisation"])
+        return hashes
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        path = self.planning_path()
+        config = read_config(self.name, path / "config.json")
+        width = config_width(config)  # 0: not named (the plan cannot be made)
+        layer, total, hidden, intermediate = architecture(config, width)
+        on_disk = sum(p.stat().st_size for p in weight_files(path))
+        # weights are loaded in float32 whatever the checkpoint stores (or bfloat16 when asked);
+        # the files' size stands in for an architecture the config does not describe
+        weight_bytes = bytes_per_weight * total or on_disk
+        return self._shape(width, layer, weight_bytes, hidden, intermediate)
+
+
+def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Path | None:
+    """Where a passed architecture check of ``directory`` is remembered (None: nowhere, or no
+    ``config.json`` to key it on)."""
+    config = directory / "config.json"
+    if memo_dir is None or not config.is_file():
+        return None
+    from importlib.metadata import version
+
+    found = config.stat()
+    stamp = [str(config.resolve()), found.st_size, found.st_mtime_ns, found.st_ctime_ns]
+    key = sha256_json([auto, *stamp, found.st_ino, version("transformers")])
+    return memo_dir / f"architecture-{key}.checked"

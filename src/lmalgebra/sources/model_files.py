@@ -1,0 +1,125 @@
+"""What a model's files say without loading it: its sizes (``config.json``), its weight files,
+and their hashes.
+
+Hashes are memoised by file path, size, modification and change times and inode, so a large model
+is read once per change, not once per run, and an edit whose modification time was set back is
+still seen.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_files, sha256_json
+from lmalgebra.storage.atomic import write_text_atomic
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The weight files ``from_pretrained`` reads: the directory's own, not a subfolder's (a
+    teacher made by ``pretrain`` keeps its training checkpoints under ``training/``)."""
+    return [p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
+
+
+def _stat_key(path: Path) -> list[int]:
+    """What changes whenever ``path``'s bytes do: size, modification and change times, inode
+    and device. The modification time alone can be set back (``touch -d``, ``cp -p``, an
+    unpacked archive) after an edit of the same size; the change time is set by the kernel on
+    every write and cannot be."""
+    found = path.stat()
+    return [found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino, found.st_dev]
+
+
+def memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
+    """One hash over ``files`` (paths relative to ``root``), remembered in ``memo_dir``."""
+    if not files:
+        return sha256_json([])
+    stamp = sha256_json([[str(f), *_stat_key(f)] for f in sorted(files)])
+    memo = memo_dir / f"{stamp}.hash" if memo_dir else None
+    if memo is not None and memo.is_file():
+        memoised = memo.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{64}", memoised):  # a memo torn by a killed run is redone
+            return memoised
+    digest = sha256_files(files, root)
+    if memo is not None:
+        write_text_atomic(memo, digest)
+    return digest
+
+
+_WIDTH = ("hidden_size", "d_model", "n_embd", "dim")
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+_FEED_FORWARD = ("intermediate_size", "ffn_dim", "n_inner", "hidden_dim")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """One model as the plan sees it.
+
+    Attributes:
+        name: its name in the run.
+        kind: transformers, onnx, precomputed or memory (a Python object).
+        width: the columns it adds to the concatenation (its pooled hidden size; 0 when its
+            configuration does not say).
+        parameters: weights of its layers (2 FLOPs each per token embedded; token embeddings
+            cost no FLOPs); 0 when it embeds nothing here (a file or an array of vectors).
+        weight_bytes: bytes of its weights in memory while embedding.
+        hidden: its hidden size, and ``intermediate`` its feed-forward width (activations).
+        cached: whether its embeddings go to the embedding cache (models named by reference).
+    """
+
+    name: str
+    kind: str
+    width: int
+    parameters: int = 0
+    weight_bytes: int = 0
+    hidden: int = 0
+    intermediate: int = 0
+    cached: bool = False
+
+    @property
+    def embeds(self) -> bool:
+        return self.parameters > 0
+
+
+def read_config(name: str, path: Path) -> dict[str, Any]:
+    """The ``config.json`` at ``path`` of model ``name``, with a multimodal configuration's
+    language-model sizes (``text_config``) on top."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"model {name!r}: cannot read {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise UserInputError(f"model {name!r}: {path} is not a JSON object")
+    text = data.get("text_config")  # multimodal configs keep the language model's sizes there
+    return {**data, **text} if isinstance(text, dict) else data
+
+
+def config_width(config: Mapping[str, Any]) -> int:
+    """The hidden size a configuration names (0: none)."""
+    return _first(config, _WIDTH)
+
+
+def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+    for key in keys:
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def architecture(config: Mapping[str, Any], width: int) -> tuple[int, int, int, int]:
+    """``(layer weights, all weights, hidden, intermediate)``: attention and feed-forward
+    weights per layer, ``4 H^2 + 2 H I``, times the layers; all of them adds the token
+    embeddings ``V H``."""
+    hidden = _first(config, _WIDTH) or width
+    layers = _first(config, _LAYERS)
+    intermediate = _first(config, _FEED_FORWARD) or 4 * hidden
+    layer = layers * (4 * hidden * hidden + 2 * hidden * intermediate)
+    return layer, layer + _first(config, ("vocab_size",)) * hidden, hidden, intermediate

@@ -1,0 +1,250 @@
+"""What every model of a run answers, whatever its kind: the protocol of a model source.
+
+A model reaches a run named by a reference (a recipe entry, a command-line flag; its kind's class
+is registered in :mod:`lmalgebra.sources.kinds`) or as a Python object handed to
+``lmalgebra.decompose()`` (:mod:`lmalgebra.sources.kinds.python_objects`). Either way it answers
+the same questions: what a dry run needs without its weights (whether it has a tokenizer, its
+sizes: :meth:`ModelSource.shape`), its fingerprint, then its tokenizer, depth and embeddings of
+spans (computed, or :meth:`ModelSource.rows` it holds already). Nothing else tests a kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import ConfigDict, Field
+from typing_extensions import Self
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.remote_code import announce_remote_code
+from lmalgebra.core.settings import Settings
+from lmalgebra.core.text_files import absent
+from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
+from lmalgebra.sources.model_files import ModelShape, memoised_hash
+from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
+from lmalgebra.sources.precomputed import PrecomputedSplit
+from lmalgebra.sources.tokenizers import TOKENIZER_FILES, fast_tokenizer
+
+
+class ModelFields(Settings):
+    """What a model reference says (``ModelRef`` parses and checks it against its kind)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Short name used in tables and file names.")
+    path: str = Field(
+        description="Hugging Face hub id, local model directory, package:NAME (packaged model) "
+        "or gguf:FILE (a GGUF file, dequantised once into the cache)."
+    )
+    revision: str | None = Field(default=None, description="Hub revision (branch, tag or commit).")
+    random_init: bool = Field(
+        default=False,
+        description="Use the architecture with freshly initialised weights (a null baseline).",
+    )
+    seed: int = Field(default=0, description="Seed of the random initialisation.")
+    trust_remote_code: bool = Field(
+        default=False, description="Allow code shipped with the model to run (off unless asked)."
+    )
+    kind: str = Field(
+        default="transformers",
+        description="transformers: a Hugging Face model; onnx: an ONNX encoder file run with "
+        "onnxruntime; precomputed: a .npy/.parquet/.safetensors file of span embeddings; "
+        "memory: a Python object given to lmalgebra.decompose() (not loadable from a recipe). "
+        "A path prefix onnx: or precomputed: sets it too.",
+    )
+    tokenizer: str | None = Field(
+        default=None,
+        description="ONNX models: tokenizer directory, hub id or package:NAME (default: "
+        "the ONNX file's own folder, or the packaged model's tokenizer).",
+    )
+    unchecked_order: bool = Field(
+        default=False,
+        description="Precomputed models: accept a file that carries no span order "
+        "(a .npy without its .spans.sha256 sidecar).",
+    )
+
+
+class ModelSource:
+    """One model of a run: class attributes say what it is, methods read, load, embed and hash
+    it. ``has_tokenizer``: it can cut the spans; ``cached``: its embeddings are kept in the
+    embedding cache; ``python_object``: it was handed to ``lmalgebra.decompose()``;
+    ``fixed_spans``: it holds vectors of this run's spans (no sweep may draw others)."""
+
+    has_tokenizer: ClassVar[bool] = True
+    cached: ClassVar[bool] = True
+    python_object: ClassVar[bool] = False
+    fixed_spans: ClassVar[bool] = False
+    name: str
+    kind: str
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether it is an architecture with trained weights: what a student can start from,
+        a new head be put on, or a ``nulls`` study copy with random weights."""
+        return False
+
+    def shape(self, bytes_per_weight: int = 4) -> ModelShape:
+        """Its sizes for a plan, its weights unread (``bytes_per_weight``: as they would load)."""
+        raise NotImplementedError
+
+    def check_architecture(
+        self,
+        auto: str = "AutoModel",
+        owner: str | None = None,
+        memo_dir: Path | None = None,
+        remember: bool = True,
+    ) -> None:
+        """Refuse an architecture without an ``auto`` form (``AutoModelForCausalLM``...) before
+        any work, a passed check remembered in ``memo_dir`` if ``remember``; ``owner`` starts
+        the message. Only a Hugging Face architecture has anything to check."""
+
+    def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
+        """Hashes of what changes its numbers (``weights``, ``tokenizer``, ``config``...), file
+        hashes memoised in ``memo_dir``."""
+        raise NotImplementedError
+
+    def load_tokenizer(self) -> Any:
+        """Its fast tokenizer (spans are cut with the offsets only fast ones report)."""
+        raise UserInputError(f"model {self.name!r}: no tokenizer")
+
+    def depth(self) -> int:
+        """Number of hidden layers (the embedding output is layer 0), for layer studies."""
+        raise UserInputError(f"model {self.name!r}: no layers")
+
+    def rows(
+        self, texts: Mapping[str, list[str]], order: str
+    ) -> dict[str, PrecomputedSplit] | None:
+        """Its vectors of each split's spans ``texts`` (order digest ``order``), checked against
+        them; None when it embeds them instead."""
+        return None
+
+    def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        """Its vectors of ``texts``, and what its tokenizer made of them."""
+        raise UserInputError(f"model {self.name!r} embeds no text")
+
+    def release(self) -> None:
+        """Drop loaded weights (a sweep over many settings would otherwise keep them all)."""
+
+    def locate(self) -> Self:
+        """Find its files now (a hub model is fetched): refused before any work, not after."""
+        return self
+
+    def _shape(self, width: int, *sizes: int) -> ModelShape:
+        """Its shape: ``width``, then parameters, weight bytes, hidden and intermediate sizes."""
+        parameters, weight_bytes, hidden, intermediate = (*sizes, 0, 0, 0, 0)[:4]
+        return ModelShape(
+            self.name, self.kind, width, parameters, weight_bytes, hidden, intermediate, self.cached
+        )
+
+
+class ReferencedModel(ModelSource):
+    """A model named by a reference, of the kind registered for ``ref.kind``: found where
+    ``directory`` says, else resolved on first use (``weights=False``: enough for a plan).
+
+    ``prefix``: the path prefix naming the kind on the command line (``onnx:``); ``suffixes``:
+    its files', a file named by prefix being named after its stem; ``options``: the reference's
+    fields that apply to this kind alone; ``runs_remote_code``: whether
+    ``lmalgebra.decompose(trust_remote_code=...)`` applies to it.
+    """
+
+    prefix: ClassVar[str | None] = None
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[tuple[str, ...]] = ()
+    runs_remote_code: ClassVar[bool] = False
+
+    def __init__(
+        self, ref: ModelFields, directory: Path | None = None, weights: bool = True
+    ) -> None:
+        self.ref, self.name, self.kind, self.weights = ref, ref.name, ref.kind, weights
+        self._directory, self._planned = directory, directory
+        self._loaded: tuple[Any, Any] | None = None
+
+    @classmethod
+    def named_by(cls, path: str) -> tuple[str, str | None] | None:
+        """``(path, tokenizer)`` when the command-line ``path`` names this kind, else None."""
+        if cls.prefix is None or not path.startswith(cls.prefix):
+            return None
+        return path.removeprefix(cls.prefix), None
+
+    def resolve(self, weights: bool = True) -> Path:
+        """The local path of the model: its directory (a hub snapshot is downloaded if
+        needed), or its file. ``weights=False``: enough to plan a run."""
+        raise NotImplementedError
+
+    @property
+    def directory(self) -> Path:
+        if self._directory is None:
+            self._directory = self.resolve(self.weights)
+        return self._directory
+
+    def locate(self) -> Self:
+        self._directory = self.directory
+        return self
+
+    def planning_path(self) -> Path:
+        """Its path as far as a plan needs it (no weights fetched)."""
+        if self._planned is None:
+            self._planned = self._directory or self.resolve(weights=False)
+        return self._planned
+
+    def tokenizer_directory(self) -> Path:
+        """Where its tokenizer's files are (its own directory unless the kind says otherwise)."""
+        return self.directory
+
+    def load_tokenizer(self) -> Any:
+        directory, remote = self.tokenizer_directory(), self.ref.trust_remote_code
+        if remote:
+            announce_remote_code(self.name, directory)
+        return fast_tokenizer(directory, f"model {self.name!r}", remote)
+
+    def tokenizer_hash(self, memo_dir: Path | None) -> str:
+        """The hash of its tokenizer's files (memoised in ``memo_dir``)."""
+        directory = self.tokenizer_directory()
+        files = [directory / f for f in TOKENIZER_FILES if (directory / f).is_file()]
+        return memoised_hash(files, directory, memo_dir)
+
+    def load(
+        self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None
+    ) -> Any:
+        """The network the embedding loop drives, in eval mode on ``device``."""
+        raise UserInputError(f"model {self.name!r}: no network to load")
+
+    def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
+        from lmalgebra.sources.embed import embed
+
+        if self._loaded is None:  # loaded on first use
+            model = self.load(spec.device, spec.weights_dtype, spec.device_map)
+            for layer in spec.layers or (spec.layer,):
+                check_layer(self.name, model, layer)
+            self._loaded = (model, self.load_tokenizer())
+        return embed(texts, *self._loaded, spec)
+
+    def release(self) -> None:
+        self._loaded = None
+
+    def local_file(self, what: str) -> Path:
+        """The file (or folder) the reference names: a packaged asset, or a local path."""
+        ref = self.ref
+        if ref.path.startswith(PACKAGE_PREFIX):
+            return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
+        path = Path(ref.path).expanduser()
+        if not path.exists():
+            raise UserInputError(f"model {ref.name!r}: {what} {ref.path} {absent(path)}")
+        return path
+
+
+def check_layer(name: str, model: Any, layer: int) -> None:
+    """Refuse a hidden-layer index the model does not have (0 = embeddings, -1 = the last)."""
+    own = getattr(model, "check_layer", None)  # an ONNX graph's: the layers it exposes
+    if own is not None:
+        own(layer)
+        return
+    layers = getattr(model.config, "num_hidden_layers", None)
+    if layers is not None and not -(layers + 1) <= layer <= layers:
+        raise UserInputError(
+            f"model {name!r}: layer {layer} does not exist "
+            f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
+        )

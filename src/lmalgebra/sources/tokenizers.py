@@ -1,0 +1,83 @@
+"""Tokenizers: found by reference (a directory, hub id, ``package:NAME`` or ``gguf:FILE``) and
+loaded fast (spans are cut with the character offsets only fast tokenizers report)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.remote_code import load_failure
+from lmalgebra.core.text_files import absent
+from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
+from lmalgebra.sources.hub import looks_local, snapshot
+from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "added_tokens.json",
+)
+
+
+def resolve_tokenizer(source: str, owner: str) -> Path:
+    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME``,
+    ``gguf:FILE`` (the tokenizer the file describes) or a hub id (``ID[@REVISION]``, its
+    tokenizer files fetched). ``owner`` starts every message."""
+    if source.startswith(PACKAGE_PREFIX):
+        return asset_path(source.removeprefix(PACKAGE_PREFIX))
+    if source.startswith(GGUF_PREFIX):
+        return file_directory(source.removeprefix(GGUF_PREFIX), owner)
+    local = Path(source).expanduser()
+    if local.is_symlink() and not local.exists():
+        raise UserInputError(f"{owner}: tokenizer {source} {absent(local)}")
+    if local.is_dir():
+        return local
+    if local.exists():
+        raise UserInputError(f"{owner}: tokenizer {source} is a file, not a directory")
+    repo, _, revision = source.partition("@")
+    if looks_local(repo):
+        raise UserInputError(f"{owner}: tokenizer directory {source} does not exist")
+    return snapshot(owner, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
+
+
+def load_named_tokenizer(source: str, owner: str) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``), without
+    remote code; ``owner`` starts every message."""
+    return fast_tokenizer(resolve_tokenizer(source, owner), owner, False)
+
+
+def load_reference_tokenizer(source: str, models: Sequence[str]) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``) when it is
+    no model of the run: a ``reference_tokenizer`` that cuts spans without embedding anything.
+    ``models``: the run's model names, listed when ``source`` turns out to be unusable."""
+    try:
+        return load_named_tokenizer(source, f"reference_tokenizer {source!r}")
+    except UserInputError as err:
+        if not models:
+            raise
+        raise UserInputError(f"{err} (nor is it a model of this run: {', '.join(models)})") from err
+
+
+def fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: cannot load a tokenizer from {directory}: {load_failure(err)}"
+        ) from err
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserInputError(
+            f"{owner}: tokenizer is not a fast (Rust) tokenizer, so it reports no token offsets"
+        )
+    return tokenizer
