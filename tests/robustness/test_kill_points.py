@@ -1,0 +1,263 @@
+"""Every command that writes more than one file, stopped at each of its write points, resumes.
+
+A command killed between two of its writes (``evaluate-pos`` between its table and its record)
+could leave a directory the same command then refused. Here each command that writes more than
+one file is stopped at its write points (``kill_helpers``: a Ctrl-C before the write, in this
+process, and a ``kill -9`` just after it, in a forked child), run again, and must exit 0 without
+a traceback, leaving what an uninterrupted run leaves, file for file (the run directory and the
+cache; timings aside: ``kill_helpers.steady``).
+
+Points tried (``kill_helpers.chosen_points``): every one for a command of at most 12 write
+points; for more, the first two, the last two and four drawn with the command's name as seed;
+``slow`` runs (``make test-slow``) stop each command at every one of its points. Each stage
+starts from the state the stages before it leave, built once per module on the tiny fixtures
+(two masked teachers, three causal ones, two tiny BERTs), with two shards per shard set.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from kill_helpers import check_resumes
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+from tiny import documents
+
+CAUSAL_TRAINING = {
+    "steps": 4,
+    "batch_size": 4,
+    "lr": 3e-3,
+    "warmup_steps": 0,
+    "log_every": 1,
+    "checkpoint_every": 2,
+    "seed": 3,
+    "objective_mix": {"mined_kl": 0.5, "uld": 0.5, "alm": 1.0, "sampled": 0.5},
+}
+
+
+@dataclass
+class Run:
+    """A merge run at ``root / "run"`` (its cache at ``root / "cache"``), with its state after
+    each stage kept aside, so that each test starts from the stage before its command."""
+
+    root: Path
+    recipe: Path
+    stages: tuple[str, ...]
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def outputs(self) -> list[Path]:
+        return [self.run, self.cache]
+
+    def after(self, stage: str | None) -> None:
+        """The run as it is after ``stage`` (None: before anything ran)."""
+        for output in self.outputs:
+            shutil.rmtree(output, ignore_errors=True)
+        if stage is None:
+            return
+        kept = self.root / f"after-{stage}"
+        if not kept.exists():
+            self._build(stage)
+            for output in self.outputs:
+                if output.exists():
+                    shutil.copytree(output, kept / output.name, symlinks=True)
+            kept.mkdir(exist_ok=True)
+        for output in self.outputs:
+            shutil.rmtree(output, ignore_errors=True)
+            if (kept / output.name).exists():
+                shutil.copytree(kept / output.name, output, symlinks=True)
+
+    def _build(self, stage: str) -> None:
+        from lmalgebra.distill import pipeline
+        from lmalgebra.distill.recipe import load_recipe
+
+        before = self.stages[self.stages.index(stage) - 1] if stage != self.stages[0] else None
+        self.after(before)
+        recipe = load_recipe(self.recipe)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("LMALGEBRA_CACHE", str(self.cache))
+            if stage == "train":
+                pipeline.train_student(recipe, "student", None, progress=False)
+            else:
+                pipeline.run_stages(recipe, [stage], progress=False)  # type: ignore[list-item]
+
+
+@pytest.fixture(scope="module")
+def masked(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path]) -> Run:
+    root = tmp_path_factory.mktemp("kill-masked")
+    recipe = write_recipe(
+        root, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING, shard_rows=32
+    )
+    return Run(root, recipe, ("prepare", "teach", "vocab", "train"))
+
+
+@pytest.fixture(scope="module")
+def causal(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs: dict[str, Path]) -> Run:
+    root = tmp_path_factory.mktemp("kill-causal")
+    recipe = write_causal_recipe(
+        root,
+        causal_teacher_dirs,
+        student=CAUSAL_STUDENT,
+        training=CAUSAL_TRAINING,
+        shard_rows=24,
+        heldout_fraction=0.3,
+    )
+    return Run(root, recipe, ("prepare", "teach", "train"))
+
+
+@pytest.fixture(params=["sampled", pytest.param("every", marks=pytest.mark.slow)])
+def resumes(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Iterator[Callable[..., dict[str, Any]]]:
+    """``resumes(ARGS, OUTPUTS)``: ``kill_helpers.check_resumes`` of the command, at the points
+    it samples, or (``slow``) at every point."""
+    depth = {"every_up_to": 10**6} if request.param == "every" else {}
+
+    def check(args: list[str], outputs: list[Path]) -> dict[str, Any]:
+        found = check_resumes(args, outputs, tmp_path, monkeypatch, capsys, **depth)
+        print(f"{' '.join(args[:2])}: {found['points']} write points, tried {found['tried']}")
+        return found
+
+    yield check
+
+
+def _use_cache(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(run.cache))
+
+
+MASKED_COMMANDS = [("prepare", None), ("teach", "prepare")]
+
+
+@pytest.mark.parametrize(("command", "before"), MASKED_COMMANDS)
+def test_masked_merge_stage(
+    command: str, before: str | None, masked: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    masked.after(before)
+    _use_cache(masked, monkeypatch)
+    resumes(["merge", command, str(masked.recipe), "--no-progress"], masked.outputs)
+
+
+def test_masked_merge_evaluate(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
+    masked.after("train")
+    _use_cache(masked, monkeypatch)
+    resumes(["merge", "evaluate", str(masked.run)], masked.outputs)
+
+
+CAUSAL_COMMANDS = [("prepare", None), ("teach", "prepare")]
+
+
+@pytest.mark.parametrize(("command", "before"), CAUSAL_COMMANDS)
+def test_causal_merge_stage(
+    command: str, before: str | None, causal: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    causal.after(before)
+    _use_cache(causal, monkeypatch)
+    resumes(["merge", command, str(causal.recipe), "--no-progress"], causal.outputs)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "bits-per-byte"])
+def test_causal_merge_scores(
+    command: str, causal: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scored on one language (``yy``, one teacher): LMD coverage embeds with every model."""
+    causal.after("train")
+    _use_cache(causal, monkeypatch)
+    resumes(["merge", command, str(causal.run), "--languages", "yy"], causal.outputs)
+
+
+def test_merge_select(
+    teacher_dirs: dict[str, Path], tmp_path: Path, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The teacher sets ranked, the recommended recipe and the figure (``selection/``)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "xx.txt"
+    corpus.write_text("\n".join(documents(160, seed=21)) + "\n", encoding="utf-8")
+    recipe = write_recipe(tmp_path, teacher_dirs, heldout_fraction=0.5)
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    data["languages"] = {"xx": {"corpus": {"paths": [str(corpus)]}, "teachers": ["wp", "sp"]}}
+    recipe.write_text(yaml.safe_dump(data), encoding="utf-8")
+    args = ["merge", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
+    resumes([*args, "--no-progress"], [tmp_path / "run", tmp_path / "cache"])
+
+
+def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path) -> list[str]:
+    args = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    return [*args, "--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5"]
+
+
+def test_decompose(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, resumes, monkeypatch
+) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", *_decompose(bert_dir, bert2_dir, corpus_txt)]
+    resumes(
+        [*args, "--out", str(tmp_path / "out"), "--no-progress"],
+        [tmp_path / "out", tmp_path / "cache"],
+    )
+
+
+def test_spans(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, resumes, monkeypatch
+) -> None:
+    """The span list and its checksum file."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["spans", *_decompose(bert_dir, bert2_dir, corpus_txt)]
+    resumes(
+        [*args, "--out", str(tmp_path / "out" / "list.jsonl")],
+        [tmp_path / "out", tmp_path / "cache"],
+    )
+
+
+def test_report(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, resumes, monkeypatch, capsys
+) -> None:
+    """The page, and the figures it draws into the run."""
+    from hostile_helpers import run_cli
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "out" / "run"
+    args = ["decompose", *_decompose(bert_dir, bert2_dir, corpus_txt), "--out", str(run)]
+    code, stderr = run_cli([*args, "--no-progress"], monkeypatch, capsys)
+    assert code == 0, stderr
+    resumes(["report", str(run)], [tmp_path / "out"])
+
+
+def test_evaluate_pos(
+    bert_dir: Path, bert2_dir: Path, tmp_path: Path, resumes, monkeypatch
+) -> None:
+    """The tables and the record (``pos_config.json``); the tagger's scores stubbed (tested
+    elsewhere)."""
+    import lmalgebra.evaluate.pos_tagging as pos
+    from lmalgebra.evaluate.pos_results import PosResult
+
+    def scored(ref, *args, **kwargs) -> PosResult:
+        zeros = dict.fromkeys(PosResult.__dataclass_fields__, 0)
+        return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
+
+    monkeypatch.setattr(pos, "_evaluate", scored)
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
+    args += ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    resumes(args, [tmp_path / "pos", tmp_path / "cache"])
