@@ -142,7 +142,7 @@ def _use_cache(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LMALGEBRA_CACHE", str(run.cache))
 
 
-MASKED_COMMANDS = [("prepare", None), ("teach", "prepare")]
+MASKED_COMMANDS = [("prepare", None), ("teach", "prepare"), ("train", "vocab")]
 
 
 @pytest.mark.parametrize(("command", "before"), MASKED_COMMANDS)
@@ -160,7 +160,7 @@ def test_masked_merge_evaluate(masked: Run, resumes, monkeypatch: pytest.MonkeyP
     resumes(["merge", "evaluate", str(masked.run)], masked.outputs)
 
 
-CAUSAL_COMMANDS = [("prepare", None), ("teach", "prepare")]
+CAUSAL_COMMANDS = [("prepare", None), ("teach", "prepare"), ("train", "teach")]
 
 
 @pytest.mark.parametrize(("command", "before"), CAUSAL_COMMANDS)

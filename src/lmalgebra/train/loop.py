@@ -89,13 +89,19 @@ def _logged_step(line: str) -> float:
 
 
 class _Log:
-    """Per-step JSONL log (truncated to the resume point) and TensorBoard when installed."""
+    """Per-step JSONL log (truncated to the resume point) and TensorBoard when installed.
+
+    ``last``: the record of step ``start`` when the log holds it (else empty), what a run that
+    resumes with no step left to train returns, as the run that trained that step did."""
 
     def __init__(self, out: Path, start: int):
         self.path = out / "train_log.jsonl"
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
         kept = [ln for ln in lines if _logged_step(ln) <= start]
         write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
+        self.last: dict[str, Any] = {}
+        if start and kept and _logged_step(kept[-1]) == start:
+            self.last = dict(json.loads(kept[-1]))
         self.board: Any = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -179,7 +185,7 @@ def train(
     tracker = None if validation is None else ValidationTracker(validation, out, saved)
     reuse_freed_memory()  # a step's large temporaries faulted in once, not every step
     model.train()
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = {} if logger is None else logger.last  # no step left: as logged
     masks = (
         lane_dropout(accelerator.unwrap_model(model))
         if spec.dropout_masks == "lanes"
