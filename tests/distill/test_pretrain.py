@@ -96,6 +96,28 @@ def test_the_pretrained_teacher_records_its_language(teacher) -> None:
     assert teacher_languages({"teacher-fr": str(out)}) == {"teacher-fr": frozenset({"fr"})}
 
 
+def test_the_pretrained_teacher_passes_its_own_checksums(tmp_path: Path, cli) -> None:
+    """Its ``lmalgebra.json`` lists the model's files alone: it had listed the output
+    directory's lock file, which the run removes when it ends, so the teacher failed its own
+    check (``... .lmalgebra.lock is missing``). Its tokenizer keeps no truncation from the
+    examples training encoded."""
+    import json
+
+    from lmalgebra.distill.layout import model_damage, read_marker
+
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("\n".join(documents(40, seed=21)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "fr"]
+    args += ["--out", str(out), "--tokenizer.vocab_size", "120", "--model.hidden_size", "16"]
+    args += ["--training.steps", "2", "--training.batch_size", "4", "--example_length", "32"]
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    assert model_damage(out) is None
+    assert all(not name.startswith(".") for name in read_marker(out)["files"])
+    assert json.loads((out / "tokenizer.json").read_text())["truncation"] is None
+
+
 def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:
     out, _ = teacher
     recipe = load_recipe(write_recipe(tmp_path, {"wp": out, "sp": teacher_dirs["sp"]}))

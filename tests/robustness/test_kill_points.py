@@ -197,6 +197,34 @@ def test_merge_select(
     resumes([*args, "--no-progress"], [tmp_path / "run", tmp_path / "cache"])
 
 
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("kill-corpus") / "xx.txt"
+    path.write_text("\n".join(documents(60, seed=21)) + "\n", encoding="utf-8")
+    return path
+
+
+PRETRAIN = {
+    "masked": ["--tokenizer.vocab_size", "120", "--model.hidden_size", "16"],
+    "causal": ["--tokenizer.vocab_size", "300", "--model.hidden_size", "16"],
+    "head-only": [],
+}
+
+
+@pytest.mark.parametrize("kind", list(PRETRAIN))
+def test_pretrain(
+    kind: str, corpus: Path, bert_dir: Path, tmp_path: Path, resumes, monkeypatch
+) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out" / "teacher"
+    args = ["pretrain", kind, "--corpus.paths", str(corpus), "--language", "xx", "--out", str(out)]
+    args += ["--training.steps", "4", "--training.batch_size", "4", "--example_length", "32"]
+    args += ["--training.checkpoint_every", "2", "--training.warmup_steps", "1", "--no-progress"]
+    if kind == "head-only":
+        args += ["--encoder", str(bert_dir)]
+    resumes([*args, *PRETRAIN[kind]], [tmp_path / "out", tmp_path / "cache"])
+
+
 def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path) -> list[str]:
     args = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     return [*args, "--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5"]

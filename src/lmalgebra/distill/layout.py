@@ -160,6 +160,7 @@ def write_model_directory(
     marks it complete; an older marker is removed first, so a directory cut short is never taken
     for complete."""
     (target / MARKER).unlink(missing_ok=True)
+    _without_call_settings(tokenizer)
     with naming_file(target):
         model.save_pretrained(target)
         tokenizer.save_pretrained(target)
@@ -167,10 +168,28 @@ def write_model_directory(
         write_bytes_atomic(target / name, content)
     if card is not None:
         write_text_atomic(target / CARD, card)
-    written = sorted(p for p in target.iterdir() if p.is_file() and p.name not in (MARKER, CARD))
+    # hidden files are not the model's: the lock of a directory written in place (pretrain's
+    # --out), which its holder removes, and temporaries of atomic writes
+    written = sorted(
+        p
+        for p in target.iterdir()
+        if p.is_file() and p.name not in (MARKER, CARD) and not p.name.startswith(".")
+    )
     sums = {p.name: sha256_file(p) for p in written}
     write_json_atomic(target / MARKER, {**metadata, FILES_KEY: sums})
     return target
+
+
+def _without_call_settings(tokenizer: Any) -> None:
+    """Clear the truncation and padding a fast tokenizer's backend keeps from its last call
+    (training encodes with ``truncation=True``), which ``save_pretrained`` would write into
+    ``tokenizer.json``: the saved tokenizer is the same whether or not this run encoded
+    anything (a run resumed after its last step encodes nothing). Each call of a Hugging Face
+    tokenizer sets both again."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        backend.no_truncation()
+        backend.no_padding()
 
 
 def read_marker(directory: Path) -> dict[str, Any]:
