@@ -142,7 +142,12 @@ def _use_cache(run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LMALGEBRA_CACHE", str(run.cache))
 
 
-MASKED_COMMANDS = [("prepare", None), ("teach", "prepare"), ("train", "vocab")]
+MASKED_COMMANDS = [
+    ("prepare", None),
+    ("teach", "prepare"),
+    ("vocab", "teach"),
+    ("train", "vocab"),
+]
 
 
 @pytest.mark.parametrize(("command", "before"), MASKED_COMMANDS)
@@ -151,7 +156,8 @@ def test_masked_merge_stage(
 ) -> None:
     masked.after(before)
     _use_cache(masked, monkeypatch)
-    resumes(["merge", command, str(masked.recipe), "--no-progress"], masked.outputs)
+    progress = [] if command == "vocab" else ["--no-progress"]  # vocab shows no progress
+    resumes(["merge", command, str(masked.recipe), *progress], masked.outputs)
 
 
 def test_masked_merge_evaluate(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,6 +186,13 @@ def test_causal_merge_scores(
     causal.after("train")
     _use_cache(causal, monkeypatch)
     resumes(["merge", command, str(causal.run), "--languages", "yy"], causal.outputs)
+
+
+def test_merge_run(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stage before training in one command."""
+    masked.after(None)
+    _use_cache(masked, monkeypatch)
+    resumes(["merge", "run", str(masked.recipe), "--no-progress"], masked.outputs)
 
 
 def test_merge_select(

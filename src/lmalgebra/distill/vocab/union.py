@@ -16,7 +16,6 @@ import itertools
 import json
 import logging
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ ROLES: tuple[tuple[str, str], ...] = (
 )
 MAPS_FILE = "vocab_maps.safetensors"
 META_FILE = "vocab_union.json"
+STAGING = ".student-tokenizer.staging"  # the student tokenizer's files before they are in place
 FORMAT = 1
 
 
@@ -192,10 +192,17 @@ class UnionVocab:
         """Student tokenizer files, ``vocab_maps.safetensors`` and ``vocab_union.json`` (last)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=directory, prefix=".student-") as staging:
+        # one staging directory of a fixed name, so that the one a killed run left is removed
+        # here (the run directory's lock is held: no other writer uses it)
+        staging = directory / STAGING
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        try:
             self.student_tokenizer().save_pretrained(staging)
-            for source in sorted(Path(staging).iterdir()):
+            for source in sorted(staging.iterdir()):
                 write_atomic(directory / source.name, functools.partial(shutil.copyfile, source))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         arrays = {name: np.ascontiguousarray(m, dtype=np.int32) for name, m in self.maps.items()}
         write_atomic(directory / MAPS_FILE, lambda tmp: save_file(arrays, str(tmp)))
         meta = {
