@@ -114,3 +114,94 @@ def test_a_store_of_other_shards_than_its_copies_fails_verify(
     (manifest.parent / f"shard-{len(shards) - 1:05d}.arrow").unlink()
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(manifest.parent), str(run / "masked" / "yy" / "sp")])
+
+
+def _copy_run(built: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the built run and of its recipe, pointing at the copy; (run, recipe)."""
+    shutil.copytree(built.parent, tmp_path / "copy")
+    run, recipe = tmp_path / "copy" / "run", tmp_path / "copy" / "recipe.yaml"
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    return run, recipe
+
+
+def _drop_last_shard(directory: Path) -> None:
+    """The set's manifest, still marked complete, without its last shard, whose file goes too."""
+    manifest = directory / "manifest.json"
+    shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
+    _edit_manifest(manifest, shards=shards[:-1])
+    (directory / f"shard-{len(shards) - 1:05d}.arrow").unlink()
+
+
+def _miscount_examples(run: Path) -> None:
+    manifest = run / "examples" / "yy" / "manifest.json"
+    _edit_manifest(manifest, examples=json.loads(manifest.read_text())["examples"] + 1)
+
+
+def _drop_an_examples_shard(run: Path) -> None:
+    _drop_last_shard(run / "examples" / "yy")
+
+
+def _drop_a_teachers_last_examples(run: Path) -> None:
+    """One teacher's copies and outputs agree with each other, not with the examples."""
+    for part in ("masked", "topk"):
+        _drop_last_shard(run / part / "yy" / "sp")
+
+
+@pytest.mark.parametrize(
+    ("damage", "named", "said"),
+    [
+        (_miscount_examples, "examples/yy/manifest.json", "examples, but its shards hold"),
+        (_drop_an_examples_shard, "examples/yy/manifest.json", "examples, but its shards hold"),
+        (_drop_a_teachers_last_examples, "masked/yy/sp", "examples"),
+    ],
+    ids=["examples_count", "examples_shard_unlisted", "teacher_copies_short"],
+)
+def test_example_counts_that_disagree_fail_verify_and_training(
+    damage, named: str, said: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """The examples' manifest, its shards, each teacher's copies and its outputs must count the
+    same examples: a store one teacher holds fewer examples of, or examples whose manifest
+    counts other rows than its shards, passed verify; training read the copies row by row
+    beside each other (or trained on fewer examples, unsaid). Running the stage again mends it.
+    """
+    run, recipe = _copy_run(built, tmp_path)
+    damage(run)
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(run / named), said, "merge prepare RECIPE"])
+    assert digests(run) == before
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(run / named), said, "merge prepare RECIPE"])
+    assert not (run / "student").exists()  # training did not start
+    for stage in ("prepare", "teach"):
+        code, stderr = cli(["merge", stage, str(recipe), "--no-progress"])
+        assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
+@pytest.fixture(scope="module")
+def causal_built(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    """A causal run whose examples, tokens and log-probabilities are built."""
+    from causal_fixtures import taught_causal_recipe
+
+    training = {"steps": 2, "batch_size": 4, "checkpoint_every": 2, "warmup_steps": 0}
+    root = tmp_path_factory.mktemp("causal-verifier")
+    return taught_causal_recipe(root, causal_teacher_dirs, training).parent / "run"
+
+
+def test_a_causal_teacher_holding_fewer_examples_fails_verify(
+    causal_built: Path, tmp_path: Path, cli
+) -> None:
+    """A teacher's tokens and log-probabilities agreeing with each other, not with the examples
+    (training refused them, but verify passed them)."""
+    run, recipe = _copy_run(causal_built, tmp_path)
+    for part in ("tokens", "logprobs"):
+        _drop_last_shard(run / part / "xx" / "uni")
+    code, stderr = cli(["merge", "verify", str(run)])
+    named = str(run / "tokens" / "xx" / "uni")
+    assert_one_line(code, stderr, [named, str(run / "examples" / "xx"), "merge prepare RECIPE"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [named, "merge prepare RECIPE"])
+    assert not (run / "student").exists()

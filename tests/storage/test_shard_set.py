@@ -199,3 +199,26 @@ def test_completion_stamp(tmp_path: Path) -> None:
     stamp.clear()
     assert not (tmp_path / "complete.json").exists()
     stamp.clear()  # nothing to clear is fine
+
+
+def test_records_beyond_the_planned_count_are_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A complete set whose manifest lists more shards than the set has now (its source holds
+    fewer rows) is not kept as complete: the stage run again leaves the set an uninterrupted
+    run of that size writes, which ``merge verify`` had sent the user to run."""
+    write_tables(tmp_path / "short")
+    write_tables(tmp_path / "long")
+    shards = ShardSet(tmp_path / "long", KEY)
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        assert shards.plan(COUNT - 2) == []
+    assert "lists shard 3 of a set of 3" in caplog.text
+    assert not ShardSet(tmp_path / "long", KEY).complete  # on disk too
+    shards.finish(top_k=8)
+    short = ShardSet(tmp_path / "short", KEY)
+    assert short.plan(COUNT) == [] and short.complete  # as many as planned: nothing changes
+    reference = ShardSet(tmp_path / "ref", KEY)
+    for index in reference.plan(COUNT - 2):
+        reference.write(index, table(index))
+    reference.finish(top_k=8)
+    assert files(tmp_path / "long") == files(tmp_path / "ref")

@@ -26,6 +26,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unit_hash
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run.store_check import examples_problems
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -100,10 +101,11 @@ def write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
 
     Examples already written are kept only while the corpus still gives the very same ones (ids,
     texts, held-out flags): a corpus edited since is refused, naming it, and the run is left as
-    it was (everything downstream was computed from the stored examples)."""
+    it was (everything downstream was computed from the stored examples). A set whose manifest's
+    counts disagree with its shards (``store_check.examples_problems``) is written again."""
     shards = examples_set(recipe, lang)
     found = language_examples(recipe, lang)
-    if shards.intact():
+    if shards.intact() and not examples_problems(shards):  # miscounted: written again
         stored = pa.concat_tables(shards.tables(verify=False))
         _check_same_examples(recipe, lang, stored, found)
         return stored

@@ -25,6 +25,7 @@ from lmalgebra.distill.examples import write_examples
 from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.run.store_check import refuse_miscounted
 from lmalgebra.distill.teachers import Teacher, inference_setup
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
@@ -135,6 +136,13 @@ class Objective(ABC):
     @abstractmethod
     def check_store(self) -> dict[str, Teacher]:
         """Refuse a store built from another recipe or other teachers; the teachers, opened."""
+
+    def refuse_miscounted(self, copy: str, outputs: str) -> None:
+        """Refuse, naming the file, a store whose example counts disagree (the examples'
+        manifest and shards, each teacher's ``copy`` of them, its ``outputs`` on that copy:
+        ``store_check.count_problems``), as ``merge verify`` names it."""
+        languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
+        refuse_miscounted(self.layout, languages, copy, outputs)
 
     def check_students(self, students: Sequence[str]) -> None:
         """Refuse to score students against teachers or a store other than those they were

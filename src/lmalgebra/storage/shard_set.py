@@ -244,12 +244,27 @@ class ShardSet:
         """One process: recorded shards that are missing or fail their checksum, then the rest.
 
         A damaged set is marked incomplete on disk at once, so it never looks complete again
-        until every damaged shard is redone; intact shards are kept as they are.
+        until every damaged shard is redone; intact shards are kept as they are. Records of
+        shards beyond ``count`` (a manifest listing more shards than the set has) are dropped,
+        with their files, and the set is marked incomplete until ``finish``.
         """
+        beyond = sorted(i for i in self.records if i >= count)
+        for index in beyond:
+            log.warning(
+                "%s %s lists shard %d of a set of %d; dropping it",
+                self.label,
+                self.manifest_path,
+                index,
+                count,
+            )
+            del self.records[index]
+            self.path(index).unlink(missing_ok=True)
         missing = [i for i in range(count) if i not in self.records]
         todo = sorted({*self._found_damaged(), *missing})
-        if todo and self.complete:
+        if (todo or beyond) and self.complete:
             self.complete = False
+            self._save_manifest()
+        elif beyond:
             self._save_manifest()
         return todo
 

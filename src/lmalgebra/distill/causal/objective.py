@@ -14,7 +14,7 @@ from lmalgebra.distill.causal.inspection import causal_report
 from lmalgebra.distill.causal.plan import plan_causal
 from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
 from lmalgebra.distill.causal.teachers import open_teachers
-from lmalgebra.distill.layout import RUN_SCRATCH
+from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection
@@ -56,13 +56,15 @@ class CausalObjective(Objective):
         )
 
     def check_store(self) -> dict[str, Teacher]:
-        """Refuse a token or log-probability store built from another recipe or teachers."""
+        """Refuse a token or log-probability store built from another recipe or teachers, or one
+        whose example counts disagree."""
         teachers = self.open_teachers()
         for lang, name in self.pairs():
             teacher = teachers[name]
             check_set([tokens_set(self.recipe, lang, teacher)], "prepare")
             dtypes = accepted_dtypes(self.recipe)
             check_set([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach")
+        self.refuse_miscounted(TOKENS, LOGPROBS)
         return teachers
 
     @holding_lock("merge train", _run_dir, RUN_SCRATCH)

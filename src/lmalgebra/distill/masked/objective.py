@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import RUN_SCRATCH
+from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_masked
 from lmalgebra.distill.masked.scores import SCORES
@@ -58,11 +58,13 @@ class MaskedObjective(Objective):
         build_vocabulary(self.recipe, self.open_teachers())
 
     def check_store(self) -> dict[str, Teacher]:
-        """Refuse a top-k store or vocabulary built from another recipe or other teachers."""
+        """Refuse a top-k store or vocabulary built from another recipe or other teachers, or a
+        store whose example counts disagree."""
         teachers = self.open_teachers()
         for lang, name in self.pairs():
             dtypes = accepted_dtypes(self.recipe)
             check_set([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
+        self.refuse_miscounted(MASKED, TOPK)
         stamp = vocab_stamp(self.recipe, teachers)
         if stamp.recorded() is None:
             raise UserInputError(

@@ -1,13 +1,18 @@
 """Before a student trains: the teacher store must have been built from this recipe and these
 teachers. Each shard set's key, recomputed from the recipe and the teachers' current hashes, must
 equal the key the set was written under; a difference is refused with one line naming what
-changed and the stage to run again. Each objective names its sets (``Objective.check_store``)."""
+changed and the stage to run again. Each objective names its sets (``Objective.check_store``).
+
+And the store must count the same examples everywhere (``count_problems``): what training reads
+row by row beside another (a teacher's copies beside the examples, its outputs beside its copies)
+holds as many rows, shard for shard; ``merge verify`` names the same problems."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.layout import RunLayout
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.run_fingerprint import differences
 
@@ -31,3 +36,96 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
             f"the store in {expected.directory} was built with a different recipe or teacher "
             f"({shown}): run `lmalgebra merge {stage} RECIPE` for this recipe"
         )
+
+
+def shard_rows(shards: ShardSet) -> list[int]:
+    """The rows each recorded shard of ``shards`` holds, in shard order (-1: not recorded)."""
+    return [_count(shards.records[i].get("rows"), -1) for i in sorted(shards.records)]
+
+
+def _count(value: object, otherwise: int) -> int:
+    """``value`` when it is a count (an int, not a bool, not negative), else ``otherwise``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return otherwise
+
+
+def examples_problems(examples: ShardSet) -> list[str]:
+    """A complete examples set (``examples/<lang>``) whose manifest's counts disagree with its
+    shards: ``examples`` must be the rows its shards hold, ``heldout`` at most that. What is
+    incomplete, unrecorded or damaged is named by the set's own ``problems``."""
+    if not (examples.complete and examples.records):
+        return []
+    held = sum(shard_rows(examples))
+    counted = _count(examples.summary.get("examples"), -1)
+    heldout = _count(examples.summary.get("heldout"), -1)
+    again = "run `lmalgebra merge prepare RECIPE` again"
+    if counted != held:
+        recorded = examples.summary.get("examples")
+        return [
+            f"{examples.manifest_path}: records {recorded!r} examples, but its shards hold "
+            f"{held} ({again})"
+        ]
+    if not 0 <= heldout <= counted:
+        recorded = examples.summary.get("heldout")
+        return [
+            f"{examples.manifest_path}: records {recorded!r} held-out examples of {counted} "
+            f"({again})"
+        ]
+    return []
+
+
+def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) -> list[str]:
+    """``made`` (complete) does not hold, for each shard of ``source`` (complete), a shard of as
+    many rows: the stages after read the two side by side, row by row. ``what``: what
+    ``source`` holds ("examples", "rows"); ``stage``: the command that rebuilds ``made``."""
+    if not (source.complete and made.complete):
+        return []  # named as incomplete already
+    rows, expected = shard_rows(made), shard_rows(source)
+    if rows == expected:
+        return []
+    return [
+        f"{made.directory}: {len(rows)} shards of {sum(rows)} rows, but {source.directory} it "
+        f"was computed from holds {len(expected)} of {sum(expected)} {what} (run `lmalgebra "
+        f"merge {stage} RECIPE` again)"
+    ]
+
+
+def count_problems(
+    examples: ShardSet, copies: Sequence[ShardSet], outputs: Sequence[ShardSet]
+) -> list[str]:
+    """Where one language's example counts disagree across what the stages after ``prepare``
+    read: the examples' manifest against its shards, each teacher's copy of the examples
+    (``masked/`` or ``tokens/``) against the examples, and each teacher's outputs (``topk/`` or
+    ``logprobs/``, in the order of ``copies``) against its copy; one message per file."""
+    problems = examples_problems(examples)
+    for copy, output in zip(copies, outputs, strict=True):
+        problems += aligned_problems(copy, examples, "examples", "prepare")
+        problems += aligned_problems(output, copy, "rows", "teach")
+    return problems
+
+
+def run_count_problems(
+    layout: RunLayout, languages: Mapping[str, Sequence[str]], copy: str, outputs: str
+) -> list[str]:
+    """``count_problems`` of every language of a run (``languages``: language -> its teachers),
+    whose teachers' copies are the sets of part ``copy`` and their outputs of part ``outputs``
+    (``masked`` and ``topk``, or ``tokens`` and ``logprobs``)."""
+    problems = []
+    for lang, teachers in languages.items():
+        copies, made = (
+            [ShardSet.existing(layout.store(part, lang, t)) for t in teachers]
+            for part in (copy, outputs)
+        )
+        problems += count_problems(ShardSet.existing(layout.examples(lang)), copies, made)
+    return problems
+
+
+def refuse_miscounted(
+    layout: RunLayout, languages: Mapping[str, Sequence[str]], copy: str, outputs: str
+) -> None:
+    """Refuse, naming the first file, a run whose example counts disagree
+    (``run_count_problems``): before a stage reads them row by row."""
+    problems = run_count_problems(layout, languages, copy, outputs)
+    if problems:
+        raise UserInputError(problems[0])

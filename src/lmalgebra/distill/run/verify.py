@@ -1,7 +1,9 @@
 """Verification of a MergeDistill run: every shard set against its manifest, the student
 vocabulary (id maps and tokenizer against the checksums in ``vocab_union.json``) and every
 student's checkpoints (each file against the sha256 in its ``state.json``, the state against
-its own), and every saved student's files against the sha256 its ``lmalgebra.json`` records.
+its own), and every saved student's files against the sha256 its ``lmalgebra.json`` records;
+and the example counts the stages after ``prepare`` read, across the examples' manifest and
+shards, each teacher's copies and its outputs (``mismatched_sets``).
 
 What is missing counts as much as what is damaged: once the run holds anything a stage's
 outputs were made from (a later stage's files), every set that stage makes for the recipe's
@@ -22,6 +24,7 @@ from lmalgebra.distill.layout import (
     model_damage,
 )
 from lmalgebra.distill.recipe import CausalRecipe, load_recipe
+from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
 from lmalgebra.storage.completion import STAMP
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
@@ -70,31 +73,15 @@ def missing_parts(layout: RunLayout) -> list[str]:
 
 
 def mismatched_sets(layout: RunLayout) -> list[str]:
-    """Every teacher-output set (``topk/``, ``logprobs/``) that is complete but does not hold a
-    shard of as many rows for each shard of the copies it was computed from (``masked/``,
-    ``tokens/``): training reads them side by side, row by row."""
+    """Where a language's example counts disagree across what the stages after ``prepare`` read
+    (``store_check.count_problems``): the examples' manifest against its shards, each teacher's
+    copies (``masked/``, ``tokens/``) against the examples, and its outputs (``topk/``,
+    ``logprobs/``) against its copies, shard by shard; training reads them side by side, row by
+    row, and refuses what this names."""
     recipe = load_recipe(layout.require_recipe())
     copy, outputs = (TOKENS, LOGPROBS) if isinstance(recipe, CausalRecipe) else (MASKED, TOPK)
-    problems = []
-    for lang, spec in recipe.languages.items():
-        for teacher in spec.teachers:
-            source = ShardSet.existing(layout.store(copy, lang, teacher))
-            for directory in shard_set_directories(layout.store(outputs, lang, teacher)):
-                made = ShardSet.existing(directory)
-                if not (source.complete and made.complete):
-                    continue  # named as incomplete already
-                rows, expected = _rows(made), _rows(source)
-                if rows != expected:
-                    problems.append(
-                        f"{directory}: {len(rows)} shards of {sum(rows)} rows, but "
-                        f"{source.directory} it was computed from holds {len(expected)} of "
-                        f"{sum(expected)} (run `lmalgebra merge teach RECIPE` again)"
-                    )
-    return problems
-
-
-def _rows(shards: ShardSet) -> list[int]:
-    return [int(shards.records[i].get("rows", -1)) for i in sorted(shards.records)]
+    languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
+    return run_count_problems(layout, languages, copy, outputs)
 
 
 def shard_set_directories(root: Path) -> list[Path]:
