@@ -4,13 +4,14 @@ on disk changes, then run again, must finish as an uninterrupted run does.
 ``watching_writes(root, act)`` sees every change a command makes to the files under ``root``: a
 rename or replace (how an atomic write, a checkpoint or a staged directory lands), a file opened
 to write or append, a removal (``os.unlink``, ``os.rmdir``, ``shutil.rmtree``) and a directory
-made. Each is a *write point*, numbered from 1 in the order the command reaches it; between two
-of them the command only computes, so stopping it at each of them in turn stops it in every
-state it can leave on disk (at the granularity of Python's calls: what a library writes from
-compiled code, the tensors of a safetensors file, lands with the rename that follows, or is
-seen as part of the file opened for it). The lock file is left out (the kernel releases the
-lock of a killed process), and so are the temporaries of atomic writes (``.NAME.tmp-PID``):
-nothing reads them, and the next run removes those of a writer that died.
+made. Each is a *write point*, numbered from 1 in the order the command reaches it (a command
+that writes from two threads, ``decompose``, may interleave them otherwise in another run);
+between two of them the command only computes, so stopping it at each of them in turn stops it
+in every state it can leave on disk (at the granularity of Python's calls: what a library
+writes from compiled code, the tensors of a safetensors file, lands with the rename that
+follows, or is seen as part of the file opened for it). The lock file is left out (the kernel
+releases the lock of a killed process), and so are the temporaries of atomic writes
+(``.NAME.tmp-PID``): nothing reads them, and the next run removes those of a writer that died.
 
 Two ways to stop at point ``k``:
 
@@ -37,6 +38,7 @@ import random
 import re
 import shutil
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -69,7 +71,18 @@ class _Watch:
     root: str
     act: Callable[[Point, str], None]  # (point, "before" | "after")
     points: list[Point] = field(default_factory=list)
-    depth: int = 0  # inside a watched call (shutil.rmtree's own removals are not counted again)
+    # per thread (decompose writes its statistics in a thread of its own): inside a watched
+    # call, whose own calls (shutil.rmtree's removals) are not counted again
+    inside: threading.local = field(default_factory=threading.local)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def depth(self) -> int:
+        return int(getattr(self.inside, "depth", 0))
+
+    @depth.setter
+    def depth(self, value: int) -> None:
+        self.inside.depth = value
 
 
 def _absolute(path: Any, dir_fd: int | None = None) -> str | None:
@@ -112,8 +125,9 @@ def watching_writes(root: Path, act: Callable[[Point, str], None]) -> Iterator[l
             if not _counted(watch, path):
                 return call(*args, **kwargs)
             assert path is not None
-            point = Point(len(watch.points) + 1, kind, os.path.relpath(path, watch.root))
-            watch.points.append(point)
+            with watch.lock:
+                point = Point(len(watch.points) + 1, kind, os.path.relpath(path, watch.root))
+                watch.points.append(point)
             watch.act(point, "before")
             watch.depth += 1
             try:
