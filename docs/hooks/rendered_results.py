@@ -104,7 +104,47 @@ def regime_readme(result: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+MERGE_NAMES = {
+    "ce": "CE only",
+    "kl-smollm2": "SmolLM2 alone (all languages)",
+    "prefix-gemma": "Gemma alone (all languages)",
+    "merge-by-language": "merged: SmolLM2 for en, Gemma for fr and es",
+}
+
+
+def merge_readme(result: dict[str, Any]) -> str:
+    """The merge regime (MergeDistill on the real models) for the README: per language held-out
+    bits per byte of the teachers and the students, the share of the gap to the better teacher
+    closed, RDT against both teachers, and the targets (what English lost among them)."""
+    table, plan = result["table"], result["plan"]
+    seeds = ", ".join(str(s) for s in plan["seeds"])
+    teachers = table["teacher_bits"]
+    rows = [
+        f"Student: the whole SmolLM2-135M; {plan['docs_per_language']} leads per language "
+        f"({plan['heldout_fraction']:.0%} held out), up to {plan['steps']} steps of "
+        f"{plan['batch_size']} examples, each student at its best validation checkpoint; seeds "
+        f"{seeds}; commit {result['commit']}, {result['date']}, {result['machine']}, "
+        f"{result.get('precision', 'float32')}. Held-out bits per byte:",
+        "",
+        "| model | en | fr | es | gap closed (fr, es) | RDT |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in ("gemma", "smollm2"):
+        cells = " | ".join(f"{teachers[name][x]:.3f}" for x in LANGUAGES)
+        rows.append(f"| teacher {name} | {cells} | | |")
+    for name, row in table["students"].items():
+        cells = " | ".join(_mean_sd(row["bits_per_byte"][x]) for x in LANGUAGES)
+        closed = ", ".join(f"{100 * row['gap_closed'][x]:.1f}%" for x in ("fr", "es"))
+        rdt = f"{row['rdt']['average']:.1f}%"
+        rows.append(f"| {MERGE_NAMES.get(name, name)} | {cells} | {closed} | {rdt} |")
+    rows.append("")
+    for lang, got in table["targets"].items():
+        rows.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'not met'}.")
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "merge-readme": merge_readme,
     "regime-readme": regime_readme,
     "real-teachers-readme": real_teachers_readme,
     "real-teachers-rerun": real_teachers_rerun,
