@@ -18,8 +18,8 @@ from lmalgebra.distill.causal.logprobs import draw_samples, naive_causal_output
 from lmalgebra.distill.causal.store_view import load_causal_store
 from lmalgebra.distill.examples import example_id
 from lmalgebra.distill.pipeline import inspect_run
+from lmalgebra.distill.pipeline import verify as verify_run
 from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.shard_set import ShardSet
 

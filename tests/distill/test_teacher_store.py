@@ -15,8 +15,8 @@ from lmalgebra.distill import pipeline
 from lmalgebra.distill.masked.masking import TeacherMasker
 from lmalgebra.distill.masked.topk import masked_topk, naive_topk
 from lmalgebra.distill.pipeline import inspect_run
+from lmalgebra.distill.pipeline import verify as verify_run
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
-from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import load_lm
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet

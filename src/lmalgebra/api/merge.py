@@ -24,10 +24,10 @@ from lmalgebra.distill.pipeline import (
     plan,
     run_stages,
     training_of,
+    verify,
 )
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe, parse_recipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.train.config import TrainingSpec
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ class MergeRun:
     @library_entry
     def verify(self) -> list[str]:
         """Every missing, corrupt or incomplete file of the run, named (``merge verify``)."""
-        return verify_run(self.run_dir)
+        return verify(self.run_dir)
 
     def __repr__(self) -> str:
         done = f", students {', '.join(self.students)}" if self.students else ""

@@ -71,6 +71,8 @@ class Objective(ABC):
     """The stages of a recipe of one objective; each resumes what an earlier run finished."""
 
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
+    # the store's folders: each teacher's copies of the examples (prepare), its outputs (teach)
+    store_parts: ClassVar[tuple[str, str]]
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe

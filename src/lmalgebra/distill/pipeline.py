@@ -20,6 +20,7 @@ from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
 from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
 from lmalgebra.storage.output_paths import check_directory
@@ -37,6 +38,13 @@ OBJECTIVES: dict[type[MergeRecipe], type[Objective]] = {
     MaskedRecipe: MaskedObjective,
     CausalRecipe: CausalObjective,
 }
+
+
+def verify(run_dir: Path) -> list[str]:
+    """Every missing, corrupt or incomplete file of the run in ``run_dir``, named
+    (``merge verify``), by the store parts of the objective its recipe has."""
+    objective = OBJECTIVES[type(load_recipe(RunLayout(run_dir).require_recipe()))]
+    return verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:

@@ -36,6 +36,7 @@ class CausalObjective(Objective):
     """The stages of a causal recipe (no vocab stage: the student keeps a tokenizer of its own)."""
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
+    store_parts = (TOKENS, LOGPROBS)
     recipe: CausalRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:

@@ -38,6 +38,7 @@ class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
+    store_parts = (MASKED, TOPK)
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:

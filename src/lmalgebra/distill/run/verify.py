@@ -15,15 +15,11 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import (
-    LOGPROBS,
-    MASKED,
     SHARD_SETS,
-    TOKENS,
-    TOPK,
     RunLayout,
     model_damage,
 )
-from lmalgebra.distill.recipe import CausalRecipe, load_recipe
+from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
 from lmalgebra.storage.completion import STAMP
@@ -31,32 +27,34 @@ from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage
 
 
-def verify_run(run_dir: Path) -> list[str]:
+def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list[str]:
     """Every missing, corrupt or incomplete shard set of the run, a damaged vocabulary and
-    damaged checkpoints, naming the file."""
+    damaged checkpoints, naming the file. ``store_parts``: the folders of the teachers' copies
+    and of their outputs; ``vocab``: whether the objective builds a vocabulary (the run's
+    objective says both: ``distill.pipeline.verify``)."""
     layout = RunLayout(run_dir)
-    problems = missing_parts(layout)
+    problems = missing_parts(layout, store_parts, vocab)
     for part in SHARD_SETS:
         for directory in shard_set_directories(layout.root / part):
             problems += ShardSet.existing(directory).problems()
-    problems += mismatched_sets(layout)
+    problems += mismatched_sets(layout, store_parts)
     problems += vocabulary_problems(layout) + checkpoint_problems(layout)
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
 
 
-def missing_parts(layout: RunLayout) -> list[str]:
+def missing_parts(layout: RunLayout, store_parts: tuple[str, str], vocab: bool) -> list[str]:
     """Every shard set (and a masked run's vocabulary) that the run's recipe says a stage makes,
     missing although the run holds something made after that stage, in stage order."""
     recipe = load_recipe(layout.require_recipe())
-    copy, outputs = (TOKENS, LOGPROBS) if isinstance(recipe, CausalRecipe) else (MASKED, TOPK)
+    copy, outputs = store_parts
     pairs = [(lang, t) for lang, spec in recipe.languages.items() for t in spec.teachers]
     stages = [
         ("prepare", [layout.examples(lang) for lang in recipe.languages]),
         ("prepare", [layout.store(copy, lang, t) for lang, t in pairs]),
         ("teach", [layout.store(outputs, lang, t) for lang, t in pairs]),
     ]
-    if copy == MASKED:
+    if vocab:
         stages.append(("vocab", [layout.vocab]))
     trained = list(layout.root.glob("*/model")) + layout.checkpoints()
     problems = []
@@ -72,14 +70,14 @@ def missing_parts(layout: RunLayout) -> list[str]:
     return problems
 
 
-def mismatched_sets(layout: RunLayout) -> list[str]:
+def mismatched_sets(layout: RunLayout, store_parts: tuple[str, str]) -> list[str]:
     """Where a language's example counts disagree across what the stages after ``prepare`` read
     (``store_check.count_problems``): the examples' manifest against its shards, each teacher's
     copies (``masked/``, ``tokens/``) against the examples, and its outputs (``topk/``,
     ``logprobs/``) against its copies, shard by shard; training reads them side by side, row by
     row, and refuses what this names."""
     recipe = load_recipe(layout.require_recipe())
-    copy, outputs = (TOKENS, LOGPROBS) if isinstance(recipe, CausalRecipe) else (MASKED, TOPK)
+    copy, outputs = store_parts
     languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
     return run_count_problems(layout, languages, copy, outputs)
 
