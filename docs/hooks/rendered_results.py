@@ -143,7 +143,18 @@ def merge_readme(result: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def demo_real(result: dict[str, Any]) -> str:
+    """A recorded ``demo --real`` table (its ``real-demo.json``), as the demo prints it."""
+    import pandas as pd
+
+    from lmalgebra.demo.real_table import real_markdown
+
+    table = pd.DataFrame.from_dict(result["table"], orient="index").astype(float)
+    return real_markdown(table, [name for name, _ in result["plan"]["teachers"]])
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "demo-real": demo_real,
     "merge-readme": merge_readme,
     "regime-readme": regime_readme,
     "real-teachers-readme": real_teachers_readme,
