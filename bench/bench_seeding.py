@@ -36,8 +36,6 @@ import torch
 
 from harness import WORK, Session, figure, goal, measure_work, parse_args, table
 from lmalgebra.distill import pipeline
-from lmalgebra.distill.masked.seeding import apply_seeding, seed_from_teachers, seed_rows
-from lmalgebra.distill.masked.seeding import teacher_tables as load_tables
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.masked import pretrain_masked
@@ -50,6 +48,8 @@ from lmalgebra.distill.pretrain.specs import (
 from lmalgebra.distill.recipe import LanguageSpec, MaskedRecipe, MergeRecipe, TeacherSpec
 from lmalgebra.distill.student import MaskedStudentSpec
 from lmalgebra.distill.vocab.union import UnionVocab
+from lmalgebra.experimental.seeding import apply_seeding, seed_from_teachers, seed_rows
+from lmalgebra.experimental.seeding import teacher_tables as load_tables
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import train

@@ -1,4 +1,5 @@
-"""Teacher selection: what `merge select` costs next to the teacher inference it comes before.
+"""Teacher selection: what `experimental select` costs next to the teacher inference it comes
+before.
 
 One language (English Wikipedia lead paragraphs, ``package:wiki-en``), three candidate teachers:
 random-initialised ``BertForMaskedLM`` of the MiniLM shape (6 x 384, the packaged MiniLM
@@ -116,7 +117,7 @@ def main() -> None:
     base, ours = results["teach"], results["select"]
     figures = [
         figure(
-            "merge select vs merge prepare + teach (3 teachers)",
+            "experimental select vs merge prepare + teach (3 teachers)",
             "s",
             base["seconds"],
             ours["seconds"],

@@ -7,11 +7,11 @@ and head-only teachers on the real encoders ``package:minilm`` and ``package:min
 fine-tune of it: another near-duplicate). Every teacher uses the packaged MiniLM WordPiece
 tokenizer, so every student has the same vocabulary and is scored on the same masked positions.
 
-``merge select`` scores all 15 pairs on the held-out part of the distillation text (part C); every
-pair is then distilled into a student with the same budget (architecture, steps, data, seed) and
-the student's held-out masked-token accuracy (every chosen position shown as the mask token) is
-measured on the same held-out examples. Reported: Spearman correlation between the pair's score
-and the student's accuracy with a bootstrap interval over pairs, and where the recommended pair's
+``experimental select`` scores all 15 pairs on the held-out part of the distillation text (part C);
+every pair is then distilled into a student with the same budget (architecture, steps, data, seed)
+and the student's held-out masked-token accuracy (every chosen position shown as the mask token) is
+measured on the same held-out examples. Reported: Spearman correlation between the pair's score and
+the student's accuracy with a bootstrap interval over pairs, and where the recommended pair's
 student ranks among the 15.
 
     python experiments/teacher_pairs.py [--quick] [--out experiments/results]

@@ -44,7 +44,7 @@ def _run(*args: str) -> tuple[int, list[str], str]:
 
 @pytest.mark.parametrize(
     "command",
-    [["--help"], ["decompose", "--help"], ["merge", "--help"], ["merge", "select", "-h"]],
+    [["--help"], ["decompose", "--help"], ["merge", "--help"], ["experimental", "select", "-h"]],
 )
 def test_help_imports_no_heavy_library(command: list[str]) -> None:
     code, heavy, _ = _run(*command)

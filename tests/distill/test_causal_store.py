@@ -177,7 +177,7 @@ def test_merge_run_builds_the_store_and_vocab_and_train_refuse(
     assert code == 0, err
     code, err = run_cli(["merge", "evaluate", str(tmp_path / "run")], monkeypatch, capsys)
     assert_one_line(code, err, ["student 'student' has no model", "merge train"])
-    code, err = run_cli(["merge", "select", str(path)], monkeypatch, capsys)
-    assert_one_line(code, err, ["merge select ranks masked-LM teachers"])
+    code, err = run_cli(["experimental", "select", str(path)], monkeypatch, capsys)
+    assert_one_line(code, err, ["experimental select ranks masked-LM teachers"])
     code, err = run_cli(["merge", "verify", str(tmp_path / "run")], monkeypatch, capsys)
     assert code == 0, err

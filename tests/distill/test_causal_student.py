@@ -364,3 +364,34 @@ def test_training_teachers_distils_from_the_named_teachers_only(recipe_path: Pat
         recipe.teachers_of(["bl"])
     with pytest.raises(UserInputError, match=r"training\.teachers is empty"):
         CausalTrainingSpec.model_validate({**TRAINING, "teachers": []})
+
+
+QUARTER_ALM = CausalLoss(
+    "quarter_alm",
+    lambda logits, batch, temperature, mean: (
+        0.25 * LOSSES["alm"].term(logits, batch, temperature, mean)
+    ),
+    frozenset({"chunks"}),
+    tempered=True,
+    summary="toy plugin",
+)
+
+
+def test_a_loss_from_another_package_joins_the_table_by_entry_point(
+    recipe_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry point of ``lmalgebra.causal_losses`` (what another package declares in its
+    metadata) is listed without being imported, imported when a run names it, and trains."""
+    from importlib.metadata import EntryPoint
+
+    from lmalgebra.core import plugins
+
+    point = EntryPoint("quarter_alm", "test_causal_student:QUARTER_ALM", plugins.CAUSAL_LOSSES)
+    declared = {**plugins.declared(plugins.CAUSAL_LOSSES), "quarter_alm": point}
+    monkeypatch.setattr(plugins, "declared", lambda group: declared)
+    monkeypatch.delitem(LOSSES._losses, "quarter_alm", raising=False)
+    assert "quarter_alm" in list(LOSSES) and "quarter_alm" not in LOSSES._losses
+    model = train_causal(recipe_path, "plugin", objective_mix={"quarter_alm": 1.0}, steps=2)
+    assert LOSSES._losses.get("quarter_alm") is QUARTER_ALM
+    assert all(r["kd"] > 0 for r in train_log(model))
+    del LOSSES["quarter_alm"]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from lmalgebra.distill.vocab.byte_alignment import chunk_ids
+from lmalgebra.experimental.losses import mined_kl, uld_loss
 from lmalgebra.train import cross_tokenizer as ctl
 
 B, S, V, T, K, VT, SAMPLES = 2, 6, 7, 5, 3, 9, 4
@@ -156,14 +157,14 @@ def test_mined_kl(batch, temperature: float) -> None:
     args = [
         batch[k] for k in ("logits", "aligned", "topk_ids", "topk_logprobs", "vocab_map", "mask")
     ]
-    fast = ctl.mined_kl(*args, temperature=temperature)
+    fast = mined_kl(*args, temperature=temperature)
     _agree(fast, naive_mined_kl(batch, temperature), batch["logits"])
 
 
 @pytest.mark.parametrize("student_top", [None, 2, 5, 100])
 def test_uld_loss(batch, student_top: int | None) -> None:
     args = [batch[k] for k in ("logits", "aligned", "topk_logprobs", "mask")]
-    fast = ctl.uld_loss(*args, student_top=student_top)
+    fast = uld_loss(*args, student_top=student_top)
     _agree(fast, naive_uld(batch, student_top), batch["logits"])
 
 
@@ -209,16 +210,14 @@ def test_uld_and_kl_vanish_on_identical_distributions(batch) -> None:
     ids, values = _student_as_teacher(batch["logits"])
     aligned = torch.arange(S).expand(B, S)
     identity = torch.arange(V)
-    uld = ctl.uld_loss(batch["logits"], aligned, values, batch["mask"])
-    kl = ctl.mined_kl(batch["logits"], aligned, ids, values, identity, batch["mask"])
+    uld = uld_loss(batch["logits"], aligned, values, batch["mask"])
+    kl = mined_kl(batch["logits"], aligned, ids, values, identity, batch["mask"])
     assert abs(uld.item()) < 1e-12 and abs(kl.item()) < 1e-12
     # ULD ignores token identities: the same probabilities on other tokens cost nothing either
     shifted = torch.log_softmax(batch["logits"].detach().roll(1, dims=-1), -1)
-    assert abs(ctl.uld_loss(batch["logits"], aligned, shifted, batch["mask"]).item()) < 1e-12
+    assert abs(uld_loss(batch["logits"], aligned, shifted, batch["mask"]).item()) < 1e-12
     assert (
-        ctl.mined_kl(
-            batch["logits"], aligned, ids, shifted.gather(-1, ids), identity, batch["mask"]
-        )
+        mined_kl(batch["logits"], aligned, ids, shifted.gather(-1, ids), identity, batch["mask"])
         > 1e-3
     )
 
@@ -256,7 +255,7 @@ def test_no_gradient_reaches_the_teacher(batch) -> None:
     values = batch["topk_logprobs"].clone().requires_grad_(True)
     next_logprob = batch["next_logprob"].clone().requires_grad_(True)
     chunk = torch.zeros(B, S, dtype=torch.long)
-    loss = ctl.mined_kl(
+    loss = mined_kl(
         batch["logits"],
         batch["aligned"],
         batch["topk_ids"],
@@ -264,7 +263,7 @@ def test_no_gradient_reaches_the_teacher(batch) -> None:
         batch["vocab_map"],
         batch["mask"],
     )
-    loss = loss + ctl.uld_loss(batch["logits"], batch["aligned"], values, batch["mask"])
+    loss = loss + uld_loss(batch["logits"], batch["aligned"], values, batch["mask"])
     student = (batch["logits"], batch["student_ids"], batch["mask"], chunk)
     loss = loss + ctl.alm_loss(*student, next_logprob, chunk[:, :T])
     loss.backward()
@@ -274,7 +273,7 @@ def test_no_gradient_reaches_the_teacher(batch) -> None:
 
 def test_nothing_aligned_gives_zero_not_nan(batch) -> None:
     none = torch.full((B, S), -1)
-    loss = ctl.uld_loss(batch["logits"], none, batch["topk_logprobs"], batch["mask"])
+    loss = uld_loss(batch["logits"], none, batch["topk_logprobs"], batch["mask"])
     assert loss.item() == 0.0
     loss.backward()
     assert (batch["logits"].grad == 0).all()

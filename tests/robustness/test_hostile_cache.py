@@ -61,12 +61,12 @@ def test_decompose(
     _untouched(cache)
 
 
-def test_merge_select(
+def test_experimental_select(
     bad_cache: tuple[Path, str], teacher_dirs: dict[str, Path], tmp_path: Path, cli
 ) -> None:
     cache, said = bad_cache
     recipe = write_recipe(tmp_path, teacher_dirs)
-    args = ["merge", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
+    args = ["experimental", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
     code, stderr = cli([*args, "--no-progress"])
     assert_one_line(code, stderr, ["cache directory ($LMALGEBRA_CACHE)", str(cache), said])
     assert not (tmp_path / "run" / "selection" / "summary.json").exists()

@@ -405,8 +405,8 @@ def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
     teacher_dirs: dict[str, Path],
     tmp_path: Path,
 ) -> None:
-    """``merge select`` and ``evaluate-pos`` hold their output directory's lock from before their
-    first model is loaded, as every other writer does, and write into no other kind of output:
+    """``experimental select`` and ``evaluate-pos`` hold their output directory's lock from before
+    their first model is loaded, as every other writer does, and write into no other kind of output:
     one line naming the directory (and the holder, or what it holds), nothing in it changed."""
     import shutil
     import subprocess
@@ -418,7 +418,7 @@ def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
     recipe = write_recipe(tmp_path, teacher_dirs)
 
     def select(out: Path) -> list[str]:
-        return ["merge", "select", str(recipe), "--out", str(out), "--no-progress"]
+        return ["experimental", "select", str(recipe), "--out", str(out), "--no-progress"]
 
     def tag(out: Path) -> list[str]:
         return ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--out", str(out)]
@@ -426,7 +426,8 @@ def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
     run = tmp_path / "decomposition"
     shutil.copytree(finished_run, run)
     before = digests(run)
-    one_error(*cli(*select(run)), str(run), "decomposition run", "summary.json", "merge select")
+    names = ("decomposition run", "summary.json")
+    one_error(*cli(*select(run)), str(run), *names, "experimental select")
     one_error(*cli(*tag(run)), str(run), "decomposition run", "summary.json", "evaluate-pos")
     assert digests(run) == before
 

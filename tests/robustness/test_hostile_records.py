@@ -42,7 +42,7 @@ def test_an_edit_of_the_same_size_with_its_time_set_back_is_seen(
 @pytest.mark.parametrize(
     ("claim", "record"),
     [(claim_evaluation, "pos_config.json"), (claim_selection, "summary.json")],
-    ids=["evaluate-pos", "merge select"],
+    ids=["evaluate-pos", "experimental select"],
 )
 def test_a_damaged_record_is_refused_by_name(
     claim, record: str, content: str, tmp_path: Path

@@ -195,7 +195,7 @@ def test_merge_run(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> Non
     resumes(["merge", "run", str(masked.recipe), "--no-progress"], masked.outputs)
 
 
-def test_merge_select(
+def test_experimental_select(
     teacher_dirs: dict[str, Path], tmp_path: Path, resumes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The teacher sets ranked, the recommended recipe and the figure (``selection/``)."""
@@ -206,7 +206,7 @@ def test_merge_select(
     data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
     data["languages"] = {"xx": {"corpus": {"paths": [str(corpus)]}, "teachers": ["wp", "sp"]}}
     recipe.write_text(yaml.safe_dump(data), encoding="utf-8")
-    args = ["merge", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
+    args = ["experimental", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
     resumes([*args, "--no-progress"], [tmp_path / "run", tmp_path / "cache"])
 
 

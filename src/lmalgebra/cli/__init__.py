@@ -1,7 +1,7 @@
 """Command line: parse, validate, call one library function per command.
 
-``app.py`` holds the application; ``lmd.py``, ``merge.py`` (with ``merge_bits.py``,
-``merge_select.py`` and ``merge_tables.py``), ``pretrain.py``, ``evaluate.py`` and ``assets.py``
+``app.py`` holds the application; ``lmd.py``, ``merge.py`` (with ``merge_bits.py`` and
+``merge_tables.py``), ``experimental.py``, ``pretrain.py``, ``evaluate.py`` and ``assets.py``
 register their commands on it, with flags that ``config_options.py`` generates from the configs;
 each command calls one library function, the Python API's (``lmalgebra.api``) where there is
 one. ``main`` turns errors into one line and an exit status.
@@ -21,10 +21,10 @@ from rich.markup import escape
 
 import lmalgebra.cli.assets
 import lmalgebra.cli.evaluate
+import lmalgebra.cli.experimental
 import lmalgebra.cli.lmd
 import lmalgebra.cli.merge
 import lmalgebra.cli.merge_bits
-import lmalgebra.cli.merge_select
 import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
 from lmalgebra.api.runtime import QUIET_ENVIRONMENT
 from lmalgebra.cli.app import app

@@ -194,9 +194,11 @@ def demo(
         bool,
         typer.Option(
             help="Real pre-trained teachers: Gemma-3-270M and SmolLM2-135M (packaged GGUF) "
-            "merged into six of SmolLM2's layers; CE only, ALM from Gemma and ALM from both; "
-            "a table of held-out bits per byte and RDT (real-demo.md). About 12 minutes on two "
-            "cores (3 more the first time: the models dequantised, Gemma's MinED map built)."
+            "merged into six of SmolLM2's layers in the little-data regime (32 leads a "
+            "language, each student at its best validation checkpoint); CE only, label "
+            "smoothing, and both teachers by prefix projection, two seeds; a table of held-out "
+            "bits per byte and RDT (real-demo.md). About 12 minutes on two cores (3 more the "
+            "first time: the models dequantised, Gemma's maps built)."
         ),
     ] = False,
 ) -> None:

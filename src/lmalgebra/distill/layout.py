@@ -13,7 +13,7 @@ A run directory (the recipe's ``output_dir``)::
     <student>/checkpoints/step-*         a student's training checkpoints          (train)
     <student>/model/                     the student, a Hugging Face directory     (train)
     evaluation/                          scores, rdt.csv, evaluation.md            (evaluate)
-    selection/                           teacher sets ranked by ``merge select``
+    selection/                           teacher sets ranked by ``experimental select``
 
 Every shard set (``storage.shard_set``) is checksummed and resumable. A model directory (a
 student's ``model/``, a teacher made by ``lmalgebra pretrain``) is complete when it holds

@@ -10,7 +10,7 @@ the recipe and the teacher store, so a student is never resumed on a store rebui
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     ConfigDict,
@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.settings import Settings
@@ -77,13 +78,23 @@ class MaskedStudentSpec(MaskedModelSpec):
     vocab_size: int | None = Field(
         default=None, description="Student vocabulary size; None = the union vocabulary's size."
     )
-    init_embeddings: Literal["random", "teachers"] = Field(
+    init_embeddings: str = Field(
         default="random",
         description="Token embeddings and output bias at the start: random, or teachers (each "
         "token's teacher embeddings mapped to the student's width in closed form and averaged; "
-        "see distill.masked.seeding). teachers is experimental: 12.7% lower step-0 loss and "
+        "see lmalgebra.experimental.seeding), or another entry point of the group "
+        "lmalgebra.embedding_inits. teachers is experimental: 12.7% lower step-0 loss and "
         "22% fewer steps for targets of 20% and 30% (docs/benchmarks.md).",
     )
+
+    @model_validator(mode="after")
+    def _known_init(self) -> MaskedStudentSpec:
+        inits = ["random", *plugins.declared(plugins.EMBEDDING_INITS)]
+        if self.init_embeddings not in inits:
+            raise UserInputError(
+                f"student.init_embeddings {self.init_embeddings!r} is none of {', '.join(inits)}"
+            )
+        return self
 
     def fits(self, vocab_size: int, example_length: int) -> None:
         """Refuse sizes that cannot hold the vocabulary or the examples."""

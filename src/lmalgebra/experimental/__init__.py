@@ -4,15 +4,16 @@ They work and are tested, but what was measured does not yet support relying on 
 returns to the main namespace when its evidence does. ``FEATURES`` lists them with the
 evidence and the documentation's section that records it; the command-line help and the recipe
 field descriptions of each say "experimental" too. Importing this package warns once
-(``ExperimentalWarning``; the command line, which reads the settings of ``merge select`` to
+(``ExperimentalWarning``; the command line, which reads the settings of ``experimental select`` to
 build its flags, imports it silently and warns when that command runs); the package loads its
 features on first use; no stable module imports it (an import-linter contract), so removing a
 feature that failed is removing its folder here. Teacher selection lives here whole
-(``selection/``, ``select.py``); the seeded embeddings and the experimental losses are still
-reached through stable modules (``distill.masked.seeding``; the loss table's ``experimental``
-flag, which ``FEATURES`` reads).
+(``selection/``, ``select.py``); the seeded embeddings (``seeding.py``) and the experimental
+losses (``losses/``) join the stable code's extension points as entry points
+(``core.plugins``), declared in ``pyproject.toml``: deleting a feature is deleting its module
+and its entry-point line.
 
-- ``select_teachers(recipe, size=...)`` -> ``TeacherSelection`` (``lmalgebra merge select``):
+- ``select_teachers(recipe, size=...)`` -> ``TeacherSelection`` (``lmalgebra experimental select``):
   LMD ranks sets of teachers. Recorded: Spearman 0.24 (95% interval [-0.30, 0.66]) between its
   score and the distilled students' accuracy, for a target of 0.5.
 - ``student.init_embeddings: teachers`` (a recipe setting): the student's token embeddings
@@ -63,12 +64,14 @@ class ExperimentalFeature:
 
 
 def _features() -> tuple[ExperimentalFeature, ...]:
-    from lmalgebra.train.cross_tokenizer import LOSSES  # the loss table's experimental flags
+    from lmalgebra.core import plugins
 
-    losses = ", ".join(n for n, loss in LOSSES.items() if loss.experimental)
+    here = __name__ + "."
+    group = plugins.declared(plugins.CAUSAL_LOSSES)
+    losses = ", ".join(n for n, point in group.items() if point.value.startswith(here))
     return (
         ExperimentalFeature(
-            "select_teachers (lmalgebra merge select)",
+            "select_teachers (lmalgebra experimental select)",
             "Spearman 0.24 (interval [-0.30, 0.66]) between its score and student accuracy; "
             "target 0.5",
             "Does the score predict anything?",

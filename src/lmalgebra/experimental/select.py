@@ -3,7 +3,7 @@
 Experimental (``lmalgebra.experimental``): the recorded Spearman correlation between its score and
 the distilled students' accuracy is 0.24, interval [-0.30, 0.66], for a target of 0.5.
 
-The same work as ``lmalgebra merge select``: per language, every candidate teacher embeds the
+The same work as ``lmalgebra experimental select``: per language, every candidate teacher embeds the
 language's held-out text (LMD pipeline and cache) and is scored by held-out masked-token accuracy;
 sets of teachers are ranked by complementarity times quality (``lmalgebra.stats.complementarity``).
 """
@@ -58,13 +58,13 @@ class TeacherSelection:
     @library_entry
     def save(self, out: str | Path, overwrite: bool = False) -> list[Path]:
         """Write ``sets.csv``, ``teachers.csv``, ``recommended.yaml``, ``selection.png`` and
-        ``summary.json`` into ``out``, as ``lmalgebra merge select`` does.
+        ``summary.json`` into ``out``, as ``lmalgebra experimental select`` does.
 
         A selection of another recipe, settings, held-out text or teachers already in ``out``
         is refused, naming what differs, unless ``overwrite`` (its files removed, and only
         those; anything else in ``out`` is refused)."""
         make_directory(Path(out), "selection directory")
-        with run_directory_lock(Path(out), "merge select"):
+        with run_directory_lock(Path(out), "experimental select"):
             claim_selection(Path(out), self.selection.identity, overwrite)
             return write_selection(self.selection, self._input, Path(out))
 
@@ -79,13 +79,13 @@ def select_teachers(recipe: Any, **settings: Any) -> TeacherSelection:
 
     Args:
         recipe: a MergeDistill recipe (YAML path, mapping or ``MergeRecipe``).
-        settings: the keys of ``SelectionSpec`` (``lmalgebra merge select``'s flags): ``size``
-            (teachers per set, default 2), ``languages`` (default all), ``spans`` (a mapping of
-            span keys: ``length`` default 32, ``counts`` default (2000, 250, 500), ``per_doc``
-            default 16, ``fractions`` default (0.7, 0.1, 0.2), ``seed``), ``max_texts``
-            (held-out examples per language, default all), ``alpha``, ``bootstrap``
-            (replicates, default 1000), ``level``, ``seed``, ``batch_size``, ``progress``
-            (default off here), ``cache_dir``.
+        settings: the keys of ``SelectionSpec`` (``lmalgebra experimental select``'s flags):
+            ``size`` (teachers per set, default 2), ``languages`` (default all), ``spans`` (a
+            mapping of span keys: ``length`` default 32, ``counts`` default (2000, 250, 500),
+            ``per_doc`` default 16, ``fractions`` default (0.7, 0.1, 0.2), ``seed``), ``max_texts``
+            (held-out examples per language, default all), ``alpha``, ``bootstrap`` (replicates,
+            default 1000), ``level``, ``seed``, ``batch_size``, ``progress`` (default off here),
+            ``cache_dir``.
     """
     config = recipe_of(recipe)
     spec = validate(SelectionSpec, {"progress": False, **settings}, "select_teachers()")

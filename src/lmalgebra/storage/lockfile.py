@@ -160,7 +160,7 @@ def _shared_outcome(size: int, failed: bool) -> bool:
 # every foreign entry); a command is looked up whole, then by its first word
 WRITES = {
     "merge": "a merge run",
-    "merge select": "a teacher selection",
+    "experimental select": "a teacher selection",
     "evaluate-pos": "a tagging evaluation",
     "pretrain": "a model directory written by lmalgebra",
     "demo": "a demo's output",

@@ -7,9 +7,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core import plugins
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import TOPK, RunLayout, saved_steps, write_model_directory
-from lmalgebra.distill.masked.seeding import seed_from_teachers
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.recipe import MaskedRecipe
@@ -60,8 +60,9 @@ def train_masked_student(
         "init_embeddings": recipe.student.init_embeddings,
     }
     seeding: dict[str, Any] | None = None
-    if recipe.student.init_embeddings == "teachers":
-        seeding = seed_from_teachers(model, recipe, vocab)
+    if recipe.student.init_embeddings != "random":  # an entry point (core.plugins)
+        init = plugins.load(plugins.EMBEDDING_INITS, recipe.student.init_embeddings)
+        seeding = init(model, recipe, vocab)
     final = train(model, source, spec, layout.student(name), progress, inputs, restart)
     target = layout.model(name)
     if not is_main():  # the main rank saves the student

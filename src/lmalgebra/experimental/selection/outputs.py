@@ -1,4 +1,5 @@
-"""The files of ``merge select``: ranked sets and teachers (CSV), the recommended recipe, a figure.
+"""The files of ``experimental select``: ranked sets and teachers (CSV), the recommended recipe,
+a figure.
 
 ``sets.csv``      one row per (language, set): rank, members, complementarity, quality, score and
                   their intervals, ``recommended``; language ``overall`` ranks sets for the student.
@@ -112,7 +113,7 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
     write_text_atomic(paths[0], _csv(set_rows(selection), SET_COLUMNS))
     write_text_atomic(paths[1], _csv(teacher_rows(selection), TEACHER_COLUMNS))
     chosen = selection.recipe(recipe).model_dump(mode="json")
-    header = "# teachers chosen by `lmalgebra merge select` (see sets.csv next to this file)\n"
+    header = "# teachers chosen by `lmalgebra experimental select` (see sets.csv beside it)\n"
     write_text_atomic(paths[2], header + yaml.safe_dump(chosen, sort_keys=False))
     paths.append(plot_selection(selection, out / "selection.png"))
     summary = {

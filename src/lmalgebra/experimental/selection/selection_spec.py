@@ -1,5 +1,5 @@
-"""The settings of a teacher selection (``lmalgebra merge select``, ``select_teachers``), apart
-from the selection itself: the command line builds its flags without importing torch."""
+"""The settings of a teacher selection (``lmalgebra experimental select``, ``select_teachers``),
+apart from the selection itself: the command line builds its flags without importing torch."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from lmalgebra.storage.output_paths import default_cache_dir
 
 
 class SelectionSpec(Settings):
-    """How teachers are compared (``lmalgebra merge select``, ``select_teachers``)."""
+    """How teachers are compared (``lmalgebra experimental select``, ``select_teachers``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 

@@ -1,4 +1,5 @@
-"""``lmalgebra merge select``: which teachers of a recipe complement each other, per language.
+"""``lmalgebra experimental select``: which teachers of a recipe complement each other, per
+language.
 
 For every language, each candidate teacher (the teachers the recipe lists for it) embeds spans of
 the language's held-out examples through the LMD pipeline (its embedding cache and statistics),
@@ -36,7 +37,7 @@ from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
 
 log = logging.getLogger(__name__)
-SOURCE = "merge select"
+SOURCE = "experimental select"
 
 
 @dataclass
@@ -53,7 +54,7 @@ class LanguageSelection:
 
 @dataclass
 class Selection:
-    """What ``merge select`` found: per-language rankings, the overall ranking, timings."""
+    """What ``experimental select`` found: per-language rankings, the overall ranking, timings."""
 
     size: int
     languages: dict[str, LanguageSelection]
@@ -88,7 +89,7 @@ def select_teachers(
     (:func:`selection_identity`), e.g. to claim an output directory before the work."""
     recipe = masked_only(
         recipe,
-        "merge select ranks masked-LM teachers (by masked-token accuracy); "
+        "experimental select ranks masked-LM teachers (by masked-token accuracy); "
         "this recipe has objective causal",
     )
     languages = _languages(recipe, spec)

@@ -1,5 +1,6 @@
 """A causal student's losses against teachers whose tokenizers may differ: one module per loss,
-one table of them (``registry.LOSSES``), and what they share (``common``)."""
+one table of them (``registry.LOSSES``, which the experimental losses join as entry points), and
+what they share (``common``)."""
 
 from lmalgebra.train.cross_tokenizer.alm import alm_loss
 from lmalgebra.train.cross_tokenizer.ce import ce_loss
@@ -11,11 +12,9 @@ from lmalgebra.train.cross_tokenizer.common import (
     batch_mean,
     log1mexp,
 )
-from lmalgebra.train.cross_tokenizer.mined import mined_kl
 from lmalgebra.train.cross_tokenizer.registry import LOSSES, needs_of, register
 from lmalgebra.train.cross_tokenizer.sampled import sampled_ce
 from lmalgebra.train.cross_tokenizer.tail import tail_kl
-from lmalgebra.train.cross_tokenizer.uld import uld_loss
 
 __all__ = [
     "LOSSES",
@@ -27,10 +26,8 @@ __all__ = [
     "batch_mean",
     "ce_loss",
     "log1mexp",
-    "mined_kl",
     "needs_of",
     "register",
     "sampled_ce",
     "tail_kl",
-    "uld_loss",
 ]

@@ -104,7 +104,6 @@ class CausalLoss:
         term: computes the loss of a batch.
         needs: what the batch must carry for it (a subset of ``NEEDS``).
         tempered: whether ``training.temperature`` changes it.
-        experimental: whether its recorded evidence falls short of its target (it warns once).
         summary: one line for the settings' help and the docs.
     """
 
@@ -113,7 +112,6 @@ class CausalLoss:
     needs: frozenset[str]
     tempered: bool
     summary: str
-    experimental: bool = False
 
     def __post_init__(self) -> None:
         if not self.needs <= NEEDS:

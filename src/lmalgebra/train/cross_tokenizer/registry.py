@@ -1,29 +1,63 @@
 """The table of a causal student's losses: every name ``training.objective_mix`` accepts, what a
 batch must carry for it, and how it is computed. A new loss is one module beside this one and one
-line below; the settings, the training step, the batch builder and the tests all read this table.
+line below, or, from another package (and for lmalgebra's experimental losses), one entry point of
+the group ``lmalgebra.causal_losses`` (``core.plugins``); the settings, the training step, the
+batch builder and the tests all read this table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, MutableMapping
 
-from lmalgebra.train.cross_tokenizer import alm, ce, mined, prefix, sampled, tail, uld
+from lmalgebra.core import plugins
+from lmalgebra.train.cross_tokenizer import alm, ce, prefix, sampled, tail
 from lmalgebra.train.cross_tokenizer.common import CausalLoss
 
-LOSSES: dict[str, CausalLoss] = {}
+
+class LossTable(MutableMapping[str, CausalLoss]):
+    """The losses by name: those registered here, then the installed entry points, each imported
+    the first time it is looked up (listing the names imports nothing)."""
+
+    def __init__(self) -> None:
+        self._losses: dict[str, CausalLoss] = {}
+
+    def register(self, loss: CausalLoss) -> CausalLoss:
+        """Add ``loss`` to the table (refused if its name is taken); returns it."""
+        if loss.name in self._losses:
+            raise ValueError(f"a loss named {loss.name!r} is registered already")
+        self._losses[loss.name] = loss
+        return loss
+
+    def __getitem__(self, name: str) -> CausalLoss:
+        if name not in self._losses:
+            if name not in plugins.declared(plugins.CAUSAL_LOSSES):
+                raise KeyError(name)
+            loss = plugins.load(plugins.CAUSAL_LOSSES, name)
+            if not isinstance(loss, CausalLoss) or loss.name != name:
+                raise TypeError(f"entry point {name!r} of {plugins.CAUSAL_LOSSES} is not its loss")
+            self._losses[name] = loss
+        return self._losses[name]
+
+    def __setitem__(self, name: str, loss: CausalLoss) -> None:
+        if loss.name != name:
+            raise ValueError(f"loss {loss.name!r} filed under another name, {name!r}")
+        self._losses[name] = loss
+
+    def __delitem__(self, name: str) -> None:
+        del self._losses[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._losses
+        yield from (n for n in plugins.declared(plugins.CAUSAL_LOSSES) if n not in self._losses)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def register(loss: CausalLoss) -> CausalLoss:
-    """Add ``loss`` to the table (refused if its name is taken); returns it."""
-    if loss.name in LOSSES:
-        raise ValueError(f"a loss named {loss.name!r} is registered already")
-    LOSSES[loss.name] = loss
-    return loss
-
+LOSSES = LossTable()
+register = LOSSES.register
 
 register(ce.LOSS)
-register(mined.LOSS)
-register(uld.LOSS)
 register(alm.LOSS)
 register(sampled.LOSS)
 register(tail.LOSS)

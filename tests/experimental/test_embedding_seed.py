@@ -15,7 +15,13 @@ from transformers import AutoTokenizer
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill import pipeline
-from lmalgebra.distill.masked.seeding import (
+from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.pipeline import train_student
+from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.student import MaskedStudentSpec
+from lmalgebra.distill.teachers import load_lm
+from lmalgebra.distill.vocab.union import UnionVocab, build_union
+from lmalgebra.experimental.seeding import (
     TeacherTable,
     apply_seeding,
     no_context_prior,
@@ -25,12 +31,6 @@ from lmalgebra.distill.masked.seeding import (
     seed_rows,
     teacher_tables,
 )
-from lmalgebra.distill.masked.student_model import build_masked_lm
-from lmalgebra.distill.pipeline import train_student
-from lmalgebra.distill.recipe import load_recipe
-from lmalgebra.distill.student import MaskedStudentSpec
-from lmalgebra.distill.teachers import load_lm
-from lmalgebra.distill.vocab.union import UnionVocab, build_union
 from lmalgebra.sources.models import ModelRef
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 

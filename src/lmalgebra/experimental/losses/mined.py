@@ -73,5 +73,4 @@ LOSS = CausalLoss(
     frozenset({"mined"}),
     tempered=True,
     summary="KL to the teacher's top-k renormalised, by the MinED map at MinED-aligned positions",
-    experimental=True,
 )

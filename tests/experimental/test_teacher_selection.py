@@ -1,4 +1,4 @@
-"""`lmalgebra merge select` / `select_teachers`: LMD ranks a recipe's teacher sets."""
+"""`lmalgebra experimental select` / `select_teachers`: LMD ranks a recipe's teacher sets."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
 ) -> None:
     path, cache, found = selected
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
-    args = ["merge", "select", str(path), "--spans.counts", "240,60,120", "-T", "8"]
+    args = ["experimental", "select", str(path), "--spans.counts", "240,60,120", "-T", "8"]
     code, err = run_cli([*args, "--bootstrap", "40", "--no-progress"], monkeypatch, capsys)
     assert code == 0, err
     out = path.parent / "run" / "selection"
@@ -116,7 +116,7 @@ def test_bad_input_is_one_line(
     named: list[str],
 ) -> None:
     path, _, _ = selected
-    code, err = run_cli(["merge", "select", str(path), *extra], monkeypatch, capsys)
+    code, err = run_cli(["experimental", "select", str(path), *extra], monkeypatch, capsys)
     assert_one_line(code, err, named)
 
 
@@ -144,7 +144,7 @@ def test_a_selection_of_other_inputs_is_not_replaced_without_overwrite(
     chosen = {name: candidates[name] for name in ("wp", "other", "sp")}
     path = write(tmp_path, chosen, ["wp", "other"])
     out = tmp_path / "chosen"
-    base = ["merge", "select", str(path), "--out", str(out), "--spans.counts", "240,60,120"]
+    base = ["experimental", "select", str(path), "--out", str(out), "--spans.counts", "240,60,120"]
     base += ["-T", "8", "--bootstrap", "40", "--no-progress"]
     out.mkdir()
     (out / "notes.txt").write_text("mine", encoding="utf-8")  # files of no selection: refused

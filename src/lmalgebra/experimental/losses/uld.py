@@ -63,5 +63,4 @@ LOSS = CausalLoss(
     frozenset({"chunks"}),
     tempered=False,
     summary="sorted-probability (Wasserstein) distance at chunk starts, token identities ignored",
-    experimental=True,
 )

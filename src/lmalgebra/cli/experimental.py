@@ -1,4 +1,6 @@
-"""``lmalgebra merge select``: rank a recipe's teacher sets by LMD complementarity and quality."""
+"""``lmalgebra experimental``: the commands of ``lmalgebra.experimental`` (features whose recorded
+evidence misses its targets; each warns when it runs). ``experimental select`` ranks a recipe's
+teacher sets by LMD complementarity and quality."""
 
 from __future__ import annotations
 
@@ -9,9 +11,16 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from lmalgebra.cli.app import console
+from lmalgebra.cli.app import app, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
-from lmalgebra.cli.merge import RecipeArg, merge_app
+from lmalgebra.cli.merge import RecipeArg
+
+experimental_app = typer.Typer(
+    no_args_is_help=True,
+    help="Features whose recorded evidence misses their targets (lmalgebra.experimental): "
+    "they work and are tested; each warns when it runs.",
+)
+app.add_typer(experimental_app, name="experimental")
 
 with warnings.catch_warnings():  # the settings alone, to build the flags: warned when it runs
     warnings.simplefilter("ignore")
@@ -22,9 +31,9 @@ SELECT_FLAGS = config_flags(
 )
 
 
-@merge_app.command("select")
+@experimental_app.command("select")
 @with_config_flags(SELECT_FLAGS)
-def merge_select(
+def experimental_select(
     recipe: RecipeArg,
     out: Annotated[
         Path | None, typer.Option(help="Output directory (default OUTPUT_DIR/selection).")
@@ -46,7 +55,7 @@ def merge_select(
     held-out masked-token accuracy. Writes sets.csv, teachers.csv, recommended.yaml (the recipe
     with the best sets) and selection.png.
 
-    Example: lmalgebra merge select merge.yaml --size 2 && lmalgebra merge run
+    Example: lmalgebra experimental select merge.yaml --size 2 && lmalgebra merge run
     runs/merge/selection/recommended.yaml
     """
     from lmalgebra import experimental
@@ -61,10 +70,10 @@ def merge_select(
 
     experimental.warn()
     config = recipe_of(recipe)
-    spec = validate(SelectionSpec, overrides, "merge select")
+    spec = validate(SelectionSpec, overrides, "experimental select")
     target = out if out is not None else RunLayout(config.output_dir).selection
     check_directory(target, "selection directory")
-    with run_directory_lock(target, "merge select"):  # refused before any teacher is scored
+    with run_directory_lock(target, "experimental select"):  # refused before any teacher is scored
         selection = select_teachers(
             config, spec, lambda identity: claim_selection(target, identity, overwrite)
         )

@@ -1,0 +1,44 @@
+"""Extension points that other packages fill: Python entry points (``importlib.metadata``).
+
+A package adds a causal loss or a student initialisation by naming an object in its metadata, e.g.
+in ``pyproject.toml``::
+
+    [project.entry-points."lmalgebra.causal_losses"]
+    my_loss = "my_package.my_loss:LOSS"
+
+The names are read from the installed metadata without importing anything; an object is imported
+the first time a run names it. lmalgebra's own experimental features are reached this way, so no
+stable module imports ``lmalgebra.experimental`` and removing one is removing its module and its
+line in ``pyproject.toml``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+
+CAUSAL_LOSSES = "lmalgebra.causal_losses"  # -> a train.cross_tokenizer.CausalLoss
+EMBEDDING_INITS = "lmalgebra.embedding_inits"  # -> a masked student's init (model, recipe, vocab)
+
+
+@cache
+def declared(group: str) -> dict[str, EntryPoint]:
+    """The entry points of ``group`` in the installed packages' metadata, by name."""
+    return {point.name: point for point in entry_points(group=group)}
+
+
+def load(group: str, name: str) -> Any:
+    """The object entry point ``name`` of ``group`` names (refused, named, when it cannot load)."""
+    point = declared(group).get(name)
+    if point is None:
+        raise UserInputError(f"{group}: no entry point named {name!r} is installed")
+    try:
+        return point.load()
+    except (ImportError, AttributeError) as exc:
+        raise UserInputError(
+            f"{group}: entry point {name!r} ({point.value}) does not load: {exc} (is the package "
+            "that declares it installed as it is now? pip install -e . refreshes lmalgebra's)"
+        ) from exc
