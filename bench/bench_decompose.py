@@ -34,13 +34,13 @@ import yaml
 
 from bench_solver import _baseline_fit
 from harness import Session, fastest, figure, goal, parse_args, run_command, run_contender, table
+from lmalgebra.core.fingerprint import order_digest
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
 from lmalgebra.lmd.measure import ModelPool, draw_texts
 from lmalgebra.lmd.run.pipeline import run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.corpus import read_documents
-from lmalgebra.sources.precomputed import order_digest
 from synthetic import Synthetic
 
 NAME = "bench_decompose"

@@ -18,6 +18,7 @@ from safetensors.numpy import save_file
 
 from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
 from lmalgebra.lmd.measure import ModelPool, draw_texts
@@ -27,13 +28,7 @@ from lmalgebra.sources.corpus import read_documents
 from lmalgebra.sources.embed import embed
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.sources.precomputed import (
-    SHARD_ROWS,
-    PrecomputedSplit,
-    load_precomputed,
-    order_digest,
-    span_sha256,
-)
+from lmalgebra.sources.precomputed import SHARD_ROWS, PrecomputedSplit, load_precomputed
 
 SMALL = ["-T", "8", "--spans.counts", "60,12,12"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

@@ -21,6 +21,7 @@ from lmalgebra.api.decomposition import Decomposition
 from lmalgebra.api.model_inputs import corpus_input, model_entries
 from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
@@ -31,7 +32,6 @@ from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
-from lmalgebra.sources.precomputed import span_sha256
 
 SOURCE = "decompose()"
 # the recipe's keys a call gives as keywords: every key but the models (given as ``models``),

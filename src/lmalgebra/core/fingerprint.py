@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from lmalgebra.core.splits import SPLITS
 
 _CHUNK = 1 << 20
 
@@ -53,3 +55,17 @@ def unit_hash(text: str, salt: str) -> float:
     """A deterministic number in [0, 1) from ``text`` and ``salt`` (for hash-based splits)."""
     digest = hashlib.blake2b(f"{salt}\0{text}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
+
+
+def span_sha256(text: str) -> str:
+    """Hex sha256 of a span's UTF-8 text: the span's id in exports and Parquet files."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def order_digest(texts: Mapping[str, Sequence[str]]) -> str:
+    """Hex sha256 over ``f"{split}\\t{span_sha256(text)}\\n"`` for every span, splits in order."""
+    digest = hashlib.sha256()
+    for split in SPLITS:
+        for text in texts.get(split, ()):
+            digest.update(f"{split}\t{span_sha256(text)}\n".encode())
+    return digest.hexdigest()

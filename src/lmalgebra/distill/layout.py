@@ -34,8 +34,8 @@ from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.manifest_parts import MANIFEST
 from lmalgebra.storage.output_paths import not_a
-from lmalgebra.storage.shard_set import MANIFEST
 
 RECIPE = "recipe.yaml"
 HASHES = ".hashes"

@@ -25,7 +25,6 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.settings import Settings
 from lmalgebra.distill.layout import RunLayout
-from lmalgebra.storage.shard_set import ShardSet
 
 
 class ModelSpec(Settings):
@@ -184,6 +183,8 @@ def student_inputs(recipe: Any, outputs: str) -> dict[str, Any]:
         mode="json",
         exclude={"output_dir", "batch_size", "dtype", "device", "student", "training"},
     )
+    from lmalgebra.storage.shard_set import ShardSet  # numpy and pyarrow: not at start-up
+
     layout = RunLayout(recipe.output_dir)
     store = {
         f"{lang}/{teacher}": sha256_json(

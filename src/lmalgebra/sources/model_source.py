@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import numpy as np
 from pydantic import ConfigDict, Field
 from typing_extensions import Self
 
@@ -25,8 +24,12 @@ from lmalgebra.core.text_files import absent
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, memoised_hash
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
-from lmalgebra.sources.precomputed import PrecomputedSplit
 from lmalgebra.sources.tokenizers import TOKENIZER_FILES, fast_tokenizer
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from lmalgebra.sources.precomputed import PrecomputedSplit
 
 
 class ModelFields(Settings):

@@ -8,6 +8,7 @@ file of vectors, one per span), and a Python object given to ``lmalgebra.decompo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +17,21 @@ from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
-from lmalgebra.sources.kinds import KINDS, source_of
 from lmalgebra.sources.model_source import ModelFields, ReferencedModel
 from lmalgebra.sources.packaged import PACKAGE_PREFIX
 
 
+def _kinds() -> Mapping[str, type[ReferencedModel]]:
+    """The registry of kinds (``sources.kinds``), imported on first use: the kinds' classes
+    import numpy, which the command line does not need to parse its arguments."""
+    from lmalgebra.sources.kinds import KINDS
+
+    return KINDS
+
+
 def _split_kind(path: str) -> tuple[str | None, str, str | None]:
     """``"onnx:m.onnx#tok"`` -> ``("onnx", "m.onnx", "tok")``; no kind named -> ``(None, ...)``."""
-    for kind, source in KINDS.items():
+    for kind, source in _kinds().items():
         named = source.named_by(path)
         if named is not None:
             return kind, *named
@@ -36,8 +44,8 @@ class ModelRef(ModelFields):
     @field_validator("kind")
     @classmethod
     def _known_kind(cls, kind: str) -> str:
-        if kind not in KINDS:
-            *first, last = (repr(k) for k in KINDS)
+        if kind not in _kinds():
+            *first, last = (repr(k) for k in _kinds())
             raise PydanticCustomError(
                 "literal_error",
                 "Input should be {expected}",
@@ -64,8 +72,8 @@ class ModelRef(ModelFields):
 
     @model_validator(mode="after")
     def _check_kind(self) -> ModelRef:
-        applies = KINDS[self.kind].options
-        options = dict.fromkeys(o for source in KINDS.values() for o in source.options)
+        applies = _kinds()[self.kind].options
+        options = dict.fromkeys(o for source in _kinds().values() for o in source.options)
         wrong = [o for o in options if o not in applies and getattr(self, o) not in (None, False)]
         if wrong:
             raise UserInputError(
@@ -76,6 +84,8 @@ class ModelRef(ModelFields):
     @property
     def source(self) -> ReferencedModel:
         """The model this reference names, as its kind's class."""
+        from lmalgebra.sources.kinds import source_of
+
         return source_of(self)
 
     @classmethod
@@ -87,7 +97,7 @@ class ModelRef(ModelFields):
         if kind is not None:
             if not file:
                 raise UserInputError(f"model reference {text!r} names no file")
-            suffixes = tuple(s for source in KINDS.values() for s in source.suffixes)
+            suffixes = tuple(s for source in _kinds().values() for s in source.suffixes)
             stem = Path(file.rstrip("/")).stem if file.endswith(suffixes) else None
             default = stem or Path(file.removeprefix(PACKAGE_PREFIX).rstrip("/")).name
             return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)

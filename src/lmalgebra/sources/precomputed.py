@@ -17,7 +17,6 @@ span in row order. A file carrying no order at all is refused unless the model i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
 
@@ -37,20 +37,6 @@ SUFFIXES = (".npy", ".parquet", ".safetensors")
 SHARD_ROWS = 2048
 _BLOCK = 8192  # rows per read while validating
 Reader = Callable[[int, int], np.ndarray]
-
-
-def span_sha256(text: str) -> str:
-    """Hex sha256 of a span's UTF-8 text: the span's id in exports and Parquet files."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def order_digest(texts: Mapping[str, Sequence[str]]) -> str:
-    """Hex sha256 over ``f"{split}\\t{span_sha256(text)}\\n"`` for every span, splits in order."""
-    digest = hashlib.sha256()
-    for split in SPLITS:
-        for text in texts.get(split, ()):
-            digest.update(f"{split}\t{span_sha256(text)}\n".encode())
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

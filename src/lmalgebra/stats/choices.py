@@ -16,7 +16,9 @@ PROBES = 32  # tail probes per reduced model (see ``stats.principal``)
 
 
 def default_alpha_grid() -> list[float]:
-    """50 relative strengths, log-spaced from 1e-5 to 1e2."""
-    import numpy as np
-
-    return [float(a) for a in np.logspace(-5, 2, 50)]
+    """50 relative strengths, log-spaced from 1e-5 to 1e2 (``10 ** e`` in Python: the same
+    floats on every host, where numpy's vectorised power differs in the last bit between CPUs;
+    and no numpy import for the command line's help)."""
+    low, high, count = -5.0, 2.0, 50
+    step = (high - low) / (count - 1)
+    return [10.0 ** (low + i * step) for i in range(count - 1)] + [10.0**high]

@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+MANIFEST = "manifest.json"  # a shard set's manifest (``shard_set``), beside its parts
+
 log = logging.getLogger(__name__)
 
 

@@ -31,12 +31,11 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distributed import all_reduce_sum, barrier, world
 from lmalgebra.storage.atomic import make_directories, write_bytes_atomic, write_json_atomic
-from lmalgebra.storage.manifest_parts import part_path, read_parts, remove_parts
+from lmalgebra.storage.manifest_parts import MANIFEST, part_path, read_parts, remove_parts
 from lmalgebra.storage.shard_formats import ARROW_TABLES, ShardFormat
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
 SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
 

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.core.fingerprint import order_digest, sha256_texts, span_sha256
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
 from lmalgebra.core.splits import SPLITS
@@ -26,7 +26,6 @@ from lmalgebra.lmd.settings.spans import Span, SpanSpec, draw_spans, span_texts
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.sources.precomputed import order_digest, span_sha256
 from lmalgebra.sources.tokenizers import load_reference_tokenizer
 from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 from lmalgebra.storage.output_paths import check_file, tidy_on_failure
