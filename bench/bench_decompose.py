@@ -11,14 +11,17 @@ outputs (spans, statistics, pairwise and group fits, adjusted R^2, shuffled null
 in an interpreter that has imported lmalgebra; and the whole command, `lmalgebra decompose RECIPE
 --out DIR` as a user types it (process start, imports, the run, every output written; no figure,
 as by default), whose time over the run's own is the fixed cost. R^2 must agree to 1e-4. Targets:
-the whole command at least 15x the baseline at 32,000 training spans and 20x at 128,000.
+the whole command at least 15x the baseline at 32,000 training spans and 20x at 128,000, idle and
+with ``--loaded`` (every contender, baseline and ours, beside one process spinning on one core:
+another job on a shared two-core host; its "load" size says which).
 
-    python bench/bench_decompose.py [--sizes 8000] [--models 12] [--dim 384] [--no-write]
+    python bench/bench_decompose.py [--sizes 8000] [--models 12] [--dim 384] [--loaded] [--no-write]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -26,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +37,17 @@ import numpy as np
 import yaml
 
 from bench_solver import _baseline_fit
-from harness import Session, fastest, figure, goal, parse_args, run_command, run_contender, table
+from harness import (
+    Session,
+    competing_process,
+    fastest,
+    figure,
+    goal,
+    parse_args,
+    run_command,
+    run_contender,
+    table,
+)
 from lmalgebra.core.fingerprint import order_digest
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.embeddings.cache import EmbeddingCache
@@ -223,6 +237,17 @@ def agreement(ours: dict[str, Any], base: dict[str, Any]) -> tuple[float, float]
     return pairwise, group
 
 
+def beside_load(run: Callable[[], dict[str, Any]], loaded: bool) -> Callable[[], dict[str, Any]]:
+    """``run``, with ``loaded`` beside one process spinning on one core while it runs (started
+    after ``fastest``'s wait for an idle machine)."""
+
+    def measured() -> dict[str, Any]:
+        with competing_process() if loaded else contextlib.nullcontext():
+            return run()
+
+    return measured
+
+
 def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     clock = time.perf_counter()
     synth = Synthetic(args.models, args.dim, args.seed)
@@ -233,9 +258,11 @@ def measure_size(n: int, args: argparse.Namespace) -> dict[str, Any]:
     for which in ("imports", "baseline", "ours"):
         call = lambda w=which: run_contender("bench_decompose:contender", {"which": w, **kwargs})  # noqa: E731
         attempts = 1 if which == "imports" else args.attempts
-        row[which] = fastest(call, attempts, label=f"n_train={n} {which}")
+        row[which] = fastest(beside_load(call, args.loaded), attempts, label=f"n_train={n} {which}")
     whole = lambda: run_whole_command(args.workdir, synth, n)  # noqa: E731
-    row["command"] = fastest(whole, args.attempts, label=f"n_train={n} command")
+    row["command"] = fastest(
+        beside_load(whole, args.loaded), args.attempts, label=f"n_train={n} command"
+    )
     row["diff_pairwise"], row["diff_group"] = agreement(
         row["ours"]["output"], row["baseline"]["output"]
     )
@@ -315,6 +342,7 @@ def save(rows: list[dict[str, Any]], args: argparse.Namespace, session: Session)
             "span length": SPAN_TOKENS,
             "corpus": ", ".join(CORPORA) + f" (at most {PER_DOC} spans per document)",
             "alpha (absolute)": 0.01,
+            "load": "one competing process" if args.loaded else "idle",
         },
         figures,
         targets=targets,
@@ -375,6 +403,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", type=Path, default=BENCH_DIR / "_work" / "decompose")
     parser.add_argument("--keep", action="store_true", help="keep the files and the cache")
+    parser.add_argument(
+        "--loaded", action="store_true", help="every contender beside one spinning process"
+    )
     args = parse_args(parser, attempts=3)
     logging.basicConfig(level=logging.WARNING)
     session = Session(NAME, MEASURED)

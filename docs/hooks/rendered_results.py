@@ -3,7 +3,7 @@ experiment or benchmark recorded, never copied by hand.
 
 A block is marked in the Markdown as::
 
-    <!-- rendered: NAME from PATH -->
+    <!-- rendered: NAME from PATH -->   (PATH may be a glob: every match, by its stem)
     ...the rendering of PATH's JSON by the renderer NAME...
     <!-- end rendered -->
 
@@ -153,7 +153,44 @@ def demo_real(result: dict[str, Any]) -> str:
     return real_markdown(table, [name for name, _ in result["plan"]["teachers"]])
 
 
+def _whole_command(result: dict[str, Any], spans: str) -> float | None:
+    """The whole command's speed-up over the baseline at ``spans`` training spans, if run."""
+    for row in result["figures"]:
+        if row["case"].startswith(spans) and row["case"].endswith("whole command"):
+            return float(row["ratio"])
+    return None
+
+
+def decompose_hosts(results: dict[str, Any]) -> str:
+    """One row per recorded ``bench/bench_decompose.py`` run (each host, kernels and load):
+    the whole command's speed-up over the authors' per-fit solver at 32k and 128k spans."""
+    rows = [
+        "| result | date, code | CPU (flags) | BLAS kernels | load | whole command, 32k | "
+        "whole command, 128k |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, result in sorted(results.items()):
+        machine = result["machine"]
+        flags = ", ".join(f for f in machine["flags"] if f.startswith(("avx512f", "amx_tile")))
+        cells = [
+            f"[{name}](results.md#{name})",
+            f"{result['date'][:10]}, {result['code']}",
+            f"{machine['cpu']} ({flags or 'avx2'})",
+            (machine.get("openblas") or "-").split(",")[0].split()[-1],
+            result["sizes"].get("load", "idle"),
+        ]
+        for spans, target in (("32,000", 15), ("128,000", 20)):
+            got = _whole_command(result, spans)
+            verdict = (
+                "-" if got is None else f"{got:.1f}x ({'met' if got >= target else 'not met'})"
+            )
+            cells.append(verdict)
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "decompose-hosts": decompose_hosts,
     "demo-real": demo_real,
     "merge-readme": merge_readme,
     "regime-readme": regime_readme,
@@ -171,6 +208,9 @@ def render(name: str, path: str) -> str:
     """Renderer ``name`` applied to the JSON at ``path`` (relative to the repository)."""
     if name not in RENDERERS:
         raise KeyError(f"no renderer {name!r} (renderers: {', '.join(RENDERERS)})")
+    if "*" in path:  # a glob: every matching result, by its file's stem
+        found = sorted(ROOT.glob(path))
+        return RENDERERS[name]({f.stem: json.loads(f.read_text(encoding="utf-8")) for f in found})
     return RENDERERS[name](json.loads((ROOT / path).read_text(encoding="utf-8")))
 
 
