@@ -39,6 +39,7 @@ def _site_copy(tmp_path: Path) -> Path:
     (copy / "src").symlink_to(ROOT / "src")
     (copy / "examples").symlink_to(ROOT / "examples")
     (copy / "experiments").symlink_to(ROOT / "experiments")  # the recorded results docs render
+    (copy / "bench" / "results").symlink_to(ROOT / "bench" / "results")  # and the benchmarks'
     return copy
 
 
