@@ -12,6 +12,7 @@ from lmalgebra.stats.similarity import (
     canonical_correlations,
     linear_cka,
     similarity_table,
+    similarity_tables,
     whitener,
     whiteners,
 )
@@ -158,3 +159,17 @@ def test_batched_whiteners_match_one_at_a_time() -> None:
     for ours, reference in zip(batched, alone, strict=True):
         # eigenvectors are defined up to sign: compare the projections they make
         np.testing.assert_allclose(ours @ ours.T, reference @ reference.T, atol=1e-10)
+
+
+def test_the_splits_side_by_side_give_each_split_s_own_table() -> None:
+    """``similarity_tables`` runs the splits on threads; each split's rows are those of
+    ``similarity_table`` on it alone (the same one-thread kernels: the same bits)."""
+    splits = {s: moments_of(make_models(300, seed)) for seed, s in enumerate(("tr", "va", "te"))}
+    blocks = layout(NAMES, DIMS)
+    together = similarity_tables(blocks, splits, keep=0.9)
+    assert list(together) == ["tr", "va", "te"]
+    for name, moments in splits.items():
+        assert together[name] == similarity_table(blocks, moments, keep=0.9)
+    assert together["tr"] != together["va"]
+    with pytest.raises(ValueError, match="va: covariance of size"):
+        similarity_tables(blocks, {**splits, "va": moments_of(make_models(50, 9)[:2])})

@@ -9,13 +9,17 @@ Two measures, both functions of the covariance blocks ``C_aa``, ``C_bb``, ``C_ab
   directions explaining a fraction ``keep`` of its variance and is whitened there; the canonical
   correlations are the singular values of ``W_a^T C_ab W_b`` and their mean is reported.
 
-Both are symmetric, so the table lists each unordered pair once.
+Both are symmetric, so the table lists each unordered pair once. ``similarity_tables`` computes
+the tables of several splits side by side, one split a thread (each on one BLAS thread), so the
+cores the process may use all work.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +141,34 @@ def similarity_table(
         raise ValueError(f"covariance of size {cov.shape[0]} does not match the block layout")
     with one_blas_thread():  # many small problems: see ``stats.blas_threads``
         return _pairs(blocks, cov, keep, ridge)
+
+
+def similarity_tables(
+    blocks: Sequence[ModelColumns],
+    splits: Mapping[str, SplitMoments],
+    keep: float = 0.99,
+    ridge: float = 1e-8,
+) -> dict[str, list[Similarity]]:
+    """:func:`similarity_table` of every split of ``splits``, by split: the splits side by side
+    on as many threads as the process has cores (each a sequence of small eigensolves on one
+    BLAS thread; NumPy's LAPACK calls release the GIL). The same figures as one at a time."""
+    _check_settings(keep, ridge)
+    for name, moments in splits.items():
+        if moments.cov.shape[0] != (blocks[-1].stop if blocks else 0):
+            raise ValueError(f"{name}: covariance of size {moments.cov.shape[0]} does not match")
+    workers = max(1, min(len(splits), _cores()))
+    with one_blas_thread(), ThreadPoolExecutor(workers) as pool:
+        tables = {
+            name: pool.submit(_pairs, blocks, moments.cov, keep, ridge)
+            for name, moments in splits.items()
+        }
+        return {name: table.result() for name, table in tables.items()}
+
+
+def _cores() -> int:
+    """The cores this process may run on (its affinity where the system says it)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _pairs(

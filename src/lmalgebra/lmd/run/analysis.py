@@ -24,7 +24,7 @@ from lmalgebra.stats.alpha_select import adjusted_r2, effective_df, select_alpha
 from lmalgebra.stats.attribution import attribute
 from lmalgebra.stats.bootstrap import bootstrap_r2
 from lmalgebra.stats.nulls import random_copy, random_null_fits, shuffled_from_r2
-from lmalgebra.stats.similarity import similarity_table
+from lmalgebra.stats.similarity import similarity_tables
 from lmalgebra.stats.solver import Decomposer, Fit
 
 HELD_OUT = ("validation", "test")
@@ -169,8 +169,9 @@ def _similarity_rows(solver: Decomposer, pairwise: dict[str, np.ndarray]) -> lis
     names = [b.name for b in solver.blocks]
     index = {n: k for k, n in enumerate(names)}
     rows: list[Row] = []
+    tables = similarity_tables(solver.blocks, {split: solver.splits[split] for split in SPLITS})
     for split in SPLITS:
-        for s in similarity_table(solver.blocks, solver.splits[split]):
+        for s in tables[split]:
             for a, b in ((s.model_a, s.model_b), (s.model_b, s.model_a)):
                 rows.append(
                     {
