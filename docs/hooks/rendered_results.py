@@ -37,6 +37,19 @@ def _mean_sd(cell: dict[str, float]) -> str:
     return f"{cell['mean']:.3f} ± {cell['std']:.3f}"
 
 
+def _bits(student: dict[str, Any]) -> str:
+    """A student's held-out bits per byte, one cell a language."""
+    return " | ".join(_mean_sd(student["bits_per_byte"][x]) for x in LANGUAGES)
+
+
+def _targets(table: dict[str, Any]) -> list[str]:
+    """One bullet a target of a regime's table: what was measured, met or not."""
+    return [
+        f"- {lang}: {got['text']}: {'met' if got['met'] else 'not met'}."
+        for lang, got in table["targets"].items()
+    ]
+
+
 def real_teachers_readme(result: dict[str, Any]) -> str:
     """The README's table of ``experiments/real_teachers.py``: teachers, CE only, ALM from both
     teachers, and the best loss's share of the gap closed."""
@@ -49,12 +62,8 @@ def real_teachers_readme(result: dict[str, Any]) -> str:
         "| Gemma-3-270M, SmolLM2-135M (teachers) | "
         + " | ".join(f"{teachers['gemma'][x]:.3f}, {teachers['smollm2'][x]:.3f}" for x in LANGUAGES)
         + " |",
-        "| student, CE only | "
-        + " | ".join(_mean_sd(ce["bits_per_byte"][x]) for x in LANGUAGES)
-        + " |",
-        "| student, ALM from both teachers | "
-        + " | ".join(_mean_sd(merged["bits_per_byte"][x]) for x in LANGUAGES)
-        + " |",
+        f"| student, CE only | {_bits(ce)} |",
+        f"| student, ALM from both teachers | {_bits(merged)} |",
         "",
         f"No distillation loss closes the targeted 30% of the gap at this budget (the best, "
         f"{table['best_loss']}, {100 * table['best_gap_closed']:.1f}%). With SmolLM2 as "
@@ -96,12 +105,8 @@ def regime_readme(result: dict[str, Any]) -> str:
         + " |",
     ]
     for name, row in table["students"].items():
-        cells = " | ".join(_mean_sd(row["bits_per_byte"][x]) for x in LANGUAGES)
-        rows.append(f"| {name} | {cells} |")
-    rows.append("")
-    for lang, got in table["targets"].items():
-        rows.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'not met'}.")
-    return "\n".join(rows) + "\n"
+        rows.append(f"| {name} | {_bits(row)} |")
+    return "\n".join([*rows, "", *_targets(table)]) + "\n"
 
 
 MERGE_NAMES = {
@@ -133,14 +138,11 @@ def merge_readme(result: dict[str, Any]) -> str:
         cells = " | ".join(f"{teachers[name][x]:.3f}" for x in LANGUAGES)
         rows.append(f"| teacher {name} | {cells} | | |")
     for name, row in table["students"].items():
-        cells = " | ".join(_mean_sd(row["bits_per_byte"][x]) for x in LANGUAGES)
+        cells = _bits(row)
         closed = ", ".join(f"{100 * row['gap_closed'][x]:.1f}%" for x in ("fr", "es"))
         rdt = f"{row['rdt']['average']:.1f}%"
         rows.append(f"| {MERGE_NAMES.get(name, name)} | {cells} | {closed} | {rdt} |")
-    rows.append("")
-    for lang, got in table["targets"].items():
-        rows.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'not met'}.")
-    return "\n".join(rows) + "\n"
+    return "\n".join([*rows, "", *_targets(table)]) + "\n"
 
 
 def demo_real(result: dict[str, Any]) -> str:

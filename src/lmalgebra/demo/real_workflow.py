@@ -114,13 +114,13 @@ def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str
         "top_k": plan.top_k,
         "output_dir": str(out),
         "student": {"init": plan.student_init, "layers": list(plan.layers)},
-        "training": real_training(plan.steps, plan.batch_size, plan.lr, plan.lambda_value),
+        "training": real_training(
+            plan.steps, plan.batch_size, plan.lr, plan.lambda_value, plan.validation_every
+        ),
     }
     bf16 = plan.precision == "auto" and native_bf16()
     data["dtype"] = "bfloat16" if bf16 else "float32"
     data["training"] |= {
-        "checkpoint_every": plan.validation_every,
-        "log_every": plan.validation_every,
         "validation_fraction": plan.validation_fraction,
         "validation_every": plan.validation_every,
         "patience": plan.patience,
@@ -131,9 +131,12 @@ def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str
     return data
 
 
-def real_training(steps: int, batch_size: int, lr: float, lambda_value: float) -> dict[str, Any]:
+def real_training(
+    steps: int, batch_size: int, lr: float, lambda_value: float, every: int | None = None
+) -> dict[str, Any]:
     """The students' ``training``: ``lambda_value`` constant, a tenth of the steps to warm up,
-    a checkpoint halfway, removed once the student is saved (each of a real student's
+    a checkpoint and a log line every ``every`` steps (default: a checkpoint halfway, a log line
+    every quarter), checkpoints removed once the student is saved (each of a real student's
     checkpoints is about 0.6 GB) (the demo's and ``experiments/real_teachers.py``'s)."""
     return {
         "steps": steps,
@@ -142,8 +145,8 @@ def real_training(steps: int, batch_size: int, lr: float, lambda_value: float) -
         "warmup_steps": max(1, steps // 10),
         "lambda_schedule": "constant",
         "lambda_value": lambda_value,
-        "checkpoint_every": max(1, steps // 2),
-        "log_every": max(1, steps // 4),
+        "checkpoint_every": every or max(1, steps // 2),
+        "log_every": every or max(1, steps // 4),
         "keep_checkpoints": 0,
     }
 
