@@ -22,7 +22,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.remote_code import load_failure
 from lmalgebra.core.text_files import absent
-from lmalgebra.sources.loaded_weights import refuse_incomplete
+from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
@@ -242,7 +242,7 @@ def _dequantise(path: Path, out: Path, owner: str) -> None:
             gguf_file=name,
             dtype=torch.float32,
             quantization_config=GgufConfig(dequantize=True),
-            output_loading_info=True,
+            **CHECKED_LOAD,
         )
         # tensors that do not match the declared architecture would load as a fresh model
         refuse_incomplete(owner, path, model, info)
