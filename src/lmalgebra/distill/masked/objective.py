@@ -67,6 +67,10 @@ class MaskedObjective(Objective):
             check_set([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
         self.refuse_miscounted(MASKED, TOPK)
         stamp = vocab_stamp(self.recipe, teachers)
+        if stamp.damaged():
+            raise UserInputError(
+                f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
+            )
         if stamp.recorded() is None:
             raise UserInputError(
                 f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
