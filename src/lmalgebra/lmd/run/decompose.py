@@ -19,7 +19,7 @@ from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PROVENANCE, SUMMARY
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
-from lmalgebra.sources.corpus import read_documents
+from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
@@ -97,6 +97,16 @@ def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
     check_directory(config.out, "output directory")
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
+
+
+def check_corpus(config: DecomposeConfig) -> None:
+    """What a run of ``config`` refuses of its corpus, read as the run reads it before any
+    embedding (``decompose --dry-run``): a file that is no regular file, is not UTF-8 text or
+    holds no text, or a per-language study of documents without languages."""
+    if config.study.languages:
+        documents_by_language(config.corpus)
+    else:
+        read_documents(config.corpus)
 
 
 def _claim_directory(
