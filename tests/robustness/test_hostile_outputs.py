@@ -313,6 +313,23 @@ def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_pat
     assert (target / "thesis.tex").is_file() and (target / "summary.json").is_file()
 
 
+def test_a_run_saved_where_it_was_read_from_is_kept(finished_run: Path, tmp_path: Path) -> None:
+    """``load(DIR).save(DIR, overwrite=True)`` had removed the run's files before copying them
+    onto themselves: an empty directory, reported saved. The run is there already: kept."""
+    import shutil
+
+    from lmalgebra import Decomposition
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = digests(run)
+    read = Decomposition.load(run)
+    for overwrite in (True, False):
+        assert read.save(tmp_path / "." / "run", overwrite=overwrite) == tmp_path / "run"
+        assert digests(run) == before
+    assert Decomposition.load(run).pairwise("test").equals(read.pairwise("test"))
+
+
 def test_a_finished_run_is_not_replaced_by_a_run_on_other_inputs(
     cli: Runner, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path
 ) -> None:

@@ -188,6 +188,8 @@ class Decomposition:
 
     def _copy_to(self, target: Path, overwrite: bool) -> Path:
         assert self.run_dir is not None
+        if target.exists() and target.resolve() == self.run_dir.resolve():
+            return target  # where it was read from: there already (overwrite would remove it)
         with run_directory_lock(target, "decompose"):  # as a run there would hold it
             if any(p.name != LOCK_NAME for p in target.iterdir()):
                 if not overwrite:
