@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PROVENANCE, SUMMARY
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.sources.corpus import documents_by_language, read_documents
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
     LOCK_NAME,
@@ -66,6 +68,21 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
     path = out / PROVENANCE
     if overwrite or not (out / SUMMARY).is_file() or not path.is_file():
         return
+    corpus, models = _recorded_inputs(path)
+    now_corpus, now_models = current()
+    differ = ["corpus (its documents)"] if corpus != now_corpus else []
+    differ += [f"model {n!r}" for n, p in now_models.items() if n in models and models[n] != p]
+    if differ:
+        raise UserInputError(
+            f"{out} holds a finished decomposition of the same configuration on other inputs "
+            f"({', '.join(differ)} {'differ' if len(differ) > 1 else 'differs'} since); write to "
+            "another directory, or pass --overwrite to replace it"
+        )
+
+
+def _recorded_inputs(path: Path) -> tuple[str, dict[str, Any]]:
+    """The documents' hash and the models' fingerprints a finished run's ``provenance.json``
+    (``path``) records; a damaged one is refused, naming it."""
     try:
         recorded = json.loads(read_text(path, "run provenance"))
         corpus, models = recorded["hashes"]["corpus"], recorded["models"]
@@ -77,15 +94,32 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
             "cannot be compared with these; restore it, write to another directory, or pass "
             "--overwrite to replace the run"
         ) from None
-    now_corpus, now_models = current()
-    differ = ["corpus (its documents)"] if corpus != now_corpus else []
-    differ += [f"model {n!r}" for n, p in now_models.items() if n in models and models[n] != p]
-    if differ:
-        raise UserInputError(
-            f"{out} holds a finished decomposition of the same configuration on other inputs "
-            f"({', '.join(differ)} {'differ' if len(differ) > 1 else 'differs'} since); write to "
-            "another directory, or pass --overwrite to replace it"
-        )
+    return corpus, models
+
+
+def claim_copy(source: Path, target: Path, overwrite: bool) -> None:
+    """Claim ``target`` for a copy of the finished run in ``source`` (``Decomposition.save`` of
+    a run read back) as a run of its configuration claims its directory: empty, or holding this
+    run, finished or a copy cut short (copied again into the same files); another
+    configuration, the same one on other inputs or files of no run are refused, or with
+    ``overwrite`` the old run's files alone removed. As a run does, the copy's ``summary.json``
+    is removed and its ``config.yaml`` written before anything else: copied last, the summary
+    marks the copy finished."""
+    identity = _recorded_identity(source) or {}
+    claim_run_directory(
+        target,
+        identity,
+        _recorded_identity(target),
+        finished=(target / SUMMARY).is_file(),
+        overwrite=overwrite,
+        what="decomposition",
+        owned=OWNED,
+    )
+    if (source / PROVENANCE).is_file():
+        _check_inputs(target, lambda: _recorded_inputs(source / PROVENANCE), overwrite)
+    (target / SUMMARY).unlink(missing_ok=True)
+    if (source / CONFIG).is_file():
+        write_atomic(target / CONFIG, functools.partial(shutil.copyfile, source / CONFIG))
 
 
 def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
