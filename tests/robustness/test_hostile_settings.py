@@ -41,6 +41,10 @@ DECOMPOSE = {
         ["--study.attribution_split", "test"],
         ["--study.attribution_split 'test'", "ignored", "--study.attribution"],
     ),
+    "seed_without_bootstrap_or_attribution": (
+        ["--study.seed", "4"],
+        ["--study.seed 4", "ignored", "--study.bootstrap", "--study.attribution"],
+    ),
     "probes_of_the_exact_method": (
         ["--scale.probes", "8"],
         ["--scale.probes 8", "ignored", "--scale.method reduced or sketch"],
