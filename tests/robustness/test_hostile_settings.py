@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import lmalgebra
+from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, refused_before_embedding
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
@@ -103,6 +104,22 @@ def test_distillation_settings_of_a_run_that_distils_nothing_are_refused(
     code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
     assert_one_line(code, stderr, ["training.temperature 2.0", "ignored", "training.gold_only"])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["prepare", "prepare --dry-run"])
+def test_a_sample_seed_without_samples_is_refused(
+    command: str, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``causal.samples: 0`` draws nothing: a ``sample_seed`` beside it was recorded, never
+    used. Refused naming both; with samples drawn it is accepted."""
+    causal = {"example_bytes": 300, "samples": 0, "sample_seed": 7}
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, causal=causal)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["causal.sample_seed 7", "ignored", "causal.samples"])
+    assert not (tmp_path / "run").exists()
+    drawn = write_causal_recipe(tmp_path, causal_teacher_dirs, causal={**causal, "samples": 2})
+    assert len(lmalgebra.merge_plan(drawn, stages="prepare")) > 0  # applied: accepted
 
 
 def test_ce_alone_or_gold_only_refuses_what_only_distillation_reads() -> None:
