@@ -106,6 +106,30 @@ def test_distillation_settings_of_a_run_that_distils_nothing_are_refused(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+def test_sampling_settings_the_recipe_gives_nothing_to_choose_from_are_refused(
+    command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``multi_teacher: best`` where every language keeps one teacher, and a language
+    ``sampling_exponent`` in a recipe of one language, were recorded and never used."""
+    words = command.split()
+    best = {**TINY_TRAINING, "multi_teacher": "best", "teachers": ["wp"]}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=best)
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.multi_teacher 'best'", "ignored", "several teachers"])
+    one = {"xx": {"corpus": {"paths": [str(tmp_path / "xx.txt")]}, "teachers": ["wp"]}}
+    sampled = {**TINY_TRAINING, "sampling_exponent": 0.3}
+    recipe = write_recipe(
+        tmp_path, {"wp": teacher_dirs["wp"]}, student=TINY_STUDENT, training=sampled, languages=one
+    )
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.sampling_exponent 0.3", "ignored", "languages"])
+    assert not (tmp_path / "run").exists()
+    applied = {**sampled, "multi_teacher": "best"}  # two languages, yy of two teachers
+    both = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=applied)
+    assert lmalgebra.merge_plan(both).train_s.gt(0).all()  # applied: accepted
+
+
 @pytest.mark.parametrize("command", ["prepare", "prepare --dry-run"])
 def test_a_sample_seed_without_samples_is_refused(
     command: str, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli

@@ -237,6 +237,20 @@ class MergeRecipe(Settings):
                 )
         return kept
 
+    def check_training(self, spec: TrainingSpec) -> dict[str, list[str]]:
+        """What training refuses of ``spec`` beside this recipe, before any work (the dry run
+        too): a ``training.teachers`` the recipe refuses (``teachers_of``, whose result is
+        returned), and a setting the recipe makes training ignore: ``sampling_exponent`` with
+        one language to sample, ``multi_teacher`` where no language keeps several teachers."""
+        kept = self.teachers_of(spec.teachers)
+        unused = {}
+        if len(kept) == 1:
+            unused["sampling_exponent"] = "recipes of several languages"
+        if all(len(names) == 1 for names in kept.values()):
+            unused["multi_teacher"] = "languages of several teachers"
+        refuse_ignored(spec, "training.", unused)
+        return kept
+
     def example_text(self, text: str) -> str:
         """The text an example keeps of a (stripped) document: all of it."""
         return text

@@ -87,7 +87,7 @@ class MaskedObjective(Objective):
         from lmalgebra.distill.masked.training import train_masked_student
 
         self.layout.student(name)  # a name that is no plain directory name: refused first
-        self.recipe.teachers_of(training.teachers)  # settings before the store, as a dry run
+        self.recipe.check_training(training)  # settings before the store, as a dry run
         teachers = self.check_store()
         return train_masked_student(self.recipe, name, training, teachers, progress, restart)
 
