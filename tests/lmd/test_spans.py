@@ -88,6 +88,8 @@ def test_fractions_are_respected() -> None:
         ({"length": 0}, "span length T must be >= 1"),
         ({"fractions": (0.5, 0.5, 0.5)}, "sum to 1"),
         ({"fractions": (0.0, 0.5, 0.5)}, "training split"),
+        ({"fractions": (0.9, 0.1, 0.0)}, "gives the test split no documents"),
+        ({"fractions": (1.0, 0.0, 0.0)}, "gives the validation split no documents"),
         ({"per_doc": 0}, "per_doc"),
     ],
 )

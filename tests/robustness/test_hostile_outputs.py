@@ -313,6 +313,56 @@ def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_pat
     assert (target / "thesis.tex").is_file() and (target / "summary.json").is_file()
 
 
+def test_a_run_saved_where_it_was_read_from_is_kept(finished_run: Path, tmp_path: Path) -> None:
+    """``load(DIR).save(DIR, overwrite=True)`` had removed the run's files before copying them
+    onto themselves: an empty directory, reported saved. The run is there already: kept."""
+    import shutil
+
+    from lmalgebra import Decomposition
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = digests(run)
+    read = Decomposition.load(run)
+    for overwrite in (True, False):
+        assert read.save(tmp_path / "." / "run", overwrite=overwrite) == tmp_path / "run"
+        assert digests(run) == before
+    assert Decomposition.load(run).pairwise("test").equals(read.pairwise("test"))
+
+
+def test_a_copy_of_a_run_stopped_at_any_write_resumes(finished_run: Path, tmp_path: Path) -> None:
+    """``Decomposition.save`` of a run read back, stopped at each of its writes, is never marked
+    complete and, saved again, finishes as an uninterrupted copy; it had been refused as a
+    directory that is not empty, and could leave ``summary.json`` copied before the tables."""
+    import shutil
+
+    from kill_helpers import count_points, interrupted_at
+    from lmalgebra import Decomposition
+    from lmalgebra.core.errors import UserInputError
+
+    read = Decomposition.load(finished_run)
+    target = tmp_path / "copy"
+
+    def save() -> tuple[int, str]:
+        try:
+            read.save(target)
+        except KeyboardInterrupt:
+            return 130, ""
+        return 0, ""
+
+    points = count_points(tmp_path, save)
+    expected = digests(target)
+    assert save() == (0, "") and digests(target) == expected  # the same run: copied again
+    for k in range(1, len(points) + 1):
+        shutil.rmtree(target)
+        code, _, point = interrupted_at(k, tmp_path, save)
+        assert code == 130 and point is not None
+        with pytest.raises(UserInputError):
+            Decomposition.load(target)
+        assert save() == (0, ""), point
+        assert digests(target) == expected, point
+
+
 def test_a_finished_run_is_not_replaced_by_a_run_on_other_inputs(
     cli: Runner, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import lmalgebra
+from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, refused_before_embedding
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 
@@ -40,6 +41,10 @@ DECOMPOSE = {
     "attribution_split_without_attribution": (
         ["--study.attribution_split", "test"],
         ["--study.attribution_split 'test'", "ignored", "--study.attribution"],
+    ),
+    "seed_without_bootstrap_or_attribution": (
+        ["--study.seed", "4"],
+        ["--study.seed 4", "ignored", "--study.bootstrap", "--study.attribution"],
     ),
     "probes_of_the_exact_method": (
         ["--scale.probes", "8"],
@@ -99,6 +104,46 @@ def test_distillation_settings_of_a_run_that_distils_nothing_are_refused(
     code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
     assert_one_line(code, stderr, ["training.temperature 2.0", "ignored", "training.gold_only"])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+def test_sampling_settings_the_recipe_gives_nothing_to_choose_from_are_refused(
+    command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``multi_teacher: best`` where every language keeps one teacher, and a language
+    ``sampling_exponent`` in a recipe of one language, were recorded and never used."""
+    words = command.split()
+    best = {**TINY_TRAINING, "multi_teacher": "best", "teachers": ["wp"]}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=best)
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.multi_teacher 'best'", "ignored", "several teachers"])
+    one = {"xx": {"corpus": {"paths": [str(tmp_path / "xx.txt")]}, "teachers": ["wp"]}}
+    sampled = {**TINY_TRAINING, "sampling_exponent": 0.3}
+    recipe = write_recipe(
+        tmp_path, {"wp": teacher_dirs["wp"]}, student=TINY_STUDENT, training=sampled, languages=one
+    )
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.sampling_exponent 0.3", "ignored", "languages"])
+    assert not (tmp_path / "run").exists()
+    applied = {**sampled, "multi_teacher": "best"}  # two languages, yy of two teachers
+    both = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=applied)
+    assert lmalgebra.merge_plan(both).train_s.gt(0).all()  # applied: accepted
+
+
+@pytest.mark.parametrize("command", ["prepare", "prepare --dry-run"])
+def test_a_sample_seed_without_samples_is_refused(
+    command: str, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``causal.samples: 0`` draws nothing: a ``sample_seed`` beside it was recorded, never
+    used. Refused naming both; with samples drawn it is accepted."""
+    causal = {"example_bytes": 300, "samples": 0, "sample_seed": 7}
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, causal=causal)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["causal.sample_seed 7", "ignored", "causal.samples"])
+    assert not (tmp_path / "run").exists()
+    drawn = write_causal_recipe(tmp_path, causal_teacher_dirs, causal={**causal, "samples": 2})
+    assert len(lmalgebra.merge_plan(drawn, stages="prepare")) > 0  # applied: accepted
 
 
 def test_ce_alone_or_gold_only_refuses_what_only_distillation_reads() -> None:

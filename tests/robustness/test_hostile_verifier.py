@@ -205,3 +205,34 @@ def test_a_causal_teacher_holding_fewer_examples_fails_verify(
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
     assert_one_line(code, stderr, [named, "merge prepare RECIPE"])
     assert not (run / "student").exists()
+
+
+@pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json"])
+def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
+    damaged: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """The student tokenizer is checked against its checksum and the completion mark read as
+    such: a token renamed in ``tokenizer.json`` had passed both into training, and a damaged
+    mark passed verify and was then called a missing vocabulary."""
+    run = tmp_path / "run"
+    shutil.copytree(built, run)
+    recipe = tmp_path / "recipe.yaml"
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(built), str(run)), encoding="utf-8")
+    path = run / "vocab" / damaged
+    intact = path.read_bytes()
+    if damaged == "tokenizer.json":
+        path.write_bytes(intact.replace(b'"[UNK]"', b'"[UNX]"'))
+    else:
+        path.write_text("garbage\n", encoding="utf-8")
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(path)])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(path), "merge vocab"])
+    assert digests(run) == before
+    code, stderr = cli(["merge", "vocab", str(recipe)])
+    assert code == 0, stderr
+    assert path.read_bytes() == intact
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr

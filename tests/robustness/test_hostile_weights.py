@@ -24,13 +24,19 @@ from tiny import build_bert_mlm
 DROPPED = "encoder.layer.1.attention.self.query.weight"
 
 
-def _edit_weights(directory: Path, drop: str | None = None, add: str | None = None) -> None:
-    """Remove the tensor whose name ends with ``drop`` and add a tensor named ``add``."""
+def _edit_weights(
+    directory: Path, drop: str | None = None, add: str | None = None, shrink: str | None = None
+) -> None:
+    """Remove the tensor whose name ends with ``drop``, add a tensor named ``add`` and make the
+    one whose name ends with ``shrink`` a 3x3 tensor."""
     path = directory / "model.safetensors"
     tensors = load_file(path)
     if drop is not None:
         (name,) = [key for key in tensors if key.endswith(drop)]
         del tensors[name]
+    if shrink is not None:
+        (name,) = [key for key in tensors if key.endswith(shrink)]
+        tensors[name] = torch.zeros(3, 3)
     if add is not None:
         tensors[add] = torch.zeros(4, 4)
     save_file(tensors, str(path), metadata={"format": "pt"})
@@ -60,6 +66,22 @@ def test_a_model_to_embed_with_a_layer_beyond_its_configuration_is_refused(
     ref = ModelRef(name="enc", path=str(bert_copy))
     with pytest.raises(UserInputError, match=r"model 'enc'.*encoder\.layer\.5\.output"):
         source_of(ref, bert_copy).load()
+
+
+def test_a_tensor_of_another_shape_is_named_with_both_shapes(
+    bert_copy: Path, tmp_path: Path
+) -> None:
+    """transformers raises on it pointing at a log line that is hidden; the line names it."""
+    _edit_weights(bert_copy, shrink=DROPPED)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=f"model 'enc'.*{DROPPED} .files 3x3, model 32x32"):
+        source_of(ref, bert_copy).load()
+    teacher = build_bert_mlm(tmp_path / "mlm")
+    _edit_weights(teacher, shrink=DROPPED)
+    ref = ModelRef(name="mlm", path=str(teacher))
+    with pytest.raises(UserInputError, match=f"teacher 'mlm'.*{DROPPED} .files 3x3") as caught:
+        load_lm(ref, teacher, "masked")
+    assert "\n" not in str(caught.value) and "above report" not in str(caught.value)
 
 
 def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:

@@ -281,18 +281,29 @@ def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "damage", ["weights cut short", "config deleted", "record damaged", "a file in its place"]
+    "damage",
+    [
+        "weights cut short",
+        "weights damaged in place",
+        "config deleted",
+        "record damaged",
+        "a file in its place",
+    ],
 )
 def test_a_damaged_dequantised_entry_is_built_again(
     damage: str, source, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cache's model directory is checked against the sizes its ``gguf.json`` records: one
-    damaged since is built again (with a warning), not loaded as it is."""
+    """The cache's model directory is checked against the sizes and the hash its ``gguf.json``
+    records: one damaged since (bytes overwritten at the same size too) is built again (with a
+    warning), not loaded as it is."""
     ref = ModelRef.parse(f"gguf:{source[2]}")
     built = ref.source.resolve()
     weights = built / "model.safetensors"
+    intact = weights.read_bytes()
     if damage == "weights cut short":
-        weights.write_bytes(weights.read_bytes()[:100])
+        weights.write_bytes(intact[:100])
+    elif damage == "weights damaged in place":
+        weights.write_bytes(intact[:-64] + bytes(64))
     elif damage == "config deleted":
         (built / "config.json").unlink()
     elif damage == "record damaged":
@@ -303,7 +314,7 @@ def test_a_damaged_dequantised_entry_is_built_again(
     calls = _counting_builds(monkeypatch)
     again = ref.source.resolve()
     assert again == built and len(calls) == 1
-    assert weights.stat().st_size > 100 and (built / "config.json").is_file()
+    assert weights.read_bytes() == intact and (built / "config.json").is_file()
     assert ref.source.resolve() == built and len(calls) == 1  # intact now: kept
 
 

@@ -10,6 +10,7 @@ give equal DataFrames.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import shutil
 import tempfile
@@ -23,14 +24,15 @@ from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, r
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.run.decompose import save_result
+from lmalgebra.lmd.run.decompose import claim_copy, save_result
 from lmalgebra.lmd.run.outputs import summary as summary_of
 from lmalgebra.lmd.run.pipeline import RunResult
 from lmalgebra.lmd.rundir.files import read_summary
-from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PAIRWISE_HEATMAP
+from lmalgebra.lmd.rundir.schema import CONFIG, PAIRWISE_HEATMAP, SUMMARY
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.storage.atomic import write_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
-from lmalgebra.storage.output_paths import LOCK_NAME, check_directory, remove_run_files
+from lmalgebra.storage.output_paths import check_directory
 
 
 class Decomposition:
@@ -188,19 +190,20 @@ class Decomposition:
 
     def _copy_to(self, target: Path, overwrite: bool) -> Path:
         assert self.run_dir is not None
+        if target.exists() and target.resolve() == self.run_dir.resolve():
+            return target  # where it was read from: there already (overwrite would remove it)
+        source = self.run_dir
         with run_directory_lock(target, "decompose"):  # as a run there would hold it
-            if any(p.name != LOCK_NAME for p in target.iterdir()):
-                if not overwrite:
-                    raise UserInputError(
-                        f"{target} is not empty: pass overwrite=True to replace it"
-                    )
-                remove_run_files(target, "decomposition", OWNED)  # refuses a user's own files
-            shutil.copytree(
-                self.run_dir,
-                target,
-                ignore=shutil.ignore_patterns(LOCK_NAME, ".*"),
-                dirs_exist_ok=True,
-            )
+            claim_copy(source, target, overwrite)
+
+            def left_out(directory: str, names: list[str]) -> list[str]:
+                """Hidden files (the lock), the configuration (copied by the claim) and the
+                completion mark (copied last)."""
+                top = Path(directory) == source
+                return [n for n in names if n.startswith(".") or (top and n in (CONFIG, SUMMARY))]
+
+            shutil.copytree(source, target, ignore=left_out, dirs_exist_ok=True)
+            write_atomic(target / SUMMARY, functools.partial(shutil.copyfile, source / SUMMARY))
         return target
 
     @library_entry

@@ -78,9 +78,10 @@ def decompose(
     from lmalgebra.distributed import is_main
 
     if dry_run:
-        from lmalgebra.lmd.run.decompose import check_claim
+        from lmalgebra.lmd.run.decompose import check_claim, check_corpus
 
         check_claim(config, overwrite)  # the run's refusals of its directory, nothing written
+        check_corpus(config)  # and of its text, read as the run reads it
         _print_plan(plan_frame(config))
         return
     result = decompose_recipe(config, overwrite)

@@ -26,7 +26,7 @@ from pydantic import (
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
-from lmalgebra.core.settings import Settings, SettingsError, describe
+from lmalgebra.core.settings import Settings, SettingsError, describe, refuse_ignored
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
@@ -123,6 +123,12 @@ class CausalSpec(Settings):
         "at every position, stored with their log-probabilities (Sparse Logit Sampling); 0: none.",
     )
     sample_seed: int = Field(default=0, description="Seed of the drawn tokens.")
+
+    @model_validator(mode="after")
+    def _check(self) -> CausalSpec:
+        if not self.samples:  # nothing is drawn: a seed of the draws would do nothing
+            refuse_ignored(self, "causal.", {"sample_seed": "causal.samples above 0"})
+        return self
 
 
 def cut_text(text: str, max_bytes: int) -> str:
@@ -229,6 +235,20 @@ class MergeRecipe(Settings):
                     f"training.teachers leaves language {code!r} without a teacher "
                     f"(its teachers: {', '.join(self.languages[code].teachers)})"
                 )
+        return kept
+
+    def check_training(self, spec: TrainingSpec) -> dict[str, list[str]]:
+        """What training refuses of ``spec`` beside this recipe, before any work (the dry run
+        too): a ``training.teachers`` the recipe refuses (``teachers_of``, whose result is
+        returned), and a setting the recipe makes training ignore: ``sampling_exponent`` with
+        one language to sample, ``multi_teacher`` where no language keeps several teachers."""
+        kept = self.teachers_of(spec.teachers)
+        unused = {}
+        if len(kept) == 1:
+            unused["sampling_exponent"] = "recipes of several languages"
+        if all(len(names) == 1 for names in kept.values()):
+            unused["multi_teacher"] = "languages of several teachers"
+        refuse_ignored(spec, "training.", unused)
         return kept
 
     def example_text(self, text: str) -> str:

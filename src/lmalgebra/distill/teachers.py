@@ -26,7 +26,7 @@ from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import read_text
-from lmalgebra.sources.loaded_weights import refuse_incomplete
+from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -146,7 +146,7 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
         announce_remote_code(ref.name, directory)
     try:
         loaded: Any = getattr(transformers, auto).from_pretrained(
-            directory, output_loading_info=True, trust_remote_code=ref.trust_remote_code
+            directory, **CHECKED_LOAD, trust_remote_code=ref.trust_remote_code
         )
     except Exception as err:
         raise UserInputError(

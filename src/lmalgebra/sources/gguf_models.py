@@ -4,7 +4,8 @@ transformers reads a GGUF file (llama.cpp's format: quantised weights, the confi
 tokenizer's vocabulary in one file) by dequantising every tensor to float32, a minute or more for
 a 100-300 MB file on a small machine. ``gguf_directory`` does that once: the model (float32
 safetensors), its tokenizer (rebuilt from the file's vocabulary) and :data:`PROVENANCE` (the
-file's sha256, size, architecture and quantisation) land in
+file's sha256, size, architecture and quantisation, and the size and a hash of each file made)
+land in
 ``$LMALGEBRA_CACHE/gguf/<stem>-<sha256[:16]>``, published whole by a rename (``build_once``), so
 every loader reads a plain model directory and later loads take seconds.
 """
@@ -22,7 +23,8 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.remote_code import load_failure
 from lmalgebra.core.text_files import absent
-from lmalgebra.sources.loaded_weights import refuse_incomplete
+from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
+from lmalgebra.sources.model_files import memoised_hash
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
@@ -117,18 +119,23 @@ def gguf_directory(
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = _versions()
-        provenance["files"] = {p.name: p.stat().st_size for p in sorted(made.iterdir())}
+        files = sorted(made.iterdir())
+        provenance["files"] = {p.name: p.stat().st_size for p in files}
+        provenance["files_sha256"] = memoised_hash(files, made, None)
         (made / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
         return made
 
     return build_once(target, build, f"{owner} ({name}, dequantised)", _intact)
 
 
-def _intact(directory: Path) -> bool:
+def _intact(directory: Path, hashed: bool = True) -> bool:
     """Whether a dequantised model directory is as it was built: its :data:`PROVENANCE`
-    readable, and every file it lists there at the size it had (a file deleted or cut short
-    since, a damaged record: built again). Entries from before the list are checked for a
-    configuration and weights."""
+    readable, and every file it lists there at the size it had and, all together, of the hash
+    recorded (a file deleted, cut short or damaged in place since, a damaged record: built
+    again). The hash is remembered in the cache's ``hashes/`` under each file's size, times and
+    inode, so an intact entry is read whole once per change; ``hashed=False`` (a plan, which
+    reads the configuration and tokenizer alone and writes nothing) checks the sizes only.
+    Entries from before the list are checked for a configuration and weights."""
     try:
         provenance = read_provenance(directory)
     except (OSError, ValueError, TypeError):
@@ -138,11 +145,14 @@ def _intact(directory: Path) -> bool:
     files = provenance.get("files")
     if not isinstance(files, dict):
         return (directory / "config.json").is_file() and any(directory.glob("*.safetensors"))
-    for file, size in files.items():
-        path = directory / str(file)
+    paths = [directory / str(file) for file in files]
+    for path, size in zip(paths, files.values(), strict=True):
         if not path.is_file() or path.stat().st_size != size:
             return False
-    return True
+    recorded = provenance.get("files_sha256")
+    if not hashed or recorded is None:
+        return True
+    return memoised_hash(paths, directory, cache_directory() / "hashes") == recorded
 
 
 def file_directory(path: str, owner: str, weights: bool = True) -> Path:
@@ -163,7 +173,7 @@ def _planning_directory(file: Path, owner: str) -> Path:
     directory (removed when the process ends) holding the configuration and tokenizer the file
     describes, its architecture checked as a build checks it, nothing dequantised."""
     target = _cache_directory(file.stem, sha256_file(file))
-    if target.is_dir() and _intact(target):
+    if target.is_dir() and _intact(target, hashed=False):
         return target
     return _described(file, owner, _scratch())
 
@@ -173,7 +183,7 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     intact; else the configuration and tokenizer of the file ``parts`` form (joined and checked
     in a temporary directory), nothing written to the cache, nothing dequantised."""
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and _intact(target):
+    if target.is_dir() and _intact(target, hashed=False):
         return target
     _gguf_package(owner)
     work = _scratch()
@@ -242,7 +252,7 @@ def _dequantise(path: Path, out: Path, owner: str) -> None:
             gguf_file=name,
             dtype=torch.float32,
             quantization_config=GgufConfig(dequantize=True),
-            output_loading_info=True,
+            **CHECKED_LOAD,
         )
         # tensors that do not match the declared architecture would load as a fresh model
         refuse_incomplete(owner, path, model, info)

@@ -22,6 +22,11 @@ from lmalgebra.core.errors import UserInputError
 
 SHOWN = 3  # tensors named in a message; the count says how many more
 
+# keyword arguments of every checked ``from_pretrained``: transformers then reports what it left
+# out instead of raising on a tensor of another shape (a message that points at a log line the
+# toolkit's quiet logging hides), so :func:`refuse_incomplete` can name the tensor
+CHECKED_LOAD: dict[str, Any] = {"output_loading_info": True, "ignore_mismatched_sizes": True}
+
 
 def _listed(keys: Iterable[str]) -> str:
     names = sorted(keys)
@@ -53,7 +58,7 @@ def _part_of_model(model: Any, key: str) -> bool:
 def refuse_incomplete(
     owner: str, directory: Path, model: Any, info: dict[str, Any], unused: tuple[str, ...] = ()
 ) -> None:
-    """Refuse ``model`` (loaded from ``directory`` with ``output_loading_info=True``, which
+    """Refuse ``model`` (loaded from ``directory`` with :data:`CHECKED_LOAD`, which
     gave ``info``) when a weight it uses was missing from the files or a tensor of the files
     found no place in it. ``unused``: module names (``"pooler"``) whose missing weights do not
     matter to the caller. ``owner`` starts the message ("model 'x'")."""
@@ -73,11 +78,22 @@ def refuse_incomplete(
             f"{owner}: {directory} holds {len(unplaced)} weights its configuration has no "
             f"place for ({_listed(unplaced)}); config.json does not describe these weights"
         )
-    mismatched = {
-        str(key[0] if isinstance(key, tuple) else key) for key in info.get("mismatched_keys", ())
-    }
+    mismatched = {_shapes(key) for key in info.get("mismatched_keys", ())}
     if mismatched:
         raise UserInputError(
-            f"{owner}: {directory} holds weights of other shapes than its configuration "
-            f"gives ({_listed(mismatched)})"
+            f"{owner}: {directory} holds {len(mismatched)} weights of other shapes than its "
+            f"configuration gives ({_listed(mismatched)}); transformers would fill them with "
+            "random values"
         )
+
+
+def _shapes(key: Any) -> str:
+    """A mismatched-key report, ``(name, shape in the files, shape in the model)`` or a bare
+    name, as ``name (files 3x3, model 32x32)``."""
+    if not isinstance(key, tuple):
+        return str(key)
+    name, *shapes = key
+    if len(shapes) != 2:
+        return str(name)
+    stored, wanted = ("x".join(str(n) for n in shape) for shape in shapes)
+    return f"{name} (files {stored}, model {wanted})"

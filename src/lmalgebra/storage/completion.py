@@ -34,6 +34,10 @@ class CompletionStamp:
             return None
         return found if isinstance(found, str) else None
 
+    def damaged(self) -> bool:
+        """The stamp is there but holds no key (edited or damaged since it was written)."""
+        return (self.path.exists() or self.path.is_symlink()) and self.recorded() is None
+
     def done(self) -> bool:
         """The directory was completed under this key."""
         return self.recorded() == self.key

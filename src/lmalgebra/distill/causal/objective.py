@@ -75,7 +75,7 @@ class CausalObjective(Objective):
         self.layout.student(name)  # a name that is no plain directory name: refused first
         spec = CausalTrainingSpec.model_validate(training.model_dump())
         check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # settings before the store
-        self.recipe.teachers_of(spec.teachers)
+        self.recipe.check_training(spec)
         teachers = self.check_store()
         return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
 

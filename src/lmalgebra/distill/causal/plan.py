@@ -52,11 +52,11 @@ from lmalgebra.train.config import CausalTrainingSpec
 def plan_causal(recipe: CausalRecipe, spec: CausalTrainingSpec) -> list[dict[str, Any]]:
     """The rows of ``distill.run.dry_run`` for a causal recipe whose student trains with
     ``spec``; ``predicted_tokens`` are every token, ``store_bytes`` the ``logprobs/`` files.
-    What training refuses of ``spec`` (a teacher the recipe lacks, a loss the store cannot
-    feed) is refused here first, as ``merge train`` would."""
+    What training refuses of ``spec`` (a teacher the recipe lacks, a setting the recipe makes
+    it ignore, a loss the store cannot feed) is refused here first, as ``merge train`` would."""
     from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
 
-    recipe.teachers_of(spec.teachers)
+    recipe.check_training(spec)
     check_mix(recipe, spec.objective_mix or DEFAULT_MIX)
     teachers, shapes = {}, {}
     for name, teacher_spec in recipe.teachers.items():

@@ -67,6 +67,10 @@ class MaskedObjective(Objective):
             check_set([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
         self.refuse_miscounted(MASKED, TOPK)
         stamp = vocab_stamp(self.recipe, teachers)
+        if stamp.damaged():
+            raise UserInputError(
+                f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
+            )
         if stamp.recorded() is None:
             raise UserInputError(
                 f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
@@ -83,7 +87,7 @@ class MaskedObjective(Objective):
         from lmalgebra.distill.masked.training import train_masked_student
 
         self.layout.student(name)  # a name that is no plain directory name: refused first
-        self.recipe.teachers_of(training.teachers)  # settings before the store, as a dry run
+        self.recipe.check_training(training)  # settings before the store, as a dry run
         teachers = self.check_store()
         return train_masked_student(self.recipe, name, training, teachers, progress, restart)
 

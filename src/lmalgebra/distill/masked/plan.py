@@ -41,9 +41,9 @@ from lmalgebra.train.config import TrainingSpec
 
 def plan_masked(recipe: MaskedRecipe, spec: TrainingSpec) -> list[dict[str, Any]]:
     """The rows of ``distill.run.dry_run`` for a masked recipe whose student trains with
-    ``spec``; ``store_bytes``: the ``topk/`` shard files. A ``training.teachers`` that training
-    refuses is refused here first."""
-    recipe.teachers_of(spec.teachers)
+    ``spec``; ``store_bytes``: the ``topk/`` shard files. A ``training.teachers`` or a setting
+    that training refuses is refused here first."""
+    recipe.check_training(spec)
     tokenizers, shapes = {}, {}
     for name, teacher in recipe.teachers.items():
         ref = teacher.ref(name)

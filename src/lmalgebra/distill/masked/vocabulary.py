@@ -4,8 +4,11 @@ after the rest; ``distill.vocab.union``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.examples import examples_set, require
 from lmalgebra.distill.layout import RunLayout
@@ -19,12 +22,13 @@ REPORT_TEXTS = 2000  # texts per language whose tokens the report counts
 
 def build_vocabulary(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> None:
     """The union vocabulary, id maps, student tokenizer and report; nothing when a vocabulary
-    built from the same tokenizers is complete."""
+    built from the same tokenizers is complete and reads back (one whose files no longer match
+    their checksums is built again)."""
     from lmalgebra.distill.vocab.union import build_union, tokens_per_language
 
     out = RunLayout(recipe.output_dir).vocab
     stamp = vocab_stamp(recipe, teachers)
-    if stamp.done():
+    if stamp.done() and _reads_back(out):
         return
     texts = {}
     for lang in recipe.languages:  # read first: a missing stage is refused before any write
@@ -39,6 +43,17 @@ def build_vocabulary(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> None
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
     write_json_atomic(out / "report.json", report)
     stamp.mark()
+
+
+def _reads_back(directory: Path) -> bool:
+    """Whether the saved vocabulary in ``directory`` matches the checksums it records."""
+    from lmalgebra.distill.vocab.union import UnionVocab
+
+    try:
+        UnionVocab.load(directory)
+    except (UserInputError, OSError, ValueError, KeyError, TypeError):
+        return False
+    return True
 
 
 def vocab_stamp(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> CompletionStamp:

@@ -37,7 +37,7 @@ from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
 from lmalgebra.sources.kinds import source_of
-from lmalgebra.sources.loaded_weights import refuse_incomplete
+from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
@@ -74,7 +74,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
         ) from err
     try:
         encoder, info = AutoModel.from_pretrained(
-            directory, output_loading_info=True, trust_remote_code=remote
+            directory, **CHECKED_LOAD, trust_remote_code=remote
         )
     except Exception as err:
         raise UserInputError(f"encoder {ref.path}: cannot load it: {load_failure(err)}") from err

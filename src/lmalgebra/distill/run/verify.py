@@ -22,7 +22,7 @@ from lmalgebra.distill.layout import (
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
-from lmalgebra.storage.completion import STAMP
+from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage
 
@@ -100,6 +100,8 @@ def vocabulary_problems(layout: RunLayout) -> list[str]:
         return [str(err)]
     except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged tokenizer.json
         return [f"{directory}: cannot be read ({type(err).__name__}: {err})"]
+    if CompletionStamp(directory, "").damaged():  # training would take it for no vocabulary
+        return [f"{directory / STAMP} is damaged (run `lmalgebra merge vocab RECIPE` again)"]
     return []
 
 

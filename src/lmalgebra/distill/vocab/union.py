@@ -214,6 +214,7 @@ class UnionVocab:
             "extra_specials": self.extra_specials,
             "student_size": len(self.tokens),
             "maps_sha256": sha256_file(directory / MAPS_FILE),
+            "tokenizer_sha256": sha256_file(directory / "tokenizer.json"),
         }
         write_json_atomic(directory / META_FILE, meta)
 
@@ -230,8 +231,13 @@ class UnionVocab:
             meta = json.loads(paths[0].read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise UserInputError(f"{paths[0]} is not valid JSON: {err}") from None
-        if sha256_file(paths[1]) != meta.get("maps_sha256"):
-            raise UserInputError(f"{paths[1]} does not match the checksum in {paths[0].name}")
+        sums = {paths[1]: meta.get("maps_sha256"), paths[2]: meta.get("tokenizer_sha256")}
+        for path, recorded in sums.items():  # no tokenizer sum in vocabularies of before
+            if (recorded is not None or path == paths[1]) and sha256_file(path) != recorded:
+                raise UserInputError(
+                    f"{path} does not match the checksum in {paths[0].name} "
+                    "(run `lmalgebra merge vocab RECIPE` again)"
+                )
         vocab = Tokenizer.from_file(str(paths[2])).get_vocab(with_added_tokens=False)
         tokens = sorted(vocab, key=vocab.__getitem__)
         if len(tokens) != meta.get("student_size") or vocab.get(tokens[-1]) != len(tokens) - 1:

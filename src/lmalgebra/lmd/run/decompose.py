@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,8 @@ from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PROVENANCE, SUMMARY
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
-from lmalgebra.sources.corpus import read_documents
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.sources.corpus import documents_by_language, read_documents
+from lmalgebra.storage.atomic import write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
     LOCK_NAME,
@@ -66,17 +68,7 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
     path = out / PROVENANCE
     if overwrite or not (out / SUMMARY).is_file() or not path.is_file():
         return
-    try:
-        recorded = json.loads(read_text(path, "run provenance"))
-        corpus, models = recorded["hashes"]["corpus"], recorded["models"]
-        if not isinstance(corpus, str) or not isinstance(models, dict):
-            raise TypeError("hashes.corpus is no hash or models no mapping")
-    except (ValueError, KeyError, TypeError) as err:
-        raise UserInputError(
-            f"{path} is damaged ({type(err).__name__}: {err}): the finished run's inputs "
-            "cannot be compared with these; restore it, write to another directory, or pass "
-            "--overwrite to replace the run"
-        ) from None
+    corpus, models = _recorded_inputs(path)
     now_corpus, now_models = current()
     differ = ["corpus (its documents)"] if corpus != now_corpus else []
     differ += [f"model {n!r}" for n, p in now_models.items() if n in models and models[n] != p]
@@ -88,6 +80,48 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
         )
 
 
+def _recorded_inputs(path: Path) -> tuple[str, dict[str, Any]]:
+    """The documents' hash and the models' fingerprints a finished run's ``provenance.json``
+    (``path``) records; a damaged one is refused, naming it."""
+    try:
+        recorded = json.loads(read_text(path, "run provenance"))
+        corpus, models = recorded["hashes"]["corpus"], recorded["models"]
+        if not isinstance(corpus, str) or not isinstance(models, dict):
+            raise TypeError("hashes.corpus is no hash or models no mapping")
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserInputError(
+            f"{path} is damaged ({type(err).__name__}: {err}): the finished run's inputs "
+            "cannot be compared with these; restore it, write to another directory, or pass "
+            "--overwrite to replace the run"
+        ) from None
+    return corpus, models
+
+
+def claim_copy(source: Path, target: Path, overwrite: bool) -> None:
+    """Claim ``target`` for a copy of the finished run in ``source`` (``Decomposition.save`` of
+    a run read back) as a run of its configuration claims its directory: empty, or holding this
+    run, finished or a copy cut short (copied again into the same files); another
+    configuration, the same one on other inputs or files of no run are refused, or with
+    ``overwrite`` the old run's files alone removed. As a run does, the copy's ``summary.json``
+    is removed and its ``config.yaml`` written before anything else: copied last, the summary
+    marks the copy finished."""
+    identity = _recorded_identity(source) or {}
+    claim_run_directory(
+        target,
+        identity,
+        _recorded_identity(target),
+        finished=(target / SUMMARY).is_file(),
+        overwrite=overwrite,
+        what="decomposition",
+        owned=OWNED,
+    )
+    if (source / PROVENANCE).is_file():
+        _check_inputs(target, lambda: _recorded_inputs(source / PROVENANCE), overwrite)
+    (target / SUMMARY).unlink(missing_ok=True)
+    if (source / CONFIG).is_file():
+        write_atomic(target / CONFIG, functools.partial(shutil.copyfile, source / CONFIG))
+
+
 def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
     """What a run of ``config`` refuses of its output directory, found without writing or
     removing anything (``decompose --dry-run``): a file in its place, a directory holding
@@ -97,6 +131,16 @@ def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
     check_directory(config.out, "output directory")
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
+
+
+def check_corpus(config: DecomposeConfig) -> None:
+    """What a run of ``config`` refuses of its corpus, read as the run reads it before any
+    embedding (``decompose --dry-run``): a file that is no regular file, is not UTF-8 text or
+    holds no text, or a per-language study of documents without languages."""
+    if config.study.languages:
+        documents_by_language(config.corpus)
+    else:
+        read_documents(config.corpus)
 
 
 def _claim_directory(

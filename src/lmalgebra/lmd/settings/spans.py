@@ -58,6 +58,12 @@ class SpanSpec(Settings):
             raise UserInputError(
                 "the training split needs a fraction > 0 and every count must be >= 1"
             )
+        empty = [s for s, f in zip(SPLITS[1:], self.fractions[1:], strict=True) if f == 0]
+        if empty:  # no document, no span: draw_spans refuses the split once the text is read
+            raise UserInputError(
+                f"spans.fractions {list(self.fractions)} gives the {empty[0]} split no "
+                "documents, so no span: give it a fraction > 0"
+            )
         if self.per_doc < 1:
             raise UserInputError(f"per_doc must be >= 1, got {self.per_doc}")
         return self

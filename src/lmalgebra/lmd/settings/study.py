@@ -96,6 +96,7 @@ class StudySpec(Settings):
             "alpha_grid": "--study.alpha_select gcv, kfold or validation",
             "null_seed": "--study.nulls",
             "attribution_split": "--study.attribution",
+            "seed": "--study.bootstrap and --study.attribution",
         }
         applies = {
             "folds": self.alpha_select == "kfold",
@@ -104,6 +105,7 @@ class StudySpec(Settings):
             "alpha_grid": self.alpha_select != "fixed",
             "null_seed": self.nulls,
             "attribution_split": self.attribution,
+            "seed": self.bootstrap > 0 or self.attribution,
         }
         refuse_ignored(self, "--study.", {k: v for k, v in unused.items() if not applies[k]})
         if self.alpha_select == "kfold" and not 2 <= self.folds <= self.blocks:

@@ -19,7 +19,7 @@ from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
 from lmalgebra.sources.hub import looks_local, snapshot
-from lmalgebra.sources.loaded_weights import refuse_incomplete
+from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import (
     ModelShape,
     architecture,
@@ -104,7 +104,7 @@ class TransformersModel(ReferencedModel):
                     directory,
                     dtype=dtype,
                     trust_remote_code=remote,
-                    output_loading_info=True,
+                    **CHECKED_LOAD,
                     **placement,
                 )
                 # hidden states are all that is read: a pooler the files lack goes unused

@@ -1,0 +1,64 @@
+"""The dry run refuses what the run would refuse: a corpus the run cannot read, or a split
+given no documents, is named by ``decompose --dry-run`` in one line, before anything is planned
+or written."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import LATIN1, assert_one_line, refused_before_embedding
+
+
+def _corpus(kind: str, path: Path) -> str:
+    """A corpus the run refuses at ``path``; the words of its refusal."""
+    if kind == "latin-1":
+        path.write_bytes(LATIN1)
+        return "byte 0xe9 at offset 3"
+    if kind == "fifo":
+        os.mkfifo(path)  # read by the run, it would wait for a writer; refused unread
+        return "is not a regular file"
+    path.write_text("\n\n", encoding="utf-8")
+    return "holds no text"
+
+
+@pytest.mark.parametrize("kind", ["latin-1", "fifo", "empty"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_corpus_the_run_refuses_is_refused_by_the_dry_run_too(
+    kind: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    words = _corpus(kind, corpus)
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus), "--out", str(out)]
+    code, stderr = cli([*args, *(["--dry-run"] if dry_run else [])])
+    assert_one_line(code, stderr, [f"corpus {corpus}", words])
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_split_given_no_documents_is_refused_before_any_work(
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A test fraction of 0 had been planned by the dry run; the run refused it once it had
+    read the text and cut the spans ("no test span")."""
+    flags = ["--spans.fractions", "0.9,0.1,0", *(["--dry-run"] if dry_run else [])]
+    needles = ["spans.fractions [0.9, 0.1, 0.0]", "test split no documents"]
+    models = {"a": bert_dir, "b": bert2_dir}
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
