@@ -156,17 +156,22 @@ def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict
     return stored_texts(run_dir, languages, heldout=True)
 
 
+def require_examples(run_dir: Path) -> list[str]:
+    """The languages whose examples the run holds; refused when it holds none (not prepared)."""
+    found = RunLayout(run_dir).languages()
+    if not found:
+        raise UserInputError(
+            f"{run_dir} holds no examples: run `lmalgebra merge prepare RECIPE` first"
+        )
+    return found
+
+
 def stored_texts(
     run_dir: Path, languages: Sequence[str] | None = None, heldout: bool = True
 ) -> dict[str, list[str]]:
     """The texts of each language's held-out (``heldout``) or training examples, in stored order;
     refused when the run has no examples, or a language none of that kind."""
-    layout = RunLayout(run_dir)
-    found = layout.languages()
-    if not found:
-        raise UserInputError(
-            f"{run_dir} holds no examples: run `lmalgebra merge prepare RECIPE` first"
-        )
+    found = require_examples(run_dir)
     unknown = sorted(set(languages or []) - set(found))
     if unknown:
         raise UserInputError(
@@ -175,7 +180,7 @@ def stored_texts(
     kind = "held-out" if heldout else "training"
     texts = {}
     for lang in languages or found:
-        shards = ShardSet.existing(layout.examples(lang))
+        shards = ShardSet.existing(RunLayout(run_dir).examples(lang))
         require(shards, "prepare")
         table = pa.concat_tables(shards.tables())
         chosen = table.column("heldout").to_numpy(zero_copy_only=False) == heldout

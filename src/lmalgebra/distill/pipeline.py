@@ -15,6 +15,7 @@ from typing import Any
 
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
+from lmalgebra.distill.examples import require_examples
 from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
@@ -143,7 +144,9 @@ def plan(
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
-    rows = objective.plan(spec)
+    rows = objective.plan(spec)  # what the settings make the stage refuse, first
+    if runnable and runnable[0] != "prepare":  # a later stage alone reads what prepare wrote
+        require_examples(recipe.output_dir)  # as the stage refuses a run never prepared
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
 
 
