@@ -326,3 +326,21 @@ def test_titles_and_labels_are_inside_every_png(tmp_path: Path, drawn: dict[str,
         titles = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_title()]
         for i, box in enumerate(titles):  # a long panel title would run into its neighbour's
             assert not any(box.overlaps(other) for other in titles[i + 1 :]), stem
+
+
+def test_a_report_into_another_run_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``report A --out B/report.html`` where B is another finished run would replace B's own
+    report (or add a file a decomposition does not write): refused in one line, B unchanged."""
+    write_core(tmp_path / "a")
+    write_core(tmp_path / "b")
+    assert _cli(monkeypatch, str(tmp_path / "b")) == 0
+    before = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    for name in ("report.html", "other.html"):
+        assert _cli(monkeypatch, str(tmp_path / "a"), "--out", str(tmp_path / "b" / name)) == 2
+        err = capsys.readouterr().err
+        assert "is another decomposition run" in err and str(tmp_path / "b") in err
+    after = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    assert after == before
+    assert _cli(monkeypatch, str(tmp_path / "a"), "--out", str(tmp_path / "a" / "x.html")) == 0

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.figures.run_figures import write_plots
@@ -28,6 +29,7 @@ from lmalgebra.lmd.rundir.schema import (
     PROVENANCE,
     REPORT,
     SIMILARITY,
+    SUMMARY,
     AttributionShareRow,
     FitRow,
     read_pairwise,
@@ -308,6 +310,12 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     Raises UserInputError naming the directory when it holds no ``summary.json``.
     """
     target = out if out is not None else run_dir / REPORT
+    home = target.parent
+    if (home / SUMMARY).is_file() and home.resolve() != run_dir.resolve():
+        raise UserInputError(
+            f"{home} is another decomposition run: its files are its own, not {run_dir}'s "
+            "report's; write the report elsewhere (--out)"
+        )
     check_file(target, "report file", lambda head: TITLE.encode() in head)
     summary = read_summary(run_dir)
     # the figures go into the run: not while a run writes there (--overwrite, say)
