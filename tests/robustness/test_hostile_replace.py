@@ -57,3 +57,27 @@ def test_pretrain_with_fewer_steps_over_its_model_is_refused(
     code, err = cli([*pretrain, "--training.steps", "0"])
     assert_one_line(code, err, [str(out), "trained 2 steps", "steps 0"])
     assert digests(out) == before
+
+
+def test_an_evaluation_of_fewer_students_or_languages_is_refused(trained: Path, cli) -> None:
+    """``merge evaluate --students s2`` over an evaluation of ``student`` and ``s2`` would replace
+    its tables with s2's rows alone (``rdt.csv``, the scores, ``evaluation.md``): refused, naming
+    the rows it would drop and the command that keeps them, the evaluation unchanged."""
+    run = trained.parent / "run"
+    args = ["merge", "train", str(trained), "--name", "s2", "--training.steps", "2"]
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    both = ["--students", "student", "--students", "s2"]
+    code, stderr = cli(["merge", "evaluate", str(run), *both])
+    assert code == 0, stderr
+    evaluation = run / "evaluation"
+    before = digests(evaluation)
+    languages = (evaluation / "rdt.csv").read_text().splitlines()[0].split(",")[1:-1]
+    assert len(languages) >= 2
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "s2"])
+    assert_one_line(code, stderr, [str(evaluation), "students student", " ".join(both)])
+    code, stderr = cli(["merge", "evaluate", str(run), *both, "--languages", languages[0]])
+    assert_one_line(code, stderr, [str(evaluation), f"languages {', '.join(languages[1:])}"])
+    assert digests(evaluation) == before
+    code, stderr = cli(["merge", "evaluate", str(run), *both])  # the same rows again: fine
+    assert code == 0, stderr

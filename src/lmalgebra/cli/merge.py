@@ -163,7 +163,10 @@ def merge_train(
     students = {name: training}
     run = merge(config, ["train"], students=students, restart=restart, progress=progress)
     console.print(f"student saved to [bold]{run.students[name]}[/bold]")
-    console.print(f"next: lmalgebra merge evaluate {config.output_dir} --students {name}")
+    from lmalgebra.distill.layout import RunLayout
+
+    trained = " ".join(f"--students {s}" for s in RunLayout(config.output_dir).saved_students())
+    console.print(f"next: lmalgebra merge evaluate {config.output_dir} {trained}")
 
 
 @merge_app.command("evaluate")

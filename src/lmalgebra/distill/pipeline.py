@@ -16,11 +16,12 @@ from typing import Any
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.examples import require_examples
-from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
+from lmalgebra.distill.layout import RDT_FILE, RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
 from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.run.rdt import refuse_dropping
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
@@ -115,8 +116,11 @@ def evaluate_students(
 ) -> Evaluation:
     """Score ``students`` of the recipe's run and its teachers on the held-out examples, as the
     recipe's objective does; written to the run's ``evaluation/``. Refused when the store or a
-    student was made from other teachers than the recipe's as they are now."""
-    return objective_of(recipe).evaluate(students, languages, pooling)
+    student was made from other teachers than the recipe's as they are now, and when it would
+    replace an evaluation of other students or languages with fewer rows."""
+    objective = objective_of(recipe)
+    refuse_dropping(objective.layout.evaluation / RDT_FILE, students, languages)
+    return objective.evaluate(students, languages, pooling)
 
 
 def plan(

@@ -11,11 +11,15 @@ over the language's teachers ``T_i`` that are a reference (see ``rdt``), and ``r
 
 from __future__ import annotations
 
+import csv
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_text
 from lmalgebra.storage.csv_tables import csv_text, format_cell
 
 RDT_FIRST_COLUMN = "student"
@@ -52,3 +56,32 @@ def rdt_text(deviations: Mapping[str, Mapping[str, float]]) -> str:
         for name, v in deviations.items()
     ]
     return csv_text(rows)
+
+
+def recorded(path: Path) -> tuple[list[str], list[str]]:
+    """The students and the languages of the ``rdt.csv`` at ``path`` (none where there is none);
+    one that is not such a table is refused, named."""
+    if not path.is_file():
+        return [], []
+    rows = list(csv.reader(read_text(path, "evaluation table").splitlines()))
+    if not rows or rows[0][:1] != [RDT_FIRST_COLUMN] or rows[0][-1:] != ["average"]:
+        raise UserInputError(f"{path} is damaged: no '{RDT_FIRST_COLUMN},...,average' header")
+    return [row[0] for row in rows[1:] if row], rows[0][1:-1]
+
+
+def refuse_dropping(table: Path, students: Sequence[str], languages: Sequence[str] | None) -> None:
+    """Refuse an evaluation that would replace the evaluation whose ``rdt.csv`` is ``table`` with
+    fewer rows: students, or languages, scored there and not in this one."""
+    had, scored = recorded(table)
+    for what, flag, before, now in (
+        ("students", "--students", had, list(students)),
+        ("languages", "--languages", scored, list(languages or scored)),
+    ):
+        lost = [x for x in before if x not in now]
+        if lost:
+            together = " ".join(f"{flag} {x}" for x in dict.fromkeys([*before, *now]))
+            raise UserInputError(
+                f"{table.parent} holds the scores of {what} {', '.join(lost)}, which this "
+                f"evaluation would drop: score them together ({together}), or move "
+                f"{table.parent} aside first"
+            )
