@@ -191,7 +191,29 @@ def decompose_hosts(results: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def bench_figures(result: dict[str, Any]) -> str:
+    """A benchmark's recorded figures and targets (``bench/results/NAME.json``), with its date,
+    code and CPU: what ``bench/RESULTS.md`` shows of it, in short."""
+    machine = result["machine"]
+    rows = [
+        f"{result['title'].split(':')[0]} ({result['date'][:10]}, code {result['code']}, "
+        f"{machine['cpu']}, {machine['cores']} cores):",
+        "",
+        f"| case | baseline ({result['figures'][0]['unit']}) | ours | ours vs baseline |",
+        "|---|---|---|---|",
+    ]
+    for row in result["figures"]:
+        ratio = f"{row['ratio']:.2f}x" + (" faster" if row["ratio_is"] == "speed-up" else "")
+        rows.append(f"| {row['case']} | {row['baseline']:.3g} | {row['ours']:.3g} | {ratio} |")
+    rows.append("")
+    for target in result["targets"]:
+        met = "met" if target["met"] else "not met"
+        rows.append(f"- Target {target['target']}: {met} ({target['value']}).")
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "bench-figures": bench_figures,
     "decompose-hosts": decompose_hosts,
     "demo-real": demo_real,
     "merge-readme": merge_readme,
