@@ -213,3 +213,27 @@ def test_evaluate_pos_killed_between_its_files_resumes(
     assert code == 0, stderr
     # killed before its record, the first model is evaluated again; after it, kept
     assert evaluated == (["a", "a", "b"] if cut == "write_json_atomic" else ["a", "b"])
+
+
+def test_a_ctrl_c_swallowed_by_a_finaliser_is_raised_again() -> None:
+    """A SIGINT whose KeyboardInterrupt lands in a ``__del__`` is printed and ignored by Python;
+    the interrupt is recorded, so the training loop's ``check`` between steps raises it."""
+    from lmalgebra.core import interrupt
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupt.install()
+        interrupt.check()  # nothing asked yet
+
+        class Finaliser:
+            def __del__(self) -> None:
+                signal.raise_signal(signal.SIGINT)  # its KeyboardInterrupt: ignored
+
+        Finaliser()  # collected at once: Python prints "Exception ignored in" and goes on
+        with pytest.raises(KeyboardInterrupt):
+            interrupt.check()
+        interrupt.install()  # the next command starts clean
+        interrupt.check()
+    finally:
+        signal.signal(signal.SIGINT, before)

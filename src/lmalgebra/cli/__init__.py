@@ -28,6 +28,7 @@ import lmalgebra.cli.merge_bits
 import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
 from lmalgebra.api.runtime import QUIET_ENVIRONMENT
 from lmalgebra.cli.app import app
+from lmalgebra.core import interrupt
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.threads import pin_thread_count_when_imported
 
@@ -42,6 +43,7 @@ def _run() -> object:
     # same bits in every process, busy machine or not (resumed runs); torch is imported only by
     # the commands that compute, after their input is parsed and checked
     pin_thread_count_when_imported()
+    interrupt.install()  # a Ctrl-C that lands in a finaliser is raised again by the loops
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     return app(standalone_mode=False)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from lmalgebra.core import interrupt
 from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
@@ -194,6 +195,7 @@ def train(
     with masks, progress_bar("train", spec.steps, progress) as advance:
         advance(start)
         for step in range(start, spec.steps):
+            interrupt.check()  # a Ctrl-C swallowed by a finaliser during the last step
             if tracker is not None and tracker.stopped:
                 break
             last = _one_step(

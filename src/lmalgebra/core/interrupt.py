@@ -1,0 +1,39 @@
+"""Ctrl-C that is never lost.
+
+Python turns SIGINT into a ``KeyboardInterrupt`` raised in whatever Python code the main thread
+runs next. When that code is a finaliser or a callback whose exceptions are printed and ignored
+(a ``__del__``, a weakref callback, a garbage-collector hook), the interrupt is swallowed and the
+command runs on. ``install`` records each SIGINT before raising it, and long loops call
+``check`` between their steps, which raises it again if it was swallowed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+_REQUESTED = threading.Event()
+
+
+def _handler(signum: int, frame: FrameType | None) -> None:
+    _REQUESTED.set()
+    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+
+
+def install() -> None:
+    """Record every SIGINT of this process before raising it, from now on (main thread only; the
+    command line calls it as each command starts). A SIGINT the parent set to be ignored stays
+    ignored."""
+    _REQUESTED.clear()
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
+        signal.signal(signal.SIGINT, _handler)
+
+
+def check() -> None:
+    """Raise ``KeyboardInterrupt`` if a SIGINT came and was not acted upon."""
+    if _REQUESTED.is_set():
+        raise KeyboardInterrupt
