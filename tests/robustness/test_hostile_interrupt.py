@@ -123,6 +123,14 @@ def test_decompose_interrupted_exits_130(
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
+def _as_a_shell_starts_it() -> None:
+    """What a user's shell gives a command: SIGINT at its default and not blocked. A child
+    inherits both from the test runner's worker, where an earlier test's library may have left
+    SIGINT ignored or blocked (Python then never installs its Ctrl-C handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_sigint_to_a_real_process(tmp_path: Path) -> None:
     """The way a user meets it: Ctrl-C (SIGINT) to ``python -m lmalgebra`` while it trains."""
     corpus = tmp_path / "c.txt"
@@ -150,8 +158,14 @@ def test_sigint_to_a_real_process(tmp_path: Path) -> None:
         "100000",
     ]
     command += ["--model.hidden_size", "16", "--example_length", "32", "--training.batch_size", "4"]
+    # how the test runner's worker holds SIGINT, which a child inherits (ignored or blocked)
+    inherited = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
     process = subprocess.Popen(
-        [*command, "--no-progress"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*command, "--no-progress"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_as_a_shell_starts_it,
     )
     deadline, log = time.monotonic() + 120, out / "training" / "train_log.jsonl"
     while not (log.is_file() and log.read_text()):  # training has logged its first steps
@@ -163,7 +177,10 @@ def test_sigint_to_a_real_process(tmp_path: Path) -> None:
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGABRT)
         _, err = process.communicate(timeout=60)
-        pytest.fail(f"still running 120 s after SIGINT; its stacks:\n{err.decode()[-4000:]}")
+        pytest.fail(
+            f"still running 120 s after SIGINT (the worker's SIGINT handler and blocked signals: "
+            f"{inherited}); its stacks:\n{err.decode()[-4000:]}"
+        )
     stderr = err.decode()
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr, stderr
