@@ -92,3 +92,13 @@ def refused_before_embedding(
     line = assert_one_line(code, stderr, needles)
     assert not cache.exists() and not (tmp_path / "out").exists()
     return line
+
+
+def one_word_treebank(bank: Path) -> Path:
+    """``bank`` made, holding a UD treebank of one noun per split (train, dev, test): what
+    ``evaluate-pos`` reads, for tests that replace its scoring."""
+    bank.mkdir()
+    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    return bank

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import lmalgebra
-from hostile_helpers import LATIN1, assert_one_line, run_cli
+from hostile_helpers import LATIN1, assert_one_line, one_word_treebank, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.output_paths import LOCK_NAME, tidy_on_failure
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
@@ -227,11 +227,7 @@ def evaluate_pos(ctx: Context) -> list[str]:
     import lmalgebra.evaluate.pos_tagging as pos
     from lmalgebra.evaluate.pos_results import PosResult
 
-    bank = ctx.tmp / "bank"
-    bank.mkdir()
-    for split in ("train", "dev", "test"):
-        word = "\t".join(["1", "word", "_", "NOUN", *"______"])
-        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    bank = one_word_treebank(ctx.tmp / "bank")
     fields = PosResult.__dataclass_fields__
     result = PosResult(**{name: 0 for name in fields} | {"model": "a", "mode": "probe"})
     ctx.monkeypatch.setattr(pos, "_evaluate", lambda *args, **kwargs: result)

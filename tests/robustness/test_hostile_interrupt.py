@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from hostile_helpers import INTERRUPTED, built_store, digests, run_cli
+from hostile_helpers import INTERRUPTED, built_store, digests, one_word_treebank, run_cli
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.pretrain.masked import TextBatches
 from tiny import documents
@@ -215,11 +215,7 @@ def test_evaluate_pos_killed_between_its_files_resumes(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pos, "_evaluate", scored)
-    bank = tmp_path / "bank"
-    bank.mkdir()
-    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
-    for split in ("train", "dev", "test"):
-        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    bank = one_word_treebank(tmp_path / "bank")
     args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
     args += ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     with monkeypatch.context() as patch:

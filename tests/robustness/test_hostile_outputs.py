@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, digests, run_cli
+from hostile_helpers import assert_one_line, digests, one_word_treebank, run_cli
 from merge_fixtures import write_recipe
 
 Runner = Callable[..., tuple[int, str]]
@@ -514,11 +514,7 @@ def test_an_evaluation_of_other_inputs_is_not_replaced_without_overwrite(
         return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
 
     monkeypatch.setattr(pos, "_evaluate", scored)
-    bank = tmp_path / "bank"
-    bank.mkdir()
-    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
-    for split in ("train", "dev", "test"):
-        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    bank = one_word_treebank(tmp_path / "bank")
     out = tmp_path / "pos"
     args = ["evaluate-pos", str(bank), "--out", str(out), "--no-progress"]
     first = [*args, "--models", f"a={bert_dir}"]
@@ -529,7 +525,7 @@ def test_an_evaluation_of_other_inputs_is_not_replaced_without_overwrite(
     before = digests(out)
     one_error(*cli(*args, "--models", f"a={bert2_dir}"), str(out), "another", "models differ")
     with (bank / "x-ud-train.conllu").open("a", encoding="utf-8") as handle:
-        handle.write(word.replace("word", "other").replace("NOUN", "VERB") + "\n\n")
+        handle.write("\t".join(["1", "other", "_", "VERB", *"______"]) + "\n\n")
     one_error(*cli(*first), str(out), "tagging evaluation of another", "treebank differ")
     assert digests(out) == before
     (out / "my-notes.txt").write_text("mine\n", encoding="utf-8")

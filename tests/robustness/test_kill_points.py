@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from hostile_helpers import one_word_treebank
 from kill_helpers import check_resumes
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
@@ -293,11 +294,7 @@ def test_evaluate_pos(
         return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
 
     monkeypatch.setattr(pos, "_evaluate", scored)
-    bank = tmp_path / "bank"
-    bank.mkdir()
-    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
-    for split in ("train", "dev", "test"):
-        (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
+    bank = one_word_treebank(tmp_path / "bank")
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
     args += ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]

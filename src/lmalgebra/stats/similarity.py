@@ -136,11 +136,9 @@ def similarity_table(
         ridge: added to each kept eigenvalue, relative to the model's mean eigenvalue.
     """
     _check_settings(keep, ridge)
-    cov = moments.cov
-    if cov.shape[0] != (blocks[-1].stop if blocks else 0):
-        raise ValueError(f"covariance of size {cov.shape[0]} does not match the block layout")
+    _check_layout(blocks, moments, "")
     with one_blas_thread():  # many small problems: see ``stats.blas_threads``
-        return _pairs(blocks, cov, keep, ridge)
+        return _pairs(blocks, moments.cov, keep, ridge)
 
 
 def similarity_tables(
@@ -154,8 +152,7 @@ def similarity_tables(
     BLAS thread; NumPy's LAPACK calls release the GIL). The same figures as one at a time."""
     _check_settings(keep, ridge)
     for name, moments in splits.items():
-        if moments.cov.shape[0] != (blocks[-1].stop if blocks else 0):
-            raise ValueError(f"{name}: covariance of size {moments.cov.shape[0]} does not match")
+        _check_layout(blocks, moments, f"{name}: ")
     workers = max(1, min(len(splits), _cores()))
     with one_blas_thread(), ThreadPoolExecutor(workers) as pool:
         tables = {
@@ -163,6 +160,12 @@ def similarity_tables(
             for name, moments in splits.items()
         }
         return {name: table.result() for name, table in tables.items()}
+
+
+def _check_layout(blocks: Sequence[ModelColumns], moments: SplitMoments, where: str) -> None:
+    size = moments.cov.shape[0]
+    if size != (blocks[-1].stop if blocks else 0):
+        raise ValueError(f"{where}covariance of size {size} does not match the block layout")
 
 
 def _cores() -> int:
