@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -26,14 +27,19 @@ P = ParamSpec("P")
 
 
 def _group() -> Any:
-    """``torch.distributed`` once a process group exists (set up here when launched), else None."""
+    """``torch.distributed`` once a process group exists (set up here when launched), else None.
+    A process not launched as several, where torch is not imported, holds no group: torch is
+    left unimported (a cached decomposition never needs it)."""
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if not launched and "torch" not in sys.modules:
+        return None
     import torch
     import torch.distributed as dist
 
     if not dist.is_available():
         return None
     if not dist.is_initialized():
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        if not launched:
             return None
         from accelerate import PartialState
 

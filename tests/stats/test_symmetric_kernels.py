@@ -1,18 +1,22 @@
-"""The solver's dense kernels vs numpy: SPD inverse in place (LAPACK or torch), quadratic forms,
-the float32 Gram (BLAS syrk or panels of products)."""
+"""The solver's dense kernels vs numpy: SPD inverse in place (LAPACK), quadratic forms, the
+Gram updates (BLAS syrk, panels of products), the Cholesky solves."""
 
 from __future__ import annotations
 
-import builtins
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
-from lmalgebra.stats import symmetric_kernels
+from lmalgebra.stats import moments, symmetric_kernels
 from lmalgebra.stats.moments import add_gram
-from lmalgebra.stats.symmetric_kernels import column_runs, gram_upper, row_quadratics, spd_inverse
+from lmalgebra.stats.symmetric_kernels import (
+    cholesky,
+    cholesky_solve,
+    column_runs,
+    row_quadratics,
+    spd_inverse,
+)
 
 
 def spd(dim: int, seed: int) -> np.ndarray:
@@ -20,24 +24,7 @@ def spd(dim: int, seed: int) -> np.ndarray:
     return a @ a.T / dim + 0.1 * np.eye(dim)
 
 
-@pytest.fixture(params=["lapack", "torch"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both ways of inverting: SciPy's LAPACK, and torch where SciPy is not installed."""
-    if request.param == "torch":
-        real_import = builtins.__import__
-
-        def no_scipy(name: str, *args: Any, **kwargs: Any) -> Any:
-            if name.startswith("scipy"):
-                raise ImportError(name)
-            return real_import(name, *args, **kwargs)
-
-        monkeypatch.setattr(builtins, "__import__", no_scipy)
-    else:
-        pytest.importorskip("scipy")
-    return str(request.param)
-
-
-def test_spd_inverse_overwrites_its_buffer(backend: str) -> None:
+def test_spd_inverse_overwrites_its_buffer() -> None:
     matrix = spd(1100, 0)  # more than two panels, so the mirroring crosses panels
     buffer = matrix.copy()
     inverse, diag = spd_inverse(buffer)
@@ -48,7 +35,7 @@ def test_spd_inverse_overwrites_its_buffer(backend: str) -> None:
     np.testing.assert_allclose(diag, np.diag(np.linalg.cholesky(matrix)), rtol=1e-12)
 
 
-def test_spd_inverse_of_an_indefinite_matrix_is_none(backend: str) -> None:
+def test_spd_inverse_of_an_indefinite_matrix_is_none() -> None:
     matrix = spd(50, 1)
     matrix[7, 7] = -1.0
     inverse, _ = spd_inverse(matrix)
@@ -62,7 +49,7 @@ def test_row_quadratics_over_column_runs_equal_numpy(monkeypatch: pytest.MonkeyP
     assert column_runs(cols) == [(0, 150, 150), (150, 30, 10), (180, 80, 320), (260, 1, 5)]
     op = np.random.default_rng(3).normal(size=(9, cols.size))
     expected = np.einsum("ij,jk,ik->i", op, cov[np.ix_(cols, cols)], op)
-    got = row_quadratics(torch.from_numpy(op), torch.from_numpy(cov), cols).numpy()
+    got = row_quadratics(op, cov, cols)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
@@ -77,27 +64,56 @@ def test_row_quadratics_of_a_float32_operator_on_a_float64_covariance(
     cols = np.r_[np.arange(100, 300), np.arange(0, 50)]
     op = np.random.default_rng(7).normal(size=(20, cols.size))
     expected = np.einsum("ij,jk,ik->i", op, cov[np.ix_(cols, cols)], op)
-    single = torch.from_numpy(op.astype(np.float32))
-    got = row_quadratics(single, torch.from_numpy(cov), cols)
-    assert got.dtype == torch.float64
-    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4)
+    got = row_quadratics(op.astype(np.float32), cov, cols)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
     np.testing.assert_array_equal(cov, before)
 
 
-def test_float32_gram_is_symmetric_and_within_float32_rounding(backend: str) -> None:
-    """syrk (SciPy) or panels of products (without): ``gram += rows^T rows`` to float32 accuracy,
-    every entry, both triangles; added to what ``gram`` held."""
+@pytest.mark.parametrize("wide", [False, True])
+def test_float32_gram_is_symmetric_and_within_float32_rounding(
+    wide: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """syrk, or panels of products above ``WIDE`` columns: ``gram += rows^T rows`` to float32
+    accuracy, every entry, both triangles; added to what ``gram`` held."""
+    if wide:
+        monkeypatch.setattr(moments, "WIDE", 1000)
     rng = np.random.default_rng(4)
     rows = rng.normal(size=(300, 1100)).astype(np.float32)  # 1100 columns: several panels
     exact = rows.astype(np.float64).T @ rows.astype(np.float64)
     start = spd(1100, 5)
-    gram = torch.from_numpy(start.copy())
-    add_gram(gram, torch.from_numpy(rows))
-    assert (gram_upper(torch.from_numpy(rows)) is not None) == (backend == "lapack")
+    gram = start.copy()
+    add_gram(gram, rows)
     absolute = np.abs(rows.astype(np.float64)).T @ np.abs(rows.astype(np.float64))
-    error = np.abs(gram.numpy() - start - exact)
+    error = np.abs(gram - start - exact)
     assert (error <= 303 * 2.0**-24 * absolute + 1e-12).all()
-    np.testing.assert_array_equal(gram.numpy(), gram.numpy().T)
+    np.testing.assert_array_equal(gram, gram.T)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gram_of_rows_in_the_grams_dtype_equals_numpy(dtype: Any) -> None:
+    """Rows of the Gram's own dtype take syrk in place (float64 rows into a float64 Gram, as the
+    float64 products do; float32 into float32, as the float32 precision does)."""
+    rows = np.random.default_rng(8).normal(size=(200, 300)).astype(dtype)
+    start = spd(300, 9).astype(dtype)
+    gram = start.copy()
+    add_gram(gram, rows)
+    expected = start.astype(np.float64) + rows.astype(np.float64).T @ rows.astype(np.float64)
+    tolerance = 1e-12 if dtype == np.float64 else 1e-4
+    np.testing.assert_allclose(gram, expected, rtol=tolerance, atol=tolerance)
+    np.testing.assert_array_equal(gram, gram.T)
+
+
+def test_cholesky_solve_equals_numpy_and_refuses_an_indefinite_matrix() -> None:
+    matrix = spd(120, 10)
+    rhs = np.random.default_rng(11).normal(size=(120, 7))
+    factor, ok = cholesky(matrix)
+    assert ok
+    np.testing.assert_array_equal(np.triu(factor, 1), 0)
+    np.testing.assert_allclose(factor @ factor.T, matrix, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(cholesky_solve(factor, rhs), np.linalg.solve(matrix, rhs), rtol=1e-9)
+    matrix[3, 3] = -1.0
+    assert not cholesky(matrix)[1]
 
 
 def _spd(dim: int, dtype: Any = np.float64, seed: int = 0) -> np.ndarray:

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from lmalgebra.core.errors import UserTypeError
-from lmalgebra.core.threads import pin_thread_count
+from lmalgebra.core.threads import pin_thread_count_when_imported
 
 Call = TypeVar("Call", bound=Callable[..., Any])
 # Loggers of the libraries that load and run the models a user hands over, outside transformers'
@@ -82,8 +82,9 @@ def _quiet_transformers() -> Iterator[None]:
 
 @contextmanager
 def library_call() -> Iterator[None]:
-    """Pin torch's thread count and run :func:`quiet` for the duration of the call."""
-    pin_thread_count()
+    """Pin torch's thread count (now, or when torch is imported) and run :func:`quiet` for the
+    duration of the call."""
+    pin_thread_count_when_imported()
     with quiet():
         yield
 

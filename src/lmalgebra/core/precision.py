@@ -49,17 +49,19 @@ def cpu_flags(cpuinfo: Path | None = None) -> set[str] | None:
 
 
 def bf16_support(device: torch.device | str, cpuinfo: Path | None = None) -> tuple[bool, str]:
-    """Whether ``device`` computes in bfloat16 natively, and why (the flags found or missing)."""
-    import torch
+    """Whether ``device`` computes in bfloat16 natively, and why (the flags found or missing).
+    A CPU is judged by its flags alone (torch is not imported)."""
+    kind = device.split(":")[0] if isinstance(device, str) else device.type
+    if kind == "cuda":
+        import torch
 
-    device = torch.device(device)
-    if device.type == "cuda":
+        device = torch.device(device)
         # torch counts emulated bfloat16 as supported by default: ask for native support only
         if torch.cuda.is_bf16_supported(including_emulation=False):
             return True, f"{torch.cuda.get_device_name(device)} supports bfloat16"
         return False, f"{torch.cuda.get_device_name(device)} has no native bfloat16"
-    if device.type != "cpu":
-        return False, f"bfloat16 support on {device.type} devices is not checked"
+    if kind != "cpu":
+        return False, f"bfloat16 support on {kind} devices is not checked"
     path = cpuinfo or CPUINFO
     flags = cpu_flags(path)
     if flags is None:
@@ -80,7 +82,7 @@ def native_bf16(device: str = "auto") -> bool:
     return bf16_support(device)[0]
 
 
-def check_bf16(device: torch.device, owner: str, remedy: str) -> None:
+def check_bf16(device: torch.device | str, owner: str, remedy: str) -> None:
     """Refuse bfloat16 on ``device`` without native support (one line naming ``owner``, the
     reason and ``remedy``), unless ``LMALGEBRA_ALLOW_SLOW_BF16=1``."""
     supported, why = bf16_support(device)
@@ -95,7 +97,7 @@ def check_bf16(device: torch.device, owner: str, remedy: str) -> None:
     )
 
 
-def resolve_dtype(requested: str, device: torch.device, owner: str) -> torch.dtype:
+def resolve_dtype(requested: str, device: torch.device | str, owner: str) -> torch.dtype:
     """The compute dtype for ``requested`` (float32, bfloat16 or auto) on ``device``.
 
     ``auto``: bfloat16 where ``device`` has it natively, else float32; one info line says which
@@ -103,23 +105,56 @@ def resolve_dtype(requested: str, device: torch.device, owner: str) -> torch.dty
     """
     import torch
 
+    name = resolve_dtype_name(requested, device, owner)
+    return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def resolve_dtype_name(
+    requested: str, device: torch.device | str, owner: str
+) -> Literal["float32", "bfloat16"]:
+    """:func:`resolve_dtype` as the name a cache key records (``float32`` or ``bfloat16``),
+    without importing torch for a CPU."""
     if requested == "auto":
         supported, why = bf16_support(device)
-        chosen = "bfloat16" if supported else "float32"
+        chosen: Literal["float32", "bfloat16"] = "bfloat16" if supported else "float32"
         log.info("%s auto: %s on %s (%s)", owner, chosen, device, why)
-        return torch.bfloat16 if chosen == "bfloat16" else torch.float32
+        return chosen
     if requested not in _DTYPE_NAMES:
         raise UserInputError(
             f"{owner}: {requested!r} is not a dtype; use float32, bfloat16 or auto"
         )
     if requested == "bfloat16":
         check_bf16(device, owner, "use float32 or auto")
-    return torch.bfloat16 if requested == "bfloat16" else torch.float32
+        return "bfloat16"
+    return "float32"
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``float32`` / ``bfloat16``: the name recorded in cache and store keys."""
     return str(dtype).removeprefix("torch.")
+
+
+def device_type(requested: str, owner: str = "device") -> str:
+    """``cpu`` or ``cuda``: the kind of device :func:`resolve_device` gives ``requested``,
+    refused as it refuses. torch is not imported where the answer is known without it: ``cpu``
+    asked for, or ``auto`` under a CPU-only build of torch (its version says ``+cpu``)."""
+    if requested == "cpu" or (requested == "auto" and _cpu_only_torch()):
+        return "cpu"
+    return resolve_device(requested, owner).type
+
+
+def _cpu_only_torch() -> bool:
+    """Whether the installed torch is a CPU-only build, read from its package version (a CUDA
+    build has no ``+cpu`` suffix), unless torch is imported already."""
+    import sys
+    from importlib import metadata
+
+    if "torch" in sys.modules:
+        return not sys.modules["torch"].cuda.is_available()
+    try:
+        return metadata.version("torch").endswith("+cpu")
+    except metadata.PackageNotFoundError:
+        return False
 
 
 def resolve_device(requested: str, owner: str = "device") -> torch.device:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-import torch
+from scipy.linalg import solve_triangular
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import default_alpha_grid
@@ -30,6 +30,7 @@ from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.ridge_path import RidgePath
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
+from lmalgebra.stats.symmetric_kernels import cholesky
 
 log = logging.getLogger(__name__)
 
@@ -307,14 +308,13 @@ def effective_df(decomposer: Decomposer, basis: Sequence[str]) -> float:
     """
     cols = _columns(decomposer.blocks, [decomposer.block(n).name for n in basis])
     penalty = decomposer.penalty[cols]
-    system = _t(decomposer.train.cov[np.ix_(cols, cols)])
-    system.diagonal().add_(_t(penalty))
-    factor, info = torch.linalg.cholesky_ex(system)
-    if int(info) != 0:
+    system = np.array(decomposer.train.cov[np.ix_(cols, cols)], dtype=np.float64)
+    system[np.diag_indices(len(cols))] += penalty
+    factor, ok = cholesky(system)
+    if not ok:
         raise UserInputError(f"basis [{'+'.join(basis)}] is singular; use a larger --alpha")
     # tr(Lam P) = |L^-1 Lam^1/2|_F^2 with P = (L L^T)^-1
-    root = torch.diag(_t(np.sqrt(penalty)))
-    solved = torch.linalg.solve_triangular(factor, root, upper=False)
+    solved = solve_triangular(factor, np.diag(np.sqrt(penalty)), lower=True, check_finite=False)
     return float(len(cols) - (solved**2).sum())
 
 
@@ -331,7 +331,3 @@ def adjusted_r2(r2: float, n: int, df: float) -> float:
     """
     room = n - df - 1
     return float(1 - (1 - r2) * (n - 1) / room) if room > 0 else float("nan")
-
-
-def _t(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array))

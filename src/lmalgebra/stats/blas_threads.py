@@ -14,6 +14,7 @@ thread.
 from __future__ import annotations
 
 import contextlib
+import os
 
 
 def one_blas_thread() -> contextlib.AbstractContextManager[object]:
@@ -22,3 +23,15 @@ def one_blas_thread() -> contextlib.AbstractContextManager[object]:
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
+
+
+def cpu_threads() -> int:
+    """The threads the statistics' own panel work is spread over: ``OMP_NUM_THREADS`` where it
+    is set to a positive count (as torch and OpenBLAS read it), else the CPUs this process may
+    run on."""
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -10,36 +10,36 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import torch
+from scipy.linalg import lapack
+
+from lmalgebra.stats.symmetric_kernels import cholesky, cholesky_solve
 
 
 def leave_one_out_operators(
-    inverse: torch.Tensor, edges: np.ndarray, penalty_values: np.ndarray
+    inverse: np.ndarray, edges: np.ndarray, penalty: np.ndarray
 ) -> tuple[list[float], list[float]]:
-    """Turn ``P``'s rows into the operators ``R_t``; each fit's train residual and df.
+    """Turn ``P``'s rows into the operators ``R_t`` (in place); each fit's train residual and df.
 
-    ``edges``: each block's rows ``[edges[k], edges[k + 1])`` of ``P``; ``penalty_values``:
-    the penalty of every row. On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) =
-    tr(P_tt^-1) - sum(Lam * R^2)``; with ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the
-    effective degrees of freedom are ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``,
-    and ``P_tt R_t = P_t``.
+    ``edges``: each block's rows ``[edges[k], edges[k + 1])`` of ``P``; ``penalty``: the penalty
+    of every row. On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) = tr(P_tt^-1) - sum(Lam *
+    R^2)``; with ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the effective degrees of
+    freedom are ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``, and ``P_tt R_t = P_t``.
+    ``tr(P_tt^-1) = ||L^-1||_F^2`` for ``P_tt = L L^T``.
     """
-    penalty = torch.from_numpy(penalty_values)
-    p_diag = torch.diagonal(inverse).clone()
+    p_diag = np.diagonal(inverse).copy()
     residuals, dfs = [], []
     for a, b in itertools.pairwise(int(e) for e in edges):
         rows = inverse[a:b]
-        p_tt = rows[:, a:b].clone()
-        factor = torch.linalg.cholesky(p_tt)  # a principal block of an SPD inverse
-        operator = torch.cholesky_solve(rows, factor)  # (d_t, D)
+        factor, _ = cholesky(rows[:, a:b].copy())  # a principal block of an SPD inverse
+        operator = cholesky_solve(factor, rows)  # (d_t, D)
         # diag(R_tB^T P_tt R_tB), as P_tt R_t = P_t
-        reduced = penalty * (p_diag - (rows * operator).sum(dim=0))
+        reduced = penalty * (p_diag - np.einsum("ij,ij->j", rows, operator))
         basis_dim = len(penalty) - (b - a)
         dfs.append(basis_dim - float(reduced.sum() - reduced[a:b].sum()))
-        residual = (
-            torch.cholesky_inverse(factor).double().trace()
-            - (penalty * operator.double() ** 2).sum()
-        )
+        (trtri,) = lapack.get_lapack_funcs(("trtri",), (factor,))
+        factor_inverse, _ = trtri(factor, lower=1)
+        wide = operator.astype(np.float64)
+        residual = np.square(factor_inverse, dtype=np.float64).sum() - (wide**2 @ penalty).sum()
         residuals.append(float(residual))
-        rows.copy_(operator)
+        rows[...] = operator
     return residuals, dfs

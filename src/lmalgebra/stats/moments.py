@@ -21,13 +21,11 @@ stay float64. Above ``WIDE`` columns no update allocates a ``D x D`` temporary.
 
 from __future__ import annotations
 
-import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from safetensors.numpy import load_file
 
 from lmalgebra.core.errors import UserInputError
@@ -36,6 +34,7 @@ from lmalgebra.stats.symmetric_kernels import (
     add_gram_panels,
     add_upper,
     gram_upper,
+    in_row_panels,
     mirror_upper,
     syrk_into,
 )
@@ -97,48 +96,28 @@ def layout(names: list[str], dims: list[int], tails: list[int] | None = None) ->
 
 
 def add_gram(
-    gram: torch.Tensor,
-    rows: torch.Tensor,
-    panels: int = 6,
+    gram: np.ndarray,
+    rows: np.ndarray,
     mirror: bool = True,
     scratch: np.ndarray | None = None,
 ) -> None:
-    """``gram += rows^T rows`` in place, computing only the upper (block) triangle.
+    """``gram += rows^T rows`` in place, computing only the upper triangle (BLAS ``syrk``: half
+    the flops of a full product).
 
-    ``gram``: ``(D, D) float64``; ``rows``: ``(n, D)`` float64, or float32 (products summed in
-    float32, added to ``gram`` in float64). About half the flops of a full product: float32 rows
-    take BLAS ``syrk`` (one triangle) where SciPy is installed, else panels of columns large enough
-    to run at full BLAS speed. ``mirror=False`` may leave ``gram``'s lower triangle behind (a
-    caller adding many chunks mirrors once, with ``mirror_upper``, after the last). ``scratch``:
-    a ``(D, D) float32`` array the float32 products may be written into first (reused by a
-    caller adding many chunks).
+    ``gram``: ``(D, D)`` float64 (or float32, for float32 rows); ``rows``: ``(n, D)`` float64, or
+    float32 (products summed in float32, added to ``gram`` in its dtype). ``mirror=False`` may
+    leave ``gram``'s lower triangle behind (a caller adding many chunks mirrors once, with
+    ``mirror_upper``, after the last). ``scratch``: a ``(D, D) float32`` array the float32
+    products may be written into first (reused by a caller adding many chunks).
     """
-    if gram.dtype == torch.float32 and syrk_into(gram.numpy(), rows):
-        if mirror:
-            mirror_upper(gram.numpy())
-        return
-    if rows.dtype == torch.float32 and rows.shape[1] > WIDE:
-        add_gram_panels(gram.numpy(), rows)
-        if mirror:
-            mirror_upper(gram.numpy())
-        return
-    upper = gram_upper(rows, scratch)
-    if upper is not None:
-        add_upper(gram.numpy(), upper)
-        if mirror:
-            mirror_upper(gram.numpy())
-        return
-    dim = rows.shape[1]
-    edges = np.linspace(0, dim, min(panels, max(dim, 1)) + 1).astype(int)
-    spans = list(itertools.pairwise(int(e) for e in edges))
-    for i, (a, b) in enumerate(spans):
-        left = rows[:, a:b].T
-        for c, d in spans[i:]:
-            # converted before the add: torch's mixed-precision in-place add is slow on threads
-            block = (left @ rows[:, c:d]).to(gram.dtype)
-            gram[a:b, c:d] += block
-            if c != a:
-                gram[c:d, a:b] += block.T
+    if gram.dtype == rows.dtype:
+        syrk_into(gram, rows)
+    elif rows.shape[1] > WIDE:
+        add_gram_panels(gram, rows)
+    else:
+        add_upper(gram, gram_upper(rows, scratch))
+    if mirror:
+        mirror_upper(gram)
 
 
 @dataclass
@@ -187,35 +166,33 @@ class SecondMoments:
         if self.products == "float32":
             self._update_float32(chunk)
             return
-        rows = torch.tensor(chunk, dtype=torch.float64)  # a copy: never touch the input
+        rows = np.array(chunk, dtype=np.float64)  # a copy: never touch the input
         if self.n == 0:
-            self.shift = rows.mean(dim=0).numpy()
-        rows -= torch.from_numpy(self.shift)
+            self.shift = rows.mean(axis=0)
+        rows -= self.shift
         self.n += rows.shape[0]
-        self.sums += rows.sum(dim=0).numpy()
-        add_gram(torch.from_numpy(self.gram), rows)
+        self.sums += rows.sum(axis=0)
+        add_gram(self.gram, rows)
 
     def _update_float32(self, chunk: np.ndarray) -> None:
         """``update`` with float32 products of the centred rows (see the module docstring)."""
-        data = torch.from_numpy(chunk if chunk.flags.writeable else chunk.copy())
-        single = data.dtype == torch.float32
-        # numpy's float64 column sums of float32 rows: several times faster than torch's
-        column_sums = np.add.reduce(chunk, axis=0, dtype=np.float64)
+        data = np.asarray(chunk)
+        single = data.dtype == np.float32
+        column_sums = np.add.reduce(data, axis=0, dtype=np.float64)
         if self.n == 0:  # the first FLOAT32_ROWS rows' mean: one shard's, however chunks are cut
-            head = chunk[:FLOAT32_ROWS]
-            whole = len(head) == len(chunk)
+            head = data[:FLOAT32_ROWS]
+            whole = len(head) == len(data)
             first = (column_sums if whole else np.add.reduce(head, 0, np.float64)) / len(head)
             # float32 rows minus a float32 shift: the exact difference, rounded once
             self.shift = first.astype(np.float32).astype(np.float64) if single else first
-        shift = torch.from_numpy(self.shift)
+        shift = self.shift
         self.n += data.shape[0]
-        self.sums += column_sums - data.shape[0] * self.shift
-        exact = shift.to(torch.float32)
-        in_float32 = single and bool((exact.to(torch.float64) == shift).all())
-        gram = torch.from_numpy(self.gram)
+        self.sums += column_sums - data.shape[0] * shift
+        exact = shift.astype(np.float32)
+        in_float32 = single and bool((exact.astype(np.float64) == shift).all())
         # one scratch buffer for every FLOAT32_ROWS rows: the input is left alone, and a large
         # chunk does not allocate (and fault in) a centred copy of itself
-        scratch = torch.empty((min(len(data), FLOAT32_ROWS), data.shape[1]), dtype=torch.float32)
+        scratch = np.empty((min(len(data), FLOAT32_ROWS), data.shape[1]), dtype=np.float32)
         dim = data.shape[1]
         # several partial Grams of a float64 Gram share one float32 product buffer
         several = self.precision == "float64" and dim <= WIDE and len(data) > FLOAT32_ROWS
@@ -224,10 +201,10 @@ class SecondMoments:
             rows = data[start : start + FLOAT32_ROWS]
             centred = scratch[: len(rows)]
             if in_float32:  # float32 rows minus a float32 shift: the exact difference, rounded
-                torch.sub(rows, exact, out=centred)
+                np.subtract(rows, exact, out=centred)
             else:  # centred in float64, then rounded
-                centred.copy_(rows.to(torch.float64) - shift)
-            add_gram(gram, centred, mirror=False, scratch=products)
+                np.subtract(rows, shift, out=centred, casting="same_kind")
+            add_gram(self.gram, centred, mirror=False, scratch=products)
         mirror_upper(self.gram)  # once per update: a large chunk spares the transposed adds
 
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:
@@ -285,14 +262,19 @@ class SecondMoments:
         spent and must not be used again.
         """
         self._check_unspent()
-        gram = torch.from_numpy(self.gram)
-        centred = torch.from_numpy(self.sums / self.n).to(gram.dtype)
-        cov = gram.div_(self.n) if in_place else gram / self.n  # one pass, no D x D temporary
-        cov.addr_(centred, centred, alpha=-1.0)
+        centred = (self.sums / self.n).astype(self.gram.dtype)
+        cov = self.gram if in_place else np.empty_like(self.gram)
+        n = self.n
+
+        def panel(a: int, b: int) -> None:  # no D x D temporary
+            np.divide(self.gram[a:b], n, out=cov[a:b])
+            cov[a:b] -= centred[a:b, None] * centred
+
+        in_row_panels(panel, cov.shape[0])
         if in_place:
             self.gram = np.zeros((0, 0))  # spent: the buffer now belongs to the covariance
             self.n = -1
-        return cov.numpy()
+        return cov
 
     def _check_unspent(self) -> None:
         if self.n < 0:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.solver import Decomposer, Fit, SplitMoments
@@ -48,8 +47,7 @@ def shuffled_r2(decomposer: Decomposer, fit: Fit, split: str = "validation") -> 
     total = float(np.trace(m.cov[t.start : t.stop, t.start : t.stop]))
     if total <= 0:
         return math.nan
-    weight = torch.from_numpy(np.ascontiguousarray(fit.weight))
-    spread = float(row_quadratics(weight, torch.from_numpy(m.cov), cols).sum())
+    spread = float(row_quadratics(np.ascontiguousarray(fit.weight), m.cov, cols).sum())
     shift = m.mean[t.start : t.stop] - fit.weight @ m.mean[cols] - fit.bias
     return -(spread + float(shift @ shift)) / total
 
@@ -84,7 +82,7 @@ def shuffled_pairwise(decomposer: Decomposer) -> dict[str, np.ndarray]:
     train = decomposer.train
     for j, bj in enumerate(decomposer.blocks):
         cj = slice(bj.start, bj.basis_stop)
-        coef = decomposer.single_basis_coef(j).numpy()  # coef[:, block_i].T: i's weight on j
+        coef = decomposer.single_basis_coef(j)  # coef[:, block_i].T: i's weight on j
         for split, s in decomposer.splits.items():
             spread = (coef * (s.cov[cj, cj] @ coef)).sum(axis=0)
             d_mean = s.mean - train.mean  # the fitted bias moves the train means onto each other

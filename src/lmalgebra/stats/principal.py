@@ -30,10 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
+from scipy.linalg import solve_triangular
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import PROBES
+from lmalgebra.stats.symmetric_kernels import cholesky
 
 # Subspace iterations after the first product: enough for the leading directions of a decaying
 # spectrum to converge to a share of a percent of their variance.
@@ -83,20 +84,19 @@ class Reduction:
         """Share of the training variance the ``k`` directions keep (1 when none to keep)."""
         return float(self.variances.sum() / self.total) if self.total > 0 else 1.0
 
-    def projector(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def projector(self) -> tuple[np.ndarray, np.ndarray]:
         """``(center (d,) float32, [basis | probes] (d, k + s) float32)`` for :func:`project`."""
-        center = torch.from_numpy(self.center.astype(np.float32))
-        both = np.hstack([self.basis, self.probes]).astype(np.float32)
-        return center, torch.from_numpy(both)
+        center = self.center.astype(np.float32)
+        return center, np.hstack([self.basis, self.probes]).astype(np.float32)
 
 
-def project(rows: np.ndarray, projector: tuple[torch.Tensor, torch.Tensor]) -> np.ndarray:
+def project(rows: np.ndarray, projector: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """``(r, k) float32`` coordinates of ``rows (r, d)`` (float32): ``(rows - center) @ basis``.
 
     Centred first, so float32 rounding is relative to each row's spread, not to its offset."""
     center, basis = projector
-    centred = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)) - center
-    return (centred @ basis).numpy()
+    centred = np.asarray(rows, dtype=np.float32) - center
+    return centred @ basis
 
 
 def components_for(values: np.ndarray, total: float, retained: float) -> int | None:
@@ -108,29 +108,33 @@ def components_for(values: np.ndarray, total: float, retained: float) -> int | N
     return int(reached[0]) + 1 if reached.size else None
 
 
-def _gaussian(rows: int, cols: int, seed: int) -> torch.Tensor:
+def _gaussian(rows: int, cols: int, seed: int) -> np.ndarray:
+    """Standard normal ``(rows, cols) float64``, seeded (torch's generator, as the reductions
+    recorded so far drew it)."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn((rows, cols), generator=generator, dtype=torch.float64)
+    return torch.randn((rows, cols), generator=generator, dtype=torch.float64).numpy()
 
 
-def _iterate(cov: torch.Tensor, size: int, iterations: int, seed: int) -> torch.Tensor:
+def _iterate(cov: np.ndarray, size: int, iterations: int, seed: int) -> np.ndarray:
     """``(d, size) float64`` orthonormal basis of ``cov^(iterations + 1) Omega``, orthonormalised
     after every product (the products in float32: the subspace needs no more)."""
     d = cov.shape[0]
     if size >= d:
-        return torch.eye(d, dtype=torch.float64)
-    single = cov.to(torch.float32)
+        return np.eye(d)
+    single = cov.astype(np.float32)
     basis = _gaussian(d, size, seed)
     for _ in range(iterations + 1):
-        basis = torch.linalg.qr((single @ basis.to(torch.float32)).to(torch.float64)).Q
+        basis = np.linalg.qr((single @ basis.astype(np.float32)).astype(np.float64)).Q
     return basis
 
 
-def _ritz(cov: torch.Tensor, basis: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+def _ritz(cov: np.ndarray, basis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rayleigh-Ritz: ``(basis @ U, values)``, decreasing, of ``cov`` within ``span(basis)``."""
-    values, vectors = torch.linalg.eigh(basis.T @ cov @ basis)
-    order = torch.argsort(values, descending=True)
-    return (basis @ vectors[:, order]).numpy(), values[order].clamp(min=0).numpy()
+    values, vectors = np.linalg.eigh(basis.T @ cov @ basis)
+    order = np.argsort(values)[::-1]
+    return basis @ vectors[:, order], np.clip(values[order], 0, None)
 
 
 def leading_subspace(
@@ -154,7 +158,7 @@ def leading_subspace(
         raise ValueError("give the number of components, the retained variance, or both")
     cap = d if k is None else max(1, min(k, d))
     total = float(np.trace(cov))
-    matrix = torch.from_numpy(np.ascontiguousarray(cov, dtype=np.float64))
+    matrix = np.ascontiguousarray(cov, dtype=np.float64)
     size = min(d, (cap if retained is None else min(cap, FIRST_SIZE)) + oversample)
     while True:
         basis, values = _ritz(matrix, _iterate(matrix, size, iterations, seed))
@@ -184,23 +188,22 @@ def nystrom_subspace(
     leading eigenvectors kept: ``k`` of them (at most ``s``), or with ``retained`` the fewest whose
     estimated variance reaches that share of ``total`` (``tr(C)``, known exactly).
     """
-    y = torch.from_numpy(np.asarray(sketch, dtype=np.float64))
-    omega = torch.from_numpy(np.asarray(test, dtype=np.float64))
+    y = np.asarray(sketch, dtype=np.float64)
+    omega = np.asarray(test, dtype=np.float64)
     d, s = y.shape
-    shift = float(np.finfo(np.float64).eps * max(d, s) * torch.linalg.matrix_norm(y, 2))
+    shift = float(np.finfo(np.float64).eps * max(d, s) * np.linalg.norm(y, 2))
     shifted = y + shift * omega
     core = omega.T @ shifted
-    factor, info = torch.linalg.cholesky_ex((core + core.T) / 2)
-    if int(info) != 0:  # Omega^T Y + shift is SPD in exact arithmetic; rounding can break it
-        values, vectors = torch.linalg.eigh((core + core.T) / 2)
-        floor = values.clamp(min=values.max() * 1e-12)
-        root_inverse = vectors / floor.sqrt()
+    factor, ok = cholesky((core + core.T) / 2)
+    if not ok:  # Omega^T Y + shift is SPD in exact arithmetic; rounding can break it
+        values, vectors = np.linalg.eigh((core + core.T) / 2)
+        floor = np.clip(values, values.max() * 1e-12, None)
+        root_inverse = vectors / np.sqrt(floor)
         half = shifted @ root_inverse
     else:
-        half = torch.linalg.solve_triangular(factor, shifted.T, upper=False).T
-    left, singular, _ = torch.linalg.svd(half, full_matrices=False)
-    variances = (singular**2 - shift).clamp(min=0).numpy()
-    basis = left.numpy()
+        half = solve_triangular(factor, shifted.T, lower=True, check_finite=False).T
+    basis, singular, _ = np.linalg.svd(half, full_matrices=False)
+    variances = np.clip(singular**2 - shift, 0, None)
     cap = s if k is None else max(1, min(k, s))
     keep = cap
     if retained is not None:
@@ -228,7 +231,7 @@ def tail_probes(
     d, k = basis.shape
     if k >= d or count < 1:
         return np.zeros((d, 0))
-    probes = _gaussian(d, count, seed).numpy() / np.sqrt(count)
+    probes = _gaussian(d, count, seed) / np.sqrt(count)
     probes -= basis @ (basis.T @ probes)
     if cov is not None:
         seen = float(np.einsum("ij,ij->", probes, cov @ probes))

@@ -22,14 +22,9 @@ each alpha costs ``O(d_B^2)``: one eigendecomposition serves the whole grid.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
-
-
-def _t(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 class HeldOut:
@@ -47,14 +42,15 @@ class HeldOut:
         scaled = path.scaled_vectors  # U = X V
         delta = split.mean - path.train_mean
         self.total = float(np.diag(split.cov)[t].sum())
-        c_bb = _t(split.cov[np.ix_(b, b)])
+        c_bb = split.cov[np.ix_(b, b)]
         s = scaled.T @ (c_bb @ scaled)
         del c_bb
-        h = scaled.T @ _t(split.cov[np.ix_(b, t)])
+        h = scaled.T @ split.cov[np.ix_(b, t)]
         g = path.projection
-        self.cross = (h * g).sum(dim=1).numpy()
-        self.quad = s.mul_(g @ g.T).numpy()
-        self.mean_shift = (scaled.T @ _t(delta[b])).numpy()
+        self.cross = (h * g).sum(axis=1)
+        s *= g @ g.T
+        self.quad = s
+        self.mean_shift = scaled.T @ delta[b]
         self.target_shift = delta[t]
 
 
@@ -77,16 +73,16 @@ class RidgePath:
         self.train_mean = train.mean
         t, b = self.target_cols, self.basis_cols
         inv_root = 1 / np.sqrt(scale[b])
-        system = _t(train.cov[np.ix_(b, b)])
-        system *= _t(np.outer(inv_root, inv_root))
-        eigenvalues, vectors = torch.linalg.eigh(system)
+        system = np.array(train.cov[np.ix_(b, b)], dtype=np.float64)
+        system *= np.outer(inv_root, inv_root)
+        eigenvalues, vectors = np.linalg.eigh(system)
         del system
         # C'_BB is positive semi-definite; rounding can leave tiny negative eigenvalues
-        self.eigenvalues = eigenvalues.clamp_(min=0).numpy()
-        vectors *= _t(inv_root)[:, None]
+        self.eigenvalues = np.clip(eigenvalues, 0, None)
+        vectors *= inv_root[:, None]
         self.scaled_vectors = vectors  # (d_B, d_B) U = X V
-        self.projection = vectors.T @ _t(train.cov[np.ix_(b, t)])  # (d_B, d_t) G
-        self.power = (self.projection**2).sum(dim=1).numpy()  # |G_k|^2
+        self.projection = vectors.T @ train.cov[np.ix_(b, t)]  # (d_B, d_t) G
+        self.power = (self.projection**2).sum(axis=1)  # |G_k|^2
         self.total = float(np.diag(train.cov)[t].sum())
 
     def _shrink(self, alphas: np.ndarray) -> np.ndarray:
@@ -95,8 +91,8 @@ class RidgePath:
 
     def weight(self, alpha: float) -> np.ndarray:
         """``(d_t, d_B) float64`` ridge weight at ``alpha``."""
-        f = _t(self._shrink(np.array([alpha]))[:, 0])
-        return (self.scaled_vectors @ (f[:, None] * self.projection)).T.numpy()
+        f = self._shrink(np.array([alpha]))[:, 0]
+        return (self.scaled_vectors @ (f[:, None] * self.projection)).T
 
     def bias(self, alpha: float) -> np.ndarray:
         """``(d_t,) float64`` intercept at ``alpha`` (``mean_t - W mean_B``)."""
@@ -136,8 +132,6 @@ class RidgePath:
             return np.full(len(alphas), np.nan)
         f = self._shrink(alphas)
         quad = (f * (held.quad @ f)).sum(axis=0)
-        offset = held.target_shift[:, None] - self.projection.numpy().T @ (
-            f * held.mean_shift[:, None]
-        )
+        offset = held.target_shift[:, None] - self.projection.T @ (f * held.mean_shift[:, None])
         residual = held.total - 2 * held.cross @ f + quad + (offset**2).sum(axis=0)
         return 1 - residual / held.total

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from lmalgebra.stats.moments import FLOAT32_ROWS
 
@@ -42,7 +41,7 @@ class ColumnMoments:
         if self.shift.size == 0:
             self.shift, self.sums, self.squares = (np.zeros(self.dim) for _ in range(3))
 
-    def _centred(self, chunk: np.ndarray) -> torch.Tensor:
+    def _centred(self, chunk: np.ndarray) -> np.ndarray:
         """The chunk's rows minus the shift, ``(rows, dim) float32`` (the shift is set by the
         first chunk); sums and squares are added in float64."""
         if chunk.ndim != 2 or chunk.shape[1] != self.dim:
@@ -51,13 +50,11 @@ class ColumnMoments:
             head = np.add.reduce(chunk[:FLOAT32_ROWS], 0, np.float64) / len(chunk[:FLOAT32_ROWS])
             self.shift = head.astype(np.float32).astype(np.float64)
         # a new float32 array: the input (perhaps read-only) is left alone
-        centred = torch.from_numpy(
-            np.subtract(chunk, self.shift.astype(np.float32), dtype=np.float32)
-        )
-        wide = centred.to(torch.float64)
+        centred = np.subtract(chunk, self.shift.astype(np.float32), dtype=np.float32)
+        wide = centred.astype(np.float64)
         self.n += len(chunk)
-        self.sums += wide.sum(0).numpy()
-        self.squares += (wide * wide).sum(0).numpy()
+        self.sums += wide.sum(0)
+        self.squares += (wide * wide).sum(0)
         return centred
 
     def update(self, chunk: np.ndarray) -> None:
@@ -100,7 +97,10 @@ class ColumnMoments:
 
 
 def gaussian_test(dim: int, size: int, seed: int) -> np.ndarray:
-    """The sketch's test matrix ``Omega``: ``(dim, size) float32`` standard normal, seeded."""
+    """The sketch's test matrix ``Omega``: ``(dim, size) float32`` standard normal, seeded (torch's
+    generator, as the reductions recorded so far drew it)."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     return torch.randn((dim, size), generator=generator, dtype=torch.float32).numpy()
 
@@ -136,11 +136,9 @@ class CovarianceSketch:
         if not len(chunk):
             return
         centred = self.columns._centred(chunk)
-        test = torch.from_numpy(self.test)
-        product = torch.from_numpy(self.product)
         for start in range(0, len(centred), FLOAT32_ROWS):
             rows = centred[start : start + FLOAT32_ROWS]
-            product += (rows.T @ (rows @ test)).to(torch.float64)
+            self.product += rows.T @ (rows @ self.test)
 
     def sketch(self) -> np.ndarray:
         """``C Omega``: ``(dim, size) float64``, with ``C`` the population covariance."""

@@ -34,13 +34,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import AlphaMode
 from lmalgebra.stats.loo_operators import leave_one_out_operators
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
-from lmalgebra.stats.symmetric_kernels import block_sums, row_quadratics, spd_inverse
+from lmalgebra.stats.symmetric_kernels import (
+    block_sums,
+    cholesky,
+    cholesky_solve,
+    row_quadratics,
+    spd_inverse,
+)
 from lmalgebra.stats.tail_fit import tail_fit
 
 log = logging.getLogger(__name__)
@@ -49,9 +54,9 @@ log = logging.getLogger(__name__)
 ILL_CONDITIONED = 1e10
 
 
-def _wide(rows: np.ndarray) -> torch.Tensor:
-    """Rows of a covariance as a float64 tensor (a float32 covariance's rows are converted)."""
-    return torch.from_numpy(np.asarray(rows, dtype=np.float64))
+def _wide(rows: np.ndarray) -> np.ndarray:
+    """Rows of a covariance in float64 (a float32 covariance's rows are converted)."""
+    return np.asarray(rows, dtype=np.float64)
 
 
 @functools.cache
@@ -120,7 +125,7 @@ class Decomposer:
         self.alpha, self.alpha_mode = alpha, alpha_mode
         self.train = splits["train"]
         self._by_name = {b.name: b for b in self.blocks}
-        self._factors: dict[int, torch.Tensor] = {}  # single-model bases, factored once
+        self._factors: dict[int, np.ndarray] = {}  # single-model bases, factored once
         diag = np.diag(self.train.cov).astype(np.float64)
         # given scales stay with a decomposer refitted on other training rows; derived ones follow
         self.given_scales = None if scales is None else np.asarray(scales, dtype=np.float64)
@@ -199,13 +204,13 @@ class Decomposer:
                 "spans: the fit can interpolate, trust held-out R^2 only"
             )
 
-    def _cholesky(self, matrix: np.ndarray, basis: Sequence[str]) -> torch.Tensor:
+    def _cholesky(self, matrix: np.ndarray, basis: Sequence[str]) -> np.ndarray:
         """Cholesky factor of an SPD matrix; warns or fails naming the basis."""
-        factor, info = torch.linalg.cholesky_ex(torch.from_numpy(matrix))
-        self._check_factor(int(info) == 0, torch.diagonal(factor).numpy(), basis)
+        factor, ok = cholesky(matrix)
+        self._check_factor(ok, np.diagonal(factor), basis)
         return factor
 
-    def _block_factor(self, j: int) -> torch.Tensor:
+    def _block_factor(self, j: int) -> np.ndarray:
         """Cholesky factor of ``C_jj + Lam_j`` of block ``j``, factored once per decomposer."""
         if j not in self._factors:
             cj = slice(self.blocks[j].start, self.blocks[j].basis_stop)
@@ -213,12 +218,12 @@ class Decomposer:
             self._factors[j] = self._cholesky(system, [self.blocks[j].name])
         return self._factors[j]
 
-    def single_basis_coef(self, j: int) -> torch.Tensor:
+    def single_basis_coef(self, j: int) -> np.ndarray:
         """``(d_j, D) float64`` ``(C_jj + Lam_j)^-1 C_j,:`` (``d_j``: block ``j``'s basis
         columns): column block ``i`` is the transposed weight of target ``i`` fitted on model
         ``j`` alone."""
         rows = self.train.cov[self.blocks[j].start : self.blocks[j].basis_stop]
-        return torch.cholesky_solve(_wide(rows), self._block_factor(j))
+        return cholesky_solve(self._block_factor(j), _wide(rows))
 
     def r2(
         self, weight: np.ndarray, target: ModelColumns, basis_cols: np.ndarray
@@ -230,19 +235,19 @@ class Decomposer:
         ``tr(R C^s R^T) + ||R (mean_s - mean_train)||^2``, read from the columns used only.
         """
         cols = np.concatenate([np.arange(target.start, target.stop), basis_cols])
-        operator = torch.empty((target.dim, cols.size), dtype=torch.float64)
-        operator[:, : target.dim] = torch.eye(target.dim, dtype=torch.float64)
-        operator[:, target.dim :] = -torch.from_numpy(weight)
+        operator = np.empty((target.dim, cols.size))
+        operator[:, : target.dim] = np.eye(target.dim)
+        operator[:, target.dim :] = -weight
         return {split: self._score(operator, cols, target, m) for split, m in self.splits.items()}
 
     def _score(
-        self, operator: torch.Tensor, cols: np.ndarray, target: ModelColumns, m: SplitMoments
+        self, operator: np.ndarray, cols: np.ndarray, target: ModelColumns, m: SplitMoments
     ) -> float:
         total = float(np.trace(m.cov[target.start : target.stop, target.start : target.stop]))
         if total <= 0:
             return float("nan")
-        shift = operator @ torch.from_numpy(m.mean[cols] - self.train.mean[cols])
-        spread = row_quadratics(operator, torch.from_numpy(m.cov), cols)
+        shift = operator @ (m.mean[cols] - self.train.mean[cols])
+        spread = row_quadratics(operator, m.cov, cols)
         return 1 - float(spread.sum() + shift @ shift) / total
 
     def _fit(self, target: str, basis: Sequence[str], weight: np.ndarray) -> Fit:
@@ -267,7 +272,7 @@ class Decomposer:
         else:
             factor = self._cholesky(cov[np.ix_(cols, cols)] + np.diag(self.penalty[cols]), basis)
         rhs = _wide(np.ascontiguousarray(cov[cols, t.start : t.stop]))
-        weight = torch.cholesky_solve(rhs, factor).numpy().T
+        weight = cholesky_solve(factor, rhs).T
         return self._fit(target, basis, weight)
 
     def leave_one_out(self) -> list[Fit]:
@@ -290,25 +295,26 @@ class Decomposer:
         assert inverse is not None  # _check_factor raised otherwise
         carried = inverse @ cov[np.ix_(heads, tails)] if tails.size else None  # P C_{:, tails}
         edges = np.cumsum([0, *(b.basis_dim for b in self.blocks)])
-        operators = torch.from_numpy(inverse)
+        operators = inverse
         train_residual, dfs = leave_one_out_operators(operators, edges, self.penalty[heads])
         residuals = {"train": train_residual}
         for split, m in self.splits.items():
             if split != "train":
-                spread = row_quadratics(operators, torch.from_numpy(m.cov), heads)
-                moved = torch.from_numpy((m.mean - self.train.mean)[heads]).to(operators.dtype)
-                shift = (operators @ moved).to(torch.float64)
+                spread = row_quadratics(operators, m.cov, heads)
+                moved = (m.mean - self.train.mean)[heads].astype(operators.dtype)
+                shift = (operators @ moved).astype(np.float64)
                 residuals[split] = block_sums(spread + shift**2, edges.tolist())
         fits = []
-        mean = torch.from_numpy(self.train.mean[heads]).to(operators.dtype)
+        mean = self.train.mean[heads].astype(operators.dtype)
         for k, b in enumerate(self.blocks):
             others = [n for n in names if n != b.name]
             rows = operators[edges[k] : edges[k + 1]]
-            bias = (rows @ mean).double().numpy()  # mean_t - W mean_B
+            bias = (rows @ mean).astype(np.float64)  # mean_t - W mean_B
             kept = np.r_[0 : edges[k], edges[k + 1] : edges[-1]]
             # in the statistics' precision: a wide float32 run's weights (about 4 heads^2 bytes
             # in all) are its largest arrays after the statistics
-            weight = rows[:, torch.from_numpy(kept)].neg_().numpy()
+            weight = rows[:, kept]
+            np.negative(weight, out=weight)
             residual = {split: residuals[split][k] for split in self.splits}
             if b.tail:
                 assert carried is not None
@@ -347,13 +353,17 @@ class Decomposer:
             for split, s in self.splits.items():
                 c_j = _wide(s.cov[cj])
                 if s is self.train:  # (C_jj + Lam_j) coef = C_j: fitted - 2 C_j = -(C_j + Lam coef)
-                    work = torch.addcmul(c_j, torch.from_numpy(self.penalty[cj])[:, None], coef)
-                    work.neg_()
-                else:  # fitted - 2 C_j in one product
-                    work = torch.addmm(c_j, c_j[:, cj], coef, beta=-2.0)
-                quad = (work.mul_(coef)).sum(dim=0).numpy()
-                d_mean = torch.from_numpy(s.mean - self.train.mean)
-                shift = (d_mean - coef.T @ d_mean[cj]).numpy()
+                    work = self.penalty[cj][:, None] * coef
+                    work += c_j
+                    np.negative(work, out=work)
+                else:  # fitted - 2 C_j
+                    work = c_j[:, cj] @ coef
+                    work -= c_j
+                    work -= c_j
+                work *= coef
+                quad = work.sum(axis=0)
+                d_mean = s.mean - self.train.mean
+                shift = d_mean - coef.T @ d_mean[cj]
                 residual = np.add.reduceat(var[split] + quad + shift**2, starts)
                 total = totals[split]
                 with np.errstate(invalid="ignore", divide="ignore"):
@@ -371,7 +381,7 @@ class Decomposer:
         table = self.pairwise() if table is None else table
         weights: dict[tuple[int, int], np.ndarray] = {}
         for j in range(len(self.blocks)):
-            coef = self.single_basis_coef(j).numpy()
+            coef = self.single_basis_coef(j)
             for i, bi in enumerate(self.blocks):
                 if i != j:
                     weights[i, j] = np.ascontiguousarray(coef[:, bi.start : bi.stop].T)

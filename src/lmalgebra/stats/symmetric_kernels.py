@@ -1,15 +1,20 @@
 """The dense kernels of the solver on symmetric matrices: an SPD inverse, and quadratic forms.
 
-``spd_inverse`` factors and inverts ``C + Lam`` in the buffer it is given when SciPy's LAPACK is
-installed (``potrf`` then ``potri``, no second ``D x D`` array), else with torch (one more).
-``row_quadratics`` computes ``op_i C op_i^T`` for every row ``i`` of an operator from the upper
-panels of the symmetric ``C`` only, reading ``C`` in place over any set of its column ranges:
-about half the flops of ``(op @ C) * op`` and no gathered copy of a sub-matrix.
-``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the flops of a product),
-``add_upper`` adds such a triangle to another, and ``mirror_upper`` makes a matrix whole again.
-For wide matrices, ``syrk_into`` adds the triangle into a float32 matrix in place and
-``add_gram_panels`` into a float64 one panel by panel: neither allocates a ``D x D`` temporary.
-Every kernel works in the matrix's own dtype (float64, or float32 for the float32 precision).
+Every kernel is NumPy's or SciPy's (one BLAS, OpenBLAS in their wheels): the statistics engine
+never hands work to torch's thread pool between two of NumPy's calls, where each pool's idle
+threads spin against the other's (measured on two cores: a 384-order ``cholesky_inverse`` by
+torch right after a NumPy product took 20 to 200 ms instead of 1.5 ms).
+
+``spd_inverse`` factors and inverts ``C + Lam`` in the buffer it is given (LAPACK ``potrf`` then
+``potri``, no second ``D x D`` array). ``row_quadratics`` computes ``op_i C op_i^T`` for every row
+``i`` of an operator from the upper panels of the symmetric ``C`` only, reading ``C`` in place
+over any set of its column ranges: about half the flops of ``(op @ C) * op`` and no gathered copy
+of a sub-matrix. ``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the
+flops of a product), ``add_upper`` adds such a triangle to another, and ``mirror_upper`` makes a
+matrix whole again. For wide matrices, ``syrk_into`` adds the triangle into a float32 matrix in
+place and ``add_gram_panels`` into a float64 one panel by panel: neither allocates a ``D x D``
+temporary. Every kernel works in the matrix's own dtype (float64, or float32 for the float32
+precision).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import torch
+from scipy.linalg import blas, lapack
+
+from lmalgebra.stats.blas_threads import cpu_threads
 
 # Width of the column panels of row_quadratics: wide enough for full BLAS speed, narrow enough
 # that the diagonal panels (computed in full) are a small share of the work.
@@ -37,10 +44,6 @@ def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     ``None`` when ``system`` is not positive definite; ``diag(L)`` then holds what the
     factorisation reached (its condition is of no use).
     """
-    try:
-        from scipy.linalg import lapack
-    except ImportError:
-        return _torch_inverse(system)
     # a C-ordered symmetric matrix is its own transpose, an F-ordered array LAPACK works in
     fortran = system.T
     potrf, potri = lapack.get_lapack_funcs(("potrf", "potri"), (fortran,))
@@ -57,6 +60,24 @@ def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     return np.ascontiguousarray(result), diag
 
 
+def cholesky(matrix: np.ndarray) -> tuple[np.ndarray, bool]:
+    """``(L, ok)``: the lower Cholesky factor of a symmetric ``matrix`` (its upper triangle
+    zeroed), by LAPACK ``potrf`` in the matrix's dtype; ``ok`` is false where it is not positive
+    definite (``L`` then holds what the factorisation reached)."""
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (matrix,))
+    factor, info = potrf(matrix, lower=1, clean=1)
+    return factor, info == 0
+
+
+def cholesky_solve(factor: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """``(L L^T)^-1 rhs`` from the lower factor ``L`` of :func:`cholesky` (LAPACK ``potrs``)."""
+    (potrs,) = lapack.get_lapack_funcs(("potrs",), (factor, rhs))
+    solved, info = potrs(factor, rhs, lower=1)
+    if info != 0:
+        raise ValueError(f"potrs: illegal argument {-info}")
+    return solved
+
+
 def _sound_threads(system: np.ndarray) -> contextlib.AbstractContextManager[object]:
     """One BLAS thread for a float64 factorisation above ``THREADED_FLOAT64_ORDER``, else no
     limit. OpenBLAS 0.3.30 and 0.3.31 (SciPy's and NumPy's wheels) crash with a segmentation
@@ -68,21 +89,6 @@ def _sound_threads(system: np.ndarray) -> contextlib.AbstractContextManager[obje
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
-
-
-def _torch_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-    """``spd_inverse`` with torch: the factor, then the inverse, each copied into ``system`` so
-    that at most two ``D x D`` arrays are alive at once."""
-    buffer = torch.from_numpy(system)
-    factor, info = torch.linalg.cholesky_ex(buffer)
-    diag = torch.diagonal(factor).to(torch.float64).numpy()
-    if int(info) != 0:
-        return None, diag
-    buffer.copy_(factor)
-    del factor
-    inverse = torch.cholesky_inverse(buffer)
-    buffer.copy_(inverse)
-    return system, diag
 
 
 def mirror_upper(matrix: np.ndarray) -> None:
@@ -109,18 +115,16 @@ def column_runs(cols: np.ndarray) -> list[tuple[int, int, int]]:
     return [(a, b - a, int(cols[a])) for a, b in zip(starts, ends, strict=True)]
 
 
-def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> torch.Tensor:
+def row_quadratics(op: np.ndarray, cov: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """``(r,) float64``: ``op_i C[cols, cols] op_i^T`` for each row ``i`` of ``op``.
 
     ``op``: ``(r, len(cols))`` float64 or float32, its columns in the order of ``cols``;
     ``cov``: ``(D, D)`` symmetric, read in place (panels converted to ``op``'s dtype where they
     differ). With ``C`` cut into panels ``p`` (runs of consecutive columns, at most ``PANEL``
     wide), ``op C op^T = sum_q op_q C_qq op_q^T + 2 sum_{p < q} op_p C_pq op_q^T``; the panels
-    before ``q`` in one run take one product. The products are NumPy's (its BLAS: on AVX-512
-    CPUs OpenBLAS runs them faster than the MKL build of torch's CPU wheels), into two buffers
-    reused for every panel.
+    before ``q`` in one run take one product, into two buffers reused for every panel.
     """
-    a, c = op.numpy(), cov.numpy()
+    a, c = np.asarray(op), np.asarray(cov)
     runs = column_runs(cols)
     out = np.zeros(a.shape[0])
     spread = np.empty((a.shape[0], min(PANEL, a.shape[1])), dtype=a.dtype)
@@ -142,31 +146,25 @@ def row_quadratics(op: torch.Tensor, cov: torch.Tensor, cols: np.ndarray) -> tor
                     product *= 2.0
                     into += product
             out += np.einsum("ij,ij->i", into, op_q, dtype=np.float64)
-    return torch.from_numpy(out)
+    return out
 
 
-def block_sums(values: torch.Tensor, edges: Sequence[int]) -> list[float]:
+def block_sums(values: np.ndarray, edges: Sequence[int]) -> list[float]:
     """Sums of ``values`` over consecutive ranges ``edges[k] .. edges[k + 1]``."""
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
 
 
-def gram_upper(rows: torch.Tensor, out: np.ndarray | None = None) -> np.ndarray | None:
-    """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by SciPy's
-    BLAS ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be
-    read. ``None`` without SciPy or for other ``rows`` (the caller then multiplies panels).
+def gram_upper(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by BLAS
+    ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be read.
     ``out``: a C-contiguous ``(D, D) float32`` array to write into (a caller adding many chunks
     reuses one, rather than allocating and faulting in a new matrix per chunk)."""
-    if rows.dtype != torch.float32 or not rows.is_contiguous() or rows.ndim != 2:
-        return None
-    try:
-        from scipy.linalg import blas
-    except ImportError:
-        return None
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
     # the C-ordered (n, D) rows are a Fortran-ordered (D, n) matrix A: syrk gives A A^T, whose
     # Fortran lower triangle is the upper triangle of the C-ordered result
     if out is None or out.dtype != np.float32 or not out.flags.c_contiguous:
-        return blas.ssyrk(1.0, rows.numpy().T, trans=0, lower=1).T
-    product = blas.ssyrk(1.0, rows.numpy().T, beta=0.0, c=out.T, trans=0, lower=1, overwrite_c=1)
+        return blas.ssyrk(1.0, rows.T, trans=0, lower=1).T
+    product = blas.ssyrk(1.0, rows.T, beta=0.0, c=out.T, trans=0, lower=1, overwrite_c=1)
     if not np.shares_memory(product, out):  # a BLAS that worked on a copy: take its result
         return product.T
     return out
@@ -174,10 +172,9 @@ def gram_upper(rows: torch.Tensor, out: np.ndarray | None = None) -> np.ndarray 
 
 def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
     """``target``'s upper triangle (diagonal included) ``+= upper``'s, in place, by panels of
-    ``PANEL`` contiguous rows spread over torch's threads; both lower triangles are left alone
+    ``PANEL`` contiguous rows spread over the threads; both lower triangles are left alone
     (``mirror_upper`` completes ``target``). ``target``: ``(D, D)`` float64, ``upper``:
-    ``(D, D)``. NumPy adds (they release the GIL): torch's mixed-precision in-place add runs
-    several times slower on more than one thread."""
+    ``(D, D)``. NumPy's adds release the GIL."""
 
     def add(a: int, b: int) -> None:
         diagonal = target[a:b, a:b]
@@ -190,11 +187,11 @@ def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
 
 def in_row_panels(work: Callable[[int, int], None], dim: int) -> None:
     """``work(a, b)`` for every panel of rows ``[a, b)`` (``PANEL`` rows, the last shorter) of a
-    ``(dim, dim)`` matrix, the panels dealt out in turn to torch's thread count of threads: the
+    ``(dim, dim)`` matrix, the panels dealt out in turn to ``cpu_threads()`` threads: the
     panels of a triangle shrink, so each thread gets long and short ones alike. ``work`` must
     touch its own panel only and release the GIL (NumPy's array loops do)."""
     panels = [(a, min(a + PANEL, dim)) for a in range(0, dim, PANEL)]
-    threads = min(torch.get_num_threads(), len(panels))
+    threads = min(cpu_threads(), len(panels))
     if threads <= 1:
         for a, b in panels:
             work(a, b)
@@ -210,36 +207,26 @@ def _each(work: Callable[[int, int], None], panels: Sequence[tuple[int, int]]) -
         work(a, b)
 
 
-def syrk_into(gram: np.ndarray, rows: torch.Tensor) -> bool:
-    """``gram``'s upper triangle ``+= rows^T rows`` in place by SciPy's BLAS ``ssyrk``, for a
-    C-contiguous ``(D, D) float32`` ``gram`` and ``(n, D) float32`` ``rows``; the lower triangle
-    is left alone. False (nothing done) without SciPy or for other arguments."""
-    if (
-        gram.dtype != np.float32
-        or not gram.flags.c_contiguous
-        or rows.dtype != torch.float32
-        or not rows.is_contiguous()
-    ):
-        return False
-    try:
-        from scipy.linalg import blas
-    except ImportError:
-        return False
+def syrk_into(gram: np.ndarray, rows: np.ndarray) -> None:
+    """``gram``'s upper triangle ``+= rows^T rows`` in place by BLAS ``syrk``, for a C-contiguous
+    ``(D, D)`` ``gram`` and ``(n, D)`` ``rows`` of the same dtype (float32 or float64); the lower
+    triangle is left alone."""
+    rows = np.ascontiguousarray(rows, dtype=gram.dtype)
+    (syrk,) = blas.get_blas_funcs(("syrk",), (rows,))
     # gram.T is the Fortran-ordered matrix syrk updates; its lower triangle is gram's upper one
-    out = blas.ssyrk(1.0, rows.numpy().T, beta=1.0, c=gram.T, trans=0, lower=1, overwrite_c=1)
+    out = syrk(1.0, rows.T, beta=1.0, c=gram.T, trans=0, lower=1, overwrite_c=1)
     if not np.shares_memory(out, gram):  # a BLAS that worked on a copy: take its result
         np.copyto(gram, out.T)
-    return True
 
 
-def add_gram_panels(gram: np.ndarray, rows: torch.Tensor) -> None:
+def add_gram_panels(gram: np.ndarray, rows: np.ndarray) -> None:
     """``gram``'s upper triangle ``+= rows^T rows`` in place, ``PANEL`` rows of the triangle at a
     time: each panel is one float32 product ``(PANEL, D - a)``, added in ``gram``'s dtype.
     ``gram``: ``(D, D)``; ``rows``: ``(n, D) float32``. The lower triangle is left alone."""
     dim = gram.shape[0]
     for a in range(0, dim, PANEL):
         b = min(a + PANEL, dim)
-        panel = (rows[:, a:b].T @ rows[:, a:]).numpy()
+        panel = rows[:, a:b].T @ rows[:, a:]
         np.add(gram[a:b, b:], panel[:, b - a :], out=gram[a:b, b:])
         diagonal = gram[a:b, a:b]
         np.add(diagonal, np.triu(panel[:, : b - a]), out=diagonal)

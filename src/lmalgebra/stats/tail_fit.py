@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Protocol
 
 import numpy as np
-import torch
 
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.symmetric_kernels import row_quadratics
@@ -52,12 +51,12 @@ def tail_fit(
     tail_weight = carried[~inside].T + carried[inside].T @ weight  # (s, D_B)
     tail = np.arange(target.basis_stop, target.stop)
     cols = np.concatenate([tail, basis])
-    operator = torch.from_numpy(np.hstack([np.eye(tail.size), -tail_weight]))
+    operator = np.hstack([np.eye(tail.size), -tail_weight])
     extra = {}
     train = splits["train"]
     for split, m in splits.items():
-        spread = row_quadratics(operator, torch.from_numpy(m.cov), cols)
-        shift = operator @ torch.from_numpy((m.mean - train.mean)[cols])
+        spread = row_quadratics(operator, m.cov, cols)
+        shift = operator @ (m.mean - train.mean)[cols]
         extra[split] = float(spread.sum() + shift @ shift)
     mean = train.mean
     tail_bias = mean[tail] - tail_weight @ mean[basis]

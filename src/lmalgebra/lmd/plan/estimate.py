@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
@@ -85,8 +84,8 @@ def measure_speeds(size: int = 1024) -> Speeds:
     a64 = rng.normal(size=(size, size))
     spd = a64 @ a64.T + size * np.eye(size)
     products = [
-        2 * size**3 / _best(functools.partial(torch.matmul, a, a))
-        for a in (torch.from_numpy(a64).float(), torch.from_numpy(a64))
+        2 * size**3 / _best(functools.partial(np.matmul, a, a))
+        for a in (a64.astype(np.float32), a64)
     ]
     inverses = [
         size**3 / _best(functools.partial(_inverse_copy, spd.astype(dtype)), repeats=5)

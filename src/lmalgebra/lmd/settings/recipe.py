@@ -13,9 +13,8 @@ from lmalgebra.core.precision import (
     DeviceChoice,
     DtypeChoice,
     check_bf16,
-    dtype_name,
-    resolve_device,
-    resolve_dtype,
+    device_type,
+    resolve_dtype_name,
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
 from lmalgebra.core.settings import Settings
@@ -172,15 +171,15 @@ class DecomposeConfig(Settings):
     def embed_spec(self) -> EmbedSpec:
         """The embedding settings, device and dtype resolved for this machine (``auto`` logs
         its choice; an unusable device or dtype is refused here, before any model loads)."""
-        device = resolve_device(self.device, "decompose device")
-        dtype = resolve_dtype(self.dtype, device, "decompose dtype")
+        device = device_type(self.device, "decompose device")
+        dtype = resolve_dtype_name(self.dtype, device, "decompose dtype")
         if self.weights_dtype == "bfloat16":
             check_bf16(device, "decompose weights_dtype", "use float32")
         return EmbedSpec(
             self.layer,
             self.pooling,
             self.exclude_special,
-            "bfloat16" if dtype_name(dtype) == "bfloat16" else "float32",
+            dtype,
             self.batch_size,
             self.max_length,
             device=str(device),

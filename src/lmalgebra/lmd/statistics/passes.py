@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -26,13 +26,14 @@ from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import owned
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.stats.moments import ModelColumns, Products, SecondMoments, layout
-from lmalgebra.stats.principal import OVERSAMPLE, Reduction, project, reduce_covariance
-from lmalgebra.stats.principal import reduce_sketch as sketch_reduction
 from lmalgebra.stats.reduce import reduce_blocked, reduce_columns, reduce_moments, reduce_sketch
 from lmalgebra.stats.sketch import ColumnMoments, CovarianceSketch
 from lmalgebra.stats.solver import SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.atomic import make_directories
+
+if TYPE_CHECKING:  # the principal coordinates import torch: only a reduced run needs them
+    from lmalgebra.stats.principal import Reduction
 
 # Rows of consecutive shards streamed into the statistics at once: at most GROUP_ROWS, and at most
 # GROUP_BYTES of float32 (4 shards of 2048 rows of a 5,000-wide concatenation are 160 MB)
@@ -184,6 +185,8 @@ def _rows_of(
     if reductions is None:
         yield from _row_groups(caches, indices)
         return
+    from lmalgebra.stats.principal import project
+
     projectors = {c.name: reductions.models[c.name].projector() for c in columns}
     for row, pieces in _shard_pieces(caches, indices):
         projected = []
@@ -197,6 +200,9 @@ def _rows_of(
 def _first_pass(caches: list[Source], columns: list[Column], scale: ScaleSpec) -> Reductions:
     """Each block's principal coordinates from the training rows (see the module): every block's
     own second moments (``reduced``) or covariance sketch (``sketch``), streamed side by side."""
+    from lmalgebra.stats.principal import OVERSAMPLE, reduce_covariance
+    from lmalgebra.stats.principal import reduce_sketch as sketch_reduction
+
     components, retained = scale.choice()
     seeds = {c.name: scale.seed + 1000 * k for k, c in enumerate(columns)}
     streams: dict[str, SecondMoments | CovarianceSketch] = {}
