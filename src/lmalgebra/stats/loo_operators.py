@@ -10,9 +10,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy.linalg import lapack
-
-from lmalgebra.stats.symmetric_kernels import cholesky, cholesky_solve
 
 
 def leave_one_out_operators(
@@ -24,22 +21,21 @@ def leave_one_out_operators(
     of every row. On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) = tr(P_tt^-1) - sum(Lam *
     R^2)``; with ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the effective degrees of
     freedom are ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``, and ``P_tt R_t = P_t``.
-    ``tr(P_tt^-1) = ||L^-1||_F^2`` for ``P_tt = L L^T``.
+    NumPy's LAPACK and products only, in the loop over the blocks (see ``Decomposer``'s
+    ``_block_inverse``): ``P_tt``, a principal block of an SPD inverse, is inverted whole.
     """
     p_diag = np.diagonal(inverse).copy()
     residuals, dfs = [], []
     for a, b in itertools.pairwise(int(e) for e in edges):
         rows = inverse[a:b]
-        factor, _ = cholesky(rows[:, a:b].copy())  # a principal block of an SPD inverse
-        operator = cholesky_solve(factor, rows)  # (d_t, D)
+        block_inverse = np.linalg.inv(rows[:, a:b])
+        operator = block_inverse @ rows  # (d_t, D)
         # diag(R_tB^T P_tt R_tB), as P_tt R_t = P_t
         reduced = penalty * (p_diag - np.einsum("ij,ij->j", rows, operator))
         basis_dim = len(penalty) - (b - a)
         dfs.append(basis_dim - float(reduced.sum() - reduced[a:b].sum()))
-        (trtri,) = lapack.get_lapack_funcs(("trtri",), (factor,))
-        factor_inverse, _ = trtri(factor, lower=1)
         wide = operator.astype(np.float64)
-        residual = np.square(factor_inverse, dtype=np.float64).sum() - (wide**2 @ penalty).sum()
+        residual = np.trace(block_inverse, dtype=np.float64) - (wide**2 @ penalty).sum()
         residuals.append(float(residual))
         rows[...] = operator
     return residuals, dfs

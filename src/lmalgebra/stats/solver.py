@@ -125,7 +125,7 @@ class Decomposer:
         self.alpha, self.alpha_mode = alpha, alpha_mode
         self.train = splits["train"]
         self._by_name = {b.name: b for b in self.blocks}
-        self._factors: dict[int, np.ndarray] = {}  # single-model bases, factored once
+        self._inverses: dict[int, np.ndarray] = {}  # single-model bases, inverted once
         diag = np.diag(self.train.cov).astype(np.float64)
         # given scales stay with a decomposer refitted on other training rows; derived ones follow
         self.given_scales = None if scales is None else np.asarray(scales, dtype=np.float64)
@@ -210,20 +210,29 @@ class Decomposer:
         self._check_factor(ok, np.diagonal(factor), basis)
         return factor
 
-    def _block_factor(self, j: int) -> np.ndarray:
-        """Cholesky factor of ``C_jj + Lam_j`` of block ``j``, factored once per decomposer."""
-        if j not in self._factors:
+    def _block_inverse(self, j: int) -> np.ndarray:
+        """``(C_jj + Lam_j)^-1`` of block ``j`` (float64), once per decomposer, checked as a
+        basis is (:meth:`_check_factor`). NumPy's LAPACK and products only: the single-model
+        fits run in a loop over the blocks, and NumPy's and SciPy's BLAS are separate thread
+        pools, each of whose idle threads spin against the other's between calls."""
+        if j not in self._inverses:
             cj = slice(self.blocks[j].start, self.blocks[j].basis_stop)
             system = self.train.cov[cj, cj].astype(np.float64) + np.diag(self.penalty[cj])
-            self._factors[j] = self._cholesky(system, [self.blocks[j].name])
-        return self._factors[j]
+            try:
+                factor = np.linalg.cholesky(system)
+            except np.linalg.LinAlgError:
+                self._check_factor(False, np.ones(1), [self.blocks[j].name])
+            self._check_factor(True, np.diagonal(factor), [self.blocks[j].name])
+            half = np.linalg.inv(factor)  # L^-1 (triangular)
+            self._inverses[j] = half.T @ half
+        return self._inverses[j]
 
     def single_basis_coef(self, j: int) -> np.ndarray:
         """``(d_j, D) float64`` ``(C_jj + Lam_j)^-1 C_j,:`` (``d_j``: block ``j``'s basis
         columns): column block ``i`` is the transposed weight of target ``i`` fitted on model
         ``j`` alone."""
         rows = self.train.cov[self.blocks[j].start : self.blocks[j].basis_stop]
-        return cholesky_solve(self._block_factor(j), _wide(rows))
+        return self._block_inverse(j) @ _wide(rows)
 
     def r2(
         self, weight: np.ndarray, target: ModelColumns, basis_cols: np.ndarray
@@ -267,12 +276,12 @@ class Decomposer:
             raise UserInputError(f"the basis names a model twice: {list(basis)}")
         t, cols = self.block(target), self._columns(basis)
         cov = self.train.cov
-        if len(basis) == 1:  # the factor the pairwise fits share
-            factor = self._block_factor(self.blocks.index(self.block(basis[0])))
+        rhs = _wide(np.ascontiguousarray(cov[cols, t.start : t.stop]))
+        if len(basis) == 1:  # the inverse the pairwise fits share
+            weight = (self._block_inverse(self.blocks.index(self.block(basis[0]))) @ rhs).T
         else:
             factor = self._cholesky(cov[np.ix_(cols, cols)] + np.diag(self.penalty[cols]), basis)
-        rhs = _wide(np.ascontiguousarray(cov[cols, t.start : t.stop]))
-        weight = cholesky_solve(factor, rhs).T
+            weight = cholesky_solve(factor, rhs).T
         return self._fit(target, basis, weight)
 
     def leave_one_out(self) -> list[Fit]:
