@@ -99,6 +99,7 @@ def test_out_writes_the_cli_files_and_load_reads_them_back(
         spans={"length": T, "counts": SPANS},
         cache_dir=cache,
         out=out,
+        save_statistics=True,
     )
     names = {p.name for p in out.iterdir()}
     for split in SPLITS:
@@ -120,11 +121,13 @@ def test_out_writes_the_cli_files_and_load_reads_them_back(
     page = by_path.report(tmp_path / "page.html")  # drawn from a scratch copy of the run
     assert page.read_text(encoding="utf-8").startswith("<!doctype html>")
     assert by_path.run_dir is None
-    saved = by_path.save(tmp_path / "saved")  # the in-memory result, written afterwards
+    saved = written.save(tmp_path / "saved")  # the result in memory, written afterwards
     assert sorted(p.name for p in saved.iterdir()) == sorted(
         p.name for p in out.iterdir() if not p.name.startswith(".")
     )
     _frames_equal(Decomposition.load(saved), by_path)
+    plain = by_path.save(tmp_path / "plain")  # asked for no statistics: none written
+    assert not (plain / "stats").exists() and (plain / "fits.csv").is_file()
     for split in SPLITS:  # written during the analysis (out) or after it (saved): the same bytes
         name = f"stats/{split}.safetensors"
         assert (out / name).read_bytes() == (saved / name).read_bytes()
@@ -153,7 +156,14 @@ def test_a_run_failing_after_its_statistics_were_written_takes_them_back(
     monkeypatch.setattr(pipeline, "analyse", _failing_once_written(out))
     models = {"a": str(bert_dir), "b": str(bert2_dir)}
     with pytest.raises(UserInputError, match="the analysis failed"):
-        decompose(models, texts, spans={"length": T, "counts": SPANS}, cache_dir=cache, out=out)
+        decompose(
+            models,
+            texts,
+            spans={"length": T, "counts": SPANS},
+            cache_dir=cache,
+            out=out,
+            save_statistics=True,
+        )
     assert not out.exists() or list(out.iterdir()) == []
 
 
@@ -178,7 +188,14 @@ def test_a_full_disk_while_the_statistics_are_written_is_named_and_leaves_no_sum
     out = tmp_path / "run"
     models = {"a": str(bert_dir), "b": str(bert2_dir)}
     with pytest.raises(OutOfSpaceError, match=r"stats/validation\.safetensors"):
-        decompose(models, texts, spans={"length": T, "counts": SPANS}, cache_dir=cache, out=out)
+        decompose(
+            models,
+            texts,
+            spans={"length": T, "counts": SPANS},
+            cache_dir=cache,
+            out=out,
+            save_statistics=True,
+        )
     assert not (out / "summary.json").exists()
     assert not (out / "stats" / "validation.safetensors").exists()
     assert [p.name for p in out.rglob(".*tmp-*")] == []

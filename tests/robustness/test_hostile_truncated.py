@@ -28,6 +28,7 @@ def finished(bert_dir: Path, bert2_dir: Path, tmp_path_factory: pytest.TempPathF
         cache_dir=root / "cache",
         out=root / "run",
         progress=False,
+        save_statistics=True,
     )
     return root / "run"
 

@@ -393,6 +393,7 @@ def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
     # 2600 training spans: two cache shards of 2048 rows, one per rank; validation and test
     # fit in one shard, so rank 1 holds no row of them
     flags = ["-T", "8", "--spans.counts", "2600,300,300", "--spans.per_doc", "8", "--no-progress"]
+    flags.append("--save_statistics")
     named = [f"a={models[0]}", f"b={models[1]}"]
     flags += ["--corpus.paths", str(corpus), "--models", named[0], "--models", named[1]]
     torchrun("decompose", *flags, "--out", str(tmp_path / "two"), "--cache_dir", f"{tmp_path}/c2")
@@ -401,6 +402,7 @@ def test_decompose_on_two_processes_matches_one(tmp_path: Path) -> None:
         "corpus": {"paths": [str(corpus)]},
         "spans": {"length": 8, "counts": [2600, 300, 300], "per_doc": 8},
         "progress": False,
+        "save_statistics": True,
     }
     overrides.update(out=tmp_path / "one", cache_dir=tmp_path / "c1")
     with _threads(1):

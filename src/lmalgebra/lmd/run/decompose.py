@@ -189,7 +189,7 @@ def decompose(
         writers: list[StatisticsWriter] = []
 
         def write_statistics(measured: Measured) -> None:  # during the analysis
-            if is_main():
+            if is_main() and config.save_statistics:
                 writers.append(
                     StatisticsWriter(config.out, measured.blocks, measured.split_moments())
                 )

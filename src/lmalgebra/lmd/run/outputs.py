@@ -84,7 +84,7 @@ def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None)
     """Write every output; ``summary.json`` goes last and marks the run complete, recording the
     size (and for text files the sha256) of every file its readers read. ``statistics``: the
     writer that has been writing the statistics files since the measurement ended, else they are
-    written here."""
+    written here (where ``save_statistics`` asks for them)."""
     out = result.config.out
     names = result.names
     for split in SPLITS:
@@ -92,10 +92,10 @@ def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None)
     write_table(
         out, GROUP, group_rows([f.target for f in result.group], [f.r2 for f in result.group])
     )
-    if statistics is None:
-        write_statistics(out, result.blocks, result.stats)
-    else:  # written during the analysis
+    if statistics is not None:  # written during the analysis
         statistics.wait()
+    elif result.config.save_statistics:
+        write_statistics(out, result.blocks, result.stats)
     if result.config.save_weights:
         _write_weights(result, out / WEIGHTS)
     write_text_atomic(out / CONFIG, config_yaml(result.config))
