@@ -236,3 +236,49 @@ def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     assert path.read_bytes() == intact
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
+
+
+def _key_edit(manifest: Path, **fields: object) -> None:
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    _edit_manifest(manifest, key={**data["key"], **fields})
+
+
+def test_a_store_key_training_refuses_fails_verify_in_the_same_words(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """A teacher store's manifest saying another ``top_k`` than the recipe's, its shards intact,
+    passed verify; training then refused it. Both now check the key with one function."""
+    run, recipe = _copy_run(built, tmp_path)
+    manifest = run / "topk" / "xx" / "wp" / "manifest.json"
+    _key_edit(manifest, top_k=4)
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(manifest.parent), "top_k 4 -> 8", "merge teach"])
+    assert digests(run) == before
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert assert_one_line(code, stderr, []) == said
+
+
+def test_a_vocabulary_built_from_other_teachers_fails_verify(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """The vocabulary's completion mark is keyed by the teachers' tokenizers: one of another key
+    passed verify, and training refused it."""
+    run, recipe = _copy_run(built, tmp_path)
+    (run / "vocab" / "complete.json").write_text(json.dumps("0" * 64), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(run / "vocab"), "other teachers", "merge vocab"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert assert_one_line(code, stderr, []) == said
+
+
+def test_a_causal_store_key_training_refuses_fails_verify(
+    causal_built: Path, tmp_path: Path, cli
+) -> None:
+    run, recipe = _copy_run(causal_built, tmp_path)
+    manifest = run / "logprobs" / "xx" / "uni" / "manifest.json"
+    _key_edit(manifest, top_k=3)
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(manifest.parent), "top_k 3 ->", "merge teach"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert assert_one_line(code, stderr, []) == said

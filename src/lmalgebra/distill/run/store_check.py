@@ -19,9 +19,8 @@ from lmalgebra.train.run_fingerprint import differences
 
 def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     """Refuse a missing or incomplete shard set, or one written under none of the ``accepted``
-    keys (one per dtype the recipe accepts), naming what differs from the first: a setting of the
-    recipe, the dtype, or a teacher's weights or tokenizer hash; ``stage``: the ``merge``
-    command that writes it."""
+    keys (one per dtype the recipe accepts: ``stale_key``); ``stage``: the ``merge`` command
+    that writes it."""
     expected = accepted[0]
     found = ShardSet.existing(expected.directory)
     if not found.complete or not found.records:  # a complete set of nothing feeds no student
@@ -29,13 +28,26 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
             f"{expected.directory} is missing or incomplete: run `lmalgebra merge {stage} RECIPE` "
             "first"
         )
-    if found.key not in [a.key for a in accepted]:
-        changed = differences(found.key, expected.key)
-        shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
-        raise UserInputError(
-            f"the store in {expected.directory} was built with a different recipe or teacher "
-            f"({shown}): run `lmalgebra merge {stage} RECIPE` for this recipe"
-        )
+    problem = stale_key(accepted, stage)
+    if problem:
+        raise UserInputError(problem)
+
+
+def stale_key(accepted: Sequence[ShardSet], stage: str) -> str | None:
+    """A complete set written under none of the ``accepted`` keys, named with what differs from
+    the first: a setting of the recipe, the dtype, or a teacher's weights or tokenizer hash
+    (None: the set is not there, or is one of them). ``merge verify`` names what training
+    refuses here."""
+    expected = accepted[0]
+    found = ShardSet.existing(expected.directory)
+    if not found.complete or found.key in [a.key for a in accepted]:
+        return None
+    changed = differences(found.key, expected.key)
+    shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
+    return (
+        f"the store in {expected.directory} was built with a different recipe or teacher "
+        f"({shown}): run `lmalgebra merge {stage} RECIPE` for this recipe"
+    )
 
 
 def shard_rows(shards: ShardSet) -> list[int]:
