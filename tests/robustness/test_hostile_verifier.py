@@ -148,14 +148,34 @@ def _drop_a_teachers_last_examples(run: Path) -> None:
         _drop_last_shard(run / part / "yy" / "sp")
 
 
+def _record_rows(value: object):
+    """A damage: the first shard record of ``examples/yy`` holding ``rows`` ``value``."""
+
+    def damage(run: Path) -> None:
+        manifest = run / "examples" / "yy" / "manifest.json"
+        shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
+        _edit_manifest(manifest, shards=[{**shards[0], "rows": value}, *shards[1:]])
+
+    return damage
+
+
 @pytest.mark.parametrize(
     ("damage", "named", "said"),
     [
         (_miscount_examples, "examples/yy/manifest.json", "examples, but its shards hold"),
         (_drop_an_examples_shard, "examples/yy/manifest.json", "examples, but its shards hold"),
         (_drop_a_teachers_last_examples, "masked/yy/sp", "examples"),
+        # the sums over a record that holds no count quoted numbers nobody wrote
+        (_record_rows(-16), "examples/yy/manifest.json", "shard-00000.arrow holds rows -16,"),
+        (_record_rows("16"), "examples/yy/manifest.json", "shard-00000.arrow holds rows '16',"),
     ],
-    ids=["examples_count", "examples_shard_unlisted", "teacher_copies_short"],
+    ids=[
+        "examples_count",
+        "examples_shard_unlisted",
+        "teacher_copies_short",
+        "record_rows_negative",
+        "record_rows_text",
+    ],
 )
 def test_example_counts_that_disagree_fail_verify_and_training(
     damage, named: str, said: str, built: Path, tmp_path: Path, cli
