@@ -171,3 +171,40 @@ def test_a_baseline_beside_a_recipes_distilled_students_drops_their_kd_settings(
     spec = training_of(recipe, {"gold_only": True}, "--training")
     assert spec.gold_only and spec.temperature == 1.0 and spec.lambda_schedule == "linear"
     assert training_of(recipe, {}, "--training").temperature == 2.0
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags", "said"),
+    [
+        ("head-only", [], "pretrain masked or causal"),
+        ("masked", ["--tokenizer.vocab_size", "100", "--model.dropout", "0"], "model.dropout"),
+        ("causal", ["--tokenizer.vocab_size", "300", "--model.dropout", "0"], "model.dropout"),
+    ],
+)
+def test_dropout_masks_of_a_model_without_dropout_are_refused(
+    kind: str, flags: list[str], said: str, tmp_path: Path, corpus_txt: Path, bert_dir: Path, cli
+) -> None:
+    """Head-only pretraining fits a head without dropout on cached encoder states, and a model of
+    dropout 0 draws no mask: ``--training.dropout_masks torch`` was accepted and did nothing."""
+    out = tmp_path / "out"
+    args = ["pretrain", kind, "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    args += [*flags, *(["--encoder", str(bert_dir)] if kind == "head-only" else [])]
+    args += ["--training.steps", "1", "--out", str(out), "--no-progress"]
+    code, stderr = cli([*args, "--training.dropout_masks", "torch"])
+    assert_one_line(code, stderr, ["training.dropout_masks 'torch'", "ignored", said])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+def test_dropout_masks_of_a_student_without_dropout_are_refused(
+    command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    student = {**TINY_STUDENT, "dropout": 0.0}
+    training = {**TINY_TRAINING, "dropout_masks": "torch"}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=student, training=training)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.dropout_masks 'torch'", "ignored", "student.dropout"])
+    assert not (tmp_path / "run").exists()
+    kept = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    assert lmalgebra.merge_plan(kept).train_s.gt(0).all()  # a student with dropout: accepted
