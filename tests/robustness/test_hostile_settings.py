@@ -4,6 +4,7 @@ value it never used."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,35 @@ def test_dropout_masks_of_a_student_without_dropout_are_refused(
     assert not (tmp_path / "run").exists()
     kept = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
     assert lmalgebra.merge_plan(kept).train_s.gt(0).all()  # a student with dropout: accepted
+
+
+def test_a_warmup_given_longer_than_the_run_is_refused(
+    tmp_path: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``--training.warmup_steps 50`` with ``steps 2``: the peak learning rate the user set was
+    never reached, without a word. Refused naming both, pre-training and recipes alike."""
+    out = tmp_path / "out"
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    args += ["--tokenizer.vocab_size", "100", "--training.steps", "2", "--out", str(out)]
+    code, stderr = cli([*args, "--training.warmup_steps", "50", "--no-progress"])
+    assert_one_line(code, stderr, ["training.warmup_steps 50", "training.steps 2"])
+    assert not out.exists()
+    training = {**TINY_TRAINING, "warmup_steps": 7}  # steps 6
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", "train", str(recipe), *flags, "--no-progress"])
+        assert_one_line(code, stderr, ["training.warmup_steps 7", "training.steps 6"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_default_warmup_longer_than_the_run_is_kept_and_warned_of(
+    tmp_path: Path, teacher_dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A recipe that leaves ``warmup_steps`` at its default (100) trains six steps as runs
+    recorded with it did (its numbers unchanged), and says the peak is not reached."""
+    training = {k: v for k, v in TINY_TRAINING.items() if k != "warmup_steps"}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    caplog.set_level(logging.WARNING)
+    lmalgebra.merge(recipe, ["prepare", "teach", "vocab", "train"])
+    assert "training.warmup_steps 100 exceeds training.steps 6" in caplog.text
+    assert "0.06 of training.lr" in caplog.text
