@@ -6,6 +6,7 @@ architecture is refused in one line naming the model and a tensor, wherever its 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -188,3 +189,26 @@ def test_a_teacher_or_init_of_no_causal_architecture_is_refused_from_its_config(
     spec = CausalStudentSpec(init=str(encoder))
     with pytest.raises(UserInputError, match=r"student\.init .*no causal language model"):
         open_init(spec, weights=False)
+
+
+@pytest.mark.parametrize("weights", [True, False])
+def test_an_init_that_is_no_model_is_named_as_student_init(
+    causal_teacher_dirs: dict[str, Path], tmp_path: Path, weights: bool
+) -> None:
+    """A missing ``student.init`` directory was named "model 'nothere'" (the name its path
+    gives), where a damaged one is named ``student.init``; a directory without weight files the
+    same (the dry run, ``weights=False``, does not look for them)."""
+    from lmalgebra.distill.causal.student_init import open_init
+    from lmalgebra.distill.student import CausalStudentSpec
+
+    missing = tmp_path / "nothere"
+    with pytest.raises(UserInputError) as caught:
+        open_init(CausalStudentSpec(init=str(missing)), weights=weights)
+    assert str(caught.value) == f"student.init {str(missing)!r}: directory {missing} does not exist"
+    bare = tmp_path / "bare"
+    shutil.copytree(next(iter(causal_teacher_dirs.values())), bare)
+    for path in bare.glob("*.safetensors"):
+        path.unlink()
+    if weights:
+        with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(bare)))}:"):
+            open_init(CausalStudentSpec(init=str(bare)), weights=weights)
