@@ -51,6 +51,15 @@ DECOMPOSE = {
         ["--scale.probes", "8"],
         ["--scale.probes 8", "ignored", "--scale.method reduced or sketch"],
     ),
+    # spreading a model over the GPUs where the models run on the CPU: it did nothing there
+    "device_map_on_the_cpu": (
+        ["--device_map", "auto", "--device", "cpu"],
+        ["--device_map auto", "--device cpu runs", "--device cuda or auto"],
+    ),
+    "device_map_on_the_default_cpu": (
+        ["--device_map", "auto"],
+        ["--device_map auto", "--device cpu (the default)"],
+    ),
 }
 
 
