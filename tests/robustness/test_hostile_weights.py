@@ -85,6 +85,36 @@ def test_a_tensor_of_another_shape_is_named_with_both_shapes(
     assert "\n" not in str(caught.value) and "above report" not in str(caught.value)
 
 
+def _as_integers(directory: Path) -> str:
+    """The query weight of layer 1 stored as int32 (values x100, truncated); its name."""
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    (name,) = [key for key in tensors if key.endswith(DROPPED)]
+    tensors[name] = (tensors[name] * 100).to(torch.int32)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return name
+
+
+def test_a_weight_stored_as_integers_is_refused_naming_it(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A floating-point weight stored as int32 loaded cast to float (its values truncated): a
+    damaged or foreign file, refused naming the tensor, for a model to embed and a teacher (a
+    head-model checkpoint, its names under ``bert.``); the same weight in bfloat16 loads."""
+    intact = load_file(bert_copy / "model.safetensors")
+    name = _as_integers(bert_copy)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=rf"model 'enc'.*1 of .*{name} in I32.*cast"):
+        source_of(ref, bert_copy).load()
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    name = _as_integers(teacher)
+    with pytest.raises(UserInputError, match=rf"teacher 'wp'.*{name} in I32"):
+        load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+    half = {k: v.to(torch.bfloat16) if k.endswith(DROPPED) else v for k, v in intact.items()}
+    save_file(half, str(bert_copy / "model.safetensors"), metadata={"format": "pt"})
+    source_of(ref, bert_copy).load()
+
+
 def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:
     """The masked LM's head is no part of the bare model and the pooler goes unused: both pass."""
     directory = build_bert_mlm(tmp_path / "mlm")
