@@ -302,3 +302,20 @@ def test_a_causal_store_key_training_refuses_fails_verify(
     said = assert_one_line(code, stderr, [str(manifest.parent), "top_k 3 ->", "merge teach"])
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
     assert assert_one_line(code, stderr, []) == said
+
+
+def test_a_run_whose_teacher_cannot_be_opened_fails_verify(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """The store's keys are checked against the teachers: a teacher gone from where the recipe
+    names it is named by verify, as training refuses it."""
+    run, recipe = _copy_run(built, tmp_path)
+    data = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
+    gone = str(tmp_path / "gone")
+    data["teachers"]["sp"]["path"] = gone
+    for path in (run / "recipe.yaml", recipe):
+        path.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, ["cannot be checked against its teachers", gone])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert said.split("teachers: ", 1)[1] in assert_one_line(code, stderr, [gone])
