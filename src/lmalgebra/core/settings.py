@@ -31,7 +31,9 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     (it is not a key). A value no member of a union field takes (``list[str] | dict[...]``) is
     named by its key, and by what the member it got furthest in refused, or every member's
     expectation: pydantic's path names the members by their types, which are no keys."""
-    errors = [{**e, "loc": e["loc"][1:] if tagged else e["loc"]} for e in err.errors()]
+    errors: list[dict[str, Any]] = [
+        {**e, "loc": e["loc"][1:] if tagged else e["loc"]} for e in err.errors()
+    ]
     # a misspelled key shows up as "missing" + "extra": name the key the user actually wrote
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     first, msg = _past_unions(first, errors)
