@@ -292,6 +292,38 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     assert digests(out) == before
 
 
+@pytest.mark.parametrize("linked", ["fits.csv", "stats/train.safetensors"])
+def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
+    linked: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """A file of the run replaced by a link to a user's file: without --overwrite the link was
+    refused, with it the link was removed and a file written in its place. Both refuse it now,
+    naming the link, and leave it and the user's file as they were."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    mine = tmp_path / "important.csv"
+    mine.write_text("mine\n", encoding="utf-8")
+    link = out / linked
+    link.parent.mkdir(exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(mine)
+    before = digests(out)
+    args = decompose_args(bert_dir, gpt2_dir, corpus_txt, out)
+    for flags in (["--overwrite", "--dry-run"], ["--overwrite"]):
+        code, err = cli(*args, *flags)
+        one_error(code, err, str(out), linked, "symbolic link", "replaces no link")
+        assert link.is_symlink() and digests(out) == before
+    assert mine.read_text(encoding="utf-8") == "mine\n"
+
+
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
     """``Decomposition.save(overwrite=True)`` replaces an old run's files, keeps nothing stale,
     and refuses (removing nothing) a directory that holds a user's own file."""

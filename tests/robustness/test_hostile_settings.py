@@ -4,6 +4,7 @@ value it never used."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,15 @@ DECOMPOSE = {
     "probes_of_the_exact_method": (
         ["--scale.probes", "8"],
         ["--scale.probes 8", "ignored", "--scale.method reduced or sketch"],
+    ),
+    # spreading a model over the GPUs where the models run on the CPU: it did nothing there
+    "device_map_on_the_cpu": (
+        ["--device_map", "auto", "--device", "cpu"],
+        ["--device_map auto", "--device cpu runs", "--device cuda or auto"],
+    ),
+    "device_map_on_the_default_cpu": (
+        ["--device_map", "auto"],
+        ["--device_map auto", "--device cpu (the default)"],
     ),
 }
 
@@ -171,3 +181,72 @@ def test_a_baseline_beside_a_recipes_distilled_students_drops_their_kd_settings(
     spec = training_of(recipe, {"gold_only": True}, "--training")
     assert spec.gold_only and spec.temperature == 1.0 and spec.lambda_schedule == "linear"
     assert training_of(recipe, {}, "--training").temperature == 2.0
+
+
+@pytest.mark.parametrize(
+    ("kind", "flags", "said"),
+    [
+        ("head-only", [], "pretrain masked or causal"),
+        ("masked", ["--tokenizer.vocab_size", "100", "--model.dropout", "0"], "model.dropout"),
+        ("causal", ["--tokenizer.vocab_size", "300", "--model.dropout", "0"], "model.dropout"),
+    ],
+)
+def test_dropout_masks_of_a_model_without_dropout_are_refused(
+    kind: str, flags: list[str], said: str, tmp_path: Path, corpus_txt: Path, bert_dir: Path, cli
+) -> None:
+    """Head-only pretraining fits a head without dropout on cached encoder states, and a model of
+    dropout 0 draws no mask: ``--training.dropout_masks torch`` was accepted and did nothing."""
+    out = tmp_path / "out"
+    args = ["pretrain", kind, "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    args += [*flags, *(["--encoder", str(bert_dir)] if kind == "head-only" else [])]
+    args += ["--training.steps", "1", "--out", str(out), "--no-progress"]
+    code, stderr = cli([*args, "--training.dropout_masks", "torch"])
+    assert_one_line(code, stderr, ["training.dropout_masks 'torch'", "ignored", said])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+def test_dropout_masks_of_a_student_without_dropout_are_refused(
+    command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    student = {**TINY_STUDENT, "dropout": 0.0}
+    training = {**TINY_TRAINING, "dropout_masks": "torch"}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=student, training=training)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], "--no-progress"])
+    assert_one_line(code, stderr, ["training.dropout_masks 'torch'", "ignored", "student.dropout"])
+    assert not (tmp_path / "run").exists()
+    kept = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    assert lmalgebra.merge_plan(kept).train_s.gt(0).all()  # a student with dropout: accepted
+
+
+def test_a_warmup_given_longer_than_the_run_is_refused(
+    tmp_path: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``--training.warmup_steps 50`` with ``steps 2``: the peak learning rate the user set was
+    never reached, without a word. Refused naming both, pre-training and recipes alike."""
+    out = tmp_path / "out"
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    args += ["--tokenizer.vocab_size", "100", "--training.steps", "2", "--out", str(out)]
+    code, stderr = cli([*args, "--training.warmup_steps", "50", "--no-progress"])
+    assert_one_line(code, stderr, ["training.warmup_steps 50", "training.steps 2"])
+    assert not out.exists()
+    training = {**TINY_TRAINING, "warmup_steps": 7}  # steps 6
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", "train", str(recipe), *flags, "--no-progress"])
+        assert_one_line(code, stderr, ["training.warmup_steps 7", "training.steps 6"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_default_warmup_longer_than_the_run_is_kept_and_warned_of(
+    tmp_path: Path, teacher_dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A recipe that leaves ``warmup_steps`` at its default (100) trains six steps as runs
+    recorded with it did (its numbers unchanged), and says the peak is not reached."""
+    training = {k: v for k, v in TINY_TRAINING.items() if k != "warmup_steps"}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    caplog.set_level(logging.WARNING)
+    lmalgebra.merge(recipe, ["prepare", "teach", "vocab", "train"])
+    assert "training.warmup_steps 100 exceeds training.steps 6" in caplog.text
+    assert "0.06 of training.lr" in caplog.text

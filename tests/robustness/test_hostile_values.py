@@ -56,6 +56,20 @@ RECIPES = {
         ["training.lr", "a boolean is no number", "True"],
     ),
     "bool_top_k": ({"top_k": True}, ["top_k", "a boolean is no integer", "True"]),
+    # a field of several types (a list, or language -> list): pydantic's path named the member
+    # types tried ('training.teachers.list[str]'); the key and what it expects are named
+    "bool_teachers": (
+        {"training": {**TINY_TRAINING, "teachers": True}},
+        ["key 'training.teachers': ", "a valid list or a valid dictionary", "True"],
+    ),
+    "number_teacher": (
+        {"training": {**TINY_TRAINING, "teachers": ["wp", 3]}},
+        ["key 'training.teachers.1': ", "a valid string", "3"],
+    ),
+    "number_teacher_of_a_language": (
+        {"training": {**TINY_TRAINING, "teachers": {"yy": [None]}}},
+        ["key 'training.teachers.yy.0': ", "a valid string", "None"],
+    ),
 }
 
 

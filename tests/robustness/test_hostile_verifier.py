@@ -148,14 +148,34 @@ def _drop_a_teachers_last_examples(run: Path) -> None:
         _drop_last_shard(run / part / "yy" / "sp")
 
 
+def _record_rows(value: object):
+    """A damage: the first shard record of ``examples/yy`` holding ``rows`` ``value``."""
+
+    def damage(run: Path) -> None:
+        manifest = run / "examples" / "yy" / "manifest.json"
+        shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
+        _edit_manifest(manifest, shards=[{**shards[0], "rows": value}, *shards[1:]])
+
+    return damage
+
+
 @pytest.mark.parametrize(
     ("damage", "named", "said"),
     [
         (_miscount_examples, "examples/yy/manifest.json", "examples, but its shards hold"),
         (_drop_an_examples_shard, "examples/yy/manifest.json", "examples, but its shards hold"),
         (_drop_a_teachers_last_examples, "masked/yy/sp", "examples"),
+        # the sums over a record that holds no count quoted numbers nobody wrote
+        (_record_rows(-16), "examples/yy/manifest.json", "shard-00000.arrow holds rows -16,"),
+        (_record_rows("16"), "examples/yy/manifest.json", "shard-00000.arrow holds rows '16',"),
     ],
-    ids=["examples_count", "examples_shard_unlisted", "teacher_copies_short"],
+    ids=[
+        "examples_count",
+        "examples_shard_unlisted",
+        "teacher_copies_short",
+        "record_rows_negative",
+        "record_rows_text",
+    ],
 )
 def test_example_counts_that_disagree_fail_verify_and_training(
     damage, named: str, said: str, built: Path, tmp_path: Path, cli
@@ -236,3 +256,66 @@ def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     assert path.read_bytes() == intact
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
+
+
+def _key_edit(manifest: Path, **fields: object) -> None:
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    _edit_manifest(manifest, key={**data["key"], **fields})
+
+
+def test_a_store_key_training_refuses_fails_verify_in_the_same_words(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """A teacher store's manifest saying another ``top_k`` than the recipe's, its shards intact,
+    passed verify; training then refused it. Both now check the key with one function."""
+    run, recipe = _copy_run(built, tmp_path)
+    manifest = run / "topk" / "xx" / "wp" / "manifest.json"
+    _key_edit(manifest, top_k=4)
+    before = digests(run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(manifest.parent), "top_k 4 -> 8", "merge teach"])
+    assert digests(run) == before
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert assert_one_line(code, stderr, []) == said
+
+
+def test_a_vocabulary_built_from_other_teachers_fails_verify(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """The vocabulary's completion mark is keyed by the teachers' tokenizers: one of another key
+    passed verify, and training refused it."""
+    run, recipe = _copy_run(built, tmp_path)
+    (run / "vocab" / "complete.json").write_text(json.dumps("0" * 64), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(run / "vocab"), "other teachers", "merge vocab"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert assert_one_line(code, stderr, []) == said
+
+
+def test_a_causal_store_key_training_refuses_fails_verify(
+    causal_built: Path, tmp_path: Path, cli
+) -> None:
+    run, recipe = _copy_run(causal_built, tmp_path)
+    manifest = run / "logprobs" / "xx" / "uni" / "manifest.json"
+    _key_edit(manifest, top_k=3)
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(manifest.parent), "top_k 3 ->", "merge teach"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert assert_one_line(code, stderr, []) == said
+
+
+def test_a_run_whose_teacher_cannot_be_opened_fails_verify(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """The store's keys are checked against the teachers: a teacher gone from where the recipe
+    names it is named by verify, as training refuses it."""
+    run, recipe = _copy_run(built, tmp_path)
+    data = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
+    gone = str(tmp_path / "gone")
+    data["teachers"]["sp"]["path"] = gone
+    for path in (run / "recipe.yaml", recipe):
+        path.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, ["cannot be checked against its teachers", gone])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert said.split("teachers: ", 1)[1] in assert_one_line(code, stderr, [gone])

@@ -6,6 +6,7 @@ architecture is refused in one line naming the model and a tensor, wherever its 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -82,6 +83,36 @@ def test_a_tensor_of_another_shape_is_named_with_both_shapes(
     with pytest.raises(UserInputError, match=f"teacher 'mlm'.*{DROPPED} .files 3x3") as caught:
         load_lm(ref, teacher, "masked")
     assert "\n" not in str(caught.value) and "above report" not in str(caught.value)
+
+
+def _as_integers(directory: Path) -> str:
+    """The query weight of layer 1 stored as int32 (values x100, truncated); its name."""
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    (name,) = [key for key in tensors if key.endswith(DROPPED)]
+    tensors[name] = (tensors[name] * 100).to(torch.int32)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return name
+
+
+def test_a_weight_stored_as_integers_is_refused_naming_it(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A floating-point weight stored as int32 loaded cast to float (its values truncated): a
+    damaged or foreign file, refused naming the tensor, for a model to embed and a teacher (a
+    head-model checkpoint, its names under ``bert.``); the same weight in bfloat16 loads."""
+    intact = load_file(bert_copy / "model.safetensors")
+    name = _as_integers(bert_copy)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=rf"model 'enc'.*1 of .*{name} in I32.*cast"):
+        source_of(ref, bert_copy).load()
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    name = _as_integers(teacher)
+    with pytest.raises(UserInputError, match=rf"teacher 'wp'.*{name} in I32"):
+        load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+    half = {k: v.to(torch.bfloat16) if k.endswith(DROPPED) else v for k, v in intact.items()}
+    save_file(half, str(bert_copy / "model.safetensors"), metadata={"format": "pt"})
+    source_of(ref, bert_copy).load()
 
 
 def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:
@@ -188,3 +219,26 @@ def test_a_teacher_or_init_of_no_causal_architecture_is_refused_from_its_config(
     spec = CausalStudentSpec(init=str(encoder))
     with pytest.raises(UserInputError, match=r"student\.init .*no causal language model"):
         open_init(spec, weights=False)
+
+
+@pytest.mark.parametrize("weights", [True, False])
+def test_an_init_that_is_no_model_is_named_as_student_init(
+    causal_teacher_dirs: dict[str, Path], tmp_path: Path, weights: bool
+) -> None:
+    """A missing ``student.init`` directory was named "model 'nothere'" (the name its path
+    gives), where a damaged one is named ``student.init``; a directory without weight files the
+    same (the dry run, ``weights=False``, does not look for them)."""
+    from lmalgebra.distill.causal.student_init import open_init
+    from lmalgebra.distill.student import CausalStudentSpec
+
+    missing = tmp_path / "nothere"
+    with pytest.raises(UserInputError) as caught:
+        open_init(CausalStudentSpec(init=str(missing)), weights=weights)
+    assert str(caught.value) == f"student.init {str(missing)!r}: directory {missing} does not exist"
+    bare = tmp_path / "bare"
+    shutil.copytree(next(iter(causal_teacher_dirs.values())), bare)
+    for path in bare.glob("*.safetensors"):
+        path.unlink()
+    if weights:
+        with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(bare)))}:"):
+            open_init(CausalStudentSpec(init=str(bare)), weights=weights)

@@ -28,19 +28,67 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     """One line naming the first offending key (dotted path), the value given and the source.
 
     ``tagged``: the data was validated as a tagged union, whose tag leads every error's path
-    (it is not a key)."""
-    errors = err.errors()
+    (it is not a key). A value no member of a union field takes (``list[str] | dict[...]``) is
+    named by its key, and by what the member it got furthest in refused, or every member's
+    expectation: pydantic's path names the members by their types, which are no keys."""
+    errors: list[dict[str, Any]] = [
+        {**e, "loc": e["loc"][1:] if tagged else e["loc"]} for e in err.errors()
+    ]
     # a misspelled key shows up as "missing" + "extra": name the key the user actually wrote
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
-    loc = first["loc"][1:] if tagged else first["loc"]
-    key = ".".join(str(p) for p in loc) or "(top level)"
+    first, msg = _past_unions(first, errors)
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
     if first["type"] == "missing":
         return f"{source}: missing key {key!r}"
     given = first.get("input")
     shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
-    return f"{source}: key {key!r}: {first['msg']}{shown}"
+    return f"{source}: key {key!r}: {msg}{shown}"
+
+
+_BARE_TYPES = frozenset({"int", "float", "str", "bool", "none", "bytes"})
+
+
+def _member_tag(part: Any) -> bool:
+    """Whether a path element is pydantic's name of a union member (``list[str]``,
+    ``dict[str,list[str]]``, ``int``, ``function-after[...]``, a model's class name)."""
+    return isinstance(part, str) and bool(
+        part in _BARE_TYPES or "[" in part or "-" in part or part[:1].isupper()
+    )
+
+
+def _past_unions(first: dict[str, Any], errors: list[dict[str, Any]]) -> tuple[dict, str]:
+    """``first`` with the union members' names left out of its path, and its message: where no
+    member took the value, the error of the member that got furthest (the value had its type),
+    or, when none got past the type, what each member expects (``... a valid list or a valid
+    dictionary``)."""
+    loc, msg = tuple(first["loc"]), str(first["msg"])
+    at = 0
+    while at < len(loc):
+        if not _member_tag(loc[at]):
+            at += 1
+            continue
+        members = [
+            e
+            for e in errors
+            if len(e["loc"]) > at and tuple(e["loc"][:at]) == loc[:at] and _member_tag(e["loc"][at])
+        ]
+        if len({e["loc"][at] for e in members}) < 2:  # a key that only looks like a type name
+            at += 1
+            continue
+        deepest = max(members, key=lambda e: len(e["loc"]))
+        if len(deepest["loc"]) > at + 1:
+            loc, msg, first = tuple(deepest["loc"]), str(deepest["msg"]), deepest
+        else:
+            expected = dict.fromkeys(
+                str(e["msg"]).removeprefix("Input should be ") for e in members
+            )
+            msg = "Input should be " + " or ".join(expected)
+        errors = [e for e in errors if tuple(e["loc"][: at + 1]) == loc[: at + 1]]
+        loc = loc[:at] + loc[at + 1 :]
+        errors = [{**e, "loc": tuple(e["loc"][:at]) + tuple(e["loc"][at + 1 :])} for e in errors]
+    return {**first, "loc": loc}, msg
 
 
 _SEQUENCES = (list, tuple, set, frozenset)

@@ -25,11 +25,12 @@ from lmalgebra.distill.examples import write_examples
 from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import refuse_miscounted
+from lmalgebra.distill.run.store_check import refuse_miscounted, stale_key
 from lmalgebra.distill.teachers import Teacher, inference_setup
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 
 Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
@@ -138,6 +139,27 @@ class Objective(ABC):
     @abstractmethod
     def check_store(self) -> dict[str, Teacher]:
         """Refuse a store built from another recipe or other teachers; the teachers, opened."""
+
+    @abstractmethod
+    def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
+        """Each shard set training reads, as the sets it accepts (one per dtype the recipe
+        accepts, the first in the dtype it asks for), with the ``merge`` stage that writes it:
+        what ``check_store`` checks."""
+
+    def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
+        """A vocabulary built from other teachers than ``teachers`` (objectives that build one)."""
+        return []
+
+    def stale_store(self) -> list[str]:
+        """What ``check_store`` refuses of the store that is there (``merge verify``): each set
+        (and vocabulary) built from another recipe or other teachers, or the teachers that cannot
+        be opened to tell; a set not yet made is not named here."""
+        try:
+            teachers = self.open_teachers()
+        except UserInputError as err:
+            return [f"the store cannot be checked against its teachers: {err}"]
+        stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
+        return [p for p in stale if p] + self.stale_vocabulary(teachers)
 
     def refuse_miscounted(self, copy: str, outputs: str) -> None:
         """Refuse, naming the file, a store whose example counts disagree (the examples'

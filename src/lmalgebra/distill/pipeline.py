@@ -44,9 +44,13 @@ OBJECTIVES: dict[type[MergeRecipe], type[Objective]] = {
 
 def verify(run_dir: Path) -> list[str]:
     """Every missing, corrupt or incomplete file of the run in ``run_dir``, named
-    (``merge verify``), by the store parts of the objective its recipe has."""
-    objective = OBJECTIVES[type(load_recipe(RunLayout(run_dir).require_recipe()))]
-    return verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
+    (``merge verify``), by the store parts of the objective its recipe has, and each part of the
+    store built from another recipe or other teachers, as training refuses it."""
+    layout = RunLayout(run_dir)
+    recipe = load_recipe(layout.require_recipe())
+    objective = objective_of(recipe.model_copy(update={"output_dir": layout.root}))
+    problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
+    return problems + objective.stale_store()  # what training's ``check_store`` would refuse
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:

@@ -241,13 +241,16 @@ class MergeRecipe(Settings):
         """What training refuses of ``spec`` beside this recipe, before any work (the dry run
         too): a ``training.teachers`` the recipe refuses (``teachers_of``, whose result is
         returned), and a setting the recipe makes training ignore: ``sampling_exponent`` with
-        one language to sample, ``multi_teacher`` where no language keeps several teachers."""
+        one language to sample, ``multi_teacher`` where no language keeps several teachers,
+        ``dropout_masks`` for a student without dropout."""
         kept = self.teachers_of(spec.teachers)
         unused = {}
         if len(kept) == 1:
             unused["sampling_exponent"] = "recipes of several languages"
         if all(len(names) == 1 for names in kept.values()):
             unused["multi_teacher"] = "languages of several teachers"
+        if getattr(self.student, "init", None) is None and not self.student.dropout:
+            unused["dropout_masks"] = "students with dropout (student.dropout above 0)"
         refuse_ignored(spec, "training.", unused)
         return kept
 

@@ -85,6 +85,40 @@ def refuse_incomplete(
             f"configuration gives ({_listed(mismatched)}); transformers would fill them with "
             "random values"
         )
+    integral = _integer_weights(directory, model)
+    if integral:
+        raise UserInputError(
+            f"{owner}: {directory} stores {len(integral)} of the model's floating-point weights "
+            f"as integers ({_listed(integral)}); transformers would cast them to float: the "
+            "file is damaged or not this model's"
+        )
+
+
+def _integer_weights(directory: Path, model: Any) -> set[str]:
+    """The tensors of ``directory``'s safetensors files (their headers alone) stored in an
+    integer or boolean dtype where ``model`` has a floating-point parameter of that name (a
+    head-model checkpoint's ``base_model_prefix`` aside), as ``name in I32``. Integer buffers
+    (``position_ids``) and a quantised model's own integer parameters are no such weights."""
+    import json
+
+    from safetensors import safe_open
+
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    else:
+        files = ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
+    floating = {n for n, p in model.named_parameters() if p.dtype.is_floating_point}
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    found = set()
+    for name in files:
+        with safe_open(str(directory / name), "pt") as handle:
+            for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
+                dtype = handle.get_slice(key).get_dtype()
+                named = {key, key.removeprefix(prefix), prefix + key}
+                if (dtype == "BOOL" or dtype[:1] in ("I", "U")) and named & floating:
+                    found.add(f"{key} in {dtype}")
+    return found
 
 
 def _shapes(key: Any) -> str:

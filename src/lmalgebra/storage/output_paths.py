@@ -240,13 +240,21 @@ def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) 
 
 def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
     """Refuse ``--overwrite`` of a directory that holds anything a run of ``what`` does not
-    write (``remove_run_files``' check, which removes nothing)."""
-    foreign = _sort_out(directory, owned)[1]
+    write, or a symbolic link where it writes a file (``remove_run_files``' check, which
+    removes nothing)."""
+    mine, foreign = _sort_out(directory, owned)
     if foreign:
         raise UserInputError(
             f"{directory} holds files a {what} does not write ({_names(foreign, directory)}); "
             "--overwrite removes only a run's own files: move those away, or write to "
             "another directory"
+        )
+    links = [p for p in mine if p.is_symlink()]  # a run writes no link: the file it names is
+    if links:  # a user's, and so is the link
+        raise UserInputError(
+            f"{directory} holds symbolic links where a {what} writes files "
+            f"({_names(links, directory)}): lmalgebra replaces no link, --overwrite included; "
+            "remove them, or write to another directory"
         )
 
 

@@ -32,7 +32,10 @@ class OptimisationSpec(Settings):
     grad_accum: int = Field(default=1, ge=1, description="Micro-batches per optimizer step.")
     lr: float = Field(default=5e-4, gt=0, description="Peak learning rate (AdamW).")
     warmup_steps: int = Field(
-        default=100, ge=0, description="Linear warm-up steps, then linear decay."
+        default=100,
+        ge=0,
+        description="Linear warm-up steps, then linear decay; at most steps when given (the "
+        "default, above steps, is kept and warned of: the peak learning rate is not reached).",
     )
     weight_decay: float = Field(
         default=0.01, ge=0, description="AdamW weight decay (not on biases/norms)."
@@ -61,6 +64,20 @@ class OptimisationSpec(Settings):
         "drop probability within 7.7e-6 of p) or torch (its dropout, one Bernoulli draw per "
         "element). Other devices always use torch's.",
     )
+
+    @model_validator(mode="after")
+    def _warmup_within_steps(self) -> OptimisationSpec:
+        # a warm-up of its own longer than the run never reaches ``lr``; the default (100 where
+        # it is not derived from the steps) is kept as runs trained with it (``train`` warns)
+        field = type(self).model_fields["warmup_steps"]
+        default = None if field.default_factory else field.default
+        if 0 < self.steps < self.warmup_steps and self.warmup_steps != default:
+            raise UserInputError(
+                f"training.warmup_steps {self.warmup_steps} exceeds training.steps "
+                f"{self.steps}: the learning rate would never reach training.lr; use "
+                f"warmup_steps <= {self.steps}"
+            )
+        return self
 
 
 class TrainingSpec(OptimisationSpec):

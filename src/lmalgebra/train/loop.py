@@ -180,6 +180,14 @@ def train(
     start = int(state["step"]) if state else 0
     if start:
         log.info("resuming from step %d", start)
+    if 0 < spec.steps < spec.warmup_steps:  # the default: one given is refused (``config``)
+        log.warning(
+            "training.warmup_steps %d exceeds training.steps %d: the learning rate rises to "
+            "%.3g of training.lr and never reaches it; set training.warmup_steps",
+            spec.warmup_steps,
+            spec.steps,
+            spec.steps / spec.warmup_steps,
+        )
     main = is_main()  # only the main rank writes logs and checkpoints
     logger = _Log(out, start) if main else None
     saved = (state or {}).get("extra", {}).get("validation")

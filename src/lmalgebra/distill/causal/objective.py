@@ -21,6 +21,7 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 
 if TYPE_CHECKING:
@@ -60,13 +61,19 @@ class CausalObjective(Objective):
         """Refuse a token or log-probability store built from another recipe or teachers, or one
         whose example counts disagree."""
         teachers = self.open_teachers()
-        for lang, name in self.pairs():
-            teacher = teachers[name]
-            check_set([tokens_set(self.recipe, lang, teacher)], "prepare")
-            dtypes = accepted_dtypes(self.recipe)
-            check_set([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach")
+        for accepted, stage in self.store_sets(teachers):
+            check_set(accepted, stage)
         self.refuse_miscounted(TOKENS, LOGPROBS)
         return teachers
+
+    def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
+        dtypes = accepted_dtypes(self.recipe)
+        sets: list[tuple[list[ShardSet], str]] = []
+        for lang, name in self.pairs():
+            teacher = teachers[name]
+            sets.append(([tokens_set(self.recipe, lang, teacher)], "prepare"))
+            sets.append(([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach"))
+        return sets
 
     @holding_lock("merge train", _run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:

@@ -11,6 +11,8 @@ sliding or full attention per layer), so the saved student loads in plain transf
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,15 +82,31 @@ def open_init(
     from transformers import AutoConfig
 
     ref = init_reference(spec.init)
+    owner = f"{ROLE} {spec.init!r}"
     source = source_of(ref, weights=weights)
-    directory = source.directory
-    refuse_other_head(f"{ROLE} {spec.init!r}", directory, "causal")
-    source.check_architecture("AutoModelForCausalLM", f"{ROLE} {spec.init!r}")
+    with _named(ref, owner):
+        directory = source.directory
+    refuse_other_head(owner, directory, "causal")
+    source.check_architecture("AutoModelForCausalLM", owner)
     depth = int(AutoConfig.from_pretrained(directory).num_hidden_layers)
     if spec.layers is not None:
         check_layer_list(spec.layers, depth)
-    hashes = source.fingerprint(memo_dir) if weights else {}
+    with _named(ref, owner):
+        hashes = source.fingerprint(memo_dir) if weights else {}
     return InitModel(spec.init, ref, directory, depth, spec.layers, hashes)
+
+
+@contextmanager
+def _named(ref: ModelRef, owner: str) -> Iterator[None]:
+    """A refusal of the model's source (no such directory, no weight files...) named by
+    ``owner`` (``student.init 'PATH'``), not by the model name the source took from the path."""
+    try:
+        yield
+    except UserInputError as err:
+        said = str(err).removeprefix(f"model {ref.name!r}:")
+        if said == str(err):
+            raise
+        raise UserInputError(f"{owner}:{said}") from None
 
 
 def init_student(init: InitModel) -> Any:

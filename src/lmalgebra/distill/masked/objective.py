@@ -22,12 +22,21 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.distributed import main_rank_only
+from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import torch
+
+
+def _other_teachers(stamp: CompletionStamp) -> str:
+    return (
+        f"the vocabulary in {stamp.directory} was built from other teachers: "
+        "run `lmalgebra merge vocab RECIPE` again"
+    )
 
 
 def _run_dir(self: MaskedObjective, **_: Any) -> Path:
@@ -58,13 +67,25 @@ class MaskedObjective(Objective):
         """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
         build_vocabulary(self.recipe, self.open_teachers())
 
+    def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
+        dtypes = accepted_dtypes(self.recipe)
+        return [
+            ([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
+            for lang, name in self.pairs()
+        ]
+
+    def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
+        stamp = vocab_stamp(self.recipe, teachers)
+        if stamp.damaged() or stamp.recorded() is None or stamp.done():
+            return []  # a damaged or missing vocabulary: named as such (``verify``, training)
+        return [_other_teachers(stamp)]
+
     def check_store(self) -> dict[str, Teacher]:
         """Refuse a top-k store or vocabulary built from another recipe or other teachers, or a
         store whose example counts disagree."""
         teachers = self.open_teachers()
-        for lang, name in self.pairs():
-            dtypes = accepted_dtypes(self.recipe)
-            check_set([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
+        for accepted, stage in self.store_sets(teachers):
+            check_set(accepted, stage)
         self.refuse_miscounted(MASKED, TOPK)
         stamp = vocab_stamp(self.recipe, teachers)
         if stamp.damaged():
@@ -76,10 +97,7 @@ class MaskedObjective(Objective):
                 f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
             )
         if not stamp.done():
-            raise UserInputError(
-                f"the vocabulary in {stamp.directory} was built from other teachers: "
-                "run `lmalgebra merge vocab RECIPE` again"
-            )
+            raise UserInputError(_other_teachers(stamp))
         return teachers
 
     @holding_lock("merge train", _run_dir, RUN_SCRATCH)

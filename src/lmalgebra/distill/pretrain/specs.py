@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import with_default
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TokenizerKind
@@ -130,6 +130,8 @@ class MaskedPretrainSpec(PretrainText):
     @model_validator(mode="after")
     def _fits(self) -> MaskedPretrainSpec:
         _check_positions(self.example_length, self.model.max_position_embeddings)
+        if not self.model.dropout:
+            _refuse_masks(self.training, "models with dropout (model.dropout above 0)")
         return self
 
 
@@ -170,6 +172,8 @@ class CausalPretrainSpec(PretrainText):
     @model_validator(mode="after")
     def _fits(self) -> CausalPretrainSpec:
         _check_positions(self.example_length, self.model.max_position_embeddings)
+        if not self.model.dropout:
+            _refuse_masks(self.training, "models with dropout (model.dropout above 0)")
         return self
 
 
@@ -190,6 +194,18 @@ class HeadOnlySpec(PretrainText):
     max_examples: int | None = Field(
         default=None, ge=1, description="Fit on the first this many training examples only."
     )
+
+    @model_validator(mode="after")
+    def _no_dropout(self) -> HeadOnlySpec:
+        # the head fitted here has no dropout, and the frozen encoder's states are cached
+        _refuse_masks(self.training, "models with dropout (pretrain masked or causal)")
+        return self
+
+
+def _refuse_masks(training: OptimisationSpec, applies_to: str) -> None:
+    """Refuse a ``training.dropout_masks`` of its own where the model trained draws no dropout
+    mask: it would be recorded and never used."""
+    refuse_ignored(training, "training.", {"dropout_masks": applies_to})
 
 
 def _check_positions(example_length: int, positions: int) -> None:

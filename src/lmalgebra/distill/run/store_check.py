@@ -19,9 +19,8 @@ from lmalgebra.train.run_fingerprint import differences
 
 def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     """Refuse a missing or incomplete shard set, or one written under none of the ``accepted``
-    keys (one per dtype the recipe accepts), naming what differs from the first: a setting of the
-    recipe, the dtype, or a teacher's weights or tokenizer hash; ``stage``: the ``merge``
-    command that writes it."""
+    keys (one per dtype the recipe accepts: ``stale_key``); ``stage``: the ``merge`` command
+    that writes it."""
     expected = accepted[0]
     found = ShardSet.existing(expected.directory)
     if not found.complete or not found.records:  # a complete set of nothing feeds no student
@@ -29,13 +28,26 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
             f"{expected.directory} is missing or incomplete: run `lmalgebra merge {stage} RECIPE` "
             "first"
         )
-    if found.key not in [a.key for a in accepted]:
-        changed = differences(found.key, expected.key)
-        shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
-        raise UserInputError(
-            f"the store in {expected.directory} was built with a different recipe or teacher "
-            f"({shown}): run `lmalgebra merge {stage} RECIPE` for this recipe"
-        )
+    problem = stale_key(accepted, stage)
+    if problem:
+        raise UserInputError(problem)
+
+
+def stale_key(accepted: Sequence[ShardSet], stage: str) -> str | None:
+    """A complete set written under none of the ``accepted`` keys, named with what differs from
+    the first: a setting of the recipe, the dtype, or a teacher's weights or tokenizer hash
+    (None: the set is not there, or is one of them). ``merge verify`` names what training
+    refuses here."""
+    expected = accepted[0]
+    found = ShardSet.existing(expected.directory)
+    if not found.complete or found.key in [a.key for a in accepted]:
+        return None
+    changed = differences(found.key, expected.key)
+    shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
+    return (
+        f"the store in {expected.directory} was built with a different recipe or teacher "
+        f"({shown}): run `lmalgebra merge {stage} RECIPE` for this recipe"
+    )
 
 
 def shard_rows(shards: ShardSet) -> list[int]:
@@ -50,16 +62,30 @@ def _count(value: object, otherwise: int) -> int:
     return otherwise
 
 
+def bad_record(shards: ShardSet) -> str | None:
+    """The first shard record of ``shards`` whose ``rows`` is no count (negative, text, absent),
+    named by its field and value: the counts summed over it would name numbers nobody wrote."""
+    for index, record in sorted(shards.records.items()):
+        if _count(record.get("rows"), -1) < 0:
+            value = repr(record["rows"]) if "rows" in record else "nothing"
+            name = shards.path(index).name
+            return f"{shards.manifest_path}: the record of {name} holds rows {value}, not a count"
+    return None
+
+
 def examples_problems(examples: ShardSet) -> list[str]:
     """A complete examples set (``examples/<lang>``) whose manifest's counts disagree with its
     shards: ``examples`` must be the rows its shards hold, ``heldout`` at most that. What is
     incomplete, unrecorded or damaged is named by the set's own ``problems``."""
     if not (examples.complete and examples.records):
         return []
+    again = "run `lmalgebra merge prepare RECIPE` again"
+    bad = bad_record(examples)
+    if bad:
+        return [f"{bad} ({again})"]
     held = sum(shard_rows(examples))
     counted = _count(examples.summary.get("examples"), -1)
     heldout = _count(examples.summary.get("heldout"), -1)
-    again = "run `lmalgebra merge prepare RECIPE` again"
     if counted != held:
         recorded = examples.summary.get("examples")
         return [
@@ -79,8 +105,11 @@ def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) ->
     """``made`` (complete) does not hold, for each shard of ``source`` (complete), a shard of as
     many rows: the stages after read the two side by side, row by row. ``what``: what
     ``source`` holds ("examples", "rows"); ``stage``: the command that rebuilds ``made``."""
-    if not (source.complete and made.complete):
-        return []  # named as incomplete already
+    if not (source.complete and made.complete) or bad_record(source):
+        return []  # named as incomplete, or its record, already
+    bad = bad_record(made)
+    if bad:
+        return [f"{bad} (run `lmalgebra merge {stage} RECIPE` again)"]
     rows, expected = shard_rows(made), shard_rows(source)
     if rows == expected:
         return []

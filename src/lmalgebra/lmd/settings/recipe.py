@@ -75,7 +75,8 @@ class DecomposeConfig(Settings):
         default=None,
         description="auto: spread each model over this process's devices layer by layer "
         "(Accelerate's big-model loading: its GPUs in order, then the CPU); under several "
-        "processes on one machine each takes an equal share of the GPUs.",
+        "processes on one machine each takes an equal share of the GPUs. Needs device cuda or "
+        "auto.",
     )
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
     max_length: int | None = Field(
@@ -134,6 +135,13 @@ class DecomposeConfig(Settings):
             )
         if (self.target is None) != (self.basis is None):
             raise UserInputError("--target and --basis go together")
+        if self.device_map is not None and self.device == "cpu":  # auto falls back as it says
+            default = "" if "device" in self.model_fields_set else " (the default)"
+            raise UserInputError(
+                f"--device_map {self.device_map} spreads each model over the GPUs, and --device "
+                f"cpu{default} runs the models on the CPU: give --device cuda or auto with it, "
+                "or leave --device_map out"
+            )
         default_alpha = type(self).model_fields["alpha"].default
         if self.study.alpha_select != "fixed" and self.alpha != default_alpha:
             raise UserInputError(
