@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lmalgebra.stats import moments, symmetric_kernels
+from lmalgebra.stats import symmetric_kernels
 from lmalgebra.stats.moments import add_gram
 from lmalgebra.stats.symmetric_kernels import (
     cholesky,
@@ -51,6 +51,8 @@ def test_row_quadratics_over_column_runs_equal_numpy(monkeypatch: pytest.MonkeyP
     expected = np.einsum("ij,jk,ik->i", op, cov[np.ix_(cols, cols)], op)
     got = row_quadratics(op, cov, cols)
     np.testing.assert_allclose(got, expected, rtol=1e-12)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the panels on one thread: the same bits
+    np.testing.assert_array_equal(row_quadratics(op, cov, cols), got)
 
 
 def test_row_quadratics_of_a_float32_operator_on_a_float64_covariance(
@@ -70,24 +72,28 @@ def test_row_quadratics_of_a_float32_operator_on_a_float64_covariance(
     np.testing.assert_array_equal(cov, before)
 
 
-@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("threads", ["1", "2"])
 def test_float32_gram_is_symmetric_and_within_float32_rounding(
-    wide: bool, monkeypatch: pytest.MonkeyPatch
+    threads: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """syrk, or panels of products above ``WIDE`` columns: ``gram += rows^T rows`` to float32
-    accuracy, every entry, both triangles; added to what ``gram`` held."""
-    if wide:
-        monkeypatch.setattr(moments, "WIDE", 1000)
+    """Panels of float32 products added in float64: ``gram += rows^T rows`` to float32 accuracy,
+    every entry, both triangles; added to what ``gram`` held; the same bits on one thread as on
+    two (each panel is one product whichever thread takes it)."""
     rng = np.random.default_rng(4)
     rows = rng.normal(size=(300, 1100)).astype(np.float32)  # 1100 columns: several panels
     exact = rows.astype(np.float64).T @ rows.astype(np.float64)
     start = spd(1100, 5)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    alone = start.copy()
+    add_gram(alone, rows)
+    monkeypatch.setenv("OMP_NUM_THREADS", threads)
     gram = start.copy()
     add_gram(gram, rows)
     absolute = np.abs(rows.astype(np.float64)).T @ np.abs(rows.astype(np.float64))
     error = np.abs(gram - start - exact)
     assert (error <= 303 * 2.0**-24 * absolute + 1e-12).all()
     np.testing.assert_array_equal(gram, gram.T)
+    np.testing.assert_array_equal(gram, alone)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

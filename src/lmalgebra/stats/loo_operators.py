@@ -11,6 +11,8 @@ import itertools
 
 import numpy as np
 
+from lmalgebra.stats.symmetric_kernels import in_parallel
+
 
 def leave_one_out_operators(
     inverse: np.ndarray, edges: np.ndarray, penalty: np.ndarray
@@ -21,21 +23,23 @@ def leave_one_out_operators(
     of every row. On train, ``C = P^-1 - Lam`` gives ``tr(R C R^T) = tr(P_tt^-1) - sum(Lam *
     R^2)``; with ``(C_BB + Lam_B)^-1 = P_BB - R_tB^T P_tt R_tB`` the effective degrees of
     freedom are ``d_B - sum_B Lam * diag(P_BB - R_tB^T P_tt R_tB)``, and ``P_tt R_t = P_t``.
-    NumPy's LAPACK and products only, in the loop over the blocks (see ``Decomposer``'s
-    ``_block_inverse``): ``P_tt``, a principal block of an SPD inverse, is inverted whole.
+    NumPy's LAPACK and products only, the blocks shared out by ``in_parallel`` (see
+    ``Decomposer``'s ``_block_inverse``): ``P_tt``, a principal block of an SPD inverse, is
+    inverted whole.
     """
     p_diag = np.diagonal(inverse).copy()
-    residuals, dfs = [], []
-    for a, b in itertools.pairwise(int(e) for e in edges):
+
+    def block(a: int, b: int) -> tuple[float, float]:  # its own rows of ``P``, read and written
         rows = inverse[a:b]
         block_inverse = np.linalg.inv(rows[:, a:b])
         operator = block_inverse @ rows  # (d_t, D)
         # diag(R_tB^T P_tt R_tB), as P_tt R_t = P_t
         reduced = penalty * (p_diag - np.einsum("ij,ij->j", rows, operator))
-        basis_dim = len(penalty) - (b - a)
-        dfs.append(basis_dim - float(reduced.sum() - reduced[a:b].sum()))
+        df = len(penalty) - (b - a) - float(reduced.sum() - reduced[a:b].sum())
         wide = operator.astype(np.float64)
         residual = np.trace(block_inverse, dtype=np.float64) - (wide**2 @ penalty).sum()
-        residuals.append(float(residual))
         rows[...] = operator
-    return residuals, dfs
+        return float(residual), df
+
+    done = in_parallel(block, list(itertools.pairwise(int(e) for e in edges)))
+    return [r for r, _ in done], [df for _, df in done]

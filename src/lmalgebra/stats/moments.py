@@ -15,8 +15,8 @@ this accurate: the rounding is relative to each row's distance from the shift, n
 Column sums are always exact float64 sums of the rows as given.
 
 ``precision="float32"`` keeps the Gram matrix itself in float32 (half the memory of a wide run:
-``D x D x 4`` bytes), each float32 partial Gram added into it by BLAS ``ssyrk`` in place; sums
-stay float64. Above ``WIDE`` columns no update allocates a ``D x D`` temporary.
+``D x D x 4`` bytes), each float32 partial Gram added into it in place; sums stay float64. No
+update allocates a ``D x D`` temporary (``add_gram``).
 """
 
 from __future__ import annotations
@@ -30,19 +30,9 @@ from safetensors.numpy import load_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import Precision, Products
-from lmalgebra.stats.symmetric_kernels import (
-    add_gram_panels,
-    add_upper,
-    gram_upper,
-    in_row_panels,
-    mirror_upper,
-    syrk_into,
-)
+from lmalgebra.stats.symmetric_kernels import PANEL, in_parallel, in_row_panels, mirror_upper
 from lmalgebra.storage.safetensors_stream import write_safetensors
 
-# Above this many columns an update never builds a (D, D) temporary (a float32 triangle of
-# 8,192 columns is 256 MiB): the Gram grows panel by panel, or by syrk in place.
-WIDE = 8192
 # Rows whose float32 products are summed in float32 before the partial Gram is added in float64:
 # the float32 rounding of one entry is at most (FLOAT32_ROWS + 2) * 2^-24 times the sum of the
 # absolute products it adds (typically far less), and large chunks still run at full BLAS speed.
@@ -95,27 +85,25 @@ def layout(names: list[str], dims: list[int], tails: list[int] | None = None) ->
     return blocks
 
 
-def add_gram(
-    gram: np.ndarray,
-    rows: np.ndarray,
-    mirror: bool = True,
-    scratch: np.ndarray | None = None,
-) -> None:
-    """``gram += rows^T rows`` in place, computing only the upper triangle (BLAS ``syrk``: half
-    the flops of a full product).
+def add_gram(gram: np.ndarray, rows: np.ndarray, mirror: bool = True) -> None:
+    """``gram += rows^T rows`` in place, computing the upper triangle only: panels of ``PANEL``
+    of its rows, each one product ``rows[:, a:b]^T rows[:, a:]`` (in the rows' dtype) added in
+    ``gram``'s, shared out over the threads by ``in_parallel``. No ``D x D`` temporary.
 
-    ``gram``: ``(D, D)`` float64 (or float32, for float32 rows); ``rows``: ``(n, D)`` float64, or
-    float32 (products summed in float32, added to ``gram`` in its dtype). ``mirror=False`` may
-    leave ``gram``'s lower triangle behind (a caller adding many chunks mirrors once, with
-    ``mirror_upper``, after the last). ``scratch``: a ``(D, D) float32`` array the float32
-    products may be written into first (reused by a caller adding many chunks).
+    ``gram``: ``(D, D)`` float64 (or float32, for float32 rows); ``rows``: ``(n, D)`` float64,
+    or float32 (products summed in float32). ``mirror=False`` leaves ``gram``'s lower triangle
+    behind (a caller adding many chunks mirrors once, with ``mirror_upper``, after the last).
     """
-    if gram.dtype == rows.dtype:
-        syrk_into(gram, rows)
-    elif rows.shape[1] > WIDE:
-        add_gram_panels(gram, rows)
-    else:
-        add_upper(gram, gram_upper(rows, scratch))
+    dim = gram.shape[0]
+
+    def panel(a: int, b: int) -> None:
+        product = rows[:, a:b].T @ rows[:, a:]
+        diagonal = gram[a:b, a:b]
+        np.add(diagonal, np.triu(product[:, : b - a]), out=diagonal)
+        right = gram[a:b, b:]
+        np.add(right, product[:, b - a :], out=right)
+
+    in_parallel(panel, [(a, min(a + PANEL, dim)) for a in range(0, dim, PANEL)])
     if mirror:
         mirror_upper(gram)
 
@@ -193,10 +181,6 @@ class SecondMoments:
         # one scratch buffer for every FLOAT32_ROWS rows: the input is left alone, and a large
         # chunk does not allocate (and fault in) a centred copy of itself
         scratch = np.empty((min(len(data), FLOAT32_ROWS), data.shape[1]), dtype=np.float32)
-        dim = data.shape[1]
-        # several partial Grams of a float64 Gram share one float32 product buffer
-        several = self.precision == "float64" and dim <= WIDE and len(data) > FLOAT32_ROWS
-        products = np.empty((dim, dim), np.float32) if several else None
         for start in range(0, data.shape[0], FLOAT32_ROWS):
             rows = data[start : start + FLOAT32_ROWS]
             centred = scratch[: len(rows)]
@@ -204,7 +188,7 @@ class SecondMoments:
                 np.subtract(rows, exact, out=centred)
             else:  # centred in float64, then rounded
                 np.subtract(rows, shift, out=centred, casting="same_kind")
-            add_gram(self.gram, centred, mirror=False, scratch=products)
+            add_gram(self.gram, centred, mirror=False)
         mirror_upper(self.gram)  # once per update: a large chunk spares the transposed adds
 
     def shifted_to(self, shift: np.ndarray) -> SecondMoments:

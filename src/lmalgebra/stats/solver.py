@@ -43,6 +43,7 @@ from lmalgebra.stats.symmetric_kernels import (
     block_sums,
     cholesky,
     cholesky_solve,
+    in_parallel,
     row_quadratics,
     spd_inverse,
 )
@@ -348,7 +349,8 @@ class Decomposer:
     def pairwise(self) -> dict[str, np.ndarray]:
         """R^2 of every target (rows) from every single basis model (columns), per split.
 
-        One Cholesky per basis model serves all targets at once. The diagonal is NaN.
+        One inverse per basis model serves all targets at once; the basis models are shared out
+        by ``in_parallel``. The diagonal is NaN.
         """
         m = len(self.blocks)
         out = {split: np.full((m, m), np.nan) for split in self.splits}
@@ -356,7 +358,9 @@ class Decomposer:
         # per split: each column's variance, and its blocks' total variance (the denominators)
         var = {split: np.diag(s.cov) for split, s in self.splits.items()}
         totals = {split: np.add.reduceat(v, starts) for split, v in var.items()}
-        for j, bj in enumerate(self.blocks):
+
+        def column(j: int) -> None:  # basis j: column j of every table
+            bj = self.blocks[j]
             cj = slice(bj.start, bj.basis_stop)
             coef = self.single_basis_coef(j)  # (d_j, D)
             for split, s in self.splits.items():
@@ -379,6 +383,8 @@ class Decomposer:
                     r2 = np.where(total > 0, 1 - residual / total, np.nan)
                 r2[j] = np.nan
                 out[split][:, j] = r2
+
+        in_parallel(column, [(j,) for j in range(m)])
         return out
 
     def pairwise_fits(self, table: dict[str, np.ndarray] | None = None) -> list[Fit]:

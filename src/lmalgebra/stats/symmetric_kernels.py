@@ -9,12 +9,12 @@ torch right after a NumPy product took 20 to 200 ms instead of 1.5 ms).
 ``potri``, no second ``D x D`` array). ``row_quadratics`` computes ``op_i C op_i^T`` for every row
 ``i`` of an operator from the upper panels of the symmetric ``C`` only, reading ``C`` in place
 over any set of its column ranges: about half the flops of ``(op @ C) * op`` and no gathered copy
-of a sub-matrix. ``gram_upper`` is ``rows^T rows`` by BLAS ``ssyrk`` (one triangle: half the
-flops of a product), ``add_upper`` adds such a triangle to another, and ``mirror_upper`` makes a
-matrix whole again. For wide matrices, ``syrk_into`` adds the triangle into a float32 matrix in
-place and ``add_gram_panels`` into a float64 one panel by panel: neither allocates a ``D x D``
-temporary. Every kernel works in the matrix's own dtype (float64, or float32 for the float32
-precision).
+of a sub-matrix. ``mirror_upper`` makes a matrix whole from its upper triangle. Every kernel
+works in the matrix's own dtype (float64, or float32 for the float32 precision).
+
+Work made of panels is shared out by ``in_parallel``: the panels go one at a time to threads
+that each run one BLAS thread, rather than every product being split over the BLAS threads. On
+a shared host this keeps a core slowed by another process from holding every call back.
 """
 
 from __future__ import annotations
@@ -23,17 +23,20 @@ import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar, cast
 
 import numpy as np
-from scipy.linalg import blas, lapack
+from scipy.linalg import lapack
 
-from lmalgebra.stats.blas_threads import cpu_threads
+from lmalgebra.stats.blas_threads import cpu_threads, one_blas_thread
 
 # Width of the column panels of row_quadratics: wide enough for full BLAS speed, narrow enough
 # that the diagonal panels (computed in full) are a small share of the work.
 PANEL = 512
 # Above this order a float64 factorisation runs on one BLAS thread (see ``_sound_threads``).
 THREADED_FLOAT64_ORDER = 8192
+
+T = TypeVar("T")
 
 
 def spd_inverse(system: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
@@ -120,69 +123,69 @@ def row_quadratics(op: np.ndarray, cov: np.ndarray, cols: np.ndarray) -> np.ndar
 
     ``op``: ``(r, len(cols))`` float64 or float32, its columns in the order of ``cols``;
     ``cov``: ``(D, D)`` symmetric, read in place (panels converted to ``op``'s dtype where they
-    differ). With ``C`` cut into panels ``p`` (runs of consecutive columns, at most ``PANEL``
-    wide), ``op C op^T = sum_q op_q C_qq op_q^T + 2 sum_{p < q} op_p C_pq op_q^T``; the panels
-    before ``q`` in one run take one product, into two buffers reused for every panel.
+    differ). With ``C`` cut into panels ``q`` (runs of consecutive columns, at most ``PANEL``
+    wide), ``op C op^T = sum_q (op_q C_qq + 2 sum_{p < q} op_p C_pq) op_q^T``; the panels before
+    ``q`` in one run take one product. The panels are shared out by :func:`in_parallel`, their
+    sums added in one fixed order (the same bits on any number of threads).
     """
     a, c = np.asarray(op), np.asarray(cov)
     runs = column_runs(cols)
+    panels = [  # the last panels first: each adds the products of every panel before it
+        (k, offset) for k, (_, length, _) in enumerate(runs) for offset in range(0, length, PANEL)
+    ][::-1]
+
+    def panel(k: int, offset: int) -> np.ndarray:
+        position, length, column = runs[k]
+        width = min(PANEL, length - offset)
+        pos_q, col_q = position + offset, column + offset
+        op_q = a[:, pos_q : pos_q + width]
+        target = slice(col_q, col_q + width)
+        into = op_q @ c[target, target].astype(a.dtype, copy=False)
+        earlier = [*runs[:k], (position, offset, column)]  # whole runs, then this run's head
+        for pos_p, len_p, col_p in earlier:
+            if len_p:
+                block = c[col_p : col_p + len_p, target].astype(a.dtype, copy=False)
+                product = a[:, pos_p : pos_p + len_p] @ block
+                product *= 2.0
+                into += product
+        return np.einsum("ij,ij->i", into, op_q, dtype=np.float64)
+
     out = np.zeros(a.shape[0])
-    spread = np.empty((a.shape[0], min(PANEL, a.shape[1])), dtype=a.dtype)
-    extra = np.empty_like(spread)
-    for k, (position, length, column) in enumerate(runs):
-        for offset in range(0, length, PANEL):
-            width = min(PANEL, length - offset)
-            pos_q, col_q = position + offset, column + offset
-            op_q = a[:, pos_q : pos_q + width]
-            target = slice(col_q, col_q + width)
-            into = spread[:, :width]
-            np.matmul(op_q, c[target, target].astype(a.dtype, copy=False), out=into)
-            earlier = [*runs[:k], (position, offset, column)]  # whole runs, then this run's head
-            for pos_p, len_p, col_p in earlier:
-                if len_p:
-                    block = c[col_p : col_p + len_p, target].astype(a.dtype, copy=False)
-                    product = extra[:, :width]
-                    np.matmul(a[:, pos_p : pos_p + len_p], block, out=product)
-                    product *= 2.0
-                    into += product
-            out += np.einsum("ij,ij->i", into, op_q, dtype=np.float64)
+    for part in in_parallel(panel, panels):
+        out += part
     return out
+
+
+def in_parallel(work: Callable[..., T], tasks: Sequence[tuple[int, ...]]) -> list[T]:
+    """``[work(*task) for task in tasks]``, the tasks taken one at a time, in this order, by
+    ``cpu_threads()`` threads, each on one BLAS thread (give the longest first: the shortest then
+    fill in at the end).
+
+    A BLAS call split over threads waits for its slowest thread: with another process on one of
+    two cores, every call runs at the speed of the thread that shares that core. Tasks taken one
+    at a time go to whichever thread is free, so a thread slowed by another process takes fewer.
+    Each task must write only its own part and release the GIL (NumPy's products do).
+    """
+    if len(tasks) <= 1:  # one panel (a small matrix): no threads to share it out
+        return [work(*task) for task in tasks]
+    threads = min(cpu_threads(), len(tasks))
+    if threads <= 1:
+        with one_blas_thread():  # the same kernels as on several threads: the same bits
+            return [work(*task) for task in tasks]
+    results: list[T | None] = [None] * len(tasks)
+
+    def run(index: int) -> None:
+        results[index] = work(*tasks[index])
+
+    with one_blas_thread(), ThreadPoolExecutor(threads) as pool:
+        for done in [pool.submit(run, i) for i in range(len(tasks))]:
+            done.result()  # an error in a thread is raised here
+    return cast(list[T], results)
 
 
 def block_sums(values: np.ndarray, edges: Sequence[int]) -> list[float]:
     """Sums of ``values`` over consecutive ranges ``edges[k] .. edges[k + 1]``."""
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
-
-
-def gram_upper(rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``(D, D) float32`` whose upper triangle (diagonal included) is ``rows^T rows``, by BLAS
-    ``ssyrk`` on ``(n, D) float32`` C-contiguous ``rows``; the lower triangle is not to be read.
-    ``out``: a C-contiguous ``(D, D) float32`` array to write into (a caller adding many chunks
-    reuses one, rather than allocating and faulting in a new matrix per chunk)."""
-    rows = np.ascontiguousarray(rows, dtype=np.float32)
-    # the C-ordered (n, D) rows are a Fortran-ordered (D, n) matrix A: syrk gives A A^T, whose
-    # Fortran lower triangle is the upper triangle of the C-ordered result
-    if out is None or out.dtype != np.float32 or not out.flags.c_contiguous:
-        return blas.ssyrk(1.0, rows.T, trans=0, lower=1).T
-    product = blas.ssyrk(1.0, rows.T, beta=0.0, c=out.T, trans=0, lower=1, overwrite_c=1)
-    if not np.shares_memory(product, out):  # a BLAS that worked on a copy: take its result
-        return product.T
-    return out
-
-
-def add_upper(target: np.ndarray, upper: np.ndarray) -> None:
-    """``target``'s upper triangle (diagonal included) ``+= upper``'s, in place, by panels of
-    ``PANEL`` contiguous rows spread over the threads; both lower triangles are left alone
-    (``mirror_upper`` completes ``target``). ``target``: ``(D, D)`` float64, ``upper``:
-    ``(D, D)``. NumPy's adds release the GIL."""
-
-    def add(a: int, b: int) -> None:
-        diagonal = target[a:b, a:b]
-        np.add(diagonal, np.triu(upper[a:b, a:b]), out=diagonal)
-        right = target[a:b, b:]
-        np.add(right, upper[a:b, b:], out=right)
-
-    in_row_panels(add, upper.shape[0])
 
 
 def in_row_panels(work: Callable[[int, int], None], dim: int) -> None:
@@ -205,28 +208,3 @@ def in_row_panels(work: Callable[[int, int], None], dim: int) -> None:
 def _each(work: Callable[[int, int], None], panels: Sequence[tuple[int, int]]) -> None:
     for a, b in panels:
         work(a, b)
-
-
-def syrk_into(gram: np.ndarray, rows: np.ndarray) -> None:
-    """``gram``'s upper triangle ``+= rows^T rows`` in place by BLAS ``syrk``, for a C-contiguous
-    ``(D, D)`` ``gram`` and ``(n, D)`` ``rows`` of the same dtype (float32 or float64); the lower
-    triangle is left alone."""
-    rows = np.ascontiguousarray(rows, dtype=gram.dtype)
-    (syrk,) = blas.get_blas_funcs(("syrk",), (rows,))
-    # gram.T is the Fortran-ordered matrix syrk updates; its lower triangle is gram's upper one
-    out = syrk(1.0, rows.T, beta=1.0, c=gram.T, trans=0, lower=1, overwrite_c=1)
-    if not np.shares_memory(out, gram):  # a BLAS that worked on a copy: take its result
-        np.copyto(gram, out.T)
-
-
-def add_gram_panels(gram: np.ndarray, rows: np.ndarray) -> None:
-    """``gram``'s upper triangle ``+= rows^T rows`` in place, ``PANEL`` rows of the triangle at a
-    time: each panel is one float32 product ``(PANEL, D - a)``, added in ``gram``'s dtype.
-    ``gram``: ``(D, D)``; ``rows``: ``(n, D) float32``. The lower triangle is left alone."""
-    dim = gram.shape[0]
-    for a in range(0, dim, PANEL):
-        b = min(a + PANEL, dim)
-        panel = rows[:, a:b].T @ rows[:, a:]
-        np.add(gram[a:b, b:], panel[:, b - a :], out=gram[a:b, b:])
-        diagonal = gram[a:b, a:b]
-        np.add(diagonal, np.triu(panel[:, : b - a]), out=diagonal)
