@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lmalgebra.demo.causal_table import causal_table, student_name
+from lmalgebra.demo.causal_table import causal_table, mean_sd_cell, student_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,15 +65,11 @@ def real_markdown(table: pd.DataFrame, teachers: Sequence[str], baseline: str = 
     head = "| model | " + " | ".join(f"{x} bits/byte" for x in languages) + " | gap closed | RDT |"
     lines = [head, "|" + "---|" * (len(languages) + 3)]
     for model, row in table.iterrows():
-        cells = [_cell(row[x], row[f"{x} sd"]) for x in languages]
+        cells = [mean_sd_cell(row[x], row[f"{x} sd"]) for x in languages]
         gap = "(baseline)" if model == baseline else _percent(row[GAP])
         label = f"teacher {model}" if model in teachers else str(model)
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {gap} | {_percent(row[RDT], 1)} |")
     return "\n".join(lines) + "\n"
-
-
-def _cell(mean: float, sd: float) -> str:
-    return f"{mean:.3f}" if math.isnan(sd) else f"{mean:.3f} ± {sd:.3f}"
 
 
 def _percent(value: float, scale: float = 100) -> str:
