@@ -157,10 +157,7 @@ class RealPlan(_Sizes):
     precision: str = "auto"
 
 
-REAL_TEACHERS: tuple[tuple[str, str], ...] = (
-    ("gemma", "package:gemma3-270m"),
-    ("smollm2", "package:smollm2-135m"),
-)
+REAL_TEACHERS = (("gemma", "package:gemma3-270m"), ("smollm2", "package:smollm2-135m"))
 # variant -> the keys of ``training`` it sets beside the seed; teachers named as in REAL_TEACHERS
 # (the demo's and experiments/distillation_regimes.py's)
 REAL_VARIANTS: dict[str, dict[str, Any]] = {
