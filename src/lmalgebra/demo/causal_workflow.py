@@ -12,7 +12,6 @@ resumes, so an interrupted demo continues where it was.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,8 +27,6 @@ from lmalgebra.storage.atomic import write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
-
-log = logging.getLogger(__name__)
 
 
 def model_spec(plan: CausalPlan) -> dict[str, Any]:

@@ -16,7 +16,6 @@ continues where it was.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
     from lmalgebra.api.merge import RunInspection
     from lmalgebra.demo.analyses import LmdFindings
 
-log = logging.getLogger(__name__)
 Result = TypeVar("Result")
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
 HEAD_TEACHER = "teacher-en-head"  # the plan's head_encoder with a fitted masked-LM head

@@ -12,7 +12,6 @@ land in ``$LMALGEBRA_CACHE/gguf/<stem>-<sha256[:16]>``, published whole by a ren
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from collections import Counter
 from importlib.metadata import version
@@ -27,8 +26,6 @@ from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
-
-log = logging.getLogger(__name__)
 
 GGUF_PREFIX = "gguf:"
 PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
