@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.evaluate.conllu import find_splits, read_conllu, split_by_document, write_conllu
+from lmalgebra.evaluate.conllu import Sentence, find_splits, read_conllu, split_by_document
 from lmalgebra.evaluate.pos_tagging import (
     PosOptions,
     PosResult,
@@ -27,6 +27,19 @@ from lmalgebra.sources.models import ModelRef
 from tiny import WORDS
 
 ROW = "{id}\t{form}\t_\t{upos}\t_\t_\t_\t_\t_\t_"
+
+
+def write_conllu(path: Path, sentences: list[Sentence]) -> None:
+    """A minimal CoNLL-U file: ID, FORM and UPOS filled, the other columns ``_``."""
+    lines = []
+    for sentence in sentences:
+        lines += [
+            ROW.format(id=i, form=form, upos=upos) for i, (form, upos) in enumerate(sentence, 1)
+        ]
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 TEXT = "\n".join(
     [
         "# sent_id = 1",

@@ -216,14 +216,5 @@ def read_texts(
     """The documents of a corpus as a list of strings, read as ``decompose`` reads a corpus path
     (``.txt``, ``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a saved dataset, ``package:NAME``);
     empty documents are dropped."""
-    spec = validate(
-        CorpusSpec,
-        {
-            "paths": [str(path)],
-            "text_column": text_column,
-            "doc_sep": doc_sep,
-            "split": split,
-        },
-        "read_texts()",
-    )
-    return read_documents(spec)
+    data = {"paths": [str(path)], "text_column": text_column, "doc_sep": doc_sep, "split": split}
+    return read_documents(validate(CorpusSpec, data, "read_texts()"))

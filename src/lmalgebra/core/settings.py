@@ -115,11 +115,6 @@ def _bool_for_number(annotation: Any, value: Any) -> bool:
     return False
 
 
-def _number_name(annotation: Any) -> str:
-    """``integer`` or ``number``, as the field promises."""
-    return "number" if "float" in str(annotation) else "integer"
-
-
 def _admits_number(annotation: Any) -> bool:
     return annotation in (int, float)
 
@@ -157,9 +152,8 @@ class Settings(BaseModel):
         ``steps: yes``, ``seed: true``)."""
         field = cls.model_fields.get(info.field_name or "")
         if field is not None and _bool_for_number(field.annotation, value):
-            raise PydanticCustomError(
-                "bool_for_number", f"a boolean is no {_number_name(field.annotation)}"
-            )
+            promised = "number" if "float" in str(field.annotation) else "integer"
+            raise PydanticCustomError("bool_for_number", f"a boolean is no {promised}")
         return value
 
     @classmethod

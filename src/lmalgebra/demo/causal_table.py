@@ -86,7 +86,8 @@ def causal_frame(table: Mapping[str, Any]) -> pd.DataFrame:
     return frame
 
 
-def _cell(mean: float, std: float) -> str:
+def mean_sd_cell(mean: float, std: float) -> str:
+    """A Markdown cell: the seeds' mean, and their standard deviation unless it is NaN."""
     return f"{mean:.3f}" if math.isnan(std) else f"{mean:.3f} ± {std:.3f}"
 
 
@@ -96,9 +97,8 @@ def causal_markdown(table: Mapping[str, Any]) -> str:
     head = "| student loss | " + " | ".join(f"{x} bits/byte" for x in langs) + " | gap closed |"
     lines = [head, "|" + "---|" * (len(langs) + 2)]
     for loss, row in table["students"].items():
-        cells = [
-            _cell(row["bits_per_byte"][x]["mean"], row["bits_per_byte"][x]["std"]) for x in langs
-        ]
+        got = row["bits_per_byte"]
+        cells = [mean_sd_cell(got[x]["mean"], got[x]["std"]) for x in langs]
         closed = "(baseline)" if loss == "ce" else f"{100 * row['gap_closed_mean']:.1f}%"
         lines.append(f"| {loss} | " + " | ".join(cells) + f" | {closed} |")
     teach = [f"{table['teachers'][x]['bits_per_byte']:.3f}" for x in langs]

@@ -12,26 +12,21 @@ resumes, so an interrupted demo continues where it was.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from lmalgebra.api.merge import MergeRun, merge
 from lmalgebra.api.pretrain import CausalPretrainSpec, pretrain
 from lmalgebra.demo.causal_table import causal_frame, causal_markdown, causal_table, student_name
 from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_LOSSES, CAUSAL_QUICK, CausalPlan
-from lmalgebra.demo.workflow import run_workflow, write_corpora
+from lmalgebra.demo.workflow import corpus_entry, run_workflow, write_corpora, write_recipe
 from lmalgebra.storage.atomic import write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
-
-log = logging.getLogger(__name__)
 
 
 def model_spec(plan: CausalPlan) -> dict[str, Any]:
@@ -62,7 +57,7 @@ def pretrain_causal_teachers(
     for lang, kind, vocab in plan.teachers:
         spec = CausalPretrainSpec.model_validate(
             {
-                "corpus": {"paths": [str(corpora[lang])], "doc_sep": "line"},
+                "corpus": corpus_entry(corpora[lang]),
                 "language": lang,
                 "out": out / f"teacher-{lang}",
                 "example_length": plan.teacher_window,
@@ -84,10 +79,7 @@ def causal_recipe(
     data: dict[str, Any] = {
         "objective": "causal",
         "languages": {
-            lang: {
-                "corpus": {"paths": [str(corpora[lang])], "doc_sep": "line"},
-                "teachers": [f"teacher-{lang}"],
-            }
+            lang: {"corpus": corpus_entry(corpora[lang]), "teachers": [f"teacher-{lang}"]}
             for lang in teachers
         },
         "teachers": {f"teacher-{lang}": {"path": str(p)} for lang, p in teachers.items()},
@@ -106,9 +98,7 @@ def causal_recipe(
             "checkpoint_every": max(1, plan.student_steps // 2),
         },
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return data
+    return write_recipe(out, data)
 
 
 def loss_students(
@@ -167,8 +157,9 @@ class CausalDemoResult:
         table: one row per loss (index ``loss``) and a last row ``teachers``: per language the
             seed mean (``LANG``) and standard deviation (``LANG sd``) of bits per byte, and the
             share of the CE-to-teacher gap closed (``gap closed``, averaged over languages).
-        best_loss: the loss that closes the most of the gap; target_met: whether it closes 25%.
-        summary: the same figures as plain values, every seed's too (``causal-demo.json``).
+        summary: the same figures as plain values, every seed's too (``causal-demo.json``),
+            with ``best_loss`` (the loss that closes the most of the gap) and ``target_met``
+            (whether it closes 25%).
         seconds: wall time of each step.
     """
 
@@ -179,14 +170,6 @@ class CausalDemoResult:
     table: pd.DataFrame
     summary: dict[str, Any]
     seconds: dict[str, float]
-
-    @property
-    def best_loss(self) -> str:
-        return str(self.summary["best_loss"])
-
-    @property
-    def target_met(self) -> bool:
-        return bool(self.summary["target_met"])
 
     def markdown(self) -> str:
         """The table as Markdown (``causal-demo.md``)."""

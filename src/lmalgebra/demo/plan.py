@@ -9,8 +9,13 @@ from typing import Any
 LANGUAGES = ("en", "fr", "es")
 
 
+class _Sizes:
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]  # every subclass is a dataclass
+
+
 @dataclass(frozen=True)
-class DemoPlan:
+class DemoPlan(_Sizes):
     """Sizes of one demo run. ``head_*``: the second English teacher, a packaged pre-trained
     encoder (``head_encoder``) with a masked-LM head fitted for ``head_steps`` on its states at
     the first ``head_examples`` English training examples (``pretrain --head-only``)."""
@@ -28,9 +33,6 @@ class DemoPlan:
     batch_size: int
     pos_train_sentences: int
     lmd_spans: tuple[int, int, int]
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 FULL = DemoPlan(
@@ -50,16 +52,15 @@ FULL = DemoPlan(
 )
 # every step of the full demo at the smallest size that still runs each path (the test suite's
 # smoke test); its numbers are toys
-QUICK = DemoPlan(
+QUICK = replace(
+    FULL,
     docs_per_language=500,
     teacher_vocab=2000,
     teacher_steps=60,
-    head_encoder="package:minilm",
     head_examples=120,
     head_steps=20,
     student_steps=40,
     hidden_size=64,
-    layers=2,
     example_length=32,
     batch_size=16,
     pos_train_sentences=200,
@@ -68,7 +69,7 @@ QUICK = DemoPlan(
 
 
 @dataclass(frozen=True)
-class CausalPlan:
+class CausalPlan(_Sizes):
     """Sizes of ``demo --causal``: one causal teacher per language (tokenizer kind and size in
     ``teachers``), students trained with each loss of ``losses`` for every seed of ``seeds``."""
 
@@ -86,9 +87,6 @@ class CausalPlan:
     top_k: int
     lambda_value: float
     seeds: tuple[int, ...]
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 CAUSAL_TEACHERS: tuple[tuple[str, str, int], ...] = (
@@ -119,26 +117,18 @@ CAUSAL_FULL = CausalPlan(
     lambda_value=0.5,
     seeds=(0, 1, 2),
 )
-CAUSAL_QUICK = CausalPlan(  # every path at the smallest size that runs it (the smoke test)
+CAUSAL_QUICK = replace(  # every path at the smallest size that runs it (the smoke test)
+    CAUSAL_FULL,
     docs_per_language=200,
-    heldout_fraction=0.1,
-    example_bytes=384,
-    teachers=CAUSAL_TEACHERS,
-    student_tokenizer="teacher-en",
     teacher_steps=40,
     student_steps=12,
     hidden_size=48,
-    layers=2,
-    batch_size=8,
-    teacher_window=64,
-    top_k=8,
-    lambda_value=0.5,
     seeds=(0,),
 )
 
 
 @dataclass(frozen=True)
-class RealPlan:
+class RealPlan(_Sizes):
     """Sizes of ``demo --real``: two pre-trained causal LMs with different tokenizers teach every
     language (``teachers``: name, model reference); the student is ``student_init`` with only
     ``layers`` of its decoder layers, trained as each of ``variants`` (keys of
@@ -166,14 +156,8 @@ class RealPlan:
     patience: int
     precision: str = "auto"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-
-REAL_TEACHERS: tuple[tuple[str, str], ...] = (
-    ("gemma", "package:gemma3-270m"),
-    ("smollm2", "package:smollm2-135m"),
-)
+REAL_TEACHERS = (("gemma", "package:gemma3-270m"), ("smollm2", "package:smollm2-135m"))
 # variant -> the keys of ``training`` it sets beside the seed; teachers named as in REAL_TEACHERS
 # (the demo's and experiments/distillation_regimes.py's)
 REAL_VARIANTS: dict[str, dict[str, Any]] = {

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lmalgebra.demo.causal_table import causal_table, student_name
+from lmalgebra.demo.causal_table import causal_frame, causal_table, mean_sd_cell, student_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,22 +41,15 @@ def real_table(
     value = {(r.language, r.model): float(r.bits_per_byte) for r in bits.itertuples()}
     better = {lang: min(teachers, key=lambda t: value[(lang, t)]) for lang in languages}
     triples = [(lang, model, b) for (lang, model), b in value.items()]
-    table = causal_table(triples, better, variants, seeds)
-    rows: dict[str, dict[str, float]] = {}
-    for model in [*teachers, untrained]:
-        rows[model] = {lang: value[(lang, model)] for lang in languages}
-        rows[model] |= {f"{lang} sd": math.nan for lang in languages}
-        rows[model] |= {GAP: math.nan, RDT: math.nan}
+    trained = causal_frame(causal_table(triples, better, variants, seeds)).drop(index="teachers")
     for variant in variants:
-        got = table["students"][variant]
-        rows[variant] = {lang: got["bits_per_byte"][lang]["mean"] for lang in languages}
-        rows[variant] |= {f"{lang} sd": got["bits_per_byte"][lang]["std"] for lang in languages}
         seeds_rdt = [float(rdt.loc[student_name(variant, s), "average"]) for s in seeds]
-        rows[variant] |= {GAP: got["gap_closed_mean"], RDT: sum(seeds_rdt) / len(seeds_rdt)}
-    rows[untrained][RDT] = float(rdt.loc[untrained, "average"])
-    frame = pd.DataFrame.from_dict(rows, orient="index")
+        trained.loc[variant, RDT] = sum(seeds_rdt) / len(seeds_rdt)
+    single = {m: {lang: value[(lang, m)] for lang in languages} for m in [*teachers, untrained]}
+    frame = pd.concat([pd.DataFrame.from_dict(single, orient="index"), trained])
+    frame.loc[untrained, RDT] = float(rdt.loc[untrained, "average"])
     frame.index.name = "model"
-    return frame
+    return frame[list(trained.columns)]
 
 
 def real_markdown(table: pd.DataFrame, teachers: Sequence[str], baseline: str = "ce") -> str:
@@ -65,15 +58,11 @@ def real_markdown(table: pd.DataFrame, teachers: Sequence[str], baseline: str = 
     head = "| model | " + " | ".join(f"{x} bits/byte" for x in languages) + " | gap closed | RDT |"
     lines = [head, "|" + "---|" * (len(languages) + 3)]
     for model, row in table.iterrows():
-        cells = [_cell(row[x], row[f"{x} sd"]) for x in languages]
+        cells = [mean_sd_cell(row[x], row[f"{x} sd"]) for x in languages]
         gap = "(baseline)" if model == baseline else _percent(row[GAP])
         label = f"teacher {model}" if model in teachers else str(model)
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {gap} | {_percent(row[RDT], 1)} |")
     return "\n".join(lines) + "\n"
-
-
-def _cell(mean: float, sd: float) -> str:
-    return f"{mean:.3f}" if math.isnan(sd) else f"{mean:.3f} ± {sd:.3f}"
 
 
 def _percent(value: float, scale: float = 100) -> str:

@@ -24,14 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from lmalgebra.api.merge import MergeRun, merge
 from lmalgebra.core.precision import native_bf16
 from lmalgebra.demo.causal_table import student_name
 from lmalgebra.demo.plan import REAL_FULL, REAL_QUICK, REAL_VARIANTS, RealPlan
 from lmalgebra.demo.real_table import real_markdown, real_table
-from lmalgebra.demo.workflow import run_workflow, write_corpora
+from lmalgebra.demo.workflow import corpus_entry, run_workflow, write_corpora, write_recipe
 from lmalgebra.storage.atomic import write_text_atomic
 
 if TYPE_CHECKING:
@@ -105,7 +103,7 @@ def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str
     data: dict[str, Any] = {
         "objective": "causal",
         "languages": {
-            lang: {"corpus": {"paths": [str(path)], "doc_sep": "line"}, "teachers": names}
+            lang: {"corpus": corpus_entry(path), "teachers": names}
             for lang, path in corpora.items()
         },
         "teachers": {name: {"path": ref} for name, ref in plan.teachers},
@@ -126,9 +124,7 @@ def real_recipe(out: Path, corpora: dict[str, Path], plan: RealPlan) -> dict[str
         "patience": plan.patience,
         "mixed_precision": "bf16" if bf16 else "no",
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return data
+    return write_recipe(out, data)
 
 
 def real_training(

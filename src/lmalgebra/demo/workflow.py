@@ -16,7 +16,6 @@ continues where it was.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
     from lmalgebra.api.merge import RunInspection
     from lmalgebra.demo.analyses import LmdFindings
 
-log = logging.getLogger(__name__)
 Result = TypeVar("Result")
 STUDENTS = {"sm3-distilled": False, "sm2-gold": True}
 HEAD_TEACHER = "teacher-en-head"  # the plan's head_encoder with a fitted masked-LM head
@@ -108,6 +106,18 @@ def write_corpora(out: Path, plan: DemoPlan | CausalPlan | RealPlan) -> dict[str
     return paths
 
 
+def corpus_entry(path: Path) -> dict[str, Any]:
+    """A recipe's ``corpus`` of one of :func:`write_corpora`'s files (a document a line)."""
+    return {"paths": [str(path)], "doc_sep": "line"}
+
+
+def write_recipe(out: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """``data``, a merge recipe of run directory ``out``, written beside it as ``<out>.yaml``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return data
+
+
 def _training(plan: DemoPlan, steps: int, lr: float, checkpoints: int) -> dict[str, Any]:
     return {
         "steps": steps,
@@ -118,36 +128,40 @@ def _training(plan: DemoPlan, steps: int, lr: float, checkpoints: int) -> dict[s
     }
 
 
-def teacher_specs(
-    out: Path, corpora: dict[str, Path], plan: DemoPlan
-) -> dict[str, MaskedPretrainSpec | HeadOnlySpec]:
-    """``teacher-<lang>``: a small BERT and its WordPiece vocabulary per language; and
-    :data:`HEAD_TEACHER`, the second English teacher: ``plan.head_encoder`` with a masked-LM head
-    fitted on it."""
-    model = {
+def _model(plan: DemoPlan) -> dict[str, Any]:
+    """Teachers' and students' sizes."""
+    return {
         "hidden_size": plan.hidden_size,
         "num_layers": plan.layers,
         "num_heads": 2,
         "intermediate_size": 4 * plan.hidden_size,
         "max_position_embeddings": 128,
     }
+
+
+def teacher_specs(
+    out: Path, corpora: dict[str, Path], plan: DemoPlan
+) -> dict[str, MaskedPretrainSpec | HeadOnlySpec]:
+    """``teacher-<lang>``: a small BERT and its WordPiece vocabulary per language; and
+    :data:`HEAD_TEACHER`, the second English teacher: ``plan.head_encoder`` with a masked-LM head
+    fitted on it."""
     training = {**_training(plan, plan.teacher_steps, 2e-3, 4), "log_every": 10}
     specs: dict[str, MaskedPretrainSpec | HeadOnlySpec] = {}
     for lang, corpus in corpora.items():
         specs[f"teacher-{lang}"] = MaskedPretrainSpec.model_validate(
             {
-                "corpus": {"paths": [str(corpus)], "doc_sep": "line"},
+                "corpus": corpus_entry(corpus),
                 "language": lang,
                 "out": out / f"teacher-{lang}",
                 "example_length": plan.example_length,
                 "tokenizer": {"vocab_size": plan.teacher_vocab},
-                "model": model,
+                "model": _model(plan),
                 "training": training,
             }
         )
     specs[HEAD_TEACHER] = HeadOnlySpec.model_validate(
         {
-            "corpus": {"paths": [str(corpora["en"])], "doc_sep": "line"},
+            "corpus": corpus_entry(corpora["en"]),
             "language": "en",
             "out": out / HEAD_TEACHER,
             "encoder": plan.head_encoder,
@@ -190,10 +204,7 @@ def merge_recipe(
         teachers_of["en"].append(HEAD_TEACHER)
     data: dict[str, Any] = {
         "languages": {
-            lang: {
-                "corpus": {"paths": [str(corpora[lang])], "doc_sep": "line"},
-                "teachers": teachers_of[lang],
-            }
+            lang: {"corpus": corpus_entry(corpora[lang]), "teachers": teachers_of[lang]}
             for lang in LANGUAGES
         },
         "teachers": {name: {"path": str(path)} for name, path in paths.items()},
@@ -201,25 +212,10 @@ def merge_recipe(
         "heldout_fraction": 0.05,
         "top_k": 8,
         "output_dir": str(out),
-        "student": {
-            "hidden_size": plan.hidden_size,
-            "num_layers": plan.layers,
-            "num_heads": 2,
-            "intermediate_size": 4 * plan.hidden_size,
-            "max_position_embeddings": 128,
-        },
-        "training": {
-            "steps": plan.student_steps,
-            "batch_size": plan.batch_size,
-            "lr": 2e-3,
-            "warmup_steps": plan.student_steps // 10,
-            "lambda_schedule": "linear",
-            "checkpoint_every": max(1, plan.student_steps // 4),
-        },
+        "student": _model(plan),
+        "training": {**_training(plan, plan.student_steps, 2e-3, 4), "lambda_schedule": "linear"},
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out.parent / f"{out.name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return data
+    return write_recipe(out, data)
 
 
 def merge_and_train(

@@ -110,16 +110,6 @@ def find_splits(directory: Path) -> TreebankSplits:
     return TreebankSplits(**found)
 
 
-def write_conllu(path: Path, sentences: list[Sentence]) -> None:
-    """A minimal CoNLL-U file: ID, FORM and UPOS filled, the other columns ``_``."""
-    lines = []
-    for sentence in sentences:
-        for index, (form, upos) in enumerate(sentence, start=1):
-            lines.append(f"{index}\t{form}\t_\t{upos}\t_\t_\t_\t_\t_\t_")
-        lines.append("")
-    write_text_atomic(Path(path), "\n".join(lines) + "\n")
-
-
 def split_by_document(source: Path, out: Path, name: str = "treebank") -> TreebankSplits:
     """Split a one-file treebank into train/dev/test by document (``# sent_id = DOC-N``): of the
     documents in sorted order, every sixth goes to test and another sixth to dev, so no document

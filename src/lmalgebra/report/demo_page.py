@@ -218,11 +218,7 @@ def render(result: dict[str, Any], out: Path) -> Path:
     store = table(
         list(STORE_COLUMNS), [[r[f] for f in STORE_COLUMNS.values()] for r in pairs], number
     )
-    sections = [
-        _findings(result),
-        _scores(result, out),
-        section("store", "Teacher store", store),
-    ]
+    sections = [_findings(result), _scores(result, out), section("store", "Teacher store", store)]
     pos = result.get("pos") or []
     if pos:
         probe = table(

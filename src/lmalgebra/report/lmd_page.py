@@ -209,19 +209,11 @@ def _group_section(run_dir: Path, figure: Path | None) -> Section | None:
         rows.append(row)
     mean = ["mean", *(_mean(row[i] for row in rows) for i in range(1, len(header)))]
     header, shown = without_empty_columns(header, [*rows, mean])
-    computed = [h for h in header if h.startswith(("interval", "null"))]
+    shown_kinds = {h.split()[0] for h in header}  # a column left out says nothing of its kind
     explained = note(
         "Each model from all the others."
-        + (
-            " Intervals from the bootstrap."
-            if any(h.startswith("interval") for h in computed)
-            else ""
-        )
-        + (
-            " Nulls averaged over their draws."
-            if any(h.startswith("null") for h in computed)
-            else ""
-        )
+        + (" Intervals from the bootstrap." if "interval" in shown_kinds else "")
+        + (" Nulls averaged over their draws." if "null" in shown_kinds else "")
     )
     cells = [(f"{row[0]}, {s}", row[1 + k]) for row in rows for k, s in enumerate(SPLITS)]
     return section(
@@ -284,20 +276,16 @@ def _attribution_section(run_dir: Path, figure: Path | None) -> Section | None:
         for _, method, field in columns:
             found = picked.get((target, model, method))
             value = getattr(found, field) if found is not None else None
-            row.append(_attribution_cell(field, value))
+            # a greedy step as text (an integer), a value as a float; blank when absent
+            row.append(
+                math.nan if value is None else str(value) if field == "step" else float(value)
+            )
         cells.append(row)
     explained = note("Each method on the most held-out split it was computed on.")
     header = ["target", "model", *(c[0] for c in columns)]
     return section(
         "attribution", "Attribution", explained, image(figure, "attribution"), table(header, cells)
     )
-
-
-def _attribution_cell(field: str, value: float | int | None) -> Any:
-    """A greedy step as text (an integer), a value as a float (blank when absent)."""
-    if field == "step":
-        return math.nan if value is None else str(value)
-    return math.nan if value is None else float(value)
 
 
 TITLE = "lmalgebra report: "  # the page's title, then the run's name: a report is known by it

@@ -53,11 +53,8 @@ def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cell: Cell = fmt
     right-aligned, text left."""
 
     def td(value: Any) -> str:
-        return (
-            f"<td>{cell(value)}</td>"
-            if _is_number(value)
-            else f'<td class="text">{cell(value)}</td>'
-        )
+        kind = "" if _is_number(value) else ' class="text"'
+        return f"<td{kind}>{cell(value)}</td>"
 
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(td(c) for c in row) + "</tr>" for row in rows)

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import sys
+from itertools import groupby
 from pathlib import Path
 from typing import Literal
 
@@ -67,16 +68,8 @@ def _txt(path: Path, doc_sep: DocSep) -> list[str]:
     blank = doc_sep == "blank" or (doc_sep == "auto" and any(not ln.strip() for ln in lines))
     if not blank:
         return lines
-    docs, current = [], []
-    for line in lines:
-        if line.strip():
-            current.append(line)
-        elif current:
-            docs.append("\n".join(current))
-            current = []
-    if current:
-        docs.append("\n".join(current))
-    return docs
+    # a document: a run of non-blank lines
+    return ["\n".join(run) for kept, run in groupby(lines, key=lambda ln: bool(ln.strip())) if kept]
 
 
 def _field(record: object, column: str, where: str) -> object:
@@ -176,30 +169,24 @@ def _saved_dataset(path: Path, column: str, split: str) -> list[str]:
     import pyarrow as pa
 
     try:
-        return _read_saved_dataset(path, column, split)
+        folder = path
+        if (path / "dataset_dict.json").is_file():
+            splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
+            if split not in splits:
+                raise UserInputError(f"{path}: no split {split!r} (splits: {splits})")
+            folder = path / split
+        state = folder / "state.json"
+        if not state.is_file():
+            raise UserInputError(f"{folder}: a directory, but not a saved dataset (no state.json)")
+        tables = []
+        for f in json.loads(state.read_text())["_data_files"]:
+            with pa.memory_map(str(folder / f["filename"])) as source:
+                tables.append(pa.ipc.open_stream(source).read_all())
+        return _arrow_column(pa.concat_tables(tables), column, folder)
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
         raise UserInputError(
             f"{path}: damaged saved dataset ({type(err).__name__}: {err})"
         ) from None
-
-
-def _read_saved_dataset(path: Path, column: str, split: str) -> list[str]:
-    import pyarrow as pa
-
-    if (path / "dataset_dict.json").is_file():
-        splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
-        if split not in splits:
-            raise UserInputError(f"{path}: no split {split!r} (splits: {splits})")
-        path = path / split
-    state = path / "state.json"
-    if not state.is_file():
-        raise UserInputError(f"{path}: a directory, but not a saved dataset (no state.json)")
-    files = [path / f["filename"] for f in json.loads(state.read_text())["_data_files"]]
-    tables = []
-    for file in files:
-        with pa.memory_map(str(file)) as source:
-            tables.append(pa.ipc.open_stream(source).read_all())
-    return _arrow_column(pa.concat_tables(tables), column, path)
 
 
 def read_documents(spec: CorpusSpec) -> list[str]:

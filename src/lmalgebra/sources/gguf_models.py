@@ -5,17 +5,16 @@ tokenizer's vocabulary in one file) by dequantising every tensor to float32, a m
 a 100-300 MB file on a small machine. ``gguf_directory`` does that once: the model (float32
 safetensors), its tokenizer (rebuilt from the file's vocabulary) and :data:`PROVENANCE` (the
 file's sha256, size, architecture and quantisation, and the size and a hash of each file made)
-land in
-``$LMALGEBRA_CACHE/gguf/<stem>-<sha256[:16]>``, published whole by a rename (``build_once``), so
-every loader reads a plain model directory and later loads take seconds.
+land in ``$LMALGEBRA_CACHE/gguf/<stem>-<sha256[:16]>``, published whole by a rename
+(``build_once``), so every loader reads a plain model directory and later loads take seconds.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from collections import Counter
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,6 @@ from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
-
-log = logging.getLogger(__name__)
 
 GGUF_PREFIX = "gguf:"
 PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
@@ -118,7 +115,7 @@ def gguf_directory(
         made = work / "model"
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
-        provenance["versions"] = _versions()
+        provenance["versions"] = {p: version(p) for p in ("transformers", "gguf")}
         files = sorted(made.iterdir())
         provenance["files"] = {p.name: p.stat().st_size for p in files}
         provenance["files_sha256"] = memoised_hash(files, made, None)
@@ -224,22 +221,10 @@ def read_provenance(directory: Path) -> dict[str, Any] | None:
     return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    return {package: version(package) for package in ("transformers", "gguf")}
-
-
 def _dequantise(path: Path, out: Path, owner: str) -> None:
     """Load ``path`` with transformers (float32) and save the model and tokenizer into ``out``."""
     import torch
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        GgufConfig,
-    )
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     folder, name = path.parent, path.name
     try:

@@ -103,10 +103,11 @@ def read_config(name: str, path: Path) -> dict[str, Any]:
 
 def config_width(config: Mapping[str, Any]) -> int:
     """The hidden size a configuration names (0: none)."""
-    return _first(config, _WIDTH)
+    return config_int(config, _WIDTH)
 
 
-def _first(config: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+def config_int(config: Mapping[str, Any], keys: tuple[str, ...]) -> int:
+    """The first of ``keys`` that ``config`` sets to a positive integer (not a boolean); 0: none."""
     for key in keys:
         value = config.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -118,8 +119,8 @@ def architecture(config: Mapping[str, Any], width: int) -> tuple[int, int, int, 
     """``(layer weights, all weights, hidden, intermediate)``: attention and feed-forward
     weights per layer, ``4 H^2 + 2 H I``, times the layers; all of them adds the token
     embeddings ``V H``."""
-    hidden = _first(config, _WIDTH) or width
-    layers = _first(config, _LAYERS)
-    intermediate = _first(config, _FEED_FORWARD) or 4 * hidden
+    hidden = config_int(config, _WIDTH) or width
+    layers = config_int(config, _LAYERS)
+    intermediate = config_int(config, _FEED_FORWARD) or 4 * hidden
     layer = layers * (4 * hidden * hidden + 2 * hidden * intermediate)
-    return layer, layer + _first(config, ("vocab_size",)) * hidden, hidden, intermediate
+    return layer, layer + config_int(config, ("vocab_size",)) * hidden, hidden, intermediate

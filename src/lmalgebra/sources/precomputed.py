@@ -205,8 +205,7 @@ def _check_finite(name: str, path: Path, source: _Source, counts: Mapping[str, i
             row = start + int(np.argmin(finite))
             raise UserInputError(
                 f"model {name!r}: {path} holds non-finite values (NaN/inf, or beyond float32's "
-                f"range), first in row {row} "
-                f"(the run's {_where(row, counts)})"
+                f"range), first in row {row} (the run's {_where(row, counts)})"
             )
 
 
@@ -347,18 +346,12 @@ def _open_parquet(name: str, path: Path) -> _Source:
     if flat.null_count:
         raise UserInputError(f"model {name!r}: {path}: 'embedding' holds null values")
     values = flat.to_numpy(zero_copy_only=False).reshape(rows, dim)
-    if id_column is None:
-        return _Source(
-            rows,
-            dim,
-            lambda a, b: _as_float32(values[a:b]),
-            how="no 'span_sha256' or 'text' column",
-        )
-    ids = table.column(id_column).to_pylist()
+    ids = table.column(id_column).to_pylist() if id_column else []
     return _Source(
         rows,
         dim,
         lambda a, b: _as_float32(values[a:b]),
         ids=[str(i).lower() for i in ids] if id_column == "span_sha256" else None,
         texts=[str(t) for t in ids] if id_column == "text" else None,
+        how="no 'span_sha256' or 'text' column",
     )

@@ -46,7 +46,7 @@ def refuse_special(path: Path, what: str = "output file") -> None:
         )
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
 
     The temporary is removed on any failure; a full disk raises ``OutOfSpaceError`` naming ``path``,
@@ -74,18 +74,11 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_bytes_atomic(path: Path, data: Any) -> None:
     """``write_atomic`` of ``data``: anything with the buffer protocol (bytes, an Arrow buffer)."""
-
-    def write(tmp: Path) -> None:
-        tmp.write_bytes(memoryview(data))
-
-    write_atomic(path, write)
+    write_atomic(path, lambda tmp: tmp.write_bytes(memoryview(data)))
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    def write(tmp: Path) -> None:
-        tmp.write_text(text, encoding="utf-8")
-
-    write_atomic(path, write)
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
 def write_json_atomic(path: Path, value: Any) -> None:

@@ -42,16 +42,11 @@ def cache_directory(root: Path | None = None) -> Path:
     return path
 
 
-def _nearest_existing(path: Path) -> Path:
-    probe = path.absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return probe
-
-
 def _check_creatable(path: Path, what: str) -> None:
     """``path`` does not exist: its nearest existing ancestor must be a writable directory."""
-    ancestor = _nearest_existing(path.parent)
+    ancestor = path.parent.absolute()
+    while not ancestor.exists() and ancestor != ancestor.parent:  # the nearest that exists
+        ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise UserInputError(f"cannot create {what} {path}: {ancestor} is a file, not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
@@ -219,10 +214,6 @@ def holds_only(directory: Path, owned: Sequence[str]) -> bool:
     return not _sort_out(directory, owned)[1]
 
 
-def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    return sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-
-
 def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
     """Empty ``directory`` of a run's files (paths matching ``owned``, the lock kept), and of the
     directories that leaves empty; refused, removing nothing, when it also holds anything else
@@ -304,7 +295,9 @@ def claim_run_directory(
         )
     if recorded is None:
         raise UserInputError(f"{directory} is not empty and holds no {what}; {hint}")
-    changed = _differences(recorded, identity)
+    changed = sorted(
+        k for k in recorded.keys() | identity.keys() if recorded.get(k) != identity.get(k)
+    )
     if changed:
         state = "finished" if finished else "unfinished"
         raise UserInputError(
@@ -344,7 +337,7 @@ class Snapshot:
             return
         new = [p for p in _walk(self.root) if p not in self.paths]
         files = [p for p in new if not (self.root / p).is_dir() and p.name != LOCK_NAME]
-        if files and all(_matches(p, scratch) for p in files):
+        if files and all(any(fnmatch.fnmatchcase(p.as_posix(), s) for s in scratch) for p in files):
             for path in files:
                 with contextlib.suppress(OSError):
                     (self.root / path).unlink()
@@ -372,10 +365,6 @@ def _walk(root: Path) -> Iterator[Path]:
         relative = Path(top).relative_to(root)
         for name in (*dirs, *files):
             yield relative / name
-
-
-def _matches(path: Path, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(path.as_posix(), pattern) for pattern in patterns)
 
 
 @contextlib.contextmanager

@@ -366,13 +366,10 @@ class ShardSet:
                 f"{self.manifest_path}: marked complete but lists no shards (run the stage "
                 "again to rebuild the set)"
             ]
-        issues = []
-        for index, record in sorted(self.records.items()):
-            path = self.path(index)
-            if not path.is_file():
-                issues.append(f"{path}: missing")
-            elif sha256_file(path) != record["sha256"]:
-                issues.append(f"{path}: corrupt (checksum mismatch)")
+        issues = [
+            f"{path}: corrupt (checksum mismatch)" if path.is_file() else f"{path}: missing"
+            for path in map(self.path, self.damaged())
+        ]
         if not self.complete:
             issues.append(f"{self.directory}: incomplete (run the stage again to finish it)")
         return issues

@@ -16,7 +16,6 @@ tables are ``distill.masked.scores``'s.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,6 @@ from lmalgebra.distill.teachers import load_lm
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, apply_map
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

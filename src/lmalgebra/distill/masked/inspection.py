@@ -22,11 +22,6 @@ MASKED_COLUMNS = {
 }
 
 
-def _vocabulary(layout: RunLayout) -> dict[str, Any] | None:
-    path = layout.vocab / "report.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
 def _masked_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     masked = ShardSet.existing(layout.store(MASKED, lang, teacher))
     topk = ShardSet.existing(layout.store(TOPK, lang, teacher))
@@ -52,7 +47,8 @@ def masked_report(run_dir: Path) -> RunInspection:
     masked token of the top-k files and of the whole store; the vocabulary's report."""
     layout = RunLayout(run_dir)
     rows = [_masked_row(layout, lang, t) for lang, t in layout.pairs(MASKED)]
-    vocab = _vocabulary(layout)
+    report = layout.vocab / "report.json"
+    vocab = json.loads(report.read_text()) if report.is_file() else None
     examples = sum(int(p["examples"]) for p in rows)
     masked = sum(int(p["masked_tokens"]) for p in rows)
     summary = f"{len(rows)} (language, teacher) pairs, {examples} masked copies, "

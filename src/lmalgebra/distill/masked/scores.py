@@ -39,12 +39,9 @@ class Score:
     top1_agreement: float
     topk_overlap: float
     top1_training_masking: float = math.nan
-    # False: the teacher was not trained on this language (see evaluate.comparability); the row
+    # False: the teacher was not trained on this language (see masked.comparability); the row
     # is shown but left out of RDT and of averages
     comparable: bool = True
-
-
-SCORES = Table("scores.csv", Score, nan="nan")  # one row per (language, tokenisation, model)
 
 
 SCORES = Table("scores.csv", Score, nan="nan")  # one row per (language, tokenisation, model)
@@ -158,23 +155,15 @@ def markdown(scores: list[Score], deviations: dict[str, dict[str, float]]) -> st
 def _bar_plot(scores: list[Score], path: Path) -> None:
     groups = sorted({(s.language, s.teacher) for s in scores})
     comparable = {(s.language, s.teacher) for s in scores if s.comparable}
-    models = list(dict.fromkeys("teacher" if s.model == s.teacher else s.model for s in scores))
+    label = {s: "teacher" if s.model == s.teacher else s.model for s in scores}
+    models = list(dict.fromkeys(label.values()))
+    # the first row of each (language, tokenisation, model)
+    accuracy = {(s.language, s.teacher, label[s]): s.accuracy for s in reversed(scores)}
     fig, axes = canvas.figure(1, 1, max(5.0, 1.4 * len(groups) * len(models) / 2), 3.6, layout=None)
     ax = axes[0, 0]
     width = 0.8 / len(models)
     for m, model in enumerate(models):
-        values = [
-            next(
-                (
-                    s.accuracy
-                    for s in scores
-                    if (s.language, s.teacher) == g
-                    and ("teacher" if s.model == s.teacher else s.model) == model
-                ),
-                0.0,
-            )
-            for g in groups
-        ]
+        values = [accuracy.get((*group, model), 0.0) for group in groups]
         ax.bar(np.arange(len(groups)) + m * width, values, width, label=model)
     ax.set_xticks(
         np.arange(len(groups)) + width * (len(models) - 1) / 2,

@@ -48,10 +48,6 @@ class TeacherCopies:
     loss: np.ndarray
 
 
-def _combined(shards: ShardSet) -> pa.Table:
-    return pa.concat_tables(shards.tables())
-
-
 def load_copies(run_dir: Path, lang: str, teacher: str, vocab: UnionVocab | None) -> TeacherCopies:
     """Read ``masked/`` and ``topk/`` of one (language, teacher), in student ids if ``vocab``."""
     layout = RunLayout(run_dir)
@@ -59,7 +55,7 @@ def load_copies(run_dir: Path, lang: str, teacher: str, vocab: UnionVocab | None
     topk = ShardSet.existing(layout.store(TOPK, lang, teacher))
     require(masked, "prepare")
     require(topk, "teach")
-    m, t = _combined(masked), _combined(topk)
+    m, t = (pa.concat_tables(shards.tables()) for shards in (masked, topk))
     ids, token_offsets = ragged(m.column("input_ids"))
     positions, mask_offsets = ragged(m.column("positions"))
     labels, _ = ragged(m.column("labels"))

@@ -60,11 +60,6 @@ def training_fact(training: Mapping[str, Any]) -> tuple[str, str]:
     )
 
 
-def examples_fact(examples: int) -> tuple[str, str]:
-    """The card's line on a teacher's training text."""
-    return "data", f"{examples} training examples (held-out examples excluded by id)"
-
-
 def teacher_card(
     title: str,
     summary: str,
@@ -76,7 +71,8 @@ def teacher_card(
 ) -> str:
     """The card of a teacher made by ``lmalgebra pretrain``: its language and training text,
     ``facts`` (tokenizer, model or encoder and head), its training."""
-    rows = [("language", language), examples_fact(examples), *facts, training_fact(training)]
+    data = f"{examples} training examples (held-out examples excluded by id)"
+    rows = [("language", language), ("data", data), *facts, training_fact(training)]
     return model_card(title, summary, rows, NOT_EVALUATED, task)
 
 

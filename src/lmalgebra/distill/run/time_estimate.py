@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lmalgebra.sources.model_files import config_int
 from lmalgebra.train.last_layer import TRIMMED_MODEL_TYPES
 
 LOAD_SECONDS = 0.1  # building a model object and its tokenizer, beyond reading the files
@@ -57,15 +58,15 @@ class ModelShape:
     @classmethod
     def from_config(cls, config: dict[str, Any], vocab: int, weight_bytes: int = 0) -> ModelShape:
         """From a Hugging Face ``config.json`` (BERT, RoBERTa, ALBERT, DistilBERT... names)."""
-        hidden = _first(config, ("hidden_size", "dim", "d_model", "n_embd"), 0)
-        layers = _first(config, ("num_hidden_layers", "n_layers", "num_layers", "n_layer"), 0)
-        intermediate = _first(config, ("intermediate_size", "hidden_dim", "ffn_dim", "n_inner"), 0)
+        hidden = config_int(config, ("hidden_size", "dim", "d_model", "n_embd"))
+        layers = config_int(config, ("num_hidden_layers", "n_layers", "num_layers", "n_layer"))
+        intermediate = config_int(config, ("intermediate_size", "hidden_dim", "ffn_dim", "n_inner"))
         return cls(
             layers=layers,
             hidden=hidden,
             intermediate=intermediate or 4 * hidden,
-            embedding=_first(config, ("embedding_size",), 0) or hidden,
-            vocab=_first(config, ("vocab_size",), 0) or vocab,
+            embedding=config_int(config, ("embedding_size",)) or hidden,
+            vocab=config_int(config, ("vocab_size",)) or vocab,
             weight_bytes=weight_bytes,
             trimmed=config.get("model_type") in TRIMMED_MODEL_TYPES
             and not config.get("is_decoder", False),
@@ -96,14 +97,6 @@ class ModelShape:
     def last_layer_attention(self, width: int, masked: int) -> float:
         """The attention FLOPs of a trimmed last layer (0 when the last layer is not trimmed)."""
         return 4.0 * masked * width * self.hidden if self.trimmed and self.layers else 0.0
-
-
-def _first(config: dict[str, Any], keys: tuple[str, ...], default: int) -> int:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return default
 
 
 @dataclass

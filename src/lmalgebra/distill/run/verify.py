@@ -3,7 +3,7 @@ vocabulary (id maps and tokenizer against the checksums in ``vocab_union.json``)
 student's checkpoints (each file against the sha256 in its ``state.json``, the state against
 its own), and every saved student's files against the sha256 its ``lmalgebra.json`` records;
 and the example counts the stages after ``prepare`` read, across the examples' manifest and
-shards, each teacher's copies and its outputs (``mismatched_sets``).
+shards, each teacher's copies and its outputs (``store_check.count_problems``).
 
 What is missing counts as much as what is damaged: once the run holds anything a stage's
 outputs were made from (a later stage's files), every set that stage makes for the recipe's
@@ -14,12 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import (
-    SHARD_SETS,
-    RunLayout,
-    model_damage,
-)
-from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
 from lmalgebra.storage.completion import STAMP, CompletionStamp
@@ -33,20 +29,27 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
     and of their outputs; ``vocab``: whether the objective builds a vocabulary (the run's
     objective says both: ``distill.pipeline.verify``)."""
     layout = RunLayout(run_dir)
-    problems = missing_parts(layout, store_parts, vocab)
+    recipe = load_recipe(layout.require_recipe())
+    problems = missing_parts(layout, recipe, store_parts, vocab)
     for part in SHARD_SETS:
         for directory in shard_set_directories(layout.root / part):
             problems += ShardSet.existing(directory).problems()
-    problems += mismatched_sets(layout, store_parts)
-    problems += vocabulary_problems(layout) + checkpoint_problems(layout)
+    languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
+    problems += run_count_problems(layout, languages, *store_parts)
+    problems += vocabulary_problems(layout)
+    for checkpoint in layout.checkpoints():
+        path, reason, state = damage(checkpoint)
+        if state is None:
+            problems.append(f"checkpoint file {path} is damaged ({reason})")
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
 
 
-def missing_parts(layout: RunLayout, store_parts: tuple[str, str], vocab: bool) -> list[str]:
+def missing_parts(
+    layout: RunLayout, recipe: MergeRecipe, store_parts: tuple[str, str], vocab: bool
+) -> list[str]:
     """Every shard set (and a masked run's vocabulary) that the run's recipe says a stage makes,
     missing although the run holds something made after that stage, in stage order."""
-    recipe = load_recipe(layout.require_recipe())
     copy, outputs = store_parts
     pairs = [(lang, t) for lang, spec in recipe.languages.items() for t in spec.teachers]
     stages = [
@@ -70,18 +73,6 @@ def missing_parts(layout: RunLayout, store_parts: tuple[str, str], vocab: bool) 
     return problems
 
 
-def mismatched_sets(layout: RunLayout, store_parts: tuple[str, str]) -> list[str]:
-    """Where a language's example counts disagree across what the stages after ``prepare`` read
-    (``store_check.count_problems``): the examples' manifest against its shards, each teacher's
-    copies (``masked/``, ``tokens/``) against the examples, and its outputs (``topk/``,
-    ``logprobs/``) against its copies, shard by shard; training reads them side by side, row by
-    row, and refuses what this names."""
-    recipe = load_recipe(layout.require_recipe())
-    copy, outputs = store_parts
-    languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
-    return run_count_problems(layout, languages, copy, outputs)
-
-
 def shard_set_directories(root: Path) -> list[Path]:
     """Every directory under ``root`` holding a manifest or a shard: a set whose manifest was
     deleted is found by its shards, and reported, instead of passing unseen."""
@@ -103,13 +94,3 @@ def vocabulary_problems(layout: RunLayout) -> list[str]:
     if CompletionStamp(directory, "").damaged():  # training would take it for no vocabulary
         return [f"{directory / STAMP} is damaged (run `lmalgebra merge vocab RECIPE` again)"]
     return []
-
-
-def checkpoint_problems(layout: RunLayout) -> list[str]:
-    """Every damaged checkpoint of every student of the run, naming the file and why."""
-    problems = []
-    for checkpoint in layout.checkpoints():
-        path, reason, state = damage(checkpoint)
-        if state is None:
-            problems.append(f"checkpoint file {path} is damaged ({reason})")
-    return problems

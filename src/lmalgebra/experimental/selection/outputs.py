@@ -22,7 +22,6 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.figures import canvas
-from lmalgebra.stats.complementarity import SetScore
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import csv_text, format_cell
 from lmalgebra.storage.output_paths import claim_run_directory, holds_only
@@ -41,6 +40,7 @@ SET_COLUMNS = (
     "score_high",
     "recommended",
 )
+SCORE_FIELDS = SET_COLUMNS[4:-1]  # complementarity ... score_high: SetScore's own fields
 TEACHER_COLUMNS = (
     "language",
     "teacher",
@@ -59,30 +59,20 @@ SHOWN = 8  # sets per language in the figure
 
 def set_rows(selection: Selection) -> list[dict[str, Any]]:
     """Every ranked set, per language then ``overall``, best first."""
-    rows = []
     ranked = {lang: found.ranking for lang, found in selection.languages.items()}
     ranked["overall"] = selection.overall
-    for lang, ranking in ranked.items():
-        for rank, s in enumerate(ranking, start=1):
-            rows.append(_set_row(lang, rank, s))
-    return rows
-
-
-def _set_row(lang: str, rank: int, s: SetScore) -> dict[str, Any]:
-    return {
-        "language": lang,
-        "rank": rank,
-        "members": "+".join(s.members),
-        "size": len(s.members),
-        "complementarity": s.complementarity,
-        "complementarity_low": s.complementarity_low,
-        "complementarity_high": s.complementarity_high,
-        "quality": s.quality,
-        "score": s.score,
-        "score_low": s.score_low,
-        "score_high": s.score_high,
-        "recommended": rank == 1,
-    }
+    return [
+        {
+            "language": lang,
+            "rank": rank,
+            "members": "+".join(s.members),
+            "size": len(s.members),
+            **{column: getattr(s, column) for column in SCORE_FIELDS},
+            "recommended": rank == 1,
+        }
+        for lang, ranking in ranked.items()
+        for rank, s in enumerate(ranking, start=1)
+    ]
 
 
 def teacher_rows(selection: Selection) -> list[dict[str, Any]]:
