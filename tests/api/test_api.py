@@ -147,6 +147,15 @@ def _failing_once_written(out: Path) -> Any:
     return analyse
 
 
+def _with_statistics(
+    bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path, out: Path
+) -> Any:
+    """A decomposition of the two test models into ``out`` that writes its statistics files."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": T, "counts": SPANS}
+    return decompose(models, texts, spans=spans, cache_dir=cache, out=out, save_statistics=True)
+
+
 def test_a_run_failing_after_its_statistics_were_written_takes_them_back(
     bert_dir: Path, bert2_dir: Path, texts: list[str], cache: Path, tmp_path: Path, monkeypatch
 ) -> None:
@@ -154,16 +163,8 @@ def test_a_run_failing_after_its_statistics_were_written_takes_them_back(
 
     out = tmp_path / "run"
     monkeypatch.setattr(pipeline, "analyse", _failing_once_written(out))
-    models = {"a": str(bert_dir), "b": str(bert2_dir)}
     with pytest.raises(UserInputError, match="the analysis failed"):
-        decompose(
-            models,
-            texts,
-            spans={"length": T, "counts": SPANS},
-            cache_dir=cache,
-            out=out,
-            save_statistics=True,
-        )
+        _with_statistics(bert_dir, bert2_dir, texts, cache, out)
     assert not out.exists() or list(out.iterdir()) == []
 
 
@@ -186,16 +187,8 @@ def test_a_full_disk_while_the_statistics_are_written_is_named_and_leaves_no_sum
 
     monkeypatch.setattr(stream, "_write_array", filling)
     out = tmp_path / "run"
-    models = {"a": str(bert_dir), "b": str(bert2_dir)}
     with pytest.raises(OutOfSpaceError, match=r"stats/validation\.safetensors"):
-        decompose(
-            models,
-            texts,
-            spans={"length": T, "counts": SPANS},
-            cache_dir=cache,
-            out=out,
-            save_statistics=True,
-        )
+        _with_statistics(bert_dir, bert2_dir, texts, cache, out)
     assert not (out / "summary.json").exists()
     assert not (out / "stats" / "validation.safetensors").exists()
     assert [p.name for p in out.rglob(".*tmp-*")] == []
