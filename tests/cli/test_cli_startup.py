@@ -65,3 +65,25 @@ def test_bad_flag_value_refused_without_heavy_library() -> None:
     code, heavy, _ = _run("decompose", "--spans.length", "many")
     assert code == 2
     assert heavy == []
+
+
+def test_a_cached_decompose_imports_neither_torch_nor_transformers(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """Run again over its cached embeddings, a decomposition computes with NumPy and SciPy alone:
+    the first run embeds (torch), the second must not import torch or transformers. Only under a
+    CPU-only torch: elsewhere the device ``auto`` resolves to is torch's to say."""
+    from lmalgebra.core.precision import _cpu_only_torch
+
+    if not _cpu_only_torch():
+        pytest.skip("a torch build with CUDA is asked whether a GPU is there")
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(tmp_path / "cache"), "--no-progress"]
+    first, heavy, err = _run(*args, "--out", str(tmp_path / "first"))
+    assert first == 0, err[-2000:]
+    assert "torch" in heavy  # the models were embedded
+    again, heavy, err = _run(*args, "--out", str(tmp_path / "again"))
+    assert again == 0, err[-2000:]
+    assert "torch" not in heavy and "transformers" not in heavy, heavy
+    assert "scipy" in heavy  # it did compute

@@ -292,7 +292,7 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     assert digests(out) == before
 
 
-@pytest.mark.parametrize("linked", ["fits.csv", "stats/train.safetensors"])
+@pytest.mark.parametrize("linked", ["fits.csv", "group_r2.csv"])
 def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
     linked: str,
     cli: Runner,

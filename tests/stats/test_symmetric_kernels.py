@@ -98,8 +98,8 @@ def test_float32_gram_is_symmetric_and_within_float32_rounding(
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gram_of_rows_in_the_grams_dtype_equals_numpy(dtype: Any) -> None:
-    """Rows of the Gram's own dtype take syrk in place (float64 rows into a float64 Gram, as the
-    float64 products do; float32 into float32, as the float32 precision does)."""
+    """Rows of the Gram's own dtype (float64 rows into a float64 Gram, as the float64 products
+    do; float32 into float32, as the float32 precision does), the panels added in place."""
     rows = np.random.default_rng(8).normal(size=(200, 300)).astype(dtype)
     start = spd(300, 9).astype(dtype)
     gram = start.copy()

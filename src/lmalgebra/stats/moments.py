@@ -30,7 +30,7 @@ from safetensors.numpy import load_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import Precision, Products
-from lmalgebra.stats.symmetric_kernels import PANEL, in_parallel, in_row_panels, mirror_upper
+from lmalgebra.stats.symmetric_kernels import in_parallel, mirror_upper, row_panels
 from lmalgebra.storage.safetensors_stream import write_safetensors
 
 # Rows whose float32 products are summed in float32 before the partial Gram is added in float64:
@@ -94,7 +94,6 @@ def add_gram(gram: np.ndarray, rows: np.ndarray, mirror: bool = True) -> None:
     or float32 (products summed in float32). ``mirror=False`` leaves ``gram``'s lower triangle
     behind (a caller adding many chunks mirrors once, with ``mirror_upper``, after the last).
     """
-    dim = gram.shape[0]
 
     def panel(a: int, b: int) -> None:
         product = rows[:, a:b].T @ rows[:, a:]
@@ -103,7 +102,7 @@ def add_gram(gram: np.ndarray, rows: np.ndarray, mirror: bool = True) -> None:
         right = gram[a:b, b:]
         np.add(right, product[:, b - a :], out=right)
 
-    in_parallel(panel, [(a, min(a + PANEL, dim)) for a in range(0, dim, PANEL)])
+    in_parallel(panel, row_panels(gram.shape[0]))
     if mirror:
         mirror_upper(gram)
 
@@ -254,7 +253,7 @@ class SecondMoments:
             np.divide(self.gram[a:b], n, out=cov[a:b])
             cov[a:b] -= centred[a:b, None] * centred
 
-        in_row_panels(panel, cov.shape[0])
+        in_parallel(panel, row_panels(cov.shape[0]))
         if in_place:
             self.gram = np.zeros((0, 0))  # spent: the buffer now belongs to the covariance
             self.n = -1

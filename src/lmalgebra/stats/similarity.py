@@ -17,7 +17,6 @@ cores the process may use all work.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.stats.blas_threads import one_blas_thread
+from lmalgebra.stats.blas_threads import cpu_threads, one_blas_thread
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
 
@@ -153,7 +152,7 @@ def similarity_tables(
     _check_settings(keep, ridge)
     for name, moments in splits.items():
         _check_layout(blocks, moments, f"{name}: ")
-    workers = max(1, min(len(splits), _cores()))
+    workers = max(1, min(len(splits), cpu_threads()))
     with one_blas_thread(), ThreadPoolExecutor(workers) as pool:
         tables = {
             name: pool.submit(_pairs, blocks, moments.cov, keep, ridge)
@@ -166,12 +165,6 @@ def _check_layout(blocks: Sequence[ModelColumns], moments: SplitMoments, where: 
     size = moments.cov.shape[0]
     if size != (blocks[-1].stop if blocks else 0):
         raise ValueError(f"{where}covariance of size {size} does not match the block layout")
-
-
-def _cores() -> int:
-    """The cores this process may run on (its affinity where the system says it)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _pairs(

@@ -104,7 +104,7 @@ def mirror_upper(matrix: np.ndarray) -> None:
         block[lower] = block.T[lower]
         matrix[b:, a:b] = matrix[a:b, b:].T
 
-    in_row_panels(mirror, matrix.shape[0])
+    in_parallel(mirror, row_panels(matrix.shape[0]))
 
 
 def column_runs(cols: np.ndarray) -> list[tuple[int, int, int]]:
@@ -183,28 +183,12 @@ def in_parallel(work: Callable[..., T], tasks: Sequence[tuple[int, ...]]) -> lis
     return cast(list[T], results)
 
 
+def row_panels(dim: int) -> list[tuple[int, int]]:
+    """The panels ``[a, b)`` of ``PANEL`` rows (the last shorter) of a ``(dim, dim)`` matrix, in
+    order: the longest first along its upper triangle."""
+    return [(a, min(a + PANEL, dim)) for a in range(0, dim, PANEL)]
+
+
 def block_sums(values: np.ndarray, edges: Sequence[int]) -> list[float]:
     """Sums of ``values`` over consecutive ranges ``edges[k] .. edges[k + 1]``."""
     return [float(values[a:b].sum()) for a, b in itertools.pairwise(edges)]
-
-
-def in_row_panels(work: Callable[[int, int], None], dim: int) -> None:
-    """``work(a, b)`` for every panel of rows ``[a, b)`` (``PANEL`` rows, the last shorter) of a
-    ``(dim, dim)`` matrix, the panels dealt out in turn to ``cpu_threads()`` threads: the
-    panels of a triangle shrink, so each thread gets long and short ones alike. ``work`` must
-    touch its own panel only and release the GIL (NumPy's array loops do)."""
-    panels = [(a, min(a + PANEL, dim)) for a in range(0, dim, PANEL)]
-    threads = min(cpu_threads(), len(panels))
-    if threads <= 1:
-        for a, b in panels:
-            work(a, b)
-        return
-    with ThreadPoolExecutor(threads) as pool:
-        done = [pool.submit(_each, work, panels[k::threads]) for k in range(threads)]
-        for future in done:
-            future.result()  # an error in a thread is raised here
-
-
-def _each(work: Callable[[int, int], None], panels: Sequence[tuple[int, int]]) -> None:
-    for a, b in panels:
-        work(a, b)
