@@ -16,7 +16,7 @@ import numpy as np
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.measure import Measured
-from lmalgebra.lmd.run.sweeps import Row
+from lmalgebra.lmd.run.sweeps import Row, fit_row, pairwise_rows
 from lmalgebra.lmd.rundir.reduction_record import exact_method, reduced_method
 from lmalgebra.lmd.rundir.schema import AlphaCurveRow, TableRows, alpha_curve_rows, attribution_rows
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
@@ -102,40 +102,21 @@ def _fit_rows(
     result: Analysis, measured: Measured, replicates: int, level: float, seed: int
 ) -> list[Row]:
     solver, names = result.solver, [b.name for b in result.solver.blocks]
-    rows: list[Row] = []
-    for split in SPLITS:
-        for i, target in enumerate(names):
-            for j, basis in enumerate(names):
-                if i != j:
-                    rows.append(
-                        _fit_row("pairwise", target, [basis], split, result.pairwise[split][i, j])
-                    )
+    # intervals (ci_low, ci_high) and adjusted R^2 are blank where they are not filled in
+    rows = pairwise_rows(names, result.pairwise)
     n_train = solver.train.n
     singles = [("group", f) for f in result.group]
     singles += [("single", result.single)] if result.single is not None else []
     for kind, fit in singles:
         df = fit.df if fit.df is not None else effective_df(solver, fit.basis)
         for split in SPLITS:
-            row = _fit_row(kind, fit.target, fit.basis, split, fit.r2[split])
+            row = fit_row(kind, fit.target, fit.basis, split, fit.r2[split])
             if split == "train":
                 row["adjusted_r2"] = adjusted_r2(fit.r2["train"], n_train, df)
             rows.append(row)
     if replicates > 0:
         _add_intervals(rows, result, measured, replicates, level, seed)
     return rows
-
-
-def _fit_row(kind: str, target: str, basis: Sequence[str], split: str, r2: float) -> Row:
-    return {
-        "kind": kind,
-        "target": target,
-        "basis": "+".join(basis),
-        "split": split,
-        "r2": float(r2),
-        "ci_low": "",
-        "ci_high": "",
-        "adjusted_r2": "",
-    }
 
 
 def _null_rows(
@@ -149,20 +130,15 @@ def _null_rows(
     for fit in group:
         for split in HELD_OUT:
             shuffled = shuffled_from_r2(solver, fit, split)
-            rows.append(_null_row("shuffled_group", fit, split, shuffled))
+            rows.append(fit_row("shuffled_group", fit.target, fit.basis, split, shuffled))
     copied = [n for n in names if random_copy(n) in {b.name for b in everything.blocks}]
     if with_random and len(copied) >= 2:  # ONNX graphs and files of vectors have no copies
         null = random_null_fits(everything, copied)
         for kind, fits in (("random_group", null.group), ("random_pairwise", null.pairwise)):
             for fit in fits:
                 for split in SPLITS:
-                    rows.append(_null_row(kind, fit, split, fit.r2[split]))
+                    rows.append(fit_row(kind, fit.target, fit.basis, split, fit.r2[split]))
     return rows
-
-
-def _null_row(kind: str, fit: Fit, split: str, r2: float) -> Row:
-    basis = "+".join(fit.basis)
-    return {"kind": kind, "target": fit.target, "basis": basis, "split": split, "r2": float(r2)}
 
 
 def _similarity_rows(solver: Decomposer, pairwise: dict[str, np.ndarray]) -> list[Row]:

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
@@ -39,22 +41,35 @@ def decomposer_of(
     return Decomposer(blocks, splits, alpha, alpha_mode, scales)  # type: ignore[arg-type]
 
 
+def fit_row(kind: str, target: str, basis: Sequence[str], split: str, r2: float) -> Row:
+    """One fit on one split, in the columns every table of fits has."""
+    return {
+        "kind": kind,
+        "target": target,
+        "basis": "+".join(basis),
+        "split": split,
+        "r2": float(r2),
+    }
+
+
+def pairwise_rows(names: Sequence[str], pairwise: dict[str, np.ndarray]) -> list[Row]:
+    """Each model of ``names`` from each other one alone (``pairwise``: split -> R^2 matrix)."""
+    return [
+        fit_row("pairwise", target, [basis], split, pairwise[split][i, j])
+        for split in SPLITS
+        for i, target in enumerate(names)
+        for j, basis in enumerate(names)
+        if i != j
+    ]
+
+
 def fit_rows(decomposer: Decomposer, setting: Any, names: Sequence[str]) -> list[Row]:
     """Pairwise and group (each model from all the others) R^2 of ``names``, every split."""
     solver = decomposer.subset(list(names)) if list(names) != _names(decomposer) else decomposer
-    rows: list[Row] = []
-    pairwise = solver.pairwise()
-    for split in SPLITS:
-        for i, target in enumerate(names):
-            for j, basis in enumerate(names):
-                if i != j:
-                    rows.append(
-                        _row(setting, "pairwise", target, [basis], split, pairwise[split][i, j])
-                    )
+    rows = pairwise_rows(names, solver.pairwise())
     for fit in solver.leave_one_out():
-        for split in SPLITS:
-            rows.append(_row(setting, "group", fit.target, fit.basis, split, fit.r2[split]))
-    return rows
+        rows += [fit_row("group", fit.target, fit.basis, s, fit.r2[s]) for s in SPLITS]
+    return [{"setting": setting, **row} for row in rows]
 
 
 def length_sweep(
@@ -92,8 +107,9 @@ def layer_sweep(pool: ModelPool, docs: list[str], alpha: float) -> list[Row]:
         solver = measured.decomposer(alpha, config.alpha_mode)
         for layer in layers:
             fit = solver.fit(f"{target}@{layer}", others)
-            for split in SPLITS:
-                rows.append(_row(layer, "group", target, others, split, fit.r2[split]))
+            rows += [
+                {"setting": layer, **fit_row("group", target, others, s, fit.r2[s])} for s in SPLITS
+            ]
         pool.release()
     return rows
 
@@ -174,14 +190,3 @@ def _depth(pool: ModelPool, name: str) -> int:
         return pool.depth(name)
     except (AttributeError, KeyError, ValueError) as err:
         raise UserInputError(f"model {name!r}: cannot tell its number of layers ({err})") from None
-
-
-def _row(setting: Any, kind: str, target: str, basis: Sequence[str], split: str, r2: float) -> Row:
-    return {
-        "setting": setting,
-        "kind": kind,
-        "target": target,
-        "basis": "+".join(basis),
-        "split": split,
-        "r2": float(r2),
-    }
