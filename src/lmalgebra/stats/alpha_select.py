@@ -212,14 +212,7 @@ def _check_fits(
         raise UserInputError("no fit to choose alpha for")
     probe = Decomposer(blocks, {"train": train}, 1.0)
     for target, basis in specs:
-        for name in (target, *basis):
-            probe.block(name)  # names an unknown model
-        if not basis:
-            raise UserInputError(f"the basis of target {target!r} is empty")
-        if target in basis:
-            raise UserInputError(f"the basis contains the target {target!r}")
-        if len(set(basis)) != len(basis):
-            raise UserInputError(f"the basis names a model twice: {list(basis)}")
+        probe.check_fit(target, basis, f"the basis of target {target!r} is empty")
     return specs
 
 

@@ -155,18 +155,11 @@ def attribute(
     value = SubsetValue(decomposer, target, split)
     players = [b.name for b in decomposer.blocks if b.name != target] if basis is None else basis
     players = list(players)
-    if not players:
-        raise UserInputError(f"no basis models to attribute {target!r} to")
-    if len(set(players)) != len(players):
-        raise UserInputError(f"the basis names a model twice: {players}")
+    decomposer.check_fit(target, players, f"no basis models to attribute {target!r} to")
     if len(players) > exact_max and permutations < 2:
         raise UserInputError(
             f"sampled Shapley values need at least 2 permutations, got {permutations}"
         )
-    for name in players:
-        decomposer.block(name)
-        if name == target:
-            raise UserInputError(f"the basis contains the target {target!r}")
 
     def row(
         method: str, model: str, v: float, step: int | None = None, se: float | None = None

@@ -183,6 +183,23 @@ class Decomposer:
 
     _columns = basis_columns
 
+    def check_fit(
+        self,
+        target: str,
+        basis: Sequence[str],
+        empty: str = "the basis is empty: name at least one model",
+    ) -> None:
+        """Refuse a fit of ``target`` on ``basis``: an empty basis (``empty`` says so), the
+        target in it, a model named twice, or a model not among these."""
+        if not basis:
+            raise UserInputError(empty)
+        if target in basis:
+            raise UserInputError(f"the basis contains the target {target!r}")
+        if len(set(basis)) != len(basis):
+            raise UserInputError(f"the basis names a model twice: {list(basis)}")
+        for name in (target, *basis):
+            self.block(name)
+
     def _check_factor(self, ok: bool, diag: np.ndarray, basis: Sequence[str]) -> None:
         """Fail naming the basis when its system is not SPD; warn when it is ill-conditioned
         (condition estimated from the Cholesky diagonal ``diag``) or when spans are few."""
@@ -269,12 +286,7 @@ class Decomposer:
     # -- fits -------------------------------------------------------------------------------------
     def fit(self, target: str, basis: Sequence[str]) -> Fit:
         """Decompose ``target`` on ``basis`` (a list of other model names, in this order)."""
-        if not basis:
-            raise UserInputError("the basis is empty: name at least one model")
-        if target in basis:
-            raise UserInputError(f"the basis contains the target {target!r}")
-        if len(set(basis)) != len(basis):
-            raise UserInputError(f"the basis names a model twice: {list(basis)}")
+        self.check_fit(target, basis)
         t, cols = self.block(target), self._columns(basis)
         cov = self.train.cov
         rhs = _wide(np.ascontiguousarray(cov[cols, t.start : t.stop]))
