@@ -31,10 +31,10 @@ from lmalgebra.distill.teachers import Teacher
 from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 from lmalgebra.experimental.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.run.sweeps import decomposer_of
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
+from lmalgebra.stats.solver import Decomposer
 
 log = logging.getLogger(__name__)
 SOURCE = "experimental select"
@@ -196,7 +196,7 @@ def _language(
         samples[1] = set_samples(None, candidates, 1, accuracy)
     else:
         result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
-        solver = decomposer_of(result.blocked, result.alpha, "relative")
+        solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
         group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
         spans = dict(result.spans)
         for size in range(1, min(spec.size, len(candidates)) + 1):

@@ -17,28 +17,10 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
 from lmalgebra.stats.solver import Decomposer, SplitMoments
-from lmalgebra.stats.span_blocks import SpanBlockMoments
 
 log = logging.getLogger(__name__)
 
 Row = dict[str, Any]
-
-
-def decomposer_of(
-    stats: dict[str, SpanBlockMoments],
-    alpha: float,
-    alpha_mode: str,
-    train: SpanBlockMoments | None = None,
-    train_parts: int | None = None,
-    scales: list[float] | None = None,
-) -> Decomposer:
-    """A decomposer over a measurement's statistics (optionally a prefix of the training
-    blocks); ``scales``: each block's mean variance (a reduced measurement's: ``Decomposer``)."""
-    splits = {s: SplitMoments.of(stats[s].total()) for s in SPLITS}
-    if train is not None and train_parts is not None:
-        splits["train"] = SplitMoments.of(train.prefix(train_parts))
-    blocks = stats["train"].blocks
-    return Decomposer(blocks, splits, alpha, alpha_mode, scales)  # type: ignore[arg-type]
 
 
 def fit_row(kind: str, target: str, basis: Sequence[str], split: str, r2: float) -> Row:
