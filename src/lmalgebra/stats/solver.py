@@ -183,12 +183,7 @@ class Decomposer:
 
     _columns = basis_columns
 
-    def check_fit(
-        self,
-        target: str,
-        basis: Sequence[str],
-        empty: str = "the basis is empty: name at least one model",
-    ) -> None:
+    def check_fit(self, target: str, basis: Sequence[str], empty: str) -> None:
         """Refuse a fit of ``target`` on ``basis``: an empty basis (``empty`` says so), the
         target in it, a model named twice, or a model not among these."""
         if not basis:
@@ -286,7 +281,7 @@ class Decomposer:
     # -- fits -------------------------------------------------------------------------------------
     def fit(self, target: str, basis: Sequence[str]) -> Fit:
         """Decompose ``target`` on ``basis`` (a list of other model names, in this order)."""
-        self.check_fit(target, basis)
+        self.check_fit(target, basis, "the basis is empty: name at least one model")
         t, cols = self.block(target), self._columns(basis)
         cov = self.train.cov
         rhs = _wide(np.ascontiguousarray(cov[cols, t.start : t.stop]))
