@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from rich.markup import escape
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.sources.models import ModelRef
 
 FlagKind = Literal["value", "list", "tuple", "switch"]
 # a list or tuple default longer than this is summarised in --help, not spelled out
@@ -49,6 +50,14 @@ class FlagStyle:
     comma_separated: bool = True
     parse: Callable[[str], Any] | None = None
     metavar: str | None = None
+
+
+def model_entry(text: str) -> dict[str, Any]:
+    """``[NAME=][random:]PATH[@REVISION]`` (and the onnx:/precomputed: forms) as a recipe entry."""
+    return ModelRef.parse(text).model_dump()
+
+
+MODEL_FLAG = FlagStyle(comma_separated=False, parse=model_entry, metavar="MODEL")  # one per flag
 
 
 @dataclass(frozen=True)

@@ -9,19 +9,10 @@ from typing import Annotated, Any
 import typer
 
 from lmalgebra.cli.app import app, console
-from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
+from lmalgebra.cli.config_options import MODEL_FLAG, config_flags, with_config_flags
 from lmalgebra.evaluate.pos_options import PosSpec
-from lmalgebra.sources.models import ModelRef
 
-
-def _model_entry(text: str) -> dict[str, Any]:
-    """``[NAME=][random:]PATH[@REVISION]`` as a model entry."""
-    return ModelRef.parse(text).model_dump()
-
-
-POS_FLAGS = config_flags(
-    PosSpec, {"models": FlagStyle(comma_separated=False, parse=_model_entry, metavar="MODEL")}
-)
+POS_FLAGS = config_flags(PosSpec, {"models": MODEL_FLAG})
 
 
 @app.command("evaluate-pos")

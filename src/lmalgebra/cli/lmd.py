@@ -13,22 +13,15 @@ import typer
 from rich.table import Table
 
 from lmalgebra.cli.app import app, console
-from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
+from lmalgebra.cli.config_options import MODEL_FLAG, FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec
-from lmalgebra.sources.models import ModelRef
-
-
-def _model_entry(text: str) -> dict[str, Any]:
-    """``[NAME=][random:]PATH[@REVISION]`` (and the onnx:/precomputed: forms) as a recipe entry."""
-    return ModelRef.parse(text).model_dump()
-
 
 # what the types do not say: how a model is given on the command line, placeholders
 SPAN_STYLES = {
-    "models": FlagStyle(comma_separated=False, parse=_model_entry, metavar="MODEL"),
+    "models": MODEL_FLAG,
     "corpus.paths": FlagStyle(comma_separated=False, metavar="PATH"),
     "spans.counts": FlagStyle(metavar="TRAIN,VALIDATION,TEST"),
     "spans.fractions": FlagStyle(metavar="TRAIN,VALIDATION,TEST"),
