@@ -125,19 +125,13 @@ def similarity_table(
     ridge: float = 1e-8,
 ) -> list[Similarity]:
     """CKA and mean canonical correlation of every unordered pair of models (``a`` before ``b``
-    in block order), from one split's ``(D, D)`` covariance.
+    in block order), from one split's ``(D, D)`` covariance (``moments.cov``).
 
-    Args:
-        blocks: the model layout of ``moments``.
-        moments: one split's statistics; only ``cov`` is used.
-        keep: share of each model's variance its principal subspace keeps before CCA, in
-            ``(0, 1]``; ``1`` keeps every direction with non-negligible variance.
-        ridge: added to each kept eigenvalue, relative to the model's mean eigenvalue.
+    ``keep``: share of each model's variance its principal subspace keeps before CCA, in
+    ``(0, 1]``; ``1`` keeps every direction with non-negligible variance. ``ridge``: added to
+    each kept eigenvalue, relative to the model's mean eigenvalue.
     """
-    _check_settings(keep, ridge)
-    _check_layout(blocks, moments, "")
-    with one_blas_thread():  # many small problems: see ``stats.blas_threads``
-        return _pairs(blocks, moments.cov, keep, ridge)
+    return similarity_tables(blocks, {"split": moments}, keep, ridge)["split"]
 
 
 def similarity_tables(
