@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel
 
 from lmalgebra.api.decomposition import Decomposition
@@ -32,6 +31,9 @@ from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
+
+if TYPE_CHECKING:  # pandas is imported by the calls that make a table
+    import pandas as pd
 
 SOURCE = "decompose()"
 # the recipe's keys a call gives as keywords: every key but the models (given as ``models``),
@@ -149,6 +151,8 @@ def plan_frame(
                 "is not known before it is loaded"
             )
         speeds = measure_speeds() if timed else None
+    import pandas as pd
+
     frame = pd.DataFrame(plan_rows(plan, shapes, speeds))
     frame.attrs["models"] = pd.DataFrame(model_rows(plan, shapes))
     frame.attrs["available_gib"] = plan.available / GIB
@@ -200,6 +204,8 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
         for split in SPLITS
         for i, text in enumerate(plan.texts[split])
     ]
+    import pandas as pd
+
     table = pd.DataFrame(rows, columns=["split", "index", "sha256", "text"])
     table.insert(0, "row", range(len(table)))
     table.attrs["spans_sha256"] = plan.order_digest

@@ -15,9 +15,8 @@ import html
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, read_frames
@@ -34,6 +33,9 @@ from lmalgebra.storage.atomic import write_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import check_directory
 
+if TYPE_CHECKING:  # pandas is imported with the first table asked for
+    import pandas as pd
+
 
 class Decomposition:
     """What a decomposition found: pairwise and group R^2, every fit, similarities, studies.
@@ -41,28 +43,41 @@ class Decomposition:
     Build it with :func:`lmalgebra.decompose` or :meth:`load`. Tables are pandas DataFrames
     labelled by model name; ``summary`` is the run's ``summary.json``, ``config`` its resolved
     configuration (``config.yaml``) as a dict.
+
+    A result computed now makes its DataFrames on first use (``tables``): a caller that reads
+    the summary alone, as the command line does, never imports pandas.
     """
 
     def __init__(
         self,
         summary: dict[str, Any],
         config: dict[str, Any],
-        tables: dict[str, pd.DataFrame],
+        tables: dict[str, pd.DataFrame] | None,
         run_dir: Path | None = None,
         result: RunResult | None = None,
     ) -> None:
+        if tables is None and result is None:
+            raise ValueError("a Decomposition needs its tables or the result they come from")
         self.summary = summary
         self.config = config
-        self.tables = tables
+        self._tables = tables
         self.run_dir = run_dir
         self._result = result
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table of the run by its file's stem (``fits``, ``similarity``, ...)."""
+        if self._tables is None:
+            assert self._result is not None
+            self._tables = computed_frames(self._result.tables)
+        return self._tables
 
     @classmethod
     @library_entry
     def from_result(cls, result: RunResult, run_dir: Path | None = None) -> Decomposition:
         """A result computed now (written to ``run_dir`` when it was given an output)."""
         config = result.config.model_dump(mode="json")
-        return cls(summary_of(result), config, computed_frames(result.tables), run_dir, result)
+        return cls(summary_of(result), config, None, run_dir, result)
 
     @classmethod
     @library_entry
@@ -221,7 +236,7 @@ class Decomposition:
             )
         with tempfile.TemporaryDirectory(prefix="lmalgebra-") as scratch:
             run_dir = Path(scratch) / "run"
-            Decomposition(self.summary, self.config, self.tables, None, self._result).save(run_dir)
+            Decomposition(self.summary, self.config, self._tables, None, self._result).save(run_dir)
             return write_report(run_dir, Path(path))
 
     # -- display --------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Rows computed in memory are read as they would be written (each cell formatted as the run
 directory's CSV writes it, then parsed by the schema's reader), so a DataFrame of a run computed
 now equals the DataFrame of the same run read from its directory, cell for cell and dtype for
-dtype. The tidy tables write floats at full precision, which keeps every value exact.
+dtype. The tidy tables write floats at full precision, which keeps every value exact. pandas is
+imported when the first table is made.
 """
 
 from __future__ import annotations
@@ -11,19 +12,23 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.rundir.files import group_fits
 from lmalgebra.lmd.rundir.schema import FITS, TABLES, read_pairwise
 from lmalgebra.storage.csv_tables import Table, format_cell, parsers, read_table
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 def frame(table: Table[Any], rows: Sequence[Any]) -> pd.DataFrame:
     """``rows`` (typed rows as read, or rows as computed) as a DataFrame of ``table``'s columns."""
+    import pandas as pd
+
     read = parsers(table.row)
     typed = []
     for row in rows:
@@ -77,6 +82,8 @@ def pairwise_frame(
     fits: pd.DataFrame, names: list[str], split: str, diagonal: float
 ) -> pd.DataFrame:
     """R^2 of each target (rows) from each single basis model (columns) on ``split``."""
+    import pandas as pd
+
     chosen = fits[(fits["kind"] == "pairwise") & (fits["split"] == split)]
     table = chosen.pivot(index="target", columns="basis", values="r2")
     table = table.reindex(index=names, columns=names).astype(float)
