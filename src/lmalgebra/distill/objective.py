@@ -25,7 +25,7 @@ from lmalgebra.distill.examples import write_examples
 from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import refuse_miscounted, stale_key
+from lmalgebra.distill.run.store_check import check_set, refuse_miscounted, stale_key
 from lmalgebra.distill.teachers import Teacher, inference_setup
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
@@ -37,7 +37,8 @@ Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
 
 
-def _run_dir(self: Objective, **_: Any) -> Path:
+def run_dir(self: Objective, **_: Any) -> Path:
+    """The directory a stage's lock is held in (``holding_lock``): the recipe's run."""
     return self.recipe.output_dir
 
 
@@ -106,7 +107,7 @@ class Objective(ABC):
         """``teacher``'s outputs on its copy of ``lang`` (``teach``), on ``setup``'s device and
         in its dtype."""
 
-    @holding_lock("merge prepare", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge prepare", run_dir, RUN_SCRATCH)
     @main_rank_only  # light work: one process writes it, the others wait
     def prepare(self, progress: bool = True) -> None:
         """Examples per language, then each teacher's copy of each example."""
@@ -119,7 +120,7 @@ class Objective(ABC):
             for name in self.recipe.languages[lang].teachers:
                 self.write_copy(lang, teachers[name], examples, progress)
 
-    @holding_lock("merge teach", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge teach", run_dir, RUN_SCRATCH)
     def teach(
         self, progress: bool = True, setup: tuple[torch.device, torch.dtype] | None = None
     ) -> None:
@@ -136,9 +137,17 @@ class Objective(ABC):
         """The student vocabulary built from the teachers' (``vocab``); refused, in one line, by
         an objective whose students have none."""
 
-    @abstractmethod
     def check_store(self) -> dict[str, Teacher]:
-        """Refuse a store built from another recipe or other teachers; the teachers, opened."""
+        """Refuse a store built from another recipe or other teachers (``store_sets``), or one
+        whose example counts disagree (the examples' manifest and shards, each teacher's copies
+        of them, its outputs on those: ``store_check.count_problems``, as ``merge verify`` names
+        them); the teachers, opened."""
+        teachers = self.open_teachers()
+        for accepted, stage in self.store_sets(teachers):
+            check_set(accepted, stage)
+        languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
+        refuse_miscounted(self.layout, languages, *self.store_parts)
+        return teachers
 
     @abstractmethod
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
@@ -160,13 +169,6 @@ class Objective(ABC):
             return [f"the store cannot be checked against its teachers: {err}"]
         stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
         return [p for p in stale if p] + self.stale_vocabulary(teachers)
-
-    def refuse_miscounted(self, copy: str, outputs: str) -> None:
-        """Refuse, naming the file, a store whose example counts disagree (the examples'
-        manifest and shards, each teacher's ``copy`` of them, its ``outputs`` on that copy:
-        ``store_check.count_problems``), as ``merge verify`` names it."""
-        languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
-        refuse_miscounted(self.layout, languages, copy, outputs)
 
     def check_students(self, students: Sequence[str]) -> None:
         """Refuse to score students against teachers or a store other than those they were

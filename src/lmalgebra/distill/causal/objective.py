@@ -15,10 +15,9 @@ from lmalgebra.distill.causal.plan import plan_causal
 from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
 from lmalgebra.distill.causal.teachers import open_teachers
 from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
-from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
+from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
@@ -27,10 +26,6 @@ from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 if TYPE_CHECKING:
     import pyarrow as pa
     import torch
-
-
-def _run_dir(self: CausalObjective, **_: Any) -> Path:
-    return self.recipe.output_dir
 
 
 class CausalObjective(Objective):
@@ -57,15 +52,6 @@ class CausalObjective(Objective):
             "`merge vocab` applies to recipes with objective masked"
         )
 
-    def check_store(self) -> dict[str, Teacher]:
-        """Refuse a token or log-probability store built from another recipe or teachers, or one
-        whose example counts disagree."""
-        teachers = self.open_teachers()
-        for accepted, stage in self.store_sets(teachers):
-            check_set(accepted, stage)
-        self.refuse_miscounted(TOKENS, LOGPROBS)
-        return teachers
-
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         dtypes = accepted_dtypes(self.recipe)
         sets: list[tuple[list[ShardSet], str]] = []
@@ -75,7 +61,7 @@ class CausalObjective(Objective):
             sets.append(([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach"))
         return sets
 
-    @holding_lock("merge train", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge train", run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix, train_causal_student
 
@@ -86,7 +72,7 @@ class CausalObjective(Objective):
         teachers = self.check_store()
         return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
 
-    @holding_lock("merge evaluate", _run_dir)
+    @holding_lock("merge evaluate", run_dir)
     def evaluate(
         self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
     ) -> Evaluation:

@@ -16,10 +16,9 @@ from lmalgebra.distill.masked.scores import SCORES
 from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
 from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
-from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
+from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
@@ -37,10 +36,6 @@ def _other_teachers(stamp: CompletionStamp) -> str:
         f"the vocabulary in {stamp.directory} was built from other teachers: "
         "run `lmalgebra merge vocab RECIPE` again"
     )
-
-
-def _run_dir(self: MaskedObjective, **_: Any) -> Path:
-    return self.recipe.output_dir
 
 
 class MaskedObjective(Objective):
@@ -61,7 +56,7 @@ class MaskedObjective(Objective):
     ) -> None:
         write_topk(self.recipe, lang, teacher, setup, progress)
 
-    @holding_lock("merge vocab", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge vocab", run_dir, RUN_SCRATCH)
     @main_rank_only
     def vocab(self) -> None:
         """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
@@ -81,12 +76,9 @@ class MaskedObjective(Objective):
         return [_other_teachers(stamp)]
 
     def check_store(self) -> dict[str, Teacher]:
-        """Refuse a top-k store or vocabulary built from another recipe or other teachers, or a
-        store whose example counts disagree."""
-        teachers = self.open_teachers()
-        for accepted, stage in self.store_sets(teachers):
-            check_set(accepted, stage)
-        self.refuse_miscounted(MASKED, TOPK)
+        """The store's checks, then the vocabulary's: refused when damaged, missing or built
+        from other teachers."""
+        teachers = super().check_store()
         stamp = vocab_stamp(self.recipe, teachers)
         if stamp.damaged():
             raise UserInputError(
@@ -100,7 +92,7 @@ class MaskedObjective(Objective):
             raise UserInputError(_other_teachers(stamp))
         return teachers
 
-    @holding_lock("merge train", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge train", run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         from lmalgebra.distill.masked.training import train_masked_student
 
