@@ -4,7 +4,8 @@ of its own trained with cross-tokenizer losses, and held-out bits per byte again
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -12,13 +13,18 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
 from lmalgebra.distill.causal.plan import plan_causal
-from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
-from lmalgebra.distill.causal.teachers import open_teachers
+from lmalgebra.distill.causal.store import (
+    logprobs_inference,
+    logprobs_set,
+    tokens_set,
+    tokens_table,
+)
+from lmalgebra.distill.causal.teachers import open_teachers, start_token_id
 from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.teachers import Teacher, accepted_dtypes
+from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
@@ -33,18 +39,30 @@ class CausalObjective(Objective):
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
     store_parts = (TOKENS, LOGPROBS)
+    head = "causal"
+    copying = ("tokenize", "tokens", "token_ids")
     recipe: CausalRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
 
-    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
-        write_tokens(self.recipe, lang, teacher, examples, progress)
+    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
+        return tokens_set(self.recipe, lang, teacher)
 
-    def write_outputs(
-        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
-    ) -> None:
-        write_logprobs(self.recipe, lang, teacher, setup, progress)
+    def outputs_set(self, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+        return logprobs_set(self.recipe, lang, teacher, dtype)
+
+    def copy_shard(
+        self, lang: str, teacher: Teacher
+    ) -> tuple[Callable[[pa.Table], pa.Table], dict[str, Any]]:
+        make = partial(tokens_table, self.recipe, lang, teacher)
+        return make, {"start_token_id": start_token_id(teacher.tokenizer)}
+
+    def infer_shard(
+        self, teacher: Teacher, compute: torch.dtype
+    ) -> tuple[Inference, dict[str, Any]]:
+        infer = logprobs_inference(self.recipe, teacher, compute)
+        return infer, {"samples": self.recipe.causal.samples}
 
     def vocab(self) -> None:
         raise UserInputError(
@@ -57,8 +75,8 @@ class CausalObjective(Objective):
         sets: list[tuple[list[ShardSet], str]] = []
         for lang, name in self.pairs():
             teacher = teachers[name]
-            sets.append(([tokens_set(self.recipe, lang, teacher)], "prepare"))
-            sets.append(([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach"))
+            sets.append(([self.copies_set(lang, teacher)], "prepare"))
+            sets.append(([self.outputs_set(lang, teacher, d) for d in dtypes], "teach"))
         return sets
 
     @holding_lock("merge train", run_dir, RUN_SCRATCH)

@@ -4,7 +4,7 @@ held-out masked-token scores against the teachers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -13,13 +13,13 @@ from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_masked
 from lmalgebra.distill.masked.scores import SCORES
-from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
+from lmalgebra.distill.masked.store import masked_set, masking, topk_inference, topk_set
 from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.teachers import Teacher, accepted_dtypes
+from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
@@ -43,18 +43,28 @@ class MaskedObjective(Objective):
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     store_parts = (MASKED, TOPK)
+    head = "masked"
+    copying = ("mask", "masked_tokens", "positions")
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
 
-    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
-        write_masked(self.recipe, lang, teacher, examples, progress)
+    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
+        return masked_set(self.recipe, lang, teacher)
 
-    def write_outputs(
-        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
-    ) -> None:
-        write_topk(self.recipe, lang, teacher, setup, progress)
+    def outputs_set(self, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+        return topk_set(self.recipe, lang, teacher, dtype)
+
+    def copy_shard(
+        self, lang: str, teacher: Teacher
+    ) -> tuple[Callable[[pa.Table], pa.Table], dict[str, Any]]:
+        return masking(self.recipe, teacher), {}
+
+    def infer_shard(
+        self, teacher: Teacher, compute: torch.dtype
+    ) -> tuple[Inference, dict[str, Any]]:
+        return topk_inference(self.recipe, teacher, compute), {}
 
     @holding_lock("merge vocab", run_dir, RUN_SCRATCH)
     @main_rank_only
@@ -65,7 +75,7 @@ class MaskedObjective(Objective):
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         dtypes = accepted_dtypes(self.recipe)
         return [
-            ([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
+            ([self.outputs_set(lang, teachers[name], d) for d in dtypes], "teach")
             for lang, name in self.pairs()
         ]
 
