@@ -26,7 +26,7 @@ import yaml
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.examples import require, write_examples
+from lmalgebra.distill.examples import examples_set, require, write_examples
 from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.inspection import RunInspection
@@ -112,12 +112,37 @@ class Objective(ABC):
         """Every teacher of the recipe, checked for this objective before anything is done."""
 
     @abstractmethod
-    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
-        """``teacher``'s copies of language ``lang``'s examples (``prepare``)."""
+    def copies_key(self) -> dict[str, Any]:
+        """What a teacher's copies depend on besides the examples and its tokenizer."""
 
     @abstractmethod
+    def outputs_key(self, dtype: str) -> dict[str, Any]:
+        """What a teacher's outputs computed in ``dtype`` depend on besides its copies, its
+        weights and ``top_k`` (``teachers.dtype_key``: the dtype, where not float32)."""
+
+    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
+        """``teacher``'s copies of language ``lang``'s examples (``prepare``)."""
+        part = self.store_parts[0]
+        key = {
+            "stage": part,
+            "examples": examples_set(self.recipe, lang).key,
+            "teacher": teacher.name,
+            "tokenizer": teacher.hashes["tokenizer"],
+            **self.copies_key(),
+        }
+        return ShardSet(self.layout.store(part, lang, teacher.name), key)
+
     def outputs_set(self, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
         """``teacher``'s outputs on its copies of ``lang``, computed in ``dtype`` (``teach``)."""
+        copies, part = self.store_parts
+        key = {
+            "stage": part,
+            copies: self.copies_set(lang, teacher).key,
+            "weights": teacher.hashes["weights"],
+            "top_k": self.recipe.top_k,
+            **self.outputs_key(dtype),
+        }
+        return ShardSet(self.layout.store(part, lang, teacher.name), key)
 
     @abstractmethod
     def copy_shard(

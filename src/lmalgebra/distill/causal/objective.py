@@ -14,9 +14,8 @@ from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
 from lmalgebra.distill.causal.plan import plan_causal
 from lmalgebra.distill.causal.store import (
+    OFFSETS_RULES,
     logprobs_inference,
-    logprobs_set,
-    tokens_set,
     tokens_table,
 )
 from lmalgebra.distill.causal.teachers import open_teachers, start_token_id
@@ -24,7 +23,7 @@ from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes
+from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
@@ -46,11 +45,13 @@ class CausalObjective(Objective):
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
 
-    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
-        return tokens_set(self.recipe, lang, teacher)
+    def copies_key(self) -> dict[str, Any]:
+        return {"offsets": OFFSETS_RULES}
 
-    def outputs_set(self, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
-        return logprobs_set(self.recipe, lang, teacher, dtype)
+    def outputs_key(self, dtype: str) -> dict[str, Any]:
+        causal = self.recipe.causal
+        seed = {"sample_seed": causal.sample_seed} if causal.samples else {}
+        return {"samples": causal.samples, **dtype_key(dtype), **seed}
 
     def copy_shard(
         self, lang: str, teacher: Teacher

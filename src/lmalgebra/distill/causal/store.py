@@ -11,7 +11,9 @@ Both are row-aligned with ``examples/<lang>/``: row ``r`` of every set is the sa
 sets are the checksummed, resumable shard sets of the masked store (``storage.shard_set``):
 ``tokens/`` is written by the main rank, ``logprobs/`` by every rank for the shards it owns.
 Ragged values are flattened per row: ``offsets`` holds ``2n`` values (start, end pairs) and the
-top-k and drawn columns ``n * k`` and ``n * K`` values, in row-major order.
+top-k and drawn columns ``n * k`` and ``n * K`` values, in row-major order. Here is what makes
+one shard of each; the sets, their keys and the loops that write them are every objective's
+(``distill.objective``).
 """
 
 from __future__ import annotations
@@ -26,41 +28,12 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.logprobs import CausalOutput, causal_outputs
 from lmalgebra.distill.causal.teachers import start_token_id
-from lmalgebra.distill.examples import examples_set
-from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
 from lmalgebra.distill.recipe import CausalRecipe
-from lmalgebra.distill.teachers import Inference, Teacher, dtype_key, max_positions
+from lmalgebra.distill.teachers import Inference, Teacher, max_positions
 from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
-from lmalgebra.storage.shard_set import ShardSet
 
 OFFSETS_RULES = "byte_alignment.encode_with_offsets/v1"  # bump when its rules change
-
-
-def tokens_set(recipe: CausalRecipe, lang: str, teacher: Teacher) -> ShardSet:
-    key = {
-        "stage": "tokens",
-        "examples": examples_set(recipe, lang).key,
-        "teacher": teacher.name,
-        "tokenizer": teacher.hashes["tokenizer"],
-        "offsets": OFFSETS_RULES,
-    }
-    return ShardSet(RunLayout(recipe.output_dir).store(TOKENS, lang, teacher.name), key)
-
-
-def logprobs_set(recipe: CausalRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
-    """The log-probability store of one (language, teacher) computed in ``dtype`` (resolved)."""
-    key: dict[str, Any] = {
-        "stage": "logprobs",
-        "tokens": tokens_set(recipe, lang, teacher).key,
-        "weights": teacher.hashes["weights"],
-        "top_k": recipe.top_k,
-        "samples": recipe.causal.samples,
-        **dtype_key(dtype),
-    }
-    if recipe.causal.samples:
-        key["sample_seed"] = recipe.causal.sample_seed
-    return ShardSet(RunLayout(recipe.output_dir).store(LOGPROBS, lang, teacher.name), key)
 
 
 def tokens_table(recipe: CausalRecipe, lang: str, teacher: Teacher, part: pa.Table) -> pa.Table:

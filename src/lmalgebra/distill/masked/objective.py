@@ -13,13 +13,13 @@ from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_masked
 from lmalgebra.distill.masked.scores import SCORES
-from lmalgebra.distill.masked.store import masked_set, masking, topk_inference, topk_set
+from lmalgebra.distill.masked.store import masking, topk_inference
 from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes
+from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
@@ -50,11 +50,12 @@ class MaskedObjective(Objective):
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
 
-    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
-        return masked_set(self.recipe, lang, teacher)
+    def copies_key(self) -> dict[str, Any]:
+        masking = self.recipe.masking.model_dump(mode="json")
+        return {"masking": masking, "example_length": self.recipe.example_length}
 
-    def outputs_set(self, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
-        return topk_set(self.recipe, lang, teacher, dtype)
+    def outputs_key(self, dtype: str) -> dict[str, Any]:
+        return dtype_key(dtype)
 
     def copy_shard(
         self, lang: str, teacher: Teacher

@@ -6,9 +6,10 @@ Run directory parts (``distill.layout``)::
     masked/<lang>/<teacher>/shard-*     example_id, heldout, input_ids, positions, labels
     topk/<lang>/<teacher>/shard-*       topk_ids, topk_logprobs, loss (row-aligned with masked/)
 
-Every shard set's manifest holds the key that produced it (recipe settings, teacher weight and
-tokenizer hashes, masking seed, the compute dtype of teacher inference when not float32), so a
-change anywhere upstream is recomputed, never reused.
+Here is what makes one shard of each; the sets, their keys and the loops that write them shard by
+shard are every objective's (``distill.objective``). Every shard set's manifest holds the key that
+produced it (recipe settings, teacher weight and tokenizer hashes, masking seed, the compute dtype
+of teacher inference when not float32), so a change anywhere upstream is recomputed, never reused.
 """
 
 from __future__ import annotations
@@ -20,38 +21,11 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from lmalgebra.distill.examples import examples_set
-from lmalgebra.distill.layout import MASKED, TOPK, RunLayout
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker
 from lmalgebra.distill.masked.topk import TeacherOutput, masked_topk
 from lmalgebra.distill.recipe import MaskedRecipe
-from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
+from lmalgebra.distill.teachers import Inference, Teacher
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
-from lmalgebra.storage.shard_set import ShardSet
-
-
-def masked_set(recipe: MaskedRecipe, lang: str, teacher: Teacher) -> ShardSet:
-    key = {
-        "stage": "masked",
-        "examples": examples_set(recipe, lang).key,
-        "teacher": teacher.name,
-        "tokenizer": teacher.hashes["tokenizer"],
-        "masking": recipe.masking.model_dump(mode="json"),
-        "example_length": recipe.example_length,
-    }
-    return ShardSet(RunLayout(recipe.output_dir).store(MASKED, lang, teacher.name), key)
-
-
-def topk_set(recipe: MaskedRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
-    """The top-k store of one (language, teacher) computed in ``dtype`` (resolved)."""
-    key = {
-        "stage": "topk",
-        "masked": masked_set(recipe, lang, teacher).key,
-        "weights": teacher.hashes["weights"],
-        "top_k": recipe.top_k,
-        **dtype_key(dtype),
-    }
-    return ShardSet(RunLayout(recipe.output_dir).store(TOPK, lang, teacher.name), key)
 
 
 def masking(recipe: MaskedRecipe, teacher: Teacher) -> Callable[[pa.Table], pa.Table]:
