@@ -88,8 +88,9 @@ class Objective(ABC):
     # the store's folders: each teacher's copies of the examples (prepare), its outputs (teach)
     store_parts: ClassVar[tuple[str, str]]
     head: ClassVar[Head]  # the teachers' language-model head
-    # prepare's progress verb, and what a copies set's manifest counts: the values of a column
-    copying: ClassVar[tuple[str, str, str]]  # (verb, count's name, column)
+    # a copy's columns: its tokens, and those its teacher predicts (which prepare counts)
+    columns: ClassVar[tuple[str, str]]
+    copying: ClassVar[tuple[str, str]]  # prepare's progress verb; the name of its count
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -167,7 +168,7 @@ class Objective(ABC):
         if shards.complete:
             return
         make, facts = self.copy_shard(lang, teacher)
-        verb, counted, column = self.copying
+        (verb, counted), column = self.copying, self.columns[1]
         with progress_bar(f"{verb} {lang}/{teacher.name}", len(starts), progress) as advance:
             for index, start in enumerate(starts):
                 if index in todo:

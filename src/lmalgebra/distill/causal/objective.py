@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
-from lmalgebra.distill.causal.plan import plan_causal
+from lmalgebra.distill.causal.plan import plan_student, zero_logprobs
 from lmalgebra.distill.causal.store import (
     OFFSETS_RULES,
     logprobs_inference,
     tokens_table,
 )
-from lmalgebra.distill.causal.teachers import open_teachers, start_token_id
+from lmalgebra.distill.causal.teachers import open_teachers, start_token_id, teacher_tokenizer
 from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
+from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
@@ -39,7 +40,8 @@ class CausalObjective(Objective):
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
     store_parts = (TOKENS, LOGPROBS)
     head = "causal"
-    copying = ("tokenize", "tokens", "token_ids")
+    columns = ("token_ids", "token_ids")
+    copying = ("tokenize", "tokens")
     recipe: CausalRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -110,7 +112,16 @@ class CausalObjective(Objective):
         )
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
-        return plan_causal(self.recipe, CausalTrainingSpec.model_validate(training.model_dump()))
+        """What training refuses of ``training`` (a teacher the recipe lacks, a setting the
+        recipe makes it ignore, a loss the store cannot feed) is refused first."""
+        from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
+
+        spec = CausalTrainingSpec.model_validate(training.model_dump())
+        self.recipe.check_training(spec)
+        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)
+        tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
+        zeros, student = partial(zero_logprobs, self.recipe), partial(plan_student, self.recipe)
+        return plan_rows(self, spec, tokenizer, zeros, student)
 
     def inspect(self) -> RunInspection:
         return causal_report(self.layout.root)

@@ -5,18 +5,20 @@ held-out masked-token scores against the teachers."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
-from lmalgebra.distill.masked.plan import plan_masked
+from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import SCORES
 from lmalgebra.distill.masked.store import masking, topk_inference
-from lmalgebra.distill.masked.teachers import open_teachers
+from lmalgebra.distill.masked.teachers import open_teachers, teacher_tokenizer
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
+from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
@@ -44,7 +46,8 @@ class MaskedObjective(Objective):
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     store_parts = (MASKED, TOPK)
     head = "masked"
-    copying = ("mask", "masked_tokens", "positions")
+    columns = ("input_ids", "positions")
+    copying = ("mask", "masked_tokens")
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -129,7 +132,10 @@ class MaskedObjective(Objective):
         return Evaluation(table, deviations, markdown(scores, deviations))
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
-        return plan_masked(self.recipe, training)
+        """A ``training.teachers`` or a setting that training refuses is refused first."""
+        self.recipe.check_training(training)
+        tokenizer = partial(teacher_tokenizer, example_length=self.recipe.example_length)
+        return plan_rows(self, training, tokenizer, zero_topk, partial(plan_vocab, self.recipe))
 
     def inspect(self) -> RunInspection:
         return masked_report(self.layout.root)
