@@ -116,7 +116,7 @@ def contender(
         spent[0] += time.perf_counter() - clock
         return result
 
-    causal_store.causal_outputs = timed  # the name write_logprobs calls
+    causal_store.causal_outputs = timed  # the name logprobs_inference calls
 
     def work() -> dict[str, Any]:
         pipeline.teach(recipe, progress=False)

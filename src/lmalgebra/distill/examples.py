@@ -110,17 +110,17 @@ def write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
         _check_same_examples(recipe, lang, stored, found)
         return stored
     shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
-    table = pa.table(
-        {
-            "id": [e.id for e in found],
-            "text": [e.text for e in found],
-            "heldout": [e.heldout for e in found],
-        }
-    )
+    table = examples_table(found)
     for index, start in enumerate(range(0, table.num_rows, recipe.shard_rows)):
         shards.write(index, table.slice(start, recipe.shard_rows))
     shards.finish(examples=table.num_rows, heldout=int(np.sum(table.column("heldout").to_numpy())))
     return table
+
+
+def examples_table(found: list[Example]) -> pa.Table:
+    """``found`` as the rows of ``examples/``: ``id``, ``text``, ``heldout``."""
+    columns = {"id": [e.id for e in found], "text": [e.text for e in found]}
+    return pa.table({**columns, "heldout": [e.heldout for e in found]})
 
 
 def _check_same_examples(

@@ -2,31 +2,43 @@
 
 ``Objective`` is written once for both: the stage sequence (``prepare`` -> ``teach`` -> [``vocab``]
 -> ``train`` -> ``evaluate``) and what each stage shares (the run directory's lock, the recipe's
-copy, the examples). What differs is an objective's own: ``distill.masked.objective`` (masked-LM
-teachers, top-k store, union vocabulary) and ``distill.causal.objective`` (causal teachers with
-any tokenizers, log-probability store, a student with a tokenizer of its own).
+copy, the examples, the resumable loops that write each teacher's copies and outputs shard by
+shard, the store's checks). What differs is an objective's own: ``distill.masked.objective``
+(masked-LM teachers, top-k store, union vocabulary) and ``distill.causal.objective`` (causal
+teachers with any tokenizers, log-probability store, a student with a tokenizer of its own): the
+store's sets, what makes one shard of each, the training and the evaluation.
 ``distill.pipeline.objective_of`` chooses one from the recipe, once.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 import yaml
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.examples import write_examples
+from lmalgebra.core.precision import dtype_name
+from lmalgebra.core.progress import progress_bar
+from lmalgebra.distill.examples import examples_set, require, write_examples
 from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import refuse_miscounted, stale_key
-from lmalgebra.distill.teachers import Teacher, inference_setup
+from lmalgebra.distill.run.store_check import check_set, refuse_miscounted, stale_key
+from lmalgebra.distill.teachers import (
+    Head,
+    Inference,
+    Teacher,
+    infer_shards,
+    inference_setup,
+    load_lm,
+)
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
@@ -37,7 +49,8 @@ Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
 
 
-def _run_dir(self: Objective, **_: Any) -> Path:
+def run_dir(self: Objective, **_: Any) -> Path:
+    """The directory a stage's lock is held in (``holding_lock``): the recipe's run."""
     return self.recipe.output_dir
 
 
@@ -74,6 +87,10 @@ class Objective(ABC):
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
     # the store's folders: each teacher's copies of the examples (prepare), its outputs (teach)
     store_parts: ClassVar[tuple[str, str]]
+    head: ClassVar[Head]  # the teachers' language-model head
+    # a copy's columns: its tokens, and those its teacher predicts (which prepare counts)
+    columns: ClassVar[tuple[str, str]]
+    copying: ClassVar[tuple[str, str]]  # prepare's progress verb; the name of its count
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -96,17 +113,94 @@ class Objective(ABC):
         """Every teacher of the recipe, checked for this objective before anything is done."""
 
     @abstractmethod
-    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
-        """``teacher``'s copy of language ``lang``'s examples (``prepare``)."""
+    def copies_key(self) -> dict[str, Any]:
+        """What a teacher's copies depend on besides the examples and its tokenizer."""
 
     @abstractmethod
+    def outputs_key(self, dtype: str) -> dict[str, Any]:
+        """What a teacher's outputs computed in ``dtype`` depend on besides its copies, its
+        weights and ``top_k`` (``teachers.dtype_key``: the dtype, where not float32)."""
+
+    def copies_set(self, lang: str, teacher: Teacher) -> ShardSet:
+        """``teacher``'s copies of language ``lang``'s examples (``prepare``)."""
+        part = self.store_parts[0]
+        key = {
+            "stage": part,
+            "examples": examples_set(self.recipe, lang).key,
+            "teacher": teacher.name,
+            "tokenizer": teacher.hashes["tokenizer"],
+            **self.copies_key(),
+        }
+        return ShardSet(self.layout.store(part, lang, teacher.name), key)
+
+    def outputs_set(self, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
+        """``teacher``'s outputs on its copies of ``lang``, computed in ``dtype`` (``teach``)."""
+        copies, part = self.store_parts
+        key = {
+            "stage": part,
+            copies: self.copies_set(lang, teacher).key,
+            "weights": teacher.hashes["weights"],
+            "top_k": self.recipe.top_k,
+            **self.outputs_key(dtype),
+        }
+        return ShardSet(self.layout.store(part, lang, teacher.name), key)
+
+    @abstractmethod
+    def copy_shard(
+        self, lang: str, teacher: Teacher
+    ) -> tuple[Callable[[pa.Table], pa.Table], dict[str, Any]]:
+        """What makes a shard of ``teacher``'s copies of a shard of ``lang``'s examples, and what
+        the complete set's manifest records of the teacher besides its vocabulary's size."""
+
+    @abstractmethod
+    def infer_shard(
+        self, teacher: Teacher, compute: torch.dtype
+    ) -> tuple[Inference, dict[str, Any]]:
+        """What makes a shard of ``teacher``'s outputs (computed in ``compute``) with its model
+        from a shard of its copies, and what the complete set's manifest records besides top_k."""
+
+    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
+        """``teacher``'s copies of language ``lang``'s ``examples`` (``prepare``: the main rank
+        alone), shard by shard; the shards an interrupted run recorded are kept."""
+        shards, rows = self.copies_set(lang, teacher), self.recipe.shard_rows
+        starts = range(0, examples.num_rows, rows)
+        todo = set(shards.plan(len(starts), shared=False))
+        if shards.complete:
+            return
+        make, facts = self.copy_shard(lang, teacher)
+        (verb, counted), column = self.copying, self.columns[1]
+        with progress_bar(f"{verb} {lang}/{teacher.name}", len(starts), progress) as advance:
+            for index, start in enumerate(starts):
+                if index in todo:
+                    table = make(examples.slice(start, rows))
+                    shards.write(index, table, **{counted: len(pc.list_flatten(table[column]))})
+                advance(1)
+        total = sum(int(s[counted]) for s in shards.manifest["shards"])
+        vocab = len(teacher.tokenizer)
+        shards.finish(**{counted: total}, vocab_size=vocab, **facts, teacher_hashes=teacher.hashes)
+
     def write_outputs(
         self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
     ) -> None:
-        """``teacher``'s outputs on its copy of ``lang`` (``teach``), on ``setup``'s device and
-        in its dtype."""
+        """``teacher``'s outputs on its copies of ``lang`` (``teach``: every rank its shards), on
+        ``setup``'s device and in its dtype (``teachers.inference_setup``)."""
+        device, compute = setup
+        copies = self.copies_set(lang, teacher)
+        require(copies, "prepare")
+        ref = self.recipe.teachers[teacher.name].ref(teacher.name)
+        infer, facts = self.infer_shard(teacher, compute)
 
-    @holding_lock("merge prepare", _run_dir, RUN_SCRATCH)
+        def load() -> Any:
+            return load_lm(ref, teacher.directory, self.head).to(device)
+
+        dtype = dtype_name(compute)
+        target, label = self.outputs_set(lang, teacher, dtype), f"teach {lang}/{teacher.name}"
+        finish = {"top_k": self.recipe.top_k, **facts, "dtype": dtype}
+        infer_shards(
+            copies, target, label, load, infer, progress, **finish, teacher_hashes=teacher.hashes
+        )
+
+    @holding_lock("merge prepare", run_dir, RUN_SCRATCH)
     @main_rank_only  # light work: one process writes it, the others wait
     def prepare(self, progress: bool = True) -> None:
         """Examples per language, then each teacher's copy of each example."""
@@ -119,7 +213,7 @@ class Objective(ABC):
             for name in self.recipe.languages[lang].teachers:
                 self.write_copy(lang, teachers[name], examples, progress)
 
-    @holding_lock("merge teach", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge teach", run_dir, RUN_SCRATCH)
     def teach(
         self, progress: bool = True, setup: tuple[torch.device, torch.dtype] | None = None
     ) -> None:
@@ -136,9 +230,17 @@ class Objective(ABC):
         """The student vocabulary built from the teachers' (``vocab``); refused, in one line, by
         an objective whose students have none."""
 
-    @abstractmethod
     def check_store(self) -> dict[str, Teacher]:
-        """Refuse a store built from another recipe or other teachers; the teachers, opened."""
+        """Refuse a store built from another recipe or other teachers (``store_sets``), or one
+        whose example counts disagree (the examples' manifest and shards, each teacher's copies
+        of them, its outputs on those: ``store_check.count_problems``, as ``merge verify`` names
+        them); the teachers, opened."""
+        teachers = self.open_teachers()
+        for accepted, stage in self.store_sets(teachers):
+            check_set(accepted, stage)
+        languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
+        refuse_miscounted(self.layout, languages, *self.store_parts)
+        return teachers
 
     @abstractmethod
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
@@ -160,13 +262,6 @@ class Objective(ABC):
             return [f"the store cannot be checked against its teachers: {err}"]
         stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
         return [p for p in stale if p] + self.stale_vocabulary(teachers)
-
-    def refuse_miscounted(self, copy: str, outputs: str) -> None:
-        """Refuse, naming the file, a store whose example counts disagree (the examples'
-        manifest and shards, each teacher's ``copy`` of them, its ``outputs`` on that copy:
-        ``store_check.count_problems``), as ``merge verify`` names it."""
-        languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
-        refuse_miscounted(self.layout, languages, copy, outputs)
 
     def check_students(self, students: Sequence[str]) -> None:
         """Refuse to score students against teachers or a store other than those they were

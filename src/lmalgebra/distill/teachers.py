@@ -48,6 +48,8 @@ _HEADS: dict[str, tuple[str, str, str]] = {
     "masked": ("AutoModelForMaskedLM", "masked LM", "lmalgebra pretrain masked"),
     "causal": ("AutoModelForCausalLM", "causal LM", "lmalgebra pretrain causal"),
 }
+# teacher inference over one shard: (the teacher's model, a shard of its copies) -> its outputs
+Inference = Callable[[Any, pa.Table], pa.Table]
 TEACHER_HINT = {
     "masked": "; give causal teachers in a recipe with `objective: causal`",
     "causal": "; give masked-LM teachers in a recipe with `objective: masked`",
@@ -190,7 +192,7 @@ def infer_shards(
     target: ShardSet,
     label: str,
     load: Callable[[], Any],
-    infer: Callable[[Any, pa.Table], pa.Table],
+    infer: Inference,
     progress: bool,
     **finish: Any,
 ) -> None:

@@ -4,22 +4,27 @@ of its own trained with cross-tokenizer losses, and held-out bits per byte again
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
-from lmalgebra.distill.causal.plan import plan_causal
-from lmalgebra.distill.causal.store import logprobs_set, tokens_set, write_logprobs, write_tokens
-from lmalgebra.distill.causal.teachers import open_teachers
+from lmalgebra.distill.causal.plan import plan_student, zero_logprobs
+from lmalgebra.distill.causal.store import (
+    OFFSETS_RULES,
+    logprobs_inference,
+    tokens_table,
+)
+from lmalgebra.distill.causal.teachers import open_teachers, start_token_id, teacher_tokenizer
 from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
-from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
+from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
+from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import check_set
-from lmalgebra.distill.teachers import Teacher, accepted_dtypes
+from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
@@ -29,27 +34,38 @@ if TYPE_CHECKING:
     import torch
 
 
-def _run_dir(self: CausalObjective, **_: Any) -> Path:
-    return self.recipe.output_dir
-
-
 class CausalObjective(Objective):
     """The stages of a causal recipe (no vocab stage: the student keeps a tokenizer of its own)."""
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
     store_parts = (TOKENS, LOGPROBS)
+    head = "causal"
+    columns = ("token_ids", "token_ids")
+    copying = ("tokenize", "tokens")
     recipe: CausalRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
 
-    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
-        write_tokens(self.recipe, lang, teacher, examples, progress)
+    def copies_key(self) -> dict[str, Any]:
+        return {"offsets": OFFSETS_RULES}
 
-    def write_outputs(
-        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
-    ) -> None:
-        write_logprobs(self.recipe, lang, teacher, setup, progress)
+    def outputs_key(self, dtype: str) -> dict[str, Any]:
+        causal = self.recipe.causal
+        seed = {"sample_seed": causal.sample_seed} if causal.samples else {}
+        return {"samples": causal.samples, **dtype_key(dtype), **seed}
+
+    def copy_shard(
+        self, lang: str, teacher: Teacher
+    ) -> tuple[Callable[[pa.Table], pa.Table], dict[str, Any]]:
+        make = partial(tokens_table, self.recipe, lang, teacher)
+        return make, {"start_token_id": start_token_id(teacher.tokenizer)}
+
+    def infer_shard(
+        self, teacher: Teacher, compute: torch.dtype
+    ) -> tuple[Inference, dict[str, Any]]:
+        infer = logprobs_inference(self.recipe, teacher, compute)
+        return infer, {"samples": self.recipe.causal.samples}
 
     def vocab(self) -> None:
         raise UserInputError(
@@ -57,25 +73,16 @@ class CausalObjective(Objective):
             "`merge vocab` applies to recipes with objective masked"
         )
 
-    def check_store(self) -> dict[str, Teacher]:
-        """Refuse a token or log-probability store built from another recipe or teachers, or one
-        whose example counts disagree."""
-        teachers = self.open_teachers()
-        for accepted, stage in self.store_sets(teachers):
-            check_set(accepted, stage)
-        self.refuse_miscounted(TOKENS, LOGPROBS)
-        return teachers
-
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         dtypes = accepted_dtypes(self.recipe)
         sets: list[tuple[list[ShardSet], str]] = []
         for lang, name in self.pairs():
             teacher = teachers[name]
-            sets.append(([tokens_set(self.recipe, lang, teacher)], "prepare"))
-            sets.append(([logprobs_set(self.recipe, lang, teacher, d) for d in dtypes], "teach"))
+            sets.append(([self.copies_set(lang, teacher)], "prepare"))
+            sets.append(([self.outputs_set(lang, teacher, d) for d in dtypes], "teach"))
         return sets
 
-    @holding_lock("merge train", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge train", run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix, train_causal_student
 
@@ -86,7 +93,7 @@ class CausalObjective(Objective):
         teachers = self.check_store()
         return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
 
-    @holding_lock("merge evaluate", _run_dir)
+    @holding_lock("merge evaluate", run_dir)
     def evaluate(
         self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
     ) -> Evaluation:
@@ -105,7 +112,16 @@ class CausalObjective(Objective):
         )
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
-        return plan_causal(self.recipe, CausalTrainingSpec.model_validate(training.model_dump()))
+        """What training refuses of ``training`` (a teacher the recipe lacks, a setting the
+        recipe makes it ignore, a loss the store cannot feed) is refused first."""
+        from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
+
+        spec = CausalTrainingSpec.model_validate(training.model_dump())
+        self.recipe.check_training(spec)
+        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)
+        tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
+        zeros, student = partial(zero_logprobs, self.recipe), partial(plan_student, self.recipe)
+        return plan_rows(self, spec, tokenizer, zeros, student)
 
     def inspect(self) -> RunInspection:
         return causal_report(self.layout.root)

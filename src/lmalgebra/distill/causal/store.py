@@ -11,7 +11,9 @@ Both are row-aligned with ``examples/<lang>/``: row ``r`` of every set is the sa
 sets are the checksummed, resumable shard sets of the masked store (``storage.shard_set``):
 ``tokens/`` is written by the main rank, ``logprobs/`` by every rank for the shards it owns.
 Ragged values are flattened per row: ``offsets`` holds ``2n`` values (start, end pairs) and the
-top-k and drawn columns ``n * k`` and ``n * K`` values, in row-major order.
+top-k and drawn columns ``n * k`` and ``n * K`` values, in row-major order. Here is what makes
+one shard of each; the sets, their keys and the loops that write them are every objective's
+(``distill.objective``).
 """
 
 from __future__ import annotations
@@ -21,49 +23,17 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.precision import dtype_name
-from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.causal.logprobs import CausalOutput, causal_outputs
 from lmalgebra.distill.causal.teachers import start_token_id
-from lmalgebra.distill.examples import examples_set, require
-from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
 from lmalgebra.distill.recipe import CausalRecipe
-from lmalgebra.distill.teachers import Teacher, dtype_key, infer_shards, load_lm, max_positions
+from lmalgebra.distill.teachers import Inference, Teacher, max_positions
 from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
-from lmalgebra.storage.shard_set import ShardSet
 
 OFFSETS_RULES = "byte_alignment.encode_with_offsets/v1"  # bump when its rules change
-
-
-def tokens_set(recipe: CausalRecipe, lang: str, teacher: Teacher) -> ShardSet:
-    key = {
-        "stage": "tokens",
-        "examples": examples_set(recipe, lang).key,
-        "teacher": teacher.name,
-        "tokenizer": teacher.hashes["tokenizer"],
-        "offsets": OFFSETS_RULES,
-    }
-    return ShardSet(RunLayout(recipe.output_dir).store(TOKENS, lang, teacher.name), key)
-
-
-def logprobs_set(recipe: CausalRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
-    """The log-probability store of one (language, teacher) computed in ``dtype`` (resolved)."""
-    key: dict[str, Any] = {
-        "stage": "logprobs",
-        "tokens": tokens_set(recipe, lang, teacher).key,
-        "weights": teacher.hashes["weights"],
-        "top_k": recipe.top_k,
-        "samples": recipe.causal.samples,
-        **dtype_key(dtype),
-    }
-    if recipe.causal.samples:
-        key["sample_seed"] = recipe.causal.sample_seed
-    return ShardSet(RunLayout(recipe.output_dir).store(LOGPROBS, lang, teacher.name), key)
 
 
 def tokens_table(recipe: CausalRecipe, lang: str, teacher: Teacher, part: pa.Table) -> pa.Table:
@@ -94,30 +64,6 @@ def tokens_table(recipe: CausalRecipe, lang: str, teacher: Teacher, part: pa.Tab
     )
 
 
-def write_tokens(
-    recipe: CausalRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
-) -> None:
-    """``tokens/<lang>/<teacher>``: the prepare stage of a causal recipe (main rank alone)."""
-    shards = tokens_set(recipe, lang, teacher)
-    starts = list(range(0, examples.num_rows, recipe.shard_rows))
-    todo = set(shards.plan(len(starts), shared=False))
-    if shards.complete:
-        return
-    with progress_bar(f"tokenize {lang}/{teacher.name}", len(starts), progress) as advance:
-        for index, start in enumerate(starts):
-            if index in todo:
-                part = examples.slice(start, recipe.shard_rows)
-                table = tokens_table(recipe, lang, teacher, part)
-                shards.write(index, table, tokens=len(pc.list_flatten(table["token_ids"])))
-            advance(1)
-    shards.finish(
-        tokens=sum(int(s["tokens"]) for s in shards.manifest["shards"]),
-        vocab_size=len(teacher.tokenizer),
-        start_token_id=start_token_id(teacher.tokenizer),
-        teacher_hashes=teacher.hashes,
-    )
-
-
 def _seed(recipe: CausalRecipe, teacher: str, example: str) -> list[int]:
     """The seed of one (teacher, example)'s drawn tokens: the recipe's, then a stable hash."""
     digest = hashlib.sha256(f"{teacher}\0{example}".encode()).digest()
@@ -139,26 +85,13 @@ def logprobs_table(outputs: list[CausalOutput], dtype: np.dtype, samples: int) -
     return pa.table(columns)
 
 
-def write_logprobs(
-    recipe: CausalRecipe,
-    lang: str,
-    teacher: Teacher,
-    setup: tuple[torch.device, torch.dtype],
-    progress: bool,
-) -> None:
-    """``logprobs/<lang>/<teacher>``: the teach stage of a causal recipe (every rank its shards),
-    on ``setup``'s device and in its dtype (``teachers.inference_setup``)."""
-    device, compute = setup
-    tokens = tokens_set(recipe, lang, teacher)
-    require(tokens, "prepare")
+def logprobs_inference(recipe: CausalRecipe, teacher: Teacher, compute: torch.dtype) -> Inference:
+    """What ``teach`` makes of a ``tokens/`` shard with the teacher's model, computing in
+    ``compute``: its ``logprobs/`` shard."""
     start = start_token_id(teacher.tokenizer)
-    assert start is not None  # open_causal_teacher refuses a tokenizer without one
+    assert start is not None  # teacher_tokenizer refuses a tokenizer without one
     dtype = id_dtype(len(teacher.tokenizer))
     samples = recipe.causal.samples
-    ref = recipe.teachers[teacher.name].ref(teacher.name)
-
-    def load() -> Any:
-        return load_lm(ref, teacher.directory, "causal").to(device)
 
     def infer(model: Any, part: pa.Table) -> pa.Table:
         values, offsets = ragged(part.column("token_ids"))
@@ -169,15 +102,4 @@ def write_logprobs(
         )
         return logprobs_table(outputs, dtype, samples)
 
-    infer_shards(
-        tokens,
-        logprobs_set(recipe, lang, teacher, dtype_name(compute)),
-        f"teach {lang}/{teacher.name}",
-        load,
-        infer,
-        progress,
-        top_k=recipe.top_k,
-        samples=samples,
-        dtype=dtype_name(compute),
-        teacher_hashes=teacher.hashes,
-    )
+    return infer

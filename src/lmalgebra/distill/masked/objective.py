@@ -4,23 +4,24 @@ held-out masked-token scores against the teachers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
-from lmalgebra.distill.masked.plan import plan_masked
+from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import SCORES
-from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
-from lmalgebra.distill.masked.teachers import open_teachers
+from lmalgebra.distill.masked.store import masking, topk_inference
+from lmalgebra.distill.masked.teachers import open_teachers, teacher_tokenizer
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
-from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
+from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
+from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import check_set
-from lmalgebra.distill.teachers import Teacher, accepted_dtypes
+from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
@@ -39,29 +40,37 @@ def _other_teachers(stamp: CompletionStamp) -> str:
     )
 
 
-def _run_dir(self: MaskedObjective, **_: Any) -> Path:
-    return self.recipe.output_dir
-
-
 class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     store_parts = (MASKED, TOPK)
+    head = "masked"
+    columns = ("input_ids", "positions")
+    copying = ("mask", "masked_tokens")
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
 
-    def write_copy(self, lang: str, teacher: Teacher, examples: pa.Table, progress: bool) -> None:
-        write_masked(self.recipe, lang, teacher, examples, progress)
+    def copies_key(self) -> dict[str, Any]:
+        masking = self.recipe.masking.model_dump(mode="json")
+        return {"masking": masking, "example_length": self.recipe.example_length}
 
-    def write_outputs(
-        self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
-    ) -> None:
-        write_topk(self.recipe, lang, teacher, setup, progress)
+    def outputs_key(self, dtype: str) -> dict[str, Any]:
+        return dtype_key(dtype)
 
-    @holding_lock("merge vocab", _run_dir, RUN_SCRATCH)
+    def copy_shard(
+        self, lang: str, teacher: Teacher
+    ) -> tuple[Callable[[pa.Table], pa.Table], dict[str, Any]]:
+        return masking(self.recipe, teacher), {}
+
+    def infer_shard(
+        self, teacher: Teacher, compute: torch.dtype
+    ) -> tuple[Inference, dict[str, Any]]:
+        return topk_inference(self.recipe, teacher, compute), {}
+
+    @holding_lock("merge vocab", run_dir, RUN_SCRATCH)
     @main_rank_only
     def vocab(self) -> None:
         """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
@@ -70,7 +79,7 @@ class MaskedObjective(Objective):
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         dtypes = accepted_dtypes(self.recipe)
         return [
-            ([topk_set(self.recipe, lang, teachers[name], d) for d in dtypes], "teach")
+            ([self.outputs_set(lang, teachers[name], d) for d in dtypes], "teach")
             for lang, name in self.pairs()
         ]
 
@@ -81,12 +90,9 @@ class MaskedObjective(Objective):
         return [_other_teachers(stamp)]
 
     def check_store(self) -> dict[str, Teacher]:
-        """Refuse a top-k store or vocabulary built from another recipe or other teachers, or a
-        store whose example counts disagree."""
-        teachers = self.open_teachers()
-        for accepted, stage in self.store_sets(teachers):
-            check_set(accepted, stage)
-        self.refuse_miscounted(MASKED, TOPK)
+        """The store's checks, then the vocabulary's: refused when damaged, missing or built
+        from other teachers."""
+        teachers = super().check_store()
         stamp = vocab_stamp(self.recipe, teachers)
         if stamp.damaged():
             raise UserInputError(
@@ -100,7 +106,7 @@ class MaskedObjective(Objective):
             raise UserInputError(_other_teachers(stamp))
         return teachers
 
-    @holding_lock("merge train", _run_dir, RUN_SCRATCH)
+    @holding_lock("merge train", run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         from lmalgebra.distill.masked.training import train_masked_student
 
@@ -126,7 +132,10 @@ class MaskedObjective(Objective):
         return Evaluation(table, deviations, markdown(scores, deviations))
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
-        return plan_masked(self.recipe, training)
+        """A ``training.teachers`` or a setting that training refuses is refused first."""
+        self.recipe.check_training(training)
+        tokenizer = partial(teacher_tokenizer, example_length=self.recipe.example_length)
+        return plan_rows(self, training, tokenizer, zero_topk, partial(plan_vocab, self.recipe))
 
     def inspect(self) -> RunInspection:
         return masked_report(self.layout.root)

@@ -6,86 +6,38 @@ Run directory parts (``distill.layout``)::
     masked/<lang>/<teacher>/shard-*     example_id, heldout, input_ids, positions, labels
     topk/<lang>/<teacher>/shard-*       topk_ids, topk_logprobs, loss (row-aligned with masked/)
 
-Every shard set's manifest holds the key that produced it (recipe settings, teacher weight and
-tokenizer hashes, masking seed, the compute dtype of teacher inference when not float32), so a
-change anywhere upstream is recomputed, never reused.
+Here is what makes one shard of each; the sets, their keys and the loops that write them shard by
+shard are every objective's (``distill.objective``). Every shard set's manifest holds the key that
+produced it (recipe settings, teacher weight and tokenizer hashes, masking seed, the compute dtype
+of teacher inference when not float32), so a change anywhere upstream is recomputed, never reused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from lmalgebra.core.precision import dtype_name
-from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.examples import examples_set, require
-from lmalgebra.distill.layout import MASKED, TOPK, RunLayout
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker
 from lmalgebra.distill.masked.topk import TeacherOutput, masked_topk
 from lmalgebra.distill.recipe import MaskedRecipe
-from lmalgebra.distill.teachers import Teacher, dtype_key, infer_shards, load_lm
+from lmalgebra.distill.teachers import Inference, Teacher
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
-from lmalgebra.storage.shard_set import ShardSet
 
 
-def masked_set(recipe: MaskedRecipe, lang: str, teacher: Teacher) -> ShardSet:
-    key = {
-        "stage": "masked",
-        "examples": examples_set(recipe, lang).key,
-        "teacher": teacher.name,
-        "tokenizer": teacher.hashes["tokenizer"],
-        "masking": recipe.masking.model_dump(mode="json"),
-        "example_length": recipe.example_length,
-    }
-    return ShardSet(RunLayout(recipe.output_dir).store(MASKED, lang, teacher.name), key)
-
-
-def topk_set(recipe: MaskedRecipe, lang: str, teacher: Teacher, dtype: str) -> ShardSet:
-    """The top-k store of one (language, teacher) computed in ``dtype`` (resolved)."""
-    key = {
-        "stage": "topk",
-        "masked": masked_set(recipe, lang, teacher).key,
-        "weights": teacher.hashes["weights"],
-        "top_k": recipe.top_k,
-        **dtype_key(dtype),
-    }
-    return ShardSet(RunLayout(recipe.output_dir).store(TOPK, lang, teacher.name), key)
-
-
-def write_masked(
-    recipe: MaskedRecipe, lang: str, teacher: Teacher, examples: pa.Table, progress: bool
-) -> None:
-    """``masked/<lang>/<teacher>``: the prepare stage (main rank alone)."""
-    shards = masked_set(recipe, lang, teacher)
-    starts = list(range(0, examples.num_rows, recipe.shard_rows))
-    todo = set(shards.plan(len(starts), shared=False))  # this stage runs on the main rank alone
-    if shards.complete:
-        return
+def masking(recipe: MaskedRecipe, teacher: Teacher) -> Callable[[pa.Table], pa.Table]:
+    """What ``prepare`` makes of a shard of the examples: the teacher's masked copies' shard."""
     masker = TeacherMasker(teacher.name, teacher.tokenizer, recipe.masking, recipe.example_length)
     dtype = id_dtype(len(teacher.tokenizer))
-    with progress_bar(f"mask {lang}/{teacher.name}", len(starts), progress) as advance:
-        for index, start in enumerate(starts):
-            if index not in todo:
-                advance(1)
-                continue
-            part = examples.slice(start, recipe.shard_rows)
-            copies = masker.mask_many(
-                part.column("id").to_pylist(), part.column("text").to_pylist()
-            )
-            shards.write(
-                index,
-                _masked_table(part, copies, dtype),
-                masked_tokens=int(sum(c.positions.size for c in copies)),
-            )
-            advance(1)
-    shards.finish(
-        masked_tokens=sum(int(s["masked_tokens"]) for s in shards.manifest["shards"]),
-        vocab_size=len(teacher.tokenizer),
-        teacher_hashes=teacher.hashes,
-    )
+
+    def make(part: pa.Table) -> pa.Table:
+        copies = masker.mask_many(part.column("id").to_pylist(), part.column("text").to_pylist())
+        return _masked_table(part, copies, dtype)
+
+    return make
 
 
 def _masked_table(part: pa.Table, copies: list[MaskedCopy], dtype: np.dtype) -> pa.Table:
@@ -115,42 +67,18 @@ def read_copies(table: pa.Table) -> list[MaskedCopy]:
     ]
 
 
-def write_topk(
-    recipe: MaskedRecipe,
-    lang: str,
-    teacher: Teacher,
-    setup: tuple[torch.device, torch.dtype],
-    progress: bool,
-) -> None:
-    """``topk/<lang>/<teacher>``: the teach stage (every rank its shards), on ``setup``'s device
-    and in its dtype (``teachers.inference_setup``)."""
-    device, compute = setup
-    masked = masked_set(recipe, lang, teacher)
-    require(masked, "prepare")
+def topk_inference(recipe: MaskedRecipe, teacher: Teacher, compute: torch.dtype) -> Inference:
+    """What ``teach`` makes of a ``masked/`` shard with the teacher's model, computing in
+    ``compute``: its ``topk/`` shard."""
     dtype = id_dtype(len(teacher.tokenizer))
     pad_id = teacher.tokenizer.pad_token_id or 0
-
-    ref = recipe.teachers[teacher.name].ref(teacher.name)
-
-    def load() -> Any:
-        return load_lm(ref, teacher.directory, "masked").to(device)
 
     def infer(model: Any, part: pa.Table) -> pa.Table:
         copies = read_copies(part)
         outputs = masked_topk(model, copies, recipe.top_k, pad_id, recipe.batch_size, compute)
         return topk_table(outputs, dtype)
 
-    infer_shards(
-        masked,
-        topk_set(recipe, lang, teacher, dtype_name(compute)),
-        f"teach {lang}/{teacher.name}",
-        load,
-        infer,
-        progress,
-        top_k=recipe.top_k,
-        dtype=dtype_name(compute),
-        teacher_hashes=teacher.hashes,
-    )
+    return infer
 
 
 def topk_table(outputs: list[TeacherOutput], dtype: np.dtype) -> pa.Table:

@@ -2,12 +2,12 @@
 teacher) pair's plan, a teacher's sizes from its files, and the times of the model-running stages
 from ``time_estimate``'s stated model, batched as the stages batch.
 
-Each objective makes its pairs' copies in memory as its ``prepare`` does
-(``distill.masked.plan``, ``distill.causal.plan``); the rows have the same columns for both:
-``language``, ``teacher``, ``examples``, ``heldout``, ``tokens`` (of the teacher's copies),
-``predicted_tokens`` (the tokens the teacher store holds outputs for: masked tokens, or every
-token of a causal teacher), ``store_bytes`` (the shard files of the teachers' outputs) and the
-seconds each stage spends on the pair (``prepare_s`` ... ``evaluate_s``).
+``distill.plan`` makes each pair's copies in memory as the objective's ``prepare`` does; the rows
+have the same columns for both objectives: ``language``, ``teacher``, ``examples``, ``heldout``,
+``tokens`` (of the teacher's copies), ``predicted_tokens`` (the tokens the teacher store holds
+outputs for: masked tokens, or every token of a causal teacher), ``store_bytes`` (the shard files
+of the teachers' outputs) and the seconds each stage spends on the pair (``prepare_s`` ...
+``evaluate_s``).
 """
 
 from __future__ import annotations
