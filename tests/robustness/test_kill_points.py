@@ -167,6 +167,20 @@ def test_masked_merge_evaluate(masked: Run, resumes, monkeypatch: pytest.MonkeyP
     resumes(["merge", "evaluate", str(masked.run)], masked.outputs)
 
 
+def test_masked_merge_evaluate_of_one_language(
+    masked: Run, resumes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Over a finished evaluation, whose rows of the other language it keeps: the record of
+    the rows goes first, the tables are made from it."""
+    from hostile_helpers import run_cli
+
+    masked.after("train")
+    _use_cache(masked, monkeypatch)
+    code, stderr = run_cli(["merge", "evaluate", str(masked.run)], monkeypatch, capsys)
+    assert code == 0, stderr
+    resumes(["merge", "evaluate", str(masked.run), "--languages", "yy"], masked.outputs)
+
+
 CAUSAL_COMMANDS = [("prepare", None), ("teach", "prepare"), ("train", "teach")]
 
 

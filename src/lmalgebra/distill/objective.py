@@ -21,9 +21,19 @@ import torch
 import yaml
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.examples import write_examples
-from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
+from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.distill.examples import heldout_texts, write_examples
+from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker, trusted_model
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run.evaluation_record import (
+    Basis,
+    RowKind,
+    earlier_rows,
+    merged,
+    student_identity,
+    student_order,
+    write_record,
+)
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import refuse_miscounted, stale_key
 from lmalgebra.distill.teachers import Teacher, inference_setup
@@ -71,6 +81,7 @@ class Evaluation:
 class Objective(ABC):
     """The stages of a recipe of one objective; each resumes what an earlier run finished."""
 
+    kind: ClassVar[str]  # the recipe's ``objective``
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
     # the store's folders: each teacher's copies of the examples (prepare), its outputs (teach)
     store_parts: ClassVar[tuple[str, str]]
@@ -168,10 +179,10 @@ class Objective(ABC):
         languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
         refuse_miscounted(self.layout, languages, copy, outputs)
 
-    def check_students(self, students: Sequence[str]) -> None:
+    def check_students(self, students: Sequence[str]) -> dict[str, Teacher]:
         """Refuse to score students against teachers or a store other than those they were
         trained from: the store must be the current teachers' (``check_store``), and each saved
-        student's record of its teachers' hashes theirs."""
+        student's record of its teachers' hashes theirs; the teachers."""
         teachers = self.check_store()
         for name in students:
             model = self.layout.model(name)
@@ -186,19 +197,90 @@ class Objective(ABC):
                     f"its files ({teacher.directory}) changed: train it again "
                     f"(`lmalgebra merge train RECIPE --name {name} --restart`)"
                 )
+        return teachers
 
     @abstractmethod
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         """Train (or resume) student ``name`` of the run; its model directory."""
 
-    @abstractmethod
+    @holding_lock("merge evaluate", _run_dir)
     def evaluate(
-        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
+        self,
+        students: Sequence[str],
+        languages: Sequence[str] | None,
+        pooling: str | None,
+        overwrite: bool = False,
     ) -> Evaluation:
-        """Score ``students`` and the teachers on the held-out examples; write ``evaluation/``;
-        its settings checked first, then the store and the students (``check_students``).
+        """Score ``students`` and the teachers on the held-out examples of ``languages`` (None:
+        every language); write ``evaluation/``, the rows of other students and languages already
+        there kept (``run.evaluation_record``; ``overwrite``: this evaluation's rows alone). Its
+        settings are checked first, then the store and the students (``check_students``).
 
         ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
+        settings = self.evaluation_settings(pooling)
+        names = list(dict.fromkeys(students))
+        teachers = self.check_students(names)
+        run_languages = list(self.recipe.languages)
+        for lang in languages or []:
+            if lang not in run_languages:
+                raise UserInputError(
+                    f"language {lang!r} is not in the run {self.layout.root} "
+                    f"(languages: {', '.join(run_languages)})"
+                )
+        for name in names:
+            trusted_model(
+                self.layout.model(name),
+                f"{self.layout.model(name)} has no trained student: run "
+                f"`lmalgebra merge train RECIPE --name {name}` first",
+            )
+        chosen = [lang for lang in run_languages if lang in (languages or run_languages)]
+        texts = heldout_texts(self.layout.root)
+        basis = Basis(
+            self.kind,
+            settings,
+            {lang: sha256_texts(docs) for lang, docs in texts.items()},
+            {name: teacher.hashes for name, teacher in teachers.items()},
+        )
+        earlier = earlier_rows(self.layout, basis, self.row_kinds(), chosen, names, overwrite)
+        fresh = self.score(names, chosen if languages else None, settings)
+        everyone = student_order(earlier, names)
+        tables = merged(earlier, fresh, self.row_order(everyone))
+        identities = {**earlier.students, **{s: student_identity(self.layout, s) for s in names}}
+        write_record(self.layout, basis, tables, {s: str(identities[s]) for s in everyone})
+        return self.publish(tables, everyone, names, settings)
+
+    @abstractmethod
+    def row_kinds(self) -> tuple[RowKind, ...]:
+        """The tables of the evaluation's record (``run.evaluation_record``)."""
+
+    @abstractmethod
+    def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
+        """The evaluation's settings that change its rows, checked (``pooling``: objectives that
+        measure LMD coverage)."""
+
+    @abstractmethod
+    def score(
+        self, students: list[str], languages: list[str] | None, settings: dict[str, Any]
+    ) -> dict[str, list[Any]]:
+        """The rows of each table of ``row_kinds`` that ``students`` and the teachers score on
+        ``languages`` (None: every language)."""
+
+    @abstractmethod
+    def row_order(self, students: list[str]) -> dict[str, Any]:
+        """Per table, the key that sorts its rows (mappings) as one evaluation of ``students``
+        orders them."""
+
+    @abstractmethod
+    def publish(
+        self,
+        tables: dict[str, list[dict[str, Any]]],
+        students: list[str],
+        scored: list[str],
+        settings: dict[str, Any],
+    ) -> Evaluation:
+        """The evaluation of ``students`` made from every row of ``tables`` (scored under
+        ``settings``), written to ``evaluation/`` (the scores, ``rdt.csv``, ``evaluation.md``),
+        and the model card of each student this command ``scored``."""
 
     @abstractmethod
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

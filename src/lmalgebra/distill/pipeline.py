@@ -16,12 +16,11 @@ from typing import Any
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.examples import require_examples
-from lmalgebra.distill.layout import RDT_FILE, RunLayout, is_complete, saved_steps
+from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.rdt import refuse_dropping
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
@@ -117,14 +116,14 @@ def evaluate_students(
     students: Sequence[str],
     languages: Sequence[str] | None = None,
     pooling: str | None = None,
+    overwrite: bool = False,
 ) -> Evaluation:
     """Score ``students`` of the recipe's run and its teachers on the held-out examples, as the
-    recipe's objective does; written to the run's ``evaluation/``. Refused when the store or a
-    student was made from other teachers than the recipe's as they are now, and when it would
-    replace an evaluation of other students or languages with fewer rows."""
-    objective = objective_of(recipe)
-    refuse_dropping(objective.layout.evaluation / RDT_FILE, students, languages)
-    return objective.evaluate(students, languages, pooling)
+    recipe's objective does; written to the run's ``evaluation/``, beside the rows of other
+    students and languages already there (``run.evaluation_record``), or in their place with
+    ``overwrite``. Refused when the store or a student was made from other teachers than the
+    recipe's as they are now, and when the rows it would keep no longer hold."""
+    return objective_of(recipe).evaluate(students, languages, pooling, overwrite)
 
 
 def plan(

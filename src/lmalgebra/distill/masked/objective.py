@@ -4,7 +4,6 @@ held-out masked-token scores against the teachers."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -12,12 +11,13 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_masked
-from lmalgebra.distill.masked.scores import SCORES
+from lmalgebra.distill.masked.scores import SCORES, Score
 from lmalgebra.distill.masked.store import topk_set, write_masked, write_topk
 from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table
 from lmalgebra.distill.recipe import MaskedRecipe
+from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import check_set
 from lmalgebra.distill.teachers import Teacher, accepted_dtypes
@@ -46,6 +46,7 @@ def _run_dir(self: MaskedObjective, **_: Any) -> Path:
 class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
+    kind = "masked"
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     store_parts = (MASKED, TOPK)
     recipe: MaskedRecipe
@@ -109,19 +110,49 @@ class MaskedObjective(Objective):
         teachers = self.check_store()
         return train_masked_student(self.recipe, name, training, teachers, progress, restart)
 
-    def evaluate(
-        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
-    ) -> Evaluation:
-        from lmalgebra.distill.masked.evaluation import evaluate_students
-        from lmalgebra.distill.masked.scores import markdown
+    def row_kinds(self) -> tuple[RowKind, ...]:
+        return (RowKind("scores", Score),)
 
+    def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
         if pooling is not None:
             raise UserInputError(
                 "pooling applies to causal runs only (LMD coverage of their teachers)"
             )
-        chosen = list(languages) if languages else None
-        self.check_students(students)
-        scores, deviations = evaluate_students(self.recipe, list(students), chosen)
+        return {}
+
+    def score(
+        self, students: list[str], languages: list[str] | None, settings: dict[str, Any]
+    ) -> dict[str, list[Any]]:
+        from lmalgebra.distill.masked.evaluation import evaluate_run
+
+        return {"scores": evaluate_run(self.recipe, students, languages)}
+
+    def row_order(self, students: list[str]) -> dict[str, Any]:
+        languages = list(self.recipe.languages)
+
+        def key(row: dict[str, Any]) -> tuple[int, int, int]:
+            teachers = self.recipe.languages[row["language"]].teachers
+            model = 0 if row["model"] == row["teacher"] else 1 + students.index(row["model"])
+            return languages.index(row["language"]), teachers.index(row["teacher"]), model
+
+        return {"scores": key}
+
+    def publish(
+        self,
+        tables: dict[str, list[dict[str, Any]]],
+        students: list[str],
+        scored: list[str],
+        settings: dict[str, Any],
+    ) -> Evaluation:
+        from lmalgebra.distill.masked.scores import markdown, score_rdt, write_evaluation
+        from lmalgebra.distill.run.model_card import add_evaluation
+
+        scores = [Score(**row) for row in tables["scores"]]
+        deviations = {name: score_rdt(scores, name) for name in students}
+        write_evaluation(self.layout.evaluation, scores, deviations)
+        for name in scored:
+            mine = [s for s in scores if s.model in (name, s.teacher)]
+            add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
         table = Table(scores, list(SCORES.columns))
         return Evaluation(table, deviations, markdown(scores, deviations))
 
