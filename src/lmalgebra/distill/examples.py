@@ -26,7 +26,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unit_hash
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.run.store_check import examples_problems
+from lmalgebra.distill.run.store_check import examples_problems, missing_set
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -145,10 +145,7 @@ def _check_same_examples(
 def require(shards: ShardSet, command: str) -> None:
     """Refuse to go on when an earlier stage's shard set is missing or incomplete."""
     if not shards.complete:
-        raise UserInputError(
-            f"{shards.directory} is missing or incomplete: "
-            f"run `lmalgebra merge {command} RECIPE` first"
-        )
+        raise UserInputError(missing_set(shards.directory, command))
 
 
 def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:

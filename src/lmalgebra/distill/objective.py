@@ -35,7 +35,7 @@ from lmalgebra.distill.run.evaluation_record import (
     write_record,
 )
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import refuse_miscounted, stale_key
+from lmalgebra.distill.run.store_check import missing_set, refuse_miscounted, stale_key
 from lmalgebra.distill.teachers import Teacher, inference_setup
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
@@ -85,6 +85,8 @@ class Objective(ABC):
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
     # the store's folders: each teacher's copies of the examples (prepare), its outputs (teach)
     store_parts: ClassVar[tuple[str, str]]
+    # the folders of each (language, teacher) training checks, in order, and the stage of each
+    trained_from: ClassVar[tuple[tuple[str, str], ...]]
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -171,6 +173,29 @@ class Objective(ABC):
             return [f"the store cannot be checked against its teachers: {err}"]
         stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
         return [p for p in stale if p] + self.stale_vocabulary(teachers)
+
+    def missing_input(self, stage: Stage) -> str | None:
+        """How ``stage`` alone refuses the first output of an earlier stage it reads that is
+        missing or incomplete (its own message), found without opening a teacher (a dry run
+        reads no weights); None when each is there. ``store_parts`` and ``trained_from`` say
+        what each stage reads, in the order the stage checks them."""
+        copies = self.store_parts[0]
+        reads: list[tuple[Path, str]] = []
+        if stage == "teach":
+            reads = [(self.layout.store(copies, lang, t), "prepare") for lang, t in self.pairs()]
+        elif stage == "vocab":
+            reads = [(self.layout.examples(lang), "prepare") for lang in self.recipe.languages]
+        elif stage == "train":
+            reads = [
+                (self.layout.store(part, lang, t), writer)
+                for lang, t in self.pairs()
+                for part, writer in self.trained_from
+            ]
+        for directory, writer in reads:
+            found = ShardSet.existing(directory)
+            if not found.complete or not found.records:
+                return missing_set(directory, writer)
+        return None
 
     def refuse_miscounted(self, copy: str, outputs: str) -> None:
         """Refuse, naming the file, a store whose example counts disagree (the examples'

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.examples import require_examples
 from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
@@ -137,7 +137,8 @@ def plan(
     ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
     output directory the run would refuse (a file, another kind of output) is refused alike,
     and so is training ``student`` (None: not checked, ``--restart``) to fewer steps than it
-    has trained."""
+    has trained, and a later stage alone whose inputs an earlier stage has not written
+    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary)."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
     spec = training or recipe.training
@@ -152,8 +153,10 @@ def plan(
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
-    if runnable and runnable[0] != "prepare":  # a later stage alone reads what prepare wrote
-        require_examples(recipe.output_dir)  # as the stage refuses a run never prepared
+    if runnable and runnable[0] != "prepare":  # a later stage alone reads what those before wrote
+        missing = objective.missing_input(runnable[0])  # refused as the stage refuses it
+        if missing is not None:
+            raise UserInputError(missing)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
 
 

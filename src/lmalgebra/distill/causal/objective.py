@@ -39,6 +39,7 @@ class CausalObjective(Objective):
     kind = "causal"
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
     store_parts = (TOKENS, LOGPROBS)
+    trained_from = ((TOKENS, "prepare"), (LOGPROBS, "teach"))
     recipe: CausalRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:

@@ -39,6 +39,15 @@ def _other_teachers(stamp: CompletionStamp) -> str:
     )
 
 
+def _vocab_problem(stamp: CompletionStamp) -> str | None:
+    """How training refuses a vocabulary that is damaged or missing (None: it is there)."""
+    if stamp.damaged():
+        return f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
+    if stamp.recorded() is None:
+        return f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
+    return None
+
+
 def _run_dir(self: MaskedObjective, **_: Any) -> Path:
     return self.recipe.output_dir
 
@@ -49,6 +58,7 @@ class MaskedObjective(Objective):
     kind = "masked"
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     store_parts = (MASKED, TOPK)
+    trained_from = ((TOPK, "teach"),)
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -81,6 +91,13 @@ class MaskedObjective(Objective):
             return []  # a damaged or missing vocabulary: named as such (``verify``, training)
         return [_other_teachers(stamp)]
 
+    def missing_input(self, stage: Stage) -> str | None:
+        found = super().missing_input(stage)
+        if found is not None or stage != "train":
+            return found
+        stamp = CompletionStamp(self.layout.vocab, "")  # whatever its key: read, not compared
+        return _vocab_problem(stamp)
+
     def check_store(self) -> dict[str, Teacher]:
         """Refuse a top-k store or vocabulary built from another recipe or other teachers, or a
         store whose example counts disagree."""
@@ -89,14 +106,9 @@ class MaskedObjective(Objective):
             check_set(accepted, stage)
         self.refuse_miscounted(MASKED, TOPK)
         stamp = vocab_stamp(self.recipe, teachers)
-        if stamp.damaged():
-            raise UserInputError(
-                f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
-            )
-        if stamp.recorded() is None:
-            raise UserInputError(
-                f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
-            )
+        problem = _vocab_problem(stamp)
+        if problem is not None:
+            raise UserInputError(problem)
         if not stamp.done():
             raise UserInputError(_other_teachers(stamp))
         return teachers
