@@ -23,9 +23,17 @@ import yaml
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.distill.examples import heldout_texts, write_examples
-from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker, trusted_model
+from lmalgebra.distill.layout import (
+    EVALUATION,
+    RUN_SCRATCH,
+    RunLayout,
+    is_complete,
+    read_marker,
+    trusted_model,
+)
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.distill.run.evaluation_record import (
+    RECORD,
     Basis,
     RowKind,
     earlier_rows,
@@ -228,7 +236,9 @@ class Objective(ABC):
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         """Train (or resume) student ``name`` of the run; its model directory."""
 
-    @holding_lock("merge evaluate", _run_dir)
+    # the record alone, in an evaluation/ this command created, is no evaluation: a command that
+    # fails before its tables takes it back
+    @holding_lock("merge evaluate", _run_dir, (f"{EVALUATION}/{RECORD}",))
     def evaluate(
         self,
         students: Sequence[str],
