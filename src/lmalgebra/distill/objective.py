@@ -21,8 +21,7 @@ import torch
 import yaml
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_texts
-from lmalgebra.distill.examples import heldout_texts, write_examples
+from lmalgebra.distill.examples import heldout_digests, write_examples
 from lmalgebra.distill.layout import (
     EVALUATION,
     RUN_SCRATCH,
@@ -269,11 +268,10 @@ class Objective(ABC):
                 f"`lmalgebra merge train RECIPE --name {name}` first",
             )
         chosen = [lang for lang in run_languages if lang in (languages or run_languages)]
-        texts = heldout_texts(self.layout.root)
         basis = Basis(
             self.kind,
             settings,
-            {lang: sha256_texts(docs) for lang, docs in texts.items()},
+            heldout_digests(self.recipe),
             {name: teacher.hashes for name, teacher in teachers.items()},
         )
         earlier = earlier_rows(self.layout, basis, self.row_kinds(), chosen, names, overwrite)
