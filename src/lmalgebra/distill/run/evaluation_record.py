@@ -26,7 +26,14 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.core.text_files import read_json_object
-from lmalgebra.distill.layout import MARKER, RDT_FILE, RunLayout, is_complete
+from lmalgebra.distill.layout import (
+    FILES_KEY,
+    MARKER,
+    RDT_FILE,
+    RunLayout,
+    is_complete,
+    read_marker,
+)
 from lmalgebra.distill.run.rdt import refuse_dropping
 from lmalgebra.storage.atomic import write_json_atomic
 
@@ -73,10 +80,15 @@ class Earlier:
 
 
 def student_identity(layout: RunLayout, name: str) -> str | None:
-    """What identifies student ``name``'s saved model (the digest of its marker, which records
-    the sha256 of every file of the model); None when it has no complete model."""
+    """What identifies student ``name``'s saved model: the digest of the sha256 of every file of
+    it that its marker records (its weights, configuration and tokenizer; not the card an
+    evaluation writes, nor the timings of its training), or of the marker of an older release
+    that records none; None when it has no complete model."""
     model = layout.model(name)
-    return sha256_file(model / MARKER) if is_complete(model) else None
+    if not is_complete(model):
+        return None
+    files = read_marker(model).get(FILES_KEY)
+    return sha256_json(files) if isinstance(files, dict) else sha256_file(model / MARKER)
 
 
 def _json(value: Any) -> Any:
