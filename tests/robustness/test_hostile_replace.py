@@ -131,6 +131,32 @@ def test_an_evaluation_keeps_no_row_that_no_longer_holds(trained: Path, cli) -> 
     assert ",s3," in scores and ",student," in scores
 
 
+def test_an_evaluation_directory_in_the_way_is_named_before_any_scoring(
+    trained: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evaluation`` a file: one line naming it, before a teacher or student is scored (it had
+    been found at the first write, after the scoring)."""
+    from lmalgebra.distill.masked import evaluation as scoring
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scored")
+
+    run = trained.parent / "run"
+    evaluation = run / "evaluation"
+    aside = run / "evaluation.aside"
+    if evaluation.exists():
+        evaluation.rename(aside)
+    try:
+        evaluation.write_text("in the way\n")
+        monkeypatch.setattr(scoring, "evaluate_run", never)
+        code, stderr = cli(["merge", "evaluate", str(run)])
+        assert_one_line(code, stderr, [str(evaluation), "is a file"])
+    finally:
+        evaluation.unlink()
+        if aside.exists():
+            aside.rename(evaluation)
+
+
 @pytest.fixture(scope="module")
 def causal_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     """A causal recipe (xx: teachers bl, uni; yy: wp) with two trained students, ``student`` and

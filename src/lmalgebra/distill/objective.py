@@ -47,6 +47,7 @@ from lmalgebra.distill.teachers import Teacher, inference_setup
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 
@@ -252,6 +253,7 @@ class Objective(ABC):
 
         ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
         settings = self.evaluation_settings(pooling)
+        check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
         names = list(dict.fromkeys(students))
         teachers = self.check_students(names)
         run_languages = list(self.recipe.languages)

@@ -188,7 +188,7 @@ def earlier_rows(
         return none
     path = out / RECORD
     if not (path.exists() or path.is_symlink()):
-        refuse_dropping(out / RDT_FILE, students, languages if languages else None)
+        refuse_dropping(out / RDT_FILE, students, languages)
         return none
     record = _read(path, basis.objective, kinds)
     scored = {*students, *basis.teachers}
@@ -287,5 +287,4 @@ def write_record(
         "tables": tables,
     }
     record["checksum"] = _checksum(record)
-    layout.evaluation.mkdir(parents=True, exist_ok=True)
     write_json_atomic(layout.evaluation / RECORD, record)
