@@ -266,7 +266,7 @@ class Objective(ABC):
         for name in names:
             trusted_model(
                 self.layout.model(name),
-                f"{self.layout.model(name)} has no trained student: run "
+                f"student {name!r} has no model in {self.layout.model(name)}: run "
                 f"`lmalgebra merge train RECIPE --name {name}` first",
             )
         chosen = [lang for lang in run_languages if lang in (languages or run_languages)]
