@@ -328,12 +328,15 @@ def check_resumes(
     every_up_to: int = 12,
     sampled: int = 4,
     modes: tuple[str, ...] = ("interrupt", "kill"),
+    last: int = 0,
 ) -> dict[str, Any]:
     """``lmalgebra ARGS`` stopped at its write points under ``root`` (default: the common parent
     of ``outputs``) and run again: every rerun exits 0 without a traceback and leaves
     ``outputs`` as an uninterrupted run does. ``outputs`` are the directories the command writes
     (and what it starts from: their state before the command is restored before each trial).
-    Returns the number of write points and the points tried, for the test to report."""
+    ``last``: stop it at its last ``last`` points alone (the writes that end a command too long
+    to stop anywhere else in a short test). Returns the number of write points and the points
+    tried, for the test to report."""
     watched = root or Path(os.path.commonpath([str(o) for o in outputs]))
     backup = tmp_path / "kill-points-pristine"
     pristine = {o: (backup / str(i) if o.exists() else None) for i, o in enumerate(outputs)}
@@ -353,6 +356,8 @@ def check_resumes(
     assert code == 0 and "Traceback" not in stderr, f"the uninterrupted run: exit {code}\n{stderr}"
     expected = state()
     tried = chosen_points(len(points), every_up_to, sampled, " ".join(args[:2]))
+    if last:
+        tried = list(range(max(1, len(points) - last + 1), len(points) + 1))
     failures: list[str] = []
     for k in tried:
         for mode in modes:

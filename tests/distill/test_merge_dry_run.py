@@ -202,19 +202,60 @@ def test_a_later_stage_alone_on_an_unprepared_run_is_refused_by_its_dry_run_too(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``merge teach``, ``vocab`` or ``train`` alone reads what ``prepare`` wrote: on a run never
-    prepared the stage refuses (naming the first input it misses) and so does its dry run (a
-    run without examples), in one line each, and neither writes anything."""
+    prepared the stage refuses, naming the first input it misses, and its dry run refuses in the
+    same line (it had planned the stage, or named the run's examples instead); neither writes
+    anything."""
     recipe = request.getfixturevalue("recipe" if objective == "masked" else "causal_recipe")
-    before = files(tmp_path)
+    _same_refusal(["merge", stage, str(recipe)], tmp_path, monkeypatch, capsys)
+
+
+def _same_refusal(
+    args: list[str],
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> str:
+    """``lmalgebra ARGS --dry-run`` and ``lmalgebra ARGS`` refuse in the same one line, and
+    write nothing under ``root``; the line."""
+    before = files(root)
     lines = []
     for dry in (["--dry-run"], []):
-        code, _out, err = _cli(["merge", stage, str(recipe), *dry], monkeypatch, capsys)
+        code, _out, err = _cli([*args, *dry], monkeypatch, capsys)
         assert code == 2 and "Traceback" not in err, err
         lines.append(ANSI.sub("", err).strip().splitlines()[-1])
-    if objective == "masked" or stage != "vocab":  # a causal run has no vocab stage to plan
-        assert "holds no examples: run `lmalgebra merge prepare RECIPE` first" in lines[0]
+    assert lines[0] == lines[1], lines
     assert re.search(r"run `lmalgebra merge \w+ RECIPE` first|no union vocabulary", lines[1])
-    assert files(tmp_path) == before
+    assert files(root) == before
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("objective", "built", "missing"),
+    [
+        ("masked", ["prepare"], "topk/xx/wp is missing or incomplete"),
+        ("masked", ["prepare", "teach"], "vocab is missing"),
+        ("causal", ["prepare"], "logprobs/xx/bl is missing or incomplete"),
+    ],
+    ids=["masked-untaught", "masked-no-vocab", "causal-untaught"],
+)
+def test_train_before_the_stages_it_reads_is_refused_by_its_dry_run_too(
+    objective: str,
+    built: list[str],
+    missing: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run prepared but not taught, or taught without its vocabulary: ``merge train`` refuses
+    naming the stage to run first, and its dry run had planned the training (exit 0)."""
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+
+    recipe = request.getfixturevalue("recipe" if objective == "masked" else "causal_recipe")
+    pipeline.run_stages(load_recipe(recipe), built, progress=False)  # type: ignore[arg-type]
+    line = _same_refusal(["merge", "train", str(recipe)], tmp_path, monkeypatch, capsys)
+    assert missing in line
 
 
 def _cli(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):

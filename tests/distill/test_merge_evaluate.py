@@ -117,7 +117,7 @@ def test_scores_match_a_plain_fill_mask_reference(run_dir: Path, teacher_dirs) -
             mapping[gold],
         ),
     }
-    scores, _ = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
+    scores = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
     for model, (predicted, nll, labels) in expected.items():
         score = next(s for s in scores if s.teacher == "sp" and s.model == model)
         assert score.masked_tokens == gold.size > 20
@@ -131,7 +131,7 @@ def test_training_masking_column_keeps_the_stored_figure(run_dir: Path) -> None:
     raw = load_copies(run_dir, "yy", "sp", None)
     rows = np.flatnonzero(raw.heldout)
     idx = np.concatenate([np.arange(raw.mask_offsets[r], raw.mask_offsets[r + 1]) for r in rows])
-    scores, _ = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
+    scores = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
     teacher = next(s for s in scores if s.teacher == "sp" and s.model == "sp")
     assert teacher.examples == len(rows) > 0 and teacher.masked_tokens == idx.size
     stored = np.mean(raw.topk_ids[idx, 0] == raw.labels[idx])
@@ -164,11 +164,11 @@ def test_evaluate_command_writes_tables_and_plot(run_dir: Path) -> None:
 
 
 def test_scores_are_in_range(run_dir: Path) -> None:
-    scores, deviations = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
+    scores = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
     assert {s.language for s in scores} == {"yy"}
     for s in scores:
         assert 0 <= s.accuracy <= 1 and s.loss > 0 and 0 <= s.topk_overlap <= 1
-    assert set(deviations["student"]) == {"yy", "average"}
+    assert set(score_rdt(scores, "student")) == {"yy", "average"}
 
 
 def test_bad_inputs_name_the_missing_stage(run_dir: Path, tmp_path: Path) -> None:
@@ -314,10 +314,10 @@ def test_evaluate_marks_the_scores_of_a_teacher_off_its_languages(
 
     # as if wp had been pre-trained on yy alone, and sp's languages were unknown
     monkeypatch.setattr(evaluation, "teacher_languages", lambda teachers: {"wp": frozenset({"yy"})})
-    scores, deviations = evaluate_run(MergeRun.load(run_dir).recipe, ["student"])
+    scores = evaluate_run(MergeRun.load(run_dir).recipe, ["student"])
     marked = {(s.language, s.teacher, s.comparable) for s in scores}
     assert marked == {("xx", "wp", False), ("yy", "wp", True), ("yy", "sp", True)}
-    assert set(deviations["student"]) == {"xx", "yy", "average"}
+    assert set(score_rdt(scores, "student")) == {"xx", "yy", "average"}
     # the tiny teachers get no masked token right, so read RDT on perplexity (never 0)
     values = score_rdt(scores, "student", metric="perplexity")
     assert np.isnan(values["xx"]) and np.isfinite(values["yy"])  # xx: no comparable score

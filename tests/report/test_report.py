@@ -332,15 +332,36 @@ def test_a_report_into_another_run_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``report A --out B/report.html`` where B is another finished run would replace B's own
-    report (or add a file a decomposition does not write): refused in one line, B unchanged."""
+    report (or add a file a decomposition does not write): refused in one line naming B, B
+    unchanged; so is a report anywhere inside another kind of lmalgebra output (a merge run, a
+    tagging evaluation, a model lmalgebra wrote), at any depth. Inside its own run it goes."""
     write_core(tmp_path / "a")
     write_core(tmp_path / "b")
     assert _cli(monkeypatch, str(tmp_path / "b")) == 0
-    before = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
-    for name in ("report.html", "other.html"):
-        assert _cli(monkeypatch, str(tmp_path / "a"), "--out", str(tmp_path / "b" / name)) == 2
-        err = capsys.readouterr().err
-        assert "is another decomposition run" in err and str(tmp_path / "b") in err
-    after = {p: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
+    others = {
+        tmp_path / "b": "a decomposition run",
+        tmp_path / "merge": "a merge run",
+        tmp_path / "pos": "a tagging evaluation",
+        tmp_path / "model": "a model directory written by lmalgebra",
+    }
+    markers = (
+        ("recipe.yaml", "examples/xx/manifest.json"),
+        ("pos_results.csv", "pos_config.json"),
+        ("lmalgebra.json", "config.json"),
+    )
+    for names, home in zip(markers, list(others)[1:], strict=True):
+        for name in names:
+            (home / name).parent.mkdir(parents=True, exist_ok=True)
+            (home / name).write_text("the output's own\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    for home, kind in others.items():
+        for name in ("report.html", "other.html", "sub/deeper/report.html"):
+            code = _cli(monkeypatch, str(tmp_path / "a"), "--out", str(home / name))
+            err = capsys.readouterr().err
+            assert code == 2 and f"inside {home}, which holds {kind}" in err, err
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before
     assert _cli(monkeypatch, str(tmp_path / "a"), "--out", str(tmp_path / "a" / "x.html")) == 0
+    assert (
+        _cli(monkeypatch, str(tmp_path / "a"), "--out", str(tmp_path / "a" / "s" / "x.html")) == 0
+    )

@@ -627,6 +627,11 @@ def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
     for _ in range(2):
         code, err = cli(*spans, "--out", str(tmp_path / "list.jsonl"))
         assert code == 0, err
+    before = {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()}
+    for inside in (finished_run / "list.jsonl", finished_run / "spans" / "list.jsonl"):
+        code, err = cli(*spans, "--out", str(inside))  # another run's files are its own
+        one_error(code, err, str(finished_run), "which holds a decomposition run")
+    assert {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()} == before
 
 
 def test_each_demo_keeps_to_its_own_directory(

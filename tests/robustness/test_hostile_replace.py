@@ -59,25 +59,144 @@ def test_pretrain_with_fewer_steps_over_its_model_is_refused(
     assert digests(out) == before
 
 
-def test_an_evaluation_of_fewer_students_or_languages_is_refused(trained: Path, cli) -> None:
-    """``merge evaluate --students s2`` over an evaluation of ``student`` and ``s2`` would replace
-    its tables with s2's rows alone (``rdt.csv``, the scores, ``evaluation.md``): refused, naming
-    the rows it would drop and the command that keeps them, the evaluation unchanged."""
-    run = trained.parent / "run"
-    args = ["merge", "train", str(trained), "--name", "s2", "--training.steps", "2"]
+def _train(recipe: Path, name: str, steps: int, cli) -> None:
+    args = ["merge", "train", str(recipe), "--name", name, "--training.steps", str(steps)]
     code, stderr = cli([*args, "--no-progress"])
     assert code == 0, stderr
+
+
+def _rdt_rows(evaluation: Path) -> list[list[str]]:
+    return [line.split(",") for line in (evaluation / "rdt.csv").read_text().splitlines()]
+
+
+def test_an_evaluation_of_some_students_or_languages_keeps_the_others(trained: Path, cli) -> None:
+    """``merge evaluate --students s2`` (the command ``merge train --name s2`` suggests) or
+    ``--languages xx`` over an evaluation of more rows had replaced its tables with its own rows
+    alone (``rdt.csv`` without the other student). The rows it does not score again are kept and
+    every file is written again from them all: here, what the whole evaluation wrote."""
+    run = trained.parent / "run"
+    _train(trained, "s2", 2, cli)
     both = ["--students", "student", "--students", "s2"]
     code, stderr = cli(["merge", "evaluate", str(run), *both])
     assert code == 0, stderr
     evaluation = run / "evaluation"
-    before = digests(evaluation)
-    languages = (evaluation / "rdt.csv").read_text().splitlines()[0].split(",")[1:-1]
-    assert len(languages) >= 2
-    code, stderr = cli(["merge", "evaluate", str(run), "--students", "s2"])
-    assert_one_line(code, stderr, [str(evaluation), "students student", " ".join(both)])
-    code, stderr = cli(["merge", "evaluate", str(run), *both, "--languages", languages[0]])
-    assert_one_line(code, stderr, [str(evaluation), f"languages {', '.join(languages[1:])}"])
-    assert digests(evaluation) == before
-    code, stderr = cli(["merge", "evaluate", str(run), *both])  # the same rows again: fine
+    whole = digests(evaluation)
+    cards = {s: (run / s / "model" / "README.md").read_text() for s in ("student", "s2")}
+    header = _rdt_rows(evaluation)[0]
+    assert [r[0] for r in _rdt_rows(evaluation)[1:]] == ["student", "s2"]
+    xx, yy = header[1:-1]
+    for subset in (
+        ["--students", "s2"],
+        ["--languages", xx],  # the default student, on one language
+        ["--students", "s2", "--languages", yy],
+    ):
+        code, stderr = cli(["merge", "evaluate", str(run), *subset])
+        assert code == 0, stderr
+        assert digests(evaluation) == whole, subset
+        assert {s: (run / s / "model" / "README.md").read_text() for s in cards} == cards
+
+
+def test_an_evaluation_keeps_no_row_that_no_longer_holds(trained: Path, cli) -> None:
+    """A kept row must still hold: a student trained again since its rows were scored, or a
+    damaged record of the rows, is refused in one line naming it and ``--overwrite``, the
+    evaluation unchanged; ``--overwrite`` keeps this evaluation's rows alone."""
+    run = trained.parent / "run"
+    evaluation = run / "evaluation"
+    _train(trained, "s3", 2, cli)
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student", "--students", "s3"])
     assert code == 0, stderr
+    _train(trained, "s3", 3, cli)  # other weights since its rows were scored
+    before = digests(evaluation)
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert_one_line(
+        code, stderr, [str(evaluation), "student 's3' was trained again", "--overwrite"]
+    )
+    assert digests(evaluation) == before
+    record = evaluation / "evaluation.json"
+    kept = record.read_text()
+    for damage in ("{", kept.replace('"student"', '"someone"', 1)):
+        record.write_text(damage)
+        code, stderr = cli(["merge", "evaluate", str(run), "--students", "s3"])
+        assert_one_line(code, stderr, [str(record), "is damaged", "--overwrite"])
+    record.unlink()  # tables without their record (an older release's): no row can be kept
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "s3"])
+    assert_one_line(code, stderr, [str(evaluation), "students student", "--overwrite"])
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "s3", "--overwrite"])
+    assert code == 0, stderr
+    assert [r[0] for r in _rdt_rows(evaluation)[1:]] == ["s3"]
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert code == 0, stderr  # s3's rows hold: kept, in the order the students were scored
+    assert [r[0] for r in _rdt_rows(evaluation)[1:]] == ["s3", "student"]
+    scores = (evaluation / "scores.csv").read_text()
+    assert ",s3," in scores and ",student," in scores
+
+
+def test_an_evaluation_directory_in_the_way_is_named_before_any_scoring(
+    trained: Path, cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``evaluation`` a file: one line naming it, before a teacher or student is scored (it had
+    been found at the first write, after the scoring)."""
+    from lmalgebra.distill.masked import evaluation as scoring
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scored")
+
+    run = trained.parent / "run"
+    evaluation = run / "evaluation"
+    aside = run / "evaluation.aside"
+    if evaluation.exists():
+        evaluation.rename(aside)
+    try:
+        evaluation.write_text("in the way\n")
+        monkeypatch.setattr(scoring, "evaluate_run", never)
+        code, stderr = cli(["merge", "evaluate", str(run)])
+        assert_one_line(code, stderr, [str(evaluation), "is a file"])
+    finally:
+        evaluation.unlink()
+        if aside.exists():
+            aside.rename(evaluation)
+
+
+@pytest.fixture(scope="module")
+def causal_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    """A causal recipe (xx: teachers bl, uni; yy: wp) with two trained students, ``student`` and
+    ``s2``; the recipe's path."""
+    from causal_fixtures import taught_causal_recipe, train_causal
+
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 0, "seed": 3}
+    recipe = taught_causal_recipe(
+        tmp_path_factory.mktemp("replace-causal"), causal_teacher_dirs, training
+    )
+    train_causal(recipe, "student")
+    train_causal(recipe, "s2", seed=4)
+    return recipe
+
+
+def test_a_causal_evaluation_of_some_rows_keeps_the_others(
+    causal_trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """Bits per byte, RDT, LMD coverage and the continuations of a causal run: an evaluation of
+    one language or one student leaves every file as the whole evaluation wrote it; one of
+    other settings (the coverage's pooling) is refused, naming them, unless ``--overwrite``."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    run = causal_trained.parent / "run"
+    evaluation = run / "evaluation"
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student", "--students", "s2"])
+    assert code == 0, stderr
+    whole = digests(evaluation)
+    for subset in (
+        ["--languages", "yy"],
+        ["--students", "s2"],
+        ["--students", "s2", "--languages", "xx"],
+    ):
+        code, stderr = cli(["merge", "evaluate", str(run), *subset])
+        assert code == 0, stderr
+        assert digests(evaluation) == whole, subset
+    last = ["merge", "evaluate", str(run), "--languages", "yy", "--pooling", "last"]
+    code, stderr = cli(last)
+    assert_one_line(code, stderr, [str(evaluation), "'pooling': 'mean'", "'pooling': 'last'"])
+    assert digests(evaluation) == whole
+    code, stderr = cli([*last, "--overwrite"])
+    assert code == 0, stderr
+    assert _rdt_rows(evaluation)[0] == ["student", "yy", "average"]
+    assert "xx" not in (evaluation / "bits_per_byte.csv").read_text()

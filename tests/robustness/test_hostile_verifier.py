@@ -319,3 +319,32 @@ def test_a_run_whose_teacher_cannot_be_opened_fails_verify(
     said = assert_one_line(code, stderr, ["cannot be checked against its teachers", gone])
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
     assert said.split("teachers: ", 1)[1] in assert_one_line(code, stderr, [gone])
+
+
+def test_verify_checks_the_whole_run_and_each_stage_what_it_reads(
+    built: Path, tmp_path: Path, cli
+) -> None:
+    """``merge verify`` is stricter than any one stage: a masked run whose examples manifest is
+    gone fails it, while training again (``--restart``), which reads the teachers' copies and
+    outputs, runs; ``merge evaluate``, which records the held-out text its rows were scored on,
+    names the examples as verify does. ``merge prepare`` mends them."""
+    run = tmp_path / "run"
+    shutil.copytree(built, run)
+    data = yaml.safe_load((run / "recipe.yaml").read_text(encoding="utf-8"))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    manifest = run / "examples" / "xx" / "manifest.json"
+    manifest.unlink()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest.parent), "no manifest.json"])
+    code, stderr = cli(["merge", "train", str(recipe), "--restart", "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert_one_line(code, stderr, [str(manifest.parent), "merge prepare RECIPE"])
+    code, stderr = cli(["merge", "prepare", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    for args in (["evaluate", str(run)], ["verify", str(run)]):
+        code, stderr = cli(["merge", *args])
+        assert code == 0, stderr

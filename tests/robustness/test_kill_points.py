@@ -16,6 +16,7 @@ starts from the state the stages before it leave, built once per module on the t
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import yaml
 
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import one_word_treebank
-from kill_helpers import check_resumes
+from kill_helpers import check_resumes, steady
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
@@ -131,8 +132,8 @@ def resumes(
     it samples, or (``slow``) at every point."""
     depth = {"every_up_to": 10**6} if request.param == "every" else {}
 
-    def check(args: list[str], outputs: list[Path]) -> dict[str, Any]:
-        found = check_resumes(args, outputs, tmp_path, monkeypatch, capsys, **depth)
+    def check(args: list[str], outputs: list[Path], **options: Any) -> dict[str, Any]:
+        found = check_resumes(args, outputs, tmp_path, monkeypatch, capsys, **depth, **options)
         print(f"{' '.join(args[:2])}: {found['points']} write points, tried {found['tried']}")
         return found
 
@@ -165,6 +166,20 @@ def test_masked_merge_evaluate(masked: Run, resumes, monkeypatch: pytest.MonkeyP
     masked.after("train")
     _use_cache(masked, monkeypatch)
     resumes(["merge", "evaluate", str(masked.run)], masked.outputs)
+
+
+def test_masked_merge_evaluate_of_one_language(
+    masked: Run, resumes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Over a finished evaluation, whose rows of the other language it keeps: the record of
+    the rows goes first, the tables are made from it."""
+    from hostile_helpers import run_cli
+
+    masked.after("train")
+    _use_cache(masked, monkeypatch)
+    code, stderr = run_cli(["merge", "evaluate", str(masked.run)], monkeypatch, capsys)
+    assert code == 0, stderr
+    resumes(["merge", "evaluate", str(masked.run), "--languages", "yy"], masked.outputs)
 
 
 CAUSAL_COMMANDS = [("prepare", None), ("teach", "prepare"), ("train", "teach")]
@@ -299,3 +314,53 @@ def test_evaluate_pos(
     args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
     args += ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     resumes(args, [tmp_path / "pos", tmp_path / "cache"])
+
+
+# --- the demos: every step resumes, so a demo stopped anywhere finishes as one never stopped ---
+
+DEMOS = {
+    "causal": ["demo", "--causal", "--quick"],
+    "masked": ["demo", "--quick"],
+    "packaged-lmd": ["demo-lmd", "--quick"],
+    "real": ["demo", "--real", "--quick"],
+}
+
+
+def _demo_steady(name: str, data: bytes) -> bytes:
+    """``kill_helpers.steady``, less the wall times a demo shows outside its JSON files (whose
+    timings ``steady`` leaves out): its page's time section, and the last column of the UPOS
+    tables (``seconds``)."""
+    if name.endswith(".html"):
+        data = re.sub(rb'<section id="time">.*?</section>', b"", data, flags=re.S)
+    if name.endswith("pos_results.csv"):
+        data = b"\n".join(line.rsplit(b",", 1)[0] for line in data.splitlines())
+    if name.endswith("pos_results.md"):
+        data = b"\n".join(re.sub(rb"[^|]*\|$", b"", ln) for ln in data.splitlines())
+    return steady(name, data)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("demo", list(DEMOS))
+def test_demo(demo: str, tmp_path: Path, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each demo at its quick size (its corpora, teachers, runs, tables and page), and the
+    cache it fills (packaged models, embeddings). The real demo's cache, which its first run
+    fills with the two GGUF models dequantised (minutes), is kept between the trials (an
+    interrupted dequantisation is tested in ``tests/sources``)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = [*DEMOS[demo], "--out", str(tmp_path / "out" / "demo"), "--no-progress"]
+    outputs = [tmp_path / "out"] if demo == "real" else [tmp_path / "out", tmp_path / "cache"]
+    resumes(args, outputs, normalise=_demo_steady)
+
+
+def test_causal_demo_stopped_at_its_last_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The writes that end a demo (its table, its JSON record), in the default run: the demos
+    stopped anywhere are ``slow`` (each trial runs a demo)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = [*DEMOS["causal"], "--out", str(tmp_path / "out" / "demo"), "--no-progress"]
+    outputs = [tmp_path / "out", tmp_path / "cache"]
+    found = check_resumes(
+        args, outputs, tmp_path, monkeypatch, capsys, normalise=_demo_steady, last=2
+    )
+    print(f"demo --causal: {found['points']} write points, tried {found['tried']}")

@@ -43,11 +43,12 @@ class MergeRun:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
         students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``;
             causal runs: ``AutoModelForCausalLM``).
-        scores: after ``evaluate``: masked runs, one row per (language, teacher tokenisation,
-            model) with examples, masked_tokens, accuracy, loss, perplexity, top1_agreement,
-            topk_overlap (every scored token replaced by the mask token), top1_training_masking
-            and comparable (False where the teacher was not trained on the language); causal
-            runs, bits per byte per (language, model) (``bits_per_byte.csv``).
+        scores: after ``evaluate``: every row of the run's evaluation (this call's and those
+            it kept); masked runs, one row per (language, teacher tokenisation, model) with
+            examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
+            (every scored token replaced by the mask token), top1_training_masking and
+            comparable (False where the teacher was not trained on the language); causal runs,
+            bits per byte per (language, model) (``bits_per_byte.csv``).
         rdt: after ``evaluate``: RDT in percent (index ``student``; a column per language, then
             ``average``), positive when the student beats its teachers (masked: on accuracy,
             comparable scores only; causal: on bits per byte); a language with none is NaN.
@@ -83,15 +84,22 @@ class MergeRun:
         students: Sequence[str] | None = None,
         languages: Sequence[str] | None = None,
         pooling: str | None = None,
+        overwrite: bool = False,
     ) -> MergeRun:
         """Score students (default: those trained here, else ``student``) and teachers on the
         held-out examples; write ``run_dir/evaluation`` as ``lmalgebra merge evaluate`` does.
         ``pooling`` (causal runs): how LMD coverage pools a span's token states, ``mean``
-        (default) or ``last``."""
+        (default) or ``last``.
+
+        The rows of other students and languages the run's evaluation holds are kept beside
+        this one's, and every table made again from them all (``scores``, ``rdt`` and
+        ``evaluation`` are of them all); refused, naming what changed, when they no longer hold
+        (a student trained again, other held-out examples, teachers or settings).
+        ``overwrite``: this evaluation's rows alone."""
         import pandas as pd
 
         names = list(students or self.students or ["student"])
-        found = evaluate_students(self.recipe, names, languages, pooling)
+        found = evaluate_students(self.recipe, names, languages, pooling, overwrite)
 
         def frame(table: Table) -> pd.DataFrame:
             return pd.DataFrame([asdict(r) for r in table.rows], columns=table.columns)

@@ -183,15 +183,23 @@ def merge_evaluate(
             "last (the last token)."
         ),
     ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Replace the run's evaluation with this one's rows alone (by default the rows "
+            "of other students and languages already there are kept, if they still hold)."
+        ),
+    ] = False,
 ) -> None:
     """Score students against their teachers on held-out text: masked runs, masked-token
     accuracy, perplexity, teacher agreement and RDT; causal runs, bits per byte of teachers and
     students, RDT on bits per byte, LMD coverage of each teacher by each student, greedy
-    continuations."""
+    continuations. Scoring some students or languages keeps the evaluation's other rows and
+    writes every table again from them all."""
     from lmalgebra.api.merge import MergeRun
     from lmalgebra.distill.layout import RunLayout
 
-    run = MergeRun.load(run_dir).evaluate(students or ["student"], languages, pooling)
+    run = MergeRun.load(run_dir).evaluate(students or ["student"], languages, pooling, overwrite)
     console.print(run.evaluation, highlight=False)
     console.print(f"written to [bold]{RunLayout(run.run_dir).evaluation}[/bold]")
 

@@ -23,10 +23,10 @@ import numpy as np
 import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import unit_hash
+from lmalgebra.core.fingerprint import sha256_texts, unit_hash
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.run.store_check import examples_problems
+from lmalgebra.distill.run.store_check import examples_problems, missing_set
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -145,10 +145,7 @@ def _check_same_examples(
 def require(shards: ShardSet, command: str) -> None:
     """Refuse to go on when an earlier stage's shard set is missing or incomplete."""
     if not shards.complete:
-        raise UserInputError(
-            f"{shards.directory} is missing or incomplete: "
-            f"run `lmalgebra merge {command} RECIPE` first"
-        )
+        raise UserInputError(missing_set(shards.directory, command))
 
 
 def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:
@@ -180,12 +177,26 @@ def stored_texts(
     kind = "held-out" if heldout else "training"
     texts = {}
     for lang in languages or found:
-        shards = ShardSet.existing(RunLayout(run_dir).examples(lang))
-        require(shards, "prepare")
-        table = pa.concat_tables(shards.tables())
-        chosen = table.column("heldout").to_numpy(zero_copy_only=False) == heldout
-        kept = [t for t, keep in zip(table.column("text").to_pylist(), chosen, strict=True) if keep]
+        kept = _texts(RunLayout(run_dir).examples(lang), heldout)
         if not kept:
             raise UserInputError(f"language {lang!r} of {run_dir} has no {kind} example")
         texts[lang] = kept
     return texts
+
+
+def _texts(directory: Path, heldout: bool) -> list[str]:
+    """The texts of the held-out (``heldout``) or training examples in ``directory``, in stored
+    order; refused when the set is missing or incomplete."""
+    shards = ShardSet.existing(directory)
+    require(shards, "prepare")
+    table = pa.concat_tables(shards.tables())
+    chosen = table.column("heldout").to_numpy(zero_copy_only=False) == heldout
+    return [t for t, keep in zip(table.column("text").to_pylist(), chosen, strict=True) if keep]
+
+
+def heldout_digests(recipe: MergeRecipe) -> dict[str, str]:
+    """Per language of the recipe, a digest of its held-out examples' texts (what an
+    evaluation's rows are scored on); refused, naming the set, where a language's examples are
+    missing or incomplete."""
+    layout = RunLayout(recipe.output_dir)
+    return {lang: sha256_texts(_texts(layout.examples(lang), True)) for lang in recipe.languages}

@@ -12,7 +12,7 @@ A run directory (the recipe's ``output_dir``)::
     logprobs/<lang>/<teacher>/shard-*    causal: next-token log-probabilities      (teach)
     <student>/checkpoints/step-*         a student's training checkpoints          (train)
     <student>/model/                     the student, a Hugging Face directory     (train)
-    evaluation/                          scores, rdt.csv, evaluation.md            (evaluate)
+    evaluation/                          scores, rdt.csv, evaluation.md, the record (evaluate)
     selection/                           teacher sets ranked by ``experimental select``
 
 Every shard set (``storage.shard_set``) is checksummed and resumable. A model directory (a

@@ -26,11 +26,28 @@ import yaml
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.examples import examples_set, require, write_examples
-from lmalgebra.distill.layout import RUN_SCRATCH, RunLayout, is_complete, read_marker
+from lmalgebra.distill.examples import examples_set, heldout_digests, require, write_examples
+from lmalgebra.distill.layout import (
+    EVALUATION,
+    RUN_SCRATCH,
+    RunLayout,
+    is_complete,
+    read_marker,
+    trusted_model,
+)
 from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.run.evaluation_record import (
+    RECORD,
+    Basis,
+    RowKind,
+    earlier_rows,
+    merged,
+    student_identity,
+    student_order,
+    write_record,
+)
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import check_set, refuse_miscounted, stale_key
+from lmalgebra.distill.run.store_check import check_set, missing_set, refuse_miscounted, stale_key
 from lmalgebra.distill.teachers import (
     Head,
     Inference,
@@ -42,6 +59,7 @@ from lmalgebra.distill.teachers import (
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 
@@ -84,6 +102,7 @@ class Evaluation:
 class Objective(ABC):
     """The stages of a recipe of one objective; each resumes what an earlier run finished."""
 
+    kind: ClassVar[str]  # the recipe's ``objective``
     stages: ClassVar[tuple[Stage, ...]]  # the stages this objective has, in order
     # the store's folders: each teacher's copies of the examples (prepare), its outputs (teach)
     store_parts: ClassVar[tuple[str, str]]
@@ -91,6 +110,8 @@ class Objective(ABC):
     # a copy's columns: its tokens, and those its teacher predicts (which prepare counts)
     columns: ClassVar[tuple[str, str]]
     copying: ClassVar[tuple[str, str]]  # prepare's progress verb; the name of its count
+    # the folders of each (language, teacher) training checks, in order, and the stage of each
+    trained_from: ClassVar[tuple[tuple[str, str], ...]]
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -263,10 +284,33 @@ class Objective(ABC):
         stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
         return [p for p in stale if p] + self.stale_vocabulary(teachers)
 
-    def check_students(self, students: Sequence[str]) -> None:
+    def missing_input(self, stage: Stage) -> str | None:
+        """How ``stage`` alone refuses the first output of an earlier stage it reads that is
+        missing or incomplete (its own message), found without opening a teacher (a dry run
+        reads no weights); None when each is there. ``store_parts`` and ``trained_from`` say
+        what each stage reads, in the order the stage checks them."""
+        copies = self.store_parts[0]
+        reads: list[tuple[Path, str]] = []
+        if stage == "teach":
+            reads = [(self.layout.store(copies, lang, t), "prepare") for lang, t in self.pairs()]
+        elif stage == "vocab":
+            reads = [(self.layout.examples(lang), "prepare") for lang in self.recipe.languages]
+        elif stage == "train":
+            reads = [
+                (self.layout.store(part, lang, t), writer)
+                for lang, t in self.pairs()
+                for part, writer in self.trained_from
+            ]
+        for directory, writer in reads:
+            found = ShardSet.existing(directory)
+            if not found.complete or not found.records:
+                return missing_set(directory, writer)
+        return None
+
+    def check_students(self, students: Sequence[str]) -> dict[str, Teacher]:
         """Refuse to score students against teachers or a store other than those they were
         trained from: the store must be the current teachers' (``check_store``), and each saved
-        student's record of its teachers' hashes theirs."""
+        student's record of its teachers' hashes theirs; the teachers."""
         teachers = self.check_store()
         for name in students:
             model = self.layout.model(name)
@@ -281,19 +325,92 @@ class Objective(ABC):
                     f"its files ({teacher.directory}) changed: train it again "
                     f"(`lmalgebra merge train RECIPE --name {name} --restart`)"
                 )
+        return teachers
 
     @abstractmethod
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:
         """Train (or resume) student ``name`` of the run; its model directory."""
 
-    @abstractmethod
+    # the record alone, in an evaluation/ this command created, is no evaluation: a command that
+    # fails before its tables takes it back
+    @holding_lock("merge evaluate", run_dir, (f"{EVALUATION}/{RECORD}",))
     def evaluate(
-        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
+        self,
+        students: Sequence[str],
+        languages: Sequence[str] | None,
+        pooling: str | None,
+        overwrite: bool = False,
     ) -> Evaluation:
-        """Score ``students`` and the teachers on the held-out examples; write ``evaluation/``;
-        its settings checked first, then the store and the students (``check_students``).
+        """Score ``students`` and the teachers on the held-out examples of ``languages`` (None:
+        every language); write ``evaluation/``, the rows of other students and languages already
+        there kept (``run.evaluation_record``; ``overwrite``: this evaluation's rows alone). Its
+        settings are checked first, then the store and the students (``check_students``).
 
         ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
+        settings = self.evaluation_settings(pooling)
+        check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
+        names = list(dict.fromkeys(students))
+        teachers = self.check_students(names)
+        run_languages = list(self.recipe.languages)
+        for lang in languages or []:
+            if lang not in run_languages:
+                raise UserInputError(
+                    f"language {lang!r} is not in the run {self.layout.root} "
+                    f"(languages: {', '.join(run_languages)})"
+                )
+        for name in names:
+            trusted_model(
+                self.layout.model(name),
+                f"student {name!r} has no model in {self.layout.model(name)}: run "
+                f"`lmalgebra merge train RECIPE --name {name}` first",
+            )
+        chosen = [lang for lang in run_languages if lang in (languages or run_languages)]
+        basis = Basis(
+            self.kind,
+            settings,
+            heldout_digests(self.recipe),
+            {name: teacher.hashes for name, teacher in teachers.items()},
+        )
+        earlier = earlier_rows(self.layout, basis, self.row_kinds(), chosen, names, overwrite)
+        fresh = self.score(names, chosen if languages else None, settings)
+        everyone = student_order(earlier, names)
+        tables = merged(earlier, fresh, self.row_order(everyone))
+        identities = {**earlier.students, **{s: student_identity(self.layout, s) for s in names}}
+        write_record(self.layout, basis, tables, {s: str(identities[s]) for s in everyone})
+        return self.publish(tables, everyone, names, settings)
+
+    @abstractmethod
+    def row_kinds(self) -> tuple[RowKind, ...]:
+        """The tables of the evaluation's record (``run.evaluation_record``)."""
+
+    @abstractmethod
+    def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
+        """The evaluation's settings that change its rows, checked (``pooling``: objectives that
+        measure LMD coverage)."""
+
+    @abstractmethod
+    def score(
+        self, students: list[str], languages: list[str] | None, settings: dict[str, Any]
+    ) -> dict[str, list[Any]]:
+        """The rows of each table of ``row_kinds`` that ``students`` and the teachers score on
+        ``languages`` (None: every language)."""
+
+    @abstractmethod
+    def row_order(self, students: list[str]) -> dict[str, Any]:
+        """Per table, the key that sorts its rows (mappings) as one evaluation of ``students``
+        orders them."""
+
+    @abstractmethod
+    def publish(
+        self,
+        tables: dict[str, list[dict[str, Any]]],
+        students: list[str],
+        scored: list[str],
+        settings: dict[str, Any],
+    ) -> Evaluation:
+        """The evaluation of ``students`` made from every row of ``tables`` (scored under
+        ``settings``), written to ``evaluation/`` (the scores, ``rdt.csv``, ``evaluation.md``),
+        and the model card of each student this command ``scored``."""
 
     @abstractmethod
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

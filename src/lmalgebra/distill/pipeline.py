@@ -13,15 +13,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.examples import require_examples
-from lmalgebra.distill.layout import RDT_FILE, RunLayout, is_complete, saved_steps
+from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.rdt import refuse_dropping
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_other_kind
@@ -117,14 +116,14 @@ def evaluate_students(
     students: Sequence[str],
     languages: Sequence[str] | None = None,
     pooling: str | None = None,
+    overwrite: bool = False,
 ) -> Evaluation:
     """Score ``students`` of the recipe's run and its teachers on the held-out examples, as the
-    recipe's objective does; written to the run's ``evaluation/``. Refused when the store or a
-    student was made from other teachers than the recipe's as they are now, and when it would
-    replace an evaluation of other students or languages with fewer rows."""
-    objective = objective_of(recipe)
-    refuse_dropping(objective.layout.evaluation / RDT_FILE, students, languages)
-    return objective.evaluate(students, languages, pooling)
+    recipe's objective does; written to the run's ``evaluation/``, beside the rows of other
+    students and languages already there (``run.evaluation_record``), or in their place with
+    ``overwrite``. Refused when the store or a student was made from other teachers than the
+    recipe's as they are now, and when the rows it would keep no longer hold."""
+    return objective_of(recipe).evaluate(students, languages, pooling, overwrite)
 
 
 def plan(
@@ -138,7 +137,8 @@ def plan(
     ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
     output directory the run would refuse (a file, another kind of output) is refused alike,
     and so is training ``student`` (None: not checked, ``--restart``) to fewer steps than it
-    has trained."""
+    has trained, and a later stage alone whose inputs an earlier stage has not written
+    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary)."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
     spec = training or recipe.training
@@ -153,8 +153,10 @@ def plan(
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
-    if runnable and runnable[0] != "prepare":  # a later stage alone reads what prepare wrote
-        require_examples(recipe.output_dir)  # as the stage refuses a run never prepared
+    if runnable and runnable[0] != "prepare":  # a later stage alone reads what those before wrote
+        missing = objective.missing_input(runnable[0])  # refused as the stage refuses it
+        if missing is not None:
+            raise UserInputError(missing)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.figures.run_figures import write_plots
@@ -29,7 +28,6 @@ from lmalgebra.lmd.rundir.schema import (
     PROVENANCE,
     REPORT,
     SIMILARITY,
-    SUMMARY,
     AttributionShareRow,
     FitRow,
     read_pairwise,
@@ -47,7 +45,7 @@ from lmalgebra.report.page import (
 from lmalgebra.stats.clustering import cluster_order
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.lockfile import run_directory_lock
-from lmalgebra.storage.output_paths import check_file, tidy_on_failure
+from lmalgebra.storage.output_paths import check_file, refuse_inside_other_output, tidy_on_failure
 
 NEGATIVE_R2 = (
     "An R² below 0 means the fit predicts the held-out embeddings worse than their mean: the "
@@ -298,12 +296,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     Raises UserInputError naming the directory when it holds no ``summary.json``.
     """
     target = out if out is not None else run_dir / REPORT
-    home = target.parent
-    if (home / SUMMARY).is_file() and home.resolve() != run_dir.resolve():
-        raise UserInputError(
-            f"{home} is another decomposition run: its files are its own, not {run_dir}'s "
-            "report's; write the report elsewhere (--out)"
-        )
+    refuse_inside_other_output(target, "report", run_dir)
     check_file(target, "report file", lambda head: TITLE.encode() in head)
     summary = read_summary(run_dir)
     # the figures go into the run: not while a run writes there (--overwrite, say)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,19 +27,24 @@ class OutOfSpaceError(UserInputError):
     """The disk (or the user's quota) filled up while a file was written."""
 
 
-def is_out_of_space(err: BaseException) -> bool:
-    """Whether ``err`` (or an error it was raised from) reports a full disk or an exceeded quota."""
+def _os_errors(err: BaseException) -> list[int]:
+    """The operating system's error codes ``err`` and the errors it was raised from report: an
+    ``OSError``'s ``errno``, or the ``(os error N)`` of a library's own error (safetensors)."""
     seen: set[int] = set()
+    codes: list[int] = []
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in NO_SPACE:
-            return True
-        codes = {int(code) for code in _RUST_OS_ERROR.findall(str(current))}
-        if codes & NO_SPACE:
-            return True
+        if isinstance(current, OSError) and current.errno is not None:
+            codes.append(current.errno)
+        codes += [int(code) for code in _RUST_OS_ERROR.findall(str(current))]
         current = current.__cause__ or current.__context__
-    return False
+    return codes
+
+
+def is_out_of_space(err: BaseException) -> bool:
+    """Whether ``err`` (or an error it was raised from) reports a full disk or an exceeded quota."""
+    return any(code in NO_SPACE for code in _os_errors(err))
 
 
 def message(path: Path | str | None) -> str:
@@ -54,7 +60,7 @@ def message(path: Path | str | None) -> str:
 def naming_file(path: Path) -> Iterator[None]:
     """Re-raise a full-disk error from the block as ``OutOfSpaceError`` naming ``path``, and a
     refused permission (a cache directory made read-only, a read-only file system) as one
-    ``UserInputError`` line naming it."""
+    ``UserInputError`` line naming it, whether Python or a library reports it."""
     try:
         yield
     except OutOfSpaceError:
@@ -62,6 +68,7 @@ def naming_file(path: Path) -> Iterator[None]:
     except Exception as err:
         if is_out_of_space(err):
             raise OutOfSpaceError(message(path)) from err
-        if isinstance(err, OSError) and err.errno in _NOT_PERMITTED:
-            raise UserInputError(f"cannot write {path}: {err.strerror or err}") from err
+        refused = [code for code in _os_errors(err) if code in _NOT_PERMITTED]
+        if refused:  # from Python, or a library's own error (safetensors writing a cache entry)
+            raise UserInputError(f"cannot write {path}: {os.strerror(refused[0])}") from err
         raise

@@ -155,6 +155,45 @@ def directory_kind(directory: Path) -> tuple[str, str] | None:
     return None
 
 
+# for the kinds whose marker a user's file may be named as well (a recipe.yaml, a summary.json),
+# what such an output always holds beside it
+CONFIRMED_BY = {
+    "a teacher selection": "summary.json",
+    "a tagging evaluation": "pos_config.json",
+    "a decomposition run": "config.yaml",
+    "a merge run": "examples",
+    "a model directory written by lmalgebra": MODEL_CONFIG,
+}
+
+
+def output_at(directory: Path) -> tuple[str, str] | None:
+    """What lmalgebra output ``directory`` surely holds (a kind of ``KIND_MARKERS`` and the file
+    that tells, confirmed by ``CONFIRMED_BY``), or None."""
+    found = directory_kind(directory)
+    if found is None or found[0] not in KIND_MARKERS:
+        return None
+    beside = CONFIRMED_BY.get(found[0])
+    return found if beside is None or (directory / beside).exists() else None
+
+
+def refuse_inside_other_output(path: Path, what: str, own: Path | None = None) -> None:
+    """Refuse writing the file ``path`` inside a directory, at any depth, that holds another
+    lmalgebra output (``output_at``: a run, an evaluation, a model lmalgebra wrote, a demo's
+    output), naming it: its files are that output's own, and a file of another run
+    among them would replace one of its files or be taken for a user's. ``own``: the output
+    the file belongs to (a report's run), inside which it may go."""
+    home = own.resolve() if own is not None else None
+    for parent in Path(os.path.abspath(path)).parents:  # noqa: PTH100 (a link is not followed)
+        if home is not None and parent.resolve() == home:
+            return
+        found = output_at(parent)
+        if found is not None:
+            raise UserInputError(
+                f"{what} {path} would go inside {parent}, which holds {found[0]} ({found[1]}): "
+                f"its files are its own; write the {what} elsewhere"
+            )
+
+
 def not_a(directory: Path, kind: str) -> str:
     """What ``directory`` holds instead of a ``kind`` (a key of ``KIND_MARKERS``), for a
     message (empty when nothing)."""

@@ -208,11 +208,11 @@ def evaluate_bits(
     models: Sequence[ModelRef],
     languages: Sequence[str] | None = None,
     context: int | None = None,
-    table: Table = SCORED,
+    table: Table | None = SCORED,
 ) -> list[BitsRow]:
     """Bits per byte of each model on each language's held-out examples of a merge run, written
-    to ``run_dir/evaluation/`` under the run's lock as ``table`` (``SCORED``, or ``BITS`` for
-    ``merge evaluate``); the rows."""
+    to ``run_dir/evaluation/`` under the run's lock as ``table`` (None: not written; ``merge
+    evaluate`` writes its rows with the rest of its evaluation); the rows."""
     check_context(context)  # before any model is read
     texts = heldout_texts(run_dir, languages)
     rows = []
@@ -232,7 +232,8 @@ def evaluate_bits(
                     score.bits_per_char,
                 )
             )
-    write_table(RunLayout(run_dir).evaluation, table, rows)
+    if table is not None:
+        write_table(RunLayout(run_dir).evaluation, table, rows)
     return rows
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow, evaluate_bits
 from lmalgebra.distill.causal.teachers import start_token_id
@@ -89,6 +90,24 @@ def continuations(
     return out
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """A student's greedy continuation of a held-out example's first words on one language."""
+
+    student: str
+    language: str
+    prompt: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A language without LMD coverage, and why."""
+
+    language: str
+    reason: str
+
+
 @dataclass
 class CausalEvaluation:
     """What ``merge evaluate`` found on a causal run.
@@ -109,16 +128,15 @@ class CausalEvaluation:
     pooling: str
 
 
-def evaluate_causal_run(
+def score_causal_run(
     recipe: CausalRecipe,
     students: list[str],
     languages: list[str] | None = None,
     coverage: CoverageSpec | None = None,
-) -> CausalEvaluation:
-    """Bits per byte of teachers and students, each student's RDT, LMD coverage of each teacher
-    by each student (``coverage``: how spans are embedded) and greedy continuations; written to
-    the run's ``evaluation/`` (``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv``,
-    ``evaluation.md``)."""
+) -> dict[str, list[Any]]:
+    """The rows a causal evaluation scores (``Objective.score``): bits per byte of teachers and
+    students (``bits``), LMD coverage of each teacher by each student (``coverage``; ``skipped``
+    the languages without), each student's greedy continuations (``continuations``)."""
     layout = RunLayout(recipe.output_dir)
     run_dir = layout.root
     teachers = {name: spec.ref(name) for name, spec in recipe.teachers.items()}
@@ -130,9 +148,8 @@ def evaluate_causal_run(
             "first",
         )
         mine[name] = ModelRef(name=name, path=str(directory))
-    rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages, table=BITS)
+    rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages, table=None)
     teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
-    deviations = {name: bits_rdt(rows, name, teachers_of) for name in students}
     texts = heldout_texts(run_dir, languages)
     coverage = coverage or CoverageSpec()
     covered, skipped = lmd_coverage(
@@ -142,15 +159,51 @@ def evaluate_causal_run(
         list(mine.values()),
         coverage,
     )
-    made = {name: continuations(ref, Path(ref.path), texts) for name, ref in mine.items()}
-    found = CausalEvaluation(rows, deviations, made, covered, skipped, coverage.pooling)
+    made = [
+        Continuation(name, lang, prompt, text)
+        for name, ref in mine.items()
+        for lang, pairs in continuations(ref, Path(ref.path), texts).items()
+        for prompt, text in pairs
+    ]
+    return {
+        "bits": rows,
+        "coverage": covered,
+        "skipped": [Skipped(lang, why) for lang, why in skipped.items()],
+        "continuations": made,
+    }
+
+
+def causal_evaluation(
+    recipe: CausalRecipe, tables: dict[str, list[dict[str, Any]]], students: list[str], pooling: str
+) -> CausalEvaluation:
+    """The evaluation of ``students`` that every row of ``tables`` (an evaluation's record)
+    makes: RDT of each student on bits per byte, from the rows as they are."""
+    bits = [BitsRow(**row) for row in tables["bits"]]
+    teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
+    made: dict[str, dict[str, list[tuple[str, str]]]] = {name: {} for name in students}
+    for row in tables["continuations"]:
+        made[row["student"]].setdefault(row["language"], []).append((row["prompt"], row["text"]))
+    return CausalEvaluation(
+        bits,
+        {name: bits_rdt(bits, name, teachers_of) for name in students},
+        made,
+        [CoverageRow(**row) for row in tables["coverage"]],
+        {row["language"]: row["reason"] for row in tables["skipped"]},
+        pooling,
+    )
+
+
+def write_causal_evaluation(layout: RunLayout, found: CausalEvaluation, scored: list[str]) -> None:
+    """``evaluation/``'s ``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv`` and
+    ``evaluation.md``, then the card of each student ``scored`` (the run's lock held:
+    ``Objective.evaluate``)."""
     out = layout.evaluation
-    write_text_atomic(out / RDT_FILE, rdt_text(deviations))
-    write_table(out, COVERAGE, covered)
+    write_table(out, BITS, found.bits)
+    write_text_atomic(out / RDT_FILE, rdt_text(found.rdt))
+    write_table(out, COVERAGE, found.coverage)
     write_text_atomic(out / EVALUATION_MD, causal_markdown(found))
-    for name in students:
+    for name in scored:
         add_evaluation(layout.model(name), student_evaluation(found, name))
-    return found
 
 
 def student_evaluation(found: CausalEvaluation, name: str) -> str:

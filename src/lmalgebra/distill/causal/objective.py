@@ -4,7 +4,7 @@ of its own trained with cross-tokenizer losses, and held-out bits per byte again
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -23,6 +23,7 @@ from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import CausalRecipe
+from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.storage.lockfile import holding_lock
@@ -37,11 +38,13 @@ if TYPE_CHECKING:
 class CausalObjective(Objective):
     """The stages of a causal recipe (no vocab stage: the student keeps a tokenizer of its own)."""
 
+    kind = "causal"
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "train", "evaluate")
     store_parts = (TOKENS, LOGPROBS)
     head = "causal"
     columns = ("token_ids", "token_ids")
     copying = ("tokenize", "tokens")
+    trained_from = ((TOKENS, "prepare"), (LOGPROBS, "teach"))
     recipe: CausalRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -93,22 +96,76 @@ class CausalObjective(Objective):
         teachers = self.check_store()
         return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
 
-    @holding_lock("merge evaluate", run_dir)
-    def evaluate(
-        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
+    def row_kinds(self) -> tuple[RowKind, ...]:
+        from lmalgebra.distill.causal.bits_per_byte import BitsRow
+        from lmalgebra.distill.causal.evaluation import Continuation, Skipped
+        from lmalgebra.evaluate.lmd_coverage import CoverageRow
+
+        return (
+            RowKind("bits", BitsRow),
+            RowKind("coverage", CoverageRow, model="student"),
+            RowKind("continuations", Continuation, model="student"),
+            RowKind("skipped", Skipped, model=None),
+        )
+
+    def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
+        from lmalgebra.evaluate.lmd_coverage import CoverageSpec
+
+        spec = validate(CoverageSpec, {"pooling": pooling or "mean"}, "evaluate")
+        # what changes the coverage's rows (not where embeddings are kept, nor their batches)
+        return spec.model_dump(mode="json", include={"pooling", "spans", "alpha"})
+
+    def score(
+        self, students: list[str], languages: list[str] | None, settings: dict[str, Any]
+    ) -> dict[str, list[Any]]:
+        from lmalgebra.distill.causal.evaluation import score_causal_run
+        from lmalgebra.evaluate.lmd_coverage import CoverageSpec
+
+        spec = validate(CoverageSpec, settings, "evaluate")
+        return score_causal_run(self.recipe, students, languages, spec)
+
+    def row_order(self, students: list[str]) -> dict[str, Any]:
+        teachers = list(self.recipe.teachers)
+        models = [*teachers, *students]
+        languages = sorted(self.recipe.languages)
+
+        def of(lang: str) -> tuple[int, list[str]]:
+            return languages.index(lang), self.recipe.languages[lang].teachers
+
+        return {
+            "bits": lambda r: (models.index(r["model"]), languages.index(r["language"])),
+            "coverage": lambda r: (
+                of(r["language"])[0],
+                of(r["language"])[1].index(r["teacher"]),
+                students.index(r["student"]),
+            ),
+            "continuations": lambda r: (students.index(r["student"]), of(r["language"])[0]),
+            "skipped": lambda r: of(r["language"])[0],
+        }
+
+    def publish(
+        self,
+        tables: dict[str, list[dict[str, Any]]],
+        students: list[str],
+        scored: list[str],
+        settings: dict[str, Any],
     ) -> Evaluation:
         from lmalgebra.distill.causal.bits_per_byte import BITS
-        from lmalgebra.distill.causal.evaluation import causal_markdown, evaluate_causal_run
-        from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageSpec
+        from lmalgebra.distill.causal.evaluation import (
+            causal_evaluation,
+            causal_markdown,
+            write_causal_evaluation,
+        )
+        from lmalgebra.evaluate.lmd_coverage import COVERAGE
 
-        chosen = list(languages) if languages else None
-        spec = validate(CoverageSpec, {"pooling": pooling or "mean"}, "evaluate")
-        self.check_students(students)
-        found = evaluate_causal_run(self.recipe, list(students), chosen, spec)
-        markdown = causal_markdown(found)
+        found = causal_evaluation(self.recipe, tables, students, settings["pooling"])
+        write_causal_evaluation(self.layout, found, scored)
         coverage = Table(found.coverage, list(COVERAGE.columns))
         return Evaluation(
-            Table(found.bits, list(BITS.columns)), found.rdt, markdown, {"coverage": coverage}
+            Table(found.bits, list(BITS.columns)),
+            found.rdt,
+            causal_markdown(found),
+            {"coverage": coverage},
         )
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

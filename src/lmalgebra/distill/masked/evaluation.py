@@ -27,12 +27,11 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RunLayout, trusted_model
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
 from lmalgebra.distill.masked.masking import MaskedCopy
-from lmalgebra.distill.masked.scores import Score, markdown, score_rdt, write_evaluation
+from lmalgebra.distill.masked.scores import Score
 from lmalgebra.distill.masked.store_view import TeacherCopies, load_copies
 from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.masked.topk import masked_topk
 from lmalgebra.distill.recipe import MaskedRecipe
-from lmalgebra.distill.run.model_card import add_evaluation
 from lmalgebra.distill.teachers import load_lm
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, apply_map
 from lmalgebra.sources.models import ModelRef
@@ -186,9 +185,9 @@ def evaluate_run(
     students: list[str],
     languages: list[str] | None = None,
     batch_size: int = 32,
-) -> tuple[list[Score], dict[str, dict[str, float]]]:
-    """Scores of every teacher and student per (language, teacher) of the recipe's run, and each
-    student's RDT; each student's card gets its evaluation table."""
+) -> list[Score]:
+    """Scores of every teacher and student per (language, teacher) of the recipe's run (of
+    ``languages``, default every language)."""
     layout = RunLayout(recipe.output_dir)
     teachers_of = {lang: spec.teachers for lang, spec in recipe.languages.items()}
     trained_on = teacher_languages({n: t.path for n, t in recipe.teachers.items()})
@@ -213,18 +212,4 @@ def evaluate_run(
                 layout.root, (lang, teacher), teachers[teacher], vocab, models, batch_size
             )
             scores += [replace(score, comparable=comparable) for score in pair]
-    deviations = {name: score_rdt(scores, name) for name in students}
-    for name in students:
-        mine = [s for s in scores if s.model in (name, s.teacher)]
-        add_evaluation(layout.model(name), markdown(mine, {name: deviations[name]}))
-    return scores, deviations
-
-
-def evaluate_students(
-    recipe: MaskedRecipe, students: list[str], languages: list[str] | None = None
-) -> tuple[list[Score], dict[str, dict[str, float]]]:
-    """``evaluate_run``, then its tables written to the run's ``evaluation/``
-    (``merge evaluate``)."""
-    scores, deviations = evaluate_run(recipe, students, languages)
-    write_evaluation(RunLayout(recipe.output_dir).evaluation, scores, deviations)
-    return scores, deviations
+    return scores

@@ -4,7 +4,7 @@ held-out masked-token scores against the teachers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -13,13 +13,14 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
-from lmalgebra.distill.masked.scores import SCORES
+from lmalgebra.distill.masked.scores import SCORES, Score
 from lmalgebra.distill.masked.store import masking, topk_inference
 from lmalgebra.distill.masked.teachers import open_teachers, teacher_tokenizer
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
+from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.distributed import main_rank_only
@@ -40,14 +41,25 @@ def _other_teachers(stamp: CompletionStamp) -> str:
     )
 
 
+def _vocab_problem(stamp: CompletionStamp) -> str | None:
+    """How training refuses a vocabulary that is damaged or missing (None: it is there)."""
+    if stamp.damaged():
+        return f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
+    if stamp.recorded() is None:
+        return f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
+    return None
+
+
 class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
+    kind = "masked"
     stages: ClassVar[tuple[Stage, ...]] = ("prepare", "teach", "vocab", "train", "evaluate")
     store_parts = (MASKED, TOPK)
     head = "masked"
     columns = ("input_ids", "positions")
     copying = ("mask", "masked_tokens")
+    trained_from = ((TOPK, "teach"),)
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -89,19 +101,21 @@ class MaskedObjective(Objective):
             return []  # a damaged or missing vocabulary: named as such (``verify``, training)
         return [_other_teachers(stamp)]
 
+    def missing_input(self, stage: Stage) -> str | None:
+        found = super().missing_input(stage)
+        if found is not None or stage != "train":
+            return found
+        stamp = CompletionStamp(self.layout.vocab, "")  # whatever its key: read, not compared
+        return _vocab_problem(stamp)
+
     def check_store(self) -> dict[str, Teacher]:
         """The store's checks, then the vocabulary's: refused when damaged, missing or built
         from other teachers."""
         teachers = super().check_store()
         stamp = vocab_stamp(self.recipe, teachers)
-        if stamp.damaged():
-            raise UserInputError(
-                f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
-            )
-        if stamp.recorded() is None:
-            raise UserInputError(
-                f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
-            )
+        problem = _vocab_problem(stamp)
+        if problem is not None:
+            raise UserInputError(problem)
         if not stamp.done():
             raise UserInputError(_other_teachers(stamp))
         return teachers
@@ -115,19 +129,49 @@ class MaskedObjective(Objective):
         teachers = self.check_store()
         return train_masked_student(self.recipe, name, training, teachers, progress, restart)
 
-    def evaluate(
-        self, students: Sequence[str], languages: Sequence[str] | None, pooling: str | None
-    ) -> Evaluation:
-        from lmalgebra.distill.masked.evaluation import evaluate_students
-        from lmalgebra.distill.masked.scores import markdown
+    def row_kinds(self) -> tuple[RowKind, ...]:
+        return (RowKind("scores", Score),)
 
+    def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
         if pooling is not None:
             raise UserInputError(
                 "pooling applies to causal runs only (LMD coverage of their teachers)"
             )
-        chosen = list(languages) if languages else None
-        self.check_students(students)
-        scores, deviations = evaluate_students(self.recipe, list(students), chosen)
+        return {}
+
+    def score(
+        self, students: list[str], languages: list[str] | None, settings: dict[str, Any]
+    ) -> dict[str, list[Any]]:
+        from lmalgebra.distill.masked.evaluation import evaluate_run
+
+        return {"scores": evaluate_run(self.recipe, students, languages)}
+
+    def row_order(self, students: list[str]) -> dict[str, Any]:
+        languages = list(self.recipe.languages)
+
+        def key(row: dict[str, Any]) -> tuple[int, int, int]:
+            teachers = self.recipe.languages[row["language"]].teachers
+            model = 0 if row["model"] == row["teacher"] else 1 + students.index(row["model"])
+            return languages.index(row["language"]), teachers.index(row["teacher"]), model
+
+        return {"scores": key}
+
+    def publish(
+        self,
+        tables: dict[str, list[dict[str, Any]]],
+        students: list[str],
+        scored: list[str],
+        settings: dict[str, Any],
+    ) -> Evaluation:
+        from lmalgebra.distill.masked.scores import markdown, score_rdt, write_evaluation
+        from lmalgebra.distill.run.model_card import add_evaluation
+
+        scores = [Score(**row) for row in tables["scores"]]
+        deviations = {name: score_rdt(scores, name) for name in students}
+        write_evaluation(self.layout.evaluation, scores, deviations)
+        for name in scored:
+            mine = [s for s in scores if s.model in (name, s.teacher)]
+            add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
         table = Table(scores, list(SCORES.columns))
         return Evaluation(table, deviations, markdown(scores, deviations))
 

@@ -14,7 +14,6 @@ from lmalgebra.distill.run.rdt import rdt, rdt_text
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.csv_tables import Table, write_table
-from lmalgebra.storage.lockfile import holding_lock
 
 ACCURACY_PLOT = "accuracy.png"
 
@@ -102,11 +101,11 @@ def not_comparable(scores: list[Score]) -> list[str]:
     ]
 
 
-@holding_lock("merge evaluate", lambda out, **_: out)
 def write_evaluation(
     out: Path, scores: list[Score], deviations: dict[str, dict[str, float]]
 ) -> None:
-    """``scores.csv``, ``rdt.csv``, ``evaluation.md`` and ``accuracy.png`` under ``out``."""
+    """``scores.csv``, ``rdt.csv``, ``evaluation.md`` and ``accuracy.png`` under ``out`` (the
+    run's lock held: ``Objective.evaluate``)."""
     write_table(out, SCORES, scores)
     write_text_atomic(out / RDT_FILE, rdt_text(deviations))
     write_text_atomic(out / EVALUATION_MD, markdown(scores, deviations))

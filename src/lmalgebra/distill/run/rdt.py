@@ -71,7 +71,8 @@ def recorded(path: Path) -> tuple[list[str], list[str]]:
 
 def refuse_dropping(table: Path, students: Sequence[str], languages: Sequence[str] | None) -> None:
     """Refuse an evaluation that would replace the evaluation whose ``rdt.csv`` is ``table`` with
-    fewer rows: students, or languages, scored there and not in this one."""
+    fewer rows: students, or languages, scored there and not in this one (an evaluation without
+    the record whose rows a later one keeps: ``evaluation_record``)."""
     had, scored = recorded(table)
     for what, flag, before, now in (
         ("students", "--students", had, list(students)),
@@ -82,6 +83,6 @@ def refuse_dropping(table: Path, students: Sequence[str], languages: Sequence[st
             together = " ".join(f"{flag} {x}" for x in dict.fromkeys([*before, *now]))
             raise UserInputError(
                 f"{table.parent} holds the scores of {what} {', '.join(lost)}, which this "
-                f"evaluation would drop: score them together ({together}), or move "
-                f"{table.parent} aside first"
+                f"evaluation would drop: score them together ({together}), or pass "
+                "--overwrite to replace the evaluation with this one's rows alone"
             )

@@ -10,11 +10,18 @@ holds as many rows, shard for shard; ``merge verify`` names the same problems.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.run_fingerprint import differences
+
+
+def missing_set(directory: Path, command: str) -> str:
+    """How a stage refuses an earlier stage's shard set in ``directory`` that is missing or
+    incomplete (``command``: the ``merge`` command that writes it)."""
+    return f"{directory} is missing or incomplete: run `lmalgebra merge {command} RECIPE` first"
 
 
 def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
@@ -24,10 +31,7 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     expected = accepted[0]
     found = ShardSet.existing(expected.directory)
     if not found.complete or not found.records:  # a complete set of nothing feeds no student
-        raise UserInputError(
-            f"{expected.directory} is missing or incomplete: run `lmalgebra merge {stage} RECIPE` "
-            "first"
-        )
+        raise UserInputError(missing_set(expected.directory, stage))
     problem = stale_key(accepted, stage)
     if problem:
         raise UserInputError(problem)

@@ -28,7 +28,7 @@ from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.tokenizers import load_reference_tokenizer
 from lmalgebra.storage.atomic import write_atomic, write_text_atomic
-from lmalgebra.storage.output_paths import check_file, tidy_on_failure
+from lmalgebra.storage.output_paths import check_file, refuse_inside_other_output, tidy_on_failure
 
 
 class SpanPlanSpec(Settings):
@@ -236,6 +236,7 @@ def write_run_spans(config: SpanPlanSpec, out: Path) -> tuple[RunSpans, Path]:
     """``lmalgebra spans``: the run's spans (``draw_run_spans``) written to ``out`` with their
     order digest (``export_spans``); the spans and the digest's path. ``out`` and the digest's
     path are checked before any model is loaded."""
+    refuse_inside_other_output(out, "span list")
     check_file(out, "span list", _is_span_list)
     check_file(_digest_path(out), "span order digest", _is_digest)
     plan = draw_run_spans(config)

@@ -1,0 +1,224 @@
+"""Directories a command may not write: a sub-directory of the cache, or an output directory,
+made read-only ends the command in one line naming it (exit 2), or the command does without it;
+never a traceback.
+
+The commands run in a child process that file permissions bind. As a user other than root they
+do; as root, the child drops the capabilities that override them (``CAP_DAC_OVERRIDE`` and
+``CAP_DAC_READ_SEARCH``, from its bounding set before it starts Python) and stays uid 0, so it
+still reads what root owns (the interpreter, the fixtures). Where neither binds them (root
+without the right to drop a capability), the tests are skipped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import ANSI, assert_one_line, run_cli
+
+PR_CAPBSET_DROP = 24  # prctl(2)
+OVERRIDES = (1, 2)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
+
+Runner = Callable[[list[str], Path], tuple[int, str]]
+
+
+def _drop_overrides() -> None:
+    """In the child, before it executes: root's override of file permissions goes."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in OVERRIDES:
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def _source() -> str:
+    import lmalgebra
+
+    return str(Path(lmalgebra.__file__).resolve().parents[1])
+
+
+@pytest.fixture(scope="module")
+def bound(tmp_path_factory: pytest.TempPathFactory) -> Runner:
+    """``bound(ARGS, cache)``: ``lmalgebra ARGS`` in a child that file permissions bind, with
+    ``cache`` as its cache; (exit status, stderr). Skips where permissions cannot bind."""
+    preexec = _drop_overrides if os.geteuid() == 0 else None
+    probe = tmp_path_factory.mktemp("probe")
+    probe.chmod(0o555)
+    try:
+        tried = subprocess.run(
+            [sys.executable, "-c", f"open({str(probe / 'x')!r}, 'w')"],
+            preexec_fn=preexec,
+            capture_output=True,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        pytest.skip(f"file permissions cannot be made to bind here ({err})")
+    finally:
+        probe.chmod(0o755)
+    if tried.returncode == 0:
+        pytest.skip("file permissions do not bind here (root, whose override stays)")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": _source(),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    }
+
+    def run(args: list[str], cache: Path) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "lmalgebra", *args],
+            preexec_fn=preexec,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+            env={**env, "LMALGEBRA_CACHE": str(cache)},
+        )
+        return done.returncode, ANSI.sub("", done.stderr)
+
+    return run
+
+
+@pytest.fixture
+def read_only() -> Iterator[Callable[[Path], None]]:
+    """``read_only(DIR)``: ``DIR`` and every directory below it made read-only (``0o555``) for
+    the test, and writable again after it."""
+    made: list[Path] = []
+
+    def apply(directory: Path) -> None:
+        for path in [directory, *(p for p in directory.rglob("*") if p.is_dir())]:
+            path.chmod(0o555)
+            made.append(path)
+
+    yield apply
+    for path in made:
+        path.chmod(0o755)
+
+
+def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path, counts: str, out: Path) -> list[str]:
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus), "-T", "8", "--spans.counts", counts]
+    return [*args, "--out", str(out), "--no-progress"]
+
+
+def _ends_well(code: int, stderr: str, directory: Path) -> None:
+    """Done without the directory (exit 0), or one line naming a path inside it (exit 2)."""
+    assert "Traceback" not in stderr, stderr
+    if code != 0:
+        assert_one_line(code, stderr, [str(directory)])
+
+
+@pytest.mark.parametrize("part", ["embeddings", "spans", "hashes"])
+def test_a_read_only_cache_directory_ends_in_one_line(
+    part: str,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """A decomposition over a cache whose ``embeddings/``, ``spans/`` or ``hashes/`` cannot be
+    written: what is there is read (the same run again passes), and an entry that would be new
+    ends in one line naming it (``spans/`` had ended in safetensors' traceback)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    first = _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", tmp_path / "first")
+    code, stderr = run_cli(first, monkeypatch, capsys)
+    assert code == 0, stderr
+    read_only(cache / part)
+    again = _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", tmp_path / "again")
+    code, stderr = bound(again, cache)
+    assert code == 0, stderr
+    other = _decompose(bert_dir, bert2_dir, corpus_txt, "24,6,6", tmp_path / "other")
+    _ends_well(*bound(other, cache), cache / part)
+
+
+def test_a_read_only_gguf_cache_ends_in_one_line(
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """A GGUF model to dequantise into a ``gguf/`` that cannot be written: one line naming it."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+
+    cache = tmp_path / "cache"
+    (cache / "gguf").mkdir(parents=True)
+    read_only(cache / "gguf")
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, stderr = bound([*args, "--out", str(tmp_path / "out"), "--no-progress"], cache)
+    assert_one_line(code, stderr, [str(cache / "gguf")])
+
+
+def test_a_read_only_output_directory_ends_in_one_line(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """Every command that writes, into a directory it may not write or below one, and over a
+    finished run made read-only: one line naming the directory, before any work."""
+    import yaml
+
+    from hostile_helpers import one_word_treebank
+    from merge_fixtures import write_recipe
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    finished = tmp_path / "finished"
+    code, stderr = run_cli(
+        _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", finished), monkeypatch, capsys
+    )
+    assert code == 0, stderr
+    bank = one_word_treebank(tmp_path / "bank")
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    inside = tmp_path / "inside.yaml"
+    inside.write_text(yaml.safe_dump({**data, "output_dir": str(locked / "run")}), "utf-8")
+    read_only(locked)
+    read_only(finished)
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--training.steps", "2", "--no-progress"]
+    cases = {
+        locked: [
+            _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", locked),
+            _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", locked / "run"),
+            [
+                "spans",
+                *_decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", locked / "l.jsonl")[1:-1],
+            ],
+            ["report", str(finished), "--out", str(locked / "report.html")],
+            ["merge", "prepare", str(inside), "--no-progress"],
+            [*pretrain, "--out", str(locked / "teacher")],
+            ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--out", str(locked / "pos")],
+            ["merge", "init", str(locked / "merge.yaml")],
+        ],
+        finished: [
+            ["report", str(finished)],
+            _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", finished),
+            [*_decompose(bert_dir, bert2_dir, corpus_txt, "24,6,6", finished), "--overwrite"],
+        ],
+    }
+    for directory, commands in cases.items():
+        for args in commands:
+            code, stderr = bound(args, cache)
+            line = assert_one_line(code, stderr, [str(directory)])
+            assert "writable" in line or "Permission denied" in line, line
