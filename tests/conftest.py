@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from tiny import build_bert, build_gpt2, documents, sentences
 
 __all__ = ["build_bert", "build_gpt2", "documents", "sentences"]
+
+
+@pytest.fixture(autouse=True)
+def _environment_kept() -> Iterator[None]:
+    """Each test leaves the environment as it found it: a command run in-process sets variables
+    (the command line quiets Hugging Face through them) that would reach every process a later
+    test starts."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
 
 # The longest modules first (measured with --durations): the two workers take whole modules in
 # collection order (``--dist loadfile``), so a long module collected last leaves one worker

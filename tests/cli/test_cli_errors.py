@@ -396,18 +396,6 @@ def test_bad_input_subprocess(case: str, fx: Fixtures, tmp_path: Path) -> None:
     assert "error" not in proc.stdout.lower()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files regardless of permissions")
-def test_unreadable_corpus(
-    fx: Fixtures, tmp_path: Path, in_process: Callable[..., tuple[int, str]]
-) -> None:
-    corpus = tmp_path / "secret.txt"
-    corpus.write_text("hidden text\n", encoding="utf-8")
-    corpus.chmod(0)
-    out = tmp_path / "out"
-    code, stderr = in_process([*fx.models(), "--corpus.paths", str(corpus), "--out", str(out)])
-    assert_user_error(code, stderr, out, [str(corpus), "not readable"])
-
-
 # --- a successful run -----------------------------------------------------------------------
 
 

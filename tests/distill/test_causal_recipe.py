@@ -91,9 +91,15 @@ def test_top_k_larger_than_the_vocabulary(tmp_path, causal_teacher_dirs, monkeyp
     assert_one_line(code, err, ["top_k 1000 exceeds the vocabulary of teacher 'bl' (300 tokens)"])
 
 
-def test_top_k_larger_than_a_masked_vocabulary(tmp_path, teacher_dirs, monkeypatch, capsys):
-    code, err = _prepare(write_recipe(tmp_path, teacher_dirs, top_k=250), monkeypatch, capsys)
+@pytest.mark.parametrize("command", [["prepare"], ["prepare", "--dry-run"], ["run", "--dry-run"]])
+def test_top_k_larger_than_a_masked_vocabulary(
+    command, tmp_path, teacher_dirs, monkeypatch, capsys
+):
+    """Refused by the stage and by its dry run (which had planned it, k capped)."""
+    path = write_recipe(tmp_path, teacher_dirs, top_k=250)
+    code, err = run_cli(["merge", *command, str(path)], monkeypatch, capsys)
     assert_one_line(code, err, ["top_k 250 exceeds the vocabulary of teacher 'wp' (200 tokens)"])
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.causal.logprobs import draw_samples, naive_causal_output
-from lmalgebra.distill.causal.store_view import load_causal_store
+from lmalgebra.distill.causal.store import load_causal_store
 from lmalgebra.distill.examples import example_id
 from lmalgebra.distill.pipeline import inspect_run
 from lmalgebra.distill.pipeline import verify as verify_run

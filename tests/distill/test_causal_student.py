@@ -277,6 +277,17 @@ def test_refused_configurations(
     )
     code, err = run_cli(["merge", "train", str(path), "--no-progress"], monkeypatch, capsys)
     assert_one_line(code, err, ["sampled needs drawn tokens", "causal.samples"])
+    # a setting the student ignores too (no dropout): the dry run names what train names
+    both = write_causal_recipe(
+        tmp_path,
+        causal_teacher_dirs,
+        student=CAUSAL_STUDENT,
+        training={**TRAINING, "objective_mix": {"sampled": 1.0}, "dropout_masks": "torch"},
+        causal={"example_bytes": 300},
+    )
+    for stage in (["train"], ["train", "--dry-run"], ["run", "--dry-run"]):
+        code, err = run_cli(["merge", *stage, str(both), "--no-progress"], monkeypatch, capsys)
+        assert_one_line(code, err, ["sampled needs drawn tokens", "causal.samples"])
     bad = write_causal_recipe(
         tmp_path, causal_teacher_dirs, training={**TRAINING, "objective_mix": {"mined": 1.0}}
     )

@@ -20,7 +20,7 @@ from causal_fixtures import (
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import examples
 from lmalgebra.distill.causal import training
-from lmalgebra.distill.causal.store_view import load_causal_store
+from lmalgebra.distill.causal.store import load_causal_store
 from lmalgebra.distill.causal.student_data import validation_rows
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.train.config import CausalTrainingSpec

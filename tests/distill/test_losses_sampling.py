@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmalgebra.distill.masked.store_view import TeacherCopies
+from lmalgebra.distill.masked.store import TeacherCopies
 from lmalgebra.distill.sampling import language_pool, language_probabilities
 from lmalgebra.train.losses import combined_loss
 from lmalgebra.train.schedules import kd_weight, learning_rate

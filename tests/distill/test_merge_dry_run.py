@@ -352,3 +352,17 @@ def test_the_dry_run_refuses_what_training_refuses(
         code, stderr = cli(["merge", *command, "--no-progress"])
         assert_one_line(code, stderr, ["training.teachers", "'nope'"])
     assert not (tmp_path / "run").exists()
+
+
+def test_the_estimate_reads_a_configuration_as_the_decomposition_plan_does() -> None:
+    """A configuration naming a size under two families' keys gives one shape to both plans
+    (their key orders had differed: DistilBERT's ``hidden_dim`` is its feed-forward width)."""
+    from lmalgebra.distill.run.time_estimate import ModelShape
+    from lmalgebra.sources.model_files import architecture
+
+    config = {"dim": 64, "d_model": 32, "hidden_dim": 256, "ffn_dim": 128}
+    config |= {"n_layers": 2, "num_layers": 3, "vocab_size": 100}
+    shape = ModelShape.from_config(config, vocab=100)
+    _, _, hidden, intermediate = architecture(config, 0)
+    assert (shape.hidden, shape.intermediate, shape.layers) == (hidden, intermediate, 3)
+    assert (hidden, intermediate) == (32, 128)

@@ -21,7 +21,7 @@ from lmalgebra.distill import pipeline
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
 from lmalgebra.distill.masked.evaluation import evaluate_run
 from lmalgebra.distill.masked.scores import Score, score_rdt
-from lmalgebra.distill.masked.store_view import load_copies
+from lmalgebra.distill.masked.store import load_copies
 from lmalgebra.distill.pipeline import train_student
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.vocab.union import UnionVocab

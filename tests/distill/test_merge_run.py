@@ -15,8 +15,7 @@ from transformers import AutoTokenizer
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.examples import examples_set
-from lmalgebra.distill.masked.store import read_copies
-from lmalgebra.distill.masked.store_view import load_copies
+from lmalgebra.distill.masked.store import load_copies, read_copies
 from lmalgebra.distill.pipeline import check_store
 from lmalgebra.distill.recipe import load_recipe
 from lmalgebra.distill.vocab.union import UnionVocab, canonical_token, detect_convention

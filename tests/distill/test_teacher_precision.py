@@ -17,7 +17,7 @@ from hostile_helpers import assert_one_line, built_store, digests, run_cli
 from lmalgebra.api.pretrain import MaskedPretrainSpec, pretrain
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import pipeline
-from lmalgebra.distill.causal.store_view import load_causal_store
+from lmalgebra.distill.causal.store import load_causal_store
 from lmalgebra.distill.masked.masking import TeacherMasker, pad_batch
 from lmalgebra.distill.masked.topk import masked_topk
 from lmalgebra.distill.pipeline import check_store

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -222,3 +223,40 @@ def test_a_read_only_output_directory_ends_in_one_line(
             code, stderr = bound(args, cache)
             line = assert_one_line(code, stderr, [str(directory)])
             assert "writable" in line or "Permission denied" in line, line
+
+
+def test_an_unreadable_input_ends_in_one_line(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    bound: Runner,
+) -> None:
+    """A corpus, a recipe or a model's file that may not be read: one line naming it, nothing
+    written (the recipe, a command-line argument, in the parser's usage-error form)."""
+    from merge_fixtures import write_recipe
+
+    corpus = tmp_path / "secret.txt"
+    corpus.write_text(corpus_txt.read_text(encoding="utf-8"), encoding="utf-8")
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    model = tmp_path / "model"
+    shutil.copytree(bert2_dir, model)
+    config = model / "config.json"
+    for path in (corpus, recipe, config):
+        path.chmod(0)
+    cases = {
+        corpus: _decompose(bert_dir, bert2_dir, corpus, "20,5,5", tmp_path / "a"),
+        config: _decompose(bert_dir, model, corpus_txt, "20,5,5", tmp_path / "b"),
+        recipe: ["merge", "prepare", str(recipe), "--no-progress"],
+    }
+    for culprit, args in cases.items():
+        code, stderr = bound(args, tmp_path / "cache")
+        if culprit == recipe:
+            last = stderr.rstrip().splitlines()[-1]
+            assert code == 2 and "Traceback" not in stderr, stderr
+            assert str(culprit) in last and "not readable" in last, stderr
+            continue
+        line = assert_one_line(code, stderr, [str(culprit)])
+        assert "readable" in line or "Permission denied" in line, line
+    assert not any((tmp_path / name).exists() for name in ("a", "b"))

@@ -33,7 +33,7 @@ from lmalgebra.distill.run.dry_run import (
     train_seconds,
 )
 from lmalgebra.distill.run.time_estimate import ModelShape
-from lmalgebra.distill.teachers import Teacher
+from lmalgebra.distill.teachers import Teacher, check_top_k
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_formats import ARROW_TABLES
 from lmalgebra.train.config import TrainingSpec
@@ -64,6 +64,7 @@ def plan_rows(
         ref = teacher.ref(name)
         directory = ref.source.resolve(weights=False)
         teachers[name] = Teacher(name, directory, {}, tokenizer_of(ref, directory))
+        check_top_k(name, recipe.top_k, teachers[name].tokenizer)  # as the run's teachers are
         shapes[name] = teacher_shape(directory, len(teachers[name].tokenizer))
     pairs, examples = [], {}
     for lang, language in recipe.languages.items():
@@ -71,8 +72,7 @@ def plan_rows(
         examples[lang] = language_examples(recipe, lang)
         reading = (time.perf_counter() - clock) / len(language.teachers)
         for name in language.teachers:
-            k = min(recipe.top_k, shapes[name].vocab)  # a teacher keeps at most its vocabulary
-            zeros = partial(zero_outputs, teachers[name], k)
+            zeros = partial(zero_outputs, teachers[name], recipe.top_k)
             pairs.append(_pair(objective, lang, teachers[name], examples[lang], zeros))
             pairs[-1].seconds["prepare"] += reading
     cpu = teach_seconds(pairs, shapes, recipe.shard_rows, recipe.batch_size)

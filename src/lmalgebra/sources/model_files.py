@@ -115,12 +115,18 @@ def config_int(config: Mapping[str, Any], keys: tuple[str, ...]) -> int:
     return 0
 
 
+def config_sizes(config: Mapping[str, Any], width: int = 0) -> tuple[int, int, int]:
+    """``(layers, hidden, intermediate)`` a configuration names, whichever family's keys it
+    uses (transformers' own names first); ``width`` for a hidden size it does not name, and a
+    feed-forward width of ``4 * hidden`` where it names none."""
+    hidden = config_int(config, _WIDTH) or width
+    return config_int(config, _LAYERS), hidden, config_int(config, _FEED_FORWARD) or 4 * hidden
+
+
 def architecture(config: Mapping[str, Any], width: int) -> tuple[int, int, int, int]:
     """``(layer weights, all weights, hidden, intermediate)``: attention and feed-forward
     weights per layer, ``4 H^2 + 2 H I``, times the layers; all of them adds the token
     embeddings ``V H``."""
-    hidden = config_int(config, _WIDTH) or width
-    layers = config_int(config, _LAYERS)
-    intermediate = config_int(config, _FEED_FORWARD) or 4 * hidden
+    layers, hidden, intermediate = config_sizes(config, width)
     layer = layers * (4 * hidden * hidden + 2 * hidden * intermediate)
     return layer, layer + config_int(config, ("vocab_size",)) * hidden, hidden, intermediate

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import PROBES
 from lmalgebra.stats.symmetric_kernels import cholesky
 
@@ -210,14 +209,6 @@ def nystrom_subspace(
         needed = components_for(variances, total, retained)
         keep = min(cap, needed if needed is not None else s)
     return basis[:, :keep], variances[:keep]
-
-
-def check_settings(components: int | None, retained: float | None) -> None:
-    """Refuse a number of components below 1 or a retained share outside ``(0, 1]``."""
-    if components is not None and components < 1:
-        raise UserInputError(f"components must be >= 1, got {components}")
-    if retained is not None and not 0 < retained <= 1:
-        raise UserInputError(f"retained variance must be in (0, 1], got {retained}")
 
 
 def tail_probes(

@@ -174,8 +174,8 @@ class CausalObjective(Objective):
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
 
         spec = CausalTrainingSpec.model_validate(training.model_dump())
+        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # in train's order
         self.recipe.check_training(spec)
-        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)
         tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
         zeros, student = partial(zero_logprobs, self.recipe), partial(plan_student, self.recipe)
         return plan_rows(self, spec, tokenizer, zeros, student)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.causal.store_view import CausalStore, load_causal_store
+from lmalgebra.distill.causal.store import CausalStore, load_causal_store
 from lmalgebra.distill.sampling import SampledLanguages, language_pool
 from lmalgebra.distill.vocab.byte_alignment import (
     ByteTokens,

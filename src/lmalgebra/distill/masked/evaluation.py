@@ -28,7 +28,7 @@ from lmalgebra.distill.layout import RunLayout, trusted_model
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
 from lmalgebra.distill.masked.masking import MaskedCopy
 from lmalgebra.distill.masked.scores import Score
-from lmalgebra.distill.masked.store_view import TeacherCopies, load_copies
+from lmalgebra.distill.masked.store import TeacherCopies, load_copies
 from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.masked.topk import masked_topk
 from lmalgebra.distill.recipe import MaskedRecipe

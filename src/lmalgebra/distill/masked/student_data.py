@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from lmalgebra.distill.masked.store_view import TeacherCopies, load_copies
+from lmalgebra.distill.masked.store import TeacherCopies, load_copies
 from lmalgebra.distill.sampling import SampledLanguages, language_pool
 from lmalgebra.distill.vocab.union import UnionVocab
 from lmalgebra.train.batches import Batch

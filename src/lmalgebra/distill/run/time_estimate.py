@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmalgebra.sources.model_files import config_int
+from lmalgebra.sources.model_files import config_int, config_sizes
 from lmalgebra.train.last_layer import TRIMMED_MODEL_TYPES
 
 LOAD_SECONDS = 0.1  # building a model object and its tokenizer, beyond reading the files
@@ -58,13 +58,11 @@ class ModelShape:
     @classmethod
     def from_config(cls, config: dict[str, Any], vocab: int, weight_bytes: int = 0) -> ModelShape:
         """From a Hugging Face ``config.json`` (BERT, RoBERTa, ALBERT, DistilBERT... names)."""
-        hidden = config_int(config, ("hidden_size", "dim", "d_model", "n_embd"))
-        layers = config_int(config, ("num_hidden_layers", "n_layers", "num_layers", "n_layer"))
-        intermediate = config_int(config, ("intermediate_size", "hidden_dim", "ffn_dim", "n_inner"))
+        layers, hidden, intermediate = config_sizes(config)
         return cls(
             layers=layers,
             hidden=hidden,
-            intermediate=intermediate or 4 * hidden,
+            intermediate=intermediate,
             embedding=config_int(config, ("embedding_size",)) or hidden,
             vocab=config_int(config, ("vocab_size",)) or vocab,
             weight_bytes=weight_bytes,
