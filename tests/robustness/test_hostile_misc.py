@@ -163,6 +163,7 @@ def test_a_students_edited_record_is_named_as_such_and_training_mends_it(
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
 
+
 def test_failed_commands_leave_no_empty_directories(
     tmp_path: Path, bert_dir: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:

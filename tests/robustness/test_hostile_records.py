@@ -38,7 +38,6 @@ def test_an_edit_of_the_same_size_with_its_time_set_back_is_seen(
     assert source_of(ref, model).fingerprint(memo)["weights"] != first["weights"]
 
 
-
 def test_a_remembered_hash_edited_to_another_is_computed_again(
     bert_dir: Path, tmp_path: Path
 ) -> None:
@@ -51,6 +50,7 @@ def test_a_remembered_hash_edited_to_another_is_computed_again(
     for path in memo.glob("*.hash"):
         path.write_text("0" * 64 + path.read_text()[64:])
     assert source_of(ref, bert_dir).fingerprint(memo) == first
+
 
 @pytest.mark.parametrize("content", ["{not json", '{"identity": 3}', "[]"])
 @pytest.mark.parametrize(

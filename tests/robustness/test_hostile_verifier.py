@@ -337,6 +337,7 @@ def test_a_manifest_whose_facts_were_edited_fails_verify_and_its_stage_mends_it(
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
 
+
 def test_a_run_whose_teacher_cannot_be_opened_fails_verify(
     built: Path, tmp_path: Path, cli
 ) -> None:
