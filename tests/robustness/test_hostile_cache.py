@@ -118,3 +118,25 @@ def test_a_write_refused_by_permissions_is_one_line(tmp_path: Path) -> None:
     refused = pytest.raises(UserInputError, match=f"cannot write {target}: Permission denied")
     with refused, naming_file(target):
         raise PermissionError(errno.EACCES, "Permission denied", str(target))
+
+
+def test_a_token_map_edited_in_place_is_computed_again(
+    teacher_dirs: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cached MinED map whose ids were changed to other ids within the vocabulary (the file
+    still reads, and fits) had been used as it was: it carries a checksum now."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    teacher = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    student = AutoTokenizer.from_pretrained(teacher_dirs["sp"])
+    first = mined_map(teacher, student, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("mined-*.safetensors")
+    with safe_open(str(path), framework="numpy") as handle:
+        meta = handle.metadata()
+        arrays = {name: handle.get_tensor(name) for name in ("student_ids", "distances")}
+    arrays["student_ids"][:10] = (arrays["student_ids"][:10] + 1) % len(student)
+    save_file(arrays, str(path), metadata=meta)
+    again = mined_map(teacher, student, cache_dir=tmp_path)
+    assert "does not match its checksum" in caplog.text
+    assert again.student_ids.tolist() == first.student_ids.tolist()

@@ -62,3 +62,26 @@ def test_a_split_given_no_documents_is_refused_before_any_work(
     needles = ["spans.fractions [0.9, 0.1, 0.0]", "test split no documents"]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("init", ["missing", "masked"])
+def test_a_student_init_the_stage_refuses_is_refused_by_the_dry_run_in_its_words(
+    init: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    causal_teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """The dry run read the init's tokenizer before checking the model: a missing directory was
+    "model 'nothere'", a masked encoder a tokenizer without a start token; now both are named
+    as ``merge train`` names them, ``student.init`` and what it is."""
+    from causal_fixtures import write_causal_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    given = tmp_path / "nothere" if init == "missing" else bert_dir
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student={"init": str(given)})
+    words = "does not exist" if init == "missing" else "not a causal LM"
+    code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, [f"student.init {str(given)!r}", words])
+    assert not (tmp_path / "run").exists()

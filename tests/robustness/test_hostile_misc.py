@@ -141,6 +141,29 @@ def test_merge_verify_checks_vocabulary_and_checkpoints(
     assert digests(run) == before
 
 
+def test_a_students_edited_record_is_named_as_such_and_training_mends_it(
+    trained: Path, tmp_path: Path, cli
+) -> None:
+    """A student's ``lmalgebra.json`` edited (its record of a teacher's hash) passed verify and
+    made ``merge evaluate`` say the teacher had changed, advising ``--restart``: the record
+    carries its own sha256, and the student's training, run again, writes it anew."""
+    shutil.copytree(trained.parent, tmp_path / "copy")
+    recipe, run = tmp_path / "copy" / trained.name, tmp_path / "copy" / "run"
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    record = run / "student" / "model" / "lmalgebra.json"
+    found = json.loads(record.read_text(encoding="utf-8"))
+    found["teacher_hashes"]["wp"]["weights"] = "0" * 64
+    record.write_text(json.dumps(found), encoding="utf-8")
+    for command in (["verify", str(run)], ["evaluate", str(run)]):
+        code, stderr = cli(["merge", *command])
+        assert_one_line(code, stderr, [str(record), "edited since it was written"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
 def test_failed_commands_leave_no_empty_directories(
     tmp_path: Path, bert_dir: Path, corpus_txt: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:

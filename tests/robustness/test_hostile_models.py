@@ -14,7 +14,7 @@ import pytest
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import assert_one_line, digests
 from lmalgebra.distill import pipeline
-from lmalgebra.distill.layout import FILES_KEY, MARKER, model_damage
+from lmalgebra.distill.layout import CHECK_KEY, FILES_KEY, MARKER, model_damage
 from lmalgebra.distill.recipe import load_recipe
 from merge_fixtures import TINY_TRAINING
 
@@ -71,7 +71,7 @@ def test_the_marker_records_every_file_but_the_card(trained: Path, tmp_path: Pat
     (copy / "README.md").write_text("an evaluation added to the card\n", encoding="utf-8")
     assert model_damage(copy) is None  # the card is the evaluations' to edit
     marker = json.loads((copy / MARKER).read_text(encoding="utf-8"))
-    del marker[FILES_KEY]  # a directory written by an older release: taken as it is
+    del marker[FILES_KEY], marker[CHECK_KEY]  # written by an older release: taken as it is
     (copy / MARKER).write_text(json.dumps(marker), encoding="utf-8")
     _flip(copy / "config.json")
     assert model_damage(copy) is None

@@ -292,9 +292,11 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     assert digests(out) == before
 
 
+@pytest.mark.parametrize("kind", ["link", "fifo"])
 @pytest.mark.parametrize("linked", ["fits.csv", "group_r2.csv"])
 def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
     linked: str,
+    kind: str,
     cli: Runner,
     finished_run: Path,
     bert_dir: Path,
@@ -304,7 +306,9 @@ def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
 ) -> None:
     """A file of the run replaced by a link to a user's file: without --overwrite the link was
     refused, with it the link was removed and a file written in its place. Both refuse it now,
-    naming the link, and leave it and the user's file as they were."""
+    naming the link, and leave it and the user's file as they were; a FIFO there the same (it
+    had been removed by --overwrite)."""
+    import os
     import shutil
 
     out = tmp_path / "run"
@@ -314,13 +318,14 @@ def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
     link = out / linked
     link.parent.mkdir(exist_ok=True)
     link.unlink(missing_ok=True)
-    link.symlink_to(mine)
-    before = digests(out)
+    link.symlink_to(mine) if kind == "link" else os.mkfifo(link)
+    before = sorted(p.name for p in out.iterdir())
     args = decompose_args(bert_dir, gpt2_dir, corpus_txt, out)
     for flags in (["--overwrite", "--dry-run"], ["--overwrite"]):
         code, err = cli(*args, *flags)
-        one_error(code, err, str(out), linked, "symbolic link", "replaces no link")
-        assert link.is_symlink() and digests(out) == before
+        one_error(code, err, str(out), linked, "symbolic links or special files", "replaces none")
+        assert link.is_symlink() if kind == "link" else link.is_fifo()
+        assert sorted(p.name for p in out.iterdir()) == before
     assert mine.read_text(encoding="utf-8") == "mine\n"
 
 

@@ -38,6 +38,20 @@ def test_an_edit_of_the_same_size_with_its_time_set_back_is_seen(
     assert source_of(ref, model).fingerprint(memo)["weights"] != first["weights"]
 
 
+def test_a_remembered_hash_edited_to_another_is_computed_again(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A memo whose hash was changed to another well-formed one had been trusted: a finished
+    run over the same model was refused as "model differs", and a new run recorded the wrong
+    hash. The memo carries a checksum of itself and its key."""
+    ref = ModelRef(name="m", path=str(bert_dir))
+    memo = tmp_path / "hashes"
+    first = source_of(ref, bert_dir).fingerprint(memo)
+    for path in memo.glob("*.hash"):
+        path.write_text("0" * 64 + path.read_text()[64:])
+    assert source_of(ref, bert_dir).fingerprint(memo) == first
+
+
 @pytest.mark.parametrize("content", ["{not json", '{"identity": 3}', "[]"])
 @pytest.mark.parametrize(
     ("claim", "record"),

@@ -250,3 +250,13 @@ def test_the_default_warmup_longer_than_the_run_is_kept_and_warned_of(
     lmalgebra.merge(recipe, ["prepare", "teach", "vocab", "train"])
     assert "training.warmup_steps 100 exceeds training.steps 6" in caplog.text
     assert "0.06 of training.lr" in caplog.text
+
+
+def test_a_probe_setting_with_finetune_is_refused(bert_dir: Path, tmp_path: Path, cli) -> None:
+    """``--probe_batch_words`` sets the probe's optimisation steps; ``--mode finetune`` fits no
+    probe, and had accepted it, recording a setting that did nothing."""
+    args = ["evaluate-pos", str(tmp_path / "bank"), "--models", f"a={bert_dir}"]
+    args += ["--mode", "finetune", "--probe_batch_words", "100", "--out", str(tmp_path / "out")]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, ["--probe_batch_words 100 would be ignored", "--mode probe"])
+    assert not (tmp_path / "out").exists()

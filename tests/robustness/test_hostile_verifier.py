@@ -79,7 +79,7 @@ def _edit_manifest(path: Path, **fields: object) -> None:
         ({"shards": []}, "marked complete but lists no shards"),
         ({"shards": [{"rows": 3}]}, "damaged"),
         ({"shards": 7}, "damaged"),
-        ({"complete": "no"}, "incomplete"),
+        ({"complete": "no"}, "damaged"),
     ],
     ids=["no_shards", "record_without_checksum", "not_a_list", "complete_as_a_string"],
 )
@@ -134,8 +134,12 @@ def _drop_last_shard(directory: Path) -> None:
 
 
 def _miscount_examples(run: Path) -> None:
+    """A count the shards do not hold, in a manifest without the checksum of its facts (as an
+    older release wrote them: with it, the edit is named as such)."""
     manifest = run / "examples" / "yy" / "manifest.json"
-    _edit_manifest(manifest, examples=json.loads(manifest.read_text())["examples"] + 1)
+    found = json.loads(manifest.read_text())
+    found.pop("facts_sha256")
+    manifest.write_text(json.dumps({**found, "examples": found["examples"] + 1}))
 
 
 def _drop_an_examples_shard(run: Path) -> None:
@@ -302,6 +306,36 @@ def test_a_causal_store_key_training_refuses_fails_verify(
     said = assert_one_line(code, stderr, [str(manifest.parent), "top_k 3 ->", "merge teach"])
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
     assert assert_one_line(code, stderr, []) == said
+
+
+@pytest.mark.parametrize(
+    ("part", "fields", "stage"),
+    [
+        ("logprobs", {"top_k": 3}, "teach"),
+        ("logprobs", {"samples": 2}, "teach"),
+        ("tokens", {"start_token_id": 7}, "prepare"),
+        ("tokens", {"tokens": 5}, "prepare"),
+    ],
+)
+def test_a_manifest_whose_facts_were_edited_fails_verify_and_its_stage_mends_it(
+    part: str, fields: dict, stage: str, causal_built: Path, tmp_path: Path, cli
+) -> None:
+    """What a finished set records beside its shards (``top_k`` and ``samples``, which shape
+    the arrays training reads, the start token, the counts) is covered by no shard's checksum:
+    edited, it passed verify, then training crashed on it or trained from another start
+    token. The manifest carries a checksum of those facts."""
+    run, recipe = _copy_run(causal_built, tmp_path)
+    manifest = run / part / "xx" / "uni" / "manifest.json"
+    _edit_manifest(manifest, **fields)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest), "damaged"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(manifest.parent), f"merge {stage}"])
+    assert not (run / "student").exists()
+    code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
 
 
 def test_a_run_whose_teacher_cannot_be_opened_fails_verify(

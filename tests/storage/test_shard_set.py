@@ -67,7 +67,7 @@ def flip_byte(path: Path) -> None:
 def test_safetensors_records_by_name_with_row_ranges(tmp_path: Path) -> None:
     write_rows(tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert list(manifest) == ["key", "rows", "shards", "complete"]
+    assert list(manifest) == ["key", "rows", "shards", "complete", "facts_sha256"]
     assert list(manifest["shards"]) == [f"shard-{i:05d}.safetensors" for i in range(COUNT)]
     first = manifest["shards"]["shard-00001.safetensors"]
     assert list(first) == ["rows", "sha256", "note"] and first["rows"] == [3, 6]

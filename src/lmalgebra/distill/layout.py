@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -55,6 +55,7 @@ SELECTION = "selection"
 MARKER = "lmalgebra.json"  # in a model directory: what made it; written last
 CARD = "README.md"  # in a model directory: its model card (evaluations add to it)
 FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
+CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 # what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
@@ -175,8 +176,8 @@ def write_model_directory(
         for p in target.iterdir()
         if p.is_file() and p.name not in (MARKER, CARD) and not p.name.startswith(".")
     )
-    sums = {p.name: sha256_file(p) for p in written}
-    write_json_atomic(target / MARKER, {**metadata, FILES_KEY: sums})
+    record = {**metadata, FILES_KEY: {p.name: sha256_file(p) for p in written}}
+    write_json_atomic(target / MARKER, {**record, CHECK_KEY: sha256_json(record)})
     return target
 
 
@@ -211,12 +212,16 @@ def saved_steps(directory: Path) -> int:
 
 def model_damage(directory: Path) -> str | None:
     """Why the complete model directory cannot be trusted (a file its marker lists is missing
-    or no longer has the sha256 recorded when it was written), or None. A marker of an older
-    release, without checksums, is taken as it is."""
+    or no longer has the sha256 recorded when it was written, or the marker was edited), or
+    None. A marker of an older release, without checksums, is taken as it is."""
     try:
-        sums = read_marker(directory).get(FILES_KEY, {})
+        marker = read_marker(directory)
     except UserInputError as err:
         return str(err)
+    recorded = marker.pop(CHECK_KEY, None)
+    if recorded is not None and recorded != sha256_json(marker):
+        return f"{directory / MARKER} was edited since it was written (its sha256)"
+    sums = marker.get(FILES_KEY, {})
     for name, digest in sums.items():
         path = directory / name
         if not path.is_file():

@@ -350,6 +350,12 @@ class Objective(ABC):
         settings = self.evaluation_settings(pooling)
         check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
         names = list(dict.fromkeys(students))
+        for name in names:  # a damaged record is named as such, not read for its teachers
+            trusted_model(
+                self.layout.model(name),
+                f"student {name!r} has no model in {self.layout.model(name)}: run "
+                f"`lmalgebra merge train RECIPE --name {name}` first",
+            )
         teachers = self.check_students(names)
         run_languages = list(self.recipe.languages)
         for lang in languages or []:
@@ -358,12 +364,6 @@ class Objective(ABC):
                     f"language {lang!r} is not in the run {self.layout.root} "
                     f"(languages: {', '.join(run_languages)})"
                 )
-        for name in names:
-            trusted_model(
-                self.layout.model(name),
-                f"student {name!r} has no model in {self.layout.model(name)}: run "
-                f"`lmalgebra merge train RECIPE --name {name}` first",
-            )
         chosen = [lang for lang in run_languages if lang in (languages or run_languages)]
         basis = Basis(
             self.kind,

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.sources.models import ModelRef
 
 Mode = Literal["probe", "finetune"]
@@ -68,6 +68,12 @@ class PosSpec(PosOptions):
         description="Replace an evaluation of other treebank files, models, mode or options in "
         "the output directory (its files only).",
     )
+
+    @model_validator(mode="after")
+    def _check_mode(self) -> PosSpec:
+        if self.mode == "finetune":  # no probe is fitted
+            refuse_ignored(self, "--", {"probe_batch_words": "--mode probe"})
+        return self
 
     def options(self) -> PosOptions:
         """The evaluation's options (the fields of ``PosOptions``)."""

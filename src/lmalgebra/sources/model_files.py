@@ -9,7 +9,6 @@ still seen.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,18 +37,19 @@ def _stat_key(path: Path) -> list[int]:
 
 
 def memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
-    """One hash over ``files`` (paths relative to ``root``), remembered in ``memo_dir``."""
+    """One hash over ``files`` (paths relative to ``root``), remembered in ``memo_dir`` with a
+    checksum of itself and its key."""
     if not files:
         return sha256_json([])
     stamp = sha256_json([[str(f), *_stat_key(f)] for f in sorted(files)])
     memo = memo_dir / f"{stamp}.hash" if memo_dir else None
-    if memo is not None and memo.is_file():
-        memoised = memo.read_text().strip()
-        if re.fullmatch(r"[0-9a-f]{64}", memoised):  # a memo torn by a killed run is redone
+    if memo is not None and memo.is_file():  # a memo torn by a killed run or edited is redone
+        memoised, _, check = memo.read_text().strip().partition(" ")
+        if check == sha256_json([stamp, memoised]):
             return memoised
     digest = sha256_files(files, root)
     if memo is not None:
-        write_text_atomic(memo, digest)
+        write_text_atomic(memo, f"{digest} {sha256_json([stamp, digest])}")
     return digest
 
 

@@ -279,12 +279,13 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
             "--overwrite removes only a run's own files: move those away, or write to "
             "another directory"
         )
-    links = [p for p in mine if p.is_symlink()]  # a run writes no link: the file it names is
-    if links:  # a user's, and so is the link
+    # a run writes no link (the file it names is a user's, and so is the link) and no FIFO
+    odd = [p for p in mine if p.is_symlink() or not p.is_file()]
+    if odd:
         raise UserInputError(
-            f"{directory} holds symbolic links where a {what} writes files "
-            f"({_names(links, directory)}): lmalgebra replaces no link, --overwrite included; "
-            "remove them, or write to another directory"
+            f"{directory} holds symbolic links or special files (FIFOs, sockets, devices) "
+            f"where a {what} writes files ({_names(odd, directory)}): lmalgebra replaces none, "
+            "--overwrite included; remove them, or write to another directory"
         )
 
 

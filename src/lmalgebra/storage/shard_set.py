@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.distributed import all_reduce_sum, barrier, world
 from lmalgebra.storage.atomic import make_directories, write_bytes_atomic, write_json_atomic
 from lmalgebra.storage.manifest_parts import MANIFEST, part_path, read_parts, remove_parts
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
+_CHECK = "facts_sha256"  # of ``complete`` and the summary (counts, top_k, the start token...)
 
 
 class ShardSet:
@@ -112,10 +113,16 @@ class ShardSet:
         if records is None:
             self._stale = f"manifest {path} lists damaged shard records; recomputing its shards"
             return
+        own = (*_OWN_FIELDS, _CHECK, *self.header)
+        summary = {f: v for f, v in manifest.items() if f not in own}
+        if _CHECK in manifest and manifest[_CHECK] != sha256_json(
+            {"complete": manifest.get("complete"), **summary}
+        ):
+            self._stale = f"manifest {path} was edited since it was written; recomputing its shards"
+            return  # (a manifest of an older release, without the checksum, is read as it is)
         self.records = records
         self.complete = manifest.get("complete") is True  # not a truthy string, say
-        own = (*_OWN_FIELDS, *self.header)
-        self.summary = {f: v for f, v in manifest.items() if f not in own}
+        self.summary = summary
 
     def _identity(self) -> dict[str, Any]:
         return {"key": self.key, **self.header}
@@ -158,7 +165,8 @@ class ShardSet:
     def manifest(self) -> dict[str, Any]:
         """The manifest as written: key, header, shard records, completeness, summary."""
         listing = self._listing()
-        return {**self._identity(), "shards": listing, "complete": self.complete, **self.summary}
+        facts = {"complete": self.complete, **self.summary}
+        return {**self._identity(), "shards": listing, **facts, _CHECK: sha256_json(facts)}
 
     def _save_manifest(self) -> None:
         write_json_atomic(self.manifest_path, self.manifest)

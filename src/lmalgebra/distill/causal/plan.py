@@ -64,6 +64,7 @@ def plan_student(
     def training() -> dict[str, list[str]]:
         return {lang: [e.text for e in found if not e.heldout] for lang, found in examples.items()}
 
+    init = open_init(recipe.student, weights=False)  # refused as train refuses it, first
     clock = time.perf_counter()
     tokenizer, _ = student_tokenizer(recipe, training)
     read = {
@@ -77,7 +78,6 @@ def plan_student(
     for pair in pairs:
         pair.student_lengths = pair.student_predicted = read[pair.language]
         pair.seconds["train"] = seconds / len(pairs)
-    init = open_init(recipe.student, weights=False)
     if init is None:
         return student_shape(recipe.student, len(tokenizer))
     shape = teacher_shape(init.directory, len(tokenizer))  # its config.json and weight files

@@ -21,6 +21,7 @@ both canonical vocabularies (so any change of tokens, conventions, specials or c
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
@@ -186,7 +187,7 @@ def mined_map(
         }
     )
     path = (cache_dir or cache_directory() / CACHE_SUBDIR) / f"mined-{key[:32]}.safetensors"
-    if (cached := _load(path, len(teacher_forms), len(student_forms))) is not None:
+    if (cached := _load(path, key, len(teacher_forms), len(student_forms))) is not None:
         return MinedMap(*cached, key=key)
     import torch  # its thread count: the share of the CPU this process was given
 
@@ -204,20 +205,34 @@ def mined_map(
         100 * float((distances == 0).mean()) if distances.size else 0.0,
     )
     arrays = {"student_ids": ids.astype(np.int32), "distances": distances}
-    write_atomic(path, lambda tmp: save_file(arrays, str(tmp), metadata={"key": key}))
+    meta = {"key": key, "sha256": _checksum(key, arrays["student_ids"], distances)}
+    write_atomic(path, lambda tmp: save_file(arrays, str(tmp), metadata=meta))
     return MinedMap(ids, distances, key=key)
 
 
-def _load(path: Path, teacher_size: int, student_size: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """A cached map, or None when there is none or it does not fit (then it is recomputed)."""
+def _checksum(key: str, ids: np.ndarray, distances: np.ndarray) -> str:
+    """What a cached map records of itself: its key and its arrays' bytes."""
+    return hashlib.sha256(key.encode() + ids.tobytes() + distances.tobytes()).hexdigest()
+
+
+def _load(
+    path: Path, key: str, teacher_size: int, student_size: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A cached map, or None when there is none, it was edited since it was written (its
+    checksum) or it does not fit (then it is recomputed)."""
     if not path.is_file():
         return None
     try:
-        arrays = load_file(str(path))
-        ids, distances = arrays["student_ids"].astype(np.int64), arrays["distances"]
+        with safe_open(str(path), framework="numpy") as handle:
+            recorded = (handle.metadata() or {}).get("sha256")
+            ids, distances = handle.get_tensor("student_ids"), handle.get_tensor("distances")
     except (SafetensorError, KeyError, OSError) as err:
         log.warning("cached MinED map %s is unreadable (%s); recomputing it", path, err)
         return None
+    if recorded != _checksum(key, ids, distances):
+        log.warning("cached MinED map %s does not match its checksum; recomputing it", path)
+        return None
+    ids = ids.astype(np.int64)
     fits = ids.shape == distances.shape == (teacher_size,)
     if not fits or (ids.size and (ids.min() < 0 or ids.max() >= student_size)):
         log.warning("cached MinED map %s does not fit these tokenizers; recomputing it", path)
