@@ -145,7 +145,7 @@ def _check_same_examples(
 def require(shards: ShardSet, command: str) -> None:
     """Refuse to go on when an earlier stage's shard set is missing or incomplete."""
     if not shards.complete:
-        raise UserInputError(missing_set(shards.directory, command))
+        raise UserInputError(missing_set(shards, command))
 
 
 def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:

@@ -304,7 +304,7 @@ class Objective(ABC):
         for directory, writer in reads:
             found = ShardSet.existing(directory)
             if not found.complete or not found.records:
-                return missing_set(directory, writer)
+                return missing_set(found, writer)
         return None
 
     def check_students(self, students: Sequence[str]) -> dict[str, Teacher]:

@@ -94,6 +94,7 @@ class ShardSet:
         self.complete = False
         self.summary: dict[str, Any] = {}  # fields ``finish`` was given
         self._stale: str | None = None  # why the manifest on disk was not used
+        self.manifest_damaged = False  # its manifest is unreadable or not as it was written
         path = self.manifest_path
         if not path.is_file():
             return
@@ -103,6 +104,7 @@ class ShardSet:
             manifest = None
         if not isinstance(manifest, dict):
             self._stale = f"manifest {path} is corrupt; recomputing its shards"
+            self.manifest_damaged = True
             return
         if self.key is None:  # inspection: take the set as it is
             self.key = manifest.get("key")
@@ -112,6 +114,7 @@ class ShardSet:
         records = self._parse(manifest.get("shards", []))
         if records is None:
             self._stale = f"manifest {path} lists damaged shard records; recomputing its shards"
+            self.manifest_damaged = True
             return
         own = (*_OWN_FIELDS, _CHECK, *self.header)
         summary = {f: v for f, v in manifest.items() if f not in own}
@@ -119,6 +122,7 @@ class ShardSet:
             {"complete": manifest.get("complete"), **summary}
         ):
             self._stale = f"manifest {path} was edited since it was written; recomputing its shards"
+            self.manifest_damaged = True
             return  # (a manifest of an older release, without the checksum, is read as it is)
         self.records = records
         self.complete = manifest.get("complete") is True  # not a truthy string, say

@@ -10,7 +10,6 @@ holds as many rows, shard for shard; ``merge verify`` names the same problems.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RunLayout
@@ -18,10 +17,17 @@ from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.run_fingerprint import differences
 
 
-def missing_set(directory: Path, command: str) -> str:
-    """How a stage refuses an earlier stage's shard set in ``directory`` that is missing or
-    incomplete (``command``: the ``merge`` command that writes it)."""
-    return f"{directory} is missing or incomplete: run `lmalgebra merge {command} RECIPE` first"
+def missing_set(shards: ShardSet, command: str) -> str:
+    """How a stage refuses an earlier stage's shard set that is missing, incomplete or whose
+    manifest is damaged (``command``: the ``merge`` command that writes it)."""
+    if shards.manifest_damaged:
+        return (
+            f"{shards.manifest_path} is damaged (not as it was written): run "
+            f"`lmalgebra merge {command} RECIPE` again to rebuild the set"
+        )
+    return (
+        f"{shards.directory} is missing or incomplete: run `lmalgebra merge {command} RECIPE` first"
+    )
 
 
 def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
@@ -31,7 +37,7 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     expected = accepted[0]
     found = ShardSet.existing(expected.directory)
     if not found.complete or not found.records:  # a complete set of nothing feeds no student
-        raise UserInputError(missing_set(expected.directory, stage))
+        raise UserInputError(missing_set(found, stage))
     problem = stale_key(accepted, stage)
     if problem:
         raise UserInputError(problem)
