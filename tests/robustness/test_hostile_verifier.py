@@ -73,6 +73,29 @@ def _edit_manifest(path: Path, **fields: object) -> None:
     path.write_text(json.dumps({**manifest, **fields}), encoding="utf-8")
 
 
+def _edit_older_manifest(path: Path, **fields: object) -> None:
+    """``fields`` edited in a manifest without the checksum of its records and facts (as an older
+    release wrote them), so that the checks beyond the checksum are what finds the edit: with
+    it, any edit is named as such (``test_an_edited_shard_record_is_named_damaged``)."""
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.pop("facts_sha256")
+    path.write_text(json.dumps({**manifest, **fields}), encoding="utf-8")
+
+
+def test_an_edited_shard_record_is_named_damaged(built: Path, tmp_path: Path, cli) -> None:
+    """The checksum of a manifest covers its shard records too: a record's fields other than the
+    shard's sha256 (its rows, an embedding's token count) had been read as written."""
+    run, recipe = _copy_run(built, tmp_path)
+    manifest = run / "topk" / "yy" / "sp" / "manifest.json"
+    found = json.loads(manifest.read_text(encoding="utf-8"))
+    found["shards"][0]["bytes"] += 1  # the shard and its sha256 as they were
+    manifest.write_text(json.dumps(found), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest), "damaged"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(manifest.parent), "merge teach"])
+
+
 @pytest.mark.parametrize(
     ("fields", "said"),
     [
@@ -93,7 +116,9 @@ def test_a_manifest_later_stages_could_not_read_fails_verify(
     data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
     recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
     manifest = run / "topk" / "yy" / "sp" / "manifest.json"
-    _edit_manifest(manifest, **fields)
+    # the list emptied is found beyond the checksum (which names any edit): in an older manifest
+    edit = _edit_older_manifest if fields == {"shards": []} else _edit_manifest
+    edit(manifest, **fields)
     before = digests(run)
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(manifest.parent), said])
@@ -110,7 +135,7 @@ def test_a_store_of_other_shards_than_its_copies_fails_verify(
     shutil.copytree(built, run)
     manifest = run / "topk" / "yy" / "sp" / "manifest.json"
     shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
-    _edit_manifest(manifest, shards=shards[:-1])
+    _edit_older_manifest(manifest, shards=shards[:-1])
     (manifest.parent / f"shard-{len(shards) - 1:05d}.arrow").unlink()
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(manifest.parent), str(run / "masked" / "yy" / "sp")])
@@ -129,7 +154,7 @@ def _drop_last_shard(directory: Path) -> None:
     """The set's manifest, still marked complete, without its last shard, whose file goes too."""
     manifest = directory / "manifest.json"
     shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
-    _edit_manifest(manifest, shards=shards[:-1])
+    _edit_older_manifest(manifest, shards=shards[:-1])
     (directory / f"shard-{len(shards) - 1:05d}.arrow").unlink()
 
 
@@ -158,7 +183,7 @@ def _record_rows(value: object):
     def damage(run: Path) -> None:
         manifest = run / "examples" / "yy" / "manifest.json"
         shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
-        _edit_manifest(manifest, shards=[{**shards[0], "rows": value}, *shards[1:]])
+        _edit_older_manifest(manifest, shards=[{**shards[0], "rows": value}, *shards[1:]])
 
     return damage
 

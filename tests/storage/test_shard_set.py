@@ -150,6 +150,21 @@ def test_corrupt_manifest_is_recomputed_with_a_log_line(
     assert ShardSet.existing(tmp_path).problems() == [damaged]
 
 
+def test_a_shard_record_edited_with_its_checksum_kept_is_recomputed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record's fields beside the shard's sha256 (an embedding's token count, say) had been
+    read as written: the manifest's checksum covers the records too."""
+    write_rows(tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"]["shard-00001.safetensors"]["note"] = 99
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    shards = rows_set(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        assert shards.plan(COUNT) == list(range(COUNT))
+    assert "was edited since it was written" in caplog.text
+
+
 def _leave_parts(directory: Path, owners: dict[int, list[int]]) -> None:
     """What a run of ``len(owners)`` ranks killed midway leaves: parts, no manifest."""
     records = rows_set(directory).manifest["shards"]

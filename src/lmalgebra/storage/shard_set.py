@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
-_CHECK = "facts_sha256"  # of ``complete`` and the summary (counts, top_k, the start token...)
+_CHECK = "facts_sha256"  # of the shard records, ``complete`` and the summary (counts, top_k...)
 
 
 class ShardSet:
@@ -115,9 +115,8 @@ class ShardSet:
             return
         own = (*_OWN_FIELDS, _CHECK, *self.header)
         summary = {f: v for f, v in manifest.items() if f not in own}
-        if _CHECK in manifest and manifest[_CHECK] != sha256_json(
-            {"complete": manifest.get("complete"), **summary}
-        ):
+        facts = {"shards": manifest.get("shards"), "complete": manifest.get("complete"), **summary}
+        if _CHECK in manifest and manifest[_CHECK] != sha256_json(facts):
             self._stale = f"manifest {path} was edited since it was written; recomputing its shards"
             return  # (a manifest of an older release, without the checksum, is read as it is)
         self.records = records
@@ -166,7 +165,8 @@ class ShardSet:
         """The manifest as written: key, header, shard records, completeness, summary."""
         listing = self._listing()
         facts = {"complete": self.complete, **self.summary}
-        return {**self._identity(), "shards": listing, **facts, _CHECK: sha256_json(facts)}
+        check = sha256_json({"shards": listing, **facts})  # a record's tokens, rows, dim too
+        return {**self._identity(), "shards": listing, **facts, _CHECK: check}
 
     def _save_manifest(self) -> None:
         write_json_atomic(self.manifest_path, self.manifest)
