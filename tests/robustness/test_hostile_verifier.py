@@ -78,7 +78,7 @@ def _edit_older_manifest(path: Path, **fields: object) -> None:
     release wrote them), so that the checks beyond the checksum are what finds the edit: with
     it, any edit is named as such (``test_an_edited_shard_record_is_named_damaged``)."""
     manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest.pop("facts_sha256")
+    manifest.pop("manifest_sha256")
     path.write_text(json.dumps({**manifest, **fields}), encoding="utf-8")
 
 
@@ -163,7 +163,7 @@ def _miscount_examples(run: Path) -> None:
     older release wrote them: with it, the edit is named as such)."""
     manifest = run / "examples" / "yy" / "manifest.json"
     found = json.loads(manifest.read_text())
-    found.pop("facts_sha256")
+    found.pop("manifest_sha256")
     manifest.write_text(json.dumps({**found, "examples": found["examples"] + 1}))
 
 

@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
-_CHECK = "facts_sha256"  # of the shard records, ``complete`` and the summary (counts, top_k...)
+_CHECK = "manifest_sha256"  # of the shard records, ``complete`` and the summary (counts, top_k...)
+_FACTS_CHECK = "facts_sha256"  # written before it, of ``complete`` and the summary alone
 
 
 class ShardSet:
@@ -113,12 +114,16 @@ class ShardSet:
         if records is None:
             self._stale = f"manifest {path} lists damaged shard records; recomputing its shards"
             return
-        own = (*_OWN_FIELDS, _CHECK, *self.header)
+        own = (*_OWN_FIELDS, _CHECK, _FACTS_CHECK, *self.header)
         summary = {f: v for f, v in manifest.items() if f not in own}
-        facts = {"shards": manifest.get("shards"), "complete": manifest.get("complete"), **summary}
-        if _CHECK in manifest and manifest[_CHECK] != sha256_json(facts):
+        facts = {"complete": manifest.get("complete"), **summary}
+        if _CHECK in manifest:
+            intact = manifest[_CHECK] == sha256_json({"shards": manifest.get("shards"), **facts})
+        else:  # an older form: of the facts alone, or (older still) none, read as it is
+            intact = manifest.get(_FACTS_CHECK, sha256_json(facts)) == sha256_json(facts)
+        if not intact:
             self._stale = f"manifest {path} was edited since it was written; recomputing its shards"
-            return  # (a manifest of an older release, without the checksum, is read as it is)
+            return
         self.records = records
         self.complete = manifest.get("complete") is True  # not a truthy string, say
         self.summary = summary
