@@ -407,3 +407,12 @@ def test_verify_checks_the_whole_run_and_each_stage_what_it_reads(
     for args in (["evaluate", str(run)], ["verify", str(run)]):
         code, stderr = cli(["merge", *args])
         assert code == 0, stderr
+    # the evaluation's record, which the next `merge evaluate` reads, edited as well-formed JSON
+    record = run / "evaluation" / "evaluation.json"
+    found = json.loads(record.read_text(encoding="utf-8"))
+    found["students"] = {name: "0" * 64 for name in found["students"]}
+    record.write_text(json.dumps(found), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(record), "damaged"])
+    code, stderr = cli(["merge", "evaluate", str(run), "--languages", "xx"])
+    assert said.removeprefix("error: merge evaluate: ") in assert_one_line(code, stderr, [])
