@@ -256,13 +256,14 @@ def test_a_causal_teacher_holding_fewer_examples_fails_verify(
     assert not (run / "student").exists()
 
 
-@pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json"])
+@pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json", "vocab_union.json"])
 def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     damaged: str, built: Path, tmp_path: Path, cli
 ) -> None:
     """The student tokenizer is checked against its checksum and the completion mark read as
     such: a token renamed in ``tokenizer.json`` had passed both into training, and a damaged
-    mark passed verify and was then called a missing vocabulary."""
+    mark passed verify and was then called a missing vocabulary. ``vocab_union.json`` carries a
+    checksum of itself: its ``lowercase`` (which the student's copy keeps) edited had passed."""
     run = tmp_path / "run"
     shutil.copytree(built, run)
     recipe = tmp_path / "recipe.yaml"
@@ -272,6 +273,9 @@ def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     intact = path.read_bytes()
     if damaged == "tokenizer.json":
         path.write_bytes(intact.replace(b'"[UNK]"', b'"[UNX]"'))
+    elif damaged == "vocab_union.json":
+        meta = json.loads(intact)
+        path.write_text(json.dumps({**meta, "lowercase": not meta["lowercase"]}), encoding="utf-8")
     else:
         path.write_text("garbage\n", encoding="utf-8")
     before = digests(run)
