@@ -256,6 +256,24 @@ def test_a_causal_teacher_holding_fewer_examples_fails_verify(
     assert not (run / "student").exists()
 
 
+@pytest.mark.parametrize("content", ["garbage\n", "[]\n", '{"x": 1}\n'])
+def test_a_damaged_vocabulary_report_is_named_and_vocab_mends_it(
+    content: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """``merge inspect`` read ``vocab/report.json`` raw: a damaged one ended in a traceback
+    (JSONDecodeError, KeyError), verify passed it and ``merge vocab`` kept it."""
+    run, recipe = _copy_run(built, tmp_path)
+    path = run / "vocab" / "report.json"
+    intact = path.read_bytes()
+    path.write_text(content, encoding="utf-8")
+    for args in (["inspect", str(run)], ["verify", str(run)]):
+        code, stderr = cli(["merge", *args])
+        assert_one_line(code, stderr, [str(path), "merge vocab"])
+    code, stderr = cli(["merge", "vocab", str(recipe)])
+    assert code == 0, stderr
+    assert path.read_bytes() == intact
+
+
 @pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json", "vocab_union.json"])
 def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     damaged: str, built: Path, tmp_path: Path, cli
