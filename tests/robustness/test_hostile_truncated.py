@@ -133,7 +133,7 @@ def test_a_summary_edited_since_is_refused(
     run = tmp_path / "run"
     shutil.copytree(finished, run)
     _edit_summary(run, edit)
-    with pytest.raises(UserInputError, match="summary.json is damaged: edited since"):
+    with pytest.raises(UserInputError, match=r"summary\.json is damaged: edited since"):
         Decomposition.load(run)
     code, stderr = run_cli(["report", str(run)], monkeypatch, capsys)
     assert_one_line(code, stderr, [str(run / "summary.json"), "edited since"])
