@@ -829,11 +829,15 @@ def test_every_writer_honours_the_lock_the_python_api_too(
 
 @pytest.mark.parametrize(
     ("record", "content"),
-    [("provenance.json", "{not json"), ("provenance.json", '{"hashes": {}, "models": {}}')],
+    [
+        ("provenance.json", "{not json"),
+        ("provenance.json", '{"hashes": {}, "models": {}}'),
+        ("provenance.json", None),  # a model's hash edited: had been called the model's change
+    ],
 )
 def test_a_damaged_provenance_does_not_switch_the_input_check_off(
     record: str,
-    content: str,
+    content: str | None,
     cli: Runner,
     finished_run: Path,
     bert_dir: Path,
@@ -843,10 +847,15 @@ def test_a_damaged_provenance_does_not_switch_the_input_check_off(
 ) -> None:
     """Over a finished run the inputs are compared with its provenance: a damaged one had been
     read as "made before it recorded one", and the run replaced on any inputs."""
+    import json
     import shutil
 
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
+    if content is None:
+        found = json.loads((out / record).read_text(encoding="utf-8"))
+        next(iter(found["models"].values()))["weights"] = "0" * 64
+        content = json.dumps(found)
     (out / record).write_text(content, encoding="utf-8")
     before = digests(out)
     one_error(*cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out)), record, "damaged")
