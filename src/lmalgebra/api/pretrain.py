@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmalgebra.api.runtime import library_call
+from lmalgebra.api.runtime import library_entry
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
 
 __all__ = ["CausalPretrainSpec", "HeadOnlySpec", "MaskedPretrainSpec", "TeacherSpec", "pretrain"]
 TeacherSpec = MaskedPretrainSpec | CausalPretrainSpec | HeadOnlySpec
 
 
+@library_entry
 def pretrain(
     spec: TeacherSpec, progress: bool = False, restart: bool = False, *, keep_saved: bool = False
 ) -> Path:
@@ -26,9 +27,8 @@ def pretrain(
 
     if keep_saved and is_complete(spec.out) and not restart:
         return spec.out
-    with library_call():
-        if isinstance(spec, MaskedPretrainSpec):
-            return pretrain_masked(spec, progress, restart)
-        if isinstance(spec, CausalPretrainSpec):
-            return pretrain_causal(spec, progress, restart)
-        return pretrain_head(spec, progress, restart)
+    if isinstance(spec, MaskedPretrainSpec):
+        return pretrain_masked(spec, progress, restart)
+    if isinstance(spec, CausalPretrainSpec):
+        return pretrain_causal(spec, progress, restart)
+    return pretrain_head(spec, progress, restart)
