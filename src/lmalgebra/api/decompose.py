@@ -116,7 +116,7 @@ def decompose(
 
 @library_entry
 def decompose_plan(
-    models: Any, texts: Any = None, *, timed: bool = True, **options: Any
+    models: Any, texts: Any = None, *, timed: bool = True, overwrite: bool = False, **options: Any
 ) -> pd.DataFrame:
     """The plan of the :func:`decompose` call with the same arguments, before any work: per
     method (exact with float64 and float32 statistics, reduced, sketch) and phase, the peak
@@ -128,10 +128,15 @@ def decompose_plan(
     ``peak_gib``, ``seconds`` (NaN with ``timed=False``, which skips the few seconds of probes
     that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
     rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
-    ``attrs["available_gib"]``: the memory the plan is held to.
+    ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
+    would refuse of that directory is refused here too (``overwrite`` as for the call).
     """
+    from lmalgebra.lmd.run.decompose import check_claim
+
     data, inputs = _recipe(models, ["."] if texts is None else texts, dict(options))
     config = validate(DecomposeConfig, data, "decompose_plan()")
+    if "out" in options:  # the call writes there: its refusals of the directory, nothing written
+        check_claim(config, overwrite)
     return plan_frame(config, inputs, timed)
 
 
