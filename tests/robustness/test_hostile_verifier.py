@@ -300,7 +300,9 @@ def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(path)])
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
-    assert_one_line(code, stderr, [str(path), "merge vocab"])
+    said = assert_one_line(code, stderr, [str(path), "merge vocab"])
+    code, stderr = cli(["merge", "train", str(recipe), "--dry-run"])  # refused alike
+    assert assert_one_line(code, stderr, []) == said
     assert digests(run) == before
     code, stderr = cli(["merge", "vocab", str(recipe)])
     assert code == 0, stderr
