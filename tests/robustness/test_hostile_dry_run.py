@@ -114,3 +114,19 @@ def test_decompose_plan_refuses_the_directory_decompose_refuses(
         said[call] = str(caught.value)
     assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
     assert str(out) in said[lmalgebra.decompose]
+
+
+def test_a_reference_tokenizer_the_run_cannot_read_is_refused_by_the_dry_run_too(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+) -> None:
+    """A ``reference_tokenizer`` naming no model and no directory had been planned (exit 0)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8"]
+    args += ["--reference_tokenizer", str(tmp_path / "nowhere")]
+    said = [
+        assert_one_line(*cli([*args, *dry]), ["nowhere", "a, b"]) for dry in ([], ["--dry-run"])
+    ]
+    assert said[0] == said[1]
+    assert not out.exists()

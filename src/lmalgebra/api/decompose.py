@@ -140,6 +140,17 @@ def decompose_plan(
     return plan_frame(config, inputs, timed)
 
 
+def _check_reference(config: DecomposeConfig) -> None:
+    """A ``reference_tokenizer`` that names no model and no local tokenizer the run could read,
+    refused as the run refuses it (a hub id is left to the run: a plan downloads nothing)."""
+    from lmalgebra.sources.hub import looks_local
+    from lmalgebra.sources.tokenizers import load_reference_tokenizer
+
+    reference, names = config.reference_tokenizer, [m.name for m in config.models]
+    if reference is not None and reference not in names and looks_local(reference):
+        load_reference_tokenizer(reference, names)
+
+
 def plan_frame(
     config: DecomposeConfig, inputs: RunInputs | None = None, timed: bool = True
 ) -> pd.DataFrame:
@@ -147,6 +158,7 @@ def plan_frame(
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
+    _check_reference(config)
     with library_call():
         plan, shapes = plan_for(config, given, dry=True)
         unknown = [s.name for s in shapes if s.width <= 0]
