@@ -130,3 +130,20 @@ def test_a_reference_tokenizer_the_run_cannot_read_is_refused_by_the_dry_run_too
     ]
     assert said[0] == said[1]
     assert not out.exists()
+
+
+def test_a_layer_the_models_lack_is_refused_by_the_dry_run_too(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+) -> None:
+    """``--layer 99`` of two-layer models had been planned (exit 0); the run refused it once
+    the first model was loaded."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8", "--layer", "99"]
+    said = [
+        assert_one_line(*cli([*args, *dry]), ["model 'a'", "layer 99"])
+        for dry in ([], ["--dry-run"])
+    ]
+    assert said[0] == said[1]
+    assert not out.exists()
