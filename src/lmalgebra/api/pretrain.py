@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.api.runtime import library_entry
+from lmalgebra.core.errors import UserTypeError
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
 
 __all__ = ["CausalPretrainSpec", "HeadOnlySpec", "MaskedPretrainSpec", "TeacherSpec", "pretrain"]
@@ -25,6 +26,9 @@ def pretrain(
     from lmalgebra.distill.pretrain.head_only import pretrain_head
     from lmalgebra.distill.pretrain.masked import pretrain_masked
 
+    if not isinstance(spec, MaskedPretrainSpec | CausalPretrainSpec | HeadOnlySpec):
+        # a mapping of a spec's keys passes the entry's check (pydantic would make it the spec)
+        raise UserTypeError(f"pretrain(): spec must be TeacherSpec, got {type(spec).__name__}")
     if keep_saved and is_complete(spec.out) and not restart:
         return spec.out
     if isinstance(spec, MaskedPretrainSpec):

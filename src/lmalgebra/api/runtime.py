@@ -100,7 +100,7 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
     Strings and booleans are judged strictly: the function receives the value as given, so
     ``"no"`` is no ``bool`` (it is true) and ``"3"`` no ``int``; other values laxly, so a numpy
     integer is an ``int`` and an ``int`` a ``float``."""
-    from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
 
     holder = types.SimpleNamespace(__annotations__={"value": annotation})
     try:
@@ -117,11 +117,10 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
     def fits(value: Any) -> bool:
         adapter = strict if isinstance(value, str | bytes | bool) else lax
         try:
-            found = adapter.validate_python(value)
+            adapter.validate_python(value)
         except ValidationError:
             return False
-        # a mapping pydantic would make into a model: the function receives the mapping
-        return not isinstance(found, BaseModel) or found is value
+        return True
 
     return fits
 
