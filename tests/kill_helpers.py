@@ -260,8 +260,8 @@ def steady(name: str, data: bytes) -> bytes:
     for timings in JSON (``MEASURED`` keys) and two things a writer does not repeat: a
     safetensors header's metadata map, whose order safetensors does not fix (a checkpoint
     records a tied weight's name there), and so the sha256 a checkpoint's ``state.json``
-    records of its files (and a model's ``lmalgebra.json`` of itself, timings included). A file
-    that does not parse is taken as it is."""
+    records of its files (and a model's ``lmalgebra.json`` and a decomposition's ``summary.json``
+    of themselves, timings included). A file that does not parse is taken as it is."""
     try:
         return _steady_bytes(name, data)
     except ValueError:  # a file cut short, say: it differs from the reference's
@@ -278,7 +278,9 @@ def _steady_bytes(name: str, data: bytes) -> bytes:
         return "\n".join(lines).encode()
     if name.endswith(".json"):
         value = _steady(json.loads(data))
-        if re.search(r"(^|/)(step-\d+/state|lmalgebra)\.json$", name):  # sums over timings too
+        if re.search(
+            r"(^|/)(step-\d+/state|lmalgebra|summary)\.json$", name
+        ):  # sums over timings too
             value = {k: v for k, v in value.items() if k not in ("sha256", "state_sha256")}
         return json.dumps(value, sort_keys=True).encode()
     return data

@@ -103,6 +103,22 @@ def test_every_public_function_checks_its_arguments() -> None:
                 assert getattr(function, ENTRY_POINT, False), f"{cls.__name__}.{name}"
 
 
+@pytest.mark.parametrize("spec", [None, "teacher.yaml", "mapping"])
+def test_pretrain_names_a_spec_that_is_not_one(spec: Any, tmp_path: Path) -> None:
+    """``pretrain`` checked nothing: None, a path or a mapping of a valid spec's keys (which a
+    lax check would make into the spec the function never receives) ended in AttributeError."""
+    from lmalgebra.api.pretrain import pretrain
+
+    if spec == "mapping":
+        corpus = tmp_path / "c.txt"
+        corpus.write_text("some text\n", encoding="utf-8")
+        spec = {"language": "xx", "corpus": {"paths": [str(corpus)]}, "out": str(tmp_path / "t")}
+        spec |= {"tokenizer": {"vocab_size": 300}, "training": {"steps": 1}}
+    with pytest.raises(UserInputError, match=r"^pretrain\(\): spec must be TeacherSpec, got "):
+        pretrain(spec)
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize(
     ("given", "name", "annotation"),
     [

@@ -85,3 +85,65 @@ def test_a_student_init_the_stage_refuses_is_refused_by_the_dry_run_in_its_words
     code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
     assert_one_line(code, stderr, [f"student.init {str(given)!r}", words])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("target", ["file", "other files", "other files, overwrite"])
+def test_decompose_plan_refuses_the_directory_decompose_refuses(
+    target: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``decompose_plan(..., out=DIR)`` planned a run into a file or a directory of another
+    kind, which ``decompose`` with the same arguments refuses (and took no ``overwrite``)."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    if target == "file":
+        out.write_text("mine\n", encoding="utf-8")
+    else:
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n", encoding="utf-8")
+    options = {"out": out, "spans": {"length": 8, "counts": (20, 5, 5)}}
+    options |= {"overwrite": True} if target.endswith("overwrite") else {}
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    said = {}
+    for call in (lmalgebra.decompose, lmalgebra.decompose_plan):
+        with pytest.raises(UserInputError) as caught:
+            call(models, documents(40), **options)
+        said[call] = str(caught.value)
+    assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
+    assert str(out) in said[lmalgebra.decompose]
+
+
+def test_a_reference_tokenizer_the_run_cannot_read_is_refused_by_the_dry_run_too(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+) -> None:
+    """A ``reference_tokenizer`` naming no model and no directory had been planned (exit 0)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8"]
+    args += ["--reference_tokenizer", str(tmp_path / "nowhere")]
+    said = [
+        assert_one_line(*cli([*args, *dry]), ["nowhere", "a, b"]) for dry in ([], ["--dry-run"])
+    ]
+    assert said[0] == said[1]
+    assert not out.exists()
+
+
+def test_a_layer_the_models_lack_is_refused_by_the_dry_run_too(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+) -> None:
+    """``--layer 99`` of two-layer models had been planned (exit 0); the run refused it once
+    the first model was loaded."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8", "--layer", "99"]
+    said = [
+        assert_one_line(*cli([*args, *dry]), ["model 'a'", "layer 99"])
+        for dry in ([], ["--dry-run"])
+    ]
+    assert said[0] == said[1]
+    assert not out.exists()

@@ -639,6 +639,33 @@ def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
     assert {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()} == before
 
 
+def test_merge_init_writes_into_no_other_output(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """``merge init PATH --force`` had replaced a run's own files (its ``config.yaml``, a merge
+    run's ``recipe.yaml``, a student's ``lmalgebra.json``) with the starter recipe: a recipe
+    inside another output is refused as a report or span list there is, nothing changed."""
+    import shutil
+
+    run = tmp_path / "decomposition"
+    shutil.copytree(finished_run, run)
+    merge_run = tmp_path / "merge-run"
+    (merge_run / "s" / "model").mkdir(parents=True)
+    (merge_run / "examples").mkdir()
+    (merge_run / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
+    for name in ("lmalgebra.json", "config.json"):
+        (merge_run / "s" / "model" / name).write_text("{}", encoding="utf-8")
+    for target, holds in (
+        (run / "config.yaml", "decomposition run"),
+        (run / "merge.yaml", "decomposition run"),
+        (merge_run / "recipe.yaml", "merge run"),
+        (merge_run / "s" / "model" / "lmalgebra.json", "model directory"),
+    ):
+        before = digests(target.parent)
+        one_error(*cli("merge", "init", str(target), "--force"), str(target), holds)
+        assert digests(target.parent) == before
+
+
 def test_each_demo_keeps_to_its_own_directory(
     cli: Runner, teacher_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -802,11 +829,15 @@ def test_every_writer_honours_the_lock_the_python_api_too(
 
 @pytest.mark.parametrize(
     ("record", "content"),
-    [("provenance.json", "{not json"), ("provenance.json", '{"hashes": {}, "models": {}}')],
+    [
+        ("provenance.json", "{not json"),
+        ("provenance.json", '{"hashes": {}, "models": {}}'),
+        ("provenance.json", None),  # a model's hash edited: had been called the model's change
+    ],
 )
 def test_a_damaged_provenance_does_not_switch_the_input_check_off(
     record: str,
-    content: str,
+    content: str | None,
     cli: Runner,
     finished_run: Path,
     bert_dir: Path,
@@ -816,10 +847,15 @@ def test_a_damaged_provenance_does_not_switch_the_input_check_off(
 ) -> None:
     """Over a finished run the inputs are compared with its provenance: a damaged one had been
     read as "made before it recorded one", and the run replaced on any inputs."""
+    import json
     import shutil
 
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
+    if content is None:
+        found = json.loads((out / record).read_text(encoding="utf-8"))
+        next(iter(found["models"].values()))["weights"] = "0" * 64
+        content = json.dumps(found)
     (out / record).write_text(content, encoding="utf-8")
     before = digests(out)
     one_error(*cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out)), record, "damaged")

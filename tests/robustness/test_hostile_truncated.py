@@ -9,6 +9,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +103,47 @@ def test_an_undamaged_run_reads_as_written(finished: Path, tmp_path: Path) -> No
     loaded = Decomposition.load(run)  # after the report wrote its figures and page
     assert FILES not in loaded.summary
     assert not loaded.group.empty
+
+
+def _edit_summary(run: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    edit(summary)
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda s: s.update(models=s["models"][:1]),  # read as a run of one model
+        lambda s: s.update(alpha={"value": "x"}),  # ValueError from Decomposition.alpha
+        lambda s: s.pop("models"),  # KeyError from Decomposition.names
+    ],
+    ids=["models_cut", "alpha_not_a_number", "models_removed"],
+)
+def test_a_summary_edited_since_is_refused(
+    edit: Callable[[dict[str, Any]], None],
+    finished: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``summary.json`` carries a checksum of itself: a field edited in a way that stays
+    well-formed JSON had been read as the run's (the report and ``names`` of a model less) or
+    raised from deep inside the API."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    _edit_summary(run, edit)
+    with pytest.raises(UserInputError, match=r"summary\.json is damaged: edited since"):
+        Decomposition.load(run)
+    code, stderr = run_cli(["report", str(run)], monkeypatch, capsys)
+    assert_one_line(code, stderr, [str(run / "summary.json"), "edited since"])
+    assert not (run / "report.html").exists()
+
+
+def test_a_summary_without_its_checksum_is_read_as_an_older_run(
+    finished: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished, run)
+    _edit_summary(run, lambda s: s.pop("sha256"))
+    assert Decomposition.load(run).names == ["a", "b"]

@@ -73,6 +73,29 @@ def _edit_manifest(path: Path, **fields: object) -> None:
     path.write_text(json.dumps({**manifest, **fields}), encoding="utf-8")
 
 
+def _edit_older_manifest(path: Path, **fields: object) -> None:
+    """``fields`` edited in a manifest without the checksum of its records and facts (as an older
+    release wrote them), so that the checks beyond the checksum are what finds the edit: with
+    it, any edit is named as such (``test_an_edited_shard_record_is_named_damaged``)."""
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    manifest.pop("manifest_sha256")
+    path.write_text(json.dumps({**manifest, **fields}), encoding="utf-8")
+
+
+def test_an_edited_shard_record_is_named_damaged(built: Path, tmp_path: Path, cli) -> None:
+    """The checksum of a manifest covers its shard records too: a record's fields other than the
+    shard's sha256 (its rows, an embedding's token count) had been read as written."""
+    run, recipe = _copy_run(built, tmp_path)
+    manifest = run / "topk" / "yy" / "sp" / "manifest.json"
+    found = json.loads(manifest.read_text(encoding="utf-8"))
+    found["shards"][0]["bytes"] += 1  # the shard and its sha256 as they were
+    manifest.write_text(json.dumps(found), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(manifest), "damaged"])
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(manifest.parent), "merge teach"])
+
+
 @pytest.mark.parametrize(
     ("fields", "said"),
     [
@@ -93,7 +116,9 @@ def test_a_manifest_later_stages_could_not_read_fails_verify(
     data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
     recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
     manifest = run / "topk" / "yy" / "sp" / "manifest.json"
-    _edit_manifest(manifest, **fields)
+    # the list emptied is found beyond the checksum (which names any edit): in an older manifest
+    edit = _edit_older_manifest if fields == {"shards": []} else _edit_manifest
+    edit(manifest, **fields)
     before = digests(run)
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(manifest.parent), said])
@@ -110,7 +135,7 @@ def test_a_store_of_other_shards_than_its_copies_fails_verify(
     shutil.copytree(built, run)
     manifest = run / "topk" / "yy" / "sp" / "manifest.json"
     shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
-    _edit_manifest(manifest, shards=shards[:-1])
+    _edit_older_manifest(manifest, shards=shards[:-1])
     (manifest.parent / f"shard-{len(shards) - 1:05d}.arrow").unlink()
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(manifest.parent), str(run / "masked" / "yy" / "sp")])
@@ -129,7 +154,7 @@ def _drop_last_shard(directory: Path) -> None:
     """The set's manifest, still marked complete, without its last shard, whose file goes too."""
     manifest = directory / "manifest.json"
     shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
-    _edit_manifest(manifest, shards=shards[:-1])
+    _edit_older_manifest(manifest, shards=shards[:-1])
     (directory / f"shard-{len(shards) - 1:05d}.arrow").unlink()
 
 
@@ -138,7 +163,7 @@ def _miscount_examples(run: Path) -> None:
     older release wrote them: with it, the edit is named as such)."""
     manifest = run / "examples" / "yy" / "manifest.json"
     found = json.loads(manifest.read_text())
-    found.pop("facts_sha256")
+    found.pop("manifest_sha256")
     manifest.write_text(json.dumps({**found, "examples": found["examples"] + 1}))
 
 
@@ -158,7 +183,7 @@ def _record_rows(value: object):
     def damage(run: Path) -> None:
         manifest = run / "examples" / "yy" / "manifest.json"
         shards = json.loads(manifest.read_text(encoding="utf-8"))["shards"]
-        _edit_manifest(manifest, shards=[{**shards[0], "rows": value}, *shards[1:]])
+        _edit_older_manifest(manifest, shards=[{**shards[0], "rows": value}, *shards[1:]])
 
     return damage
 
@@ -231,13 +256,32 @@ def test_a_causal_teacher_holding_fewer_examples_fails_verify(
     assert not (run / "student").exists()
 
 
-@pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json"])
+@pytest.mark.parametrize("content", ["garbage\n", "[]\n", '{"x": 1}\n'])
+def test_a_damaged_vocabulary_report_is_named_and_vocab_mends_it(
+    content: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """``merge inspect`` read ``vocab/report.json`` raw: a damaged one ended in a traceback
+    (JSONDecodeError, KeyError), verify passed it and ``merge vocab`` kept it."""
+    run, recipe = _copy_run(built, tmp_path)
+    path = run / "vocab" / "report.json"
+    intact = path.read_bytes()
+    path.write_text(content, encoding="utf-8")
+    for args in (["inspect", str(run)], ["verify", str(run)]):
+        code, stderr = cli(["merge", *args])
+        assert_one_line(code, stderr, [str(path), "merge vocab"])
+    code, stderr = cli(["merge", "vocab", str(recipe)])
+    assert code == 0, stderr
+    assert path.read_bytes() == intact
+
+
+@pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json", "vocab_union.json"])
 def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     damaged: str, built: Path, tmp_path: Path, cli
 ) -> None:
     """The student tokenizer is checked against its checksum and the completion mark read as
     such: a token renamed in ``tokenizer.json`` had passed both into training, and a damaged
-    mark passed verify and was then called a missing vocabulary."""
+    mark passed verify and was then called a missing vocabulary. ``vocab_union.json`` carries a
+    checksum of itself: its ``lowercase`` (which the student's copy keeps) edited had passed."""
     run = tmp_path / "run"
     shutil.copytree(built, run)
     recipe = tmp_path / "recipe.yaml"
@@ -247,13 +291,18 @@ def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     intact = path.read_bytes()
     if damaged == "tokenizer.json":
         path.write_bytes(intact.replace(b'"[UNK]"', b'"[UNX]"'))
+    elif damaged == "vocab_union.json":
+        meta = json.loads(intact)
+        path.write_text(json.dumps({**meta, "lowercase": not meta["lowercase"]}), encoding="utf-8")
     else:
         path.write_text("garbage\n", encoding="utf-8")
     before = digests(run)
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(path)])
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
-    assert_one_line(code, stderr, [str(path), "merge vocab"])
+    said = assert_one_line(code, stderr, [str(path), "merge vocab"])
+    code, stderr = cli(["merge", "train", str(recipe), "--dry-run"])  # refused alike
+    assert assert_one_line(code, stderr, []) == said
     assert digests(run) == before
     code, stderr = cli(["merge", "vocab", str(recipe)])
     assert code == 0, stderr
@@ -382,3 +431,12 @@ def test_verify_checks_the_whole_run_and_each_stage_what_it_reads(
     for args in (["evaluate", str(run)], ["verify", str(run)]):
         code, stderr = cli(["merge", *args])
         assert code == 0, stderr
+    # the evaluation's record, which the next `merge evaluate` reads, edited as well-formed JSON
+    record = run / "evaluation" / "evaluation.json"
+    found = json.loads(record.read_text(encoding="utf-8"))
+    found["students"] = {name: "0" * 64 for name in found["students"]}
+    record.write_text(json.dumps(found), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = assert_one_line(code, stderr, [str(record), "damaged"])
+    code, stderr = cli(["merge", "evaluate", str(run), "--languages", "xx"])
+    assert said.removeprefix("error: merge evaluate: ") in assert_one_line(code, stderr, [])

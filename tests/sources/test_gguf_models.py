@@ -288,6 +288,9 @@ def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
         "config deleted",
         "record damaged",
         "a file in its place",
+        "weights damaged, the record's hash removed",
+        "record's source hash edited",
+        "an entry of an older release",
     ],
 )
 def test_a_damaged_dequantised_entry_is_built_again(
@@ -308,6 +311,19 @@ def test_a_damaged_dequantised_entry_is_built_again(
         (built / "config.json").unlink()
     elif damage == "record damaged":
         (built / gguf_models.PROVENANCE).write_text("[1, 2", encoding="utf-8")
+    elif damage.startswith("weights damaged,") or damage.startswith("record's"):
+        # well-formed edits of the record had switched the hash check off, or named another file
+        record = json.loads((built / gguf_models.PROVENANCE).read_text(encoding="utf-8"))
+        if damage.startswith("weights"):
+            del record["files_sha256"]
+            weights.write_bytes(intact[:-64] + bytes(64))
+        else:
+            record["sha256"] = "0" * 64
+        (built / gguf_models.PROVENANCE).write_text(json.dumps(record), encoding="utf-8")
+    elif damage == "an entry of an older release":
+        record = json.loads((built / gguf_models.PROVENANCE).read_text(encoding="utf-8"))
+        del record[gguf_models.RECORD_CHECK]
+        (built / gguf_models.PROVENANCE).write_text(json.dumps(record), encoding="utf-8")
     else:
         shutil.rmtree(built)
         built.write_text("not a model\n", encoding="utf-8")

@@ -67,7 +67,7 @@ def flip_byte(path: Path) -> None:
 def test_safetensors_records_by_name_with_row_ranges(tmp_path: Path) -> None:
     write_rows(tmp_path)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
-    assert list(manifest) == ["key", "rows", "shards", "complete", "facts_sha256"]
+    assert list(manifest) == ["key", "rows", "shards", "complete", "manifest_sha256"]
     assert list(manifest["shards"]) == [f"shard-{i:05d}.safetensors" for i in range(COUNT)]
     first = manifest["shards"]["shard-00001.safetensors"]
     assert list(first) == ["rows", "sha256", "note"] and first["rows"] == [3, 6]
@@ -148,6 +148,38 @@ def test_corrupt_manifest_is_recomputed_with_a_log_line(
     assert f"manifest {tmp_path / 'manifest.json'} is corrupt" in caplog.text
     damaged = f"{tmp_path / 'manifest.json'}: damaged (run the stage again to rebuild the set)"
     assert ShardSet.existing(tmp_path).problems() == [damaged]
+
+
+def test_a_shard_record_edited_with_its_checksum_kept_is_recomputed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record's fields beside the shard's sha256 (an embedding's token count, say) had been
+    read as written: the manifest's checksum covers the records too."""
+    write_rows(tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["shards"]["shard-00001.safetensors"]["note"] = 99
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    shards = rows_set(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        assert shards.plan(COUNT) == list(range(COUNT))
+    assert "was edited since it was written" in caplog.text
+
+
+def test_a_manifest_of_the_older_checksum_is_read_and_its_facts_still_checked(
+    tmp_path: Path,
+) -> None:
+    """A manifest whose checksum (``facts_sha256``) covers ``complete`` and the summary alone is
+    read as it is, not recomputed; an edit of those facts is still seen."""
+    from lmalgebra.core.fingerprint import sha256_json
+
+    write_tables(tmp_path)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["manifest_sha256"]
+    manifest["facts_sha256"] = sha256_json({"complete": True, "top_k": 8})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert ShardSet(tmp_path, KEY).plan(COUNT) == []
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "top_k": 4}))
+    assert ShardSet(tmp_path, KEY).plan(COUNT) == list(range(COUNT))
 
 
 def _leave_parts(directory: Path, owners: dict[int, list[int]]) -> None:

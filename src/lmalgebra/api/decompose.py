@@ -116,7 +116,7 @@ def decompose(
 
 @library_entry
 def decompose_plan(
-    models: Any, texts: Any = None, *, timed: bool = True, **options: Any
+    models: Any, texts: Any = None, *, timed: bool = True, overwrite: bool = False, **options: Any
 ) -> pd.DataFrame:
     """The plan of the :func:`decompose` call with the same arguments, before any work: per
     method (exact with float64 and float32 statistics, reduced, sketch) and phase, the peak
@@ -128,11 +128,27 @@ def decompose_plan(
     ``peak_gib``, ``seconds`` (NaN with ``timed=False``, which skips the few seconds of probes
     that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
     rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
-    ``attrs["available_gib"]``: the memory the plan is held to.
+    ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
+    would refuse of that directory is refused here too (``overwrite`` as for the call).
     """
+    from lmalgebra.lmd.run.decompose import check_claim
+
     data, inputs = _recipe(models, ["."] if texts is None else texts, dict(options))
     config = validate(DecomposeConfig, data, "decompose_plan()")
+    if "out" in options:  # the call writes there: its refusals of the directory, nothing written
+        check_claim(config, overwrite)
     return plan_frame(config, inputs, timed)
+
+
+def _check_reference(config: DecomposeConfig) -> None:
+    """A ``reference_tokenizer`` that names no model and no local tokenizer the run could read,
+    refused as the run refuses it (a hub id is left to the run: a plan downloads nothing)."""
+    from lmalgebra.sources.hub import looks_local
+    from lmalgebra.sources.tokenizers import load_reference_tokenizer
+
+    reference, names = config.reference_tokenizer, [m.name for m in config.models]
+    if reference is not None and reference not in names and looks_local(reference):
+        load_reference_tokenizer(reference, names)
 
 
 def plan_frame(
@@ -142,6 +158,7 @@ def plan_frame(
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
+    _check_reference(config)
     with library_call():
         plan, shapes = plan_for(config, given, dry=True)
         unknown = [s.name for s in shapes if s.width <= 0]

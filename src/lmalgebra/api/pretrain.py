@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmalgebra.api.runtime import library_call
+from lmalgebra.api.runtime import library_entry
+from lmalgebra.core.errors import UserTypeError
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
 
 __all__ = ["CausalPretrainSpec", "HeadOnlySpec", "MaskedPretrainSpec", "TeacherSpec", "pretrain"]
 TeacherSpec = MaskedPretrainSpec | CausalPretrainSpec | HeadOnlySpec
 
 
+@library_entry
 def pretrain(
     spec: TeacherSpec, progress: bool = False, restart: bool = False, *, keep_saved: bool = False
 ) -> Path:
@@ -24,11 +26,13 @@ def pretrain(
     from lmalgebra.distill.pretrain.head_only import pretrain_head
     from lmalgebra.distill.pretrain.masked import pretrain_masked
 
+    if not isinstance(spec, MaskedPretrainSpec | CausalPretrainSpec | HeadOnlySpec):
+        # a mapping of a spec's keys passes the entry's check (pydantic would make it the spec)
+        raise UserTypeError(f"pretrain(): spec must be TeacherSpec, got {type(spec).__name__}")
     if keep_saved and is_complete(spec.out) and not restart:
         return spec.out
-    with library_call():
-        if isinstance(spec, MaskedPretrainSpec):
-            return pretrain_masked(spec, progress, restart)
-        if isinstance(spec, CausalPretrainSpec):
-            return pretrain_causal(spec, progress, restart)
-        return pretrain_head(spec, progress, restart)
+    if isinstance(spec, MaskedPretrainSpec):
+        return pretrain_masked(spec, progress, restart)
+    if isinstance(spec, CausalPretrainSpec):
+        return pretrain_causal(spec, progress, restart)
+    return pretrain_head(spec, progress, restart)

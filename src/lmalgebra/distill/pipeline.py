@@ -20,6 +20,7 @@ from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
+from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
@@ -49,6 +50,7 @@ def verify(run_dir: Path) -> list[str]:
     recipe = load_recipe(layout.require_recipe())
     objective = objective_of(recipe.model_copy(update={"output_dir": layout.root}))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
+    problems += record_problems(layout, objective.kind, objective.row_kinds())
     return problems + objective.stale_store()  # what training's ``check_store`` would refuse
 
 

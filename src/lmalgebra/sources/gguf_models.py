@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.core.remote_code import load_failure
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
@@ -29,6 +29,7 @@ from lmalgebra.storage.split_archive import build_once, checked_file
 
 GGUF_PREFIX = "gguf:"
 PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
+RECORD_CHECK = "record_sha256"  # in gguf.json: of the rest of the record
 GGUF_REQUIREMENT = "gguf==0.19.0"
 _METADATA_SECTIONS = ("general", "tokenizer")  # keys of transformers' mapping that are no model
 
@@ -119,6 +120,7 @@ def gguf_directory(
         files = sorted(made.iterdir())
         provenance["files"] = {p.name: p.stat().st_size for p in files}
         provenance["files_sha256"] = memoised_hash(files, made, None)
+        provenance[RECORD_CHECK] = sha256_json(provenance)
         (made / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
         return made
 
@@ -127,27 +129,28 @@ def gguf_directory(
 
 def _intact(directory: Path, hashed: bool = True) -> bool:
     """Whether a dequantised model directory is as it was built: its :data:`PROVENANCE`
-    readable, and every file it lists there at the size it had and, all together, of the hash
-    recorded (a file deleted, cut short or damaged in place since, a damaged record: built
-    again). The hash is remembered in the cache's ``hashes/`` under each file's size, times and
-    inode, so an intact entry is read whole once per change; ``hashed=False`` (a plan, which
-    reads the configuration and tokenizer alone and writes nothing) checks the sizes only.
-    Entries from before the list are checked for a configuration and weights."""
+    readable and of the checksum it carries, and every file it lists there at the size it had
+    and, all together, of the hash recorded (a file deleted, cut short or damaged in place since,
+    a record edited or torn: built again). The hash is remembered in the cache's ``hashes/``
+    under each file's size, times and inode, so an intact entry is read whole once per change;
+    ``hashed=False`` (a plan, which reads the configuration and tokenizer alone and writes
+    nothing) checks the sizes only. An entry of an older release, without the record's checksum,
+    is built again once."""
     try:
         provenance = read_provenance(directory)
     except (OSError, ValueError, TypeError):
         return False
-    if provenance is None:
-        return False
+    if provenance is None or provenance.pop(RECORD_CHECK, None) != sha256_json(provenance):
+        return False  # a record edited (its hash removed, say) had switched the check off
     files = provenance.get("files")
     if not isinstance(files, dict):
-        return (directory / "config.json").is_file() and any(directory.glob("*.safetensors"))
+        return False
     paths = [directory / str(file) for file in files]
     for path, size in zip(paths, files.values(), strict=True):
         if not path.is_file() or path.stat().st_size != size:
             return False
     recorded = provenance.get("files_sha256")
-    if not hashed or recorded is None:
+    if not hashed:
         return True
     return memoised_hash(paths, directory, cache_directory() / "hashes") == recorded
 

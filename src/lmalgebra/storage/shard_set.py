@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 SHARD_PREFIX = "shard-"  # shard-NNNNN<suffix>
 _OWN_FIELDS = ("key", "shards", "complete")
-_CHECK = "facts_sha256"  # of ``complete`` and the summary (counts, top_k, the start token...)
+_CHECK = "manifest_sha256"  # of the shard records, ``complete`` and the summary (counts, top_k...)
+_FACTS_CHECK = "facts_sha256"  # written before it, of ``complete`` and the summary alone
 
 
 class ShardSet:
@@ -116,14 +117,17 @@ class ShardSet:
             self._stale = f"manifest {path} lists damaged shard records; recomputing its shards"
             self.manifest_damaged = True
             return
-        own = (*_OWN_FIELDS, _CHECK, *self.header)
+        own = (*_OWN_FIELDS, _CHECK, _FACTS_CHECK, *self.header)
         summary = {f: v for f, v in manifest.items() if f not in own}
-        if _CHECK in manifest and manifest[_CHECK] != sha256_json(
-            {"complete": manifest.get("complete"), **summary}
-        ):
+        facts = {"complete": manifest.get("complete"), **summary}
+        if _CHECK in manifest:
+            intact = manifest[_CHECK] == sha256_json({"shards": manifest.get("shards"), **facts})
+        else:  # an older form: of the facts alone, or (older still) none, read as it is
+            intact = manifest.get(_FACTS_CHECK, sha256_json(facts)) == sha256_json(facts)
+        if not intact:
             self._stale = f"manifest {path} was edited since it was written; recomputing its shards"
             self.manifest_damaged = True
-            return  # (a manifest of an older release, without the checksum, is read as it is)
+            return
         self.records = records
         self.complete = manifest.get("complete") is True  # not a truthy string, say
         self.summary = summary
@@ -170,7 +174,8 @@ class ShardSet:
         """The manifest as written: key, header, shard records, completeness, summary."""
         listing = self._listing()
         facts = {"complete": self.complete, **self.summary}
-        return {**self._identity(), "shards": listing, **facts, _CHECK: sha256_json(facts)}
+        check = sha256_json({"shards": listing, **facts})  # a record's tokens, rows, dim too
+        return {**self._identity(), "shards": listing, **facts, _CHECK: check}
 
     def _save_manifest(self) -> None:
         write_json_atomic(self.manifest_path, self.manifest)

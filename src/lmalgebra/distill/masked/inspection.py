@@ -3,11 +3,11 @@ top-k and bytes per masked token; the union vocabulary's report (``merge inspect
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from lmalgebra.distill.layout import MASKED, TOPK, RunLayout
+from lmalgebra.distill.masked.vocabulary import read_report
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -47,8 +47,7 @@ def masked_report(run_dir: Path) -> RunInspection:
     masked token of the top-k files and of the whole store; the vocabulary's report."""
     layout = RunLayout(run_dir)
     rows = [_masked_row(layout, lang, t) for lang, t in layout.pairs(MASKED)]
-    report = layout.vocab / "report.json"
-    vocab = json.loads(report.read_text()) if report.is_file() else None
+    vocab = read_report(layout.vocab)
     examples = sum(int(p["examples"]) for p in rows)
     masked = sum(int(p["masked_tokens"]) for p in rows)
     summary = f"{len(rows)} (language, teacher) pairs, {examples} masked copies, "

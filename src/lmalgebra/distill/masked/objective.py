@@ -47,6 +47,12 @@ def _vocab_problem(stamp: CompletionStamp) -> str | None:
         return f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
     if stamp.recorded() is None:
         return f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
+    from lmalgebra.distill.vocab.union import UnionVocab
+
+    try:  # its files edited or cut short since: read as training reads them (the dry run too)
+        UnionVocab.load(stamp.directory)
+    except UserInputError as err:
+        return str(err)
     return None
 
 

@@ -164,6 +164,19 @@ def _read(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[str, Any
     return record
 
 
+def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind]) -> list[str]:
+    """The run's evaluation record damaged, as ``merge evaluate`` would refuse it (``merge
+    verify``): none when the run holds no record."""
+    path = layout.evaluation / RECORD
+    if not (path.exists() or path.is_symlink()):
+        return []
+    try:
+        _read(path, objective, kinds)
+    except UserInputError as err:
+        return [f"merge evaluate: {err}"]
+    return []
+
+
 def _checksum(record: Mapping[str, Any]) -> str:
     """The digest of everything the record holds but its checksum."""
     return sha256_json({k: v for k, v in record.items() if k != "checksum"})

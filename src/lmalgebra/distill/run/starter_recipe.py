@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.output_paths import check_file, tidy_on_failure
+from lmalgebra.storage.output_paths import check_file, refuse_inside_other_output, tidy_on_failure
 
 STARTER = """\
 # MergeDistill recipe: several teacher masked LMs -> one multilingual student.
@@ -91,6 +91,7 @@ training:
 def write_starter(path: Path, force: bool = False) -> Path:
     """Write the starter recipe to ``path`` (never over an existing file unless ``force``)."""
     check_file(path, "recipe file")  # a directory there: no --force would replace it
+    refuse_inside_other_output(path, "recipe file")  # --force replacing a run's own file
     if path.exists() and not force:
         raise UserInputError(f"{path} exists; choose another name or pass --force to replace it")
     with tidy_on_failure(path.parent, deep=False):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
+from lmalgebra.distill.masked.vocabulary import read_report
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
@@ -87,6 +88,7 @@ def vocabulary_problems(layout: RunLayout) -> list[str]:
         return []
     try:
         UnionVocab.load(directory)
+        read_report(directory)
     except UserInputError as err:
         return [str(err)]
     except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged tokenizer.json

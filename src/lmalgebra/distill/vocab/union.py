@@ -25,7 +25,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_texts
+from lmalgebra.core.fingerprint import sha256_file, sha256_json, sha256_texts
 from lmalgebra.distill.vocab.token_forms import (
     Convention,
     backend_of,
@@ -55,6 +55,7 @@ ROLES: tuple[tuple[str, str], ...] = (
 )
 MAPS_FILE = "vocab_maps.safetensors"
 META_FILE = "vocab_union.json"
+META_CHECK = "meta_sha256"  # in META_FILE: of the rest of it
 STAGING = ".student-tokenizer.staging"  # the student tokenizer's files before they are in place
 FORMAT = 1
 
@@ -216,7 +217,7 @@ class UnionVocab:
             "maps_sha256": sha256_file(directory / MAPS_FILE),
             "tokenizer_sha256": sha256_file(directory / "tokenizer.json"),
         }
-        write_json_atomic(directory / META_FILE, meta)
+        write_json_atomic(directory / META_FILE, {**meta, META_CHECK: sha256_json(meta)})
 
     @classmethod
     def load(cls, directory: Path | str) -> UnionVocab:
@@ -231,6 +232,12 @@ class UnionVocab:
             meta = json.loads(paths[0].read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise UserInputError(f"{paths[0]} is not valid JSON: {err}") from None
+        recorded = meta.pop(META_CHECK, None) if isinstance(meta, dict) else None
+        if recorded is not None and recorded != sha256_json(meta):  # none: an older release's
+            raise UserInputError(
+                f"{paths[0]} was edited since it was written (its {META_CHECK}): run "
+                "`lmalgebra merge vocab RECIPE` again"
+            )
         sums = {paths[1]: meta.get("maps_sha256"), paths[2]: meta.get("tokenizer_sha256")}
         for path, recorded in sums.items():  # no tokenizer sum in vocabularies of before
             if (recorded is not None or path == paths[1]) and sha256_file(path) != recorded:

@@ -12,13 +12,13 @@ from typing import Any
 import yaml
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.core.fingerprint import sha256_file, sha256_texts
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.measure import Measured, ModelPool
 from lmalgebra.lmd.run.outputs import write_outputs
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.rundir.schema import CONFIG, OWNED, PROVENANCE, SUMMARY
+from lmalgebra.lmd.rundir.schema import CONFIG, FILES, OWNED, PROVENANCE, SUMMARY
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.sources.corpus import documents_by_language, read_documents
@@ -84,7 +84,10 @@ def _recorded_inputs(path: Path) -> tuple[str, dict[str, Any]]:
     """The documents' hash and the models' fingerprints a finished run's ``provenance.json``
     (``path``) records; a damaged one is refused, naming it."""
     try:
-        recorded = json.loads(read_text(path, "run provenance"))
+        text = read_text(path, "run provenance")
+        if _recorded_sha256(path) not in (None, sha256_file(path)):  # the record edited
+            raise ValueError(f"its sha256 is not the one {SUMMARY} records")
+        recorded = json.loads(text)
         corpus, models = recorded["hashes"]["corpus"], recorded["models"]
         if not isinstance(corpus, str) or not isinstance(models, dict):
             raise TypeError("hashes.corpus is no hash or models no mapping")
@@ -95,6 +98,17 @@ def _recorded_inputs(path: Path) -> tuple[str, dict[str, Any]]:
             "--overwrite to replace the run"
         ) from None
     return corpus, models
+
+
+def _recorded_sha256(path: Path) -> str | None:
+    """The sha256 the finished run's ``summary.json`` records of its file ``path``; None when it
+    records none (a run of an older release) or cannot be read (named by ``report``)."""
+    try:
+        summary = json.loads((path.parent / SUMMARY).read_text(encoding="utf-8"))
+        digest = summary[FILES][path.name]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return digest if isinstance(digest, str) else None
 
 
 def claim_copy(source: Path, target: Path, overwrite: bool) -> None:

@@ -3,6 +3,7 @@ provenance, figures, and ``summary.json`` last."""
 
 from __future__ import annotations
 
+import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra import __version__
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 from lmalgebra.lmd.figures.run_figures import write_plots
@@ -21,6 +23,7 @@ from lmalgebra.lmd.rundir.schema import (
     PAIRWISE_HEATMAP,
     PROVENANCE,
     SUMMARY,
+    SUMMARY_CHECK,
     TABLES,
     WEIGHTS,
     group_rows,
@@ -107,7 +110,8 @@ def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None)
         pairwise_heatmap(result.pairwise["test"], names, out / PAIRWISE_HEATMAP)
         write_plots(out, chosen=result.alpha)
     record = record_files(out, recorded_outputs(out))
-    write_json_atomic(out / SUMMARY, {**summary(result), FILES: record})
+    written = json.loads(json.dumps({**summary(result), FILES: record}, default=str))
+    write_json_atomic(out / SUMMARY, {**written, SUMMARY_CHECK: sha256_json(written)})
     return out
 
 

@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import absent, read_json_object
-from lmalgebra.lmd.rundir.schema import FILES, FITS, GROUP, GROUP_MEAN, SUMMARY, FitRow
+from lmalgebra.lmd.rundir.schema import (
+    FILES,
+    FITS,
+    GROUP,
+    GROUP_MEAN,
+    SUMMARY,
+    SUMMARY_CHECK,
+    FitRow,
+)
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
 from lmalgebra.storage.output_paths import not_a
@@ -47,9 +56,10 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """``summary.json`` of a complete run, its record of the run's files checked and left out;
-    UserInputError naming the directory when it is not a complete run, or the first file that
-    was cut short or changed since (runs written before the record are read unchecked)."""
+    """``summary.json`` of a complete run, its checksum of itself and its record of the run's
+    files checked and left out; UserInputError naming the directory when it is not a complete
+    run, the summary when it was edited since, or the first file that was cut short or changed
+    since (runs written before the record, or before the checksum, are read unchecked)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserInputError(f"run directory {run_dir} is a file, not a directory")
     if not run_dir.is_dir():
@@ -61,6 +71,12 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
             f"{not_a(run_dir, 'a decomposition run')}"
         )
     summary = read_json(path)
+    recorded = summary.pop(SUMMARY_CHECK, None)
+    if recorded is not None and recorded != sha256_json(summary):
+        raise UserInputError(
+            f"{path} is damaged: edited since the run wrote it (its {SUMMARY_CHECK} is "
+            "another); restore it, or compute the run again"
+        )
     record = summary.pop(FILES, None)
     if record is not None and not isinstance(record, dict):  # damaged: no check to switch off
         raise UserInputError(

@@ -39,6 +39,7 @@ PAIRWISE_HEATMAP = "pairwise_r2_test.png"  # at the run root: models in the run'
 CLUSTERED_HEATMAP = "pairwise_r2_test_clustered.png"  # under plots/: clustered order
 WIDE_DECIMALS = 6
 FILES = "files"  # summary.json's record of the run's files, checked by every reader
+SUMMARY_CHECK = "sha256"  # in summary.json: of the rest of the summary, checked by every reader
 RECORDED_SUFFIXES = (".csv", ".json", ".yaml", ".safetensors")  # figures and the report are
 # drawn again by `report`: they are not the run's record
 
