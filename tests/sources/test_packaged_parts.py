@@ -232,3 +232,15 @@ def test_an_unpacked_asset_damaged_in_place_is_unpacked_again(
     weights.unlink()
     assert asset_path("fake") == path and builds == [1, 1, 1, 1]
     assert {p.name: p.read_bytes() for p in path.iterdir()} == FILES
+
+
+def test_a_plan_unpacks_nothing_into_the_cache(
+    site: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run's view of an asset in parts (``weights=False``) is a scratch copy while the
+    cache holds none (it had been unpacked into the cache), and the cache's once it does."""
+    planned = asset_path("fake", weights=False)
+    assert {p.name: p.read_bytes() for p in planned.iterdir()} == FILES
+    assert not (tmp_path / "cache" / "packaged").exists()
+    path = asset_path("fake")
+    assert path != planned and asset_path("fake", weights=False) == path

@@ -182,7 +182,7 @@ def _planning_directory(file: Path, owner: str) -> Path:
     target = _cache_directory(file.stem, sha256_file(file))
     if target.is_dir() and intact(target, hashed=False):
         return target
-    return _described(file, owner, _scratch())
+    return _described(file, owner, scratch())
 
 
 def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, remedy: str) -> Path:
@@ -193,16 +193,16 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     if target.is_dir() and intact(target, hashed=False):
         return target
     _gguf_package(owner)
-    work = _scratch()
+    work = scratch()
     return _described(checked_file(parts, work, name, sha256, owner, remedy), owner, work / "plan")
 
 
-def _scratch() -> Path:
+def scratch() -> Path:
     """A temporary directory of this process, removed when it ends."""
     import atexit
     import tempfile
 
-    made = Path(tempfile.mkdtemp(prefix="lmalgebra-gguf-plan-"))
+    made = Path(tempfile.mkdtemp(prefix="lmalgebra-plan-"))
     atexit.register(shutil.rmtree, made, True)
     return made
 

@@ -109,6 +109,12 @@ def _build(parts: Sequence[Path], sha256: str, work: Path, what: str, remedy: st
     return unpacked
 
 
+def unpack_into(parts: Sequence[Path], sha256: str, work: Path, *, what: str, remedy: str) -> Path:
+    """The zip that ``parts`` form, checked and unpacked into ``work`` (its folder there): a
+    copy of one's own, without the cache's lock or record (a plan's, in a scratch directory)."""
+    return _build(parts, sha256, work, what, remedy)
+
+
 def build_once(
     target: Path,
     build: Callable[[Path], Path],
