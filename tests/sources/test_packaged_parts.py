@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import io
+import json
 import shutil
 import threading
 import time
@@ -209,3 +210,37 @@ def test_mpnet_embeds_two_sentences_as_sentence_transformers_does(
     unpacked = f"mpnet-{packaged.MPNET_SHA256[:12]}"
     listed = sorted(p.name for p in (tmp_path / "cache" / "packaged").iterdir())
     assert listed == [f".{unpacked}.lock", unpacked]
+
+
+def test_an_unpacked_asset_damaged_in_place_is_unpacked_again(
+    site: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unpacked file edited in place at its size, or the record of what was unpacked edited,
+    is unpacked again (the entry had been taken as finished whatever it held); an intact one is
+    not, and is hashed once per change of its files (the hash is remembered)."""
+    builds = _counting_builds(monkeypatch)
+    path = asset_path("fake")
+    weights = path / "weights.bin"
+    record = path.parent / packaged.UNPACKED_RECORD
+    assert asset_path("fake") == path and builds == [1]
+    weights.write_bytes(bytes(reversed(weights.read_bytes())))  # the same size
+    assert asset_path("fake") == path and builds == [1, 1]
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == FILES
+    found = json.loads(record.read_text())
+    record.write_text(json.dumps({**found, "sha256": "0" * 64}))
+    assert asset_path("fake") == path and builds == [1, 1, 1]
+    weights.unlink()
+    assert asset_path("fake") == path and builds == [1, 1, 1, 1]
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == FILES
+
+
+def test_a_plan_unpacks_nothing_into_the_cache(
+    site: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run's view of an asset in parts (``weights=False``) is a scratch copy while the
+    cache holds none (it had been unpacked into the cache), and the cache's once it does."""
+    planned = asset_path("fake", weights=False)
+    assert {p.name: p.read_bytes() for p in planned.iterdir()} == FILES
+    assert not (tmp_path / "cache" / "packaged").exists()
+    path = asset_path("fake")
+    assert path != planned and asset_path("fake", weights=False) == path

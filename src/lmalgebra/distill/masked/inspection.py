@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.distill.layout import MASKED, TOPK, RunLayout
-from lmalgebra.distill.masked.vocabulary import read_report
 from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.vocab.union import read_report
 from lmalgebra.storage.shard_set import ShardSet
 
 MASKED_COLUMNS = {

@@ -5,22 +5,20 @@ after the rest; ``distill.vocab.union``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.core.text_files import read_json_object
 from lmalgebra.distill.examples import examples_set, require
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.teachers import Teacher
+from lmalgebra.distill.vocab.union import REPORT, read_report
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.completion import CompletionStamp
 
 REPORT_TEXTS = 2000  # texts per language whose tokens the report counts
-REPORT = "report.json"  # in vocab/: what ``merge inspect`` shows of the vocabulary
 
 
 def build_vocabulary(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> None:
@@ -57,22 +55,6 @@ def _reads_back(directory: Path) -> bool:
         return read_report(directory) is not None
     except (UserInputError, OSError, ValueError, KeyError, TypeError):
         return False
-
-
-def read_report(directory: Path) -> dict[str, Any] | None:
-    """The vocabulary's report in ``directory`` (None when none was written); UserInputError
-    naming it when it is damaged, which ``merge vocab`` mends."""
-    path = directory / REPORT
-    if not (path.exists() or path.is_symlink()):
-        return None
-    again = "run `lmalgebra merge vocab RECIPE` again"
-    try:
-        report = read_json_object(path, "vocabulary report")
-    except UserInputError as err:
-        raise UserInputError(f"{err}; {again}") from None
-    if not isinstance(report.get("union_size"), int):
-        raise UserInputError(f"{path} is damaged (no union_size); {again}")
-    return report
 
 
 def vocab_stamp(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> CompletionStamp:

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
-from lmalgebra.distill.masked.vocabulary import read_report
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
-from lmalgebra.distill.vocab.union import META_FILE, UnionVocab
+from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
 from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage

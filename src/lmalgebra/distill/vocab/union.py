@@ -26,6 +26,7 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json, sha256_texts
+from lmalgebra.core.text_files import read_json_object
 from lmalgebra.distill.vocab.token_forms import (
     Convention,
     backend_of,
@@ -55,6 +56,7 @@ ROLES: tuple[tuple[str, str], ...] = (
 )
 MAPS_FILE = "vocab_maps.safetensors"
 META_FILE = "vocab_union.json"
+REPORT = "report.json"  # in vocab/: what ``merge inspect`` shows of the vocabulary
 META_CHECK = "meta_sha256"  # in META_FILE: of the rest of it
 STAGING = ".student-tokenizer.staging"  # the student tokenizer's files before they are in place
 FORMAT = 1
@@ -346,3 +348,19 @@ def tokens_per_language(
         encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
         fertility[language] = sum(len(ids) for ids in encoded) / words
     return fertility
+
+
+def read_report(directory: Path) -> dict[str, Any] | None:
+    """The vocabulary's report in ``directory`` (None when none was written); UserInputError
+    naming it when it is damaged, which ``merge vocab`` mends."""
+    path = directory / REPORT
+    if not (path.exists() or path.is_symlink()):
+        return None
+    again = "run `lmalgebra merge vocab RECIPE` again"
+    try:
+        report = read_json_object(path, "vocabulary report")
+    except UserInputError as err:
+        raise UserInputError(f"{err}; {again}") from None
+    if not isinstance(report.get("union_size"), int):
+        raise UserInputError(f"{path} is damaged (no union_size); {again}")
+    return report
