@@ -133,7 +133,7 @@ def contender(
 def agreement(baseline: Path, ours: Path, teacher: str) -> dict[str, float]:
     """Largest differences between the two stores, and the share of positions with the same
     top-k ids and the same draws."""
-    from lmalgebra.distill.causal.store_view import load_causal_store
+    from lmalgebra.distill.causal.store import load_causal_store
 
     a, b = (load_causal_store(run, "en", teacher) for run in (baseline, ours))
     diff = {"next_logprob": 0.0, "topk_logprobs": 0.0}
