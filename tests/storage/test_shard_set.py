@@ -254,3 +254,13 @@ def test_records_beyond_the_planned_count_are_dropped(
         reference.write(index, table(index))
     reference.finish(top_k=8)
     assert files(tmp_path / "long") == files(tmp_path / "ref")
+
+
+def test_a_sealed_record_tells_an_edit_from_an_older_form() -> None:
+    from lmalgebra.core.fingerprint import sealed, unseal
+
+    record = sealed({"top_k": 8, "files": {"a": 1}}, "sha256")
+    assert unseal(dict(record), "sha256") is True
+    assert unseal({**record, "top_k": 4}, "sha256") is False
+    older = {"top_k": 8, "files": {"a": 1}}
+    assert unseal(older, "sha256") is None and older == {"top_k": 8, "files": {"a": 1}}

@@ -41,6 +41,18 @@ def sha256_json(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def sealed(record: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """``record`` with a checksum of itself under ``key``, which :func:`unseal` checks."""
+    return {**record, key: sha256_json(dict(record))}
+
+
+def unseal(record: dict[str, Any], key: str) -> bool | None:
+    """Take ``key`` out of ``record`` (as :func:`sealed` wrote it) and say whether the rest
+    matches it: True, False (edited since), None (no checksum: an older release's record)."""
+    recorded = record.pop(key, None)
+    return None if recorded is None else recorded == sha256_json(record)
+
+
 def sha256_texts(texts: Iterable[str]) -> str:
     """Hash of an ordered sequence of strings (length-prefixed so boundaries count)."""
     digest = hashlib.sha256()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_json
+from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -177,7 +177,7 @@ def write_model_directory(
         if p.is_file() and p.name not in (MARKER, CARD) and not p.name.startswith(".")
     )
     record = {**metadata, FILES_KEY: {p.name: sha256_file(p) for p in written}}
-    write_json_atomic(target / MARKER, {**record, CHECK_KEY: sha256_json(record)})
+    write_json_atomic(target / MARKER, sealed(record, CHECK_KEY))
     return target
 
 
@@ -218,8 +218,7 @@ def model_damage(directory: Path) -> str | None:
         marker = read_marker(directory)
     except UserInputError as err:
         return str(err)
-    recorded = marker.pop(CHECK_KEY, None)
-    if recorded is not None and recorded != sha256_json(marker):
+    if unseal(marker, CHECK_KEY) is False:
         return f"{directory / MARKER} was edited since it was written (its sha256)"
     sums = marker.get(FILES_KEY, {})
     for name, digest in sums.items():

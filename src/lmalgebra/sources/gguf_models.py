@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_json
+from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.remote_code import load_failure
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
@@ -129,7 +129,7 @@ def seal(made: Path, record: dict[str, Any], name: str = PROVENANCE) -> None:
     files = sorted(p for p in made.rglob("*") if p.is_file())
     record = {**record, "files": {p.relative_to(made).as_posix(): p.stat().st_size for p in files}}
     record["files_sha256"] = memoised_hash(files, made, None)
-    record[RECORD_CHECK] = sha256_json(record)
+    record = sealed(record, RECORD_CHECK)
     (made / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
@@ -147,7 +147,7 @@ def intact(directory: Path, hashed: bool = True, name: str = PROVENANCE) -> bool
         provenance = read_provenance(directory, name)
     except (OSError, ValueError, TypeError):
         return False
-    if provenance is None or provenance.pop(RECORD_CHECK, None) != sha256_json(provenance):
+    if provenance is None or not unseal(provenance, RECORD_CHECK):
         return False  # a record edited (its hash removed, say) had switched the check off
     files = provenance.get("files")
     if not isinstance(files, dict):

@@ -25,7 +25,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_json, sha256_texts
+from lmalgebra.core.fingerprint import sealed, sha256_file, sha256_texts, unseal
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.distill.vocab.token_forms import (
     Convention,
@@ -219,7 +219,7 @@ class UnionVocab:
             "maps_sha256": sha256_file(directory / MAPS_FILE),
             "tokenizer_sha256": sha256_file(directory / "tokenizer.json"),
         }
-        write_json_atomic(directory / META_FILE, {**meta, META_CHECK: sha256_json(meta)})
+        write_json_atomic(directory / META_FILE, sealed(meta, META_CHECK))
 
     @classmethod
     def load(cls, directory: Path | str) -> UnionVocab:
@@ -234,8 +234,7 @@ class UnionVocab:
             meta = json.loads(paths[0].read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise UserInputError(f"{paths[0]} is not valid JSON: {err}") from None
-        recorded = meta.pop(META_CHECK, None) if isinstance(meta, dict) else None
-        if recorded is not None and recorded != sha256_json(meta):  # none: an older release's
+        if isinstance(meta, dict) and unseal(meta, META_CHECK) is False:  # None: older release
             raise UserInputError(
                 f"{paths[0]} was edited since it was written (its {META_CHECK}): run "
                 "`lmalgebra merge vocab RECIPE` again"

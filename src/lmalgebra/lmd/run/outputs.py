@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra import __version__
-from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.fingerprint import sealed
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 from lmalgebra.lmd.figures.run_figures import write_plots
@@ -111,7 +111,7 @@ def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None)
         write_plots(out, chosen=result.alpha)
     record = record_files(out, recorded_outputs(out))
     written = json.loads(json.dumps({**summary(result), FILES: record}, default=str))
-    write_json_atomic(out / SUMMARY, {**written, SUMMARY_CHECK: sha256_json(written)})
+    write_json_atomic(out / SUMMARY, sealed(written, SUMMARY_CHECK))
     return out
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.fingerprint import unseal
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import absent, read_json_object
 from lmalgebra.lmd.rundir.schema import (
@@ -71,8 +71,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
             f"{not_a(run_dir, 'a decomposition run')}"
         )
     summary = read_json(path)
-    recorded = summary.pop(SUMMARY_CHECK, None)
-    if recorded is not None and recorded != sha256_json(summary):
+    if unseal(summary, SUMMARY_CHECK) is False:
         raise UserInputError(
             f"{path} is damaged: edited since the run wrote it (its {SUMMARY_CHECK} is "
             "another); restore it, or compute the run again"
