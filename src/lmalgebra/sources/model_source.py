@@ -104,6 +104,10 @@ class ModelSource:
         any work, a passed check remembered in ``memo_dir`` if ``remember``; ``owner`` starts
         the message. Only a Hugging Face architecture has anything to check."""
 
+    def check_planned_layer(self, layer: int) -> None:
+        """Refuse ``layer`` before any weights load where the configuration says the model
+        lacks it (a dry run too); a kind without one is checked at its load."""
+
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         """Hashes of what changes its numbers (``weights``, ``tokenizer``, ``config``...), file
         hashes memoised in ``memo_dir``."""
@@ -245,8 +249,12 @@ def check_layer(name: str, model: Any, layer: int) -> None:
     if own is not None:
         own(layer)
         return
-    layers = getattr(model.config, "num_hidden_layers", None)
-    if layers is not None and not -(layers + 1) <= layer <= layers:
+    refuse_missing_layer(name, getattr(model.config, "num_hidden_layers", None), layer)
+
+
+def refuse_missing_layer(name: str, layers: Any, layer: int) -> None:
+    """Refuse ``layer`` of a model of ``layers`` hidden layers (not an int: not known)."""
+    if isinstance(layers, int) and not -(layers + 1) <= layer <= layers:
         raise UserInputError(
             f"model {name!r}: layer {layer} does not exist "
             f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"

@@ -42,7 +42,7 @@ def model_shapes(
     shapes = []
     for source in sources:  # refused here, by the dry run too, before any embedding
         source.check_architecture(memo_dir=memo, remember=not dry)
-        _check_layer(source, config.layer)
+        source.check_planned_layer(config.layer)
         shapes.append(source.shape(bytes_per_weight))
     if config.study.nulls:
         pairs = zip(shapes, sources, strict=True)
@@ -50,24 +50,6 @@ def model_shapes(
             replace(shape, name=random_copy(shape.name)) for shape, s in pairs if s.pretrained
         ]
     return shapes
-
-
-def _check_layer(source: ModelSource, layer: int) -> None:
-    """The run's layer refused from a transformers model's configuration, before any weights
-    load, as its load refuses it (by the dry run too); other kinds are checked at their load."""
-    from types import SimpleNamespace
-
-    from lmalgebra.sources.kinds.transformers import TransformersModel
-    from lmalgebra.sources.model_files import read_config
-    from lmalgebra.sources.model_source import check_layer
-
-    if not isinstance(source, TransformersModel) or source.ref.trust_remote_code:
-        return
-    found = read_config(source.name, source.planning_path() / "config.json")
-    layers = found.get("num_hidden_layers")
-    check_layer(
-        source.name, SimpleNamespace(config=SimpleNamespace(num_hidden_layers=layers)), layer
-    )
 
 
 def plan_for(

@@ -28,7 +28,7 @@ from lmalgebra.sources.model_files import (
     read_config,
     weight_files,
 )
-from lmalgebra.sources.model_source import ReferencedModel
+from lmalgebra.sources.model_source import ReferencedModel, refuse_missing_layer
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.tokenizers import TOKENIZER_FILES
 from lmalgebra.storage.atomic import write_text_atomic
@@ -126,6 +126,12 @@ class TransformersModel(ReferencedModel):
         return int(
             AutoConfig.from_pretrained(self.directory, trust_remote_code=remote).num_hidden_layers
         )
+
+    def check_planned_layer(self, layer: int) -> None:
+        if self.ref.trust_remote_code:  # its configuration is its own code's to read
+            return
+        config = read_config(self.name, self.planning_path() / "config.json")
+        refuse_missing_layer(self.name, config.get("num_hidden_layers"), layer)
 
     def check_architecture(
         self,
