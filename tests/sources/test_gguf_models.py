@@ -11,10 +11,12 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from gguf_fixtures import tiny_llama, write_llama_gguf
 from hostile_helpers import assert_one_line, run_cli
@@ -397,3 +399,72 @@ def test_a_dry_run_plans_a_packaged_gguf_in_parts_without_writing_the_cache(
     code, err = run_cli(args, monkeypatch, capsys)
     assert code == 0, err
     assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())
+
+
+def _cached(cache: Path) -> list[str]:
+    return sorted(p.name for p in (cache / "gguf").iterdir()) if (cache / "gguf").is_dir() else []
+
+
+@pytest.mark.parametrize("where", ["reference_tokenizer", "student.tokenizer", "teacher:NAME"])
+def test_a_dry_run_reads_a_gguf_tokenizer_without_writing_the_cache(
+    where: str,
+    source,
+    tmp_path: Path,
+    cache: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    causal_teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A ``gguf:`` tokenizer source (a decomposition's reference tokenizer, a causal student's
+    tokenizer given as a model or as a GGUF teacher's) had been dequantised whole into the cache
+    by the dry run: the plan reads the file's tokenizer alone, and writes nothing."""
+    from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+
+    gguf = f"gguf:{source[2]}"
+    if where == "reference_tokenizer":
+        args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={gpt2_dir}"]
+        args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+        args += ["--reference_tokenizer", gguf]
+    else:
+        teachers: dict[str, Any] = dict(causal_teacher_dirs)
+        student = {**CAUSAL_STUDENT, "tokenizer": gguf}
+        if where == "teacher:NAME":
+            teachers["gg"] = source[2]
+            student["tokenizer"] = "teacher:gg"
+        recipe = write_causal_recipe(tmp_path, teachers, student=student)
+        if where == "teacher:NAME":  # the GGUF teacher teaches 'yy' (64 positions: short text)
+            data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+            data["teachers"]["gg"]["path"] = gguf
+            data["languages"]["yy"]["teachers"] = ["wp", "gg"]
+            data["causal"]["example_bytes"] = 60
+            recipe.write_text(yaml.safe_dump(data, allow_unicode=True), encoding="utf-8")
+        args = ["merge", "run", str(recipe)]
+    code, err = run_cli([*args, "--dry-run"], monkeypatch, capsys)
+    assert code == 0, err
+    assert _cached(cache) == []
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_gguf_student_tokenizer_is_the_same_tokenizer_in_the_plan_and_the_run(
+    source, tmp_path: Path, cache: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """What the plan reads (the file's tokenizer, in a scratch directory) and what the run
+    reads (the dequantised entry's) are the same files: one identity, one vocabulary."""
+    from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+    from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
+    from lmalgebra.distill.recipe import load_recipe
+
+    student = {**CAUSAL_STUDENT, "tokenizer": f"gguf:{source[2]}"}
+    recipe = load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs, student=student))
+    planned, planned_identity = student_tokenizer(recipe, dict, weights=False)
+    assert _cached(cache) == []
+    made, identity = student_tokenizer(recipe, dict)
+    assert _cached(cache) != [] and identity == planned_identity
+    assert made(TEXT)["input_ids"] == planned(TEXT)["input_ids"]
+    entry = gguf_models.file_directory(str(source[2]), "x")
+    scratch = gguf_models._described(source[2], "x", tmp_path / "described")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (scratch / name).read_bytes() == (entry / name).read_bytes(), name

@@ -142,13 +142,14 @@ def decompose_plan(
 
 def _check_reference(config: DecomposeConfig) -> None:
     """A ``reference_tokenizer`` that names no model and no local tokenizer the run could read,
-    refused as the run refuses it (a hub id is left to the run: a plan downloads nothing)."""
+    refused as the run refuses it (a hub id is left to the run: a plan downloads nothing; a
+    GGUF file or packaged model is read without writing to the cache)."""
     from lmalgebra.sources.hub import looks_local
     from lmalgebra.sources.tokenizers import load_reference_tokenizer
 
     reference, names = config.reference_tokenizer, [m.name for m in config.models]
     if reference is not None and reference not in names and looks_local(reference):
-        load_reference_tokenizer(reference, names)
+        load_reference_tokenizer(reference, names, weights=False)
 
 
 def plan_frame(

@@ -28,14 +28,16 @@ TOKENIZER_FILES = (
 )
 
 
-def resolve_tokenizer(source: str, owner: str) -> Path:
+def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
     """The directory of the tokenizer ``source`` names: a directory, ``package:NAME``,
     ``gguf:FILE`` (the tokenizer the file describes) or a hub id (``ID[@REVISION]``, its
-    tokenizer files fetched). ``owner`` starts every message."""
+    tokenizer files fetched). ``owner`` starts every message. ``weights=False`` (a plan): a
+    packaged model or GGUF file is not unpacked or dequantised into the cache for it (the
+    tokenizer files it yields are the same bytes)."""
     if source.startswith(PACKAGE_PREFIX):
-        return asset_path(source.removeprefix(PACKAGE_PREFIX))
+        return asset_path(source.removeprefix(PACKAGE_PREFIX), weights)
     if source.startswith(GGUF_PREFIX):
-        return file_directory(source.removeprefix(GGUF_PREFIX), owner)
+        return file_directory(source.removeprefix(GGUF_PREFIX), owner, weights)
     local = Path(source).expanduser()
     if local.is_symlink() and not local.exists():
         raise UserInputError(f"{owner}: tokenizer {source} {absent(local)}")
@@ -49,18 +51,20 @@ def resolve_tokenizer(source: str, owner: str) -> Path:
     return snapshot(owner, repo, revision or None, [*TOKENIZER_FILES, "config.json"])
 
 
-def load_named_tokenizer(source: str, owner: str) -> Any:
-    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``), without
-    remote code; ``owner`` starts every message."""
-    return fast_tokenizer(resolve_tokenizer(source, owner), owner, False)
+def load_named_tokenizer(source: str, owner: str, weights: bool = True) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id, ``package:NAME`` or
+    ``gguf:FILE``), without remote code; ``owner`` starts every message; ``weights=False``: as a
+    plan reads it (:func:`resolve_tokenizer`)."""
+    return fast_tokenizer(resolve_tokenizer(source, owner, weights), owner, False)
 
 
-def load_reference_tokenizer(source: str, models: Sequence[str]) -> Any:
-    """The fast tokenizer ``source`` names (a directory, hub id or ``package:NAME``) when it is
-    no model of the run: a ``reference_tokenizer`` that cuts spans without embedding anything.
-    ``models``: the run's model names, listed when ``source`` turns out to be unusable."""
+def load_reference_tokenizer(source: str, models: Sequence[str], weights: bool = True) -> Any:
+    """The fast tokenizer ``source`` names (a directory, hub id, ``package:NAME`` or
+    ``gguf:FILE``) when it is no model of the run: a ``reference_tokenizer`` that cuts spans
+    without embedding anything. ``models``: the run's model names, listed when ``source`` turns
+    out to be unusable; ``weights=False``: as a plan reads it (:func:`resolve_tokenizer`)."""
     try:
-        return load_named_tokenizer(source, f"reference_tokenizer {source!r}")
+        return load_named_tokenizer(source, f"reference_tokenizer {source!r}", weights)
     except UserInputError as err:
         if not models:
             raise
@@ -81,3 +85,4 @@ def fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
             f"{owner}: tokenizer is not a fast (Rust) tokenizer, so it reports no token offsets"
         )
     return tokenizer
+

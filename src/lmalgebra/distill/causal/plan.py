@@ -66,7 +66,7 @@ def plan_student(
 
     init = open_init(recipe.student, weights=False)  # refused as train refuses it, first
     clock = time.perf_counter()
-    tokenizer, _ = student_tokenizer(recipe, training)
+    tokenizer, _ = student_tokenizer(recipe, training, weights=False)  # nothing into the cache
     read = {
         lang: np.array(
             [len(encode_with_offsets(tokenizer, e.text, "student").ids) for e in found],

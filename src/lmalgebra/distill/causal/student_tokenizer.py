@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 Texts = Callable[[], Mapping[str, Sequence[str]]]  # each language's training texts, when asked
 
 
-def made_tokenizer(choice: TokenizerChoice, recipe: CausalRecipe, training: Texts) -> Any:
-    """The tokenizer ``choice`` names: a teacher's or a model's (loaded), one trained on the
+def made_tokenizer(
+    choice: TokenizerChoice, recipe: CausalRecipe, training: Texts, weights: bool = True
+) -> Any:
+    """The tokenizer ``choice`` names: a teacher's or a model's (loaded; ``weights=False``, a
+    plan: as a plan reads it, a GGUF file's not dequantised into the cache), one trained on the
     ``training()`` texts of every language (in language order) or the byte tokenizer."""
     positions = recipe.student.max_position_embeddings
     if choice.source == "bytes":
@@ -40,12 +43,16 @@ def made_tokenizer(choice: TokenizerChoice, recipe: CausalRecipe, training: Text
         return train_causal_tokenizer(every, choice.kind, choice.vocab_size, positions)
     teacher = recipe.teachers.get(choice.name) if choice.source == "teacher" else None
     ref = teacher.ref(choice.name) if teacher else ModelRef(name="student", path=choice.name)
-    return ref.source.load_tokenizer()
+    return source_of(ref, weights=weights).load_tokenizer()
 
 
-def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[str, Any]]:
+def student_tokenizer(
+    recipe: CausalRecipe, training: Texts, weights: bool = True
+) -> tuple[Any, dict[str, Any]]:
     """The student's tokenizer and what identifies it; ``training``: each language's training
-    texts (called only for a trained tokenizer). A student with ``init`` has that model's."""
+    texts (called only for a trained tokenizer). A student with ``init`` has that model's.
+    ``weights=False`` (a dry run): a model's tokenizer is read as a plan reads it (a GGUF file's
+    configuration and tokenizer alone, nothing written to the cache; the same tokenizer files)."""
     init = recipe.student.init
     if init is not None:
         ref = init_reference(init)
@@ -60,7 +67,7 @@ def student_tokenizer(recipe: CausalRecipe, training: Texts) -> tuple[Any, dict[
         given = recipe.student.tokenizer
         choice = parse_student_tokenizer(given, recipe.teachers)
         named = str(choice)
-        tokenizer = made_tokenizer(choice, recipe, training)
+        tokenizer = made_tokenizer(choice, recipe, training, weights)
     detect_convention(tokenizer, f"student tokenizer {given!r}")
     if start_token_id(tokenizer) is None:
         raise UserInputError(

@@ -84,7 +84,7 @@ class OnnxModel(ReferencedModel):
                 "the command line or tokenizer: in the recipe (a directory, hub id or "
                 "package:NAME)"
             )
-        return resolve_tokenizer(source, f"model {ref.name!r}")
+        return resolve_tokenizer(source, f"model {ref.name!r}", self.weights)
 
     def load(
         self, device: str = "cpu", weights_dtype: str = "float32", device_map: str | None = None
