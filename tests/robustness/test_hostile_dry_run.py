@@ -147,3 +147,62 @@ def test_a_layer_the_models_lack_is_refused_by_the_dry_run_too(
     ]
     assert said[0] == said[1]
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def bert_graph(tmp_path_factory: pytest.TempPathFactory, bert_dir: Path) -> Path:
+    """The tiny BERT as an ONNX graph, alone in its folder (no tokenizer beside it)."""
+    from onnx_export import export_onnx
+
+    return export_onnx(bert_dir, tmp_path_factory.mktemp("graph") / "bert.onnx")
+
+
+@pytest.mark.parametrize("case", ["onnx-without", "onnx-missing", "onnx-file", "no-files"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_tokenizer_the_run_refuses_is_refused_by_the_dry_run_too(
+    case: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert_graph: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """The dry run had planned an ONNX model without a tokenizer, or with one that does not
+    exist or is a file; and a model directory without tokenizer files, from which transformers
+    makes a tokenizer of special tokens alone, ran: every span read as [UNK]."""
+    import shutil
+
+    if case == "no-files":
+        model = tmp_path / "bare"
+        model.mkdir()
+        for name in ("config.json", "model.safetensors"):
+            shutil.copy(bert_dir / name, model / name)
+        ref, needles = str(model), [f"{model} holds none of the tokenizer files"]
+    else:
+        given = {
+            "onnx-without": "",
+            "onnx-missing": "#/nonexistent",
+            "onnx-file": "#" + str(corpus_txt),
+        }
+        ref = f"onnx:{bert_graph}{given[case]}"
+        needles = {
+            "onnx-without": ["an ONNX model needs a tokenizer"],
+            "onnx-missing": ["tokenizer directory /nonexistent does not exist"],
+            "onnx-file": [f"tokenizer {corpus_txt} is a file"],
+        }[case]
+    needles = ["model 'c'", *needles]
+    if dry_run:
+        models = {"a": bert_dir, "c": ref}
+        refused_before_embedding(
+            cli, models, corpus_txt, ["--dry-run"], needles, tmp_path, monkeypatch
+        )
+        return
+    # the run refuses it where it first reads it: the spans of an ONNX model, the embedding of
+    # a transformers model (model 'a' embedded before it stays cached, for the next run)
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"c={ref}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    assert_one_line(*cli([*args, "--out", str(tmp_path / "out")]), needles)
+    assert not (tmp_path / "out").exists()

@@ -108,6 +108,10 @@ class ModelSource:
         """Refuse ``layer`` before any weights load where the configuration says the model
         lacks it (a dry run too); a kind without one is checked at its load."""
 
+    def check_planned_tokenizer(self) -> None:
+        """Refuse, before any weights load (a dry run too), a tokenizer the run would refuse
+        (missing, not fast, empty); a model given as a Python object is checked when given."""
+
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         """Hashes of what changes its numbers (``weights``, ``tokenizer``, ``config``...), file
         hashes memoised in ``memo_dir``."""
@@ -200,6 +204,13 @@ class ReferencedModel(ModelSource):
     def tokenizer_directory(self) -> Path:
         """Where its tokenizer's files are (its own directory unless the kind says otherwise)."""
         return self.directory
+
+    def check_planned_tokenizer(self) -> None:
+        """Its tokenizer loaded as a plan finds it (no weights fetched, nothing unpacked or
+        dequantised into the cache), refused as the run refuses it; a model whose tokenizer
+        runs remote code is left to the run (a plan runs none)."""
+        if self.has_tokenizer and not self.ref.trust_remote_code:
+            type(self)(self.ref, self.planning_path(), weights=False).load_tokenizer()
 
     def load_tokenizer(self) -> Any:
         directory, remote = self.tokenizer_directory(), self.ref.trust_remote_code

@@ -84,5 +84,24 @@ def fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
         raise UserInputError(
             f"{owner}: tokenizer is not a fast (Rust) tokenizer, so it reports no token offsets"
         )
+    refuse_empty(tokenizer, directory, owner)
     return tokenizer
 
+
+def refuse_empty(tokenizer: Any, directory: Path, owner: str) -> None:
+    """Refuse a tokenizer that holds no token but its special ones: what transformers makes of
+    a model directory without tokenizer files (every word its unknown token, or no token at
+    all), which would cut and embed every text as nothing."""
+    special = set(tokenizer.all_special_ids)
+    if any(i not in special for i in tokenizer.get_vocab().values()):
+        return
+    files = [f for f in TOKENIZER_FILES if (directory / f).is_file()]
+    what = (
+        f"holds none of the tokenizer files ({', '.join(TOKENIZER_FILES[:4])}, ...)"
+        if not files
+        else f"holds tokenizer files ({', '.join(files)}) of no vocabulary"
+    )
+    raise UserInputError(
+        f"{owner}: {directory} {what}: transformers makes of it a tokenizer of special tokens "
+        "alone, which reads every text as nothing; give the model's own tokenizer"
+    )

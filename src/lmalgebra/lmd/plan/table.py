@@ -35,7 +35,8 @@ def model_shapes(
 ) -> list[ModelShape]:
     """Every model's sizes, read without loading any weights (and those of the random-initialised
     copies a ``nulls`` study adds), each model's architecture checked (remembered in the cache's
-    ``hashes/``, which a ``dry`` run only reads)."""
+    ``hashes/``, which a ``dry`` run only reads) and, by a ``dry`` run, its tokenizer loaded
+    as the run would load it (the run loads it where it cuts or embeds spans)."""
     bytes_per_weight = 2 if config.weights_dtype == "bfloat16" else 4
     memo = config.cache_dir / "hashes"
     sources = list(bound_sources(config.models, given or {}).values())
@@ -44,6 +45,8 @@ def model_shapes(
         source.check_architecture(memo_dir=memo, remember=not dry)
         source.check_planned_layer(config.layer)
         shapes.append(source.shape(bytes_per_weight))
+        if dry:  # the run loads it when it cuts or embeds spans (a cached run: never)
+            source.check_planned_tokenizer()
     if config.study.nulls:
         pairs = zip(shapes, sources, strict=True)
         shapes += [
