@@ -274,6 +274,40 @@ def test_a_damaged_vocabulary_report_is_named_and_vocab_mends_it(
     assert path.read_bytes() == intact
 
 
+@pytest.mark.parametrize("edit", ["number", "another vocabulary"])
+def test_an_edited_vocabulary_report_is_named_and_vocab_mends_it(
+    edit: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """``vocab/report.json`` edited in a well-formed way (a language's tokens per word changed)
+    had been shown by ``merge inspect`` and passed verify: it carries a checksum of itself and
+    of the ``vocab_union.json`` it describes (a report resealed for another vocabulary is
+    named too); one with neither, of an older release, is read as it is."""
+    from lmalgebra.core.fingerprint import sealed, unseal
+    from lmalgebra.distill.vocab.union import REPORT_CHECK, REPORT_OF
+
+    run, recipe = _copy_run(built, tmp_path)
+    path = run / "vocab" / "report.json"
+    intact = path.read_bytes()
+    report = json.loads(intact)
+    assert unseal(report, REPORT_CHECK) is True
+    if edit == "number":
+        report["tokens_per_language"]["xx"] = 9.9
+        edited, needle = {**report, REPORT_CHECK: json.loads(intact)[REPORT_CHECK]}, "edited since"
+    else:
+        edited, needle = sealed({**report, REPORT_OF: "0" * 64}, REPORT_CHECK), "another vocabulary"
+    path.write_text(json.dumps(edited), encoding="utf-8")
+    for args in (["inspect", str(run)], ["verify", str(run)]):
+        code, stderr = cli(["merge", *args])
+        assert_one_line(code, stderr, [str(path), needle, "merge vocab"])
+    code, stderr = cli(["merge", "vocab", str(recipe)])
+    assert code == 0, stderr
+    assert path.read_bytes() == intact
+    older = {k: v for k, v in report.items() if k not in (REPORT_CHECK, REPORT_OF)}
+    path.write_text(json.dumps(older), encoding="utf-8")
+    code, stderr = cli(["merge", "inspect", str(run)])
+    assert code == 0, stderr
+
+
 @pytest.mark.parametrize("damaged", ["tokenizer.json", "complete.json", "vocab_union.json"])
 def test_a_damaged_vocabulary_fails_verify_and_training_and_vocab_mends_it(
     damaged: str, built: Path, tmp_path: Path, cli

@@ -14,7 +14,7 @@ from lmalgebra.distill.examples import examples_set, require
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.teachers import Teacher
-from lmalgebra.distill.vocab.union import REPORT, read_report
+from lmalgebra.distill.vocab.union import REPORT, read_report, sealed_report
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.completion import CompletionStamp
 
@@ -39,10 +39,10 @@ def build_vocabulary(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> None
     stamp.clear()
     tokenizers = {name: t.tokenizer for name, t in teachers.items()}
     union = build_union(tokenizers)
-    union.save(out)
+    vocabulary = union.save(out)
     report = union.report(tokenizers)
     report["tokens_per_language"] = tokens_per_language(texts, union.student_tokenizer())
-    write_json_atomic(out / REPORT, report)
+    write_json_atomic(out / REPORT, sealed_report(report, vocabulary))
     stamp.mark()
 
 

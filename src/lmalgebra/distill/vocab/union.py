@@ -58,6 +58,8 @@ MAPS_FILE = "vocab_maps.safetensors"
 META_FILE = "vocab_union.json"
 REPORT = "report.json"  # in vocab/: what ``merge inspect`` shows of the vocabulary
 META_CHECK = "meta_sha256"  # in META_FILE: of the rest of it
+REPORT_CHECK = "report_sha256"  # in REPORT: of the rest of it
+REPORT_OF = "vocabulary_sha256"  # in REPORT: the META_CHECK of the vocabulary it describes
 STAGING = ".student-tokenizer.staging"  # the student tokenizer's files before they are in place
 FORMAT = 1
 
@@ -191,8 +193,9 @@ class UnionVocab:
             **{f"{role}_token": token for role, token in roles},
         )
 
-    def save(self, directory: Path | str) -> None:
-        """Student tokenizer files, ``vocab_maps.safetensors`` and ``vocab_union.json`` (last)."""
+    def save(self, directory: Path | str) -> str:
+        """Student tokenizer files, ``vocab_maps.safetensors`` and ``vocab_union.json`` (last);
+        the checksum ``vocab_union.json`` carries (what a report of it records)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         # one staging directory of a fixed name, so that the one a killed run left is removed
@@ -219,7 +222,9 @@ class UnionVocab:
             "maps_sha256": sha256_file(directory / MAPS_FILE),
             "tokenizer_sha256": sha256_file(directory / "tokenizer.json"),
         }
-        write_json_atomic(directory / META_FILE, sealed(meta, META_CHECK))
+        meta = sealed(meta, META_CHECK)
+        write_json_atomic(directory / META_FILE, meta)
+        return str(meta[META_CHECK])
 
     @classmethod
     def load(cls, directory: Path | str) -> UnionVocab:
@@ -349,9 +354,17 @@ def tokens_per_language(
     return fertility
 
 
+def sealed_report(report: Mapping[str, Any], vocabulary: str) -> dict[str, Any]:
+    """``report`` as ``merge vocab`` writes it: with the checksum of the ``vocab_union.json``
+    it describes (``vocabulary``) and a checksum of itself, which :func:`read_report` checks."""
+    return sealed({**report, REPORT_OF: vocabulary}, REPORT_CHECK)
+
+
 def read_report(directory: Path) -> dict[str, Any] | None:
     """The vocabulary's report in ``directory`` (None when none was written); UserInputError
-    naming it when it is damaged, which ``merge vocab`` mends."""
+    naming it when it is damaged, edited since it was written or written for another
+    vocabulary than ``vocab_union.json``'s, which ``merge vocab`` mends. A report of an older
+    release, without its checksums, is read as it is."""
     path = directory / REPORT
     if not (path.exists() or path.is_symlink()):
         return None
@@ -360,6 +373,21 @@ def read_report(directory: Path) -> dict[str, Any] | None:
         report = read_json_object(path, "vocabulary report")
     except UserInputError as err:
         raise UserInputError(f"{err}; {again}") from None
+    if unseal(report, REPORT_CHECK) is False:
+        raise UserInputError(f"{path} is damaged: edited since it was written; {again}")
+    made_for = report.pop(REPORT_OF, None)
+    if made_for is not None and made_for != _vocabulary_check(directory):
+        raise UserInputError(f"{path} describes another vocabulary than {META_FILE}; {again}")
     if not isinstance(report.get("union_size"), int):
         raise UserInputError(f"{path} is damaged (no union_size); {again}")
     return report
+
+
+def _vocabulary_check(directory: Path) -> object:
+    """The checksum ``vocab_union.json`` in ``directory`` carries (None if it carries none or
+    cannot be read)."""
+    try:
+        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta.get(META_CHECK) if isinstance(meta, dict) else None
