@@ -63,14 +63,23 @@ def missing_parts(
     problems = []
     for i, (stage, parts) in enumerate(stages):
         later = [p for _, ps in stages[i + 1 :] for p in ps] + trained
-        missing = [str(p) for p in parts if not p.exists()]
+        # a vocabulary without its completion mark (deleted, or cleared by a `merge vocab`
+        # stopped before it finished) is no vocabulary to the stages that read it
+        missing = [p for p in parts if not p.exists() or (p == layout.vocab and _unmarked(p))]
         if missing and any(p.exists() for p in later):
+            what = "missing" if not any(p.exists() for p in missing) else "missing or incomplete"
             problems.append(
-                f"{', '.join(missing)}: missing, though the run holds what was made from "
+                f"{', '.join(map(str, missing))}: {what}, though the run holds what was made from "
                 f"{'them' if len(missing) > 1 else 'it'} (run `lmalgebra merge {stage} RECIPE` "
                 "again to rebuild)"
             )
     return problems
+
+
+def _unmarked(directory: Path) -> bool:
+    """Whether ``directory`` lacks its completion mark (one that is there but damaged is named
+    by :func:`vocabulary_problems`)."""
+    return not ((directory / STAMP).exists() or (directory / STAMP).is_symlink())
 
 
 def shard_set_directories(root: Path) -> list[Path]:
