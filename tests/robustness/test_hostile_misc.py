@@ -180,3 +180,70 @@ def test_failed_commands_leave_no_empty_directories(
     code, stderr = cli(["merge", "prepare", str(recipe), "--no-progress"])
     assert_one_line(code, stderr, ["example_length 500"])
     assert not (merge / "a").exists()
+
+
+def _run_copy(trained: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the trained run and its recipe, pointing at the copy; (recipe, run)."""
+    shutil.copytree(trained.parent, tmp_path / "copy")
+    recipe, run = tmp_path / "copy" / trained.name, tmp_path / "copy" / "run"
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    return recipe, run
+
+
+def test_a_vocabulary_without_its_completion_mark_fails_verify_as_it_fails_training(
+    trained: Path, tmp_path: Path, cli
+) -> None:
+    """``vocab/complete.json`` gone (deleted, or cleared by a ``merge vocab`` stopped before it
+    finished) under a trained student: verify passed while train and evaluate said "vocab is
+    missing"; ``merge vocab`` mends it."""
+    recipe, run = _run_copy(trained, tmp_path)
+    (run / "vocab" / "complete.json").unlink()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [f"{run / 'vocab'}: missing or incomplete", "merge vocab"])
+    for command in (["train", str(recipe), "--no-progress"], ["evaluate", str(run)]):
+        code, stderr = cli(["merge", *command])
+        assert_one_line(code, stderr, [str(run / "vocab"), "merge vocab"])
+    code, stderr = cli(["merge", "vocab", str(recipe)])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
+@pytest.mark.parametrize("record", ["student/model/lmalgebra.json", "vocab/complete.json"])
+def test_a_directory_in_place_of_a_record_is_refused_not_removed(
+    record: str, trained: Path, tmp_path: Path, cli
+) -> None:
+    """A run's record (a student's marker, the vocabulary's completion mark) made a directory
+    holding a user's file: the stage that writes it again removed the record first and ended in
+    an IsADirectoryError traceback."""
+    recipe, run = _run_copy(trained, tmp_path)
+    path = run / record
+    path.unlink()
+    path.mkdir()
+    (path / "mine.txt").write_text("mine\n", encoding="utf-8")
+    stage = (
+        ["train", str(recipe), "--no-progress"] if "student" in record else ["vocab", str(recipe)]
+    )
+    code, stderr = cli(["merge", *stage])
+    assert_one_line(code, stderr, [f"{path} is a directory, not a file"])
+    assert (path / "mine.txt").read_text(encoding="utf-8") == "mine\n"
+
+
+def test_a_directory_in_place_of_a_decompositions_summary_is_named(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
+) -> None:
+    """``summary.json`` a directory: ``decompose`` over the run ended in an IsADirectoryError
+    traceback, and ``report`` said the run "has no summary.json"."""
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    out = tmp_path / "out"
+    code, stderr = cli([*args, "--out", str(out)])
+    assert code == 0, stderr
+    summary = out / "summary.json"
+    summary.unlink()
+    summary.mkdir()
+    for command in ([*args, "--out", str(out)], ["report", str(out)]):
+        code, stderr = cli(command)
+        assert_one_line(code, stderr, [f"{summary} is a directory"])
+    assert summary.is_dir()

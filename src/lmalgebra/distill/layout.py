@@ -32,7 +32,12 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import read_json_object
-from lmalgebra.storage.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from lmalgebra.storage.atomic import (
+    remove_file,
+    write_bytes_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.manifest_parts import MANIFEST
 from lmalgebra.storage.output_paths import not_a
@@ -160,7 +165,7 @@ def write_model_directory(
     ``files`` (name, content), the model ``card``, then ``lmalgebra.json`` (``metadata``), which
     marks it complete; an older marker is removed first, so a directory cut short is never taken
     for complete."""
-    (target / MARKER).unlink(missing_ok=True)
+    remove_file(target / MARKER)
     _without_call_settings(tokenizer)
     with naming_file(target):
         model.save_pretrained(target)

@@ -46,6 +46,17 @@ def refuse_special(path: Path, what: str = "output file") -> None:
         )
 
 
+def remove_file(path: Path) -> None:
+    """Remove the file ``path`` if there is one (a record or mark taken away before what it
+    describes is written again), refusing what :func:`write_atomic` refuses there, before
+    anything is removed: a directory (lmalgebra removes none it did not write), a link or a
+    special file (:func:`refuse_special`)."""
+    refuse_special(path)
+    if path.is_dir():
+        raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
+    path.unlink(missing_ok=True)
+
+
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
 

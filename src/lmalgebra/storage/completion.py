@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.atomic import remove_file, write_json_atomic
 
 STAMP = "complete.json"
 
@@ -44,7 +44,7 @@ class CompletionStamp:
 
     def clear(self) -> None:
         """Remove the mark before the directory's files are rewritten."""
-        self.path.unlink(missing_ok=True)
+        remove_file(self.path)
 
     def mark(self) -> None:
         """Mark the directory complete under this key (after its last file is written)."""

@@ -22,7 +22,7 @@ from lmalgebra.lmd.rundir.schema import CONFIG, FILES, OWNED, PROVENANCE, SUMMAR
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.sources.corpus import documents_by_language, read_documents
-from lmalgebra.storage.atomic import write_atomic, write_text_atomic
+from lmalgebra.storage.atomic import remove_file, write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
     LOCK_NAME,
@@ -131,7 +131,7 @@ def claim_copy(source: Path, target: Path, overwrite: bool) -> None:
     )
     if (source / PROVENANCE).is_file():
         _check_inputs(target, lambda: _recorded_inputs(source / PROVENANCE), overwrite)
-    (target / SUMMARY).unlink(missing_ok=True)
+    remove_file(target / SUMMARY)
     if (source / CONFIG).is_file():
         write_atomic(target / CONFIG, functools.partial(shutil.copyfile, source / CONFIG))
 
@@ -180,7 +180,7 @@ def _claim(config: DecomposeConfig, overwrite: bool, current: Inputs) -> None:
     recorded = _claim_directory(config, overwrite)
     if recorded is not None:  # the same configuration (else refused, or removed by overwrite)
         _check_inputs(out, current, overwrite)
-    (out / SUMMARY).unlink(missing_ok=True)
+    remove_file(out / SUMMARY)
     write_text_atomic(out / CONFIG, config_yaml(config))
 
 

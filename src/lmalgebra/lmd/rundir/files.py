@@ -65,6 +65,8 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise UserInputError(f"run directory {run_dir} {absent(run_dir)}")
     path = run_dir / SUMMARY
+    if path.exists() or path.is_symlink():
+        read_json(path)  # a directory, link or special file in its place: named as such
     if not path.is_file():
         raise UserInputError(
             f"{run_dir} is not a complete decomposition run: it has no {SUMMARY}"
