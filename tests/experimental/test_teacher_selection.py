@@ -106,6 +106,9 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
         (["--size", "5"], ["size 5", "4"]),
         (["--languages", "zz"], ["'zz'"]),
         (["--spans.counts", "10,10"], ["10,10"]),
+        # no interval drawn: a level or a seed of the bootstrap had been accepted, doing nothing
+        (["--bootstrap", "0", "--level", "0.9"], ["--level 0.9 would be ignored", "--bootstrap"]),
+        (["--bootstrap", "0", "--seed", "5"], ["--seed 5 would be ignored", "--bootstrap"]),
     ],
 )
 def test_bad_input_is_one_line(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.lmd.settings.spans import HeldOutSpans
 from lmalgebra.storage.output_paths import default_cache_dir
 
@@ -37,3 +37,11 @@ class SelectionSpec(Settings):
         default_factory=default_cache_dir,
         description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> SelectionSpec:
+        if self.bootstrap == 0:  # no interval is drawn: its level and seed would do nothing
+            refuse_ignored(
+                self, "--", {"level": "a --bootstrap above 0", "seed": "a --bootstrap above 0"}
+            )
+        return self
