@@ -827,6 +827,34 @@ def test_every_writer_honours_the_lock_the_python_api_too(
     assert Decomposition.load(loaded.save(tmp_path / "copy")).names == loaded.names
 
 
+def test_a_file_output_does_not_go_into_a_directory_another_run_holds(
+    cli: Runner, finished_run: Path, bert_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """A directory another command is writing (its lock held, its own files perhaps not there
+    yet): a report page, a span list or a starter recipe had been written into it (the API's
+    report of an unsaved decomposition too: the same check)."""
+    import subprocess
+
+    held = tmp_path / "held"
+    held.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        spans = ["spans", "--models", f"a={bert_dir}", "--corpus.paths", str(corpus_txt)]
+        for command in (
+            ["report", str(finished_run), "--out", str(held / "sub" / "report.html")],
+            [*spans, "-T", "8", "--spans.counts", "20,5,5", "--out", str(held / "s.jsonl")],
+            ["merge", "init", str(held / "merge.yaml")],
+        ):
+            one_error(*cli(*command), str(held), "in use by another lmalgebra run")
+        assert sorted(p.name for p in held.iterdir()) == [".lmalgebra.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize(
     ("record", "content"),
     [

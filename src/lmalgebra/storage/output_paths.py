@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import json
 import os
+import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -192,6 +194,33 @@ def refuse_inside_other_output(path: Path, what: str, own: Path | None = None) -
                 f"{what} {path} would go inside {parent}, which holds {found[0]} ({found[1]}): "
                 f"its files are its own; write the {what} elsewhere"
             )
+        holder = lock_holder(parent)
+        if holder is not None:  # a run writing there, whose files may not be there yet
+            raise UserInputError(
+                f"{what} {path} would go inside {parent}, which is in use by another lmalgebra "
+                f"run ({holder}); write the {what} elsewhere, or wait for it to finish"
+            )
+
+
+def lock_holder(directory: Path) -> str | None:
+    """Who holds ``directory``'s lock, when another live process of this machine does (its lock
+    file names it: a holder removes the file when it lets go, and one killed leaves the pid of
+    a process that is gone); None otherwise. Read, not taken: a probe of the lock itself would
+    make a run starting at that moment find it taken."""
+    try:
+        record = json.loads((directory / LOCK_NAME).read_text(encoding="utf-8"))
+        pid, host = int(record["pid"]), str(record["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if pid == os.getpid() or host != socket.gethostname():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return f"pid {pid}, {record.get('command', 'a command')}"
 
 
 def not_a(directory: Path, kind: str) -> str:
