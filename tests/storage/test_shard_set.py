@@ -264,3 +264,18 @@ def test_a_sealed_record_tells_an_edit_from_an_older_form() -> None:
     assert unseal({**record, "top_k": 4}, "sha256") is False
     older = {"top_k": 8, "files": {"a": 1}}
     assert unseal(older, "sha256") is None and older == {"top_k": 8, "files": {"a": 1}}
+
+
+def test_a_directory_in_place_of_a_shard_is_named_as_such(tmp_path: Path) -> None:
+    """A shard file made a directory had been called missing ("run again to recompute it"),
+    while the stage that writes it refuses the directory: verify and the reader say what it
+    is, as the writer does."""
+    write_tables(tmp_path)
+    (tmp_path / "shard-00001.arrow").unlink()
+    (tmp_path / "shard-00001.arrow").mkdir()
+    shards = ShardSet.existing(tmp_path)
+    assert shards.problems() == [
+        f"{tmp_path / 'shard-00001.arrow'} is a directory, not a file: remove it, then run again"
+    ]
+    with pytest.raises(UserInputError, match="is a directory, not a file"):
+        shards.read(1)

@@ -349,6 +349,8 @@ class ShardSet:
         path = self.path(index)
         record = self.records[index]
         if not path.is_file():
+            if path.exists() or path.is_symlink():  # a directory or special file in its place
+                raise UserInputError(f"{self.label} shard {path} {_not_a_file(path)}")
             raise UserInputError(f"{self.label} shard {path} is missing; run again to recompute it")
         data = self.payload.read(path)  # one read serves the checksum and the payload
         if verify and hashlib.sha256(memoryview(data)).hexdigest() != record["sha256"]:
@@ -384,7 +386,11 @@ class ShardSet:
                 "again to rebuild the set)"
             ]
         issues = [
-            f"{path}: corrupt (checksum mismatch)" if path.is_file() else f"{path}: missing"
+            f"{path}: corrupt (checksum mismatch)"
+            if path.is_file()
+            else f"{path} {_not_a_file(path)}"
+            if path.exists() or path.is_symlink()
+            else f"{path}: missing"
             for path in map(self.path, self.damaged())
         ]
         if not self.complete:
@@ -400,3 +406,11 @@ class ShardSet:
     def nbytes(self) -> int:
         """Bytes over all shards, for payloads whose records hold them (Arrow tables)."""
         return sum(int(r["bytes"]) for r in self.records.values())
+
+
+def _not_a_file(path: Path) -> str:
+    """What stands where a shard file should be, for a message (a directory, a link, a FIFO)."""
+    if path.is_symlink():
+        return "is a symbolic link, not the shard: remove it, then run again"
+    kind = "a directory" if path.is_dir() else "a FIFO, socket or device"
+    return f"is {kind}, not a file: remove it, then run again"
