@@ -50,8 +50,7 @@ def test_pretrain_with_fewer_steps_over_its_model_is_refused(
     out = tmp_path / "teacher"
     pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
     pretrain += ["--tokenizer.vocab_size", "100", "--no-progress", "--out", str(out)]
-    pretrain += ["--training.keep_checkpoints", keep]
-    code, err = cli([*pretrain, "--training.steps", "2"])
+    code, err = cli([*pretrain, "--training.steps", "2", "--training.keep_checkpoints", keep])
     assert code == 0, err
     before = digests(out)
     code, err = cli([*pretrain, "--training.steps", "0"])

@@ -205,6 +205,32 @@ def test_dropout_masks_of_a_model_without_dropout_are_refused(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("kind", "flags"),
+    [
+        ("head-only", []),
+        ("masked", ["--tokenizer.vocab_size", "100"]),
+        ("causal", ["--tokenizer.vocab_size", "300"]),
+    ],
+)
+def test_training_settings_of_an_untrained_teacher_are_refused(
+    kind: str, flags: list[str], tmp_path: Path, corpus_txt: Path, bert_dir: Path, cli
+) -> None:
+    """``pretrain --training.steps 0`` saves the model as it starts: a learning rate or batch
+    size given beside it was accepted, recorded and never used; the seed (of the initialisation)
+    still applies."""
+    out = tmp_path / "out"
+    args = ["pretrain", kind, "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    args += [*flags, *(["--encoder", str(bert_dir)] if kind == "head-only" else [])]
+    args += ["--training.steps", "0", "--out", str(out), "--no-progress"]
+    for setting, value in (("lr", "0.5"), ("batch_size", "4")):
+        code, stderr = cli([*args, f"--training.{setting}", value])
+        assert_one_line(code, stderr, [f"training.{setting} {value}", "ignored", "steps 0"])
+        assert not out.exists()
+    code, stderr = cli([*args, "--training.seed", "3"])
+    assert code == 0, stderr
+
+
 @pytest.mark.parametrize("command", ["train", "train --dry-run"])
 def test_dropout_masks_of_a_student_without_dropout_are_refused(
     command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli

@@ -41,6 +41,21 @@ class TeacherTrainingSpec(OptimisationSpec):
         description="Steps between checkpoints (default: a fifth of the steps).",
     )
 
+    @model_validator(mode="after")
+    def _untrained(self) -> TeacherTrainingSpec:
+        # steps 0 saves the model as it starts: of the training settings only the seed (of its
+        # initialisation) is read; one given would be recorded beside a model it never shaped
+        if self.steps == 0:
+            given = [f for f in type(self).model_fields if f in self.model_fields_set]
+            ignored = [f for f in given if f not in ("steps", "seed")]
+            if ignored:
+                raise UserInputError(
+                    f"training.{ignored[0]} {getattr(self, ignored[0])!r} would be ignored: "
+                    "training.steps 0 keeps the model "
+                    "as it starts (nothing is trained); leave it out, or give steps above 0"
+                )
+        return self
+
 
 class TeacherSizes(ModelSpec):
     """A teacher's sizes, small by default: a teacher trains in minutes on a CPU."""
