@@ -206,3 +206,21 @@ def test_a_tokenizer_the_run_refuses_is_refused_by_the_dry_run_too(
     args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
     assert_one_line(*cli([*args, "--out", str(tmp_path / "out")]), needles)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_layer_an_onnx_graph_lacks_is_refused_by_the_dry_run_too(
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert_graph: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A graph that exposes its last hidden state alone: ``--layer 1`` had been planned by the
+    dry run and refused by the run once the graph loaded; both read the graph's outputs now."""
+    models = {"a": bert_dir, "c": f"onnx:{bert_graph}#{bert_dir}"}
+    flags = ["--layer", "1", *(["--dry-run"] if dry_run else [])]
+    needles = ["model 'c'", "exposes only its last hidden state", "layer 1"]
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)

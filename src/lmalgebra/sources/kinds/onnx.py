@@ -44,6 +44,7 @@ class OnnxModel(ReferencedModel):
     prefix: ClassVar[str | None] = "onnx:"
     suffixes: ClassVar[tuple[str, ...]] = (".onnx",)
     options: ClassVar[tuple[str, ...]] = ("tokenizer",)
+    _graph: OnnxEncoder | None = None  # the plan's session, opened on first use
 
     @classmethod
     def named_by(cls, path: str) -> tuple[str, str | None] | None:
@@ -113,10 +114,22 @@ class OnnxModel(ReferencedModel):
             "config": sha256_json(config),
         }
 
+    def check_planned_layer(self, layer: int) -> None:
+        """Refuse a layer the graph does not expose, from its declared outputs (the plan's
+        session; nothing is run), by the dry run too."""
+        self._planned_graph().check_layer(layer)
+
+    def _planned_graph(self) -> OnnxEncoder:
+        """The graph as a plan reads it (opened once for the plan's checks and sizes)."""
+        if self._graph is None:
+            path = self.planning_path()
+            self._graph = OnnxEncoder.load(self.name, path, sibling_config(path))
+        return self._graph
+
     def shape(self, bytes_per_weight: int = 4) -> ModelShape:
         """Its width from the graph's declared outputs, its sizes from a sibling config."""
         path = self.planning_path()
-        encoder = OnnxEncoder.load(self.name, path, sibling_config(path))
+        encoder = self._planned_graph()
         width = int(encoder.config.hidden_size)
         layer, _, hidden, intermediate = architecture(sibling_config(path), width)
         return self._shape(width, layer, path.stat().st_size, hidden, intermediate)
