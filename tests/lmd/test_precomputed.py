@@ -337,6 +337,32 @@ def test_precomputed_ref_validation(tmp_path: Path) -> None:
         source_of(ModelRef.parse("v=precomputed:/x.npy"), Path("/x.npy")).load_tokenizer()
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("layer", 5),
+        ("pooling", "last"),
+        ("batch_size", 4),
+        ("max_length", 9),
+        ("dtype", "bfloat16"),
+    ],
+)
+def test_embedding_settings_of_a_run_that_embeds_nothing_are_refused(
+    setting: str, value: object
+) -> None:
+    """Every model a file of precomputed embeddings: ``--layer 5`` or ``--pooling last`` had
+    been accepted and recorded, and did nothing; beside a model that embeds, they apply."""
+    models = [
+        {"name": "a", "path": "/x/a.npy", "kind": "precomputed"},
+        {"name": "b", "path": "/x/b.npy", "kind": "precomputed"},
+    ]
+    data = {"models": models, "corpus": {"paths": []}, setting: value}
+    with pytest.raises(UserInputError, match=f"--{setting} .* would be ignored: .*precomputed"):
+        DecomposeConfig.model_validate(data)
+    mixed = {**data, "models": [models[0], {"name": "c", "path": "/x/c"}]}
+    assert getattr(DecomposeConfig.model_validate(mixed), setting) == value
+
+
 # --- through the command line ---------------------------------------------------------------
 
 

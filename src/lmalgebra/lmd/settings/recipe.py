@@ -17,7 +17,7 @@ from lmalgebra.core.precision import (
     resolve_dtype_name,
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
@@ -31,6 +31,20 @@ REFERENCE_TOKENIZER_HELP = (
     "Tokenizer that cuts the spans (T counts its tokens): a model's name, or a tokenizer "
     "directory, hub id or package:NAME that is no model of the run (nothing is embedded for it). "
     "Default: the first model that has a tokenizer."
+)
+
+
+# what only a model that embeds text reads (a file of precomputed embeddings is read as it is)
+EMBEDDING_SETTINGS = (
+    "layer",
+    "pooling",
+    "exclude_special",
+    "dtype",
+    "device",
+    "weights_dtype",
+    "device_map",
+    "batch_size",
+    "max_length",
 )
 
 
@@ -162,6 +176,9 @@ class DecomposeConfig(Settings):
             if not self.basis:
                 raise UserInputError("the basis is empty")
         fixed = [m.name for m in self.models if m.source.fixed_spans]
+        if len(fixed) == len(names):  # nothing embeds: the settings of embedding do nothing
+            what = "models that embed text (every model here is a file of precomputed embeddings)"
+            refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
         if fixed and (self.study.lengths or self.study.languages):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
