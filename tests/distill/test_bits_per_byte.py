@@ -191,3 +191,39 @@ def test_a_masked_lm_is_not_scored(causal_run, teacher_dirs, monkeypatch, capsys
     assert_one_line(code, err, ["model 'bert'", "holds a masked LM (BertForMaskedLM)"])
     args = ["merge", "bits-per-byte", str(causal_run), "--languages", "zz"]
     assert_one_line(*run_cli(args, monkeypatch, capsys), ["language 'zz' is not in"])
+
+
+def test_a_later_call_keeps_the_rows_of_other_models_and_languages(
+    causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys, caplog
+) -> None:
+    """A second ``merge bits-per-byte`` of another model had replaced the table, the first
+    model's scores gone (exit 0): rows of other (language, model) pairs are kept, those scored
+    again replaced, and a row scored on held-out text the run no longer holds is dropped,
+    said so."""
+    import logging
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_run, run, ignore=shutil.ignore_patterns("evaluation"))
+    table = run / "evaluation" / "scored_bits_per_byte.csv"
+
+    def score(model: str, language: str) -> set[tuple[str, ...]]:
+        args = ["merge", "bits-per-byte", str(run), "--languages", language]
+        code, err = run_cli(
+            [*args, "--models", f"{model}={causal_teacher_dirs[model]}"], monkeypatch, capsys
+        )
+        assert code == 0, err
+        return {tuple(ln.split(",")[:2]) for ln in table.read_text().splitlines()[1:]}
+
+    assert score("uni", "xx") == {("xx", "uni")}
+    assert score("bl", "yy") == {("xx", "uni"), ("yy", "bl")}
+    assert score("uni", "xx") == {("xx", "uni"), ("yy", "bl")}
+    lines = table.read_text().splitlines()  # the yy row, as if scored on other held-out text
+    fields = lines[2].split(",") if lines[2].startswith("yy") else lines[1].split(",")
+    edited = ",".join([*fields[:5], str(int(fields[5]) + 1), *fields[6:]])
+    table.write_text(
+        "\n".join([lines[0], *(edited if ln.startswith("yy") else ln for ln in lines[1:])]) + "\n"
+    )
+    with caplog.at_level(logging.WARNING):
+        assert score("wp", "xx") == {("xx", "uni"), ("xx", "wp")}
+    assert "dropped the rows of bl (yy)" in caplog.text

@@ -120,7 +120,9 @@ class MergeRun:
     ) -> pd.DataFrame:
         """Bits per byte and per character of causal LMs on each language's held-out examples
         (``lmalgebra merge bits-per-byte``), written to ``evaluation/scored_bits_per_byte.csv``
-        (beside ``merge evaluate``'s ``bits_per_byte.csv``, which it leaves as it is).
+        (beside ``merge evaluate``'s ``bits_per_byte.csv``, which it leaves as it is), with the
+        rows an earlier call wrote there of other models or languages; the frame holds this
+        call's rows.
 
         ``models``: name -> path, or references as on the command line (``[NAME=]PATH``);
         default the run's causal teachers. ``context``: tokens per sliding window (default the

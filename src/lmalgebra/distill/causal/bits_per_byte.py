@@ -17,6 +17,7 @@ to it scores better than it deserves, so the count is reported with the figures.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,15 +29,17 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.teachers import start_token_id
-from lmalgebra.distill.examples import heldout_texts
+from lmalgebra.distill.examples import heldout_texts, require_examples
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.storage.csv_tables import Table, write_table
+from lmalgebra.storage.csv_tables import Table, read_table, write_table
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.causal_head import body_states, target_logprobs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -233,8 +236,42 @@ def evaluate_bits(
                 )
             )
     if table is not None:
-        write_table(RunLayout(run_dir).evaluation, table, rows)
+        written = rows if table is not SCORED else [*_earlier_rows(run_dir, rows), *rows]
+        write_table(RunLayout(run_dir).evaluation, table, written)
     return rows
+
+
+def _earlier_rows(run_dir: Path, rows: Sequence[BitsRow]) -> list[BitsRow]:
+    """The rows an earlier ``merge bits-per-byte`` wrote of other models or languages than
+    ``rows``, kept beside them (a later call of other models had replaced the table): those of
+    a language whose held-out text is still what they were scored on (its documents, bytes and
+    characters); the others are dropped, and said so, as is a table that cannot be read."""
+    directory = RunLayout(run_dir).evaluation
+    try:
+        earlier = read_table(directory, SCORED) or []
+    except UserInputError as err:
+        log.warning("%s; it is written again from this call's rows alone", err)
+        return []
+    scored = {(r.language, r.model) for r in rows}
+    earlier = [r for r in earlier if (r.language, r.model) not in scored]
+    if not earlier:
+        return []
+    texts = heldout_texts(
+        run_dir, sorted(set(require_examples(run_dir)) & {r.language for r in earlier})
+    )
+    held = {
+        lang: (len(docs), sum(len(t.encode("utf-8")) for t in docs), sum(len(t) for t in docs))
+        for lang, docs in texts.items()
+    }
+    kept = [r for r in earlier if held.get(r.language) == (r.documents, r.bytes, r.chars)]
+    if len(kept) < len(earlier):
+        gone = sorted({f"{r.model} ({r.language})" for r in earlier if r not in kept})
+        log.warning(
+            "%s: dropped the rows of %s, scored on held-out text the run no longer holds",
+            directory / SCORED.file,
+            ", ".join(gone),
+        )
+    return kept
 
 
 def run_teachers(run_dir: Path) -> list[ModelRef]:
