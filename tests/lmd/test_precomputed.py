@@ -330,6 +330,27 @@ def test_unchecked_order_accepts_a_bare_npy_but_never_a_wrong_digest(
         load_precomputed("v", stale, plan.texts, True)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dangling link"])
+def test_a_digest_sidecar_that_is_no_file_is_named_as_such(
+    kind: str, plan: RunSpans, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    """The order digest beside a ``.npy`` made a FIFO, a directory or a link to nothing had been
+    called absent ("carries no span order (no ... next to it); write the digest ... to" the
+    path that is there)."""
+    import os
+
+    path = write_npy(tmp_path / "v.npy", vectors, None)
+    sidecar = tmp_path / "v.npy.spans.sha256"
+    if kind == "fifo":
+        os.mkfifo(sidecar)
+    elif kind == "directory":
+        sidecar.mkdir()
+    else:
+        sidecar.symlink_to(tmp_path / "gone")
+    with pytest.raises(UserInputError, match=f"model 'vec': digest file {sidecar} (is|is a)"):
+        load_precomputed("vec", path, plan.texts)
+
+
 def test_precomputed_ref_validation(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match=r"embeddings file .*missing\.npy does not exist"):
         ModelRef.parse(f"v=precomputed:{tmp_path / 'missing.npy'}").source.resolve()

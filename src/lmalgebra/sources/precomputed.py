@@ -259,14 +259,25 @@ def _row_reader(path: Path, offset: int, dtype: np.dtype, dim: int) -> Reader:
 
 
 def _sidecar_digest(name: str, path: Path) -> str | None:
+    try:
+        return _read_sidecar(name, path)
+    except UserInputError as err:
+        if str(err).startswith(f"model {name!r}"):
+            raise
+        raise UserInputError(f"model {name!r}: {err}") from None
+
+
+def _read_sidecar(name: str, path: Path) -> str | None:
     text_form = path.with_name(f"{path.name}.spans.sha256")
     json_form = path.with_name(f"{path.name}.spans.json")
-    if text_form.is_file():
+    # one that is there but no regular file (a FIFO, a directory, a link to nothing) is named
+    # by the reader, not taken for no sidecar
+    if text_form.exists() or text_form.is_symlink():
         words = read_text(text_form, "digest file").split()
         if not words:
             raise UserInputError(f"model {name!r}: {text_form} is empty; it must hold the digest")
         return words[0].lower()
-    if json_form.is_file():
+    if json_form.exists() or json_form.is_symlink():
         try:
             digest = json.loads(read_text(json_form, "digest file")).get("spans_sha256")
         except (json.JSONDecodeError, AttributeError):
