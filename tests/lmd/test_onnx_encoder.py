@@ -97,6 +97,20 @@ def test_last_state_only_graph_refuses_other_layers(
     assert "hidden_states.0..N" in str(err.value)
 
 
+def test_token_ids_beyond_the_graphs_vocabulary_name_the_tokenizer(
+    graphs: dict[str, Path], bert_dir: Path
+) -> None:
+    """Ids past the graph's embedding table (a tokenizer of another model) had been refused with
+    "a smaller --max_length may help"; the message says what is wrong."""
+    import torch
+
+    onnx_model, _ = _load(graphs["plain"], bert_dir)
+    ids = torch.tensor([[2, 250, 3]])
+    with pytest.raises(UserInputError, match="token id 250, beyond the 200 rows") as err:
+        onnx_model(ids, torch.ones_like(ids))
+    assert "own tokenizer" in str(err.value) and "max_length" not in str(err.value)
+
+
 def test_depth_for_layer_studies(graphs: dict[str, Path], bert_dir: Path) -> None:
     def ref(graph: str) -> ModelRef:
         return ModelRef.parse(f"o=onnx:{graphs[graph]}#{bert_dir}")

@@ -295,7 +295,7 @@ class OnnxEncoder:
         except Exception as err:  # e.g. a sequence longer than the graph's position table
             raise UserInputError(
                 f"model {self.name!r}: ONNX file {self.path} failed on a batch of shape "
-                f"{list(input_ids.shape)}: {_one_line(err)} (a smaller --max_length may help)"
+                f"{list(input_ids.shape)}: {_one_line(err)} ({_remedy(err, input_ids)})"
             ) from None
         tensors = [torch.from_numpy(np.ascontiguousarray(r)) for r in results]
         return OnnxOutput(tensors[0], tuple(tensors[1:]) if output_hidden_states else None)
@@ -330,3 +330,19 @@ def _hidden_outputs(names: list[str]) -> list[str]:
     if found:
         log.warning("ONNX hidden-state outputs %s are not numbered 0..n; ignored", sorted(found))
     return []
+
+
+def _remedy(err: Exception, input_ids: Any) -> str:
+    """What to try after the graph failed on ``input_ids``: an index beyond a table of the
+    graph is a token id past its vocabulary (a tokenizer of another model) when the batch holds
+    such an id and is no longer than the table, else a position past its position table."""
+    found = re.search(r"out of data bounds.*?\[-?\d+\s*,\s*(\d+)\]", str(err))
+    if found is not None:
+        rows = int(found.group(1)) + 1
+        largest = int(input_ids.max())
+        if largest >= rows and input_ids.shape[-1] <= rows:
+            return (
+                f"the tokenizer gives token id {largest}, beyond the {rows} rows of a table of "
+                "the graph: is it this model's own tokenizer?"
+            )
+    return "a smaller --max_length may help"
