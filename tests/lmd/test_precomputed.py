@@ -378,10 +378,18 @@ def test_embedding_settings_of_a_run_that_embeds_nothing_are_refused(
         {"name": "b", "path": "/x/b.npy", "kind": "precomputed"},
     ]
     data = {"models": models, "corpus": {"paths": []}, setting: value}
-    with pytest.raises(UserInputError, match=f"--{setting} .* would be ignored: .*precomputed"):
+    refused = f"--{setting} .* would be ignored: .*given as its span embeddings"
+    with pytest.raises(UserInputError, match=refused):
         DecomposeConfig.model_validate(data)
     mixed = {**data, "models": [models[0], {"name": "c", "path": "/x/c"}]}
     assert getattr(DecomposeConfig.model_validate(mixed), setting) == value
+    # arrays given to the Python API, by the call and its plan alike
+    from lmalgebra import decompose, decompose_plan
+
+    arrays = {"a": np.zeros((30, 4), np.float32), "b": np.ones((30, 4), np.float32)}
+    for call in (decompose, decompose_plan):
+        with pytest.raises(UserInputError, match=refused):
+            call(arrays, ["some text"], reference_tokenizer="/x/tok", **{setting: value})
 
 
 # --- through the command line ---------------------------------------------------------------

@@ -103,12 +103,7 @@ def decompose(
     if out is not None:
         data["out"] = str(out)
     config = validate(DecomposeConfig, data, SOURCE)
-    arrays = [n for n, m in inputs.given.items() if m.fixed_spans]
-    if arrays and (config.study.lengths or config.study.languages):
-        raise UserInputError(
-            f"model {arrays[0]!r} is an array of embeddings of this run's spans; "
-            "the span-length and language studies draw other spans"
-        )
+    _check_arrays(config, inputs)
     if out is not None:
         return decompose_recipe(config, overwrite, inputs)
     return Decomposition.from_result(run_decomposition(config, inputs))
@@ -135,9 +130,24 @@ def decompose_plan(
 
     data, inputs = _recipe(models, ["."] if texts is None else texts, dict(options))
     config = validate(DecomposeConfig, data, "decompose_plan()")
+    _check_arrays(config, inputs)
     if "out" in options:  # the call writes there: its refusals of the directory, nothing written
         check_claim(config, overwrite)
     return plan_frame(config, inputs, timed)
+
+
+def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
+    """Refuse what the arrays of embeddings among the models make the call ignore: a span-length
+    or language study (other spans), and the settings of embedding where every model is given
+    as its span embeddings."""
+    arrays = [n for n, m in inputs.given.items() if m.fixed_spans]
+    if arrays and (config.study.lengths or config.study.languages):
+        raise UserInputError(
+            f"model {arrays[0]!r} is an array of embeddings of this run's spans; "
+            "the span-length and language studies draw other spans"
+        )
+    files = [m.name for m in config.models if m.source.fixed_spans]
+    config.refuse_embedding_settings([*arrays, *files])
 
 
 def _check_reference(config: DecomposeConfig) -> None:

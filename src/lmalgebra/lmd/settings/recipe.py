@@ -176,9 +176,7 @@ class DecomposeConfig(Settings):
             if not self.basis:
                 raise UserInputError("the basis is empty")
         fixed = [m.name for m in self.models if m.source.fixed_spans]
-        if len(fixed) == len(names):  # nothing embeds: the settings of embedding do nothing
-            what = "models that embed text (every model here is a file of precomputed embeddings)"
-            refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
+        self.refuse_embedding_settings(fixed)
         if fixed and (self.study.lengths or self.study.languages):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
@@ -190,6 +188,14 @@ class DecomposeConfig(Settings):
                     f"layer_map model {name!r} is not among the models ({', '.join(names)})"
                 )
         return self
+
+    def refuse_embedding_settings(self, fixed: list[str]) -> None:
+        """Refuse a setting of embedding (:data:`EMBEDDING_SETTINGS`) of its own when every
+        model is one of ``fixed``, vectors of the run's spans given as they are (files of
+        precomputed embeddings; arrays given to ``lmalgebra.decompose()``): nothing embeds."""
+        if set(fixed) >= {m.name for m in self.models}:
+            what = "models that embed text (every model here is given as its span embeddings)"
+            refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
 
     def resolved(self) -> DecomposeConfig:
         """This configuration with ``dtype: auto`` replaced by the dtype it resolves to here, as
