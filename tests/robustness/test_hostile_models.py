@@ -122,3 +122,31 @@ def test_a_context_below_one_token_is_refused_by_name(context: str, trained: Pat
     code, stderr = cli(["merge", "bits-per-byte", str(trained), "--context", context])
     assert_one_line(code, stderr, ["context must be at least 1", f"got {context}"])
     assert "stride" not in stderr and digests(trained) == before
+
+
+def test_a_users_file_beside_a_model_is_not_recorded_as_the_models(
+    trained: Path, tmp_path: Path
+) -> None:
+    """A model written into a directory holding a user's note (``pretrain --restart``, ``merge
+    train --restart`` keep it) had recorded the note as one of the model's files: the note
+    edited later made the model "damaged", to be trained again or removed with the note."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lmalgebra.distill.layout import write_model_directory
+
+    source = trained / "student" / "model"
+    model = AutoModelForCausalLM.from_pretrained(source)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine\n", encoding="utf-8")
+    for _ in range(2):  # into the note's directory, then over the model written there
+        write_model_directory(target, model, tokenizer, {"kind": "test"})
+        sums = json.loads((target / MARKER).read_text(encoding="utf-8"))[FILES_KEY]
+        assert "notes.txt" not in sums and {"model.safetensors", "config.json"} <= set(sums)
+        assert set(sums) == {p.name for p in target.iterdir() if p.is_file()} - {
+            MARKER,
+            "notes.txt",
+        }
+    (target / "notes.txt").write_text("mine, edited\n", encoding="utf-8")
+    assert model_damage(target) is None

@@ -166,6 +166,7 @@ def write_model_directory(
     marks it complete; an older marker is removed first, so a directory cut short is never taken
     for complete."""
     remove_file(target / MARKER)
+    before = _stamps(target)  # what is there already: a file left as it was is not this write's
     _without_call_settings(tokenizer)
     with naming_file(target):
         model.save_pretrained(target)
@@ -175,15 +176,30 @@ def write_model_directory(
     if card is not None:
         write_text_atomic(target / CARD, card)
     # hidden files are not the model's: the lock of a directory written in place (pretrain's
-    # --out), which its holder removes, and temporaries of atomic writes
+    # --out), which its holder removes, and temporaries of atomic writes; nor is a file this
+    # write left as it found it (a user's note beside the model, kept by --restart)
+    after = _stamps(target)
     written = sorted(
-        p
-        for p in target.iterdir()
-        if p.is_file() and p.name not in (MARKER, CARD) and not p.name.startswith(".")
+        target / name
+        for name, stamp in after.items()
+        if name not in (MARKER, CARD) and not name.startswith(".") and before.get(name) != stamp
     )
     record = {**metadata, FILES_KEY: {p.name: sha256_file(p) for p in written}}
     write_json_atomic(target / MARKER, sealed(record, CHECK_KEY))
     return target
+
+
+def _stamps(directory: Path) -> dict[str, tuple[int, int, int]]:
+    """Each regular file directly in ``directory`` by name: inode, size and modification time
+    (a file written again has another)."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in directory.iterdir():
+        if path.is_file() and not path.is_symlink():
+            stat = path.stat()
+            found[path.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return found
 
 
 def _without_call_settings(tokenizer: Any) -> None:
