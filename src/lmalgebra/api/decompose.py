@@ -82,8 +82,8 @@ def decompose(
             ``SentenceTransformer`` (its own pooling and normalisation, through ``encode``), or
             a 2-D array of span embeddings, one row per span in the order :func:`spans` lists
             them. The first model with a tokenizer cuts the spans, unless ``reference_tokenizer``
-            names another model or a tokenizer (a directory, hub id or ``package:NAME``): then a
-            run of arrays alone embeds nothing.
+            names another model or a tokenizer (a directory, hub id, ``package:NAME`` or
+            ``gguf:FILE``): then a run of arrays alone embeds nothing.
         texts: a list of documents (strings), or a corpus path as on the command line.
         out: write the run directory ``lmalgebra decompose --out`` writes (locked while
             running); nothing is written without it.

@@ -60,7 +60,7 @@ class ModelFields(Settings):
     )
     tokenizer: str | None = Field(
         default=None,
-        description="ONNX models: tokenizer directory, hub id or package:NAME (default: "
+        description="ONNX models: tokenizer directory, hub id, package:NAME or gguf:FILE (default: "
         "the ONNX file's own folder, or the packaged model's tokenizer).",
     )
     unchecked_order: bool = Field(

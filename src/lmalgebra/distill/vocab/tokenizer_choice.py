@@ -7,7 +7,8 @@ Spellings (``student.tokenizer``):
   ``bytelevel-bpe`` is GPT-2's byte-level BPE) with ``SIZE`` entries, trained on the run's
   training examples of every language (``distill.vocab.tokenizer_trainers``);
 - ``bytes``: raw UTF-8 bytes, one token per byte (256 ids) plus start, end and padding tokens;
-- anything else: a model reference (directory, hub id, ``package:NAME``) whose tokenizer is used.
+- anything else: a model reference (directory, hub id, ``package:NAME``, ``gguf:FILE``) whose
+  tokenizer is used.
 
 This module holds the tokenizer kinds and their smallest sizes too, so that the recipe can check a
 spelling when it is loaded without importing the trainers.

@@ -82,8 +82,8 @@ class OnnxModel(ReferencedModel):
                 return onnx_file.parent
             raise UserInputError(
                 f"model {ref.name!r}: an ONNX model needs a tokenizer: onnx:FILE#TOKENIZER on "
-                "the command line or tokenizer: in the recipe (a directory, hub id or "
-                "package:NAME)"
+                "the command line or tokenizer: in the recipe (a directory, hub id, "
+                "package:NAME or gguf:FILE)"
             )
         return resolve_tokenizer(source, f"model {ref.name!r}", self.weights)
 
