@@ -181,15 +181,16 @@ def test_a_tokenizer_the_run_refuses_is_refused_by_the_dry_run_too(
             shutil.copy(bert_dir / name, model / name)
         ref, needles = str(model), [f"{model} holds none of the tokenizer files"]
     else:
+        absent = tmp_path / "nonexistent"  # below tmp_path: nothing else can make it
         given = {
             "onnx-without": "",
-            "onnx-missing": "#/nonexistent",
+            "onnx-missing": f"#{absent}",
             "onnx-file": "#" + str(corpus_txt),
         }
         ref = f"onnx:{bert_graph}{given[case]}"
         needles = {
             "onnx-without": ["an ONNX model needs a tokenizer"],
-            "onnx-missing": ["tokenizer directory /nonexistent does not exist"],
+            "onnx-missing": [f"tokenizer directory {absent} does not exist"],
             "onnx-file": [f"tokenizer {corpus_txt} is a file"],
         }[case]
     needles = ["model 'c'", *needles]
