@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from lmalgebra.distill.causal.logprobs import CausalOutput
 from lmalgebra.distill.causal.store import logprobs_table
+from lmalgebra.distill.causal.student_data import refuse_longer
 from lmalgebra.distill.causal.student_init import open_init
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.examples import Example
@@ -75,6 +76,10 @@ def plan_student(
         for lang, found in examples.items()
     }
     seconds = time.perf_counter() - clock
+    positions = recipe.student.max_position_embeddings if init is None else init.positions
+    for lang, found in examples.items():  # refused as training refuses it
+        for example, length in zip(found, read[lang], strict=True):
+            refuse_longer(example.id, lang, int(length), positions)
     for pair in pairs:
         pair.student_lengths = pair.student_predicted = read[pair.language]
         pair.seconds["train"] = seconds / len(pairs)
