@@ -315,3 +315,30 @@ def test_a_teacher_or_scored_model_with_another_models_tokenizer_is_named(
         args = ["merge", "bits-per-byte", run, "--models", f"x={mixed}", "--languages", "xx"]
         code, stderr = cli(args)
         assert_one_line(code, stderr, ["model 'x'", "the tokenizer gives token id"])
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_student_init_with_another_models_tokenizer_is_named(
+    dry_run: bool,
+    causal_teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``student.init`` a causal LM of 286 rows beside a byte-level tokenizer of 300: training
+    ended in torch's ``IndexError`` traceback, and its dry run planned it, exit 0."""
+    from causal_fixtures import write_causal_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    teachers = causal_teacher_dirs
+    mixed = _with_tokenizer_of(teachers["uni"], teachers["bl"], tmp_path / "mixed")
+    training = {"steps": 1, "batch_size": 2, "warmup_steps": 1}
+    recipe = write_causal_recipe(
+        tmp_path, teachers, student={"init": str(mixed)}, training=training
+    )
+    code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])  # the store, built
+    assert code == 0, stderr
+    args = ["merge", "train", str(recipe), "--no-progress"] + (["--dry-run"] if dry_run else [])
+    code, stderr = cli(args)
+    words = [f"student.init {str(mixed)!r}", "the tokenizer gives token id 2", "own tokenizer"]
+    assert_one_line(code, stderr, words)
