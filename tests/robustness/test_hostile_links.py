@@ -78,10 +78,14 @@ def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
     commands = [
         ["merge", "prepare", str(recipe)],
         ["merge", "run", str(recipe), "--dry-run"],
-        ["pretrain", "head-only", "--language", "xx", "--encoder", str(bert_dir)]
-        + ["--corpus.paths", str(corpus_txt), "--out", str(out), "--training.steps", "1"],
-        ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
-        + ["--corpus.paths", str(corpus_txt), "--out", str(out)],
+        [
+            *["pretrain", "head-only", "--language", "xx", "--encoder", str(bert_dir)],
+            *["--corpus.paths", str(corpus_txt), "--out", str(out), "--training.steps", "1"],
+        ],
+        [
+            *["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"],
+            *["--corpus.paths", str(corpus_txt), "--out", str(out)],
+        ],
     ]
     for args in commands:
         code, stderr = cli(args)

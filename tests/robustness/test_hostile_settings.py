@@ -360,5 +360,39 @@ def test_trust_remote_code_that_no_model_takes_is_refused(
     from lmalgebra.core.errors import UserInputError
 
     arrays = {"a": np.ones((4, 3)), "b": np.ones((4, 2))}
-    with pytest.raises(UserInputError, match="trust_remote_code would be ignored: it applies to the models given"):
+    with pytest.raises(UserInputError, match="trust_remote_code would be ignored: it applies"):
         lmalgebra.decompose_plan(arrays, ["x y z"] * 4, trust_remote_code=True)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("text_column", "body"),
+        ("split", "test"),
+        ("language_column", "lang"),
+        ("doc_sep", "line"),
+    ],
+)
+def test_a_corpus_field_no_file_of_the_corpus_reads_is_refused(
+    flag: str, value: str, tmp_path: Path
+) -> None:
+    """A ``text_column`` beside text files alone (it names a field of records), a ``split``
+    beside no saved dataset, a ``language_column`` beside no records file, a ``doc_sep``
+    beside no text file: each was accepted, recorded and never read."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources.corpus import CorpusSpec, corpus_paths, read_documents
+
+    text = tmp_path / "a.txt"
+    text.write_text("one document\n\nanother one\n", encoding="utf-8")
+    records = tmp_path / "b.jsonl"
+    records.write_text('{"text": "a record", "body": "x", "lang": "en"}\n', encoding="utf-8")
+    paths = [str(records)] if flag == "doc_sep" else [str(text)]
+    with pytest.raises(UserInputError) as err:
+        corpus_paths(CorpusSpec(paths=paths, **{flag: value}))
+    assert f"corpus.{flag} {value!r} would be ignored" in str(err.value)
+    assert paths[0] in str(err.value)
+    # read where a file of the corpus reads it
+    if flag in ("text_column", "language_column"):
+        assert read_documents(CorpusSpec(paths=[str(text), str(records)], **{flag: value}))
+    if flag == "doc_sep":
+        assert read_documents(CorpusSpec(paths=[str(text)], doc_sep="line"))

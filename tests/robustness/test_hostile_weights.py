@@ -274,8 +274,10 @@ def test_a_tokenizer_of_another_model_is_named_not_an_index_error(
     for mode in ("probe", "finetune"):
         out = tmp_path / f"pos-{mode}"
         code, stderr = cli(
-            ["evaluate-pos", str(bank), "--models", f"a={mixed}", "--mode", mode]
-            + ["--epochs", "1", "--out", str(out)]
+            [
+                *["evaluate-pos", str(bank), "--models", f"a={mixed}", "--mode", mode],
+                *["--epochs", "1", "--out", str(out)],
+            ]
         )
         assert_one_line(code, stderr, words)
 
