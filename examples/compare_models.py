@@ -22,14 +22,17 @@ def main(argv: list[str] | None = None) -> lmalgebra.Decomposition:
     parser = argparse.ArgumentParser(description="Compare models with LMD.")
     parser.add_argument("--model", action="append", metavar="NAME=REFERENCE", help="repeat")
     parser.add_argument("--corpus", default="package:wiki-en", help="a corpus path")
-    parser.add_argument("--text-column", default="extract", help="for .jsonl/.csv/.parquet")
+    parser.add_argument(
+        "--text-column", help="for .jsonl/.csv/.parquet (default: extract for package:wiki-en)"
+    )
     parser.add_argument("--length", type=int, default=32, help="tokens per span")
     parser.add_argument("--counts", default="1000,200,200", help="spans: train,validation,test")
     parser.add_argument("--out", help="also write the run directory and its HTML report here")
     args = parser.parse_args(argv)
 
     models = dict(entry.split("=", 1) for entry in args.model or PACKAGED)
-    texts = lmalgebra.read_texts(args.corpus, text_column=args.text_column)
+    column = args.text_column or ("extract" if args.corpus == "package:wiki-en" else "text")
+    texts = lmalgebra.read_texts(args.corpus, text_column=column)
     counts = tuple(int(n) for n in args.counts.split(","))
     result = lmalgebra.decompose(
         models, texts, out=args.out, spans={"length": args.length, "counts": counts}

@@ -29,7 +29,9 @@ def main(argv: list[str] | None = None) -> GridSearchCV:
     parser.add_argument("--target", default=str(minilm), help="a SentenceTransformer folder")
     parser.add_argument("--basis", default=str(sre / "model_weights"), help="likewise")
     parser.add_argument("--corpus", default="package:wiki-en", help="a corpus path")
-    parser.add_argument("--text-column", default="extract", help="for .jsonl/.csv/.parquet")
+    parser.add_argument(
+        "--text-column", help="for .jsonl/.csv/.parquet (default: extract for package:wiki-en)"
+    )
     parser.add_argument("--length", type=int, default=32, help="tokens per span")
     parser.add_argument("--counts", default="1000,100,200", help="spans: train,validation,test")
     parser.add_argument("--folds", type=int, default=5)
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> GridSearchCV:
     with lmalgebra.quiet():
         target = SentenceTransformer(args.target, device="cpu")
         basis = SentenceTransformer(args.basis, device="cpu")
-    texts = lmalgebra.read_texts(args.corpus, text_column=args.text_column)
+    column = args.text_column or ("extract" if args.corpus == "package:wiki-en" else "text")
+    texts = lmalgebra.read_texts(args.corpus, text_column=column)
     spans = {"length": args.length, "counts": tuple(int(n) for n in args.counts.split(","))}
     table = lmalgebra.spans({"target": target}, texts, spans=spans)
     train, test = (table.loc[table.split == s, "text"].tolist() for s in ("train", "test"))

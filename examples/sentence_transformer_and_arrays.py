@@ -38,7 +38,9 @@ def main(argv: list[str] | None = None) -> lmalgebra.Decomposition:
     parser.add_argument("--st-model", default=str(packaged), help="a SentenceTransformer folder")
     parser.add_argument("--reference", default="package:minilm-sre", help="a model reference")
     parser.add_argument("--corpus", default="package:wiki-en", help="a corpus path")
-    parser.add_argument("--text-column", default="extract", help="for .jsonl/.csv/.parquet")
+    parser.add_argument(
+        "--text-column", help="for .jsonl/.csv/.parquet (default: extract for package:wiki-en)"
+    )
     parser.add_argument("--length", type=int, default=32, help="tokens per span")
     parser.add_argument("--counts", default="1000,200,200", help="spans: train,validation,test")
     args = parser.parse_args(argv)
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> lmalgebra.Decomposition:
     with lmalgebra.quiet():  # keeps transformers' load report out of the output
         encoder = SentenceTransformer(args.st_model, device="cpu")
     models = {"st": encoder, "reference": args.reference}
-    texts = lmalgebra.read_texts(args.corpus, text_column=args.text_column)
+    column = args.text_column or ("extract" if args.corpus == "package:wiki-en" else "text")
+    texts = lmalgebra.read_texts(args.corpus, text_column=column)
     spans = {"length": args.length, "counts": tuple(int(n) for n in args.counts.split(","))}
     table = lmalgebra.spans(models, texts, spans=spans)  # the rows an array must follow
     vectors = embedding_api(table["text"].tolist())

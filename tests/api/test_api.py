@@ -424,7 +424,8 @@ def test_the_documented_example_runs(
     swaps = {
         '"package:minilm-sre"': repr(str(bert2_dir)),
         '"package:minilm"': repr(str(bert_dir)),
-        '"package:wiki-en"': repr(str(corpus_txt)),
+        # a text file has no fields: the packaged Parquet corpus's column goes with it
+        '"package:wiki-en", text_column="extract"': repr(str(corpus_txt)),
         '"length": 32': f'"length": {T}',
         '"counts": (1000, 200, 200)': f'"counts": {SPANS}',
     }

@@ -225,3 +225,43 @@ def test_a_layer_an_onnx_graph_lacks_is_refused_by_the_dry_run_too(
     flags = ["--layer", "1", *(["--dry-run"] if dry_run else [])]
     needles = ["model 'c'", "exposes only its last hidden state", "layer 1"]
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("objective", "student", "words"),
+    [
+        ("masked", {"vocab_size": 100}, ["student vocab_size 100 is smaller than the union"]),
+        (
+            "masked",
+            {"max_position_embeddings": 16},
+            ["student max_position_embeddings 16 is shorter than example_length"],
+        ),
+        ("causal", {"max_position_embeddings": 16}, ["student tokens, more than", "16 positions"]),
+    ],
+)
+def test_a_student_too_small_for_its_data_is_refused_by_the_dry_run_too(
+    objective: str,
+    student: dict[str, int],
+    words: list[str],
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    causal_teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A student whose vocabulary cannot hold the union vocabulary, or whose positions cannot
+    hold an example (the masked ``example_length``, a causal example's student tokens, which the
+    plan counts): the dry run planned it, exit 0, and ``merge train`` refused it in these words
+    after the store was built."""
+    from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+    from merge_fixtures import TINY_STUDENT, write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    if objective == "masked":
+        recipe = write_recipe(tmp_path, teacher_dirs, student={**TINY_STUDENT, **student})
+    else:
+        given = {**CAUSAL_STUDENT, **student}
+        recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=given)
+    code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, words)
+    assert not (tmp_path / "run").exists()

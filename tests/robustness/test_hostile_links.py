@@ -43,3 +43,51 @@ def test_a_dangling_link_is_not_called_a_file(link: Path) -> None:
         read_documents(CorpusSpec(paths=[str(link)]))
     with pytest.raises(UserInputError, match=f"recipe models/bert .*{LINKED}"):
         require_file(link, "recipe")
+    from lmalgebra.distill.layout import RunLayout
+
+    # merge evaluate / verify / inspect of it: had been "not a merge run directory"
+    with pytest.raises(UserInputError, match=f"run directory models/bert .*{LINKED}"):
+        RunLayout(link).require_recipe()
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
+    below: bool,
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    bert_dir: Path,
+    corpus_txt: Path,
+    cli,
+) -> None:
+    """``output_dir`` (``--out``) a link to a path that is gone, or a directory below such a
+    link: the run resolved the link and made its target (``merge prepare``, ``pretrain``), or
+    made the directories below it (``decompose``, ``evaluate-pos``), writing outside the path
+    given, where the dry run had refused the link itself. Each refuses it in one line, by the
+    dry run too, and nothing is made."""
+    import yaml
+
+    from hostile_helpers import assert_one_line
+    from merge_fixtures import write_recipe
+
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone" / "target")
+    out = link / "sub" if below else link
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(out)}))
+    commands = [
+        ["merge", "prepare", str(recipe)],
+        ["merge", "run", str(recipe), "--dry-run"],
+        [
+            *["pretrain", "head-only", "--language", "xx", "--encoder", str(bert_dir)],
+            *["--corpus.paths", str(corpus_txt), "--out", str(out), "--training.steps", "1"],
+        ],
+        [
+            *["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"],
+            *["--corpus.paths", str(corpus_txt), "--out", str(out)],
+        ],
+    ]
+    for args in commands:
+        code, stderr = cli(args)
+        assert_one_line(code, stderr, [str(link), LINKED])
+        assert not (tmp_path / "gone").exists(), args

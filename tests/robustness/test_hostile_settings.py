@@ -286,3 +286,113 @@ def test_a_probe_setting_with_finetune_is_refused(bert_dir: Path, tmp_path: Path
     code, stderr = cli(args)
     assert_one_line(code, stderr, ["--probe_batch_words 100 would be ignored", "--mode probe"])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "needles"),
+    [
+        ({"path": "bert", "seed": 5}, ["seed 5 would be ignored", "random_init"]),
+        (
+            {"path": "x.npy", "kind": "precomputed", "trust_remote_code": True},
+            ["trust_remote_code would be ignored", "precomputed model runs no code"],
+        ),
+        (
+            {"path": "x.onnx", "kind": "onnx", "trust_remote_code": True},
+            ["trust_remote_code would be ignored", "onnx model runs no code"],
+        ),
+        (
+            {"path": "package:minilm", "revision": "main"},
+            ["revision 'main' would be ignored", "hub id only", "package:minilm"],
+        ),
+        (
+            {"path": "gguf:m.gguf", "revision": "v1"},
+            ["revision 'v1' would be ignored", "hub id only", "gguf:m.gguf"],
+        ),
+    ],
+)
+def test_a_model_reference_field_its_model_would_ignore_is_refused(
+    fields: dict[str, object], needles: list[str]
+) -> None:
+    """A seed without ``random_init`` (the weights are read, nothing is drawn), code trust for
+    a model that runs none, a hub revision of a packaged model or a GGUF file: each had been
+    accepted and recorded in the run's configuration, and did nothing."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources.models import ModelRef
+
+    with pytest.raises(UserInputError) as err:
+        ModelRef(name="a", **fields)
+    assert all(n in str(err.value) for n in needles), str(err.value)
+    assert str(err.value).startswith("model 'a': ")
+
+
+def test_a_revision_of_a_local_directory_is_refused(
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``a=DIR@v9``: a directory has one version; the revision was recorded in config.yaml and
+    the directory read as it is."""
+    models = {"a": Path(f"{bert_dir}@v9"), "b": bert2_dir}
+    needles = ["model 'a': revision 'v9' would be ignored", "is a local directory"]
+    refused_before_embedding(cli, models, corpus_txt, [], needles, tmp_path, monkeypatch)
+
+
+def test_trust_remote_code_that_no_model_takes_is_refused(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
+) -> None:
+    """``--trust-remote-code`` applies to the ``--models`` of the command line: beside a
+    recipe's models alone it had been dropped without a word (the recipe's models ran without
+    it), and so had ``trust_remote_code=True`` given to ``decompose()`` with arrays."""
+    import numpy as np
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        f"models:\n- name: a\n  path: {bert_dir}\n- name: b\n  path: {bert2_dir}\n"
+        f"corpus:\n  paths: [{corpus_txt}]\n"
+    )
+    out = tmp_path / "out"
+    code, stderr = cli(["decompose", str(recipe), "--trust-remote-code", "--out", str(out)])
+    assert_one_line(code, stderr, ["--trust-remote-code would be ignored", "--models"])
+    assert not out.exists()
+    from lmalgebra.core.errors import UserInputError
+
+    arrays = {"a": np.ones((4, 3)), "b": np.ones((4, 2))}
+    with pytest.raises(UserInputError, match="trust_remote_code would be ignored: it applies"):
+        lmalgebra.decompose_plan(arrays, ["x y z"] * 4, trust_remote_code=True)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("text_column", "body"),
+        ("split", "test"),
+        ("language_column", "lang"),
+        ("doc_sep", "line"),
+    ],
+)
+def test_a_corpus_field_no_file_of_the_corpus_reads_is_refused(
+    flag: str, value: str, tmp_path: Path
+) -> None:
+    """A ``text_column`` beside text files alone (it names a field of records), a ``split``
+    beside no saved dataset, a ``language_column`` beside no records file, a ``doc_sep``
+    beside no text file: each was accepted, recorded and never read."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources.corpus import CorpusSpec, corpus_paths, read_documents
+
+    text = tmp_path / "a.txt"
+    text.write_text("one document\n\nanother one\n", encoding="utf-8")
+    records = tmp_path / "b.jsonl"
+    records.write_text('{"text": "a record", "body": "x", "lang": "en"}\n', encoding="utf-8")
+    paths = [str(records)] if flag == "doc_sep" else [str(text)]
+    with pytest.raises(UserInputError) as err:
+        corpus_paths(CorpusSpec(paths=paths, **{flag: value}))
+    assert f"corpus.{flag} {value!r} would be ignored" in str(err.value)
+    assert paths[0] in str(err.value)
+    # read where a file of the corpus reads it
+    if flag in ("text_column", "language_column"):
+        assert read_documents(CorpusSpec(paths=[str(text), str(records)], **{flag: value}))
+    if flag == "doc_sep":
+        assert read_documents(CorpusSpec(paths=[str(text)], doc_sep="line"))

@@ -242,3 +242,105 @@ def test_an_init_that_is_no_model_is_named_as_student_init(
     if weights:
         with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(bare)))}:"):
             open_init(CausalStudentSpec(init=str(bare)), weights=weights)
+
+
+def _with_tokenizer_of(model: Path, other: Path, target: Path) -> Path:
+    """A copy of ``model`` whose tokenizer files are ``other``'s."""
+    shutil.copytree(model, target)
+    for found in target.glob("tokenizer*"):
+        found.unlink()
+    for found in other.glob("tokenizer*"):
+        shutil.copy(found, target / found.name)
+    return target
+
+
+def test_a_tokenizer_of_another_model_is_named_not_an_index_error(
+    bert_dir: Path, bert2_dir: Path, gpt2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A BERT directory holding a GPT-2 tokenizer (ids up to 299, 200 rows of token
+    embeddings): embedding it, or tagging with it, ended in torch's ``IndexError: index out
+    of range in self`` traceback, exit 1."""
+    mixed = _with_tokenizer_of(bert_dir, gpt2_dir, tmp_path / "mixed")
+    words = ["model 'a'", "the tokenizer gives token id", "beyond the 200 rows", "own tokenizer"]
+    args = ["decompose", "--models", f"a={mixed}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, stderr = cli([*args, "--cache_dir", str(tmp_path / "cache")])
+    assert_one_line(code, stderr, words)
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    sentence = "1\tthe\t_\tDET\t_\t_\t_\t_\t_\t_\n2\tcat\t_\tNOUN\t_\t_\t_\t_\t_\t_\n\n"
+    for split in ("train", "dev", "test"):
+        (bank / f"tiny-ud-{split}.conllu").write_text(sentence * 4, encoding="utf-8")
+    for mode in ("probe", "finetune"):
+        out = tmp_path / f"pos-{mode}"
+        code, stderr = cli(
+            [
+                *["evaluate-pos", str(bank), "--models", f"a={mixed}", "--mode", mode],
+                *["--epochs", "1", "--out", str(out)],
+            ]
+        )
+        assert_one_line(code, stderr, words)
+
+
+@pytest.mark.parametrize("objective", ["masked", "causal"])
+def test_a_teacher_or_scored_model_with_another_models_tokenizer_is_named(
+    objective: str,
+    teacher_dirs: dict[str, Path],
+    causal_teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A teacher whose tokenizer files are another teacher's (ids past its token embeddings):
+    ``merge teach`` ended in torch's ``IndexError`` traceback, and so did ``merge
+    bits-per-byte`` of such a causal LM."""
+    import yaml
+
+    from causal_fixtures import write_causal_recipe
+    from merge_fixtures import write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    if objective == "masked":  # BERT of 200 rows, RoBERTa's tokenizer of 260 tokens
+        mixed = _with_tokenizer_of(teacher_dirs["wp"], teacher_dirs["sp"], tmp_path / "mixed")
+        recipe = write_recipe(tmp_path, {**teacher_dirs, "wp": mixed})
+        name = "wp"
+    else:  # a unigram model of 286 rows, a byte-level tokenizer of 300
+        teachers = causal_teacher_dirs
+        mixed = _with_tokenizer_of(teachers["uni"], teachers["bl"], tmp_path / "mixed")
+        recipe = write_causal_recipe(tmp_path, {**teachers, "uni": mixed})
+        name = "uni"
+    words = [f"teacher {name!r}", "the tokenizer gives token id", "own tokenizer"]
+    code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, words)
+    if objective == "causal":
+        run = yaml.safe_load(recipe.read_text())["output_dir"]
+        args = ["merge", "bits-per-byte", run, "--models", f"x={mixed}", "--languages", "xx"]
+        code, stderr = cli(args)
+        assert_one_line(code, stderr, ["model 'x'", "the tokenizer gives token id"])
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_student_init_with_another_models_tokenizer_is_named(
+    dry_run: bool,
+    causal_teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``student.init`` a causal LM of 286 rows beside a byte-level tokenizer of 300: training
+    ended in torch's ``IndexError`` traceback, and its dry run planned it, exit 0."""
+    from causal_fixtures import write_causal_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    teachers = causal_teacher_dirs
+    mixed = _with_tokenizer_of(teachers["uni"], teachers["bl"], tmp_path / "mixed")
+    training = {"steps": 1, "batch_size": 2, "warmup_steps": 1}
+    recipe = write_causal_recipe(
+        tmp_path, teachers, student={"init": str(mixed)}, training=training
+    )
+    code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])  # the store, built
+    assert code == 0, stderr
+    args = ["merge", "train", str(recipe), "--no-progress"] + (["--dry-run"] if dry_run else [])
+    code, stderr = cli(args)
+    words = [f"student.init {str(mixed)!r}", "the tokenizer gives token id 2", "own tokenizer"]
+    assert_one_line(code, stderr, words)

@@ -47,6 +47,12 @@ def model_entries(
             entries.append({"name": name, "path": obj.description, "kind": obj.kind})
         else:
             entries.append(_reference(name, value, trust_remote_code))
+    if trust_remote_code and not any(e.get("trust_remote_code") for e in entries):
+        raise UserInputError(
+            "trust_remote_code would be ignored: it applies to the models given by "
+            "reference strings that run code of their own (Hugging Face models; a mapping or a "
+            "ModelRef sets its own trust_remote_code), and none is given"
+        )
     return entries, given
 
 

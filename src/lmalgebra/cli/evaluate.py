@@ -32,8 +32,10 @@ def evaluate_pos(
     from lmalgebra.core.recipe_files import load_settings
     from lmalgebra.evaluate.pos_tagging import evaluate_treebank
 
-    for entry in overrides.get("models", []):
-        entry["trust_remote_code"] = trust_remote_code
+    if trust_remote_code:  # on the --models that run code of their own; refused if none
+        from lmalgebra.sources.models import allow_remote_code
+
+        allow_remote_code(overrides.get("models", []), "--trust-remote-code")
     spec = load_settings(PosSpec, None, overrides)
     results = evaluate_treebank(
         spec.models, treebank, spec.mode, spec.options(), spec.out, spec.overwrite

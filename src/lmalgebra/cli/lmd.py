@@ -64,8 +64,10 @@ def decompose(
     Every recipe key has a flag (--spans.length, --study.bootstrap); a flag given overrides the
     recipe, one not given keeps it (the defaults shown apply when the recipe does not set them).
     """
-    for entry in overrides.get("models", []):
-        entry["trust_remote_code"] = trust_remote_code
+    if trust_remote_code:  # on the --models that run code of their own; refused if none
+        from lmalgebra.sources.models import allow_remote_code
+
+        allow_remote_code(overrides.get("models", []), "--trust-remote-code")
     config = load_config(recipe, overrides)  # a bad recipe is refused before torch is imported
     from lmalgebra.api.decompose import decompose_recipe, plan_frame
     from lmalgebra.distributed import is_main

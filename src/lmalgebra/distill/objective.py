@@ -218,7 +218,15 @@ class Objective(ABC):
         target, label = self.outputs_set(lang, teacher, dtype), f"teach {lang}/{teacher.name}"
         finish = {"top_k": self.recipe.top_k, **facts, "dtype": dtype}
         infer_shards(
-            copies, target, label, load, infer, progress, **finish, teacher_hashes=teacher.hashes
+            copies,
+            target,
+            label,
+            load,
+            infer,
+            progress,
+            f"teacher {teacher.name!r}",
+            **finish,
+            teacher_hashes=teacher.hashes,
         )
 
     @holding_lock("merge prepare", run_dir, RUN_SCRATCH)

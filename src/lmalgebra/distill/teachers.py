@@ -194,6 +194,7 @@ def infer_shards(
     load: Callable[[], Any],
     infer: Inference,
     progress: bool,
+    owner: str | None = None,
     **finish: Any,
 ) -> None:
     """Teacher inference over the shards of ``source``, written to ``target``, resumable: shard
@@ -201,7 +202,9 @@ def infer_shards(
     computes the shards it owns that are missing; the model (``load()``) is loaded only when a
     shard is to be computed, and once its shards are written the memory inference freed (kept
     for reuse while it ran, ``core.allocator``) goes back to the system.
-    ``finish``: what the completed set's manifest records."""
+    ``finish``: what the completed set's manifest records; ``owner`` (``teacher 'wp'``) names
+    the model when a shard holds token ids past its token embeddings (a tokenizer of another
+    model beside its weights)."""
     count = len(source.manifest["shards"])
     todo = set(target.plan(count))
     if target.complete:
@@ -212,9 +215,26 @@ def infer_shards(
             if index in todo:
                 if model is None:
                     model = load()
-                target.write(index, infer(model, source.read(index)))
+                shard = source.read(index)
+                _refuse_foreign_ids(owner or label, model, shard)
+                target.write(index, infer(model, shard))
             advance(1)
     if model is not None:
         del model
         release_free_memory()
     target.finish(**finish)
+
+
+def _refuse_foreign_ids(owner: str, model: Any, shard: Any) -> None:
+    """Refuse a shard of token ids (``input_ids`` of a masked copy, ``token_ids`` of a causal
+    one) past the rows of ``model``'s token embeddings, before the forward pass fails on them."""
+    import pyarrow.compute as pc
+
+    from lmalgebra.sources.embed import refuse_foreign_ids
+
+    column = next((c for c in ("input_ids", "token_ids") if c in shard.column_names), None)
+    if column is None:
+        return
+    largest = pc.max(pc.list_flatten(shard[column])).as_py()
+    if largest is not None:
+        refuse_foreign_ids(owner, model, [[int(largest)]])

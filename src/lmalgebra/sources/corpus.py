@@ -222,7 +222,38 @@ def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
         if not path.exists():
             raise UserInputError(f"corpus {path} {absent(path)}")
         found.append((language, path))
+    _refuse_unread_fields(spec, found)
     return found
+
+
+def _refuse_unread_fields(spec: CorpusSpec, found: list[tuple[str | None, Path]]) -> None:
+    """Refuse a field given a value of its own that no file of the corpus reads (a
+    ``text_column`` beside ``.txt`` files alone, a ``doc_sep`` beside none, a ``split`` beside
+    no saved dataset, a ``language_column`` beside no records file without its ``LANG=``)."""
+    files = [path for _, path in found]
+    records = [path for path in files if _has_records(path)]
+    unlabelled = [path for language, path in found if language is None and _has_records(path)]
+    unused = {
+        "text_column": "records files (.jsonl, .json, .csv, .parquet, saved datasets)",
+        "doc_sep": ".txt files",
+        "split": "saved datasets (directories)",
+        "language_column": "records files not given as LANG=PATH",
+    }
+    read = {
+        "text_column": bool(records),
+        "doc_sep": len(records) < len(files),
+        "split": any(path.is_dir() for path in files),
+        "language_column": bool(unlabelled),
+    }
+    fields = type(spec).model_fields
+    for name, applies_to in unused.items():
+        value = getattr(spec, name)
+        if not read[name] and value != fields[name].get_default(call_default_factory=True):
+            shown = ", ".join(str(path) for path in files[:3]) + (" ..." if len(files) > 3 else "")
+            raise UserInputError(
+                f"corpus.{name} {value!r} would be ignored: it applies to {applies_to} only, "
+                f"and the corpus has none ({shown})"
+            )
 
 
 def read_labelled(spec: CorpusSpec) -> list[tuple[str, str | None]]:

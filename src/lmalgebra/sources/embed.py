@@ -6,12 +6,13 @@ through the model, pooled over real tokens, and put back in input order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import compute_context
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling, TokenReport
 
@@ -77,6 +78,26 @@ def tokenize(
     return ids, special, TokenReport(mean, truncated, len(texts))
 
 
+def refuse_foreign_ids(owner: str, model: Any, ids: Iterable[Sequence[int]]) -> None:
+    """Refuse token ids past the rows of ``model``'s token embeddings (a tokenizer of another
+    model beside its weights), which torch reports as an index out of range deep in the
+    forward pass; ``owner`` starts the message. A model without a readable table (an ONNX
+    graph: its runtime's error is read instead) passes."""
+    getter = getattr(model, "get_input_embeddings", None)
+    try:
+        rows = getattr(getter(), "num_embeddings", None) if callable(getter) else None
+    except (AttributeError, NotImplementedError):
+        rows = None
+    if not isinstance(rows, int):
+        return
+    largest = max((max(row) for row in ids if len(row)), default=-1)
+    if largest >= rows:
+        raise UserInputError(
+            f"{owner}: the tokenizer gives token id {largest}, beyond the {rows} rows of the "
+            "model's token embeddings: is it this model's own tokenizer?"
+        )
+
+
 @torch.inference_mode()
 def embed(
     texts: list[str],
@@ -84,6 +105,7 @@ def embed(
     tokenizer: Any,
     spec: EmbedSpec,
     progress: Callable[[int], None] | None = None,
+    owner: str = "the model",
 ) -> tuple[np.ndarray, TokenReport]:
     """Embed spans with one model. Returns ``(len(texts), hidden) float32`` in input order.
 
@@ -96,6 +118,7 @@ def embed(
     context = compute_context(device, getattr(torch, spec.dtype))
     limit = max_tokens(model, tokenizer, spec.max_length)
     ids, special, report = tokenize(texts, tokenizer, limit)
+    refuse_foreign_ids(owner, model, ids)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     hidden_size = model.config.hidden_size

@@ -238,7 +238,7 @@ class ReferencedModel(ModelSource):
             for layer in spec.layers or (spec.layer,):
                 check_layer(self.name, model, layer)
             self._loaded = (model, self.load_tokenizer())
-        return embed(texts, *self._loaded, spec)
+        return embed(texts, *self._loaded, spec, owner=f"model {self.name!r}")
 
     def release(self) -> None:
         self._loaded = None

@@ -79,6 +79,21 @@ class ModelRef(ModelFields):
             raise UserInputError(
                 f"model {self.name!r}: {', '.join(wrong)} does not apply to a {self.kind} model"
             )
+        if self.trust_remote_code and not _kinds()[self.kind].runs_remote_code:
+            raise UserInputError(
+                f"model {self.name!r}: trust_remote_code would be ignored: a {self.kind} model "
+                "runs no code of its own"
+            )
+        if self.seed and not self.random_init:
+            raise UserInputError(
+                f"model {self.name!r}: seed {self.seed} would be ignored: it seeds random_init "
+                "only (the model's own weights are read)"
+            )
+        if self.revision is not None and self.path.startswith((PACKAGE_PREFIX, GGUF_PREFIX)):
+            raise UserInputError(
+                f"model {self.name!r}: revision {self.revision!r} would be ignored: it applies "
+                f"to a Hugging Face hub id only, not {self.path}"
+            )
         return self
 
     @property
@@ -112,3 +127,20 @@ class ModelRef(ModelFields):
             readable = Path(readable.removeprefix(GGUF_PREFIX)).stem if gguf else readable
             name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
+
+
+def allow_remote_code(entries: list[dict[str, Any]], flag: str) -> None:
+    """Set ``trust_remote_code`` on the model entries of the command line (``--models``) whose
+    kind runs code of its own; ``flag`` (``--trust-remote-code``) was given. Refused when no
+    entry takes it: models of a recipe say it themselves, ONNX and precomputed ones run none."""
+    takers = [e for e in entries if _kinds()[e.get("kind", "transformers")].runs_remote_code]
+    if not takers:
+        where = (
+            "the models it applies to are those given with --models, and none is given (a "
+            "recipe's model sets trust_remote_code: true itself)"
+            if not entries
+            else "none of the --models runs code of its own (ONNX and precomputed models run none)"
+        )
+        raise UserInputError(f"{flag} would be ignored: {where}")
+    for entry in takers:
+        entry["trust_remote_code"] = True

@@ -32,7 +32,13 @@ from typing import Any, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.disk_space import naming_file
-from lmalgebra.storage.output_paths import LOCK_NAME, Snapshot, directory_kind, make_directory
+from lmalgebra.storage.output_paths import (
+    LOCK_NAME,
+    Snapshot,
+    check_directory,
+    directory_kind,
+    make_directory,
+)
 
 log = logging.getLogger(__name__)
 TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)$")  # lmalgebra.storage.atomic's temporary names
@@ -193,6 +199,9 @@ def run_directory_lock(
     (``scratch``: files that do not count as output, see ``output_paths.tidy_on_failure``).
     Collective in a multi-process run: every rank must enter it.
     """
+    # the path as given, before a link is resolved: a link to nothing is refused, not followed
+    # (the directory would be made at its target); on every rank, so that all refuse alike
+    check_directory(Path(directory), "output directory")
     directory = Path(directory).resolve()
     if directory in _held:
         held, depth = _held[directory]

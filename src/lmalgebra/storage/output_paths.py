@@ -48,9 +48,12 @@ def _check_creatable(path: Path, what: str) -> None:
     """``path`` does not exist: its nearest existing ancestor must be a writable directory."""
     ancestor = path.parent.absolute()
     while not ancestor.exists() and ancestor != ancestor.parent:  # the nearest that exists
+        if ancestor.is_symlink():  # a link to nothing: mkdir -p would make its target
+            raise UserInputError(f"cannot create {what} {path}: {ancestor} {absent(ancestor)}")
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise UserInputError(f"cannot create {what} {path}: {ancestor} is a file, not a directory")
+        kind = "a file" if ancestor.is_file() else "a FIFO, socket or device"
+        raise UserInputError(f"cannot create {what} {path}: {ancestor} is {kind}, not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UserInputError(f"cannot create {what} {path}: {ancestor} is not writable")
 

@@ -33,6 +33,7 @@ from lmalgebra.distill.examples import heldout_texts, require_examples
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
+from lmalgebra.sources.embed import refuse_foreign_ids
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table, read_table, write_table
@@ -100,9 +101,11 @@ def score_texts(
     context: int,
     stride: int | None = None,
     batch_size: int = 8,
+    owner: str = "the model",
 ) -> TextScore:
     """NLL of ``texts`` under ``model`` (tokenised by ``tokenizer``), windows of ``context``
-    input tokens every ``stride`` (default ``context // 2``)."""
+    input tokens every ``stride`` (default ``context // 2``); ``owner`` names the model when
+    the tokenizer gives ids past its token embeddings."""
     start = start_token_id(tokenizer)
     if start is None:
         raise UserInputError(
@@ -111,6 +114,7 @@ def score_texts(
         )
     stride = stride or max(1, context // 2)
     encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    refuse_foreign_ids(owner, model, encoded)
     parts: list[_Window] = []
     for doc, ids in enumerate(encoded):
         sequence = np.asarray([start, *ids], dtype=np.int64)
@@ -178,7 +182,9 @@ def bits_per_byte(
         raise UserInputError(f"context {context} exceeds the {limit} positions of {directory}")
     network = load_lm(ref, directory, "causal", role="model")
     return {
-        lang: score_texts(network, tokenizer, docs, context, stride, batch_size)
+        lang: score_texts(
+            network, tokenizer, docs, context, stride, batch_size, f"model {ref.name!r}"
+        )
         for lang, docs in texts.items()
     }
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from lmalgebra.distill.causal.logprobs import CausalOutput
 from lmalgebra.distill.causal.store import logprobs_table
+from lmalgebra.distill.causal.student_data import refuse_longer
 from lmalgebra.distill.causal.student_init import open_init
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.examples import Example
@@ -67,14 +68,20 @@ def plan_student(
     init = open_init(recipe.student, weights=False)  # refused as train refuses it, first
     clock = time.perf_counter()
     tokenizer, _ = student_tokenizer(recipe, training, weights=False)  # nothing into the cache
-    read = {
-        lang: np.array(
-            [len(encode_with_offsets(tokenizer, e.text, "student").ids) for e in found],
-            dtype=np.int64,
-        )
+    encoded = {
+        lang: [encode_with_offsets(tokenizer, e.text, "student").ids for e in found]
         for lang, found in examples.items()
     }
+    read = {lang: np.array([len(i) for i in ids], dtype=np.int64) for lang, ids in encoded.items()}
+    if init is not None:  # refused as training refuses it
+        init.refuse_foreign_ids(
+            max((int(max(i)) for v in encoded.values() for i in v if len(i)), default=-1)
+        )
     seconds = time.perf_counter() - clock
+    positions = recipe.student.max_position_embeddings if init is None else init.positions
+    for lang, found in examples.items():  # refused as training refuses it
+        for example, length in zip(found, read[lang], strict=True):
+            refuse_longer(example.id, lang, int(length), positions)
     for pair in pairs:
         pair.student_lengths = pair.student_predicted = read[pair.language]
         pair.seconds["train"] = seconds / len(pairs)

@@ -243,14 +243,20 @@ def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> 
     encoded = []
     for text, example in zip(store.texts, store.example_ids, strict=True):
         tokens = encode_with_offsets(student, str(text), "student")
-        if len(tokens.ids) > positions:
-            raise UserInputError(
-                f"example {example} of {lang!r} is {len(tokens.ids)} student tokens, more than "
-                f"the student's {positions} positions (student.max_position_embeddings, or "
-                "the student.init model's): raise them or lower causal.example_bytes"
-            )
+        refuse_longer(str(example), lang, len(tokens.ids), positions)
         encoded.append(tokens)
     return encoded
+
+
+def refuse_longer(example: str, lang: str, tokens: int, positions: int) -> None:
+    """Refuse an example of more student tokens than the student's positions (training and
+    its dry run alike)."""
+    if tokens > positions:
+        raise UserInputError(
+            f"example {example} of {lang!r} is {tokens} student tokens, more than "
+            f"the student's {positions} positions (student.max_position_embeddings, or "
+            "the student.init model's): raise them or lower causal.example_bytes"
+        )
 
 
 def _example(

@@ -19,7 +19,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.student import CausalStudentSpec, check_layer_list
-from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
+from lmalgebra.distill.teachers import load_lm, max_positions, model_config, refuse_other_head
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 
@@ -58,6 +58,18 @@ class InitModel:
                 f"student.init {self.given!r}: its config.json gives no context length"
             )
         return found
+
+    def refuse_foreign_ids(self, largest: int) -> None:
+        """Refuse a student token id ``largest`` past the rows of the model's token embeddings
+        (its ``config.json``'s ``vocab_size``): tokenizer files of another model beside its
+        weights, on which the forward pass would fail."""
+        rows = model_config(self.directory).get("vocab_size")
+        if isinstance(rows, int) and not isinstance(rows, bool) and largest >= rows:
+            raise UserInputError(
+                f"student.init {self.given!r}: the tokenizer gives token id {largest}, beyond "
+                f"the {rows} rows of the model's token embeddings: is it this model's own "
+                "tokenizer?"
+            )
 
 
 def init_reference(given: str) -> ModelRef:

@@ -154,6 +154,9 @@ def causal_student_data(
         needs=needs_of([] if spec.gold_only else [k for k, w in mix.items() if w > 0]),
         validation_fraction=spec.validation_fraction,
     )
+    if init is not None:  # the init model's own tokenizer, or one of another model
+        ids = [int(max(t.ids)) for found in source.encoded for t in found if len(t.ids)]
+        init.refuse_foreign_ids(max(ids, default=-1))
     return CausalStudentData(source, tokenizer, identity, teachers, init)
 
 

@@ -49,5 +49,6 @@ def plan_vocab(
     for pair in pairs:
         pair.seconds["vocab"] = seconds / len(pairs)
     s = recipe.student
+    s.fits(len(union.tokens), recipe.example_length)  # refused as training refuses it
     trimmed = s.embedding_size in (None, s.hidden_size)  # BERT; factorised: ALBERT
     return student_shape(s, s.vocab_size or len(union.tokens), s.embedding_size, trimmed)

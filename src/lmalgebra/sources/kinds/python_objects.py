@@ -145,7 +145,7 @@ class TransformerPair(_GivenObject):
         if home is not None and home != torch.device(spec.device):
             self.model.to(spec.device)
         try:
-            return embed(texts, self.model, self.tokenizer, spec)
+            return embed(texts, self.model, self.tokenizer, spec, owner=f"model {self.name!r}")
         finally:
             if home is not None and home != torch.device(spec.device):
                 self.model.to(home)

@@ -64,6 +64,11 @@ class TransformersModel(ReferencedModel):
         if local.is_symlink() and not local.exists():  # no hub id: a link to nothing
             raise UserInputError(f"model {ref.name!r}: {ref.path} {absent(local)}")
         if local.is_dir():
+            if ref.revision is not None:  # a hub revision: a directory has one version only
+                raise UserInputError(
+                    f"model {ref.name!r}: revision {ref.revision!r} would be ignored: it applies "
+                    f"to a Hugging Face hub id only, and {ref.path} is a local directory"
+                )
             if not (local / "config.json").is_file():
                 raise UserInputError(
                     f"model {ref.name!r}: {local} is not a model directory (no config.json)"
