@@ -96,10 +96,12 @@ def run_command(call: Callable[[], object]) -> None:
         ):
             err.show()
             sys.exit(2)
-        from lmalgebra.storage.disk_space import is_out_of_space, message
+        from lmalgebra.storage.disk_space import is_out_of_space, message, refused_permission
 
-        if is_out_of_space(err):  # a write not wrapped by ``disk_space.naming_file``
-            text = message(getattr(err, "filename", None))
+        # a write not wrapped by ``disk_space.naming_file``: a full disk, a refused permission
+        text = message(getattr(err, "filename", None)) if is_out_of_space(err) else None
+        text = text or refused_permission(err)
+        if text is not None:
             Console(stderr=True).print(
                 f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True
             )
