@@ -137,3 +137,35 @@ def test_a_disk_too_full_for_the_lock_names_it_and_leaves_nothing(
         assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     else:
         assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["gguf file", "config.json", "treebank split"])
+def test_a_fifo_where_a_file_is_read_is_called_what_it_is(
+    where: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A FIFO in place of a GGUF file had been called missing ("does not exist"), in place of a
+    model's ``config.json`` "no config.json", and in place of a treebank's test file "no test
+    split": each is named as the FIFO it is, and nothing waits on it."""
+    import os
+
+    from hostile_helpers import one_word_treebank
+
+    out = tmp_path / "out"
+    if where == "treebank split":
+        bank = one_word_treebank(tmp_path / "bank")
+        fifo = bank / "x-ud-test.conllu"
+        fifo.unlink()
+        os.mkfifo(fifo)
+        args = ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--out", str(out)]
+    else:
+        model = tmp_path / "model"
+        shutil.copytree(bert_dir, model)
+        fifo = model / "config.json" if where == "config.json" else tmp_path / "m.gguf"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        given = f"gguf:{fifo}" if where == "gguf file" else str(model)
+        args = ["decompose", "--models", f"a={given}", "--models", f"b={bert_dir}", "--dry-run"]
+        args += ["--corpus.paths", str(corpus_txt), "--out", str(out)]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [str(fifo.name), "FIFO"])
+    assert not out.exists()
