@@ -169,3 +169,22 @@ def test_a_fifo_where_a_file_is_read_is_called_what_it_is(
     code, stderr = cli(args)
     assert_one_line(code, stderr, [str(fifo.name), "FIFO"])
     assert not out.exists()
+
+
+def test_a_context_beyond_a_gguf_model_names_the_model_not_its_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``merge bits-per-byte --context`` beyond a ``gguf:`` model's positions had named the
+    dequantised directory in the cache, a path the user never gave."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill.causal.bits_per_byte import bits_per_byte
+    from lmalgebra.sources.models import ModelRef
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny.gguf")
+    ref = ModelRef.parse(f"a=gguf:{path}")
+    with pytest.raises(UserInputError) as caught:
+        bits_per_byte(ref, {"xx": ["some text"]}, context=1000)
+    said = str(caught.value)
+    assert "model 'a'" in said and f"gguf:{path}" in said and "cache" not in said, said

@@ -177,9 +177,13 @@ def bits_per_byte(
     limit = max_positions(directory)
     context = limit if context is None else context
     if context is None:
-        raise UserInputError(f"{directory}: config.json gives no context length; pass one")
+        raise UserInputError(
+            f"model {ref.name!r} ({ref.path}): its config.json gives no context length; pass one"
+        )
     if limit is not None and context > limit:
-        raise UserInputError(f"context {context} exceeds the {limit} positions of {directory}")
+        raise UserInputError(
+            f"context {context} exceeds the {limit} positions of model {ref.name!r} ({ref.path})"
+        )
     network = load_lm(ref, directory, "causal", role="model")
     return {
         lang: score_texts(
