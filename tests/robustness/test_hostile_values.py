@@ -149,18 +149,36 @@ def test_an_integer_beyond_64_bits_on_the_command_line_is_refused(
 
 
 @pytest.mark.parametrize(
-    "change",
+    ("change", "needles"),
     [
-        {"training": {**TINY_TRAINING, "batch_size": 10**15}},
-        {"student": {**TINY_STUDENT, "hidden_size": 10**15}},
+        (
+            {"training": {**TINY_TRAINING, "batch_size": 10**15}},
+            ["not enough memory", "make it smaller"],
+        ),
+        (
+            {"student": {**TINY_STUDENT, "hidden_size": 10**15}},
+            ["hidden_size 1000000000000000", "GiB", "make it smaller"],
+        ),
+        (
+            {"student": {**TINY_STUDENT, "num_layers": 10**12}},
+            ["num_layers 1000000000000", "GiB", "make it smaller"],
+        ),
     ],
+    ids=["training batch", "student width", "student depth"],
 )
 def test_a_setting_beyond_the_machine_s_memory_ends_in_one_line(
-    change: dict[str, object], tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch, cli
+    change: dict[str, object],
+    needles: list[str],
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    monkeypatch,
+    cli,
 ) -> None:
     """A training batch or a student far beyond the machine (beyond any address space, so no
     allocation succeeds however the kernel overcommits): the plan and the stage had ended in
-    numpy's or torch's allocation traceback."""
+    numpy's or torch's allocation traceback, and a student of a trillion layers had been
+    planned, then built layer by layer until memory ran out. The student is refused from its
+    sizes, before it is built."""
     from hostile_helpers import built_store
 
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
@@ -169,5 +187,5 @@ def test_a_setting_beyond_the_machine_s_memory_ends_in_one_line(
     recipe.write_text(yaml.safe_dump({**data, **change}), encoding="utf-8")
     for dry in (["--dry-run"], []):
         code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *dry])
-        assert_one_line(code, stderr, ["not enough memory", "make it smaller"])
+        assert_one_line(code, stderr, needles)
     assert not (tmp_path / "run" / "student" / "model").exists()
