@@ -100,21 +100,3 @@ def refused_permission(err: BaseException) -> str | None:
         "to write there (or choose another directory) and run the same command again: finished "
         "parts are kept"
     )
-
-
-_NO_MEMORY = ("can't allocate memory", "out of memory", "unable to allocate", "cannot allocate")
-
-
-def refused_memory(err: BaseException) -> str | None:
-    """The one line a user sees for an allocation the machine could not give (a setting far
-    beyond it: a student's size, a batch size); None for any other error."""
-    said = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if not isinstance(err, MemoryError) and not any(s in said.lower() for s in _NO_MEMORY):
-        return None
-    if not isinstance(err, MemoryError | RuntimeError):
-        return None
-    said = said.split("] ", 1)[-1]  # torch's "[enforce fail at alloc_cpu.cpp:127]" prefix
-    return (
-        f"not enough memory: {said[:200]}; a setting asks for more than this machine has (a "
-        "model's size, a batch size, span or example counts): make it smaller"
-    )
