@@ -188,3 +188,21 @@ def test_a_context_beyond_a_gguf_model_names_the_model_not_its_cache_entry(
         bits_per_byte(ref, {"xx": ["some text"]}, context=1000)
     said = str(caught.value)
     assert "model 'a'" in said and f"gguf:{path}" in said and "cache" not in said, said
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_gguf_teacher_of_the_wrong_kind_is_named_as_given(
+    dry_run: bool, teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch, cli
+) -> None:
+    """A causal GGUF model as a masked teacher had been named by the directory the toolkit read
+    it from: a temporary one in the dry run (``/tmp/lmalgebra-plan-...``), the cache's in the
+    run; the message names ``gguf:FILE``, as the recipe gives it."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+    from merge_fixtures import write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "llama.gguf")
+    recipe = write_recipe(tmp_path, {**teacher_dirs, "sp": f"gguf:{path}"})
+    args = ["merge", "run", str(recipe), "--no-progress", *(["--dry-run"] if dry_run else [])]
+    line = assert_one_line(*cli(args), ["teacher 'sp'", f"gguf:{path}"])
+    assert "lmalgebra-plan" not in line and str(tmp_path / "cache") not in line, line

@@ -166,7 +166,7 @@ def bits_per_byte(
     model's positions."""
     ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
     directory = ref.source.resolve()
-    refuse_other_head(f"model {ref.name!r}", directory, "causal")
+    refuse_other_head(f"model {ref.name!r}", directory, "causal", shown=ref.shown(directory))
     tokenizer = source_of(ref, directory).load_tokenizer()
     if start_token_id(tokenizer) is None:
         raise UserInputError(

@@ -166,18 +166,19 @@ class TransformersModel(ReferencedModel):
         from transformers import AutoConfig
 
         owner = owner or f"model {self.name!r}"
+        shown = self.ref.shown(directory)
         try:
             config = AutoConfig.from_pretrained(directory)
         except Exception as err:
             raise UserInputError(
-                f"{owner}: transformers cannot read the configuration in {directory}: "
+                f"{owner}: transformers cannot read the configuration in {shown}: "
                 f"{load_failure(err)}"
             ) from err
         if type(config) not in getattr(transformers, auto)._model_mapping:
             kind = _AUTO_KINDS.get(auto, auto)
             raise UserInputError(
                 f"{owner}: transformers has no {kind} for the {config.model_type!r} "
-                f"architecture of {directory}"
+                f"architecture of {shown}"
             )
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
