@@ -225,6 +225,7 @@ def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and
     corpus_txt: Path,
     bert_dir: Path,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     change: str,
     needle: str,
     dry_run: bool,
@@ -232,6 +233,7 @@ def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and
 ) -> None:
     """transformers skipped a tensor of a name the declared architecture lacks without a word;
     the dry run, which dequantises nothing, had passed every such file."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     path = _foreign_gguf(llama, tmp_path / "odd.gguf", change)
     args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]

@@ -31,6 +31,7 @@ from lmalgebra.storage.split_archive import build_once, checked_file
 GGUF_PREFIX = "gguf:"
 PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
 RECORD_CHECK = "record_sha256"  # in gguf.json: of the rest of the record
+TENSORS_CHECKED = "tensors_checked"  # in gguf.json: the file's tensors were checked first
 GGUF_REQUIREMENT = "gguf==0.19.0"
 _METADATA_SECTIONS = ("general", "tokenizer")  # keys of transformers' mapping that are no model
 
@@ -120,7 +121,7 @@ def gguf_directory(
             raise ValueError("a GGUF in parts needs its expected sha256")
         sha256 = sha256_file(parts[0])
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and intact(target):
+    if target.is_dir() and _checked(target):
         return target
     _gguf_package(owner)  # before joining hundreds of MB
 
@@ -131,10 +132,20 @@ def gguf_directory(
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = {p: version(p) for p in ("transformers", "gguf")}
-        seal(made, provenance)
+        seal(made, {**provenance, TENSORS_CHECKED: True})
         return made
 
-    return build_once(target, build, f"{owner} ({name}, dequantised)", intact)
+    return build_once(target, build, f"{owner} ({name}, dequantised)", _checked)
+
+
+def _checked(directory: Path, hashed: bool = True) -> bool:
+    """:func:`intact`, and built after the file's tensors were checked against the architecture
+    it declares: an entry of an older release, which dequantised without that check (a tensor
+    of no place dropped), is built again once."""
+    if not intact(directory, hashed):
+        return False
+    provenance = read_provenance(directory)
+    return provenance is not None and provenance.get(TENSORS_CHECKED) is True
 
 
 def seal(made: Path, record: dict[str, Any], name: str = PROVENANCE) -> None:
@@ -194,7 +205,7 @@ def _planning_directory(file: Path, owner: str) -> Path:
     directory (removed when the process ends) holding the configuration and tokenizer the file
     describes, its architecture checked as a build checks it, nothing dequantised."""
     target = _cache_directory(file.stem, sha256_file(file))
-    if target.is_dir() and intact(target, hashed=False):
+    if target.is_dir() and _checked(target, hashed=False):
         return target
     return _described(file, owner, scratch())
 
@@ -204,7 +215,7 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     intact; else the configuration and tokenizer of the file ``parts`` form (joined and checked
     in a temporary directory), nothing written to the cache, nothing dequantised."""
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and intact(target, hashed=False):
+    if target.is_dir() and _checked(target, hashed=False):
         return target
     _gguf_package(owner)
     work = scratch()
