@@ -96,13 +96,6 @@ class ModelRef(ModelFields):
             )
         return self
 
-    def shown(self, directory: Path) -> str:
-        """How a message names the model read from ``directory``: the reference as the user
-        gave it where the directory is the toolkit's (a GGUF file's dequantised model in the
-        cache or a temporary one, an unpacked packaged model), else the directory."""
-        derived = self.path.startswith((GGUF_PREFIX, PACKAGE_PREFIX))
-        return self.path if derived else str(directory)
-
     @property
     def source(self) -> ReferencedModel:
         """The model this reference names, as its kind's class."""
