@@ -116,15 +116,24 @@ def test_decompose_plan_refuses_the_directory_decompose_refuses(
     assert str(out) in said[lmalgebra.decompose]
 
 
+@pytest.mark.parametrize("where", ["directory", "hub id"])
 def test_a_reference_tokenizer_the_run_cannot_read_is_refused_by_the_dry_run_too(
-    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch,
+    cli,
+    where: str,
 ) -> None:
-    """A ``reference_tokenizer`` naming no model and no directory had been planned (exit 0)."""
+    """A ``reference_tokenizer`` naming no model and no directory had been planned (exit 0),
+    and so had a hub id the offline hub cannot give."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
     args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8"]
-    args += ["--reference_tokenizer", str(tmp_path / "nowhere")]
+    reference = str(tmp_path / "nowhere") if where == "directory" else "nowhere-org/nowhere"
+    args += ["--reference_tokenizer", reference]
     said = [
         assert_one_line(*cli([*args, *dry]), ["nowhere", "a, b"]) for dry in ([], ["--dry-run"])
     ]

@@ -137,3 +137,72 @@ def test_a_disk_too_full_for_the_lock_names_it_and_leaves_nothing(
         assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
     else:
         assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["gguf file", "config.json", "treebank split"])
+def test_a_fifo_where_a_file_is_read_is_called_what_it_is(
+    where: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A FIFO in place of a GGUF file had been called missing ("does not exist"), in place of a
+    model's ``config.json`` "no config.json", and in place of a treebank's test file "no test
+    split": each is named as the FIFO it is, and nothing waits on it."""
+    import os
+
+    from hostile_helpers import one_word_treebank
+
+    out = tmp_path / "out"
+    if where == "treebank split":
+        bank = one_word_treebank(tmp_path / "bank")
+        fifo = bank / "x-ud-test.conllu"
+        fifo.unlink()
+        os.mkfifo(fifo)
+        args = ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--out", str(out)]
+    else:
+        model = tmp_path / "model"
+        shutil.copytree(bert_dir, model)
+        fifo = model / "config.json" if where == "config.json" else tmp_path / "m.gguf"
+        fifo.unlink(missing_ok=True)
+        os.mkfifo(fifo)
+        given = f"gguf:{fifo}" if where == "gguf file" else str(model)
+        args = ["decompose", "--models", f"a={given}", "--models", f"b={bert_dir}", "--dry-run"]
+        args += ["--corpus.paths", str(corpus_txt), "--out", str(out)]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [str(fifo.name), "FIFO"])
+    assert not out.exists()
+
+
+def test_a_context_beyond_a_gguf_model_names_the_model_not_its_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``merge bits-per-byte --context`` beyond a ``gguf:`` model's positions had named the
+    dequantised directory in the cache, a path the user never gave."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill.causal.bits_per_byte import bits_per_byte
+    from lmalgebra.sources.models import ModelRef
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny.gguf")
+    ref = ModelRef.parse(f"a=gguf:{path}")
+    with pytest.raises(UserInputError) as caught:
+        bits_per_byte(ref, {"xx": ["some text"]}, context=1000)
+    said = str(caught.value)
+    assert "model 'a'" in said and f"gguf:{path}" in said and "cache" not in said, said
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_gguf_teacher_of_the_wrong_kind_is_named_as_given(
+    dry_run: bool, teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch, cli
+) -> None:
+    """A causal GGUF model as a masked teacher had been named by the directory the toolkit read
+    it from: a temporary one in the dry run (``/tmp/lmalgebra-plan-...``), the cache's in the
+    run; the message names ``gguf:FILE``, as the recipe gives it."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+    from merge_fixtures import write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "llama.gguf")
+    recipe = write_recipe(tmp_path, {**teacher_dirs, "sp": f"gguf:{path}"})
+    args = ["merge", "run", str(recipe), "--no-progress", *(["--dry-run"] if dry_run else [])]
+    line = assert_one_line(*cli(args), ["teacher 'sp'", f"gguf:{path}"])
+    assert "lmalgebra-plan" not in line and str(tmp_path / "cache") not in line, line

@@ -260,3 +260,51 @@ def test_an_unreadable_input_ends_in_one_line(
         line = assert_one_line(code, stderr, [str(culprit)])
         assert "readable" in line or "Permission denied" in line, line
     assert not any((tmp_path / name).exists() for name in ("a", "b"))
+
+
+def test_a_read_only_directory_below_a_run_or_the_cache_ends_in_one_line(
+    teacher_dirs: dict[str, Path],
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """Below a run it may write (a student's ``model/`` or ``checkpoints/``, ``vocab/``) and
+    below the cache (``gguf/`` holding a damaged entry to build again): one line naming the
+    path, exit 2; each had ended in a ``PermissionError`` traceback."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+    from hostile_helpers import built_store
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    recipe = built_store(tmp_path, teacher_dirs)
+    code, stderr = run_cli(["merge", "train", str(recipe), "--no-progress"], monkeypatch, capsys)
+    assert code == 0, stderr
+    run = tmp_path / "run"
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    embed = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    embed += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, stderr = run_cli(
+        [*embed, "--out", str(tmp_path / "d1"), "--no-progress"], monkeypatch, capsys
+    )
+    assert code == 0, stderr
+    (entry,) = [p for p in (cache / "gguf").iterdir() if p.is_dir()]
+    (entry / "model.safetensors").write_bytes(b"cut")
+    train = ["merge", "train", str(recipe), "--restart", "--no-progress"]
+    cases = [
+        (run / "student" / "model", train),
+        (run / "student" / "checkpoints", train),
+        (run / "vocab", ["merge", "vocab", str(recipe)]),
+        (cache / "gguf", [*embed, "--out", str(tmp_path / "d2"), "--no-progress"]),
+    ]
+    for directory, args in cases:
+        if directory.name == "vocab":  # built again, into a directory it may not write
+            (directory / "complete.json").unlink()
+        read_only(directory)
+        code, stderr = bound(args, cache)
+        line = assert_one_line(code, stderr, [str(directory)])
+        assert "Permission denied" in line, line
+        directory.chmod(0o755)

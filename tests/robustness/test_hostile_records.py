@@ -69,3 +69,39 @@ def test_a_damaged_record_is_refused_by_name(
     assert (out / record).read_text(encoding="utf-8") == content
     claim(out, {"models": "x"}, True)  # --overwrite replaces it
     assert not (out / record).exists()
+
+
+@pytest.mark.parametrize("damage", ["provenance deleted", "configuration torn"])
+def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name(
+    damage: str,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A ``provenance.json`` deleted from a finished run had switched the identity check off
+    (a corpus edited since replaced the run, exit 0); a torn ``config.yaml`` had been named in
+    a message of five lines (YAML's excerpt and caret)."""
+    from hostile_helpers import assert_one_line, digests
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "docs.txt"
+    shutil.copy(corpus_txt, corpus)
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus), "--spans.counts", "20,5,5", "--out", str(out)]
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    if damage == "provenance deleted":
+        (out / "provenance.json").unlink()
+        needles = [str(out / "provenance.json"), "missing", "summary.json records it"]
+    else:
+        (out / "config.yaml").write_text("{: [\n", encoding="utf-8")
+        needles = [str(out / "config.yaml"), "line 1, column 2"]
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\nanother document about the river and the city\n")
+    before = digests(out)
+    assert_one_line(*cli([*args, "--no-progress"]), needles)
+    assert digests(out) == before

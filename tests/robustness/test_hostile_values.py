@@ -62,6 +62,11 @@ RECIPES = {
         {"training": {**TINY_TRAINING, "teachers": True}},
         ["key 'training.teachers': ", "a valid list or a valid dictionary", "True"],
     ),
+    # an integer no 64-bit integer holds had reached torch (an overflow traceback)
+    "positions_beyond_64_bits": (
+        {"student": {**TINY_STUDENT, "max_position_embeddings": 2**63}},
+        ["student.max_position_embeddings", "64-bit integer", str(2**63)],
+    ),
     "number_teacher": (
         {"training": {**TINY_TRAINING, "teachers": ["wp", 3]}},
         ["key 'training.teachers.1': ", "a valid string", "3"],
@@ -132,3 +137,55 @@ def test_pretrain_values(case: str, tmp_path: Path, cli) -> None:
     code, stderr = cli([*args, "--out", str(out), "--training.steps", "2", *flags])
     assert_one_line(code, stderr, needles)
     assert not out.exists()
+
+
+def test_an_integer_beyond_64_bits_on_the_command_line_is_refused(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+) -> None:
+    flags = ["--batch_size", str(2**63)]
+    needles = ["batch_size", "64-bit integer", str(2**63)]
+    models = {"a": bert_dir, "b": bert2_dir}
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("change", "needles"),
+    [
+        (
+            {"training": {**TINY_TRAINING, "batch_size": 10**15}},
+            ["not enough memory", "make it smaller"],
+        ),
+        (
+            {"student": {**TINY_STUDENT, "hidden_size": 10**15}},
+            ["hidden_size 1000000000000000", "GiB", "make it smaller"],
+        ),
+        (
+            {"student": {**TINY_STUDENT, "num_layers": 10**12}},
+            ["num_layers 1000000000000", "GiB", "make it smaller"],
+        ),
+    ],
+    ids=["training batch", "student width", "student depth"],
+)
+def test_a_setting_beyond_the_machine_s_memory_ends_in_one_line(
+    change: dict[str, object],
+    needles: list[str],
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    monkeypatch,
+    cli,
+) -> None:
+    """A training batch or a student far beyond the machine (beyond any address space, so no
+    allocation succeeds however the kernel overcommits): the plan and the stage had ended in
+    numpy's or torch's allocation traceback, and a student of a trillion layers had been
+    planned, then built layer by layer until memory ran out. The student is refused from its
+    sizes, before it is built."""
+    from hostile_helpers import built_store
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    recipe = built_store(tmp_path, teacher_dirs)
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, **change}), encoding="utf-8")
+    for dry in (["--dry-run"], []):
+        code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *dry])
+        assert_one_line(code, stderr, needles)
+    assert not (tmp_path / "run" / "student" / "model").exists()

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -181,6 +182,69 @@ def test_a_gguf_file_whose_tensors_miss_layers_is_refused_and_not_cached(
         ModelRef.parse(f"gguf:{path}").source.resolve()
     built = [p for p in (tmp_path / "cache" / "gguf").iterdir() if not p.name.endswith(".lock")]
     assert built == []
+
+
+def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
+    """A GGUF file of the tiny Llama with a tensor beyond its two layers (``extra``), of a name
+    no Llama has (``unknown``) or of half its size (``smaller``) written beside its own."""
+    import numpy as np
+
+    import gguf_fixtures
+
+    own = gguf_fixtures._tensors
+
+    def edited(model: Any) -> dict[str, np.ndarray]:
+        tensors = own(model)
+        ones = np.ones(32, dtype=np.float32)
+        if change == "extra":
+            tensors["blk.2.attn_norm.weight"] = ones
+        elif change == "unknown":
+            tensors["foo.bar.weight"] = ones
+        else:
+            tensors["blk.0.attn_norm.weight"] = ones[:16].copy()
+        return tensors
+
+    gguf_fixtures._tensors = edited
+    try:
+        return write_llama_gguf(*llama, path)
+    finally:
+        gguf_fixtures._tensors = own
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ("extra", "no place for (blk.2.attn_norm.weight)"),
+        ("unknown", "no place for (foo.bar.weight)"),
+        ("smaller", "other sizes than the 'llama' model it declares (blk.0.attn_norm.weight"),
+    ],
+)
+def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and_run(
+    llama,
+    corpus_txt: Path,
+    bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
+    needle: str,
+    dry_run: bool,
+    cli,
+) -> None:
+    """transformers skipped a tensor of a name the declared architecture lacks without a word;
+    the dry run, which dequantises nothing, had passed every such file."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = _foreign_gguf(llama, tmp_path / "odd.gguf", change)
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), *(["--dry-run"] if dry_run else [])]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, ["model 'a'", str(path), needle])
+    assert not (tmp_path / "out").exists()
+    gguf_entries = tmp_path / "cache" / "gguf"
+    assert not gguf_entries.exists() or not [
+        p for p in gguf_entries.iterdir() if not p.name.endswith(".lock")
+    ]
 
 
 def _retyped(source: Path, target: Path, model_type: str) -> Path:

@@ -293,6 +293,7 @@ def test_the_real_packaged_models_continue_with_madrid(name: str) -> None:
         "weights damaged, the record's hash removed",
         "record's source hash edited",
         "an entry of an older release",
+        "an entry built before its tensors were checked",
     ],
 )
 def test_a_damaged_dequantised_entry_is_built_again(
@@ -325,6 +326,15 @@ def test_a_damaged_dequantised_entry_is_built_again(
     elif damage == "an entry of an older release":
         record = json.loads((built / gguf_models.PROVENANCE).read_text(encoding="utf-8"))
         del record[gguf_models.RECORD_CHECK]
+        (built / gguf_models.PROVENANCE).write_text(json.dumps(record), encoding="utf-8")
+    elif damage == "an entry built before its tensors were checked":
+        # sealed as a release that dequantised without comparing the file's tensors with its
+        # architecture wrote it (a tensor of no place dropped): it had been trusted since
+        from lmalgebra.core.fingerprint import sealed
+
+        record = json.loads((built / gguf_models.PROVENANCE).read_text(encoding="utf-8"))
+        del record[gguf_models.RECORD_CHECK], record[gguf_models.TENSORS_CHECKED]
+        record = sealed(record, gguf_models.RECORD_CHECK)
         (built / gguf_models.PROVENANCE).write_text(json.dumps(record), encoding="utf-8")
     else:
         shutil.rmtree(built)

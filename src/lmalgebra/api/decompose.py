@@ -151,14 +151,14 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
 
 
 def _check_reference(config: DecomposeConfig) -> None:
-    """A ``reference_tokenizer`` that names no model and no local tokenizer the run could read,
-    refused as the run refuses it (a hub id is left to the run: a plan downloads nothing; a
-    GGUF file or packaged model is read without writing to the cache)."""
-    from lmalgebra.sources.hub import looks_local
+    """A ``reference_tokenizer`` that names no model and no tokenizer the run could read,
+    refused as the run refuses it: a hub id is read as a model's is (its tokenizer files, from
+    the Hugging Face cache or the hub; one that cannot be reached is refused); a GGUF file or
+    packaged model is read without writing to the cache."""
     from lmalgebra.sources.tokenizers import load_reference_tokenizer
 
     reference, names = config.reference_tokenizer, [m.name for m in config.models]
-    if reference is not None and reference not in names and looks_local(reference):
+    if reference is not None and reference not in names:
         load_reference_tokenizer(reference, names, weights=False)
 
 

@@ -22,6 +22,7 @@ import yaml
 from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, read_frames
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.run.decompose import claim_copy, save_result
 from lmalgebra.lmd.run.outputs import summary as summary_of
@@ -90,7 +91,11 @@ class Decomposition:
         if config_path.is_file():
             try:
                 config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
-            except (yaml.YAMLError, UnicodeDecodeError) as err:
+            except yaml.YAMLError as err:
+                raise UserInputError(
+                    f"{config_path} is not readable YAML: {yaml_problem(err)}"
+                ) from None
+            except UnicodeDecodeError as err:
                 raise UserInputError(f"{config_path} is not readable YAML: {err}") from None
         tables = read_frames(directory)
         if "fits" not in tables:

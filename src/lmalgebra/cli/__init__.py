@@ -96,10 +96,15 @@ def run_command(call: Callable[[], object]) -> None:
         ):
             err.show()
             sys.exit(2)
-        from lmalgebra.storage.disk_space import is_out_of_space, message
+        from lmalgebra.core.out_of_memory import refused_memory
+        from lmalgebra.storage import disk_space
 
-        if is_out_of_space(err):  # a write not wrapped by ``disk_space.naming_file``
-            text = message(getattr(err, "filename", None))
+        # a write not wrapped by ``disk_space.naming_file`` (a full disk, a refused
+        # permission), or memory the machine could not give
+        full = disk_space.is_out_of_space(err)
+        text = disk_space.message(getattr(err, "filename", None)) if full else None
+        text = text or disk_space.refused_permission(err) or refused_memory(err)
+        if text is not None:
             Console(stderr=True).print(
                 f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True
             )

@@ -34,7 +34,7 @@ def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
         raise UserInputError(describe(err.validation, source)) from None
 
 
-def _yaml_problem(err: yaml.YAMLError) -> str:
+def yaml_problem(err: yaml.YAMLError) -> str:
     """One line for a YAML error: where (line, column) and what, without the quoted excerpt."""
     mark = getattr(err, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -82,7 +82,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise UserInputError(f"recipe {path} is not valid YAML: {_yaml_problem(err)}") from None
+        raise UserInputError(f"recipe {path} is not valid YAML: {yaml_problem(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

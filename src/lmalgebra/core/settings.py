@@ -115,6 +115,18 @@ def _bool_for_number(annotation: Any, value: Any) -> bool:
     return False
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _beyond_64_bits(value: Any) -> bool:
+    """Whether ``value`` is, or a sequence holding, an integer a 64-bit integer cannot hold."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return not -INT64_MAX - 1 <= value <= INT64_MAX
+    if isinstance(value, _SEQUENCES):
+        return any(_beyond_64_bits(v) for v in value)
+    return False
+
+
 def _admits_number(annotation: Any) -> bool:
     return annotation in (int, float)
 
@@ -154,6 +166,17 @@ class Settings(BaseModel):
         if field is not None and _bool_for_number(field.annotation, value):
             promised = "number" if "float" in str(field.annotation) else "integer"
             raise PydanticCustomError("bool_for_number", f"a boolean is no {promised}")
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_int_beyond_64_bits(cls, value: Any, info: ValidationInfo) -> Any:
+        """An integer no 64-bit integer holds (``2**63`` and beyond) is refused where it is
+        read, not passed on to fail inside torch; a seed, which is only hashed, aside."""
+        if "seed" not in (info.field_name or "") and _beyond_64_bits(value):
+            raise PydanticCustomError(
+                "int_beyond_64_bits", f"Input should be at most {INT64_MAX} (a 64-bit integer)"
+            )
         return value
 
     @classmethod

@@ -15,9 +15,12 @@ from lmalgebra.core.errors import UserInputError
 
 
 def absent(path: Path) -> str:
-    """Why ``path``, which does not exist, is not there, as a message ends: ``does not exist``,
-    or for a link to nothing ``is a symbolic link to TARGET, which does not exist`` (not "a
-    file", nor a name to look up elsewhere)."""
+    """Why ``path``, which is no regular file or directory, is not there, as a message ends:
+    ``does not exist``, for a link to nothing ``is a symbolic link to TARGET, which does not
+    exist`` (not "a file", nor a name to look up elsewhere), and for a FIFO, socket or device,
+    which is there, that it is no regular file (not "does not exist")."""
+    if path.exists() and not path.is_file() and not path.is_dir():
+        return "is not a regular file (a FIFO, socket or device)"
     if path.is_symlink():
         try:
             target = str(path.readlink())

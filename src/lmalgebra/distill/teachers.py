@@ -93,20 +93,23 @@ def head_of(name: str | None) -> Head | None:
     return None
 
 
-def refuse_other_head(owner: str, directory: Path, head: Head, hint: str = "") -> None:
+def refuse_other_head(
+    owner: str, directory: Path, head: Head, hint: str = "", shown: str | None = None
+) -> None:
     """Refuse a model whose ``config.json`` names the other head, or none (a bare encoder or
     decoder, ``BertModel``): a masked LM would load as a causal LM (BERT's masked-LM head fits
-    ``BertLMHeadModel``) and score nonsense, and a causal LM has no masked-LM head."""
+    ``BertLMHeadModel``) and score nonsense, and a causal LM has no masked-LM head. ``shown``:
+    how the message names the model (``ModelRef.shown``; default the directory)."""
     found = architecture(directory)
     other = head_of(found)
+    where = shown or str(directory)
     if other is not None and other != head:
         raise UserInputError(
-            f"{owner}: {directory} holds a {_HEADS[other][1]} ({found}), "
-            f"not a {_HEADS[head][1]}{hint}"
+            f"{owner}: {where} holds a {_HEADS[other][1]} ({found}), not a {_HEADS[head][1]}{hint}"
         )
     if other is None and found is not None and found.endswith("Model"):  # BertModel, GPT2Model
         raise UserInputError(
-            f"{owner}: {directory} holds a {found}, a model without a language-model head, "
+            f"{owner}: {where} holds a {found}, a model without a language-model head, "
             f"not a {_HEADS[head][1]}"
         )
 
@@ -143,7 +146,8 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
 
     auto, what, command = _HEADS[head]
     owner = f"{role} {ref.name!r}"
-    refuse_other_head(owner, directory, head, TEACHER_HINT[head] if role == "teacher" else "")
+    hint = TEACHER_HINT[head] if role == "teacher" else ""
+    refuse_other_head(owner, directory, head, hint, ref.shown(directory))
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
     try:

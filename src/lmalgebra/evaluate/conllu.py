@@ -100,6 +100,10 @@ def find_splits(directory: Path) -> TreebankSplits:
             {p for pattern in patterns for p in directory.glob(pattern) if p.is_file()}
         )
         if not candidates:
+            odd = sorted(p for pattern in patterns for p in directory.glob(pattern))
+            if odd:  # a FIFO, a link to nothing or a directory under a split's name
+                why = "is a directory" if odd[0].is_dir() else absent(odd[0])
+                raise UserInputError(f"treebank {directory}: {split} split {odd[0]} {why}")
             raise UserInputError(
                 f"treebank {directory}: no {split} split (looked for {', '.join(patterns)})"
             )

@@ -22,6 +22,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.remote_code import load_failure
 from lmalgebra.core.text_files import absent
+from lmalgebra.sources.gguf_tensors import model_class, refuse_foreign_tensors
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
 from lmalgebra.storage.output_paths import cache_directory
@@ -30,6 +31,7 @@ from lmalgebra.storage.split_archive import build_once, checked_file
 GGUF_PREFIX = "gguf:"
 PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
 RECORD_CHECK = "record_sha256"  # in gguf.json: of the rest of the record
+TENSORS_CHECKED = "tensors_checked"  # in gguf.json: the file's tensors were checked first
 GGUF_REQUIREMENT = "gguf==0.19.0"
 _METADATA_SECTIONS = ("general", "tokenizer")  # keys of transformers' mapping that are no model
 
@@ -52,10 +54,9 @@ def supported_architectures() -> set[str]:
     return (set(GGUF_ARCHS) | set(GGUF_SUPPORTED_ARCHITECTURES)) - set(_METADATA_SECTIONS)
 
 
-def gguf_header(path: Path, owner: str) -> dict[str, Any]:
-    """What ``path``'s metadata says: architecture, file type (llama.cpp's name of its
-    quantisation, e.g. ``MOSTLY_Q4_K_M``) and how many tensors of each storage type it holds.
-    Refuses a file that is no GGUF and an architecture transformers cannot read."""
+def _opened(path: Path, owner: str) -> tuple[Any, str]:
+    """``path``'s ``GGUFReader`` and the architecture it declares; refuses a file that is no
+    GGUF and an architecture transformers cannot read."""
     gguf = _gguf_package(owner)
     try:
         reader = gguf.GGUFReader(path)
@@ -69,16 +70,30 @@ def gguf_header(path: Path, owner: str) -> dict[str, Any]:
             f"cannot read from GGUF (it reads {', '.join(sorted(supported))}); convert the "
             "original checkpoint instead, or give its Hugging Face directory"
         )
+    return reader, architecture
+
+
+def checked_gguf(path: Path, owner: str) -> tuple[dict[str, Any], Any]:
+    """What ``path``'s metadata says (architecture, file type: llama.cpp's name of its
+    quantisation, e.g. ``MOSTLY_Q4_K_M``, and how many tensors of each storage type it holds)
+    and the transformers configuration it gives. Refuses a file that is no GGUF, an
+    architecture transformers cannot read and tensors that are not that model's."""
+    reader, architecture = _opened(path, owner)
+    config = _config(path, owner)
+    sizes = {t.name: int(t.n_elements) for t in reader.tensors}
+    refuse_foreign_tensors(path, config, architecture, sizes, owner)
+    gguf = _gguf_package(owner)
     file_type = reader.fields.get("general.file_type")
     try:
         quantisation = gguf.LlamaFileType(int(file_type.contents())).name if file_type else None
     except ValueError:  # a file type newer than the gguf package
         quantisation = f"file type {int(file_type.contents())}"
-    return {
+    header = {
         "architecture": architecture,
         "quantisation": quantisation,
         "tensor_types": dict(Counter(t.tensor_type.name for t in reader.tensors)),
     }
+    return header, config
 
 
 def _cache_directory(stem: str, sha256: str) -> Path:
@@ -106,21 +121,31 @@ def gguf_directory(
             raise ValueError("a GGUF in parts needs its expected sha256")
         sha256 = sha256_file(parts[0])
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and intact(target):
+    if target.is_dir() and _checked(target):
         return target
     _gguf_package(owner)  # before joining hundreds of MB
 
     def build(work: Path) -> Path:
         path = checked_file(parts, work, name, sha256, owner, remedy) if verify else parts[0]
-        header = gguf_header(path, owner)
+        header, _ = checked_gguf(path, owner)
         made = work / "model"
         _dequantise(path, made, owner)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = {p: version(p) for p in ("transformers", "gguf")}
-        seal(made, provenance)
+        seal(made, {**provenance, TENSORS_CHECKED: True})
         return made
 
-    return build_once(target, build, f"{owner} ({name}, dequantised)", intact)
+    return build_once(target, build, f"{owner} ({name}, dequantised)", _checked)
+
+
+def _checked(directory: Path, hashed: bool = True) -> bool:
+    """:func:`intact`, and built after the file's tensors were checked against the architecture
+    it declares: an entry of an older release, which dequantised without that check (a tensor
+    of no place dropped), is built again once."""
+    if not intact(directory, hashed):
+        return False
+    provenance = read_provenance(directory)
+    return provenance is not None and provenance.get(TENSORS_CHECKED) is True
 
 
 def seal(made: Path, record: dict[str, Any], name: str = PROVENANCE) -> None:
@@ -180,7 +205,7 @@ def _planning_directory(file: Path, owner: str) -> Path:
     directory (removed when the process ends) holding the configuration and tokenizer the file
     describes, its architecture checked as a build checks it, nothing dequantised."""
     target = _cache_directory(file.stem, sha256_file(file))
-    if target.is_dir() and intact(target, hashed=False):
+    if target.is_dir() and _checked(target, hashed=False):
         return target
     return _described(file, owner, scratch())
 
@@ -190,7 +215,7 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     intact; else the configuration and tokenizer of the file ``parts`` form (joined and checked
     in a temporary directory), nothing written to the cache, nothing dequantised."""
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and intact(target, hashed=False):
+    if target.is_dir() and _checked(target, hashed=False):
         return target
     _gguf_package(owner)
     work = scratch()
@@ -210,17 +235,29 @@ def scratch() -> Path:
 def _described(file: Path, owner: str, made: Path) -> Path:
     """``made``, holding the configuration and tokenizer GGUF ``file`` describes; its
     architecture checked as a build checks it."""
-    gguf_header(file, owner)  # an architecture transformers cannot read: refused here too
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
+    _, config = checked_gguf(file, owner)  # refused as a build refuses it
     try:
-        AutoConfig.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
+        config.save_pretrained(made)
         AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name).save_pretrained(made)
     except Exception as err:
         raise UserInputError(
             f"{owner}: transformers cannot load {file}: {load_failure(err)}"
         ) from err
     return made
+
+
+def _config(file: Path, owner: str) -> Any:
+    """The transformers configuration GGUF ``file``'s metadata gives."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(file.parent, gguf_file=file.name)
+    except Exception as err:
+        raise UserInputError(
+            f"{owner}: transformers cannot load {file}: {load_failure(err)}"
+        ) from err
 
 
 def read_provenance(directory: Path, name: str = PROVENANCE) -> dict[str, Any] | None:
@@ -235,13 +272,11 @@ def read_provenance(directory: Path, name: str = PROVENANCE) -> dict[str, Any] |
 def _dequantise(path: Path, out: Path, owner: str) -> None:
     """Load ``path`` with transformers (float32) and save the model and tokenizer into ``out``."""
     import torch
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers import AutoConfig, AutoTokenizer, GgufConfig
 
     folder, name = path.parent, path.name
     try:
-        config = AutoConfig.from_pretrained(folder, gguf_file=name)
-        causal = type(config) in AutoModelForCausalLM._model_mapping
-        auto: Any = AutoModelForCausalLM if causal else AutoModel
+        auto = model_class(AutoConfig.from_pretrained(folder, gguf_file=name))
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model, info = auto.from_pretrained(
             folder,

@@ -28,7 +28,7 @@ SHOWN = 3  # tensors named in a message; the count says how many more
 CHECKED_LOAD: dict[str, Any] = {"output_loading_info": True, "ignore_mismatched_sizes": True}
 
 
-def _listed(keys: Iterable[str]) -> str:
+def listed(keys: Iterable[str]) -> str:
     names = sorted(keys)
     more = f" and {len(names) - SHOWN} more" if len(names) > SHOWN else ""
     return ", ".join(names[:SHOWN]) + more
@@ -70,26 +70,26 @@ def refuse_incomplete(
     if missing:
         raise UserInputError(
             f"{owner}: {directory} lacks {len(missing)} of the model's weights "
-            f"({_listed(missing)}); transformers would fill them with random values"
+            f"({listed(missing)}); transformers would fill them with random values"
         )
     unplaced = {key for key in info.get("unexpected_keys", ()) if _part_of_model(model, key)}
     if unplaced:
         raise UserInputError(
             f"{owner}: {directory} holds {len(unplaced)} weights its configuration has no "
-            f"place for ({_listed(unplaced)}); config.json does not describe these weights"
+            f"place for ({listed(unplaced)}); config.json does not describe these weights"
         )
     mismatched = {_shapes(key) for key in info.get("mismatched_keys", ())}
     if mismatched:
         raise UserInputError(
             f"{owner}: {directory} holds {len(mismatched)} weights of other shapes than its "
-            f"configuration gives ({_listed(mismatched)}); transformers would fill them with "
+            f"configuration gives ({listed(mismatched)}); transformers would fill them with "
             "random values"
         )
     integral = _integer_weights(directory, model)
     if integral:
         raise UserInputError(
             f"{owner}: {directory} stores {len(integral)} of the model's floating-point weights "
-            f"as integers ({_listed(integral)}); transformers would cast them to float: the "
+            f"as integers ({listed(integral)}); transformers would cast them to float: the "
             "file is damaged or not this model's"
         )
 

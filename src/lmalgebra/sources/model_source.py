@@ -69,6 +69,13 @@ class ModelFields(Settings):
         "(a .npy without its .spans.sha256 sidecar).",
     )
 
+    def shown(self, directory: Path) -> str:
+        """How a message names the model read from ``directory``: the reference as the user
+        gave it where the directory is the toolkit's (a GGUF file's dequantised model in the
+        cache or a temporary one, an unpacked packaged model), else the directory."""
+        derived = self.path.startswith(("gguf:", "package:"))  # GGUF_PREFIX, PACKAGE_PREFIX
+        return self.path if derived else str(directory)
+
 
 class ModelSource:
     """One model of a run: class attributes say what it is, methods read, load, embed and hash

@@ -72,3 +72,31 @@ def naming_file(path: Path) -> Iterator[None]:
         if refused:  # from Python, or a library's own error (safetensors writing a cache entry)
             raise UserInputError(f"cannot write {path}: {os.strerror(refused[0])}") from err
         raise
+
+
+def _paths_of(err: BaseException) -> str | None:
+    """The file (``A -> B`` for a rename) the first ``OSError`` of ``err``'s chain names."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.filename is not None:
+            second = current.filename2
+            return str(current.filename) + (f" -> {second}" if second is not None else "")
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def refused_permission(err: BaseException) -> str | None:
+    """The one line a user sees for a permission the system refused (a directory below the
+    cache or a run made read-only, a read-only file system) that no writer named itself; None
+    for any other error."""
+    refused = [code for code in _os_errors(err) if code in _NOT_PERMITTED]
+    if not refused:
+        return None
+    where = _paths_of(err)
+    return (
+        f"{os.strerror(refused[0])}{f': {where}' if where else ''}; give this user the right "
+        "to write there (or choose another directory) and run the same command again: finished "
+        "parts are kept"
+    )

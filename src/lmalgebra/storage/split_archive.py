@@ -115,6 +115,23 @@ def unpack_into(parts: Sequence[Path], sha256: str, work: Path, *, what: str, re
     return _build(parts, sha256, work, what, remedy)
 
 
+def _set_aside(target: Path) -> None:
+    """Move the damaged ``target`` out of the way (renamed, then removed); a directory that
+    will not let it move (not writable) is one line naming both."""
+    aside = target.parent / f".{target.name}.tmp-damaged-{os.getpid()}"
+    try:
+        target.rename(aside)
+    except OSError as err:
+        raise UserInputError(
+            f"cannot build {target} again (it is damaged): {target.parent} will not let it "
+            f"be moved aside: {err.strerror or err}"
+        ) from err
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink()
+
+
 def build_once(
     target: Path,
     build: Callable[[Path], Path],
@@ -146,12 +163,7 @@ def build_once(
                 shutil.rmtree(stale, ignore_errors=True)
         if target.exists() or target.is_symlink():  # damaged, or a file in its place
             log.warning("%s in %s is damaged; building it again", what, target)
-            aside = target.parent / f".{target.name}.tmp-damaged-{os.getpid()}"
-            target.rename(aside)
-            if aside.is_dir() and not aside.is_symlink():
-                shutil.rmtree(aside, ignore_errors=True)
-            else:
-                aside.unlink()
+            _set_aside(target)
         work = target.parent / f".{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         try:

@@ -81,7 +81,8 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    shutil.rmtree(final, ignore_errors=True)
+    if final.exists():  # a damaged checkpoint of this step, skipped when the run resumed
+        _remove(final, "to save this step's checkpoint in its place")
     tmp.rename(final)
     for old in sorted(root.glob("step-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -169,6 +170,17 @@ def checkpointed_step(root: Path) -> int:
 
 
 def clear_checkpoints(root: Path) -> None:
-    """Remove every checkpoint under ``root`` (a run asked to start afresh)."""
+    """Remove every checkpoint under ``root`` (a run asked to start afresh); one that will not
+    go (a directory made read-only) is one line naming it: the run would resume from it."""
     for old in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old, "to train from step 0 (--restart): the run would resume from it")
+
+
+def _remove(checkpoint: Path, why: str) -> None:
+    """Remove ``checkpoint``; one line naming it and ``why`` it had to go if it will not."""
+    try:
+        shutil.rmtree(checkpoint)
+    except OSError as err:
+        raise UserInputError(
+            f"cannot remove checkpoint {checkpoint} {why} ({err.strerror or err})"
+        ) from err

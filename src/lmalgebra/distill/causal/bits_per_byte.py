@@ -166,7 +166,7 @@ def bits_per_byte(
     model's positions."""
     ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
     directory = ref.source.resolve()
-    refuse_other_head(f"model {ref.name!r}", directory, "causal")
+    refuse_other_head(f"model {ref.name!r}", directory, "causal", shown=ref.shown(directory))
     tokenizer = source_of(ref, directory).load_tokenizer()
     if start_token_id(tokenizer) is None:
         raise UserInputError(
@@ -177,9 +177,13 @@ def bits_per_byte(
     limit = max_positions(directory)
     context = limit if context is None else context
     if context is None:
-        raise UserInputError(f"{directory}: config.json gives no context length; pass one")
+        raise UserInputError(
+            f"model {ref.name!r} ({ref.path}): its config.json gives no context length; pass one"
+        )
     if limit is not None and context > limit:
-        raise UserInputError(f"context {context} exceeds the {limit} positions of {directory}")
+        raise UserInputError(
+            f"context {context} exceeds the {limit} positions of model {ref.name!r} ({ref.path})"
+        )
     network = load_lm(ref, directory, "causal", role="model")
     return {
         lang: score_texts(

@@ -98,7 +98,7 @@ def open_init(
     source = source_of(ref, weights=weights)
     with _named(ref, owner):
         directory = source.directory
-    refuse_other_head(owner, directory, "causal")
+    refuse_other_head(owner, directory, "causal", shown=ref.shown(directory))
     source.check_architecture("AutoModelForCausalLM", owner)
     depth = int(AutoConfig.from_pretrained(directory).num_hidden_layers)
     if spec.layers is not None:

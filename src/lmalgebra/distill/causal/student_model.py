@@ -7,6 +7,7 @@ from typing import Any
 
 from lmalgebra.distill.causal.student_init import InitModel, init_student
 from lmalgebra.distill.student import ModelSpec
+from lmalgebra.distill.student_memory import refuse_beyond_memory
 
 
 def build_causal_lm(spec: ModelSpec, tokenizer: Any, seed: int = 0) -> Any:
@@ -14,6 +15,13 @@ def build_causal_lm(spec: ModelSpec, tokenizer: Any, seed: int = 0) -> Any:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    refuse_beyond_memory(
+        spec.hidden_size,
+        spec.num_layers,
+        spec.intermediate_size,
+        len(tokenizer),
+        spec.max_position_embeddings,
+    )
     config = GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=spec.max_position_embeddings,

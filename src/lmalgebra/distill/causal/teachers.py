@@ -37,7 +37,8 @@ def teacher_tokenizer(ref: ModelRef, directory: Path, top_k: int) -> Any:
     """The causal teacher's tokenizer, refused for a masked LM, without offsets or a start
     token, or with fewer tokens than ``top_k``, and for an architecture transformers has no
     causal LM of; nothing of the weights is read (a dry run checks as much as the run)."""
-    refuse_other_head(f"teacher {ref.name!r}", directory, "causal", TEACHER_HINT["causal"])
+    owner, hint = f"teacher {ref.name!r}", TEACHER_HINT["causal"]
+    refuse_other_head(owner, directory, "causal", hint, ref.shown(directory))
     source_of(ref, directory).check_architecture("AutoModelForCausalLM", f"teacher {ref.name!r}")
     tokenizer = source_of(ref, directory).load_tokenizer()
     detect_convention(tokenizer, ref.name)  # refuses one whose tokens cannot be read as bytes

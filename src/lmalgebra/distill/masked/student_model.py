@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from lmalgebra.distill.student import MaskedModelSpec
+from lmalgebra.distill.student_memory import refuse_beyond_memory
 
 
 def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, seed: int = 0) -> Any:
@@ -15,6 +16,13 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
     import torch
     from transformers import BertConfig, BertForMaskedLM  # ALBERT's module only where used
 
+    refuse_beyond_memory(
+        spec.hidden_size,
+        spec.num_layers,
+        spec.intermediate_size,
+        vocab_size,
+        spec.max_position_embeddings,
+    )
     torch.manual_seed(seed)
     common: dict[str, Any] = {
         "vocab_size": vocab_size,

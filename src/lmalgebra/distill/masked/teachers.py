@@ -36,7 +36,7 @@ def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None
     token or (given ``example_length``) when the model's positions cannot hold that many
     tokens; nothing of the weights is read (a dry run checks as much as the run)."""
     owner = f"teacher {ref.name!r}"
-    refuse_other_head(owner, directory, "masked", TEACHER_HINT["masked"])
+    refuse_other_head(owner, directory, "masked", TEACHER_HINT["masked"], ref.shown(directory))
     source_of(ref, directory).check_architecture("AutoModelForMaskedLM", owner)
     tokenizer = source_of(ref, directory).load_tokenizer()
     if tokenizer.mask_token_id is None:

@@ -21,6 +21,7 @@ import numpy as np
 from lmalgebra.distill.run.time_estimate import ModelShape, Speed, measure_speed
 from lmalgebra.distill.sampling import language_probabilities
 from lmalgebra.distill.student import ModelSpec
+from lmalgebra.distill.student_memory import refuse_beyond_memory
 from lmalgebra.distill.teachers import model_config
 from lmalgebra.sources.model_files import weight_files
 from lmalgebra.train.config import TrainingSpec
@@ -73,7 +74,15 @@ def student_shape(
     spec: ModelSpec, vocab: int, embedding: int | None = None, trimmed: bool = False
 ) -> ModelShape:
     """A student's sizes for the estimates: its spec's, over ``vocab`` tokens (``embedding``: a
-    factorised embedding's width; ``trimmed``: the last layer runs at the predicted rows only)."""
+    factorised embedding's width; ``trimmed``: the last layer runs at the predicted rows only).
+    A student too large for this machine is refused, as training refuses it."""
+    refuse_beyond_memory(
+        spec.hidden_size,
+        spec.num_layers,
+        spec.intermediate_size,
+        vocab,
+        spec.max_position_embeddings,
+    )
     return ModelShape(
         layers=spec.num_layers,
         hidden=spec.hidden_size,

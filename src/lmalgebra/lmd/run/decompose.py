@@ -13,6 +13,7 @@ import yaml
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_texts
+from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.measure import Measured, ModelPool
@@ -40,7 +41,9 @@ def _recorded_identity(out: Path) -> dict[str, Any] | None:
     try:
         data = yaml.safe_load(read_text(path, "run configuration"))
     except yaml.YAMLError as err:
-        raise UserInputError(f"{path} is not a readable run configuration: {err}") from err
+        raise UserInputError(
+            f"{path} is not a readable run configuration: {yaml_problem(err)}"
+        ) from err
     return run_identity(data) if isinstance(data, dict) else None
 
 
@@ -64,9 +67,18 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
     corpus file, other documents or arrays under the same names): its outputs would be replaced
     by those of another run. Refused unless ``overwrite``; a run without a provenance (made
     before it recorded one) is not checked, and one whose provenance is damaged is refused (its
-    inputs cannot be compared), naming it."""
+    inputs cannot be compared), naming it: so is one deleted that its ``summary.json`` records.
+    """
     path = out / PROVENANCE
-    if overwrite or not (out / SUMMARY).is_file() or not path.is_file():
+    if overwrite or not (out / SUMMARY).is_file():
+        return
+    if not path.exists() and not path.is_symlink():
+        if _recorded_sha256(path) is not None:
+            raise UserInputError(
+                f"{path} is missing, though {out / SUMMARY} records it: the finished run's "
+                "inputs cannot be compared with these; restore it, write to another "
+                "directory, or pass --overwrite to replace the run"
+            )
         return
     corpus, models = _recorded_inputs(path)
     now_corpus, now_models = current()

@@ -69,13 +69,16 @@ class TransformersModel(ReferencedModel):
                     f"model {ref.name!r}: revision {ref.revision!r} would be ignored: it applies "
                     f"to a Hugging Face hub id only, and {ref.path} is a local directory"
                 )
-            if not (local / "config.json").is_file():
+            config = local / "config.json"
+            if not config.is_file():
+                why = _no_config(config)
                 raise UserInputError(
-                    f"model {ref.name!r}: {local} is not a model directory (no config.json)"
+                    f"model {ref.name!r}: {local} is not a model directory ({why})"
                 )
             return local
         if local.exists():
-            raise UserInputError(f"model {ref.name!r}: {ref.path} is a file, not a model directory")
+            what = "a file" if local.is_file() else "a FIFO, socket or device"
+            raise UserInputError(f"model {ref.name!r}: {ref.path} is {what}, not a model directory")
         if looks_local(ref.path):
             raise UserInputError(f"model {ref.name!r}: directory {ref.path} does not exist")
         patterns = None if weights else [*TOKENIZER_FILES, "config.json"]
@@ -163,18 +166,19 @@ class TransformersModel(ReferencedModel):
         from transformers import AutoConfig
 
         owner = owner or f"model {self.name!r}"
+        shown = self.ref.shown(directory)
         try:
             config = AutoConfig.from_pretrained(directory)
         except Exception as err:
             raise UserInputError(
-                f"{owner}: transformers cannot read the configuration in {directory}: "
+                f"{owner}: transformers cannot read the configuration in {shown}: "
                 f"{load_failure(err)}"
             ) from err
         if type(config) not in getattr(transformers, auto)._model_mapping:
             kind = _AUTO_KINDS.get(auto, auto)
             raise UserInputError(
                 f"{owner}: transformers has no {kind} for the {config.model_type!r} "
-                f"architecture of {directory}"
+                f"architecture of {shown}"
             )
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
@@ -227,3 +231,12 @@ def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Pat
     stamp = [str(config.resolve()), found.st_size, found.st_mtime_ns, found.st_ctime_ns]
     key = sha256_json([auto, *stamp, found.st_ino, version("transformers")])
     return memo_dir / f"architecture-{key}.checked"
+
+
+def _no_config(config: Path) -> str:
+    """Why a model directory's ``config.json`` is no file it can read, as its message ends."""
+    if config.is_dir():
+        return "its config.json is a directory"
+    if config.exists() or config.is_symlink():  # a FIFO, a link to nothing
+        return f"its config.json {absent(config)}"
+    return "no config.json"

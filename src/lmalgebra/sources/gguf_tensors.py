@@ -1,0 +1,109 @@
+"""A GGUF file's tensors against the architecture it declares, read from its header alone.
+
+transformers builds the model its configuration describes, then takes from the file each tensor
+whose name that architecture has: a tensor of no such name is skipped without a word, and a
+weight the file lacks keeps its random start. :func:`refuse_foreign_tensors` compares the
+tensor names and sizes of the file's header with the parameters of that model, built without
+memory (on the meta device), so a dry run, which dequantises nothing, refuses the file as the
+run does, before anything is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.sources.loaded_weights import listed
+
+# architectures whose tensor processor stores some tensors under names of its own (experts
+# merged, a head moved): checked once loaded, by the report of transformers
+_RENAMING = frozenset({"qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "gpt2", "minimax-m2"})
+
+
+def model_class(config: Any) -> Any:
+    """The transformers class a GGUF file's configuration is loaded as: its causal LM when
+    transformers has one, else the bare model."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    causal = type(config) in AutoModelForCausalLM._model_mapping
+    return AutoModelForCausalLM if causal else AutoModel
+
+
+def refuse_foreign_tensors(
+    path: Path, config: Any, architecture: str, sizes: dict[str, int], owner: str
+) -> None:
+    """Refuse GGUF file ``path`` (of ``config``, declaring ``architecture``, holding tensors of
+    ``sizes`` elements by name) when it lacks a weight the model uses, holds a tensor the model
+    has no place for, or one of another size. An architecture whose loader renames tensors is
+    left to the check of the loaded model."""
+    import gguf
+    import torch
+
+    if architecture in _RENAMING or architecture not in gguf.MODEL_ARCH_NAMES.values():
+        return
+    with torch.device("meta"):
+        model = model_class(config).from_config(config)
+    mapping = _weights_map(model, config, architecture)
+    missing = _missing(model, mapping, sizes)
+    if missing:
+        raise UserInputError(
+            f"{owner}: {path} lacks {len(missing)} of the weights of the {architecture!r} "
+            f"model it declares ({listed(missing)}); transformers would fill them with random "
+            "values"
+        )
+    foreign = set(sizes) - set(mapping)
+    if foreign:
+        raise UserInputError(
+            f"{owner}: {path} holds {len(foreign)} tensors the {architecture!r} model it "
+            f"declares has no place for ({listed(foreign)}); transformers would drop them: "
+            "the file is not the model its metadata describes"
+        )
+    other = _other_sizes(model, mapping, sizes)
+    if other:
+        raise UserInputError(
+            f"{owner}: {path} holds {len(other)} tensors of other sizes than the "
+            f"{architecture!r} model it declares ({listed(other)}); the file is not the model "
+            "its metadata describes"
+        )
+
+
+def _weights_map(model: Any, config: Any, architecture: str) -> dict[str, str]:
+    """GGUF tensor name -> the model's parameter name, as transformers' loader maps them: the
+    longest tail of the parameter's dotted name that the architecture's table of GGUF names
+    knows (a submodule's names below a prefix the table leaves out)."""
+    import gguf
+
+    arch = next(key for key, value in gguf.MODEL_ARCH_NAMES.items() if value == architecture)
+    table = gguf.get_tensor_name_map(arch, config.num_hidden_layers)
+    mapping: dict[str, str] = {}
+    for hf_name, _ in model.named_parameters(remove_duplicate=False):
+        stem, dot, suffix = hf_name.rpartition(".")
+        parts = stem.split(".") if dot else [hf_name]
+        for start in range(len(parts)):
+            found = table.get_name(".".join(parts[start:]))
+            if found is not None:
+                mapping.setdefault(found + (dot + suffix if dot else ""), hf_name)
+                break
+    return mapping
+
+
+def _missing(model: Any, mapping: dict[str, str], sizes: dict[str, int]) -> set[str]:
+    """The model's parameters no tensor of the file fills: a parameter shared by several names
+    (tied embeddings) is filled when any of them is."""
+    filled = {hf for name, hf in mapping.items() if name in sizes}
+    groups: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return {names[0] for names in groups.values() if not filled.intersection(names)}
+
+
+def _other_sizes(model: Any, mapping: dict[str, str], sizes: dict[str, int]) -> set[str]:
+    """``name (file N, model M)`` of each tensor whose element count is not its parameter's."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    found = set()
+    for name, count in sizes.items():
+        param = params.get(mapping.get(name, ""))
+        if param is not None and param.numel() != count:
+            found.add(f"{name} (file {count} values, model {param.numel()})")
+    return found
