@@ -88,3 +88,21 @@ def test_a_cached_decompose_imports_neither_torch_transformers_nor_pandas(
     assert again == 0, err[-2000:]
     assert not {"torch", "transformers", "pandas"} & set(heavy), heavy
     assert "scipy" in heavy  # it did compute
+
+
+def test_dequantising_a_gguf_file_draws_no_bar_of_transformers(
+    gpt2_dir: Path, corpus_txt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """transformers draws its GGUF dequantisation with tqdm directly, past its own progress-bar
+    switch: the command line silences it as it does transformers' other bars."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, _, err = _run(*args, "--out", str(tmp_path / "run"), "--no-progress")
+    assert code == 0, err[-2000:]
+    assert (tmp_path / "cache" / "gguf").is_dir()  # it did dequantise
+    assert "de-quantizing" not in err and "it/s" not in err, err[-2000:]

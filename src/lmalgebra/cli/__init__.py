@@ -53,7 +53,9 @@ def _quiet_transformers() -> None:
     """Hugging Face's progress bars off (ours cover loading and embedding) and its load reports
     at errors only (we check missing weights ourselves), without importing transformers: a
     command that loads no model (a cached decomposition, a table) does not pay for its import.
-    Both libraries read these variables when first imported."""
+    Both libraries read these variables when first imported; so does tqdm, which a few of
+    transformers' loops (dequantising a GGUF file) draw with directly: ``TQDM_DISABLE`` unless
+    the user set it."""
     if "transformers" in sys.modules:  # imported already (an embedding caller): tell it directly
         from transformers.utils import logging as hf_logging
 
@@ -61,6 +63,7 @@ def _quiet_transformers() -> None:
         hf_logging.set_verbosity_error()
         return
     os.environ.update(QUIET_ENVIRONMENT)
+    os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def main() -> None:
