@@ -71,9 +71,9 @@ def _counting_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     dequantise = gguf_models._dequantise
 
-    def counted(path: Path, out: Path, owner: str) -> None:
+    def counted(path: Path, out: Path, owner: str, config: Any) -> None:
         calls.append(owner)
-        dequantise(path, out, owner)
+        dequantise(path, out, owner, config)
 
     monkeypatch.setattr(gguf_models, "_dequantise", counted)
     return calls

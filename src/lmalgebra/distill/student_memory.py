@@ -10,8 +10,12 @@ moments, in float32) with the memory of this machine (its RAM, and its GPU's whe
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from lmalgebra.core.errors import UserInputError
+
+if TYPE_CHECKING:
+    from lmalgebra.distill.student import ModelSpec
 
 _TRAINED_BYTES = 16  # per parameter: float32 weights, gradients and AdamW's two moments
 
@@ -34,11 +38,11 @@ def machine_bytes() -> int:
     return int(total)
 
 
-def refuse_beyond_memory(
-    hidden: int, layers: int, intermediate: int, vocab: int, positions: int
-) -> None:
-    """Refuse a student whose training state (weights, gradients, optimiser moments) exceeds
-    this machine's memory, naming its sizes."""
+def refuse_beyond_memory(spec: ModelSpec, vocab: int) -> None:
+    """Refuse a student of ``spec`` over ``vocab`` tokens whose training state (weights,
+    gradients, optimiser moments) exceeds this machine's memory, naming its sizes."""
+    hidden, layers, intermediate = spec.hidden_size, spec.num_layers, spec.intermediate_size
+    positions = spec.max_position_embeddings
     count = parameters(hidden, layers, intermediate, vocab, positions)
     needed, have = count * _TRAINED_BYTES, machine_bytes()
     if needed > have:

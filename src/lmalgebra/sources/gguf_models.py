@@ -127,9 +127,9 @@ def gguf_directory(
 
     def build(work: Path) -> Path:
         path = checked_file(parts, work, name, sha256, owner, remedy) if verify else parts[0]
-        header, _ = checked_gguf(path, owner)
+        header, config = checked_gguf(path, owner)
         made = work / "model"
-        _dequantise(path, made, owner)
+        _dequantise(path, made, owner, config)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = {p: version(p) for p in ("transformers", "gguf")}
         seal(made, {**provenance, TENSORS_CHECKED: True})
@@ -269,14 +269,15 @@ def read_provenance(directory: Path, name: str = PROVENANCE) -> dict[str, Any] |
     return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _dequantise(path: Path, out: Path, owner: str) -> None:
-    """Load ``path`` with transformers (float32) and save the model and tokenizer into ``out``."""
+def _dequantise(path: Path, out: Path, owner: str, config: Any) -> None:
+    """Load ``path`` (whose metadata gives the transformers ``config``) with transformers
+    (float32) and save the model and tokenizer into ``out``."""
     import torch
-    from transformers import AutoConfig, AutoTokenizer, GgufConfig
+    from transformers import AutoTokenizer, GgufConfig
 
     folder, name = path.parent, path.name
+    auto = model_class(config)
     try:
-        auto = model_class(AutoConfig.from_pretrained(folder, gguf_file=name))
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model, info = auto.from_pretrained(
             folder,

@@ -15,13 +15,7 @@ def build_causal_lm(spec: ModelSpec, tokenizer: Any, seed: int = 0) -> Any:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    refuse_beyond_memory(
-        spec.hidden_size,
-        spec.num_layers,
-        spec.intermediate_size,
-        len(tokenizer),
-        spec.max_position_embeddings,
-    )
+    refuse_beyond_memory(spec, len(tokenizer))
     config = GPT2Config(
         vocab_size=len(tokenizer),
         n_positions=spec.max_position_embeddings,

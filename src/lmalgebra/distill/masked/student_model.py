@@ -16,13 +16,7 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
     import torch
     from transformers import BertConfig, BertForMaskedLM  # ALBERT's module only where used
 
-    refuse_beyond_memory(
-        spec.hidden_size,
-        spec.num_layers,
-        spec.intermediate_size,
-        vocab_size,
-        spec.max_position_embeddings,
-    )
+    refuse_beyond_memory(spec, vocab_size)
     torch.manual_seed(seed)
     common: dict[str, Any] = {
         "vocab_size": vocab_size,

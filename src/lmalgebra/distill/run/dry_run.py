@@ -76,13 +76,7 @@ def student_shape(
     """A student's sizes for the estimates: its spec's, over ``vocab`` tokens (``embedding``: a
     factorised embedding's width; ``trimmed``: the last layer runs at the predicted rows only).
     A student too large for this machine is refused, as training refuses it."""
-    refuse_beyond_memory(
-        spec.hidden_size,
-        spec.num_layers,
-        spec.intermediate_size,
-        vocab,
-        spec.max_position_embeddings,
-    )
+    refuse_beyond_memory(spec, vocab)
     return ModelShape(
         layers=spec.num_layers,
         hidden=spec.hidden_size,
