@@ -140,3 +140,26 @@ def test_a_token_map_edited_in_place_is_computed_again(
     again = mined_map(teacher, student, cache_dir=tmp_path)
     assert "does not match its checksum" in caplog.text
     assert again.student_ids.tolist() == first.student_ids.tolist()
+
+
+def test_cache_dir_holds_every_write_of_the_command(
+    gpt2_dir: Path, corpus_txt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``--cache_dir`` is the root of everything the command caches: a GGUF model is
+    dequantised below it (by the run; the dry run writes nothing), not into
+    ``$LMALGEBRA_CACHE``, which the command leaves empty."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+
+    elsewhere, given = tmp_path / "env-cache", tmp_path / "given"
+    elsewhere.mkdir()
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(elsewhere))
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(given), "--no-progress", "--out", str(tmp_path / "out")]
+    code, stderr = cli([*args, "--dry-run"])
+    assert code == 0, stderr
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    assert [p for p in (given / "gguf").iterdir() if p.is_dir()], "not dequantised below it"
+    assert list(elsewhere.iterdir()) == []

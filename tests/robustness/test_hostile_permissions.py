@@ -308,3 +308,35 @@ def test_a_read_only_directory_below_a_run_or_the_cache_ends_in_one_line(
         line = assert_one_line(code, stderr, [str(directory)])
         assert "Permission denied" in line, line
         directory.chmod(0o755)
+
+
+def test_a_damaged_read_only_gguf_entry_is_built_again_and_leaves_nothing_behind(
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """A damaged dequantised entry that its owner made read-only (``gguf/`` itself writable) is
+    built again, and the damaged copy set aside is removed whole: it had stayed in ``gguf/`` as
+    ``.NAME.tmp-damaged-PID``, its files not removable."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    embed = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    embed += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, stderr = run_cli(
+        [*embed, "--out", str(tmp_path / "a"), "--no-progress"], monkeypatch, capsys
+    )
+    assert code == 0, stderr
+    (entry,) = [p for p in (cache / "gguf").iterdir() if p.is_dir()]
+    (entry / "model.safetensors").write_bytes(b"cut")
+    read_only(entry)
+    code, stderr = bound([*embed, "--out", str(tmp_path / "b"), "--no-progress"], cache)
+    assert code == 0, stderr
+    assert sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir()) == [entry.name]
+    assert not list((cache / "gguf").glob(".*tmp-*"))

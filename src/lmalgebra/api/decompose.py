@@ -31,6 +31,7 @@ from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
+from lmalgebra.storage.output_paths import cache_root
 
 if TYPE_CHECKING:  # pandas is imported by the calls that make a table
     import pandas as pd
@@ -169,15 +170,17 @@ def plan_frame(
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
-    _check_reference(config)
+    with cache_root(config.cache_dir):
+        _check_reference(config)
+        with library_call():
+            plan, shapes = plan_for(config, given, dry=True)
+    unknown = [s.name for s in shapes if s.width <= 0]
+    if unknown:
+        raise UserInputError(
+            f"model {unknown[0]!r}: its configuration names no hidden size, so its width "
+            "is not known before it is loaded"
+        )
     with library_call():
-        plan, shapes = plan_for(config, given, dry=True)
-        unknown = [s.name for s in shapes if s.width <= 0]
-        if unknown:
-            raise UserInputError(
-                f"model {unknown[0]!r}: its configuration names no hidden size, so its width "
-                "is not known before it is loaded"
-            )
         speeds = measure_speeds() if timed else None
     import pandas as pd
 

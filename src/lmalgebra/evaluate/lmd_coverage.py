@@ -48,7 +48,9 @@ class CoverageSpec(Settings):
     alpha: float = Field(default=0.01, description="Ridge strength (relative).")
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
     progress: bool = Field(default=False, description="Progress bars.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Embedding cache root.")
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir, description="Cache root (embeddings, models)."
+    )
 
 
 @dataclass(frozen=True)

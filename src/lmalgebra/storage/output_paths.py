@@ -17,6 +17,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,30 @@ from lmalgebra.storage.atomic import refuse_special
 LOCK_NAME = ".lmalgebra.lock"
 
 
+# the cache root a command was given (``--cache_dir``), for the command's duration
+_GIVEN_ROOT: ContextVar[Path | None] = ContextVar("cache_root", default=None)
+
+
 def default_cache_dir() -> Path:
-    """The user's lmalgebra cache: ``$LMALGEBRA_CACHE``, else ``~/.cache/lmalgebra``."""
+    """The user's lmalgebra cache: the root a running command was given (:func:`cache_root`),
+    else ``$LMALGEBRA_CACHE``, else ``~/.cache/lmalgebra``."""
+    given = _GIVEN_ROOT.get()
+    if given is not None:
+        return given
     env = os.environ.get("LMALGEBRA_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
+
+
+@contextlib.contextmanager
+def cache_root(root: Path) -> Iterator[None]:
+    """Within the block, every cache (embeddings, spans, hashes, packaged and dequantised GGUF
+    models, token maps) lives under ``root``: a command's ``cache_dir`` keeps all its cache
+    writes there."""
+    token = _GIVEN_ROOT.set(Path(root))
+    try:
+        yield
+    finally:
+        _GIVEN_ROOT.reset(token)
 
 
 def cache_directory(root: Path | None = None) -> Path:

@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import shutil
+import sys
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -127,9 +128,25 @@ def _set_aside(target: Path) -> None:
             f"be moved aside: {err.strerror or err}"
         ) from err
     if aside.is_dir() and not aside.is_symlink():
-        shutil.rmtree(aside, ignore_errors=True)
+        _remove_tree(aside)
     else:
         aside.unlink()
+
+
+def _remove_tree(directory: Path) -> None:
+    """Remove ``directory`` whole, as best it can: a read-only directory inside it (a damaged
+    entry a user made read-only) is made writable for the removal, where its owner may."""
+
+    def writable_then_again(remove: Callable[[str], object], path: str, _: object) -> None:
+        with contextlib.suppress(OSError):
+            parent = Path(path).parent
+            parent.chmod(parent.stat().st_mode | 0o700)
+            remove(path)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(directory, onexc=writable_then_again)
+    else:
+        shutil.rmtree(directory, onerror=writable_then_again)
 
 
 def build_once(
@@ -160,7 +177,7 @@ def build_once(
             return target
         if locked:  # we are the only builder: any temporary is a leftover of a killed one
             for stale in target.parent.glob(f".{target.name}.tmp-*"):
-                shutil.rmtree(stale, ignore_errors=True)
+                _remove_tree(stale)
         if target.exists() or target.is_symlink():  # damaged, or a file in its place
             log.warning("%s in %s is damaged; building it again", what, target)
             _set_aside(target)

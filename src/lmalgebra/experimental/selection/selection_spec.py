@@ -35,7 +35,8 @@ class SelectionSpec(Settings):
     progress: bool = Field(default=True, description="Progress bars.")
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
-        description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
+        description="Cache root for everything the command caches: embeddings, spans, hashes, "
+        "packaged and dequantised GGUF models ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
     )
 
     @model_validator(mode="after")

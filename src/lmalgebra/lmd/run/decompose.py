@@ -28,6 +28,7 @@ from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
     LOCK_NAME,
     cache_directory,
+    cache_root,
     check_directory,
     claim_run_directory,
 )
@@ -210,7 +211,7 @@ def decompose(
     config = config.resolved()
     check_directory(config.out, "output directory")
     cache_directory(config.cache_dir)
-    with run_directory_lock(config.out, "decompose"):
+    with cache_root(config.cache_dir), run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite, run_inputs(config, inputs))
         writers: list[StatisticsWriter] = []
 

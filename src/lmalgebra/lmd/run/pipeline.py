@@ -36,7 +36,7 @@ from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.atomic import make_directories
-from lmalgebra.storage.output_paths import cache_directory, tidy_on_failure
+from lmalgebra.storage.output_paths import cache_directory, cache_root, tidy_on_failure
 
 log = logging.getLogger(__name__)
 # memoised model hashes (``ModelPool.prints``) and the remembered spans: written before any
@@ -98,7 +98,10 @@ def run_decomposition(
     configuration holds the dtype the run used."""
     config = config.resolved()
     cache_directory(config.cache_dir)
-    with tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()):
+    with (
+        cache_root(config.cache_dir),
+        tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()),
+    ):
         return _run(config, inputs or RunInputs(), on_measured)
 
 

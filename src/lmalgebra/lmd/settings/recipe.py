@@ -132,7 +132,8 @@ class DecomposeConfig(Settings):
     out: Path = Field(default=Path("runs/decompose"), description="Output directory.")
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
-        description="Embedding cache root ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
+        description="Cache root for everything the command caches: embeddings, spans, hashes, "
+        "packaged and dequantised GGUF models ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
     )
     progress: bool = Field(default=True, description="Show progress bars.")
 
