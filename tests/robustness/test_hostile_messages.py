@@ -206,3 +206,22 @@ def test_a_gguf_teacher_of_the_wrong_kind_is_named_as_given(
     args = ["merge", "run", str(recipe), "--no-progress", *(["--dry-run"] if dry_run else [])]
     line = assert_one_line(*cli(args), ["teacher 'sp'", f"gguf:{path}"])
     assert "lmalgebra-plan" not in line and str(tmp_path / "cache") not in line, line
+
+
+def test_a_hub_id_out_of_reach_is_named_by_its_setting(
+    causal_teacher_dirs: dict[str, Path], corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """An unreachable hub id given as ``student.tokenizer`` or as ``--encoder``: the one line
+    names the setting, where it had said "model 'student'" or "model 'enc'" (a name made from
+    the id, which the user never gave)."""
+    from causal_fixtures import write_causal_recipe
+
+    recipe = write_causal_recipe(
+        tmp_path, causal_teacher_dirs, student={"tokenizer": "nowhere-org/tok"}
+    )
+    code, stderr = cli(["merge", "train", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["model 'student.tokenizer'", "'nowhere-org/tok'", "reached"])
+    args = ["pretrain", "head-only", "--language", "xx", "--encoder", "nowhere-org/enc"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, ["model 'encoder'", "'nowhere-org/enc'", "reached"])

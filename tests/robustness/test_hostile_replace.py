@@ -199,3 +199,37 @@ def test_a_causal_evaluation_of_some_rows_keeps_the_others(
     assert code == 0, stderr
     assert _rdt_rows(evaluation)[0] == ["student", "yy", "average"]
     assert "xx" not in (evaluation / "bits_per_byte.csv").read_text()
+
+
+def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``top_k`` changed after a student was trained: ``merge run`` builds the store again (with
+    a warning); ``merge evaluate`` then refuses to score the student trained from the old one,
+    naming it and the setting (it had been scored), and so does ``merge()`` asked to keep
+    saved students; ``--restart`` trains it on the new store."""
+    from lmalgebra import UserInputError
+    from lmalgebra.api.merge import merge
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    data = yaml.safe_load(recipe.read_text())
+    data["top_k"] = 4
+    recipe.write_text(yaml.safe_dump(data))
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "evaluate", str(tmp_path / "run")])
+    line = assert_one_line(code, stderr, ["student 'student'", "top_k 8 -> 4", "--restart"])
+    assert "built again" in line, line
+    with pytest.raises(UserInputError, match="student 'student' was trained from the teacher"):
+        merge(recipe, ["train"], keep_saved=True)
+    assert digests(model) == before
+    assert not (tmp_path / "run" / "evaluation" / "rdt.csv").exists()
+    code, stderr = cli(["merge", "train", str(recipe), "--restart", "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "evaluate", str(tmp_path / "run")])
+    assert code == 0, stderr

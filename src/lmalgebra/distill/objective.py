@@ -24,6 +24,7 @@ import torch
 import yaml
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.examples import examples_set, heldout_digests, require, write_examples
@@ -62,6 +63,7 @@ from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.run_fingerprint import differences
 
 Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
@@ -320,20 +322,38 @@ class Objective(ABC):
         trained from: the store must be the current teachers' (``check_store``), and each saved
         student's record of its teachers' hashes theirs; the teachers."""
         teachers = self.check_store()
+        store = self.store_digest(teachers)
         for name in students:
             model = self.layout.model(name)
             if not is_complete(model):
                 continue  # named by the objective's evaluation
-            recorded = read_marker(model).get("teacher_hashes", {})
+            record = read_marker(model)
+            again = f"train it again (`lmalgebra merge train RECIPE --name {name} --restart`)"
+            recorded = record.get("teacher_hashes", {})
             changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
             if changed:
                 teacher = teachers[changed[0]]
                 raise UserInputError(
                     f"student {name!r} was trained from teacher {changed[0]!r} as it was before "
-                    f"its files ({teacher.directory}) changed: train it again "
-                    f"(`lmalgebra merge train RECIPE --name {name} --restart`)"
+                    f"its files ({teacher.directory}) changed: {again}"
+                )
+            if record.get("store_sha256", store) != store:  # a student of an older release: as is
+                changed = differences(record.get("recipe"), self.recipe.model_dump(mode="json"))
+                shown = "; ".join(changed[:3]) or "the store was built again"
+                raise UserInputError(
+                    f"student {name!r} was trained from the teacher store as it was before it "
+                    f"was built again ({shown}): {again}, or train one of another --name"
                 )
         return teachers
+
+    def store_digest(self, teachers: dict[str, Teacher]) -> str:
+        """The identity of the store that training reads (the keys of its sets as written):
+        recorded with each student, so that one trained from a store since built again under
+        other settings is told from one of this store."""
+        sets = [
+            ShardSet.existing(accepted[0].directory) for accepted, _ in self.store_sets(teachers)
+        ]
+        return sha256_json([s.key for s in sets])
 
     @abstractmethod
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:

@@ -109,6 +109,8 @@ def run_stages(
         model = objective.layout.model(name)
         if restart or not (keep_saved and is_complete(model)):
             model = objective.train(name, training, progress, restart)
+        else:  # kept: only if trained from these teachers and this store
+            objective.check_students([name])
         models[name] = model
     return models
 

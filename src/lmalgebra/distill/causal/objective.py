@@ -94,7 +94,9 @@ class CausalObjective(Objective):
         check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # settings before the store
         self.recipe.check_training(spec)
         teachers = self.check_store()
-        return train_causal_student(self.recipe, name, spec, teachers, progress, restart)
+        return train_causal_student(
+            self.recipe, name, spec, teachers, progress, restart, store=self.store_digest(teachers)
+        )
 
     def row_kinds(self) -> tuple[RowKind, ...]:
         from lmalgebra.distill.causal.bits_per_byte import BitsRow

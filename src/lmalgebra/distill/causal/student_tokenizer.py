@@ -42,7 +42,12 @@ def made_tokenizer(
         log.info("training the student's %s tokenizer on %d examples", choice, len(every))
         return train_causal_tokenizer(every, choice.kind, choice.vocab_size, positions)
     teacher = recipe.teachers.get(choice.name) if choice.source == "teacher" else None
-    ref = teacher.ref(choice.name) if teacher else ModelRef(name="student", path=choice.name)
+    # a model named by reference: messages name the setting ("model 'student.tokenizer'")
+    ref = (
+        teacher.ref(choice.name)
+        if teacher
+        else ModelRef(name="student.tokenizer", path=choice.name)
+    )
     return source_of(ref, weights=weights).load_tokenizer()
 
 

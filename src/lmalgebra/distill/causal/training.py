@@ -184,11 +184,14 @@ def train_causal_student(
     teachers: dict[str, Teacher],
     progress: bool,
     restart: bool,
+    *,
+    store: str,
 ) -> Path:
     """Train (or resume) the causal student ``name`` of the run on its store (checked:
-    ``teachers``); the model goes to ``<name>/model`` (``AutoModelForCausalLM`` with its
-    tokenizer). With ``lambda_candidates``, one run per KD weight in ``<name>/lambda-<value>``
-    and the best on validation is the student."""
+    ``teachers``; its identity ``store``, recorded with the student); the model goes to
+    ``<name>/model`` (``AutoModelForCausalLM`` with its tokenizer). With ``lambda_candidates``,
+    one run per KD weight in ``<name>/lambda-<value>`` and the best on validation is the
+    student."""
     mix = spec.objective_mix or DEFAULT_MIX
     saved = RunLayout(recipe.output_dir).model(name)
     if not restart:  # a saved student of more steps is not replaced (steps: 0, say)
@@ -226,6 +229,7 @@ def train_causal_student(
         "training": spec.model_dump(),
         "objective_mix": mix,
         "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
+        "store_sha256": store,
         "student_tokenizer": data.identity,
         **started,
         "language_probabilities": source.probabilities,

@@ -133,7 +133,15 @@ class MaskedObjective(Objective):
         self.layout.student(name)  # a name that is no plain directory name: refused first
         self.recipe.check_training(training)  # settings before the store, as a dry run
         teachers = self.check_store()
-        return train_masked_student(self.recipe, name, training, teachers, progress, restart)
+        return train_masked_student(
+            self.recipe,
+            name,
+            training,
+            teachers,
+            progress,
+            restart,
+            store=self.store_digest(teachers),
+        )
 
     def row_kinds(self) -> tuple[RowKind, ...]:
         return (RowKind("scores", Score),)

@@ -31,9 +31,11 @@ def train_masked_student(
     teachers: dict[str, Teacher],
     progress: bool,
     restart: bool,
+    *,
+    store: str,
 ) -> Path:
-    """Train (or resume) student ``name`` of the run on its store (checked: ``teachers``); the
-    final model goes to ``<name>/model``.
+    """Train (or resume) student ``name`` of the run on its store (checked: ``teachers``; its
+    identity ``store``, recorded with the student); the final model goes to ``<name>/model``.
 
     A checkpoint of other inputs (recipe, store, vocabulary, student, training) is refused;
     ``restart`` starts afresh instead."""
@@ -72,6 +74,7 @@ def train_masked_student(
         "recipe": recipe.model_dump(mode="json"),
         "training": spec.model_dump(),
         "teacher_hashes": {n: t.hashes for n, t in teachers.items()},
+        "store_sha256": store,
         "language_probabilities": source.probabilities,
         "vocabulary": MAPS_FILE,
         "final": final,

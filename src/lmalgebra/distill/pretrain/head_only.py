@@ -239,8 +239,8 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
-    ref = ModelRef.parse(spec.encoder).model_copy(
-        update={"trust_remote_code": spec.trust_remote_code}
+    ref = ModelRef.parse(spec.encoder).model_copy(  # messages name the setting: "model 'encoder'"
+        update={"trust_remote_code": spec.trust_remote_code, "name": "encoder"}
     )
     directory = ref.source.resolve()
     limit = max_positions(directory)
