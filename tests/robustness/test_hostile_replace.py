@@ -208,9 +208,10 @@ def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     a warning); ``merge evaluate`` then refuses to score the student trained from the old one,
     naming it and the setting (it had been scored), and so does ``merge()`` asked to keep
     saved students; ``--restart`` trains it on the new store."""
+    import yaml
+
     from lmalgebra import UserInputError
     from lmalgebra.api.merge import merge
-    import yaml
 
     recipe = built_store(tmp_path, teacher_dirs)
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
