@@ -31,6 +31,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
         monkeypatch.setattr(objective, "prepare", lambda o, p: made.append(("prepare", p)))
         monkeypatch.setattr(objective, "teach", lambda o, p, setup: made.append(("teach", p)))
         monkeypatch.setattr(objective, "train", train)
+        monkeypatch.setattr(
+            objective, "check_students", lambda o, names: made.append(("kept", *names))
+        )
     monkeypatch.setattr(MaskedObjective, "vocab", lambda o: made.append(("vocab",)))
     return made
 
@@ -82,7 +85,8 @@ def test_train_stage_trains_each_student_not_yet_saved(
     }
     models = run_stages(recipe, RUN_STAGES, students, progress=False)
     assert calls[:3] == [("prepare", False), ("teach", False), ("vocab",)]
-    assert calls[3:] == [("train", "sm3", False, False)]  # sm2 is already saved
+    # sm2 is already saved: kept, once checked to be of these teachers and this store
+    assert calls[3:] == [("train", "sm3", False, False), ("kept", "sm2")]
     assert models == {"sm3": recipe.output_dir / "sm3" / "model", "sm2": saved}
 
 
