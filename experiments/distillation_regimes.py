@@ -231,15 +231,24 @@ def recipe(
     }
 
 
+# the variants a regime's targets read, when not all of them: trained first
+TARGET_VARIANTS = {"merge": ("ce", "merge-by-language")}
+
+
 def students(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Every student of ``plan``, seed by seed (a run stopped part-way has every variant of its
+    first seeds), the variants the targets read first (a run stopped part-way can be judged)."""
     from lmalgebra.demo.causal_table import student_name
 
-    # seed by seed: a run stopped part-way has every variant of its first seeds
-    return {
-        student_name(v, seed): {**VARIANTS[v], "seed": seed}
+    first = TARGET_VARIANTS.get(plan.regime, plan.variants)
+    order = [
+        (v, seed)
+        for group in (first, [v for v in plan.variants if v not in first])
         for seed in plan.seeds
-        for v in plan.variants
-    }
+        for v in group
+        if v in plan.variants
+    ]
+    return {student_name(v, seed): {**VARIANTS[v], "seed": seed} for v, seed in order}
 
 
 def summarise(rows: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
