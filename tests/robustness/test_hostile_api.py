@@ -287,3 +287,29 @@ def test_scikit_learns_complaint_about_an_array_is_one_line(X: Any) -> None:  # 
         lmalgebra.LinearDecomposition().fit(X, np.zeros((4, 2)))
     message = str(caught.value)
     assert "\n" not in message and message.startswith(("X: ", "Input X")), message
+
+
+def test_merge_with_no_student_is_one_line(tmp_path: Path, teacher_dirs: dict[str, Path]) -> None:
+    """An empty ``students`` trains nothing: one line naming it (a ValueError too), not the
+    pipeline's own ValueError, and nothing written."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError, match=r"^merge\(\): students is empty") as caught:
+        lmalgebra.merge(recipe, "train", students={})
+    assert isinstance(caught.value, ValueError)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["evaluation", "examples", "recipe.yaml", "vocab", "logprobs"])
+def test_a_student_named_as_a_part_of_the_run_is_refused(
+    name: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A student named as what a stage writes at the top of the run (``evaluation``, the store's
+    ``examples``, the ``recipe.yaml`` file) had been trained into that directory (a file there: a
+    traceback): refused in one line naming it, before any stage runs."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = f"^student name '{re.escape(name)}' is the name of the run's own"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, students={name: None})
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe, student=name)

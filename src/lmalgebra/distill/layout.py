@@ -65,6 +65,8 @@ CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
 _STUDENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+# the names of what the stages write at the top of a run: no student may take one
+RESERVED = (RECIPE, EXAMPLES, MASKED, TOPK, VOCAB, TOKENS, LOGPROBS, EVALUATION, SELECTION)
 
 
 @dataclass(frozen=True)
@@ -141,11 +143,17 @@ class RunLayout:
 
 def check_student_name(name: str) -> str:
     """``name`` if it is one plain directory name inside the run (no ``/``, ``..`` or hidden
-    name); UserInputError naming it otherwise, so a student is never written outside the run."""
+    name) that no stage writes (``RESERVED``); UserInputError naming it otherwise, so a student
+    is never written outside the run nor into its store or evaluation."""
     if not _STUDENT_NAME.fullmatch(name) or name in (".", ".."):
         raise UserInputError(
             f"student name {name!r} must be one plain directory name inside the run "
             "(letters, digits, '.', '_', '-'; not starting with '.')"
+        )
+    if name in RESERVED:
+        raise UserInputError(
+            f"student name {name!r} is the name of the run's own {name} "
+            f"(the run's names: {', '.join(RESERVED)}): name the student otherwise"
         )
     return name
 

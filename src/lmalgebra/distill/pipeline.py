@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
+from lmalgebra.distill.layout import RunLayout, check_student_name, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
@@ -93,7 +93,9 @@ def run_stages(
     if unknown:
         raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {RUN_STAGES}")
     if "train" in stages and not students:
-        raise ValueError("the train stage needs at least one student")
+        raise UserValueError("students is empty: the train stage needs at least one student")
+    for name in students or {}:
+        check_student_name(name)  # refused before any stage writes
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
     # teacher inference's device and dtype, refused before anything is written
