@@ -168,6 +168,66 @@ def test_ce_alone_or_gold_only_refuses_what_only_distillation_reads() -> None:
         CausalTrainingSpec(objective_mix={"alm": 1.0}, gold_only=True)
 
 
+VALIDATED = {"validation_every": 2, "validation_fraction": 0.2}
+# settings a constant KD weight of 0 or 1 makes training ignore: (settings, the message's words)
+UNWEIGHTED = {
+    "candidates_beside_value": (
+        {"lambda_value": 0.3, "lambda_candidates": [0.1, 0.9], **VALIDATED},
+        r"training\.lambda_value 0\.3 would be ignored: training\.lambda_candidates",
+    ),
+    "temperature_at_zero": (
+        {"lambda_value": 0.0, "temperature": 2.0},
+        r"training\.temperature 2\.0 would be ignored: training\.lambda_value 0 ",
+    ),
+    "balance_at_zero": (
+        {"lambda_value": 0.0, "kd_balance": "gradient"},
+        r"training\.kd_balance 'gradient' would be ignored: training\.lambda_value 0 ",
+    ),
+    "mix_at_zero": (
+        {"lambda_value": 0.0, "objective_mix": {"prefix_kl": 1.0}},
+        r"training\.objective_mix \{'prefix_kl': 1\.0\} would be ignored",
+    ),
+    "temperature_at_zero_candidates": (
+        {"lambda_candidates": [0.0], "temperature": 2.0, **VALIDATED},
+        r"training\.temperature 2\.0 would be ignored: training\.lambda_candidates \[0\.0\]",
+    ),
+    "smoothing_at_one": (
+        {"lambda_value": 1.0, "label_smoothing": 0.1},
+        r"training\.label_smoothing 0\.1 would be ignored: training\.lambda_value 1 ",
+    ),
+    "smoothing_at_one_candidates": (
+        {"lambda_candidates": [1.0], "label_smoothing": 0.1, **VALIDATED},
+        r"label_smoothing 0\.1 would be ignored: training\.lambda_candidates \[1\.0\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(UNWEIGHTED))
+def test_a_setting_a_constant_kd_weight_makes_idle_is_refused(case: str) -> None:
+    """A constant KD weight of 0 weighs the distillation term by nothing (its temperature,
+    balance and losses do nothing), one of 1 the CE term (its label smoothing does nothing), and
+    ``lambda_candidates`` give the weight of each run (a ``lambda_value`` beside them was
+    ignored, yet recorded): each is refused naming both keys, where training had run without
+    them."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    settings, wanted = UNWEIGHTED[case]
+    with pytest.raises(UserInputError, match=wanted):
+        CausalTrainingSpec(lambda_schedule="constant", **settings)
+    CausalTrainingSpec(lambda_schedule="constant", lambda_value=0.0)  # CE alone: accepted
+    CausalTrainingSpec(lambda_schedule="constant", lambda_candidates=[0.0, 1.0], **VALIDATED)
+
+
+def test_a_masked_students_temperature_at_kd_weight_zero_is_refused() -> None:
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import TrainingSpec
+
+    with pytest.raises(UserInputError, match=r"training\.temperature 2\.0 would be ignored"):
+        TrainingSpec(lambda_schedule="constant", lambda_value=0.0, temperature=2.0)
+    TrainingSpec(lambda_schedule="linear", temperature=2.0)  # annealed from 1: applied
+
+
 def test_a_baseline_beside_a_recipes_distilled_students_drops_their_kd_settings(
     tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:
