@@ -456,3 +456,102 @@ def test_a_corpus_field_no_file_of_the_corpus_reads_is_refused(
         assert read_documents(CorpusSpec(paths=[str(text), str(records)], **{flag: value}))
     if flag == "doc_sep":
         assert read_documents(CorpusSpec(paths=[str(text)], doc_sep="line"))
+
+
+PLUGIN_POINTS = """[lmalgebra.causal_losses]
+notaloss = fakeplug.mod:NUMBER
+broken = fakeplug.broken:LOSS
+misnamed = fakeplug.mod:MISNAMED
+
+[lmalgebra.embedding_inits]
+initmissing = fakeplug.nowhere:seed
+notcallable = fakeplug.mod:NUMBER
+"""
+
+
+@pytest.fixture
+def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An installed package ``fakeplug`` whose entry points in both of lmalgebra's groups name a
+    number, a module that raises on import, a loss under another name, and a missing module."""
+    from lmalgebra.core import plugins
+
+    root = tmp_path / "site"
+    (root / "fakeplug-0.1.dist-info").mkdir(parents=True)
+    (root / "fakeplug-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakeplug\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (root / "fakeplug-0.1.dist-info" / "entry_points.txt").write_text(
+        PLUGIN_POINTS, encoding="utf-8"
+    )
+    (root / "fakeplug").mkdir()
+    (root / "fakeplug" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "fakeplug" / "mod.py").write_text(
+        "from lmalgebra.train.cross_tokenizer import LOSSES\nNUMBER = 42\n"
+        "MISNAMED = LOSSES['alm']\n",
+        encoding="utf-8",
+    )
+    (root / "fakeplug" / "broken.py").write_text("raise RuntimeError('boom')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(root))
+    plugins.declared.cache_clear()
+    yield root
+    plugins.declared.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("name", "wanted"),
+    [
+        ("notaloss", r"entry point 'notaloss' \(fakeplug\.mod:NUMBER\) is of type int, not a loss"),
+        ("broken", r"entry point 'broken' .* its module raised RuntimeError: boom"),
+        ("misnamed", r"entry point 'misnamed' names the loss 'alm'"),
+    ],
+)
+def test_a_loss_entry_point_that_is_no_loss_is_one_line(
+    name: str, wanted: str, fake_plugins: Path
+) -> None:
+    """An installed package's entry point that names no loss, or whose module raises on import,
+    had stopped ``merge train`` (and its dry run) with a ``TypeError`` or the module's own
+    traceback: one line naming the entry point now."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    with pytest.raises(UserInputError, match=wanted):
+        CausalTrainingSpec(objective_mix={name: 1.0})
+
+
+def test_an_embedding_init_entry_point_the_run_refuses_is_refused_by_the_dry_run_too(
+    fake_plugins: Path, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``student.init_embeddings`` naming an entry point that does not load passed the dry run
+    (training refused it after the store was built); one naming no function stopped training
+    with ``TypeError: 'int' object is not callable``. Both are one line, in the plan too."""
+    from lmalgebra.core.errors import UserInputError
+
+    for name, wanted in (
+        ("initmissing", r"entry point 'initmissing' \(fakeplug\.nowhere:seed\) does not load"),
+        ("notcallable", r"entry point 'notcallable' .* is of type int, not a function"),
+    ):
+        student = {**TINY_STUDENT, "init_embeddings": name}
+        recipe = write_recipe(tmp_path, teacher_dirs, student=student)
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge_plan(recipe)
+        assert not (tmp_path / "run").exists()
+
+
+def test_an_experimental_loss_warns_once_when_a_run_loads_it() -> None:
+    """The command line imports ``lmalgebra.experimental`` silently, so a recipe naming ``uld``
+    had trained without the warning its documentation promises; loading the loss warns, naming
+    it (and not the other experimental loss)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import lmalgebra.cli.experimental\n"
+        "from lmalgebra.train.cross_tokenizer import LOSSES\n"
+        "LOSSES['uld']; LOSSES['uld']\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("ExperimentalWarning: training.objective_mix: uld is") == 1
+    assert "mined_kl" not in done.stderr
