@@ -206,3 +206,39 @@ def test_a_gguf_teacher_of_the_wrong_kind_is_named_as_given(
     args = ["merge", "run", str(recipe), "--no-progress", *(["--dry-run"] if dry_run else [])]
     line = assert_one_line(*cli(args), ["teacher 'sp'", f"gguf:{path}"])
     assert "lmalgebra-plan" not in line and str(tmp_path / "cache") not in line, line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["merge", "verify", "FIFO"],
+        ["merge", "inspect", "FIFO"],
+        ["merge", "evaluate", "FIFO"],
+        ["evaluate-pos", "FIFO", "--models", "a=MODEL", "--out", "OUT"],
+    ],
+    ids=["verify", "inspect", "evaluate", "evaluate-pos"],
+)
+def test_a_fifo_given_for_a_directory_is_called_what_it_is(
+    args: list[str], bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A FIFO given as a merge run had been "not a merge run directory (no recipe.yaml)", as a
+    treebank "a file": each is named as the FIFO it is, as an output directory is."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    names = {"FIFO": str(fifo), "a=MODEL": f"a={bert_dir}", "OUT": str(tmp_path / "out")}
+    code, stderr = cli([names.get(a, a) for a in args])
+    assert_one_line(code, stderr, [str(fifo), "is a FIFO, socket or device, not a directory"])
+
+
+def test_the_api_names_a_fifo_given_for_a_run_directory(tmp_path: Path) -> None:
+    import os
+
+    from lmalgebra import Decomposition, MergeRun, UserInputError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for load in (Decomposition.load, MergeRun.load):
+        with pytest.raises(UserInputError, match="is a FIFO, socket or device, not a directory"):
+            load(fifo)

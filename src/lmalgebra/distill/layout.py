@@ -31,7 +31,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
-from lmalgebra.core.text_files import absent, read_json_object
+from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.storage.atomic import (
     remove_file,
     write_bytes_atomic,
@@ -129,8 +129,8 @@ class RunLayout:
 
     def require_recipe(self) -> Path:
         """The recipe's copy; refused, naming the directory, when it is not a run directory."""
-        if self.root.is_file():
-            raise UserInputError(f"run directory {self.root} is a file, not a directory")
+        if self.root.exists() and not self.root.is_dir():
+            raise UserInputError(f"run directory {self.root} {not_a_directory(self.root)}")
         if self.root.is_symlink() and not self.root.exists():
             raise UserInputError(f"run directory {self.root} {absent(self.root)}")
         if not self.recipe.is_file():

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.atomic import refuse_special
 
 LOCK_NAME = ".lmalgebra.lock"
@@ -52,8 +52,7 @@ def _check_creatable(path: Path, what: str) -> None:
             raise UserInputError(f"cannot create {what} {path}: {ancestor} {absent(ancestor)}")
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        kind = "a file" if ancestor.is_file() else "a FIFO, socket or device"
-        raise UserInputError(f"cannot create {what} {path}: {ancestor} is {kind}, not a directory")
+        raise UserInputError(f"cannot create {what} {path}: {ancestor} {not_a_directory(ancestor)}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UserInputError(f"cannot create {what} {path}: {ancestor} is not writable")
 
@@ -65,8 +64,7 @@ def check_directory(path: Path, what: str = "output directory") -> None:
         raise UserInputError(f"{what} {path} {absent(path)}")
     if path.exists():
         if not path.is_dir():
-            kind = "a file" if path.is_file() else "a FIFO, socket or device"
-            raise UserInputError(f"{what} {path} is {kind}, not a directory")
+            raise UserInputError(f"{what} {path} {not_a_directory(path)}")
         if not os.access(path, os.W_OK | os.X_OK):
             raise UserInputError(f"{what} {path} is not writable")
         return
