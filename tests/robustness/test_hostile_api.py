@@ -313,3 +313,12 @@ def test_a_student_named_as_a_part_of_the_run_is_refused(
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.merge_plan(recipe, student=name)
+
+
+@pytest.mark.parametrize("given", [b"some text", bytearray(b"some text")], ids=["bytes", "array"])
+def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
+    """Bytes iterate as numbers: ``texts`` of bytes had been refused as "texts[0] is a int", a
+    value the caller never gave; the message names what was given."""
+    for call in (lmalgebra.decompose, lmalgebra.spans):
+        with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray)$"):
+            call({"a": "x"}, given)
