@@ -179,17 +179,22 @@ def output_at(directory: Path) -> tuple[str, str] | None:
     return found if beside is None or (directory / beside).exists() else None
 
 
-def refuse_inside_other_output(path: Path, what: str, own: Path | None = None) -> None:
-    """Refuse writing the file ``path`` inside a directory, at any depth, that holds another
-    lmalgebra output (``output_at``: a run, an evaluation, a model lmalgebra wrote, a demo's
-    output), naming it: its files are that output's own, and a file of another run
-    among them would replace one of its files or be taken for a user's. ``own``: the output
-    the file belongs to (a report's run), inside which it may go."""
+def refuse_inside_other_output(
+    path: Path, what: str, own: Path | None = None, allowed: tuple[str, ...] = ()
+) -> None:
+    """Refuse writing the file (or output directory) ``path`` inside a directory, at any depth,
+    that holds another lmalgebra output (``output_at``: a run, an evaluation, a model lmalgebra
+    wrote, a demo's output), naming it: its files are that output's own, and a file of another
+    run among them would replace one of its files or be taken for a user's. ``own``: the output
+    the file belongs to (a report's run), inside which it may go; ``allowed``: kinds of output
+    (of ``KIND_MARKERS``) inside which it may go (a demo's, which holds its own runs)."""
     home = own.resolve() if own is not None else None
     for parent in Path(os.path.abspath(path)).parents:  # noqa: PTH100 (a link is not followed)
         if home is not None and parent.resolve() == home:
             return
         found = output_at(parent)
+        if found is not None and found[0] in allowed:
+            return
         if found is not None:
             raise UserInputError(
                 f"{what} {path} would go inside {parent}, which holds {found[0]} ({found[1]}): "
