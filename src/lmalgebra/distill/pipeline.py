@@ -24,7 +24,7 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
-from lmalgebra.storage.lockfile import refuse_other_kind
+from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.train.checkpoint import checkpointed_step
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
@@ -153,6 +153,7 @@ def plan(
         refuse_fewer_steps(reached, spec.steps, layout.student(student))
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
+        refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
