@@ -219,6 +219,21 @@ def test_a_setting_a_constant_kd_weight_makes_idle_is_refused(case: str) -> None
     CausalTrainingSpec(lambda_schedule="constant", lambda_candidates=[0.0, 1.0], **VALIDATED)
 
 
+def test_a_patience_fewer_validations_cannot_reach_is_refused() -> None:
+    """``validation_every`` 100 over 4 steps validates once (at the last step): a ``patience`` of
+    3 can never stop the run, yet it trained and recorded it; refused naming the three keys.
+    Enough validations to stop after: accepted."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    given = {"steps": 4, "warmup_steps": 1, "validation_fraction": 0.2}
+    with pytest.raises(UserInputError, match=r"training\.patience 3 would be ignored: .*every 100"):
+        CausalTrainingSpec(**given, validation_every=100, patience=3)
+    with pytest.raises(UserInputError, match=r"validates 4 time\(s\)"):
+        CausalTrainingSpec(**given, validation_every=1, patience=4)
+    CausalTrainingSpec(**given, validation_every=1, patience=3)
+
+
 def test_a_masked_students_temperature_at_kd_weight_zero_is_refused() -> None:
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.train.config import TrainingSpec

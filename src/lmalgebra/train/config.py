@@ -232,6 +232,14 @@ class CausalTrainingSpec(TrainingSpec):
                 f"training.patience {self.patience} would be ignored: it counts validations; "
                 "set training.validation_every and training.validation_fraction"
             )
+        checks = -(-self.steps // self.validation_every) if self.validation_every else 0
+        if self.patience and checks <= self.patience:
+            raise UserInputError(
+                f"training.patience {self.patience} would be ignored: training.validation_every "
+                f"{self.validation_every} over training.steps {self.steps} validates {checks} "
+                f"time(s), and a run stops only after {self.patience} validations without "
+                "improvement on the first; validate more often, or leave patience out"
+            )
         if self.lambda_candidates is not None:
             self._check_candidates(self.lambda_candidates)
         return self
