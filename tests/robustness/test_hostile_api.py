@@ -322,3 +322,13 @@ def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
     for call in (lmalgebra.decompose, lmalgebra.spans):
         with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray)$"):
             call({"a": "x"}, given)
+
+
+@pytest.mark.parametrize("call", ["decompose_plan", "spans"])
+def test_an_unknown_option_names_the_call_it_was_given_to(call: str) -> None:
+    """``decompose_plan(..., spanz={})`` and ``spans(...)`` had been refused as
+    ``decompose(): unknown option 'spanz'``, a call the user did not make."""
+    with pytest.raises(UserInputError, match=rf"^{call}\(\): unknown option 'spanz'"):
+        getattr(lmalgebra, call)({"a": "x"}, ["some text"], spanz={})
+    with pytest.raises(UserInputError, match=rf"^{call}\(\): corpus must be a mapping"):
+        getattr(lmalgebra, call)({"a": "x"}, ["some text"], corpus=["x"])
