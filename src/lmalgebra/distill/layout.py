@@ -57,6 +57,8 @@ EVALUATION = "evaluation"
 EVALUATION_MD = "evaluation.md"  # in evaluation/: the evaluation as markdown
 RDT_FILE = "rdt.csv"  # in evaluation/: a row per student, RDT per language, then the average
 SELECTION = "selection"
+CANDIDATE = "lambda-"  # in a student's directory: a run of one of its lambda_candidates
+BEST = "best"  # in a training run's directory: its best validation weights (train.validation)
 MARKER = "lmalgebra.json"  # in a model directory: what made it; written last
 CARD = "README.md"  # in a model directory: its model card (evaluations add to it)
 FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
@@ -101,9 +103,21 @@ class RunLayout:
     def model(self, name: str) -> Path:
         return self.student(name) / MODEL
 
+    def candidate(self, name: str, value: float) -> Path:
+        """Where student ``name``'s run at KD weight ``value`` of ``lambda_candidates`` trains."""
+        return self.student(name) / f"{CANDIDATE}{value:g}"
+
+    def training_runs(self) -> list[Path]:
+        """Every directory a student of the run trains in: each student's own, and each of its
+        ``lambda_candidates`` runs."""
+        found = {p.parent for p in self.root.glob(f"*/{CHECKPOINTS}")}
+        found |= set(self.root.glob(f"*/{CANDIDATE}*"))
+        found |= {p.parent for p in self.root.glob(f"*/{BEST}")}
+        return sorted(p for p in found if p.is_dir())
+
     def checkpoints(self) -> list[Path]:
-        """Every checkpoint of every student of the run."""
-        return sorted(self.root.glob(f"*/{CHECKPOINTS}/step-*"))
+        """Every checkpoint of every student of the run (its candidates' runs' too)."""
+        return sorted(c for run in self.training_runs() for c in run.glob(f"{CHECKPOINTS}/step-*"))
 
     @property
     def evaluation(self) -> Path:
