@@ -234,6 +234,18 @@ def test_a_patience_fewer_validations_cannot_reach_is_refused() -> None:
     CausalTrainingSpec(**given, validation_every=1, patience=3)
 
 
+def test_a_loss_of_weight_zero_in_the_mix_is_refused() -> None:
+    """``objective_mix: {alm: 1, uld: 0}`` trained on ALM alone (the ULD term was never
+    computed) and recorded the mix as given: refused naming the loss."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    with pytest.raises(UserInputError, match=r"objective_mix: uld weight 0 would be ignored"):
+        CausalTrainingSpec(objective_mix={"alm": 1.0, "uld": 0.0})
+    with pytest.raises(UserInputError, match="give at least one positive weight"):
+        CausalTrainingSpec(objective_mix={"alm": 0.0})
+
+
 def test_a_masked_students_temperature_at_kd_weight_zero_is_refused() -> None:
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.train.config import TrainingSpec

@@ -321,6 +321,12 @@ class CausalTrainingSpec(TrainingSpec):
                 raise UserInputError(f"training.objective_mix: {name} weight {weight} is below 0")
         if not self.objective_mix or sum(self.objective_mix.values()) <= 0:
             raise UserInputError("training.objective_mix: give at least one positive weight")
+        idle = [name for name, weight in self.objective_mix.items() if weight == 0]
+        if idle:
+            raise UserInputError(
+                f"training.objective_mix: {idle[0]} weight 0 would be ignored (the loss is not "
+                "computed); leave it out"
+            )
         if "ce" in self.objective_mix and len(self.objective_mix) > 1:
             raise UserInputError(
                 "training.objective_mix: ce stands alone (the CE-only baseline); the "
