@@ -242,3 +242,29 @@ def test_the_api_names_a_fifo_given_for_a_run_directory(tmp_path: Path) -> None:
     for load in (Decomposition.load, MergeRun.load):
         with pytest.raises(UserInputError, match="is a FIFO, socket or device, not a directory"):
             load(fifo)
+
+
+def test_bits_per_byte_refuses_a_name_given_twice_or_a_teachers_name_for_another_model(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``merge bits-per-byte --models a=X --models a=Y`` scored both as one model ``a``, and
+    ``--models bl=OTHER`` wrote another model's scores under the run's teacher ``bl`` (which
+    RDT then read as the teacher's): both refused before any model is read; the teacher
+    itself under its name passes."""
+    from causal_fixtures import write_causal_recipe
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    pipeline.prepare(load_recipe(recipe), progress=False)
+    run, bl, uni = tmp_path / "run", causal_teacher_dirs["bl"], causal_teacher_dirs["uni"]
+    code, stderr = cli(
+        ["merge", "bits-per-byte", str(run), "--models", f"a={bl}", "--models", f"a={uni}"]
+    )
+    assert_one_line(code, stderr, ["model names must be unique; repeated: a"])
+    code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={uni}"])
+    assert_one_line(code, stderr, ["model 'bl'", str(uni), "the run's teacher 'bl'", str(bl)])
+    assert not (run / "evaluation").exists()
+    code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={bl}/"])
+    assert code == 0, stderr
