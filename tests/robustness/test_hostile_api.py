@@ -332,3 +332,18 @@ def test_an_unknown_option_names_the_call_it_was_given_to(call: str) -> None:
         getattr(lmalgebra, call)({"a": "x"}, ["some text"], spanz={})
     with pytest.raises(UserInputError, match=rf"^{call}\(\): corpus must be a mapping"):
         getattr(lmalgebra, call)({"a": "x"}, ["some text"], corpus=["x"])
+
+
+def test_a_student_named_as_a_teacher_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A student named as a teacher of the recipe (``merge train --name wp``) trained, and its
+    evaluation's rows were written under the teacher's name beside the teacher's own: refused
+    before any stage runs, by the plan too."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = r"^student name 'wp' is the name of a teacher of the recipe"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, students={"wp": None})
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe, student="wp")

@@ -94,8 +94,7 @@ def run_stages(
         raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {RUN_STAGES}")
     if "train" in stages and not students:
         raise UserValueError("students is empty: the train stage needs at least one student")
-    for name in students or {}:
-        check_student_name(name)  # refused before any stage writes
+    check_students(recipe, list(students or {}))  # refused before any stage writes
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
     # teacher inference's device and dtype, refused before anything is written
@@ -127,7 +126,22 @@ def evaluate_students(
     students and languages already there (``run.evaluation_record``), or in their place with
     ``overwrite``. Refused when the store or a student was made from other teachers than the
     recipe's as they are now, and when the rows it would keep no longer hold."""
+    check_students(recipe, list(students))
     return objective_of(recipe).evaluate(students, languages, pooling, overwrite)
+
+
+def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
+    """Refuse a student name that is no plain directory name of the run or names a part of it
+    (``check_student_name``), and one that is the name of a teacher of the recipe: the
+    evaluation's rows of the two would be one model's."""
+    for name in names:
+        check_student_name(name)
+        if name in recipe.teachers:
+            raise UserInputError(
+                f"student name {name!r} is the name of a teacher of the recipe (teachers: "
+                f"{', '.join(recipe.teachers)}): their scores would be one model's; name the "
+                "student otherwise"
+            )
 
 
 def plan(
@@ -147,6 +161,7 @@ def plan(
     runnable = objective.runnable(stages)
     spec = training or recipe.training
     if student is not None and "train" in runnable:
+        check_students(recipe, [student])
         layout = RunLayout(recipe.output_dir)
         done = layout.student(student) / "checkpoints"
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
