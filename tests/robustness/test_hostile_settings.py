@@ -232,6 +232,8 @@ def test_a_patience_fewer_validations_cannot_reach_is_refused() -> None:
     with pytest.raises(UserInputError, match=r"validates 4 time\(s\)"):
         CausalTrainingSpec(**given, validation_every=1, patience=4)
     CausalTrainingSpec(**given, validation_every=1, patience=3)
+    # steps 0 saves the model as it starts, keeping the training section (a baseline's)
+    CausalTrainingSpec(steps=0, validation_fraction=0.2, validation_every=1, patience=1)
 
 
 def test_a_loss_of_weight_zero_in_the_mix_is_refused() -> None:

@@ -233,7 +233,8 @@ class CausalTrainingSpec(TrainingSpec):
                 "set training.validation_every and training.validation_fraction"
             )
         checks = -(-self.steps // self.validation_every) if self.validation_every else 0
-        if self.patience and checks <= self.patience:
+        # steps 0 keeps the model as it starts: its training section is kept as a baseline does
+        if self.patience and self.steps and checks <= self.patience:
             raise UserInputError(
                 f"training.patience {self.patience} would be ignored: training.validation_every "
                 f"{self.validation_every} over training.steps {self.steps} validates {checks} "
