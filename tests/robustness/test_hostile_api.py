@@ -287,3 +287,63 @@ def test_scikit_learns_complaint_about_an_array_is_one_line(X: Any) -> None:  # 
         lmalgebra.LinearDecomposition().fit(X, np.zeros((4, 2)))
     message = str(caught.value)
     assert "\n" not in message and message.startswith(("X: ", "Input X")), message
+
+
+def test_merge_with_no_student_is_one_line(tmp_path: Path, teacher_dirs: dict[str, Path]) -> None:
+    """An empty ``students`` trains nothing: one line naming it (a ValueError too), not the
+    pipeline's own ValueError, and nothing written."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError, match=r"^merge\(\): students is empty") as caught:
+        lmalgebra.merge(recipe, "train", students={})
+    assert isinstance(caught.value, ValueError)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("name", ["evaluation", "examples", "recipe.yaml", "vocab", "logprobs"])
+def test_a_student_named_as_a_part_of_the_run_is_refused(
+    name: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A student named as what a stage writes at the top of the run (``evaluation``, the store's
+    ``examples``, the ``recipe.yaml`` file) had been trained into that directory (a file there: a
+    traceback): refused in one line naming it, before any stage runs."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = f"^student name '{re.escape(name)}' is the name of the run's own"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, students={name: None})
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe, student=name)
+
+
+@pytest.mark.parametrize("given", [b"some text", bytearray(b"some text")], ids=["bytes", "array"])
+def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
+    """Bytes iterate as numbers: ``texts`` of bytes had been refused as "texts[0] is a int", a
+    value the caller never gave; the message names what was given."""
+    for call in (lmalgebra.decompose, lmalgebra.spans):
+        with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray)$"):
+            call({"a": "x"}, given)
+
+
+@pytest.mark.parametrize("call", ["decompose_plan", "spans"])
+def test_an_unknown_option_names_the_call_it_was_given_to(call: str) -> None:
+    """``decompose_plan(..., spanz={})`` and ``spans(...)`` had been refused as
+    ``decompose(): unknown option 'spanz'``, a call the user did not make."""
+    with pytest.raises(UserInputError, match=rf"^{call}\(\): unknown option 'spanz'"):
+        getattr(lmalgebra, call)({"a": "x"}, ["some text"], spanz={})
+    with pytest.raises(UserInputError, match=rf"^{call}\(\): corpus must be a mapping"):
+        getattr(lmalgebra, call)({"a": "x"}, ["some text"], corpus=["x"])
+
+
+def test_a_student_named_as_a_teacher_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A student named as a teacher of the recipe (``merge train --name wp``) trained, and its
+    evaluation's rows were written under the teacher's name beside the teacher's own: refused
+    before any stage runs, by the plan too."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = r"^student name 'wp' is the name of a teacher of the recipe"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, students={"wp": None})
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe, student="wp")

@@ -274,3 +274,22 @@ def test_a_student_too_small_for_its_data_is_refused_by_the_dry_run_too(
     code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
     assert_one_line(code, stderr, words)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_validation_share_that_leaves_no_training_is_refused_by_the_dry_run_too(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """A ``training.validation_fraction`` that keeps every training example of a language out
+    to validate on: the dry run planned it, exit 0, and ``merge train`` refused it once the
+    store was built; now the dry run refuses it in training's words, from the examples it
+    makes."""
+    from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    training = {"validation_fraction": 0.99, "validation_every": 2}
+    recipe = write_causal_recipe(
+        tmp_path, causal_teacher_dirs, student=CAUSAL_STUDENT, training=training
+    )
+    code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["training.validation_fraction 0.99", "no training example"])
+    assert not (tmp_path / "run").exists()

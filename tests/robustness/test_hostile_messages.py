@@ -225,3 +225,65 @@ def test_a_hub_id_out_of_reach_is_named_by_its_setting(
     args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
     code, stderr = cli(args)
     assert_one_line(code, stderr, ["model 'encoder'", "'nowhere-org/enc'", "reached"])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["merge", "verify", "FIFO"],
+        ["merge", "inspect", "FIFO"],
+        ["merge", "evaluate", "FIFO"],
+        ["evaluate-pos", "FIFO", "--models", "a=MODEL", "--out", "OUT"],
+    ],
+    ids=["verify", "inspect", "evaluate", "evaluate-pos"],
+)
+def test_a_fifo_given_for_a_directory_is_called_what_it_is(
+    args: list[str], bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A FIFO given as a merge run had been "not a merge run directory (no recipe.yaml)", as a
+    treebank "a file": each is named as the FIFO it is, as an output directory is."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    names = {"FIFO": str(fifo), "a=MODEL": f"a={bert_dir}", "OUT": str(tmp_path / "out")}
+    code, stderr = cli([names.get(a, a) for a in args])
+    assert_one_line(code, stderr, [str(fifo), "is a FIFO, socket or device, not a directory"])
+
+
+def test_the_api_names_a_fifo_given_for_a_run_directory(tmp_path: Path) -> None:
+    import os
+
+    from lmalgebra import Decomposition, MergeRun, UserInputError
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for load in (Decomposition.load, MergeRun.load):
+        with pytest.raises(UserInputError, match="is a FIFO, socket or device, not a directory"):
+            load(fifo)
+
+
+def test_bits_per_byte_refuses_a_name_given_twice_or_a_teachers_name_for_another_model(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``merge bits-per-byte --models a=X --models a=Y`` scored both as one model ``a``, and
+    ``--models bl=OTHER`` wrote another model's scores under the run's teacher ``bl`` (which
+    RDT then read as the teacher's): both refused before any model is read; the teacher
+    itself under its name passes."""
+    from causal_fixtures import write_causal_recipe
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    pipeline.prepare(load_recipe(recipe), progress=False)
+    run, bl, uni = tmp_path / "run", causal_teacher_dirs["bl"], causal_teacher_dirs["uni"]
+    code, stderr = cli(
+        ["merge", "bits-per-byte", str(run), "--models", f"a={bl}", "--models", f"a={uni}"]
+    )
+    assert_one_line(code, stderr, ["model names must be unique; repeated: a"])
+    code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={uni}"])
+    assert_one_line(code, stderr, ["model 'bl'", str(uni), "the run's teacher 'bl'", str(bl)])
+    assert not (run / "evaluation").exists()
+    code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={bl}/"])
+    assert code == 0, stderr

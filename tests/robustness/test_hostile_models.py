@@ -150,3 +150,22 @@ def test_a_users_file_beside_a_model_is_not_recorded_as_the_models(
         }
     (target / "notes.txt").write_text("mine, edited\n", encoding="utf-8")
     assert model_damage(target) is None
+
+
+@pytest.mark.parametrize("given", ["path", "named"])
+def test_a_damaged_student_is_not_scored_by_bits_per_byte(
+    given: str, trained: Path, tmp_path: Path, cli
+) -> None:
+    """``merge bits-per-byte RUN --models RUN/student/model`` scored a student ``merge evaluate``
+    refuses as damaged, and wrote its scores into the run's evaluation: every read of a model
+    directory written here as a language model now checks it, naming the model and the file."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    model = run / "student" / "model"
+    _flip(model / "model.safetensors")
+    before = digests(run)
+    reference = str(model) if given == "path" else f"s={model}"
+    code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", reference])
+    name = "model" if given == "path" else "s"
+    assert_one_line(code, stderr, [f"model {name!r}", str(model / "model.safetensors"), "damaged"])
+    assert digests(run) == before

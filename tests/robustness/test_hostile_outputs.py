@@ -367,6 +367,55 @@ def test_a_run_saved_where_it_was_read_from_is_kept(finished_run: Path, tmp_path
     assert Decomposition.load(run).pairwise("test").equals(read.pairwise("test"))
 
 
+def test_a_run_is_not_written_inside_another_output(
+    cli: Runner, finished_run: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path
+) -> None:
+    """``load(DIR).save(DIR/inner)`` had copied the run into a folder of itself, the copy's
+    folder included (``inner/inner/...``), and ``decompose --out RUN/nested`` wrote a run inside
+    a finished one (or inside a merge run): each is refused in one line naming the directory
+    that holds the other output, the dry run too, and nothing is written."""
+    import shutil
+
+    from lmalgebra import Decomposition, UserInputError
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    before = digests(run)
+    with pytest.raises(UserInputError, match=r"would go inside .*run, which holds a decomp"):
+        Decomposition.load(run).save(run / "inner")
+    for dry in ([], ["--dry-run"]):
+        args = decompose_args(bert_dir, bert2_dir, corpus_txt, run / "deeper" / "nested")
+        one_error(*cli(*args, *dry), "would go inside", str(run), "a decomposition run")
+    assert digests(run) == before
+
+
+def test_a_merge_run_or_teacher_is_not_written_inside_another_output(
+    cli: Runner, finished_run: Path, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A merge run whose ``output_dir`` lies inside a finished decomposition, and a teacher
+    ``pretrain --out`` wrote inside a merge run's store, had been written among the other
+    output's files: each is refused in one line naming the directory that holds it, the dry
+    run too, and nothing is written."""
+    import shutil
+
+    run = tmp_path / "lmd"
+    shutil.copytree(finished_run, run)
+    before = digests(run)
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(run / "merge"))
+    for dry in ([], ["--dry-run"]):
+        code, stderr = cli("merge", "prepare", str(recipe), "--no-progress", *dry)
+        one_error(code, stderr, "would go inside", str(run), "a decomposition run")
+    assert digests(run) == before
+    merge = write_recipe(tmp_path, teacher_dirs, output_dir=str(tmp_path / "merge"))
+    assert cli("merge", "prepare", str(merge), "--no-progress")[0] == 0
+    store = tmp_path / "merge" / "examples"
+    corpus = ["--corpus.paths", str(tmp_path / "xx.txt"), "--language", "xx"]
+    corpus += ["--tokenizer.vocab_size", "300"]
+    code, stderr = cli("pretrain", "causal", "--out", str(store / "teacher"), *corpus)
+    one_error(code, stderr, "would go inside", str(tmp_path / "merge"), "a merge run")
+    assert not (store / "teacher").exists()
+
+
 def test_a_copy_of_a_run_stopped_at_any_write_resumes(finished_run: Path, tmp_path: Path) -> None:
     """``Decomposition.save`` of a run read back, stopped at each of its writes, is never marked
     complete and, saved again, finishes as an uninterrupted copy; it had been refused as a

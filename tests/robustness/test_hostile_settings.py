@@ -168,6 +168,95 @@ def test_ce_alone_or_gold_only_refuses_what_only_distillation_reads() -> None:
         CausalTrainingSpec(objective_mix={"alm": 1.0}, gold_only=True)
 
 
+VALIDATED = {"validation_every": 2, "validation_fraction": 0.2}
+# settings a constant KD weight of 0 or 1 makes training ignore: (settings, the message's words)
+UNWEIGHTED = {
+    "candidates_beside_value": (
+        {"lambda_value": 0.3, "lambda_candidates": [0.1, 0.9], **VALIDATED},
+        r"training\.lambda_value 0\.3 would be ignored: training\.lambda_candidates",
+    ),
+    "temperature_at_zero": (
+        {"lambda_value": 0.0, "temperature": 2.0},
+        r"training\.temperature 2\.0 would be ignored: training\.lambda_value 0 ",
+    ),
+    "balance_at_zero": (
+        {"lambda_value": 0.0, "kd_balance": "gradient"},
+        r"training\.kd_balance 'gradient' would be ignored: training\.lambda_value 0 ",
+    ),
+    "mix_at_zero": (
+        {"lambda_value": 0.0, "objective_mix": {"prefix_kl": 1.0}},
+        r"training\.objective_mix \{'prefix_kl': 1\.0\} would be ignored",
+    ),
+    "temperature_at_zero_candidates": (
+        {"lambda_candidates": [0.0], "temperature": 2.0, **VALIDATED},
+        r"training\.temperature 2\.0 would be ignored: training\.lambda_candidates \[0\.0\]",
+    ),
+    "smoothing_at_one": (
+        {"lambda_value": 1.0, "label_smoothing": 0.1},
+        r"training\.label_smoothing 0\.1 would be ignored: training\.lambda_value 1 ",
+    ),
+    "smoothing_at_one_candidates": (
+        {"lambda_candidates": [1.0], "label_smoothing": 0.1, **VALIDATED},
+        r"label_smoothing 0\.1 would be ignored: training\.lambda_candidates \[1\.0\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(UNWEIGHTED))
+def test_a_setting_a_constant_kd_weight_makes_idle_is_refused(case: str) -> None:
+    """A constant KD weight of 0 weighs the distillation term by nothing (its temperature,
+    balance and losses do nothing), one of 1 the CE term (its label smoothing does nothing), and
+    ``lambda_candidates`` give the weight of each run (a ``lambda_value`` beside them was
+    ignored, yet recorded): each is refused naming both keys, where training had run without
+    them."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    settings, wanted = UNWEIGHTED[case]
+    with pytest.raises(UserInputError, match=wanted):
+        CausalTrainingSpec(lambda_schedule="constant", **settings)
+    CausalTrainingSpec(lambda_schedule="constant", lambda_value=0.0)  # CE alone: accepted
+    CausalTrainingSpec(lambda_schedule="constant", lambda_candidates=[0.0, 1.0], **VALIDATED)
+
+
+def test_a_patience_fewer_validations_cannot_reach_is_refused() -> None:
+    """``validation_every`` 100 over 4 steps validates once (at the last step): a ``patience`` of
+    3 can never stop the run, yet it trained and recorded it; refused naming the three keys.
+    Enough validations to stop after: accepted."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    given = {"steps": 4, "warmup_steps": 1, "validation_fraction": 0.2}
+    with pytest.raises(UserInputError, match=r"training\.patience 3 would be ignored: .*every 100"):
+        CausalTrainingSpec(**given, validation_every=100, patience=3)
+    with pytest.raises(UserInputError, match=r"validates 4 time\(s\)"):
+        CausalTrainingSpec(**given, validation_every=1, patience=4)
+    CausalTrainingSpec(**given, validation_every=1, patience=3)
+    # steps 0 saves the model as it starts, keeping the training section (a baseline's)
+    CausalTrainingSpec(steps=0, validation_fraction=0.2, validation_every=1, patience=1)
+
+
+def test_a_loss_of_weight_zero_in_the_mix_is_refused() -> None:
+    """``objective_mix: {alm: 1, uld: 0}`` trained on ALM alone (the ULD term was never
+    computed) and recorded the mix as given: refused naming the loss."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    with pytest.raises(UserInputError, match=r"objective_mix: uld weight 0 would be ignored"):
+        CausalTrainingSpec(objective_mix={"alm": 1.0, "uld": 0.0})
+    with pytest.raises(UserInputError, match="give at least one positive weight"):
+        CausalTrainingSpec(objective_mix={"alm": 0.0})
+
+
+def test_a_masked_students_temperature_at_kd_weight_zero_is_refused() -> None:
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import TrainingSpec
+
+    with pytest.raises(UserInputError, match=r"training\.temperature 2\.0 would be ignored"):
+        TrainingSpec(lambda_schedule="constant", lambda_value=0.0, temperature=2.0)
+    TrainingSpec(lambda_schedule="linear", temperature=2.0)  # annealed from 1: applied
+
+
 def test_a_baseline_beside_a_recipes_distilled_students_drops_their_kd_settings(
     tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:
@@ -396,3 +485,102 @@ def test_a_corpus_field_no_file_of_the_corpus_reads_is_refused(
         assert read_documents(CorpusSpec(paths=[str(text), str(records)], **{flag: value}))
     if flag == "doc_sep":
         assert read_documents(CorpusSpec(paths=[str(text)], doc_sep="line"))
+
+
+PLUGIN_POINTS = """[lmalgebra.causal_losses]
+notaloss = fakeplug.mod:NUMBER
+broken = fakeplug.broken:LOSS
+misnamed = fakeplug.mod:MISNAMED
+
+[lmalgebra.embedding_inits]
+initmissing = fakeplug.nowhere:seed
+notcallable = fakeplug.mod:NUMBER
+"""
+
+
+@pytest.fixture
+def fake_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An installed package ``fakeplug`` whose entry points in both of lmalgebra's groups name a
+    number, a module that raises on import, a loss under another name, and a missing module."""
+    from lmalgebra.core import plugins
+
+    root = tmp_path / "site"
+    (root / "fakeplug-0.1.dist-info").mkdir(parents=True)
+    (root / "fakeplug-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fakeplug\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (root / "fakeplug-0.1.dist-info" / "entry_points.txt").write_text(
+        PLUGIN_POINTS, encoding="utf-8"
+    )
+    (root / "fakeplug").mkdir()
+    (root / "fakeplug" / "__init__.py").write_text("", encoding="utf-8")
+    (root / "fakeplug" / "mod.py").write_text(
+        "from lmalgebra.train.cross_tokenizer import LOSSES\nNUMBER = 42\n"
+        "MISNAMED = LOSSES['alm']\n",
+        encoding="utf-8",
+    )
+    (root / "fakeplug" / "broken.py").write_text("raise RuntimeError('boom')\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(root))
+    plugins.declared.cache_clear()
+    yield root
+    plugins.declared.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("name", "wanted"),
+    [
+        ("notaloss", r"entry point 'notaloss' \(fakeplug\.mod:NUMBER\) is of type int, not a loss"),
+        ("broken", r"entry point 'broken' .* its module raised RuntimeError: boom"),
+        ("misnamed", r"entry point 'misnamed' names the loss 'alm'"),
+    ],
+)
+def test_a_loss_entry_point_that_is_no_loss_is_one_line(
+    name: str, wanted: str, fake_plugins: Path
+) -> None:
+    """An installed package's entry point that names no loss, or whose module raises on import,
+    had stopped ``merge train`` (and its dry run) with a ``TypeError`` or the module's own
+    traceback: one line naming the entry point now."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    with pytest.raises(UserInputError, match=wanted):
+        CausalTrainingSpec(objective_mix={name: 1.0})
+
+
+def test_an_embedding_init_entry_point_the_run_refuses_is_refused_by_the_dry_run_too(
+    fake_plugins: Path, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``student.init_embeddings`` naming an entry point that does not load passed the dry run
+    (training refused it after the store was built); one naming no function stopped training
+    with ``TypeError: 'int' object is not callable``. Both are one line, in the plan too."""
+    from lmalgebra.core.errors import UserInputError
+
+    for name, wanted in (
+        ("initmissing", r"entry point 'initmissing' \(fakeplug\.nowhere:seed\) does not load"),
+        ("notcallable", r"entry point 'notcallable' .* is of type int, not a function"),
+    ):
+        student = {**TINY_STUDENT, "init_embeddings": name}
+        recipe = write_recipe(tmp_path, teacher_dirs, student=student)
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge_plan(recipe)
+        assert not (tmp_path / "run").exists()
+
+
+def test_an_experimental_loss_warns_once_when_a_run_loads_it() -> None:
+    """The command line imports ``lmalgebra.experimental`` silently, so a recipe naming ``uld``
+    had trained without the warning its documentation promises; loading the loss warns, naming
+    it (and not the other experimental loss)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import lmalgebra.cli.experimental\n"
+        "from lmalgebra.train.cross_tokenizer import LOSSES\n"
+        "LOSSES['uld']; LOSSES['uld']\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("ExperimentalWarning: training.objective_mix: uld is") == 1
+    assert "mined_kl" not in done.stderr

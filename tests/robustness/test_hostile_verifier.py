@@ -474,3 +474,51 @@ def test_verify_checks_the_whole_run_and_each_stage_what_it_reads(
     said = assert_one_line(code, stderr, [str(record), "damaged"])
     code, stderr = cli(["merge", "evaluate", str(run), "--languages", "xx"])
     assert said.removeprefix("error: merge evaluate: ") in assert_one_line(code, stderr, [])
+
+
+@pytest.fixture(scope="module")
+def candidates_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    """A causal run whose student was trained at two ``lambda_candidates``, validating."""
+    from causal_fixtures import CAUSAL_STUDENT, taught_causal_recipe
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+
+    training = {
+        "steps": 4,
+        "batch_size": 4,
+        "warmup_steps": 1,
+        "checkpoint_every": 2,
+        "lambda_schedule": "constant",
+        "lambda_candidates": [0.2, 0.8],
+        "validation_every": 2,
+        "validation_fraction": 0.2,
+    }
+    root = tmp_path_factory.mktemp("candidates")
+    recipe = load_recipe(taught_causal_recipe(root, causal_teacher_dirs, training))
+    assert CAUSAL_STUDENT["tokenizer"] == recipe.student.tokenizer
+    pipeline.run_stages(recipe, ["train"], {"student": recipe.training}, False)
+    return root / "run"
+
+
+@pytest.mark.parametrize("damaged", ["candidate checkpoint", "best weights"])
+def test_a_candidates_checkpoint_or_best_weights_damaged_fail_verify(
+    damaged: str, candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """``merge verify`` looked for checkpoints one level deep: a ``lambda_candidates`` run's
+    (``student/lambda-0.8/checkpoints``) went unchecked, and so did the best validation weights
+    (``best/``) that resuming training refuses when damaged; both are named now."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+    candidate = run / "student" / "lambda-0.8"
+    if damaged == "candidate checkpoint":
+        target = sorted((candidate / "checkpoints").glob("step-*"))[-1] / "model.safetensors"
+    else:
+        target = candidate / "best" / "model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    code, stderr = cli(["merge", "verify", str(run)])
+    named = str(target) if damaged == "candidate checkpoint" else str(candidate / "best")
+    assert_one_line(code, stderr, [named, "damaged" if "checkpoint" in damaged else "best.json"])

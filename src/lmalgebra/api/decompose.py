@@ -42,21 +42,23 @@ SOURCE = "decompose()"
 _KEYS = (set(DecomposeConfig.model_fields) - {"models"}) | {"trust_remote_code"}
 
 
-def _recipe(models: Any, texts: Any, options: dict[str, Any]) -> tuple[dict[str, Any], RunInputs]:
+def _recipe(
+    models: Any, texts: Any, options: dict[str, Any], source: str = SOURCE
+) -> tuple[dict[str, Any], RunInputs]:
     """The recipe (as ``lmalgebra decompose`` would read it) and the inputs given as objects.
 
     ``options``: keys of the recipe; a section (``corpus``, ``spans``, ``study``) is a mapping
-    of its keys or its config object."""
+    of its keys or its config object. ``source``: the call, as messages name it."""
     unknown = sorted(set(options) - _KEYS)
     if unknown:
         known = ", ".join(sorted(_KEYS))
-        raise UserInputError(f"{SOURCE}: unknown option {unknown[0]!r} (options: {known})")
+        raise UserInputError(f"{source}: unknown option {unknown[0]!r} (options: {known})")
     data = {k: v.model_dump() if isinstance(v, BaseModel) else v for k, v in options.items()}
     entries, given = model_entries(models, bool(data.pop("trust_remote_code", False)))
     corpus = data.pop("corpus", None) or {}
     if not isinstance(corpus, Mapping) or "paths" in corpus:
         raise UserInputError(
-            f"{SOURCE}: corpus must be a mapping of corpus keys but paths (give the corpus as "
+            f"{source}: corpus must be a mapping of corpus keys but paths (give the corpus as "
             "texts)"
         )
     data["corpus"], docs = corpus_input(texts, dict(corpus))
@@ -129,7 +131,8 @@ def decompose_plan(
     """
     from lmalgebra.lmd.run.decompose import check_claim
 
-    data, inputs = _recipe(models, ["."] if texts is None else texts, dict(options))
+    given = ["."] if texts is None else texts
+    data, inputs = _recipe(models, given, dict(options), "decompose_plan()")
     config = validate(DecomposeConfig, data, "decompose_plan()")
     _check_arrays(config, inputs)
     if "out" in options:  # the call writes there: its refusals of the directory, nothing written
@@ -221,7 +224,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     ``reference_tokenizer=`` naming a tokenizer, ``models`` may be empty); any other option of
     :func:`decompose` is accepted and those that do not change the spans are ignored.
     """
-    data, inputs = _recipe(models, texts, dict(options))
+    data, inputs = _recipe(models, texts, dict(options), "spans()")
     plan_spec: dict[str, Any] = {k: data[k] for k in ("models", "corpus") if k in data}
     plan_spec["spans"] = data.get("spans", {})
     plan_spec["reference_tokenizer"] = data.get("reference_tokenizer")

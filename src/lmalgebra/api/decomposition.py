@@ -24,7 +24,7 @@ from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.run.decompose import claim_copy, save_result
+from lmalgebra.lmd.run.decompose import check_output_directory, claim_copy, save_result
 from lmalgebra.lmd.run.outputs import summary as summary_of
 from lmalgebra.lmd.run.pipeline import RunResult
 from lmalgebra.lmd.rundir.files import read_summary
@@ -32,7 +32,6 @@ from lmalgebra.lmd.rundir.schema import CONFIG, PAIRWISE_HEATMAP, SUMMARY
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.storage.atomic import write_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
-from lmalgebra.storage.output_paths import check_directory
 
 if TYPE_CHECKING:  # pandas is imported with the first table asked for
     import pandas as pd
@@ -200,7 +199,7 @@ class Decomposition:
         figures, ``config.yaml``, ``summary.json`` last). ``directory`` must be empty or absent,
         or hold this same run; ``overwrite`` replaces a run of another configuration."""
         target = Path(directory)
-        check_directory(target, "save() directory")
+        check_output_directory(target, "save() directory")
         if self._result is None:
             return self._copy_to(target, overwrite)
         config: DecomposeConfig = self._result.config.model_copy(update={"out": target})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_entry
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES, Table
 from lmalgebra.distill.pipeline import (
@@ -272,6 +272,11 @@ def merge(
     run = MergeRun(config)
     chosen = _stages(stages)
     given = dict(students) if students is not None else {"student": None}
+    if not given:
+        raise UserValueError(
+            "merge(): students is empty: name at least one student, or leave it out (the "
+            "recipe's training, as 'student')"
+        )
     trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]
     run.students = run_stages(

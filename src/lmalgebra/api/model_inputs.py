@@ -110,7 +110,8 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
         return {**texts.model_dump(), **options}, None
     if isinstance(texts, str | os.PathLike):
         return {"paths": [os.fspath(texts)], **options}, None
-    if isinstance(texts, Mapping) or not isinstance(texts, Iterable):
+    if isinstance(texts, Mapping | bytes | bytearray) or not isinstance(texts, Iterable):
+        # bytes iterate as numbers: "texts[0] is a int" would name what the caller never gave
         raise UserInputError(
             f"texts must be a list of documents (strings) or a corpus path, "
             f"got {type(texts).__name__}"

@@ -14,6 +14,7 @@ line in ``pyproject.toml``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -30,15 +31,28 @@ def declared(group: str) -> dict[str, EntryPoint]:
     return {point.name: point for point in entry_points(group=group)}
 
 
-def load(group: str, name: str) -> Any:
-    """The object entry point ``name`` of ``group`` names (refused, named, when it cannot load)."""
+def load(group: str, name: str, fits: Callable[[Any], bool], wanted: str) -> Any:
+    """The object entry point ``name`` of ``group`` names; refused in one line naming the entry
+    point when it cannot load (whatever its module raises on import) or what it names is not
+    ``wanted`` (judged by ``fits``)."""
     point = declared(group).get(name)
     if point is None:
         raise UserInputError(f"{group}: no entry point named {name!r} is installed")
     try:
-        return point.load()
+        found = point.load()
     except (ImportError, AttributeError) as exc:
         raise UserInputError(
             f"{group}: entry point {name!r} ({point.value}) does not load: {exc} (is the package "
             "that declares it installed as it is now? pip install -e . refreshes lmalgebra's)"
         ) from exc
+    except Exception as exc:  # the package's own code failed on import
+        raise UserInputError(
+            f"{group}: entry point {name!r} ({point.value}) does not load: its module raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    if not fits(found):
+        raise UserInputError(
+            f"{group}: entry point {name!r} ({point.value}) is of type {type(found).__name__}, "
+            f"not {wanted}"
+        )
+    return found

@@ -30,6 +30,14 @@ def absent(path: Path) -> str:
     return "does not exist"
 
 
+def not_a_directory(path: Path) -> str:
+    """Why ``path``, which exists and is no directory, is not one, as a message ends: ``is a
+    file, not a directory``, or for a FIFO, socket or device ``is a FIFO, socket or device, not a
+    directory`` (not called a file)."""
+    kind = "a file" if path.is_file() else "a FIFO, socket or device"
+    return f"is {kind}, not a directory"
+
+
 def require_file(path: Path, what: str) -> Path:
     """``path`` if it is an existing regular file (or a link to one); else UserInputError."""
     if path.is_file():

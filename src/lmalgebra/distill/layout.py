@@ -31,7 +31,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
-from lmalgebra.core.text_files import absent, read_json_object
+from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.storage.atomic import (
     remove_file,
     write_bytes_atomic,
@@ -57,6 +57,8 @@ EVALUATION = "evaluation"
 EVALUATION_MD = "evaluation.md"  # in evaluation/: the evaluation as markdown
 RDT_FILE = "rdt.csv"  # in evaluation/: a row per student, RDT per language, then the average
 SELECTION = "selection"
+CANDIDATE = "lambda-"  # in a student's directory: a run of one of its lambda_candidates
+BEST = "best"  # in a training run's directory: its best validation weights (train.validation)
 MARKER = "lmalgebra.json"  # in a model directory: what made it; written last
 CARD = "README.md"  # in a model directory: its model card (evaluations add to it)
 FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
@@ -65,6 +67,8 @@ CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
 _STUDENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+# the names of what the stages write at the top of a run: no student may take one
+RESERVED = (RECIPE, EXAMPLES, MASKED, TOPK, VOCAB, TOKENS, LOGPROBS, EVALUATION, SELECTION)
 
 
 @dataclass(frozen=True)
@@ -99,9 +103,21 @@ class RunLayout:
     def model(self, name: str) -> Path:
         return self.student(name) / MODEL
 
+    def candidate(self, name: str, value: float) -> Path:
+        """Where student ``name``'s run at KD weight ``value`` of ``lambda_candidates`` trains."""
+        return self.student(name) / f"{CANDIDATE}{value:g}"
+
+    def training_runs(self) -> list[Path]:
+        """Every directory a student of the run trains in: each student's own, and each of its
+        ``lambda_candidates`` runs."""
+        found = {p.parent for p in self.root.glob(f"*/{CHECKPOINTS}")}
+        found |= set(self.root.glob(f"*/{CANDIDATE}*"))
+        found |= {p.parent for p in self.root.glob(f"*/{BEST}")}
+        return sorted(p for p in found if p.is_dir())
+
     def checkpoints(self) -> list[Path]:
-        """Every checkpoint of every student of the run."""
-        return sorted(self.root.glob(f"*/{CHECKPOINTS}/step-*"))
+        """Every checkpoint of every student of the run (its candidates' runs' too)."""
+        return sorted(c for run in self.training_runs() for c in run.glob(f"{CHECKPOINTS}/step-*"))
 
     @property
     def evaluation(self) -> Path:
@@ -127,8 +143,8 @@ class RunLayout:
 
     def require_recipe(self) -> Path:
         """The recipe's copy; refused, naming the directory, when it is not a run directory."""
-        if self.root.is_file():
-            raise UserInputError(f"run directory {self.root} is a file, not a directory")
+        if self.root.exists() and not self.root.is_dir():
+            raise UserInputError(f"run directory {self.root} {not_a_directory(self.root)}")
         if self.root.is_symlink() and not self.root.exists():
             raise UserInputError(f"run directory {self.root} {absent(self.root)}")
         if not self.recipe.is_file():
@@ -141,11 +157,17 @@ class RunLayout:
 
 def check_student_name(name: str) -> str:
     """``name`` if it is one plain directory name inside the run (no ``/``, ``..`` or hidden
-    name); UserInputError naming it otherwise, so a student is never written outside the run."""
+    name) that no stage writes (``RESERVED``); UserInputError naming it otherwise, so a student
+    is never written outside the run nor into its store or evaluation."""
     if not _STUDENT_NAME.fullmatch(name) or name in (".", ".."):
         raise UserInputError(
             f"student name {name!r} must be one plain directory name inside the run "
             "(letters, digits, '.', '_', '-'; not starting with '.')"
+        )
+    if name in RESERVED:
+        raise UserInputError(
+            f"student name {name!r} is the name of the run's own {name} "
+            f"(the run's names: {', '.join(RESERVED)}): name the student otherwise"
         )
     return name
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.layout import RunLayout, is_complete, saved_steps
+from lmalgebra.distill.layout import RunLayout, check_student_name, is_complete, saved_steps
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
@@ -24,7 +24,7 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
-from lmalgebra.storage.lockfile import refuse_other_kind
+from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.train.checkpoint import checkpointed_step
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
@@ -93,7 +93,8 @@ def run_stages(
     if unknown:
         raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {RUN_STAGES}")
     if "train" in stages and not students:
-        raise ValueError("the train stage needs at least one student")
+        raise UserValueError("students is empty: the train stage needs at least one student")
+    check_students(recipe, list(students or {}))  # refused before any stage writes
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
     # teacher inference's device and dtype, refused before anything is written
@@ -127,7 +128,22 @@ def evaluate_students(
     students and languages already there (``run.evaluation_record``), or in their place with
     ``overwrite``. Refused when the store or a student was made from other teachers than the
     recipe's as they are now, and when the rows it would keep no longer hold."""
+    check_students(recipe, list(students))
     return objective_of(recipe).evaluate(students, languages, pooling, overwrite)
+
+
+def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
+    """Refuse a student name that is no plain directory name of the run or names a part of it
+    (``check_student_name``), and one that is the name of a teacher of the recipe: the
+    evaluation's rows of the two would be one model's."""
+    for name in names:
+        check_student_name(name)
+        if name in recipe.teachers:
+            raise UserInputError(
+                f"student name {name!r} is the name of a teacher of the recipe (teachers: "
+                f"{', '.join(recipe.teachers)}): their scores would be one model's; name the "
+                "student otherwise"
+            )
 
 
 def plan(
@@ -147,12 +163,14 @@ def plan(
     runnable = objective.runnable(stages)
     spec = training or recipe.training
     if student is not None and "train" in runnable:
+        check_students(recipe, [student])
         layout = RunLayout(recipe.output_dir)
         done = layout.student(student) / "checkpoints"
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
         refuse_fewer_steps(reached, spec.steps, layout.student(student))
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
+        refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]

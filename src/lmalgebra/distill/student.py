@@ -10,6 +10,7 @@ the recipe and the teacher store, so a student is never resumed on a store rebui
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import (
@@ -94,6 +95,18 @@ class MaskedStudentSpec(MaskedModelSpec):
                 f"student.init_embeddings {self.init_embeddings!r} is none of {', '.join(inits)}"
             )
         return self
+
+    def embedding_init(self) -> Callable[..., Any] | None:
+        """The function the ``init_embeddings`` entry point names, loaded (None: random);
+        refused, naming it, when it does not load or is no function (by the dry run too)."""
+        if self.init_embeddings == "random":
+            return None
+        return plugins.load(
+            plugins.EMBEDDING_INITS,
+            self.init_embeddings,
+            callable,
+            "a function of the student, the recipe and the vocabulary",
+        )
 
     def fits(self, vocab_size: int, example_length: int) -> None:
         """Refuse sizes that cannot hold the vocabulary or the examples."""

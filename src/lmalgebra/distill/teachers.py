@@ -26,6 +26,7 @@ from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import read_text
+from lmalgebra.distill.layout import is_complete, model_damage
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
@@ -148,6 +149,7 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
     owner = f"{role} {ref.name!r}"
     hint = TEACHER_HINT[head] if role == "teacher" else ""
     refuse_other_head(owner, directory, head, hint, ref.shown(directory))
+    refuse_damaged(owner, directory)
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
     try:
@@ -170,6 +172,16 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
         )
     refuse_incomplete(owner, directory, model, info)
     return model.eval()
+
+
+def refuse_damaged(owner: str, directory: Path) -> None:
+    """Refuse a model directory written here (a student, a teacher from ``lmalgebra pretrain``)
+    whose files are not those its marker records, naming the file: read anyway, a damaged
+    student had been scored as if it were the one trained."""
+    if is_complete(directory):
+        damage = model_damage(directory)
+        if damage is not None:
+            raise UserInputError(f"{owner}: {damage}")
 
 
 def inference_setup(recipe: Any) -> tuple[torch.device, torch.dtype]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import absent, read_text
+from lmalgebra.core.text_files import absent, not_a_directory, read_text
 from lmalgebra.storage.atomic import write_text_atomic
 
 Sentence = list[tuple[str, str]]
@@ -91,7 +91,7 @@ def find_splits(directory: Path) -> TreebankSplits:
     """
     directory = Path(directory)
     if not directory.is_dir():
-        why = "is a file, not a directory" if directory.exists() else absent(directory)
+        why = not_a_directory(directory) if directory.exists() else absent(directory)
         raise UserInputError(f"treebank directory {directory} {why}")
     found: dict[str, Path] = {}
     for split in SPLITS:

@@ -48,6 +48,17 @@ def warn(stacklevel: int = 2) -> None:
 warn()
 
 
+def warn_feature(name: str) -> None:
+    """The warning feature ``name`` (as a user sets it) gives when a run first loads it: a recipe
+    names it where the package itself was imported silently (the command line)."""
+    warnings.warn(
+        f"{name} is experimental: its recorded evidence misses its target "
+        "(lmalgebra.experimental.FEATURES says which and why)",
+        ExperimentalWarning,
+        stacklevel=2,
+    )
+
+
 @dataclass(frozen=True)
 class ExperimentalFeature:
     """One experimental feature: where a user reaches it and why it is experimental.
@@ -112,4 +123,5 @@ __all__ = [
     "ExperimentalWarning",
     "TeacherSelection",
     "select_teachers",
+    "warn_feature",
 ]

@@ -43,8 +43,11 @@ from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.teachers import load_lm
 from lmalgebra.distill.vocab.union import STUDENT_SPECIALS, UnionVocab
+from lmalgebra.experimental import warn_feature
 from lmalgebra.stats.linear_decomposition import LinearDecomposition
 from lmalgebra.train.masked_head import masked_logits
+
+warn_feature("student.init_embeddings: teachers")
 
 log = logging.getLogger(__name__)
 RIDGE_ALPHA = 1e-2  # relative ridge strength of the maps onto the reference (LMD's default)

@@ -9,7 +9,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import load_failure
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
@@ -44,7 +44,7 @@ def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
     if local.is_dir():
         return local
     if local.exists():
-        raise UserInputError(f"{owner}: tokenizer {source} is a file, not a directory")
+        raise UserInputError(f"{owner}: tokenizer {source} {not_a_directory(local)}")
     repo, _, revision = source.partition("@")
     if looks_local(repo):
         raise UserInputError(f"{owner}: tokenizer directory {source} does not exist")

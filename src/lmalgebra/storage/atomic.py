@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.disk_space import naming_file
 
 
@@ -21,7 +21,7 @@ def make_directories(path: Path) -> None:
             raise UserInputError(f"cannot create {path}: {probe} {absent(probe)}")
         if probe.exists():
             if not probe.is_dir():
-                raise UserInputError(f"cannot create {path}: {probe} is a file, not a directory")
+                raise UserInputError(f"cannot create {path}: {probe} {not_a_directory(probe)}")
             break
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -70,7 +70,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
         raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
-        raise UserInputError(f"cannot write {path}: {blocker} is a file, not a directory")
+        raise UserInputError(f"cannot write {path}: {blocker} {not_a_directory(blocker)}")
     make_directories(path.parent)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:

@@ -38,6 +38,7 @@ from lmalgebra.storage.output_paths import (
     check_directory,
     directory_kind,
     make_directory,
+    refuse_inside_other_output,
 )
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,27 @@ WRITES = {
 }
 
 
+# the kinds of output each kind may go inside: a demo's directory holds its own runs, teachers,
+# evaluations and smaller demos; a teacher selection goes into its merge run by default
+INSIDE = {
+    "a merge run": ("a demo's output",),
+    "a teacher selection": ("a merge run", "a demo's output"),
+    "a tagging evaluation": ("a demo's output",),
+    "a model directory written by lmalgebra": ("a demo's output",),
+    "a demo's output": ("a demo's output",),
+}
+
+
+def refuse_nested(directory: Path, command: str) -> None:
+    """Refuse ``command`` writing its output inside another lmalgebra output, at any depth
+    (``output_paths.refuse_inside_other_output``), but where its kind may go (``INSIDE``): a
+    merge run or a teacher made inside a decomposition run or a merge run's store had mixed its
+    files with that output's own."""
+    kind = WRITES.get(command, WRITES.get(command.split()[0]))
+    if kind is not None:  # a decomposition judges its directory itself
+        refuse_inside_other_output(directory, "output directory", allowed=INSIDE[kind])
+
+
 def refuse_other_kind(directory: Path, command: str) -> None:
     """Refuse ``command`` writing into a directory that holds another kind of output
     (``output_paths.directory_kind``: another kind of run, a model lmalgebra did not write),
@@ -202,6 +224,7 @@ def run_directory_lock(
     # the path as given, before a link is resolved: a link to nothing is refused, not followed
     # (the directory would be made at its target); on every rank, so that all refuse alike
     check_directory(Path(directory), "output directory")
+    refuse_nested(Path(directory), command)
     directory = Path(directory).resolve()
     if directory in _held:
         held, depth = _held[directory]

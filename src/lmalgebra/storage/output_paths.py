@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.atomic import refuse_special
 
 LOCK_NAME = ".lmalgebra.lock"
@@ -73,8 +73,7 @@ def _check_creatable(path: Path, what: str) -> None:
             raise UserInputError(f"cannot create {what} {path}: {ancestor} {absent(ancestor)}")
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        kind = "a file" if ancestor.is_file() else "a FIFO, socket or device"
-        raise UserInputError(f"cannot create {what} {path}: {ancestor} is {kind}, not a directory")
+        raise UserInputError(f"cannot create {what} {path}: {ancestor} {not_a_directory(ancestor)}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UserInputError(f"cannot create {what} {path}: {ancestor} is not writable")
 
@@ -86,8 +85,7 @@ def check_directory(path: Path, what: str = "output directory") -> None:
         raise UserInputError(f"{what} {path} {absent(path)}")
     if path.exists():
         if not path.is_dir():
-            kind = "a file" if path.is_file() else "a FIFO, socket or device"
-            raise UserInputError(f"{what} {path} is {kind}, not a directory")
+            raise UserInputError(f"{what} {path} {not_a_directory(path)}")
         if not os.access(path, os.W_OK | os.X_OK):
             raise UserInputError(f"{what} {path} is not writable")
         return
@@ -202,17 +200,22 @@ def output_at(directory: Path) -> tuple[str, str] | None:
     return found if beside is None or (directory / beside).exists() else None
 
 
-def refuse_inside_other_output(path: Path, what: str, own: Path | None = None) -> None:
-    """Refuse writing the file ``path`` inside a directory, at any depth, that holds another
-    lmalgebra output (``output_at``: a run, an evaluation, a model lmalgebra wrote, a demo's
-    output), naming it: its files are that output's own, and a file of another run
-    among them would replace one of its files or be taken for a user's. ``own``: the output
-    the file belongs to (a report's run), inside which it may go."""
+def refuse_inside_other_output(
+    path: Path, what: str, own: Path | None = None, allowed: tuple[str, ...] = ()
+) -> None:
+    """Refuse writing the file (or output directory) ``path`` inside a directory, at any depth,
+    that holds another lmalgebra output (``output_at``: a run, an evaluation, a model lmalgebra
+    wrote, a demo's output), naming it: its files are that output's own, and a file of another
+    run among them would replace one of its files or be taken for a user's. ``own``: the output
+    the file belongs to (a report's run), inside which it may go; ``allowed``: kinds of output
+    (of ``KIND_MARKERS``) inside which it may go (a demo's, which holds its own runs)."""
     home = own.resolve() if own is not None else None
     for parent in Path(os.path.abspath(path)).parents:  # noqa: PTH100 (a link is not followed)
         if home is not None and parent.resolve() == home:
             return
         found = output_at(parent)
+        if found is not None and found[0] in allowed:
+            return
         if found is not None:
             raise UserInputError(
                 f"{what} {path} would go inside {parent}, which holds {found[0]} ({found[1]}): "

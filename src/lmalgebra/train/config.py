@@ -133,7 +133,32 @@ class TrainingSpec(OptimisationSpec):
                     )
         if self.gold_only:
             without_kd(self, "training.gold_only: true")
+        weights = self.kd_weights()
+        if weights is not None and not any(weights):
+            self._refuse_unweighted()
         return self
+
+    def kd_weights(self) -> list[float] | None:
+        """The constant KD weights the run trains with (None: the schedule anneals it)."""
+        return [self.lambda_value] if self.lambda_schedule == "constant" else None
+
+    def kd_weights_given(self) -> str:
+        """The setting that gives :meth:`kd_weights`, as a message names it."""
+        return f"training.lambda_value {self.lambda_value:g} (a constant schedule)"
+
+    def kd_shaping(self) -> dict[str, Any]:
+        """The settings of this run, other than their defaults, that shape the distillation term
+        (and nothing else)."""
+        default = type(self).model_fields["temperature"].default
+        return {} if self.temperature == default else {"temperature": self.temperature}
+
+    def _refuse_unweighted(self) -> None:
+        """Refuse a setting that shapes the distillation term where every KD weight is 0."""
+        for name, value in self.kd_shaping().items():
+            raise UserInputError(
+                f"training.{name} {value!r} would be ignored: {self.kd_weights_given()} weighs "
+                "the distillation term by nothing; leave it out"
+            )
 
     @classmethod
     def gold(cls, optimisation: OptimisationSpec) -> TrainingSpec:
@@ -207,6 +232,15 @@ class CausalTrainingSpec(TrainingSpec):
                 f"training.patience {self.patience} would be ignored: it counts validations; "
                 "set training.validation_every and training.validation_fraction"
             )
+        checks = -(-self.steps // self.validation_every) if self.validation_every else 0
+        # steps 0 keeps the model as it starts: its training section is kept as a baseline does
+        if self.patience and self.steps and checks <= self.patience:
+            raise UserInputError(
+                f"training.patience {self.patience} would be ignored: training.validation_every "
+                f"{self.validation_every} over training.steps {self.steps} validates {checks} "
+                f"time(s), and a run stops only after {self.patience} validations without "
+                "improvement on the first; validate more often, or leave patience out"
+            )
         if self.lambda_candidates is not None:
             self._check_candidates(self.lambda_candidates)
         return self
@@ -232,6 +266,38 @@ class CausalTrainingSpec(TrainingSpec):
                 "training.lambda_candidates would be ignored: CE alone has no KD weight"
             )
 
+    def kd_weights(self) -> list[float] | None:
+        return self.lambda_candidates or super().kd_weights()
+
+    def kd_weights_given(self) -> str:
+        if self.lambda_candidates:
+            return f"training.lambda_candidates {self.lambda_candidates}"
+        return super().kd_weights_given()
+
+    def kd_shaping(self) -> dict[str, Any]:
+        shaping = super().kd_shaping()
+        if self.kd_balance != "lambda":
+            shaping["kd_balance"] = self.kd_balance
+        if self.objective_mix is not None and "ce" not in self.objective_mix:
+            shaping["objective_mix"] = self.objective_mix
+        return shaping
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> CausalTrainingSpec:
+        default = type(self).model_fields["lambda_value"].default
+        if self.lambda_candidates is not None and self.lambda_value != default:
+            raise UserInputError(
+                f"training.lambda_value {self.lambda_value:g} would be ignored: "
+                "training.lambda_candidates gives the KD weight of each run; leave it out"
+            )
+        weights = self.kd_weights()
+        if self.label_smoothing and weights is not None and all(w == 1 for w in weights):
+            raise UserInputError(
+                f"training.label_smoothing {self.label_smoothing:g} would be ignored: "
+                f"{self.kd_weights_given()} weighs the CE term it smooths by nothing; leave it out"
+            )
+        return self
+
     @model_validator(mode="after")
     def _check_mix(self) -> CausalTrainingSpec:
         ce_only = self.objective_mix is not None and "ce" in self.objective_mix
@@ -256,6 +322,12 @@ class CausalTrainingSpec(TrainingSpec):
                 raise UserInputError(f"training.objective_mix: {name} weight {weight} is below 0")
         if not self.objective_mix or sum(self.objective_mix.values()) <= 0:
             raise UserInputError("training.objective_mix: give at least one positive weight")
+        idle = [name for name, weight in self.objective_mix.items() if weight == 0]
+        if idle:
+            raise UserInputError(
+                f"training.objective_mix: {idle[0]} weight 0 would be ignored (the loss is not "
+                "computed); leave it out"
+            )
         if "ce" in self.objective_mix and len(self.objective_mix) > 1:
             raise UserInputError(
                 "training.objective_mix: ce stands alone (the CE-only baseline); the "

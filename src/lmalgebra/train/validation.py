@@ -116,6 +116,26 @@ class ValidationTracker:
         load_model(model, str(weights))
 
 
+def best_damage(out: Path) -> str | None:
+    """Why ``out``'s best validation weights cannot be restored (their record unreadable, or the
+    weights not of the sha256 it records), or None (intact, or none kept)."""
+    folder = out / BEST
+    if not folder.exists():
+        return None
+    weights = folder / "model.safetensors"
+    try:
+        record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
+        intact = record["sha256"] == sha256_file(weights)
+    except (OSError, ValueError, KeyError, TypeError):
+        intact = False
+    if intact:
+        return None
+    return (
+        f"{folder}: the best validation weights are missing or not the ones their best.json "
+        "records; train again with --restart"
+    )
+
+
 def clear_best(out: Path) -> None:
     """Remove ``out``'s best validation weights (once the model saved from them is written)."""
     for name in ("best.json", "model.safetensors"):

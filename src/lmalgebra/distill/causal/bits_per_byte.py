@@ -227,6 +227,7 @@ def evaluate_bits(
     to ``run_dir/evaluation/`` under the run's lock as ``table`` (None: not written; ``merge
     evaluate`` writes its rows with the rest of its evaluation); the rows."""
     check_context(context)  # before any model is read
+    refuse_names(run_dir, models)
     texts = heldout_texts(run_dir, languages)
     rows = []
     for ref in models:
@@ -249,6 +250,34 @@ def evaluate_bits(
         written = rows if table is not SCORED else [*_earlier_rows(run_dir, rows), *rows]
         write_table(RunLayout(run_dir).evaluation, table, written)
     return rows
+
+
+def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
+    """Refuse two models of one name (their rows would be one model's), and a model named as a
+    teacher of the run that is not that teacher (its rows would be taken for the teacher's, in
+    RDT too)."""
+    names = [ref.name for ref in models]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UserInputError(
+            f"model names must be unique; repeated: {', '.join(repeated)} (name each model: "
+            "--models NAME=REFERENCE)"
+        )
+    teachers = load_recipe(RunLayout(run_dir).require_recipe()).teachers
+    for ref in models:
+        spec = teachers.get(ref.name)
+        if spec is not None and not _same_model(ref, spec.ref(ref.name)):
+            raise UserInputError(
+                f"model {ref.name!r} ({ref.path}) has the name of the run's teacher "
+                f"{ref.name!r} ({spec.path}), whose scores its rows would be taken for: name it "
+                "otherwise"
+            )
+
+
+def _same_model(a: ModelRef, b: ModelRef) -> bool:
+    """Whether two references name one model (its kind, path as resolved here, revision)."""
+    where = [Path(ref.path).expanduser().resolve() for ref in (a, b)]
+    return a.kind == b.kind and where[0] == where[1] and a.revision == b.revision
 
 
 def _earlier_rows(run_dir: Path, rows: Sequence[BitsRow]) -> list[BitsRow]:

@@ -179,7 +179,8 @@ class CausalObjective(Objective):
         check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # in train's order
         self.recipe.check_training(spec)
         tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
-        zeros, student = partial(zero_logprobs, self.recipe), partial(plan_student, self.recipe)
+        zeros = partial(zero_logprobs, self.recipe)
+        student = partial(plan_student, self.recipe, validation=spec.validation_fraction)
         return plan_rows(self, spec, tokenizer, zeros, student)
 
     def inspect(self) -> RunInspection:

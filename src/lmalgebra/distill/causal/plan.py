@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from lmalgebra.distill.causal.logprobs import CausalOutput
 from lmalgebra.distill.causal.store import logprobs_table
-from lmalgebra.distill.causal.student_data import refuse_longer
+from lmalgebra.distill.causal.student_data import refuse_longer, validation_count
 from lmalgebra.distill.causal.student_init import open_init
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.examples import Example
@@ -54,11 +54,17 @@ def plan_student(
     teachers: dict[str, Teacher],
     examples: dict[str, list[Example]],
     pairs: list[PairPlan],
+    validation: float = 0.0,
 ) -> ModelShape | None:
     """The student's tokenizer made as ``train`` makes it and every example read with it, timed
     (split evenly over the pairs, as ``train`` seconds); the student's tokens per example set on
     each pair, and the student's shape (``student.init``: its model's, the kept layers alone).
-    None when the recipe names no student tokenizer and no model to start from."""
+    None when the recipe names no student tokenizer and no model to start from. A share of
+    ``validation`` (``training.validation_fraction``) that leaves a language no training
+    example is refused as training refuses it."""
+    if validation > 0:
+        for lang, found in examples.items():
+            validation_count(sum(not e.heldout for e in found), validation, lang)
     if recipe.student.tokenizer is None and recipe.student.init is None:
         return None
 

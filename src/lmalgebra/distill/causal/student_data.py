@@ -227,15 +227,23 @@ def validation_rows(
     if fraction <= 0:
         return kept
     train = np.flatnonzero(~heldout)
-    count = max(1, round(fraction * len(train)))
-    if count >= len(train):
-        raise UserInputError(
-            f"training.validation_fraction {fraction:g} leaves language {lang!r} no training "
-            f"example ({len(train)} in all): lower it or give the language more text"
-        )
+    count = validation_count(len(train), fraction, lang)
     digests = [hashlib.sha256(f"{lang}/{example_ids[r]}".encode()).digest() for r in train]
     kept[train[sorted(range(len(train)), key=digests.__getitem__)[:count]]] = True
     return kept
+
+
+def validation_count(train: int, fraction: float, lang: str) -> int:
+    """How many of a language's ``train`` training examples validate (``round(fraction *
+    train)``, at least one); refused, naming the language, when none would be left to train on
+    (by the dry run too, from the examples it makes)."""
+    count = max(1, round(fraction * train))
+    if count >= train:
+        raise UserInputError(
+            f"training.validation_fraction {fraction:g} leaves language {lang!r} no training "
+            f"example ({train} in all): lower it or give the language more text"
+        )
+    return count
 
 
 def _encode_all(student: Any, store: CausalStore, positions: int, lang: str) -> list[ByteTokens]:

@@ -210,7 +210,7 @@ def train_causal_student(
     chosen: tuple[float, Any, dict[str, Any]] | None = None
     choice: dict[str, float] = {}
     for value, run_spec in runs.items():
-        out = layout.student(name) if value is None else layout.student(name) / f"lambda-{value:g}"
+        out = layout.student(name) if value is None else layout.candidate(name, value)
         model = causal_student(recipe.student, tokenizer, spec.seed, data.init)
         final = train(model, source, run_spec, out, progress, inputs, restart, step, validation)
         score = float(final.get("best_validation", math.inf))
@@ -248,7 +248,7 @@ def train_causal_student(
     )
     saved = write_model_directory(target, model, tokenizer, metadata, card)
     for value in runs:
-        out = layout.student(name) if value is None else layout.student(name) / f"lambda-{value:g}"
+        out = layout.student(name) if value is None else layout.candidate(name, value)
         release_checkpoints(out, spec)
     return saved
 

@@ -190,8 +190,10 @@ class MaskedObjective(Objective):
         return Evaluation(table, deviations, markdown(scores, deviations))
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
-        """A ``training.teachers`` or a setting that training refuses is refused first."""
+        """A ``training.teachers``, a setting or an ``init_embeddings`` entry point that
+        training refuses is refused first."""
         self.recipe.check_training(training)
+        self.recipe.student.embedding_init()
         tokenizer = partial(teacher_tokenizer, example_length=self.recipe.example_length)
         return plan_rows(self, training, tokenizer, zero_topk, partial(plan_vocab, self.recipe))
 

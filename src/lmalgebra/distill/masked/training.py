@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core import plugins
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import TOPK, RunLayout, saved_steps, write_model_directory
 from lmalgebra.distill.masked.student_data import StoreBatches
@@ -44,6 +43,7 @@ def train_masked_student(
         refuse_fewer_steps(saved_steps(layout.model(name)), spec.steps, layout.model(name))
     vocab = UnionVocab.load(layout.vocab)
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
+    init = recipe.student.embedding_init()  # refused before any work
     source = StoreBatches(
         recipe.output_dir,
         recipe.teachers_of(spec.teachers),
@@ -62,8 +62,7 @@ def train_masked_student(
         "init_embeddings": recipe.student.init_embeddings,
     }
     seeding: dict[str, Any] | None = None
-    if recipe.student.init_embeddings != "random":  # an entry point (core.plugins)
-        init = plugins.load(plugins.EMBEDDING_INITS, recipe.student.init_embeddings)
+    if init is not None:  # an entry point (core.plugins)
         seeding = init(model, recipe, vocab)
     final = train(model, source, spec, layout.student(name), progress, inputs, restart)
     target = layout.model(name)

@@ -21,6 +21,7 @@ from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
 from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage
+from lmalgebra.train.validation import best_damage
 
 
 def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list[str]:
@@ -41,6 +42,7 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
         path, reason, state = damage(checkpoint)
         if state is None:
             problems.append(f"checkpoint file {path} is damaged ({reason})")
+    problems += [d for d in map(best_damage, layout.training_runs()) if d is not None]
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
 

@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as nnf
 
+from lmalgebra.experimental import warn_feature
 from lmalgebra.train.cross_tokenizer.common import (
     CausalLoss,
     LossBatch,
@@ -17,6 +18,8 @@ from lmalgebra.train.cross_tokenizer.common import (
     real,
     teacher_rows,
 )
+
+warn_feature("training.objective_mix: mined_kl")
 
 
 def mined_kl(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as nnf
 
+from lmalgebra.experimental import warn_feature
 from lmalgebra.train.cross_tokenizer.common import (
     CausalLoss,
     LossBatch,
@@ -14,6 +15,8 @@ from lmalgebra.train.cross_tokenizer.common import (
     real,
     teacher_rows,
 )
+
+warn_feature("training.objective_mix: uld")
 
 
 def uld_loss(

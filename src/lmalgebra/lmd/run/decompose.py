@@ -31,6 +31,7 @@ from lmalgebra.storage.output_paths import (
     cache_root,
     check_directory,
     claim_run_directory,
+    refuse_inside_other_output,
 )
 
 
@@ -149,13 +150,23 @@ def claim_copy(source: Path, target: Path, overwrite: bool) -> None:
         write_atomic(target / CONFIG, functools.partial(shutil.copyfile, source / CONFIG))
 
 
+def check_output_directory(out: Path, what: str = "output directory") -> None:
+    """What a decomposition refuses of its directory before claiming it: one it cannot write
+    (``check_directory``), and one inside another lmalgebra output (a run, a model directory,
+    at any depth; a demo's directory, which holds its own runs, aside), whose own files those of
+    a run would mix with (a run read back and saved into a folder of itself had copied itself
+    into the copy)."""
+    check_directory(out, what)
+    refuse_inside_other_output(out, what, allowed=("a demo's output",))
+
+
 def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
     """What a run of ``config`` refuses of its output directory, found without writing or
     removing anything (``decompose --dry-run``): a file in its place, a directory holding
     another configuration's run or files of no run (or, with ``overwrite``, files a run does not
     write). Its inputs are not compared with a finished run's: that reads the models' weights."""
     config = config.resolved()
-    check_directory(config.out, "output directory")
+    check_output_directory(config.out)
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
 
@@ -209,7 +220,7 @@ def decompose(
     ``dtype: auto`` is recorded as the dtype it resolved to.
     """
     config = config.resolved()
-    check_directory(config.out, "output directory")
+    check_output_directory(config.out)
     cache_directory(config.cache_dir)
     with cache_root(config.cache_dir), run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite, run_inputs(config, inputs))
@@ -242,7 +253,7 @@ def save_result(result: RunResult, overwrite: bool = False) -> Path:
     """Write a result computed without an output directory to ``result.config.out``, claimed and
     locked as :func:`decompose` does (the same files as a run made with that directory)."""
     result.config = config = result.config.resolved()
-    check_directory(config.out, "output directory")
+    check_output_directory(config.out)
     with run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite, lambda: (result.hashes["corpus"], result.fingerprints))
         if is_main():

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unseal
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.core.text_files import absent, read_json_object
+from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.lmd.rundir.schema import (
     FILES,
     FITS,
@@ -61,7 +61,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     run, the summary when it was edited since, or the first file that was cut short or changed
     since (runs written before the record, or before the checksum, are read unchecked)."""
     if run_dir.exists() and not run_dir.is_dir():
-        raise UserInputError(f"run directory {run_dir} is a file, not a directory")
+        raise UserInputError(f"run directory {run_dir} {not_a_directory(run_dir)}")
     if not run_dir.is_dir():
         raise UserInputError(f"run directory {run_dir} {absent(run_dir)}")
     path = run_dir / SUMMARY

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, MutableMapping
 
 from lmalgebra.core import plugins
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.cross_tokenizer import alm, ce, prefix, sampled, tail
 from lmalgebra.train.cross_tokenizer.common import CausalLoss
 
@@ -32,9 +33,13 @@ class LossTable(MutableMapping[str, CausalLoss]):
         if name not in self._losses:
             if name not in plugins.declared(plugins.CAUSAL_LOSSES):
                 raise KeyError(name)
-            loss = plugins.load(plugins.CAUSAL_LOSSES, name)
-            if not isinstance(loss, CausalLoss) or loss.name != name:
-                raise TypeError(f"entry point {name!r} of {plugins.CAUSAL_LOSSES} is not its loss")
+            group = plugins.CAUSAL_LOSSES
+            loss = plugins.load(group, name, lambda found: isinstance(found, CausalLoss), "a loss")
+            if loss.name != name:
+                raise UserInputError(
+                    f"{group}: entry point {name!r} names the loss {loss.name!r}: an entry "
+                    "point and its loss have one name"
+                )
             self._losses[name] = loss
         return self._losses[name]
 
