@@ -275,7 +275,6 @@ def test_a_read_only_directory_below_a_run_or_the_cache_ends_in_one_line(
     """Below a run it may write (a student's ``model/`` or ``checkpoints/``, ``vocab/``) and
     below the cache (``gguf/`` holding a damaged entry to build again): one line naming the
     path, exit 2; each had ended in a ``PermissionError`` traceback."""
-    from gguf_fixtures import tiny_llama, write_llama_gguf
     from hostile_helpers import built_store
 
     cache = tmp_path / "cache"
@@ -284,15 +283,7 @@ def test_a_read_only_directory_below_a_run_or_the_cache_ends_in_one_line(
     code, stderr = run_cli(["merge", "train", str(recipe), "--no-progress"], monkeypatch, capsys)
     assert code == 0, stderr
     run = tmp_path / "run"
-    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
-    embed = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
-    embed += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
-    code, stderr = run_cli(
-        [*embed, "--out", str(tmp_path / "d1"), "--no-progress"], monkeypatch, capsys
-    )
-    assert code == 0, stderr
-    (entry,) = [p for p in (cache / "gguf").iterdir() if p.is_dir()]
-    (entry / "model.safetensors").write_bytes(b"cut")
+    embed, _ = _damaged_gguf_entry(cache, gpt2_dir, corpus_txt, tmp_path, monkeypatch, capsys)
     train = ["merge", "train", str(recipe), "--restart", "--no-progress"]
     cases = [
         (run / "student" / "model", train),
@@ -322,21 +313,35 @@ def test_a_damaged_read_only_gguf_entry_is_built_again_and_leaves_nothing_behind
     """A damaged dequantised entry that its owner made read-only (``gguf/`` itself writable) is
     built again, and the damaged copy set aside is removed whole: it had stayed in ``gguf/`` as
     ``.NAME.tmp-damaged-PID``, its files not removable."""
-    from gguf_fixtures import tiny_llama, write_llama_gguf
-
     cache = tmp_path / "cache"
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
-    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
-    embed = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
-    embed += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
-    code, stderr = run_cli(
-        [*embed, "--out", str(tmp_path / "a"), "--no-progress"], monkeypatch, capsys
-    )
-    assert code == 0, stderr
-    (entry,) = [p for p in (cache / "gguf").iterdir() if p.is_dir()]
-    (entry / "model.safetensors").write_bytes(b"cut")
+    embed, entry = _damaged_gguf_entry(cache, gpt2_dir, corpus_txt, tmp_path, monkeypatch, capsys)
     read_only(entry)
     code, stderr = bound([*embed, "--out", str(tmp_path / "b"), "--no-progress"], cache)
     assert code == 0, stderr
     assert sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir()) == [entry.name]
     assert not list((cache / "gguf").glob(".*tmp-*"))
+
+
+def _damaged_gguf_entry(
+    cache: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> tuple[list[str], Path]:
+    """A tiny GGUF model decomposed once (dequantised into ``cache``), then its entry damaged:
+    the decomposition's arguments (without ``--out``) and the entry."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    embed = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    embed += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, stderr = run_cli(
+        [*embed, "--out", str(tmp_path / "first"), "--no-progress"], monkeypatch, capsys
+    )
+    assert code == 0, stderr
+    (entry,) = [p for p in (cache / "gguf").iterdir() if p.is_dir()]
+    (entry / "model.safetensors").write_bytes(b"cut")
+    return embed, entry
