@@ -86,7 +86,7 @@ def test_train_stage_trains_each_student_not_yet_saved(
     models = run_stages(recipe, RUN_STAGES, students, progress=False)
     assert calls[:3] == [("prepare", False), ("teach", False), ("vocab",)]
     # sm2 is already saved: kept, once checked to be of these teachers and this store
-    assert calls[3:] == [("train", "sm3", False, False), ("kept", "sm2")]
+    assert calls[3:] == [("kept", "sm2"), ("train", "sm3", False, False)]
     assert models == {"sm3": recipe.output_dir / "sm3" / "model", "sm2": saved}
 
 

@@ -106,12 +106,16 @@ def run_stages(
     if "vocab" in stages:
         objective.vocab()
     models: dict[str, Path] = {}
-    for name, training in (students or {}).items() if "train" in stages else ():
+    chosen = (students or {}) if "train" in stages else {}
+    kept = [
+        n for n in chosen if not restart and keep_saved and is_complete(objective.layout.model(n))
+    ]
+    if kept:  # kept only if trained from these teachers and this store: checked once, first
+        objective.check_students(kept)
+    for name, training in chosen.items():
         model = objective.layout.model(name)
-        if restart or not (keep_saved and is_complete(model)):
+        if name not in kept:
             model = objective.train(name, training, progress, restart)
-        else:  # kept: only if trained from these teachers and this store
-            objective.check_students([name])
         models[name] = model
     return models
 

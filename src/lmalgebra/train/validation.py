@@ -102,38 +102,36 @@ class ValidationTracker:
         that are not the ones this run recorded as its best."""
         if not self.best_step:
             return
-        weights = self.folder / "model.safetensors"
-        try:
-            record = json.loads((self.folder / "best.json").read_text(encoding="utf-8"))
-            intact = record["step"] == self.best_step and record["sha256"] == sha256_file(weights)
-        except (OSError, ValueError, KeyError, TypeError):
-            intact = False
-        if not intact:
+        record = _intact_record(self.folder)
+        if record is None or record.get("step") != self.best_step:
             raise UserInputError(
                 f"{self.folder}: the best validation weights (step {self.best_step}) are missing "
                 "or not the ones this run recorded; train again with --restart"
             )
-        load_model(model, str(weights))
+        load_model(model, str(self.folder / "model.safetensors"))
 
 
 def best_damage(out: Path) -> str | None:
     """Why ``out``'s best validation weights cannot be restored (their record unreadable, or the
     weights not of the sha256 it records), or None (intact, or none kept)."""
     folder = out / BEST
-    if not folder.exists():
-        return None
-    weights = folder / "model.safetensors"
-    try:
-        record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
-        intact = record["sha256"] == sha256_file(weights)
-    except (OSError, ValueError, KeyError, TypeError):
-        intact = False
-    if intact:
+    if not folder.exists() or _intact_record(folder) is not None:
         return None
     return (
         f"{folder}: the best validation weights are missing or not the ones their best.json "
         "records; train again with --restart"
     )
+
+
+def _intact_record(folder: Path) -> dict[str, Any] | None:
+    """``folder``'s ``best.json`` when it reads and its weights are of the sha256 it records;
+    None otherwise."""
+    try:
+        record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
+        intact = record["sha256"] == sha256_file(folder / "model.safetensors")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return record if intact else None
 
 
 def clear_best(out: Path) -> None:
