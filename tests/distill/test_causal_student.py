@@ -89,6 +89,7 @@ def test_batches_carry_only_the_alignments_the_mix_reads(recipe_path: Path) -> N
     assert needs_of(["alm", "uld"]) == {"chunks"}
     assert needs_of(["mined_kl", "sampled"]) == {"mined", "samples"}
     assert needs_of(["prefix_kl"]) == {"chunks", "prefix"}
+    assert needs_of(["prefix_all_kl"]) == {"positions"}
     full = _source(recipe_path)[0].batch(3)
     chunk_keys, mined_keys = ("student_chunk", "teacher_chunk", "chunk_start"), ("mined",)
     for wanted in (frozenset(), frozenset({"chunks"}), frozenset({"mined"})):

@@ -44,6 +44,15 @@ def _batch(seed: int = 0) -> SimpleNamespace:
     samples[0, 1, 2:] = -1
     next_logprob = torch.log(torch.rand(B, T, generator=gen, dtype=torch.float64))
     next_logprob[0, 0] = float("nan")
+    # a target at every student position: a top-K with its tail (a chunk start), renormalised
+    # (inside a teacher token: an entry left out repeats a kept id at probability 0), or none
+    at = torch.log_softmax(torch.randn(B, S, V, generator=gen, dtype=torch.float64), -1)
+    head = at.topk(K, dim=-1)
+    position_ids, position_logprobs = head.indices.clone(), head.values.clone()
+    position_logprobs[:, 1::2] = position_logprobs[:, 1::2].log_softmax(-1)
+    position_ids[0, 3, -1], position_logprobs[0, 3, -1] = position_ids[0, 3, 0], -math.inf
+    position_logprobs[0, 3] = position_logprobs[0, 3].log_softmax(-1)
+    position_ids[1, 4], position_logprobs[1, 4] = -1, float("nan")
     return SimpleNamespace(
         logits=torch.randn(B, S, V, generator=gen, dtype=torch.float64, requires_grad=True),
         targets=torch.randint(0, V, (B, S), generator=gen),
@@ -56,8 +65,15 @@ def _batch(seed: int = 0) -> SimpleNamespace:
         topk_ids=top.indices,
         topk_logprobs=values,
         prefix_ids=torch.tensor([0, 1, 1, 3, 4, 4, 6])[top.indices],  # another map's collisions
+        position_ids=position_ids,
+        position_logprobs=position_logprobs,
         sample_ids=samples,
     )
+
+
+def _positions(batch: SimpleNamespace) -> torch.Tensor:
+    """Each student position aligned to its own target row, where it has one."""
+    return torch.where(batch.position_ids[..., 0] >= 0, torch.arange(S).expand(B, S), -1)
 
 
 def _as_dict(batch: SimpleNamespace, aligned: torch.Tensor, **changes: Any) -> dict[str, Any]:
@@ -102,6 +118,9 @@ REFERENCES = {
     "sampled": lambda b, _: naive.naive_sampled(_as_dict(b, b.mined)),
     "tail_kl": lambda b, _: naive_tail_kl(_as_dict(b, b.mined)),
     "prefix_kl": lambda b, _: naive_tail_kl(_as_dict(b, b.chunk_start, topk_ids=b.prefix_ids)),
+    "prefix_all_kl": lambda b, _: naive_tail_kl(
+        _as_dict(b, _positions(b), topk_ids=b.position_ids, topk_logprobs=b.position_logprobs)
+    ),
 }
 
 
@@ -142,6 +161,8 @@ def _self_teacher(logits: torch.Tensor, shift: int, draws: int) -> SimpleNamespa
         topk_ids=order,
         topk_logprobs=logprobs.gather(-1, order),
         prefix_ids=order,
+        position_ids=order,
+        position_logprobs=logprobs.gather(-1, order),
         sample_ids=torch.stack(drawn),
     )
 

@@ -174,10 +174,10 @@ class CausalTrainingSpec(TrainingSpec):
         default=None,
         description="Causal students: weight of each loss of the table "
         "(``lmalgebra.train.cross_tokenizer.LOSSES``: ce alone is the CE-only baseline; mined_kl, "
-        "uld, alm, sampled, tail_kl, prefix_kl); loss = (1 - lambda) * CE + lambda * sum of "
-        "weight * loss against the example's teacher. None: {alm: 1}. mined_kl and uld are "
-        'experimental: worse than CE alone in the recorded runs (docs/merge/causal.md, "Recorded '
-        'causal demo run").',
+        "uld, alm, sampled, tail_kl, prefix_kl, prefix_all_kl); loss = (1 - lambda) * CE + "
+        "lambda * sum of weight * loss against the example's teacher. None: {alm: 1}. mined_kl "
+        "and uld are experimental: worse than CE alone in the recorded runs "
+        '(docs/merge/causal.md, "Recorded causal demo run").',
     )
     label_smoothing: float = Field(
         default=0.0,

@@ -12,7 +12,8 @@ row ``s`` predicts token ``s``. Against the record of the teacher the batch slot
   places MinED-KL and the sampled-token loss;
 - the teacher's top-k and drawn ids are carried into the student vocabulary by the MinED map
   (``distill.vocab.mined_map``) here, so the losses see student ids only, whatever the teacher;
-  the top-k also by the prefix map (``distill.vocab.prefix_map``) where a loss reads it.
+  the top-k also by the prefix map (``distill.vocab.prefix_map``) where a loss reads it, and
+  a target at every student position (``distill.vocab.position_targets``) where one does.
 
 Alignments are computed on the CPU when a batch is built, only those the loss mix reads
 (``train.cross_tokenizer.needs_of``); batch ``i`` depends on ``(seed, i)`` alone
@@ -42,6 +43,7 @@ from lmalgebra.distill.vocab.byte_alignment import (
     token_texts,
 )
 from lmalgebra.distill.vocab.mined_map import mined_map
+from lmalgebra.distill.vocab.position_targets import PositionTargets, vocabulary_surfaces
 from lmalgebra.distill.vocab.prefix_map import prefix_map
 from lmalgebra.train.cross_tokenizer import NEEDS
 
@@ -58,6 +60,8 @@ class CausalBatch:
         teacher_chunk: ``(B, T) int64``; next_logprob ``(B, T) float32`` (NaN: padding).
         topk_ids: ``(B, T, k) int64`` in student ids; topk_logprobs ``(B, T, k) float32``.
         prefix_ids: ``(B, T, k) int64`` the top-k in student ids by the prefix map, or None.
+        position_ids, position_logprobs: ``(B, S, k)`` each student position's target
+            (``PositionTargets``; -1 and NaN: none), or None.
         sample_ids: ``(B, T, K) int64`` in student ids (-1: padding), or None.
         tokens: ``(n_languages,) int64`` student tokens per language (throughput logs).
     """
@@ -74,6 +78,8 @@ class CausalBatch:
     topk_ids: torch.Tensor
     topk_logprobs: torch.Tensor
     prefix_ids: torch.Tensor | None
+    position_ids: torch.Tensor | None
+    position_logprobs: torch.Tensor | None
     sample_ids: torch.Tensor | None
     tokens: torch.Tensor
 
@@ -105,6 +111,7 @@ class TeacherCopy:
     heldout: np.ndarray  # (rows,) bool
     loss: np.ndarray  # (rows,) float64
     prefix: np.ndarray | None = None  # (V_teacher,) int64
+    positions: PositionTargets | None = None
 
 
 def _nats_per_byte(store: CausalStore) -> np.ndarray:
@@ -127,8 +134,10 @@ class CausalStoreBatches(SampledLanguages):
         needs: what batches carry (``train.cross_tokenizer.NEEDS``, as the loss mix reads
             them: ``needs_of``): ``chunks`` (chunk indices and chunk starts), ``mined`` (the
             MinED alignment), ``samples`` (the drawn tokens; refused when a store has none),
-            ``prefix`` (the top-k by the prefix map). An alignment not asked for stays -1 (a
-            CE-only student needs none, and the MinED alignment is the costly part of a batch).
+            ``prefix`` (the top-k by the prefix map), ``positions`` (a target at every
+            student position: ``distill.vocab.position_targets``). An alignment not asked for
+            stays -1 (a CE-only student needs none, and the MinED alignment is the costly part
+            of a batch).
         validation_fraction: the share of each language's training examples kept out of the
             batches for validation (``validation_rows``); their texts: ``validation``.
     """
@@ -151,6 +160,7 @@ class CausalStoreBatches(SampledLanguages):
         self.start_id, self.needs = start_id, needs
         self.samples = "samples" in needs
         self.pad_id = student.pad_token_id if student.pad_token_id is not None else 0
+        self._student_surfaces: list[bytes | None] | None = None
         pools, self.encoded = [], []
         self.validation: dict[str, list[str]] = {}
         for lang, teachers in teachers_of.items():
@@ -172,8 +182,16 @@ class CausalStoreBatches(SampledLanguages):
                 f"{lang}/{name} has none (set causal.samples > 0 and run `merge teach` again)"
             )
         mined = mined_map(tokenizer, student, name, "student").student_ids.astype(np.int64)
-        prefix = prefix_map(tokenizer, student, mined, name) if "prefix" in self.needs else None
-        return TeacherCopy(name, store, mined, store.heldout, _nats_per_byte(store), prefix)
+        prefix = None
+        if self.needs & {"prefix", "positions"}:
+            prefix = prefix_map(tokenizer, student, mined, name)
+        copy = TeacherCopy(name, store, mined, store.heldout, _nats_per_byte(store), prefix)
+        if "positions" in self.needs and prefix is not None:
+            if self._student_surfaces is None:
+                self._student_surfaces = vocabulary_surfaces(student, "student")
+            teacher = vocabulary_surfaces(tokenizer, name)
+            copy.positions = PositionTargets(teacher, self._student_surfaces, prefix)
+        return copy
 
     def batch(self, index: int) -> CausalBatch:
         slots = []
@@ -205,6 +223,9 @@ class CausalStoreBatches(SampledLanguages):
             out["mask"][b, :n] = True
             for key in ("student_chunk", "chunk_start", "mined"):
                 if key in part:
+                    out[key][b, :n] = torch.from_numpy(part[key])
+            for key in ("position_ids", "position_logprobs"):
+                if out[key] is not None:
                     out[key][b, :n] = torch.from_numpy(part[key])
             for key in ("teacher_chunk", "next_logprob", "topk_ids", "topk_logprobs"):
                 if key in part:
@@ -278,10 +299,22 @@ def _example(
         "topk_ids": copy.vocab_map[record.topk_ids],
         "topk_logprobs": record.topk_logprobs,
     }
-    if "chunks" in needs:
+    if needs & {"chunks", "positions"}:
         found = chunks(record.offsets, student.offsets)
+        chunk_start = chunk_start_alignment(found, n_s)
+    if "chunks" in needs:
         part["teacher_chunk"], part["student_chunk"] = chunk_ids(found, n_t, n_s)
-        part["chunk_start"] = chunk_start_alignment(found, n_s)
+        part["chunk_start"] = chunk_start
+    if "positions" in needs and copy.positions is not None:
+        part["position_ids"], part["position_logprobs"] = copy.positions.of_example(
+            record.text.encode(),
+            record.token_ids,
+            record.offsets,
+            record.topk_ids,
+            record.topk_logprobs,
+            student.offsets,
+            chunk_start,
+        )
     if "mined" in needs:  # aligned for the whole batch at once (``_collate``)
         part["mined_texts"] = (
             token_texts(record.text, record.offsets),
@@ -317,6 +350,8 @@ def _empty(
         "topk_ids": torch.zeros((batch, depth, k), dtype=torch.long),
         "topk_logprobs": nans(batch, depth, k),
         "prefix_ids": ints(batch, depth, k) if "prefix" in needs else None,
+        "position_ids": ints(batch, width, k) if "positions" in needs else None,
+        "position_logprobs": nans(batch, width, k) if "positions" in needs else None,
         "sample_ids": (
             ints(batch, depth, drawn.shape[1]) if "samples" in needs and drawn is not None else None
         ),

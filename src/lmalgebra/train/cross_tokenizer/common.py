@@ -47,6 +47,9 @@ class LossBatch(Protocol):
     topk_ids: torch.Tensor  # (B, T, k) int64, student ids by the MinED map
     topk_logprobs: torch.Tensor  # (B, T, k)
     prefix_ids: torch.Tensor | None  # (B, T, k) int64, student ids by the prefix map
+    # (B, S, k): each student position's target (``distill.vocab.position_targets``)
+    position_ids: torch.Tensor | None  # int64, student ids (-1: no target)
+    position_logprobs: torch.Tensor | None  # log-probabilities (NaN: no target)
     sample_ids: torch.Tensor | None  # (B, T, K) int64, student ids by the MinED map
 
 
@@ -91,8 +94,8 @@ def merged_probabilities(
 # (student logits (B, S, V), batch, temperature, mean) -> the loss term, a scalar
 Term = Callable[[torch.Tensor, LossBatch, float, Mean], torch.Tensor]
 # what a batch can carry for a loss: ALM's chunks and ULD's chunk starts, the MinED alignment, the
-# teacher's drawn tokens, its top-k carried by the prefix map
-NEEDS = frozenset({"chunks", "mined", "samples", "prefix"})
+# teacher's drawn tokens, its top-k carried by the prefix map, a target at every student position
+NEEDS = frozenset({"chunks", "mined", "samples", "prefix", "positions"})
 
 
 @dataclass(frozen=True)
