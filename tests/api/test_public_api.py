@@ -207,7 +207,7 @@ def test_importing_experimental_warns_once_and_the_command_line_stays_silent() -
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("ExperimentalWarning") == 1 and done.stdout.strip() == "3"
+    assert done.stderr.count("ExperimentalWarning") == 1 and done.stdout.strip() == "4"
     main = "from lmalgebra.cli import main; main()"
     cli = subprocess.run(
         [sys.executable, "-W", "always", "-c", main, "merge", "--help"],

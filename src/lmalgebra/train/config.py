@@ -177,7 +177,8 @@ class CausalTrainingSpec(TrainingSpec):
         "uld, alm, sampled, tail_kl, prefix_kl, prefix_all_kl); loss = (1 - lambda) * CE + "
         "lambda * sum of weight * loss against the example's teacher. None: {alm: 1}. mined_kl "
         "and uld are experimental: worse than CE alone in the recorded runs "
-        '(docs/merge/causal.md, "Recorded causal demo run").',
+        '(docs/merge/causal.md, "Recorded causal demo run"); prefix_all_kl too: behind '
+        'prefix_kl in a pilot of the merge ("The merge").',
     )
     label_smoothing: float = Field(
         default=0.0,

@@ -1,6 +1,8 @@
-"""The causal losses whose recorded runs do not support them (worse than CE alone): MinED-aligned
-KL and ULD. They join the loss table as entry points (``lmalgebra.causal_losses``); each module
-warns when it is first loaded, so this package imports neither until one is asked for."""
+"""The causal losses whose recorded runs do not support them: MinED-aligned KL and ULD (worse
+than CE alone), and the prefix projection at every student position (``prefix_all_kl``: worse
+than ``prefix_kl``, the chunk starts' alone). They join the loss table as entry points
+(``lmalgebra.causal_losses``); each module warns when it is first loaded, so this package imports
+none until one is asked for."""
 
 from __future__ import annotations
 

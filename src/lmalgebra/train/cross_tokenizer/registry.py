@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, MutableMapping
 
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.train.cross_tokenizer import alm, ce, prefix, prefix_all, sampled, tail
+from lmalgebra.train.cross_tokenizer import alm, ce, prefix, sampled, tail
 from lmalgebra.train.cross_tokenizer.common import CausalLoss
 
 
@@ -67,7 +67,6 @@ register(alm.LOSS)
 register(sampled.LOSS)
 register(tail.LOSS)
 register(prefix.LOSS)
-register(prefix_all.LOSS)
 
 
 def needs_of(names: Iterable[str]) -> frozenset[str]:

@@ -5,14 +5,20 @@ token the teacher's head conditioned on the bytes of it the student has already 
 starts are a share of the student's positions (about two thirds of SmolLM2's Spanish tokens
 against Gemma's); this target covers nearly all of them. The KL is ``tail_kl``'s, position by
 position; a conditioned target has no tail (it is renormalised over the head it keeps).
+
+Experimental: in a one-seed pilot of the merge (``experiments/results/merge_pilot.json``, key
+``every_position``) it scored worse than ``prefix_kl`` on validation and on development text.
 """
 
 from __future__ import annotations
 
 import torch
 
+from lmalgebra.experimental import warn_feature
 from lmalgebra.train.cross_tokenizer.common import CausalLoss, LossBatch, Mean
 from lmalgebra.train.cross_tokenizer.tail import tail_kl
+
+warn_feature("training.objective_mix: prefix_all_kl")
 
 
 def term(logits: torch.Tensor, batch: LossBatch, temperature: float, mean: Mean) -> torch.Tensor:
