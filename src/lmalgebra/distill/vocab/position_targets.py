@@ -10,8 +10,8 @@ what follows ``c`` through the tokens whose bytes begin with ``c`` and go past i
 student's next token as far as ``v`` is concerned. Their probabilities, renormalised over those
 tokens, are the target: the tokens that end exactly at ``p`` (whose continuation the store does
 not hold) and the tail beyond the top-k drop out, so the target is the teacher's conditional on
-its stored head. A position whose teacher token does not spell its bytes (an inserted space, an
-unknown token) or whose head holds no such token gets none.
+its stored head. A position whose teacher token does not spell its bytes (an inserted space, a
+lower-cased or unknown token) or whose head holds no such token gets none.
 """
 
 from __future__ import annotations
