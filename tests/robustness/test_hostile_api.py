@@ -347,3 +347,33 @@ def test_a_student_named_as_a_teacher_is_refused(
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.merge_plan(recipe, student="wp")
+
+
+def test_a_message_reached_from_python_names_the_keyword_beside_the_flag(tmp_path: Path) -> None:
+    """Messages raised through the Python API told the caller to pass ``--overwrite``,
+    ``--restart``, ``--students`` or ``--models``, flags of a command line it never used; each
+    names the keyword argument beside the flag."""
+    from lmalgebra.distill.causal.bits_per_byte import refuse_names
+    from lmalgebra.distill.run.rdt import refuse_dropping
+    from lmalgebra.sources.models import ModelRef
+    from lmalgebra.storage.output_paths import claim_run_directory
+    from lmalgebra.train.run_fingerprint import check_fingerprint
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "fits.csv").write_text("x\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"pass --overwrite \(overwrite=True\) to remove"):
+        claim_run_directory(run, {"a": 2}, {"a": 1}, finished=True, overwrite=False, what="run")
+    with pytest.raises(UserInputError, match=r"name a model \(--models \(models=\)\)"):
+        lmalgebra.spans({}, ["some text to cut"])
+    twice = [ModelRef(name="a", path="x"), ModelRef(name="a", path="y")]
+    with pytest.raises(UserInputError, match=r"--models NAME=REFERENCE \(models=\{NAME: REF"):
+        refuse_names(run, twice)
+    table = tmp_path / "evaluation" / "rdt.csv"
+    table.parent.mkdir()
+    table.write_text("student,xx,average\ns1,1,1\ns2,1,1\n", encoding="utf-8")
+    match = r"--students s1 --students s2 \(students=\['s1', 's2'\]\).*\(overwrite=True\)"
+    with pytest.raises(UserInputError, match=match):
+        refuse_dropping(table, ["s1"], None)
+    with pytest.raises(UserInputError, match=r"run again with --restart \(restart=True\), or"):
+        check_fingerprint({"lr": 1}, {"lr": 2}, "step-1", str(tmp_path))

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import torch
 import yaml
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
@@ -328,7 +328,8 @@ class Objective(ABC):
             if not is_complete(model):
                 continue  # named by the objective's evaluation
             record = read_marker(model)
-            again = f"train it again (`lmalgebra merge train RECIPE --name {name} --restart`)"
+            command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+            again = f"train it again with {either(command, 'restart=True')}"
             recorded = record.get("teacher_hashes", {})
             changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
             if changed:

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.atomic import refuse_special
 
@@ -332,7 +332,7 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
     if foreign:
         raise UserInputError(
             f"{directory} holds files a {what} does not write ({_names(foreign, directory)}); "
-            "--overwrite removes only a run's own files: move those away, or write to "
+            f"{OVERWRITE} removes only a run's own files: move those away, or write to "
             "another directory"
         )
     # a run writes no link (the file it names is a user's, and so is the link) and no FIFO
@@ -341,7 +341,7 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
         raise UserInputError(
             f"{directory} holds symbolic links or special files (FIFOs, sockets, devices) "
             f"where a {what} writes files ({_names(odd, directory)}): lmalgebra replaces none, "
-            "--overwrite included; remove them, or write to another directory"
+            f"{OVERWRITE} included; remove them, or write to another directory"
         )
 
 
@@ -383,7 +383,7 @@ def claim_run_directory(
             remove_run_files(directory, what, owned)
         return
     foreign = _sort_out(directory, owned)[1]
-    hint = "write to another directory, or pass --overwrite to remove its files first"
+    hint = f"write to another directory, or pass {OVERWRITE} to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(
             f"{directory} is not empty and holds no {what} ({_names(foreign, directory)}); "
