@@ -121,22 +121,31 @@ class TrainingSpec(OptimisationSpec):
                 f"{self.lambda_schedule} lambda_schedule anneals the KD weight from 1 to 0; set "
                 "lambda_schedule: constant to use it"
             )
-        if self.teachers is not None and not self.teachers:
-            raise UserInputError(
-                "training.teachers is empty: name at least one teacher, or omit it"
-            )
-        if isinstance(self.teachers, dict):
-            for lang, names in self.teachers.items():
-                if not names:
-                    raise UserInputError(
-                        f"training.teachers.{lang} is empty: name at least one teacher"
-                    )
+        if self.teachers is not None:
+            self._check_teacher_lists(self.teachers)
         if self.gold_only:
             without_kd(self, "training.gold_only: true")
         weights = self.kd_weights()
         if weights is not None and not any(weights):
             self._refuse_unweighted()
         return self
+
+    @staticmethod
+    def _check_teacher_lists(teachers: list[str] | dict[str, list[str]]) -> None:
+        """Refuse an empty ``training.teachers`` (or a language's empty list) and a teacher
+        listed twice in one list (as ``languages.<lang>.teachers`` refuses it)."""
+        if not teachers:
+            raise UserInputError(
+                "training.teachers is empty: name at least one teacher, or omit it"
+            )
+        lists = teachers if isinstance(teachers, dict) else {"": teachers}
+        for lang, names in lists.items():
+            key = f"training.teachers.{lang}" if lang else "training.teachers"
+            if not names:
+                raise UserInputError(f"{key} is empty: name at least one teacher")
+            repeated = [name for i, name in enumerate(names) if name in names[:i]]
+            if repeated:
+                raise UserInputError(f"{key} lists teacher {repeated[0]!r} more than once")
 
     def kd_weights(self) -> list[float] | None:
         """The constant KD weights the run trains with (None: the schedule anneals it)."""
