@@ -566,21 +566,38 @@ def test_an_embedding_init_entry_point_the_run_refuses_is_refused_by_the_dry_run
         assert not (tmp_path / "run").exists()
 
 
-def test_an_experimental_loss_warns_once_when_a_run_loads_it() -> None:
+def test_an_experimental_loss_warns_once_when_a_run_accepts_it(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
     """The command line imports ``lmalgebra.experimental`` silently, so a recipe naming ``uld``
-    had trained without the warning its documentation promises; loading the loss warns, naming
-    it (and not the other experimental loss)."""
+    had trained without the warning its documentation promises; and loading the loss to check
+    its name warned even when the recipe was then refused (``{uld: 1, alm: 0}``). The warning
+    now waits for a plan or a run that accepts the recipe, and is given once, naming ``uld``
+    (not the other experimental loss, which the settings' checks load too)."""
     import subprocess
     import sys
 
+    recipes = {}
+    for name, mix in (("refused", {"uld": 1, "alm": 0}), ("accepted", {"uld": 1})):
+        (tmp_path / name).mkdir()
+        training = {"objective_mix": mix}
+        recipes[name] = write_causal_recipe(tmp_path / name, causal_teacher_dirs, training=training)
+    refused, accepted = recipes["refused"], recipes["accepted"]
     code = (
-        "import lmalgebra.cli.experimental\n"
-        "from lmalgebra.train.cross_tokenizer import LOSSES\n"
-        "LOSSES['uld']; LOSSES['uld']\n"
+        "import sys, lmalgebra, lmalgebra.cli.experimental\n"
+        "try:\n"
+        f"    lmalgebra.merge_plan({str(refused)!r})\n"
+        "except lmalgebra.UserInputError as err:\n"
+        "    print('refused:', err, file=sys.stderr, flush=True)\n"
+        "print('---', file=sys.stderr, flush=True)\n"
+        f"lmalgebra.merge_plan({str(accepted)!r}); lmalgebra.merge_plan({str(accepted)!r})\n"
     )
     done = subprocess.run(
         [sys.executable, "-W", "always", "-c", code], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("ExperimentalWarning: training.objective_mix: uld is") == 1
+    before, after = done.stderr.split("---")
+    assert "refused: training.objective_mix: alm weight 0" in before, done.stderr
+    assert "ExperimentalWarning" not in before, done.stderr
+    assert after.count("ExperimentalWarning: training.objective_mix: uld is") == 1, after
     assert "mined_kl" not in done.stderr
