@@ -266,13 +266,14 @@ class CausalTrainingSpec(TrainingSpec):
                 "training.lambda_candidates are chosen on validation: set "
                 "training.validation_every and training.validation_fraction"
             )
-        if self.lambda_schedule != "constant":
-            raise UserInputError(
-                "training.lambda_candidates are constant KD weights: set lambda_schedule: constant"
-            )
+        # before the schedule: under CE alone, setting the schedule would be refused in turn
         if self.gold_only or (self.objective_mix is not None and "ce" in self.objective_mix):
             raise UserInputError(
                 "training.lambda_candidates would be ignored: CE alone has no KD weight"
+            )
+        if self.lambda_schedule != "constant":
+            raise UserInputError(
+                "training.lambda_candidates are constant KD weights: set lambda_schedule: constant"
             )
 
     def kd_weights(self) -> list[float] | None:
