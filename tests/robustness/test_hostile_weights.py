@@ -511,3 +511,33 @@ def test_a_model_to_embed_or_masked_teacher_missing_a_weight_is_refused_by_the_d
     _edit_weights(teacher, drop="encoder.layer.1.output.dense.weight")
     code, stderr = cli(["merge", "run", str(recipe), "--dry-run", "--no-progress"])
     assert_one_line(code, stderr, ["teacher 'sp'", "lacks 1", "encoder.layer.1.output.dense"])
+
+
+def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused_by_the_plan(
+    llama, tmp_path: Path
+) -> None:
+    """An index naming a shard that is gone, or a file whose header safetensors cannot read:
+    the dry run had passed both (the header check gave up), and training failed in
+    transformers' words. Both are refused from the files, naming the file, before any weights
+    are read; the load names ``student.init`` as given, as the plan does."""
+    from lmalgebra.distill.causal.student_init import InitModel, init_student, open_init
+    from lmalgebra.distill.student import CausalStudentSpec
+
+    model, tokenizer = llama
+    sharded = _saved(model, tokenizer, tmp_path / "sharded", max_shard_size="20KB")
+    gone = sorted(sharded.glob("model-0*.safetensors"))[1]
+    gone.unlink()
+    with pytest.raises(UserInputError) as caught:
+        open_init(CausalStudentSpec(init=str(sharded)), weights=False)
+    said = str(caught.value)
+    assert said.startswith(f"student.init {str(sharded)!r}: ") and gone.name in said, said
+    assert "index.json names 1 weight files that are not in" in said
+    garbled = _saved(model, tokenizer, tmp_path / "garbled")
+    (garbled / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(UserInputError, match=r"garbled/model\.safetensors is damaged: safet"):
+        open_init(CausalStudentSpec(init=str(garbled)), weights=False)
+    lacking = _saved(model, tokenizer, tmp_path / "lacking")
+    _edit_weights(lacking, drop="layers.1.mlp.up_proj.weight")
+    init = InitModel(str(lacking), ModelRef.parse(str(lacking)), lacking, 2, None, {})
+    with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(lacking)))}:"):
+        init_student(init)

@@ -135,9 +135,12 @@ def check_top_k(name: str, top_k: int, tokenizer: Any) -> None:
         )
 
 
-def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -> Any:
+def load_lm(
+    ref: ModelRef, directory: Path, head: Head, role: str = "teacher", owner: str | None = None
+) -> Any:
     """The language model in ``directory`` with its ``head`` (``AutoModelForMaskedLM`` or
-    ``AutoModelForCausalLM``), in eval mode; ``role``: what messages call it.
+    ``AutoModelForCausalLM``), in eval mode; ``role``: what messages call it, with the model's
+    name unless ``owner`` says how they start.
 
     Refused when ``config.json`` names the other head, when head weights are missing from the
     files (a randomly initialised head would produce confident nonsense), and when any other
@@ -146,7 +149,7 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
     import transformers
 
     auto, what = _HEADS[head]
-    owner = f"{role} {ref.name!r}"
+    owner = owner or f"{role} {ref.name!r}"
     hint = TEACHER_HINT[head] if role == "teacher" else ""
     refuse_other_head(owner, directory, head, hint, ref.shown(directory))
     refuse_damaged(owner, directory)

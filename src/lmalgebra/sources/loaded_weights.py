@@ -132,37 +132,54 @@ def _refuse_gaps(
         )
 
 
-def safetensors_files(directory: Path) -> list[Path] | None:
-    """The safetensors files ``from_pretrained`` would read in ``directory`` (a sharded
-    checkpoint's index names them); None where it would read none of them (``.bin`` weights, no
-    weights, an index naming a file that is not there: left to the load to say)."""
+def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
+    """The safetensors files ``from_pretrained`` reads in ``directory``: ``model.safetensors``,
+    else those its sharded checkpoint's index names (none: ``.bin`` weights, or no weights).
+    With ``owner`` (how a message starts), an index that cannot be read or that names a file
+    that is not there is refused, naming it, as the load would fail on it; without, such an
+    index gives no files."""
     import json
 
+    single = directory / "model.safetensors"
+    if single.is_file():
+        return [single]
     index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()
-            files = [directory / name for name in sorted(set(names))]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-    else:
-        files = [directory / "model.safetensors"]
-    return files if all(f.is_file() for f in files) else None
+    if not index.is_file():
+        return []
+    try:
+        names = json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()
+        files = [directory / str(name) for name in sorted(set(names))]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        if owner is None:
+            return []
+        raise UserInputError(
+            f"{owner}: {index} is no index of a sharded checkpoint ({type(err).__name__}: "
+            f"{err}); transformers cannot load the model from it"
+        ) from None
+    absent = [f.name for f in files if not f.is_file()]
+    if absent and owner is not None:
+        raise UserInputError(
+            f"{owner}: {index} names {len(absent)} weight files that are not in {directory} "
+            f"({listed(absent)}); transformers cannot load the model without them"
+        )
+    return [] if absent else files
 
 
-def _header_shapes(files: list[Path]) -> dict[str, tuple[int, ...]] | None:
+def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[int, ...]]:
     """Each tensor's name and shape in ``files``, read from their headers (no weights read);
-    None for a header safetensors cannot read (left to the load to name)."""
+    a header safetensors cannot read is refused, naming the file (the load would fail on it)."""
     from safetensors import safe_open
 
     shapes: dict[str, tuple[int, ...]] = {}
-    try:
-        for path in files:
+    for path in files:
+        try:
             with safe_open(str(path), "pt") as handle:
                 for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
                     shapes[key] = tuple(handle.get_slice(key).get_shape())
-    except Exception:  # a damaged file: the load names it
-        return None
+        except Exception as err:  # safetensors' own error types
+            raise UserInputError(
+                f"{owner}: {path} is damaged: safetensors cannot read its header ({err})"
+            ) from None
     return shapes
 
 
@@ -178,11 +195,12 @@ def refuse_planned_gaps(
     weights (one of a tied pair is enough), ``_keys_to_ignore_on_load_missing`` and buffers
     that are not saved. Anything it cannot tell from names and shapes alone (a tensor a
     converter splits or fuses, weights other than safetensors, a model transformers cannot
-    build on ``meta``) is left to the load's check."""
-    files = safetensors_files(directory)
-    stored = None if files is None else _header_shapes(files)
-    if stored is None:
+    build on ``meta``) is left to the load's check. An index naming files that are not there, or
+    a header safetensors cannot read, is refused too: the load would fail on it."""
+    files = safetensors_files(directory, owner)
+    if not files:
         return
+    stored = _header_shapes(owner, files)
     try:
         gaps = _planned_gaps(directory, auto, stored)
     except Exception:  # transformers' internals of another release: the load checks it

@@ -239,7 +239,7 @@ def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Pat
 
     found = config.stat()
     stamp = [str(config.resolve()), found.st_size, found.st_mtime_ns, found.st_ctime_ns]
-    weights = [_stamp(path) for path in safetensors_files(directory) or ()]
+    weights = [_stamp(path) for path in safetensors_files(directory)]
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         weights.append(_stamp(index))
