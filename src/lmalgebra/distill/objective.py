@@ -237,8 +237,7 @@ class Objective(ABC):
         """Examples per language, then each teacher's copy of each example."""
         teachers = self.open_teachers()  # refuses unusable teachers before anything is written
         self.layout.root.mkdir(parents=True, exist_ok=True)
-        text = yaml.safe_dump(self.recipe.model_dump(mode="json"), sort_keys=False)
-        write_text_atomic(self.layout.recipe, text)
+        self.record_recipe()
         for lang in self.recipe.languages:
             examples = write_examples(self.recipe, lang)
             for name in self.recipe.languages[lang].teachers:
@@ -255,6 +254,15 @@ class Objective(ABC):
         teachers = self.open_teachers()
         for lang, name in self.pairs():
             self.write_outputs(lang, teachers[name], setup, progress)
+        # the store is now this recipe's (its top_k, say): the run's copy says so, or every
+        # command reading the run (evaluate, verify) would call the store another recipe's
+        self.record_recipe()
+
+    def record_recipe(self) -> None:
+        """Write the run's copy of the recipe (``recipe.yaml``), which the commands given the
+        run directory read."""
+        text = yaml.safe_dump(self.recipe.model_dump(mode="json"), sort_keys=False)
+        write_text_atomic(self.layout.recipe, text)
 
     @abstractmethod
     def vocab(self) -> None:
