@@ -16,7 +16,7 @@ import pytest
 import lmalgebra
 from lmalgebra import Decomposition, MergeRun, UserInputError
 from lmalgebra.api.runtime import ENTRY_POINT
-from merge_fixtures import write_recipe
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
 STRINGS = np.array([["a", "b"], ["c", "d"], ["e", "f"]])
@@ -313,6 +313,31 @@ def test_a_student_named_as_a_part_of_the_run_is_refused(
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.merge_plan(recipe, student=name)
+    with pytest.raises(UserInputError, match=wanted):  # the plan with restart had passed it
+        lmalgebra.merge_plan(recipe, student=name, restart=True)
+
+
+@pytest.mark.parametrize("part", ["", "model", "checkpoints"])
+def test_a_student_directory_that_is_a_fifo_or_file_is_refused_by_plan_and_run(
+    part: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A FIFO where the student's directory goes (or its ``model/``, ``checkpoints/``) ended
+    training, at its first checkpoint or after its last step, in ``FileExistsError`` or
+    ``NotADirectoryError`` tracebacks, and the plan had passed it: refused in one line naming
+    it, before any stage runs, by the plan too (with ``restart`` as well)."""
+    import os
+
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
+    folder = tmp_path / "run" / "student" / part if part else tmp_path / "run" / "student"
+    folder.parent.mkdir(parents=True)
+    os.mkfifo(folder)
+    wanted = rf"^student directory {re.escape(str(folder))} is a FIFO, socket or device, not a"
+    for restart in (False, True):
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge_plan(recipe, stages=["train"], restart=restart)
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge(recipe, "train", restart=restart)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["student"]
 
 
 @pytest.mark.parametrize("given", [b"some text", bytearray(b"some text")], ids=["bytes", "array"])

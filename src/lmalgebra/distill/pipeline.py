@@ -15,8 +15,17 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.layout import RunLayout, check_student_name, is_complete, saved_steps
+from lmalgebra.distill.layout import (
+    BEST,
+    CHECKPOINTS,
+    MODEL,
+    RunLayout,
+    check_student_name,
+    is_complete,
+    saved_steps,
+)
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
@@ -139,9 +148,18 @@ def evaluate_students(
 def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
     """Refuse a student name that is no plain directory name of the run or names a part of it
     (``check_student_name``), and one that is the name of a teacher of the recipe: the
-    evaluation's rows of the two would be one model's."""
+    evaluation's rows of the two would be one model's; and one whose directory in the run, or
+    its model's, checkpoints' or best weights', is something else (a file, a FIFO, a link to
+    nothing), which training would fail to create after its steps."""
     for name in names:
         check_student_name(name)
+        student = RunLayout(recipe.output_dir).student(name)
+        # the directories training writes: the student's, its model, checkpoints, best weights
+        for folder in (student, *(student / part for part in (MODEL, CHECKPOINTS, BEST))):
+            if folder.is_symlink() and not folder.exists():
+                raise UserInputError(f"student directory {folder} {absent(folder)}")
+            if folder.exists() and not folder.is_dir():
+                raise UserInputError(f"student directory {folder} {not_a_directory(folder)}")
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
@@ -155,13 +173,15 @@ def plan(
     training: TrainingSpec | None = None,
     stages: Sequence[Stage] = STAGES,
     student: str | None = None,
+    restart: bool = False,
 ) -> list[dict[str, Any]]:
     """The run planned before anything runs (``--dry-run``); ``training``: the student's
     settings (default the recipe's). ``stages``: those the run would run, refused as
     ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
     output directory the run would refuse (a file, another kind of output) is refused alike,
-    and so is training ``student`` (None: not checked, ``--restart``) to fewer steps than it
-    has trained, and a later stage alone whose inputs an earlier stage has not written
+    and so is a ``student`` name or directory training refuses (None: not checked) and, unless
+    ``restart``, training it to fewer steps than it has trained, and a later stage alone whose
+    inputs an earlier stage has not written
     (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary)."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
@@ -169,9 +189,10 @@ def plan(
     if student is not None and "train" in runnable:
         check_students(recipe, [student])
         layout = RunLayout(recipe.output_dir)
-        done = layout.student(student) / "checkpoints"
+        done = layout.student(student) / CHECKPOINTS
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
-        refuse_fewer_steps(reached, spec.steps, layout.student(student))
+        if not restart:
+            refuse_fewer_steps(reached, spec.steps, layout.student(student))
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
