@@ -340,12 +340,16 @@ def test_a_student_directory_that_is_a_fifo_or_file_is_refused_by_plan_and_run(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["student"]
 
 
-@pytest.mark.parametrize("given", [b"some text", bytearray(b"some text")], ids=["bytes", "array"])
+@pytest.mark.parametrize(
+    "given",
+    [b"some text", bytearray(b"some text"), memoryview(b"some text")],
+    ids=["bytes", "array", "view"],
+)
 def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
     """Bytes iterate as numbers: ``texts`` of bytes had been refused as "texts[0] is a int", a
     value the caller never gave; the message names what was given."""
     for call in (lmalgebra.decompose, lmalgebra.spans):
-        with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray)$"):
+        with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray|memo)"):
             call({"a": "x"}, given)
 
 
