@@ -547,6 +547,23 @@ def test_a_loss_entry_point_that_is_no_loss_is_one_line(
         CausalTrainingSpec(objective_mix={name: 1.0})
 
 
+def test_a_broken_entry_point_a_recipe_does_not_name_leaves_its_refusal_alone(
+    fake_plugins: Path,
+) -> None:
+    """An installed package's broken loss entry point stopped a recipe that never named it: the
+    refusal of ``temperature`` beside untempered losses lists the tempered ones, and listing
+    them loaded every entry point, so the user read the other package's fault instead."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    wanted = r"^training\.temperature 2 would be ignored: none of sampled is tempered \(tempered: "
+    with pytest.raises(UserInputError, match=wanted) as caught:
+        CausalTrainingSpec(
+            objective_mix={"sampled": 1.0}, temperature=2.0, lambda_schedule="constant"
+        )
+    assert "notaloss" not in str(caught.value) and "alm" in str(caught.value)
+
+
 def test_an_embedding_init_entry_point_the_run_refuses_is_refused_by_the_dry_run_too(
     fake_plugins: Path, tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:

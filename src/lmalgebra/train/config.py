@@ -321,7 +321,7 @@ class CausalTrainingSpec(TrainingSpec):
             return self
         # the table of losses imports torch: read only when a mix is checked, so that the
         # command line parses and refuses without it
-        from lmalgebra.train.cross_tokenizer import LOSSES
+        from lmalgebra.train.cross_tokenizer.registry import LOSSES, tempered_names
 
         for name, weight in self.objective_mix.items():
             if name not in LOSSES:
@@ -356,7 +356,7 @@ class CausalTrainingSpec(TrainingSpec):
             raise UserInputError(
                 f"training.temperature {self.temperature:g} would be ignored: none of "
                 f"{', '.join(used)} is tempered (tempered: "
-                f"{', '.join(n for n, loss in LOSSES.items() if loss.tempered)})"
+                f"{', '.join(tempered_names())})"
             )
         return self
 
