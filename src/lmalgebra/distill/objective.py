@@ -57,7 +57,7 @@ from lmalgebra.distill.teachers import (
     inference_setup,
     load_lm,
 )
-from lmalgebra.distributed import main_rank_only
+from lmalgebra.distributed import is_main, main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
@@ -256,7 +256,8 @@ class Objective(ABC):
             self.write_outputs(lang, teachers[name], setup, progress)
         # the store is now this recipe's (its top_k, say): the run's copy says so, or every
         # command reading the run (evaluate, verify) would call the store another recipe's
-        self.record_recipe()
+        if is_main():  # every rank taught its shards; one writes the record
+            self.record_recipe()
 
     def record_recipe(self) -> None:
         """Write the run's copy of the recipe (``recipe.yaml``), which the commands given the
