@@ -348,7 +348,9 @@ class Objective(ABC):
                     f"its files ({teacher.directory}) changed: {again}"
                 )
             if record.get("store_sha256", store) != store:  # a student of an older release: as is
-                changed = differences(record.get("recipe"), self.recipe.model_dump(mode="json"))
+                recorded_recipe = _store_settings(record.get("recipe"))
+                current = _store_settings(self.recipe.model_dump(mode="json"))
+                changed = differences(recorded_recipe, current)
                 shown = "; ".join(changed[:3]) or "the store was built again"
                 raise UserInputError(
                     f"student {name!r} was trained from the teacher store as it was before it "
@@ -458,3 +460,11 @@ class Objective(ABC):
     @abstractmethod
     def inspect(self) -> RunInspection:
         """What the run directory holds (``distill.run.inspection``'s report)."""
+
+
+def _store_settings(recipe: Any) -> Any:
+    """A recipe (as a mapping) less what no store is built from (where the run is, the student,
+    its training), so that a message about a store built again names what changed it."""
+    if not isinstance(recipe, dict):
+        return recipe
+    return {k: v for k, v in recipe.items() if k not in ("output_dir", "student", "training")}
