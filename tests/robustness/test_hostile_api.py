@@ -340,6 +340,29 @@ def test_a_student_directory_that_is_a_fifo_or_file_is_refused_by_plan_and_run(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["student"]
 
 
+def test_a_link_in_place_of_a_students_model_directory_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``student/model`` a symbolic link to a teacher's directory: training wrote the student
+    through it, replacing the teacher's weights with the student's. Refused in one line naming
+    the link and its target, by the plan too; the teacher is left as it was."""
+    import shutil
+
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "teacher"))
+    before = (teacher / "model.safetensors").read_bytes()
+    link = tmp_path / "run" / "student" / "model"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(teacher)
+    wanted = rf"^student directory {re.escape(str(link))} is a symbolic link to "
+    wanted += re.escape(str(teacher))
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe, stages=["train"], restart=True)
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, "train", restart=True)
+    assert (teacher / "model.safetensors").read_bytes() == before
+
+
 @pytest.mark.parametrize(
     "given",
     [b"some text", bytearray(b"some text"), memoryview(b"some text")],

@@ -150,7 +150,8 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
     (``check_student_name``), and one that is the name of a teacher of the recipe: the
     evaluation's rows of the two would be one model's; and one whose directory in the run, or
     its model's, checkpoints' or best weights', is something else (a file, a FIFO, a link to
-    nothing), which training would fail to create after its steps."""
+    nothing), which training would fail to create after its steps, or (below the student's own
+    directory) a link, through which training would replace the directory it names."""
     for name in names:
         check_student_name(name)
         student = RunLayout(recipe.output_dir).student(name)
@@ -160,6 +161,12 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                 raise UserInputError(f"student directory {folder} {absent(folder)}")
             if folder.exists() and not folder.is_dir():
                 raise UserInputError(f"student directory {folder} {not_a_directory(folder)}")
+            if folder != student and folder.is_symlink():  # training would write through it
+                raise UserInputError(
+                    f"student directory {folder} is a symbolic link to {folder.readlink()}: "
+                    "training writes the student's files there itself and would replace what "
+                    "the link names; remove the link"
+                )
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
