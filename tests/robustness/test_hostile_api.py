@@ -363,6 +363,32 @@ def test_a_link_in_place_of_a_students_model_directory_is_refused(
     assert (teacher / "model.safetensors").read_bytes() == before
 
 
+def test_a_link_from_a_part_of_the_run_into_another_output_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``evaluation`` a symbolic link into a decomposition run: ``merge evaluate`` wrote its
+    tables among the decomposition's. Refused naming the link and what its target holds, by the
+    plan too; a link to a directory of no output (a larger disk) is followed."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    other = tmp_path / "decomposition"
+    other.mkdir()
+    for name in ("summary.json", "config.yaml"):
+        (other / name).write_text("{}\n", encoding="utf-8")
+    (tmp_path / "run").mkdir()
+    link = tmp_path / "run" / "evaluation"
+    link.symlink_to(other)
+    wanted = rf"^{re.escape(str(link))} is a symbolic link to .*decomposition, which holds a dec"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe)
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, "prepare")
+    assert sorted(p.name for p in other.iterdir()) == ["config.yaml", "summary.json"]
+    link.unlink()
+    (tmp_path / "disk").mkdir()
+    link.symlink_to(tmp_path / "disk")
+    lmalgebra.merge_plan(recipe)
+
+
 @pytest.mark.parametrize(
     "given",
     [b"some text", bytearray(b"some text"), memoryview(b"some text")],

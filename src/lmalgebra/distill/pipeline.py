@@ -21,6 +21,7 @@ from lmalgebra.distill.layout import (
     BEST,
     CHECKPOINTS,
     MODEL,
+    RESERVED,
     RunLayout,
     check_student_name,
     is_complete,
@@ -34,7 +35,12 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
-from lmalgebra.storage.output_paths import check_directory
+from lmalgebra.storage.output_paths import (
+    KIND_MARKERS,
+    check_directory,
+    directory_kind,
+    output_at,
+)
 from lmalgebra.train.checkpoint import checkpointed_step
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import refuse_fewer_steps
@@ -104,6 +110,7 @@ def run_stages(
     if "train" in stages and not students:
         raise UserValueError("students is empty: the train stage needs at least one student")
     check_students(recipe, list(students or {}))  # refused before any stage writes
+    refuse_linked_parts(recipe)
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
     # teacher inference's device and dtype, refused before anything is written
@@ -142,7 +149,40 @@ def evaluate_students(
     ``overwrite``. Refused when the store or a student was made from other teachers than the
     recipe's as they are now, and when the rows it would keep no longer hold."""
     check_students(recipe, list(students))
+    refuse_linked_parts(recipe)
     return objective_of(recipe).evaluate(students, languages, pooling, overwrite)
+
+
+def refuse_linked_parts(recipe: MergeRecipe) -> None:
+    """Refuse a symbolic link in place of a part of the run (its recipe copy, store, vocabulary,
+    evaluation...) whose target is, or goes inside, another lmalgebra output: the stages would
+    write their files through it among that output's own (an evaluation written into a
+    decomposition run's directory). A link to a directory of no output (a larger disk) is
+    followed."""
+    root = recipe.output_dir
+    home = root.resolve() if root.exists() else None
+    for part in RESERVED:
+        path = root / part
+        if not path.is_symlink() or not path.exists():
+            continue
+        target = path.resolve()
+        for holder in (target if target.is_dir() else target.parent, *target.parents):
+            if holder == home:
+                break  # a link within the run itself
+            found = output_at(holder) or _foreign_model(holder)
+            if found is not None:
+                where = "which" if holder == target else f"which goes inside {holder}, which"
+                raise UserInputError(
+                    f"{path} is a symbolic link to {target}, {where} holds {found[0]} "
+                    f"({found[1]}): the run would write its {part} among that output's files; "
+                    "remove the link"
+                )
+
+
+def _foreign_model(directory: Path) -> tuple[str, str] | None:
+    """A model directory lmalgebra did not write (``directory_kind``'s), or None."""
+    found = directory_kind(directory)
+    return found if found is not None and found[0] not in KIND_MARKERS else None
 
 
 def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
@@ -202,6 +242,7 @@ def plan(
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
+        refuse_linked_parts(recipe)
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
