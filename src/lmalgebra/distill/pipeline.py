@@ -154,7 +154,7 @@ def evaluate_students(
 
 
 def refuse_linked_parts(recipe: MergeRecipe) -> None:
-    """Refuse a symbolic link in place of a part of the run (its recipe copy, store, vocabulary,
+    """Refuse a symbolic link in place of a directory of the run (its store's sets, vocabulary,
     evaluation...) whose target is, or goes inside, another lmalgebra output: the stages would
     write their files through it among that output's own (an evaluation written into a
     decomposition run's directory). A link to a directory of no output (a larger disk) is
@@ -163,10 +163,10 @@ def refuse_linked_parts(recipe: MergeRecipe) -> None:
     home = root.resolve() if root.exists() else None
     for part in RESERVED:
         path = root / part
-        if not path.is_symlink() or not path.exists():
-            continue
+        if not path.is_symlink() or not path.is_dir():
+            continue  # a file is written beside a link and renamed over it: the link goes
         target = path.resolve()
-        for holder in (target if target.is_dir() else target.parent, *target.parents):
+        for holder in (target, *target.parents):
             if holder == home:
                 break  # a link within the run itself
             found = output_at(holder) or _foreign_model(holder)
