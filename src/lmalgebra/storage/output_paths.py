@@ -208,9 +208,13 @@ def refuse_inside_other_output(
     wrote, a demo's output), naming it: its files are that output's own, and a file of another
     run among them would replace one of its files or be taken for a user's. ``own``: the output
     the file belongs to (a report's run), inside which it may go; ``allowed``: kinds of output
-    (of ``KIND_MARKERS``) inside which it may go (a demo's, which holds its own runs)."""
+    (of ``KIND_MARKERS``) inside which it may go (a demo's, which holds its own runs). A path
+    through a symbolic link is judged where it leads as well as where it is named."""
     home = own.resolve() if own is not None else None
-    for parent in Path(os.path.abspath(path)).parents:  # noqa: PTH100 (a link is not followed)
+    given = Path(os.path.abspath(path))  # noqa: PTH100 (a link is not followed)
+    real = Path(os.path.realpath(path))  # where a link in the path leads: its parents count too
+    parents = [*given.parents, *(real.parents if real != given else ())]
+    for parent in parents:
         if home is not None and parent.resolve() == home:
             return
         found = output_at(parent)
