@@ -194,9 +194,10 @@ def refuse_planned_gaps(
     prefix (a checkpoint of the bare model read into a head model, and the reverse), tied
     weights (one of a tied pair is enough), ``_keys_to_ignore_on_load_missing`` and buffers
     that are not saved. Anything it cannot tell from names and shapes alone (a tensor a
-    converter splits or fuses, weights other than safetensors, a model transformers cannot
-    build on ``meta``) is left to the load's check. An index naming files that are not there, or
-    a header safetensors cannot read, is refused too: the load would fail on it."""
+    converter splits or fuses, weights other than safetensors, a quantised checkpoint, a model
+    transformers cannot build on ``meta``) is left to the load's check. An index naming files
+    that are not there, or a header safetensors cannot read, is refused too: the load would
+    fail on it."""
     files = safetensors_files(directory, owner)
     if not files:
         return
@@ -205,6 +206,8 @@ def refuse_planned_gaps(
         gaps = _planned_gaps(directory, auto, stored)
     except Exception:  # transformers' internals of another release: the load checks it
         return
+    if gaps is None:
+        return
     missing, unplaced, mismatched, base = gaps
     refuse_headless(owner, shown, auto, base, missing)
     _refuse_gaps(owner, shown, missing, unplaced, mismatched, unused)
@@ -212,10 +215,11 @@ def refuse_planned_gaps(
 
 def _planned_gaps(
     directory: Path, auto: str, stored: dict[str, tuple[int, ...]]
-) -> tuple[set[str], set[str], set[str], str]:
+) -> tuple[set[str], set[str], set[str], str] | None:
     """What :func:`refuse_incomplete` would find missing, unplaced and mismatched were the
     tensors ``stored`` (name: shape) loaded into the ``auto`` model of ``directory``'s
-    configuration, and the model's base-model prefix."""
+    configuration, and the model's base-model prefix; None for a quantised checkpoint, whose
+    tensors its quantiser names."""
     import re
 
     import torch
@@ -225,6 +229,8 @@ def _planned_gaps(
     from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
     config = AutoConfig.from_pretrained(directory)
+    if getattr(config, "quantization_config", None):  # its modules are the quantiser's to make
+        return None
     with torch.device("meta"):
         model = getattr(transformers, auto).from_config(config)
     expected = model.state_dict()  # parameters and saved buffers
