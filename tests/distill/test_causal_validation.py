@@ -149,6 +149,8 @@ def test_lambda_chosen_on_validation_never_reads_the_test_text(
         ({"lambda_candidates": [0.5, 0.5]}, "repeats"),
         ({"lambda_candidates": [0.5], "lambda_schedule": "linear"}, "lambda_schedule"),
         ({"lambda_candidates": [0.5], "objective_mix": {"ce": 1.0}}, "CE alone"),
+        # not "set lambda_schedule: constant", which gold_only then refuses in turn
+        ({"lambda_candidates": [0.5], "lambda_schedule": "linear", "gold_only": True}, "CE alone"),
         ({"lambda_candidates": [1.5]}, r"\[0, 1\]"),
     ],
 )

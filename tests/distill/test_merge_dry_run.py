@@ -354,6 +354,27 @@ def test_the_dry_run_refuses_what_training_refuses(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("teachers", "key"),
+    [(["bl", "bl"], "training.teachers"), ({"xx": ["bl", "uni", "bl"]}, "training.teachers.xx")],
+)
+def test_a_teacher_listed_twice_in_training_teachers_is_refused(
+    tmp_path: Path,
+    causal_teacher_dirs: dict[str, Path],
+    teachers: list[str] | dict[str, list[str]],
+    key: str,
+    cli,
+) -> None:
+    """``training.teachers: [bl, bl]`` (or a language's list naming one twice) was planned and
+    trained as if named once; ``languages.<lang>.teachers`` refuses a repeat, and so does it, by
+    the dry run too."""
+    training = {"steps": 1, "batch_size": 2, "teachers": teachers}
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, training=training)
+    code, stderr = cli(["merge", "train", str(recipe), "--dry-run", "--no-progress"])
+    assert_one_line(code, stderr, [f"{key} lists teacher 'bl' more than once"])
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_estimate_reads_a_configuration_as_the_decomposition_plan_does() -> None:
     """A configuration naming a size under two families' keys gives one shape to both plans
     (their key orders had differed: DistilBERT's ``hidden_dim`` is its feed-forward width)."""

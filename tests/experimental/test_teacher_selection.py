@@ -180,3 +180,15 @@ def test_a_selection_of_other_inputs_is_not_replaced_without_overwrite(
     assert code == 0, err
     again = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert again["identity"]["held-out text of xx"] != summary["identity"]["held-out text of xx"]
+
+
+def test_too_little_held_out_text_names_the_full_key(tmp_path: Path, candidates: dict) -> None:
+    """The refusal said ``max_examples``, a key of each language (``languages.xx.
+    max_examples``), where ``heldout_fraction`` beside it is the recipe's own: it names the key
+    in full."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    recipe["languages"]["xx"]["max_examples"] = 4
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"too little text .* languages\.xx\.max_examples"):
+        select_teachers(path, size=1, cache_dir=tmp_path / "cache", **OPTIONS)

@@ -16,7 +16,7 @@ import pytest
 import lmalgebra
 from lmalgebra import Decomposition, MergeRun, UserInputError
 from lmalgebra.api.runtime import ENTRY_POINT
-from merge_fixtures import write_recipe
+from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
 STRINGS = np.array([["a", "b"], ["c", "d"], ["e", "f"]])
@@ -313,14 +313,92 @@ def test_a_student_named_as_a_part_of_the_run_is_refused(
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.merge_plan(recipe, student=name)
+    with pytest.raises(UserInputError, match=wanted):  # the plan with restart had passed it
+        lmalgebra.merge_plan(recipe, student=name, restart=True)
 
 
-@pytest.mark.parametrize("given", [b"some text", bytearray(b"some text")], ids=["bytes", "array"])
+@pytest.mark.parametrize("part", ["", "model", "checkpoints"])
+def test_a_student_directory_that_is_a_fifo_or_file_is_refused_by_plan_and_run(
+    part: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A FIFO where the student's directory goes (or its ``model/``, ``checkpoints/``) ended
+    training, at its first checkpoint or after its last step, in ``FileExistsError`` or
+    ``NotADirectoryError`` tracebacks, and the plan had passed it: refused in one line naming
+    it, before any stage runs, by the plan too (with ``restart`` as well)."""
+    import os
+
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
+    folder = tmp_path / "run" / "student" / part if part else tmp_path / "run" / "student"
+    folder.parent.mkdir(parents=True)
+    os.mkfifo(folder)
+    wanted = rf"^student directory {re.escape(str(folder))} is a FIFO, socket or device, not a"
+    for restart in (False, True):
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge_plan(recipe, stages=["train"], restart=restart)
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge(recipe, "train", restart=restart)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["student"]
+
+
+def test_a_link_in_place_of_a_students_model_directory_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``student/model`` a symbolic link to a teacher's directory: training wrote the student
+    through it, replacing the teacher's weights with the student's. Refused in one line naming
+    the link and its target, by the plan too; the teacher is left as it was."""
+    import shutil
+
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING)
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "teacher"))
+    before = (teacher / "model.safetensors").read_bytes()
+    link = tmp_path / "run" / "student" / "model"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(teacher)
+    wanted = rf"^student directory {re.escape(str(link))} is a symbolic link to "
+    wanted += re.escape(str(teacher))
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe, stages=["train"], restart=True)
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, "train", restart=True)
+    assert (teacher / "model.safetensors").read_bytes() == before
+
+
+def test_a_link_from_a_part_of_the_run_into_another_output_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``evaluation`` a symbolic link into a decomposition run: ``merge evaluate`` wrote its
+    tables among the decomposition's. Refused naming the link and what its target holds, by the
+    plan too; a link to a directory of no output (a larger disk) is followed."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    other = tmp_path / "decomposition"
+    other.mkdir()
+    for name in ("summary.json", "config.yaml"):
+        (other / name).write_text("{}\n", encoding="utf-8")
+    (tmp_path / "run").mkdir()
+    link = tmp_path / "run" / "evaluation"
+    link.symlink_to(other)
+    wanted = rf"^{re.escape(str(link))} is a symbolic link to .*decomposition, which holds a dec"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe)
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, "prepare")
+    assert sorted(p.name for p in other.iterdir()) == ["config.yaml", "summary.json"]
+    link.unlink()
+    (tmp_path / "disk").mkdir()
+    link.symlink_to(tmp_path / "disk")
+    lmalgebra.merge_plan(recipe)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [b"some text", bytearray(b"some text"), memoryview(b"some text")],
+    ids=["bytes", "array", "view"],
+)
 def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
     """Bytes iterate as numbers: ``texts`` of bytes had been refused as "texts[0] is a int", a
     value the caller never gave; the message names what was given."""
     for call in (lmalgebra.decompose, lmalgebra.spans):
-        with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray)$"):
+        with pytest.raises(UserInputError, match=r"^texts must be .*, got (bytes|bytearray|memo)"):
             call({"a": "x"}, given)
 
 
@@ -347,3 +425,33 @@ def test_a_student_named_as_a_teacher_is_refused(
     assert not (tmp_path / "run").exists()
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.merge_plan(recipe, student="wp")
+
+
+def test_a_message_reached_from_python_names_the_keyword_beside_the_flag(tmp_path: Path) -> None:
+    """Messages raised through the Python API told the caller to pass ``--overwrite``,
+    ``--restart``, ``--students`` or ``--models``, flags of a command line it never used; each
+    names the keyword argument beside the flag."""
+    from lmalgebra.distill.causal.bits_per_byte import refuse_names
+    from lmalgebra.distill.run.rdt import refuse_dropping
+    from lmalgebra.sources.models import ModelRef
+    from lmalgebra.storage.output_paths import claim_run_directory
+    from lmalgebra.train.run_fingerprint import check_fingerprint
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "fits.csv").write_text("x\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"pass --overwrite \(overwrite=True\) to remove"):
+        claim_run_directory(run, {"a": 2}, {"a": 1}, finished=True, overwrite=False, what="run")
+    with pytest.raises(UserInputError, match=r"name a model \(--models \(models=\)\)"):
+        lmalgebra.spans({}, ["some text to cut"])
+    twice = [ModelRef(name="a", path="x"), ModelRef(name="a", path="y")]
+    with pytest.raises(UserInputError, match=r"--models NAME=REFERENCE \(models=\{NAME: REF"):
+        refuse_names(run, twice)
+    table = tmp_path / "evaluation" / "rdt.csv"
+    table.parent.mkdir()
+    table.write_text("student,xx,average\ns1,1,1\ns2,1,1\n", encoding="utf-8")
+    match = r"--students s1 --students s2 \(students=\['s1', 's2'\]\).*\(overwrite=True\)"
+    with pytest.raises(UserInputError, match=match):
+        refuse_dropping(table, ["s1"], None)
+    with pytest.raises(UserInputError, match=r"run again with --restart \(restart=True\), or"):
+        check_fingerprint({"lr": 1}, {"lr": 2}, "step-1", str(tmp_path))

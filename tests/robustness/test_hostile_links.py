@@ -91,3 +91,30 @@ def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
         code, stderr = cli(args)
         assert_one_line(code, stderr, [str(link), LINKED])
         assert not (tmp_path / "gone").exists(), args
+
+
+def test_an_output_through_a_link_into_another_output_is_refused(tmp_path: Path) -> None:
+    """``decompose --out LINK`` where the link leads into a merge run (an empty folder of it):
+    the dry run had planned it and the run would have written the decomposition among the
+    merge run's files, since only the path as named was looked up. Where it leads is judged
+    too, for an output directory below the link and a report file as well."""
+    from lmalgebra.lmd.run.decompose import check_output_directory
+    from lmalgebra.storage.output_paths import refuse_inside_other_output
+
+    run = tmp_path / "run"
+    (run / "examples").mkdir(parents=True)
+    (run / "recipe.yaml").write_text("objective: causal\n", encoding="utf-8")
+    (run / "empty").mkdir()
+    link = tmp_path / "out"
+    link.symlink_to(run / "empty")
+    wanted = rf"would go inside {run}, which holds a merge run \(recipe\.yaml\)"
+    for path in (link, link / "sub"):
+        with pytest.raises(UserInputError, match=wanted):
+            check_output_directory(path)
+    with pytest.raises(UserInputError, match=wanted):
+        refuse_inside_other_output(link / "report.html", "report")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link.unlink()
+    link.symlink_to(elsewhere)
+    check_output_directory(link)  # a link to a directory of no output is followed

@@ -201,13 +201,17 @@ def test_a_causal_evaluation_of_some_rows_keeps_the_others(
     assert "xx" not in (evaluation / "bits_per_byte.csv").read_text()
 
 
+@pytest.mark.parametrize("stage", ["run", "teach"])
 def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
-    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+    tmp_path: Path, teacher_dirs: dict[str, Path], stage: str, cli
 ) -> None:
     """``top_k`` changed after a student was trained: ``merge run`` builds the store again (with
     a warning); ``merge evaluate`` then refuses to score the student trained from the old one,
     naming it and the setting (it had been scored), and so does ``merge()`` asked to keep
-    saved students; ``--restart`` trains it on the new store."""
+    saved students; ``--restart`` trains it on the new store. ``merge teach`` alone had built
+    the store again but left the run's copy of the recipe as it was: ``merge evaluate`` and
+    ``merge verify`` then called the new store another recipe's, and asked for the ``merge
+    teach`` just run."""
     import yaml
 
     from lmalgebra import UserInputError
@@ -218,14 +222,19 @@ def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     assert code == 0, stderr
     data = yaml.safe_load(recipe.read_text())
     data["top_k"] = 4
+    # settings no store is built from, listed first among the changes, had hidden top_k
+    data["training"] = {**data["training"], "lr": 0.0123, "seed": 5, "warmup_steps": 2}
+    data["student"] = {**data["student"], "dropout": 0.0}
     recipe.write_text(yaml.safe_dump(data))
     model = tmp_path / "run" / "student" / "model"
     before = digests(model)
-    code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])
+    code, stderr = cli(["merge", stage, str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(tmp_path / "run")])
     assert code == 0, stderr
     code, stderr = cli(["merge", "evaluate", str(tmp_path / "run")])
     line = assert_one_line(code, stderr, ["student 'student'", "top_k 8 -> 4", "--restart"])
-    assert "built again" in line, line
+    assert "built again" in line and "training" not in line and "dropout" not in line, line
     with pytest.raises(UserInputError, match="student 'student' was trained from the teacher"):
         merge(recipe, ["train"], keep_saved=True)
     assert digests(model) == before

@@ -547,6 +547,23 @@ def test_a_loss_entry_point_that_is_no_loss_is_one_line(
         CausalTrainingSpec(objective_mix={name: 1.0})
 
 
+def test_a_broken_entry_point_a_recipe_does_not_name_leaves_its_refusal_alone(
+    fake_plugins: Path,
+) -> None:
+    """An installed package's broken loss entry point stopped a recipe that never named it: the
+    refusal of ``temperature`` beside untempered losses lists the tempered ones, and listing
+    them loaded every entry point, so the user read the other package's fault instead."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    wanted = r"^training\.temperature 2 would be ignored: none of sampled is tempered \(tempered: "
+    with pytest.raises(UserInputError, match=wanted) as caught:
+        CausalTrainingSpec(
+            objective_mix={"sampled": 1.0}, temperature=2.0, lambda_schedule="constant"
+        )
+    assert "notaloss" not in str(caught.value) and "alm" in str(caught.value)
+
+
 def test_an_embedding_init_entry_point_the_run_refuses_is_refused_by_the_dry_run_too(
     fake_plugins: Path, tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:
@@ -566,21 +583,38 @@ def test_an_embedding_init_entry_point_the_run_refuses_is_refused_by_the_dry_run
         assert not (tmp_path / "run").exists()
 
 
-def test_an_experimental_loss_warns_once_when_a_run_loads_it() -> None:
+def test_an_experimental_loss_warns_once_when_a_run_accepts_it(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
     """The command line imports ``lmalgebra.experimental`` silently, so a recipe naming ``uld``
-    had trained without the warning its documentation promises; loading the loss warns, naming
-    it (and not the other experimental loss)."""
+    had trained without the warning its documentation promises; and loading the loss to check
+    its name warned even when the recipe was then refused (``{uld: 1, alm: 0}``). The warning
+    now waits for a plan or a run that accepts the recipe, and is given once, naming ``uld``
+    (not the other experimental loss, which the settings' checks load too)."""
     import subprocess
     import sys
 
+    recipes = {}
+    for name, mix in (("refused", {"uld": 1, "alm": 0}), ("accepted", {"uld": 1})):
+        (tmp_path / name).mkdir()
+        training = {"objective_mix": mix}
+        recipes[name] = write_causal_recipe(tmp_path / name, causal_teacher_dirs, training=training)
+    refused, accepted = recipes["refused"], recipes["accepted"]
     code = (
-        "import lmalgebra.cli.experimental\n"
-        "from lmalgebra.train.cross_tokenizer import LOSSES\n"
-        "LOSSES['uld']; LOSSES['uld']\n"
+        "import sys, lmalgebra, lmalgebra.cli.experimental\n"
+        "try:\n"
+        f"    lmalgebra.merge_plan({str(refused)!r})\n"
+        "except lmalgebra.UserInputError as err:\n"
+        "    print('refused:', err, file=sys.stderr, flush=True)\n"
+        "print('---', file=sys.stderr, flush=True)\n"
+        f"lmalgebra.merge_plan({str(accepted)!r}); lmalgebra.merge_plan({str(accepted)!r})\n"
     )
     done = subprocess.run(
         [sys.executable, "-W", "always", "-c", code], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert done.stderr.count("ExperimentalWarning: training.objective_mix: uld is") == 1
+    before, after = done.stderr.split("---")
+    assert "refused: training.objective_mix: alm weight 0" in before, done.stderr
+    assert "ExperimentalWarning" not in before, done.stderr
+    assert after.count("ExperimentalWarning: training.objective_mix: uld is") == 1, after
     assert "mined_kl" not in done.stderr

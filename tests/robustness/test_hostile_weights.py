@@ -408,3 +408,136 @@ def test_a_student_init_with_another_models_tokenizer_is_named(
     code, stderr = cli(args)
     words = [f"student.init {str(mixed)!r}", "the tokenizer gives token id 2", "own tokenizer"]
     assert_one_line(code, stderr, words)
+
+
+def _saved(model: Any, tokenizer: Any, directory: Path, **save: Any) -> Path:
+    model.save_pretrained(directory, **save)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def _drop_from_shards(directory: Path, suffix: str) -> str:
+    """Remove the tensor whose name ends with ``suffix`` from whichever shard holds it."""
+    for path in sorted(directory.glob("*.safetensors")):
+        tensors = load_file(path)
+        found = [key for key in tensors if key.endswith(suffix)]
+        if found:
+            del tensors[found[0]]
+            save_file(tensors, str(path), metadata={"format": "pt"})
+            return found[0]
+    raise AssertionError(f"no tensor ends with {suffix}")
+
+
+@pytest.mark.parametrize("role", ["student.init", "teacher"])
+def test_a_causal_lm_missing_a_weight_is_refused_by_the_dry_run_naming_it(
+    llama,
+    causal_teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    role: str,
+    cli,
+) -> None:
+    """A ``student.init`` (or a teacher) whose safetensors file lacks a weight: the dry run had
+    printed its plan, exit 0, and training refused it. The dry run now refuses it in training's
+    words from the file's header, the weights unread; a whole model, a sharded one, one whose
+    tied ``lm_head`` is absent from its file and one saved as the bare model all pass it."""
+    from safetensors import safe_open
+
+    from causal_fixtures import write_causal_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    model, tokenizer = llama
+    whole = _saved(model, tokenizer, tmp_path / "lm")
+    with safe_open(str(whole / "model.safetensors"), "pt") as handle:
+        assert "lm_head.weight" not in handle.keys()  # noqa: SIM118 (tied: not in the file)
+    sharded = _saved(model, tokenizer, tmp_path / "sharded", max_shard_size="20KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    bare = _saved(model.model, tokenizer, tmp_path / "bare")  # names without "model."
+    config = json.loads((whole / "config.json").read_text())
+    (bare / "config.json").write_text(json.dumps(config))  # a causal LM's configuration
+
+    def dry_run(directory: Path) -> tuple[int, str]:
+        teachers = dict(causal_teacher_dirs)
+        if role == "teacher":
+            teachers["bl"] = directory
+            student: dict[str, Any] = {"tokenizer": "uni"}
+        else:
+            student = {"init": str(directory)}
+        root = tmp_path / f"recipe-{directory.name}"
+        root.mkdir(exist_ok=True)
+        short = {"example_bytes": 60, "samples": 4, "sample_seed": 7}  # the 64 positions'
+        recipe = write_causal_recipe(root, teachers, student=student, causal=short)
+        return cli(["merge", "run", str(recipe), "--dry-run", "--no-progress"])
+
+    for intact in (whole, sharded, bare):
+        code, stderr = dry_run(intact)
+        assert code == 0, stderr
+    owner = f"student.init {str(whole)!r}" if role == "student.init" else "teacher 'bl'"
+    for directory in (whole, sharded):
+        dropped = _drop_from_shards(directory, "layers.1.mlp.up_proj.weight")
+        code, stderr = dry_run(directory)
+        owner = owner.replace(str(whole), str(directory))
+        assert_one_line(code, stderr, [owner, f"{directory} lacks 1 of the model's", dropped])
+        assert not (tmp_path / f"recipe-{directory.name}" / "run").exists()
+    dropped = _drop_from_shards(bare, "embed_tokens.weight")  # the tied pair, both gone
+    code, stderr = dry_run(bare)
+    assert_one_line(code, stderr, [str(bare), "lacks 2 of the model's", "lm_head.weight"])
+
+
+def test_a_model_to_embed_or_masked_teacher_missing_a_weight_is_refused_by_the_dry_run(
+    bert_copy: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``decompose --dry-run`` and the masked ``merge run --dry-run`` planned a model whose file
+    lacks a weight, exit 0: both refuse it as the run does."""
+    from merge_fixtures import write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    _edit_weights(bert_copy, drop=DROPPED)
+    args = ["decompose", "--models", f"a={bert_copy}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out"), "--dry-run"]
+    code, stderr = cli([*args, "--cache_dir", str(tmp_path / "cache")])
+    assert_one_line(code, stderr, ["model 'a'", f"{bert_copy} lacks 1", DROPPED])
+    assert not (tmp_path / "out").exists()
+    teacher = Path(shutil.copytree(teacher_dirs["sp"], tmp_path / "sp"))
+    recipe = write_recipe(tmp_path, {**teacher_dirs, "sp": teacher})
+    code, stderr = cli(["merge", "run", str(recipe), "--dry-run", "--no-progress"])
+    assert code == 0, stderr
+    _edit_weights(teacher, drop="encoder.layer.1.output.dense.weight")
+    code, stderr = cli(["merge", "run", str(recipe), "--dry-run", "--no-progress"])
+    assert_one_line(code, stderr, ["teacher 'sp'", "lacks 1", "encoder.layer.1.output.dense"])
+
+
+def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused_by_the_plan(
+    llama, tmp_path: Path
+) -> None:
+    """An index naming a shard that is gone, or a file whose header safetensors cannot read:
+    the dry run had passed both (the header check gave up), and training failed in
+    transformers' words. Both are refused from the files, naming the file, before any weights
+    are read; the load names ``student.init`` as given, as the plan does."""
+    from lmalgebra.distill.causal.student_init import InitModel, init_student, open_init
+    from lmalgebra.distill.student import CausalStudentSpec
+
+    model, tokenizer = llama
+    sharded = _saved(model, tokenizer, tmp_path / "sharded", max_shard_size="20KB")
+    gone = sorted(sharded.glob("model-0*.safetensors"))[1]
+    gone.unlink()
+    with pytest.raises(UserInputError) as caught:
+        open_init(CausalStudentSpec(init=str(sharded)), weights=False)
+    said = str(caught.value)
+    assert said.startswith(f"student.init {str(sharded)!r}: ") and gone.name in said, said
+    assert "index.json names 1 weight files that are not in" in said
+    garbled = _saved(model, tokenizer, tmp_path / "garbled")
+    (garbled / "model.safetensors").write_bytes(b"\xff" * 64)
+    with pytest.raises(UserInputError, match=r"garbled/model\.safetensors is damaged: safet"):
+        open_init(CausalStudentSpec(init=str(garbled)), weights=False)
+    lacking = _saved(model, tokenizer, tmp_path / "lacking")
+    _edit_weights(lacking, drop="layers.1.mlp.up_proj.weight")
+    init = InitModel(str(lacking), ModelRef.parse(str(lacking)), lacking, 2, None, {})
+    with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(lacking)))}:"):
+        init_student(init)

@@ -323,4 +323,4 @@ def merge_plan(
     chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
     runs = [s for s in RUN_STAGES if s in chosen]
-    return pd.DataFrame(plan(config, spec, runs, None if restart else student))
+    return pd.DataFrame(plan(config, spec, runs, student, restart))

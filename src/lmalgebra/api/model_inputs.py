@@ -110,8 +110,10 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
         return {**texts.model_dump(), **options}, None
     if isinstance(texts, str | os.PathLike):
         return {"paths": [os.fspath(texts)], **options}, None
-    if isinstance(texts, Mapping | bytes | bytearray) or not isinstance(texts, Iterable):
-        # bytes iterate as numbers: "texts[0] is a int" would name what the caller never gave
+    binary = bytes | bytearray | memoryview
+    if isinstance(texts, Mapping | binary) or not isinstance(texts, Iterable):
+        # bytes (and a view of them) iterate as numbers: "texts[0] is a int" would name what the
+        # caller never gave
         raise UserInputError(
             f"texts must be a list of documents (strings) or a corpus path, "
             f"got {type(texts).__name__}"

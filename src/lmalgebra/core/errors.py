@@ -20,6 +20,16 @@ class TrainingDivergedError(RuntimeError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
 
 
+def either(flag: str, keyword: str) -> str:
+    """A choice the command line and the Python API both offer, as a message reached from both
+    names it: the flag, then the keyword argument (``--overwrite (overwrite=True)``)."""
+    return f"{flag} ({keyword})"
+
+
+OVERWRITE = either("--overwrite", "overwrite=True")
+RESTART = either("--restart", "restart=True")
+
+
 def did_you_mean(name: str, known: list[str]) -> str:
     """`` (did you mean X?)`` for the closest of ``known`` to ``name``, or nothing."""
     import difflib

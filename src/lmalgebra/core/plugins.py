@@ -10,11 +10,17 @@ The names are read from the installed metadata without importing anything; an ob
 the first time a run names it. lmalgebra's own experimental features are reached this way, so no
 stable module imports ``lmalgebra.experimental`` and removing one is removing its module and its
 line in ``pyproject.toml``.
+
+A recipe's entry points load while its settings are checked, before the rest of the recipe is:
+the warnings a module gives on import (an experimental loss's) are held, and given once by
+:func:`announce` when a run (or a dry run) has accepted the recipe that uses it, not for a
+recipe then refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -23,6 +29,9 @@ from lmalgebra.core.errors import UserInputError
 
 CAUSAL_LOSSES = "lmalgebra.causal_losses"  # -> a train.cross_tokenizer.CausalLoss
 EMBEDDING_INITS = "lmalgebra.embedding_inits"  # -> a masked student's init (model, recipe, vocab)
+
+# (group, name) -> the warnings its module gave on import, until a run that uses it announces them
+_HELD: dict[tuple[str, str], list[warnings.WarningMessage]] = {}
 
 
 @cache
@@ -39,7 +48,10 @@ def load(group: str, name: str, fits: Callable[[Any], bool], wanted: str) -> Any
     if point is None:
         raise UserInputError(f"{group}: no entry point named {name!r} is installed")
     try:
-        found = point.load()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = point.load()
+        _HELD.setdefault((group, name), []).extend(caught)
     except (ImportError, AttributeError) as exc:
         raise UserInputError(
             f"{group}: entry point {name!r} ({point.value}) does not load: {exc} (is the package "
@@ -56,3 +68,11 @@ def load(group: str, name: str, fits: Callable[[Any], bool], wanted: str) -> Any
             f"not {wanted}"
         )
     return found
+
+
+def announce(group: str, names: Iterable[str]) -> None:
+    """Give, once, the warnings the entry points ``names`` of ``group`` gave when they loaded:
+    a run, or a dry run, has accepted the recipe that uses them."""
+    for name in names:
+        for held in _HELD.pop((group, name), []):
+            warnings.warn_explicit(held.message, held.category, held.filename, held.lineno)

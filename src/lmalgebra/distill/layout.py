@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.storage.atomic import (
@@ -282,5 +282,5 @@ def trusted_model(directory: Path, missing: str) -> Path:
         raise UserInputError(missing)
     damage = model_damage(directory)
     if damage is not None:
-        raise UserInputError(f"{damage}: train it again (`--restart`), or remove {directory}")
+        raise UserInputError(f"{damage}: train it again with {RESTART}, or remove {directory}")
     return directory

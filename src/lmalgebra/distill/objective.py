@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import torch
 import yaml
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
@@ -57,7 +57,7 @@ from lmalgebra.distill.teachers import (
     inference_setup,
     load_lm,
 )
-from lmalgebra.distributed import main_rank_only
+from lmalgebra.distributed import is_main, main_rank_only
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
@@ -237,8 +237,7 @@ class Objective(ABC):
         """Examples per language, then each teacher's copy of each example."""
         teachers = self.open_teachers()  # refuses unusable teachers before anything is written
         self.layout.root.mkdir(parents=True, exist_ok=True)
-        text = yaml.safe_dump(self.recipe.model_dump(mode="json"), sort_keys=False)
-        write_text_atomic(self.layout.recipe, text)
+        self.record_recipe()
         for lang in self.recipe.languages:
             examples = write_examples(self.recipe, lang)
             for name in self.recipe.languages[lang].teachers:
@@ -255,6 +254,16 @@ class Objective(ABC):
         teachers = self.open_teachers()
         for lang, name in self.pairs():
             self.write_outputs(lang, teachers[name], setup, progress)
+        # the store is now this recipe's (its top_k, say): the run's copy says so, or every
+        # command reading the run (evaluate, verify) would call the store another recipe's
+        if is_main():  # every rank taught its shards; one writes the record
+            self.record_recipe()
+
+    def record_recipe(self) -> None:
+        """Write the run's copy of the recipe (``recipe.yaml``), which the commands given the
+        run directory read."""
+        text = yaml.safe_dump(self.recipe.model_dump(mode="json"), sort_keys=False)
+        write_text_atomic(self.layout.recipe, text)
 
     @abstractmethod
     def vocab(self) -> None:
@@ -328,7 +337,8 @@ class Objective(ABC):
             if not is_complete(model):
                 continue  # named by the objective's evaluation
             record = read_marker(model)
-            again = f"train it again (`lmalgebra merge train RECIPE --name {name} --restart`)"
+            command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+            again = f"train it again with {either(command, 'restart=True')}"
             recorded = record.get("teacher_hashes", {})
             changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
             if changed:
@@ -338,7 +348,9 @@ class Objective(ABC):
                     f"its files ({teacher.directory}) changed: {again}"
                 )
             if record.get("store_sha256", store) != store:  # a student of an older release: as is
-                changed = differences(record.get("recipe"), self.recipe.model_dump(mode="json"))
+                recorded_recipe = _store_settings(record.get("recipe"))
+                current = _store_settings(self.recipe.model_dump(mode="json"))
+                changed = differences(recorded_recipe, current)
                 shown = "; ".join(changed[:3]) or "the store was built again"
                 raise UserInputError(
                     f"student {name!r} was trained from the teacher store as it was before it "
@@ -448,3 +460,11 @@ class Objective(ABC):
     @abstractmethod
     def inspect(self) -> RunInspection:
         """What the run directory holds (``distill.run.inspection``'s report)."""
+
+
+def _store_settings(recipe: Any) -> Any:
+    """A recipe (as a mapping) less what no store is built from (where the run is, the student,
+    its training), so that a message about a store built again names what changed it."""
+    if not isinstance(recipe, dict):
+        return recipe
+    return {k: v for k, v in recipe.items() if k not in ("output_dir", "student", "training")}

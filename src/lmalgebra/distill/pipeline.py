@@ -15,8 +15,18 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
-from lmalgebra.distill.layout import RunLayout, check_student_name, is_complete, saved_steps
+from lmalgebra.distill.layout import (
+    BEST,
+    CHECKPOINTS,
+    MODEL,
+    RESERVED,
+    RunLayout,
+    check_student_name,
+    is_complete,
+    saved_steps,
+)
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
 from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
@@ -25,7 +35,12 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
-from lmalgebra.storage.output_paths import check_directory
+from lmalgebra.storage.output_paths import (
+    KIND_MARKERS,
+    check_directory,
+    directory_kind,
+    output_at,
+)
 from lmalgebra.train.checkpoint import checkpointed_step
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import refuse_fewer_steps
@@ -95,6 +110,7 @@ def run_stages(
     if "train" in stages and not students:
         raise UserValueError("students is empty: the train stage needs at least one student")
     check_students(recipe, list(students or {}))  # refused before any stage writes
+    refuse_linked_parts(recipe)
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
     # teacher inference's device and dtype, refused before anything is written
@@ -133,15 +149,64 @@ def evaluate_students(
     ``overwrite``. Refused when the store or a student was made from other teachers than the
     recipe's as they are now, and when the rows it would keep no longer hold."""
     check_students(recipe, list(students))
+    refuse_linked_parts(recipe)
     return objective_of(recipe).evaluate(students, languages, pooling, overwrite)
+
+
+def refuse_linked_parts(recipe: MergeRecipe) -> None:
+    """Refuse a symbolic link in place of a directory of the run (its store's sets, vocabulary,
+    evaluation...) whose target is, or goes inside, another lmalgebra output: the stages would
+    write their files through it among that output's own (an evaluation written into a
+    decomposition run's directory). A link to a directory of no output (a larger disk) is
+    followed."""
+    root = recipe.output_dir
+    home = root.resolve() if root.exists() else None
+    for part in RESERVED:
+        path = root / part
+        if not path.is_symlink() or not path.is_dir():
+            continue  # a file is written beside a link and renamed over it: the link goes
+        target = path.resolve()
+        for holder in (target, *target.parents):
+            if holder == home:
+                break  # a link within the run itself
+            found = output_at(holder) or _foreign_model(holder)
+            if found is not None:
+                where = "which" if holder == target else f"which goes inside {holder}, which"
+                raise UserInputError(
+                    f"{path} is a symbolic link to {target}, {where} holds {found[0]} "
+                    f"({found[1]}): the run would write its {part} among that output's files; "
+                    "remove the link"
+                )
+
+
+def _foreign_model(directory: Path) -> tuple[str, str] | None:
+    """A model directory lmalgebra did not write (``directory_kind``'s), or None."""
+    found = directory_kind(directory)
+    return found if found is not None and found[0] not in KIND_MARKERS else None
 
 
 def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
     """Refuse a student name that is no plain directory name of the run or names a part of it
     (``check_student_name``), and one that is the name of a teacher of the recipe: the
-    evaluation's rows of the two would be one model's."""
+    evaluation's rows of the two would be one model's; and one whose directory in the run, or
+    its model's, checkpoints' or best weights', is something else (a file, a FIFO, a link to
+    nothing), which training would fail to create after its steps, or (below the student's own
+    directory) a link, through which training would replace the directory it names."""
     for name in names:
         check_student_name(name)
+        student = RunLayout(recipe.output_dir).student(name)
+        # the directories training writes: the student's, its model, checkpoints, best weights
+        for folder in (student, *(student / part for part in (MODEL, CHECKPOINTS, BEST))):
+            if folder.is_symlink() and not folder.exists():
+                raise UserInputError(f"student directory {folder} {absent(folder)}")
+            if folder.exists() and not folder.is_dir():
+                raise UserInputError(f"student directory {folder} {not_a_directory(folder)}")
+            if folder != student and folder.is_symlink():  # training would write through it
+                raise UserInputError(
+                    f"student directory {folder} is a symbolic link to {folder.readlink()}: "
+                    "training writes the student's files there itself and would replace what "
+                    "the link names; remove the link"
+                )
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
@@ -155,13 +220,15 @@ def plan(
     training: TrainingSpec | None = None,
     stages: Sequence[Stage] = STAGES,
     student: str | None = None,
+    restart: bool = False,
 ) -> list[dict[str, Any]]:
     """The run planned before anything runs (``--dry-run``); ``training``: the student's
     settings (default the recipe's). ``stages``: those the run would run, refused as
     ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
     output directory the run would refuse (a file, another kind of output) is refused alike,
-    and so is training ``student`` (None: not checked, ``--restart``) to fewer steps than it
-    has trained, and a later stage alone whose inputs an earlier stage has not written
+    and so is a ``student`` name or directory training refuses (None: not checked) and, unless
+    ``restart``, training it to fewer steps than it has trained, and a later stage alone whose
+    inputs an earlier stage has not written
     (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary)."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
@@ -169,11 +236,13 @@ def plan(
     if student is not None and "train" in runnable:
         check_students(recipe, [student])
         layout = RunLayout(recipe.output_dir)
-        done = layout.student(student) / "checkpoints"
+        done = layout.student(student) / CHECKPOINTS
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
-        refuse_fewer_steps(reached, spec.steps, layout.student(student))
+        if not restart:
+            refuse_fewer_steps(reached, spec.steps, layout.student(student))
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
+        refuse_linked_parts(recipe)
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")

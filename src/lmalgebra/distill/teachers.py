@@ -27,7 +27,7 @@ from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distill.layout import is_complete, model_damage
-from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
+from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_headless, refuse_incomplete
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -44,10 +44,10 @@ _OFFSET_POSITIONS = (
     "roberta-prelayernorm",
     "xmod",
 )
-# per head: the Auto class, what messages call the model, the command that makes one
-_HEADS: dict[str, tuple[str, str, str]] = {
-    "masked": ("AutoModelForMaskedLM", "masked LM", "lmalgebra pretrain masked"),
-    "causal": ("AutoModelForCausalLM", "causal LM", "lmalgebra pretrain causal"),
+# per head: the Auto class, what messages call the model (the command that trains one: HEADS)
+_HEADS: dict[str, tuple[str, str]] = {
+    "masked": ("AutoModelForMaskedLM", "masked LM"),
+    "causal": ("AutoModelForCausalLM", "causal LM"),
 }
 # teacher inference over one shard: (the teacher's model, a shard of its copies) -> its outputs
 Inference = Callable[[Any, pa.Table], pa.Table]
@@ -135,9 +135,12 @@ def check_top_k(name: str, top_k: int, tokenizer: Any) -> None:
         )
 
 
-def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -> Any:
+def load_lm(
+    ref: ModelRef, directory: Path, head: Head, role: str = "teacher", owner: str | None = None
+) -> Any:
     """The language model in ``directory`` with its ``head`` (``AutoModelForMaskedLM`` or
-    ``AutoModelForCausalLM``), in eval mode; ``role``: what messages call it.
+    ``AutoModelForCausalLM``), in eval mode; ``role``: what messages call it, with the model's
+    name unless ``owner`` says how they start.
 
     Refused when ``config.json`` names the other head, when head weights are missing from the
     files (a randomly initialised head would produce confident nonsense), and when any other
@@ -145,8 +148,8 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
     another model)."""
     import transformers
 
-    auto, what, command = _HEADS[head]
-    owner = f"{role} {ref.name!r}"
+    auto, what = _HEADS[head]
+    owner = owner or f"{role} {ref.name!r}"
     hint = TEACHER_HINT[head] if role == "teacher" else ""
     refuse_other_head(owner, directory, head, hint, ref.shown(directory))
     refuse_damaged(owner, directory)
@@ -162,14 +165,7 @@ def load_lm(ref: ModelRef, directory: Path, head: Head, role: str = "teacher") -
         ) from err
     model, info = loaded
     base = getattr(model, "base_model_prefix", "")
-    missing = sorted(info.get("missing_keys", []))
-    if missing and not any(key.startswith(f"{base}.") for key in missing):
-        shown = ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-        raise UserInputError(
-            f"{owner}: {directory} has no trained {what.replace(' ', '-')} head "
-            f"(missing weights: {shown}); "
-            f"pre-train one with `{command}` or use another"
-        )
+    refuse_headless(owner, str(directory), auto, base, info.get("missing_keys", ()))
     refuse_incomplete(owner, directory, model, info)
     return model.eval()
 

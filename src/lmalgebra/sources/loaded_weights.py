@@ -4,7 +4,10 @@ transformers fills a weight the files lack with fresh random values and drops a 
 has no place for, then reports both in a log line the toolkit's quiet logging hides: the model
 loads, the command exits 0 and its results change from run to run. Every model the toolkit reads
 weights from (a model to embed, a teacher, a student's ``init``, a GGUF file's dequantised
-model) passes :func:`refuse_incomplete` instead, which names the model and a few tensors.
+model) passes :func:`refuse_incomplete` instead, which names the model and a few tensors. Before
+any weights are read (a dry run too), :func:`refuse_planned_gaps` says the same from the
+safetensors headers alone, matched to the tensors the architecture built on the ``meta`` device
+expects by transformers' own renaming, base-model prefix and tied-weight rules.
 
 Two kinds of report are expected and pass: tensors of a part the loaded class does not have (a
 checkpoint's language-model head or pooler when the bare model is loaded, a pre-training head
@@ -26,6 +29,27 @@ SHOWN = 3  # tensors named in a message; the count says how many more
 # out instead of raising on a tensor of another shape (a message that points at a log line the
 # toolkit's quiet logging hides), so :func:`refuse_incomplete` can name the tensor
 CHECKED_LOAD: dict[str, Any] = {"output_loading_info": True, "ignore_mismatched_sizes": True}
+
+
+# a language model's head, by its auto class: how a message names it, the command that trains one
+HEADS = {
+    "AutoModelForMaskedLM": ("masked-LM", "lmalgebra pretrain masked"),
+    "AutoModelForCausalLM": ("causal-LM", "lmalgebra pretrain causal"),
+}
+
+
+def refuse_headless(owner: str, shown: str, auto: str, base: str, missing: Iterable[str]) -> None:
+    """Refuse a language model whose files lack weights of its head alone (every ``missing``
+    key outside its base model ``base``): a random head would produce confident nonsense."""
+    keys = sorted(missing)
+    if auto not in HEADS or not keys or any(key.startswith(f"{base}.") for key in keys):
+        return
+    what, command = HEADS[auto]
+    listed_keys = ", ".join(keys[:SHOWN]) + (" ..." if len(keys) > SHOWN else "")
+    raise UserInputError(
+        f"{owner}: {shown} has no trained {what} head (missing weights: {listed_keys}); "
+        f"pre-train one with `{command}` or use another"
+    )
 
 
 def listed(keys: Iterable[str]) -> str:
@@ -62,29 +86,14 @@ def refuse_incomplete(
     gave ``info``) when a weight it uses was missing from the files or a tensor of the files
     found no place in it. ``unused``: module names (``"pooler"``) whose missing weights do not
     matter to the caller. ``owner`` starts the message ("model 'x'")."""
-    missing = {
-        key
-        for key in info.get("missing_keys", ())
-        if not any(part in unused for part in key.split("."))
-    }
-    if missing:
-        raise UserInputError(
-            f"{owner}: {directory} lacks {len(missing)} of the model's weights "
-            f"({listed(missing)}); transformers would fill them with random values"
-        )
-    unplaced = {key for key in info.get("unexpected_keys", ()) if _part_of_model(model, key)}
-    if unplaced:
-        raise UserInputError(
-            f"{owner}: {directory} holds {len(unplaced)} weights its configuration has no "
-            f"place for ({listed(unplaced)}); config.json does not describe these weights"
-        )
-    mismatched = {_shapes(key) for key in info.get("mismatched_keys", ())}
-    if mismatched:
-        raise UserInputError(
-            f"{owner}: {directory} holds {len(mismatched)} weights of other shapes than its "
-            f"configuration gives ({listed(mismatched)}); transformers would fill them with "
-            "random values"
-        )
+    _refuse_gaps(
+        owner,
+        str(directory),
+        info.get("missing_keys", ()),
+        {key for key in info.get("unexpected_keys", ()) if _part_of_model(model, key)},
+        {_shapes(key) for key in info.get("mismatched_keys", ())},
+        unused,
+    )
     integral = _integer_weights(directory, model)
     if integral:
         raise UserInputError(
@@ -92,6 +101,177 @@ def refuse_incomplete(
             f"as integers ({listed(integral)}); transformers would cast them to float: the "
             "file is damaged or not this model's"
         )
+
+
+def _refuse_gaps(
+    owner: str,
+    shown: str,
+    missing: Iterable[str],
+    unplaced: set[str],
+    mismatched: set[str],
+    unused: tuple[str, ...],
+) -> None:
+    """The one line for weights the files lack (``unused`` module names aside), hold beyond
+    the model or hold in other shapes, whether found by a load or from the files' headers."""
+    lacked = {key for key in missing if not any(part in unused for part in key.split("."))}
+    if lacked:
+        raise UserInputError(
+            f"{owner}: {shown} lacks {len(lacked)} of the model's weights "
+            f"({listed(lacked)}); transformers would fill them with random values"
+        )
+    if unplaced:
+        raise UserInputError(
+            f"{owner}: {shown} holds {len(unplaced)} weights its configuration has no "
+            f"place for ({listed(unplaced)}); config.json does not describe these weights"
+        )
+    if mismatched:
+        raise UserInputError(
+            f"{owner}: {shown} holds {len(mismatched)} weights of other shapes than its "
+            f"configuration gives ({listed(mismatched)}); transformers would fill them with "
+            "random values"
+        )
+
+
+def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
+    """The safetensors files ``from_pretrained`` reads in ``directory``: ``model.safetensors``,
+    else those its sharded checkpoint's index names (none: ``.bin`` weights, or no weights).
+    With ``owner`` (how a message starts), an index that cannot be read or that names a file
+    that is not there is refused, naming it, as the load would fail on it; without, such an
+    index gives no files."""
+    import json
+
+    single = directory / "model.safetensors"
+    if single.is_file():
+        return [single]
+    index = directory / "model.safetensors.index.json"
+    if not index.is_file():
+        return []
+    try:
+        names = json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()
+        files = [directory / str(name) for name in sorted(set(names))]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        if owner is None:
+            return []
+        raise UserInputError(
+            f"{owner}: {index} is no index of a sharded checkpoint ({type(err).__name__}: "
+            f"{err}); transformers cannot load the model from it"
+        ) from None
+    absent = [f.name for f in files if not f.is_file()]
+    if absent and owner is not None:
+        raise UserInputError(
+            f"{owner}: {index} names {len(absent)} weight files that are not in {directory} "
+            f"({listed(absent)}); transformers cannot load the model without them"
+        )
+    return [] if absent else files
+
+
+def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[int, ...]]:
+    """Each tensor's name and shape in ``files``, read from their headers (no weights read);
+    a header safetensors cannot read is refused, naming the file (the load would fail on it)."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in files:
+        try:
+            with safe_open(str(path), "pt") as handle:
+                for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
+                    shapes[key] = tuple(handle.get_slice(key).get_shape())
+        except Exception as err:  # safetensors' own error types
+            raise UserInputError(
+                f"{owner}: {path} is damaged: safetensors cannot read its header ({err})"
+            ) from None
+    return shapes
+
+
+def refuse_planned_gaps(
+    owner: str, directory: Path, shown: str, auto: str, unused: tuple[str, ...] = ()
+) -> None:
+    """Refuse, before any weights are read, a model directory whose safetensors files lack a
+    weight the ``auto`` form of its architecture uses, hold one it has no place for or hold one
+    of another shape, in :func:`refuse_incomplete`'s words (``shown`` names the directory).
+    The tensors are read from the files' headers and matched to those of the model built on the
+    ``meta`` device as ``from_pretrained`` matches them: its key renamings, the base-model
+    prefix (a checkpoint of the bare model read into a head model, and the reverse), tied
+    weights (one of a tied pair is enough), ``_keys_to_ignore_on_load_missing`` and buffers
+    that are not saved. Anything it cannot tell from names and shapes alone (a tensor a
+    converter splits or fuses, weights other than safetensors, a quantised checkpoint, a model
+    transformers cannot build on ``meta``) is left to the load's check. An index naming files
+    that are not there, or a header safetensors cannot read, is refused too: the load would
+    fail on it."""
+    files = safetensors_files(directory, owner)
+    if not files:
+        return
+    stored = _header_shapes(owner, files)
+    try:
+        gaps = _planned_gaps(directory, auto, stored)
+    except Exception:  # transformers' internals of another release: the load checks it
+        return
+    if gaps is None:
+        return
+    missing, unplaced, mismatched, base = gaps
+    refuse_headless(owner, shown, auto, base, missing)
+    _refuse_gaps(owner, shown, missing, unplaced, mismatched, unused)
+
+
+def _planned_gaps(
+    directory: Path, auto: str, stored: dict[str, tuple[int, ...]]
+) -> tuple[set[str], set[str], set[str], str] | None:
+    """What :func:`refuse_incomplete` would find missing, unplaced and mismatched were the
+    tensors ``stored`` (name: shape) loaded into the ``auto`` model of ``directory``'s
+    configuration, and the model's base-model prefix; None for a quantised checkpoint, whose
+    tensors its quantiser names."""
+    import re
+
+    import torch
+    import transformers
+    from transformers import AutoConfig
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+
+    config = AutoConfig.from_pretrained(directory)
+    if getattr(config, "quantization_config", None):  # its modules are the quantiser's to make
+        return None
+    with torch.device("meta"):
+        model = getattr(transformers, auto).from_config(config)
+    expected = model.state_dict()  # parameters and saved buffers
+    prefix = model.base_model_prefix
+    mapping = get_model_conversion_mapping(model)
+    renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
+    converters = [m for m in mapping if isinstance(m, WeightConverter)]
+    by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
+    missing, unexpected, mismatched = set(expected), set(), set()
+    for key, shape in sorted(stored.items()):
+        renamed, pattern = rename_source_key(key, renamings, converters, prefix, expected)
+        if renamed not in expected and key in expected:
+            renamed, pattern = rename_source_key(key, [], [], prefix, expected)
+        if pattern is not None:  # split or fused at load: its names only say it is there
+            targets = by_pattern[pattern].target_patterns
+            found = {renamed.replace(targets[0], t) for t in targets}
+            if renamed in expected:
+                missing -= found
+            else:
+                unexpected |= found
+            continue
+        if renamed not in expected:
+            unexpected.add(renamed)
+            continue
+        missing.discard(renamed)
+        if tuple(expected[renamed].shape) != shape:
+            mismatched.add(_shapes((renamed, shape, tuple(expected[renamed].shape))))
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    groups: dict[str, set[str]] = {}
+    for target, source in tied.items():
+        groups.setdefault(source, {source}).add(target)
+    for group in groups.values():
+        if group - missing:  # one of a tied group in the files gives the others theirs
+            missing -= group
+    patterns = [*(model._keys_to_ignore_on_load_missing or ())]
+    missing = {k for k in missing if not any(re.search(p, k) for p in patterns)}
+    unplaced = {k for k in unexpected if _part_of_model(model, k)}
+    ignored = [*(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())]
+    ignored += [r"rotary_emb\.inv_freq", r"(^|\.)position_ids$"]
+    unplaced = {k for k in unplaced if not any(re.search(p, k) for p in ignored)}
+    return missing, unplaced, mismatched, prefix
 
 
 def _integer_weights(directory: Path, model: Any) -> set[str]:

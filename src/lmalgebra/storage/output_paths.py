@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.atomic import refuse_special
 
@@ -208,9 +208,13 @@ def refuse_inside_other_output(
     wrote, a demo's output), naming it: its files are that output's own, and a file of another
     run among them would replace one of its files or be taken for a user's. ``own``: the output
     the file belongs to (a report's run), inside which it may go; ``allowed``: kinds of output
-    (of ``KIND_MARKERS``) inside which it may go (a demo's, which holds its own runs)."""
+    (of ``KIND_MARKERS``) inside which it may go (a demo's, which holds its own runs). A path
+    through a symbolic link is judged where it leads as well as where it is named."""
     home = own.resolve() if own is not None else None
-    for parent in Path(os.path.abspath(path)).parents:  # noqa: PTH100 (a link is not followed)
+    given = Path(os.path.abspath(path))  # noqa: PTH100 (a link is not followed)
+    real = Path(os.path.realpath(path))  # where a link in the path leads: its parents count too
+    parents = [*given.parents, *(real.parents if real != given else ())]
+    for parent in parents:
         if home is not None and parent.resolve() == home:
             return
         found = output_at(parent)
@@ -332,7 +336,7 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
     if foreign:
         raise UserInputError(
             f"{directory} holds files a {what} does not write ({_names(foreign, directory)}); "
-            "--overwrite removes only a run's own files: move those away, or write to "
+            f"{OVERWRITE} removes only a run's own files: move those away, or write to "
             "another directory"
         )
     # a run writes no link (the file it names is a user's, and so is the link) and no FIFO
@@ -341,7 +345,7 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
         raise UserInputError(
             f"{directory} holds symbolic links or special files (FIFOs, sockets, devices) "
             f"where a {what} writes files ({_names(odd, directory)}): lmalgebra replaces none, "
-            "--overwrite included; remove them, or write to another directory"
+            f"{OVERWRITE} included; remove them, or write to another directory"
         )
 
 
@@ -383,7 +387,7 @@ def claim_run_directory(
             remove_run_files(directory, what, owned)
         return
     foreign = _sort_out(directory, owned)[1]
-    hint = "write to another directory, or pass --overwrite to remove its files first"
+    hint = f"write to another directory, or pass {OVERWRITE} to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(
             f"{directory} is not empty and holds no {what} ({_names(foreign, directory)}); "

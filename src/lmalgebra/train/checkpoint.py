@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -142,7 +142,7 @@ def load_latest(
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserInputError(
                 f"checkpoint {directory} does not fit this model ({first}); to start afresh "
-                f"from step 0, run again with --restart (or remove {root})"
+                f"from step 0, run again with {RESTART}, or remove {root}"
             ) from None
         return state
     if any(root.glob("step-*")):
@@ -173,7 +173,7 @@ def clear_checkpoints(root: Path) -> None:
     """Remove every checkpoint under ``root`` (a run asked to start afresh); one that will not
     go (a directory made read-only) is one line naming it: the run would resume from it."""
     for old in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):
-        _remove(old, "to train from step 0 (--restart): the run would resume from it")
+        _remove(old, f"to train from step 0 ({RESTART}): the run would resume from it")
 
 
 def _remove(checkpoint: Path, why: str) -> None:

@@ -121,22 +121,31 @@ class TrainingSpec(OptimisationSpec):
                 f"{self.lambda_schedule} lambda_schedule anneals the KD weight from 1 to 0; set "
                 "lambda_schedule: constant to use it"
             )
-        if self.teachers is not None and not self.teachers:
-            raise UserInputError(
-                "training.teachers is empty: name at least one teacher, or omit it"
-            )
-        if isinstance(self.teachers, dict):
-            for lang, names in self.teachers.items():
-                if not names:
-                    raise UserInputError(
-                        f"training.teachers.{lang} is empty: name at least one teacher"
-                    )
+        if self.teachers is not None:
+            self._check_teacher_lists(self.teachers)
         if self.gold_only:
             without_kd(self, "training.gold_only: true")
         weights = self.kd_weights()
         if weights is not None and not any(weights):
             self._refuse_unweighted()
         return self
+
+    @staticmethod
+    def _check_teacher_lists(teachers: list[str] | dict[str, list[str]]) -> None:
+        """Refuse an empty ``training.teachers`` (or a language's empty list) and a teacher
+        listed twice in one list (as ``languages.<lang>.teachers`` refuses it)."""
+        if not teachers:
+            raise UserInputError(
+                "training.teachers is empty: name at least one teacher, or omit it"
+            )
+        lists = teachers if isinstance(teachers, dict) else {"": teachers}
+        for lang, names in lists.items():
+            key = f"training.teachers.{lang}" if lang else "training.teachers"
+            if not names:
+                raise UserInputError(f"{key} is empty: name at least one teacher")
+            repeated = [name for i, name in enumerate(names) if name in names[:i]]
+            if repeated:
+                raise UserInputError(f"{key} lists teacher {repeated[0]!r} more than once")
 
     def kd_weights(self) -> list[float] | None:
         """The constant KD weights the run trains with (None: the schedule anneals it)."""
@@ -258,13 +267,14 @@ class CausalTrainingSpec(TrainingSpec):
                 "training.lambda_candidates are chosen on validation: set "
                 "training.validation_every and training.validation_fraction"
             )
-        if self.lambda_schedule != "constant":
-            raise UserInputError(
-                "training.lambda_candidates are constant KD weights: set lambda_schedule: constant"
-            )
+        # before the schedule: under CE alone, setting the schedule would be refused in turn
         if self.gold_only or (self.objective_mix is not None and "ce" in self.objective_mix):
             raise UserInputError(
                 "training.lambda_candidates would be ignored: CE alone has no KD weight"
+            )
+        if self.lambda_schedule != "constant":
+            raise UserInputError(
+                "training.lambda_candidates are constant KD weights: set lambda_schedule: constant"
             )
 
     def kd_weights(self) -> list[float] | None:
@@ -312,7 +322,7 @@ class CausalTrainingSpec(TrainingSpec):
             return self
         # the table of losses imports torch: read only when a mix is checked, so that the
         # command line parses and refuses without it
-        from lmalgebra.train.cross_tokenizer import LOSSES
+        from lmalgebra.train.cross_tokenizer.registry import LOSSES, tempered_names
 
         for name, weight in self.objective_mix.items():
             if name not in LOSSES:
@@ -347,7 +357,7 @@ class CausalTrainingSpec(TrainingSpec):
             raise UserInputError(
                 f"training.temperature {self.temperature:g} would be ignored: none of "
                 f"{', '.join(used)} is tempered (tempered: "
-                f"{', '.join(n for n, loss in LOSSES.items() if loss.tempered)})"
+                f"{', '.join(tempered_names())})"
             )
         return self
 

@@ -20,7 +20,7 @@ import torch
 
 from lmalgebra.core import interrupt
 from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
-from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distributed import barrier, is_main, world
@@ -127,7 +127,7 @@ def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
     if reached > steps:
         raise UserInputError(
             f"{where} holds a run trained {reached} steps: training.steps {steps} would "
-            f"replace it; give steps >= {reached}, --restart to train it again from step 0, or "
+            f"replace it; give steps >= {reached}, {RESTART} to train it again from step 0, or "
             "train another beside it (merge train --name, another pretrain --out)"
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import RESTART, UserInputError
 
 # Settings a run may change between invocations without invalidating its checkpoints: how long it
 # runs (and so its warm-up, which the command line derives from the length) and its bookkeeping.
@@ -100,5 +100,5 @@ def check_fingerprint(
     shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
     raise CheckpointMismatchError(
         f"checkpoint {checkpoint} was written by a run with other inputs: {named} changed "
-        f"({shown}); to start afresh from step 0, run again with --restart (or remove {root})"
+        f"({shown}); to start afresh from step 0, run again with {RESTART}, or remove {root}"
     )

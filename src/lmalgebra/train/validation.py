@@ -22,7 +22,7 @@ from typing import Any
 
 from safetensors.torch import load_model, save_model
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
 
@@ -106,7 +106,7 @@ class ValidationTracker:
         if record is None or record.get("step") != self.best_step:
             raise UserInputError(
                 f"{self.folder}: the best validation weights (step {self.best_step}) are missing "
-                "or not the ones this run recorded; train again with --restart"
+                f"or not the ones this run recorded; train again with {RESTART}"
             )
         load_model(model, str(self.folder / "model.safetensors"))
 
@@ -119,7 +119,7 @@ def best_damage(out: Path) -> str | None:
         return None
     return (
         f"{folder}: the best validation weights are missing or not the ones their best.json "
-        "records; train again with --restart"
+        f"records; train again with {RESTART}"
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts, require_examples
 from lmalgebra.distill.layout import RunLayout
@@ -261,7 +261,7 @@ def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
     if repeated:
         raise UserInputError(
             f"model names must be unique; repeated: {', '.join(repeated)} (name each model: "
-            "--models NAME=REFERENCE)"
+            f"{either('--models NAME=REFERENCE', 'models={NAME: REFERENCE}')})"
         )
     teachers = load_recipe(RunLayout(run_dir).require_recipe()).teachers
     for ref in models:
@@ -318,6 +318,7 @@ def run_teachers(run_dir: Path) -> list[ModelRef]:
     given no model); refused for a masked-LM run, whose teachers are no causal LMs."""
     recipe = causal_only(
         load_recipe(RunLayout(run_dir).require_recipe()),
-        f"{run_dir} is a masked-LM run: name the causal LMs to score with --models",
+        f"{run_dir} is a masked-LM run: name the causal LMs to score with "
+        f"{either('--models', 'models=')}",
     )
     return [spec.ref(name) for name, spec in recipe.teachers.items()]

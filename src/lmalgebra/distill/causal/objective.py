@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
@@ -181,7 +182,9 @@ class CausalObjective(Objective):
         tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
         zeros = partial(zero_logprobs, self.recipe)
         student = partial(plan_student, self.recipe, validation=spec.validation_fraction)
-        return plan_rows(self, spec, tokenizer, zeros, student)
+        rows = plan_rows(self, spec, tokenizer, zeros, student)
+        plugins.announce(plugins.CAUSAL_LOSSES, spec.objective_mix or DEFAULT_MIX)
+        return rows
 
     def inspect(self) -> RunInspection:
         return causal_report(self.layout.root)

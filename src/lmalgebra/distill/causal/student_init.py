@@ -123,10 +123,11 @@ def _named(ref: ModelRef, owner: str) -> Iterator[None]:
 
 def init_student(init: InitModel) -> Any:
     """The model ``init`` names, float32 (the weights a student trains; lower precision is the
-    training loop's autocast), keeping ``init.layers``."""
+    training loop's autocast), keeping ``init.layers``; a refusal names it as given."""
     import torch
 
-    model = load_lm(init.ref, init.directory, "causal", role=ROLE).to(torch.float32)
+    owner = f"{ROLE} {init.given!r}"  # as given, as open_init names it (the dry run too)
+    model = load_lm(init.ref, init.directory, "causal", owner=owner).to(torch.float32)
     if init.layers is not None:
         keep_layers(model, init.layers)
     return model

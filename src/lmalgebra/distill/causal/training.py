@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.bits_per_byte import score_texts
 from lmalgebra.distill.causal.student_data import (
@@ -207,6 +208,7 @@ def train_causal_student(
     context = recipe.student.max_position_embeddings if data.init is None else data.init.positions
     validation = validation_of(spec, data, context)
     runs = {None: spec} if spec.lambda_candidates is None else candidate_specs(spec)
+    plugins.announce(plugins.CAUSAL_LOSSES, mix)  # its checks passed: training starts
     chosen: tuple[float, Any, dict[str, Any]] | None = None
     choice: dict[str, float] = {}
     for value, run_spec in runs.items():

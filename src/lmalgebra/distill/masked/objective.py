@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
@@ -195,7 +196,9 @@ class MaskedObjective(Objective):
         self.recipe.check_training(training)
         self.recipe.student.embedding_init()
         tokenizer = partial(teacher_tokenizer, example_length=self.recipe.example_length)
-        return plan_rows(self, training, tokenizer, zero_topk, partial(plan_vocab, self.recipe))
+        rows = plan_rows(self, training, tokenizer, zero_topk, partial(plan_vocab, self.recipe))
+        plugins.announce(plugins.EMBEDDING_INITS, [self.recipe.student.init_embeddings])
+        return rows
 
     def inspect(self) -> RunInspection:
         return masked_report(self.layout.root)

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core import plugins
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import TOPK, RunLayout, saved_steps, write_model_directory
 from lmalgebra.distill.masked.student_data import StoreBatches
@@ -55,6 +56,7 @@ def train_masked_student(
     )
     log.info("language sampling probabilities: %s", source.probabilities)
     size = recipe.student.vocab_size or len(vocab.tokens)
+    plugins.announce(plugins.EMBEDDING_INITS, [recipe.student.init_embeddings])
     model = build_masked_lm(recipe.student, size, pad_id=0, seed=spec.seed)
     inputs = {
         **student_inputs(recipe, TOPK),

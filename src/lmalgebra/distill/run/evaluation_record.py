@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.distill.layout import (
@@ -38,7 +38,7 @@ from lmalgebra.distill.run.rdt import refuse_dropping
 from lmalgebra.storage.atomic import write_json_atomic
 
 RECORD = "evaluation.json"  # in evaluation/
-OVERWRITE = "pass --overwrite to replace the evaluation with this one's rows alone"
+REPLACE = f"pass {OVERWRITE} to replace the evaluation with this one's rows alone"
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _read(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[str, Any
     def damaged(why: str) -> UserInputError:
         return UserInputError(
             f"{path} is damaged ({why}): the rows of the evaluation there cannot be kept; "
-            f"restore it, or {OVERWRITE}"
+            f"restore it, or {REPLACE}"
         )
 
     try:
@@ -234,7 +234,7 @@ def _refuse_changed(
     def refuse(why: str) -> UserInputError:
         return UserInputError(
             f"{out} holds rows this evaluation would keep beside its own, but {why}: evaluate "
-            f"every student and language again together, or {OVERWRITE}"
+            f"every student and language again together, or {REPLACE}"
         )
 
     if record["settings"] != _json(basis.settings):

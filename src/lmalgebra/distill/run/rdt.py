@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError, either
 from lmalgebra.core.text_files import read_text
 from lmalgebra.storage.csv_tables import csv_text, format_cell
 
@@ -74,15 +74,16 @@ def refuse_dropping(table: Path, students: Sequence[str], languages: Sequence[st
     fewer rows: students, or languages, scored there and not in this one (an evaluation without
     the record whose rows a later one keeps: ``evaluation_record``)."""
     had, scored = recorded(table)
-    for what, flag, before, now in (
-        ("students", "--students", had, list(students)),
-        ("languages", "--languages", scored, list(languages or scored)),
+    for what, before, now in (
+        ("students", had, list(students)),
+        ("languages", scored, list(languages or scored)),
     ):
         lost = [x for x in before if x not in now]
         if lost:
-            together = " ".join(f"{flag} {x}" for x in dict.fromkeys([*before, *now]))
+            every = list(dict.fromkeys([*before, *now]))
+            together = either(" ".join(f"--{what} {x}" for x in every), f"{what}={every!r}")
             raise UserInputError(
                 f"{table.parent} holds the scores of {what} {', '.join(lost)}, which this "
                 f"evaluation would drop: score them together ({together}), or pass "
-                "--overwrite to replace the evaluation with this one's rows alone"
+                f"{OVERWRITE} to replace the evaluation with this one's rows alone"
             )

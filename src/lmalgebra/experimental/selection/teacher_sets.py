@@ -249,8 +249,8 @@ def _embed(
             raise
         raise UserInputError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
-            f"compare teachers ({err}); raise heldout_fraction or max_examples, or lower "
-            "spans.length"
+            f"compare teachers ({err}); raise heldout_fraction or languages.{lang}.max_examples, "
+            "or lower spans.length"
         ) from err
     for warning in result.warnings:
         log.warning("%s: %s", lang, warning)

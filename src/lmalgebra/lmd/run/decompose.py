@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_texts
 from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.text_files import read_text
@@ -79,7 +79,7 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
             raise UserInputError(
                 f"{path} is missing, though {out / SUMMARY} records it: the finished run's "
                 "inputs cannot be compared with these; restore it, write to another "
-                "directory, or pass --overwrite to replace the run"
+                f"directory, or pass {OVERWRITE} to replace the run"
             )
         return
     corpus, models = _recorded_inputs(path)
@@ -90,7 +90,7 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
         raise UserInputError(
             f"{out} holds a finished decomposition of the same configuration on other inputs "
             f"({', '.join(differ)} {'differ' if len(differ) > 1 else 'differs'} since); write to "
-            "another directory, or pass --overwrite to replace it"
+            f"another directory, or pass {OVERWRITE} to replace it"
         )
 
 
@@ -109,7 +109,7 @@ def _recorded_inputs(path: Path) -> tuple[str, dict[str, Any]]:
         raise UserInputError(
             f"{path} is damaged ({type(err).__name__}: {err}): the finished run's inputs "
             "cannot be compared with these; restore it, write to another directory, or pass "
-            "--overwrite to replace the run"
+            f"{OVERWRITE} to replace the run"
         ) from None
     return corpus, models
 

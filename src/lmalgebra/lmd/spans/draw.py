@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import order_digest, sha256_texts, span_sha256
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
@@ -53,7 +53,8 @@ class SpanPlanSpec(Settings):
     def _check(self) -> SpanPlanSpec:
         if not self.models and self.reference_tokenizer is None:
             raise UserInputError(
-                "name a model (--models) or a reference_tokenizer whose tokenizer cuts the spans"
+                f"name a model ({either('--models', 'models=')}) or a reference_tokenizer whose "
+                "tokenizer cuts the spans"
             )
         return self
 

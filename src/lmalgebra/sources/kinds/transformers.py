@@ -19,7 +19,12 @@ from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
 from lmalgebra.sources.hub import looks_local, snapshot
-from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
+from lmalgebra.sources.loaded_weights import (
+    CHECKED_LOAD,
+    refuse_incomplete,
+    refuse_planned_gaps,
+    safetensors_files,
+)
 from lmalgebra.sources.model_files import (
     ModelShape,
     architecture,
@@ -149,13 +154,15 @@ class TransformersModel(ReferencedModel):
         remember: bool = True,
     ) -> None:
         """Refuse a model whose configuration transformers cannot read, or whose architecture
-        has no ``auto`` form, from ``config.json`` alone. A model allowed to run its own code
-        may bring an architecture of its own: it is left to its load, so that none of its code
-        runs before then. ``owner`` starts the message.
+        has no ``auto`` form, from ``config.json`` alone, and one whose safetensors files lack
+        a weight of that form, hold one it has no place for or one of another shape, from the
+        files' headers alone (the load's words; no weights read, so a dry run refuses it too).
+        A model allowed to run its own code may bring an architecture of its own: it is left to
+        its load, so that none of its code runs before then. ``owner`` starts the message.
 
         ``memo_dir``: where a passed check is remembered (``remember``; a dry run only reads),
-        keyed on ``config.json`` as it is and the transformers release, so a run whose
-        embeddings are all cached does not import transformers to check again."""
+        keyed on ``config.json`` and the weight files as they are and the transformers release,
+        so a run whose embeddings are all cached does not import transformers to check again."""
         if self.ref.trust_remote_code:
             return
         directory = self.planning_path()
@@ -180,6 +187,9 @@ class TransformersModel(ReferencedModel):
                 f"{owner}: transformers has no {kind} for the {config.model_type!r} "
                 f"architecture of {shown}"
             )
+        if self.pretrained:  # the bare model's pooler goes unused: hidden states are read
+            unused = ("pooler",) if auto == "AutoModel" else ()
+            refuse_planned_gaps(owner, directory, shown, auto, unused)
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
 
@@ -229,8 +239,18 @@ def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Pat
 
     found = config.stat()
     stamp = [str(config.resolve()), found.st_size, found.st_mtime_ns, found.st_ctime_ns]
-    key = sha256_json([auto, *stamp, found.st_ino, version("transformers")])
+    weights = [_stamp(path) for path in safetensors_files(directory)]
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        weights.append(_stamp(index))
+    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers")])
     return memo_dir / f"architecture-{key}.checked"
+
+
+def _stamp(path: Path) -> list[Any]:
+    """What changes whenever ``path``'s bytes do (its header with them)."""
+    found = path.stat()
+    return [path.name, found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino]
 
 
 def _no_config(config: Path) -> str:

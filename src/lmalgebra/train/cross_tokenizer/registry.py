@@ -69,6 +69,20 @@ register(tail.LOSS)
 register(prefix.LOSS)
 
 
+def tempered_names() -> list[str]:
+    """The names of the tempered losses among those that load: an installed entry point that
+    does not load is named when a recipe names it, not in a message about other losses."""
+    found = []
+    for name in LOSSES:
+        try:
+            loss = LOSSES[name]
+        except UserInputError:
+            continue
+        if loss.tempered:
+            found.append(name)
+    return found
+
+
 def needs_of(names: Iterable[str]) -> frozenset[str]:
     """What a batch must carry for the losses ``names``."""
     return frozenset(need for name in names for need in LOSSES[name].needs)
