@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from safetensors.torch import load_file, save_file
 
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
@@ -142,6 +143,9 @@ def test_example_longer_than_a_teacher_reads(tmp_path, causal_teacher_dirs, monk
     shutil.copytree(causal_teacher_dirs["wp"], short)
     config = json.loads((short / "config.json").read_text())
     (short / "config.json").write_text(json.dumps({**config, "n_positions": 20}))
+    weights = load_file(str(short / "model.safetensors"))  # positions cut to match
+    weights["transformer.wpe.weight"] = weights["transformer.wpe.weight"][:20].clone()
+    save_file(weights, str(short / "model.safetensors"), metadata={"format": "pt"})
     path = write_causal_recipe(tmp_path, {**causal_teacher_dirs, "wp": short})
     code, err = _prepare(path, monkeypatch, capsys)
     assert_one_line(

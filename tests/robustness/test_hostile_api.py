@@ -453,5 +453,5 @@ def test_a_message_reached_from_python_names_the_keyword_beside_the_flag(tmp_pat
     match = r"--students s1 --students s2 \(students=\['s1', 's2'\]\).*\(overwrite=True\)"
     with pytest.raises(UserInputError, match=match):
         refuse_dropping(table, ["s1"], None)
-    with pytest.raises(UserInputError, match=r"run again with --restart \(restart=True\), or"):
+    with pytest.raises(UserInputError, match=r"--restart \(restart=True\) starts afresh"):
         check_fingerprint({"lr": 1}, {"lr": 2}, "step-1", str(tmp_path))

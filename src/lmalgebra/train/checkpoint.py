@@ -141,8 +141,8 @@ def load_latest(
         except (RuntimeError, ValueError, KeyError) as err:  # a checkpoint of another shape
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserInputError(
-                f"checkpoint {directory} does not fit this model ({first}); to start afresh "
-                f"from step 0, run again with {RESTART}, or remove {root}"
+                f"checkpoint {directory} does not fit this model ({first}); {RESTART} starts "
+                f"afresh from step 0 (or remove {root})"
             ) from None
         return state
     if any(root.glob("step-*")):

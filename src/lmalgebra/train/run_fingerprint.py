@@ -100,5 +100,5 @@ def check_fingerprint(
     shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
     raise CheckpointMismatchError(
         f"checkpoint {checkpoint} was written by a run with other inputs: {named} changed "
-        f"({shown}); to start afresh from step 0, run again with {RESTART}, or remove {root}"
+        f"({shown}); {RESTART} starts afresh from step 0 (or remove {root})"
     )
