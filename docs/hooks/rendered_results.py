@@ -145,6 +145,46 @@ def merge_readme(result: dict[str, Any]) -> str:
     return "\n".join([*rows, "", *_targets(table)]) + "\n"
 
 
+def merge_pilots(result: dict[str, Any]) -> str:
+    """The merge's one-seed pilots scored on development leads (``merge_pilot.json``): each
+    student's bits per byte there and the share of the French and Spanish gap between CE only on
+    the same real documents and Gemma that it closes; its best validation where its validation
+    split is the plan's (Gemma's text in it makes it another)."""
+    few = result["more_text"]["100 documents"]
+    many = result["more_text"]["300 documents"]
+    every, text = result["every_position"], result["teacher_text"]
+    rows = [  # text, student, its bits, its validation record, the CE-only twin's bits
+        ("100 real documents", "CE only", few, "ce", few["students"]["ce"]),
+        ("", "merge (prefix_kl)", few, "merge", few["students"]["merge-by-language"]),
+        ("300 real documents", "CE only", many, "ce", many["students"]["ce"]),
+        ("", "merge (prefix_kl)", many, "merge", many["students"]["merge-by-language"]),
+        ("100 real documents", "merge (prefix_all_kl)", every, "prefix_all_kl", every["student"]),
+        ("+ 100 of Gemma's", "CE only", text, "ce, with Gemma's text", None),
+        ("", "merge (prefix_kl)", text, "merge, with Gemma's text", None),
+    ]
+    gemma = few["development_bits_per_byte"]["gemma"]
+    lines = [
+        "| French and Spanish text | student | best validation (step) | en | fr | es "
+        "| gap closed fr / es |",
+        "|---|---|---|---|---|---|---|",
+        f"| | Gemma | | {' | '.join(f'{gemma[x]:.3f}' for x in LANGUAGES)} | |",
+    ]
+    for corpus, name, pilot, key, student in rows:
+        bits = pilot["development_bits_per_byte"][key]
+        ce = (many if pilot is many else few)["development_bits_per_byte"]["ce"]
+        closed = (
+            "(the twin)"
+            if bits is ce
+            else " / ".join(
+                f"{100 * (ce[x] - bits[x]) / (ce[x] - gemma[x]):.1f}%" for x in ("fr", "es")
+            )
+        )
+        best = "" if student is None else f"{student['best']:.3f} ({student['best_step']})"
+        cells = " | ".join(f"{bits[x]:.3f}" for x in LANGUAGES)
+        lines.append(f"| {corpus} | {name} | {best} | {cells} | {closed} |")
+    return "\n".join(lines) + "\n"
+
+
 def demo_real(result: dict[str, Any]) -> str:
     """A recorded ``demo --real`` table (its ``real-demo.json``), as the demo prints it."""
     import pandas as pd
@@ -217,6 +257,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "decompose-hosts": decompose_hosts,
     "demo-real": demo_real,
     "merge-readme": merge_readme,
+    "merge-pilots": merge_pilots,
     "regime-readme": regime_readme,
     "real-teachers-readme": real_teachers_readme,
     "real-teachers-rerun": real_teachers_rerun,

@@ -114,6 +114,10 @@ class TeacherCopy:
     positions: PositionTargets | None = None
 
 
+# a teacher's MinED map, prefix map and position targets into the student's vocabulary
+TeacherMaps = tuple[np.ndarray, np.ndarray | None, PositionTargets | None]
+
+
 def _nats_per_byte(store: CausalStore) -> np.ndarray:
     lengths = np.array([max(len(t.encode("utf-8")), 1) for t in store.texts], dtype=np.float64)
     nats = np.add.reduceat(
@@ -161,6 +165,7 @@ class CausalStoreBatches(SampledLanguages):
         self.samples = "samples" in needs
         self.pad_id = student.pad_token_id if student.pad_token_id is not None else 0
         self._student_surfaces: list[bytes | None] | None = None
+        self._maps: dict[str, TeacherMaps] = {}
         pools, self.encoded = [], []
         self.validation: dict[str, list[str]] = {}
         for lang, teachers in teachers_of.items():
@@ -181,17 +186,26 @@ class CausalStoreBatches(SampledLanguages):
                 f"training.objective_mix: sampled needs drawn tokens, and the store of "
                 f"{lang}/{name} has none (set causal.samples > 0 and run `merge teach` again)"
             )
-        mined = mined_map(tokenizer, student, name, "student").student_ids.astype(np.int64)
-        prefix = None
-        if self.needs & {"prefix", "positions"}:
-            prefix = prefix_map(tokenizer, student, mined, name)
+        if name not in self._maps:  # a teacher of several languages: its maps once
+            self._maps[name] = self._maps_of(name, tokenizer, student)
+        mined, prefix, positions = self._maps[name]
         copy = TeacherCopy(name, store, mined, store.heldout, _nats_per_byte(store), prefix)
-        if "positions" in self.needs and prefix is not None:
-            if self._student_surfaces is None:
-                self._student_surfaces = vocabulary_surfaces(student, "student")
-            teacher = vocabulary_surfaces(tokenizer, name)
-            copy.positions = PositionTargets(teacher, self._student_surfaces, prefix)
+        copy.positions = positions
         return copy
+
+    def _maps_of(self, name: str, tokenizer: Any, student: Any) -> TeacherMaps:
+        """Teacher ``name``'s MinED map, and its prefix map and position targets where
+        ``needs`` reads them."""
+        mined = mined_map(tokenizer, student, name, "student").student_ids.astype(np.int64)
+        if not self.needs & {"prefix", "positions"}:
+            return mined, None, None
+        prefix = prefix_map(tokenizer, student, mined, name)
+        if "positions" not in self.needs:
+            return mined, prefix, None
+        if self._student_surfaces is None:
+            self._student_surfaces = vocabulary_surfaces(student, "student")
+        teacher = vocabulary_surfaces(tokenizer, name)
+        return mined, prefix, PositionTargets(teacher, self._student_surfaces, prefix)
 
     def batch(self, index: int) -> CausalBatch:
         slots = []
