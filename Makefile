@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge experiment-merge-gpu clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge experiment-merge-text experiment-merge-gpu clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,11 @@ experiment-pruned: $(STAMP)
 
 experiment-merge: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py merge
+
+# the merge with 100 more French and Spanish documents Gemma writes
+# (experiments/results/merge_text.json)
+experiment-merge-text: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py merge-text
 
 # the merge at ten times the data and steps, teachers and students on a CUDA device
 # (experiments/results/merge_x10.json)

@@ -30,6 +30,8 @@ from lmalgebra.distill.run.store_check import examples_problems, missing_set
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
+WRITTEN = "written"  # an example id's mark between language and hash: a teacher wrote it
+
 
 @dataclass(frozen=True)
 class Example:
@@ -46,8 +48,12 @@ def is_heldout(identifier: str, fraction: float) -> bool:
     return unit_hash(identifier, "heldout") < fraction
 
 
-def language_examples(recipe: MergeRecipe, language: str) -> list[Example]:
-    """The language's examples in corpus order (first occurrence of each distinct text)."""
+def language_examples(
+    recipe: MergeRecipe, language: str, written: Sequence[str] = ()
+) -> list[Example]:
+    """The language's examples in corpus order (first occurrence of each distinct text), then
+    those of ``written`` (text a teacher wrote: ``distill.causal.teacher_text``), which are
+    training examples only."""
     spec = recipe.languages[language]
     seen: set[str] = set()
     out = []
@@ -65,7 +71,28 @@ def language_examples(recipe: MergeRecipe, language: str) -> list[Example]:
         raise UserInputError(
             f"language {language!r}: no training example left after the held-out split"
         )
+    for text in written:
+        identifier = written_id(language, text.strip())
+        if text.strip() and identifier not in seen:
+            seen.add(identifier)
+            out.append(Example(identifier, recipe.example_text(text.strip()), False))
     return out
+
+
+def heldout_ids(recipe: MergeRecipe, language: str) -> set[str]:
+    """The ids of the language's held-out examples, from its corpus."""
+    return {e.id for e in language_examples(recipe, language) if e.heldout}
+
+
+def written_id(language: str, text: str) -> str:
+    """The id of an example a teacher wrote: ``<language>-written-<first 16 hex of sha256>``
+    (``student_data.validation_rows`` draws no validation example from these)."""
+    return f"{language}-{WRITTEN}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def is_written(identifier: str, language: str) -> bool:
+    """Whether ``identifier`` (an example of ``language``) is text a teacher wrote."""
+    return str(identifier).startswith(f"{language}-{WRITTEN}-")
 
 
 def training_examples(
@@ -93,18 +120,22 @@ def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
         "shard_rows": recipe.shard_rows,
     }
     key.update(recipe.example_cut())  # a causal recipe's examples are cut by text
+    written = recipe.written_text(lang)
+    if written is not None:  # what its teacher text is made from (the text: its own set)
+        key["teacher_text"] = written.model_dump(mode="json")
     return ShardSet(RunLayout(recipe.output_dir).examples(lang), key)
 
 
-def write_examples(recipe: MergeRecipe, lang: str) -> pa.Table:
-    """The language's examples (``id``, ``text``, ``heldout``), written once, then read back.
+def write_examples(recipe: MergeRecipe, lang: str, written: Sequence[str] = ()) -> pa.Table:
+    """The language's examples (``id``, ``text``, ``heldout``), written once, then read back;
+    ``written``: text a teacher wrote for it (``language_examples``).
 
     Examples already written are kept only while the corpus still gives the very same ones (ids,
     texts, held-out flags): a corpus edited since is refused, naming it, and the run is left as
     it was (everything downstream was computed from the stored examples). A set whose manifest's
     counts disagree with its shards (``store_check.examples_problems``) is written again."""
     shards = examples_set(recipe, lang)
-    found = language_examples(recipe, lang)
+    found = language_examples(recipe, lang, written)
     if shards.intact() and not examples_problems(shards):  # miscounted: written again
         stored = pa.concat_tables(shards.tables(verify=False))
         _check_same_examples(recipe, lang, stored, found)
@@ -134,6 +165,8 @@ def _check_same_examples(
     before = set(columns[0])
     changed = len(before.symmetric_difference(e.id for e in found))
     paths = ", ".join(recipe.languages[lang].corpus.paths)
+    if recipe.written_text(lang) is not None:
+        paths += f", and the text teacher_text.{lang} wrote"
     raise UserInputError(
         f"language {lang!r}: its corpus ({paths}) has changed since this run drew its examples "
         f"from it ({stored.num_rows} stored, {len(found)} now, {changed} differ), and the "

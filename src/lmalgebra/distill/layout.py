@@ -4,6 +4,7 @@ A run directory (the recipe's ``output_dir``)::
 
     recipe.yaml                          the recipe as validated (every stage writes it first)
     .hashes/                             memoised hashes of the teachers' weight files
+    teacher_text/<lang>/shard-*          causal: text a teacher wrote (teacher_text) (prepare)
     examples/<lang>/shard-*              id, text, heldout                        (prepare)
     masked/<lang>/<teacher>/shard-*      masked: each teacher's masked copies      (prepare)
     topk/<lang>/<teacher>/shard-*        masked: top-k log-probabilities, loss     (teach)
@@ -50,7 +51,15 @@ TOPK = "topk"
 VOCAB = "vocab"
 TOKENS = "tokens"
 LOGPROBS = "logprobs"
-SHARD_SETS = (EXAMPLES, MASKED, TOPK, TOKENS, LOGPROBS)  # the parts that are shard sets
+TEACHER_TEXT = "teacher_text"
+SHARD_SETS = (
+    TEACHER_TEXT,
+    EXAMPLES,
+    MASKED,
+    TOPK,
+    TOKENS,
+    LOGPROBS,
+)  # the parts that are shard sets
 MODEL = "model"
 CHECKPOINTS = "checkpoints"
 EVALUATION = "evaluation"
@@ -68,7 +77,18 @@ CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
 _STUDENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 # the names of what the stages write at the top of a run: no student may take one
-RESERVED = (RECIPE, EXAMPLES, MASKED, TOPK, VOCAB, TOKENS, LOGPROBS, EVALUATION, SELECTION)
+RESERVED = (
+    RECIPE,
+    TEACHER_TEXT,
+    EXAMPLES,
+    MASKED,
+    TOPK,
+    VOCAB,
+    TOKENS,
+    LOGPROBS,
+    EVALUATION,
+    SELECTION,
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +107,10 @@ class RunLayout:
 
     def examples(self, lang: str) -> Path:
         return self.root / EXAMPLES / lang
+
+    def teacher_text(self, lang: str) -> Path:
+        """The text a teacher wrote for ``lang`` (a causal recipe's ``teacher_text``)."""
+        return self.root / TEACHER_TEXT / lang
 
     def store(self, part: str, lang: str, teacher: str) -> Path:
         """A (language, teacher) shard set of ``part``: masked, topk, tokens or logprobs."""

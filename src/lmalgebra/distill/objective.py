@@ -239,9 +239,14 @@ class Objective(ABC):
         self.layout.root.mkdir(parents=True, exist_ok=True)
         self.record_recipe()
         for lang in self.recipe.languages:
-            examples = write_examples(self.recipe, lang)
+            examples = write_examples(self.recipe, lang, self.written(lang, teachers, progress))
             for name in self.recipe.languages[lang].teachers:
                 self.write_copy(lang, teachers[name], examples, progress)
+
+    def written(self, lang: str, teachers: dict[str, Teacher], progress: bool) -> list[str]:
+        """Text a teacher writes for ``lang``, which joins its training examples (none: the
+        causal objective's ``teacher_text``)."""
+        return []
 
     @holding_lock("merge teach", run_dir, RUN_SCRATCH)
     def teach(

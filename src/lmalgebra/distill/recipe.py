@@ -131,6 +131,42 @@ class CausalSpec(Settings):
         return self
 
 
+class TeacherTextSpec(Settings):
+    """Text a teacher writes for a language (sequence-level distillation, Kim & Rush 2016): the
+    teacher continues the beginning of each prompt document, sampled; what it writes joins the
+    language's training examples, never its held-out or validation ones
+    (``distill.causal.teacher_text``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    teacher: str = Field(description="The teacher that writes (a key of `teachers`).")
+    prompts: CorpusSpec = Field(
+        description="Documents whose beginnings prompt the teacher, one text per prompt: text "
+        "the run holds out none of (a document that is a held-out example of the language is "
+        "refused)."
+    )
+    documents: int = Field(ge=1, le=1_000_000, description="How many texts the teacher writes.")
+    prompt_chars: int = Field(
+        default=40,
+        ge=1,
+        description="A prompt is its document's first prompt_chars characters, cut back to the "
+        "last space within them (where there is one).",
+    )
+    new_tokens: int = Field(default=64, ge=1, le=8192, description="Tokens written per prompt.")
+    temperature: float = Field(default=1.0, gt=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(
+        default=1.0, gt=0, le=1, description="Nucleus sampling's mass (1: the whole distribution)."
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the sampling.")
+    batch_size: int = Field(
+        default=16,
+        ge=1,
+        le=4096,
+        description="Prompts per generation batch and per stored shard (each shard is drawn "
+        "from a seed of its own, so a stopped run writes the same text when run again).",
+    )
+
+
 def cut_text(text: str, max_bytes: int) -> str:
     """``text``'s longest prefix of at most ``max_bytes`` UTF-8 bytes ending between characters."""
     data = text.encode("utf-8")
@@ -262,6 +298,10 @@ class MergeRecipe(Settings):
         """What the examples' store key records of how examples are cut (nothing: whole)."""
         return {}
 
+    def written_text(self, lang: str) -> TeacherTextSpec | None:
+        """The text a teacher writes for language ``lang`` (``teacher_text``), or None."""
+        return None
+
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> MergeRecipe:
         """On ``MergeRecipe``: the ``MaskedRecipe`` or ``CausalRecipe`` ``obj``'s ``objective``
@@ -308,12 +348,31 @@ class CausalRecipe(MergeRecipe):
     training: CausalTrainingSpec = Field(
         default_factory=CausalTrainingSpec, description="Student training."
     )
+    teacher_text: dict[str, TeacherTextSpec] = Field(
+        default_factory=dict,
+        description="Language -> text a teacher writes for it, added to its training examples "
+        "(sequence-level distillation); none by default.",
+    )
 
     @model_validator(mode="after")
     def _check_tokenizer(self) -> CausalRecipe:
         if self.student.tokenizer is not None:
             parse_student_tokenizer(self.student.tokenizer, self.teachers)
+        for lang, spec in self.teacher_text.items():
+            if lang not in self.languages:
+                raise UserInputError(
+                    f"teacher_text names language {lang!r}, which is not under `languages` "
+                    f"(languages: {', '.join(self.languages)})"
+                )
+            if spec.teacher not in self.languages[lang].teachers:
+                raise UserInputError(
+                    f"teacher_text.{lang}.teacher {spec.teacher!r} is not a teacher of language "
+                    f"{lang!r} (its teachers: {', '.join(self.languages[lang].teachers)})"
+                )
         return self
+
+    def written_text(self, lang: str) -> TeacherTextSpec | None:
+        return self.teacher_text.get(lang)
 
     def example_text(self, text: str) -> str:
         """The document's first ``causal.example_bytes`` UTF-8 bytes (at a character boundary):

@@ -32,6 +32,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.store import CausalStore, load_causal_store
+from lmalgebra.distill.examples import is_written
 from lmalgebra.distill.sampling import SampledLanguages, language_pool
 from lmalgebra.distill.vocab.byte_alignment import (
     ByteTokens,
@@ -255,13 +256,15 @@ def validation_rows(
     example_ids: Any, heldout: np.ndarray, fraction: float, lang: str
 ) -> np.ndarray:
     """``(rows,) bool``: the ``round(fraction * n)`` (at least one) of a language's ``n``
-    training rows (not ``heldout``) whose ``sha256(lang/example_id)`` is smallest, so that every
-    student of a run, whatever its seed or teachers, validates on the same examples and none of
-    them is an example held out for evaluation. None kept where ``fraction`` is 0."""
+    training rows (not ``heldout``, nor text a teacher wrote: ``examples.is_written``) whose
+    ``sha256(lang/example_id)`` is smallest, so that every student of a run, whatever its seed
+    or teachers, validates on the same examples and none of them is an example held out for
+    evaluation. None kept where ``fraction`` is 0."""
     kept = np.zeros(len(heldout), dtype=bool)
     if fraction <= 0:
         return kept
-    train = np.flatnonzero(~heldout)
+    written = np.array([is_written(i, lang) for i in example_ids], dtype=bool)
+    train = np.flatnonzero(~heldout & ~written)  # a teacher's text never validates
     count = validation_count(len(train), fraction, lang)
     digests = [hashlib.sha256(f"{lang}/{example_ids[r]}".encode()).digest() for r in train]
     kept[train[sorted(range(len(train)), key=digests.__getitem__)[:count]]] = True

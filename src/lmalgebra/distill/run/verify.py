@@ -54,7 +54,9 @@ def missing_parts(
     missing although the run holds something made after that stage, in stage order."""
     copy, outputs = store_parts
     pairs = [(lang, t) for lang, spec in recipe.languages.items() for t in spec.teachers]
+    written = [lang for lang in recipe.languages if recipe.written_text(lang) is not None]
     stages = [
+        ("prepare", [layout.teacher_text(lang) for lang in written]),
         ("prepare", [layout.examples(lang) for lang in recipe.languages]),
         ("prepare", [layout.store(copy, lang, t) for lang, t in pairs]),
         ("teach", [layout.store(outputs, lang, t) for lang, t in pairs]),

@@ -1,0 +1,166 @@
+"""Text a teacher writes (sequence-level distillation, Kim & Rush 2016), for the languages of a
+causal recipe's ``teacher_text``: the teacher continues the beginning of each prompt document,
+sampled, and what it writes (the prompt and its continuation) joins the language's training
+examples. Every teacher of the language is then taught on it as on the real text.
+
+What it writes is never a held-out example (the test text is the corpus's alone) nor a
+validation one (``student_data.validation_rows`` draws from the corpus's examples): its examples'
+ids are ``<language>-written-<hash>``. A prompt document that is one of the language's held-out
+examples is refused, so no student reads the beginning of its own test text.
+
+Stored per language as a shard set (``teacher_text/<lang>/``: ``prompt``, ``text``), keyed by the
+settings, the prompts and the teacher's weights and tokenizer; shard ``i`` holds the texts of
+prompts ``i * batch_size ...`` and is drawn from a seed of its own, so a run stopped part-way
+writes the same text (on the same machine) when run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
+from lmalgebra.core.precision import compute_context
+from lmalgebra.core.progress import progress_bar
+from lmalgebra.distill.examples import example_id
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.recipe import CausalRecipe, TeacherTextSpec
+from lmalgebra.distill.teachers import Teacher, dtype_key, load_lm
+from lmalgebra.sources.corpus import read_documents
+from lmalgebra.storage.shard_set import ShardSet
+
+
+def prompt_of(document: str, chars: int) -> str:
+    """The document's first ``chars`` characters, cut back to the last space within them
+    (where there is one), without surrounding space."""
+    head = document.strip()[:chars]
+    cut = head.rsplit(" ", 1)[0] if " " in head.strip() else head
+    return cut.strip()
+
+
+def prompts_of(recipe: CausalRecipe, lang: str, heldout_ids: set[str]) -> list[str]:
+    """The prompts of ``lang``'s teacher text: the first ``documents`` prompt documents,
+    cut (``prompt_of``). Refused, naming the file, when there are fewer, and when one of them is
+    a held-out example of the language (its id in ``heldout_ids``)."""
+    spec = recipe.teacher_text[lang]
+    documents = [d.strip() for d in read_documents(spec.prompts)]
+    documents = [d for d in documents if d]
+    where = f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)})"
+    if len(documents) < spec.documents:
+        raise UserInputError(
+            f"{where} has {len(documents)} documents, fewer than teacher_text.{lang}.documents "
+            f"{spec.documents}: give more prompt text or ask for fewer documents"
+        )
+    documents = documents[: spec.documents]
+    for number, document in enumerate(documents, 1):
+        if example_id(lang, document) in heldout_ids:
+            raise UserInputError(
+                f"{where}: document {number} is a held-out example of language {lang!r}, and "
+                "the students would train on the beginning of their test text: prompt from "
+                "text the run does not hold out"
+            )
+    return [prompt_of(d, spec.prompt_chars) for d in documents]
+
+
+def teacher_text_set(
+    recipe: CausalRecipe, lang: str, teacher: Teacher, prompts: list[str], dtype: str
+) -> ShardSet:
+    """The shard set of ``lang``'s teacher text, keyed by everything that changes it."""
+    spec = recipe.teacher_text[lang]
+    key = {
+        "stage": "teacher_text",
+        "rules": "prompt+continuation/seed-per-shard",  # bump when these rules change
+        "language": lang,
+        "settings": spec.model_dump(mode="json", exclude={"prompts"}),
+        "prompts": sha256_texts(prompts),
+        "weights": teacher.hashes["weights"],
+        "tokenizer": teacher.hashes["tokenizer"],
+        **dtype_key(dtype),
+    }
+    return ShardSet(RunLayout(recipe.output_dir).teacher_text(lang), key)
+
+
+def write_teacher_text(
+    recipe: CausalRecipe,
+    lang: str,
+    teacher: Teacher,
+    heldout_ids: set[str],
+    setup: tuple[torch.device, torch.dtype],
+    progress: bool,
+) -> list[str]:
+    """``lang``'s teacher text, written shard by shard (those a stopped run wrote are kept) on
+    ``setup``'s device and in its dtype, then read back in prompt order."""
+    from lmalgebra.core.precision import dtype_name
+
+    spec = recipe.teacher_text[lang]
+    prompts = prompts_of(recipe, lang, heldout_ids)
+    device, compute = setup
+    shards = teacher_text_set(recipe, lang, teacher, prompts, dtype_name(compute))
+    starts = range(0, len(prompts), spec.batch_size)
+    todo = set(shards.plan(len(starts), shared=False))
+    if not shards.complete:
+        model: Any = None
+        label = f"write {lang}/{teacher.name}"
+        with progress_bar(label, len(starts), progress) as advance:
+            for index, start in enumerate(starts):
+                if index in todo:
+                    if model is None:
+                        ref = recipe.teachers[teacher.name].ref(teacher.name)
+                        model = load_lm(ref, teacher.directory, "causal").to(device)
+                    batch = prompts[start : start + spec.batch_size]
+                    seed = shard_seed(spec, lang, index)
+                    texts = generate(model, teacher.tokenizer, batch, spec, seed, compute)
+                    shards.write(index, pa.table({"prompt": batch, "text": texts}))
+                advance(1)
+        shards.finish(documents=len(prompts), teacher=teacher.name)
+    return [t for table in shards.tables() for t in table.column("text").to_pylist()]
+
+
+def shard_seed(spec: TeacherTextSpec, lang: str, index: int) -> int:
+    """The sampling seed of shard ``index`` of ``lang``'s teacher text."""
+    digest = hashlib.sha256(f"{spec.seed}/{lang}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[str],
+    spec: TeacherTextSpec,
+    seed: int,
+    compute: torch.dtype,
+) -> list[str]:
+    """Each prompt with the continuation ``model`` samples after it (``spec.new_tokens`` tokens
+    at most, at ``spec.temperature`` and ``spec.top_p``, no top-k), decoded without special
+    tokens, stripped. Every sampling setting is given here: nothing of the model's own
+    ``generation_config.json`` changes what is drawn."""
+    from transformers import GenerationConfig
+
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"  # continuations start where every prompt ends
+    try:
+        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=spec.temperature,
+        top_k=0,
+        top_p=spec.top_p,
+        max_new_tokens=spec.new_tokens,
+        pad_token_id=pad,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)  # the caller's random state is left as it was
+        with compute_context(device, compute):
+            ids = model.generate(**batch.to(device), generation_config=config)
+    return [t.strip() for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]

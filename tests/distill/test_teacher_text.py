@@ -1,0 +1,189 @@
+"""Text a teacher writes (``teacher_text``, sequence-level distillation): it joins a language's
+training examples and nothing else, its continuations are the teacher's (a naive greedy decoder
+agrees at a temperature near zero), a stopped run writes the same text again, and what prepare
+would refuse the dry run refuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+import yaml
+
+from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill import pipeline as stages
+from lmalgebra.distill.causal.student_data import validation_rows
+from lmalgebra.distill.causal.teacher_text import generate, prompt_of
+from lmalgebra.distill.examples import example_id, is_written, language_examples
+from lmalgebra.distill.layout import RunLayout
+from lmalgebra.distill.recipe import TeacherTextSpec, load_recipe
+from lmalgebra.distill.run.verify import verify_run
+from lmalgebra.distill.teachers import load_lm
+from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.shard_set import ShardSet
+from tiny import documents
+
+TEXT = {"teacher": "bl", "documents": 10, "new_tokens": 6, "batch_size": 4, "prompt_chars": 30}
+
+
+def _recipe(root: Path, teachers: dict[str, Path], **text: Any) -> Path:
+    prompts = root / "prompts.txt"
+    prompts.write_text("\n".join(documents(14, seed=77)) + "\n", encoding="utf-8")
+    spec = {**TEXT, "prompts": {"paths": [str(prompts)]}, **text}
+    return write_causal_recipe(root, teachers, student=CAUSAL_STUDENT, teacher_text={"xx": spec})
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
+    root = tmp_path_factory.mktemp("teacher-text")
+    path = _recipe(root, causal_teacher_dirs)
+    stages.prepare(load_recipe(path), progress=False)
+    return path
+
+
+def _stored(recipe_path: Path, part: str) -> pa.Table:
+    recipe = load_recipe(recipe_path)
+    layout = RunLayout(recipe.output_dir)
+    directory = layout.examples("xx") if part == "examples" else layout.teacher_text("xx")
+    return pa.concat_tables(ShardSet.existing(directory).tables())
+
+
+def test_written_text_joins_the_training_examples_alone(prepared: Path, tmp_path: Path) -> None:
+    recipe = load_recipe(prepared)
+    written = _stored(prepared, "teacher_text")
+    assert written.num_rows == 10
+    prompts, texts = (written.column(c).to_pylist() for c in ("prompt", "text"))
+    for prompt, text in zip(prompts, texts, strict=True):
+        assert text.startswith(prompt) and len(text) > len(prompt)
+    table = _stored(prepared, "examples")
+    ids = table.column("id").to_pylist()
+    mine = [is_written(i, "xx") for i in ids]
+    assert sum(mine) == len(set(written.column("text").to_pylist()))
+    heldout = table.column("heldout").to_numpy(zero_copy_only=False)
+    assert not heldout[mine].any()  # never the test text
+    # the corpus's own examples, held-out split included, are those of a run without it
+    plain = recipe.model_copy(update={"teacher_text": {}})
+    corpus = [(e.id, e.text, e.heldout) for e in language_examples(plain, "xx")]
+    rows = zip(ids, table.column("text").to_pylist(), heldout.tolist(), strict=True)
+    assert [r for r, m in zip(rows, mine, strict=True) if not m] == corpus
+    # validation draws the same corpus examples as without it, and none the teacher wrote
+    kept = validation_rows(np.array(ids), heldout, 0.2, "xx")
+    alone = validation_rows(
+        np.array([i for i, _, _ in corpus]), heldout[~np.array(mine)], 0.2, "xx"
+    )
+    assert not kept[mine].any()
+    assert kept[~np.array(mine)].tolist() == alone.tolist()
+    # the teachers' store holds the written examples as any other
+    stages.teach(recipe, progress=False)
+    assert verify_run(recipe.output_dir, ("tokens", "logprobs"), False) == []
+
+
+def test_a_stopped_run_writes_the_same_text_again(prepared: Path) -> None:
+    recipe = load_recipe(prepared)
+    before = _stored(prepared, "teacher_text").column("text").to_pylist()
+    shards = ShardSet.existing(RunLayout(recipe.output_dir).teacher_text("xx"))
+    shards.path(1).unlink()  # stopped before its second shard was (re)written
+    assert any(
+        "teacher_text" in p for p in verify_run(recipe.output_dir, ("tokens", "logprobs"), False)
+    )
+    stages.prepare(recipe, progress=False)  # the examples it drew are those of the text again
+    assert _stored(prepared, "teacher_text").column("text").to_pylist() == before
+
+
+def test_continuations_are_the_teachers_own(causal_teacher_dirs) -> None:
+    """At a temperature near zero, sampling is the teacher's argmax: a naive decoder feeding
+    each prompt alone, one token at a time, writes the same text (left padding changes
+    nothing)."""
+    directory = causal_teacher_dirs["bl"]
+    model = load_lm(ModelRef(name="bl", path=str(directory)), directory, "causal")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    prompts = ["the cat sat", "a much longer prompt than the first one is", "x"]
+    spec = TeacherTextSpec.model_validate(
+        {
+            "teacher": "bl",
+            "prompts": {"paths": ["-"]},
+            "documents": 3,
+            "new_tokens": 5,
+            "temperature": 1e-4,
+        }
+    )
+    got = generate(model, tokenizer, prompts, spec, seed=1, compute=torch.float32)
+    for prompt, text in zip(prompts, got, strict=True):
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        for _ in range(5):
+            with torch.no_grad():
+                nxt = model(input_ids=ids).logits[0, -1].argmax()
+            if nxt.item() == tokenizer.eos_token_id:
+                break
+            ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
+        assert text == tokenizer.decode(ids[0], skip_special_tokens=True).strip()
+    # at temperature 1 the seed changes what is drawn
+    hot = spec.model_copy(update={"temperature": 1.0, "new_tokens": 12})
+    draws = {
+        tuple(generate(model, tokenizer, prompts, hot, seed=s, compute=torch.float32))
+        for s in range(4)
+    }
+    assert len(draws) > 1
+
+
+def test_prompts_are_cut_at_a_word() -> None:
+    assert prompt_of("  la maison est grande et belle", 14) == "la maison est"
+    assert prompt_of("Donaudampfschifffahrt", 6) == "Donaud"
+
+
+@pytest.mark.parametrize(
+    "change, culprit",
+    [
+        ({"documents": 20}, "has 14 documents, fewer than teacher_text.xx.documents 20"),
+        ({"teacher": "wp"}, "teacher_text.xx.teacher 'wp' is not a teacher of language 'xx'"),
+    ],
+)
+def test_bad_teacher_text_is_refused_by_name(
+    tmp_path: Path, causal_teacher_dirs, change: dict[str, Any], culprit: str
+) -> None:
+    with pytest.raises(UserInputError, match=culprit.replace("(", r"\(")):
+        recipe = load_recipe(_recipe(tmp_path, causal_teacher_dirs, **change))
+        stages.objective_of(recipe).plan(recipe.training)  # the dry run refuses it first
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_prompt_from_the_test_text_is_refused(tmp_path: Path, causal_teacher_dirs) -> None:
+    path = _recipe(tmp_path, causal_teacher_dirs)
+    recipe = load_recipe(path)
+    held_ids = {e.id for e in language_examples(recipe, "xx") if e.heldout}
+    corpus = (tmp_path / "xx.txt").read_text(encoding="utf-8").splitlines()
+    held = [d for d in corpus if example_id("xx", d.strip()) in held_ids]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(documents(14, seed=77)[:12] + held[:1]) + "\n", encoding="utf-8")
+    data = yaml.safe_load(path.read_text())
+    data["teacher_text"]["xx"]["documents"] = 13
+    path.write_text(yaml.safe_dump(data))
+    recipe = load_recipe(path)
+    for stage in (
+        lambda: stages.objective_of(recipe).plan(recipe.training),
+        lambda: stages.prepare(recipe, progress=False),
+    ):
+        with pytest.raises(
+            UserInputError, match="document 13 is a held-out example of language 'xx'"
+        ):
+            stage()
+    assert not RunLayout(recipe.output_dir).teacher_text("xx").exists()
+
+
+def test_a_masked_recipe_has_no_teacher_text(tmp_path: Path) -> None:
+    from lmalgebra.distill.recipe import parse_recipe
+
+    data = {
+        "languages": {"xx": {"corpus": {"paths": ["x.txt"]}, "teachers": ["t"]}},
+        "teachers": {"t": {"path": "t"}},
+        "teacher_text": {},
+    }
+    with pytest.raises(UserInputError, match="teacher_text"):
+        parse_recipe(data, "recipe.yaml")
