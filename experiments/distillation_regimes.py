@@ -306,7 +306,7 @@ def summarise(rows: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
     RDT against both teachers; and the regime's targets."""
     table = variants_table(rows, plan.variants, plan.seeds)
     merged = plan.regime in MERGES
-    twin = "CE only on the same text, Gemma's included" if plan.teacher_text else "CE only"
+    twin = "CE only on the same text (Gemma's included)" if plan.teacher_text else "CE only"
     table["targets"] = merge_targets(table, twin) if merged else twin_targets(table, plan)
     if plan.teacher_text:  # the twin read Gemma's text too: also against CE on the real text
         table["targets"] |= real_text_targets(table, plan)

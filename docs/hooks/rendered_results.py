@@ -124,9 +124,11 @@ def merge_readme(result: dict[str, Any]) -> str:
     table, plan = result["table"], result["plan"]
     seeds = ", ".join(str(s) for s in plan["seeds"])
     teachers = table["teacher_bits"]
+    written = plan.get("teacher_text", 0)
+    text = f" and {written} documents Gemma wrote for fr and for es" if written else ""
     rows = [
         f"Student: the whole SmolLM2-135M; {plan['docs_per_language']} leads per language "
-        f"({plan['heldout_fraction']:.0%} held out), up to {plan['steps']} steps of "
+        f"({plan['heldout_fraction']:.0%} held out){text}, up to {plan['steps']} steps of "
         f"{plan['batch_size']} examples, each student at its best validation checkpoint; seeds "
         f"{seeds}; commit {result['commit']}, {result['date']}, {result['machine']}, "
         f"{result.get('precision', 'float32')}. Held-out bits per byte:",
@@ -141,7 +143,8 @@ def merge_readme(result: dict[str, Any]) -> str:
         cells = _bits(row)
         closed = ", ".join(f"{100 * row['gap_closed'][x]:.1f}%" for x in ("fr", "es"))
         rdt = f"{row['rdt']['average']:.1f}%"
-        rows.append(f"| {MERGE_NAMES.get(name, name)} | {cells} | {closed} | {rdt} |")
+        named = MERGE_NAMES.get(name, name) + (", real + Gemma's text" if written else "")
+        rows.append(f"| {named} | {cells} | {closed} | {rdt} |")
     return "\n".join([*rows, "", *_targets(table)]) + "\n"
 
 

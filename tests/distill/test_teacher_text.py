@@ -187,3 +187,14 @@ def test_a_masked_recipe_has_no_teacher_text(tmp_path: Path) -> None:
     }
     with pytest.raises(UserInputError, match="teacher_text"):
         parse_recipe(data, "recipe.yaml")
+
+
+def test_a_prompt_past_the_teachers_positions_is_refused(
+    tmp_path: Path, causal_teacher_dirs
+) -> None:
+    recipe = load_recipe(_recipe(tmp_path, causal_teacher_dirs, new_tokens=250, prompt_chars=400))
+    with pytest.raises(
+        UserInputError, match=r"teacher_text.xx: prompt 1 is \d+ tokens of teacher 'bl'"
+    ):
+        stages.prepare(recipe, progress=False)
+    assert not list((tmp_path / "run" / "teacher_text").glob("*/shard-*"))

@@ -26,10 +26,11 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.precision import compute_context
 from lmalgebra.core.progress import progress_bar
+from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import example_id
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import CausalRecipe, TeacherTextSpec
-from lmalgebra.distill.teachers import Teacher, dtype_key, load_lm
+from lmalgebra.distill.teachers import Teacher, dtype_key, load_lm, max_positions
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -100,6 +101,7 @@ def write_teacher_text(
     prompts = prompts_of(recipe, lang, heldout_ids)
     device, compute = setup
     shards = teacher_text_set(recipe, lang, teacher, prompts, dtype_name(compute))
+    refuse_too_long(recipe, lang, teacher, prompts)
     starts = range(0, len(prompts), spec.batch_size)
     todo = set(shards.plan(len(starts), shared=False))
     if not shards.complete:
@@ -118,6 +120,23 @@ def write_teacher_text(
                 advance(1)
         shards.finish(documents=len(prompts), teacher=teacher.name)
     return [t for table in shards.tables() for t in table.column("text").to_pylist()]
+
+
+def refuse_too_long(recipe: CausalRecipe, lang: str, teacher: Teacher, prompts: list[str]) -> None:
+    """Refuse a prompt whose tokens and the ``new_tokens`` after it pass the positions the
+    teacher reads, naming the prompt's document."""
+    limit = max_positions(teacher.directory)
+    if limit is None:
+        return
+    spec = recipe.teacher_text[lang]
+    for number, prompt in enumerate(prompts, 1):
+        length = len(teacher.tokenizer(prompt)["input_ids"])
+        if length + spec.new_tokens > limit:
+            raise UserInputError(
+                f"teacher_text.{lang}: prompt {number} is {length} tokens of teacher "
+                f"{teacher.name!r}, and with new_tokens {spec.new_tokens} passes the "
+                f"{limit} positions it reads: lower prompt_chars or new_tokens"
+            )
 
 
 def shard_seed(spec: TeacherTextSpec, lang: str, index: int) -> int:
@@ -141,13 +160,13 @@ def generate(
     ``generation_config.json`` changes what is drawn."""
     from transformers import GenerationConfig
 
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"  # continuations start where every prompt ends
-    try:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True)
-    finally:
-        tokenizer.padding_side = side
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    encoded = [tokenizer(p)["input_ids"] for p in prompts]
+    start = start_token_id(tokenizer)  # a causal teacher has one (``teacher_tokenizer``)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
+    width = max(len(ids) for ids in encoded)
+    # padded on the left, masked: every continuation starts where its prompt ends
+    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
     config = GenerationConfig(
         do_sample=True,
         temperature=spec.temperature,
@@ -162,5 +181,7 @@ def generate(
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)  # the caller's random state is left as it was
         with compute_context(device, compute):
-            ids = model.generate(**batch.to(device), generation_config=config)
-    return [t.strip() for t in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+            out = model.generate(
+                input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config
+            )
+    return [t.strip() for t in tokenizer.batch_decode(out, skip_special_tokens=True)]
