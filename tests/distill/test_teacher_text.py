@@ -198,3 +198,20 @@ def test_a_prompt_past_the_teachers_positions_is_refused(
     ):
         stages.prepare(recipe, progress=False)
     assert not list((tmp_path / "run" / "teacher_text").glob("*/shard-*"))
+
+
+@pytest.mark.parametrize("section", ["teacher_text", "training"])
+def test_a_temperature_whose_softmax_overflows_is_refused(
+    tmp_path: Path, causal_teacher_dirs, section: str
+) -> None:
+    """Logits divided by 1e-40 overflow float32: sampling had stopped on a NaN probability
+    (a traceback), training on a NaN loss blamed on the learning rate."""
+    if section == "teacher_text":
+        path = _recipe(tmp_path, causal_teacher_dirs, temperature=1e-40)
+    else:
+        path = write_causal_recipe(
+            tmp_path, causal_teacher_dirs, student=CAUSAL_STUDENT, training={"temperature": 1e-40}
+        )
+    key = "teacher_text.xx.temperature" if section == "teacher_text" else "training.temperature"
+    with pytest.raises(UserInputError, match=rf"key '{key}': .*greater than or equal to 0.0001"):
+        load_recipe(path)

@@ -31,7 +31,7 @@ from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, Mode
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
+from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
 MIN_EXAMPLE_LENGTH = 8
@@ -153,7 +153,12 @@ class TeacherTextSpec(Settings):
         "last space within them (where there is one).",
     )
     new_tokens: int = Field(default=64, ge=1, le=8192, description="Tokens written per prompt.")
-    temperature: float = Field(default=1.0, gt=0, le=10, description="Sampling temperature.")
+    temperature: float = Field(
+        default=1.0,
+        ge=MIN_TEMPERATURE,
+        le=10,
+        description="Sampling temperature (1e-4 at least: the teacher's argmax).",
+    )
     top_p: float = Field(
         default=1.0, gt=0, le=1, description="Nucleus sampling's mass (1: the whole distribution)."
     )

@@ -14,6 +14,9 @@ from lmalgebra.train.schedules import LambdaSchedule
 
 # what weighs and shapes the distillation term: nothing of it is read without one
 KD_SETTINGS = ("lambda_schedule", "lambda_value", "temperature")
+# below it a softmax's logits divided by the temperature overflow float32 (inf, then NaN), and
+# the distribution is already its argmax
+MIN_TEMPERATURE = 1e-4
 
 
 class OptimisationSpec(Settings):
@@ -89,7 +92,11 @@ class TrainingSpec(OptimisationSpec):
         description="KD weight: constant, linear 1->0 (teacher annealing), cosine 1->0.",
     )
     lambda_value: float = Field(default=0.5, description="KD weight for the constant schedule.")
-    temperature: float = Field(default=1.0, gt=0, description="Softmax temperature of the KD term.")
+    temperature: float = Field(
+        default=1.0,
+        ge=MIN_TEMPERATURE,
+        description="Softmax temperature of the KD term (1e-4 at least: the teacher's argmax).",
+    )
     sampling_exponent: float = Field(
         default=0.7,
         ge=0,
