@@ -5,6 +5,7 @@ would refuse the dry run refuses."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +216,43 @@ def test_a_temperature_whose_softmax_overflows_is_refused(
     key = "teacher_text.xx.temperature" if section == "teacher_text" else "training.temperature"
     with pytest.raises(UserInputError, match=rf"key '{key}': .*greater than or equal to 0.0001"):
         load_recipe(path)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+def test_text_the_examples_hold_is_not_written_anew_from_other_inputs(
+    tmp_path: Path, causal_teacher_dirs
+) -> None:
+    """Prompts or a teacher changed after prepare: prepare had written the text anew, then
+    refused the examples, leaving a run whose text and examples disagree (and a changed teacher
+    trained students on its old text). Refused by name, the run left as it was."""
+    from safetensors.torch import load_file, save_file
+
+    path = _recipe(tmp_path, causal_teacher_dirs)
+    stages.prepare(load_recipe(path), progress=False)
+    directory = RunLayout(load_recipe(path).output_dir).teacher_text("xx")
+    before = _files(directory)
+    prompts = tmp_path / "prompts.txt"
+    kept = prompts.read_text(encoding="utf-8")
+    prompts.write_text("Changed " + kept, encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"teacher_text.xx: the prompts \(.*\) changed since"):
+        stages.prepare(load_recipe(path), progress=False)
+    assert _files(directory) == before
+    prompts.write_text(kept, encoding="utf-8")
+    teacher = tmp_path / "bl-edited"
+    shutil.copytree(causal_teacher_dirs["bl"], teacher)
+    weights = load_file(teacher / "model.safetensors")
+    name = next(k for k in weights if k.endswith("c_fc.weight"))
+    weights[name] = weights[name] * 1.5
+    save_file(weights, teacher / "model.safetensors", metadata={"format": "pt"})
+    data = yaml.safe_load(path.read_text())
+    data["teachers"]["bl"]["path"] = str(teacher)
+    path.write_text(yaml.safe_dump(data))
+    recipe = load_recipe(path)
+    with pytest.raises(UserInputError, match="the weights of teacher 'bl' changed since"):
+        stages.prepare(recipe, progress=False)
+    assert _files(directory) == before
+    with pytest.raises(UserInputError, match="written by teacher 'bl' before its weights changed"):
+        stages.objective_of(recipe).check_store()  # training and evaluation refuse it too

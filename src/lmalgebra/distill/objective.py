@@ -281,6 +281,8 @@ class Objective(ABC):
         of them, its outputs on those: ``store_check.count_problems``, as ``merge verify`` names
         them); the teachers, opened."""
         teachers = self.open_teachers()
+        for problem in self.stale_written(teachers):
+            raise UserInputError(problem)
         for accepted, stage in self.store_sets(teachers):
             check_set(accepted, stage)
         languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
@@ -297,6 +299,11 @@ class Objective(ABC):
         """A vocabulary built from other teachers than ``teachers`` (objectives that build one)."""
         return []
 
+    def stale_written(self, teachers: dict[str, Teacher]) -> list[str]:
+        """Text a teacher wrote for the examples before its weights or tokenizer changed
+        (objectives whose recipes have it: the causal ``teacher_text``)."""
+        return []
+
     def stale_store(self) -> list[str]:
         """What ``check_store`` refuses of the store that is there (``merge verify``): each set
         (and vocabulary) built from another recipe or other teachers, or the teachers that cannot
@@ -306,7 +313,9 @@ class Objective(ABC):
         except UserInputError as err:
             return [f"the store cannot be checked against its teachers: {err}"]
         stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
-        return [p for p in stale if p] + self.stale_vocabulary(teachers)
+        return (
+            self.stale_written(teachers) + [p for p in stale if p] + self.stale_vocabulary(teachers)
+        )
 
     def missing_input(self, stage: Stage) -> str | None:
         """How ``stage`` alone refuses the first output of an earlier stage it reads that is

@@ -90,6 +90,11 @@ class CausalObjective(Objective):
             "`merge vocab` applies to recipes with objective masked"
         )
 
+    def stale_written(self, teachers: dict[str, Teacher]) -> list[str]:
+        from lmalgebra.distill.causal.teacher_text import written_by_other
+
+        return written_by_other(self.recipe, teachers)
+
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         dtypes = accepted_dtypes(self.recipe)
         sets: list[tuple[list[ShardSet], str]] = []

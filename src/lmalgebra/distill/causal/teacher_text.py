@@ -27,10 +27,16 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.precision import compute_context
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.causal.teachers import start_token_id
-from lmalgebra.distill.examples import example_id
+from lmalgebra.distill.examples import example_id, examples_set
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import CausalRecipe, TeacherTextSpec
-from lmalgebra.distill.teachers import Teacher, dtype_key, load_lm, max_positions
+from lmalgebra.distill.teachers import (
+    Teacher,
+    accepted_dtypes,
+    dtype_key,
+    load_lm,
+    max_positions,
+)
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -100,8 +106,9 @@ def write_teacher_text(
     spec = recipe.teacher_text[lang]
     prompts = prompts_of(recipe, lang, heldout_ids)
     device, compute = setup
-    shards = teacher_text_set(recipe, lang, teacher, prompts, dtype_name(compute))
+    shards = written_set(recipe, lang, teacher, prompts, dtype_name(compute))
     refuse_too_long(recipe, lang, teacher, prompts)
+    refuse_other_text(recipe, lang, shards)
     starts = range(0, len(prompts), spec.batch_size)
     todo = set(shards.plan(len(starts), shared=False))
     if not shards.complete:
@@ -120,6 +127,71 @@ def write_teacher_text(
                 advance(1)
         shards.finish(documents=len(prompts), teacher=teacher.name)
     return [t for table in shards.tables() for t in table.column("text").to_pylist()]
+
+
+def written_set(
+    recipe: CausalRecipe, lang: str, teacher: Teacher, prompts: list[str], dtype: str
+) -> ShardSet:
+    """The set ``lang``'s teacher text is written to in ``dtype``, unless a complete one written
+    in another dtype the recipe's ``dtype`` accepts (``auto``: either) is there, which is kept
+    (as a teacher store is read)."""
+    for other in accepted_dtypes(recipe):
+        found = teacher_text_set(recipe, lang, teacher, prompts, other)
+        if other != dtype and found.complete:
+            return found
+    return teacher_text_set(recipe, lang, teacher, prompts, dtype)
+
+
+def refuse_other_text(recipe: CausalRecipe, lang: str, shards: ShardSet) -> None:
+    """Refuse to write ``lang``'s teacher text anew over text written from other prompts, by
+    another teacher or in another dtype while the run's examples, drawn from that text, are
+    there: the run is left as it was, as for an edited corpus (``examples.write_examples``)."""
+    before = ShardSet.existing(shards.directory)
+    if shards.complete or before.key is None or before.manifest_damaged:
+        return
+    if before.key == shards.key or not examples_set(recipe, lang).intact():
+        return  # the same text, or examples that are drawn again anyway
+    spec = recipe.teacher_text[lang]
+    fields = sorted(
+        f for f in set(before.key) | set(shards.key) if before.key.get(f) != shards.key.get(f)
+    )
+    raise UserInputError(
+        f"teacher_text.{lang}: {_inputs(spec, fields)} changed since the run's teacher wrote "
+        f"its text, and the run's examples in {examples_set(recipe, lang).directory} hold that "
+        "text (the store and students come from those): restore them, or give the recipe "
+        "another output_dir"
+    )
+
+
+def written_by_other(recipe: CausalRecipe, teachers: dict[str, Teacher]) -> list[str]:
+    """Each language's complete teacher text written by its teacher as it was before its
+    weights or tokenizer changed (``teachers``: as they are now), which the run's examples
+    hold: what training, evaluation and ``merge verify`` refuse, as ``merge prepare`` does."""
+    problems = []
+    for lang, spec in recipe.teacher_text.items():
+        found = ShardSet.existing(RunLayout(recipe.output_dir).teacher_text(lang))
+        hashes = teachers[spec.teacher].hashes
+        if not found.complete or not isinstance(found.key, dict):
+            continue
+        fields = [f for f in ("weights", "tokenizer") if found.key.get(f) != hashes[f]]
+        if fields:
+            problems.append(
+                f"{found.directory}: written by teacher {spec.teacher!r} before its "
+                f"{' and '.join(fields)} changed, and the run's examples hold that text: "
+                "restore the teacher, or give the recipe another output_dir"
+            )
+    return problems
+
+
+def _inputs(spec: TeacherTextSpec, fields: list[str]) -> str:
+    """What the teacher text's key ``fields`` stand for, as a user knows them."""
+    named = {
+        "prompts": f"the prompts ({', '.join(spec.prompts.paths)})",
+        "weights": f"the weights of teacher {spec.teacher!r}",
+        "tokenizer": f"the tokenizer of teacher {spec.teacher!r}",
+        "dtype": "the dtype",
+    }
+    return " and ".join(named.get(f, f) for f in fields)
 
 
 def refuse_too_long(recipe: CausalRecipe, lang: str, teacher: Teacher, prompts: list[str]) -> None:
