@@ -5,6 +5,7 @@ would refuse the dry run refuses."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -256,3 +257,26 @@ def test_text_the_examples_hold_is_not_written_anew_from_other_inputs(
     assert _files(directory) == before
     with pytest.raises(UserInputError, match="written by teacher 'bl' before its weights changed"):
         stages.objective_of(recipe).check_store()  # training and evaluation refuse it too
+
+
+def test_a_part_that_is_no_directory_is_named_before_training(
+    tmp_path: Path, causal_teacher_dirs
+) -> None:
+    """A FIFO or file where a set belongs had passed `merge verify` (only a missing one was
+    named), and examples gone had passed `merge train --dry-run` (training refused them)."""
+    recipe = load_recipe(_recipe(tmp_path, causal_teacher_dirs))
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    layout = RunLayout(recipe.output_dir)
+    shutil.rmtree(layout.teacher_text("xx"))
+    os.mkfifo(layout.teacher_text("xx"))
+    shutil.rmtree(layout.examples("yy"))
+    layout.examples("yy").write_text("not a set\n")
+    problems = " ".join(verify_run(recipe.output_dir, ("tokens", "logprobs"), False))
+    assert f"{layout.teacher_text('xx')} is a FIFO, socket or device, not a directory" in problems
+    assert f"{layout.examples('yy')} is a file, not a directory" in problems
+    missing = stages.objective_of(recipe).missing_input("train")
+    assert missing == (
+        f"{layout.examples('yy')} is missing or incomplete: run `lmalgebra merge prepare RECIPE` "
+        "first"
+    )

@@ -26,6 +26,7 @@ from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.run.store_check import missing_set
 from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
@@ -89,6 +90,16 @@ class CausalObjective(Objective):
             "a causal recipe has no union vocabulary (its student keeps a tokenizer of its own): "
             "`merge vocab` applies to recipes with objective masked"
         )
+
+    def missing_input(self, stage: Stage) -> str | None:
+        found = super().missing_input(stage)
+        if found is not None or stage != "train":
+            return found
+        for lang in self.recipe.languages:  # training reads the examples' text after the store
+            examples = ShardSet.existing(self.layout.examples(lang))
+            if not examples.complete or not examples.records:
+                return missing_set(examples, "prepare")
+        return None
 
     def stale_written(self, teachers: dict[str, Teacher]) -> list[str]:
         from lmalgebra.distill.causal.teacher_text import written_by_other

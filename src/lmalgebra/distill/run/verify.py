@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import not_a_directory
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
@@ -64,7 +65,7 @@ def missing_parts(
     if vocab:
         stages.append(("vocab", [layout.vocab]))
     trained = list(layout.root.glob("*/model")) + layout.checkpoints()
-    problems = []
+    problems = not_directories(stages)
     for i, (stage, parts) in enumerate(stages):
         later = [p for _, ps in stages[i + 1 :] for p in ps] + trained
         # a vocabulary without its completion mark (deleted, or cleared by a `merge vocab`
@@ -78,6 +79,18 @@ def missing_parts(
                 "again to rebuild)"
             )
     return problems
+
+
+def not_directories(stages: list[tuple[str, list[Path]]]) -> list[str]:
+    """Each part of ``stages`` whose place holds something that is no directory (a file, a FIFO):
+    no stage can read or write the part there."""
+    return [
+        f"{part} {not_a_directory(part)}: remove it, then run `lmalgebra merge {stage} RECIPE` "
+        "again"
+        for stage, parts in stages
+        for part in parts
+        if part.exists() and not part.is_dir()
+    ]
 
 
 def _unmarked(directory: Path) -> bool:
