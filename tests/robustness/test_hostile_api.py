@@ -389,6 +389,25 @@ def test_a_link_from_a_part_of_the_run_into_another_output_is_refused(
     lmalgebra.merge_plan(recipe)
 
 
+@pytest.mark.parametrize("part", ["teacher_text", "examples"])
+def test_a_part_of_the_run_that_holds_another_output_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path], part: str
+) -> None:
+    """A decomposition run kept under the name of one of the run's shard sets: ``merge
+    prepare`` wrote the language's set among its files. Refused naming it, by the plan too."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    other = tmp_path / "run" / part
+    other.mkdir(parents=True)
+    for name in ("summary.json", "config.yaml"):
+        (other / name).write_text("{}\n", encoding="utf-8")
+    wanted = rf"^{re.escape(str(other))} holds a decomposition run \(summary.json\): the run "
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge_plan(recipe)
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.merge(recipe, "prepare")
+    assert sorted(p.name for p in other.iterdir()) == ["config.yaml", "summary.json"]
+
+
 @pytest.mark.parametrize(
     "given",
     [b"some text", bytearray(b"some text"), memoryview(b"some text")],

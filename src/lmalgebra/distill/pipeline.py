@@ -22,6 +22,7 @@ from lmalgebra.distill.layout import (
     CHECKPOINTS,
     MODEL,
     RESERVED,
+    SHARD_SETS,
     RunLayout,
     check_student_name,
     is_complete,
@@ -155,14 +156,16 @@ def evaluate_students(
 
 def refuse_linked_parts(recipe: MergeRecipe) -> None:
     """Refuse a symbolic link in place of a directory of the run (its store's sets, vocabulary,
-    evaluation...) whose target is, or goes inside, another lmalgebra output: the stages would
-    write their files through it among that output's own (an evaluation written into a
-    decomposition run's directory). A link to a directory of no output (a larger disk) is
-    followed."""
+    evaluation...) whose target is, or goes inside, another lmalgebra output, and a shard set's
+    directory (``teacher_text``, ``examples``...) that itself holds one: the stages would write
+    their files among that output's own (an evaluation written into a decomposition run's
+    directory). A link to a directory of no output (a larger disk) is followed."""
     root = recipe.output_dir
     home = root.resolve() if root.exists() else None
     for part in RESERVED:
         path = root / part
+        if part in SHARD_SETS and path.is_dir() and not path.is_symlink():
+            _refuse_output_in_part(path, part)
         if not path.is_symlink() or not path.is_dir():
             continue  # a file is written beside a link and renamed over it: the link goes
         target = path.resolve()
@@ -177,6 +180,17 @@ def refuse_linked_parts(recipe: MergeRecipe) -> None:
                     f"({found[1]}): the run would write its {part} among that output's files; "
                     "remove the link"
                 )
+
+
+def _refuse_output_in_part(path: Path, part: str) -> None:
+    """Refuse the directory of the run's shard sets ``part`` when it holds another output (a
+    decomposition run a user kept under that name): the sets would be written among its files."""
+    found = output_at(path) or _foreign_model(path)
+    if found is not None:
+        raise UserInputError(
+            f"{path} holds {found[0]} ({found[1]}): the run would write its {part} among that "
+            "output's files; move it out of the run"
+        )
 
 
 def _foreign_model(directory: Path) -> tuple[str, str] | None:
