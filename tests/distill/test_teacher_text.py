@@ -145,6 +145,10 @@ def test_prompts_are_cut_at_a_word() -> None:
     [
         ({"documents": 20}, "has 14 documents, fewer than teacher_text.xx.documents 20"),
         ({"teacher": "wp"}, "teacher_text.xx.teacher 'wp' is not a teacher of language 'xx'"),
+        (
+            {"prompts": {"paths": ["/nowhere/prompts.txt"]}},
+            "teacher_text.xx.prompts: corpus /nowhere/prompts.txt does not exist",
+        ),
     ],
 )
 def test_bad_teacher_text_is_refused_by_name(

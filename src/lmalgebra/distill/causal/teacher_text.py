@@ -54,7 +54,10 @@ def prompts_of(recipe: CausalRecipe, lang: str, heldout_ids: set[str]) -> list[s
     cut (``prompt_of``). Refused, naming the file, when there are fewer, and when one of them is
     a held-out example of the language (its id in ``heldout_ids``)."""
     spec = recipe.teacher_text[lang]
-    documents = [d.strip() for d in read_documents(spec.prompts)]
+    try:
+        documents = [d.strip() for d in read_documents(spec.prompts)]
+    except UserInputError as err:  # named as prompts: "corpus" alone reads as the language's
+        raise UserInputError(f"teacher_text.{lang}.prompts: {err}") from None
     documents = [d for d in documents if d]
     where = f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)})"
     if len(documents) < spec.documents:
