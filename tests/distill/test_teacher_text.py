@@ -284,3 +284,31 @@ def test_a_part_that_is_no_directory_is_named_before_training(
         f"{layout.examples('yy')} is missing or incomplete: run `lmalgebra merge prepare RECIPE` "
         "first"
     )
+
+
+def test_examples_drawn_again_from_other_text_are_taught_again(
+    tmp_path: Path, causal_teacher_dirs
+) -> None:
+    """Prompts edited and the examples deleted, as the refusal of the edit allows: prepare drew
+    the examples again, but kept the teachers' copies and outputs (keyed by the same settings)
+    made from the old ones; verify passed, and training refused the copies in a line that sent
+    the user back to prepare, which kept them again. Each set now records what it was computed
+    from: prepare and teach compute again what was made from other contents."""
+    path = _recipe(tmp_path, causal_teacher_dirs)
+    recipe = load_recipe(path)
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    layout = RunLayout(recipe.output_dir)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Changed " + prompts.read_text(encoding="utf-8"), encoding="utf-8")
+    shutil.rmtree(layout.examples("xx"))
+    stages.prepare(recipe, progress=False)
+    problems = verify_run(recipe.output_dir, ("tokens", "logprobs"), False)
+    stale = layout.store("logprobs", "xx", "bl")
+    assert any(p.startswith(f"{stale} was computed from other rows than") for p in problems)
+    assert not any("tokens" in p.split(" ", 1)[0] for p in problems)  # computed again
+    with pytest.raises(UserInputError, match=f"{stale} was computed from other rows"):
+        stages.objective_of(recipe).check_store()
+    stages.teach(recipe, progress=False)
+    assert verify_run(recipe.output_dir, ("tokens", "logprobs"), False) == []
+    stages.objective_of(recipe).check_store()

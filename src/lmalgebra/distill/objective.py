@@ -12,6 +12,7 @@ store's sets, what makes one shard of each, the training and the evaluation.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +49,15 @@ from lmalgebra.distill.run.evaluation_record import (
     write_record,
 )
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.run.store_check import check_set, missing_set, refuse_miscounted, stale_key
+from lmalgebra.distill.run.store_check import (
+    SOURCE_FIELD,
+    check_set,
+    missing_set,
+    refuse_miscounted,
+    source_digest,
+    stale_key,
+    stale_source,
+)
 from lmalgebra.distill.teachers import (
     Head,
     Inference,
@@ -67,6 +76,8 @@ from lmalgebra.train.run_fingerprint import differences
 
 Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
+
+log = logging.getLogger(__name__)
 
 
 def run_dir(self: Objective, **_: Any) -> Path:
@@ -186,6 +197,8 @@ class Objective(ABC):
         """``teacher``'s copies of language ``lang``'s ``examples`` (``prepare``: the main rank
         alone), shard by shard; the shards an interrupted run recorded are kept."""
         shards, rows = self.copies_set(lang, teacher), self.recipe.shard_rows
+        source = ShardSet.existing(self.layout.examples(lang))
+        restart_stale(shards, source)
         starts = range(0, examples.num_rows, rows)
         todo = set(shards.plan(len(starts), shared=False))
         if shards.complete:
@@ -200,7 +213,14 @@ class Objective(ABC):
                 advance(1)
         total = sum(int(s[counted]) for s in shards.manifest["shards"])
         vocab = len(teacher.tokenizer)
-        shards.finish(**{counted: total}, vocab_size=vocab, **facts, teacher_hashes=teacher.hashes)
+        made_from = {SOURCE_FIELD: source_digest(source)}
+        shards.finish(
+            **{counted: total},
+            vocab_size=vocab,
+            **facts,
+            teacher_hashes=teacher.hashes,
+            **made_from,
+        )
 
     def write_outputs(
         self, lang: str, teacher: Teacher, setup: tuple[torch.device, torch.dtype], progress: bool
@@ -218,7 +238,9 @@ class Objective(ABC):
 
         dtype = dtype_name(compute)
         target, label = self.outputs_set(lang, teacher, dtype), f"teach {lang}/{teacher.name}"
+        restart_stale(target, copies)
         finish = {"top_k": self.recipe.top_k, **facts, "dtype": dtype}
+        finish[SOURCE_FIELD] = source_digest(copies)
         infer_shards(
             copies,
             target,
@@ -482,3 +504,15 @@ def _store_settings(recipe: Any) -> Any:
     if not isinstance(recipe, dict):
         return recipe
     return {k: v for k, v in recipe.items() if k not in ("output_dir", "student", "training")}
+
+
+def restart_stale(made: ShardSet, source: ShardSet) -> None:
+    """Compute ``made`` again, whole, when it records being computed from other contents than
+    ``source`` holds (examples drawn again from edited text under the same settings)."""
+    if stale_source(made, source):
+        log.warning(
+            "%s was computed from what %s held before: recomputing it",
+            made.directory,
+            source.directory,
+        )
+        made.restart()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.run_fingerprint import differences
@@ -111,6 +112,23 @@ def examples_problems(examples: ShardSet) -> list[str]:
     return []
 
 
+SOURCE_FIELD = "source_sha256"  # in a copy's or output's manifest: what it was computed from
+
+
+def source_digest(source: ShardSet) -> str:
+    """The identity of what ``source`` holds (its shard records, each with its sha256), which a
+    set computed from it records (``SOURCE_FIELD``): a set keyed by the same settings but drawn
+    again from other text has another."""
+    return sha256_json(source.manifest["shards"])
+
+
+def stale_source(made: ShardSet, source: ShardSet) -> bool:
+    """Whether complete ``made`` records being computed from other contents than ``source``
+    holds now (a set of an older release, which records none, is read as it is)."""
+    recorded = made.summary.get(SOURCE_FIELD)
+    return made.complete and recorded is not None and recorded != source_digest(source)
+
+
 def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) -> list[str]:
     """``made`` (complete) does not hold, for each shard of ``source`` (complete), a shard of as
     many rows: the stages after read the two side by side, row by row. ``what``: what
@@ -121,6 +139,11 @@ def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) ->
     if bad:
         return [f"{bad} (run `lmalgebra merge {stage} RECIPE` again)"]
     rows, expected = shard_rows(made), shard_rows(source)
+    if rows == expected and stale_source(made, source):
+        return [
+            f"{made.directory} was computed from other {what} than {source.directory} holds "
+            f"now (run `lmalgebra merge {stage} RECIPE` again)"
+        ]
     if rows == expected:
         return []
     return [
