@@ -312,3 +312,13 @@ def test_examples_drawn_again_from_other_text_are_taught_again(
     stages.teach(recipe, progress=False)
     assert verify_run(recipe.output_dir, ("tokens", "logprobs"), False) == []
     stages.objective_of(recipe).check_store()
+
+
+def test_inspect_counts_the_written_examples(prepared: Path) -> None:
+    from lmalgebra.distill.causal.inspection import causal_report
+
+    recipe = load_recipe(prepared)
+    written = len(set(_stored(prepared, "teacher_text").column("text").to_pylist()))
+    rows = {(r["language"], r["teacher"]): r for r in causal_report(recipe.output_dir).pairs}
+    assert rows[("xx", "bl")]["written"] == rows[("xx", "uni")]["written"] == written
+    assert rows[("yy", "wp")]["written"] == 0

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lmalgebra.distill.examples import is_written
 from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.storage.shard_set import ShardSet
@@ -25,6 +26,7 @@ CAUSAL_COLUMNS = {
     "language": "language",
     "teacher": "teacher",
     "examples": "examples",
+    "written": "written",
     "tokens": "tokens",
     "k": "top_k",
     "K": "samples",
@@ -61,6 +63,7 @@ def _causal_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
         "language": lang,
         "teacher": teacher,
         "examples": tokens.rows,
+        "written": _written(layout, lang),
         "tokens": count,
         "top_k": logprobs.manifest.get("top_k"),
         "samples": logprobs.manifest.get("samples"),
@@ -70,8 +73,19 @@ def _causal_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     }
 
 
+def _written(layout: RunLayout, lang: str) -> int:
+    """How many of the language's examples a teacher wrote (``teacher_text``): 0 without, or
+    while its examples are not all there."""
+    examples = ShardSet.existing(layout.examples(lang))
+    if not examples.complete:
+        return 0
+    ids = [i for t in examples.tables(verify=False) for i in t.column("id").to_pylist()]
+    return sum(is_written(i, lang) for i in ids)
+
+
 def causal_report(run_dir: Path) -> RunInspection:
-    """A causal run: per (language, teacher) its examples and tokens, top-k and draws, and
+    """A causal run: per (language, teacher) its examples (of which a teacher wrote:
+    ``written``) and tokens, top-k and draws, and
     bytes per teacher token of each part of the store and of its files."""
     layout = RunLayout(run_dir)
     rows = [_causal_row(layout, lang, t) for lang, t in layout.pairs(TOKENS)]
