@@ -51,6 +51,8 @@ example_length: 128            # tokens per example, per teacher's tokenizer
 #   example_bytes: 2048        # each document cut to its first N UTF-8 bytes: same text per teacher
 #   samples: 0                 # tokens drawn from each teacher's distribution per position
 #   sample_seed: 0
+# teacher_text:                # text a teacher writes for a language (none by default)
+#   fr: {teacher: fr, prompts: {paths: [fr-prompts.txt]}, documents: 100, new_tokens: 64}
 # and its student a tokenizer of its own (student.tokenizer: teacher:NAME, train:KIND:SIZE,
 # bytes or a model reference) and no embedding_size, vocab_size or init_embeddings, or starts
 # from a pre-trained causal LM (student.init: MODEL_REF, its tokenizer and sizes; student.layers:
