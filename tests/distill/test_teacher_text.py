@@ -145,6 +145,7 @@ def test_prompts_are_cut_at_a_word() -> None:
     [
         ({"documents": 20}, "has 14 documents, fewer than teacher_text.xx.documents 20"),
         ({"teacher": "wp"}, "teacher_text.xx.teacher 'wp' is not a teacher of language 'xx'"),
+        ({"teacher": "nobody"}, "teacher_text.xx.teacher 'nobody' is not defined under `teachers`"),
         (
             {"prompts": {"paths": ["/nowhere/prompts.txt"]}},
             "teacher_text.xx.prompts: corpus /nowhere/prompts.txt does not exist",

@@ -369,6 +369,11 @@ class CausalRecipe(MergeRecipe):
                     f"teacher_text names language {lang!r}, which is not under `languages` "
                     f"(languages: {', '.join(self.languages)})"
                 )
+            if spec.teacher not in self.teachers:
+                raise UserInputError(
+                    f"teacher_text.{lang}.teacher {spec.teacher!r} is not defined under "
+                    f"`teachers` (teachers: {', '.join(self.teachers)})"
+                )
             if spec.teacher not in self.languages[lang].teachers:
                 raise UserInputError(
                     f"teacher_text.{lang}.teacher {spec.teacher!r} is not a teacher of language "
