@@ -303,8 +303,9 @@ class Objective(ABC):
         of them, its outputs on those: ``store_check.count_problems``, as ``merge verify`` names
         them); the teachers, opened."""
         teachers = self.open_teachers()
-        for problem in self.stale_written(teachers):
-            raise UserInputError(problem)
+        written = self.stale_written(teachers)
+        if written:
+            raise UserInputError(written[0])
         for accepted, stage in self.store_sets(teachers):
             check_set(accepted, stage)
         languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}

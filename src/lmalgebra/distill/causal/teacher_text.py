@@ -24,7 +24,7 @@ import torch
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
-from lmalgebra.core.precision import compute_context
+from lmalgebra.core.precision import compute_context, dtype_name
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import example_id, examples_set
@@ -45,7 +45,7 @@ def prompt_of(document: str, chars: int) -> str:
     """The document's first ``chars`` characters, cut back to the last space within them
     (where there is one), without surrounding space."""
     head = document.strip()[:chars]
-    cut = head.rsplit(" ", 1)[0] if " " in head.strip() else head
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
     return cut.strip()
 
 
@@ -104,8 +104,6 @@ def write_teacher_text(
 ) -> list[str]:
     """``lang``'s teacher text, written shard by shard (those a stopped run wrote are kept) on
     ``setup``'s device and in its dtype, then read back in prompt order."""
-    from lmalgebra.core.precision import dtype_name
-
     spec = recipe.teacher_text[lang]
     prompts = prompts_of(recipe, lang, heldout_ids)
     device, compute = setup
