@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge experiment-merge-text experiment-merge-gpu clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge experiment-merge-text experiment-merge-long experiment-merge-gpu clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -122,6 +122,10 @@ experiment-merge: $(STAMP)
 # (experiments/results/merge_text.json)
 experiment-merge-text: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py merge-text
+
+# the same at up to 300 steps (experiments/results/merge_long.json)
+experiment-merge-long: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python experiments/distillation_regimes.py merge-long
 
 # the merge at ten times the data and steps, teachers and students on a CUDA device
 # (experiments/results/merge_x10.json)
