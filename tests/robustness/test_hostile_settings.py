@@ -614,7 +614,7 @@ def test_an_experimental_loss_warns_once_when_a_run_accepts_it(
     )
     assert done.returncode == 0, done.stderr
     before, after = done.stderr.split("---")
-    assert "refused: training.objective_mix: alm weight 0" in before, done.stderr
+    assert "recipe.yaml: training.objective_mix: alm weight 0" in before, done.stderr
     assert "ExperimentalWarning" not in before, done.stderr
     assert after.count("ExperimentalWarning: training.objective_mix: uld is") == 1, after
     assert "mined_kl" not in done.stderr

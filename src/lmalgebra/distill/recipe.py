@@ -426,12 +426,17 @@ _KEYS = {name: _keys(recipe) for name, recipe in RECIPES.items()}
 
 
 def parse_recipe(data: Any, source: str) -> MergeRecipe:
-    """The recipe ``data`` describes (a mapping of its keys); one line naming the key and
-    ``source`` when it is not one."""
+    """The recipe ``data`` describes (a mapping of its keys); one line naming ``source`` and the
+    key (or the keys a check across them found at odds) when it is not one."""
     try:
         return MergeRecipe.model_validate(data)
     except SettingsError as err:
         raise UserInputError(_message(err.validation, data, source)) from None
+    except UserInputError as err:  # a check across keys: named in the recipe too
+        message = str(err)
+        raise UserInputError(
+            message if message.startswith(f"{source}: ") else f"{source}: {message}"
+        ) from None
 
 
 def _message(err: ValidationError, data: Any, source: str) -> str:
