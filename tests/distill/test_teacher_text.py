@@ -260,8 +260,11 @@ def test_text_the_examples_hold_is_not_written_anew_from_other_inputs(
     prompts = tmp_path / "prompts.txt"
     kept = prompts.read_text(encoding="utf-8")
     prompts.write_text("Changed " + kept, encoding="utf-8")
-    with pytest.raises(UserInputError, match=r"teacher_text.xx: the prompts \(.*\) changed since"):
+    edited = r"teacher_text.xx: the prompts \(.*\) changed since"
+    with pytest.raises(UserInputError, match=edited):
         stages.prepare(load_recipe(path), progress=False)
+    with pytest.raises(UserInputError, match=edited):  # the dry run refuses it alike
+        stages.plan(load_recipe(path), stages=["prepare"])
     assert _files(directory) == before
     prompts.write_text(kept, encoding="utf-8")
     teacher = tmp_path / "bl-edited"

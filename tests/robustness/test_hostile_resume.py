@@ -181,15 +181,22 @@ def test_a_corpus_edited_after_prepare_is_refused(
     teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
     """The store comes from the stored examples: a corpus that no longer gives them is refused,
-    naming language and file, and nothing on disk changes."""
+    naming language and file, and nothing on disk changes; by the dry run too, while a dry run
+    of a later stage, which reads no corpus, plans it."""
     recipe = built_store(tmp_path, teacher_dirs)
     corpus, run = tmp_path / "xx.txt", tmp_path / "run"
     before = digests(run)
     with corpus.open("a", encoding="utf-8") as handle:
         handle.write("A document added after the examples were drawn.\n")
-    for command in (["merge", "run", str(recipe)], ["merge", "prepare", str(recipe)]):
+    for command in (
+        ["merge", "run", str(recipe)],
+        ["merge", "prepare", str(recipe)],
+        ["merge", "prepare", str(recipe), "--dry-run"],
+        ["merge", "run", str(recipe), "--dry-run"],
+    ):
         code, stderr = run_cli(command, monkeypatch, capsys)
         assert_one_line(code, stderr, ["language 'xx'", str(corpus), "changed", "output_dir"])
+    assert run_cli(["merge", "teach", str(recipe), "--dry-run"], monkeypatch, capsys)[0] == 0
     assert digests(run) == before
 
 

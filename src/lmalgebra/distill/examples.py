@@ -136,8 +136,8 @@ def write_examples(recipe: MergeRecipe, lang: str, written: Sequence[str] = ()) 
     counts disagree with its shards (``store_check.examples_problems``) is written again."""
     shards = examples_set(recipe, lang)
     found = language_examples(recipe, lang, written)
-    if shards.intact() and not examples_problems(shards):  # miscounted: written again
-        stored = pa.concat_tables(shards.tables(verify=False))
+    stored = stored_examples(shards)
+    if stored is not None:
         _check_same_examples(recipe, lang, stored, found)
         return stored
     shards.restart()  # the examples are drawn again as a whole, so every shard is rewritten
@@ -146,6 +146,26 @@ def write_examples(recipe: MergeRecipe, lang: str, written: Sequence[str] = ()) 
         shards.write(index, table.slice(start, recipe.shard_rows))
     shards.finish(examples=table.num_rows, heldout=int(np.sum(table.column("heldout").to_numpy())))
     return table
+
+
+def stored_examples(shards: ShardSet) -> pa.Table | None:
+    """The examples ``shards`` hold, when they are complete, intact and counted as their
+    manifest says (else None: ``write_examples`` draws them again)."""
+    if not shards.intact() or examples_problems(shards):
+        return None
+    return pa.concat_tables(shards.tables(verify=False))
+
+
+def refuse_edited_corpus(recipe: MergeRecipe, lang: str) -> None:
+    """What ``write_examples`` refuses, for a dry run that writes nothing: stored examples
+    that the corpus, read now, no longer gives (the text a teacher wrote left out: its own key
+    guards it). The corpus is read only when there are stored examples."""
+    stored = stored_examples(examples_set(recipe, lang))
+    if stored is None:
+        return
+    ids = stored.column("id").to_pylist()
+    corpus = stored.filter(pa.array([not is_written(i, lang) for i in ids], pa.bool_()))
+    _check_same_examples(recipe, lang, corpus, language_examples(recipe, lang))
 
 
 def examples_table(found: list[Example]) -> pa.Table:

@@ -28,7 +28,13 @@ from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.distill.examples import examples_set, heldout_digests, require, write_examples
+from lmalgebra.distill.examples import (
+    examples_set,
+    heldout_digests,
+    refuse_edited_corpus,
+    require,
+    write_examples,
+)
 from lmalgebra.distill.layout import (
     EVALUATION,
     RUN_SCRATCH,
@@ -321,6 +327,12 @@ class Objective(ABC):
     def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
         """A vocabulary built from other teachers than ``teachers`` (objectives that build one)."""
         return []
+
+    def refuse_edited_inputs(self) -> None:
+        """What ``prepare`` refuses of inputs edited since it wrote from them, for a dry run,
+        which writes nothing: a corpus that no longer gives the stored examples."""
+        for lang in self.recipe.languages:
+            refuse_edited_corpus(self.recipe, lang)
 
     def stale_written(self, teachers: dict[str, Teacher]) -> list[str]:
         """Text a teacher wrote for the examples before its weights or tokenizer changed

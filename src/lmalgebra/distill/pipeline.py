@@ -243,7 +243,8 @@ def plan(
     and so is a ``student`` name or directory training refuses (None: not checked) and, unless
     ``restart``, training it to fewer steps than it has trained, and a later stage alone whose
     inputs an earlier stage has not written
-    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary)."""
+    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary), and
+    inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``)."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
     spec = training or recipe.training
@@ -262,6 +263,8 @@ def plan(
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
+    if "prepare" in runnable:  # then inputs edited since prepare wrote from them
+        objective.refuse_edited_inputs()
     if runnable and runnable[0] != "prepare":  # a later stage alone reads what those before wrote
         missing = objective.missing_input(runnable[0])  # refused as the stage refuses it
         if missing is not None:

@@ -101,6 +101,13 @@ class CausalObjective(Objective):
                 return missing_set(examples, "prepare")
         return None
 
+    def refuse_edited_inputs(self) -> None:
+        from lmalgebra.distill.causal.teacher_text import refuse_edited_prompts
+
+        super().refuse_edited_inputs()
+        for lang in self.recipe.teacher_text:  # and prompts the teacher wrote from
+            refuse_edited_prompts(self.recipe, lang)
+
     def stale_written(self, teachers: dict[str, Teacher]) -> list[str]:
         from lmalgebra.distill.causal.teacher_text import written_by_other
 

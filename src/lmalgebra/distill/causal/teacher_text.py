@@ -53,19 +53,8 @@ def prompts_of(recipe: CausalRecipe, lang: str, heldout_ids: set[str]) -> list[s
     """The prompts of ``lang``'s teacher text: the first ``documents`` prompt documents,
     cut (``prompt_of``). Refused, naming the file, when there are fewer, and when one of them is
     a held-out example of the language (its id in ``heldout_ids``)."""
-    spec = recipe.teacher_text[lang]
-    try:
-        documents = [d.strip() for d in read_documents(spec.prompts)]
-    except UserInputError as err:  # named as prompts: "corpus" alone reads as the language's
-        raise UserInputError(f"teacher_text.{lang}.prompts: {err}") from None
-    documents = [d for d in documents if d]
-    where = f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)})"
-    if len(documents) < spec.documents:
-        raise UserInputError(
-            f"{where} has {len(documents)} documents, fewer than teacher_text.{lang}.documents "
-            f"{spec.documents}: give more prompt text or ask for fewer documents"
-        )
-    documents = documents[: spec.documents]
+    documents = prompt_documents(recipe, lang)
+    where = f"teacher_text.{lang}.prompts ({', '.join(recipe.teacher_text[lang].prompts.paths)})"
     for number, document in enumerate(documents, 1):
         if example_id(lang, document) in heldout_ids:
             raise UserInputError(
@@ -73,7 +62,25 @@ def prompts_of(recipe: CausalRecipe, lang: str, heldout_ids: set[str]) -> list[s
                 "the students would train on the beginning of their test text: prompt from "
                 "text the run does not hold out"
             )
-    return [prompt_of(d, spec.prompt_chars) for d in documents]
+    return [prompt_of(d, recipe.teacher_text[lang].prompt_chars) for d in documents]
+
+
+def prompt_documents(recipe: CausalRecipe, lang: str) -> list[str]:
+    """The first ``documents`` non-empty prompt documents of ``lang``'s teacher text, refused,
+    naming the file, when there are fewer."""
+    spec = recipe.teacher_text[lang]
+    try:
+        documents = [d.strip() for d in read_documents(spec.prompts)]
+    except UserInputError as err:  # named as prompts: "corpus" alone reads as the language's
+        raise UserInputError(f"teacher_text.{lang}.prompts: {err}") from None
+    documents = [d for d in documents if d]
+    if len(documents) < spec.documents:
+        raise UserInputError(
+            f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)}) has "
+            f"{len(documents)} documents, fewer than teacher_text.{lang}.documents "
+            f"{spec.documents}: give more prompt text or ask for fewer documents"
+        )
+    return documents[: spec.documents]
 
 
 def teacher_text_set(
@@ -85,7 +92,7 @@ def teacher_text_set(
         "stage": "teacher_text",
         "rules": "prompt+continuation/seed-per-shard",  # bump when these rules change
         "language": lang,
-        "settings": spec.model_dump(mode="json", exclude={"prompts"}),
+        "settings": _settings(spec),
         "prompts": sha256_texts(prompts),
         "weights": teacher.hashes["weights"],
         "tokenizer": teacher.hashes["tokenizer"],
@@ -152,15 +159,41 @@ def refuse_other_text(recipe: CausalRecipe, lang: str, shards: ShardSet) -> None
         return
     if before.key == shards.key or not examples_set(recipe, lang).intact():
         return  # the same text, or examples that are drawn again anyway
-    spec = recipe.teacher_text[lang]
     fields = sorted(
         f for f in set(before.key) | set(shards.key) if before.key.get(f) != shards.key.get(f)
     )
-    raise UserInputError(
-        f"teacher_text.{lang}: {_inputs(spec, fields)} changed since the run's teacher wrote "
-        f"its text, and the run's examples in {examples_set(recipe, lang).directory} hold that "
-        "text (the store and students come from those): restore them, or give the recipe "
-        "another output_dir"
+    raise UserInputError(_changed(recipe, lang, fields))
+
+
+def refuse_edited_prompts(recipe: CausalRecipe, lang: str) -> None:
+    """What ``refuse_other_text`` refuses of prompts or settings changed since the teacher
+    wrote, for a dry run, which writes nothing (the teacher's weights, tokenizer and dtype,
+    which a dry run does not read, are the run's to check)."""
+    before = ShardSet.existing(RunLayout(recipe.output_dir).teacher_text(lang))
+    if not isinstance(before.key, dict) or before.manifest_damaged:
+        return
+    if not examples_set(recipe, lang).intact():
+        return  # the examples are drawn again anyway
+    spec = recipe.teacher_text[lang]
+    prompts = [prompt_of(d, spec.prompt_chars) for d in prompt_documents(recipe, lang)]
+    now = {"settings": _settings(spec), "prompts": sha256_texts(prompts)}
+    fields = sorted(f for f, value in now.items() if before.key.get(f) != value)
+    if fields:
+        raise UserInputError(_changed(recipe, lang, fields))
+
+
+def _settings(spec: TeacherTextSpec) -> dict[str, Any]:
+    """The settings of the teacher text's key: all but where its prompts are read from."""
+    return spec.model_dump(mode="json", exclude={"prompts"})
+
+
+def _changed(recipe: CausalRecipe, lang: str, fields: list[str]) -> str:
+    """The refusal of teacher text whose key ``fields`` changed while the examples hold it."""
+    return (
+        f"teacher_text.{lang}: {_inputs(recipe.teacher_text[lang], fields)} changed since the "
+        f"run's teacher wrote its text, and the run's examples in "
+        f"{examples_set(recipe, lang).directory} hold that text (the store and students come "
+        "from those): restore them, or give the recipe another output_dir"
     )
 
 
@@ -191,6 +224,7 @@ def _inputs(spec: TeacherTextSpec, fields: list[str]) -> str:
         "weights": f"the weights of teacher {spec.teacher!r}",
         "tokenizer": f"the tokenizer of teacher {spec.teacher!r}",
         "dtype": "the dtype",
+        "settings": "its settings",
     }
     return " and ".join(named.get(f, f) for f in fields)
 
