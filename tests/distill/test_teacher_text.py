@@ -199,6 +199,15 @@ def test_a_prompt_from_the_test_text_is_refused(tmp_path: Path, causal_teacher_d
         ):
             stage()
     assert not RunLayout(recipe.output_dir).teacher_text("xx").exists()
+    # the held-out document with words after it is another document, with the same beginning
+    prompts.write_text(
+        "\n".join([*documents(14, seed=77)[:12], held[0].strip() + " and more words"]) + "\n",
+        encoding="utf-8",
+    )
+    recipe = load_recipe(path)
+    with pytest.raises(UserInputError, match=r"document 13 begins as held-out example xx-\w+ does"):
+        stages.objective_of(recipe).plan(recipe.training)
+    assert not RunLayout(recipe.output_dir).teacher_text("xx").exists()
 
 
 def test_a_masked_recipe_has_no_teacher_text(tmp_path: Path) -> None:

@@ -79,9 +79,9 @@ def language_examples(
     return out
 
 
-def heldout_ids(recipe: MergeRecipe, language: str) -> set[str]:
-    """The ids of the language's held-out examples, from its corpus."""
-    return {e.id for e in language_examples(recipe, language) if e.heldout}
+def heldout_examples(recipe: MergeRecipe, language: str) -> dict[str, str]:
+    """The texts of the language's held-out examples by id, from its corpus."""
+    return {e.id: e.text for e in language_examples(recipe, language) if e.heldout}
 
 
 def written_id(language: str, text: str) -> str:

@@ -74,13 +74,13 @@ class CausalObjective(Objective):
 
     def written(self, lang: str, teachers: dict[str, Teacher], progress: bool) -> list[str]:
         from lmalgebra.distill.causal.teacher_text import write_teacher_text
-        from lmalgebra.distill.examples import heldout_ids
+        from lmalgebra.distill.examples import heldout_examples
         from lmalgebra.distill.teachers import inference_setup
 
         spec = self.recipe.written_text(lang)
         if spec is None:
             return []
-        heldout, setup = heldout_ids(self.recipe, lang), inference_setup(self.recipe)
+        heldout, setup = heldout_examples(self.recipe, lang), inference_setup(self.recipe)
         return write_teacher_text(
             self.recipe, lang, teachers[spec.teacher], heldout, setup, progress
         )
@@ -212,13 +212,13 @@ class CausalObjective(Objective):
         recipe makes it ignore, a loss the store cannot feed) is refused first."""
         from lmalgebra.distill.causal.teacher_text import prompts_of
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
-        from lmalgebra.distill.examples import heldout_ids
+        from lmalgebra.distill.examples import heldout_examples
 
         spec = CausalTrainingSpec.model_validate(training.model_dump())
         check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # in train's order
         self.recipe.check_training(spec)
         for lang in self.recipe.teacher_text:  # prepare's refusals of its prompts
-            prompts_of(self.recipe, lang, heldout_ids(self.recipe, lang))
+            prompts_of(self.recipe, lang, heldout_examples(self.recipe, lang))
         tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
         zeros = partial(zero_logprobs, self.recipe)
         student = partial(plan_student, self.recipe, validation=spec.validation_fraction)

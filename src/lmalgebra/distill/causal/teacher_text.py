@@ -49,20 +49,31 @@ def prompt_of(document: str, chars: int) -> str:
     return cut.strip()
 
 
-def prompts_of(recipe: CausalRecipe, lang: str, heldout_ids: set[str]) -> list[str]:
+def prompts_of(recipe: CausalRecipe, lang: str, heldout: dict[str, str]) -> list[str]:
     """The prompts of ``lang``'s teacher text: the first ``documents`` prompt documents,
     cut (``prompt_of``). Refused, naming the file, when there are fewer, and when one of them is
-    a held-out example of the language (its id in ``heldout_ids``)."""
+    a held-out example of the language (``heldout``: their texts by id) or its prompt is the
+    beginning of one, cut alike (a document that begins as a held-out example does)."""
+    spec = recipe.teacher_text[lang]
     documents = prompt_documents(recipe, lang)
-    where = f"teacher_text.{lang}.prompts ({', '.join(recipe.teacher_text[lang].prompts.paths)})"
-    for number, document in enumerate(documents, 1):
-        if example_id(lang, document) in heldout_ids:
-            raise UserInputError(
-                f"{where}: document {number} is a held-out example of language {lang!r}, and "
-                "the students would train on the beginning of their test text: prompt from "
-                "text the run does not hold out"
-            )
-    return [prompt_of(d, recipe.teacher_text[lang].prompt_chars) for d in documents]
+    prompts = [prompt_of(d, spec.prompt_chars) for d in documents]
+    where = f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)})"
+    starts = {prompt_of(text, spec.prompt_chars): i for i, text in heldout.items()}
+    short = {text: i for i, text in heldout.items() if len(text) < spec.prompt_chars}
+    for number, (document, prompt) in enumerate(zip(documents, prompts, strict=True), 1):
+        within = [i for text, i in short.items() if prompt.startswith(text)]
+        if example_id(lang, document) in heldout:
+            found = "is a held-out example"
+        elif prompt in starts or within:
+            found = f"begins as held-out example {starts.get(prompt) or within[0]} does"
+        else:
+            continue
+        raise UserInputError(
+            f"{where}: document {number} {found} of language {lang!r}, and the students would "
+            "train on the beginning of their test text: prompt from text the run does not hold "
+            "out"
+        )
+    return prompts
 
 
 def prompt_documents(recipe: CausalRecipe, lang: str) -> list[str]:
@@ -105,14 +116,14 @@ def write_teacher_text(
     recipe: CausalRecipe,
     lang: str,
     teacher: Teacher,
-    heldout_ids: set[str],
+    heldout: dict[str, str],
     setup: tuple[torch.device, torch.dtype],
     progress: bool,
 ) -> list[str]:
     """``lang``'s teacher text, written shard by shard (those a stopped run wrote are kept) on
     ``setup``'s device and in its dtype, then read back in prompt order."""
     spec = recipe.teacher_text[lang]
-    prompts = prompts_of(recipe, lang, heldout_ids)
+    prompts = prompts_of(recipe, lang, heldout)
     device, compute = setup
     shards = written_set(recipe, lang, teacher, prompts, dtype_name(compute))
     refuse_too_long(recipe, lang, teacher, prompts)
