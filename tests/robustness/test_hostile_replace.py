@@ -243,3 +243,30 @@ def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     assert code == 0, stderr
     code, stderr = cli(["merge", "evaluate", str(tmp_path / "run")])
     assert code == 0, stderr
+
+
+def test_a_checkpoint_of_other_data_is_refused_by_the_dry_run_too(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A student's newest checkpoint recorded under another teacher store: resuming refuses it
+    (``--restart`` starts afresh), and the dry run, which had planned the run, says so too."""
+    import json
+
+    from lmalgebra.train.checkpoint import STATE_SUM, _state_sum
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    code, err = cli(["merge", "train", str(recipe), "--training.steps", "3", "--no-progress"])
+    assert code == 0, err
+    student = tmp_path / "run" / "student"
+    state_path = sorted((student / "checkpoints").glob("step-*"))[-1] / "state.json"
+    state = json.loads(state_path.read_text())
+    state["fingerprint"]["store"] = {k: "0" * 64 for k in state["fingerprint"]["store"]}
+    state[STATE_SUM] = _state_sum(state)  # as a run on that store wrote it: intact
+    state_path.write_text(json.dumps(state))
+    before = digests(student)
+    for dry in (["--dry-run"], []):
+        code, stderr = cli(
+            ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress", *dry]
+        )
+        assert_one_line(code, stderr, [str(state_path.parent), "the teacher store changed"])
+        assert digests(student) == before

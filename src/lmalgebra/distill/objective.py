@@ -64,6 +64,7 @@ from lmalgebra.distill.run.store_check import (
     stale_key,
     stale_source,
 )
+from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import (
     Head,
     Inference,
@@ -327,6 +328,11 @@ class Objective(ABC):
     def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
         """A vocabulary built from other teachers than ``teachers`` (objectives that build one)."""
         return []
+
+    def recorded_inputs(self) -> dict[str, Any]:
+        """The parts of a student's checkpoint fingerprint that need no weights read (the
+        recipe's data settings, the store's keys): what a dry run compares."""
+        return student_inputs(self.recipe, self.store_parts[-1])
 
     def refuse_edited_inputs(self) -> None:
         """What ``prepare`` refuses of inputs edited since it wrote from them, for a dry run,

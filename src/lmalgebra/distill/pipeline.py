@@ -42,7 +42,7 @@ from lmalgebra.storage.output_paths import (
     directory_kind,
     output_at,
 )
-from lmalgebra.train.checkpoint import checkpointed_step
+from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import refuse_fewer_steps
 
@@ -241,7 +241,8 @@ def plan(
     ``run_stages`` refuses them; the seconds of a stage the objective lacks are left out. An
     output directory the run would refuse (a file, another kind of output) is refused alike,
     and so is a ``student`` name or directory training refuses (None: not checked) and, unless
-    ``restart``, training it to fewer steps than it has trained, and a later stage alone whose
+    ``restart``, training it to fewer steps than it has trained or from a checkpoint of other
+    data (the recipe's, the store's: ``Objective.recorded_inputs``), and a later stage alone whose
     inputs an earlier stage has not written
     (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary), and
     inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``)."""
@@ -255,6 +256,7 @@ def plan(
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
+            refuse_other_inputs(done, objective.recorded_inputs())  # as resuming refuses it
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
         refuse_linked_parts(recipe)

@@ -25,7 +25,7 @@ from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
 from lmalgebra.storage.atomic import write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
-from lmalgebra.train.run_fingerprint import check_fingerprint
+from lmalgebra.train.run_fingerprint import as_json, check_fingerprint
 
 log = logging.getLogger(__name__)
 FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
@@ -161,6 +161,21 @@ def _restore(
         entries.setdefault(int(index), {})[name] = value
     optimizer.load_state_dict({"state": entries, "param_groups": state["param_groups"]})
     torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
+
+
+def refuse_other_inputs(root: Path, parts: dict[str, Any]) -> None:
+    """What ``load_latest`` refuses of the newest intact checkpoint under ``root``, for the
+    fingerprint's ``parts`` given alone (a dry run gives those it computes without reading
+    weights)."""
+    for directory in sorted(root.glob("step-*"), reverse=True):
+        state = damage(directory)[2]
+        if state is None:
+            continue  # skipped by the run too
+        recorded = state.get("fingerprint")
+        if isinstance(recorded, dict):
+            shown = {k: recorded[k] for k in parts if k in recorded}
+            check_fingerprint(shown, as_json(parts), str(directory), str(root))
+        return
 
 
 def checkpointed_step(root: Path) -> int:
