@@ -74,12 +74,13 @@ def test_rdt_follows_equation_3() -> None:
 
 def _fill_mask_reference(
     model: object, rows: list[tuple[np.ndarray, np.ndarray]], mask_id: int | None
-) -> tuple[np.ndarray, float]:
+) -> tuple[np.ndarray, float, int]:
     """Independent reference, one example at a time with plain transformers: the selected
     positions replaced by ``mask_id`` (None: the input as given), full-vocabulary logits, argmax.
-    ``rows``: (input ids, positions). Returns the predicted ids and the gold tokens' total NLL,
-    the gold ids being ``ids[positions]`` before masking."""
-    predicted, nll = [], 0.0
+    ``rows``: (input ids, positions). Returns the predicted ids, the gold tokens' total NLL,
+    the gold ids being ``ids[positions]`` before masking, and how many argmaxes lead their
+    runner-up by 1e-4 or less (near-ties, which another kernel may break the other way)."""
+    predicted, nll, ties = [], 0.0, 0
     with torch.no_grad():
         for ids, positions in rows:
             x = torch.from_numpy(ids.copy())
@@ -89,7 +90,9 @@ def _fill_mask_reference(
             logits = model(input_ids=x[None]).logits[0, positions]  # type: ignore[operator]
             predicted.append(logits.argmax(-1).numpy())
             nll -= float(torch.log_softmax(logits, -1).gather(1, gold[:, None]).sum())
-    return np.concatenate(predicted), nll
+            first, second = logits.topk(2, dim=-1).values.unbind(-1)
+            ties += int((first - second <= 1e-4).sum())
+    return np.concatenate(predicted), nll, ties
 
 
 def test_scores_match_a_plain_fill_mask_reference(run_dir: Path, teacher_dirs) -> None:
@@ -118,11 +121,11 @@ def test_scores_match_a_plain_fill_mask_reference(run_dir: Path, teacher_dirs) -
         ),
     }
     scores = evaluate_run(MergeRun.load(run_dir).recipe, ["student"], ["yy"])
-    for model, (predicted, nll, labels) in expected.items():
+    for model, (predicted, nll, ties, labels) in expected.items():
         score = next(s for s in scores if s.teacher == "sp" and s.model == model)
         assert score.masked_tokens == gold.size > 20
-        # one token's worth of slack: a near-tie may break the other way in another kernel
-        assert abs(score.accuracy * gold.size - np.sum(predicted == labels)) <= 1
+        # batched there, alone here: a near-tie's argmax may break the other way in other kernels
+        assert abs(round(score.accuracy * gold.size) - np.sum(predicted == labels)) <= ties
         assert score.loss == pytest.approx(nll / gold.size, rel=1e-4)
 
 

@@ -22,6 +22,7 @@ from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 from tiny import sentences
+from topk_helpers import assert_same_topk
 
 
 @pytest.mark.parametrize("teacher", ["wp", "sp"])
@@ -32,13 +33,18 @@ def test_masked_positions_head_matches_full_logits(teacher_dirs, teacher: str) -
     masker = TeacherMasker(teacher, tok, MaskingSpec(probability=0.3), max_length=40)
     copies = [masker(f"e{i}", t) for i, t in enumerate(sentences(30, seed=2))]
     fast = masked_topk(model, copies, k=8, pad_id=tok.pad_token_id, batch_size=7)
+    exact = listed = 0
     for copy, got in zip(copies, fast, strict=True):
-        want = naive_topk(model, copy, k=8)
-        np.testing.assert_array_equal(got.topk_ids, want.topk_ids)
-        np.testing.assert_allclose(got.topk_logprobs, want.topk_logprobs, atol=1e-5)
+        want = naive_topk(model, copy, k=9)  # the ninth: is the eighth a near-tie?
+        # batched and padded, or alone: a near-tie may be ordered either way in other kernels
+        exact += assert_same_topk(
+            got.topk_ids, got.topk_logprobs, want.topk_ids, want.topk_logprobs, atol=1e-5
+        )
+        listed += got.topk_ids.size
         assert got.loss == pytest.approx(want.loss, abs=1e-5)
         # stored values are log-probabilities over the full vocabulary
         assert np.all(got.topk_logprobs <= 0) and np.exp(got.topk_logprobs).sum(1).max() <= 1 + 1e-5
+    assert exact >= 0.9 * listed > 0  # measured: 1,451 of 1,472 (wp), 1,074 of 1,096 (sp)
 
 
 def test_teacher_without_trained_head_is_refused(teacher_dirs, tmp_path: Path) -> None:
