@@ -42,7 +42,7 @@ def refuse_special(path: Path, what: str = "output file") -> None:
     if path.exists() and not path.is_file() and not path.is_dir():
         raise UserInputError(
             f"{what} {path} is not a regular file (a FIFO, socket or device): lmalgebra writes "
-            "only regular files; name another path"
+            "only regular files; remove it, or name another path"
         )
 
 
