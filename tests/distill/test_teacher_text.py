@@ -225,11 +225,17 @@ def test_a_masked_recipe_has_no_teacher_text(tmp_path: Path) -> None:
 def test_a_prompt_past_the_teachers_positions_is_refused(
     tmp_path: Path, causal_teacher_dirs
 ) -> None:
+    """Refused by prepare, and by the dry run in the same line (it had planned the run: it
+    checked the prompts against the held-out text, not against the teacher's positions)."""
     recipe = load_recipe(_recipe(tmp_path, causal_teacher_dirs, new_tokens=250, prompt_chars=400))
-    with pytest.raises(
-        UserInputError, match=r"teacher_text.xx: prompt 1 is \d+ tokens of teacher 'bl'"
+    for stage in (
+        lambda: stages.plan(recipe, stages=["prepare"]),
+        lambda: stages.prepare(recipe, progress=False),
     ):
-        stages.prepare(recipe, progress=False)
+        with pytest.raises(
+            UserInputError, match=r"teacher_text.xx: prompt 1 is \d+ tokens of teacher 'bl'"
+        ):
+            stage()
     assert not list((tmp_path / "run" / "teacher_text").glob("*/shard-*"))
 
 
