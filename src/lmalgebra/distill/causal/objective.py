@@ -99,7 +99,10 @@ class CausalObjective(Objective):
             examples = ShardSet.existing(self.layout.examples(lang))
             if not examples.complete or not examples.records:
                 return missing_set(examples, "prepare")
-        return None
+        from lmalgebra.distill.causal.teacher_text import unrecorded_text
+
+        texts = [unrecorded_text(self.recipe, lang) for lang in self.recipe.teacher_text]
+        return next((p for p in texts if p), None)  # the text's teacher, checked by training
 
     def refuse_edited_inputs(self) -> None:
         from lmalgebra.distill.causal.teacher_text import refuse_edited_prompts
