@@ -387,3 +387,32 @@ def test_the_estimate_reads_a_configuration_as_the_decomposition_plan_does() -> 
     _, _, hidden, intermediate = architecture(config, 0)
     assert (shape.hidden, shape.intermediate, shape.layers) == (hidden, intermediate, 3)
     assert (hidden, intermediate) == (32, 128)
+
+
+@pytest.mark.parametrize("candidates", [None, [0.2, 0.8]], ids=["one-run", "lambda-candidates"])
+def test_a_checkpoint_of_other_training_settings_is_refused_by_the_dry_run_too(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], candidates: list[float] | None
+) -> None:
+    """A student's checkpoint (or a ``lambda_candidates`` run's) written under other settings
+    of its own (a seed, say): resuming refuses it, and the dry run had planned the training
+    (it compared the data settings alone, and never a candidate's checkpoints)."""
+    from causal_fixtures import taught_causal_recipe, train_causal
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+
+    training: dict[str, object] = {"steps": 2, "batch_size": 4, "warmup_steps": 1}
+    training |= {"validation_fraction": 0.2, "validation_every": 1}
+    if candidates:
+        training |= {"lambda_candidates": candidates, "lambda_schedule": "constant"}
+    path = taught_causal_recipe(tmp_path, causal_teacher_dirs, training)
+    train_causal(path, "student")
+    recipe = load_recipe(path)
+    changed = pipeline.training_of(recipe, {"steps": 3, "seed": 3}, "test")
+    refusal = r"the training settings changed \(training.seed 0 -> 3\)"
+    with pytest.raises(UserInputError, match=refusal):
+        pipeline.plan(recipe, changed, ["train"], "student")
+    with pytest.raises(UserInputError, match=refusal):
+        pipeline.train_student(recipe, "student", changed, False)
+    longer = pipeline.training_of(recipe, {"steps": 3}, "test")
+    assert pipeline.plan(recipe, longer, ["train"], "student")  # resumed to more steps

@@ -225,11 +225,17 @@ def test_a_masked_recipe_has_no_teacher_text(tmp_path: Path) -> None:
 def test_a_prompt_past_the_teachers_positions_is_refused(
     tmp_path: Path, causal_teacher_dirs
 ) -> None:
+    """Refused by prepare, and by the dry run in the same line (it had planned the run: it
+    checked the prompts against the held-out text, not against the teacher's positions)."""
     recipe = load_recipe(_recipe(tmp_path, causal_teacher_dirs, new_tokens=250, prompt_chars=400))
-    with pytest.raises(
-        UserInputError, match=r"teacher_text.xx: prompt 1 is \d+ tokens of teacher 'bl'"
+    for stage in (
+        lambda: stages.plan(recipe, stages=["prepare"]),
+        lambda: stages.prepare(recipe, progress=False),
     ):
-        stages.prepare(recipe, progress=False)
+        with pytest.raises(
+            UserInputError, match=r"teacher_text.xx: prompt 1 is \d+ tokens of teacher 'bl'"
+        ):
+            stage()
     assert not list((tmp_path / "run" / "teacher_text").glob("*/shard-*"))
 
 
@@ -352,3 +358,31 @@ def test_inspect_counts_the_written_examples(prepared: Path) -> None:
     rows = {(r["language"], r["teacher"]): r for r in causal_report(recipe.output_dir).pairs}
     assert rows[("xx", "bl")]["written"] == rows[("xx", "uni")]["written"] == written
     assert rows[("yy", "wp")]["written"] == 0
+
+
+@pytest.mark.parametrize("damage", ["manifest edited", "set removed"])
+def test_text_whose_record_is_damaged_is_refused_until_written_again(
+    tmp_path: Path, causal_teacher_dirs, damage: str
+) -> None:
+    """The text's manifest damaged, or its set gone, while the examples hold the text: training
+    and evaluation had skipped the check of the teacher that wrote it (and trained); refused by
+    name, by the dry run of training too, until prepare writes it again."""
+    recipe = load_recipe(_recipe(tmp_path, causal_teacher_dirs))
+    stages.prepare(recipe, progress=False)
+    stages.teach(recipe, progress=False)
+    directory = RunLayout(recipe.output_dir).teacher_text("xx")
+    if damage == "set removed":
+        shutil.rmtree(directory)
+    else:
+        manifest = directory / "manifest.json"
+        text = manifest.read_text(encoding="utf-8")
+        manifest.write_text(text.replace('"documents": 10', '"documents": 11'), encoding="utf-8")
+    refusal = f"{directory}: missing, damaged or incomplete"
+    objective = stages.objective_of(recipe)
+    with pytest.raises(UserInputError, match=refusal):
+        objective.check_store()
+    assert (objective.missing_input("train") or "").startswith(refusal)
+    assert any(p.startswith(refusal) for p in stages.verify(recipe.output_dir))
+    stages.prepare(recipe, progress=False)
+    objective.check_store()
+    assert objective.missing_input("train") is None

@@ -43,8 +43,9 @@ from lmalgebra.storage.output_paths import (
     output_at,
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs
-from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
+from lmalgebra.train.config import KD_SETTINGS, CausalTrainingSpec, TrainingSpec, kd_free
 from lmalgebra.train.loop import refuse_fewer_steps
+from lmalgebra.train.run_fingerprint import training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -242,7 +243,8 @@ def plan(
     output directory the run would refuse (a file, another kind of output) is refused alike,
     and so is a ``student`` name or directory training refuses (None: not checked) and, unless
     ``restart``, training it to fewer steps than it has trained or from a checkpoint of other
-    data (the recipe's, the store's: ``Objective.recorded_inputs``), and a later stage alone whose
+    data (the recipe's, the store's: ``Objective.recorded_inputs``) or other training settings
+    (each run of ``lambda_candidates`` too), and a later stage alone whose
     inputs an earlier stage has not written
     (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary), and
     inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``)."""
@@ -256,7 +258,12 @@ def plan(
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
-            refuse_other_inputs(done, objective.recorded_inputs())  # as resuming refuses it
+            parts = objective.recorded_inputs()
+            for out, run_spec in training_runs(layout, student, spec).items():
+                # as resuming refuses it: other data, or other settings of the student's own
+                refuse_other_inputs(
+                    out / CHECKPOINTS, {"training": training_part(run_spec), **parts}
+                )
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
         refuse_linked_parts(recipe)
@@ -272,6 +279,20 @@ def plan(
         if missing is not None:
             raise UserInputError(missing)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
+
+
+def training_runs(layout: RunLayout, student: str, spec: TrainingSpec) -> dict[Path, Any]:
+    """Each directory student ``student`` trains in, with the settings its run trains with:
+    its own, or one per KD weight of a causal ``lambda_candidates``."""
+    candidates = getattr(spec, "lambda_candidates", None)
+    if not candidates:
+        return {layout.student(student): spec}
+    from lmalgebra.distill.causal.training import candidate_specs
+
+    runs = candidate_specs(CausalTrainingSpec.model_validate(spec.model_dump()))
+    return {
+        layout.candidate(student, value): run for value, run in runs.items() if value is not None
+    }
 
 
 def inspect_run(run_dir: Path) -> RunInspection:

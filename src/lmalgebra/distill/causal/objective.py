@@ -99,7 +99,10 @@ class CausalObjective(Objective):
             examples = ShardSet.existing(self.layout.examples(lang))
             if not examples.complete or not examples.records:
                 return missing_set(examples, "prepare")
-        return None
+        from lmalgebra.distill.causal.teacher_text import unrecorded_text
+
+        texts = [unrecorded_text(self.recipe, lang) for lang in self.recipe.teacher_text]
+        return next((p for p in texts if p), None)  # the text's teacher, checked by training
 
     def refuse_edited_inputs(self) -> None:
         from lmalgebra.distill.causal.teacher_text import refuse_edited_prompts
@@ -210,21 +213,29 @@ class CausalObjective(Objective):
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
         """What training refuses of ``training`` (a teacher the recipe lacks, a setting the
         recipe makes it ignore, a loss the store cannot feed) is refused first."""
-        from lmalgebra.distill.causal.teacher_text import prompts_of
+        from lmalgebra.distill.causal.teacher_text import prompts_of, refuse_too_long
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
         from lmalgebra.distill.examples import heldout_examples
 
         spec = CausalTrainingSpec.model_validate(training.model_dump())
         check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # in train's order
         self.recipe.check_training(spec)
-        for lang in self.recipe.teacher_text:  # prepare's refusals of its prompts
-            prompts_of(self.recipe, lang, heldout_examples(self.recipe, lang))
+        for lang, text in self.recipe.teacher_text.items():  # prepare's refusals of its prompts
+            prompts = prompts_of(self.recipe, lang, heldout_examples(self.recipe, lang))
+            refuse_too_long(self.recipe, lang, self._writer(text.teacher), prompts)
         tokenizer = partial(teacher_tokenizer, top_k=self.recipe.top_k)
         zeros = partial(zero_logprobs, self.recipe)
         student = partial(plan_student, self.recipe, validation=spec.validation_fraction)
         rows = plan_rows(self, spec, tokenizer, zeros, student)
         plugins.announce(plugins.CAUSAL_LOSSES, spec.objective_mix or DEFAULT_MIX)
         return rows
+
+    def _writer(self, name: str) -> Teacher:
+        """Teacher ``name`` as a dry run knows it: its directory and its tokenizer, checked as
+        the run checks them, no weights read."""
+        ref = self.recipe.teachers[name].ref(name)
+        directory = ref.source.resolve(weights=False)
+        return Teacher(name, directory, {}, teacher_tokenizer(ref, directory, self.recipe.top_k))
 
     def inspect(self) -> RunInspection:
         return causal_report(self.layout.root)

@@ -211,12 +211,15 @@ def _changed(recipe: CausalRecipe, lang: str, fields: list[str]) -> str:
 def written_by_other(recipe: CausalRecipe, teachers: dict[str, Teacher]) -> list[str]:
     """Each language's complete teacher text written by its teacher as it was before its
     weights or tokenizer changed (``teachers``: as they are now), which the run's examples
-    hold: what training, evaluation and ``merge verify`` refuse, as ``merge prepare`` does."""
+    hold: what training, evaluation and ``merge verify`` refuse, as ``merge prepare`` does. So is
+    text whose record is missing, damaged or incomplete while the examples hold it: which teacher
+    wrote it cannot be told."""
     problems = []
     for lang, spec in recipe.teacher_text.items():
         found = ShardSet.existing(RunLayout(recipe.output_dir).teacher_text(lang))
         hashes = teachers[spec.teacher].hashes
         if not found.complete or not isinstance(found.key, dict):
+            problems += [p for p in [unrecorded_text(recipe, lang)] if p]
             continue
         fields = [f for f in ("weights", "tokenizer") if found.key.get(f) != hashes[f]]
         if fields:
@@ -226,6 +229,20 @@ def written_by_other(recipe: CausalRecipe, teachers: dict[str, Teacher]) -> list
                 "restore the teacher, or give the recipe another output_dir"
             )
     return problems
+
+
+def unrecorded_text(recipe: CausalRecipe, lang: str) -> str | None:
+    """The refusal of ``lang``'s teacher text missing, damaged or incomplete while the run's
+    examples hold it (which teacher wrote it cannot be told); None when it is there, or when
+    the examples are drawn again anyway. Read without opening a teacher (a dry run names it)."""
+    found = ShardSet.existing(RunLayout(recipe.output_dir).teacher_text(lang))
+    if (found.complete and isinstance(found.key, dict)) or not examples_set(recipe, lang).intact():
+        return None
+    return (
+        f"{found.directory}: missing, damaged or incomplete, and the run's examples hold the "
+        f"text teacher {recipe.teacher_text[lang].teacher!r} wrote there (which teacher wrote it "
+        "cannot be told): run `lmalgebra merge prepare RECIPE` to write it again"
+    )
 
 
 def _inputs(spec: TeacherTextSpec, fields: list[str]) -> str:
