@@ -183,6 +183,8 @@ def test_a_figure_edited_by_hand_is_stale(tmp_path: Path, monkeypatch) -> None:
         ("real_teachers_fresh_clone", "real_teachers"),
         ("little_data", "distillation_regimes"),
         ("merge", "distillation_regimes"),
+        ("merge_text", "distillation_regimes"),
+        ("merge_long", "distillation_regimes"),
     ],
 )
 def test_recorded_experiment_tables_are_their_results_rendered(stem: str, script: str) -> None:
