@@ -50,6 +50,16 @@ def test_a_dangling_link_is_not_called_a_file(link: Path) -> None:
         RunLayout(link).require_recipe()
 
 
+def test_a_loop_of_links_is_named_as_one(tmp_path: Path) -> None:
+    """A link to itself, or two links to each other, are no file that went missing."""
+    (tmp_path / "self.txt").symlink_to("self.txt")
+    (tmp_path / "a.txt").symlink_to("b.txt")
+    (tmp_path / "b.txt").symlink_to("a.txt")
+    for name in ("self.txt", "a.txt"):
+        with pytest.raises(UserInputError, match=f"corpus .*{name} is a symbolic link .*a loop"):
+            read_documents(CorpusSpec(paths=[str(tmp_path / name)]))
+
+
 @pytest.mark.parametrize("below", [False, True])
 def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
     below: bool,

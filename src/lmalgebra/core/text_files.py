@@ -7,6 +7,7 @@ bad bytes the offset of the first one.
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ from lmalgebra.core.errors import UserInputError
 def absent(path: Path) -> str:
     """Why ``path``, which is no regular file or directory, is not there, as a message ends:
     ``does not exist``, for a link to nothing ``is a symbolic link to TARGET, which does not
-    exist`` (not "a file", nor a name to look up elsewhere), and for a FIFO, socket or device,
+    exist`` (not "a file", nor a name to look up elsewhere), and to itself, through however many
+    links, that they loop; and for a FIFO, socket or device,
     which is there, that it is no regular file (not "does not exist")."""
     if path.exists() and not path.is_file() and not path.is_dir():
         return "is not a regular file (a FIFO, socket or device)"
@@ -26,8 +28,21 @@ def absent(path: Path) -> str:
             target = str(path.readlink())
         except OSError:
             target = "a path"
+        if _loops(path):
+            return f"is a symbolic link to {target}, which leads back to it (a loop of links)"
         return f"is a symbolic link to {target}, which does not exist"
     return "does not exist"
+
+
+def _loops(path: Path) -> bool:
+    """Whether following the links from ``path`` comes back round (ELOOP)."""
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # Python before 3.13: "Symlink loop from ..."
+        return True
+    except OSError as err:
+        return err.errno == errno.ELOOP
+    return False
 
 
 def not_a_directory(path: Path) -> str:
