@@ -69,13 +69,8 @@ BY_LANGUAGE = {"en": ["smollm2"], "fr": ["gemma"], "es": ["gemma"]}
 VARIANTS: dict[str, dict[str, Any]] = {
     **REAL_VARIANTS,
     "merge-by-language": {"objective_mix": {"prefix_kl": 1.0}, "teachers": BY_LANGUAGE},
-    "merge-by-language-lambda-0.8": {
-        "objective_mix": {"prefix_kl": 1.0},
-        "teachers": BY_LANGUAGE,
-        "lambda_value": 0.8,
-    },
 }
-MERGED = "merge-by-language"  # the merged students: this variant and those named after it
+MERGED = "merge-by-language"  # the merged student the merge's targets read
 TWINS = ("ce", "ce-smooth")  # the students without a teacher
 # SmolLM2's decoder layers kept, by regime: candidate subsets (the one with the fewest bits per
 # byte before training is chosen)
@@ -168,10 +163,9 @@ WRITTEN_BY = {"fr": "gemma", "es": "gemma"}  # the languages Gemma writes for, i
 # merge-text at twice the steps: there every merged student's best validation was its last step
 # (150) while every CE twin stopped on validation (best near step 100), so the budget, not the
 # text, limited the merged student
-# (a plan whose variants hold several merged students has the targets read the one with the
-# best validation loss: ``chosen_merged``. merge-by-language-lambda-0.8 beside it was tried at
-# e9aef35 and stopped for time: seed 0 at 1.1811 on validation at step 230 and still improving,
-# against 1.1616 at step 160 for lambda 0.5)
+# (a merged student at lambda 0.8 beside it, to be chosen on validation, was tried at e9aef35
+# and stopped for time: seed 0 at 1.1811 on validation at step 230 and still improving, against
+# 1.1616 at step 160 for lambda 0.5)
 PLANS["merge-long"] = replace(PLANS["merge-text"], regime="merge-long", steps=300)
 
 
@@ -315,32 +309,16 @@ def students(plan: Plan) -> dict[str, dict[str, Any]]:
     return {student_name(v, seed): {**VARIANTS[v], "seed": seed} for v, seed in order}
 
 
-def summarise(
-    rows: list[dict[str, Any]], plan: Plan, validation: dict[str, float] | None = None
-) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
     """Per variant and language: mean and sd over seeds, gap closed towards the better teacher,
-    RDT against both teachers; and the regime's targets. ``validation``: each variant's best
-    validation loss (mean over seeds), which chooses the merged student where there are several
-    (``chosen_merged``)."""
+    RDT against both teachers; and the regime's targets."""
     table = variants_table(rows, plan.variants, plan.seeds)
     merged = plan.regime in MERGES
-    if merged:
-        table["merged"] = chosen_merged(plan.variants, validation or {})
     twin = "CE only on the same text (Gemma's included)" if plan.teacher_text else "CE only"
     table["targets"] = merge_targets(table, twin) if merged else twin_targets(table, plan)
     if plan.teacher_text:  # the twin read Gemma's text too: also against CE on the real text
         table["targets"] |= real_text_targets(table, plan)
     return table
-
-
-def chosen_merged(variants: tuple[str, ...], validation: dict[str, float]) -> str:
-    """The merged variant the targets read: the one with the lowest best validation loss (mean
-    over seeds; the split of the training examples, never the test text) where there are
-    several, else the only one."""
-    merged = [v for v in variants if v.startswith(MERGED)]
-    if len(merged) == 1:
-        return merged[0]
-    return min(merged, key=lambda v: validation[v])
 
 
 def twin_targets(table: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -368,15 +346,14 @@ def merge_targets(table: dict[str, Any], twin: str = "CE only") -> dict[str, Any
     """The merged student: the share of the gap between CE only and Gemma it closes on French
     and Spanish (target: at least 30%), and English no worse than CE only by more than one
     standard deviation."""
-    name = table.get("merged", MERGED)
-    merged, ce = table["students"][name], table["students"]["ce"]["bits_per_byte"]
+    merged, ce = table["students"][MERGED], table["students"]["ce"]["bits_per_byte"]
     gemma = table["teacher_bits"]["gemma"]
     targets = {}
     for lang in ("fr", "es"):
         gap = ce[lang]["mean"] - gemma[lang]
         closed = (ce[lang]["mean"] - merged["bits_per_byte"][lang]["mean"]) / gap
         targets[lang] = {
-            "text": f"{name} closes {100 * closed:.1f}% of the gap between {twin} "
+            "text": f"{MERGED} closes {100 * closed:.1f}% of the gap between {twin} "
             "and Gemma (target >= 30%)",
             "met": bool(closed >= 0.30),
         }
@@ -403,15 +380,14 @@ def real_text_targets(table: dict[str, Any], plan: Plan) -> dict[str, Any]:
     if any(base["plan"][k] != getattr(plan, k) for k in same):
         return {}
     ce = base["table"]["students"]["ce"]["bits_per_byte"]
-    name = table.get("merged", MERGED)
-    merged = table["students"][name]["bits_per_byte"]
+    merged = table["students"][MERGED]["bits_per_byte"]
     gemma = table["teacher_bits"]["gemma"]
     where = f"merge.json, commit {base['commit']}, up to {base['plan']['steps']} steps"
     out = {}
     for lang in ("fr", "es"):
         closed = (ce[lang]["mean"] - merged[lang]["mean"]) / (ce[lang]["mean"] - gemma[lang])
         out[f"{lang} (real text)"] = {
-            "text": f"{name} closes {100 * closed:.1f}% of the gap between CE only on "
+            "text": f"{MERGED} closes {100 * closed:.1f}% of the gap between CE only on "
             f"the real text ({where}) and Gemma (target >= 30%)",
             "met": bool(closed >= 0.30),
             "closed": closed,
@@ -459,23 +435,14 @@ def markdown(result: dict[str, Any]) -> str:
     for teacher, parts in result["store_bytes_per_token"].items():
         cells = ", ".join(f"{k.removesuffix('_bytes_per_token')} {v:.1f}" for k, v in parts.items())
         lines.append(f"- {teacher}: {cells}")
-    merged = [v for v in result.get("best_validation", {}) if v.startswith(MERGED)]
-    if len(merged) > 1:  # the KD weight chosen on validation
-        losses = ", ".join(f"{v} {result['best_validation'][v]:.4f}" for v in merged)
-        lines += [
-            "",
-            f"Merged student chosen on validation: {t['merged']} (best validation "
-            f"loss, mean over seeds: {losses}).",
-        ]
     lines += ["", "Targets:", ""]
     for lang, got in t["targets"].items():
         lines.append(f"- {lang}: {got['text']}: {'met' if got['met'] else 'NOT met'}.")
     return "\n".join(lines) + "\n"
 
 
-def best_steps(run_dir: Path, plan: Plan, field: str = "best_step") -> dict[str, float]:
-    """Mean over seeds of each variant's best validation step (``field``: or another figure of
-    its training's end, ``best_validation``), from its model's record."""
+def best_steps(run_dir: Path, plan: Plan) -> dict[str, float]:
+    """Mean over seeds of each variant's best validation step (from its model's record)."""
     from lmalgebra.demo.causal_table import student_name
 
     out = {}
@@ -483,7 +450,7 @@ def best_steps(run_dir: Path, plan: Plan, field: str = "best_step") -> dict[str,
         steps = []
         for seed in plan.seeds:
             meta = run_dir / student_name(v, seed) / "model" / "lmalgebra.json"
-            steps.append(json.loads(meta.read_text())["final"].get(field, math.nan))
+            steps.append(json.loads(meta.read_text())["final"].get("best_step", math.nan))
         out[v] = sum(steps) / len(steps)
     return out
 
@@ -579,12 +546,10 @@ def _run(
     untrained = untrained_bits(layers, heldout_texts(run_dir))
     frame = trained.bits_per_byte({**TEACHERS, **trained.students})
     seconds["bits per byte"] = time.perf_counter() - clock
-    validation = best_steps(run_dir, plan, "best_validation")
     result = {
         "plan": asdict(plan),
         "layers": f"{chosen} {layers}",
-        "table": summarise(frame.to_dict("records"), plan, validation),
-        "best_validation": validation,
+        "table": summarise(frame.to_dict("records"), plan),
         "untrained": untrained,
         "best_steps": best_steps(run_dir, plan),
         "bits": frame.to_dict("records"),

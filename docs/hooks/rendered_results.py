@@ -114,7 +114,6 @@ MERGE_NAMES = {
     "kl-smollm2": "SmolLM2 alone (all languages)",
     "prefix-gemma": "Gemma alone (all languages)",
     "merge-by-language": "merged: SmolLM2 for en, Gemma for fr and es",
-    "merge-by-language-lambda-0.8": "merged as above, lambda 0.8",
 }
 
 

@@ -334,6 +334,11 @@ class Objective(ABC):
         recipe's data settings, the store's keys): what a dry run compares."""
         return student_inputs(self.recipe, self.store_parts[-1])
 
+    def training_runs(self, name: str, training: TrainingSpec) -> dict[Path, TrainingSpec]:
+        """Each directory student ``name`` trains in, with the settings its run there trains
+        with (its checkpoints' fingerprints hold them): its own directory and ``training``."""
+        return {self.layout.student(name): training}
+
     def refuse_edited_inputs(self) -> None:
         """What ``prepare`` refuses of inputs edited since it wrote from them, for a dry run,
         which writes nothing: a corpus that no longer gives the stored examples."""

@@ -43,7 +43,7 @@ from lmalgebra.storage.output_paths import (
     output_at,
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs
-from lmalgebra.train.config import KD_SETTINGS, CausalTrainingSpec, TrainingSpec, kd_free
+from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import refuse_fewer_steps
 from lmalgebra.train.run_fingerprint import training_part
 
@@ -259,7 +259,7 @@ def plan(
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
             parts = objective.recorded_inputs()
-            for out, run_spec in training_runs(layout, student, spec).items():
+            for out, run_spec in objective.training_runs(student, spec).items():
                 # as resuming refuses it: other data, or other settings of the student's own
                 refuse_other_inputs(
                     out / CHECKPOINTS, {"training": training_part(run_spec), **parts}
@@ -279,20 +279,6 @@ def plan(
         if missing is not None:
             raise UserInputError(missing)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
-
-
-def training_runs(layout: RunLayout, student: str, spec: TrainingSpec) -> dict[Path, Any]:
-    """Each directory student ``student`` trains in, with the settings its run trains with:
-    its own, or one per KD weight of a causal ``lambda_candidates``."""
-    candidates = getattr(spec, "lambda_candidates", None)
-    if not candidates:
-        return {layout.student(student): spec}
-    from lmalgebra.distill.causal.training import candidate_specs
-
-    runs = candidate_specs(CausalTrainingSpec.model_validate(spec.model_dump()))
-    return {
-        layout.candidate(student, value): run for value, run in runs.items() if value is not None
-    }
 
 
 def inspect_run(run_dir: Path) -> RunInspection:

@@ -104,6 +104,16 @@ class CausalObjective(Objective):
         texts = [unrecorded_text(self.recipe, lang) for lang in self.recipe.teacher_text]
         return next((p for p in texts if p), None)  # the text's teacher, checked by training
 
+    def training_runs(self, name: str, training: TrainingSpec) -> dict[Path, TrainingSpec]:
+        """One run per KD weight of ``training.lambda_candidates``, each in its own directory."""
+        from lmalgebra.distill.causal.training import candidate_specs
+
+        spec = CausalTrainingSpec.model_validate(training.model_dump())
+        if not spec.lambda_candidates:
+            return super().training_runs(name, training)
+        runs = candidate_specs(spec)
+        return {self.layout.candidate(name, v): run for v, run in runs.items() if v is not None}
+
     def refuse_edited_inputs(self) -> None:
         from lmalgebra.distill.causal.teacher_text import refuse_edited_prompts
 
