@@ -5,6 +5,7 @@ identity check off or being read as "no run here"."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -50,6 +51,29 @@ def test_a_remembered_hash_edited_to_another_is_computed_again(
     for path in memo.glob("*.hash"):
         path.write_text("0" * 64 + path.read_text()[64:])
     assert source_of(ref, bert_dir).fingerprint(memo) == first
+
+
+def test_an_edit_of_the_code_a_model_ships_is_seen(bert_dir: Path, tmp_path: Path) -> None:
+    """A model run with its own code (``--trust-remote-code``) computes its outputs with that
+    code: an edit of it had left the fingerprint as it was, so a finished run was computed
+    again from the embeddings cached under the old code, and a new run read them too."""
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_tiny.TinyModel"}
+    (model / "config.json").write_text(json.dumps(config))
+    code = model / "modeling_tiny.py"
+    code.write_text("SCALE = 1.0\n")
+    memo = tmp_path / "hashes"
+    trusted = ModelRef(name="m", path=str(model), trust_remote_code=True)
+    first = source_of(trusted, model).fingerprint(memo)
+    code.write_text("SCALE = 2.0\n")  # same size
+    second = source_of(trusted, model).fingerprint(memo)
+    assert second["code"] != first["code"]
+    assert {k: v for k, v in second.items() if k != "code"} == {
+        k: v for k, v in first.items() if k != "code"
+    }
+    untrusted = ModelRef(name="m", path=str(model))  # its code never runs: not its identity
+    assert "code" not in source_of(untrusted, model).fingerprint(memo)
 
 
 @pytest.mark.parametrize("content", ["{not json", '{"identity": 3}', "[]"])

@@ -33,6 +33,17 @@ def ships_code(directory: Path | str) -> bool:
     return False
 
 
+def shipped_code(directory: Path | str) -> list[Path]:
+    """The Python files beside a model that ships code (``ships_code``), which loading it with
+    ``trust_remote_code`` imports: part of what the model computes, so part of its identity (an
+    edit of them changes its outputs as an edit of its weights does). Empty for a model that
+    ships none."""
+    root = Path(directory)
+    if not ships_code(root) or not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("*.py") if p.is_file())
+
+
 def announce_remote_code(name: str, directory: Path | str) -> None:
     """Log, before loading, that code shipped with model ``name`` (from ``directory``) will run,
     or that it ships none."""

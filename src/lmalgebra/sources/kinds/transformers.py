@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import device_map_memory
-from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.core.remote_code import announce_remote_code, load_failure, shipped_code
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
 from lmalgebra.sources.hub import looks_local, snapshot
@@ -194,7 +194,8 @@ class TransformersModel(ReferencedModel):
             write_text_atomic(memo, "checked\n")
 
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
-        """Weights (or config and seed if random), tokenizer and config; for a model
+        """Weights (or config and seed if random), tokenizer and config, and the code it ships
+        when allowed to run it (``code``, its Python files); for a model
         dequantised from a GGUF file also ``gguf_sha256`` and ``quantisation`` (llama.cpp's
         file type, e.g. ``MOSTLY_Q4_K_M``)."""
         ref, directory = self.ref, self.directory
@@ -211,6 +212,9 @@ class TransformersModel(ReferencedModel):
             "tokenizer": self.tokenizer_hash(memo_dir),
             "config": sha256_json(config),
         }
+        code = shipped_code(directory) if ref.trust_remote_code else []
+        if code:  # the code it runs computes its outputs as much as its weights do
+            hashes["code"] = memoised_hash(code, directory, memo_dir)
         source = read_provenance(directory)
         if source is not None:
             hashes["gguf_sha256"] = str(source["sha256"])
