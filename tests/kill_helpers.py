@@ -243,6 +243,7 @@ def chosen_points(count: int, every_up_to: int, sampled: int, seed: str) -> list
 # remembered hashes (a run's .hashes/, the cache's hashes/): named by the files' inode and times,
 # which restoring a directory between trials changes; a cache of work, not an output
 MEMO = re.compile(r"(^|/)\.?hashes/")
+CHECKSUMS = ("sha256", "state_sha256", "config_sha256")  # of records holding timings
 MEASURED = re.compile(r"tokens_per_s|_seconds$|^seconds|elapsed")  # timings: no run repeats them
 
 
@@ -260,8 +261,9 @@ def steady(name: str, data: bytes) -> bytes:
     for timings in JSON (``MEASURED`` keys) and two things a writer does not repeat: a
     safetensors header's metadata map, whose order safetensors does not fix (a checkpoint
     records a tied weight's name there), and so the sha256 a checkpoint's ``state.json``
-    records of its files (and a model's ``lmalgebra.json`` and a decomposition's ``summary.json``
-    of themselves, timings included). A file that does not parse is taken as it is."""
+    records of its files (and a model's ``lmalgebra.json``, a decomposition's ``summary.json``
+    and a tagging evaluation's ``pos_config.json`` of themselves, timings included). A file
+    that does not parse is taken as it is."""
     try:
         return _steady_bytes(name, data)
     except ValueError:  # a file cut short, say: it differs from the reference's
@@ -279,9 +281,9 @@ def _steady_bytes(name: str, data: bytes) -> bytes:
     if name.endswith(".json"):
         value = _steady(json.loads(data))
         if re.search(
-            r"(^|/)(step-\d+/state|lmalgebra|summary)\.json$", name
+            r"(^|/)(step-\d+/state|lmalgebra|summary|pos_config)\.json$", name
         ):  # sums over timings too
-            value = {k: v for k, v in value.items() if k not in ("sha256", "state_sha256")}
+            value = {k: v for k, v in value.items() if k not in CHECKSUMS}
         return json.dumps(value, sort_keys=True).encode()
     return data
 

@@ -95,6 +95,32 @@ def test_a_damaged_record_is_refused_by_name(
     assert not (out / record).exists()
 
 
+def test_a_result_an_unfinished_tagging_evaluation_keeps_is_read_only_as_written(
+    tmp_path: Path,
+) -> None:
+    """``pos_config.json`` keeps the results of the models an interrupted evaluation finished,
+    which the next run writes into its tables unscored: a result edited there (an accuracy) had
+    been published as the model's. The record carries a checksum of itself."""
+    from dataclasses import fields
+
+    from lmalgebra.evaluate.pos_results import PosResult, finished_results, write_results
+
+    out = tmp_path / "out"
+    out.mkdir()
+    identity = {"models": {"a": {"weights": "w"}}}
+    zeros = dict.fromkeys((f.name for f in fields(PosResult)), 0)
+    result = PosResult(**zeros | {"model": "a", "mode": "probe", "accuracy": 0.5})
+    write_results([result], out, {"identity": identity, "finished": False})
+    assert finished_results(out, identity) == {"a": result}
+    claim_evaluation(out, identity, False)  # the same evaluation resumes
+    record = json.loads((out / "pos_config.json").read_text())
+    record["results"][0]["accuracy"] = 0.9
+    (out / "pos_config.json").write_text(json.dumps(record))
+    with pytest.raises(UserInputError, match=r"pos_config\.json is damaged.*checksum"):
+        claim_evaluation(out, identity, False)
+    assert finished_results(out, identity) == {}
+
+
 @pytest.mark.parametrize("damage", ["provenance deleted", "configuration torn"])
 def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name(
     damage: str,

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sealed, unseal
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import Table, format_cell, write_table
 from lmalgebra.storage.output_paths import claim_run_directory
 
 CONFIG = "pos_config.json"
+# the key of the record's checksum of itself: the results it keeps are read back as they are
+CHECK = "config_sha256"
 # the top-level names an evaluation writes (``--overwrite`` removes these and nothing else)
 OWNED = ("pos_results.csv", "pos_results.md", CONFIG)
 
@@ -51,7 +54,8 @@ def write_results(
     resumes from, and the tables are made again from it. Written last, a run killed between
     the files had left tables without their record: a directory the next run refused."""
     if settings is not None:
-        write_json_atomic(out / CONFIG, {**settings, "results": [asdict(r) for r in results]})
+        record = {**settings, "results": [asdict(r) for r in results]}
+        write_json_atomic(out / CONFIG, sealed(json.loads(json.dumps(record, default=str)), CHECK))
     write_table(out, RESULTS, results)
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
@@ -62,12 +66,16 @@ def write_results(
 
 
 def _recorded(out: Path) -> dict[str, Any] | None:
-    """``pos_config.json`` of ``out`` as a mapping; None when absent or not a JSON object."""
+    """``pos_config.json`` of ``out`` as a mapping; None when absent, not a JSON object or
+    edited since it was written (it fails its checksum; a record of an older release, without
+    one, is read as it is)."""
     try:
         config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return config if isinstance(config, dict) else None
+    if not isinstance(config, dict) or unseal(config, CHECK) is False:
+        return None
+    return config
 
 
 def finished_results(out: Path, identity: Mapping[str, Any] | None) -> dict[str, PosResult]:
@@ -96,7 +104,8 @@ def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> No
     recorded = config.get("identity") if config is not None else None
     if (out / CONFIG).exists() and not isinstance(recorded, dict) and not overwrite:
         raise UserInputError(
-            f"{out / CONFIG} is damaged (no identity of an evaluation can be read from it): "
+            f"{out / CONFIG} is damaged (no identity of an evaluation can be read from it, "
+            "or it does not match its checksum): "
             "the evaluation there cannot be compared with this one; restore it, write to "
             "another directory, or pass --overwrite to replace the evaluation"
         )
