@@ -270,3 +270,34 @@ def test_a_checkpoint_of_other_data_is_refused_by_the_dry_run_too(
         )
         assert_one_line(code, stderr, [str(state_path.parent), "the teacher store changed"])
         assert digests(student) == before
+
+
+def test_restart_removes_no_file_of_the_users_kept_in_a_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--restart`` had removed each checkpoint directory whole, a user's file kept inside one
+    with it; the checkpoints the run keeps no more went the same way. Both leave such a
+    directory alone: ``--restart`` (and its dry run) refuses, naming the file, before removing
+    any checkpoint; an older checkpoint is kept with a warning."""
+    import torch
+
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.train.checkpoint import clear_checkpoints, refuse_uncleared, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    root = tmp_path / "checkpoints"
+    first = save_checkpoint(root, 1, model, optimizer, {}, keep=1)
+    (first / "notes.txt").write_text("mine\n")
+    with caplog.at_level("WARNING"):
+        second = save_checkpoint(root, 2, model, optimizer, {}, keep=1)
+    assert (first / "state.json").is_file()  # kept whole
+    assert "notes.txt" in caplog.text
+    before = digests(root)
+    for call in (refuse_uncleared, clear_checkpoints):
+        with pytest.raises(UserInputError, match=r"step-0000001 holds files .*\(notes\.txt\)"):
+            call(root)
+        assert digests(root) == before
+    (first / "notes.txt").unlink()
+    clear_checkpoints(root)
+    assert not first.exists() and not second.exists()

@@ -42,7 +42,7 @@ from lmalgebra.storage.output_paths import (
     directory_kind,
     output_at,
 )
-from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs
+from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import refuse_fewer_steps
 from lmalgebra.train.run_fingerprint import training_part
@@ -264,6 +264,9 @@ def plan(
                 refuse_other_inputs(
                     out / CHECKPOINTS, {"training": training_part(run_spec), **parts}
                 )
+        else:  # as --restart refuses to drop a checkpoint holding a user's file
+            for out in objective.training_runs(student, spec):
+                refuse_uncleared(out / CHECKPOINTS)
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
         refuse_linked_parts(recipe)

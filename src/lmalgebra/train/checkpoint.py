@@ -30,6 +30,7 @@ from lmalgebra.train.run_fingerprint import as_json, check_fingerprint
 log = logging.getLogger(__name__)
 FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
 STATE_SUM = "state_sha256"
+OWN = (*FILES, "state.json")  # what a checkpoint directory holds: it is removed only with these
 
 
 def _optimizer_tensors(
@@ -85,8 +86,35 @@ def save_checkpoint(
         _remove(final, "to save this step's checkpoint in its place")
     tmp.rename(final)
     for old in sorted(root.glob("step-*"))[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        _prune(old)
     return final
+
+
+def _prune(old: Path) -> None:
+    """Remove an older checkpoint the run keeps no more; one holding files a checkpoint does
+    not write is kept whole, with a warning naming them (they are not the run's to remove)."""
+    foreign = _foreign(old)
+    if foreign:
+        log.warning(
+            "checkpoint %s is kept: it holds files a checkpoint does not write (%s)",
+            old,
+            ", ".join(foreign),
+        )
+        return
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _foreign(checkpoint: Path) -> list[str]:
+    """The entries of ``checkpoint`` that it does not write (its files, and the temporary file
+    of an atomic write of one, aside), a few of them; none for what is no directory."""
+    if checkpoint.is_symlink() or not checkpoint.is_dir():
+        return []
+    found = sorted(
+        p.name
+        for p in checkpoint.iterdir()
+        if p.name not in OWN and p.name.split(".tmp-")[0].removeprefix(".") not in OWN
+    )
+    return found[:3] + ([f"... {len(found) - 3} more"] if len(found) > 3 else [])
 
 
 def _state_sum(state: dict[str, Any]) -> str:
@@ -187,12 +215,33 @@ def checkpointed_step(root: Path) -> int:
 def clear_checkpoints(root: Path) -> None:
     """Remove every checkpoint under ``root`` (a run asked to start afresh); one that will not
     go (a directory made read-only) is one line naming it: the run would resume from it."""
-    for old in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):
-        _remove(old, f"to train from step 0 ({RESTART}): the run would resume from it")
+    refuse_uncleared(root)  # all checked before any is removed
+    for checkpoint in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):
+        _remove(checkpoint, f"to train from step 0 with {RESTART}: the run would resume from it")
+
+
+def refuse_uncleared(root: Path) -> None:
+    """Refuse, removing nothing, what :func:`clear_checkpoints` would refuse to remove: a
+    checkpoint under ``root`` holding files a checkpoint does not write (a dry run's check)."""
+    for checkpoint in sorted(root.glob("step-*")):
+        _refuse_foreign(checkpoint, f"to train from step 0 with {RESTART}")
+
+
+def _refuse_foreign(checkpoint: Path, purpose: str) -> None:
+    """Refuse removing ``checkpoint`` (for ``purpose``) while it holds files a checkpoint does
+    not write, naming them: a user's file kept there had been removed with it."""
+    foreign = _foreign(checkpoint)
+    if foreign:
+        raise UserInputError(
+            f"checkpoint {checkpoint} holds files a checkpoint does not write "
+            f"({', '.join(foreign)}), which removing it {purpose} would take with it: move "
+            "them away, then run again"
+        )
 
 
 def _remove(checkpoint: Path, why: str) -> None:
     """Remove ``checkpoint``; one line naming it and ``why`` it had to go if it will not."""
+    _refuse_foreign(checkpoint, why.split(":")[0])
     try:
         shutil.rmtree(checkpoint)
     except OSError as err:
