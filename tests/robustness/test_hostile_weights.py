@@ -269,6 +269,54 @@ def test_an_architecture_transformers_cannot_read_is_refused_before_any_work(
     assert not (tmp_path / "out").exists()
 
 
+def _saved_model(kind: str, bert_dir: Path, target: Path) -> Path:
+    """A tiny model of ``kind`` (``t5``: an encoder-decoder; ``vit``: images) with ``bert_dir``'s
+    tokenizer beside it."""
+    import transformers
+
+    if kind == "t5":
+        config: Any = transformers.T5Config(
+            vocab_size=128, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8
+        )
+        model: Any = transformers.T5Model(config)
+    else:
+        config = transformers.ViTConfig(
+            hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
+        )
+        model = transformers.ViTModel(config)
+    model.save_pretrained(target)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        if (bert_dir / name).is_file():
+            shutil.copy(bert_dir / name, target / name)
+    return target
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("kind", "why"), [("t5", "encoder-decoder"), ("vit", "reads no token ids")]
+)
+def test_a_model_that_reads_no_text_alone_is_refused_before_any_work(
+    kind: str,
+    why: str,
+    dry_run: bool,
+    bert2_dir: Path,
+    bert_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    cli,
+) -> None:
+    """An encoder-decoder or a model of images had passed every check, the dry run planning it,
+    and the run had stopped in a traceback from its forward pass (``You must specify exactly
+    one of input_ids or inputs_embeds``)."""
+    odd = _saved_model(kind, bert_dir, tmp_path / kind)
+    args = ["decompose", "--models", f"a={odd}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), "--no-progress"]
+    code, stderr = cli([*args, *(["--dry-run"] if dry_run else [])])
+    assert_one_line(code, stderr, ["model 'a'", str(odd), why])
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_teacher_or_init_of_no_causal_architecture_is_refused_from_its_config(
     bert_dir: Path, tmp_path: Path
 ) -> None:

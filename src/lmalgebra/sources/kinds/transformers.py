@@ -181,12 +181,15 @@ class TransformersModel(ReferencedModel):
                 f"{owner}: transformers cannot read the configuration in {shown}: "
                 f"{load_failure(err)}"
             ) from err
-        if type(config) not in getattr(transformers, auto)._model_mapping:
+        mapping = getattr(transformers, auto)._model_mapping
+        if type(config) not in mapping:
             kind = _AUTO_KINDS.get(auto, auto)
             raise UserInputError(
                 f"{owner}: transformers has no {kind} for the {config.model_type!r} "
                 f"architecture of {shown}"
             )
+        if auto == "AutoModel":
+            _refuse_unreadable_text(owner, shown, config, mapping[type(config)])
         if self.pretrained:  # the bare model's pooler goes unused: hidden states are read
             unused = ("pooler",) if auto == "AutoModel" else ()
             refuse_planned_gaps(owner, directory, shown, auto, unused)
@@ -231,6 +234,26 @@ class TransformersModel(ReferencedModel):
         # the files' size stands in for an architecture the config does not describe
         weight_bytes = bytes_per_weight * total or on_disk
         return self._shape(width, layer, weight_bytes, hidden, intermediate)
+
+
+def _refuse_unreadable_text(owner: str, shown: str, config: Any, found: Any) -> None:
+    """Refuse a base model that does not read text from its token ids alone, as its hidden
+    states are read here: an encoder-decoder (its forward pass needs the decoder's inputs too)
+    or a model of images or sound (no ``input_ids``). Its forward pass had raised mid-run."""
+    import inspect
+
+    model_class = found[0] if isinstance(found, list | tuple) else found
+    named = f"{model_class.__name__} ({config.model_type!r} architecture of {shown})"
+    if getattr(config, "is_encoder_decoder", False):
+        why = "is an encoder-decoder, whose forward pass needs the decoder's inputs too"
+    elif "input_ids" not in inspect.signature(model_class.forward).parameters:
+        why = "reads no token ids (a model of images or sound)"
+    else:
+        return
+    raise UserInputError(
+        f"{owner}: transformers' {named} {why}; lmalgebra reads hidden states of a model "
+        "that takes text as token ids alone (an encoder, or a decoder)"
+    )
 
 
 def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Path | None:
