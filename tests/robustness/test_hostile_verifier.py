@@ -522,3 +522,18 @@ def test_a_candidates_checkpoint_or_best_weights_damaged_fail_verify(
     code, stderr = cli(["merge", "verify", str(run)])
     named = str(target) if damaged == "candidate checkpoint" else str(candidate / "best")
     assert_one_line(code, stderr, [named, "damaged" if "checkpoint" in damaged else "best.json"])
+
+
+@pytest.mark.parametrize("odd", ["directory", "fifo"])
+def test_a_training_log_that_is_no_file_fails_verify(
+    odd: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """A student's ``train_log.jsonl`` that is a directory (or a FIFO) had passed verify, and
+    training, which reads it to resume, then stopped on it."""
+    import os
+
+    run, _ = _copy_run(built, tmp_path)
+    (run / "student" / "checkpoints").mkdir(parents=True)
+    log = run / "student" / "train_log.jsonl"
+    log.mkdir() if odd == "directory" else os.mkfifo(log)
+    assert_one_line(*cli(["merge", "verify", str(run)]), [str(log), "training reads it"])

@@ -48,6 +48,7 @@ from lmalgebra.train.schedules import kd_weight, learning_rate
 from lmalgebra.train.validation import Validation, ValidationTracker, clear_best
 
 log = logging.getLogger(__name__)
+TRAIN_LOG = "train_log.jsonl"  # one line per logged step, which a resumed run cuts back
 
 # (model, batch, settings, KD weight) -> the loss parts of one micro-batch
 StepLoss = Callable[[Any, Any, TrainingSpec, float], LossParts]
@@ -96,7 +97,7 @@ class _Log:
     resumes with no step left to train returns, as the run that trained that step did."""
 
     def __init__(self, out: Path, start: int):
-        self.path = out / "train_log.jsonl"
+        self.path = out / TRAIN_LOG
         lines = self.path.read_text().splitlines() if self.path.is_file() else []
         kept = [ln for ln in lines if _logged_step(ln) <= start]
         write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))

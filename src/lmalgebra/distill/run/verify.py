@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import not_a_directory
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
@@ -22,6 +22,7 @@ from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
 from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage
+from lmalgebra.train.loop import TRAIN_LOG
 from lmalgebra.train.validation import best_damage
 
 
@@ -44,8 +45,19 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
         if state is None:
             problems.append(f"checkpoint file {path} is damaged ({reason})")
     problems += [d for d in map(best_damage, layout.training_runs()) if d is not None]
+    problems += [d for d in map(_log_damage, layout.training_runs()) if d is not None]
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
+
+
+def _log_damage(run: Path) -> str | None:
+    """A training run's log that is there but no file (a directory, a FIFO, a link to
+    nothing): training, which reads it to resume, would stop on it."""
+    log = run / TRAIN_LOG
+    if log.is_file() or not (log.exists() or log.is_symlink()):
+        return None
+    why = "is a directory, not a file" if log.is_dir() else absent(log)
+    return f"{log} {why}: training reads it when it resumes; remove it, then run again"
 
 
 def missing_parts(
