@@ -32,6 +32,7 @@ CE only by more than one standard deviation. Every stage resumes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -39,6 +40,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -482,6 +484,27 @@ def first_start(work: Path) -> dict[str, str]:
     return started if started["commit"] == now else {**started, "resumed_at": now}
 
 
+class Phases:
+    """Each phase's seconds over every invocation of the run in ``work`` (kept in
+    ``seconds.json``, added to as each phase ends): a resumed run records all its time, not
+    its last invocation's."""
+
+    def __init__(self, work: Path) -> None:
+        self.path = work / "seconds.json"
+        self.seconds: dict[str, float] = (
+            json.loads(self.path.read_text()) if self.path.is_file() else {}
+        )
+
+    @contextlib.contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        clock = time.perf_counter()
+        try:
+            yield
+        finally:  # a phase stopped (Ctrl-C, a stage's failure) counts the time it ran
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - clock
+            self.path.write_text(json.dumps(self.seconds) + "\n")
+
+
 def commit() -> str:
     """The checkout's commit, with ``+changes`` when tracked files differ from it."""
     done = subprocess.run(
@@ -520,17 +543,15 @@ def _run(
     from lmalgebra.api.merge import merge
     from lmalgebra.distill.examples import heldout_texts
 
-    seconds: dict[str, float] = {}
     started = first_start(work)
-    clock = time.perf_counter()
-    corpora, unseen = write_corpora(work / "data", plan)
-    chosen, _ = choose_layers(plan, unseen)
-    layers = LAYERS[plan.layers][chosen]
-    seconds["choose layers"] = time.perf_counter() - clock
+    phases = Phases(work)
+    with phases.timed("choose layers"):
+        corpora, unseen = write_corpora(work / "data", plan)
+        chosen, _ = choose_layers(plan, unseen)
+        layers = LAYERS[plan.layers][chosen]
     data = recipe(work, corpora, layers, plan, device, write_prompts(work / "data", plan))
-    clock = time.perf_counter()
-    merge(data, ["prepare", "teach"], progress=False)
-    seconds["teacher store"] = time.perf_counter() - clock
+    with phases.timed("teacher store"):
+        merge(data, ["prepare", "teach"], progress=False)
     store = store_bytes(Path(data["output_dir"]))
     if finished:
         seeds = finished_seeds(Path(data["output_dir"]), plan)
@@ -538,14 +559,12 @@ def _run(
             raise UserInputError(f"fewer than two seeds have every variant saved: {seeds}")
         stem += "_partial" if seeds != plan.seeds else ""
         plan = replace(plan, seeds=seeds)
-    clock = time.perf_counter()
-    trained = merge(data, ["train"], students=students(plan), keep_saved=True, progress=False)
-    seconds["students"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    run_dir = Path(data["output_dir"])
-    untrained = untrained_bits(layers, heldout_texts(run_dir))
-    frame = trained.bits_per_byte({**TEACHERS, **trained.students})
-    seconds["bits per byte"] = time.perf_counter() - clock
+    with phases.timed("students"):
+        trained = merge(data, ["train"], students=students(plan), keep_saved=True, progress=False)
+    with phases.timed("bits per byte"):
+        run_dir = Path(data["output_dir"])
+        untrained = untrained_bits(layers, heldout_texts(run_dir))
+        frame = trained.bits_per_byte({**TEACHERS, **trained.students})
     result = {
         "plan": asdict(plan),
         "layers": f"{chosen} {layers}",
@@ -554,7 +573,7 @@ def _run(
         "best_steps": best_steps(run_dir, plan),
         "bits": frame.to_dict("records"),
         "store_bytes_per_token": store,
-        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "seconds": {k: round(v, 1) for k, v in phases.seconds.items()},
         "machine": machine(),
         "precision": "bfloat16 autocast" if data["dtype"] == "bfloat16" else "float32",
         **started,  # the code the run started with (a resumed run: the commit it resumed at)
