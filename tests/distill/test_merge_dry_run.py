@@ -416,3 +416,32 @@ def test_a_checkpoint_of_other_training_settings_is_refused_by_the_dry_run_too(
         pipeline.train_student(recipe, "student", changed, False)
     longer = pipeline.training_of(recipe, {"steps": 3}, "test")
     assert pipeline.plan(recipe, longer, ["train"], "student")  # resumed to more steps
+
+
+def test_a_candidate_run_of_more_steps_is_refused_by_the_dry_run_too(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """A ``lambda_candidates`` run that has trained more steps than asked (its student not
+    saved yet: stopped before the choice): training refuses it, and the dry run had read the
+    student's own checkpoints alone, finding none, and planned the training."""
+    import shutil
+
+    from causal_fixtures import taught_causal_recipe, train_causal
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.layout import RunLayout
+    from lmalgebra.distill.recipe import load_recipe
+
+    training: dict[str, object] = {"steps": 2, "batch_size": 4, "warmup_steps": 1}
+    training |= {"validation_fraction": 0.2, "validation_every": 1}
+    training |= {"lambda_candidates": [0.2, 0.8], "lambda_schedule": "constant"}
+    path = taught_causal_recipe(tmp_path, causal_teacher_dirs, training)
+    train_causal(path, "student")
+    recipe = load_recipe(path)
+    shutil.rmtree(RunLayout(recipe.output_dir).model("student"))
+    fewer = pipeline.training_of(recipe, {"steps": 1}, "test")
+    refusal = r"lambda-0\.2 holds a run trained 2 steps: training.steps 1 would replace it"
+    with pytest.raises(UserInputError, match=refusal):
+        pipeline.plan(recipe, fewer, ["train"], "student")
+    with pytest.raises(UserInputError, match=refusal):
+        pipeline.train_student(recipe, "student", fewer, False)

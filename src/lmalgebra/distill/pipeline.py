@@ -260,6 +260,8 @@ def plan(
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
             parts = objective.recorded_inputs()
             for out, run_spec in objective.training_runs(student, spec).items():
+                # as each run refuses it: more steps than asked (a lambda candidate's own)
+                refuse_fewer_steps(checkpointed_step(out / CHECKPOINTS), run_spec.steps, out)
                 # as resuming refuses it: other data, or other settings of the student's own
                 refuse_other_inputs(
                     out / CHECKPOINTS, {"training": training_part(run_spec), **parts}
