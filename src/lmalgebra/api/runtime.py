@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from lmalgebra.core.errors import UserTypeError
+from lmalgebra.core.errors import UserInputError, UserTypeError
+from lmalgebra.core.settings import EMPTY_PATH
 from lmalgebra.core.threads import pin_thread_count_when_imported
 
 Call = TypeVar("Call", bound=Callable[..., Any])
@@ -151,6 +152,14 @@ def check_arguments(function: Callable[..., Any], *args: Any, **kwargs: Any) -> 
         if name in bound.arguments and not fits(value := bound.arguments[name]):
             shown = repr(value) if len(repr(value)) <= 60 else type(value).__name__
             raise UserTypeError(f"{where}: {name} must be {written}, got {shown}")
+        if name in bound.arguments and _blank_path(written, bound.arguments[name]):
+            raise UserInputError(f"{where}: {name}: {EMPTY_PATH}")  # not Path("."): here
+
+
+def _blank_path(written: str, value: Any) -> bool:
+    """Whether ``value`` is a blank string given where the annotation ``written`` admits a
+    path."""
+    return isinstance(value, str) and not value.strip() and "Path" in written.split(" | ")
 
 
 def library_entry(function: Call) -> Call:

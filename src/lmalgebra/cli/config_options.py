@@ -31,6 +31,7 @@ from pydantic.fields import FieldInfo
 from rich.markup import escape
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import EMPTY_PATH, is_empty_path
 from lmalgebra.sources.models import ModelRef
 
 FlagKind = Literal["value", "list", "tuple", "switch"]
@@ -142,6 +143,8 @@ class ConfigFlag:
             with contextlib.suppress(ValueError):
                 if not math.isfinite(float(value)):  # NaN would fail ge=0 with a confusing reason
                     raise UserInputError(f"{self.label} {text!r}: not a finite number")
+        if is_empty_path(self.field.annotation, value):  # not Path("."): the current directory
+            raise UserInputError(f"{self.label} {text!r}: {EMPTY_PATH}")
         annotation: Any = self.field.annotation
         for constraint in self.field.metadata:  # such as ``ge=1``
             annotation = Annotated[annotation, constraint]

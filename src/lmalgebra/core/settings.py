@@ -13,6 +13,7 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
@@ -115,6 +116,18 @@ def _bool_for_number(annotation: Any, value: Any) -> bool:
     return False
 
 
+EMPTY_PATH = "an empty path; name a file or directory ('.' for the current one)"
+
+
+def is_empty_path(annotation: Any, value: Any) -> bool:
+    """Whether ``value`` is a blank string where ``annotation`` promises a path (``Path``,
+    ``Path | None``)."""
+    if not isinstance(value, str) or value.strip():
+        return False
+    options = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
+    return any(a is Path for a in options)
+
+
 INT64_MAX = 2**63 - 1
 
 
@@ -177,6 +190,17 @@ class Settings(BaseModel):
             raise PydanticCustomError(
                 "int_beyond_64_bits", f"Input should be at most {INT64_MAX} (a 64-bit integer)"
             )
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_empty_path(cls, value: Any, info: ValidationInfo) -> Any:
+        """An empty string where a path is promised is refused, not read as ``Path(".")``: an
+        ``output_dir: ""`` (a template's unset variable) would write into the current
+        directory."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and is_empty_path(field.annotation, value):
+            raise PydanticCustomError("empty_path", EMPTY_PATH)
         return value
 
     @classmethod

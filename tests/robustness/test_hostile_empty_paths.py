@@ -1,0 +1,64 @@
+"""An empty string given for a path (``--out "$DIR"`` with ``DIR`` unset, ``output_dir: ""``)
+is refused, naming where it was given: ``Path("")`` is the current directory, which the run
+had written into or read from, with nothing said."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hostile_helpers import assert_one_line
+from lmalgebra.core.errors import UserInputError
+
+EMPTY = "an empty path"
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The current directory, holding a user's file, which an empty path had stood for."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["demo", "--quick", "--out", ""], "--out"),
+        (["merge", "verify", ""], "RUN_DIR"),
+        (["merge", "init", " "], "PATH"),
+        (["report", ""], "RUN_DIR"),
+    ],
+    ids=["option", "argument", "blank", "report"],
+)
+def test_an_empty_path_on_the_command_line_is_refused(
+    cli, here: Path, args: list[str], named: str
+) -> None:
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [f"{named}: {EMPTY}"])
+    assert sorted(p.name for p in here.iterdir()) == ["notes.txt"]  # nothing written here
+
+
+def test_an_empty_path_in_a_recipe_key_or_its_flag_is_refused(cli, here: Path) -> None:
+    recipe = here / "recipe.yaml"
+    models = [{"name": "a", "path": "random:bert-tiny"}, {"name": "b", "path": "random:bert-tiny"}]
+    corpus = {"paths": ["corpus.txt"]}
+    recipe.write_text(yaml.safe_dump({"models": models, "corpus": corpus, "out": ""}))
+    code, stderr = cli(["decompose", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["key 'out'", EMPTY])
+    recipe.write_text(yaml.safe_dump({"models": models, "corpus": corpus}))
+    code, stderr = cli(["decompose", str(recipe), "--dry-run", "--cache_dir", ""])
+    assert_one_line(code, stderr, ["--cache_dir ''", EMPTY])
+
+
+def test_an_empty_path_given_to_the_python_api_is_refused(here: Path) -> None:
+    from lmalgebra.api.decomposition import Decomposition
+    from lmalgebra.lmd.settings.recipe import DecomposeConfig
+
+    with pytest.raises(UserInputError, match=f"Decomposition.load\\(\\): run_dir: {EMPTY}"):
+        Decomposition.load("")
+    models = [{"name": n, "path": "random:bert-tiny"} for n in "ab"]
+    with pytest.raises(UserInputError, match=f"key 'cache_dir': {EMPTY}"):
+        DecomposeConfig(models=models, corpus={"paths": ["c.txt"]}, cache_dir="")
