@@ -197,7 +197,7 @@ def revalidated(settings: SettingsT, source: str) -> SettingsT:
     or a path, which would otherwise be reached as an attribute deep inside the run. ``source``:
     the call and argument, as the message names them."""
     try:
-        data = settings.model_dump(warnings=False)
+        data = settings.model_dump(exclude_unset=True, warnings=False)  # what was given
     except (AttributeError, TypeError, ValueError) as err:  # a value pydantic cannot serialise
         raise UserInputError(
             f"{source}: {type(settings).__name__} does not read back: {err}"
