@@ -3,9 +3,12 @@ fingerprint directories so a test can show that a refused command changed nothin
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,3 +105,24 @@ def one_word_treebank(bank: Path) -> Path:
     for split in ("train", "dev", "test"):
         (bank / f"x-ud-{split}.conllu").write_text(f"{word}\n\n", encoding="utf-8")
     return bank
+
+
+class StillWaiting(BaseException):
+    """A block ran past its deadline; no ``except Exception`` (nor ``OSError``, which a
+    ``TimeoutError`` is) in the code under test swallows it."""
+
+
+@contextlib.contextmanager
+def deadline(seconds: int) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block waits longer than ``seconds``."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise StillWaiting(f"still waiting after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

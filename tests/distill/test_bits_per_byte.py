@@ -227,3 +227,35 @@ def test_a_later_call_keeps_the_rows_of_other_models_and_languages(
     with caplog.at_level(logging.WARNING):
         assert score("wp", "xx") == {("xx", "uni"), ("xx", "wp")}
     assert "dropped the rows of bl (yy)" in caplog.text
+
+
+def test_a_name_given_to_another_model_drops_its_earlier_rows(
+    causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys, caplog
+) -> None:
+    """``--models a=BL`` on both languages, then ``--models a=UNI --languages xx``: the yy row
+    of BL had been kept under ``a`` beside the xx row of UNI, one name for two models in one
+    table. Each row records the model it scored; one of a name now given to another model is
+    dropped, said so, and one of the same model kept."""
+    import logging
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_run, run, ignore=shutil.ignore_patterns("evaluation"))
+    table = run / "evaluation" / "scored_bits_per_byte.csv"
+
+    def score(model: str, *languages: str) -> dict[tuple[str, str], str]:
+        args = ["merge", "bits-per-byte", str(run), "--models", f"a={causal_teacher_dirs[model]}"]
+        for language in languages:
+            args += ["--languages", language]
+        code, err = run_cli(args, monkeypatch, capsys)
+        assert code == 0, err
+        lines = table.read_text().splitlines()
+        assert lines[0].endswith(",reference")
+        return {tuple(ln.split(",")[:2]): ln.split(",")[-1] for ln in lines[1:]}
+
+    bl, uni = (f"transformers:{causal_teacher_dirs[m].resolve()}" for m in ("bl", "uni"))
+    assert score("bl") == {("xx", "a"): bl, ("yy", "a"): bl}
+    assert score("bl", "xx") == {("xx", "a"): bl, ("yy", "a"): bl}  # the same model: kept
+    with caplog.at_level(logging.WARNING):
+        assert score("uni", "xx") == {("xx", "a"): uni}
+    assert "dropped the rows of a (yy), scored as another model" in caplog.text

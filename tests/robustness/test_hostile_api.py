@@ -119,6 +119,55 @@ def test_pretrain_names_a_spec_that_is_not_one(spec: Any, tmp_path: Path) -> Non
     assert not (tmp_path / "t").exists()
 
 
+def _causal_spec(tmp_path: Path) -> Any:
+    from lmalgebra.api.pretrain import CausalPretrainSpec
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n", encoding="utf-8")
+    spec = {"language": "xx", "corpus": {"paths": [str(corpus)]}, "out": str(tmp_path / "t")}
+    return CausalPretrainSpec(**spec, tokenizer={"vocab_size": 300}, training={"steps": 1})
+
+
+# a copy with one value replaced (pydantic checks none), the key the message names
+UNCHECKED_COPIES: dict[str, tuple[Any, str]] = {
+    "model_none": (lambda s: s.model_copy(update={"model": None}), "'model'"),
+    "out_none": (lambda s: s.model_copy(update={"out": None}), "'out'"),
+    "language_none": (lambda s: s.model_copy(update={"language": None}), "'language'"),
+    "steps_bool": (
+        lambda s: s.model_copy(update={"training": s.training.model_copy(update={"steps": True})}),
+        "'training.steps': a boolean is no integer",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNCHECKED_COPIES))
+def test_pretrain_checks_a_spec_copied_with_a_bad_value(case: str, tmp_path: Path) -> None:
+    """A spec copied with ``model_copy(update=...)`` is not validated by pydantic: a None had
+    reached an attribute deep inside (AttributeError, TypeError), or trained a teacher of
+    language None."""
+    from lmalgebra.api.pretrain import pretrain
+
+    copy_with, key = UNCHECKED_COPIES[case]
+    with pytest.raises(UserInputError, match=r"^pretrain\(\): spec CausalPretrainSpec: "):
+        pretrain(copy_with(_causal_spec(tmp_path)))
+    with pytest.raises(UserInputError, match=re.escape(key)):
+        pretrain(copy_with(_causal_spec(tmp_path)))
+    assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize("update", [{"top_k": None}, {"teachers": None}, {"training": None}])
+def test_a_merge_recipe_copied_with_a_bad_value_is_named(
+    update: dict[str, Any], tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    from lmalgebra.distill.recipe import load_recipe
+
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
+    key = next(iter(update))
+    with pytest.raises(UserInputError, match=f"^recipe MaskedRecipe: key '{key}'"):
+        lmalgebra.merge_plan(recipe.model_copy(update=update))
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     ("given", "name", "annotation"),
     [

@@ -7,18 +7,16 @@ changed). A run directory holding another configuration's run is refused unless 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import stat
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, digests, one_word_treebank, run_cli
+from hostile_helpers import assert_one_line, deadline, digests, one_word_treebank, run_cli
 from merge_fixtures import write_recipe
 
 Runner = Callable[..., tuple[int, str]]
@@ -782,22 +780,6 @@ def test_each_demo_keeps_to_its_own_directory(
     assert digests(out) == before
 
 
-@contextlib.contextmanager
-def _deadline(seconds: int) -> Iterator[None]:
-    """Fail, rather than hang the suite, when the block waits longer than ``seconds``."""
-
-    def expired(signum: int, frame: object) -> None:
-        raise TimeoutError(f"still waiting after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.mark.parametrize("special", ["fifo", "link", "dangling link"])
 def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
     special: str,
@@ -826,7 +808,7 @@ def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
             os.mkfifo(path)
         else:
             path.symlink_to(target if special == "link" else tmp_path / "nowhere")
-        with _deadline(60):
+        with deadline(60):
             one_error(*cli(*command, str(path)), str(path), needle)
         assert path.is_symlink() or stat.S_ISFIFO(path.lstat().st_mode)
         path.unlink()
@@ -835,7 +817,7 @@ def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
         os.mkfifo(tmp_path / "run")
         args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
         args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "run")]
-        with _deadline(60):
+        with deadline(60):
             one_error(*cli(*args), str(tmp_path / "run"), "a FIFO, socket or device")
 
 

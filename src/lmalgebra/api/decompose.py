@@ -22,6 +22,7 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.settings import revalidated
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
@@ -208,6 +209,8 @@ def decompose_recipe(
     """
     if isinstance(recipe, Mapping):
         recipe = validate(DecomposeConfig, dict(recipe), "decompose_recipe() recipe")
+    elif isinstance(recipe, DecomposeConfig):  # a copy pydantic did not check
+        recipe = revalidated(recipe, "decompose_recipe() recipe")
     config = recipe if isinstance(recipe, DecomposeConfig) else load_config(Path(recipe), {})
     result = decompose_to_directory(config, overwrite, inputs)
     return Decomposition.from_result(result, config.out)

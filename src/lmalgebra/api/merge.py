@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError, UserValueError
+from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES, Table
 from lmalgebra.distill.pipeline import (
@@ -211,7 +212,7 @@ def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
 def recipe_of(recipe: Any) -> MergeRecipe:
     """A recipe given as a YAML path, a mapping of its keys, or a ``MergeRecipe``."""
     if isinstance(recipe, MergeRecipe):
-        return recipe
+        return revalidated(recipe, "recipe")  # a copy pydantic did not check
     if isinstance(recipe, Mapping):
         return parse_recipe(dict(recipe), "merge() recipe")
     if isinstance(recipe, str | Path):

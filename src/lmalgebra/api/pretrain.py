@@ -8,6 +8,7 @@ from pathlib import Path
 
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserTypeError
+from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
 
 __all__ = ["CausalPretrainSpec", "HeadOnlySpec", "MaskedPretrainSpec", "TeacherSpec", "pretrain"]
@@ -29,6 +30,7 @@ def pretrain(
     if not isinstance(spec, MaskedPretrainSpec | CausalPretrainSpec | HeadOnlySpec):
         # a mapping of a spec's keys passes the entry's check (pydantic would make it the spec)
         raise UserTypeError(f"pretrain(): spec must be TeacherSpec, got {type(spec).__name__}")
+    spec = revalidated(spec, "pretrain(): spec")  # a copy pydantic did not check
     if keep_saved and is_complete(spec.out) and not restart:
         return spec.out
     if isinstance(spec, MaskedPretrainSpec):

@@ -121,6 +121,10 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
             adapter.validate_python(value)
         except ValidationError:
             return False
+        except (AttributeError, TypeError, ValueError):
+            # an unchecked settings object (a ``model_copy(update=...)``) whose own validators
+            # trip on a value it holds: the function checks it again, naming the key
+            return True
         return True
 
     return fits

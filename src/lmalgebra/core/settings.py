@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -148,6 +148,9 @@ def _admits_bool(annotation: Any) -> bool:
     return annotation is bool or annotation is Any
 
 
+SettingsT = TypeVar("SettingsT", bound="Settings")
+
+
 class SettingsError(UserInputError, ValueError):
     """A settings class built from a bad value: one line; ``validation`` is pydantic's error."""
 
@@ -209,6 +212,24 @@ class Settings(BaseModel):
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as err:
             raise SettingsError(describe(err, cls.__name__), err) from None
+
+
+def revalidated(settings: SettingsT, source: str) -> SettingsT:
+    """``settings`` checked again from its values, as if built anew: pydantic validates neither
+    ``model_copy(update=...)`` nor ``model_construct``, so a settings object given to the API
+    may hold a ``None``, a boolean or a string where its class promises a section, an integer
+    or a path, which would otherwise be reached as an attribute deep inside the run. ``source``:
+    the call and argument, as the message names them."""
+    try:
+        data = settings.model_dump(exclude_unset=True, warnings=False)  # what was given
+    except (AttributeError, TypeError, ValueError) as err:  # a value pydantic cannot serialise
+        raise UserInputError(
+            f"{source}: {type(settings).__name__} does not read back: {err}"
+        ) from None
+    try:
+        return type(settings).model_validate(data)
+    except SettingsError as err:
+        raise SettingsError(f"{source} {err}", err.validation) from None
 
 
 def refuse_ignored(settings: BaseModel, prefix: str, unused: Mapping[str, str]) -> None:

@@ -24,11 +24,12 @@ import logging
 import os
 import re
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.storage.disk_space import naming_file
@@ -38,6 +39,7 @@ from lmalgebra.storage.output_paths import (
     check_directory,
     directory_kind,
     make_directory,
+    read_lock_record,
     refuse_inside_other_output,
 )
 
@@ -56,18 +58,45 @@ class DirectoryInUseError(UserInputError):
 
 
 def _holder(path: Path) -> str:
+    info = read_lock_record(path.parent) or {}
     try:
-        info = json.loads(path.read_text())
         return f"pid {info['pid']} on {info['host']} ({info['command']}, since {info['since']})"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return "another process (details not yet written)"
+
+
+def _refuse_lock_file(path: Path, kind: str) -> NoReturn:
+    raise UserInputError(
+        f"lock file {path} is {kind}, not a regular file: lmalgebra writes its lock there "
+        "(and removes it when done); remove it, then run again"
+    )
+
+
+def _open_lock_file(path: Path) -> int:
+    """Open (or create) the lock file, never through a link (the file it names would be
+    written over) nor into a FIFO (opening it waits for a writer): anything but a regular file
+    there is refused, naming it."""
+    if path.is_symlink():
+        _refuse_lock_file(path, f"a symbolic link to {path.readlink()}")
+    if path.is_dir():
+        _refuse_lock_file(path, "a directory")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            _refuse_lock_file(path, "a symbolic link or special file")
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        _refuse_lock_file(path, "a FIFO, socket or device")
+    return fd
 
 
 def _try_lock(directory: Path, command: str) -> int | None:
     """The descriptor of the locked file; raises ``DirectoryInUseError`` when it is taken."""
     path = directory / LOCK_NAME
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -320,7 +349,4 @@ def holding_lock(
 
 def holder_record(directory: Path) -> dict[str, Any] | None:
     """The holder details in ``directory``'s lock file, if one is there (for inspection)."""
-    try:
-        return dict(json.loads((Path(directory) / LOCK_NAME).read_text()))
-    except (OSError, ValueError):
-        return None
+    return read_lock_record(Path(directory))

@@ -16,6 +16,7 @@ import fnmatch
 import json
 import os
 import socket
+import stat
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
@@ -233,15 +234,35 @@ def refuse_inside_other_output(
             )
 
 
+def read_lock_record(directory: Path) -> dict[str, Any] | None:
+    """The holder details in ``directory``'s lock file (JSON), or None: no lock file, one that
+    does not read as a record, or anything but a regular file there, which is not opened (a
+    FIFO would wait for a writer) nor followed (a link)."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            record = json.loads(handle.read(1 << 16).decode("utf-8"))
+        except (OSError, ValueError):
+            return None
+    return record if isinstance(record, dict) else None
+
+
 def lock_holder(directory: Path) -> str | None:
     """Who holds ``directory``'s lock, when another live process of this machine does (its lock
     file names it: a holder removes the file when it lets go, and one killed leaves the pid of
     a process that is gone); None otherwise. Read, not taken: a probe of the lock itself would
     make a run starting at that moment find it taken."""
+    record = read_lock_record(directory)
+    if record is None:
+        return None
     try:
-        record = json.loads((directory / LOCK_NAME).read_text(encoding="utf-8"))
         pid, host = int(record["pid"]), str(record["host"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     if pid == os.getpid() or host != socket.gethostname():
         return None

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,10 +209,29 @@ class BitsRow:
     bits_per_char: float
 
 
+@dataclass(frozen=True)
+class ScoredRow(BitsRow):
+    """A row of ``merge bits-per-byte``'s own table: with the model the name stood for
+    (``reference``: its kind, path as resolved, revision), so that a row a later call keeps is
+    known to be of the model that call gives the name to."""
+
+    reference: str = ""
+
+
 BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")  # merge evaluate's: teachers, students
 # merge bits-per-byte's, of the models it was given: beside merge evaluate's table, whose RDT
 # (rdt.csv) was computed from it, never over it
-SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
+SCORED = Table("scored_bits_per_byte.csv", ScoredRow, nan="nan")
+# the same table as an older release wrote it, without the models' references
+OLDER_SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
+
+
+def reference_of(ref: ModelRef) -> str:
+    """The model ``ref`` names, as a scored row records it: its kind, path as resolved here
+    and revision (a model edited in place at that path is not told apart)."""
+    local = Path(ref.path).expanduser()
+    where = local.resolve() if local.exists() else ref.path  # a hub id as given
+    return f"{ref.kind}:{where}" + (f"@{ref.revision}" if ref.revision else "")
 
 
 @holding_lock("merge bits-per-byte", lambda run_dir, **_: run_dir)
@@ -246,10 +265,19 @@ def evaluate_bits(
                     score.bits_per_char,
                 )
             )
-    if table is not None:
-        written = rows if table is not SCORED else [*_earlier_rows(run_dir, rows), *rows]
-        write_table(RunLayout(run_dir).evaluation, table, written)
+    if table is SCORED:
+        scored = _scored_rows(rows, models)
+        write_table(
+            RunLayout(run_dir).evaluation, SCORED, [*_earlier_rows(run_dir, scored), *scored]
+        )
+    elif table is not None:
+        write_table(RunLayout(run_dir).evaluation, table, rows)
     return rows
+
+
+def _scored_rows(rows: Sequence[BitsRow], models: Sequence[ModelRef]) -> list[ScoredRow]:
+    references = {ref.name: reference_of(ref) for ref in models}
+    return [ScoredRow(**asdict(row), reference=references[row.model]) for row in rows]
 
 
 def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
@@ -280,19 +308,20 @@ def _same_model(a: ModelRef, b: ModelRef) -> bool:
     return a.kind == b.kind and where[0] == where[1] and a.revision == b.revision
 
 
-def _earlier_rows(run_dir: Path, rows: Sequence[BitsRow]) -> list[BitsRow]:
+def _earlier_rows(run_dir: Path, rows: Sequence[ScoredRow]) -> list[ScoredRow]:
     """The rows an earlier ``merge bits-per-byte`` wrote of other models or languages than
     ``rows``, kept beside them (a later call of other models had replaced the table): those of
     a language whose held-out text is still what they were scored on (its documents, bytes and
     characters); the others are dropped, and said so, as is a table that cannot be read."""
     directory = RunLayout(run_dir).evaluation
     try:
-        earlier = read_table(directory, SCORED) or []
+        earlier = _read_scored(directory)
     except UserInputError as err:
         log.warning("%s; it is written again from this call's rows alone", err)
         return []
     scored = {(r.language, r.model) for r in rows}
     earlier = [r for r in earlier if (r.language, r.model) not in scored]
+    earlier = _of_the_same_models(directory / SCORED.file, earlier, rows)
     if not earlier:
         return []
     texts = heldout_texts(
@@ -308,6 +337,34 @@ def _earlier_rows(run_dir: Path, rows: Sequence[BitsRow]) -> list[BitsRow]:
         log.warning(
             "%s: dropped the rows of %s, scored on held-out text the run no longer holds",
             directory / SCORED.file,
+            ", ".join(gone),
+        )
+    return kept
+
+
+def _read_scored(directory: Path) -> list[ScoredRow]:
+    """The rows of ``merge bits-per-byte``'s table; one an older release wrote, without the
+    ``reference`` column, read with no model recorded."""
+    try:
+        return read_table(directory, SCORED) or []
+    except UserInputError:
+        older = read_table(directory, OLDER_SCORED) or []  # a damaged table: raised again
+    return [ScoredRow(**asdict(row)) for row in older]
+
+
+def _of_the_same_models(
+    path: Path, earlier: list[ScoredRow], rows: Sequence[ScoredRow]
+) -> list[ScoredRow]:
+    """The earlier rows of names this call gives to the model that scored them: those of a
+    name now given to another model (or written by an older release, which did not record
+    the model) are dropped, and said so, since the table would hold two models under one name."""
+    now = {r.model: r.reference for r in rows}
+    kept = [r for r in earlier if now.get(r.model, r.reference) == r.reference]
+    if len(kept) < len(earlier):
+        gone = sorted({f"{r.model} ({r.language})" for r in earlier if r not in kept})
+        log.warning(
+            "%s: dropped the rows of %s, scored as another model than this call names so",
+            path,
             ", ".join(gone),
         )
     return kept

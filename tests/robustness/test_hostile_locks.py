@@ -1,0 +1,70 @@
+"""The directory lock's own file: anything but a regular file at ``OUT/.lmalgebra.lock`` is
+refused in one line naming it, never opened as a FIFO (which waits for a writer), written through
+as a link (which replaces the user's file it names) nor taken for a directory's traceback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hostile_helpers import deadline, run_cli
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.storage.lockfile import LOCK_NAME, run_directory_lock
+from lmalgebra.storage.output_paths import lock_holder
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    path.mkdir()
+
+
+def _link_to_users_file(path: Path) -> None:
+    target = path.parent.parent / "notes.txt"
+    target.write_text("the user's notes\n")
+    path.symlink_to(target)
+
+
+SPECIAL: dict[str, tuple[Callable[[Path], None], str]] = {
+    "fifo": (_fifo, "is a FIFO, socket or device"),
+    "directory": (_directory, "is a directory"),
+    "link": (_link_to_users_file, "is a symbolic link to"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_a_lock_file_that_is_no_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    make, words = SPECIAL[kind]
+    make(out / LOCK_NAME)
+    refusal = f"lock file {out / LOCK_NAME} {words}"
+    with (
+        deadline(30),
+        pytest.raises(UserInputError, match=refusal),
+        run_directory_lock(out, "merge train"),
+    ):
+        pass
+    assert (out / LOCK_NAME).is_symlink() or (out / LOCK_NAME).exists()  # left as it was
+    if kind == "link":
+        assert (tmp_path / "notes.txt").read_text() == "the user's notes\n"
+
+
+def test_a_fifo_lock_file_beside_a_file_output_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file output whose directory's lock file is a FIFO: nothing holds that directory (a FIFO
+    names no holder), so the output is written, without waiting on the FIFO."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    os.mkfifo(folder / LOCK_NAME)
+    with deadline(30):
+        assert lock_holder(folder) is None
+        code, stderr = run_cli(["merge", "init", str(folder / "recipe.yaml")], monkeypatch, capsys)
+    assert code == 0, stderr
+    assert (folder / "recipe.yaml").is_file()
