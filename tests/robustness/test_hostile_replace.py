@@ -301,3 +301,22 @@ def test_restart_removes_no_file_of_the_users_kept_in_a_checkpoint(
     (first / "notes.txt").unlink()
     clear_checkpoints(root)
     assert not first.exists() and not second.exists()
+
+
+def test_pretrain_again_over_a_run_that_kept_no_checkpoint_says_it_starts_afresh(
+    corpus_txt: Path, tmp_path: Path, cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``training.keep_checkpoints 0`` a finished run keeps no checkpoint, so more steps
+    train it again from step 0 and replace what it saved (as the setting's help says): that
+    had happened with nothing said, as if it had been continued."""
+    out = tmp_path / "teacher"
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--no-progress", "--out", str(out)]
+    pretrain += ["--training.keep_checkpoints", "0"]
+    code, err = cli([*pretrain, "--training.steps", "2"])
+    assert code == 0, err
+    assert "again from step 0" not in caplog.text
+    code, err = cli([*pretrain, "--training.steps", "3"])
+    assert code == 0, err
+    warned = [r.getMessage() for r in caplog.records if "again from step 0" in r.getMessage()]
+    assert len(warned) == 1 and str(out) in warned[0], caplog.text

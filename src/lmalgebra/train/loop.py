@@ -90,6 +90,16 @@ def _logged_step(line: str) -> float:
         return math.inf
 
 
+def _has_logged_steps(out: Path) -> bool:
+    """Whether ``out``'s training log records a step (a run trained there before)."""
+    path = out / TRAIN_LOG
+    try:
+        lines = path.read_text().splitlines() if path.is_file() else []
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(0 < _logged_step(ln) < math.inf for ln in lines)
+
+
 class _Log:
     """Per-step JSONL log (truncated to the resume point) and TensorBoard when installed.
 
@@ -181,6 +191,12 @@ def train(
     start = int(state["step"]) if state else 0
     if start:
         log.info("resuming from step %d", start)
+    elif spec.keep_checkpoints == 0 and not restart and _has_logged_steps(out):
+        log.warning(
+            "%s: trained before, and training.keep_checkpoints 0 kept no checkpoint to continue "
+            "from: training again from step 0, replacing what it saved",
+            out,
+        )
     if 0 < spec.steps < spec.warmup_steps:  # the default: one given is refused (``config``)
         log.warning(
             "training.warmup_steps %d exceeds training.steps %d: the learning rate rises to "
