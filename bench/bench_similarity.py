@@ -5,8 +5,8 @@ training spans and a tenth of that for validation and test (float32 products, as
 32,000 by default, the size of the cached run whose similarity phase was measured at 50-97 s).
 Baseline: the table as it was (``bench/similarity_reference.py``: NumPy's BLAS on its default
 threads, one eigensolve per model, one split after another). Ours:
-``lmalgebra.stats.similarity.similarity_tables`` (the three splits side by side on the process's
-cores, each on one BLAS thread, the models of one width in one batched eigensolve). All in this
+``lmalgebra.stats.similarity.similarity_tables`` (the three splits' work cut into one task per
+model and split, shared out over the process's cores, each on one BLAS thread). All in this
 process, in a run's order: the statistics pass (``SecondMoments.update`` of 2,048-row chunks of rows
 generated beforehand), then per contender and repeat the fits phase (every pairwise and
 leave-one-out fit, torch's and NumPy's default threads) followed by the three splits' tables. Each

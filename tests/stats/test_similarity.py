@@ -13,8 +13,6 @@ from lmalgebra.stats.similarity import (
     linear_cka,
     similarity_table,
     similarity_tables,
-    whitener,
-    whiteners,
 )
 from lmalgebra.stats.solver import SplitMoments
 
@@ -144,26 +142,9 @@ def test_constant_model_gives_nan_and_bad_settings_are_refused(models: list[np.n
         similarity_table(layout(NAMES, DIMS), split, ridge=-1.0)
 
 
-def test_batched_whiteners_match_one_at_a_time() -> None:
-    """Models of one width share one batched eigensolve; each whitener is the one computed
-    alone, in the input order, whatever the mix of widths."""
-    rng = np.random.default_rng(4)
-    covs = []
-    for dim in (5, 3, 5, 4, 5):
-        x = rng.normal(size=(200, dim)) * np.geomspace(1, 0.05, dim)
-        covs.append(np.cov(x.T, bias=True))
-    covs.append(np.zeros((3, 3)))  # no variance: k = 0
-    batched = whiteners(covs, keep=0.9)
-    alone = [whitener(c, keep=0.9) for c in covs]
-    assert [w.shape for w in batched] == [w.shape for w in alone]
-    for ours, reference in zip(batched, alone, strict=True):
-        # eigenvectors are defined up to sign: compare the projections they make
-        np.testing.assert_allclose(ours @ ours.T, reference @ reference.T, atol=1e-10)
-
-
 def test_the_splits_side_by_side_give_each_split_s_own_table() -> None:
-    """``similarity_tables`` runs the splits on threads; each split's rows are those of
-    ``similarity_table`` on it alone (the same one-thread kernels: the same bits)."""
+    """``similarity_tables`` shares the splits' models out over threads; each split's rows are
+    those of ``similarity_table`` on it alone (the same one-thread kernels: the same bits)."""
     splits = {s: moments_of(make_models(300, seed)) for seed, s in enumerate(("tr", "va", "te"))}
     blocks = layout(NAMES, DIMS)
     together = similarity_tables(blocks, splits, keep=0.9)

@@ -10,8 +10,8 @@ Two measures, both functions of the covariance blocks ``C_aa``, ``C_bb``, ``C_ab
   correlations are the singular values of ``W_a^T C_ab W_b`` and their mean is reported.
 
 Both are symmetric, so the table lists each unordered pair once. ``similarity_tables`` computes
-the tables of several splits side by side, one split a thread (each on one BLAS thread), so the
-cores the process may use all work.
+the tables of several splits at once, its work cut into one task per model and split (each on one
+BLAS thread), so the cores the process may use all work until the end.
 """
 
 from __future__ import annotations
@@ -77,21 +77,6 @@ def whitener(cov: np.ndarray, keep: float = 0.99, ridge: float = 1e-8) -> np.nda
     return _whitened(values, vectors, keep, ridge)
 
 
-def whiteners(
-    covs: Sequence[np.ndarray], keep: float = 0.99, ridge: float = 1e-8
-) -> list[np.ndarray]:
-    """:func:`whitener` of each of ``covs``; those of one order in one batched eigensolve
-    (models of one width are the common case: one call instead of one per model)."""
-    _check_settings(keep, ridge)
-    out: list[np.ndarray | None] = [None] * len(covs)
-    for order in sorted({c.shape[0] for c in covs}):
-        which = [i for i, c in enumerate(covs) if c.shape[0] == order]
-        values, vectors = np.linalg.eigh(np.stack([covs[i] for i in which]))
-        for row, i in enumerate(which):
-            out[i] = _whitened(values[row], vectors[row], keep, ridge)
-    return [w for w in out if w is not None]
-
-
 def _whitened(values: np.ndarray, vectors: np.ndarray, keep: float, ridge: float) -> np.ndarray:
     """The whitener from ``eigh``'s ascending ``values`` and their ``vectors``."""
     values, vectors = np.clip(values[::-1], 0.0, None), vectors[:, ::-1]
@@ -140,19 +125,32 @@ def similarity_tables(
     keep: float = 0.99,
     ridge: float = 1e-8,
 ) -> dict[str, list[Similarity]]:
-    """:func:`similarity_table` of every split of ``splits``, by split: the splits side by side
-    on as many threads as the process has cores (each a sequence of small eigensolves on one
-    BLAS thread; NumPy's LAPACK calls release the GIL). The same figures as one at a time."""
+    """:func:`similarity_table` of every split of ``splits``, by split, the work shared out on
+    as many threads as the process has cores, each on one BLAS thread (NumPy's LAPACK calls
+    release the GIL): first every model's whitener and norm, then every model's pairs with the
+    models after it (one task a model and split each, the most pairs first), so that no core
+    waits on one split's table while another has none. The same figures as one at a time."""
     _check_settings(keep, ridge)
     for name, moments in splits.items():
         _check_layout(blocks, moments, f"{name}: ")
-    workers = max(1, min(len(splits), cpu_threads()))
-    with one_blas_thread(), ThreadPoolExecutor(workers) as pool:
-        tables = {
-            name: pool.submit(_pairs, blocks, moments.cov, keep, ridge)
-            for name, moments in splits.items()
+    spans = [slice(b.start, b.basis_stop) for b in blocks]  # a reduced model: its coordinates
+    rows = sorted(
+        ((name, i) for name in splits for i in range(len(blocks) - 1)), key=lambda t: t[1]
+    )  # model i has len(blocks) - 1 - i pairs: the longest first
+    with one_blas_thread(), ThreadPoolExecutor(max(1, cpu_threads())) as pool:
+        started = {
+            name: [pool.submit(_model, m.cov[s, s], keep, ridge) for s in spans]
+            for name, m in splits.items()
         }
-        return {name: table.result() for name, table in tables.items()}
+        models = {name: [t.result() for t in tasks] for name, tasks in started.items()}
+        done = {
+            (name, i): pool.submit(_pairs_of, i, blocks, spans, splits[name].cov, models[name])
+            for name, i in rows
+        }
+        return {
+            name: [pair for i in range(len(blocks) - 1) for pair in done[name, i].result()]
+            for name in splits
+        }
 
 
 def _check_layout(blocks: Sequence[ModelColumns], moments: SplitMoments, where: str) -> None:
@@ -161,27 +159,34 @@ def _check_layout(blocks: Sequence[ModelColumns], moments: SplitMoments, where: 
         raise ValueError(f"{where}covariance of size {size} does not match the block layout")
 
 
-def _pairs(
-    blocks: Sequence[ModelColumns], cov: np.ndarray, keep: float, ridge: float
+def _model(cov: np.ndarray, keep: float, ridge: float) -> tuple[np.ndarray, float]:
+    """A model's whitener and its covariance's Frobenius norm, computed once per table."""
+    return whitener(cov, keep, ridge), float(np.linalg.norm(cov))
+
+
+def _pairs_of(
+    i: int,
+    blocks: Sequence[ModelColumns],
+    spans: Sequence[slice],
+    cov: np.ndarray,
+    models: Sequence[tuple[np.ndarray, float]],
 ) -> list[Similarity]:
-    """The table's rows: each model's whitener and norm once, then every pair."""
-    spans = [slice(b.start, b.basis_stop) for b in blocks]  # a reduced model: its coordinates
-    white = whiteners([cov[s, s] for s in spans], keep, ridge)
-    norms = [float(np.linalg.norm(cov[s, s])) for s in spans]
-    rows = []
-    for i, a in enumerate(blocks):
-        for j in range(i + 1, len(blocks)):
-            cross = cov[spans[i], spans[j]]
-            corr = _correlations(white[i], white[j], cross)
-            rows.append(
-                Similarity(
-                    model_a=a.name,
-                    model_b=blocks[j].name,
-                    cka=_cka(norms[i], norms[j], cross),
-                    mean_cca=float(corr.mean()) if corr.size else math.nan,
-                    cca_dims=int(corr.size),
-                )
+    """The table's rows of model ``i`` with every model after it, in block order
+    (``models``: each model's whitener and norm)."""
+    (white_i, norm_i), rows = models[i], []
+    for j in range(i + 1, len(blocks)):
+        cross = cov[spans[i], spans[j]]
+        white_j, norm_j = models[j]
+        corr = _correlations(white_i, white_j, cross)
+        rows.append(
+            Similarity(
+                model_a=blocks[i].name,
+                model_b=blocks[j].name,
+                cka=_cka(norm_i, norm_j, cross),
+                mean_cca=float(corr.mean()) if corr.size else math.nan,
+                cca_dims=int(corr.size),
             )
+        )
     return rows
 
 
