@@ -268,3 +268,25 @@ def test_evaluate_pos_refuses_two_models_of_one_name(
     splits = [bank / f"x-ud-{split}.conllu" for split in ("train", "dev", "test")]
     with pytest.raises(UserInputError, match="repeated: a"):
         evaluate_many(refs, *splits, "probe")
+
+
+@pytest.mark.parametrize(("key", "name"), [("language", "../../escaped"), ("teacher", "../t")])
+@pytest.mark.parametrize("command", [["merge", "prepare"], ["merge", "run", "--dry-run"]])
+def test_a_language_or_teacher_name_that_leaves_the_run_is_refused(
+    key: str, name: str, command: list[str], tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """The store keeps a language's and a teacher's sets in directories of their names: a
+    language `../../escaped` had had `merge prepare` write its examples and their masked copies
+    into one directory two levels above the run."""
+    (tmp_path / "inputs").mkdir()
+    recipe = write_recipe(tmp_path / "inputs", teacher_dirs, output_dir=str(tmp_path / "a" / "run"))
+    data = yaml.safe_load(recipe.read_text())
+    if key == "language":
+        data["languages"][name] = data["languages"].pop("xx")
+    else:
+        data["teachers"][name] = data["teachers"].pop("sp")
+        data["languages"]["yy"]["teachers"] = ["wp", name]
+    recipe.write_text(yaml.safe_dump(data))
+    code, stderr = cli([*command, str(recipe)])
+    assert_one_line(code, stderr, [f"{key}{' name' if key == 'teacher' else ''} {name!r}"])
+    assert not (tmp_path / "a").exists()

@@ -27,6 +27,7 @@ from pydantic import (
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.core.settings import Settings, SettingsError, describe, refuse_ignored
+from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
@@ -224,7 +225,10 @@ class MergeRecipe(Settings):
             raise TypeError("MergeRecipe is the base: build a MaskedRecipe or a CausalRecipe")
         if not self.languages:
             raise UserInputError("the recipe names no language")
+        for name in self.teachers:  # each has its directories in the store
+            check_plain_name(name, "teacher name")
         for code, lang in self.languages.items():
+            check_plain_name(code, "language")
             if not lang.teachers:
                 raise UserInputError(f"language {code!r} has no teacher")
             repeated = sorted({t for t in lang.teachers if lang.teachers.count(t) > 1})
