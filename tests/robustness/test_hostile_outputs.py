@@ -983,3 +983,24 @@ def test_a_home_directory_in_an_output_or_cache_path_is_read_as_home(
     recipe = write_recipe(tmp_path, teacher_dirs, output_dir="~/merge")
     assert load_recipe(recipe).output_dir == home / "merge"
     assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize(("finished", "said"), [(True, "a finished"), (False, "an unfinished")])
+def test_a_run_of_another_configuration_is_named_in_plain_words(
+    finished: bool, said: str, tmp_path: Path
+) -> None:
+    """An interrupted run of another configuration had been called "a unfinished
+    decomposition"."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.storage.output_paths import claim_run_directory
+
+    (tmp_path / "config.yaml").write_text("alpha: 1\n")
+    with pytest.raises(UserInputError, match=f"holds {said} decomposition of another config"):
+        claim_run_directory(
+            tmp_path,
+            {"alpha": 2},
+            {"alpha": 1},
+            finished=finished,
+            overwrite=False,
+            what="decomposition",
+        )

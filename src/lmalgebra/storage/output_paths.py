@@ -406,9 +406,9 @@ def claim_run_directory(
         k for k in recorded.keys() | identity.keys() if recorded.get(k) != identity.get(k)
     )
     if changed:
-        state = "finished" if finished else "unfinished"
+        state = "a finished" if finished else "an unfinished"
         raise UserInputError(
-            f"{directory} holds a {state} {what} of another configuration "
+            f"{directory} holds {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
         )
 
