@@ -139,13 +139,16 @@ def test_a_disk_too_full_for_the_lock_names_it_and_leaves_nothing(
         assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("where", ["gguf file", "config.json", "treebank split"])
+@pytest.mark.parametrize(
+    "where", ["gguf file", "onnx file", "onnx folder", "config.json", "treebank split"]
+)
 def test_a_fifo_where_a_file_is_read_is_called_what_it_is(
     where: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
 ) -> None:
     """A FIFO in place of a GGUF file had been called missing ("does not exist"), in place of a
     model's ``config.json`` "no config.json", and in place of a treebank's test file "no test
-    split": each is named as the FIFO it is, and nothing waits on it."""
+    split": each is named as the FIFO it is, and nothing waits on it. An ONNX file (given, or
+    the one ``.onnx`` file of a folder) had been opened, and the command waited for a writer."""
     import os
 
     from hostile_helpers import one_word_treebank
@@ -160,10 +163,20 @@ def test_a_fifo_where_a_file_is_read_is_called_what_it_is(
     else:
         model = tmp_path / "model"
         shutil.copytree(bert_dir, model)
-        fifo = model / "config.json" if where == "config.json" else tmp_path / "m.gguf"
+        fifo = {
+            "config.json": model / "config.json",
+            "gguf file": tmp_path / "m.gguf",
+            "onnx file": tmp_path / "m.onnx",
+            "onnx folder": tmp_path / "exported" / "model.onnx",
+        }[where]
         fifo.unlink(missing_ok=True)
+        fifo.parent.mkdir(exist_ok=True)
         os.mkfifo(fifo)
-        given = f"gguf:{fifo}" if where == "gguf file" else str(model)
+        given = {
+            "gguf file": f"gguf:{fifo}",
+            "onnx file": f"onnx:{fifo}#{bert_dir}",
+            "onnx folder": f"onnx:{fifo.parent}#{bert_dir}",
+        }.get(where, str(model))
         args = ["decompose", "--models", f"a={given}", "--models", f"b={bert_dir}", "--dry-run"]
         args += ["--corpus.paths", str(corpus_txt), "--out", str(out)]
     code, stderr = cli(args)

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, built_store, digests
+from hostile_helpers import assert_one_line, built_store, digests, one_word_treebank
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.evaluate.pos_tagging import evaluate_many
+from lmalgebra.sources.models import ModelRef
 from merge_fixtures import write_recipe
 
 
@@ -247,3 +250,43 @@ def test_a_directory_in_place_of_a_decompositions_summary_is_named(
         code, stderr = cli(command)
         assert_one_line(code, stderr, [f"{summary} is a directory"])
     assert summary.is_dir()
+
+
+def test_evaluate_pos_refuses_two_models_of_one_name(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, cli
+) -> None:
+    """Results, their record and resumption are keyed by name: two models named ``a`` had
+    both been evaluated, written as two rows ``a`` (which was which untold) and recorded as one
+    model in ``pos_config.json``."""
+    bank = one_word_treebank(tmp_path / "bank")
+    out = tmp_path / "pos"
+    models = ["--models", f"a={bert_dir}", "--models", f"a={bert2_dir}"]
+    code, stderr = cli(["evaluate-pos", str(bank), *models, "--out", str(out), "--epochs", "1"])
+    assert_one_line(code, stderr, ["model names must be unique; repeated: a", "--models"])
+    assert not out.exists()
+    refs = [ModelRef(name="a", path=str(bert_dir)), ModelRef(name="a", path=str(bert2_dir))]
+    splits = [bank / f"x-ud-{split}.conllu" for split in ("train", "dev", "test")]
+    with pytest.raises(UserInputError, match="repeated: a"):
+        evaluate_many(refs, *splits, "probe")
+
+
+@pytest.mark.parametrize(("key", "name"), [("language", "../../escaped"), ("teacher", "../t")])
+@pytest.mark.parametrize("command", [["merge", "prepare"], ["merge", "run", "--dry-run"]])
+def test_a_language_or_teacher_name_that_leaves_the_run_is_refused(
+    key: str, name: str, command: list[str], tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """The store keeps a language's and a teacher's sets in directories of their names: a
+    language `../../escaped` had had `merge prepare` write its examples and their masked copies
+    into one directory two levels above the run."""
+    (tmp_path / "inputs").mkdir()
+    recipe = write_recipe(tmp_path / "inputs", teacher_dirs, output_dir=str(tmp_path / "a" / "run"))
+    data = yaml.safe_load(recipe.read_text())
+    if key == "language":
+        data["languages"][name] = data["languages"].pop("xx")
+    else:
+        data["teachers"][name] = data["teachers"].pop("sp")
+        data["languages"]["yy"]["teachers"] = ["wp", name]
+    recipe.write_text(yaml.safe_dump(data))
+    code, stderr = cli([*command, str(recipe)])
+    assert_one_line(code, stderr, [f"{key}{' name' if key == 'teacher' else ''} {name!r}"])
+    assert not (tmp_path / "a").exists()

@@ -934,3 +934,55 @@ def test_a_damaged_record_of_the_runs_files_is_refused_by_report(
     key = next(k for k, v in summary.items() if isinstance(v, dict) and "config.yaml" in v)
     (out / "summary.json").write_text(json.dumps({**summary, key: "x"}), encoding="utf-8")
     one_error(*cli("report", str(out)), "summary.json", "damaged")
+
+
+def test_a_home_directory_in_an_output_or_cache_path_is_read_as_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """Input paths read ``~/x`` as the home directory; output and cache paths given where no
+    shell expands them (a recipe, a quoted flag, ``LMALGEBRA_CACHE``) had been made as a
+    directory named ``~`` in the working directory."""
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.evaluate.pos_options import PosSpec
+    from lmalgebra.lmd.settings.recipe import DecomposeConfig
+    from lmalgebra.storage.output_paths import cache_directory, default_cache_dir
+    from merge_fixtures import write_recipe
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LMALGEBRA_CACHE", "~/cache")
+    assert default_cache_dir() == home / "cache"
+    assert cache_directory() == home / "cache"
+    models = [{"name": "a", "path": "x"}, {"name": "b", "path": "y"}]
+    config = DecomposeConfig.model_validate(
+        {"models": models, "corpus": {"paths": []}, "out": "~/run", "cache_dir": "~/c"}
+    )
+    assert (config.out, config.cache_dir) == (home / "run", home / "c")
+    pos = PosSpec.model_validate({"models": [{"name": "a", "path": "x"}], "out": "~/pos"})
+    assert pos.out == home / "pos"
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir="~/merge")
+    assert load_recipe(recipe).output_dir == home / "merge"
+    assert not (tmp_path / "~").exists()
+
+
+@pytest.mark.parametrize(("finished", "said"), [(True, "a finished"), (False, "an unfinished")])
+def test_a_run_of_another_configuration_is_named_in_plain_words(
+    finished: bool, said: str, tmp_path: Path
+) -> None:
+    """An interrupted run of another configuration had been called "a unfinished
+    decomposition"."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.storage.output_paths import claim_run_directory
+
+    (tmp_path / "config.yaml").write_text("alpha: 1\n")
+    with pytest.raises(UserInputError, match=f"holds {said} decomposition of another config"):
+        claim_run_directory(
+            tmp_path,
+            {"alpha": 2},
+            {"alpha": 1},
+            finished=finished,
+            overwrite=False,
+            what="decomposition",
+        )

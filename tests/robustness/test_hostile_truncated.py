@@ -6,6 +6,7 @@ table, a report without its group section)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -57,7 +58,24 @@ DAMAGE: dict[str, tuple[str, Callable[[Path], None], str]] = {
     "config_cut": ("config.yaml", _cut_bytes, "bytes where summary.json records"),
     "moments_cut": ("stats/test.safetensors", _cut_bytes, "bytes where summary.json records"),
     "nulls_deleted": ("nulls.csv", lambda p: p.unlink(), "is missing (summary.json records it)"),
+    # what stands in a recorded file's place is named, not called missing
+    "fits_a_fifo": ("fits.csv", lambda p: _replaced(p, os.mkfifo), "is a FIFO, socket or device"),
+    "moments_a_directory": (
+        "stats/test.safetensors",
+        lambda p: _replaced(p, Path.mkdir),
+        "is a directory",
+    ),
+    "config_a_dangling_link": (
+        "config.yaml",
+        lambda p: _replaced(p, lambda q: q.symlink_to(q.parent / "gone")),
+        "is a symbolic link to",
+    ),
 }
+
+
+def _replaced(path: Path, make: Callable[[Path], object]) -> None:
+    path.unlink()
+    make(path)
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 # what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
-_STUDENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 # the names of what the stages write at the top of a run: no student may take one
 RESERVED = (
     RECIPE,
@@ -179,15 +179,24 @@ class RunLayout:
         return self.recipe
 
 
+def check_plain_name(name: str, what: str) -> str:
+    """``name`` if it is one plain directory name (no ``/``, ``..`` or hidden name); else one
+    ``UserInputError`` naming ``what`` it is. A run keeps a student, and a language's and a
+    teacher's shard sets, in directories of their names: any other name would put them
+    outside the run, or two sets in one directory."""
+    if not _PLAIN_NAME.fullmatch(name):
+        raise UserInputError(
+            f"{what} {name!r} must be one plain directory name inside the run "
+            "(letters, digits, '.', '_', '-'; not starting with '.')"
+        )
+    return name
+
+
 def check_student_name(name: str) -> str:
     """``name`` if it is one plain directory name inside the run (no ``/``, ``..`` or hidden
     name) that no stage writes (``RESERVED``); UserInputError naming it otherwise, so a student
     is never written outside the run nor into its store or evaluation."""
-    if not _STUDENT_NAME.fullmatch(name) or name in (".", ".."):
-        raise UserInputError(
-            f"student name {name!r} must be one plain directory name inside the run "
-            "(letters, digits, '.', '_', '-'; not starting with '.')"
-        )
+    check_plain_name(name, "student name")
     if name in RESERVED:
         raise UserInputError(
             f"student name {name!r} is the name of the run's own {name} "

@@ -21,16 +21,19 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
 from lmalgebra.core.settings import Settings, SettingsError, describe, refuse_ignored
+from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.output_paths import expand_home
 from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
@@ -218,13 +221,21 @@ class MergeRecipe(Settings):
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
 
+    @field_validator("output_dir")
+    @classmethod
+    def _expand_home(cls, path: Path) -> Path:
+        return expand_home(path)
+
     @model_validator(mode="after")
     def _check_teachers(self) -> MergeRecipe:
         if type(self) is MergeRecipe:
             raise TypeError("MergeRecipe is the base: build a MaskedRecipe or a CausalRecipe")
         if not self.languages:
             raise UserInputError("the recipe names no language")
+        for name in self.teachers:  # each has its directories in the store
+            check_plain_name(name, "teacher name")
         for code, lang in self.languages.items():
+            check_plain_name(code, "language")
             if not lang.teachers:
                 raise UserInputError(f"language {code!r} has no teacher")
             repeated = sorted({t for t in lang.teachers if lang.teachers.count(t) > 1})

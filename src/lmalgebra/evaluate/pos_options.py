@@ -3,16 +3,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.output_paths import expand_home
 
 Mode = Literal["probe", "finetune"]
+
+
+def refuse_repeated_names(names: Sequence[str]) -> None:
+    """Refuse two models of one name: an evaluation keys its results, its record and its
+    resumption by name, so the second would be kept as the first's."""
+    repeated = sorted({n for n in names if list(names).count(n) > 1})
+    if repeated:
+        raise UserInputError(
+            f"model names must be unique; repeated: {', '.join(repeated)} (name each model: "
+            "--models NAME=REFERENCE)"
+        )
 
 
 class PosOptions(Settings):
@@ -69,8 +82,14 @@ class PosSpec(PosOptions):
         "the output directory (its files only).",
     )
 
+    @field_validator("out")
+    @classmethod
+    def _expand_home(cls, path: Path) -> Path:
+        return expand_home(path)
+
     @model_validator(mode="after")
     def _check_mode(self) -> PosSpec:
+        refuse_repeated_names([ref.name for ref in self.models])
         if self.mode == "finetune":  # no probe is fitted
             refuse_ignored(self, "--", {"probe_batch_words": "--mode probe"})
         return self

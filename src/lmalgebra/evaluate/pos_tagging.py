@@ -29,7 +29,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, TreebankSplits, find_splits, read_conllu
-from lmalgebra.evaluate.pos_options import Mode, PosOptions
+from lmalgebra.evaluate.pos_options import Mode, PosOptions, refuse_repeated_names
 from lmalgebra.evaluate.pos_results import (
     PosResult,
     claim_evaluation,
@@ -377,6 +377,7 @@ def evaluate_many(
     recorded results (``pos_results.finished_results``) and are not evaluated again."""
     options = options or PosOptions()
     _check_mode(mode)
+    refuse_repeated_names([ref.name for ref in refs])
     results: list[PosResult] = []
     settings = {"train": train, "dev": dev, "test": test, "mode": mode, **options.model_dump()}
     locked = nullcontext() if out is None else run_directory_lock(out, "evaluate-pos")
@@ -407,6 +408,7 @@ def evaluation_identity(
     fingerprint (weights, tokenizer, config), the mode and the options (less progress). The
     weights are hashed on each run (no cache: reading them is small beside training a tagger).
     A model of an architecture transformers cannot take is refused here, before any tagger."""
+    refuse_repeated_names([ref.name for ref in refs])  # the record keys its models by name
     sources = [ref.source.locate() for ref in refs]  # every model found before any is checked
     for source in sources:
         source.check_architecture()

@@ -258,6 +258,10 @@ class ReferencedModel(ModelSource):
         path = Path(ref.path).expanduser()
         if not path.exists():
             raise UserInputError(f"model {ref.name!r}: {what} {ref.path} {absent(path)}")
+        if not path.is_file() and not path.is_dir():  # never opened: it would wait for a writer
+            raise UserInputError(
+                f"model {ref.name!r}: {what} {ref.path} is a FIFO, socket or device, not a file"
+            )
         return path
 
 

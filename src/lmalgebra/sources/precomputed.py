@@ -137,7 +137,20 @@ def _open(name: str, path: Path) -> _Source:
             f"model {name!r}: {path} is not a file of embeddings (.npy, .parquet or .safetensors)"
         )
     opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
-    return opener[suffix](name, path)
+    source = opener[suffix](name, path)
+    if source.dim < 1:  # no column to fit: the statistics of a width-0 model have no scale
+        raise UserInputError(
+            f"model {name!r}: {path} holds embeddings of width 0 (no value per span); "
+            "expected (spans, dim) with dim at least 1"
+        )
+    return source
+
+
+def _reason(err: Exception) -> str:
+    """A library's error on one line: its words, without the control bytes a damaged file's
+    fields can bring into it."""
+    printable = "".join(c if c.isprintable() else " " for c in str(err))
+    return " ".join(printable.split())
 
 
 def _offset(read: Reader, start: int) -> Reader:
@@ -229,7 +242,9 @@ def _open_npy(name: str, path: Path) -> _Source:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError) as err:
-        raise UserInputError(f"model {name!r}: cannot read {path} as .npy: {err}") from None
+        raise UserInputError(
+            f"model {name!r}: cannot read {path} as .npy: {_reason(err)}"
+        ) from None
     rows, dim = _float_rows(name, path, array.shape, array.dtype.kind)
     read: Reader = lambda a, b: _as_float32(array[a:b])  # noqa: E731
     if array.flags.c_contiguous:  # rows read from the file, not through the mapping
@@ -305,7 +320,9 @@ def _open_safetensors(name: str, path: Path) -> _Source:
     except UserInputError:
         raise
     except Exception as err:  # safetensors raises its own error types for a damaged header
-        raise UserInputError(f"model {name!r}: cannot read {path} as safetensors: {err}") from None
+        raise UserInputError(
+            f"model {name!r}: cannot read {path} as safetensors: {_reason(err)}"
+        ) from None
     if dtype not in ("F16", "F32", "F64"):
         raise UserInputError(
             f"model {name!r}: {path}: 'embeddings' is {dtype}; store float16/32/64"
@@ -316,8 +333,13 @@ def _open_safetensors(name: str, path: Path) -> _Source:
         with safe_open(str(path), framework="np") as handle:
             return _as_float32(handle.get_slice("embeddings")[a:b])
 
+    digest = metadata.get("spans_sha256")
     return _Source(
-        rows, dim, read, digest=metadata.get("spans_sha256"), how="no 'spans_sha256' metadata"
+        rows,
+        dim,
+        read,
+        digest=digest.lower() if digest is not None else None,
+        how="no 'spans_sha256' metadata",
     )
 
 
@@ -329,13 +351,20 @@ def _open_parquet(name: str, path: Path) -> _Source:
     try:
         columns = pq.ParquetFile(path).schema_arrow.names
     except (pa.ArrowException, OSError) as err:
-        raise UserInputError(f"model {name!r}: cannot read {path} as Parquet: {err}") from None
+        raise UserInputError(
+            f"model {name!r}: cannot read {path} as Parquet: {_reason(err)}"
+        ) from None
     if "embedding" not in columns:
         raise UserInputError(
             f"model {name!r}: {path} has no column 'embedding' (columns: {', '.join(columns)})"
         )
     id_column = next((c for c in ("span_sha256", "text") if c in columns), None)
-    table = pq.read_table(path, columns=["embedding", *([id_column] if id_column else [])])
+    try:  # a damaged page is found only when the rows are read
+        table = pq.read_table(path, columns=["embedding", *([id_column] if id_column else [])])
+    except (pa.ArrowException, OSError) as err:
+        raise UserInputError(
+            f"model {name!r}: cannot read {path} as Parquet: {_reason(err)}"
+        ) from None
     column = table.column("embedding").combine_chunks()
     kind = column.type
     if not (

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import load_file
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, UserTypeError
+from lmalgebra.core.text_files import require_file
 from lmalgebra.stats.choices import Precision, Products
 from lmalgebra.stats.symmetric_kernels import in_parallel, mirror_upper, row_panels
 from lmalgebra.storage.safetensors_stream import write_safetensors
@@ -269,27 +270,69 @@ class SecondMoments:
         save_moments(path, self.blocks, self.n, self.shift, self.sums, self.gram)
 
     @classmethod
-    def load(cls, path: Path) -> SecondMoments:
-        from safetensors import safe_open
-
+    def load(cls, path: str | Path) -> SecondMoments:
+        """Read statistics ``save`` wrote (a run's ``stats/{split}.safetensors``); a file that
+        is none (no regular file, damaged, or of arrays that do not fit its block layout, or
+        holding NaN or inf) is one ``UserInputError`` naming it."""
+        if not isinstance(path, str | Path):
+            raise UserTypeError(f"SecondMoments.load(): path must be str | Path, got {path!r}")
+        path = require_file(Path(path), "statistics file")  # a FIFO is never opened
         try:
-            with safe_open(str(path), framework="numpy") as handle:
-                meta = handle.metadata()
-            tensors = load_file(str(path))
+            meta, tensors = _read_moments(path)
             blocks = [ModelColumns(*entry) for entry in json.loads(meta["blocks"])]
-            gram = tensors["gram"]
-            precision: Precision = "float32" if gram.dtype == np.float32 else "float64"
-            return cls(
-                blocks,
-                int(meta["n"]),
-                tensors["shift"],
-                tensors["sums"],
-                gram,
-                products="float32" if precision == "float32" else "float64",
-                precision=precision,
-            )
+            n = int(meta["n"])
+            gram, shift, sums = tensors["gram"], tensors["shift"], tensors["sums"]
         except Exception as err:  # safetensors raises its own error type for damaged files
             raise UserInputError(f"statistics file {path} is unreadable or corrupt: {err}") from err
+        _check_moments(path, blocks, n, gram, shift, sums)
+        precision: Precision = "float32" if gram.dtype == np.float32 else "float64"
+        return cls(
+            blocks,
+            n,
+            shift,
+            sums,
+            gram,
+            products="float32" if precision == "float32" else "float64",
+            precision=precision,
+        )
+
+
+def _read_moments(path: Path) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="numpy") as handle:
+        meta = handle.metadata()
+    if meta is None or "blocks" not in meta or "n" not in meta:
+        raise ValueError("no block layout in its metadata (not a file of second moments)")
+    tensors = load_file(str(path))
+    missing = [name for name in ("gram", "shift", "sums") if name not in tensors]
+    if missing:
+        raise ValueError(f"no tensor {', '.join(missing)} (not a file of second moments)")
+    return meta, tensors
+
+
+def _check_moments(
+    path: Path,
+    blocks: list[ModelColumns],
+    n: int,
+    gram: np.ndarray,
+    shift: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Arrays that fit the layout: ``gram (D, D)``, ``shift`` and ``sums (D,)`` for the ``D``
+    columns of ``blocks``, ``n >= 0``, every value finite."""
+    dim = blocks[-1].stop if blocks else 0
+    wanted = {"gram": (dim, dim), "shift": (dim,), "sums": (dim,)}
+    for name, array in (("gram", gram), ("shift", shift), ("sums", sums)):
+        if array.shape != wanted[name]:
+            raise UserInputError(
+                f"statistics file {path} is corrupt: '{name}' is {list(array.shape)}, but its "
+                f"block layout has {dim} columns ({list(wanted[name])})"
+            )
+        if not np.isfinite(array).all():
+            raise UserInputError(f"statistics file {path} is corrupt: '{name}' holds NaN or inf")
+    if n < 0:
+        raise UserInputError(f"statistics file {path} is corrupt: n is {n}")
 
 
 def save_moments(

@@ -15,6 +15,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.text_files import absent
 
 DIGESTED = (".csv", ".json", ".yaml", ".txt")  # read whole by every reader: digests are cheap
 
@@ -46,7 +47,7 @@ def check_files(root: Path, record: Mapping[str, Any], mark: str) -> None:
 
 def _problem(path: Path, entry: Mapping[str, Any], mark: str) -> str | None:
     if not path.is_file():
-        return f"is missing ({mark} records it)"
+        return f"{_no_file(path)} ({mark} records it)"
     size = path.stat().st_size
     if size != entry.get("bytes", size):
         return f"has {size} bytes where {mark} records {entry['bytes']}"
@@ -54,3 +55,13 @@ def _problem(path: Path, entry: Mapping[str, Any], mark: str) -> str | None:
     if digest is not None and sha256_file(path) != digest:
         return f"has other contents than {mark} records (sha256)"
     return None
+
+
+def _no_file(path: Path) -> str:
+    """What stands where a recorded file should be, as a message goes on: a FIFO or a
+    directory there is no missing file (and a FIFO is never opened)."""
+    if path.is_dir():
+        return "is a directory"
+    if path.exists():
+        return "is a FIFO, socket or device"
+    return absent(path) if path.is_symlink() else "is missing"

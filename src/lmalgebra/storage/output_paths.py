@@ -40,7 +40,14 @@ def default_cache_dir() -> Path:
     if given is not None:
         return given
     env = os.environ.get("LMALGEBRA_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "lmalgebra"
+    return expand_home(Path(env)) if env else Path.home() / ".cache" / "lmalgebra"
+
+
+def expand_home(path: Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` read as that home directory, as an input path
+    is read: an output or cache path given as ``~/x`` where no shell expands it (a recipe, a
+    quoted flag, an environment variable) had been made as a directory named ``~`` here."""
+    return Path(path).expanduser()
 
 
 @contextlib.contextmanager
@@ -48,7 +55,7 @@ def cache_root(root: Path) -> Iterator[None]:
     """Within the block, every cache (embeddings, spans, hashes, packaged and dequantised GGUF
     models, token maps) lives under ``root``: a command's ``cache_dir`` keeps all its cache
     writes there."""
-    token = _GIVEN_ROOT.set(Path(root))
+    token = _GIVEN_ROOT.set(expand_home(Path(root)))
     try:
         yield
     finally:
@@ -59,9 +66,9 @@ def cache_directory(root: Path | None = None) -> Path:
     """The cache root, ``root`` or else :func:`default_cache_dir`, checked where the cache is
     opened (embeddings, packaged and GGUF models, token maps): one line naming it unless it is,
     or can be created as, a writable directory."""
-    path = Path(root) if root is not None else default_cache_dir()
+    path = expand_home(Path(root)) if root is not None else default_cache_dir()
     env = os.environ.get("LMALGEBRA_CACHE")
-    named = env is not None and Path(env) == path
+    named = env is not None and expand_home(Path(env)) == path
     check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
     return path
 
@@ -420,9 +427,9 @@ def claim_run_directory(
         k for k in recorded.keys() | identity.keys() if recorded.get(k) != identity.get(k)
     )
     if changed:
-        state = "finished" if finished else "unfinished"
+        state = "a finished" if finished else "an unfinished"
         raise UserInputError(
-            f"{directory} holds a {state} {what} of another configuration "
+            f"{directory} holds {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
         )
 

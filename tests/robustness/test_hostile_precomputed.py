@@ -1,0 +1,81 @@
+"""Files of precomputed span embeddings a user could hand over: each is read as what it is, or
+refused in one line naming the model and the file, never a traceback and never another file's
+verdict (its width, a damaged page, the case of its digest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from safetensors.numpy import save_file
+
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import order_digest, span_sha256
+from lmalgebra.sources.precomputed import file_shape, load_precomputed
+
+TEXTS = {
+    "train": [f"train span {i}" for i in range(6)],
+    "validation": ["validation span"],
+    "test": ["test span"],
+}
+ROWS = [t for split in ("train", "validation", "test") for t in TEXTS[split]]
+
+
+def _npy(path: Path, vectors: np.ndarray) -> Path:
+    np.save(path, vectors)
+    path.with_name(path.name + ".spans.sha256").write_text(order_digest(TEXTS) + "\n")
+    return path
+
+
+def _safetensors(path: Path, vectors: np.ndarray, digest: str | None = None) -> Path:
+    save_file(
+        {"embeddings": vectors}, str(path), metadata={"spans_sha256": digest or order_digest(TEXTS)}
+    )
+    return path
+
+
+def _parquet(path: Path, vectors: np.ndarray) -> Path:
+    embedding = pa.array([list(row) for row in vectors], type=pa.list_(pa.float32()))
+    ids = [span_sha256(t) for t in ROWS]
+    pq.write_table(pa.table({"embedding": embedding, "span_sha256": ids}), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".safetensors", ".parquet"])
+def test_embeddings_of_width_zero_are_refused_naming_the_file(suffix: str, tmp_path: Path) -> None:
+    """A file of ``(spans, 0)`` had passed every check and crashed the fit's statistics
+    (``zero-size array to reduction operation maximum``), by the dry run too."""
+    write = {".npy": _npy, ".safetensors": _safetensors, ".parquet": _parquet}[suffix]
+    path = write(tmp_path / f"empty{suffix}", np.zeros((8, 0), np.float32))
+    for read in (lambda: file_shape("v", path), lambda: load_precomputed("v", path, TEXTS)):
+        with pytest.raises(UserInputError, match=r"model 'v': .* holds embeddings of width 0"):
+            read()
+
+
+def test_a_parquet_file_damaged_past_its_footer_is_one_line(tmp_path: Path) -> None:
+    """Its schema is read from the footer; a damaged data page had escaped as pyarrow's
+    ``OSError`` (exit 1, a traceback), whose message spans lines and holds the page's bytes."""
+    path = _parquet(tmp_path / "v.parquet", np.ones((8, 4), np.float32))
+    data = bytearray(path.read_bytes())
+    for i in range(4, 68):  # the first page header, right after the magic bytes
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    for read in (lambda: file_shape("v", path), lambda: load_precomputed("v", path, TEXTS)):
+        with pytest.raises(UserInputError) as err:
+            read()
+        message = str(err.value)
+        assert message.startswith(f"model 'v': cannot read {path} as Parquet: "), message
+        assert "\n" not in message and message.isprintable(), repr(message)
+
+
+def test_a_safetensors_digest_in_capitals_is_the_same_digest(tmp_path: Path) -> None:
+    """The digest beside a ``.npy`` and a Parquet file's ids are read in either case; the
+    safetensors metadata's had been refused as "made for other spans"."""
+    vectors = np.arange(32, dtype=np.float32).reshape(8, 4)
+    path = _safetensors(tmp_path / "v.safetensors", vectors, order_digest(TEXTS).upper())
+    rows = load_precomputed("v", path, TEXTS).splits
+    read = np.vstack([np.vstack(list(rows[s].chunks())) for s in ("train", "validation", "test")])
+    np.testing.assert_array_equal(read, vectors)
