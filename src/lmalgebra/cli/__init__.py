@@ -28,7 +28,7 @@ import lmalgebra.cli.merge_bits
 import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
 from lmalgebra.api.runtime import QUIET_ENVIRONMENT
 from lmalgebra.cli.app import app
-from lmalgebra.cli.empty_paths import refuse_empty_paths
+from lmalgebra.cli.path_values import read_paths
 from lmalgebra.core import interrupt
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.threads import pin_thread_count_when_imported
@@ -47,7 +47,7 @@ def _run() -> object:
     interrupt.install()  # a Ctrl-C that lands in a finaliser is raised again by the loops
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
-    return refuse_empty_paths(typer.main.get_command(app))(standalone_mode=False)
+    return read_paths(typer.main.get_command(app))(standalone_mode=False)
 
 
 def _quiet_transformers() -> None:

@@ -10,6 +10,7 @@ turns it, wherever the class is built (``TrainingSpec(steps=-1)``, ``model_valid
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 from collections.abc import Mapping
@@ -116,6 +117,12 @@ def _bool_for_number(annotation: Any, value: Any) -> bool:
     return False
 
 
+def home_expanded(path: Path) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` read as that home directory (left as it is
+    where there is no such user)."""
+    return Path(os.path.expanduser(path))  # noqa: PTH111 (Path's raises for no such user)
+
+
 EMPTY_PATH = "an empty path; name a file or directory ('.' for the current one)"
 
 
@@ -205,6 +212,14 @@ class Settings(BaseModel):
         if field is not None and is_empty_path(field.annotation, value):
             raise PydanticCustomError("empty_path", EMPTY_PATH)
         return value
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _home_expanded(cls, value: Any) -> Any:
+        """A path's leading ``~`` (``~user``) read as the home directory, for every path a
+        setting holds, input or output: one given where no shell expands it (a recipe, a quoted
+        flag) had made a directory named ``~`` here."""
+        return home_expanded(value) if isinstance(value, Path) else value
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:

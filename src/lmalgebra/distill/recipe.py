@@ -21,7 +21,6 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
-    field_validator,
     model_validator,
 )
 
@@ -33,7 +32,6 @@ from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, Mode
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.storage.output_paths import expand_home
 from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
@@ -220,11 +218,6 @@ class MergeRecipe(Settings):
     )
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
-
-    @field_validator("output_dir")
-    @classmethod
-    def _expand_home(cls, path: Path) -> Path:
-        return expand_home(path)
 
     @model_validator(mode="after")
     def _check_teachers(self) -> MergeRecipe:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field
 
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
@@ -28,7 +28,7 @@ from lmalgebra.lmd.settings.spans import HeldOutSpans, TooLittleTextError
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table
-from lmalgebra.storage.output_paths import default_cache_dir, expand_home
+from lmalgebra.storage.output_paths import default_cache_dir
 
 log = logging.getLogger(__name__)
 SOURCE = "merge evaluate (LMD coverage)"
@@ -51,11 +51,6 @@ class CoverageSpec(Settings):
     cache_dir: Path = Field(
         default_factory=default_cache_dir, description="Cache root (embeddings, models)."
     )
-
-    @field_validator("cache_dir")
-    @classmethod
-    def _expand_home(cls, path: Path) -> Path:
-        return expand_home(path)
 
 
 @dataclass(frozen=True)

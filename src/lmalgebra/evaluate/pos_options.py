@@ -7,12 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.storage.output_paths import expand_home
 
 Mode = Literal["probe", "finetune"]
 
@@ -81,11 +80,6 @@ class PosSpec(PosOptions):
         description="Replace an evaluation of other treebank files, models, mode or options in "
         "the output directory (its files only).",
     )
-
-    @field_validator("out")
-    @classmethod
-    def _expand_home(cls, path: Path) -> Path:
-        return expand_home(path)
 
     @model_validator(mode="after")
     def _check_mode(self) -> PosSpec:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import OVERWRITE, UserInputError
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.atomic import refuse_special
 
@@ -40,14 +41,7 @@ def default_cache_dir() -> Path:
     if given is not None:
         return given
     env = os.environ.get("LMALGEBRA_CACHE")
-    return expand_home(Path(env)) if env else Path.home() / ".cache" / "lmalgebra"
-
-
-def expand_home(path: Path) -> Path:
-    """``path`` with a leading ``~`` or ``~user`` read as that home directory, as an input path
-    is read: an output or cache path given as ``~/x`` where no shell expands it (a recipe, a
-    quoted flag, an environment variable) had been made as a directory named ``~`` here."""
-    return Path(path).expanduser()
+    return home_expanded(Path(env)) if env else Path.home() / ".cache" / "lmalgebra"
 
 
 @contextlib.contextmanager
@@ -55,7 +49,7 @@ def cache_root(root: Path) -> Iterator[None]:
     """Within the block, every cache (embeddings, spans, hashes, packaged and dequantised GGUF
     models, token maps) lives under ``root``: a command's ``cache_dir`` keeps all its cache
     writes there."""
-    token = _GIVEN_ROOT.set(expand_home(Path(root)))
+    token = _GIVEN_ROOT.set(home_expanded(Path(root)))
     try:
         yield
     finally:
@@ -66,9 +60,9 @@ def cache_directory(root: Path | None = None) -> Path:
     """The cache root, ``root`` or else :func:`default_cache_dir`, checked where the cache is
     opened (embeddings, packaged and GGUF models, token maps): one line naming it unless it is,
     or can be created as, a writable directory."""
-    path = expand_home(Path(root)) if root is not None else default_cache_dir()
+    path = home_expanded(Path(root)) if root is not None else default_cache_dir()
     env = os.environ.get("LMALGEBRA_CACHE")
-    named = env is not None and expand_home(Path(env)) == path
+    named = env is not None and home_expanded(Path(env)) == path
     check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
     return path
 

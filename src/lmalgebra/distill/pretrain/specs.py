@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import with_default
@@ -21,7 +21,6 @@ from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TokenizerKind
 from lmalgebra.sources.corpus import CorpusSpec
-from lmalgebra.storage.output_paths import expand_home
 from lmalgebra.train.config import OptimisationSpec
 
 
@@ -100,11 +99,6 @@ class PretrainText(Settings):
     training: TeacherTrainingSpec = Field(
         default_factory=TeacherTrainingSpec, description="Training."
     )
-
-    @field_validator("out")
-    @classmethod
-    def _expand_home(cls, path: Path) -> Path:
-        return expand_home(path)
 
 
 class WordPieceSpec(Settings):

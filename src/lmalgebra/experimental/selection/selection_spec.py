@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.lmd.settings.spans import HeldOutSpans
-from lmalgebra.storage.output_paths import default_cache_dir, expand_home
+from lmalgebra.storage.output_paths import default_cache_dir
 
 
 class SelectionSpec(Settings):
@@ -38,11 +38,6 @@ class SelectionSpec(Settings):
         description="Cache root for everything the command caches: embeddings, spans, hashes, "
         "packaged and dequantised GGUF models ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
     )
-
-    @field_validator("cache_dir")
-    @classmethod
-    def _expand_home(cls, path: Path) -> Path:
-        return expand_home(path)
 
     @model_validator(mode="after")
     def _check(self) -> SelectionSpec:

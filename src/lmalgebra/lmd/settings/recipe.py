@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import (
@@ -25,7 +25,7 @@ from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.choices import AlphaMode, Products
-from lmalgebra.storage.output_paths import default_cache_dir, expand_home
+from lmalgebra.storage.output_paths import default_cache_dir
 
 REFERENCE_TOKENIZER_HELP = (
     "Tokenizer that cuts the spans (T counts its tokens): a model's name, or a tokenizer "
@@ -136,11 +136,6 @@ class DecomposeConfig(Settings):
         "packaged and dequantised GGUF models ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
     )
     progress: bool = Field(default=True, description="Show progress bars.")
-
-    @field_validator("out", "cache_dir")
-    @classmethod
-    def _expand_home(cls, path: Path) -> Path:
-        return expand_home(path)
 
     @model_validator(mode="after")
     def _check(self) -> DecomposeConfig:

@@ -1,8 +1,10 @@
-"""An empty string given for a path on the command line is refused, naming the option.
+"""What a path given on the command line means, the same for every option and argument.
 
-``Path("")`` is ``Path(".")``: ``--out "$DIR"`` with ``DIR`` unset would write into the current
-directory, and ``merge verify ""`` would read it, with nothing said. Every parameter of the
-command tree that takes a path has its value checked before it is converted.
+An empty string is refused, naming the option: ``Path("")`` is ``Path(".")``, so ``--out "$DIR"``
+with ``DIR`` unset would write into the current directory, and ``merge verify ""`` read it, with
+nothing said. A leading ``~`` is the home directory where no shell expanded it (a quoted flag),
+as it is in a recipe (``core.settings``). Every parameter of the command tree that takes a path
+has its value read so.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import EMPTY_PATH
+from lmalgebra.core.settings import EMPTY_PATH, home_expanded
 
 
-def refuse_empty_paths(command: Any) -> Any:
-    """``command`` (a click command or group, as typer builds it), each of its path
-    parameters, and those of every sub-command, refusing an empty value; returns it."""
+def read_paths(command: Any) -> Any:
+    """``command`` (a click command or group, as typer builds it) with each of its path
+    parameters, and those of every sub-command, read as the module says; returns it."""
     for sub in getattr(command, "commands", {}).values():
-        refuse_empty_paths(sub)
+        read_paths(sub)
     for param in getattr(command, "params", []):
         if _takes_path(param):
             param.process_value = _checked(param, param.process_value)
@@ -43,7 +45,8 @@ def _checked(param: Any, process: Callable[..., Any]) -> Callable[..., Any]:
         values = value if isinstance(value, list | tuple) else [value]
         if any(isinstance(v, str) and not v.strip() for v in values):
             raise UserInputError(f"{_shown(param)}: {EMPTY_PATH}")
-        return process(ctx, value)
+        read = process(ctx, value)
+        return home_expanded(read) if isinstance(read, pathlib.Path) else read
 
     return process_value
 

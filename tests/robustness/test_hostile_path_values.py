@@ -1,6 +1,7 @@
 """An empty string given for a path (``--out "$DIR"`` with ``DIR`` unset, ``output_dir: ""``)
 is refused, naming where it was given: ``Path("")`` is the current directory, which the run
-had written into or read from, with nothing said."""
+had written into or read from, with nothing said. A leading ``~`` no shell expanded is the home
+directory wherever a path is given."""
 
 from __future__ import annotations
 
@@ -62,3 +63,17 @@ def test_an_empty_path_given_to_the_python_api_is_refused(here: Path) -> None:
     models = [{"name": n, "path": "random:bert-tiny"} for n in "ab"]
     with pytest.raises(UserInputError, match=f"key 'cache_dir': {EMPTY}"):
         DecomposeConfig(models=models, corpus={"paths": ["c.txt"]}, cache_dir="")
+
+
+def test_a_leading_tilde_on_the_command_line_is_the_home_directory(
+    cli, here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quoted ``~`` given to an option or argument the command line reads itself (``report``,
+    ``demo --out``) had been a directory named ``~`` here, as it had in a recipe."""
+    home = here / "home"
+    monkeypatch.setenv("HOME", str(home))
+    code, stderr = cli(["report", "~/nothing"])
+    assert_one_line(code, stderr, [f"run directory {home / 'nothing'} does not exist"])
+    code, stderr = cli(["spans", "~/no-recipe.yaml", "--out", "~/spans.jsonl"])
+    assert_one_line(code, stderr, [str(home / "no-recipe.yaml")])
+    assert not (here / "~").exists()
