@@ -51,11 +51,15 @@ class Done:
 def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """``cli(*ARGS)``: ``lmalgebra ARGS`` through ``cli.main`` in this process (what
     ``python -m lmalgebra`` runs once its imports are done, which a new process would repeat for
-    every command), 300 columns wide: its exit status, stdout and stderr (without colours)."""
+    every command), 300 columns wide: its exit status, stdout and stderr (without colours). The
+    width is set on the consoles made while it runs (``COLUMNS``) and on the command line's own,
+    made when it was imported, which read ``COLUMNS`` then."""
+    from lmalgebra.cli.app import console
 
     def run(*args: str) -> Done:
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setenv("COLUMNS", "300")
+        monkeypatch.setattr(console, "_width", 300)
         monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
         capsys.readouterr()
         try:
