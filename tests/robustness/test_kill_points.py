@@ -8,7 +8,7 @@ a traceback, leaving what an uninterrupted run leaves, file for file (the run di
 cache; timings aside: ``kill_helpers.steady``).
 
 Points tried (``kill_helpers.chosen_points``): every one for a command of at most 12 write
-points; for more, the first two, the last two and four drawn with the command's name as seed;
+points; for more, the first two, the last two and two drawn with the command's name as seed;
 ``slow`` runs (``make test-slow``) stop each command at every one of its points. Each stage
 starts from the state the stages before it leave, built once per module on the tiny fixtures
 (two masked teachers, three causal ones, two tiny BERTs), with two shards per shard set.
@@ -128,8 +128,8 @@ def resumes(
     capsys: pytest.CaptureFixture[str],
 ) -> Iterator[Callable[..., dict[str, Any]]]:
     """``resumes(ARGS, OUTPUTS)``: ``kill_helpers.check_resumes`` of the command, at the points
-    it samples, or (``slow``) at every point."""
-    depth = {"every_up_to": 10**6} if request.param == "every" else {}
+    it samples (two drawn beside the ends), or (``slow``) at every point."""
+    depth = {"every_up_to": 10**6} if request.param == "every" else {"sampled": 2}
 
     def check(args: list[str], outputs: list[Path], **options: Any) -> dict[str, Any]:
         found = check_resumes(args, outputs, tmp_path, monkeypatch, capsys, **depth, **options)
