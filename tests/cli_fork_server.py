@@ -9,12 +9,15 @@ can be killed with SIGKILL at any point and leaves on disk whatever a killed com
 
 Protocol: one JSON object per line on stdin, one answer per line on stdout.
 
-* ``{"run": [ARGS...], "log": PATH}`` -> ``{"pid": PID}`` (stdout and stderr go to PATH)
+* ``{"run": [ARGS...], "log": PATH}`` -> ``{"pid": PID}`` (stdout and stderr go to PATH); two
+  optional keys: ``"env"``, variables set in the child, and ``"bound": true``, the child bound by
+  file permissions (``bind_permissions``) before the command runs
 * ``{"wait": PID}`` -> ``{"status": CODE}``: the exit code, or minus the signal that ended it
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -32,9 +35,47 @@ import lmalgebra.api.merge  # what the merge commands call (stages, training, ev
 import lmalgebra.cli
 import lmalgebra.lmd.run.decompose
 
+PR_CAPBSET_DROP = 24  # prctl(2)
+OVERRIDES = (1, 2)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
+CAPABILITY_VERSION_3 = 0x20080522  # linux/capability.h: two 32-bit words per set
 
-def _child(args: list[str], log: str) -> None:
-    """Run one command with stdout/stderr in ``log``; never returns."""
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def bind_permissions() -> None:
+    """This process bound by file permissions: as root (uid 0, which it stays, so that it still
+    reads what root owns), the capabilities that override them leave its bounding set and its
+    effective, permitted and inheritable sets (capset(2)); as another user they bind already."""
+    if os.geteuid() != 0:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in OVERRIDES:
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    header = _CapHeader(CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capget(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    kept = ~sum(1 << capability for capability in OVERRIDES) & 0xFFFFFFFF
+    for field in ("effective", "permitted", "inheritable"):
+        setattr(data[0], field, getattr(data[0], field) & kept)
+    if libc.capset(ctypes.byref(header), data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
+
+
+def _child(args: list[str], log: str, env: dict[str, str], bound: bool) -> None:
+    """Run one command with stdout/stderr in ``log``, ``env`` set, bound by file permissions
+    when ``bound``; never returns."""
     code = 1
     try:
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -42,6 +83,9 @@ def _child(args: list[str], log: str) -> None:
         os.dup2(out, 2)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
+        os.environ.update(env)
+        if bound:
+            bind_permissions()
         sys.argv = ["lmalgebra", *args]
         try:
             lmalgebra.cli.main()
@@ -65,7 +109,8 @@ def serve() -> None:
             sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
-                _child(request["run"], request["log"])
+                env = request.get("env", {})
+                _child(request["run"], request["log"], env, bool(request.get("bound")))
             answer = {"pid": pid}
         else:
             _, status = os.waitpid(int(request["wait"]), 0)

@@ -37,19 +37,24 @@ def _environment_kept() -> Iterator[None]:
 # collection order (``--dist loadfile``), so a long module collected last leaves one worker
 # running it alone at the end; first, the short ones fill in around it.
 LONGEST_FIRST = (
-    "test_cli_errors.py",
+    "test_kill_points.py",
+    "test_causal_demo.py",
     "test_demo_quick.py",
-    "test_merge_run.py",
     "test_faults.py",
     "test_causal_faults.py",
-    "test_distributed.py",
     "test_packaged_end_to_end.py",
     "test_report.py",
-    "test_precomputed.py",
-    "test_causal_demo.py",
-    "test_pos_tagging.py",
+    "test_distributed.py",
     "test_side_by_side.py",
+    "test_cli_errors.py",
+    "test_cli_startup.py",
+    "test_hostile_permissions.py",
     "test_report_browser.py",
+    "test_hostile_verifier.py",
+    "test_hostile_outputs.py",
+    "test_merge_run.py",
+    "test_precomputed.py",
+    "test_pos_tagging.py",
     "test_bench_wide.py",
 )
 

@@ -47,15 +47,22 @@ class ForkServer:
             raise RuntimeError("the fork server died")
         return dict(json.loads(line))
 
-    def start(self, args: list[str], log: Path) -> int:
-        return self._ask({"run": args, "log": str(log)})["pid"]
+    def start(
+        self, args: list[str], log: Path, env: dict[str, str] | None = None, bound: bool = False
+    ) -> int:
+        """Start ``lmalgebra ARGS`` (its output in ``log``), with ``env`` set in its environment
+        and, when ``bound``, bound by file permissions (``cli_fork_server.bind_permissions``)."""
+        request: dict[str, object] = {"run": args, "log": str(log), "bound": bound}
+        return self._ask({**request, "env": env or {}})["pid"]
 
     def wait(self, pid: int) -> int:
         """Exit code of ``pid``, or minus the signal that ended it."""
         return self._ask({"wait": pid})["status"]
 
-    def run(self, args: list[str], log: Path) -> int:
-        return self.wait(self.start(args, log))
+    def run(
+        self, args: list[str], log: Path, env: dict[str, str] | None = None, bound: bool = False
+    ) -> int:
+        return self.wait(self.start(args, log, env, bound))
 
     def close(self) -> None:
         assert self.process.stdin is not None

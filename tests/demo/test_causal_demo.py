@@ -1,5 +1,5 @@
 """``demo --causal``: the table (seed means and deviations, gap closed) on hand-made figures, the
-plans, and the quick demo end to end (about 40 s on two cores)."""
+plans, and the quick demo end to end, its last writes stopped and resumed."""
 
 from __future__ import annotations
 
@@ -65,19 +65,35 @@ def test_plans_name_three_tokenizer_kinds_and_every_loss() -> None:
     assert CAUSAL_LOSSES["ce"] == {"ce": 1.0}
 
 
-def test_quick_causal_demo(tmp_path: Path, monkeypatch, capsys) -> None:
-    from hostile_helpers import run_cli
+def test_quick_causal_demo_and_its_last_writes_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The quick demo end to end: a table of every loss against the teachers, and the writes
+    that end it (its table, its JSON record) stopped and resumed (``kill_helpers.check_resumes``
+    with ``last=2``: a Ctrl-C before each of them and a ``kill -9`` after it, then the same
+    command again, must leave what the uninterrupted run leaves, file for file). The demos
+    stopped anywhere are ``slow`` (``test_kill_points.py::test_demo``: each trial runs a demo).
+    The figures are read from what the last resumed run left, which the check found equal to
+    the uninterrupted run's."""
+    from kill_helpers import check_resumes, demo_steady
 
-    code, _ = run_cli(
-        ["demo", "--causal", "--quick", "--out", str(tmp_path), "--no-progress"],
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out" / "demo"
+    args = ["demo", "--causal", "--quick", "--out", str(out), "--no-progress"]
+    found = check_resumes(
+        args,
+        [tmp_path / "out", tmp_path / "cache"],
+        tmp_path,
         monkeypatch,
         capsys,
+        normalise=demo_steady,
+        last=2,
     )
-    assert code == 0
-    result = json.loads((tmp_path / "causal-demo.json").read_text())
+    print(f"demo --causal: {found['points']} write points, tried {found['tried']}")
+    result = json.loads((out / "causal-demo.json").read_text())
     assert set(result["students"]) == set(CAUSAL_LOSSES)
     for lang in ("en", "fr", "es"):
         teacher = result["teachers"][lang]["bits_per_byte"]
         assert 0 < teacher < result["students"]["ce"]["bits_per_byte"][lang]["mean"] < 8
-    assert "| teachers |" in (tmp_path / "causal-demo.md").read_text()
-    assert (tmp_path / "merge" / "alm-seed0" / "model" / "config.json").is_file()
+    assert "| teachers |" in (out / "causal-demo.md").read_text()
+    assert (out / "merge" / "alm-seed0" / "model" / "config.json").is_file()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -142,15 +140,10 @@ def test_training_masking_column_keeps_the_stored_figure(run_dir: Path) -> None:
     assert teacher.top1_agreement == 1.0 and teacher.topk_overlap == 1.0
 
 
-def test_evaluate_command_writes_tables_and_plot(run_dir: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "lmalgebra", "merge", "evaluate", str(run_dir)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin"},
-    )
-    assert proc.returncode == 0, proc.stderr
+def test_evaluate_command_writes_tables_and_plot(run_dir: Path, cli) -> None:
+    """``lmalgebra merge evaluate`` through ``cli.main`` (``conftest.cli``, in this process)."""
+    code, stderr = cli(["merge", "evaluate", str(run_dir)])
+    assert code == 0, stderr
     out = run_dir / "evaluation"
     for name in ("scores.csv", "rdt.csv", "evaluation.md", "accuracy.png"):
         assert (out / name).is_file()

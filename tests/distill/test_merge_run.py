@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
+from hostile_helpers import ANSI
+from lmalgebra.cli import main
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.examples import examples_set
@@ -23,25 +25,56 @@ from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lmalgebra", *args],
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Path:
+    """The run, made by the real command line (``python -m lmalgebra merge run``)."""
+    recipe = write_recipe(tmp_path_factory.mktemp("cli"), teacher_dirs)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lmalgebra", "merge", "run", str(recipe), "--no-progress"],
         capture_output=True,
         text=True,
         check=False,
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
     )
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, teacher_dirs) -> Path:
-    recipe = write_recipe(tmp_path_factory.mktemp("cli"), teacher_dirs)
-    proc = cli("merge", "run", str(recipe), "--no-progress")
     assert proc.returncode == 0, proc.stderr
     return load_recipe(recipe).output_dir
 
 
-def test_inspect_reports_counts_bytes_and_overlap(run_dir: Path) -> None:
+@dataclass
+class Done:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    """``cli(*ARGS)``: ``lmalgebra ARGS`` through ``cli.main`` in this process (what
+    ``python -m lmalgebra`` runs once its imports are done, which a new process would repeat for
+    every command), 300 columns wide: its exit status, stdout and stderr (without colours). The
+    width is set on the consoles made while it runs (``COLUMNS``) and on the command line's own,
+    made when it was imported, which read ``COLUMNS`` then."""
+    from lmalgebra.cli.app import console
+
+    def run(*args: str) -> Done:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setenv("COLUMNS", "300")
+        monkeypatch.setattr(console, "_width", 300)
+        monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
+        capsys.readouterr()
+        try:
+            main()
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        else:
+            code = 0
+        captured = capsys.readouterr()
+        return Done(code, captured.out, ANSI.sub("", captured.err))
+
+    return run
+
+
+def test_inspect_reports_counts_bytes_and_overlap(run_dir: Path, cli) -> None:
     proc = cli("merge", "inspect", str(run_dir), "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -98,7 +131,7 @@ def test_ids_round_trip_through_the_maps(run_dir: Path, teacher_dirs) -> None:
         assert mapped.positions.size == mapped.labels.size == mapped.topk_ids.shape[0]
 
 
-def test_bad_run_dir_and_corrupt_shard_exit_2(run_dir: Path, tmp_path: Path) -> None:
+def test_bad_run_dir_and_corrupt_shard_exit_2(run_dir: Path, tmp_path: Path, cli) -> None:
     proc = cli("merge", "inspect", str(tmp_path))
     assert proc.returncode == 2 and "not a merge run directory" in proc.stderr
     shard = run_dir / "masked" / "xx" / "wp" / "shard-00000.arrow"
@@ -143,20 +176,13 @@ def test_vocabulary_is_stamped_and_checked_against_the_teachers(run_dir: Path) -
 
 
 def test_each_stage_ends_with_a_summary_and_the_next_command(
-    tmp_path: Path, teacher_dirs: dict[str, Path]
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:
     recipe = write_recipe(tmp_path, teacher_dirs)
     lines = {}
     for stage in ("prepare", "teach", "vocab"):
-        done = subprocess.run(
-            [sys.executable, "-m", "lmalgebra", "merge", stage, str(recipe), "--no-progress"]
-            if stage != "vocab"
-            else [sys.executable, "-m", "lmalgebra", "merge", stage, str(recipe)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "300"},
-            check=False,
-        )
+        progress = ["--no-progress"] if stage != "vocab" else []  # vocab shows no progress
+        done = cli("merge", stage, str(recipe), *progress)
         assert done.returncode == 0, done.stderr
         lines[stage] = done.stdout.strip().splitlines()
     assert "3 (language, teacher) pairs" in lines["prepare"][-2]

@@ -2,87 +2,57 @@
 made read-only ends the command in one line naming it (exit 2), or the command does without it;
 never a traceback.
 
-The commands run in a child process that file permissions bind. As a user other than root they
-do; as root, the child drops the capabilities that override them (``CAP_DAC_OVERRIDE`` and
-``CAP_DAC_READ_SEARCH``, from its bounding set before it starts Python) and stays uid 0, so it
-still reads what root owns (the interpreter, the fixtures). Where neither binds them (root
-without the right to drop a capability), the tests are skipped.
+The commands run in child processes that file permissions bind, forked from one process that
+imported the toolkit once (``cli_fork_server.py``: a command costs its work, not Python's
+start-up). As a user other than root permissions bind them; as root, each child drops the
+capabilities that override them (``CAP_DAC_OVERRIDE`` and ``CAP_DAC_READ_SEARCH``, from every
+one of its capability sets) and stays uid 0, so it still reads what root owns (the interpreter,
+the fixtures). Where neither binds them (root without the right to drop a capability), the
+tests are skipped.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from fault_helpers import ForkServer
 from hostile_helpers import ANSI, assert_one_line, run_cli
-
-PR_CAPBSET_DROP = 24  # prctl(2)
-OVERRIDES = (1, 2)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
 
 Runner = Callable[[list[str], Path], tuple[int, str]]
 
 
-def _drop_overrides() -> None:
-    """In the child, before it executes: root's override of file permissions goes."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in OVERRIDES:
-        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
-
-
-def _source() -> str:
-    import lmalgebra
-
-    return str(Path(lmalgebra.__file__).resolve().parents[1])
-
-
 @pytest.fixture(scope="module")
-def bound(tmp_path_factory: pytest.TempPathFactory) -> Runner:
+def bound(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
     """``bound(ARGS, cache)``: ``lmalgebra ARGS`` in a child that file permissions bind, with
-    ``cache`` as its cache; (exit status, stderr). Skips where permissions cannot bind."""
-    preexec = _drop_overrides if os.geteuid() == 0 else None
+    ``cache`` as its cache; (exit status, stderr). Skips where permissions cannot bind: a
+    command that writes into a read-only directory (``merge init``) must be refused there."""
+    logs = tmp_path_factory.mktemp("bound-logs")
+    server = ForkServer(logs)
+    calls = iter(range(10**9))
+
+    def run(args: list[str], cache: Path) -> tuple[int, str]:
+        log = logs / f"{next(calls)}.log"
+        code = server.run(args, log, env={"LMALGEBRA_CACHE": str(cache)}, bound=True)
+        return code, ANSI.sub("", log.read_text(errors="replace"))
+
     probe = tmp_path_factory.mktemp("probe")
     probe.chmod(0o555)
     try:
-        tried = subprocess.run(
-            [sys.executable, "-c", f"open({str(probe / 'x')!r}, 'w')"],
-            preexec_fn=preexec,
-            capture_output=True,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as err:
-        pytest.skip(f"file permissions cannot be made to bind here ({err})")
+        code, said = run(["merge", "init", str(probe / "merge.yaml")], probe / "cache")
     finally:
         probe.chmod(0o755)
-    if tried.returncode == 0:
-        pytest.skip("file permissions do not bind here (root, whose override stays)")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "PYTHONPATH": _source(),
-        "HF_HUB_OFFLINE": "1",
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-    }
-
-    def run(args: list[str], cache: Path) -> tuple[int, str]:
-        done = subprocess.run(
-            [sys.executable, "-m", "lmalgebra", *args],
-            preexec_fn=preexec,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=600,
-            env={**env, "LMALGEBRA_CACHE": str(cache)},
-        )
-        return done.returncode, ANSI.sub("", done.stderr)
-
-    return run
+    try:
+        if code == 0:
+            pytest.skip("file permissions do not bind here (root, whose override stays)")
+        if code != 2 or str(probe) not in said:
+            pytest.skip(f"file permissions cannot be made to bind here ({said.strip()[-300:]})")
+        yield run
+    finally:
+        server.close()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ a traceback, leaving what an uninterrupted run leaves, file for file (the run di
 cache; timings aside: ``kill_helpers.steady``).
 
 Points tried (``kill_helpers.chosen_points``): every one for a command of at most 12 write
-points; for more, the first two, the last two and four drawn with the command's name as seed;
+points; for more, the first two, the last two and two drawn with the command's name as seed;
 ``slow`` runs (``make test-slow``) stop each command at every one of its points. Each stage
 starts from the state the stages before it leave, built once per module on the tiny fixtures
 (two masked teachers, three causal ones, two tiny BERTs), with two shards per shard set.
@@ -16,7 +16,6 @@ starts from the state the stages before it leave, built once per module on the t
 
 from __future__ import annotations
 
-import re
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import yaml
 
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import one_word_treebank
-from kill_helpers import check_resumes, steady
+from kill_helpers import check_resumes, demo_steady
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
@@ -129,8 +128,8 @@ def resumes(
     capsys: pytest.CaptureFixture[str],
 ) -> Iterator[Callable[..., dict[str, Any]]]:
     """``resumes(ARGS, OUTPUTS)``: ``kill_helpers.check_resumes`` of the command, at the points
-    it samples, or (``slow``) at every point."""
-    depth = {"every_up_to": 10**6} if request.param == "every" else {}
+    it samples (two drawn beside the ends), or (``slow``) at every point."""
+    depth = {"every_up_to": 10**6} if request.param == "every" else {"sampled": 2}
 
     def check(args: list[str], outputs: list[Path], **options: Any) -> dict[str, Any]:
         found = check_resumes(args, outputs, tmp_path, monkeypatch, capsys, **depth, **options)
@@ -326,43 +325,15 @@ DEMOS = {
 }
 
 
-def _demo_steady(name: str, data: bytes) -> bytes:
-    """``kill_helpers.steady``, less the wall times a demo shows outside its JSON files (whose
-    timings ``steady`` leaves out): its page's time section, the last column of the UPOS tables
-    (``seconds``), and the real demo's minutes in its table's caption."""
-    if name.endswith("real-demo.md"):
-        data = re.sub(rb"[0-9.]+ minutes", b"", data)
-    if name.endswith(".html"):
-        data = re.sub(rb'<section id="time">.*?</section>', b"", data, flags=re.S)
-    if name.endswith("pos_results.csv"):
-        data = b"\n".join(line.rsplit(b",", 1)[0] for line in data.splitlines())
-    if name.endswith("pos_results.md"):
-        data = b"\n".join(re.sub(rb"[^|]*\|$", b"", ln) for ln in data.splitlines())
-    return steady(name, data)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("demo", list(DEMOS))
 def test_demo(demo: str, tmp_path: Path, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each demo at its quick size (its corpora, teachers, runs, tables and page), and the
     cache it fills (packaged models, embeddings). The real demo's cache, which its first run
     fills with the two GGUF models dequantised (minutes), is kept between the trials (an
-    interrupted dequantisation is tested in ``tests/sources``)."""
+    interrupted dequantisation is tested in ``tests/sources``). The default run stops the quick
+    causal demo at its last writes (``tests/demo/test_causal_demo.py``)."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     args = [*DEMOS[demo], "--out", str(tmp_path / "out" / "demo"), "--no-progress"]
     outputs = [tmp_path / "out"] if demo == "real" else [tmp_path / "out", tmp_path / "cache"]
-    resumes(args, outputs, normalise=_demo_steady)
-
-
-def test_causal_demo_stopped_at_its_last_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The writes that end a demo (its table, its JSON record), in the default run: the demos
-    stopped anywhere are ``slow`` (each trial runs a demo)."""
-    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
-    args = [*DEMOS["causal"], "--out", str(tmp_path / "out" / "demo"), "--no-progress"]
-    outputs = [tmp_path / "out", tmp_path / "cache"]
-    found = check_resumes(
-        args, outputs, tmp_path, monkeypatch, capsys, normalise=_demo_steady, last=2
-    )
-    print(f"demo --causal: {found['points']} write points, tried {found['tried']}")
+    resumes(args, outputs, normalise=demo_steady)
