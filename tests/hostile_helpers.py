@@ -22,10 +22,11 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 INTERRUPTED = "interrupted; run the same command again to resume"
 
 
-def run_cli(
+def run_main(
     args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> tuple[int, str]:
-    """``lmalgebra ARGS`` through ``cli.main``: (exit status, stderr without colours)."""
+) -> tuple[int, str, str]:
+    """``lmalgebra ARGS`` through ``cli.main`` in this process: (exit status, stdout, stderr
+    without colours)."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
     capsys.readouterr()
@@ -35,7 +36,16 @@ def run_cli(
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     else:
         code = 0
-    return code, ANSI.sub("", capsys.readouterr().err)
+    captured = capsys.readouterr()
+    return code, captured.out, ANSI.sub("", captured.err)
+
+
+def run_cli(
+    args: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    """``lmalgebra ARGS`` through ``cli.main``: (exit status, stderr without colours)."""
+    code, _, stderr = run_main(args, monkeypatch, capsys)
+    return code, stderr
 
 
 def assert_one_line(code: int, stderr: str, needles: list[str], status: int = 2) -> str:

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from hostile_helpers import ANSI
-from lmalgebra.cli import main
+from hostile_helpers import run_main
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.examples import examples_set
@@ -57,19 +56,9 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     from lmalgebra.cli.app import console
 
     def run(*args: str) -> Done:
-        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         monkeypatch.setenv("COLUMNS", "300")
         monkeypatch.setattr(console, "_width", 300)
-        monkeypatch.setattr(sys, "argv", ["lmalgebra", *args])
-        capsys.readouterr()
-        try:
-            main()
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        else:
-            code = 0
-        captured = capsys.readouterr()
-        return Done(code, captured.out, ANSI.sub("", captured.err))
+        return Done(*run_main(list(args), monkeypatch, capsys))
 
     return run
 
