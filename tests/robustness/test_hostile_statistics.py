@@ -57,7 +57,9 @@ def test_a_fifo_is_named_not_opened(tmp_path: Path) -> None:
         )
     except subprocess.TimeoutExpired:
         pytest.fail("SecondMoments.load waited on a FIFO")
-    assert done.stdout.strip() == f"UserInputError statistics file {fifo} is not a regular file"
+    assert done.stdout.strip() == (
+        f"UserInputError statistics file {fifo} is not a regular file (a FIFO, socket or device)"
+    )
 
 
 def test_a_directory_and_no_path_are_named(tmp_path: Path) -> None:

@@ -59,7 +59,11 @@ DAMAGE: dict[str, tuple[str, Callable[[Path], None], str]] = {
     "moments_cut": ("stats/test.safetensors", _cut_bytes, "bytes where summary.json records"),
     "nulls_deleted": ("nulls.csv", lambda p: p.unlink(), "is missing (summary.json records it)"),
     # what stands in a recorded file's place is named, not called missing
-    "fits_a_fifo": ("fits.csv", lambda p: _replaced(p, os.mkfifo), "is a FIFO, socket or device"),
+    "fits_a_fifo": (
+        "fits.csv",
+        lambda p: _replaced(p, os.mkfifo),
+        "is not a regular file (a FIFO, socket or device)",
+    ),
     "moments_a_directory": (
         "stats/test.safetensors",
         lambda p: _replaced(p, Path.mkdir),

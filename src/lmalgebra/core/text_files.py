@@ -53,15 +53,17 @@ def not_a_directory(path: Path) -> str:
     return f"is {kind}, not a directory"
 
 
+def not_a_file(path: Path) -> str:
+    """Why ``path``, which is no regular file, is not one, as a message ends: ``is a
+    directory, not a file``, or as :func:`absent` says (a FIFO, a link to nothing, nothing)."""
+    return "is a directory, not a file" if path.is_dir() else absent(path)
+
+
 def require_file(path: Path, what: str) -> Path:
     """``path`` if it is an existing regular file (or a link to one); else UserInputError."""
     if path.is_file():
         return path
-    if path.is_dir():
-        raise UserInputError(f"{what} {path} is a directory, not a file")
-    if path.exists():
-        raise UserInputError(f"{what} {path} is not a regular file")
-    raise UserInputError(f"{what} {path} {absent(path)}")
+    raise UserInputError(f"{what} {path} {not_a_file(path)}")
 
 
 def decode_utf8(data: bytes, path: Path, what: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import not_a_file
 
 DIGESTED = (".csv", ".json", ".yaml", ".txt")  # read whole by every reader: digests are cheap
 
@@ -60,8 +60,4 @@ def _problem(path: Path, entry: Mapping[str, Any], mark: str) -> str | None:
 def _no_file(path: Path) -> str:
     """What stands where a recorded file should be, as a message goes on: a FIFO or a
     directory there is no missing file (and a FIFO is never opened)."""
-    if path.is_dir():
-        return "is a directory"
-    if path.exists():
-        return "is a FIFO, socket or device"
-    return absent(path) if path.is_symlink() else "is missing"
+    return not_a_file(path) if path.exists() or path.is_symlink() else "is missing"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import absent, not_a_directory
+from lmalgebra.core.text_files import not_a_directory, not_a_file
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
 from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
@@ -56,8 +56,7 @@ def _log_damage(run: Path) -> str | None:
     log = run / TRAIN_LOG
     if log.is_file() or not (log.exists() or log.is_symlink()):
         return None
-    why = "is a directory, not a file" if log.is_dir() else absent(log)
-    return f"{log} {why}: training reads it when it resumes; remove it, then run again"
+    return f"{log} {not_a_file(log)}: training reads it when it resumes; remove it, then run again"
 
 
 def missing_parts(

@@ -25,7 +25,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import require_file
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, architecture, memoised_hash
 from lmalgebra.sources.model_source import ReferencedModel
@@ -68,9 +68,8 @@ class OnnxModel(ReferencedModel):
                 raise UserInputError(
                     f"model {self.name!r}: {path} holds {len(found)} .onnx files; name one of them"
                 )
-            path = found[0]
-            if not path.is_file():  # a FIFO is never opened: it would wait for a writer
-                raise UserInputError(f"model {self.name!r}: ONNX file {path} {_no_file(path)}")
+            # a FIFO is never opened: it would wait for a writer
+            path = require_file(found[0], f"model {self.name!r}: ONNX file")
         return path
 
     def tokenizer_directory(self) -> Path:
@@ -146,13 +145,6 @@ def sibling_config(path: Path) -> dict[str, Any]:
     except (json.JSONDecodeError, TypeError, ValueError):
         log.warning("ignoring %s: not a JSON object", config)
         return {}
-
-
-def _no_file(path: Path) -> str:
-    """Why ``path``, found as an exported folder's ONNX file, is none, as a message ends."""
-    if not path.exists():
-        return absent(path)
-    return "is a directory, not a file" if path.is_dir() else "is a FIFO, socket or device"
 
 
 def _onnx_files(path: Path) -> list[Path]:
