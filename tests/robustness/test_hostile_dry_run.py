@@ -293,3 +293,30 @@ def test_a_validation_share_that_leaves_no_training_is_refused_by_the_dry_run_to
     code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
     assert_one_line(code, stderr, ["training.validation_fraction 0.99", "no training example"])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_precision_the_machine_lacks_is_refused_by_the_dry_run_too(
+    dry_run: bool,
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    cpu_without_bf16: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A teacher ``dtype`` or a ``training.mixed_precision`` this machine has no bfloat16 for:
+    ``merge run`` and ``merge train`` refused them, and their dry runs planned them, exit 0."""
+    from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    flag = ["--dry-run"] if dry_run else []
+    recipe = write_recipe(tmp_path, teacher_dirs, dtype="bfloat16", student=TINY_STUDENT)
+    code, stderr = cli(["merge", "run", str(recipe), *flag])
+    assert_one_line(code, stderr, ["merge recipe dtype: bfloat16 is not native"])
+    assert not (tmp_path / "run").exists()
+    training = {**TINY_TRAINING, "mixed_precision": "bf16"}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    assert cli(["merge", "run", str(recipe)])[0] == 0
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *flag])
+    assert_one_line(code, stderr, ["training.mixed_precision: bfloat16 is not native"])
+    assert not (tmp_path / "run" / "student").exists()

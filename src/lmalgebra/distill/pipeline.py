@@ -44,7 +44,7 @@ from lmalgebra.storage.output_paths import (
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
-from lmalgebra.train.loop import refuse_fewer_steps
+from lmalgebra.train.loop import check_precision, refuse_fewer_steps
 from lmalgebra.train.run_fingerprint import training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
@@ -246,8 +246,10 @@ def plan(
     data (the recipe's, the store's: ``Objective.recorded_inputs``) or other training settings
     (each run of ``lambda_candidates`` too), and a later stage alone whose
     inputs an earlier stage has not written
-    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary), and
-    inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``)."""
+    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary),
+    inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``), and a
+    device or precision this machine lacks: the recipe's ``device`` and ``dtype`` where teachers
+    would run, ``training.mixed_precision`` where a student would train."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
     spec = training or recipe.training
@@ -275,6 +277,9 @@ def plan(
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
+    writes = any(recipe.written_text(lang) is not None for lang in recipe.languages)
+    if "teach" in runnable or ("prepare" in runnable and writes):  # as the run, before any work
+        inference_setup(recipe)  # a device or dtype this machine lacks
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
     if "prepare" in runnable:  # then inputs edited since prepare wrote from them
@@ -283,6 +288,8 @@ def plan(
         missing = objective.missing_input(runnable[0])  # refused as the stage refuses it
         if missing is not None:
             raise UserInputError(missing)
+    if "train" in runnable and spec.steps:  # as training, once its inputs are there (steps 0
+        check_precision(spec)  # trains nothing, in no precision)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
 
 

@@ -176,7 +176,7 @@ def train(
     check_batch_size(spec.batch_size)
     parts = {"model": model_part(model), "training": training_part(spec), **(inputs or {})}
     fingerprint = as_json(parts)
-    _check_precision(spec)  # before any checkpoint is dropped
+    check_precision(spec)  # before any checkpoint is dropped
     if restart:
         if is_main():
             clear_checkpoints(out / "checkpoints")
@@ -277,9 +277,10 @@ def _accelerator(mixed_precision: str) -> Any:
     return Accelerator(mixed_precision=mixed_precision)
 
 
-def _check_precision(spec: TrainingSpec) -> None:
+def check_precision(spec: TrainingSpec) -> None:
     """Refuse bf16 where the device Accelerate trains on (a GPU when there is one) lacks it, and
-    fp16 off a GPU (Accelerate would train in float32 while the run recorded fp16)."""
+    fp16 off a GPU (Accelerate would train in float32 while the run recorded fp16): by training,
+    and by a dry run of it."""
     if spec.mixed_precision == "no":
         return
     from accelerate import PartialState
