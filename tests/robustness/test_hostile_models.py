@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
-from hostile_helpers import assert_one_line, digests
+from hostile_helpers import assert_one_line, built_store, digests
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.layout import CHECK_KEY, FILES_KEY, MARKER, model_damage
 from lmalgebra.distill.recipe import load_recipe
@@ -100,6 +100,55 @@ def test_a_student_is_not_scored_against_teachers_changed_since(
     code, stderr = cli(["merge", "evaluate", run])
     assert_one_line(code, stderr, ["student 'student'", "teacher 'wp'", str(teachers["wp"])])
     assert digests(tmp_path / "run") == before
+
+
+def test_a_teachers_configuration_edited_since_teach_is_not_taken_for_its_outputs(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher's ``config.json`` edited after ``merge teach`` (``hidden_act``, which changes
+    its outputs): the store's key holds the teacher's weights and tokenizer alone, so ``merge
+    verify`` passed the store, ``merge train`` trained from outputs the teacher no longer gives
+    and ``merge run`` kept them. Now verify and train name the set, and teach computes it again."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers))
+    config = teachers["sp"] / "config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "hidden_act": "relu"}), encoding="utf-8")
+    run, store = tmp_path / "run", tmp_path / "run" / "topk" / "yy" / "sp"
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 2 and f"{store} was computed by teacher 'sp' before its files" in stderr
+    code, stderr = cli(["merge", "train", recipe, "--no-progress"])
+    assert_one_line(code, stderr, [str(store), "(config)", "merge teach RECIPE"])
+    assert not (run / "student").exists()
+    before = digests(store)
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    assert digests(store) != before and digests(run / "topk" / "yy" / "wp")
+    assert cli(["merge", "verify", str(run)]) == (0, "")
+
+
+def test_verify_names_a_student_merge_evaluate_refuses(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher's configuration edited after training, its outputs computed again: ``merge
+    verify`` passed the run, and ``merge evaluate`` then refused the student, trained from the
+    teacher as it was; verify names it in evaluate's words."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers, training={**TINY_TRAINING, "steps": 1}))
+    assert cli(["merge", "train", recipe, "--no-progress"])[0] == 0
+    config = teachers["sp"] / "config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "hidden_dropout_prob": 0.2}), encoding="utf-8")
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    run = str(tmp_path / "run")
+    said = ["student 'student' was trained from teacher 'sp'", "--restart"]
+    assert_one_line(*cli(["merge", "verify", run]), said)
+    assert_one_line(*cli(["merge", "evaluate", run]), said)
+    assert cli(["merge", "train", recipe, "--no-progress", "--restart"])[0] == 0
+    assert cli(["merge", "verify", run]) == (0, "")
 
 
 @pytest.mark.parametrize("given", ["bert_dir", "gpt2_dir"])

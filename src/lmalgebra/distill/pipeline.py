@@ -61,14 +61,19 @@ OBJECTIVES: dict[type[MergeRecipe], type[Objective]] = {
 
 def verify(run_dir: Path) -> list[str]:
     """Every missing, corrupt or incomplete file of the run in ``run_dir``, named
-    (``merge verify``), by the store parts of the objective its recipe has, and each part of the
-    store built from another recipe or other teachers, as training refuses it."""
+    (``merge verify``), by the store parts of the objective its recipe has, each part of the
+    store built from another recipe or other teachers, as training refuses it, and, once all
+    of that passes, each saved student trained from teachers or a store as they were before
+    they changed, as ``merge evaluate`` refuses it."""
     layout = RunLayout(run_dir)
     recipe = load_recipe(layout.require_recipe())
     objective = objective_of(recipe.model_copy(update={"output_dir": layout.root}))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
     problems += record_problems(layout, objective.kind, objective.row_kinds())
-    return problems + objective.stale_store()  # what training's ``check_store`` would refuse
+    stale = objective.stale_store()  # what training's ``check_store`` would refuse
+    if problems or stale:
+        return problems + stale
+    return objective.stale_students()  # what ``merge evaluate`` refuses of a student
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:
