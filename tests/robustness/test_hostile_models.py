@@ -128,6 +128,31 @@ def test_a_teachers_configuration_edited_since_teach_is_not_taken_for_its_output
     assert cli(["merge", "verify", str(run)]) == (0, "")
 
 
+def test_copies_made_with_a_tokenizer_edited_since_are_named_for_prepare(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher's tokenizer edited after ``merge prepare``: verify and train told the user to
+    run ``merge teach``, and teach called its copies "missing or incomplete"; each now names
+    the copies and ``merge prepare``, which makes them again."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers))
+    config = teachers["wp"] / "tokenizer_config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "model_max_length": 16}), encoding="utf-8")
+    run = tmp_path / "run"
+    said = [f"{run / 'masked' / 'xx' / 'wp'} was built with a different", "merge prepare RECIPE"]
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 2 and all(words in stderr for words in said)
+    for command in ("teach", "train"):
+        assert_one_line(*cli(["merge", command, recipe, "--no-progress"]), said)
+    assert cli(["merge", "prepare", recipe, "--no-progress"])[0] == 0
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    assert cli(["merge", "vocab", recipe])[0] == 0
+    assert cli(["merge", "verify", str(run)]) == (0, "")
+
+
 def test_verify_names_a_student_merge_evaluate_refuses(
     tmp_path: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:

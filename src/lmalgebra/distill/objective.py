@@ -72,6 +72,7 @@ from lmalgebra.distill.teachers import (
     Head,
     Inference,
     Teacher,
+    accepted_dtypes,
     infer_shards,
     inference_setup,
     load_lm,
@@ -135,6 +136,8 @@ class Objective(ABC):
     copying: ClassVar[tuple[str, str]]  # prepare's progress verb; the name of its count
     # the folders of each (language, teacher) training checks, in order, and the stage of each
     trained_from: ClassVar[tuple[tuple[str, str], ...]]
+    # the stages whose sets' keys make the store's identity a student records (``store_digest``)
+    digested: ClassVar[tuple[str, ...]] = ("prepare", "teach")
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -326,11 +329,18 @@ class Objective(ABC):
         refuse_miscounted(self.layout, languages, *self.store_parts)
         return teachers
 
-    @abstractmethod
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         """Each shard set training reads, as the sets it accepts (one per dtype the recipe
         accepts, the first in the dtype it asks for), with the ``merge`` stage that writes it:
-        what ``check_store`` checks."""
+        what ``check_store`` checks, each teacher's copies before its outputs (a copy made
+        with another tokenizer is named for ``prepare``, which makes it again)."""
+        dtypes = accepted_dtypes(self.recipe)
+        sets: list[tuple[list[ShardSet], str]] = []
+        for lang, name in self.pairs():
+            teacher = teachers[name]
+            sets.append(([self.copies_set(lang, teacher)], "prepare"))
+            sets.append(([self.outputs_set(lang, teacher, d) for d in dtypes], "teach"))
+        return sets
 
     def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
         """A vocabulary built from other teachers than ``teachers`` (objectives that build one)."""
@@ -469,7 +479,9 @@ class Objective(ABC):
         recorded with each student, so that one trained from a store since built again under
         other settings is told from one of this store."""
         sets = [
-            ShardSet.existing(accepted[0].directory) for accepted, _ in self.store_sets(teachers)
+            ShardSet.existing(accepted[0].directory)
+            for accepted, stage in self.store_sets(teachers)
+            if stage in self.digested
         ]
         return sha256_json([s.key for s in sets])
 

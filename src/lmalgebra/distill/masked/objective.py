@@ -23,11 +23,10 @@ from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
+from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
-from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 
 if TYPE_CHECKING:
@@ -66,7 +65,8 @@ class MaskedObjective(Objective):
     head = "masked"
     columns = ("input_ids", "positions")
     copying = ("mask", "masked_tokens")
-    trained_from = ((TOPK, "teach"),)
+    trained_from = ((MASKED, "prepare"), (TOPK, "teach"))
+    digested = ("teach",)  # each output's key holds its copies': as students have recorded it
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -94,13 +94,6 @@ class MaskedObjective(Objective):
     def vocab(self) -> None:
         """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
         build_vocabulary(self.recipe, self.open_teachers())
-
-    def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
-        dtypes = accepted_dtypes(self.recipe)
-        return [
-            ([self.outputs_set(lang, teachers[name], d) for d in dtypes], "teach")
-            for lang, name in self.pairs()
-        ]
 
     def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
         stamp = vocab_stamp(self.recipe, teachers)
