@@ -27,6 +27,7 @@ from lmalgebra.distill.layout import (
     check_student_name,
     is_complete,
     saved_steps,
+    saved_training,
 )
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
@@ -44,7 +45,7 @@ from lmalgebra.storage.output_paths import (
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
-from lmalgebra.train.loop import check_precision, refuse_fewer_steps
+from lmalgebra.train.loop import check_precision, refuse_fewer_steps, refuse_other_training
 from lmalgebra.train.run_fingerprint import training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
@@ -265,6 +266,8 @@ def plan(
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
+            saved, runs = layout.model(student), objective.training_runs(student, spec)
+            refuse_other_training(saved_training(saved), spec, runs, saved)  # no checkpoint
             parts = objective.recorded_inputs()
             for out, run_spec in objective.training_runs(student, spec).items():
                 # as each run refuses it: more steps than asked (a lambda candidate's own)

@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,13 @@ from lmalgebra.train.data_parallel import (
 from lmalgebra.train.dropout import lane_dropout
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits
-from lmalgebra.train.run_fingerprint import as_json, model_part, training_part
+from lmalgebra.train.run_fingerprint import (
+    as_json,
+    differences,
+    model_part,
+    training_fields,
+    training_part,
+)
 from lmalgebra.train.schedules import kd_weight, learning_rate
 from lmalgebra.train.validation import Validation, ValidationTracker, clear_best
 
@@ -140,6 +146,33 @@ def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
             f"{where} holds a run trained {reached} steps: training.steps {steps} would "
             f"replace it; give steps >= {reached}, {RESTART} to train it again from step 0, or "
             "train another beside it (merge train --name, another pretrain --out)"
+        )
+
+
+def refuse_other_training(
+    recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
+) -> None:
+    """Refuse to train ``spec`` over the model saved at ``where`` with other settings that shape
+    every step than it was trained with (``recorded``: its record of them, None where it has
+    none) once no checkpoint is left to resume from in any of the directories it trains in
+    (``runs``: a student's, each of its ``lambda_candidates``'; ``keep_checkpoints`` 0):
+    training would start again from step 0 and replace it, where a checkpoint of other settings
+    is refused. A setting one of them lacks (a record of an older release) is not compared."""
+    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+        return
+    current = training_part(spec)
+    saved = training_fields(recorded)
+    changed = differences(
+        {k: v for k, v in saved.items() if k in current},
+        {k: v for k, v in current.items() if k in saved},
+    )
+    if changed:
+        shown = "; ".join(f"training.{c}" for c in changed[:3])
+        raise UserInputError(
+            f"{where} was trained with other settings ({shown}) and kept no checkpoint "
+            f"(training.keep_checkpoints 0): training would replace it from step 0; {RESTART} "
+            "trains it again, or train another beside it (merge train --name, another pretrain "
+            "--out)"
         )
 
 
