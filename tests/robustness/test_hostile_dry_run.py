@@ -320,3 +320,30 @@ def test_a_precision_the_machine_lacks_is_refused_by_the_dry_run_too(
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *flag])
     assert_one_line(code, stderr, ["training.mixed_precision: bfloat16 is not native"])
     assert not (tmp_path / "run" / "student").exists()
+
+
+@pytest.mark.parametrize(
+    ("part", "command"),
+    [("vocab", "vocab"), ("topk/yy", "teach"), ("masked", "prepare")],
+)
+def test_a_file_where_a_stage_writes_a_directory_is_named_by_the_stage_and_its_dry_run(
+    part: str, command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A file where the run's ``vocab/`` goes: ``merge vocab`` ended in a ``NotADirectoryError``
+    traceback, ``merge train`` called the vocabulary missing, and every dry run planned it (a
+    store's folder too: the stage named it, its dry run planned it)."""
+    import shutil
+
+    from hostile_helpers import built_store
+
+    recipe = str(built_store(tmp_path, teacher_dirs))
+    place = tmp_path / "run" / part
+    shutil.rmtree(place)
+    place.write_text("a file\n", encoding="utf-8")
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", command, recipe, *flags])
+        assert_one_line(code, stderr, [str(place), "is a file, not a directory"])
+    if part == "vocab":
+        code, stderr = cli(["merge", "train", recipe, "--no-progress"])
+        assert_one_line(code, stderr, [str(place), "is a file, not a directory", "merge vocab"])
+    assert place.read_text(encoding="utf-8") == "a file\n"

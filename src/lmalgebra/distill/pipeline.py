@@ -285,6 +285,7 @@ def plan(
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
+        refuse_parts_in_the_way(objective, runnable)
     writes = any(recipe.written_text(lang) is not None for lang in recipe.languages)
     if "teach" in runnable or ("prepare" in runnable and writes):  # as the run, before any work
         inference_setup(recipe)  # a device or dtype this machine lacks
@@ -299,6 +300,38 @@ def plan(
     if "train" in runnable and spec.steps:  # as training, once its inputs are there (steps 0
         check_precision(spec)  # trains nothing, in no precision)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
+
+
+def _written_parts(objective: Objective, stages: Sequence[Stage]) -> list[Path]:
+    """The directories of the run that ``stages`` write (their shard sets, the vocabulary)."""
+    layout, recipe, (copies, outputs) = objective.layout, objective.recipe, objective.store_parts
+    parts = []
+    if "prepare" in stages:
+        written = [lang for lang in recipe.languages if recipe.written_text(lang) is not None]
+        parts += [layout.teacher_text(lang) for lang in written]
+        parts += [layout.examples(lang) for lang in recipe.languages]
+        parts += [layout.store(copies, lang, t) for lang, t in objective.pairs()]
+    if "teach" in stages:
+        parts += [layout.store(outputs, lang, t) for lang, t in objective.pairs()]
+    if "vocab" in stages:
+        parts.append(layout.vocab)
+    return parts
+
+
+def refuse_parts_in_the_way(objective: Objective, stages: Sequence[Stage]) -> None:
+    """Refuse, in one line naming it, a file (a FIFO, a link to nothing) where ``stages`` write
+    a directory of the run, or where a folder above one is: the stage cannot write there (a dry
+    run, which writes nothing, had planned it)."""
+    root = objective.layout.root
+    for part in _written_parts(objective, stages):
+        for place in [part, *part.parents]:
+            if place == root or root not in place.parents:
+                break
+            if (place.exists() or place.is_symlink()) and not place.is_dir():
+                raise UserInputError(
+                    f"cannot write {part}: {place} {not_a_directory(place)}; remove it, then "
+                    "run again"
+                )
 
 
 def inspect_run(run_dir: Path) -> RunInspection:

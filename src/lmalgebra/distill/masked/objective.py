@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import not_a_directory
 from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
@@ -43,6 +44,10 @@ def _other_teachers(stamp: CompletionStamp) -> str:
 
 def _vocab_problem(stamp: CompletionStamp) -> str | None:
     """How training refuses a vocabulary that is damaged or missing (None: it is there)."""
+    directory = stamp.directory
+    if (directory.exists() or directory.is_symlink()) and not directory.is_dir():
+        what = not_a_directory(directory)
+        return f"{directory} {what}: remove it, then run `lmalgebra merge vocab RECIPE`"
     if stamp.damaged():
         return f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
     if stamp.recorded() is None:
