@@ -373,6 +373,29 @@ def test_an_empty_choice_is_not_taken_for_all(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
 
 
+@pytest.mark.parametrize(
+    ("stages", "kwargs", "words"),
+    [
+        ("evaluate", {"students": {"student": {"lr": 0.5}}}, "students['student']'s training"),
+        (["vocab"], {"restart": True}, "restart"),
+        ("evaluate", {"keep_saved": True}, "keep_saved"),
+        ("train", {"languages": ["xx"]}, "languages"),
+        ("prepare", {"pooling": "mean"}, "pooling"),
+    ],
+    ids=["training", "restart", "keep_saved", "languages", "pooling"],
+)
+def test_a_setting_no_chosen_stage_reads_is_refused(
+    stages: Any, kwargs: dict[str, Any], words: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``merge(recipe, "evaluate", students={"student": {"lr": 0.5}})`` scored the student and
+    never read the training it was given; ``restart``, ``keep_saved`` without ``train`` and
+    ``languages``, ``pooling`` without ``evaluate`` were as idle."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError, match=re.escape(f"merge(): {words} would be ignored")):
+        lmalgebra.merge(recipe, stages, **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
 def test_training_settings_of_the_other_objective_are_named(
     tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:

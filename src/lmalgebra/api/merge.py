@@ -272,6 +272,23 @@ def _training(config: MergeRecipe, training: Training | None, source: str) -> Tr
     return training_of(config, dict(training or {}), source)
 
 
+def _refuse_idle(chosen: list[str], given: Mapping[str, Any] | None, **settings: Any) -> None:
+    """Refuse what none of the ``chosen`` stages would read: ``settings`` of training
+    (``given``: each student's training, which ``evaluate`` reads the names of alone) or, where
+    ``given`` is None, of evaluation, set other than to their defaults."""
+    stage = "train" if given is not None else "evaluate"
+    if stage in chosen:
+        return
+    named = [k for k, v in settings.items() if v not in (None, False)]
+    named += [f"students[{n!r}]'s training" for n, t in (given or {}).items() if t is not None]
+    if named:
+        remedy = "give it as None" if named[0].startswith("students[") else "leave it out"
+        raise UserValueError(
+            f"merge(): {named[0]} would be ignored: stages {', '.join(chosen)} hold no "
+            f"{stage!r}; {remedy}, or add {stage!r} to stages"
+        )
+
+
 def _objective_of(spec: type[TrainingSpec]) -> str:
     """The objective whose recipes' training ``spec`` is."""
     return next(
@@ -320,6 +337,8 @@ def merge(
             "merge(): students is empty: name at least one student, or leave it out (the "
             "recipe's training, as 'student')"
         )
+    _refuse_idle(chosen, given, restart=restart, keep_saved=keep_saved)
+    _refuse_idle(chosen, None, languages=languages, pooling=pooling)
     trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]
     run.students = run_stages(
