@@ -176,6 +176,31 @@ def test_verify_names_a_student_merge_evaluate_refuses(
     assert cli(["merge", "verify", run]) == (0, "")
 
 
+def test_a_student_of_a_vocabulary_since_built_again_is_not_scored(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """The union vocabulary built again after training with the recipe's teachers in another
+    order (its files damaged, say, and ``merge vocab`` run again as the message says): other
+    ids for the same tokens. ``merge verify`` passed the run and ``merge evaluate`` scored the
+    student through maps it was not trained on, exit 0; both now name it."""
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs, training={**TINY_TRAINING, "steps": 1})
+    assert cli(["merge", "train", str(recipe), "--no-progress"])[0] == 0
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    data["teachers"] = dict(reversed(list(data["teachers"].items())))
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    shutil.rmtree(tmp_path / "run" / "vocab")
+    assert cli(["merge", "vocab", str(recipe)])[0] == 0
+    run = str(tmp_path / "run")
+    said = ["student 'student' was trained on the union vocabulary as it was before", "--restart"]
+    assert_one_line(*cli(["merge", "verify", run]), said)
+    assert_one_line(*cli(["merge", "evaluate", run]), said)
+    assert not (tmp_path / "run" / "evaluation").exists()
+    assert cli(["merge", "train", str(recipe), "--no-progress", "--restart"])[0] == 0
+    assert cli(["merge", "evaluate", run])[0] == 0
+
+
 @pytest.mark.parametrize("given", ["bert_dir", "gpt2_dir"])
 def test_a_model_without_a_language_model_head_is_named_as_such(
     given: str, trained: Path, request: pytest.FixtureRequest, cli

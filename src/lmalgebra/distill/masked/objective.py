@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core import plugins
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.text_files import not_a_directory
-from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
+from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK, is_complete
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import SCORES, Score
@@ -105,6 +105,26 @@ class MaskedObjective(Objective):
         if stamp.damaged() or stamp.recorded() is None or stamp.done():
             return []  # a damaged or missing vocabulary: named as such (``verify``, training)
         return [_other_teachers(stamp)]
+
+    def stale_student(self, name: str, teachers: dict[str, Teacher], store: str) -> str | None:
+        """Also a saved student trained on the union vocabulary as it was before it was built
+        again (its copy of ``vocab_union.json`` is not the run's: teachers in another order give
+        other ids), whose ids the run's maps no longer give."""
+        from lmalgebra.distill.vocab.union import META_FILE
+
+        problem = super().stale_student(name, teachers, store)
+        model = self.layout.model(name)
+        own, current = model / META_FILE, self.layout.vocab / META_FILE
+        if problem is not None or not (is_complete(model) and own.is_file() and current.is_file()):
+            return problem
+        if own.read_bytes() == current.read_bytes():
+            return None
+        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        return (
+            f"student {name!r} was trained on the union vocabulary as it was before it was "
+            f"built again ({self.layout.vocab}), whose ids are not its own: train it again with "
+            f"{either(command, 'restart=True')}"
+        )
 
     def missing_input(self, stage: Stage) -> str | None:
         found = super().missing_input(stage)
