@@ -179,14 +179,14 @@ class RunLayout:
         return self.recipe
 
 
-def check_plain_name(name: str, what: str) -> str:
+def check_plain_name(name: str, what: str, where: str = "inside the run") -> str:
     """``name`` if it is one plain directory name (no ``/``, ``..`` or hidden name); else one
-    ``UserInputError`` naming ``what`` it is. A run keeps a student, and a language's and a
-    teacher's shard sets, in directories of their names: any other name would put them
-    outside the run, or two sets in one directory."""
+    ``UserInputError`` naming ``what`` it is (and ``where`` the rule comes from). A run keeps a
+    student, and a language's and a teacher's shard sets, in directories of their names: any
+    other name would put them outside the run, or two sets in one directory."""
     if not _PLAIN_NAME.fullmatch(name):
         raise UserInputError(
-            f"{what} {name!r} must be one plain directory name inside the run "
+            f"{what} {name!r} must be one plain directory name {where} "
             "(letters, digits, '.', '_', '-'; not starting with '.')"
         )
     return name
