@@ -34,6 +34,7 @@ from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.storage.atomic import (
+    as_created,
     remove_file,
     write_bytes_atomic,
     write_json_atomic,
@@ -241,6 +242,7 @@ def write_model_directory(
         for name, stamp in after.items()
         if name not in (MARKER, CARD) and not name.startswith(".") and before.get(name) != stamp
     )
+    as_created(written)  # save_pretrained's safetensors file is 0600 whatever the umask
     record = {**metadata, FILES_KEY: {p.name: sha256_file(p) for p in written}}
     write_json_atomic(target / MARKER, sealed(record, CHECK_KEY))
     return target

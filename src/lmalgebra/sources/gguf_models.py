@@ -25,6 +25,7 @@ from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_tensors import model_class, refuse_foreign_tensors
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
+from lmalgebra.storage.atomic import as_created
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
@@ -300,3 +301,4 @@ def _dequantise(path: Path, out: Path, owner: str, config: Any) -> None:
         del model.config.quantization_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    as_created(out.glob("*.safetensors"))  # safetensors makes them 0600 whatever the umask

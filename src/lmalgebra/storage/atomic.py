@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,28 @@ def remove_file(path: Path) -> None:
     path.unlink(missing_ok=True)
 
 
+def created_mode() -> int:
+    """The mode ``open()`` gives a file it creates in this process: ``0o666`` less the umask
+    (read from ``/proc`` where there is one: setting the umask to read it would race with the
+    process's other threads)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        mask = next(int(line.split()[1], 8) for line in status.splitlines() if line[:6] == "Umask:")
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def as_created(paths: Iterable[Path]) -> None:
+    """Give each file the mode ``open()`` would have (:func:`created_mode`): safetensors makes
+    its files ``0600`` whatever the umask, so a model directory, a run or a cache shared by a
+    team would be readable by its writer alone."""
+    mode = created_mode()
+    for path in paths:
+        path.chmod(mode)
+
+
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` on a temporary sibling of ``path``, fsync it, rename it over ``path``.
 
@@ -76,6 +98,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     try:
         with naming_file(path):
             write(tmp)
+            as_created([tmp])  # a safetensors writer's 0600 made what open() makes
             with tmp.open("rb+") as handle:
                 os.fsync(handle.fileno())
             tmp.replace(path)

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
-from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.storage.atomic import as_created, write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.run_fingerprint import as_json, check_fingerprint
 
@@ -69,6 +69,7 @@ def save_checkpoint(
             save_file(tensors, str(tmp / "optimizer.safetensors"))
         with naming_file(final / "rng.safetensors"):
             save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+        as_created(tmp / name for name in FILES)  # safetensors makes them 0600
         state: dict[str, Any] = {
             "step": step,
             "param_groups": groups,
