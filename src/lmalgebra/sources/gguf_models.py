@@ -55,6 +55,18 @@ def supported_architectures() -> set[str]:
     return (set(GGUF_ARCHS) | set(GGUF_SUPPORTED_ARCHITECTURES)) - set(_METADATA_SECTIONS)
 
 
+def _why(path: Path, err: Exception) -> str:
+    """Why ``GGUFReader`` could not read ``path`` (``err``), as a user can act on it."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError:
+        return str(err)
+    if magic != b"GGUF":
+        return "it does not start with the GGUF magic bytes: no GGUF file"
+    return f"damaged or cut short: {err}"
+
+
 def _opened(path: Path, owner: str) -> tuple[Any, str]:
     """``path``'s ``GGUFReader`` and the architecture it declares; refuses a file that is no
     GGUF and an architecture transformers cannot read."""
@@ -63,7 +75,9 @@ def _opened(path: Path, owner: str) -> tuple[Any, str]:
         reader = gguf.GGUFReader(path)
         architecture = str(reader.fields["general.architecture"].contents())
     except (ValueError, KeyError, IndexError, OSError) as err:
-        raise UserInputError(f"{owner}: {path} is not a readable GGUF file ({err})") from err
+        raise UserInputError(
+            f"{owner}: {path} is not a readable GGUF file ({_why(path, err)})"
+        ) from err
     supported = supported_architectures()
     if architecture not in supported:
         raise UserInputError(
