@@ -589,3 +589,46 @@ def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused
     init = InitModel(str(lacking), ModelRef.parse(str(lacking)), lacking, 2, None, {})
     with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(lacking)))}:"):
         init_student(init)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("drop", "architecture", "needle"),
+    [
+        ((), "gpt2", ""),
+        (("blk.1.ffn_down.weight",), "gpt2", "(transformer.h.1.mlp.c_proj.weight)"),
+        ((), "llama-as-gpt2", "lacks 16 of the weights of the 'gpt2' model it declares"),
+    ],
+)
+def test_a_gpt2_gguf_file_is_checked_from_its_header_by_plan_and_run(
+    llama,
+    corpus_txt: Path,
+    bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    drop: tuple[str, ...],
+    architecture: str,
+    needle: str,
+    dry_run: bool,
+    cli,
+) -> None:
+    """A GGUF file declaring ``gpt2`` had been left to the check of the loaded model, which the
+    dry run never makes: a file lacking a weight, or holding another model's tensors, was
+    planned, then refused by the run."""
+    from gguf_fixtures import write_gpt2_gguf
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "g.gguf"
+    if architecture == "gpt2":
+        write_gpt2_gguf(llama[1], path, drop=drop)
+    else:
+        write_llama_gguf(*llama, path, architecture="gpt2")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), *(["--dry-run"] if dry_run else [])]
+    code, stderr = cli(args)
+    if not needle:
+        assert code == 0, stderr
+        return
+    assert_one_line(code, stderr, ["model 'a'", str(path), needle])
+    assert not (tmp_path / "out").exists()
