@@ -632,3 +632,62 @@ def test_a_gpt2_gguf_file_is_checked_from_its_header_by_plan_and_run(
         return
     assert_one_line(code, stderr, ["model 'a'", str(path), needle])
     assert not (tmp_path / "out").exists()
+
+
+def _with_nan(directory: Path) -> str:
+    """Put a NaN into one weight of ``directory``'s ``model.safetensors``; returns its name."""
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    name = next(key for key in sorted(tensors) if key.endswith("norm.weight"))
+    tensors[name][0] = float("nan")
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return name
+
+
+@pytest.mark.parametrize("role", ["model", "teacher", "student.init", "gguf"])
+def test_a_weight_holding_nan_is_refused_wherever_weights_are_read(
+    llama, tmp_path: Path, role: str
+) -> None:
+    """A teacher whose weights held a NaN had crashed the store's first forward pass with a
+    traceback, a ``student.init`` stopped training at step 1 as if the learning rate were too
+    high, and a model to embed failed on its embeddings; a GGUF file is named as given, not by
+    its dequantised model in the cache."""
+    model, tokenizer = llama
+    model.save_pretrained(tmp_path / "lm")
+    tokenizer.save_pretrained(tmp_path / "lm")
+    name = _with_nan(tmp_path / "lm")
+    given = f"gguf:{tmp_path / 'lm.gguf'}" if role == "gguf" else str(tmp_path / "lm")
+    ref = ModelRef(name="lm", path=given)
+    needle = f"'lm': {re.escape(given)} holds NaN or inf .*{re.escape(name.removeprefix('model.'))}"
+    with pytest.raises(UserInputError, match=needle) as caught:
+        if role == "model":
+            source_of(ref, tmp_path / "lm").load()
+        else:
+            load_lm(ref, tmp_path / "lm", "causal", role="teacher" if role == "gguf" else role)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_gguf_file_holding_nan_is_refused_and_not_cached(
+    llama, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    import gguf_fixtures
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    own = gguf_fixtures._tensors
+
+    def with_nan(model: Any) -> dict[str, np.ndarray]:
+        tensors = own(model)
+        tensors["output_norm.weight"] = np.full(32, np.nan, dtype=np.float32)
+        return tensors
+
+    gguf_fixtures._tensors = with_nan
+    try:
+        path = write_llama_gguf(*llama, tmp_path / "nan.gguf")
+    finally:
+        gguf_fixtures._tensors = own
+    with pytest.raises(UserInputError, match=r"nan\.gguf holds NaN or inf .*model\.norm\.weight"):
+        ModelRef.parse(f"gguf:{path}").source.resolve()
+    built = [p for p in (tmp_path / "cache" / "gguf").iterdir() if not p.name.endswith(".lock")]
+    assert built == []

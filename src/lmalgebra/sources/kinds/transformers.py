@@ -121,7 +121,14 @@ class TransformersModel(ReferencedModel):
                     **placement,
                 )
                 # hidden states are all that is read: a pooler the files lack goes unused
-                refuse_incomplete(f"model {ref.name!r}", directory, model, info, unused=("pooler",))
+                refuse_incomplete(
+                    f"model {ref.name!r}",
+                    directory,
+                    model,
+                    info,
+                    unused=("pooler",),
+                    shown=ref.shown(directory),
+                )
         except UserInputError:
             raise
         except Exception as err:
