@@ -63,6 +63,11 @@ def cache_directory(root: Path | None = None) -> Path:
     path = home_expanded(Path(root)) if root is not None else default_cache_dir()
     env = os.environ.get("LMALGEBRA_CACHE")
     named = env is not None and home_expanded(Path(env)) == path
+    if named and not str(env).strip():  # an empty one reads as unset; blanks had made "  /"
+        raise UserInputError(
+            f"$LMALGEBRA_CACHE {env!r}: an empty path; name a directory, or unset it "
+            "(~/.cache/lmalgebra)"
+        )
     check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
     return path
 
