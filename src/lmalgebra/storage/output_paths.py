@@ -179,11 +179,19 @@ def directory_kind(directory: Path) -> tuple[str, str] | None:
     writing, by its ``config.json``), or None."""
     for kind, markers in KIND_MARKERS.items():
         for marker in markers:
-            if (directory / marker).is_file():
+            if _stands(directory / marker):
                 return kind, marker
     if (directory / MODEL_CONFIG).is_file() and not (directory / PRETRAIN_WORK).is_dir():
         return "a model lmalgebra did not write", MODEL_CONFIG
     return None
+
+
+def _stands(marker: Path) -> bool:
+    """Whether something other than a directory stands at ``marker``: a file, or what stands in
+    one's place (a FIFO, a link, to nothing too), which tells the kind as the file would; a
+    selection whose ``recommended.yaml`` was a FIFO had been taken for a decomposition run by
+    its ``summary.json``."""
+    return marker.is_symlink() or (marker.exists() and not marker.is_dir())
 
 
 # for the kinds whose marker a user's file may be named as well (a recipe.yaml, a summary.json),
