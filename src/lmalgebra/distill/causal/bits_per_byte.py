@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts, require_examples
 from lmalgebra.distill.layout import RunLayout
@@ -237,7 +238,7 @@ def _resolved(ref: ModelRef) -> str:
     """``ref``'s path as resolved here, a GGUF file's behind its ``gguf:`` (which had made
     ``gguf:m.gguf`` and ``gguf:/abs/m.gguf`` two models); a hub id as given."""
     prefix = GGUF_PREFIX if ref.path.startswith(GGUF_PREFIX) else ""
-    local = Path(ref.path.removeprefix(prefix)).expanduser()
+    local = home_expanded(Path(ref.path.removeprefix(prefix)))
     return prefix + str(local.resolve()) if local.exists() else ref.path
 
 
