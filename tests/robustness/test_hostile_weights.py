@@ -691,3 +691,17 @@ def test_a_gguf_file_holding_nan_is_refused_and_not_cached(
         ModelRef.parse(f"gguf:{path}").source.resolve()
     built = [p for p in (tmp_path / "cache" / "gguf").iterdir() if not p.name.endswith(".lock")]
     assert built == []
+
+
+def test_a_nan_past_the_first_slice_of_a_weight_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights are read for NaN or inf in slices (no mask of a whole embedding table)."""
+    from lmalgebra.sources import loaded_weights
+
+    monkeypatch.setattr(loaded_weights, "FINITE_SLICE", 4)
+    model = torch.nn.Linear(3, 5)
+    with torch.no_grad():
+        model.weight[4, 2] = float("inf")
+    assert loaded_weights._non_finite_weights(model) == {"weight"}
+    with torch.no_grad():
+        model.weight[4, 2] = 0.0
+    assert loaded_weights._non_finite_weights(model) == set()

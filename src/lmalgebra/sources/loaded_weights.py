@@ -24,6 +24,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 
 SHOWN = 3  # tensors named in a message; the count says how many more
+FINITE_SLICE = 1 << 22  # values of a weight checked for NaN or inf at once
 
 # keyword arguments of every checked ``from_pretrained``: transformers then reports what it left
 # out instead of raising on a tensor of another shape (a message that points at a log line the
@@ -120,14 +121,24 @@ def refuse_incomplete(
 
 def _non_finite_weights(model: Any) -> set[str]:
     """The names of ``model``'s floating-point weights that hold a NaN or an infinity."""
+    return {
+        name
+        for name, param in model.named_parameters()
+        if param.is_floating_point() and not _finite(param)
+    }
+
+
+def _finite(param: Any) -> bool:
+    """Whether every value of ``param`` is finite, read in slices of :data:`FINITE_SLICE`
+    values: a mask of a whole embedding table would take as much memory again."""
     import torch
 
     with torch.no_grad():
-        return {
-            name
-            for name, param in model.named_parameters()
-            if param.is_floating_point() and not bool(torch.isfinite(param).all())
-        }
+        flat = param.detach().reshape(-1)
+        return all(
+            bool(torch.isfinite(flat[start : start + FINITE_SLICE]).all())
+            for start in range(0, flat.numel(), FINITE_SLICE)
+        )
 
 
 def _refuse_gaps(
