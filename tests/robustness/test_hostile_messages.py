@@ -300,3 +300,46 @@ def test_bits_per_byte_refuses_a_name_given_twice_or_a_teachers_name_for_another
     assert not (run / "evaluation").exists()
     code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={bl}/"])
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("stands", ["fifo", "link to nothing", "directory"])
+@pytest.mark.parametrize("command", ["verify", "inspect", "evaluate"])
+def test_a_run_whose_recipe_copy_is_no_file_is_named_not_called_no_run(
+    stands: str, command: str, tmp_path: Path, cli
+) -> None:
+    """A merge run whose ``recipe.yaml`` is a FIFO, a link to nothing or a directory had been
+    "not a merge run directory (no recipe.yaml)"."""
+    import os
+
+    run = tmp_path / "run"
+    (run / "examples").mkdir(parents=True)
+    recipe = run / "recipe.yaml"
+    if stands == "fifo":
+        os.mkfifo(recipe)
+    elif stands == "directory":
+        recipe.mkdir()
+    else:
+        recipe.symlink_to(tmp_path / "gone.yaml")
+    said = {"fifo": "is not a regular file", "directory": "is a directory, not a file"}
+    code, stderr = cli(["merge", command, str(run)])
+    assert_one_line(code, stderr, [str(recipe), said.get(stands, "which does not exist")])
+    assert "not a merge run directory" not in stderr
+
+
+@pytest.mark.parametrize("stands", ["fifo", "link to nothing"])
+def test_an_output_known_by_a_marker_that_is_no_file_is_still_that_kind(
+    stands: str, tmp_path: Path
+) -> None:
+    """A teacher selection whose ``recommended.yaml`` was a FIFO had been taken, by its
+    ``summary.json``, for a decomposition run, and ``experimental select`` refused it as one."""
+    import os
+
+    from lmalgebra.storage.output_paths import directory_kind
+
+    (tmp_path / "summary.json").write_text("{}\n", encoding="utf-8")
+    marker = tmp_path / "recommended.yaml"
+    if stands == "fifo":
+        os.mkfifo(marker)
+    else:
+        marker.symlink_to(tmp_path / "gone.yaml")
+    assert directory_kind(tmp_path) == ("a teacher selection", "recommended.yaml")

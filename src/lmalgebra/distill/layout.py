@@ -32,7 +32,7 @@ from typing import Any
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
-from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
+from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
 from lmalgebra.storage.atomic import (
     as_created,
     remove_file,
@@ -172,6 +172,12 @@ class RunLayout:
             raise UserInputError(f"run directory {self.root} {not_a_directory(self.root)}")
         if self.root.is_symlink() and not self.root.exists():
             raise UserInputError(f"run directory {self.root} {absent(self.root)}")
+        if not self.recipe.is_file() and (self.recipe.exists() or self.recipe.is_symlink()):
+            raise UserInputError(  # a FIFO, a directory, a link to nothing: not "no recipe.yaml"
+                f"{self.recipe} {not_a_file(self.recipe)}: it is the run's copy of its recipe, "
+                "which the commands given the run directory read; remove it, then run "
+                "`lmalgebra merge prepare RECIPE` again"
+            )
         if not self.recipe.is_file():
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}"

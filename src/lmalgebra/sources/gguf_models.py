@@ -21,6 +21,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.remote_code import load_failure
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_tensors import model_class, refuse_foreign_tensors
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
@@ -206,7 +207,7 @@ def file_directory(path: str, owner: str, weights: bool = True) -> Path:
     """``gguf:PATH``'s model directory (``path`` without the prefix). ``weights=False`` (a dry
     run): its configuration and tokenizer alone, from the cache when it holds the model, else
     read from the file into a temporary directory: a plan writes nothing to the cache."""
-    file = Path(path).expanduser()
+    file = home_expanded(Path(path))
     if not file.is_file():
         what = "is a directory, not a GGUF file" if file.is_dir() else absent(file)
         raise UserInputError(f"{owner}: GGUF file {path} {what}")

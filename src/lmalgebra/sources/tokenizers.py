@@ -9,6 +9,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import load_failure
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
@@ -38,7 +39,7 @@ def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
         return asset_path(source.removeprefix(PACKAGE_PREFIX), weights)
     if source.startswith(GGUF_PREFIX):
         return file_directory(source.removeprefix(GGUF_PREFIX), owner, weights)
-    local = Path(source).expanduser()
+    local = home_expanded(Path(source))
     if local.is_symlink() and not local.exists():
         raise UserInputError(f"{owner}: tokenizer {source} {absent(local)}")
     if local.is_dir():

@@ -46,14 +46,20 @@ def refuse_special(path: Path, what: str = "output file") -> None:
         )
 
 
-def remove_file(path: Path) -> None:
-    """Remove the file ``path`` if there is one (a record or mark taken away before what it
-    describes is written again), refusing what :func:`write_atomic` refuses there, before
-    anything is removed: a directory (lmalgebra removes none it did not write), a link or a
-    special file (:func:`refuse_special`)."""
+def refuse_unwritable(path: Path) -> None:
+    """Refuse what :func:`write_atomic` refuses at ``path`` before anything is written: a link
+    or a special file (:func:`refuse_special`), a directory (lmalgebra removes none it did not
+    write). A stage that writes ``path`` last calls it first, and so does its dry run."""
     refuse_special(path)
     if path.is_dir():
         raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
+
+
+def remove_file(path: Path) -> None:
+    """Remove the file ``path`` if there is one (a record or mark taken away before what it
+    describes is written again), refusing what :func:`write_atomic` refuses there, before
+    anything is removed (:func:`refuse_unwritable`)."""
+    refuse_unwritable(path)
     path.unlink(missing_ok=True)
 
 
@@ -87,9 +93,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     made a directory by hand, say), as does a link or special file at ``path``
     (:func:`refuse_special`), before anything is written.
     """
-    refuse_special(path)
-    if path.is_dir():
-        raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
+    refuse_unwritable(path)
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise UserInputError(f"cannot write {path}: {blocker} {not_a_directory(blocker)}")

@@ -63,6 +63,11 @@ def cache_directory(root: Path | None = None) -> Path:
     path = home_expanded(Path(root)) if root is not None else default_cache_dir()
     env = os.environ.get("LMALGEBRA_CACHE")
     named = env is not None and home_expanded(Path(env)) == path
+    if named and not str(env).strip():  # an empty one reads as unset; blanks had made "  /"
+        raise UserInputError(
+            f"$LMALGEBRA_CACHE {env!r}: an empty path; name a directory, or unset it "
+            "(~/.cache/lmalgebra)"
+        )
     check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
     return path
 
@@ -174,11 +179,19 @@ def directory_kind(directory: Path) -> tuple[str, str] | None:
     writing, by its ``config.json``), or None."""
     for kind, markers in KIND_MARKERS.items():
         for marker in markers:
-            if (directory / marker).is_file():
+            if _stands(directory / marker):
                 return kind, marker
     if (directory / MODEL_CONFIG).is_file() and not (directory / PRETRAIN_WORK).is_dir():
         return "a model lmalgebra did not write", MODEL_CONFIG
     return None
+
+
+def _stands(marker: Path) -> bool:
+    """Whether something other than a directory stands at ``marker``: a file, or what stands in
+    one's place (a FIFO, a link, to nothing too), which tells the kind as the file would; a
+    selection whose ``recommended.yaml`` was a FIFO had been taken for a decomposition run by
+    its ``summary.json``."""
+    return marker.is_symlink() or (marker.exists() and not marker.is_dir())
 
 
 # for the kinds whose marker a user's file may be named as well (a recipe.yaml, a summary.json),
