@@ -260,7 +260,18 @@ def test_overwrite_removes_only_what_a_decomposition_writes(
     assert digests(merge_run) == before
 
 
-@pytest.mark.parametrize("kept", ["plots/poster.svg", "stats/notes.txt", "sweeps/mine/x.csv"])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "plots/poster.svg",
+        "stats/notes.txt",
+        "sweeps/mine/x.csv",
+        # named like the run's own files, but none a run writes: the patterns had matched them
+        "plots/poster.png",
+        "stats/mine.safetensors",
+        "pairwise_r2_mine.csv",
+    ],
+)
 def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     kept: str,
     cli: Runner,
@@ -270,9 +281,10 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     corpus_txt: Path,
     tmp_path: Path,
 ) -> None:
-    """--overwrite removes the files a decomposition writes, one by one: a user's file kept in
-    one of its directories (``plots/``, ``stats/``) refuses it, named, where the directory had
-    been removed whole with the file inside."""
+    """--overwrite removes the files a decomposition writes, one by one and by their exact
+    names: a user's file kept in one of its directories (``plots/``, ``stats/``), or named like
+    the run's files (``plots/*.png``), refuses it, named, where the directory had been removed
+    whole with the file inside (and then the file matching the pattern)."""
     import shutil
 
     from lmalgebra import Decomposition

@@ -192,18 +192,39 @@ TABLES: dict[str, Table[Any]] = {
         REDUCTION,
     )
 }
-# every file a decomposition run writes (relative paths): what --overwrite may remove, a file at
-# a time, so that a user's file kept in one of its directories is found
+GROUP_FIGURE = "group_r2.png"  # under plots/: each target's group R^2
+# the tables drawn one figure each under plots/, named after the table (``figure_name``)
+FIGURE_TABLES: tuple[Table[Any], ...] = (
+    SIMILARITY,
+    ALPHA_CURVE,
+    ATTRIBUTION,
+    LENGTH_SWEEP,
+    LAYER_SWEEP,
+    LAYER_MAP,
+    TRAIN_SIZE_SWEEP,
+    LANGUAGE_SWEEP,
+)
+
+
+def figure_name(table: Table[Any]) -> str:
+    """The name of ``table``'s figure under ``plots/`` (``sweeps/length.csv``: ``length.png``)."""
+    return f"{Path(table.file).stem}.png"
+
+
+# every file a decomposition run writes (relative paths, each by its exact name): what
+# --overwrite may remove, a file at a time, so that a user's file kept in one of its directories,
+# or named like one of its own (``plots/mine.png``), is found
 OWNED = (
     SUMMARY,
     CONFIG,
     PROVENANCE,
     WEIGHTS,
-    f"{STATS_DIR}/*.safetensors",
-    f"{PLOTS_DIR}/*.png",
+    *(f"{STATS_DIR}/{split}.safetensors" for split in SPLITS),
+    *(f"{PLOTS_DIR}/{name}" for name in (CLUSTERED_HEATMAP, GROUP_FIGURE)),
+    *(f"{PLOTS_DIR}/{figure_name(t)}" for t in FIGURE_TABLES),
     REPORT,
     PAIRWISE_HEATMAP,
-    PAIRWISE.format(split="*"),
+    *(PAIRWISE.format(split=split) for split in SPLITS),
     *sorted({t.file for t in (*TABLES.values(), GROUP)}),
 )
 TableRow = (
