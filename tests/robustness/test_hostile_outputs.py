@@ -837,8 +837,10 @@ def test_every_writer_honours_the_lock_the_python_api_too(
     cli: Runner, finished_run: Path, tmp_path: Path
 ) -> None:
     """While another run holds a directory, ``Decomposition.save`` of a run read back,
-    ``report`` (which draws its figures into the run) and ``merge bits-per-byte``'s library
-    call are refused naming the holder, and nothing there changes."""
+    ``report`` (which draws its figures into the run), ``Decomposition.heatmap`` (drawn into
+    the run the first time it is asked for; it had been drawn there under the holder) and
+    ``merge bits-per-byte``'s library call are refused naming the holder, and nothing there
+    changes."""
     import shutil
     import subprocess
 
@@ -860,6 +862,10 @@ def test_every_writer_honours_the_lock_the_python_api_too(
                 one_error(*cli("report", str(run)), str(run), f"pid {holder.pid}")
                 with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
                     evaluate_bits(run, [])
+                (run / "pairwise_r2_test.png").unlink(missing_ok=True)
+                before = digests(held)
+                with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                    _ = Decomposition.load(run).heatmap
             else:
                 with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
                     loaded.save(held)
