@@ -14,7 +14,7 @@ import yaml
 from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_texts
 from lmalgebra.core.recipe_files import yaml_problem
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import read_record, read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.measure import Measured, ModelPool
 from lmalgebra.lmd.run.outputs import write_outputs
@@ -118,7 +118,7 @@ def _recorded_sha256(path: Path) -> str | None:
     """The sha256 the finished run's ``summary.json`` records of its file ``path``; None when it
     records none (a run of an older release) or cannot be read (named by ``report``)."""
     try:
-        summary = json.loads((path.parent / SUMMARY).read_text(encoding="utf-8"))
+        summary = json.loads(read_record(path.parent / SUMMARY))
         digest = summary[FILES][path.name]["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
