@@ -300,3 +300,34 @@ def test_bits_per_byte_refuses_a_name_given_twice_or_a_teachers_name_for_another
     assert not (run / "evaluation").exists()
     code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={bl}/"])
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("where", ["output", "input"])
+@pytest.mark.parametrize("command", ["decompose", "evaluate-pos", "report", "merge init"])
+def test_a_path_too_long_for_the_file_system_is_one_line(
+    where: str, command: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A name longer than 255 bytes (or a path longer than 4096), given as an input or an
+    output: the first look at it had ended in an ``OSError: [Errno 36] File name too long``
+    traceback. One line now, naming the path (its ends) and both lengths; nothing is made."""
+    long = tmp_path / ("x" * 300)
+    deep = tmp_path.joinpath(*["y" * 200] * 25)  # each name short, the whole beyond 4096
+    path = long if where == "output" else deep
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args = {
+        "decompose": ["decompose", *models, "--corpus.paths"]
+        + ([str(corpus_txt), "--out", str(path)] if where == "output" else [str(path)]),
+        "evaluate-pos": ["evaluate-pos", *models[:2]]
+        + (["--out", str(path), str(tmp_path)] if where == "output" else [str(path)]),
+        "report": ["report", str(tmp_path), "--out", str(path)]
+        if where == "output"
+        else ["report", str(path)],
+        "merge init": ["merge", "init", str(path)]
+        if where == "output"
+        else ["merge", "prepare", str(path)],
+    }[command]
+    before = sorted(tmp_path.iterdir())
+    code, stderr = cli(args)
+    line = assert_one_line(code, stderr, ["path too long for the file system", str(path)[:40]])
+    assert "Traceback" not in stderr and str(path) not in line  # its ends, not 5,000 bytes
+    assert sorted(tmp_path.iterdir()) == before
