@@ -725,6 +725,32 @@ def test_merge_init_writes_into_no_other_output(
         assert digests(target.parent) == before
 
 
+def test_demo_lmd_keeps_each_size_to_its_own_directory_and_offers_overwrite(
+    cli: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``demo-lmd --quick`` then ``demo-lmd`` had shared one default directory: the full run
+    was refused as another configuration there, and told to pass ``--overwrite``, an option
+    ``demo-lmd`` did not have. Each size has its own default now, and ``--overwrite`` is
+    passed on to the decomposition."""
+    import lmalgebra.api.decompose as api
+    from lmalgebra.core.errors import UserInputError
+
+    calls: list[tuple[str, bool]] = []
+
+    def recorded(recipe: dict, overwrite: bool = False, **_: object) -> None:
+        calls.append((recipe["out"], overwrite))
+        raise UserInputError("stopped here")
+
+    monkeypatch.setattr(api, "decompose_recipe", recorded)
+    for args in (["--quick"], [], ["--overwrite", "--out", "mine"]):
+        one_error(*cli("demo-lmd", "--no-progress", *args), "stopped here")
+    assert calls == [
+        ("demo-output/packaged-lmd-quick", False),
+        ("demo-output/packaged-lmd", False),
+        ("mine", True),
+    ]
+
+
 def test_each_demo_keeps_to_its_own_directory(
     cli: Runner, teacher_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
