@@ -339,6 +339,44 @@ def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
     assert mine.read_text(encoding="utf-8") == "mine\n"
 
 
+@pytest.mark.parametrize("part", ["plots", "stats", "sweeps"])
+def test_a_runs_own_directory_that_is_a_link_is_refused(
+    part: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """``plots/`` (``stats/``, ``sweeps/``) of a run, a link to a user's directory elsewhere:
+    ``report`` had drawn its figures through it over the user's ``group_r2.png``, and the same
+    run computed again its statistics over the user's files. Refused now, naming the link, by
+    ``report``, ``decompose`` (its dry run too) and ``Decomposition.save``; nothing changes."""
+    import shutil
+
+    from lmalgebra import Decomposition
+    from lmalgebra.core.errors import UserInputError
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    users = tmp_path / "elsewhere"
+    users.mkdir()
+    for name in ("group_r2.png", "train.safetensors", "length.csv"):
+        (users / name).write_text("mine\n", encoding="utf-8")
+    (out / part).symlink_to(users)
+    before, theirs = digests(out), digests(users)
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    for command in (["report", str(out)], args, [*args, "--dry-run"]):
+        one_error(*cli(*command), f"{out / part} is a symbolic link to {users}", "remove the link")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / part).symlink_to(users)
+    with pytest.raises(UserInputError, match="is a symbolic link"):
+        Decomposition.load(finished_run).save(copy)
+    assert digests(out) == before and digests(users) == theirs
+
+
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
     """``Decomposition.save(overwrite=True)`` replaces an old run's files, keeps nothing stale,
     and refuses (removing nothing) a directory that holds a user's own file."""
@@ -424,6 +462,31 @@ def test_a_merge_run_or_teacher_is_not_written_inside_another_output(
     code, stderr = cli("pretrain", "causal", "--out", str(store / "teacher"), *corpus)
     one_error(code, stderr, "would go inside", str(tmp_path / "merge"), "a merge run")
     assert not (store / "teacher").exists()
+
+
+@pytest.mark.parametrize("linked", ["training", "training/checkpoints"])
+def test_pretraining_writes_through_no_link_in_its_training_directory(
+    linked: str, cli: Runner, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """A teacher's ``training/`` (or its ``checkpoints/``), a link to a directory of the user's
+    elsewhere: ``pretrain`` had written its log and checkpoints there over the user's files,
+    ``--restart`` removing a checkpoint-named folder first. Refused now, naming the link, with
+    and without ``--restart``; nothing there changes."""
+    out = tmp_path / "teacher"
+    users = tmp_path / "elsewhere"
+    (users / "step-0000001").mkdir(parents=True)
+    (users / "train_log.jsonl").write_text("mine\n", encoding="utf-8")
+    (users / "step-0000001" / "state.json").write_text("mine\n", encoding="utf-8")
+    (out / linked).parent.mkdir(parents=True)
+    (out / linked).symlink_to(users)
+    args = ["pretrain", "causal", "--out", str(out), "--corpus.paths", str(corpus_txt)]
+    args += ["--language", "xx", "--tokenizer.vocab_size", "300", "--model.hidden_size", "16"]
+    args += ["--training.steps", "2", "--training.batch_size", "2", "--example_length", "16"]
+    before = digests(users)
+    for restart in ([], ["--restart"]):
+        code, err = cli(*args, *restart, "--no-progress")
+        one_error(code, err, f"{out / linked} is a symbolic link to {users}", "remove the link")
+    assert digests(users) == before
 
 
 def test_a_copy_of_a_run_stopped_at_any_write_resumes(finished_run: Path, tmp_path: Path) -> None:

@@ -19,7 +19,14 @@ from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.measure import Measured, ModelPool
 from lmalgebra.lmd.run.outputs import write_outputs
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.rundir.schema import CONFIG, FILES, OWNED, PROVENANCE, SUMMARY
+from lmalgebra.lmd.rundir.schema import (
+    CONFIG,
+    FILES,
+    OWNED,
+    PROVENANCE,
+    SUMMARY,
+    refuse_linked_directories,
+)
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.sources.corpus import documents_by_language, read_documents
@@ -158,6 +165,7 @@ def check_output_directory(out: Path, what: str = "output directory") -> None:
     into the copy)."""
     check_directory(out, what)
     refuse_inside_other_output(out, what, allowed=("a demo's output",))
+    refuse_linked_directories(out)
 
 
 def check_claim(config: DecomposeConfig, overwrite: bool) -> None:

@@ -227,6 +227,29 @@ OWNED = (
     *(PAIRWISE.format(split=split) for split in SPLITS),
     *sorted({t.file for t in (*TABLES.values(), GROUP)}),
 )
+# the directories a run writes its own files into (``stats/``, ``plots/``, ``sweeps/``)
+RUN_DIRECTORIES = (
+    STATS_DIR,
+    PLOTS_DIR,
+    *sorted({t.file.split("/")[0] for t in TABLES.values() if "/" in t.file}),
+)
+
+
+def refuse_linked_directories(run_dir: Path) -> None:
+    """Refuse a run directory one of whose own directories (``RUN_DIRECTORIES``) is a symbolic
+    link: the run (or ``report``, drawing its figures) writes its files there itself, and
+    through the link would replace the files of the directory it names (a user's
+    ``group_r2.png`` among them)."""
+    for name in RUN_DIRECTORIES:
+        path = Path(run_dir) / name
+        if path.is_symlink():
+            raise UserInputError(
+                f"{path} is a symbolic link to {path.readlink()}: a decomposition writes its "
+                f"files into {name}/ itself and would replace those of the directory the link "
+                "names; remove the link"
+            )
+
+
 TableRow = (
     FitRow
     | NullRow
