@@ -377,6 +377,40 @@ def test_a_runs_own_directory_that_is_a_link_is_refused(
     assert digests(out) == before and digests(users) == theirs
 
 
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+@pytest.mark.parametrize("where", ["fits.csv", "pairwise_r2_test.csv"])
+def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
+    where: str,
+    kind: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """The same configuration again over its finished run, one of whose files is now a link
+    (or a FIFO): it had been found only at the write, after every model was embedded and fitted,
+    with ``summary.json`` already removed, leaving the finished run unfinished. Refused before
+    any work now, by the run and its dry run, the run and its ``summary.json`` as they were."""
+    import os
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = out / where
+    path.unlink()
+    path.symlink_to(tmp_path / "mine.csv") if kind == "link" else os.mkfifo(path)
+    before = sorted(p.name for p in out.iterdir())
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    for flags in ([], ["--dry-run"]):
+        with deadline(60):
+            code, err = cli(*args, *flags)
+        one_error(code, err, str(out), where, "symbolic links or special files")
+        assert "INFO" not in err  # refused before any model was read
+        assert sorted(p.name for p in out.iterdir()) == before
+
+
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
     """``Decomposition.save(overwrite=True)`` replaces an old run's files, keeps nothing stale,
     and refuses (removing nothing) a directory that holds a user's own file."""

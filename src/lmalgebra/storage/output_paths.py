@@ -361,7 +361,13 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
             f"{OVERWRITE} removes only a run's own files: move those away, or write to "
             "another directory"
         )
-    # a run writes no link (the file it names is a user's, and so is the link) and no FIFO
+    _refuse_odd(directory, what, mine)
+
+
+def _refuse_odd(directory: Path, what: str, mine: Sequence[Path]) -> None:
+    """Refuse symbolic links and special files among ``mine``, the paths where a run of
+    ``what`` writes its files: a run writes no link (the file it names is a user's, and so is
+    the link) and no FIFO; found before any work, not at the write after it."""
     odd = [p for p in mine if p.is_symlink() or not p.is_file()]
     if odd:
         raise UserInputError(
@@ -408,7 +414,7 @@ def claim_run_directory(
         else:
             remove_run_files(directory, what, owned)
         return
-    foreign = _sort_out(directory, owned)[1]
+    mine, foreign = _sort_out(directory, owned)
     hint = f"write to another directory, or pass {OVERWRITE} to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(
@@ -426,6 +432,7 @@ def claim_run_directory(
             f"{directory} holds {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
         )
+    _refuse_odd(directory, what, mine)  # the same run, resumed or computed again, writes there
 
 
 class Snapshot:
