@@ -377,7 +377,7 @@ def test_a_runs_own_directory_that_is_a_link_is_refused(
     assert digests(out) == before and digests(users) == theirs
 
 
-@pytest.mark.parametrize("kind", ["link", "fifo"])
+@pytest.mark.parametrize("kind", ["link", "fifo", "directory"])
 @pytest.mark.parametrize("where", ["fits.csv", "pairwise_r2_test.csv"])
 def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
     where: str,
@@ -390,9 +390,10 @@ def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
     tmp_path: Path,
 ) -> None:
     """The same configuration again over its finished run, one of whose files is now a link
-    (or a FIFO): it had been found only at the write, after every model was embedded and fitted,
-    with ``summary.json`` already removed, leaving the finished run unfinished. Refused before
-    any work now, by the run and its dry run, the run and its ``summary.json`` as they were."""
+    (or a FIFO, or a directory): it had been found only at the write, after every model was
+    embedded and fitted, with ``summary.json`` already removed, leaving the finished run
+    unfinished. Refused before any work now, by the run and its dry run, the run and its
+    ``summary.json`` as they were."""
     import os
     import shutil
 
@@ -400,13 +401,17 @@ def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
     shutil.copytree(finished_run, out)
     path = out / where
     path.unlink()
-    path.symlink_to(tmp_path / "mine.csv") if kind == "link" else os.mkfifo(path)
+    if kind == "link":
+        path.symlink_to(tmp_path / "mine.csv")
+    else:
+        os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    needle = "directories where" if kind == "directory" else "symbolic links or special files"
     before = sorted(p.name for p in out.iterdir())
     args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
     for flags in ([], ["--dry-run"]):
         with deadline(60):
             code, err = cli(*args, *flags)
-        one_error(code, err, str(out), where, "symbolic links or special files")
+        one_error(code, err, str(out), where, needle)
         assert "INFO" not in err  # refused before any model was read
         assert sorted(p.name for p in out.iterdir()) == before
 

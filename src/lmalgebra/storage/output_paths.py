@@ -432,7 +432,20 @@ def claim_run_directory(
             f"{directory} holds {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
         )
-    _refuse_odd(directory, what, mine)  # the same run, resumed or computed again, writes there
+    # the same run, resumed or computed again, writes there: nothing in the way of a file
+    _refuse_odd(directory, what, mine)
+    blocked = [
+        p
+        for p in foreign
+        if p.is_dir()
+        and any(fnmatch.fnmatchcase(p.relative_to(directory).as_posix(), o) for o in owned)
+    ]
+    if blocked:
+        raise UserInputError(
+            f"{directory} holds directories where a {what} writes files "
+            f"({_names(blocked, directory)}): lmalgebra removes none it did not write; move "
+            "them away, or write to another directory"
+        )
 
 
 class Snapshot:
