@@ -331,3 +331,28 @@ def test_a_path_too_long_for_the_file_system_is_one_line(
     line = assert_one_line(code, stderr, ["path too long for the file system", str(path)[:40]])
     assert "Traceback" not in stderr and str(path) not in line  # its ends, not 5,000 bytes
     assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_a_tokenizer_file_that_is_no_file_is_named(
+    kind: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model's ``tokenizer.json`` that is a directory, a FIFO or a link to nothing:
+    transformers passed over it and failed on the rest, in a line cut at "Couldn't instantiate
+    the backend tokenizer from one of:", naming no file. The file is named, by the dry run
+    too."""
+    import os
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    path = model / "tokenizer.json"
+    path.unlink(missing_ok=True)
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "gone")
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    for flags in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *flags]), ["model 'a'", f"tokenizer file {path}"])
