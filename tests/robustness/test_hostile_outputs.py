@@ -405,7 +405,7 @@ def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
         path.symlink_to(tmp_path / "mine.csv")
     else:
         os.mkfifo(path) if kind == "fifo" else path.mkdir()
-    needle = "directories where" if kind == "directory" else "symbolic links or special files"
+    needle = "is a directory, where" if kind == "directory" else "symbolic links or special files"
     before = sorted(p.name for p in out.iterdir())
     args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
     for flags in ([], ["--dry-run"]):

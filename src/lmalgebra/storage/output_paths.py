@@ -441,10 +441,10 @@ def claim_run_directory(
         and any(fnmatch.fnmatchcase(p.relative_to(directory).as_posix(), o) for o in owned)
     ]
     if blocked:
+        more = f" (and {_names(blocked[1:], directory)})" if len(blocked) > 1 else ""
         raise UserInputError(
-            f"{directory} holds directories where a {what} writes files "
-            f"({_names(blocked, directory)}): lmalgebra removes none it did not write; move "
-            "them away, or write to another directory"
+            f"{blocked[0]} is a directory, where a {what} writes a file{more}: lmalgebra "
+            "removes none it did not write; move it away, or write to another directory"
         )
 
 
