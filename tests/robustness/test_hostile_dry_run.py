@@ -141,14 +141,24 @@ def test_a_reference_tokenizer_the_run_cannot_read_is_refused_by_the_dry_run_too
     assert not out.exists()
 
 
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_a_layer_the_models_lack_is_refused_by_the_dry_run_too(
-    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+    family: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch,
+    cli,
 ) -> None:
     """``--layer 99`` of two-layer models had been planned (exit 0); the run refused it once
-    the first model was loaded."""
+    the first model was loaded. A GPT-2 model, whose configuration names its depth
+    ``n_layer`` (and a recipe's ``layer: 1:30``, YAML's 90), had been planned still."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    first = gpt2_dir if family == "gpt2" else bert_dir
+    args = ["decompose", "--models", f"a={first}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8", "--layer", "99"]
     said = [
         assert_one_line(*cli([*args, *dry]), ["model 'a'", "layer 99"])

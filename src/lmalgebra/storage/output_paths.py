@@ -374,7 +374,13 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
             f"{OVERWRITE} removes only a run's own files: move those away, or write to "
             "another directory"
         )
-    # a run writes no link (the file it names is a user's, and so is the link) and no FIFO
+    _refuse_odd(directory, what, mine)
+
+
+def _refuse_odd(directory: Path, what: str, mine: Sequence[Path]) -> None:
+    """Refuse symbolic links and special files among ``mine``, the paths where a run of
+    ``what`` writes its files: a run writes no link (the file it names is a user's, and so is
+    the link) and no FIFO; found before any work, not at the write after it."""
     odd = [p for p in mine if p.is_symlink() or not p.is_file()]
     if odd:
         raise UserInputError(
@@ -421,7 +427,7 @@ def claim_run_directory(
         else:
             remove_run_files(directory, what, owned)
         return
-    foreign = _sort_out(directory, owned)[1]
+    mine, foreign = _sort_out(directory, owned)
     hint = f"write to another directory, or pass {OVERWRITE} to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(
@@ -438,6 +444,20 @@ def claim_run_directory(
         raise UserInputError(
             f"{directory} holds {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
+        )
+    # the same run, resumed or computed again, writes there: nothing in the way of a file
+    _refuse_odd(directory, what, mine)
+    blocked = [
+        p
+        for p in foreign
+        if p.is_dir()
+        and any(fnmatch.fnmatchcase(p.relative_to(directory).as_posix(), o) for o in owned)
+    ]
+    if blocked:
+        more = f" (and {_names(blocked[1:], directory)})" if len(blocked) > 1 else ""
+        raise UserInputError(
+            f"{blocked[0]} is a directory, where a {what} writes a file{more}: lmalgebra "
+            "removes none it did not write; move it away, or write to another directory"
         )
 
 

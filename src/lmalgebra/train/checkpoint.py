@@ -23,6 +23,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
+from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import as_created, write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.run_fingerprint import as_json, check_fingerprint
@@ -128,7 +129,7 @@ def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
     why (missing, truncated, altered or edited)."""
     path = directory / "state.json"
     try:
-        state = json.loads(path.read_text())
+        state = json.loads(read_record(path))
         if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
             raise ValueError("its content does not match its checksum (edited or damaged)")
         for name in FILES:

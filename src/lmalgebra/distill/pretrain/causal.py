@@ -29,7 +29,12 @@ from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import refuse_fewer_steps, release_checkpoints, train
+from lmalgebra.train.loop import (
+    refuse_fewer_steps,
+    refuse_linked_parts,
+    release_checkpoints,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +111,7 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings; ``restart`` starts afresh."""
+    refuse_linked_parts(spec.out / "training", itself=True)
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)

@@ -42,7 +42,12 @@ from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import refuse_fewer_steps, release_checkpoints, train
+from lmalgebra.train.loop import (
+    refuse_fewer_steps,
+    refuse_linked_parts,
+    release_checkpoints,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +242,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
 
     Resumes from ``out/training/checkpoints`` when they were written for the same encoder,
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
+    refuse_linked_parts(spec.out / "training", itself=True)
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
     ref = ModelRef.parse(spec.encoder).model_copy(  # messages name the setting: "model 'encoder'"

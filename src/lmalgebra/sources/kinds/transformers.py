@@ -29,6 +29,7 @@ from lmalgebra.sources.loaded_weights import (
 from lmalgebra.sources.model_files import (
     ModelShape,
     architecture,
+    config_sizes,
     config_width,
     memoised_hash,
     read_config,
@@ -152,7 +153,8 @@ class TransformersModel(ReferencedModel):
         if self.ref.trust_remote_code:  # its configuration is its own code's to read
             return
         config = read_config(self.name, self.planning_path() / "config.json")
-        refuse_missing_layer(self.name, config.get("num_hidden_layers"), layer)
+        # whichever family's key names the depth (GPT-2's n_layer): the run reads it so
+        refuse_missing_layer(self.name, config_sizes(config)[0] or None, layer)
 
     def check_architecture(
         self,
