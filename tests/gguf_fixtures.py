@@ -128,3 +128,45 @@ def _add_tokenizer(writer: Any, tokenizer: Any) -> None:
     writer.add_pad_token_id(tokenizer.pad_token_id)
     writer.add_unk_token_id(tokenizer.unk_token_id)
     writer.add_add_bos_token(True)  # as the source tokenizer, which starts every text with <s>
+
+
+def write_gpt2_gguf(tokenizer: Any, path: Path, drop: tuple[str, ...] = ()) -> Path:
+    """A random tiny GPT-2 (hidden 32, 2 layers, 4 heads, 1024 positions) as llama.cpp's
+    converter writes one: ``gpt2`` tensor names, the attention and MLP weights transposed, the
+    head as ``output.weight``; the tensors named in ``drop`` left out."""
+    import gguf
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config).eval()
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT2, config.n_layer)
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_context_length(config.n_positions)
+    writer.add_embedding_length(config.n_embd)
+    writer.add_feed_forward_length(4 * config.n_embd)
+    writer.add_block_count(config.n_layer)
+    writer.add_head_count(config.n_head)
+    writer.add_layer_norm_eps(config.layer_norm_epsilon)
+    _add_tokenizer(writer, tokenizer)
+    for name, param in model.state_dict().items():
+        array = param.detach().float().numpy()
+        if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
+            array = array.T  # Conv1D stores (in, out); llama.cpp's tensors are (out, in)
+        found = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert found is not None, name
+        if found not in drop:
+            writer.add_tensor(found, np.ascontiguousarray(array))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -39,6 +39,26 @@ def test_short_help_everywhere(
     assert code == 0 and "Usage:" in out
 
 
+@pytest.mark.parametrize("group", [[], ["merge"], ["pretrain"], ["experimental"]])
+def test_command_lists_show_each_summary_as_one_paragraph(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], group: list[str]
+) -> None:
+    # a summary whose docstring spans lines reads as one paragraph in its group's list, not
+    # cut where the source's lines end ("masked runs, masked-token" / "accuracy, ...")
+    monkeypatch.setenv("COLUMNS", "400")
+    code, out, _ = run(monkeypatch, capsys, *group, "--help")
+    assert code == 0
+    panel = out[out.index("Commands") :].splitlines()[1:]
+    rows = panel[: next(i for i, line in enumerate(panel) if line.startswith("\u2570"))]
+    used = [len(row.rstrip("\u2502").rstrip()) for row in rows]
+    for k in range(1, len(rows)):  # a summary wraps only where its next word does not fit
+        if rows[k][2] == " ":  # row k continues the summary of the row above it
+            word = rows[k].strip("\u2502 ").split()[0]
+            assert used[k - 1] + 1 + len(word) > max(used), (rows[k - 1], rows[k])
+    if group == ["merge"]:
+        assert "masked runs, masked-token accuracy, perplexity" in out
+
+
 def test_top_level_help_describes_both_jobs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

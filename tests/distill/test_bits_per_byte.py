@@ -259,3 +259,26 @@ def test_a_name_given_to_another_model_drops_its_earlier_rows(
     with caplog.at_level(logging.WARNING):
         assert score("uni", "xx") == {("xx", "a"): uni}
     assert "dropped the rows of a (yy), scored as another model" in caplog.text
+
+
+def test_a_gguf_file_is_one_model_however_its_path_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--models g=gguf:m.gguf`` for a run's teacher ``g: gguf:/abs/m.gguf`` (the same file)
+    had been refused as another model under the teacher's name: the path was resolved with its
+    ``gguf:`` prefix, as a relative path. Another file under the name is still another model."""
+    from lmalgebra.distill.causal.bits_per_byte import _same_model, reference_of
+    from lmalgebra.sources.models import ModelRef
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    (tmp_path / "other.gguf").write_bytes(b"GGUF")
+    monkeypatch.chdir(tmp_path)
+    relative, absolute = (
+        ModelRef.parse("g=gguf:m.gguf"),
+        ModelRef.parse(f"g=gguf:{tmp_path}/m.gguf"),
+    )
+    assert (
+        reference_of(relative) == reference_of(absolute) == f"transformers:gguf:{tmp_path}/m.gguf"
+    )
+    assert _same_model(relative, absolute)
+    assert not _same_model(ModelRef.parse("g=gguf:other.gguf"), absolute)

@@ -105,6 +105,9 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
     [
         (["--size", "5"], ["size 5", "4"]),
         (["--languages", "zz"], ["'zz'"]),
+        # an empty list (a variable left unset) had selected for every language
+        (["--languages", ""], ["--languages (languages) names no language"]),
+        (["--languages", ","], ["--languages (languages) names no language"]),
         (["--spans.counts", "10,10"], ["10,10"]),
         # no interval drawn: a level or a seed of the bootstrap had been accepted, doing nothing
         (["--bootstrap", "0", "--level", "0.9"], ["--level 0.9 would be ignored", "--bootstrap"]),
@@ -121,6 +124,12 @@ def test_bad_input_is_one_line(
     path, _, _ = selected
     code, err = run_cli(["experimental", "select", str(path), *extra], monkeypatch, capsys)
     assert_one_line(code, err, named)
+
+
+def test_an_empty_list_of_languages_is_refused_by_the_api(selected: tuple) -> None:
+    path, _, _ = selected
+    with pytest.raises(UserInputError, match=r"languages\) names no language"):
+        select_teachers(path, size=2, languages=[], **OPTIONS)
 
 
 def test_a_language_without_held_out_text_is_refused(tmp_path: Path, candidates: dict) -> None:

@@ -155,6 +155,23 @@ def test_pretrain_checks_a_spec_copied_with_a_bad_value(case: str, tmp_path: Pat
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize("code", ["", "../x", ".hidden", "a/b"])
+def test_a_teacher_is_pretrained_for_a_language_code_a_recipe_can_name(
+    code: str, tmp_path: Path
+) -> None:
+    """A language no merge recipe can name (a recipe's codes are directory names of its run)
+    had been trained and recorded: a teacher whose held-out examples match no recipe's."""
+    from lmalgebra.api.pretrain import pretrain
+
+    said = f"^language {re.escape(repr(code))} must be one plain directory name like a merge"
+    spec = _causal_spec(tmp_path)
+    with pytest.raises(UserInputError, match=said):
+        type(spec).model_validate({**spec.model_dump(mode="json"), "language": code})
+    with pytest.raises(UserInputError, match=said):  # a copy pydantic did not check
+        pretrain(spec.model_copy(update={"language": code}))
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize("update", [{"top_k": None}, {"teachers": None}, {"training": None}])
 def test_a_merge_recipe_copied_with_a_bad_value_is_named(
     update: dict[str, Any], tmp_path: Path, teacher_dirs: dict[str, Path]

@@ -163,3 +163,17 @@ def test_cache_dir_holds_every_write_of_the_command(
     assert code == 0, stderr
     assert [p for p in (given / "gguf").iterdir() if p.is_dir()], "not dequantised below it"
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_blank_lmalgebra_cache_is_one_line_and_makes_no_directory(
+    teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LMALGEBRA_CACHE="  "`` had made a cache directory named by two spaces in the working
+    directory (an empty value still reads as unset)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LMALGEBRA_CACHE", "  ")
+    teacher = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    student = AutoTokenizer.from_pretrained(teacher_dirs["sp"])
+    with pytest.raises(UserInputError, match=r"^\$LMALGEBRA_CACHE '  ': an empty path"):
+        mined_map(teacher, student)
+    assert list(tmp_path.iterdir()) == []

@@ -141,14 +141,24 @@ def test_a_reference_tokenizer_the_run_cannot_read_is_refused_by_the_dry_run_too
     assert not out.exists()
 
 
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_a_layer_the_models_lack_is_refused_by_the_dry_run_too(
-    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+    family: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch,
+    cli,
 ) -> None:
     """``--layer 99`` of two-layer models had been planned (exit 0); the run refused it once
-    the first model was loaded."""
+    the first model was loaded. A GPT-2 model, whose configuration names its depth
+    ``n_layer`` (and a recipe's ``layer: 1:30``, YAML's 90), had been planned still."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
-    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    first = gpt2_dir if family == "gpt2" else bert_dir
+    args = ["decompose", "--models", f"a={first}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8", "--layer", "99"]
     said = [
         assert_one_line(*cli([*args, *dry]), ["model 'a'", "layer 99"])
@@ -293,6 +303,37 @@ def test_a_validation_share_that_leaves_no_training_is_refused_by_the_dry_run_to
     code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])
     assert_one_line(code, stderr, ["training.validation_fraction 0.99", "no training example"])
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("stands", ["fifo", "directory"])
+def test_a_recipe_copy_the_stage_cannot_write_is_refused_by_plan_and_teach_first(
+    stands: str,
+    tmp_path: Path,
+    causal_teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """The run's ``recipe.yaml`` a FIFO or a directory: ``merge teach``, which writes it last,
+    had taught every teacher and then refused it, and the dry runs of ``prepare``, ``teach``
+    and ``run`` had planned; all refuse it first now, naming it."""
+    import os
+
+    from causal_fixtures import write_causal_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    code, stderr = cli(["merge", "prepare", str(recipe)])
+    assert code == 0, stderr
+    copy = tmp_path / "run" / "recipe.yaml"
+    copy.unlink()
+    os.mkfifo(copy) if stands == "fifo" else copy.mkdir()
+    said = "is not a regular file" if stands == "fifo" else "is a directory, not a file"
+    for command in (["prepare", "--dry-run"], ["teach", "--dry-run"], ["run", "--dry-run"]):
+        code, stderr = cli(["merge", command[0], str(recipe), *command[1:]])
+        assert_one_line(code, stderr, [str(copy), said])
+    code, stderr = cli(["merge", "teach", str(recipe)])
+    assert_one_line(code, stderr, [str(copy), said])
+    assert not (tmp_path / "run" / "logprobs").exists()
 
 
 @pytest.mark.parametrize("dry_run", [False, True])

@@ -300,3 +300,102 @@ def test_bits_per_byte_refuses_a_name_given_twice_or_a_teachers_name_for_another
     assert not (run / "evaluation").exists()
     code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={bl}/"])
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("stands", ["fifo", "link to nothing", "directory"])
+@pytest.mark.parametrize("command", ["verify", "inspect", "evaluate"])
+def test_a_run_whose_recipe_copy_is_no_file_is_named_not_called_no_run(
+    stands: str, command: str, tmp_path: Path, cli
+) -> None:
+    """A merge run whose ``recipe.yaml`` is a FIFO, a link to nothing or a directory had been
+    "not a merge run directory (no recipe.yaml)"."""
+    import os
+
+    run = tmp_path / "run"
+    (run / "examples").mkdir(parents=True)
+    recipe = run / "recipe.yaml"
+    if stands == "fifo":
+        os.mkfifo(recipe)
+    elif stands == "directory":
+        recipe.mkdir()
+    else:
+        recipe.symlink_to(tmp_path / "gone.yaml")
+    said = {"fifo": "is not a regular file", "directory": "is a directory, not a file"}
+    code, stderr = cli(["merge", command, str(run)])
+    assert_one_line(code, stderr, [str(recipe), said.get(stands, "which does not exist")])
+    assert "not a merge run directory" not in stderr
+
+
+@pytest.mark.parametrize("stands", ["fifo", "link to nothing"])
+def test_an_output_known_by_a_marker_that_is_no_file_is_still_that_kind(
+    stands: str, tmp_path: Path
+) -> None:
+    """A teacher selection whose ``recommended.yaml`` was a FIFO had been taken, by its
+    ``summary.json``, for a decomposition run, and ``experimental select`` refused it as one."""
+    import os
+
+    from lmalgebra.storage.output_paths import directory_kind
+
+    (tmp_path / "summary.json").write_text("{}\n", encoding="utf-8")
+    marker = tmp_path / "recommended.yaml"
+    if stands == "fifo":
+        os.mkfifo(marker)
+    else:
+        marker.symlink_to(tmp_path / "gone.yaml")
+    assert directory_kind(tmp_path) == ("a teacher selection", "recommended.yaml")
+
+
+@pytest.mark.parametrize("where", ["output", "input"])
+@pytest.mark.parametrize("command", ["decompose", "evaluate-pos", "report", "merge init"])
+def test_a_path_too_long_for_the_file_system_is_one_line(
+    where: str, command: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A name longer than 255 bytes (or a path longer than 4096), given as an input or an
+    output: the first look at it had ended in an ``OSError: [Errno 36] File name too long``
+    traceback. One line now, naming the path (its ends) and both lengths; nothing is made."""
+    long = tmp_path / ("x" * 300)
+    deep = tmp_path.joinpath(*["y" * 200] * 25)  # each name short, the whole beyond 4096
+    path = long if where == "output" else deep
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args = {
+        "decompose": ["decompose", *models, "--corpus.paths"]
+        + ([str(corpus_txt), "--out", str(path)] if where == "output" else [str(path)]),
+        "evaluate-pos": ["evaluate-pos", *models[:2]]
+        + (["--out", str(path), str(tmp_path)] if where == "output" else [str(path)]),
+        "report": ["report", str(tmp_path), "--out", str(path)]
+        if where == "output"
+        else ["report", str(path)],
+        "merge init": ["merge", "init", str(path)]
+        if where == "output"
+        else ["merge", "prepare", str(path)],
+    }[command]
+    before = sorted(tmp_path.iterdir())
+    code, stderr = cli(args)
+    line = assert_one_line(code, stderr, ["path too long for the file system", str(path)[:40]])
+    assert "Traceback" not in stderr and str(path) not in line  # its ends, not 5,000 bytes
+    assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "dangling link"])
+def test_a_tokenizer_file_that_is_no_file_is_named(
+    kind: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model's ``tokenizer.json`` that is a directory, a FIFO or a link to nothing:
+    transformers passed over it and failed on the rest, in a line cut at "Couldn't instantiate
+    the backend tokenizer from one of:", naming no file. The file is named, by the dry run
+    too."""
+    import os
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    path = model / "tokenizer.json"
+    path.unlink(missing_ok=True)
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(tmp_path / "gone")
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    for flags in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *flags]), ["model 'a'", f"tokenizer file {path}"])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, built_store, digests, one_word_treebank
+from hostile_helpers import assert_one_line, built_store, deadline, digests, one_word_treebank
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.evaluate.pos_tagging import evaluate_many
 from lmalgebra.sources.models import ModelRef
@@ -40,6 +40,12 @@ YAML = {
     ),
     "nested_colon": (b"models: a: b\n", ["line 1, column 10", "mapping values"]),
     "open_quote": (b'corpus: "x\n', ["unexpected end of stream"]),
+    # a key given twice: the later section had replaced the earlier whole, with nothing said
+    "duplicate_key": (
+        b"spans:\n  counts: [20, 5, 5]\nout: x\nspans:\n  length: 8\n",
+        ["line 4, column 1", "key 'spans' is given twice", "first on line 1"],
+    ),
+    "duplicate_nested_key": (b"a:\n  b: 1\n  b: 2\n", ["line 3, column 3", "key 'b'"]),
 }
 
 
@@ -51,6 +57,53 @@ def test_malformed_yaml_is_one_line(case: str, command: list[str], tmp_path: Pat
     recipe.write_bytes(text)
     code, stderr = cli([*command, str(recipe)])
     assert_one_line(code, stderr, [f"recipe {recipe} is not valid YAML", *needles])
+
+
+ALIASES = {
+    # a value that holds itself: every walk over the recipe had ended in a RecursionError
+    "holds_itself": (b"corpus:\n  paths: &m [a, *m]\n", "holds itself"),
+    # a chain of aliases each repeating the one before: 10**8 values, walked for minutes (at
+    # 10**7, seconds) before the first of them was refused
+    "billion_laughs": (
+        b"corpus:\n  paths:\n    - &l0 [x, x, x, x, x, x, x, x, x, x]\n"
+        + b"".join(
+            f"    - &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n".encode() for i in range(1, 8)
+        ),
+        "expands to more than 100000 values",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ALIASES))
+@pytest.mark.parametrize("command", [["decompose"], ["merge", "prepare"], ["pretrain", "causal"]])
+def test_recipe_aliases_that_expand_without_end_are_one_line(
+    case: str, command: list[str], tmp_path: Path, cli
+) -> None:
+    text, needle = ALIASES[case]
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_bytes(text)
+    with deadline(60):
+        code, stderr = cli([*command, str(recipe)])
+    assert_one_line(code, stderr, [f"recipe {recipe}", needle, "through its aliases"])
+
+
+def test_merge_keys_and_anchors_still_read(tmp_path: Path) -> None:
+    """A key beside a merge key overrides what the merge brings (no duplicate), and an anchor
+    used twice is read as written."""
+    from lmalgebra.core.recipe_files import read_yaml
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "base: &b {path: m, layer: 1}\nmodels:\n  - {<<: *b, name: x}\n"
+        "  - {<<: *b, name: y, layer: 2}\nalso: *b\n",
+        encoding="utf-8",
+    )
+    data = read_yaml(recipe)
+    assert data["models"] == [
+        {"path": "m", "layer": 1, "name": "x"},
+        {"path": "m", "layer": 2, "name": "y"},
+    ]
+    assert data["also"] == {"path": "m", "layer": 1}
 
 
 def test_remote_code_refusal_names_the_flag(

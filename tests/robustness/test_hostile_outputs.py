@@ -260,7 +260,18 @@ def test_overwrite_removes_only_what_a_decomposition_writes(
     assert digests(merge_run) == before
 
 
-@pytest.mark.parametrize("kept", ["plots/poster.svg", "stats/notes.txt", "sweeps/mine/x.csv"])
+@pytest.mark.parametrize(
+    "kept",
+    [
+        "plots/poster.svg",
+        "stats/notes.txt",
+        "sweeps/mine/x.csv",
+        # named like the run's own files, but none a run writes: the patterns had matched them
+        "plots/poster.png",
+        "stats/mine.safetensors",
+        "pairwise_r2_mine.csv",
+    ],
+)
 def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     kept: str,
     cli: Runner,
@@ -270,9 +281,10 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     corpus_txt: Path,
     tmp_path: Path,
 ) -> None:
-    """--overwrite removes the files a decomposition writes, one by one: a user's file kept in
-    one of its directories (``plots/``, ``stats/``) refuses it, named, where the directory had
-    been removed whole with the file inside."""
+    """--overwrite removes the files a decomposition writes, one by one and by their exact
+    names: a user's file kept in one of its directories (``plots/``, ``stats/``), or named like
+    the run's files (``plots/*.png``), refuses it, named, where the directory had been removed
+    whole with the file inside (and then the file matching the pattern)."""
     import shutil
 
     from lmalgebra import Decomposition
@@ -325,6 +337,83 @@ def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
         assert link.is_symlink() if kind == "link" else link.is_fifo()
         assert sorted(p.name for p in out.iterdir()) == before
     assert mine.read_text(encoding="utf-8") == "mine\n"
+
+
+@pytest.mark.parametrize("part", ["plots", "stats", "sweeps"])
+def test_a_runs_own_directory_that_is_a_link_is_refused(
+    part: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """``plots/`` (``stats/``, ``sweeps/``) of a run, a link to a user's directory elsewhere:
+    ``report`` had drawn its figures through it over the user's ``group_r2.png``, and the same
+    run computed again its statistics over the user's files. Refused now, naming the link, by
+    ``report``, ``decompose`` (its dry run too) and ``Decomposition.save``; nothing changes."""
+    import shutil
+
+    from lmalgebra import Decomposition
+    from lmalgebra.core.errors import UserInputError
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    users = tmp_path / "elsewhere"
+    users.mkdir()
+    for name in ("group_r2.png", "train.safetensors", "length.csv"):
+        (users / name).write_text("mine\n", encoding="utf-8")
+    (out / part).symlink_to(users)
+    before, theirs = digests(out), digests(users)
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    for command in (["report", str(out)], args, [*args, "--dry-run"]):
+        one_error(*cli(*command), f"{out / part} is a symbolic link to {users}", "remove the link")
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / part).symlink_to(users)
+    with pytest.raises(UserInputError, match="is a symbolic link"):
+        Decomposition.load(finished_run).save(copy)
+    assert digests(out) == before and digests(users) == theirs
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "directory"])
+@pytest.mark.parametrize("where", ["fits.csv", "pairwise_r2_test.csv"])
+def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
+    where: str,
+    kind: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """The same configuration again over its finished run, one of whose files is now a link
+    (or a FIFO, or a directory): it had been found only at the write, after every model was
+    embedded and fitted, with ``summary.json`` already removed, leaving the finished run
+    unfinished. Refused before any work now, by the run and its dry run, the run and its
+    ``summary.json`` as they were."""
+    import os
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    path = out / where
+    path.unlink()
+    if kind == "link":
+        path.symlink_to(tmp_path / "mine.csv")
+    else:
+        os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    needle = "is a directory, where" if kind == "directory" else "symbolic links or special files"
+    before = sorted(p.name for p in out.iterdir())
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    for flags in ([], ["--dry-run"]):
+        with deadline(60):
+            code, err = cli(*args, *flags)
+        one_error(code, err, str(out), where, needle)
+        assert "INFO" not in err  # refused before any model was read
+        assert sorted(p.name for p in out.iterdir()) == before
 
 
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
@@ -412,6 +501,31 @@ def test_a_merge_run_or_teacher_is_not_written_inside_another_output(
     code, stderr = cli("pretrain", "causal", "--out", str(store / "teacher"), *corpus)
     one_error(code, stderr, "would go inside", str(tmp_path / "merge"), "a merge run")
     assert not (store / "teacher").exists()
+
+
+@pytest.mark.parametrize("linked", ["training", "training/checkpoints"])
+def test_pretraining_writes_through_no_link_in_its_training_directory(
+    linked: str, cli: Runner, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """A teacher's ``training/`` (or its ``checkpoints/``), a link to a directory of the user's
+    elsewhere: ``pretrain`` had written its log and checkpoints there over the user's files,
+    ``--restart`` removing a checkpoint-named folder first. Refused now, naming the link, with
+    and without ``--restart``; nothing there changes."""
+    out = tmp_path / "teacher"
+    users = tmp_path / "elsewhere"
+    (users / "step-0000001").mkdir(parents=True)
+    (users / "train_log.jsonl").write_text("mine\n", encoding="utf-8")
+    (users / "step-0000001" / "state.json").write_text("mine\n", encoding="utf-8")
+    (out / linked).parent.mkdir(parents=True)
+    (out / linked).symlink_to(users)
+    args = ["pretrain", "causal", "--out", str(out), "--corpus.paths", str(corpus_txt)]
+    args += ["--language", "xx", "--tokenizer.vocab_size", "300", "--model.hidden_size", "16"]
+    args += ["--training.steps", "2", "--training.batch_size", "2", "--example_length", "16"]
+    before = digests(users)
+    for restart in ([], ["--restart"]):
+        code, err = cli(*args, *restart, "--no-progress")
+        one_error(code, err, f"{out / linked} is a symbolic link to {users}", "remove the link")
+    assert digests(users) == before
 
 
 def test_a_copy_of_a_run_stopped_at_any_write_resumes(finished_run: Path, tmp_path: Path) -> None:
@@ -713,6 +827,32 @@ def test_merge_init_writes_into_no_other_output(
         assert digests(target.parent) == before
 
 
+def test_demo_lmd_keeps_each_size_to_its_own_directory_and_offers_overwrite(
+    cli: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``demo-lmd --quick`` then ``demo-lmd`` had shared one default directory: the full run
+    was refused as another configuration there, and told to pass ``--overwrite``, an option
+    ``demo-lmd`` did not have. Each size has its own default now, and ``--overwrite`` is
+    passed on to the decomposition."""
+    import lmalgebra.api.decompose as api
+    from lmalgebra.core.errors import UserInputError
+
+    calls: list[tuple[str, bool]] = []
+
+    def recorded(recipe: dict, overwrite: bool = False, **_: object) -> None:
+        calls.append((recipe["out"], overwrite))
+        raise UserInputError("stopped here")
+
+    monkeypatch.setattr(api, "decompose_recipe", recorded)
+    for args in (["--quick"], [], ["--overwrite", "--out", "mine"]):
+        one_error(*cli("demo-lmd", "--no-progress", *args), "stopped here")
+    assert calls == [
+        ("demo-output/packaged-lmd-quick", False),
+        ("demo-output/packaged-lmd", False),
+        ("mine", True),
+    ]
+
+
 def test_each_demo_keeps_to_its_own_directory(
     cli: Runner, teacher_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -825,8 +965,10 @@ def test_every_writer_honours_the_lock_the_python_api_too(
     cli: Runner, finished_run: Path, tmp_path: Path
 ) -> None:
     """While another run holds a directory, ``Decomposition.save`` of a run read back,
-    ``report`` (which draws its figures into the run) and ``merge bits-per-byte``'s library
-    call are refused naming the holder, and nothing there changes."""
+    ``report`` (which draws its figures into the run), ``Decomposition.heatmap`` (drawn into
+    the run the first time it is asked for; it had been drawn there under the holder) and
+    ``merge bits-per-byte``'s library call are refused naming the holder, and nothing there
+    changes."""
     import shutil
     import subprocess
 
@@ -848,6 +990,10 @@ def test_every_writer_honours_the_lock_the_python_api_too(
                 one_error(*cli("report", str(run)), str(run), f"pid {holder.pid}")
                 with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
                     evaluate_bits(run, [])
+                (run / "pairwise_r2_test.png").unlink(missing_ok=True)
+                before = digests(held)
+                with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                    _ = Decomposition.load(run).heatmap
             else:
                 with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
                     loaded.save(held)

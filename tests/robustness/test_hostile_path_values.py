@@ -77,3 +77,27 @@ def test_a_leading_tilde_on_the_command_line_is_the_home_directory(
     code, stderr = cli(["spans", "~/no-recipe.yaml", "--out", "~/spans.jsonl"])
     assert_one_line(code, stderr, [str(home / "no-recipe.yaml")])
     assert not (here / "~").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--models", "a=~nosuchuser/m", "--models", "b=B"], "directory ~nosuchuser/m"),
+        (["--models", "a=gguf:~nosuchuser/m.gguf", "--models", "b=B"], "~nosuchuser/m.gguf"),
+        (["--models", "a=B", "--models", "b=B", "--reference_tokenizer", "~nosuchuser/t"], "t"),
+    ],
+    ids=["model", "gguf", "tokenizer"],
+)
+def test_a_tilde_of_no_user_is_a_path_as_given_not_a_traceback(
+    args: list[str], named: str, cli, here: Path, bert_dir: Path, corpus_txt: Path
+) -> None:
+    """``~nosuchuser/...`` (a user this machine does not have) had raised ``RuntimeError: Could
+    not determine home directory`` where a model, GGUF file, tokenizer or corpus is read; it is
+    the path as given (as a shell leaves it), named as missing."""
+    given = [str(bert_dir) if a == "B" else a.replace("=B", f"={bert_dir}") for a in args]
+    corpus = ["--corpus.paths", str(corpus_txt), "--out", str(here / "out"), "--dry-run"]
+    code, stderr = cli(["decompose", *given, *corpus])
+    assert_one_line(code, stderr, [named, "does not exist"])
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}", "--dry-run"]
+    code, stderr = cli(["decompose", *models, "--corpus.paths", "~nosuchuser/c.txt"])
+    assert_one_line(code, stderr, ["corpus ~nosuchuser/c.txt does not exist"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -155,3 +156,52 @@ def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name
     before = digests(out)
     assert_one_line(*cli([*args, "--no-progress"]), needles)
     assert digests(out) == before
+
+
+def _fifo(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    return path
+
+
+def test_a_record_read_back_that_is_a_fifo_is_never_waited_on(tmp_path: Path) -> None:
+    """Every record a command reads back to resume or to compare (an evaluation's
+    ``pos_config.json``, a selection's ``summary.json``, a checkpoint's ``state.json`` and the
+    files it hashes, the best weights' ``best.json``, a completion stamp, a manifest's parts, a
+    vocabulary's ``vocab_union.json``, block statistics, a model's ``config.json`` read for its
+    code) replaced by a FIFO: each reader had waited for a writer forever (``merge train``
+    resuming, ``evaluate-pos`` and ``experimental select`` over their directory). Each now
+    names it, or takes it for a damaged record, at once."""
+    from hostile_helpers import deadline
+    from lmalgebra.core.fingerprint import sha256_file
+    from lmalgebra.core.remote_code import ships_code
+    from lmalgebra.distill.vocab.union import _vocabulary_check
+    from lmalgebra.stats.span_blocks import SpanBlockMoments
+    from lmalgebra.storage.completion import CompletionStamp
+    from lmalgebra.storage.manifest_parts import read_parts
+    from lmalgebra.train.checkpoint import damage
+    from lmalgebra.train.validation import _intact_record
+
+    fifo = "is not a regular file (a FIFO, socket or device)"
+    with deadline(30):
+        _fifo(tmp_path / "pos" / "pos_config.json")
+        with pytest.raises(UserInputError, match=re.escape(f"pos_config.json {fifo}")):
+            claim_evaluation(tmp_path / "pos", {}, overwrite=False)
+        _fifo(tmp_path / "sel" / "summary.json")
+        with pytest.raises(UserInputError, match=r"summary\.json is not a regular file"):
+            claim_selection(tmp_path / "sel", {}, overwrite=False)
+        state = _fifo(tmp_path / "ck" / "state.json")
+        path, reason, found = damage(tmp_path / "ck")
+        assert (path, found) == (state, None) and fifo in reason and "Errno" not in reason
+        with pytest.raises(OSError, match="a FIFO"):
+            sha256_file(state)
+        assert _intact_record(_fifo(tmp_path / "best" / "best.json").parent) is None
+        stamp = CompletionStamp(tmp_path / "set", "key")
+        _fifo(stamp.path)
+        assert stamp.recorded() is None
+        _fifo(tmp_path / "parts" / "manifest.rank-0.json")
+        assert read_parts(tmp_path / "parts" / "manifest.json", {}) == []
+        assert _vocabulary_check(_fifo(tmp_path / "vocab" / "vocab_union.json").parent) is None
+        with pytest.raises(UserInputError, match=re.escape(fifo)):
+            SpanBlockMoments.load(_fifo(tmp_path / "blocks" / "blocks.json").parent)
+        assert ships_code(_fifo(tmp_path / "model" / "config.json").parent) is False

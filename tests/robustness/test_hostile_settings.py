@@ -397,6 +397,11 @@ def test_a_probe_setting_with_finetune_is_refused(bert_dir: Path, tmp_path: Path
             {"path": "gguf:m.gguf", "revision": "v1"},
             ["revision 'v1' would be ignored", "hub id only", "gguf:m.gguf"],
         ),
+        # a recipe's GGUF teacher: transformers builds the architecture, and reads no code
+        (
+            {"path": "gguf:m.gguf", "trust_remote_code": True},
+            ["trust_remote_code would be ignored", "gguf:m.gguf runs no code"],
+        ),
     ],
 )
 def test_a_model_reference_field_its_model_would_ignore_is_refused(
@@ -451,6 +456,10 @@ def test_trust_remote_code_that_no_model_takes_is_refused(
     arrays = {"a": np.ones((4, 3)), "b": np.ones((4, 2))}
     with pytest.raises(UserInputError, match="trust_remote_code would be ignored: it applies"):
         lmalgebra.decompose_plan(arrays, ["x y z"] * 4, trust_remote_code=True)
+    # GGUF files alone: the flag had been set on them, and ran nothing
+    gguf = ["--models", "a=gguf:a.gguf", "--models", "b=gguf:b.gguf", "--trust-remote-code"]
+    code, stderr = cli(["decompose", *gguf, "--corpus.paths", str(corpus_txt), "--out", str(out)])
+    assert_one_line(code, stderr, ["--trust-remote-code would be ignored", "GGUF"])
 
 
 @pytest.mark.parametrize(

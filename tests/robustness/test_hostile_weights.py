@@ -589,3 +589,119 @@ def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused
     init = InitModel(str(lacking), ModelRef.parse(str(lacking)), lacking, 2, None, {})
     with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(lacking)))}:"):
         init_student(init)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("drop", "architecture", "needle"),
+    [
+        ((), "gpt2", ""),
+        (("blk.1.ffn_down.weight",), "gpt2", "(transformer.h.1.mlp.c_proj.weight)"),
+        ((), "llama-as-gpt2", "lacks 16 of the weights of the 'gpt2' model it declares"),
+    ],
+)
+def test_a_gpt2_gguf_file_is_checked_from_its_header_by_plan_and_run(
+    llama,
+    corpus_txt: Path,
+    bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    drop: tuple[str, ...],
+    architecture: str,
+    needle: str,
+    dry_run: bool,
+    cli,
+) -> None:
+    """A GGUF file declaring ``gpt2`` had been left to the check of the loaded model, which the
+    dry run never makes: a file lacking a weight, or holding another model's tensors, was
+    planned, then refused by the run."""
+    from gguf_fixtures import write_gpt2_gguf
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "g.gguf"
+    if architecture == "gpt2":
+        write_gpt2_gguf(llama[1], path, drop=drop)
+    else:
+        write_llama_gguf(*llama, path, architecture="gpt2")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), *(["--dry-run"] if dry_run else [])]
+    code, stderr = cli(args)
+    if not needle:
+        assert code == 0, stderr
+        return
+    assert_one_line(code, stderr, ["model 'a'", str(path), needle])
+    assert not (tmp_path / "out").exists()
+
+
+def _with_nan(directory: Path) -> str:
+    """Put a NaN into one weight of ``directory``'s ``model.safetensors``; returns its name."""
+    path = directory / "model.safetensors"
+    tensors = load_file(path)
+    name = next(key for key in sorted(tensors) if key.endswith("norm.weight"))
+    tensors[name][0] = float("nan")
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return name
+
+
+@pytest.mark.parametrize("role", ["model", "teacher", "student.init", "gguf"])
+def test_a_weight_holding_nan_is_refused_wherever_weights_are_read(
+    llama, tmp_path: Path, role: str
+) -> None:
+    """A teacher whose weights held a NaN had crashed the store's first forward pass with a
+    traceback, a ``student.init`` stopped training at step 1 as if the learning rate were too
+    high, and a model to embed failed on its embeddings; a GGUF file is named as given, not by
+    its dequantised model in the cache."""
+    model, tokenizer = llama
+    model.save_pretrained(tmp_path / "lm")
+    tokenizer.save_pretrained(tmp_path / "lm")
+    name = _with_nan(tmp_path / "lm")
+    given = f"gguf:{tmp_path / 'lm.gguf'}" if role == "gguf" else str(tmp_path / "lm")
+    ref = ModelRef(name="lm", path=given)
+    needle = f"'lm': {re.escape(given)} holds NaN or inf .*{re.escape(name.removeprefix('model.'))}"
+    with pytest.raises(UserInputError, match=needle) as caught:
+        if role == "model":
+            source_of(ref, tmp_path / "lm").load()
+        else:
+            load_lm(ref, tmp_path / "lm", "causal", role="teacher" if role == "gguf" else role)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_gguf_file_holding_nan_is_refused_and_not_cached(
+    llama, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    import gguf_fixtures
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    own = gguf_fixtures._tensors
+
+    def with_nan(model: Any) -> dict[str, np.ndarray]:
+        tensors = own(model)
+        tensors["output_norm.weight"] = np.full(32, np.nan, dtype=np.float32)
+        return tensors
+
+    gguf_fixtures._tensors = with_nan
+    try:
+        path = write_llama_gguf(*llama, tmp_path / "nan.gguf")
+    finally:
+        gguf_fixtures._tensors = own
+    with pytest.raises(UserInputError, match=r"nan\.gguf holds NaN or inf .*model\.norm\.weight"):
+        ModelRef.parse(f"gguf:{path}").source.resolve()
+    built = [p for p in (tmp_path / "cache" / "gguf").iterdir() if not p.name.endswith(".lock")]
+    assert built == []
+
+
+def test_a_nan_past_the_first_slice_of_a_weight_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights are read for NaN or inf in slices (no mask of a whole embedding table)."""
+    from lmalgebra.sources import loaded_weights
+
+    monkeypatch.setattr(loaded_weights, "FINITE_SLICE", 4)
+    model = torch.nn.Linear(3, 5)
+    with torch.no_grad():
+        model.weight[4, 2] = float("inf")
+    assert loaded_weights._non_finite_weights(model) == {"weight"}
+    with torch.no_grad():
+        model.weight[4, 2] = 0.0
+    assert loaded_weights._non_finite_weights(model) == set()

@@ -226,7 +226,11 @@ def test_cli_without_the_gguf_package_is_one_line_naming_it(
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [(None, "does not exist"), (b"GGUF but not really", "is not a readable GGUF file")],
+    [
+        (None, "does not exist"),
+        (b"GGUF but not really", r"is not a readable GGUF file \(damaged or cut short: "),
+        (b"not a model at all", "does not start with the GGUF magic bytes: no GGUF file"),
+    ],
 )
 def test_a_missing_or_unreadable_file_is_refused(
     tmp_path: Path, cache: Path, content, needle: str
@@ -236,6 +240,16 @@ def test_a_missing_or_unreadable_file_is_refused(
         path.write_bytes(content)
     with pytest.raises(UserInputError, match=needle):
         ModelRef.parse(f"gguf:{path}").source.resolve()
+
+
+def test_a_file_cut_short_is_named_so(source, cache: Path, tmp_path: Path) -> None:
+    whole = source[2].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(
+        UserInputError, match=r"cut\.gguf is not a readable GGUF file \(damaged or cut"
+    ):
+        ModelRef.parse(f"gguf:{cut}").source.resolve()
 
 
 def test_a_failed_build_leaves_nothing_marked_complete(

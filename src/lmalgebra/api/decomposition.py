@@ -157,7 +157,9 @@ class Decomposition:
             from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 
             matrix = self.pairwise("test", float("nan")).to_numpy()
-            pairwise_heatmap(matrix, list(self.names), path)
+            # drawn into the run, as report draws its figures: not while a run writes there
+            with run_directory_lock(self.run_dir, "report"):
+                pairwise_heatmap(matrix, list(self.names), path)
         return path
 
     @property

@@ -24,7 +24,7 @@ from lmalgebra.sources.kinds.python_objects import (
     SentenceEncoder,
     TransformerPair,
 )
-from lmalgebra.sources.models import ModelRef
+from lmalgebra.sources.models import ModelRef, runs_own_code
 
 
 def model_entries(
@@ -67,7 +67,7 @@ def _reference(name: str, value: Any, trust_remote_code: bool) -> dict[str, Any]
             raise UserInputError(f"model {name!r}: the reference is empty")
         ref = ModelRef.parse(text)
         update: dict[str, Any] = {"name": name}
-        if ref.source.runs_remote_code:
+        if runs_own_code(ref.kind, ref.path):
             update["trust_remote_code"] = trust_remote_code
         return {**ref.model_dump(), **update}
     raise UserInputError(

@@ -6,11 +6,13 @@ does, and ``--install-completion`` sets up shell completion.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 HELP = (
     "lmalgebra: linear algebra over language models.\n\n"
@@ -24,7 +26,22 @@ HELP = (
 )
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
+
+class CommandGroup(TyperGroup):
+    """A command group whose list of commands shows each one's summary (the first paragraph of
+    its help) as one paragraph: typer's rich help keeps a docstring's line breaks there."""
+
+    # ``Any``: typer's own click types (vendored from 0.2x on, click's before)
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and not command.short_help and command.help:
+            first = inspect.cleandoc(command.help).split("\n\n")[0]
+            command.short_help = " ".join(first.split())
+        return command
+
+
 app = typer.Typer(
+    cls=CommandGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings=CONTEXT,

@@ -11,11 +11,12 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from lmalgebra.cli.app import app, console
+from lmalgebra.cli.app import CommandGroup, app, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.cli.merge import RecipeArg
 
 experimental_app = typer.Typer(
+    cls=CommandGroup,
     no_args_is_help=True,
     help="Features whose recorded evidence misses their targets (lmalgebra.experimental): "
     "they work and are tested; each warns when it runs.",

@@ -32,6 +32,18 @@ DEMO_OUTPUT = Path("demo-output")
 SPAN_FLAGS = config_flags(SpanPlanSpec, SPAN_STYLES)
 
 
+# a decomposition's --overwrite (``decompose``, ``demo-lmd``: the refusal of a directory holding
+# another configuration's run names it)
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        help="Replace the decomposition in the output directory (another run's, or this "
+        "one's on other inputs): only the files a decomposition writes are removed, and a "
+        "directory holding anything else is refused."
+    ),
+]
+
+
 @app.command()
 @with_config_flags(DECOMPOSE_FLAGS)
 def decompose(
@@ -39,14 +51,7 @@ def decompose(
     trust_remote_code: Annotated[
         bool, typer.Option(help="Allow the code shipped with the --models models to run.")
     ] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            help="Replace the decomposition in the output directory (another run's, or this "
-            "one's on other inputs): only the files a decomposition writes are removed, and a "
-            "directory holding anything else is refused."
-        ),
-    ] = False,
+    overwrite: OverwriteOption = False,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -236,15 +241,26 @@ def demo_directory(causal: bool, real: bool, quick: bool) -> Path:
 
 @app.command("demo-lmd")
 def demo_lmd(
-    out: Annotated[Path, typer.Option(help="Output directory.")] = Path("demo-output/packaged-lmd"),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Output directory (default demo-output/packaged-lmd, or "
+            "demo-output/packaged-lmd-quick with --quick)."
+        ),
+    ] = None,
     quick: Annotated[bool, typer.Option(help="A smaller run (about a minute).")] = False,
     progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Decompose the packaged real encoders on packaged Wikipedia text (no model hub needed)."""
     from lmalgebra.api.decompose import decompose_recipe
     from lmalgebra.demo.packaged_lmd import demo_config
 
-    result = decompose_recipe(demo_config(out, quick=quick, progress=progress))
+    # each size its own default directory, as the demos': the full run after the quick one
+    # had been refused as another configuration in the same directory
+    if out is None:
+        out = DEMO_OUTPUT / ("packaged-lmd-quick" if quick else "packaged-lmd")
+    result = decompose_recipe(demo_config(out, quick=quick, progress=progress), overwrite)
     console.print(_group_table(result))
     console.print(f"outputs in [bold]{result.run_dir}[/bold]")
 

@@ -8,13 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from lmalgebra.cli.app import app, console
+from lmalgebra.cli.app import CommandGroup, app, console
 from lmalgebra.cli.config_options import config_flags, with_config_flags
 from lmalgebra.cli.merge_tables import plan_tables, run_table
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.train.config import TrainingSpec
 
 merge_app = typer.Typer(
+    cls=CommandGroup,
     no_args_is_help=True,
     help="MergeDistill: several teacher LMs (masked, or causal with any tokenizers) -> one "
     "student.",

@@ -10,13 +10,14 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
-from lmalgebra.cli.app import app, console
+from lmalgebra.cli.app import CommandGroup, app, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.cli.merge import ProgressOpt, RestartOpt
 from lmalgebra.core.recipe_files import load_settings
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
 
 pretrain_app = typer.Typer(
+    cls=CommandGroup,
     no_args_is_help=True,
     help="Pre-train a teacher: a masked or causal LM from scratch, or a masked-LM head on a "
     "frozen encoder.",

@@ -13,14 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.splits import SPLITS
+from lmalgebra.core.text_files import open_regular
 
 _CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB chunks."""
+    """Hex sha256 of a file's bytes, read in 1 MiB chunks; a FIFO, socket or device there is
+    refused (``text_files.open_regular``), never waited on."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()

@@ -76,17 +76,75 @@ def recipe_path(path: Path | str) -> Path:
     return Path(str(files("lmalgebra.recipes") / f"{name}.yaml"))
 
 
+# the most values a recipe may expand to through its aliases (``*name``): a recipe holds a few
+# hundred; a chain of aliases each repeating the one before ("billion laughs") expands to more
+# than any command could read
+MOST_VALUES = 100_000
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    """A key given twice in one mapping (PyYAML keeps the later, dropping the earlier)."""
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """Plain YAML (``yaml.safe_load``'s) that refuses a key given twice in one mapping: the
+    later had replaced the earlier, a whole section (``spans:`` twice) with it. A key beside a
+    merge key (``<<: *base``) overrides what the merge brings, as YAML has it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                raise _DuplicateKey(
+                    problem=f"key {key_node.value!r} is given twice in one mapping (first on "
+                    f"line {seen[key] + 1}): the later would replace the earlier; keep one",
+                    problem_mark=key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(value: Any, sizes: dict[int, int | None]) -> int:
+    """How many values ``value`` holds with every alias written out (``sizes``: of the lists and
+    mappings seen, by ``id``; None while one is being counted); -1 for a value that holds
+    itself (``&a [*a]``)."""
+    if not isinstance(value, (list, dict)):
+        return 1
+    if id(value) in sizes:
+        known = sizes[id(value)]
+        return -1 if known is None else known
+    sizes[id(value)] = None
+    total = 1
+    for item in value.values() if isinstance(value, dict) else value:
+        size = _expanded_size(item, sizes)
+        if size < 0:
+            return -1
+        total += size
+    sizes[id(value)] = total
+    return total
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     path = recipe_path(path)
     text = read_text(path, "recipe")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_RecipeLoader)  # a SafeLoader
     except yaml.YAMLError as err:
         raise UserInputError(f"recipe {path} is not valid YAML: {yaml_problem(err)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UserInputError(f"recipe {path}: the top level must be a mapping of keys")
+    size = _expanded_size(data, {})
+    if size < 0 or size > MOST_VALUES:
+        what = "holds itself" if size < 0 else f"expands to more than {MOST_VALUES} values"
+        raise UserInputError(
+            f"recipe {path}: a value {what} through its aliases (*name, of an &name anchor); "
+            "write the values out"
+        )
     return data
 
 

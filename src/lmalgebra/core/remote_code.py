@@ -11,6 +11,8 @@ import json
 import logging
 from pathlib import Path
 
+from lmalgebra.core.text_files import read_record
+
 log = logging.getLogger(__name__)
 # files whose ``auto_map`` points transformers at code shipped beside them
 AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json")
@@ -25,7 +27,7 @@ def ships_code(directory: Path | str) -> bool:
         return True
     for name in AUTO_MAP_FILES:
         try:
-            data = json.loads((root / name).read_text(encoding="utf-8"))
+            data = json.loads(read_record(root / name))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("auto_map"):

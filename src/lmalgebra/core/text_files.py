@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lmalgebra.core.errors import UserInputError
 
@@ -57,6 +59,35 @@ def not_a_file(path: Path) -> str:
     """Why ``path``, which is no regular file, is not one, as a message ends: ``is a
     directory, not a file``, or as :func:`absent` says (a FIFO, a link to nothing, nothing)."""
     return "is a directory, not a file" if path.is_dir() else absent(path)
+
+
+class NotARegularFileError(OSError):
+    """What :func:`open_regular` raises for a path that is no regular file: an ``OSError``, as
+    a missing file's, so that a reader that takes an unreadable record for none does the same."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the path and what stands there, without "[Errno 22]"
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened to read its bytes, never waiting on what stands there: a FIFO is opened
+    without waiting for a writer and, as a directory, socket or device, refused with
+    :class:`NotARegularFileError` naming it (:func:`not_a_file`); a link is followed. Raises
+    ``OSError`` as ``open`` does."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    handle = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        handle.close()
+        raise NotARegularFileError(errno.EINVAL, f"{path} {not_a_file(Path(path))}")
+    return handle
+
+
+def read_record(path: Path) -> str:
+    """The UTF-8 text of a record a run reads back (a ``summary.json``, a checkpoint's
+    ``state.json``, a manifest), read through :func:`open_regular`: a FIFO there had made the
+    command wait forever. ``UnicodeDecodeError`` for bytes that are not UTF-8."""
+    with open_regular(path) as handle:
+        return handle.read().decode("utf-8")
 
 
 def require_file(path: Path, what: str) -> Path:

@@ -32,8 +32,9 @@ from typing import Any
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
-from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
+from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
 from lmalgebra.storage.atomic import (
+    as_created,
     remove_file,
     write_bytes_atomic,
     write_json_atomic,
@@ -171,6 +172,12 @@ class RunLayout:
             raise UserInputError(f"run directory {self.root} {not_a_directory(self.root)}")
         if self.root.is_symlink() and not self.root.exists():
             raise UserInputError(f"run directory {self.root} {absent(self.root)}")
+        if not self.recipe.is_file() and (self.recipe.exists() or self.recipe.is_symlink()):
+            raise UserInputError(  # a FIFO, a directory, a link to nothing: not "no recipe.yaml"
+                f"{self.recipe} {not_a_file(self.recipe)}: it is the run's copy of its recipe, "
+                "which the commands given the run directory read; remove it, then run "
+                "`lmalgebra merge prepare RECIPE` again"
+            )
         if not self.recipe.is_file():
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}"
@@ -179,14 +186,14 @@ class RunLayout:
         return self.recipe
 
 
-def check_plain_name(name: str, what: str) -> str:
+def check_plain_name(name: str, what: str, where: str = "inside the run") -> str:
     """``name`` if it is one plain directory name (no ``/``, ``..`` or hidden name); else one
-    ``UserInputError`` naming ``what`` it is. A run keeps a student, and a language's and a
-    teacher's shard sets, in directories of their names: any other name would put them
-    outside the run, or two sets in one directory."""
+    ``UserInputError`` naming ``what`` it is (and ``where`` the rule comes from). A run keeps a
+    student, and a language's and a teacher's shard sets, in directories of their names: any
+    other name would put them outside the run, or two sets in one directory."""
     if not _PLAIN_NAME.fullmatch(name):
         raise UserInputError(
-            f"{what} {name!r} must be one plain directory name inside the run "
+            f"{what} {name!r} must be one plain directory name {where} "
             "(letters, digits, '.', '_', '-'; not starting with '.')"
         )
     return name
@@ -241,6 +248,7 @@ def write_model_directory(
         for name, stamp in after.items()
         if name not in (MARKER, CARD) and not name.startswith(".") and before.get(name) != stamp
     )
+    as_created(written)  # save_pretrained's safetensors file is 0600 whatever the umask
     record = {**metadata, FILES_KEY: {p.name: sha256_file(p) for p in written}}
     write_json_atomic(target / MARKER, sealed(record, CHECK_KEY))
     return target

@@ -78,7 +78,7 @@ from lmalgebra.distill.teachers import (
     load_lm,
 )
 from lmalgebra.distributed import is_main, main_rank_only
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import refuse_unwritable, write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
@@ -293,6 +293,7 @@ class Objective(ABC):
 
         ``setup``: device and dtype already resolved (``teachers.inference_setup``)."""
         setup = setup or inference_setup(self.recipe)  # an unusable device or dtype: refused first
+        refuse_unwritable(self.layout.recipe)  # written last: refused before the teachers run
         teachers = self.open_teachers()
         for lang, name in self.pairs():
             self.write_outputs(lang, teachers[name], setup, progress)

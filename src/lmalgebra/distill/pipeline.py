@@ -36,6 +36,7 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
+from lmalgebra.storage.atomic import refuse_unwritable
 from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
@@ -285,6 +286,8 @@ def plan(
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
+        if {"prepare", "teach"} & set(runnable):  # the stages that write the run's recipe.yaml
+            refuse_unwritable(RunLayout(recipe.output_dir).recipe)
         refuse_parts_in_the_way(objective, runnable)
     writes = any(recipe.written_text(lang) is not None for lang in recipe.languages)
     if "teach" in runnable or ("prepare" in runnable and writes):  # as the run, before any work

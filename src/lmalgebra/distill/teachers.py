@@ -165,8 +165,9 @@ def load_lm(
         ) from err
     model, info = loaded
     base = getattr(model, "base_model_prefix", "")
-    refuse_headless(owner, str(directory), auto, base, info.get("missing_keys", ()))
-    refuse_incomplete(owner, directory, model, info)
+    shown = ref.shown(directory)
+    refuse_headless(owner, shown, auto, base, info.get("missing_keys", ()))
+    refuse_incomplete(owner, directory, model, info, shown=shown)
     return model.eval()
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, unseal
+from lmalgebra.core.text_files import not_a_file, read_record
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import Table, format_cell, write_table
 from lmalgebra.storage.output_paths import claim_run_directory
@@ -70,7 +71,7 @@ def _recorded(out: Path) -> dict[str, Any] | None:
     edited since it was written (it fails its checksum; a record of an older release, without
     one, is read as it is)."""
     try:
-        config = json.loads((out / CONFIG).read_text(encoding="utf-8"))
+        config = json.loads(read_record(out / CONFIG))
     except (OSError, ValueError):
         return None
     if not isinstance(config, dict) or unseal(config, CHECK) is False:
@@ -102,12 +103,17 @@ def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> No
     refused, naming what differs, unless ``overwrite`` (its files removed, and only those)."""
     config = _recorded(out)
     recorded = config.get("identity") if config is not None else None
-    if (out / CONFIG).exists() and not isinstance(recorded, dict) and not overwrite:
+    path = out / CONFIG
+    if (path.exists() or path.is_symlink()) and not isinstance(recorded, dict) and not overwrite:
+        why = (
+            "is damaged (no identity of an evaluation can be read from it, or it does not "
+            "match its checksum)"
+            if path.is_file()
+            else not_a_file(path)
+        )
         raise UserInputError(
-            f"{out / CONFIG} is damaged (no identity of an evaluation can be read from it, "
-            "or it does not match its checksum): "
-            "the evaluation there cannot be compared with this one; restore it, write to "
-            "another directory, or pass --overwrite to replace the evaluation"
+            f"{path} {why}: the evaluation there cannot be compared with this one; restore it, "
+            "write to another directory, or pass --overwrite to replace the evaluation"
         )
     finished = config is not None and bool(config.get("finished"))
     claim_run_directory(

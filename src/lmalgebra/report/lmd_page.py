@@ -31,6 +31,7 @@ from lmalgebra.lmd.rundir.schema import (
     AttributionShareRow,
     FitRow,
     read_pairwise,
+    refuse_linked_directories,
 )
 from lmalgebra.report.page import (
     Section,
@@ -299,6 +300,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     refuse_inside_other_output(target, "report", run_dir)
     check_file(target, "report file", lambda head: TITLE.encode() in head)
     summary = read_summary(run_dir)
+    refuse_linked_directories(run_dir)  # the figures go into its plots/
     # the figures go into the run: not while a run writes there (--overwrite, say)
     with run_directory_lock(run_dir, "report"), tidy_on_failure(target.parent, deep=False):
         return _write(run_dir, target, summary)

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, home_expanded
 from lmalgebra.core.text_files import absent, read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
@@ -57,7 +57,7 @@ _LANGUAGE_ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,15})=(.+)$")
 def split_language(entry: str) -> tuple[str | None, str]:
     """``"fr=wiki.txt"`` -> ``("fr", "wiki.txt")``; without a language -> ``(None, entry)``."""
     match = _LANGUAGE_ENTRY.match(entry)
-    if match is None or Path(entry).expanduser().exists():
+    if match is None or home_expanded(Path(entry)).exists():
         return None, entry
     return match.group(1), match.group(2)
 
@@ -218,7 +218,7 @@ def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
         language, name = split_language(entry)
         if name.startswith(PACKAGE_PREFIX):
             name = str(asset_path(name.removeprefix(PACKAGE_PREFIX)))
-        path = Path(name).expanduser()
+        path = home_expanded(Path(name))
         if not path.exists():
             raise UserInputError(f"corpus {path} {absent(path)}")
         found.append((language, path))

@@ -21,10 +21,12 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.remote_code import load_failure
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_tensors import model_class, refuse_foreign_tensors
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
+from lmalgebra.storage.atomic import as_created
 from lmalgebra.storage.output_paths import cache_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
@@ -54,6 +56,18 @@ def supported_architectures() -> set[str]:
     return (set(GGUF_ARCHS) | set(GGUF_SUPPORTED_ARCHITECTURES)) - set(_METADATA_SECTIONS)
 
 
+def _why(path: Path, err: Exception) -> str:
+    """Why ``GGUFReader`` could not read ``path`` (``err``), as a user can act on it."""
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+    except OSError:
+        return str(err)
+    if magic != b"GGUF":
+        return "it does not start with the GGUF magic bytes: no GGUF file"
+    return f"damaged or cut short: {err}"
+
+
 def _opened(path: Path, owner: str) -> tuple[Any, str]:
     """``path``'s ``GGUFReader`` and the architecture it declares; refuses a file that is no
     GGUF and an architecture transformers cannot read."""
@@ -62,7 +76,9 @@ def _opened(path: Path, owner: str) -> tuple[Any, str]:
         reader = gguf.GGUFReader(path)
         architecture = str(reader.fields["general.architecture"].contents())
     except (ValueError, KeyError, IndexError, OSError) as err:
-        raise UserInputError(f"{owner}: {path} is not a readable GGUF file ({err})") from err
+        raise UserInputError(
+            f"{owner}: {path} is not a readable GGUF file ({_why(path, err)})"
+        ) from err
     supported = supported_architectures()
     if architecture not in supported:
         raise UserInputError(
@@ -191,7 +207,7 @@ def file_directory(path: str, owner: str, weights: bool = True) -> Path:
     """``gguf:PATH``'s model directory (``path`` without the prefix). ``weights=False`` (a dry
     run): its configuration and tokenizer alone, from the cache when it holds the model, else
     read from the file into a temporary directory: a plan writes nothing to the cache."""
-    file = Path(path).expanduser()
+    file = home_expanded(Path(path))
     if not file.is_file():
         what = "is a directory, not a GGUF file" if file.is_dir() else absent(file)
         raise UserInputError(f"{owner}: GGUF file {path} {what}")
@@ -300,3 +316,4 @@ def _dequantise(path: Path, out: Path, owner: str, config: Any) -> None:
         del model.config.quantization_config
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    as_created(out.glob("*.safetensors"))  # safetensors makes them 0600 whatever the umask

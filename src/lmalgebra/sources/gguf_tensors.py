@@ -17,8 +17,10 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources.loaded_weights import listed
 
 # architectures whose tensor processor stores some tensors under names of its own (experts
-# merged, a head moved): checked once loaded, by the report of transformers
-_RENAMING = frozenset({"qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "gpt2", "minimax-m2"})
+# merged): checked once loaded, by the report of transformers (which a dry run never makes).
+# gpt2's processor only transposes tensors and files ``output.weight`` as the head, the name
+# its table gives too: it is checked here
+_RENAMING = frozenset({"qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "minimax-m2"})
 
 
 def model_class(config: Any) -> Any:

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import home_expanded
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
@@ -19,7 +20,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 def looks_local(path: str) -> bool:
     """Whether ``path`` is meant as a local path (not a hub id): it starts like one, exists, or
     is no valid repository id."""
-    local = Path(path).expanduser()
+    local = home_expanded(Path(path))
     return path.startswith((".", "/", "~")) or local.exists() or not _HUB_ID.match(path)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 
 SHOWN = 3  # tensors named in a message; the count says how many more
+FINITE_SLICE = 1 << 22  # values of a weight checked for NaN or inf at once
 
 # keyword arguments of every checked ``from_pretrained``: transformers then reports what it left
 # out instead of raising on a tensor of another shape (a message that points at a log line the
@@ -80,15 +81,23 @@ def _part_of_model(model: Any, key: str) -> bool:
 
 
 def refuse_incomplete(
-    owner: str, directory: Path, model: Any, info: dict[str, Any], unused: tuple[str, ...] = ()
+    owner: str,
+    directory: Path,
+    model: Any,
+    info: dict[str, Any],
+    unused: tuple[str, ...] = (),
+    shown: str | None = None,
 ) -> None:
     """Refuse ``model`` (loaded from ``directory`` with :data:`CHECKED_LOAD`, which
-    gave ``info``) when a weight it uses was missing from the files or a tensor of the files
-    found no place in it. ``unused``: module names (``"pooler"``) whose missing weights do not
-    matter to the caller. ``owner`` starts the message ("model 'x'")."""
+    gave ``info``) when a weight it uses was missing from the files, a tensor of the files
+    found no place in it or a weight holds NaN or inf. ``unused``: module names (``"pooler"``)
+    whose missing weights do not matter to the caller. ``owner`` starts the message ("model
+    'x'"); ``shown`` names the model in it (default: ``directory``; the file as given for a
+    GGUF file's dequantised model)."""
+    shown = shown or str(directory)
     _refuse_gaps(
         owner,
-        str(directory),
+        shown,
         info.get("missing_keys", ()),
         {key for key in info.get("unexpected_keys", ()) if _part_of_model(model, key)},
         {_shapes(key) for key in info.get("mismatched_keys", ())},
@@ -97,9 +106,38 @@ def refuse_incomplete(
     integral = _integer_weights(directory, model)
     if integral:
         raise UserInputError(
-            f"{owner}: {directory} stores {len(integral)} of the model's floating-point weights "
+            f"{owner}: {shown} stores {len(integral)} of the model's floating-point weights "
             f"as integers ({listed(integral)}); transformers would cast them to float: the "
             "file is damaged or not this model's"
+        )
+    non_finite = _non_finite_weights(model)
+    if non_finite:
+        raise UserInputError(
+            f"{owner}: {shown} holds NaN or inf in {len(non_finite)} of the model's weights "
+            f"({listed(non_finite)}); every output computed through them would be NaN: the "
+            "file is damaged"
+        )
+
+
+def _non_finite_weights(model: Any) -> set[str]:
+    """The names of ``model``'s floating-point weights that hold a NaN or an infinity."""
+    return {
+        name
+        for name, param in model.named_parameters()
+        if param.is_floating_point() and not _finite(param)
+    }
+
+
+def _finite(param: Any) -> bool:
+    """Whether every value of ``param`` is finite, read in slices of :data:`FINITE_SLICE`
+    values: a mask of a whole embedding table would take as much memory again."""
+    import torch
+
+    with torch.no_grad():
+        flat = param.detach().reshape(-1)
+        return all(
+            bool(torch.isfinite(flat[start : start + FINITE_SLICE]).all())
+            for start in range(0, flat.numel(), FINITE_SLICE)
         )
 
 

@@ -19,7 +19,7 @@ from typing_extensions import Self
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, memoised_hash
@@ -255,7 +255,7 @@ class ReferencedModel(ModelSource):
         ref = self.ref
         if ref.path.startswith(PACKAGE_PREFIX):
             return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
-        path = Path(ref.path).expanduser()
+        path = home_expanded(Path(ref.path))
         if not path.exists():
             raise UserInputError(f"model {ref.name!r}: {what} {ref.path} {absent(path)}")
         if not path.is_file() and not path.is_dir():  # never opened: it would wait for a writer

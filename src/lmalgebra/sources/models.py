@@ -84,6 +84,11 @@ class ModelRef(ModelFields):
                 f"model {self.name!r}: trust_remote_code would be ignored: a {self.kind} model "
                 "runs no code of its own"
             )
+        if self.trust_remote_code and not runs_own_code(self.kind, self.path):
+            raise UserInputError(
+                f"model {self.name!r}: trust_remote_code would be ignored: {self.path} runs no "
+                "code of its own (transformers builds a GGUF file's architecture itself)"
+            )
         if self.seed and not self.random_init:
             raise UserInputError(
                 f"model {self.name!r}: seed {self.seed} would be ignored: it seeds random_init "
@@ -129,17 +134,26 @@ class ModelRef(ModelFields):
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
 
 
+def runs_own_code(kind: str, path: str) -> bool:
+    """Whether a model of ``kind`` at ``path`` may run code shipped with it: a transformers
+    model, but not a GGUF file (``gguf:``), whose architecture transformers builds itself."""
+    return _kinds()[kind].runs_remote_code and not path.startswith(GGUF_PREFIX)
+
+
 def allow_remote_code(entries: list[dict[str, Any]], flag: str) -> None:
     """Set ``trust_remote_code`` on the model entries of the command line (``--models``) whose
     kind runs code of its own; ``flag`` (``--trust-remote-code``) was given. Refused when no
     entry takes it: models of a recipe say it themselves, ONNX and precomputed ones run none."""
-    takers = [e for e in entries if _kinds()[e.get("kind", "transformers")].runs_remote_code]
+    takers = [
+        e for e in entries if runs_own_code(e.get("kind", "transformers"), str(e.get("path", "")))
+    ]
     if not takers:
         where = (
             "the models it applies to are those given with --models, and none is given (a "
             "recipe's model sets trust_remote_code: true itself)"
             if not entries
-            else "none of the --models runs code of its own (ONNX and precomputed models run none)"
+            else "none of the --models runs code of its own (ONNX, precomputed and GGUF "
+            "models run none)"
         )
         raise UserInputError(f"{flag} would be ignored: {where}")
     for entry in takers:

@@ -9,7 +9,8 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import load_failure
-from lmalgebra.core.text_files import absent, not_a_directory
+from lmalgebra.core.settings import home_expanded
+from lmalgebra.core.text_files import absent, not_a_directory, not_a_file
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
@@ -38,7 +39,7 @@ def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
         return asset_path(source.removeprefix(PACKAGE_PREFIX), weights)
     if source.startswith(GGUF_PREFIX):
         return file_directory(source.removeprefix(GGUF_PREFIX), owner, weights)
-    local = Path(source).expanduser()
+    local = home_expanded(Path(source))
     if local.is_symlink() and not local.exists():
         raise UserInputError(f"{owner}: tokenizer {source} {absent(local)}")
     if local.is_dir():
@@ -74,6 +75,7 @@ def load_reference_tokenizer(source: str, models: Sequence[str], weights: bool =
 def fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
+    refuse_odd_files(directory, owner)
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except Exception as err:
@@ -86,6 +88,16 @@ def fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
         )
     refuse_empty(tokenizer, directory, owner)
     return tokenizer
+
+
+def refuse_odd_files(directory: Path, owner: str) -> None:
+    """Refuse a tokenizer file of ``directory`` that is no regular file (a directory, a FIFO, a
+    link to nothing), naming it: transformers passes over it and fails on what is left, in a
+    line that names no file ("Couldn't instantiate the backend tokenizer from one of:")."""
+    for name in TOKENIZER_FILES:
+        path = Path(directory) / name
+        if (path.exists() or path.is_symlink()) and not path.is_file():
+            raise UserInputError(f"{owner}: tokenizer file {path} {not_a_file(path)}")
 
 
 def refuse_empty(tokenizer: Any, directory: Path, owner: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import read_record
 from lmalgebra.stats.moments import (
     ModelColumns,
     Precision,
@@ -161,7 +162,7 @@ class SpanBlockMoments:
     def load(cls, directory: Path) -> SpanBlockMoments:
         index = directory / "blocks.json"
         try:
-            meta = json.loads(index.read_text())
+            meta = json.loads(read_record(index))
         except (OSError, json.JSONDecodeError) as err:
             raise UserInputError(f"block statistics index {index} is unreadable: {err}") from err
         blocks = [ModelColumns(*entry) for entry in meta["blocks"]]

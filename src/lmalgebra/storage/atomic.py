@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +46,43 @@ def refuse_special(path: Path, what: str = "output file") -> None:
         )
 
 
-def remove_file(path: Path) -> None:
-    """Remove the file ``path`` if there is one (a record or mark taken away before what it
-    describes is written again), refusing what :func:`write_atomic` refuses there, before
-    anything is removed: a directory (lmalgebra removes none it did not write), a link or a
-    special file (:func:`refuse_special`)."""
+def refuse_unwritable(path: Path) -> None:
+    """Refuse what :func:`write_atomic` refuses at ``path`` before anything is written: a link
+    or a special file (:func:`refuse_special`), a directory (lmalgebra removes none it did not
+    write). A stage that writes ``path`` last calls it first, and so does its dry run."""
     refuse_special(path)
     if path.is_dir():
         raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
+
+
+def remove_file(path: Path) -> None:
+    """Remove the file ``path`` if there is one (a record or mark taken away before what it
+    describes is written again), refusing what :func:`write_atomic` refuses there, before
+    anything is removed (:func:`refuse_unwritable`)."""
+    refuse_unwritable(path)
     path.unlink(missing_ok=True)
+
+
+def created_mode() -> int:
+    """The mode ``open()`` gives a file it creates in this process: ``0o666`` less the umask
+    (read from ``/proc`` where there is one: setting the umask to read it would race with the
+    process's other threads)."""
+    try:
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        mask = next(int(line.split()[1], 8) for line in status.splitlines() if line[:6] == "Umask:")
+    except (OSError, StopIteration, ValueError, IndexError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
+
+
+def as_created(paths: Iterable[Path]) -> None:
+    """Give each file the mode ``open()`` would have (:func:`created_mode`): safetensors makes
+    its files ``0600`` whatever the umask, so a model directory, a run or a cache shared by a
+    team would be readable by its writer alone."""
+    mode = created_mode()
+    for path in paths:
+        path.chmod(mode)
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
@@ -65,9 +93,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     made a directory by hand, say), as does a link or special file at ``path``
     (:func:`refuse_special`), before anything is written.
     """
-    refuse_special(path)
-    if path.is_dir():
-        raise UserInputError(f"{path} is a directory, not a file: remove it, then run again")
+    refuse_unwritable(path)
     blocker = next((p for p in path.parents if p.exists()), None)
     if blocker is not None and not blocker.is_dir():
         raise UserInputError(f"cannot write {path}: {blocker} {not_a_directory(blocker)}")
@@ -76,6 +102,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     try:
         with naming_file(path):
             write(tmp)
+            as_created([tmp])  # a safetensors writer's 0600 made what open() makes
             with tmp.open("rb+") as handle:
                 os.fsync(handle.fileno())
             tmp.replace(path)

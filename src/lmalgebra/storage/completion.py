@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import remove_file, write_json_atomic
 
 STAMP = "complete.json"
@@ -29,7 +30,7 @@ class CompletionStamp:
         """The key the directory was completed under; None if it never was (or the stamp is
         unreadable, which a killed run cannot leave: it is written atomically)."""
         try:
-            found = json.loads(self.path.read_text())
+            found = json.loads(read_record(self.path))
         except (OSError, json.JSONDecodeError):
             return None
         return found if isinstance(found, str) else None

@@ -74,6 +74,26 @@ def naming_file(path: Path) -> Iterator[None]:
         raise
 
 
+SHOWN = 80  # characters of an over-long path a message shows, at each end
+
+
+def too_long_a_path(err: BaseException) -> str | None:
+    """The one line a user sees for a path the file system cannot hold (ENAMETOOLONG: a name in
+    it longer than the file system's 255 bytes, or the whole longer than 4096), met wherever a
+    command first looks at it, input or output, before anything is written there; None for any
+    other error."""
+    if errno.ENAMETOOLONG not in _os_errors(err):
+        return None
+    where = _paths_of(err) or ""
+    longest = max((len(part.encode()) for part in Path(where).parts), default=0)
+    shown = where if len(where) <= 2 * SHOWN else f"{where[:SHOWN]}...{where[-SHOWN:]}"
+    return (
+        f"path too long for the file system ({len(where.encode())} bytes, its longest name "
+        f"{longest}): {shown}; a name may hold at most 255 bytes and a path 4096: give a "
+        "shorter one"
+    )
+
+
 def _paths_of(err: BaseException) -> str | None:
     """The file (``A -> B`` for a rename) the first ``OSError`` of ``err``'s chain names."""
     seen: set[int] = set()

@@ -13,6 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.text_files import read_record
+
 MANIFEST = "manifest.json"  # a shard set's manifest (``shard_set``), beside its parts
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,7 @@ def read_parts(manifest: Path, identity: dict[str, Any]) -> list[dict[str, Any]]
     found = []
     for path in _part_paths(manifest):
         try:
-            part = json.loads(path.read_text())
+            part = json.loads(read_record(path))
         except (OSError, json.JSONDecodeError):
             log.warning("manifest part %s is unreadable; its shards will be recomputed", path)
             continue

@@ -63,6 +63,11 @@ def cache_directory(root: Path | None = None) -> Path:
     path = home_expanded(Path(root)) if root is not None else default_cache_dir()
     env = os.environ.get("LMALGEBRA_CACHE")
     named = env is not None and home_expanded(Path(env)) == path
+    if named and not str(env).strip():  # an empty one reads as unset; blanks had made "  /"
+        raise UserInputError(
+            f"$LMALGEBRA_CACHE {env!r}: an empty path; name a directory, or unset it "
+            "(~/.cache/lmalgebra)"
+        )
     check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
     return path
 
@@ -174,11 +179,19 @@ def directory_kind(directory: Path) -> tuple[str, str] | None:
     writing, by its ``config.json``), or None."""
     for kind, markers in KIND_MARKERS.items():
         for marker in markers:
-            if (directory / marker).is_file():
+            if _stands(directory / marker):
                 return kind, marker
     if (directory / MODEL_CONFIG).is_file() and not (directory / PRETRAIN_WORK).is_dir():
         return "a model lmalgebra did not write", MODEL_CONFIG
     return None
+
+
+def _stands(marker: Path) -> bool:
+    """Whether something other than a directory stands at ``marker``: a file, or what stands in
+    one's place (a FIFO, a link, to nothing too), which tells the kind as the file would; a
+    selection whose ``recommended.yaml`` was a FIFO had been taken for a decomposition run by
+    its ``summary.json``."""
+    return marker.is_symlink() or (marker.exists() and not marker.is_dir())
 
 
 # for the kinds whose marker a user's file may be named as well (a recipe.yaml, a summary.json),
@@ -361,7 +374,13 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
             f"{OVERWRITE} removes only a run's own files: move those away, or write to "
             "another directory"
         )
-    # a run writes no link (the file it names is a user's, and so is the link) and no FIFO
+    _refuse_odd(directory, what, mine)
+
+
+def _refuse_odd(directory: Path, what: str, mine: Sequence[Path]) -> None:
+    """Refuse symbolic links and special files among ``mine``, the paths where a run of
+    ``what`` writes its files: a run writes no link (the file it names is a user's, and so is
+    the link) and no FIFO; found before any work, not at the write after it."""
     odd = [p for p in mine if p.is_symlink() or not p.is_file()]
     if odd:
         raise UserInputError(
@@ -408,7 +427,7 @@ def claim_run_directory(
         else:
             remove_run_files(directory, what, owned)
         return
-    foreign = _sort_out(directory, owned)[1]
+    mine, foreign = _sort_out(directory, owned)
     hint = f"write to another directory, or pass {OVERWRITE} to remove its files first"
     if recorded is None and foreign:
         raise UserInputError(
@@ -425,6 +444,20 @@ def claim_run_directory(
         raise UserInputError(
             f"{directory} holds {state} {what} of another configuration "
             f"({', '.join(changed)} differ); {hint}"
+        )
+    # the same run, resumed or computed again, writes there: nothing in the way of a file
+    _refuse_odd(directory, what, mine)
+    blocked = [
+        p
+        for p in foreign
+        if p.is_dir()
+        and any(fnmatch.fnmatchcase(p.relative_to(directory).as_posix(), o) for o in owned)
+    ]
+    if blocked:
+        more = f" (and {_names(blocked[1:], directory)})" if len(blocked) > 1 else ""
+        raise UserInputError(
+            f"{blocked[0]} is a directory, where a {what} writes a file{more}: lmalgebra "
+            "removes none it did not write; move it away, or write to another directory"
         )
 
 

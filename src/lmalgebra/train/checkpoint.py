@@ -23,7 +23,8 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_json
-from lmalgebra.storage.atomic import write_json_atomic
+from lmalgebra.core.text_files import read_record
+from lmalgebra.storage.atomic import as_created, write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.run_fingerprint import as_json, check_fingerprint
 
@@ -69,6 +70,7 @@ def save_checkpoint(
             save_file(tensors, str(tmp / "optimizer.safetensors"))
         with naming_file(final / "rng.safetensors"):
             save_file({"torch": torch.get_rng_state()}, str(tmp / "rng.safetensors"))
+        as_created(tmp / name for name in FILES)  # safetensors makes them 0600
         state: dict[str, Any] = {
             "step": step,
             "param_groups": groups,
@@ -127,7 +129,7 @@ def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
     why (missing, truncated, altered or edited)."""
     path = directory / "state.json"
     try:
-        state = json.loads(path.read_text())
+        state = json.loads(read_record(path))
         if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
             raise ValueError("its content does not match its checksum (edited or damaged)")
         for name in FILES:

@@ -51,7 +51,7 @@ from lmalgebra.train.run_fingerprint import (
     training_part,
 )
 from lmalgebra.train.schedules import kd_weight, learning_rate
-from lmalgebra.train.validation import Validation, ValidationTracker, clear_best
+from lmalgebra.train.validation import BEST, Validation, ValidationTracker, clear_best
 
 log = logging.getLogger(__name__)
 TRAIN_LOG = "train_log.jsonl"  # one line per logged step, which a resumed run cuts back
@@ -149,6 +149,20 @@ def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
         )
 
 
+def refuse_linked_parts(out: Path, itself: bool = False) -> None:
+    """Refuse a training directory ``out`` whose parts training writes itself (``checkpoints/``,
+    the best weights' ``best/``, the training log) are symbolic links, or (``itself``) that is
+    one: training writes their files, and ``--restart`` removes checkpoints, through the link,
+    over what it names (a directory of the user's elsewhere)."""
+    for path in ([out] if itself else []) + [out / "checkpoints", out / BEST, out / TRAIN_LOG]:
+        if path.is_symlink():
+            raise UserInputError(
+                f"training directory {path} is a symbolic link to {path.readlink()}: training "
+                f"writes its files there itself and would replace (with {RESTART}, remove) "
+                "what the link names; remove the link"
+            )
+
+
 def refuse_other_training(
     recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
 ) -> None:
@@ -198,6 +212,7 @@ def train(
     stops early once they stop improving (``train.validation``).
     """
 
+    refuse_linked_parts(out)
     if not restart:
         refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written

@@ -24,6 +24,7 @@ from safetensors.torch import load_model, save_model
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def _intact_record(folder: Path) -> dict[str, Any] | None:
     """``folder``'s ``best.json`` when it reads and its weights are of the sha256 it records;
     None otherwise."""
     try:
-        record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
+        record = json.loads(read_record(folder / "best.json"))
         intact = record["sha256"] == sha256_file(folder / "model.safetensors")
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -28,12 +28,14 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts, require_examples
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import causal_only, load_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.embed import refuse_foreign_ids
+from lmalgebra.sources.gguf_models import GGUF_PREFIX
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.csv_tables import Table, read_table, write_table
@@ -229,9 +231,15 @@ OLDER_SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
 def reference_of(ref: ModelRef) -> str:
     """The model ``ref`` names, as a scored row records it: its kind, path as resolved here
     and revision (a model edited in place at that path is not told apart)."""
-    local = Path(ref.path).expanduser()
-    where = local.resolve() if local.exists() else ref.path  # a hub id as given
-    return f"{ref.kind}:{where}" + (f"@{ref.revision}" if ref.revision else "")
+    return f"{ref.kind}:{_resolved(ref)}" + (f"@{ref.revision}" if ref.revision else "")
+
+
+def _resolved(ref: ModelRef) -> str:
+    """``ref``'s path as resolved here, a GGUF file's behind its ``gguf:`` (which had made
+    ``gguf:m.gguf`` and ``gguf:/abs/m.gguf`` two models); a hub id as given."""
+    prefix = GGUF_PREFIX if ref.path.startswith(GGUF_PREFIX) else ""
+    local = home_expanded(Path(ref.path.removeprefix(prefix)))
+    return prefix + str(local.resolve()) if local.exists() else ref.path
 
 
 @holding_lock("merge bits-per-byte", lambda run_dir, **_: run_dir)
@@ -304,8 +312,7 @@ def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
 
 def _same_model(a: ModelRef, b: ModelRef) -> bool:
     """Whether two references name one model (its kind, path as resolved here, revision)."""
-    where = [Path(ref.path).expanduser().resolve() for ref in (a, b)]
-    return a.kind == b.kind and where[0] == where[1] and a.revision == b.revision
+    return a.kind == b.kind and _resolved(a) == _resolved(b) and a.revision == b.revision
 
 
 def _earlier_rows(run_dir: Path, rows: Sequence[ScoredRow]) -> list[ScoredRow]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.layout import MARKER
 from lmalgebra.lmd.rundir.files import read_json
 
@@ -35,7 +36,7 @@ def teacher_languages(teachers: Mapping[str, str | Path]) -> dict[str, frozenset
     """
     found: dict[str, frozenset[str] | None] = {}
     for name, path in teachers.items():
-        record_path = Path(str(path)).expanduser() / MARKER
+        record_path = home_expanded(Path(str(path))) / MARKER
         record = read_json(record_path) if record_path.is_file() else {}
         language = record.get("language") if record.get("kind") == PRETRAINED else None
         found[name] = frozenset({language}) if isinstance(language, str) and language else None

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import with_default
 from lmalgebra.core.settings import Settings, refuse_ignored
+from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TokenizerKind
@@ -99,6 +100,13 @@ class PretrainText(Settings):
     training: TeacherTrainingSpec = Field(
         default_factory=TeacherTrainingSpec, description="Training."
     )
+
+    @field_validator("language")
+    @classmethod
+    def _recipe_language(cls, code: str) -> str:
+        """A code a merge recipe can name: a teacher trained for another (``''``, ``../x``)
+        could join no recipe, its held-out examples chosen for a language none has."""
+        return check_plain_name(code, "language", "like a merge recipe's language codes")
 
 
 class WordPieceSpec(Settings):

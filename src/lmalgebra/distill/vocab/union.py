@@ -26,7 +26,7 @@ from safetensors.numpy import load_file, save_file
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, sha256_texts, unseal
-from lmalgebra.core.text_files import read_json_object
+from lmalgebra.core.text_files import read_json_object, read_record
 from lmalgebra.distill.vocab.token_forms import (
     Convention,
     backend_of,
@@ -387,7 +387,7 @@ def _vocabulary_check(directory: Path) -> object:
     """The checksum ``vocab_union.json`` in ``directory`` carries (None if it carries none or
     cannot be read)."""
     try:
-        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        meta = json.loads(read_record(directory / META_FILE))
     except (OSError, ValueError):
         return None
     return meta.get(META_CHECK) if isinstance(meta, dict) else None

@@ -19,6 +19,7 @@ import numpy as np
 import yaml
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import not_a_file, read_record
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.figures import canvas
@@ -125,7 +126,7 @@ def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> Non
     or files of no selection, is refused, naming what differs or a few of the files, unless
     ``overwrite`` (a selection's files removed, and only those)."""
     try:
-        summary = json.loads((out / SUMMARY).read_text(encoding="utf-8"))
+        summary = json.loads(read_record(out / SUMMARY))
     except FileNotFoundError:
         summary = None
     except (OSError, ValueError):
@@ -134,10 +135,15 @@ def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> Non
         summary.get("identity") if isinstance(summary, dict) else None, dict
     )
     if damaged and not overwrite:
+        path = out / SUMMARY
+        why = (
+            "is damaged (no identity of a selection can be read from it)"
+            if path.is_file()
+            else not_a_file(path)
+        )
         raise UserInputError(
-            f"{out / SUMMARY} is damaged (no identity of a selection can be read from it): "
-            "the selection there cannot be compared with this one; restore it, write to "
-            "another directory, or pass --overwrite to replace the selection"
+            f"{path} {why}: the selection there cannot be compared with this one; restore it, "
+            "write to another directory, or pass --overwrite to replace the selection"
         )
     if summary is None:  # nothing finished: a selection's own files are made again, others refused
         recorded: dict[str, Any] | None = identity if holds_only(out, OWNED) else None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, model_validator
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.lmd.settings.spans import HeldOutSpans
 from lmalgebra.storage.output_paths import default_cache_dir
@@ -41,6 +42,11 @@ class SelectionSpec(Settings):
 
     @model_validator(mode="after")
     def _check(self) -> SelectionSpec:
+        if self.languages is not None and not self.languages:  # had been every language
+            raise UserInputError(
+                "--languages (languages) names no language: name those to compare teachers "
+                "for, or leave it out for every language of the recipe"
+            )
         if self.bootstrap == 0:  # no interval is drawn: its level and seed would do nothing
             refuse_ignored(
                 self, "--", {"level": "a --bootstrap above 0", "seed": "a --bootstrap above 0"}

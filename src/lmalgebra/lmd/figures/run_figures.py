@@ -29,6 +29,8 @@ from lmalgebra.lmd.rundir.schema import (
     ALPHA_CURVE,
     ATTRIBUTION,
     CLUSTERED_HEATMAP,
+    FIGURE_TABLES,
+    GROUP_FIGURE,
     LANGUAGE_SWEEP,
     LAYER_MAP,
     LAYER_SWEEP,
@@ -42,6 +44,7 @@ from lmalgebra.lmd.rundir.schema import (
     FitRow,
     NullRow,
     SweepRow,
+    figure_name,
     read_pairwise,
 )
 from lmalgebra.stats.clustering import cluster_order
@@ -311,24 +314,24 @@ def write_plots(
     fits = group_fits(run_dir)
     if fits:
         nulls = read_table(run_dir, NULLS) or []
-        written.append(group_r2_bars(fits, nulls, out / "group_r2.png"))
+        written.append(group_r2_bars(fits, nulls, out / GROUP_FIGURE))
     alpha = chosen if chosen is not None else chosen_alpha(run_dir)
-    tables: list[tuple[Table[Any], Callable[[Any, Path], Path]]] = [
-        (SIMILARITY, lambda rows, p: similarity(rows, p, order)),
-        (ALPHA_CURVE, lambda rows, p: alpha_curve(rows, p, alpha)),
-        (ATTRIBUTION, attribution),
-        (LENGTH_SWEEP, length_sweep),
-        (LAYER_SWEEP, layer_sweep),
-        (LAYER_MAP, layer_map),
-        (TRAIN_SIZE_SWEEP, train_size_curve),
-        (LANGUAGE_SWEEP, language_sweep),
-    ]
-    for table, draw in tables:
+    draws: dict[Table[Any], Callable[[Any, Path], Path]] = {
+        SIMILARITY: lambda rows, p: similarity(rows, p, order),
+        ALPHA_CURVE: lambda rows, p: alpha_curve(rows, p, alpha),
+        ATTRIBUTION: attribution,
+        LENGTH_SWEEP: length_sweep,
+        LAYER_SWEEP: layer_sweep,
+        LAYER_MAP: layer_map,
+        TRAIN_SIZE_SWEEP: train_size_curve,
+        LANGUAGE_SWEEP: language_sweep,
+    }
+    for table in FIGURE_TABLES:  # the figures a run's --overwrite knows by name
         rows = read_table(run_dir, table)
         if rows is None:
             continue
         if not rows:
             log.info("%s has no rows: no figure", run_dir / table.file)
             continue
-        written.append(draw(rows, out / f"{Path(table.file).stem}.png"))
+        written.append(draws[table](rows, out / figure_name(table)))
     return written

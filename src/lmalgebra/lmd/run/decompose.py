@@ -14,12 +14,19 @@ import yaml
 from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_texts
 from lmalgebra.core.recipe_files import yaml_problem
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import read_record, read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.measure import Measured, ModelPool
 from lmalgebra.lmd.run.outputs import write_outputs
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
-from lmalgebra.lmd.rundir.schema import CONFIG, FILES, OWNED, PROVENANCE, SUMMARY
+from lmalgebra.lmd.rundir.schema import (
+    CONFIG,
+    FILES,
+    OWNED,
+    PROVENANCE,
+    SUMMARY,
+    refuse_linked_directories,
+)
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
 from lmalgebra.sources.corpus import documents_by_language, read_documents
@@ -118,7 +125,7 @@ def _recorded_sha256(path: Path) -> str | None:
     """The sha256 the finished run's ``summary.json`` records of its file ``path``; None when it
     records none (a run of an older release) or cannot be read (named by ``report``)."""
     try:
-        summary = json.loads((path.parent / SUMMARY).read_text(encoding="utf-8"))
+        summary = json.loads(read_record(path.parent / SUMMARY))
         digest = summary[FILES][path.name]["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -158,6 +165,7 @@ def check_output_directory(out: Path, what: str = "output directory") -> None:
     into the copy)."""
     check_directory(out, what)
     refuse_inside_other_output(out, what, allowed=("a demo's output",))
+    refuse_linked_directories(out)
 
 
 def check_claim(config: DecomposeConfig, overwrite: bool) -> None:

@@ -192,20 +192,64 @@ TABLES: dict[str, Table[Any]] = {
         REDUCTION,
     )
 }
-# every file a decomposition run writes (relative paths): what --overwrite may remove, a file at
-# a time, so that a user's file kept in one of its directories is found
+GROUP_FIGURE = "group_r2.png"  # under plots/: each target's group R^2
+# the tables drawn one figure each under plots/, named after the table (``figure_name``)
+FIGURE_TABLES: tuple[Table[Any], ...] = (
+    SIMILARITY,
+    ALPHA_CURVE,
+    ATTRIBUTION,
+    LENGTH_SWEEP,
+    LAYER_SWEEP,
+    LAYER_MAP,
+    TRAIN_SIZE_SWEEP,
+    LANGUAGE_SWEEP,
+)
+
+
+def figure_name(table: Table[Any]) -> str:
+    """The name of ``table``'s figure under ``plots/`` (``sweeps/length.csv``: ``length.png``)."""
+    return f"{Path(table.file).stem}.png"
+
+
+# every file a decomposition run writes (relative paths, each by its exact name): what
+# --overwrite may remove, a file at a time, so that a user's file kept in one of its directories,
+# or named like one of its own (``plots/mine.png``), is found
 OWNED = (
     SUMMARY,
     CONFIG,
     PROVENANCE,
     WEIGHTS,
-    f"{STATS_DIR}/*.safetensors",
-    f"{PLOTS_DIR}/*.png",
+    *(f"{STATS_DIR}/{split}.safetensors" for split in SPLITS),
+    *(f"{PLOTS_DIR}/{name}" for name in (CLUSTERED_HEATMAP, GROUP_FIGURE)),
+    *(f"{PLOTS_DIR}/{figure_name(t)}" for t in FIGURE_TABLES),
     REPORT,
     PAIRWISE_HEATMAP,
-    PAIRWISE.format(split="*"),
+    *(PAIRWISE.format(split=split) for split in SPLITS),
     *sorted({t.file for t in (*TABLES.values(), GROUP)}),
 )
+# the directories a run writes its own files into (``stats/``, ``plots/``, ``sweeps/``)
+RUN_DIRECTORIES = (
+    STATS_DIR,
+    PLOTS_DIR,
+    *sorted({t.file.split("/")[0] for t in TABLES.values() if "/" in t.file}),
+)
+
+
+def refuse_linked_directories(run_dir: Path) -> None:
+    """Refuse a run directory one of whose own directories (``RUN_DIRECTORIES``) is a symbolic
+    link: the run (or ``report``, drawing its figures) writes its files there itself, and
+    through the link would replace the files of the directory it names (a user's
+    ``group_r2.png`` among them)."""
+    for name in RUN_DIRECTORIES:
+        path = Path(run_dir) / name
+        if path.is_symlink():
+            raise UserInputError(
+                f"{path} is a symbolic link to {path.readlink()}: a decomposition writes its "
+                f"files into {name}/ itself and would replace those of the directory the link "
+                "names; remove the link"
+            )
+
+
 TableRow = (
     FitRow
     | NullRow

@@ -16,6 +16,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import announce_remote_code, load_failure, shipped_code
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
 from lmalgebra.sources.hub import looks_local, snapshot
@@ -28,6 +29,7 @@ from lmalgebra.sources.loaded_weights import (
 from lmalgebra.sources.model_files import (
     ModelShape,
     architecture,
+    config_sizes,
     config_width,
     memoised_hash,
     read_config,
@@ -65,7 +67,7 @@ class TransformersModel(ReferencedModel):
             return file_directory(
                 ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}", weights
             )
-        local = Path(ref.path).expanduser()
+        local = home_expanded(Path(ref.path))
         if local.is_symlink() and not local.exists():  # no hub id: a link to nothing
             raise UserInputError(f"model {ref.name!r}: {ref.path} {absent(local)}")
         if local.is_dir():
@@ -121,7 +123,14 @@ class TransformersModel(ReferencedModel):
                     **placement,
                 )
                 # hidden states are all that is read: a pooler the files lack goes unused
-                refuse_incomplete(f"model {ref.name!r}", directory, model, info, unused=("pooler",))
+                refuse_incomplete(
+                    f"model {ref.name!r}",
+                    directory,
+                    model,
+                    info,
+                    unused=("pooler",),
+                    shown=ref.shown(directory),
+                )
         except UserInputError:
             raise
         except Exception as err:
@@ -144,7 +153,8 @@ class TransformersModel(ReferencedModel):
         if self.ref.trust_remote_code:  # its configuration is its own code's to read
             return
         config = read_config(self.name, self.planning_path() / "config.json")
-        refuse_missing_layer(self.name, config.get("num_hidden_layers"), layer)
+        # whichever family's key names the depth (GPT-2's n_layer): the run reads it so
+        refuse_missing_layer(self.name, config_sizes(config)[0] or None, layer)
 
     def check_architecture(
         self,
