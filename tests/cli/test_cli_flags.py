@@ -360,6 +360,36 @@ def test_merge_train_flags_override_the_recipe_training(
     assert caught.value.configs[1] == TrainingSpec(steps=50, batch_size=4, lr=0.002)
 
 
+@pytest.mark.parametrize(
+    ("given", "teachers"),
+    [("t", ["t"]), ("t,u", ["t", "u"]), ("[t, u]", ["t", "u"]), ("{xx: [t]}", {"xx": ["t"]})],
+)
+def test_merge_train_takes_training_teachers_as_a_list_or_a_mapping(
+    given: str,
+    teachers: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """``--training.teachers``, a list or a mapping in a recipe, had refused every value it
+    was given ("Input should be a valid list", ``t`` and ``[t]`` alike)."""
+    from lmalgebra.distill.masked.objective import MaskedObjective
+
+    def keep(objective: Any, name: str, training: TrainingSpec, *_: Any, **__: Any) -> None:
+        raise CapturedCallError(name, training)
+
+    monkeypatch.setattr(MaskedObjective, "train", keep)
+    data = {
+        "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t", "u"]}},
+        "teachers": {"t": {"path": "./t"}, "u": {"path": "./u"}},
+    }
+    path = tmp_path / "merge.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(CapturedCallError) as caught:
+        run_cli("merge", "train", str(path), "--training.teachers", given)
+    assert caught.value.configs[1].teachers == teachers
+
+
 # --- bad values -------------------------------------------------------------------------------
 
 BAD: dict[str, tuple[list[str], list[str]]] = {

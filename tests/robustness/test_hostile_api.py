@@ -365,6 +365,72 @@ def test_merge_with_no_student_is_one_line(tmp_path: Path, teacher_dirs: dict[st
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda r: lmalgebra.merge(r / "recipe.yaml", languages=[]), "merge(): languages is"),
+        (lambda r: MergeRun.load(r / "run").evaluate(languages=[]), "(): languages is"),
+        (lambda r: MergeRun.load(r / "run").evaluate(students=[]), "(): students is"),
+        (lambda r: MergeRun.load(r / "run").bits_per_byte(models=[]), "(): models is"),
+        (lambda r: MergeRun.load(r / "run").bits_per_byte(languages=()), "(): languages is"),
+    ],
+    ids=["merge", "evaluate-languages", "evaluate-students", "bits-models", "bits-languages"],
+)
+def test_an_empty_choice_is_not_taken_for_all(
+    call: Any, words: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``languages=[]`` (or ``students=[]``, ``models=[]``) had evaluated every language (every
+    student, every teacher), as ``None`` does, where ``merge(students={})`` is refused."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    lmalgebra.merge(recipe, "prepare")
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    with pytest.raises(UserInputError, match=re.escape(words) + " empty: name at least one") as e:
+        call(tmp_path)
+    assert isinstance(e.value, ValueError)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
+
+
+@pytest.mark.parametrize(
+    ("stages", "kwargs", "words"),
+    [
+        ("evaluate", {"students": {"student": {"lr": 0.5}}}, "students['student']'s training"),
+        (["vocab"], {"restart": True}, "restart"),
+        ("evaluate", {"keep_saved": True}, "keep_saved"),
+        ("train", {"languages": ["xx"]}, "languages"),
+        ("prepare", {"pooling": "mean"}, "pooling"),
+    ],
+    ids=["training", "restart", "keep_saved", "languages", "pooling"],
+)
+def test_a_setting_no_chosen_stage_reads_is_refused(
+    stages: Any, kwargs: dict[str, Any], words: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``merge(recipe, "evaluate", students={"student": {"lr": 0.5}})`` scored the student and
+    never read the training it was given; ``restart``, ``keep_saved`` without ``train`` and
+    ``languages``, ``pooling`` without ``evaluate`` were as idle."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError, match=re.escape(f"merge(): {words} would be ignored")):
+        lmalgebra.merge(recipe, stages, **kwargs)
+    assert not (tmp_path / "run").exists()
+
+
+def test_training_settings_of_the_other_objective_are_named(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A ``CausalTrainingSpec`` for a masked recipe had been refused for a key of its defaults
+    the caller never set (``unknown key 'objective_mix'``)."""
+    from lmalgebra.train.config import CausalTrainingSpec
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = "a CausalTrainingSpec holds the training of causal recipes, and this recipe's "
+    for call in (
+        lambda: lmalgebra.merge_plan(recipe, training=CausalTrainingSpec(steps=2)),
+        lambda: lmalgebra.merge(recipe, "train", students={"s": CausalTrainingSpec()}),
+    ):
+        with pytest.raises(UserInputError, match=re.escape(wanted) + "objective is masked"):
+            call()
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("name", ["evaluation", "examples", "recipe.yaml", "vocab", "logprobs"])
 def test_a_student_named_as_a_part_of_the_run_is_refused(
     name: str, tmp_path: Path, teacher_dirs: dict[str, Path]

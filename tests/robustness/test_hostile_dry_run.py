@@ -334,3 +334,61 @@ def test_a_recipe_copy_the_stage_cannot_write_is_refused_by_plan_and_teach_first
     code, stderr = cli(["merge", "teach", str(recipe)])
     assert_one_line(code, stderr, [str(copy), said])
     assert not (tmp_path / "run" / "logprobs").exists()
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_precision_the_machine_lacks_is_refused_by_the_dry_run_too(
+    dry_run: bool,
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    cpu_without_bf16: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A teacher ``dtype`` or a ``training.mixed_precision`` this machine has no bfloat16 for:
+    ``merge run`` and ``merge train`` refused them, and their dry runs planned them, exit 0."""
+    from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    flag = ["--dry-run"] if dry_run else []
+    recipe = write_recipe(tmp_path, teacher_dirs, dtype="bfloat16", student=TINY_STUDENT)
+    code, stderr = cli(["merge", "run", str(recipe), *flag])
+    assert_one_line(code, stderr, ["merge recipe dtype: bfloat16 is not native"])
+    assert not (tmp_path / "run").exists()
+    import torch
+
+    if torch.cuda.is_available():  # Accelerate trains on a GPU when there is one
+        return
+    training = {**TINY_TRAINING, "mixed_precision": "bf16"}
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=training)
+    assert cli(["merge", "run", str(recipe)])[0] == 0
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *flag])
+    assert_one_line(code, stderr, ["training.mixed_precision: bfloat16 is not native"])
+    assert not (tmp_path / "run" / "student").exists()
+
+
+@pytest.mark.parametrize(
+    ("part", "command"),
+    [("vocab", "vocab"), ("topk/yy", "teach"), ("masked", "prepare")],
+)
+def test_a_file_where_a_stage_writes_a_directory_is_named_by_the_stage_and_its_dry_run(
+    part: str, command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A file where the run's ``vocab/`` goes: ``merge vocab`` ended in a ``NotADirectoryError``
+    traceback, ``merge train`` called the vocabulary missing, and every dry run planned it (a
+    store's folder too: the stage named it, its dry run planned it)."""
+    import shutil
+
+    from hostile_helpers import built_store
+
+    recipe = str(built_store(tmp_path, teacher_dirs))
+    place = tmp_path / "run" / part
+    shutil.rmtree(place)
+    place.write_text("a file\n", encoding="utf-8")
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", command, recipe, *flags])
+        assert_one_line(code, stderr, [str(place), "is a file, not a directory"])
+    if part == "vocab":
+        code, stderr = cli(["merge", "train", recipe, "--no-progress"])
+        assert_one_line(code, stderr, [str(place), "is a file, not a directory", "merge vocab"])
+    assert place.read_text(encoding="utf-8") == "a file\n"

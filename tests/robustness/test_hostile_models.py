@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
-from hostile_helpers import assert_one_line, digests
+from hostile_helpers import assert_one_line, built_store, digests
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.layout import CHECK_KEY, FILES_KEY, MARKER, model_damage
 from lmalgebra.distill.recipe import load_recipe
@@ -100,6 +100,105 @@ def test_a_student_is_not_scored_against_teachers_changed_since(
     code, stderr = cli(["merge", "evaluate", run])
     assert_one_line(code, stderr, ["student 'student'", "teacher 'wp'", str(teachers["wp"])])
     assert digests(tmp_path / "run") == before
+
+
+def test_a_teachers_configuration_edited_since_teach_is_not_taken_for_its_outputs(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher's ``config.json`` edited after ``merge teach`` (``hidden_act``, which changes
+    its outputs): the store's key holds the teacher's weights and tokenizer alone, so ``merge
+    verify`` passed the store, ``merge train`` trained from outputs the teacher no longer gives
+    and ``merge run`` kept them. Now verify and train name the set, and teach computes it again."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers))
+    config = teachers["sp"] / "config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "hidden_act": "relu"}), encoding="utf-8")
+    run, store = tmp_path / "run", tmp_path / "run" / "topk" / "yy" / "sp"
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 2 and f"{store} was computed by teacher 'sp' before its files" in stderr
+    code, stderr = cli(["merge", "train", recipe, "--no-progress"])
+    assert_one_line(code, stderr, [str(store), "(config)", "merge teach RECIPE"])
+    assert not (run / "student").exists()
+    before = digests(store)
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    assert digests(store) != before and digests(run / "topk" / "yy" / "wp")
+    assert cli(["merge", "verify", str(run)]) == (0, "")
+
+
+def test_copies_made_with_a_tokenizer_edited_since_are_named_for_prepare(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher's tokenizer edited after ``merge prepare``: verify and train told the user to
+    run ``merge teach``, and teach called its copies "missing or incomplete"; each now names
+    the copies and ``merge prepare``, which makes them again."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers))
+    config = teachers["wp"] / "tokenizer_config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "model_max_length": 16}), encoding="utf-8")
+    run = tmp_path / "run"
+    said = [f"{run / 'masked' / 'xx' / 'wp'} was built with a different", "merge prepare RECIPE"]
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 2 and all(words in stderr for words in said)
+    for command in ("teach", "train"):
+        assert_one_line(*cli(["merge", command, recipe, "--no-progress"]), said)
+    assert cli(["merge", "prepare", recipe, "--no-progress"])[0] == 0
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    assert cli(["merge", "vocab", recipe])[0] == 0
+    assert cli(["merge", "verify", str(run)]) == (0, "")
+
+
+def test_verify_names_a_student_merge_evaluate_refuses(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher's configuration edited after training, its outputs computed again: ``merge
+    verify`` passed the run, and ``merge evaluate`` then refused the student, trained from the
+    teacher as it was; verify names it in evaluate's words."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers, training={**TINY_TRAINING, "steps": 1}))
+    assert cli(["merge", "train", recipe, "--no-progress"])[0] == 0
+    config = teachers["sp"] / "config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "hidden_dropout_prob": 0.2}), encoding="utf-8")
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    run = str(tmp_path / "run")
+    said = ["student 'student' was trained from teacher 'sp'", "--restart"]
+    assert_one_line(*cli(["merge", "verify", run]), said)
+    assert_one_line(*cli(["merge", "evaluate", run]), said)
+    assert cli(["merge", "train", recipe, "--no-progress", "--restart"])[0] == 0
+    assert cli(["merge", "verify", run]) == (0, "")
+
+
+def test_a_student_of_a_vocabulary_since_built_again_is_not_scored(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """The union vocabulary built again after training with the recipe's teachers in another
+    order (its files damaged, say, and ``merge vocab`` run again as the message says): other
+    ids for the same tokens. ``merge verify`` passed the run and ``merge evaluate`` scored the
+    student through maps it was not trained on, exit 0; both now name it."""
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs, training={**TINY_TRAINING, "steps": 1})
+    assert cli(["merge", "train", str(recipe), "--no-progress"])[0] == 0
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    data["teachers"] = dict(reversed(list(data["teachers"].items())))
+    recipe.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    shutil.rmtree(tmp_path / "run" / "vocab")
+    assert cli(["merge", "vocab", str(recipe)])[0] == 0
+    run = str(tmp_path / "run")
+    said = ["student 'student' was trained on the union vocabulary as it was before", "--restart"]
+    assert_one_line(*cli(["merge", "verify", run]), said)
+    assert_one_line(*cli(["merge", "evaluate", run]), said)
+    assert not (tmp_path / "run" / "evaluation").exists()
+    assert cli(["merge", "train", str(recipe), "--no-progress", "--restart"])[0] == 0
+    assert cli(["merge", "evaluate", run])[0] == 0
 
 
 @pytest.mark.parametrize("given", ["bert_dir", "gpt2_dir"])

@@ -230,11 +230,10 @@ def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     before = digests(model)
     code, stderr = cli(["merge", stage, str(recipe), "--no-progress"])
     assert code == 0, stderr
-    code, stderr = cli(["merge", "verify", str(tmp_path / "run")])
-    assert code == 0, stderr
-    code, stderr = cli(["merge", "evaluate", str(tmp_path / "run")])
-    line = assert_one_line(code, stderr, ["student 'student'", "top_k 8 -> 4", "--restart"])
-    assert "built again" in line and "training" not in line and "dropout" not in line, line
+    for command in ("verify", "evaluate"):  # verify had passed what evaluate refuses
+        code, stderr = cli(["merge", command, str(tmp_path / "run")])
+        line = assert_one_line(code, stderr, ["student 'student'", "top_k 8 -> 4", "--restart"])
+        assert "built again" in line and "training" not in line and "dropout" not in line, line
     with pytest.raises(UserInputError, match="student 'student' was trained from the teacher"):
         merge(recipe, ["train"], keep_saved=True)
     assert digests(model) == before
@@ -320,3 +319,25 @@ def test_pretrain_again_over_a_run_that_kept_no_checkpoint_says_it_starts_afresh
     assert code == 0, err
     warned = [r.getMessage() for r in caplog.records if "again from step 0" in r.getMessage()]
     assert len(warned) == 1 and str(out) in warned[0], caplog.text
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_other_settings_over_a_student_that_kept_no_checkpoint_are_refused(
+    dry_run: bool, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A student trained with ``keep_checkpoints: 0`` keeps no checkpoint to compare settings
+    with: ``merge train`` with others (``multi_teacher``, ``lr``) trained it again from step 0
+    and replaced it, a warning said, and its dry run planned it; with a checkpoint the same
+    command is refused. Now both name what changed; more steps of the same settings still
+    train it again, as the setting's help says."""
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "keep_checkpoints": 0}
+    recipe = str(built_store(tmp_path, teacher_dirs, training=training))
+    assert cli(["merge", "train", recipe, "--no-progress"])[0] == 0
+    before = digests(tmp_path / "run" / "student")
+    flags = ["--training.multi_teacher", "best", "--training.lr", "0.01", "--no-progress"]
+    code, stderr = cli(["merge", "train", recipe, *flags, *(["--dry-run"] if dry_run else [])])
+    said = ["student/model was trained with other settings", "training.lr 0.0005 -> 0.01"]
+    assert_one_line(code, stderr, [*said, "training.multi_teacher 'all' -> 'best'", "--restart"])
+    assert digests(tmp_path / "run" / "student") == before
+    more = ["--training.steps", "3", "--no-progress", *(["--dry-run"] if dry_run else [])]
+    assert cli(["merge", "train", recipe, *more])[0] == 0

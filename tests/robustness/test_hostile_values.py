@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hostile_helpers import assert_one_line, refused_before_embedding
+from hostile_helpers import assert_one_line, built_store, refused_before_embedding
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
@@ -189,3 +189,17 @@ def test_a_setting_beyond_the_machine_s_memory_ends_in_one_line(
         code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *dry])
         assert_one_line(code, stderr, needles)
     assert not (tmp_path / "run" / "student" / "model").exists()
+
+
+def test_a_masked_language_holding_out_no_example_is_not_scored(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``heldout_fraction: 0``: ``merge evaluate`` of a masked run wrote, exit 0, accuracy 0 and
+    perplexity 1.00 for every model, each scored on no example (a causal run refused it)."""
+    training = {**TINY_TRAINING, "steps": 1}
+    recipe = str(built_store(tmp_path, teacher_dirs, heldout_fraction=0.0, training=training))
+    assert cli(["merge", "train", recipe, "--no-progress"])[0] == 0
+    run = tmp_path / "run"
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert_one_line(code, stderr, ["language 'xx'", str(run), "no held-out example"])
+    assert not (run / "evaluation").exists()

@@ -27,7 +27,7 @@ from lmalgebra.distill.pipeline import (
     training_of,
     verify,
 )
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe, parse_recipe
+from lmalgebra.distill.recipe import RECIPES, MergeRecipe, load_recipe, parse_recipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.train.config import TrainingSpec
 
@@ -99,7 +99,9 @@ class MergeRun:
         ``overwrite``: this evaluation's rows alone."""
         import pandas as pd
 
-        names = list(students or self.students or ["student"])
+        chosen = _chosen(students, "students", "MergeRun.evaluate()", "those trained here")
+        names = chosen or list(self.students or ["student"])
+        languages = _chosen(languages, "languages", "MergeRun.evaluate()")
         found = evaluate_students(self.recipe, names, languages, pooling, overwrite)
 
         def frame(table: Table) -> pd.DataFrame:
@@ -133,6 +135,11 @@ class MergeRun:
         from lmalgebra.distill.causal.bits_per_byte import BITS, evaluate_bits, run_teachers
         from lmalgebra.sources.models import ModelRef
 
+        languages = _chosen(languages, "languages", "MergeRun.bits_per_byte()")
+        if models is not None and not models:
+            raise UserValueError(
+                f"MergeRun.bits_per_byte(): models is empty: {_EMPTY.format('the teachers')}"
+            )
         if models is None:
             refs = run_teachers(self.run_dir)
         elif isinstance(models, Mapping):
@@ -222,6 +229,21 @@ def recipe_of(recipe: Any) -> MergeRecipe:
     )
 
 
+_EMPTY = "name at least one, or leave it out (None: {})"
+
+
+def _chosen(
+    values: Sequence[str] | None, name: str, where: str, default: str = "all of them"
+) -> list[str] | None:
+    """``values`` as a list (None: not given, the ``default``); an empty one is refused, naming
+    ``name`` of the call ``where``: it had been taken for the default."""
+    if values is None:
+        return None
+    if not values:
+        raise UserValueError(f"{where}: {name} is empty: {_EMPTY.format(default)}")
+    return list(values)
+
+
 def _stages(stages: Sequence[str] | str) -> list[str]:
     chosen = [stages] if isinstance(stages, str) else list(stages)
     unknown = [s for s in chosen if s not in STAGES]
@@ -234,10 +256,46 @@ def _stages(stages: Sequence[str] | str) -> list[str]:
 
 def _training(config: MergeRecipe, training: Training | None, source: str) -> TrainingSpec:
     """The recipe's training settings, replaced (``TrainingSpec``) or overridden (a mapping of
-    keys of ``training``) by ``training``."""
+    keys of ``training``) by ``training``; settings of the other objective's type are refused,
+    naming it (a ``CausalTrainingSpec`` for a masked recipe)."""
+    own = type(config.training)
+    if isinstance(training, TrainingSpec) and set(type(training).model_fields) - set(
+        own.model_fields
+    ):
+        raise UserInputError(
+            f"{source}: a {type(training).__name__} holds the training of "
+            f"{_objective_of(type(training))} recipes, and this recipe's objective is "
+            f"{_objective_of(own)}: give a {own.__name__} or a mapping of its keys"
+        )
     if isinstance(training, TrainingSpec):
         return training_of(config, training.model_dump(), source)
     return training_of(config, dict(training or {}), source)
+
+
+def _refuse_idle(chosen: list[str], given: Mapping[str, Any] | None, **settings: Any) -> None:
+    """Refuse what none of the ``chosen`` stages would read: ``settings`` of training
+    (``given``: each student's training, which ``evaluate`` reads the names of alone) or, where
+    ``given`` is None, of evaluation, set other than to their defaults."""
+    stage = "train" if given is not None else "evaluate"
+    if stage in chosen:
+        return
+    named = [k for k, v in settings.items() if v not in (None, False)]
+    named += [f"students[{n!r}]'s training" for n, t in (given or {}).items() if t is not None]
+    if named:
+        remedy = "give it as None" if named[0].startswith("students[") else "leave it out"
+        raise UserValueError(
+            f"merge(): {named[0]} would be ignored: stages {', '.join(chosen)} hold no "
+            f"{stage!r}; {remedy}, or add {stage!r} to stages"
+        )
+
+
+def _objective_of(spec: type[TrainingSpec]) -> str:
+    """The objective whose recipes' training ``spec`` is."""
+    return next(
+        name
+        for name, recipe in RECIPES.items()
+        if recipe.model_fields["training"].annotation is spec
+    )
 
 
 @library_entry
@@ -272,12 +330,15 @@ def merge(
     config = recipe_of(recipe)
     run = MergeRun(config)
     chosen = _stages(stages)
+    languages = _chosen(languages, "languages", "merge()")
     given = dict(students) if students is not None else {"student": None}
     if not given:
         raise UserValueError(
             "merge(): students is empty: name at least one student, or leave it out (the "
             "recipe's training, as 'student')"
         )
+    _refuse_idle(chosen, given, restart=restart, keep_saved=keep_saved)
+    _refuse_idle(chosen, None, languages=languages, pooling=pooling)
     trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]
     run.students = run_stages(

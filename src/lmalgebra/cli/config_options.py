@@ -11,7 +11,9 @@ overrides nothing.
 
 Values are read by the field's type: a list is repeated or comma-separated (``--basis a,b``), a
 tuple is one comma list (``--spans.counts 20,5,5``), a bool is ``--x/--no-x``, a ``Literal`` is one
-of its choices. A value that does not parse stops the command with one line naming the flag.
+of its choices, a field that is a list or a mapping (``training.teachers``) one YAML value
+(``'{en: [a], fr: [b]}'``, or ``a,b`` for a list). A value that does not parse stops the command
+with one line naming the flag.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 import typer
+import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from rich.markup import escape
@@ -34,7 +37,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import EMPTY_PATH, is_empty_path
 from lmalgebra.sources.models import ModelRef
 
-FlagKind = Literal["value", "list", "tuple", "switch"]
+FlagKind = Literal["value", "list", "tuple", "switch", "structured"]
 # a list or tuple default longer than this is summarised in --help, not spelled out
 _LONGEST_DEFAULT = 6
 
@@ -107,7 +110,8 @@ class ConfigFlag:
 
     def parameter(self) -> inspect.Parameter:
         """The keyword parameter typer reads the option from (``None`` when not given)."""
-        raw = {"value": str, "tuple": str, "list": list[str], "switch": bool}[self.kind]
+        kinds = {"value": str, "tuple": str, "list": list[str], "switch": bool, "structured": str}
+        raw = kinds[self.kind]
         return inspect.Parameter(
             self.parameter_name,
             inspect.Parameter.KEYWORD_ONLY,
@@ -133,7 +137,21 @@ class ConfigFlag:
                     f"{self.label} {given!r}: expected {length} values, comma-separated"
                 )
             return self._validate(items, given)
+        if self.kind == "structured":
+            return self._validate(self._structured(given), given)
         return self._validate(given, given)
+
+    def _structured(self, text: str) -> Any:
+        """A list or a mapping written as YAML (``[a, b]``, ``{en: [a], fr: [b]}``); a bare
+        ``a,b`` is a comma list."""
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            reason = str(getattr(err, "problem", None) or "not YAML")
+            raise UserInputError(f"{self.label} {text!r}: {reason}") from None
+        if isinstance(value, (list, dict)):
+            return value
+        return [item.strip() for item in text.split(",") if item.strip()]
 
     def _split(self, value: str) -> list[str]:
         return value.split(",") if self.style.comma_separated else [value]
@@ -179,7 +197,13 @@ def _kind(key: str, annotation: Any, style: FlagStyle) -> tuple[FlagKind, Any]:
         return "list", item
     if origin is tuple:
         return "tuple", annotation
-    if origin in (dict, Mapping) or _is_config(annotation) or origin is Union:
+    if origin in (Union, types.UnionType) and all(
+        typing.get_origin(a) in (list, dict)
+        for a in typing.get_args(annotation)
+        if a is not type(None)
+    ):  # a list or a mapping (``training.teachers``): written as YAML
+        return "structured", annotation
+    if origin in (dict, Mapping, Union, types.UnionType) or _is_config(annotation):
         raise TypeError(f"{key}: no flag for a field of type {annotation}; skip it")
     return "value", annotation
 
@@ -252,6 +276,8 @@ def _metavar(flag: ConfigFlag) -> str:
 
     if flag.kind == "tuple":
         return ",".join(name(a) for a in typing.get_args(flag.item_type))
+    if flag.kind == "structured":
+        return "A,B|{KEY: [A]}"
     if flag.kind == "list":
         return f"{name(flag.item_type)},..." if flag.style.comma_separated else name(flag.item_type)
     return name(flag.item_type)

@@ -26,7 +26,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts, unit_hash
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
-from lmalgebra.distill.run.store_check import examples_problems, missing_set
+from lmalgebra.distill.run.store_check import examples_problems, missing_set, stale_key
 from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -196,9 +196,10 @@ def _check_same_examples(
 
 
 def require(shards: ShardSet, command: str) -> None:
-    """Refuse to go on when an earlier stage's shard set is missing or incomplete."""
+    """Refuse to go on when an earlier stage's shard set is missing or incomplete, or complete
+    under another key (built with other settings or teachers: named so, with what changed)."""
     if not shards.complete:
-        raise UserInputError(missing_set(shards, command))
+        raise UserInputError(stale_key([shards], command) or missing_set(shards, command))
 
 
 def heldout_texts(run_dir: Path, languages: Sequence[str] | None = None) -> dict[str, list[str]]:

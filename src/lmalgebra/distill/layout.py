@@ -285,6 +285,17 @@ def read_marker(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / MARKER, "model directory marker")
 
 
+def saved_training(directory: Path) -> Any:
+    """The training settings the complete model directory records (None: none, or no such
+    model; a record that cannot be read is named where the model is read)."""
+    if not is_complete(directory):
+        return None
+    try:
+        return read_marker(directory).get("training")
+    except (UserInputError, AttributeError):
+        return None
+
+
 def saved_steps(directory: Path) -> int:
     """The training steps the complete model directory records (0: none, or no such model)."""
     if not is_complete(directory):

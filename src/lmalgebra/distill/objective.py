@@ -40,6 +40,7 @@ from lmalgebra.distill.layout import (
     RUN_SCRATCH,
     RunLayout,
     is_complete,
+    model_damage,
     read_marker,
     trusted_model,
 )
@@ -56,7 +57,9 @@ from lmalgebra.distill.run.evaluation_record import (
 )
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import (
+    HASHES_FIELD,
     SOURCE_FIELD,
+    changed_teacher,
     check_set,
     missing_set,
     refuse_miscounted,
@@ -69,6 +72,7 @@ from lmalgebra.distill.teachers import (
     Head,
     Inference,
     Teacher,
+    accepted_dtypes,
     infer_shards,
     inference_setup,
     load_lm,
@@ -132,6 +136,8 @@ class Objective(ABC):
     copying: ClassVar[tuple[str, str]]  # prepare's progress verb; the name of its count
     # the folders of each (language, teacher) training checks, in order, and the stage of each
     trained_from: ClassVar[tuple[tuple[str, str], ...]]
+    # the stages whose sets' keys make the store's identity a student records (``store_digest``)
+    digested: ClassVar[tuple[str, ...]] = ("prepare", "teach")
 
     def __init__(self, recipe: MergeRecipe) -> None:
         self.recipe = recipe
@@ -225,7 +231,7 @@ class Objective(ABC):
             **{counted: total},
             vocab_size=vocab,
             **facts,
-            teacher_hashes=teacher.hashes,
+            **{HASHES_FIELD: teacher.hashes},
             **made_from,
         )
 
@@ -246,18 +252,20 @@ class Objective(ABC):
         dtype = dtype_name(compute)
         target, label = self.outputs_set(lang, teacher, dtype), f"teach {lang}/{teacher.name}"
         restart_stale(target, copies)
+        changed = changed_teacher(target, teacher.hashes)
+        if changed:  # computed by the teacher as it was before (its configuration, say)
+            log.warning(
+                "%s was computed by teacher %r before its files changed (%s): recomputing it",
+                target.directory,
+                teacher.name,
+                ", ".join(changed),
+            )
+            target.restart()
         finish = {"top_k": self.recipe.top_k, **facts, "dtype": dtype}
         finish[SOURCE_FIELD] = source_digest(copies)
+        finish[HASHES_FIELD] = teacher.hashes
         infer_shards(
-            copies,
-            target,
-            label,
-            load,
-            infer,
-            progress,
-            f"teacher {teacher.name!r}",
-            **finish,
-            teacher_hashes=teacher.hashes,
+            copies, target, label, load, infer, progress, f"teacher {teacher.name!r}", **finish
         )
 
     @holding_lock("merge prepare", run_dir, RUN_SCRATCH)
@@ -316,15 +324,24 @@ class Objective(ABC):
             raise UserInputError(written[0])
         for accepted, stage in self.store_sets(teachers):
             check_set(accepted, stage)
+        for problem in self.changed_teachers(teachers).values():  # each set's key holds
+            raise UserInputError(problem)
         languages = {lang: spec.teachers for lang, spec in self.recipe.languages.items()}
         refuse_miscounted(self.layout, languages, *self.store_parts)
         return teachers
 
-    @abstractmethod
     def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
         """Each shard set training reads, as the sets it accepts (one per dtype the recipe
         accepts, the first in the dtype it asks for), with the ``merge`` stage that writes it:
-        what ``check_store`` checks."""
+        what ``check_store`` checks, each teacher's copies before its outputs (a copy made
+        with another tokenizer is named for ``prepare``, which makes it again)."""
+        dtypes = accepted_dtypes(self.recipe)
+        sets: list[tuple[list[ShardSet], str]] = []
+        for lang, name in self.pairs():
+            teacher = teachers[name]
+            sets.append(([self.copies_set(lang, teacher)], "prepare"))
+            sets.append(([self.outputs_set(lang, teacher, d) for d in dtypes], "teach"))
+        return sets
 
     def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
         """A vocabulary built from other teachers than ``teachers`` (objectives that build one)."""
@@ -359,10 +376,30 @@ class Objective(ABC):
             teachers = self.open_teachers()
         except UserInputError as err:
             return [f"the store cannot be checked against its teachers: {err}"]
-        stale = [stale_key(accepted, stage) for accepted, stage in self.store_sets(teachers)]
+        stale = {a[0].directory: stale_key(a, stage) for a, stage in self.store_sets(teachers)}
+        changed = self.changed_teachers(teachers)  # of a set whose key holds
         return (
-            self.stale_written(teachers) + [p for p in stale if p] + self.stale_vocabulary(teachers)
+            self.stale_written(teachers)
+            + [p for p in stale.values() if p]
+            + [p for d, p in changed.items() if not stale.get(d)]
+            + self.stale_vocabulary(teachers)
         )
+
+    def changed_teachers(self, teachers: dict[str, Teacher]) -> dict[Path, str]:
+        """Each set of the teachers' outputs computed by its teacher before its files changed
+        in a way the set's key does not hold (its configuration: ``store_check.changed_teacher``),
+        by directory, as ``check_store`` refuses it; ``teach`` computes it again."""
+        problems = {}
+        for lang, name in self.pairs():
+            found = ShardSet.existing(self.layout.store(self.store_parts[1], lang, name))
+            changed = changed_teacher(found, teachers[name].hashes)
+            if changed:
+                problems[found.directory] = (
+                    f"the store in {found.directory} was computed by teacher {name!r} before its "
+                    f"files ({teachers[name].directory}) changed ({', '.join(changed)}): run "
+                    "`lmalgebra merge teach RECIPE` again"
+                )
+        return problems
 
     def missing_input(self, stage: Stage) -> str | None:
         """How ``stage`` alone refuses the first output of an earlier stage it reads that is
@@ -390,41 +427,62 @@ class Objective(ABC):
     def check_students(self, students: Sequence[str]) -> dict[str, Teacher]:
         """Refuse to score students against teachers or a store other than those they were
         trained from: the store must be the current teachers' (``check_store``), and each saved
-        student's record of its teachers' hashes theirs; the teachers."""
+        student's record of its teachers' hashes theirs (``stale_student``); the teachers."""
         teachers = self.check_store()
         store = self.store_digest(teachers)
         for name in students:
-            model = self.layout.model(name)
-            if not is_complete(model):
-                continue  # named by the objective's evaluation
-            record = read_marker(model)
-            command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
-            again = f"train it again with {either(command, 'restart=True')}"
-            recorded = record.get("teacher_hashes", {})
-            changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
-            if changed:
-                teacher = teachers[changed[0]]
-                raise UserInputError(
-                    f"student {name!r} was trained from teacher {changed[0]!r} as it was before "
-                    f"its files ({teacher.directory}) changed: {again}"
-                )
-            if record.get("store_sha256", store) != store:  # a student of an older release: as is
-                recorded_recipe = _store_settings(record.get("recipe"))
-                current = _store_settings(self.recipe.model_dump(mode="json"))
-                changed = differences(recorded_recipe, current)
-                shown = "; ".join(changed[:3]) or "the store was built again"
-                raise UserInputError(
-                    f"student {name!r} was trained from the teacher store as it was before it "
-                    f"was built again ({shown}): {again}, or train one of another --name"
-                )
+            problem = self.stale_student(name, teachers, store)
+            if problem is not None:
+                raise UserInputError(problem)
         return teachers
+
+    def stale_student(self, name: str, teachers: dict[str, Teacher], store: str) -> str | None:
+        """How ``check_students`` refuses saved student ``name``: trained from a teacher of
+        ``teachers`` as it was before its files changed, or from the store as it was before it
+        was built again (``store``: ``store_digest`` of it now); None for a student of these, or
+        one not saved (named by the objective's evaluation)."""
+        model = self.layout.model(name)
+        if not is_complete(model):
+            return None
+        record = read_marker(model)
+        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        again = f"train it again with {either(command, 'restart=True')}"
+        recorded = record.get("teacher_hashes", {})
+        changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
+        if changed:
+            teacher = teachers[changed[0]]
+            return (
+                f"student {name!r} was trained from teacher {changed[0]!r} as it was before "
+                f"its files ({teacher.directory}) changed: {again}"
+            )
+        if record.get("store_sha256", store) != store:  # a student of an older release: as is
+            recorded_recipe = _store_settings(record.get("recipe"))
+            current = _store_settings(self.recipe.model_dump(mode="json"))
+            shown = "; ".join(differences(recorded_recipe, current)[:3])
+            return (
+                f"student {name!r} was trained from the teacher store as it was before it "
+                f"was built again ({shown or 'the store was built again'}): {again}, or train "
+                "one of another --name"
+            )
+        return None
+
+    def stale_students(self) -> list[str]:
+        """What ``check_students`` refuses of the run's saved students whose records read
+        (``merge verify``, once the store passes its checks: ``stale_store``)."""
+        teachers = self.open_teachers()
+        store = self.store_digest(teachers)
+        names = [n for n, model in self.layout.saved_students().items() if not model_damage(model)]
+        problems = (self.stale_student(name, teachers, store) for name in names)
+        return [p for p in problems if p is not None]
 
     def store_digest(self, teachers: dict[str, Teacher]) -> str:
         """The identity of the store that training reads (the keys of its sets as written):
         recorded with each student, so that one trained from a store since built again under
         other settings is told from one of this store."""
         sets = [
-            ShardSet.existing(accepted[0].directory) for accepted, _ in self.store_sets(teachers)
+            ShardSet.existing(accepted[0].directory)
+            for accepted, stage in self.store_sets(teachers)
+            if stage in self.digested
         ]
         return sha256_json([s.key for s in sets])
 

@@ -27,6 +27,7 @@ from lmalgebra.distill.layout import (
     check_student_name,
     is_complete,
     saved_steps,
+    saved_training,
 )
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
@@ -45,7 +46,7 @@ from lmalgebra.storage.output_paths import (
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
-from lmalgebra.train.loop import refuse_fewer_steps
+from lmalgebra.train.loop import check_precision, refuse_fewer_steps, refuse_other_training
 from lmalgebra.train.run_fingerprint import training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
@@ -62,14 +63,19 @@ OBJECTIVES: dict[type[MergeRecipe], type[Objective]] = {
 
 def verify(run_dir: Path) -> list[str]:
     """Every missing, corrupt or incomplete file of the run in ``run_dir``, named
-    (``merge verify``), by the store parts of the objective its recipe has, and each part of the
-    store built from another recipe or other teachers, as training refuses it."""
+    (``merge verify``), by the store parts of the objective its recipe has, each part of the
+    store built from another recipe or other teachers, as training refuses it, and, once all
+    of that passes, each saved student trained from teachers or a store as they were before
+    they changed, as ``merge evaluate`` refuses it."""
     layout = RunLayout(run_dir)
     recipe = load_recipe(layout.require_recipe())
     objective = objective_of(recipe.model_copy(update={"output_dir": layout.root}))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
     problems += record_problems(layout, objective.kind, objective.row_kinds())
-    return problems + objective.stale_store()  # what training's ``check_store`` would refuse
+    stale = objective.stale_store()  # what training's ``check_store`` would refuse
+    if problems or stale:
+        return problems + stale
+    return objective.stale_students()  # what ``merge evaluate`` refuses of a student
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:
@@ -247,8 +253,10 @@ def plan(
     data (the recipe's, the store's: ``Objective.recorded_inputs``) or other training settings
     (each run of ``lambda_candidates`` too), and a later stage alone whose
     inputs an earlier stage has not written
-    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary), and
-    inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``)."""
+    (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary),
+    inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``), and a
+    device or precision this machine lacks: the recipe's ``device`` and ``dtype`` where teachers
+    would run, ``training.mixed_precision`` where a student would train."""
     objective = objective_of(recipe)
     runnable = objective.runnable(stages)
     spec = training or recipe.training
@@ -259,6 +267,8 @@ def plan(
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
+            saved, runs = layout.model(student), objective.training_runs(student, spec)
+            refuse_other_training(saved_training(saved), spec, runs, saved)  # no checkpoint
             parts = objective.recorded_inputs()
             for out, run_spec in objective.training_runs(student, spec).items():
                 # as each run refuses it: more steps than asked (a lambda candidate's own)
@@ -278,6 +288,10 @@ def plan(
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
         if {"prepare", "teach"} & set(runnable):  # the stages that write the run's recipe.yaml
             refuse_unwritable(RunLayout(recipe.output_dir).recipe)
+        refuse_parts_in_the_way(objective, runnable)
+    writes = any(recipe.written_text(lang) is not None for lang in recipe.languages)
+    if "teach" in runnable or ("prepare" in runnable and writes):  # as the run, before any work
+        inference_setup(recipe)  # a device or dtype this machine lacks
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
     if "prepare" in runnable:  # then inputs edited since prepare wrote from them
@@ -286,7 +300,41 @@ def plan(
         missing = objective.missing_input(runnable[0])  # refused as the stage refuses it
         if missing is not None:
             raise UserInputError(missing)
+    if "train" in runnable and spec.steps:  # as training, once its inputs are there (steps 0
+        check_precision(spec)  # trains nothing, in no precision)
     return [{k: v for k, v in row.items() if k not in lacking} for row in rows]
+
+
+def _written_parts(objective: Objective, stages: Sequence[Stage]) -> list[Path]:
+    """The directories of the run that ``stages`` write (their shard sets, the vocabulary)."""
+    layout, recipe, (copies, outputs) = objective.layout, objective.recipe, objective.store_parts
+    parts = []
+    if "prepare" in stages:
+        written = [lang for lang in recipe.languages if recipe.written_text(lang) is not None]
+        parts += [layout.teacher_text(lang) for lang in written]
+        parts += [layout.examples(lang) for lang in recipe.languages]
+        parts += [layout.store(copies, lang, t) for lang, t in objective.pairs()]
+    if "teach" in stages:
+        parts += [layout.store(outputs, lang, t) for lang, t in objective.pairs()]
+    if "vocab" in stages:
+        parts.append(layout.vocab)
+    return parts
+
+
+def refuse_parts_in_the_way(objective: Objective, stages: Sequence[Stage]) -> None:
+    """Refuse, in one line naming it, a file (a FIFO, a link to nothing) where ``stages`` write
+    a directory of the run, or where a folder above one is: the stage cannot write there (a dry
+    run, which writes nothing, had planned it)."""
+    root = objective.layout.root
+    for part in _written_parts(objective, stages):
+        for place in [part, *part.parents]:
+            if place == root or root not in place.parents:
+                break
+            if (place.exists() or place.is_symlink()) and not place.is_dir():
+                raise UserInputError(
+                    f"cannot write {part}: {place} {not_a_directory(place)}; remove it, then "
+                    "run again"
+                )
 
 
 def inspect_run(run_dir: Path) -> RunInspection:

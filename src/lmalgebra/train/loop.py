@@ -12,7 +12,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,13 @@ from lmalgebra.train.data_parallel import (
 from lmalgebra.train.dropout import lane_dropout
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits
-from lmalgebra.train.run_fingerprint import as_json, model_part, training_part
+from lmalgebra.train.run_fingerprint import (
+    as_json,
+    differences,
+    model_part,
+    training_fields,
+    training_part,
+)
 from lmalgebra.train.schedules import kd_weight, learning_rate
 from lmalgebra.train.validation import BEST, Validation, ValidationTracker, clear_best
 
@@ -157,6 +163,33 @@ def refuse_linked_parts(out: Path, itself: bool = False) -> None:
             )
 
 
+def refuse_other_training(
+    recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
+) -> None:
+    """Refuse to train ``spec`` over the model saved at ``where`` with other settings that shape
+    every step than it was trained with (``recorded``: its record of them, None where it has
+    none) once no checkpoint is left to resume from in any of the directories it trains in
+    (``runs``: a student's, each of its ``lambda_candidates``'; ``keep_checkpoints`` 0):
+    training would start again from step 0 and replace it, where a checkpoint of other settings
+    is refused. A setting one of them lacks (a record of an older release) is not compared."""
+    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+        return
+    current = training_part(spec)
+    saved = training_fields(recorded)
+    changed = differences(
+        {k: v for k, v in saved.items() if k in current},
+        {k: v for k, v in current.items() if k in saved},
+    )
+    if changed:
+        shown = "; ".join(f"training.{c}" for c in changed[:3])
+        raise UserInputError(
+            f"{where} was trained with other settings ({shown}) and kept no checkpoint "
+            f"(training.keep_checkpoints 0): training would replace it from step 0; {RESTART} "
+            "trains it again, or train another beside it (merge train --name, another pretrain "
+            "--out)"
+        )
+
+
 def train(
     model: Any,
     source: BatchSource,
@@ -191,7 +224,7 @@ def train(
     check_batch_size(spec.batch_size)
     parts = {"model": model_part(model), "training": training_part(spec), **(inputs or {})}
     fingerprint = as_json(parts)
-    _check_precision(spec)  # before any checkpoint is dropped
+    check_precision(spec)  # before any checkpoint is dropped
     if restart:
         if is_main():
             clear_checkpoints(out / "checkpoints")
@@ -292,9 +325,10 @@ def _accelerator(mixed_precision: str) -> Any:
     return Accelerator(mixed_precision=mixed_precision)
 
 
-def _check_precision(spec: TrainingSpec) -> None:
+def check_precision(spec: TrainingSpec) -> None:
     """Refuse bf16 where the device Accelerate trains on (a GPU when there is one) lacks it, and
-    fp16 off a GPU (Accelerate would train in float32 while the run recorded fp16)."""
+    fp16 off a GPU (Accelerate would train in float32 while the run recorded fp16): by training,
+    and by a dry run of it."""
     if spec.mixed_precision == "no":
         return
     from accelerate import PartialState

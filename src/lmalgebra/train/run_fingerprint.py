@@ -55,7 +55,12 @@ def model_part(model: Any) -> dict[str, Any]:
 
 def training_part(spec: Any) -> dict[str, Any]:
     """The optimisation settings that shape every step (``TrainingSpec``, run length excluded)."""
-    dumped = spec.model_dump(mode="json")
+    return training_fields(spec.model_dump(mode="json"))
+
+
+def training_fields(dumped: dict[str, Any]) -> dict[str, Any]:
+    """:func:`training_part` of settings already dumped (a saved model's record of them)."""
+    dumped = dict(dumped)
     if dumped.get("teachers", ()) is None:  # every teacher: as runs recorded before the setting
         del dumped["teachers"]
     if dumped.get("dropout_masks") == "torch":  # as runs recorded before the setting drew them

@@ -27,7 +27,7 @@ from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import missing_set
-from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
+from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
@@ -125,15 +125,6 @@ class CausalObjective(Objective):
         from lmalgebra.distill.causal.teacher_text import written_by_other
 
         return written_by_other(self.recipe, teachers)
-
-    def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
-        dtypes = accepted_dtypes(self.recipe)
-        sets: list[tuple[list[ShardSet], str]] = []
-        for lang, name in self.pairs():
-            teacher = teachers[name]
-            sets.append(([self.copies_set(lang, teacher)], "prepare"))
-            sets.append(([self.outputs_set(lang, teacher, d) for d in dtypes], "teach"))
-        return sets
 
     @holding_lock("merge train", run_dir, RUN_SCRATCH)
     def train(self, name: str, training: TrainingSpec, progress: bool, restart: bool) -> Path:

@@ -34,7 +34,13 @@ from lmalgebra.distill.causal.student_model import causal_student
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import stored_texts
-from lmalgebra.distill.layout import LOGPROBS, RunLayout, saved_steps, write_model_directory
+from lmalgebra.distill.layout import (
+    LOGPROBS,
+    RunLayout,
+    saved_steps,
+    saved_training,
+    write_model_directory,
+)
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.model_card import causal_student_card
 from lmalgebra.distill.student import student_inputs
@@ -43,7 +49,13 @@ from lmalgebra.distributed import is_main
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 from lmalgebra.train.cross_tokenizer import LOSSES, Mean, batch_mean, ce_loss, needs_of
 from lmalgebra.train.data_parallel import global_mean
-from lmalgebra.train.loop import StepLoss, refuse_fewer_steps, release_checkpoints, train
+from lmalgebra.train.loop import (
+    StepLoss,
+    refuse_fewer_steps,
+    refuse_other_training,
+    release_checkpoints,
+    train,
+)
 from lmalgebra.train.losses import LossParts
 from lmalgebra.train.validation import Validation
 
@@ -195,8 +207,14 @@ def train_causal_student(
     student."""
     mix = spec.objective_mix or DEFAULT_MIX
     saved = RunLayout(recipe.output_dir).model(name)
-    if not restart:  # a saved student of more steps is not replaced (steps: 0, say)
+    if not restart:  # a saved student of more steps, or other settings, is not replaced
         refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
+        candidates = spec.lambda_candidates or []  # each trains in a directory of its own
+        trains_in = [
+            saved.parent,
+            *(RunLayout(recipe.output_dir).candidate(name, v) for v in candidates),
+        ]
+        refuse_other_training(saved_training(saved), spec, trains_in, saved)
     data = causal_student_data(recipe, spec, mix, teachers)
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)

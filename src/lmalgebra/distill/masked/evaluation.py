@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.examples import heldout_texts
 from lmalgebra.distill.layout import RunLayout, trusted_model
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
 from lmalgebra.distill.masked.masking import MaskedCopy
@@ -199,11 +200,13 @@ def evaluate_run(
             )
     if not (layout.vocab / META_FILE).is_file():
         raise UserInputError(f"{layout.vocab} is missing: run `lmalgebra merge vocab RECIPE` first")
+    chosen = list(languages or teachers_of)
+    heldout_texts(layout.root, chosen)  # a language holding out no example has nothing to score
     vocab = UnionVocab.load(layout.vocab)
     models = {name: _load_student(layout, name) for name in students}
     teachers: dict[str, tuple[Any, Any]] = {}
     scores: list[Score] = []
-    for lang in languages or list(teachers_of):
+    for lang in chosen:
         for teacher in teachers_of[lang]:
             if teacher not in teachers:
                 teachers[teacher] = _load_teacher(recipe, teacher)

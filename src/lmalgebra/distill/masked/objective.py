@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core import plugins
-from lmalgebra.core.errors import UserInputError
-from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK
+from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.text_files import not_a_directory
+from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK, is_complete
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import SCORES, Score
@@ -23,11 +24,10 @@ from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.teachers import Inference, Teacher, accepted_dtypes, dtype_key
+from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
 from lmalgebra.storage.lockfile import holding_lock
-from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 
 if TYPE_CHECKING:
@@ -44,6 +44,10 @@ def _other_teachers(stamp: CompletionStamp) -> str:
 
 def _vocab_problem(stamp: CompletionStamp) -> str | None:
     """How training refuses a vocabulary that is damaged or missing (None: it is there)."""
+    directory = stamp.directory
+    if (directory.exists() or directory.is_symlink()) and not directory.is_dir():
+        what = not_a_directory(directory)
+        return f"{directory} {what}: remove it, then run `lmalgebra merge vocab RECIPE`"
     if stamp.damaged():
         return f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
     if stamp.recorded() is None:
@@ -66,7 +70,8 @@ class MaskedObjective(Objective):
     head = "masked"
     columns = ("input_ids", "positions")
     copying = ("mask", "masked_tokens")
-    trained_from = ((TOPK, "teach"),)
+    trained_from = ((MASKED, "prepare"), (TOPK, "teach"))
+    digested = ("teach",)  # each output's key holds its copies': as students have recorded it
     recipe: MaskedRecipe
 
     def open_teachers(self) -> dict[str, Teacher]:
@@ -95,18 +100,31 @@ class MaskedObjective(Objective):
         """The union student vocabulary, teacher->student id maps, student tokenizer and report."""
         build_vocabulary(self.recipe, self.open_teachers())
 
-    def store_sets(self, teachers: dict[str, Teacher]) -> list[tuple[list[ShardSet], str]]:
-        dtypes = accepted_dtypes(self.recipe)
-        return [
-            ([self.outputs_set(lang, teachers[name], d) for d in dtypes], "teach")
-            for lang, name in self.pairs()
-        ]
-
     def stale_vocabulary(self, teachers: dict[str, Teacher]) -> list[str]:
         stamp = vocab_stamp(self.recipe, teachers)
         if stamp.damaged() or stamp.recorded() is None or stamp.done():
             return []  # a damaged or missing vocabulary: named as such (``verify``, training)
         return [_other_teachers(stamp)]
+
+    def stale_student(self, name: str, teachers: dict[str, Teacher], store: str) -> str | None:
+        """Also a saved student trained on the union vocabulary as it was before it was built
+        again (its copy of ``vocab_union.json`` is not the run's: teachers in another order give
+        other ids), whose ids the run's maps no longer give."""
+        from lmalgebra.distill.vocab.union import META_FILE
+
+        problem = super().stale_student(name, teachers, store)
+        model = self.layout.model(name)
+        own, current = model / META_FILE, self.layout.vocab / META_FILE
+        if problem is not None or not (is_complete(model) and own.is_file() and current.is_file()):
+            return problem
+        if own.read_bytes() == current.read_bytes():
+            return None
+        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        return (
+            f"student {name!r} was trained on the union vocabulary as it was before it was "
+            f"built again ({self.layout.vocab}), whose ids are not its own: train it again with "
+            f"{either(command, 'restart=True')}"
+        )
 
     def missing_input(self, stage: Stage) -> str | None:
         found = super().missing_input(stage)

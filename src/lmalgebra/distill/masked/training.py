@@ -9,7 +9,13 @@ from typing import Any
 
 from lmalgebra.core import plugins
 from lmalgebra.core.fingerprint import sha256_file
-from lmalgebra.distill.layout import TOPK, RunLayout, saved_steps, write_model_directory
+from lmalgebra.distill.layout import (
+    TOPK,
+    RunLayout,
+    saved_steps,
+    saved_training,
+    write_model_directory,
+)
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.recipe import MaskedRecipe
@@ -19,7 +25,12 @@ from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
 from lmalgebra.distributed import is_main
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import refuse_fewer_steps, release_checkpoints, train
+from lmalgebra.train.loop import (
+    refuse_fewer_steps,
+    refuse_other_training,
+    release_checkpoints,
+    train,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +51,10 @@ def train_masked_student(
     A checkpoint of other inputs (recipe, store, vocabulary, student, training) is refused;
     ``restart`` starts afresh instead."""
     layout = RunLayout(recipe.output_dir)
-    if not restart:  # a saved student of more steps is not replaced (steps: 0, say)
-        refuse_fewer_steps(saved_steps(layout.model(name)), spec.steps, layout.model(name))
+    saved = layout.model(name)
+    if not restart:  # a saved student of more steps, or other settings, is not replaced
+        refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
+        refuse_other_training(saved_training(saved), spec, [layout.student(name)], saved)
     vocab = UnionVocab.load(layout.vocab)
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
     init = recipe.student.embedding_init()  # refused before any work

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.text_files import not_a_directory
 from lmalgebra.distill.examples import examples_set, require
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MaskedRecipe
@@ -28,6 +29,8 @@ def build_vocabulary(recipe: MaskedRecipe, teachers: dict[str, Teacher]) -> None
     from lmalgebra.distill.vocab.union import build_union, tokens_per_language
 
     out = RunLayout(recipe.output_dir).vocab
+    if (out.exists() or out.is_symlink()) and not out.is_dir():  # named, not a traceback
+        raise UserInputError(f"vocabulary directory {out} {not_a_directory(out)}")
     stamp = vocab_stamp(recipe, teachers)
     if stamp.done() and _reads_back(out):
         return

@@ -22,7 +22,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.distill.causal.student_model import build_causal_lm
 from lmalgebra.distill.examples import training_examples
-from lmalgebra.distill.layout import saved_steps, write_model_directory
+from lmalgebra.distill.layout import saved_steps, saved_training, write_model_directory
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec
 from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
@@ -32,6 +32,7 @@ from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
     refuse_linked_parts,
+    refuse_other_training,
     release_checkpoints,
     train,
 )
@@ -114,6 +115,9 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
     refuse_linked_parts(spec.out / "training", itself=True)
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
+        refuse_other_training(
+            saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
+        )
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     kind, size = spec.tokenizer.kind, spec.tokenizer.vocab_size
     tokenizer = train_causal_tokenizer(texts, kind, size, spec.model.max_position_embeddings)

@@ -30,7 +30,7 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure
 from lmalgebra.distill.examples import training_examples
-from lmalgebra.distill.layout import saved_steps, write_model_directory
+from lmalgebra.distill.layout import saved_steps, saved_training, write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.recipe import MaskingSpec
@@ -45,6 +45,7 @@ from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
     refuse_linked_parts,
+    refuse_other_training,
     release_checkpoints,
     train,
 )
@@ -245,6 +246,9 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     refuse_linked_parts(spec.out / "training", itself=True)
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
+        refuse_other_training(
+            saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
+        )
     ref = ModelRef.parse(spec.encoder).model_copy(  # messages name the setting: "model 'encoder'"
         update={"trust_remote_code": spec.trust_remote_code, "name": "encoder"}
     )

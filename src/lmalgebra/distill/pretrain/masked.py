@@ -18,7 +18,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.examples import training_examples
-from lmalgebra.distill.layout import saved_steps, write_model_directory
+from lmalgebra.distill.layout import saved_steps, saved_training, write_model_directory
 from lmalgebra.distill.masked.masking import Encoded, TeacherMasker, pad_batch
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
@@ -31,6 +31,7 @@ from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
     refuse_linked_parts,
+    refuse_other_training,
     release_checkpoints,
     train,
 )
@@ -108,6 +109,9 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
     refuse_linked_parts(spec.out / "training", itself=True)
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
+        refuse_other_training(
+            saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
+        )
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     given = spec.tokenizer.path
     if given is None:

@@ -129,6 +129,21 @@ def stale_source(made: ShardSet, source: ShardSet) -> bool:
     return made.complete and recorded is not None and recorded != source_digest(source)
 
 
+HASHES_FIELD = "teacher_hashes"  # in a copy's or output's manifest: its teacher's files' hashes
+
+
+def changed_teacher(made: ShardSet, hashes: Mapping[str, str]) -> list[str]:
+    """What of its teacher's files complete ``made`` records hashes of other than ``hashes``
+    (the teacher's now: ``weights``, ``tokenizer``, ``config``, the ``code`` it ships...): a
+    set's key holds the weights' and the tokenizer's hashes alone, so a configuration edited
+    since (``hidden_act``, say), which changes the outputs, is told by the record. A set of an
+    older release that records none, or a kind of hash it records none of, is read as it is."""
+    recorded = made.summary.get(HASHES_FIELD)
+    if not made.complete or not isinstance(recorded, dict):
+        return []
+    return [kind for kind, value in hashes.items() if recorded.get(kind, value) != value]
+
+
 def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) -> list[str]:
     """``made`` (complete) does not hold, for each shard of ``source`` (complete), a shard of as
     many rows: the stages after read the two side by side, row by row. ``what``: what
