@@ -175,23 +175,6 @@ REDUCTION = Table("reduction.csv", ReductionRow)
 GROUP = Table("group_r2.csv", GroupRow, decimals=WIDE_DECIMALS)
 GROUP_MEAN = "mean"
 
-# The tidy tables a run may hold, by stem (the keys of ``Decomposition.tables``).
-TABLES: dict[str, Table[Any]] = {
-    t.stem: t
-    for t in (
-        FITS,
-        NULLS,
-        SIMILARITY,
-        ALPHA_CURVE,
-        ATTRIBUTION,
-        LENGTH_SWEEP,
-        LAYER_SWEEP,
-        LAYER_MAP,
-        TRAIN_SIZE_SWEEP,
-        LANGUAGE_SWEEP,
-        REDUCTION,
-    )
-}
 GROUP_FIGURE = "group_r2.png"  # under plots/: each target's group R^2
 # the tables drawn one figure each under plots/, named after the table (``figure_name``)
 FIGURE_TABLES: tuple[Table[Any], ...] = (
@@ -204,6 +187,9 @@ FIGURE_TABLES: tuple[Table[Any], ...] = (
     TRAIN_SIZE_SWEEP,
     LANGUAGE_SWEEP,
 )
+# The tidy tables a run may hold, by stem (the keys of ``Decomposition.tables``).
+_TIDY: tuple[Table[Any], ...] = (FITS, NULLS, *FIGURE_TABLES, REDUCTION)
+TABLES: dict[str, Table[Any]] = {t.stem: t for t in _TIDY}
 
 
 def figure_name(table: Table[Any]) -> str:
