@@ -65,7 +65,8 @@ class Fixtures:
 
 
 def _nan_model(source: Path, target: Path) -> Path:
-    """A copy of a tiny BERT whose embedding LayerNorm weight is NaN: every embedding is NaN."""
+    """A copy of a tiny BERT whose embedding LayerNorm weight is NaN (every embedding would be
+    NaN): refused when it is loaded, naming the weight."""
     import torch
     from transformers import AutoTokenizer, BertModel
 
@@ -295,7 +296,7 @@ CASES: dict[str, Case] = {
     ),
     "nan_embeddings": lambda fx, tmp: (
         [*fx.models(), "--models", f"sick={fx.nan_bert}", "--corpus.paths", str(fx.corpus), *SMALL],
-        ["NaN", "of sick"],
+        ["model 'sick'", "holds NaN or inf", "embeddings.LayerNorm.weight"],
     ),
     # studies
     "study_lengths_empty": lambda fx, tmp: (
