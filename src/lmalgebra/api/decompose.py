@@ -22,7 +22,7 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.core.settings import revalidated
+from lmalgebra.core.settings import refuse_ignored, revalidated
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
@@ -32,6 +32,7 @@ from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
+from lmalgebra.sources.kinds.python_objects import SentenceEncoder
 from lmalgebra.storage.output_paths import cache_root
 
 if TYPE_CHECKING:  # pandas is imported by the calls that make a table
@@ -144,7 +145,7 @@ def decompose_plan(
 def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
     """Refuse what the arrays of embeddings among the models make the call ignore: a span-length
     or language study (other spans), and the settings of embedding where every model is given
-    as its span embeddings."""
+    as its span embeddings, or embeds through a SentenceTransformer's own pipeline."""
     arrays = [n for n, m in inputs.given.items() if m.fixed_spans]
     if arrays and (config.study.lengths or config.study.languages):
         raise UserInputError(
@@ -153,6 +154,13 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         )
     files = [m.name for m in config.models if m.source.fixed_spans]
     config.refuse_embedding_settings([*arrays, *files])
+    encoders = [n for n, m in inputs.given.items() if isinstance(m, SentenceEncoder)]
+    if encoders and {*arrays, *files, *encoders} >= {m.name for m in config.models}:
+        what = (
+            "models the run embeds itself (every model here is a SentenceTransformer, embedded "
+            "through its own encode(), or given as its span embeddings)"
+        )
+        refuse_ignored(config, "", dict.fromkeys(SentenceEncoder.IGNORES, what))
 
 
 def _check_reference(config: DecomposeConfig) -> None:

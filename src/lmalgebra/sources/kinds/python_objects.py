@@ -155,13 +155,15 @@ class TransformerPair(_GivenObject):
 
 @dataclass
 class SentenceEncoder(_GivenObject):
-    """A ``sentence_transformers.SentenceTransformer``: its own pipeline (tokenisation, pooling,
-    normalisation) through ``encode``. The run's ``layer``, ``pooling`` and ``exclude_special``
-    do not apply to it, and it has no layers for the layer studies."""
+    """A ``sentence_transformers.SentenceTransformer``: its own pipeline (tokenisation up to its
+    ``max_seq_length``, pooling, normalisation) through ``encode``. The run's settings in
+    ``IGNORES`` do not apply to it, and it has no layers for the layer studies."""
 
     name: str
     model: Any
     description: str = field(init=False)
+    # the run's embedding settings its own pipeline stands in for
+    IGNORES: ClassVar[tuple[str, ...]] = ("layer", "pooling", "exclude_special", "max_length")
 
     def __post_init__(self) -> None:
         self.description = "SentenceTransformer object"
