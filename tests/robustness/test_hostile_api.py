@@ -635,3 +635,23 @@ def test_a_setting_no_sentence_transformer_reads_is_refused(
     mixed = {"a": encoder, "b": str(bert_dir)}  # b embeds by the run's settings
     result = lmalgebra.decompose(mixed, texts, **options, progress=False, **setting)
     assert np.isfinite(result.pairwise().loc["b", "a"])
+
+
+def test_a_setting_of_loading_is_refused_where_every_model_is_loaded_already(
+    bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    """``weights_dtype`` says how weights are loaded: a ``(model, tokenizer)`` pair is loaded
+    already, and runs had taken ``weights_dtype="bfloat16"`` for pairs alone and embedded them
+    in float32, recording bfloat16."""
+    from transformers import AutoModel, AutoTokenizer
+
+    pairs = {
+        name: (AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+        for name, path in (("a", bert_dir), ("b", bert2_dir))
+    }
+    texts = documents(60)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    with pytest.raises(UserInputError, match=r"^weights_dtype 'bfloat16' would be ignored.*pair"):
+        lmalgebra.decompose(pairs, texts, **options, weights_dtype="bfloat16")
+    with pytest.raises(UserInputError, match=r"^weights_dtype 'bfloat16' would be ignored"):
+        lmalgebra.decompose_plan(pairs, texts, timed=False, **options, weights_dtype="bfloat16")

@@ -28,11 +28,10 @@ from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
-from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
+from lmalgebra.lmd.settings.recipe import EMBEDDING_SETTINGS, DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
-from lmalgebra.sources.kinds.python_objects import SentenceEncoder
 from lmalgebra.storage.output_paths import cache_root
 
 if TYPE_CHECKING:  # pandas is imported by the calls that make a table
@@ -145,7 +144,8 @@ def decompose_plan(
 def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
     """Refuse what the arrays of embeddings among the models make the call ignore: a span-length
     or language study (other spans), and the settings of embedding where every model is given
-    as its span embeddings, or embeds through a SentenceTransformer's own pipeline."""
+    as its span embeddings, and those no Python object among them reads where every model is
+    one (a pair is loaded already; a SentenceTransformer embeds through its own pipeline)."""
     arrays = [n for n, m in inputs.given.items() if m.fixed_spans]
     if arrays and (config.study.lengths or config.study.languages):
         raise UserInputError(
@@ -154,13 +154,19 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         )
     files = [m.name for m in config.models if m.source.fixed_spans]
     config.refuse_embedding_settings([*arrays, *files])
-    encoders = [n for n, m in inputs.given.items() if isinstance(m, SentenceEncoder)]
-    if encoders and {*arrays, *files, *encoders} >= {m.name for m in config.models}:
+    ignored = [  # a model given by reference reads them all
+        set(inputs.given[m.name].IGNORES if m.name in inputs.given else ())
+        for m in config.models
+        if m.name not in arrays and m.name not in files
+    ]
+    if ignored:
         what = (
-            "models the run embeds itself (every model here is a SentenceTransformer, embedded "
-            "through its own encode(), or given as its span embeddings)"
+            "models the run loads or embeds itself (every model here is a Python object: a "
+            "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
+            "its own encode(), an array is its span embeddings)"
         )
-        refuse_ignored(config, "", dict.fromkeys(SentenceEncoder.IGNORES, what))
+        common = [s for s in EMBEDDING_SETTINGS if all(s in i for i in ignored)]
+        refuse_ignored(config, "", dict.fromkeys(common, what))
 
 
 def _check_reference(config: DecomposeConfig) -> None:

@@ -49,11 +49,13 @@ class ObjectReference(ReferencedModel):
 
 
 class _GivenObject(ModelSource):
-    """What the objects share: kind ``memory``, never cached."""
+    """What the objects share: kind ``memory``, never cached, loaded already (the run's
+    settings of loading, in ``IGNORES``, do not apply to them)."""
 
     kind = "memory"
     python_object: ClassVar[bool] = True
     cached: ClassVar[bool] = False
+    IGNORES: ClassVar[tuple[str, ...]] = ("weights_dtype", "device_map")
 
 
 def _weight_bytes(module: Any) -> int:
@@ -162,8 +164,10 @@ class SentenceEncoder(_GivenObject):
     name: str
     model: Any
     description: str = field(init=False)
-    # the run's embedding settings its own pipeline stands in for
-    IGNORES: ClassVar[tuple[str, ...]] = ("layer", "pooling", "exclude_special", "max_length")
+    IGNORES: ClassVar[tuple[str, ...]] = (
+        *_GivenObject.IGNORES,
+        *("layer", "pooling", "exclude_special", "max_length"),  # its own pipeline's
+    )
 
     def __post_init__(self) -> None:
         self.description = "SentenceTransformer object"
