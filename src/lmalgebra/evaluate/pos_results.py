@@ -61,9 +61,15 @@ def write_results(
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
     for result in results:
-        cells = (str(format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan)) for n in names)
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = (format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan) for n in names)
+        lines.append("| " + " | ".join(_markdown_cell(c) for c in cells) + " |")
     write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
+
+
+def _markdown_cell(value: object) -> str:
+    """A cell of the Markdown table: a model is named as given (``--models 'x|y=...'``), and a
+    ``|`` or a line break in its name had split its row into other columns."""
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
 def _recorded(out: Path) -> dict[str, Any] | None:
