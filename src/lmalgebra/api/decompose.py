@@ -128,7 +128,9 @@ def decompose_plan(
     that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
     rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
     ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
-    would refuse of that directory is refused here too (``overwrite`` as for the call).
+    would refuse of that directory is refused here too (``overwrite`` as for the call), a
+    finished run there of other documents or arrays included (models by reference are not
+    compared: that reads their weights).
     """
     from lmalgebra.lmd.run.decompose import check_claim
 
@@ -137,7 +139,7 @@ def decompose_plan(
     config = validate(DecomposeConfig, data, "decompose_plan()")
     _check_arrays(config, inputs)
     if "out" in options:  # the call writes there: its refusals of the directory, nothing written
-        check_claim(config, overwrite)
+        check_claim(config, overwrite, inputs if texts is not None else None)
     return plan_frame(config, inputs, timed)
 
 
