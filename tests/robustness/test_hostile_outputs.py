@@ -800,6 +800,17 @@ def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
     assert {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()} == before
 
 
+def test_a_file_output_named_as_the_lock_file_is_refused(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """``report RUN --out RUN/.lmalgebra.lock`` printed the report's path and exit 0, and the
+    lock's release then removed the report: the lock's name is refused for a file output."""
+    before = digests(finished_run)
+    lock = finished_run / ".lmalgebra.lock"
+    one_error(*cli("report", str(finished_run), "--out", str(lock)), str(lock), "lock file")
+    assert not lock.exists() and digests(finished_run) == before
+
+
 def test_a_span_list_keeps_its_own_digest(
     cli: Runner, bert_dir: Path, corpus_txt: Path, tmp_path: Path
 ) -> None:
