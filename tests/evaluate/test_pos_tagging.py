@@ -363,3 +363,20 @@ def test_split_by_document_keeps_documents_whole(tmp_path: Path) -> None:
     source.write_text("1\tWord\tword\tNOUN\t_\t_\t0\troot\t_\t_\n\n", encoding="utf-8")
     with pytest.raises(UserInputError, match="sentence 1 has no '# sent_id"):
         split_by_document(source, tmp_path / "bad")
+
+
+def test_a_model_name_keeps_its_row_of_the_markdown_table(tmp_path: Path) -> None:
+    """A model is named as given: ``x|y`` (or a name with a line break) had split its row of
+    ``pos_results.md`` into more cells than the table has columns."""
+    from dataclasses import fields
+
+    from lmalgebra.evaluate.pos_results import write_results
+
+    zeros = dict.fromkeys((f.name for f in fields(PosResult)), 0)
+    results = [PosResult(**zeros | {"model": name, "mode": "probe"}) for name in ("x|y", "a\nb")]
+    write_results(results, tmp_path)
+    header, _, *rows = (tmp_path / "pos_results.md").read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 2
+    for row in rows:
+        assert row.replace("\\|", "").count("|") == header.count("|")
+    assert rows[0].startswith("| x\\|y | probe |") and rows[1].startswith("| a b | probe |")

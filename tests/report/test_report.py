@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -193,6 +194,20 @@ def test_sections_follow_the_files_present(tmp_path: Path) -> None:
     headings = re.findall(r"<h2>(.*?)</h2>", text)
     assert headings == ["Run", "Pairwise R² (clustered)", "Group R²", "Configuration"]
     assert (tmp_path / "report.html").is_file()
+
+
+def test_the_report_shows_the_fit_the_run_was_asked_for(tmp_path: Path) -> None:
+    """A run with ``target`` and ``basis`` records its single fit in ``summary.json``; the
+    report had shown every other result but that one."""
+    write_core(tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    target, *basis = MODELS[:3]
+    r2 = {"train": 0.9, "validation": 0.5, "test": 0.25}
+    summary["single_fit"] = {"target": target, "basis": basis, "r2": r2}
+    (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert f"{target} from {' + '.join(basis)} (R²)" in text
+    assert "train 0.900, validation 0.500, test 0.250" in text
 
 
 def test_report_refuses_a_directory_without_summary(tmp_path: Path) -> None:

@@ -606,3 +606,52 @@ def test_a_message_reached_from_python_names_the_keyword_beside_the_flag(tmp_pat
         refuse_dropping(table, ["s1"], None)
     with pytest.raises(UserInputError, match=r"--restart \(restart=True\) starts afresh"):
         check_fingerprint({"lr": 1}, {"lr": 2}, "step-1", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "setting", [{"layer": 1}, {"pooling": "first"}, {"exclude_special": True}, {"max_length": 4}]
+)
+def test_a_setting_no_sentence_transformer_reads_is_refused(
+    setting: dict[str, Any], bert_dir: Path, tmp_path: Path
+) -> None:
+    """A SentenceTransformer embeds through its own pipeline (its tokeniser's length, its
+    pooling): where every model is one (or an array), ``layer``, ``pooling``,
+    ``exclude_special`` and ``max_length`` had been taken and changed nothing."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+
+    word = models.Transformer(str(bert_dir), max_seq_length=64)
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    encoder = SentenceTransformer(modules=[word, models.Pooling(width())], device="cpu")
+    texts = documents(60)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    name = next(iter(setting))
+    with pytest.raises(UserInputError, match=rf"^{name} .* would be ignored.*SentenceTransformer"):
+        lmalgebra.decompose({"a": encoder, "b": encoder}, texts, **options, **setting)
+    mixed = {"a": encoder, "b": str(bert_dir)}  # b embeds by the run's settings
+    result = lmalgebra.decompose(mixed, texts, **options, progress=False, **setting)
+    assert np.isfinite(result.pairwise().loc["b", "a"])
+
+
+def test_a_setting_of_loading_is_refused_where_every_model_is_loaded_already(
+    bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    """``weights_dtype`` says how weights are loaded: a ``(model, tokenizer)`` pair is loaded
+    already, and runs had taken ``weights_dtype="bfloat16"`` for pairs alone and embedded them
+    in float32, recording bfloat16."""
+    from transformers import AutoModel, AutoTokenizer
+
+    pairs = {
+        name: (AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+        for name, path in (("a", bert_dir), ("b", bert2_dir))
+    }
+    texts = documents(60)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    with pytest.raises(UserInputError, match=r"^weights_dtype 'bfloat16' would be ignored.*pair"):
+        lmalgebra.decompose(pairs, texts, **options, weights_dtype="bfloat16")
+    with pytest.raises(UserInputError, match=r"^weights_dtype 'bfloat16' would be ignored"):
+        lmalgebra.decompose_plan(pairs, texts, timed=False, **options, weights_dtype="bfloat16")

@@ -392,3 +392,42 @@ def test_a_file_where_a_stage_writes_a_directory_is_named_by_the_stage_and_its_d
         code, stderr = cli(["merge", "train", recipe, "--no-progress"])
         assert_one_line(code, stderr, [str(place), "is a file, not a directory", "merge vocab"])
     assert place.read_text(encoding="utf-8") == "a file\n"
+
+
+def test_a_finished_run_on_other_documents_or_arrays_is_refused_by_the_dry_run_too(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """The run refuses a finished run of its configuration on a corpus edited since; the dry
+    run, which reads the corpus to check it, had planned it. ``decompose_plan`` the same of an
+    array given other values; with no texts given it compares none."""
+    import numpy as np
+
+    import lmalgebra
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(corpus_txt.read_text(encoding="utf-8"), encoding="utf-8")
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--no-progress", "--out", str(out)]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    assert cli([*args, "--dry-run"])[0] == 0  # the same inputs: planned
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\n\nA document written since.\n")
+    assert_one_line(*cli([*args, "--dry-run"]), [str(out), "corpus (its documents) differs"])
+    texts = documents(60)
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    rows = len(lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans))
+    array = np.random.default_rng(0).normal(size=(rows, 4))
+    saved = tmp_path / "saved"
+    options = {"spans": spans, "out": saved, "progress": False}
+    lmalgebra.decompose({"a": str(bert_dir), "v": array}, texts, **options)
+    lmalgebra.decompose_plan({"a": str(bert_dir), "v": array}, texts, timed=False, **options)
+    with pytest.raises(lmalgebra.UserInputError, match="model 'v' differs since"):
+        lmalgebra.decompose_plan(
+            {"a": str(bert_dir), "v": 2 * array}, texts, timed=False, **options
+        )
+    lmalgebra.decompose_plan({"a": str(bert_dir), "v": 2 * array}, timed=False, **options)

@@ -240,6 +240,24 @@ def test_a_hub_id_out_of_reach_is_named_by_its_setting(
     assert_one_line(code, stderr, ["model 'encoder'", "'nowhere-org/enc'", "reached"])
 
 
+def test_a_mistyped_path_read_as_a_hub_id_says_no_such_directory_is_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``models/bret`` where ``models/`` is a local directory is read as a hub id (it is a
+    well-formed one): the line had named the hub alone, not that the directory is not there."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources.hub import snapshot
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    with pytest.raises(UserInputError) as caught:
+        snapshot("model 'a'", "models/bret", None)
+    assert "nor is there a directory models/bret here (models/ holds no bret)" in str(caught.value)
+    with pytest.raises(UserInputError) as caught:
+        snapshot("model 'a'", "nowhere-org/bret", None)
+    assert "directory" not in str(caught.value).split(";")[0]
+
+
 @pytest.mark.parametrize(
     "args",
     [

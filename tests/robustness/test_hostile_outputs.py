@@ -800,6 +800,35 @@ def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
     assert {p: p.read_bytes() for p in finished_run.rglob("*") if p.is_file()} == before
 
 
+def test_a_file_output_named_as_the_lock_file_is_refused(
+    cli: Runner, finished_run: Path, tmp_path: Path
+) -> None:
+    """``report RUN --out RUN/.lmalgebra.lock`` printed the report's path and exit 0, and the
+    lock's release then removed the report: the lock's name is refused for a file output."""
+    before = digests(finished_run)
+    lock = finished_run / ".lmalgebra.lock"
+    one_error(*cli("report", str(finished_run), "--out", str(lock)), str(lock), "lock file")
+    assert not lock.exists() and digests(finished_run) == before
+
+
+def test_a_span_list_keeps_its_own_digest(
+    cli: Runner, bert_dir: Path, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """``s.jsonl`` and ``s.json`` both keep their digest in ``s.sha256``: the second export had
+    replaced the first list's digest with its own, leaving that list beside another's digest.
+    It is refused, naming the list, and both files are left as they were."""
+    spans = ["spans", "--models", f"a={bert_dir}", "--corpus.paths", str(corpus_txt), "-T", "8"]
+    first = tmp_path / "s.jsonl"
+    code, err = cli(*spans, "--spans.counts", "20,5,5", "--out", str(first))
+    assert code == 0, err
+    kept = digests(tmp_path)
+    code, err = cli(*spans, "--spans.counts", "10,5,5", "--out", str(tmp_path / "s.json"))
+    one_error(code, err, str(tmp_path / "s.sha256"), str(first))
+    assert digests(tmp_path) == kept
+    code, err = cli(*spans, "--spans.counts", "20,5,5", "--out", str(first))  # its own again
+    assert code == 0, err
+
+
 def test_merge_init_writes_into_no_other_output(
     cli: Runner, finished_run: Path, tmp_path: Path
 ) -> None:

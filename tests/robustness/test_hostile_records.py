@@ -96,6 +96,23 @@ def test_a_damaged_record_is_refused_by_name(
     assert not (out / record).exists()
 
 
+def test_an_evaluation_of_an_earlier_release_is_named_as_such(tmp_path: Path) -> None:
+    """An earlier release wrote ``pos_config.json`` as the evaluation's settings alone (no
+    identity, no checksum): it had been called damaged, with the advice to restore it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    settings = {"train": "t.conllu", "mode": "probe", "layer": -1, "epochs": 1, "seed": 0}
+    (out / "pos_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    (out / "pos_results.csv").write_text("model,accuracy\na,0.5\n", encoding="utf-8")
+    with pytest.raises(
+        UserInputError, match=r"an earlier release of lmalgebra.*--overwrite"
+    ) as err:
+        claim_evaluation(out, {"models": "x"}, False)
+    assert "damaged" not in str(err.value) and "restore" not in str(err.value)
+    claim_evaluation(out, {"models": "x"}, True)  # --overwrite replaces it
+    assert not (out / "pos_config.json").exists()
+
+
 def test_a_result_an_unfinished_tagging_evaluation_keeps_is_read_only_as_written(
     tmp_path: Path,
 ) -> None:

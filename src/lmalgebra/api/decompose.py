@@ -22,13 +22,13 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.core.settings import revalidated
+from lmalgebra.core.settings import refuse_ignored, revalidated
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
-from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
+from lmalgebra.lmd.settings.recipe import EMBEDDING_SETTINGS, DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
@@ -128,7 +128,9 @@ def decompose_plan(
     that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
     rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
     ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
-    would refuse of that directory is refused here too (``overwrite`` as for the call).
+    would refuse of that directory is refused here too (``overwrite`` as for the call), a
+    finished run there of other documents or arrays included (models by reference are not
+    compared: that reads their weights).
     """
     from lmalgebra.lmd.run.decompose import check_claim
 
@@ -137,14 +139,15 @@ def decompose_plan(
     config = validate(DecomposeConfig, data, "decompose_plan()")
     _check_arrays(config, inputs)
     if "out" in options:  # the call writes there: its refusals of the directory, nothing written
-        check_claim(config, overwrite)
+        check_claim(config, overwrite, inputs if texts is not None else None)
     return plan_frame(config, inputs, timed)
 
 
 def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
     """Refuse what the arrays of embeddings among the models make the call ignore: a span-length
     or language study (other spans), and the settings of embedding where every model is given
-    as its span embeddings."""
+    as its span embeddings, and those no Python object among them reads where every model is
+    one (a pair is loaded already; a SentenceTransformer embeds through its own pipeline)."""
     arrays = [n for n, m in inputs.given.items() if m.fixed_spans]
     if arrays and (config.study.lengths or config.study.languages):
         raise UserInputError(
@@ -153,6 +156,19 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         )
     files = [m.name for m in config.models if m.source.fixed_spans]
     config.refuse_embedding_settings([*arrays, *files])
+    ignored = [  # a model given by reference reads them all
+        set(inputs.given[m.name].IGNORES if m.name in inputs.given else ())
+        for m in config.models
+        if m.name not in arrays and m.name not in files
+    ]
+    if ignored:
+        what = (
+            "models the run loads or embeds itself (every model here is a Python object: a "
+            "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
+            "its own encode(), an array is its span embeddings)"
+        )
+        common = [s for s in EMBEDDING_SETTINGS if all(s in i for i in ignored)]
+        refuse_ignored(config, "", dict.fromkeys(common, what))
 
 
 def _check_reference(config: DecomposeConfig) -> None:

@@ -61,9 +61,15 @@ def write_results(
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
     for result in results:
-        cells = (str(format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan)) for n in names)
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = (format_cell(getattr(result, n), RESULTS.decimals, RESULTS.nan) for n in names)
+        lines.append("| " + " | ".join(_markdown_cell(c) for c in cells) + " |")
     write_text_atomic(out / "pos_results.md", "\n".join(lines) + "\n")
+
+
+def _markdown_cell(value: object) -> str:
+    """A cell of the Markdown table: a model is named as given (``--models 'x|y=...'``), and a
+    ``|`` or a line break in its name had split its row into other columns."""
+    return " ".join(str(value).splitlines()).replace("|", "\\|")
 
 
 def _recorded(out: Path) -> dict[str, Any] | None:
@@ -96,6 +102,22 @@ def finished_results(out: Path, identity: Mapping[str, Any] | None) -> dict[str,
     return {row["model"]: PosResult(**row) for row in rows}
 
 
+def _unrecognised(path: Path, config: dict[str, Any] | None) -> str:
+    """Why the record ``path`` names no evaluation: an earlier release's (its settings read
+    whole, with no checksum and no identity: it recorded neither), damaged, or no file."""
+    if not path.is_file():
+        return not_a_file(path)
+    if config is not None and "mode" in config:
+        return (
+            "records no identity of its evaluation (an earlier release of lmalgebra wrote it, "
+            "before evaluations were recorded by their inputs)"
+        )
+    return (
+        "is damaged (no identity of an evaluation can be read from it, or it does not match "
+        "its checksum; restore it if you can)"
+    )
+
+
 def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
     """Make ``out`` this evaluation's own (``output_paths.claim_run_directory``): an empty
     directory, or one holding an evaluation of the same treebank files, models (their weights,
@@ -105,15 +127,9 @@ def claim_evaluation(out: Path, identity: dict[str, Any], overwrite: bool) -> No
     recorded = config.get("identity") if config is not None else None
     path = out / CONFIG
     if (path.exists() or path.is_symlink()) and not isinstance(recorded, dict) and not overwrite:
-        why = (
-            "is damaged (no identity of an evaluation can be read from it, or it does not "
-            "match its checksum)"
-            if path.is_file()
-            else not_a_file(path)
-        )
         raise UserInputError(
-            f"{path} {why}: the evaluation there cannot be compared with this one; restore it, "
-            "write to another directory, or pass --overwrite to replace the evaluation"
+            f"{path} {_unrecognised(path, config)}: the evaluation there cannot be compared with "
+            "this one; write to another directory, or pass --overwrite to replace the evaluation"
         )
     finished = config is not None and bool(config.get("finished"))
     claim_run_directory(

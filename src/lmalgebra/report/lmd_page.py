@@ -134,6 +134,15 @@ def _method_text(method: Any) -> str:
     )
 
 
+def _single_fit_row(single: Any) -> list[tuple[str, str]]:
+    """The fit the run was asked for (``target`` from ``basis``), as its R² per split; none
+    for a run without one."""
+    if not isinstance(single, dict) or not isinstance(single.get("basis"), list):
+        return []
+    basis = " + ".join(map(str, single["basis"]))
+    return [(f"{single.get('target')} from {basis} (R²)", _per_split(single.get("r2")))]
+
+
 def _run_section(run_dir: Path, summary: dict[str, Any], config: dict[str, Any]) -> Section:
     provenance = run_dir / PROVENANCE
     versions = read_json(provenance).get("versions", {}) if provenance.is_file() else {}
@@ -148,6 +157,7 @@ def _run_section(run_dir: Path, summary: dict[str, Any], config: dict[str, Any])
         ("statistics", _method_text(summary.get("method"))),
         ("group dependency (mean group R²)", _per_split(summary.get("group_dependency"))),
         ("mean pairwise R²", _per_split(summary.get("mean_pairwise_r2"))),
+        *_single_fit_row(summary.get("single_fit")),
         ("seconds", ", ".join(f"{k} {v}" for k, v in seconds.items())),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items())),
     ]

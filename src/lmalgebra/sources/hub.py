@@ -38,13 +38,23 @@ def snapshot(
         if reason is not None:
             raise UserInputError(
                 f"{owner}: {repo!r} could not be reached: the Hugging Face hub is offline "
-                f"({reason}) and {repo!r} is not in its local cache; use a local directory or a "
-                "package: model instead (`lmalgebra packaged` lists them)"
+                f"({reason}) and {repo!r} is not in its local cache{_no_directory(repo)}; use a "
+                "local directory or a package: model instead (`lmalgebra packaged` lists them)"
             ) from err
         raise UserInputError(
-            f"{owner}: cannot fetch {repo!r} from the hub ({type(err).__name__}); "
-            "give a local directory instead"
+            f"{owner}: cannot fetch {repo!r} from the hub ({type(err).__name__})"
+            f"{_no_directory(repo)}; give a local directory instead"
         ) from err
+
+
+def _no_directory(repo: str) -> str:
+    """For an id whose owner part is a local directory (``models/bert`` where ``models/`` is
+    here), that no directory of the whole name is there either: a path mistyped had been named
+    as a hub id alone."""
+    owner, _, name = repo.partition("/")
+    if owner and name and home_expanded(Path(owner)).is_dir():
+        return f", nor is there a directory {repo} here ({owner}/ holds no {name})"
+    return ""
 
 
 def _unreachable(err: BaseException) -> str | None:

@@ -81,12 +81,14 @@ class ModelSource:
     """One model of a run: class attributes say what it is, methods read, load, embed and hash
     it. ``has_tokenizer``: it can cut the spans; ``cached``: its embeddings are kept in the
     embedding cache; ``python_object``: it was handed to ``lmalgebra.decompose()``;
-    ``fixed_spans``: it holds vectors of this run's spans (no sweep may draw others)."""
+    ``fixed_spans``: it holds vectors of this run's spans (no sweep may draw others);
+    ``IGNORES``: the run's embedding settings it does not read (an object loaded already)."""
 
     has_tokenizer: ClassVar[bool] = True
     cached: ClassVar[bool] = True
     python_object: ClassVar[bool] = False
     fixed_spans: ClassVar[bool] = False
+    IGNORES: ClassVar[tuple[str, ...]] = ()
     name: str
     kind: str
 

@@ -109,6 +109,11 @@ def check_file(
     writes; a non-empty file that is not is refused rather than replaced (a user's own file
     where the output was aimed)."""
     path = Path(path)
+    if path.name == LOCK_NAME:  # taken and removed around the command: the file went with it
+        raise UserInputError(
+            f"{what} {path}: {LOCK_NAME} is the name of lmalgebra's lock file, removed when the "
+            "command ends; name another file"
+        )
     refuse_special(path, what)
     if path.is_dir():
         raise UserInputError(f"{what} {path} is a directory, not a file")

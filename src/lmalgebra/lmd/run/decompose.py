@@ -168,15 +168,32 @@ def check_output_directory(out: Path, what: str = "output directory") -> None:
     refuse_linked_directories(out)
 
 
-def check_claim(config: DecomposeConfig, overwrite: bool) -> None:
+def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | None = None) -> None:
     """What a run of ``config`` refuses of its output directory, found without writing or
     removing anything (``decompose --dry-run``): a file in its place, a directory holding
     another configuration's run or files of no run (or, with ``overwrite``, files a run does not
-    write). Its inputs are not compared with a finished run's: that reads the models' weights."""
+    write), and a finished run of this configuration on other documents or arrays (the
+    corpus is read to check it anyway; an array is hashed in memory). The models' weights are
+    not compared with a finished run's: that reads them."""
     config = config.resolved()
     check_output_directory(config.out)
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
+        if inputs is not None or config.corpus.paths:  # a plan may be given no documents
+            _check_inputs(config.out, _unread_inputs(config, inputs), overwrite)
+
+
+def _unread_inputs(config: DecomposeConfig, inputs: RunInputs | None) -> Inputs:
+    """``run_inputs`` less what reads weights: the documents' hash, and the fingerprints of the
+    models given as arrays of embeddings (other models are left out, and so not compared)."""
+
+    def compute() -> tuple[str, dict[str, dict[str, str]]]:
+        given = inputs or RunInputs()
+        docs = read_documents(config.corpus) if given.docs is None else given.docs
+        arrays = {n: m.fingerprint() for n, m in given.given.items() if m.fixed_spans}
+        return sha256_texts(docs), arrays
+
+    return compute
 
 
 def check_corpus(config: DecomposeConfig) -> None:

@@ -7,6 +7,7 @@ embeddings file must follow, and the order digest that vouches for that order (s
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 from collections.abc import Mapping
@@ -233,12 +234,39 @@ def _digest_path(out: Path) -> Path:
     return digest_path
 
 
+def _refuse_shared_digest(out: Path, digest_path: Path) -> None:
+    """Refuse a digest that is another span list's: ``s.json`` and ``s.jsonl`` both keep theirs
+    in ``s.sha256``, and the second export had left the first list beside another's digest."""
+    if not digest_path.is_file():
+        return
+    for other in sorted(out.parent.glob(f"{glob.escape(out.stem)}.*")):
+        if other in (out, digest_path) or other.with_suffix(".sha256") != digest_path:
+            continue
+        if other.is_file() and not other.is_symlink() and _is_span_list(_head(other)):
+            raise UserInputError(
+                f"span order digest {digest_path} is the digest of span list {other}: "
+                f"exporting {out} would leave {other} with another list's digest; name the "
+                f"span list otherwise (its digest goes to the list's name with .sha256)"
+            )
+
+
+def _head(path: Path) -> bytes:
+    """A file's first bytes, enough to tell a span list (none when it cannot be read)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(64)
+    except OSError:
+        return b""
+
+
 def write_run_spans(config: SpanPlanSpec, out: Path) -> tuple[RunSpans, Path]:
     """``lmalgebra spans``: the run's spans (``draw_run_spans``) written to ``out`` with their
     order digest (``export_spans``); the spans and the digest's path. ``out`` and the digest's
-    path are checked before any model is loaded."""
+    path are checked before any model is loaded; a digest another span list keeps there is
+    refused."""
     refuse_inside_other_output(out, "span list")
     check_file(out, "span list", _is_span_list)
     check_file(_digest_path(out), "span order digest", _is_digest)
+    _refuse_shared_digest(out, _digest_path(out))
     plan = draw_run_spans(config)
     return plan, export_spans(plan, out)

@@ -49,11 +49,13 @@ class ObjectReference(ReferencedModel):
 
 
 class _GivenObject(ModelSource):
-    """What the objects share: kind ``memory``, never cached."""
+    """What the objects share: kind ``memory``, never cached, loaded already (the run's
+    settings of loading, in ``IGNORES``, do not apply to them)."""
 
     kind = "memory"
     python_object: ClassVar[bool] = True
     cached: ClassVar[bool] = False
+    IGNORES: ClassVar[tuple[str, ...]] = ("weights_dtype", "device_map")
 
 
 def _weight_bytes(module: Any) -> int:
@@ -155,13 +157,17 @@ class TransformerPair(_GivenObject):
 
 @dataclass
 class SentenceEncoder(_GivenObject):
-    """A ``sentence_transformers.SentenceTransformer``: its own pipeline (tokenisation, pooling,
-    normalisation) through ``encode``. The run's ``layer``, ``pooling`` and ``exclude_special``
-    do not apply to it, and it has no layers for the layer studies."""
+    """A ``sentence_transformers.SentenceTransformer``: its own pipeline (tokenisation up to its
+    ``max_seq_length``, pooling, normalisation) through ``encode``. The run's settings in
+    ``IGNORES`` do not apply to it, and it has no layers for the layer studies."""
 
     name: str
     model: Any
     description: str = field(init=False)
+    IGNORES: ClassVar[tuple[str, ...]] = (
+        *_GivenObject.IGNORES,
+        *("layer", "pooling", "exclude_special", "max_length"),  # its own pipeline's
+    )
 
     def __post_init__(self) -> None:
         self.description = "SentenceTransformer object"
