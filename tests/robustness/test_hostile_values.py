@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -203,3 +204,39 @@ def test_a_masked_language_holding_out_no_example_is_not_scored(
     code, stderr = cli(["merge", "evaluate", str(run)])
     assert_one_line(code, stderr, ["language 'xx'", str(run), "no held-out example"])
     assert not (run / "evaluation").exists()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"alpha_mode": "absolute"},
+        {"study": {"alpha_select": "gcv"}},
+        {"scale": {"method": "reduced"}},
+        {"scale": {"method": "sketch", "components": 1}},
+    ],
+    ids=["relative", "absolute", "gcv", "reduced", "sketch"],
+)
+def test_a_model_whose_embeddings_do_not_vary_is_named(
+    settings: dict, bert_dir: Path, tmp_path: Path
+) -> None:
+    """Every span's vector the same had been a traceback (the sketch: ``SVD did not converge``),
+    a table of NaN R^2 with exit 0 (an absolute alpha), or a message naming no model (GCV: "no
+    alpha of the grid gives a finite gcv criterion"; "use a larger --alpha", which scales
+    with the model's variance of 0)."""
+    import lmalgebra
+    from lmalgebra.core.errors import UserInputError
+
+    texts = documents(40)
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    rows = len(lmalgebra.spans({"m": str(bert_dir)}, texts, spans=spans))
+    constant = np.full((rows, 4), 3.0, np.float32)
+    with pytest.raises(UserInputError, match=r"model 'b' does not vary over the training spans"):
+        lmalgebra.decompose(
+            {"a": str(bert_dir), "b": constant},
+            texts,
+            spans=spans,
+            cache_dir=tmp_path,
+            progress=False,
+            **settings,
+        )
