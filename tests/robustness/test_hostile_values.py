@@ -14,6 +14,12 @@ from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
 DECOMPOSE = {
+    # a span length of the sweep that no document reaches had been refused after the main
+    # measurement (every model embedded), the sweep's shorter lengths embedded too
+    "sweep_length_beyond_the_documents": (
+        ["--study.lengths", "4,100000"],
+        ["--study.lengths 100000", "no training span of 100000 tokens"],
+    ),
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
     "nan_alpha": (["--alpha", "nan"], ["--alpha", "finite", "nan"]),
