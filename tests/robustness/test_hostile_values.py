@@ -16,6 +16,11 @@ from tiny import documents
 DECOMPOSE = {
     # a span length of the sweep that no document reaches had been refused after the main
     # measurement (every model embedded), the sweep's shorter lengths embedded too
+    # more k-fold folds than training spans: refused after the main measurement too
+    "folds_beyond_the_training_spans": (
+        ["--study.alpha_select", "kfold", "--study.blocks", "30", "--study.folds", "30"],
+        ["--study.folds 30", "the training split has"],
+    ),
     "sweep_length_beyond_the_documents": (
         ["--study.lengths", "4,100000"],
         ["--study.lengths 100000", "no training span of 100000 tokens"],

@@ -59,8 +59,16 @@ def draw_sweep_spans(
 ) -> None:
     """Draw the spans of every span length and language the study sweeps (remembered in the
     cache, as the sweeps then read them), so that a length or a language with too little text
-    is refused before any embedding, not after the main measurement."""
-    spans = pool.config.spans
+    is refused before any embedding, not after the main measurement; so is a k-fold choice of
+    alpha with more folds than training spans."""
+    spans, study = pool.config.spans, pool.config.study
+    if study.alpha_select == "kfold":  # folds of training blocks: at most one block per span
+        train = len(draw_texts(pool, docs, spans)[0]["train"])
+        if study.folds > train:
+            raise UserInputError(
+                f"--study.folds {study.folds}: k-fold cuts the training spans into blocks, and "
+                f"the training split has {train} spans; give fewer folds or more spans"
+            )
     drawn = [(f"--study.lengths {t}", docs, {"length": t}) for t in pool.config.study.lengths or []]
     drawn += [(f"language {code!r}", texts, {}) for code, texts in (by_language or {}).items()]
     for what, texts, update in drawn:
