@@ -50,6 +50,17 @@ DECOMPOSE = {
         ["--study.seed", "4"],
         ["--study.seed 4", "ignored", "--study.bootstrap", "--study.attribution"],
     ),
+    # a reduced or sketched run takes float32 products of its principal coordinates: the
+    # setting had been recorded in config.yaml and ignored
+    "float64_products_of_a_reduced_run": (
+        ["--products", "float64", "--scale.method", "reduced"],
+        ["--products 'float64' would be ignored", "--scale.method exact"],
+    ),
+    # a model mapped from itself: the table had been written empty (its own pairs skipped)
+    "layer_map_of_one_model_with_itself": (
+        ["--study.layer_map", "a,a"],
+        ["layer_map names 'a' twice", "name two models"],
+    ),
     "probes_of_the_exact_method": (
         ["--scale.probes", "8"],
         ["--scale.probes 8", "ignored", "--scale.method reduced or sketch"],
