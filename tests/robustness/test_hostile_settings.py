@@ -7,12 +7,15 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import lmalgebra
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, refused_before_embedding
+from lmalgebra.core.errors import UserInputError
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
+from tiny import documents
 
 DECOMPOSE = {
     "alpha_beside_alpha_select": (
@@ -46,6 +49,17 @@ DECOMPOSE = {
     "seed_without_bootstrap_or_attribution": (
         ["--study.seed", "4"],
         ["--study.seed 4", "ignored", "--study.bootstrap", "--study.attribution"],
+    ),
+    # a reduced or sketched run takes float32 products of its principal coordinates: the
+    # setting had been recorded in config.yaml and ignored
+    "float64_products_of_a_reduced_run": (
+        ["--products", "float64", "--scale.method", "reduced"],
+        ["--products 'float64' would be ignored", "--scale.method exact"],
+    ),
+    # a model mapped from itself: the table had been written empty (its own pairs skipped)
+    "layer_map_of_one_model_with_itself": (
+        ["--study.layer_map", "a,a"],
+        ["layer_map names 'a' twice", "name two models"],
     ),
     "probes_of_the_exact_method": (
         ["--scale.probes", "8"],
@@ -627,3 +641,45 @@ def test_an_experimental_loss_warns_once_when_a_run_accepts_it(
     assert "ExperimentalWarning" not in before, done.stderr
     assert after.count("ExperimentalWarning: training.objective_mix: uld is") == 1, after
     assert "mined_kl" not in done.stderr
+
+
+def test_random_copies_of_models_without_trained_weights_are_refused(
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``--study.nulls`` over ``random:`` models (or ONNX graphs, vectors) had run to the end
+    with no random copy fitted: ``nulls.csv`` held the shuffled null alone, exit 0."""
+    models = {"a": f"random:{bert_dir}", "b": f"random:{bert2_dir}"}
+    needles = ["--study.nulls would add nothing", "random:"]
+    for dry in ([], ["--dry-run"]):
+        flags = ["--study.nulls", *dry]
+        refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "plan"])
+def test_a_layer_study_of_embeddings_given_as_they_are_is_refused_before_embedding(
+    dry: bool, bert_dir: Path, tmp_path: Path
+) -> None:
+    """A layer map of a model given as its span embeddings, or a layer sweep where every model
+    is one, had been planned by the dry run and refused by the run after its whole main
+    measurement (every model embedded)."""
+    texts = documents(40)
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    rows = len(lmalgebra.spans({"m": str(bert_dir)}, texts, spans=spans))
+    vectors = np.random.default_rng(0).normal(size=(rows, 4))
+    options = {"spans": spans, "cache_dir": tmp_path / "cache", "progress": False}
+    call = lmalgebra.decompose_plan if dry else lmalgebra.decompose
+    reference = {"reference_tokenizer": str(bert_dir)}
+    cases = (
+        ({"a": str(bert_dir), "b": vectors}, {"study": {"layer_map": ["a", "b"]}}, "map b"),
+        ({"a": vectors, "b": vectors}, {"study": {"layers": True}, **reference}, "layers sweeps"),
+    )
+    for models, settings, wanted in cases:
+        with pytest.raises(UserInputError, match=wanted) as err:
+            call(models, texts, **settings, **options)
+        assert "\n" not in str(err.value) and "array of embeddings" in str(err.value)
+    assert not (tmp_path / "cache" / "embeddings").exists()

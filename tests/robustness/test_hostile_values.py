@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -13,6 +14,17 @@ from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
 DECOMPOSE = {
+    # a span length of the sweep that no document reaches had been refused after the main
+    # measurement (every model embedded), the sweep's shorter lengths embedded too
+    # more k-fold folds than training spans: refused after the main measurement too
+    "folds_beyond_the_training_spans": (
+        ["--study.alpha_select", "kfold", "--study.blocks", "30", "--study.folds", "30"],
+        ["--study.folds 30", "the training split has"],
+    ),
+    "sweep_length_beyond_the_documents": (
+        ["--study.lengths", "4,100000"],
+        ["--study.lengths 100000", "no training span of 100000 tokens"],
+    ),
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
     "nan_alpha": (["--alpha", "nan"], ["--alpha", "finite", "nan"]),
@@ -203,3 +215,39 @@ def test_a_masked_language_holding_out_no_example_is_not_scored(
     code, stderr = cli(["merge", "evaluate", str(run)])
     assert_one_line(code, stderr, ["language 'xx'", str(run), "no held-out example"])
     assert not (run / "evaluation").exists()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"alpha_mode": "absolute"},
+        {"study": {"alpha_select": "gcv"}},
+        {"scale": {"method": "reduced"}},
+        {"scale": {"method": "sketch", "components": 1}},
+    ],
+    ids=["relative", "absolute", "gcv", "reduced", "sketch"],
+)
+def test_a_model_whose_embeddings_do_not_vary_is_named(
+    settings: dict, bert_dir: Path, tmp_path: Path
+) -> None:
+    """Every span's vector the same had been a traceback (the sketch: ``SVD did not converge``),
+    a table of NaN R^2 with exit 0 (an absolute alpha), or a message naming no model (GCV: "no
+    alpha of the grid gives a finite gcv criterion"; "use a larger --alpha", which scales
+    with the model's variance of 0)."""
+    import lmalgebra
+    from lmalgebra.core.errors import UserInputError
+
+    texts = documents(40)
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    rows = len(lmalgebra.spans({"m": str(bert_dir)}, texts, spans=spans))
+    constant = np.full((rows, 4), 3.0, np.float32)
+    with pytest.raises(UserInputError, match=r"model 'b' does not vary over the training spans"):
+        lmalgebra.decompose(
+            {"a": str(bert_dir), "b": constant},
+            texts,
+            spans=spans,
+            cache_dir=tmp_path,
+            progress=False,
+            **settings,
+        )

@@ -280,3 +280,31 @@ def test_bad_requests_name_the_culprit(
         bootstrap_r2(solver, {"test": shifted}, fits)
     with pytest.raises(UserInputError, match="needs the block statistics of the training split"):
         bootstrap_r2(solver, {"test": stats["test"]}, fits, refit=True)
+
+
+def test_blocks_with_tail_columns_are_scored_without_weight_on_the_tail(
+    data: dict[str, np.ndarray],
+) -> None:
+    """A reduced run's models end in target-only tail columns (probes): the bootstrap of its
+    fits had failed (``cannot reshape array of size 1156 into shape (34,2)``), the weights of a
+    basis model read as spanning its whole block. The full sample's replicate is each fit's
+    own R^2, and a replicate the R^2 on the repeated rows."""
+    blocks = layout(NAMES, DIMS, [1, 2, 0, 1])
+    stats = {s: blocked_of(blocks, z, PARTS[s]) for s, z in data.items()}
+    splits = {s: SplitMoments.of(b.total()) for s, b in stats.items()}
+    solver = Decomposer(blocks, splits, 0.05, "relative")
+    fits = [fit for group in all_kinds(solver).values() for fit in group]
+    for split in splits:
+        counts = np.ones((2, len(stats[split].parts)))
+        counts[1, 0] = 3
+        got = FixedScorer(solver, fits).statistics(split, stats[split]).r2(counts)
+        rows = repeated(data[split], stats[split].edges, counts[1].astype(int))
+        for f, fit in enumerate(fits):
+            assert got[0, f] == pytest.approx(fit.r2[split], abs=1e-10)
+            basis = np.concatenate([solver.block(n).basis_columns() for n in fit.basis])
+            target = rows[
+                :, np.arange(solver.block(fit.target).start, solver.block(fit.target).stop)
+            ]
+            residual = target - rows[:, basis] @ fit.weight.T - fit.bias
+            centred = target - target.mean(axis=0)
+            assert got[1, f] == pytest.approx(1 - (residual**2).sum() / (centred**2).sum())

@@ -96,13 +96,16 @@ class FixedScorer:
 
     # -- the operator of a fit, by model block ----------------------------------------------------
     def _coefficients(self, fit: Fit) -> dict[int, np.ndarray | None]:
-        """Model index -> ``R`` restricted to its columns (``None`` for the target's identity)."""
+        """Model index -> ``R`` restricted to its columns (``None`` for the target's identity;
+        zero on a basis model's tail columns)."""
         coef: dict[int, np.ndarray | None] = {self._index[fit.target]: None}
         offset = 0
-        for name in fit.basis:
-            dim = self.solver.block(name).dim
-            coef[self._index[name]] = -fit.weight[:, offset : offset + dim]
-            offset += dim
+        for name in fit.basis:  # a basis model's tail columns (probes) take no weight
+            block = self.solver.block(name)
+            part = np.zeros((fit.weight.shape[0], block.dim))
+            part[:, : block.basis_dim] = -fit.weight[:, offset : offset + block.basis_dim]
+            coef[self._index[name]] = part
+            offset += block.basis_dim
         return dict(sorted(coef.items()))
 
     def _pieces_by_pair(self) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:

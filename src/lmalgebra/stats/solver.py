@@ -38,7 +38,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.stats.choices import AlphaMode
 from lmalgebra.stats.loo_operators import leave_one_out_operators
-from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout
+from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout, refuse_constant
 from lmalgebra.stats.symmetric_kernels import (
     block_sums,
     cholesky,
@@ -135,6 +135,8 @@ class Decomposer:
         self.scales = np.asarray(scales, dtype=np.float64)
         if self.scales.shape != (len(self.blocks),):
             raise ValueError(f"{self.scales.shape} scales for {len(self.blocks)} blocks")
+        for b, scale in zip(self.blocks, self.scales, strict=True):
+            refuse_constant(b.name, float(scale))
         self.penalty = np.empty(self.train.cov.shape[0])
         for b, scale in zip(self.blocks, self.scales, strict=True):
             self.penalty[b.start : b.stop] = alpha * (scale if alpha_mode == "relative" else 1.0)

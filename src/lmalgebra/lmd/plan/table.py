@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.memory import available_bytes
 from lmalgebra.lmd.plan.estimate import GIB, OVERHEAD, Plan, Speeds, check_plan, plan_run
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
@@ -40,6 +41,7 @@ def model_shapes(
     bytes_per_weight = 2 if config.weights_dtype == "bfloat16" else 4
     memo = config.cache_dir / "hashes"
     sources = list(bound_sources(config.models, given or {}).values())
+    refuse_idle_studies(config, sources)
     shapes = []
     for source in sources:  # refused here, by the dry run too, before any embedding
         source.check_architecture(memo_dir=memo, remember=not dry)
@@ -53,6 +55,38 @@ def model_shapes(
             replace(shape, name=random_copy(shape.name)) for shape, s in pairs if s.pretrained
         ]
     return shapes
+
+
+def refuse_idle_studies(config: DecomposeConfig, sources: list[ModelSource]) -> None:
+    """Refuse, before any embedding (by the dry run too), a study that these models leave with
+    nothing to do: a layer map of a model given as its span embeddings (no layers), a layer
+    sweep where every model is one, random-initialised copies where no model has trained weights
+    to replace (``random:``, ONNX, vectors)."""
+    study = config.study
+    by_name = {s.name: s for s in sources}
+    for name in study.layer_map or []:
+        if by_name[name].fixed_spans:
+            raise UserInputError(f"--study.layer_map {name}: {_no_layers(by_name[name])}")
+    if study.layers and all(s.fixed_spans for s in sources):
+        raise UserInputError(
+            "--study.layers sweeps the models' hidden layers, and every model here is given as "
+            f"its span embeddings ({_no_layers(sources[0])}); leave it out"
+        )
+    if study.nulls and not any(s.pretrained for s in sources):
+        raise UserInputError(
+            "--study.nulls would add nothing: it fits random-initialised copies of the models "
+            "with trained weights, and no model here has them (random:, ONNX graphs and "
+            "embeddings given as they are have no copy); leave it out"
+        )
+
+
+def _no_layers(source: ModelSource) -> str:
+    """Why ``source`` has no layers, as its ``depth`` says it."""
+    try:
+        source.depth()
+    except UserInputError as err:
+        return str(err)
+    return f"model {source.name!r} has no layers"
 
 
 def plan_for(

@@ -21,6 +21,7 @@ from lmalgebra.lmd.plan.table import checked_plan
 from lmalgebra.lmd.run.analysis import Analysis, analyse
 from lmalgebra.lmd.run.caveats import run_warnings
 from lmalgebra.lmd.run.sweeps import (
+    draw_sweep_spans,
     language_sweep,
     layer_map,
     layer_sweep,
@@ -122,6 +123,7 @@ def _run(
     by_language = documents_by_language(config.corpus) if study.languages else None
     plan = checked_plan(config, inputs.given)  # refused here, before any embedding
     pool = ModelPool(config, inputs.given)
+    draw_sweep_spans(pool, docs, by_language)  # a sweep's spans refused here, not after embedding
     sources = [ModelLayers(n) for n in [*pool.names, *pool.null_names]]
     parts = {s: study.blocks for s in SPLITS} if study.keeps_blocks else {}
     spill = plan is not None and not config.scale.reduced and plan.spilled[config.scale.precision]

@@ -15,7 +15,7 @@ import numpy as np
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
+from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, draw_texts, measure
 from lmalgebra.stats.solver import Decomposer, SplitMoments
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,30 @@ def fit_rows(decomposer: Decomposer, setting: Any, names: Sequence[str]) -> list
     for fit in solver.leave_one_out():
         rows += [fit_row("group", fit.target, fit.basis, s, fit.r2[s]) for s in SPLITS]
     return [{"setting": setting, **row} for row in rows]
+
+
+def draw_sweep_spans(
+    pool: ModelPool, docs: list[str], by_language: dict[str, list[str]] | None
+) -> None:
+    """Draw the spans of every span length and language the study sweeps (remembered in the
+    cache, as the sweeps then read them), so that a length or a language with too little text
+    is refused before any embedding, not after the main measurement; so is a k-fold choice of
+    alpha with more folds than training spans."""
+    spans, study = pool.config.spans, pool.config.study
+    if study.alpha_select == "kfold":  # folds of training blocks: at most one block per span
+        train = len(draw_texts(pool, docs, spans)[0]["train"])
+        if study.folds > train:
+            raise UserInputError(
+                f"--study.folds {study.folds}: k-fold cuts the training spans into blocks, and "
+                f"the training split has {train} spans; give fewer folds or more spans"
+            )
+    drawn = [(f"--study.lengths {t}", docs, {"length": t}) for t in pool.config.study.lengths or []]
+    drawn += [(f"language {code!r}", texts, {}) for code, texts in (by_language or {}).items()]
+    for what, texts, update in drawn:
+        try:
+            draw_texts(pool, texts, spans.model_copy(update=update))
+        except UserInputError as err:
+            raise UserInputError(f"{what}: {err}") from None
 
 
 def length_sweep(

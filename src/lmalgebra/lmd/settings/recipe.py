@@ -176,6 +176,8 @@ class DecomposeConfig(Settings):
                 raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
             if not self.basis:
                 raise UserInputError("the basis is empty")
+        if self.scale.reduced:  # its statistics of principal coordinates take float32 products
+            refuse_ignored(self, "--", {"products": "--scale.method exact"})
         fixed = [m.name for m in self.models if m.source.fixed_spans]
         self.refuse_embedding_settings(fixed)
         if fixed and (self.study.lengths or self.study.languages):

@@ -82,6 +82,11 @@ class StudySpec(Settings):
                 raise UserInputError(f"training-set sizes must be >= 2, got {self.train_sizes}")
         if self.layer_map is not None and len(self.layer_map) != 2:
             raise UserInputError(f"layer_map names two models, got {self.layer_map}")
+        if self.layer_map is not None and self.layer_map[0] == self.layer_map[1]:
+            raise UserInputError(
+                f"layer_map names {self.layer_map[0]!r} twice: it maps the layers of one model "
+                "from those of another; name two models"
+            )
         if not 0 < self.level < 1:
             raise UserInputError(f"confidence level must be in (0, 1), got {self.level}")
         if not self.alpha_grid:

@@ -25,7 +25,13 @@ import numpy as np
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import owned
 from lmalgebra.lmd.settings.scale import ScaleSpec
-from lmalgebra.stats.moments import ModelColumns, Products, SecondMoments, layout
+from lmalgebra.stats.moments import (
+    ModelColumns,
+    Products,
+    SecondMoments,
+    layout,
+    refuse_constant,
+)
 from lmalgebra.stats.reduce import reduce_blocked, reduce_columns, reduce_moments, reduce_sketch
 from lmalgebra.stats.sketch import ColumnMoments, CovarianceSketch
 from lmalgebra.stats.solver import SplitMoments
@@ -222,13 +228,14 @@ def _first_pass(caches: list[Source], columns: list[Column], scale: ScaleSpec) -
         choice = (components, retained, scale.probes, seeds[c.name])
         if isinstance(stream, SecondMoments):
             total = reduce_moments(stream)
-            models[c.name] = reduce_covariance(
-                c.name, total.mean(), total.covariance(in_place=True), *choice
-            )
+            mean, covariance = total.mean(), total.covariance(in_place=True)
+            refuse_constant(c.name, float(np.trace(covariance)))
+            models[c.name] = reduce_covariance(c.name, mean, covariance, *choice)
         else:
             sketch = reduce_sketch(stream)
             columns_of = sketch.columns
             mean, total_variance = columns_of.mean(), columns_of.total_variance()
+            refuse_constant(c.name, total_variance)
             models[c.name] = sketch_reduction(
                 c.name, mean, sketch.sketch(), sketch.test, total_variance, *choice
             )
