@@ -5,6 +5,7 @@ chosen on validation among candidates without reading the test text."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -172,3 +173,16 @@ def test_tracker_counts_misses_and_refuses_weights_it_did_not_write(tmp_path: Pa
     resumed.best_step = 6
     with pytest.raises(UserInputError, match="best validation weights"):
         resumed.restore(model)
+
+
+def test_candidates_over_a_student_trained_without_them_are_refused(recipe_path: Path) -> None:
+    """A student trained at one KD weight, then asked for ``lambda_candidates`` without
+    ``--restart``: the candidates train in directories of their own, where no checkpoint is, so
+    the student's own checkpoint had let the chosen candidate replace it with nothing said
+    (its dry run refused). It is refused, naming the setting, and the student is kept."""
+    model = train_causal(recipe_path, "switch", steps=2)
+    before = (model / "model.safetensors").read_bytes()
+    with pytest.raises(UserInputError, match=re.escape("lambda_candidates None -> [0.1, 0.9]")):
+        train_causal(recipe_path, "switch", steps=2, lambda_candidates=[0.1, 0.9])
+    assert (model / "model.safetensors").read_bytes() == before
+    assert not list(model.parent.glob("lambda-*"))
