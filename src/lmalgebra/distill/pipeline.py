@@ -17,6 +17,7 @@ from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
+from lmalgebra.distill.causal.student_init import refuse_init_inside
 from lmalgebra.distill.layout import (
     BEST,
     CHECKPOINTS,
@@ -119,6 +120,8 @@ def run_stages(
     if "train" in stages and not students:
         raise UserValueError("students is empty: the train stage needs at least one student")
     check_students(recipe, list(students or {}))  # refused before any stage writes
+    if "train" in stages:
+        refuse_own_init(recipe, list(students or {}))
     refuse_linked_parts(recipe)
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
@@ -237,6 +240,14 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
             )
 
 
+def refuse_own_init(recipe: MergeRecipe, names: Sequence[str]) -> None:
+    """Refuse a causal recipe's ``student.init`` inside the directory of a student it would
+    start (``refuse_init_inside``)."""
+    if isinstance(recipe, CausalRecipe):
+        for name in names:
+            refuse_init_inside(recipe.student, RunLayout(recipe.output_dir).student(name))
+
+
 def plan(
     recipe: MergeRecipe,
     training: TrainingSpec | None = None,
@@ -262,6 +273,7 @@ def plan(
     spec = training or recipe.training
     if student is not None and "train" in runnable:
         check_students(recipe, [student])
+        refuse_own_init(recipe, [student])
         layout = RunLayout(recipe.output_dir)
         done = layout.student(student) / CHECKPOINTS
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
