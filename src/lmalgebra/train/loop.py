@@ -96,12 +96,18 @@ def _logged_step(line: str) -> float:
         return math.inf
 
 
+def _log_lines(path: Path) -> list[str]:
+    """The lines of a training log; bytes that are not UTF-8 (a damaged line, which the
+    caller drops as it drops a torn one) read as replacement characters."""
+    return path.read_bytes().decode("utf-8", errors="replace").splitlines()
+
+
 def _has_logged_steps(out: Path) -> bool:
     """Whether ``out``'s training log records a step (a run trained there before)."""
     path = out / TRAIN_LOG
     try:
-        lines = path.read_text().splitlines() if path.is_file() else []
-    except (OSError, UnicodeDecodeError):
+        lines = _log_lines(path) if path.is_file() else []
+    except OSError:
         return False
     return any(0 < _logged_step(ln) < math.inf for ln in lines)
 
@@ -114,7 +120,7 @@ class _Log:
 
     def __init__(self, out: Path, start: int):
         self.path = out / TRAIN_LOG
-        lines = self.path.read_text().splitlines() if self.path.is_file() else []
+        lines = _log_lines(self.path) if self.path.is_file() else []
         kept = [ln for ln in lines if _logged_step(ln) <= start]
         write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
         self.last: dict[str, Any] = {}
