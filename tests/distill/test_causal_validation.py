@@ -186,3 +186,29 @@ def test_candidates_over_a_student_trained_without_them_are_refused(recipe_path:
         train_causal(recipe_path, "switch", steps=2, lambda_candidates=[0.1, 0.9])
     assert (model / "model.safetensors").read_bytes() == before
     assert not list(model.parent.glob("lambda-*"))
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_candidates_directory_in_the_way_is_refused_by_training_and_its_dry_run(
+    recipe_path: Path, tmp_path: Path, kind: str
+) -> None:
+    """``<student>/lambda-0.1`` a file had stopped training with a ``FileExistsError``
+    traceback while its dry run planned it; a link there had been trained through, over what
+    it names. Both are refused, by the plan too, before anything is written."""
+    from lmalgebra.distill.pipeline import plan, training_of
+
+    student = recipe_path.parent / "run" / f"blocked-{kind}"
+    student.mkdir(parents=True)
+    if kind == "file":
+        (student / "lambda-0.1").write_text("mine\n")
+    else:
+        (student / "lambda-0.1").symlink_to(tmp_path)
+    said = "is a file, not a directory" if kind == "file" else "is a symbolic link to"
+    recipe = load_recipe(recipe_path)
+    changes = {"steps": 2, "lambda_candidates": [0.1, 0.9]}
+    with pytest.raises(UserInputError, match=said):
+        plan(recipe, training_of(recipe, changes, "test"), ["train"], student.name)
+    with pytest.raises(UserInputError, match=said):
+        train_causal(recipe_path, student.name, **changes)
+    assert sorted(p.name for p in student.iterdir()) == ["lambda-0.1"]
+    assert not list(tmp_path.iterdir())

@@ -47,7 +47,12 @@ from lmalgebra.storage.output_paths import (
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
-from lmalgebra.train.loop import check_precision, refuse_fewer_steps, refuse_other_training
+from lmalgebra.train.loop import (
+    check_precision,
+    refuse_fewer_steps,
+    refuse_other_training,
+    refuse_training_parts,
+)
 from lmalgebra.train.run_fingerprint import training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
@@ -277,6 +282,8 @@ def plan(
         layout = RunLayout(recipe.output_dir)
         done = layout.student(student) / CHECKPOINTS
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
+        for out in objective.training_runs(student, spec):  # as training refuses them
+            refuse_training_parts(out, itself=out != layout.student(student))
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
             saved, runs = layout.model(student), objective.training_runs(student, spec)

@@ -23,6 +23,7 @@ from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distributed import barrier, is_main, world
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -169,6 +170,18 @@ def refuse_linked_parts(out: Path, itself: bool = False) -> None:
             )
 
 
+def refuse_training_parts(out: Path, itself: bool = False) -> None:
+    """Refuse a training directory ``out``, or its ``checkpoints/`` or ``best/``, that is there
+    but is no directory (a file, a FIFO, a link to nothing): training would stop on it with a
+    traceback once it writes there; and the links ``refuse_linked_parts`` refuses."""
+    for path in (out, out / "checkpoints", out / BEST):
+        if path.is_symlink() and not path.exists():
+            raise UserInputError(f"training directory {path} {absent(path)}")
+        if path.exists() and not path.is_dir():
+            raise UserInputError(f"training directory {path} {not_a_directory(path)}")
+    refuse_linked_parts(out, itself)
+
+
 def refuse_other_training(
     recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
 ) -> None:
@@ -218,7 +231,7 @@ def train(
     stops early once they stop improving (``train.validation``).
     """
 
-    refuse_linked_parts(out)
+    refuse_training_parts(out)
     if not restart:
         refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written

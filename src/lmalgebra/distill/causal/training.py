@@ -53,6 +53,7 @@ from lmalgebra.train.loop import (
     StepLoss,
     refuse_fewer_steps,
     refuse_other_training,
+    refuse_training_parts,
     release_checkpoints,
     train,
 )
@@ -211,6 +212,8 @@ def train_causal_student(
     runs = {None: spec} if spec.lambda_candidates is None else candidate_specs(spec)
     # where each run trains: the student's own directory, or each candidate's alone
     outs = {v: layout.student(name) if v is None else layout.candidate(name, v) for v in runs}
+    for value, out in outs.items():  # a candidate's directory is training's own, like a link
+        refuse_training_parts(out, itself=value is not None)
     if not restart:  # a saved student of more steps, or other settings, is not replaced
         refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
         refuse_other_training(saved_training(saved), spec, outs.values(), saved)
