@@ -193,6 +193,21 @@ def test_a_masked_lm_is_not_scored(causal_run, teacher_dirs, monkeypatch, capsys
     assert_one_line(*run_cli(args, monkeypatch, capsys), ["language 'zz' is not in"])
 
 
+def test_a_model_of_random_weights_is_refused_not_scored_as_the_trained_one(
+    causal_run, causal_teacher_dirs, monkeypatch, capsys
+) -> None:
+    """``--models uni=random:UNI`` had scored UNI's trained weights (the loader never built
+    random ones) and written them under the teacher's name: refused, naming the model."""
+    table = causal_run / "evaluation" / "scored_bits_per_byte.csv"
+    before = table.read_bytes() if table.exists() else None
+    args = ["merge", "bits-per-byte", str(causal_run), "--languages", "xx"]
+    code, err = run_cli(
+        [*args, "--models", f"uni=random:{causal_teacher_dirs['uni']}"], monkeypatch, capsys
+    )
+    assert_one_line(code, err, ["model 'uni' (random:", "must name a causal LM with weights"])
+    assert (table.read_bytes() if table.exists() else None) == before
+
+
 def test_a_later_call_keeps_the_rows_of_other_models_and_languages(
     causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys, caplog
 ) -> None:

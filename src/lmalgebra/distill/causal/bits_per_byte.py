@@ -168,6 +168,13 @@ def bits_per_byte(
     ``texts`` (language -> its documents). ``context``: input tokens per window, default the
     model's positions."""
     ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
+    if not ref.source.pretrained:  # random: had scored the trained weights, recorded as random
+        given = f"random:{ref.path}" if ref.random_init else f"{ref.kind}:{ref.path}"
+        raise UserInputError(
+            f"model {ref.name!r} ({given}) must name a causal LM with weights to score (a "
+            "directory, hub id, package:NAME or gguf:FILE), not random weights, an ONNX graph "
+            "or precomputed embeddings"
+        )
     directory = ref.source.resolve()
     refuse_other_head(f"model {ref.name!r}", directory, "causal", shown=ref.shown(directory))
     tokenizer = source_of(ref, directory).load_tokenizer()
