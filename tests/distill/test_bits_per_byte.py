@@ -193,6 +193,21 @@ def test_a_masked_lm_is_not_scored(causal_run, teacher_dirs, monkeypatch, capsys
     assert_one_line(*run_cli(args, monkeypatch, capsys), ["language 'zz' is not in"])
 
 
+def test_a_model_of_random_weights_is_refused_not_scored_as_the_trained_one(
+    causal_run, causal_teacher_dirs, monkeypatch, capsys
+) -> None:
+    """``--models uni=random:UNI`` had scored UNI's trained weights (the loader never built
+    random ones) and written them under the teacher's name: refused, naming the model."""
+    table = causal_run / "evaluation" / "scored_bits_per_byte.csv"
+    before = table.read_bytes() if table.exists() else None
+    args = ["merge", "bits-per-byte", str(causal_run), "--languages", "xx"]
+    code, err = run_cli(
+        [*args, "--models", f"uni=random:{causal_teacher_dirs['uni']}"], monkeypatch, capsys
+    )
+    assert_one_line(code, err, ["model 'uni' (random:", "must name a causal LM with weights"])
+    assert (table.read_bytes() if table.exists() else None) == before
+
+
 def test_a_later_call_keeps_the_rows_of_other_models_and_languages(
     causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys, caplog
 ) -> None:
@@ -251,13 +266,54 @@ def test_a_name_given_to_another_model_drops_its_earlier_rows(
         assert code == 0, err
         lines = table.read_text().splitlines()
         assert lines[0].endswith(",reference")
-        return {tuple(ln.split(",")[:2]): ln.split(",")[-1] for ln in lines[1:]}
+        return {tuple(ln.split(",")[:2]): ln.split(",")[-1].split("#")[0] for ln in lines[1:]}
 
     bl, uni = (f"transformers:{causal_teacher_dirs[m].resolve()}" for m in ("bl", "uni"))
     assert score("bl") == {("xx", "a"): bl, ("yy", "a"): bl}
     assert score("bl", "xx") == {("xx", "a"): bl, ("yy", "a"): bl}  # the same model: kept
     with caplog.at_level(logging.WARNING):
         assert score("uni", "xx") == {("xx", "a"): uni}
+    assert "dropped the rows of a (yy), scored as another model" in caplog.text
+
+
+def test_a_model_trained_again_at_the_same_path_drops_its_earlier_rows(
+    causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys, caplog
+) -> None:
+    """``--models a=M`` on both languages, M trained again (its weights changed at the same
+    path), then ``--models a=M --languages xx``: the yy row of the old weights had been kept
+    beside the xx row of the new, one name for two models. A row records a digest of the
+    model's files; one of a row an older release wrote without it is read by its path."""
+    import logging
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    run, model = tmp_path / "run", tmp_path / "m"
+    shutil.copytree(causal_run, run, ignore=shutil.ignore_patterns("evaluation"))
+    shutil.copytree(causal_teacher_dirs["bl"], model)
+    table = run / "evaluation" / "scored_bits_per_byte.csv"
+
+    def score(*languages: str) -> set[tuple[str, ...]]:
+        args = ["merge", "bits-per-byte", str(run), "--models", f"a={model}"]
+        for language in languages:
+            args += ["--languages", language]
+        code, err = run_cli(args, monkeypatch, capsys)
+        assert code == 0, err
+        return {tuple(ln.split(",")[:2]) for ln in table.read_text().splitlines()[1:]}
+
+    assert score() == {("xx", "a"), ("yy", "a")}
+    older = [ln.split("#sha256=")[0] for ln in table.read_text().splitlines()]
+    table.write_text("\n".join(older) + "\n")  # as the release before digests wrote it
+    assert score("xx") == {("xx", "a"), ("yy", "a")}  # the same model: kept
+    assert score("yy") == {("xx", "a"), ("yy", "a")}  # each row with its digest now
+    weights = load_file(str(model / "model.safetensors"))
+    save_file(
+        {k: v * 1.01 if v.is_floating_point() else v for k, v in weights.items()},
+        str(model / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    with caplog.at_level(logging.WARNING):
+        assert score("xx") == {("xx", "a")}
     assert "dropped the rows of a (yy), scored as another model" in caplog.text
 
 

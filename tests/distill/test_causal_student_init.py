@@ -302,3 +302,29 @@ def test_a_student_of_smollm2s_first_and_last_layers_generates(tmp_path: Path) -
     )
     out = generate("The capital of France is", max_new_tokens=4, do_sample=False)
     assert out[0]["generated_text"].startswith("The capital of France is")
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_an_init_inside_the_students_own_directory_is_refused(
+    run_recipe: Path, llama_dir: Path, dry_run: bool, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``student.init: RUN/own/model`` trained as ``--name own``: training had started from
+    the saved model and written over it, and its checkpoints (recording that model's hashes)
+    could then never be resumed. Refused, by the dry run too; another name may start from it."""
+    import shutil
+
+    own = run_recipe.parent / "run" / "own" / "model"
+    if not own.exists():
+        shutil.copytree(llama_dir, own)
+    recipe = _with_student(run_recipe, {"init": str(own)}, "own.yaml")
+    before = sorted(p.name for p in own.iterdir())
+    flags = ["--no-progress", *(["--dry-run"] if dry_run else [])]
+    code, err = run_cli(
+        ["merge", "train", str(recipe), "--name", "own", *flags], monkeypatch, capsys
+    )
+    assert_one_line(code, err, [f"student.init '{own}' is inside", "merge train --name"])
+    assert sorted(p.name for p in own.iterdir()) == before
+    if dry_run:
+        args = ["merge", "train", str(recipe), "--name", "other", "--dry-run"]
+        code, err = run_cli(args, monkeypatch, capsys)
+        assert code == 0, err

@@ -5,6 +5,7 @@ chosen on validation among candidates without reading the test text."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -172,3 +173,42 @@ def test_tracker_counts_misses_and_refuses_weights_it_did_not_write(tmp_path: Pa
     resumed.best_step = 6
     with pytest.raises(UserInputError, match="best validation weights"):
         resumed.restore(model)
+
+
+def test_candidates_over_a_student_trained_without_them_are_refused(recipe_path: Path) -> None:
+    """A student trained at one KD weight, then asked for ``lambda_candidates`` without
+    ``--restart``: the candidates train in directories of their own, where no checkpoint is, so
+    the student's own checkpoint had let the chosen candidate replace it with nothing said
+    (its dry run refused). It is refused, naming the setting, and the student is kept."""
+    model = train_causal(recipe_path, "switch", steps=2)
+    before = (model / "model.safetensors").read_bytes()
+    with pytest.raises(UserInputError, match=re.escape("lambda_candidates None -> [0.1, 0.9]")):
+        train_causal(recipe_path, "switch", steps=2, lambda_candidates=[0.1, 0.9])
+    assert (model / "model.safetensors").read_bytes() == before
+    assert not list(model.parent.glob("lambda-*"))
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_a_candidates_directory_in_the_way_is_refused_by_training_and_its_dry_run(
+    recipe_path: Path, tmp_path: Path, kind: str
+) -> None:
+    """``<student>/lambda-0.1`` a file had stopped training with a ``FileExistsError``
+    traceback while its dry run planned it; a link there had been trained through, over what
+    it names. Both are refused, by the plan too, before anything is written."""
+    from lmalgebra.distill.pipeline import plan, training_of
+
+    student = recipe_path.parent / "run" / f"blocked-{kind}"
+    student.mkdir(parents=True)
+    if kind == "file":
+        (student / "lambda-0.1").write_text("mine\n")
+    else:
+        (student / "lambda-0.1").symlink_to(tmp_path)
+    said = "is a file, not a directory" if kind == "file" else "is a symbolic link to"
+    recipe = load_recipe(recipe_path)
+    changes = {"steps": 2, "lambda_candidates": [0.1, 0.9]}
+    with pytest.raises(UserInputError, match=said):
+        plan(recipe, training_of(recipe, changes, "test"), ["train"], student.name)
+    with pytest.raises(UserInputError, match=said):
+        train_causal(recipe_path, student.name, **changes)
+    assert sorted(p.name for p in student.iterdir()) == ["lambda-0.1"]
+    assert not list(tmp_path.iterdir())

@@ -343,3 +343,14 @@ def test_a_language_or_teacher_name_that_leaves_the_run_is_refused(
     code, stderr = cli([*command, str(recipe)])
     assert_one_line(code, stderr, [f"{key}{' name' if key == 'teacher' else ''} {name!r}"])
     assert not (tmp_path / "a").exists()
+
+
+def test_a_student_name_too_long_is_refused_saying_how_long_one_may_be() -> None:
+    """A name of 101 letters had been refused as not "letters, digits, '.', '_', '-'", which it
+    is: the line did not say what was wrong with it. It says the length now."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill.layout import check_student_name
+
+    assert check_student_name("a" * 100) == "a" * 100
+    with pytest.raises(UserInputError, match=r"\(1 to 100 letters, digits"):
+        check_student_name("a" * 101)

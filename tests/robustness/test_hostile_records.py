@@ -54,6 +54,20 @@ def test_a_remembered_hash_edited_to_another_is_computed_again(
     assert source_of(ref, bert_dir).fingerprint(memo) == first
 
 
+def test_a_remembered_hash_of_bytes_that_are_not_utf8_is_computed_again(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A memo garbled on disk (bytes that are not UTF-8) had stopped every command hashing the
+    model with a ``UnicodeDecodeError`` traceback (``merge evaluate`` over the run's
+    ``.hashes``); it is computed again, as a memo torn or edited is."""
+    ref = ModelRef(name="m", path=str(bert_dir))
+    memo = tmp_path / "hashes"
+    first = source_of(ref, bert_dir).fingerprint(memo)
+    for path in memo.glob("*.hash"):
+        path.write_bytes(b"\xff\xfe" + path.read_bytes()[2:])
+    assert source_of(ref, bert_dir).fingerprint(memo) == first
+
+
 def test_an_edit_of_the_code_a_model_ships_is_seen(bert_dir: Path, tmp_path: Path) -> None:
     """A model run with its own code (``--trust-remote-code``) computes its outputs with that
     code: an edit of it had left the fingerprint as it was, so a finished run was computed

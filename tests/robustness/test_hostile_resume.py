@@ -212,3 +212,19 @@ def test_a_corpus_that_gives_the_same_examples_resumes(
     code, stderr = run_cli(["merge", "prepare", str(recipe)], monkeypatch, capsys)
     assert code == 0, stderr
     assert digests(run) == before
+
+
+def test_a_training_log_holding_bytes_that_are_not_utf8_is_cut_back_as_a_torn_one(
+    tmp_path: Path,
+) -> None:
+    """A resumed run reads its ``train_log.jsonl`` to cut it back to the step it resumes from:
+    a line of bytes that are not UTF-8 had stopped training with a ``UnicodeDecodeError``
+    traceback. It is dropped, as a line torn by a killed run is."""
+    from lmalgebra.train.loop import TRAIN_LOG, _has_logged_steps, _Log
+
+    log = tmp_path / TRAIN_LOG
+    log.write_bytes(b'{"step": 1}\n\x00\xff{garbage\n{"step": 2}\n{"step": 3}\n')
+    assert _has_logged_steps(tmp_path)
+    resumed = _Log(tmp_path, 2)
+    assert log.read_text().splitlines() == ['{"step": 1}', '{"step": 2}']
+    assert resumed.last == {"step": 2}

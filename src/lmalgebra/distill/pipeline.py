@@ -17,6 +17,7 @@ from lmalgebra.core.errors import UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
+from lmalgebra.distill.causal.student_init import refuse_init_inside
 from lmalgebra.distill.layout import (
     BEST,
     CHECKPOINTS,
@@ -46,7 +47,12 @@ from lmalgebra.storage.output_paths import (
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
-from lmalgebra.train.loop import check_precision, refuse_fewer_steps, refuse_other_training
+from lmalgebra.train.loop import (
+    check_precision,
+    refuse_fewer_steps,
+    refuse_other_training,
+    refuse_training_parts,
+)
 from lmalgebra.train.run_fingerprint import training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
@@ -119,6 +125,8 @@ def run_stages(
     if "train" in stages and not students:
         raise UserValueError("students is empty: the train stage needs at least one student")
     check_students(recipe, list(students or {}))  # refused before any stage writes
+    if "train" in stages:
+        refuse_own_init(recipe, list(students or {}))
     refuse_linked_parts(recipe)
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
@@ -237,6 +245,14 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
             )
 
 
+def refuse_own_init(recipe: MergeRecipe, names: Sequence[str]) -> None:
+    """Refuse a causal recipe's ``student.init`` inside the directory of a student it would
+    start (``refuse_init_inside``)."""
+    if isinstance(recipe, CausalRecipe):
+        for name in names:
+            refuse_init_inside(recipe.student, RunLayout(recipe.output_dir).student(name))
+
+
 def plan(
     recipe: MergeRecipe,
     training: TrainingSpec | None = None,
@@ -262,9 +278,12 @@ def plan(
     spec = training or recipe.training
     if student is not None and "train" in runnable:
         check_students(recipe, [student])
+        refuse_own_init(recipe, [student])
         layout = RunLayout(recipe.output_dir)
         done = layout.student(student) / CHECKPOINTS
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
+        for out in objective.training_runs(student, spec):  # as training refuses them
+            refuse_training_parts(out, itself=out != layout.student(student))
         if not restart:
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
             saved, runs = layout.model(student), objective.training_runs(student, spec)

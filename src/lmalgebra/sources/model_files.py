@@ -44,7 +44,8 @@ def memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
     stamp = sha256_json([[str(f), *_stat_key(f)] for f in sorted(files)])
     memo = memo_dir / f"{stamp}.hash" if memo_dir else None
     if memo is not None and memo.is_file():  # a memo torn by a killed run or edited is redone
-        memoised, _, check = memo.read_text().strip().partition(" ")
+        text = memo.read_bytes().decode("utf-8", errors="replace")  # garbled bytes: redone too
+        memoised, _, check = text.strip().partition(" ")
         if check == sha256_json([stamp, memoised]):
             return memoised
     digest = sha256_files(files, root)

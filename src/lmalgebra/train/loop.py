@@ -23,6 +23,7 @@ from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
+from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distributed import barrier, is_main, world
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -96,12 +97,18 @@ def _logged_step(line: str) -> float:
         return math.inf
 
 
+def _log_lines(path: Path) -> list[str]:
+    """The lines of a training log; bytes that are not UTF-8 (a damaged line, which the
+    caller drops as it drops a torn one) read as replacement characters."""
+    return path.read_bytes().decode("utf-8", errors="replace").splitlines()
+
+
 def _has_logged_steps(out: Path) -> bool:
     """Whether ``out``'s training log records a step (a run trained there before)."""
     path = out / TRAIN_LOG
     try:
-        lines = path.read_text().splitlines() if path.is_file() else []
-    except (OSError, UnicodeDecodeError):
+        lines = _log_lines(path) if path.is_file() else []
+    except OSError:
         return False
     return any(0 < _logged_step(ln) < math.inf for ln in lines)
 
@@ -114,7 +121,7 @@ class _Log:
 
     def __init__(self, out: Path, start: int):
         self.path = out / TRAIN_LOG
-        lines = self.path.read_text().splitlines() if self.path.is_file() else []
+        lines = _log_lines(self.path) if self.path.is_file() else []
         kept = [ln for ln in lines if _logged_step(ln) <= start]
         write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
         self.last: dict[str, Any] = {}
@@ -161,6 +168,18 @@ def refuse_linked_parts(out: Path, itself: bool = False) -> None:
                 f"writes its files there itself and would replace (with {RESTART}, remove) "
                 "what the link names; remove the link"
             )
+
+
+def refuse_training_parts(out: Path, itself: bool = False) -> None:
+    """Refuse a training directory ``out``, or its ``checkpoints/`` or ``best/``, that is there
+    but is no directory (a file, a FIFO, a link to nothing): training would stop on it with a
+    traceback once it writes there; and the links ``refuse_linked_parts`` refuses."""
+    for path in (out, out / "checkpoints", out / BEST):
+        if path.is_symlink() and not path.exists():
+            raise UserInputError(f"training directory {path} {absent(path)}")
+        if path.exists() and not path.is_dir():
+            raise UserInputError(f"training directory {path} {not_a_directory(path)}")
+    refuse_linked_parts(out, itself)
 
 
 def refuse_other_training(
@@ -212,7 +231,7 @@ def train(
     stops early once they stop improving (``train.validation``).
     """
 
-    refuse_linked_parts(out)
+    refuse_training_parts(out)
     if not restart:
         refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written

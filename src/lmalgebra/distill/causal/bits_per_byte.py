@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts, require_examples
@@ -167,6 +168,13 @@ def bits_per_byte(
     ``texts`` (language -> its documents). ``context``: input tokens per window, default the
     model's positions."""
     ref = model if isinstance(model, ModelRef) else ModelRef(name=Path(model).name, path=str(model))
+    if not ref.source.pretrained:  # random: had scored the trained weights, recorded as random
+        given = f"random:{ref.path}" if ref.random_init else f"{ref.kind}:{ref.path}"
+        raise UserInputError(
+            f"model {ref.name!r} ({given}) must name a causal LM with weights to score (a "
+            "directory, hub id, package:NAME or gguf:FILE), not random weights, an ONNX graph "
+            "or precomputed embeddings"
+        )
     directory = ref.source.resolve()
     refuse_other_head(f"model {ref.name!r}", directory, "causal", shown=ref.shown(directory))
     tokenizer = source_of(ref, directory).load_tokenizer()
@@ -228,10 +236,21 @@ SCORED = Table("scored_bits_per_byte.csv", ScoredRow, nan="nan")
 OLDER_SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
 
 
-def reference_of(ref: ModelRef) -> str:
+DIGEST = "#sha256="  # in a reference, before the digest of the model's files
+
+
+def reference_of(ref: ModelRef, hashes: Mapping[str, str] | None = None) -> str:
     """The model ``ref`` names, as a scored row records it: its kind, path as resolved here
-    and revision (a model edited in place at that path is not told apart)."""
-    return f"{ref.kind}:{_resolved(ref)}" + (f"@{ref.revision}" if ref.revision else "")
+    and revision, and with ``hashes`` (its fingerprint: weights, tokenizer, configuration) a
+    digest of them, so that a model trained again or edited at the same path is another."""
+    named = f"{ref.kind}:{_resolved(ref)}" + (f"@{ref.revision}" if ref.revision else "")
+    return named if hashes is None else f"{named}{DIGEST}{sha256_json(dict(hashes))[:16]}"
+
+
+def _same_reference(recorded: str, now: str) -> bool:
+    """Whether a row recorded as ``recorded`` is of the model now referenced ``now``; a row
+    of an older release, which recorded no digest, by its kind, path and revision alone."""
+    return recorded == now or (DIGEST not in recorded and now.partition(DIGEST)[0] == recorded)
 
 
 def _resolved(ref: ModelRef) -> str:
@@ -274,7 +293,9 @@ def evaluate_bits(
                 )
             )
     if table is SCORED:
-        scored = _scored_rows(rows, models)
+        memo = RunLayout(run_dir).hashes
+        prints = {ref.name: source_of(ref).fingerprint(memo) for ref in models}
+        scored = _scored_rows(rows, models, prints)
         write_table(
             RunLayout(run_dir).evaluation, SCORED, [*_earlier_rows(run_dir, scored), *scored]
         )
@@ -283,8 +304,10 @@ def evaluate_bits(
     return rows
 
 
-def _scored_rows(rows: Sequence[BitsRow], models: Sequence[ModelRef]) -> list[ScoredRow]:
-    references = {ref.name: reference_of(ref) for ref in models}
+def _scored_rows(
+    rows: Sequence[BitsRow], models: Sequence[ModelRef], prints: Mapping[str, Mapping[str, str]]
+) -> list[ScoredRow]:
+    references = {ref.name: reference_of(ref, prints[ref.name]) for ref in models}
     return [ScoredRow(**asdict(row), reference=references[row.model]) for row in rows]
 
 
@@ -364,13 +387,15 @@ def _of_the_same_models(
 ) -> list[ScoredRow]:
     """The earlier rows of names this call gives to the model that scored them: those of a
     name now given to another model (or written by an older release, which did not record
-    the model) are dropped, and said so, since the table would hold two models under one name."""
+    the model) are dropped, and said so, since the table would hold two models under one name:
+    a model trained again or edited at the same path is another (``reference_of``)."""
     now = {r.model: r.reference for r in rows}
-    kept = [r for r in earlier if now.get(r.model, r.reference) == r.reference]
+    kept = [r for r in earlier if _same_reference(r.reference, now.get(r.model, r.reference))]
     if len(kept) < len(earlier):
         gone = sorted({f"{r.model} ({r.language})" for r in earlier if r not in kept})
         log.warning(
-            "%s: dropped the rows of %s, scored as another model than this call names so",
+            "%s: dropped the rows of %s, scored as another model than this call names so (at "
+            "another path, or its files changed since)",
             path,
             ", ".join(gone),
         )

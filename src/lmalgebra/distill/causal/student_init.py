@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.student import CausalStudentSpec, check_layer_list
 from lmalgebra.distill.teachers import load_lm, max_positions, model_config, refuse_other_head
+from lmalgebra.sources.gguf_models import GGUF_PREFIX
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 
@@ -82,6 +84,25 @@ def init_reference(given: str) -> ModelRef:
             "id, package:NAME or gguf:FILE)"
         )
     return ref
+
+
+def refuse_init_inside(spec: CausalStudentSpec, student: Path) -> None:
+    """Refuse ``spec.init`` naming a path inside ``student``, the directory of the student it
+    would start (its saved model, a checkpoint): training would write over the model it starts
+    from, and its checkpoints, which record that model's hashes, could never be resumed."""
+    if spec.init is None:
+        return
+    local = home_expanded(Path(init_reference(spec.init).path.removeprefix(GGUF_PREFIX)))
+    if not local.exists():
+        return  # refused as no model by open_init, or a hub id
+    found, own = local.resolve(), student.resolve()
+    if found == own or own in found.parents:
+        raise UserInputError(
+            f"student.init {spec.init!r} is inside {student}, the directory of the student it "
+            "would start: training would write over the model it starts from and could never "
+            "resume; copy that model elsewhere, or train a student of another name (merge "
+            "train --name)"
+        )
 
 
 def open_init(

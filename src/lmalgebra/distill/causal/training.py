@@ -53,6 +53,7 @@ from lmalgebra.train.loop import (
     StepLoss,
     refuse_fewer_steps,
     refuse_other_training,
+    refuse_training_parts,
     release_checkpoints,
     train,
 )
@@ -206,31 +207,30 @@ def train_causal_student(
     one run per KD weight in ``<name>/lambda-<value>`` and the best on validation is the
     student."""
     mix = spec.objective_mix or DEFAULT_MIX
-    saved = RunLayout(recipe.output_dir).model(name)
+    layout = RunLayout(recipe.output_dir)
+    saved = layout.model(name)
+    runs = {None: spec} if spec.lambda_candidates is None else candidate_specs(spec)
+    # where each run trains: the student's own directory, or each candidate's alone
+    outs = {v: layout.student(name) if v is None else layout.candidate(name, v) for v in runs}
+    for value, out in outs.items():  # a candidate's directory is training's own, like a link
+        refuse_training_parts(out, itself=value is not None)
     if not restart:  # a saved student of more steps, or other settings, is not replaced
         refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
-        candidates = spec.lambda_candidates or []  # each trains in a directory of its own
-        trains_in = [
-            saved.parent,
-            *(RunLayout(recipe.output_dir).candidate(name, v) for v in candidates),
-        ]
-        refuse_other_training(saved_training(saved), spec, trains_in, saved)
+        refuse_other_training(saved_training(saved), spec, outs.values(), saved)
     data = causal_student_data(recipe, spec, mix, teachers)
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
-    layout = RunLayout(recipe.output_dir)
     # a student started from a model records it (weights hashed): resumed only from that model
     started = {} if data.init is None else {"student_init": data.init.record()}
     inputs = {**student_inputs(recipe, LOGPROBS), "student_tokenizer": data.identity, **started}
     step = causal_step_loss(mix, spec.label_smoothing, spec.kd_balance)
     context = recipe.student.max_position_embeddings if data.init is None else data.init.positions
     validation = validation_of(spec, data, context)
-    runs = {None: spec} if spec.lambda_candidates is None else candidate_specs(spec)
     plugins.announce(plugins.CAUSAL_LOSSES, mix)  # its checks passed: training starts
     chosen: tuple[float, Any, dict[str, Any]] | None = None
     choice: dict[str, float] = {}
     for value, run_spec in runs.items():
-        out = layout.student(name) if value is None else layout.candidate(name, value)
+        out = outs[value]
         model = causal_student(recipe.student, tokenizer, spec.seed, data.init)
         final = train(model, source, run_spec, out, progress, inputs, restart, step, validation)
         score = float(final.get("best_validation", math.inf))
@@ -267,8 +267,7 @@ def train_causal_student(
         what,
     )
     saved = write_model_directory(target, model, tokenizer, metadata, card)
-    for value in runs:
-        out = layout.student(name) if value is None else layout.candidate(name, value)
+    for out in outs.values():
         release_checkpoints(out, spec)
     return saved
 
