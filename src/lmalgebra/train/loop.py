@@ -156,11 +156,18 @@ def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
         )
 
 
-def refuse_linked_parts(out: Path, itself: bool = False) -> None:
-    """Refuse a training directory ``out`` whose parts training writes itself (``checkpoints/``,
-    the best weights' ``best/``, the training log) are symbolic links, or (``itself``) that is
-    one: training writes their files, and ``--restart`` removes checkpoints, through the link,
-    over what it names (a directory of the user's elsewhere)."""
+def refuse_training_parts(out: Path, itself: bool = False) -> None:
+    """Refuse a training directory ``out``, or its ``checkpoints/`` or ``best/``, that is there
+    but is no directory (a file, a FIFO, a link to nothing): training would stop on it with a
+    traceback once it writes there; and a symbolic link in place of a part training writes
+    itself (``checkpoints/``, ``best/``, the training log) or (``itself``) of ``out``: training
+    writes their files, and ``--restart`` removes checkpoints, through the link, over what it
+    names (a directory of the user's elsewhere)."""
+    for path in (out, out / "checkpoints", out / BEST):
+        if path.is_symlink() and not path.exists():
+            raise UserInputError(f"training directory {path} {absent(path)}")
+        if path.exists() and not path.is_dir():
+            raise UserInputError(f"training directory {path} {not_a_directory(path)}")
     for path in ([out] if itself else []) + [out / "checkpoints", out / BEST, out / TRAIN_LOG]:
         if path.is_symlink():
             raise UserInputError(
@@ -168,18 +175,6 @@ def refuse_linked_parts(out: Path, itself: bool = False) -> None:
                 f"writes its files there itself and would replace (with {RESTART}, remove) "
                 "what the link names; remove the link"
             )
-
-
-def refuse_training_parts(out: Path, itself: bool = False) -> None:
-    """Refuse a training directory ``out``, or its ``checkpoints/`` or ``best/``, that is there
-    but is no directory (a file, a FIFO, a link to nothing): training would stop on it with a
-    traceback once it writes there; and the links ``refuse_linked_parts`` refuses."""
-    for path in (out, out / "checkpoints", out / BEST):
-        if path.is_symlink() and not path.exists():
-            raise UserInputError(f"training directory {path} {absent(path)}")
-        if path.exists() and not path.is_dir():
-            raise UserInputError(f"training directory {path} {not_a_directory(path)}")
-    refuse_linked_parts(out, itself)
 
 
 def refuse_other_training(

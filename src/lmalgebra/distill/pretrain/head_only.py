@@ -44,8 +44,8 @@ from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
-    refuse_linked_parts,
     refuse_other_training,
+    refuse_training_parts,
     release_checkpoints,
     train,
 )
@@ -243,7 +243,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
 
     Resumes from ``out/training/checkpoints`` when they were written for the same encoder,
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
-    refuse_linked_parts(spec.out / "training", itself=True)
+    refuse_training_parts(spec.out / "training", itself=True)
     if not restart:  # a model trained further is not replaced (steps: 0, say)
         refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
         refuse_other_training(
