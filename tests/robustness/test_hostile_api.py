@@ -655,3 +655,42 @@ def test_a_setting_of_loading_is_refused_where_every_model_is_loaded_already(
         lmalgebra.decompose(pairs, texts, **options, weights_dtype="bfloat16")
     with pytest.raises(UserInputError, match=r"^weights_dtype 'bfloat16' would be ignored"):
         lmalgebra.decompose_plan(pairs, texts, timed=False, **options, weights_dtype="bfloat16")
+
+
+def test_calls_from_two_threads_run_one_after_the_other() -> None:
+    """Two calls from two threads had run at once: both wrote the same cache file under the one
+    temporary name their pid gives (``FileNotFoundError`` from the rename), the second took the
+    first's directory lock as its own, and the libraries' log levels were left silenced. A
+    second call now waits for the first."""
+    import logging
+    import threading
+    import time
+
+    from lmalgebra.api.runtime import library_entry
+
+    events: list[str] = []
+    release = threading.Event()
+    logger = logging.getLogger("sentence_transformers")  # one the calls silence
+    before = logger.level
+
+    @library_entry
+    def call(tag: str) -> None:
+        events.append(tag)
+        if tag == "first":
+            release.wait(10)
+        events.append(f"/{tag}")
+
+    first = threading.Thread(target=call, args=("first",))
+    first.start()
+    while not events:
+        time.sleep(0.01)
+    second = threading.Thread(target=call, args=("second",))
+    second.start()
+    time.sleep(0.2)
+    assert events == ["first"]  # the second waits for the first to end
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert events == ["first", "/first", "second", "/second"]
+    assert logger.level == before
+

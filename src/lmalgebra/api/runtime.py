@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 import sys
+import threading
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -27,6 +28,11 @@ Call = TypeVar("Call", bound=Callable[..., Any])
 # own verbosity setting (sentence-transformers logs under its package name).
 THIRD_PARTY_LOGGERS = ("sentence_transformers",)
 ENTRY_POINT = "__lmalgebra_entry_point__"  # set on every function `library_entry` wraps
+# Held for the duration of every call: calls from several threads of one process run one after
+# another. A call sets process-wide state (the run directory locks this process holds, the
+# temporary names of its writes, which carry its pid, the libraries' verbosity it restores):
+# two at once had raced on a cache file both wrote and left the libraries silenced.
+_ONE_CALL_AT_A_TIME = threading.RLock()
 
 
 # Environment variables under which transformers and the model hub start quiet when imported
@@ -168,12 +174,13 @@ def _blank_path(written: str, value: Any) -> bool:
 
 def library_entry(function: Call) -> Call:
     """``function`` run inside :func:`library_call`, its arguments checked first by
-    :func:`check_arguments`: every public API function and method."""
+    :func:`check_arguments`, one call at a time in the process (a call from another thread
+    waits for the one running): every public API function and method."""
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
         check_arguments(function, *args, **kwargs)
-        with library_call():
+        with _ONE_CALL_AT_A_TIME, library_call():
             return function(*args, **kwargs)
 
     setattr(call, ENTRY_POINT, True)
