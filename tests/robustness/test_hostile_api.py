@@ -694,3 +694,23 @@ def test_calls_from_two_threads_run_one_after_the_other() -> None:
     assert events == ["first", "/first", "second", "/second"]
     assert logger.level == before
 
+
+def test_a_decomposition_keeps_its_directory_after_chdir(
+    decomposition: Decomposition, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run saved or loaded by a relative path was looked for in the new current directory
+    after ``os.chdir``: its heatmap drawn into a directory made there, ``save`` ending in
+    ``FileNotFoundError`` after copying that heatmap alone."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    monkeypatch.chdir(tmp_path / "one")
+    saved = copy.copy(decomposition)
+    saved.save("run")
+    loaded = Decomposition.load("run")
+    monkeypatch.chdir(tmp_path / "two")
+    assert saved.heatmap == tmp_path / "one" / "run" / "pairwise_r2_test.png"
+    assert loaded.report() == tmp_path / "one" / "run" / "report.html"
+    loaded.save("copy")
+    assert Decomposition.load("copy").summary == loaded.summary
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["copy"]
+

@@ -61,7 +61,7 @@ class Decomposition:
         self.summary = summary
         self.config = config
         self._tables = tables
-        self.run_dir = run_dir
+        self.run_dir = None if run_dir is None else run_dir.absolute()  # the same after os.chdir
         self._result = result
 
     @property
@@ -206,7 +206,7 @@ class Decomposition:
             return self._copy_to(target, overwrite)
         config: DecomposeConfig = self._result.config.model_copy(update={"out": target})
         save_result(dataclasses.replace(self._result, config=config), overwrite)
-        self.run_dir = target
+        self.run_dir = target.absolute()
         return target
 
     def _copy_to(self, target: Path, overwrite: bool) -> Path:
