@@ -714,3 +714,34 @@ def test_a_decomposition_keeps_its_directory_after_chdir(
     assert Decomposition.load("copy").summary == loaded.summary
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["copy"]
 
+
+@pytest.mark.parametrize("since", ["written_again", "removed"])
+def test_a_decomposition_read_from_a_run_changed_since_is_refused(
+    since: str, decomposition: Decomposition, bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    """A run read back, then written again with another configuration (or removed): the old
+    object had drawn its heatmap into the new run (or made the removed directory anew for it),
+    reported the new run and copied it as its own with ``save`` (``FileNotFoundError`` once
+    removed). Each is refused, naming the call and the directory; nothing is written."""
+    import shutil
+
+    run = tmp_path / "run"
+    loaded = Decomposition.load(copy.copy(decomposition).save(run))
+    if since == "removed":
+        shutil.rmtree(run)
+    else:
+        models = {"a": str(bert_dir), "b": str(bert2_dir)}
+        spans = {"length": 8, "counts": (40, 10, 10)}
+        lmalgebra.decompose(models, documents(60), spans=spans, layer=1, progress=False).save(
+            run, overwrite=True
+        )
+    before = sorted(p.name for p in run.iterdir()) if run.exists() else None
+    for call, name in (
+        (lambda: loaded.heatmap, "heatmap"),
+        (lambda: loaded.report(tmp_path / "r.html"), "report()"),
+        (lambda: loaded.save(tmp_path / "copy"), "save()"),
+    ):
+        with pytest.raises(UserInputError, match=rf"^Decomposition\.{re.escape(name)}: {run} "):
+            call()
+    assert (sorted(p.name for p in run.iterdir()) if run.exists() else None) == before
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "copy").exists()
