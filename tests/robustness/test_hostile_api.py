@@ -745,3 +745,23 @@ def test_a_decomposition_read_from_a_run_changed_since_is_refused(
             call()
     assert (sorted(p.name for p in run.iterdir()) if run.exists() else None) == before
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "copy").exists()
+
+
+def test_a_model_on_the_meta_device_is_named(bert_dir: Path, tmp_path: Path) -> None:
+    """A model built on PyTorch's meta device (shapes, no values), or such a tensor of
+    embeddings, ended in ``NotImplementedError: Cannot copy out of meta tensor``."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(bert_dir)
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(bert_dir)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    for given, wanted in (
+        ((model, tokenizer), "model 'b': its weights are on the meta device"),
+        (torch.empty(60, 4, device="meta"), "model 'b': the tensor is on the meta device"),
+    ):
+        with pytest.raises(UserInputError, match=f"^{re.escape(wanted)}"):
+            lmalgebra.decompose({"a": str(bert_dir), "b": given}, documents(60), **options)
+

@@ -95,6 +95,10 @@ def _given(name: str, value: Any) -> GivenModel | None:
     if isinstance(value, np.ndarray):
         return GivenArrays(name, value)
     if type(value).__name__ == "Tensor" and hasattr(value, "detach"):  # a torch tensor
+        if value.is_meta:
+            raise UserInputError(
+                f"model {name!r}: the tensor is on the meta device (a shape without values)"
+            )
         tensor = value.detach().cpu()  # complex values stay complex, to be refused by name
         return GivenArrays(name, (tensor if tensor.is_complex() else tensor.float()).numpy())
     if hasattr(value, "config") and hasattr(value, "state_dict"):

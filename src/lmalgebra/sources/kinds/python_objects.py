@@ -80,6 +80,18 @@ def _tokenizer_hash(tokenizer: Any) -> str:
     return sha256_json({"tokenizer": text, "special": str(tokenizer.all_special_tokens)})
 
 
+def refuse_meta(name: str, module: Any) -> None:
+    """Refuse a model whose weights are on PyTorch's meta device: shapes without values (built
+    under ``torch.device("meta")`` or accelerate's ``init_empty_weights``), which can be neither
+    hashed nor run."""
+    tensors = (*module.parameters(), *module.buffers())
+    if any(getattr(t, "is_meta", False) for t in tensors):
+        raise UserInputError(
+            f"model {name!r}: its weights are on the meta device (shapes without values, as "
+            "init_empty_weights or torch.device('meta') build them); load its weights first"
+        )
+
+
 def check_fast_tokenizer(name: str, tokenizer: Any) -> None:
     """Spans are cut with character offsets: only fast (Rust) tokenizers give them."""
     if not getattr(tokenizer, "is_fast", False):
@@ -106,6 +118,7 @@ class TransformerPair(_GivenObject):
                 "(give (PreTrainedModel, tokenizer))"
             )
         check_fast_tokenizer(self.name, self.tokenizer)
+        refuse_meta(self.name, self.model)
         self.description = f"{type(self.model).__name__} object"
 
     def _config(self) -> dict[str, Any]:
@@ -172,6 +185,7 @@ class SentenceEncoder(_GivenObject):
     def __post_init__(self) -> None:
         self.description = "SentenceTransformer object"
         check_fast_tokenizer(self.name, self.load_tokenizer())
+        refuse_meta(self.name, self.model)
 
     def load_tokenizer(self) -> Any:
         return self.model.tokenizer
