@@ -765,3 +765,19 @@ def test_a_model_on_the_meta_device_is_named(bert_dir: Path, tmp_path: Path) -> 
         with pytest.raises(UserInputError, match=f"^{re.escape(wanted)}"):
             lmalgebra.decompose({"a": str(bert_dir), "b": given}, documents(60), **options)
 
+
+def test_a_model_with_a_head_is_embedded_as_its_directory(
+    bert_dir: Path, gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A ``(model, tokenizer)`` pair of a model with a head (``AutoModelForMaskedLM``,
+    ``AutoModelForCausalLM``) had its logits pooled as its embedding: a ``ValueError`` (shape
+    mismatch) from deep inside. Its hidden states are embedded, as the directory's are."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BertForMaskedLM
+
+    texts = documents(60)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    for directory, head in ((bert_dir, BertForMaskedLM), (gpt2_dir, AutoModelForCausalLM)):
+        pair = (head.from_pretrained(directory), AutoTokenizer.from_pretrained(directory))
+        by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert_dir)}, texts, **options)
+        given = lmalgebra.decompose({"m": pair, "b": str(bert_dir)}, texts, **options)
+        assert given.pairwise().equals(by_path.pairwise())

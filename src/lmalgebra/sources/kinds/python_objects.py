@@ -159,8 +159,11 @@ class TransformerPair(_GivenObject):
         home = module_device(self.model)
         if home is not None and home != torch.device(spec.device):
             self.model.to(spec.device)
+        # a model with a head (AutoModelForMaskedLM, ...) returns its logits, not its hidden
+        # states: its base model is embedded, as a directory is read (AutoModel)
+        network = getattr(self.model, "base_model", self.model)
         try:
-            return embed(texts, self.model, self.tokenizer, spec, owner=f"model {self.name!r}")
+            return embed(texts, network, self.tokenizer, spec, owner=f"model {self.name!r}")
         finally:
             if home is not None and home != torch.device(spec.device):
                 self.model.to(home)
