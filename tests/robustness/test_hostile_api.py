@@ -781,3 +781,16 @@ def test_a_model_with_a_head_is_embedded_as_its_directory(
         by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert_dir)}, texts, **options)
         given = lmalgebra.decompose({"m": pair, "b": str(bert_dir)}, texts, **options)
         assert given.pairwise().equals(by_path.pairwise())
+
+
+@pytest.mark.parametrize("name", [" a", "a ", "a\t"])
+def test_a_model_name_the_tables_cannot_give_back_is_refused(name: str, bert_dir: Path) -> None:
+    """A model named ``" a"`` was fitted and written, but its tables' cells are read back
+    stripped: its pairwise and group rows matched no model, NaN where R^2 had been computed.
+    Refused before any work, from Python and from a recipe alike."""
+    wanted = re.escape("a model name is a non-blank string without spaces around it")
+    with pytest.raises(UserInputError, match=rf"^decompose\(\): key 'models.0.name': {wanted}"):
+        lmalgebra.decompose({name: str(bert_dir), "b": str(bert_dir)}, ["some text"])
+    models = [{"name": name, "path": str(bert_dir)}, {"name": "b", "path": str(bert_dir)}]
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.DecomposeConfig(models=models)
