@@ -794,3 +794,25 @@ def test_a_model_name_the_tables_cannot_give_back_is_refused(name: str, bert_dir
     models = [{"name": name, "path": str(bert_dir)}, {"name": "b", "path": str(bert_dir)}]
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.DecomposeConfig(models=models)
+
+
+def test_a_numpy_boolean_is_no_number() -> None:
+    """``np.bool_`` is no ``bool``: ``TrainingSpec(steps=np.bool_(True))`` trained one step,
+    ``pairwise(diagonal=np.True_)`` and ``LinearDecomposition(blocks=[True, 5])`` took it for
+    1, where a Python ``True`` is refused as no number."""
+    from lmalgebra.api.runtime import check_arguments
+
+    with pytest.raises(UserInputError, match=r"^TrainingSpec: key 'steps': a boolean is no int"):
+        lmalgebra.TrainingSpec(steps=np.bool_(True))
+    assert lmalgebra.TrainingSpec(steps=np.int64(3)).steps == 3
+
+    def target(flag: bool = False, diagonal: float = 1.0) -> None: ...
+
+    target.__annotations__ = {"flag": "bool", "diagonal": "float", "return": "None"}
+    with pytest.raises(UserInputError, match=r"diagonal must be float, got np.True_$"):
+        check_arguments(target, diagonal=np.bool_(True))
+    check_arguments(target, flag=np.bool_(True))
+    rows = np.random.default_rng(0).normal(size=(9, 6))
+    for blocks in ([True, 5], [np.bool_(True), 5]):
+        with pytest.raises(UserInputError, match="^blocks must be a list of feature counts"):
+            lmalgebra.LinearDecomposition(blocks=blocks).fit(rows, rows[:, 0])

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from lmalgebra.core.errors import UserInputError, UserTypeError
-from lmalgebra.core.settings import EMPTY_PATH
+from lmalgebra.core.settings import EMPTY_PATH, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
 
 Call = TypeVar("Call", bound=Callable[..., Any])
@@ -122,6 +122,8 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
         return None
 
     def fits(value: Any) -> bool:
+        if is_boolean(value):  # numpy's too, which a lax check reads as the number 0 or 1
+            value = bool(value)
         adapter = strict if isinstance(value, str | bytes | bool) else lax
         try:
             adapter.validate_python(value)

@@ -30,6 +30,7 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.validation import check_array, validate_data
 
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
+from lmalgebra.core.settings import is_boolean
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 
@@ -236,7 +237,7 @@ def _cut(array: np.ndarray, sizes: Sequence[int] | None) -> list[np.ndarray]:
         isinstance(sizes, str)
         or not isinstance(sizes, Sequence)
         or not sizes
-        or not all(isinstance(n, int | np.integer) and n > 0 for n in sizes)
+        or not all(isinstance(n, int | np.integer) and not is_boolean(n) and n > 0 for n in sizes)
     ):
         raise UserValueError(f"blocks must be a list of feature counts > 0, got {sizes!r}")
     if sum(sizes) != array.shape[1]:
