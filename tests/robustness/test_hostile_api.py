@@ -816,3 +816,20 @@ def test_a_numpy_boolean_is_no_number() -> None:
     for blocks in ([True, 5], [np.bool_(True), 5]):
         with pytest.raises(UserInputError, match="^blocks must be a list of feature counts"):
             lmalgebra.LinearDecomposition(blocks=blocks).fit(rows, rows[:, 0])
+
+
+def test_a_merge_run_keeps_its_directory_after_chdir(
+    tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run loaded (or made) by a relative path was looked for in the current directory of the
+    moment: after ``os.chdir`` its ``inspect()`` found "0 pairs", ``verify()`` no run, and
+    ``evaluate()`` no student."""
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir="run")
+    monkeypatch.chdir(tmp_path)
+    made = lmalgebra.merge(recipe, "prepare")
+    loaded = MergeRun.load("run")
+    monkeypatch.chdir(tmp_path / "run")  # which holds no "run" of its own
+    for run in (made, loaded):
+        assert run.run_dir == tmp_path / "run"
+        assert run.inspect().summary.startswith("3 (language, teacher) pairs")
+        assert run.verify() == []

@@ -61,8 +61,9 @@ class MergeRun:
     """
 
     def __init__(self, recipe: MergeRecipe) -> None:
-        self.recipe = recipe
-        self.run_dir: Path = recipe.output_dir
+        # its directory as it is now, the same after os.chdir
+        self.recipe = recipe.model_copy(update={"output_dir": recipe.output_dir.absolute()})
+        self.run_dir: Path = self.recipe.output_dir
         self.students: dict[str, Path] = {}
         self.scores: pd.DataFrame | None = None
         self.rdt: pd.DataFrame | None = None
@@ -73,7 +74,7 @@ class MergeRun:
     @library_entry
     def load(cls, run_dir: str | Path) -> MergeRun:
         """The run in ``run_dir`` (from its ``recipe.yaml``), with the students saved there."""
-        layout = RunLayout(Path(run_dir))
+        layout = RunLayout(Path(run_dir).absolute())
         recipe = load_recipe(layout.require_recipe())
         run = cls(recipe.model_copy(update={"output_dir": layout.root}))
         run.students = layout.saved_students()
@@ -341,7 +342,7 @@ def merge(
     _refuse_idle(chosen, None, languages=languages, pooling=pooling)
     trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]
-    run.students = run_stages(
+    saved = run_stages(
         config,
         work,
         trainings if "train" in chosen else None,
@@ -349,6 +350,7 @@ def merge(
         keep_saved=keep_saved,
         restart=restart,
     )
+    run.students = {name: path.absolute() for name, path in saved.items()}
     if "evaluate" in chosen:
         run.evaluate(list(given), languages, pooling)
     return run
