@@ -833,3 +833,15 @@ def test_a_merge_run_keeps_its_directory_after_chdir(
         assert run.run_dir == tmp_path / "run"
         assert run.inspect().summary.startswith("3 (language, teacher) pairs")
         assert run.verify() == []
+
+
+def test_a_merge_run_is_made_from_any_form_of_recipe(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``MergeRun("recipe.yaml")`` (or ``MergeRun(None)``) ended in ``AttributeError: 'str'
+    object has no attribute 'output_dir'``; it takes a recipe as ``merge()`` does."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    for given in (recipe, str(recipe)):
+        assert MergeRun(given).run_dir == tmp_path / "run"
+    with pytest.raises(UserInputError, match=r"recipe must be a YAML path, .*, got NoneType$"):
+        MergeRun(None)

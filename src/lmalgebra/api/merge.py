@@ -60,9 +60,12 @@ class MergeRun:
             test_spans).
     """
 
-    def __init__(self, recipe: MergeRecipe) -> None:
+    def __init__(self, recipe: Any) -> None:
+        """``recipe``: a YAML path, a mapping of its keys or a ``MergeRecipe``, as for
+        :func:`merge`; ``MergeRun.load`` opens a run directory."""
+        config = recipe_of(recipe)
         # its directory as it is now, the same after os.chdir
-        self.recipe = recipe.model_copy(update={"output_dir": recipe.output_dir.absolute()})
+        self.recipe = config.model_copy(update={"output_dir": config.output_dir.absolute()})
         self.run_dir: Path = self.recipe.output_dir
         self.students: dict[str, Path] = {}
         self.scores: pd.DataFrame | None = None
