@@ -180,7 +180,7 @@ def test_a_merge_recipe_copied_with_a_bad_value_is_named(
 
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
     key = next(iter(update))
-    with pytest.raises(UserInputError, match=f"^recipe MaskedRecipe: key '{key}'"):
+    with pytest.raises(UserInputError, match=rf"^merge_plan\(\) recipe MaskedRecipe: key '{key}'"):
         lmalgebra.merge_plan(recipe.model_copy(update=update))
     assert not (tmp_path / "run").exists()
 
@@ -843,5 +843,24 @@ def test_a_merge_run_is_made_from_any_form_of_recipe(
     recipe = write_recipe(tmp_path, teacher_dirs)
     for given in (recipe, str(recipe)):
         assert MergeRun(given).run_dir == tmp_path / "run"
-    with pytest.raises(UserInputError, match=r"recipe must be a YAML path, .*, got NoneType$"):
+    with pytest.raises(UserInputError, match=r"^MergeRun\(\): recipe must be a YAML path, "):
         MergeRun(None)
+
+
+def test_a_bad_recipe_is_named_with_the_call_it_was_given_to() -> None:
+    """A mapping missing a key given to ``merge_plan``, ``MergeRun`` or ``select_teachers`` was
+    refused as ``merge() recipe: ...``, a call the user did not make; a copy of a recipe with a
+    bad value as ``recipe ...``, naming no call."""
+    from lmalgebra.experimental import select_teachers
+
+    calls = {
+        "merge": lmalgebra.merge,
+        "merge_plan": lmalgebra.merge_plan,
+        "MergeRun": MergeRun,
+        "select_teachers": select_teachers,
+    }
+    for name, call in calls.items():
+        with pytest.raises(UserInputError, match=rf"^{name}\(\) recipe: missing key 'languages'"):
+            call({"teachers": {}})
+        with pytest.raises(UserInputError, match=rf"^{name}\(\): recipe must be a YAML path"):
+            call(3)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_entry
-from lmalgebra.core.errors import UserInputError, UserValueError
+from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES, Table
@@ -63,7 +63,7 @@ class MergeRun:
     def __init__(self, recipe: Any) -> None:
         """``recipe``: a YAML path, a mapping of its keys or a ``MergeRecipe``, as for
         :func:`merge`; ``MergeRun.load`` opens a run directory."""
-        config = recipe_of(recipe)
+        config = recipe_of(recipe, "MergeRun()")
         # its directory as it is now, the same after os.chdir
         self.recipe = config.model_copy(update={"output_dir": config.output_dir.absolute()})
         self.run_dir: Path = self.recipe.output_dir
@@ -220,16 +220,18 @@ def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     return table
 
 
-def recipe_of(recipe: Any) -> MergeRecipe:
-    """A recipe given as a YAML path, a mapping of its keys, or a ``MergeRecipe``."""
+def recipe_of(recipe: Any, call: str = "merge()") -> MergeRecipe:
+    """A recipe given as a YAML path, a mapping of its keys, or a ``MergeRecipe``; ``call``: the
+    call it was given to, as messages name it."""
     if isinstance(recipe, MergeRecipe):
-        return revalidated(recipe, "recipe")  # a copy pydantic did not check
+        return revalidated(recipe, f"{call} recipe")  # a copy pydantic did not check
     if isinstance(recipe, Mapping):
-        return parse_recipe(dict(recipe), "merge() recipe")
+        return parse_recipe(dict(recipe), f"{call} recipe")
     if isinstance(recipe, str | Path):
         return load_recipe(Path(recipe))
-    raise UserInputError(
-        f"recipe must be a YAML path, a mapping or a MergeRecipe, got {type(recipe).__name__}"
+    raise UserTypeError(
+        f"{call}: recipe must be a YAML path, a mapping or a MergeRecipe, got "
+        f"{type(recipe).__name__}"
     )
 
 
@@ -386,7 +388,7 @@ def merge_plan(
     """
     import pandas as pd
 
-    config = recipe_of(recipe)
+    config = recipe_of(recipe, "merge_plan()")
     chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
     runs = [s for s in RUN_STAGES if s in chosen]

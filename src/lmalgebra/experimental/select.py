@@ -87,6 +87,6 @@ def select_teachers(recipe: Any, **settings: Any) -> TeacherSelection:
             default 1000), ``level``, ``seed``, ``batch_size``, ``progress`` (default off here),
             ``cache_dir``.
     """
-    config = recipe_of(recipe)
+    config = recipe_of(recipe, "select_teachers()")
     spec = validate(SelectionSpec, {"progress": False, **settings}, "select_teachers()")
     return TeacherSelection(_select(config, spec), config)
