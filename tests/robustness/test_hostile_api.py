@@ -864,3 +864,18 @@ def test_a_bad_recipe_is_named_with_the_call_it_was_given_to() -> None:
             call({"teachers": {}})
         with pytest.raises(UserInputError, match=rf"^{name}\(\): recipe must be a YAML path"):
             call(3)
+
+
+def test_a_bits_table_of_text_is_named(tmp_path: Path, teacher_dirs: dict[str, Path]) -> None:
+    """``bits_rdt`` of a table whose numbers are strings (a CSV read with ``dtype=str``) ended
+    in ``TypeError: unsupported operand type(s) for -: 'str' and 'str'``."""
+    import pandas as pd
+
+    from lmalgebra.distill.causal.bits_per_byte import BITS
+
+    run = MergeRun(write_recipe(tmp_path, teacher_dirs))
+    row = {c: 1 for c in BITS.columns} | {"language": "xx"}
+    bits = pd.DataFrame([row | {"model": "wp"}, row | {"model": "s"}]).astype(str)
+    with pytest.raises(UserInputError, match=r"^MergeRun\.bits_rdt\(\): bits column 'documents' "):
+        run.bits_rdt(bits)
+    assert run.bits_rdt(bits.assign(**{c: 1.0 for c in BITS.columns[2:]})).index.tolist() == ["s"]

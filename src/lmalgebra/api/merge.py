@@ -172,8 +172,16 @@ class MergeRun:
         missing = [c for c in BITS.columns if c not in bits.columns]
         if missing:
             raise UserInputError(
-                f"bits: not a bits_per_byte table, it lacks {', '.join(missing)} "
-                "(score the models with MergeRun.bits_per_byte)"
+                f"MergeRun.bits_rdt(): bits is not a bits_per_byte table, it lacks "
+                f"{', '.join(missing)} (score the models with MergeRun.bits_per_byte)"
+            )
+        numbers = [c for c in BITS.columns if c not in ("language", "model")]
+        text = [c for c in numbers if not pd.api.types.is_numeric_dtype(bits[c])]
+        if text:
+            raise UserInputError(
+                f"MergeRun.bits_rdt(): bits column {text[0]!r} holds {bits[text[0]].dtype} "
+                "values, not numbers (read a table back with pandas.read_csv, or pass "
+                "MergeRun.bits_per_byte's table as it is)"
             )
         rows = [BitsRow(**{c: r[c] for c in BITS.columns}) for r in bits.to_dict("records")]
         teachers = set(self.recipe.teachers)
