@@ -814,7 +814,7 @@ def test_a_numpy_boolean_is_no_number() -> None:
     check_arguments(target, flag=np.bool_(True))
     rows = np.random.default_rng(0).normal(size=(9, 6))
     for blocks in ([True, 5], [np.bool_(True), 5]):
-        with pytest.raises(UserInputError, match="^blocks must be a list of feature counts"):
+        with pytest.raises(UserInputError, match=r"^blocks must be a list of feature counts"):
             lmalgebra.LinearDecomposition(blocks=blocks).fit(rows, rows[:, 0])
 
 
@@ -879,3 +879,21 @@ def test_a_bits_table_of_text_is_named(tmp_path: Path, teacher_dirs: dict[str, P
     with pytest.raises(UserInputError, match=r"^MergeRun\.bits_rdt\(\): bits column 'documents' "):
         run.bits_rdt(bits)
     assert run.bits_rdt(bits.assign(**{c: 1.0 for c in BITS.columns[2:]})).index.tolist() == ["s"]
+
+
+def test_rows_the_estimator_cannot_fit_are_named_in_its_words() -> None:
+    """A constant ``X`` or ``y``, or a singular ``X`` at ``alpha=0``, was refused in the run's
+    words (``model 'x0' does not vary over the training spans``, ``use a larger --alpha``): a
+    block the caller never named, a flag it has no use for, and no ``ValueError``."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20, 3)), rng.normal(size=(20, 2))  # noqa: N806 (sklearn)
+    cases = [
+        (lmalgebra.LinearDecomposition(), np.ones((20, 3)), y, "^X does not vary"),
+        (lmalgebra.LinearDecomposition(), X, np.ones((20, 2)), "^y does not vary"),
+        (lmalgebra.LinearDecomposition(), [X, np.ones((20, 1))], y, "^X block 1 does not vary"),
+        (lmalgebra.LinearDecomposition(alpha=0), np.hstack([X, X]), y, r"^X is singular .*alpha$"),
+    ]
+    for estimator, given, target, wanted in cases:
+        with pytest.raises(ValueError, match=wanted) as caught:
+            estimator.fit(given, target)
+        assert isinstance(caught.value, UserInputError) and "--" not in str(caught.value)
