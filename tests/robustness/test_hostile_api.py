@@ -897,3 +897,25 @@ def test_rows_the_estimator_cannot_fit_are_named_in_its_words() -> None:
         with pytest.raises(ValueError, match=wanted) as caught:
             estimator.fit(given, target)
         assert isinstance(caught.value, UserInputError) and "--" not in str(caught.value)
+
+
+def test_a_sentence_transformer_in_training_is_left_in_training(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A SentenceTransformer in ``train()`` mode (a notebook fine-tuning it) came back in eval
+    mode, its dropout off for the rest of the training, where a ``(model, tokenizer)`` pair's
+    mode is restored."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+
+    word = models.Transformer(str(bert_dir), max_seq_length=64)
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    encoder = SentenceTransformer(modules=[word, models.Pooling(width())], device="cpu")
+    encoder.train()
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    lmalgebra.decompose({"a": encoder, "b": str(bert_dir)}, documents(60), **options)
+    assert encoder.training

@@ -222,9 +222,14 @@ class SentenceEncoder(_GivenObject):
             self.depth()
         limit = int(getattr(self.model, "max_seq_length", None) or 512)
         _, _, report = tokenize(texts, self.load_tokenizer(), limit)
-        vectors = self.model.encode(
-            texts, batch_size=spec.batch_size, convert_to_numpy=True, show_progress_bar=False
-        )
+        was_training = bool(getattr(self.model, "training", False))
+        try:  # encode() leaves it in eval mode: the caller's mode is restored, as a pair's is
+            vectors = self.model.encode(
+                texts, batch_size=spec.batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
+        finally:
+            if was_training:
+                self.model.train()
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), report
 
 
