@@ -919,3 +919,31 @@ def test_a_sentence_transformer_in_training_is_left_in_training(
     options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
     lmalgebra.decompose({"a": encoder, "b": str(bert_dir)}, documents(60), **options)
     assert encoder.training
+
+
+def test_what_the_system_refuses_is_one_line_from_python_too(
+    bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line words a path too long for the file system, a refused permission, a full
+    disk or memory the machine could not give in one line; from Python they were raw tracebacks
+    (``OSError: [Errno 36] File name too long``, a document given as a string being read as a
+    corpus path). Each is one ``UserInputError`` naming the path, as on the command line."""
+    long = str(tmp_path / ("x" * 300))
+    for call in (
+        lambda: Decomposition.load(long),
+        lambda: lmalgebra.read_texts(long),
+        lambda: lmalgebra.spans({"a": str(bert_dir)}, " ".join(documents(20))),  # not a path
+    ):
+        with pytest.raises(UserInputError, match=r"^path too long for the file system \("):
+            call()
+    from lmalgebra.api import decompose as api
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        import errno
+        import os
+
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "f"))
+
+    monkeypatch.setattr(api, "read_documents", full)
+    with pytest.raises(UserInputError, match=r"^no space left on device .* while writing"):
+        lmalgebra.read_texts(tmp_path)

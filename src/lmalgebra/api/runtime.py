@@ -22,6 +22,7 @@ from typing import Any, TypeVar, cast
 from lmalgebra.core.errors import UserInputError, UserTypeError
 from lmalgebra.core.settings import EMPTY_PATH, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
+from lmalgebra.storage.disk_space import one_line
 
 Call = TypeVar("Call", bound=Callable[..., Any])
 # Loggers of the libraries that load and run the models a user hands over, outside transformers'
@@ -183,7 +184,15 @@ def library_entry(function: Call) -> Call:
     def call(*args: Any, **kwargs: Any) -> Any:
         check_arguments(function, *args, **kwargs)
         with _ONE_CALL_AT_A_TIME, library_call():
-            return function(*args, **kwargs)
+            try:
+                return function(*args, **kwargs)
+            except UserInputError:
+                raise
+            except Exception as err:  # what the command line words in one line, worded alike
+                text = one_line(err)
+                if text is None:
+                    raise
+                raise UserInputError(text) from err
 
     setattr(call, ENTRY_POINT, True)
     return cast(Call, call)
