@@ -947,3 +947,16 @@ def test_what_the_system_refuses_is_one_line_from_python_too(
     monkeypatch.setattr(api, "read_documents", full)
     with pytest.raises(UserInputError, match=r"^no space left on device .* while writing"):
         lmalgebra.read_texts(tmp_path)
+
+
+def test_texts_given_as_a_dataframe_are_named(bert_dir: Path) -> None:
+    """A DataFrame iterates as its column names: ``decompose(models, frame)`` had run on the
+    documents ``"text"`` and ``"lang"`` and was refused, if at all, as too little text."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"text": documents(60), "lang": ["en"] * 60})
+    wanted = r"^texts is a DataFrame, which iterates as its column names \(text, lang\)"
+    for call in (lmalgebra.decompose, lmalgebra.spans):
+        with pytest.raises(UserInputError, match=wanted):
+            call({"a": str(bert_dir), "b": str(bert_dir)}, frame)
+    assert len(lmalgebra.spans({"a": str(bert_dir)}, frame["text"])) > 0

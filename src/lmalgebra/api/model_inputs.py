@@ -122,6 +122,12 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
             f"texts must be a list of documents (strings) or a corpus path, "
             f"got {type(texts).__name__}"
         )
+    if hasattr(texts, "columns") and hasattr(texts, "iloc"):  # a DataFrame iterates its columns
+        raise UserInputError(
+            f"texts is a {type(texts).__name__}, which iterates as its column names "
+            f"({', '.join(map(str, list(texts.columns)[:3]))}): give its column of documents, "
+            "e.g. frame['text'], or a corpus path"
+        )
     docs = list(texts)
     for index, doc in enumerate(docs):
         if not isinstance(doc, str):
