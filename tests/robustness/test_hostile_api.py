@@ -960,3 +960,23 @@ def test_texts_given_as_a_dataframe_are_named(bert_dir: Path) -> None:
         with pytest.raises(UserInputError, match=wanted):
             call({"a": str(bert_dir), "b": str(bert_dir)}, frame)
     assert len(lmalgebra.spans({"a": str(bert_dir)}, frame["text"])) > 0
+
+
+def test_a_path_argument_starting_with_a_tilde_is_the_home_directory(
+    decomposition: Decomposition, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``save("~/run")``, ``Decomposition.load("~/run")``, ``report("~/r.html")`` and
+    ``MergeRun.load("~/x")`` made (or looked in) a directory named ``~`` in the current one,
+    where ``decompose(out="~/run")`` and every setting read it as the home directory."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    saved = copy.copy(decomposition)
+    assert saved.save("~/run") == home / "run"
+    assert Decomposition.load("~/run").run_dir == home / "run"
+    assert saved.report("~/r.html") == home / "r.html"
+    with pytest.raises(UserInputError, match=f"^{re.escape(str(home / 'x'))} is not a merge run"):
+        MergeRun.load("~/x")
+    assert list(here.iterdir()) == []

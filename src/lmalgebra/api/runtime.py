@@ -17,10 +17,11 @@ import types
 import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from lmalgebra.core.errors import UserInputError, UserTypeError
-from lmalgebra.core.settings import EMPTY_PATH, is_boolean
+from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
 from lmalgebra.storage.disk_space import one_line
 
@@ -152,10 +153,14 @@ def _argument_checks(function: Callable[..., Any]) -> dict[str, tuple[str, Check
     return checks
 
 
-def check_arguments(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+def check_arguments(
+    function: Callable[..., Any], *args: Any, **kwargs: Any
+) -> inspect.BoundArguments:
     """Raise ``UserTypeError`` (a ``UserInputError`` and the ``TypeError`` Python raises for a
     bad call) naming the first argument of a call of ``function`` that is not of its annotated
-    type (``merge(recipe, None)``: stages must be a sequence of names)."""
+    type (``merge(recipe, None)``: stages must be a sequence of names). The arguments, a path's
+    leading ``~`` read as the home directory (as settings read theirs), as the call receives
+    them."""
     where = f"{function.__qualname__}()"
     try:
         bound = inspect.signature(function).bind(*args, **kwargs)
@@ -167,6 +172,18 @@ def check_arguments(function: Callable[..., Any], *args: Any, **kwargs: Any) -> 
             raise UserTypeError(f"{where}: {name} must be {written}, got {shown}")
         if name in bound.arguments and _blank_path(written, bound.arguments[name]):
             raise UserInputError(f"{where}: {name}: {EMPTY_PATH}")  # not Path("."): here
+        if name in bound.arguments and "Path" in written.split(" | "):
+            bound.arguments[name] = _home_expanded(bound.arguments[name])
+    return bound
+
+
+def _home_expanded(value: Any) -> Any:
+    """A path's leading ``~`` (``~user``) read as that home directory, of the type given; any
+    other value as it is (a directory named ``~`` had been made in the current one)."""
+    if isinstance(value, str | Path) and str(value).startswith("~"):
+        expanded = home_expanded(Path(value))
+        return str(expanded) if isinstance(value, str) else expanded
+    return value
 
 
 def _blank_path(written: str, value: Any) -> bool:
@@ -182,10 +199,10 @@ def library_entry(function: Call) -> Call:
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        check_arguments(function, *args, **kwargs)
+        bound = check_arguments(function, *args, **kwargs)
         with _ONE_CALL_AT_A_TIME, library_call():
             try:
-                return function(*args, **kwargs)
+                return function(*bound.args, **bound.kwargs)
             except UserInputError:
                 raise
             except Exception as err:  # what the command line words in one line, worded alike
