@@ -980,3 +980,21 @@ def test_a_path_argument_starting_with_a_tilde_is_the_home_directory(
     with pytest.raises(UserInputError, match=f"^{re.escape(str(home / 'x'))} is not a merge run"):
         MergeRun.load("~/x")
     assert list(here.iterdir()) == []
+
+
+def test_keep_saved_beside_restart_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``merge(..., keep_saved=True, restart=True)`` (and ``pretrain``'s) trained the saved
+    student again from step 0: ``restart`` won in silence over what ``keep_saved`` promised."""
+    from lmalgebra.api.pretrain import pretrain
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = "keep_saved=True would be ignored: restart=True trains again from step 0"
+    with pytest.raises(UserInputError, match=rf"^merge\(\): {wanted}") as caught:
+        lmalgebra.merge(recipe, "train", keep_saved=True, restart=True)
+    assert isinstance(caught.value, ValueError)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserInputError, match=rf"^pretrain\(\): {wanted}"):
+        pretrain(_causal_spec(tmp_path), keep_saved=True, restart=True)
+    assert not (tmp_path / "t").exists()

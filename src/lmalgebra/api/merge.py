@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmalgebra.api.runtime import library_entry
+from lmalgebra.api.runtime import library_entry, refuse_keep_and_restart
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
@@ -352,6 +352,7 @@ def merge(
             "recipe's training, as 'student')"
         )
     _refuse_idle(chosen, given, restart=restart, keep_saved=keep_saved)
+    refuse_keep_and_restart("merge()", keep_saved, restart)
     _refuse_idle(chosen, None, languages=languages, pooling=pooling)
     trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]

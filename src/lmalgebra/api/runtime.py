@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from lmalgebra.core.errors import UserInputError, UserTypeError
+from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
 from lmalgebra.storage.disk_space import one_line
@@ -213,3 +213,13 @@ def library_entry(function: Call) -> Call:
 
     setattr(call, ENTRY_POINT, True)
     return cast(Call, call)
+
+
+def refuse_keep_and_restart(call: str, keep_saved: bool, restart: bool) -> None:
+    """Refuse ``keep_saved`` beside ``restart`` (``merge()``, ``pretrain()``): one keeps a saved
+    model as it is, the other trains it again from step 0, and ``restart`` had won in silence."""
+    if keep_saved and restart:
+        raise UserValueError(
+            f"{call}: keep_saved=True would be ignored: restart=True trains again from step 0 "
+            "what keep_saved keeps as it is; give one of the two"
+        )
