@@ -998,3 +998,17 @@ def test_keep_saved_beside_restart_is_refused(
     with pytest.raises(UserInputError, match=rf"^pretrain\(\): {wanted}"):
         pretrain(_causal_spec(tmp_path), keep_saved=True, restart=True)
     assert not (tmp_path / "t").exists()
+
+
+def test_a_training_spec_overrides_the_keys_it_was_given(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``students={"s": TrainingSpec(steps=3)}`` had replaced the recipe's whole training with
+    the class's defaults (its batch size 8 became 32, its lr 1e-3 became 5e-4, a warm-up of 100
+    steps for 3), where ``{"steps": 3}`` and ``--training.steps 3`` set the steps alone."""
+    from lmalgebra.api.merge import _training, recipe_of
+
+    recipe = recipe_of(write_recipe(tmp_path, teacher_dirs, training=TINY_TRAINING))
+    by_keys = _training(recipe, {"steps": 3}, "test")
+    assert _training(recipe, lmalgebra.TrainingSpec(steps=3), "test") == by_keys
+    assert (by_keys.steps, by_keys.batch_size, by_keys.lr) == (3, 8, 1e-3)

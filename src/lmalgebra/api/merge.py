@@ -269,9 +269,10 @@ def _stages(stages: Sequence[str] | str) -> list[str]:
 
 
 def _training(config: MergeRecipe, training: Training | None, source: str) -> TrainingSpec:
-    """The recipe's training settings, replaced (``TrainingSpec``) or overridden (a mapping of
-    keys of ``training``) by ``training``; settings of the other objective's type are refused,
-    naming it (a ``CausalTrainingSpec`` for a masked recipe)."""
+    """The recipe's training settings, overridden by the keys ``training`` gives (a
+    ``TrainingSpec``'s, those it was built with: ``TrainingSpec(steps=3)`` sets the steps alone,
+    as ``{"steps": 3}`` and ``--training.steps 3`` do); settings of the other objective's type
+    are refused, naming it (a ``CausalTrainingSpec`` for a masked recipe)."""
     own = type(config.training)
     if isinstance(training, TrainingSpec) and set(type(training).model_fields) - set(
         own.model_fields
@@ -281,8 +282,8 @@ def _training(config: MergeRecipe, training: Training | None, source: str) -> Tr
             f"{_objective_of(type(training))} recipes, and this recipe's objective is "
             f"{_objective_of(own)}: give a {own.__name__} or a mapping of its keys"
         )
-    if isinstance(training, TrainingSpec):
-        return training_of(config, training.model_dump(), source)
+    if isinstance(training, TrainingSpec):  # the keys it was given, as a mapping's and flags'
+        return training_of(config, training.model_dump(exclude_unset=True), source)
     return training_of(config, dict(training or {}), source)
 
 
@@ -332,8 +333,9 @@ def merge(
             each resumes from what earlier calls left in the run directory. A stage the
             recipe's objective does not have (a causal recipe's ``vocab``) is skipped.
         students: for ``train`` (and ``evaluate``): student name (its run subdirectory) -> its
-            training: settings, keys of the recipe's ``training`` to override, or None (the
-            recipe's). Default ``{"student": None}``.
+            training: the keys of the recipe's ``training`` it overrides (a mapping, or a
+            ``TrainingSpec``: the keys it was built with), or None (the recipe's). Default
+            ``{"student": None}``.
         keep_saved: a student whose model is already saved is not trained again; otherwise it
             is resumed from its last checkpoint (to more steps, say).
         restart: train from step 0, dropping the students' checkpoints.
