@@ -1012,3 +1012,20 @@ def test_a_training_spec_overrides_the_keys_it_was_given(
     by_keys = _training(recipe, {"steps": 3}, "test")
     assert _training(recipe, lmalgebra.TrainingSpec(steps=3), "test") == by_keys
     assert (by_keys.steps, by_keys.batch_size, by_keys.lr) == (3, 8, 1e-3)
+
+
+def test_nulls_over_python_objects_say_why_there_is_no_copy(
+    bert_dir: Path, bert2_dir: Path
+) -> None:
+    """``study={"nulls": True}`` over two ``(model, tokenizer)`` pairs was refused because "no
+    model here has trained weights", which both had: the study makes no random copy of a
+    Python object. The message says so."""
+    from transformers import AutoModel, AutoTokenizer
+
+    pairs = {
+        name: (AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+        for name, path in (("a", bert_dir), ("b", bert2_dir))
+    }
+    wanted = "models given as Python objects have no copy"
+    with pytest.raises(UserInputError, match=r"^--study\.nulls would add nothing: .*" + wanted):
+        lmalgebra.decompose(pairs, documents(60), study={"nulls": True})
