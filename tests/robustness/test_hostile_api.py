@@ -1029,3 +1029,39 @@ def test_nulls_over_python_objects_say_why_there_is_no_copy(
     wanted = "models given as Python objects have no copy"
     with pytest.raises(UserInputError, match=r"^--study\.nulls would add nothing: .*" + wanted):
         lmalgebra.decompose(pairs, documents(60), study={"nulls": True})
+
+
+def test_a_heatmap_drawn_from_another_thread_waits_for_the_call_running(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """``Decomposition.heatmap`` reads and draws into its run directory, as a call does, but
+    was no call: from another thread it ran while a call wrote there (taking that call's lock
+    for its own)."""
+    import threading
+    import time
+
+    from lmalgebra.api.runtime import library_entry
+
+    saved = copy.copy(decomposition)
+    saved.save(tmp_path / "run")
+    assert saved.heatmap is not None  # drawn: asked again, it reads the run, quickly
+    release, events = threading.Event(), []
+
+    @library_entry
+    def call() -> None:
+        events.append("call")
+        release.wait(10)
+        events.append("/call")
+
+    first = threading.Thread(target=call)
+    first.start()
+    while not events:
+        time.sleep(0.01)
+    drawer = threading.Thread(target=lambda: events.append(saved.heatmap.name))
+    drawer.start()
+    time.sleep(0.3)
+    assert events == ["call"]
+    release.set()
+    first.join(10)
+    drawer.join(10)
+    assert events == ["call", "/call", "pairwise_r2_test.png"]

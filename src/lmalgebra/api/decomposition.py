@@ -151,6 +151,12 @@ class Decomposition:
         """The heatmap of pairwise test R^2 (``pairwise_r2_test.png``) of a run written to a
         directory, drawn there the first time it is asked for (a run draws its figures itself
         only with ``figures: true``); None for a run not written to a directory."""
+        return self._heatmap()
+
+    @library_entry
+    def _heatmap(self) -> Path | None:
+        """:attr:`heatmap`, as an API call (one at a time in the process, its errors in one
+        line): it draws into the run directory."""
         if self.run_dir is None:
             return None
         path = self._own_run("heatmap") / PAIRWISE_HEATMAP
