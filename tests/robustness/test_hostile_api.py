@@ -1065,3 +1065,11 @@ def test_a_heatmap_drawn_from_another_thread_waits_for_the_call_running(
     first.join(10)
     drawer.join(10)
     assert events == ["call", "/call", "pairwise_r2_test.png"]
+
+
+def test_a_value_outside_a_literal_names_the_choices() -> None:
+    """``read_texts(path, doc_sep="para")`` was refused as ``doc_sep must be DocSep``, the name
+    of a type alias the caller cannot see; the message lists the choices."""
+    wanted = "read_texts(): doc_sep must be 'auto', 'line' or 'blank', got 'para'"
+    with pytest.raises(UserInputError, match=re.escape(wanted) + "$"):
+        lmalgebra.read_texts("corpus.txt", doc_sep="para")

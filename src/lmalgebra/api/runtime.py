@@ -101,14 +101,18 @@ def library_call() -> Iterator[None]:
 Check = Callable[[Any], bool]
 
 
-def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | None:
+def _annotation_check(
+    function: Callable[..., Any], annotation: str
+) -> tuple[Check, str] | None:
     """Whether a value fits ``annotation`` (as written in ``function``'s module), judged by
     pydantic without converting anything; None where it cannot judge (``Any``, a name known to
     type checkers only).
 
     Strings and booleans are judged strictly: the function receives the value as given, so
     ``"no"`` is no ``bool`` (it is true) and ``"3"`` no ``int``; other values laxly, so a numpy
-    integer is an ``int`` and an ``int`` a ``float``."""
+    integer is an ``int`` and an ``int`` a ``float``. Also what a message says the value must
+    be: ``annotation``, or the values of a ``Literal`` it names (``DocSep``: ``'auto', 'line'
+    or 'blank'``)."""
     from pydantic import ConfigDict, TypeAdapter, ValidationError
 
     holder = types.SimpleNamespace(__annotations__={"value": annotation})
@@ -137,19 +141,23 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
             return True
         return True
 
-    return fits
+    if typing.get_origin(hint) is typing.Literal:
+        *first, last = (repr(v) for v in typing.get_args(hint))
+        return fits, f"{', '.join(first)} or {last}" if first else last
+    return fits, annotation
 
 
 @functools.cache
-def _argument_checks(function: Callable[..., Any]) -> dict[str, tuple[str, Check]]:
-    """Per annotated parameter of ``function``: its annotation as written, and its check."""
-    checks: dict[str, tuple[str, Check]] = {}
+def _argument_checks(function: Callable[..., Any]) -> dict[str, tuple[str, Check, str]]:
+    """Per annotated parameter of ``function``: its annotation as written, its check, and what
+    a message says the value must be."""
+    checks: dict[str, tuple[str, Check, str]] = {}
     for name, parameter in inspect.signature(function).parameters.items():
         written = parameter.annotation
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
-        if isinstance(written, str) and (check := _annotation_check(function, written)):
-            checks[name] = (written, check)
+        if isinstance(written, str) and (found := _annotation_check(function, written)):
+            checks[name] = (written, *found)
     return checks
 
 
@@ -166,10 +174,10 @@ def check_arguments(
         bound = inspect.signature(function).bind(*args, **kwargs)
     except TypeError as err:  # a missing or unknown argument: Python's words name it
         raise UserTypeError(f"{where}: {err}") from None
-    for name, (written, fits) in _argument_checks(function).items():
+    for name, (written, fits, expected) in _argument_checks(function).items():
         if name in bound.arguments and not fits(value := bound.arguments[name]):
             shown = repr(value) if len(repr(value)) <= 60 else type(value).__name__
-            raise UserTypeError(f"{where}: {name} must be {written}, got {shown}")
+            raise UserTypeError(f"{where}: {name} must be {expected}, got {shown}")
         if name in bound.arguments and _blank_path(written, bound.arguments[name]):
             raise UserInputError(f"{where}: {name}: {EMPTY_PATH}")  # not Path("."): here
         if name in bound.arguments and "Path" in written.split(" | "):
