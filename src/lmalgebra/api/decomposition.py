@@ -62,7 +62,7 @@ class Decomposition:
         self.summary = summary
         self.config = config
         self._tables = tables
-        self.run_dir = None if run_dir is None else run_dir.absolute()  # the same after os.chdir
+        self.run_dir = None if run_dir is None else Path(run_dir).absolute()  # after os.chdir too
         self._result = result
 
     @property
