@@ -1073,3 +1073,21 @@ def test_a_value_outside_a_literal_names_the_choices() -> None:
     wanted = "read_texts(): doc_sep must be 'auto', 'line' or 'blank', got 'para'"
     with pytest.raises(UserInputError, match=re.escape(wanted) + "$"):
         lmalgebra.read_texts("corpus.txt", doc_sep="para")
+
+
+def test_a_tuple_cut_short_is_named_as_too_few_values(tmp_path: Path) -> None:
+    """``spans={"counts": (40, 10)}`` (or ``counts: [40, 10]`` in a recipe) was refused as
+    ``missing key 'spans.counts.2'``, a key no recipe has."""
+    from lmalgebra.lmd.settings.recipe import load_config
+
+    wanted = r"key 'spans.counts': too few values \(none at position 3\)$"
+    with pytest.raises(UserInputError, match=r"^decompose\(\): " + wanted):
+        lmalgebra.decompose({"a": "x", "b": "y"}, ["text"], spans={"counts": (40, 10)})
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "models: [{name: a, path: x}, {name: b, path: y}]\ncorpus: {paths: [c.txt]}\n"
+        "spans: {counts: [40, 10]}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(UserInputError, match=wanted):
+        load_config(recipe, {})

@@ -43,6 +43,10 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
     if first["type"] == "missing":
+        *within, last = first["loc"] or ("",)
+        if isinstance(last, int) and within:  # a tuple cut short: no key is missing
+            parent = ".".join(str(p) for p in within)
+            return f"{source}: key {parent!r}: too few values (none at position {last + 1})"
         return f"{source}: missing key {key!r}"
     given = first.get("input")
     shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
