@@ -1091,3 +1091,17 @@ def test_a_tuple_cut_short_is_named_as_too_few_values(tmp_path: Path) -> None:
     )
     with pytest.raises(UserInputError, match=wanted):
         load_config(recipe, {})
+
+
+def test_a_path_object_where_a_setting_holds_text_is_its_text(bert_dir: Path) -> None:
+    """``reference_tokenizer=Path(...)``, a model given as ``{"path": Path(...)}`` or a corpus
+    of ``paths=[Path(...)]`` had been refused as "Input should be a valid string", where
+    ``texts``, ``out`` and ``cache_dir`` take a ``Path``."""
+    from lmalgebra.sources.corpus import CorpusSpec
+
+    texts = documents(60)
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    by_text = lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans)
+    assert lmalgebra.spans({"a": {"path": bert_dir}}, texts, spans=spans).equals(by_text)
+    assert lmalgebra.spans({}, texts, spans=spans, reference_tokenizer=bert_dir).equals(by_text)
+    assert CorpusSpec(paths=[Path("c.txt")]).paths == ["c.txt"]

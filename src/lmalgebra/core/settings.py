@@ -161,6 +161,18 @@ def _beyond_64_bits(value: Any) -> bool:
     return False
 
 
+def _admits_text(annotation: Any) -> bool:
+    """Whether ``annotation`` holds text but no ``Path`` (``str``, ``str | None``,
+    ``list[str]``): a path object given there is read as its text."""
+    options = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
+    if any(a is Path for a in options):
+        return False
+    return any(
+        a is str or (typing.get_origin(a) in (list, tuple) and str in typing.get_args(a))
+        for a in options
+    )
+
+
 def _admits_number(annotation: Any) -> bool:
     return annotation in (int, float)
 
@@ -225,6 +237,21 @@ class Settings(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         if field is not None and is_empty_path(field.annotation, value):
             raise PydanticCustomError("empty_path", EMPTY_PATH)
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A path object (``pathlib.Path``) where a setting holds text (a model's ``path``, a
+        ``reference_tokenizer``: a directory, or a hub id that no ``Path`` holds) is its text,
+        not refused as "a valid string"; so are those of a list of such texts."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or not _admits_text(field.annotation):
+            return value
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, list | tuple) and any(isinstance(v, os.PathLike) for v in value):
+            return [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
         return value
 
     @field_validator("*", mode="after")
