@@ -201,3 +201,18 @@ def test_too_little_held_out_text_names_the_full_key(tmp_path: Path, candidates:
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     with pytest.raises(UserInputError, match=r"too little text .* languages\.xx\.max_examples"):
         select_teachers(path, size=1, cache_dir=tmp_path / "cache", **OPTIONS)
+
+
+def test_a_selection_refused_where_it_would_go_leaves_no_directory(
+    tmp_path: Path, selected: tuple
+) -> None:
+    """``TeacherSelection.save`` made its directory before the checks of where it goes: one
+    refused inside a decomposition run was left there, empty, among the run's files."""
+    _, _, selection = selected
+    run = tmp_path / "decomposition"
+    run.mkdir()
+    for name in ("summary.json", "config.yaml"):
+        (run / name).write_text("{}\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match="holds a decomposition run"):
+        selection.save(run / "selection")
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "summary.json"]

@@ -180,7 +180,7 @@ def test_a_merge_recipe_copied_with_a_bad_value_is_named(
 
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
     key = next(iter(update))
-    with pytest.raises(UserInputError, match=f"^recipe MaskedRecipe: key '{key}'"):
+    with pytest.raises(UserInputError, match=rf"^merge_plan\(\) recipe MaskedRecipe: key '{key}'"):
         lmalgebra.merge_plan(recipe.model_copy(update=update))
     assert not (tmp_path / "run").exists()
 
@@ -655,3 +655,421 @@ def test_a_setting_of_loading_is_refused_where_every_model_is_loaded_already(
         lmalgebra.decompose(pairs, texts, **options, weights_dtype="bfloat16")
     with pytest.raises(UserInputError, match=r"^weights_dtype 'bfloat16' would be ignored"):
         lmalgebra.decompose_plan(pairs, texts, timed=False, **options, weights_dtype="bfloat16")
+
+
+def test_calls_from_two_threads_run_one_after_the_other() -> None:
+    """Two calls from two threads had run at once: both wrote the same cache file under the one
+    temporary name their pid gives (``FileNotFoundError`` from the rename), the second took the
+    first's directory lock as its own, and the libraries' log levels were left silenced. A
+    second call now waits for the first."""
+    import logging
+    import threading
+    import time
+
+    from lmalgebra.api.runtime import library_entry
+
+    events: list[str] = []
+    release = threading.Event()
+    logger = logging.getLogger("sentence_transformers")  # one the calls silence
+    before = logger.level
+
+    @library_entry
+    def call(tag: str) -> None:
+        events.append(tag)
+        if tag == "first":
+            release.wait(10)
+        events.append(f"/{tag}")
+
+    first = threading.Thread(target=call, args=("first",))
+    first.start()
+    while not events:
+        time.sleep(0.01)
+    second = threading.Thread(target=call, args=("second",))
+    second.start()
+    time.sleep(0.2)
+    assert events == ["first"]  # the second waits for the first to end
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert events == ["first", "/first", "second", "/second"]
+    assert logger.level == before
+
+
+def test_a_decomposition_keeps_its_directory_after_chdir(
+    decomposition: Decomposition, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run saved or loaded by a relative path was looked for in the new current directory
+    after ``os.chdir``: its heatmap drawn into a directory made there, ``save`` ending in
+    ``FileNotFoundError`` after copying that heatmap alone."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    monkeypatch.chdir(tmp_path / "one")
+    saved = copy.copy(decomposition)
+    saved.save("run")
+    loaded = Decomposition.load("run")
+    monkeypatch.chdir(tmp_path / "two")
+    assert saved.heatmap == tmp_path / "one" / "run" / "pairwise_r2_test.png"
+    assert loaded.report() == tmp_path / "one" / "run" / "report.html"
+    loaded.save("copy")
+    assert Decomposition.load("copy").summary == loaded.summary
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["copy"]
+
+
+@pytest.mark.parametrize("since", ["written_again", "removed"])
+def test_a_decomposition_read_from_a_run_changed_since_is_refused(
+    since: str, decomposition: Decomposition, bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    """A run read back, then written again with another configuration (or removed): the old
+    object had drawn its heatmap into the new run (or made the removed directory anew for it),
+    reported the new run and copied it as its own with ``save`` (``FileNotFoundError`` once
+    removed). Each is refused, naming the call and the directory; nothing is written."""
+    import shutil
+
+    run = tmp_path / "run"
+    loaded = Decomposition.load(copy.copy(decomposition).save(run))
+    if since == "removed":
+        shutil.rmtree(run)
+    else:
+        models = {"a": str(bert_dir), "b": str(bert2_dir)}
+        spans = {"length": 8, "counts": (40, 10, 10)}
+        lmalgebra.decompose(models, documents(60), spans=spans, layer=1, progress=False).save(
+            run, overwrite=True
+        )
+    before = sorted(p.name for p in run.iterdir()) if run.exists() else None
+    for call, name in (
+        (lambda: loaded.heatmap, "heatmap"),
+        (lambda: loaded.report(tmp_path / "r.html"), "report()"),
+        (lambda: loaded.save(tmp_path / "copy"), "save()"),
+    ):
+        with pytest.raises(UserInputError, match=rf"^Decomposition\.{re.escape(name)}: {run} "):
+            call()
+    assert (sorted(p.name for p in run.iterdir()) if run.exists() else None) == before
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "copy").exists()
+
+
+def test_a_model_on_the_meta_device_is_named(bert_dir: Path, tmp_path: Path) -> None:
+    """A model built on PyTorch's meta device (shapes, no values), or such a tensor of
+    embeddings, ended in ``NotImplementedError: Cannot copy out of meta tensor``."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(bert_dir)
+    with torch.device("meta"):
+        model = AutoModel.from_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(bert_dir)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    for given, wanted in (
+        ((model, tokenizer), "model 'b': its weights are on the meta device"),
+        (torch.empty(60, 4, device="meta"), "model 'b': the tensor is on the meta device"),
+    ):
+        with pytest.raises(UserInputError, match=f"^{re.escape(wanted)}"):
+            lmalgebra.decompose({"a": str(bert_dir), "b": given}, documents(60), **options)
+
+
+def test_a_model_with_a_head_is_embedded_as_its_directory(
+    bert_dir: Path, gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A ``(model, tokenizer)`` pair of a model with a head (``AutoModelForMaskedLM``,
+    ``AutoModelForCausalLM``) had its logits pooled as its embedding: a ``ValueError`` (shape
+    mismatch) from deep inside. Its hidden states are embedded, as the directory's are."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, BertForMaskedLM
+
+    texts = documents(60)
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    for directory, head in ((bert_dir, BertForMaskedLM), (gpt2_dir, AutoModelForCausalLM)):
+        pair = (head.from_pretrained(directory), AutoTokenizer.from_pretrained(directory))
+        by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert_dir)}, texts, **options)
+        given = lmalgebra.decompose({"m": pair, "b": str(bert_dir)}, texts, **options)
+        assert given.pairwise().equals(by_path.pairwise())
+
+
+@pytest.mark.parametrize("name", [" a", "a ", "a\t"])
+def test_a_model_name_the_tables_cannot_give_back_is_refused(name: str, bert_dir: Path) -> None:
+    """A model named ``" a"`` was fitted and written, but its tables' cells are read back
+    stripped: its pairwise and group rows matched no model, NaN where R^2 had been computed.
+    Refused before any work, from Python and from a recipe alike."""
+    wanted = re.escape("a model name is a non-blank string without spaces around it")
+    with pytest.raises(UserInputError, match=rf"^decompose\(\): key 'models.0.name': {wanted}"):
+        lmalgebra.decompose({name: str(bert_dir), "b": str(bert_dir)}, ["some text"])
+    models = [{"name": name, "path": str(bert_dir)}, {"name": "b", "path": str(bert_dir)}]
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.DecomposeConfig(models=models)
+
+
+def test_a_numpy_boolean_is_no_number() -> None:
+    """``np.bool_`` is no ``bool``: ``TrainingSpec(steps=np.bool_(True))`` trained one step,
+    ``pairwise(diagonal=np.True_)`` and ``LinearDecomposition(blocks=[True, 5])`` took it for
+    1, where a Python ``True`` is refused as no number."""
+    from lmalgebra.api.runtime import check_arguments
+
+    with pytest.raises(UserInputError, match=r"^TrainingSpec: key 'steps': a boolean is no int"):
+        lmalgebra.TrainingSpec(steps=np.bool_(True))
+    assert lmalgebra.TrainingSpec(steps=np.int64(3)).steps == 3
+
+    def target(flag: bool = False, diagonal: float = 1.0) -> None: ...
+
+    target.__annotations__ = {"flag": "bool", "diagonal": "float", "return": "None"}
+    with pytest.raises(UserInputError, match=r"diagonal must be float, got np.True_$"):
+        check_arguments(target, diagonal=np.bool_(True))
+    check_arguments(target, flag=np.bool_(True))
+    rows = np.random.default_rng(0).normal(size=(9, 6))
+    for blocks in ([True, 5], [np.bool_(True), 5]):
+        with pytest.raises(UserInputError, match=r"^blocks must be a list of feature counts"):
+            lmalgebra.LinearDecomposition(blocks=blocks).fit(rows, rows[:, 0])
+
+
+def test_a_merge_run_keeps_its_directory_after_chdir(
+    tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run loaded (or made) by a relative path was looked for in the current directory of the
+    moment: after ``os.chdir`` its ``inspect()`` found "0 pairs", ``verify()`` no run, and
+    ``evaluate()`` no student."""
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir="run")
+    monkeypatch.chdir(tmp_path)
+    made = lmalgebra.merge(recipe, "prepare")
+    loaded = MergeRun.load("run")
+    monkeypatch.chdir(tmp_path / "run")  # which holds no "run" of its own
+    for run in (made, loaded):
+        assert run.run_dir == tmp_path / "run"
+        assert run.inspect().summary.startswith("3 (language, teacher) pairs")
+        assert run.verify() == []
+
+
+def test_a_merge_run_is_made_from_any_form_of_recipe(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``MergeRun("recipe.yaml")`` (or ``MergeRun(None)``) ended in ``AttributeError: 'str'
+    object has no attribute 'output_dir'``; it takes a recipe as ``merge()`` does."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    for given in (recipe, str(recipe)):
+        assert MergeRun(given).run_dir == tmp_path / "run"
+    with pytest.raises(UserInputError, match=r"^MergeRun\(\): recipe must be a YAML path, "):
+        MergeRun(None)
+
+
+def test_a_bad_recipe_is_named_with_the_call_it_was_given_to() -> None:
+    """A mapping missing a key given to ``merge_plan``, ``MergeRun`` or ``select_teachers`` was
+    refused as ``merge() recipe: ...``, a call the user did not make; a copy of a recipe with a
+    bad value as ``recipe ...``, naming no call."""
+    from lmalgebra.experimental import select_teachers
+
+    calls = {
+        "merge": lmalgebra.merge,
+        "merge_plan": lmalgebra.merge_plan,
+        "MergeRun": MergeRun,
+        "select_teachers": select_teachers,
+    }
+    for name, call in calls.items():
+        with pytest.raises(UserInputError, match=rf"^{name}\(\) recipe: missing key 'languages'"):
+            call({"teachers": {}})
+        with pytest.raises(UserInputError, match=rf"^{name}\(\): recipe must be a YAML path"):
+            call(3)
+
+
+def test_a_bits_table_of_text_is_named(tmp_path: Path, teacher_dirs: dict[str, Path]) -> None:
+    """``bits_rdt`` of a table whose numbers are strings (a CSV read with ``dtype=str``) ended
+    in ``TypeError: unsupported operand type(s) for -: 'str' and 'str'``."""
+    import pandas as pd
+
+    from lmalgebra.distill.causal.bits_per_byte import BITS
+
+    run = MergeRun(write_recipe(tmp_path, teacher_dirs))
+    row = {c: 1 for c in BITS.columns} | {"language": "xx"}
+    bits = pd.DataFrame([row | {"model": "wp"}, row | {"model": "s"}]).astype(str)
+    with pytest.raises(UserInputError, match=r"^MergeRun\.bits_rdt\(\): bits column 'documents' "):
+        run.bits_rdt(bits)
+    assert run.bits_rdt(bits.assign(**{c: 1.0 for c in BITS.columns[2:]})).index.tolist() == ["s"]
+
+
+def test_rows_the_estimator_cannot_fit_are_named_in_its_words() -> None:
+    """A constant ``X`` or ``y``, or a singular ``X`` at ``alpha=0``, was refused in the run's
+    words (``model 'x0' does not vary over the training spans``, ``use a larger --alpha``): a
+    block the caller never named, a flag it has no use for, and no ``ValueError``."""
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(20, 3)), rng.normal(size=(20, 2))  # noqa: N806 (sklearn)
+    cases = [
+        (lmalgebra.LinearDecomposition(), np.ones((20, 3)), y, "^X does not vary"),
+        (lmalgebra.LinearDecomposition(), X, np.ones((20, 2)), "^y does not vary"),
+        (lmalgebra.LinearDecomposition(), [X, np.ones((20, 1))], y, "^X block 1 does not vary"),
+        (lmalgebra.LinearDecomposition(alpha=0), np.hstack([X, X]), y, r"^X is singular .*alpha$"),
+    ]
+    for estimator, given, target, wanted in cases:
+        with pytest.raises(ValueError, match=wanted) as caught:
+            estimator.fit(given, target)
+        assert isinstance(caught.value, UserInputError) and "--" not in str(caught.value)
+
+
+def test_a_sentence_transformer_in_training_is_left_in_training(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A SentenceTransformer in ``train()`` mode (a notebook fine-tuning it) came back in eval
+    mode, its dropout off for the rest of the training, where a ``(model, tokenizer)`` pair's
+    mode is restored."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+
+    word = models.Transformer(str(bert_dir), max_seq_length=64)
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    encoder = SentenceTransformer(modules=[word, models.Pooling(width())], device="cpu")
+    encoder.train()
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    lmalgebra.decompose({"a": encoder, "b": str(bert_dir)}, documents(60), **options)
+    assert encoder.training
+
+
+def test_what_the_system_refuses_is_one_line_from_python_too(
+    bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command line words a path too long for the file system, a refused permission, a full
+    disk or memory the machine could not give in one line; from Python they were raw tracebacks
+    (``OSError: [Errno 36] File name too long``, a document given as a string being read as a
+    corpus path). Each is one ``UserInputError`` naming the path, as on the command line."""
+    long = str(tmp_path / ("x" * 300))
+    for call in (
+        lambda: Decomposition.load(long),
+        lambda: lmalgebra.read_texts(long),
+        lambda: lmalgebra.spans({"a": str(bert_dir)}, " ".join(documents(20))),  # not a path
+    ):
+        with pytest.raises(UserInputError, match=r"^path too long for the file system \("):
+            call()
+    from lmalgebra.api import decompose as api
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        import errno
+        import os
+
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "f"))
+
+    monkeypatch.setattr(api, "read_documents", full)
+    with pytest.raises(UserInputError, match=r"^no space left on device .* while writing"):
+        lmalgebra.read_texts(tmp_path)
+
+
+def test_texts_given_as_a_dataframe_are_named(bert_dir: Path) -> None:
+    """A DataFrame iterates as its column names: ``decompose(models, frame)`` had run on the
+    documents ``"text"`` and ``"lang"`` and was refused, if at all, as too little text."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"text": documents(60), "lang": ["en"] * 60})
+    wanted = r"^texts is a DataFrame, which iterates as its column names \(text, lang\)"
+    for call in (lmalgebra.decompose, lmalgebra.spans):
+        with pytest.raises(UserInputError, match=wanted):
+            call({"a": str(bert_dir), "b": str(bert_dir)}, frame)
+    assert len(lmalgebra.spans({"a": str(bert_dir)}, frame["text"])) > 0
+
+
+def test_a_path_argument_starting_with_a_tilde_is_the_home_directory(
+    decomposition: Decomposition, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``save("~/run")``, ``Decomposition.load("~/run")``, ``report("~/r.html")`` and
+    ``MergeRun.load("~/x")`` made (or looked in) a directory named ``~`` in the current one,
+    where ``decompose(out="~/run")`` and every setting read it as the home directory."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(here)
+    saved = copy.copy(decomposition)
+    assert saved.save("~/run") == home / "run"
+    assert Decomposition.load("~/run").run_dir == home / "run"
+    assert saved.report("~/r.html") == home / "r.html"
+    with pytest.raises(UserInputError, match=f"^{re.escape(str(home / 'x'))} is not a merge run"):
+        MergeRun.load("~/x")
+    assert list(here.iterdir()) == []
+
+
+def test_keep_saved_beside_restart_is_refused(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``merge(..., keep_saved=True, restart=True)`` (and ``pretrain``'s) trained the saved
+    student again from step 0: ``restart`` won in silence over what ``keep_saved`` promised."""
+    from lmalgebra.api.pretrain import pretrain
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = "keep_saved=True would be ignored: restart=True trains again from step 0"
+    with pytest.raises(UserInputError, match=rf"^merge\(\): {wanted}") as caught:
+        lmalgebra.merge(recipe, "train", keep_saved=True, restart=True)
+    assert isinstance(caught.value, ValueError)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(UserInputError, match=rf"^pretrain\(\): {wanted}"):
+        pretrain(_causal_spec(tmp_path), keep_saved=True, restart=True)
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_training_spec_overrides_the_keys_it_was_given(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``students={"s": TrainingSpec(steps=3)}`` had replaced the recipe's whole training with
+    the class's defaults (its batch size 8 became 32, its lr 1e-3 became 5e-4, a warm-up of 100
+    steps for 3), where ``{"steps": 3}`` and ``--training.steps 3`` set the steps alone."""
+    from lmalgebra.api.merge import _training, recipe_of
+
+    recipe = recipe_of(write_recipe(tmp_path, teacher_dirs, training=TINY_TRAINING))
+    by_keys = _training(recipe, {"steps": 3}, "test")
+    assert _training(recipe, lmalgebra.TrainingSpec(steps=3), "test") == by_keys
+    assert (by_keys.steps, by_keys.batch_size, by_keys.lr) == (3, 8, 1e-3)
+
+
+def test_nulls_over_python_objects_say_why_there_is_no_copy(
+    bert_dir: Path, bert2_dir: Path
+) -> None:
+    """``study={"nulls": True}`` over two ``(model, tokenizer)`` pairs was refused because "no
+    model here has trained weights", which both had: the study makes no random copy of a
+    Python object. The message says so."""
+    from transformers import AutoModel, AutoTokenizer
+
+    pairs = {
+        name: (AutoModel.from_pretrained(path), AutoTokenizer.from_pretrained(path))
+        for name, path in (("a", bert_dir), ("b", bert2_dir))
+    }
+    wanted = "models given as Python objects have no copy"
+    with pytest.raises(UserInputError, match=r"^--study\.nulls would add nothing: .*" + wanted):
+        lmalgebra.decompose(pairs, documents(60), study={"nulls": True})
+
+
+def test_a_heatmap_drawn_from_another_thread_waits_for_the_call_running(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """``Decomposition.heatmap`` reads and draws into its run directory, as a call does, but
+    was no call: from another thread it ran while a call wrote there (taking that call's lock
+    for its own)."""
+    import threading
+    import time
+
+    from lmalgebra.api.runtime import library_entry
+
+    saved = copy.copy(decomposition)
+    saved.save(tmp_path / "run")
+    assert saved.heatmap is not None  # drawn: asked again, it reads the run, quickly
+    release, events = threading.Event(), []
+
+    @library_entry
+    def call() -> None:
+        events.append("call")
+        release.wait(10)
+        events.append("/call")
+
+    first = threading.Thread(target=call)
+    first.start()
+    while not events:
+        time.sleep(0.01)
+    drawer = threading.Thread(target=lambda: events.append(saved.heatmap.name))
+    drawer.start()
+    time.sleep(0.3)
+    assert events == ["call"]
+    release.set()
+    first.join(10)
+    drawer.join(10)
+    assert events == ["call", "/call", "pairwise_r2_test.png"]
+
+
+def test_a_value_outside_a_literal_names_the_choices() -> None:
+    """``read_texts(path, doc_sep="para")`` was refused as ``doc_sep must be DocSep``, the name
+    of a type alias the caller cannot see; the message lists the choices."""
+    wanted = "read_texts(): doc_sep must be 'auto', 'line' or 'blank', got 'para'"
+    with pytest.raises(UserInputError, match=re.escape(wanted) + "$"):
+        lmalgebra.read_texts("corpus.txt", doc_sep="para")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -61,7 +62,7 @@ class Decomposition:
         self.summary = summary
         self.config = config
         self._tables = tables
-        self.run_dir = run_dir
+        self.run_dir = None if run_dir is None else Path(run_dir).absolute()  # after os.chdir too
         self._result = result
 
     @property
@@ -150,9 +151,15 @@ class Decomposition:
         """The heatmap of pairwise test R^2 (``pairwise_r2_test.png``) of a run written to a
         directory, drawn there the first time it is asked for (a run draws its figures itself
         only with ``figures: true``); None for a run not written to a directory."""
+        return self._heatmap()
+
+    @library_entry
+    def _heatmap(self) -> Path | None:
+        """:attr:`heatmap`, as an API call (one at a time in the process, its errors in one
+        line): it draws into the run directory."""
         if self.run_dir is None:
             return None
-        path = self.run_dir / PAIRWISE_HEATMAP
+        path = self._own_run("heatmap") / PAIRWISE_HEATMAP
         if not path.is_file():
             from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 
@@ -206,14 +213,13 @@ class Decomposition:
             return self._copy_to(target, overwrite)
         config: DecomposeConfig = self._result.config.model_copy(update={"out": target})
         save_result(dataclasses.replace(self._result, config=config), overwrite)
-        self.run_dir = target
+        self.run_dir = target.absolute()
         return target
 
     def _copy_to(self, target: Path, overwrite: bool) -> Path:
-        assert self.run_dir is not None
-        if target.exists() and target.resolve() == self.run_dir.resolve():
+        source = self._own_run("save()")
+        if target.exists() and target.resolve() == source.resolve():
             return target  # where it was read from: there already (overwrite would remove it)
-        source = self.run_dir
         with run_directory_lock(target, "decompose"):  # as a run there would hold it
             claim_copy(source, target, overwrite)
 
@@ -234,7 +240,7 @@ class Decomposition:
         from lmalgebra.report.lmd_page import write_report
 
         if self.run_dir is not None:
-            return write_report(self.run_dir, None if path is None else Path(path))
+            return write_report(self._own_run("report()"), None if path is None else Path(path))
         if path is None:
             raise UserInputError(
                 "Decomposition.report(): this decomposition was not saved: give report(path), "
@@ -244,6 +250,26 @@ class Decomposition:
             run_dir = Path(scratch) / "run"
             Decomposition(self.summary, self.config, self._tables, None, self._result).save(run_dir)
             return write_report(run_dir, Path(path))
+
+    def _own_run(self, call: str) -> Path:
+        """The run directory, refused (naming ``call``) unless it still holds this decomposition:
+        one written again since (another configuration, or this one computed anew) or removed had
+        had this object's heatmap drawn into it (made anew if removed), and been reported and
+        copied as this decomposition."""
+        assert self.run_dir is not None
+        try:
+            found = read_summary(self.run_dir)
+        except UserInputError as err:
+            raise UserInputError(
+                f"Decomposition.{call}: {self.run_dir} no longer holds this decomposition ({err})"
+            ) from None
+        if _canonical(found) != _canonical(self.summary):
+            raise UserInputError(
+                f"Decomposition.{call}: {self.run_dir} holds another decomposition than this one "
+                "(written again since this one was read or saved): Decomposition.load it again, "
+                "or save() this one to another directory"
+            )
+        return self.run_dir
 
     # -- display --------------------------------------------------------------------------------
     def _headline(self) -> str:
@@ -268,6 +294,11 @@ class Decomposition:
             f"<p>Pairwise R&sup2; on test (row from column; diagonal 1 by definition)</p>"
             f"{pairwise}"
         )
+
+
+def _canonical(summary: dict[str, Any]) -> str:
+    """``summary`` as comparable text (NaN equal to NaN, as JSON writes it)."""
+    return json.dumps(summary, sort_keys=True, default=str)
 
 
 def method_line(method: dict[str, Any]) -> str:

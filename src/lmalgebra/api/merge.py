@@ -13,8 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmalgebra.api.runtime import library_entry
-from lmalgebra.core.errors import UserInputError, UserValueError
+from lmalgebra.api.runtime import library_entry, refuse_keep_and_restart
+from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES, Table
@@ -60,9 +60,13 @@ class MergeRun:
             test_spans).
     """
 
-    def __init__(self, recipe: MergeRecipe) -> None:
-        self.recipe = recipe
-        self.run_dir: Path = recipe.output_dir
+    def __init__(self, recipe: Any) -> None:
+        """``recipe``: a YAML path, a mapping of its keys or a ``MergeRecipe``, as for
+        :func:`merge`; ``MergeRun.load`` opens a run directory."""
+        config = recipe_of(recipe, "MergeRun()")
+        # its directory as it is now, the same after os.chdir
+        self.recipe = config.model_copy(update={"output_dir": config.output_dir.absolute()})
+        self.run_dir: Path = self.recipe.output_dir
         self.students: dict[str, Path] = {}
         self.scores: pd.DataFrame | None = None
         self.rdt: pd.DataFrame | None = None
@@ -73,7 +77,7 @@ class MergeRun:
     @library_entry
     def load(cls, run_dir: str | Path) -> MergeRun:
         """The run in ``run_dir`` (from its ``recipe.yaml``), with the students saved there."""
-        layout = RunLayout(Path(run_dir))
+        layout = RunLayout(Path(run_dir).absolute())
         recipe = load_recipe(layout.require_recipe())
         run = cls(recipe.model_copy(update={"output_dir": layout.root}))
         run.students = layout.saved_students()
@@ -168,8 +172,16 @@ class MergeRun:
         missing = [c for c in BITS.columns if c not in bits.columns]
         if missing:
             raise UserInputError(
-                f"bits: not a bits_per_byte table, it lacks {', '.join(missing)} "
-                "(score the models with MergeRun.bits_per_byte)"
+                f"MergeRun.bits_rdt(): bits is not a bits_per_byte table, it lacks "
+                f"{', '.join(missing)} (score the models with MergeRun.bits_per_byte)"
+            )
+        numbers = [c for c in BITS.columns if c not in ("language", "model")]
+        text = [c for c in numbers if not pd.api.types.is_numeric_dtype(bits[c])]
+        if text:
+            raise UserInputError(
+                f"MergeRun.bits_rdt(): bits column {text[0]!r} holds {bits[text[0]].dtype} "
+                "values, not numbers (read a table back with pandas.read_csv, or pass "
+                "MergeRun.bits_per_byte's table as it is)"
             )
         rows = [BitsRow(**{c: r[c] for c in BITS.columns}) for r in bits.to_dict("records")]
         teachers = set(self.recipe.teachers)
@@ -216,16 +228,18 @@ def rdt_frame(deviations: Mapping[str, Mapping[str, float]]) -> pd.DataFrame:
     return table
 
 
-def recipe_of(recipe: Any) -> MergeRecipe:
-    """A recipe given as a YAML path, a mapping of its keys, or a ``MergeRecipe``."""
+def recipe_of(recipe: Any, call: str = "merge()") -> MergeRecipe:
+    """A recipe given as a YAML path, a mapping of its keys, or a ``MergeRecipe``; ``call``: the
+    call it was given to, as messages name it."""
     if isinstance(recipe, MergeRecipe):
-        return revalidated(recipe, "recipe")  # a copy pydantic did not check
+        return revalidated(recipe, f"{call} recipe")  # a copy pydantic did not check
     if isinstance(recipe, Mapping):
-        return parse_recipe(dict(recipe), "merge() recipe")
+        return parse_recipe(dict(recipe), f"{call} recipe")
     if isinstance(recipe, str | Path):
         return load_recipe(Path(recipe))
-    raise UserInputError(
-        f"recipe must be a YAML path, a mapping or a MergeRecipe, got {type(recipe).__name__}"
+    raise UserTypeError(
+        f"{call}: recipe must be a YAML path, a mapping or a MergeRecipe, got "
+        f"{type(recipe).__name__}"
     )
 
 
@@ -255,9 +269,10 @@ def _stages(stages: Sequence[str] | str) -> list[str]:
 
 
 def _training(config: MergeRecipe, training: Training | None, source: str) -> TrainingSpec:
-    """The recipe's training settings, replaced (``TrainingSpec``) or overridden (a mapping of
-    keys of ``training``) by ``training``; settings of the other objective's type are refused,
-    naming it (a ``CausalTrainingSpec`` for a masked recipe)."""
+    """The recipe's training settings, overridden by the keys ``training`` gives (a
+    ``TrainingSpec``'s, those it was built with: ``TrainingSpec(steps=3)`` sets the steps alone,
+    as ``{"steps": 3}`` and ``--training.steps 3`` do); settings of the other objective's type
+    are refused, naming it (a ``CausalTrainingSpec`` for a masked recipe)."""
     own = type(config.training)
     if isinstance(training, TrainingSpec) and set(type(training).model_fields) - set(
         own.model_fields
@@ -267,8 +282,8 @@ def _training(config: MergeRecipe, training: Training | None, source: str) -> Tr
             f"{_objective_of(type(training))} recipes, and this recipe's objective is "
             f"{_objective_of(own)}: give a {own.__name__} or a mapping of its keys"
         )
-    if isinstance(training, TrainingSpec):
-        return training_of(config, training.model_dump(), source)
+    if isinstance(training, TrainingSpec):  # the keys it was given, as a mapping's and flags'
+        return training_of(config, training.model_dump(exclude_unset=True), source)
     return training_of(config, dict(training or {}), source)
 
 
@@ -318,8 +333,9 @@ def merge(
             each resumes from what earlier calls left in the run directory. A stage the
             recipe's objective does not have (a causal recipe's ``vocab``) is skipped.
         students: for ``train`` (and ``evaluate``): student name (its run subdirectory) -> its
-            training: settings, keys of the recipe's ``training`` to override, or None (the
-            recipe's). Default ``{"student": None}``.
+            training: the keys of the recipe's ``training`` it overrides (a mapping, or a
+            ``TrainingSpec``: the keys it was built with), or None (the recipe's). Default
+            ``{"student": None}``.
         keep_saved: a student whose model is already saved is not trained again; otherwise it
             is resumed from its last checkpoint (to more steps, say).
         restart: train from step 0, dropping the students' checkpoints.
@@ -338,10 +354,11 @@ def merge(
             "recipe's training, as 'student')"
         )
     _refuse_idle(chosen, given, restart=restart, keep_saved=keep_saved)
+    refuse_keep_and_restart("merge()", keep_saved, restart)
     _refuse_idle(chosen, None, languages=languages, pooling=pooling)
     trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]
-    run.students = run_stages(
+    saved = run_stages(
         config,
         work,
         trainings if "train" in chosen else None,
@@ -349,6 +366,7 @@ def merge(
         keep_saved=keep_saved,
         restart=restart,
     )
+    run.students = {name: path.absolute() for name, path in saved.items()}
     if "evaluate" in chosen:
         run.evaluate(list(given), languages, pooling)
     return run
@@ -381,7 +399,7 @@ def merge_plan(
     """
     import pandas as pd
 
-    config = recipe_of(recipe)
+    config = recipe_of(recipe, "merge_plan()")
     chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
     runs = [s for s in RUN_STAGES if s in chosen]

@@ -95,6 +95,10 @@ def _given(name: str, value: Any) -> GivenModel | None:
     if isinstance(value, np.ndarray):
         return GivenArrays(name, value)
     if type(value).__name__ == "Tensor" and hasattr(value, "detach"):  # a torch tensor
+        if value.is_meta:
+            raise UserInputError(
+                f"model {name!r}: the tensor is on the meta device (a shape without values)"
+            )
         tensor = value.detach().cpu()  # complex values stay complex, to be refused by name
         return GivenArrays(name, (tensor if tensor.is_complex() else tensor.float()).numpy())
     if hasattr(value, "config") and hasattr(value, "state_dict"):
@@ -117,6 +121,12 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
         raise UserInputError(
             f"texts must be a list of documents (strings) or a corpus path, "
             f"got {type(texts).__name__}"
+        )
+    if hasattr(texts, "columns") and hasattr(texts, "iloc"):  # a DataFrame iterates its columns
+        raise UserInputError(
+            f"texts is a {type(texts).__name__}, which iterates as its column names "
+            f"({', '.join(map(str, list(texts.columns)[:3]))}): give its column of documents, "
+            "e.g. frame['text'], or a corpus path"
         )
     docs = list(texts)
     for index, doc in enumerate(docs):

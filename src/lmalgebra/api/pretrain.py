@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmalgebra.api.runtime import library_entry
+from lmalgebra.api.runtime import library_entry, refuse_keep_and_restart
 from lmalgebra.core.errors import UserTypeError
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
@@ -31,6 +31,7 @@ def pretrain(
         # a mapping of a spec's keys passes the entry's check (pydantic would make it the spec)
         raise UserTypeError(f"pretrain(): spec must be TeacherSpec, got {type(spec).__name__}")
     spec = revalidated(spec, "pretrain(): spec")  # a copy pydantic did not check
+    refuse_keep_and_restart("pretrain()", keep_saved, restart)
     if keep_saved and is_complete(spec.out) and not restart:
         return spec.out
     if isinstance(spec, MaskedPretrainSpec):

@@ -12,21 +12,29 @@ import inspect
 import logging
 import os
 import sys
+import threading
 import types
 import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from lmalgebra.core.errors import UserInputError, UserTypeError
-from lmalgebra.core.settings import EMPTY_PATH
+from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
+from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
+from lmalgebra.storage.disk_space import one_line
 
 Call = TypeVar("Call", bound=Callable[..., Any])
 # Loggers of the libraries that load and run the models a user hands over, outside transformers'
 # own verbosity setting (sentence-transformers logs under its package name).
 THIRD_PARTY_LOGGERS = ("sentence_transformers",)
 ENTRY_POINT = "__lmalgebra_entry_point__"  # set on every function `library_entry` wraps
+# Held for the duration of every call: calls from several threads of one process run one after
+# another. A call sets process-wide state (the run directory locks this process holds, the
+# temporary names of its writes, which carry its pid, the libraries' verbosity it restores):
+# two at once had raced on a cache file both wrote and left the libraries silenced.
+_ONE_CALL_AT_A_TIME = threading.RLock()
 
 
 # Environment variables under which transformers and the model hub start quiet when imported
@@ -93,14 +101,18 @@ def library_call() -> Iterator[None]:
 Check = Callable[[Any], bool]
 
 
-def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | None:
+def _annotation_check(
+    function: Callable[..., Any], annotation: str
+) -> tuple[Check, str] | None:
     """Whether a value fits ``annotation`` (as written in ``function``'s module), judged by
     pydantic without converting anything; None where it cannot judge (``Any``, a name known to
     type checkers only).
 
     Strings and booleans are judged strictly: the function receives the value as given, so
     ``"no"`` is no ``bool`` (it is true) and ``"3"`` no ``int``; other values laxly, so a numpy
-    integer is an ``int`` and an ``int`` a ``float``."""
+    integer is an ``int`` and an ``int`` a ``float``. Also what a message says the value must
+    be: ``annotation``, or the values of a ``Literal`` it names (``DocSep``: ``'auto', 'line'
+    or 'blank'``)."""
     from pydantic import ConfigDict, TypeAdapter, ValidationError
 
     holder = types.SimpleNamespace(__annotations__={"value": annotation})
@@ -116,6 +128,8 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
         return None
 
     def fits(value: Any) -> bool:
+        if is_boolean(value):  # numpy's too, which a lax check reads as the number 0 or 1
+            value = bool(value)
         adapter = strict if isinstance(value, str | bytes | bool) else lax
         try:
             adapter.validate_python(value)
@@ -127,37 +141,57 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> Check | 
             return True
         return True
 
-    return fits
+    if typing.get_origin(hint) is typing.Literal:
+        *first, last = (repr(v) for v in typing.get_args(hint))
+        return fits, f"{', '.join(first)} or {last}" if first else last
+    return fits, annotation
 
 
 @functools.cache
-def _argument_checks(function: Callable[..., Any]) -> dict[str, tuple[str, Check]]:
-    """Per annotated parameter of ``function``: its annotation as written, and its check."""
-    checks: dict[str, tuple[str, Check]] = {}
+def _argument_checks(function: Callable[..., Any]) -> dict[str, tuple[str, Check, str]]:
+    """Per annotated parameter of ``function``: its annotation as written, its check, and what
+    a message says the value must be."""
+    checks: dict[str, tuple[str, Check, str]] = {}
     for name, parameter in inspect.signature(function).parameters.items():
         written = parameter.annotation
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             continue
-        if isinstance(written, str) and (check := _annotation_check(function, written)):
-            checks[name] = (written, check)
+        if isinstance(written, str) and (found := _annotation_check(function, written)):
+            checks[name] = (written, *found)
     return checks
 
 
-def check_arguments(function: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+def check_arguments(
+    function: Callable[..., Any], *args: Any, **kwargs: Any
+) -> inspect.BoundArguments:
     """Raise ``UserTypeError`` (a ``UserInputError`` and the ``TypeError`` Python raises for a
     bad call) naming the first argument of a call of ``function`` that is not of its annotated
-    type (``merge(recipe, None)``: stages must be a sequence of names)."""
+    type (``merge(recipe, None)``: stages must be a sequence of names). The arguments, a path's
+    leading ``~`` read as the home directory (as settings read theirs), as the call receives
+    them."""
     where = f"{function.__qualname__}()"
     try:
         bound = inspect.signature(function).bind(*args, **kwargs)
     except TypeError as err:  # a missing or unknown argument: Python's words name it
         raise UserTypeError(f"{where}: {err}") from None
-    for name, (written, fits) in _argument_checks(function).items():
+    for name, (written, fits, expected) in _argument_checks(function).items():
         if name in bound.arguments and not fits(value := bound.arguments[name]):
             shown = repr(value) if len(repr(value)) <= 60 else type(value).__name__
-            raise UserTypeError(f"{where}: {name} must be {written}, got {shown}")
+            raise UserTypeError(f"{where}: {name} must be {expected}, got {shown}")
         if name in bound.arguments and _blank_path(written, bound.arguments[name]):
             raise UserInputError(f"{where}: {name}: {EMPTY_PATH}")  # not Path("."): here
+        if name in bound.arguments and "Path" in written.split(" | "):
+            bound.arguments[name] = _home_expanded(bound.arguments[name])
+    return bound
+
+
+def _home_expanded(value: Any) -> Any:
+    """A path's leading ``~`` (``~user``) read as that home directory, of the type given; any
+    other value as it is (a directory named ``~`` had been made in the current one)."""
+    if isinstance(value, str | Path) and str(value).startswith("~"):
+        expanded = home_expanded(Path(value))
+        return str(expanded) if isinstance(value, str) else expanded
+    return value
 
 
 def _blank_path(written: str, value: Any) -> bool:
@@ -168,13 +202,32 @@ def _blank_path(written: str, value: Any) -> bool:
 
 def library_entry(function: Call) -> Call:
     """``function`` run inside :func:`library_call`, its arguments checked first by
-    :func:`check_arguments`: every public API function and method."""
+    :func:`check_arguments`, one call at a time in the process (a call from another thread
+    waits for the one running): every public API function and method."""
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        check_arguments(function, *args, **kwargs)
-        with library_call():
-            return function(*args, **kwargs)
+        bound = check_arguments(function, *args, **kwargs)
+        with _ONE_CALL_AT_A_TIME, library_call():
+            try:
+                return function(*bound.args, **bound.kwargs)
+            except UserInputError:
+                raise
+            except Exception as err:  # what the command line words in one line, worded alike
+                text = one_line(err)
+                if text is None:
+                    raise
+                raise UserInputError(text) from err
 
     setattr(call, ENTRY_POINT, True)
     return cast(Call, call)
+
+
+def refuse_keep_and_restart(call: str, keep_saved: bool, restart: bool) -> None:
+    """Refuse ``keep_saved`` beside ``restart`` (``merge()``, ``pretrain()``): one keeps a saved
+    model as it is, the other trains it again from step 0, and ``restart`` had won in silence."""
+    if keep_saved and restart:
+        raise UserValueError(
+            f"{call}: keep_saved=True would be ignored: restart=True trains again from step 0 "
+            "what keep_saved keeps as it is; give one of the two"
+        )

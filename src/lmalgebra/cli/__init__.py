@@ -100,15 +100,11 @@ def run_command(call: Callable[[], object]) -> None:
         ):
             err.show()
             sys.exit(2)
-        from lmalgebra.core.out_of_memory import refused_memory
-        from lmalgebra.storage import disk_space
+        from lmalgebra.storage.disk_space import one_line
 
         # a write not wrapped by ``disk_space.naming_file`` (a full disk, a refused
         # permission), a path too long for the file system, or memory the machine could not give
-        full = disk_space.is_out_of_space(err)
-        text = disk_space.message(getattr(err, "filename", None)) if full else None
-        text = text or disk_space.refused_permission(err) or disk_space.too_long_a_path(err)
-        text = text or refused_memory(err)
+        text = one_line(err)
         if text is not None:
             Console(stderr=True).print(
                 f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True

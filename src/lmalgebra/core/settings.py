@@ -96,6 +96,16 @@ def _past_unions(first: dict[str, Any], errors: list[dict[str, Any]]) -> tuple[d
 _SEQUENCES = (list, tuple, set, frozenset)
 
 
+def is_boolean(value: Any) -> bool:
+    """Whether ``value`` is a boolean: Python's, or numpy's (``np.bool_``, which is no ``bool``
+    and which pydantic reads as the integer 0 or 1)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
+
+
+BOOL_NAMES = ("bool", "bool_")  # numpy's boolean scalar type, as numpy 2 and 1 name it
+
+
 def _bool_for_number(annotation: Any, value: Any) -> bool:
     """Whether ``value`` holds a boolean where ``annotation`` promises a number and no boolean
     (``steps: true``, ``layers: [true, 2]``): pydantic takes ``True`` for ``1``."""
@@ -104,12 +114,12 @@ def _bool_for_number(annotation: Any, value: Any) -> bool:
         return _bool_for_number(typing.get_args(annotation)[0], value)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
-        if isinstance(value, bool):
+        if is_boolean(value):
             return not any(_admits_bool(a) for a in options) and any(
                 _admits_number(a) for a in options
             )
         return any(_bool_for_number(a, value) for a in options if typing.get_origin(a))
-    if isinstance(value, bool):
+    if is_boolean(value):
         return _admits_number(annotation) and not _admits_bool(annotation)
     if isinstance(value, _SEQUENCES) and origin in (*_SEQUENCES, typing.Sequence):
         items = [a for a in typing.get_args(annotation) if a is not Ellipsis]

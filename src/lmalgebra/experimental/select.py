@@ -31,7 +31,7 @@ from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.experimental.selection.teacher_sets import select_teachers as _select
 from lmalgebra.storage.lockfile import run_directory_lock
-from lmalgebra.storage.output_paths import make_directory
+from lmalgebra.storage.output_paths import check_directory
 
 
 class TeacherSelection:
@@ -63,7 +63,7 @@ class TeacherSelection:
         A selection of another recipe, settings, held-out text or teachers already in ``out``
         is refused, naming what differs, unless ``overwrite`` (its files removed, and only
         those; anything else in ``out`` is refused)."""
-        make_directory(Path(out), "selection directory")
+        check_directory(Path(out), "selection directory")  # made by the lock, once checked
         with run_directory_lock(Path(out), "experimental select"):
             claim_selection(Path(out), self.selection.identity, overwrite)
             return write_selection(self.selection, self._input, Path(out))
@@ -87,6 +87,6 @@ def select_teachers(recipe: Any, **settings: Any) -> TeacherSelection:
             default 1000), ``level``, ``seed``, ``batch_size``, ``progress`` (default off here),
             ``cache_dir``.
     """
-    config = recipe_of(recipe)
+    config = recipe_of(recipe, "select_teachers()")
     spec = validate(SelectionSpec, {"progress": False, **settings}, "select_teachers()")
     return TeacherSelection(_select(config, spec), config)

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
 from lmalgebra.core.errors import UserInputError
@@ -68,6 +69,17 @@ class ModelFields(Settings):
         description="Precomputed models: accept a file that carries no span order "
         "(a .npy without its .spans.sha256 sidecar).",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name_as_tables_read_it(cls, name: str) -> str:
+        """A name the run's tables give back as it is: a blank one, or one with spaces around
+        it, which a table's cell read back loses (its rows then matched no model: NaN)."""
+        if not name.strip() or name != name.strip():
+            raise PydanticCustomError(
+                "model_name", "a model name is a non-blank string without spaces around it"
+            )
+        return name
 
     def shown(self, directory: Path) -> str:
         """How a message names the model read from ``directory``: the reference as the user

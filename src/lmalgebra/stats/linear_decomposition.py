@@ -30,6 +30,7 @@ from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.utils.validation import check_array, validate_data
 
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
+from lmalgebra.core.settings import is_boolean
 from lmalgebra.stats.moments import SecondMoments, layout
 from lmalgebra.stats.solver import AlphaMode, Decomposer, SplitMoments
 
@@ -168,12 +169,28 @@ class LinearDecomposition(MultiOutputMixin, RegressorMixin, BaseEstimator):
         return Decomposer(self._layout, splits, float(self.alpha), self.alpha_mode)
 
     def _solve(self) -> None:
-        solver = self._decomposer()
-        fit = solver.fit(TARGET, [b.name for b in self._layout[1:]])
+        try:
+            solver = self._decomposer()
+            fit = solver.fit(TARGET, [b.name for b in self._layout[1:]])
+        except UserInputError as err:  # in the run's words (its models, its flags): in ours
+            raise UserValueError(self._unfit(err)) from None
         self.penalty_ = solver.penalty[self._layout[1].start :].copy()
         self.n_samples_seen_ = solver.train.n
         self.coef_ = fit.weight[0] if self._one_dim else fit.weight
         self.intercept_: float | np.ndarray = float(fit.bias[0]) if self._one_dim else fit.bias
+
+    def _unfit(self, err: UserInputError) -> str:
+        """Why the rows seen cannot be fitted, naming ``y`` or the block of ``X``: one that does
+        not vary over them, or a basis whose covariance is singular at this ``alpha``."""
+        variance = np.diag(self._moments.covariance())
+        several = len(self._layout) > 2
+        for k, block in enumerate(self._layout):
+            if not variance[block.start : block.stop].sum() > 0:
+                name = "y" if k == 0 else f"X block {k - 1}" if several else "X"
+                return f"{name} does not vary over the rows fitted: nothing fits it or from it"
+        if "singular" in str(err):
+            return "X is singular (its covariance is not positive definite): use a larger alpha"
+        return str(err)
 
     def _blocks(self, X: ArrayLike, reset: bool) -> list[np.ndarray]:  # noqa: N803
         """``X`` as 2-D float64 blocks, validated as scikit-learn validates; ``reset``: the first
@@ -236,7 +253,7 @@ def _cut(array: np.ndarray, sizes: Sequence[int] | None) -> list[np.ndarray]:
         isinstance(sizes, str)
         or not isinstance(sizes, Sequence)
         or not sizes
-        or not all(isinstance(n, int | np.integer) and n > 0 for n in sizes)
+        or not all(isinstance(n, int | np.integer) and not is_boolean(n) and n > 0 for n in sizes)
     ):
         raise UserValueError(f"blocks must be a list of feature counts > 0, got {sizes!r}")
     if sum(sizes) != array.shape[1]:

@@ -120,3 +120,15 @@ def refused_permission(err: BaseException) -> str | None:
         "to write there (or choose another directory) and run the same command again: finished "
         "parts are kept"
     )
+
+
+def one_line(err: BaseException) -> str | None:
+    """The one line a user sees for what the system refused a command, wherever it was met: a
+    full disk, a refused permission, a path too long for the file system, memory it could not
+    give; None for any other error. The command line prints it; the Python API raises it as a
+    ``UserInputError``."""
+    from lmalgebra.core.out_of_memory import refused_memory
+
+    if is_out_of_space(err):
+        return message(getattr(err, "filename", None))
+    return refused_permission(err) or too_long_a_path(err) or refused_memory(err)

@@ -60,8 +60,8 @@ def model_shapes(
 def refuse_idle_studies(config: DecomposeConfig, sources: list[ModelSource]) -> None:
     """Refuse, before any embedding (by the dry run too), a study that these models leave with
     nothing to do: a layer map of a model given as its span embeddings (no layers), a layer
-    sweep where every model is one, random-initialised copies where no model has trained weights
-    to replace (``random:``, ONNX, vectors)."""
+    sweep where every model is one, random-initialised copies where no model named by reference
+    has trained weights to replace (``random:``, ONNX, vectors, Python objects)."""
     study = config.study
     by_name = {s.name: s for s in sources}
     for name in study.layer_map or []:
@@ -75,8 +75,9 @@ def refuse_idle_studies(config: DecomposeConfig, sources: list[ModelSource]) -> 
     if study.nulls and not any(s.pretrained for s in sources):
         raise UserInputError(
             "--study.nulls would add nothing: it fits random-initialised copies of the models "
-            "with trained weights, and no model here has them (random:, ONNX graphs and "
-            "embeddings given as they are have no copy); leave it out"
+            "named by reference that have trained weights, and no model here is one (random:, "
+            "ONNX graphs, embeddings given as they are and models given as Python objects have "
+            "no copy); leave it out"
         )
 
 

@@ -80,6 +80,18 @@ def _tokenizer_hash(tokenizer: Any) -> str:
     return sha256_json({"tokenizer": text, "special": str(tokenizer.all_special_tokens)})
 
 
+def refuse_meta(name: str, module: Any) -> None:
+    """Refuse a model whose weights are on PyTorch's meta device: shapes without values (built
+    under ``torch.device("meta")`` or accelerate's ``init_empty_weights``), which can be neither
+    hashed nor run."""
+    tensors = (*module.parameters(), *module.buffers())
+    if any(getattr(t, "is_meta", False) for t in tensors):
+        raise UserInputError(
+            f"model {name!r}: its weights are on the meta device (shapes without values, as "
+            "init_empty_weights or torch.device('meta') build them); load its weights first"
+        )
+
+
 def check_fast_tokenizer(name: str, tokenizer: Any) -> None:
     """Spans are cut with character offsets: only fast (Rust) tokenizers give them."""
     if not getattr(tokenizer, "is_fast", False):
@@ -106,6 +118,7 @@ class TransformerPair(_GivenObject):
                 "(give (PreTrainedModel, tokenizer))"
             )
         check_fast_tokenizer(self.name, self.tokenizer)
+        refuse_meta(self.name, self.model)
         self.description = f"{type(self.model).__name__} object"
 
     def _config(self) -> dict[str, Any]:
@@ -146,8 +159,11 @@ class TransformerPair(_GivenObject):
         home = module_device(self.model)
         if home is not None and home != torch.device(spec.device):
             self.model.to(spec.device)
+        # a model with a head (AutoModelForMaskedLM, ...) returns its logits, not its hidden
+        # states: its base model is embedded, as a directory is read (AutoModel)
+        network = getattr(self.model, "base_model", self.model)
         try:
-            return embed(texts, self.model, self.tokenizer, spec, owner=f"model {self.name!r}")
+            return embed(texts, network, self.tokenizer, spec, owner=f"model {self.name!r}")
         finally:
             if home is not None and home != torch.device(spec.device):
                 self.model.to(home)
@@ -172,6 +188,7 @@ class SentenceEncoder(_GivenObject):
     def __post_init__(self) -> None:
         self.description = "SentenceTransformer object"
         check_fast_tokenizer(self.name, self.load_tokenizer())
+        refuse_meta(self.name, self.model)
 
     def load_tokenizer(self) -> Any:
         return self.model.tokenizer
@@ -205,9 +222,14 @@ class SentenceEncoder(_GivenObject):
             self.depth()
         limit = int(getattr(self.model, "max_seq_length", None) or 512)
         _, _, report = tokenize(texts, self.load_tokenizer(), limit)
-        vectors = self.model.encode(
-            texts, batch_size=spec.batch_size, convert_to_numpy=True, show_progress_bar=False
-        )
+        was_training = bool(getattr(self.model, "training", False))
+        try:  # encode() leaves it in eval mode: the caller's mode is restored, as a pair's is
+            vectors = self.model.encode(
+                texts, batch_size=spec.batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
+        finally:
+            if was_training:
+                self.model.train()
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), report
 
 
