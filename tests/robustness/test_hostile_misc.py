@@ -87,6 +87,15 @@ def test_recipe_aliases_that_expand_without_end_are_one_line(
     assert_one_line(code, stderr, [f"recipe {recipe}", needle, "through its aliases"])
 
 
+def test_a_recipe_nested_thousands_of_levels_deep_is_one_line(tmp_path: Path, cli) -> None:
+    """A list in a list thousands of levels deep: PyYAML's reader had run out of stack, a
+    RecursionError traceback."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("models: " + "[" * 3000 + "\n", encoding="utf-8")
+    code, stderr = cli(["decompose", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, [f"recipe {recipe}", "nest too deeply"])
+
+
 def test_merge_keys_and_anchors_still_read(tmp_path: Path) -> None:
     """A key beside a merge key overrides what the merge brings (no duplicate), and an anchor
     used twice is read as written."""
@@ -104,6 +113,39 @@ def test_merge_keys_and_anchors_still_read(tmp_path: Path) -> None:
         {"path": "m", "layer": 2, "name": "y"},
     ]
     assert data["also"] == {"path": "m", "layer": 1}
+
+
+def test_yaml_1_1_booleans_and_dates_are_text_where_a_recipe_names_something(
+    tmp_path: Path,
+) -> None:
+    """YAML 1.1 read ``no``, ``on`` and ``off`` as booleans and ``2024-01-01`` as a date: a
+    language ``no`` (Norwegian) was refused as a key ``False`` that is no text, and so were a
+    teacher named ``on`` and a revision of a date. They are text, as in YAML 1.2; a switch
+    written ``yes`` still reads as one."""
+    from lmalgebra.distill.recipe import load_recipe
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "languages:\n  no: {corpus: {paths: [no.txt]}, teachers: [on, off]}\n"
+        "teachers:\n  on: {path: t, revision: 2024-01-01}\n  off: {path: u}\n"
+        "masking: {whole_word: yes}\n",
+        encoding="utf-8",
+    )
+    loaded = load_recipe(recipe)
+    assert list(loaded.languages) == ["no"] and loaded.languages["no"].teachers == ["on", "off"]
+    assert loaded.teachers["on"].revision == "2024-01-01"
+    assert loaded.masking.whole_word is True
+
+
+def test_a_flag_of_yaml_reads_as_a_recipe_does() -> None:
+    """``--training.teachers '{no: [on]}'`` is a recipe's value: the same booleans, and a key
+    given twice refused (the later had replaced the earlier)."""
+    from lmalgebra.cli.merge import TRAINING_FLAGS
+
+    flag = next(f for f in TRAINING_FLAGS if f.key == "training.teachers")
+    assert flag.convert("{no: [on]}") == {"no": ["on"]}
+    with pytest.raises(UserInputError, match="key 'xx' is given twice"):
+        flag.convert("{xx: [a], xx: [b]}")
 
 
 def test_remote_code_refusal_names_the_flag(

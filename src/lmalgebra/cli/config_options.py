@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 import typer
-import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from rich.markup import escape
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import parse_yaml
 from lmalgebra.core.settings import EMPTY_PATH, is_empty_path
 from lmalgebra.sources.models import ModelRef
 
@@ -144,11 +144,7 @@ class ConfigFlag:
     def _structured(self, text: str) -> Any:
         """A list or a mapping written as YAML (``[a, b]``, ``{en: [a], fr: [b]}``); a bare
         ``a,b`` is a comma list."""
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            reason = str(getattr(err, "problem", None) or "not YAML")
-            raise UserInputError(f"{self.label} {text!r}: {reason}") from None
+        value = parse_yaml(text, f"{self.label} {text!r}")  # as a recipe reads it
         if isinstance(value, (list, dict)):
             return value
         return [item.strip() for item in text.split(",") if item.strip()]
