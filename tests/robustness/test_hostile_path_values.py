@@ -101,3 +101,29 @@ def test_a_tilde_of_no_user_is_a_path_as_given_not_a_traceback(
     models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}", "--dry-run"]
     code, stderr = cli(["decompose", *models, "--corpus.paths", "~nosuchuser/c.txt"])
     assert_one_line(code, stderr, ["corpus ~nosuchuser/c.txt does not exist"])
+
+
+def test_a_model_path_holding_an_equals_sign_an_at_or_a_hash_is_that_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--models runs/lr=0.1/model`` had been split at its last ``=`` into a model named
+    ``runs/lr`` at ``0.1/model``, and ``ckpt@v2`` into ``ckpt`` at revision ``v2``: a name is
+    what comes before the first ``=`` (no path's ``/``), and a local path is taken whole."""
+    from lmalgebra.sources.models import ModelRef
+
+    monkeypatch.chdir(tmp_path)
+    for made in ("runs/lr=0.1/model", "ckpt@v2", "run#2"):
+        (tmp_path / made).mkdir(parents=True)
+    (tmp_path / "run#2" / "m.onnx").write_bytes(b"")
+
+    def parsed(text: str) -> tuple[str, str, str | None]:
+        ref = ModelRef.parse(text)
+        return ref.name, ref.path, ref.revision
+
+    assert parsed("runs/lr=0.1/model") == ("model", "runs/lr=0.1/model", None)
+    assert parsed("a=runs/lr=0.1/model") == ("a", "runs/lr=0.1/model", None)
+    assert parsed("a=elsewhere/lr=0.1") == ("a", "elsewhere/lr=0.1", None)
+    assert parsed("ckpt@v2") == ("ckpt@v2", "ckpt@v2", None)
+    assert parsed("org/model@v1") == ("model", "org/model", "v1")  # a hub id and its revision
+    assert ModelRef.parse("onnx:run#2/m.onnx").path == "run#2/m.onnx"
+    assert ModelRef.parse("onnx:run#2/m.onnx#tok").tokenizer == "tok"

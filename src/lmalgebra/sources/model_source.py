@@ -10,6 +10,7 @@ spans (computed, or :meth:`ModelSource.rows` it holds already). Nothing else tes
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -75,6 +76,13 @@ class ModelFields(Settings):
         cache or a temporary one, an unpacked packaged model), else the directory."""
         derived = self.path.startswith(("gguf:", "package:"))  # GGUF_PREFIX, PACKAGE_PREFIX
         return self.path if derived else str(directory)
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` (a leading ``~`` the home directory) names anything on this machine, a
+    link to nothing included: a model reference that does is the path it is, whatever it holds
+    (an ``=``, an ``@`` or a ``#``, which otherwise part a name, a revision or a tokenizer)."""
+    return os.path.lexists(home_expanded(Path(path)))
 
 
 class ModelSource:
