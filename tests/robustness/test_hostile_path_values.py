@@ -127,3 +127,10 @@ def test_a_model_path_holding_an_equals_sign_an_at_or_a_hash_is_that_path(
     assert parsed("org/model@v1") == ("model", "org/model", "v1")  # a hub id and its revision
     assert ModelRef.parse("onnx:run#2/m.onnx").path == "run#2/m.onnx"
     assert ModelRef.parse("onnx:run#2/m.onnx#tok").tokenizer == "tok"
+
+
+def test_a_newline_in_a_path_named_keeps_the_message_one_line(tmp_path: Path, cli) -> None:
+    """A directory named with a newline had broken the one line naming it in two."""
+    run = tmp_path / "a\nb"
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, ["a\\nb"])

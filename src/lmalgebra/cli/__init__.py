@@ -81,13 +81,14 @@ def run_command(call: Callable[[], object]) -> None:
         status = call()
     except UserInputError as err:
         Console(stderr=True).print(
-            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+            f"[red]error:[/red] {escape(one_line(str(err)))}", highlight=False, soft_wrap=True
         )
         sys.exit(2)
     except typer.Exit as err:
         sys.exit(err.exit_code)
     except TrainingDivergedError as err:
-        Console(stderr=True).print(f"[red]stopped:[/red] {escape(str(err))}", highlight=False)
+        stopped = escape(one_line(str(err)))
+        Console(stderr=True).print(f"[red]stopped:[/red] {stopped}", highlight=False)
         sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
@@ -111,7 +112,7 @@ def run_command(call: Callable[[], object]) -> None:
         text = text or refused_memory(err)
         if text is not None:
             Console(stderr=True).print(
-                f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True
+                f"[red]error:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
             )
             sys.exit(2)
         raise
@@ -126,3 +127,9 @@ def _interrupted() -> NoReturn:
         "interrupted; run the same command again to resume", highlight=False, soft_wrap=True
     )
     sys.exit(INTERRUPTED)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\n``): a message is one line,
+    and a newline in a path it names (a directory named so) had broken it in two."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
