@@ -136,14 +136,15 @@ def is_empty_path(annotation: Any, value: Any) -> bool:
 
 
 INT64_MAX = 2**63 - 1
+SEED_MAX = 2**64 - 1  # numpy takes no negative seed, torch none beyond this
 
 
-def _beyond_64_bits(value: Any) -> bool:
-    """Whether ``value`` is, or a sequence holding, an integer a 64-bit integer cannot hold."""
+def _outside(value: Any, low: int, high: int) -> bool:
+    """Whether ``value`` is, or a sequence holding, an integer outside ``low`` to ``high``."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return not -INT64_MAX - 1 <= value <= INT64_MAX
+        return not low <= value <= high
     if isinstance(value, _SEQUENCES):
-        return any(_beyond_64_bits(v) for v in value)
+        return any(_outside(v, low, high) for v in value)
     return False
 
 
@@ -195,8 +196,13 @@ class Settings(BaseModel):
     @classmethod
     def _no_int_beyond_64_bits(cls, value: Any, info: ValidationInfo) -> Any:
         """An integer no 64-bit integer holds (``2**63`` and beyond) is refused where it is
-        read, not passed on to fail inside torch; a seed, which is only hashed, aside."""
-        if "seed" not in (info.field_name or "") and _beyond_64_bits(value):
+        read, not passed on to fail inside torch; a seed, which seeds numpy's generators and
+        torch's, is one from 0 to ``2**64 - 1`` (a negative one or a larger one had ended in
+        a traceback from either)."""
+        if "seed" in (info.field_name or ""):
+            if _outside(value, 0, SEED_MAX):
+                raise PydanticCustomError("seed", f"Input should be a seed from 0 to {SEED_MAX}")
+        elif _outside(value, -INT64_MAX - 1, INT64_MAX):
             raise PydanticCustomError(
                 "int_beyond_64_bits", f"Input should be at most {INT64_MAX} (a 64-bit integer)"
             )
