@@ -396,3 +396,39 @@ def test_a_student_name_too_long_is_refused_saying_how_long_one_may_be() -> None
     assert check_student_name("a" * 100) == "a" * 100
     with pytest.raises(UserInputError, match=r"\(1 to 100 letters, digits"):
         check_student_name("a" * 101)
+
+
+@pytest.mark.parametrize("name", ["WORLD_SIZE", "LOCAL_WORLD_SIZE"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_launchers_variable_that_is_no_integer_is_one_line(
+    name: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``WORLD_SIZE=abc`` had ended the run in int()'s traceback, and its dry run passed it."""
+    monkeypatch.setenv(name, "abc")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, stderr = cli(args + (["--dry-run"] if dry_run else []))
+    assert_one_line(code, stderr, [f"${name} 'abc' is no integer"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_working_directory_removed_under_the_command_is_one_line(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """A working directory removed after the shell entered it: transformers, reading it as it
+    is imported, had ended the command in a FileNotFoundError traceback."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "--dry-run"]
+    code, stderr = cli([*args, "--corpus.paths", "docs.txt", "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, ["the working directory no longer exists"])

@@ -31,6 +31,7 @@ from lmalgebra.cli.app import app
 from lmalgebra.cli.path_values import read_paths
 from lmalgebra.core import interrupt
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count
 from lmalgebra.core.threads import pin_thread_count_when_imported
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
@@ -38,6 +39,7 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by
 
 def _run() -> object:
     """Set up logging and threads, then run the command; what typer returns (see ``main``)."""
+    _check_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     _quiet_transformers()
@@ -48,6 +50,21 @@ def _run() -> object:
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     return read_paths(typer.main.get_command(app))(standalone_mode=False)
+
+
+def _check_environment() -> None:
+    """Refuse, before any work and by a dry run too, a working directory removed since the
+    shell entered it (relative paths are read from it, and transformers reads it as it is
+    imported: a traceback) and a launcher's variable that is no integer (``WORLD_SIZE``)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UserInputError(
+            "the working directory no longer exists (it was removed after the shell entered "
+            "it): cd into a directory that exists, then run the command again"
+        ) from None
+    for name in LAUNCH_VARIABLES:
+        launch_count(name, 0)
 
 
 def _quiet_transformers() -> None:

@@ -102,11 +102,6 @@ class _RecipeLoader(yaml.SafeLoader):
     as no text, named by ``False``. A switch written so still reads as one (``whole_word:
     yes``)."""
 
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _TIMESTAMP)]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
-
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[tuple[str, str], int] = {}
         for key_node, _ in node.value:
@@ -123,6 +118,10 @@ class _RecipeLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _TIMESTAMP)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _RecipeLoader.add_implicit_resolver(
     _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
