@@ -46,7 +46,6 @@ def test_a_corpus_the_run_refuses_is_refused_by_the_dry_run_too(
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 
-
 @pytest.mark.parametrize("cache", ["file", "blank"])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_cache_directory_the_run_refuses_is_refused_by_the_dry_run_too(
@@ -69,6 +68,7 @@ def test_a_cache_directory_the_run_refuses_is_refused_by_the_dry_run_too(
     code, stderr = cli(args + (["--dry-run"] if dry_run else []))
     assert_one_line(code, stderr, ["$LMALGEBRA_CACHE", "a file" if cache == "file" else "empty"])
     assert not (tmp_path / "out").exists()
+
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_split_given_no_documents_is_refused_before_any_work(

@@ -54,6 +54,32 @@ def test_an_empty_path_in_a_recipe_key_or_its_flag_is_refused(cli, here: Path) -
     assert_one_line(code, stderr, ["--cache_dir ''", EMPTY])
 
 
+def test_an_empty_model_tokenizer_or_corpus_path_is_refused_not_read_as_here(
+    cli, here: Path
+) -> None:
+    """Text naming a path or a hub id (a model's or a teacher's path, a corpus file, a
+    tokenizer, an encoder) given as "": each had been read as the current directory ('. is not
+    a model directory', '.: a directory, but not a saved dataset')."""
+    from lmalgebra.distill.recipe import TeacherSpec
+    from lmalgebra.sources.corpus import CorpusSpec
+
+    recipe = here / "recipe.yaml"
+    models = [{"name": "a", "path": ""}, {"name": "b", "path": "random:bert-tiny"}]
+    recipe.write_text(yaml.safe_dump({"models": models, "corpus": {"paths": ["c.txt"]}}))
+    code, stderr = cli(["decompose", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["key 'models.0.path'", EMPTY])
+    flags = ["--models", "b=random:bert-tiny", "--models", "c=random:bert-tiny"]
+    for flag in ("--corpus.paths", "--reference_tokenizer"):
+        given = [flag, ""] + (["--corpus.paths", "c.txt"] if flag != "--corpus.paths" else [])
+        code, stderr = cli(["decompose", *flags, *given, "--dry-run"])
+        assert_one_line(code, stderr, [f"{flag} ''", EMPTY])
+    with pytest.raises(UserInputError, match=f"key 'path': {EMPTY}"):
+        TeacherSpec(path=" ")
+    with pytest.raises(UserInputError, match=f"key 'paths': {EMPTY}"):
+        CorpusSpec(paths=["c.txt", ""])
+    assert sorted(p.name for p in here.iterdir()) == ["notes.txt", "recipe.yaml"]
+
+
 def test_an_empty_path_given_to_the_python_api_is_refused(here: Path) -> None:
     from lmalgebra.api.decomposition import Decomposition
     from lmalgebra.lmd.settings.recipe import DecomposeConfig

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 import typer
@@ -57,7 +58,7 @@ def _check_environment() -> None:
     shell entered it (relative paths are read from it, and transformers reads it as it is
     imported: a traceback) and a launcher's variable that is no integer (``WORLD_SIZE``)."""
     try:
-        os.getcwd()
+        Path.cwd()
     except FileNotFoundError:
         raise UserInputError(
             "the working directory no longer exists (it was removed after the shell entered "

@@ -125,7 +125,9 @@ class ConfigFlag:
             return bool(given)
         if self.kind == "list":
             text = ",".join(given)
-            items = [i.strip() for v in given for i in self._split(v) if i.strip()]
+            # a blank item of a list of paths (one a flag) is kept, to be refused as empty
+            kept = not self.style.comma_separated
+            items = [i.strip() for v in given for i in self._split(v) if i.strip() or kept]
             if self.style.parse is not None:
                 return [self.style.parse(item) for item in items]
             return self._validate(items, text)
@@ -157,7 +159,7 @@ class ConfigFlag:
             with contextlib.suppress(ValueError):
                 if not math.isfinite(float(value)):  # NaN would fail ge=0 with a confusing reason
                     raise UserInputError(f"{self.label} {text!r}: not a finite number")
-        if is_empty_path(self.field.annotation, value):  # not Path("."): the current directory
+        if is_empty_path(self.field.annotation, value, self.field.metadata):  # not Path(".")
             raise UserInputError(f"{self.label} {text!r}: {EMPTY_PATH}")
         annotation: Any = self.field.annotation
         for constraint in self.field.metadata:  # such as ``ge=1``

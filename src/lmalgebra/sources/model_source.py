@@ -20,7 +20,7 @@ from typing_extensions import Self
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code
-from lmalgebra.core.settings import Settings, home_expanded
+from lmalgebra.core.settings import PathText, Settings, home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, memoised_hash
@@ -39,7 +39,7 @@ class ModelFields(Settings):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Short name used in tables and file names.")
-    path: str = Field(
+    path: PathText = Field(
         description="Hugging Face hub id, local model directory, package:NAME (packaged model) "
         "or gguf:FILE (a GGUF file, dequantised once into the cache)."
     )
@@ -59,7 +59,7 @@ class ModelFields(Settings):
         "memory: a Python object given to lmalgebra.decompose() (not loadable from a recipe). "
         "A path prefix onnx: or precomputed: sets it too.",
     )
-    tokenizer: str | None = Field(
+    tokenizer: PathText | None = Field(
         default=None,
         description="ONNX models: tokenizer directory, hub id, package:NAME or gguf:FILE (default: "
         "the ONNX file's own folder, or the packaged model's tokenizer).",

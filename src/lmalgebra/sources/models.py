@@ -170,4 +170,3 @@ def _named(text: str) -> tuple[str, str]:
     if not given or "/" in name or ":" in name or exists(text):
         return "", text
     return name, ref
-
