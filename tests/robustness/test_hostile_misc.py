@@ -146,6 +146,7 @@ def test_a_flag_of_yaml_reads_as_a_recipe_does() -> None:
     assert flag.convert("{no: [on]}") == {"no": ["on"]}
     with pytest.raises(UserInputError, match="key 'xx' is given twice"):
         flag.convert("{xx: [a], xx: [b]}")
+    assert flag.convert("null") is None  # every teacher, over a recipe's list: not one named null
 
 
 def test_remote_code_refusal_names_the_flag(

@@ -144,10 +144,11 @@ class ConfigFlag:
         return self._validate(given, given)
 
     def _structured(self, text: str) -> Any:
-        """A list or a mapping written as YAML (``[a, b]``, ``{en: [a], fr: [b]}``); a bare
-        ``a,b`` is a comma list."""
+        """A list or a mapping written as YAML (``[a, b]``, ``{en: [a], fr: [b]}``), or YAML's
+        null (``null``: none, as in a recipe; it had been taken for a name); a bare ``a,b`` is a
+        comma list."""
         value = parse_yaml(text, f"{self.label} {text!r}")  # as a recipe reads it
-        if isinstance(value, (list, dict)):
+        if isinstance(value, (list, dict)) or (value is None and text.strip()):
             return value
         return [item.strip() for item in text.split(",") if item.strip()]
 
