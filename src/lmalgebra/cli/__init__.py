@@ -119,11 +119,11 @@ def run_command(call: Callable[[], object]) -> None:
         ):
             err.show()
             sys.exit(2)
-        from lmalgebra.storage.disk_space import one_line
+        from lmalgebra.storage.disk_space import system_refusal
 
         # a write not wrapped by ``disk_space.naming_file`` (a full disk, a refused
         # permission), a path too long for the file system, or memory the machine could not give
-        text = one_line(err)
+        text = system_refusal(err)
         if text is not None:
             Console(stderr=True).print(
                 f"[red]error:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
