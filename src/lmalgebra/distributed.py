@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 import numpy as np
 
+from lmalgebra.core.precision import launch_count
+
 if TYPE_CHECKING:  # imported where used: the command line parses without torch
     import torch
 
@@ -30,7 +32,7 @@ def _group() -> Any:
     """``torch.distributed`` once a process group exists (set up here when launched), else None.
     A process not launched as several, where torch is not imported, holds no group: torch is
     left unimported (a cached decomposition never needs it)."""
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    launched = launch_count("WORLD_SIZE", 1) > 1
     if not launched and "torch" not in sys.modules:
         return None
     import torch

@@ -46,6 +46,30 @@ def test_a_corpus_the_run_refuses_is_refused_by_the_dry_run_too(
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize("cache", ["file", "blank"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_cache_directory_the_run_refuses_is_refused_by_the_dry_run_too(
+    cache: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``$LMALGEBRA_CACHE`` naming a file, or blanks alone: the run refused it, its dry run
+    printed a plan and exit 0."""
+    place = tmp_path / "cache"
+    place.write_text("a file\n", encoding="utf-8")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(place) if cache == "file" else "  ")
+    args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--out", str(tmp_path / "out")]
+    code, stderr = cli(args + (["--dry-run"] if dry_run else []))
+    assert_one_line(code, stderr, ["$LMALGEBRA_CACHE", "a file" if cache == "file" else "empty"])
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_split_given_no_documents_is_refused_before_any_work(
     dry_run: bool,

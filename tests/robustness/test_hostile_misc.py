@@ -87,6 +87,15 @@ def test_recipe_aliases_that_expand_without_end_are_one_line(
     assert_one_line(code, stderr, [f"recipe {recipe}", needle, "through its aliases"])
 
 
+def test_a_recipe_nested_thousands_of_levels_deep_is_one_line(tmp_path: Path, cli) -> None:
+    """A list in a list thousands of levels deep: PyYAML's reader had run out of stack, a
+    RecursionError traceback."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("models: " + "[" * 3000 + "\n", encoding="utf-8")
+    code, stderr = cli(["decompose", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, [f"recipe {recipe}", "nest too deeply"])
+
+
 def test_merge_keys_and_anchors_still_read(tmp_path: Path) -> None:
     """A key beside a merge key overrides what the merge brings (no duplicate), and an anchor
     used twice is read as written."""
@@ -104,6 +113,40 @@ def test_merge_keys_and_anchors_still_read(tmp_path: Path) -> None:
         {"path": "m", "layer": 2, "name": "y"},
     ]
     assert data["also"] == {"path": "m", "layer": 1}
+
+
+def test_yaml_1_1_booleans_and_dates_are_text_where_a_recipe_names_something(
+    tmp_path: Path,
+) -> None:
+    """YAML 1.1 read ``no``, ``on`` and ``off`` as booleans and ``2024-01-01`` as a date: a
+    language ``no`` (Norwegian) was refused as a key ``False`` that is no text, and so were a
+    teacher named ``on`` and a revision of a date. They are text, as in YAML 1.2; a switch
+    written ``yes`` still reads as one."""
+    from lmalgebra.distill.recipe import load_recipe
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "languages:\n  no: {corpus: {paths: [no.txt]}, teachers: [on, off]}\n"
+        "teachers:\n  on: {path: t, revision: 2024-01-01}\n  off: {path: u}\n"
+        "masking: {whole_word: yes}\n",
+        encoding="utf-8",
+    )
+    loaded = load_recipe(recipe)
+    assert list(loaded.languages) == ["no"] and loaded.languages["no"].teachers == ["on", "off"]
+    assert loaded.teachers["on"].revision == "2024-01-01"
+    assert loaded.masking.whole_word is True
+
+
+def test_a_flag_of_yaml_reads_as_a_recipe_does() -> None:
+    """``--training.teachers '{no: [on]}'`` is a recipe's value: the same booleans, and a key
+    given twice refused (the later had replaced the earlier)."""
+    from lmalgebra.cli.merge import TRAINING_FLAGS
+
+    flag = next(f for f in TRAINING_FLAGS if f.key == "training.teachers")
+    assert flag.convert("{no: [on]}") == {"no": ["on"]}
+    with pytest.raises(UserInputError, match="key 'xx' is given twice"):
+        flag.convert("{xx: [a], xx: [b]}")
+    assert flag.convert("null") is None  # every teacher, over a recipe's list: not one named null
 
 
 def test_remote_code_refusal_names_the_flag(
@@ -354,3 +397,39 @@ def test_a_student_name_too_long_is_refused_saying_how_long_one_may_be() -> None
     assert check_student_name("a" * 100) == "a" * 100
     with pytest.raises(UserInputError, match=r"\(1 to 100 letters, digits"):
         check_student_name("a" * 101)
+
+
+@pytest.mark.parametrize("name", ["WORLD_SIZE", "LOCAL_WORLD_SIZE"])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_launchers_variable_that_is_no_integer_is_one_line(
+    name: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``WORLD_SIZE=abc`` had ended the run in int()'s traceback, and its dry run passed it."""
+    monkeypatch.setenv(name, "abc")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    code, stderr = cli(args + (["--dry-run"] if dry_run else []))
+    assert_one_line(code, stderr, [f"${name} 'abc' is no integer"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_working_directory_removed_under_the_command_is_one_line(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """A working directory removed after the shell entered it: transformers, reading it as it
+    is imported, had ended the command in a FileNotFoundError traceback."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "--dry-run"]
+    code, stderr = cli([*args, "--corpus.paths", "docs.txt", "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, ["the working directory no longer exists"])

@@ -54,6 +54,32 @@ def test_an_empty_path_in_a_recipe_key_or_its_flag_is_refused(cli, here: Path) -
     assert_one_line(code, stderr, ["--cache_dir ''", EMPTY])
 
 
+def test_an_empty_model_tokenizer_or_corpus_path_is_refused_not_read_as_here(
+    cli, here: Path
+) -> None:
+    """Text naming a path or a hub id (a model's or a teacher's path, a corpus file, a
+    tokenizer, an encoder) given as "": each had been read as the current directory ('. is not
+    a model directory', '.: a directory, but not a saved dataset')."""
+    from lmalgebra.distill.recipe import TeacherSpec
+    from lmalgebra.sources.corpus import CorpusSpec
+
+    recipe = here / "recipe.yaml"
+    models = [{"name": "a", "path": ""}, {"name": "b", "path": "random:bert-tiny"}]
+    recipe.write_text(yaml.safe_dump({"models": models, "corpus": {"paths": ["c.txt"]}}))
+    code, stderr = cli(["decompose", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["key 'models.0.path'", EMPTY])
+    flags = ["--models", "b=random:bert-tiny", "--models", "c=random:bert-tiny"]
+    for flag in ("--corpus.paths", "--reference_tokenizer"):
+        given = [flag, ""] + (["--corpus.paths", "c.txt"] if flag != "--corpus.paths" else [])
+        code, stderr = cli(["decompose", *flags, *given, "--dry-run"])
+        assert_one_line(code, stderr, [f"{flag} ''", EMPTY])
+    with pytest.raises(UserInputError, match=f"key 'path': {EMPTY}"):
+        TeacherSpec(path=" ")
+    with pytest.raises(UserInputError, match=f"key 'paths': {EMPTY}"):
+        CorpusSpec(paths=["c.txt", ""])
+    assert sorted(p.name for p in here.iterdir()) == ["notes.txt", "recipe.yaml"]
+
+
 def test_an_empty_path_given_to_the_python_api_is_refused(here: Path) -> None:
     from lmalgebra.api.decomposition import Decomposition
     from lmalgebra.lmd.settings.recipe import DecomposeConfig
@@ -101,3 +127,36 @@ def test_a_tilde_of_no_user_is_a_path_as_given_not_a_traceback(
     models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}", "--dry-run"]
     code, stderr = cli(["decompose", *models, "--corpus.paths", "~nosuchuser/c.txt"])
     assert_one_line(code, stderr, ["corpus ~nosuchuser/c.txt does not exist"])
+
+
+def test_a_model_path_holding_an_equals_sign_an_at_or_a_hash_is_that_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--models runs/lr=0.1/model`` had been split at its last ``=`` into a model named
+    ``runs/lr`` at ``0.1/model``, and ``ckpt@v2`` into ``ckpt`` at revision ``v2``: a name is
+    what comes before the first ``=`` (no path's ``/``), and a local path is taken whole."""
+    from lmalgebra.sources.models import ModelRef
+
+    monkeypatch.chdir(tmp_path)
+    for made in ("runs/lr=0.1/model", "ckpt@v2", "run#2"):
+        (tmp_path / made).mkdir(parents=True)
+    (tmp_path / "run#2" / "m.onnx").write_bytes(b"")
+
+    def parsed(text: str) -> tuple[str, str, str | None]:
+        ref = ModelRef.parse(text)
+        return ref.name, ref.path, ref.revision
+
+    assert parsed("runs/lr=0.1/model") == ("model", "runs/lr=0.1/model", None)
+    assert parsed("a=runs/lr=0.1/model") == ("a", "runs/lr=0.1/model", None)
+    assert parsed("a=elsewhere/lr=0.1") == ("a", "elsewhere/lr=0.1", None)
+    assert parsed("ckpt@v2") == ("ckpt@v2", "ckpt@v2", None)
+    assert parsed("org/model@v1") == ("model", "org/model", "v1")  # a hub id and its revision
+    assert ModelRef.parse("onnx:run#2/m.onnx").path == "run#2/m.onnx"
+    assert ModelRef.parse("onnx:run#2/m.onnx#tok").tokenizer == "tok"
+
+
+def test_a_newline_in_a_path_named_keeps_the_message_one_line(tmp_path: Path, cli) -> None:
+    """A directory named with a newline had broken the one line naming it in two."""
+    run = tmp_path / "a\nb"
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, ["a\\nb"])

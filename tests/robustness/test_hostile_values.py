@@ -28,6 +28,11 @@ DECOMPOSE = {
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
     "nan_alpha": (["--alpha", "nan"], ["--alpha", "finite", "nan"]),
+    # a negative seed had ended in numpy's traceback once the spans were embedded
+    "negative_seed": (
+        ["--study.bootstrap", "10", "--study.seed=-1"],
+        ["study.seed", "a seed from 0 to 18446744073709551615", "-1"],
+    ),
 }
 
 
@@ -86,6 +91,13 @@ RECIPES = {
     "number_teacher_of_a_language": (
         {"training": {**TINY_TRAINING, "teachers": {"yy": [None]}}},
         ["key 'training.teachers.yy.0': ", "a valid string", "None"],
+    ),
+    # seeds numpy takes no negative one of, torch none beyond 2**64 - 1: tracebacks, the
+    # first from the dry run too
+    "negative_masking_seed": ({"masking": {"seed": -1}}, ["masking.seed", "a seed from 0 to"]),
+    "training_seed_beyond_64_bits": (
+        {"training": {**TINY_TRAINING, "seed": 2**64}},
+        ["training.seed", "a seed from 0 to", str(2**64)],
     ),
 }
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
-from lmalgebra.storage.disk_space import one_line
+from lmalgebra.storage.disk_space import system_refusal
 
 Call = TypeVar("Call", bound=Callable[..., Any])
 # Loggers of the libraries that load and run the models a user hands over, outside transformers'
@@ -212,7 +212,7 @@ def library_entry(function: Call) -> Call:
             except UserInputError:
                 raise
             except Exception as err:  # what the command line words in one line, worded alike
-                text = one_line(err)
+                text = system_refusal(err)
                 if text is None:
                     raise
                 raise UserInputError(text) from err

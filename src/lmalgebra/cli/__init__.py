@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import NoReturn
 
 import typer
@@ -31,6 +32,7 @@ from lmalgebra.cli.app import app
 from lmalgebra.cli.path_values import read_paths
 from lmalgebra.core import interrupt
 from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count
 from lmalgebra.core.threads import pin_thread_count_when_imported
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
@@ -38,6 +40,7 @@ INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by
 
 def _run() -> object:
     """Set up logging and threads, then run the command; what typer returns (see ``main``)."""
+    _check_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     _quiet_transformers()
@@ -48,6 +51,21 @@ def _run() -> object:
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     return read_paths(typer.main.get_command(app))(standalone_mode=False)
+
+
+def _check_environment() -> None:
+    """Refuse, before any work and by a dry run too, a working directory removed since the
+    shell entered it (relative paths are read from it, and transformers reads it as it is
+    imported: a traceback) and a launcher's variable that is no integer (``WORLD_SIZE``)."""
+    try:
+        Path.cwd()
+    except FileNotFoundError:
+        raise UserInputError(
+            "the working directory no longer exists (it was removed after the shell entered "
+            "it): cd into a directory that exists, then run the command again"
+        ) from None
+    for name in LAUNCH_VARIABLES:
+        launch_count(name, 0)
 
 
 def _quiet_transformers() -> None:
@@ -81,13 +99,14 @@ def run_command(call: Callable[[], object]) -> None:
         status = call()
     except UserInputError as err:
         Console(stderr=True).print(
-            f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True
+            f"[red]error:[/red] {escape(one_line(str(err)))}", highlight=False, soft_wrap=True
         )
         sys.exit(2)
     except typer.Exit as err:
         sys.exit(err.exit_code)
     except TrainingDivergedError as err:
-        Console(stderr=True).print(f"[red]stopped:[/red] {escape(str(err))}", highlight=False)
+        stopped = escape(one_line(str(err)))
+        Console(stderr=True).print(f"[red]stopped:[/red] {stopped}", highlight=False)
         sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
@@ -100,14 +119,14 @@ def run_command(call: Callable[[], object]) -> None:
         ):
             err.show()
             sys.exit(2)
-        from lmalgebra.storage.disk_space import one_line
+        from lmalgebra.storage.disk_space import system_refusal
 
         # a write not wrapped by ``disk_space.naming_file`` (a full disk, a refused
         # permission), a path too long for the file system, or memory the machine could not give
-        text = one_line(err)
+        text = system_refusal(err)
         if text is not None:
             Console(stderr=True).print(
-                f"[red]error:[/red] {escape(text)}", highlight=False, soft_wrap=True
+                f"[red]error:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
             )
             sys.exit(2)
         raise
@@ -122,3 +141,9 @@ def _interrupted() -> NoReturn:
         "interrupted; run the same command again to resume", highlight=False, soft_wrap=True
     )
     sys.exit(INTERRUPTED)
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\n``): a message is one line,
+    and a newline in a path it names (a directory named so) had broken it in two."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)

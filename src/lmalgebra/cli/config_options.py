@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 import typer
-import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from rich.markup import escape
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import parse_yaml
 from lmalgebra.core.settings import EMPTY_PATH, is_empty_path
 from lmalgebra.sources.models import ModelRef
 
@@ -125,7 +125,9 @@ class ConfigFlag:
             return bool(given)
         if self.kind == "list":
             text = ",".join(given)
-            items = [i.strip() for v in given for i in self._split(v) if i.strip()]
+            # a blank item of a list of paths (one a flag) is kept, to be refused as empty
+            kept = not self.style.comma_separated
+            items = [i.strip() for v in given for i in self._split(v) if i.strip() or kept]
             if self.style.parse is not None:
                 return [self.style.parse(item) for item in items]
             return self._validate(items, text)
@@ -142,14 +144,11 @@ class ConfigFlag:
         return self._validate(given, given)
 
     def _structured(self, text: str) -> Any:
-        """A list or a mapping written as YAML (``[a, b]``, ``{en: [a], fr: [b]}``); a bare
-        ``a,b`` is a comma list."""
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            reason = str(getattr(err, "problem", None) or "not YAML")
-            raise UserInputError(f"{self.label} {text!r}: {reason}") from None
-        if isinstance(value, (list, dict)):
+        """A list or a mapping written as YAML (``[a, b]``, ``{en: [a], fr: [b]}``), or YAML's
+        null (``null``: none, as in a recipe; it had been taken for a name); a bare ``a,b`` is a
+        comma list."""
+        value = parse_yaml(text, f"{self.label} {text!r}")  # as a recipe reads it
+        if isinstance(value, (list, dict)) or (value is None and text.strip()):
             return value
         return [item.strip() for item in text.split(",") if item.strip()]
 
@@ -161,7 +160,7 @@ class ConfigFlag:
             with contextlib.suppress(ValueError):
                 if not math.isfinite(float(value)):  # NaN would fail ge=0 with a confusing reason
                     raise UserInputError(f"{self.label} {text!r}: not a finite number")
-        if is_empty_path(self.field.annotation, value):  # not Path("."): the current directory
+        if is_empty_path(self.field.annotation, value, self.field.metadata):  # not Path(".")
             raise UserInputError(f"{self.label} {text!r}: {EMPTY_PATH}")
         annotation: Any = self.field.annotation
         for constraint in self.field.metadata:  # such as ``ge=1``

@@ -172,7 +172,7 @@ def resolve_device(requested: str, owner: str = "device") -> torch.device:
             f"{owner}: cuda asked for, but torch sees no CUDA device (torch "
             f"{torch.__version__}); use cpu or auto"
         )
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    local = launch_count("LOCAL_RANK", 0)
     return torch.device("cuda", local % torch.cuda.device_count())
 
 
@@ -208,14 +208,35 @@ def device_map_memory() -> dict[str, Any]:
     CPU) when a launcher started several processes on this machine; nothing otherwise."""
     import torch
 
-    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local_size = launch_count("LOCAL_WORLD_SIZE", 1)
     if local_size == 1 or not torch.cuda.is_available():
         return {}
     gpus = torch.cuda.device_count()
-    mine = device_share(int(os.environ.get("LOCAL_RANK", "0")), local_size, gpus)
+    mine = device_share(launch_count("LOCAL_RANK", 0), local_size, gpus)
     memory: dict[Any, int] = {
         i: int(torch.cuda.get_device_properties(i).total_memory) if i in mine else 0
         for i in range(gpus)
     }
     memory["cpu"] = int(available_bytes() / local_size)
     return {"max_memory": memory}
+
+
+# what launchers set for each process of a run (``launch_count`` reads them)
+LAUNCH_VARIABLES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+
+
+def launch_count(name: str, default: int) -> int:
+    """The integer a launcher (torchrun, ``accelerate launch``) sets in the environment variable
+    ``name`` (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK``), ``default`` where it is
+    unset or empty; one line naming it where it is no integer (``int()``'s traceback had ended
+    the command)."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise UserInputError(
+            f"${name} {text!r} is no integer: launchers (torchrun, accelerate launch) set it to "
+            "count or number the processes of a run; unset it for one process"
+        ) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -82,6 +83,10 @@ def recipe_path(path: Path | str) -> Path:
 MOST_VALUES = 100_000
 
 
+# the tags of YAML 1.1 that plain recipe values leave alone (see ``_RecipeLoader``)
+_BOOL, _TIMESTAMP = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp"
+
+
 class _DuplicateKey(yaml.MarkedYAMLError):
     """A key given twice in one mapping (PyYAML keeps the later, dropping the earlier)."""
 
@@ -89,7 +94,13 @@ class _DuplicateKey(yaml.MarkedYAMLError):
 class _RecipeLoader(yaml.SafeLoader):
     """Plain YAML (``yaml.safe_load``'s) that refuses a key given twice in one mapping: the
     later had replaced the earlier, a whole section (``spans:`` twice) with it. A key beside a
-    merge key (``<<: *base``) overrides what the merge brings, as YAML has it."""
+    merge key (``<<: *base``) overrides what the merge brings, as YAML has it.
+
+    Booleans are ``true`` and ``false`` alone, as in YAML 1.2, and dates are text: YAML 1.1 read
+    ``no``, ``yes``, ``on``, ``off`` as booleans and ``2024-01-01`` as a date, so a language
+    code ``no`` (Norwegian), a teacher named ``on`` or a hub revision of a date had been refused
+    as no text, named by ``False``. A switch written so still reads as one (``whole_word:
+    yes``)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[tuple[str, str], int] = {}
@@ -105,6 +116,15 @@ class _RecipeLoader(yaml.SafeLoader):
                 )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
+
+
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_BOOL, _TIMESTAMP)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def _expanded_size(value: Any, sizes: dict[int, int | None]) -> int:
@@ -127,24 +147,36 @@ def _expanded_size(value: Any, sizes: dict[int, int | None]) -> int:
     return total
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    path = recipe_path(path)
-    text = read_text(path, "recipe")
+def parse_yaml(text: str, what: str) -> Any:
+    """The value the YAML ``text`` holds, read as a recipe is (plain YAML, no key twice, YAML
+    1.2's booleans: ``_RecipeLoader``); one line starting with ``what`` (the file, the flag and
+    its value) when it is no such YAML or expands beyond ``MOST_VALUES`` through its aliases."""
     try:
         data = yaml.load(text, Loader=_RecipeLoader)  # a SafeLoader
     except yaml.YAMLError as err:
-        raise UserInputError(f"recipe {path} is not valid YAML: {yaml_problem(err)}") from None
+        raise UserInputError(f"{what} is not valid YAML: {yaml_problem(err)}") from None
+    except RecursionError:  # PyYAML reads each level of nesting a call deeper
+        raise UserInputError(
+            f"{what}: its values nest too deeply to be read (lists or mappings hundreds of levels "
+            "deep); write them flatter"
+        ) from None
+    size = _expanded_size(data, {})
+    if size < 0 or size > MOST_VALUES:
+        held = "holds itself" if size < 0 else f"expands to more than {MOST_VALUES} values"
+        raise UserInputError(
+            f"{what}: a value {held} through its aliases (*name, of an &name anchor); "
+            "write the values out"
+        )
+    return data
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    path = recipe_path(path)
+    data = parse_yaml(read_text(path, "recipe"), f"recipe {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UserInputError(f"recipe {path}: the top level must be a mapping of keys")
-    size = _expanded_size(data, {})
-    if size < 0 or size > MOST_VALUES:
-        what = "holds itself" if size < 0 else f"expands to more than {MOST_VALUES} values"
-        raise UserInputError(
-            f"recipe {path}: a value {what} through its aliases (*name, of an &name anchor); "
-            "write the values out"
-        )
     return data
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -140,24 +140,49 @@ def home_expanded(path: Path) -> Path:
 EMPTY_PATH = "an empty path; name a file or directory ('.' for the current one)"
 
 
-def is_empty_path(annotation: Any, value: Any) -> bool:
-    """Whether ``value`` is a blank string where ``annotation`` promises a path (``Path``,
-    ``Path | None``)."""
+class _PathText:
+    """The mark of :data:`PathText`."""
+
+
+PATH_TEXT = _PathText()
+# text that names a file, a directory or a hub id (a model's path, a tokenizer, a corpus file):
+# refused blank as a ``Path`` is, where ``Path("")`` had read the current directory
+PathText = Annotated[str, PATH_TEXT]
+
+
+def is_empty_path(annotation: Any, value: Any, metadata: Sequence[Any] = ()) -> bool:
+    """Whether ``value`` is a blank string, or a list holding one, where ``annotation`` (with a
+    field's ``metadata``) promises a path: ``Path``, ``PathText``, either or ``None``, or a list
+    of them."""
+    if isinstance(value, list):
+        items = typing.get_args(annotation) if typing.get_origin(annotation) is list else ()
+        return any(is_empty_path(item, v) for item in items for v in value)
     if not isinstance(value, str) or value.strip():
         return False
-    options = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
-    return any(a is Path for a in options)
+    return PATH_TEXT in metadata or _names_path(annotation)
+
+
+def _names_path(annotation: Any) -> bool:
+    if annotation is Path:
+        return True
+    arguments = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Annotated:
+        return PATH_TEXT in arguments[1:] or _names_path(arguments[0])
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and any(
+        _names_path(a) for a in arguments
+    )
 
 
 INT64_MAX = 2**63 - 1
+SEED_MAX = 2**64 - 1  # numpy takes no negative seed, torch none beyond this
 
 
-def _beyond_64_bits(value: Any) -> bool:
-    """Whether ``value`` is, or a sequence holding, an integer a 64-bit integer cannot hold."""
+def _outside(value: Any, low: int, high: int) -> bool:
+    """Whether ``value`` is, or a sequence holding, an integer outside ``low`` to ``high``."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return not -INT64_MAX - 1 <= value <= INT64_MAX
+        return not low <= value <= high
     if isinstance(value, _SEQUENCES):
-        return any(_beyond_64_bits(v) for v in value)
+        return any(_outside(v, low, high) for v in value)
     return False
 
 
@@ -221,8 +246,13 @@ class Settings(BaseModel):
     @classmethod
     def _no_int_beyond_64_bits(cls, value: Any, info: ValidationInfo) -> Any:
         """An integer no 64-bit integer holds (``2**63`` and beyond) is refused where it is
-        read, not passed on to fail inside torch; a seed, which is only hashed, aside."""
-        if "seed" not in (info.field_name or "") and _beyond_64_bits(value):
+        read, not passed on to fail inside torch; a seed, which seeds numpy's generators and
+        torch's, is one from 0 to ``2**64 - 1`` (a negative one or a larger one had ended in
+        a traceback from either)."""
+        if "seed" in (info.field_name or ""):
+            if _outside(value, 0, SEED_MAX):
+                raise PydanticCustomError("seed", f"Input should be a seed from 0 to {SEED_MAX}")
+        elif _outside(value, -INT64_MAX - 1, INT64_MAX):
             raise PydanticCustomError(
                 "int_beyond_64_bits", f"Input should be at most {INT64_MAX} (a 64-bit integer)"
             )
@@ -235,7 +265,7 @@ class Settings(BaseModel):
         ``output_dir: ""`` (a template's unset variable) would write into the current
         directory."""
         field = cls.model_fields.get(info.field_name or "")
-        if field is not None and is_empty_path(field.annotation, value):
+        if field is not None and is_empty_path(field.annotation, value, field.metadata):
             raise PydanticCustomError("empty_path", EMPTY_PATH)
         return value
 

@@ -26,7 +26,7 @@ from pydantic import (
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
-from lmalgebra.core.settings import Settings, SettingsError, describe, refuse_ignored
+from lmalgebra.core.settings import PathText, Settings, SettingsError, describe, refuse_ignored
 from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
@@ -48,7 +48,7 @@ class TeacherSpec(Settings):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    path: str = Field(
+    path: PathText = Field(
         description="Hub id or local directory of an AutoModelForMaskedLM "
         "(objective masked) or AutoModelForCausalLM (objective causal)."
     )

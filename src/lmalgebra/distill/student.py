@@ -24,7 +24,7 @@ from pydantic import (
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import PathText, Settings
 from lmalgebra.distill.layout import RunLayout
 
 
@@ -126,14 +126,14 @@ class CausalStudentSpec(ModelSpec):
     """The causal student: a GPT-2-style causal LM of these sizes with a tokenizer of its own,
     or (``init``) a pre-trained causal LM with its tokenizer, all or some of its layers kept."""
 
-    tokenizer: str | None = Field(
+    tokenizer: PathText | None = Field(
         default=None,
         description="The student's tokenizer: teacher:NAME (or NAME) for a teacher's, "
         "train:KIND:SIZE for one trained on the run's training text (KIND as "
         "pretrain causal --tokenizer.kind, e.g. train:bytelevel-bpe:8000), bytes for raw UTF-8 "
         "bytes, or a model reference (hub id, directory, package:NAME).",
     )
-    init: str | None = Field(
+    init: PathText | None = Field(
         default=None,
         description="Start from this causal LM's weights and tokenizer: a model reference "
         "(directory, hub id[@REVISION], package:NAME, gguf:FILE). Its sizes, dropout and "

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings, home_expanded
+from lmalgebra.core.settings import PathText, Settings, home_expanded
 from lmalgebra.core.text_files import absent, read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
@@ -33,7 +33,7 @@ class CorpusSpec(Settings):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    paths: list[str] = Field(
+    paths: list[PathText] = Field(
         description="Corpus files or saved-dataset directories, read in order; LANG=PATH "
         "gives a file's language (for per-language results)."
     )

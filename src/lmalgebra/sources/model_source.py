@@ -10,6 +10,7 @@ spans (computed, or :meth:`ModelSource.rows` it holds already). Nothing else tes
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -20,7 +21,7 @@ from typing_extensions import Self
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code
-from lmalgebra.core.settings import Settings, home_expanded
+from lmalgebra.core.settings import PathText, Settings, home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, memoised_hash
@@ -39,7 +40,7 @@ class ModelFields(Settings):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="Short name used in tables and file names.")
-    path: str = Field(
+    path: PathText = Field(
         description="Hugging Face hub id, local model directory, package:NAME (packaged model) "
         "or gguf:FILE (a GGUF file, dequantised once into the cache)."
     )
@@ -59,7 +60,7 @@ class ModelFields(Settings):
         "memory: a Python object given to lmalgebra.decompose() (not loadable from a recipe). "
         "A path prefix onnx: or precomputed: sets it too.",
     )
-    tokenizer: str | None = Field(
+    tokenizer: PathText | None = Field(
         default=None,
         description="ONNX models: tokenizer directory, hub id, package:NAME or gguf:FILE (default: "
         "the ONNX file's own folder, or the packaged model's tokenizer).",
@@ -87,6 +88,13 @@ class ModelFields(Settings):
         cache or a temporary one, an unpacked packaged model), else the directory."""
         derived = self.path.startswith(("gguf:", "package:"))  # GGUF_PREFIX, PACKAGE_PREFIX
         return self.path if derived else str(directory)
+
+
+def exists(path: str) -> bool:
+    """Whether ``path`` (a leading ``~`` the home directory) names anything on this machine, a
+    link to nothing included: a model reference that does is the path it is, whatever it holds
+    (an ``=``, an ``@`` or a ``#``, which otherwise part a name, a revision or a tokenizer)."""
+    return os.path.lexists(home_expanded(Path(path)))
 
 
 class ModelSource:

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
-from lmalgebra.sources.model_source import ModelFields, ReferencedModel
+from lmalgebra.sources.model_source import ModelFields, ReferencedModel, exists
 from lmalgebra.sources.packaged import PACKAGE_PREFIX
 
 
@@ -112,7 +112,7 @@ class ModelRef(ModelFields):
     def parse(cls, text: str) -> ModelRef:
         """CLI form: ``[NAME=][random:]PATH[@REVISION]``, ``[NAME=][random:]gguf:FILE``,
         ``[NAME=]onnx:FILE[#TOKENIZER]`` or ``[NAME=]precomputed:FILE``."""
-        name, _, ref = text.rpartition("=") if "=" in text else ("", "", text)
+        name, ref = _named(text)
         kind, file, tokenizer = _split_kind(ref)
         if kind is not None:
             if not file:
@@ -123,8 +123,9 @@ class ModelRef(ModelFields):
             return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)
         random_init = ref.startswith("random:")
         ref = ref.removeprefix("random:")
-        gguf = ref.startswith(GGUF_PREFIX)  # a file path: an @ in it is no revision
-        path, _, revision = (ref, "", "") if gguf else ref.partition("@")
+        gguf = ref.startswith(GGUF_PREFIX)
+        # a file path (a GGUF file's, a local path as it stands): an @ in it is no revision
+        path, _, revision = (ref, "", "") if gguf or exists(ref) else ref.partition("@")
         if not path.removeprefix(GGUF_PREFIX):
             raise UserInputError(f"model reference {text!r} names no path or hub id")
         if not name:
@@ -158,3 +159,14 @@ def allow_remote_code(entries: list[dict[str, Any]], flag: str) -> None:
         raise UserInputError(f"{flag} would be ignored: {where}")
     for entry in takers:
         entry["trust_remote_code"] = True
+
+
+def _named(text: str) -> tuple[str, str]:
+    """``[NAME=]REFERENCE`` as ``(NAME, REFERENCE)`` (``""``: no name given), split at the first
+    ``=``: a path may hold one (``runs/lr=0.1/model``), and had been split at its last. Text
+    before the ``=`` that holds a ``/`` or a kind's ``:`` is a path's, no name, and so is a
+    local path that stands whole."""
+    name, given, ref = text.partition("=")
+    if not given or "/" in name or ":" in name or exists(text):
+        return "", text
+    return name, ref

@@ -122,7 +122,7 @@ def refused_permission(err: BaseException) -> str | None:
     )
 
 
-def one_line(err: BaseException) -> str | None:
+def system_refusal(err: BaseException) -> str | None:
     """The one line a user sees for what the system refused a command, wherever it was met: a
     full disk, a refused permission, a path too long for the file system, memory it could not
     give; None for any other error. The command line prints it; the Python API raises it as a

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import launch_count
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.output_paths import (
     LOCK_NAME,
@@ -175,7 +176,7 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
 
 
 def _ranks() -> tuple[int, int]:
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if launch_count("WORLD_SIZE", 1) <= 1:
         return 0, 1  # not launched as several processes: no need to import torch.distributed
     from lmalgebra.distributed import world
 

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import with_default
-from lmalgebra.core.settings import Settings, refuse_ignored
+from lmalgebra.core.settings import PathText, Settings, refuse_ignored
 from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
@@ -118,7 +118,7 @@ class WordPieceSpec(Settings):
         default=None, ge=31, description="Pieces of the WordPiece vocabulary trained on the text."
     )
     lowercase: bool = Field(default=False, description="Lower-case the trained tokenizer.")
-    path: str | None = Field(
+    path: PathText | None = Field(
         default=None,
         description="A tokenizer to use instead of training one (directory, hub id or "
         "package:NAME; it needs mask and pad tokens): teachers that share one tokenizer give "
@@ -203,7 +203,7 @@ class CausalPretrainSpec(PretrainText):
 class HeadOnlySpec(PretrainText):
     """A masked-LM head fitted on an existing encoder, kept frozen, with its own tokenizer."""
 
-    encoder: str = Field(
+    encoder: PathText = Field(
         description="The encoder: a directory, package:NAME or hub id of a transformers model."
     )
     trust_remote_code: bool = Field(

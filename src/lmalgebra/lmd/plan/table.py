@@ -5,13 +5,13 @@ weights), checked before any embedding, and laid out as rows (``decompose --dry-
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.memory import available_bytes
+from lmalgebra.core.precision import launch_count
 from lmalgebra.lmd.plan.estimate import GIB, OVERHEAD, Plan, Speeds, check_plan, plan_run
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.kinds import bound_sources
@@ -27,7 +27,7 @@ def memory_for(config: DecomposeConfig) -> float:
     processes a launcher started on this machine (``LOCAL_WORLD_SIZE``)."""
     if config.scale.memory_gib is not None:
         return config.scale.memory_gib * GIB
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    local = max(1, launch_count("LOCAL_WORLD_SIZE", 1))
     return available_bytes() / local
 
 

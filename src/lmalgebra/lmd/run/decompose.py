@@ -174,9 +174,11 @@ def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | No
     another configuration's run or files of no run (or, with ``overwrite``, files a run does not
     write), and a finished run of this configuration on other documents or arrays (the
     corpus is read to check it anyway; an array is hashed in memory). The models' weights are
-    not compared with a finished run's: that reads them."""
+    not compared with a finished run's: that reads them. Its cache directory is checked as the
+    run checks it (a file, or no writable directory: the dry run had passed it)."""
     config = config.resolved()
     check_output_directory(config.out)
+    cache_directory(config.cache_dir)
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
         if inputs is not None or config.corpus.paths:  # a plan may be given no documents

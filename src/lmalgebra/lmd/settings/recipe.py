@@ -17,7 +17,7 @@ from lmalgebra.core.precision import (
     resolve_dtype_name,
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
-from lmalgebra.core.settings import Settings, refuse_ignored
+from lmalgebra.core.settings import PathText, Settings, refuse_ignored
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
@@ -62,7 +62,7 @@ class DecomposeConfig(Settings):
     spans: SpanSpec = Field(
         default_factory=SpanSpec, description="How documents become spans, and how many per split."
     )
-    reference_tokenizer: str | None = Field(default=None, description=REFERENCE_TOKENIZER_HELP)
+    reference_tokenizer: PathText | None = Field(default=None, description=REFERENCE_TOKENIZER_HELP)
     layer: int = Field(
         default=-1, description="Hidden layer to pool (negative counts from the last)."
     )

@@ -28,7 +28,7 @@ from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.text_files import require_file
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, architecture, memoised_hash
-from lmalgebra.sources.model_source import ReferencedModel
+from lmalgebra.sources.model_source import ReferencedModel, exists
 from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX
 from lmalgebra.sources.tokenizers import TOKENIZER_FILES, resolve_tokenizer
 
@@ -53,7 +53,7 @@ class OnnxModel(ReferencedModel):
         if path.startswith(PACKAGE_PREFIX) and path.removeprefix(PACKAGE_PREFIX) in ONNX_ASSETS:
             return path, None
         found = super().named_by(path)
-        if found is None or "#" not in found[0]:
+        if found is None or "#" not in found[0] or exists(found[0]):  # a file named so
             return found
         file, _, tokenizer = found[0].rpartition("#")
         return file, tokenizer or None
