@@ -187,15 +187,29 @@ def _outside(value: Any, low: int, high: int) -> bool:
 
 
 def _admits_text(annotation: Any) -> bool:
-    """Whether ``annotation`` holds text but no ``Path`` (``str``, ``str | None``,
-    ``list[str]``): a path object given there is read as its text."""
-    options = typing.get_args(annotation) if typing.get_origin(annotation) else (annotation,)
+    """Whether ``annotation`` holds text but no ``Path`` (``str``, ``PathText | None``,
+    ``list[PathText]``): a path object given there is read as its text."""
+    options = [_bare(a) for a in _options(annotation)]
     if any(a is Path for a in options):
         return False
     return any(
-        a is str or (typing.get_origin(a) in (list, tuple) and str in typing.get_args(a))
+        a is str
+        or (typing.get_origin(a) in (list, tuple) and str in map(_bare, typing.get_args(a)))
         for a in options
     )
+
+
+def _options(annotation: Any) -> tuple[Any, ...]:
+    """The members of a union annotation, or the annotation alone."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return typing.get_args(annotation) if union else (annotation,)
+
+
+def _bare(annotation: Any) -> Any:
+    """``annotation`` without its ``Annotated`` metadata (``PathText`` is ``str``)."""
+    if typing.get_origin(annotation) is Annotated:
+        return typing.get_args(annotation)[0]
+    return annotation
 
 
 def _admits_number(annotation: Any) -> bool:
