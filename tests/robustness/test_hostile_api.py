@@ -1073,3 +1073,35 @@ def test_a_value_outside_a_literal_names_the_choices() -> None:
     wanted = "read_texts(): doc_sep must be 'auto', 'line' or 'blank', got 'para'"
     with pytest.raises(UserInputError, match=re.escape(wanted) + "$"):
         lmalgebra.read_texts("corpus.txt", doc_sep="para")
+
+
+def test_a_tuple_cut_short_is_named_as_too_few_values(tmp_path: Path) -> None:
+    """``spans={"counts": (40, 10)}`` (or ``counts: [40, 10]`` in a recipe) was refused as
+    ``missing key 'spans.counts.2'``, a key no recipe has."""
+    from lmalgebra.lmd.settings.recipe import load_config
+
+    wanted = r"key 'spans.counts': too few values \(none at position 3\)$"
+    with pytest.raises(UserInputError, match=r"^decompose\(\): " + wanted):
+        lmalgebra.decompose({"a": "x", "b": "y"}, ["text"], spans={"counts": (40, 10)})
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "models: [{name: a, path: x}, {name: b, path: y}]\ncorpus: {paths: [c.txt]}\n"
+        "spans: {counts: [40, 10]}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(UserInputError, match=wanted):
+        load_config(recipe, {})
+
+
+def test_a_path_object_where_a_setting_holds_text_is_its_text(bert_dir: Path) -> None:
+    """``reference_tokenizer=Path(...)``, a model given as ``{"path": Path(...)}`` or a corpus
+    of ``paths=[Path(...)]`` had been refused as "Input should be a valid string", where
+    ``texts``, ``out`` and ``cache_dir`` take a ``Path``."""
+    from lmalgebra.sources.corpus import CorpusSpec
+
+    texts = documents(60)
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    by_text = lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans)
+    assert lmalgebra.spans({"a": {"path": bert_dir}}, texts, spans=spans).equals(by_text)
+    assert lmalgebra.spans({}, texts, spans=spans, reference_tokenizer=bert_dir).equals(by_text)
+    assert CorpusSpec(paths=[Path("c.txt")]).paths == ["c.txt"]

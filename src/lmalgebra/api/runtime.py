@@ -101,9 +101,7 @@ def library_call() -> Iterator[None]:
 Check = Callable[[Any], bool]
 
 
-def _annotation_check(
-    function: Callable[..., Any], annotation: str
-) -> tuple[Check, str] | None:
+def _annotation_check(function: Callable[..., Any], annotation: str) -> tuple[Check, str] | None:
     """Whether a value fits ``annotation`` (as written in ``function``'s module), judged by
     pydantic without converting anything; None where it cannot judge (``Any``, a name known to
     type checkers only).

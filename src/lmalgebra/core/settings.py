@@ -43,6 +43,10 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
     if first["type"] == "missing":
+        *within, last = first["loc"] or ("",)
+        if isinstance(last, int) and within:  # a tuple cut short: no key is missing
+            parent = ".".join(str(p) for p in within)
+            return f"{source}: key {parent!r}: too few values (none at position {last + 1})"
         return f"{source}: missing key {key!r}"
     given = first.get("input")
     shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
@@ -182,6 +186,32 @@ def _outside(value: Any, low: int, high: int) -> bool:
     return False
 
 
+def _admits_text(annotation: Any) -> bool:
+    """Whether ``annotation`` holds text but no ``Path`` (``str``, ``PathText | None``,
+    ``list[PathText]``): a path object given there is read as its text."""
+    options = [_bare(a) for a in _options(annotation)]
+    if any(a is Path for a in options):
+        return False
+    return any(
+        a is str
+        or (typing.get_origin(a) in (list, tuple) and str in map(_bare, typing.get_args(a)))
+        for a in options
+    )
+
+
+def _options(annotation: Any) -> tuple[Any, ...]:
+    """The members of a union annotation, or the annotation alone."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    return typing.get_args(annotation) if union else (annotation,)
+
+
+def _bare(annotation: Any) -> Any:
+    """``annotation`` without its ``Annotated`` metadata (``PathText`` is ``str``)."""
+    if typing.get_origin(annotation) is Annotated:
+        return typing.get_args(annotation)[0]
+    return annotation
+
+
 def _admits_number(annotation: Any) -> bool:
     return annotation in (int, float)
 
@@ -251,6 +281,21 @@ class Settings(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         if field is not None and is_empty_path(field.annotation, value, field.metadata):
             raise PydanticCustomError("empty_path", EMPTY_PATH)
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _path_as_text(cls, value: Any, info: ValidationInfo) -> Any:
+        """A path object (``pathlib.Path``) where a setting holds text (a model's ``path``, a
+        ``reference_tokenizer``: a directory, or a hub id that no ``Path`` holds) is its text,
+        not refused as "a valid string"; so are those of a list of such texts."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or not _admits_text(field.annotation):
+            return value
+        if isinstance(value, os.PathLike):
+            return os.fspath(value)
+        if isinstance(value, list | tuple) and any(isinstance(v, os.PathLike) for v in value):
+            return [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value]
         return value
 
     @field_validator("*", mode="after")
