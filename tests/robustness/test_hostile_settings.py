@@ -683,3 +683,32 @@ def test_a_layer_study_of_embeddings_given_as_they_are_is_refused_before_embeddi
             call(models, texts, **settings, **options)
         assert "\n" not in str(err.value) and "array of embeddings" in str(err.value)
     assert not (tmp_path / "cache" / "embeddings").exists()
+
+
+def test_merge_train_takes_a_causal_students_own_settings_from_flags(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``merge train`` had flags for the settings both objectives share only: a causal
+    student's own (``label_smoothing``, ``objective_mix``, ``validation_*``, ``patience``,
+    ``lambda_candidates``, ``kd_balance``) could be set in a recipe alone, though the docs say
+    every training setting has its flag. They are flags now; a masked recipe refuses them,
+    naming the key."""
+    import json
+
+    from causal_fixtures import taught_causal_recipe
+
+    training = {"steps": 1, "batch_size": 4, "warmup_steps": 0}
+    (tmp_path / "causal").mkdir()
+    (tmp_path / "masked").mkdir()
+    recipe = taught_causal_recipe(tmp_path / "causal", causal_teacher_dirs, training)
+    smoothing = ["--training.label_smoothing", "0.1", "--training.objective_mix", "{ce: 1}"]
+    args = ["merge", "train", str(recipe), "--name", "smoothed", *smoothing, "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    model = recipe.parent / "run" / "smoothed" / "model"
+    saved = json.loads((model / "lmalgebra.json").read_text())
+    assert saved["training"]["label_smoothing"] == 0.1
+    assert saved["training"]["objective_mix"] == {"ce": 1.0}
+    masked = write_recipe(tmp_path / "masked", teacher_dirs, student=TINY_STUDENT)
+    code, stderr = cli(["merge", "train", str(masked), "--training.label_smoothing", "0.1"])
+    assert_one_line(code, stderr, ["label_smoothing"])

@@ -196,11 +196,14 @@ def _kind(key: str, annotation: Any, style: FlagStyle) -> tuple[FlagKind, Any]:
         return "list", item
     if origin is tuple:
         return "tuple", annotation
-    if origin in (Union, types.UnionType) and all(
-        typing.get_origin(a) in (list, dict)
-        for a in typing.get_args(annotation)
-        if a is not type(None)
-    ):  # a list or a mapping (``training.teachers``): written as YAML
+    if origin is dict or (
+        origin in (Union, types.UnionType)
+        and all(
+            typing.get_origin(a) in (list, dict)
+            for a in typing.get_args(annotation)
+            if a is not type(None)
+        )
+    ):  # a mapping, or a list or a mapping (``training.teachers``): written as YAML
         return "structured", annotation
     if origin in (dict, Mapping, Union, types.UnionType) or _is_config(annotation):
         raise TypeError(f"{key}: no flag for a field of type {annotation}; skip it")
@@ -276,7 +279,7 @@ def _metavar(flag: ConfigFlag) -> str:
     if flag.kind == "tuple":
         return ",".join(name(a) for a in typing.get_args(flag.item_type))
     if flag.kind == "structured":
-        return "A,B|{KEY: [A]}"
+        return "{KEY: VALUE}" if typing.get_origin(flag.item_type) is dict else "A,B|{KEY: [A]}"
     if flag.kind == "list":
         return f"{name(flag.item_type)},..." if flag.style.comma_separated else name(flag.item_type)
     return name(flag.item_type)

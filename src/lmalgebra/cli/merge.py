@@ -12,7 +12,7 @@ from lmalgebra.cli.app import CommandGroup, app, console
 from lmalgebra.cli.config_options import config_flags, with_config_flags
 from lmalgebra.cli.merge_tables import plan_tables, run_table
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.train.config import TrainingSpec
+from lmalgebra.train.config import CausalTrainingSpec
 
 merge_app = typer.Typer(
     cls=CommandGroup,
@@ -40,7 +40,9 @@ RestartOpt = Annotated[
         "for other inputs or settings).",
     ),
 ]
-TRAINING_FLAGS = config_flags(TrainingSpec, prefix="training.")
+# every training setting of either objective (a causal student's own settings included): one
+# the recipe's objective does not read is refused by ``merge``, naming it
+TRAINING_FLAGS = config_flags(CausalTrainingSpec, prefix="training.")
 
 
 def _stage_done(what: str, run: Any, next_command: str) -> None:
