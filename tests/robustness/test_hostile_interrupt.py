@@ -250,3 +250,24 @@ def test_a_ctrl_c_swallowed_by_a_finaliser_is_raised_again() -> None:
         interrupt.check()
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+EARLY = """
+import runpy, sys
+
+class Stop:  # Ctrl-C while the command line imports its modules (the first second)
+    def find_spec(self, name, path=None, target=None):
+        if name == "rich.console":
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Stop())
+sys.argv = ["lmalgebra", "--help"]
+runpy.run_module("lmalgebra", run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    """Ctrl-C in the first second of ``lmalgebra``, while it imports its modules, had ended in
+    a traceback of the import machinery."""
+    done = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True)
+    assert_interrupted(done.returncode, done.stderr)

@@ -15,23 +15,27 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-import typer
-from rich.console import Console
-from rich.markup import escape
+try:  # a Ctrl-C while the command line loads (a second of imports) ends as one later does
+    import typer
+    from rich.console import Console
+    from rich.markup import escape
 
-import lmalgebra.cli.assets
-import lmalgebra.cli.evaluate
-import lmalgebra.cli.experimental
-import lmalgebra.cli.lmd
-import lmalgebra.cli.merge
-import lmalgebra.cli.merge_bits
-import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
-from lmalgebra.api.runtime import QUIET_ENVIRONMENT
-from lmalgebra.cli.app import app
-from lmalgebra.cli.path_values import read_paths
-from lmalgebra.core import interrupt
-from lmalgebra.core.errors import TrainingDivergedError, UserInputError
-from lmalgebra.core.threads import pin_thread_count_when_imported
+    import lmalgebra.cli.assets
+    import lmalgebra.cli.evaluate
+    import lmalgebra.cli.experimental
+    import lmalgebra.cli.lmd
+    import lmalgebra.cli.merge
+    import lmalgebra.cli.merge_bits
+    import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
+    from lmalgebra.api.runtime import QUIET_ENVIRONMENT
+    from lmalgebra.cli.app import app
+    from lmalgebra.cli.path_values import read_paths
+    from lmalgebra.core import interrupt
+    from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+    from lmalgebra.core.threads import pin_thread_count_when_imported
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted; run the same command again to resume\n")
+    raise SystemExit(130) from None
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
 
@@ -40,6 +44,7 @@ def _run() -> object:
     """Set up logging and threads, then run the command; what typer returns (see ``main``)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("torch").setLevel(logging.WARNING)  # its exit report, after a Ctrl-C
     _quiet_transformers()
     # same bits in every process, busy machine or not (resumed runs); torch is imported only by
     # the commands that compute, after their input is parsed and checked
