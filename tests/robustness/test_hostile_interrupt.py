@@ -271,3 +271,32 @@ def test_a_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
     a traceback of the import machinery."""
     done = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True)
     assert_interrupted(done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("shown", [False, True])
+def test_a_ctrl_c_swallowed_by_a_finaliser_stops_every_loop(
+    shown: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside training (``merge teach``, ``prepare``, embedding, evaluation) a Ctrl-C that
+    landed in a finaliser had been lost: the command ran on to its end, exit 0. Every long loop
+    advances a progress bar, shown or not, and its next advance raises it."""
+    from lmalgebra.core import interrupt, progress
+
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: shown)
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupt.install()
+
+        class Finaliser:
+            def __del__(self) -> None:
+                signal.raise_signal(signal.SIGINT)  # its KeyboardInterrupt: ignored
+
+        with progress.progress_bar("teach xx/wp", 4) as advance:
+            advance(1)
+            Finaliser()  # collected at once: Python prints "Exception ignored in" and goes on
+            with pytest.raises(KeyboardInterrupt):
+                advance(1)
+        interrupt.install()
+    finally:
+        signal.signal(signal.SIGINT, before)
