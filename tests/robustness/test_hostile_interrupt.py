@@ -300,3 +300,37 @@ def test_a_ctrl_c_swallowed_by_a_finaliser_stops_every_loop(
         interrupt.install()
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+TERMINATED_MID_EVALUATION = """
+import signal, sys
+import lmalgebra.evaluate.pos_tagging as pos
+
+def stopped(*args, **kwargs):  # SIGTERM (a scheduler's time limit, `timeout`) mid-evaluation
+    signal.raise_signal(signal.SIGTERM)
+
+pos._evaluate = stopped
+sys.argv = ["lmalgebra", "evaluate-pos", *sys.argv[1:]]
+from lmalgebra.cli import main
+main()
+"""
+
+
+def test_sigterm_is_taken_as_a_ctrl_c(bert_dir: Path, tmp_path: Path) -> None:
+    """SIGTERM had ended a command at once: no line, its lock file and the directories it had
+    made left behind. It now stops the command as Ctrl-C does, naming the signal, exit 143."""
+    bank = one_word_treebank(tmp_path / "bank")
+    out = tmp_path / "pos"
+    args = [str(bank), "--models", f"a={bert_dir}", "--out", str(out), "--no-progress"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", TERMINATED_MID_EVALUATION, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 143, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last == "terminated (SIGTERM); run the same command again to resume"
+    assert not out.exists()  # taken back, its lock with it

@@ -38,6 +38,7 @@ except KeyboardInterrupt:
     raise SystemExit(130) from None
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+TERMINATED = 143  # 128 + SIGTERM
 
 
 def _run() -> object:
@@ -127,7 +128,10 @@ def run_command(call: Callable[[], object]) -> None:
 
 
 def _interrupted() -> NoReturn:
+    """Ctrl-C (exit 130), or SIGTERM taken as one (128 + SIGTERM, 143): one line."""
+    stop = ("terminated (SIGTERM)", TERMINATED) if interrupt.terminated() else None
+    what, status = stop or ("interrupted", INTERRUPTED)
     Console(stderr=True).print(
-        "interrupted; run the same command again to resume", highlight=False, soft_wrap=True
+        f"{what}; run the same command again to resume", highlight=False, soft_wrap=True
     )
-    sys.exit(INTERRUPTED)
+    sys.exit(status)
