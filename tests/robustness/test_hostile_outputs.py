@@ -1187,7 +1187,7 @@ def test_a_run_read_back_and_saved_onto_a_full_disk_is_one_error(
     loaded = Decomposition.load(finished_run)
     with monkeypatch.context() as patch:
         patch.setattr(shutil, "copyfile", full)
-        with pytest.raises(OutOfSpaceError, match="while writing .*fits.csv"):
+        with pytest.raises(OutOfSpaceError, match=r"while writing .*fits\.csv"):
             loaded.save(copy)
     assert not (copy / "summary.json").exists()
     assert not [p for p in copy.rglob("*") if ".tmp-" in p.name]

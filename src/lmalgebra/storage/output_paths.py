@@ -301,7 +301,7 @@ def _locked(path: Path) -> bool:
     """Whether a process holds a lock on the file ``path``, as the kernel lists the locks it
     holds (``/proc/locks``: read, not taken); true where it keeps no such list."""
     try:
-        found = os.stat(path, follow_symlinks=False)
+        found = path.lstat()
         listing = Path("/proc/locks").read_text(encoding="ascii")
     except (OSError, ValueError):
         return True
