@@ -250,3 +250,87 @@ def test_a_ctrl_c_swallowed_by_a_finaliser_is_raised_again() -> None:
         interrupt.check()
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+EARLY = """
+import runpy, sys
+
+class Stop:  # Ctrl-C while the command line imports its modules (the first second)
+    def find_spec(self, name, path=None, target=None):
+        if name == "rich.console":
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Stop())
+sys.argv = ["lmalgebra", "--help"]
+runpy.run_module("lmalgebra", run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_while_the_command_line_loads_is_one_line() -> None:
+    """Ctrl-C in the first second of ``lmalgebra``, while it imports its modules, had ended in
+    a traceback of the import machinery."""
+    done = subprocess.run([sys.executable, "-c", EARLY], capture_output=True, text=True)
+    assert_interrupted(done.returncode, done.stderr)
+
+
+@pytest.mark.parametrize("shown", [False, True])
+def test_a_ctrl_c_swallowed_by_a_finaliser_stops_every_loop(
+    shown: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outside training (``merge teach``, ``prepare``, embedding, evaluation) a Ctrl-C that
+    landed in a finaliser had been lost: the command ran on to its end, exit 0. Every long loop
+    advances a progress bar, shown or not, and its next advance raises it."""
+    from lmalgebra.core import interrupt, progress
+
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: shown)
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupt.install()
+
+        class Finaliser:
+            def __del__(self) -> None:
+                signal.raise_signal(signal.SIGINT)  # its KeyboardInterrupt: ignored
+
+        with progress.progress_bar("teach xx/wp", 4) as advance:
+            advance(1)
+            Finaliser()  # collected at once: Python prints "Exception ignored in" and goes on
+            with pytest.raises(KeyboardInterrupt):
+                advance(1)
+        interrupt.install()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+TERMINATED_MID_EVALUATION = """
+import signal, sys
+import lmalgebra.evaluate.pos_tagging as pos
+
+def stopped(*args, **kwargs):  # SIGTERM (a scheduler's time limit, `timeout`) mid-evaluation
+    signal.raise_signal(signal.SIGTERM)
+
+pos._evaluate = stopped
+sys.argv = ["lmalgebra", "evaluate-pos", *sys.argv[1:]]
+from lmalgebra.cli import main
+main()
+"""
+
+
+def test_sigterm_is_taken_as_a_ctrl_c(bert_dir: Path, tmp_path: Path) -> None:
+    """SIGTERM had ended a command at once: no line, its lock file and the directories it had
+    made left behind. It now stops the command as Ctrl-C does, naming the signal, exit 143."""
+    bank = one_word_treebank(tmp_path / "bank")
+    out = tmp_path / "pos"
+    args = [str(bank), "--models", f"a={bert_dir}", "--out", str(out), "--no-progress"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", TERMINATED_MID_EVALUATION, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 143, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.rstrip().splitlines()[-1]
+    assert last == "terminated (SIGTERM); run the same command again to resume"
+    assert not out.exists()  # taken back, its lock with it

@@ -68,3 +68,30 @@ def test_a_fifo_lock_file_beside_a_file_output_is_not_read(
         code, stderr = run_cli(["merge", "init", str(folder / "recipe.yaml")], monkeypatch, capsys)
     assert code == 0, stderr
     assert (folder / "recipe.yaml").is_file()
+
+
+def test_a_stale_lock_naming_a_live_process_does_not_hold_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed with ``kill -9`` leaves its lock file, naming its pid; once another process
+    has that pid, the file is no lock (the kernel holds none on it), and a file output inside the
+    directory had been refused as going into a directory in use by that process."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    folder = tmp_path / "killed-run"
+    folder.mkdir()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"pid": other.pid, "host": socket.gethostname(), "command": "decompose"}
+        (folder / LOCK_NAME).write_text(json.dumps(record) + "\n")
+        assert lock_holder(folder) is None
+        code, stderr = run_cli(["merge", "init", str(folder / "merge.yaml")], monkeypatch, capsys)
+        assert code == 0, stderr
+        with run_directory_lock(folder, "decompose"):  # held now: named as in use
+            assert lock_holder(folder) is None  # this process's own
+    finally:
+        other.kill()
+        other.wait()

@@ -1161,3 +1161,34 @@ def test_a_run_of_another_configuration_is_named_in_plain_words(
             overwrite=False,
             what="decomposition",
         )
+
+
+def test_a_run_read_back_and_saved_onto_a_full_disk_is_one_error(
+    finished_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Decomposition.load(RUN).save(DIR)`` onto a full disk had raised ``shutil.Error`` with a
+    list of every file it could not write, having copied on after the first, and left files cut
+    short: the first file the disk cannot hold is now one error naming it, nothing cut short is
+    left, and saved again with space the copy is finished."""
+    import errno
+    import shutil
+
+    from lmalgebra import Decomposition
+    from lmalgebra.storage.disk_space import OutOfSpaceError
+
+    copy = tmp_path / "copy"
+    real = shutil.copyfile
+
+    def full(source: str, target: str, *args: object, **kwargs: object) -> object:
+        if Path(source).name == "fits.csv":
+            raise OSError(errno.ENOSPC, "No space left on device", str(target))
+        return real(source, target, *args, **kwargs)
+
+    loaded = Decomposition.load(finished_run)
+    with monkeypatch.context() as patch:
+        patch.setattr(shutil, "copyfile", full)
+        with pytest.raises(OutOfSpaceError, match=r"while writing .*fits\.csv"):
+            loaded.save(copy)
+    assert not (copy / "summary.json").exists()
+    assert not [p for p in copy.rglob("*") if ".tmp-" in p.name]
+    assert Decomposition.load(loaded.save(copy)).names == loaded.names

@@ -315,3 +315,28 @@ def _damaged_gguf_entry(
     (entry,) = [p for p in (cache / "gguf").iterdir() if p.is_dir()]
     (entry / "model.safetensors").write_bytes(b"cut")
     return embed, entry
+
+
+def test_merge_verify_checks_a_run_it_may_not_write(
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """``merge verify`` reads a run: one it may not write (a read-only copy, another user's)
+    whose teachers' files were touched since (their remembered hashes to compute again) had
+    been reported as "cannot be checked against its teachers", the memo unwritable."""
+    from hostile_helpers import built_store
+    from lmalgebra.distill.layout import RunLayout
+
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = built_store(tmp_path, teachers)
+    run = tmp_path / "run"
+    for path in teachers.values():
+        (path / "model.safetensors").touch()  # a new time: its remembered hash is not used
+    read_only(run)
+    code, stderr = bound(["merge", "verify", str(run)], tmp_path / "cache")
+    assert code == 0, stderr
+    assert not any(RunLayout(run).hashes.glob(".*tmp-*")), recipe

@@ -229,8 +229,12 @@ class Decomposition:
                 top = Path(directory) == source
                 return [n for n in names if n.startswith(".") or (top and n in (CONFIG, SUMMARY))]
 
-            shutil.copytree(source, target, ignore=left_out, dirs_exist_ok=True)
-            write_atomic(target / SUMMARY, functools.partial(shutil.copyfile, source / SUMMARY))
+            # each file written whole, or not at all: a full disk is one error naming it (a
+            # copy's own errors are gathered into one list of every file, written on cut short)
+            shutil.copytree(
+                source, target, ignore=left_out, dirs_exist_ok=True, copy_function=_copy
+            )
+            _copy(source / SUMMARY, target / SUMMARY)
         return target
 
     @library_entry
@@ -310,3 +314,8 @@ def method_line(method: dict[str, Any]) -> str:
     error = method.get("error_estimate", {}).get("test")
     estimate = "" if error is None else f", error estimate {error:.3g} (test)"
     return f"; {method['name']}, k {k}{estimate}"
+
+
+def _copy(source: str | Path, target: str | Path) -> None:
+    """Copy the file ``source`` to ``target`` atomically (``write_atomic``)."""
+    write_atomic(Path(target), functools.partial(shutil.copyfile, source))

@@ -16,26 +16,31 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-import typer
-from rich.console import Console
-from rich.markup import escape
+try:  # a Ctrl-C while the command line loads (a second of imports) ends as one later does
+    import typer
+    from rich.console import Console
+    from rich.markup import escape
 
-import lmalgebra.cli.assets
-import lmalgebra.cli.evaluate
-import lmalgebra.cli.experimental
-import lmalgebra.cli.lmd
-import lmalgebra.cli.merge
-import lmalgebra.cli.merge_bits
-import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
-from lmalgebra.api.runtime import QUIET_ENVIRONMENT
-from lmalgebra.cli.app import app
-from lmalgebra.cli.path_values import read_paths
-from lmalgebra.core import interrupt
-from lmalgebra.core.errors import TrainingDivergedError, UserInputError
-from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count
-from lmalgebra.core.threads import pin_thread_count_when_imported
+    import lmalgebra.cli.assets
+    import lmalgebra.cli.evaluate
+    import lmalgebra.cli.experimental
+    import lmalgebra.cli.lmd
+    import lmalgebra.cli.merge
+    import lmalgebra.cli.merge_bits
+    import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
+    from lmalgebra.api.runtime import QUIET_ENVIRONMENT
+    from lmalgebra.cli.app import app
+    from lmalgebra.cli.path_values import read_paths
+    from lmalgebra.core import interrupt
+    from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+    from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count
+    from lmalgebra.core.threads import pin_thread_count_when_imported
+except KeyboardInterrupt:
+    sys.stderr.write("interrupted; run the same command again to resume\n")
+    raise SystemExit(130) from None
 
 INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a command stopped by Ctrl-C
+TERMINATED = 143  # 128 + SIGTERM
 
 
 def _run() -> object:
@@ -43,6 +48,7 @@ def _run() -> object:
     _check_environment()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("torch").setLevel(logging.WARNING)  # its exit report, after a Ctrl-C
     _quiet_transformers()
     # same bits in every process, busy machine or not (resumed runs); torch is imported only by
     # the commands that compute, after their input is parsed and checked
@@ -137,10 +143,13 @@ def run_command(call: Callable[[], object]) -> None:
 
 
 def _interrupted() -> NoReturn:
+    """Ctrl-C (exit 130), or SIGTERM taken as one (128 + SIGTERM, 143): one line."""
+    stop = ("terminated (SIGTERM)", TERMINATED) if interrupt.terminated() else None
+    what, status = stop or ("interrupted", INTERRUPTED)
     Console(stderr=True).print(
-        "interrupted; run the same command again to resume", highlight=False, soft_wrap=True
+        f"{what}; run the same command again to resume", highlight=False, soft_wrap=True
     )
-    sys.exit(INTERRUPTED)
+    sys.exit(status)
 
 
 def one_line(text: str) -> str:

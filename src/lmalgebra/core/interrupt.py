@@ -14,23 +14,34 @@ import threading
 from types import FrameType
 
 _REQUESTED = threading.Event()
+_TERMINATED = threading.Event()  # the signal was SIGTERM (a scheduler, ``timeout``, ``kill``)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
     _REQUESTED.set()
+    if signum == signal.SIGTERM:
+        _TERMINATED.set()
     signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
 
 
 def install() -> None:
     """Record every SIGINT of this process before raising it, from now on (main thread only; the
-    command line calls it as each command starts). A SIGINT the parent set to be ignored stays
-    ignored."""
+    command line calls it as each command starts), and take SIGTERM as a Ctrl-C: the command
+    takes back what it left unfinished and names the signal in its one line, where SIGTERM
+    had ended it at once. A signal the parent set to be ignored stays ignored."""
     _REQUESTED.clear()
-    if (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    ):
+    _TERMINATED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _handler)
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _handler)
+
+
+def terminated() -> bool:
+    """Whether the interrupt was a SIGTERM, not a Ctrl-C."""
+    return _TERMINATED.is_set()
 
 
 def check() -> None:

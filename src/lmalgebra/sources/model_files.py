@@ -9,6 +9,7 @@ still seen.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +50,17 @@ def memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
         if check == sha256_json([stamp, memoised]):
             return memoised
     digest = sha256_files(files, root)
-    if memo is not None:
+    if memo is not None and memo_dir is not None and _may_write(memo_dir):
         write_text_atomic(memo, f"{digest} {sha256_json([stamp, digest])}")
     return digest
+
+
+def _may_write(directory: Path) -> bool:
+    """Whether this process may write into ``directory`` (or make it): a memo of a place it may
+    only read (a read-only run that ``merge verify`` checks, a shared cache) is not written, and
+    the hash is computed again next time; anything else in the way is named by the write."""
+    found = next((p for p in (directory, *directory.parents) if p.exists()), directory)
+    return not found.is_dir() or os.access(found, os.W_OK | os.X_OK)
 
 
 _WIDTH = ("hidden_size", "d_model", "n_embd", "dim")

@@ -274,7 +274,8 @@ def read_lock_record(directory: Path) -> dict[str, Any] | None:
 def lock_holder(directory: Path) -> str | None:
     """Who holds ``directory``'s lock, when another live process of this machine does (its lock
     file names it: a holder removes the file when it lets go, and one killed leaves the pid of
-    a process that is gone); None otherwise. Read, not taken: a probe of the lock itself would
+    a process that is gone, or that another process has since taken, which holds no lock on
+    the file); None otherwise. Read, not taken: a probe of the lock itself would
     make a run starting at that moment find it taken."""
     record = read_lock_record(directory)
     if record is None:
@@ -291,7 +292,21 @@ def lock_holder(directory: Path) -> str | None:
         return None
     except PermissionError:
         pass
+    if not _locked(directory / LOCK_NAME):  # its pid now another process's: a stale record
+        return None
     return f"pid {pid}, {record.get('command', 'a command')}"
+
+
+def _locked(path: Path) -> bool:
+    """Whether a process holds a lock on the file ``path``, as the kernel lists the locks it
+    holds (``/proc/locks``: read, not taken); true where it keeps no such list."""
+    try:
+        found = path.lstat()
+        listing = Path("/proc/locks").read_text(encoding="ascii")
+    except (OSError, ValueError):
+        return True
+    inode = f"{os.major(found.st_dev):02x}:{os.minor(found.st_dev):02x}:{found.st_ino}"
+    return any(inode in line.split() for line in listing.splitlines())
 
 
 def not_a(directory: Path, kind: str) -> str:
