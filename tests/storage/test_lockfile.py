@@ -62,6 +62,32 @@ def test_lock_names_its_holder_and_is_removed_on_release(tmp_path: Path) -> None
         pass
 
 
+def test_a_failed_run_is_tidied_before_its_lock_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed run's scratch files and empty sub-directories had been removed after its lock
+    was released: a run that took the lock in between could lose its fresh ``recipe.yaml``.
+    They go under the lock now; the run's own new directory, empty once the lock file is gone,
+    after it."""
+    from lmalgebra.storage import lockfile
+
+    out = tmp_path / "out"
+    left_at_release: list[list[str]] = []
+    release = lockfile._release
+
+    def watched(directory: Path, fd: int | None) -> None:
+        left_at_release.append(sorted(p.name for p in directory.rglob("*") if p.name != LOCK_NAME))
+        release(directory, fd)
+
+    monkeypatch.setattr(lockfile, "_release", watched)
+    with pytest.raises(RuntimeError), run_directory_lock(out, "merge prepare", ["recipe.yaml"]):
+        (out / "recipe.yaml").write_text("a: 1\n", encoding="utf-8")
+        (out / "examples").mkdir()
+        raise RuntimeError("stopped")
+    assert left_at_release == [[]]
+    assert not out.exists()
+
+
 def test_lock_is_reentrant_within_a_process(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with run_directory_lock(out, "outer"), run_directory_lock(out, "inner"):

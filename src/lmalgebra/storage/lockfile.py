@@ -294,9 +294,13 @@ def run_directory_lock(
         failed = False
     finally:
         del _held[directory]
-        _release(directory, fd)
-        if failed and before is not None:
-            before.tidy(scratch)
+        try:  # what the failed run left, taken back under its lock: a run that takes the lock
+            if failed and before is not None:  # next finds none of it gone from under it
+                before.tidy(scratch, created=False)
+        finally:
+            _release(directory, fd)
+        if failed and before is not None:  # the directory itself, empty without the lock file
+            before.remove_created()
 
 
 @contextlib.contextmanager

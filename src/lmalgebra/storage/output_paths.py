@@ -505,9 +505,10 @@ class Snapshot:
         self.paths = set(_walk(self.root)) if exists and deep else set() if not exists else None
         return self
 
-    def tidy(self, scratch: Sequence[str]) -> None:
+    def tidy(self, scratch: Sequence[str], created: bool = True) -> None:
         """Remove the new files matching ``scratch`` when they are all the command added below
-        ``root``; then every new directory left empty, deepest first."""
+        ``root``; then every new directory left empty, deepest first (``created=False``: those
+        below ``root`` only, ``remove_created`` left to the caller)."""
         if not self.root.is_dir() or self.paths is None:
             return
         new = [p for p in _walk(self.root) if p not in self.paths]
@@ -520,7 +521,8 @@ class Snapshot:
         for directory in sorted(fresh, key=lambda d: -len(d.parts)):
             with contextlib.suppress(OSError):
                 directory.rmdir()  # fails, and is skipped, unless empty
-        self.remove_created()
+        if created:
+            self.remove_created()
 
     def remove_created(self) -> None:
         """Remove the root and its parents up to the first that existed before, deepest first,
