@@ -141,6 +141,36 @@ def test_a_store_of_other_shards_than_its_copies_fails_verify(
     assert_one_line(code, stderr, [str(manifest.parent), str(run / "masked" / "yy" / "sp")])
 
 
+def test_verify_names_a_run_another_command_is_writing(built: Path, tmp_path: Path, cli) -> None:
+    """``merge verify`` while ``merge teach`` held the run's lock reported the sets it had not
+    finished as missing, and advised running teach; it names the run as in use now."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    shutil.copytree(built, run)
+    holder = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from lmalgebra.storage.lockfile import run_directory_lock\n"
+        "with run_directory_lock(Path(sys.argv[1]), 'merge teach'):\n"
+        "    print('held', flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", holder, str(run)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "held"
+        code, stderr = cli(["merge", "verify", str(run)])
+        assert_one_line(code, stderr, [str(run), "in use", f"pid {process.pid}", "merge teach"])
+    finally:
+        process.kill()
+        process.wait()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
 def _copy_run(built: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A copy of the built run and of its recipe, pointing at the copy; (run, recipe)."""
     shutil.copytree(built.parent, tmp_path / "copy")

@@ -43,6 +43,7 @@ from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
     check_directory,
     directory_kind,
+    lock_holder,
     output_at,
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
@@ -72,8 +73,15 @@ def verify(run_dir: Path) -> list[str]:
     (``merge verify``), by the store parts of the objective its recipe has, each part of the
     store built from another recipe or other teachers, as training refuses it, and, once all
     of that passes, each saved student trained from teachers or a store as they were before
-    they changed, as ``merge evaluate`` refuses it."""
+    they changed, as ``merge evaluate`` refuses it. A run another command is writing is
+    refused, naming it: what it has not finished would read as missing."""
     layout = RunLayout(run_dir)
+    holder = lock_holder(layout.root) if layout.root.is_dir() else None
+    if holder is not None:
+        raise UserInputError(
+            f"{layout.root} is in use by another lmalgebra run ({holder}): verify it once that "
+            "ends (what it is writing would read as missing)"
+        )
     recipe = load_recipe(layout.require_recipe())
     objective = objective_of(recipe.model_copy(update={"output_dir": layout.root}))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
