@@ -341,3 +341,22 @@ def test_other_settings_over_a_student_that_kept_no_checkpoint_are_refused(
     assert digests(tmp_path / "run" / "student") == before
     more = ["--training.steps", "3", "--no-progress", *(["--dry-run"] if dry_run else [])]
     assert cli(["merge", "train", recipe, *more])[0] == 0
+
+
+def test_a_run_in_its_recipes_directory_keeps_the_users_recipe(
+    tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``output_dir: .`` beside the user's own ``recipe.yaml``: ``merge prepare`` had replaced
+    it with the run's normalised copy (the same settings, its comments lost). A copy that reads
+    as the recipe is kept as it is; the run reads it."""
+    from merge_fixtures import write_recipe
+
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=".")
+    text = "# my merge: two teachers, see the notes\n" + recipe.read_text(encoding="utf-8")
+    recipe.write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, stderr = cli(["merge", "prepare", "recipe.yaml", "--no-progress"])
+    assert code == 0, stderr
+    assert recipe.read_text(encoding="utf-8") == text
+    code, stderr = cli(["merge", "verify", "."])
+    assert code == 0, stderr  # the run reads its recipe

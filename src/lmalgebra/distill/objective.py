@@ -12,6 +12,7 @@ store's sets, what makes one shard of each, the training and the evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -44,7 +45,7 @@ from lmalgebra.distill.layout import (
     read_marker,
     trusted_model,
 )
-from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe
 from lmalgebra.distill.run.evaluation_record import (
     RECORD,
     Basis,
@@ -304,9 +305,14 @@ class Objective(ABC):
 
     def record_recipe(self) -> None:
         """Write the run's copy of the recipe (``recipe.yaml``), which the commands given the
-        run directory read."""
-        text = yaml.safe_dump(self.recipe.model_dump(mode="json"), sort_keys=False)
-        write_text_atomic(self.layout.recipe, text)
+        run directory read; one there that reads as this recipe is kept as it is (the user's
+        own, comments and all, where the run is the recipe's directory: ``output_dir: .``)."""
+        settings = self.recipe.model_dump(mode="json")
+        if self.layout.recipe.is_file():
+            with contextlib.suppress(UserInputError):  # a damaged copy is written again
+                if load_recipe(self.layout.recipe).model_dump(mode="json") == settings:
+                    return
+        write_text_atomic(self.layout.recipe, yaml.safe_dump(settings, sort_keys=False))
 
     @abstractmethod
     def vocab(self) -> None:
