@@ -75,6 +75,27 @@ def test_a_copy_of_the_teacher_carries_all_of_it(causal_teacher_dirs: dict[str, 
     assert not math.isclose(last[1].teacher_from_student, rows[1].teacher_from_student)
 
 
+def test_a_student_whose_embeddings_do_not_vary_leaves_coverage_out(
+    causal_teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A collapsed student (its final layer norm zero: every span's embedding the same) had
+    aborted the whole evaluation; its language is left out of the coverage, as for too little
+    text, naming the model, and the rest of the evaluation stands."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    collapsed = tmp_path / "collapsed"
+    shutil.copytree(causal_teacher_dirs["bl"], collapsed)
+    weights = load_file(collapsed / "model.safetensors")
+    for name in ("transformer.ln_f.weight", "transformer.ln_f.bias"):
+        weights[name] = weights[name] * 0
+    save_file(weights, collapsed / "model.safetensors", metadata={"format": "pt"})
+    rows, skipped = _coverage({"uni": causal_teacher_dirs["uni"]}, {"collapsed": collapsed})
+    assert rows == []
+    assert "LMD cannot score it" in skipped["xx"] and "'collapsed' does not vary" in skipped["xx"]
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     """A causal run (half the examples held out) with a byte-level student trained two steps."""

@@ -27,6 +27,7 @@ from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.settings.spans import HeldOutSpans, TooLittleTextError
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.stats.moments import ConstantModelError
 from lmalgebra.storage.csv_tables import Table
 from lmalgebra.storage.output_paths import default_cache_dir
 
@@ -125,7 +126,8 @@ def lmd_coverage(
     spec: CoverageSpec,
 ) -> tuple[list[CoverageRow], dict[str, str]]:
     """Coverage rows of every language of ``texts``, and the languages left out: language ->
-    why (held-out text too short for a span in some split; the rest of the evaluation stands)."""
+    why (held-out text too short for a span in some split, a model whose embeddings do not vary
+    over it; the rest of the evaluation stands)."""
     rows: list[CoverageRow] = []
     skipped: dict[str, str] = {}
     for lang, docs in texts.items():
@@ -133,5 +135,8 @@ def lmd_coverage(
             rows += language_coverage(lang, docs, corpora[lang], teachers_of[lang], students, spec)
         except TooLittleTextError as err:
             skipped[lang] = f"too little held-out text for LMD ({err}); raise heldout_fraction"
+        except ConstantModelError as err:  # a collapsed student, say: the rest still scores it
+            skipped[lang] = f"LMD cannot score it: {err}"
+        if lang in skipped:
             log.warning("LMD coverage, %s: %s", lang, skipped[lang])
     return rows, skipped

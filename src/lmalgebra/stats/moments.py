@@ -71,12 +71,17 @@ class ModelColumns:
         return np.arange(self.start, self.basis_stop)
 
 
+class ConstantModelError(UserInputError):
+    """A model whose embeddings do not vary over the training spans: nothing fits it or from it
+    (an evaluation leaves the language out of its LMD coverage, as for too little text)."""
+
+
 def refuse_constant(name: str, variance: float) -> None:
     """Refuse model ``name`` whose training embeddings hold ``variance`` (their mean, or summed,
     per-dimension variance) of zero: every span's vector the same, it explains nothing and
     nothing explains it (its R^2 is 0/0, its relative ridge penalty 0)."""
     if not variance > 0:
-        raise UserInputError(
+        raise ConstantModelError(
             f"model {name!r} does not vary over the training spans (every embedding is the "
             "same): nothing can be fitted to it or from it; check its embeddings"
         )
