@@ -161,3 +161,5 @@ def test_singular_basis_is_refused_and_small_samples_warn(caplog: pytest.LogCapt
     m.update(near)
     Decomposer(blocks, {"train": SplitMoments.of(m)}, 0.0, "absolute").fit("a", ["b"])
     assert "basis [b] is ill-conditioned" in caplog.text
+    # named for a Python caller (LinearDecomposition's alpha) as for the command line's
+    assert "consider a larger alpha (--alpha on the command line)" in caplog.text

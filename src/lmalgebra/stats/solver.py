@@ -209,7 +209,8 @@ class Decomposer:
         condition = float((diag.max() / diag.min()) ** 2)
         if condition > ILL_CONDITIONED:
             log.warning(
-                "basis [%s] is ill-conditioned (condition ~%.1e); consider a larger --alpha",
+                "basis [%s] is ill-conditioned (condition ~%.1e); consider a larger alpha "
+                "(--alpha on the command line)",
                 label,
                 condition,
             )
