@@ -100,14 +100,14 @@ def _past_unions(first: dict[str, Any], errors: list[dict[str, Any]]) -> tuple[d
 _SEQUENCES = (list, tuple, set, frozenset)
 
 
+BOOL_NAMES = ("bool", "bool_")  # numpy's boolean scalar type, as numpy 2 and 1 name it
+
+
 def is_boolean(value: Any) -> bool:
     """Whether ``value`` is a boolean: Python's, or numpy's (``np.bool_``, which is no ``bool``
     and which pydantic reads as the integer 0 or 1)."""
     kind = type(value)
     return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
-
-
-BOOL_NAMES = ("bool", "bool_")  # numpy's boolean scalar type, as numpy 2 and 1 name it
 
 
 def _bool_for_number(annotation: Any, value: Any) -> bool:
