@@ -160,3 +160,46 @@ def test_a_newline_in_a_path_named_keeps_the_message_one_line(tmp_path: Path, cl
     run = tmp_path / "a\nb"
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, ["a\\nb"])
+
+
+def test_a_runs_relative_paths_read_from_elsewhere_are_refused_naming_both_directories(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe's relative paths are read from the current directory; the commands given the
+    run directory read them from its copy, and from another directory had named the teachers
+    missing (or read other files of those names). The copy records where the run was made: a
+    relative path that names something there and nothing here is refused, naming its key and
+    both directories; from the run's own directory the same commands read it as before."""
+    from lmalgebra.distill.pipeline import prepare, verify
+    from lmalgebra.distill.recipe import MADE_IN, load_recipe, run_recipe
+    from merge_fixtures import build_teachers, write_recipe
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    teachers = build_teachers(project)
+    path = write_recipe(project, {n: p.relative_to(project) for n, p in teachers.items()})
+    data = yaml.safe_load(path.read_text())
+    data["output_dir"] = "run"
+    for spec in data["languages"].values():
+        spec["corpus"]["paths"] = [Path(p).name for p in spec["corpus"]["paths"]]
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(project)
+    recipe = load_recipe(path)
+    prepare(recipe, progress=False)
+    copy = project / "run" / "recipe.yaml"
+    assert copy.read_text().splitlines()[0] == f'{MADE_IN}"{project}"'
+    assert load_recipe(copy).model_dump() == recipe.model_dump()  # fingerprints unchanged
+    assert run_recipe(Path("run")).output_dir == Path("run")  # read from here: refused nothing
+
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(UserInputError, match=r"key 'languages\.xx\.corpus\.paths'") as err:
+        verify(project / "run")
+    assert "\n" not in str(err.value)
+    code, stderr = cli(["merge", "verify", str(project / "run")])
+    needles = ["key 'languages.xx.corpus.paths'", str(project), str(elsewhere), "run the command"]
+    assert_one_line(code, stderr, needles)
+    (elsewhere / "xx.txt").write_text("another file of that name\n")
+    (elsewhere / "yy.txt").write_text("another file of that name\n")
+    (elsewhere / "wp").mkdir()
+    with pytest.raises(UserInputError, match=r"key 'teachers\.sp\.path'"):
+        run_recipe(project / "run")  # a path found here but not its neighbours

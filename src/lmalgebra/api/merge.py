@@ -27,7 +27,7 @@ from lmalgebra.distill.pipeline import (
     training_of,
     verify,
 )
-from lmalgebra.distill.recipe import RECIPES, MergeRecipe, load_recipe, parse_recipe
+from lmalgebra.distill.recipe import RECIPES, MergeRecipe, load_recipe, parse_recipe, run_recipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.train.config import TrainingSpec
 
@@ -78,8 +78,7 @@ class MergeRun:
     def load(cls, run_dir: str | Path) -> MergeRun:
         """The run in ``run_dir`` (from its ``recipe.yaml``), with the students saved there."""
         layout = RunLayout(Path(run_dir).absolute())
-        recipe = load_recipe(layout.require_recipe())
-        run = cls(recipe.model_copy(update={"output_dir": layout.root}))
+        run = cls(run_recipe(layout.root))
         run.students = layout.saved_students()
         return run
 

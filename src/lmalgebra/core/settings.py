@@ -173,6 +173,35 @@ def _names_path(annotation: Any) -> bool:
     )
 
 
+def path_texts(settings: BaseModel, prefix: str = "") -> typing.Iterator[tuple[str, str]]:
+    """Every path a settings object holds (fields that promise a ``Path`` or a ``PathText``,
+    in nested settings, mappings and lists too), as (dotted key, text)."""
+    for name, field in type(settings).model_fields.items():
+        key, value = f"{prefix}{name}", getattr(settings, name)
+        if PATH_TEXT in field.metadata or _names_path(field.annotation) or _lists_paths(field):
+            items = value if isinstance(value, list) else [value]
+            yield from ((key, str(v)) for v in items if v is not None)
+        else:
+            yield from _nested_paths(value, key)
+
+
+def _lists_paths(field: Any) -> bool:
+    return typing.get_origin(field.annotation) is list and any(
+        _names_path(a) for a in typing.get_args(field.annotation)
+    )
+
+
+def _nested_paths(value: Any, key: str) -> typing.Iterator[tuple[str, str]]:
+    if isinstance(value, BaseModel):
+        yield from path_texts(value, f"{key}.")
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            yield from _nested_paths(item, f"{key}.{name}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _nested_paths(item, f"{key}.{i}")
+
+
 INT64_MAX = 2**63 - 1
 SEED_MAX = 2**64 - 1  # numpy takes no negative seed, torch none beyond this
 

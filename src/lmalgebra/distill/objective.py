@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-import yaml
 
 from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import sha256_json
@@ -45,7 +44,7 @@ from lmalgebra.distill.layout import (
     read_marker,
     trusted_model,
 )
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe, run_copy_text
 from lmalgebra.distill.run.evaluation_record import (
     RECORD,
     Basis,
@@ -312,7 +311,7 @@ class Objective(ABC):
             with contextlib.suppress(UserInputError):  # a damaged copy is written again
                 if load_recipe(self.layout.recipe).model_dump(mode="json") == settings:
                     return
-        write_text_atomic(self.layout.recipe, yaml.safe_dump(settings, sort_keys=False))
+        write_text_atomic(self.layout.recipe, run_copy_text(self.recipe))
 
     @abstractmethod
     def vocab(self) -> None:

@@ -32,7 +32,7 @@ from lmalgebra.distill.layout import (
 )
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
-from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, load_recipe
+from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, run_recipe
 from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
@@ -82,8 +82,7 @@ def verify(run_dir: Path) -> list[str]:
             f"{layout.root} is in use by another lmalgebra run ({holder}): verify it once that "
             "ends (what it is writing would read as missing)"
         )
-    recipe = load_recipe(layout.require_recipe())
-    objective = objective_of(recipe.model_copy(update={"output_dir": layout.root}))
+    objective = objective_of(run_recipe(run_dir))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
     problems += record_problems(layout, objective.kind, objective.row_kinds())
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
@@ -366,8 +365,7 @@ def refuse_parts_in_the_way(objective: Objective, stages: Sequence[Stage]) -> No
 
 def inspect_run(run_dir: Path) -> RunInspection:
     """What the run in ``run_dir`` holds, as its recipe's objective reports it."""
-    recipe = load_recipe(RunLayout(run_dir).require_recipe())
-    return objective_of(recipe.model_copy(update={"output_dir": run_dir})).inspect()
+    return objective_of(run_recipe(run_dir)).inspect()
 
 
 def prepare(recipe: MergeRecipe, progress: bool = True) -> None:

@@ -10,9 +10,13 @@ names, so a setting of the other objective is an unknown key, never silently ign
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
+import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -26,11 +30,19 @@ from pydantic import (
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import read_yaml
-from lmalgebra.core.settings import PathText, Settings, SettingsError, describe, refuse_ignored
-from lmalgebra.distill.layout import check_plain_name
+from lmalgebra.core.settings import (
+    PathText,
+    Settings,
+    SettingsError,
+    describe,
+    home_expanded,
+    path_texts,
+    refuse_ignored,
+)
+from lmalgebra.distill.layout import RunLayout, check_plain_name
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
-from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.corpus import CorpusSpec, split_language
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec
 
@@ -480,3 +492,50 @@ def causal_only(recipe: MergeRecipe, refusal: str) -> CausalRecipe:
 def load_recipe(path: Path) -> MergeRecipe:
     """The recipe in the YAML file ``path``."""
     return parse_recipe(read_yaml(path), str(path))
+
+
+# the first line of a run's copy of its recipe: the directory its relative paths were read from
+MADE_IN = "# relative paths below are read from the directory the run was made in: "
+
+
+def run_copy_text(recipe: MergeRecipe) -> str:
+    """The run's copy of ``recipe`` (``recipe.yaml``), headed by the current directory."""
+    settings = recipe.model_dump(mode="json")
+    return MADE_IN + json.dumps(str(Path.cwd())) + "\n" + yaml.safe_dump(settings, sort_keys=False)
+
+
+def run_recipe(run_dir: Path) -> MergeRecipe:
+    """The recipe of the run in ``run_dir``, read from its copy, whose ``output_dir`` is
+    ``run_dir``. A relative path in the copy that names nothing from the current directory but
+    something from the directory the run was made in (the copy's first line) is refused,
+    naming its key and both directories: read from here it would be another file or none."""
+    layout = RunLayout(run_dir)
+    copy = layout.require_recipe()
+    recipe = load_recipe(copy)
+    base, here = _made_in(copy), Path.cwd()
+    for key, text in path_texts(recipe) if base not in (None, here) else ():
+        path = home_expanded(Path(split_language(text)[1]))
+        if key != "output_dir" and not path.is_absolute() and _moved(path, base, here):
+            raise UserInputError(
+                f"{copy}: key {key!r}: {text!r} is relative to {base}, where the run was made, "
+                f"and names nothing from the current directory {here}: run the command from "
+                f"{base} (or name it by an absolute path in the recipe)"
+            )
+    return recipe.model_copy(update={"output_dir": layout.root})
+
+
+def _moved(path: Path, base: Path | None, here: Path) -> bool:
+    exists = os.path.lexists  # a link to nothing is there too
+    return base is not None and exists(base / path) and not exists(here / path)
+
+
+def _made_in(copy: Path) -> Path | None:
+    """The directory named on the first line of the run's copy ``copy`` (none: a copy from
+    before the line was written, or the user's own recipe kept as the copy)."""
+    with copy.open("rb") as handle:
+        first = handle.readline().decode("utf-8", "replace").rstrip("\n")
+    if not first.startswith(MADE_IN):
+        return None
+    with contextlib.suppress(ValueError):
+        return Path(json.loads(first.removeprefix(MADE_IN)))
+    return None

@@ -33,7 +33,7 @@ from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts, require_examples
 from lmalgebra.distill.layout import RunLayout
-from lmalgebra.distill.recipe import causal_only, load_recipe
+from lmalgebra.distill.recipe import causal_only, run_recipe
 from lmalgebra.distill.teachers import load_lm, max_positions, refuse_other_head
 from lmalgebra.sources.embed import refuse_foreign_ids
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
@@ -322,7 +322,7 @@ def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
             f"model names must be unique; repeated: {', '.join(repeated)} (name each model: "
             f"{either('--models NAME=REFERENCE', 'models={NAME: REFERENCE}')})"
         )
-    teachers = load_recipe(RunLayout(run_dir).require_recipe()).teachers
+    teachers = run_recipe(run_dir).teachers
     for ref in models:
         spec = teachers.get(ref.name)
         if spec is not None and not _same_model(ref, spec.ref(ref.name)):
@@ -406,7 +406,7 @@ def run_teachers(run_dir: Path) -> list[ModelRef]:
     """The causal teachers of the run in ``run_dir`` (what ``merge bits-per-byte`` scores when
     given no model); refused for a masked-LM run, whose teachers are no causal LMs."""
     recipe = causal_only(
-        load_recipe(RunLayout(run_dir).require_recipe()),
+        run_recipe(run_dir),
         f"{run_dir} is a masked-LM run: name the causal LMs to score with "
         f"{either('--models', 'models=')}",
     )

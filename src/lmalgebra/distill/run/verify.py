@@ -16,7 +16,7 @@ from pathlib import Path
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import not_a_directory, not_a_file
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe
+from lmalgebra.distill.recipe import MergeRecipe, run_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
 from lmalgebra.storage.completion import STAMP, CompletionStamp
@@ -32,7 +32,7 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
     and of their outputs; ``vocab``: whether the objective builds a vocabulary (the run's
     objective says both: ``distill.pipeline.verify``)."""
     layout = RunLayout(run_dir)
-    recipe = load_recipe(layout.require_recipe())
+    recipe = run_recipe(run_dir)
     problems = missing_parts(layout, recipe, store_parts, vocab)
     for part in SHARD_SETS:
         for directory in shard_set_directories(layout.root / part):
