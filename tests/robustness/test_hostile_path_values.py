@@ -203,3 +203,28 @@ def test_a_runs_relative_paths_read_from_elsewhere_are_refused_naming_both_direc
     (elsewhere / "wp").mkdir()
     with pytest.raises(UserInputError, match=r"key 'teachers\.sp\.path'"):
         run_recipe(project / "run")  # a path found here but not its neighbours
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            "models: [{name: a, path: package:minilm}]\n"
+            "corpus: {paths: [package:wiki-en]}\nout: ~\n",
+            "out",
+        ),
+        (
+            "languages: {en: {corpus: {paths: [~]}, teachers: [a]}}\nteachers: {a: {path: x}}\n",
+            "languages.en.corpus.paths.0",
+        ),
+    ],
+    ids=["decompose-out", "merge-corpus"],
+)
+def test_a_path_key_given_yaml_null_says_so(cli, here: Path, text: str, key: str) -> None:
+    """``out: ~`` (the home directory, a user meant) is YAML's null: it had been refused as
+    "Input is not a valid path for <class 'pathlib.Path'>, got None", no word of why."""
+    (here / "r.yaml").write_text(text)
+    command = ["decompose"] if text.startswith("models") else ["merge", "prepare"]
+    code, stderr = cli([*command, "r.yaml", *(["--dry-run"] if command == ["decompose"] else [])])
+    line = assert_one_line(code, stderr, [f"key {key!r}", "YAML's null", "'~' in quotes"])
+    assert "pathlib" not in line

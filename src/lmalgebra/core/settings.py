@@ -50,6 +50,10 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
         return f"{source}: missing key {key!r}"
     given = first.get("input")
     shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
+    if first["type"] == "path_type":  # not pydantic's "valid path for <class 'pathlib.Path'>"
+        msg = "must be a path"
+    if given is None and first["type"] in ("path_type", "string_type"):  # `out: ~` in YAML
+        shown += " (YAML's null: an empty value, ~ or null; '~' in quotes is the home directory)"
     return f"{source}: key {key!r}: {msg}{shown}"
 
 
