@@ -74,6 +74,11 @@ DECOMPOSE = {
         ["--device_map", "auto"],
         ["--device_map auto", "--device cpu (the default)"],
     ),
+    # the first position's state is taken whatever its token: the switch had changed nothing
+    "exclude_special_beside_first_token_pooling": (
+        ["--pooling", "first", "--exclude_special"],
+        ["--exclude_special True would be ignored", "--pooling mean or last"],
+    ),
 }
 
 

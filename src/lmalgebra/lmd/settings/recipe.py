@@ -178,6 +178,8 @@ class DecomposeConfig(Settings):
                 raise UserInputError("the basis is empty")
         if self.scale.reduced:  # its statistics of principal coordinates take float32 products
             refuse_ignored(self, "--", {"products": "--scale.method exact"})
+        if self.pooling == "first":  # the state at position 0, whatever the special tokens
+            refuse_ignored(self, "--", {"exclude_special": "--pooling mean or last"})
         fixed = [m.name for m in self.models if m.source.fixed_spans]
         self.refuse_embedding_settings(fixed)
         if fixed and (self.study.lengths or self.study.languages):
