@@ -79,6 +79,11 @@ DECOMPOSE = {
         ["--pooling", "first", "--exclude_special"],
         ["--exclude_special True would be ignored", "--pooling mean or last"],
     ),
+    # no ridge penalty to scale: recorded, and a run of the other mode refused as another
+    "alpha_mode_without_a_penalty": (
+        ["--alpha", "0", "--alpha_mode", "absolute"],
+        ["--alpha_mode 'absolute' would be ignored", "--alpha above 0"],
+    ),
 }
 
 

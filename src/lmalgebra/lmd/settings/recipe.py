@@ -164,6 +164,8 @@ class DecomposeConfig(Settings):
                 f"{self.study.alpha_select} chooses alpha over --study.alpha_grid; give one of "
                 "the two"
             )
+        if self.alpha == 0 and self.study.alpha_select == "fixed":  # no penalty to scale
+            refuse_ignored(self, "--", {"alpha_mode": "--alpha above 0 (a ridge penalty)"})
         if self.target is not None and self.basis is not None:
             if self.target not in names:
                 raise UserInputError(
