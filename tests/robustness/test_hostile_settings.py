@@ -102,6 +102,29 @@ def test_decompose_settings_that_would_be_ignored(
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
 
 
+@pytest.mark.parametrize("flags", [["--weights_dtype", "bfloat16"], ["--dtype", "bfloat16"]])
+def test_settings_of_torch_are_refused_where_every_model_is_an_onnx_graph(
+    flags: list[str],
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """onnxruntime runs a graph on the CPU in its own precision: a decomposition of ONNX graphs
+    alone had recorded ``--weights_dtype`` (and ``--device_map``) without a word, ``--dtype``
+    and ``--device`` with a warning per model. Beside a model torch runs they apply to it."""
+    from onnx_export import export_onnx
+
+    pairs = (("a", bert_dir), ("b", bert2_dir))
+    models = {n: f"onnx:{export_onnx(d, tmp_path / n / 'model.onnx')}#{d}" for n, d in pairs}
+    needles = [f"{flags[0]} 'bfloat16' would be ignored", "every model here is an ONNX graph"]
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+    mixed = {"a": models["a"], "b": str(bert2_dir)}
+    assert len(lmalgebra.decompose_plan(mixed, ["x"] * 4, timed=False, weights_dtype="bfloat16"))
+
+
 def test_the_default_alpha_beside_alpha_select_is_no_conflict(
     bert_dir: Path, bert2_dir: Path
 ) -> None:

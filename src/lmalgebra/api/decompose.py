@@ -156,19 +156,17 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         )
     files = [m.name for m in config.models if m.source.fixed_spans]
     config.refuse_embedding_settings([*arrays, *files])
-    ignored = [  # a model given by reference reads them all
-        set(inputs.given[m.name].IGNORES if m.name in inputs.given else ())
+    unread = [  # a model given by reference: those of its kind (an ONNX graph's)
+        (inputs.given[m.name] if m.name in inputs.given else m.source).IGNORES
         for m in config.models
         if m.name not in arrays and m.name not in files
     ]
-    if ignored:
-        what = (
-            "models the run loads or embeds itself (every model here is a Python object: a "
-            "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
-            "its own encode(), an array is its span embeddings)"
-        )
-        common = [s for s in EMBEDDING_SETTINGS if all(s in i for i in ignored)]
-        refuse_ignored(config, "", dict.fromkeys(common, what))
+    what = (
+        "models the run loads or embeds itself (every model here is a Python object: a "
+        "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
+        "its own encode(), an array is its span embeddings; or an ONNX graph)"
+    )
+    config.refuse_unread(unread, what, "")
 
 
 def _check_reference(config: DecomposeConfig) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +46,11 @@ EMBEDDING_SETTINGS = (
     "device_map",
     "batch_size",
     "max_length",
+)
+# what an ONNX graph does not read, where every model is one (or a file of its span embeddings)
+ONNX_ONLY = (
+    "models torch runs (every model here is an ONNX graph, which onnxruntime runs on the CPU in "
+    "its own precision, or a file of its span embeddings)"
 )
 
 
@@ -184,6 +190,8 @@ class DecomposeConfig(Settings):
             refuse_ignored(self, "--", {"exclude_special": "--pooling mean or last"})
         fixed = [m.name for m in self.models if m.source.fixed_spans]
         self.refuse_embedding_settings(fixed)
+        unread = [m.source.IGNORES for m in self.models if m.name not in fixed]
+        self.refuse_unread(unread, ONNX_ONLY)
         if fixed and (self.study.lengths or self.study.languages):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
@@ -203,6 +211,13 @@ class DecomposeConfig(Settings):
         if set(fixed) >= {m.name for m in self.models}:
             what = "models that embed text (every model here is given as its span embeddings)"
             refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
+
+    def refuse_unread(self, unread: list[Collection[str]], what: str, prefix: str = "--") -> None:
+        """Refuse a setting of embedding of its own that none of the models embedding text
+        reads (``unread``: those each does not read, its ``ModelSource.IGNORES``; ``what``
+        names the models that read them; ``prefix`` spells the setting)."""
+        common = [s for s in EMBEDDING_SETTINGS if unread and all(s in u for u in unread)]
+        refuse_ignored(self, prefix, dict.fromkeys(common, what))
 
     def resolved(self) -> DecomposeConfig:
         """This configuration with ``dtype: auto`` replaced by the dtype it resolves to here, as
