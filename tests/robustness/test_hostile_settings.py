@@ -425,6 +425,25 @@ def test_a_probe_setting_with_finetune_is_refused(bert_dir: Path, tmp_path: Path
 
 
 @pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--epochs", "2", "--patience", "5"], ["--patience 5 would be ignored", "has 2"]),
+        (["--mode", "finetune", "--patience", "4"], ["--patience 4 would be ignored", "has 3"]),
+    ],
+)
+def test_a_patience_the_epochs_never_reach_is_refused(
+    flags: list[str], needles: list[str], bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A run stops early once ``--patience`` epochs in a row have not improved on the best, the
+    first epoch's at least: a run of no more epochs than that never stops early, and had
+    recorded the setting all the same."""
+    args = ["evaluate-pos", str(tmp_path / "bank"), "--models", f"a={bert_dir}", *flags]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, [*needles, "--epochs"])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     ("fields", "needles"),
     [
         ({"path": "bert", "seed": 5}, ["seed 5 would be ignored", "random_init"]),
