@@ -332,8 +332,15 @@ def _evaluate(
     encoded = {name: _encode(s, tokenizer, limit, tags) for name, s in data.items()}
     for split in encoded.values():
         refuse_foreign_ids(f"model {ref.name!r}", model, split.ids)
-    if not encoded["train"].ids or not encoded["test"].ids or not encoded["dev"].ids:
-        raise UserInputError(f"model {ref.name!r}: a split has no word its tokenizer can represent")
+    empty = next((name for name, split in encoded.items() if not split.ids), None)
+    if empty is not None:
+        why = (  # a max_length that leaves no room beside the special tokens cuts every word
+            f"every word past the {limit} subwords a sentence is cut to (--max_length, its "
+            "special tokens included)"
+            if encoded[empty].cut
+            else "no word its tokenizer can represent"
+        )
+        raise UserInputError(f"model {ref.name!r}: the {empty} split has {why}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gold, predicted, dev_accuracy, best_epoch = _fit_and_predict(
         ref.name, model, encoded, len(tags), pad_id, mode, options
