@@ -425,5 +425,7 @@ def test_a_max_length_that_cuts_every_word_names_it(bert_dir: Path, tmp_path: Pa
     bank = one_word_treebank(tmp_path / "bank")
     args = ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--max_length", "2"]
     code, stderr = cli([*args, "--out", str(tmp_path / "out"), "--no-progress"])
-    assert_one_line(code, stderr, ["model 'a'", "train split", "past the 2 subwords", "--max_length"])
+    assert_one_line(
+        code, stderr, ["model 'a'", "train split", "past the 2 subwords", "--max_length"]
+    )
     assert "represent" not in stderr

@@ -22,13 +22,13 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.core.settings import refuse_ignored, revalidated
+from lmalgebra.core.settings import revalidated
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
-from lmalgebra.lmd.settings.recipe import EMBEDDING_SETTINGS, DecomposeConfig, load_config
+from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
@@ -157,7 +157,7 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
     files = [m.name for m in config.models if m.source.fixed_spans]
     config.refuse_embedding_settings([*arrays, *files])
     unread = [  # a model given by reference: those of its kind (an ONNX graph's)
-        (inputs.given[m.name] if m.name in inputs.given else m.source).IGNORES
+        inputs.given.get(m.name, m.source).IGNORES
         for m in config.models
         if m.name not in arrays and m.name not in files
     ]

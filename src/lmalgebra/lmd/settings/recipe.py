@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -212,7 +212,9 @@ class DecomposeConfig(Settings):
             what = "models that embed text (every model here is given as its span embeddings)"
             refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
 
-    def refuse_unread(self, unread: list[Collection[str]], what: str, prefix: str = "--") -> None:
+    def refuse_unread(
+        self, unread: Sequence[Collection[str]], what: str, prefix: str = "--"
+    ) -> None:
         """Refuse a setting of embedding of its own that none of the models embedding text
         reads (``unread``: those each does not read, its ``ModelSource.IGNORES``; ``what``
         names the models that read them; ``prefix`` spells the setting)."""
