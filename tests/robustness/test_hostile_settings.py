@@ -125,6 +125,23 @@ def test_settings_of_torch_are_refused_where_every_model_is_an_onnx_graph(
     assert len(lmalgebra.decompose_plan(mixed, ["x"] * 4, timed=False, weights_dtype="bfloat16"))
 
 
+def test_a_per_language_study_of_one_language_is_refused(
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``--study.languages`` over a corpus of one language (``en=PATH``) had written its one row,
+    the main fits again, as a study of languages."""
+    models = {"a": bert_dir, "b": bert2_dir}
+    labelled = Path(f"en={corpus_txt}")  # the corpus entry LANG=PATH
+    needles = ["--study.languages would be ignored", "one language (en)"]
+    flags = ["--study.languages"]
+    refused_before_embedding(cli, models, labelled, flags, needles, tmp_path, monkeypatch)
+
+
 def test_the_default_alpha_beside_alpha_select_is_no_conflict(
     bert_dir: Path, bert2_dir: Path
 ) -> None:

@@ -203,6 +203,11 @@ def documents_by_language(spec: CorpusSpec) -> dict[str, list[str]]:
                 "or name the records' language field with language_column"
             )
         out.setdefault(language, []).append(text)
+    if len(out) == 1:  # its one row would be the main fits again
+        raise UserInputError(
+            f"--study.languages would be ignored: the corpus holds one language ({next(iter(out))}"
+            "), and a per-language study compares languages; leave it out"
+        )
     return out
 
 
