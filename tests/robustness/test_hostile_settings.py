@@ -204,6 +204,45 @@ def test_sampling_settings_the_recipe_gives_nothing_to_choose_from_are_refused(
     assert lmalgebra.merge_plan(both).train_s.gt(0).all()  # applied: accepted
 
 
+CHOICES = {
+    "teachers_of_ce_alone": (
+        ["--training.objective_mix", "{ce: 1}", "--training.teachers", "{xx: [bl]}"],
+        ["training.teachers {'xx': ['bl']} would be ignored under training.objective_mix {ce}"],
+    ),
+    "best_of_gold_only": (
+        ["--training.gold_only", "--training.multi_teacher", "best"],
+        ["training.multi_teacher 'best' would be ignored under training.gold_only: true"],
+    ),
+    "best_at_kd_weight_0": (
+        [
+            *("--training.lambda_schedule", "constant", "--training.lambda_value", "0"),
+            *("--training.multi_teacher", "best"),
+        ],
+        ["training.multi_teacher 'best' would be ignored under training.lambda_value 0"],
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+@pytest.mark.parametrize("case", list(CHOICES))
+def test_a_choice_of_teachers_is_refused_where_a_causal_student_distils_nothing(
+    command: str, case: str, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A causal student reads an example's text, the same in every teacher's copy: under CE
+    alone, gold labels alone or a KD weight of 0, ``training.teachers`` and ``multi_teacher``
+    chose nothing, and had been recorded. A CE-only baseline over a recipe that chooses its
+    teachers (for its distilled students) is accepted: the choice is not its own."""
+    flags, needles = CHOICES[case]
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], *flags, "--no-progress"])
+    assert_one_line(code, stderr, [*needles, "reads an example's text alone"])
+    assert not (tmp_path / "run").exists()
+    training = {"teachers": {"xx": ["bl"]}}
+    chosen = write_causal_recipe(tmp_path, causal_teacher_dirs, training=training)
+    assert len(lmalgebra.merge_plan(chosen, training={"objective_mix": {"ce": 1.0}})) > 0
+
+
 @pytest.mark.parametrize("command", ["prepare", "prepare --dry-run"])
 def test_a_sample_seed_without_samples_is_refused(
     command: str, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
