@@ -423,6 +423,34 @@ def test_training_settings_of_an_untrained_teacher_are_refused(
     assert code == 0, stderr
 
 
+@pytest.mark.parametrize(
+    ("kind", "flags", "setting"),
+    [
+        ("head-only", ["--max_examples", "5"], "max_examples 5"),
+        ("head-only", ["--example_length", "16"], "example_length 16"),
+        ("head-only", ["--heldout_fraction", "0.2"], "heldout_fraction 0.2"),
+        (
+            "causal",
+            ["--tokenizer.vocab_size", "300", "--example_length", "16"],
+            "example_length 16",
+        ),
+    ],
+)
+def test_example_settings_of_an_untrained_teacher_are_refused(
+    kind: str, flags: list[str], setting: str, tmp_path: Path, corpus_txt: Path, bert_dir: Path, cli
+) -> None:
+    """With ``--training.steps 0`` no example is trained on: a head fitted on the first
+    ``max_examples`` (whose encoder states had been computed all the same), cut to
+    ``example_length``, held out by ``heldout_fraction``, or a causal teacher's training
+    windows, shaped nothing and were recorded."""
+    out = tmp_path / "out"
+    args = ["pretrain", kind, "--corpus.paths", str(corpus_txt), "--language", "xx", *flags]
+    args += [*(["--encoder", str(bert_dir)] if kind == "head-only" else [])]
+    code, stderr = cli([*args, "--training.steps", "0", "--out", str(out), "--no-progress"])
+    assert_one_line(code, stderr, [f"{setting} would be ignored", "training.steps above 0"])
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command", ["train", "train --dry-run"])
 def test_dropout_masks_of_a_student_without_dropout_are_refused(
     command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
