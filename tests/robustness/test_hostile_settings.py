@@ -79,6 +79,11 @@ DECOMPOSE = {
         ["--pooling", "first", "--exclude_special"],
         ["--exclude_special True would be ignored", "--pooling mean or last"],
     ),
+    # a sweep of the run's own span length alone: its one row had repeated the main fits
+    "a_length_sweep_of_the_run_s_own_length": (
+        ["--study.lengths", "8"],
+        ["--study.lengths [8] would be ignored", "--spans.length 8"],
+    ),
     # no ridge penalty to scale: recorded, and a run of the other mode refused as another
     "alpha_mode_without_a_penalty": (
         ["--alpha", "0", "--alpha_mode", "absolute"],

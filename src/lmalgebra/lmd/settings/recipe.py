@@ -186,6 +186,11 @@ class DecomposeConfig(Settings):
                 raise UserInputError("the basis is empty")
         if self.scale.reduced:  # its statistics of principal coordinates take float32 products
             refuse_ignored(self, "--", {"products": "--scale.method exact"})
+        if self.study.lengths is not None and set(self.study.lengths) == {self.spans.length}:
+            raise UserInputError(  # its one row would be the main fits again
+                f"--study.lengths {self.study.lengths} would be ignored: its one length is the "
+                f"run's own (--spans.length {self.spans.length}); list other lengths beside it"
+            )
         if self.pooling == "first":  # the state at position 0, whatever the special tokens
             refuse_ignored(self, "--", {"exclude_special": "--pooling mean or last"})
         fixed = [m.name for m in self.models if m.source.fixed_spans]
