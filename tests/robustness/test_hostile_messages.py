@@ -429,3 +429,14 @@ def test_a_max_length_that_cuts_every_word_names_it(bert_dir: Path, tmp_path: Pa
         code, stderr, ["model 'a'", "train split", "past the 2 subwords", "--max_length"]
     )
     assert "represent" not in stderr
+
+
+def test_a_max_length_that_leaves_every_span_alike_names_it(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """``decompose --max_length 2`` cuts a BERT span to its two special tokens: every span embeds
+    alike, and the refusal had named the model alone ("check its embeddings")."""
+    args = _decompose(bert_dir, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
+    code, stderr = cli([*args, "--max_length", "2"])
+    needles = ["model 'a' does not vary", "cut to its first 2 tokens (--max_length"]
+    assert_one_line(code, stderr, needles)
