@@ -121,3 +121,25 @@ def test_utf8_files_read_as_before(tmp_path: Path) -> None:
     assert read_documents(CorpusSpec(paths=[str(jsonl)])) == ["first doc", "second\u2028doc"]
     assert read_documents(CorpusSpec(paths=[str(txt)])) == ["one\ntwo", "three"]
     assert read_documents(CorpusSpec(paths=[str(csv)])) == ["multi\r\nline", "plain"]
+
+
+SEPARATORS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def test_a_line_is_parted_at_its_line_end_alone(tmp_path: Path) -> None:
+    """A form feed, U+0085, U+2028 or another separator Python's ``splitlines`` parts at, inside
+    a line of a ``.txt`` corpus or a CoNLL-U file (text copied from the web), had made two lines
+    of it: a corpus of two lines read as more documents than it holds, a treebank's ``# text``
+    comment as a malformed word line."""
+    from lmalgebra.evaluate.conllu import read_conllu
+    from lmalgebra.sources.corpus import CorpusSpec, read_documents
+
+    lines = [f"one{sep}more" for sep in SEPARATORS]
+    txt = tmp_path / "c.txt"
+    txt.write_text("\n".join(lines) + "\r\nlast\n", encoding="utf-8")
+    assert read_documents(CorpusSpec(paths=[str(txt)], doc_sep="line")) == [*lines, "last"]
+    assert read_documents(CorpusSpec(paths=[str(txt)])) == [*lines, "last"]  # no blank line
+    word = "\t".join(["1", "word", "_", "NOUN", *"______"])
+    bank = tmp_path / "x-ud-train.conllu"
+    bank.write_text(f"# text = {'word'.join(SEPARATORS)}\n{word}\n\n", encoding="utf-8")
+    assert read_conllu(bank) == [[("word", "NOUN")]]

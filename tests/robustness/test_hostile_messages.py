@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile_helpers import assert_one_line
+from hostile_helpers import assert_one_line, one_word_treebank
 
 
 def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path, cache: Path) -> list[str]:
@@ -417,3 +417,26 @@ def test_a_tokenizer_file_that_is_no_file_is_named(
     args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
     for flags in (["--dry-run"], []):
         assert_one_line(*cli([*args, *flags]), ["model 'a'", f"tokenizer file {path}"])
+
+
+def test_a_max_length_that_cuts_every_word_names_it(bert_dir: Path, tmp_path: Path, cli) -> None:
+    """``evaluate-pos --max_length 2`` leaves a BERT sentence its two special tokens alone: the
+    refusal had said the split holds no word the tokenizer can represent."""
+    bank = one_word_treebank(tmp_path / "bank")
+    args = ["evaluate-pos", str(bank), "--models", f"a={bert_dir}", "--max_length", "2"]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out"), "--no-progress"])
+    assert_one_line(
+        code, stderr, ["model 'a'", "train split", "past the 2 subwords", "--max_length"]
+    )
+    assert "represent" not in stderr
+
+
+def test_a_max_length_that_leaves_every_span_alike_names_it(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """``decompose --max_length 2`` cuts a BERT span to its two special tokens: every span embeds
+    alike, and the refusal had named the model alone ("check its embeddings")."""
+    args = _decompose(bert_dir, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
+    code, stderr = cli([*args, "--max_length", "2"])
+    needles = ["model 'a' does not vary", "cut to its first 2 tokens (--max_length"]
+    assert_one_line(code, stderr, needles)

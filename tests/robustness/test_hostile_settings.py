@@ -74,6 +74,21 @@ DECOMPOSE = {
         ["--device_map", "auto"],
         ["--device_map auto", "--device cpu (the default)"],
     ),
+    # the first position's state is taken whatever its token: the switch had changed nothing
+    "exclude_special_beside_first_token_pooling": (
+        ["--pooling", "first", "--exclude_special"],
+        ["--exclude_special True would be ignored", "--pooling mean or last"],
+    ),
+    # a sweep of the run's own span length alone: its one row had repeated the main fits
+    "a_length_sweep_of_the_run_s_own_length": (
+        ["--study.lengths", "8"],
+        ["--study.lengths [8] would be ignored", "--spans.length 8"],
+    ),
+    # no ridge penalty to scale: recorded, and a run of the other mode refused as another
+    "alpha_mode_without_a_penalty": (
+        ["--alpha", "0", "--alpha_mode", "absolute"],
+        ["--alpha_mode 'absolute' would be ignored", "--alpha above 0"],
+    ),
 }
 
 
@@ -90,6 +105,46 @@ def test_decompose_settings_that_would_be_ignored(
     flags, needles = DECOMPOSE[case]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("flags", [["--weights_dtype", "bfloat16"], ["--dtype", "bfloat16"]])
+def test_settings_of_torch_are_refused_where_every_model_is_an_onnx_graph(
+    flags: list[str],
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """onnxruntime runs a graph on the CPU in its own precision: a decomposition of ONNX graphs
+    alone had recorded ``--weights_dtype`` (and ``--device_map``) without a word, ``--dtype``
+    and ``--device`` with a warning per model. Beside a model torch runs they apply to it."""
+    from onnx_export import export_onnx
+
+    pairs = (("a", bert_dir), ("b", bert2_dir))
+    models = {n: f"onnx:{export_onnx(d, tmp_path / n / 'model.onnx')}#{d}" for n, d in pairs}
+    needles = [f"{flags[0]} 'bfloat16' would be ignored", "every model here is an ONNX graph"]
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+    mixed = {"a": models["a"], "b": str(bert2_dir)}
+    assert len(lmalgebra.decompose_plan(mixed, ["x"] * 4, timed=False, weights_dtype="bfloat16"))
+
+
+def test_a_per_language_study_of_one_language_is_refused(
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``--study.languages`` over a corpus of one language (``en=PATH``) had written its one row,
+    the main fits again, as a study of languages."""
+    models = {"a": bert_dir, "b": bert2_dir}
+    labelled = Path(f"en={corpus_txt}")  # the corpus entry LANG=PATH
+    needles = ["--study.languages would be ignored", "one language (en)"]
+    flags = ["--study.languages"]
+    refused_before_embedding(cli, models, labelled, flags, needles, tmp_path, monkeypatch)
 
 
 def test_the_default_alpha_beside_alpha_select_is_no_conflict(
@@ -152,6 +207,45 @@ def test_sampling_settings_the_recipe_gives_nothing_to_choose_from_are_refused(
     applied = {**sampled, "multi_teacher": "best"}  # two languages, yy of two teachers
     both = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT, training=applied)
     assert lmalgebra.merge_plan(both).train_s.gt(0).all()  # applied: accepted
+
+
+CHOICES = {
+    "teachers_of_ce_alone": (
+        ["--training.objective_mix", "{ce: 1}", "--training.teachers", "{xx: [bl]}"],
+        ["training.teachers {'xx': ['bl']} would be ignored under training.objective_mix {ce}"],
+    ),
+    "best_of_gold_only": (
+        ["--training.gold_only", "--training.multi_teacher", "best"],
+        ["training.multi_teacher 'best' would be ignored under training.gold_only: true"],
+    ),
+    "best_at_kd_weight_0": (
+        [
+            *("--training.lambda_schedule", "constant", "--training.lambda_value", "0"),
+            *("--training.multi_teacher", "best"),
+        ],
+        ["training.multi_teacher 'best' would be ignored under training.lambda_value 0"],
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["train", "train --dry-run"])
+@pytest.mark.parametrize("case", list(CHOICES))
+def test_a_choice_of_teachers_is_refused_where_a_causal_student_distils_nothing(
+    command: str, case: str, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A causal student reads an example's text, the same in every teacher's copy: under CE
+    alone, gold labels alone or a KD weight of 0, ``training.teachers`` and ``multi_teacher``
+    chose nothing, and had been recorded. A CE-only baseline over a recipe that chooses its
+    teachers (for its distilled students) is accepted: the choice is not its own."""
+    flags, needles = CHOICES[case]
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    words = command.split()
+    code, stderr = cli(["merge", words[0], str(recipe), *words[1:], *flags, "--no-progress"])
+    assert_one_line(code, stderr, [*needles, "reads an example's text alone"])
+    assert not (tmp_path / "run").exists()
+    training = {"teachers": {"xx": ["bl"]}}
+    chosen = write_causal_recipe(tmp_path, causal_teacher_dirs, training=training)
+    assert len(lmalgebra.merge_plan(chosen, training={"objective_mix": {"ce": 1.0}})) > 0
 
 
 @pytest.mark.parametrize("command", ["prepare", "prepare --dry-run"])
@@ -334,6 +428,34 @@ def test_training_settings_of_an_untrained_teacher_are_refused(
     assert code == 0, stderr
 
 
+@pytest.mark.parametrize(
+    ("kind", "flags", "setting"),
+    [
+        ("head-only", ["--max_examples", "5"], "max_examples 5"),
+        ("head-only", ["--example_length", "16"], "example_length 16"),
+        ("head-only", ["--heldout_fraction", "0.2"], "heldout_fraction 0.2"),
+        (
+            "causal",
+            ["--tokenizer.vocab_size", "300", "--example_length", "16"],
+            "example_length 16",
+        ),
+    ],
+)
+def test_example_settings_of_an_untrained_teacher_are_refused(
+    kind: str, flags: list[str], setting: str, tmp_path: Path, corpus_txt: Path, bert_dir: Path, cli
+) -> None:
+    """With ``--training.steps 0`` no example is trained on: a head fitted on the first
+    ``max_examples`` (whose encoder states had been computed all the same), cut to
+    ``example_length``, held out by ``heldout_fraction``, or a causal teacher's training
+    windows, shaped nothing and were recorded."""
+    out = tmp_path / "out"
+    args = ["pretrain", kind, "--corpus.paths", str(corpus_txt), "--language", "xx", *flags]
+    args += [*(["--encoder", str(bert_dir)] if kind == "head-only" else [])]
+    code, stderr = cli([*args, "--training.steps", "0", "--out", str(out), "--no-progress"])
+    assert_one_line(code, stderr, [f"{setting} would be ignored", "training.steps above 0"])
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("command", ["train", "train --dry-run"])
 def test_dropout_masks_of_a_student_without_dropout_are_refused(
     command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
@@ -388,6 +510,25 @@ def test_a_probe_setting_with_finetune_is_refused(bert_dir: Path, tmp_path: Path
     args += ["--mode", "finetune", "--probe_batch_words", "100", "--out", str(tmp_path / "out")]
     code, stderr = cli(args)
     assert_one_line(code, stderr, ["--probe_batch_words 100 would be ignored", "--mode probe"])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "needles"),
+    [
+        (["--epochs", "2", "--patience", "5"], ["--patience 5 would be ignored", "has 2"]),
+        (["--mode", "finetune", "--patience", "4"], ["--patience 4 would be ignored", "has 3"]),
+    ],
+)
+def test_a_patience_the_epochs_never_reach_is_refused(
+    flags: list[str], needles: list[str], bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A run stops early once ``--patience`` epochs in a row have not improved on the best, the
+    first epoch's at least: a run of no more epochs than that never stops early, and had
+    recorded the setting all the same."""
+    args = ["evaluate-pos", str(tmp_path / "bank"), "--models", f"a={bert_dir}", *flags]
+    code, stderr = cli([*args, "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, [*needles, "--epochs"])
     assert not (tmp_path / "out").exists()
 
 

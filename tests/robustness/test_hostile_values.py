@@ -25,6 +25,12 @@ DECOMPOSE = {
         ["--study.lengths", "4,100000"],
         ["--study.lengths 100000", "no training span of 100000 tokens"],
     ),
+    # one span has no variance: every held-out R^2 had been NaN (exit 0), and one training span
+    # had been blamed on the first model ("does not vary")
+    "a_split_of_one_span": (
+        ["--spans.counts", "40,1,1"],
+        ["spans.counts [40, 1, 1]", "every split needs 2 spans at least"],
+    ),
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
     "nan_alpha": (["--alpha", "nan"], ["--alpha", "finite", "nan"]),
@@ -263,3 +269,18 @@ def test_a_model_whose_embeddings_do_not_vary_is_named(
             progress=False,
             **settings,
         )
+
+
+def test_text_that_gives_a_split_one_span_is_refused(bert_dir: Path) -> None:
+    """Text that gives a split a single span (however many it asks for) had left its R^2 NaN in
+    every table: refused once the spans are drawn, as a split without any is."""
+    from transformers import AutoTokenizer
+
+    from lmalgebra.lmd.settings.spans import SpanSpec, TooLittleTextError, assign_splits, draw_spans
+
+    docs = documents(80)
+    spec = SpanSpec(length=8, counts=(40, 10, 10), per_doc=1)
+    dropped = set(assign_splits(docs, spec)["test"][1:])  # the test split keeps one document
+    kept = [doc for i, doc in enumerate(docs) if i not in dropped]
+    with pytest.raises(TooLittleTextError, match="only one test span of 8 tokens"):
+        draw_spans(kept, AutoTokenizer.from_pretrained(bert_dir), spec)

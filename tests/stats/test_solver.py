@@ -105,6 +105,28 @@ def test_leave_one_out_from_one_inverse_equals_direct_fits(data: dict[str, np.nd
             assert group.r2[split] == pytest.approx(direct.r2[split], abs=1e-10)
 
 
+@pytest.mark.parametrize("alpha", [1e8, 1e100, 1e300])
+def test_group_fits_under_an_overwhelming_penalty_match_direct_fits(
+    data: dict[str, np.ndarray], alpha: float
+) -> None:
+    """A penalty that dwarfs the variance leaves every fit the training mean (train R^2 0): the
+    shortcut to a group fit's train residual, a difference of two numbers of the penalty's
+    size, had written a train R^2 of 1e84 (alpha 1e100) or exactly 1 (1e300)."""
+    solver = decomposer(data, alpha, "relative")
+    for group in solver.leave_one_out():
+        direct = solver.fit(group.target, list(group.basis))
+        for split in data:
+            assert group.r2[split] == pytest.approx(direct.r2[split], abs=1e-9)
+        assert group.r2["train"] == pytest.approx(0, abs=1e-6)
+
+
+def test_a_penalty_beyond_float64_is_refused(data: dict[str, np.ndarray]) -> None:
+    """alpha times a model's variance above float64's range had made the penalty infinite."""
+    wide = {split: 100 * z for split, z in data.items()}
+    with pytest.raises(UserInputError, match=r"^alpha 1e\+308 times a basis model's variance"):
+        decomposer(wide, 1e308, "relative")
+
+
 def test_pairwise_equals_single_basis_fits(data: dict[str, np.ndarray]) -> None:
     solver = decomposer(data, 0.2)
     table = solver.pairwise()

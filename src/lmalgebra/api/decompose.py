@@ -22,13 +22,13 @@ from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
-from lmalgebra.core.settings import refuse_ignored, revalidated
+from lmalgebra.core.settings import revalidated
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
-from lmalgebra.lmd.settings.recipe import EMBEDDING_SETTINGS, DecomposeConfig, load_config
+from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
@@ -156,19 +156,17 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         )
     files = [m.name for m in config.models if m.source.fixed_spans]
     config.refuse_embedding_settings([*arrays, *files])
-    ignored = [  # a model given by reference reads them all
-        set(inputs.given[m.name].IGNORES if m.name in inputs.given else ())
+    unread = [  # a model given by reference: those of its kind (an ONNX graph's)
+        inputs.given.get(m.name, m.source).IGNORES
         for m in config.models
         if m.name not in arrays and m.name not in files
     ]
-    if ignored:
-        what = (
-            "models the run loads or embeds itself (every model here is a Python object: a "
-            "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
-            "its own encode(), an array is its span embeddings)"
-        )
-        common = [s for s in EMBEDDING_SETTINGS if all(s in i for i in ignored)]
-        refuse_ignored(config, "", dict.fromkeys(common, what))
+    what = (
+        "models the run loads or embeds itself (every model here is a Python object: a "
+        "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
+        "its own encode(), an array is its span embeddings; or an ONNX graph)"
+    )
+    config.refuse_unread(unread, what, "")
 
 
 def _check_reference(config: DecomposeConfig) -> None:

@@ -128,6 +128,14 @@ def read_text(path: Path, what: str, newline: str | None = None) -> str:
     return text
 
 
+def read_lines(path: Path, what: str) -> list[str]:
+    """The lines of the text file at ``path`` (``what`` as for :func:`read_text`), parted at its
+    line ends alone: ``str.splitlines`` also parts a line at a form feed, U+0085, U+2028 and the
+    other separators that text copied from the web holds."""
+    text = read_text(path, what)
+    return text.removesuffix("\n").split("\n") if text else []
+
+
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in the file at ``path`` (``what`` names it in messages); UserInputError
     naming the file when it cannot be read, is no JSON, or holds no object."""

@@ -32,7 +32,13 @@ from lmalgebra.distill.layout import (
 )
 from lmalgebra.distill.masked.objective import MaskedObjective
 from lmalgebra.distill.objective import STAGES, Evaluation, Objective, Stage
-from lmalgebra.distill.recipe import CausalRecipe, MaskedRecipe, MergeRecipe, run_recipe
+from lmalgebra.distill.recipe import (
+    TEACHER_CHOICE,
+    CausalRecipe,
+    MaskedRecipe,
+    MergeRecipe,
+    run_recipe,
+)
 from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
@@ -105,6 +111,8 @@ def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) 
         # a baseline beside the recipe's distilled students: their distillation settings are
         # not this run's (and would be refused as ignored)
         dropped = {*KD_SETTINGS, *(["objective_mix"] if overrides.get("gold_only") else [])}
+        if isinstance(recipe, CausalRecipe):  # its student reads the text, whichever copy
+            dropped |= set(TEACHER_CHOICE) - set(overrides)
         base = {k: v for k, v in base.items() if k not in dropped}
     return validate(spec, {**base, **overrides}, source)
 

@@ -44,7 +44,7 @@ from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, Mode
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, split_language
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec
+from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec, kd_free
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
 MIN_EXAMPLE_LENGTH = 8
@@ -400,6 +400,22 @@ class CausalRecipe(MergeRecipe):
     def written_text(self, lang: str) -> TeacherTextSpec | None:
         return self.teacher_text.get(lang)
 
+    def check_training(self, spec: TrainingSpec) -> dict[str, list[str]]:
+        """Also refuse, where the run distils nothing (gold_only, CE alone, a KD weight of 0), a
+        choice among a language's teachers: a causal student reads an example's text, which
+        every teacher's copy holds alike."""
+        kept = super().check_training(spec)
+        idle = distils_nothing(spec)
+        fields = type(spec).model_fields
+        given = [n for n in TEACHER_CHOICE if getattr(spec, n) != fields[n].get_default()]
+        if idle is not None and given:
+            raise UserInputError(
+                f"training.{given[0]} {getattr(spec, given[0])!r} would be ignored under {idle}: "
+                "a causal student that distils nothing reads an example's text alone, the same "
+                "in every teacher's copy; leave it out"
+            )
+        return kept
+
     def example_text(self, text: str) -> str:
         """The document's first ``causal.example_bytes`` UTF-8 bytes (at a character boundary):
         every teacher tokenises exactly those bytes."""
@@ -407,6 +423,23 @@ class CausalRecipe(MergeRecipe):
 
     def example_cut(self) -> dict[str, Any]:
         return {"cut": {"utf8_bytes": self.causal.example_bytes, "at": "character boundary"}}
+
+
+# a causal student's settings that choose among a language's teachers: read only to distil
+TEACHER_CHOICE = ("teachers", "multi_teacher")
+
+
+def distils_nothing(spec: TrainingSpec) -> str | None:
+    """What makes a student of ``spec`` learn nothing from its teachers (gold labels alone, CE
+    alone, every KD weight 0), as a message names it; None where it distils."""
+    if spec.gold_only:
+        return "training.gold_only: true"
+    if kd_free(spec.model_dump()):
+        return "training.objective_mix {ce} (the CE-only baseline)"
+    weights = spec.kd_weights()
+    if weights is not None and not any(weights):
+        return f"{spec.kd_weights_given()}, which weighs the distillation term by nothing"
+    return None
 
 
 def _objective(data: Any) -> Any:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.text_files import absent, not_a_directory, read_text
+from lmalgebra.core.text_files import absent, not_a_directory, read_lines, read_text
 from lmalgebra.storage.atomic import write_text_atomic
 
 Sentence = list[tuple[str, str]]
@@ -27,11 +27,9 @@ _EMPTY_NODE = re.compile(r"^[0-9]+\.[0-9]+$")
 def read_conllu(path: Path) -> list[Sentence]:
     """Sentences of a CoNLL-U file, in file order; a malformed line raises, naming ``file:line``."""
     path = Path(path)
-    text = read_text(path, "CoNLL-U file")
     sentences: list[Sentence] = []
     current: Sentence = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.rstrip("\r\n")
+    for number, line in enumerate(read_lines(path, "CoNLL-U file"), start=1):
         if not line.strip():
             if current:
                 sentences.append(current)

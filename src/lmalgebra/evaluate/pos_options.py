@@ -14,6 +14,8 @@ from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.sources.models import ModelRef
 
 Mode = Literal["probe", "finetune"]
+# each mode's epochs and learning rate where none is given
+MODE_DEFAULTS: dict[str, tuple[int, float]] = {"probe": (30, 1e-2), "finetune": (3, 5e-5)}
 
 
 def refuse_repeated_names(names: Sequence[str]) -> None:
@@ -86,6 +88,10 @@ class PosSpec(PosOptions):
         refuse_repeated_names([ref.name for ref in self.models])
         if self.mode == "finetune":  # no probe is fitted
             refuse_ignored(self, "--", {"probe_batch_words": "--mode probe"})
+        epochs = self.epochs or MODE_DEFAULTS[self.mode][0]
+        if epochs <= self.patience:  # the run ends before so many epochs can pass unimproved
+            runs = f"runs of more than {self.patience} epochs (this one has {epochs}: --epochs)"
+            refuse_ignored(self, "--", {"patience": runs})
         return self
 
     def options(self) -> PosOptions:

@@ -29,7 +29,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, TreebankSplits, find_splits, read_conllu
-from lmalgebra.evaluate.pos_options import Mode, PosOptions, refuse_repeated_names
+from lmalgebra.evaluate.pos_options import MODE_DEFAULTS, Mode, PosOptions, refuse_repeated_names
 from lmalgebra.evaluate.pos_results import (
     PosResult,
     claim_evaluation,
@@ -44,8 +44,6 @@ from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
-
-_DEFAULTS: dict[str, tuple[int, float]] = {"probe": (30, 1e-2), "finetune": (3, 5e-5)}
 
 
 @dataclass
@@ -207,7 +205,7 @@ def _train_probe(
 
 
 def _schedule(mode: str, options: PosOptions) -> tuple[int, float]:
-    epochs, lr = _DEFAULTS[mode]
+    epochs, lr = MODE_DEFAULTS[mode]
     return options.epochs or epochs, options.lr or lr
 
 
@@ -318,7 +316,7 @@ def evaluate_pos(
 
 
 def _check_mode(mode: str) -> None:
-    if mode not in _DEFAULTS:
+    if mode not in MODE_DEFAULTS:
         raise UserInputError(f"POS evaluation: mode must be probe or finetune, got {mode!r}")
 
 
@@ -334,8 +332,15 @@ def _evaluate(
     encoded = {name: _encode(s, tokenizer, limit, tags) for name, s in data.items()}
     for split in encoded.values():
         refuse_foreign_ids(f"model {ref.name!r}", model, split.ids)
-    if not encoded["train"].ids or not encoded["test"].ids or not encoded["dev"].ids:
-        raise UserInputError(f"model {ref.name!r}: a split has no word its tokenizer can represent")
+    empty = next((name for name, split in encoded.items() if not split.ids), None)
+    if empty is not None:
+        why = (  # a max_length that leaves no room beside the special tokens cuts every word
+            f"every word past the {limit} subwords a sentence is cut to (--max_length, its "
+            "special tokens included)"
+            if encoded[empty].cut
+            else "no word its tokenizer can represent"
+        )
+        raise UserInputError(f"model {ref.name!r}: the {empty} split has {why}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gold, predicted, dev_accuracy, best_epoch = _fit_and_predict(
         ref.name, model, encoded, len(tags), pad_id, mode, options

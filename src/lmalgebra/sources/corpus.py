@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import PathText, Settings, home_expanded
-from lmalgebra.core.text_files import absent, read_text
+from lmalgebra.core.text_files import absent, read_lines, read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,7 @@ def split_language(entry: str) -> tuple[str | None, str]:
 
 
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:
-    text = read_text(path, "corpus")
-    lines = text.splitlines()
+    lines = read_lines(path, "corpus")
     blank = doc_sep == "blank" or (doc_sep == "auto" and any(not ln.strip() for ln in lines))
     if not blank:
         return lines
@@ -204,6 +203,11 @@ def documents_by_language(spec: CorpusSpec) -> dict[str, list[str]]:
                 "or name the records' language field with language_column"
             )
         out.setdefault(language, []).append(text)
+    if len(out) == 1:  # its one row would be the main fits again
+        raise UserInputError(
+            f"--study.languages would be ignored: the corpus holds one language ({next(iter(out))}"
+            "), and a per-language study compares languages; leave it out"
+        )
     return out
 
 

@@ -73,7 +73,10 @@ class ModelColumns:
 
 class ConstantModelError(UserInputError):
     """A model whose embeddings do not vary over the training spans: nothing fits it or from it
-    (an evaluation leaves the language out of its LMD coverage, as for too little text)."""
+    (an evaluation leaves the language out of its LMD coverage, as for too little text).
+    ``model``: its name."""
+
+    model: str = ""
 
 
 def refuse_constant(name: str, variance: float) -> None:
@@ -81,10 +84,12 @@ def refuse_constant(name: str, variance: float) -> None:
     per-dimension variance) of zero: every span's vector the same, it explains nothing and
     nothing explains it (its R^2 is 0/0, its relative ridge penalty 0)."""
     if not variance > 0:
-        raise ConstantModelError(
+        error = ConstantModelError(
             f"model {name!r} does not vary over the training spans (every embedding is the "
             "same): nothing can be fitted to it or from it; check its embeddings"
         )
+        error.model = name
+        raise error
 
 
 def block_entry(block: ModelColumns) -> list[str | int]:

@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 
 # Above this estimated condition number of (C_BB + Lam) the fit is numerically fragile.
 ILL_CONDITIONED = 1e10
+# Above this penalty per unit of variance, the shortcut to a group fit's train residual (the
+# difference of two numbers of the penalty's size) loses digits to rounding (all of them by
+# 1e16): the residual is then taken in full, as a held-out split's is.
+DROWNED = 1e6
 
 
 def _wide(rows: np.ndarray) -> np.ndarray:
@@ -140,6 +144,11 @@ class Decomposer:
         self.penalty = np.empty(self.train.cov.shape[0])
         for b, scale in zip(self.blocks, self.scales, strict=True):
             self.penalty[b.start : b.stop] = alpha * (scale if alpha_mode == "relative" else 1.0)
+        if not np.isfinite(self.penalty).all():  # alpha times a variance beyond float64
+            raise UserInputError(
+                f"alpha {alpha:g} times a basis model's variance overflows float64: every fit "
+                "would be the training mean; use a smaller alpha (--alpha on the command line)"
+            )
 
     def subset(self, names: Sequence[str]) -> Decomposer:
         """The same decomposer over only ``names`` (in that order, blocks laid out afresh).
@@ -318,8 +327,11 @@ class Decomposer:
         operators = inverse
         train_residual, dfs = leave_one_out_operators(operators, edges, self.penalty[heads])
         residuals = {"train": train_residual}
+        # where the penalty dwarfs the variance, rounding leaves nothing of that shortcut (a
+        # train R^2 of 1e84 had been written)
+        drowned = self.penalty[heads].sum() > DROWNED * np.diagonal(cov)[heads].sum()
         for split, m in self.splits.items():
-            if split != "train":
+            if split != "train" or drowned:
                 spread = row_quadratics(operators, m.cov, heads)
                 moved = (m.mean - self.train.mean)[heads].astype(operators.dtype)
                 shift = (operators @ moved).astype(np.float64)

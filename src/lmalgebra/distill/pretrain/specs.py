@@ -197,6 +197,7 @@ class CausalPretrainSpec(PretrainText):
         _check_positions(self.example_length, self.model.max_position_embeddings)
         if not self.model.dropout:
             _refuse_masks(self.training, "models with dropout (model.dropout above 0)")
+        _refuse_untrained(self, ["example_length"])  # the windows training cuts
         return self
 
 
@@ -222,6 +223,8 @@ class HeadOnlySpec(PretrainText):
     def _no_dropout(self) -> HeadOnlySpec:
         # the head fitted here has no dropout, and the frozen encoder's states are cached
         _refuse_masks(self.training, "models with dropout (pretrain masked or causal)")
+        # what the head is fitted on: its own tokenizer is the encoder's
+        _refuse_untrained(self, ["max_examples", "example_length", "heldout_fraction"])
         return self
 
 
@@ -229,6 +232,13 @@ def _refuse_masks(training: OptimisationSpec, applies_to: str) -> None:
     """Refuse a ``training.dropout_masks`` of its own where the model trained draws no dropout
     mask: it would be recorded and never used."""
     refuse_ignored(training, "training.", {"dropout_masks": applies_to})
+
+
+def _refuse_untrained(spec: PretrainText, fields: list[str]) -> None:
+    """Refuse a value of its own of ``fields``, which shape the examples training reads, where
+    ``training.steps`` is 0: the model is saved as it starts, and would record them."""
+    if not spec.training.steps:
+        refuse_ignored(spec, "", dict.fromkeys(fields, "runs that train (training.steps above 0)"))
 
 
 def _check_positions(example_length: int, positions: int) -> None:

@@ -33,7 +33,7 @@ from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.sources.model_source import ModelSource
-from lmalgebra.stats.moments import ModelColumns
+from lmalgebra.stats.moments import ConstantModelError, ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.atomic import make_directories
@@ -140,7 +140,10 @@ def _run(
         on_measured(main)
 
     clock = time.perf_counter()
-    result: Analysis = analyse(config, main, pool.names)
+    try:
+        result: Analysis = analyse(config, main, pool.names)
+    except ConstantModelError as err:
+        raise _cut_short(err, config, tokens) from None
     timings["analyse"] = time.perf_counter() - clock
     timings |= {f"analyse: {part}": seconds for part, seconds in result.seconds.items()}
 
@@ -166,6 +169,20 @@ def _run(
         run_warnings(config, pool.names, main.spans, tokens, main.blocks),
         main.stats if inputs.keep_blocks and study.keeps_blocks else {},
         result.method,
+    )
+
+
+def _cut_short(
+    err: ConstantModelError, config: DecomposeConfig, tokens: dict[str, TokenReport]
+) -> ConstantModelError:
+    """``err``, naming ``--max_length`` where it cut every span of the model to the same few
+    tokens (a BERT span to its special tokens alone at 2), which the refusal had not said."""
+    report = tokens.get(err.model)
+    if config.max_length is None or report is None or report.truncated < report.spans:
+        return err
+    return ConstantModelError(
+        f"{err}: every span of it was cut to its first {config.max_length} tokens (--max_length, "
+        "special tokens included); raise --max_length"
     )
 
 

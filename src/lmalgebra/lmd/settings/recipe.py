@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +46,11 @@ EMBEDDING_SETTINGS = (
     "device_map",
     "batch_size",
     "max_length",
+)
+# what an ONNX graph does not read, where every model is one (or a file of its span embeddings)
+ONNX_ONLY = (
+    "models torch runs (every model here is an ONNX graph, which onnxruntime runs on the CPU in "
+    "its own precision, or a file of its span embeddings)"
 )
 
 
@@ -164,6 +170,8 @@ class DecomposeConfig(Settings):
                 f"{self.study.alpha_select} chooses alpha over --study.alpha_grid; give one of "
                 "the two"
             )
+        if self.alpha == 0 and self.study.alpha_select == "fixed":  # no penalty to scale
+            refuse_ignored(self, "--", {"alpha_mode": "--alpha above 0 (a ridge penalty)"})
         if self.target is not None and self.basis is not None:
             if self.target not in names:
                 raise UserInputError(
@@ -178,8 +186,17 @@ class DecomposeConfig(Settings):
                 raise UserInputError("the basis is empty")
         if self.scale.reduced:  # its statistics of principal coordinates take float32 products
             refuse_ignored(self, "--", {"products": "--scale.method exact"})
+        if self.study.lengths is not None and set(self.study.lengths) == {self.spans.length}:
+            raise UserInputError(  # its one row would be the main fits again
+                f"--study.lengths {self.study.lengths} would be ignored: its one length is the "
+                f"run's own (--spans.length {self.spans.length}); list other lengths beside it"
+            )
+        if self.pooling == "first":  # the state at position 0, whatever the special tokens
+            refuse_ignored(self, "--", {"exclude_special": "--pooling mean or last"})
         fixed = [m.name for m in self.models if m.source.fixed_spans]
         self.refuse_embedding_settings(fixed)
+        unread = [m.source.IGNORES for m in self.models if m.name not in fixed]
+        self.refuse_unread(unread, ONNX_ONLY)
         if fixed and (self.study.lengths or self.study.languages):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
@@ -199,6 +216,15 @@ class DecomposeConfig(Settings):
         if set(fixed) >= {m.name for m in self.models}:
             what = "models that embed text (every model here is given as its span embeddings)"
             refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
+
+    def refuse_unread(
+        self, unread: Sequence[Collection[str]], what: str, prefix: str = "--"
+    ) -> None:
+        """Refuse a setting of embedding of its own that none of the models embedding text
+        reads (``unread``: those each does not read, its ``ModelSource.IGNORES``; ``what``
+        names the models that read them; ``prefix`` spells the setting)."""
+        common = [s for s in EMBEDDING_SETTINGS if unread and all(s in u for u in unread)]
+        refuse_ignored(self, prefix, dict.fromkeys(common, what))
 
     def resolved(self) -> DecomposeConfig:
         """This configuration with ``dtype: auto`` replaced by the dtype it resolves to here, as

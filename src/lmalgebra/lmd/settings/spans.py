@@ -54,9 +54,12 @@ class SpanSpec(Settings):
             raise UserInputError(
                 f"split fractions must be >= 0 and sum to 1, got {list(self.fractions)}"
             )
-        if self.fractions[0] == 0 or any(c < 1 for c in self.counts):
+        if self.fractions[0] == 0:
+            raise UserInputError("the training split needs a fraction > 0")
+        if any(c < 2 for c in self.counts):  # one span has no variance: R^2 0 / 0
             raise UserInputError(
-                "the training split needs a fraction > 0 and every count must be >= 1"
+                f"spans.counts {list(self.counts)}: every split needs 2 spans at least (a "
+                "split's R^2 is measured against its variance, which one span does not have)"
             )
         empty = [s for s, f in zip(SPLITS[1:], self.fractions[1:], strict=True) if f == 0]
         if empty:  # no document, no span: draw_spans refuses the split once the text is read
@@ -140,15 +143,15 @@ def draw_spans(docs: list[str], tokenizer: Any, spec: SpanSpec) -> dict[str, lis
             if len(chosen) == count:
                 break
         out[split] = chosen
-    if not out["train"]:
-        raise TooLittleTextError(
-            f"no training span of {spec.length} tokens: the documents are too short or too few"
-        )
-    for split in SPLITS[1:]:
-        if not out[split]:
+    for split in SPLITS:
+        # one span has no variance: a model constant over it, an R^2 of 0 / 0 (a validation
+        # span alone is kept: LMD coverage reads no validation R^2, and would lose its row)
+        if len(out[split]) < (1 if split == "validation" else 2):
+            found = "no" if not out[split] else "only one"
+            name, why = ("training", "") if split == "train" else (split, " for that split")
             raise TooLittleTextError(
-                f"no {split} span of {spec.length} tokens: give more text or "
-                "a larger fraction for that split"
+                f"{found} {name} span of {spec.length} tokens (R^2 needs two at least): give "
+                f"more text, or a larger fraction{why}"
             )
     return out
 
