@@ -25,7 +25,7 @@ from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distributed import barrier, is_main, world
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import remove_file, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.checkpoint import (
@@ -123,7 +123,10 @@ class _Log:
         self.path = out / TRAIN_LOG
         lines = _log_lines(self.path) if self.path.is_file() else []
         kept = [ln for ln in lines if _logged_step(ln) <= start]
-        write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
+        if kept:
+            write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
+        else:  # made by the first step it records: a run stopped before one leaves no log
+            remove_file(self.path)
         self.last: dict[str, Any] = {}
         if start and kept and _logged_step(kept[-1]) == start:
             self.last = dict(json.loads(kept[-1]))
