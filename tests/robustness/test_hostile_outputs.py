@@ -829,6 +829,42 @@ def test_a_span_list_keeps_its_own_digest(
     assert code == 0, err
 
 
+def test_a_span_list_stopped_before_its_digest_keeps_no_older_digest(
+    cli: Runner, bert_dir: Path, corpus_txt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spans --out`` writes its list, then the list's digest: stopped between the two, it had
+    left the new list beside the digest of the list before it, vouching for another order. The
+    older digest is removed first now, and the pair is written under a lock of its directory,
+    so that two exports there write theirs one after the other, never one's list beside the
+    other's digest."""
+    import fcntl
+
+    from lmalgebra.lmd.spans import draw
+
+    spans = ["spans", "--models", f"a={bert_dir}", "--corpus.paths", str(corpus_txt), "-T", "8"]
+    out, digest = tmp_path / "s.jsonl", tmp_path / "s.sha256"
+    code, err = cli(*spans, "--spans.counts", "20,5,5", "--out", str(out))
+    assert code == 0, err
+    first, real = out.read_bytes(), draw.write_text_atomic
+
+    def stopped(path: Path, text: str) -> None:
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:  # the directory is held while the pair is written
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        raise KeyboardInterrupt  # Ctrl-C between the list and its digest
+
+    monkeypatch.setattr(draw, "write_text_atomic", stopped)
+    code, err = cli(*spans, "--spans.counts", "10,5,5", "--out", str(out))
+    assert code == 130, err
+    assert out.read_bytes() != first and not digest.exists()
+    monkeypatch.setattr(draw, "write_text_atomic", real)
+    code, err = cli(*spans, "--spans.counts", "10,5,5", "--out", str(out))
+    assert code == 0 and digest.is_file(), err
+
+
 def test_merge_init_writes_into_no_other_output(
     cli: Runner, finished_run: Path, tmp_path: Path
 ) -> None:

@@ -355,3 +355,18 @@ def holding_lock(
 def holder_record(directory: Path) -> dict[str, Any] | None:
     """The holder details in ``directory``'s lock file, if one is there (for inspection)."""
     return read_lock_record(Path(directory))
+
+
+@contextlib.contextmanager
+def directory_held(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` itself (no file is made there), waiting for
+    it: commands writing several files into a directory no run owns (``spans --out``: a span
+    list and its digest) write each set whole, never interleaved with another's. Where the
+    filesystem has no locks, the block runs unguarded."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with contextlib.suppress(OSError):  # no locks there (ENOLCK, EOPNOTSUPP): unguarded
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
