@@ -153,7 +153,9 @@ def test_a_result_an_unfinished_tagging_evaluation_keeps_is_read_only_as_written
     assert finished_results(out, identity) == {}
 
 
-@pytest.mark.parametrize("damage", ["provenance deleted", "configuration torn"])
+@pytest.mark.parametrize(
+    "damage", ["provenance deleted", "configuration torn", "configuration edited"]
+)
 def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name(
     damage: str,
     bert_dir: Path,
@@ -165,7 +167,9 @@ def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name
 ) -> None:
     """A ``provenance.json`` deleted from a finished run had switched the identity check off
     (a corpus edited since replaced the run, exit 0); a torn ``config.yaml`` had been named in
-    a message of five lines (YAML's excerpt and caret)."""
+    a message of five lines (YAML's excerpt and caret); one edited to another configuration
+    (its alpha) had been read as the run's, and a run of that configuration replaced the
+    finished run, exit 0 (its summary records the sha256 of the one it was run with)."""
     from hostile_helpers import assert_one_line, digests
 
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
@@ -179,11 +183,17 @@ def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name
     if damage == "provenance deleted":
         (out / "provenance.json").unlink()
         needles = [str(out / "provenance.json"), "missing", "summary.json records it"]
-    else:
+    elif damage == "configuration torn":
         (out / "config.yaml").write_text("{: [\n", encoding="utf-8")
         needles = [str(out / "config.yaml"), "line 1, column 2"]
-    with corpus.open("a", encoding="utf-8") as handle:
-        handle.write("\nanother document about the river and the city\n")
+    else:
+        config = out / "config.yaml"
+        config.write_text(config.read_text().replace("alpha: 0.01", "alpha: 10.0"))
+        needles = [str(config), "edited since the run finished", "summary.json"]
+        args += ["--alpha", "10"]  # the configuration it now names: the same inputs
+    if damage != "configuration edited":
+        with corpus.open("a", encoding="utf-8") as handle:
+            handle.write("\nanother document about the river and the city\n")
     before = digests(out)
     assert_one_line(*cli([*args, "--no-progress"]), needles)
     assert digests(out) == before
