@@ -246,3 +246,31 @@ def test_a_record_read_back_that_is_a_fifo_is_never_waited_on(tmp_path: Path) ->
         with pytest.raises(UserInputError, match=re.escape(fifo)):
             SpanBlockMoments.load(_fifo(tmp_path / "blocks" / "blocks.json").parent)
         assert ships_code(_fifo(tmp_path / "model" / "config.json").parent) is False
+
+
+def test_a_users_file_kept_in_a_run_is_not_recorded_as_the_runs(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A decomposition recorded every ``.csv``, ``.json``, ``.yaml`` and ``.safetensors`` file
+    of its directory in its ``summary.json``: a user's ``notes.csv`` kept beside a run computed
+    again was recorded as the run's, and once the user edited it ``report`` refused the run as
+    damaged. The record holds the run's own files alone."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.counts", "20,5,5", "--out", str(out)]
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    notes = out / "notes.csv"
+    notes.write_text("mine\n", encoding="utf-8")
+    code, stderr = cli([*args, "--no-progress"])  # the same run again, the notes beside it
+    assert code == 0, stderr
+    assert "notes.csv" not in json.loads((out / "summary.json").read_text())["files"]
+    notes.write_text("mine, edited\n", encoding="utf-8")
+    code, stderr = cli(["report", str(out)])
+    assert code == 0, stderr
