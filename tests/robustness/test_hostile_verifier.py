@@ -554,16 +554,25 @@ def test_a_candidates_checkpoint_or_best_weights_damaged_fail_verify(
     assert_one_line(code, stderr, [named, "damaged" if "checkpoint" in damaged else "best.json"])
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["checkpoints", "no_checkpoint"])
 @pytest.mark.parametrize("odd", ["directory", "fifo"])
 def test_a_training_log_that_is_no_file_fails_verify(
-    odd: str, built: Path, tmp_path: Path, cli
+    odd: str, kept: bool, built: Path, tmp_path: Path, cli
 ) -> None:
     """A student's ``train_log.jsonl`` that is a directory (or a FIFO) had passed verify, and
-    training, which reads it to resume, then stopped on it."""
+    training, which reads it to resume, then stopped on it; where the student kept no
+    checkpoint (``keep_checkpoints`` 0) verify passed it still, and so did the dry run, while
+    training stopped on it once the model was built. Verify names it, and the dry run and
+    training refuse it first."""
     import os
 
-    run, _ = _copy_run(built, tmp_path)
-    (run / "student" / "checkpoints").mkdir(parents=True)
+    run, recipe = _copy_run(built, tmp_path)
+    (run / "student").mkdir()
+    if kept:
+        (run / "student" / "checkpoints").mkdir()
     log = run / "student" / "train_log.jsonl"
     log.mkdir() if odd == "directory" else os.mkfifo(log)
     assert_one_line(*cli(["merge", "verify", str(run)]), [str(log), "training reads it"])
+    train = ["merge", "train", str(recipe), "--no-progress"]
+    for dry in (["--dry-run"], []):
+        assert_one_line(*cli([*train, *dry]), [str(log), "training log"])
