@@ -576,3 +576,21 @@ def test_a_training_log_that_is_no_file_fails_verify(
     train = ["merge", "train", str(recipe), "--no-progress"]
     for dry in (["--dry-run"], []):
         assert_one_line(*cli([*train, *dry]), [str(log), "training log"])
+
+
+@pytest.mark.parametrize(("part", "stage"), [("topk", "teach"), ("masked", "prepare")])
+def test_training_names_the_stage_that_mends_a_damaged_store_shard(
+    part: str, stage: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """A store shard altered since (or gone) was met as training read it, refused with "run
+    again to recompute it": training again met it again, and only the stage that writes it
+    mends it. Training (and evaluation, which checks the store the same way) names that stage
+    before it builds a student."""
+    run, recipe = _copy_run(built, tmp_path)
+    shard = sorted((run / part).rglob("shard-*.arrow"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(shard), f"lmalgebra merge {stage} RECIPE"])
+    assert not (run / "student").exists()
