@@ -594,3 +594,28 @@ def test_training_names_the_stage_that_mends_a_damaged_store_shard(
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
     assert_one_line(code, stderr, [str(shard), f"lmalgebra merge {stage} RECIPE"])
     assert not (run / "student").exists()
+
+
+@pytest.mark.parametrize("part", ["model", "checkpoints"])
+def test_a_student_directory_that_is_a_link_fails_verify(
+    part: str, built: Path, tmp_path: Path
+) -> None:
+    """A saved student whose ``model/`` (or ``checkpoints/``) is a link to a directory
+    elsewhere passed verify, while ``merge evaluate`` and ``merge train`` refuse it (training
+    would write through the link): verify names it as they do."""
+    from lmalgebra.distill.pipeline import verify
+
+    run, _ = _copy_run(built, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    student = run / "student"
+    (student / "model").mkdir(parents=True)
+    (student / "model" / "lmalgebra.json").write_text("{}", encoding="utf-8")
+    target = student / part
+    if target.exists():
+        target.rename(elsewhere / part)
+    else:
+        (elsewhere / part).mkdir()
+    target.symlink_to(elsewhere / part)
+    problems = verify(run)
+    assert any(str(target) in p and "is a symbolic link" in p for p in problems), problems
