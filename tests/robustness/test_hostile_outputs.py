@@ -302,6 +302,42 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     assert digests(out) == before
 
 
+def test_overwrite_removes_nothing_where_a_folder_of_the_run_is_not_writable(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--overwrite over a run whose ``stats/`` this user may not write (a read-only mount):
+    the run's other files were removed first, then the command stopped at ``stats/``, leaving
+    a run cut to its statistics, still marked complete by its ``summary.json``, with a message
+    saying finished parts are kept. It is refused before anything goes, naming the folder (by
+    the dry run too)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "stats").mkdir(exist_ok=True)
+    (out / "stats" / "train.safetensors").write_bytes(b"moments")
+    stats, access, unlink = out / "stats", os.access, Path.unlink
+
+    def refused(path: Path, *args: object, **kwargs: object) -> None:
+        if path.parent == stats:  # as the kernel refuses a read-only mount
+            raise PermissionError(13, "Permission denied", str(path))
+        unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != stats and access(p, mode))
+    monkeypatch.setattr(Path, "unlink", refused)
+    before = digests(out)
+    args = decompose_args(bert_dir, gpt2_dir, corpus_txt, out)
+    for dry in (["--dry-run"], []):
+        one_error(*cli(*args, "--overwrite", *dry), str(stats), "not writable", "removes none")
+        assert digests(out) == before
+
+
 @pytest.mark.parametrize("kind", ["link", "fifo"])
 @pytest.mark.parametrize("linked", ["fits.csv", "group_r2.csv"])
 def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
