@@ -360,3 +360,30 @@ def test_a_run_in_its_recipes_directory_keeps_the_users_recipe(
     assert recipe.read_text(encoding="utf-8") == text
     code, stderr = cli(["merge", "verify", "."])
     assert code == 0, stderr  # the run reads its recipe
+
+
+def test_the_same_student_written_again_keeps_its_evaluated_card(
+    teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A second ``merge train`` of a trained student (nothing left to train) writes its model
+    directory again, the same files: its card had been written anew, "not evaluated yet",
+    dropping the evaluation ``merge evaluate`` had written into it while the run's evaluation
+    still held the student's rows. The same model keeps its card; another one gets a new card."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from lmalgebra.distill.layout import CARD, write_model_directory
+    from lmalgebra.distill.run.model_card import add_evaluation
+
+    model = AutoModelForMaskedLM.from_pretrained(teacher_dirs["wp"])
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    target = tmp_path / "model"
+    write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
+    add_evaluation(target, "| scores |")
+    evaluated = (target / CARD).read_text(encoding="utf-8")
+    write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
+    assert (target / CARD).read_text(encoding="utf-8") == evaluated
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # trained again: another model
+    write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
+    assert (target / CARD).read_text(encoding="utf-8") == "# card\n"
