@@ -156,6 +156,37 @@ def test_an_evaluation_directory_in_the_way_is_named_before_any_scoring(
             aside.rename(evaluation)
 
 
+@pytest.mark.parametrize("blocked", ["evaluation/rdt.csv", "student/model/README.md"])
+def test_a_file_of_the_evaluation_in_the_way_is_named_before_any_scoring(
+    blocked: str, trained: Path, cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A directory where ``merge evaluate`` writes a table, or a link in place of the student's
+    card (which it extends): met at the write, after every teacher and student was scored, with
+    the record written. Named before any scoring now."""
+    import shutil
+
+    from lmalgebra.distill.masked import evaluation as scoring
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scored")
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    path = run / blocked
+    if path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if blocked.endswith(".csv"):
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "my-card.md")
+    monkeypatch.setattr(scoring, "evaluate_run", never)
+    before = digests(run)
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert_one_line(code, stderr, [str(path)])
+    assert digests(run) == before
+
+
 @pytest.fixture(scope="module")
 def causal_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     """A causal recipe (xx: teachers bl, uni; yy: wp) with two trained students, ``student`` and
@@ -387,3 +418,27 @@ def test_the_same_student_written_again_keeps_its_evaluated_card(
         next(model.parameters()).add_(1.0)  # trained again: another model
     write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
     assert (target / CARD).read_text(encoding="utf-8") == "# card\n"
+
+
+@pytest.mark.parametrize("blocked", ["evaluation", "evaluation/scored_bits_per_byte.csv"])
+def test_bits_per_byte_names_its_table_in_the_way_before_scoring(
+    blocked: str, causal_trained: Path, cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``merge bits-per-byte`` over a run whose ``evaluation`` is a file, or whose table there
+    is a directory: it scored every model, then stopped at the write. Named before any model is
+    scored now, as ``merge evaluate`` names its own."""
+    import shutil
+
+    from lmalgebra.distill.causal import bits_per_byte
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scored")
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_trained.parent / "run", run, ignore=shutil.ignore_patterns("evaluation"))
+    path = run / blocked
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir() if blocked.endswith(".csv") else path.write_text("in the way\n")
+    monkeypatch.setattr(bits_per_byte, "bits_per_byte", never)
+    args = ["merge", "bits-per-byte", str(run), "--models", f"s={run / 'student' / 'model'}"]
+    assert_one_line(*cli(args), [str(path)])
