@@ -442,3 +442,32 @@ def test_bits_per_byte_names_its_table_in_the_way_before_scoring(
     monkeypatch.setattr(bits_per_byte, "bits_per_byte", never)
     args = ["merge", "bits-per-byte", str(run), "--models", f"s={run / 'student' / 'model'}"]
     assert_one_line(*cli(args), [str(path)])
+
+
+def test_verify_names_an_evaluation_of_a_student_trained_again_since(
+    trained: Path, cli, tmp_path: Path
+) -> None:
+    """A student trained again after it was evaluated: ``merge verify`` passed the run, while
+    ``merge evaluate`` of any other student refuses to keep its rows, and the evaluation's
+    tables describe a model that is gone. Verify names the record and the command that scores
+    the student again; once it has, the run passes."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    recipe = tmp_path / "recipe.yaml"
+    data = yaml.safe_load(trained.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert code == 0, stderr
+    train = ["merge", "train", str(recipe), "--restart", "--training.seed", "9", "--no-progress"]
+    code, stderr = cli(train)
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, ["evaluation.json", "'student'", "--students student"])
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
