@@ -177,3 +177,43 @@ def test_a_blank_lmalgebra_cache_is_one_line_and_makes_no_directory(
     with pytest.raises(UserInputError, match=r"^\$LMALGEBRA_CACHE '  ': an empty path"):
         mined_map(teacher, student)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_temporaries_of_a_killed_cache_writer_are_removed(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A cache writer killed mid-write (``kill -9``, power loss) leaves its temporary
+    (``.NAME.tmp-PID``), which nothing had ever removed: a run's own are removed under its lock,
+    the cache's never. A decomposition now removes those of writers that are gone, once they
+    have gone an hour unwritten (a process of another machine sharing the cache may be writing
+    one; its pid is not seen here), and keeps a live process's."""
+    import time
+
+    cache = tmp_path / "cache"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(cache), "--no-progress"]
+    code, stderr = cli([*args, "--out", str(tmp_path / "first")])
+    assert code == 0, stderr
+    gone = _dead_pid()
+    entry = next(p.parent for p in cache.rglob("manifest.json"))
+    stale = entry / f".shard-00000.safetensors.tmp-{gone}"
+    fresh = entry / f".shard-00001.safetensors.tmp-{gone}"
+    live = entry / f".manifest.json.tmp-{os.getppid()}"
+    for path in (stale, fresh, live):
+        path.write_bytes(b"half a shard")
+    hour_ago = time.time() - 3700
+    for path in (stale, live):
+        os.utime(path, (hour_ago, hour_ago))
+    code, stderr = cli([*args, "--out", str(tmp_path / "second")])
+    assert code == 0, stderr
+    assert not stale.exists() and fresh.exists() and live.exists()
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

@@ -302,6 +302,42 @@ def test_overwrite_keeps_a_users_file_inside_a_runs_directory(
     assert digests(out) == before
 
 
+def test_overwrite_removes_nothing_where_a_folder_of_the_run_is_not_writable(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--overwrite over a run whose ``stats/`` this user may not write (a read-only mount):
+    the run's other files were removed first, then the command stopped at ``stats/``, leaving
+    a run cut to its statistics, still marked complete by its ``summary.json``, with a message
+    saying finished parts are kept. It is refused before anything goes, naming the folder (by
+    the dry run too)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "stats").mkdir(exist_ok=True)
+    (out / "stats" / "train.safetensors").write_bytes(b"moments")
+    stats, access, unlink = out / "stats", os.access, Path.unlink
+
+    def refused(path: Path, *args: object, **kwargs: object) -> None:
+        if path.parent == stats:  # as the kernel refuses a read-only mount
+            raise PermissionError(13, "Permission denied", str(path))
+        unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != stats and access(p, mode))
+    monkeypatch.setattr(Path, "unlink", refused)
+    before = digests(out)
+    args = decompose_args(bert_dir, gpt2_dir, corpus_txt, out)
+    for dry in (["--dry-run"], []):
+        one_error(*cli(*args, "--overwrite", *dry), str(stats), "not writable", "removes none")
+        assert digests(out) == before
+
+
 @pytest.mark.parametrize("kind", ["link", "fifo"])
 @pytest.mark.parametrize("linked", ["fits.csv", "group_r2.csv"])
 def test_overwrite_replaces_no_link_where_the_run_wrote_a_file(
@@ -827,6 +863,42 @@ def test_a_span_list_keeps_its_own_digest(
     assert digests(tmp_path) == kept
     code, err = cli(*spans, "--spans.counts", "20,5,5", "--out", str(first))  # its own again
     assert code == 0, err
+
+
+def test_a_span_list_stopped_before_its_digest_keeps_no_older_digest(
+    cli: Runner, bert_dir: Path, corpus_txt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``spans --out`` writes its list, then the list's digest: stopped between the two, it had
+    left the new list beside the digest of the list before it, vouching for another order. The
+    older digest is removed first now, and the pair is written under a lock of its directory,
+    so that two exports there write theirs one after the other, never one's list beside the
+    other's digest."""
+    import fcntl
+
+    from lmalgebra.lmd.spans import draw
+
+    spans = ["spans", "--models", f"a={bert_dir}", "--corpus.paths", str(corpus_txt), "-T", "8"]
+    out, digest = tmp_path / "s.jsonl", tmp_path / "s.sha256"
+    code, err = cli(*spans, "--spans.counts", "20,5,5", "--out", str(out))
+    assert code == 0, err
+    first, real = out.read_bytes(), draw.write_text_atomic
+
+    def stopped(path: Path, text: str) -> None:
+        fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:  # the directory is held while the pair is written
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        raise KeyboardInterrupt  # Ctrl-C between the list and its digest
+
+    monkeypatch.setattr(draw, "write_text_atomic", stopped)
+    code, err = cli(*spans, "--spans.counts", "10,5,5", "--out", str(out))
+    assert code == 130, err
+    assert out.read_bytes() != first and not digest.exists()
+    monkeypatch.setattr(draw, "write_text_atomic", real)
+    code, err = cli(*spans, "--spans.counts", "10,5,5", "--out", str(out))
+    assert code == 0 and digest.is_file(), err
 
 
 def test_merge_init_writes_into_no_other_output(

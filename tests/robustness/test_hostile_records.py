@@ -153,7 +153,9 @@ def test_a_result_an_unfinished_tagging_evaluation_keeps_is_read_only_as_written
     assert finished_results(out, identity) == {}
 
 
-@pytest.mark.parametrize("damage", ["provenance deleted", "configuration torn"])
+@pytest.mark.parametrize(
+    "damage", ["provenance deleted", "configuration torn", "configuration edited"]
+)
 def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name(
     damage: str,
     bert_dir: Path,
@@ -165,7 +167,9 @@ def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name
 ) -> None:
     """A ``provenance.json`` deleted from a finished run had switched the identity check off
     (a corpus edited since replaced the run, exit 0); a torn ``config.yaml`` had been named in
-    a message of five lines (YAML's excerpt and caret)."""
+    a message of five lines (YAML's excerpt and caret); one edited to another configuration
+    (its alpha) had been read as the run's, and a run of that configuration replaced the
+    finished run, exit 0 (its summary records the sha256 of the one it was run with)."""
     from hostile_helpers import assert_one_line, digests
 
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
@@ -179,11 +183,17 @@ def test_a_finished_decomposition_missing_or_tearing_a_record_is_refused_by_name
     if damage == "provenance deleted":
         (out / "provenance.json").unlink()
         needles = [str(out / "provenance.json"), "missing", "summary.json records it"]
-    else:
+    elif damage == "configuration torn":
         (out / "config.yaml").write_text("{: [\n", encoding="utf-8")
         needles = [str(out / "config.yaml"), "line 1, column 2"]
-    with corpus.open("a", encoding="utf-8") as handle:
-        handle.write("\nanother document about the river and the city\n")
+    else:
+        config = out / "config.yaml"
+        config.write_text(config.read_text().replace("alpha: 0.01", "alpha: 10.0"))
+        needles = [str(config), "edited since the run finished", "summary.json"]
+        args += ["--alpha", "10"]  # the configuration it now names: the same inputs
+    if damage != "configuration edited":
+        with corpus.open("a", encoding="utf-8") as handle:
+            handle.write("\nanother document about the river and the city\n")
     before = digests(out)
     assert_one_line(*cli([*args, "--no-progress"]), needles)
     assert digests(out) == before
@@ -236,3 +246,31 @@ def test_a_record_read_back_that_is_a_fifo_is_never_waited_on(tmp_path: Path) ->
         with pytest.raises(UserInputError, match=re.escape(fifo)):
             SpanBlockMoments.load(_fifo(tmp_path / "blocks" / "blocks.json").parent)
         assert ships_code(_fifo(tmp_path / "model" / "config.json").parent) is False
+
+
+def test_a_users_file_kept_in_a_run_is_not_recorded_as_the_runs(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A decomposition recorded every ``.csv``, ``.json``, ``.yaml`` and ``.safetensors`` file
+    of its directory in its ``summary.json``: a user's ``notes.csv`` kept beside a run computed
+    again was recorded as the run's, and once the user edited it ``report`` refused the run as
+    damaged. The record holds the run's own files alone."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.counts", "20,5,5", "--out", str(out)]
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    notes = out / "notes.csv"
+    notes.write_text("mine\n", encoding="utf-8")
+    code, stderr = cli([*args, "--no-progress"])  # the same run again, the notes beside it
+    assert code == 0, stderr
+    assert "notes.csv" not in json.loads((out / "summary.json").read_text())["files"]
+    notes.write_text("mine, edited\n", encoding="utf-8")
+    code, stderr = cli(["report", str(out)])
+    assert code == 0, stderr

@@ -156,6 +156,37 @@ def test_an_evaluation_directory_in_the_way_is_named_before_any_scoring(
             aside.rename(evaluation)
 
 
+@pytest.mark.parametrize("blocked", ["evaluation/rdt.csv", "student/model/README.md"])
+def test_a_file_of_the_evaluation_in_the_way_is_named_before_any_scoring(
+    blocked: str, trained: Path, cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A directory where ``merge evaluate`` writes a table, or a link in place of the student's
+    card (which it extends): met at the write, after every teacher and student was scored, with
+    the record written. Named before any scoring now."""
+    import shutil
+
+    from lmalgebra.distill.masked import evaluation as scoring
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scored")
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    path = run / blocked
+    if path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if blocked.endswith(".csv"):
+        path.mkdir()
+    else:
+        path.symlink_to(tmp_path / "my-card.md")
+    monkeypatch.setattr(scoring, "evaluate_run", never)
+    before = digests(run)
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert_one_line(code, stderr, [str(path)])
+    assert digests(run) == before
+
+
 @pytest.fixture(scope="module")
 def causal_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     """A causal recipe (xx: teachers bl, uni; yy: wp) with two trained students, ``student`` and
@@ -360,3 +391,83 @@ def test_a_run_in_its_recipes_directory_keeps_the_users_recipe(
     assert recipe.read_text(encoding="utf-8") == text
     code, stderr = cli(["merge", "verify", "."])
     assert code == 0, stderr  # the run reads its recipe
+
+
+def test_the_same_student_written_again_keeps_its_evaluated_card(
+    teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A second ``merge train`` of a trained student (nothing left to train) writes its model
+    directory again, the same files: its card had been written anew, "not evaluated yet",
+    dropping the evaluation ``merge evaluate`` had written into it while the run's evaluation
+    still held the student's rows. The same model keeps its card; another one gets a new card."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from lmalgebra.distill.layout import CARD, write_model_directory
+    from lmalgebra.distill.run.model_card import add_evaluation
+
+    model = AutoModelForMaskedLM.from_pretrained(teacher_dirs["wp"])
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    target = tmp_path / "model"
+    write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
+    add_evaluation(target, "| scores |")
+    evaluated = (target / CARD).read_text(encoding="utf-8")
+    write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
+    assert (target / CARD).read_text(encoding="utf-8") == evaluated
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # trained again: another model
+    write_model_directory(target, model, tokenizer, {"kind": "student"}, "# card\n")
+    assert (target / CARD).read_text(encoding="utf-8") == "# card\n"
+
+
+@pytest.mark.parametrize("blocked", ["evaluation", "evaluation/scored_bits_per_byte.csv"])
+def test_bits_per_byte_names_its_table_in_the_way_before_scoring(
+    blocked: str, causal_trained: Path, cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``merge bits-per-byte`` over a run whose ``evaluation`` is a file, or whose table there
+    is a directory: it scored every model, then stopped at the write. Named before any model is
+    scored now, as ``merge evaluate`` names its own."""
+    import shutil
+
+    from lmalgebra.distill.causal import bits_per_byte
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("scored")
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_trained.parent / "run", run, ignore=shutil.ignore_patterns("evaluation"))
+    path = run / blocked
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir() if blocked.endswith(".csv") else path.write_text("in the way\n")
+    monkeypatch.setattr(bits_per_byte, "bits_per_byte", never)
+    args = ["merge", "bits-per-byte", str(run), "--models", f"s={run / 'student' / 'model'}"]
+    assert_one_line(*cli(args), [str(path)])
+
+
+def test_verify_names_an_evaluation_of_a_student_trained_again_since(
+    trained: Path, cli, tmp_path: Path
+) -> None:
+    """A student trained again after it was evaluated: ``merge verify`` passed the run, while
+    ``merge evaluate`` of any other student refuses to keep its rows, and the evaluation's
+    tables describe a model that is gone. Verify names the record and the command that scores
+    the student again; once it has, the run passes."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    recipe = tmp_path / "recipe.yaml"
+    data = yaml.safe_load(trained.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert code == 0, stderr
+    train = ["merge", "train", str(recipe), "--restart", "--training.seed", "9", "--no-progress"]
+    code, stderr = cli(train)
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, ["evaluation.json", "'student'", "--students student"])
+    code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr

@@ -228,3 +228,20 @@ def test_a_training_log_holding_bytes_that_are_not_utf8_is_cut_back_as_a_torn_on
     resumed = _Log(tmp_path, 2)
     assert log.read_text().splitlines() == ['{"step": 1}', '{"step": 2}']
     assert resumed.last == {"step": 2}
+
+
+def test_a_run_stopped_before_it_logs_a_step_leaves_no_training_log(tmp_path: Path) -> None:
+    """Training wrote an empty ``train_log.jsonl`` before its first step: a run stopped there
+    (a setting refused at the first step, Ctrl-C, ``kill -9``) left it behind, in a student's
+    directory that held nothing else. The log is made by the first step it records now, and one
+    cut back to no step at all (``--restart``, or only a torn line) is removed."""
+    from lmalgebra.train.loop import TRAIN_LOG, _Log
+
+    log = tmp_path / TRAIN_LOG
+    _Log(tmp_path, 0)
+    assert not log.exists()
+    log.write_text('{"step": 3}\n{"step": 4, "lo', encoding="utf-8")
+    _Log(tmp_path, 0)
+    assert not log.exists()
+    _Log(tmp_path, 0).write({"step": 1, "loss": 2.5})
+    assert log.read_text(encoding="utf-8").splitlines() == ['{"step": 1, "loss": 2.5}']

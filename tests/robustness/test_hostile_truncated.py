@@ -169,3 +169,21 @@ def test_a_summary_without_its_checksum_is_read_as_an_older_run(
     shutil.copytree(finished, run)
     _edit_summary(run, lambda s: s.pop("sha256"))
     assert Decomposition.load(run).names == ["a", "b"]
+
+
+@pytest.mark.parametrize("torn", ["cut short", "run on"])
+def test_a_table_row_torn_short_or_run_on_is_refused_by_line(torn: str, tmp_path: Path) -> None:
+    """A table row with fewer cells than its header (cut short mid-line) had its missing cells
+    read as empty: ``merge bits-per-byte`` kept a torn row of another model beside its own,
+    its bits per byte cut to a few digits and its bits per character NaN. A row of fewer or
+    more cells than the header is refused, naming the file and line (``merge bits-per-byte``
+    says so and writes its table again from its own rows)."""
+    from lmalgebra.distill.causal.bits_per_byte import SCORED
+    from lmalgebra.storage.csv_tables import read_table
+
+    header = ",".join(SCORED.columns)
+    whole = "xx,s,5,1010,0,1500,1500,5389.1,5.183219879385305,5.183219879385305,ref"
+    row = whole[: whole.index("5.18") + 6] if torn == "cut short" else f"{whole},more"
+    (tmp_path / SCORED.file).write_text(f"{header}\n{whole}\n{row}", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"scored_bits_per_byte\.csv, line 3: \d+ cells"):
+        read_table(tmp_path, SCORED)

@@ -554,16 +554,68 @@ def test_a_candidates_checkpoint_or_best_weights_damaged_fail_verify(
     assert_one_line(code, stderr, [named, "damaged" if "checkpoint" in damaged else "best.json"])
 
 
+@pytest.mark.parametrize("kept", [True, False], ids=["checkpoints", "no_checkpoint"])
 @pytest.mark.parametrize("odd", ["directory", "fifo"])
 def test_a_training_log_that_is_no_file_fails_verify(
-    odd: str, built: Path, tmp_path: Path, cli
+    odd: str, kept: bool, built: Path, tmp_path: Path, cli
 ) -> None:
     """A student's ``train_log.jsonl`` that is a directory (or a FIFO) had passed verify, and
-    training, which reads it to resume, then stopped on it."""
+    training, which reads it to resume, then stopped on it; where the student kept no
+    checkpoint (``keep_checkpoints`` 0) verify passed it still, and so did the dry run, while
+    training stopped on it once the model was built. Verify names it, and the dry run and
+    training refuse it first."""
     import os
 
-    run, _ = _copy_run(built, tmp_path)
-    (run / "student" / "checkpoints").mkdir(parents=True)
+    run, recipe = _copy_run(built, tmp_path)
+    (run / "student").mkdir()
+    if kept:
+        (run / "student" / "checkpoints").mkdir()
     log = run / "student" / "train_log.jsonl"
     log.mkdir() if odd == "directory" else os.mkfifo(log)
     assert_one_line(*cli(["merge", "verify", str(run)]), [str(log), "training reads it"])
+    train = ["merge", "train", str(recipe), "--no-progress"]
+    for dry in (["--dry-run"], []):
+        assert_one_line(*cli([*train, *dry]), [str(log), "training log"])
+
+
+@pytest.mark.parametrize(("part", "stage"), [("topk", "teach"), ("masked", "prepare")])
+def test_training_names_the_stage_that_mends_a_damaged_store_shard(
+    part: str, stage: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """A store shard altered since (or gone) was met as training read it, refused with "run
+    again to recompute it": training again met it again, and only the stage that writes it
+    mends it. Training (and evaluation, which checks the store the same way) names that stage
+    before it builds a student."""
+    run, recipe = _copy_run(built, tmp_path)
+    shard = sorted((run / part).rglob("shard-*.arrow"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert_one_line(code, stderr, [str(shard), f"lmalgebra merge {stage} RECIPE"])
+    assert not (run / "student").exists()
+
+
+@pytest.mark.parametrize("part", ["model", "checkpoints"])
+def test_a_student_directory_that_is_a_link_fails_verify(
+    part: str, built: Path, tmp_path: Path
+) -> None:
+    """A saved student whose ``model/`` (or ``checkpoints/``) is a link to a directory
+    elsewhere passed verify, while ``merge evaluate`` and ``merge train`` refuse it (training
+    would write through the link): verify names it as they do."""
+    from lmalgebra.distill.pipeline import verify
+
+    run, _ = _copy_run(built, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    student = run / "student"
+    (student / "model").mkdir(parents=True)
+    (student / "model" / "lmalgebra.json").write_text("{}", encoding="utf-8")
+    target = student / part
+    if target.exists():
+        target.rename(elsewhere / part)
+    else:
+        (elsewhere / part).mkdir()
+    target.symlink_to(elsewhere / part)
+    problems = verify(run)
+    assert any(str(target) in p and "is a symbolic link" in p for p in problems), problems

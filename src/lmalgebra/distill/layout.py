@@ -228,7 +228,10 @@ def write_model_directory(
     """``target`` as a Hugging Face model directory: ``save_pretrained`` of model and tokenizer,
     ``files`` (name, content), the model ``card``, then ``lmalgebra.json`` (``metadata``), which
     marks it complete; an older marker is removed first, so a directory cut short is never taken
-    for complete."""
+    for complete. The same model written again (every file as its intact marker records it: a
+    second ``merge train`` of a trained student) keeps its card, and the evaluation that
+    ``merge evaluate`` wrote into it, which it had replaced with "not evaluated yet"."""
+    kept = _intact_files(target)
     remove_file(target / MARKER)
     before = _stamps(target)  # what is there already: a file left as it was is not this write's
     _without_call_settings(tokenizer)
@@ -237,8 +240,6 @@ def write_model_directory(
         tokenizer.save_pretrained(target)
     for name, content in files:
         write_bytes_atomic(target / name, content)
-    if card is not None:
-        write_text_atomic(target / CARD, card)
     # hidden files are not the model's: the lock of a directory written in place (pretrain's
     # --out), which its holder removes, and temporaries of atomic writes; nor is a file this
     # write left as it found it (a user's note beside the model, kept by --restart)
@@ -249,9 +250,20 @@ def write_model_directory(
         if name not in (MARKER, CARD) and not name.startswith(".") and before.get(name) != stamp
     )
     as_created(written)  # save_pretrained's safetensors file is 0600 whatever the umask
-    record = {**metadata, FILES_KEY: {p.name: sha256_file(p) for p in written}}
-    write_json_atomic(target / MARKER, sealed(record, CHECK_KEY))
+    sums = {p.name: sha256_file(p) for p in written}
+    if card is not None and not (sums == kept and (target / CARD).is_file()):
+        write_text_atomic(target / CARD, card)
+    write_json_atomic(target / MARKER, sealed({**metadata, FILES_KEY: sums}, CHECK_KEY))
     return target
+
+
+def _intact_files(directory: Path) -> dict[str, Any] | None:
+    """The sha256 of each file of the complete model directory, as its marker records them,
+    when they all match (None: no such model, or a damaged one)."""
+    if not is_complete(directory) or model_damage(directory) is not None:
+        return None
+    sums = read_marker(directory).get(FILES_KEY)
+    return sums if isinstance(sums, dict) else None
 
 
 def _stamps(directory: Path) -> dict[str, tuple[int, int, int]]:

@@ -36,6 +36,7 @@ from lmalgebra.distill.examples import (
     write_examples,
 )
 from lmalgebra.distill.layout import (
+    CARD,
     EVALUATION,
     RUN_SCRATCH,
     RunLayout,
@@ -78,7 +79,7 @@ from lmalgebra.distill.teachers import (
     load_lm,
 )
 from lmalgebra.distributed import is_main, main_rank_only
-from lmalgebra.storage.atomic import refuse_unwritable, write_text_atomic
+from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
@@ -513,8 +514,11 @@ class Objective(ABC):
         ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
         settings = self.evaluation_settings(pooling)
         check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
+        for file in (RECORD, *self.evaluation_files()):  # a directory or a link in the way
+            refuse_unwritable(self.layout.evaluation / file)  # had been met after the scoring
         names = list(dict.fromkeys(students))
         for name in names:  # a damaged record is named as such, not read for its teachers
+            refuse_special(self.layout.model(name) / CARD, "student model card")
             trusted_model(
                 self.layout.model(name),
                 f"student {name!r} has no model in {self.layout.model(name)}: run "
@@ -542,6 +546,10 @@ class Objective(ABC):
         identities = {**earlier.students, **{s: student_identity(self.layout, s) for s in names}}
         write_record(self.layout, basis, tables, {s: str(identities[s]) for s in everyone})
         return self.publish(tables, everyone, names, settings)
+
+    @abstractmethod
+    def evaluation_files(self) -> tuple[str, ...]:
+        """The files of ``evaluation/`` that ``publish`` writes (its record aside)."""
 
     @abstractmethod
     def row_kinds(self) -> tuple[RowKind, ...]:

@@ -91,10 +91,23 @@ def verify(run_dir: Path) -> list[str]:
     objective = objective_of(run_recipe(run_dir))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
     problems += record_problems(layout, objective.kind, objective.row_kinds())
+    problems += _student_problems(objective.recipe, list(layout.saved_students()))
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
     if problems or stale:
         return problems + stale
     return objective.stale_students()  # what ``merge evaluate`` refuses of a student
+
+
+def _student_problems(recipe: MergeRecipe, names: list[str]) -> list[str]:
+    """What training and evaluation refuse of each saved student's directories
+    (``check_students``: its model or checkpoints a link, say), as ``merge verify`` names it."""
+    problems = []
+    for name in names:
+        try:
+            check_students(recipe, [name])
+        except UserInputError as err:
+            problems.append(str(err))
+    return problems
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:

@@ -178,6 +178,13 @@ def read_table(directory: Path, table: Table[R]) -> list[R] | None:
     rows = []
     for line, record in enumerate(records, start=2):
         where = f"{path}, line {line}"
+        extra = record.pop(None, [])  # cells past the header (a row run on)
+        given = sum(v is not None for v in record.values()) + len(extra)
+        if given != len(record):  # a torn row's missing cells had been read as empty (NaN, "")
+            raise UserInputError(
+                f"{where}: {given} cells where the header has {len(record)}: the table is "
+                "damaged (a line cut short, or edited)"
+            )
         cells = {c: (record[c] or "").strip() for c in table.columns}
         rows.append(table.row(**{c: read[c](text, where, c) for c, text in cells.items()}))
     return rows

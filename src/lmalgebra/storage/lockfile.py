@@ -155,11 +155,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(directory: Path) -> list[Path]:
+def remove_stale_temporaries(directory: Path, settled: float = 0.0) -> list[Path]:
     """Delete ``.NAME.tmp-PID`` files under ``directory`` whose process is gone; the paths removed.
 
     Only safe while holding the directory's lock in a single-process run: a temporary is then
     either this process's own or a leftover of a writer that died (``kill -9``, power loss).
+    ``settled``: seconds a temporary must have gone unwritten, for a directory no lock guards
+    (the cache, which a process of another machine may be writing, whose pid is not seen here).
     """
     removed = []
     for root, _, files in os.walk(directory):
@@ -167,7 +169,9 @@ def remove_stale_temporaries(directory: Path) -> list[Path]:
             match = TEMPORARY.match(name)
             if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
                 path = Path(root) / name
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):  # gone, or not this user's to remove
+                    if time.time() - path.lstat().st_mtime < settled:
+                        continue
                     path.unlink()
                     removed.append(path)
     if removed:
@@ -355,3 +359,18 @@ def holding_lock(
 def holder_record(directory: Path) -> dict[str, Any] | None:
     """The holder details in ``directory``'s lock file, if one is there (for inspection)."""
     return read_lock_record(Path(directory))
+
+
+@contextlib.contextmanager
+def directory_held(directory: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``directory`` itself (no file is made there), waiting for
+    it: commands writing several files into a directory no run owns (``spans --out``: a span
+    list and its digest) write each set whole, never interleaved with another's. Where the
+    filesystem has no locks, the block runs unguarded."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with contextlib.suppress(OSError):  # no locks there (ENOLCK, EOPNOTSUPP): unguarded
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -385,8 +385,10 @@ def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) 
 
 def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
     """Refuse ``--overwrite`` of a directory that holds anything a run of ``what`` does not
-    write, or a symbolic link where it writes a file (``remove_run_files``' check, which
-    removes nothing)."""
+    write, or a symbolic link where it writes a file, or a file of the run in a folder this
+    user may not write (a read-only mount): removing the others first had left a run cut to
+    its last folders, still marked complete (``remove_run_files``' check, which removes
+    nothing)."""
     mine, foreign = _sort_out(directory, owned)
     if foreign:
         raise UserInputError(
@@ -395,6 +397,13 @@ def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) ->
             "another directory"
         )
     _refuse_odd(directory, what, mine)
+    stuck = [p for p in mine if not os.access(p.parent, os.W_OK | os.X_OK)]
+    if stuck:
+        raise UserInputError(
+            f"{stuck[0].parent} is not writable: {OVERWRITE} could not remove the {what}'s "
+            f"files there ({_names(stuck, directory)}) and removes none; give this user the "
+            "right to write there, or write to another directory"
+        )
 
 
 def _refuse_odd(directory: Path, what: str, mine: Sequence[Path]) -> None:

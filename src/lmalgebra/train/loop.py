@@ -23,9 +23,9 @@ from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.core.text_files import absent, not_a_directory
+from lmalgebra.core.text_files import absent, not_a_directory, not_a_file
 from lmalgebra.distributed import barrier, is_main, world
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import remove_file, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.checkpoint import (
@@ -123,7 +123,10 @@ class _Log:
         self.path = out / TRAIN_LOG
         lines = _log_lines(self.path) if self.path.is_file() else []
         kept = [ln for ln in lines if _logged_step(ln) <= start]
-        write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
+        if kept:
+            write_text_atomic(self.path, "".join(f"{ln}\n" for ln in kept))
+        else:  # made by the first step it records: a run stopped before one leaves no log
+            remove_file(self.path)
         self.last: dict[str, Any] = {}
         if start and kept and _logged_step(kept[-1]) == start:
             self.last = dict(json.loads(kept[-1]))
@@ -162,7 +165,8 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
     traceback once it writes there; and a symbolic link in place of a part training writes
     itself (``checkpoints/``, ``best/``, the training log) or (``itself``) of ``out``: training
     writes their files, and ``--restart`` removes checkpoints, through the link, over what it
-    names (a directory of the user's elsewhere)."""
+    names (a directory of the user's elsewhere); and a training log that is there but is no
+    file (a directory, a FIFO), which training met only once the model was built."""
     for path in (out, out / "checkpoints", out / BEST):
         if path.is_symlink() and not path.exists():
             raise UserInputError(f"training directory {path} {absent(path)}")
@@ -175,6 +179,12 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
                 f"writes its files there itself and would replace (with {RESTART}, remove) "
                 "what the link names; remove the link"
             )
+    log = out / TRAIN_LOG
+    if log.exists() and not log.is_file():  # a directory, a FIFO: met once the model is built
+        raise UserInputError(
+            f"training log {log} {not_a_file(log)}: training reads it to resume and writes it; "
+            "remove it, then run again"
+        )
 
 
 def refuse_other_training(

@@ -39,8 +39,10 @@ from lmalgebra.sources.embed import refuse_foreign_ids
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.atomic import refuse_unwritable
 from lmalgebra.storage.csv_tables import Table, read_table, write_table
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.train.causal_head import body_states, target_logprobs
 
 log = logging.getLogger(__name__)
@@ -274,6 +276,9 @@ def evaluate_bits(
     evaluate`` writes its rows with the rest of its evaluation); the rows."""
     check_context(context)  # before any model is read
     refuse_names(run_dir, models)
+    if table is not None:  # where it writes, before any model is scored, not after
+        check_directory(RunLayout(run_dir).evaluation, "evaluation directory")
+        refuse_unwritable(RunLayout(run_dir).evaluation / table.file)
     texts = heldout_texts(run_dir, languages)
     rows = []
     for ref in models:

@@ -20,7 +20,7 @@ from lmalgebra.distill.causal.store import (
     tokens_table,
 )
 from lmalgebra.distill.causal.teachers import open_teachers, start_token_id, teacher_tokenizer
-from lmalgebra.distill.layout import LOGPROBS, RUN_SCRATCH, TOKENS
+from lmalgebra.distill.layout import EVALUATION_MD, LOGPROBS, RDT_FILE, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import CausalRecipe
@@ -138,6 +138,12 @@ class CausalObjective(Objective):
         return train_causal_student(
             self.recipe, name, spec, teachers, progress, restart, store=self.store_digest(teachers)
         )
+
+    def evaluation_files(self) -> tuple[str, ...]:
+        from lmalgebra.distill.causal.bits_per_byte import BITS
+        from lmalgebra.evaluate.lmd_coverage import COVERAGE
+
+        return (BITS.file, RDT_FILE, COVERAGE.file, EVALUATION_MD)
 
     def row_kinds(self) -> tuple[RowKind, ...]:
         from lmalgebra.distill.causal.bits_per_byte import BitsRow

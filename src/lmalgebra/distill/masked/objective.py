@@ -12,10 +12,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.text_files import not_a_directory
-from lmalgebra.distill.layout import MASKED, RUN_SCRATCH, TOPK, is_complete
+from lmalgebra.distill.layout import (
+    EVALUATION_MD,
+    MASKED,
+    RDT_FILE,
+    RUN_SCRATCH,
+    TOPK,
+    is_complete,
+)
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
-from lmalgebra.distill.masked.scores import SCORES, Score
+from lmalgebra.distill.masked.scores import ACCURACY_PLOT, SCORES, Score
 from lmalgebra.distill.masked.store import masking, topk_inference
 from lmalgebra.distill.masked.teachers import open_teachers, teacher_tokenizer
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
@@ -161,6 +168,9 @@ class MaskedObjective(Objective):
             restart,
             store=self.store_digest(teachers),
         )
+
+    def evaluation_files(self) -> tuple[str, ...]:
+        return (SCORES.file, RDT_FILE, EVALUATION_MD, ACCURACY_PLOT)
 
     def row_kinds(self) -> tuple[RowKind, ...]:
         return (RowKind("scores", Score),)

@@ -171,10 +171,15 @@ def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind])
     if not (path.exists() or path.is_symlink()):
         return []
     try:
-        _read(path, objective, kinds)
+        record = _read(path, objective, kinds)
     except UserInputError as err:
         return [f"merge evaluate: {err}"]
-    return []
+    return [  # rows an evaluation of the other students refuses to keep (``_refuse_changed``)
+        f"{path} holds the rows of student {name!r} as it was before it was trained again (or "
+        f"removed): `lmalgebra merge evaluate RUN --students {name}` scores it again"
+        for name, identity in record["students"].items()
+        if student_identity(layout, name) != identity
+    ]
 
 
 def _checksum(record: Mapping[str, Any]) -> str:

@@ -34,7 +34,8 @@ def missing_set(shards: ShardSet, command: str) -> str:
 def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     """Refuse a missing or incomplete shard set, or one written under none of the ``accepted``
     keys (one per dtype the recipe accepts: ``stale_key``); ``stage``: the ``merge`` command
-    that writes it."""
+    that writes it. So is a shard missing or failing its checksum, naming that stage: met as
+    training read it, it had been refused asking to run again the command that read it."""
     expected = accepted[0]
     found = ShardSet.existing(expected.directory)
     if not found.complete or not found.records:  # a complete set of nothing feeds no student
@@ -42,6 +43,12 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     problem = stale_key(accepted, stage)
     if problem:
         raise UserInputError(problem)
+    damaged = found.damaged()
+    if damaged:
+        raise UserInputError(
+            f"store shard {found.path(damaged[0])} is missing or fails its checksum: run "
+            f"`lmalgebra merge {stage} RECIPE` again to recompute it"
+        )
 
 
 def stale_key(accepted: Sequence[ShardSet], stage: str) -> str | None:

@@ -45,7 +45,10 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
         if state is None:
             problems.append(f"checkpoint file {path} is damaged ({reason})")
     problems += [d for d in map(best_damage, layout.training_runs()) if d is not None]
-    problems += [d for d in map(_log_damage, layout.training_runs()) if d is not None]
+    # a student's log is checked where no checkpoint is left (``keep_checkpoints`` 0) too
+    logged = {p.parent for p in layout.root.glob(f"*/{TRAIN_LOG}")}
+    runs = sorted({*layout.training_runs(), *logged})
+    problems += [d for d in map(_log_damage, runs) if d is not None]
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
 

@@ -42,8 +42,10 @@ from lmalgebra.storage.output_paths import (
 )
 
 
-def _recorded_identity(out: Path) -> dict[str, Any] | None:
-    """The identity of the decomposition already in ``out``, from its ``config.yaml``."""
+def _recorded_identity(out: Path, checked: bool = True) -> dict[str, Any] | None:
+    """The identity of the decomposition already in ``out``, from its ``config.yaml``;
+    ``checked``: refused, naming it, where the finished run's ``summary.json`` records another
+    sha256 of it (edited since, it would pass another configuration off as the run's)."""
     path = out / CONFIG
     if not path.is_file():
         return None
@@ -53,6 +55,12 @@ def _recorded_identity(out: Path) -> dict[str, Any] | None:
         raise UserInputError(
             f"{path} is not a readable run configuration: {yaml_problem(err)}"
         ) from err
+    if checked and _recorded_sha256(path) not in (None, sha256_file(path)):
+        raise UserInputError(
+            f"{path} was edited since the run finished (its sha256 is not the one "
+            f"{out / SUMMARY} records): the run's configuration cannot be read from it; "
+            f"restore it, write to another directory, or pass {OVERWRITE} to replace the run"
+        )
     return run_identity(data) if isinstance(data, dict) else None
 
 
@@ -144,7 +152,7 @@ def claim_copy(source: Path, target: Path, overwrite: bool) -> None:
     claim_run_directory(
         target,
         identity,
-        _recorded_identity(target),
+        _recorded_identity(target, checked=not overwrite),
         finished=(target / SUMMARY).is_file(),
         overwrite=overwrite,
         what="decomposition",
@@ -212,7 +220,7 @@ def _claim_directory(
     config: DecomposeConfig, overwrite: bool, dry: bool = False
 ) -> dict[str, Any] | None:
     """``claim_run_directory`` for a decomposition of ``config``; the recorded identity."""
-    recorded = _recorded_identity(config.out)
+    recorded = _recorded_identity(config.out, checked=not overwrite)
     claim_run_directory(
         config.out,
         run_identity(config.model_dump(mode="json")),

@@ -37,12 +37,16 @@ from lmalgebra.stats.moments import ConstantModelError, ModelColumns
 from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.atomic import make_directories
+from lmalgebra.storage.lockfile import remove_stale_temporaries
 from lmalgebra.storage.output_paths import cache_directory, cache_root, tidy_on_failure
 
 log = logging.getLogger(__name__)
 # memoised model hashes (``ModelPool.prints``) and the remembered spans: written before any
 # embedding, taken back when a failed run made nothing else
 CACHE_SCRATCH = ("hashes/*", "spans/*")
+# how long a temporary of the cache must have gone unwritten before a run takes it for a dead
+# writer's: the cache is shared, by processes of other machines too, and no lock guards it
+CACHE_TEMPORARY_SETTLED = 3600.0
 
 
 @dataclass
@@ -99,6 +103,8 @@ def run_decomposition(
     configuration holds the dtype the run used."""
     config = config.resolved()
     cache_directory(config.cache_dir)
+    if is_main():  # the temporaries of cache writers killed (kill -9, power loss) go
+        remove_stale_temporaries(config.cache_dir, CACHE_TEMPORARY_SETTLED)
     with (
         cache_root(config.cache_dir),
         tidy_on_failure(config.cache_dir, scratch=CACHE_SCRATCH, enabled=is_main()),

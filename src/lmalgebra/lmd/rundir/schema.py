@@ -312,13 +312,10 @@ def read_pairwise(run_dir: Path, split: str = "test") -> tuple[list[str], np.nda
 
 def recorded_outputs(out: Path) -> list[Path]:
     """The files of run directory ``out`` that ``summary.json`` records: tables, configuration,
-    provenance, moments and weights (not figures, the report, hidden files or the summary)."""
+    provenance, moments and weights (not figures, the report, hidden files or the summary; nor
+    a user's own file kept there, which a resumed run had recorded as the run's)."""
     return [
-        path
-        for path in out.rglob("*")
-        if path.is_file()
-        and path.suffix in RECORDED_SUFFIXES
-        and path.name != SUMMARY
-        and path.relative_to(out).parts[0] != PLOTS_DIR
-        and not any(part.startswith(".") for part in path.relative_to(out).parts)
+        out / name
+        for name in OWNED
+        if name.endswith(RECORDED_SUFFIXES) and name != SUMMARY and (out / name).is_file()
     ]

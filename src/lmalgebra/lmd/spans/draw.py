@@ -28,7 +28,8 @@ from lmalgebra.sources.corpus import CorpusSpec, read_documents
 from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.sources.tokenizers import load_reference_tokenizer
-from lmalgebra.storage.atomic import write_atomic, write_text_atomic
+from lmalgebra.storage.atomic import make_directories, remove_file, write_atomic, write_text_atomic
+from lmalgebra.storage.lockfile import directory_held
 from lmalgebra.storage.output_paths import check_file, refuse_inside_other_output, tidy_on_failure
 
 
@@ -212,8 +213,11 @@ def export_spans(plan: RunSpans, out: Path) -> Path:
 
     digest_path = _digest_path(out)
     with tidy_on_failure(out.parent, deep=False):
-        write_atomic(out, write)
-        write_text_atomic(digest_path, plan.order_digest + "\n")
+        make_directories(out.parent)
+        with directory_held(out.parent):  # two exports there: each pair written whole
+            remove_file(digest_path)  # a list stopped before its digest keeps no older one's
+            write_atomic(out, write)
+            write_text_atomic(digest_path, plan.order_digest + "\n")
     return digest_path
 
 
