@@ -116,6 +116,37 @@ def test_a_weight_stored_as_integers_is_refused_naming_it(
     source_of(ref, bert_copy).load()
 
 
+def test_a_weight_stored_as_integers_is_refused_by_the_plan_too(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The dtype is in the header the plan reads: ``decompose --dry-run`` and a teacher's plan
+    had passed a weight stored as int32, which the run then refused."""
+    name = _as_integers(bert_copy)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=rf"model 'enc'.*1 of .*{name} in I32.*cast"):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    name = _as_integers(teacher)
+    with pytest.raises(UserInputError, match=rf"teacher 'wp'.*{name} in I32"):
+        source_of(ModelRef(name="wp", path=str(teacher)), teacher).check_architecture(
+            "AutoModelForMaskedLM", "teacher 'wp'"
+        )
+
+
+def test_a_stale_index_beside_model_safetensors_is_not_read(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """transformers reads ``model.safetensors`` before any index: an index left from a sharded
+    save, naming shards since removed, had refused the model to embed (naming a shard the load
+    never opens) and ended a teacher's load in a ``FileNotFoundError`` traceback."""
+    index = {"metadata": {}, "weight_map": {"pooler.dense.weight": "model-00001-of-00002.safetensors"}}
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    for directory in (bert_copy, teacher):
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    source_of(ModelRef(name="enc", path=str(bert_copy)), bert_copy).load()
+    load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+
+
 def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:
     """The masked LM's head is no part of the bare model and the pooler goes unused: both pass."""
     directory = build_bert_mlm(tmp_path / "mlm")
