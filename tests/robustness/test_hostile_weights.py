@@ -736,3 +736,28 @@ def test_a_nan_past_the_first_slice_of_a_weight_is_found(monkeypatch: pytest.Mon
     with torch.no_grad():
         model.weight[4, 2] = 0.0
     assert loaded_weights._non_finite_weights(model) == set()
+
+
+def test_a_pad_token_past_the_embedding_table_pads_with_a_row_of_it(
+    gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A pad token added to the tokenizer alone (its id one past the model's rows) had ended
+    the first padded batch in torch's ``IndexError: index out of range in self``: padded
+    positions are masked, so a row of the table fills them and the vectors are those of the
+    model without that pad token."""
+    from transformers import AutoTokenizer
+
+    from lmalgebra.sources.embed import embed
+    from lmalgebra.sources.embed_spec import EmbedSpec
+
+    padded = Path(shutil.copytree(gpt2_dir, tmp_path / "gpt2"))
+    tokenizer = AutoTokenizer.from_pretrained(padded)
+    tokenizer.add_special_tokens({"pad_token": "<pad>"})
+    tokenizer.save_pretrained(padded)
+    source = source_of(ModelRef(name="g", path=str(padded)), padded)
+    assert source.load_tokenizer().pad_token_id == source.load().config.vocab_size
+    texts = ["the old city", "a river", "the new king of the north"]
+    got, _ = source.embed(texts, EmbedSpec())
+    plain = source_of(ModelRef(name="g", path=str(gpt2_dir)), gpt2_dir)
+    want, _ = embed(texts, plain.load(), plain.load_tokenizer(), EmbedSpec())
+    assert (got == want).all()

@@ -17,6 +17,7 @@ import torch
 from lmalgebra.core.allocator import reuse_freed_memory
 from lmalgebra.core.precision import compute_context, module_device
 from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
+from lmalgebra.sources.embed import padding_id
 from lmalgebra.train.masked_head import masked_logits
 
 
@@ -55,6 +56,7 @@ def masked_topk(
     """
     reuse_freed_memory()  # each batch's logits (n_masked x vocab) faulted in once, not per batch
     device = module_device(model) or torch.device("cpu")
+    pad_id = padding_id(pad_id, model)
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
     out: list[TeacherOutput | None] = [None] * len(copies)
     # one context for every batch: autocast casts each weight to ``dtype`` once, not per batch
