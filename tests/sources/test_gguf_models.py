@@ -360,6 +360,31 @@ def test_a_damaged_dequantised_entry_is_built_again(
     assert ref.source.resolve() == built and len(calls) == 1  # intact now: kept
 
 
+def test_an_entry_of_another_file_is_built_again_and_a_plan_skips_a_damaged_one(
+    source, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose record, intact in itself, describes another GGUF file (an entry copied
+    under this file's name) had been loaded as this file's model; an entry damaged in place at
+    the same sizes had been read by a plan (a dry run), which checked the sizes alone, and its
+    damaged tokenizer refused there, though the run builds the entry again."""
+    from lmalgebra.core.fingerprint import sealed
+
+    ref = ModelRef.parse(f"gguf:{source[2]}")
+    built = ref.source.resolve()
+    record = json.loads((built / gguf_models.PROVENANCE).read_text(encoding="utf-8"))
+    del record[gguf_models.RECORD_CHECK]
+    other = sealed({**record, "sha256": "0" * 64}, gguf_models.RECORD_CHECK)
+    (built / gguf_models.PROVENANCE).write_text(json.dumps(other), encoding="utf-8")
+    calls = _counting_builds(monkeypatch)
+    assert ref.source.resolve() == built and len(calls) == 1
+    tokenizer = built / "tokenizer.json"
+    tokenizer.write_bytes(b"x" * tokenizer.stat().st_size)
+    files = sorted(cache.rglob("*"))
+    planned = gguf_models.file_directory(str(source[2]), "model 'a'", weights=False)
+    assert planned != built and (planned / "tokenizer.json").read_bytes()[:1] == b"{"
+    assert sorted(cache.rglob("*")) == files  # a plan writes nothing there, no memo either
+
+
 @pytest.mark.parametrize("blocker", ["file", "link to nothing"])
 def test_a_gguf_cache_directory_in_the_way_is_one_line(
     blocker: str, source, cache: Path, tmp_path: Path
