@@ -144,6 +144,20 @@ def test_bad_graphs_are_refused_naming_the_file(
     assert "\n" not in message
 
 
+def test_a_graph_of_fixed_batch_and_length_is_refused_by_plan_and_load(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """An export without dynamic axes takes one batch shape only: the plan had passed it and
+    the first batch failed in onnxruntime's words, advising a smaller --max_length."""
+    path = export_onnx(bert_dir, tmp_path / "fixed.onnx", dynamic=False)
+    ref = ModelRef.parse(f"o=onnx:{path}#{bert_dir}")
+    needle = r"model 'o': ONNX file .*fixed\.onnx fixes .* \(input_ids \[2, 5\].*dynamic axes"
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, weights=False).shape()
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref).load()
+
+
 def test_folder_with_one_graph_and_missing_paths(
     graphs: dict[str, Path], bert_dir: Path, tmp_path: Path
 ) -> None:
