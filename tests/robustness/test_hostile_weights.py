@@ -761,3 +761,31 @@ def test_a_pad_token_past_the_embedding_table_pads_with_a_row_of_it(
     plain = source_of(ModelRef(name="g", path=str(gpt2_dir)), gpt2_dir)
     want, _ = embed(texts, plain.load(), plain.load_tokenizer(), EmbedSpec())
     assert (got == want).all()
+
+
+def _mapped(directory: Path, auto_map: dict[str, str]) -> Path:
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps({**config, "auto_map": auto_map}))
+    return directory
+
+
+def test_a_model_shipping_its_own_code_is_refused_without_trust_remote_code(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A configuration of a built-in ``model_type`` whose ``auto_map`` names the model's own
+    class: without ``trust_remote_code`` transformers had built its own class in its place and
+    the run went on (exit 0), the model's code never run. Refused for a model to embed (plan and
+    run) and a teacher, naming the class; an ``auto_map`` of other auto classes alone passes."""
+    _mapped(bert_copy, {"AutoModel": "modeling_my.MyBert"})
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    needle = r"model 'enc': .* ships its own code for AutoModel \(modeling_my\.MyBert.*'bert'"
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    teacher = _mapped(
+        Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp")),
+        {"AutoModelForMaskedLM": "modeling_my.MyBertForMaskedLM"},
+    )
+    with pytest.raises(UserInputError, match="teacher 'wp': .* for AutoModelForMaskedLM"):
+        load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+    _mapped(bert_copy, {"AutoModelForSequenceClassification": "modeling_my.Other"})
+    source_of(ref, bert_copy, weights=False).check_architecture(remember=False)

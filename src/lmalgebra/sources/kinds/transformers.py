@@ -15,7 +15,12 @@ from typing import Any, ClassVar
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import device_map_memory
-from lmalgebra.core.remote_code import announce_remote_code, load_failure, shipped_code
+from lmalgebra.core.remote_code import (
+    announce_remote_code,
+    load_failure,
+    refuse_code_replaced,
+    shipped_code,
+)
 from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
@@ -184,6 +189,7 @@ class TransformersModel(ReferencedModel):
 
         owner = owner or f"model {self.name!r}"
         shown = self.ref.shown(directory)
+        refuse_code_replaced(owner, shown, directory, auto)
         try:
             config = AutoConfig.from_pretrained(directory)
         except Exception as err:
@@ -280,7 +286,8 @@ def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Pat
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         weights.append(_stamp(index))
-    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers")])
+    # the checks' own version: a check added since is made once more on every model
+    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers"), 2])
     return memo_dir / f"architecture-{key}.checked"
 
 
