@@ -252,6 +252,22 @@ def test_a_file_cut_short_is_named_so(source, cache: Path, tmp_path: Path) -> No
         ModelRef.parse(f"gguf:{cut}").source.resolve()
 
 
+@pytest.mark.parametrize("version", [1, 4])
+def test_a_file_of_another_gguf_version_is_named_so(
+    version: int, source, cache: Path, tmp_path: Path
+) -> None:
+    """A whole file of a GGUF version the gguf package does not read had been called "damaged
+    or cut short"; its version is named, by a plan too."""
+    whole = bytearray(source[2].read_bytes())
+    whole[4:8] = version.to_bytes(4, "little")
+    other = tmp_path / "other.gguf"
+    other.write_bytes(bytes(whole))
+    needle = rf"other\.gguf is not a readable GGUF file \(GGUF version {version}, which gguf=="
+    for weights in (True, False):
+        with pytest.raises(UserInputError, match=needle):
+            gguf_models.file_directory(str(other), "model 'a'", weights)
+
+
 def test_a_failed_build_leaves_nothing_marked_complete(
     source, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

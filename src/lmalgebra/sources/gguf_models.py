@@ -61,11 +61,21 @@ def _why(path: Path, err: Exception) -> str:
     """Why ``GGUFReader`` could not read ``path`` (``err``), as a user can act on it."""
     try:
         with path.open("rb") as handle:
-            magic = handle.read(4)
+            magic, raw = handle.read(4), handle.read(4)
     except OSError:
         return str(err)
     if magic != b"GGUF":
         return "it does not start with the GGUF magic bytes: no GGUF file"
+    from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
+
+    order = "little" if raw[:2] != b"\0\0" else "big"  # as the reader tells a swapped file
+    found = int.from_bytes(raw, order) if len(raw) == 4 else None
+    if found is not None and found < 256 and found not in READER_SUPPORTED_VERSIONS:  # else noise
+        reads = ", ".join(str(v) for v in READER_SUPPORTED_VERSIONS)
+        return (
+            f"GGUF version {found}, which {GGUF_REQUIREMENT} cannot read (it reads versions "
+            f"{reads}): a file of another llama.cpp release"
+        )
     return f"damaged or cut short: {err}"
 
 
