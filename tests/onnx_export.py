@@ -70,9 +70,7 @@ def export_onnx(
             dynamo=False,
             input_names=list(inputs),
             output_names=names,
-            dynamic_axes={
-                n: _DYNAMIC if n != "pooled" else {0: "batch"} for n in [*inputs, *names]
-            }
+            dynamic_axes={n: _DYNAMIC if n != "pooled" else {0: "batch"} for n in [*inputs, *names]}
             if dynamic
             else None,
             opset_version=17,

@@ -139,7 +139,8 @@ def test_a_stale_index_beside_model_safetensors_is_not_read(
     """transformers reads ``model.safetensors`` before any index: an index left from a sharded
     save, naming shards since removed, had refused the model to embed (naming a shard the load
     never opens) and ended a teacher's load in a ``FileNotFoundError`` traceback."""
-    index = {"metadata": {}, "weight_map": {"pooler.dense.weight": "model-00001-of-00002.safetensors"}}
+    shard = "model-00001-of-00002.safetensors"
+    index = {"metadata": {}, "weight_map": {"pooler.dense.weight": shard}}
     teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
     for directory in (bert_copy, teacher):
         (directory / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -785,7 +786,7 @@ def test_a_model_shipping_its_own_code_is_refused_without_trust_remote_code(
         Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp")),
         {"AutoModelForMaskedLM": "modeling_my.MyBertForMaskedLM"},
     )
-    with pytest.raises(UserInputError, match="teacher 'wp': .* for AutoModelForMaskedLM"):
+    with pytest.raises(UserInputError, match=r"teacher 'wp': .* for AutoModelForMaskedLM"):
         load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
     _mapped(bert_copy, {"AutoModelForSequenceClassification": "modeling_my.Other"})
     source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
