@@ -68,8 +68,8 @@ def _why(path: Path, err: Exception) -> str:
         return "it does not start with the GGUF magic bytes: no GGUF file"
     from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
-    order = "little" if raw[:2] != b"\0\0" else "big"  # as the reader tells a swapped file
-    found = int.from_bytes(raw, order) if len(raw) == 4 else None
+    swapped = raw[:2] == b"\0\0"  # as the reader tells a file of the other byte order
+    found = int.from_bytes(raw, "big" if swapped else "little") if len(raw) == 4 else None
     if found is not None and found < 256 and found not in READER_SUPPORTED_VERSIONS:  # else noise
         reads = ", ".join(str(v) for v in READER_SUPPORTED_VERSIONS)
         return (
