@@ -105,7 +105,15 @@ def logprobs_inference(recipe: CausalRecipe, teacher: Teacher, compute: torch.dt
         examples = [values[offsets[r] : offsets[r + 1]] for r in range(part.num_rows)]
         seeds = [_seed(recipe, teacher.name, e) for e in part.column("example_id").to_pylist()]
         outputs = causal_outputs(
-            model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size, compute
+            model,
+            examples,
+            start,
+            recipe.top_k,
+            samples,
+            seeds,
+            recipe.batch_size,
+            compute,
+            tokens=len(teacher.tokenizer),
         )
         return logprobs_table(outputs, dtype, samples)
 
