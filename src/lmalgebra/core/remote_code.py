@@ -49,9 +49,9 @@ def refuse_code_replaced(owner: str, shown: str, directory: Path, auto: str) -> 
     if isinstance(auto_map, dict) and auto in auto_map:
         raise UserInputError(
             f"{owner}: {shown} ships its own code for {auto} ({auto_map[auto]}, its "
-            "config.json's auto_map), which runs only with --trust-remote-code (for a teacher "
-            "in a recipe: trust_remote_code: true); without it transformers would run its own "
-            f"{data.get('model_type')!r} model in its place"
+            "config.json's auto_map), which runs only where its code is allowed to run "
+            "(--trust-remote-code, a teacher's trust_remote_code: true); without it transformers "
+            f"would run its own {data.get('model_type')!r} model in its place"
         )
 
 
