@@ -782,6 +782,10 @@ def test_a_model_shipping_its_own_code_is_refused_without_trust_remote_code(
     needle = r"model 'enc': .* ships its own code for AutoModel \(modeling_my\.MyBert.*'bert'"
     with pytest.raises(UserInputError, match=needle):
         source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    from lmalgebra.distill.pretrain.head_only import encoder_with_new_head
+
+    with pytest.raises(UserInputError, match=r"encoder .* ships its own code for AutoModel"):
+        encoder_with_new_head(ModelRef.parse(str(bert_copy)), bert_copy, 0)
     teacher = _mapped(
         Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp")),
         {"AutoModelForMaskedLM": "modeling_my.MyBertForMaskedLM"},

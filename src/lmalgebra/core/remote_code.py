@@ -50,8 +50,8 @@ def refuse_code_replaced(owner: str, shown: str, directory: Path, auto: str) -> 
         raise UserInputError(
             f"{owner}: {shown} ships its own code for {auto} ({auto_map[auto]}, its "
             "config.json's auto_map), which runs only where its code is allowed to run "
-            "(--trust-remote-code, a teacher's trust_remote_code: true); without it transformers "
-            f"would run its own {data.get('model_type')!r} model in its place"
+            "(trust_remote_code, where the command takes it); without it transformers would run "
+            f"its own {data.get('model_type')!r} model in its place"
         )
 
 
