@@ -794,3 +794,22 @@ def test_a_model_shipping_its_own_code_is_refused_without_trust_remote_code(
         load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
     _mapped(bert_copy, {"AutoModelForSequenceClassification": "modeling_my.Other"})
     source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+
+
+def test_a_weight_file_this_user_may_not_read_is_named_so(
+    bert_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A weight file another user owns (safetensors writes them 0600) had been called damaged,
+    "safetensors cannot read its header (No such file or directory ...)": its permission is
+    named."""
+    opened = Path.open
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "model.safetensors":
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=r"model 'enc': cannot read .*safetensors: Permission"):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)

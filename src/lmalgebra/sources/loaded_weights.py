@@ -221,6 +221,10 @@ def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[tuple[int, 
 
     shapes: dict[str, tuple[tuple[int, ...], str]] = {}
     for path in files:
+        try:  # a file this user may not read is no damaged one
+            path.open("rb").close()
+        except OSError as err:
+            raise UserInputError(f"{owner}: cannot read {path}: {err.strerror or err}") from None
         try:
             with safe_open(str(path), "pt") as handle:
                 for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
