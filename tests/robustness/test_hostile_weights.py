@@ -813,3 +813,20 @@ def test_a_weight_file_this_user_may_not_read_is_named_so(
     ref = ModelRef(name="enc", path=str(bert_copy))
     with pytest.raises(UserInputError, match=r"model 'enc': cannot read .*safetensors: Permission"):
         source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+
+
+def test_a_directory_without_weights_or_with_a_damaged_bin_file_is_named(
+    bert_copy: Path,
+) -> None:
+    """A model directory holding no weight file passed the dry run (the run refused it); a
+    ``pytorch_model.bin`` that is no tensor file was refused in torch's words, advising to load
+    it again with ``weights_only=False``, which would run whatever code a pickle holds."""
+    (bert_copy / "model.safetensors").unlink()
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=r"model 'enc': no weight files in .*bert$"):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    (bert_copy / "pytorch_model.bin").write_bytes(b"not a tensor file\n")
+    with pytest.raises(UserInputError) as caught:
+        source_of(ref, bert_copy).load()
+    assert "damaged, or a pickle" in str(caught.value)
+    assert "weights_only" not in str(caught.value)

@@ -93,5 +93,10 @@ def load_failure(err: BaseException) -> str:
             "the model needs its own code to load; allow it with --trust-remote-code "
             "(for a teacher in a recipe: trust_remote_code: true) if you trust its source"
         )
+    if "Weights only load failed" in text:  # torch's advice would run the file's code
+        return (
+            "torch cannot read its .bin weights as plain tensors: the file is damaged, or a "
+            "pickle that would run code; use safetensors weights"
+        )
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(err).__name__

@@ -209,6 +209,9 @@ class TransformersModel(ReferencedModel):
         if self.pretrained:  # the bare model's pooler goes unused: hidden states are read
             unused = ("pooler",) if auto == "AutoModel" else ()
             refuse_planned_gaps(owner, directory, shown, auto, unused)
+            # a local directory's weights are there to list (a plan's hub snapshot holds none)
+            if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory):
+                raise UserInputError(f"{owner}: no weight files in {shown}")
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
 
