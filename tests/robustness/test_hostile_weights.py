@@ -830,3 +830,22 @@ def test_a_directory_without_weights_or_with_a_damaged_bin_file_is_named(
         source_of(ref, bert_copy).load()
     assert "damaged, or a pickle" in str(caught.value)
     assert "weights_only" not in str(caught.value)
+
+
+def test_a_start_token_past_the_table_is_named_not_an_index_error(
+    causal_teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A causal LM whose tokenizer got a beginning-of-sequence token without a row for it (the
+    start token every input begins with) had ended ``merge teach`` and ``merge bits-per-byte``
+    in torch's ``IndexError`` traceback: it is refused naming the model and the id."""
+    from transformers import AutoTokenizer
+
+    from lmalgebra.distill.causal.bits_per_byte import score_texts
+
+    directory = Path(shutil.copytree(causal_teacher_dirs["bl"], tmp_path / "bl"))
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"bos_token": "<newbos>"})
+    ref = ModelRef(name="bl", path=str(directory))
+    model = load_lm(ref, directory, "causal")
+    with pytest.raises(UserInputError, match=r"^model 'bl': the tokenizer gives token id 300, b"):
+        score_texts(model, tokenizer, ["the old city"], 32, owner="model 'bl'")
