@@ -195,6 +195,34 @@ def test_fingerprint_covers_graph_and_tokenizer(
     assert changed["weights"] == base["weights"]
 
 
+@pytest.mark.parametrize("location", ["weights.bin", "model.onnx.data"])
+def test_fingerprint_covers_external_data_of_any_name(
+    graphs: dict[str, Path], bert_dir: Path, tmp_path: Path, location: str
+) -> None:
+    """A graph whose tensors live in an external-data file of another name than
+    ``<graph>_data``/``.data`` (``weights.bin``, as ``onnx.save_model`` names it) had a cache key
+    that left the file out: its weights edited, the cached embeddings of the old weights were
+    read."""
+    import onnx
+
+    graph = tmp_path / "ext" / "model.onnx"
+    graph.parent.mkdir()
+    onnx.save_model(
+        onnx.load(str(graphs["plain"])),
+        str(graph),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location,
+        size_threshold=0,
+    )
+    ref = ModelRef.parse(f"o=onnx:{graph}#{bert_dir}")
+    before = ref.source.fingerprint(tmp_path / "memo")["weights"]
+    data = graph.parent / location
+    weights = np.frombuffer(data.read_bytes(), dtype=np.float32) * 1.5
+    data.write_bytes(weights.tobytes())
+    assert ref.source.fingerprint(tmp_path / "memo")["weights"] != before
+
+
 def test_model_ref_forms() -> None:
     onnx = ModelRef.parse("l3=onnx:/m/x.onnx#package:minilm")
     assert (onnx.name, onnx.kind, onnx.path, onnx.tokenizer) == (

@@ -148,10 +148,32 @@ def sibling_config(path: Path) -> dict[str, Any]:
         return {}
 
 
+# an external-data entry of a tensor in the graph's protobuf: key "location", then its value
+_LOCATION = re.compile(rb"\x0a\x08location\x12")
+
+
 def _onnx_files(path: Path) -> list[Path]:
-    """The graph and its external-data files (``<name>_data``, ``<name>.data``)."""
-    extra = [path.with_name(path.name + s) for s in ("_data", ".data")]
-    return [path, *(p for p in extra if p.is_file())]
+    """The graph and its external-data files: those its tensors name (``location``: any name,
+    ``weights.bin`` or one file a tensor, which an edit had changed without the cache key
+    seeing it), and ``<name>_data``, ``<name>.data``."""
+    named = {path.with_name(path.name + s) for s in ("_data", ".data")}
+    named |= {path.parent / name for name in _locations(path.read_bytes())}
+    return [path, *sorted(p for p in named if p.is_file() and p != path)]
+
+
+def _locations(graph: bytes) -> set[str]:
+    """The external-data file names a serialised ONNX graph's tensors give (read from the
+    protobuf's bytes: the ``onnx`` package is no dependency)."""
+    names = set()
+    for found in _LOCATION.finditer(graph):
+        at, size, shift = found.end(), 0, 0
+        while at < len(graph) and shift < 35:  # a varint: the value's length
+            byte = graph[at]
+            size, at, shift = size | (byte & 0x7F) << shift, at + 1, shift + 7
+            if byte < 0x80:
+                break
+        names.add(graph[at : at + size].decode("utf-8", errors="replace"))
+    return names
 
 
 REQUIRED_INPUTS = ("input_ids", "attention_mask")
