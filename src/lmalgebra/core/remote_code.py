@@ -46,12 +46,16 @@ def refuse_code_replaced(owner: str, shown: str, directory: Path, auto: str) -> 
     except (OSError, ValueError):
         return  # named by the configuration's reader
     auto_map = data.get("auto_map") if isinstance(data, dict) else None
-    if isinstance(auto_map, dict) and auto in auto_map:
+    if not isinstance(auto_map, dict) or auto not in auto_map:
+        return
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if data.get("model_type") in CONFIG_MAPPING:  # else transformers refuses it, naming the flag
         raise UserInputError(
             f"{owner}: {shown} ships its own code for {auto} ({auto_map[auto]}, its "
-            "config.json's auto_map), which runs only where its code is allowed to run "
-            "(trust_remote_code, where the command takes it); without it transformers would run "
-            f"its own {data.get('model_type')!r} model in its place"
+            "config.json's auto_map), which runs only with --trust-remote-code (for a teacher "
+            "in a recipe: trust_remote_code: true); without it transformers would run its own "
+            f"{data.get('model_type')!r} model in its place"
         )
 
 
