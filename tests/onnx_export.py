@@ -37,11 +37,13 @@ def export_onnx(
     target: Path,
     inputs: tuple[str, ...] = ("input_ids", "attention_mask"),
     outputs: str = "last",
+    dynamic: bool = True,
 ) -> Path:
     """Export a tiny BERT as ``target`` (a .onnx file).
 
     ``outputs``: ``last`` (``last_hidden_state``), ``all`` (plus ``hidden_states.0..N``), or
-    ``pooled`` (a 2-D output only, for the refusal test).
+    ``pooled`` (a 2-D output only, for the refusal test); ``dynamic=False``: every axis of the
+    example's size (batch 2, sequence 5), as an export without dynamic axes gives.
     """
     import torch
     from transformers import BertModel
@@ -68,9 +70,9 @@ def export_onnx(
             dynamo=False,
             input_names=list(inputs),
             output_names=names,
-            dynamic_axes={
-                n: _DYNAMIC if n != "pooled" else {0: "batch"} for n in [*inputs, *names]
-            },
+            dynamic_axes={n: _DYNAMIC if n != "pooled" else {0: "batch"} for n in [*inputs, *names]}
+            if dynamic
+            else None,
             opset_version=17,
         )
     return target

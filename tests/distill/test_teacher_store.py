@@ -47,6 +47,29 @@ def test_masked_positions_head_matches_full_logits(teacher_dirs, teacher: str) -
     assert exact >= 0.9 * listed > 0  # measured: 1,451 of 1,472 (wp), 1,074 of 1,096 (sp)
 
 
+def test_a_table_padded_past_the_tokenizer_gives_a_top_k_of_its_tokens(teacher_dirs) -> None:
+    """A masked teacher whose token table has rows past its tokenizer (padded to a round size)
+    had stored top-k ids that name no token, refused by ``merge train`` ("token id 263 is
+    outside the teacher vocabulary of 200 ids") after the store was built: the top-k is taken
+    among the tokenizer's ids, its log-probabilities of the whole table."""
+    import torch
+
+    directory = teacher_dirs["wp"]
+    tok = AutoTokenizer.from_pretrained(directory)
+    model = AutoModelForMaskedLM.from_pretrained(directory).eval()
+    torch.manual_seed(0)
+    model.resize_token_embeddings(len(tok) + 64, mean_resizing=False)
+    masker = TeacherMasker("wp", tok, MaskingSpec(probability=0.3), max_length=40)
+    copies = [masker(f"e{i}", t) for i, t in enumerate(sentences(10, seed=2))]
+    padded = masked_topk(model, copies, k=8, pad_id=tok.pad_token_id, tokens=len(tok))
+    for copy, got in zip(copies, padded, strict=True):
+        want = naive_topk(model, copy, k=len(tok) + 64)
+        named = want.topk_ids < len(tok)
+        expected = want.topk_logprobs[named].reshape(len(copy.positions), -1)[:, :8]
+        assert got.topk_ids.max() < len(tok)
+        np.testing.assert_allclose(got.topk_logprobs, expected, rtol=0, atol=1e-5)
+
+
 def test_teacher_without_trained_head_is_refused(teacher_dirs, tmp_path: Path) -> None:
     encoder = tmp_path / "encoder-only"
     AutoModel.from_pretrained(teacher_dirs["wp"]).save_pretrained(encoder)

@@ -144,6 +144,20 @@ def test_bad_graphs_are_refused_naming_the_file(
     assert "\n" not in message
 
 
+def test_a_graph_of_fixed_batch_and_length_is_refused_by_plan_and_load(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """An export without dynamic axes takes one batch shape only: the plan had passed it and
+    the first batch failed in onnxruntime's words, advising a smaller --max_length."""
+    path = export_onnx(bert_dir, tmp_path / "fixed.onnx", dynamic=False)
+    ref = ModelRef.parse(f"o=onnx:{path}#{bert_dir}")
+    needle = r"model 'o': ONNX file .*fixed\.onnx fixes .* \(input_ids \[2, 5\].*dynamic axes"
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, weights=False).shape()
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref).load()
+
+
 def test_folder_with_one_graph_and_missing_paths(
     graphs: dict[str, Path], bert_dir: Path, tmp_path: Path
 ) -> None:
@@ -179,6 +193,34 @@ def test_fingerprint_covers_graph_and_tokenizer(
     changed = prints(graphs["plain"], copy)
     assert changed["tokenizer"] != base["tokenizer"]
     assert changed["weights"] == base["weights"]
+
+
+@pytest.mark.parametrize("location", ["weights.bin", "model.onnx.data"])
+def test_fingerprint_covers_external_data_of_any_name(
+    graphs: dict[str, Path], bert_dir: Path, tmp_path: Path, location: str
+) -> None:
+    """A graph whose tensors live in an external-data file of another name than
+    ``<graph>_data``/``.data`` (``weights.bin``, as ``onnx.save_model`` names it) had a cache key
+    that left the file out: its weights edited, the cached embeddings of the old weights were
+    read."""
+    import onnx
+
+    graph = tmp_path / "ext" / "model.onnx"
+    graph.parent.mkdir()
+    onnx.save_model(
+        onnx.load(str(graphs["plain"])),
+        str(graph),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location,
+        size_threshold=0,
+    )
+    ref = ModelRef.parse(f"o=onnx:{graph}#{bert_dir}")
+    before = ref.source.fingerprint(tmp_path / "memo")["weights"]
+    data = graph.parent / location
+    weights = np.frombuffer(data.read_bytes(), dtype=np.float32) * 1.5
+    data.write_bytes(weights.tobytes())
+    assert ref.source.fingerprint(tmp_path / "memo")["weights"] != before
 
 
 def test_model_ref_forms() -> None:

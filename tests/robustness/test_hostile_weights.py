@@ -116,6 +116,38 @@ def test_a_weight_stored_as_integers_is_refused_naming_it(
     source_of(ref, bert_copy).load()
 
 
+def test_a_weight_stored_as_integers_is_refused_by_the_plan_too(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """The dtype is in the header the plan reads: ``decompose --dry-run`` and a teacher's plan
+    had passed a weight stored as int32, which the run then refused."""
+    name = _as_integers(bert_copy)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=rf"model 'enc'.*1 of .*{name} in I32.*cast"):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    name = _as_integers(teacher)
+    with pytest.raises(UserInputError, match=rf"teacher 'wp'.*{name} in I32"):
+        source_of(ModelRef(name="wp", path=str(teacher)), teacher).check_architecture(
+            "AutoModelForMaskedLM", "teacher 'wp'"
+        )
+
+
+def test_a_stale_index_beside_model_safetensors_is_not_read(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """transformers reads ``model.safetensors`` before any index: an index left from a sharded
+    save, naming shards since removed, had refused the model to embed (naming a shard the load
+    never opens) and ended a teacher's load in a ``FileNotFoundError`` traceback."""
+    shard = "model-00001-of-00002.safetensors"
+    index = {"metadata": {}, "weight_map": {"pooler.dense.weight": shard}}
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    for directory in (bert_copy, teacher):
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    source_of(ModelRef(name="enc", path=str(bert_copy)), bert_copy).load()
+    load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+
+
 def test_a_head_model_still_embeds_as_its_bare_encoder(tmp_path: Path) -> None:
     """The masked LM's head is no part of the bare model and the pooler goes unused: both pass."""
     directory = build_bert_mlm(tmp_path / "mlm")
@@ -705,3 +737,115 @@ def test_a_nan_past_the_first_slice_of_a_weight_is_found(monkeypatch: pytest.Mon
     with torch.no_grad():
         model.weight[4, 2] = 0.0
     assert loaded_weights._non_finite_weights(model) == set()
+
+
+def test_a_pad_token_past_the_embedding_table_pads_with_a_row_of_it(
+    gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A pad token added to the tokenizer alone (its id one past the model's rows) had ended
+    the first padded batch in torch's ``IndexError: index out of range in self``: padded
+    positions are masked, so a row of the table fills them and the vectors are those of the
+    model without that pad token."""
+    from transformers import AutoTokenizer
+
+    from lmalgebra.sources.embed import embed
+    from lmalgebra.sources.embed_spec import EmbedSpec
+
+    padded = Path(shutil.copytree(gpt2_dir, tmp_path / "gpt2"))
+    tokenizer = AutoTokenizer.from_pretrained(padded)
+    tokenizer.add_special_tokens({"pad_token": "<pad>"})
+    tokenizer.save_pretrained(padded)
+    source = source_of(ModelRef(name="g", path=str(padded)), padded)
+    assert source.load_tokenizer().pad_token_id == source.load().config.vocab_size
+    texts = ["the old city", "a river", "the new king of the north"]
+    got, _ = source.embed(texts, EmbedSpec())
+    plain = source_of(ModelRef(name="g", path=str(gpt2_dir)), gpt2_dir)
+    want, _ = embed(texts, plain.load(), plain.load_tokenizer(), EmbedSpec())
+    assert (got == want).all()
+
+
+def _mapped(directory: Path, auto_map: dict[str, str]) -> Path:
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    (directory / "config.json").write_text(json.dumps({**config, "auto_map": auto_map}))
+    return directory
+
+
+def test_a_model_shipping_its_own_code_is_refused_without_trust_remote_code(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A configuration of a built-in ``model_type`` whose ``auto_map`` names the model's own
+    class: without ``trust_remote_code`` transformers had built its own class in its place and
+    the run went on (exit 0), the model's code never run. Refused for a model to embed (plan and
+    run) and a teacher, naming the class; an ``auto_map`` of other auto classes alone passes."""
+    _mapped(bert_copy, {"AutoModel": "modeling_my.MyBert"})
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    needle = r"model 'enc': .* ships its own code for AutoModel \(modeling_my\.MyBert.*'bert'"
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    from lmalgebra.distill.pretrain.head_only import encoder_with_new_head
+
+    with pytest.raises(UserInputError, match=r"encoder .* ships its own code for AutoModel"):
+        encoder_with_new_head(ModelRef.parse(str(bert_copy)), bert_copy, 0)
+    teacher = _mapped(
+        Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp")),
+        {"AutoModelForMaskedLM": "modeling_my.MyBertForMaskedLM"},
+    )
+    with pytest.raises(UserInputError, match=r"teacher 'wp': .* for AutoModelForMaskedLM"):
+        load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+    _mapped(bert_copy, {"AutoModelForSequenceClassification": "modeling_my.Other"})
+    source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+
+
+def test_a_weight_file_this_user_may_not_read_is_named_so(
+    bert_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A weight file another user owns (safetensors writes them 0600) had been called damaged,
+    "safetensors cannot read its header (No such file or directory ...)": its permission is
+    named."""
+    opened = Path.open
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "model.safetensors":
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=r"model 'enc': cannot read .*safetensors: Permission"):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+
+
+def test_a_directory_without_weights_or_with_a_damaged_bin_file_is_named(
+    bert_copy: Path,
+) -> None:
+    """A model directory holding no weight file passed the dry run (the run refused it); a
+    ``pytorch_model.bin`` that is no tensor file was refused in torch's words, advising to load
+    it again with ``weights_only=False``, which would run whatever code a pickle holds."""
+    (bert_copy / "model.safetensors").unlink()
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    with pytest.raises(UserInputError, match=r"model 'enc': no weight files in .*bert$"):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    (bert_copy / "pytorch_model.bin").write_bytes(b"not a tensor file\n")
+    with pytest.raises(UserInputError) as caught:
+        source_of(ref, bert_copy).load()
+    assert "damaged, or a pickle" in str(caught.value)
+    assert "weights_only" not in str(caught.value)
+
+
+def test_a_start_token_past_the_table_is_named_not_an_index_error(
+    causal_teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A causal LM whose tokenizer got a beginning-of-sequence token without a row for it (the
+    start token every input begins with) had ended ``merge teach`` and ``merge bits-per-byte``
+    in torch's ``IndexError`` traceback: it is refused naming the model and the id."""
+    from transformers import AutoTokenizer
+
+    from lmalgebra.distill.causal.bits_per_byte import score_texts
+
+    directory = Path(shutil.copytree(causal_teacher_dirs["bl"], tmp_path / "bl"))
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokenizer.add_special_tokens({"bos_token": "<newbos>"})
+    ref = ModelRef(name="bl", path=str(directory))
+    model = load_lm(ref, directory, "causal")
+    with pytest.raises(UserInputError, match=r"^model 'bl': the tokenizer gives token id 300, b"):
+        score_texts(model, tokenizer, ["the old city"], 32, owner="model 'bl'")

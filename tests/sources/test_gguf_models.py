@@ -252,6 +252,22 @@ def test_a_file_cut_short_is_named_so(source, cache: Path, tmp_path: Path) -> No
         ModelRef.parse(f"gguf:{cut}").source.resolve()
 
 
+@pytest.mark.parametrize("version", [1, 4])
+def test_a_file_of_another_gguf_version_is_named_so(
+    version: int, source, cache: Path, tmp_path: Path
+) -> None:
+    """A whole file of a GGUF version the gguf package does not read had been called "damaged
+    or cut short"; its version is named, by a plan too."""
+    whole = bytearray(source[2].read_bytes())
+    whole[4:8] = version.to_bytes(4, "little")
+    other = tmp_path / "other.gguf"
+    other.write_bytes(bytes(whole))
+    needle = rf"other\.gguf is not a readable GGUF file \(GGUF version {version}, which gguf=="
+    for weights in (True, False):
+        with pytest.raises(UserInputError, match=needle):
+            gguf_models.file_directory(str(other), "model 'a'", weights)
+
+
 def test_a_failed_build_leaves_nothing_marked_complete(
     source, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,6 +374,31 @@ def test_a_damaged_dequantised_entry_is_built_again(
     assert again == built and len(calls) == 1
     assert weights.read_bytes() == intact and (built / "config.json").is_file()
     assert ref.source.resolve() == built and len(calls) == 1  # intact now: kept
+
+
+def test_an_entry_of_another_file_is_built_again_and_a_plan_skips_a_damaged_one(
+    source, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry whose record, intact in itself, describes another GGUF file (an entry copied
+    under this file's name) had been loaded as this file's model; an entry damaged in place at
+    the same sizes had been read by a plan (a dry run), which checked the sizes alone, and its
+    damaged tokenizer refused there, though the run builds the entry again."""
+    from lmalgebra.core.fingerprint import sealed
+
+    ref = ModelRef.parse(f"gguf:{source[2]}")
+    built = ref.source.resolve()
+    record = json.loads((built / gguf_models.PROVENANCE).read_text(encoding="utf-8"))
+    del record[gguf_models.RECORD_CHECK]
+    other = sealed({**record, "sha256": "0" * 64}, gguf_models.RECORD_CHECK)
+    (built / gguf_models.PROVENANCE).write_text(json.dumps(other), encoding="utf-8")
+    calls = _counting_builds(monkeypatch)
+    assert ref.source.resolve() == built and len(calls) == 1
+    tokenizer = built / "tokenizer.json"
+    tokenizer.write_bytes(b"x" * tokenizer.stat().st_size)
+    files = sorted(cache.rglob("*"))
+    planned = gguf_models.file_directory(str(source[2]), "model 'a'", weights=False)
+    assert planned != built and (planned / "tokenizer.json").read_bytes()[:1] == b"{"
+    assert sorted(cache.rglob("*")) == files  # a plan writes nothing there, no memo either
 
 
 @pytest.mark.parametrize("blocker", ["file", "link to nothing"])

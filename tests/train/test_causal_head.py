@@ -221,3 +221,23 @@ def test_bfloat16_follows_the_models_autocast_forward(
         # the same bfloat16 products on both sides, summed in another order: rounding of
         # bfloat16 logits (8 bits of mantissa) is the most they may differ by
         np.testing.assert_allclose(out.next_logprob, want, rtol=0, atol=0.05)
+
+
+def test_a_table_padded_past_the_tokenizer_gives_top_k_and_draws_of_its_tokens() -> None:
+    """A teacher whose token table has rows past its tokenizer (padded to a round size, as
+    many are) had stored top-k and drawn ids that name no token, and training ended in an
+    ``IndexError`` on the teacher's map: both are taken among the tokenizer's ids, their
+    log-probabilities of the whole table (the padded rows count in the rest of the mass)."""
+    torch.manual_seed(0)
+    model, tokens = _llama().eval(), 60  # the last 37 rows of 97 name no token
+    examples, seeds = _examples(), _seeds()
+    examples = [np.minimum(e, tokens - 1) for e in examples]
+    got = causal_outputs(model, examples, START, K, DRAWS, seeds, batch_size=4, tokens=tokens)
+    for example, out in zip(examples, got, strict=True):
+        full = _full_logprobs(model, example)
+        assert out.topk_ids.max() < tokens and out.sample_ids is not None
+        assert out.sample_ids.max() < tokens
+        want = full[:, :tokens].topk(K, dim=-1).values.numpy()
+        np.testing.assert_allclose(out.topk_logprobs, want, rtol=0, atol=1e-5)
+        drawn = full.gather(1, torch.from_numpy(out.sample_ids)).numpy()
+        np.testing.assert_allclose(out.sample_logprobs, drawn, rtol=0, atol=1e-5)

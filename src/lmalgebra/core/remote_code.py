@@ -11,6 +11,7 @@ import json
 import logging
 from pathlib import Path
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import read_record
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,29 @@ def ships_code(directory: Path | str) -> bool:
         if isinstance(data, dict) and data.get("auto_map"):
             return True
     return False
+
+
+def refuse_code_replaced(owner: str, shown: str, directory: Path, auto: str) -> None:
+    """Refuse a model whose ``config.json`` maps ``auto`` (``AutoModel``) to a class of code it
+    ships, loaded without ``trust_remote_code``: transformers then builds its own class of the
+    configuration's ``model_type`` in its place, without a word, and the model's own code
+    (another forward pass, other weights) never runs. ``shown`` names the model."""
+    try:
+        data = json.loads(read_record(Path(directory) / "config.json"))
+    except (OSError, ValueError):
+        return  # named by the configuration's reader
+    auto_map = data.get("auto_map") if isinstance(data, dict) else None
+    if not isinstance(auto_map, dict) or auto not in auto_map:
+        return
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if data.get("model_type") in CONFIG_MAPPING:  # else transformers refuses it, naming the flag
+        raise UserInputError(
+            f"{owner}: {shown} ships its own code for {auto} ({auto_map[auto]}, its "
+            "config.json's auto_map), which runs only with --trust-remote-code (for a teacher "
+            "in a recipe: trust_remote_code: true); without it transformers would run its own "
+            f"{data.get('model_type')!r} model in its place"
+        )
 
 
 def shipped_code(directory: Path | str) -> list[Path]:
@@ -72,6 +96,11 @@ def load_failure(err: BaseException) -> str:
         return (
             "the model needs its own code to load; allow it with --trust-remote-code "
             "(for a teacher in a recipe: trust_remote_code: true) if you trust its source"
+        )
+    if "Weights only load failed" in text:  # torch's advice would run the file's code
+        return (
+            "torch cannot read its .bin weights as plain tensors: the file is damaged, or a "
+            "pickle that would run code; use safetensors weights"
         )
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else type(err).__name__

@@ -24,7 +24,7 @@ from lmalgebra.core.allocator import release_free_memory
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.core.remote_code import announce_remote_code, load_failure, refuse_code_replaced
 from lmalgebra.core.text_files import read_text
 from lmalgebra.distill.layout import is_complete, model_damage
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_headless, refuse_incomplete
@@ -155,6 +155,8 @@ def load_lm(
     refuse_damaged(owner, directory)
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
+    else:
+        refuse_code_replaced(owner, ref.shown(directory), directory, auto)
     try:
         loaded: Any = getattr(transformers, auto).from_pretrained(
             directory, **CHECKED_LOAD, trust_remote_code=ref.trust_remote_code

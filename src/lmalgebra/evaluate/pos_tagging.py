@@ -37,7 +37,7 @@ from lmalgebra.evaluate.pos_results import (
     result_summary,
     write_results,
 )
-from lmalgebra.sources.embed import max_tokens, refuse_foreign_ids
+from lmalgebra.sources.embed import max_tokens, padding_id, refuse_foreign_ids
 from lmalgebra.sources.model_source import check_layer
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import run_directory_lock
@@ -341,7 +341,7 @@ def _evaluate(
             else "no word its tokenizer can represent"
         )
         raise UserInputError(f"model {ref.name!r}: the {empty} split has {why}")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = padding_id(tokenizer.pad_token_id, model)
     gold, predicted, dev_accuracy, best_epoch = _fit_and_predict(
         ref.name, model, encoded, len(tags), pad_id, mode, options
     )

@@ -78,17 +78,33 @@ def tokenize(
     return ids, special, TokenReport(mean, truncated, len(texts))
 
 
-def refuse_foreign_ids(owner: str, model: Any, ids: Iterable[Sequence[int]]) -> None:
-    """Refuse token ids past the rows of ``model``'s token embeddings (a tokenizer of another
-    model beside its weights), which torch reports as an index out of range deep in the
-    forward pass; ``owner`` starts the message. A model without a readable table (an ONNX
-    graph: its runtime's error is read instead) passes."""
+def _table_rows(model: Any) -> int | None:
+    """The rows of ``model``'s token embeddings; None for a model without a readable table (an
+    ONNX graph)."""
     getter = getattr(model, "get_input_embeddings", None)
     try:
         rows = getattr(getter(), "num_embeddings", None) if callable(getter) else None
     except (AttributeError, NotImplementedError):
         rows = None
-    if not isinstance(rows, int):
+    return rows if isinstance(rows, int) else None
+
+
+def padding_id(pad: int | None, model: Any) -> int:
+    """The id that fills a batch's padded positions: the tokenizer's pad token ``pad``, or 0
+    when it has none or its pad token lies past the rows of ``model``'s token embeddings (a pad
+    token added to the tokenizer alone, which torch had reported as an index out of range).
+    Padded positions are masked, so any row of the table gives the same outputs."""
+    rows = _table_rows(model)
+    return 0 if pad is None or (rows is not None and pad >= rows) else int(pad)
+
+
+def refuse_foreign_ids(owner: str, model: Any, ids: Iterable[Sequence[int]]) -> None:
+    """Refuse token ids past the rows of ``model``'s token embeddings (a tokenizer of another
+    model beside its weights), which torch reports as an index out of range deep in the
+    forward pass; ``owner`` starts the message. A model without a readable table (an ONNX
+    graph: its runtime's error is read instead) passes."""
+    rows = _table_rows(model)
+    if rows is None:
         return
     largest = max((max(row) for row in ids if len(row)), default=-1)
     if largest >= rows:
@@ -119,7 +135,7 @@ def embed(
     limit = max_tokens(model, tokenizer, spec.max_length)
     ids, special, report = tokenize(texts, tokenizer, limit)
     refuse_foreign_ids(owner, model, ids)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    pad_id = padding_id(tokenizer.pad_token_id, model)
     order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
     hidden_size = model.config.hidden_size
     layers = spec.layers if spec.layers is not None else (spec.layer,)

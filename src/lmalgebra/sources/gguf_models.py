@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -60,11 +61,21 @@ def _why(path: Path, err: Exception) -> str:
     """Why ``GGUFReader`` could not read ``path`` (``err``), as a user can act on it."""
     try:
         with path.open("rb") as handle:
-            magic = handle.read(4)
+            magic, raw = handle.read(4), handle.read(4)
     except OSError:
         return str(err)
     if magic != b"GGUF":
         return "it does not start with the GGUF magic bytes: no GGUF file"
+    from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
+
+    swapped = raw[:2] == b"\0\0"  # as the reader tells a file of the other byte order
+    found = int.from_bytes(raw, "big" if swapped else "little") if len(raw) == 4 else None
+    if found is not None and found < 256 and found not in READER_SUPPORTED_VERSIONS:  # else noise
+        reads = ", ".join(str(v) for v in READER_SUPPORTED_VERSIONS)
+        return (
+            f"GGUF version {found}, which {GGUF_REQUIREMENT} cannot read (it reads versions "
+            f"{reads}): a file of another llama.cpp release"
+        )
     return f"damaged or cut short: {err}"
 
 
@@ -137,7 +148,8 @@ def gguf_directory(
             raise ValueError("a GGUF in parts needs its expected sha256")
         sha256 = sha256_file(parts[0])
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and _checked(target):
+    checked = partial(_checked, sha256=sha256)
+    if target.is_dir() and checked(target):
         return target
     _gguf_package(owner)  # before joining hundreds of MB
 
@@ -151,14 +163,14 @@ def gguf_directory(
         seal(made, {**provenance, TENSORS_CHECKED: True})
         return made
 
-    return build_once(target, build, f"{owner} ({name}, dequantised)", _checked)
+    return build_once(target, build, f"{owner} ({name}, dequantised)", checked)
 
 
-def _checked(directory: Path, hashed: bool = True) -> bool:
-    """:func:`intact`, and built after the file's tensors were checked against the architecture
-    it declares: an entry of an older release, which dequantised without that check (a tensor
-    of no place dropped), is built again once."""
-    if not intact(directory, hashed):
+def _checked(directory: Path, remember: bool = True, sha256: str | None = None) -> bool:
+    """:func:`intact`, made from the file of ``sha256``, and built after the file's tensors were
+    checked against the architecture it declares: an entry of an older release, which
+    dequantised without that check (a tensor of no place dropped), is built again once."""
+    if not intact(directory, remember, sha256=sha256):
         return False
     provenance = read_provenance(directory)
     return provenance is not None and provenance.get(TENSORS_CHECKED) is True
@@ -174,22 +186,27 @@ def seal(made: Path, record: dict[str, Any], name: str = PROVENANCE) -> None:
     (made / name).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
 
-def intact(directory: Path, hashed: bool = True, name: str = PROVENANCE) -> bool:
+def intact(
+    directory: Path, remember: bool = True, name: str = PROVENANCE, sha256: str | None = None
+) -> bool:
     """Whether a directory :func:`seal` recorded (a dequantised model, an unpacked packaged
     asset) is as it was built: its record ``name`` (:data:`PROVENANCE`) readable and of the
-    checksum it carries, and every file it lists there at the size it had
-    and, all together, of the hash recorded (a file deleted, cut short or damaged in place since,
-    a record edited or torn: built again). The hash is remembered in the cache's ``hashes/``
-    under each file's size, times and inode, so an intact entry is read whole once per change;
-    ``hashed=False`` (a plan, which reads the configuration and tokenizer alone and writes
-    nothing) checks the sizes only. An entry of an older release, without the record's checksum,
-    is built again once."""
+    checksum it carries, made from the file or archive of ``sha256`` (when given: an entry of
+    another file copied under this one's name is not this file's), and every file it lists there
+    at the size it had and, all together, of the hash recorded (a file deleted, cut short or
+    damaged in place since, a record edited or torn: built again). The hash is remembered in the
+    cache's ``hashes/`` under each file's size, times and inode, so an intact entry is read whole
+    once per change; ``remember=False`` (a plan, which writes nothing) reads that memory without
+    adding to it. An entry of an older release, without the record's checksum, is built again
+    once."""
     try:
         provenance = read_provenance(directory, name)
     except (OSError, ValueError, TypeError):
         return False
     if provenance is None or not unseal(provenance, RECORD_CHECK):
         return False  # a record edited (its hash removed, say) had switched the check off
+    if sha256 is not None and provenance.get("sha256") != sha256:
+        return False
     files = provenance.get("files")
     if not isinstance(files, dict):
         return False
@@ -198,9 +215,7 @@ def intact(directory: Path, hashed: bool = True, name: str = PROVENANCE) -> bool
         if not path.is_file() or path.stat().st_size != size:
             return False
     recorded = provenance.get("files_sha256")
-    if not hashed:
-        return True
-    return memoised_hash(paths, directory, cache_directory() / "hashes") == recorded
+    return memoised_hash(paths, directory, cache_directory() / "hashes", remember) == recorded
 
 
 def file_directory(path: str, owner: str, weights: bool = True) -> Path:
@@ -220,8 +235,9 @@ def _planning_directory(file: Path, owner: str) -> Path:
     """The dequantised model of ``file`` when the cache holds it intact; else a temporary
     directory (removed when the process ends) holding the configuration and tokenizer the file
     describes, its architecture checked as a build checks it, nothing dequantised."""
-    target = _cache_directory(file.stem, sha256_file(file))
-    if target.is_dir() and _checked(target, hashed=False):
+    sha256 = sha256_file(file)
+    target = _cache_directory(file.stem, sha256)
+    if target.is_dir() and _checked(target, remember=False, sha256=sha256):
         return target
     return _described(file, owner, scratch())
 
@@ -231,7 +247,7 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     intact; else the configuration and tokenizer of the file ``parts`` form (joined and checked
     in a temporary directory), nothing written to the cache, nothing dequantised."""
     target = _cache_directory(Path(name).stem, sha256)
-    if target.is_dir() and _checked(target, hashed=False):
+    if target.is_dir() and _checked(target, remember=False, sha256=sha256):
         return target
     _gguf_package(owner)
     work = scratch()

@@ -103,13 +103,7 @@ def refuse_incomplete(
         {_shapes(key) for key in info.get("mismatched_keys", ())},
         unused,
     )
-    integral = _integer_weights(directory, model)
-    if integral:
-        raise UserInputError(
-            f"{owner}: {shown} stores {len(integral)} of the model's floating-point weights "
-            f"as integers ({listed(integral)}); transformers would cast them to float: the "
-            "file is damaged or not this model's"
-        )
+    _refuse_integral(owner, shown, _integer_weights(directory, model))
     non_finite = _non_finite_weights(model)
     if non_finite:
         raise UserInputError(
@@ -117,6 +111,22 @@ def refuse_incomplete(
             f"({listed(non_finite)}); every output computed through them would be NaN: the "
             "file is damaged"
         )
+
+
+def _refuse_integral(owner: str, shown: str, integral: set[str]) -> None:
+    """The one line for floating-point weights stored as integers (``name in I32``), whether
+    found by a load or from the files' headers."""
+    if integral:
+        raise UserInputError(
+            f"{owner}: {shown} stores {len(integral)} of the model's floating-point weights "
+            f"as integers ({listed(integral)}); transformers would cast them to float: the "
+            "file is damaged or not this model's"
+        )
+
+
+def _integral(dtype: str) -> bool:
+    """Whether a safetensors dtype (``I32``, ``BOOL``, ``F16``) holds no floating-point values."""
+    return dtype == "BOOL" or dtype[:1] in ("I", "U")
 
 
 def _non_finite_weights(model: Any) -> set[str]:
@@ -203,17 +213,23 @@ def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
     return [] if absent else files
 
 
-def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[int, ...]]:
-    """Each tensor's name and shape in ``files``, read from their headers (no weights read);
-    a header safetensors cannot read is refused, naming the file (the load would fail on it)."""
+def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Each tensor's name, shape and dtype (``F32``) in ``files``, read from their headers (no
+    weights read); a header safetensors cannot read is refused, naming the file (the load would
+    fail on it)."""
     from safetensors import safe_open
 
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes: dict[str, tuple[tuple[int, ...], str]] = {}
     for path in files:
+        try:  # a file this user may not read is no damaged one
+            path.open("rb").close()
+        except OSError as err:
+            raise UserInputError(f"{owner}: cannot read {path}: {err.strerror or err}") from None
         try:
             with safe_open(str(path), "pt") as handle:
                 for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
-                    shapes[key] = tuple(handle.get_slice(key).get_shape())
+                    found = handle.get_slice(key)
+                    shapes[key] = (tuple(found.get_shape()), found.get_dtype())
         except Exception as err:  # safetensors' own error types
             raise UserInputError(
                 f"{owner}: {path} is damaged: safetensors cannot read its header ({err})"
@@ -246,18 +262,19 @@ def refuse_planned_gaps(
         return
     if gaps is None:
         return
-    missing, unplaced, mismatched, base = gaps
+    missing, unplaced, mismatched, integral, base = gaps
     refuse_headless(owner, shown, auto, base, missing)
     _refuse_gaps(owner, shown, missing, unplaced, mismatched, unused)
+    _refuse_integral(owner, shown, integral)
 
 
 def _planned_gaps(
-    directory: Path, auto: str, stored: dict[str, tuple[int, ...]]
-) -> tuple[set[str], set[str], set[str], str] | None:
-    """What :func:`refuse_incomplete` would find missing, unplaced and mismatched were the
-    tensors ``stored`` (name: shape) loaded into the ``auto`` model of ``directory``'s
-    configuration, and the model's base-model prefix; None for a quantised checkpoint, whose
-    tensors its quantiser names."""
+    directory: Path, auto: str, stored: dict[str, tuple[tuple[int, ...], str]]
+) -> tuple[set[str], set[str], set[str], set[str], str] | None:
+    """What :func:`refuse_incomplete` would find missing, unplaced, mismatched and stored as
+    integers were the tensors ``stored`` (name: shape, dtype) loaded into the ``auto`` model of
+    ``directory``'s configuration, and the model's base-model prefix; None for a quantised
+    checkpoint, whose tensors its quantiser names."""
     import re
 
     import torch
@@ -277,8 +294,8 @@ def _planned_gaps(
     renamings = [m for m in mapping if isinstance(m, WeightRenaming)]
     converters = [m for m in mapping if isinstance(m, WeightConverter)]
     by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
-    missing, unexpected, mismatched = set(expected), set(), set()
-    for key, shape in sorted(stored.items()):
+    missing, unexpected, mismatched, integral = set(expected), set(), set(), set()
+    for key, (shape, dtype) in sorted(stored.items()):
         renamed, pattern = rename_source_key(key, renamings, converters, prefix, expected)
         if renamed not in expected and key in expected:
             renamed, pattern = rename_source_key(key, [], [], prefix, expected)
@@ -294,6 +311,8 @@ def _planned_gaps(
             unexpected.add(renamed)
             continue
         missing.discard(renamed)
+        if _integral(dtype) and expected[renamed].is_floating_point():
+            integral.add(f"{key} in {dtype}")
         if tuple(expected[renamed].shape) != shape:
             mismatched.add(_shapes((renamed, shape, tuple(expected[renamed].shape))))
     tied = getattr(model, "all_tied_weights_keys", None) or {}
@@ -309,7 +328,7 @@ def _planned_gaps(
     ignored = [*(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())]
     ignored += [r"rotary_emb\.inv_freq", r"(^|\.)position_ids$"]
     unplaced = {k for k in unplaced if not any(re.search(p, k) for p in ignored)}
-    return missing, unplaced, mismatched, prefix
+    return missing, unplaced, mismatched, integral, prefix
 
 
 def _integer_weights(directory: Path, model: Any) -> set[str]:
@@ -317,26 +336,14 @@ def _integer_weights(directory: Path, model: Any) -> set[str]:
     integer or boolean dtype where ``model`` has a floating-point parameter of that name (a
     head-model checkpoint's ``base_model_prefix`` aside), as ``name in I32``. Integer buffers
     (``position_ids``) and a quantised model's own integer parameters are no such weights."""
-    import json
-
-    from safetensors import safe_open
-
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    else:
-        files = ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
     floating = {n for n, p in model.named_parameters() if p.dtype.is_floating_point}
     prefix = getattr(model, "base_model_prefix", "") + "."
-    found = set()
-    for name in files:
-        with safe_open(str(directory / name), "pt") as handle:
-            for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
-                dtype = handle.get_slice(key).get_dtype()
-                named = {key, key.removeprefix(prefix), prefix + key}
-                if (dtype == "BOOL" or dtype[:1] in ("I", "U")) and named & floating:
-                    found.add(f"{key} in {dtype}")
-    return found
+    stored = _header_shapes(str(directory), safetensors_files(directory))
+    return {
+        f"{key} in {dtype}"
+        for key, (_, dtype) in stored.items()
+        if _integral(dtype) and {key, key.removeprefix(prefix), prefix + key} & floating
+    }
 
 
 def _shapes(key: Any) -> str:

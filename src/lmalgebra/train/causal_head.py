@@ -155,9 +155,13 @@ def next_token_stats(
     uniform: np.ndarray | None,
     dtype: torch.dtype,
     chunk_bytes: int | None = None,
+    tokens: int | None = None,
 ) -> NextTokenStats:
     """The statistics of ``hidden (n, hidden)``'s next-token distributions, row ``i`` predicting
-    ``targets[i]`` (``(n,)`` ids); draws at ``uniform (n, K)`` (None: no draws)."""
+    ``targets[i]`` (``(n,)`` ids); draws at ``uniform (n, K)`` (None: no draws). ``tokens``:
+    the tokenizer's size, where the model's table has rows past it (padded to a round size):
+    the top-k and the draws are of its tokens, their log-probabilities of the whole table (the
+    rows past it, which name no text, count in the rest of the mass)."""
     n = hidden.shape[0]
     actual = np.empty(n, np.float32)
     top_ids, top_values = np.empty((n, k), np.int64), np.empty((n, k), np.float32)
@@ -168,6 +172,7 @@ def next_token_stats(
     for start, logprobs in logprob_chunks(model, hidden, dtype, chunk_bytes):
         rows = slice(start, start + logprobs.shape[0])
         actual[rows] = logprobs.gather(1, wanted[rows].unsqueeze(1)).squeeze(1).cpu().numpy()
+        logprobs = logprobs[:, :tokens]  # the rows that name a token
         values, indices = logprobs.topk(k, dim=-1)
         top_ids[rows], top_values[rows] = indices.cpu().numpy(), values.cpu().numpy()
         if uniform is not None:
@@ -188,15 +193,16 @@ def batch_stats(
     k: int,
     uniforms: Sequence[np.ndarray] | None,
     dtype: torch.dtype,
+    tokens: int | None = None,
 ) -> list[NextTokenStats]:
     """:func:`next_token_stats` of each row of ``hidden (batch, seq, hidden)`` (right-padded):
-    row ``r``'s first ``len(targets[r])`` positions, draws at ``uniforms[r]``. Short rows
-    share chunks; padding positions get no head."""
+    row ``r``'s first ``len(targets[r])`` positions, draws at ``uniforms[r]``, of the first
+    ``tokens`` ids. Short rows share chunks; padding positions get no head."""
     lengths = [len(t) for t in targets]
     rows = torch.cat([hidden[r, :n] for r, n in enumerate(lengths)])
     flat = np.concatenate(targets)
     drawn = np.concatenate(uniforms) if uniforms is not None else None
-    stats = next_token_stats(model, rows, flat, k, drawn, dtype)
+    stats = next_token_stats(model, rows, flat, k, drawn, dtype, tokens=tokens)
     bounds = np.cumsum([0, *lengths])
     return [
         NextTokenStats._make(None if a is None else a[lo:hi] for a in stats)

@@ -119,7 +119,7 @@ def score_texts(
         )
     stride = stride or max(1, context // 2)
     encoded = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-    refuse_foreign_ids(owner, model, encoded)
+    refuse_foreign_ids(owner, model, [*encoded, [start]])  # the start token leads each window
     parts: list[_Window] = []
     for doc, ids in enumerate(encoded):
         sequence = np.asarray([start, *ids], dtype=np.int64)

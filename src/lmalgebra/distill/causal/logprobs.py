@@ -69,8 +69,11 @@ def causal_outputs(
     seeds: Sequence[Sequence[int]] | None = None,
     batch_size: int = 32,
     dtype: torch.dtype = torch.float32,
+    tokens: int | None = None,
 ) -> list[CausalOutput]:
-    """Teacher outputs of each example (``(n,)`` token ids), batched by length, in input order.
+    """Teacher outputs of each example (``(n,)`` token ids), batched by length, in input order;
+    ``tokens``: the teacher tokenizer's size, its top-k and draws taken among those ids (a
+    model's table padded past them, as many are, had stored ids that name no token).
 
     ``seeds``: one seed sequence per example for its drawn tokens (needed when ``samples``).
     Batches are right-padded; a causal model's outputs at real positions ignore the padding.
@@ -99,7 +102,7 @@ def causal_outputs(
         uniforms = None
         if samples and seeds is not None:
             uniforms = [_uniform(seeds[i], len(examples[i]), samples) for i in chosen]
-        stats = batch_stats(model, hidden, targets, k, uniforms, dtype)
+        stats = batch_stats(model, hidden, targets, k, uniforms, dtype, tokens)
         for i, example in zip(chosen, stats, strict=True):
             out[i] = example
     return [o if o is not None else _empty(k, samples) for o in out]

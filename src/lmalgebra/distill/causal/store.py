@@ -37,6 +37,7 @@ from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.teachers import Inference, Teacher, max_positions
 from lmalgebra.distill.vocab.byte_alignment import encode_with_offsets
+from lmalgebra.sources.embed import refuse_foreign_ids
 from lmalgebra.storage.arrow_columns import id_dtype, list_column, ragged
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -101,11 +102,21 @@ def logprobs_inference(recipe: CausalRecipe, teacher: Teacher, compute: torch.dt
     samples = recipe.causal.samples
 
     def infer(model: Any, part: pa.Table) -> pa.Table:
+        # the start token leads every input (a token added to the tokenizer alone: past the table)
+        refuse_foreign_ids(f"teacher {teacher.name!r}", model, [[start]])
         values, offsets = ragged(part.column("token_ids"))
         examples = [values[offsets[r] : offsets[r + 1]] for r in range(part.num_rows)]
         seeds = [_seed(recipe, teacher.name, e) for e in part.column("example_id").to_pylist()]
         outputs = causal_outputs(
-            model, examples, start, recipe.top_k, samples, seeds, recipe.batch_size, compute
+            model,
+            examples,
+            start,
+            recipe.top_k,
+            samples,
+            seeds,
+            recipe.batch_size,
+            compute,
+            tokens=len(teacher.tokenizer),
         )
         return logprobs_table(outputs, dtype, samples)
 

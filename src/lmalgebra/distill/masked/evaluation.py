@@ -67,10 +67,16 @@ def heldout_copies(copies: TeacherCopies, mask_id: int | None) -> list[MaskedCop
 
 
 def predict(
-    model: Any, copies: list[MaskedCopy], k: int, pad_id: int, batch_size: int = 32
+    model: Any,
+    copies: list[MaskedCopy],
+    k: int,
+    pad_id: int,
+    batch_size: int = 32,
+    tokens: int | None = None,
 ) -> Predictions:
-    """Top-k ids and the gold tokens' total NLL of ``model`` over ``copies`` (length-batched)."""
-    outputs = masked_topk(model, copies, k, pad_id, batch_size)
+    """Top-k ids (of the first ``tokens``) and the gold tokens' total NLL of ``model`` over
+    ``copies`` (length-batched)."""
+    outputs = masked_topk(model, copies, k, pad_id, batch_size, tokens=tokens)
     scored = [(o, c) for o, c in zip(outputs, copies, strict=True) if c.labels.size]
     top = np.concatenate([o.topk_ids for o, _ in scored]) if scored else np.zeros((0, k), int)
     return Predictions(top.astype(np.int64), float(sum(o.loss * c.labels.size for o, c in scored)))
@@ -117,7 +123,8 @@ def teacher_score(
     """The teacher's score in its own ids, and its top-k ``(n_masked, k)`` on the all-mask input
     (the reference of the students' agreement). Its training-masking top-1 comes from the store."""
     copies = heldout_copies(raw, tokenizer.mask_token_id)
-    main = predict(model, copies, raw.topk_ids.shape[1], tokenizer.pad_token_id or 0, batch_size)
+    pad_id, k = tokenizer.pad_token_id or 0, raw.topk_ids.shape[1]
+    main = predict(model, copies, k, pad_id, batch_size, len(tokenizer))
     stored = raw.topk_ids[_heldout_tokens(raw)]
     return _score((lang, teacher, teacher), raw, main, stored, main.top), main.top
 

@@ -79,11 +79,13 @@ def topk_inference(recipe: MaskedRecipe, teacher: Teacher, compute: torch.dtype)
     """What ``teach`` makes of a ``masked/`` shard with the teacher's model, computing in
     ``compute``: its ``topk/`` shard."""
     dtype = id_dtype(len(teacher.tokenizer))
-    pad_id = teacher.tokenizer.pad_token_id or 0
+    pad_id, tokens = teacher.tokenizer.pad_token_id or 0, len(teacher.tokenizer)
 
     def infer(model: Any, part: pa.Table) -> pa.Table:
         copies = read_copies(part)
-        outputs = masked_topk(model, copies, recipe.top_k, pad_id, recipe.batch_size, compute)
+        outputs = masked_topk(
+            model, copies, recipe.top_k, pad_id, recipe.batch_size, compute, tokens=tokens
+        )
         return topk_table(outputs, dtype)
 
     return infer

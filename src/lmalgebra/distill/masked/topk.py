@@ -17,6 +17,7 @@ import torch
 from lmalgebra.core.allocator import reuse_freed_memory
 from lmalgebra.core.precision import compute_context, module_device
 from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
+from lmalgebra.sources.embed import padding_id
 from lmalgebra.train.masked_head import masked_logits
 
 
@@ -44,6 +45,7 @@ def masked_topk(
     batch_size: int = 32,
     dtype: torch.dtype = torch.float32,
     trim_last_layer: bool = True,
+    tokens: int | None = None,
 ) -> list[TeacherOutput]:
     """Top-k teacher outputs for each copy, batched by length, returned in input order.
 
@@ -51,10 +53,12 @@ def masked_topk(
     autocast and the head in float32 on the masked rows (``masked_head``): a bfloat16 head
     reorders near-tied candidates, which changes the stored top-k set. The log-sum-exp and the
     top-k are taken in float32. ``trim_last_layer=False`` runs the last encoder layer at every
-    position (see ``masked_logits``; for comparisons).
+    position (see ``masked_logits``; for comparisons). ``tokens``: the tokenizer's size, where
+    the model's table has rows past it (padded to a round size): the top-k is of its tokens.
     """
     reuse_freed_memory()  # each batch's logits (n_masked x vocab) faulted in once, not per batch
     device = module_device(model) or torch.device("cpu")
+    pad_id = padding_id(pad_id, model)
     order = sorted(range(len(copies)), key=lambda i: -len(copies[i].input_ids))
     out: list[TeacherOutput | None] = [None] * len(copies)
     # one context for every batch: autocast casts each weight to ``dtype`` once, not per batch
@@ -64,15 +68,20 @@ def masked_topk(
             batch = [copies[i] for i in chosen]
             inputs = {name: t.to(device) for name, t in pad_batch(batch, pad_id).items()}
             logits = masked_logits(model, inputs, True, trim_last_layer).float()
-            for i, result in zip(chosen, _split_outputs(logits, batch, k), strict=True):
+            for i, result in zip(chosen, _split_outputs(logits, batch, k, tokens), strict=True):
                 out[i] = result
     return [o for o in out if o is not None]
 
 
-def _split_outputs(logits: torch.Tensor, batch: list[MaskedCopy], k: int) -> list[TeacherOutput]:
-    """Per-copy outputs from ``logits (n_masked, vocab) float32`` on any device."""
+def _split_outputs(
+    logits: torch.Tensor, batch: list[MaskedCopy], k: int, tokens: int | None = None
+) -> list[TeacherOutput]:
+    """Per-copy outputs from ``logits (n_masked, vocab) float32`` on any device; the top-k of
+    the first ``tokens`` ids (rows past the tokenizer name no token), their log-probabilities
+    of the whole table."""
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-    values, indices = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    named = logits[:, :tokens]
+    values, indices = named.topk(min(k, named.shape[-1]), dim=-1)
     logprobs = (values - lse).cpu().numpy()
     indices = indices.cpu()
     labels = torch.from_numpy(np.concatenate([c.labels for c in batch])).to(logits.device)

@@ -28,7 +28,7 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
-from lmalgebra.core.remote_code import announce_remote_code, load_failure
+from lmalgebra.core.remote_code import announce_remote_code, load_failure, refuse_code_replaced
 from lmalgebra.distill.examples import training_examples
 from lmalgebra.distill.layout import saved_steps, saved_training, write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
@@ -66,6 +66,8 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
         )
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
+    else:
+        refuse_code_replaced(f"encoder {ref.path}", ref.path, directory, "AutoModel")
     remote = ref.trust_remote_code
     try:
         config = AutoConfig.from_pretrained(directory, trust_remote_code=remote)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -149,10 +150,32 @@ def sibling_config(path: Path) -> dict[str, Any]:
         return {}
 
 
+# an external-data entry of a tensor in the graph's protobuf: key "location", then its value
+_LOCATION = re.compile(rb"\x0a\x08location\x12")
+
+
 def _onnx_files(path: Path) -> list[Path]:
-    """The graph and its external-data files (``<name>_data``, ``<name>.data``)."""
-    extra = [path.with_name(path.name + s) for s in ("_data", ".data")]
-    return [path, *(p for p in extra if p.is_file())]
+    """The graph and its external-data files: those its tensors name (``location``: any name,
+    ``weights.bin`` or one file a tensor, which an edit had changed without the cache key
+    seeing it), and ``<name>_data``, ``<name>.data``."""
+    named = {path.with_name(path.name + s) for s in ("_data", ".data")}
+    named |= {path.parent / name for name in _locations(path.read_bytes())}
+    return [path, *sorted(p for p in named if p.is_file() and p != path)]
+
+
+def _locations(graph: bytes) -> set[str]:
+    """The external-data file names a serialised ONNX graph's tensors give (read from the
+    protobuf's bytes: the ``onnx`` package is no dependency)."""
+    names = set()
+    for found in _LOCATION.finditer(graph):
+        at, size, shift = found.end(), 0, 0
+        while at < len(graph) and shift < 35:  # a varint: the value's length
+            byte = graph[at]
+            size, at, shift = size | (byte & 0x7F) << shift, at + 1, shift + 7
+            if byte < 0x80:
+                break
+        names.add(graph[at : at + size].decode("utf-8", errors="replace"))
+    return names
 
 
 REQUIRED_INPUTS = ("input_ids", "attention_mask")
@@ -233,6 +256,7 @@ class OnnxEncoder:
                 f"{', '.join(f'{n} ({declared[n].type})' for n in unknown + odd)}"
             )
         self.inputs = {n: _INTS[i.type] for n, i in declared.items()}
+        _refuse_fixed(name, path, "input", declared.values())
         outputs = session.get_outputs()
         floats3d = [o for o in outputs if o.type in _FLOATS and len(o.shape) == 3]
         if not floats3d:
@@ -247,6 +271,7 @@ class OnnxEncoder:
             self.last = "last_hidden_state"
         else:
             self.last = self.hidden[-1] if self.hidden else names[0]
+        _refuse_fixed(name, path, "output", [o for o in floats3d if o.name == self.last])
         log.debug("model %s: last hidden state from ONNX output %r", name, self.last)
         width = next(o.shape[-1] for o in floats3d if o.name == self.last)
         layers = len(self.hidden) - 1 if self.hidden else extra.get("num_hidden_layers")
@@ -302,6 +327,12 @@ class OnnxEncoder:
                 f"{list(input_ids.shape)}: {_one_line(err)} ({_remedy(err, input_ids)})"
             ) from None
         tensors = [torch.from_numpy(np.ascontiguousarray(r)) for r in results]
+        if tuple(tensors[0].shape[:2]) != tuple(input_ids.shape):
+            raise UserInputError(
+                f"model {self.name!r}: ONNX file {self.path} gives output {self.last!r} of shape "
+                f"{list(tensors[0].shape)} for a batch of shape {list(input_ids.shape)}; "
+                "expected (batch, sequence, hidden)"
+            )
         return OnnxOutput(tensors[0], tuple(tensors[1:]) if output_hidden_states else None)
 
     def _feeds(self, ids: np.ndarray, mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -324,6 +355,24 @@ class OnnxEncoder:
                 f"{_one_line(err)}"
             ) from None
         return int(hidden.shape[-1])
+
+
+def _refuse_fixed(name: str, path: Path, what: str, declared: Iterable[Any]) -> None:
+    """Refuse a graph whose inputs (or last hidden state) have a fixed batch size or sequence
+    length (an export without dynamic axes): batches of every size and length are fed, and
+    onnxruntime had failed on the first one, in a line that advised a smaller --max_length."""
+    fixed = [f"{d.name} {list(d.shape)}" for d in declared if _fixed(d.shape)]
+    if fixed:
+        raise UserInputError(
+            f"model {name!r}: ONNX file {path} fixes the batch size or sequence length of its "
+            f"{what} ({', '.join(fixed)}); texts are fed in batches of any size and length: "
+            "export it with dynamic axes for both (dynamic_axes in torch.onnx.export)"
+        )
+
+
+def _fixed(shape: Any) -> bool:
+    """Whether a declared shape gives its first two axes (batch, sequence) as numbers."""
+    return isinstance(shape, list | tuple) and any(isinstance(d, int) for d in shape[:2])
 
 
 def _hidden_outputs(names: list[str]) -> list[str]:

@@ -15,7 +15,12 @@ from typing import Any, ClassVar
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import device_map_memory
-from lmalgebra.core.remote_code import announce_remote_code, load_failure, shipped_code
+from lmalgebra.core.remote_code import (
+    announce_remote_code,
+    load_failure,
+    refuse_code_replaced,
+    shipped_code,
+)
 from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
@@ -184,6 +189,7 @@ class TransformersModel(ReferencedModel):
 
         owner = owner or f"model {self.name!r}"
         shown = self.ref.shown(directory)
+        refuse_code_replaced(owner, shown, directory, auto)
         try:
             config = AutoConfig.from_pretrained(directory)
         except Exception as err:
@@ -203,6 +209,9 @@ class TransformersModel(ReferencedModel):
         if self.pretrained:  # the bare model's pooler goes unused: hidden states are read
             unused = ("pooler",) if auto == "AutoModel" else ()
             refuse_planned_gaps(owner, directory, shown, auto, unused)
+            # a local directory's weights are there to list (a plan's hub snapshot holds none)
+            if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory):
+                raise UserInputError(f"{owner}: no weight files in {shown}")
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
 
@@ -280,7 +289,8 @@ def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Pat
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         weights.append(_stamp(index))
-    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers")])
+    # the checks' own version: a check added since is made once more on every model
+    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers"), 2])
     return memo_dir / f"architecture-{key}.checked"
 
 
