@@ -29,13 +29,19 @@ def sparse_npy(path: Path, rows: int, width: int) -> Path:
     return path
 
 
-def test_plan_reads_widths_from_headers_and_configs_without_weights(
-    tmp_path: Path, bert_dir: Path
+def test_plan_reads_widths_from_headers_and_configs_without_loading_a_model(
+    tmp_path: Path, bert_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from transformers import PreTrainedModel
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the plan loaded a model")
+
+    # every model class loads through this classmethod; a local directory keeps its weight
+    # files (a directory without any is refused by the plan, as by the run)
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refused))
     weightless = tmp_path / "bert"
     shutil.copytree(bert_dir, weightless)
-    for weights in weightless.glob("*.safetensors"):
-        weights.unlink()  # the plan reads config.json only
     files = {f"f{i}": sparse_npy(tmp_path / f"f{i}.npy", 120_000, 4096) for i in range(3)}
     models = {"bert": str(weightless), **{n: f"precomputed:{p}" for n, p in files.items()}}
     frame = lmalgebra.decompose_plan(
