@@ -120,6 +120,7 @@ def test_group_fits_under_an_overwhelming_penalty_match_direct_fits(
         assert group.r2["train"] == pytest.approx(0, abs=1e-6)
 
 
+@pytest.mark.filterwarnings("error")  # the refusal alone: no RuntimeWarning of the overflow
 def test_a_penalty_beyond_float64_is_refused(data: dict[str, np.ndarray]) -> None:
     """alpha times a model's variance above float64's range had made the penalty infinite."""
     wide = {split: 100 * z for split, z in data.items()}

@@ -142,8 +142,10 @@ class Decomposer:
         for b, scale in zip(self.blocks, self.scales, strict=True):
             refuse_constant(b.name, float(scale))
         self.penalty = np.empty(self.train.cov.shape[0])
-        for b, scale in zip(self.blocks, self.scales, strict=True):
-            self.penalty[b.start : b.stop] = alpha * (scale if alpha_mode == "relative" else 1.0)
+        with np.errstate(over="ignore"):  # an overflow is refused below, in one line
+            for b, scale in zip(self.blocks, self.scales, strict=True):
+                relative = scale if alpha_mode == "relative" else 1.0
+                self.penalty[b.start : b.stop] = alpha * relative
         if not np.isfinite(self.penalty).all():  # alpha times a variance beyond float64
             raise UserInputError(
                 f"alpha {alpha:g} times a basis model's variance overflows float64: every fit "
