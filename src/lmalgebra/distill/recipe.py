@@ -545,21 +545,29 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
     layout = RunLayout(run_dir)
     copy = layout.require_recipe()
     recipe = load_recipe(copy)
-    base, here = _made_in(copy), Path.cwd()
-    for key, text in path_texts(recipe) if base not in (None, here) else ():
-        path = home_expanded(Path(split_language(text)[1]))
-        if key != "output_dir" and not path.is_absolute() and _moved(path, base, here):
-            raise UserInputError(
-                f"{copy}: key {key!r}: {text!r} is relative to {base}, where the run was made, "
-                f"and names nothing from the current directory {here}: run the command from "
-                f"{base} (or name it by an absolute path in the recipe)"
-            )
+    base = _made_in(copy)
+    if base is not None:
+        _refuse_moved(recipe, copy, base)
     return recipe.model_copy(update={"output_dir": layout.root})
 
 
-def _moved(path: Path, base: Path | None, here: Path) -> bool:
-    exists = os.path.lexists  # a link to nothing is there too
-    return base is not None and exists(base / path) and not exists(here / path)
+def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path) -> None:
+    """Refuse the first relative path of ``recipe`` (the run's copy ``copy``) that names
+    something from ``base`` and nothing from the current directory."""
+    try:
+        here = Path.cwd()
+    except OSError:  # no current directory: a relative path fails where it is read
+        return
+    for key, text in path_texts(recipe) if here != base else ():
+        path = home_expanded(Path(split_language(text)[1]))
+        exists = os.path.lexists  # a link to nothing is there too
+        if key == "output_dir" or path.is_absolute() or exists(path) or not exists(base / path):
+            continue
+        raise UserInputError(
+            f"{copy}: key {key!r}: {text!r} is relative to {base}, where the run was made, "
+            f"and names nothing from the current directory {here}: run the command from "
+            f"{base} (or name it by an absolute path in the recipe)"
+        )
 
 
 def _made_in(copy: Path) -> Path | None:
