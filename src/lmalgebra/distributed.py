@@ -12,17 +12,18 @@ shards are written and recorded without two ranks writing one file is ``lmalgebr
 from __future__ import annotations
 
 import atexit
+import datetime
 import functools
 import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-import numpy as np
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.precision import TIMEOUT_VARIABLE, launch_count, wait_limit
 
-from lmalgebra.core.precision import launch_count
-
-if TYPE_CHECKING:  # imported where used: the command line parses without torch
+if TYPE_CHECKING:  # imported where used: the command line parses without them
+    import numpy as np
     import torch
 
 P = ParamSpec("P")
@@ -35,6 +36,8 @@ def _group() -> Any:
     launched = launch_count("WORLD_SIZE", 1) > 1
     if not launched and "torch" not in sys.modules:
         return None
+    if launched and launch_count("RANK", -1) < 0:  # it would wait for the other ranks for hours
+        raise UserInputError(f"{_unlaunched()}: $RANK is not set")
     import torch
     import torch.distributed as dist
 
@@ -48,11 +51,23 @@ def _group() -> Any:
         # Accelerate picks gloo for CPU processes only when told so (``accelerate launch --cpu``
         # sets ACCELERATE_USE_CPU); with GPUs it picks NCCL
         forced = os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-        PartialState(cpu=forced or not torch.cuda.is_available())
+        limit = datetime.timedelta(seconds=wait_limit())  # the main rank may work alone for hours
+        try:
+            PartialState(cpu=forced or not torch.cuda.is_available(), timeout=limit)
+        except ValueError as err:  # a variable the launcher sets is missing (MASTER_ADDR, ...)
+            raise UserInputError(f"{_unlaunched()}: {err}") from None
         # leave the group before the interpreter tears down the backend's threads: a process that
         # exits with the group alive can abort ("terminate called without an active exception")
         atexit.register(_leave)
     return dist
+
+
+def _unlaunched() -> str:
+    return (
+        f"$WORLD_SIZE is {launch_count('WORLD_SIZE', 1)}, but this process was not started as one "
+        "of several by a launcher (torchrun, accelerate launch); unset WORLD_SIZE to run in one "
+        "process"
+    )
 
 
 def _leave() -> None:
@@ -76,10 +91,21 @@ def is_main() -> bool:
 
 
 def barrier() -> None:
-    """Wait until every rank gets here (nothing to wait for in a single process)."""
+    """Wait until every rank gets here (nothing to wait for in a single process); one line
+    naming ``$LMALGEBRA_DIST_TIMEOUT`` where the wait outlasts it."""
     dist = _group()
     if dist is not None and dist.get_world_size() > 1:
-        dist.barrier()
+        try:
+            dist.barrier()
+        except RuntimeError as err:
+            if "timed out" not in str(err).lower():
+                raise
+            waited = f"${TIMEOUT_VARIABLE} ({wait_limit():g} s)"
+            raise UserInputError(
+                f"rank {dist.get_rank()} waited longer than {waited} for the other ranks: set it "
+                "higher, or run `merge prepare` in one process first (it runs on the main rank "
+                "alone)"
+            ) from None
 
 
 def owned(count: int) -> range:
@@ -120,6 +146,8 @@ def all_reduce_sum(array: np.ndarray) -> np.ndarray:
 
     Sums are taken in float64 by the backend; every rank receives the same result.
     """
+    import numpy as np
+
     values = np.array(array, dtype=np.float64, order="C", copy=True)
     sum_in_place(values)
     return values
@@ -141,6 +169,8 @@ def any_rank(flag: bool) -> bool:
     """Whether ``flag`` is true on any rank (collective; ``flag`` itself in one process)."""
     if world()[1] == 1:
         return flag
+    import numpy as np
+
     return bool(all_reduce_sum(np.array([1.0 if flag else 0.0]))[0] > 0)
 
 
@@ -153,6 +183,8 @@ def same_on_every_rank(digest: str) -> bool:
     size = world()[1]
     if size == 1:
         return True
+    import numpy as np
+
     parts = np.array([int(digest[i : i + 4], 16) for i in (0, 4, 8)], dtype=np.float64)
     sums = all_reduce_sum(np.concatenate([parts, parts**2]))
     return bool(np.all(size * sums[3:] == sums[:3] ** 2))

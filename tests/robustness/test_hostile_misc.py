@@ -399,10 +399,19 @@ def test_a_student_name_too_long_is_refused_saying_how_long_one_may_be() -> None
         check_student_name("a" * 101)
 
 
-@pytest.mark.parametrize("name", ["WORLD_SIZE", "LOCAL_WORLD_SIZE"])
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("WORLD_SIZE", "is no integer"),
+        ("LOCAL_WORLD_SIZE", "is no integer"),
+        ("RANK", "is no integer"),
+        ("LMALGEBRA_DIST_TIMEOUT", "is no positive number of seconds"),
+    ],
+)
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_launchers_variable_that_is_no_integer_is_one_line(
     name: str,
+    said: str,
     dry_run: bool,
     tmp_path: Path,
     bert_dir: Path,
@@ -411,14 +420,44 @@ def test_a_launchers_variable_that_is_no_integer_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
     cli,
 ) -> None:
-    """``WORLD_SIZE=abc`` had ended the run in int()'s traceback, and its dry run passed it."""
+    """``WORLD_SIZE=abc`` had ended the run in int()'s traceback, and its dry run passed it;
+    ``RANK`` and the wait limit of several processes are read as early."""
     monkeypatch.setenv(name, "abc")
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "-T", "8"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
     code, stderr = cli(args + (["--dry-run"] if dry_run else []))
-    assert_one_line(code, stderr, [f"${name} 'abc' is no integer"])
+    assert_one_line(code, stderr, [f"${name} 'abc' {said}"])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("rank", "said"), [(None, "$RANK is not set"), ("0", "MASTER_ADDR")], ids=["rank", "master"]
+)
+def test_world_size_without_a_launcher_is_one_line(
+    rank: str | None,
+    said: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``WORLD_SIZE=2`` left in a shell, no launcher: accelerate's ValueError traceback (no
+    ``MASTER_ADDR``), or, with it, a wait of hours for ranks that never come (no ``RANK``)."""
+    from accelerate.state import PartialState
+
+    monkeypatch.setattr(PartialState, "_shared_state", {})  # as in a fresh process
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for name in ("RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    if rank is not None:
+        monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "-T", "8"]
+    code, stderr = cli([*args, "--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")])
+    assert_one_line(code, stderr, ["$WORLD_SIZE is 2", "unset WORLD_SIZE", said])
 
 
 def test_a_working_directory_removed_under_the_command_is_one_line(

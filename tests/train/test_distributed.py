@@ -531,3 +531,109 @@ def test_causal_store_and_student_of_two_processes_match_one(
     assert "resuming from step 3" in done.stderr
     resumed = load_file(str(two.output_dir / "student" / "model" / "model.safetensors"))
     assert all(torch.equal(resumed[k], finished[k]) for k in finished)
+
+
+# ---------------------------------------------------------- commands and waits under a launcher
+
+
+def _waiting_worker(rank: int, root: str, port: int) -> None:
+    """One of two processes set up as torchrun sets them up: the main rank works alone for longer
+    than ``$LMALGEBRA_DIST_TIMEOUT`` while the other waits at the barrier."""
+    import time
+
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distributed import main_rank_only
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
+    os.environ.update(WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    os.environ["LMALGEBRA_DIST_TIMEOUT"] = "1"
+    outcome = "finished"
+    try:
+        main_rank_only(lambda: time.sleep(4))()
+    except UserInputError as err:
+        outcome = str(err)
+    except RuntimeError as err:  # rank 0, after its work: the other rank has ended already
+        outcome = str(err)
+    (Path(root) / f"outcome-{rank}").write_text(outcome)
+
+
+def test_a_rank_that_waits_longer_than_its_limit_ends_in_one_line(tmp_path: Path) -> None:
+    """The main rank alone runs ``merge prepare`` while the others wait: torch's own limit (30
+    minutes with gloo, 10 with NCCL) had ended a long one in a gloo traceback on the waiting
+    ranks; the limit is ``$LMALGEBRA_DIST_TIMEOUT`` (6 hours unset), named when a wait outlasts
+    it."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_waiting_worker, args=(str(tmp_path), _free_port()), nprocs=2, join=True)
+    waited = (tmp_path / "outcome-1").read_text()
+    assert "rank 1 waited longer than $LMALGEBRA_DIST_TIMEOUT (1 s)" in waited
+    assert "merge prepare" in waited
+
+
+def test_the_process_group_waits_as_long_as_the_limit_says(monkeypatch) -> None:
+    """The group is set up with the wait limit, not torch's 30 minutes."""
+    import datetime
+
+    import accelerate
+
+    from lmalgebra import distributed
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(accelerate, "PartialState", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setattr("atexit.register", lambda fn: None)
+    distributed._group()
+    assert seen["timeout"] == datetime.timedelta(hours=6)
+    monkeypatch.setenv("LMALGEBRA_DIST_TIMEOUT", "90.5")
+    distributed._group()
+    assert seen["timeout"] == datetime.timedelta(seconds=90.5)
+
+
+def test_a_command_that_does_not_split_runs_on_rank_0_alone(monkeypatch, capsys) -> None:
+    """``merge evaluate``, ``report``, ``evaluate-pos``... do not share their work out: every
+    rank had run the whole command and written the same files. Rank 0 runs it as if launched
+    alone (no process group), the others end at once."""
+    from hostile_helpers import run_main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    code, stdout, _ = run_main(["packaged"], monkeypatch, capsys)
+    assert code == 0 and stdout == ""
+    monkeypatch.setenv("RANK", "0")
+    code, stdout, _ = run_main(["packaged"], monkeypatch, capsys)
+    assert code == 0 and "minilm" in stdout
+    assert "WORLD_SIZE" not in os.environ and "RANK" not in os.environ
+
+
+def test_a_command_that_splits_prints_its_summary_on_the_main_rank_only(monkeypatch, capsys):
+    """Every rank of ``merge train`` had printed its own summary, the others' before the main
+    rank saved the student (a ``next:`` line naming no student)."""
+    from lmalgebra.cli.app import console
+    from lmalgebra.cli.launched import SPLIT, _placed
+
+    assert "merge train" in SPLIT and "merge evaluate" not in SPLIT
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    ran = []
+    for count, rank in enumerate(("1", "0"), start=1):
+        monkeypatch.setenv("RANK", rank)
+        _placed("merge train", lambda: ran.append(console.print("student saved")))()
+        assert len(ran) == count  # the work runs on every rank
+        assert ("student saved" in capsys.readouterr().out) == (rank == "0")
+    assert not console.quiet
+
+
+def test_the_main_rank_alone_writes_a_model_directory(bert_dir: Path, tmp_path: Path, monkeypatch):
+    """``pretrain`` under torchrun had every rank write the same model directory."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from lmalgebra.distill import layout
+
+    model, tokenizer = AutoModel.from_pretrained(bert_dir), AutoTokenizer.from_pretrained(bert_dir)
+    monkeypatch.setattr(layout, "is_main", lambda: False)
+    assert layout.write_model_directory(tmp_path / "m", model, tokenizer, {}) == tmp_path / "m"
+    assert not (tmp_path / "m").exists()
+    monkeypatch.setattr(layout, "is_main", lambda: True)
+    layout.write_model_directory(tmp_path / "m", model, tokenizer, {})
+    assert layout.is_complete(tmp_path / "m")

@@ -30,10 +30,11 @@ try:  # a Ctrl-C while the command line loads (a second of imports) ends as one 
     import lmalgebra.cli.pretrain  # noqa: F401  (registers the commands)
     from lmalgebra.api.runtime import QUIET_ENVIRONMENT
     from lmalgebra.cli.app import app
+    from lmalgebra.cli.launched import placed_on_processes
     from lmalgebra.cli.path_values import read_paths
     from lmalgebra.core import interrupt
     from lmalgebra.core.errors import TrainingDivergedError, UserInputError
-    from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count
+    from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count, wait_limit
     from lmalgebra.core.threads import pin_thread_count_when_imported
 except KeyboardInterrupt:
     sys.stderr.write("interrupted; run the same command again to resume\n")
@@ -56,13 +57,15 @@ def _run() -> object:
     interrupt.install()  # a Ctrl-C that lands in a finaliser is raised again by the loops
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
-    return read_paths(typer.main.get_command(app))(standalone_mode=False)
+    command = placed_on_processes(read_paths(typer.main.get_command(app)))
+    return command(standalone_mode=False)
 
 
 def _check_environment() -> None:
     """Refuse, before any work and by a dry run too, a working directory removed since the
     shell entered it (relative paths are read from it, and transformers reads it as it is
-    imported: a traceback) and a launcher's variable that is no integer (``WORLD_SIZE``)."""
+    imported: a traceback), a launcher's variable that is no integer (``WORLD_SIZE``) and a
+    wait limit that is no number of seconds (``$LMALGEBRA_DIST_TIMEOUT``)."""
     try:
         Path.cwd()
     except FileNotFoundError:
@@ -72,6 +75,7 @@ def _check_environment() -> None:
         ) from None
     for name in LAUNCH_VARIABLES:
         launch_count(name, 0)
+    wait_limit()
 
 
 def _quiet_transformers() -> None:

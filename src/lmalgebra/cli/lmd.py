@@ -75,7 +75,6 @@ def decompose(
         allow_remote_code(overrides.get("models", []), "--trust-remote-code")
     config = load_config(recipe, overrides)  # a bad recipe is refused before torch is imported
     from lmalgebra.api.decompose import decompose_recipe, plan_frame
-    from lmalgebra.distributed import is_main
 
     if dry_run:
         from lmalgebra.lmd.run.decompose import check_claim, check_corpus
@@ -85,9 +84,8 @@ def decompose(
         _print_plan(plan_frame(config))
         return
     result = decompose_recipe(config, overwrite)
-    if is_main():  # one table, not one per process
-        console.print(_group_table(result))
-        console.print(f"outputs in [bold]{config.out}[/bold]")
+    console.print(_group_table(result))  # on the main rank alone (``cli.launched``)
+    console.print(f"outputs in [bold]{config.out}[/bold]")
 
 
 def _print_plan(frame: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -222,13 +223,38 @@ def device_map_memory() -> dict[str, Any]:
 
 
 # what launchers set for each process of a run (``launch_count`` reads them)
-LAUNCH_VARIABLES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+# How long a rank of several processes waits for the others at a collective (seconds): the main
+# rank alone runs ``merge prepare`` and ``merge vocab`` while the others wait, which can take hours
+# on a large corpus (torch's own limit is 30 minutes with gloo, 10 with NCCL)
+TIMEOUT_VARIABLE = "LMALGEBRA_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 6 * 3600.0
+
+
+def wait_limit() -> float:
+    """Seconds a rank waits for the others: ``$LMALGEBRA_DIST_TIMEOUT``, else 6 hours; one line
+    naming it where it is no positive number."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise UserInputError(
+            f"${TIMEOUT_VARIABLE} {text!r} is no positive number of seconds: how long a rank of "
+            "several processes waits for the others (unset: 6 hours)"
+        )
+    return seconds
+
+
+LAUNCH_VARIABLES = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_RANK", "RANK")
 
 
 def launch_count(name: str, default: int) -> int:
     """The integer a launcher (torchrun, ``accelerate launch``) sets in the environment variable
-    ``name`` (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK``), ``default`` where it is
-    unset or empty; one line naming it where it is no integer (``int()``'s traceback had ended
+    ``name`` (``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK``, ``RANK``), ``default`` where
+    it is unset or empty; one line naming it where it is no integer (``int()``'s traceback had ended
     the command)."""
     text = os.environ.get(name, "").strip()
     if not text:

@@ -33,6 +33,7 @@ from typing import Any
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
+from lmalgebra.distributed import is_main
 from lmalgebra.storage.atomic import (
     as_created,
     remove_file,
@@ -230,7 +231,10 @@ def write_model_directory(
     marks it complete; an older marker is removed first, so a directory cut short is never taken
     for complete. The same model written again (every file as its intact marker records it: a
     second ``merge train`` of a trained student) keeps its card, and the evaluation that
-    ``merge evaluate`` wrote into it, which it had replaced with "not evaluated yet"."""
+    ``merge evaluate`` wrote into it, which it had replaced with "not evaluated yet").
+    Under several processes the main rank alone writes it (every rank holds the same model)."""
+    if not is_main():
+        return target
     kept = _intact_files(target)
     remove_file(target / MARKER)
     before = _stamps(target)  # what is there already: a file left as it was is not this write's

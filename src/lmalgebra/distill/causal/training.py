@@ -45,7 +45,6 @@ from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.model_card import causal_student_card
 from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
-from lmalgebra.distributed import is_main
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 from lmalgebra.train.cross_tokenizer import LOSSES, Mean, batch_mean, ce_loss, needs_of
 from lmalgebra.train.data_parallel import global_mean
@@ -241,8 +240,6 @@ def train_causal_student(
     assert chosen is not None
     _, model, final = chosen
     target = layout.model(name)
-    if not is_main():
-        return target
     metadata = {
         "kind": "causal-student",
         "recipe": recipe.model_dump(mode="json"),

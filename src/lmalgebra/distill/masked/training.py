@@ -23,7 +23,6 @@ from lmalgebra.distill.run.model_card import student_card
 from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
-from lmalgebra.distributed import is_main
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
@@ -81,8 +80,6 @@ def train_masked_student(
         seeding = init(model, recipe, vocab)
     final = train(model, source, spec, layout.student(name), progress, inputs, restart)
     target = layout.model(name)
-    if not is_main():  # the main rank saves the student
-        return target
     metadata: dict[str, Any] = {
         "kind": "mergedistill-student",
         "recipe": recipe.model_dump(mode="json"),
