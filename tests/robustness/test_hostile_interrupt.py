@@ -252,6 +252,26 @@ def test_a_ctrl_c_swallowed_by_a_finaliser_is_raised_again() -> None:
         signal.signal(signal.SIGINT, before)
 
 
+def test_a_copy_of_a_ctrl_c_on_the_heels_of_the_first_is_not_raised_again(monkeypatch) -> None:
+    """A terminal's Ctrl-C reaches torchrun's workers twice (from the terminal, and forwarded by
+    torchrun): the second KeyboardInterrupt had landed in the first one's handling, a traceback
+    on the main rank. A copy that soon is dropped; a later one (the user insisting) is raised."""
+    from lmalgebra.core import interrupt
+
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        interrupt.install()
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # the copy: nothing raised
+        monkeypatch.setattr(interrupt, "REPEAT_S", 0.0)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 EARLY = """
 import runpy, sys
 

@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 
 _REQUESTED = threading.Event()
 _TERMINATED = threading.Event()  # the signal was SIGTERM (a scheduler, ``timeout``, ``kill``)
+# A signal this soon after the one being acted upon is a copy of it: a terminal's Ctrl-C reaches
+# every process of its group, and torchrun forwards it to its workers as well. Raised again, it
+# had landed in the first one's handling (a traceback, the clean-up cut short); a later one is
+# the user's insisting, and is raised.
+REPEAT_S = 2.0
+_FIRST: list[float] = []
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
+    now = time.monotonic()
+    if _REQUESTED.is_set() and _FIRST and now - _FIRST[0] < REPEAT_S:
+        return
+    _FIRST[:] = [now]
     _REQUESTED.set()
     if signum == signal.SIGTERM:
         _TERMINATED.set()
@@ -31,6 +42,7 @@ def install() -> None:
     had ended it at once. A signal the parent set to be ignored stays ignored."""
     _REQUESTED.clear()
     _TERMINATED.clear()
+    _FIRST.clear()
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
