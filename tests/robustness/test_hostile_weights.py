@@ -849,3 +849,26 @@ def test_a_start_token_past_the_table_is_named_not_an_index_error(
     model = load_lm(ref, directory, "causal")
     with pytest.raises(UserInputError, match=r"^model 'bl': the tokenizer gives token id 300, b"):
         score_texts(model, tokenizer, ["the old city"], 32, owner="model 'bl'")
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.safetensors.index.json"])
+def test_a_weight_file_or_index_that_is_no_file_is_named_by_plan_and_run(
+    bert_copy: Path, name: str
+) -> None:
+    """``model.safetensors`` a link to nothing had been called "no weight files"; an index
+    that is a directory passed the plan and the load said "no file named model.safetensors":
+    each is named, as it stands, by the plan and the run."""
+    (bert_copy / "model.safetensors").unlink()
+    if name == "model.safetensors":
+        (bert_copy / name).symlink_to(bert_copy / "gone.safetensors")
+        said = "is a symbolic link to .*gone.safetensors, which does not exist"
+    else:
+        (bert_copy / "model-00001-of-00001.safetensors").write_bytes(b"")
+        (bert_copy / name).mkdir()
+        said = "is a directory, not a file"
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    needle = rf"^model 'enc': weight file .*{re.escape(name)} {said}$"
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, bert_copy).fingerprint()

@@ -210,7 +210,7 @@ class TransformersModel(ReferencedModel):
             unused = ("pooler",) if auto == "AutoModel" else ()
             refuse_planned_gaps(owner, directory, shown, auto, unused)
             # a local directory's weights are there to list (a plan's hub snapshot holds none)
-            if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory):
+            if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory, owner):
                 raise UserInputError(f"{owner}: no weight files in {shown}")
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
@@ -225,7 +225,7 @@ class TransformersModel(ReferencedModel):
         if ref.random_init:
             weights = sha256_json({"config": config, "seed": ref.seed, "random_init": True})
         else:
-            files = weight_files(directory)
+            files = weight_files(directory, f"model {ref.name!r}")
             if not files:
                 raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
             weights = memoised_hash(files, directory, memo_dir)
