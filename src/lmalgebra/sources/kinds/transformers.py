@@ -34,6 +34,7 @@ from lmalgebra.sources.loaded_weights import (
 from lmalgebra.sources.model_files import (
     ModelShape,
     architecture,
+    config_int,
     config_sizes,
     config_width,
     memoised_hash,
@@ -145,6 +146,24 @@ class TransformersModel(ReferencedModel):
         if getattr(model, "hf_device_map", None) is not None:
             return model.eval()  # placed layer by layer: left where Accelerate put it
         return model.to(device).eval()
+
+    def load_tokenizer(self) -> Any:
+        """Its fast tokenizer; one whose own vocabulary (added tokens aside) runs past the rows
+        of the token embeddings ``config.json`` gives is refused, by the plan too: any text
+        reaching those ids fails, where the run had refused it only once a span held one."""
+        tokenizer = super().load_tokenizer()
+        directory = self.tokenizer_directory()
+        if self.ref.trust_remote_code or not (directory / "config.json").is_file():
+            return tokenizer
+        rows = config_int(read_config(self.name, directory / "config.json"), ("vocab_size",))
+        tokens = getattr(tokenizer, "vocab_size", 0)
+        if rows and isinstance(tokens, int) and tokens > rows:
+            raise UserInputError(
+                f"model {self.name!r}: the tokenizer has {tokens} tokens (ids up to {tokens - 1}), "
+                f"beyond the {rows} rows of the model's token embeddings (the vocab_size of its "
+                "config.json): is it this model's own tokenizer?"
+            )
+        return tokenizer
 
     def depth(self) -> int:
         from transformers import AutoConfig
