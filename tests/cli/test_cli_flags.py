@@ -415,3 +415,12 @@ def test_bad_flag_values_name_the_flag(
     assert len(lines) == 1, err
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+
+
+def test_every_trust_remote_code_switch_takes_the_same_spelling() -> None:
+    """``pretrain head-only`` named its switch by its key alone, ``--trust_remote_code``, and
+    refused ``--trust-remote-code``, every other command's spelling, as no such option."""
+    for path in (("decompose",), ("evaluate-pos",), ("pretrain", "head-only")):
+        options = command_options(*path)
+        assert "--trust-remote-code" in options and "--no-trust-remote-code" in options, path
+    assert "--trust_remote_code" in command_options("pretrain", "head-only")  # the key's, kept

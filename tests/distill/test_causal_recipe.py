@@ -83,7 +83,7 @@ def test_tokenizer_without_offsets(tmp_path, causal_teacher_dirs, monkeypatch, c
     CanineTokenizer().save_pretrained(slow)  # a Python tokenizer: no offsets
     teachers = {**causal_teacher_dirs, "bl": slow}
     code, err = _prepare(write_causal_recipe(tmp_path, teachers), monkeypatch, capsys)
-    assert_one_line(code, err, ["model 'bl'", "not a fast (Rust) tokenizer", "no token offsets"])
+    assert_one_line(code, err, ["teacher 'bl'", "not a fast (Rust) tokenizer", "no token offsets"])
 
 
 def test_top_k_larger_than_the_vocabulary(tmp_path, causal_teacher_dirs, monkeypatch, capsys):

@@ -57,3 +57,19 @@ def test_fewer_training_spans_than_basis_columns_is_named(decompose: Any) -> Non
     # the tiny models are 32 and 24 wide: fitting the narrower one uses 32 basis columns
     assert warning.startswith("20 training spans for a group basis of 32 columns")
     assert "--study.alpha_select gcv" in warning
+
+
+def test_too_few_bootstrap_replicates_for_the_level_are_named(decompose: Any) -> None:
+    """``--study.bootstrap 1`` had written intervals of width 0 around one replicate (which
+    need not hold the estimate), with nothing said: fewer replicates than the level needs for
+    one in each tail are named, with the count it needs."""
+    summary = decompose("--spans.counts", "60,10,10", "--study.bootstrap", "3")
+    (warning,) = [w for w in summary["warnings"] if "--study.bootstrap" in w]
+    assert warning.startswith("--study.bootstrap 3: an interval at level 0.95 needs 40")
+    assert not [
+        w
+        for w in decompose("--spans.counts", "60,10,10", "--study.bootstrap", "40", "--overwrite")[
+            "warnings"
+        ]
+        if "--study.bootstrap" in w
+    ]

@@ -217,3 +217,26 @@ def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+@pytest.mark.parametrize("blocker", ["file", "dangling link"])
+def test_the_dry_run_refuses_a_gguf_folder_the_run_cannot_build_into(
+    blocker: str, gpt2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """The cache's ``gguf/`` a file (or a link to nothing): the run refuses it, naming it,
+    before dequantising; the dry run, which dequantises nothing, had passed it (a packaged
+    model unpacked into ``packaged/`` alike)."""
+    from gguf_fixtures import tiny_llama, write_llama_gguf
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if blocker == "file":
+        (cache / "gguf").write_text("x\n", encoding="utf-8")
+    else:
+        (cache / "gguf").symlink_to(tmp_path / "gone")
+    path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
+    for flags in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *flags]), [str(cache / "gguf")])

@@ -419,6 +419,25 @@ def test_a_tokenizer_file_that_is_no_file_is_named(
         assert_one_line(*cli([*args, *flags]), ["model 'a'", f"tokenizer file {path}"])
 
 
+def test_a_model_without_tokenizer_json_says_so_in_one_line(
+    bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model directory holding ``tokenizer_config.json`` and no ``tokenizer.json`` had been
+    refused in transformers' first line, "Couldn't instantiate the backend tokenizer from one
+    of:", cut at its colon: the line says which tokenizer files it holds and what it lacks, by
+    the dry run too."""
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    (model / "tokenizer.json").unlink()
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    for flags in (["--dry-run"], []):
+        line = assert_one_line(
+            *cli([*args, *flags]),
+            ["model 'a'", "holds tokenizer_config.json but no tokenizer.json"],
+        )
+        assert not line.endswith(":"), line
+
+
 def test_a_max_length_that_cuts_every_word_names_it(bert_dir: Path, tmp_path: Path, cli) -> None:
     """``evaluate-pos --max_length 2`` leaves a BERT sentence its two special tokens alone: the
     refusal had said the split holds no word the tokenizer can represent."""

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from hostile_helpers import assert_one_line, deadline, digests, one_word_treebank, run_cli
+from lmalgebra.core.errors import UserInputError
 from merge_fixtures import write_recipe
 
 Runner = Callable[..., tuple[int, str]]
@@ -180,20 +181,37 @@ def test_overwrite_replaces_the_old_run_without_stale_files(
     cli: Runner,
     finished_run: Path,
     bert_dir: Path,
+    bert2_dir: Path,
     gpt2_dir: Path,
     corpus_txt: Path,
     tmp_path: Path,
 ) -> None:
+    """A file under a run's own name that the finished run's ``summary.json`` does not record
+    (``sweeps/length.csv`` beside a run of no sweeps: an earlier run's table, or a user's) had
+    been removed by ``--overwrite``, and a run of the same configuration recorded it as its own,
+    so that ``report`` and ``Decomposition.load`` read it back as the run's result. It is
+    refused, named, by each, and nothing is removed; the run's own files alone are replaced."""
     import shutil
+
+    from lmalgebra import Decomposition
 
     out = tmp_path / "run"
     shutil.copytree(finished_run, out)
     (out / "weights.safetensors").write_bytes(b"stale weights of the old run")
     (out / "sweeps").mkdir()
     (out / "sweeps" / "length.csv").write_text("stale\n", encoding="utf-8")
+    stray = ["is no file of", "summary.json records no such file"]
+    with pytest.raises(UserInputError, match=r"weights\.safetensors is no file of this run"):
+        Decomposition.load(out)
+    code, err = cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out))
+    assert_one_line(code, err, ["sweeps/length.csv", *stray])
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--overwrite")
+    assert_one_line(code, err, ["holds files a decomposition does not write", "length.csv"])
+    assert (out / "sweeps" / "length.csv").is_file() and (out / "summary.json").is_file()
+    (out / "weights.safetensors").unlink()
+    shutil.rmtree(out / "sweeps")
     code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--overwrite")
     assert code == 0, err
-    assert not (out / "weights.safetensors").exists() and not (out / "sweeps").exists()
     config = yaml.safe_load((out / "config.yaml").read_text(encoding="utf-8"))
     assert [m["path"] for m in config["models"]] == [str(bert_dir), str(gpt2_dir)]
 
@@ -316,12 +334,9 @@ def test_overwrite_removes_nothing_where_a_folder_of_the_run_is_not_writable(
     a run cut to its statistics, still marked complete by its ``summary.json``, with a message
     saying finished parts are kept. It is refused before anything goes, naming the folder (by
     the dry run too)."""
-    import shutil
-
     out = tmp_path / "run"
-    shutil.copytree(finished_run, out)
-    (out / "stats").mkdir(exist_ok=True)
-    (out / "stats" / "train.safetensors").write_bytes(b"moments")
+    code, err = cli(*decompose_args(bert_dir, gpt2_dir, corpus_txt, out), "--save_statistics")
+    assert code == 0 and (out / "stats" / "train.safetensors").is_file(), err
     stats, access, unlink = out / "stats", os.access, Path.unlink
 
     def refused(path: Path, *args: object, **kwargs: object) -> None:
@@ -453,8 +468,9 @@ def test_the_same_run_again_finds_a_link_or_fifo_before_any_work(
 
 
 def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_path: Path) -> None:
-    """``Decomposition.save(overwrite=True)`` replaces an old run's files, keeps nothing stale,
-    and refuses (removing nothing) a directory that holds a user's own file."""
+    """``Decomposition.save(overwrite=True)`` replaces an old run's files and refuses (removing
+    nothing) a directory that holds a user's own file, one under a run's name that the old
+    run's ``summary.json`` does not record (it had been removed) among them."""
     import shutil
 
     from lmalgebra import Decomposition
@@ -464,8 +480,10 @@ def test_saving_over_a_directory_keeps_a_users_files(finished_run: Path, tmp_pat
     target = tmp_path / "copy"
     shutil.copytree(finished_run, target)
     (target / "alpha_curve.csv").write_text("stale\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"does not write \(alpha_curve\.csv\)"):
+        result.save(target, overwrite=True)
+    (target / "alpha_curve.csv").unlink()
     result.save(target, overwrite=True)
-    assert not (target / "alpha_curve.csv").exists()
     assert Decomposition.load(target).pairwise("test").equals(result.pairwise("test"))
     (target / "thesis.tex").write_text("precious\n", encoding="utf-8")
     with pytest.raises(UserInputError, match=r"thesis\.tex"):

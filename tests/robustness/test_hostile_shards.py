@@ -50,17 +50,37 @@ def _cut(run: Path, part: str) -> Path:
     return shard
 
 
-@pytest.mark.parametrize(("which", "part"), [("causal", "tokens"), ("causal", "logprobs")])
+@pytest.mark.parametrize(
+    ("which", "part", "stage"), [("causal", "tokens", "prepare"), ("causal", "logprobs", "teach")]
+)
 def test_inspect_names_a_shard_cut_short(
-    which: str, part: str, request: pytest.FixtureRequest, tmp_path: Path, cli
+    which: str, part: str, stage: str, request: pytest.FixtureRequest, tmp_path: Path, cli
 ) -> None:
+    """A shard cut short is named with the stage that writes it again: the line had said "run
+    again to recompute it", and ``merge inspect`` again recomputes nothing."""
     recipe = _copy(request.getfixturevalue(which), tmp_path)
     run = recipe.parent / "run"
     shard = _cut(run, part)
     before = digests(run)
     code, stderr = cli(["merge", "inspect", str(run)])
-    assert_one_line(code, stderr, [str(shard), "is corrupt", "run again"])
+    assert_one_line(code, stderr, [str(shard), "is corrupt", f"lmalgebra merge {stage} RECIPE"])
     assert digests(run) == before  # inspecting changes nothing
+
+
+@pytest.mark.parametrize(
+    ("which", "part", "stage"),
+    [("masked", "masked", "prepare"), ("masked", "topk", "teach"), ("causal", "logprobs", "teach")],
+)
+def test_inspect_names_a_damaged_manifest(
+    which: str, part: str, stage: str, request: pytest.FixtureRequest, tmp_path: Path, cli
+) -> None:
+    """A shard set whose manifest is damaged had been shown as a set of no examples and no
+    tokens, exit 0: it is named, with the stage that writes it again."""
+    recipe = _copy(request.getfixturevalue(which), tmp_path)
+    manifest = sorted((recipe.parent / "run" / part).rglob("manifest.json"))[-1]
+    manifest.write_text("garbage", encoding="utf-8")
+    code, stderr = cli(["merge", "inspect", str(recipe.parent / "run")])
+    assert_one_line(code, stderr, [str(manifest), "damaged", f"lmalgebra merge {stage} RECIPE"])
 
 
 def test_prepare_again_recomputes_a_tokens_shard_cut_short(

@@ -25,6 +25,12 @@ DECOMPOSE = {
         ["--study.lengths", "4,100000"],
         ["--study.lengths 100000", "no training span of 100000 tokens"],
     ),
+    # learning-curve sizes that are all the whole training split: capped, the curve's one point
+    # was the main fit again (exit 0)
+    "train_sizes_beyond_the_training_spans": (
+        ["--study.train_sizes", "100000,200000"],
+        ["--study.train_sizes [100000, 200000] would be ignored", "training spans"],
+    ),
     # one span has no variance: every held-out R^2 had been NaN (exit 0), and one training span
     # had been blamed on the first model ("does not vary")
     "a_split_of_one_span": (

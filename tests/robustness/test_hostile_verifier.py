@@ -20,8 +20,14 @@ def built(tmp_path_factory: pytest.TempPathFactory, teacher_dirs: dict[str, Path
     return built_store(tmp_path_factory.mktemp("verifier"), teacher_dirs).parent / "run"
 
 
-@pytest.mark.parametrize("part", ["examples", "masked", "topk"])
-def test_a_deleted_manifest_is_named(part: str, built: Path, tmp_path: Path, cli) -> None:
+@pytest.mark.parametrize(
+    ("part", "stage"), [("examples", "prepare"), ("masked", "prepare"), ("topk", "teach")]
+)
+def test_a_deleted_manifest_is_named(
+    part: str, stage: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """The set is named with the command that writes it again (the line had said "run the
+    stage again", naming none)."""
     run = tmp_path / "run"
     shutil.copytree(built, run)
     code, stderr = cli(["merge", "verify", str(run)])
@@ -30,7 +36,8 @@ def test_a_deleted_manifest_is_named(part: str, built: Path, tmp_path: Path, cli
     manifest.unlink()
     before = digests(run)
     code, stderr = cli(["merge", "verify", str(run)])
-    assert_one_line(code, stderr, [str(manifest.parent), "no manifest.json", "run the stage again"])
+    again = f"run `lmalgebra merge {stage} RECIPE` again to rebuild the set"
+    assert_one_line(code, stderr, [str(manifest.parent), "no manifest.json", again])
     assert "every shard matches" not in stderr
     assert digests(run) == before  # verifying repairs nothing and removes nothing
 

@@ -403,13 +403,16 @@ def test_a_tokenizer_of_another_model_is_named_not_an_index_error(
 ) -> None:
     """A BERT directory holding a GPT-2 tokenizer (ids up to 299, 200 rows of token
     embeddings): embedding it, or tagging with it, ended in torch's ``IndexError: index out
-    of range in self`` traceback, exit 1."""
+    of range in self`` traceback, exit 1; then it was refused once a span reached an id past
+    the table, and the dry run passed it. The tokenizer's size is compared with the table's,
+    by the dry run too."""
     mixed = _with_tokenizer_of(bert_dir, gpt2_dir, tmp_path / "mixed")
-    words = ["model 'a'", "the tokenizer gives token id", "beyond the 200 rows", "own tokenizer"]
+    words = ["model 'a'", "the tokenizer has 300 tokens", "beyond the 200 rows", "own tokenizer"]
     args = ["decompose", "--models", f"a={mixed}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
-    code, stderr = cli([*args, "--cache_dir", str(tmp_path / "cache")])
-    assert_one_line(code, stderr, words)
+    for flags in (["--dry-run"], []):
+        code, stderr = cli([*args, "--cache_dir", str(tmp_path / "cache"), *flags])
+        assert_one_line(code, stderr, words)
     bank = tmp_path / "bank"
     bank.mkdir()
     sentence = "1\tthe\t_\tDET\t_\t_\t_\t_\t_\t_\n2\tcat\t_\tNOUN\t_\t_\t_\t_\t_\t_\n\n"
@@ -453,14 +456,17 @@ def test_a_teacher_or_scored_model_with_another_models_tokenizer_is_named(
         mixed = _with_tokenizer_of(teachers["uni"], teachers["bl"], tmp_path / "mixed")
         recipe = write_causal_recipe(tmp_path, {**teachers, "uni": mixed})
         name = "uni"
-    words = [f"teacher {name!r}", "the tokenizer gives token id", "own tokenizer"]
+    words = [f"teacher {name!r}", "the tokenizer has", "own tokenizer"]
     code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])
     assert_one_line(code, stderr, words)
-    if objective == "causal":
-        run = yaml.safe_load(recipe.read_text())["output_dir"]
+    if objective == "causal":  # scored over a run of the teachers as they are
+        (tmp_path / "good").mkdir()
+        good = write_causal_recipe(tmp_path / "good", teachers)
+        assert cli(["merge", "prepare", str(good), "--no-progress"])[0] == 0
+        run = yaml.safe_load(good.read_text())["output_dir"]
         args = ["merge", "bits-per-byte", run, "--models", f"x={mixed}", "--languages", "xx"]
         code, stderr = cli(args)
-        assert_one_line(code, stderr, ["model 'x'", "the tokenizer gives token id"])
+        assert_one_line(code, stderr, ["model 'x'", "the tokenizer has 300 tokens"])
 
 
 @pytest.mark.parametrize("dry_run", [False, True])
@@ -486,7 +492,7 @@ def test_a_student_init_with_another_models_tokenizer_is_named(
     assert code == 0, stderr
     args = ["merge", "train", str(recipe), "--no-progress"] + (["--dry-run"] if dry_run else [])
     code, stderr = cli(args)
-    words = [f"student.init {str(mixed)!r}", "the tokenizer gives token id 2", "own tokenizer"]
+    words = [f"student.init {str(mixed)!r}", "the tokenizer has 300 tokens", "own tokenizer"]
     assert_one_line(code, stderr, words)
 
 
@@ -849,3 +855,26 @@ def test_a_start_token_past_the_table_is_named_not_an_index_error(
     model = load_lm(ref, directory, "causal")
     with pytest.raises(UserInputError, match=r"^model 'bl': the tokenizer gives token id 300, b"):
         score_texts(model, tokenizer, ["the old city"], 32, owner="model 'bl'")
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.safetensors.index.json"])
+def test_a_weight_file_or_index_that_is_no_file_is_named_by_plan_and_run(
+    bert_copy: Path, name: str
+) -> None:
+    """``model.safetensors`` a link to nothing had been called "no weight files"; an index
+    that is a directory passed the plan and the load said "no file named model.safetensors":
+    each is named, as it stands, by the plan and the run."""
+    (bert_copy / "model.safetensors").unlink()
+    if name == "model.safetensors":
+        (bert_copy / name).symlink_to(bert_copy / "gone.safetensors")
+        said = "is a symbolic link to .*gone.safetensors, which does not exist"
+    else:
+        (bert_copy / "model-00001-of-00001.safetensors").write_bytes(b"")
+        (bert_copy / name).mkdir()
+        said = "is a directory, not a file"
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    needle = rf"^model 'enc': weight file .*{re.escape(name)} {said}$"
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    with pytest.raises(UserInputError, match=needle):
+        source_of(ref, bert_copy).fingerprint()

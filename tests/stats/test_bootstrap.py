@@ -308,3 +308,21 @@ def test_blocks_with_tail_columns_are_scored_without_weight_on_the_tail(
             residual = target - rows[:, basis] @ fit.weight.T - fit.bias
             centred = target - target.mean(axis=0)
             assert got[1, f] == pytest.approx(1 - (residual**2).sum() / (centred**2).sum())
+
+
+def test_a_split_of_two_single_spans_gives_no_interval(data: dict[str, np.ndarray]) -> None:
+    """A held-out split of two spans, one a block: half the resamples draw one span twice (no
+    variance, NaN) and the rest are the sample itself, so the interval had width 0 around the
+    estimate, read as certainty. Too few finite replicates give no interval (NaN)."""
+    blocks = layout(NAMES, DIMS)
+    stats = {
+        "train": blocked_of(blocks, data["train"], PARTS["train"]),
+        "test": blocked_of(blocks, data["test"][:2], 2),
+    }
+    solver = make_solver(stats)
+    found = bootstrap_r2(solver, stats, {"pairwise": solver.pairwise_fits()}, replicates=200)
+    held_out = [i for i in found.intervals if i.split == "test"]
+    assert held_out and all(np.isnan(i.low) and np.isnan(i.high) for i in held_out)
+    assert all(np.isfinite(i.r2) for i in held_out)
+    trained = [i for i in found.intervals if i.split == "train"]
+    assert all(i.low < i.high for i in trained)

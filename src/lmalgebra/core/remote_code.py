@@ -103,4 +103,6 @@ def load_failure(err: BaseException) -> str:
             "pickle that would run code; use safetensors weights"
         )
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and lines[0].endswith(":"):  # the first line announces the rest: one line of all
+        return " ".join(lines)
     return lines[0] if lines else type(err).__name__

@@ -155,8 +155,8 @@ class TeacherTextSpec(Settings):
     teacher: str = Field(description="The teacher that writes (a key of `teachers`).")
     prompts: CorpusSpec = Field(
         description="Documents whose beginnings prompt the teacher, one text per prompt: text "
-        "the run holds out none of (a document that is a held-out example of the language is "
-        "refused)."
+        "the run holds out none of (a document that is a held-out example of any language of "
+        "the recipe is refused)."
     )
     documents: int = Field(ge=1, le=1_000_000, description="How many texts the teacher writes.")
     prompt_chars: int = Field(

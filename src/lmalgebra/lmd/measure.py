@@ -200,6 +200,7 @@ def measure(
     """
     config = pool.config
     texts, hashes = draw_texts(pool, docs, spec)
+    edges = train_edges(train_sizes, len(texts["train"])) if train_sizes else None
     caches: list[EmbeddingCache | PrecomputedSplit] = []
     tokens: dict[str, TokenReport] = {}
     for source in sources:
@@ -212,7 +213,6 @@ def measure(
             caches += _cached(pool, source, texts, hashes, tokens, label)
         else:  # a Python object: embedded in memory, not cached
             caches += _in_memory(pool, source, texts, tokens)
-    edges = train_edges(train_sizes, len(texts["train"])) if train_sizes else None
     rows = {split: len(t) for split, t in texts.items()}
     names = [n for s in sources for n in s.column_names]
     widths = [_widths(c.dim, s) for c, s in zip(caches[:: len(SPLITS)], sources, strict=True)]
@@ -287,7 +287,15 @@ def _in_memory(
 
 
 def train_edges(requested: Sequence[int], available: int) -> list[int]:
-    """Learning-curve sizes that fit in the training split: sorted, capped at its size."""
+    """Learning-curve sizes that fit in the training split: sorted, capped at its size (the
+    spans drawn are known once drawn: ``spans.counts`` are maxima). Sizes that are all the
+    whole split are refused, before any model embeds: the curve's one point is the main fit."""
+    if min(int(s) for s in requested) >= available:
+        raise UserInputError(
+            f"--study.train_sizes {list(requested)} would be ignored: the text gave "
+            f"{available} training spans, so every size is the whole split (the main fit "
+            f"again); give sizes below {available}"
+        )
     return sorted({min(int(s), available) for s in requested})
 
 

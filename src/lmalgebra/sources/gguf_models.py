@@ -28,7 +28,7 @@ from lmalgebra.sources.gguf_tensors import model_class, refuse_foreign_tensors
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
 from lmalgebra.storage.atomic import as_created
-from lmalgebra.storage.output_paths import cache_directory
+from lmalgebra.storage.output_paths import cache_directory, check_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
 GGUF_PREFIX = "gguf:"
@@ -239,6 +239,7 @@ def _planning_directory(file: Path, owner: str) -> Path:
     target = _cache_directory(file.stem, sha256)
     if target.is_dir() and _checked(target, remember=False, sha256=sha256):
         return target
+    refuse_unwritable_part(target.parent)
     return _described(file, owner, scratch())
 
 
@@ -249,9 +250,20 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     target = _cache_directory(Path(name).stem, sha256)
     if target.is_dir() and _checked(target, remember=False, sha256=sha256):
         return target
+    refuse_unwritable_part(target.parent)
     _gguf_package(owner)
     work = scratch()
     return _described(checked_file(parts, work, name, sha256, owner, remedy), owner, work / "plan")
+
+
+def refuse_unwritable_part(part: Path) -> None:
+    """What the run refuses of the cache's directory ``part`` (``gguf/``, ``packaged/``) it
+    would build a model into, refused by a plan, which builds it elsewhere: a file, a link to
+    nothing, no permission (the dry run had passed them)."""
+    try:
+        check_directory(part, "cache directory")
+    except UserInputError as err:
+        raise UserInputError(f"{err} (the run builds the model there)") from None
 
 
 def scratch() -> Path:

@@ -17,15 +17,24 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_files, sha256_json
+from lmalgebra.core.text_files import not_a_file
 from lmalgebra.storage.atomic import write_text_atomic
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
 
 
-def weight_files(directory: Path) -> list[Path]:
+def weight_files(directory: Path, owner: str | None = None) -> list[Path]:
     """The weight files ``from_pretrained`` reads: the directory's own, not a subfolder's (a
-    teacher made by ``pretrain`` keeps its training checkpoints under ``training/``)."""
-    return [p for p in directory.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)]
+    teacher made by ``pretrain`` keeps its training checkpoints under ``training/``). A weight
+    file or shard index that is no regular file (a link to nothing, a directory, a FIFO), which
+    transformers passes over for another file or calls missing, is refused naming it (``owner``
+    starts the message)."""
+    found = [p for p in directory.iterdir() if p.name.endswith((*WEIGHT_SUFFIXES, ".index.json"))]
+    for path in found:
+        if not path.is_file():
+            start = f"{owner}: " if owner else ""
+            raise UserInputError(f"{start}weight file {path} {not_a_file(path)}")
+    return [p for p in found if p.name.endswith(WEIGHT_SUFFIXES)]
 
 
 def _stat_key(path: Path) -> list[int]:

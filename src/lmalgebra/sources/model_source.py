@@ -11,7 +11,8 @@ spans (computed, or :meth:`ModelSource.rows` it holds already). Nothing else tes
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -303,3 +304,17 @@ def refuse_missing_layer(name: str, layers: Any, layer: int) -> None:
             f"model {name!r}: layer {layer} does not exist "
             f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
         )
+
+
+@contextmanager
+def named_as(name: str, owner: str) -> Iterator[None]:
+    """A refusal of model ``name``'s source (``model 'NAME': ...``: no such directory, a
+    tokenizer of another model...) named by ``owner`` (``teacher 'wp'``, ``student.init
+    'PATH'``), the role the user gave it in."""
+    try:
+        yield
+    except UserInputError as err:
+        said = str(err).removeprefix(f"model {name!r}:")
+        if said == str(err):
+            raise
+        raise UserInputError(f"{owner}:{said}") from None

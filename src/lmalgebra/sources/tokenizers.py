@@ -79,15 +79,29 @@ def fast_tokenizer(directory: Path, owner: str, trust_remote_code: bool) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
     except Exception as err:
-        raise UserInputError(
-            f"{owner}: cannot load a tokenizer from {directory}: {load_failure(err)}"
-        ) from err
+        why = _tokenizer_failure(err, directory)
+        raise UserInputError(f"{owner}: cannot load a tokenizer from {directory}: {why}") from err
     if not getattr(tokenizer, "is_fast", False):
         raise UserInputError(
             f"{owner}: tokenizer is not a fast (Rust) tokenizer, so it reports no token offsets"
         )
     refuse_empty(tokenizer, directory, owner)
     return tokenizer
+
+
+def _tokenizer_failure(err: Exception, directory: Path) -> str:
+    """Why transformers made no tokenizer of ``directory``: for a directory without
+    ``tokenizer.json`` or a vocabulary a fast tokenizer can be built from, which files it has
+    (transformers' own line ends on a colon, before its list of what it looked for)."""
+    if "Couldn't instantiate the backend tokenizer" not in str(err):
+        return load_failure(err)
+    files = [f for f in TOKENIZER_FILES if (directory / f).is_file()]
+    return (
+        f"it holds {', '.join(files) or 'no tokenizer file'} but no tokenizer.json, nor a "
+        "vocabulary transformers builds a fast tokenizer from (vocab.txt; vocab.json with "
+        "merges.txt; a sentencepiece model, with sentencepiece installed); give the model's "
+        "own tokenizer files"
+    )
 
 
 def refuse_odd_files(directory: Path, owner: str) -> None:

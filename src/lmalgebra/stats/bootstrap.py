@@ -79,6 +79,11 @@ class Bootstrap:
         raise KeyError(key)
 
 
+# the share of an R^2's replicates that must be finite for its interval to be given (a resample
+# drawing one span of a split alone has no variance: NaN)
+FINITE_SHARE = 0.9
+
+
 def split_rng(seed: int, name: str) -> np.random.Generator:
     """The generator of one split's counts: reproducible, and independent of the other splits."""
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
@@ -89,13 +94,18 @@ def draw_counts(rng: np.random.Generator, parts: int, replicates: int) -> np.nda
     return rng.multinomial(parts, np.full(parts, 1.0 / parts), size=replicates)
 
 
-def percentile_interval(sample: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper percentiles ``(F,)`` of ``sample`` ``(B, F)``, ignoring NaN replicates."""
+def percentile_interval(
+    sample: np.ndarray, level: float, least: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper percentiles ``(F,)`` of ``sample`` ``(B, F)``, ignoring NaN replicates;
+    NaN where fewer than ``least`` (a share of ``B``) are finite: the rest are the resamples that
+    happened to be regular, and their spread is no interval of the whole (a split of two single
+    spans: every finite replicate is the sample itself, an interval of width 0)."""
     low, high = np.full(sample.shape[1], np.nan), np.full(sample.shape[1], np.nan)
     tail = (1 - level) / 2
     for f in range(sample.shape[1]):
         values = sample[:, f][np.isfinite(sample[:, f])]
-        if values.size:
+        if values.size and values.size >= least * sample.shape[0]:
             low[f], high[f] = np.quantile(values, [tail, 1 - tail])
     return low, high
 
@@ -146,10 +156,14 @@ def bootstrap_r2(
         for split in (s for s in solver.splits if s in available):
             stats = scorer.statistics(split, blocked[split])
             counts = draw_counts(split_rng(seed, split), stats.n.size, replicates)
-            samples[split] = stats.r2(counts)
+            sample = stats.r2(counts)
+            # a resample of one span (drawn again and again) has no variance: its R^2 is 0 / 0,
+            # which rounding can leave finite and huge
+            sample[(counts > 0) @ np.asarray(stats.n) < 2] = np.nan
+            samples[split] = sample
     intervals = []
     for split, sample in samples.items():
-        low, high = percentile_interval(sample, level)
+        low, high = percentile_interval(sample, level, least=FINITE_SHARE)
         for f, (kind, fit) in enumerate(labelled):
             r2 = fit.r2.get(split, float("nan"))
             intervals.append(

@@ -371,19 +371,20 @@ class ShardSet:
         """Every recorded shard's payload, in order (named for the store's Arrow tables)."""
         return [self.read(i, verify) for i in sorted(self.records)]
 
-    def problems(self) -> list[str]:
-        """Every missing or corrupt shard, and an incomplete set, as messages naming the file."""
+    def problems(self, again: str = "run the stage again") -> list[str]:
+        """Every missing or corrupt shard, and an incomplete set, as messages naming the file;
+        ``again``: how the set is written again (the command of the stage that writes it)."""
         if not self.manifest_path.is_file():
             return [
                 f"{self.directory}: no {MANIFEST}, so its shards cannot be checked "
-                "(run the stage again to rebuild the set)"
+                f"({again} to rebuild the set)"
             ]
         if self._stale is not None:
-            return [f"{self.manifest_path}: damaged (run the stage again to rebuild the set)"]
+            return [f"{self.manifest_path}: damaged ({again} to rebuild the set)"]
         if self.complete and not self.records:
             return [
-                f"{self.manifest_path}: marked complete but lists no shards (run the stage "
-                "again to rebuild the set)"
+                f"{self.manifest_path}: marked complete but lists no shards ({again} to rebuild "
+                "the set)"
             ]
         issues = [
             f"{path}: corrupt (checksum mismatch)"
@@ -394,7 +395,7 @@ class ShardSet:
             for path in map(self.path, self.damaged())
         ]
         if not self.complete:
-            issues.append(f"{self.directory}: incomplete (run the stage again to finish it)")
+            issues.append(f"{self.directory}: incomplete ({again} to finish it)")
         return issues
 
     @property

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from lmalgebra.distill.examples import is_written
 from lmalgebra.distill.layout import LOGPROBS, TOKENS, RunLayout
-from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.run.inspection import RunInspection, inspected_set, inspected_tables
 from lmalgebra.storage.shard_set import ShardSet
 
 # the parts of a causal store, by the columns that hold them
@@ -35,11 +35,12 @@ CAUSAL_COLUMNS = {
 }
 
 
-def _value_bytes(sets: list[ShardSet]) -> dict[str, int]:
-    """Bytes of the values of each column (list offsets left out) over the sets' shards."""
+def _value_bytes(sets: list[tuple[ShardSet, str]]) -> dict[str, int]:
+    """Bytes of the values of each column (list offsets left out) over the sets' shards (each
+    beside the ``merge`` command that writes it)."""
     found: dict[str, int] = {}
-    for shards in sets:
-        for table in shards.tables(verify=False):
+    for shards, stage in sets:
+        for table in inspected_tables(shards, stage):
             for name in table.column_names:
                 column = table.column(name)
                 if pa.types.is_list(column.type):
@@ -50,11 +51,12 @@ def _value_bytes(sets: list[ShardSet]) -> dict[str, int]:
 
 def _causal_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     """One causal (language, teacher): counts, and bytes per token of each part of the store."""
-    tokens = ShardSet.existing(layout.store(TOKENS, lang, teacher))
-    logprobs = ShardSet.existing(layout.store(LOGPROBS, lang, teacher))
+    tokens = inspected_set(layout.store(TOKENS, lang, teacher), "prepare")
+    logprobs = inspected_set(layout.store(LOGPROBS, lang, teacher), "teach")
     count = int(tokens.manifest.get("tokens", 0))
     complete = logprobs.complete and count > 0
-    columns = _value_bytes([tokens, logprobs] if complete else [tokens])
+    parts = [(tokens, "prepare"), (logprobs, "teach")]
+    columns = _value_bytes(parts if complete else parts[:1])
     per_token = {
         f"{part}_bytes_per_token": sum(columns.get(c, 0) for c in names) / count if count else None
         for part, names in CAUSAL_PARTS.items()
@@ -76,10 +78,11 @@ def _causal_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
 def _written(layout: RunLayout, lang: str) -> int:
     """How many of the language's examples a teacher wrote (``teacher_text``): 0 without, or
     while its examples are not all there."""
-    examples = ShardSet.existing(layout.examples(lang))
+    examples = inspected_set(layout.examples(lang), "prepare")
     if not examples.complete:
         return 0
-    ids = [i for t in examples.tables(verify=False) for i in t.column("id").to_pylist()]
+    tables = inspected_tables(examples, "prepare")
+    ids = [i for t in tables for i in t.column("id").to_pylist()]
     return sum(is_written(i, lang) for i in ids)
 
 

@@ -11,8 +11,6 @@ sliding or full attention per layer), so the saved student loads in plain transf
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from lmalgebra.distill.student import CausalStudentSpec, check_layer_list
 from lmalgebra.distill.teachers import load_lm, max_positions, model_config, refuse_other_head
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
 from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.model_source import named_as
 from lmalgebra.sources.models import ModelRef
 
 log = logging.getLogger(__name__)
@@ -117,29 +116,16 @@ def open_init(
     ref = init_reference(spec.init)
     owner = f"{ROLE} {spec.init!r}"
     source = source_of(ref, weights=weights)
-    with _named(ref, owner):
+    with named_as(ref.name, owner):
         directory = source.directory
     refuse_other_head(owner, directory, "causal", shown=ref.shown(directory))
     source.check_architecture("AutoModelForCausalLM", owner)
     depth = int(AutoConfig.from_pretrained(directory).num_hidden_layers)
     if spec.layers is not None:
         check_layer_list(spec.layers, depth)
-    with _named(ref, owner):
+    with named_as(ref.name, owner):
         hashes = source.fingerprint(memo_dir) if weights else {}
     return InitModel(spec.init, ref, directory, depth, spec.layers, hashes)
-
-
-@contextmanager
-def _named(ref: ModelRef, owner: str) -> Iterator[None]:
-    """A refusal of the model's source (no such directory, no weight files...) named by
-    ``owner`` (``student.init 'PATH'``), not by the model name the source took from the path."""
-    try:
-        yield
-    except UserInputError as err:
-        said = str(err).removeprefix(f"model {ref.name!r}:")
-        if said == str(err):
-            raise
-        raise UserInputError(f"{owner}:{said}") from None
 
 
 def init_student(init: InitModel) -> Any:

@@ -19,6 +19,7 @@ from lmalgebra.distill.vocab.tokenizer_choice import TokenizerChoice, parse_stud
 from lmalgebra.distill.vocab.tokenizer_trainers import byte_tokenizer, train_causal_tokenizer
 from lmalgebra.distributed import same_on_every_rank
 from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.model_source import named_as
 from lmalgebra.sources.models import ModelRef
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ def student_tokenizer(
     if init is not None:
         ref = init_reference(init)
         given = named = f"init:{init}"
-        tokenizer = source_of(ref, weights=False).load_tokenizer()
+        with named_as(ref.name, f"student.init {init!r}"):
+            tokenizer = source_of(ref, weights=False).load_tokenizer()
     elif recipe.student.tokenizer is None:
         raise UserInputError(
             "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "

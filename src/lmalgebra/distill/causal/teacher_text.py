@@ -27,7 +27,7 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.precision import compute_context, dtype_name
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.distill.causal.teachers import start_token_id
-from lmalgebra.distill.examples import example_id, examples_set
+from lmalgebra.distill.examples import example_id, examples_set, heldout_examples
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import CausalRecipe, TeacherTextSpec
 from lmalgebra.distill.teachers import (
@@ -52,27 +52,31 @@ def prompt_of(document: str, chars: int) -> str:
 def prompts_of(recipe: CausalRecipe, lang: str, heldout: dict[str, str]) -> list[str]:
     """The prompts of ``lang``'s teacher text: the first ``documents`` prompt documents,
     cut (``prompt_of``). Refused, naming the file, when there are fewer, and when one of them is
-    a held-out example of the language (``heldout``: their texts by id) or its prompt is the
-    beginning of one, cut alike (a document that begins as a held-out example does)."""
+    a held-out example of the language (``heldout``: their texts by id) or of another language
+    of the recipe (prompts from another language's corpus), or its prompt is the beginning of
+    one, cut alike (a document that begins as a held-out example does): the students, which
+    train on every language, would train on the beginning of their test text."""
     spec = recipe.teacher_text[lang]
     documents = prompt_documents(recipe, lang)
     prompts = [prompt_of(d, spec.prompt_chars) for d in documents]
     where = f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)})"
-    starts = {prompt_of(text, spec.prompt_chars): i for i, text in heldout.items()}
-    short = {text: i for i, text in heldout.items() if len(text) < spec.prompt_chars}
-    for number, (document, prompt) in enumerate(zip(documents, prompts, strict=True), 1):
-        within = [i for text, i in short.items() if prompt.startswith(text)]
-        if example_id(lang, document) in heldout:
-            found = "is a held-out example"
-        elif prompt in starts or within:
-            found = f"begins as held-out example {starts.get(prompt) or within[0]} does"
-        else:
-            continue
-        raise UserInputError(
-            f"{where}: document {number} {found} of language {lang!r}, and the students would "
-            "train on the beginning of their test text: prompt from text the run does not hold "
-            "out"
-        )
+    others = {o: heldout_examples(recipe, o) for o in recipe.languages if o != lang}
+    for held_lang, held in {lang: heldout, **others}.items():
+        starts = {prompt_of(text, spec.prompt_chars): i for i, text in held.items()}
+        short = {text: i for i, text in held.items() if len(text) < spec.prompt_chars}
+        for number, (document, prompt) in enumerate(zip(documents, prompts, strict=True), 1):
+            within = [i for text, i in short.items() if prompt.startswith(text)]
+            if example_id(held_lang, document) in held:
+                found = "is a held-out example"
+            elif prompt in starts or within:
+                found = f"begins as held-out example {starts.get(prompt) or within[0]} does"
+            else:
+                continue
+            raise UserInputError(
+                f"{where}: document {number} {found} of language {held_lang!r}, and the "
+                "students would train on the beginning of their test text: prompt from text "
+                "the run does not hold out"
+            )
     return prompts
 
 

@@ -12,6 +12,7 @@ from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.teachers import TEACHER_HINT, Teacher, check_top_k, refuse_other_head
 from lmalgebra.distill.vocab.token_forms import detect_convention
 from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.model_source import named_as
 from lmalgebra.sources.models import ModelRef
 
 
@@ -40,7 +41,8 @@ def teacher_tokenizer(ref: ModelRef, directory: Path, top_k: int) -> Any:
     owner, hint = f"teacher {ref.name!r}", TEACHER_HINT["causal"]
     refuse_other_head(owner, directory, "causal", hint, ref.shown(directory))
     source_of(ref, directory).check_architecture("AutoModelForCausalLM", f"teacher {ref.name!r}")
-    tokenizer = source_of(ref, directory).load_tokenizer()
+    with named_as(ref.name, f"teacher {ref.name!r}"):
+        tokenizer = source_of(ref, directory).load_tokenizer()
     detect_convention(tokenizer, ref.name)  # refuses one whose tokens cannot be read as bytes
     if start_token_id(tokenizer) is None:
         raise UserInputError(

@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.distill.layout import MASKED, TOPK, RunLayout
-from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.run.inspection import RunInspection, inspected_set
 from lmalgebra.distill.vocab.union import read_report
-from lmalgebra.storage.shard_set import ShardSet
 
 MASKED_COLUMNS = {
     "language": "language",
@@ -23,8 +22,8 @@ MASKED_COLUMNS = {
 
 
 def _masked_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
-    masked = ShardSet.existing(layout.store(MASKED, lang, teacher))
-    topk = ShardSet.existing(layout.store(TOPK, lang, teacher))
+    masked = inspected_set(layout.store(MASKED, lang, teacher), "prepare")
+    topk = inspected_set(layout.store(TOPK, lang, teacher), "teach")
     tokens = int(masked.manifest.get("masked_tokens", 0))
     k = topk.manifest.get("top_k")
     id_bytes = 2 if int(masked.manifest.get("vocab_size", 0)) <= 1 << 16 else 4

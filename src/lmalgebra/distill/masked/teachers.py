@@ -17,6 +17,7 @@ from lmalgebra.distill.teachers import (
     refuse_other_head,
 )
 from lmalgebra.sources.kinds import source_of
+from lmalgebra.sources.model_source import named_as
 from lmalgebra.sources.models import ModelRef
 
 
@@ -38,7 +39,8 @@ def teacher_tokenizer(ref: ModelRef, directory: Path, example_length: int | None
     owner = f"teacher {ref.name!r}"
     refuse_other_head(owner, directory, "masked", TEACHER_HINT["masked"], ref.shown(directory))
     source_of(ref, directory).check_architecture("AutoModelForMaskedLM", owner)
-    tokenizer = source_of(ref, directory).load_tokenizer()
+    with named_as(ref.name, f"teacher {ref.name!r}"):
+        tokenizer = source_of(ref, directory).load_tokenizer()
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"teacher {ref.name!r}: tokenizer in {directory} has no mask token")
     limit = max_positions(directory)

@@ -208,7 +208,11 @@ class HeadOnlySpec(PretrainText):
         description="The encoder: a directory, package:NAME or hub id of a transformers model."
     )
     trust_remote_code: bool = Field(
-        default=False, description="Allow the encoder's own code to run."
+        default=False,
+        description="Allow the encoder's own code to run.",
+        # the spelling of every other command's flag (--trust_remote_code, the key's, had been
+        # this command's alone, and --trust-remote-code refused as no such option)
+        json_schema_extra={"short_flag": "--trust-remote-code"},
     )
     example_length: int = Field(
         default=128,

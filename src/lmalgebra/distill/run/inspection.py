@@ -9,6 +9,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lmalgebra.core.errors import UserInputError
+from lmalgebra.distill.run.store_check import missing_set
+from lmalgebra.storage.shard_set import ShardSet
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -47,3 +51,26 @@ class RunInspection:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``merge inspect --json``): the run directory as text."""
         return {**asdict(self), "run_dir": str(self.run_dir)}
+
+
+def inspected_set(directory: Path, stage: str) -> ShardSet:
+    """The shard set in ``directory`` as ``merge inspect`` reads it; one whose manifest is
+    damaged is refused, naming it and ``stage``, the ``merge`` command that writes it again (it
+    had been shown as a set of no examples)."""
+    shards = ShardSet.existing(directory)
+    if shards.manifest_damaged:
+        raise UserInputError(missing_set(shards, stage))
+    return shards
+
+
+def inspected_tables(shards: ShardSet, stage: str) -> list[Any]:
+    """Every shard's table of ``shards`` (sizes and decoding checked, not checksums); a shard
+    missing or damaged is refused naming ``stage``, the ``merge`` command that writes it again
+    (the line had said "run again", which ``merge inspect`` is not)."""
+    try:
+        return shards.tables(verify=False)
+    except UserInputError as err:
+        said = str(err).removesuffix("; run again to recompute it")
+        raise UserInputError(
+            f"{said}: run `lmalgebra merge {stage} RECIPE` again to recompute it"
+        ) from None

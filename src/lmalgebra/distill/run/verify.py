@@ -35,8 +35,9 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
     recipe = run_recipe(run_dir)
     problems = missing_parts(layout, recipe, store_parts, vocab)
     for part in SHARD_SETS:
+        again = f"run `lmalgebra merge {'teach' if part in store_parts[1:] else 'prepare'} RECIPE`"
         for directory in shard_set_directories(layout.root / part):
-            problems += ShardSet.existing(directory).problems()
+            problems += ShardSet.existing(directory).problems(f"{again} again")
     languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
     problems += run_count_problems(layout, languages, *store_parts)
     problems += vocabulary_problems(layout)

@@ -6,6 +6,7 @@ They go to the log, into ``summary.json`` (``warnings``), the terminal caption a
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 
 from lmalgebra.core.splits import SPLITS
@@ -60,6 +61,15 @@ def run_warnings(
                 "maximum length, so it saw less text than the others; use a smaller "
                 "spans.length (-T) or check max_length"
             )
+    study = config.study
+    least = math.ceil(2 / (1 - study.level))  # a replicate in each tail of the interval
+    if 0 < study.bootstrap < least:
+        warnings.append(
+            f"--study.bootstrap {study.bootstrap}: an interval at level {study.level} needs "
+            f"{least} replicates at least to hold one in each tail; with fewer, its ends are "
+            "the extreme replicates (one replicate: an interval of width 0, which need not "
+            f"hold the estimate); use --study.bootstrap {least} or more"
+        )
     for text in warnings:
         log.warning("%s", text)
     return warnings

@@ -25,6 +25,7 @@ from lmalgebra.lmd.rundir.schema import (
     OWNED,
     PROVENANCE,
     SUMMARY,
+    recordable,
     refuse_linked_directories,
 )
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
@@ -89,6 +90,13 @@ def _check_inputs(out: Path, current: Inputs, overwrite: bool) -> None:
     path = out / PROVENANCE
     if overwrite or not (out / SUMMARY).is_file():
         return
+    stray = sorted(set(OWNED) - set(owned_names(out)))
+    if stray:  # left there, it would be read back as the run's
+        raise UserInputError(
+            f"{out / stray[0]} is no file of the finished run in {out} ({SUMMARY} records no "
+            "such file: an earlier run's, or your own); move it away, or write to another "
+            "directory"
+        )
     if not path.exists() and not path.is_symlink():
         if _recorded_sha256(path) is not None:
             raise UserInputError(
@@ -129,6 +137,22 @@ def _recorded_inputs(path: Path) -> tuple[str, dict[str, Any]]:
     return corpus, models
 
 
+def owned_names(out: Path) -> tuple[str, ...]:
+    """The names a decomposition writes (``OWNED``), which ``--overwrite`` removes and a run of
+    the same configuration writes again, less those of a file the finished run in ``out`` does
+    not record writing (``summary.json``'s ``files``): a table of an earlier run or a user's
+    (``sweeps/length.csv`` beside a run of no sweeps) is refused, named, as any other file is,
+    where it had been removed, or recorded as the run's and read back as its result."""
+    try:
+        record = json.loads(read_record(out / SUMMARY))[FILES]
+    except (OSError, ValueError, KeyError, TypeError):
+        return OWNED
+    if not isinstance(record, dict):
+        return OWNED
+    stray = set(recordable(out)) - set(record)
+    return tuple(name for name in OWNED if name not in stray)
+
+
 def _recorded_sha256(path: Path) -> str | None:
     """The sha256 the finished run's ``summary.json`` records of its file ``path``; None when it
     records none (a run of an older release) or cannot be read (named by ``report``)."""
@@ -156,7 +180,7 @@ def claim_copy(source: Path, target: Path, overwrite: bool) -> None:
         finished=(target / SUMMARY).is_file(),
         overwrite=overwrite,
         what="decomposition",
-        owned=OWNED,
+        owned=owned_names(target),
     )
     if (source / PROVENANCE).is_file():
         _check_inputs(target, lambda: _recorded_inputs(source / PROVENANCE), overwrite)
@@ -228,7 +252,7 @@ def _claim_directory(
         finished=(config.out / SUMMARY).is_file(),
         overwrite=overwrite,
         what="decomposition",
-        owned=OWNED,
+        owned=owned_names(config.out),
         dry=dry,
     )
     return recorded

@@ -22,6 +22,7 @@ from lmalgebra.lmd.rundir.schema import (
     SUMMARY,
     SUMMARY_CHECK,
     FitRow,
+    recordable,
 )
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
@@ -86,6 +87,12 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
         )
     if isinstance(record, dict):
         check_files(run_dir, record, SUMMARY)
+        extra = [name for name in recordable(run_dir) if name not in record]
+        if extra:  # an earlier run's table, or a user's, that would be read as this run's
+            raise UserInputError(
+                f"{run_dir / extra[0]} is no file of this run ({SUMMARY} records no such file: "
+                f"an earlier run's, or your own); move it out of {run_dir}"
+            )
     return summary
 
 

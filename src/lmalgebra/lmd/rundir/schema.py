@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,12 +310,32 @@ def read_pairwise(run_dir: Path, split: str = "test") -> tuple[list[str], np.nda
     return names, matrix
 
 
-def recorded_outputs(out: Path) -> list[Path]:
-    """The files of run directory ``out`` that ``summary.json`` records: tables, configuration,
-    provenance, moments and weights (not figures, the report, hidden files or the summary; nor
-    a user's own file kept there, which a resumed run had recorded as the run's)."""
+def recorded_outputs(
+    out: Path, tables: Iterable[str], weights: bool, statistics: bool
+) -> list[Path]:
+    """The files of run directory ``out`` that ``summary.json`` records: those the run wrote,
+    its tables (``tables``, by stem), configuration, provenance, and its weights and moments
+    where it saved them (not figures, the report, hidden files or the summary; nor a file of
+    those names it did not write, an earlier run's or a user's, which a run computed again over
+    it had recorded as its own, and ``report`` then read as the run's)."""
+    written = set(tables)
+    unwritten = {t.file for stem, t in TABLES.items() if stem not in written}
+    if not weights:
+        unwritten.add(WEIGHTS)
+    if not statistics:
+        unwritten.update(f"{STATS_DIR}/{split}.safetensors" for split in SPLITS)
+    return [out / name for name in recordable(out) if name not in unwritten]
+
+
+def recordable(out: Path) -> list[str]:
+    """The names of the files of ``out`` a run's ``summary.json`` may record (the run's own
+    names, as regular files; not through a link in place of one of its directories, which is
+    refused as such)."""
     return [
-        out / name
+        name
         for name in OWNED
-        if name.endswith(RECORDED_SUFFIXES) and name != SUMMARY and (out / name).is_file()
+        if name.endswith(RECORDED_SUFFIXES)
+        and name != SUMMARY
+        and (out / name).is_file()
+        and not (out / name).parent.is_symlink()
     ]

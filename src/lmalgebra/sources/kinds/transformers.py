@@ -34,6 +34,7 @@ from lmalgebra.sources.loaded_weights import (
 from lmalgebra.sources.model_files import (
     ModelShape,
     architecture,
+    config_int,
     config_sizes,
     config_width,
     memoised_hash,
@@ -146,6 +147,24 @@ class TransformersModel(ReferencedModel):
             return model.eval()  # placed layer by layer: left where Accelerate put it
         return model.to(device).eval()
 
+    def load_tokenizer(self) -> Any:
+        """Its fast tokenizer; one whose own vocabulary (added tokens aside) runs past the rows
+        of the token embeddings ``config.json`` gives is refused, by the plan too: any text
+        reaching those ids fails, where the run had refused it only once a span held one."""
+        tokenizer = super().load_tokenizer()
+        directory = self.tokenizer_directory()
+        if self.ref.trust_remote_code or not (directory / "config.json").is_file():
+            return tokenizer
+        rows = config_int(read_config(self.name, directory / "config.json"), ("vocab_size",))
+        tokens = getattr(tokenizer, "vocab_size", 0)
+        if rows and isinstance(tokens, int) and tokens > rows:
+            raise UserInputError(
+                f"model {self.name!r}: the tokenizer has {tokens} tokens (ids up to {tokens - 1}), "
+                f"beyond the {rows} rows of the model's token embeddings (the vocab_size of its "
+                "config.json): is it this model's own tokenizer?"
+            )
+        return tokenizer
+
     def depth(self) -> int:
         from transformers import AutoConfig
 
@@ -210,7 +229,7 @@ class TransformersModel(ReferencedModel):
             unused = ("pooler",) if auto == "AutoModel" else ()
             refuse_planned_gaps(owner, directory, shown, auto, unused)
             # a local directory's weights are there to list (a plan's hub snapshot holds none)
-            if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory):
+            if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory, owner):
                 raise UserInputError(f"{owner}: no weight files in {shown}")
         if memo is not None and remember:
             write_text_atomic(memo, "checked\n")
@@ -225,7 +244,7 @@ class TransformersModel(ReferencedModel):
         if ref.random_init:
             weights = sha256_json({"config": config, "seed": ref.seed, "random_init": True})
         else:
-            files = weight_files(directory)
+            files = weight_files(directory, f"model {ref.name!r}")
             if not files:
                 raise UserInputError(f"model {ref.name!r}: no weight files in {directory}")
             weights = memoised_hash(files, directory, memo_dir)
