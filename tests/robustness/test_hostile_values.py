@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, built_store, refused_before_embedding
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
@@ -145,6 +146,12 @@ PRETRAIN = {
     ),
     "nan_heldout": (["--heldout_fraction", "nan"], ["--heldout_fraction", "nan"]),
     "inf_learning_rate": (["--training.lr", "inf"], ["--training.lr", "inf"]),
+    # the tokenizers library's trainer set memory aside for every entry asked: the process had
+    # aborted (exit 134, a Rust backtrace), and 2**63 - 1 had ended in a PanicException
+    "vocabulary_beyond_the_trainer": (
+        ["--tokenizer.vocab_size", "1000000000"],
+        ["tokenizer.vocab_size 1000000000", "too large", "at most 4194304"],
+    ),
 }
 
 
@@ -167,6 +174,30 @@ def test_pretrain_values(case: str, tmp_path: Path, cli) -> None:
     code, stderr = cli([*args, "--out", str(out), "--training.steps", "2", *flags])
     assert_one_line(code, stderr, needles)
     assert not out.exists()
+
+
+def test_a_causal_vocabulary_beyond_the_trainer_is_refused(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """Causal pretraining's tokenizer and a causal student's ``train:KIND:SIZE``, by the dry
+    run too: the process had aborted in the tokenizers library's trainer."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(20)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    size = ["--tokenizer.vocab_size", str(2**63 - 1)]
+    args = ["pretrain", "causal", "--corpus.paths", str(corpus), "--language", "xx", *size]
+    code, stderr = cli([*args, "--out", str(out), "--training.steps", "1"])
+    assert_one_line(code, stderr, ["tokenizer.vocab_size", "too large", "bytelevel-bpe"])
+    assert not out.exists()
+    student = {
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "tokenizer": f"train:bpe:{10**9}",
+    }
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=student)
+    code, stderr = cli(["merge", "train", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["student.tokenizer 'train:bpe:1000000000'", "too large"])
 
 
 def test_an_integer_beyond_64_bits_on_the_command_line_is_refused(
