@@ -315,3 +315,35 @@ def test_text_that_gives_a_split_one_span_is_refused(bert_dir: Path) -> None:
     kept = [doc for i, doc in enumerate(docs) if i not in dropped]
     with pytest.raises(TooLittleTextError, match="only one test span of 8 tokens"):
         draw_spans(kept, AutoTokenizer.from_pretrained(bert_dir), spec)
+
+
+@pytest.mark.parametrize("mode", ["probe", "finetune"])
+def test_a_pos_tagger_that_diverges_is_not_scored(
+    mode: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path, cli
+) -> None:
+    """A learning rate that takes the tagger's weights past the finite numbers had been scored
+    (exit 0): its NaN outputs took tag 0 for every word, and the accuracy of that was written as
+    the model's; one whose first AdamW step float32 cannot hold had ended in torch's overflow
+    traceback. The first stops the run at that model (nothing written of it), the second is
+    refused as read."""
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    words = [("river", "NOUN"), ("runs", "VERB"), ("old", "ADJ"), ("the", "DET")]
+    sentence = "".join(
+        "\t".join([str(i), form, "_", tag, *"______"]) + "\n"
+        for i, (form, tag) in enumerate(words * 3, 1)
+    )
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text(f"{sentence}\n" * 4, encoding="utf-8")
+    out = tmp_path / "pos"
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args = ["evaluate-pos", str(bank), *models, "--out", str(out), "--mode", mode]
+    args += ["--epochs", "4", "--no-progress"]
+    code, stderr = cli([*args, "--lr", "1e300"])
+    assert_one_line(code, stderr, ["lr must be positive and at most 3.4e+37", "got 1e+300"])
+    code, stderr = cli([*args, "--lr", "3e37"])
+    assert code == 1, stderr
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("stopped: model 'a': the"), stderr
+    assert "diverged at lr 3e+37" in line and "try a lower --lr (lr)" in line, stderr
+    assert not out.exists()

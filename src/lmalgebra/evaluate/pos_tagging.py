@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, TreebankSplits, find_splits, read_conllu
@@ -292,8 +292,13 @@ def _fit_and_predict(
         )
     x_test, gold = extract("test")
     with torch.inference_mode():
-        predicted = head(x_test).argmax(-1)
-    return gold, predicted, dev_accuracy, best_epoch
+        logits = head(x_test)
+    if not bool(logits.isfinite().all()):  # NaN logits argmax to tag 0: a score of nothing
+        raise TrainingDivergedError(
+            f"model {name!r}: the {mode} tagger diverged at lr {_schedule(mode, options)[1]:g} "
+            "(its outputs are not finite) and is not scored; try a lower --lr (lr)"
+        )
+    return gold, logits.argmax(-1), dev_accuracy, best_epoch
 
 
 def evaluate_pos(
