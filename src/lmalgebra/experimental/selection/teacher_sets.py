@@ -207,7 +207,7 @@ def _language(
                 accuracy,
                 result.blocked["test"],
                 "test",
-                spec.bootstrap,
+                spec.bootstrap if spec.size > 1 else 0,  # sets of one: constant, no interval
                 spec.seed,
             )
     timings["lmd"] += time.perf_counter() - clock
