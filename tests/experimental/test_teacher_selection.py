@@ -215,6 +215,16 @@ def test_too_little_held_out_text_names_the_full_key(tmp_path: Path, candidates:
         select_teachers(path, size=1, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
 
 
+def test_too_little_held_out_text_names_max_texts_where_it_was_given(
+    tmp_path: Path, candidates: dict
+) -> None:
+    """``max_texts`` alone had cut the held-out text too short, while the refusal named only
+    the recipe's keys to raise."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    with pytest.raises(UserInputError, match=r"raise --max_texts 1 \(max_texts\), heldout"):
+        select_teachers(path, size=2, max_texts=1, cache_dir=tmp_path / "cache", **OPTIONS)
+
+
 def test_a_selection_refused_where_it_would_go_leaves_no_directory(
     tmp_path: Path, selected: tuple
 ) -> None:

@@ -247,10 +247,11 @@ def _embed(
     except UserInputError as err:
         if "span" not in str(err):
             raise
+        cap = "" if spec.max_texts is None else f"--max_texts {spec.max_texts} (max_texts), "
         raise UserInputError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
-            f"compare teachers ({err}); raise heldout_fraction or languages.{lang}.max_examples, "
-            "or lower spans.length"
+            f"compare teachers ({err}); raise {cap}heldout_fraction or "
+            f"languages.{lang}.max_examples, or lower spans.length"
         ) from err
     for warning in result.warnings:
         log.warning("%s: %s", lang, warning)
