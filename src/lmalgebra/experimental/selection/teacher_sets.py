@@ -145,8 +145,9 @@ def _languages(recipe: MaskedRecipe, spec: SelectionSpec) -> list[str]:
         raise UserInputError(f"size must be at least 1, got {spec.size}")
     most = max(len(recipe.languages[lang].teachers) for lang in chosen)
     if spec.size > most:
+        which = f"--languages ({', '.join(chosen)})" if spec.languages else "the recipe"
         raise UserInputError(
-            f"size {spec.size} is larger than the candidates: no language of the recipe lists "
+            f"size {spec.size} is larger than the candidates: no language of {which} lists "
             f"more than {most} teacher(s)"
         )
     return chosen
