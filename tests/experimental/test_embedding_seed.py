@@ -25,6 +25,7 @@ from lmalgebra.distill.vocab.union import UnionVocab, build_union
 from lmalgebra.experimental.seeding import (
     TeacherTable,
     apply_seeding,
+    mapped_reference,
     no_context_prior,
     pca_map,
     ridge_map,
@@ -206,6 +207,13 @@ def test_teachers_sharing_too_few_tokens_are_refused_by_the_dry_run_too(
         code, stderr = cli(["merge", *command[:1], str(path), *command[1:]])
         assert_one_line(code, stderr, ["teacher 'sp' shares 1 tokens", "reference teacher 'wp'"])
     assert not (tmp_path / "run").exists()
+
+
+def test_a_lone_teacher_of_few_tokens_is_its_own_reference() -> None:
+    """A teacher is never compared with itself: one of six tokens alone is seeded from."""
+    assert mapped_reference({"few": np.arange(6)}, {"few": 16}) == "few"
+    with pytest.raises(UserInputError, match="teacher 'few' shares 1 tokens with .* 'wide'"):
+        mapped_reference({"wide": np.arange(40), "few": np.arange(6)}, {"wide": 32, "few": 16})
 
 
 def test_prior_is_the_teachers_prediction_without_context(teacher_dirs) -> None:

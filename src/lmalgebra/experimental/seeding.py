@@ -152,6 +152,8 @@ def mapped_reference(ids: Mapping[str, np.ndarray], widths: Mapping[str, int]) -
     teacher's student ids); refused, naming the first that does not."""
     reference = max(widths, key=lambda name: widths[name])
     for name, mine in ids.items():
+        if name == reference:
+            continue
         shared = np.intersect1d(ids[reference], mine)
         plain = int((shared >= len(STUDENT_SPECIALS)).sum())
         if plain < MIN_SHARED:
