@@ -212,7 +212,7 @@ def test_teachers_sharing_too_few_tokens_are_refused_by_the_dry_run_too(
 def test_a_lone_teacher_of_few_tokens_is_its_own_reference() -> None:
     """A teacher is never compared with itself: one of six tokens alone is seeded from."""
     assert mapped_reference({"few": np.arange(6)}, {"few": 16}) == "few"
-    with pytest.raises(UserInputError, match="teacher 'few' shares 1 tokens with .* 'wide'"):
+    with pytest.raises(UserInputError, match=r"teacher 'few' shares 1 tokens with .* 'wide'"):
         mapped_reference({"wide": np.arange(40), "few": np.arange(6)}, {"wide": 32, "few": 16})
 
 
