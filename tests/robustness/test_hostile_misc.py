@@ -9,6 +9,7 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -433,3 +434,21 @@ def test_a_working_directory_removed_under_the_command_is_one_line(
     args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "--dry-run"]
     code, stderr = cli([*args, "--corpus.paths", "docs.txt", "--out", str(tmp_path / "out")])
     assert_one_line(code, stderr, ["the working directory no longer exists"])
+
+
+@pytest.mark.parametrize("given", ["onnx:model.onnx#BERT", "precomputed:vectors.npy"])
+def test_evaluate_pos_refuses_a_model_it_cannot_tag(
+    given: str, tmp_path: Path, bert_dir: Path, cli
+) -> None:
+    """An ONNX graph (a packaged one, `package:minilm-l3-onnx`, too) or a file of vectors had
+    reached the tagger: AttributeError tracebacks ('OnnxEncoder' object has no attribute
+    'training'). Refused before any model is loaded, the transformers model beside it too."""
+    bank = one_word_treebank(tmp_path / "bank")
+    (tmp_path / "model.onnx").write_bytes(b"not read")
+    np.save(tmp_path / "vectors.npy", np.zeros((2, 3), np.float32))
+    reference = given.replace("BERT", str(bert_dir)).replace(":", f":{tmp_path}/", 1)
+    out = tmp_path / "pos"
+    models = ["--models", f"b={bert_dir}", "--models", f"a={reference}"]
+    code, stderr = cli(["evaluate-pos", str(bank), *models, "--out", str(out), "--epochs", "1"])
+    assert_one_line(code, stderr, ["model 'a' is a", "a tagger reads each word's hidden state"])
+    assert not out.exists()
