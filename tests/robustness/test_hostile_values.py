@@ -146,6 +146,11 @@ PRETRAIN = {
     ),
     "nan_heldout": (["--heldout_fraction", "nan"], ["--heldout_fraction", "nan"]),
     "inf_learning_rate": (["--training.lr", "inf"], ["--training.lr", "inf"]),
+    # the line had not named the setting that held out every document
+    "heldout_fraction_that_keeps_nothing": (
+        ["--heldout_fraction", "0.9999"],
+        ["heldout_fraction 0.9999 holds out all 20 of its documents", "lower heldout_fraction"],
+    ),
     # the tokenizers library's trainer set memory aside for every entry asked: the process had
     # aborted (exit 134, a Rust backtrace), and 2**63 - 1 had ended in a PanicException
     "vocabulary_beyond_the_trainer": (
