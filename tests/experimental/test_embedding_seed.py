@@ -12,6 +12,7 @@ import torch
 import yaml
 from transformers import AutoTokenizer
 
+from hostile_helpers import assert_one_line
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill import pipeline
@@ -24,6 +25,7 @@ from lmalgebra.distill.vocab.union import UnionVocab, build_union
 from lmalgebra.experimental.seeding import (
     TeacherTable,
     apply_seeding,
+    mapped_reference,
     no_context_prior,
     pca_map,
     ridge_map,
@@ -179,6 +181,39 @@ def test_teachers_sharing_too_few_tokens_are_refused(vocab, tokenizers) -> None:
     )
     with pytest.raises(UserInputError, match=r"teacher 'sp' shares 0 tokens with .* 'wp'"):
         seed_rows(tables, apart, width=8, init_std=STD)
+
+
+def test_teachers_sharing_too_few_tokens_are_refused_by_the_dry_run_too(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A teacher of a six-piece vocabulary (trained here on ``a``) beside ``wp``: the dry run,
+    which builds the union vocabulary in memory, had passed what training then refused."""
+    from lmalgebra.api.pretrain import pretrain
+    from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
+
+    (tmp_path / "a.txt").write_text("a\n", encoding="utf-8")
+    spec = MaskedPretrainSpec(
+        corpus={"paths": [str(tmp_path / "a.txt")]},
+        language="xx",
+        out=tmp_path / "few",
+        tokenizer={"vocab_size": 40},
+        model={"hidden_size": 16, "num_heads": 2, "num_layers": 1},
+        training={"steps": 0},
+    )
+    teachers = {"wp": teacher_dirs["wp"], "sp": pretrain(spec)}
+    student = {**TINY_STUDENT, "init_embeddings": "teachers"}
+    path = write_recipe(tmp_path, teachers, student=student, training=TINY_TRAINING, top_k=4)
+    for command in (["run", "--dry-run"], ["train", "--dry-run"]):
+        code, stderr = cli(["merge", *command[:1], str(path), *command[1:]])
+        assert_one_line(code, stderr, ["teacher 'sp' shares 1 tokens", "reference teacher 'wp'"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_lone_teacher_of_few_tokens_is_its_own_reference() -> None:
+    """A teacher is never compared with itself: one of six tokens alone is seeded from."""
+    assert mapped_reference({"few": np.arange(6)}, {"few": 16}) == "few"
+    with pytest.raises(UserInputError, match=r"teacher 'few' shares 1 tokens with .* 'wide'"):
+        mapped_reference({"wide": np.arange(40), "few": np.arange(6)}, {"wide": 32, "few": 16})
 
 
 def test_prior_is_the_teachers_prediction_without_context(teacher_dirs) -> None:

@@ -105,6 +105,8 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
     [
         (["--size", "5"], ["size 5", "4"]),
         (["--languages", "zz"], ["'zz'"]),
+        # yy alone has one teacher: the line had said no language of the recipe had more
+        (["--languages", "yy"], ["size 2", "no language of --languages (yy) lists more than 1"]),
         # an empty list (a variable left unset) had selected for every language
         (["--languages", ""], ["--languages (languages) names no language"]),
         (["--languages", ","], ["--languages (languages) names no language"]),
@@ -112,6 +114,10 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
         # no interval drawn: a level or a seed of the bootstrap had been accepted, doing nothing
         (["--bootstrap", "0", "--level", "0.9"], ["--level 0.9 would be ignored", "--bootstrap"]),
         (["--bootstrap", "0", "--seed", "5"], ["--seed 5 would be ignored", "--bootstrap"]),
+        # a set of one has complementarity 1 in every replicate: its "interval" had been the
+        # score twice ([1.000, 1.000]), whatever the replicates, level or seed
+        (["--size", "1", "--bootstrap", "20"], ["--bootstrap 20 would be ignored", "--size above"]),
+        (["--size", "1", "--level", "0.8"], ["--level 0.8 would be ignored", "--size above 1"]),
     ],
 )
 def test_bad_input_is_one_line(
@@ -124,6 +130,14 @@ def test_bad_input_is_one_line(
     path, _, _ = selected
     code, err = run_cli(["experimental", "select", str(path), *extra], monkeypatch, capsys)
     assert_one_line(code, err, named)
+
+
+def test_sets_of_one_draw_no_interval(tmp_path: Path, candidates: dict) -> None:
+    """Sets of one, ranked by quality alone, have no interval (it had been the score twice)."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    found = select_teachers(path, size=1, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
+    assert len(found.sets) == 5  # xx: wp, sp; yy: sp; overall: wp, sp
+    assert found.sets[["score_low", "score_high", "complementarity_low"]].isna().all().all()
 
 
 def test_an_empty_list_of_languages_is_refused_by_the_api(selected: tuple) -> None:
@@ -200,7 +214,17 @@ def test_too_little_held_out_text_names_the_full_key(tmp_path: Path, candidates:
     recipe["languages"]["xx"]["max_examples"] = 4
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     with pytest.raises(UserInputError, match=r"too little text .* languages\.xx\.max_examples"):
-        select_teachers(path, size=1, cache_dir=tmp_path / "cache", **OPTIONS)
+        select_teachers(path, size=1, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
+
+
+def test_too_little_held_out_text_names_max_texts_where_it_was_given(
+    tmp_path: Path, candidates: dict
+) -> None:
+    """``max_texts`` alone had cut the held-out text too short, while the refusal named only
+    the recipe's keys to raise."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    with pytest.raises(UserInputError, match=r"raise --max_texts 1 \(max_texts\), heldout"):
+        select_teachers(path, size=2, max_texts=1, cache_dir=tmp_path / "cache", **OPTIONS)
 
 
 def test_a_selection_refused_where_it_would_go_leaves_no_directory(

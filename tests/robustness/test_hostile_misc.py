@@ -9,9 +9,11 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, built_store, deadline, digests, one_word_treebank
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.evaluate.pos_tagging import evaluate_many
@@ -472,3 +474,48 @@ def test_a_working_directory_removed_under_the_command_is_one_line(
     args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "--dry-run"]
     code, stderr = cli([*args, "--corpus.paths", "docs.txt", "--out", str(tmp_path / "out")])
     assert_one_line(code, stderr, ["the working directory no longer exists"])
+
+
+@pytest.mark.parametrize("given", ["onnx:model.onnx#BERT", "precomputed:vectors.npy"])
+def test_evaluate_pos_refuses_a_model_it_cannot_tag(
+    given: str, tmp_path: Path, bert_dir: Path, cli
+) -> None:
+    """An ONNX graph (a packaged one, `package:minilm-l3-onnx`, too) or a file of vectors had
+    reached the tagger: AttributeError tracebacks ('OnnxEncoder' object has no attribute
+    'training'). Refused before any model is loaded, the transformers model beside it too."""
+    bank = one_word_treebank(tmp_path / "bank")
+    (tmp_path / "model.onnx").write_bytes(b"not read")
+    np.save(tmp_path / "vectors.npy", np.zeros((2, 3), np.float32))
+    reference = given.replace("BERT", str(bert_dir)).replace(":", f":{tmp_path}/", 1)
+    out = tmp_path / "pos"
+    models = ["--models", f"b={bert_dir}", "--models", f"a={reference}"]
+    code, stderr = cli(["evaluate-pos", str(bank), *models, "--out", str(out), "--epochs", "1"])
+    assert_one_line(code, stderr, ["model 'a' is a", "a tagger reads each word's hidden state"])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("objective", ["masked", "causal"])
+def test_a_teacher_that_is_no_transformers_model_is_refused_by_name(
+    objective: str, tmp_path: Path, bert_dir: Path, request: pytest.FixtureRequest, cli
+) -> None:
+    """An ONNX graph as a teacher: the masked dry run had ended in NotADirectoryError, `merge
+    prepare` had prepared its copies, `experimental select` named a config file that is no JSON,
+    and a causal recipe a tokenizer "in" the graph without start or end tokens."""
+    graph = tmp_path / "model.onnx"
+    graph.write_bytes(b"not read")
+    onnx = f"onnx:{graph}#{bert_dir}"
+    if objective == "masked":
+        recipe = write_recipe(tmp_path, {**request.getfixturevalue("teacher_dirs"), "sp": onnx})
+        name = "sp"
+    else:
+        teachers = request.getfixturevalue("causal_teacher_dirs")
+        recipe = write_causal_recipe(tmp_path, {**teachers, "uni": onnx})
+        name = "uni"
+    needles = [f"teacher {name!r}: onnx:", "is of kind onnx", "a transformers language model"]
+    for command in (["prepare", "--dry-run"], ["prepare"], ["train", "--dry-run"]):
+        code, stderr = cli(["merge", command[0], str(recipe), *command[1:], "--no-progress"])
+        assert_one_line(code, stderr, needles)
+    if objective == "masked":
+        code, stderr = cli(["experimental", "select", str(recipe), "--no-progress"])
+        assert_one_line(code, stderr, needles)
+    assert not (tmp_path / "run").exists()

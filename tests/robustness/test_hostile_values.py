@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
+from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, built_store, refused_before_embedding
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
@@ -151,6 +152,17 @@ PRETRAIN = {
     ),
     "nan_heldout": (["--heldout_fraction", "nan"], ["--heldout_fraction", "nan"]),
     "inf_learning_rate": (["--training.lr", "inf"], ["--training.lr", "inf"]),
+    # the line had not named the setting that held out every document
+    "heldout_fraction_that_keeps_nothing": (
+        ["--heldout_fraction", "0.9999"],
+        ["heldout_fraction 0.9999 holds out all 20 of its documents", "lower heldout_fraction"],
+    ),
+    # the tokenizers library's trainer set memory aside for every entry asked: the process had
+    # aborted (exit 134, a Rust backtrace), and 2**63 - 1 had ended in a PanicException
+    "vocabulary_beyond_the_trainer": (
+        ["--tokenizer.vocab_size", "1000000000"],
+        ["tokenizer.vocab_size 1000000000", "too large", "at most 4194304"],
+    ),
 }
 
 
@@ -173,6 +185,30 @@ def test_pretrain_values(case: str, tmp_path: Path, cli) -> None:
     code, stderr = cli([*args, "--out", str(out), "--training.steps", "2", *flags])
     assert_one_line(code, stderr, needles)
     assert not out.exists()
+
+
+def test_a_causal_vocabulary_beyond_the_trainer_is_refused(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """Causal pretraining's tokenizer and a causal student's ``train:KIND:SIZE``, by the dry
+    run too: the process had aborted in the tokenizers library's trainer."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(20)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    size = ["--tokenizer.vocab_size", str(2**63 - 1)]
+    args = ["pretrain", "causal", "--corpus.paths", str(corpus), "--language", "xx", *size]
+    code, stderr = cli([*args, "--out", str(out), "--training.steps", "1"])
+    assert_one_line(code, stderr, ["tokenizer.vocab_size", "too large", "bytelevel-bpe"])
+    assert not out.exists()
+    student = {
+        "hidden_size": 32,
+        "num_layers": 1,
+        "num_heads": 2,
+        "tokenizer": f"train:bpe:{10**9}",
+    }
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=student)
+    code, stderr = cli(["merge", "train", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, ["student.tokenizer 'train:bpe:1000000000'", "too large"])
 
 
 def test_an_integer_beyond_64_bits_on_the_command_line_is_refused(
@@ -290,3 +326,35 @@ def test_text_that_gives_a_split_one_span_is_refused(bert_dir: Path) -> None:
     kept = [doc for i, doc in enumerate(docs) if i not in dropped]
     with pytest.raises(TooLittleTextError, match="only one test span of 8 tokens"):
         draw_spans(kept, AutoTokenizer.from_pretrained(bert_dir), spec)
+
+
+@pytest.mark.parametrize("mode", ["probe", "finetune"])
+def test_a_pos_tagger_that_diverges_is_not_scored(
+    mode: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path, cli
+) -> None:
+    """A learning rate that takes the tagger's weights past the finite numbers had been scored
+    (exit 0): its NaN outputs took tag 0 for every word, and the accuracy of that was written as
+    the model's; one whose first AdamW step float32 cannot hold had ended in torch's overflow
+    traceback. The first stops the run at that model (nothing written of it), the second is
+    refused as read."""
+    bank = tmp_path / "bank"
+    bank.mkdir()
+    words = [("river", "NOUN"), ("runs", "VERB"), ("old", "ADJ"), ("the", "DET")]
+    sentence = "".join(
+        "\t".join([str(i), form, "_", tag, *"______"]) + "\n"
+        for i, (form, tag) in enumerate(words * 3, 1)
+    )
+    for split in ("train", "dev", "test"):
+        (bank / f"x-ud-{split}.conllu").write_text(f"{sentence}\n" * 4, encoding="utf-8")
+    out = tmp_path / "pos"
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args = ["evaluate-pos", str(bank), *models, "--out", str(out), "--mode", mode]
+    args += ["--epochs", "4", "--no-progress"]
+    code, stderr = cli([*args, "--lr", "1e300"])
+    assert_one_line(code, stderr, ["lr must be positive and at most 3.4e+37", "got 1e+300"])
+    code, stderr = cli([*args, "--lr", "3e37"])
+    assert code == 1, stderr
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith("stopped: model 'a': the"), stderr
+    assert "diverged at lr 3e+37" in line and "try a lower --lr (lr)" in line, stderr
+    assert not out.exists()

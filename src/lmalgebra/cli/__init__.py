@@ -116,7 +116,9 @@ def run_command(call: Callable[[], object]) -> None:
         sys.exit(err.exit_code)
     except TrainingDivergedError as err:
         stopped = escape(one_line(str(err)))
-        Console(stderr=True).print(f"[red]stopped:[/red] {stopped}", highlight=False)
+        Console(stderr=True).print(
+            f"[red]stopped:[/red] {stopped}", highlight=False, soft_wrap=True
+        )
         sys.exit(1)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()

@@ -14,7 +14,9 @@ line in ``pyproject.toml``.
 A recipe's entry points load while its settings are checked, before the rest of the recipe is:
 the warnings a module gives on import (an experimental loss's) are held, and given once by
 :func:`announce` when a run (or a dry run) has accepted the recipe that uses it, not for a
-recipe then refused.
+recipe then refused. A student initialisation may carry a ``plan(vocab, directories)``
+method, which the dry run calls with the union vocabulary and the teachers' directories, to
+refuse what the initialisation would refuse.
 """
 
 from __future__ import annotations

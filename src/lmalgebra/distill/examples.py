@@ -104,7 +104,11 @@ def training_examples(
     ids = [example_id(language, d) for d in docs]
     keep = [i for i, ident in enumerate(ids) if not is_heldout(ident, heldout_fraction)]
     if not keep:
-        raise UserInputError(f"corpus for {language!r} has no text left after holding out examples")
+        raise UserInputError(
+            f"corpus for {language!r} has no text left after holding out examples "
+            f"(heldout_fraction {heldout_fraction} holds out all {len(docs)} of its documents): "
+            "lower heldout_fraction, or give more text"
+        )
     return [ids[i] for i in keep], [docs[i] for i in keep]
 
 

@@ -75,6 +75,16 @@ class TeacherSpec(Settings):
             trust_remote_code=self.trust_remote_code,
         )
 
+    def check_kind(self, name: str) -> None:
+        """Refuse a model no teacher can be (an ONNX graph, a file of vectors: no head to read
+        outputs from), before any stage or its dry run reads it."""
+        kind = self.ref(name).kind
+        if kind != "transformers":
+            raise UserInputError(
+                f"teacher {name!r}: {self.path} is of kind {kind}; a teacher is a transformers "
+                "language model with its head (a directory, hub id, package:NAME or gguf:FILE)"
+            )
+
 
 class LanguageSpec(Settings):
     """One language: its text and the teachers that cover it."""
@@ -237,8 +247,9 @@ class MergeRecipe(Settings):
             raise TypeError("MergeRecipe is the base: build a MaskedRecipe or a CausalRecipe")
         if not self.languages:
             raise UserInputError("the recipe names no language")
-        for name in self.teachers:  # each has its directories in the store
+        for name, teacher in self.teachers.items():  # each has its directories in the store
             check_plain_name(name, "teacher name")
+            teacher.check_kind(name)
         for code, lang in self.languages.items():
             check_plain_name(code, "language")
             if not lang.teachers:

@@ -16,6 +16,7 @@ from lmalgebra.sources.models import ModelRef
 Mode = Literal["probe", "finetune"]
 # each mode's epochs and learning rate where none is given
 MODE_DEFAULTS: dict[str, tuple[int, float]] = {"probe": (30, 1e-2), "finetune": (3, 5e-5)}
+_MAX_LR = 3.4e37  # a tenth of float32's largest: torch's AdamW raised an overflow beyond it
 
 
 def refuse_repeated_names(names: Sequence[str]) -> None:
@@ -62,8 +63,11 @@ class PosOptions(Settings):
             value = getattr(self, name)
             if type(value) is int and name not in ("layer", "seed") and value < 1:
                 raise UserInputError(f"POS evaluation: {name} must be at least 1, got {value}")
-        if self.lr is not None and not self.lr > 0:
-            raise UserInputError(f"POS evaluation: lr must be positive, got {self.lr}")
+        if self.lr is not None and not 0 < self.lr <= _MAX_LR:
+            raise UserInputError(
+                f"POS evaluation: lr must be positive and at most {_MAX_LR:g} (AdamW's first "
+                f"step, ten times lr, steps float32 weights), got {self.lr:g}"
+            )
         return self
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import TrainingDivergedError, UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.evaluate.conllu import Sentence, TreebankSplits, find_splits, read_conllu
@@ -292,8 +292,13 @@ def _fit_and_predict(
         )
     x_test, gold = extract("test")
     with torch.inference_mode():
-        predicted = head(x_test).argmax(-1)
-    return gold, predicted, dev_accuracy, best_epoch
+        logits = head(x_test)
+    if not bool(logits.isfinite().all()):  # NaN logits argmax to tag 0: a score of nothing
+        raise TrainingDivergedError(
+            f"model {name!r}: the {mode} tagger diverged at lr {_schedule(mode, options)[1]:g} "
+            "(its outputs are not finite) and is not scored; try a lower --lr (lr)"
+        )
+    return gold, logits.argmax(-1), dev_accuracy, best_epoch
 
 
 def evaluate_pos(
@@ -325,6 +330,7 @@ def _evaluate(
 ) -> PosResult:
     """:func:`evaluate_pos` on splits already read (``_load_splits``)."""
     tags = {t: i for i, t in enumerate(sorted({t for s in data.values() for x in s for _, t in x}))}
+    refuse_untaggable([ref])
     source = ref.source
     tokenizer, model = source.load_tokenizer(), source.load()
     check_layer(ref.name, model, options.layer)
@@ -406,6 +412,21 @@ def evaluate_many(
     return results
 
 
+def refuse_untaggable(refs: Sequence[ModelRef]) -> None:
+    """Refuse a model whose hidden states a tagger cannot read word by word: an ONNX graph, a
+    file of vectors (a tagger runs a transformers model, frozen or fine-tuned)."""
+    for ref in refs:
+        if ref.kind != "transformers":
+            what = _KINDS.get(ref.kind, f"a model of kind {ref.kind}")
+            raise UserInputError(
+                f"model {ref.name!r} is {what}: a tagger reads each word's hidden state from a "
+                "transformers model (give a directory, package:NAME or hub id of one)"
+            )
+
+
+_KINDS = {"onnx": "an ONNX graph", "precomputed": "a file of precomputed embeddings"}
+
+
 def evaluation_identity(
     refs: Sequence[ModelRef], splits: TreebankSplits, mode: Mode, options: PosOptions
 ) -> dict[str, Any]:
@@ -414,6 +435,7 @@ def evaluation_identity(
     weights are hashed on each run (no cache: reading them is small beside training a tagger).
     A model of an architecture transformers cannot take is refused here, before any tagger."""
     refuse_repeated_names([ref.name for ref in refs])  # the record keys its models by name
+    refuse_untaggable(refs)
     sources = [ref.source.locate() for ref in refs]  # every model found before any is checked
     for source in sources:
         source.check_architecture()

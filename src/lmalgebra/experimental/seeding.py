@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.masked.masking import MaskedCopy, pad_batch
 from lmalgebra.distill.masked.teachers import open_teachers
 from lmalgebra.distill.recipe import MaskedRecipe
-from lmalgebra.distill.teachers import load_lm
+from lmalgebra.distill.teachers import load_lm, model_config
 from lmalgebra.distill.vocab.union import STUDENT_SPECIALS, UnionVocab
 from lmalgebra.experimental import warn_feature
 from lmalgebra.stats.linear_decomposition import LinearDecomposition
@@ -145,9 +146,23 @@ def _nanmean(stack: list[np.ndarray]) -> np.ndarray:
         return np.where(have, data, 0.0).sum(axis=0) / have.sum(axis=0)
 
 
-def _reference(tables: Mapping[str, TeacherTable]) -> str:
-    widths = {name: table.embeddings.shape[1] for name, table in tables.items()}
-    return max(widths, key=lambda name: widths[name])  # the first of the widest
+def mapped_reference(ids: Mapping[str, np.ndarray], widths: Mapping[str, int]) -> str:
+    """The reference teacher (the first of the widest ``widths``, their embedding widths), once
+    every other teacher is known to share ``MIN_SHARED`` plain tokens with it (``ids``: each
+    teacher's student ids); refused, naming the first that does not."""
+    reference = max(widths, key=lambda name: widths[name])
+    for name, mine in ids.items():
+        if name == reference:
+            continue
+        shared = np.intersect1d(ids[reference], mine)
+        plain = int((shared >= len(STUDENT_SPECIALS)).sum())
+        if plain < MIN_SHARED:
+            raise UserInputError(
+                f"init_embeddings: teachers: teacher {name!r} shares {plain} tokens with the "
+                f"reference teacher {reference!r}, fewer than the {MIN_SHARED} needed to map its "
+                "embeddings; use init_embeddings: random"
+            )
+    return reference
 
 
 def fit_maps(
@@ -155,7 +170,8 @@ def fit_maps(
 ) -> tuple[dict[str, AffineMap], dict[str, Any]]:
     """Each teacher's map into the reference teacher's PCA space of ``width`` dimensions."""
     size = len(vocab.tokens)
-    reference = _reference(tables)
+    widths = {name: table.embeddings.shape[1] for name, table in tables.items()}
+    reference = mapped_reference({n: _map(vocab, n, tables) for n in tables}, widths)
     mine = per_student_id(tables[reference].embeddings, _map(vocab, reference, tables), size)
     maps = {reference: pca_map(tables[reference].embeddings, width)}
     target = maps[reference](np.nan_to_num(mine))
@@ -165,13 +181,6 @@ def fit_maps(
             continue
         theirs = per_student_id(table.embeddings, _map(vocab, name, tables), size)
         shared = np.flatnonzero(~np.isnan(mine[:, 0]) & ~np.isnan(theirs[:, 0]))
-        plain = int((shared >= len(STUDENT_SPECIALS)).sum())
-        if plain < MIN_SHARED:
-            raise UserInputError(
-                f"init_embeddings: teachers: teacher {name!r} shares {plain} tokens with the "
-                f"reference teacher {reference!r}, fewer than the {MIN_SHARED} needed to map its "
-                "embeddings; use init_embeddings: random"
-            )
         maps[name] = ridge_map(theirs[shared], target[shared])
         residual = target[shared] - maps[name](theirs[shared])
         spread = target[shared] - target[shared].mean(axis=0)
@@ -311,7 +320,33 @@ def no_context_prior(model: Any, tokenizer: Any, length: int) -> np.ndarray:
     return torch.softmax(logits, dim=-1).mean(dim=0).numpy()
 
 
-def seed_from_teachers(model: Any, recipe: MaskedRecipe, vocab: UnionVocab) -> dict[str, Any]:
+class TeacherSeeding:
+    """The ``teachers`` embedding init (its entry point): calling it seeds a student; ``plan``
+    refuses, for the dry run, what seeding would refuse."""
+
+    def __call__(self, model: Any, recipe: MaskedRecipe, vocab: UnionVocab) -> dict[str, Any]:
+        return _seed_from_teachers(model, recipe, vocab)
+
+    @staticmethod
+    def plan(vocab: UnionVocab, directories: Mapping[str, Path]) -> None:
+        """Refuse teachers whose tokens seeding cannot map (``mapped_reference``), their
+        embedding widths read from ``config.json`` (nothing checked where one gives none)."""
+        widths = {name: _width(model_config(where)) for name, where in directories.items()}
+        known = {name: width for name, width in widths.items() if width is not None}
+        if len(known) == len(widths):
+            mapped_reference({name: vocab.maps[name] for name in known}, known)
+
+
+def _width(config: dict[str, Any]) -> int | None:
+    """A masked LM's token embedding width, as its configuration gives it (None: not given)."""
+    width = config.get("embedding_size", config.get("hidden_size"))
+    return width if type(width) is int else None
+
+
+seed_from_teachers = TeacherSeeding()
+
+
+def _seed_from_teachers(model: Any, recipe: MaskedRecipe, vocab: UnionVocab) -> dict[str, Any]:
     """Seed ``model``'s token embeddings and output bias from the recipe's teachers (in place);
     returns the report of ``seed_rows``."""
     width = model.get_input_embeddings().weight.shape[1]

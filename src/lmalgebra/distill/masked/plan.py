@@ -50,5 +50,8 @@ def plan_vocab(
         pair.seconds["vocab"] = seconds / len(pairs)
     s = recipe.student
     s.fits(len(union.tokens), recipe.example_length)  # refused as training refuses it
+    check = getattr(s.embedding_init(), "plan", None)  # an init's own refusals, if it has any
+    if check is not None:
+        check(union, {name: teacher.directory for name, teacher in teachers.items()})
     trimmed = s.embedding_size in (None, s.hidden_size)  # BERT; factorised: ALBERT
     return student_shape(s, s.vocab_size or len(union.tokens), s.embedding_size, trimmed)

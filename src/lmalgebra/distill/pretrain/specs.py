@@ -20,7 +20,7 @@ from lmalgebra.core.settings import PathText, Settings, refuse_ignored
 from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
-from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TokenizerKind
+from lmalgebra.distill.vocab.tokenizer_choice import TokenizerKind, check_vocab_size
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.train.config import OptimisationSpec
 
@@ -136,6 +136,10 @@ class WordPieceSpec(Settings):
             raise UserInputError("tokenizer: give tokenizer.vocab_size or tokenizer.path, not both")
         if self.path is not None and self.lowercase:
             raise UserInputError("tokenizer.lowercase applies to a tokenizer trained here")
+        if self.vocab_size is not None:
+            check_vocab_size(
+                "wordpiece", self.vocab_size, f"tokenizer.vocab_size {self.vocab_size}"
+            )
         return self
 
 
@@ -170,12 +174,8 @@ class CausalTokenizerSpec(Settings):
     vocab_size: int = Field(ge=1, description="Tokens of the vocabulary.")
 
     @model_validator(mode="after")
-    def _big_enough(self) -> CausalTokenizerSpec:
-        if self.vocab_size < MIN_VOCAB_SIZE[self.kind]:
-            raise UserInputError(
-                f"tokenizer.vocab_size {self.vocab_size} is too small for a {self.kind} "
-                f"vocabulary (at least {MIN_VOCAB_SIZE[self.kind]})"
-            )
+    def _trainable(self) -> CausalTokenizerSpec:
+        check_vocab_size(self.kind, self.vocab_size, f"tokenizer.vocab_size {self.vocab_size}")
         return self
 
 

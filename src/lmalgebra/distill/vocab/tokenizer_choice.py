@@ -26,6 +26,9 @@ TokenizerKind = Literal["bytelevel-bpe", "unigram", "bpe", "wordpiece"]
 TOKENIZER_KINDS: tuple[TokenizerKind, ...] = ("bytelevel-bpe", "unigram", "bpe", "wordpiece")
 # the smallest vocabulary of each kind: byte-level BPE holds every byte and four specials
 MIN_VOCAB_SIZE = {"bytelevel-bpe": 256 + 4, "unigram": 40, "bpe": 40, "wordpiece": 31}
+# the largest: the tokenizers library's trainers set aside about 70 bytes for each entry asked
+# before they read the text (a size of 10**9 aborts the process, past any exception handler)
+MAX_VOCAB_SIZE = 2**22
 BYTES = "bytes"
 Source = Literal["teacher", "train", "bytes", "model"]
 _FORM = (
@@ -62,12 +65,24 @@ def _trained(given: str) -> TokenizerChoice:
     if len(parts) != 3 or parts[1] not in TOKENIZER_KINDS or not parts[2].isdigit():
         raise UserInputError(f"student.tokenizer {given!r} must read {_FORM}")
     kind, size = parts[1], int(parts[2])
+    check_vocab_size(kind, size, f"student.tokenizer {given!r}")
+    return TokenizerChoice("train", kind=kind, vocab_size=size)
+
+
+def check_vocab_size(kind: str, size: int, what: str) -> None:
+    """Refuse a ``kind`` vocabulary of ``size`` entries that cannot be trained: fewer than its
+    specials and alphabet, or more than ``MAX_VOCAB_SIZE``; ``what`` names the setting."""
     if size < MIN_VOCAB_SIZE[kind]:
         raise UserInputError(
-            f"student.tokenizer {given!r}: a {kind} vocabulary needs at least "
+            f"{what} is too small for a {kind} vocabulary: it needs at least "
             f"{MIN_VOCAB_SIZE[kind]} entries"
         )
-    return TokenizerChoice("train", kind=kind, vocab_size=size)
+    if size > MAX_VOCAB_SIZE:
+        raise UserInputError(
+            f"{what} is too large for a {kind} vocabulary trained here: at most {MAX_VOCAB_SIZE} "
+            "entries (the trainer sets memory aside for each entry asked, and a text gives no "
+            "more entries than it has pieces)"
+        )
 
 
 def parse_student_tokenizer(given: str, teachers: Collection[str]) -> TokenizerChoice:

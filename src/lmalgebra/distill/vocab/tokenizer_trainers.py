@@ -22,7 +22,11 @@ from typing import Any
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.vocab.token_forms import byte_alphabet
-from lmalgebra.distill.vocab.tokenizer_choice import MIN_VOCAB_SIZE, TOKENIZER_KINDS, TokenizerKind
+from lmalgebra.distill.vocab.tokenizer_choice import (
+    TOKENIZER_KINDS,
+    TokenizerKind,
+    check_vocab_size,
+)
 
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
@@ -125,8 +129,7 @@ def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_leng
     from tokenizers.trainers import WordPieceTrainer
     from transformers import PreTrainedTokenizerFast
 
-    if vocab_size < len(WORDPIECE_SPECIALS) + 26:
-        raise UserInputError(f"vocab_size {vocab_size} is too small for a WordPiece vocabulary")
+    check_vocab_size("wordpiece", vocab_size, f"vocab_size {vocab_size}")
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=False)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -183,11 +186,7 @@ def train_causal_tokenizer(
     ``texts``, whose encodings start with its beginning-of-sequence token."""
     if kind not in TOKENIZER_KINDS:
         raise UserInputError(f"tokenizer kind must be one of {', '.join(TOKENIZER_KINDS)}")
-    if vocab_size < MIN_VOCAB_SIZE[kind]:
-        raise UserInputError(
-            f"vocab_size {vocab_size} is too small for a {kind} vocabulary "
-            f"(at least {MIN_VOCAB_SIZE[kind]})"
-        )
+    check_vocab_size(kind, vocab_size, f"vocab_size {vocab_size}")
     if kind == "wordpiece":
         with _one_thread():
             backend = train_wordpiece(texts, vocab_size, False, max_length).backend_tokenizer

@@ -145,8 +145,9 @@ def _languages(recipe: MaskedRecipe, spec: SelectionSpec) -> list[str]:
         raise UserInputError(f"size must be at least 1, got {spec.size}")
     most = max(len(recipe.languages[lang].teachers) for lang in chosen)
     if spec.size > most:
+        which = f"--languages ({', '.join(chosen)})" if spec.languages else "the recipe"
         raise UserInputError(
-            f"size {spec.size} is larger than the candidates: no language of the recipe lists "
+            f"size {spec.size} is larger than the candidates: no language of {which} lists "
             f"more than {most} teacher(s)"
         )
     return chosen
@@ -207,7 +208,7 @@ def _language(
                 accuracy,
                 result.blocked["test"],
                 "test",
-                spec.bootstrap,
+                spec.bootstrap if spec.size > 1 else 0,  # sets of one: constant, no interval
                 spec.seed,
             )
     timings["lmd"] += time.perf_counter() - clock
@@ -247,10 +248,11 @@ def _embed(
     except UserInputError as err:
         if "span" not in str(err):
             raise
+        cap = "" if spec.max_texts is None else f"--max_texts {spec.max_texts} (max_texts), "
         raise UserInputError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
-            f"compare teachers ({err}); raise heldout_fraction or languages.{lang}.max_examples, "
-            "or lower spans.length"
+            f"compare teachers ({err}); raise {cap}heldout_fraction or "
+            f"languages.{lang}.max_examples, or lower spans.length"
         ) from err
     for warning in result.warnings:
         log.warning("%s: %s", lang, warning)
