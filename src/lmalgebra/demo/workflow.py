@@ -120,17 +120,17 @@ def _refuse_foreign(out: Path) -> None:
 
 def write_corpora(out: Path, plan: DemoPlan | CausalPlan | RealPlan) -> dict[str, Path]:
     """``<lang>.txt``: the first documents, for teachers and students; ``unseen-<lang>.txt``: the
-    rest, which no model trains on (text for the decompositions)."""
+    rest, which no model trains on (text for the decompositions). Each written whole or not at
+    all: one killed as it was written had been taken, cut, as the corpus."""
     paths = {}
     for lang in LANGUAGES:
         path, unseen = out / f"{lang}.txt", out / f"unseen-{lang}.txt"
         if not (path.is_file() and unseen.is_file()):
             texts = read_texts(f"package:wiki-{lang}", text_column="extract")
             docs = [t.replace("\n", " ").strip() for t in texts]
-            out.mkdir(parents=True, exist_ok=True)
             cut = plan.docs_per_language
-            unseen.write_text("\n".join(docs[cut:]) + "\n", encoding="utf-8")
-            path.write_text("\n".join(docs[:cut]) + "\n", encoding="utf-8")
+            write_text_atomic(unseen, "\n".join(docs[cut:]) + "\n")
+            write_text_atomic(path, "\n".join(docs[:cut]) + "\n")
         paths[lang] = path
     return paths
 
