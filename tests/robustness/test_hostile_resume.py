@@ -252,6 +252,7 @@ def test_the_demos_corpora_resume_after_a_kill_at_any_write(tmp_path: Path) -> N
     their writes and written again, are those of a run never stopped: a kill just after
     ``en.txt`` was opened had left it empty beside a complete ``unseen-en.txt``, and every rerun
     of the demo stopped at "corpus ... holds no text"."""
+    from collections.abc import Callable
     from dataclasses import replace
 
     from kill_helpers import count_points, killed_after
@@ -263,7 +264,7 @@ def test_the_demos_corpora_resume_after_a_kill_at_any_write(tmp_path: Path) -> N
     def corpora(out: Path) -> dict[str, bytes]:
         return {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}
 
-    def writer(out: Path):  # noqa: ANN202 (the runner kill_helpers takes)
+    def writer(out: Path) -> Callable[[], tuple[int, str]]:  # the runner kill_helpers takes
         return lambda: (write_corpora(out, plan), (0, ""))[1]
 
     reference = tmp_path / "reference"

@@ -241,7 +241,7 @@ def alpha_curve(rows: list[AlphaCurveRow], path: Path, chosen: float | None = No
                 color="black",
                 linestyle="--",
                 linewidth=1,
-                label=f"α = {chosen:.3g}",
+                label=f"\N{GREEK SMALL LETTER ALPHA} = {chosen:.3g}",
             )
         ax.set_xscale("log")
         ax.set_xlabel(r"$\alpha$")
