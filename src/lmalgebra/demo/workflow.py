@@ -82,7 +82,7 @@ def _check_demo_directory(out: Path, identity: Mapping[str, Any]) -> None:
     if out.is_dir():
         refuse_other_kind(out, "demo")
     marker = out / DEMO_PLAN
-    if not marker.is_file():
+    if not (marker.exists() or marker.is_symlink()):
         if out.is_dir():
             _refuse_foreign(out)
         return
