@@ -556,6 +556,21 @@ def test_error_message_keeps_brackets_in_paths(
     assert_user_error(code, stderr, out, [str(missing), "does not exist"])
 
 
+@pytest.mark.parametrize("name", ["notes[bold]", "drafts[/old]"])
+def test_what_a_command_prints_keeps_brackets_in_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """A command's lines and tables print paths and names as written: rich had read their
+    brackets as styles (``notes.yaml`` shown for ``notes[bold].yaml``, the plan's ``[this
+    run]`` dropped) or stopped with a traceback at ``[/old]``, once the work was done."""
+    from hostile_helpers import run_main
+
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_main(["merge", "init", f"{name}.yaml"], monkeypatch, capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"then lmalgebra merge run {name}.yaml" in " ".join(out.split())
+
+
 def test_misspelled_recipe_key_is_named(
     fx: Fixtures, tmp_path: Path, in_process: Callable[..., tuple[int, str]]
 ) -> None:

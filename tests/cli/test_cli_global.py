@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -124,6 +125,30 @@ def test_unknown_packaged_name_suggests_the_closest() -> None:
 
     with pytest.raises(UserInputError, match="did you mean 'minilm-sre'"):
         asset_path("minilm-sr")
+
+
+def test_a_packaged_corpus_given_as_a_model_is_named_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A packaged corpus where a model goes (and the reverse) is named for what it is, by the
+    dry run too: it had been refused in transformers' words on a JSON file of the package."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one two three\n", encoding="utf-8")
+    args = ["decompose", "--models", "a=package:wiki-en", "--models", "b=package:minilm"]
+    code, _, err = run(monkeypatch, capsys, *args, "--corpus.paths", str(corpus), "--dry-run")
+    assert code == 2 and "package:wiki-en is a packaged corpus, not a model" in err, err
+    code, _, err = run(
+        monkeypatch,
+        capsys,
+        "spans",
+        "--models",
+        "b=package:minilm",
+        "--corpus.paths",
+        "package:minilm",
+        "--out",
+        str(tmp_path / "s.jsonl"),
+    )
+    assert code == 2 and "package:minilm is a packaged model, not a corpus" in err, err
 
 
 def test_shipped_recipes_by_name_from_any_directory(

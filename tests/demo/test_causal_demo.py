@@ -54,6 +54,16 @@ def test_gap_undefined_where_the_teacher_is_not_better() -> None:
     assert "2.400 |" in causal_markdown(table)  # one seed: no deviation shown
 
 
+def test_no_gap_anywhere_names_no_best_loss() -> None:
+    """Where no language's teacher is better than CE only, no loss closes a gap: the table had
+    shown "nan%" and named the first loss best ("Best: mined (nan%; ...)")."""
+    rows = [r if not r[1].startswith("teacher") else (r[0], r[1], 9.0) for r in _bits()]
+    text = causal_markdown(causal_table(rows, TEACHERS, ["ce", "mined", "alm"], [0]))
+    assert "nan" not in text
+    assert "| alm | 2.400 | 3.500 | n/a |" in text
+    assert "Best: none: no language's teacher is better than CE only (target 25%: not met)." in text
+
+
 def test_plans_name_three_tokenizer_kinds_and_every_loss() -> None:
     for plan in (CAUSAL_FULL, CAUSAL_QUICK):
         kinds = [kind for _, kind, _ in plan.teachers]

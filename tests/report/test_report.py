@@ -343,6 +343,26 @@ def test_titles_and_labels_are_inside_every_png(tmp_path: Path, drawn: dict[str,
             assert not any(box.overlaps(other) for other in titles[i + 1 :]), stem
 
 
+DOLLAR_NAMES = {"a1": "a$_$1", "b1": "price $x$", "fr": "f$^$r"}
+
+
+def test_names_with_dollar_signs_are_drawn_as_written(
+    tmp_path: Path, drawn: dict[str, Any]
+) -> None:
+    """Matplotlib reads the text between two dollar signs as mathematics: a model (or language)
+    named ``a$_$1`` stopped every figure naming it with a parse error, and ``price $x$`` was
+    drawn as an italic x. Every name is drawn as written."""
+    from matplotlib.cbook import is_math_text
+    from matplotlib.text import Text
+
+    write_plots(build_run(tmp_path / "run", names=DOLLAR_NAMES))
+    assert set(drawn) == FIGURES
+    texts = {t.get_text() for fig, _ in drawn.values() for t in fig.findobj(Text)}
+    named = {t: t.replace("\\$", "$") for t in texts if "\\$" in t}  # as matplotlib shows it
+    assert set(DOLLAR_NAMES.values()) <= set(named.values())
+    assert not [t for t in named if is_math_text(t)]
+
+
 def test_a_report_into_another_run_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

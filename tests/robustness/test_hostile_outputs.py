@@ -1039,6 +1039,33 @@ def test_each_demo_keeps_to_its_own_directory(
     assert digests(out) == before
 
 
+def test_a_demo_into_a_directory_of_the_users_files_is_refused(tmp_path: Path) -> None:
+    """A directory that records no demo but holds a user's files is refused before anything is
+    written: the steps take what they find as their own, and a ``data/en.txt`` of the user's
+    had been replaced by the demo's corpus. The other demos' directories may be inside, and the
+    temporary file of a record whose write was killed."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.demo.plan import FULL, QUICK
+    from lmalgebra.demo.workflow import run_workflow
+
+    quick = {"demo": "quick masked", "plan": QUICK.as_dict()}
+    mine = tmp_path / "mine"
+    (mine / "data").mkdir(parents=True)
+    (mine / "data" / "en.txt").write_text("my own notes\n", encoding="utf-8")
+    before = digests(mine)
+    with pytest.raises(UserInputError, match=r"mine is not empty and holds no demo \(data/; no"):
+        run_workflow(mine, lambda: "ran", quick)
+    assert digests(mine) == before
+    outputs = tmp_path / "demo-output"
+    assert run_workflow(outputs / "quick", lambda: "ran", quick) == "ran"
+    full = {"demo": "masked", "plan": FULL.as_dict()}
+    assert run_workflow(outputs, lambda: "ran", full) == "ran"  # beside the quick demo's
+    killed = tmp_path / "killed"  # as it wrote its record
+    killed.mkdir()
+    (killed / ".demo-plan.json.tmp-7").write_text("{", encoding="utf-8")
+    assert run_workflow(killed, lambda: "ran", quick) == "ran"
+
+
 @pytest.mark.parametrize("special", ["fifo", "link", "dangling link"])
 def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
     special: str,

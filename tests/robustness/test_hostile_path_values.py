@@ -228,3 +228,12 @@ def test_a_path_key_given_yaml_null_says_so(cli, here: Path, text: str, key: str
     code, stderr = cli([*command, "r.yaml", *(["--dry-run"] if command == ["decompose"] else [])])
     line = assert_one_line(code, stderr, [f"key {key!r}", "YAML's null", "'~' in quotes"])
     assert "pathlib" not in line
+
+
+def test_a_local_recipe_named_recipe_colon_is_reached_as_dot_slash(cli, here: Path) -> None:
+    """A file of the user's named ``recipe:NAME`` is reached as ``./recipe:NAME`` (as
+    ``./package:NAME`` reaches a local model directory): ``Path`` drops the ``./``, and the
+    shipped recipe of that name had been run in its place, silently."""
+    (here / "recipe:decompose-minilm-wiki").write_text("models: not a list\n")
+    code, stderr = cli(["decompose", "./recipe:decompose-minilm-wiki", "--dry-run"])
+    assert_one_line(code, stderr, [f"{here}/recipe:decompose-minilm-wiki", "key 'models'"])

@@ -245,3 +245,35 @@ def test_a_run_stopped_before_it_logs_a_step_leaves_no_training_log(tmp_path: Pa
     assert not log.exists()
     _Log(tmp_path, 0).write({"step": 1, "loss": 2.5})
     assert log.read_text(encoding="utf-8").splitlines() == ['{"step": 1, "loss": 2.5}']
+
+
+def test_the_demos_corpora_resume_after_a_kill_at_any_write(tmp_path: Path) -> None:
+    """A demo's corpora (``data/<lang>.txt`` beside ``unseen-<lang>.txt``), killed at each of
+    their writes and written again, are those of a run never stopped: a kill just after
+    ``en.txt`` was opened had left it empty beside a complete ``unseen-en.txt``, and every rerun
+    of the demo stopped at "corpus ... holds no text"."""
+    from collections.abc import Callable
+    from dataclasses import replace
+
+    from kill_helpers import count_points, killed_after
+    from lmalgebra.demo.plan import QUICK
+    from lmalgebra.demo.workflow import write_corpora
+
+    plan = replace(QUICK, docs_per_language=30)
+
+    def corpora(out: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")}
+
+    def writer(out: Path) -> Callable[[], tuple[int, str]]:  # the runner kill_helpers takes
+        return lambda: (write_corpora(out, plan), (0, ""))[1]
+
+    reference = tmp_path / "reference"
+    points = count_points(reference, writer(reference))
+    expected = corpora(reference)
+    assert len(expected) == 6
+    for k in range(1, len(points) + 1):
+        out = tmp_path / f"killed-{k}"
+        code, said = killed_after(k, out, writer(out), tmp_path / "killed.log")
+        assert code == 137, said
+        write_corpora(out, plan)
+        assert corpora(out) == expected, said

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperGroup
 
 HELP = (
@@ -47,7 +48,14 @@ app = typer.Typer(
     context_settings=CONTEXT,
     help=HELP,
 )
-console = Console()
+# no markup: what it prints holds paths, names and text of the user's, whose brackets had been
+# read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work)
+console = Console(markup=False)
+
+
+def bold(text: object) -> Text:
+    """``text`` in bold, as written."""
+    return Text(str(text), style="bold")
 
 
 def _version(value: bool) -> None:

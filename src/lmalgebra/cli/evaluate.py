@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
-from lmalgebra.cli.app import app, console
+from lmalgebra.cli.app import app, bold, console
 from lmalgebra.cli.config_options import MODEL_FLAG, config_flags, with_config_flags
 from lmalgebra.evaluate.pos_options import PosSpec
 
@@ -46,6 +47,5 @@ def evaluate_pos(
             f"(majority {r.majority_accuracy:.4f})",
             highlight=False,
         )
-    console.print(
-        f"outputs in [bold]{spec.out}[/bold]: pos_results.csv, pos_results.md, pos_config.json"
-    )
+    files = ": pos_results.csv, pos_results.md, pos_config.json"
+    console.print("outputs in", Text.assemble(bold(spec.out), files))

@@ -11,8 +11,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from lmalgebra.cli.app import app, console
+from lmalgebra.cli.app import app, bold, console
 from lmalgebra.cli.config_options import MODEL_FLAG, FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
@@ -85,7 +86,7 @@ def decompose(
         return
     result = decompose_recipe(config, overwrite)
     console.print(_group_table(result))  # on the main rank alone (``cli.launched``)
-    console.print(f"outputs in [bold]{config.out}[/bold]")
+    console.print("outputs in", bold(config.out))
 
 
 def _print_plan(frame: Any) -> None:
@@ -117,13 +118,12 @@ def _print_plan(frame: Any) -> None:
         total = rows[rows["phase"].str.startswith("total")].iloc[0]
         k = "" if key[2] != key[2] or key[2] is None else f", k {int(key[2])}"
         name = f"{key[0]} ({key[1]}{k}){' [this run]' if total.chosen else ''}"
-        style = "bold" if total.chosen else ""
         plan.add_row(
-            f"[{style or 'default'}]{name}[/]",
+            Text(name, style="bold" if total.chosen else ""),
             f"{total.peak_gib:.2f} GiB",
             _duration(total.seconds),
             f"{total.disk_gib:.1f} GiB" if total.disk_gib else "",
-            "yes" if total.fits else "[red]no[/red]",
+            "yes" if total.fits else Text("no", style="red"),
         )
         for phase in rows[~rows["phase"].str.startswith("total")].itertuples():
             plan.add_row(
@@ -155,17 +155,19 @@ def _group_table(result: Any) -> Table:
             str(summary["truncated_spans"][target]),
         )
     means = [summary["group_dependency"][s] for s in SPLITS]
-    view.add_row("[bold]mean (group dependency)", *(f"[bold]{m:.3f}" for m in means), "", "")
+    view.add_row(bold("mean (group dependency)"), *(bold(f"{m:.3f}") for m in means), "", "")
     spans = ", ".join(f"{s} {summary['spans'].get(s, 0)}" for s in SPLITS)
-    lines = [f"spans: {spans}"]
+    lines = [Text(f"spans: {spans}")]
     single = summary.get("single_fit")
     if single:
         lines.append(
-            f"{single['target']} from {' + '.join(single['basis'])}: "
-            + ", ".join(f"{k} R^2 {v:.3f}" for k, v in single["r2"].items())
+            Text(
+                f"{single['target']} from {' + '.join(single['basis'])}: "
+                + ", ".join(f"{k} R^2 {v:.3f}" for k, v in single["r2"].items())
+            )
         )
-    lines += [f"[yellow]warning:[/yellow] {w}" for w in summary.get("warnings", [])]
-    view.caption = "\n".join(lines)
+    lines += [Text.assemble(("warning:", "yellow"), f" {w}") for w in summary.get("warnings", [])]
+    view.caption = Text("\n").join(lines)
     return view
 
 
@@ -210,7 +212,7 @@ def demo(
 
         real_result = run_real_demo(out, quick=quick, progress=progress)
         console.print(real_result.markdown(), highlight=False, markup=False)
-        console.print(f"table: [bold]{out / 'real-demo.md'}[/bold] (and real-demo.json)")
+        console.print("table:", bold(out / "real-demo.md"), "(and real-demo.json)")
         return
     from lmalgebra.demo.workflow import run_demo
     from lmalgebra.report.demo_page import finding_lines
@@ -220,14 +222,14 @@ def demo(
 
         causal_result = run_causal_demo(out, quick=quick, progress=progress)
         console.print(causal_result.markdown(), highlight=False, markup=False)
-        console.print(f"table: [bold]{out / 'causal-demo.md'}[/bold] (and causal-demo.json)")
+        console.print("table:", bold(out / "causal-demo.md"), "(and causal-demo.json)")
         return
     result = run_demo(out, quick=quick, progress=progress)
     found = {key: finding.as_dict() for key, finding in result.findings.items()}
     for title, verdict, evidence in finding_lines(found):
         console.print(f"{title}: {verdict}. {evidence}", highlight=False, markup=False)
     report = result.report
-    console.print(f"report: [bold]{report}[/bold]; everything else under [bold]{out}[/bold]")
+    console.print(Text.assemble("report: ", bold(report), "; everything else under ", bold(out)))
 
 
 def demo_directory(causal: bool, real: bool, quick: bool) -> Path:
@@ -260,7 +262,7 @@ def demo_lmd(
         out = DEMO_OUTPUT / ("packaged-lmd-quick" if quick else "packaged-lmd")
     result = decompose_recipe(demo_config(out, quick=quick, progress=progress), overwrite)
     console.print(_group_table(result))
-    console.print(f"outputs in [bold]{result.run_dir}[/bold]")
+    console.print("outputs in", bold(result.run_dir))
 
 
 @app.command("report")

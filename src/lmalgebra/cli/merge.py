@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lmalgebra.cli.app import CommandGroup, app, console
+from lmalgebra.cli.app import CommandGroup, app, bold, console
 from lmalgebra.cli.config_options import config_flags, with_config_flags
 from lmalgebra.cli.merge_tables import plan_tables, run_table
 from lmalgebra.core.errors import UserInputError
@@ -68,8 +68,8 @@ def merge_init(
 
     written = write_starter(path, force)
     console.print(
-        f"wrote {written}; make its teachers (commands in its header), then "
-        f"[bold]lmalgebra merge run {written}[/bold]"
+        f"wrote {written}; make its teachers (commands in its header), then",
+        bold(f"lmalgebra merge run {written}"),
     )
 
 
@@ -165,7 +165,7 @@ def merge_train(
         return
     students = {name: training}
     run = merge(config, ["train"], students=students, restart=restart, progress=progress)
-    console.print(f"student saved to [bold]{run.students[name]}[/bold]")
+    console.print("student saved to", bold(run.students[name]))
     from lmalgebra.distill.layout import RunLayout
 
     trained = " ".join(f"--students {s}" for s in RunLayout(config.output_dir).saved_students())
@@ -204,7 +204,7 @@ def merge_evaluate(
 
     run = MergeRun.load(run_dir).evaluate(students or ["student"], languages, pooling, overwrite)
     console.print(run.evaluation, highlight=False)
-    console.print(f"written to [bold]{RunLayout(run.run_dir).evaluation}[/bold]")
+    console.print("written to", bold(RunLayout(run.run_dir).evaluation))
 
 
 @merge_app.command("inspect")

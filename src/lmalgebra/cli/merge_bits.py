@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from lmalgebra.cli.app import console
+from lmalgebra.cli.app import bold, console
 from lmalgebra.cli.merge import RunDirArg, merge_app
 
 
@@ -40,4 +40,4 @@ def merge_bits_per_byte(
             highlight=False,
         )
     written = RunLayout(run.run_dir).evaluation / SCORED.file
-    console.print(f"written to [bold]{written}[/bold]")
+    console.print("written to", bold(written))

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
+from lmalgebra.cli.app import bold
+
 if TYPE_CHECKING:
     from lmalgebra.distill.run.inspection import RunInspection
 
@@ -50,7 +52,7 @@ def plan_tables(plan: Any, run_dir: Path, stages: list[str]) -> list[Table]:
     for column in ("language", "teacher", "examples", "held out", "tokens", "predicted", "store"):
         counts.add_column(column, justify="left" if column in _TEXT else "right")
     totals = plan.sum(numeric_only=True, min_count=1)
-    for row in [*plan.to_dict("records"), {"language": "[bold]total", "teacher": "", **totals}]:
+    for row in [*plan.to_dict("records"), {"language": bold("total"), "teacher": "", **totals}]:
         numbers = [
             f"{int(row[k]):,}" for k in ("examples", "heldout", "tokens", "predicted_tokens")
         ]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.recipe_files import RECIPE_PREFIX
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded
 
 
@@ -46,9 +47,18 @@ def _checked(param: Any, process: Callable[..., Any]) -> Callable[..., Any]:
         if any(isinstance(v, str) and not v.strip() for v in values):
             raise UserInputError(f"{_shown(param)}: {EMPTY_PATH}")
         read = process(ctx, value)
-        return home_expanded(read) if isinstance(read, pathlib.Path) else read
+        return _as_written(value, home_expanded(read)) if isinstance(read, pathlib.Path) else read
 
     return process_value
+
+
+def _as_written(value: Any, path: pathlib.Path) -> pathlib.Path:
+    """``path``, made absolute where ``value`` was written ``./recipe:NAME``: ``Path`` drops the
+    ``./`` that names the file here, and the shipped recipe ``recipe:NAME`` had been read in its
+    place."""
+    if isinstance(value, str) and value.startswith("./") and str(path).startswith(RECIPE_PREFIX):
+        return path.absolute()
+    return path
 
 
 def _shown(param: Any) -> str:

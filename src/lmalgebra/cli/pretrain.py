@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
-from lmalgebra.cli.app import CommandGroup, app, console
+from lmalgebra.cli.app import CommandGroup, app, bold, console
 from lmalgebra.cli.config_options import FlagStyle, config_flags, with_config_flags
 from lmalgebra.cli.merge import ProgressOpt, RestartOpt
 from lmalgebra.core.recipe_files import load_settings
@@ -52,7 +52,7 @@ def _register(kind: str, spec_type: type[BaseModel]) -> None:
 
         settings: Any = load_settings(spec_type, spec, overrides)
         target = pretrain(settings, progress, restart)
-        console.print(f"{kind} teacher saved to [bold]{target}[/bold]")
+        console.print(f"{kind} teacher saved to", bold(target))
 
     command.__name__ = f"pretrain_{kind.replace('-', '_')}"
     flags = with_config_flags(config_flags(spec_type, STYLES))(command)

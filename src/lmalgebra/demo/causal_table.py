@@ -99,17 +99,23 @@ def causal_markdown(table: Mapping[str, Any]) -> str:
     for loss, row in table["students"].items():
         got = row["bits_per_byte"]
         cells = [mean_sd_cell(got[x]["mean"], got[x]["std"]) for x in langs]
-        closed = "(baseline)" if loss == "ce" else f"{100 * row['gap_closed_mean']:.1f}%"
+        closed = "(baseline)" if loss == "ce" else _percent(row["gap_closed_mean"])
         lines.append(f"| {loss} | " + " | ".join(cells) + f" | {closed} |")
     teach = [f"{table['teachers'][x]['bits_per_byte']:.3f}" for x in langs]
     lines.append("| teachers | " + " | ".join(teach) + " | 100% |")
     seeds = ", ".join(str(s) for s in table["seeds"])
     verdict = "met" if table["target_met"] else "not met"
+    best = f"{table['best_loss']} ({_percent(table['best_gap_closed'])}; target 25%: {verdict})"
+    if math.isnan(table["best_gap_closed"]):
+        best = "none: no language's teacher is better than CE only (target 25%: not met)"
     lines += [
         "",
         f"Mean ± standard deviation over seeds {seeds}. Gap closed: the share of the gap between "
         "the CE-only student and each language's teacher that a loss closes, averaged over "
-        f"languages. Best: {table['best_loss']} ({100 * table['best_gap_closed']:.1f}%; "
-        f"target 25%: {verdict}).",
+        f"languages where the teacher is the better (n/a: none). Best: {best}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _percent(share: float) -> str:
+    return "n/a" if math.isnan(share) else f"{100 * share:.1f}%"

@@ -40,7 +40,13 @@ from lmalgebra.storage.lockfile import (
     refuse_other_kind,
     run_directory_lock,
 )
-from lmalgebra.storage.output_paths import DEMO_PLAN, check_directory, tidy_on_failure
+from lmalgebra.storage.output_paths import (
+    DEMO_PLAN,
+    LOCK_NAME,
+    check_directory,
+    output_at,
+    tidy_on_failure,
+)
 
 if TYPE_CHECKING:
     from lmalgebra.api.merge import RunInspection
@@ -76,7 +82,9 @@ def _check_demo_directory(out: Path, identity: Mapping[str, Any]) -> None:
     if out.is_dir():
         refuse_other_kind(out, "demo")
     marker = out / DEMO_PLAN
-    if not marker.is_file():
+    if not (marker.exists() or marker.is_symlink()):
+        if out.is_dir():
+            _refuse_foreign(out)
         return
     recorded = read_json_object(marker, "the demo's record")
     wanted = json.loads(json.dumps(identity))  # as the file holds it: tuples become lists
@@ -89,19 +97,40 @@ def _check_demo_directory(out: Path, identity: Mapping[str, Any]) -> None:
         )
 
 
+def _refuse_foreign(out: Path) -> None:
+    """Refuse a directory that records no demo and holds files of the user's: the steps take
+    what they find as their own (a ``data/en.txt`` of the user's had been replaced by the
+    demo's corpus, a ``report.html`` by its page). Other lmalgebra outputs may be there (the
+    other demos' default directories under ``demo-output``), and so may the lock and the
+    temporary of a ``demo-plan.json`` whose write was killed."""
+    ours = (LOCK_NAME, f".{DEMO_PLAN}.tmp-*")
+    found = sorted(
+        p.name + "/" * p.is_dir()
+        for p in out.iterdir()
+        if not any(p.match(name) for name in ours) and output_at(p) is None
+    )
+    if found:
+        more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+        raise UserInputError(
+            f"{out} is not empty and holds no demo ({', '.join(found[:3])}{more}; no "
+            f"{DEMO_PLAN}): the demo's steps would take those files as their own or replace "
+            "them; give --out a new or empty directory"
+        )
+
+
 def write_corpora(out: Path, plan: DemoPlan | CausalPlan | RealPlan) -> dict[str, Path]:
     """``<lang>.txt``: the first documents, for teachers and students; ``unseen-<lang>.txt``: the
-    rest, which no model trains on (text for the decompositions)."""
+    rest, which no model trains on (text for the decompositions). Each written whole or not at
+    all: one killed as it was written had been taken, cut, as the corpus."""
     paths = {}
     for lang in LANGUAGES:
         path, unseen = out / f"{lang}.txt", out / f"unseen-{lang}.txt"
         if not (path.is_file() and unseen.is_file()):
             texts = read_texts(f"package:wiki-{lang}", text_column="extract")
             docs = [t.replace("\n", " ").strip() for t in texts]
-            out.mkdir(parents=True, exist_ok=True)
             cut = plan.docs_per_language
-            unseen.write_text("\n".join(docs[cut:]) + "\n", encoding="utf-8")
-            path.write_text("\n".join(docs[:cut]) + "\n", encoding="utf-8")
+            write_text_atomic(unseen, "\n".join(docs[cut:]) + "\n")
+            write_text_atomic(path, "\n".join(docs[:cut]) + "\n")
         paths[lang] = path
     return paths
 

@@ -63,10 +63,17 @@ def save(fig: Figure, path: Path, dpi: int = DPI) -> Path:
     return path
 
 
+def literal(text: str) -> str:
+    """``text`` drawn as written: matplotlib reads a pair of dollar signs as mathematics, and a
+    model named ``$\\foo$`` stopped the figure with a parse error (``a$x$`` drew an italic x)."""
+    return text.replace("$", r"\$")
+
+
 def wrap(text: str, width: int) -> str:
     """``text`` on lines of at most ``width`` characters (long model names broken where needed),
-    for titles and labels that would otherwise run into the next panel."""
-    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=True)) or text
+    for titles and labels that would otherwise run into the next panel; drawn as written
+    (:func:`literal`)."""
+    return literal("\n".join(textwrap.wrap(text, width, break_on_hyphens=True)) or text)
 
 
 def colour(index: int) -> Any:
@@ -168,7 +175,9 @@ def legend(fig: Figure, axes: np.ndarray) -> None:
     entries: dict[str, Any] = {}
     for ax in axes.flat:
         handles, labels = ax.get_legend_handles_labels()
-        entries.update({label: handle for handle, label in zip(handles, labels, strict=True)})
+        entries.update(
+            {literal(label): handle for handle, label in zip(handles, labels, strict=True)}
+        )
     if entries:
         fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=7)
 

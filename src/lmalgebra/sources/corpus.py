@@ -221,7 +221,7 @@ def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
     for entry in spec.paths:
         language, name = split_language(entry)
         if name.startswith(PACKAGE_PREFIX):
-            name = str(asset_path(name.removeprefix(PACKAGE_PREFIX)))
+            name = str(asset_path(name.removeprefix(PACKAGE_PREFIX), kind="corpus"))
         path = home_expanded(Path(name))
         if not path.exists():
             raise UserInputError(f"corpus {path} {absent(path)}")

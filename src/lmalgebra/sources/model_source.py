@@ -277,7 +277,7 @@ class ReferencedModel(ModelSource):
         """The file (or folder) the reference names: a packaged asset, or a local path."""
         ref = self.ref
         if ref.path.startswith(PACKAGE_PREFIX):
-            return asset_path(ref.path.removeprefix(PACKAGE_PREFIX))
+            return asset_path(ref.path.removeprefix(PACKAGE_PREFIX), kind="model")
         path = home_expanded(Path(ref.path))
         if not path.exists():
             raise UserInputError(f"model {ref.name!r}: {what} {ref.path} {absent(path)}")

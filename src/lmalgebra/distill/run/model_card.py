@@ -88,18 +88,26 @@ def student_card(
     teachers = "; ".join(
         f"{lang}: {', '.join(spec['teachers'])}" for lang, spec in languages.items()
     )
-    kind = "gold-only (MLM on gold labels)" if training["gold_only"] else "distilled (KD + MLM)"
+    gold_only = training["gold_only"]
+    kind = "gold-only (MLM on gold labels)" if gold_only else "distilled (KD + MLM), lambda "
     facts = [
         ("languages and teachers", teachers),
-        ("objective", f"{kind}, lambda {training['lambda_schedule']}"),
+        ("objective", kind + ("" if gold_only else training["lambda_schedule"])),
         ("language sampling", ", ".join(f"{k} {v:.3f}" for k, v in probabilities.items())),
         ("vocabulary", f"{vocab_size} tokens, the union of the teachers' (lmalgebra merge vocab)"),
         ("student", sizes(recipe["student"])),
         training_fact(training),
     ]
+    names = sorted({t for spec in languages.values() for t in spec["teachers"]})
+    how = (
+        "trained by lmalgebra on gold labels alone (MergeDistill's gold-only baseline: no "
+        "teacher's predictions), in its teachers' tokenisations"
+        if gold_only
+        else f"distilled by lmalgebra (MergeDistill) from the teacher masked LMs {', '.join(names)}"
+    )
+    many = "multilingual " if len(languages) > 1 else ""
     summary = (
-        f"`{name}`: a multilingual BERT masked LM distilled by lmalgebra (MergeDistill) from "
-        "several teacher masked LMs, each with its own tokenizer and languages. "
+        f"`{name}`: a {many}BERT masked LM {how}. "
         "`lmalgebra.json` beside this card holds the full recipe and teacher hashes."
     )
     waiting = f"Not evaluated yet: `lmalgebra merge evaluate RUN_DIR --students {name}`."
@@ -121,21 +129,26 @@ def causal_student_card(
     if student.get("layers"):
         start += f", decoder layers {student['layers']}"
     losses = ", ".join(f"{k} {v:g}" for k, v in mix.items())
+    distilled = not training["gold_only"] and any(k != "ce" and w > 0 for k, w in mix.items())
     facts = [
         (
             "languages and teachers",
             "; ".join(f"{k}: {', '.join(v)}" for k, v in teachers_of.items()),
         ),
-        ("losses", f"{losses}; lambda {training['lambda_schedule']}"),
+        ("losses", losses + (f"; lambda {training['lambda_schedule']}" if distilled else "")),
         ("tokenizer", tokenizer),
         ("student", start),
         ("language sampling", ", ".join(f"{k} {v:.3f}" for k, v in probabilities.items())),
         training_fact(training),
     ]
+    how = (
+        "distilled by lmalgebra from teacher causal LMs whose tokenizers may differ from its own"
+        if distilled
+        else "trained by lmalgebra on its text alone (cross-entropy: no teacher's predictions)"
+    )
     summary = (
-        f"`{name}`: a causal LM distilled by lmalgebra from teacher causal LMs whose tokenizers "
-        "may differ from its own. `lmalgebra.json` beside this card holds the full recipe, the "
-        "training settings and the teachers' hashes."
+        f"`{name}`: a causal LM {how}. `lmalgebra.json` beside this card holds the full recipe, "
+        "the training settings and the teachers' hashes."
     )
     waiting = f"Not evaluated yet: `lmalgebra merge evaluate RUN_DIR --students {name}`."
     return model_card(f"{name} (causal student)", summary, facts, waiting, "text-generation")

@@ -180,7 +180,7 @@ def _sweep(
         if log_x:
             ax.set_xscale("log")
         if not is_numeric:
-            ax.set_xticks(range(len(settings)), settings)
+            ax.set_xticks(range(len(settings)), [canvas.literal(s) for s in settings])
         elif len(settings) <= 12:  # label the settings themselves, not decades
             ax.set_xticks([float(s) for s in settings], settings)
             ax.minorticks_off()
@@ -241,7 +241,7 @@ def alpha_curve(rows: list[AlphaCurveRow], path: Path, chosen: float | None = No
                 color="black",
                 linestyle="--",
                 linewidth=1,
-                label=rf"$\alpha$ = {chosen:.3g}",
+                label=f"\N{GREEK SMALL LETTER ALPHA} = {chosen:.3g}",
             )
         ax.set_xscale("log")
         ax.set_xlabel(r"$\alpha$")

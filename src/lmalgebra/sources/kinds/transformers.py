@@ -68,7 +68,7 @@ class TransformersModel(ReferencedModel):
         a GGUF file's configuration and tokenizer without dequantising it into the cache."""
         ref = self.ref
         if ref.path.startswith(PACKAGE_PREFIX):
-            return asset_path(ref.path.removeprefix(PACKAGE_PREFIX), weights)
+            return asset_path(ref.path.removeprefix(PACKAGE_PREFIX), weights, "model")
         if ref.path.startswith(GGUF_PREFIX):
             return file_directory(
                 ref.path.removeprefix(GGUF_PREFIX), f"model {ref.name!r}", weights
