@@ -267,7 +267,8 @@ def test_a_read_only_directory_below_a_run_or_the_cache_ends_in_one_line(
         read_only(directory)
         code, stderr = bound(args, cache)
         line = assert_one_line(code, stderr, [str(directory)])
-        assert "Permission denied" in line, line
+        # the cache's gguf/ is checked before the model is built, as the dry run checks it
+        assert "Permission denied" in line or "is not writable" in line, line
         directory.chmod(0o755)
 
 
