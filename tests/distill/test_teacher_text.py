@@ -178,30 +178,37 @@ def test_bad_teacher_text_is_refused_by_name(
     assert not (tmp_path / "run").exists()
 
 
-def test_a_prompt_from_the_test_text_is_refused(tmp_path: Path, causal_teacher_dirs) -> None:
-    path = _recipe(tmp_path, causal_teacher_dirs)
+def _held_out_prompt_refused(tmp_path: Path, teacher_dirs, language: str) -> tuple[Path, str]:
+    """xx's 13th prompt is a held-out document of ``language``: the plan and ``prepare`` refuse
+    it, naming the language, and write no teacher text. The recipe and that document."""
+    path = _recipe(tmp_path, teacher_dirs)
     recipe = load_recipe(path)
-    held_ids = {e.id for e in language_examples(recipe, "xx") if e.heldout}
-    corpus = (tmp_path / "xx.txt").read_text(encoding="utf-8").splitlines()
-    held = [d for d in corpus if example_id("xx", d.strip()) in held_ids]
+    held_ids = {e.id for e in language_examples(recipe, language) if e.heldout}
+    corpus = (tmp_path / f"{language}.txt").read_text(encoding="utf-8").splitlines()
+    held = [d for d in corpus if example_id(language, d.strip()) in held_ids]
+    assert held
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("\n".join(documents(14, seed=77)[:12] + held[:1]) + "\n", encoding="utf-8")
     data = yaml.safe_load(path.read_text())
     data["teacher_text"]["xx"]["documents"] = 13
     path.write_text(yaml.safe_dump(data))
     recipe = load_recipe(path)
+    said = f"document 13 is a held-out example of language '{language}'"
     for stage in (
         lambda: stages.objective_of(recipe).plan(recipe.training),
         lambda: stages.prepare(recipe, progress=False),
     ):
-        with pytest.raises(
-            UserInputError, match="document 13 is a held-out example of language 'xx'"
-        ):
+        with pytest.raises(UserInputError, match=said):
             stage()
     assert not RunLayout(recipe.output_dir).teacher_text("xx").exists()
+    return path, held[0]
+
+
+def test_a_prompt_from_the_test_text_is_refused(tmp_path: Path, causal_teacher_dirs) -> None:
+    path, held = _held_out_prompt_refused(tmp_path, causal_teacher_dirs, "xx")
     # the held-out document with words after it is another document, with the same beginning
-    prompts.write_text(
-        "\n".join([*documents(14, seed=77)[:12], held[0].strip() + " and more words"]) + "\n",
+    (tmp_path / "prompts.txt").write_text(
+        "\n".join([*documents(14, seed=77)[:12], held.strip() + " and more words"]) + "\n",
         encoding="utf-8",
     )
     recipe = load_recipe(path)
@@ -216,27 +223,7 @@ def test_a_prompt_from_another_languages_test_text_is_refused(
     """Prompts for xx drawn from yy's corpus, held-out documents and all: the check had looked
     at xx's held-out examples alone, and the students, which train on every language, trained
     on the beginning of yy's test text."""
-    path = _recipe(tmp_path, causal_teacher_dirs)
-    recipe = load_recipe(path)
-    held_ids = {e.id for e in language_examples(recipe, "yy") if e.heldout}
-    corpus = (tmp_path / "yy.txt").read_text(encoding="utf-8").splitlines()
-    held = [d for d in corpus if example_id("yy", d.strip()) in held_ids]
-    assert held
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("\n".join(documents(14, seed=77)[:12] + held[:1]) + "\n", encoding="utf-8")
-    data = yaml.safe_load(path.read_text())
-    data["teacher_text"]["xx"]["documents"] = 13
-    path.write_text(yaml.safe_dump(data))
-    recipe = load_recipe(path)
-    for stage in (
-        lambda: stages.objective_of(recipe).plan(recipe.training),
-        lambda: stages.prepare(recipe, progress=False),
-    ):
-        with pytest.raises(
-            UserInputError, match="document 13 is a held-out example of language 'yy'"
-        ):
-            stage()
-    assert not RunLayout(recipe.output_dir).teacher_text("xx").exists()
+    _held_out_prompt_refused(tmp_path, causal_teacher_dirs, "yy")
 
 
 def test_a_masked_recipe_has_no_teacher_text(tmp_path: Path) -> None:
