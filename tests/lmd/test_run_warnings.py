@@ -73,3 +73,33 @@ def test_too_few_bootstrap_replicates_for_the_level_are_named(decompose: Any) ->
         ]
         if "--study.bootstrap" in w
     ]
+
+
+def test_a_model_that_does_not_vary_on_a_held_out_split_is_named(tmp_path: Path) -> None:
+    """Arrays whose test rows are all the same (an embedding service that failed on the last
+    requests): the test R^2 of that model, and the test means, had been blank and NaN with
+    nothing said."""
+    import numpy as np
+
+    import lmalgebra
+    from tiny import build_tokenizer, documents
+
+    tokenizer = build_tokenizer(tmp_path / "tokenizer")
+    texts, shape = documents(120), {"spans": {"length": 8, "counts": (60, 12, 12)}}
+    rows = len(lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer)))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((rows, 6)).astype(np.float32)
+    b = (a @ rng.standard_normal((6, 4))).astype(np.float32)
+    b[-12:] = b[-1]  # the test split's rows: one embedding
+    result = lmalgebra.decompose(
+        {"a": a, "b": b},
+        texts,
+        **shape,
+        reference_tokenizer=str(tokenizer),
+        cache_dir=tmp_path / "cache",
+        progress=False,
+    )
+    (warning,) = [w for w in result.summary["warnings"] if "same embedding" in w]
+    assert warning.startswith("'b': every test span has the same embedding, so its test R^2")
+    assert np.isnan(result.pairwise("test").loc["b", "a"])
+    assert not np.isnan(result.pairwise("validation").loc["b", "a"])

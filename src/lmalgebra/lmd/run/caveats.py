@@ -9,10 +9,13 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.stats.moments import ModelColumns
+from lmalgebra.stats.solver import SplitMoments
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,7 @@ def run_warnings(
     spans: Mapping[str, int],
     tokens: Mapping[str, TokenReport],
     blocks: Sequence[ModelColumns] | None,
+    moments: Mapping[str, SplitMoments],
 ) -> list[str]:
     """What a reader of a run's numbers should know, with the remedy (also logged)."""
     warnings: list[str] = []
@@ -61,6 +65,7 @@ def run_warnings(
                 "maximum length, so it saw less text than the others; use a smaller "
                 "spans.length (-T) or check max_length"
             )
+    warnings += _flat_held_out(blocks or (), moments)
     study = config.study
     least = math.ceil(2 / (1 - study.level))  # a replicate in each tail of the interval
     if 0 < study.bootstrap < least:
@@ -73,3 +78,27 @@ def run_warnings(
     for text in warnings:
         log.warning("%s", text)
     return warnings
+
+
+def _flat_held_out(
+    blocks: Sequence[ModelColumns], moments: Mapping[str, SplitMoments]
+) -> list[str]:
+    """A model whose embeddings are all the same on a held-out split (an embedding service that
+    failed on the last requests, say): its R^2 there is 0/0, written blank (NaN in
+    ``summary.json``), as are that split's means over the models. Constant on the training spans
+    it is refused before any fit."""
+    found = []
+    for split, m in moments.items():
+        flat = [
+            b.name
+            for b in blocks
+            if split != "train" and np.trace(m.cov[b.start : b.stop, b.start : b.stop]) <= 0
+        ]
+        if flat:
+            its = "its" if len(flat) == 1 else "their"
+            found.append(
+                f"{', '.join(map(repr, flat))}: every {split} span has the same embedding, so "
+                f"{its} {split} R^2 and the {split} means over the models are undefined (blank; "
+                f"NaN in summary.json); check {its} embeddings of those spans"
+            )
+    return found

@@ -172,7 +172,7 @@ def _run(
         tables,
         main.split_moments(),
         main.blocks,
-        run_warnings(config, pool.names, main.spans, tokens, main.blocks),
+        run_warnings(config, pool.names, main.spans, tokens, main.blocks, main.split_moments()),
         main.stats if inputs.keep_blocks and study.keeps_blocks else {},
         result.method,
     )
