@@ -1309,3 +1309,15 @@ def test_a_run_read_back_and_saved_onto_a_full_disk_is_one_error(
     assert not (copy / "summary.json").exists()
     assert not [p for p in copy.rglob("*") if ".tmp-" in p.name]
     assert Decomposition.load(loaded.save(copy)).names == loaded.names
+
+
+def test_a_device_as_an_output_is_refused_without_advice_to_remove_it(tmp_path: Path) -> None:
+    """``report --out /dev/null`` was refused with "remove it, or name another path"."""
+    from lmalgebra.storage.atomic import refuse_special
+
+    with pytest.raises(UserInputError) as device:
+        refuse_special(Path("/dev/null"), "report file")
+    assert str(device.value).endswith("lmalgebra writes only regular files; name another path")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(UserInputError, match="remove it, or name another path"):
+        refuse_special(tmp_path / "pipe")

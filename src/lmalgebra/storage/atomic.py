@@ -40,10 +40,16 @@ def refuse_special(path: Path, what: str = "output file") -> None:
             "points to, or another path"
         )
     if path.exists() and not path.is_file() and not path.is_dir():
+        # no "remove it": a device such as /dev/null is no one's to remove
+        advice = "name another path" if _is_device(path) else "remove it, or name another path"
         raise UserInputError(
             f"{what} {path} is not a regular file (a FIFO, socket or device): lmalgebra writes "
-            "only regular files; remove it, or name another path"
+            f"only regular files; {advice}"
         )
+
+
+def _is_device(path: Path) -> bool:
+    return path.is_char_device() or path.is_block_device()
 
 
 def refuse_unwritable(path: Path) -> None:
