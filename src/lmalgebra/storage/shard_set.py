@@ -341,8 +341,9 @@ class ShardSet:
 
     # ------------------------------------------------------------------ reading and checking
 
-    def read(self, index: int, verify: bool = True) -> Any:
-        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt.
+    def read(self, index: int, verify: bool = True, again: str = "run again") -> Any:
+        """Shard ``index``'s payload; raises naming the shard if it is missing or corrupt, and
+        ``again``: how it is written again (the command of the stage that writes it).
 
         ``verify=False`` skips the checksum, not the check: a shard of another size than its
         record, or one that does not decode, is still refused naming the file."""
@@ -351,25 +352,27 @@ class ShardSet:
         if not path.is_file():
             if path.exists() or path.is_symlink():  # a directory or special file in its place
                 raise UserInputError(f"{self.label} shard {path} {_not_a_file(path)}")
-            raise UserInputError(f"{self.label} shard {path} is missing; run again to recompute it")
+            raise UserInputError(f"{self.label} shard {path} is missing; {again} to recompute it")
         data = self.payload.read(path)  # one read serves the checksum and the payload
         if verify and hashlib.sha256(memoryview(data)).hexdigest() != record["sha256"]:
-            raise self._corrupt(path, "checksum mismatch")
+            raise self._corrupt(path, "checksum mismatch", again)
         if record.get("bytes", len(data)) != len(data):
-            raise self._corrupt(path, f"{len(data)} bytes, its manifest records {record['bytes']}")
+            why = f"{len(data)} bytes, its manifest records {record['bytes']}"
+            raise self._corrupt(path, why, again)
         try:
             return self.payload.decode(data, record)
         except (ValueError, OSError, TypeError, KeyError) as err:  # pyarrow's errors among them
-            raise self._corrupt(path, f"{type(err).__name__}: {err}".splitlines()[0]) from None
+            why = f"{type(err).__name__}: {err}".splitlines()[0]
+            raise self._corrupt(path, why, again) from None
 
-    def _corrupt(self, path: Path, why: str) -> UserInputError:
+    def _corrupt(self, path: Path, why: str, again: str) -> UserInputError:
         return UserInputError(
-            f"{self.label} shard {path} is corrupt ({why}); run again to recompute it"
+            f"{self.label} shard {path} is corrupt ({why}); {again} to recompute it"
         )
 
-    def tables(self, verify: bool = True) -> list[Any]:
+    def tables(self, verify: bool = True, again: str = "run again") -> list[Any]:
         """Every recorded shard's payload, in order (named for the store's Arrow tables)."""
-        return [self.read(i, verify) for i in sorted(self.records)]
+        return [self.read(i, verify, again) for i in sorted(self.records)]
 
     def problems(self, again: str = "run the stage again") -> list[str]:
         """Every missing or corrupt shard, and an incomplete set, as messages naming the file;

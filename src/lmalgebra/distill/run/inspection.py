@@ -67,10 +67,4 @@ def inspected_tables(shards: ShardSet, stage: str) -> list[Any]:
     """Every shard's table of ``shards`` (sizes and decoding checked, not checksums); a shard
     missing or damaged is refused naming ``stage``, the ``merge`` command that writes it again
     (the line had said "run again", which ``merge inspect`` is not)."""
-    try:
-        return shards.tables(verify=False)
-    except UserInputError as err:
-        said = str(err).removesuffix("; run again to recompute it")
-        raise UserInputError(
-            f"{said}: run `lmalgebra merge {stage} RECIPE` again to recompute it"
-        ) from None
+    return shards.tables(verify=False, again=f"run `lmalgebra merge {stage} RECIPE` again")

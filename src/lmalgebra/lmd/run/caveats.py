@@ -89,11 +89,9 @@ def _flat_held_out(
     it is refused before any fit."""
     found = []
     for split, m in moments.items():
-        flat = [
-            b.name
-            for b in blocks
-            if split != "train" and np.trace(m.cov[b.start : b.stop, b.start : b.stop]) <= 0
-        ]
+        if split == "train":
+            continue
+        flat = [b.name for b in blocks if np.trace(m.cov[b.start : b.stop, b.start : b.stop]) <= 0]
         if flat:
             its = "its" if len(flat) == 1 else "their"
             found.append(

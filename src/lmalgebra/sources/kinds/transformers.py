@@ -294,6 +294,11 @@ def _refuse_unreadable_text(owner: str, shown: str, config: Any, found: Any) -> 
     )
 
 
+# the architecture checks' own version, in their memo's key: a check added since is made once
+# more on every model
+CHECKS = 2
+
+
 def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Path | None:
     """Where a passed architecture check of ``directory`` is remembered (None: nowhere, or no
     ``config.json`` to key it on)."""
@@ -308,8 +313,7 @@ def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Pat
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         weights.append(_stamp(index))
-    # the checks' own version: a check added since is made once more on every model
-    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers"), 2])
+    key = sha256_json([auto, *stamp, found.st_ino, weights, version("transformers"), CHECKS])
     return memo_dir / f"architecture-{key}.checked"
 
 
