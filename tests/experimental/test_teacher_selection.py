@@ -240,3 +240,33 @@ def test_a_selection_refused_where_it_would_go_leaves_no_directory(
     with pytest.raises(UserInputError, match="holds a decomposition run"):
         selection.save(run / "selection")
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "summary.json"]
+
+
+def test_a_singular_basis_names_this_commands_flag(tmp_path: Path, candidates: dict) -> None:
+    """At ``alpha 0`` the refusal named ``--products``, a flag of ``decompose`` that select
+    lacks (and a teacher whose name holds "span" turned it into "too little text")."""
+    teachers = {"wp": candidates["wp"], "spanish": candidates["sp"], "sp": candidates["sp"]}
+    path = write(tmp_path, teachers, ["wp", "spanish"])
+    with pytest.raises(UserInputError) as caught:
+        select_teachers(
+            path, size=2, alpha=0.0, bootstrap=0, cache_dir=tmp_path / "c", spans=OPTIONS["spans"]
+        )
+    message = str(caught.value)
+    assert "language 'xx': basis [" in message and "is singular" in message
+    assert "use a larger --alpha than 0.0" in message and "--products" not in message
+
+
+def test_the_runs_warnings_are_logged_once_in_selects_flags(
+    tmp_path: Path, candidates: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The LMD run's warnings were logged twice (once more prefixed by the language), and
+    ``--bootstrap 0`` warned of ``--study.bootstrap 1``, a flag and a count no one gave."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    spans = {"counts": (100000, 20, 40), "length": 8}
+    with caplog.at_level("WARNING"):
+        select_teachers(path, size=2, bootstrap=0, cache_dir=tmp_path / "c", spans=spans)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [w for w in warned if "fewer spans than requested" in w] == [
+        next(w for w in warned if w.startswith("xx: fewer spans than requested"))
+    ]
+    assert not [w for w in warned if "--study." in w]

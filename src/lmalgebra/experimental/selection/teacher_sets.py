@@ -34,7 +34,7 @@ from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
-from lmalgebra.stats.solver import Decomposer
+from lmalgebra.stats.solver import Decomposer, SingularBasisError
 
 log = logging.getLogger(__name__)
 SOURCE = "experimental select"
@@ -196,21 +196,26 @@ def _language(
     if len(candidates) == 1:
         samples[1] = set_samples(None, candidates, 1, accuracy)
     else:
-        result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
-        solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
+        try:
+            result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
+            solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
+            for size in range(1, min(spec.size, len(candidates)) + 1):
+                samples[size] = set_samples(
+                    solver,
+                    candidates,
+                    size,
+                    accuracy,
+                    result.blocked["test"],
+                    "test",
+                    spec.bootstrap if spec.size > 1 else 0,  # sets of one: constant, no interval
+                    spec.seed,
+                )
+        except SingularBasisError as err:  # its remedies are decompose's flags
+            raise UserInputError(
+                f"language {lang!r}: {err.what}; use a larger --alpha than {spec.alpha}"
+            ) from None
         group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
         spans = dict(result.spans)
-        for size in range(1, min(spec.size, len(candidates)) + 1):
-            samples[size] = set_samples(
-                solver,
-                candidates,
-                size,
-                accuracy,
-                result.blocked["test"],
-                "test",
-                spec.bootstrap if spec.size > 1 else 0,  # sets of one: constant, no interval
-                spec.seed,
-            )
     timings["lmd"] += time.perf_counter() - clock
     top = min(spec.size, len(candidates))
     ranking = ranked(samples[top], spec.level)
@@ -244,9 +249,10 @@ def _embed(
     }
     config = validate(DecomposeConfig, data, SOURCE)
     try:
-        result = run_decomposition(config, RunInputs(docs=texts, keep_blocks=True))
+        inputs = RunInputs(docs=texts, keep_blocks=True, log_warnings=False)
+        result = run_decomposition(config, inputs)
     except UserInputError as err:
-        if "span" not in str(err):
+        if "span" not in str(err) or isinstance(err, SingularBasisError):
             raise
         cap = "" if spec.max_texts is None else f"--max_texts {spec.max_texts} (max_texts), "
         raise UserInputError(
@@ -254,7 +260,11 @@ def _embed(
             f"compare teachers ({err}); raise {cap}heldout_fraction or "
             f"languages.{lang}.max_examples, or lower spans.length"
         ) from err
-    for warning in result.warnings:
+    for warning in result.warnings:  # logged once, by language, in this command's flags
+        if warning.startswith("--study.bootstrap"):
+            if not spec.bootstrap:  # the run's one replicate keeps its blocks: no interval drawn
+                continue
+            warning = warning.replace("--study.bootstrap", "--bootstrap")
         log.warning("%s: %s", lang, warning)
     return result
 

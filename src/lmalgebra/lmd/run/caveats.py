@@ -37,8 +37,10 @@ def run_warnings(
     tokens: Mapping[str, TokenReport],
     blocks: Sequence[ModelColumns] | None,
     moments: Mapping[str, SplitMoments],
+    logged: bool = True,
 ) -> list[str]:
-    """What a reader of a run's numbers should know, with the remedy (also logged)."""
+    """What a reader of a run's numbers should know, with the remedy (also logged, unless
+    ``logged`` is false: a caller that runs LMD for its own ends words them)."""
     warnings: list[str] = []
     requested = dict(zip(SPLITS, config.spans.counts, strict=True))
     short = {s: (spans.get(s, 0), n) for s, n in requested.items()}
@@ -75,7 +77,7 @@ def run_warnings(
             "the extreme replicates (one replicate: an interval of width 0, which need not "
             f"hold the estimate); use --study.bootstrap {least} or more"
         )
-    for text in warnings:
+    for text in warnings if logged else ():
         log.warning("%s", text)
     return warnings
 
