@@ -195,7 +195,7 @@ def check_plain_name(name: str, what: str, where: str = "inside the run") -> str
     if not _PLAIN_NAME.fullmatch(name):
         raise UserInputError(
             f"{what} {name!r} must be one plain directory name {where} "
-            "(1 to 100 letters, digits, '.', '_', '-'; not starting with '.')"
+            "(1 to 100 ASCII letters, digits, '.', '_', '-'; not starting with '.')"
         )
     return name
 
