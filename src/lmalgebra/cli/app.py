@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
@@ -50,7 +52,30 @@ app = typer.Typer(
 )
 # no markup: what it prints holds paths, names and text of the user's, whose brackets had been
 # read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work)
-console = Console(markup=False)
+class FoldingConsole(Console):
+    """Rich's console, whose tables lose no cell: piped (where rich takes 80 columns) a table is
+    as wide as its cells, and in a terminal too narrow a cell folds onto the next line. Cells had
+    been cut with an ellipsis: the numbers of ``merge inspect``, the names ``packaged`` lists."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for table in objects:
+            for column in table.columns if isinstance(table, Table) else ():
+                column.overflow = "fold"
+        width = self.width
+        if not self.is_terminal:
+            wide = self.options.update(width=WIDEST)
+            for table in objects:
+                if isinstance(table, Table):
+                    width = max(width, Measurement.get(self, wide, table).maximum)
+        kept, self.width = self.width, width
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self.width = kept
+
+
+console = FoldingConsole(markup=False)
+WIDEST = 400  # columns of a table piped
 
 
 def bold(text: object) -> Text:
