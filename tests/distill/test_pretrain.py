@@ -111,11 +111,15 @@ def test_the_pretrained_teacher_passes_its_own_checksums(tmp_path: Path, cli) ->
     args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "fr"]
     args += ["--out", str(out), "--tokenizer.vocab_size", "120", "--model.hidden_size", "16"]
     args += ["--training.steps", "2", "--training.batch_size", "4", "--example_length", "32"]
-    code, stderr = cli([*args, "--no-progress"])
+    code, stderr = cli([*args, "--model.max_position_embeddings", "64", "--no-progress"])
     assert code == 0, stderr
     assert model_damage(out) is None
     assert all(not name.startswith(".") for name in read_marker(out)["files"])
     assert json.loads((out / "tokenizer.json").read_text())["truncation"] is None
+    # the model's positions, as a causal teacher's and a student's (it had been 512 whatever
+    # the positions: max(example_length, 512))
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["model_max_length"] == 64
 
 
 def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:

@@ -117,7 +117,7 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
     if given is None:
         assert spec.tokenizer.vocab_size is not None  # the spec has one or the other
         size, lowercase = spec.tokenizer.vocab_size, spec.tokenizer.lowercase
-        chosen = train_wordpiece(texts, size, lowercase, max(spec.example_length, 512))
+        chosen = train_wordpiece(texts, size, lowercase, spec.model.max_position_embeddings)
     else:
         chosen = _given_tokenizer(given)
     seed = spec.training.seed
