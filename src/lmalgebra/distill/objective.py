@@ -90,6 +90,8 @@ Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
 
 log = logging.getLogger(__name__)
+# above this share of a teacher's tokens of a language unknown, it is said to have little to teach
+UNKNOWN_SHARE = 0.1
 
 
 def run_dir(self: Objective, **_: Any) -> Path:
@@ -219,12 +221,15 @@ class Objective(ABC):
             return
         make, facts = self.copy_shard(lang, teacher)
         (verb, counted), column = self.copying, self.columns[1]
+        unknown = [0, 0]  # the teacher's unknown tokens, and all its tokens, in what is written
         with progress_bar(f"{verb} {lang}/{teacher.name}", len(starts), progress) as advance:
             for index, start in enumerate(starts):
                 if index in todo:
                     table = make(examples.slice(start, rows))
                     shards.write(index, table, **{counted: len(pc.list_flatten(table[column]))})
+                    _count_unknown(unknown, pc.list_flatten(table[self.columns[0]]), teacher)
                 advance(1)
+        _warn_unknown(unknown, lang, teacher)
         total = sum(int(s[counted]) for s in shards.manifest["shards"])
         vocab = len(teacher.tokenizer)
         made_from = {SOURCE_FIELD: source_digest(source)}
@@ -612,3 +617,30 @@ def restart_stale(made: ShardSet, source: ShardSet) -> None:
             source.directory,
         )
         made.restart()
+
+
+def _count_unknown(counts: list[int], ids: Any, teacher: Teacher) -> None:
+    """Add to ``counts`` (unknown, all) the teacher's unknown tokens among ``ids``."""
+    unk = teacher.tokenizer.unk_token_id
+    if unk is not None:
+        counts[0] += int(pc.sum(pc.equal(ids, unk)).as_py() or 0)
+    counts[1] += len(ids)
+
+
+def _warn_unknown(counts: list[int], lang: str, teacher: Teacher) -> None:
+    """Warn of a teacher whose tokenizer reads much of a language as its unknown token: it has
+    little to teach there (a causal store aligns no byte of one), which no stage had said."""
+    unknown, total = counts
+    if total and unknown / total > UNKNOWN_SHARE:
+        log.warning(
+            "teacher %r reads %.0f%% of the tokens of language %r (%d of %d) as its unknown "
+            "token %r: it has little to teach of this text; check that its tokenizer covers the "
+            "language",
+            teacher.name,
+            100 * unknown / total,
+            lang,
+            unknown,
+            total,
+            teacher.tokenizer.unk_token,
+        )
+
