@@ -270,3 +270,31 @@ def test_the_runs_warnings_are_logged_once_in_selects_flags(
         next(w for w in warned if w.startswith("xx: fewer spans than requested"))
     ]
     assert not [w for w in warned if "--study." in w]
+
+
+def test_the_next_line_says_where_other_teachers_would_meet_trained_students(
+    tmp_path: Path,
+) -> None:
+    """The recommended recipe keeps the recipe's ``output_dir``: run as the "next:" line said,
+    over a run of trained students, it had built their vocabulary again with other teachers in
+    silence (the students then refused by verify and train). The line says so there, and only
+    there."""
+    from types import SimpleNamespace
+
+    from lmalgebra.cli.experimental import _over
+
+    config = SimpleNamespace(
+        output_dir=tmp_path, languages={"xx": SimpleNamespace(teachers=["wp", "sp"])}
+    )
+    same, other = SimpleNamespace(recommended={"xx": ["sp", "wp"]}), SimpleNamespace(
+        recommended={"xx": ["wp"]}
+    )
+    assert _over(config, other) == ""  # no trained student: nothing to lose
+    marker = tmp_path / "s1" / "model" / "lmalgebra.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}", encoding="utf-8")
+    assert _over(config, same) == ""  # the same teachers: the run resumes
+    assert f"writes into {tmp_path}, which holds students trained with other" in _over(
+        config, other
+    )
+    assert "teachers, s1: give it another output_dir" in _over(config, other)
