@@ -268,3 +268,21 @@ def test_a_damaged_student_is_not_scored_by_bits_per_byte(
     name = "model" if given == "path" else "s"
     assert_one_line(code, stderr, [f"model {name!r}", str(model / "model.safetensors"), "damaged"])
     assert digests(run) == before
+
+
+def test_a_damaged_teacher_written_here_is_refused_before_any_stage_writes(
+    trained: Path, tmp_path: Path, causal_teacher_dirs, cli
+) -> None:
+    """A teacher written here (a student, a pretrained teacher) whose files no longer match its
+    record had been refused at ``merge teach`` only, after ``prepare`` had written the examples
+    and every teacher's copies: it is refused when the stage opens it, before any work."""
+    teacher = tmp_path / "edited"
+    shutil.copytree(trained / "student" / "model", teacher)
+    config = json.loads((teacher / "config.json").read_text(encoding="utf-8"))
+    config["initializer_range"] = 0.5  # a setting edited: loads as before, another record
+    (teacher / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    teachers = {**causal_teacher_dirs, "wp": teacher}
+    path = write_causal_recipe(tmp_path, teachers, student=CAUSAL_STUDENT)
+    code, stderr = cli(["merge", "prepare", str(path)])
+    assert_one_line(code, stderr, ["teacher 'wp'", str(teacher / "config.json"), "is damaged"])
+    assert not (tmp_path / "run").exists()
