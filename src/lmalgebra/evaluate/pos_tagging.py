@@ -46,7 +46,8 @@ from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 log = logging.getLogger(__name__)
 # Universal Dependencies' part-of-speech tags (universaldependencies.org/u/pos)
 UD_UPOS = frozenset(
-    "ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ SYM VERB X".split()
+    ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON")
+    + ("PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
 )
 
 
