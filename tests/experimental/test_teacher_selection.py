@@ -286,8 +286,9 @@ def test_the_next_line_says_where_other_teachers_would_meet_trained_students(
     config = SimpleNamespace(
         output_dir=tmp_path, languages={"xx": SimpleNamespace(teachers=["wp", "sp"])}
     )
-    same, other = SimpleNamespace(recommended={"xx": ["sp", "wp"]}), SimpleNamespace(
-        recommended={"xx": ["wp"]}
+    same, other = (
+        SimpleNamespace(recommended={"xx": ["sp", "wp"]}),
+        SimpleNamespace(recommended={"xx": ["wp"]}),
     )
     assert _over(config, other) == ""  # no trained student: nothing to lose
     marker = tmp_path / "s1" / "model" / "lmalgebra.json"

@@ -50,8 +50,8 @@ app = typer.Typer(
     context_settings=CONTEXT,
     help=HELP,
 )
-# no markup: what it prints holds paths, names and text of the user's, whose brackets had been
-# read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work)
+
+
 class FoldingConsole(Console):
     """Rich's console, whose tables lose no cell: piped (where rich takes 80 columns) a table is
     as wide as its cells, and in a terminal too narrow a cell folds onto the next line. Cells had
@@ -74,6 +74,8 @@ class FoldingConsole(Console):
             self.width = kept
 
 
+# no markup: what it prints holds paths, names and text of the user's, whose brackets had been
+# read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work)
 console = FoldingConsole(markup=False)
 WIDEST = 400  # columns of a table piped
 

@@ -643,4 +643,3 @@ def _warn_unknown(counts: list[int], lang: str, teacher: Teacher) -> None:
             total,
             teacher.tokenizer.unk_token,
         )
-

@@ -46,8 +46,7 @@ from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 log = logging.getLogger(__name__)
 # Universal Dependencies' part-of-speech tags (universaldependencies.org/u/pos)
 UD_UPOS = frozenset(
-    ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON")
-    + ("PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
+    "ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ SYM VERB X".split()  # noqa: SIM905
 )
 
 

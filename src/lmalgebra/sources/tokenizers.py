@@ -32,9 +32,10 @@ TOKENIZER_FILES = (
 def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
     """The directory of the tokenizer ``source`` names: a directory, ``package:NAME`` (for a
     packaged ONNX graph, the packaged tokenizer it is run with), ``gguf:FILE`` (the tokenizer
-    the file describes) or a hub id (``ID[@REVISION]``, its tokenizer files fetched). ``owner`` starts every message. ``weights=False`` (a plan): a
-    packaged model or GGUF file is not unpacked or dequantised into the cache for it (the
-    tokenizer files it yields are the same bytes)."""
+    the file describes) or a hub id (``ID[@REVISION]``, its tokenizer files fetched).
+    ``owner`` starts every message. ``weights=False`` (a plan): a packaged model or GGUF file is
+    not unpacked or dequantised into the cache for it (the tokenizer files it yields are the
+    same bytes)."""
     if source.startswith(PACKAGE_PREFIX):  # a packaged ONNX graph: the tokenizer it runs with
         name = ONNX_ASSETS.get(source.removeprefix(PACKAGE_PREFIX), source)
         return asset_path(name.removeprefix(PACKAGE_PREFIX), weights, "model")
