@@ -286,3 +286,29 @@ def test_a_damaged_teacher_written_here_is_refused_before_any_stage_writes(
     code, stderr = cli(["merge", "prepare", str(path)])
     assert_one_line(code, stderr, ["teacher 'wp'", str(teacher / "config.json"), "is damaged"])
     assert not (tmp_path / "run").exists()
+
+
+def test_a_damaged_student_is_neither_embedded_nor_tagged(
+    trained: Path, tmp_path: Path, bert_dir: Path, cli
+) -> None:
+    """``decompose`` had embedded, and ``evaluate-pos`` tagged with, a student whose weights no
+    longer match its record (loads fine, other weights), under its name: each refuses it in one
+    line naming the file, before anything is written."""
+    from hostile_helpers import one_word_treebank
+    from tiny import documents
+
+    student = tmp_path / "student"
+    shutil.copytree(trained / "student" / "model", student)
+    _flip(student / "model.safetensors")
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n".join(documents(60, seed=1)) + "\n", encoding="utf-8")
+    said = [f"model 's': {student / 'model.safetensors'} is damaged"]
+    args = ["decompose", "--models", f"s={student}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus), "--out", str(tmp_path / "d"), "--spans.length", "8"]
+    code, stderr = cli([*args, "--cache_dir", str(tmp_path / "cache")])
+    assert_one_line(code, stderr, said)
+    bank = one_word_treebank(tmp_path / "bank")
+    pos = tmp_path / "pos"
+    code, stderr = cli(["evaluate-pos", str(bank), "--models", f"s={student}", "--out", str(pos)])
+    assert_one_line(code, stderr, said)
+    assert not (tmp_path / "d").exists() and not pos.exists()

@@ -26,8 +26,8 @@ from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure, refuse_code_replaced
 from lmalgebra.core.text_files import read_text
-from lmalgebra.distill.layout import is_complete, model_damage
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_headless, refuse_incomplete
+from lmalgebra.sources.model_files import refuse_damaged
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -171,16 +171,6 @@ def load_lm(
     refuse_headless(owner, shown, auto, base, info.get("missing_keys", ()))
     refuse_incomplete(owner, directory, model, info, shown=shown)
     return model.eval()
-
-
-def refuse_damaged(owner: str, directory: Path) -> None:
-    """Refuse a model directory written here (a student, a teacher from ``lmalgebra pretrain``)
-    whose files are not those its marker records, naming the file: read anyway, a damaged
-    student had been scored as if it were the one trained."""
-    if is_complete(directory):
-        damage = model_damage(directory)
-        if damage is not None:
-            raise UserInputError(f"{owner}: {damage}")
 
 
 def inference_setup(recipe: Any) -> tuple[torch.device, torch.dtype]:
