@@ -164,6 +164,7 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
         "model": spec.model.model_dump(),
         "training": spec.training.model_dump(),
         "final": last,
+        "made_from": spec.made_from(texts),
     }
     saved = write_model_directory(spec.out, network, tokenizer, metadata, card)
     release_checkpoints(spec.out / "training", spec.training)

@@ -266,6 +266,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"encoder {ref.path}: its tokenizer has no mask token")
     ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    made_from = spec.made_from(texts)  # the text before max_examples, as keep_saved reads it
     ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
     hashes = source_of(ref, directory).fingerprint()
     data = {"language": spec.language, "example_length": spec.example_length}
@@ -295,6 +296,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
         "tied_output_projection": tied,
         "training": spec.training.model_dump(),
         "final": last,
+        "made_from": made_from,
     }
     head = f"trained: {', '.join(trained)}"
     if tied:

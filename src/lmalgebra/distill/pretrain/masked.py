@@ -164,6 +164,7 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
         "training": spec.training.model_dump(),
         "tokenizer": given or "WordPiece trained on the corpus",
         "final": last,
+        "made_from": spec.made_from(texts),
     }
     saved = write_model_directory(spec.out, model, chosen, metadata, card)
     release_checkpoints(spec.out / "training", spec.training)

@@ -10,11 +10,14 @@ sees the text it is evaluated on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import with_default
 from lmalgebra.core.settings import PathText, Settings, refuse_ignored
 from lmalgebra.distill.layout import check_plain_name
@@ -100,6 +103,15 @@ class PretrainText(Settings):
     training: TeacherTrainingSpec = Field(
         default_factory=TeacherTrainingSpec, description="Training."
     )
+
+    def made_from(self, texts: Sequence[str]) -> dict[str, Any]:
+        """What makes a saved teacher this spec's, its training aside (``keep_saved`` keeps one
+        trained for more or fewer steps): the spec less its output, corpus and training, and
+        the hash of the ``texts`` it trains on (what the corpus settings give)."""
+        return {
+            "spec": self.model_dump(mode="json", exclude={"out", "corpus", "training"}),
+            "corpus text": sha256_texts(texts),
+        }
 
     @field_validator("language")
     @classmethod
