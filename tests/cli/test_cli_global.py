@@ -182,6 +182,9 @@ def test_a_table_piped_or_narrow_loses_no_cell(
     code, out, _ = run(monkeypatch, capsys, "packaged")
     assert code == 0
     assert "package:minilm-l3-onnx" in out and "…" not in out
+    path = "o/" + "a" * 50 + "/" + "b" * 50  # a path piped had been split over two lines
+    app.console.print(f"outputs in {path}")
+    assert capsys.readouterr().out == f"outputs in {path}\n"
     narrow = app.FoldingConsole(file=io.StringIO(), width=8, force_terminal=True, color_system=None)
     table = Table("tokens")
     table.add_row("75812345")

@@ -54,8 +54,9 @@ app = typer.Typer(
 
 class FoldingConsole(Console):
     """Rich's console, whose tables lose no cell: piped (where rich takes 80 columns) a table is
-    as wide as its cells, and in a terminal too narrow a cell folds onto the next line. Cells had
-    been cut with an ellipsis: the numbers of ``merge inspect``, the names ``packaged`` lists."""
+    as wide as its cells and a line of text is one line, and in a terminal too narrow a cell
+    folds onto the next line. Cells had been cut with an ellipsis (the numbers of ``merge
+    inspect``, the names ``packaged`` lists), and a path piped split over two lines."""
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         for table in objects:
@@ -67,6 +68,8 @@ class FoldingConsole(Console):
             for table in objects:
                 if isinstance(table, Table):
                     width = max(width, Measurement.get(self, wide, table).maximum)
+            if width == self.width:  # a line of text whole, as a terminal would wrap it
+                kwargs.setdefault("soft_wrap", True)
         kept, self.width = self.width, width
         try:
             super().print(*objects, **kwargs)
