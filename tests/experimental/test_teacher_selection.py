@@ -299,3 +299,33 @@ def test_the_next_line_says_where_other_teachers_would_meet_trained_students(
         config, other
     )
     assert "teachers, s1: give it another output_dir" in _over(config, other)
+
+
+def test_a_teacher_that_reads_the_text_as_unknown_tokens_earns_no_accuracy(
+    teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A teacher whose tokenizer reads a language as its unknown token, and which predicts that
+    token, had scored an accuracy near 1 and been recommended first (a ``pretrain`` teacher of
+    another language's tokenizer: 0.99 against 0.02): a gold unknown token counts as missed."""
+    import torch
+
+    from lmalgebra.distill.examples import Example
+    from lmalgebra.distill.masked.teachers import open_masked_teacher
+    from lmalgebra.distill.recipe import MaskingSpec
+    from lmalgebra.experimental.selection import teacher_quality
+    from lmalgebra.sources.models import ModelRef
+
+    ref = ModelRef(name="wp", path=str(teacher_dirs["wp"]))
+    teacher = open_masked_teacher(ref)
+    unk = teacher.tokenizer.unk_token_id
+
+    def always_unknown(model: object, batch: dict) -> torch.Tensor:  # a perfect [UNK] guesser
+        logits = torch.zeros(batch["rows"].numel(), len(teacher.tokenizer))
+        logits[:, unk] = 1.0
+        return logits
+
+    monkeypatch.setattr(teacher_quality, "masked_logits", always_unknown)
+    text = " ".join(["съешь же ещё этих мягких булок"] * 8)
+    examples = [Example(f"yy-{i}", f"{text} {i}", True) for i in range(4)]
+    found = teacher_quality.held_out_quality("yy", teacher, ref, examples, MaskingSpec(seed=3), 48)
+    assert found.masked_tokens > 0 and found.accuracy == 0.0
