@@ -238,3 +238,22 @@ def test_a_second_run_resumes_from_the_checkpoints_and_refuses_other_inputs(
     assert all(torch.equal(first[k], again[k]) for k in first)
     with pytest.raises(CheckpointMismatchError, match="the corpus changed"):
         pretrain_head(HeadOnlySpec.model_validate({**data, "max_examples": 10}), progress=False)
+
+
+def test_an_encoder_written_here_and_damaged_since_is_refused(
+    teacher: Path, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A model written here whose files no longer match its record, as the encoder: a head had
+    been trained on it, as on the model it was (its ``config.json`` edited since)."""
+    import shutil
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(teacher, encoder, ignore=shutil.ignore_patterns("training"))
+    config = json.loads((encoder / "config.json").read_text(encoding="utf-8"))
+    (encoder / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    out = tmp_path / "head"
+    args = ["pretrain", "head-only", "--corpus.paths", str(corpus), "--language", "xx"]
+    args += ["--encoder", str(encoder), "--out", str(out), "--training.steps", "1"]
+    code, stderr = run_cli(args, monkeypatch, capsys)
+    assert_one_line(code, stderr, [f"encoder {encoder}", "config.json is damaged"])
+    assert not out.exists()

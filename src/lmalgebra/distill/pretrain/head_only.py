@@ -38,6 +38,7 @@ from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
+from lmalgebra.sources.model_files import refuse_damaged
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
@@ -64,6 +65,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
             f"encoder {ref.path}: {what} cannot carry a head-only teacher "
             "(give a trained transformers encoder: a directory, package:NAME or hub id)"
         )
+    refuse_damaged(f"encoder {ref.path}", directory)  # a student written here, read as written
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
     else:
