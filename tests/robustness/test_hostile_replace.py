@@ -471,3 +471,24 @@ def test_verify_names_an_evaluation_of_a_student_trained_again_since(
     assert code == 0, stderr
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
+
+
+def test_keep_saved_keeps_only_a_student_trained_as_asked(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``merge(..., students={"student": {"gold_only": True}}, keep_saved=True)`` had returned
+    the distilled student as the gold-only one asked for (``merge train`` refuses it, naming the
+    change): refused the same way; a student asked for more steps is kept, as documented."""
+    from lmalgebra import UserInputError
+    from lmalgebra.api.merge import merge
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    asked = {"student": {"gold_only": True, "lr": 0.05}}
+    with pytest.raises(UserInputError, match=r"student 'student' is saved, trained with other "):
+        merge(recipe, ["train"], students=asked, keep_saved=True, progress=False)
+    longer = merge(recipe, ["train"], students={"student": {"steps": 99}}, keep_saved=True)
+    assert longer.students == {"student": model} and digests(model) == before

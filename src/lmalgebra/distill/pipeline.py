@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError, UserValueError
+from lmalgebra.core.errors import RESTART, UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
@@ -55,6 +55,7 @@ from lmalgebra.storage.output_paths import (
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import (
+    changed_training,
     check_precision,
     refuse_fewer_steps,
     refuse_other_training,
@@ -173,12 +174,27 @@ def run_stages(
     ]
     if kept:  # kept only if trained from these teachers and this store: checked once, first
         objective.check_students(kept)
+    for name in kept:  # and as asked (its run length aside)
+        _refuse_kept_otherwise(name, objective.layout.model(name), chosen[name])
     for name, training in chosen.items():
         model = objective.layout.model(name)
         if name not in kept:
             model = objective.train(name, training, progress, restart)
         models[name] = model
     return models
+
+
+def _refuse_kept_otherwise(name: str, model: Path, training: TrainingSpec) -> None:
+    """Refuse to keep a saved student trained with other settings than ``training`` (those that
+    shape every step): ``keep_saved`` had returned it as the student asked for."""
+    changed = changed_training(saved_training(model), training)
+    if changed:
+        shown = "; ".join(f"training.{c}" for c in changed[:3])
+        raise UserInputError(
+            f"student {name!r} is saved, trained with other settings ({shown}): keep_saved "
+            f"keeps a student trained as asked (its run length aside); {RESTART} trains it "
+            "again, or name another student"
+        )
 
 
 def evaluate_students(

@@ -187,6 +187,19 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
         )
 
 
+def changed_training(recorded: Any, spec: OptimisationSpec) -> list[str]:
+    """The settings that shape every step in which ``spec`` differs from ``recorded`` (a saved
+    model's record of its training; None where it has none): ``"key OLD -> NEW"`` each. A
+    setting one of them lacks (a record of an older release) is not compared."""
+    if not isinstance(recorded, dict):
+        return []
+    current, saved = training_part(spec), training_fields(recorded)
+    return differences(
+        {k: v for k, v in saved.items() if k in current},
+        {k: v for k, v in current.items() if k in saved},
+    )
+
+
 def refuse_other_training(
     recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
 ) -> None:
@@ -196,14 +209,9 @@ def refuse_other_training(
     (``runs``: a student's, each of its ``lambda_candidates``'; ``keep_checkpoints`` 0):
     training would start again from step 0 and replace it, where a checkpoint of other settings
     is refused. A setting one of them lacks (a record of an older release) is not compared."""
-    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+    if any(checkpointed_step(r / "checkpoints") for r in runs):
         return
-    current = training_part(spec)
-    saved = training_fields(recorded)
-    changed = differences(
-        {k: v for k, v in saved.items() if k in current},
-        {k: v for k, v in current.items() if k in saved},
-    )
+    changed = changed_training(recorded, spec)
     if changed:
         shown = "; ".join(f"training.{c}" for c in changed[:3])
         raise UserInputError(
