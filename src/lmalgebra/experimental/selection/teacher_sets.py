@@ -32,6 +32,7 @@ from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 from lmalgebra.experimental.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.settings.spans import TooLittleTextError
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
 from lmalgebra.stats.solver import Decomposer, SingularBasisError
@@ -251,9 +252,7 @@ def _embed(
     try:
         inputs = RunInputs(docs=texts, keep_blocks=True, log_warnings=False)
         result = run_decomposition(config, inputs)
-    except UserInputError as err:
-        if "span" not in str(err) or isinstance(err, SingularBasisError):
-            raise
+    except TooLittleTextError as err:  # named by its class: a teacher's name may hold "span"
         cap = "" if spec.max_texts is None else f"--max_texts {spec.max_texts} (max_texts), "
         raise UserInputError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
