@@ -182,3 +182,27 @@ def test_a_given_tokenizer_is_kept_as_is(
     assert model.config.vocab_size == len(given)
     with pytest.raises(UserInputError, match=r"tokenizer.path .*missing-dir"):
         pretrain(spec(tmp_path / "u", tmp_path / "missing-dir"))
+
+
+def test_a_teacher_of_other_text_is_not_replaced_when_no_checkpoint_is_left(
+    tmp_path: Path, cli
+) -> None:
+    """With ``keep_checkpoints 0`` the finished teacher kept no checkpoint whose record names
+    an edited corpus: the same command then trained from step 0 on the edited text and replaced
+    it, unsaid. It is refused, naming the change; nothing is touched."""
+    from hostile_helpers import assert_one_line, digests
+
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("\n".join(documents(30, seed=21)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "fr"]
+    args += ["--out", str(out), "--tokenizer.vocab_size", "120", "--model.hidden_size", "16"]
+    args += ["--training.steps", "2", "--training.batch_size", "4", "--example_length", "32"]
+    args += ["--training.keep_checkpoints", "0", "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    before = digests(out)
+    corpus.write_text("\n".join(documents(20, seed=21)) + "\n", encoding="utf-8")
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [f"{out} was made from other inputs (corpus text", "--restart"])
+    assert digests(out) == before

@@ -299,13 +299,14 @@ def read_marker(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / MARKER, "model directory marker")
 
 
-def saved_training(directory: Path) -> Any:
-    """The training settings the complete model directory records (None: none, or no such
-    model; a record that cannot be read is named where the model is read)."""
+def saved_training(directory: Path, key: str = "training") -> Any:
+    """The training settings the complete model directory records (``key``: another entry of
+    its record, ``made_from``, say; None: none, or no such model; a record that cannot be read
+    is named where the model is read)."""
     if not is_complete(directory):
         return None
     try:
-        return read_marker(directory).get("training")
+        return read_marker(directory).get(key)
     except (UserInputError, AttributeError):
         return None
 

@@ -222,6 +222,24 @@ def refuse_other_training(
         )
 
 
+def refuse_other_inputs_saved(
+    recorded: Any, current: dict[str, Any], runs: Iterable[Path], where: Path
+) -> None:
+    """Refuse to train over the model saved at ``where`` when it was made from other inputs
+    than ``current`` (``recorded``: its record of them, None where it has none) once no
+    checkpoint is left to resume from (``refuse_other_training``'s case): training would start
+    again from step 0 and replace it, with its text edited or its sizes changed, unsaid."""
+    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+        return
+    changed = differences(recorded, current)
+    if changed:
+        raise UserInputError(
+            f"{where} was made from other inputs ({'; '.join(changed[:3])}) and kept no "
+            "checkpoint (training.keep_checkpoints 0): training would replace it from step 0; "
+            f"{RESTART} trains it again, or give another --out"
+        )
+
+
 def train(
     model: Any,
     source: BatchSource,

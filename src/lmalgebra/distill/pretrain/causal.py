@@ -31,6 +31,7 @@ from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
+    refuse_other_inputs_saved,
     refuse_other_training,
     refuse_training_parts,
     release_checkpoints,
@@ -119,6 +120,9 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
             saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
         )
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    if not restart:  # no checkpoint left: a teacher of other text or sizes is not replaced
+        saved = saved_training(spec.out, "made_from")
+        refuse_other_inputs_saved(saved, spec.made_from(texts), [spec.out / "training"], spec.out)
     kind, size = spec.tokenizer.kind, spec.tokenizer.vocab_size
     tokenizer = train_causal_tokenizer(texts, kind, size, spec.model.max_position_embeddings)
     seed = spec.training.seed

@@ -45,6 +45,7 @@ from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
+    refuse_other_inputs_saved,
     refuse_other_training,
     refuse_training_parts,
     release_checkpoints,
@@ -269,6 +270,9 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
         raise UserInputError(f"encoder {ref.path}: its tokenizer has no mask token")
     ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     made_from = spec.made_from(texts)  # the text before max_examples, as keep_saved reads it
+    if not restart:  # no checkpoint left: a teacher of other text or sizes is not replaced
+        saved = saved_training(spec.out, "made_from")
+        refuse_other_inputs_saved(saved, made_from, [spec.out / "training"], spec.out)
     ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
     hashes = source_of(ref, directory).fingerprint()
     data = {"language": spec.language, "example_length": spec.example_length}

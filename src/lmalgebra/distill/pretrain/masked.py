@@ -30,6 +30,7 @@ from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
+    refuse_other_inputs_saved,
     refuse_other_training,
     refuse_training_parts,
     release_checkpoints,
@@ -113,6 +114,9 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
             saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
         )
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    if not restart:  # no checkpoint left: a teacher of other text or sizes is not replaced
+        saved = saved_training(spec.out, "made_from")
+        refuse_other_inputs_saved(saved, spec.made_from(texts), [spec.out / "training"], spec.out)
     given = spec.tokenizer.path
     if given is None:
         assert spec.tokenizer.vocab_size is not None  # the spec has one or the other
