@@ -214,7 +214,23 @@ def test_too_little_held_out_text_names_the_full_key(tmp_path: Path, candidates:
     recipe["languages"]["xx"]["max_examples"] = 4
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     with pytest.raises(UserInputError, match=r"too little text .* languages\.xx\.max_examples"):
-        select_teachers(path, size=1, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
+        select_teachers(path, size=2, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
+
+
+def test_sets_of_one_rank_on_text_too_little_for_lmd(
+    tmp_path: Path, candidates: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sets of one rank by quality alone: a selection of them had been refused for held-out
+    text too little for the LMD run that only fills ``group_r2``. It ranks them, saying so."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    recipe["languages"]["xx"]["max_examples"] = 4
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        found = select_teachers(path, size=1, cache_dir=tmp_path / "c", spans=OPTIONS["spans"])
+    xx = found.teachers[found.teachers["language"] == "xx"]
+    assert len(xx) == 2 and xx["group_r2"].isna().all()
+    assert any("sets of one rank by quality alone" in r.getMessage() for r in caplog.records)
 
 
 def test_too_little_held_out_text_names_max_texts_where_it_was_given(

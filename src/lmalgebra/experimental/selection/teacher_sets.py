@@ -194,33 +194,44 @@ def _language(
     group_r2: dict[str, float] = {}
     spans: dict[str, int] = {}
     clock = time.perf_counter()
-    if len(candidates) == 1:
+    if spec.size == 1 or len(candidates) == 1:  # sets of one: nothing is fitted
         samples[1] = set_samples(None, candidates, 1, accuracy)
-    else:
+    if len(candidates) > 1:
         try:
             result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
-            solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
-            for size in range(1, min(spec.size, len(candidates)) + 1):
-                samples[size] = set_samples(
-                    solver,
-                    candidates,
-                    size,
-                    accuracy,
-                    result.blocked["test"],
-                    "test",
-                    spec.bootstrap if spec.size > 1 else 0,  # sets of one: constant, no interval
-                    spec.seed,
-                )
+            _set_scores(result, spec, candidates, accuracy, samples)
+        except TooLittleTextError as err:
+            if spec.size > 1:
+                raise
+            log.warning("%s; sets of one rank by quality alone: group_r2 left blank", err)
         except SingularBasisError as err:  # its remedies are decompose's flags
             raise UserInputError(
                 f"language {lang!r}: {err.what}; use a larger --alpha than {spec.alpha}"
             ) from None
-        group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
-        spans = dict(result.spans)
+        else:
+            group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
+            spans = dict(result.spans)
     timings["lmd"] += time.perf_counter() - clock
     top = min(spec.size, len(candidates))
     ranking = ranked(samples[top], spec.level)
     return LanguageSelection(lang, qualities, group_r2, ranking, samples, spans)
+
+
+def _set_scores(
+    result: RunResult,
+    spec: SelectionSpec,
+    candidates: list[str],
+    accuracy: dict[str, float],
+    samples: dict[int, SetSamples],
+) -> None:
+    """Into ``samples``: the scores of the language's sets it lacks, from its LMD run."""
+    solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
+    for size in range(1, min(spec.size, len(candidates)) + 1):
+        if size not in samples:
+            blocked = result.blocked["test"]
+            samples[size] = set_samples(
+                solver, candidates, size, accuracy, blocked, "test", spec.bootstrap, spec.seed
+            )
 
 
 def _embed(
@@ -254,7 +265,7 @@ def _embed(
         result = run_decomposition(config, inputs)
     except TooLittleTextError as err:  # named by its class: a teacher's name may hold "span"
         cap = "" if spec.max_texts is None else f"--max_texts {spec.max_texts} (max_texts), "
-        raise UserInputError(
+        raise TooLittleTextError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
             f"compare teachers ({err}); raise {cap}heldout_fraction or "
             f"languages.{lang}.max_examples, or lower spans.length"
