@@ -492,3 +492,30 @@ def test_keep_saved_keeps_only_a_student_trained_as_asked(
         merge(recipe, ["train"], students=asked, keep_saved=True, progress=False)
     longer = merge(recipe, ["train"], students={"student": {"steps": 99}}, keep_saved=True)
     assert longer.students == {"student": model} and digests(model) == before
+
+
+def test_a_stale_student_without_checkpoints_is_not_replaced_from_step_0(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A student trained with ``keep_checkpoints 0``, then its store built again (``top_k``):
+    ``merge train`` trained it from step 0 over itself, unsaid, where a checkpoint of the old
+    store is refused. Refused the same way, by the dry run too; nothing touched."""
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    args = ["merge", "train", str(recipe), "--training.keep_checkpoints", "0", "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "top_k": 4}))
+    for stage in ("prepare", "teach", "vocab"):
+        progress = ["--no-progress"] if stage != "vocab" else []  # vocab shows no progress
+        code, stderr = cli(["merge", stage, str(recipe), *progress])
+        assert code == 0, stderr
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    for extra in (["--dry-run"], []):
+        code, stderr = cli([*args, *extra])
+        said = ["student 'student'", "top_k 8 -> 4", "--restart", "kept no checkpoint"]
+        assert_one_line(code, stderr, said)
+    assert digests(model) == before

@@ -179,9 +179,26 @@ def run_stages(
     for name, training in chosen.items():
         model = objective.layout.model(name)
         if name not in kept:
+            if not restart:
+                _refuse_stale_unresumable(objective, name, training)
             model = objective.train(name, training, progress, restart)
         models[name] = model
     return models
+
+
+def _refuse_stale_unresumable(objective: Objective, name: str, training: TrainingSpec) -> None:
+    """Refuse to train saved student ``name`` from step 0 over itself when it was trained from
+    other teachers or another store and kept no checkpoint (``keep_checkpoints 0``): a
+    checkpoint of them is refused (``--restart``), and without one it had been replaced."""
+    runs = objective.training_runs(name, training)
+    if not is_complete(objective.layout.model(name)) or any(
+        checkpointed_step(r / CHECKPOINTS) for r in runs
+    ):
+        return
+    teachers = objective.check_store()
+    problem = objective.stale_student(name, teachers, objective.store_digest(teachers))
+    if problem is not None:
+        raise UserInputError(f"{problem} (it kept no checkpoint: training would replace it)")
 
 
 def _refuse_kept_otherwise(name: str, model: Path, training: TrainingSpec) -> None:
@@ -332,6 +349,8 @@ def plan(
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
             saved, runs = layout.model(student), objective.training_runs(student, spec)
             refuse_other_training(saved_training(saved), spec, runs, saved)  # no checkpoint
+            if "teach" not in runnable and "prepare" not in runnable:  # the store as it stays
+                _refuse_stale_unresumable(objective, student, spec)
             parts = objective.recorded_inputs()
             for out, run_spec in objective.training_runs(student, spec).items():
                 # as each run refuses it: more steps than asked (a lambda candidate's own)
