@@ -257,3 +257,37 @@ def test_an_encoder_written_here_and_damaged_since_is_refused(
     code, stderr = run_cli(args, monkeypatch, capsys)
     assert_one_line(code, stderr, [f"encoder {encoder}", "config.json is damaged"])
     assert not out.exists()
+
+
+def test_keep_saved_refuses_a_head_fitted_on_an_encoder_replaced_since(
+    corpus: Path, bert_dir: Path, tmp_path: Path
+) -> None:
+    """A head-only teacher records the hashes of the encoder it was fitted on: another encoder
+    at the same place (weights changed) had it kept by ``keep_saved``, and replaced from step 0
+    when it kept no checkpoint, unsaid."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from lmalgebra.api.pretrain import pretrain
+    from lmalgebra.core.errors import UserInputError
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(bert_dir, encoder)
+    spec = HeadOnlySpec(
+        corpus={"paths": [str(corpus)]},
+        language="xx",
+        out=tmp_path / "head",
+        encoder=str(encoder),
+        example_length=16,
+        training={"steps": 1, "keep_checkpoints": 0},
+    )
+    saved = pretrain(spec)
+    weights = load_file(encoder / "model.safetensors")
+    first = sorted(weights)[0]
+    save_file({**weights, first: weights[first] + 0.5}, encoder / "model.safetensors")
+    with pytest.raises(UserInputError, match=r"other inputs \(encoder\.weights '"):
+        pretrain(spec, keep_saved=True)
+    with pytest.raises(UserInputError, match=r"kept no checkpoint"):
+        pretrain(spec)
+    assert saved.is_dir()

@@ -235,6 +235,17 @@ class HeadOnlySpec(PretrainText):
         default=None, ge=1, description="Fit on the first this many training examples only."
     )
 
+    def made_from(self, texts: Sequence[str]) -> dict[str, Any]:
+        """:meth:`PretrainText.made_from`, and the hashes of the encoder's weights and tokenizer:
+        an encoder replaced at the same place makes another teacher."""
+        from lmalgebra.sources.kinds import source_of
+        from lmalgebra.sources.models import ModelRef
+
+        ref = ModelRef.parse(self.encoder)
+        hashes = source_of(ref, ref.source.resolve()).fingerprint()
+        encoder = {k: hashes[k] for k in ("weights", "tokenizer") if k in hashes}
+        return {**super().made_from(texts), "encoder": encoder}
+
     @model_validator(mode="after")
     def _no_dropout(self) -> HeadOnlySpec:
         # the head fitted here has no dropout, and the frozen encoder's states are cached
