@@ -479,6 +479,8 @@ def test_keep_saved_keeps_only_a_student_trained_as_asked(
     """``merge(..., students={"student": {"gold_only": True}}, keep_saved=True)`` had returned
     the distilled student as the gold-only one asked for (``merge train`` refuses it, naming the
     change): refused the same way; a student asked for more steps is kept, as documented."""
+    import yaml
+
     from lmalgebra import UserInputError
     from lmalgebra.api.merge import merge
 
@@ -492,6 +494,12 @@ def test_keep_saved_keeps_only_a_student_trained_as_asked(
         merge(recipe, ["train"], students=asked, keep_saved=True, progress=False)
     longer = merge(recipe, ["train"], students={"student": {"steps": 99}}, keep_saved=True)
     assert longer.students == {"student": model} and digests(model) == before
+    # a student of other sizes than the recipe's had been returned as its student
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "student": {**data["student"], "num_heads": 4}}))
+    with pytest.raises(UserInputError, match=r"other settings \(student\.num_heads 2 -> 4\)"):
+        merge(recipe, ["train"], keep_saved=True, progress=False)
+    assert digests(model) == before
 
 
 def test_a_stale_student_without_checkpoints_is_not_replaced_from_step_0(

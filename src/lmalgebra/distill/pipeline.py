@@ -61,7 +61,7 @@ from lmalgebra.train.loop import (
     refuse_other_training,
     refuse_training_parts,
 )
-from lmalgebra.train.run_fingerprint import training_part
+from lmalgebra.train.run_fingerprint import differences, training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -175,7 +175,7 @@ def run_stages(
     if kept:  # kept only if trained from these teachers and this store: checked once, first
         objective.check_students(kept)
     for name in kept:  # and as asked (its run length aside)
-        _refuse_kept_otherwise(name, objective.layout.model(name), chosen[name])
+        _refuse_kept_otherwise(name, objective.layout.model(name), chosen[name], recipe)
     for name, training in chosen.items():
         model = objective.layout.model(name)
         if name not in kept:
@@ -201,16 +201,23 @@ def _refuse_stale_unresumable(objective: Objective, name: str, training: Trainin
         raise UserInputError(f"{problem} (it kept no checkpoint: training would replace it)")
 
 
-def _refuse_kept_otherwise(name: str, model: Path, training: TrainingSpec) -> None:
+def _refuse_kept_otherwise(
+    name: str, model: Path, training: TrainingSpec, recipe: MergeRecipe
+) -> None:
     """Refuse to keep a saved student trained with other settings than ``training`` (those that
-    shape every step): ``keep_saved`` had returned it as the student asked for."""
-    changed = changed_training(saved_training(model), training)
+    shape every step) or of another ``student`` spec than the recipe's: ``keep_saved`` had
+    returned it as the student asked for."""
+    changed = [f"training.{c}" for c in changed_training(saved_training(model), training)]
+    made = saved_training(model, "recipe")
+    if isinstance(made, dict) and isinstance(made.get("student"), dict):
+        now = recipe.student.model_dump(mode="json")
+        was = {k: v for k, v in made["student"].items() if k in now}  # an older record: as is
+        changed += [f"student.{c}" for c in differences(was, {k: now[k] for k in was})]
     if changed:
-        shown = "; ".join(f"training.{c}" for c in changed[:3])
         raise UserInputError(
-            f"student {name!r} is saved, trained with other settings ({shown}): keep_saved "
-            f"keeps a student trained as asked (its run length aside); {RESTART} trains it "
-            "again, or name another student"
+            f"student {name!r} is saved, trained with other settings ({'; '.join(changed[:3])}): "
+            f"keep_saved keeps a student trained as asked (its run length aside); {RESTART} "
+            "trains it again, or name another student"
         )
 
 
