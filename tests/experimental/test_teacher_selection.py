@@ -345,3 +345,32 @@ def test_a_teacher_that_reads_the_text_as_unknown_tokens_earns_no_accuracy(
     examples = [Example(f"yy-{i}", f"{text} {i}", True) for i in range(4)]
     found = teacher_quality.held_out_quality("yy", teacher, ref, examples, MaskingSpec(seed=3), 48)
     assert found.masked_tokens > 0 and found.accuracy == 0.0
+
+
+def test_candidates_that_predict_nothing_are_said_to_rank_by_name(
+    tmp_path: Path,
+    candidates: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every candidate of accuracy 0 gets quality 1.0 ("no signal"): sets of one then ranked by
+    name and the first recommended, as if it were better, unsaid. The log says so."""
+    import dataclasses
+    from typing import Any
+
+    from lmalgebra.experimental.selection import teacher_sets
+
+    scored = teacher_sets.held_out_quality
+
+    def nothing(*args: Any, **kwargs: Any) -> Any:
+        return dataclasses.replace(scored(*args, **kwargs), accuracy=0.0)
+
+    monkeypatch.setattr(teacher_sets, "held_out_quality", nothing)
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    with caplog.at_level("WARNING"):
+        select_teachers(path, size=1, cache_dir=tmp_path / "c", spans=OPTIONS["spans"])
+    said = [r.getMessage() for r in caplog.records if "predicts a masked" in r.getMessage()]
+    assert said == [
+        "xx: no candidate predicts a masked held-out token (accuracy 0 for each): quality says "
+        "nothing, so sets rank by complementarity alone (ties in name order)"
+    ]

@@ -190,6 +190,12 @@ def _language(
         )
     timings["quality"] += time.perf_counter() - clock
     accuracy = {q.teacher: q.accuracy for q in qualities}
+    if len(candidates) > 1 and not any(a > 0 for a in accuracy.values()):
+        log.warning(  # normalised_quality gives each 1.0: the ranking had looked meaningful
+            "%s: no candidate predicts a masked held-out token (accuracy 0 for each): quality "
+            "says nothing, so sets rank by complementarity alone (ties in name order)",
+            lang,
+        )
     samples: dict[int, SetSamples] = {}
     group_r2: dict[str, float] = {}
     spans: dict[str, int] = {}
