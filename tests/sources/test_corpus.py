@@ -408,3 +408,27 @@ def test_a_corpus_of_no_language_code_says_what_one_is(
         corpus_paths(CorpusSpec(paths=[f"{code}=corpus.txt"]))
     with pytest.raises(UserInputError, match=r"nofile\.txt does not exist$"):
         corpus_paths(CorpusSpec(paths=["fr=nofile.txt"]))
+
+
+def test_a_corpus_entry_of_another_language_is_refused(tmp_path: Path) -> None:
+    """``fr=a.txt`` in the corpus of ``xx`` (a recipe's language, a pretrained teacher's) had
+    its label dropped and its text read as xx's."""
+    from lmalgebra.distill.pretrain.specs import CausalPretrainSpec
+
+    (tmp_path / "a.txt").write_text("some text\\n", encoding="utf-8")
+    entry = f"fr={tmp_path / 'a.txt'}"
+    said = rf"language 'xx': corpus entry '{entry}' is labelled 'fr': its text would be read as"
+    with pytest.raises(UserInputError, match=said):
+        CausalPretrainSpec(
+            corpus={"paths": [entry]},
+            language="xx",
+            out=tmp_path / "t",
+            tokenizer={"vocab_size": 300},
+        )
+    same = CausalPretrainSpec(
+        corpus={"paths": [f"xx={tmp_path / 'a.txt'}"]},
+        language="xx",
+        out=tmp_path / "t",
+        tokenizer={"vocab_size": 300},
+    )
+    assert same.language == "xx"

@@ -62,6 +62,18 @@ def split_language(entry: str) -> tuple[str | None, str]:
     return match.group(1), match.group(2)
 
 
+def refuse_other_languages(spec: CorpusSpec, language: str, owner: str) -> None:
+    """Refuse a corpus entry labelled with another language than ``language`` (``fr=a.txt`` in
+    the corpus of ``xx``): the label was dropped and its text read as ``language``'s."""
+    for entry in spec.paths:
+        label, _ = split_language(entry)
+        if label is not None and label != language:
+            raise UserInputError(
+                f"{owner}: corpus entry {entry!r} is labelled {label!r}: its text would be read "
+                f"as language {language!r}; give its file alone, or the language it is"
+            )
+
+
 def _not_a_language(entry: str) -> str:
     """What a missing ``entry`` of the form ``X=PATH`` whose ``PATH`` exists adds to its refusal:
     ``X`` is no language code (``ünï``, ``../x``), so the whole was read as a file's name."""

@@ -24,7 +24,7 @@ from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import TokenizerKind, check_vocab_size
-from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages
 from lmalgebra.train.config import OptimisationSpec
 
 
@@ -119,6 +119,11 @@ class PretrainText(Settings):
         """A code a merge recipe can name: a teacher trained for another (``''``, ``../x``)
         could join no recipe, its held-out examples chosen for a language none has."""
         return check_plain_name(code, "language", "like a merge recipe's language codes")
+
+    @model_validator(mode="after")
+    def _one_language(self) -> PretrainText:
+        refuse_other_languages(self.corpus, self.language, f"language {self.language!r}")
+        return self
 
 
 class WordPieceSpec(Settings):
