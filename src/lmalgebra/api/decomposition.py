@@ -23,6 +23,7 @@ import yaml
 from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, read_frames
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.run.decompose import check_output_directory, claim_copy, save_result
@@ -301,8 +302,8 @@ class Decomposition:
 
 
 def _canonical(summary: dict[str, Any]) -> str:
-    """``summary`` as comparable text (NaN equal to NaN, as JSON writes it)."""
-    return json.dumps(summary, sort_keys=True, default=str)
+    """``summary`` as comparable text (a NaN read from an older release's file as None)."""
+    return json.dumps(plain(summary), sort_keys=True)
 
 
 def method_line(method: dict[str, Any]) -> str:

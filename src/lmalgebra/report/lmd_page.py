@@ -110,7 +110,8 @@ def _per_split(values: Any) -> str:
     if not isinstance(values, dict):
         return ""
     return ", ".join(
-        f"{s} {v:.3f}" if isinstance(v, int | float) else f"{s} {v}" for s, v in values.items()
+        f"{s} {v:.3f}" if isinstance(v, int | float) else f"{s} {'n/a' if v is None else v}"
+        for s, v in values.items()
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.disk_space import naming_file
 
@@ -126,4 +127,5 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
+    """``value`` as strict JSON (``fingerprint.plain``: NaN and infinities as null)."""
+    write_text_atomic(path, json.dumps(plain(value), indent=2, allow_nan=False) + "\n")

@@ -21,6 +21,7 @@ import torch
 from lmalgebra.core import interrupt
 from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file
@@ -140,7 +141,7 @@ class _Log:
 
     def write(self, record: dict[str, Any]) -> None:
         with naming_file(self.path), self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json.dumps(plain(record), allow_nan=False) + "\n")  # NaN as null
         if self.board is not None:
             for key, value in record.items():
                 if isinstance(value, float):
