@@ -52,6 +52,7 @@ from lmalgebra.distill.run.evaluation_record import (
     RowKind,
     earlier_rows,
     merged,
+    read_record,
     student_identity,
     student_order,
     write_record,
@@ -78,7 +79,7 @@ from lmalgebra.distill.teachers import (
     inference_setup,
     load_lm,
 )
-from lmalgebra.distributed import is_main, main_rank_only
+from lmalgebra.distributed import any_rank, is_main, main_rank_only, world
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
@@ -511,7 +512,37 @@ class Objective(ABC):
         there kept (``run.evaluation_record``; ``overwrite``: this evaluation's rows alone). Its
         settings are checked first, then the store and the students (``check_students``).
 
-        ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
+        ``pooling``: how LMD coverage pools a span's states (objectives that measure it).
+
+        Launched as several processes (the Python API under ``torchrun``), the main rank scores
+        and writes; the others wait for it and return the same evaluation, read from its record
+        (every rank had scored and written the same files)."""
+        rank, size = world()
+        if size == 1:
+            return self._evaluate(students, languages, pooling, overwrite)
+        found, error = None, None
+        if rank == 0:
+            try:
+                found = self._evaluate(students, languages, pooling, overwrite)
+            except Exception as err:  # the others are told, not left waiting
+                error = err
+        if any_rank(error is not None):
+            raise error or UserInputError("merge evaluate failed on the main rank (its message)")
+        if found is not None:
+            return found
+        record = read_record(self.layout.evaluation / RECORD, self.kind, self.row_kinds())
+        everyone = list(record["students"])
+        settings = self.evaluation_settings(pooling)
+        return self.publish(record["tables"], everyone, list(students), settings, write=False)
+
+    def _evaluate(
+        self,
+        students: Sequence[str],
+        languages: Sequence[str] | None,
+        pooling: str | None,
+        overwrite: bool,
+    ) -> Evaluation:
+        """``evaluate`` in one process."""
         settings = self.evaluation_settings(pooling)
         check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
         for file in (RECORD, *self.evaluation_files()):  # a directory or a link in the way
@@ -579,10 +610,12 @@ class Objective(ABC):
         students: list[str],
         scored: list[str],
         settings: dict[str, Any],
+        write: bool = True,
     ) -> Evaluation:
         """The evaluation of ``students`` made from every row of ``tables`` (scored under
         ``settings``), written to ``evaluation/`` (the scores, ``rdt.csv``, ``evaluation.md``),
-        and the model card of each student this command ``scored``."""
+        and the model card of each student this command ``scored``; ``write=False``: made, not
+        written (the main rank wrote it)."""
 
     @abstractmethod
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

@@ -198,6 +198,7 @@ class CausalObjective(Objective):
         students: list[str],
         scored: list[str],
         settings: dict[str, Any],
+        write: bool = True,
     ) -> Evaluation:
         from lmalgebra.distill.causal.bits_per_byte import BITS
         from lmalgebra.distill.causal.evaluation import (
@@ -208,7 +209,8 @@ class CausalObjective(Objective):
         from lmalgebra.evaluate.lmd_coverage import COVERAGE
 
         found = causal_evaluation(self.recipe, tables, students, settings["pooling"])
-        write_causal_evaluation(self.layout, found, scored)
+        if write:
+            write_causal_evaluation(self.layout, found, scored)
         coverage = Table(found.coverage, list(COVERAGE.columns))
         return Evaluation(
             Table(found.bits, list(BITS.columns)),

@@ -205,16 +205,18 @@ class MaskedObjective(Objective):
         students: list[str],
         scored: list[str],
         settings: dict[str, Any],
+        write: bool = True,
     ) -> Evaluation:
         from lmalgebra.distill.masked.scores import markdown, score_rdt, write_evaluation
         from lmalgebra.distill.run.model_card import add_evaluation
 
         scores = [Score(**row) for row in tables["scores"]]
         deviations = {name: score_rdt(scores, name) for name in students}
-        write_evaluation(self.layout.evaluation, scores, deviations)
-        for name in scored:
-            mine = [s for s in scores if s.model in (name, s.teacher)]
-            add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
+        if write:
+            write_evaluation(self.layout.evaluation, scores, deviations)
+            for name in scored:
+                mine = [s for s in scores if s.model in (name, s.teacher)]
+                add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
         table = Table(scores, list(SCORES.columns))
         return Evaluation(table, deviations, markdown(scores, deviations))
 
