@@ -360,7 +360,7 @@ def test_under_a_launcher_the_other_ranks_take_the_main_ranks_evaluation(
     frames, read from its record, scoring and writing nothing."""
     import pandas as pd
 
-    from lmalgebra.distill import objective
+    from lmalgebra import distributed
     from lmalgebra.distill.masked.objective import MaskedObjective
 
     first = MergeRun.load(run_dir).evaluate()
@@ -370,8 +370,8 @@ def test_under_a_launcher_the_other_ranks_take_the_main_ranks_evaluation(
     def scored(*_: object) -> None:
         raise AssertionError("a rank other than the main one scored")
 
-    monkeypatch.setattr(objective, "world", lambda: (1, 2))
-    monkeypatch.setattr(objective, "any_rank", lambda flag: flag)
+    monkeypatch.setattr(distributed, "world", lambda: (1, 2))
+    monkeypatch.setattr(distributed, "any_rank", lambda flag: flag)
     monkeypatch.setattr(MaskedObjective, "score", scored)
     again = MergeRun.load(run_dir).evaluate()
     assert again.scores is not None and first.scores is not None

@@ -132,11 +132,14 @@ class MergeRun:
 
         ``models``: name -> path, or references as on the command line (``[NAME=]PATH``);
         default the run's causal teachers. ``context``: tokens per sliding window (default the
-        model's)."""
+        model's). Under a launcher the main rank scores and writes; the others return its
+        rows, read back."""
         import pandas as pd
 
-        from lmalgebra.distill.causal.bits_per_byte import BITS, evaluate_bits, run_teachers
+        from lmalgebra.distill.causal.bits_per_byte import BITS, SCORED, evaluate_bits, run_teachers
+        from lmalgebra.distributed import on_main_rank
         from lmalgebra.sources.models import ModelRef
+        from lmalgebra.storage.csv_tables import read_table
 
         languages = _chosen(languages, "languages", "MergeRun.bits_per_byte()")
         if models is not None and not models:
@@ -149,7 +152,19 @@ class MergeRun:
             refs = [ModelRef(name=name, path=str(path)) for name, path in models.items()]
         else:
             refs = [ModelRef.parse(m) for m in models]
-        rows = evaluate_bits(self.run_dir, refs, languages, context)
+        names = {ref.name for ref in refs}
+
+        def written() -> list[Any]:  # the other ranks, under a launcher: the main rank's rows
+            rows = read_table(RunLayout(self.run_dir).evaluation, SCORED) or []
+            return [
+                r for r in rows if r.model in names and r.language in (languages or [r.language])
+            ]
+
+        rows = on_main_rank(
+            lambda: evaluate_bits(self.run_dir, refs, languages, context),
+            written,
+            "MergeRun.bits_per_byte()",
+        )
         return pd.DataFrame([asdict(r) for r in rows], columns=list(BITS.columns))
 
     @library_entry

@@ -79,7 +79,7 @@ from lmalgebra.distill.teachers import (
     inference_setup,
     load_lm,
 )
-from lmalgebra.distributed import any_rank, is_main, main_rank_only, world
+from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
@@ -517,23 +517,18 @@ class Objective(ABC):
         Launched as several processes (the Python API under ``torchrun``), the main rank scores
         and writes; the others wait for it and return the same evaluation, read from its record
         (every rank had scored and written the same files)."""
-        rank, size = world()
-        if size == 1:
-            return self._evaluate(students, languages, pooling, overwrite)
-        found, error = None, None
-        if rank == 0:
-            try:
-                found = self._evaluate(students, languages, pooling, overwrite)
-            except Exception as err:  # the others are told, not left waiting
-                error = err
-        if any_rank(error is not None):
-            raise error or UserInputError("merge evaluate failed on the main rank (its message)")
-        if found is not None:
-            return found
-        record = read_record(self.layout.evaluation / RECORD, self.kind, self.row_kinds())
-        everyone = list(record["students"])
-        settings = self.evaluation_settings(pooling)
-        return self.publish(record["tables"], everyone, list(students), settings, write=False)
+
+        def read_back() -> Evaluation:
+            record = read_record(self.layout.evaluation / RECORD, self.kind, self.row_kinds())
+            settings = self.evaluation_settings(pooling)
+            everyone, scored = list(record["students"]), list(students)
+            return self.publish(record["tables"], everyone, scored, settings, write=False)
+
+        return on_main_rank(
+            lambda: self._evaluate(students, languages, pooling, overwrite),
+            read_back,
+            "merge evaluate",
+        )
 
     def _evaluate(
         self,
