@@ -241,7 +241,7 @@ def _as_float32(block: np.ndarray) -> np.ndarray:
 def _open_npy(name: str, path: Path) -> _Source:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as err:
+    except Exception as err:  # a damaged header: numpy's parser raises tokenize's, ast's errors
         raise UserInputError(
             f"model {name!r}: cannot read {path} as .npy: {_reason(err)}"
         ) from None
