@@ -91,11 +91,6 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
     return model.eval()
 
 
-def trainable_names(model: Any) -> list[str]:
-    """Names of the parameters the head fit trains (the head's own, not the tied projection)."""
-    return [name for name, p in model.named_parameters() if p.requires_grad]
-
-
 @torch.no_grad()
 def masked_states(
     encoder: Any,
@@ -271,7 +266,8 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     )
     with encoder_replaced(model, CachedEncoder(states)) as fitting:
         last = train(fitting, source, training, spec.out / "training", progress, inputs, restart)
-    trained = trainable_names(model)
+    # the head's own parameters, not the tied projection
+    trained = [name for name, p in model.named_parameters() if p.requires_grad]
     tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
     metadata = {
         "kind": "head-only-teacher",
