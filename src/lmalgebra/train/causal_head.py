@@ -177,11 +177,7 @@ def next_token_stats(
         if uniform is not None:
             sample_ids[rows], sample_values[rows] = inverse_cdf(logprobs, uniform[rows])
     return NextTokenStats(
-        actual,
-        top_ids,
-        top_values,
-        sample_ids if drawn else None,
-        sample_values if drawn else None,
+        actual, top_ids, top_values, sample_ids if drawn else None, sample_values if drawn else None
     )
 
 
