@@ -265,10 +265,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
 
 @library_entry
 def read_texts(
-    path: str | Path,
-    text_column: str = "text",
-    doc_sep: DocSep = "auto",
-    split: str = "train",
+    path: str | Path, text_column: str = "text", doc_sep: DocSep = "auto", split: str = "train"
 ) -> list[str]:
     """The documents of a corpus as a list of strings, read as ``decompose`` reads a corpus path
     (``.txt``, ``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a saved dataset, ``package:NAME``);

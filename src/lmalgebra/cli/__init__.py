@@ -108,18 +108,11 @@ def run_command(call: Callable[[], object]) -> None:
     try:
         status = call()
     except UserInputError as err:
-        Console(stderr=True).print(
-            f"[red]error:[/red] {escape(one_line(str(err)))}", highlight=False, soft_wrap=True
-        )
-        sys.exit(2)
+        _fail("error", str(err), 2)
     except typer.Exit as err:
         sys.exit(err.exit_code)
     except TrainingDivergedError as err:
-        stopped = escape(one_line(str(err)))
-        Console(stderr=True).print(
-            f"[red]stopped:[/red] {stopped}", highlight=False, soft_wrap=True
-        )
-        sys.exit(1)
+        _fail("stopped", str(err), 1)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
     except Exception as err:  # click usage errors
@@ -137,15 +130,20 @@ def run_command(call: Callable[[], object]) -> None:
         # permission), a path too long for the file system, or memory the machine could not give
         text = system_refusal(err)
         if text is not None:
-            Console(stderr=True).print(
-                f"[red]error:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
-            )
-            sys.exit(2)
+            _fail("error", text, 2)
         raise
     if status == INTERRUPTED:
         _interrupted()
     if isinstance(status, int) and not isinstance(status, bool) and status:
         sys.exit(status)
+
+
+def _fail(label: str, text: str, status: int) -> NoReturn:
+    """``label: text`` on stderr, one line, then exit with ``status``."""
+    Console(stderr=True).print(
+        f"[red]{label}:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
+    )
+    sys.exit(status)
 
 
 def _interrupted() -> NoReturn:

@@ -42,15 +42,12 @@ def refuse_special(path: Path, what: str = "output file") -> None:
         )
     if path.exists() and not path.is_file() and not path.is_dir():
         # no "remove it": a device such as /dev/null is no one's to remove
-        advice = "name another path" if _is_device(path) else "remove it, or name another path"
+        device = path.is_char_device() or path.is_block_device()
+        advice = "name another path" if device else "remove it, or name another path"
         raise UserInputError(
             f"{what} {path} is not a regular file (a FIFO, socket or device): lmalgebra writes "
             f"only regular files; {advice}"
         )
-
-
-def _is_device(path: Path) -> bool:
-    return path.is_char_device() or path.is_block_device()
 
 
 def refuse_unwritable(path: Path) -> None:

@@ -36,12 +36,7 @@ from lmalgebra.train.checkpoint import (
     save_checkpoint,
 )
 from lmalgebra.train.config import OptimisationSpec, TrainingSpec
-from lmalgebra.train.data_parallel import (
-    check_batch_size,
-    global_values,
-    local_loss,
-    local_part,
-)
+from lmalgebra.train.data_parallel import check_batch_size, global_values, local_loss, local_part
 from lmalgebra.train.dropout import lane_dropout
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits

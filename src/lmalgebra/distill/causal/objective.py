@@ -14,11 +14,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
 from lmalgebra.distill.causal.plan import plan_student, zero_logprobs
-from lmalgebra.distill.causal.store import (
-    OFFSETS_RULES,
-    logprobs_inference,
-    tokens_table,
-)
+from lmalgebra.distill.causal.store import OFFSETS_RULES, logprobs_inference, tokens_table
 from lmalgebra.distill.causal.teachers import open_teachers, start_token_id, teacher_tokenizer
 from lmalgebra.distill.layout import EVALUATION_MD, LOGPROBS, RDT_FILE, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir

@@ -12,14 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.text_files import not_a_directory
-from lmalgebra.distill.layout import (
-    EVALUATION_MD,
-    MASKED,
-    RDT_FILE,
-    RUN_SCRATCH,
-    TOPK,
-    is_complete,
-)
+from lmalgebra.distill.layout import EVALUATION_MD, MASKED, RDT_FILE, RUN_SCRATCH, TOPK, is_complete
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import ACCURACY_PLOT, SCORES, Score

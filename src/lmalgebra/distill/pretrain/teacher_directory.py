@@ -1,0 +1,20 @@
+"""What every ``pretrain`` command refuses before it trains the model directory ``out`` (its
+training in ``out/training``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lmalgebra.distill.layout import saved_steps, saved_training
+from lmalgebra.train.config import OptimisationSpec
+from lmalgebra.train.loop import refuse_fewer_steps, refuse_other_training, refuse_training_parts
+
+
+def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool) -> None:
+    """Refuse a training directory training cannot write in, and (unless ``restart``) a model
+    saved at ``out`` that ``training`` would replace: one trained further (``steps: 0``, say) or
+    with other settings."""
+    refuse_training_parts(out / "training", itself=True)
+    if not restart:
+        refuse_fewer_steps(saved_steps(out), training.steps, out)
+        refuse_other_training(saved_training(out), training, [out / "training"], out)
