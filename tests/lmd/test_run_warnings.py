@@ -149,3 +149,39 @@ def test_an_r2_that_cannot_be_computed_is_written_as_strict_json(tmp_path: Path)
     assert "n/a" in rendered
     lmalgebra.Decomposition.load(tmp_path / "run").report(tmp_path / "page.html")
     assert "test n/a" in (tmp_path / "page.html").read_text()
+
+
+def test_spans_short_of_the_counts_asked_for_are_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``lmalgebra spans`` (and ``lmalgebra.spans``) of more spans than the corpus holds had
+    exported fewer, exit 0 and nothing said: a decomposition of the same spans warns, and so
+    do they now, with the same line."""
+    import logging
+
+    import lmalgebra
+    from hostile_helpers import run_main
+    from tiny import build_tokenizer, documents
+
+    tokenizer = build_tokenizer(tmp_path / "tokenizer")
+    corpus = tmp_path / "docs.txt"
+    texts = documents(120)
+    corpus.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+    shape = {"spans": {"length": 8, "counts": (5000, 12, 12)}}
+    with caplog.at_level(logging.WARNING):
+        table = lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer))
+    said = [
+        r.getMessage() for r in caplog.records if "fewer spans than requested" in r.getMessage()
+    ]
+    assert said == [
+        f"fewer spans than requested (train {len(table) - 24} of 5000, validation 12 "
+        "of 12, test 12 of 12): the corpus has too few documents or tokens for these "
+        "counts at this span length; use a larger corpus, a smaller spans.length "
+        "(-T) or a larger spans.per_doc"
+    ]
+    caplog.clear()
+    args = ["spans", "--corpus.paths", str(corpus), "--reference_tokenizer", str(tokenizer)]
+    args += ["-T", "8", "--spans.counts", "5000,12,12", "--out", str(tmp_path / "s.jsonl")]
+    code, _, _ = run_main(args, monkeypatch, capsys)
+    assert code == 0
+    assert any("fewer spans than requested (train" in r.getMessage() for r in caplog.records)

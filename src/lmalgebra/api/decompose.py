@@ -29,7 +29,7 @@ from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
-from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
+from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer, warn_if_short
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
 from lmalgebra.storage.output_paths import cache_root
@@ -250,6 +250,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     name, tokenizer = span_tokenizer(spec.models, spec.reference_tokenizer, sources)
     docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
     plan = plan_spans(docs, tokenizer, spec.spans, name)
+    warn_if_short(spec.spans.counts, plan.counts)
     rows = [
         {"split": split, "index": i, "sha256": span_sha256(text), "text": text}
         for split in SPLITS
