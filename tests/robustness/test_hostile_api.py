@@ -1105,3 +1105,20 @@ def test_a_path_object_where_a_setting_holds_text_is_its_text(bert_dir: Path) ->
     assert lmalgebra.spans({"a": {"path": bert_dir}}, texts, spans=spans).equals(by_text)
     assert lmalgebra.spans({}, texts, spans=spans, reference_tokenizer=bert_dir).equals(by_text)
     assert CorpusSpec(paths=[Path("c.txt")]).paths == ["c.txt"]
+
+
+def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A ``random:`` model (like a student's initialisation or training) seeds torch's global
+    generator: a notebook's own draws after the call had followed the call's seed, and whether
+    it found its embeddings cached."""
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    models = {"a": str(bert_dir), "r": f"random:{bert_dir}"}
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    lmalgebra.decompose(models, documents(60), spans=spans, cache_dir=tmp_path, progress=False)
+    assert torch.equal(torch.rand(3), expected)
