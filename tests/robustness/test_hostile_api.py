@@ -1122,3 +1122,31 @@ def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(
     spans = {"length": 8, "counts": (40, 10, 10)}
     lmalgebra.decompose(models, documents(60), spans=spans, cache_dir=tmp_path, progress=False)
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "wanted"),
+    [
+        ("alpha", 0.01, None),  # an older release's plain number: read, and shown
+        ("alpha", "0.01", "its 'alpha' is '0.01'"),
+        ("models", "a,b", "its 'models' is 'a,b'"),  # had been read as models a, ',' and b
+        ("models", None, "its 'models' is None"),  # a KeyError from repr
+    ],
+)
+def test_a_summary_read_unchecked_holds_what_a_run_writes(
+    key: str, value: Any, wanted: str | None, decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """A summary without its checksum and file record (an older release's) is read unchecked:
+    edited, its fields had ended in a traceback (``repr``) or been read as other models."""
+    import json
+
+    run = decomposition.save(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    del summary["sha256"], summary["files"]
+    summary[key] = value
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    if wanted is None:
+        assert "alpha 0.01;" in repr(Decomposition.load(run))
+        return
+    with pytest.raises(UserInputError, match=f"summary.json is damaged: {re.escape(wanted)}"):
+        Decomposition.load(run)

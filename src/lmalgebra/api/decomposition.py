@@ -86,6 +86,7 @@ class Decomposition:
         """Read a complete run directory (written by ``lmalgebra decompose --out`` or ``save``)."""
         directory = Path(run_dir)
         summary = read_summary(directory)  # refuses a missing or incomplete run, naming it
+        _check_fields(summary, directory / SUMMARY)
         config_path = directory / CONFIG
         config: Any = {}
         if config_path.is_file():
@@ -278,7 +279,8 @@ class Decomposition:
     # -- display --------------------------------------------------------------------------------
     def _headline(self) -> str:
         spans = " / ".join(f"{s} {n}" for s, n in self.spans.items())
-        mode = self.summary.get("alpha", {}).get("mode", "")
+        alpha = self.summary["alpha"]
+        mode = alpha.get("mode", "") if isinstance(alpha, dict) else ""  # a number: older runs
         line = f"{len(self.names)} models, spans {spans}, alpha {self.alpha:.3g} {mode}".rstrip()
         return line + method_line(self.method)
 
@@ -297,6 +299,26 @@ class Decomposition:
             f"<p>Group R&sup2; (each model from all the others)</p>{group}"
             f"<p>Pairwise R&sup2; on test (row from column; diagonal 1 by definition)</p>"
             f"{pairwise}"
+        )
+
+
+def _check_fields(summary: dict[str, Any], path: Path) -> None:
+    """Refuse, naming ``path``, a summary whose fields this class reads are not what a run
+    writes: one unchecked (of a release before its checksum) and edited had been read as
+    models ``a``, ``,``, ``b`` or ended in a traceback from its ``repr``."""
+    alpha = summary.get("alpha")
+    value = alpha.get("value") if isinstance(alpha, dict) else alpha
+    models = summary.get("models")
+    wrong = {
+        "models": not isinstance(models, list) or not all(isinstance(m, str) for m in models),
+        "alpha": isinstance(value, bool) or not isinstance(value, int | float),
+        "spans": not isinstance(summary.get("spans", {}), dict),
+        "method": not isinstance(summary.get("method") or {}, dict),
+    }
+    for key in (k for k, bad in wrong.items() if bad):
+        raise UserInputError(
+            f"{path} is damaged: its {key!r} is {summary.get(key)!r}, not what a run writes; "
+            "restore it, or compute the run again"
         )
 
 
