@@ -881,6 +881,26 @@ def test_a_bits_table_of_text_is_named(tmp_path: Path, teacher_dirs: dict[str, P
     assert run.bits_rdt(bits.assign(**{c: 1.0 for c in BITS.columns[2:]})).index.tolist() == ["s"]
 
 
+
+def test_a_bits_table_without_students_or_with_rows_that_disagree_is_named(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``bits_rdt`` of the teachers' table alone had given an empty frame without a column, and
+    of two rows of one (language, model), tables of two contexts, the last row, whichever."""
+    import pandas as pd
+
+    from lmalgebra.distill.causal.bits_per_byte import BITS
+
+    run = MergeRun(write_recipe(tmp_path, teacher_dirs))
+    row = {c: 1.0 for c in BITS.columns} | {"language": "xx"}
+    teacher, student = row | {"model": "wp"}, row | {"model": "s"}
+    with pytest.raises(UserInputError, match=r"^MergeRun\.bits_rdt\(\): .* teachers alone"):
+        run.bits_rdt(pd.DataFrame([teacher]))
+    twice = pd.DataFrame([teacher, student, student | {"bits_per_byte": 2.0}])
+    with pytest.raises(UserInputError, match="rows of model 's' on language 'xx' that disagree"):
+        run.bits_rdt(twice)
+    assert run.bits_rdt(pd.DataFrame([teacher, student, student])).index.tolist() == ["s"]
+
 def test_rows_the_estimator_cannot_fit_are_named_in_its_words() -> None:
     """A constant ``X`` or ``y``, or a singular ``X`` at ``alpha=0``, was refused in the run's
     words (``model 'x0' does not vary over the training spans``, ``use a larger --alpha``): a
