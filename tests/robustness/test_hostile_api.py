@@ -1170,3 +1170,19 @@ def test_a_summary_read_unchecked_holds_what_a_run_writes(
         return
     with pytest.raises(UserInputError, match=f"summary.json is damaged: {re.escape(wanted)}"):
         Decomposition.load(run)
+
+
+def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path: Path) -> None:
+    """A lone surrogate (a byte decoded with ``errors='surrogateescape'``, or an undecodable
+    byte of a command line) in a document or a model name had ended in a UnicodeEncodeError
+    traceback, a name's after the run's ``config.yaml`` was written."""
+    texts = documents(60)
+    texts[3] += " caf\udce9"
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    with pytest.raises(UserInputError, match=r"^texts\[3\] holds '\\udce9' at position \d+"):
+        lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans)
+    out = tmp_path / "run"
+    models = {"a\udce9": str(bert_dir), "b": str(bert_dir)}
+    with pytest.raises(UserInputError, match="a model name is UTF-8 text"):
+        lmalgebra.decompose(models, documents(60), out=out, spans=spans, progress=False)
+    assert not out.exists()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import unencodable
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.kinds.python_objects import (
     GivenArrays,
@@ -134,6 +135,11 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
             kind = type(doc).__name__
             hint = "; give a corpus path alone, as a str or Path" if isinstance(doc, Path) else ""
             raise UserInputError(f"texts[{index}] is a {kind}, not a string{hint}")
+        if (at := unencodable(doc)) is not None:  # a traceback from hashing the spans
+            raise UserInputError(
+                f"texts[{index}] holds {doc[at]!r} at position {at}, no UTF-8 character (a byte "
+                "decoded with errors='surrogateescape'): decode the text as what it is"
+            )
     if options:
         raise UserInputError(
             f"{sorted(options)[0]} applies to a corpus file; texts are a list of documents"
