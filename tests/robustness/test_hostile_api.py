@@ -1186,3 +1186,18 @@ def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path
     with pytest.raises(UserInputError, match="a model name is UTF-8 text"):
         lmalgebra.decompose(models, documents(60), out=out, spans=spans, progress=False)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_call_runs_with_gradients_whatever_mode_the_caller_is_in(
+    mode: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """Under a notebook's ``torch.set_grad_enabled(False)`` (or ``inference_mode``), training
+    and ``merge_plan``'s timing of a step ended in "element 0 of tensors does not require
+    grad"; the caller's mode is kept after the call."""
+    import torch
+
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT)
+    with getattr(torch, mode)():
+        assert len(lmalgebra.merge_plan(recipe))
+        assert not torch.is_grad_enabled()
