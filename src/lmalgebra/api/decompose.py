@@ -188,6 +188,7 @@ def plan_frame(
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
+    config.embed_spec()  # a device or dtype this machine lacks: refused as the run refuses it
     with cache_root(config.cache_dir):
         _check_reference(config)
         with library_call():
