@@ -343,6 +343,23 @@ def test_an_array_of_embeddings_is_real_and_fits_in_float32(bert_dir: Path, tmp_
     assert np.isfinite(result.pairwise().loc["b", "a"])  # b (the tensor) from a
 
 
+@pytest.mark.filterwarnings("ignore:.*(Sparse CSR|nested tensors):UserWarning")  # torch's betas
+def test_a_tensor_numpy_cannot_take_or_a_duration_array_is_named(bert_dir: Path) -> None:
+    """A sparse or nested tensor had ended in torch's TypeError or RuntimeError traceback, and
+    an array of durations (``timedelta64``, a number to numpy) been fitted as embeddings."""
+    import torch
+
+    dense = torch.ones(3, 2)
+    for given, wanted in (
+        (dense.to_sparse(), "the tensor is sparse_coo; give its dense form"),
+        (dense.to_sparse_csr(), "the tensor is sparse_csr"),
+        (torch.nested.nested_tensor([dense[0], dense[1]]), "the tensor is nested"),
+        (np.ones((3, 2), dtype="timedelta64[s]"), r"the array is not numeric \(timedelta64"),
+    ):
+        with pytest.raises(UserInputError, match=f"^model 'b': {wanted}"):
+            lmalgebra.decompose({"a": str(bert_dir), "b": given}, documents(60))
+
+
 @pytest.mark.parametrize(
     "X", [None, np.full((4, 2), np.nan), np.zeros(4)], ids=["none", "nan", "1d"]
 )

@@ -100,6 +100,11 @@ def _given(name: str, value: Any) -> GivenModel | None:
             raise UserInputError(
                 f"model {name!r}: the tensor is on the meta device (a shape without values)"
             )
+        if value.is_nested or str(value.layout) != "torch.strided":  # numpy takes neither
+            kind = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
+            raise UserInputError(
+                f"model {name!r}: the tensor is {kind}; give its dense form (tensor.to_dense())"
+            )
         tensor = value.detach().cpu()  # complex values stay complex, to be refused by name
         return GivenArrays(name, (tensor if tensor.is_complex() else tensor.float()).numpy())
     if hasattr(value, "config") and hasattr(value, "state_dict"):
