@@ -1218,3 +1218,14 @@ def test_a_call_runs_with_gradients_whatever_mode_the_caller_is_in(
     with getattr(torch, mode)():
         assert len(lmalgebra.merge_plan(recipe))
         assert not torch.is_grad_enabled()
+
+
+def test_the_plans_chosen_and_fits_columns_mask_its_rows(bert_dir: Path, bert2_dir: Path) -> None:
+    """``plan[plan.chosen]`` had failed ("Cannot mask with non-boolean array containing NA"):
+    the columns held True/False on the total rows and None on the phases', as objects."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    plan = lmalgebra.decompose_plan(models, documents(60), timed=False, spans=spans)
+    chosen = plan[plan.chosen]
+    assert chosen[["method", "precision", "phase"]].values.tolist() == [["exact", "float64", "total"]]
+    assert len(plan[plan.fits]) == (plan["phase"] == "total").sum()
