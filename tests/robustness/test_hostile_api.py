@@ -1229,3 +1229,14 @@ def test_the_plans_chosen_and_fits_columns_mask_its_rows(bert_dir: Path, bert2_d
     chosen = plan[plan.chosen]
     assert chosen[["method", "precision", "phase"]].values.tolist() == [["exact", "float64", "total"]]
     assert len(plan[plan.fits]) == (plan["phase"] == "total").sum()
+
+
+def test_an_inspection_of_a_run_not_taught_yet_gives_numbers(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """Before ``teach`` the store's figures are not known: their columns had held None as
+    objects, neither summed nor plotted; they are numbers, missing."""
+    run = lmalgebra.merge(write_recipe(tmp_path, teacher_dirs), "prepare")
+    frame = run.inspect().frame()
+    assert frame["store_bytes_per_masked_token"].dtype == np.float64
+    assert frame["store_bytes_per_masked_token"].isna().all() and frame["examples"].sum() > 0
