@@ -898,7 +898,6 @@ def test_a_bits_table_of_text_is_named(tmp_path: Path, teacher_dirs: dict[str, P
     assert run.bits_rdt(bits.assign(**{c: 1.0 for c in BITS.columns[2:]})).index.tolist() == ["s"]
 
 
-
 def test_a_bits_table_without_students_or_with_rows_that_disagree_is_named(
     tmp_path: Path, teacher_dirs: dict[str, Path]
 ) -> None:
@@ -917,6 +916,7 @@ def test_a_bits_table_without_students_or_with_rows_that_disagree_is_named(
     with pytest.raises(UserInputError, match="rows of model 's' on language 'xx' that disagree"):
         run.bits_rdt(twice)
     assert run.bits_rdt(pd.DataFrame([teacher, student, student])).index.tolist() == ["s"]
+
 
 def test_rows_the_estimator_cannot_fit_are_named_in_its_words() -> None:
     """A constant ``X`` or ``y``, or a singular ``X`` at ``alpha=0``, was refused in the run's
@@ -1227,7 +1227,9 @@ def test_the_plans_chosen_and_fits_columns_mask_its_rows(bert_dir: Path, bert2_d
     spans = {"length": 8, "counts": (40, 10, 10)}
     plan = lmalgebra.decompose_plan(models, documents(60), timed=False, spans=spans)
     chosen = plan[plan.chosen]
-    assert chosen[["method", "precision", "phase"]].values.tolist() == [["exact", "float64", "total"]]
+    assert chosen[["method", "precision", "phase"]].values.tolist() == [
+        ["exact", "float64", "total"]
+    ]
     assert len(plan[plan.fits]) == (plan["phase"] == "total").sum()
 
 

@@ -126,7 +126,8 @@ def decompose_plan(
     Columns: ``method``, ``precision``, ``components``, ``phase``, ``model`` (embedding rows),
     ``peak_gib``, ``seconds`` (NaN with ``timed=False``, which skips the few seconds of probes
     that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (booleans on the
-    ``total`` rows, missing on the phases': ``plan[plan.chosen]`` is the run's). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
+    ``total`` rows, missing on the phases': ``plan[plan.chosen]`` is the run's).
+    ``attrs["models"]``: per model its width, parameters and embedding-cache size;
     ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
     would refuse of that directory is refused here too (``overwrite`` as for the call), a
     finished run there of other documents or arrays included (models by reference are not

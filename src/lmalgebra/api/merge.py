@@ -192,14 +192,15 @@ class MergeRun:
             )
         if not {r.model for r in rows} - teachers:  # an empty table had come back
             raise UserInputError(
-                "MergeRun.bits_rdt(): bits scores the run's teachers alone: score the students too, e.g. "
-                "MergeRun.bits_per_byte(run.students) beside MergeRun.bits_per_byte()"
+                "MergeRun.bits_rdt(): bits scores the run's teachers alone: score the students "
+                "too, e.g. MergeRun.bits_per_byte(run.students) beside MergeRun.bits_per_byte()"
             )
         pairs = Counter((r.language, r.model) for r in dict.fromkeys(rows))
         if twice := next((pair for pair, n in pairs.items() if n > 1), None):
             raise UserInputError(  # the last row had been taken, whichever it was
-                f"MergeRun.bits_rdt(): bits holds rows of model {twice[1]!r} on language {twice[0]!r} that disagree "
-                "(tables of two contexts, or two models of one name): keep one row per pair"
+                f"MergeRun.bits_rdt(): bits holds rows of model {twice[1]!r} on language "
+                f"{twice[0]!r} that disagree (tables of two contexts, or two models of one "
+                "name): keep one row per pair"
             )
         teachers_of = self.recipe.teachers_of()
         models = dict.fromkeys(r.model for r in rows if r.model not in teachers)

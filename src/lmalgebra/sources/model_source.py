@@ -85,8 +85,8 @@ class ModelFields(Settings):
             )
         if unencodable(name) is not None:
             raise PydanticCustomError(
-                "model_name", "a model name is UTF-8 text (a lone surrogate, a byte of no "
-                "character, is none)"
+                "model_name",
+                "a model name is UTF-8 text (a lone surrogate, a byte of no character, is none)",
             )
         return name
 

@@ -48,7 +48,7 @@ class RunInspection:
         ).set_index(["language", "teacher"])
         # a figure not known yet (a pair not taught: None) is missing, its column numbers: an
         # object column of None had been neither summed nor plotted
-        for name in frame.columns[frame.dtypes == object]:
+        for name in frame.columns[frame.dtypes.map(pd.api.types.is_object_dtype)]:
             if all(v is None or isinstance(v, int | float) for v in frame[name]):
                 frame[name] = pd.to_numeric(frame[name])
         return frame
