@@ -1189,6 +1189,23 @@ def test_a_summary_read_unchecked_holds_what_a_run_writes(
         Decomposition.load(run)
 
 
+def test_a_run_whose_fits_table_has_no_row_is_named(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """A ``fits.csv`` of its header alone, in a run read unchecked, had been loaded, and the
+    object's ``repr`` ended in an IndexError."""
+    import json
+
+    run = decomposition.save(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    del summary["sha256"], summary["files"]
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    fits = run / "fits.csv"
+    fits.write_text(fits.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"holds no fit \(its tables have no row\)"):
+        Decomposition.load(run)
+
+
 def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path: Path) -> None:
     """A lone surrogate (a byte decoded with ``errors='surrogateescape'``, or an undecodable
     byte of a command line) in a document or a model name had ended in a UnicodeEncodeError

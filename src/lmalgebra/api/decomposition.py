@@ -101,6 +101,10 @@ class Decomposition:
         tables = read_frames(directory)
         if "fits" not in tables:
             raise UserInputError(f"{directory} holds no fits.csv and no pairwise or group tables")
+        if tables["fits"].empty:  # an IndexError from its repr had followed
+            raise UserInputError(
+                f"{directory} holds no fit (its tables have no row): compute it again"
+            )
         return cls(summary, config if isinstance(config, dict) else {}, tables, directory)
 
     # -- labelled results ---------------------------------------------------------------------
