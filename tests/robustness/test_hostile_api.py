@@ -1206,6 +1206,16 @@ def test_a_run_whose_fits_table_has_no_row_is_named(
         Decomposition.load(run)
 
 
+def test_a_summary_edited_in_the_object_is_not_taken_for_the_run_written_again(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """``result.summary.pop("seconds")`` (to print the rest) had had ``heatmap``, ``report()``
+    and ``save()`` refuse the untouched directory as "written again since"."""
+    loaded = Decomposition.load(decomposition.save(tmp_path / "run"))
+    loaded.summary.pop("seconds")
+    assert loaded.save(tmp_path / "copy").is_dir() and loaded.heatmap is not None
+
+
 def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path: Path) -> None:
     """A lone surrogate (a byte decoded with ``errors='surrogateescape'``, or an undecodable
     byte of a command line) in a document or a model name had ended in a UnicodeEncodeError

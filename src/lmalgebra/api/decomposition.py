@@ -60,6 +60,9 @@ class Decomposition:
         if tables is None and result is None:
             raise ValueError("a Decomposition needs its tables or the result they come from")
         self.summary = summary
+        # what its directory must still hold: the summary as read or made, whatever a caller
+        # does to ``summary`` (a key popped to print it had been taken for the run rewritten)
+        self._identity = _canonical(summary)
         self.config = config
         self._tables = tables
         self.run_dir = None if run_dir is None else Path(run_dir).absolute()  # after os.chdir too
@@ -272,7 +275,7 @@ class Decomposition:
             raise UserInputError(
                 f"Decomposition.{call}: {self.run_dir} no longer holds this decomposition ({err})"
             ) from None
-        if _canonical(found) != _canonical(self.summary):
+        if _canonical(found) != self._identity:
             raise UserInputError(
                 f"Decomposition.{call}: {self.run_dir} holds another decomposition than this one "
                 "(written again since this one was read or saved): Decomposition.load it again, "
