@@ -125,8 +125,9 @@ def decompose_plan(
 
     Columns: ``method``, ``precision``, ``components``, ``phase``, ``model`` (embedding rows),
     ``peak_gib``, ``seconds`` (NaN with ``timed=False``, which skips the few seconds of probes
-    that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
-    rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
+    that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (booleans on the
+    ``total`` rows, missing on the phases': ``plan[plan.chosen]`` is the run's).
+    ``attrs["models"]``: per model its width, parameters and embedding-cache size;
     ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
     would refuse of that directory is refused here too (``overwrite`` as for the call), a
     finished run there of other documents or arrays included (models by reference are not
@@ -188,6 +189,7 @@ def plan_frame(
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
+    config.embed_spec()  # a device or dtype this machine lacks: refused as the run refuses it
     with cache_root(config.cache_dir):
         _check_reference(config)
         with library_call():
@@ -202,7 +204,10 @@ def plan_frame(
         speeds = measure_speeds() if timed else None
     import pandas as pd
 
-    frame = pd.DataFrame(plan_rows(plan, shapes, speeds))
+    # yes/no on the total rows, missing on the phases': a mask of them, plan[plan.chosen],
+    # had failed as "non-boolean array containing NA" with None in an object column
+    rows = pd.DataFrame(plan_rows(plan, shapes, speeds))
+    frame = rows.astype({"fits": "boolean", "chosen": "boolean"})
     frame.attrs["models"] = pd.DataFrame(model_rows(plan, shapes))
     frame.attrs["available_gib"] = plan.available / GIB
     return frame

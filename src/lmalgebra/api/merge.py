@@ -8,6 +8,7 @@ and writes the recipe's run directory, which is the product of a merge.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -203,6 +204,18 @@ class MergeRun:
             raise UserInputError(
                 f"bits scores none of the run's teachers ({', '.join(sorted(teachers))}): "
                 "score them too, e.g. MergeRun.bits_per_byte() and the students together"
+            )
+        if not {r.model for r in rows} - teachers:  # an empty table had come back
+            raise UserInputError(
+                "MergeRun.bits_rdt(): bits scores the run's teachers alone: score the students "
+                "too, e.g. MergeRun.bits_per_byte(run.students) beside MergeRun.bits_per_byte()"
+            )
+        pairs = Counter((r.language, r.model) for r in dict.fromkeys(rows))
+        if twice := next((pair for pair, n in pairs.items() if n > 1), None):
+            raise UserInputError(  # the last row had been taken, whichever it was
+                f"MergeRun.bits_rdt(): bits holds rows of model {twice[1]!r} on language "
+                f"{twice[0]!r} that disagree (tables of two contexts, or two models of one "
+                "name): keep one row per pair"
             )
         teachers_of = self.recipe.teachers_of()
         models = dict.fromkeys(r.model for r in rows if r.model not in teachers)

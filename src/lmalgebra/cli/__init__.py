@@ -33,7 +33,7 @@ try:  # a Ctrl-C while the command line loads (a second of imports) ends as one 
     from lmalgebra.cli.launched import placed_on_processes
     from lmalgebra.cli.path_values import read_paths
     from lmalgebra.core import interrupt
-    from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+    from lmalgebra.core.errors import TrainingDivergedError, UserInputError, one_line
     from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count, wait_limit
     from lmalgebra.core.threads import pin_thread_count_when_imported
 except KeyboardInterrupt:
@@ -154,9 +154,3 @@ def _interrupted() -> NoReturn:
         f"{what}; run the same command again to resume", highlight=False, soft_wrap=True
     )
     sys.exit(status)
-
-
-def one_line(text: str) -> str:
-    """``text`` with its control characters written as escapes (``\\n``): a message is one line,
-    and a newline in a path it names (a directory named so) had broken it in two."""
-    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
