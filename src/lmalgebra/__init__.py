@@ -50,26 +50,7 @@ _EXPORTS = {
 # names that moved to lmalgebra.experimental: their evidence misses its targets
 _EXPERIMENTAL = ("select_teachers", "TeacherSelection")
 
-__all__ = [
-    "DecomposeConfig",
-    "Decomposition",
-    "LinearDecomposition",
-    "MergeRecipe",
-    "MergeRun",
-    "RunInspection",
-    "TrainingDivergedError",
-    "TrainingSpec",
-    "UserInputError",
-    "__version__",
-    "decompose",
-    "decompose_plan",
-    "decompose_recipe",
-    "merge",
-    "merge_plan",
-    "quiet",
-    "read_texts",
-    "spans",
-]
+__all__ = sorted([*_EXPORTS, "__version__"])
 
 
 def __getattr__(name: str) -> Any:

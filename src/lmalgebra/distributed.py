@@ -12,12 +12,13 @@ shards are written and recorded without two ranks writing one file is ``lmalgebr
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import functools
 import os
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import TIMEOUT_VARIABLE, launch_count, wait_limit
@@ -27,12 +28,16 @@ if TYPE_CHECKING:  # imported where used: the command line parses without them
     import torch
 
 P = ParamSpec("P")
+T = TypeVar("T")
+_alone = False  # within ``alone()``: this process runs as if launched alone
 
 
 def _group() -> Any:
     """``torch.distributed`` once a process group exists (set up here when launched), else None.
     A process not launched as several, where torch is not imported, holds no group: torch is
     left unimported (a cached decomposition never needs it)."""
+    if _alone:
+        return None
     launched = launch_count("WORLD_SIZE", 1) > 1
     if not launched and "torch" not in sys.modules:
         return None
@@ -163,6 +168,36 @@ def main_rank_only(fn: Callable[P, None]) -> Callable[P, None]:
         barrier()
 
     return wrapper
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Run the block as rank 0 of 1: no collective in it waits for the other ranks."""
+    global _alone
+    before, _alone = _alone, True
+    try:
+        yield
+    finally:
+        _alone = before
+
+
+def on_main_rank(compute: Callable[[], T], read_back: Callable[[], T], what: str) -> T:
+    """``compute()`` on the main rank alone (``alone``: as one process), while the other ranks
+    wait, then ``read_back()`` on them (what the main rank wrote); just ``compute()`` in one
+    process. A failure on the main rank ends the others too, in one line naming ``what``."""
+    rank, size = world()
+    if size == 1:
+        return compute()
+    error: Exception | None = None
+    if rank == 0:
+        try:
+            with alone():
+                found = compute()
+        except Exception as err:  # the others are told, not left waiting
+            error = err
+    if any_rank(error is not None):
+        raise error or UserInputError(f"{what} failed on the main rank (its message says why)")
+    return found if rank == 0 else read_back()
 
 
 def any_rank(flag: bool) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -58,6 +59,22 @@ def test_command_lists_show_each_summary_as_one_paragraph(
             assert used[k - 1] + 1 + len(word) > max(used), (rows[k - 1], rows[k])
     if group == ["merge"]:
         assert "masked runs, masked-token accuracy, perplexity" in out
+
+
+@pytest.mark.parametrize("command", [["decompose"], ["merge", "train"], ["experimental", "select"]])
+def test_a_commands_help_paragraphs_wrap_at_the_terminals_width(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """A help paragraph had kept its docstring's line breaks: on an 80-column terminal
+    ("a flag given overrides the" / "recipe, one not given ...") a line broke midway."""
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run(monkeypatch, capsys, *command, "--help")
+    assert code == 0
+    text = "\n".join(line.rstrip() for line in out[: out.index("\u256d")].splitlines())
+    for paragraph in text.strip("\n").split("\n\n")[2:]:  # after the usage and the summary
+        lines = paragraph.splitlines()
+        for line, after in itertools.pairwise(lines):
+            assert len(line) + 1 + len(after.split()[0]) > 78, (line, after)
 
 
 def test_top_level_help_describes_both_jobs(

@@ -43,7 +43,7 @@ def test_quick_demo_runs_every_stage_and_writes_one_report(tmp_path: Path) -> No
     sm1 = pd.read_csv(out / "merge-en-vocabulary" / "evaluation" / "scores.csv")
     assert set(sm1.loc[~sm1["comparable"], "language"]) == {"fr", "es"}
     assert report.count("not comparable</td>") == 2
-    result = json.loads((out / "demo.json").read_text())
+    result = json.loads((out / "demo.json").read_text(), parse_constant=_not_json)
     assert len(result["findings"]) == 3
     assert all("holds" in f for f in result["findings"].values())
     models = {s["model"] for s in result["scores"]}
@@ -63,3 +63,8 @@ def test_quick_demo_runs_every_stage_and_writes_one_report(tmp_path: Path) -> No
     assert (out / "merge" / "evaluation" / "scores.csv").is_file()
     head = json.loads((out / "teachers" / "teacher-en-head" / "lmalgebra.json").read_text())
     assert head["kind"] == "head-only-teacher" and head["encoder"]["reference"] == "package:minilm"
+
+
+def _not_json(name: str) -> None:
+    """A strict JSON reader's refusal of ``NaN`` and the infinities (a browser's JSON.parse)."""
+    raise ValueError(f"{name} is not JSON")

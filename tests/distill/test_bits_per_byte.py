@@ -338,3 +338,35 @@ def test_a_gguf_file_is_one_model_however_its_path_is_spelled(
     )
     assert _same_model(relative, absolute)
     assert not _same_model(ModelRef.parse("g=gguf:other.gguf"), absolute)
+
+
+def test_under_a_launcher_the_other_ranks_take_the_main_ranks_bits_per_byte(
+    causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch
+) -> None:
+    """``MergeRun.bits_per_byte`` in a script under ``torchrun`` had scored every model and
+    written the table on every rank: a rank other than the main one returns the main rank's
+    rows of this call, read back, scoring nothing."""
+    import shutil
+
+    import pandas as pd
+
+    from lmalgebra import distributed
+    from lmalgebra.api.merge import MergeRun
+    from lmalgebra.distill.causal import bits_per_byte as module
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_run, run, ignore=shutil.ignore_patterns("evaluation"))
+    models = {name: causal_teacher_dirs[name] for name in ("uni", "bl")}
+    MergeRun.load(run).bits_per_byte(models={"wp": causal_teacher_dirs["wp"]})  # kept beside
+    first = MergeRun.load(run).bits_per_byte(models=models, languages=["xx"])
+    table = (run / "evaluation" / "scored_bits_per_byte.csv").read_bytes()
+
+    def scored(*_: object) -> None:
+        raise AssertionError("a rank other than the main one scored")
+
+    monkeypatch.setattr(distributed, "world", lambda: (1, 2))
+    monkeypatch.setattr(distributed, "any_rank", lambda flag: flag)
+    monkeypatch.setattr(module, "bits_per_byte", scored)
+    again = MergeRun.load(run).bits_per_byte(models=models, languages=["xx"])
+    pd.testing.assert_frame_equal(again, first)
+    assert (run / "evaluation" / "scored_bits_per_byte.csv").read_bytes() == table

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill import pipeline
-from lmalgebra.distill.causal.logprobs import draw_samples, naive_causal_output
+from lmalgebra.distill.causal.logprobs import CausalOutput, _example_output, draw_samples
 from lmalgebra.distill.causal.store import load_causal_store
 from lmalgebra.distill.examples import example_id
 from lmalgebra.distill.pipeline import inspect_run
@@ -25,6 +25,13 @@ from lmalgebra.storage.shard_set import ShardSet
 from topk_helpers import assert_same_topk
 
 PAIRS = [("xx", "bl"), ("xx", "uni"), ("yy", "wp")]
+
+
+@torch.inference_mode()
+def naive_causal_output(model, record, store, k: int) -> CausalOutput:
+    """Reference: one example alone, full logits, no padding."""
+    logits = model(input_ids=_inputs(record, store)).logits[0]
+    return _example_output(logits, record.token_ids, k, 0, ())
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +50,7 @@ def test_store_matches_a_naive_forward_of_each_example(run, causal_teacher_dirs,
     exact = listed = 0
     for row in range(0, len(store), 5):
         record = store.record(row)
-        want = naive_causal_output(model, record.token_ids, store.start_token_id, k=6)
+        want = naive_causal_output(model, record, store, k=6)
         np.testing.assert_allclose(record.next_logprob, want.next_logprob, atol=1e-5)
         # ids chosen in float32 (a near-tie may be ordered either way batched and alone), kept
         # as float16 values

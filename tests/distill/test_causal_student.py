@@ -4,6 +4,7 @@ trajectory, resume, the saved model in a text-generation pipeline, refused confi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -324,7 +325,7 @@ def test_merge_evaluate_scores_teachers_and_student_in_bits_per_byte(
     got = [float(v) for v in rdt[1].split(",")[1:]]
     np.testing.assert_allclose(got, [want["xx"], want["yy"], want["average"]], atol=1e-3)
     report = (run_dir / "evaluation" / "evaluation.md").read_text()
-    assert "Greedy continuations of student" in report and report.count("- xx: **") == 2
+    assert "Greedy continuations of student" in report and report.count("- xx: `") == 2
     assert "How much of each teacher the student carries" in report
     card = (trained / "README.md").read_text()  # the student's card: its rows and RDT
     assert "Not evaluated yet" not in card and "| yy | student |" in card
@@ -407,3 +408,21 @@ def test_a_loss_from_another_package_joins_the_table_by_entry_point(
     assert LOSSES._losses.get("quarter_alm") is QUARTER_ALM
     assert all(r["kd"] > 0 for r in train_log(model))
     del LOSSES["quarter_alm"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["*bold* _it_ [a](b) <script>x</script>", "a `tick` and ``two``", "`edge`", "line\nbreak", ""],
+)
+def test_a_continuation_is_shown_as_written_in_the_evaluation_markdown(text: str) -> None:
+    """A held-out prompt's ``*``, ``_``, ``<script>`` or link had been read as Markdown inside
+    the bold prompt of ``evaluation.md``; each is a code span of its text now."""
+    from markdown_it import MarkdownIt
+
+    from lmalgebra.distill.causal.evaluation import _code
+
+    html = MarkdownIt().render(_code(text))
+    inner = re.fullmatch(r"<p><code>(.*)</code></p>\n", html, re.S)
+    assert inner is not None, html
+    shown = inner.group(1).replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    assert shown.strip() == text.replace("\n", "⏎").strip()

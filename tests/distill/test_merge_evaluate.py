@@ -318,3 +318,65 @@ def test_evaluate_marks_the_scores_of_a_teacher_off_its_languages(
     values = score_rdt(scores, "student", metric="perplexity")
     assert np.isnan(values["xx"]) and np.isfinite(values["yy"])  # xx: no comparable score
     assert values["average"] == pytest.approx(values["yy"])
+
+
+def test_a_nan_score_in_the_evaluation_record_is_strict_json_and_reads_back(
+    tmp_path: Path,
+) -> None:
+    """A row's NaN (a score with no position to take it on) had been written as ``NaN`` into
+    ``evaluation.json``, which strict JSON readers refuse: it is null in the file, covered by
+    the record's checksum, and NaN again for the evaluation that keeps the row."""
+    from dataclasses import dataclass
+
+    from lmalgebra.distill.layout import RunLayout
+    from lmalgebra.distill.run.evaluation_record import Basis, RowKind, read_record, write_record
+
+    @dataclass(frozen=True)
+    class Row:
+        language: str
+        model: str
+        loss: float
+
+    kind = RowKind("scores", Row)
+    layout = RunLayout(tmp_path)
+    basis = Basis("masked", {}, {"en": "d" * 64}, {"t": {"weights": "h"}})
+    rows = [asdict(Row("en", "t", float("nan"))), asdict(Row("en", "t", 1.5))]
+    write_record(layout, basis, {"scores": rows}, {})
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    text = (layout.evaluation / "evaluation.json").read_text()
+    assert json.loads(text, parse_constant=refuse)["tables"]["scores"][0]["loss"] is None
+    back = read_record(layout.evaluation / "evaluation.json", "masked", [kind])["tables"]["scores"]
+    assert np.isnan(back[0]["loss"]) and back[1]["loss"] == 1.5
+
+
+def test_under_a_launcher_the_other_ranks_take_the_main_ranks_evaluation(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``MergeRun.evaluate`` in a script under ``torchrun`` had scored and written the same
+    files on every rank: a rank other than the main one now waits for it and returns the same
+    frames, read from its record, scoring and writing nothing."""
+    import pandas as pd
+
+    from lmalgebra import distributed
+    from lmalgebra.distill.masked.objective import MaskedObjective
+
+    first = MergeRun.load(run_dir).evaluate()
+    written = {p: p.stat().st_mtime_ns for p in (run_dir / "evaluation").iterdir()}
+    card = (run_dir / "student" / "model" / "README.md").stat().st_mtime_ns
+
+    def scored(*_: object) -> None:
+        raise AssertionError("a rank other than the main one scored")
+
+    monkeypatch.setattr(distributed, "world", lambda: (1, 2))
+    monkeypatch.setattr(distributed, "any_rank", lambda flag: flag)
+    monkeypatch.setattr(MaskedObjective, "score", scored)
+    again = MergeRun.load(run_dir).evaluate()
+    assert again.scores is not None and first.scores is not None
+    pd.testing.assert_frame_equal(again.scores, first.scores)
+    pd.testing.assert_frame_equal(again.rdt, first.rdt)
+    assert again.evaluation == first.evaluation
+    assert {p: p.stat().st_mtime_ns for p in (run_dir / "evaluation").iterdir()} == written
+    assert (run_dir / "student" / "model" / "README.md").stat().st_mtime_ns == card

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill import pipeline
-from lmalgebra.distill.masked.masking import TeacherMasker
-from lmalgebra.distill.masked.topk import masked_topk, naive_topk
+from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker
+from lmalgebra.distill.masked.topk import TeacherOutput, _split_outputs, masked_topk
 from lmalgebra.distill.pipeline import inspect_run
 from lmalgebra.distill.pipeline import verify as verify_run
 from lmalgebra.distill.recipe import MaskingSpec, load_recipe
@@ -23,6 +24,13 @@ from lmalgebra.storage.shard_set import ShardSet
 from merge_fixtures import write_recipe
 from tiny import sentences
 from topk_helpers import assert_same_topk
+
+
+@torch.inference_mode()
+def naive_topk(model, copy: MaskedCopy, k: int) -> TeacherOutput:
+    """Reference: full-vocabulary logits at every position, then top-k."""
+    logits = model(input_ids=torch.from_numpy(copy.input_ids)[None]).logits[0].float()
+    return _split_outputs(logits[torch.from_numpy(copy.positions)], [copy], k)[0]
 
 
 @pytest.mark.parametrize("teacher", ["wp", "sp"])

@@ -266,6 +266,7 @@ def _refusals(plan: RunSpans, vectors: np.ndarray, tmp: Path) -> dict[str, tuple
         "three_d": (write_npy(tmp / "cube.npy", vectors.reshape(84, 4, 8), None), ["3-D"]),
         "integers": (write_npy(tmp / "int.npy", vectors.astype(np.int32), None), ["non-float"]),
         "pickled": (_pickled(tmp / "obj.npy"), ["cannot read", "as .npy"]),
+        "damaged_header": (_damaged_header(tmp / "head.npy", vectors), ["cannot read", "as .npy"]),
         "wrong_tensor": (_tensor(tmp / "named.safetensors", vectors), ["no tensor 'embeddings'"]),
         "uneven": (_uneven(tmp / "uneven.parquet"), ["row 1", "different length"]),
         "suffix": (tmp / "v.csv", ["not a file of embeddings"]),
@@ -274,6 +275,16 @@ def _refusals(plan: RunSpans, vectors: np.ndarray, tmp: Path) -> dict[str, tuple
 
 def _pickled(path: Path) -> Path:
     np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    return path
+
+
+def _damaged_header(path: Path, vectors: np.ndarray) -> Path:
+    """A ``.npy`` whose header dict is cut: numpy's parser had raised tokenize's TokenError,
+    a traceback."""
+    np.save(path, vectors)
+    data = bytearray(path.read_bytes())
+    data[10:20] = b"x" * 10
+    path.write_bytes(bytes(data))
     return path
 
 
@@ -299,6 +310,7 @@ REFUSALS = [
     "three_d",
     "integers",
     "pickled",
+    "damaged_header",
     "wrong_tensor",
     "uneven",
     "suffix",
@@ -318,6 +330,33 @@ def test_bad_files_are_refused_naming_model_and_file(
     assert str(path) in message
     for needle in needles:
         assert needle in message, message
+
+
+def test_embeddings_whose_squares_overflow_are_refused_naming_the_model(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    """Finite float32 values of 1e30: the statistics' float32 products overflowed, numpy's
+    overflow warning was printed and the run was refused as "alpha times a basis model's
+    variance overflows", blaming alpha; the model is named now, and no warning printed."""
+    import warnings
+
+    import lmalgebra
+    from tiny import documents
+
+    texts, shape = documents(120), {"spans": {"length": 8, "counts": (60, 12, 12)}}
+    rows = len(lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer_dir)))
+    a, b = _related(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserInputError, match=r"^model 'b': its variance over the training"):
+            lmalgebra.decompose(
+                {"a": a, "b": b * np.float32(1e30)},
+                texts,
+                **shape,
+                reference_tokenizer=str(tokenizer_dir),
+                cache_dir=tmp_path / "cache",
+                progress=False,
+            )
 
 
 def test_unchecked_order_accepts_a_bare_npy_but_never_a_wrong_digest(

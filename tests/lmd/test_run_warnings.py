@@ -103,3 +103,85 @@ def test_a_model_that_does_not_vary_on_a_held_out_split_is_named(tmp_path: Path)
     assert warning.startswith("'b': every test span has the same embedding, so its test R^2")
     assert np.isnan(result.pairwise("test").loc["b", "a"])
     assert not np.isnan(result.pairwise("validation").loc["b", "a"])
+
+
+def _strict(text: str) -> Any:
+    """JSON as a strict reader (a browser's ``JSON.parse``, Go, Rust) takes it: no NaN."""
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_r2_that_cannot_be_computed_is_written_as_strict_json(tmp_path: Path) -> None:
+    """A test R^2 that is NaN had been written as ``NaN`` into ``summary.json``, which strict
+    JSON readers refuse: it is null now, read back as None by ``Decomposition.load``, shown as
+    ``n/a`` by the command's table and the report."""
+    import numpy as np
+
+    import lmalgebra
+    from lmalgebra.cli.lmd import _group_table
+    from tiny import build_tokenizer, documents
+
+    tokenizer = build_tokenizer(tmp_path / "tokenizer")
+    texts, shape = documents(120), {"spans": {"length": 8, "counts": (60, 12, 12)}}
+    rows = len(lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer)))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((rows, 6)).astype(np.float32)
+    b = (a @ rng.standard_normal((6, 4))).astype(np.float32)
+    b[-12:] = b[-1]
+    result = lmalgebra.decompose(
+        {"a": a, "b": b},
+        texts,
+        **shape,
+        reference_tokenizer=str(tokenizer),
+        cache_dir=tmp_path / "cache",
+        out=tmp_path / "run",
+        progress=False,
+    )
+    written = _strict((tmp_path / "run" / "summary.json").read_text())
+    assert written["group_r2"]["b"]["test"] is None
+    loaded = lmalgebra.Decomposition.load(tmp_path / "run")
+    assert loaded.summary == result.summary
+    assert np.isnan(loaded.group.loc["b", "test"])
+    rendered = str(_group_table(loaded).columns[3]._cells)
+    assert "n/a" in rendered
+    lmalgebra.Decomposition.load(tmp_path / "run").report(tmp_path / "page.html")
+    assert "test n/a" in (tmp_path / "page.html").read_text()
+
+
+def test_spans_short_of_the_counts_asked_for_are_said_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``lmalgebra spans`` (and ``lmalgebra.spans``) of more spans than the corpus holds had
+    exported fewer, exit 0 and nothing said: a decomposition of the same spans warns, and so
+    do they now, with the same line."""
+    import logging
+
+    import lmalgebra
+    from hostile_helpers import run_main
+    from tiny import build_tokenizer, documents
+
+    tokenizer = build_tokenizer(tmp_path / "tokenizer")
+    corpus = tmp_path / "docs.txt"
+    texts = documents(120)
+    corpus.write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+    shape = {"spans": {"length": 8, "counts": (5000, 12, 12)}}
+    with caplog.at_level(logging.WARNING):
+        table = lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer))
+    said = [
+        r.getMessage() for r in caplog.records if "fewer spans than requested" in r.getMessage()
+    ]
+    assert said == [
+        f"fewer spans than requested (train {len(table) - 24} of 5000, validation 12 "
+        "of 12, test 12 of 12): the corpus has too few documents or tokens for these "
+        "counts at this span length; use a larger corpus, a smaller spans.length "
+        "(-T) or a larger spans.per_doc"
+    ]
+    caplog.clear()
+    args = ["spans", "--corpus.paths", str(corpus), "--reference_tokenizer", str(tokenizer)]
+    args += ["-T", "8", "--spans.counts", "5000,12,12", "--out", str(tmp_path / "s.jsonl")]
+    code, _, _ = run_main(args, monkeypatch, capsys)
+    assert code == 0
+    assert any("fewer spans than requested (train" in r.getMessage() for r in caplog.records)

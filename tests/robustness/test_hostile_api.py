@@ -343,6 +343,23 @@ def test_an_array_of_embeddings_is_real_and_fits_in_float32(bert_dir: Path, tmp_
     assert np.isfinite(result.pairwise().loc["b", "a"])  # b (the tensor) from a
 
 
+@pytest.mark.filterwarnings("ignore:.*(Sparse CSR|nested tensors):UserWarning")  # torch's betas
+def test_a_tensor_numpy_cannot_take_or_a_duration_array_is_named(bert_dir: Path) -> None:
+    """A sparse or nested tensor had ended in torch's TypeError or RuntimeError traceback, and
+    an array of durations (``timedelta64``, a number to numpy) been fitted as embeddings."""
+    import torch
+
+    dense = torch.ones(3, 2)
+    for given, wanted in (
+        (dense.to_sparse(), "the tensor is sparse_coo; give its dense form"),
+        (dense.to_sparse_csr(), "the tensor is sparse_csr"),
+        (torch.nested.nested_tensor([dense[0], dense[1]]), "the tensor is nested"),
+        (np.ones((3, 2), dtype="timedelta64[s]"), r"the array is not numeric \(timedelta64"),
+    ):
+        with pytest.raises(UserInputError, match=f"^model 'b': {wanted}"):
+            lmalgebra.decompose({"a": str(bert_dir), "b": given}, documents(60))
+
+
 @pytest.mark.parametrize(
     "X", [None, np.full((4, 2), np.nan), np.zeros(4)], ids=["none", "nan", "1d"]
 )
@@ -881,6 +898,26 @@ def test_a_bits_table_of_text_is_named(tmp_path: Path, teacher_dirs: dict[str, P
     assert run.bits_rdt(bits.assign(**{c: 1.0 for c in BITS.columns[2:]})).index.tolist() == ["s"]
 
 
+def test_a_bits_table_without_students_or_with_rows_that_disagree_is_named(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``bits_rdt`` of the teachers' table alone had given an empty frame without a column, and
+    of two rows of one (language, model), tables of two contexts, the last row, whichever."""
+    import pandas as pd
+
+    from lmalgebra.distill.causal.bits_per_byte import BITS
+
+    run = MergeRun(write_recipe(tmp_path, teacher_dirs))
+    row = {c: 1.0 for c in BITS.columns} | {"language": "xx"}
+    teacher, student = row | {"model": "wp"}, row | {"model": "s"}
+    with pytest.raises(UserInputError, match=r"^MergeRun\.bits_rdt\(\): .* teachers alone"):
+        run.bits_rdt(pd.DataFrame([teacher]))
+    twice = pd.DataFrame([teacher, student, student | {"bits_per_byte": 2.0}])
+    with pytest.raises(UserInputError, match="rows of model 's' on language 'xx' that disagree"):
+        run.bits_rdt(twice)
+    assert run.bits_rdt(pd.DataFrame([teacher, student, student])).index.tolist() == ["s"]
+
+
 def test_rows_the_estimator_cannot_fit_are_named_in_its_words() -> None:
     """A constant ``X`` or ``y``, or a singular ``X`` at ``alpha=0``, was refused in the run's
     words (``model 'x0' does not vary over the training spans``, ``use a larger --alpha``): a
@@ -1130,3 +1167,130 @@ def test_keep_saved_keeps_only_a_teacher_of_this_spec(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match=r"other inputs \(corpus text '.*' -> '.*'\)"):
         pretrain(spec, keep_saved=True)
     assert (saved / "model.safetensors").read_bytes() == before
+
+
+def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A ``random:`` model (like a student's initialisation or training) seeds torch's global
+    generator: a notebook's own draws after the call had followed the call's seed, and whether
+    it found its embeddings cached."""
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    models = {"a": str(bert_dir), "r": f"random:{bert_dir}"}
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    lmalgebra.decompose(models, documents(60), spans=spans, cache_dir=tmp_path, progress=False)
+    assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "wanted"),
+    [
+        ("alpha", 0.01, None),  # an older release's plain number: read, and shown
+        ("alpha", "0.01", "its 'alpha' is '0.01'"),
+        ("models", "a,b", "its 'models' is 'a,b'"),  # had been read as models a, ',' and b
+        ("models", None, "its 'models' is None"),  # a KeyError from repr
+    ],
+)
+def test_a_summary_read_unchecked_holds_what_a_run_writes(
+    key: str, value: Any, wanted: str | None, decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """A summary without its checksum and file record (an older release's) is read unchecked:
+    edited, its fields had ended in a traceback (``repr``) or been read as other models."""
+    import json
+
+    run = decomposition.save(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    del summary["sha256"], summary["files"]
+    summary[key] = value
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    if wanted is None:
+        assert "alpha 0.01;" in repr(Decomposition.load(run))
+        return
+    with pytest.raises(UserInputError, match=f"summary.json is damaged: {re.escape(wanted)}"):
+        Decomposition.load(run)
+
+
+def test_a_run_whose_fits_table_has_no_row_is_named(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """A ``fits.csv`` of its header alone, in a run read unchecked, had been loaded, and the
+    object's ``repr`` ended in an IndexError."""
+    import json
+
+    run = decomposition.save(tmp_path / "run")
+    summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    del summary["sha256"], summary["files"]
+    (run / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    fits = run / "fits.csv"
+    fits.write_text(fits.read_text(encoding="utf-8").splitlines()[0] + "\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"holds no fit \(its tables have no row\)"):
+        Decomposition.load(run)
+
+
+def test_a_summary_edited_in_the_object_is_not_taken_for_the_run_written_again(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """``result.summary.pop("seconds")`` (to print the rest) had had ``heatmap``, ``report()``
+    and ``save()`` refuse the untouched directory as "written again since"."""
+    loaded = Decomposition.load(decomposition.save(tmp_path / "run"))
+    loaded.summary.pop("seconds")
+    assert loaded.save(tmp_path / "copy").is_dir() and loaded.heatmap is not None
+
+
+def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path: Path) -> None:
+    """A lone surrogate (a byte decoded with ``errors='surrogateescape'``, or an undecodable
+    byte of a command line) in a document or a model name had ended in a UnicodeEncodeError
+    traceback, a name's after the run's ``config.yaml`` was written."""
+    texts = documents(60)
+    texts[3] += " caf\udce9"
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    with pytest.raises(UserInputError, match=r"^texts\[3\] holds '\\udce9' at position \d+"):
+        lmalgebra.spans({"a": str(bert_dir)}, texts, spans=spans)
+    out = tmp_path / "run"
+    models = {"a\udce9": str(bert_dir), "b": str(bert_dir)}
+    with pytest.raises(UserInputError, match="a model name is UTF-8 text"):
+        lmalgebra.decompose(models, documents(60), out=out, spans=spans, progress=False)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_call_runs_with_gradients_whatever_mode_the_caller_is_in(
+    mode: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """Under a notebook's ``torch.set_grad_enabled(False)`` (or ``inference_mode``), training
+    and ``merge_plan``'s timing of a step ended in "element 0 of tensors does not require
+    grad"; the caller's mode is kept after the call."""
+    import torch
+
+    recipe = write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT)
+    with getattr(torch, mode)():
+        assert len(lmalgebra.merge_plan(recipe))
+        assert not torch.is_grad_enabled()
+
+
+def test_the_plans_chosen_and_fits_columns_mask_its_rows(bert_dir: Path, bert2_dir: Path) -> None:
+    """``plan[plan.chosen]`` had failed ("Cannot mask with non-boolean array containing NA"):
+    the columns held True/False on the total rows and None on the phases', as objects."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (40, 10, 10)}
+    plan = lmalgebra.decompose_plan(models, documents(60), timed=False, spans=spans)
+    chosen = plan[plan.chosen]
+    assert chosen[["method", "precision", "phase"]].values.tolist() == [
+        ["exact", "float64", "total"]
+    ]
+    assert len(plan[plan.fits]) == (plan["phase"] == "total").sum()
+
+
+def test_an_inspection_of_a_run_not_taught_yet_gives_numbers(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """Before ``teach`` the store's figures are not known: their columns had held None as
+    objects, neither summed nor plotted; they are numbers, missing."""
+    run = lmalgebra.merge(write_recipe(tmp_path, teacher_dirs), "prepare")
+    frame = run.inspect().frame()
+    assert frame["store_bytes_per_masked_token"].dtype == np.float64
+    assert frame["store_bytes_per_masked_token"].isna().all() and frame["examples"].sum() > 0

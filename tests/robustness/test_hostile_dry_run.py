@@ -455,3 +455,26 @@ def test_a_finished_run_on_other_documents_or_arrays_is_refused_by_the_dry_run_t
             {"a": str(bert_dir), "v": 2 * array}, texts, timed=False, **options
         )
     lmalgebra.decompose_plan({"a": str(bert_dir), "v": 2 * array}, timed=False, **options)
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="needs a machine without a CUDA device"
+)
+def test_a_device_this_machine_lacks_is_refused_by_the_plan_as_by_the_run(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``decompose_plan(..., device="cuda")`` (``decompose --dry-run --device cuda``) planned
+    the run on a machine with no GPU, which ``decompose`` refuses."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    said = {}
+    for call in (lmalgebra.decompose, lmalgebra.decompose_plan):
+        with pytest.raises(UserInputError) as caught:
+            call(models, documents(40), device="cuda", spans={"length": 8, "counts": (20, 5, 5)})
+        said[call] = str(caught.value)
+    assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
+    assert said[lmalgebra.decompose].startswith("decompose device: cuda asked for")

@@ -1066,6 +1066,36 @@ def test_a_demo_into_a_directory_of_the_users_files_is_refused(tmp_path: Path) -
     assert run_workflow(killed, lambda: "ran", quick) == "ran"
 
 
+def test_a_second_demo_into_a_directory_a_demo_is_writing_is_refused_at_once(
+    tmp_path: Path,
+) -> None:
+    """A demo holds its directory's lock: a second demo there had run until the first step the
+    two shared (and been stopped by that step's lock, named by its directory)."""
+    import subprocess
+
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.demo.plan import QUICK
+    from lmalgebra.demo.workflow import run_workflow
+
+    held = tmp_path / "demo"
+    held.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    ran: list[str] = []
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        quick = {"demo": "quick masked", "plan": QUICK.as_dict()}
+        with pytest.raises(
+            UserInputError, match=f"in use by another lmalgebra run: pid {holder.pid}"
+        ):
+            run_workflow(held, lambda: ran.append("ran"), quick)
+        assert not ran and sorted(p.name for p in held.iterdir()) == [".lmalgebra.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("special", ["fifo", "link", "dangling link"])
 def test_a_fifo_or_link_given_as_an_output_file_is_refused_at_once(
     special: str,

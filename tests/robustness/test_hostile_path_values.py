@@ -237,3 +237,14 @@ def test_a_local_recipe_named_recipe_colon_is_reached_as_dot_slash(cli, here: Pa
     (here / "recipe:decompose-minilm-wiki").write_text("models: not a list\n")
     code, stderr = cli(["decompose", "./recipe:decompose-minilm-wiki", "--dry-run"])
     assert_one_line(code, stderr, [f"{here}/recipe:decompose-minilm-wiki", "key 'models'"])
+
+
+def test_a_newline_in_a_path_named_keeps_the_message_one_line_from_python(tmp_path: Path) -> None:
+    """From Python the message had held the newline itself, two lines where the command line
+    prints one."""
+    import lmalgebra
+
+    for call in (lmalgebra.Decomposition.load, lmalgebra.MergeRun.load, lmalgebra.read_texts):
+        with pytest.raises(UserInputError) as caught:
+            call(tmp_path / "a\nb")
+        assert "\n" not in str(caught.value) and "a\\nb" in str(caught.value)

@@ -341,3 +341,28 @@ def test_merge_verify_checks_a_run_it_may_not_write(
     code, stderr = bound(["merge", "verify", str(run)], tmp_path / "cache")
     assert code == 0, stderr
     assert not any(RunLayout(run).hashes.glob(".*tmp-*")), recipe
+
+
+def test_a_report_of_a_read_only_run_says_it_draws_into_the_run(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """``report RUN --out ELSEWHERE`` of a run that cannot be written (a colleague's, a
+    read-only mount) had been refused as "output directory RUN is not writable", the page's
+    place being elsewhere: its figures go into the run."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    run = tmp_path / "run"
+    code, stderr = run_cli(
+        _decompose(bert_dir, bert2_dir, corpus_txt, "20,5,5", run), monkeypatch, capsys
+    )
+    assert code == 0, stderr
+    read_only(run)
+    code, stderr = bound(["report", str(run), "--out", str(tmp_path / "page.html")], cache)
+    assert_one_line(code, stderr, [f"run directory {run} is not writable", "draws its figures"])

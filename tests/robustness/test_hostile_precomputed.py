@@ -39,7 +39,7 @@ def _safetensors(path: Path, vectors: np.ndarray, digest: str | None = None) -> 
 
 def _parquet(path: Path, vectors: np.ndarray) -> Path:
     embedding = pa.array([list(row) for row in vectors], type=pa.list_(pa.float32()))
-    ids = [span_sha256(t) for t in ROWS]
+    ids = [span_sha256(t) for t in ROWS][: len(vectors)]
     pq.write_table(pa.table({"embedding": embedding, "span_sha256": ids}), path)
     return path
 
@@ -52,6 +52,17 @@ def test_embeddings_of_width_zero_are_refused_naming_the_file(suffix: str, tmp_p
     path = write(tmp_path / f"empty{suffix}", np.zeros((8, 0), np.float32))
     for read in (lambda: file_shape("v", path), lambda: load_precomputed("v", path, TEXTS)):
         with pytest.raises(UserInputError, match=r"model 'v': .* holds embeddings of width 0"):
+            read()
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".safetensors", ".parquet"])
+def test_a_file_of_no_rows_is_refused_as_empty(suffix: str, tmp_path: Path) -> None:
+    """A Parquet file of no rows had been refused as "embeddings of width 0" (it has no width
+    to read): every format names it as holding no rows."""
+    write = {".npy": _npy, ".safetensors": _safetensors, ".parquet": _parquet}[suffix]
+    path = write(tmp_path / f"none{suffix}", np.zeros((0, 4), np.float32))
+    for read in (lambda: file_shape("v", path), lambda: load_precomputed("v", path, TEXTS)):
+        with pytest.raises(UserInputError, match=r"model 'v': .* holds no rows; expected one"):
             read()
 
 

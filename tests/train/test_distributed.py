@@ -570,6 +570,50 @@ def test_a_rank_that_waits_longer_than_its_limit_ends_in_one_line(tmp_path: Path
     assert "merge prepare" in waited
 
 
+def _main_rank_worker(rank: int, root: str, port: int) -> None:
+    """One of two processes: the main rank's work holds a collective (an evaluation's LMD
+    coverage reduces statistics over the ranks) that must not wait for the other rank, which
+    waits for the main rank and reads its result back; then the same with a failing work."""
+    import numpy as np
+
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distributed import all_reduce_sum, on_main_rank
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank))
+    os.environ.update(WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")
+    os.environ["LMALGEBRA_DIST_TIMEOUT"] = "20"
+    out = Path(root)
+
+    def compute() -> str:
+        total = all_reduce_sum(np.array([1.0, 2.0])).sum()  # alone: its own values alone
+        (out / "result").write_text(f"{total:g}")
+        return f"computed {total:g}"
+
+    found = on_main_rank(compute, lambda: "read " + (out / "result").read_text(), "the work")
+
+    def fail() -> str:
+        raise UserInputError("the recipe is bad")
+
+    try:
+        on_main_rank(fail, lambda: "read", "the work")
+    except UserInputError as err:
+        found += f"; {err}"
+    (out / f"outcome-{rank}").write_text(found)
+
+
+def test_the_main_rank_works_alone_and_the_others_read_its_result(tmp_path: Path) -> None:
+    """``MergeRun.evaluate`` under a launcher: every rank had scored and written the same files;
+    the main rank alone does it now (a collective inside it sees one process), the others read
+    its record back, and a failure on the main rank ends them too, in one line."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_main_rank_worker, args=(str(tmp_path), _free_port()), nprocs=2, join=True)
+    assert (tmp_path / "outcome-0").read_text() == "computed 3; the recipe is bad"
+    assert (tmp_path / "outcome-1").read_text() == (
+        "read 3; the work failed on the main rank (its message says why)"
+    )
+
+
 def test_the_process_group_waits_as_long_as_the_limit_says(monkeypatch) -> None:
     """The group is set up with the wait limit, not torch's 30 minutes."""
     import datetime

@@ -29,7 +29,7 @@ from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
-from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer
+from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer, warn_if_short
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
 from lmalgebra.storage.output_paths import cache_root
@@ -125,8 +125,9 @@ def decompose_plan(
 
     Columns: ``method``, ``precision``, ``components``, ``phase``, ``model`` (embedding rows),
     ``peak_gib``, ``seconds`` (NaN with ``timed=False``, which skips the few seconds of probes
-    that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (the ``total``
-    rows). ``attrs["models"]``: per model its width, parameters and embedding-cache size;
+    that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (booleans on the
+    ``total`` rows, missing on the phases': ``plan[plan.chosen]`` is the run's).
+    ``attrs["models"]``: per model its width, parameters and embedding-cache size;
     ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
     would refuse of that directory is refused here too (``overwrite`` as for the call), a
     finished run there of other documents or arrays included (models by reference are not
@@ -188,6 +189,7 @@ def plan_frame(
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
+    config.embed_spec()  # a device or dtype this machine lacks: refused as the run refuses it
     with cache_root(config.cache_dir):
         _check_reference(config)
         with library_call():
@@ -202,7 +204,10 @@ def plan_frame(
         speeds = measure_speeds() if timed else None
     import pandas as pd
 
-    frame = pd.DataFrame(plan_rows(plan, shapes, speeds))
+    # yes/no on the total rows, missing on the phases': a mask of them, plan[plan.chosen],
+    # had failed as "non-boolean array containing NA" with None in an object column
+    rows = pd.DataFrame(plan_rows(plan, shapes, speeds))
+    frame = rows.astype({"fits": "boolean", "chosen": "boolean"})
     frame.attrs["models"] = pd.DataFrame(model_rows(plan, shapes))
     frame.attrs["available_gib"] = plan.available / GIB
     return frame
@@ -250,6 +255,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     name, tokenizer = span_tokenizer(spec.models, spec.reference_tokenizer, sources)
     docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
     plan = plan_spans(docs, tokenizer, spec.spans, name)
+    warn_if_short(spec.spans.counts, plan.counts)
     rows = [
         {"split": split, "index": i, "sha256": span_sha256(text), "text": text}
         for split in SPLITS
@@ -265,10 +271,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
 
 @library_entry
 def read_texts(
-    path: str | Path,
-    text_column: str = "text",
-    doc_sep: DocSep = "auto",
-    split: str = "train",
+    path: str | Path, text_column: str = "text", doc_sep: DocSep = "auto", split: str = "train"
 ) -> list[str]:
     """The documents of a corpus as a list of strings, read as ``decompose`` reads a corpus path
     (``.txt``, ``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a saved dataset, ``package:NAME``);

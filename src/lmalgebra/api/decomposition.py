@@ -23,6 +23,7 @@ import yaml
 from lmalgebra.api.frames import computed_frames, group_frame, pairwise_frame, read_frames
 from lmalgebra.api.runtime import library_entry
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.run.decompose import check_output_directory, claim_copy, save_result
@@ -60,6 +61,9 @@ class Decomposition:
         if tables is None and result is None:
             raise ValueError("a Decomposition needs its tables or the result they come from")
         self.summary = summary
+        # what its directory must still hold: the summary as read or made, whatever a caller
+        # does to ``summary`` (a key popped to print it had been taken for the run rewritten)
+        self._identity = _canonical(summary)
         self.config = config
         self._tables = tables
         self.run_dir = None if run_dir is None else Path(run_dir).absolute()  # after os.chdir too
@@ -86,6 +90,7 @@ class Decomposition:
         """Read a complete run directory (written by ``lmalgebra decompose --out`` or ``save``)."""
         directory = Path(run_dir)
         summary = read_summary(directory)  # refuses a missing or incomplete run, naming it
+        _check_fields(summary, directory / SUMMARY)
         config_path = directory / CONFIG
         config: Any = {}
         if config_path.is_file():
@@ -100,6 +105,10 @@ class Decomposition:
         tables = read_frames(directory)
         if "fits" not in tables:
             raise UserInputError(f"{directory} holds no fits.csv and no pairwise or group tables")
+        if tables["fits"].empty:  # an IndexError from its repr had followed
+            raise UserInputError(
+                f"{directory} holds no fit (its tables have no row): compute it again"
+            )
         return cls(summary, config if isinstance(config, dict) else {}, tables, directory)
 
     # -- labelled results ---------------------------------------------------------------------
@@ -267,7 +276,7 @@ class Decomposition:
             raise UserInputError(
                 f"Decomposition.{call}: {self.run_dir} no longer holds this decomposition ({err})"
             ) from None
-        if _canonical(found) != _canonical(self.summary):
+        if _canonical(found) != self._identity:
             raise UserInputError(
                 f"Decomposition.{call}: {self.run_dir} holds another decomposition than this one "
                 "(written again since this one was read or saved): Decomposition.load it again, "
@@ -278,7 +287,8 @@ class Decomposition:
     # -- display --------------------------------------------------------------------------------
     def _headline(self) -> str:
         spans = " / ".join(f"{s} {n}" for s, n in self.spans.items())
-        mode = self.summary.get("alpha", {}).get("mode", "")
+        alpha = self.summary["alpha"]
+        mode = alpha.get("mode", "") if isinstance(alpha, dict) else ""  # a number: older runs
         line = f"{len(self.names)} models, spans {spans}, alpha {self.alpha:.3g} {mode}".rstrip()
         return line + method_line(self.method)
 
@@ -300,9 +310,29 @@ class Decomposition:
         )
 
 
+def _check_fields(summary: dict[str, Any], path: Path) -> None:
+    """Refuse, naming ``path``, a summary whose fields this class reads are not what a run
+    writes: one unchecked (of a release before its checksum) and edited had been read as
+    models ``a``, ``,``, ``b`` or ended in a traceback from its ``repr``."""
+    alpha = summary.get("alpha")
+    value = alpha.get("value") if isinstance(alpha, dict) else alpha
+    models = summary.get("models")
+    wrong = {
+        "models": not isinstance(models, list) or not all(isinstance(m, str) for m in models),
+        "alpha": isinstance(value, bool) or not isinstance(value, int | float),
+        "spans": not isinstance(summary.get("spans", {}), dict),
+        "method": not isinstance(summary.get("method") or {}, dict),
+    }
+    for key in (k for k, bad in wrong.items() if bad):
+        raise UserInputError(
+            f"{path} is damaged: its {key!r} is {summary.get(key)!r}, not what a run writes; "
+            "restore it, or compute the run again"
+        )
+
+
 def _canonical(summary: dict[str, Any]) -> str:
-    """``summary`` as comparable text (NaN equal to NaN, as JSON writes it)."""
-    return json.dumps(summary, sort_keys=True, default=str)
+    """``summary`` as comparable text (a NaN read from an older release's file as None)."""
+    return json.dumps(plain(summary), sort_keys=True)
 
 
 def method_line(method: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ and writes the recipe's run directory, which is the product of a merge.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -132,11 +133,14 @@ class MergeRun:
 
         ``models``: name -> path, or references as on the command line (``[NAME=]PATH``);
         default the run's causal teachers. ``context``: tokens per sliding window (default the
-        model's)."""
+        model's). Under a launcher the main rank scores and writes; the others return its
+        rows, read back."""
         import pandas as pd
 
-        from lmalgebra.distill.causal.bits_per_byte import BITS, evaluate_bits, run_teachers
+        from lmalgebra.distill.causal.bits_per_byte import BITS, SCORED, evaluate_bits, run_teachers
+        from lmalgebra.distributed import on_main_rank
         from lmalgebra.sources.models import ModelRef
+        from lmalgebra.storage.csv_tables import read_table
 
         languages = _chosen(languages, "languages", "MergeRun.bits_per_byte()")
         if models is not None and not models:
@@ -149,7 +153,19 @@ class MergeRun:
             refs = [ModelRef(name=name, path=str(path)) for name, path in models.items()]
         else:
             refs = [ModelRef.parse(m) for m in models]
-        rows = evaluate_bits(self.run_dir, refs, languages, context)
+        names = {ref.name for ref in refs}
+
+        def written() -> list[Any]:  # the other ranks, under a launcher: the main rank's rows
+            rows = read_table(RunLayout(self.run_dir).evaluation, SCORED) or []
+            return [
+                r for r in rows if r.model in names and r.language in (languages or [r.language])
+            ]
+
+        rows = on_main_rank(
+            lambda: evaluate_bits(self.run_dir, refs, languages, context),
+            written,
+            "MergeRun.bits_per_byte()",
+        )
         return pd.DataFrame([asdict(r) for r in rows], columns=list(BITS.columns))
 
     @library_entry
@@ -188,6 +204,18 @@ class MergeRun:
             raise UserInputError(
                 f"bits scores none of the run's teachers ({', '.join(sorted(teachers))}): "
                 "score them too, e.g. MergeRun.bits_per_byte() and the students together"
+            )
+        if not {r.model for r in rows} - teachers:  # an empty table had come back
+            raise UserInputError(
+                "MergeRun.bits_rdt(): bits scores the run's teachers alone: score the students "
+                "too, e.g. MergeRun.bits_per_byte(run.students) beside MergeRun.bits_per_byte()"
+            )
+        pairs = Counter((r.language, r.model) for r in dict.fromkeys(rows))
+        if twice := next((pair for pair, n in pairs.items() if n > 1), None):
+            raise UserInputError(  # the last row had been taken, whichever it was
+                f"MergeRun.bits_rdt(): bits holds rows of model {twice[1]!r} on language "
+                f"{twice[0]!r} that disagree (tables of two contexts, or two models of one "
+                "name): keep one row per pair"
             )
         teachers_of = self.recipe.teachers_of()
         models = dict.fromkeys(r.model for r in rows if r.model not in teachers)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import unencodable
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.kinds.python_objects import (
     GivenArrays,
@@ -99,6 +100,11 @@ def _given(name: str, value: Any) -> GivenModel | None:
             raise UserInputError(
                 f"model {name!r}: the tensor is on the meta device (a shape without values)"
             )
+        if value.is_nested or str(value.layout) != "torch.strided":  # numpy takes neither
+            kind = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
+            raise UserInputError(
+                f"model {name!r}: the tensor is {kind}; give its dense form (tensor.to_dense())"
+            )
         tensor = value.detach().cpu()  # complex values stay complex, to be refused by name
         return GivenArrays(name, (tensor if tensor.is_complex() else tensor.float()).numpy())
     if hasattr(value, "config") and hasattr(value, "state_dict"):
@@ -134,6 +140,11 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
             kind = type(doc).__name__
             hint = "; give a corpus path alone, as a str or Path" if isinstance(doc, Path) else ""
             raise UserInputError(f"texts[{index}] is a {kind}, not a string{hint}")
+        if (at := unencodable(doc)) is not None:  # a traceback from hashing the spans
+            raise UserInputError(
+                f"texts[{index}] holds {doc[at]!r} at position {at}, no UTF-8 character (a byte "
+                "decoded with errors='surrogateescape'): decode the text as what it is"
+            )
     if options:
         raise UserInputError(
             f"{sorted(options)[0]} applies to a corpus file; texts are a list of documents"

@@ -91,10 +91,37 @@ def _quiet_transformers() -> Iterator[None]:
 
 @contextmanager
 def library_call() -> Iterator[None]:
-    """Pin torch's thread count (now, or when torch is imported) and run :func:`quiet` for the
-    duration of the call."""
+    """Pin torch's thread count (now, or when torch is imported) and run :func:`quiet` and
+    :func:`_torch_as_a_command_finds_it` for the duration of the call."""
     pin_thread_count_when_imported()
-    with quiet():
+    with quiet(), _torch_as_a_command_finds_it():
+        yield
+
+
+@contextmanager
+def _torch_as_a_command_finds_it() -> Iterator[None]:
+    """torch's gradients on for the call, as a command starts with them (a notebook's
+    ``torch.set_grad_enabled(False)`` or ``torch.inference_mode()`` had ended training and
+    ``merge_plan``'s timing in "element 0 of tensors does not require grad"), and its global
+    random generators given back as the caller left them: the stages seed them
+    (``torch.manual_seed(training.seed)``), and a notebook's own draws after a call had
+    followed the call's seed, and whether it trained or found its work done. Where torch was
+    not imported before the call, it is seeded afresh after it, as an import seeds it."""
+    if "torch" not in sys.modules:
+        try:
+            yield
+        finally:
+            if "torch" in sys.modules:
+                sys.modules["torch"].seed()
+        return
+    import torch
+
+    cuda = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
+    with (
+        torch.random.fork_rng(devices=list(cuda)),
+        torch.inference_mode(False),
+        torch.enable_grad(),
+    ):
         yield
 
 

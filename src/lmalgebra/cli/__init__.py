@@ -33,7 +33,7 @@ try:  # a Ctrl-C while the command line loads (a second of imports) ends as one 
     from lmalgebra.cli.launched import placed_on_processes
     from lmalgebra.cli.path_values import read_paths
     from lmalgebra.core import interrupt
-    from lmalgebra.core.errors import TrainingDivergedError, UserInputError
+    from lmalgebra.core.errors import TrainingDivergedError, UserInputError, one_line
     from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count, wait_limit
     from lmalgebra.core.threads import pin_thread_count_when_imported
 except KeyboardInterrupt:
@@ -108,18 +108,11 @@ def run_command(call: Callable[[], object]) -> None:
     try:
         status = call()
     except UserInputError as err:
-        Console(stderr=True).print(
-            f"[red]error:[/red] {escape(one_line(str(err)))}", highlight=False, soft_wrap=True
-        )
-        sys.exit(2)
+        _fail("error", str(err), 2)
     except typer.Exit as err:
         sys.exit(err.exit_code)
     except TrainingDivergedError as err:
-        stopped = escape(one_line(str(err)))
-        Console(stderr=True).print(
-            f"[red]stopped:[/red] {stopped}", highlight=False, soft_wrap=True
-        )
-        sys.exit(1)
+        _fail("stopped", str(err), 1)
     except (typer.Abort, KeyboardInterrupt):
         _interrupted()
     except Exception as err:  # click usage errors
@@ -137,15 +130,20 @@ def run_command(call: Callable[[], object]) -> None:
         # permission), a path too long for the file system, or memory the machine could not give
         text = system_refusal(err)
         if text is not None:
-            Console(stderr=True).print(
-                f"[red]error:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
-            )
-            sys.exit(2)
+            _fail("error", text, 2)
         raise
     if status == INTERRUPTED:
         _interrupted()
     if isinstance(status, int) and not isinstance(status, bool) and status:
         sys.exit(status)
+
+
+def _fail(label: str, text: str, status: int) -> NoReturn:
+    """``label: text`` on stderr, one line, then exit with ``status``."""
+    Console(stderr=True).print(
+        f"[red]{label}:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
+    )
+    sys.exit(status)
 
 
 def _interrupted() -> NoReturn:
@@ -156,9 +154,3 @@ def _interrupted() -> NoReturn:
         f"{what}; run the same command again to resume", highlight=False, soft_wrap=True
     )
     sys.exit(status)
-
-
-def one_line(text: str) -> str:
-    """``text`` with its control characters written as escapes (``\\n``): a message is one line,
-    and a newline in a path it names (a directory named so) had broken it in two."""
-    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)

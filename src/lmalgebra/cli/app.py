@@ -31,15 +31,18 @@ CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
 class CommandGroup(TyperGroup):
-    """A command group whose list of commands shows each one's summary (the first paragraph of
-    its help) as one paragraph: typer's rich help keeps a docstring's line breaks there."""
+    """A command group whose commands' help (and the summary of each in its list of commands,
+    the first paragraph) is paragraphs of one line each, which the terminal wraps: typer's rich
+    help keeps a docstring's line breaks, so a paragraph broke at the docstring's width, midway
+    through the terminal's line."""
 
     # ``Any``: typer's own click types (vendored from 0.2x on, click's before)
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         command = super().get_command(ctx, cmd_name)
-        if command is not None and not command.short_help and command.help:
-            first = inspect.cleandoc(command.help).split("\n\n")[0]
-            command.short_help = " ".join(first.split())
+        if command is not None and command.help:
+            paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(command.help).split("\n\n")]
+            command.help = "\n\n".join(paragraphs)
+            command.short_help = command.short_help or paragraphs[0]
         return command
 
 

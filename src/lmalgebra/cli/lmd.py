@@ -138,6 +138,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
+def _figure(value: float | None) -> str:
+    """An R^2 to three places; ``n/a`` for one that could not be computed (None in
+    ``summary.json``, NaN in an older release's)."""
+    return "n/a" if value is None or value != value else f"{value:.3f}"
+
+
 def _group_table(result: Any) -> Table:
     """Group R^2 per model and split, plus tokens per span, of a ``Decomposition``."""
     summary = result.summary
@@ -150,12 +156,12 @@ def _group_table(result: Any) -> Table:
     for target, r2 in summary["group_r2"].items():
         view.add_row(
             target,
-            *(f"{r2[s]:.3f}" for s in SPLITS),
+            *(_figure(r2[s]) for s in SPLITS),
             f"{summary['tokens_per_span'][target]:.1f}",
             str(summary["truncated_spans"][target]),
         )
     means = [summary["group_dependency"][s] for s in SPLITS]
-    view.add_row(bold("mean (group dependency)"), *(bold(f"{m:.3f}") for m in means), "", "")
+    view.add_row(bold("mean (group dependency)"), *(bold(_figure(m)) for m in means), "", "")
     spans = ", ".join(f"{s} {summary['spans'].get(s, 0)}" for s in SPLITS)
     lines = [Text(f"spans: {spans}")]
     single = summary.get("single_fit")
@@ -163,7 +169,7 @@ def _group_table(result: Any) -> Table:
         lines.append(
             Text(
                 f"{single['target']} from {' + '.join(single['basis'])}: "
-                + ", ".join(f"{k} R^2 {v:.3f}" for k, v in single["r2"].items())
+                + ", ".join(f"{k} R^2 {_figure(v)}" for k, v in single["r2"].items())
             )
         )
     lines += [Text.assemble(("warning:", "yellow"), f" {w}") for w in summary.get("warnings", [])]

@@ -12,6 +12,7 @@ from lmalgebra.cli.app import CommandGroup, app, bold, console
 from lmalgebra.cli.config_options import config_flags, with_config_flags
 from lmalgebra.cli.merge_tables import plan_tables, run_table
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.train.config import CausalTrainingSpec
 
 merge_app = typer.Typer(
@@ -218,7 +219,7 @@ def merge_inspect(
 
     report = MergeRun.load(run_dir).inspect()
     if as_json:
-        console.print_json(json.dumps(report.as_dict()))
+        console.print_json(json.dumps(plain(report.as_dict())))
     else:
         console.print(run_table(report))
 

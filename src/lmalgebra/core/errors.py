@@ -2,7 +2,18 @@
 
 
 class UserInputError(Exception):
-    """Input a user gave is unusable; the message names the culprit."""
+    """Input a user gave is unusable; the message names the culprit, on one line (a path or
+    value holding a line break shows it escaped: from Python too, where it had broken the
+    message in two, as the command line's print did not)."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\n``): a message is one line,
+    and a newline in a path it names (a directory named so) had broken it in two."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
 
 
 class UserValueError(UserInputError, ValueError):

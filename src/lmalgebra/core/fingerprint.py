@@ -43,9 +43,18 @@ def sha256_json(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def plain(value: Any) -> Any:
+    """``value`` as a JSON file holds it once read back: tuples as lists, objects JSON has no
+    form for as their text, and NaN and the infinities as null (the only form strict JSON
+    readers take; a figure that could not be computed reads back as None)."""
+    return json.loads(json.dumps(value, default=str), parse_constant=lambda _: None)
+
+
 def sealed(record: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """``record`` with a checksum of itself under ``key``, which :func:`unseal` checks."""
-    return {**record, key: sha256_json(dict(record))}
+    """``record`` (:func:`plain`) with a checksum of itself under ``key``, which :func:`unseal`
+    checks."""
+    record = plain(dict(record))
+    return {**record, key: sha256_json(record)}
 
 
 def unseal(record: dict[str, Any], key: str) -> bool | None:

@@ -108,6 +108,16 @@ def decode_utf8(data: bytes, path: Path, what: str) -> str:
         ) from None
 
 
+def unencodable(text: str) -> int | None:
+    """The position of the first character of ``text`` no UTF-8 file can hold (a lone
+    surrogate: Python's stand-in for a byte that decoded to no character), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return err.start
+    return None
+
+
 def read_text(path: Path, what: str, newline: str | None = None) -> str:
     """The text of the file at ``path`` (``what`` names it in messages: "recipe", "corpus"...).
 

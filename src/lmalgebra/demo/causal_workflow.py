@@ -11,7 +11,6 @@ resumes, so an interrupted demo continues where it was.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from lmalgebra.api.pretrain import CausalPretrainSpec, pretrain
 from lmalgebra.demo.causal_table import causal_frame, causal_markdown, causal_table, student_name
 from lmalgebra.demo.plan import CAUSAL_FULL, CAUSAL_LOSSES, CAUSAL_QUICK, CausalPlan
 from lmalgebra.demo.workflow import corpus_entry, run_workflow, write_corpora, write_recipe
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -221,7 +220,6 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> CausalDemoResult:
         summary=summary,
         seconds={k: round(v, 1) for k, v in seconds.items()},
     )
-    text = json.dumps(result.as_dict(), indent=2, default=str)
-    write_text_atomic(out / "causal-demo.json", text)
+    write_json_atomic(out / "causal-demo.json", result.as_dict())
     write_text_atomic(out / "causal-demo.md", result.markdown())
     return result

@@ -30,7 +30,7 @@ from lmalgebra.demo.causal_table import student_name
 from lmalgebra.demo.plan import REAL_FULL, REAL_QUICK, REAL_VARIANTS, RealPlan
 from lmalgebra.demo.real_table import real_markdown, real_table
 from lmalgebra.demo.workflow import corpus_entry, run_workflow, write_corpora, write_recipe
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,6 +191,6 @@ def _run_steps(out: Path, plan: RealPlan, progress: bool) -> RealDemoResult:
     table = real_table(bits, rdt, teachers, UNTRAINED, plan.variants, plan.seeds, languages)
     rounded = {k: round(v, 1) for k, v in seconds.items()}
     result = RealDemoResult(plan, run, table, bits, rdt, rounded)
-    write_text_atomic(out / "real-demo.json", json.dumps(result.as_dict(), indent=2, default=str))
+    write_json_atomic(out / "real-demo.json", result.as_dict())
     write_text_atomic(out / "real-demo.md", result.markdown())
     return result

@@ -33,11 +33,10 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.demo.plan import FULL, LANGUAGES, QUICK, CausalPlan, DemoPlan, RealPlan
 from lmalgebra.demo.side_by_side import processes, side_by_side
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import (
     held_by_parent,
     holder_record,
-    refuse_other_kind,
     run_directory_lock,
 )
 from lmalgebra.storage.output_paths import (
@@ -67,20 +66,21 @@ def run_workflow(
     ``identity``: which demo at which sizes (``{"demo": ..., "plan": ...}``), recorded in
     ``out/demo-plan.json`` before any step. A directory recording another one is refused before
     anything is written: its corpora, teachers and runs would be taken as this demo's (the steps
-    resume what they find), and a directory holding another kind of lmalgebra output too.
+    resume what they find), and a directory holding another kind of lmalgebra output too. A
+    demo holds ``out``'s lock throughout: a second demo there is refused at once, naming the
+    holder (it had run until the first step the two shared).
     """
-    check_directory(out, "output directory")
-    if identity is not None:
+    if identity is None:
+        check_directory(out, "output directory")
+        with tidy_on_failure(out):
+            return steps()
+    with run_directory_lock(out, "demo"):
         _check_demo_directory(out, identity)
-    with tidy_on_failure(out):
-        if identity is not None:
-            write_text_atomic(out / DEMO_PLAN, json.dumps(identity, indent=2) + "\n")
+        write_text_atomic(out / DEMO_PLAN, json.dumps(identity, indent=2) + "\n")
         return steps()
 
 
 def _check_demo_directory(out: Path, identity: Mapping[str, Any]) -> None:
-    if out.is_dir():
-        refuse_other_kind(out, "demo")
     marker = out / DEMO_PLAN
     if not (marker.exists() or marker.is_symlink()):
         if out.is_dir():
@@ -419,7 +419,7 @@ def _run_steps(out: Path, quick: bool, progress: bool) -> DemoResult:
     )
     plain = result.as_dict()
     render(plain, out)
-    write_text_atomic(out / "demo.json", json.dumps(plain, indent=2, default=str))
+    write_json_atomic(out / "demo.json", plain)
     return result
 
 

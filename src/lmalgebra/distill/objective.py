@@ -52,6 +52,7 @@ from lmalgebra.distill.run.evaluation_record import (
     RowKind,
     earlier_rows,
     merged,
+    read_record,
     student_identity,
     student_order,
     write_record,
@@ -78,7 +79,7 @@ from lmalgebra.distill.teachers import (
     inference_setup,
     load_lm,
 )
-from lmalgebra.distributed import is_main, main_rank_only
+from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
@@ -516,7 +517,32 @@ class Objective(ABC):
         there kept (``run.evaluation_record``; ``overwrite``: this evaluation's rows alone). Its
         settings are checked first, then the store and the students (``check_students``).
 
-        ``pooling``: how LMD coverage pools a span's states (objectives that measure it)."""
+        ``pooling``: how LMD coverage pools a span's states (objectives that measure it).
+
+        Launched as several processes (the Python API under ``torchrun``), the main rank scores
+        and writes; the others wait for it and return the same evaluation, read from its record
+        (every rank had scored and written the same files)."""
+
+        def read_back() -> Evaluation:
+            record = read_record(self.layout.evaluation / RECORD, self.kind, self.row_kinds())
+            settings = self.evaluation_settings(pooling)
+            everyone, scored = list(record["students"]), list(students)
+            return self.publish(record["tables"], everyone, scored, settings, write=False)
+
+        return on_main_rank(
+            lambda: self._evaluate(students, languages, pooling, overwrite),
+            read_back,
+            "merge evaluate",
+        )
+
+    def _evaluate(
+        self,
+        students: Sequence[str],
+        languages: Sequence[str] | None,
+        pooling: str | None,
+        overwrite: bool,
+    ) -> Evaluation:
+        """``evaluate`` in one process."""
         settings = self.evaluation_settings(pooling)
         check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
         for file in (RECORD, *self.evaluation_files()):  # a directory or a link in the way
@@ -584,10 +610,12 @@ class Objective(ABC):
         students: list[str],
         scored: list[str],
         settings: dict[str, Any],
+        write: bool = True,
     ) -> Evaluation:
         """The evaluation of ``students`` made from every row of ``tables`` (scored under
         ``settings``), written to ``evaluation/`` (the scores, ``rdt.csv``, ``evaluation.md``),
-        and the model card of each student this command ``scored``."""
+        and the model card of each student this command ``scored``; ``write=False``: made, not
+        written (the main rank wrote it)."""
 
     @abstractmethod
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

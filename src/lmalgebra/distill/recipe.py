@@ -350,15 +350,10 @@ class MergeRecipe(Settings):
 class MaskedRecipe(MergeRecipe):
     """Masked-LM teachers, masked copies of examples cut by tokens, a union-vocabulary student."""
 
-    objective: Literal["masked"] = Field(
-        default="masked",
-        description=OBJECTIVE_HELP,
-    )
+    objective: Literal["masked"] = Field(default="masked", description=OBJECTIVE_HELP)
     masking: MaskingSpec = Field(default_factory=MaskingSpec, description="Masking.")
     example_length: int = Field(
-        default=128,
-        ge=MIN_EXAMPLE_LENGTH,
-        description="Tokens per example per teacher (cut).",
+        default=128, ge=MIN_EXAMPLE_LENGTH, description="Tokens per example per teacher (cut)."
     )
     student: MaskedStudentSpec = Field(
         default_factory=MaskedStudentSpec, description="Student architecture."
@@ -370,10 +365,7 @@ class CausalRecipe(MergeRecipe):
     """Causal LM teachers with any tokenizers, examples cut by text, a student with a tokenizer
     of its own."""
 
-    objective: Literal["causal"] = Field(
-        default="causal",
-        description=OBJECTIVE_HELP,
-    )
+    objective: Literal["causal"] = Field(default="causal", description=OBJECTIVE_HELP)
     causal: CausalSpec = Field(default_factory=CausalSpec, description="Text cut and samples.")
     student: CausalStudentSpec = Field(
         default_factory=CausalStudentSpec, description="Student architecture and tokenizer."

@@ -193,8 +193,7 @@ def student_inputs(recipe: Any, outputs: str) -> dict[str, Any]:
     # dtype and device of teacher inference are left out: the store's key records the dtype
     # it was computed in
     data = recipe.model_dump(
-        mode="json",
-        exclude={"output_dir", "batch_size", "dtype", "device", "student", "training"},
+        mode="json", exclude={"output_dir", "batch_size", "dtype", "device", "student", "training"}
     )
     from lmalgebra.storage.shard_set import ShardSet  # numpy and pyarrow: not at start-up
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sealed, unseal
+from lmalgebra.core.fingerprint import plain, sealed, unseal
 from lmalgebra.core.text_files import not_a_file, read_record
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import Table, format_cell, write_table
@@ -56,7 +56,7 @@ def write_results(
     the files had left tables without their record: a directory the next run refused."""
     if settings is not None:
         record = {**settings, "results": [asdict(r) for r in results]}
-        write_json_atomic(out / CONFIG, sealed(json.loads(json.dumps(record, default=str)), CHECK))
+        write_json_atomic(out / CONFIG, sealed(record, CHECK))
     write_table(out, RESULTS, results)
     names = [f.name for f in fields(PosResult)]
     lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
@@ -93,7 +93,7 @@ def finished_results(out: Path, identity: Mapping[str, Any] | None) -> dict[str,
     config = _recorded(out)
     if identity is None or config is None or config.get("finished"):
         return {}
-    if config.get("identity") != json.loads(json.dumps(identity, default=str)):
+    if config.get("identity") != plain(identity):
         return {}
     names = {f.name for f in fields(PosResult)}
     rows = config.get("results") or []

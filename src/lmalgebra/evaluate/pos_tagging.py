@@ -333,12 +333,7 @@ def _fit_and_predict(
 
 
 def evaluate_pos(
-    ref: ModelRef,
-    train: Path,
-    dev: Path,
-    test: Path,
-    mode: Mode,
-    options: PosOptions | None = None,
+    ref: ModelRef, train: Path, dev: Path, test: Path, mode: Mode, options: PosOptions | None = None
 ) -> PosResult:
     """Tag ``test`` with a tagger trained on ``train`` over ``ref``, its epoch picked on ``dev``.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
 from lmalgebra.lmd.figures.run_figures import write_plots
@@ -110,7 +112,8 @@ def _per_split(values: Any) -> str:
     if not isinstance(values, dict):
         return ""
     return ", ".join(
-        f"{s} {v:.3f}" if isinstance(v, int | float) else f"{s} {v}" for s, v in values.items()
+        f"{s} {v:.3f}" if isinstance(v, int | float) else f"{s} {'n/a' if v is None else v}"
+        for s, v in values.items()
     )
 
 
@@ -311,6 +314,12 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     check_file(target, "report file", lambda head: TITLE.encode() in head)
     summary = read_summary(run_dir)
     refuse_linked_directories(run_dir)  # the figures go into its plots/
+    if not os.access(run_dir, os.W_OK | os.X_OK):  # had been named as the output directory
+        raise UserInputError(
+            f"run directory {run_dir} is not writable, and the report draws its figures into "
+            "it (plots/) wherever the page goes: copy the run where you can write, and report "
+            "the copy"
+        )
     # the figures go into the run: not while a run writes there (--overwrite, say)
     with run_directory_lock(run_dir, "report"), tidy_on_failure(target.parent, deep=False):
         return _write(run_dir, target, summary)

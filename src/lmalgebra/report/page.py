@@ -44,16 +44,13 @@ def fmt(value: Any, decimals: int = 3) -> str:
     return html.escape(str(value))
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | np.number) or str(value).lstrip("-").isdigit()
-
-
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cell: Cell = fmt) -> str:
     """A table: escaped header, one row per sequence, each value through ``cell``; numbers are
     right-aligned, text left."""
 
     def td(value: Any) -> str:
-        kind = "" if _is_number(value) else ' class="text"'
+        number = isinstance(value, int | float | np.number) or str(value).lstrip("-").isdigit()
+        kind = "" if number else ' class="text"'
         return f"<td{kind}>{cell(value)}</td>"
 
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)

@@ -23,7 +23,7 @@ from typing_extensions import Self
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.remote_code import announce_remote_code
 from lmalgebra.core.settings import PathText, Settings, home_expanded
-from lmalgebra.core.text_files import absent
+from lmalgebra.core.text_files import absent, unencodable
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, memoised_hash
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
@@ -76,10 +76,17 @@ class ModelFields(Settings):
     @classmethod
     def _name_as_tables_read_it(cls, name: str) -> str:
         """A name the run's tables give back as it is: a blank one, or one with spaces around
-        it, which a table's cell read back loses (its rows then matched no model: NaN)."""
+        it, which a table's cell read back loses (its rows then matched no model: NaN), or one
+        no file can hold (a lone surrogate, an undecodable byte of a command line), which had
+        ended in a traceback after the run's configuration was written."""
         if not name.strip() or name != name.strip():
             raise PydanticCustomError(
                 "model_name", "a model name is a non-blank string without spaces around it"
+            )
+        if unencodable(name) is not None:
+            raise PydanticCustomError(
+                "model_name",
+                "a model name is UTF-8 text (a lone surrogate, a byte of no character, is none)",
             )
         return name
 

@@ -138,6 +138,8 @@ def _open(name: str, path: Path) -> _Source:
         )
     opener = {".npy": _open_npy, ".parquet": _open_parquet, ".safetensors": _open_safetensors}
     source = opener[suffix](name, path)
+    if source.rows == 0:  # a Parquet file of no rows has no width either: named as empty
+        raise UserInputError(f"model {name!r}: {path} holds no rows; expected one per span")
     if source.dim < 1:  # no column to fit: the statistics of a width-0 model have no scale
         raise UserInputError(
             f"model {name!r}: {path} holds embeddings of width 0 (no value per span); "
@@ -241,7 +243,7 @@ def _as_float32(block: np.ndarray) -> np.ndarray:
 def _open_npy(name: str, path: Path) -> _Source:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as err:
+    except Exception as err:  # a damaged header: numpy's parser raises tokenize's, ast's errors
         raise UserInputError(
             f"model {name!r}: cannot read {path} as .npy: {_reason(err)}"
         ) from None

@@ -82,7 +82,13 @@ class ConstantModelError(UserInputError):
 def refuse_constant(name: str, variance: float) -> None:
     """Refuse model ``name`` whose training embeddings hold ``variance`` (their mean, or summed,
     per-dimension variance) of zero: every span's vector the same, it explains nothing and
-    nothing explains it (its R^2 is 0/0, its relative ridge penalty 0)."""
+    nothing explains it (its R^2 is 0/0, its relative ridge penalty 0); and one whose variance
+    is not finite (its values too large to square)."""
+    if not np.isfinite(variance):  # the embeddings are checked finite: their squares overflowed
+        raise UserInputError(
+            f"model {name!r}: its variance over the training spans overflows (values too large "
+            "to square: the statistics sum them in float32 products); scale its embeddings down"
+        )
     if not variance > 0:
         error = ConstantModelError(
             f"model {name!r} does not vary over the training spans (every embedding is the "
@@ -118,7 +124,8 @@ def add_gram(gram: np.ndarray, rows: np.ndarray, mirror: bool = True) -> None:
     """
 
     def panel(a: int, b: int) -> None:
-        product = rows[:, a:b].T @ rows[:, a:]
+        with np.errstate(over="ignore"):  # values whose squares overflow: refused by the solver
+            product = rows[:, a:b].T @ rows[:, a:]
         diagonal = gram[a:b, a:b]
         np.add(diagonal, np.triu(product[:, : b - a]), out=diagonal)
         right = gram[a:b, b:]

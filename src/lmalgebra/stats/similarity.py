@@ -104,10 +104,7 @@ def canonical_correlations(
 
 
 def similarity_table(
-    blocks: Sequence[ModelColumns],
-    moments: SplitMoments,
-    keep: float = 0.99,
-    ridge: float = 1e-8,
+    blocks: Sequence[ModelColumns], moments: SplitMoments, keep: float = 0.99, ridge: float = 1e-8
 ) -> list[Similarity]:
     """CKA and mean canonical correlation of every unordered pair of models (``a`` before ``b``
     in block order), from one split's ``(D, D)`` covariance (``moments.cov``).

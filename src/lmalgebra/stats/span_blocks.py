@@ -151,10 +151,7 @@ class SpanBlockMoments:
         make_directories(directory)
         for p, part in enumerate(self.parts):
             part.save(directory / f"part-{p:04d}.safetensors")
-        meta = {
-            "edges": self.edges,
-            "blocks": [block_entry(b) for b in self.blocks],
-        }
+        meta = {"edges": self.edges, "blocks": [block_entry(b) for b in self.blocks]}
         text = json.dumps(meta, indent=1)
         write_text_atomic(directory / "blocks.json", text)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.disk_space import naming_file
 
@@ -41,15 +42,12 @@ def refuse_special(path: Path, what: str = "output file") -> None:
         )
     if path.exists() and not path.is_file() and not path.is_dir():
         # no "remove it": a device such as /dev/null is no one's to remove
-        advice = "name another path" if _is_device(path) else "remove it, or name another path"
+        device = path.is_char_device() or path.is_block_device()
+        advice = "name another path" if device else "remove it, or name another path"
         raise UserInputError(
             f"{what} {path} is not a regular file (a FIFO, socket or device): lmalgebra writes "
             f"only regular files; {advice}"
         )
-
-
-def _is_device(path: Path) -> bool:
-    return path.is_char_device() or path.is_block_device()
 
 
 def refuse_unwritable(path: Path) -> None:
@@ -126,4 +124,5 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
-    write_text_atomic(path, json.dumps(value, indent=2, sort_keys=False, default=str) + "\n")
+    """``value`` as strict JSON (``fingerprint.plain``: NaN and infinities as null)."""
+    write_text_atomic(path, json.dumps(plain(value), indent=2, allow_nan=False) + "\n")

@@ -108,19 +108,19 @@ def check_head(model: Any, owner: str = "model") -> None:
     _CHECKED.add(model)
 
 
-def positions_per_chunk(vocab: int, chunk_bytes: int | None = None) -> int:
-    """How many positions' float32 logits fit in ``chunk_bytes`` (default :data:`CHUNK_BYTES`),
-    at most :data:`MAX_POSITIONS` and at least one."""
-    return max(1, min(MAX_POSITIONS, (chunk_bytes or CHUNK_BYTES) // (4 * vocab)))
+def positions_per_chunk(vocab: int) -> int:
+    """How many positions' float32 logits fit in :data:`CHUNK_BYTES`, at most
+    :data:`MAX_POSITIONS` and at least one."""
+    return max(1, min(MAX_POSITIONS, CHUNK_BYTES // (4 * vocab)))
 
 
 def logprob_chunks(
-    model: Any, hidden: torch.Tensor, dtype: torch.dtype, chunk_bytes: int | None = None
+    model: Any, hidden: torch.Tensor, dtype: torch.dtype
 ) -> Iterator[tuple[int, torch.Tensor]]:
     """``(start, (p, vocab) float32 log-probabilities)`` for consecutive chunks of the rows of
     ``hidden (n, hidden)``."""
     check_head(model)
-    step = positions_per_chunk(model.get_output_embeddings().weight.shape[0], chunk_bytes)
+    step = positions_per_chunk(model.get_output_embeddings().weight.shape[0])
     for start in range(0, hidden.shape[0], step):
         logits = head_logits(model, hidden[start : start + step], dtype)
         # log_softmax, as the full-logits path took it: logits minus their log-sum-exp in place
@@ -154,7 +154,6 @@ def next_token_stats(
     k: int,
     uniform: np.ndarray | None,
     dtype: torch.dtype,
-    chunk_bytes: int | None = None,
     tokens: int | None = None,
 ) -> NextTokenStats:
     """The statistics of ``hidden (n, hidden)``'s next-token distributions, row ``i`` predicting
@@ -169,7 +168,7 @@ def next_token_stats(
     count = uniform.shape[1] if uniform is not None else 0
     sample_ids, sample_values = np.empty((n, count), np.int64), np.empty((n, count), np.float32)
     wanted = torch.from_numpy(np.asarray(targets, dtype=np.int64)).to(hidden.device)
-    for start, logprobs in logprob_chunks(model, hidden, dtype, chunk_bytes):
+    for start, logprobs in logprob_chunks(model, hidden, dtype):
         rows = slice(start, start + logprobs.shape[0])
         actual[rows] = logprobs.gather(1, wanted[rows].unsqueeze(1)).squeeze(1).cpu().numpy()
         logprobs = logprobs[:, :tokens]  # the rows that name a token
@@ -178,11 +177,7 @@ def next_token_stats(
         if uniform is not None:
             sample_ids[rows], sample_values[rows] = inverse_cdf(logprobs, uniform[rows])
     return NextTokenStats(
-        actual,
-        top_ids,
-        top_values,
-        sample_ids if drawn else None,
-        sample_values if drawn else None,
+        actual, top_ids, top_values, sample_ids if drawn else None, sample_values if drawn else None
     )
 
 

@@ -21,6 +21,7 @@ import torch
 from lmalgebra.core import interrupt
 from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
 from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
+from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file
@@ -35,12 +36,7 @@ from lmalgebra.train.checkpoint import (
     save_checkpoint,
 )
 from lmalgebra.train.config import OptimisationSpec, TrainingSpec
-from lmalgebra.train.data_parallel import (
-    check_batch_size,
-    global_values,
-    local_loss,
-    local_part,
-)
+from lmalgebra.train.data_parallel import check_batch_size, global_values, local_loss, local_part
 from lmalgebra.train.dropout import lane_dropout
 from lmalgebra.train.losses import LossParts, combined_loss
 from lmalgebra.train.masked_head import masked_logits
@@ -140,7 +136,7 @@ class _Log:
 
     def write(self, record: dict[str, Any]) -> None:
         with naming_file(self.path), self.path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(json.dumps(plain(record), allow_nan=False) + "\n")  # NaN as null
         if self.board is not None:
             for key, value in record.items():
                 if isinstance(value, float):

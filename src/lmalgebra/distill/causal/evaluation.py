@@ -14,6 +14,7 @@ The average is over the languages that have a value.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,8 +244,18 @@ def causal_markdown(found: CausalEvaluation) -> str:
     for name, by_lang in found.continuations.items():
         lines += ["", f"Greedy continuations of {name}:"]
         for lang, pairs in by_lang.items():
-            lines += [f"- {lang}: **{prompt}**{text!r}" for prompt, text in pairs]
+            lines += [f"- {lang}: {_code(prompt)} → {_code(text)}" for prompt, text in pairs]
     return "\n".join(lines) + "\n"
+
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown code span, shown as written: the held-out text's ``*``, ``_``,
+    ``<tag>`` or ``[link](...)`` had been read as Markdown inside the bold prompt. The fence is
+    one backtick longer than the longest run in ``text``; line breaks are shown as ``⏎``."""
+    text = text.replace("\r\n", "\n").replace("\n", "⏎").replace("\r", "⏎")
+    fence = "`" * (1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def coverage_markdown(rows: list[CoverageRow], skipped: dict[str, str], pooling: str) -> list[str]:

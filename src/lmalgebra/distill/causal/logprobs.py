@@ -117,10 +117,3 @@ def _empty(k: int, samples: int) -> CausalOutput:
         np.zeros((0, k), np.float32),
         *(drawn if samples else (None, None)),
     )
-
-
-@torch.inference_mode()
-def naive_causal_output(model: Any, tokens: np.ndarray, start_id: int, k: int) -> CausalOutput:
-    """Reference: one example alone, full logits, no padding (tests and benchmarks)."""
-    ids = torch.from_numpy(_inputs(tokens, start_id)).unsqueeze(0)
-    return _example_output(model(input_ids=ids).logits[0], tokens, k, 0, ())

@@ -14,11 +14,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.causal.inspection import causal_report
 from lmalgebra.distill.causal.plan import plan_student, zero_logprobs
-from lmalgebra.distill.causal.store import (
-    OFFSETS_RULES,
-    logprobs_inference,
-    tokens_table,
-)
+from lmalgebra.distill.causal.store import OFFSETS_RULES, logprobs_inference, tokens_table
 from lmalgebra.distill.causal.teachers import open_teachers, start_token_id, teacher_tokenizer
 from lmalgebra.distill.layout import EVALUATION_MD, LOGPROBS, RDT_FILE, RUN_SCRATCH, TOKENS
 from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
@@ -198,6 +194,7 @@ class CausalObjective(Objective):
         students: list[str],
         scored: list[str],
         settings: dict[str, Any],
+        write: bool = True,
     ) -> Evaluation:
         from lmalgebra.distill.causal.bits_per_byte import BITS
         from lmalgebra.distill.causal.evaluation import (
@@ -208,7 +205,8 @@ class CausalObjective(Objective):
         from lmalgebra.evaluate.lmd_coverage import COVERAGE
 
         found = causal_evaluation(self.recipe, tables, students, settings["pooling"])
-        write_causal_evaluation(self.layout, found, scored)
+        if write:
+            write_causal_evaluation(self.layout, found, scored)
         coverage = Table(found.coverage, list(COVERAGE.columns))
         return Evaluation(
             Table(found.bits, list(BITS.columns)),

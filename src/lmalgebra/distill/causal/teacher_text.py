@@ -30,13 +30,7 @@ from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import example_id, examples_set, heldout_examples
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import CausalRecipe, TeacherTextSpec
-from lmalgebra.distill.teachers import (
-    Teacher,
-    accepted_dtypes,
-    dtype_key,
-    load_lm,
-    max_positions,
-)
+from lmalgebra.distill.teachers import Teacher, accepted_dtypes, dtype_key, load_lm, max_positions
 from lmalgebra.sources.corpus import read_documents
 from lmalgebra.storage.shard_set import ShardSet
 

@@ -25,10 +25,7 @@ import torch
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.causal.bits_per_byte import score_texts
-from lmalgebra.distill.causal.student_data import (
-    CausalBatch,
-    CausalStoreBatches,
-)
+from lmalgebra.distill.causal.student_data import CausalBatch, CausalStoreBatches
 from lmalgebra.distill.causal.student_init import InitModel, open_init
 from lmalgebra.distill.causal.student_model import causal_student
 from lmalgebra.distill.causal.student_tokenizer import student_tokenizer

@@ -12,14 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.text_files import not_a_directory
-from lmalgebra.distill.layout import (
-    EVALUATION_MD,
-    MASKED,
-    RDT_FILE,
-    RUN_SCRATCH,
-    TOPK,
-    is_complete,
-)
+from lmalgebra.distill.layout import EVALUATION_MD, MASKED, RDT_FILE, RUN_SCRATCH, TOPK, is_complete
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import ACCURACY_PLOT, SCORES, Score
@@ -205,16 +198,18 @@ class MaskedObjective(Objective):
         students: list[str],
         scored: list[str],
         settings: dict[str, Any],
+        write: bool = True,
     ) -> Evaluation:
         from lmalgebra.distill.masked.scores import markdown, score_rdt, write_evaluation
         from lmalgebra.distill.run.model_card import add_evaluation
 
         scores = [Score(**row) for row in tables["scores"]]
         deviations = {name: score_rdt(scores, name) for name in students}
-        write_evaluation(self.layout.evaluation, scores, deviations)
-        for name in scored:
-            mine = [s for s in scores if s.model in (name, s.teacher)]
-            add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
+        if write:
+            write_evaluation(self.layout.evaluation, scores, deviations)
+            for name in scored:
+                mine = [s for s in scores if s.model in (name, s.teacher)]
+                add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
         table = Table(scores, list(SCORES.columns))
         return Evaluation(table, deviations, markdown(scores, deviations))
 

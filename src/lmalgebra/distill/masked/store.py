@@ -43,21 +43,17 @@ def masking(recipe: MaskedRecipe, teacher: Teacher) -> Callable[[pa.Table], pa.T
 
     def make(part: pa.Table) -> pa.Table:
         copies = masker.mask_many(part.column("id").to_pylist(), part.column("text").to_pylist())
-        return _masked_table(part, copies, dtype)
+        return pa.table(
+            {
+                "example_id": part.column("id"),
+                "heldout": part.column("heldout"),
+                "input_ids": list_column([c.input_ids for c in copies], dtype),
+                "positions": list_column([c.positions for c in copies], np.uint16),
+                "labels": list_column([c.labels for c in copies], dtype),
+            }
+        )
 
     return make
-
-
-def _masked_table(part: pa.Table, copies: list[MaskedCopy], dtype: np.dtype) -> pa.Table:
-    return pa.table(
-        {
-            "example_id": part.column("id"),
-            "heldout": part.column("heldout"),
-            "input_ids": list_column([c.input_ids for c in copies], dtype),
-            "positions": list_column([c.positions for c in copies], np.uint16),
-            "labels": list_column([c.labels for c in copies], dtype),
-        }
-    )
 
 
 def read_copies(table: pa.Table) -> list[MaskedCopy]:

@@ -93,10 +93,3 @@ def _split_outputs(
         outputs.append(TeacherOutput(indices[start:stop].numpy(), logprobs[start:stop], loss))
         start = stop
     return outputs
-
-
-@torch.inference_mode()
-def naive_topk(model: Any, copy: MaskedCopy, k: int) -> TeacherOutput:
-    """Reference: full-vocabulary logits at every position, then top-k (tests and benchmarks)."""
-    logits = model(input_ids=torch.from_numpy(copy.input_ids)[None]).logits[0].float()
-    return _split_outputs(logits[torch.from_numpy(copy.positions)], [copy], k)[0]

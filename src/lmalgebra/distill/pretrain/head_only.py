@@ -30,9 +30,10 @@ from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure, refuse_code_replaced
 from lmalgebra.distill.examples import training_examples
-from lmalgebra.distill.layout import saved_steps, saved_training, write_model_directory
+from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.pretrain.specs import HeadOnlySpec
+from lmalgebra.distill.pretrain.teacher_directory import refuse_other_made, refuse_replacing
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
@@ -43,14 +44,7 @@ from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import (
-    refuse_fewer_steps,
-    refuse_other_inputs_saved,
-    refuse_other_training,
-    refuse_training_parts,
-    release_checkpoints,
-    train,
-)
+from lmalgebra.train.loop import release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +91,6 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
         raise UserInputError(f"encoder {ref.path}: the checkpoint lacks encoder weights ({shown})")
     model.base_model.requires_grad_(False)
     return model.eval()
-
-
-def trainable_names(model: Any) -> list[str]:
-    """Names of the parameters the head fit trains (the head's own, not the tied projection)."""
-    return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
 @torch.no_grad()
@@ -248,12 +237,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
 
     Resumes from ``out/training/checkpoints`` when they were written for the same encoder,
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
-    refuse_training_parts(spec.out / "training", itself=True)
-    if not restart:  # a model trained further is not replaced (steps: 0, say)
-        refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
-        refuse_other_training(
-            saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
-        )
+    refuse_replacing(spec.out, spec.training, restart)
     ref = ModelRef.parse(spec.encoder).model_copy(  # messages name the setting: "model 'encoder'"
         update={"trust_remote_code": spec.trust_remote_code, "name": "encoder"}
     )
@@ -270,9 +254,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
         raise UserInputError(f"encoder {ref.path}: its tokenizer has no mask token")
     ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     made_from = spec.made_from(texts)  # the text before max_examples, as keep_saved reads it
-    if not restart:  # no checkpoint left: a teacher of other text or sizes is not replaced
-        saved = saved_training(spec.out, "made_from")
-        refuse_other_inputs_saved(saved, made_from, [spec.out / "training"], spec.out)
+    refuse_other_made(spec.out, made_from, restart)  # no checkpoint left: text or sizes
     ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
     hashes = source_of(ref, directory).fingerprint()
     data = {"language": spec.language, "example_length": spec.example_length}
@@ -288,7 +270,8 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     )
     with encoder_replaced(model, CachedEncoder(states)) as fitting:
         last = train(fitting, source, training, spec.out / "training", progress, inputs, restart)
-    trained = trainable_names(model)
+    # the head's own parameters, not the tied projection
+    trained = [name for name, p in model.named_parameters() if p.requires_grad]
     tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
     metadata = {
         "kind": "head-only-teacher",

@@ -18,24 +18,18 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.examples import training_examples
-from lmalgebra.distill.layout import saved_steps, saved_training, write_model_directory
+from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import Encoded, TeacherMasker, pad_batch
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
+from lmalgebra.distill.pretrain.teacher_directory import refuse_other_made, refuse_replacing
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
 from lmalgebra.train.config import TrainingSpec
-from lmalgebra.train.loop import (
-    refuse_fewer_steps,
-    refuse_other_inputs_saved,
-    refuse_other_training,
-    refuse_training_parts,
-    release_checkpoints,
-    train,
-)
+from lmalgebra.train.loop import release_checkpoints, train
 
 log = logging.getLogger(__name__)
 
@@ -107,16 +101,9 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
-    refuse_training_parts(spec.out / "training", itself=True)
-    if not restart:  # a model trained further is not replaced (steps: 0, say)
-        refuse_fewer_steps(saved_steps(spec.out), spec.training.steps, spec.out)
-        refuse_other_training(
-            saved_training(spec.out), spec.training, [spec.out / "training"], spec.out
-        )
+    refuse_replacing(spec.out, spec.training, restart)
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
-    if not restart:  # no checkpoint left: a teacher of other text or sizes is not replaced
-        saved = saved_training(spec.out, "made_from")
-        refuse_other_inputs_saved(saved, spec.made_from(texts), [spec.out / "training"], spec.out)
+    refuse_other_made(spec.out, spec.made_from(texts), restart)  # no checkpoint left: text or sizes
     given = spec.tokenizer.path
     if given is None:
         assert spec.tokenizer.vocab_size is not None  # the spec has one or the other

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import OVERWRITE, UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_json
+from lmalgebra.core.fingerprint import plain, sha256_file, sha256_json
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.distill.layout import (
     FILES_KEY,
@@ -99,7 +99,7 @@ def _json(value: Any) -> Any:
 _TYPES: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),
-    "float": (int, float),
+    "float": (int, float, type(None)),  # null: a NaN, as strict JSON writes one
     "bool": (bool,),
 }
 
@@ -119,8 +119,9 @@ def _is_row(kind: RowKind, value: Any) -> bool:
     return True
 
 
-def _read(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[str, Any]:
-    """The record at ``path``, checked whole; UserInputError naming it when it is damaged."""
+def read_record(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[str, Any]:
+    """The record at ``path``, checked whole; UserInputError naming it when it is damaged. A
+    row's NaN, which the file holds as null, is NaN again."""
 
     def damaged(why: str) -> UserInputError:
         return UserInputError(
@@ -161,6 +162,10 @@ def _read(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[str, Any
     identities = [*record["heldout"].values(), *record["students"].values()]
     if not all(isinstance(v, str) for v in identities):
         raise damaged("an identity is not a digest")
+    for kind in kinds:  # each NaN, written as null, back
+        nullable = [f.name for f in fields(kind.row) if str(f.type) == "float"]
+        for row in tables[kind.name]:
+            row.update({c: float("nan") for c in nullable if row[c] is None})
     return record
 
 
@@ -171,7 +176,7 @@ def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind])
     if not (path.exists() or path.is_symlink()):
         return []
     try:
-        record = _read(path, objective, kinds)
+        record = read_record(path, objective, kinds)
     except UserInputError as err:
         return [f"merge evaluate: {err}"]
     return [  # rows an evaluation of the other students refuses to keep (``_refuse_changed``)
@@ -208,7 +213,7 @@ def earlier_rows(
     if not (path.exists() or path.is_symlink()):
         refuse_dropping(out / RDT_FILE, students, languages)
         return none
-    record = _read(path, basis.objective, kinds)
+    record = read_record(path, basis.objective, kinds)
     scored = {*students, *basis.teachers}
     kept: dict[str, list[dict[str, Any]]] = {}
     for kind in kinds:
@@ -304,5 +309,6 @@ def write_record(
         "students": students,
         "tables": tables,
     }
+    record = plain(record)  # a NaN as null, as the file holds it: what the checksum covers
     record["checksum"] = _checksum(record)
     write_json_atomic(layout.evaluation / RECORD, record)

@@ -45,8 +45,13 @@ class RunInspection:
         # a run without examples yet: no rows, the table's columns
         frame = pd.DataFrame(
             self.pairs or None, columns=None if self.pairs else self.columns.values()
-        )
-        return frame.set_index(["language", "teacher"])
+        ).set_index(["language", "teacher"])
+        # a figure not known yet (a pair not taught: None) is missing, its column numbers: an
+        # object column of None had been neither summed nor plotted
+        for name in frame.columns[frame.dtypes.map(pd.api.types.is_object_dtype)]:
+            if all(v is None or isinstance(v, int | float) for v in frame[name]):
+                frame[name] = pd.to_numeric(frame[name])
+        return frame
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``merge inspect --json``): the run directory as text."""

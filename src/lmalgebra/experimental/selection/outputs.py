@@ -23,7 +23,7 @@ from lmalgebra.core.text_files import not_a_file, read_record
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.figures import canvas
-from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import csv_text, format_cell
 from lmalgebra.storage.output_paths import claim_run_directory, holds_only
 
@@ -115,7 +115,7 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
         "identity": selection.identity,
     }
     paths.append(out / SUMMARY)  # last: it marks the selection complete
-    write_text_atomic(paths[-1], json.dumps(summary, indent=2) + "\n")
+    write_json_atomic(paths[-1], summary)
     return paths
 
 

@@ -118,10 +118,6 @@ def group_r2_bars(fits: list[FitRow], nulls: list[NullRow], path: Path) -> Path:
     return canvas.save(fig, path)
 
 
-def _split_rank(split: str) -> tuple[int, str]:
-    return (SPLITS.index(split) if split in SPLITS else len(SPLITS), split)
-
-
 def _series(row: SweepRow) -> str:
     return row.target if row.kind == "group" else f"{row.target} from {row.basis}"
 
@@ -156,7 +152,8 @@ def _sweep(
     if is_numeric:
         settings.sort(key=float)
     series = unique(_series(r) for r in rows)
-    splits = sorted(unique(r.split for r in rows), key=_split_rank)
+    rank = {split: k for k, split in enumerate(SPLITS)}
+    splits = sorted(unique(r.split for r in rows), key=lambda s: (rank.get(s, len(SPLITS)), s))
     panels, lines = (splits, series) if by == "split" else (series, splits)
     cols = min(3, len(panels))
     fig, axes = canvas.figure(math.ceil(len(panels) / cols), cols, 4.2, 3.2)

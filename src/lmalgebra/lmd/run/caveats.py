@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.spans.draw import shortfall
 from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
@@ -42,15 +42,8 @@ def run_warnings(
     """What a reader of a run's numbers should know, with the remedy (also logged, unless
     ``logged`` is false: a caller that runs LMD for its own ends words them)."""
     warnings: list[str] = []
-    requested = dict(zip(SPLITS, config.spans.counts, strict=True))
-    short = {s: (spans.get(s, 0), n) for s, n in requested.items()}
-    if any(got < want for got, want in short.values()):
-        counts = ", ".join(f"{s} {got} of {want}" for s, (got, want) in short.items())
-        warnings.append(
-            f"fewer spans than requested ({counts}): the corpus has too few documents or "
-            "tokens for these counts at this span length; use a larger corpus, a smaller "
-            "spans.length (-T) or a larger spans.per_doc"
-        )
+    if (short := shortfall(config.spans.counts, spans)) is not None:
+        warnings.append(short)
     target, width = _widest_basis(names, blocks)
     n_train = spans.get("train", 0)
     if width and n_train <= width:

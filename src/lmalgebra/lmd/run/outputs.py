@@ -3,7 +3,6 @@ provenance, figures, and ``summary.json`` last."""
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from lmalgebra import __version__
-from lmalgebra.core.fingerprint import sealed
+from lmalgebra.core.fingerprint import plain, sealed
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.figures.heatmaps import pairwise_heatmap
 from lmalgebra.lmd.figures.run_figures import write_plots
@@ -55,32 +54,34 @@ def summary(result: RunResult) -> dict[str, Any]:
     names = result.names
     off_diagonal = ~np.eye(len(names), dtype=bool)
     group = {f.target: f.r2 for f in result.group}
-    return {
-        "status": "complete",
-        "models": names,
-        "spans": result.spans,
-        "group_dependency": {s: float(np.mean([g[s] for g in group.values()])) for s in SPLITS},
-        "group_r2": group,
-        "mean_pairwise_r2": {s: float(result.pairwise[s][off_diagonal].mean()) for s in SPLITS},
-        "tokens_per_span": {n: round(r.mean_tokens, 3) for n, r in result.tokens.items()},
-        "truncated_spans": {n: r.truncated for n, r in result.tokens.items()},
-        "single_fit": None
-        if result.single is None
-        else {
-            "target": result.single.target,
-            "basis": list(result.single.basis),
-            "r2": result.single.r2,
-        },
-        "alpha": {
-            "value": result.alpha,
-            "mode": result.config.alpha_mode,
-            "selected_by": result.alpha_selected_by,
-        },
-        "tables": sorted(f"{stem}.csv" for stem in result.tables),
-        "seconds": {k: round(v, 3) for k, v in result.timings.items()},
-        "method": result.method,
-        "warnings": result.warnings,
-    }
+    return plain(
+        {  # as summary.json holds it: an R^2 that could not be computed is None
+            "status": "complete",
+            "models": names,
+            "spans": result.spans,
+            "group_dependency": {s: float(np.mean([g[s] for g in group.values()])) for s in SPLITS},
+            "group_r2": group,
+            "mean_pairwise_r2": {s: float(result.pairwise[s][off_diagonal].mean()) for s in SPLITS},
+            "tokens_per_span": {n: round(r.mean_tokens, 3) for n, r in result.tokens.items()},
+            "truncated_spans": {n: r.truncated for n, r in result.tokens.items()},
+            "single_fit": None
+            if result.single is None
+            else {
+                "target": result.single.target,
+                "basis": list(result.single.basis),
+                "r2": result.single.r2,
+            },
+            "alpha": {
+                "value": result.alpha,
+                "mode": result.config.alpha_mode,
+                "selected_by": result.alpha_selected_by,
+            },
+            "tables": sorted(f"{stem}.csv" for stem in result.tables),
+            "seconds": {k: round(v, 3) for k, v in result.timings.items()},
+            "method": result.method,
+            "warnings": result.warnings,
+        }
+    )
 
 
 def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None) -> Path:
@@ -111,8 +112,7 @@ def write_outputs(result: RunResult, statistics: StatisticsWriter | None = None)
         write_plots(out, chosen=result.alpha)
     saved = (result.config.save_weights, result.config.save_statistics)
     record = record_files(out, recorded_outputs(out, result.tables, *saved))
-    written = json.loads(json.dumps({**summary(result), FILES: record}, default=str))
-    write_json_atomic(out / SUMMARY, sealed(written, SUMMARY_CHECK))
+    write_json_atomic(out / SUMMARY, sealed({**summary(result), FILES: record}, SUMMARY_CHECK))
     return out
 
 

@@ -82,8 +82,7 @@ class DecomposeConfig(Settings):
         "stay float32) or auto (bfloat16 where the hardware has it natively).",
     )
     device: DeviceChoice = Field(
-        default="cpu",
-        description="Where the models run: cpu, cuda, or auto (cuda when present).",
+        default="cpu", description="Where the models run: cpu, cuda, or auto (cuda when present)."
     )
     weights_dtype: Literal["float32", "bfloat16"] = Field(
         default="float32",

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from lmalgebra.sources.tokenizers import load_reference_tokenizer
 from lmalgebra.storage.atomic import make_directories, remove_file, write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import directory_held
 from lmalgebra.storage.output_paths import check_file, refuse_inside_other_output, tidy_on_failure
+
+log = logging.getLogger(__name__)
 
 
 class SpanPlanSpec(Settings):
@@ -263,6 +266,26 @@ def _head(path: Path) -> bytes:
         return b""
 
 
+def shortfall(requested: Sequence[int], got: Mapping[str, int]) -> str | None:
+    """What to do about the splits that drew fewer spans than ``requested`` (train, validation,
+    test) asks; None when none did."""
+    short = {s: (got.get(s, 0), n) for s, n in zip(SPLITS, requested, strict=True)}
+    if all(have >= want for have, want in short.values()):
+        return None
+    counts = ", ".join(f"{s} {have} of {want}" for s, (have, want) in short.items())
+    return (
+        f"fewer spans than requested ({counts}): the corpus has too few documents or tokens "
+        "for these counts at this span length; use a larger corpus, a smaller spans.length (-T) "
+        "or a larger spans.per_doc"
+    )
+
+
+def warn_if_short(requested: Sequence[int], got: Mapping[str, int]) -> None:
+    """Log ``shortfall``'s line, as a decomposition of these spans records it in its warnings."""
+    if (short := shortfall(requested, got)) is not None:
+        log.warning("%s", short)
+
+
 def write_run_spans(config: SpanPlanSpec, out: Path) -> tuple[RunSpans, Path]:
     """``lmalgebra spans``: the run's spans (``draw_run_spans``) written to ``out`` with their
     order digest (``export_spans``); the spans and the digest's path. ``out`` and the digest's
@@ -273,4 +296,5 @@ def write_run_spans(config: SpanPlanSpec, out: Path) -> tuple[RunSpans, Path]:
     check_file(_digest_path(out), "span order digest", _is_digest)
     _refuse_shared_digest(out, _digest_path(out))
     plan = draw_run_spans(config)
+    warn_if_short(config.spans.counts, plan.counts)
     return plan, export_spans(plan, out)

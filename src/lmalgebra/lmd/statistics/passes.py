@@ -25,13 +25,7 @@ import numpy as np
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import owned
 from lmalgebra.lmd.settings.scale import ScaleSpec
-from lmalgebra.stats.moments import (
-    ModelColumns,
-    Products,
-    SecondMoments,
-    layout,
-    refuse_constant,
-)
+from lmalgebra.stats.moments import ModelColumns, Products, SecondMoments, layout, refuse_constant
 from lmalgebra.stats.reduce import reduce_blocked, reduce_columns, reduce_moments, reduce_sketch
 from lmalgebra.stats.sketch import ColumnMoments, CovarianceSketch
 from lmalgebra.stats.solver import SplitMoments

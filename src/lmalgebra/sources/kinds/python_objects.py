@@ -251,7 +251,7 @@ class GivenArrays(_GivenObject):
                 f"model {self.name!r}: an array of embeddings must be 2-D (spans, dim), "
                 f"got shape {array.shape}"
             )
-        if not np.issubdtype(array.dtype, np.number):
+        if array.dtype.kind not in "iufc":  # a timedelta64 is a number to numpy, no embedding
             raise UserInputError(f"model {self.name!r}: the array is not numeric ({array.dtype})")
         if np.issubdtype(array.dtype, np.complexfloating):
             raise UserInputError(

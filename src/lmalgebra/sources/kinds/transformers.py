@@ -125,11 +125,7 @@ class TransformersModel(ReferencedModel):
                 model = AutoModel.from_config(config, trust_remote_code=remote).to(dtype)
             else:
                 model, info = AutoModel.from_pretrained(
-                    directory,
-                    dtype=dtype,
-                    trust_remote_code=remote,
-                    **CHECKED_LOAD,
-                    **placement,
+                    directory, dtype=dtype, trust_remote_code=remote, **CHECKED_LOAD, **placement
                 )
                 # hidden states are all that is read: a pooler the files lack goes unused
                 refuse_incomplete(

@@ -1,0 +1,35 @@
+"""What every ``pretrain`` command refuses before it trains the model directory ``out`` (its
+training in ``out/training``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lmalgebra.distill.layout import saved_steps, saved_training
+from lmalgebra.train.config import OptimisationSpec
+from lmalgebra.train.loop import (
+    refuse_fewer_steps,
+    refuse_other_inputs_saved,
+    refuse_other_training,
+    refuse_training_parts,
+)
+
+
+def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool) -> None:
+    """Refuse a training directory training cannot write in, and (unless ``restart``) a model
+    saved at ``out`` that ``training`` would replace: one trained further (``steps: 0``, say) or
+    with other settings."""
+    refuse_training_parts(out / "training", itself=True)
+    if not restart:
+        refuse_fewer_steps(saved_steps(out), training.steps, out)
+        refuse_other_training(saved_training(out), training, [out / "training"], out)
+
+
+def refuse_other_made(out: Path, made_from: dict[str, Any], restart: bool) -> None:
+    """Unless ``restart``, refuse a model saved at ``out`` made from other inputs than
+    ``made_from`` (its text, sizes, tokenizer: ``PretrainText.made_from``) when no checkpoint is
+    left to tell: training would replace it from step 0."""
+    if not restart:
+        recorded = saved_training(out, "made_from")
+        refuse_other_inputs_saved(recorded, made_from, [out / "training"], out)
