@@ -206,3 +206,20 @@ def test_a_teacher_of_other_text_is_not_replaced_when_no_checkpoint_is_left(
     code, stderr = cli(args)
     assert_one_line(code, stderr, [f"{out} was made from other inputs (corpus text", "--restart"])
     assert digests(out) == before
+
+
+def test_a_given_tokenizer_that_reads_the_text_as_unknown_is_named(
+    tmp_path: Path, teacher_dirs, cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--tokenizer.path`` of a tokenizer that reads the language as its unknown token had a
+    teacher trained to predict that token (loss 0.33 on it), unsaid."""
+    corpus = tmp_path / "ru.txt"
+    corpus.write_text("съешь же ещё этих мягких французских булок\n" * 20, encoding="utf-8")
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "ru"]
+    args += ["--tokenizer.path", str(teacher_dirs["wp"]), "--out", str(tmp_path / "t")]
+    args += ["--model.hidden_size", "16", "--training.steps", "1", "--example_length", "16"]
+    caplog.set_level("WARNING", logger="lmalgebra")
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    said = [r.getMessage() for r in caplog.records if "unknown token" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"tokenizer.path {teacher_dirs['wp']} reads 100%")

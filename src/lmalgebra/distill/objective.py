@@ -78,6 +78,7 @@ from lmalgebra.distill.teachers import (
     infer_shards,
     inference_setup,
     load_lm,
+    warn_unknown,
 )
 from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
@@ -91,8 +92,6 @@ Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
 
 log = logging.getLogger(__name__)
-# above this share of a teacher's tokens of a language unknown, it is said to have little to teach
-UNKNOWN_SHARE = 0.1
 
 
 def run_dir(self: Objective, **_: Any) -> Path:
@@ -656,18 +655,5 @@ def _count_unknown(counts: list[int], ids: Any, teacher: Teacher) -> None:
 
 
 def _warn_unknown(counts: list[int], lang: str, teacher: Teacher) -> None:
-    """Warn of a teacher whose tokenizer reads much of a language as its unknown token: it has
-    little to teach there (a causal store aligns no byte of one), which no stage had said."""
-    unknown, total = counts
-    if total and unknown / total > UNKNOWN_SHARE:
-        log.warning(
-            "teacher %r reads %.0f%% of the tokens of language %r (%d of %d) as its unknown "
-            "token %r: it has little to teach of this text; check that its tokenizer covers the "
-            "language",
-            teacher.name,
-            100 * unknown / total,
-            lang,
-            unknown,
-            total,
-            teacher.tokenizer.unk_token,
-        )
+    unknown, total = counts  # a teacher that reads much of a language as unknown: it is said
+    warn_unknown(f"teacher {teacher.name!r}", unknown, total, lang, teacher.tokenizer.unk_token)

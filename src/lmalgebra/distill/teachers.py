@@ -32,6 +32,8 @@ from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 
 log = logging.getLogger(__name__)
+# above this share of a tokenizer's tokens of a language unknown, it is said to read little of it
+UNKNOWN_SHARE = 0.1
 Head = Literal["masked", "causal"]
 # families whose position ids start after the padding id (RoBERTa's convention)
 _OFFSET_POSITIONS = (
@@ -243,3 +245,20 @@ def _refuse_foreign_ids(owner: str, model: Any, shard: Any) -> None:
     largest = pc.max(pc.list_flatten(shard[column])).as_py()
     if largest is not None:
         refuse_foreign_ids(owner, model, [[int(largest)]])
+
+
+def warn_unknown(owner: str, unknown: int, total: int, language: str, token: str) -> None:
+    """Warn when ``owner``'s tokenizer reads more than ``UNKNOWN_SHARE`` of a language's
+    ``total`` tokens as its unknown ``token``: a model reading the text so has little to learn
+    or teach of it, which no stage had said."""
+    if total and unknown / total > UNKNOWN_SHARE:
+        log.warning(
+            "%s reads %.0f%% of the tokens of language %r (%d of %d) as its unknown token %r: "
+            "it has little to teach of this text; check that its tokenizer covers the language",
+            owner,
+            100 * unknown / total,
+            language,
+            unknown,
+            total,
+            token,
+        )

@@ -33,7 +33,11 @@ from lmalgebra.distill.examples import training_examples
 from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.pretrain.specs import HeadOnlySpec
-from lmalgebra.distill.pretrain.teacher_directory import refuse_other_made, refuse_replacing
+from lmalgebra.distill.pretrain.teacher_directory import (
+    refuse_other_made,
+    refuse_replacing,
+    warn_unread,
+)
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
@@ -256,6 +260,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     made_from = spec.made_from(texts)  # the text before max_examples, as keep_saved reads it
     refuse_other_made(spec.out, made_from, restart)  # no checkpoint left: text or sizes
     ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
+    warn_unread(f"encoder {ref.path}", tokenizer, texts, spec.language)
     hashes = source_of(ref, directory).fingerprint()
     data = {"language": spec.language, "example_length": spec.example_length}
     inputs = {

@@ -22,7 +22,11 @@ from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import Encoded, TeacherMasker, pad_batch
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
-from lmalgebra.distill.pretrain.teacher_directory import refuse_other_made, refuse_replacing
+from lmalgebra.distill.pretrain.teacher_directory import (
+    refuse_other_made,
+    refuse_replacing,
+    warn_unread,
+)
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
@@ -111,6 +115,7 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
         chosen = train_wordpiece(texts, size, lowercase, spec.model.max_position_embeddings)
     else:
         chosen = _given_tokenizer(given)
+        warn_unread(f"tokenizer.path {given}", chosen, texts, spec.language)
     seed = spec.training.seed
     model = build_masked_lm(spec.model, len(chosen), chosen.pad_token_id, seed)
     source = TextBatches(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.distill.layout import saved_steps, saved_training
+from lmalgebra.distill.teachers import warn_unknown
 from lmalgebra.train.config import OptimisationSpec
 from lmalgebra.train.loop import (
     refuse_fewer_steps,
@@ -14,6 +15,8 @@ from lmalgebra.train.loop import (
     refuse_other_training,
     refuse_training_parts,
 )
+
+UNREAD_SAMPLE = 1000  # texts whose tokens are counted (the first of the corpus)
 
 
 def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool) -> None:
@@ -33,3 +36,14 @@ def refuse_other_made(out: Path, made_from: dict[str, Any], restart: bool) -> No
     if not restart:
         recorded = saved_training(out, "made_from")
         refuse_other_inputs_saved(recorded, made_from, [out / "training"], out)
+
+
+def warn_unread(owner: str, tokenizer: Any, texts: list[str], language: str) -> None:
+    """Warn when a tokenizer the text was not trained on (``owner``: where it was given) reads
+    much of the language as its unknown token (``distill.teachers.warn_unknown``): the teacher
+    trained on it had learnt to predict that token, unsaid."""
+    if tokenizer.unk_token_id is None:
+        return
+    rows = tokenizer(texts[:UNREAD_SAMPLE], add_special_tokens=False, verbose=False)["input_ids"]
+    unknown = sum(row.count(tokenizer.unk_token_id) for row in rows)
+    warn_unknown(owner, unknown, sum(len(r) for r in rows), language, tokenizer.unk_token)
