@@ -180,3 +180,32 @@ def test_shipped_recipes_by_name_from_any_directory(
     assert [m.name for m in config.models][:2] == ["minilm", "minilm-sre"]
     with pytest.raises(UserInputError, match="did you mean 'study-minilm-wiki'"):
         read_yaml("recipe:study-minilm")  # type: ignore[arg-type]
+
+
+def test_a_table_piped_or_narrow_loses_no_cell(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Piped (rich's 80 columns) or in a narrow terminal, a table had cut its cells with an
+    ellipsis: `packaged` its names (`package:minil…`), `merge inspect` every number (`20…`).
+    Piped, a table is as wide as its cells; in a terminal, a cell too long folds."""
+    import importlib
+    import io
+
+    from rich.table import Table
+
+    app = importlib.import_module("lmalgebra.cli.app")
+
+    monkeypatch.setattr(app.console, "width", 80)
+    code, out, _ = run(monkeypatch, capsys, "packaged")
+    assert code == 0
+    assert "package:minilm-l3-onnx" in out and "…" not in out
+    path = "o/" + "a" * 50 + "/" + "b" * 50  # a path piped had been split over two lines
+    app.console.print(f"outputs in {path}")
+    assert capsys.readouterr().out == f"outputs in {path}\n"
+    narrow = app.FoldingConsole(file=io.StringIO(), width=8, force_terminal=True, color_system=None)
+    table = Table("tokens")
+    table.add_row("75812345")
+    narrow.print(table)
+    shown = narrow.file.getvalue()
+    cells = [line.strip("│ ") for line in shown.splitlines() if line.startswith("│")]
+    assert "…" not in shown and "".join(cells) == "75812345"

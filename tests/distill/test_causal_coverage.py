@@ -153,3 +153,31 @@ def test_bad_pooling_is_refused(
         ["merge", "evaluate", str(masked), "--pooling", "last"], monkeypatch, capsys
     )
     assert_one_line(code, err, ["pooling applies to causal runs only"])
+
+
+def test_coverage_words_its_warnings_and_refusals_for_merge_evaluate(
+    causal_teacher_dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The LMD run inside ``merge evaluate`` logged decompose's warnings as they are, naming
+    flags that command lacks (``spans.length (-T)``, ``--study.alpha_select gcv``) and no
+    language, and refused a singular basis naming ``--alpha`` and ``--products``."""
+    from lmalgebra.core.errors import UserInputError
+
+    teachers = {"bl": causal_teacher_dirs["bl"]}
+    students = {"copy": causal_teacher_dirs["bl"]}
+    with caplog.at_level("WARNING"):
+        _coverage(teachers, students)  # the default counts: more spans than the text holds
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(w.startswith("LMD coverage, xx: fewer spans than requested") for w in warned)
+    assert not [w for w in warned if "-T" in w or "--study" in w or "fewer spans" in w[:15]]
+    refs = [ModelRef(name=n, path=str(p)) for n, p in teachers.items()]
+    with pytest.raises(UserInputError) as caught:
+        lmd_coverage(
+            {"xx": documents(40, seed=3)},
+            {"xx": CorpusSpec(paths=["xx.txt"])},
+            {"xx": refs},
+            [ModelRef(name=n, path=str(p)) for n, p in students.items()],
+            CoverageSpec(alpha=0.0),
+        )
+    assert str(caught.value).startswith("LMD coverage, xx: basis [")
+    assert "use a larger alpha (now 0.0)" in str(caught.value) and "--" not in str(caught.value)

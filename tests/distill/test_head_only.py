@@ -238,3 +238,56 @@ def test_a_second_run_resumes_from_the_checkpoints_and_refuses_other_inputs(
     assert all(torch.equal(first[k], again[k]) for k in first)
     with pytest.raises(CheckpointMismatchError, match="the corpus changed"):
         pretrain_head(HeadOnlySpec.model_validate({**data, "max_examples": 10}), progress=False)
+
+
+def test_an_encoder_written_here_and_damaged_since_is_refused(
+    teacher: Path, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A model written here whose files no longer match its record, as the encoder: a head had
+    been trained on it, as on the model it was (its ``config.json`` edited since)."""
+    import shutil
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(teacher, encoder, ignore=shutil.ignore_patterns("training"))
+    config = json.loads((encoder / "config.json").read_text(encoding="utf-8"))
+    (encoder / "config.json").write_text(json.dumps({**config, "hidden_act": "relu"}))
+    out = tmp_path / "head"
+    args = ["pretrain", "head-only", "--corpus.paths", str(corpus), "--language", "xx"]
+    args += ["--encoder", str(encoder), "--out", str(out), "--training.steps", "1"]
+    code, stderr = run_cli(args, monkeypatch, capsys)
+    assert_one_line(code, stderr, [f"encoder {encoder}", "config.json is damaged"])
+    assert not out.exists()
+
+
+def test_keep_saved_refuses_a_head_fitted_on_an_encoder_replaced_since(
+    corpus: Path, bert_dir: Path, tmp_path: Path
+) -> None:
+    """A head-only teacher records the hashes of the encoder it was fitted on: another encoder
+    at the same place (weights changed) had it kept by ``keep_saved``, and replaced from step 0
+    when it kept no checkpoint, unsaid."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from lmalgebra.api.pretrain import pretrain
+    from lmalgebra.core.errors import UserInputError
+
+    encoder = tmp_path / "encoder"
+    shutil.copytree(bert_dir, encoder)
+    spec = HeadOnlySpec(
+        corpus={"paths": [str(corpus)]},
+        language="xx",
+        out=tmp_path / "head",
+        encoder=str(encoder),
+        example_length=16,
+        training={"steps": 1, "keep_checkpoints": 0},
+    )
+    saved = pretrain(spec)
+    weights = load_file(encoder / "model.safetensors")
+    first = sorted(weights)[0]
+    save_file({**weights, first: weights[first] + 0.5}, encoder / "model.safetensors")
+    with pytest.raises(UserInputError, match=r"other inputs \(encoder\.weights '"):
+        pretrain(spec, keep_saved=True)
+    with pytest.raises(UserInputError, match=r"kept no checkpoint"):
+        pretrain(spec)
+    assert saved.is_dir()

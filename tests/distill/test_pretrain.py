@@ -111,11 +111,15 @@ def test_the_pretrained_teacher_passes_its_own_checksums(tmp_path: Path, cli) ->
     args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "fr"]
     args += ["--out", str(out), "--tokenizer.vocab_size", "120", "--model.hidden_size", "16"]
     args += ["--training.steps", "2", "--training.batch_size", "4", "--example_length", "32"]
-    code, stderr = cli([*args, "--no-progress"])
+    code, stderr = cli([*args, "--model.max_position_embeddings", "64", "--no-progress"])
     assert code == 0, stderr
     assert model_damage(out) is None
     assert all(not name.startswith(".") for name in read_marker(out)["files"])
     assert json.loads((out / "tokenizer.json").read_text())["truncation"] is None
+    # the model's positions, as a causal teacher's and a student's (it had been 512 whatever
+    # the positions: max(example_length, 512))
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["model_max_length"] == 64
 
 
 def test_recipe_accepts_the_pretrained_teacher(teacher, tmp_path: Path, teacher_dirs) -> None:
@@ -178,3 +182,44 @@ def test_a_given_tokenizer_is_kept_as_is(
     assert model.config.vocab_size == len(given)
     with pytest.raises(UserInputError, match=r"tokenizer.path .*missing-dir"):
         pretrain(spec(tmp_path / "u", tmp_path / "missing-dir"))
+
+
+def test_a_teacher_of_other_text_is_not_replaced_when_no_checkpoint_is_left(
+    tmp_path: Path, cli
+) -> None:
+    """With ``keep_checkpoints 0`` the finished teacher kept no checkpoint whose record names
+    an edited corpus: the same command then trained from step 0 on the edited text and replaced
+    it, unsaid. It is refused, naming the change; nothing is touched."""
+    from hostile_helpers import assert_one_line, digests
+
+    corpus = tmp_path / "fr.txt"
+    corpus.write_text("\n".join(documents(30, seed=21)) + "\n", encoding="utf-8")
+    out = tmp_path / "teacher"
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "fr"]
+    args += ["--out", str(out), "--tokenizer.vocab_size", "120", "--model.hidden_size", "16"]
+    args += ["--training.steps", "2", "--training.batch_size", "4", "--example_length", "32"]
+    args += ["--training.keep_checkpoints", "0", "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    before = digests(out)
+    corpus.write_text("\n".join(documents(20, seed=21)) + "\n", encoding="utf-8")
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [f"{out} was made from other inputs (corpus text", "--restart"])
+    assert digests(out) == before
+
+
+def test_a_given_tokenizer_that_reads_the_text_as_unknown_is_named(
+    tmp_path: Path, teacher_dirs, cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--tokenizer.path`` of a tokenizer that reads the language as its unknown token had a
+    teacher trained to predict that token (loss 0.33 on it), unsaid."""
+    corpus = tmp_path / "ru.txt"
+    corpus.write_text("съешь же ещё этих мягких французских булок\n" * 20, encoding="utf-8")
+    args = ["pretrain", "masked", "--corpus.paths", str(corpus), "--language", "ru"]
+    args += ["--tokenizer.path", str(teacher_dirs["wp"]), "--out", str(tmp_path / "t")]
+    args += ["--model.hidden_size", "16", "--training.steps", "1", "--example_length", "16"]
+    caplog.set_level("WARNING", logger="lmalgebra")
+    code, stderr = cli([*args, "--no-progress"])
+    assert code == 0, stderr
+    said = [r.getMessage() for r in caplog.records if "unknown token" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f"tokenizer.path {teacher_dirs['wp']} reads 100%")

@@ -380,3 +380,23 @@ def test_a_model_name_keeps_its_row_of_the_markdown_table(tmp_path: Path) -> Non
     for row in rows:
         assert row.replace("\\|", "").count("|") == header.count("|")
     assert rows[0].startswith("| x\\|y | probe |") and rows[1].startswith("| a b | probe |")
+
+
+def test_a_tag_outside_ud_or_unseen_in_train_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tag outside UD's 17 (a typo, ``FOO``) became a class of its own, and a test tag train
+    never shows cost macro-F1 an F1 of 0, both without a word: each is named in the log."""
+    from lmalgebra.evaluate.pos_tagging import _load_splits
+
+    plain = [[("river", "NOUN"), ("runs", "VERB")]]
+    write_conllu(tmp_path / "t-ud-train.conllu", [[("river", "FOO"), ("runs", "VERB")]])
+    write_conllu(tmp_path / "t-ud-dev.conllu", plain)
+    write_conllu(tmp_path / "t-ud-test.conllu", [[("oh", "INTJ"), ("runs", "VERB")]])
+    splits = find_splits(tmp_path)
+    with caplog.at_level("WARNING"):
+        _load_splits(splits.train, splits.dev, splits.test, PosOptions())
+    warned = " | ".join(r.getMessage() for r in caplog.records)
+    assert "tags outside UD's 17 UPOS tags, each read as a class of its own: FOO (1 word)" in warned
+    assert "test tags that train never shows" in warned and "INTJ (1 word)" in warned
+    assert "NOUN" not in warned  # in dev, not in test: nothing to say

@@ -214,7 +214,23 @@ def test_too_little_held_out_text_names_the_full_key(tmp_path: Path, candidates:
     recipe["languages"]["xx"]["max_examples"] = 4
     path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
     with pytest.raises(UserInputError, match=r"too little text .* languages\.xx\.max_examples"):
-        select_teachers(path, size=1, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
+        select_teachers(path, size=2, cache_dir=tmp_path / "cache", spans=OPTIONS["spans"])
+
+
+def test_sets_of_one_rank_on_text_too_little_for_lmd(
+    tmp_path: Path, candidates: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sets of one rank by quality alone: a selection of them had been refused for held-out
+    text too little for the LMD run that only fills ``group_r2``. It ranks them, saying so."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    recipe["languages"]["xx"]["max_examples"] = 4
+    path.write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        found = select_teachers(path, size=1, cache_dir=tmp_path / "c", spans=OPTIONS["spans"])
+    xx = found.teachers[found.teachers["language"] == "xx"]
+    assert len(xx) == 2 and xx["group_r2"].isna().all()
+    assert any("sets of one rank by quality alone" in r.getMessage() for r in caplog.records)
 
 
 def test_too_little_held_out_text_names_max_texts_where_it_was_given(
@@ -240,3 +256,121 @@ def test_a_selection_refused_where_it_would_go_leaves_no_directory(
     with pytest.raises(UserInputError, match="holds a decomposition run"):
         selection.save(run / "selection")
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "summary.json"]
+
+
+def test_a_singular_basis_names_this_commands_flag(tmp_path: Path, candidates: dict) -> None:
+    """At ``alpha 0`` the refusal named ``--products``, a flag of ``decompose`` that select
+    lacks (and a teacher whose name holds "span" turned it into "too little text")."""
+    teachers = {"wp": candidates["wp"], "spanish": candidates["sp"], "sp": candidates["sp"]}
+    path = write(tmp_path, teachers, ["wp", "spanish"])
+    with pytest.raises(UserInputError) as caught:
+        select_teachers(
+            path, size=2, alpha=0.0, bootstrap=0, cache_dir=tmp_path / "c", spans=OPTIONS["spans"]
+        )
+    message = str(caught.value)
+    assert "language 'xx': basis [" in message and "is singular" in message
+    assert "use a larger --alpha than 0.0" in message and "--products" not in message
+
+
+def test_the_runs_warnings_are_logged_once_in_selects_flags(
+    tmp_path: Path, candidates: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The LMD run's warnings were logged twice (once more prefixed by the language), and
+    ``--bootstrap 0`` warned of ``--study.bootstrap 1``, a flag and a count no one gave."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    spans = {"counts": (100000, 20, 40), "length": 8}
+    with caplog.at_level("WARNING"):
+        select_teachers(path, size=2, bootstrap=0, cache_dir=tmp_path / "c", spans=spans)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert [w for w in warned if "fewer spans than requested" in w] == [
+        next(w for w in warned if w.startswith("xx: fewer spans than requested"))
+    ]
+    assert not [w for w in warned if "--study." in w]
+
+
+def test_the_next_line_says_where_other_teachers_would_meet_trained_students(
+    tmp_path: Path,
+) -> None:
+    """The recommended recipe keeps the recipe's ``output_dir``: run as the "next:" line said,
+    over a run of trained students, it had built their vocabulary again with other teachers in
+    silence (the students then refused by verify and train). The line says so there, and only
+    there."""
+    from types import SimpleNamespace
+
+    from lmalgebra.cli.experimental import _over
+
+    config = SimpleNamespace(
+        output_dir=tmp_path, languages={"xx": SimpleNamespace(teachers=["wp", "sp"])}
+    )
+    same, other = (
+        SimpleNamespace(recommended={"xx": ["sp", "wp"]}),
+        SimpleNamespace(recommended={"xx": ["wp"]}),
+    )
+    assert _over(config, other) == ""  # no trained student: nothing to lose
+    marker = tmp_path / "s1" / "model" / "lmalgebra.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("{}", encoding="utf-8")
+    assert _over(config, same) == ""  # the same teachers: the run resumes
+    assert f"writes into {tmp_path}, which holds students trained with other" in _over(
+        config, other
+    )
+    assert "teachers, s1: give it another output_dir" in _over(config, other)
+
+
+def test_a_teacher_that_reads_the_text_as_unknown_tokens_earns_no_accuracy(
+    teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A teacher whose tokenizer reads a language as its unknown token, and which predicts that
+    token, had scored an accuracy near 1 and been recommended first (a ``pretrain`` teacher of
+    another language's tokenizer: 0.99 against 0.02): a gold unknown token counts as missed."""
+    import torch
+
+    from lmalgebra.distill.examples import Example
+    from lmalgebra.distill.masked.teachers import open_masked_teacher
+    from lmalgebra.distill.recipe import MaskingSpec
+    from lmalgebra.experimental.selection import teacher_quality
+    from lmalgebra.sources.models import ModelRef
+
+    ref = ModelRef(name="wp", path=str(teacher_dirs["wp"]))
+    teacher = open_masked_teacher(ref)
+    unk = teacher.tokenizer.unk_token_id
+
+    def always_unknown(model: object, batch: dict) -> torch.Tensor:  # a perfect [UNK] guesser
+        logits = torch.zeros(batch["rows"].numel(), len(teacher.tokenizer))
+        logits[:, unk] = 1.0
+        return logits
+
+    monkeypatch.setattr(teacher_quality, "masked_logits", always_unknown)
+    text = " ".join(["съешь же ещё этих мягких булок"] * 8)
+    examples = [Example(f"yy-{i}", f"{text} {i}", True) for i in range(4)]
+    found = teacher_quality.held_out_quality("yy", teacher, ref, examples, MaskingSpec(seed=3), 48)
+    assert found.masked_tokens > 0 and found.accuracy == 0.0
+
+
+def test_candidates_that_predict_nothing_are_said_to_rank_by_name(
+    tmp_path: Path,
+    candidates: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every candidate of accuracy 0 gets quality 1.0 ("no signal"): sets of one then ranked by
+    name and the first recommended, as if it were better, unsaid. The log says so."""
+    import dataclasses
+    from typing import Any
+
+    from lmalgebra.experimental.selection import teacher_sets
+
+    scored = teacher_sets.held_out_quality
+
+    def nothing(*args: Any, **kwargs: Any) -> Any:
+        return dataclasses.replace(scored(*args, **kwargs), accuracy=0.0)
+
+    monkeypatch.setattr(teacher_sets, "held_out_quality", nothing)
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    with caplog.at_level("WARNING"):
+        select_teachers(path, size=1, cache_dir=tmp_path / "c", spans=OPTIONS["spans"])
+    said = [r.getMessage() for r in caplog.records if "predicts a masked" in r.getMessage()]
+    assert said == [
+        "xx: no candidate predicts a masked held-out token (accuracy 0 for each): quality says "
+        "nothing, so sets rank by complementarity alone (ties in name order)"
+    ]

@@ -321,3 +321,18 @@ def test_weights_fingerprint_reads_the_model_directory_not_its_subfolders(
     weights = next(model.glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes() + b" ")  # the model's own weights do count
     assert ref.source.fingerprint()["weights"] != before["weights"]
+
+
+def test_a_packaged_onnx_graph_named_as_a_tokenizer_gives_the_one_it_runs_with() -> None:
+    """``--tokenizer.path package:minilm-l3-onnx`` (and a ``reference_tokenizer``) had been
+    refused as "cannot load a tokenizer from .../paraphrase-MiniLM-L3-v2.onnx" (the graph file,
+    with transformers' words): it is the tokenizer the graph runs with, ``package:minilm``."""
+    from lmalgebra.sources.packaged import asset_path
+    from lmalgebra.sources.tokenizers import resolve_tokenizer
+
+    try:
+        asset_path("minilm")
+    except UserInputError as err:
+        pytest.skip(str(err))
+    got = resolve_tokenizer("package:minilm-l3-onnx", "tokenizer.path", weights=False)
+    assert got == resolve_tokenizer("package:minilm", "tokenizer.path", weights=False)

@@ -135,6 +135,8 @@ def test_the_demo_page_reads_as_a_report(tmp_path: Path) -> None:
     assert "teacher-en from all the others (-0.14)" in text  # negative R^2 explained
     assert "worse than their mean" in text
     assert "<td>4.8</td>" in text and "<td>221.8</td>" in text  # seconds, and their total
+    # whose time: a resumed demo's steps had shown as the demo's cost, unsaid
+    assert "a step whose work an earlier run finished" in text
 
 
 def test_sm1_rows_off_the_teacher_language_are_marked_and_not_averaged(tmp_path: Path) -> None:

@@ -459,3 +459,24 @@ def test_a_max_length_that_leaves_every_span_alike_names_it(
     code, stderr = cli([*args, "--max_length", "2"])
     needles = ["model 'a' does not vary", "cut to its first 2 tokens (--max_length"]
     assert_one_line(code, stderr, needles)
+
+
+def test_a_teacher_that_reads_a_language_as_unknown_tokens_is_named(
+    tmp_path: Path, teacher_dirs, cli, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A teacher whose tokenizer turns a language into its unknown token had been prepared,
+    taught and distilled from without a word (a causal store aligns no byte of one): `merge
+    prepare` names it, with its share of the language's tokens; a teacher that reads the text
+    is not named."""
+    from merge_fixtures import write_recipe
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    cyrillic = "съешь же ещё этих мягких французских булок да выпей чаю\n" * 30
+    (tmp_path / "yy.txt").write_text(cyrillic, encoding="utf-8")
+    caplog.set_level(logging.WARNING, logger="lmalgebra")
+    code, stderr = cli(["merge", "prepare", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    named = sorted(r.getMessage() for r in caplog.records if "unknown token" in r.getMessage())
+    assert [m.split(" reads ")[0] for m in named] == ["teacher 'sp'", "teacher 'wp'"], named
+    assert all("of the tokens of language 'yy'" in m for m in named)  # xx, read, is not named
+    assert "as its unknown token '[UNK]'" in named[1]

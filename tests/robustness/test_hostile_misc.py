@@ -397,8 +397,18 @@ def test_a_student_name_too_long_is_refused_saying_how_long_one_may_be() -> None
     from lmalgebra.distill.layout import check_student_name
 
     assert check_student_name("a" * 100) == "a" * 100
-    with pytest.raises(UserInputError, match=r"\(1 to 100 letters, digits"):
+    with pytest.raises(UserInputError, match=r"\(1 to 100 ASCII letters, digits"):
         check_student_name("a" * 101)
+
+
+def test_a_name_of_letters_outside_ascii_is_refused_saying_ascii() -> None:
+    """``ünï`` had been refused as not "1 to 100 letters, digits, ...", which it is: the
+    rule is ASCII letters, and the line says so."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.distill.layout import check_plain_name
+
+    with pytest.raises(UserInputError, match=r"'ünï' must be .*\(1 to 100 ASCII letters"):
+        check_plain_name("ünï", "language")
 
 
 @pytest.mark.parametrize(

@@ -268,3 +268,47 @@ def test_a_damaged_student_is_not_scored_by_bits_per_byte(
     name = "model" if given == "path" else "s"
     assert_one_line(code, stderr, [f"model {name!r}", str(model / "model.safetensors"), "damaged"])
     assert digests(run) == before
+
+
+def test_a_damaged_teacher_written_here_is_refused_before_any_stage_writes(
+    trained: Path, tmp_path: Path, causal_teacher_dirs, cli
+) -> None:
+    """A teacher written here (a student, a pretrained teacher) whose files no longer match its
+    record had been refused at ``merge teach`` only, after ``prepare`` had written the examples
+    and every teacher's copies: it is refused when the stage opens it, before any work."""
+    teacher = tmp_path / "edited"
+    shutil.copytree(trained / "student" / "model", teacher)
+    config = json.loads((teacher / "config.json").read_text(encoding="utf-8"))
+    config["initializer_range"] = 0.5  # a setting edited: loads as before, another record
+    (teacher / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    teachers = {**causal_teacher_dirs, "wp": teacher}
+    path = write_causal_recipe(tmp_path, teachers, student=CAUSAL_STUDENT)
+    code, stderr = cli(["merge", "prepare", str(path)])
+    assert_one_line(code, stderr, ["teacher 'wp'", str(teacher / "config.json"), "is damaged"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_damaged_student_is_neither_embedded_nor_tagged(
+    trained: Path, tmp_path: Path, bert_dir: Path, cli
+) -> None:
+    """``decompose`` had embedded, and ``evaluate-pos`` tagged with, a student whose weights no
+    longer match its record (loads fine, other weights), under its name: each refuses it in one
+    line naming the file, before anything is written."""
+    from hostile_helpers import one_word_treebank
+    from tiny import documents
+
+    student = tmp_path / "student"
+    shutil.copytree(trained / "student" / "model", student)
+    _flip(student / "model.safetensors")
+    corpus = tmp_path / "docs.txt"
+    corpus.write_text("\n".join(documents(60, seed=1)) + "\n", encoding="utf-8")
+    said = [f"model 's': {student / 'model.safetensors'} is damaged"]
+    args = ["decompose", "--models", f"s={student}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus), "--out", str(tmp_path / "d"), "--spans.length", "8"]
+    code, stderr = cli([*args, "--cache_dir", str(tmp_path / "cache")])
+    assert_one_line(code, stderr, said)
+    bank = one_word_treebank(tmp_path / "bank")
+    pos = tmp_path / "pos"
+    code, stderr = cli(["evaluate-pos", str(bank), "--models", f"s={student}", "--out", str(pos)])
+    assert_one_line(code, stderr, said)
+    assert not (tmp_path / "d").exists() and not pos.exists()

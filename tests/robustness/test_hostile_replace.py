@@ -471,3 +471,59 @@ def test_verify_names_an_evaluation_of_a_student_trained_again_since(
     assert code == 0, stderr
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
+
+
+def test_keep_saved_keeps_only_a_student_trained_as_asked(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``merge(..., students={"student": {"gold_only": True}}, keep_saved=True)`` had returned
+    the distilled student as the gold-only one asked for (``merge train`` refuses it, naming the
+    change): refused the same way; a student asked for more steps is kept, as documented."""
+    import yaml
+
+    from lmalgebra import UserInputError
+    from lmalgebra.api.merge import merge
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    asked = {"student": {"gold_only": True, "lr": 0.05}}
+    with pytest.raises(UserInputError, match=r"student 'student' is saved, trained with other "):
+        merge(recipe, ["train"], students=asked, keep_saved=True, progress=False)
+    longer = merge(recipe, ["train"], students={"student": {"steps": 99}}, keep_saved=True)
+    assert longer.students == {"student": model} and digests(model) == before
+    # a student of other sizes than the recipe's had been returned as its student
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "student": {**data["student"], "num_heads": 4}}))
+    with pytest.raises(UserInputError, match=r"other settings \(student\.num_heads 2 -> 4\)"):
+        merge(recipe, ["train"], keep_saved=True, progress=False)
+    assert digests(model) == before
+
+
+def test_a_stale_student_without_checkpoints_is_not_replaced_from_step_0(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A student trained with ``keep_checkpoints 0``, then its store built again (``top_k``):
+    ``merge train`` trained it from step 0 over itself, unsaid, where a checkpoint of the old
+    store is refused. Refused the same way, by the dry run too; nothing touched."""
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    args = ["merge", "train", str(recipe), "--training.keep_checkpoints", "0", "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "top_k": 4}))
+    for stage in ("prepare", "teach", "vocab"):
+        progress = ["--no-progress"] if stage != "vocab" else []  # vocab shows no progress
+        code, stderr = cli(["merge", stage, str(recipe), *progress])
+        assert code == 0, stderr
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    for extra in (["--dry-run"], []):
+        code, stderr = cli([*args, *extra])
+        said = ["student 'student'", "top_k 8 -> 4", "--restart", "kept no checkpoint"]
+        assert_one_line(code, stderr, said)
+    assert digests(model) == before

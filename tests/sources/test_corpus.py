@@ -390,3 +390,45 @@ def test_languages_from_entries_and_from_a_field(tmp_path: Path):
     assert documents_by_language(field) == {"es": ["hola"], "en": ["hi"]}
     with pytest.raises(UserInputError, match="LANG=PATH"):
         documents_by_language(CorpusSpec(paths=[str(tmp_path / "a.txt")]))
+
+
+@pytest.mark.parametrize("code", ["ünï", "a" * 17, "1x"])
+def test_a_corpus_of_no_language_code_says_what_one_is(
+    code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ünï=corpus.txt`` (its file there) had been refused as "corpus ünï=corpus.txt does not
+    exist", the rule that made it a file's name unsaid."""
+    from lmalgebra.sources.corpus import corpus_paths
+
+    monkeypatch.chdir(tmp_path)
+    Path("corpus.txt").write_text("one\n", encoding="utf-8")
+    with pytest.raises(
+        UserInputError, match=rf"'{code}' is no language code of LANG=PATH: 1 to 16 ASCII"
+    ):
+        corpus_paths(CorpusSpec(paths=[f"{code}=corpus.txt"]))
+    with pytest.raises(UserInputError, match=r"nofile\.txt does not exist$"):
+        corpus_paths(CorpusSpec(paths=["fr=nofile.txt"]))
+
+
+def test_a_corpus_entry_of_another_language_is_refused(tmp_path: Path) -> None:
+    """``fr=a.txt`` in the corpus of ``xx`` (a recipe's language, a pretrained teacher's) had
+    its label dropped and its text read as xx's."""
+    from lmalgebra.distill.pretrain.specs import CausalPretrainSpec
+
+    (tmp_path / "a.txt").write_text("some text\\n", encoding="utf-8")
+    entry = f"fr={tmp_path / 'a.txt'}"
+    said = rf"language 'xx': corpus entry '{entry}' is labelled 'fr': its text would be read as"
+    with pytest.raises(UserInputError, match=said):
+        CausalPretrainSpec(
+            corpus={"paths": [entry]},
+            language="xx",
+            out=tmp_path / "t",
+            tokenizer={"vocab_size": 300},
+        )
+    same = CausalPretrainSpec(
+        corpus={"paths": [f"xx={tmp_path / 'a.txt'}"]},
+        language="xx",
+        out=tmp_path / "t",
+        tokenizer={"vocab_size": 300},
+    )
+    assert same.language == "xx"

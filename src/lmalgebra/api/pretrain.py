@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lmalgebra.api.runtime import library_entry, refuse_keep_and_restart
-from lmalgebra.core.errors import UserTypeError
+from lmalgebra.core.errors import UserInputError, UserTypeError
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec, HeadOnlySpec, MaskedPretrainSpec
 
@@ -33,9 +33,30 @@ def pretrain(
     spec = revalidated(spec, "pretrain(): spec")  # a copy pydantic did not check
     refuse_keep_and_restart("pretrain()", keep_saved, restart)
     if keep_saved and is_complete(spec.out) and not restart:
+        _refuse_other_saved(spec)
         return spec.out
     if isinstance(spec, MaskedPretrainSpec):
         return pretrain_masked(spec, progress, restart)
     if isinstance(spec, CausalPretrainSpec):
         return pretrain_causal(spec, progress, restart)
     return pretrain_head(spec, progress, restart)
+
+
+def _refuse_other_saved(spec: TeacherSpec) -> None:
+    """Refuse to keep a saved teacher made from other inputs than ``spec``'s (its training
+    aside): one of other sizes, tokenizer or text had been returned as this spec's, unsaid."""
+    from lmalgebra.distill.examples import training_examples
+    from lmalgebra.distill.layout import read_marker
+    from lmalgebra.train.run_fingerprint import differences
+
+    recorded = read_marker(spec.out).get("made_from")
+    if recorded is None:  # a teacher of an older release: kept as it is
+        return
+    _, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    changed = differences(recorded, spec.made_from(texts))
+    if changed:
+        raise UserInputError(
+            f"pretrain(): keep_saved: {spec.out} holds a teacher made from other inputs "
+            f"({'; '.join(changed[:3])}), kept only for the spec it was made from; give "
+            "another out, or remove it"
+        )

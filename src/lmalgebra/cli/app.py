@@ -12,6 +12,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
@@ -51,9 +53,37 @@ app = typer.Typer(
     context_settings=CONTEXT,
     help=HELP,
 )
+
+
+class FoldingConsole(Console):
+    """Rich's console, whose tables lose no cell: piped (where rich takes 80 columns) a table is
+    as wide as its cells and a line of text is one line, and in a terminal too narrow a cell
+    folds onto the next line. Cells had been cut with an ellipsis (the numbers of ``merge
+    inspect``, the names ``packaged`` lists), and a path piped split over two lines."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for table in objects:
+            for column in table.columns if isinstance(table, Table) else ():
+                column.overflow = "fold"
+        width = self.width
+        if not self.is_terminal:
+            wide = self.options.update(width=WIDEST)
+            for table in objects:
+                if isinstance(table, Table):
+                    width = max(width, Measurement.get(self, wide, table).maximum)
+            if width == self.width:  # a line of text whole, as a terminal would wrap it
+                kwargs.setdefault("soft_wrap", True)
+        kept, self.width = self.width, width
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self.width = kept
+
+
 # no markup: what it prints holds paths, names and text of the user's, whose brackets had been
 # read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work)
-console = Console(markup=False)
+console = FoldingConsole(markup=False)
+WIDEST = 400  # columns of a table piped
 
 
 def bold(text: object) -> Text:

@@ -94,7 +94,24 @@ def experimental_select(
     console.print(table)
     seconds = sum(found.seconds.values())
     console.print(f"selection took {seconds:.1f} s; wrote {len(paths)} files to {target}")
-    console.print(f"next: lmalgebra merge run {target / 'recommended.yaml'}")
+    console.print(f"next: lmalgebra merge run {target / 'recommended.yaml'}{_over(config, found)}")
+
+
+def _over(config: Any, found: Any) -> str:
+    """What the "next:" line adds where the recommended recipe, which keeps the recipe's
+    ``output_dir``, would run other teachers in a run that holds trained students."""
+    from lmalgebra.distill.layout import RunLayout
+
+    chosen = found.recommended.items()
+    if all(sorted(t) == sorted(config.languages[lang].teachers) for lang, t in chosen):
+        return ""
+    trained = sorted(RunLayout(config.output_dir).saved_students())
+    if not trained:
+        return ""
+    return (
+        f" (it writes into {config.output_dir}, which holds students trained with other "
+        f"teachers, {', '.join(trained)}: give it another output_dir to keep them as they are)"
+    )
 
 
 def _interval(value: float, low: float, high: float) -> str:

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import RESTART, UserInputError
-from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
+from lmalgebra.core.fingerprint import sealed, sha256_file
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
 from lmalgebra.distributed import is_main
+from lmalgebra.sources.model_files import CHECK_KEY, FILES_KEY, MARKER, model_damage
 from lmalgebra.storage.atomic import (
     as_created,
     remove_file,
@@ -70,10 +71,7 @@ RDT_FILE = "rdt.csv"  # in evaluation/: a row per student, RDT per language, the
 SELECTION = "selection"
 CANDIDATE = "lambda-"  # in a student's directory: a run of one of its lambda_candidates
 BEST = "best"  # in a training run's directory: its best validation weights (train.validation)
-MARKER = "lmalgebra.json"  # in a model directory: what made it; written last
 CARD = "README.md"  # in a model directory: its model card (evaluations add to it)
-FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
-CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 # what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
@@ -195,7 +193,7 @@ def check_plain_name(name: str, what: str, where: str = "inside the run") -> str
     if not _PLAIN_NAME.fullmatch(name):
         raise UserInputError(
             f"{what} {name!r} must be one plain directory name {where} "
-            "(1 to 100 letters, digits, '.', '_', '-'; not starting with '.')"
+            "(1 to 100 ASCII letters, digits, '.', '_', '-'; not starting with '.')"
         )
     return name
 
@@ -301,13 +299,14 @@ def read_marker(directory: Path) -> dict[str, Any]:
     return read_json_object(directory / MARKER, "model directory marker")
 
 
-def saved_training(directory: Path) -> Any:
-    """The training settings the complete model directory records (None: none, or no such
-    model; a record that cannot be read is named where the model is read)."""
+def saved_training(directory: Path, key: str = "training") -> Any:
+    """The training settings the complete model directory records (``key``: another entry of
+    its record, ``made_from``, say; None: none, or no such model; a record that cannot be read
+    is named where the model is read)."""
     if not is_complete(directory):
         return None
     try:
-        return read_marker(directory).get("training")
+        return read_marker(directory).get(key)
     except (UserInputError, AttributeError):
         return None
 
@@ -321,26 +320,6 @@ def saved_steps(directory: Path) -> int:
     except (UserInputError, AttributeError):
         return 0
     return steps if isinstance(steps, int) and not isinstance(steps, bool) else 0
-
-
-def model_damage(directory: Path) -> str | None:
-    """Why the complete model directory cannot be trusted (a file its marker lists is missing
-    or no longer has the sha256 recorded when it was written, or the marker was edited), or
-    None. A marker of an older release, without checksums, is taken as it is."""
-    try:
-        marker = read_marker(directory)
-    except UserInputError as err:
-        return str(err)
-    if unseal(marker, CHECK_KEY) is False:
-        return f"{directory / MARKER} was edited since it was written (its sha256)"
-    sums = marker.get(FILES_KEY, {})
-    for name, digest in sums.items():
-        path = directory / name
-        if not path.is_file():
-            return f"{path} is missing"
-        if sha256_file(path) != digest:
-            return f"{path} is damaged (its sha256 is not the one recorded when it was written)"
-    return None
 
 
 def trusted_model(directory: Path, missing: str) -> Path:

@@ -78,6 +78,7 @@ from lmalgebra.distill.teachers import (
     infer_shards,
     inference_setup,
     load_lm,
+    warn_unknown,
 )
 from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
@@ -220,12 +221,15 @@ class Objective(ABC):
             return
         make, facts = self.copy_shard(lang, teacher)
         (verb, counted), column = self.copying, self.columns[1]
+        unknown = [0, 0]  # the teacher's unknown tokens, and all its tokens, in what is written
         with progress_bar(f"{verb} {lang}/{teacher.name}", len(starts), progress) as advance:
             for index, start in enumerate(starts):
                 if index in todo:
                     table = make(examples.slice(start, rows))
                     shards.write(index, table, **{counted: len(pc.list_flatten(table[column]))})
+                    _count_unknown(unknown, pc.list_flatten(table[self.columns[0]]), teacher)
                 advance(1)
+        _warn_unknown(unknown, lang, teacher)
         total = sum(int(s[counted]) for s in shards.manifest["shards"])
         vocab = len(teacher.tokenizer)
         made_from = {SOURCE_FIELD: source_digest(source)}
@@ -640,3 +644,16 @@ def restart_stale(made: ShardSet, source: ShardSet) -> None:
             source.directory,
         )
         made.restart()
+
+
+def _count_unknown(counts: list[int], ids: Any, teacher: Teacher) -> None:
+    """Add to ``counts`` (unknown, all) the teacher's unknown tokens among ``ids``."""
+    unk = teacher.tokenizer.unk_token_id
+    if unk is not None:
+        counts[0] += int(pc.sum(pc.equal(ids, unk)).as_py() or 0)
+    counts[1] += len(ids)
+
+
+def _warn_unknown(counts: list[int], lang: str, teacher: Teacher) -> None:
+    unknown, total = counts  # a teacher that reads much of a language as unknown: it is said
+    warn_unknown(f"teacher {teacher.name!r}", unknown, total, lang, teacher.tokenizer.unk_token)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError, UserValueError
+from lmalgebra.core.errors import RESTART, UserInputError, UserValueError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
@@ -55,12 +55,13 @@ from lmalgebra.storage.output_paths import (
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import (
+    changed_training,
     check_precision,
     refuse_fewer_steps,
     refuse_other_training,
     refuse_training_parts,
 )
-from lmalgebra.train.run_fingerprint import training_part
+from lmalgebra.train.run_fingerprint import differences, training_part
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -173,12 +174,51 @@ def run_stages(
     ]
     if kept:  # kept only if trained from these teachers and this store: checked once, first
         objective.check_students(kept)
+    for name in kept:  # and as asked (its run length aside)
+        _refuse_kept_otherwise(name, objective.layout.model(name), chosen[name], recipe)
     for name, training in chosen.items():
         model = objective.layout.model(name)
         if name not in kept:
+            if not restart:
+                _refuse_stale_unresumable(objective, name, training)
             model = objective.train(name, training, progress, restart)
         models[name] = model
     return models
+
+
+def _refuse_stale_unresumable(objective: Objective, name: str, training: TrainingSpec) -> None:
+    """Refuse to train saved student ``name`` from step 0 over itself when it was trained from
+    other teachers or another store and kept no checkpoint (``keep_checkpoints 0``): a
+    checkpoint of them is refused (``--restart``), and without one it had been replaced."""
+    runs = objective.training_runs(name, training)
+    if not is_complete(objective.layout.model(name)) or any(
+        checkpointed_step(r / CHECKPOINTS) for r in runs
+    ):
+        return
+    teachers = objective.check_store()
+    problem = objective.stale_student(name, teachers, objective.store_digest(teachers))
+    if problem is not None:
+        raise UserInputError(f"{problem} (it kept no checkpoint: training would replace it)")
+
+
+def _refuse_kept_otherwise(
+    name: str, model: Path, training: TrainingSpec, recipe: MergeRecipe
+) -> None:
+    """Refuse to keep a saved student trained with other settings than ``training`` (those that
+    shape every step) or of another ``student`` spec than the recipe's: ``keep_saved`` had
+    returned it as the student asked for."""
+    changed = [f"training.{c}" for c in changed_training(saved_training(model), training)]
+    made = saved_training(model, "recipe")
+    if isinstance(made, dict) and isinstance(made.get("student"), dict):
+        now = recipe.student.model_dump(mode="json")
+        was = {k: v for k, v in made["student"].items() if k in now}  # an older record: as is
+        changed += [f"student.{c}" for c in differences(was, {k: now[k] for k in was})]
+    if changed:
+        raise UserInputError(
+            f"student {name!r} is saved, trained with other settings ({'; '.join(changed[:3])}): "
+            f"keep_saved keeps a student trained as asked (its run length aside); {RESTART} "
+            "trains it again, or name another student"
+        )
 
 
 def evaluate_students(
@@ -316,6 +356,8 @@ def plan(
             refuse_fewer_steps(reached, spec.steps, layout.student(student))
             saved, runs = layout.model(student), objective.training_runs(student, spec)
             refuse_other_training(saved_training(saved), spec, runs, saved)  # no checkpoint
+            if "teach" not in runnable and "prepare" not in runnable:  # the store as it stays
+                _refuse_stale_unresumable(objective, student, spec)
             parts = objective.recorded_inputs()
             for out, run_spec in objective.training_runs(student, spec).items():
                 # as each run refuses it: more steps than asked (a lambda candidate's own)

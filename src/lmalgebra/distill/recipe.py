@@ -42,7 +42,7 @@ from lmalgebra.core.settings import (
 from lmalgebra.distill.layout import RunLayout, check_plain_name
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
-from lmalgebra.sources.corpus import CorpusSpec, split_language
+from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages, split_language
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec, kd_free
 
@@ -252,6 +252,7 @@ class MergeRecipe(Settings):
             teacher.check_kind(name)
         for code, lang in self.languages.items():
             check_plain_name(code, "language")
+            refuse_other_languages(lang.corpus, code, f"language {code!r}")
             if not lang.teachers:
                 raise UserInputError(f"language {code!r} has no teacher")
             repeated = sorted({t for t in lang.teachers if lang.teachers.count(t) > 1})

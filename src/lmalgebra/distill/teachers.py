@@ -26,12 +26,14 @@ from lmalgebra.core.precision import dtype_name, resolve_device, resolve_dtype
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.remote_code import announce_remote_code, load_failure, refuse_code_replaced
 from lmalgebra.core.text_files import read_text
-from lmalgebra.distill.layout import is_complete, model_damage
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_headless, refuse_incomplete
+from lmalgebra.sources.model_files import refuse_damaged
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.shard_set import ShardSet
 
 log = logging.getLogger(__name__)
+# above this share of a tokenizer's tokens of a language unknown, it is said to read little of it
+UNKNOWN_SHARE = 0.1
 Head = Literal["masked", "causal"]
 # families whose position ids start after the padding id (RoBERTa's convention)
 _OFFSET_POSITIONS = (
@@ -173,16 +175,6 @@ def load_lm(
     return model.eval()
 
 
-def refuse_damaged(owner: str, directory: Path) -> None:
-    """Refuse a model directory written here (a student, a teacher from ``lmalgebra pretrain``)
-    whose files are not those its marker records, naming the file: read anyway, a damaged
-    student had been scored as if it were the one trained."""
-    if is_complete(directory):
-        damage = model_damage(directory)
-        if damage is not None:
-            raise UserInputError(f"{owner}: {damage}")
-
-
 def inference_setup(recipe: Any) -> tuple[torch.device, torch.dtype]:
     """Where teacher inference runs and in which dtype, resolved for this machine (``auto``
     logs its choice; an unusable device or an unsupported bfloat16 is refused in one line)."""
@@ -253,3 +245,20 @@ def _refuse_foreign_ids(owner: str, model: Any, shard: Any) -> None:
     largest = pc.max(pc.list_flatten(shard[column])).as_py()
     if largest is not None:
         refuse_foreign_ids(owner, model, [[int(largest)]])
+
+
+def warn_unknown(owner: str, unknown: int, total: int, language: str, token: str) -> None:
+    """Warn when ``owner``'s tokenizer reads more than ``UNKNOWN_SHARE`` of a language's
+    ``total`` tokens as its unknown ``token``: a model reading the text so has little to learn
+    or teach of it, which no stage had said."""
+    if total and unknown / total > UNKNOWN_SHARE:
+        log.warning(
+            "%s reads %.0f%% of the tokens of language %r (%d of %d) as its unknown token %r: "
+            "it has little to teach of this text; check that its tokenizer covers the language",
+            owner,
+            100 * unknown / total,
+            language,
+            unknown,
+            total,
+            token,
+        )

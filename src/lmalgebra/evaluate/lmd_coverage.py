@@ -20,6 +20,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import Settings
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
@@ -28,6 +29,7 @@ from lmalgebra.lmd.settings.spans import HeldOutSpans, TooLittleTextError
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.moments import ConstantModelError
+from lmalgebra.stats.solver import SingularBasisError
 from lmalgebra.storage.csv_tables import Table
 from lmalgebra.storage.output_paths import default_cache_dir
 
@@ -99,7 +101,9 @@ def language_coverage(
 ) -> list[CoverageRow]:
     """Rows of every (teacher, student) of one language, from one LMD run on ``texts``."""
     config = _config([*teachers, *students], corpus, teachers[0].name, spec)
-    result = run_decomposition(config, RunInputs(docs=texts))  # logs its own warnings
+    result = run_decomposition(config, RunInputs(docs=texts, log_warnings=False))
+    for warning in result.warnings:  # by language, without decompose's flags (-T, --study.)
+        log.warning("LMD coverage, %s: %s", language, warning.split("; use ")[0])
     test = result.pairwise["test"]  # row: the target, column: the basis
     where = {name: i for i, name in enumerate(result.names)}
     return [
@@ -137,6 +141,10 @@ def lmd_coverage(
             skipped[lang] = f"too little held-out text for LMD ({err}); raise heldout_fraction"
         except ConstantModelError as err:  # a collapsed student, say: the rest still scores it
             skipped[lang] = f"LMD cannot score it: {err}"
+        except SingularBasisError as err:  # its remedies are decompose's flags
+            raise UserInputError(
+                f"LMD coverage, {lang}: {err.what}; use a larger alpha (now {spec.alpha})"
+            ) from None
         if lang in skipped:
             log.warning("LMD coverage, %s: %s", lang, skipped[lang])
     return rows, skipped

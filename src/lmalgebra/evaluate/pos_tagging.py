@@ -44,6 +44,10 @@ from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import check_directory, tidy_on_failure
 
 log = logging.getLogger(__name__)
+# Universal Dependencies' part-of-speech tags (universaldependencies.org/u/pos)
+UD_UPOS = frozenset(
+    "ADJ ADP ADV AUX CCONJ DET INTJ NOUN NUM PART PRON PROPN PUNCT SCONJ SYM VERB X".split()  # noqa: SIM905
+)
 
 
 @dataclass
@@ -265,7 +269,34 @@ def _load_splits(
     if options.max_eval_sentences is not None:
         for split in ("dev", "test"):
             data[split] = data[split][: options.max_eval_sentences]
+    _warn_odd_tags(data)
     return data
+
+
+def _warn_odd_tags(data: dict[str, list[Sentence]]) -> None:
+    """Say which tags are outside UD's 17 (each a class of its own: a typo passes as one) and
+    which test tags train never shows (the tagger cannot predict them: F1 0 in macro-F1)."""
+    counts = {name: Counter(t for s in split for _, t in s) for name, split in data.items()}
+    odd = sorted(set().union(*counts.values()) - UD_UPOS)
+    if odd:
+        seen = ", ".join(_count(t, sum(c[t] for c in counts.values())) for t in odd[:5])
+        log.warning(
+            "tags outside UD's 17 UPOS tags, each read as a class of its own: %s%s; check "
+            "for a typo (a tag set of your own is scored as given)",
+            seen,
+            f" and {len(odd) - 5} more" if len(odd) > 5 else "",
+        )
+    unseen = sorted(set(counts["test"]) - set(counts["train"]))
+    if unseen:
+        log.warning(
+            "test tags that train never shows, which the tagger cannot predict (F1 0 in "
+            "macro-F1): %s",
+            ", ".join(_count(t, counts["test"][t]) for t in unseen),
+        )
+
+
+def _count(tag: str, words: int) -> str:
+    return f"{tag} ({words} word{'s' if words != 1 else ''})"
 
 
 def _fit_and_predict(

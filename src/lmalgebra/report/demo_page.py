@@ -227,6 +227,11 @@ def render(result: dict[str, Any], out: Path) -> Path:
         sections.append(section("pos", "Downstream: UPOS probe", probe))
     sections.append(_lmd(result["lmd"]))
     seconds = [*result["seconds"].items(), ("total", sum(result["seconds"].values()))]
-    sections.append(section("time", "Time", table(["step", "seconds"], seconds, _seconds)))
+    resumed = (  # a resumed demo's steps had shown as the demo's cost
+        "Wall time of each step of the run that wrote this page: a step whose work an earlier "
+        "run finished (the demo resumes what it finds) shows only the time that was left of it."
+    )
+    times = table(["step", "seconds"], seconds, _seconds)
+    sections.append(section("time", "Time", times, note(resumed)))
     intro = _plan(result["plan"], bool(result.get("quick")))
     return write_page(out / "report.html", "lmalgebra demo", sections, intro)

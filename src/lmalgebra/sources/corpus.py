@@ -62,6 +62,30 @@ def split_language(entry: str) -> tuple[str | None, str]:
     return match.group(1), match.group(2)
 
 
+def refuse_other_languages(spec: CorpusSpec, language: str, owner: str) -> None:
+    """Refuse a corpus entry labelled with another language than ``language`` (``fr=a.txt`` in
+    the corpus of ``xx``): the label was dropped and its text read as ``language``'s."""
+    for entry in spec.paths:
+        label, _ = split_language(entry)
+        if label is not None and label != language:
+            raise UserInputError(
+                f"{owner}: corpus entry {entry!r} is labelled {label!r}: its text would be read "
+                f"as language {language!r}; give its file alone, or the language it is"
+            )
+
+
+def _not_a_language(entry: str) -> str:
+    """What a missing ``entry`` of the form ``X=PATH`` whose ``PATH`` exists adds to its refusal:
+    ``X`` is no language code (``ünï``, ``../x``), so the whole was read as a file's name."""
+    code, _, rest = entry.partition("=")
+    if not code or _LANGUAGE_ENTRY.match(entry) or not home_expanded(Path(rest)).exists():
+        return ""
+    return (
+        f" ({code!r} is no language code of LANG=PATH: 1 to 16 ASCII letters, digits, '_' or "
+        "'-', starting with a letter)"
+    )
+
+
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:
     lines = read_lines(path, "corpus")
     blank = doc_sep == "blank" or (doc_sep == "auto" and any(not ln.strip() for ln in lines))
@@ -224,7 +248,7 @@ def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
             name = str(asset_path(name.removeprefix(PACKAGE_PREFIX), kind="corpus"))
         path = home_expanded(Path(name))
         if not path.exists():
-            raise UserInputError(f"corpus {path} {absent(path)}")
+            raise UserInputError(f"corpus {path} {absent(path)}{_not_a_language(entry)}")
         found.append((language, path))
     _refuse_unread_fields(spec, found)
     return found

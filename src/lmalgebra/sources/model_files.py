@@ -16,11 +16,44 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_files, sha256_json
-from lmalgebra.core.text_files import not_a_file
+from lmalgebra.core.fingerprint import sha256_file, sha256_files, sha256_json, unseal
+from lmalgebra.core.text_files import not_a_file, read_json_object
 from lmalgebra.storage.atomic import write_text_atomic
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
+MARKER = "lmalgebra.json"  # in a model directory written here: what made it; written last
+FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
+CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
+
+
+def model_damage(directory: Path) -> str | None:
+    """Why the complete model directory cannot be trusted (a file its marker lists is missing
+    or no longer has the sha256 recorded when it was written, or the marker was edited), or
+    None. A marker of an older release, without checksums, is taken as it is."""
+    try:
+        marker = read_json_object(directory / MARKER, "model directory marker")
+    except UserInputError as err:
+        return str(err)
+    if unseal(marker, CHECK_KEY) is False:
+        return f"{directory / MARKER} was edited since it was written (its sha256)"
+    sums = marker.get(FILES_KEY, {})
+    for name, digest in sums.items():
+        path = directory / name
+        if not path.is_file():
+            return f"{path} is missing"
+        if sha256_file(path) != digest:
+            return f"{path} is damaged (its sha256 is not the one recorded when it was written)"
+    return None
+
+
+def refuse_damaged(owner: str, directory: Path) -> None:
+    """Refuse a model directory written here (a student, a teacher from ``lmalgebra pretrain``)
+    whose files are not those its marker records, naming the file: read anyway, a damaged
+    student had been scored, embedded or taught from as if it were the one trained."""
+    if (directory / MARKER).is_file():
+        damage = model_damage(directory)
+        if damage is not None:
+            raise UserInputError(f"{owner}: {damage}")
 
 
 def weight_files(directory: Path, owner: str | None = None) -> list[Path]:

@@ -13,7 +13,7 @@ from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file
 from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory
 from lmalgebra.sources.hub import looks_local, snapshot
-from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
+from lmalgebra.sources.packaged import ONNX_ASSETS, PACKAGE_PREFIX, asset_path
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -30,13 +30,15 @@ TOKENIZER_FILES = (
 
 
 def resolve_tokenizer(source: str, owner: str, weights: bool = True) -> Path:
-    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME``,
-    ``gguf:FILE`` (the tokenizer the file describes) or a hub id (``ID[@REVISION]``, its
-    tokenizer files fetched). ``owner`` starts every message. ``weights=False`` (a plan): a
-    packaged model or GGUF file is not unpacked or dequantised into the cache for it (the
-    tokenizer files it yields are the same bytes)."""
-    if source.startswith(PACKAGE_PREFIX):
-        return asset_path(source.removeprefix(PACKAGE_PREFIX), weights, "model")
+    """The directory of the tokenizer ``source`` names: a directory, ``package:NAME`` (for a
+    packaged ONNX graph, the packaged tokenizer it is run with), ``gguf:FILE`` (the tokenizer
+    the file describes) or a hub id (``ID[@REVISION]``, its tokenizer files fetched).
+    ``owner`` starts every message. ``weights=False`` (a plan): a packaged model or GGUF file is
+    not unpacked or dequantised into the cache for it (the tokenizer files it yields are the
+    same bytes)."""
+    if source.startswith(PACKAGE_PREFIX):  # a packaged ONNX graph: the tokenizer it runs with
+        name = ONNX_ASSETS.get(source.removeprefix(PACKAGE_PREFIX), source)
+        return asset_path(name.removeprefix(PACKAGE_PREFIX), weights, "model")
     if source.startswith(GGUF_PREFIX):
         return file_directory(source.removeprefix(GGUF_PREFIX), owner, weights)
     local = home_expanded(Path(source))

@@ -70,6 +70,23 @@ def _warn_once(message: str) -> None:
     log.warning(message)
 
 
+class SingularBasisError(UserInputError):
+    """A basis whose penalised covariance is not positive definite. Its message names the
+    remedies of ``decompose``; a command without those flags words its own after ``what``."""
+
+    what: str = ""
+
+    @classmethod
+    def of(cls, label: str) -> SingularBasisError:
+        what = f"basis [{label}] is singular (covariance not positive definite)"
+        err = cls(
+            f"{what}; use a larger --alpha (or, where the statistics took float32 products, "
+            "--products float64)"
+        )
+        err.what = what
+        return err
+
+
 @dataclass(frozen=True)
 class SplitMoments:
     """Mean ``(D,) float64`` and covariance ``(D, D) float64`` of one split, with its size."""
@@ -213,10 +230,7 @@ class Decomposer:
         (condition estimated from the Cholesky diagonal ``diag``) or when spans are few."""
         label = "+".join(basis)
         if not ok:
-            raise UserInputError(
-                f"basis [{label}] is singular (covariance not positive definite); use a larger "
-                "--alpha (or, where the statistics took float32 products, --products float64)"
-            )
+            raise SingularBasisError.of(label)
         condition = float((diag.max() / diag.min()) ** 2)
         if condition > ILL_CONDITIONED:
             log.warning(

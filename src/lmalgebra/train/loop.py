@@ -183,6 +183,19 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
         )
 
 
+def changed_training(recorded: Any, spec: OptimisationSpec) -> list[str]:
+    """The settings that shape every step in which ``spec`` differs from ``recorded`` (a saved
+    model's record of its training; None where it has none): ``"key OLD -> NEW"`` each. A
+    setting one of them lacks (a record of an older release) is not compared."""
+    if not isinstance(recorded, dict):
+        return []
+    current, saved = training_part(spec), training_fields(recorded)
+    return differences(
+        {k: v for k, v in saved.items() if k in current},
+        {k: v for k, v in current.items() if k in saved},
+    )
+
+
 def refuse_other_training(
     recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
 ) -> None:
@@ -192,14 +205,9 @@ def refuse_other_training(
     (``runs``: a student's, each of its ``lambda_candidates``'; ``keep_checkpoints`` 0):
     training would start again from step 0 and replace it, where a checkpoint of other settings
     is refused. A setting one of them lacks (a record of an older release) is not compared."""
-    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+    if any(checkpointed_step(r / "checkpoints") for r in runs):
         return
-    current = training_part(spec)
-    saved = training_fields(recorded)
-    changed = differences(
-        {k: v for k, v in saved.items() if k in current},
-        {k: v for k, v in current.items() if k in saved},
-    )
+    changed = changed_training(recorded, spec)
     if changed:
         shown = "; ".join(f"training.{c}" for c in changed[:3])
         raise UserInputError(
@@ -207,6 +215,24 @@ def refuse_other_training(
             f"(training.keep_checkpoints 0): training would replace it from step 0; {RESTART} "
             "trains it again, or train another beside it (merge train --name, another pretrain "
             "--out)"
+        )
+
+
+def refuse_other_inputs_saved(
+    recorded: Any, current: dict[str, Any], runs: Iterable[Path], where: Path
+) -> None:
+    """Refuse to train over the model saved at ``where`` when it was made from other inputs
+    than ``current`` (``recorded``: its record of them, None where it has none) once no
+    checkpoint is left to resume from (``refuse_other_training``'s case): training would start
+    again from step 0 and replace it, with its text edited or its sizes changed, unsaid."""
+    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+        return
+    changed = differences(recorded, current)
+    if changed:
+        raise UserInputError(
+            f"{where} was made from other inputs ({'; '.join(changed[:3])}) and kept no "
+            "checkpoint (training.keep_checkpoints 0): training would replace it from step 0; "
+            f"{RESTART} trains it again, or give another --out"
         )
 
 

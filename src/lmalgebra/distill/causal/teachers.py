@@ -9,7 +9,13 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import CausalRecipe
-from lmalgebra.distill.teachers import TEACHER_HINT, Teacher, check_top_k, refuse_other_head
+from lmalgebra.distill.teachers import (
+    TEACHER_HINT,
+    Teacher,
+    check_top_k,
+    refuse_damaged,
+    refuse_other_head,
+)
 from lmalgebra.distill.vocab.token_forms import detect_convention
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.model_source import named_as
@@ -31,6 +37,7 @@ def open_causal_teacher(ref: ModelRef, memo_dir: Path | None, top_k: int) -> Tea
     tokenizer without offsets or start token, and a ``top_k`` beyond its vocabulary."""
     directory = ref.source.resolve()
     tokenizer = teacher_tokenizer(ref, directory, top_k)
+    refuse_damaged(f"teacher {ref.name!r}", directory)  # before any work, not at teach
     return Teacher(ref.name, directory, source_of(ref, directory).fingerprint(memo_dir), tokenizer)
 
 

@@ -14,6 +14,7 @@ from lmalgebra.distill.teachers import (
     Teacher,
     check_top_k,
     max_positions,
+    refuse_damaged,
     refuse_other_head,
 )
 from lmalgebra.sources.kinds import source_of
@@ -28,6 +29,7 @@ def open_masked_teacher(
     with ``example_length``, refuse a teacher whose positions cannot hold that many tokens."""
     directory = ref.source.resolve()
     tokenizer = teacher_tokenizer(ref, directory, example_length)
+    refuse_damaged(f"teacher {ref.name!r}", directory)  # before any work, not at teach
     return Teacher(ref.name, directory, source_of(ref, directory).fingerprint(memo_dir), tokenizer)
 
 

@@ -24,7 +24,7 @@ from lmalgebra.distill.causal.student_model import build_causal_lm
 from lmalgebra.distill.examples import training_examples
 from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec
-from lmalgebra.distill.pretrain.teacher_directory import refuse_replacing
+from lmalgebra.distill.pretrain.teacher_directory import refuse_other_made, refuse_replacing
 from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.storage.lockfile import holding_lock
@@ -109,6 +109,7 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
     settings; ``restart`` starts afresh."""
     refuse_replacing(spec.out, spec.training, restart)
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    refuse_other_made(spec.out, spec.made_from(texts), restart)  # no checkpoint left: text or sizes
     kind, size = spec.tokenizer.kind, spec.tokenizer.vocab_size
     tokenizer = train_causal_tokenizer(texts, kind, size, spec.model.max_position_embeddings)
     seed = spec.training.seed
@@ -154,6 +155,7 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
         "model": spec.model.model_dump(),
         "training": spec.training.model_dump(),
         "final": last,
+        "made_from": spec.made_from(texts),
     }
     saved = write_model_directory(spec.out, network, tokenizer, metadata, card)
     release_checkpoints(spec.out / "training", spec.training)

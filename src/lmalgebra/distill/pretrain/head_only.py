@@ -33,12 +33,17 @@ from lmalgebra.distill.examples import training_examples
 from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.pretrain.specs import HeadOnlySpec
-from lmalgebra.distill.pretrain.teacher_directory import refuse_replacing
+from lmalgebra.distill.pretrain.teacher_directory import (
+    refuse_other_made,
+    refuse_replacing,
+    warn_unread,
+)
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import teacher_card
 from lmalgebra.distill.teachers import max_positions
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
+from lmalgebra.sources.model_files import refuse_damaged
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.train.batches import Batch
@@ -59,6 +64,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
             f"encoder {ref.path}: {what} cannot carry a head-only teacher "
             "(give a trained transformers encoder: a directory, package:NAME or hub id)"
         )
+    refuse_damaged(f"encoder {ref.path}", directory)  # a student written here, read as written
     if ref.trust_remote_code:
         announce_remote_code(ref.name, directory)
     else:
@@ -251,7 +257,10 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
     if tokenizer.mask_token_id is None:
         raise UserInputError(f"encoder {ref.path}: its tokenizer has no mask token")
     ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    made_from = spec.made_from(texts)  # the text before max_examples, as keep_saved reads it
+    refuse_other_made(spec.out, made_from, restart)  # no checkpoint left: text or sizes
     ids, texts = ids[: spec.max_examples], texts[: spec.max_examples]
+    warn_unread(f"encoder {ref.path}", tokenizer, texts, spec.language)
     hashes = source_of(ref, directory).fingerprint()
     data = {"language": spec.language, "example_length": spec.example_length}
     inputs = {
@@ -281,6 +290,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
         "tied_output_projection": tied,
         "training": spec.training.model_dump(),
         "final": last,
+        "made_from": made_from,
     }
     head = f"trained: {', '.join(trained)}"
     if tied:

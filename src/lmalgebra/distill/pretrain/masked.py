@@ -22,7 +22,11 @@ from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import Encoded, TeacherMasker, pad_batch
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
-from lmalgebra.distill.pretrain.teacher_directory import refuse_replacing
+from lmalgebra.distill.pretrain.teacher_directory import (
+    refuse_other_made,
+    refuse_replacing,
+    warn_unread,
+)
 from lmalgebra.distill.recipe import MaskingSpec
 from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_wordpiece
@@ -103,13 +107,15 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
     refuse_replacing(spec.out, spec.training, restart)
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
+    refuse_other_made(spec.out, spec.made_from(texts), restart)  # no checkpoint left: text or sizes
     given = spec.tokenizer.path
     if given is None:
         assert spec.tokenizer.vocab_size is not None  # the spec has one or the other
         size, lowercase = spec.tokenizer.vocab_size, spec.tokenizer.lowercase
-        chosen = train_wordpiece(texts, size, lowercase, max(spec.example_length, 512))
+        chosen = train_wordpiece(texts, size, lowercase, spec.model.max_position_embeddings)
     else:
         chosen = _given_tokenizer(given)
+        warn_unread(f"tokenizer.path {given}", chosen, texts, spec.language)
     seed = spec.training.seed
     model = build_masked_lm(spec.model, len(chosen), chosen.pad_token_id, seed)
     source = TextBatches(
@@ -154,6 +160,7 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
         "training": spec.training.model_dump(),
         "tokenizer": given or "WordPiece trained on the corpus",
         "final": last,
+        "made_from": spec.made_from(texts),
     }
     saved = write_model_directory(spec.out, model, chosen, metadata, card)
     release_checkpoints(spec.out / "training", spec.training)

@@ -10,18 +10,21 @@ sees the text it is evaluated on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import with_default
 from lmalgebra.core.settings import PathText, Settings, refuse_ignored
 from lmalgebra.distill.layout import check_plain_name
 from lmalgebra.distill.recipe import MIN_EXAMPLE_LENGTH
 from lmalgebra.distill.student import MaskedModelSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import TokenizerKind, check_vocab_size
-from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages
 from lmalgebra.train.config import OptimisationSpec
 
 
@@ -101,12 +104,26 @@ class PretrainText(Settings):
         default_factory=TeacherTrainingSpec, description="Training."
     )
 
+    def made_from(self, texts: Sequence[str]) -> dict[str, Any]:
+        """What makes a saved teacher this spec's, its training aside (``keep_saved`` keeps one
+        trained for more or fewer steps): the spec less its output, corpus and training, and
+        the hash of the ``texts`` it trains on (what the corpus settings give)."""
+        return {
+            "spec": self.model_dump(mode="json", exclude={"out", "corpus", "training"}),
+            "corpus text": sha256_texts(texts),
+        }
+
     @field_validator("language")
     @classmethod
     def _recipe_language(cls, code: str) -> str:
         """A code a merge recipe can name: a teacher trained for another (``''``, ``../x``)
         could join no recipe, its held-out examples chosen for a language none has."""
         return check_plain_name(code, "language", "like a merge recipe's language codes")
+
+    @model_validator(mode="after")
+    def _one_language(self) -> PretrainText:
+        refuse_other_languages(self.corpus, self.language, f"language {self.language!r}")
+        return self
 
 
 class WordPieceSpec(Settings):
@@ -222,6 +239,17 @@ class HeadOnlySpec(PretrainText):
     max_examples: int | None = Field(
         default=None, ge=1, description="Fit on the first this many training examples only."
     )
+
+    def made_from(self, texts: Sequence[str]) -> dict[str, Any]:
+        """:meth:`PretrainText.made_from`, and the hashes of the encoder's weights and tokenizer:
+        an encoder replaced at the same place makes another teacher."""
+        from lmalgebra.sources.kinds import source_of
+        from lmalgebra.sources.models import ModelRef
+
+        ref = ModelRef.parse(self.encoder)
+        hashes = source_of(ref, ref.source.resolve()).fingerprint()
+        encoder = {k: hashes[k] for k in ("weights", "tokenizer") if k in hashes}
+        return {**super().made_from(texts), "encoder": encoder}
 
     @model_validator(mode="after")
     def _no_dropout(self) -> HeadOnlySpec:

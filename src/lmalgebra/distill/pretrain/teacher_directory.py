@@ -4,10 +4,19 @@ training in ``out/training``)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from lmalgebra.distill.layout import saved_steps, saved_training
+from lmalgebra.distill.teachers import warn_unknown
 from lmalgebra.train.config import OptimisationSpec
-from lmalgebra.train.loop import refuse_fewer_steps, refuse_other_training, refuse_training_parts
+from lmalgebra.train.loop import (
+    refuse_fewer_steps,
+    refuse_other_inputs_saved,
+    refuse_other_training,
+    refuse_training_parts,
+)
+
+UNREAD_SAMPLE = 1000  # texts whose tokens are counted (the first of the corpus)
 
 
 def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool) -> None:
@@ -18,3 +27,23 @@ def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool) -> No
     if not restart:
         refuse_fewer_steps(saved_steps(out), training.steps, out)
         refuse_other_training(saved_training(out), training, [out / "training"], out)
+
+
+def refuse_other_made(out: Path, made_from: dict[str, Any], restart: bool) -> None:
+    """Unless ``restart``, refuse a model saved at ``out`` made from other inputs than
+    ``made_from`` (its text, sizes, tokenizer: ``PretrainText.made_from``) when no checkpoint is
+    left to tell: training would replace it from step 0."""
+    if not restart:
+        recorded = saved_training(out, "made_from")
+        refuse_other_inputs_saved(recorded, made_from, [out / "training"], out)
+
+
+def warn_unread(owner: str, tokenizer: Any, texts: list[str], language: str) -> None:
+    """Warn when a tokenizer the text was not trained on (``owner``: where it was given) reads
+    much of the language as its unknown token (``distill.teachers.warn_unknown``): the teacher
+    trained on it had learnt to predict that token, unsaid."""
+    if tokenizer.unk_token_id is None:
+        return
+    rows = tokenizer(texts[:UNREAD_SAMPLE], add_special_tokens=False, verbose=False)["input_ids"]
+    unknown = sum(row.count(tokenizer.unk_token_id) for row in rows)
+    warn_unknown(owner, unknown, sum(len(r) for r in rows), language, tokenizer.unk_token)

@@ -30,7 +30,7 @@ class TeacherQuality:
     teacher: str
     examples: int
     masked_tokens: int
-    accuracy: float  # top-1
+    accuracy: float  # top-1; a gold unknown token counts as missed
     loss: float  # mean negative log-likelihood of the gold token, nats
 
 
@@ -63,7 +63,10 @@ def held_out_quality(
         chunk = copies[start : start + batch_size]
         logits = masked_logits(model, pad_batch(chunk, pad)).float()
         labels = torch.from_numpy(np.concatenate([c.labels for c in chunk]))
-        correct += int((logits.argmax(-1) == labels).sum())
+        hit = logits.argmax(-1) == labels
+        if tokenizer.unk_token_id is not None:  # its unknown token predicted is no credit: a
+            hit &= labels != tokenizer.unk_token_id  # teacher that reads a language as it had led
+        correct += int(hit.sum())
         nll += float(torch.nn.functional.cross_entropy(logits, labels, reduction="sum"))
         total += labels.numel()
     return TeacherQuality(

@@ -32,9 +32,10 @@ from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 from lmalgebra.experimental.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
+from lmalgebra.lmd.settings.spans import TooLittleTextError
 from lmalgebra.stats.bootstrap import percentile_interval
 from lmalgebra.stats.complementarity import SetSamples, SetScore, ranked, set_samples
-from lmalgebra.stats.solver import Decomposer
+from lmalgebra.stats.solver import Decomposer, SingularBasisError
 
 log = logging.getLogger(__name__)
 SOURCE = "experimental select"
@@ -189,32 +190,54 @@ def _language(
         )
     timings["quality"] += time.perf_counter() - clock
     accuracy = {q.teacher: q.accuracy for q in qualities}
+    if len(candidates) > 1 and not any(a > 0 for a in accuracy.values()):
+        log.warning(  # normalised_quality gives each 1.0: the ranking had looked meaningful
+            "%s: no candidate predicts a masked held-out token (accuracy 0 for each): quality "
+            "says nothing, so sets rank by complementarity alone (ties in name order)",
+            lang,
+        )
     samples: dict[int, SetSamples] = {}
     group_r2: dict[str, float] = {}
     spans: dict[str, int] = {}
     clock = time.perf_counter()
-    if len(candidates) == 1:
+    if spec.size == 1 or len(candidates) == 1:  # sets of one: nothing is fitted
         samples[1] = set_samples(None, candidates, 1, accuracy)
-    else:
-        result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
-        solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
-        group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
-        spans = dict(result.spans)
-        for size in range(1, min(spec.size, len(candidates)) + 1):
-            samples[size] = set_samples(
-                solver,
-                candidates,
-                size,
-                accuracy,
-                result.blocked["test"],
-                "test",
-                spec.bootstrap if spec.size > 1 else 0,  # sets of one: constant, no interval
-                spec.seed,
-            )
+    if len(candidates) > 1:
+        try:
+            result = _embed(recipe, spec, lang, candidates, [e.text for e in held])
+            _set_scores(result, spec, candidates, accuracy, samples)
+        except TooLittleTextError as err:
+            if spec.size > 1:
+                raise
+            log.warning("%s; sets of one rank by quality alone: group_r2 left blank", err)
+        except SingularBasisError as err:  # its remedies are decompose's flags
+            raise UserInputError(
+                f"language {lang!r}: {err.what}; use a larger --alpha than {spec.alpha}"
+            ) from None
+        else:
+            group_r2 = {fit.target: fit.r2["test"] for fit in result.group}
+            spans = dict(result.spans)
     timings["lmd"] += time.perf_counter() - clock
     top = min(spec.size, len(candidates))
     ranking = ranked(samples[top], spec.level)
     return LanguageSelection(lang, qualities, group_r2, ranking, samples, spans)
+
+
+def _set_scores(
+    result: RunResult,
+    spec: SelectionSpec,
+    candidates: list[str],
+    accuracy: dict[str, float],
+    samples: dict[int, SetSamples],
+) -> None:
+    """Into ``samples``: the scores of the language's sets it lacks, from its LMD run."""
+    solver = Decomposer(result.blocks, result.stats, result.alpha, "relative")
+    for size in range(1, min(spec.size, len(candidates)) + 1):
+        if size not in samples:
+            blocked = result.blocked["test"]
+            samples[size] = set_samples(
+                solver, candidates, size, accuracy, blocked, "test", spec.bootstrap, spec.seed
+            )
 
 
 def _embed(
@@ -244,17 +267,20 @@ def _embed(
     }
     config = validate(DecomposeConfig, data, SOURCE)
     try:
-        result = run_decomposition(config, RunInputs(docs=texts, keep_blocks=True))
-    except UserInputError as err:
-        if "span" not in str(err):
-            raise
+        inputs = RunInputs(docs=texts, keep_blocks=True, log_warnings=False)
+        result = run_decomposition(config, inputs)
+    except TooLittleTextError as err:  # named by its class: a teacher's name may hold "span"
         cap = "" if spec.max_texts is None else f"--max_texts {spec.max_texts} (max_texts), "
-        raise UserInputError(
+        raise TooLittleTextError(
             f"language {lang!r}: its {len(texts)} held-out examples are too little text to "
             f"compare teachers ({err}); raise {cap}heldout_fraction or "
             f"languages.{lang}.max_examples, or lower spans.length"
         ) from err
-    for warning in result.warnings:
+    for warning in result.warnings:  # logged once, by language, in this command's flags
+        if warning.startswith("--study.bootstrap"):
+            if not spec.bootstrap:  # the run's one replicate keeps its blocks: no interval drawn
+                continue
+            warning = warning.replace("--study.bootstrap", "--bootstrap")
         log.warning("%s: %s", lang, warning)
     return result
 

@@ -37,8 +37,10 @@ def run_warnings(
     tokens: Mapping[str, TokenReport],
     blocks: Sequence[ModelColumns] | None,
     moments: Mapping[str, SplitMoments],
+    logged: bool = True,
 ) -> list[str]:
-    """What a reader of a run's numbers should know, with the remedy (also logged)."""
+    """What a reader of a run's numbers should know, with the remedy (also logged, unless
+    ``logged`` is false: a caller that runs LMD for its own ends words them)."""
     warnings: list[str] = []
     if (short := shortfall(config.spans.counts, spans)) is not None:
         warnings.append(short)
@@ -68,7 +70,7 @@ def run_warnings(
             "the extreme replicates (one replicate: an interval of width 0, which need not "
             f"hold the estimate); use --study.bootstrap {least} or more"
         )
-    for text in warnings:
+    for text in warnings if logged else ():
         log.warning("%s", text)
     return warnings
 

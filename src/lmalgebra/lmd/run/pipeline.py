@@ -86,6 +86,7 @@ class RunInputs:
     docs: list[str] | None = None
     given: Mapping[str, ModelSource] = field(default_factory=dict)
     keep_blocks: bool = False  # return the block statistics (large: blocks x D^2 per split)
+    log_warnings: bool = True  # False: the caller words (and logs) the run's warnings itself
 
 
 def run_decomposition(
@@ -172,7 +173,15 @@ def _run(
         tables,
         main.split_moments(),
         main.blocks,
-        run_warnings(config, pool.names, main.spans, tokens, main.blocks, main.split_moments()),
+        run_warnings(
+            config,
+            pool.names,
+            main.spans,
+            tokens,
+            main.blocks,
+            main.split_moments(),
+            inputs.log_warnings,
+        ),
         main.stats if inputs.keep_blocks and study.keeps_blocks else {},
         result.method,
     )

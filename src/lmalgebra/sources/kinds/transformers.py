@@ -39,6 +39,7 @@ from lmalgebra.sources.model_files import (
     config_width,
     memoised_hash,
     read_config,
+    refuse_damaged,
     weight_files,
 )
 from lmalgebra.sources.model_source import ReferencedModel, refuse_missing_layer
@@ -108,6 +109,8 @@ class TransformersModel(ReferencedModel):
         from transformers import AutoConfig, AutoModel
 
         ref, directory = self.ref, self.directory
+        if not ref.random_init:  # a model written here is read as it was written, or not at all
+            refuse_damaged(f"model {ref.name!r}", directory)
         if ref.trust_remote_code:
             announce_remote_code(ref.name, directory)
         # float32 whatever the checkpoint stores, unless asked: weights kept in half precision
