@@ -75,10 +75,9 @@ def test_too_few_bootstrap_replicates_for_the_level_are_named(decompose: Any) ->
     ]
 
 
-def test_a_model_that_does_not_vary_on_a_held_out_split_is_named(tmp_path: Path) -> None:
-    """Arrays whose test rows are all the same (an embedding service that failed on the last
-    requests): the test R^2 of that model, and the test means, had been blank and NaN with
-    nothing said."""
+def _flat_test_split(tmp_path: Path, **options: Any) -> Any:
+    """The decomposition of two arrays, the second's test rows all the same (an embedding
+    service that failed on the last requests): its test R^2 cannot be computed."""
     import numpy as np
 
     import lmalgebra
@@ -91,14 +90,24 @@ def test_a_model_that_does_not_vary_on_a_held_out_split_is_named(tmp_path: Path)
     a = rng.standard_normal((rows, 6)).astype(np.float32)
     b = (a @ rng.standard_normal((6, 4))).astype(np.float32)
     b[-12:] = b[-1]  # the test split's rows: one embedding
-    result = lmalgebra.decompose(
+    return lmalgebra.decompose(
         {"a": a, "b": b},
         texts,
         **shape,
         reference_tokenizer=str(tokenizer),
         cache_dir=tmp_path / "cache",
         progress=False,
+        **options,
     )
+
+
+def test_a_model_that_does_not_vary_on_a_held_out_split_is_named(tmp_path: Path) -> None:
+    """Arrays whose test rows are all the same (an embedding service that failed on the last
+    requests): the test R^2 of that model, and the test means, had been blank and NaN with
+    nothing said."""
+    import numpy as np
+
+    result = _flat_test_split(tmp_path)
     (warning,) = [w for w in result.summary["warnings"] if "same embedding" in w]
     assert warning.startswith("'b': every test span has the same embedding, so its test R^2")
     assert np.isnan(result.pairwise("test").loc["b", "a"])
@@ -122,24 +131,8 @@ def test_an_r2_that_cannot_be_computed_is_written_as_strict_json(tmp_path: Path)
 
     import lmalgebra
     from lmalgebra.cli.lmd import _group_table
-    from tiny import build_tokenizer, documents
 
-    tokenizer = build_tokenizer(tmp_path / "tokenizer")
-    texts, shape = documents(120), {"spans": {"length": 8, "counts": (60, 12, 12)}}
-    rows = len(lmalgebra.spans({}, texts, **shape, reference_tokenizer=str(tokenizer)))
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((rows, 6)).astype(np.float32)
-    b = (a @ rng.standard_normal((6, 4))).astype(np.float32)
-    b[-12:] = b[-1]
-    result = lmalgebra.decompose(
-        {"a": a, "b": b},
-        texts,
-        **shape,
-        reference_tokenizer=str(tokenizer),
-        cache_dir=tmp_path / "cache",
-        out=tmp_path / "run",
-        progress=False,
-    )
+    result = _flat_test_split(tmp_path, out=tmp_path / "run")
     written = _strict((tmp_path / "run" / "summary.json").read_text())
     assert written["group_r2"]["b"]["test"] is None
     loaded = lmalgebra.Decomposition.load(tmp_path / "run")
