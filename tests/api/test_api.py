@@ -292,6 +292,12 @@ def test_arrays_in_the_order_spans_lists_them(
 ) -> None:
     table = lmalgebra.spans({"b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS})
     assert list(table.columns) == ["row", "split", "index", "sha256", "text"]
+    # called with decompose's arguments (overwrite had been an unknown option), the same table
+    same = {"out": "not/written", "overwrite": True, "alpha": 3.0}
+    again = lmalgebra.spans(
+        {"b": str(bert2_dir)}, texts, spans={"length": T, "counts": SPANS}, **same
+    )
+    assert again.equals(table) and not Path("not").exists()
     assert table.split.tolist() == [s for s, n in zip(SPLITS, SPANS, strict=True) for _ in range(n)]
     assert len(table.attrs["spans_sha256"]) == 64
     vectors = _mean_pooled(bert_dir, table.text.tolist())

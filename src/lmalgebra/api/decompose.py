@@ -246,6 +246,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     ``reference_tokenizer=`` naming a tokenizer, ``models`` may be empty); any other option of
     :func:`decompose` is accepted and those that do not change the spans are ignored.
     """
+    options.pop("overwrite", None)  # decompose's own argument: the spans do not depend on it
     data, inputs = _recipe(models, texts, dict(options), "spans()")
     plan_spec: dict[str, Any] = {k: data[k] for k in ("models", "corpus") if k in data}
     plan_spec["spans"] = data.get("spans", {})
