@@ -281,6 +281,8 @@ def _embed(
             if not spec.bootstrap:  # the run's one replicate keeps its blocks: no interval drawn
                 continue
             warning = warning.replace("--study.bootstrap", "--bootstrap")
+        else:  # the remedies of the others are decompose's flags (-T, --study.alpha_select)
+            warning = warning.split("; use ")[0]
         log.warning("%s: %s", lang, warning)
     return result
 
