@@ -392,7 +392,7 @@ def test_languages_from_entries_and_from_a_field(tmp_path: Path):
         documents_by_language(CorpusSpec(paths=[str(tmp_path / "a.txt")]))
 
 
-@pytest.mark.parametrize("code", ["ünï", "a" * 17, "1x"])
+@pytest.mark.parametrize("code", ["ünï", "a" * 101, "1x"])
 def test_a_corpus_of_no_language_code_says_what_one_is(
     code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -403,7 +403,7 @@ def test_a_corpus_of_no_language_code_says_what_one_is(
     monkeypatch.chdir(tmp_path)
     Path("corpus.txt").write_text("one\n", encoding="utf-8")
     with pytest.raises(
-        UserInputError, match=rf"'{code}' is no language code of LANG=PATH: 1 to 16 ASCII"
+        UserInputError, match=rf"'{code}' is no language code of LANG=PATH: 1 to 100 ASCII"
     ):
         corpus_paths(CorpusSpec(paths=[f"{code}=corpus.txt"]))
     with pytest.raises(UserInputError, match=r"nofile\.txt does not exist$"):
@@ -432,3 +432,14 @@ def test_a_corpus_entry_of_another_language_is_refused(tmp_path: Path) -> None:
         tokenizer={"vocab_size": 300},
     )
     assert same.language == "xx"
+
+
+def test_a_language_code_as_long_as_a_recipes_labels_its_corpus() -> None:
+    """``LANG=PATH`` took codes of up to 16 characters where a merge recipe's language codes
+    may have 100: a longer code's entry was read as a file's name."""
+    from lmalgebra.sources.corpus import split_language
+
+    code = "x" + "y" * 40
+    assert split_language(f"{code}=corpus.txt") == (code, "corpus.txt")
+    assert split_language(f"{'x' * 101}=corpus.txt") == (None, f"{'x' * 101}=corpus.txt")
+

@@ -51,7 +51,7 @@ class CorpusSpec(Settings):
     )
 
 
-_LANGUAGE_ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,15})=(.+)$")
+_LANGUAGE_ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,99})=(.+)$")  # a recipe code's length
 
 
 def split_language(entry: str) -> tuple[str | None, str]:
@@ -81,7 +81,7 @@ def _not_a_language(entry: str) -> str:
     if not code or _LANGUAGE_ENTRY.match(entry) or not home_expanded(Path(rest)).exists():
         return ""
     return (
-        f" ({code!r} is no language code of LANG=PATH: 1 to 16 ASCII letters, digits, '_' or "
+        f" ({code!r} is no language code of LANG=PATH: 1 to 100 ASCII letters, digits, '_' or "
         "'-', starting with a letter)"
     )
 
