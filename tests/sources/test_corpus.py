@@ -442,4 +442,3 @@ def test_a_language_code_as_long_as_a_recipes_labels_its_corpus() -> None:
     code = "x" + "y" * 40
     assert split_language(f"{code}=corpus.txt") == (code, "corpus.txt")
     assert split_language(f"{'x' * 101}=corpus.txt") == (None, f"{'x' * 101}=corpus.txt")
-
