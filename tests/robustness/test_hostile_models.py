@@ -77,6 +77,30 @@ def test_the_marker_records_every_file_but_the_card(trained: Path, tmp_path: Pat
     assert model_damage(copy) is None
 
 
+def test_a_models_files_are_read_whole_once_while_unchanged(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A teacher's files were read whole when a stage opened it and again when it was loaded
+    (a stage read a large model two or three times): once per process now, and again after an
+    edit, which is still found."""
+    from lmalgebra.sources import model_files
+
+    copy = tmp_path / "model"
+    shutil.copytree(trained / "student" / "model", copy)
+    read: list[str] = []
+    monkeypatch.setattr(model_files, "sha256_file", lambda p: read.append(p.name) or _sha(p))
+    assert model_damage(copy) is None and model_damage(copy) is None
+    assert sorted(read) == sorted(set(read)) and "model.safetensors" in read
+    _flip(copy / "config.json")
+    assert "config.json is damaged" in str(model_damage(copy))
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_a_student_is_not_scored_against_teachers_changed_since(
     tmp_path: Path, causal_teacher_dirs, cli
 ) -> None:

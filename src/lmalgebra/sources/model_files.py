@@ -41,9 +41,21 @@ def model_damage(directory: Path) -> str | None:
         path = directory / name
         if not path.is_file():
             return f"{path} is missing"
-        if sha256_file(path) != digest:
+        if _file_sha256(path) != digest:
             return f"{path} is damaged (its sha256 is not the one recorded when it was written)"
     return None
+
+
+_hashed: dict[tuple[str, ...], str] = {}  # this process's file digests, by what stat says
+
+
+def _file_sha256(path: Path) -> str:
+    """``sha256_file`` of ``path``, once per process while its bytes are unchanged (``_stat_key``):
+    a teacher checked when a stage opens it is not read whole again when it is loaded."""
+    key = (str(path.resolve()), *map(str, _stat_key(path)))
+    if key not in _hashed:
+        _hashed[key] = sha256_file(path)
+    return _hashed[key]
 
 
 def refuse_damaged(owner: str, directory: Path) -> None:
