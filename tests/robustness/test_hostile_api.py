@@ -958,6 +958,28 @@ def test_a_sentence_transformer_in_training_is_left_in_training(
     assert encoder.training
 
 
+def test_a_sentence_transformer_cut_to_its_special_tokens_is_named_so(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A SentenceTransformer whose ``max_seq_length`` leaves every span its two special tokens
+    embeds every span alike: the refusal had named the model alone, not the length that cut
+    it."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+
+    word = models.Transformer(str(bert_dir), max_seq_length=2)
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    encoder = SentenceTransformer(modules=[word, models.Pooling(width())], device="cpu")
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    wanted = "model 'st' does not vary.*every span of it was cut at its maximum length"
+    with pytest.raises(UserInputError, match=wanted + r" \(a SentenceTransformer's max_seq"):
+        lmalgebra.decompose({"st": encoder, "b": str(bert_dir)}, documents(60), **options)
+
+
 def test_what_the_system_refuses_is_one_line_from_python_too(
     bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
