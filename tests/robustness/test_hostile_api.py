@@ -980,6 +980,26 @@ def test_a_sentence_transformer_cut_to_its_special_tokens_is_named_so(
         lmalgebra.decompose({"st": encoder, "b": str(bert_dir)}, documents(60), **options)
 
 
+@pytest.mark.parametrize("kind", ["offset", "tiny", "underflow"])
+def test_embeddings_whose_variation_float32_loses_are_named_so(
+    kind: str, bert_dir: Path, tmp_path: Path
+) -> None:
+    """An array that varies in float64 but not once kept in float32 (``1e8 + x`` rounds to one
+    value, ``1e-30 * x`` squares to 0, ``1e-300 * x`` is 0) had been refused as a model whose
+    every embedding is the same; a column of a large constant beside varying ones still runs."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(60, 4))
+    given = {"offset": base + 1e8, "tiny": base * 1e-30, "underflow": base * 1e-300}[kind]
+    options = {"spans": {"counts": (40, 10, 10), "length": 3}, "cache_dir": tmp_path}
+    options["reference_tokenizer"] = str(bert_dir)
+    texts = [f"document {i} of a few words" for i in range(80)]
+    other = rng.normal(size=(60, 3))
+    with pytest.raises(UserInputError, match=r"^model 'x': its embeddings vary .* not in float32"):
+        lmalgebra.decompose({"x": given, "y": other}, texts, **options)
+    base[:, 0] = 1e8
+    lmalgebra.decompose({"x": base, "y": other}, texts, **options)
+
+
 def test_what_the_system_refuses_is_one_line_from_python_too(
     bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
