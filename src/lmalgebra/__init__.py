@@ -49,6 +49,9 @@ _EXPORTS = {
 }
 # names that moved to lmalgebra.experimental: their evidence misses its targets
 _EXPERIMENTAL = ("select_teachers", "TeacherSelection")
+# reachable as attributes without their own import: `lmalgebra.api.pretrain.pretrain(spec)`,
+# `lmalgebra.experimental.select_teachers` (which the refusal below names)
+_SUBPACKAGES = ("api", "experimental")
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
@@ -59,6 +62,8 @@ def __getattr__(name: str) -> Any:
             f"lmalgebra.{name} is experimental (its recorded evidence misses its target): "
             f"use lmalgebra.experimental.{name}"
         )
+    if name in _SUBPACKAGES:  # as the documentation spells them, after `import lmalgebra`
+        return importlib.import_module(f"{__name__}.{name}")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'lmalgebra' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)
