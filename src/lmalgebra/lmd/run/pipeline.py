@@ -198,7 +198,9 @@ def _cut_short(
         return err
     if config.max_length is None:
         cause = "a SentenceTransformer's max_seq_length, or the positions the model has"
-        return ConstantModelError(f"{err}: every span of it was cut at its maximum length ({cause})")
+        return ConstantModelError(
+            f"{err}: every span of it was cut at its maximum length ({cause})"
+        )
     return ConstantModelError(
         f"{err}: every span of it was cut to its first {config.max_length} tokens (--max_length, "
         "special tokens included); raise --max_length"
