@@ -11,6 +11,7 @@ turns it, wherever the class is built (``TrainingSpec(steps=-1)``, ``model_valid
 from __future__ import annotations
 
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -141,6 +142,10 @@ def home_expanded(path: Path) -> Path:
     return Path(os.path.expanduser(path))  # noqa: PTH111 (Path's raises for no such user)
 
 
+# one plain directory name: a run's language, teacher and student names, and a corpus entry's
+# LANG=PATH language code (one rule for a code, on the command line or in a recipe)
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+PLAIN_NAME_RULE = "1 to 100 ASCII letters, digits, '.', '_', '-'; not starting with '.'"
 EMPTY_PATH = "an empty path; name a file or directory ('.' for the current one)"
 
 
