@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from lmalgebra.core import remote_code
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.interrupt import imports_whole, requested
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
@@ -95,6 +96,7 @@ def library_call() -> Iterator[None]:
     """Pin torch's thread count (now, or when torch is imported) and run :func:`quiet` and
     :func:`_torch_as_a_command_finds_it` for the duration of the call."""
     pin_thread_count_when_imported()
+    remote_code.new_call()
     with quiet(), _torch_as_a_command_finds_it():
         yield
 
