@@ -392,9 +392,7 @@ def test_a_gold_unknown_token_predicted_as_unknown_counts_as_missed() -> None:
 
     unk = 1
     labels = np.array([unk, unk, 5, 7])
-    copies = SimpleNamespace(
-        labels=labels, heldout=np.array([True]), mask_offsets=np.array([0, 4])
-    )
+    copies = SimpleNamespace(labels=labels, heldout=np.array([True]), mask_offsets=np.array([0, 4]))
     top = np.array([[unk], [unk], [5], [6]])
     args = (("xx", "t", "t"), copies, Predictions(top, 1.0), top, top)
     assert _score(*args, unk).accuracy == 0.25  # 5 alone

@@ -177,9 +177,10 @@ def merge_train(
 def merge_evaluate(
     run_dir: RunDirArg,
     students: Annotated[
-        list[str] | None, typer.Option(
+        list[str] | None,
+        typer.Option(
             help="Students of the run to score (default: those saved in it, else student)."
-        )
+        ),
     ] = None,
     languages: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
     pooling: Annotated[

@@ -80,9 +80,7 @@ def _not_a_language(entry: str) -> str:
     code, _, rest = entry.partition("=")
     if not code or _LANGUAGE_ENTRY.match(entry) or not home_expanded(Path(rest)).exists():
         return ""
-    return (
-        f" ({code!r} is no language code of LANG=PATH: {PLAIN_NAME_RULE})"
-    )
+    return f" ({code!r} is no language code of LANG=PATH: {PLAIN_NAME_RULE})"
 
 
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:
