@@ -298,8 +298,9 @@ class Settings(BaseModel):
         """A required section left out, which an empty one would not fill either, read as an
         empty one: the refusal names the key it needs (``tokenizer: give tokenizer.vocab_size
         ... or tokenizer.path``) where it had named the section alone ("missing key
-        'tokenizer'", a flag no command has). A section an empty one fills stays missing."""
-        if not isinstance(data, dict):
+        'tokenizer'", a flag no command has). A section an empty one fills stays missing, and
+        so does every section beside an unknown key, which is named first."""
+        if not isinstance(data, dict) or not data.keys() <= cls.model_fields.keys():
             return data
         missing: dict[str, dict[str, Any]] = {
             name: {}
