@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from hostile_helpers import INTERRUPTED, built_store, digests, one_word_treebank, run_cli
+from lmalgebra.core.interrupt import requested
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.pretrain.masked import TextBatches
 from tiny import documents
@@ -408,6 +409,37 @@ def test_a_ctrl_c_a_library_made_an_error_of_is_a_ctrl_c() -> None:
 
     with _pythons_own_handler(), pytest.raises(KeyboardInterrupt):
         call()
+    assert not requested()  # acted upon: a later loop's check() does not raise it again
+
+
+def test_a_ctrl_c_put_off_by_an_import_is_raised_by_the_call_not_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call whose import took the Ctrl-C and then ended before the Ctrl-C was sent again had
+    returned as if nothing had come, and the Ctrl-C landed in whatever ran next (another test,
+    a notebook's next cell), and left itself recorded for the next loop's ``check``: the call
+    raises it, and nothing is sent once it has ended."""
+    import importlib
+    from typing import Any
+
+    from lmalgebra.api.runtime import library_entry
+
+    (tmp_path / "quick_import_21.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nWHOLE = True\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    @library_entry
+    def call(name: str) -> Any:
+        return importlib.import_module(name)  # ends long before the Ctrl-C is sent again
+
+    with _pythons_own_handler():
+        with pytest.raises(KeyboardInterrupt):
+            call("quick_import_21")
+        time.sleep(0.3)  # a Ctrl-C sent again after the call would land here
+    assert sys.modules.pop("quick_import_21").WHOLE
+    assert not requested()
 
 
 @contextlib.contextmanager

@@ -13,9 +13,12 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import CodeType, FrameType
+from typing import Any
+
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 _REQUESTED = threading.Event()
 _TERMINATED = threading.Event()  # the signal was SIGTERM (a scheduler, ``timeout``, ``kill``)
@@ -90,10 +93,19 @@ def imports_whole(boundary: CodeType) -> Iterator[None]:
     ):
         yield
         return
+    timers: list[threading.Timer] = []  # each Ctrl-C put off, sent again once its delay is over
+    sent: list[threading.Timer] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if _importing(frame, boundary):  # asked again once the import is done
-            threading.Timer(IMPORT_RETRY_S, os.kill, (os.getpid(), signum)).start()
+
+            def again() -> None:
+                sent.append(timer)
+                os.kill(os.getpid(), signum)
+
+            timer = threading.Timer(IMPORT_RETRY_S, again)
+            timers.append(timer)
+            timer.start()
             return
         if previous is signal.default_int_handler:
             _REQUESTED.set()
@@ -103,8 +115,27 @@ def imports_whole(boundary: CodeType) -> Iterator[None]:
     signal.signal(signal.SIGINT, handler)
     try:
         yield
+    except BaseException:
+        _settle(timers, sent, previous)
+        raise
+    if _settle(timers, sent, previous):  # put off, not sent again before the call ended
+        raise KeyboardInterrupt
+
+
+def _settle(timers: list[threading.Timer], sent: list[threading.Timer], previous: Handler) -> bool:
+    """End :func:`imports_whole`: no Ctrl-C it put off is sent once the call is over (where it
+    would land in whatever the caller runs next: the next cell, the next test); one already
+    sent is taken by its handler here. Whether one is still owed; ``previous`` handler back."""
+    try:
+        for timer in timers:
+            timer.cancel()
+        for timer in timers:
+            timer.join()
     finally:
         signal.signal(signal.SIGINT, previous)
+        if previous is signal.default_int_handler:  # the call's own record, acted upon
+            _REQUESTED.clear()
+    return len(sent) < len(timers)
 
 
 def _importing(frame: FrameType | None, boundary: CodeType) -> bool:

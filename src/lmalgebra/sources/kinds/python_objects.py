@@ -241,7 +241,8 @@ def _refuse_lost_in_float32(name: str, given: np.ndarray, single: np.ndarray) ->
     spread = float(np.ptp(given, axis=0).max()) if len(given) > 1 else 0.0
     size = np.mean(np.square(single, dtype=np.float64), axis=0)
     kept = np.var(single, axis=0, dtype=np.float64) > np.finfo(np.float32).eps * size
-    kept &= np.var(single, axis=0, dtype=np.float32) > 0  # squares that underflow lose it too
+    with np.errstate(over="ignore"):  # squares too large: refused by the statistics, named
+        kept &= np.var(single, axis=0, dtype=np.float32) > 0  # squares that underflow lose it
     if spread > 0 and not kept.any():
         raise UserInputError(
             f"model {name!r}: its embeddings vary (by up to {spread:.3g}) but not in float32, in "
