@@ -204,18 +204,23 @@ def refuse_other_training(
     none) once no checkpoint is left to resume from in any of the directories it trains in
     (``runs``: a student's, each of its ``lambda_candidates``'; ``keep_checkpoints`` 0):
     training would start again from step 0 and replace it, where a checkpoint of other settings
-    is refused. A setting one of them lacks (a record of an older release) is not compared."""
+    is refused. Other ``lambda_candidates`` train in other directories, so the checkpoints there
+    (an earlier run's, kept by a ``--restart`` of the other layout) are not the saved model's:
+    refused whatever they hold (they had been resumed and replaced it). A setting one of them
+    lacks (a record of an older release) is not compared."""
     runs = list(runs)
-    if any(checkpointed_step(r / "checkpoints") for r in runs):
-        return
     changed = changed_training(recorded, spec)
-    if changed:
-        shown = "; ".join(f"training.{c}" for c in changed[:3])
-        raise UserInputError(
-            f"{where} was trained with other settings ({shown}) and {no_checkpoint(recorded, runs)}"
-            f": training would replace it from step 0; {RESTART} trains it again, or train "
-            "another beside it (merge train --name, another pretrain --out)"
-        )
+    moved = any(c.startswith("lambda_candidates ") for c in changed)
+    kept = any(checkpointed_step(r / "checkpoints") for r in runs)
+    if not changed or kept and not moved:
+        return
+    shown = "; ".join(f"training.{c}" for c in changed[:3])
+    why = f"the checkpoints in {runs[0]} are not its own" if kept else no_checkpoint(recorded, runs)
+    raise UserInputError(
+        f"{where} was trained with other settings ({shown}) and {why}: training would replace "
+        f"it; {RESTART} trains it again, or train another beside it (merge train --name, "
+        "another pretrain --out)"
+    )
 
 
 def no_checkpoint(recorded: Any, runs: list[Path]) -> str:
