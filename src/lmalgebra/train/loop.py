@@ -212,7 +212,7 @@ def refuse_other_training(
     changed = changed_training(recorded, spec)
     moved = any(c.startswith("lambda_candidates ") for c in changed)
     kept = any(checkpointed_step(r / "checkpoints") for r in runs)
-    if not changed or kept and not moved:
+    if not changed or (kept and not moved):
         return
     shown = "; ".join(f"training.{c}" for c in changed[:3])
     why = f"the checkpoints in {runs[0]} are not its own" if kept else no_checkpoint(recorded, runs)

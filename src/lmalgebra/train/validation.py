@@ -5,8 +5,9 @@ score has not improved for ``patience`` checks.
 The score never reads the text a run is evaluated on afterwards: the caller builds it from a
 validation split carved out of the training examples (``distill.causal.student_data``). The best
 weights go to ``<run>/best/model.safetensors`` with ``best.json`` (step, score, the file's
-sha256, and a checksum of itself); what the tracker knows is recorded in every checkpoint, so a resumed run goes on with
-the same best, the same count of checks without improvement, and stays stopped once stopped.
+sha256, and a checksum of itself); what the tracker knows is recorded in every checkpoint, so a
+resumed run goes on with the same best, the same count of checks without improvement, and stays
+stopped once stopped.
 """
 
 from __future__ import annotations

@@ -221,9 +221,9 @@ class CausalObjective(Objective):
         recipe makes it ignore, a loss the store cannot feed) is refused first."""
         from lmalgebra.distill.causal.teacher_text import prompts_of, refuse_too_long
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
+        from lmalgebra.distill.examples import heldout_examples
         from lmalgebra.distill.vocab.mined_map import CACHE_SUBDIR as MINED_MAPS
         from lmalgebra.train.cross_tokenizer.registry import needs_of
-        from lmalgebra.distill.examples import heldout_examples
 
         spec = CausalTrainingSpec.model_validate(training.model_dump())
         mix = spec.objective_mix or DEFAULT_MIX
