@@ -44,6 +44,7 @@ from harness import (
     parse_args,
     run_contender,
 )
+from lmalgebra.core.fingerprint import plain  # NaN as null: strict JSON readers refuse NaN
 from lmalgebra.core.splits import SPLITS
 from wide_report import differences, label, record
 from wide_synthetic import WideSpectra, corpus
@@ -327,7 +328,7 @@ def main() -> None:
             path = data / f"{part}.json"
             if part == "full" and path.is_file():  # --full-models 24 keeps the 12-model run
                 runs = _kept_beside(json.loads(path.read_text()), runs)
-            path.write_text(json.dumps(runs, indent=1) + "\n")
+            path.write_text(json.dumps(plain(runs), indent=1, allow_nan=False) + "\n")
         else:
             print(json.dumps({part: [_brief(r) for r in runs]}, indent=1))
     if not args.keep:

@@ -74,7 +74,9 @@ def _run(out: Path, work: Path, steps: int, quick: bool) -> dict[str, Any]:
     }
     stem = "causal_budget_quick" if quick else "causal_budget"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    from lmalgebra.core.fingerprint import plain  # NaN as null: strict JSON readers refuse NaN
+
+    (out / f"{stem}.json").write_text(json.dumps(plain(result), indent=2, allow_nan=False) + "\n")
     (out / f"{stem}.md").write_text(causal_markdown(table) + "\n")
     return result
 

@@ -579,7 +579,9 @@ def _run(
         **started,  # the code the run started with (a resumed run: the commit it resumed at)
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    from lmalgebra.core.fingerprint import plain  # NaN as null: strict JSON readers refuse NaN
+
+    (out / f"{stem}.json").write_text(json.dumps(plain(result), indent=2, allow_nan=False) + "\n")
     (out / f"{stem}.md").write_text(markdown(result))
     return result
 

@@ -123,7 +123,9 @@ def train_gold(
     }
     import json
 
-    (out / "gold.json").write_text(json.dumps(found, indent=2))
+    from lmalgebra.core.fingerprint import plain  # NaN as null: strict JSON readers refuse NaN
+
+    (out / "gold.json").write_text(json.dumps(plain(found), indent=2, allow_nan=False))
     return found
 
 

@@ -425,7 +425,9 @@ def _run(out: Path, work: Path, plan: Plan) -> dict[str, Any]:
     }
     stem = "real_teachers_quick" if plan is QUICK else "real_teachers"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    from lmalgebra.core.fingerprint import plain  # NaN as null: strict JSON readers refuse NaN
+
+    (out / f"{stem}.json").write_text(json.dumps(plain(result), indent=2, allow_nan=False) + "\n")
     (out / f"{stem}.md").write_text(markdown(result))
     return result
 

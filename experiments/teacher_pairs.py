@@ -262,7 +262,10 @@ def report(
     }
     out.mkdir(parents=True, exist_ok=True)
     stem = "teacher_pairs_quick" if quick else "teacher_pairs"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    from lmalgebra.core.fingerprint import plain  # NaN as null: strict JSON readers refuse NaN
+
+    text = json.dumps(plain(result), indent=1, allow_nan=False)
+    (out / f"{stem}.json").write_text(text + "\n", encoding="utf-8")
     lines = [
         "| pair | complementarity | quality | score | student accuracy | student loss |",
         "|---|---|---|---|---|---|",

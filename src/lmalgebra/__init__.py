@@ -23,6 +23,7 @@ over it.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
@@ -49,6 +50,9 @@ _EXPORTS = {
 }
 # names that moved to lmalgebra.experimental: their evidence misses its targets
 _EXPERIMENTAL = ("select_teachers", "TeacherSelection")
+# reachable as attributes without their own import: `lmalgebra.api.pretrain.pretrain(spec)`,
+# `lmalgebra.experimental.select_teachers` (which the refusal below names)
+_SUBPACKAGES = ("api", "experimental")
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
@@ -59,9 +63,15 @@ def __getattr__(name: str) -> Any:
             f"lmalgebra.{name} is experimental (its recorded evidence misses its target): "
             f"use lmalgebra.experimental.{name}"
         )
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'lmalgebra' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    from lmalgebra.core.interrupt import imports_whole
+
+    # a Ctrl-C during the first import of the API (numpy, pandas, ...) raised once it is done
+    with imports_whole(sys._getframe().f_code):
+        if name in _SUBPACKAGES:  # as the documentation spells them, after `import lmalgebra`
+            return importlib.import_module(f"{__name__}.{name}")
+        if name not in _EXPORTS:
+            raise AttributeError(f"module 'lmalgebra' has no attribute {name!r}")
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 

@@ -209,3 +209,25 @@ def test_a_table_piped_or_narrow_loses_no_cell(
     shown = narrow.file.getvalue()
     cells = [line.strip("│ ") for line in shown.splitlines() if line.startswith("│")]
     assert "…" not in shown and "".join(cells) == "75812345"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        *([], ["decompose"], ["spans"], ["merge"], ["merge", "evaluate"], ["merge", "train"]),
+        *(["pretrain", "masked"], ["experimental", "select"], ["evaluate-pos"], ["report"]),
+    ],
+)
+def test_help_names_values_as_the_recipe_flags_do(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """typer showed ``<bool>`` beside every switch (``--help`` too), ``<str>``, ``<path>`` and
+    ``<list[str]>`` beside a command's own options, and ``ANNOTATED`` for
+    ``--reference_tokenizer``, where the recipe flags read ``INT``, ``TEXT``, ``PATH``."""
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run(monkeypatch, capsys, *command, "--help")
+    assert code == 0
+    for shown in ("<bool>", "<str>", "<path>", "<int>", "<list", "ANNOTATED"):
+        assert shown not in out, (shown, out)
+    rows = [line for line in out.splitlines() if "--help" in line]
+    assert rows and "Show this message" in rows[0] and "bool" not in rows[0].lower()

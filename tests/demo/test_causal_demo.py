@@ -78,10 +78,11 @@ def test_plans_name_three_tokenizer_kinds_and_every_loss() -> None:
 def test_quick_causal_demo_and_its_last_writes_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The quick demo end to end: a table of every loss against the teachers, and the writes
-    that end it (its table, its JSON record) stopped and resumed (``kill_helpers.check_resumes``
-    with ``last=2``: a Ctrl-C before each of them and a ``kill -9`` after it, then the same
-    command again, must leave what the uninterrupted run leaves, file for file). The demos
+    """The quick demo end to end: a table of every loss against the teachers, and the write
+    that ends it (its JSON record, after its table) stopped and resumed
+    (``kill_helpers.check_resumes`` with ``last=1``: a Ctrl-C before it, the table written, and
+    a ``kill -9`` after it, then the same command again, must leave what the uninterrupted run
+    leaves, file for file). The demos
     stopped anywhere are ``slow`` (``test_kill_points.py::test_demo``: each trial runs a demo).
     The figures are read from what the last resumed run left, which the check found equal to
     the uninterrupted run's."""
@@ -97,7 +98,7 @@ def test_quick_causal_demo_and_its_last_writes_stopped(
         monkeypatch,
         capsys,
         normalise=demo_steady,
-        last=2,
+        last=1,
     )
     print(f"demo --causal: {found['points']} write points, tried {found['tried']}")
     result = json.loads((out / "causal-demo.json").read_text(), parse_constant=_not_json)

@@ -380,3 +380,21 @@ def test_under_a_launcher_the_other_ranks_take_the_main_ranks_evaluation(
     assert again.evaluation == first.evaluation
     assert {p: p.stat().st_mtime_ns for p in (run_dir / "evaluation").iterdir()} == written
     assert (run_dir / "student" / "model" / "README.md").stat().st_mtime_ns == card
+
+
+def test_a_gold_unknown_token_predicted_as_unknown_counts_as_missed() -> None:
+    """A held-out gold ``[UNK]`` predicted as ``[UNK]`` had counted as correct, so a teacher
+    that reads a language as unknown tokens scored high and RDT compared the student with it;
+    teacher selection already counted it as missed."""
+    from types import SimpleNamespace
+
+    from lmalgebra.distill.masked.evaluation import Predictions, _score
+
+    unk = 1
+    labels = np.array([unk, unk, 5, 7])
+    copies = SimpleNamespace(labels=labels, heldout=np.array([True]), mask_offsets=np.array([0, 4]))
+    top = np.array([[unk], [unk], [5], [6]])
+    args = (("xx", "t", "t"), copies, Predictions(top, 1.0), top, top)
+    assert _score(*args, unk).accuracy == 0.25  # 5 alone
+    assert _score(*args, unk).top1_training_masking == 0.25
+    assert _score(*args, None).accuracy == 0.75  # a tokenizer of no unknown token

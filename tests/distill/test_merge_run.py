@@ -181,10 +181,16 @@ def test_each_stage_ends_with_a_summary_and_the_next_command(
     assert lines["vocab"][-1] == f"next: lmalgebra merge train {recipe}"
 
 
-def test_an_inspection_without_examples_has_the_tables_columns_and_no_rows() -> None:
-    from lmalgebra.distill.causal.inspection import CAUSAL_COLUMNS
-    from lmalgebra.distill.run.inspection import RunInspection
+def test_an_inspection_without_examples_has_the_columns_and_types_of_a_row(
+    tmp_path: Path,
+) -> None:
+    """Before ``prepare`` the frame had the printed table's columns alone, every one an object:
+    ``teach_complete`` (and masked runs' payload bytes) were missing until there were rows."""
+    from lmalgebra.distill.causal.inspection import CAUSAL_ROW, causal_report
+    from lmalgebra.distill.masked.inspection import MASKED_ROW, masked_report
 
-    frame = RunInspection(Path("run"), [], CAUSAL_COLUMNS, "", "", None).frame()
-    assert frame.empty and list(frame.index.names) == ["language", "teacher"]
-    assert set(frame.columns) == set(CAUSAL_COLUMNS.values()) - {"language", "teacher"}
+    for report, row in ((causal_report, CAUSAL_ROW), (masked_report, MASKED_ROW)):
+        frame = report(tmp_path / "run").frame()
+        assert frame.empty and list(frame.index.names) == ["language", "teacher"]
+        assert list(frame.columns) == [k for k in row if k not in ("language", "teacher")]
+        assert frame["teach_complete"].dtype == bool and frame["examples"].dtype == np.int64

@@ -205,3 +205,20 @@ def test_recorded_experiment_tables_are_their_results_rendered(stem: str, script
         assert module.markdown(recorded) == (results / f"{stem}.md").read_text(encoding="utf-8")
     else:  # a JSON alone (a rerun): it renders
         assert module.markdown(recorded).startswith("Run ")
+
+
+def test_recorded_results_are_strict_json() -> None:
+    """A recorded result holding ``NaN`` (``causal_budget.json``'s gap closed for English, the
+    wide bench's diagonals) is refused by strict JSON readers: the scripts write null, as the
+    library's writers do."""
+    import json
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    for folder in ("experiments/results", "bench/results"):
+        for path in sorted((ROOT / folder).rglob("*.json")):
+            try:
+                json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+            except ValueError as err:
+                raise AssertionError(f"{path.relative_to(ROOT)}: {err}") from None

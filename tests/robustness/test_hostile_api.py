@@ -958,6 +958,48 @@ def test_a_sentence_transformer_in_training_is_left_in_training(
     assert encoder.training
 
 
+def test_a_sentence_transformer_cut_to_its_special_tokens_is_named_so(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A SentenceTransformer whose ``max_seq_length`` leaves every span its two special tokens
+    embeds every span alike: the refusal had named the model alone, not the length that cut
+    it."""
+    from sentence_transformers import SentenceTransformer
+
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
+
+    word = models.Transformer(str(bert_dir), max_seq_length=2)
+    width = getattr(word, "get_embedding_dimension", None) or word.get_word_embedding_dimension
+    encoder = SentenceTransformer(modules=[word, models.Pooling(width())], device="cpu")
+    options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
+    wanted = "model 'st' does not vary.*every span of it was cut at its maximum length"
+    with pytest.raises(UserInputError, match=wanted + r" \(a SentenceTransformer's max_seq"):
+        lmalgebra.decompose({"st": encoder, "b": str(bert_dir)}, documents(60), **options)
+
+
+@pytest.mark.parametrize("kind", ["offset", "tiny", "underflow"])
+def test_embeddings_whose_variation_float32_loses_are_named_so(
+    kind: str, bert_dir: Path, tmp_path: Path
+) -> None:
+    """An array that varies in float64 but not once kept in float32 (``1e8 + x`` rounds to one
+    value, ``1e-30 * x`` squares to 0, ``1e-300 * x`` is 0) had been refused as a model whose
+    every embedding is the same; a column of a large constant beside varying ones still runs."""
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(60, 4))
+    given = {"offset": base + 1e8, "tiny": base * 1e-30, "underflow": base * 1e-300}[kind]
+    options = {"spans": {"counts": (40, 10, 10), "length": 3}, "cache_dir": tmp_path}
+    options["reference_tokenizer"] = str(bert_dir)
+    texts = [f"document {i} of a few words" for i in range(80)]
+    other = rng.normal(size=(60, 3))
+    with pytest.raises(UserInputError, match=r"^model 'x': its embeddings vary .* not in float32"):
+        lmalgebra.decompose({"x": given, "y": other}, texts, **options)
+    base[:, 0] = 1e8
+    lmalgebra.decompose({"x": base, "y": other}, texts, **options)
+
+
 def test_what_the_system_refuses_is_one_line_from_python_too(
     bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

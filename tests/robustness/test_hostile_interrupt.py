@@ -7,11 +7,13 @@ command that meets it in practice, in-process, and once sent as a real SIGINT to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -355,3 +357,64 @@ def test_sigterm_is_taken_as_a_ctrl_c(bert_dir: Path, tmp_path: Path) -> None:
     last = done.stderr.rstrip().splitlines()[-1]
     assert last == "terminated (SIGTERM); run the same command again to resume"
     assert not out.exists()  # taken back, its lock with it
+
+
+def test_a_ctrl_c_during_an_import_of_an_api_call_leaves_the_module_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C landing while an API call imported torch or transformers (their first use in a
+    notebook) cut the import half way: every later call of the kernel failed (``partially
+    initialized module 'torch'``, an operator registered twice) until a restart. It is raised
+    once the import is done, and the module imported is whole."""
+    import importlib
+    from typing import Any
+
+    from lmalgebra.api.runtime import library_entry
+
+    (tmp_path / "slow_import_21b.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.3)\n"
+        "WHOLE = True\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    @library_entry
+    def call(name: str) -> Any:
+        module = importlib.import_module(name)
+        time.sleep(2)  # the Ctrl-C, raised again once the import is done, lands here
+        return module
+
+    started = time.monotonic()
+    with _pythons_own_handler(), pytest.raises(KeyboardInterrupt):
+        call("slow_import_21b")
+    assert time.monotonic() - started < 1.5
+    assert sys.modules.pop("slow_import_21b").WHOLE
+
+
+def test_a_ctrl_c_a_library_made_an_error_of_is_a_ctrl_c() -> None:
+    """pydantic turns a ``KeyboardInterrupt`` raised in a serialiser into an error of its own,
+    which a call had reworded as "MergeRun() recipe: CausalRecipe does not read back: ...
+    KeyboardInterrupt": an error raised after a Ctrl-C in an API call is the Ctrl-C."""
+    from lmalgebra.api.runtime import library_entry
+    from lmalgebra.core.errors import UserInputError
+
+    @library_entry
+    def call() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        except KeyboardInterrupt as err:
+            raise UserInputError(f"recipe does not read back: {err!r}") from None
+
+    with _pythons_own_handler(), pytest.raises(KeyboardInterrupt):
+        call()
+
+
+@contextlib.contextmanager
+def _pythons_own_handler() -> Iterator[None]:
+    """SIGINT handled by Python's own handler (a notebook's) for the duration."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

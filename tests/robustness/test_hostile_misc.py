@@ -542,3 +542,15 @@ def test_a_teacher_that_is_no_transformers_model_is_refused_by_name(
         code, stderr = cli(["experimental", "select", str(recipe), "--no-progress"])
         assert_one_line(code, stderr, needles)
     assert not (tmp_path / "run").exists()
+
+
+def test_merge_evaluate_scores_the_students_saved_as_the_api_does(
+    trained: Path, tmp_path: Path, cli
+) -> None:
+    """``merge evaluate RUN`` scored ``student`` alone (refused where the run's student has
+    another name) while ``MergeRun.load(RUN).evaluate()`` scored every student saved there."""
+    _, run = _run_copy(trained, tmp_path)
+    (run / "student").rename(run / "second")
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert code == 0, stderr
+    assert "second" in (run / "evaluation" / "evaluation.md").read_text(encoding="utf-8")

@@ -128,8 +128,9 @@ def resumes(
     capsys: pytest.CaptureFixture[str],
 ) -> Iterator[Callable[..., dict[str, Any]]]:
     """``resumes(ARGS, OUTPUTS)``: ``kill_helpers.check_resumes`` of the command, at the points
-    it samples (two drawn beside the ends), or (``slow``) at every point."""
-    depth = {"every_up_to": 10**6} if request.param == "every" else {"sampled": 2}
+    it samples (every one of a command of at most six, else the first two, the last two and two
+    drawn between), or (``slow``) at every point."""
+    depth = {"every_up_to": 10**6} if request.param == "every" else {"every_up_to": 6, "sampled": 2}
 
     def check(args: list[str], outputs: list[Path], **options: Any) -> dict[str, Any]:
         found = check_resumes(args, outputs, tmp_path, monkeypatch, capsys, **depth, **options)
@@ -203,6 +204,7 @@ def test_causal_merge_scores(
     resumes(["merge", command, str(causal.run), "--languages", "yy"], causal.outputs)
 
 
+@pytest.mark.slow  # each of its stages is stopped by the default run (test_masked_merge_stage)
 def test_merge_run(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every stage before training in one command."""
     masked.after(None)
@@ -210,6 +212,7 @@ def test_merge_run(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> Non
     resumes(["merge", "run", str(masked.recipe), "--no-progress"], masked.outputs)
 
 
+@pytest.mark.slow  # an experimental command: stopped only by the slow run
 def test_experimental_select(
     teacher_dirs: dict[str, Path], tmp_path: Path, resumes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,7 +335,7 @@ def test_demo(demo: str, tmp_path: Path, resumes, monkeypatch: pytest.MonkeyPatc
     cache it fills (packaged models, embeddings). The real demo's cache, which its first run
     fills with the two GGUF models dequantised (minutes), is kept between the trials (an
     interrupted dequantisation is tested in ``tests/sources``). The default run stops the quick
-    causal demo at its last writes (``tests/demo/test_causal_demo.py``)."""
+    causal demo at its last write (``tests/demo/test_causal_demo.py``)."""
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     args = [*DEMOS[demo], "--out", str(tmp_path / "out" / "demo"), "--no-progress"]
     outputs = [tmp_path / "out"] if demo == "real" else [tmp_path / "out", tmp_path / "cache"]

@@ -69,7 +69,10 @@ def test_trust_remote_code_is_logged_when_used(
 ) -> None:
     """The tiny models ship no code: the switch is logged as running nothing, never as running
     code (a model that ships some: tests/robustness/test_hostile_messages.py)."""
+    from lmalgebra.core.remote_code import new_call
+
     caplog.set_level(logging.INFO)
+    new_call()  # as a library call begins
     ref = ModelRef(name="tiny", path=str(bert_dir), trust_remote_code=allowed)
     source_of(ref, bert_dir).load_tokenizer()
     source_of(ref, bert_dir).load()
@@ -82,8 +85,8 @@ def test_trust_remote_code_is_logged_when_used(
         assert lines == []
         return
     nothing = "ships no code of its own: --trust-remote-code runs nothing for it"
+    # once per model (its tokenizer and its weights had said so twice)
     assert lines == [
-        f"model 'tiny' from {bert_dir} {nothing}",
         f"model 'tiny' from {bert_dir} {nothing}",
         f"model 'wp' from {teacher_dirs['wp']} {nothing}",
     ]

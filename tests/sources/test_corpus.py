@@ -392,7 +392,7 @@ def test_languages_from_entries_and_from_a_field(tmp_path: Path):
         documents_by_language(CorpusSpec(paths=[str(tmp_path / "a.txt")]))
 
 
-@pytest.mark.parametrize("code", ["ünï", "a" * 101, "1x"])
+@pytest.mark.parametrize("code", ["ünï", "a" * 101, ".x"])
 def test_a_corpus_of_no_language_code_says_what_one_is(
     code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -408,6 +408,17 @@ def test_a_corpus_of_no_language_code_says_what_one_is(
         corpus_paths(CorpusSpec(paths=[f"{code}=corpus.txt"]))
     with pytest.raises(UserInputError, match=r"nofile\.txt does not exist$"):
         corpus_paths(CorpusSpec(paths=["fr=nofile.txt"]))
+
+
+def test_a_language_code_of_a_recipe_is_one_of_lang_path_too(tmp_path: Path) -> None:
+    """A recipe's language code may start with a digit or hold a '.' (``1x``, ``zh.hant``);
+    ``1x=a.txt`` had been read as a file of that name, and ``zh.hant=b.txt`` refused."""
+    from lmalgebra.sources.corpus import documents_by_language
+
+    (tmp_path / "a.txt").write_text("one\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("two\n", encoding="utf-8")
+    spec = CorpusSpec(paths=[f"1x={tmp_path / 'a.txt'}", f"zh.hant={tmp_path / 'b.txt'}"])
+    assert documents_by_language(spec) == {"1x": ["one"], "zh.hant": ["two"]}
 
 
 def test_a_corpus_entry_of_another_language_is_refused(tmp_path: Path) -> None:

@@ -533,3 +533,29 @@ def test_a_gguf_student_tokenizer_is_the_same_tokenizer_in_the_plan_and_the_run(
     scratch = gguf_models._described(source[2], "x", tmp_path / "described")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         assert (scratch / name).read_bytes() == (entry / name).read_bytes(), name
+
+
+def test_scratch_directories_of_ended_processes_are_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan's scratch directory (a GGUF's or packaged model's description) had stayed in the
+    temporary directory for good after a process that did not end through Python's exit (a
+    ``kill -9``, a forked child's ``os._exit``): the next process to make one removes those of
+    processes no longer running, and each process keeps its own under one directory."""
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(gguf_models, "_SCRATCH", {})
+    dead = tmp_path / "lmalgebra-plan-4194305-x"  # above Linux's largest pid_max: no process
+    (dead / "y").mkdir(parents=True)
+    alive = tmp_path / f"lmalgebra-plan-{os.getppid()}-x"
+    alive.mkdir()
+    other = tmp_path / "lmalgebra-plan-older"
+    other.mkdir()
+    first, second = gguf_models.scratch(), gguf_models.scratch()
+    assert not dead.exists() and alive.is_dir() and other.is_dir()
+    assert first.parent == second.parent != first and first.is_dir() and second.is_dir()
+    assert first.parent.name.startswith(f"lmalgebra-plan-{os.getpid()}-")
+    gguf_models._remove_own(os.getpid(), first.parent)
+    assert not first.parent.exists()

@@ -5,3 +5,19 @@
 ``merge.py`` (MergeDistill stages), ``runtime.py`` (thread pinning and quiet logging per call).
 ``lmalgebra`` re-exports the public names.
 """
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def __getattr__(name: str) -> ModuleType:
+    """A module of the API as an attribute without its own import (``lmalgebra.api.pretrain``,
+    as the documentation spells its calls), imported on first use."""
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

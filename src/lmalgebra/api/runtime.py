@@ -20,7 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from lmalgebra.core import remote_code
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
+from lmalgebra.core.interrupt import imports_whole, requested
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
 from lmalgebra.storage.disk_space import system_refusal
@@ -94,6 +96,7 @@ def library_call() -> Iterator[None]:
     """Pin torch's thread count (now, or when torch is imported) and run :func:`quiet` and
     :func:`_torch_as_a_command_finds_it` for the duration of the call."""
     pin_thread_count_when_imported()
+    remote_code.new_call()
     with quiet(), _torch_as_a_command_finds_it():
         yield
 
@@ -228,21 +231,25 @@ def _blank_path(written: str, value: Any) -> bool:
 def library_entry(function: Call) -> Call:
     """``function`` run inside :func:`library_call`, its arguments checked first by
     :func:`check_arguments`, one call at a time in the process (a call from another thread
-    waits for the one running): every public API function and method."""
+    waits for the one running), a Ctrl-C during an import it makes raised once the import is
+    done (``imports_whole``): every public API function and method."""
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        bound = check_arguments(function, *args, **kwargs)
-        with _ONE_CALL_AT_A_TIME, library_call():
-            try:
-                return function(*bound.args, **bound.kwargs)
-            except UserInputError:
-                raise
-            except Exception as err:  # what the command line words in one line, worded alike
-                text = system_refusal(err)
-                if text is None:
-                    raise
-                raise UserInputError(text) from err
+        with imports_whole(sys._getframe().f_code):
+            bound = check_arguments(function, *args, **kwargs)
+            with _ONE_CALL_AT_A_TIME, library_call():
+                try:
+                    return function(*bound.args, **bound.kwargs)
+                except Exception as err:
+                    if requested():  # a Ctrl-C a library made an error of (pydantic's, say)
+                        raise KeyboardInterrupt from err
+                    if isinstance(err, UserInputError):
+                        raise
+                    text = system_refusal(err)  # what the command line words in one line
+                    if text is None:
+                        raise
+                    raise UserInputError(text) from err
 
     setattr(call, ENTRY_POINT, True)
     return cast(Call, call)

@@ -34,7 +34,8 @@ class CommandGroup(TyperGroup):
     """A command group whose commands' help (and the summary of each in its list of commands,
     the first paragraph) is paragraphs of one line each, which the terminal wraps: typer's rich
     help keeps a docstring's line breaks, so a paragraph broke at the docstring's width, midway
-    through the terminal's line."""
+    through the terminal's line. Its own options and its commands' name their values as the
+    recipe flags do (:func:`_plain_types`)."""
 
     # ``Any``: typer's own click types (vendored from 0.2x on, click's before)
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
@@ -43,7 +44,30 @@ class CommandGroup(TyperGroup):
             paragraphs = [" ".join(p.split()) for p in inspect.cleandoc(command.help).split("\n\n")]
             command.help = "\n\n".join(paragraphs)
             command.short_help = command.short_help or paragraphs[0]
+        if command is not None:
+            _plain_types(command, ctx)
         return command
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _plain_types(self, ctx)
+        super().format_help(ctx, formatter)
+
+
+# typer's names of value types (``<int>``), as the recipe flags name them (``_metavar``)
+_TYPE_NAMES = {"int": "INT", "float": "FLOAT", "str": "TEXT", "path": "PATH", "bool": None}
+
+
+def _plain_types(command: Any, ctx: Any) -> None:
+    """``command``'s parameters shown in ``--help`` as the recipe flags are (``INT``, ``TEXT``,
+    ``PATH``; a switch with none): typer showed ``<bool>`` beside every switch, and ``<str>``,
+    ``<path>`` or ``<list[str]>`` beside the other options a command declares itself."""
+    for param in command.get_params(ctx):
+        shown = param.display_type_rich(ctx)
+        if not (isinstance(shown, str) and shown.startswith("<") and shown.endswith(">")):
+            continue
+        kind = shown[1:-1].removeprefix("list[").removesuffix("]")
+        plain = _TYPE_NAMES.get(kind, kind.upper())
+        setattr(param, "display_type_rich", lambda ctx, plain=plain: plain)  # noqa: B010
 
 
 app = typer.Typer(

@@ -273,6 +273,8 @@ def _shown(value: Any) -> str:
 
 def _metavar(flag: ConfigFlag) -> str:
     def name(annotation: Any) -> str:
+        if typing.get_origin(annotation) is Annotated:  # a PathText: the text it holds
+            annotation = typing.get_args(annotation)[0]
         if typing.get_origin(annotation) is Literal:
             return "|".join(str(a) for a in typing.get_args(annotation))
         names = {int: "INT", float: "FLOAT", str: "TEXT"}

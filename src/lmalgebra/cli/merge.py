@@ -177,7 +177,10 @@ def merge_train(
 def merge_evaluate(
     run_dir: RunDirArg,
     students: Annotated[
-        list[str] | None, typer.Option(help="Students of the run to score (default: student).")
+        list[str] | None,
+        typer.Option(
+            help="Students of the run to score (default: those saved in it, else student)."
+        ),
     ] = None,
     languages: Annotated[list[str] | None, typer.Option(help="Only these languages.")] = None,
     pooling: Annotated[
@@ -203,7 +206,7 @@ def merge_evaluate(
     from lmalgebra.api.merge import MergeRun
     from lmalgebra.distill.layout import RunLayout
 
-    run = MergeRun.load(run_dir).evaluate(students or ["student"], languages, pooling, overwrite)
+    run = MergeRun.load(run_dir).evaluate(students, languages, pooling, overwrite)
     console.print(run.evaluation, highlight=False)
     console.print("written to", bold(RunLayout(run.run_dir).evaluation))
 

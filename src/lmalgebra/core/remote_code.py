@@ -70,19 +70,29 @@ def shipped_code(directory: Path | str) -> list[Path]:
     return sorted(p for p in root.glob("*.py") if p.is_file())
 
 
+_NO_CODE_SAID: set[tuple[str, str]] = set()  # (model, directory) said to ship no code
+
+
 def announce_remote_code(name: str, directory: Path | str) -> None:
     """Log, before loading, that code shipped with model ``name`` (from ``directory``) will run,
-    or that it ships none."""
+    or, once per call (:func:`new_call`), that it ships none (a run opens a model several
+    times: its tokenizer, its fingerprint, its weights, and had said so at each)."""
     if ships_code(directory):
         log.warning(
             "running code shipped with model %r from %s (--trust-remote-code)", name, directory
         )
-    else:
+    elif (name, str(directory)) not in _NO_CODE_SAID:
+        _NO_CODE_SAID.add((name, str(directory)))
         log.info(
             "model %r from %s ships no code of its own: --trust-remote-code runs nothing for it",
             name,
             directory,
         )
+
+
+def new_call() -> None:
+    """A library call begins: each model that ships no code is said to again, once."""
+    _NO_CODE_SAID.clear()
 
 
 def load_failure(err: BaseException) -> str:

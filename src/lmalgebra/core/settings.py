@@ -11,13 +11,14 @@ turns it, wherever the class is built (``TrainingSpec(steps=-1)``, ``model_valid
 from __future__ import annotations
 
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
@@ -141,6 +142,10 @@ def home_expanded(path: Path) -> Path:
     return Path(os.path.expanduser(path))  # noqa: PTH111 (Path's raises for no such user)
 
 
+# one plain directory name: a run's language, teacher and student names, and a corpus entry's
+# LANG=PATH language code (one rule for a code, on the command line or in a recipe)
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+PLAIN_NAME_RULE = "1 to 100 ASCII letters, digits, '.', '_', '-'; not starting with '.'"
 EMPTY_PATH = "an empty path; name a file or directory ('.' for the current one)"
 
 
@@ -264,6 +269,15 @@ class SettingsError(UserInputError, ValueError):
         self.validation = validation
 
 
+def _refuses_empty(kind: type[BaseModel]) -> bool:
+    """Whether settings class ``kind`` refuses to be built of no keys."""
+    try:
+        kind.model_validate({})
+    except (ValidationError, UserInputError):
+        return True
+    return False
+
+
 class Settings(BaseModel):
     """A pydantic model whose bad values raise :class:`SettingsError` (see the module)."""
 
@@ -277,6 +291,27 @@ class Settings(BaseModel):
     # models that hold it, goes on calling the validator directly, not this method, so only the
     # outermost settings class a user builds words the error
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sections_by_their_keys(cls, data: Any) -> Any:
+        """A required section left out, which an empty one would not fill either, read as an
+        empty one: the refusal names the key it needs (``tokenizer: give tokenizer.vocab_size
+        ... or tokenizer.path``) where it had named the section alone ("missing key
+        'tokenizer'", a flag no command has). A section an empty one fills stays missing, and
+        so does every section beside an unknown key, which is named first."""
+        if not isinstance(data, dict) or not data.keys() <= cls.model_fields.keys():
+            return data
+        missing: dict[str, dict[str, Any]] = {
+            name: {}
+            for name, field in cls.model_fields.items()
+            if field.is_required()
+            and name not in data
+            and isinstance(field.annotation, type)
+            and issubclass(field.annotation, Settings)
+            and _refuses_empty(field.annotation)
+        }
+        return {**data, **missing} if missing else data
 
     @field_validator("*", mode="before")
     @classmethod

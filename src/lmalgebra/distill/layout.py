@@ -24,7 +24,6 @@ it wrote (``model_damage`` checks them: a student is read only when they match).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file
+from lmalgebra.core.settings import PLAIN_NAME, PLAIN_NAME_RULE
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
 from lmalgebra.distributed import is_main
 from lmalgebra.sources.model_files import CHECK_KEY, FILES_KEY, MARKER, model_damage
@@ -75,7 +75,6 @@ CARD = "README.md"  # in a model directory: its model card (evaluations add to i
 # what a stage writes before any output (the recipe's copy, memoised teacher hashes): a stage that
 # fails before producing anything in a run directory it created takes these back with it
 RUN_SCRATCH = (RECIPE, f"{HASHES}/*")
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 # the names of what the stages write at the top of a run: no student may take one
 RESERVED = (
     RECIPE,
@@ -190,10 +189,9 @@ def check_plain_name(name: str, what: str, where: str = "inside the run") -> str
     ``UserInputError`` naming ``what`` it is (and ``where`` the rule comes from). A run keeps a
     student, and a language's and a teacher's shard sets, in directories of their names: any
     other name would put them outside the run, or two sets in one directory."""
-    if not _PLAIN_NAME.fullmatch(name):
+    if not PLAIN_NAME.fullmatch(name):
         raise UserInputError(
-            f"{what} {name!r} must be one plain directory name {where} "
-            "(1 to 100 ASCII letters, digits, '.', '_', '-'; not starting with '.')"
+            f"{what} {name!r} must be one plain directory name {where} ({PLAIN_NAME_RULE})"
         )
     return name
 

@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import PathText, Settings, home_expanded
+from lmalgebra.core.settings import PLAIN_NAME, PLAIN_NAME_RULE, PathText, Settings, home_expanded
 from lmalgebra.core.text_files import absent, read_lines, read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
@@ -51,7 +51,7 @@ class CorpusSpec(Settings):
     )
 
 
-_LANGUAGE_ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,99})=(.+)$")  # a recipe code's length
+_LANGUAGE_ENTRY = re.compile(rf"^({PLAIN_NAME.pattern})=(.+)$")  # a recipe's language code
 
 
 def split_language(entry: str) -> tuple[str | None, str]:
@@ -80,10 +80,7 @@ def _not_a_language(entry: str) -> str:
     code, _, rest = entry.partition("=")
     if not code or _LANGUAGE_ENTRY.match(entry) or not home_expanded(Path(rest)).exists():
         return ""
-    return (
-        f" ({code!r} is no language code of LANG=PATH: 1 to 100 ASCII letters, digits, '_' or "
-        "'-', starting with a letter)"
-    )
+    return f" ({code!r} is no language code of LANG=PATH: {PLAIN_NAME_RULE})"
 
 
 def _txt(path: Path, doc_sep: DocSep) -> list[str]:

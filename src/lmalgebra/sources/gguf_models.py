@@ -266,14 +266,51 @@ def refuse_unwritable_part(part: Path) -> None:
         raise UserInputError(f"{err} (the run builds the model there)") from None
 
 
+SCRATCH_PREFIX = "lmalgebra-plan-"
+_SCRATCH: dict[int, Path] = {}  # pid -> the directory of this process's scratch directories
+
+
 def scratch() -> Path:
-    """A temporary directory of this process, removed when it ends."""
-    import atexit
+    """A temporary directory, inside this process's own (``lmalgebra-plan-PID-*``), which is
+    removed when the process ends; those of processes that ended without removing theirs (a
+    ``kill -9``, an ``os._exit``) are removed as the first is made. Each had been left in the
+    temporary directory for good by a process that did not end through Python's exit."""
+    import os
     import tempfile
 
-    made = Path(tempfile.mkdtemp(prefix="lmalgebra-plan-"))
-    atexit.register(shutil.rmtree, made, True)
-    return made
+    pid = os.getpid()
+    if pid not in _SCRATCH:  # a forked child makes its own: the parent removes the parent's
+        import atexit
+
+        _remove_orphans(Path(tempfile.gettempdir()))
+        _SCRATCH[pid] = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{pid}-"))
+        atexit.register(_remove_own, pid, _SCRATCH[pid])
+    return Path(tempfile.mkdtemp(dir=_SCRATCH[pid]))
+
+
+def _remove_own(pid: int, made: Path) -> None:
+    """Process ``pid``'s scratch directory ``made`` removed, at its exit (not at the exit of a
+    child forked from it)."""
+    import os
+
+    if os.getpid() == pid:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _remove_orphans(tmp: Path) -> None:
+    """Remove the scratch directories under ``tmp`` of processes no longer running."""
+    import os
+
+    for made in tmp.glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = made.name.removeprefix(SCRATCH_PREFIX).split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(made, ignore_errors=True)
+        except OSError:  # another user's process, running
+            continue
 
 
 def _described(file: Path, owner: str, made: Path) -> Path:

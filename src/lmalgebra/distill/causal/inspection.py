@@ -34,6 +34,14 @@ CAUSAL_COLUMNS = {
     "total B": "store_bytes_per_token",
 }
 
+# every key of a row, with its type (a run without rows yet has a DataFrame of these columns)
+CAUSAL_ROW = {
+    **{"language": "str", "teacher": "str", "examples": "int64", "written": "int64"},
+    **{"tokens": "int64", "top_k": "int64", "samples": "int64", "teach_complete": "bool"},
+    **{f"{part}_bytes_per_token": "float64" for part in CAUSAL_PARTS},
+    "store_bytes_per_token": "float64",
+}
+
 
 def _value_bytes(sets: list[tuple[ShardSet, str]]) -> dict[str, int]:
     """Bytes of the values of each column (list offsets left out) over the sets' shards (each
@@ -96,4 +104,4 @@ def causal_report(run_dir: Path) -> RunInspection:
     tokens = sum(int(r["tokens"]) for r in rows)
     summary = f"{len(rows)} (language, causal teacher) pairs, {examples} examples, {tokens} tokens"
     caption = "k: top-k; K: draws; B: bytes per teacher token (values; total: shard files)"
-    return RunInspection(run_dir, rows, CAUSAL_COLUMNS, summary, caption, None)
+    return RunInspection(run_dir, rows, CAUSAL_COLUMNS, summary, caption, None, CAUSAL_ROW)

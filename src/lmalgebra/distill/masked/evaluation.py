@@ -95,24 +95,28 @@ def _score(
     main: Predictions,
     training_top: np.ndarray,
     reference: np.ndarray,
+    unk_id: int | None,
 ) -> Score:
     """A ``Score`` from the top-k on the all-mask input (``main``) and the top-1 under the training
     masking (``training_top`` ``(n_masked, >=1)``), against the teacher's top-k ``reference``
-    ``(n_masked, k)`` on the all-mask input, all in the ids of ``copies``."""
+    ``(n_masked, k)`` on the all-mask input, all in the ids of ``copies``. A gold unknown token
+    (``unk_id``) counts as missed, as teacher selection counts it: a teacher that reads a
+    language as unknown tokens had scored high by predicting them, and RDT compared with it."""
     labels = copies.labels[_heldout_tokens(copies)]
     total = max(labels.size, 1)
+    known = labels if unk_id is None else np.where(labels == unk_id, -1, labels)
     overlap = (main.top[:, :, None] == reference[:, None, :]).any(2).sum() / reference.shape[1]
     loss = main.nll / total
     return Score(
         *ids,
         examples=int(copies.heldout.sum()),
         masked_tokens=int(labels.size),
-        accuracy=float(np.sum(main.top[:, 0] == labels)) / total,
+        accuracy=float(np.sum(main.top[:, 0] == known)) / total,
         loss=loss,
         perplexity=float(np.exp(loss)),
         top1_agreement=float(np.sum(main.top[:, 0] == reference[:, 0])) / total,
         topk_overlap=float(overlap) / total,
-        top1_training_masking=float(np.sum(training_top[:, 0] == labels)) / total,
+        top1_training_masking=float(np.sum(training_top[:, 0] == known)) / total,
     )
 
 
@@ -126,7 +130,8 @@ def teacher_score(
     pad_id, k = tokenizer.pad_token_id or 0, raw.topk_ids.shape[1]
     main = predict(model, copies, k, pad_id, batch_size, len(tokenizer))
     stored = raw.topk_ids[_heldout_tokens(raw)]
-    return _score((lang, teacher, teacher), raw, main, stored, main.top), main.top
+    score = _score((lang, teacher, teacher), raw, main, stored, main.top, tokenizer.unk_token_id)
+    return score, main.top
 
 
 @torch.inference_mode()
@@ -137,13 +142,14 @@ def student_score(
     mask_id: int,
     reference: np.ndarray,
     batch_size: int = 32,
+    unk_id: int | None = None,
 ) -> Score:
     """Student ``ids[2]``'s score on language ``ids[0]`` in teacher ``ids[1]``'s tokenisation
-    (``mapped`` to student ids; ``mask_id``: the teacher's mask token in student ids), against
-    the teacher's all-mask top-k ``reference`` in student ids."""
+    (``mapped`` to student ids; ``mask_id``, ``unk_id``: the teacher's mask and unknown tokens
+    in student ids), against the teacher's all-mask top-k ``reference`` in student ids."""
     main = predict(model, heldout_copies(mapped, mask_id), reference.shape[1], 0, batch_size)
     training = predict(model, heldout_copies(mapped, None), 1, 0, batch_size)
-    return _score(ids, mapped, main, training.top, reference)
+    return _score(ids, mapped, main, training.top, reference, unk_id)
 
 
 def _load_student(layout: RunLayout, name: str) -> Any:
@@ -180,9 +186,11 @@ def _pair_scores(
     mapping = vocab.maps[name]
     mapped = load_copies(run_dir, lang, name, vocab)
     mask_id = int(apply_map(np.array([tokenizer.mask_token_id]), mapping)[0])
+    unk = tokenizer.unk_token_id
+    unk_id = None if unk is None else int(apply_map(np.array([unk]), mapping)[0])
     in_student_ids = apply_map(reference, mapping)
     return [own] + [
-        student_score((lang, name, s), m, mapped, mask_id, in_student_ids, batch_size)
+        student_score((lang, name, s), m, mapped, mask_id, in_student_ids, batch_size, unk_id)
         for s, m in students.items()
     ]
 

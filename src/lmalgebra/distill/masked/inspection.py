@@ -21,6 +21,14 @@ MASKED_COLUMNS = {
 }
 
 
+# every key of a row, with its type (a run without rows yet has a DataFrame of these columns)
+MASKED_ROW = {
+    **{"language": "str", "teacher": "str", "examples": "int64", "masked_tokens": "int64"},
+    **{"top_k": "int64", "teach_complete": "bool", "topk_payload_bytes_per_masked_token": "int64"},
+    **{"topk_file_bytes_per_masked_token": "float64", "store_bytes_per_masked_token": "float64"},
+}
+
+
 def _masked_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     masked = inspected_set(layout.store(MASKED, lang, teacher), "prepare")
     topk = inspected_set(layout.store(TOPK, lang, teacher), "teach")
@@ -55,4 +63,4 @@ def masked_report(run_dir: Path) -> RunInspection:
     if vocab:
         summary += f", student vocabulary {vocab['union_size']} tokens"
         caption = f"union vocabulary: {vocab.get('union_size')} tokens"
-    return RunInspection(run_dir, rows, MASKED_COLUMNS, summary, caption, vocab)
+    return RunInspection(run_dir, rows, MASKED_COLUMNS, summary, caption, vocab, MASKED_ROW)

@@ -5,7 +5,7 @@ report. Each objective makes its own rows (``distill.masked.inspection``,
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,8 @@ class RunInspection:
         summary: one line (pairs, examples, tokens; the student vocabulary's size when built).
         caption: what the table's abbreviations mean ("" when none).
         vocab: the union vocabulary's report (masked runs, after ``merge vocab``), or None.
+        row_types: every key of a row and its pandas dtype: ``frame()``'s columns where there is
+            no row yet.
     """
 
     run_dir: Path
@@ -37,15 +39,16 @@ class RunInspection:
     summary: str
     caption: str
     vocab: dict[str, Any] | None
+    row_types: dict[str, str] = field(default_factory=dict)
 
     def frame(self) -> pd.DataFrame:
         """``pairs`` as a DataFrame indexed by (language, teacher)."""
         import pandas as pd
 
-        # a run without examples yet: no rows, the table's columns
-        frame = pd.DataFrame(
-            self.pairs or None, columns=None if self.pairs else self.columns.values()
-        ).set_index(["language", "teacher"])
+        # a run without examples yet: no rows, the columns and types of a row (they had been the
+        # printed table's alone, as objects: ``teach_complete`` was missing)
+        empty = {key: pd.Series(dtype=kind) for key, kind in self.row_types.items()}
+        frame = pd.DataFrame(self.pairs or empty).set_index(["language", "teacher"])
         # a figure not known yet (a pair not taught: None) is missing, its column numbers: an
         # object column of None had been neither summed nor plotted
         for name in frame.columns[frame.dtypes.map(pd.api.types.is_object_dtype)]:
@@ -55,7 +58,9 @@ class RunInspection:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``merge inspect --json``): the run directory as text."""
-        return {**asdict(self), "run_dir": str(self.run_dir)}
+        found = asdict(self)
+        del found["row_types"]
+        return {**found, "run_dir": str(self.run_dir)}
 
 
 def inspected_set(directory: Path, stage: str) -> ShardSet:

@@ -190,11 +190,17 @@ def _run(
 def _cut_short(
     err: ConstantModelError, config: DecomposeConfig, tokens: dict[str, TokenReport]
 ) -> ConstantModelError:
-    """``err``, naming ``--max_length`` where it cut every span of the model to the same few
-    tokens (a BERT span to its special tokens alone at 2), which the refusal had not said."""
+    """``err``, naming the maximum length that cut every span of the model to the same few
+    tokens (a BERT span to its special tokens alone at 2: ``--max_length``, or a
+    SentenceTransformer's own ``max_seq_length``), which the refusal had not said."""
     report = tokens.get(err.model)
-    if config.max_length is None or report is None or report.truncated < report.spans:
+    if report is None or report.truncated < report.spans:
         return err
+    if config.max_length is None:
+        cause = "a SentenceTransformer's max_seq_length, or the positions the model has"
+        return ConstantModelError(
+            f"{err}: every span of it was cut at its maximum length ({cause})"
+        )
     return ConstantModelError(
         f"{err}: every span of it was cut to its first {config.max_length} tokens (--max_length, "
         "special tokens included); raise --max_length"

@@ -233,6 +233,24 @@ class SentenceEncoder(_GivenObject):
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), report
 
 
+def _refuse_lost_in_float32(name: str, given: np.ndarray, single: np.ndarray) -> None:
+    """Refuse embeddings that vary as ``given`` but not in float32 (``single``), in which they
+    are kept and their products summed: values far from 0 beside their spread (``1e8 + x``
+    rounds to one value) or too small to square (``1e-30 * x``). They had been refused as a
+    model whose every embedding is the same, which the array given is not."""
+    spread = float(np.ptp(given, axis=0).max()) if len(given) > 1 else 0.0
+    size = np.mean(np.square(single, dtype=np.float64), axis=0)
+    kept = np.var(single, axis=0, dtype=np.float64) > np.finfo(np.float32).eps * size
+    kept &= np.var(single, axis=0, dtype=np.float32) > 0  # squares that underflow lose it too
+    if spread > 0 and not kept.any():
+        raise UserInputError(
+            f"model {name!r}: its embeddings vary (by up to {spread:.3g}) but not in float32, in "
+            "which they are kept (values far from 0 beside their spread, or too small to "
+            "square); centre and scale them first (subtract each column's mean, divide by its "
+            "standard deviation)"
+        )
+
+
 @dataclass
 class GivenArrays(_GivenObject):
     """Precomputed span embeddings ``(spans, dim)``: one row per span of the run, train then
@@ -268,6 +286,7 @@ class GivenArrays(_GivenObject):
                 f"model {self.name!r}: a value in row {row} is beyond float32's range "
                 f"(|x| > {np.finfo(np.float32).max:.3g}), in which embeddings are kept"
             )
+        _refuse_lost_in_float32(self.name, array, single)
         self.array = single
         self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
 
