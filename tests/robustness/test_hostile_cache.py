@@ -137,6 +137,26 @@ def test_the_dry_run_refuses_a_mined_maps_folder_the_run_cannot_write(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("blocker", ["file", "link to nothing"])
+def test_the_dry_run_refuses_a_runs_hashes_folder_the_stages_cannot_write(
+    blocker: str, teacher_dirs: dict[str, Path], tmp_path: Path, cli
+) -> None:
+    """A merge run's own ``.hashes/`` (the teachers' remembered hashes, which every stage
+    writes) a file or a link to nothing: the stages refuse it at their first write, naming it;
+    ``merge run --dry-run`` had planned the run."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    run = tmp_path / "run"
+    run.mkdir()
+    if blocker == "file":
+        (run / ".hashes").write_text("x\n", encoding="utf-8")
+    else:
+        (run / ".hashes").symlink_to(tmp_path / "gone")
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", "run", str(recipe), "--no-progress", *flags])
+        assert_one_line(code, stderr, [str(run / ".hashes")])
+    assert sorted(p.name for p in run.iterdir()) == [".hashes"]
+
+
 def test_a_write_refused_by_permissions_is_one_line(tmp_path: Path) -> None:
     """Root writes anywhere, so the refusal is raised by hand: a read-only cache directory or
     file system ends in one line naming the file."""
