@@ -178,6 +178,21 @@ def test_bad_teacher_text_is_refused_by_name(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_writer_that_teaches_no_language_is_named_by_the_writers_rule(
+    tmp_path: Path, causal_teacher_dirs
+) -> None:
+    """A teacher defined only to write a language's text (no language lists it) was refused as
+    ``defined but no language uses it``, though ``teacher_text`` uses it: the line names the
+    writer's own rule, a teacher of the language it writes for."""
+    path = _recipe(tmp_path, causal_teacher_dirs)
+    data = yaml.safe_load(path.read_text())
+    data["teachers"]["g2"] = {"path": str(causal_teacher_dirs["uni"])}
+    data["teacher_text"]["xx"]["teacher"] = "g2"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError, match=r"teacher_text\.xx\.teacher 'g2' is not a teacher of"):
+        load_recipe(path)
+
+
 def _held_out_prompt_refused(tmp_path: Path, teacher_dirs, language: str) -> tuple[Path, str]:
     """xx's 13th prompt is a held-out document of ``language``: the plan and ``prepare`` refuse
     it, naming the language, and write no teacher text. The recipe and that document."""

@@ -92,7 +92,8 @@ def test_a_cache_directory_below_the_root_in_the_way_is_one_line(
     part: str, blocker: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path, cli
 ) -> None:
     """The cache's own directories (``hashes/``, ``spans/``, ``embeddings/``) as a file or a
-    link to nothing: one line naming it, where a link had raised ``FileExistsError``."""
+    link to nothing: one line naming it, where a link had raised ``FileExistsError``; by the
+    dry run too, which had planned the run."""
     cache = tmp_path / "cache"
     cache.mkdir()
     if blocker == "file":
@@ -102,9 +103,58 @@ def test_a_cache_directory_below_the_root_in_the_way_is_one_line(
     args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
     args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
-    code, stderr = cli(args)
     said = "is a file, not a directory" if blocker == "file" else "which does not exist"
-    assert_one_line(code, stderr, [str(cache / part), said])
+    for flags in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *flags]), [str(cache / part), said])
+
+
+@pytest.mark.parametrize("blocker", ["file", "link to nothing"])
+def test_the_dry_run_refuses_a_mined_maps_folder_the_run_cannot_write(
+    blocker: str,
+    causal_teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A causal loss that reads MinED maps (``sampled``) with the cache's ``mined-maps/`` a
+    file or a link to nothing: training refuses it where it writes the first map; its dry run
+    (``merge run --dry-run``, ``merge train --dry-run``) had planned the run."""
+    from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if blocker == "file":
+        (cache / "mined-maps").write_text("x\n", encoding="utf-8")
+    else:
+        (cache / "mined-maps").symlink_to(tmp_path / "gone")
+    training = {"steps": 2, "objective_mix": {"sampled": 1.0}}
+    student = CAUSAL_STUDENT
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=student, training=training)
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    for command in ("run", "train"):
+        code, stderr = cli(["merge", command, str(recipe), "--dry-run"])
+        assert_one_line(code, stderr, [f"cache directory {cache / 'mined-maps'}"])
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("blocker", ["file", "link to nothing"])
+def test_the_dry_run_refuses_a_runs_hashes_folder_the_stages_cannot_write(
+    blocker: str, teacher_dirs: dict[str, Path], tmp_path: Path, cli
+) -> None:
+    """A merge run's own ``.hashes/`` (the teachers' remembered hashes, which every stage
+    writes) a file or a link to nothing: the stages refuse it at their first write, naming it;
+    ``merge run --dry-run`` had planned the run."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    run = tmp_path / "run"
+    run.mkdir()
+    if blocker == "file":
+        (run / ".hashes").write_text("x\n", encoding="utf-8")
+    else:
+        (run / ".hashes").symlink_to(tmp_path / "gone")
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", "run", str(recipe), "--no-progress", *flags])
+        assert_one_line(code, stderr, [str(run / ".hashes")])
+    assert sorted(p.name for p in run.iterdir()) == [".hashes"]
 
 
 def test_a_write_refused_by_permissions_is_one_line(tmp_path: Path) -> None:

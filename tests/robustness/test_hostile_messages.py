@@ -315,6 +315,11 @@ def test_bits_per_byte_refuses_a_name_given_twice_or_a_teachers_name_for_another
     assert_one_line(code, stderr, ["model names must be unique; repeated: a"])
     code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={uni}"])
     assert_one_line(code, stderr, ["model 'bl'", str(uni), "the run's teacher 'bl'", str(bl)])
+    student = run / "student" / "model"  # a saved student, as the run's layout finds one
+    shutil.copytree(bl, student)
+    (student / "lmalgebra.json").write_text("{}", encoding="utf-8")
+    code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"student={uni}"])
+    assert_one_line(code, stderr, ["model 'student'", str(uni), "the run's student 'student'"])
     assert not (run / "evaluation").exists()
     code, stderr = cli(["merge", "bits-per-byte", str(run), "--models", f"bl={bl}/"])
     assert code == 0, stderr

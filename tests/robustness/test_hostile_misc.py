@@ -151,6 +151,19 @@ def test_a_flag_of_yaml_reads_as_a_recipe_does() -> None:
     assert flag.convert("null") is None  # every teacher, over a recipe's list: not one named null
 
 
+def test_a_list_flag_takes_null_as_none() -> None:
+    """``--training.lambda_candidates null`` (a recipe's candidates dropped, to train one student
+    without them) was refused as no number, where ``--training.teachers null`` is none, as the
+    docs say of every flag's YAML value; a null inside a list is still no number."""
+    from lmalgebra.cli.merge import TRAINING_FLAGS
+
+    flag = next(f for f in TRAINING_FLAGS if f.key == "training.lambda_candidates")
+    assert flag.convert(["null"]) is None
+    assert flag.convert(["0.2,0.8"]) == [0.2, 0.8]
+    with pytest.raises(UserInputError, match="valid number"):
+        flag.convert(["0.2,null"])
+
+
 def test_remote_code_refusal_names_the_flag(
     tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
 ) -> None:

@@ -374,6 +374,29 @@ def test_other_settings_over_a_student_that_kept_no_checkpoint_are_refused(
     assert cli(["merge", "train", recipe, *more])[0] == 0
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_other_settings_over_a_student_whose_checkpoints_are_gone_name_why(
+    dry_run: bool, trained: Path, cli
+) -> None:
+    """A student trained with checkpoints kept (``keep_checkpoints`` 2) whose checkpoints are
+    gone (removed, or those of a run with ``lambda_candidates``, which trains elsewhere): other
+    settings are refused, and the line had said ``kept no checkpoint (training.keep_checkpoints
+    0)``, a setting the run never had. It names the directory that holds none."""
+    student = trained.parent / "run" / "student"
+    hidden = student / "checkpoints.hidden"
+    (student / "checkpoints").rename(hidden)
+    try:
+        before = digests(student)
+        flags = ["--training.lr", "0.01", "--no-progress", *(["--dry-run"] if dry_run else [])]
+        code, stderr = cli(["merge", "train", str(trained), *flags])
+        said = ["trained with other settings", f"{student / 'checkpoints'} holds none"]
+        assert_one_line(code, stderr, [*said, "--restart"])
+        assert "keep_checkpoints 0" not in stderr
+        assert digests(student) == before
+    finally:
+        hidden.rename(student / "checkpoints")
+
+
 def test_a_run_in_its_recipes_directory_keeps_the_users_recipe(
     tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch, cli
 ) -> None:

@@ -561,6 +561,61 @@ def test_a_candidates_checkpoint_or_best_weights_damaged_fail_verify(
     assert_one_line(code, stderr, [named, "damaged" if "checkpoint" in damaged else "best.json"])
 
 
+def test_a_best_record_edited_fails_verify_and_training_refuses_it_first(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """A ``best.json`` whose ``step`` was edited (its weights intact) passed ``merge verify``;
+    resuming training then refused it, after training every step. It carries a checksum of
+    itself now: verify names it, and training refuses it before any step."""
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    candidate = run / "student" / "lambda-0.8"
+    record = json.loads((candidate / "best" / "best.json").read_text(encoding="utf-8"))
+    record["step"] = 2 if record["step"] != 2 else 4
+    (candidate / "best" / "best.json").write_text(json.dumps(record), encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(candidate / "best"), "best.json"])
+    recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
+    checkpoints = sorted(p.name for p in (candidate / "checkpoints").iterdir())
+    code, stderr = cli(["merge", "train", str(recipe), "--training.steps", "6", "--no-progress"])
+    assert_one_line(code, stderr, [str(candidate / "best"), "--restart"])
+    assert sorted(p.name for p in (candidate / "checkpoints").iterdir()) == checkpoints
+
+
+def test_the_other_layouts_checkpoints_do_not_replace_a_student_trained_again(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """A student trained with ``lambda_candidates``, trained again with ``--restart`` without
+    them (its ``lambda-W/`` runs stay), then trained with the candidates again: the old
+    candidates' checkpoints had been resumed and their best had replaced the student saved by
+    the restart, unsaid. Refused now, naming the settings; the model is left as it was."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
+    import yaml
+
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    for key in ("lambda_candidates", "validation_every", "validation_fraction"):
+        del data["training"][key]
+    plain = tmp_path / "plain.yaml"  # the same student, no candidates
+    plain.write_text(yaml.safe_dump(data), encoding="utf-8")
+    code, stderr = cli(["merge", "train", str(plain), "--restart", "--no-progress"])
+    assert code == 0, stderr
+    model = run / "student" / "model" / "model.safetensors"
+    before = model.read_bytes()
+    for dry in ([], ["--dry-run"]):
+        code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *dry])
+        said = ["training.lambda_candidates None -> [0.2, 0.8]", "are not its own", "--restart"]
+        assert_one_line(code, stderr, said)
+    assert model.read_bytes() == before
+
+
 @pytest.mark.parametrize("kept", [True, False], ids=["checkpoints", "no_checkpoint"])
 @pytest.mark.parametrize("odd", ["directory", "fifo"])
 def test_a_training_log_that_is_no_file_fails_verify(

@@ -125,6 +125,8 @@ class ConfigFlag:
             return bool(given)
         if self.kind == "list":
             text = ",".join(given)
+            if text.strip() == "null" and type(None) in typing.get_args(self.field.annotation):
+                return None  # YAML's null, as a recipe reads it: none, over the recipe's list
             # a blank item of a list of paths (one a flag) is kept, to be refused as empty
             kept = not self.style.comma_separated
             items = [i.strip() for v in given for i in self._split(v) if i.strip() or kept]

@@ -21,6 +21,7 @@ from lmalgebra.distill.causal.student_init import refuse_init_inside
 from lmalgebra.distill.layout import (
     BEST,
     CHECKPOINTS,
+    HASHES,
     MODEL,
     RESERVED,
     SHARD_SETS,
@@ -51,6 +52,7 @@ from lmalgebra.storage.output_paths import (
     directory_kind,
     lock_holder,
     output_at,
+    refuse_unusable_cache_parts,
 )
 from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
@@ -340,8 +342,11 @@ def plan(
     (``Objective.missing_input``: a run never prepared, a store not taught, no vocabulary),
     inputs edited since ``prepare`` wrote from them (``Objective.refuse_edited_inputs``), and a
     device or precision this machine lacks: the recipe's ``device`` and ``dtype`` where teachers
-    would run, ``training.mixed_precision`` where a student would train."""
+    would run, ``training.mixed_precision`` where a student would train. The run's own
+    ``.hashes/`` (every stage remembers its teachers' hashes there) that is a file or a link to
+    nothing is refused as the stages refuse it."""
     objective = objective_of(recipe)
+    refuse_unusable_cache_parts(Path(recipe.output_dir), [HASHES])
     runnable = objective.runnable(stages)
     spec = training or recipe.training
     if student is not None and "train" in runnable:

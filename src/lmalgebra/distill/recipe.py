@@ -266,9 +266,10 @@ class MergeRecipe(Settings):
                         f"language {code!r} names teacher {name!r}, "
                         "which is not defined under `teachers`"
                     )
-        unused = sorted(
-            set(self.teachers) - {t for lang in self.languages.values() for t in lang.teachers}
-        )
+        used = {t for lang in self.languages.values() for t in lang.teachers}
+        # a causal recipe's writer of text is refused by its own rule (a teacher of its language)
+        writers = {s.teacher for s in getattr(self, "teacher_text", {}).values()}
+        unused = sorted(set(self.teachers) - used - writers)
         if unused:
             raise UserInputError(f"teacher {unused[0]!r} is defined but no language uses it")
         return self

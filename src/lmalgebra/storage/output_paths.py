@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,20 @@ def cache_directory(root: Path | None = None) -> Path:
         )
     check_directory(path, "cache directory ($LMALGEBRA_CACHE)" if named else "cache directory")
     return path
+
+
+def refuse_unusable_cache_parts(root: Path, parts: Iterable[str]) -> None:
+    """Refuse, for a dry run, each of the cache's own directories ``parts`` under ``root`` that
+    is a file, a FIFO or a link to nothing: nothing cached can be read there, so the run writes
+    there and refuses it (the dry run had passed it). One this user may not write is left to the
+    run, which reads what it holds."""
+    for part in parts:
+        path = root / part
+        if path.is_symlink() and not path.exists():
+            raise UserInputError(f"cache directory {path} {absent(path)} (the run writes there)")
+        if path.exists() and not path.is_dir():
+            why = not_a_directory(path)
+            raise UserInputError(f"cache directory {path} {why} (the run writes there)")
 
 
 def _check_creatable(path: Path, what: str) -> None:

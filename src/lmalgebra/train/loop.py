@@ -204,34 +204,52 @@ def refuse_other_training(
     none) once no checkpoint is left to resume from in any of the directories it trains in
     (``runs``: a student's, each of its ``lambda_candidates``'; ``keep_checkpoints`` 0):
     training would start again from step 0 and replace it, where a checkpoint of other settings
-    is refused. A setting one of them lacks (a record of an older release) is not compared."""
-    if any(checkpointed_step(r / "checkpoints") for r in runs):
-        return
+    is refused. Other ``lambda_candidates`` train in other directories, so the checkpoints there
+    (an earlier run's, kept by a ``--restart`` of the other layout) are not the saved model's:
+    refused whatever they hold (they had been resumed and replaced it). A setting one of them
+    lacks (a record of an older release) is not compared."""
+    runs = list(runs)
     changed = changed_training(recorded, spec)
-    if changed:
-        shown = "; ".join(f"training.{c}" for c in changed[:3])
-        raise UserInputError(
-            f"{where} was trained with other settings ({shown}) and kept no checkpoint "
-            f"(training.keep_checkpoints 0): training would replace it from step 0; {RESTART} "
-            "trains it again, or train another beside it (merge train --name, another pretrain "
-            "--out)"
-        )
+    moved = any(c.startswith("lambda_candidates ") for c in changed)
+    kept = any(checkpointed_step(r / "checkpoints") for r in runs)
+    if not changed or (kept and not moved):
+        return
+    shown = "; ".join(f"training.{c}" for c in changed[:3])
+    why = f"the checkpoints in {runs[0]} are not its own" if kept else no_checkpoint(recorded, runs)
+    raise UserInputError(
+        f"{where} was trained with other settings ({shown}) and {why}: training would replace "
+        f"it; {RESTART} trains it again, or train another beside it (merge train --name, "
+        "another pretrain --out)"
+    )
+
+
+def no_checkpoint(recorded: Any, runs: list[Path]) -> str:
+    """Why no checkpoint of ``runs`` is left to resume from, as a refusal says it: the saved
+    model's record (``recorded``) kept none, or the directories this training reads hold none
+    (checkpoints removed, or those of a run with or without ``lambda_candidates``)."""
+    kept = recorded.get("keep_checkpoints") if isinstance(recorded, dict) else None
+    if kept == 0 or not runs:
+        return "kept no checkpoint (training.keep_checkpoints 0)"
+    more = f" and {len(runs) - 1} more hold" if len(runs) > 1 else " holds"
+    return f"no checkpoint is left to resume from ({runs[0] / 'checkpoints'}{more} none)"
 
 
 def refuse_other_inputs_saved(
-    recorded: Any, current: dict[str, Any], runs: Iterable[Path], where: Path
+    recorded: Any, current: dict[str, Any], runs: Iterable[Path], where: Path, training: Any
 ) -> None:
     """Refuse to train over the model saved at ``where`` when it was made from other inputs
     than ``current`` (``recorded``: its record of them, None where it has none) once no
     checkpoint is left to resume from (``refuse_other_training``'s case): training would start
-    again from step 0 and replace it, with its text edited or its sizes changed, unsaid."""
+    again from step 0 and replace it, with its text edited or its sizes changed, unsaid.
+    ``training``: its record of its training settings (what ``no_checkpoint`` reads)."""
+    runs = list(runs)
     if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
         return
     changed = differences(recorded, current)
     if changed:
         raise UserInputError(
-            f"{where} was made from other inputs ({'; '.join(changed[:3])}) and kept no "
-            "checkpoint (training.keep_checkpoints 0): training would replace it from step 0; "
+            f"{where} was made from other inputs ({'; '.join(changed[:3])}) and "
+            f"{no_checkpoint(training, runs)}: training would replace it from step 0; "
             f"{RESTART} trains it again, or give another --out"
         )
 

@@ -5,8 +5,9 @@ score has not improved for ``patience`` checks.
 The score never reads the text a run is evaluated on afterwards: the caller builds it from a
 validation split carved out of the training examples (``distill.causal.student_data``). The best
 weights go to ``<run>/best/model.safetensors`` with ``best.json`` (step, score, the file's
-sha256); what the tracker knows is recorded in every checkpoint, so a resumed run goes on with
-the same best, the same count of checks without improvement, and stays stopped once stopped.
+sha256, and a checksum of itself); what the tracker knows is recorded in every checkpoint, so a
+resumed run goes on with the same best, the same count of checks without improvement, and stays
+stopped once stopped.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from typing import Any
 from safetensors.torch import load_model, save_model
 
 from lmalgebra.core.errors import RESTART, UserInputError
-from lmalgebra.core.fingerprint import sha256_file
+from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 BEST = "best"
+RECORD_SHA256 = "record_sha256"  # best.json's checksum of itself
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class ValidationTracker:
         self.best_step = int(saved.get("best_step", 0))
         self.misses = int(saved.get("misses", 0))
         self.stopped = bool(saved.get("stopped", False))
+        self._refuse_unrestorable()  # at the start: training to the end had ended refused
 
     def due(self, step: int, steps: int) -> bool:
         """Whether step ``step`` (counted from 1) is checked."""
@@ -96,20 +99,24 @@ class ValidationTracker:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_atomic(weights, lambda tmp: save_model(model, str(tmp)))
         record = {"step": step, "score": score, "sha256": sha256_file(weights)}
-        write_json_atomic(self.folder / "best.json", record)
+        write_json_atomic(self.folder / "best.json", sealed(record, RECORD_SHA256))
 
     def restore(self, model: Any) -> None:
         """Load the best weights into ``model`` (nothing when no check has run); refuses weights
         that are not the ones this run recorded as its best."""
-        if not self.best_step:
-            return
-        record = _intact_record(self.folder)
+        if self.best_step:
+            self._refuse_unrestorable()
+            load_model(model, str(self.folder / "model.safetensors"))
+
+    def _refuse_unrestorable(self) -> None:
+        """Refuse best weights, once a check has kept some, that are not those this run
+        recorded as its best (their record damaged or edited, another step's)."""
+        record = _intact_record(self.folder) if self.best_step else {"step": 0}
         if record is None or record.get("step") != self.best_step:
             raise UserInputError(
                 f"{self.folder}: the best validation weights (step {self.best_step}) are missing "
                 f"or not the ones this run recorded; train again with {RESTART}"
             )
-        load_model(model, str(self.folder / "model.safetensors"))
 
 
 def best_damage(out: Path) -> str | None:
@@ -120,17 +127,20 @@ def best_damage(out: Path) -> str | None:
         return None
     return (
         f"{folder}: the best validation weights are missing or not the ones their best.json "
-        f"records; train again with {RESTART}"
+        f"records, or best.json is damaged or edited since; train again with {RESTART}"
     )
 
 
 def _intact_record(folder: Path) -> dict[str, Any] | None:
-    """``folder``'s ``best.json`` when it reads and its weights are of the sha256 it records;
-    None otherwise."""
+    """``folder``'s ``best.json`` when it reads, matches its checksum (a record of an older
+    release has none) and its weights are of the sha256 it records; None otherwise (an edited
+    ``step`` had passed ``merge verify``, then training refused it)."""
     try:
         record = json.loads(read_record(folder / "best.json"))
+        if unseal(record, RECORD_SHA256) is False:
+            return None
         intact = record["sha256"] == sha256_file(folder / "model.safetensors")
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return record if intact else None
 

@@ -318,8 +318,8 @@ def _scored_rows(
 
 def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
     """Refuse two models of one name (their rows would be one model's), and a model named as a
-    teacher of the run that is not that teacher (its rows would be taken for the teacher's, in
-    RDT too)."""
+    teacher or a saved student of the run that is not that model (its rows would be taken for
+    the teacher's or the student's, in RDT too)."""
     names = [ref.name for ref in models]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
@@ -335,6 +335,14 @@ def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
                 f"model {ref.name!r} ({ref.path}) has the name of the run's teacher "
                 f"{ref.name!r} ({spec.path}), whose scores its rows would be taken for: name it "
                 "otherwise"
+            )
+    students = RunLayout(run_dir).saved_students()
+    for ref in models:
+        model = students.get(ref.name)
+        if model is not None and _resolved(ref) != str(model.resolve()):
+            raise UserInputError(
+                f"model {ref.name!r} ({ref.path}) has the name of the run's student {ref.name!r} "
+                f"({model}), whose scores its rows would be taken for: name it otherwise"
             )
 
 

@@ -25,6 +25,7 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.store_check import missing_set
 from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
 from lmalgebra.storage.lockfile import holding_lock
+from lmalgebra.storage.output_paths import cache_directory, refuse_unusable_cache_parts
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 
@@ -221,10 +222,15 @@ class CausalObjective(Objective):
         from lmalgebra.distill.causal.teacher_text import prompts_of, refuse_too_long
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
         from lmalgebra.distill.examples import heldout_examples
+        from lmalgebra.distill.vocab.mined_map import CACHE_SUBDIR as MINED_MAPS
+        from lmalgebra.train.cross_tokenizer.registry import needs_of
 
         spec = CausalTrainingSpec.model_validate(training.model_dump())
-        check_mix(self.recipe, spec.objective_mix or DEFAULT_MIX)  # in train's order
+        mix = spec.objective_mix or DEFAULT_MIX
+        check_mix(self.recipe, mix)  # in train's order
         self.recipe.check_training(spec)
+        if not spec.gold_only and "mined" in needs_of(k for k, w in mix.items() if w > 0):
+            refuse_unusable_cache_parts(cache_directory(), [MINED_MAPS])  # the maps go there
         for lang, text in self.recipe.teacher_text.items():  # prepare's refusals of its prompts
             prompts = prompts_of(self.recipe, lang, heldout_examples(self.recipe, lang))
             refuse_too_long(self.recipe, lang, self._writer(text.teacher), prompts)

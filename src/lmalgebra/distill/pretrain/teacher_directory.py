@@ -35,7 +35,8 @@ def refuse_other_made(out: Path, made_from: dict[str, Any], restart: bool) -> No
     left to tell: training would replace it from step 0."""
     if not restart:
         recorded = saved_training(out, "made_from")
-        refuse_other_inputs_saved(recorded, made_from, [out / "training"], out)
+        kept = saved_training(out)
+        refuse_other_inputs_saved(recorded, made_from, [out / "training"], out, kept)
 
 
 def warn_unread(owner: str, tokenizer: Any, texts: list[str], language: str) -> None:

@@ -40,6 +40,7 @@ from lmalgebra.storage.output_paths import (
     check_directory,
     claim_run_directory,
     refuse_inside_other_output,
+    refuse_unusable_cache_parts,
 )
 
 
@@ -207,14 +208,26 @@ def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | No
     write), and a finished run of this configuration on other documents or arrays (the
     corpus is read to check it anyway; an array is hashed in memory). The models' weights are
     not compared with a finished run's: that reads them. Its cache directory is checked as the
-    run checks it (a file, or no writable directory: the dry run had passed it)."""
+    run checks it (a file, or no writable directory: the dry run had passed it), and so are the
+    cache's directories the run writes into (``_cache_parts``)."""
     config = config.resolved()
     check_output_directory(config.out)
-    cache_directory(config.cache_dir)
+    refuse_unusable_cache_parts(cache_directory(config.cache_dir), _cache_parts(config))
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
         if inputs is not None or config.corpus.paths:  # a plan may be given no documents
             _check_inputs(config.out, _unread_inputs(config, inputs), overwrite)
+
+
+def _cache_parts(config: DecomposeConfig) -> list[str]:
+    """The cache's directories a run of ``config`` writes into: the remembered hashes of models
+    read from files, and where a model embeds here, the span plan and the embeddings."""
+    from lmalgebra.sources.kinds import KINDS
+
+    parts = ["hashes"] if any(m.kind != "memory" for m in config.models) else []
+    if any(KINDS[m.kind].cached for m in config.models):
+        parts += ["spans", "embeddings"]
+    return parts
 
 
 def _unread_inputs(config: DecomposeConfig, inputs: RunInputs | None) -> Inputs:
