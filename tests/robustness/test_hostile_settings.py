@@ -5,6 +5,7 @@ value it never used."""
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -782,6 +783,33 @@ def test_an_experimental_loss_warns_once_when_a_run_accepts_it(
     assert "ExperimentalWarning" not in before, done.stderr
     assert after.count("ExperimentalWarning: training.objective_mix: uld is") == 1, after
     assert "mined_kl" not in done.stderr
+
+
+def test_the_command_line_gives_a_python_warning_in_one_line(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """An experimental loss's warning under the command line read as two lines of Python's: our
+    source file and line, then ``return command(**values, ...)``, which a user cannot act on.
+    It is one line of the command's log, as its other warnings are."""
+    import subprocess
+    import sys
+
+    training = {"objective_mix": {"uld": 1}}
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, training=training)
+    done = subprocess.run(
+        [sys.executable, "-m", "lmalgebra", "merge", "run", str(recipe), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "LMALGEBRA_CACHE": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if "ExperimentalWarning" in ln]
+    assert lines == [
+        "WARNING py.warnings: ExperimentalWarning: training.objective_mix: uld is experimental: "
+        "its recorded evidence misses its target (lmalgebra.experimental.FEATURES says which "
+        "and why)"
+    ], done.stderr
+    assert "return command(" not in done.stderr and ".py:" not in done.stderr
 
 
 def test_random_copies_of_models_without_trained_weights_are_refused(

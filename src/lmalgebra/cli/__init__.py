@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 try:  # a Ctrl-C while the command line loads (a second of imports) ends as one later does
     import typer
@@ -58,7 +59,23 @@ def _run() -> object:
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     command = placed_on_processes(read_paths(typer.main.get_command(app)))
-    return command(standalone_mode=False)
+    with warnings.catch_warnings():  # the caller's (a test's) way of showing them given back
+        warnings.showwarning = _warning_line
+        return command(standalone_mode=False)
+
+
+def _warning_line(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """A Python warning as one line of the command's log, as its other warnings read: its kind
+    and text, not the source file and line of ours that raised it (two lines a user cannot act
+    on, ``ExperimentalWarning`` under ``return command(...)``)."""
+    logging.getLogger("py.warnings").warning("%s: %s", category.__name__, message)
 
 
 def _check_environment() -> None:
