@@ -49,9 +49,11 @@ def test_a_dry_run_writes_nothing_and_prints_the_plan(
 ) -> None:
     before = files(tmp_path)
     args = ["merge", command[0], str(recipe), *command[1:], "--dry-run"]
-    code, err = run_cli(args, monkeypatch, capsys)
+    code, out, err = _cli(args, monkeypatch, capsys)
     assert code == 0, err
     assert files(tmp_path) == before
+    # every stage has its estimate: no note of the causal student that has none
+    assert "causal student" not in " ".join(out.split()), out
 
 
 def test_counts_and_store_bytes_are_what_prepare_and_teach_make(recipe: Path) -> None:

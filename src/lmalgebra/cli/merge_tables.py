@@ -66,15 +66,17 @@ def plan_tables(plan: Any, run_dir: Path, stages: list[str]) -> list[Table]:
         times.add_column(column, justify="right" if column == "seconds" else "left")
     from lmalgebra.distill.run.dry_run import PLAN_STAGES
 
+    unknown = False
     for stage in [s for s in PLAN_STAGES if f"{s}_s" in totals]:  # the objective's stages
         how = "its work, timed here in memory" if stage in ("prepare", "vocab") else "FLOPs model"
         runs = "runs" if stage in stages else ""
         seconds = totals[f"{stage}_s"]
-        shown = "-" if math.isnan(seconds) else f"{seconds:,.2f}"
-        times.add_row(stage, shown, runs, how)
+        unknown = unknown or math.isnan(seconds)
+        times.add_row(stage, "-" if math.isnan(seconds) else f"{seconds:,.2f}", runs, how)
     times.caption = (
         "FLOPs model: FLOPs over a matmul rate probed on this machine, plus per-layer overhead "
         "and model loading (docs/merge/index.md: dry runs). File writes and process start-up "
-        "not counted; '-': no estimate (a causal student without a tokenizer)."
+        "not counted"
+        + ("; '-': no estimate (a causal student without a tokenizer)." if unknown else ".")
     )
     return [counts, times]
