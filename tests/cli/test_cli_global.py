@@ -231,3 +231,22 @@ def test_help_names_values_as_the_recipe_flags_do(
         assert shown not in out, (shown, out)
     rows = [line for line in out.splitlines() if "--help" in line]
     assert rows and "Show this message" in rows[0] and "bool" not in rows[0].lower()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["report", "run", "--widht", "3"], "No such option: --widht"),
+        (["merge", "bits-per-byte", "run", "--context", "true"], "'--context': Input should be"),
+        (["merge", "verify"], "Missing argument"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args, needle: str
+) -> None:
+    """click's usage errors (a flag no command has, a value of another type) were three lines
+    (the usage, where the help is, then the error) where every other refusal is one."""
+    code, _, err = run(monkeypatch, capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: ") and needle in lines[0] and lines[0].endswith(" -h)")

@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import Any, NoReturn, TextIO
 
 try:  # a Ctrl-C while the command line loads (a second of imports) ends as one later does
     import typer
@@ -139,8 +139,10 @@ def run_command(call: Callable[[], object]) -> None:
         if isinstance(err, click.ClickException) or (
             hasattr(err, "show") and hasattr(err, "exit_code")
         ):
-            err.show()
-            sys.exit(2)
+            if type(err).__name__ == "NoArgsIsHelpError":  # a group alone: its help
+                err.show()
+                sys.exit(2)
+            _fail("error", _usage_line(err), 2)
         from lmalgebra.storage.disk_space import system_refusal
 
         # a write not wrapped by ``disk_space.naming_file`` (a full disk, a refused
@@ -153,6 +155,15 @@ def run_command(call: Callable[[], object]) -> None:
         _interrupted()
     if isinstance(status, int) and not isinstance(status, bool) and status:
         sys.exit(status)
+
+
+def _usage_line(err: Any) -> str:
+    """A usage error (a flag no command has, a value of another type, an argument missing) in
+    click's words, as one line naming where the help is, as every other refusal reads (click
+    writes three: the usage, where the help is, then the error)."""
+    text = err.format_message()
+    ctx = getattr(err, "ctx", None)
+    return text if ctx is None else f"{text} (help: {ctx.command_path} -h)"
 
 
 def _fail(label: str, text: str, status: int) -> NoReturn:
