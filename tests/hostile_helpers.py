@@ -136,3 +136,13 @@ def deadline(seconds: int) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def blocked(path: Path, blocker: str) -> Path:
+    """``path`` (a directory a command writes in) made a ``"file"`` or a ``"link to nothing"``
+    (a link to a path beside it that does not exist)."""
+    if blocker == "file":
+        path.write_text("x\n", encoding="utf-8")
+    else:
+        path.symlink_to(path.with_name(f"{path.name}-gone"))
+    return path

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from hostile_helpers import assert_one_line
+from hostile_helpers import assert_one_line, blocked
 from lmalgebra import UserInputError
 from lmalgebra.distill.vocab.mined_map import mined_map
 from merge_fixtures import write_recipe
@@ -96,10 +96,7 @@ def test_a_cache_directory_below_the_root_in_the_way_is_one_line(
     dry run too, which had planned the run."""
     cache = tmp_path / "cache"
     cache.mkdir()
-    if blocker == "file":
-        (cache / part).write_text("x\n", encoding="utf-8")
-    else:
-        (cache / part).symlink_to(tmp_path / "gone")
+    blocked(cache / part, blocker)
     args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
     args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
@@ -123,10 +120,7 @@ def test_the_dry_run_refuses_a_mined_maps_folder_the_run_cannot_write(
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    if blocker == "file":
-        (cache / "mined-maps").write_text("x\n", encoding="utf-8")
-    else:
-        (cache / "mined-maps").symlink_to(tmp_path / "gone")
+    blocked(cache / "mined-maps", blocker)
     training = {"steps": 2, "objective_mix": {"sampled": 1.0}}
     student = CAUSAL_STUDENT
     recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=student, training=training)
@@ -147,10 +141,7 @@ def test_the_dry_run_refuses_a_runs_hashes_folder_the_stages_cannot_write(
     recipe = write_recipe(tmp_path, teacher_dirs)
     run = tmp_path / "run"
     run.mkdir()
-    if blocker == "file":
-        (run / ".hashes").write_text("x\n", encoding="utf-8")
-    else:
-        (run / ".hashes").symlink_to(tmp_path / "gone")
+    blocked(run / ".hashes", blocker)
     for flags in (["--dry-run"], []):
         code, stderr = cli(["merge", "run", str(recipe), "--no-progress", *flags])
         assert_one_line(code, stderr, [str(run / ".hashes")])
@@ -280,10 +271,7 @@ def test_the_dry_run_refuses_a_gguf_folder_the_run_cannot_build_into(
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    if blocker == "file":
-        (cache / "gguf").write_text("x\n", encoding="utf-8")
-    else:
-        (cache / "gguf").symlink_to(tmp_path / "gone")
+    blocked(cache / "gguf", blocker)
     path = write_llama_gguf(*tiny_llama(), tmp_path / "tiny-llama.gguf")
     args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={gpt2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]

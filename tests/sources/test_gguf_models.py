@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from gguf_fixtures import tiny_llama, write_llama_gguf
-from hostile_helpers import assert_one_line, run_cli
+from hostile_helpers import assert_one_line, blocked, run_cli
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.sources import gguf_models, packaged
 from lmalgebra.sources.kinds import source_of
@@ -406,10 +406,7 @@ def test_a_gguf_cache_directory_in_the_way_is_one_line(
     blocker: str, source, cache: Path, tmp_path: Path
 ) -> None:
     cache.mkdir()
-    if blocker == "file":
-        (cache / "gguf").write_text("x\n", encoding="utf-8")
-    else:
-        (cache / "gguf").symlink_to(tmp_path / "gone")
+    blocked(cache / "gguf", blocker)
     with pytest.raises(UserInputError, match=f"{cache / 'gguf'} (is a file|is a symbolic link)"):
         ModelRef.parse(f"gguf:{source[2]}").source.resolve()
 
