@@ -250,3 +250,15 @@ def test_a_usage_error_is_one_line_naming_the_help(
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith("error: ") and needle in lines[0] and lines[0].endswith(" -h)")
+
+
+@pytest.mark.parametrize("command", [["decompose"], ["pretrain", "masked"], ["evaluate-pos"]])
+def test_help_piped_cuts_no_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """``--help`` piped (rich takes 80 columns where its output is no terminal) cut flags and
+    their values with an ellipsis (``--trust-remote-c…``, ``[NAME=][random:…``)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, _ = run(monkeypatch, capsys, *command, "-h")
+    assert code == 0 and "…" not in out, out
+    assert "--trust-remote-code" in out or command != ["decompose"]

@@ -9,11 +9,12 @@ one. ``main`` turns errors into one line and an exit status.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -59,9 +60,29 @@ def _run() -> object:
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
     command = placed_on_processes(read_paths(typer.main.get_command(app)))
-    with warnings.catch_warnings():  # the caller's (a test's) way of showing them given back
+    with warnings.catch_warnings(), _help_piped_whole():  # the caller's settings given back
         warnings.showwarning = _warning_line
         return command(standalone_mode=False)
+
+
+HELP_PIPED_WIDTH = 160  # columns of --help piped: every flag's name and value whole
+
+
+@contextlib.contextmanager
+def _help_piped_whole() -> Iterator[None]:
+    """``--help`` piped or written to a file as wide as its flags' names and values: rich takes
+    80 columns where its output is no terminal, and typer's tables cut what did not fit with an
+    ellipsis (``--trust-remote-c…``, ``[NAME=][random:…``). A width the user set (``COLUMNS``,
+    typer's ``TERMINAL_WIDTH``) is kept, and so is a terminal's."""
+    import typer.rich_utils as help_tables
+
+    kept = help_tables.MAX_WIDTH
+    if kept is None and not os.environ.get("COLUMNS") and not sys.stdout.isatty():
+        help_tables.MAX_WIDTH = HELP_PIPED_WIDTH
+    try:
+        yield
+    finally:
+        help_tables.MAX_WIDTH = kept
 
 
 def _warning_line(
