@@ -187,7 +187,7 @@ def test_a_selection_of_other_inputs_is_not_replaced_without_overwrite(
     before = digests(out)
 
     code, err = run_cli([*base, "--seed", "3"], monkeypatch, capsys)
-    assert_one_line(code, err, [str(out), "finished teacher selection", "settings differ"])
+    assert_one_line(code, err, [str(out), "finished teacher selection", "(settings.seed differs)"])
     corpus = tmp_path / "xx.txt"
     corpus.write_text("\n".join(documents(160, seed=22)) + "\n", encoding="utf-8")
     code, err = run_cli(base, monkeypatch, capsys)

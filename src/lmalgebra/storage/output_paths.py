@@ -397,6 +397,21 @@ def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) 
             folder.rmdir()
 
 
+def _changed(
+    recorded: Mapping[str, Any], identity: Mapping[str, Any], within: str = ""
+) -> list[str]:
+    """The keys whose values differ between two identities, named down to the settings that
+    differ (``settings.alpha``, not ``settings``)."""
+    changed = []
+    for key in sorted(recorded.keys() | identity.keys()):
+        old, new = recorded.get(key), identity.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            changed += _changed(old, new, f"{within}{key}.")
+        elif old != new:
+            changed.append(f"{within}{key}")
+    return changed
+
+
 def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:
     """Refuse ``--overwrite`` of a directory that holds anything a run of ``what`` does not
     write, or a symbolic link where it writes a file, or a file of the run in a folder this
@@ -479,14 +494,13 @@ def claim_run_directory(
         )
     if recorded is None:
         raise UserInputError(f"{directory} is not empty and holds no {what}; {hint}")
-    changed = sorted(
-        k for k in recorded.keys() | identity.keys() if recorded.get(k) != identity.get(k)
-    )
+    changed = _changed(recorded, identity)
     if changed:
         state = "a finished" if finished else "an unfinished"
+        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more" if changed[4:] else "")
         raise UserInputError(
             f"{directory} holds {state} {what} of another configuration "
-            f"({', '.join(changed)} differ); {hint}"
+            f"({shown} {'differ' if len(changed) > 1 else 'differs'}); {hint}"
         )
     # the same run, resumed or computed again, writes there: nothing in the way of a file
     _refuse_odd(directory, what, mine)
