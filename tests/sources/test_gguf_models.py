@@ -10,6 +10,7 @@ import importlib
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -546,13 +547,21 @@ def test_scratch_directories_of_ended_processes_are_removed(
     monkeypatch.setattr(gguf_models, "_SCRATCH", {})
     dead = tmp_path / "lmalgebra-plan-4194305-x"  # above Linux's largest pid_max: no process
     (dead / "y").mkdir(parents=True)
+    hours_ago = time.time() - 2 * 3600
+    os.utime(dead, (hours_ago, hours_ago))
+    # made in the last hour: kept (its process may be one this one cannot see)
+    young = tmp_path / "lmalgebra-plan-4194306-x"
+    young.mkdir()
     alive = tmp_path / f"lmalgebra-plan-{os.getppid()}-x"
     alive.mkdir()
+    os.utime(alive, (hours_ago, hours_ago))
     other = tmp_path / "lmalgebra-plan-older"
     other.mkdir()
     first, second = gguf_models.scratch(), gguf_models.scratch()
-    assert not dead.exists() and alive.is_dir() and other.is_dir()
+    assert not dead.exists() and alive.is_dir() and other.is_dir() and young.is_dir()
     assert first.parent == second.parent != first and first.is_dir() and second.is_dir()
     assert first.parent.name.startswith(f"lmalgebra-plan-{os.getpid()}-")
     gguf_models._remove_own(os.getpid(), first.parent)
     assert not first.parent.exists()
+    third = gguf_models.scratch()  # its own removed meanwhile (by another): made again
+    assert third.is_dir() and third.parent.name.startswith(f"lmalgebra-plan-{os.getpid()}-")

@@ -11,6 +11,7 @@ land in ``$LMALGEBRA_CACHE/gguf/<stem>-<sha256[:16]>``, published whole by a ren
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from collections import Counter
@@ -279,7 +280,9 @@ def scratch() -> Path:
     import tempfile
 
     pid = os.getpid()
-    if pid not in _SCRATCH:  # a forked child makes its own: the parent removes the parent's
+    # a forked child makes its own (the parent removes the parent's); one removed meanwhile
+    # (by a process of another PID namespace sharing the temporary directory) is made again
+    if pid not in _SCRATCH or not _SCRATCH[pid].is_dir():
         import atexit
 
         _remove_orphans(Path(tempfile.gettempdir()))
@@ -297,14 +300,23 @@ def _remove_own(pid: int, made: Path) -> None:
         shutil.rmtree(made, ignore_errors=True)
 
 
+ORPHAN_AGE_S = 3600  # a scratch directory younger is kept (its process may be another host's)
+
+
 def _remove_orphans(tmp: Path) -> None:
-    """Remove the scratch directories under ``tmp`` of processes no longer running."""
+    """Remove the scratch directories under ``tmp`` of processes no longer running, an hour old
+    at least (a process whose pid this one cannot see, in another PID namespace sharing the
+    temporary directory, is taken for gone: its directory is made again when it is missing)."""
     import os
+    import time
 
     for made in tmp.glob(f"{SCRATCH_PREFIX}*-*"):
         pid = made.name.removeprefix(SCRATCH_PREFIX).split("-")[0]
         if not pid.isdigit() or int(pid) == os.getpid():
             continue
+        with contextlib.suppress(OSError):
+            if time.time() - made.stat().st_mtime < ORPHAN_AGE_S:
+                continue
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
