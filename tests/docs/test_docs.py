@@ -142,6 +142,25 @@ def test_every_flag_the_documentation_shows_exists() -> None:
     assert not missing, "\n".join(sorted(set(missing)))
 
 
+# flags of other tools that the pages name in backticks: pip, torchrun, accelerate, the scripts
+OTHER_TOOLS = {"--no-deps", "--node-rank", "--num_processes", "--model", "--corpus", "--steps"}
+OTHER_TOOLS |= {"--scale", "--tag", "--loaded", "--no-bf16"}
+
+
+def test_every_flag_named_in_backticks_exists() -> None:
+    """A flag the README or a page names in backticks (`--scale.method`, outside a command
+    line) is some command's: scale.md had named `--method`, which no command takes."""
+    every = set().union(*_command_options().values()) | OTHER_TOOLS
+    flag = re.compile(r"`(--[a-z][A-Za-z0-9_.-]*[A-Za-z0-9_])")
+    missing = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for name in flag.findall(path.read_text(encoding="utf-8"))
+        if name not in every and not name.endswith(".KEY")  # --scale.KEY: a placeholder
+    ]
+    assert not missing, "\n".join(missing)
+
+
 def _rendered_results():
     """``docs/hooks/rendered_results.py``, imported by path (docs/ is no package)."""
     import importlib.util
