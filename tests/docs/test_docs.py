@@ -241,3 +241,28 @@ def test_recorded_results_are_strict_json() -> None:
                 json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
             except ValueError as err:
                 raise AssertionError(f"{path.relative_to(ROOT)}: {err}") from None
+
+
+def test_the_outputs_table_names_every_file_a_decomposition_writes() -> None:
+    """docs/lmd/results.md's Outputs table covers every name a run owns (``schema.OWNED``):
+    ``provenance.json`` and ``reduction.csv`` had been left out."""
+    from fnmatch import fnmatch
+
+    from lmalgebra.lmd.rundir.schema import OWNED
+
+    page = (ROOT / "docs" / "lmd" / "results.md").read_text(encoding="utf-8")
+    cells = re.findall(r"^\| (`.*?) \|", page.split("## Outputs", 1)[1].split("\n## ")[0], re.M)
+    patterns = []
+    for cell in cells:
+        for name in re.findall(r"`([^`]+)`", cell):
+            alternatives = re.search(r"\{(\w+(?:,\w+)+)\}", name)
+            names = (
+                [name]
+                if not alternatives
+                else [
+                    name.replace(alternatives.group(0), a) for a in alternatives.group(1).split(",")
+                ]
+            )
+            patterns += [re.sub(r"\{\w+\}", "*", n) for n in names]
+    missing = [name for name in OWNED if not any(fnmatch(name, p) for p in patterns)]
+    assert not missing, missing
