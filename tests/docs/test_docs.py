@@ -159,6 +159,11 @@ def test_every_flag_named_in_backticks_exists() -> None:
         if name not in every and not name.endswith(".KEY")  # --scale.KEY: a placeholder
     ]
     assert not missing, "\n".join(missing)
+    # every boolean option is a switch: `--study.similarity false` (scale.md) reads `false` as
+    # the recipe
+    valued = re.compile(r"`--[a-z][A-Za-z0-9_.-]* (?:true|false)\b")
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert not [hit for path in texts for hit in valued.findall(path.read_text(encoding="utf-8"))]
 
 
 def _rendered_results():
