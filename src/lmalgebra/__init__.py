@@ -51,8 +51,9 @@ _EXPORTS = {
 # names that moved to lmalgebra.experimental: their evidence misses its targets
 _EXPERIMENTAL = ("select_teachers", "TeacherSelection")
 # reachable as attributes without their own import: `lmalgebra.api.pretrain.pretrain(spec)`,
-# `lmalgebra.experimental.select_teachers` (which the refusal below names)
-_SUBPACKAGES = ("api", "experimental")
+# `lmalgebra.experimental.select_teachers` (which the refusal below names),
+# `lmalgebra.demo.workflow.run_demo(out)`
+_SUBPACKAGES = ("api", "experimental", "demo")
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 

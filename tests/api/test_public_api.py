@@ -220,14 +220,16 @@ def test_importing_experimental_warns_once_and_the_command_line_stays_silent() -
 def test_the_documented_spellings_reach_their_modules_after_import_lmalgebra() -> None:
     """``lmalgebra.api.pretrain.pretrain`` (the API reference's spelling) and
     ``lmalgebra.experimental.select_teachers`` (which ``lmalgebra.select_teachers``'s refusal
-    names) had raised ``AttributeError`` after ``import lmalgebra`` alone."""
+    names) had raised ``AttributeError`` after ``import lmalgebra`` alone, and so had
+    ``lmalgebra.demo.workflow.run_demo`` (docs/getting-started.md's)."""
     import subprocess
     import sys
 
     code = (
         "import lmalgebra; print(lmalgebra.api.pretrain.pretrain.__name__,"
-        " lmalgebra.experimental.select_teachers.__name__, hasattr(lmalgebra.api, 'nothing'))"
+        " lmalgebra.experimental.select_teachers.__name__, hasattr(lmalgebra.api, 'nothing'),"
+        " lmalgebra.demo.workflow.run_demo.__name__, hasattr(lmalgebra.demo, 'nothing'))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["pretrain", "select_teachers", "False"]
+    assert done.stdout.split() == ["pretrain", "select_teachers", "False", "run_demo", "False"]

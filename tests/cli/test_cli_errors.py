@@ -354,6 +354,12 @@ CASES: dict[str, Case] = {
         ],
         ["folds", "9"],
     ),
+    # a switch given a value (docs/scale.md had `--study.similarity false`): `false` is read as
+    # the recipe, which had been "recipe false does not exist" alone
+    "switch_given_a_value": lambda fx, tmp: (
+        [*fx.models(), "--corpus.paths", str(fx.corpus), "--study.similarity", "false"],
+        ["recipe false does not exist", "a switch takes no value", "--no-FLAG"],
+    ),
 }
 
 # the ones also run as a real `python -m lmalgebra` subprocess (about 5 s each: most of them

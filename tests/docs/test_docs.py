@@ -142,6 +142,30 @@ def test_every_flag_the_documentation_shows_exists() -> None:
     assert not missing, "\n".join(sorted(set(missing)))
 
 
+# flags of other tools that the pages name in backticks: pip, torchrun, accelerate, the scripts
+OTHER_TOOLS = {"--no-deps", "--node-rank", "--num_processes", "--model", "--corpus", "--steps"}
+OTHER_TOOLS |= {"--scale", "--tag", "--loaded", "--no-bf16"}
+
+
+def test_every_flag_named_in_backticks_exists() -> None:
+    """A flag the README or a page names in backticks (`--scale.method`, outside a command
+    line) is some command's: scale.md had named `--method`, which no command takes."""
+    every = set().union(*_command_options().values()) | OTHER_TOOLS
+    flag = re.compile(r"`(--[a-z][A-Za-z0-9_.-]*[A-Za-z0-9_])")
+    missing = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+        for name in flag.findall(path.read_text(encoding="utf-8"))
+        if name not in every and not name.endswith(".KEY")  # --scale.KEY: a placeholder
+    ]
+    assert not missing, "\n".join(missing)
+    # every boolean option is a switch: `--study.similarity false` (scale.md) reads `false` as
+    # the recipe
+    valued = re.compile(r"`--[a-z][A-Za-z0-9_.-]* (?:true|false)\b")
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    assert not [hit for path in texts for hit in valued.findall(path.read_text(encoding="utf-8"))]
+
+
 def _rendered_results():
     """``docs/hooks/rendered_results.py``, imported by path (docs/ is no package)."""
     import importlib.util
@@ -222,3 +246,28 @@ def test_recorded_results_are_strict_json() -> None:
                 json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
             except ValueError as err:
                 raise AssertionError(f"{path.relative_to(ROOT)}: {err}") from None
+
+
+def test_the_outputs_table_names_every_file_a_decomposition_writes() -> None:
+    """docs/lmd/results.md's Outputs table covers every name a run owns (``schema.OWNED``):
+    ``provenance.json`` and ``reduction.csv`` had been left out."""
+    from fnmatch import fnmatch
+
+    from lmalgebra.lmd.rundir.schema import OWNED
+
+    page = (ROOT / "docs" / "lmd" / "results.md").read_text(encoding="utf-8")
+    cells = re.findall(r"^\| (`.*?) \|", page.split("## Outputs", 1)[1].split("\n## ")[0], re.M)
+    patterns = []
+    for cell in cells:
+        for name in re.findall(r"`([^`]+)`", cell):
+            alternatives = re.search(r"\{(\w+(?:,\w+)+)\}", name)
+            names = (
+                [name]
+                if not alternatives
+                else [
+                    name.replace(alternatives.group(0), a) for a in alternatives.group(1).split(",")
+                ]
+            )
+            patterns += [re.sub(r"\{\w+\}", "*", n) for n in names]
+    missing = [name for name in OWNED if not any(fnmatch(name, p) for p in patterns)]
+    assert not missing, missing

@@ -574,7 +574,10 @@ def test_precomputed_files_alone_cut_by_a_tokenizer_directory_embed_nothing(
     out = tmp_path / "run"
     code, err = cli(["decompose", *models, *flags, "--out", str(out)])
     assert code == 0, err
-    assert json.loads((out / "summary.json").read_text())["models"] == ["a", "b"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["models"] == ["a", "b"]
+    # nothing tokenised them: no figure, where 0.0 tokens per span had been reported
+    assert summary["tokens_per_span"] == summary["truncated_spans"] == {"a": None, "b": None}
     table = (out / "pairwise_r2_test.csv").read_text().splitlines()
     assert float(table[2].split(",")[1]) > 0.95  # b from a
 

@@ -207,6 +207,18 @@ def test_reduced_run_records_its_method_and_k(tmp_path: Path, bert_dir: Path) ->
     assert "reduced (float64): a k 8" in page and "estimated error" in page
 
 
+def test_a_need_just_above_the_memory_is_told_apart_from_it(tmp_path: Path, bert_dir: Path) -> None:
+    """Held to the plan's floor, a run needs a little more than it: the refusal had read
+    "needs 0.6 GiB ... but 0.6 GiB are available" (both to one decimal)."""
+    models = {"a": str(bert_dir), "b": f"random:{bert_dir}"}
+    with pytest.raises(UserInputError) as refused:
+        lmalgebra.decompose(
+            models, documents(20), scale={"memory_gib": OVERHEAD / GIB}, out=tmp_path / "run"
+        )
+    assert "needs 0.6 GiB" not in str(refused.value)
+    assert "but 0.600 GiB are available" in str(refused.value)
+
+
 def test_sketch_without_components_is_refused() -> None:
     with pytest.raises(UserInputError, match=r"sketch method needs scale\.components"):
         lmalgebra.decompose_plan({"a": np.zeros((3, 2))}, scale={"method": "sketch"})

@@ -186,3 +186,20 @@ def test_singular_basis_is_refused_and_small_samples_warn(caplog: pytest.LogCapt
     assert "basis [b] is ill-conditioned" in caplog.text
     # named for a Python caller (LinearDecomposition's alpha) as for the command line's
     assert "consider a larger alpha (--alpha on the command line)" in caplog.text
+
+
+def test_the_interpolation_warning_counts_the_widest_basis_a_group_fit_uses(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The group fits share one inverse over every model's columns, but each fit's basis is the
+    others: 8 spans of widths 2, 3 and 4 (9 columns) interpolate no fit (the widest basis, b+c,
+    has 7), and 6 spans do, named by that basis (the whole system had been named)."""
+    blocks = layout(["a", "b", "c"], [2, 3, 4])
+    rng = np.random.default_rng(0)
+    for n, warned in ((8, False), (6, True)):
+        m = SecondMoments(blocks)
+        m.update(rng.normal(size=(n, 9)))
+        caplog.clear()
+        Decomposer(blocks, {"train": SplitMoments.of(m)}, 1.0).leave_one_out()
+        assert ("basis [b+c] has dimension 7 but only 6 training spans" in caplog.text) is warned
+        assert "a+b+c" not in caplog.text

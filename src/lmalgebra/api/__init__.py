@@ -12,12 +12,18 @@ import importlib
 from types import ModuleType
 
 
+def submodule(package: str, name: str) -> ModuleType:
+    """Module ``name`` of ``package``, imported on first use, for a package's ``__getattr__``;
+    AttributeError where there is none."""
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as err:
+        if err.name != f"{package}.{name}":
+            raise
+        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+
 def __getattr__(name: str) -> ModuleType:
     """A module of the API as an attribute without its own import (``lmalgebra.api.pretrain``,
     as the documentation spells its calls), imported on first use."""
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as err:
-        if err.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    return submodule(__name__, name)

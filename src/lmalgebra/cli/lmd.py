@@ -154,11 +154,12 @@ def _group_table(result: Any) -> Table:
     view.add_column("tokens/span", justify="right")
     view.add_column("truncated", justify="right")
     for target, r2 in summary["group_r2"].items():
+        tokens = summary["tokens_per_span"][target]  # None: span embeddings given, not tokens
         view.add_row(
             target,
             *(_figure(r2[s]) for s in SPLITS),
-            f"{summary['tokens_per_span'][target]:.1f}",
-            str(summary["truncated_spans"][target]),
+            "-" if tokens is None else f"{tokens:.1f}",
+            str(summary["truncated_spans"][target] if tokens is not None else "-"),
         )
     means = [summary["group_dependency"][s] for s in SPLITS]
     view.add_row(bold("mean (group dependency)"), *(bold(_figure(m)) for m in means), "", "")

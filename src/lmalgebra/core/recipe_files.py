@@ -64,6 +64,11 @@ def shipped_recipes() -> list[str]:
 def recipe_path(path: Path | str) -> Path:
     """``path``, or for ``recipe:NAME`` the shipped recipe of that name (from any directory)."""
     text = str(path)
+    if text.lower() in ("true", "false") and not Path(text).exists():  # `--figures false`
+        raise UserInputError(
+            f"recipe {text} does not exist: a switch takes no value (--FLAG or --no-FLAG, not "
+            f"--FLAG {text}), so {text!r} was read as the recipe"
+        )
     if not text.startswith(RECIPE_PREFIX):
         return Path(path)
     from importlib.resources import files

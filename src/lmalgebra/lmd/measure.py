@@ -207,8 +207,7 @@ def measure(
         model = pool.models[source.model]
         held = model.rows(texts, hashes["spans_order"])
         if held is not None:  # vectors of these spans (a file, an array), checked against them
-            caches += [held[split] for split in SPLITS]
-            tokens[source.model] = TokenReport(0.0, 0, sum(len(t) for t in texts.values()))
+            caches += [held[split] for split in SPLITS]  # tokenised by none: no TokenReport
         elif model.cached:
             caches += _cached(pool, source, texts, hashes, tokens, label)
         else:  # a Python object: embedded in memory, not cached

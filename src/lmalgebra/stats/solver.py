@@ -225,9 +225,13 @@ class Decomposer:
         for name in (target, *basis):
             self.block(name)
 
-    def _check_factor(self, ok: bool, diag: np.ndarray, basis: Sequence[str]) -> None:
+    def _check_factor(
+        self, ok: bool, diag: np.ndarray, basis: Sequence[str], fitted: Sequence[str] = ()
+    ) -> None:
         """Fail naming the basis when its system is not SPD; warn when it is ill-conditioned
-        (condition estimated from the Cholesky diagonal ``diag``) or when spans are few."""
+        (condition estimated from the Cholesky diagonal ``diag``) or when spans are few for the
+        widest basis a fit uses, ``fitted`` (default: ``basis`` itself; the leave-one-out
+        system's is every model but the narrowest)."""
         label = "+".join(basis)
         if not ok:
             raise SingularBasisError.of(label)
@@ -239,10 +243,12 @@ class Decomposer:
                 label,
                 condition,
             )
-        if self.train.n < diag.size:
+        fitted = fitted or basis
+        dimension = sum(self.block(name).basis_dim for name in fitted)
+        if self.train.n < dimension:
             _warn_once(
-                f"basis [{label}] has dimension {diag.size} but only {self.train.n} training "
-                "spans: the fit can interpolate, trust held-out R^2 only"
+                f"basis [{'+'.join(fitted)}] has dimension {dimension} but only {self.train.n} "
+                "training spans: the fit can interpolate, trust held-out R^2 only"
             )
 
     def _cholesky(self, matrix: np.ndarray, basis: Sequence[str]) -> np.ndarray:
@@ -336,7 +342,9 @@ class Decomposer:
         system = np.array(cov) if not tails.size else cov[np.ix_(heads, heads)]
         system[np.diag_indices(heads.size)] += self.penalty[heads].astype(system.dtype)
         inverse, diag = spd_inverse(system)
-        self._check_factor(inverse is not None, diag, names)
+        narrowest = min(self.blocks, key=lambda b: b.basis_dim).name
+        widest = [n for n in names if n != narrowest]  # the basis of the narrowest's fit
+        self._check_factor(inverse is not None, diag, names, widest)
         assert inverse is not None  # _check_factor raised otherwise
         carried = inverse @ cov[np.ix_(heads, tails)] if tails.size else None  # P C_{:, tails}
         edges = np.cumsum([0, *(b.basis_dim for b in self.blocks)])

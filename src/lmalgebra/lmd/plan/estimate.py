@@ -398,6 +398,15 @@ def largest_k(plan: Plan, method: str, precision: str, probes: int) -> int | Non
     return best
 
 
+def _apart(need: float, available: float) -> tuple[str, str]:
+    """Two sizes in GiB to one decimal, or as many more (up to 3) as tell them apart: a need
+    just above what is available is not "needs 0.6 GiB but 0.6 GiB are available"."""
+    places = 1
+    while places < 3 and f"{need:.{places}f}" == f"{available:.{places}f}":
+        places += 1
+    return f"{need:.{places}f}", f"{available:.{places}f}"
+
+
 def check_plan(plan: Plan, probes: int) -> None:
     """Refuse a run whose chosen method does not fit, in one line naming what would."""
     from lmalgebra.core.errors import UserInputError
@@ -416,10 +425,11 @@ def check_plan(plan: Plan, probes: int) -> None:
             break
     what = f"the {method} method" + (f" at k = {k}" if k else "") + f" with {precision} statistics"
     layout = plan.layout
+    need, available = _apart(plan.peak(plan.chosen) / GIB, plan.available / GIB)
     raise UserInputError(
-        f"decompose: {what} needs {plan.peak(plan.chosen) / GIB:.1f} GiB at its peak "
+        f"decompose: {what} needs {need} GiB at its peak "
         f"({len(layout.widths)} models, D = {layout.dim:,} columns, {layout.rows:,} spans) but "
-        f"{plan.available / GIB:.1f} GiB are available; use "
+        f"{available} GiB are available; use "
         + (" or ".join(remedies) if remedies else "fewer or narrower models")
         + " (lmalgebra decompose --dry-run shows the plan; --scale.memory_gib sets the memory)"
     )

@@ -54,6 +54,7 @@ def summary(result: RunResult) -> dict[str, Any]:
     names = result.names
     off_diagonal = ~np.eye(len(names), dtype=bool)
     group = {f.target: f.r2 for f in result.group}
+    reports = [(n, result.tokens.get(n)) for n in names]
     return plain(
         {  # as summary.json holds it: an R^2 that could not be computed is None
             "status": "complete",
@@ -62,8 +63,9 @@ def summary(result: RunResult) -> dict[str, Any]:
             "group_dependency": {s: float(np.mean([g[s] for g in group.values()])) for s in SPLITS},
             "group_r2": group,
             "mean_pairwise_r2": {s: float(result.pairwise[s][off_diagonal].mean()) for s in SPLITS},
-            "tokens_per_span": {n: round(r.mean_tokens, 3) for n, r in result.tokens.items()},
-            "truncated_spans": {n: r.truncated for n, r in result.tokens.items()},
+            # None: a model given as its span embeddings, which nothing here tokenised
+            "tokens_per_span": {n: round(r.mean_tokens, 3) if r else None for n, r in reports},
+            "truncated_spans": {n: r.truncated if r else None for n, r in reports},
             "single_fit": None
             if result.single is None
             else {

@@ -136,12 +136,11 @@ def _run(
     spill = plan is not None and not config.scale.reduced and plan.spilled[config.scale.precision]
     with _scratch(config, spill) as directory:
         main = measure(pool, docs, config.spans, sources, parts, study.train_sizes, spill=directory)
-    for name in pool.names:
-        report = main.tokens[name]
+    tokens = {n: main.tokens[n] for n in pool.names if n in main.tokens}  # arrays: none
+    for name, report in tokens.items():
         log.info(
             "%s: %.1f tokens per span, %d truncated", name, report.mean_tokens, report.truncated
         )
-    tokens = {n: main.tokens[n] for n in pool.names}
     timings["measure"] = time.perf_counter() - clock
     if on_measured is not None:
         on_measured(main)
