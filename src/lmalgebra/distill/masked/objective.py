@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.text_files import not_a_directory
-from lmalgebra.distill.layout import EVALUATION_MD, MASKED, RDT_FILE, RUN_SCRATCH, TOPK, is_complete
+from lmalgebra.distill.layout import (
+    EVALUATION_MD,
+    MASKED,
+    RDT_FILE,
+    RUN_SCRATCH,
+    TOPK,
+    RunLayout,
+    is_complete,
+)
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import ACCURACY_PLOT, SCORES, Score
@@ -24,6 +32,7 @@ from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
+from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
@@ -61,6 +70,19 @@ def _vocab_problem(stamp: CompletionStamp) -> str | None:
     return None
 
 
+def masked_inputs(recipe: MaskedRecipe) -> dict[str, Any]:
+    """What a masked student's checkpoints record of its inputs, none read from weights: the
+    recipe's data settings and the store's keys, the vocabulary's record (once built) and the
+    embedding initialisation."""
+    from lmalgebra.core.fingerprint import sha256_file
+    from lmalgebra.distill.vocab.union import META_FILE
+
+    meta = RunLayout(recipe.output_dir).vocab / META_FILE
+    vocabulary = {"vocabulary": sha256_file(meta)} if meta.is_file() else {}
+    inputs = student_inputs(recipe, TOPK)
+    return {**inputs, **vocabulary, "init_embeddings": recipe.student.init_embeddings}
+
+
 class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
@@ -76,6 +98,11 @@ class MaskedObjective(Objective):
 
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
+
+    def recorded_inputs(self) -> dict[str, Any]:
+        """The base's, and the vocabulary and embedding initialisation a masked student's
+        checkpoints record (a dry run had planned resuming one seeded otherwise)."""
+        return masked_inputs(self.recipe)
 
     def copies_key(self) -> dict[str, Any]:
         masking = self.recipe.masking.model_dump(mode="json")

@@ -8,19 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core import plugins
-from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import (
-    TOPK,
     RunLayout,
     saved_steps,
     saved_training,
     write_model_directory,
 )
+from lmalgebra.distill.masked.objective import masked_inputs
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.model_card import student_card
-from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
 from lmalgebra.train.config import TrainingSpec
@@ -70,11 +68,7 @@ def train_masked_student(
     size = recipe.student.vocab_size or len(vocab.tokens)
     plugins.announce(plugins.EMBEDDING_INITS, [recipe.student.init_embeddings])
     model = build_masked_lm(recipe.student, size, pad_id=0, seed=spec.seed)
-    inputs = {
-        **student_inputs(recipe, TOPK),
-        "vocabulary": sha256_file(layout.vocab / META_FILE),
-        "init_embeddings": recipe.student.init_embeddings,
-    }
+    inputs = masked_inputs(recipe)
     seeding: dict[str, Any] | None = None
     if init is not None:  # an entry point (core.plugins)
         seeding = init(model, recipe, vocab)
