@@ -18,7 +18,6 @@ from lmalgebra.distill.layout import (
     RDT_FILE,
     RUN_SCRATCH,
     TOPK,
-    RunLayout,
     is_complete,
 )
 from lmalgebra.distill.masked.inspection import masked_report
@@ -32,7 +31,6 @@ from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
 from lmalgebra.distill.run.inspection import RunInspection
-from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Inference, Teacher, dtype_key
 from lmalgebra.distributed import main_rank_only
 from lmalgebra.storage.completion import CompletionStamp
@@ -70,19 +68,6 @@ def _vocab_problem(stamp: CompletionStamp) -> str | None:
     return None
 
 
-def masked_inputs(recipe: MaskedRecipe) -> dict[str, Any]:
-    """What a masked student's checkpoints record of its inputs, none read from weights: the
-    recipe's data settings and the store's keys, the vocabulary's record (once built) and the
-    embedding initialisation."""
-    from lmalgebra.core.fingerprint import sha256_file
-    from lmalgebra.distill.vocab.union import META_FILE
-
-    meta = RunLayout(recipe.output_dir).vocab / META_FILE
-    vocabulary = {"vocabulary": sha256_file(meta)} if meta.is_file() else {}
-    inputs = student_inputs(recipe, TOPK)
-    return {**inputs, **vocabulary, "init_embeddings": recipe.student.init_embeddings}
-
-
 class MaskedObjective(Objective):
     """The stages of a masked recipe."""
 
@@ -102,6 +87,8 @@ class MaskedObjective(Objective):
     def recorded_inputs(self) -> dict[str, Any]:
         """The base's, and the vocabulary and embedding initialisation a masked student's
         checkpoints record (a dry run had planned resuming one seeded otherwise)."""
+        from lmalgebra.distill.masked.training import masked_inputs
+
         return masked_inputs(self.recipe)
 
     def copies_key(self) -> dict[str, Any]:

@@ -8,17 +8,19 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core import plugins
+from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import (
+    TOPK,
     RunLayout,
     saved_steps,
     saved_training,
     write_model_directory,
 )
-from lmalgebra.distill.masked.objective import masked_inputs
 from lmalgebra.distill.masked.student_data import StoreBatches
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.model_card import student_card
+from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
 from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, UnionVocab
 from lmalgebra.train.config import TrainingSpec
@@ -30,6 +32,16 @@ from lmalgebra.train.loop import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def masked_inputs(recipe: MaskedRecipe) -> dict[str, Any]:
+    """What a masked student's checkpoints record of its inputs, none read from weights: the
+    recipe's data settings and the store's keys, the vocabulary's record (once built) and the
+    embedding initialisation."""
+    meta = RunLayout(recipe.output_dir).vocab / META_FILE
+    vocabulary = {"vocabulary": sha256_file(meta)} if meta.is_file() else {}
+    inputs = student_inputs(recipe, TOPK)
+    return {**inputs, **vocabulary, "init_embeddings": recipe.student.init_embeddings}
 
 
 def train_masked_student(
