@@ -4,6 +4,7 @@ steps than a student has (``steps: 0``: the model as it starts) is refused, nami
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -307,14 +308,15 @@ def test_a_checkpoint_of_other_data_is_refused_by_the_dry_run_too(
     [
         ("init_embeddings", "teachers", "the embedding initialisation changed"),
         ("vocabulary", "0" * 64, "the student vocabulary changed"),
+        ("model", {"hidden_size": 48}, "the model configuration changed"),
     ],
 )
-def test_a_checkpoint_of_another_vocabulary_or_seeding_is_refused_by_the_dry_run_too(
-    tmp_path: Path, teacher_dirs: dict[str, Path], cli, part: str, value: str, named: str
+def test_a_checkpoint_of_another_vocabulary_seeding_or_size_is_refused_by_the_dry_run_too(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli, part: str, value: Any, named: str
 ) -> None:
-    """A masked student's checkpoint recorded under another union vocabulary or embedding
-    initialisation (a student seeded from its teachers, resumed by a recipe of random ones):
-    resuming refused it, while the dry run had planned the run."""
+    """A masked student's checkpoint recorded under another union vocabulary, embedding
+    initialisation (a student seeded from its teachers, resumed by a recipe of random ones) or
+    size: resuming refused it, while the dry run had planned the run."""
     import json
 
     from lmalgebra.train.checkpoint import STATE_SUM, _state_sum
@@ -325,7 +327,8 @@ def test_a_checkpoint_of_another_vocabulary_or_seeding_is_refused_by_the_dry_run
     student = tmp_path / "run" / "student"
     state_path = sorted((student / "checkpoints").glob("step-*"))[-1] / "state.json"
     state = json.loads(state_path.read_text())
-    state["fingerprint"][part] = value
+    recorded = state["fingerprint"]
+    recorded[part] = {**recorded[part], **value} if isinstance(value, dict) else value
     state[STATE_SUM] = _state_sum(state)  # as a run of that part wrote it: intact
     state_path.write_text(json.dumps(state))
     before = digests(student)

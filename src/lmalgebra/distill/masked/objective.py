@@ -85,11 +85,11 @@ class MaskedObjective(Objective):
         return open_teachers(self.recipe)
 
     def recorded_inputs(self) -> dict[str, Any]:
-        """The base's, and the vocabulary and embedding initialisation a masked student's
-        checkpoints record (a dry run had planned resuming one seeded otherwise)."""
-        from lmalgebra.distill.masked.training import masked_inputs
+        """The base's, and the vocabulary, embedding initialisation and model configuration a
+        masked student's checkpoints record (a dry run had planned resuming one of others)."""
+        from lmalgebra.distill.masked.training import masked_inputs, planned_model
 
-        return masked_inputs(self.recipe)
+        return {**masked_inputs(self.recipe), **planned_model(self.recipe)}
 
     def copies_key(self) -> dict[str, Any]:
         masking = self.recipe.masking.model_dump(mode="json")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core import plugins
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import (
     TOPK,
@@ -17,7 +18,7 @@ from lmalgebra.distill.layout import (
     write_model_directory,
 )
 from lmalgebra.distill.masked.student_data import StoreBatches
-from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.masked.student_model import build_masked_lm, masked_config
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.model_card import student_card
 from lmalgebra.distill.student import student_inputs
@@ -30,6 +31,7 @@ from lmalgebra.train.loop import (
     release_checkpoints,
     train,
 )
+from lmalgebra.train.run_fingerprint import config_part
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,17 @@ def masked_inputs(recipe: MaskedRecipe) -> dict[str, Any]:
     vocabulary = {"vocabulary": sha256_file(meta)} if meta.is_file() else {}
     inputs = student_inputs(recipe, TOPK)
     return {**inputs, **vocabulary, "init_embeddings": recipe.student.init_embeddings}
+
+
+def planned_model(recipe: MaskedRecipe) -> dict[str, Any]:
+    """The ``model`` part of a masked student's checkpoints, from the recipe and the union
+    vocabulary without weights (what a dry run compares); none before the vocabulary is built,
+    or where it does not load (the stages name it)."""
+    try:
+        vocab = len(UnionVocab.load(RunLayout(recipe.output_dir).vocab).tokens)
+    except UserInputError:
+        return {}
+    return {"model": config_part(masked_config(recipe.student, recipe.student.vocab_size or vocab))}
 
 
 def train_masked_student(
