@@ -86,6 +86,10 @@ def test_inspect_reports_counts_bytes_and_overlap(run_dir: Path, cli) -> None:
     assert list(frame.index.names) == ["language", "teacher"]
     assert int(frame.loc[("xx", "wp"), "examples"]) == found.pairs[0]["examples"] > 0
     assert found.summary.startswith("3 (language, teacher) pairs")
+    # the table shows the vocabulary overlap the documentation promises, not the JSON alone
+    shown = cli("merge", "inspect", str(run_dir)).stdout
+    shared = vocab["overlap"][0]
+    assert f"tokens shared: {shared['a']}/{shared['b']} {shared['shared']}" in shown
 
 
 def test_student_tokenizer_loads_with_auto_tokenizer(run_dir: Path) -> None:

@@ -126,7 +126,7 @@ def test_every_flag_the_documentation_shows_exists() -> None:
     messages: the command takes that flag (a flag lost in a merge, or renamed, is caught)."""
     options = _command_options()
     texts = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "src").rglob("*.py")]
-    pattern = re.compile(r"lmalgebra ((?:merge |pretrain )?[a-z][a-z-]*)([^`\n]*)")
+    pattern = re.compile(r"lmalgebra ((?:merge |pretrain |experimental )?[a-z][a-z-]*)([^`\n]*)")
     missing = []
     for path in texts:
         for match in pattern.finditer(path.read_text(encoding="utf-8")):
@@ -271,3 +271,27 @@ def test_the_outputs_table_names_every_file_a_decomposition_writes() -> None:
             patterns += [re.sub(r"\{\w+\}", "*", n) for n in names]
     missing = [name for name in OWNED if not any(fnmatch(name, p) for p in patterns)]
     assert not missing, missing
+
+
+def test_the_development_page_names_every_test_folder() -> None:
+    """docs/development.md's map of the tests names each folder of them (``experimental/`` had
+    been left out)."""
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    text = text[text.index("Tests mirror the package") :].split("\n\n")[0]
+    folders = [p.name for p in (ROOT / "tests").iterdir() if any(p.glob("test_*.py"))]
+    assert len(folders) > 10
+    assert [f for f in sorted(folders) if f"{f}/`" not in text] == []
+
+
+def test_the_python_api_page_names_every_experimental_feature() -> None:
+    """The Python API page's list of experimental features holds each of them: every
+    experimental loss of lmalgebra's own (``prefix_all_kl`` had been left out)."""
+    from lmalgebra.core import plugins
+
+    text = (ROOT / "docs" / "python-api.md").read_text(encoding="utf-8")
+    listed = text[text.index("**Experimental**") :]
+    group = plugins.declared(plugins.CAUSAL_LOSSES)
+    ours = [n for n, point in group.items() if point.value.startswith("lmalgebra.experimental.")]
+    assert ours
+    for name in [*ours, "select_teachers", "init_embeddings: teachers"]:
+        assert f"`{name}`" in listed or f"`student.{name}`" in listed, name

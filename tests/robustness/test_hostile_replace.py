@@ -4,6 +4,7 @@ steps than a student has (``steps: 0``: the model as it starts) is refused, nami
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -299,6 +300,43 @@ def test_a_checkpoint_of_other_data_is_refused_by_the_dry_run_too(
             ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress", *dry]
         )
         assert_one_line(code, stderr, [str(state_path.parent), "the teacher store changed"])
+        assert digests(student) == before
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "named"),
+    [
+        ("init_embeddings", "teachers", "the embedding initialisation changed"),
+        ("vocabulary", "0" * 64, "the student vocabulary changed"),
+        ("model", {"hidden_size": 48}, "the model configuration changed"),
+    ],
+)
+def test_a_checkpoint_of_another_vocabulary_seeding_or_size_is_refused_by_the_dry_run_too(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli, part: str, value: Any, named: str
+) -> None:
+    """A masked student's checkpoint recorded under another union vocabulary, embedding
+    initialisation (a student seeded from its teachers, resumed by a recipe of random ones) or
+    size: resuming refused it, while the dry run had planned the run."""
+    import json
+
+    from lmalgebra.train.checkpoint import STATE_SUM, _state_sum
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    code, err = cli(["merge", "train", str(recipe), "--training.steps", "3", "--no-progress"])
+    assert code == 0, err
+    student = tmp_path / "run" / "student"
+    state_path = sorted((student / "checkpoints").glob("step-*"))[-1] / "state.json"
+    state = json.loads(state_path.read_text())
+    recorded = state["fingerprint"]
+    recorded[part] = {**recorded[part], **value} if isinstance(value, dict) else value
+    state[STATE_SUM] = _state_sum(state)  # as a run of that part wrote it: intact
+    state_path.write_text(json.dumps(state))
+    before = digests(student)
+    for dry in (["--dry-run"], []):
+        code, stderr = cli(
+            ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress", *dry]
+        )
+        assert_one_line(code, stderr, [str(state_path.parent), named])
         assert digests(student) == before
 
 

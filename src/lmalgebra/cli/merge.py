@@ -61,7 +61,7 @@ def merge_init(
     path: Annotated[Path, typer.Argument(help="Where to write the recipe.")] = Path("merge.yaml"),
     force: Annotated[bool, typer.Option(help="Replace an existing file.")] = False,
 ) -> None:
-    """Write a commented starter recipe (every key with its default and meaning).
+    """Write a commented starter recipe (every section, its main keys with their defaults).
 
     Example: lmalgebra merge init merge.yaml && lmalgebra merge run merge.yaml
     """

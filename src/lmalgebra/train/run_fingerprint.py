@@ -45,7 +45,12 @@ def as_json(value: Any) -> Any:
 
 def model_part(model: Any) -> dict[str, Any]:
     """The model's configuration (Hugging Face ``config``), without loader bookkeeping."""
-    config = model.config.to_dict()
+    return config_part(model.config)
+
+
+def config_part(config: Any) -> dict[str, Any]:
+    """:func:`model_part` of a configuration alone (a dry run builds no model)."""
+    config = config.to_dict()
     return {
         k: v
         for k, v in sorted(config.items())

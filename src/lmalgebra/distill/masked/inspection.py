@@ -49,6 +49,12 @@ def _masked_row(layout: RunLayout, lang: str, teacher: str) -> dict[str, Any]:
     }
 
 
+def _overlap(vocab: dict[str, Any]) -> str:
+    """The tokens each pair of teachers shares, as the table's caption shows them."""
+    pairs = [f"{p['a']}/{p['b']} {p['shared']}" for p in vocab.get("overlap", [])]
+    return f"; tokens shared: {', '.join(pairs)}" if pairs else ""
+
+
 def masked_report(run_dir: Path) -> RunInspection:
     """A masked run: per (language, teacher) its examples, masked tokens, top-k and bytes per
     masked token of the top-k files and of the whole store; the vocabulary's report."""
@@ -62,5 +68,5 @@ def masked_report(run_dir: Path) -> RunInspection:
     caption = ""
     if vocab:
         summary += f", student vocabulary {vocab['union_size']} tokens"
-        caption = f"union vocabulary: {vocab.get('union_size')} tokens"
+        caption = f"union vocabulary: {vocab.get('union_size')} tokens" + _overlap(vocab)
     return RunInspection(run_dir, rows, MASKED_COLUMNS, summary, caption, vocab, MASKED_ROW)

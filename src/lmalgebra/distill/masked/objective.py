@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.text_files import not_a_directory
-from lmalgebra.distill.layout import EVALUATION_MD, MASKED, RDT_FILE, RUN_SCRATCH, TOPK, is_complete
+from lmalgebra.distill.layout import (
+    EVALUATION_MD,
+    MASKED,
+    RDT_FILE,
+    RUN_SCRATCH,
+    TOPK,
+    is_complete,
+)
 from lmalgebra.distill.masked.inspection import masked_report
 from lmalgebra.distill.masked.plan import plan_vocab, zero_topk
 from lmalgebra.distill.masked.scores import ACCURACY_PLOT, SCORES, Score
@@ -76,6 +83,13 @@ class MaskedObjective(Objective):
 
     def open_teachers(self) -> dict[str, Teacher]:
         return open_teachers(self.recipe)
+
+    def recorded_inputs(self) -> dict[str, Any]:
+        """The base's, and the vocabulary, embedding initialisation and model configuration a
+        masked student's checkpoints record (a dry run had planned resuming one of others)."""
+        from lmalgebra.distill.masked.training import masked_inputs, planned_model
+
+        return {**masked_inputs(self.recipe), **planned_model(self.recipe)}
 
     def copies_key(self) -> dict[str, Any]:
         masking = self.recipe.masking.model_dump(mode="json")

@@ -14,10 +14,22 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
     """A freshly initialised ``BertForMaskedLM`` (or ``AlbertForMaskedLM`` when the embedding is
     factorised) over ``vocab_size`` tokens."""
     import torch
-    from transformers import BertConfig, BertForMaskedLM  # ALBERT's module only where used
+    from transformers import BertForMaskedLM  # ALBERT's module only where used
 
     refuse_beyond_memory(spec, vocab_size)
     torch.manual_seed(seed)
+    config = masked_config(spec, vocab_size, pad_id)
+    if config.model_type == "bert":
+        return BertForMaskedLM(config)
+    from transformers import AlbertForMaskedLM
+
+    return AlbertForMaskedLM(config)
+
+
+def masked_config(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0) -> Any:
+    """The configuration :func:`build_masked_lm` builds its model from (no weights made)."""
+    from transformers import BertConfig
+
     common: dict[str, Any] = {
         "vocab_size": vocab_size,
         "hidden_size": spec.hidden_size,
@@ -30,10 +42,10 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
         "pad_token_id": pad_id,
     }
     if spec.embedding_size is None or spec.embedding_size == spec.hidden_size:
-        return BertForMaskedLM(BertConfig(**common))
-    from transformers import AlbertConfig, AlbertForMaskedLM
+        return BertConfig(**common)
+    from transformers import AlbertConfig
 
-    config = AlbertConfig(
+    return AlbertConfig(
         **common,
         embedding_size=spec.embedding_size,
         num_hidden_groups=spec.num_layers,
@@ -41,4 +53,3 @@ def build_masked_lm(spec: MaskedModelSpec, vocab_size: int, pad_id: int = 0, see
         hidden_act="gelu",
         classifier_dropout_prob=spec.dropout,
     )
-    return AlbertForMaskedLM(config)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core import plugins
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import (
     TOPK,
@@ -17,7 +18,7 @@ from lmalgebra.distill.layout import (
     write_model_directory,
 )
 from lmalgebra.distill.masked.student_data import StoreBatches
-from lmalgebra.distill.masked.student_model import build_masked_lm
+from lmalgebra.distill.masked.student_model import build_masked_lm, masked_config
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.model_card import student_card
 from lmalgebra.distill.student import student_inputs
@@ -30,8 +31,30 @@ from lmalgebra.train.loop import (
     release_checkpoints,
     train,
 )
+from lmalgebra.train.run_fingerprint import config_part
 
 log = logging.getLogger(__name__)
+
+
+def masked_inputs(recipe: MaskedRecipe) -> dict[str, Any]:
+    """What a masked student's checkpoints record of its inputs, none read from weights: the
+    recipe's data settings and the store's keys, the vocabulary's record (once built) and the
+    embedding initialisation."""
+    meta = RunLayout(recipe.output_dir).vocab / META_FILE
+    vocabulary = {"vocabulary": sha256_file(meta)} if meta.is_file() else {}
+    inputs = student_inputs(recipe, TOPK)
+    return {**inputs, **vocabulary, "init_embeddings": recipe.student.init_embeddings}
+
+
+def planned_model(recipe: MaskedRecipe) -> dict[str, Any]:
+    """The ``model`` part of a masked student's checkpoints, from the recipe and the union
+    vocabulary without weights (what a dry run compares); none before the vocabulary is built,
+    or where it does not load (the stages name it)."""
+    try:
+        vocab = len(UnionVocab.load(RunLayout(recipe.output_dir).vocab).tokens)
+    except UserInputError:
+        return {}
+    return {"model": config_part(masked_config(recipe.student, recipe.student.vocab_size or vocab))}
 
 
 def train_masked_student(
@@ -70,11 +93,7 @@ def train_masked_student(
     size = recipe.student.vocab_size or len(vocab.tokens)
     plugins.announce(plugins.EMBEDDING_INITS, [recipe.student.init_embeddings])
     model = build_masked_lm(recipe.student, size, pad_id=0, seed=spec.seed)
-    inputs = {
-        **student_inputs(recipe, TOPK),
-        "vocabulary": sha256_file(layout.vocab / META_FILE),
-        "init_embeddings": recipe.student.init_embeddings,
-    }
+    inputs = masked_inputs(recipe)
     seeding: dict[str, Any] | None = None
     if init is not None:  # an entry point (core.plugins)
         seeding = init(model, recipe, vocab)

@@ -1,8 +1,8 @@
 """``lmalgebra merge init``: a commented starter recipe that runs offline as written.
 
 The recipe merges two teachers that ``lmalgebra pretrain`` makes from the packaged Wikipedia text
-(the commands are in its header); every key is shown with its default and what it does, so the
-file doubles as the recipe's reference.
+(the commands are in its header); every section is shown with its main keys, their defaults
+and what they do (the other keys: `--help` of the commands, the recipe's field descriptions).
 """
 
 from __future__ import annotations
