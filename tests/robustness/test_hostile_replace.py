@@ -3,6 +3,7 @@ steps than a student has (``steps: 0``: the model as it starts) is refused, nami
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,26 @@ def test_a_checkpoint_of_other_data_is_refused_by_the_dry_run_too(
 ) -> None:
     """A student's newest checkpoint recorded under another teacher store: resuming refuses it
     (``--restart`` starts afresh), and the dry run, which had planned the run, says so too."""
+
+    def other_store(recorded: dict[str, Any]) -> None:
+        recorded["store"] = {k: "0" * 64 for k in recorded["store"]}
+
+    _refused_over_checkpoint_of(
+        tmp_path, teacher_dirs, cli, other_store, "the teacher store changed"
+    )
+
+
+def _refused_over_checkpoint_of(
+    tmp_path: Path,
+    teacher_dirs: dict[str, Path],
+    cli: Any,
+    edit: Callable[[dict[str, Any]], None],
+    named: str,
+) -> None:
+    """A masked student trained 3 steps, its newest checkpoint's recorded inputs changed by
+    ``edit`` (and sealed as a run on those inputs writes them: intact), then trained on to 6
+    steps: refused by the dry run and the run alike, naming the checkpoint and ``named``,
+    nothing of the student changed."""
     import json
 
     from lmalgebra.train.checkpoint import STATE_SUM, _state_sum
@@ -291,15 +312,15 @@ def test_a_checkpoint_of_other_data_is_refused_by_the_dry_run_too(
     student = tmp_path / "run" / "student"
     state_path = sorted((student / "checkpoints").glob("step-*"))[-1] / "state.json"
     state = json.loads(state_path.read_text())
-    state["fingerprint"]["store"] = {k: "0" * 64 for k in state["fingerprint"]["store"]}
-    state[STATE_SUM] = _state_sum(state)  # as a run on that store wrote it: intact
+    edit(state["fingerprint"])
+    state[STATE_SUM] = _state_sum(state)
     state_path.write_text(json.dumps(state))
     before = digests(student)
     for dry in (["--dry-run"], []):
         code, stderr = cli(
             ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress", *dry]
         )
-        assert_one_line(code, stderr, [str(state_path.parent), "the teacher store changed"])
+        assert_one_line(code, stderr, [str(state_path.parent), named])
         assert digests(student) == before
 
 
@@ -317,27 +338,11 @@ def test_a_checkpoint_of_another_vocabulary_seeding_or_size_is_refused_by_the_dr
     """A masked student's checkpoint recorded under another union vocabulary, embedding
     initialisation (a student seeded from its teachers, resumed by a recipe of random ones) or
     size: resuming refused it, while the dry run had planned the run."""
-    import json
 
-    from lmalgebra.train.checkpoint import STATE_SUM, _state_sum
+    def other(recorded: dict[str, Any]) -> None:
+        recorded[part] = {**recorded[part], **value} if isinstance(value, dict) else value
 
-    recipe = built_store(tmp_path, teacher_dirs)
-    code, err = cli(["merge", "train", str(recipe), "--training.steps", "3", "--no-progress"])
-    assert code == 0, err
-    student = tmp_path / "run" / "student"
-    state_path = sorted((student / "checkpoints").glob("step-*"))[-1] / "state.json"
-    state = json.loads(state_path.read_text())
-    recorded = state["fingerprint"]
-    recorded[part] = {**recorded[part], **value} if isinstance(value, dict) else value
-    state[STATE_SUM] = _state_sum(state)  # as a run of that part wrote it: intact
-    state_path.write_text(json.dumps(state))
-    before = digests(student)
-    for dry in (["--dry-run"], []):
-        code, stderr = cli(
-            ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress", *dry]
-        )
-        assert_one_line(code, stderr, [str(state_path.parent), named])
-        assert digests(student) == before
+    _refused_over_checkpoint_of(tmp_path, teacher_dirs, cli, other, named)
 
 
 def test_restart_removes_no_file_of_the_users_kept_in_a_checkpoint(
