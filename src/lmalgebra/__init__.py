@@ -16,8 +16,8 @@ Features whose recorded evidence misses their targets live in ``lmalgebra.experi
 
 Pipeline stages, one subpackage or module each: ``sources`` (models and corpora), ``lmd``
 (spans -> embeddings -> second moments -> ridge fits), ``stats``, ``distill``, ``train``,
-``selection``, ``evaluate``, ``report``; ``api`` is the Python API, ``cli`` the command line
-over it.
+``evaluate``, ``report``, ``experimental`` (teacher selection among them); ``api`` is the
+Python API, ``cli`` the command line over it.
 """
 
 from __future__ import annotations
