@@ -73,16 +73,26 @@ def _help_piped_whole() -> Iterator[None]:
     """``--help`` piped or written to a file as wide as its flags' names and values: rich takes
     80 columns where its output is no terminal, and typer's tables cut what did not fit with an
     ellipsis (``--trust-remote-c…``, ``[NAME=][random:…``). A width the user set (``COLUMNS``,
-    typer's ``TERMINAL_WIDTH``) is kept, and so is a terminal's."""
-    import typer.rich_utils as help_tables
-
-    kept = help_tables.MAX_WIDTH
-    if kept is None and not os.environ.get("COLUMNS") and not sys.stdout.isatty():
-        help_tables.MAX_WIDTH = HELP_PIPED_WIDTH
+    typer's ``TERMINAL_WIDTH``) is kept, and so is a terminal's. Typer's help module is not
+    imported for it (a command that prints no help does not pay for it): its ``TERMINAL_WIDTH``
+    is set for the command, which the module reads when first imported, or its width directly
+    where it is imported already (a process running several commands)."""
+    wanted = not (os.environ.get("COLUMNS") or os.environ.get("TERMINAL_WIDTH"))
+    if not wanted or sys.stdout.isatty():
+        yield
+        return
+    help_tables = sys.modules.get("typer.rich_utils")
+    kept = getattr(help_tables, "MAX_WIDTH", None)
+    if help_tables is not None and kept is None:
+        help_tables.MAX_WIDTH = HELP_PIPED_WIDTH  # type: ignore[attr-defined]
+    os.environ["TERMINAL_WIDTH"] = str(HELP_PIPED_WIDTH)
     try:
         yield
     finally:
-        help_tables.MAX_WIDTH = kept
+        os.environ.pop("TERMINAL_WIDTH", None)
+        imported = sys.modules.get("typer.rich_utils")  # perhaps by this command's help
+        if imported is not None:
+            imported.MAX_WIDTH = kept  # type: ignore[attr-defined]
 
 
 def _warning_line(
