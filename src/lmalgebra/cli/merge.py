@@ -24,7 +24,7 @@ merge_app = typer.Typer(
 app.add_typer(merge_app, name="merge")
 RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
 RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
-ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+ProgressOpt = Annotated[bool, typer.Option(help="Progress bars (in a log: a line a minute).")]
 DryRunOpt = Annotated[
     bool,
     typer.Option(
