@@ -234,6 +234,33 @@ def test_a_causal_evaluation_of_some_rows_keeps_the_others(
     assert "xx" not in (evaluation / "bits_per_byte.csv").read_text()
 
 
+@pytest.mark.parametrize("tokenizer", ["bytes", "uni", "train:bytelevel-bpe:300"])
+def test_a_causal_checkpoint_of_another_student_tokenizer_is_refused_by_the_dry_run_too(
+    causal_trained: Path, tokenizer: str, cli
+) -> None:
+    """A causal student's checkpoint made with another ``student.tokenizer``: resuming refused
+    it while the dry run had planned the run; the dry run compares the tokenizer's recorded
+    name, which needs no tokenizer made. Another spelling of the same one (``teacher:bl``)
+    plans."""
+    import yaml
+
+    data = yaml.safe_load(causal_trained.read_text())
+    student = causal_trained.parent / "run" / "student"
+    before = digests(student)
+    for given, refused in ((tokenizer, True), ("teacher:bl", False)):
+        data["student"] = {**data["student"], "tokenizer": given}
+        other = causal_trained.with_name("other-tokenizer.yaml")
+        other.write_text(yaml.safe_dump(data))
+        code, stderr = cli(["merge", "train", str(other), "--training.steps", "4", "--dry-run"])
+        if refused:
+            checkpoint = str(sorted((student / "checkpoints").glob("step-*"))[-1])
+            said = [checkpoint, "the student tokenizer changed", f"'bl' -> '{tokenizer}'"]
+            assert_one_line(code, stderr, said)
+        else:
+            assert code == 0, stderr
+    assert digests(student) == before
+
+
 @pytest.mark.parametrize("stage", ["run", "teach"])
 def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     tmp_path: Path, teacher_dirs: dict[str, Path], stage: str, cli

@@ -101,6 +101,15 @@ class CausalObjective(Objective):
         texts = [unrecorded_text(self.recipe, lang) for lang in self.recipe.teacher_text]
         return next((p for p in texts if p), None)  # the text's teacher, checked by training
 
+    def recorded_inputs(self) -> dict[str, Any]:
+        """The base's, and the name of the student's tokenizer its checkpoints record (its
+        vocabulary, which needs it made, is compared by the run)."""
+        from lmalgebra.distill.causal.student_tokenizer import tokenizer_name
+
+        name = tokenizer_name(self.recipe)
+        named = {} if name is None else {"student_tokenizer.tokenizer": name}
+        return {**super().recorded_inputs(), **named}
+
     def training_runs(self, name: str, training: TrainingSpec) -> dict[Path, TrainingSpec]:
         """One run per KD weight of ``training.lambda_candidates``, each in its own directory."""
         from lmalgebra.distill.causal.training import candidate_specs
