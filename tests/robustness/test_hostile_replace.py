@@ -620,3 +620,27 @@ def test_a_stale_student_without_checkpoints_is_not_replaced_from_step_0(
         said = ["student 'student'", "top_k 8 -> 4", "--restart", "kept no checkpoint"]
         assert_one_line(code, stderr, said)
     assert digests(model) == before
+
+
+def test_a_student_of_other_sizes_without_checkpoints_is_not_replaced_from_step_0(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A student trained with ``keep_checkpoints 0``, then trained on with more steps under
+    another ``student`` spec (its sizes; a causal student's tokenizer alike): it had been
+    trained again from step 0 over itself, unsaid, where a checkpoint of the old spec is
+    refused. Refused the same way, by the dry run too, naming the setting; nothing touched."""
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    args = ["merge", "train", str(recipe), "--training.keep_checkpoints", "0", "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "student": {**data["student"], "hidden_size": 48}}))
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    for extra in (["--dry-run"], []):
+        code, stderr = cli([*args, "--training.steps", "9", *extra])
+        said = ["student 'student'", "student.hidden_size 32 -> 48", "--restart", "kept no"]
+        assert_one_line(code, stderr, said)
+    assert digests(model) == before
