@@ -261,6 +261,33 @@ def test_a_causal_checkpoint_of_another_student_tokenizer_is_refused_by_the_dry_
     assert digests(student) == before
 
 
+def test_a_saved_causal_student_is_kept_under_either_spelling_of_its_tokenizer(
+    causal_trained: Path,
+) -> None:
+    """``keep_saved`` of a causal student made with ``student.tokenizer: bl`` from a recipe
+    that spells it ``teacher:bl`` (the same tokenizer): refused as "trained with other
+    settings (student.tokenizer 'bl' -> 'teacher:bl')"; it is kept, and another tokenizer is
+    refused, naming it."""
+    import yaml
+
+    from lmalgebra import UserInputError
+    from lmalgebra.api.merge import merge
+
+    data = yaml.safe_load(causal_trained.read_text())
+    student = causal_trained.parent / "run" / "student"
+    before = digests(student)
+    other = causal_trained.with_name("respelt.yaml")
+    for given in ("teacher:bl", "uni"):
+        data["student"] = {**data["student"], "tokenizer": given}
+        other.write_text(yaml.safe_dump(data))
+        if given == "uni":
+            with pytest.raises(UserInputError, match="student.tokenizer 'bl' -> 'uni'"):
+                merge(other, ["train"], students={"student": None}, keep_saved=True)
+        else:
+            merge(other, ["train"], students={"student": None}, keep_saved=True)
+    assert digests(student) == before
+
+
 @pytest.mark.parametrize("stage", ["run", "teach"])
 def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     tmp_path: Path, teacher_dirs: dict[str, Path], stage: str, cli

@@ -216,9 +216,18 @@ def _student_changes(model: Path, recipe: MergeRecipe) -> list[str]:
     made = saved_training(model, "recipe")
     if not (isinstance(made, dict) and isinstance(made.get("student"), dict)):
         return []
-    now = recipe.student.model_dump(mode="json")
+    now = _spelt_alike(recipe.student.model_dump(mode="json"), recipe.teachers)
     was = {k: v for k, v in made["student"].items() if k in now}
-    return [f"student.{c}" for c in differences(was, {k: now[k] for k in was})]
+    return [f"student.{c}" for c in differences(_spelt_alike(was, recipe.teachers), now)]
+
+
+def _spelt_alike(student: dict[str, Any], teachers: Mapping[str, Any]) -> dict[str, Any]:
+    """``student`` with a causal student's tokenizer ``teacher:NAME`` written ``NAME``, as its
+    checkpoints record it (either spelling is the same tokenizer)."""
+    given = student.get("tokenizer")
+    if isinstance(given, str) and given.removeprefix("teacher:") in teachers:
+        return {**student, "tokenizer": given.removeprefix("teacher:")}
+    return student
 
 
 def _refuse_kept_otherwise(
