@@ -281,7 +281,7 @@ def test_a_saved_causal_student_is_kept_under_either_spelling_of_its_tokenizer(
         data["student"] = {**data["student"], "tokenizer": given}
         other.write_text(yaml.safe_dump(data))
         if given == "uni":
-            with pytest.raises(UserInputError, match="student.tokenizer 'bl' -> 'uni'"):
+            with pytest.raises(UserInputError, match=r"student\.tokenizer 'bl' -> 'uni'"):
                 merge(other, ["train"], students={"student": None}, keep_saved=True)
         else:
             merge(other, ["train"], students={"student": None}, keep_saved=True)

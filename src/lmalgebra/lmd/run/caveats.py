@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.core.errors import either
+from lmalgebra.lmd.settings.recipe import DecomposeConfig
 from lmalgebra.lmd.spans.draw import SPAN_LENGTH, shortfall
 from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.stats.moments import ModelColumns
