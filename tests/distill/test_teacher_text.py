@@ -152,6 +152,34 @@ def _greedy(model: Any, ids: torch.Tensor, steps: int, eos: int) -> tuple[torch.
     return ids, clear
 
 
+@pytest.mark.parametrize(("setting", "value"), [("top_p", 0.5), ("seed", 3)])
+def test_the_minimum_temperature_writes_the_argmax_and_refuses_sampling_settings(
+    tmp_path: Path, causal_teacher_dirs, setting: str, value: float
+) -> None:
+    """``temperature`` at its minimum is documented as the teacher's argmax, yet generation
+    still sampled there, so ``top_p`` and ``seed`` could change a token at a near-tie: it
+    decodes greedily (nothing drawn), and either setting beside it is refused, naming both."""
+    change = {"temperature": 1e-4, setting: value}
+    culprit = f"teacher_text.xx.{setting} {value!r} would be ignored"
+    with pytest.raises(UserInputError, match=culprit):
+        load_recipe(_recipe(tmp_path, causal_teacher_dirs, **change))
+    spec = TeacherTextSpec.model_validate(
+        {"teacher": "bl", "prompts": {"paths": ["-"]}, "documents": 1, "temperature": 1e-4}
+    )
+    seen: list[Any] = []
+
+    class Model(torch.nn.Linear):
+        def generate(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            seen.append(kwargs["generation_config"])
+            return input_ids
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(causal_teacher_dirs["bl"])
+    generate(Model(1, 1), tokenizer, ["the cat"], spec, seed=1, compute=torch.float32)
+    assert seen[0].do_sample is False
+
+
 def test_prompts_are_cut_at_a_word() -> None:
     assert prompt_of("  la maison est grande et belle", 14) == "la maison est"
     assert prompt_of("Donaudampfschifffahrt", 6) == "Donaud"

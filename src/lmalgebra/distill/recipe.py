@@ -180,7 +180,8 @@ class TeacherTextSpec(Settings):
         default=1.0,
         ge=MIN_TEMPERATURE,
         le=10,
-        description="Sampling temperature (1e-4 at least: the teacher's argmax).",
+        description="Sampling temperature; its minimum, 1e-4, writes the teacher's argmax "
+        "(greedy decoding: top_p and seed, which then change nothing, are refused beside it).",
     )
     top_p: float = Field(
         default=1.0, gt=0, le=1, description="Nucleus sampling's mass (1: the whole distribution)."
@@ -193,6 +194,11 @@ class TeacherTextSpec(Settings):
         description="Prompts per generation batch and per stored shard (each shard is drawn "
         "from a seed of its own, so a stopped run writes the same text when run again).",
     )
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the teacher writes its argmax (the minimum temperature), drawing nothing."""
+        return self.temperature <= MIN_TEMPERATURE
 
 
 def cut_text(text: str, max_bytes: int) -> str:
@@ -400,6 +406,9 @@ class CausalRecipe(MergeRecipe):
                     f"teacher_text.{lang}.teacher {spec.teacher!r} is not a teacher of language "
                     f"{lang!r} (its teachers: {', '.join(self.languages[lang].teachers)})"
                 )
+            if spec.greedy:  # the teacher's argmax: nothing is drawn for these to change
+                sampling = f"teacher_text.{lang}.temperature above {MIN_TEMPERATURE:g} (sampling)"
+                refuse_ignored(spec, f"teacher_text.{lang}.", {"top_p": sampling, "seed": sampling})
         return self
 
     def written_text(self, lang: str) -> TeacherTextSpec | None:
