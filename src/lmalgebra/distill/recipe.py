@@ -542,7 +542,9 @@ def load_recipe(path: Path) -> MergeRecipe:
 
 
 # the first line of a run's copy of its recipe: the directory its relative paths were read from
-MADE_IN = "# relative paths below are read from the directory the run was made in: "
+# (commands given the run read them from the current directory, and refuse one found only there)
+MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
+_MADE_IN_BEFORE = "# relative paths below are read from the directory the run was made in: "
 
 
 def run_copy_text(recipe: MergeRecipe) -> str:
@@ -589,8 +591,9 @@ def _made_in(copy: Path) -> Path | None:
     before the line was written, or the user's own recipe kept as the copy)."""
     with copy.open("rb") as handle:
         first = handle.readline().decode("utf-8", "replace").rstrip("\n")
-    if not first.startswith(MADE_IN):
+    prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if first.startswith(p)), None)
+    if prefix is None:
         return None
     with contextlib.suppress(ValueError):
-        return Path(json.loads(first.removeprefix(MADE_IN)))
+        return Path(json.loads(first.removeprefix(prefix)))
     return None
