@@ -234,28 +234,35 @@ def test_a_causal_evaluation_of_some_rows_keeps_the_others(
     assert "xx" not in (evaluation / "bits_per_byte.csv").read_text()
 
 
-@pytest.mark.parametrize("tokenizer", ["bytes", "uni", "train:bytelevel-bpe:300"])
-def test_a_causal_checkpoint_of_another_student_tokenizer_is_refused_by_the_dry_run_too(
-    causal_trained: Path, tokenizer: str, cli
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"tokenizer": "bytes"}, "the student tokenizer changed (student_tokenizer.tokenizer"),
+        ({"tokenizer": "uni"}, "'bl' -> 'uni'"),
+        ({"tokenizer": "train:bytelevel-bpe:300"}, "'bl' -> 'train:bytelevel-bpe:300'"),
+        ({"hidden_size": 48}, "the model configuration changed (model.n_embd 32 -> 48)"),
+        ({"dropout": 0.1}, "model.attn_pdrop 0.0 -> 0.1"),
+    ],
+)
+def test_a_causal_checkpoint_of_another_student_is_refused_by_the_dry_run_too(
+    causal_trained: Path, change: dict[str, Any], named: str, cli
 ) -> None:
-    """A causal student's checkpoint made with another ``student.tokenizer``: resuming refused
-    it while the dry run had planned the run; the dry run compares the tokenizer's recorded
-    name, which needs no tokenizer made. Another spelling of the same one (``teacher:bl``)
-    plans."""
+    """A causal student's checkpoint made with another ``student.tokenizer`` or other sizes:
+    resuming refused it while the dry run had planned the run; the dry run compares the
+    tokenizer's recorded name and the configuration's sizes, which need no tokenizer made.
+    Another spelling of the same tokenizer (``teacher:bl``) plans."""
     import yaml
 
     data = yaml.safe_load(causal_trained.read_text())
     student = causal_trained.parent / "run" / "student"
     before = digests(student)
-    for given, refused in ((tokenizer, True), ("teacher:bl", False)):
-        data["student"] = {**data["student"], "tokenizer": given}
-        other = causal_trained.with_name("other-tokenizer.yaml")
-        other.write_text(yaml.safe_dump(data))
+    other = causal_trained.with_name("other-student.yaml")
+    for given, refused in ((change, True), ({"tokenizer": "teacher:bl"}, False)):
+        other.write_text(yaml.safe_dump({**data, "student": {**data["student"], **given}}))
         code, stderr = cli(["merge", "train", str(other), "--training.steps", "4", "--dry-run"])
         if refused:
             checkpoint = str(sorted((student / "checkpoints").glob("step-*"))[-1])
-            said = [checkpoint, "the student tokenizer changed", f"'bl' -> '{tokenizer}'"]
-            assert_one_line(code, stderr, said)
+            assert_one_line(code, stderr, [checkpoint, named])
         else:
             assert code == 0, stderr
     assert digests(student) == before
