@@ -74,6 +74,9 @@ class PrecomputedEmbeddings:
         return sum(s.rows for s in self.splits.values())
 
 
+SPLIT_WORDS = {"train": "training", "validation": "validation", "test": "test"}
+
+
 class Float32Spread:
     """Whether embeddings that vary as given still vary in float32, in which they are kept and
     their products summed, a block of rows at a time: values far from 0 beside their spread
@@ -250,8 +253,8 @@ def _check_order(
 
 
 def _check_values(name: str, path: Path, source: _Source, counts: Mapping[str, int]) -> None:
-    """Refuse non-finite values, and training rows that vary in the file but not in float32."""
-    lost = Float32Spread(source.dim)
+    """Refuse non-finite values, and a split's rows that vary in the file but not in float32."""
+    lost = {split: Float32Spread(source.dim) for split in SPLITS}
     for start in range(0, source.rows, _BLOCK):
         given = source.read(start, min(start + _BLOCK, source.rows))
         block = _as_float32(given)
@@ -262,9 +265,13 @@ def _check_values(name: str, path: Path, source: _Source, counts: Mapping[str, i
                 f"model {name!r}: {path} holds non-finite values (NaN/inf, or beyond float32's "
                 f"range), first in row {row} (the run's {_where(row, counts)})"
             )
-        train = max(0, counts["train"] - start)  # splits in order: the training rows first
-        lost.add(given[:train], block[:train])
-    lost.refuse(f"model {name!r}: the embeddings in {path}")
+        first = 0  # splits in order: train, validation, test
+        for split in SPLITS:
+            rows = slice(max(first - start, 0), max(first + counts[split] - start, 0))
+            lost[split].add(given[rows], block[rows])
+            first += counts[split]
+    for split, spread in lost.items():
+        spread.refuse(f"model {name!r}: the {SPLIT_WORDS[split]} embeddings in {path}")
 
 
 def _float_rows(name: str, path: Path, shape: tuple[int, ...], kind: str) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from lmalgebra.core.splits import SPLITS
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, architecture, config_width
 from lmalgebra.sources.model_source import ModelSource, ReferencedModel, check_layer
-from lmalgebra.sources.precomputed import Float32Spread, PrecomputedSplit
+from lmalgebra.sources.precomputed import SPLIT_WORDS, Float32Spread, PrecomputedSplit
 
 
 class ObjectReference(ReferencedModel):
@@ -240,6 +240,7 @@ class GivenArrays(_GivenObject):
 
     name: str
     array: np.ndarray
+    given: np.ndarray = field(init=False, repr=False)
     description: str = field(init=False)
     has_tokenizer: ClassVar[bool] = False
     fixed_spans: ClassVar[bool] = True
@@ -271,7 +272,7 @@ class GivenArrays(_GivenObject):
         lost = Float32Spread(array.shape[1])
         lost.add(array, single)
         lost.refuse(f"model {self.name!r}: its embeddings")
-        self.array = single
+        self.array, self.given = single, array  # the array given: each split's checked too
         self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
 
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
@@ -302,7 +303,11 @@ class GivenArrays(_GivenObject):
             )
         out, start = {}, 0
         for split in SPLITS:
-            out[split] = in_memory_split(self.array[start : start + counts[split]])
+            rows = slice(start, start + counts[split])
+            lost = Float32Spread(self.array.shape[1])  # a held-out split's too, named
+            lost.add(self.given[rows], self.array[rows])
+            lost.refuse(f"model {self.name!r}: its {SPLIT_WORDS[split]} embeddings")
+            out[split] = in_memory_split(self.array[rows])
             start += counts[split]
         return out
 
