@@ -180,6 +180,25 @@ def test_the_minimum_temperature_writes_the_argmax_and_refuses_sampling_settings
     assert seen[0].do_sample is False
 
 
+def test_text_sampled_at_the_minimum_temperature_before_is_named_by_the_dry_run_too(
+    tmp_path: Path, causal_teacher_dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text written at the minimum temperature before it decoded greedily (its key without
+    ``decoding``), which the run's examples hold: ``merge prepare`` refuses it, naming the
+    decoding, and its dry run, which had compared the settings and prompts alone, does too."""
+    from lmalgebra.distill.causal import teacher_text
+
+    path = _recipe(tmp_path, causal_teacher_dirs, temperature=1e-4)
+    with monkeypatch.context() as before:
+        before.setattr(teacher_text, "_decoding", lambda spec: {})
+        stages.prepare(load_recipe(path), progress=False)
+    recipe = load_recipe(path)
+    said = r"teacher_text\.xx: its decoding \(greedy at the minimum temperature"
+    for call in (stages.objective_of(recipe).refuse_edited_inputs, lambda: stages.prepare(recipe)):
+        with pytest.raises(UserInputError, match=said):
+            call()
+
+
 def test_prompts_are_cut_at_a_word() -> None:
     assert prompt_of("  la maison est grande et belle", 14) == "la maison est"
     assert prompt_of("Donaudampfschifffahrt", 6) == "Donaud"
