@@ -301,3 +301,17 @@ def test_a_cache_inside_the_output_or_an_output_inside_the_cache_is_refused_firs
         assert not out.exists() and not (cache / "spans" / "run").exists()
     code, stderr = cli([*args, "--out", str(cache / "run"), "--cache_dir", str(cache)])
     assert code == 0, stderr
+
+
+def test_experimental_select_refuses_its_cache_inside_its_output_first(
+    teacher_dirs: dict[str, Path], tmp_path: Path, cli
+) -> None:
+    """``experimental select --cache_dir OUT/cache`` had made the cache, then refused its own
+    output directory as "not empty and holds no teacher selection (cache/)", the cache left
+    behind: the cache inside the output is named first, nothing written."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    out = tmp_path / "selection"
+    args = ["experimental", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
+    code, stderr = cli([*args, "--no-progress", "--out", str(out), "--cache_dir", str(out / "c")])
+    assert_one_line(code, stderr, [str(out / "c"), "is inside the output directory"])
+    assert not out.exists()
