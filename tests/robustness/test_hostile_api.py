@@ -1343,3 +1343,22 @@ def test_an_inspection_of_a_run_not_taught_yet_gives_numbers(
     frame = run.inspect().frame()
     assert frame["store_bytes_per_masked_token"].dtype == np.float64
     assert frame["store_bytes_per_masked_token"].isna().all() and frame["examples"].sum() > 0
+
+
+def test_a_rule_across_a_calls_settings_names_the_call(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A rule across the keys of a Python call's settings (``lambda_value`` beside a linear
+    schedule, one model to decompose) had been raised from inside the argument check, or by
+    the settings, without the call that was made: each names it, as a bad argument does."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    linear = {"lambda_schedule": "linear", "lambda_value": 0.3}
+    for call, said in (
+        (lambda: lmalgebra.merge_plan(recipe, training=linear), "merge_plan() training: "),
+        (lambda: lmalgebra.merge(recipe, ["train"], students={"s": linear}), "merge() students: "),
+        (lambda: lmalgebra.decompose_plan({"a": np.zeros((3, 2))}), "decompose_plan(): "),
+    ):
+        with pytest.raises(UserInputError) as caught:
+            call()
+        assert str(caught.value).startswith(said), str(caught.value)
+    assert not (tmp_path / "run").exists()

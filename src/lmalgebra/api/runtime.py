@@ -163,9 +163,10 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> tuple[Ch
             adapter.validate_python(value)
         except ValidationError:
             return False
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, UserInputError):
             # an unchecked settings object (a ``model_copy(update=...)``) whose own validators
-            # trip on a value it holds: the function checks it again, naming the key
+            # trip on a value it holds, or a rule across its keys: the function checks it
+            # again, naming the key and the call
             return True
         return True
 

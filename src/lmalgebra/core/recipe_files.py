@@ -26,8 +26,8 @@ def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
 
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
     """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
-    value is bad, and the call (``source`` a Python call, ``decompose_plan()``) when a rule
-    across keys refuses them, as its arguments are named."""
+    value is bad, and the call (``source`` a Python call's, ``decompose_plan()``, ``merge()
+    students``) when a rule across keys refuses them, as its arguments are named."""
     try:
         return cls.model_validate(data)
     except ValidationError as err:
@@ -35,7 +35,7 @@ def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
     except SettingsError as err:
         raise UserInputError(describe(err.validation, source)) from None
     except UserInputError as err:
-        if not source.endswith("()") or str(err).startswith(source):
+        if "()" not in source or str(err).startswith(source):
             raise
         raise type(err)(f"{source}: {err}") from None
 
