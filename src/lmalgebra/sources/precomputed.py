@@ -86,24 +86,28 @@ class Float32Spread:
     def __init__(self, dim: int) -> None:
         self.rows = 0
         self.low, self.high = np.full(dim, np.inf), np.full(dim, -np.inf)
-        self.sums = np.zeros((3, dim))  # of the float32 values, their squares, and in float32
+        self.low32, self.high32 = np.full(dim, np.inf), np.full(dim, -np.inf)
+        self.sums = np.zeros((2, dim))  # of the float32 values and their squares
 
     def add(self, given: np.ndarray, single: np.ndarray) -> None:
         """Rows ``given`` (any float type) and the same rows in float32 (``single``)."""
         if len(given):
             self.rows += len(given)
-            self.low = np.minimum(self.low, given.min(axis=0))
-            self.high = np.maximum(self.high, given.max(axis=0))
-            wide = single.astype(np.float64)
-            with np.errstate(over="ignore"):  # squares too large: the statistics name them
-                squares = np.square(single).sum(axis=0, dtype=np.float64)
-            self.sums += [wide.sum(axis=0), np.square(wide).sum(axis=0), squares]
+            low32, high32 = single.min(axis=0), single.max(axis=0)
+            same = given.dtype == np.float32  # a float32 file's rows are the rows kept
+            self.low = np.minimum(self.low, low32 if same else given.min(axis=0))
+            self.high = np.maximum(self.high, high32 if same else given.max(axis=0))
+            self.low32, self.high32 = np.minimum(self.low32, low32), np.maximum(self.high32, high32)
+            squares = np.einsum("ij,ij->j", single, single, dtype=np.float64)
+            self.sums += [single.sum(axis=0, dtype=np.float64), squares]
 
     def refuse(self, what: str) -> None:
         """Refuse ``what`` (``model 'x': its embeddings``) when it varies but not in float32."""
         spread = float((self.high - self.low).max()) if self.rows > 1 else 0.0
-        mean, square, single = self.sums / max(self.rows, 1)
-        kept = (square - mean**2 > np.finfo(np.float32).eps * square) & (single > 0)
+        mean, square = self.sums / max(self.rows, 1)
+        kept = square - mean**2 > np.finfo(np.float32).eps * square
+        with np.errstate(over="ignore", under="ignore"):  # a spread too small to square in it
+            kept &= np.square((self.high32 - self.low32).astype(np.float32)) > 0
         if spread > 0 and not kept.any():
             raise UserInputError(
                 f"{what} vary (by up to {spread:.3g}) but not in float32, in which they are kept "
