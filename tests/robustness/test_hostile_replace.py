@@ -678,3 +678,21 @@ def test_a_student_of_other_sizes_without_checkpoints_is_not_replaced_from_step_
         said = ["student 'student'", "student.hidden_size 32 -> 48", "--restart", "kept no"]
         assert_one_line(code, stderr, said)
     assert digests(model) == before
+
+
+def test_a_student_setting_an_older_record_lacks_is_not_compared(
+    tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saved student's record of its ``student`` spec from an older release, without a
+    setting added since: that setting is not compared (the others are)."""
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+    from merge_fixtures import TINY_STUDENT, write_recipe
+
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT))
+    older = recipe.student.model_dump(mode="json")
+    del older["dropout"]
+    monkeypatch.setattr(pipeline, "saved_training", lambda *_: {"student": older})
+    assert pipeline._student_changes(tmp_path, recipe) == []
+    older["hidden_size"] = 48
+    assert pipeline._student_changes(tmp_path, recipe) == ["student.hidden_size 48 -> 32"]

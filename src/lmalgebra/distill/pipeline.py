@@ -217,8 +217,8 @@ def _student_changes(model: Path, recipe: MergeRecipe) -> list[str]:
     if not (isinstance(made, dict) and isinstance(made.get("student"), dict)):
         return []
     now = _spelt_alike(recipe.student.model_dump(mode="json"), recipe.teachers)
-    was = {k: v for k, v in made["student"].items() if k in now}
-    return [f"student.{c}" for c in differences(_spelt_alike(was, recipe.teachers), now)]
+    was = _spelt_alike({k: v for k, v in made["student"].items() if k in now}, recipe.teachers)
+    return [f"student.{c}" for c in differences(was, {k: now[k] for k in was})]
 
 
 def _spelt_alike(student: dict[str, Any], teachers: Mapping[str, Any]) -> dict[str, Any]:
