@@ -16,6 +16,7 @@ import pytest
 import lmalgebra
 from lmalgebra import Decomposition, MergeRun, UserInputError
 from lmalgebra.api.runtime import ENTRY_POINT
+from hostile_helpers import assert_one_line
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
@@ -1346,11 +1347,12 @@ def test_an_inspection_of_a_run_not_taught_yet_gives_numbers(
 
 
 def test_a_rule_across_a_calls_settings_names_the_call(
-    tmp_path: Path, teacher_dirs: dict[str, Path]
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:
     """A rule across the keys of a Python call's settings (``lambda_value`` beside a linear
     schedule, one model to decompose) had been raised from inside the argument check, or by
-    the settings, without the call that was made: each names it, as a bad argument does."""
+    the settings, without the call that was made: each names it, as a bad argument does. The
+    command line, which calls the same functions, names its flags alone."""
     recipe = write_recipe(tmp_path, teacher_dirs)
     linear = {"lambda_schedule": "linear", "lambda_value": 0.3}
     for call, said in (
@@ -1361,4 +1363,9 @@ def test_a_rule_across_a_calls_settings_names_the_call(
         with pytest.raises(UserInputError) as caught:
             call()
         assert str(caught.value).startswith(said), str(caught.value)
+    flags = ["--training.lambda_schedule", "linear", "--training.lambda_value", "0.3"]
+    for dry in ([], ["--dry-run"]):
+        code, stderr = cli(["merge", "train", str(recipe), *flags, *dry])
+        line = assert_one_line(code, stderr, ["training.lambda_value 0.3 would be ignored"])
+        assert "()" not in line, line
     assert not (tmp_path / "run").exists()
