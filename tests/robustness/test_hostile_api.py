@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import lmalgebra
+from hostile_helpers import assert_one_line
 from lmalgebra import Decomposition, MergeRun, UserInputError
 from lmalgebra.api.runtime import ENTRY_POINT
-from hostile_helpers import assert_one_line
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
 from tiny import documents
 
