@@ -180,23 +180,25 @@ def test_the_minimum_temperature_writes_the_argmax_and_refuses_sampling_settings
     assert seen[0].do_sample is False
 
 
-def test_text_sampled_at_the_minimum_temperature_before_is_named_by_the_dry_run_too(
+def test_text_sampled_at_the_minimum_temperature_before_is_written_again_greedily(
     tmp_path: Path, causal_teacher_dirs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Text written at the minimum temperature before it decoded greedily (its key without
-    ``decoding``), which the run's examples hold: ``merge prepare`` refuses it, naming the
-    decoding, and its dry run, which had compared the settings and prompts alone, does too."""
-    from lmalgebra.distill.causal import teacher_text
+    """Text written at the minimum temperature before it decoded greedily (keys without
+    ``decoding``): the dry run and ``merge prepare`` had disagreed on it (refused, naming a
+    key field, by the stage alone). It is text of other settings, and like any, written
+    again with the examples drawn from it, by the stage after a dry run that plans it."""
+    from lmalgebra.distill.recipe import TeacherTextSpec
 
     path = _recipe(tmp_path, causal_teacher_dirs, temperature=1e-4)
     with monkeypatch.context() as before:
-        before.setattr(teacher_text, "_decoding", lambda spec: {})
+        before.setattr(TeacherTextSpec, "decoding", property(lambda self: {}))
         stages.prepare(load_recipe(path), progress=False)
     recipe = load_recipe(path)
-    said = r"teacher_text\.xx: its decoding \(greedy at the minimum temperature"
-    for call in (stages.objective_of(recipe).refuse_edited_inputs, lambda: stages.prepare(recipe)):
-        with pytest.raises(UserInputError, match=said):
-            call()
+    stages.objective_of(recipe).refuse_edited_inputs()  # the dry run's check: plans it
+    stages.prepare(recipe, progress=False)
+    for part in ("teacher_text", "examples"):
+        key = ShardSet.existing(tmp_path / "run" / part / "xx").key
+        assert "greedy" in str(key), part
 
 
 def test_prompts_are_cut_at_a_word() -> None:

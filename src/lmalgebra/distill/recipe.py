@@ -200,6 +200,13 @@ class TeacherTextSpec(Settings):
         """Whether the teacher writes its argmax (the minimum temperature), drawing nothing."""
         return self.temperature <= MIN_TEMPERATURE
 
+    @property
+    def decoding(self) -> dict[str, str]:
+        """What the keys of text written under these settings (and of examples drawn with it)
+        add to them: the argmax, written greedily (text sampled at that temperature before is
+        not it); nothing for sampled text."""
+        return {"decoding": "greedy"} if self.greedy else {}
+
 
 def cut_text(text: str, max_bytes: int) -> str:
     """``text``'s longest prefix of at most ``max_bytes`` UTF-8 bytes ending between characters."""

@@ -100,7 +100,7 @@ def teacher_text_set(
     key = {
         "stage": "teacher_text",
         "rules": "prompt+continuation/seed-per-shard",  # bump when these rules change
-        **_decoding(spec),
+        **spec.decoding,
         "language": lang,
         "settings": _settings(spec),
         "prompts": sha256_texts(prompts),
@@ -186,16 +186,10 @@ def refuse_edited_prompts(recipe: CausalRecipe, lang: str) -> None:
         return  # the examples are drawn again anyway
     spec = recipe.teacher_text[lang]
     prompts = [prompt_of(d, spec.prompt_chars) for d in prompt_documents(recipe, lang)]
-    now = {"settings": _settings(spec), "prompts": sha256_texts(prompts), **_decoding(spec)}
+    now = {"settings": _settings(spec), "prompts": sha256_texts(prompts), **spec.decoding}
     fields = sorted(f for f in {*now, "decoding"} if before.key.get(f) != now.get(f))
     if fields:
         raise UserInputError(_changed(recipe, lang, fields))
-
-
-def _decoding(spec: TeacherTextSpec) -> dict[str, str]:
-    """The key's part for the argmax at the minimum temperature, written greedily (text sampled
-    at that temperature, before, is not it); none for sampled text."""
-    return {"decoding": "greedy"} if spec.greedy else {}
 
 
 def _settings(spec: TeacherTextSpec) -> dict[str, Any]:
