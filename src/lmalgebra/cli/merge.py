@@ -158,9 +158,11 @@ def merge_train(
     (the defaults shown apply when the recipe does not set them either).
     """
     from lmalgebra.api.merge import merge, recipe_of
+    from lmalgebra.distill.pipeline import training_of
 
     config = recipe_of(recipe)
     training = overrides.get("training", {})
+    training_of(config, training, "command line")  # a rule across flags: named as flags, first
     if dry_run:
         _print_plan(config, ["train"], training, name, restart)
         return
