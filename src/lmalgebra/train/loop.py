@@ -329,7 +329,7 @@ def train(
         if spec.dropout_masks == "lanes"
         else contextlib.nullcontext(0)
     )
-    with masks, progress_bar("train", spec.steps, progress) as advance:
+    with masks, progress_bar(f"train {out.name}", spec.steps, progress) as advance:
         advance(start)
         for step in range(start, spec.steps):
             interrupt.check()  # a Ctrl-C swallowed by a finaliser during the last step
