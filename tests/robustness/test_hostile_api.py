@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -1336,3 +1337,23 @@ def test_an_inspection_of_a_run_not_taught_yet_gives_numbers(
     frame = run.inspect().frame()
     assert frame["store_bytes_per_masked_token"].dtype == np.float64
     assert frame["store_bytes_per_masked_token"].isna().all() and frame["examples"].sum() > 0
+
+
+def test_a_table_with_no_row_has_the_dtypes_of_one_with_rows() -> None:
+    """``MergeRun.coverage`` of an evaluation that covered no language (too little held-out
+    text) had every column ``object``, where one with rows has text, float and integer columns:
+    a frame built from no row takes each column's dtype from its field, for every table the API
+    gives as a DataFrame."""
+    from lmalgebra.api.frames import frame
+    from lmalgebra.distill.causal.bits_per_byte import BITS
+    from lmalgebra.distill.masked.scores import SCORES
+    from lmalgebra.evaluate.lmd_coverage import COVERAGE
+    from lmalgebra.lmd.rundir.schema import TABLES
+
+    sample = {str: "a", float: 0.5, int: 1, bool: True}
+    for table in (BITS, SCORES, COVERAGE, *TABLES.values()):
+        hints = typing.get_type_hints(table.row)
+        if not all(hints[c] in sample for c in table.columns):  # int | None: object either way
+            continue
+        row = table.row(**{c: sample[hints[c]] for c in table.columns})
+        assert frame(table, []).dtypes.to_dict() == frame(table, [row]).dtypes.to_dict(), table

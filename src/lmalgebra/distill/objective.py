@@ -82,6 +82,7 @@ from lmalgebra.distill.teachers import (
 )
 from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
+from lmalgebra.storage.csv_tables import Table as CsvTable
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
@@ -101,10 +102,11 @@ def run_dir(self: Objective, **_: Any) -> Path:
 
 @dataclass
 class Table:
-    """Rows of one kind (dataclass instances) and the column names of their DataFrame."""
+    """Rows of one kind (instances of ``kind.row``) and the table they are rows of, whose
+    columns and their types a DataFrame of them has (an empty one too)."""
 
     rows: list[Any]
-    columns: list[str]
+    kind: CsvTable[Any]
 
 
 @dataclass

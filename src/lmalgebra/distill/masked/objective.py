@@ -224,7 +224,7 @@ class MaskedObjective(Objective):
             for name in scored:
                 mine = [s for s in scores if s.model in (name, s.teacher)]
                 add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
-        table = Table(scores, list(SCORES.columns))
+        table = Table(scores, SCORES)
         return Evaluation(table, deviations, markdown(scores, deviations))
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:
