@@ -4,6 +4,7 @@ inside, and nothing is left written."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import inspect
 import re
@@ -1357,3 +1358,56 @@ def test_a_table_with_no_row_has_the_dtypes_of_one_with_rows() -> None:
             continue
         row = table.row(**{c: sample[hints[c]] for c in table.columns})
         assert frame(table, []).dtypes.to_dict() == frame(table, [row]).dtypes.to_dict(), table
+
+
+def _message_texts(tree: ast.AST) -> list[str]:
+    """The text of every string in ``tree`` but docstrings and the command line's form given to
+    ``either`` (which names the call beside it), an f-string's parts joined."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    } | {
+        id(node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "either"
+    }
+    texts = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and id(node) not in docstrings:
+            texts.append(
+                "".join(p.value if isinstance(p, ast.Constant) else "{}" for p in node.values)
+            )
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts += [node.value] if id(node) not in docstrings else []
+    return texts
+
+
+def test_a_stage_to_run_is_named_as_a_command_and_as_a_call(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A refusal reached from ``merge()`` or ``MergeRun`` told the caller to run
+    `lmalgebra merge prepare RECIPE` (a causal run's student without a model: `lmalgebra merge
+    train`, which trains another student): every message that names a stage to run names the
+    call beside the command, and the student it is for."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError, match=r"RECIPE` \(merge\(recipe, 'prepare'\)\) first"):
+        lmalgebra.merge(recipe, "teach")
+    from lmalgebra.storage.lockfile import refuse_other_kind
+
+    run = tmp_path / "other"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("{}\n", encoding="utf-8")
+    with pytest.raises(UserInputError) as caught:  # had named `lmalgebra pretrain` to pretrain()
+        refuse_other_kind(run, "pretrain")
+    assert "`lmalgebra pretrain`" not in str(caught.value)
+    named = lmalgebra.core.errors.merge_stage("train", "s2", restart=True)
+    assert "--name s2 --restart" in named and "students={'s2': None}, restart=True" in named
+    package = Path(lmalgebra.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        if "cli" in path.relative_to(package).parts or path.name in ("errors.py", "model_card.py"):
+            continue  # the command line's own, the helper that names both, a model's card
+        for text in _message_texts(ast.parse(path.read_text(encoding="utf-8"))):
+            assert not re.search(r"`lmalgebra merge [\w{}]+( RECIPE)?[^`(]*`", text), (path, text)

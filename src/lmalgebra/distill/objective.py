@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.errors import UserInputError, either, merge_stage
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
@@ -410,7 +410,7 @@ class Objective(ABC):
                 problems[found.directory] = (
                     f"the store in {found.directory} was computed by teacher {name!r} before its "
                     f"files ({teachers[name].directory}) changed ({', '.join(changed)}): run "
-                    "`lmalgebra merge teach RECIPE` again"
+                    f"{merge_stage('teach')} again"
                 )
         return problems
 
@@ -458,7 +458,7 @@ class Objective(ABC):
         if not is_complete(model):
             return None
         record = read_marker(model)
-        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        command = merge_stage("train", name, restart=True)
         again = f"train it again with {either(command, 'restart=True')}"
         recorded = record.get("teacher_hashes", {})
         changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
@@ -475,7 +475,7 @@ class Objective(ABC):
             return (
                 f"student {name!r} was trained from the teacher store as it was before it "
                 f"was built again ({shown or 'the store was built again'}): {again}, or train "
-                "one of another --name"
+                f"one of another {either('--name', 'students key')}"
             )
         return None
 
@@ -554,7 +554,7 @@ class Objective(ABC):
             trusted_model(
                 self.layout.model(name),
                 f"student {name!r} has no model in {self.layout.model(name)}: run "
-                f"`lmalgebra merge train RECIPE --name {name}` first",
+                f"{merge_stage('train', name)} first",
             )
         teachers = self.check_students(names)
         run_languages = list(self.recipe.languages)
