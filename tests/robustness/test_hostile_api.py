@@ -1411,3 +1411,17 @@ def test_a_stage_to_run_is_named_as_a_command_and_as_a_call(
             continue  # the command line's own, the helper that names both, a model's card
         for text in _message_texts(ast.parse(path.read_text(encoding="utf-8"))):
             assert not re.search(r"`lmalgebra merge [\w{}]+( RECIPE)?[^`(]*`", text), (path, text)
+
+
+@pytest.mark.parametrize("settings", [{"size": 1, "bootstrap": 10}, {"bootstrap": 0, "level": 0.9}])
+def test_a_selection_setting_refused_from_python_is_named_by_its_keyword(
+    settings: dict[str, Any], tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``select_teachers(recipe, size=1, bootstrap=10)`` was refused as ``--bootstrap 10 would
+    be ignored ... (--size above 1)``, in flags the call has not: a setting is named by its
+    key, the flag's name and the keyword alike."""
+    from lmalgebra.experimental import select_teachers
+
+    with pytest.raises(UserInputError, match="would be ignored") as caught:
+        select_teachers(write_recipe(tmp_path, teacher_dirs), **settings)
+    assert "--" not in str(caught.value)
