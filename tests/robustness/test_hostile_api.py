@@ -1425,3 +1425,13 @@ def test_a_selection_setting_refused_from_python_is_named_by_its_keyword(
     with pytest.raises(UserInputError, match="would be ignored") as caught:
         select_teachers(write_recipe(tmp_path, teacher_dirs), **settings)
     assert "--" not in str(caught.value)
+
+
+@pytest.mark.parametrize("shape", [(4, 0), (0, 3), (4,)])
+def test_an_array_of_no_column_or_row_says_what_it_lacks(shape: tuple[int, ...]) -> None:
+    """An array of shape (75, 0) was refused as not 2-D (spans, dim), which it is: the line
+    says it needs a row per span and a column at least."""
+    from lmalgebra.sources.kinds.python_objects import GivenArrays
+
+    with pytest.raises(UserInputError, match=r"a row per span and a column at least, got shape"):
+        GivenArrays("x", np.zeros(shape))
