@@ -139,6 +139,14 @@ UNCHECKED_COPIES: dict[str, tuple[Any, str]] = {
         lambda s: s.model_copy(update={"training": s.training.model_copy(update={"steps": True})}),
         "'training.steps': a boolean is no integer",
     ),
+    # a None read as 0 by the refusal of settings untrained runs ignore, which had been raised
+    # as `example_length 32 would be ignored`, naming a value that was fine
+    "steps_none_beside_a_length": (
+        lambda s: s.model_copy(
+            update={"example_length": 32, "training": s.training.model_copy(update={"steps": None})}
+        ),
+        "'training.steps': Input should be a valid integer, got None",
+    ),
 }
 
 

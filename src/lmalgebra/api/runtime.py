@@ -163,9 +163,10 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> tuple[Ch
             adapter.validate_python(value)
         except ValidationError:
             return False
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, UserInputError):
             # an unchecked settings object (a ``model_copy(update=...)``) whose own validators
-            # trip on a value it holds: the function checks it again, naming the key
+            # trip on a value it holds, or misread it (a ``None`` taken for 0 by a refusal of
+            # settings that do nothing): the function checks it again, naming the key
             return True
         return True
 
