@@ -5,6 +5,7 @@ or written."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,29 @@ def test_decompose_plan_refuses_the_directory_decompose_refuses(
         said[call] = str(caught.value)
     assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
     assert str(out) in said[lmalgebra.decompose]
+
+
+@pytest.mark.parametrize("part", ["", "spans"])
+def test_decompose_plan_without_out_refuses_the_cache_decompose_refuses(
+    part: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path
+) -> None:
+    """``decompose_plan`` without ``out`` planned a run whose cache (its root, or ``spans/``
+    below it) is a file, which ``decompose`` with the same arguments, writing no run directory
+    but its cache all the same, refuses; ``decompose --dry-run`` refused it too."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    cache = tmp_path / "cache"
+    if part:
+        cache.mkdir()
+    (cache / part if part else cache).write_text("mine\n", encoding="utf-8")
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    options = {"cache_dir": cache, "spans": {"length": 8, "counts": (20, 5, 5)}}
+    with pytest.raises(UserInputError, match=f"cache directory {re.escape(str(cache))}"):
+        lmalgebra.decompose_plan(models, documents(40), timed=False, **options)
+    with pytest.raises(UserInputError, match=re.escape(str(cache / part))):
+        lmalgebra.decompose(models, documents(40), **options)
 
 
 @pytest.mark.parametrize("where", ["directory", "hub id"])
