@@ -502,3 +502,23 @@ def test_a_device_this_machine_lacks_is_refused_by_the_plan_as_by_the_run(
         said[call] = str(caught.value)
     assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
     assert said[lmalgebra.decompose].startswith("decompose device: cuda asked for")
+
+
+def test_merge_plan_of_evaluate_alone_refuses_what_evaluate_refuses(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``merge_plan(recipe, stages=["evaluate"])`` of a run never trained planned it (its
+    evaluate stage was left out of the plan), where ``merge(recipe, ["evaluate"])`` refuses the
+    student that has no model: the plan refuses it in the same line, and writes nothing."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from merge_fixtures import write_recipe
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    said = []
+    for call in (lmalgebra.merge_plan, lmalgebra.merge):
+        with pytest.raises(UserInputError, match="student 'student' has no model") as caught:
+            call(recipe, stages=["evaluate"])
+        said.append(str(caught.value))
+    assert said[0] == said[1]
+    assert not (tmp_path / "run").exists()

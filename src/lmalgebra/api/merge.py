@@ -423,5 +423,5 @@ def merge_plan(
     config = recipe_of(recipe, "merge_plan()")
     chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
-    runs = [s for s in RUN_STAGES if s in chosen]
+    runs = [s for s in STAGES if s in chosen]  # evaluate too: alone, it refuses what it lacks
     return pd.DataFrame(plan(config, spec, runs, student, restart))

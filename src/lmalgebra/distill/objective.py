@@ -425,7 +425,7 @@ class Objective(ABC):
             reads = [(self.layout.store(copies, lang, t), "prepare") for lang, t in self.pairs()]
         elif stage == "vocab":
             reads = [(self.layout.examples(lang), "prepare") for lang in self.recipe.languages]
-        elif stage == "train":
+        elif stage in ("train", "evaluate"):  # what training reads, evaluation checks
             reads = [
                 (self.layout.store(part, lang, t), writer)
                 for lang, t in self.pairs()
@@ -436,6 +436,17 @@ class Objective(ABC):
             if not found.complete or not found.records:
                 return missing_set(found, writer)
         return None
+
+    def refuse_untrained(self, students: Sequence[str]) -> None:
+        """Refuse a student with no saved model to score (a damaged record named as such, not
+        read for its teachers), as ``evaluate`` does first, and its dry run."""
+        for name in students:
+            refuse_special(self.layout.model(name) / CARD, "student model card")
+            trusted_model(
+                self.layout.model(name),
+                f"student {name!r} has no model in {self.layout.model(name)}: run "
+                f"{merge_stage('train', name)} first",
+            )
 
     def check_students(self, students: Sequence[str]) -> dict[str, Teacher]:
         """Refuse to score students against teachers or a store other than those they were
@@ -549,13 +560,7 @@ class Objective(ABC):
         for file in (RECORD, *self.evaluation_files()):  # a directory or a link in the way
             refuse_unwritable(self.layout.evaluation / file)  # had been met after the scoring
         names = list(dict.fromkeys(students))
-        for name in names:  # a damaged record is named as such, not read for its teachers
-            refuse_special(self.layout.model(name) / CARD, "student model card")
-            trusted_model(
-                self.layout.model(name),
-                f"student {name!r} has no model in {self.layout.model(name)}: run "
-                f"{merge_stage('train', name)} first",
-            )
+        self.refuse_untrained(names)
         teachers = self.check_students(names)
         run_languages = list(self.recipe.languages)
         for lang in languages or []:
