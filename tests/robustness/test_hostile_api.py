@@ -1443,3 +1443,15 @@ def test_an_array_of_no_column_or_row_says_what_it_lacks(shape: tuple[int, ...])
 
     with pytest.raises(UserInputError, match=r"a row per span and a column at least, got shape"):
         GivenArrays("x", np.zeros(shape))
+
+
+def test_a_generator_inside_a_mapping_argument_reaches_the_call_whole() -> None:
+    """``merge_plan(recipe, training={"teachers": (t for t in ["wp"])})`` was refused as
+    ``training.teachers is empty``: the check of the argument's type had read the generator,
+    and the call found it exhausted. It is read into a list before the check."""
+    from lmalgebra.api.merge import merge_plan
+    from lmalgebra.api.runtime import check_arguments
+
+    names = (t for t in ["wp", "sp"])
+    bound = check_arguments(merge_plan.__wrapped__, "r.yaml", training={"teachers": names})
+    assert bound.arguments["training"] == {"teachers": ["wp", "sp"]}
