@@ -1455,3 +1455,17 @@ def test_a_generator_inside_a_mapping_argument_reaches_the_call_whole() -> None:
     names = (t for t in ["wp", "sp"])
     bound = check_arguments(merge_plan.__wrapped__, "r.yaml", training={"teachers": names})
     assert bound.arguments["training"] == {"teachers": ["wp", "sp"]}
+
+
+def test_a_merge_recipe_built_from_its_base_class_says_how_to_build_one() -> None:
+    """``MergeRecipe(**recipe)``, as "a MergeRecipe built in Python" reads, was refused as
+    ``unknown key 'example_length'`` (a key of every masked recipe), or with only the keys all
+    recipes share as a bare TypeError: one UserInputError naming ``model_validate``."""
+    from lmalgebra import MergeRecipe
+
+    shared = {"languages": {"xx": {"corpus": {"paths": ["x.txt"]}, "teachers": ["t"]}}}
+    said = r"^MergeRecipe: MergeRecipe is the base .* MergeRecipe.model_validate\(mapping\)"
+    for data in (shared, {**shared, "example_length": 64}, {**shared, "objective": "causal"}):
+        with pytest.raises(UserInputError, match=said) as caught:
+            MergeRecipe(**data, teachers={"t": {"path": "t"}})
+        assert isinstance(caught.value, ValueError)  # as every settings class's refusal is
