@@ -226,7 +226,10 @@ def _same_refusal(
         assert code == 2 and "Traceback" not in err, err
         lines.append(ANSI.sub("", err).strip().splitlines()[-1])
     assert lines[0] == lines[1], lines
-    assert re.search(r"run `lmalgebra merge \w+ RECIPE` first|no union vocabulary", lines[1])
+    assert re.search(
+        r"run `lmalgebra merge \w+ RECIPE` \(merge\(recipe, '\w+'\)\) first|no union vocabulary",
+        lines[1],
+    )
     assert files(root) == before
     return lines[0]
 

@@ -168,5 +168,8 @@ def test_corrupt_shard_is_named_by_verify_and_on_read(run, tmp_path: Path) -> No
 
 def test_teach_before_prepare_says_which_command(tmp_path: Path, teacher_dirs) -> None:
     recipe = load_recipe(write_recipe(tmp_path, teacher_dirs))
-    with pytest.raises(UserInputError, match="run `lmalgebra merge prepare RECIPE` first"):
+    with pytest.raises(
+        UserInputError,
+        match=r"run `lmalgebra merge prepare RECIPE` \(merge\(recipe, 'prepare'\)\) first",
+    ):
         pipeline.teach(recipe, progress=False)

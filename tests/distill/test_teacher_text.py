@@ -398,7 +398,7 @@ def test_a_part_that_is_no_directory_is_named_before_training(
     missing = stages.objective_of(recipe).missing_input("train")
     assert missing == (
         f"{layout.examples('yy')} is missing or incomplete: run `lmalgebra merge prepare RECIPE` "
-        "first"
+        "(merge(recipe, 'prepare')) first"
     )
 
 

@@ -117,12 +117,12 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
         (["--languages", ","], ["--languages (languages) names no language"]),
         (["--spans.counts", "10,10"], ["10,10"]),
         # no interval drawn: a level or a seed of the bootstrap had been accepted, doing nothing
-        (["--bootstrap", "0", "--level", "0.9"], ["--level 0.9 would be ignored", "--bootstrap"]),
-        (["--bootstrap", "0", "--seed", "5"], ["--seed 5 would be ignored", "--bootstrap"]),
+        (["--bootstrap", "0", "--level", "0.9"], ["level 0.9 would be ignored", "bootstrap above"]),
+        (["--bootstrap", "0", "--seed", "5"], ["seed 5 would be ignored", "bootstrap above 0"]),
         # a set of one has complementarity 1 in every replicate: its "interval" had been the
         # score twice ([1.000, 1.000]), whatever the replicates, level or seed
-        (["--size", "1", "--bootstrap", "20"], ["--bootstrap 20 would be ignored", "--size above"]),
-        (["--size", "1", "--level", "0.8"], ["--level 0.8 would be ignored", "--size above 1"]),
+        (["--size", "1", "--bootstrap", "20"], ["bootstrap 20 would be ignored", "size above"]),
+        (["--size", "1", "--level", "0.8"], ["level 0.8 would be ignored", "size above 1"]),
     ],
 )
 def test_bad_input_is_one_line(
@@ -274,7 +274,7 @@ def test_a_singular_basis_names_this_commands_flag(tmp_path: Path, candidates: d
         )
     message = str(caught.value)
     assert "language 'xx': basis [" in message and "is singular" in message
-    assert "use a larger --alpha than 0.0" in message and "--products" not in message
+    assert "use a larger alpha than 0.0" in message and "--products" not in message
 
 
 def test_the_runs_warnings_are_logged_once_in_selects_flags(

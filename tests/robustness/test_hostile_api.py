@@ -4,9 +4,11 @@ inside, and nothing is left written."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import inspect
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,14 @@ UNCHECKED_COPIES: dict[str, tuple[Any, str]] = {
     "steps_bool": (
         lambda s: s.model_copy(update={"training": s.training.model_copy(update={"steps": True})}),
         "'training.steps': a boolean is no integer",
+    ),
+    # a None read as 0 by the refusal of settings untrained runs ignore, which had been raised
+    # as `example_length 32 would be ignored`, naming a value that was fine
+    "steps_none_beside_a_length": (
+        lambda s: s.model_copy(
+            update={"example_length": 32, "training": s.training.model_copy(update={"steps": None})}
+        ),
+        "'training.steps': Input should be a valid integer, got None",
     ),
 }
 
@@ -1369,3 +1379,126 @@ def test_a_rule_across_a_calls_settings_names_the_call(
         line = assert_one_line(code, stderr, ["training.lambda_value 0.3 would be ignored"])
         assert "()" not in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_table_with_no_row_has_the_dtypes_of_one_with_rows() -> None:
+    """``MergeRun.coverage`` of an evaluation that covered no language (too little held-out
+    text) had every column ``object``, where one with rows has text, float and integer columns:
+    a frame built from no row takes each column's dtype from its field, for every table the API
+    gives as a DataFrame."""
+    from lmalgebra.api.frames import frame
+    from lmalgebra.distill.causal.bits_per_byte import BITS
+    from lmalgebra.distill.masked.scores import SCORES
+    from lmalgebra.evaluate.lmd_coverage import COVERAGE
+    from lmalgebra.lmd.rundir.schema import TABLES
+
+    sample = {str: "a", float: 0.5, int: 1, bool: True}
+    for table in (BITS, SCORES, COVERAGE, *TABLES.values()):
+        hints = typing.get_type_hints(table.row)
+        if not all(hints[c] in sample for c in table.columns):  # int | None: object either way
+            continue
+        row = table.row(**{c: sample[hints[c]] for c in table.columns})
+        assert frame(table, []).dtypes.to_dict() == frame(table, [row]).dtypes.to_dict(), table
+
+
+def _message_texts(tree: ast.AST) -> list[str]:
+    """The text of every string in ``tree`` but docstrings and the command line's form given to
+    ``either`` (which names the call beside it), an f-string's parts joined."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    } | {
+        id(node.args[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "either"
+    }
+    texts = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and id(node) not in docstrings:
+            texts.append(
+                "".join(p.value if isinstance(p, ast.Constant) else "{}" for p in node.values)
+            )
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts += [node.value] if id(node) not in docstrings else []
+    return texts
+
+
+def test_a_stage_to_run_is_named_as_a_command_and_as_a_call(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A refusal reached from ``merge()`` or ``MergeRun`` told the caller to run
+    `lmalgebra merge prepare RECIPE` (a causal run's student without a model: `lmalgebra merge
+    train`, which trains another student): every message that names a stage to run names the
+    call beside the command, and the student it is for."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    with pytest.raises(UserInputError, match=r"RECIPE` \(merge\(recipe, 'prepare'\)\) first"):
+        lmalgebra.merge(recipe, "teach")
+    from lmalgebra.storage.lockfile import refuse_other_kind
+
+    run = tmp_path / "other"
+    run.mkdir()
+    (run / "recipe.yaml").write_text("{}\n", encoding="utf-8")
+    with pytest.raises(UserInputError) as caught:  # had named `lmalgebra pretrain` to pretrain()
+        refuse_other_kind(run, "pretrain")
+    assert "`lmalgebra pretrain`" not in str(caught.value)
+    named = lmalgebra.core.errors.merge_stage("train", "s2", restart=True)
+    assert "--name s2 --restart" in named and "students={'s2': None}, restart=True" in named
+    package = Path(lmalgebra.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        if "cli" in path.relative_to(package).parts or path.name in ("errors.py", "model_card.py"):
+            continue  # the command line's own, the helper that names both, a model's card
+        for text in _message_texts(ast.parse(path.read_text(encoding="utf-8"))):
+            assert not re.search(r"`lmalgebra merge [\w{}]+( RECIPE)?[^`(]*`", text), (path, text)
+
+
+@pytest.mark.parametrize("settings", [{"size": 1, "bootstrap": 10}, {"bootstrap": 0, "level": 0.9}])
+def test_a_selection_setting_refused_from_python_is_named_by_its_keyword(
+    settings: dict[str, Any], tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``select_teachers(recipe, size=1, bootstrap=10)`` was refused as ``--bootstrap 10 would
+    be ignored ... (--size above 1)``, in flags the call has not: a setting is named by its
+    key, the flag's name and the keyword alike."""
+    from lmalgebra.experimental import select_teachers
+
+    with pytest.raises(UserInputError, match="would be ignored") as caught:
+        select_teachers(write_recipe(tmp_path, teacher_dirs), **settings)
+    assert "--" not in str(caught.value)
+
+
+@pytest.mark.parametrize("shape", [(4, 0), (0, 3), (4,)])
+def test_an_array_of_no_column_or_row_says_what_it_lacks(shape: tuple[int, ...]) -> None:
+    """An array of shape (75, 0) was refused as not 2-D (spans, dim), which it is: the line
+    says it needs a row per span and a column at least."""
+    from lmalgebra.sources.kinds.python_objects import GivenArrays
+
+    with pytest.raises(UserInputError, match=r"a row per span and a column at least, got shape"):
+        GivenArrays("x", np.zeros(shape))
+
+
+def test_a_generator_inside_a_mapping_argument_reaches_the_call_whole() -> None:
+    """``merge_plan(recipe, training={"teachers": (t for t in ["wp"])})`` was refused as
+    ``training.teachers is empty``: the check of the argument's type had read the generator,
+    and the call found it exhausted. It is read into a list before the check."""
+    from lmalgebra.api.merge import merge_plan
+    from lmalgebra.api.runtime import check_arguments
+
+    names = (t for t in ["wp", "sp"])
+    bound = check_arguments(merge_plan.__wrapped__, "r.yaml", training={"teachers": names})
+    assert bound.arguments["training"] == {"teachers": ["wp", "sp"]}
+
+
+def test_a_merge_recipe_built_from_its_base_class_says_how_to_build_one() -> None:
+    """``MergeRecipe(**recipe)``, as "a MergeRecipe built in Python" reads, was refused as
+    ``unknown key 'example_length'`` (a key of every masked recipe), or with only the keys all
+    recipes share as a bare TypeError: one UserInputError naming ``model_validate``."""
+    from lmalgebra import MergeRecipe
+
+    shared = {"languages": {"xx": {"corpus": {"paths": ["x.txt"]}, "teachers": ["t"]}}}
+    said = r"^MergeRecipe: MergeRecipe is the base .* MergeRecipe.model_validate\(mapping\)"
+    for data in (shared, {**shared, "example_length": 64}, {**shared, "objective": "causal"}):
+        with pytest.raises(UserInputError, match=said) as caught:
+            MergeRecipe(**data, teachers={"t": {"path": "t"}})
+        assert isinstance(caught.value, ValueError)  # as every settings class's refusal is

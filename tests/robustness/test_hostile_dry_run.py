@@ -5,6 +5,7 @@ or written."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,29 @@ def test_decompose_plan_refuses_the_directory_decompose_refuses(
         said[call] = str(caught.value)
     assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
     assert str(out) in said[lmalgebra.decompose]
+
+
+@pytest.mark.parametrize("part", ["", "spans"])
+def test_decompose_plan_without_out_refuses_the_cache_decompose_refuses(
+    part: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path
+) -> None:
+    """``decompose_plan`` without ``out`` planned a run whose cache (its root, or ``spans/``
+    below it) is a file, which ``decompose`` with the same arguments, writing no run directory
+    but its cache all the same, refuses; ``decompose --dry-run`` refused it too."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    cache = tmp_path / "cache"
+    if part:
+        cache.mkdir()
+    (cache / part if part else cache).write_text("mine\n", encoding="utf-8")
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    options = {"cache_dir": cache, "spans": {"length": 8, "counts": (20, 5, 5)}}
+    with pytest.raises(UserInputError, match=f"cache directory {re.escape(str(cache))}"):
+        lmalgebra.decompose_plan(models, documents(40), timed=False, **options)
+    with pytest.raises(UserInputError, match=re.escape(str(cache / part))):
+        lmalgebra.decompose(models, documents(40), **options)
 
 
 @pytest.mark.parametrize("where", ["directory", "hub id"])
@@ -478,3 +502,23 @@ def test_a_device_this_machine_lacks_is_refused_by_the_plan_as_by_the_run(
         said[call] = str(caught.value)
     assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
     assert said[lmalgebra.decompose].startswith("decompose device: cuda asked for")
+
+
+def test_merge_plan_of_evaluate_alone_refuses_what_evaluate_refuses(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``merge_plan(recipe, stages=["evaluate"])`` of a run never trained planned it (its
+    evaluate stage was left out of the plan), where ``merge(recipe, ["evaluate"])`` refuses the
+    student that has no model: the plan refuses it in the same line, and writes nothing."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from merge_fixtures import write_recipe
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    said = []
+    for call in (lmalgebra.merge_plan, lmalgebra.merge):
+        with pytest.raises(UserInputError, match="student 'student' has no model") as caught:
+            call(recipe, stages=["evaluate"])
+        said.append(str(caught.value))
+    assert said[0] == said[1]
+    assert not (tmp_path / "run").exists()

@@ -36,7 +36,9 @@ def test_a_deleted_manifest_is_named(
     manifest.unlink()
     before = digests(run)
     code, stderr = cli(["merge", "verify", str(run)])
-    again = f"run `lmalgebra merge {stage} RECIPE` again to rebuild the set"
+    again = (
+        f"run `lmalgebra merge {stage} RECIPE` (merge(recipe, {stage!r})) again to rebuild the set"
+    )
     assert_one_line(code, stderr, [str(manifest.parent), "no manifest.json", again])
     assert "every shard matches" not in stderr
     assert digests(run) == before  # verifying repairs nothing and removes nothing
@@ -450,7 +452,11 @@ def test_a_manifest_whose_facts_were_edited_fails_verify_and_its_stage_mends_it(
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, [str(manifest), "damaged"])
     code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
-    assert_one_line(code, stderr, [f"{manifest} is damaged", f"merge {stage} RECIPE` again"])
+    assert_one_line(
+        code,
+        stderr,
+        [f"{manifest} is damaged", f"merge {stage} RECIPE` (merge(recipe, {stage!r})) again"],
+    )
     assert not (run / "student").exists()
     code, stderr = cli(["merge", "run", str(recipe), "--no-progress"])
     assert code == 0, stderr

@@ -133,7 +133,7 @@ def decompose_plan(
     finished run there of other documents or arrays included (models by reference are not
     compared: that reads their weights).
     """
-    from lmalgebra.lmd.run.decompose import check_claim
+    from lmalgebra.lmd.run.decompose import check_cache, check_claim
 
     given = ["."] if texts is None else texts
     data, inputs = _recipe(models, given, dict(options), "decompose_plan()")
@@ -141,6 +141,8 @@ def decompose_plan(
     _check_arrays(config, inputs)
     if "out" in options:  # the call writes there: its refusals of the directory, nothing written
         check_claim(config, overwrite, inputs if texts is not None else None)
+    else:  # a call without out writes its cache all the same (a file there had been planned)
+        check_cache(config.resolved())
     return plan_frame(config, inputs, timed)
 
 

@@ -9,6 +9,7 @@ imported when the first table is made.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -42,7 +43,22 @@ def frame(table: Table[Any], rows: Sequence[Any]) -> pd.DataFrame:
             typed.append(table.row(**parsed))
         else:
             typed.append(row)
+    if not typed:  # the dtypes a row would give its columns, not object for every one
+        return _empty(table)
     return pd.DataFrame([asdict(r) for r in typed], columns=list(table.columns))
+
+
+# what pandas makes of a column of each field type, for a frame with no row to tell
+_DTYPES = {str: "str", float: "float64", int: "int64", bool: "bool"}
+
+
+def _empty(table: Table[Any]) -> pd.DataFrame:
+    """A frame of ``table``'s columns and no row, each column of its field's dtype (an
+    ``int | None`` field, whose rows may hold None, as ``object``)."""
+    import pandas as pd
+
+    hints = typing.get_type_hints(table.row)
+    return pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(hints[c], object)) for c in table.columns})
 
 
 def computed_frames(tables: Mapping[str, Sequence[Any]]) -> dict[str, pd.DataFrame]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,7 @@ from lmalgebra.api.runtime import library_entry, refuse_keep_and_restart
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
-from lmalgebra.distill.objective import STAGES, Table
+from lmalgebra.distill.objective import STAGES
 from lmalgebra.distill.pipeline import (
     RUN_STAGES,
     evaluate_students,
@@ -101,21 +100,17 @@ class MergeRun:
         ``evaluation`` are of them all); refused, naming what changed, when they no longer hold
         (a student trained again, other held-out examples, teachers or settings).
         ``overwrite``: this evaluation's rows alone."""
-        import pandas as pd
+        from lmalgebra.api.frames import frame
 
         chosen = _chosen(students, "students", "MergeRun.evaluate()", "those trained here")
         names = chosen or list(self.students or ["student"])
         languages = _chosen(languages, "languages", "MergeRun.evaluate()")
         found = evaluate_students(self.recipe, names, languages, pooling, overwrite)
-
-        def frame(table: Table) -> pd.DataFrame:
-            return pd.DataFrame([asdict(r) for r in table.rows], columns=table.columns)
-
-        self.scores = frame(found.scores)
+        self.scores = frame(found.scores.kind, found.scores.rows)
         self.rdt = rdt_frame(found.rdt)
         self.evaluation = found.markdown
         if "coverage" in found.extra:
-            self.coverage = frame(found.extra["coverage"])
+            self.coverage = frame(found.extra["coverage"].kind, found.extra["coverage"].rows)
         return self
 
     @library_entry
@@ -135,8 +130,7 @@ class MergeRun:
         default the run's causal teachers. ``context``: tokens per sliding window (default the
         model's). Under a launcher the main rank scores and writes; the others return its
         rows, read back."""
-        import pandas as pd
-
+        from lmalgebra.api.frames import frame
         from lmalgebra.distill.causal.bits_per_byte import BITS, SCORED, evaluate_bits, run_teachers
         from lmalgebra.distributed import on_main_rank
         from lmalgebra.sources.models import ModelRef
@@ -166,7 +160,7 @@ class MergeRun:
             written,
             "MergeRun.bits_per_byte()",
         )
-        return pd.DataFrame([asdict(r) for r in rows], columns=list(BITS.columns))
+        return frame(BITS, rows)
 
     @library_entry
     def bits_rdt(self, bits: pd.DataFrame) -> pd.DataFrame:
@@ -429,5 +423,5 @@ def merge_plan(
     config = recipe_of(recipe, "merge_plan()")
     chosen = _stages(stages)
     spec = _training(config, training, "merge_plan() training")
-    runs = [s for s in RUN_STAGES if s in chosen]
+    runs = [s for s in STAGES if s in chosen]  # evaluate too: alone, it refuses what it lacks
     return pd.DataFrame(plan(config, spec, runs, student, restart))

@@ -15,7 +15,7 @@ import sys
 import threading
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -171,7 +171,8 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> tuple[Ch
             return False
         except (AttributeError, TypeError, ValueError, UserInputError):
             # an unchecked settings object (a ``model_copy(update=...)``) whose own validators
-            # trip on a value it holds, or a rule across its keys: the function checks it
+            # trip on a value it holds, misread it (a ``None`` taken for 0 by a refusal of
+            # settings that do nothing), or a rule across its keys: the function checks it
             # again, naming the key and the call
             return True
         return True
@@ -210,6 +211,8 @@ def check_arguments(
     except TypeError as err:  # a missing or unknown argument: Python's words name it
         raise UserTypeError(f"{where}: {err}") from None
     for name, (written, fits, expected) in _argument_checks(function).items():
+        if isinstance(bound.arguments.get(name), Mapping):  # read before the check consumes it
+            bound.arguments[name] = _iterators_listed(bound.arguments[name])
         if name in bound.arguments and not fits(value := bound.arguments[name]):
             shown = repr(value) if len(repr(value)) <= 60 else type(value).__name__
             raise UserTypeError(f"{where}: {name} must be {expected}, got {shown}")
@@ -218,6 +221,17 @@ def check_arguments(
         if name in bound.arguments and "Path" in written.split(" | "):
             bound.arguments[name] = _home_expanded(bound.arguments[name])
     return bound
+
+
+def _iterators_listed(value: Any) -> Any:
+    """``value`` with each one-shot iterator inside it (a generator where a list goes:
+    ``training={"teachers": (t for t in names)}``) read into a list, mappings copied: the check
+    of its type had read the iterator, and the call had found it empty."""
+    if isinstance(value, Iterator):
+        return list(value)
+    if isinstance(value, Mapping):
+        return {key: _iterators_listed(item) for key, item in value.items()}
+    return value
 
 
 def _home_expanded(value: Any) -> Any:

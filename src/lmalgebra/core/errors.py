@@ -52,6 +52,17 @@ def either(flag: str, keyword: str) -> str:
     return f"{flag} ({keyword})"
 
 
+def merge_stage(stage: str, name: str | None = None, *, restart: bool = False) -> str:
+    """A merge stage to run, as a message reached from the command line and from Python names
+    it: the command, then the call (``lmalgebra merge train RECIPE --name s2``
+    (``merge(recipe, 'train', students={'s2': None})``)); ``name``: the student to train."""
+    flags = (f" --name {name}" if name else "") + (" --restart" if restart else "")
+    keywords = (f", students={{{name!r}: None}}" if name else "") + (
+        ", restart=True" if restart else ""
+    )
+    return either(f"`lmalgebra merge {stage} RECIPE{flags}`", f"merge(recipe, {stage!r}{keywords})")
+
+
 OVERWRITE = either("--overwrite", "overwrite=True")
 RESTART = either("--restart", "restart=True")
 

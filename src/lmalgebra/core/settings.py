@@ -41,6 +41,8 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     first, msg = _past_unions(first, errors)
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    if not first["loc"] and first["type"] == "value_error":  # the class's own check of the whole
+        return f"{source}: {msg.removeprefix('Value error, ')}"
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
     if first["type"] == "missing":

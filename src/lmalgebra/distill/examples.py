@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.core.fingerprint import sha256_texts, unit_hash
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.recipe import MergeRecipe
@@ -215,9 +215,7 @@ def require_examples(run_dir: Path) -> list[str]:
     """The languages whose examples the run holds; refused when it holds none (not prepared)."""
     found = RunLayout(run_dir).languages()
     if not found:
-        raise UserInputError(
-            f"{run_dir} holds no examples: run `lmalgebra merge prepare RECIPE` first"
-        )
+        raise UserInputError(f"{run_dir} holds no examples: run {merge_stage('prepare')} first")
     return found
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import RESTART, UserInputError
+from lmalgebra.core.errors import RESTART, UserInputError, merge_stage
 from lmalgebra.core.fingerprint import sealed, sha256_file
 from lmalgebra.core.settings import PLAIN_NAME, PLAIN_NAME_RULE
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
@@ -174,12 +174,12 @@ class RunLayout:
             raise UserInputError(  # a FIFO, a directory, a link to nothing: not "no recipe.yaml"
                 f"{self.recipe} {not_a_file(self.recipe)}: it is the run's copy of its recipe, "
                 "which the commands given the run directory read; remove it, then run "
-                "`lmalgebra merge prepare RECIPE` again"
+                f"{merge_stage('prepare')} again"
             )
         if not self.recipe.is_file():
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}"
-                f"{not_a(self.root, 'a merge run')}): run `lmalgebra merge prepare RECIPE` first"
+                f"{not_a(self.root, 'a merge run')}): run {merge_stage('prepare')} first"
             )
         return self.recipe
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.errors import UserInputError, either, merge_stage
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.precision import dtype_name
 from lmalgebra.core.progress import progress_bar
@@ -82,6 +82,7 @@ from lmalgebra.distill.teachers import (
 )
 from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
+from lmalgebra.storage.csv_tables import Table as CsvTable
 from lmalgebra.storage.lockfile import holding_lock
 from lmalgebra.storage.output_paths import check_directory
 from lmalgebra.storage.shard_set import ShardSet
@@ -101,10 +102,11 @@ def run_dir(self: Objective, **_: Any) -> Path:
 
 @dataclass
 class Table:
-    """Rows of one kind (dataclass instances) and the column names of their DataFrame."""
+    """Rows of one kind (instances of ``kind.row``) and the table they are rows of, whose
+    columns and their types a DataFrame of them has (an empty one too)."""
 
     rows: list[Any]
-    columns: list[str]
+    kind: CsvTable[Any]
 
 
 @dataclass
@@ -408,7 +410,7 @@ class Objective(ABC):
                 problems[found.directory] = (
                     f"the store in {found.directory} was computed by teacher {name!r} before its "
                     f"files ({teachers[name].directory}) changed ({', '.join(changed)}): run "
-                    "`lmalgebra merge teach RECIPE` again"
+                    f"{merge_stage('teach')} again"
                 )
         return problems
 
@@ -423,7 +425,7 @@ class Objective(ABC):
             reads = [(self.layout.store(copies, lang, t), "prepare") for lang, t in self.pairs()]
         elif stage == "vocab":
             reads = [(self.layout.examples(lang), "prepare") for lang in self.recipe.languages]
-        elif stage == "train":
+        elif stage in ("train", "evaluate"):  # what training reads, evaluation checks
             reads = [
                 (self.layout.store(part, lang, t), writer)
                 for lang, t in self.pairs()
@@ -434,6 +436,17 @@ class Objective(ABC):
             if not found.complete or not found.records:
                 return missing_set(found, writer)
         return None
+
+    def refuse_untrained(self, students: Sequence[str]) -> None:
+        """Refuse a student with no saved model to score (a damaged record named as such, not
+        read for its teachers), as ``evaluate`` does first, and its dry run."""
+        for name in students:
+            refuse_special(self.layout.model(name) / CARD, "student model card")
+            trusted_model(
+                self.layout.model(name),
+                f"student {name!r} has no model in {self.layout.model(name)}: run "
+                f"{merge_stage('train', name)} first",
+            )
 
     def check_students(self, students: Sequence[str]) -> dict[str, Teacher]:
         """Refuse to score students against teachers or a store other than those they were
@@ -456,7 +469,7 @@ class Objective(ABC):
         if not is_complete(model):
             return None
         record = read_marker(model)
-        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        command = merge_stage("train", name, restart=True)
         again = f"train it again with {either(command, 'restart=True')}"
         recorded = record.get("teacher_hashes", {})
         changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
@@ -473,7 +486,7 @@ class Objective(ABC):
             return (
                 f"student {name!r} was trained from the teacher store as it was before it "
                 f"was built again ({shown or 'the store was built again'}): {again}, or train "
-                "one of another --name"
+                f"one of another {either('--name', 'students key')}"
             )
         return None
 
@@ -547,13 +560,7 @@ class Objective(ABC):
         for file in (RECORD, *self.evaluation_files()):  # a directory or a link in the way
             refuse_unwritable(self.layout.evaluation / file)  # had been met after the scoring
         names = list(dict.fromkeys(students))
-        for name in names:  # a damaged record is named as such, not read for its teachers
-            refuse_special(self.layout.model(name) / CARD, "student model card")
-            trusted_model(
-                self.layout.model(name),
-                f"student {name!r} has no model in {self.layout.model(name)}: run "
-                f"`lmalgebra merge train RECIPE --name {name}` first",
-            )
+        self.refuse_untrained(names)
         teachers = self.check_students(names)
         run_languages = list(self.recipe.languages)
         for lang in languages or []:

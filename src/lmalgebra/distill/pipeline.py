@@ -413,6 +413,8 @@ def plan(
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
     if "prepare" in runnable:  # then inputs edited since prepare wrote from them
         objective.refuse_edited_inputs()
+    if runnable[:1] == ["evaluate"] and student is not None:  # evaluate alone scores a saved one
+        objective.refuse_untrained([student])
     if runnable and runnable[0] != "prepare":  # a later stage alone reads what those before wrote
         missing = objective.missing_input(runnable[0])  # refused as the stage refuses it
         if missing is not None:

@@ -254,10 +254,21 @@ class MergeRecipe(Settings):
     shard_rows: int = Field(default=1024, ge=1, description="Examples per store shard.")
     output_dir: Path = Field(default=Path("runs/merge"), description="Run directory.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _not_the_base(cls, data: Any) -> Any:
+        """Refuse ``MergeRecipe(...)`` first: a key of the objective's own had been named unknown
+        (``example_length``, ``objective``), and the rest a bare TypeError."""
+        if cls is MergeRecipe:  # a ValueError: pydantic's error, named with the class
+            raise ValueError(
+                "MergeRecipe is the base of the objectives' recipes: build one with "
+                "MergeRecipe.model_validate(mapping), which makes the one its objective names "
+                "(MaskedRecipe or CausalRecipe, of lmalgebra.distill.recipe)"
+            )
+        return data
+
     @model_validator(mode="after")
     def _check_teachers(self) -> MergeRecipe:
-        if type(self) is MergeRecipe:
-            raise TypeError("MergeRecipe is the base: build a MaskedRecipe or a CausalRecipe")
         if not self.languages:
             raise UserInputError("the recipe names no language")
         for name, teacher in self.teachers.items():  # each has its directories in the store

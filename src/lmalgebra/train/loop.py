@@ -20,7 +20,7 @@ import torch
 
 from lmalgebra.core import interrupt
 from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
-from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError
+from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError, either
 from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
@@ -52,6 +52,8 @@ from lmalgebra.train.validation import BEST, Validation, ValidationTracker, clea
 
 log = logging.getLogger(__name__)
 TRAIN_LOG = "train_log.jsonl"  # one line per logged step, which a resumed run cuts back
+# another model to train beside a trained one, in the command line's and the Python API's terms
+BESIDE = either("merge train --name, another pretrain --out", "another students key, spec out")
 
 # (model, batch, settings, KD weight) -> the loss parts of one micro-batch
 StepLoss = Callable[[Any, Any, TrainingSpec, float], LossParts]
@@ -151,7 +153,7 @@ def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
         raise UserInputError(
             f"{where} holds a run trained {reached} steps: training.steps {steps} would "
             f"replace it; give steps >= {reached}, {RESTART} to train it again from step 0, or "
-            "train another beside it (merge train --name, another pretrain --out)"
+            f"train another beside it ({BESIDE})"
         )
 
 
@@ -218,8 +220,7 @@ def refuse_other_training(
     why = f"the checkpoints in {runs[0]} are not its own" if kept else no_checkpoint(recorded, runs)
     raise UserInputError(
         f"{where} was trained with other settings ({shown}) and {why}: training would replace "
-        f"it; {RESTART} trains it again, or train another beside it (merge train --name, "
-        "another pretrain --out)"
+        f"it; {RESTART} trains it again, or train another beside it ({BESIDE})"
     )
 
 
@@ -250,7 +251,7 @@ def refuse_other_inputs_saved(
         raise UserInputError(
             f"{where} was made from other inputs ({'; '.join(changed[:3])}) and "
             f"{no_checkpoint(training, runs)}: training would replace it from step 0; "
-            f"{RESTART} trains it again, or give another --out"
+            f"{RESTART} trains it again, or give another {either('--out', 'out')}"
         )
 
 

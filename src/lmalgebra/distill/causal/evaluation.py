@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import merge_stage
 from lmalgebra.distill.causal.bits_per_byte import BITS, BitsRow, evaluate_bits
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts
@@ -145,8 +146,8 @@ def score_causal_run(
     for name in students:
         directory = trusted_model(
             layout.model(name),
-            f"student {name!r} has no model in {layout.model(name)}: run `lmalgebra merge train` "
-            "first",
+            f"student {name!r} has no model in {layout.model(name)}: run "
+            f"{merge_stage('train', name)} first",
         )
         mine[name] = ModelRef(name=name, path=str(directory))
     rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages, table=None)

@@ -221,9 +221,9 @@ class CausalObjective(Objective):
         found = causal_evaluation(self.recipe, tables, students, settings["pooling"])
         if write:
             write_causal_evaluation(self.layout, found, scored)
-        coverage = Table(found.coverage, list(COVERAGE.columns))
+        coverage = Table(found.coverage, COVERAGE)
         return Evaluation(
-            Table(found.bits, list(BITS.columns)),
+            Table(found.bits, BITS),
             found.rdt,
             causal_markdown(found),
             {"coverage": coverage},

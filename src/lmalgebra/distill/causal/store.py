@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.distill.causal.logprobs import CausalOutput, causal_outputs
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import require
@@ -220,7 +220,7 @@ def load_causal_store(run_dir: Path, lang: str, teacher: str) -> CausalStore:
     if ids.tolist() != text.column("id").to_pylist():
         raise UserInputError(
             f"{sets[TOKENS].directory} was made from other examples than "
-            f"{examples.directory}: run `lmalgebra merge prepare RECIPE` again"
+            f"{examples.directory}: run {merge_stage('prepare')} again"
         )
     token_ids, token_offsets = ragged(tok.column("token_ids"))
     k, samples = (int(sets[LOGPROBS].manifest[f]) for f in ("top_k", "samples"))

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.precision import compute_context, dtype_name
 from lmalgebra.core.progress import progress_bar
@@ -240,7 +240,7 @@ def unrecorded_text(recipe: CausalRecipe, lang: str) -> str | None:
     return (
         f"{found.directory}: missing, damaged or incomplete, and the run's examples hold the "
         f"text teacher {recipe.teacher_text[lang].teacher!r} wrote there (which teacher wrote it "
-        "cannot be told): run `lmalgebra merge prepare RECIPE` to write it again"
+        f"cannot be told): run {merge_stage('prepare')} to write it again"
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from lmalgebra.core import plugins
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.distill.causal.bits_per_byte import score_texts
 from lmalgebra.distill.causal.student_data import CausalBatch, CausalStoreBatches
 from lmalgebra.distill.causal.student_init import InitModel, open_init
@@ -116,7 +116,7 @@ def check_mix(recipe: CausalRecipe, mix: dict[str, float]) -> None:
     if drawn and recipe.causal.samples == 0:
         raise UserInputError(
             f"training.objective_mix: {', '.join(drawn)} needs drawn tokens in the store; set "
-            "causal.samples > 0 and run `lmalgebra merge teach RECIPE` again"
+            f"causal.samples > 0 and run {merge_stage('teach')} again"
         )
 
 

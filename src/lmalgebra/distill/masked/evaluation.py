@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.distill.examples import heldout_texts
 from lmalgebra.distill.layout import RunLayout, trusted_model
 from lmalgebra.distill.masked.comparability import is_comparable, teacher_languages
@@ -155,8 +155,7 @@ def student_score(
 def _load_student(layout: RunLayout, name: str) -> Any:
     directory = trusted_model(
         layout.model(name),
-        f"{layout.model(name)} has no trained student: run "
-        f"`lmalgebra merge train RECIPE --name {name}` first",
+        f"{layout.model(name)} has no trained student: run {merge_stage('train', name)} first",
     )
     return load_lm(ModelRef(name=name, path=str(directory)), directory, "masked", "student")
 
@@ -214,7 +213,7 @@ def evaluate_run(
                 f"(languages: {', '.join(teachers_of)})"
             )
     if not (layout.vocab / META_FILE).is_file():
-        raise UserInputError(f"{layout.vocab} is missing: run `lmalgebra merge vocab RECIPE` first")
+        raise UserInputError(f"{layout.vocab} is missing: run {merge_stage('vocab')} first")
     chosen = list(languages or teachers_of)
     heldout_texts(layout.root, chosen)  # a language holding out no example has nothing to score
     vocab = UnionVocab.load(layout.vocab)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core import plugins
-from lmalgebra.core.errors import UserInputError, either
+from lmalgebra.core.errors import UserInputError, either, merge_stage
 from lmalgebra.core.text_files import not_a_directory
 from lmalgebra.distill.layout import (
     EVALUATION_MD,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 def _other_teachers(stamp: CompletionStamp) -> str:
     return (
         f"the vocabulary in {stamp.directory} was built from other teachers: "
-        "run `lmalgebra merge vocab RECIPE` again"
+        f"run {merge_stage('vocab')} again"
     )
 
 
@@ -54,11 +54,11 @@ def _vocab_problem(stamp: CompletionStamp) -> str | None:
     directory = stamp.directory
     if (directory.exists() or directory.is_symlink()) and not directory.is_dir():
         what = not_a_directory(directory)
-        return f"{directory} {what}: remove it, then run `lmalgebra merge vocab RECIPE`"
+        return f"{directory} {what}: remove it, then run {merge_stage('vocab')}"
     if stamp.damaged():
-        return f"{stamp.path} is damaged: run `lmalgebra merge vocab RECIPE` again"
+        return f"{stamp.path} is damaged: run {merge_stage('vocab')} again"
     if stamp.recorded() is None:
-        return f"{stamp.directory} is missing: run `lmalgebra merge vocab RECIPE` first"
+        return f"{stamp.directory} is missing: run {merge_stage('vocab')} first"
     from lmalgebra.distill.vocab.union import UnionVocab
 
     try:  # its files edited or cut short since: read as training reads them (the dry run too)
@@ -133,7 +133,7 @@ class MaskedObjective(Objective):
             return problem
         if own.read_bytes() == current.read_bytes():
             return None
-        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        command = merge_stage("train", name, restart=True)
         return (
             f"student {name!r} was trained on the union vocabulary as it was before it was "
             f"built again ({self.layout.vocab}), whose ids are not its own: train it again with "
@@ -224,7 +224,7 @@ class MaskedObjective(Objective):
             for name in scored:
                 mine = [s for s in scores if s.model in (name, s.teacher)]
                 add_evaluation(self.layout.model(name), markdown(mine, {name: deviations[name]}))
-        table = Table(scores, list(SCORES.columns))
+        table = Table(scores, SCORES)
         return Evaluation(table, deviations, markdown(scores, deviations))
 
     def plan(self, training: TrainingSpec) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import OVERWRITE, UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError, either
 from lmalgebra.core.fingerprint import plain, sha256_file, sha256_json
 from lmalgebra.core.text_files import read_json_object
 from lmalgebra.distill.layout import (
@@ -181,10 +181,15 @@ def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind])
         return [f"merge evaluate: {err}"]
     return [  # rows an evaluation of the other students refuses to keep (``_refuse_changed``)
         f"{path} holds the rows of student {name!r} as it was before it was trained again (or "
-        f"removed): `lmalgebra merge evaluate RUN --students {name}` scores it again"
+        f"removed): {_evaluate_again(name)} scores it again"
         for name, identity in record["students"].items()
         if student_identity(layout, name) != identity
     ]
+
+
+def _evaluate_again(name: str) -> str:
+    """The evaluation of student ``name`` alone, as the command line and Python run it."""
+    return either(f"`lmalgebra merge evaluate RUN --students {name}`", f"evaluate([{name!r}])")
 
 
 def _checksum(record: Mapping[str, Any]) -> str:

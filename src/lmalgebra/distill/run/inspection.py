@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.distill.run.store_check import missing_set
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -77,4 +77,4 @@ def inspected_tables(shards: ShardSet, stage: str) -> list[Any]:
     """Every shard's table of ``shards`` (sizes and decoding checked, not checksums); a shard
     missing or damaged is refused naming ``stage``, the ``merge`` command that writes it again
     (the line had said "run again", which ``merge inspect`` is not)."""
-    return shards.tables(verify=False, again=f"run `lmalgebra merge {stage} RECIPE` again")
+    return shards.tables(verify=False, again=f"run {merge_stage(stage)} again")

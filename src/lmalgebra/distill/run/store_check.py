@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.storage.shard_set import ShardSet
@@ -24,11 +24,9 @@ def missing_set(shards: ShardSet, command: str) -> str:
     if shards.manifest_damaged:
         return (
             f"{shards.manifest_path} is damaged (not as it was written): run "
-            f"`lmalgebra merge {command} RECIPE` again to rebuild the set"
+            f"{merge_stage(command)} again to rebuild the set"
         )
-    return (
-        f"{shards.directory} is missing or incomplete: run `lmalgebra merge {command} RECIPE` first"
-    )
+    return f"{shards.directory} is missing or incomplete: run {merge_stage(command)} first"
 
 
 def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
@@ -47,7 +45,7 @@ def check_set(accepted: Sequence[ShardSet], stage: str) -> None:
     if damaged:
         raise UserInputError(
             f"store shard {found.path(damaged[0])} is missing or fails its checksum: run "
-            f"`lmalgebra merge {stage} RECIPE` again to recompute it"
+            f"{merge_stage(stage)} again to recompute it"
         )
 
 
@@ -64,7 +62,7 @@ def stale_key(accepted: Sequence[ShardSet], stage: str) -> str | None:
     shown = "; ".join(changed[:3]) + ("; ..." if len(changed) > 3 else "")
     return (
         f"the store in {expected.directory} was built with a different recipe or teacher "
-        f"({shown}): run `lmalgebra merge {stage} RECIPE` for this recipe"
+        f"({shown}): run {merge_stage(stage)} for this recipe"
     )
 
 
@@ -97,7 +95,7 @@ def examples_problems(examples: ShardSet) -> list[str]:
     incomplete, unrecorded or damaged is named by the set's own ``problems``."""
     if not (examples.complete and examples.records):
         return []
-    again = "run `lmalgebra merge prepare RECIPE` again"
+    again = f"run {merge_stage('prepare')} again"
     bad = bad_record(examples)
     if bad:
         return [f"{bad} ({again})"]
@@ -159,19 +157,19 @@ def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) ->
         return []  # named as incomplete, or its record, already
     bad = bad_record(made)
     if bad:
-        return [f"{bad} (run `lmalgebra merge {stage} RECIPE` again)"]
+        return [f"{bad} (run {merge_stage(stage)} again)"]
     rows, expected = shard_rows(made), shard_rows(source)
     if rows == expected and stale_source(made, source):
         return [
             f"{made.directory} was computed from other {what} than {source.directory} holds "
-            f"now (run `lmalgebra merge {stage} RECIPE` again)"
+            f"now (run {merge_stage(stage)} again)"
         ]
     if rows == expected:
         return []
     return [
         f"{made.directory}: {len(rows)} shards of {sum(rows)} rows, but {source.directory} it "
-        f"was computed from holds {len(expected)} of {sum(expected)} {what} (run `lmalgebra "
-        f"merge {stage} RECIPE` again)"
+        f"was computed from holds {len(expected)} of {sum(expected)} {what} (run "
+        f"{merge_stage(stage)} again)"
     ]
 
 

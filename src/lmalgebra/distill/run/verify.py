@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.core.text_files import not_a_directory, not_a_file
 from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
 from lmalgebra.distill.recipe import MergeRecipe, run_recipe
@@ -35,7 +35,7 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
     recipe = run_recipe(run_dir)
     problems = missing_parts(layout, recipe, store_parts, vocab)
     for part in SHARD_SETS:
-        again = f"run `lmalgebra merge {'teach' if part in store_parts[1:] else 'prepare'} RECIPE`"
+        again = f"run {merge_stage('teach' if part in store_parts[1:] else 'prepare')}"
         for directory in shard_set_directories(layout.root / part):
             problems += ShardSet.existing(directory).problems(f"{again} again")
     languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
@@ -90,7 +90,7 @@ def missing_parts(
             what = "missing" if not any(p.exists() for p in missing) else "missing or incomplete"
             problems.append(
                 f"{', '.join(map(str, missing))}: {what}, though the run holds what was made from "
-                f"{'them' if len(missing) > 1 else 'it'} (run `lmalgebra merge {stage} RECIPE` "
+                f"{'them' if len(missing) > 1 else 'it'} (run {merge_stage(stage)} "
                 "again to rebuild)"
             )
     return problems
@@ -100,8 +100,7 @@ def not_directories(stages: list[tuple[str, list[Path]]]) -> list[str]:
     """Each part of ``stages`` whose place holds something that is no directory (a file, a FIFO):
     no stage can read or write the part there."""
     return [
-        f"{part} {not_a_directory(part)}: remove it, then run `lmalgebra merge {stage} RECIPE` "
-        "again"
+        f"{part} {not_a_directory(part)}: remove it, then run {merge_stage(stage)} again"
         for stage, parts in stages
         for part in parts
         if part.exists() and not part.is_dir()
@@ -134,5 +133,5 @@ def vocabulary_problems(layout: RunLayout) -> list[str]:
     except (OSError, ValueError, KeyError, TypeError) as err:  # a damaged tokenizer.json
         return [f"{directory}: cannot be read ({type(err).__name__}: {err})"]
     if CompletionStamp(directory, "").damaged():  # training would take it for no vocabulary
-        return [f"{directory / STAMP} is damaged (run `lmalgebra merge vocab RECIPE` again)"]
+        return [f"{directory / STAMP} is damaged (run {merge_stage('vocab')} again)"]
     return []

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.core.fingerprint import sealed, sha256_file, sha256_texts, unseal
 from lmalgebra.core.text_files import read_json_object, read_record
 from lmalgebra.distill.vocab.token_forms import (
@@ -242,14 +242,14 @@ class UnionVocab:
         if isinstance(meta, dict) and unseal(meta, META_CHECK) is False:  # None: older release
             raise UserInputError(
                 f"{paths[0]} was edited since it was written (its {META_CHECK}): run "
-                "`lmalgebra merge vocab RECIPE` again"
+                f"{merge_stage('vocab')} again"
             )
         sums = {paths[1]: meta.get("maps_sha256"), paths[2]: meta.get("tokenizer_sha256")}
         for path, recorded in sums.items():  # no tokenizer sum in vocabularies of before
             if (recorded is not None or path == paths[1]) and sha256_file(path) != recorded:
                 raise UserInputError(
                     f"{path} does not match the checksum in {paths[0].name} "
-                    "(run `lmalgebra merge vocab RECIPE` again)"
+                    f"(run {merge_stage('vocab')} again)"
                 )
         vocab = Tokenizer.from_file(str(paths[2])).get_vocab(with_added_tokens=False)
         tokens = sorted(vocab, key=vocab.__getitem__)
@@ -368,7 +368,7 @@ def read_report(directory: Path) -> dict[str, Any] | None:
     path = directory / REPORT
     if not (path.exists() or path.is_symlink()):
         return None
-    again = "run `lmalgebra merge vocab RECIPE` again"
+    again = f"run {merge_stage('vocab')} again"
     try:
         report = read_json_object(path, "vocabulary report")
     except UserInputError as err:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.text_files import not_a_file, read_record
 from lmalgebra.distill.recipe import MADE_IN, MergeRecipe
 from lmalgebra.experimental.selection.teacher_sets import Selection
@@ -144,7 +144,7 @@ def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> Non
         )
         raise UserInputError(
             f"{path} {why}: the selection there cannot be compared with this one; restore it, "
-            "write to another directory, or pass --overwrite to replace the selection"
+            f"write to another directory, or pass {OVERWRITE} to replace the selection"
         )
     if summary is None:  # nothing finished: a selection's own files are made again, others refused
         recorded: dict[str, Any] | None = identity if holds_only(out, OWNED) else None

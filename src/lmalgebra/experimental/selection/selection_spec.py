@@ -47,11 +47,10 @@ class SelectionSpec(Settings):
                 "--languages (languages) names no language: name those to compare teachers "
                 "for, or leave it out for every language of the recipe"
             )
+        # named as keys, the flags' names and the call's keywords alike (--bootstrap, bootstrap=)
         if self.size == 1:  # a set of one has complementarity 1 in every replicate
-            sets = "sets of two or more teachers (--size above 1)"
-            refuse_ignored(self, "--", dict.fromkeys(("bootstrap", "level", "seed"), sets))
+            sets = "sets of two or more teachers (size above 1)"
+            refuse_ignored(self, "", dict.fromkeys(("bootstrap", "level", "seed"), sets))
         if self.bootstrap == 0:  # no interval is drawn: its level and seed would do nothing
-            refuse_ignored(
-                self, "--", {"level": "a --bootstrap above 0", "seed": "a --bootstrap above 0"}
-            )
+            refuse_ignored(self, "", dict.fromkeys(("level", "seed"), "a bootstrap above 0"))
         return self

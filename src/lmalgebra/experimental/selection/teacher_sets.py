@@ -212,7 +212,7 @@ def _language(
             log.warning("%s; sets of one rank by quality alone: group_r2 left blank", err)
         except SingularBasisError as err:  # its remedies are decompose's flags
             raise UserInputError(
-                f"language {lang!r}: {err.what}; use a larger --alpha than {spec.alpha}"
+                f"language {lang!r}: {err.what}; use a larger alpha than {spec.alpha}"
             ) from None
         else:
             group_r2 = {fit.target: fit.r2["test"] for fit in result.group}

@@ -213,13 +213,19 @@ def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | No
     cache's directories the run writes into (``_cache_parts``)."""
     config = config.resolved()
     check_output_directory(config.out)
-    cache, parts = cache_directory(config.cache_dir), _cache_parts(config)
-    refuse_unusable_cache_parts(cache, parts)
-    refuse_cache_overlap(config.out, cache, parts)
+    check_cache(config)
+    refuse_cache_overlap(config.out, cache_directory(config.cache_dir), _cache_parts(config))
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
         if inputs is not None or config.corpus.paths:  # a plan may be given no documents
             _check_inputs(config.out, _unread_inputs(config, inputs), overwrite)
+
+
+def check_cache(config: DecomposeConfig) -> None:
+    """What a run of ``config`` refuses of its cache: the root a file, or no writable
+    directory, and the cache's directories it writes into (``_cache_parts``) files or links
+    to nothing; found without writing anything."""
+    refuse_unusable_cache_parts(cache_directory(config.cache_dir), _cache_parts(config))
 
 
 def _cache_parts(config: DecomposeConfig) -> list[str]:

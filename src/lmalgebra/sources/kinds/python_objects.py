@@ -249,8 +249,8 @@ class GivenArrays(_GivenObject):
         array = np.asarray(self.array)
         if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:
             raise UserInputError(
-                f"model {self.name!r}: an array of embeddings must be 2-D (spans, dim), "
-                f"got shape {array.shape}"
+                f"model {self.name!r}: an array of embeddings must be 2-D (spans, dim), a row "
+                f"per span and a column at least, got shape {array.shape}"
             )
         if array.dtype.kind not in "iufc":  # a timedelta64 is a number to numpy, no embedding
             raise UserInputError(f"model {self.name!r}: the array is not numeric ({array.dtype})")
