@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import RESTART, UserInputError, UserValueError, either
+from lmalgebra.core.errors import RESTART, UserInputError, UserValueError, merge_stage
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
@@ -201,10 +201,9 @@ def _refuse_stale_unresumable(objective: Objective, name: str, training: Trainin
     problem = objective.stale_student(name, teachers, objective.store_digest(teachers))
     changed = _student_changes(model, objective.recipe)
     if problem is None and changed:
-        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
         problem = (
             f"student {name!r} was made with other settings ({'; '.join(changed[:3])}): "
-            f"train it again with {either(command, 'restart=True')}"
+            f"train it again with {merge_stage('train', name, restart=True)}"
         )
     if problem is not None:
         raise UserInputError(f"{problem} (it kept no checkpoint: training would replace it)")
