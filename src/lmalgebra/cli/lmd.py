@@ -107,6 +107,8 @@ def _print_plan(frame: Any) -> None:
             f"{row.cache_gib:.2f} GiB" if row.cache_gib else "-",
         )
     console.print(models)
+    if busy := _busy():
+        console.print(busy)
     title = f"Plan: peak memory and time after embedding ({frame.attrs['available_gib']:.1f} GiB "
     plan = Table(title=title + "available; the run is held to its own method)")
     for column in ("method / phase", "peak", "time", "disk", "fits"):
@@ -130,6 +132,21 @@ def _print_plan(frame: Any) -> None:
                 f"  {phase.phase}", f"{phase.peak_gib:.2f}", _duration(phase.seconds), "", ""
             )
     console.print(plan)
+
+
+def _busy() -> str:
+    """A line for a machine other work shares (its load average above its cores): the times
+    come from rates probed in a few seconds (the best of a few tries), and the run had taken
+    3-5x longer than shown, without a word."""
+    import os
+
+    load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
+    if load <= cores:
+        return ""
+    return (
+        f"note: the load average is {load:.1f} on {cores} cores: other work shares this machine, "
+        "so the times above and below (rates probed in a few seconds) may be several times short"
+    )
 
 
 def _duration(seconds: float) -> str:
