@@ -278,3 +278,34 @@ def test_the_dry_run_refuses_a_gguf_folder_the_run_cannot_build_into(
     args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
     for flags in (["--dry-run"], []):
         assert_one_line(*cli([*args, *flags]), [str(cache / "gguf")])
+
+
+@pytest.mark.parametrize("command", ["merge evaluate", "experimental select"])
+def test_an_lmd_cache_part_in_the_way_is_refused_before_the_scoring_before_lmd(
+    command: str,
+    causal_teacher_dirs: dict[str, Path],
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache's ``embeddings/`` a file: merge evaluate scored every bits per byte, and
+    experimental select every teacher's accuracy, before their LMD run refused it (the work
+    thrown away); both refuse it first now."""
+    import warnings
+
+    from causal_fixtures import write_causal_recipe
+    from lmalgebra.distill.causal.evaluation import score_causal_run
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.experimental.selection.selection_spec import SelectionSpec
+    from lmalgebra.experimental.selection.teacher_sets import select_teachers
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "embeddings").write_text("not a cache part\n", encoding="utf-8")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    needle = rf"^cache directory {cache / 'embeddings'} is a file, not a directory"
+    with pytest.raises(UserInputError, match=needle), warnings.catch_warnings():
+        if command == "merge evaluate":  # no student yet: it had been named first
+            score_causal_run(load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs)), ["s"])
+        else:
+            select_teachers(load_recipe(write_recipe(tmp_path, teacher_dirs)), SelectionSpec())
