@@ -163,8 +163,8 @@ def build_once(
     (a file deleted or cut short): it is then built again, with a warning. ``what`` names the
     asset in the log. Whatever ``build`` raises propagates; nothing is left under ``target``'s
     name then, nor after an interruption, nor the directories this call made for it (a refused
-    GGUF file had left an empty ``gguf/`` in the cache). Something in the way of the cache directory (a file,
-    a link to nothing) is one line naming it.
+    GGUF file had left an empty ``gguf/`` in the cache). Something in the way of the cache
+    directory (a file, a link to nothing) is one line naming it.
     """
 
     def usable() -> bool:
