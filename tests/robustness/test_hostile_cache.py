@@ -105,23 +105,26 @@ def test_a_cache_directory_below_the_root_in_the_way_is_one_line(
         assert_one_line(*cli([*args, *flags]), [str(cache / part), said])
 
 
+@pytest.mark.parametrize("mix", [{"objective_mix": {"sampled": 1.0}}, {}, {"gold_only": True}])
 @pytest.mark.parametrize("blocker", ["file", "link to nothing"])
 def test_the_dry_run_refuses_a_mined_maps_folder_the_run_cannot_write(
     blocker: str,
+    mix: dict[str, object],
     causal_teacher_dirs: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     cli,
 ) -> None:
-    """A causal loss that reads MinED maps (``sampled``) with the cache's ``mined-maps/`` a
-    file or a link to nothing: training refuses it where it writes the first map; its dry run
-    (``merge run --dry-run``, ``merge train --dry-run``) had planned the run."""
+    """The cache's ``mined-maps/`` a file or a link to nothing: training refuses it where it
+    writes the first map; its dry run (``merge run --dry-run``, ``merge train --dry-run``) had
+    planned the run, and once it refused it for a loss that reads the maps (``sampled``), still
+    planned the default mix and ``gold_only``, whose training builds them too."""
     from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 
     cache = tmp_path / "cache"
     cache.mkdir()
     blocked(cache / "mined-maps", blocker)
-    training = {"steps": 2, "objective_mix": {"sampled": 1.0}}
+    training = {"steps": 2, **mix}
     student = CAUSAL_STUDENT
     recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=student, training=training)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
