@@ -140,8 +140,11 @@ def _busy() -> str:
     3-5x longer than shown, without a word."""
     import os
 
-    load, cores = os.getloadavg()[0], len(os.sched_getaffinity(0))
-    if load <= cores:
+    if not hasattr(os, "getloadavg"):  # no load average to read (Windows)
+        return ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0]
+    if load <= (cores or 1):
         return ""
     return (
         f"note: the load average is {load:.1f} on {cores} cores: other work shares this machine, "
