@@ -60,6 +60,7 @@ class ValidationTracker:
         self.best_step = int(saved.get("best_step", 0))
         self.misses = int(saved.get("misses", 0))
         self.stopped = bool(saved.get("stopped", False))
+        self._kept: dict[str, Any] | None = None  # the record this process wrote last
         self._refuse_unrestorable(start)  # at the start: training to the end had ended refused
 
     def due(self, step: int, steps: int) -> bool:
@@ -106,7 +107,7 @@ class ValidationTracker:
         between two of them finds weights its record names (it had found weights of no record,
         or a record of a step after its checkpoint, and refused to resume)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        kept = _intact_record(self.folder)
+        kept = self._kept or _intact_record(self.folder)  # the weights hashed once a process
         record: dict[str, Any] = {"step": step, "score": score}
 
         def save(tmp: Path) -> None:
@@ -116,6 +117,7 @@ class ValidationTracker:
 
         write_atomic(self.folder / "model.safetensors", save)
         self._record(record)
+        self._kept = record
 
     def _record(self, record: dict[str, Any]) -> None:
         write_json_atomic(self.folder / "best.json", sealed(record, RECORD_SHA256))
