@@ -152,6 +152,55 @@ def _greedy(model: Any, ids: torch.Tensor, steps: int, eos: int) -> tuple[torch.
     return ids, clear
 
 
+@pytest.mark.parametrize(("setting", "value"), [("top_p", 0.5), ("seed", 3)])
+def test_the_minimum_temperature_writes_the_argmax_and_refuses_sampling_settings(
+    tmp_path: Path, causal_teacher_dirs, setting: str, value: float
+) -> None:
+    """``temperature`` at its minimum is documented as the teacher's argmax, yet generation
+    still sampled there, so ``top_p`` and ``seed`` could change a token at a near-tie: it
+    decodes greedily (nothing drawn), and either setting beside it is refused, naming both."""
+    change = {"temperature": 1e-4, setting: value}
+    culprit = f"teacher_text.xx.{setting} {value!r} would be ignored"
+    with pytest.raises(UserInputError, match=culprit):
+        load_recipe(_recipe(tmp_path, causal_teacher_dirs, **change))
+    spec = TeacherTextSpec.model_validate(
+        {"teacher": "bl", "prompts": {"paths": ["-"]}, "documents": 1, "temperature": 1e-4}
+    )
+    seen: list[Any] = []
+
+    class Model(torch.nn.Linear):
+        def generate(self, input_ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+            seen.append(kwargs["generation_config"])
+            return input_ids
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(causal_teacher_dirs["bl"])
+    generate(Model(1, 1), tokenizer, ["the cat"], spec, seed=1, compute=torch.float32)
+    assert seen[0].do_sample is False
+
+
+def test_text_sampled_at_the_minimum_temperature_before_is_written_again_greedily(
+    tmp_path: Path, causal_teacher_dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Text written at the minimum temperature before it decoded greedily (keys without
+    ``decoding``): the dry run and ``merge prepare`` had disagreed on it (refused, naming a
+    key field, by the stage alone). It is text of other settings, and like any, written
+    again with the examples drawn from it, by the stage after a dry run that plans it."""
+    from lmalgebra.distill.recipe import TeacherTextSpec
+
+    path = _recipe(tmp_path, causal_teacher_dirs, temperature=1e-4)
+    with monkeypatch.context() as before:
+        before.setattr(TeacherTextSpec, "decoding", property(lambda self: {}))
+        stages.prepare(load_recipe(path), progress=False)
+    recipe = load_recipe(path)
+    stages.objective_of(recipe).refuse_edited_inputs()  # the dry run's check: plans it
+    stages.prepare(recipe, progress=False)
+    for part in ("teacher_text", "examples"):
+        key = ShardSet.existing(tmp_path / "run" / part / "xx").key
+        assert "greedy" in str(key), part
+
+
 def test_prompts_are_cut_at_a_word() -> None:
     assert prompt_of("  la maison est grande et belle", 14) == "la maison est"
     assert prompt_of("Donaudampfschifffahrt", 6) == "Donaud"

@@ -98,6 +98,11 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
     assert sorted(p.name for p in (path.parent / "run").iterdir()) == ["selection"]  # no store
     chosen = load_recipe(out / "recommended.yaml")
     assert sorted(chosen.languages["xx"].teachers) == found.recommended["xx"]
+    # its relative paths are the recipe's, read from here: it says so, as a run's copy does
+    from lmalgebra.distill.recipe import MADE_IN
+
+    second = (out / "recommended.yaml").read_text().splitlines()[1]
+    assert second == f"{MADE_IN}{json.dumps(str(Path.cwd()))}"
 
 
 @pytest.mark.parametrize(

@@ -217,6 +217,8 @@ def test_a_need_just_above_the_memory_is_told_apart_from_it(tmp_path: Path, bert
         )
     assert "needs 0.6 GiB" not in str(refused.value)
     assert "but 0.600 GiB are available" in str(refused.value)
+    # reached from Python as from the command line: the memory setting in both forms
+    assert '--scale.memory_gib (scale={"memory_gib": GIB})' in str(refused.value)
 
 
 def test_sketch_without_components_is_refused() -> None:

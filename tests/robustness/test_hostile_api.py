@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import lmalgebra
+from hostile_helpers import assert_one_line
 from lmalgebra import Decomposition, MergeRun, UserInputError
 from lmalgebra.api.runtime import ENTRY_POINT
 from merge_fixtures import TINY_STUDENT, TINY_TRAINING, write_recipe
@@ -996,6 +997,13 @@ def test_embeddings_whose_variation_float32_loses_are_named_so(
     other = rng.normal(size=(60, 3))
     with pytest.raises(UserInputError, match=r"^model 'x': its embeddings vary .* not in float32"):
         lmalgebra.decompose({"x": given, "y": other}, texts, **options)
+    # lost in a held-out split alone: it had been warned of as "every test span has the same
+    # embedding"; the split is named
+    if kind == "offset":
+        held = np.vstack([base[:50], base[50:] + 1e8])
+        said = r"^model 'x': its test embeddings vary .* float32"
+        with pytest.raises(UserInputError, match=said):
+            lmalgebra.decompose({"x": held, "y": other}, texts, **options)
     base[:, 0] = 1e8
     lmalgebra.decompose({"x": base, "y": other}, texts, **options)
 
@@ -1336,3 +1344,28 @@ def test_an_inspection_of_a_run_not_taught_yet_gives_numbers(
     frame = run.inspect().frame()
     assert frame["store_bytes_per_masked_token"].dtype == np.float64
     assert frame["store_bytes_per_masked_token"].isna().all() and frame["examples"].sum() > 0
+
+
+def test_a_rule_across_a_calls_settings_names_the_call(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A rule across the keys of a Python call's settings (``lambda_value`` beside a linear
+    schedule, one model to decompose) had been raised from inside the argument check, or by
+    the settings, without the call that was made: each names it, as a bad argument does. The
+    command line, which calls the same functions, names its flags alone."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    linear = {"lambda_schedule": "linear", "lambda_value": 0.3}
+    for call, said in (
+        (lambda: lmalgebra.merge_plan(recipe, training=linear), "merge_plan() training: "),
+        (lambda: lmalgebra.merge(recipe, ["train"], students={"s": linear}), "merge() students: "),
+        (lambda: lmalgebra.decompose_plan({"a": np.zeros((3, 2))}), "decompose_plan(): "),
+    ):
+        with pytest.raises(UserInputError) as caught:
+            call()
+        assert str(caught.value).startswith(said), str(caught.value)
+    flags = ["--training.lambda_schedule", "linear", "--training.lambda_value", "0.3"]
+    for dry in ([], ["--dry-run"]):
+        code, stderr = cli(["merge", "train", str(recipe), *flags, *dry])
+        line = assert_one_line(code, stderr, ["training.lambda_value 0.3 would be ignored"])
+        assert "()" not in line, line
+    assert not (tmp_path / "run").exists()

@@ -312,3 +312,40 @@ def test_an_lmd_cache_part_in_the_way_is_refused_before_the_scoring_before_lmd(
             score_causal_run(load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs)), ["s"])
         else:
             select_teachers(load_recipe(write_recipe(tmp_path, teacher_dirs)), SelectionSpec())
+
+
+def test_a_cache_inside_the_output_or_an_output_inside_the_cache_is_refused_first(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """``--cache_dir`` inside the run's own directory had been accepted, the run's files mixed
+    with the cache's (a later ``--overwrite`` refused, naming ``cache/``), and so had a run
+    inside the cache's ``spans/``; each is refused by the run and its dry run, naming both,
+    nothing written. A run beside the cache's own directories, in its root, runs."""
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--no-progress"]
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    for where, said in (
+        (["--out", str(out), "--cache_dir", str(out / "cache")], "is inside the output"),
+        (["--out", str(cache / "spans" / "run"), "--cache_dir", str(cache)], "inside the cache"),
+    ):
+        for dry in (["--dry-run"], []):
+            code, stderr = cli([*args, *where, *dry])
+            assert_one_line(code, stderr, [where[1], said])
+        assert not out.exists() and not (cache / "spans" / "run").exists()
+    code, stderr = cli([*args, "--out", str(cache / "run"), "--cache_dir", str(cache)])
+    assert code == 0, stderr
+
+
+def test_experimental_select_refuses_its_cache_inside_its_output_first(
+    teacher_dirs: dict[str, Path], tmp_path: Path, cli
+) -> None:
+    """``experimental select --cache_dir OUT/cache`` had made the cache, then refused its own
+    output directory as "not empty and holds no teacher selection (cache/)", the cache left
+    behind: the cache inside the output is named first, nothing written."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    out = tmp_path / "selection"
+    args = ["experimental", "select", str(recipe), "--spans.counts", "40,10,10", "-T", "8"]
+    code, stderr = cli([*args, "--no-progress", "--out", str(out), "--cache_dir", str(out / "c")])
+    assert_one_line(code, stderr, [str(out / "c"), "is inside the output directory"])
+    assert not out.exists()

@@ -514,6 +514,12 @@ def test_a_working_directory_removed_under_the_command_is_one_line(
     args = ["decompose", f"--models=a={bert_dir}", f"--models=b={bert2_dir}", "--dry-run"]
     code, stderr = cli([*args, "--corpus.paths", "docs.txt", "--out", str(tmp_path / "out")])
     assert_one_line(code, stderr, ["the working directory no longer exists"])
+    # from Python too, where it had been a bare FileNotFoundError
+    import lmalgebra
+
+    arrays = {"a": np.zeros((3, 2)), "b": np.ones((3, 2))}
+    with pytest.raises(lmalgebra.UserInputError, match="the working directory no longer exists"):
+        lmalgebra.decompose_plan(arrays, out="out")
 
 
 @pytest.mark.parametrize("given", ["onnx:model.onnx#BERT", "precomputed:vectors.npy"])

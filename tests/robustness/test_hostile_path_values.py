@@ -188,6 +188,7 @@ def test_a_runs_relative_paths_read_from_elsewhere_are_refused_naming_both_direc
     prepare(recipe, progress=False)
     copy = project / "run" / "recipe.yaml"
     assert copy.read_text().splitlines()[0] == f'{MADE_IN}"{project}"'
+    assert "run its commands there" in MADE_IN
     assert load_recipe(copy).model_dump() == recipe.model_dump()  # fingerprints unchanged
     assert run_recipe(Path("run")).output_dir == Path("run")  # read from here: refused nothing
 
@@ -195,6 +196,14 @@ def test_a_runs_relative_paths_read_from_elsewhere_are_refused_naming_both_direc
     with pytest.raises(UserInputError, match=r"key 'languages\.xx\.corpus\.paths'") as err:
         verify(project / "run")
     assert "\n" not in str(err.value)
+    # the first line had said relative paths "are read from the directory the run was made
+    # in", which commands run elsewhere do not do; a copy of that older line reads the same
+    text = copy.read_text()
+    older = "# relative paths below are read from the directory the run was made in: "
+    copy.write_text(text.replace(MADE_IN, older, 1))
+    with pytest.raises(UserInputError, match=r"key 'languages\.xx\.corpus\.paths'"):
+        verify(project / "run")
+    copy.write_text(text)
     code, stderr = cli(["merge", "verify", str(project / "run")])
     needles = ["key 'languages.xx.corpus.paths'", str(project), str(elsewhere), "run the command"]
     assert_one_line(code, stderr, needles)

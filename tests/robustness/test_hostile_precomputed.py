@@ -90,3 +90,29 @@ def test_a_safetensors_digest_in_capitals_is_the_same_digest(tmp_path: Path) -> 
     rows = load_precomputed("v", path, TEXTS).splits
     read = np.vstack([np.vstack(list(rows[s].chunks())) for s in ("train", "validation", "test")])
     np.testing.assert_array_equal(read, vectors)
+
+
+def test_a_float64_file_whose_variation_float32_loses_is_named_so(tmp_path: Path) -> None:
+    """A float64 file of ``1e8 + x``: read in float32 blocks, its variation was lost before any
+    check, and it was refused as "does not vary ... (every embedding is the same)", or, lost in
+    a held-out split alone, warned of as "every test span has the same embedding"; each split
+    is named as varying but not in float32, with the remedy, as an array handed to
+    ``decompose`` is. The same rows centred are read."""
+    texts = {split: [f"{split} span {i}" for i in range(4)] for split in TEXTS}
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(12, 4))
+    for name, rows, split in (
+        ("far", vectors + 1e8, "training"),
+        ("held", np.vstack([vectors[:8], vectors[8:] + 1e8]), "test"),
+        ("centred", vectors, None),
+    ):
+        path = tmp_path / f"{name}.safetensors"
+        save_file({"embeddings": rows}, str(path), metadata={"spans_sha256": order_digest(texts)})
+        if split is None:
+            splits = load_precomputed("v", path, texts).splits
+            read = np.vstack([np.vstack(list(splits[s].chunks())) for s in texts])
+            np.testing.assert_array_equal(read, rows.astype(np.float32))
+            continue
+        said = rf"^model 'v': the {split} embeddings in {path} vary \(by up to .*\) but not in"
+        with pytest.raises(UserInputError, match=said):
+            load_precomputed("v", path, texts)

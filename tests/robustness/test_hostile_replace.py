@@ -234,6 +234,67 @@ def test_a_causal_evaluation_of_some_rows_keeps_the_others(
     assert "xx" not in (evaluation / "bits_per_byte.csv").read_text()
 
 
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"tokenizer": "bytes"}, "the student tokenizer changed (student_tokenizer.tokenizer"),
+        ({"tokenizer": "uni"}, "'bl' -> 'uni'"),
+        ({"tokenizer": "train:bytelevel-bpe:300"}, "'bl' -> 'train:bytelevel-bpe:300'"),
+        ({"hidden_size": 48}, "the model configuration changed (model.n_embd 32 -> 48)"),
+        ({"dropout": 0.1}, "model.attn_pdrop 0.0 -> 0.1"),
+    ],
+)
+def test_a_causal_checkpoint_of_another_student_is_refused_by_the_dry_run_too(
+    causal_trained: Path, change: dict[str, Any], named: str, cli
+) -> None:
+    """A causal student's checkpoint made with another ``student.tokenizer`` or other sizes:
+    resuming refused it while the dry run had planned the run; the dry run compares the
+    tokenizer's recorded name and the configuration's sizes, which need no tokenizer made.
+    Another spelling of the same tokenizer (``teacher:bl``) plans."""
+    import yaml
+
+    data = yaml.safe_load(causal_trained.read_text())
+    student = causal_trained.parent / "run" / "student"
+    before = digests(student)
+    other = causal_trained.with_name("other-student.yaml")
+    for given, refused in ((change, True), ({"tokenizer": "teacher:bl"}, False)):
+        other.write_text(yaml.safe_dump({**data, "student": {**data["student"], **given}}))
+        code, stderr = cli(["merge", "train", str(other), "--training.steps", "4", "--dry-run"])
+        if refused:
+            checkpoint = str(sorted((student / "checkpoints").glob("step-*"))[-1])
+            assert_one_line(code, stderr, [checkpoint, named])
+        else:
+            assert code == 0, stderr
+    assert digests(student) == before
+
+
+def test_a_saved_causal_student_is_kept_under_either_spelling_of_its_tokenizer(
+    causal_trained: Path,
+) -> None:
+    """``keep_saved`` of a causal student made with ``student.tokenizer: bl`` from a recipe
+    that spells it ``teacher:bl`` (the same tokenizer): refused as "trained with other
+    settings (student.tokenizer 'bl' -> 'teacher:bl')"; it is kept, and another tokenizer is
+    refused, naming it."""
+    import yaml
+
+    from lmalgebra import UserInputError
+    from lmalgebra.api.merge import merge
+
+    data = yaml.safe_load(causal_trained.read_text())
+    student = causal_trained.parent / "run" / "student"
+    before = digests(student)
+    other = causal_trained.with_name("respelt.yaml")
+    for given in ("teacher:bl", "uni"):
+        data["student"] = {**data["student"], "tokenizer": given}
+        other.write_text(yaml.safe_dump(data))
+        if given == "uni":
+            with pytest.raises(UserInputError, match=r"student\.tokenizer 'bl' -> 'uni'"):
+                merge(other, ["train"], students={"student": None}, keep_saved=True)
+        else:
+            merge(other, ["train"], students={"student": None}, keep_saved=True)
+    assert digests(student) == before
+
+
 @pytest.mark.parametrize("stage", ["run", "teach"])
 def test_a_student_of_a_store_since_built_again_is_neither_kept_nor_scored(
     tmp_path: Path, teacher_dirs: dict[str, Path], stage: str, cli
@@ -593,3 +654,45 @@ def test_a_stale_student_without_checkpoints_is_not_replaced_from_step_0(
         said = ["student 'student'", "top_k 8 -> 4", "--restart", "kept no checkpoint"]
         assert_one_line(code, stderr, said)
     assert digests(model) == before
+
+
+def test_a_student_of_other_sizes_without_checkpoints_is_not_replaced_from_step_0(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A student trained with ``keep_checkpoints 0``, then trained on with more steps under
+    another ``student`` spec (its sizes; a causal student's tokenizer alike): it had been
+    trained again from step 0 over itself, unsaid, where a checkpoint of the old spec is
+    refused. Refused the same way, by the dry run too, naming the setting; nothing touched."""
+    import yaml
+
+    recipe = built_store(tmp_path, teacher_dirs)
+    args = ["merge", "train", str(recipe), "--training.keep_checkpoints", "0", "--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    data = yaml.safe_load(recipe.read_text())
+    recipe.write_text(yaml.safe_dump({**data, "student": {**data["student"], "hidden_size": 48}}))
+    model = tmp_path / "run" / "student" / "model"
+    before = digests(model)
+    for extra in (["--dry-run"], []):
+        code, stderr = cli([*args, "--training.steps", "9", *extra])
+        said = ["student 'student'", "student.hidden_size 32 -> 48", "--restart", "kept no"]
+        assert_one_line(code, stderr, said)
+    assert digests(model) == before
+
+
+def test_a_student_setting_an_older_record_lacks_is_not_compared(
+    tmp_path: Path, teacher_dirs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saved student's record of its ``student`` spec from an older release, without a
+    setting added since: that setting is not compared (the others are)."""
+    from lmalgebra.distill import pipeline
+    from lmalgebra.distill.recipe import load_recipe
+    from merge_fixtures import TINY_STUDENT, write_recipe
+
+    recipe = load_recipe(write_recipe(tmp_path, teacher_dirs, student=TINY_STUDENT))
+    older = recipe.student.model_dump(mode="json")
+    del older["dropout"]
+    monkeypatch.setattr(pipeline, "saved_training", lambda *_: {"student": older})
+    assert pipeline._student_changes(tmp_path, recipe) == []
+    older["hidden_size"] = 48
+    assert pipeline._student_changes(tmp_path, recipe) == ["student.hidden_size 48 -> 32"]

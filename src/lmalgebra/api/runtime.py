@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from lmalgebra.core import remote_code
-from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
+from lmalgebra.core.errors import (
+    UserInputError,
+    UserTypeError,
+    UserValueError,
+    refuse_missing_cwd,
+)
 from lmalgebra.core.interrupt import imports_whole, requested
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
@@ -95,6 +100,7 @@ def _quiet_transformers() -> Iterator[None]:
 def library_call() -> Iterator[None]:
     """Pin torch's thread count (now, or when torch is imported) and run :func:`quiet` and
     :func:`_torch_as_a_command_finds_it` for the duration of the call."""
+    refuse_missing_cwd()  # as the command line refuses it, before transformers reads it
     pin_thread_count_when_imported()
     remote_code.new_call()
     with quiet(), _torch_as_a_command_finds_it():
@@ -163,9 +169,10 @@ def _annotation_check(function: Callable[..., Any], annotation: str) -> tuple[Ch
             adapter.validate_python(value)
         except ValidationError:
             return False
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, UserInputError):
             # an unchecked settings object (a ``model_copy(update=...)``) whose own validators
-            # trip on a value it holds: the function checks it again, naming the key
+            # trip on a value it holds, or a rule across its keys: the function checks it
+            # again, naming the key and the call
             return True
         return True
 

@@ -15,7 +15,6 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 try:  # a Ctrl-C while the command line loads (a second of imports) ends as one later does
@@ -35,7 +34,12 @@ try:  # a Ctrl-C while the command line loads (a second of imports) ends as one 
     from lmalgebra.cli.launched import placed_on_processes
     from lmalgebra.cli.path_values import read_paths
     from lmalgebra.core import interrupt
-    from lmalgebra.core.errors import TrainingDivergedError, UserInputError, one_line
+    from lmalgebra.core.errors import (
+        TrainingDivergedError,
+        UserInputError,
+        one_line,
+        refuse_missing_cwd,
+    )
     from lmalgebra.core.precision import LAUNCH_VARIABLES, launch_count, wait_limit
     from lmalgebra.core.threads import pin_thread_count_when_imported
 except KeyboardInterrupt:
@@ -114,13 +118,7 @@ def _check_environment() -> None:
     shell entered it (relative paths are read from it, and transformers reads it as it is
     imported: a traceback), a launcher's variable that is no integer (``WORLD_SIZE``) and a
     wait limit that is no number of seconds (``$LMALGEBRA_DIST_TIMEOUT``)."""
-    try:
-        Path.cwd()
-    except FileNotFoundError:
-        raise UserInputError(
-            "the working directory no longer exists (it was removed after the shell entered "
-            "it): cd into a directory that exists, then run the command again"
-        ) from None
+    refuse_missing_cwd()
     for name in LAUNCH_VARIABLES:
         launch_count(name, 0)
     wait_limit()

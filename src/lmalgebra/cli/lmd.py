@@ -16,6 +16,7 @@ from rich.text import Text
 from lmalgebra.cli.app import app, bold, console
 from lmalgebra.cli.config_options import MODEL_FLAG, FlagStyle, config_flags, with_config_flags
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.progress import duration
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
 from lmalgebra.lmd.spans.draw import SpanPlanSpec
@@ -102,7 +103,7 @@ def _print_plan(frame: Any) -> None:
             row.model,
             row.kind,
             f"{row.width:,}",
-            _duration(embed.seconds) if embed else "-",
+            duration(embed.seconds) if embed else "-",
             f"{embed.peak_gib:.2f} GiB" if embed else "-",
             f"{row.cache_gib:.2f} GiB" if row.cache_gib else "-",
         )
@@ -123,13 +124,13 @@ def _print_plan(frame: Any) -> None:
         plan.add_row(
             Text(name, style="bold" if total.chosen else ""),
             f"{total.peak_gib:.2f} GiB",
-            _duration(total.seconds),
+            duration(total.seconds),
             f"{total.disk_gib:.1f} GiB" if total.disk_gib else "",
             "yes" if total.fits else Text("no", style="red"),
         )
         for phase in rows[~rows["phase"].str.startswith("total")].itertuples():
             plan.add_row(
-                f"  {phase.phase}", f"{phase.peak_gib:.2f}", _duration(phase.seconds), "", ""
+                f"  {phase.phase}", f"{phase.peak_gib:.2f}", duration(phase.seconds), "", ""
             )
     console.print(plan)
 
@@ -150,12 +151,6 @@ def _busy() -> str:
         f"note: the load average is {load:.1f} on {cores} cores: other work shares this machine, "
         "so the times above and below (rates probed in a few seconds) may be several times short"
     )
-
-
-def _duration(seconds: float) -> str:
-    if seconds != seconds:  # NaN: not timed
-        return "-"
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
 def _figure(value: float | None) -> str:
@@ -208,7 +203,9 @@ def demo(
         ),
     ] = None,
     quick: Annotated[bool, typer.Option(help="A smaller run (a few minutes).")] = False,
-    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    progress: Annotated[
+        bool, typer.Option(help="Progress bars (in a log: a line a minute).")
+    ] = True,
     causal: Annotated[
         bool,
         typer.Option(
@@ -276,7 +273,9 @@ def demo_lmd(
         ),
     ] = None,
     quick: Annotated[bool, typer.Option(help="A smaller run (about a minute).")] = False,
-    progress: Annotated[bool, typer.Option(help="Progress bars.")] = True,
+    progress: Annotated[
+        bool, typer.Option(help="Progress bars (in a log: a line a minute).")
+    ] = True,
     overwrite: OverwriteOption = False,
 ) -> None:
     """Decompose the packaged real encoders on packaged Wikipedia text (no model hub needed)."""

@@ -24,7 +24,7 @@ merge_app = typer.Typer(
 app.add_typer(merge_app, name="merge")
 RecipeArg = Annotated[Path, typer.Argument(help="MergeDistill YAML recipe.")]
 RunDirArg = Annotated[Path, typer.Argument(help="A merge run directory.")]
-ProgressOpt = Annotated[bool, typer.Option(help="Progress bars.")]
+ProgressOpt = Annotated[bool, typer.Option(help="Progress bars (in a log: a line a minute).")]
 DryRunOpt = Annotated[
     bool,
     typer.Option(
@@ -159,9 +159,11 @@ def merge_train(
     (the defaults shown apply when the recipe does not set them either).
     """
     from lmalgebra.api.merge import merge, recipe_of
+    from lmalgebra.distill.pipeline import training_of
 
     config = recipe_of(recipe)
     training = overrides.get("training", {})
+    training_of(config, training, "command line")  # a rule across flags: named as flags, first
     if dry_run:
         _print_plan(config, ["train"], training, name, restart)
         return

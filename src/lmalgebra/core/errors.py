@@ -31,6 +31,21 @@ class TrainingDivergedError(RuntimeError):
     """The training loss became NaN or infinite; the last good checkpoint is kept."""
 
 
+def refuse_missing_cwd() -> None:
+    """Refuse a working directory removed since the shell or the notebook entered it: relative
+    paths are read from it, and transformers reads it as it is imported (a bare
+    ``FileNotFoundError``)."""
+    from pathlib import Path
+
+    try:
+        Path.cwd()
+    except FileNotFoundError:
+        raise UserInputError(
+            "the working directory no longer exists (it was removed after the shell entered "
+            "it): cd into a directory that exists, then run the command again"
+        ) from None
+
+
 def either(flag: str, keyword: str) -> str:
     """A choice the command line and the Python API both offer, as a message reached from both
     names it: the flag, then the keyword argument (``--overwrite (overwrite=True)``)."""

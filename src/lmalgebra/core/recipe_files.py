@@ -26,13 +26,18 @@ def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
 
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
     """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
-    value is bad."""
+    value is bad, and the call (``source`` a Python call's, ``decompose_plan()``, ``merge()
+    students``) when a rule across keys refuses them, as its arguments are named."""
     try:
         return cls.model_validate(data)
     except ValidationError as err:
         raise UserInputError(describe(err, source)) from None
     except SettingsError as err:
         raise UserInputError(describe(err.validation, source)) from None
+    except UserInputError as err:
+        if "()" not in source or str(err).startswith(source):
+            raise
+        raise type(err)(f"{source}: {err}") from None
 
 
 def yaml_problem(err: yaml.YAMLError) -> str:

@@ -126,7 +126,7 @@ def examples_set(recipe: MergeRecipe, lang: str) -> ShardSet:
     key.update(recipe.example_cut())  # a causal recipe's examples are cut by text
     written = recipe.written_text(lang)
     if written is not None:  # what its teacher text is made from (the text: its own set)
-        key["teacher_text"] = written.model_dump(mode="json")
+        key["teacher_text"] = {**written.model_dump(mode="json"), **written.decoding}
     return ShardSet(RunLayout(recipe.output_dir).examples(lang), key)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import RESTART, UserInputError, UserValueError
+from lmalgebra.core.errors import RESTART, UserInputError, UserValueError, either
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
@@ -190,17 +190,44 @@ def run_stages(
 
 def _refuse_stale_unresumable(objective: Objective, name: str, training: TrainingSpec) -> None:
     """Refuse to train saved student ``name`` from step 0 over itself when it was trained from
-    other teachers or another store and kept no checkpoint (``keep_checkpoints 0``): a
-    checkpoint of them is refused (``--restart``), and without one it had been replaced."""
+    other teachers, another store or another ``student`` spec (its sizes, its tokenizer) and
+    kept no checkpoint (``keep_checkpoints 0``): a checkpoint of them is refused
+    (``--restart``), and without one it had been replaced."""
     runs = objective.training_runs(name, training)
-    if not is_complete(objective.layout.model(name)) or any(
-        checkpointed_step(r / CHECKPOINTS) for r in runs
-    ):
+    model = objective.layout.model(name)
+    if not is_complete(model) or any(checkpointed_step(r / CHECKPOINTS) for r in runs):
         return
     teachers = objective.check_store()
     problem = objective.stale_student(name, teachers, objective.store_digest(teachers))
+    changed = _student_changes(model, objective.recipe)
+    if problem is None and changed:
+        command = f"`lmalgebra merge train RECIPE --name {name} --restart`"
+        problem = (
+            f"student {name!r} was made with other settings ({'; '.join(changed[:3])}): "
+            f"train it again with {either(command, 'restart=True')}"
+        )
     if problem is not None:
         raise UserInputError(f"{problem} (it kept no checkpoint: training would replace it)")
+
+
+def _student_changes(model: Path, recipe: MergeRecipe) -> list[str]:
+    """``student.KEY OLD -> NEW`` for each setting of the recipe's ``student`` other than the
+    saved student ``model`` records (a setting an older record lacks: not compared)."""
+    made = saved_training(model, "recipe")
+    if not (isinstance(made, dict) and isinstance(made.get("student"), dict)):
+        return []
+    now = _spelt_alike(recipe.student.model_dump(mode="json"), recipe.teachers)
+    was = _spelt_alike({k: v for k, v in made["student"].items() if k in now}, recipe.teachers)
+    return [f"student.{c}" for c in differences(was, {k: now[k] for k in was})]
+
+
+def _spelt_alike(student: dict[str, Any], teachers: Mapping[str, Any]) -> dict[str, Any]:
+    """``student`` with a causal student's tokenizer ``teacher:NAME`` written ``NAME``, as its
+    checkpoints record it (either spelling is the same tokenizer)."""
+    given = student.get("tokenizer")
+    if isinstance(given, str) and given.removeprefix("teacher:") in teachers:
+        return {**student, "tokenizer": given.removeprefix("teacher:")}
+    return student
 
 
 def _refuse_kept_otherwise(
@@ -210,11 +237,7 @@ def _refuse_kept_otherwise(
     shape every step) or of another ``student`` spec than the recipe's: ``keep_saved`` had
     returned it as the student asked for."""
     changed = [f"training.{c}" for c in changed_training(saved_training(model), training)]
-    made = saved_training(model, "recipe")
-    if isinstance(made, dict) and isinstance(made.get("student"), dict):
-        now = recipe.student.model_dump(mode="json")
-        was = {k: v for k, v in made["student"].items() if k in now}  # an older record: as is
-        changed += [f"student.{c}" for c in differences(was, {k: now[k] for k in was})]
+    changed += _student_changes(model, recipe)
     if changed:
         raise UserInputError(
             f"student {name!r} is saved, trained with other settings ({'; '.join(changed[:3])}): "

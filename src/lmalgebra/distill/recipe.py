@@ -180,7 +180,8 @@ class TeacherTextSpec(Settings):
         default=1.0,
         ge=MIN_TEMPERATURE,
         le=10,
-        description="Sampling temperature (1e-4 at least: the teacher's argmax).",
+        description="Sampling temperature; its minimum, 1e-4, writes the teacher's argmax "
+        "(greedy decoding: top_p and seed, which then change nothing, are refused beside it).",
     )
     top_p: float = Field(
         default=1.0, gt=0, le=1, description="Nucleus sampling's mass (1: the whole distribution)."
@@ -193,6 +194,18 @@ class TeacherTextSpec(Settings):
         description="Prompts per generation batch and per stored shard (each shard is drawn "
         "from a seed of its own, so a stopped run writes the same text when run again).",
     )
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the teacher writes its argmax (the minimum temperature), drawing nothing."""
+        return self.temperature <= MIN_TEMPERATURE
+
+    @property
+    def decoding(self) -> dict[str, str]:
+        """What the keys of text written under these settings (and of examples drawn with it)
+        add to them: the argmax, written greedily (text sampled at that temperature before is
+        not it); nothing for sampled text."""
+        return {"decoding": "greedy"} if self.greedy else {}
 
 
 def cut_text(text: str, max_bytes: int) -> str:
@@ -400,6 +413,9 @@ class CausalRecipe(MergeRecipe):
                     f"teacher_text.{lang}.teacher {spec.teacher!r} is not a teacher of language "
                     f"{lang!r} (its teachers: {', '.join(self.languages[lang].teachers)})"
                 )
+            if spec.greedy:  # the teacher's argmax: nothing is drawn for these to change
+                sampling = f"teacher_text.{lang}.temperature above {MIN_TEMPERATURE:g} (sampling)"
+                refuse_ignored(spec, f"teacher_text.{lang}.", {"top_p": sampling, "seed": sampling})
         return self
 
     def written_text(self, lang: str) -> TeacherTextSpec | None:
@@ -533,7 +549,9 @@ def load_recipe(path: Path) -> MergeRecipe:
 
 
 # the first line of a run's copy of its recipe: the directory its relative paths were read from
-MADE_IN = "# relative paths below are read from the directory the run was made in: "
+# (commands given the run read them from the current directory, and refuse one found only there)
+MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
+_MADE_IN_BEFORE = "# relative paths below are read from the directory the run was made in: "
 
 
 def run_copy_text(recipe: MergeRecipe) -> str:
@@ -580,8 +598,9 @@ def _made_in(copy: Path) -> Path | None:
     before the line was written, or the user's own recipe kept as the copy)."""
     with copy.open("rb") as handle:
         first = handle.readline().decode("utf-8", "replace").rstrip("\n")
-    if not first.startswith(MADE_IN):
+    prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if first.startswith(p)), None)
+    if prefix is None:
         return None
     with contextlib.suppress(ValueError):
-        return Path(json.loads(first.removeprefix(MADE_IN)))
+        return Path(json.loads(first.removeprefix(prefix)))
     return None

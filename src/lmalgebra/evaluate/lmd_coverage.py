@@ -54,7 +54,7 @@ class CoverageSpec(Settings):
     spans: HeldOutSpans = Field(default_factory=HeldOutSpans, description="Spans.")
     alpha: float = Field(default=0.01, description="Ridge strength (relative).")
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
-    progress: bool = Field(default=False, description="Progress bars.")
+    progress: bool = Field(default=False, description="Progress bars (in a log: a line a minute).")
     cache_dir: Path = Field(
         default_factory=default_cache_dir, description="Cache root (embeddings, models)."
     )

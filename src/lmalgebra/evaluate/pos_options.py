@@ -55,7 +55,7 @@ class PosOptions(Settings):
         default=None, description="Subwords per sentence (default: the model's limit)."
     )
     seed: int = Field(default=0, description="Seed.")
-    progress: bool = Field(default=True, description="Progress bars.")
+    progress: bool = Field(default=True, description="Progress bars (in a log: a line a minute).")
 
     @model_validator(mode="after")
     def _check(self) -> PosOptions:

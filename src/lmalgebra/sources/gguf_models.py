@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 from collections import Counter
 from functools import partial
@@ -33,6 +34,8 @@ from lmalgebra.storage.output_paths import cache_directory, check_directory
 from lmalgebra.storage.split_archive import build_once, checked_file
 
 GGUF_PREFIX = "gguf:"
+log = logging.getLogger(__name__)
+
 PROVENANCE = "gguf.json"  # written beside the dequantised model: what it was made from
 RECORD_CHECK = "record_sha256"  # in gguf.json: of the rest of the record
 TENSORS_CHECKED = "tensors_checked"  # in gguf.json: the file's tensors were checked first
@@ -158,6 +161,7 @@ def gguf_directory(
         path = checked_file(parts, work, name, sha256, owner, remedy) if verify else parts[0]
         header, config = checked_gguf(path, owner)
         made = work / "model"
+        log.info("%s: dequantising %s into the cache, once (a minute or more)", owner, name)
         _dequantise(path, made, owner, config)
         provenance = {"file": name, "sha256": sha256, "bytes": path.stat().st_size, **header}
         provenance["versions"] = {p: version(p) for p in ("transformers", "gguf")}

@@ -74,9 +74,52 @@ class PrecomputedEmbeddings:
         return sum(s.rows for s in self.splits.values())
 
 
+SPLIT_WORDS = {"train": "training", "validation": "validation", "test": "test"}
+
+
+class Float32Spread:
+    """Whether embeddings that vary as given still vary in float32, in which they are kept and
+    their products summed, a block of rows at a time: values far from 0 beside their spread
+    (``1e8 + x`` rounds to one value) or too small to square (``1e-30 * x``) do not, and had been
+    refused as a model whose every embedding is the same, which the embeddings given are not."""
+
+    def __init__(self, dim: int) -> None:
+        self.rows = 0
+        self.low, self.high = np.full(dim, np.inf), np.full(dim, -np.inf)
+        self.low32, self.high32 = np.full(dim, np.inf), np.full(dim, -np.inf)
+        self.sums = np.zeros((2, dim))  # of the float32 values and their squares
+
+    def add(self, given: np.ndarray, single: np.ndarray) -> None:
+        """Rows ``given`` (any float type) and the same rows in float32 (``single``)."""
+        if len(given):
+            self.rows += len(given)
+            low32, high32 = single.min(axis=0), single.max(axis=0)
+            same = given.dtype == np.float32  # a float32 file's rows are the rows kept
+            self.low = np.minimum(self.low, low32 if same else given.min(axis=0))
+            self.high = np.maximum(self.high, high32 if same else given.max(axis=0))
+            self.low32, self.high32 = np.minimum(self.low32, low32), np.maximum(self.high32, high32)
+            squares = np.einsum("ij,ij->j", single, single, dtype=np.float64)
+            self.sums += [single.sum(axis=0, dtype=np.float64), squares]
+
+    def refuse(self, what: str) -> None:
+        """Refuse ``what`` (``model 'x': its embeddings``) when it varies but not in float32."""
+        spread = float((self.high - self.low).max()) if self.rows > 1 else 0.0
+        mean, square = self.sums / max(self.rows, 1)
+        kept = square - mean**2 > np.finfo(np.float32).eps * square
+        with np.errstate(over="ignore", under="ignore"):  # a spread too small to square in it
+            kept &= np.square((self.high32 - self.low32).astype(np.float32)) > 0
+        if spread > 0 and not kept.any():
+            raise UserInputError(
+                f"{what} vary (by up to {spread:.3g}) but not in float32, in which they are kept "
+                "(values far from 0 beside their spread, or too small to square); centre and "
+                "scale them first (subtract each column's mean, divide by its standard deviation)"
+            )
+
+
 @dataclass(frozen=True)
 class _Source:
-    """What a file holds: its shape, a row reader, and whatever identifies its rows' spans."""
+    """What a file holds: its shape, a row reader (rows in the file's own float type), and
+    whatever identifies its rows' spans."""
 
     rows: int
     dim: int
@@ -113,10 +156,11 @@ def load_precomputed(
             f"({per_split}); export them with `lmalgebra spans` and embed exactly those"
         )
     _check_order(name, path, source, texts, unchecked_order, digest)
-    _check_finite(name, path, source, counts)
+    _check_values(name, path, source, counts)
     splits, start = {}, 0
     for split in SPLITS:
-        splits[split] = PrecomputedSplit(_offset(source.read, start), counts[split], source.dim)
+        read = _offset(lambda a, b: _as_float32(source.read(a, b)), start)
+        splits[split] = PrecomputedSplit(read, counts[split], source.dim)
         start += counts[split]
     log.info("model %s: %d precomputed rows of width %d from %s", name, expected, source.dim, path)
     return PrecomputedEmbeddings(path, source.dim, splits)
@@ -212,9 +256,12 @@ def _check_order(
     log.warning("model %s: the row order of %s is not checked (unchecked_order)", name, path)
 
 
-def _check_finite(name: str, path: Path, source: _Source, counts: Mapping[str, int]) -> None:
+def _check_values(name: str, path: Path, source: _Source, counts: Mapping[str, int]) -> None:
+    """Refuse non-finite values, and a split's rows that vary in the file but not in float32."""
+    lost = {split: Float32Spread(source.dim) for split in SPLITS}
     for start in range(0, source.rows, _BLOCK):
-        block = source.read(start, min(start + _BLOCK, source.rows))
+        given = source.read(start, min(start + _BLOCK, source.rows))
+        block = _as_float32(given)
         finite = np.isfinite(block).all(axis=1)
         if not finite.all():
             row = start + int(np.argmin(finite))
@@ -222,6 +269,13 @@ def _check_finite(name: str, path: Path, source: _Source, counts: Mapping[str, i
                 f"model {name!r}: {path} holds non-finite values (NaN/inf, or beyond float32's "
                 f"range), first in row {row} (the run's {_where(row, counts)})"
             )
+        first = 0  # splits in order: train, validation, test
+        for split in SPLITS:
+            rows = slice(max(first - start, 0), max(first + counts[split] - start, 0))
+            lost[split].add(given[rows], block[rows])
+            first += counts[split]
+    for split, spread in lost.items():
+        spread.refuse(f"model {name!r}: the {SPLIT_WORDS[split]} embeddings in {path}")
 
 
 def _float_rows(name: str, path: Path, shape: tuple[int, ...], kind: str) -> tuple[int, int]:
@@ -248,7 +302,7 @@ def _open_npy(name: str, path: Path) -> _Source:
             f"model {name!r}: cannot read {path} as .npy: {_reason(err)}"
         ) from None
     rows, dim = _float_rows(name, path, array.shape, array.dtype.kind)
-    read: Reader = lambda a, b: _as_float32(array[a:b])  # noqa: E731
+    read: Reader = lambda a, b: array[a:b]  # noqa: E731
     if array.flags.c_contiguous:  # rows read from the file, not through the mapping
         read = _row_reader(path, array.offset, array.dtype, dim)
     return _Source(
@@ -270,7 +324,7 @@ def _row_reader(path: Path, offset: int, dtype: np.dtype, dim: int) -> Reader:
         with path.open("rb") as handle:
             handle.seek(offset + a * row_bytes)
             block = np.fromfile(handle, dtype=dtype, count=(b - a) * dim)
-        return _as_float32(block.reshape(b - a, dim))
+        return block.reshape(b - a, dim)
 
     return read
 
@@ -333,7 +387,7 @@ def _open_safetensors(name: str, path: Path) -> _Source:
 
     def read(a: int, b: int) -> np.ndarray:
         with safe_open(str(path), framework="np") as handle:
-            return _as_float32(handle.get_slice("embeddings")[a:b])
+            return handle.get_slice("embeddings")[a:b]
 
     digest = metadata.get("spans_sha256")
     return _Source(
@@ -392,7 +446,7 @@ def _open_parquet(name: str, path: Path) -> _Source:
     return _Source(
         rows,
         dim,
-        lambda a, b: _as_float32(values[a:b]),
+        lambda a, b: values[a:b],
         ids=[str(i).lower() for i in ids] if id_column == "span_sha256" else None,
         texts=[str(t) for t in ids] if id_column == "text" else None,
         how="no 'span_sha256' or 'text' column",

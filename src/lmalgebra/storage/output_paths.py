@@ -72,6 +72,25 @@ def cache_directory(root: Path | None = None) -> Path:
     return path
 
 
+def refuse_cache_overlap(out: Path, cache: Path, parts: Iterable[str]) -> None:
+    """Refuse a cache directory inside the output directory ``out`` (whose files are the run's
+    alone: its ``--overwrite`` had then been refused over the cache), and ``out`` inside one of
+    the cache's own directories ``parts`` it writes into (among the cache's entries), before
+    either is written."""
+    real = out.resolve()
+    if cache.resolve().is_relative_to(real):
+        raise UserInputError(
+            f"cache directory {cache} is inside the output directory {out}, whose files are "
+            "the run's alone; give a cache directory outside it"
+        )
+    inside = [cache / p for p in parts if real.is_relative_to((cache / p).resolve())]
+    if inside:
+        raise UserInputError(
+            f"output directory {out} is inside the cache's {inside[0]}, whose files are the "
+            "cache's alone; give an output directory outside it"
+        )
+
+
 def refuse_unusable_cache_parts(root: Path, parts: Iterable[str]) -> None:
     """Refuse, for a dry run, each of the cache's own directories ``parts`` under ``root`` that
     is a file, a FIFO or a link to nothing: nothing cached can be read there, so the run writes

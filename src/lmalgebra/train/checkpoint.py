@@ -196,14 +196,14 @@ def _restore(
 def refuse_other_inputs(root: Path, parts: dict[str, Any]) -> None:
     """What ``load_latest`` refuses of the newest intact checkpoint under ``root``, for the
     fingerprint's ``parts`` given alone (a dry run gives those it computes without reading
-    weights)."""
+    weights; a dotted key, one leaf of a part: a student tokenizer's name, not its vocabulary)."""
     for directory in sorted(root.glob("step-*"), reverse=True):
         state = damage(directory)[2]
         if state is None:
             continue  # skipped by the run too
         recorded = state.get("fingerprint")
         if isinstance(recorded, dict):
-            shown = {k: recorded[k] for k in parts if k in recorded}
+            shown = {k: v for k in parts if (v := _leaf(recorded, k)) is not _ABSENT}
             check_fingerprint(shown, as_json(parts), str(directory), str(root))
         return
 
@@ -250,3 +250,15 @@ def _remove(checkpoint: Path, why: str) -> None:
         raise UserInputError(
             f"cannot remove checkpoint {checkpoint} {why} ({err.strerror or err})"
         ) from err
+
+
+_ABSENT = object()
+
+
+def _leaf(recorded: Any, key: str) -> Any:
+    """The part of ``recorded`` that ``key`` names (dotted: a leaf within one), or ``_ABSENT``."""
+    for name in key.split("."):
+        if not isinstance(recorded, dict) or name not in recorded:
+            return _ABSENT
+        recorded = recorded[name]
+    return recorded

@@ -30,6 +30,7 @@ _PARTS = {
     "data": "the data settings",
     "init_embeddings": "the embedding initialisation",
     "student_init": "the model the student starts from",
+    "student_tokenizer": "the student tokenizer",
 }
 _MISSING = object()
 

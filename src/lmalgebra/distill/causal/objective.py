@@ -101,6 +101,19 @@ class CausalObjective(Objective):
         texts = [unrecorded_text(self.recipe, lang) for lang in self.recipe.teacher_text]
         return next((p for p in texts if p), None)  # the text's teacher, checked by training
 
+    def recorded_inputs(self) -> dict[str, Any]:
+        """The base's, and what a causal student's checkpoints record that the recipe gives
+        alone: its tokenizer's name (its vocabulary, which needs it made, is compared by the
+        run) and, built of the recipe's sizes, the model configuration's sizes."""
+        from lmalgebra.distill.causal.student_model import causal_sizes
+        from lmalgebra.distill.causal.student_tokenizer import tokenizer_name
+
+        name = tokenizer_name(self.recipe)
+        named = {} if name is None else {"student_tokenizer.tokenizer": name}
+        student = self.recipe.student
+        sizes = {} if student.init else causal_sizes(student)
+        return {**super().recorded_inputs(), **named, **{f"model.{k}": v for k, v in sizes.items()}}
+
     def training_runs(self, name: str, training: TrainingSpec) -> dict[Path, TrainingSpec]:
         """One run per KD weight of ``training.lambda_candidates``, each in its own directory."""
         from lmalgebra.distill.causal.training import candidate_specs

@@ -18,20 +18,27 @@ def build_causal_lm(spec: ModelSpec, tokenizer: Any, seed: int = 0) -> Any:
     refuse_beyond_memory(spec, len(tokenizer))
     config = GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=spec.max_position_embeddings,
-        n_embd=spec.hidden_size,
-        n_layer=spec.num_layers,
-        n_head=spec.num_heads,
-        n_inner=spec.intermediate_size,
-        resid_pdrop=spec.dropout,
-        embd_pdrop=spec.dropout,
-        attn_pdrop=spec.dropout,
+        **causal_sizes(spec),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
     return GPT2LMHeadModel(config)
+
+
+def causal_sizes(spec: ModelSpec) -> dict[str, Any]:
+    """The GPT-2 configuration's settings that ``spec`` gives, whatever the tokenizer (a dry
+    run compares them with a checkpoint's, making no tokenizer)."""
+    dropout = {k: spec.dropout for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
+    return {
+        "n_positions": spec.max_position_embeddings,
+        "n_embd": spec.hidden_size,
+        "n_layer": spec.num_layers,
+        "n_head": spec.num_heads,
+        "n_inner": spec.intermediate_size,
+        **dropout,
+    }
 
 
 def causal_student(spec: ModelSpec, tokenizer: Any, seed: int, init: InitModel | None) -> Any:

@@ -52,6 +52,15 @@ def made_tokenizer(
     return source_of(ref, weights=weights).load_tokenizer()
 
 
+def tokenizer_name(recipe: CausalRecipe) -> str | None:
+    """The name a student's checkpoints record of its tokenizer, from the recipe alone (its
+    vocabulary needs it made); None for a recipe without one."""
+    if recipe.student.init is not None:
+        return f"init:{recipe.student.init}"
+    given = recipe.student.tokenizer
+    return None if given is None else str(parse_student_tokenizer(given, recipe.teachers))
+
+
 def student_tokenizer(
     recipe: CausalRecipe, training: Texts, weights: bool = True
 ) -> tuple[Any, dict[str, Any]]:
@@ -59,10 +68,10 @@ def student_tokenizer(
     texts (called only for a trained tokenizer). A student with ``init`` has that model's.
     ``weights=False`` (a dry run): a model's tokenizer is read as a plan reads it (a GGUF file's
     configuration and tokenizer alone, nothing written to the cache; the same tokenizer files)."""
-    init = recipe.student.init
+    init, named = recipe.student.init, tokenizer_name(recipe)
     if init is not None:
         ref = init_reference(init)
-        given = named = f"init:{init}"
+        given = f"init:{init}"
         with named_as(ref.name, f"student.init {init!r}"):
             tokenizer = source_of(ref, weights=False).load_tokenizer()
     elif recipe.student.tokenizer is None:
@@ -73,7 +82,6 @@ def student_tokenizer(
     else:
         given = recipe.student.tokenizer
         choice = parse_student_tokenizer(given, recipe.teachers)
-        named = str(choice)
         tokenizer = made_tokenizer(choice, recipe, training, weights)
     detect_convention(tokenizer, f"student tokenizer {given!r}")
     if start_token_id(tokenizer) is None:

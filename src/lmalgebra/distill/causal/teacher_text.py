@@ -100,6 +100,7 @@ def teacher_text_set(
     key = {
         "stage": "teacher_text",
         "rules": "prompt+continuation/seed-per-shard",  # bump when these rules change
+        **spec.decoding,
         "language": lang,
         "settings": _settings(spec),
         "prompts": sha256_texts(prompts),
@@ -185,8 +186,8 @@ def refuse_edited_prompts(recipe: CausalRecipe, lang: str) -> None:
         return  # the examples are drawn again anyway
     spec = recipe.teacher_text[lang]
     prompts = [prompt_of(d, spec.prompt_chars) for d in prompt_documents(recipe, lang)]
-    now = {"settings": _settings(spec), "prompts": sha256_texts(prompts)}
-    fields = sorted(f for f, value in now.items() if before.key.get(f) != value)
+    now = {"settings": _settings(spec), "prompts": sha256_texts(prompts), **spec.decoding}
+    fields = sorted(f for f in {*now, "decoding"} if before.key.get(f) != now.get(f))
     if fields:
         raise UserInputError(_changed(recipe, lang, fields))
 
@@ -251,6 +252,7 @@ def _inputs(spec: TeacherTextSpec, fields: list[str]) -> str:
         "tokenizer": f"the tokenizer of teacher {spec.teacher!r}",
         "dtype": "the dtype",
         "settings": "its settings",
+        "decoding": "its decoding (greedy at the minimum temperature, sampled there before)",
     }
     return " and ".join(named.get(f, f) for f in fields)
 
@@ -288,9 +290,9 @@ def generate(
     compute: torch.dtype,
 ) -> list[str]:
     """Each prompt with the continuation ``model`` samples after it (``spec.new_tokens`` tokens
-    at most, at ``spec.temperature`` and ``spec.top_p``, no top-k), decoded without special
-    tokens, stripped. Every sampling setting is given here: nothing of the model's own
-    ``generation_config.json`` changes what is drawn."""
+    at most, at ``spec.temperature`` and ``spec.top_p``, no top-k; its argmax at the minimum
+    temperature), decoded without special tokens, stripped. Every sampling setting is given
+    here: nothing of the model's own ``generation_config.json`` changes what is drawn."""
     from transformers import GenerationConfig
 
     encoded = [tokenizer(p)["input_ids"] for p in prompts]
@@ -300,11 +302,10 @@ def generate(
     # padded on the left, masked: every continuation starts where its prompt ends
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], dtype=torch.long)
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    sampling = {"temperature": spec.temperature, "top_k": 0, "top_p": spec.top_p}
     config = GenerationConfig(
-        do_sample=True,
-        temperature=spec.temperature,
-        top_k=0,
-        top_p=spec.top_p,
+        do_sample=not spec.greedy,
+        **({} if spec.greedy else sampling),
         max_new_tokens=spec.new_tokens,
         pad_token_id=pad,
         eos_token_id=tokenizer.eos_token_id,

@@ -20,7 +20,7 @@ import yaml
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.text_files import not_a_file, read_record
-from lmalgebra.distill.recipe import MergeRecipe
+from lmalgebra.distill.recipe import MADE_IN, MergeRecipe
 from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
@@ -105,6 +105,7 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
     write_text_atomic(paths[1], _csv(teacher_rows(selection), TEACHER_COLUMNS))
     chosen = selection.recipe(recipe).model_dump(mode="json")
     header = "# teachers chosen by `lmalgebra experimental select` (see sets.csv beside it)\n"
+    header += f"{MADE_IN}{json.dumps(str(Path.cwd()))}\n"  # its relative paths are the recipe's
     write_text_atomic(paths[2], header + yaml.safe_dump(chosen, sort_keys=False))
     paths.append(plot_selection(selection, out / "selection.png"))
     summary = {

@@ -33,7 +33,7 @@ class SelectionSpec(Settings):
     level: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of intervals.")
     seed: int = Field(default=0, description="Seed of the bootstrap.")
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")
-    progress: bool = Field(default=True, description="Progress bars.")
+    progress: bool = Field(default=True, description="Progress bars (in a log: a line a minute).")
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
         description="Cache root for everything the command caches: embeddings, spans, hashes, "

@@ -417,11 +417,16 @@ def check_plan(plan: Plan, probes: int) -> None:
     remedies = []
     if method == "exact" and precision == "float64" and plan.fits(("exact", "float32", None)):
         peak = plan.peak(("exact", "float32", None)) / GIB
-        remedies.append(f"--scale.precision float32 (needs {peak:.1f} GiB)")
+        remedies.append(
+            f'--scale.precision float32 (scale={{"precision": "float32"}}; needs {peak:.1f} GiB)'
+        )
     for option in ("reduced", "sketch"):
         best = largest_k(plan, option, precision, probes)
         if best is not None and (option == "reduced" or method == "sketch"):
-            remedies.append(f"--scale.method {option} --scale.components {best} (k at most {best})")
+            keyword = f'scale={{"method": "{option}", "components": {best}}}'
+            remedies.append(
+                f"--scale.method {option} --scale.components {best} ({keyword}; k at most {best})"
+            )
             break
     what = f"the {method} method" + (f" at k = {k}" if k else "") + f" with {precision} statistics"
     layout = plan.layout
@@ -431,5 +436,6 @@ def check_plan(plan: Plan, probes: int) -> None:
         f"({len(layout.widths)} models, D = {layout.dim:,} columns, {layout.rows:,} spans) but "
         f"{available} GiB are available; use "
         + (" or ".join(remedies) if remedies else "fewer or narrower models")
-        + " (lmalgebra decompose --dry-run shows the plan; --scale.memory_gib sets the memory)"
+        + " (lmalgebra decompose --dry-run or decompose_plan() shows the plan; "
+        '--scale.memory_gib (scale={"memory_gib": GIB}) sets the memory)'
     )

@@ -11,13 +11,20 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from lmalgebra.core.errors import either
 from lmalgebra.lmd.settings.recipe import DecomposeConfig
-from lmalgebra.lmd.spans.draw import shortfall
+from lmalgebra.lmd.spans.draw import SPAN_LENGTH, shortfall
 from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.solver import SplitMoments
 
 log = logging.getLogger(__name__)
+# remedies as both the command line and the Python API name them (both reach these warnings)
+_GCV = either("--study.alpha_select gcv", 'study={"alpha_select": "gcv"}')
+
+
+def _bootstrap(replicates: int) -> str:
+    return either(f"--study.bootstrap {replicates}", f'study={{"bootstrap": {replicates}}}')
 
 
 def _widest_basis(names: Sequence[str], blocks: Sequence[ModelColumns] | None) -> tuple[str, int]:
@@ -51,14 +58,14 @@ def run_warnings(
             f"{n_train} training spans for a group basis of {width} columns (the fit of "
             f"{target!r}): the fits can interpolate the training spans, so train R^2 says "
             "nothing and held-out R^2 depends strongly on alpha; use more spans than basis "
-            "columns, or let the data choose alpha (--study.alpha_select gcv)"
+            f"columns, or let the data choose alpha: {_GCV}"
         )
     for name, report in tokens.items():
         if report.truncated:
             warnings.append(
                 f"{name}: {report.truncated} of {report.spans} spans were cut at the model's "
-                "maximum length, so it saw less text than the others; use a smaller "
-                "spans.length (-T) or check max_length"
+                f"maximum length, so it saw less text than the others; use a smaller "
+                f"{SPAN_LENGTH} or check max_length"
             )
     warnings += _flat_held_out(blocks or (), moments)
     study = config.study
@@ -68,7 +75,7 @@ def run_warnings(
             f"--study.bootstrap {study.bootstrap}: an interval at level {study.level} needs "
             f"{least} replicates at least to hold one in each tail; with fewer, its ends are "
             "the extreme replicates (one replicate: an interval of width 0, which need not "
-            f"hold the estimate); use --study.bootstrap {least} or more"
+            f"hold the estimate); use {_bootstrap(least)} or more"
         )
     for text in warnings if logged else ():
         log.warning("%s", text)

@@ -39,6 +39,7 @@ from lmalgebra.storage.output_paths import (
     cache_root,
     check_directory,
     claim_run_directory,
+    refuse_cache_overlap,
     refuse_inside_other_output,
     refuse_unusable_cache_parts,
 )
@@ -212,7 +213,9 @@ def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | No
     cache's directories the run writes into (``_cache_parts``)."""
     config = config.resolved()
     check_output_directory(config.out)
-    refuse_unusable_cache_parts(cache_directory(config.cache_dir), _cache_parts(config))
+    cache, parts = cache_directory(config.cache_dir), _cache_parts(config)
+    refuse_unusable_cache_parts(cache, parts)
+    refuse_cache_overlap(config.out, cache, parts)
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
         if inputs is not None or config.corpus.paths:  # a plan may be given no documents
@@ -293,7 +296,7 @@ def decompose(
     """
     config = config.resolved()
     check_output_directory(config.out)
-    cache_directory(config.cache_dir)
+    refuse_cache_overlap(config.out, cache_directory(config.cache_dir), _cache_parts(config))
     with cache_root(config.cache_dir), run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite, run_inputs(config, inputs))
         writers: list[StatisticsWriter] = []

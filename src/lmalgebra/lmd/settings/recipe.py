@@ -140,7 +140,7 @@ class DecomposeConfig(Settings):
         description="Cache root for everything the command caches: embeddings, spans, hashes, "
         "packaged and dequantised GGUF models ($LMALGEBRA_CACHE, else ~/.cache/lmalgebra).",
     )
-    progress: bool = Field(default=True, description="Show progress bars.")
+    progress: bool = Field(default=True, description="Progress bars (in a log: a line a minute).")
 
     @model_validator(mode="after")
     def _check(self) -> DecomposeConfig:

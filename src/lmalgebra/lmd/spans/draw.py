@@ -266,6 +266,11 @@ def _head(path: Path) -> bytes:
         return b""
 
 
+# the span length as a remedy both the command line and the Python API name (``-T`` spells it too)
+SPAN_LENGTH = either("--spans.length", 'spans={"length": N}')
+PER_DOC = either("--spans.per_doc", 'spans={"per_doc": N}')
+
+
 def shortfall(requested: Sequence[int], got: Mapping[str, int]) -> str | None:
     """What to do about the splits that drew fewer spans than ``requested`` (train, validation,
     test) asks, naming those alone ("train 300 of 300" had read as short); None when none did."""
@@ -275,8 +280,8 @@ def shortfall(requested: Sequence[int], got: Mapping[str, int]) -> str | None:
     counts = ", ".join(f"{s} {have} of {want}" for s, (have, want) in short.items() if have < want)
     return (
         f"fewer spans than requested ({counts}): the corpus has too few documents or tokens "
-        "for these counts at this span length; use a larger corpus, a smaller spans.length (-T) "
-        "or a larger spans.per_doc"
+        f"for these counts at this span length; use a larger corpus, a smaller {SPAN_LENGTH} "
+        f"or a larger {PER_DOC}"
     )
 
 

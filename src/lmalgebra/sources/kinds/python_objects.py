@@ -25,7 +25,7 @@ from lmalgebra.core.splits import SPLITS
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
 from lmalgebra.sources.model_files import ModelShape, architecture, config_width
 from lmalgebra.sources.model_source import ModelSource, ReferencedModel, check_layer
-from lmalgebra.sources.precomputed import PrecomputedSplit
+from lmalgebra.sources.precomputed import SPLIT_WORDS, Float32Spread, PrecomputedSplit
 
 
 class ObjectReference(ReferencedModel):
@@ -233,25 +233,6 @@ class SentenceEncoder(_GivenObject):
         return np.asarray(vectors, dtype=np.float32).reshape(len(texts), -1), report
 
 
-def _refuse_lost_in_float32(name: str, given: np.ndarray, single: np.ndarray) -> None:
-    """Refuse embeddings that vary as ``given`` but not in float32 (``single``), in which they
-    are kept and their products summed: values far from 0 beside their spread (``1e8 + x``
-    rounds to one value) or too small to square (``1e-30 * x``). They had been refused as a
-    model whose every embedding is the same, which the array given is not."""
-    spread = float(np.ptp(given, axis=0).max()) if len(given) > 1 else 0.0
-    size = np.mean(np.square(single, dtype=np.float64), axis=0)
-    kept = np.var(single, axis=0, dtype=np.float64) > np.finfo(np.float32).eps * size
-    with np.errstate(over="ignore"):  # squares too large: refused by the statistics, named
-        kept &= np.var(single, axis=0, dtype=np.float32) > 0  # squares that underflow lose it
-    if spread > 0 and not kept.any():
-        raise UserInputError(
-            f"model {name!r}: its embeddings vary (by up to {spread:.3g}) but not in float32, in "
-            "which they are kept (values far from 0 beside their spread, or too small to "
-            "square); centre and scale them first (subtract each column's mean, divide by its "
-            "standard deviation)"
-        )
-
-
 @dataclass
 class GivenArrays(_GivenObject):
     """Precomputed span embeddings ``(spans, dim)``: one row per span of the run, train then
@@ -259,6 +240,7 @@ class GivenArrays(_GivenObject):
 
     name: str
     array: np.ndarray
+    given: np.ndarray = field(init=False, repr=False)
     description: str = field(init=False)
     has_tokenizer: ClassVar[bool] = False
     fixed_spans: ClassVar[bool] = True
@@ -287,8 +269,10 @@ class GivenArrays(_GivenObject):
                 f"model {self.name!r}: a value in row {row} is beyond float32's range "
                 f"(|x| > {np.finfo(np.float32).max:.3g}), in which embeddings are kept"
             )
-        _refuse_lost_in_float32(self.name, array, single)
-        self.array = single
+        lost = Float32Spread(array.shape[1])
+        lost.add(array, single)
+        lost.refuse(f"model {self.name!r}: its embeddings")
+        self.array, self.given = single, array  # the array given: each split's checked too
         self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
 
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
@@ -319,7 +303,11 @@ class GivenArrays(_GivenObject):
             )
         out, start = {}, 0
         for split in SPLITS:
-            out[split] = in_memory_split(self.array[start : start + counts[split]])
+            rows = slice(start, start + counts[split])
+            lost = Float32Spread(self.array.shape[1])  # a held-out split's too, named
+            lost.add(self.given[rows], self.array[rows])
+            lost.refuse(f"model {self.name!r}: its {SPLIT_WORDS[split]} embeddings")
+            out[split] = in_memory_split(self.array[rows])
             start += counts[split]
         return out
 
