@@ -28,7 +28,7 @@ def decompose(
     def run(*flags: str) -> dict[str, Any]:
         args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
         args += ["--corpus.paths", str(corpus_txt), "-T", "8", *flags, "--no-progress"]
-        code, err = run_cli([*args, "--out", str(out)], monkeypatch, capsys)
+        code, err = run_cli([*args, "--out", str(out), "--overwrite"], monkeypatch, capsys)
         assert code == 0, err
         return dict(json.loads((out / "summary.json").read_text()))
 
@@ -54,11 +54,17 @@ def test_small_run_warns_with_remedies(
     assert code == 0 and page.count("Warning: ") == len(warnings)
 
 
-def test_fewer_training_spans_than_basis_columns_is_named(decompose: Any) -> None:
+def test_fewer_training_spans_than_basis_columns_is_named(
+    decompose: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     (warning,) = decompose("--spans.counts", "20,5,5")["warnings"]
     # the tiny models are 32 and 24 wide: fitting the narrower one uses 32 basis columns
     assert warning.startswith("20 training spans for a group basis of 32 columns")
     assert warning.endswith('--study.alpha_select gcv (study={"alpha_select": "gcv"})')
+    # one line, not one more per basis from the solver (each pairwise fit had warned too)
+    assert caplog.text.count("can interpolate") == 1
+    (chosen,) = decompose("--spans.counts", "20,5,5", "--study.alpha_select", "gcv")["warnings"]
+    assert chosen.endswith("use more spans than basis columns (alpha is chosen by gcv already)")
 
 
 def test_too_few_bootstrap_replicates_for_the_level_are_named(decompose: Any) -> None:

@@ -150,12 +150,24 @@ class Measured:
         return self.splits
 
     def decomposer(
-        self, alpha: float, alpha_mode: AlphaMode, train: SplitMoments | None = None
+        self,
+        alpha: float,
+        alpha_mode: AlphaMode,
+        train: SplitMoments | None = None,
+        interpolation_named: bool = False,
     ) -> Decomposer:
         """A decomposer over every block of this measurement (``train``: another training
-        split, e.g. a prefix of the training spans)."""
+        split, e.g. a prefix of the training spans; ``interpolation_named``: as
+        :class:`Decomposer`'s)."""
         splits = {**self.split_moments(), **({"train": train} if train is not None else {})}
-        return Decomposer(self.blocks, splits, alpha, alpha_mode, self.scales())
+        return Decomposer(
+            self.blocks,
+            splits,
+            alpha,
+            alpha_mode,
+            self.scales(),
+            interpolation_named=interpolation_named,
+        )
 
 
 def draw_texts(

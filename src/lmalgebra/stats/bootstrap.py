@@ -201,9 +201,7 @@ def refit_r2(
             cov = resampled.cov[np.ix_(cols, cols)]
             resampled = SplitMoments(resampled.n, resampled.mean[cols], cov)
         splits = {**solver.splits, "train": resampled}
-        again = Decomposer(
-            solver.blocks, splits, solver.alpha, solver.alpha_mode, solver.given_scales
-        )
+        again = solver.like(solver.blocks, splits, solver.given_scales)
         group: dict[str, Fit] | None = None
         for f, fit in enumerate(fits):
             if sorted((fit.target, *fit.basis)) == sorted(names):

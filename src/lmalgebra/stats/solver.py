@@ -128,6 +128,8 @@ class Decomposer:
         alpha_mode: ``"relative"`` to each basis model's mean variance, or ``"absolute"``.
         scales: ``(blocks,) float64``, each block's mean per-dimension variance that relative
             alpha multiplies; default the mean of the block's training variances.
+        interpolation_named: the caller names the widest basis that interpolates the training
+            spans in one line of its own (a decomposition run's caveats): no fit warns of it.
     """
 
     def __init__(
@@ -137,6 +139,8 @@ class Decomposer:
         alpha: float = 1e-2,
         alpha_mode: AlphaMode = "relative",
         scales: Sequence[float] | np.ndarray | None = None,
+        *,
+        interpolation_named: bool = False,
     ) -> None:
         if "train" not in splits:
             raise ValueError("the training split is required")
@@ -145,6 +149,7 @@ class Decomposer:
         self.blocks = list(blocks)
         self.splits = splits
         self.alpha, self.alpha_mode = alpha, alpha_mode
+        self.interpolation_named = interpolation_named
         self.train = splits["train"]
         self._by_name = {b.name: b for b in self.blocks}
         self._inverses: dict[int, np.ndarray] = {}  # single-model bases, inverted once
@@ -187,7 +192,7 @@ class Decomposer:
         picked = [self.block(n) for n in names]
         blocks = layout(list(names), [b.dim for b in picked], [b.tail for b in picked])
         scales = [self.scales[self.blocks.index(self.block(n))] for n in names]
-        return Decomposer(blocks, splits, self.alpha, self.alpha_mode, scales)
+        return self.like(blocks, splits, scales)
 
     def with_basis(self, keep: dict[str, int]) -> Decomposer:
         """The same statistics with model ``name``'s basis cut to its first ``keep[name]``
@@ -197,7 +202,23 @@ class Decomposer:
             ModelColumns(b.name, b.start, b.stop, b.dim - min(keep.get(b.name, b.dim), b.basis_dim))
             for b in self.blocks
         ]
-        return Decomposer(blocks, self.splits, self.alpha, self.alpha_mode, self.scales)
+        return self.like(blocks, self.splits, self.scales)
+
+    def like(
+        self,
+        blocks: Sequence[ModelColumns],
+        splits: dict[str, SplitMoments],
+        scales: Sequence[float] | np.ndarray | None,
+    ) -> Decomposer:
+        """A decomposer of other blocks or statistics, with this one's settings."""
+        return Decomposer(
+            blocks,
+            splits,
+            self.alpha,
+            self.alpha_mode,
+            scales,
+            interpolation_named=self.interpolation_named,
+        )
 
     # -- helpers -------------------------------------------------------------------------------
     def block(self, name: str) -> ModelColumns:
@@ -245,7 +266,7 @@ class Decomposer:
             )
         fitted = fitted or basis
         dimension = sum(self.block(name).basis_dim for name in fitted)
-        if self.train.n < dimension:
+        if self.train.n < dimension and not self.interpolation_named:
             _warn_once(
                 f"basis [{'+'.join(fitted)}] has dimension {dimension} but only {self.train.n} "
                 "training spans: the fit can interpolate, trust held-out R^2 only"

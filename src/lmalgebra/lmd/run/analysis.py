@@ -56,7 +56,8 @@ def analyse(config: DecomposeConfig, measured: Measured, names: Sequence[str]) -
         alpha, curve = _choose_alpha(config, measured, names)
         selected_by = study.alpha_select
         clock = _lap(seconds, "alpha", clock)
-    everything = measured.decomposer(alpha, config.alpha_mode)
+    # one caveat of the run names the widest basis that interpolates (lmd.run.caveats)
+    everything = measured.decomposer(alpha, config.alpha_mode, interpolation_named=True)
     solver = everything.subset(names) if len(everything.blocks) > len(names) else everything
     pairwise = solver.pairwise()
     group = solver.leave_one_out()
@@ -167,7 +168,7 @@ def _choose_alpha(
 ) -> tuple[float, list[AlphaCurveRow]]:
     """Alpha over the study's grid by its criterion; the curves become ``alpha_curve.csv``."""
     study = config.study
-    solver = measured.decomposer(config.alpha, config.alpha_mode).subset(names)
+    solver = measured.decomposer(config.alpha, config.alpha_mode, None, True).subset(names)
     train = measured.stats["train"].subset(names) if study.alpha_select == "kfold" else None
     selection = select_alpha(
         solver.blocks,

@@ -54,11 +54,16 @@ def run_warnings(
     target, width = _widest_basis(names, blocks)
     n_train = spans.get("train", 0)
     if width and n_train <= width:
+        chosen = config.study.alpha_select
         warnings.append(
             f"{n_train} training spans for a group basis of {width} columns (the fit of "
             f"{target!r}): the fits can interpolate the training spans, so train R^2 says "
             "nothing and held-out R^2 depends strongly on alpha; use more spans than basis "
-            f"columns, or let the data choose alpha: {_GCV}"
+            + (
+                f"columns, or let the data choose alpha: {_GCV}"
+                if chosen == "fixed"
+                else f"columns (alpha is chosen by {chosen} already)"
+            )
         )
     for name, report in tokens.items():
         if report.truncated:
