@@ -262,3 +262,14 @@ def test_help_piped_cuts_no_flag(
     code, out, _ = run(monkeypatch, capsys, *command, "-h")
     assert code == 0 and "…" not in out, out
     assert "--trust-remote-code" in out or command != ["decompose"]
+
+
+def test_merge_init_help_makes_the_teachers_before_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its example had chained ``merge init`` and ``merge run``, which refuses the starter until
+    the teachers its header names are made."""
+    monkeypatch.setenv("COLUMNS", "200")
+    _, out, _ = run(monkeypatch, capsys, "merge", "init", "--help")
+    example = " ".join(out[out.index("Example:") :].split())
+    assert example.index("pretrain") < example.index("merge run")

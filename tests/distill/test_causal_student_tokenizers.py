@@ -134,3 +134,25 @@ def test_bad_spelling_in_a_recipe_stops_merge_train_with_one_line(
     path = _with_tokenizer(store, "train:bytelevel-bpe:10")
     code, err = run_cli(["merge", "train", str(path), "--no-progress"], monkeypatch, capsys)
     assert_one_line(code, err, ["student.tokenizer 'train:bytelevel-bpe:10'", "at least 260"])
+
+
+@pytest.mark.parametrize("kind", ["bytelevel-bpe", "unigram", "wordpiece"])
+def test_a_tokenizer_far_smaller_than_asked_is_named(
+    kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``pretrain --tokenizer.vocab_size 8000`` (or ``train:KIND:8000``) on little text had given
+    a tokenizer of a few hundred entries without a word; one as large as asked says nothing."""
+    import logging
+
+    from tiny import sentences
+
+    texts = sentences(100, seed=1)
+    with caplog.at_level(logging.WARNING, logger="lmalgebra"):
+        small = train_causal_tokenizer(texts, kind, 8000, 64)
+        train_causal_tokenizer(texts, kind, len(small), 64)  # what the text gives
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"a tokenizer of 8000 entries was asked, but the text gives {len(small)} alone (every "
+        f"character and merge it holds): the tokenizer has {len(small)}; give more text, or "
+        "ask for fewer"
+    ]

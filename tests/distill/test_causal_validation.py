@@ -4,6 +4,7 @@ chosen on validation among candidates without reading the test text."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -173,6 +174,39 @@ def test_tracker_counts_misses_and_refuses_weights_it_did_not_write(tmp_path: Pa
     resumed.best_step = 6
     with pytest.raises(UserInputError, match="best validation weights"):
         resumed.restore(model)
+
+
+@pytest.mark.parametrize("killed", ["before the weights", "after the weights", "at the end"])
+def test_a_run_killed_while_it_keeps_a_new_best_resumes_from_its_checkpoint(
+    killed: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run killed while it kept a new best (step 4), or after, before the checkpoint that
+    records it, resumes from its checkpoint of step 2: it had found weights of no record, or a
+    record of a step after its checkpoint, and refused to resume without --restart."""
+    scores = iter([1.0, 0.5, 0.5])
+    tracker = ValidationTracker(Validation(lambda m: next(scores), 2), tmp_path)
+    model = torch.nn.Linear(2, 2)
+    tracker.check(model, 2, write=True)
+    checkpoint = tracker.state()
+    torch.nn.init.ones_(model.weight)
+    real = Path.replace
+
+    def replace(self: Path, target: Path) -> Path:  # the kill, about the weights' rename
+        weights = Path(target).name == "model.safetensors"
+        if weights and killed == "before the weights":
+            raise KeyboardInterrupt
+        done = real(self, target)
+        if weights and killed == "after the weights":
+            raise KeyboardInterrupt
+        return done
+
+    with monkeypatch.context() as patch, contextlib.suppress(KeyboardInterrupt):
+        patch.setattr(Path, "replace", replace)
+        tracker.check(model, 4, write=True)
+    resumed = ValidationTracker(tracker.validation, tmp_path, checkpoint, start=2)
+    resumed.check(model, 4, write=True)  # step 4 trained again
+    resumed.restore(model)
+    assert json.loads((tmp_path / "best" / "best.json").read_text())["step"] == 4
 
 
 def test_candidates_over_a_student_trained_without_them_are_refused(recipe_path: Path) -> None:

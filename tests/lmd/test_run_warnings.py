@@ -158,7 +158,7 @@ def test_spans_short_of_the_counts_asked_for_are_said_so(
 ) -> None:
     """``lmalgebra spans`` (and ``lmalgebra.spans``) of more spans than the corpus holds had
     exported fewer, exit 0 and nothing said: a decomposition of the same spans warns, and so
-    do they now, with the same line."""
+    do they now, with the same line, naming the short splits alone."""
     import logging
 
     import lmalgebra
@@ -176,10 +176,10 @@ def test_spans_short_of_the_counts_asked_for_are_said_so(
         r.getMessage() for r in caplog.records if "fewer spans than requested" in r.getMessage()
     ]
     assert said == [
-        f"fewer spans than requested (train {len(table) - 24} of 5000, validation 12 "
-        "of 12, test 12 of 12): the corpus has too few documents or tokens for these "
-        "counts at this span length; use a larger corpus, a smaller --spans.length "
-        '(spans={"length": N}) or a larger --spans.per_doc (spans={"per_doc": N})'
+        f"fewer spans than requested (train {len(table) - 24} of 5000): the corpus has too "
+        "few documents or tokens for these counts at this span length; use a larger corpus, "
+        'a smaller --spans.length (spans={"length": N}) or a larger --spans.per_doc '
+        '(spans={"per_doc": N})'
     ]
     caplog.clear()
     args = ["spans", "--corpus.paths", str(corpus), "--reference_tokenizer", str(tokenizer)]

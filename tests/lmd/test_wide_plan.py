@@ -283,3 +283,30 @@ def test_an_output_directory_the_run_refuses_the_dry_run_refuses_in_the_same_lin
     ]
     assert lines[0] == lines[1]
     assert digests(tmp_path) == before
+
+
+def test_the_dry_run_says_when_other_work_shares_the_machine(
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The times are FLOPs over rates probed in a few seconds: on a loaded machine the run had
+    taken 3-5x longer than the plan showed, without a word; a quiet one gets no note."""
+    import os
+
+    from hostile_helpers import ANSI
+    from lmalgebra.cli import main
+
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "run"), "--dry-run"]
+    monkeypatch.setattr(sys, "argv", ["lmalgebra", *args, "--cache_dir", str(tmp_path / "c")])
+    cores = len(os.sched_getaffinity(0))
+    for load, said in ((4.0 * cores, True), (0.0, False)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        main()
+        out = " ".join(ANSI.sub("", capsys.readouterr().out).split())
+        assert (f"the load average is {4.0 * cores:.1f} on {cores} cores" in out) is said
+        assert ("may be several times short" in out) is said

@@ -105,23 +105,26 @@ def test_a_cache_directory_below_the_root_in_the_way_is_one_line(
         assert_one_line(*cli([*args, *flags]), [str(cache / part), said])
 
 
+@pytest.mark.parametrize("mix", [{"objective_mix": {"sampled": 1.0}}, {}, {"gold_only": True}])
 @pytest.mark.parametrize("blocker", ["file", "link to nothing"])
 def test_the_dry_run_refuses_a_mined_maps_folder_the_run_cannot_write(
     blocker: str,
+    mix: dict[str, object],
     causal_teacher_dirs: dict[str, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     cli,
 ) -> None:
-    """A causal loss that reads MinED maps (``sampled``) with the cache's ``mined-maps/`` a
-    file or a link to nothing: training refuses it where it writes the first map; its dry run
-    (``merge run --dry-run``, ``merge train --dry-run``) had planned the run."""
+    """The cache's ``mined-maps/`` a file or a link to nothing: training refuses it where it
+    writes the first map; its dry run (``merge run --dry-run``, ``merge train --dry-run``) had
+    planned the run, and once it refused it for a loss that reads the maps (``sampled``), still
+    planned the default mix and ``gold_only``, whose training builds them too."""
     from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 
     cache = tmp_path / "cache"
     cache.mkdir()
     blocked(cache / "mined-maps", blocker)
-    training = {"steps": 2, "objective_mix": {"sampled": 1.0}}
+    training = {"steps": 2, **mix}
     student = CAUSAL_STUDENT
     recipe = write_causal_recipe(tmp_path, causal_teacher_dirs, student=student, training=training)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
@@ -278,6 +281,37 @@ def test_the_dry_run_refuses_a_gguf_folder_the_run_cannot_build_into(
     args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
     for flags in (["--dry-run"], []):
         assert_one_line(*cli([*args, *flags]), [str(cache / "gguf")])
+
+
+@pytest.mark.parametrize("command", ["merge evaluate", "experimental select"])
+def test_an_lmd_cache_part_in_the_way_is_refused_before_the_scoring_before_lmd(
+    command: str,
+    causal_teacher_dirs: dict[str, Path],
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cache's ``embeddings/`` a file: merge evaluate scored every bits per byte, and
+    experimental select every teacher's accuracy, before their LMD run refused it (the work
+    thrown away); both refuse it first now."""
+    import warnings
+
+    from causal_fixtures import write_causal_recipe
+    from lmalgebra.distill.causal.evaluation import score_causal_run
+    from lmalgebra.distill.recipe import load_recipe
+    from lmalgebra.experimental.selection.selection_spec import SelectionSpec
+    from lmalgebra.experimental.selection.teacher_sets import select_teachers
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "embeddings").write_text("not a cache part\n", encoding="utf-8")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    needle = rf"^cache directory {cache / 'embeddings'} is a file, not a directory"
+    with pytest.raises(UserInputError, match=needle), warnings.catch_warnings():
+        if command == "merge evaluate":  # no student yet: it had been named first
+            score_causal_run(load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs)), ["s"])
+        else:
+            select_teachers(load_recipe(write_recipe(tmp_path, teacher_dirs)), SelectionSpec())
 
 
 def test_a_cache_inside_the_output_or_an_output_inside_the_cache_is_refused_first(

@@ -485,3 +485,21 @@ def test_a_teacher_that_reads_a_language_as_unknown_tokens_is_named(
     assert [m.split(" reads ")[0] for m in named] == ["teacher 'sp'", "teacher 'wp'"], named
     assert all("of the tokens of language 'yy'" in m for m in named)  # xx, read, is not named
     assert "as its unknown token '[UNK]'" in named[1]
+
+
+def test_an_unknown_prefixed_name_points_to_the_local_path_spelled_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``recipe:NAME`` and ``package:NAME`` are the shipped ones even where a local file of
+    that name is here: the refusal had said no such recipe or asset, not how to reach the file."""
+    monkeypatch.chdir(tmp_path)
+    Path("recipe:mine").write_text("models: []\n", encoding="utf-8")
+    Path("package:mine").mkdir()
+    Path("c.txt").write_text("one text\n", encoding="utf-8")
+    code, stderr = cli(["decompose", "recipe:mine", "--dry-run"])
+    assert_one_line(code, stderr, ["no shipped recipe 'mine'", "reached as ./recipe:mine"])
+    models = ["--models", "package:mine", "--models", "package:minilm"]
+    code, stderr = cli(["decompose", *models, "--corpus.paths", "c.txt", "--dry-run"])
+    assert_one_line(code, stderr, ["unknown packaged asset 'mine'", "as ./package:mine"])
+    code, stderr = cli(["decompose", "recipe:nothing", "--dry-run"])
+    assert "./recipe:nothing" not in stderr

@@ -164,6 +164,23 @@ def test_a_list_flag_takes_null_as_none() -> None:
         flag.convert(["0.2,null"])
 
 
+def test_a_list_flag_takes_a_yaml_list_as_a_recipe_writes_it() -> None:
+    """``--training.lambda_candidates '[0.25, 0.75]'`` and ``--spans.counts '[20, 5, 5]'`` (a
+    list as a recipe writes it, as a mapping flag takes YAML) had been read as the items
+    ``[0.25`` and ``0.75]``, each refused as no number; a path's list keeps its brackets."""
+    from lmalgebra.cli.lmd import DECOMPOSE_FLAGS
+    from lmalgebra.cli.merge import TRAINING_FLAGS
+
+    flag = next(f for f in TRAINING_FLAGS if f.key == "training.lambda_candidates")
+    assert flag.convert(["[0.25, 0.75]"]) == [0.25, 0.75]
+    with pytest.raises(UserInputError, match="valid number"):
+        flag.convert(["[0.25, x]"])
+    counts = next(f for f in DECOMPOSE_FLAGS if f.key == "spans.counts")
+    assert counts.convert("[20, 5, 5]") == counts.convert("20,5,5") == (20, 5, 5)
+    paths = next(f for f in DECOMPOSE_FLAGS if f.key == "corpus.paths")
+    assert paths.convert(["[a].txt"]) == ["[a].txt"]
+
+
 def test_remote_code_refusal_names_the_flag(
     tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
 ) -> None:

@@ -519,6 +519,24 @@ def test_verify_checks_the_whole_run_and_each_stage_what_it_reads(
     assert said.removeprefix("error: merge evaluate: ") in assert_one_line(code, stderr, [])
 
 
+@pytest.mark.parametrize("blocker", ["fifo", "file", "link to nothing"])
+def test_an_evaluation_folder_evaluate_refuses_is_named_by_verify(
+    blocker: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """``evaluation`` a FIFO, a file or a link to nothing: ``merge evaluate`` and ``merge
+    bits-per-byte`` refuse it, and ``merge verify`` had passed the run."""
+    import os
+
+    from hostile_helpers import blocked
+
+    run = tmp_path / "run"
+    shutil.copytree(built, run)
+    folder = run / "evaluation"
+    os.mkfifo(folder) if blocker == "fifo" else blocked(folder, blocker)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [f"merge evaluate: evaluation directory {folder} "])
+
+
 @pytest.fixture(scope="module")
 def candidates_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     """A causal run whose student was trained at two ``lambda_candidates``, validating."""

@@ -194,6 +194,19 @@ def test_causal_merge_stage(
     resumes(["merge", command, str(causal.recipe), "--no-progress"], causal.outputs)
 
 
+@pytest.mark.slow  # its best weights' writes alone: tests/distill/test_causal_validation.py
+def test_causal_train_keeping_its_best_validation_weights(
+    causal: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``best/`` replaced by a new best, then the checkpoint recording it: a run stopped in
+    between had refused to resume (weights of no record, or a best after its checkpoint)."""
+    causal.after("teach")
+    _use_cache(causal, monkeypatch)
+    args = ["merge", "train", str(causal.recipe), "--no-progress"]
+    args += ["--training.validation_fraction", "0.3", "--training.validation_every", "2"]
+    resumes(args, causal.outputs)
+
+
 @pytest.mark.parametrize("command", ["evaluate", "bits-per-byte"])
 def test_causal_merge_scores(
     command: str, causal: Run, resumes, monkeypatch: pytest.MonkeyPatch

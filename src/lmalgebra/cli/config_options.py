@@ -123,6 +123,8 @@ class ConfigFlag:
         """The config value of what the user typed (a string, strings, or a bool)."""
         if self.kind == "switch":
             return bool(given)
+        if self.kind in ("list", "tuple") and self.style.comma_separated:
+            given = self._flow_list(given)
         if self.kind == "list":
             text = ",".join(given)
             if text.strip() == "null" and type(None) in typing.get_args(self.field.annotation):
@@ -153,6 +155,16 @@ class ConfigFlag:
         if isinstance(value, (list, dict)) or (value is None and text.strip()):
             return value
         return [item.strip() for item in text.split(",") if item.strip()]
+
+    def _flow_list(self, given: Any) -> Any:
+        """YAML's ``[a, b]`` (a list as a recipe writes it) as the comma list ``a,b``; anything
+        else as given (its items had been read as ``[a`` and ``b]``, each no number)."""
+        text = (given if isinstance(given, str) else ",".join(given)).strip()
+        if not (text.startswith("[") and text.endswith("]")):
+            return given
+        value = self._structured(text)
+        joined = ",".join(map(str, value)) if isinstance(value, list) else text
+        return joined if isinstance(given, str) else [joined]
 
     def _split(self, value: str) -> list[str]:
         return value.split(",") if self.style.comma_separated else [value]

@@ -108,6 +108,8 @@ def _print_plan(frame: Any) -> None:
             f"{row.cache_gib:.2f} GiB" if row.cache_gib else "-",
         )
     console.print(models)
+    if busy := _busy():
+        console.print(busy)
     title = f"Plan: peak memory and time after embedding ({frame.attrs['available_gib']:.1f} GiB "
     plan = Table(title=title + "available; the run is held to its own method)")
     for column in ("method / phase", "peak", "time", "disk", "fits"):
@@ -131,6 +133,24 @@ def _print_plan(frame: Any) -> None:
                 f"  {phase.phase}", f"{phase.peak_gib:.2f}", duration(phase.seconds), "", ""
             )
     console.print(plan)
+
+
+def _busy() -> str:
+    """A line for a machine other work shares (its load average above its cores): the times
+    come from rates probed in a few seconds (the best of a few tries), and the run had taken
+    3-5x longer than shown, without a word."""
+    import os
+
+    if not hasattr(os, "getloadavg"):  # no load average to read (Windows)
+        return ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0]
+    if load <= (cores or 1):
+        return ""
+    return (
+        f"note: the load average is {load:.1f} on {cores} cores: other work shares this machine, "
+        "so the times above and below (rates probed in a few seconds) may be several times short"
+    )
 
 
 def _figure(value: float | None) -> str:

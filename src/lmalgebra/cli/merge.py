@@ -63,7 +63,8 @@ def merge_init(
 ) -> None:
     """Write a commented starter recipe (every section, its main keys with their defaults).
 
-    Example: lmalgebra merge init merge.yaml && lmalgebra merge run merge.yaml
+    Example: lmalgebra merge init merge.yaml; make the teachers its header names (lmalgebra
+    pretrain masked ...); then lmalgebra merge run merge.yaml
     """
     from lmalgebra.distill.run.starter_recipe import write_starter
 

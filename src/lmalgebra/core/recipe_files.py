@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
 from lmalgebra.core.settings import SettingsError, describe
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import local_namesake, read_text
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
@@ -83,6 +83,7 @@ def recipe_path(path: Path | str) -> Path:
     if name not in known:
         raise UserInputError(
             f"no shipped recipe {name!r}{did_you_mean(name, known)}; shipped: {', '.join(known)}"
+            f"{local_namesake(text)}"
         )
     return Path(str(files("lmalgebra.recipes") / f"{name}.yaml"))
 

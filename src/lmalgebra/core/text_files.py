@@ -61,6 +61,12 @@ def not_a_file(path: Path) -> str:
     return "is a directory, not a file" if path.is_dir() else absent(path)
 
 
+def local_namesake(text: str) -> str:
+    """For a ``recipe:NAME`` or ``package:NAME`` refused as no such name, how to reach a local
+    path spelled the same (the prefix wins), as a message ends; empty when there is none."""
+    return f"; the local {text} here is reached as ./{text}" if os.path.lexists(text) else ""
+
+
 class NotARegularFileError(OSError):
     """What :func:`open_regular` raises for a path that is no regular file: an ``OSError``, as
     a missing file's, so that a reader that takes an unreadable record for none does the same."""

@@ -31,7 +31,11 @@ from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.moments import ConstantModelError
 from lmalgebra.stats.solver import SingularBasisError
 from lmalgebra.storage.csv_tables import Table
-from lmalgebra.storage.output_paths import default_cache_dir
+from lmalgebra.storage.output_paths import (
+    cache_directory,
+    default_cache_dir,
+    refuse_unusable_cache_parts,
+)
 
 log = logging.getLogger(__name__)
 SOURCE = "merge evaluate (LMD coverage)"
@@ -89,6 +93,13 @@ def _config(
         "batch_size": spec.batch_size,
     }
     return validate(DecomposeConfig, data, SOURCE)
+
+
+def refuse_unusable_cache(cache_dir: Path) -> None:
+    """What an LMD run refuses of the cache's directories it writes into (a file, a link to
+    nothing), for a command whose LMD run follows other work (merge evaluate's bits per byte,
+    experimental select's accuracies): refused before that work, which it had thrown away."""
+    refuse_unusable_cache_parts(cache_directory(cache_dir), ("hashes", "spans", "embeddings"))
 
 
 def language_coverage(

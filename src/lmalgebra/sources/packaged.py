@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
+from lmalgebra.core.text_files import local_namesake
 from lmalgebra.sources.gguf_models import (
     gguf_directory,
     intact,
@@ -198,6 +199,7 @@ def asset_path(
         raise UserInputError(
             f"unknown packaged asset {name!r}{did_you_mean(name, list(ASSETS))} "
             f"(known: {', '.join(ASSETS)}; `lmalgebra packaged` lists them)"
+            f"{local_namesake(PACKAGE_PREFIX + name)}"
         )
     asset = ASSETS[name]
     if kind is not None and asset.kind != kind:

@@ -162,8 +162,9 @@ def build_once(
     ``target`` is a finished earlier build, unless ``intact(target)`` says it was damaged since
     (a file deleted or cut short): it is then built again, with a warning. ``what`` names the
     asset in the log. Whatever ``build`` raises propagates; nothing is left under ``target``'s
-    name then, nor after an interruption. Something in the way of the cache directory (a file,
-    a link to nothing) is one line naming it.
+    name then, nor after an interruption, nor the directories this call made for it (a refused
+    GGUF file had left an empty ``gguf/`` in the cache). Something in the way of the cache
+    directory (a file, a link to nothing) is one line naming it.
     """
 
     def usable() -> bool:
@@ -171,7 +172,23 @@ def build_once(
 
     if usable():
         return target
+    made = [p for p in (target.parent, *target.parent.parents) if not os.path.lexists(p)]
     make_directories(target.parent)
+    try:
+        return _built(target, build, what, usable)
+    except BaseException:
+        if made:  # a refused build leaves no cache directory of its lock alone behind
+            (target.parent / f".{target.name}.lock").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                for directory in made:
+                    directory.rmdir()
+        raise
+
+
+def _built(
+    target: Path, build: Callable[[Path], Path], what: str, usable: Callable[[], bool]
+) -> Path:
+    """:func:`build_once`'s work once ``target``'s directory is there."""
     with _exclusive(target.parent / f".{target.name}.lock") as locked:
         if usable():  # built by the process we waited for
             return target

@@ -321,7 +321,7 @@ def train(
     main = is_main()  # only the main rank writes logs and checkpoints
     logger = _Log(out, start) if main else None
     saved = (state or {}).get("extra", {}).get("validation")
-    tracker = None if validation is None else ValidationTracker(validation, out, saved)
+    tracker = None if validation is None else ValidationTracker(validation, out, saved, start)
     reuse_freed_memory()  # a step's large temporaries faulted in once, not every step
     model.train()
     last: dict[str, Any] = {} if logger is None else logger.last  # no step left: as logged

@@ -47,14 +47,21 @@ class ValidationTracker:
     """The best score so far, its step and weights, and the checks since it (``state`` goes into
     each checkpoint; ``saved`` is a checkpoint's, to resume)."""
 
-    def __init__(self, validation: Validation, out: Path, saved: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        validation: Validation,
+        out: Path,
+        saved: dict[str, Any] | None = None,
+        start: int | None = None,
+    ):
         self.validation, self.folder = validation, out / BEST
         saved = saved or {}
         self.best = float(saved.get("best", math.inf))
         self.best_step = int(saved.get("best_step", 0))
         self.misses = int(saved.get("misses", 0))
         self.stopped = bool(saved.get("stopped", False))
-        self._refuse_unrestorable()  # at the start: training to the end had ended refused
+        self._kept: dict[str, Any] | None = None  # the record this process wrote last
+        self._refuse_unrestorable(start)  # at the start: training to the end had ended refused
 
     def due(self, step: int, steps: int) -> bool:
         """Whether step ``step`` (counted from 1) is checked."""
@@ -95,10 +102,24 @@ class ValidationTracker:
         }
 
     def _keep(self, model: Any, step: int, score: float) -> None:
-        weights = self.folder / "model.safetensors"
+        """The weights and their record: the record first, naming the weights it replaces
+        too (``previous``), then the weights, then the record alone, so that a run killed
+        between two of them finds weights its record names (it had found weights of no record,
+        or a record of a step after its checkpoint, and refused to resume)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(weights, lambda tmp: save_model(model, str(tmp)))
-        record = {"step": step, "score": score, "sha256": sha256_file(weights)}
+        kept = self._kept or _intact_record(self.folder)  # the weights hashed once a process
+        record: dict[str, Any] = {"step": step, "score": score}
+
+        def save(tmp: Path) -> None:
+            save_model(model, str(tmp))
+            record["sha256"] = sha256_file(tmp)
+            self._record({**record, **({"previous": kept} if kept else {})})
+
+        write_atomic(self.folder / "model.safetensors", save)
+        self._record(record)
+        self._kept = record
+
+    def _record(self, record: dict[str, Any]) -> None:
         write_json_atomic(self.folder / "best.json", sealed(record, RECORD_SHA256))
 
     def restore(self, model: Any) -> None:
@@ -108,11 +129,14 @@ class ValidationTracker:
             self._refuse_unrestorable()
             load_model(model, str(self.folder / "model.safetensors"))
 
-    def _refuse_unrestorable(self) -> None:
+    def _refuse_unrestorable(self, start: int | None = None) -> None:
         """Refuse best weights, once a check has kept some, that are not those this run
-        recorded as its best (their record damaged or edited, another step's)."""
+        recorded as its best (their record damaged or edited, another step's); resuming from
+        step ``start``, weights kept after it pass (a run killed before its next checkpoint
+        kept them; training them again keeps them again)."""
         record = _intact_record(self.folder) if self.best_step else {"step": 0}
-        if record is None or record.get("step") != self.best_step:
+        later = record is not None and start is not None and record.get("step", 0) > start
+        if record is None or (record.get("step") != self.best_step and not later):
             raise UserInputError(
                 f"{self.folder}: the best validation weights (step {self.best_step}) are missing "
                 f"or not the ones this run recorded; train again with {RESTART}"
@@ -133,16 +157,19 @@ def best_damage(out: Path) -> str | None:
 
 def _intact_record(folder: Path) -> dict[str, Any] | None:
     """``folder``'s ``best.json`` when it reads, matches its checksum (a record of an older
-    release has none) and its weights are of the sha256 it records; None otherwise (an edited
-    ``step`` had passed ``merge verify``, then training refused it)."""
+    release has none) and its weights are of the sha256 it records, or of the weights it
+    replaces (``previous``: the record of those); None otherwise (an edited ``step`` had passed
+    ``merge verify``, then training refused it)."""
     try:
         record = json.loads(read_record(folder / "best.json"))
         if unseal(record, RECORD_SHA256) is False:
             return None
-        intact = record["sha256"] == sha256_file(folder / "model.safetensors")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        found = sha256_file(folder / "model.safetensors")
+        # killed between the record and its weights: the weights it replaces are still there
+        kept = next(r for r in (record, record.get("previous") or {}) if r["sha256"] == found)
+        return {k: kept[k] for k in ("step", "score", "sha256")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration):
         return None
-    return record if intact else None
 
 
 def clear_best(out: Path) -> None:

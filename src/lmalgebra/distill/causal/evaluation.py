@@ -28,7 +28,13 @@ from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.model_card import add_evaluation
 from lmalgebra.distill.run.rdt import rdt, rdt_text
 from lmalgebra.distill.teachers import load_lm
-from lmalgebra.evaluate.lmd_coverage import COVERAGE, CoverageRow, CoverageSpec, lmd_coverage
+from lmalgebra.evaluate.lmd_coverage import (
+    COVERAGE,
+    CoverageRow,
+    CoverageSpec,
+    lmd_coverage,
+    refuse_unusable_cache,
+)
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.atomic import write_text_atomic
@@ -141,6 +147,8 @@ def score_causal_run(
     the languages without), each student's greedy continuations (``continuations``)."""
     layout = RunLayout(recipe.output_dir)
     run_dir = layout.root
+    coverage = coverage or CoverageSpec()
+    refuse_unusable_cache(coverage.cache_dir)  # before the bits per byte, not after
     teachers = {name: spec.ref(name) for name, spec in recipe.teachers.items()}
     mine: dict[str, ModelRef] = {}
     for name in students:
@@ -153,7 +161,6 @@ def score_causal_run(
     rows = evaluate_bits(run_dir, [*teachers.values(), *mine.values()], languages, table=None)
     teachers_of = {k: v.teachers for k, v in recipe.languages.items()}
     texts = heldout_texts(run_dir, languages)
-    coverage = coverage or CoverageSpec()
     covered, skipped = lmd_coverage(
         texts,
         {lang: recipe.languages[lang].corpus for lang in texts},

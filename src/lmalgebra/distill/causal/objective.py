@@ -236,14 +236,13 @@ class CausalObjective(Objective):
         from lmalgebra.distill.causal.training import DEFAULT_MIX, check_mix
         from lmalgebra.distill.examples import heldout_examples
         from lmalgebra.distill.vocab.mined_map import CACHE_SUBDIR as MINED_MAPS
-        from lmalgebra.train.cross_tokenizer.registry import needs_of
 
         spec = CausalTrainingSpec.model_validate(training.model_dump())
         mix = spec.objective_mix or DEFAULT_MIX
         check_mix(self.recipe, mix)  # in train's order
         self.recipe.check_training(spec)
-        if not spec.gold_only and "mined" in needs_of(k for k, w in mix.items() if w > 0):
-            refuse_unusable_cache_parts(cache_directory(), [MINED_MAPS])  # the maps go there
+        # every training builds each teacher's MinED map (gold_only and CE too), writing there
+        refuse_unusable_cache_parts(cache_directory(), [MINED_MAPS])
         for lang, text in self.recipe.teacher_text.items():  # prepare's refusals of its prompts
             prompts = prompts_of(self.recipe, lang, heldout_examples(self.recipe, lang))
             refuse_too_long(self.recipe, lang, self._writer(text.teacher), prompts)

@@ -25,7 +25,7 @@ from typing import Any
 
 from lmalgebra.core.errors import OVERWRITE, UserInputError, either
 from lmalgebra.core.fingerprint import plain, sha256_file, sha256_json
-from lmalgebra.core.text_files import read_json_object
+from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.distill.layout import (
     FILES_KEY,
     MARKER,
@@ -171,7 +171,12 @@ def read_record(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[st
 
 def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind]) -> list[str]:
     """The run's evaluation record damaged, as ``merge evaluate`` would refuse it (``merge
-    verify``): none when the run holds no record."""
+    verify``): none when the run holds no record. An evaluation folder that is no directory
+    (a FIFO, a file, a link to nothing), which evaluate refuses, is named (it had passed)."""
+    folder = layout.evaluation
+    if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
+        what = not_a_directory(folder) if folder.exists() else absent(folder)
+        return [f"merge evaluate: evaluation directory {folder} {what}"]
     path = layout.evaluation / RECORD
     if not (path.exists() or path.is_symlink()):
         return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -31,6 +32,9 @@ from lmalgebra.distill.vocab.tokenizer_choice import (
 WORDPIECE_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
 _WORDPIECE_SPECIALS = {"pad": "[PAD]", "bos": "[CLS]", "eos": "[SEP]", "unk": "[UNK]"}
+SHORT = 0.9  # a vocabulary below this share of the size asked is named (unigram's is "about")
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -141,6 +145,7 @@ def train_wordpiece(texts: list[str], vocab_size: int, lowercase: bool, max_leng
     pieces = _continuing_pieces(tok, texts)
     trainer = WordPieceTrainer(vocab_size=vocab_size, special_tokens=WORDPIECE_SPECIALS + pieces)
     tok.train_from_iterator(texts, trainer)
+    _warn_short(tok, vocab_size)
     vocab = tok.get_vocab()
     tok.model = models.WordPiece(vocab, unk_token="[UNK]")
     tok = _without_added(tok, WORDPIECE_SPECIALS)
@@ -193,7 +198,21 @@ def train_causal_tokenizer(
         names = _WORDPIECE_SPECIALS
     else:
         backend, names = _backend(kind, texts, vocab_size), SPECIALS
+        _warn_short(backend, vocab_size)
     return _wrapped(backend, names, max_length)
+
+
+def _warn_short(tok: Any, vocab_size: int) -> None:
+    """Name a tokenizer trained to far fewer entries than asked: the text holds no more (it had
+    been smaller than asked without a word, a teacher's head and embeddings sized to it)."""
+    if (size := tok.get_vocab_size()) < SHORT * vocab_size:
+        log.warning(
+            "a tokenizer of %d entries was asked, but the text gives %d alone (every character "
+            "and merge it holds): the tokenizer has %d; give more text, or ask for fewer",
+            vocab_size,
+            size,
+            size,
+        )
 
 
 def _wrapped(backend: Any, names: dict[str, str], max_length: int) -> Any:

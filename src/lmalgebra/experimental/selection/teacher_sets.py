@@ -28,6 +28,7 @@ from lmalgebra.distill.examples import Example, language_examples
 from lmalgebra.distill.masked.teachers import open_masked_teacher
 from lmalgebra.distill.recipe import MaskedRecipe, MergeRecipe, masked_only, parse_recipe
 from lmalgebra.distill.teachers import Teacher
+from lmalgebra.evaluate.lmd_coverage import refuse_unusable_cache
 from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 from lmalgebra.experimental.selection.teacher_quality import TeacherQuality, held_out_quality
 from lmalgebra.lmd.run.pipeline import RunInputs, RunResult, run_decomposition
@@ -94,6 +95,7 @@ def select_teachers(
         "this recipe has objective causal",
     )
     languages = _languages(recipe, spec)
+    refuse_unusable_cache(spec.cache_dir)  # before the accuracies, not after
     held = {lang: _held_out(recipe, lang, spec.max_texts) for lang in languages}
     opened: dict[str, Teacher] = {}
     for lang in languages:

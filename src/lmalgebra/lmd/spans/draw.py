@@ -273,11 +273,11 @@ PER_DOC = either("--spans.per_doc", 'spans={"per_doc": N}')
 
 def shortfall(requested: Sequence[int], got: Mapping[str, int]) -> str | None:
     """What to do about the splits that drew fewer spans than ``requested`` (train, validation,
-    test) asks; None when none did."""
+    test) asks, naming those alone ("train 300 of 300" had read as short); None when none did."""
     short = {s: (got.get(s, 0), n) for s, n in zip(SPLITS, requested, strict=True)}
     if all(have >= want for have, want in short.values()):
         return None
-    counts = ", ".join(f"{s} {have} of {want}" for s, (have, want) in short.items())
+    counts = ", ".join(f"{s} {have} of {want}" for s, (have, want) in short.items() if have < want)
     return (
         f"fewer spans than requested ({counts}): the corpus has too few documents or tokens "
         f"for these counts at this span length; use a larger corpus, a smaller {SPAN_LENGTH} "
