@@ -25,7 +25,7 @@ def result(tmp_path_factory: pytest.TempPathFactory):
             "corpus": {"paths": [str(asset_path("wiki-en"))], "text_column": "extract"},
             "spans": {"length": 16, "counts": [1200, 200, 200], "per_doc": 1},
             "out": out,
-            "cache_dir": out / "cache",
+            "cache_dir": tmp_path_factory.mktemp("cache"),
             "progress": False,
         }
     )
