@@ -705,3 +705,23 @@ def test_a_student_directory_that_is_a_link_fails_verify(
     target.symlink_to(elsewhere / part)
     problems = verify(run)
     assert any(str(target) in p and "is a symbolic link" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("call", ["verify", "inspect", "evaluate", "prepare"])
+def test_a_run_of_the_other_objective_is_named(
+    call: str, built: Path, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A masked run directory read with a causal recipe (its ``recipe.yaml`` replaced, or its
+    output_dir given to a causal recipe) was taken for a causal run not yet prepared: inspect
+    said "0 pairs", evaluate "run merge prepare first", and prepare wrote the causal store
+    beside the masked one. Each names the masked run's folders now, writing nothing."""
+    from causal_fixtures import write_causal_recipe
+
+    run, _ = _copy_run(built, tmp_path)
+    causal = write_causal_recipe(tmp_path, causal_teacher_dirs, output_dir=str(run))
+    if call != "prepare":
+        shutil.copyfile(causal, run / "recipe.yaml")
+    before = digests(run)
+    code, stderr = cli(["merge", call, str(causal if call == "prepare" else run)])
+    assert_one_line(code, stderr, [f"{run} holds a masked run (masked/, topk/)", "causal"])
+    assert digests(run) == before

@@ -19,6 +19,7 @@ from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES
 from lmalgebra.distill.pipeline import (
+    OBJECTIVES,
     RUN_STAGES,
     evaluate_students,
     objective_of,
@@ -218,7 +219,7 @@ class MergeRun:
     @property
     def stages(self) -> tuple[str, ...]:
         """The stages of the recipe's objective, in order (a causal recipe has no ``vocab``)."""
-        return objective_of(self.recipe).stages
+        return OBJECTIVES[type(self.recipe)].stages
 
     @library_entry
     def inspect(self) -> RunInspection:

@@ -23,6 +23,7 @@ from lmalgebra.distill.layout import (
     CHECKPOINTS,
     HASHES,
     MODEL,
+    RECIPE,
     RESERVED,
     SHARD_SETS,
     RunLayout,
@@ -114,8 +115,29 @@ def _student_problems(recipe: MergeRecipe, names: list[str]) -> list[str]:
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:
-    """The objective that runs ``recipe``'s stages."""
-    return OBJECTIVES[type(recipe)](recipe)
+    """The objective that runs ``recipe``'s stages, refused where its run directory holds the
+    other objective's store (``refuse_other_objective``)."""
+    objective = OBJECTIVES[type(recipe)](recipe)
+    refuse_other_objective(objective)
+    return objective
+
+
+def refuse_other_objective(objective: Objective) -> None:
+    """Refuse a run directory holding the store of another objective than ``objective``'s (a
+    masked run's ``masked/`` and ``topk/`` under a causal recipe: its output_dir given to a
+    recipe of the other objective, or the run's ``recipe.yaml`` replaced by one): no stage of
+    this objective reads them, its stages had called the run unprepared, and its own store had
+    been written beside them."""
+    layout = objective.layout
+    for other in OBJECTIVES.values():
+        found = [p for p in other.store_parts if other.kind != objective.kind and layout.pairs(p)]
+        if found:
+            raise UserInputError(
+                f"{layout.root} holds a {other.kind} run ({', '.join(f'{p}/' for p in found)}), "
+                f"and this recipe's objective is {objective.kind}: a run directory holds the "
+                "stages of one objective; give this recipe another output_dir (or, where it is "
+                f"the run's {RECIPE} replaced, put the run's own back)"
+            )
 
 
 def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) -> TrainingSpec:
