@@ -5,6 +5,7 @@ by its shards, and a whole set deleted by the recipe that says it belongs there,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -705,6 +706,20 @@ def test_a_student_directory_that_is_a_link_fails_verify(
     target.symlink_to(elsewhere / part)
     problems = verify(run)
     assert any(str(target) in p and "is a symbolic link" in p for p in problems), problems
+
+
+def test_a_lock_file_no_stage_can_open_fails_verify(built: Path, tmp_path: Path, cli) -> None:
+    """A FIFO in place of the run's lock file passed verify, while every stage that writes the
+    run refuses it (opening it would wait for a writer): verify names it in their words."""
+    run, _ = _copy_run(built, tmp_path)
+    lock = run / ".lmalgebra.lock"
+    os.mkfifo(lock)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [f"lock file {lock} is a FIFO, socket or device", "remove it"])
+    lock.unlink()
+    lock.symlink_to(tmp_path / "elsewhere")
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [f"lock file {lock} is a symbolic link"])
 
 
 @pytest.mark.parametrize("call", ["verify", "inspect", "evaluate", "prepare"])

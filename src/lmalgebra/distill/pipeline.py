@@ -46,7 +46,7 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.atomic import refuse_unwritable
-from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
+from lmalgebra.storage.lockfile import lock_file_refusal, refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
     check_directory,
@@ -94,6 +94,8 @@ def verify(run_dir: Path) -> list[str]:
         )
     objective = objective_of(run_recipe(run_dir))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
+    if (lock := lock_file_refusal(layout.root)) is not None:  # every stage refuses it
+        problems.append(lock)
     problems += record_problems(layout, objective.kind, objective.row_kinds())
     problems += _student_problems(objective.recipe, list(layout.saved_students()))
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
