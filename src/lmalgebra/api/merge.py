@@ -44,7 +44,8 @@ class MergeRun:
     Attributes:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
         students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``;
-            causal runs: ``AutoModelForCausalLM``).
+            causal runs: ``AutoModelForCausalLM``): those trained or evaluated here (every
+            student saved in the run, from ``MergeRun.load``).
         scores: after ``evaluate``: every row of the run's evaluation (this call's and those
             it kept); masked runs, one row per (language, teacher tokenisation, model) with
             examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
@@ -107,6 +108,8 @@ class MergeRun:
         names = chosen or list(self.students or ["student"])
         languages = _chosen(languages, "languages", "MergeRun.evaluate()")
         found = evaluate_students(self.recipe, names, languages, pooling, overwrite)
+        layout = RunLayout(self.run_dir)  # each one scored is saved: ``students`` names it too
+        self.students.update({name: layout.model(name) for name in names})
         self.scores = frame(found.scores.kind, found.scores.rows)
         self.rdt = rdt_frame(found.rdt)
         self.evaluation = found.markdown
