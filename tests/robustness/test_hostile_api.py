@@ -1518,3 +1518,13 @@ def test_a_run_read_back_and_saved_elsewhere_follows_its_copy(
     assert loaded.run_dir == (tmp_path / "b").absolute()
     assert loaded.report() == tmp_path / "b" / "report.html"
 
+
+def test_no_bootstrap_beside_a_set_of_one_is_taken() -> None:
+    """``select_teachers(size=1, bootstrap=0)`` was refused as "bootstrap 0 would be ignored":
+    0 asks for no interval, which a set of one gets. Its level and seed are still refused."""
+    from lmalgebra.experimental.selection.selection_spec import SelectionSpec
+
+    assert SelectionSpec(size=1, bootstrap=0).bootstrap == 0
+    with pytest.raises(UserInputError, match=r"level 0\.9 would be ignored: .*size above 1"):
+        SelectionSpec(size=1, bootstrap=0, level=0.9)
+
