@@ -1528,3 +1528,14 @@ def test_no_bootstrap_beside_a_set_of_one_is_taken() -> None:
     with pytest.raises(UserInputError, match=r"level 0\.9 would be ignored: .*size above 1"):
         SelectionSpec(size=1, bootstrap=0, level=0.9)
 
+
+def test_a_key_of_the_causal_training_given_to_training_spec_names_its_class() -> None:
+    """``TrainingSpec(objective_mix=...)`` (for a causal student, as the docs build a
+    ``TrainingSpec``) said "unknown key" alone: the key is a causal training's, which the
+    line names now."""
+    with pytest.raises(UserInputError, match=r"^TrainingSpec: unknown key 'objective_mix': a key "):
+        lmalgebra.TrainingSpec(objective_mix={"ce": 1.0})
+    with pytest.raises(UserInputError, match=r"lmalgebra\.train\.config\.CausalTrainingSpec, a "):
+        lmalgebra.TrainingSpec(label_smoothing=0.1)
+    with pytest.raises(UserInputError, match=r"^TrainingSpec: unknown key 'stepz'$"):
+        lmalgebra.TrainingSpec(stepz=3)
