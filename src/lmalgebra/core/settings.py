@@ -285,7 +285,7 @@ def _key_of_subclass(kind: type[BaseModel], err: ValidationError) -> str:
     if owner is None:
         return ""
     name = f"{owner.__module__}.{owner.__name__}"
-    return f": a key of {name}, a {kind.__name__} with more keys: build one of those instead"
+    return f": a key of {name} (built on {kind.__name__}): build one of those instead"
 
 
 def _refuses_empty(kind: type[BaseModel]) -> bool:
