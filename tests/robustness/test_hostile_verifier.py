@@ -708,18 +708,32 @@ def test_a_student_directory_that_is_a_link_fails_verify(
     assert any(str(target) in p and "is a symbolic link" in p for p in problems), problems
 
 
-def test_a_lock_file_no_stage_can_open_fails_verify(built: Path, tmp_path: Path, cli) -> None:
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [("fifo", "a FIFO, socket or device"), ("directory", "a directory"), ("link", "a symbolic")],
+)
+def test_a_lock_file_no_stage_can_open_fails_verify(
+    kind: str, said: str, built: Path, tmp_path: Path, cli
+) -> None:
     """A FIFO in place of the run's lock file passed verify, while every stage that writes the
-    run refuses it (opening it would wait for a writer): verify names it in their words."""
+    run refuses it (opening it would wait for a writer): verify names it in their words. A
+    directory there had ended verify (and any file written below it: ``merge init``) in an
+    IsADirectoryError traceback, reading who held the lock."""
     run, _ = _copy_run(built, tmp_path)
     lock = run / ".lmalgebra.lock"
-    os.mkfifo(lock)
+    make = {"fifo": os.mkfifo, "directory": Path.mkdir, "link": _dangling}[kind]
+    make(lock)
     code, stderr = cli(["merge", "verify", str(run)])
-    assert_one_line(code, stderr, [f"lock file {lock} is a FIFO, socket or device", "remove it"])
-    lock.unlink()
-    lock.symlink_to(tmp_path / "elsewhere")
-    code, stderr = cli(["merge", "verify", str(run)])
-    assert_one_line(code, stderr, [f"lock file {lock} is a symbolic link"])
+    assert_one_line(code, stderr, [f"lock file {lock} is {said}", "remove it"])
+    plain = tmp_path / "plain"  # no run: such a lock file holds it for no one
+    plain.mkdir()
+    make(plain / ".lmalgebra.lock")
+    code, stderr = cli(["merge", "init", str(plain / "r.yaml")])
+    assert code == 0 and (plain / "r.yaml").is_file(), stderr
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "elsewhere")
 
 
 @pytest.mark.parametrize("call", ["verify", "inspect", "evaluate", "prepare"])
