@@ -1504,21 +1504,6 @@ def test_a_merge_recipe_built_from_its_base_class_says_how_to_build_one() -> Non
         assert isinstance(caught.value, ValueError)  # as every settings class's refusal is
 
 
-def test_a_run_read_back_and_saved_elsewhere_follows_its_copy(
-    decomposition: Decomposition, tmp_path: Path
-) -> None:
-    """``Decomposition.load(A).save(B)`` kept A as the object's directory (a computed result
-    moves to its latest save): once A was removed, ``report()`` refused. The copy is its
-    directory now, as a computed result's latest save is."""
-    import shutil
-
-    loaded = Decomposition.load(decomposition.save(tmp_path / "a"))
-    loaded.save(tmp_path / "b")
-    shutil.rmtree(tmp_path / "a")
-    assert loaded.run_dir == (tmp_path / "b").absolute()
-    assert loaded.report() == tmp_path / "b" / "report.html"
-
-
 def test_no_bootstrap_beside_a_set_of_one_is_taken() -> None:
     """``select_teachers(size=1, bootstrap=0)`` was refused as "bootstrap 0 would be ignored":
     0 asks for no interval, which a set of one gets. Its level and seed are still refused."""

@@ -215,16 +215,14 @@ class Decomposition:
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:
         """Write the run directory ``lmalgebra decompose --out`` writes (tables, statistics,
         figures, ``config.yaml``, ``summary.json`` last). ``directory`` must be empty or absent,
-        or hold this same run; ``overwrite`` replaces a run of another configuration. The
-        decomposition's directory is then ``directory`` (its ``heatmap`` and ``report()``)."""
+        or hold this same run; ``overwrite`` replaces a run of another configuration."""
         target = Path(directory)
         check_output_directory(target, "save() directory")
         if self._result is None:
-            self._copy_to(target, overwrite)
-        else:
-            config: DecomposeConfig = self._result.config.model_copy(update={"out": target})
-            save_result(dataclasses.replace(self._result, config=config), overwrite)
-        self.run_dir = target.absolute()  # read back or computed: its latest copy is its own
+            return self._copy_to(target, overwrite)
+        config: DecomposeConfig = self._result.config.model_copy(update={"out": target})
+        save_result(dataclasses.replace(self._result, config=config), overwrite)
+        self.run_dir = target.absolute()
         return target
 
     def _copy_to(self, target: Path, overwrite: bool) -> Path:
