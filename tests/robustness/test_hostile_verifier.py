@@ -736,14 +736,15 @@ def _dangling(path: Path) -> None:
     path.symlink_to(path.parent / "elsewhere")
 
 
-@pytest.mark.parametrize("call", ["verify", "inspect", "evaluate", "prepare"])
+@pytest.mark.parametrize("call", ["verify", "inspect", "evaluate", "bits-per-byte", "prepare"])
 def test_a_run_of_the_other_objective_is_named(
     call: str, built: Path, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
 ) -> None:
     """A masked run directory read with a causal recipe (its ``recipe.yaml`` replaced, or its
     output_dir given to a causal recipe) was taken for a causal run not yet prepared: inspect
-    said "0 pairs", evaluate "run merge prepare first", and prepare wrote the causal store
-    beside the masked one. Each names the masked run's folders now, writing nothing."""
+    said "0 pairs", evaluate "run merge prepare first", bits-per-byte scored the causal
+    teachers on the masked run's examples, and prepare wrote the causal store beside the masked
+    one. Each names the masked run's folders now, writing nothing."""
     from causal_fixtures import write_causal_recipe
 
     run, _ = _copy_run(built, tmp_path)

@@ -141,6 +141,7 @@ class MergeRun:
         from lmalgebra.storage.csv_tables import read_table
 
         languages = _chosen(languages, "languages", "MergeRun.bits_per_byte()")
+        objective_of(self.recipe)  # a run holding the other objective's store: refused
         if models is not None and not models:
             raise UserValueError(
                 f"MergeRun.bits_per_byte(): models is empty: {_EMPTY.format('the teachers')}"
