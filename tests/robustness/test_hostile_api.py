@@ -459,6 +459,21 @@ def test_training_settings_of_the_other_objective_are_named(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_training_key_of_the_other_objective_is_named_as_its(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``--training.objective_mix`` (a flag the help lists, for causal recipes) over a masked
+    recipe, or ``training={"objective_mix": ...}``, said "unknown key" alone, where the recipe
+    file's reader names the objective the key belongs to: so do they now."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = "unknown key 'objective_mix': a setting of causal recipes' training, and this "
+    with pytest.raises(UserInputError, match=r"^merge_plan\(\) training: " + wanted):
+        lmalgebra.merge_plan(recipe, training={"objective_mix": {"ce": 1.0}})
+    args = ["merge", "train", str(recipe), "--training.objective_mix", '{"ce": 1}', "--dry-run"]
+    assert_one_line(*cli(args), [f"command line: {wanted}recipe's objective is masked"])
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("name", ["evaluation", "examples", "recipe.yaml", "vocab", "logprobs"])
 def test_a_student_named_as_a_part_of_the_run_is_refused(
     name: str, tmp_path: Path, teacher_dirs: dict[str, Path]

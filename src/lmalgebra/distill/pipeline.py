@@ -39,6 +39,7 @@ from lmalgebra.distill.recipe import (
     CausalRecipe,
     MaskedRecipe,
     MergeRecipe,
+    key_owner,
     run_recipe,
 )
 from lmalgebra.distill.run.evaluation_record import record_problems
@@ -146,6 +147,12 @@ def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) 
     """The recipe's training settings with ``overrides`` (keys of ``training``) laid over them,
     validated as the recipe's own training section; ``source`` names the overrides in messages."""
     spec = type(recipe.training)
+    owned = ((k, key_owner(f"training.{k}", recipe.objective)) for k in overrides)
+    if (other := next(((k, o) for k, o in owned if o is not None), None)) is not None:
+        raise UserInputError(  # the recipe's reader words it so; "unknown key" alone had misled
+            f"{source}: unknown key {other[0]!r}: a setting of {other[1]} recipes' training, and "
+            f"this recipe's objective is {recipe.objective}"
+        )
     base = recipe.training.model_dump()
     if kd_free(dict(overrides)):
         # a baseline beside the recipe's distilled students: their distillation settings are
