@@ -146,12 +146,12 @@ def refuse_other_objective(objective: Objective) -> None:
 def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) -> TrainingSpec:
     """The recipe's training settings with ``overrides`` (keys of ``training``) laid over them,
     validated as the recipe's own training section; ``source`` names the overrides in messages."""
-    spec = type(recipe.training)
-    owned = ((k, key_owner(f"training.{k}", recipe.objective)) for k in overrides)
+    spec, kind = type(recipe.training), OBJECTIVES[type(recipe)].kind
+    owned = ((k, key_owner(f"training.{k}", kind)) for k in overrides)
     if (other := next(((k, o) for k, o in owned if o is not None), None)) is not None:
         raise UserInputError(  # the recipe's reader words it so; "unknown key" alone had misled
             f"{source}: unknown key {other[0]!r}: a setting of {other[1]} recipes' training, and "
-            f"this recipe's objective is {recipe.objective}"
+            f"this recipe's objective is {kind}"
         )
     base = recipe.training.model_dump()
     if kd_free(dict(overrides)):
