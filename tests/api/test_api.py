@@ -381,6 +381,9 @@ def test_merge_runs_stages_from_python_and_returns_the_evaluation(
     assert list(run.rdt.columns) == ["xx", "yy", "average"]
     on_disk = pd.read_csv(run.run_dir / "evaluation" / "rdt.csv", index_col="student")
     pd.testing.assert_frame_equal(run.rdt, on_disk, check_exact=False, atol=1e-3)
+    # the students a call scores are its students too (evaluate alone had left them {}, and
+    # bits_rdt's hint, bits_per_byte(run.students), had then scored the teachers alone)
+    assert lmalgebra.merge(recipe, "evaluate").students == run.students
     with pytest.raises(UserInputError, match="unknown stage 'distil'"):
         lmalgebra.merge(recipe, stages=["distil"])
     with pytest.raises(UserInputError, match="unknown key 'teacher'"):

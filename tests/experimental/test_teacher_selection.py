@@ -294,6 +294,20 @@ def test_the_runs_warnings_are_logged_once_in_selects_flags(
     assert not [w for w in warned if "--study." in w or "(-T)" in w]  # decompose's flags
 
 
+def test_too_few_replicates_are_named_in_selects_flag_and_keyword(
+    tmp_path: Path, candidates: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warning of too few replicates was rewritten to ``--bootstrap`` but kept decompose's
+    keyword: ``use --bootstrap 40 (study={"bootstrap": 40}) or more``, a keyword
+    ``select_teachers`` has not. Both forms are the selection's now."""
+    path = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    with caplog.at_level("WARNING"):
+        select_teachers(path, size=2, bootstrap=3, cache_dir=tmp_path / "c", spans={"length": 8})
+    warned = [r.getMessage() for r in caplog.records if "replicates at least" in r.getMessage()]
+    assert warned and all(w.startswith("xx: --bootstrap 3: ") for w in warned), warned
+    assert all("use --bootstrap 40 (bootstrap=40) or more" in w for w in warned), warned
+
+
 def test_the_next_line_says_where_other_teachers_would_meet_trained_students(
     tmp_path: Path,
 ) -> None:

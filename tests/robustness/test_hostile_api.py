@@ -459,6 +459,21 @@ def test_training_settings_of_the_other_objective_are_named(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_training_key_of_the_other_objective_is_named_as_its(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``--training.objective_mix`` (a flag the help lists, for causal recipes) over a masked
+    recipe, or ``training={"objective_mix": ...}``, said "unknown key" alone, where the recipe
+    file's reader names the objective the key belongs to: so do they now."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    wanted = "unknown key 'objective_mix': a setting of causal recipes' training, and this "
+    with pytest.raises(UserInputError, match=r"^merge_plan\(\) training: " + wanted):
+        lmalgebra.merge_plan(recipe, training={"objective_mix": {"ce": 1.0}})
+    args = ["merge", "train", str(recipe), "--training.objective_mix", '{"ce": 1}', "--dry-run"]
+    assert_one_line(*cli(args), [f"command line: {wanted}recipe's objective is masked"])
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("name", ["evaluation", "examples", "recipe.yaml", "vocab", "logprobs"])
 def test_a_student_named_as_a_part_of_the_run_is_refused(
     name: str, tmp_path: Path, teacher_dirs: dict[str, Path]
@@ -1502,3 +1517,25 @@ def test_a_merge_recipe_built_from_its_base_class_says_how_to_build_one() -> Non
         with pytest.raises(UserInputError, match=said) as caught:
             MergeRecipe(**data, teachers={"t": {"path": "t"}})
         assert isinstance(caught.value, ValueError)  # as every settings class's refusal is
+
+
+def test_no_bootstrap_beside_a_set_of_one_is_taken() -> None:
+    """``select_teachers(size=1, bootstrap=0)`` was refused as "bootstrap 0 would be ignored":
+    0 asks for no interval, which a set of one gets. Its level and seed are still refused."""
+    from lmalgebra.experimental.selection.selection_spec import SelectionSpec
+
+    assert SelectionSpec(size=1, bootstrap=0).bootstrap == 0
+    with pytest.raises(UserInputError, match=r"level 0\.9 would be ignored: .*size above 1"):
+        SelectionSpec(size=1, bootstrap=0, level=0.9)
+
+
+def test_a_key_of_the_causal_training_given_to_training_spec_names_its_class() -> None:
+    """``TrainingSpec(objective_mix=...)`` (for a causal student, as the docs build a
+    ``TrainingSpec``) said "unknown key" alone: the key is a causal training's, which the
+    line names now."""
+    with pytest.raises(UserInputError, match=r"^TrainingSpec: unknown key 'objective_mix': a key "):
+        lmalgebra.TrainingSpec(objective_mix={"ce": 1.0})
+    with pytest.raises(UserInputError, match=r"config\.CausalTrainingSpec \(built on "):
+        lmalgebra.TrainingSpec(label_smoothing=0.1)
+    with pytest.raises(UserInputError, match=r"^TrainingSpec: unknown key 'stepz'$"):
+        lmalgebra.TrainingSpec(stepz=3)

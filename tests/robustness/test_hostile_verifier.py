@@ -5,6 +5,7 @@ by its shards, and a whole set deleted by the recipe that says it belongs there,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -705,3 +706,52 @@ def test_a_student_directory_that_is_a_link_fails_verify(
     target.symlink_to(elsewhere / part)
     problems = verify(run)
     assert any(str(target) in p and "is a symbolic link" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [("fifo", "a FIFO, socket or device"), ("directory", "a directory"), ("link", "a symbolic")],
+)
+def test_a_lock_file_no_stage_can_open_fails_verify(
+    kind: str, said: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """A FIFO in place of the run's lock file passed verify, while every stage that writes the
+    run refuses it (opening it would wait for a writer): verify names it in their words. A
+    directory there had ended verify (and any file written below it: ``merge init``) in an
+    IsADirectoryError traceback, reading who held the lock."""
+    run, _ = _copy_run(built, tmp_path)
+    lock = run / ".lmalgebra.lock"
+    make = {"fifo": os.mkfifo, "directory": Path.mkdir, "link": _dangling}[kind]
+    make(lock)
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [f"lock file {lock} is {said}", "remove it"])
+    plain = tmp_path / "plain"  # no run: such a lock file holds it for no one
+    plain.mkdir()
+    make(plain / ".lmalgebra.lock")
+    code, stderr = cli(["merge", "init", str(plain / "r.yaml")])
+    assert code == 0 and (plain / "r.yaml").is_file(), stderr
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "elsewhere")
+
+
+@pytest.mark.parametrize("call", ["verify", "inspect", "evaluate", "bits-per-byte", "prepare"])
+def test_a_run_of_the_other_objective_is_named(
+    call: str, built: Path, tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A masked run directory read with a causal recipe (its ``recipe.yaml`` replaced, or its
+    output_dir given to a causal recipe) was taken for a causal run not yet prepared: inspect
+    said "0 pairs", evaluate "run merge prepare first", bits-per-byte scored the causal
+    teachers on the masked run's examples, and prepare wrote the causal store beside the masked
+    one. Each names the masked run's folders now, writing nothing."""
+    from causal_fixtures import write_causal_recipe
+
+    run, _ = _copy_run(built, tmp_path)
+    causal = write_causal_recipe(tmp_path, causal_teacher_dirs, output_dir=str(run))
+    if call != "prepare":
+        shutil.copyfile(causal, run / "recipe.yaml")
+    before = digests(run)
+    code, stderr = cli(["merge", call, str(causal if call == "prepare" else run)])
+    assert_one_line(code, stderr, [f"{run} holds a masked run (masked/, topk/)", "causal"])
+    assert digests(run) == before

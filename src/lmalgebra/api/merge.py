@@ -19,6 +19,7 @@ from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES
 from lmalgebra.distill.pipeline import (
+    OBJECTIVES,
     RUN_STAGES,
     evaluate_students,
     objective_of,
@@ -43,7 +44,8 @@ class MergeRun:
     Attributes:
         recipe: the validated recipe; ``run_dir`` its ``output_dir``.
         students: student name -> trained model directory (loads with ``AutoModelForMaskedLM``;
-            causal runs: ``AutoModelForCausalLM``).
+            causal runs: ``AutoModelForCausalLM``): those trained or evaluated here (every
+            student saved in the run, from ``MergeRun.load``).
         scores: after ``evaluate``: every row of the run's evaluation (this call's and those
             it kept); masked runs, one row per (language, teacher tokenisation, model) with
             examples, masked_tokens, accuracy, loss, perplexity, top1_agreement, topk_overlap
@@ -106,6 +108,8 @@ class MergeRun:
         names = chosen or list(self.students or ["student"])
         languages = _chosen(languages, "languages", "MergeRun.evaluate()")
         found = evaluate_students(self.recipe, names, languages, pooling, overwrite)
+        layout = RunLayout(self.run_dir)  # each one scored is saved: ``students`` names it too
+        self.students.update({name: layout.model(name) for name in names})
         self.scores = frame(found.scores.kind, found.scores.rows)
         self.rdt = rdt_frame(found.rdt)
         self.evaluation = found.markdown
@@ -137,6 +141,7 @@ class MergeRun:
         from lmalgebra.storage.csv_tables import read_table
 
         languages = _chosen(languages, "languages", "MergeRun.bits_per_byte()")
+        objective_of(self.recipe)  # a run holding the other objective's store: refused
         if models is not None and not models:
             raise UserValueError(
                 f"MergeRun.bits_per_byte(): models is empty: {_EMPTY.format('the teachers')}"
@@ -218,7 +223,7 @@ class MergeRun:
     @property
     def stages(self) -> tuple[str, ...]:
         """The stages of the recipe's objective, in order (a causal recipe has no ``vocab``)."""
-        return objective_of(self.recipe).stages
+        return OBJECTIVES[type(self.recipe)].stages
 
     @library_entry
     def inspect(self) -> RunInspection:

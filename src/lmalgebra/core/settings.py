@@ -271,6 +271,23 @@ class SettingsError(UserInputError, ValueError):
         self.validation = validation
 
 
+def _key_of_subclass(kind: type[BaseModel], err: ValidationError) -> str:
+    """For an unknown key of ``kind`` that a class built on it has (``TrainingSpec`` given
+    ``objective_mix``, a key of a causal recipe's ``CausalTrainingSpec``), which class that is."""
+    unknown = next((e for e in err.errors() if e["type"] == "extra_forbidden"), None)
+    if unknown is None or len(unknown["loc"]) != 1:
+        return ""
+    below, owner = list(kind.__subclasses__()), None
+    while below and owner is None:
+        cls = below.pop(0)
+        owner = cls if unknown["loc"][0] in cls.model_fields else None
+        below += cls.__subclasses__()
+    if owner is None:
+        return ""
+    name = f"{owner.__module__}.{owner.__name__}"
+    return f": a key of {name} (built on {kind.__name__}): build one of those instead"
+
+
 def _refuses_empty(kind: type[BaseModel]) -> bool:
     """Whether settings class ``kind`` refuses to be built of no keys."""
     try:
@@ -287,7 +304,8 @@ class Settings(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as err:
-            raise SettingsError(describe(err, type(self).__name__), err) from None
+            message = describe(err, type(self).__name__) + _key_of_subclass(type(self), err)
+            raise SettingsError(message, err) from None
 
     # pydantic's own mark of its __init__ (RootModel's too): validation, of this model and of the
     # models that hold it, goes on calling the validator directly, not this method, so only the

@@ -23,6 +23,7 @@ from lmalgebra.distill.layout import (
     CHECKPOINTS,
     HASHES,
     MODEL,
+    RECIPE,
     RESERVED,
     SHARD_SETS,
     RunLayout,
@@ -38,6 +39,7 @@ from lmalgebra.distill.recipe import (
     CausalRecipe,
     MaskedRecipe,
     MergeRecipe,
+    key_owner,
     run_recipe,
 )
 from lmalgebra.distill.run.evaluation_record import record_problems
@@ -45,7 +47,7 @@ from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
 from lmalgebra.storage.atomic import refuse_unwritable
-from lmalgebra.storage.lockfile import refuse_nested, refuse_other_kind
+from lmalgebra.storage.lockfile import lock_file_refusal, refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
     check_directory,
@@ -93,6 +95,8 @@ def verify(run_dir: Path) -> list[str]:
         )
     objective = objective_of(run_recipe(run_dir))
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
+    if (lock := lock_file_refusal(layout.root)) is not None:  # every stage refuses it
+        problems.append(lock)
     problems += record_problems(layout, objective.kind, objective.row_kinds())
     problems += _student_problems(objective.recipe, list(layout.saved_students()))
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
@@ -114,14 +118,41 @@ def _student_problems(recipe: MergeRecipe, names: list[str]) -> list[str]:
 
 
 def objective_of(recipe: MergeRecipe) -> Objective:
-    """The objective that runs ``recipe``'s stages."""
-    return OBJECTIVES[type(recipe)](recipe)
+    """The objective that runs ``recipe``'s stages, refused where its run directory holds the
+    other objective's store (``refuse_other_objective``)."""
+    objective = OBJECTIVES[type(recipe)](recipe)
+    refuse_other_objective(objective)
+    return objective
+
+
+def refuse_other_objective(objective: Objective) -> None:
+    """Refuse a run directory holding the store of another objective than ``objective``'s (a
+    masked run's ``masked/`` and ``topk/`` under a causal recipe: its output_dir given to a
+    recipe of the other objective, or the run's ``recipe.yaml`` replaced by one): no stage of
+    this objective reads them, its stages had called the run unprepared, and its own store had
+    been written beside them."""
+    layout = objective.layout
+    for other in OBJECTIVES.values():
+        found = [p for p in other.store_parts if other.kind != objective.kind and layout.pairs(p)]
+        if found:
+            raise UserInputError(
+                f"{layout.root} holds a {other.kind} run ({', '.join(f'{p}/' for p in found)}), "
+                f"and this recipe's objective is {objective.kind}: a run directory holds the "
+                "stages of one objective; give this recipe another output_dir (or, where it is "
+                f"the run's {RECIPE} replaced, put the run's own back)"
+            )
 
 
 def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) -> TrainingSpec:
     """The recipe's training settings with ``overrides`` (keys of ``training``) laid over them,
     validated as the recipe's own training section; ``source`` names the overrides in messages."""
-    spec = type(recipe.training)
+    spec, kind = type(recipe.training), OBJECTIVES[type(recipe)].kind
+    owned = ((k, key_owner(f"training.{k}", kind)) for k in overrides)
+    if (other := next(((k, o) for k, o in owned if o is not None), None)) is not None:
+        raise UserInputError(  # the recipe's reader words it so; "unknown key" alone had misled
+            f"{source}: unknown key {other[0]!r}: a setting of {other[1]} recipes' training, and "
+            f"this recipe's objective is {kind}"
+        )
     base = recipe.training.model_dump()
     if kd_free(dict(overrides)):
         # a baseline beside the recipe's distilled students: their distillation settings are

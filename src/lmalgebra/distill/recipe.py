@@ -506,6 +506,12 @@ def _keys(recipe: type[MergeRecipe]) -> set[str]:
 _KEYS = {name: _keys(recipe) for name, recipe in RECIPES.items()}
 
 
+def key_owner(key: str, objective: str) -> str | None:
+    """The other objective whose recipes have ``key`` (dotted: ``training.objective_mix``), which
+    recipes of ``objective`` have not; None if none has it."""
+    return next((o for o in OBJECTIVES if key in _KEYS[o] - _KEYS[objective]), None)
+
+
 def parse_recipe(data: Any, source: str) -> MergeRecipe:
     """The recipe ``data`` describes (a mapping of its keys); one line naming ``source`` and the
     key (or the keys a check across them found at odds) when it is not one."""
@@ -534,7 +540,7 @@ def _message(err: ValidationError, data: Any, source: str) -> str:
     unknown = next((e for e in err.errors() if e["type"] == "extra_forbidden"), None)
     if unknown is not None:
         key = ".".join(str(p) for p in unknown["loc"][1:])  # the tag left out
-        other = next((o for o in OBJECTIVES if key in _KEYS[o] - _KEYS[objective]), None)
+        other = key_owner(key, objective)
         if other is not None:
             message += f": a setting of {other} recipes, and this recipe's objective is {objective}"
     return message

@@ -67,20 +67,36 @@ def _holder(path: Path) -> str:
 
 
 def _refuse_lock_file(path: Path, kind: str) -> NoReturn:
-    raise UserInputError(
+    raise UserInputError(_lock_file_text(path, kind))
+
+
+def _lock_file_text(path: Path, kind: str) -> str:
+    return (
         f"lock file {path} is {kind}, not a regular file: lmalgebra writes its lock there "
         "(and removes it when done); remove it, then run again"
     )
+
+
+def lock_file_refusal(directory: Path) -> str | None:
+    """How every writer of ``directory`` refuses its lock file, found without opening it (a
+    link, a directory, a FIFO, a socket or a device there), or None (``merge verify``, which
+    writes nothing, names what the next stage would refuse)."""
+    path = directory / LOCK_NAME
+    if path.is_symlink():
+        return _lock_file_text(path, f"a symbolic link to {path.readlink()}")
+    if path.is_dir():
+        return _lock_file_text(path, "a directory")
+    if path.exists() and not path.is_file():
+        return _lock_file_text(path, "a FIFO, socket or device")
+    return None
 
 
 def _open_lock_file(path: Path) -> int:
     """Open (or create) the lock file, never through a link (the file it names would be
     written over) nor into a FIFO (opening it waits for a writer): anything but a regular file
     there is refused, naming it."""
-    if path.is_symlink():
-        _refuse_lock_file(path, f"a symbolic link to {path.readlink()}")
-    if path.is_dir():
-        _refuse_lock_file(path, "a directory")
+    if path.is_symlink() or path.is_dir():
+        raise UserInputError(lock_file_refusal(path.parent))
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as err:

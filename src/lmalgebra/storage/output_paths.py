@@ -294,10 +294,11 @@ def read_lock_record(directory: Path) -> dict[str, Any] | None:
         fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too, and fdopen refuses it
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as handle:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
             record = json.loads(handle.read(1 << 16).decode("utf-8"))
         except (OSError, ValueError):
             return None

@@ -50,7 +50,9 @@ class SelectionSpec(Settings):
         # named as keys, the flags' names and the call's keywords alike (--bootstrap, bootstrap=)
         if self.size == 1:  # a set of one has complementarity 1 in every replicate
             sets = "sets of two or more teachers (size above 1)"
-            refuse_ignored(self, "", dict.fromkeys(("bootstrap", "level", "seed"), sets))
+            # bootstrap 0 asks for no interval, which a set of one gets: not ignored
+            unused = ("bootstrap", "level", "seed") if self.bootstrap else ("level", "seed")
+            refuse_ignored(self, "", dict.fromkeys(unused, sets))
         if self.bootstrap == 0:  # no interval is drawn: its level and seed would do nothing
             refuse_ignored(self, "", dict.fromkeys(("level", "seed"), "a bootstrap above 0"))
         return self

@@ -13,6 +13,7 @@ whole student: the mean over languages of the score of the set's members that co
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -282,6 +283,8 @@ def _embed(
         if warning.startswith("--study.bootstrap"):
             if not spec.bootstrap:  # the run's one replicate keeps its blocks: no interval drawn
                 continue
+            # in this call's words, flag and keyword: --bootstrap 40 (bootstrap=40)
+            warning = re.sub(r'study=\{"bootstrap": (\d+)\}', r"bootstrap=\1", warning)
             warning = warning.replace("--study.bootstrap", "--bootstrap")
         else:  # the remedies of the others are decompose's flags (-T, --study.alpha_select)
             warning = warning.split("; use ")[0]
