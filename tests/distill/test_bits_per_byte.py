@@ -235,7 +235,8 @@ def test_a_later_call_keeps_the_rows_of_other_models_and_languages(
     assert score("uni", "xx") == {("xx", "uni"), ("yy", "bl")}
     lines = table.read_text().splitlines()  # the yy row, as if scored on other held-out text
     fields = lines[2].split(",") if lines[2].startswith("yy") else lines[1].split(",")
-    edited = ",".join([*fields[:-1], "0" * 64])
+    column = lines[0].split(",").index("heldout")
+    edited = ",".join([*fields[:column], "0" * 64, *fields[column + 1 :]])
     table.write_text(
         "\n".join([lines[0], *(edited if ln.startswith("yy") else ln for ln in lines[1:])]) + "\n"
     )
@@ -281,6 +282,29 @@ def test_a_row_scored_on_held_out_text_edited_since_is_dropped(
     with caplog.at_level(logging.WARNING):
         assert score("uni") == {("yy", "uni")}
     assert "dropped the rows of bl (yy), scored on held-out text the run no longer" in caplog.text
+
+
+def test_each_row_records_the_context_it_was_scored_with(
+    causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--models a=BL --context 8``, then ``--models b=BL`` (its 256 positions): the table
+    had held the same model's two scores side by side with nothing saying which window gave
+    which. Each row records its ``context``."""
+    import csv
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_run, run, ignore=shutil.ignore_patterns("evaluation"))
+    for name, extra in (("a", ["--context", "8"]), ("b", [])):
+        args = ["merge", "bits-per-byte", str(run), "--languages", "xx", *extra]
+        code, err = run_cli(
+            [*args, "--models", f"{name}={causal_teacher_dirs['bl']}"], monkeypatch, capsys
+        )
+        assert code == 0, err
+    with (run / "evaluation" / "scored_bits_per_byte.csv").open(encoding="utf-8") as table:
+        rows = {row["model"]: row for row in csv.DictReader(table)}
+    assert {name: row["context"] for name, row in rows.items()} == {"a": "8", "b": "256"}
+    assert rows["a"]["bits_per_byte"] != rows["b"]["bits_per_byte"]
 
 
 def test_a_name_given_to_another_model_drops_its_earlier_rows(
@@ -342,7 +366,9 @@ def test_a_model_trained_again_at_the_same_path_drops_its_earlier_rows(
 
     assert score() == {("xx", "a"), ("yy", "a")}
     # as the release before digests wrote it: no held-out digest, no digest of the model
-    older = [ln.rpartition(",")[0].split("#sha256=")[0] for ln in table.read_text().splitlines()]
+    older = [
+        ",".join(ln.split(",")[:-2]).split("#sha256=")[0] for ln in table.read_text().splitlines()
+    ]
     table.write_text("\n".join(older) + "\n")
     assert score("xx") == {("xx", "a"), ("yy", "a")}  # the same model: kept
     assert score("yy") == {("xx", "a"), ("yy", "a")}  # each row with its digest now

@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TextScore:
-    """What a model gives a set of documents: NLL in nats, and what it is divided by."""
+    """What a model gives a set of documents: NLL in nats, what it is divided by, and the
+    input tokens per window it was scored with (``context``)."""
 
     documents: int
     tokens: int
@@ -58,6 +59,7 @@ class TextScore:
     nats: float
     bytes: int
     chars: int
+    context: int
 
     @property
     def bits_per_byte(self) -> float:
@@ -136,6 +138,7 @@ def score_texts(
         nats=float(nats),
         bytes=sum(len(t.encode("utf-8")) for t in texts),
         chars=sum(len(t) for t in texts),
+        context=context,
     )
 
 
@@ -234,9 +237,12 @@ class ReferencedRow(BitsRow):
 class ScoredRow(ReferencedRow):
     """A row of ``merge bits-per-byte``'s own table as this release writes it: with the digest
     of the held-out texts it was scored on (``heldout``; empty in a row of an earlier release),
-    so that a row a later call keeps is known to be of the run's held-out text as it is."""
+    so that a row a later call keeps is known to be of the run's held-out text as it is, and
+    the input tokens per window it was scored with (``context``; None: an earlier release's),
+    so that rows of one table scored with other windows are told apart."""
 
     heldout: str = ""
+    context: int | None = None
 
 
 BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")  # merge evaluate's: teachers, students
@@ -291,9 +297,10 @@ def evaluate_bits(
         check_directory(RunLayout(run_dir).evaluation, "evaluation directory")
         refuse_unwritable(RunLayout(run_dir).evaluation / table.file)
     texts = heldout_texts(run_dir, languages)
-    rows = []
+    rows, contexts = [], {}
     for ref in models:
         for lang, score in bits_per_byte(ref, texts, context).items():
+            contexts[ref.name] = score.context
             rows.append(
                 BitsRow(
                     lang,
@@ -312,7 +319,7 @@ def evaluate_bits(
         memo = RunLayout(run_dir).hashes
         prints = {ref.name: source_of(ref).fingerprint(memo) for ref in models}
         digests = {lang: sha256_texts(docs) for lang, docs in texts.items()}
-        scored = _scored_rows(rows, models, prints, digests)
+        scored = _scored_rows(rows, models, prints, digests, contexts)
         write_table(
             RunLayout(run_dir).evaluation, SCORED, [*_earlier_rows(run_dir, scored), *scored]
         )
@@ -326,12 +333,19 @@ def _scored_rows(
     models: Sequence[ModelRef],
     prints: Mapping[str, Mapping[str, str]],
     heldout: Mapping[str, str],
+    contexts: Mapping[str, int],
 ) -> list[ScoredRow]:
-    """``rows`` as the table records them: with the model each name stood for and the digest
-    of the held-out texts (``heldout``: language -> digest) it was scored on."""
+    """``rows`` as the table records them: with the model each name stood for, the digest of
+    the held-out texts (``heldout``: language -> digest) and the context (``contexts``: model
+    -> tokens per window) it was scored with."""
     references = {ref.name: reference_of(ref, prints[ref.name]) for ref in models}
     return [
-        ScoredRow(**asdict(row), reference=references[row.model], heldout=heldout[row.language])
+        ScoredRow(
+            **asdict(row),
+            reference=references[row.model],
+            heldout=heldout[row.language],
+            context=contexts[row.model],
+        )
         for row in rows
     ]
 
