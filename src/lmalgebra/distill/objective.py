@@ -470,7 +470,7 @@ class Objective(ABC):
             return None
         record = read_marker(model)
         command = merge_stage("train", name, restart=True)
-        again = f"train it again with {either(command, 'restart=True')}"
+        again = f"train it again with {command}"
         recorded = record.get("teacher_hashes", {})
         changed = [t for t, h in recorded.items() if t in teachers and teachers[t].hashes != h]
         if changed:

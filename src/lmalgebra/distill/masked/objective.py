@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from lmalgebra.core import plugins
-from lmalgebra.core.errors import UserInputError, either, merge_stage
+from lmalgebra.core.errors import UserInputError, merge_stage
 from lmalgebra.core.text_files import not_a_directory
 from lmalgebra.distill.layout import (
     EVALUATION_MD,
@@ -137,7 +137,7 @@ class MaskedObjective(Objective):
         return (
             f"student {name!r} was trained on the union vocabulary as it was before it was "
             f"built again ({self.layout.vocab}), whose ids are not its own: train it again with "
-            f"{either(command, 'restart=True')}"
+            f"{command}"
         )
 
     def missing_input(self, stage: Stage) -> str | None:
