@@ -417,6 +417,29 @@ def test_bad_flag_values_name_the_flag(
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
 
 
+def test_every_flag_a_commands_help_names_is_its_own() -> None:
+    """``pretrain head-only --help`` said every key has a flag, such as
+    ``--tokenizer.vocab_size``, which head-only has not (it reads the encoder's tokenizer): a
+    flag a command's description names is one of that command's options."""
+    import re
+
+    def leaves(command: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+        if not hasattr(command, "commands"):
+            return [(path, command)]
+        return [
+            leaf
+            for name in command.commands
+            for leaf in leaves(command.commands[name], (*path, name))
+        ]
+
+    for path, command in leaves(typer.main.get_command(app), ()):
+        if not path or path[0] == "demo":  # the demos' help names the commands they run
+            continue
+        said = (command.help or "").split("Example")[0]  # an example may run another command
+        named = set(re.findall(r"(?<![\w`-])(--[a-z][\w.-]*[\w])", said))
+        assert named <= set(command_options(*path)), (path, named - set(command_options(*path)))
+
+
 def test_every_trust_remote_code_switch_takes_the_same_spelling() -> None:
     """``pretrain head-only`` named its switch by its key alone, ``--trust_remote_code``, and
     refused ``--trust-remote-code``, every other command's spelling, as no such option."""
