@@ -399,7 +399,7 @@ BAD: dict[str, tuple[list[str], list[str]]] = {
     "below_minimum": (["--batch_size", "0"], ["--batch_size", "'0'", "greater than"]),
     "list_item_not_a_number": (
         ["--study.lengths", "16,x"],
-        ["--study.lengths", "'16,x'", "integer"],
+        ["--study.lengths", "'16,x'", "item 2:", "integer", "got 'x'"],
     ),
 }
 
@@ -415,6 +415,52 @@ def test_bad_flag_values_name_the_flag(
     assert len(lines) == 1, err
     for needle in needles:
         assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("{xx: [t, 3]}", "key 'xx.1': Input should be a valid string, got 3"),
+        ("{xx: t}", "key 'xx': Input should be a valid list, got 't'"),
+    ],
+)
+def test_a_mapping_flag_names_the_key_inside_it(
+    given: str, said: str, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """``--training.teachers '{xx: [t, 3]}'`` (a mapping whose list holds a number) was refused
+    as "Input should be a valid list", the first member of the union it tried: the flag's line
+    names the key inside the value and what it holds, as a recipe's line does."""
+    data = {
+        "languages": {"xx": {"corpus": {"paths": ["xx.txt"]}, "teachers": ["t"]}},
+        "teachers": {"t": {"path": "./t"}},
+    }
+    path = tmp_path / "merge.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    code, _, err = run_cli("merge", "train", str(path), "--training.teachers", given)
+    assert code == 2 and f"--training.teachers {given!r}: {said}" in err, err
+
+
+def test_every_flag_a_commands_help_names_is_its_own() -> None:
+    """``pretrain head-only --help`` said every key has a flag, such as
+    ``--tokenizer.vocab_size``, which head-only has not (it reads the encoder's tokenizer): a
+    flag a command's description names is one of that command's options."""
+    import re
+
+    def leaves(command: Any, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+        if not hasattr(command, "commands"):
+            return [(path, command)]
+        return [
+            leaf
+            for name in command.commands
+            for leaf in leaves(command.commands[name], (*path, name))
+        ]
+
+    for path, command in leaves(typer.main.get_command(app), ()):
+        if not path or path[0] == "demo":  # the demos' help names the commands they run
+            continue
+        said = (command.help or "").split("Example")[0]  # an example may run another command
+        named = set(re.findall(r"(?<![\w`-])(--[a-z][\w.-]*[\w])", said))
+        assert named <= set(command_options(*path)), (path, named - set(command_options(*path)))
 
 
 def test_every_trust_remote_code_switch_takes_the_same_spelling() -> None:

@@ -235,13 +235,76 @@ def test_a_later_call_keeps_the_rows_of_other_models_and_languages(
     assert score("uni", "xx") == {("xx", "uni"), ("yy", "bl")}
     lines = table.read_text().splitlines()  # the yy row, as if scored on other held-out text
     fields = lines[2].split(",") if lines[2].startswith("yy") else lines[1].split(",")
-    edited = ",".join([*fields[:5], str(int(fields[5]) + 1), *fields[6:]])
+    column = lines[0].split(",").index("heldout")
+    edited = ",".join([*fields[:column], "0" * 64, *fields[column + 1 :]])
     table.write_text(
         "\n".join([lines[0], *(edited if ln.startswith("yy") else ln for ln in lines[1:])]) + "\n"
     )
     with caplog.at_level(logging.WARNING):
         assert score("wp", "xx") == {("xx", "uni"), ("xx", "wp")}
     assert "dropped the rows of bl (yy)" in caplog.text
+
+
+def test_a_row_scored_on_held_out_text_edited_since_is_dropped(
+    causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys, caplog
+) -> None:
+    """One letter of a held-out document changed (so that it stays held out) and the
+    language's examples drawn again: the row of a model scored on the old text had been kept
+    beside those of the new (the same documents, bytes and characters). Each row records the
+    digest of the held-out texts it was scored on."""
+    import logging
+    import shutil
+
+    from lmalgebra.distill.examples import example_id, is_heldout
+
+    recipe = load_recipe(write_causal_recipe(tmp_path, causal_teacher_dirs, heldout_fraction=0.3))
+    pipeline.prepare(recipe, progress=False)
+    table = recipe.output_dir / "evaluation" / "scored_bits_per_byte.csv"
+
+    def score(model: str) -> set[tuple[str, ...]]:
+        args = ["merge", "bits-per-byte", str(recipe.output_dir), "--languages", "yy"]
+        code, err = run_cli(
+            [*args, "--models", f"{model}={causal_teacher_dirs[model]}"], monkeypatch, capsys
+        )
+        assert code == 0, err
+        return {tuple(ln.split(",")[:2]) for ln in table.read_text().splitlines()[1:]}
+
+    assert score("bl") == {("yy", "bl")}
+    corpus = tmp_path / "yy.txt"
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    held = next(i for i, ln in enumerate(lines) if is_heldout(example_id("yy", ln.strip()), 0.3))
+    line = lines[held]
+    edits = (line[:k] + c + line[k + 1 :] for k in range(40) for c in "qxz" if line[k] != c)
+    lines[held] = next(e for e in edits if is_heldout(example_id("yy", e.strip()), 0.3))
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    shutil.rmtree(recipe.output_dir / "examples" / "yy")
+    pipeline.prepare(recipe, progress=False)
+    with caplog.at_level(logging.WARNING):
+        assert score("uni") == {("yy", "uni")}
+    assert "dropped the rows of bl (yy), scored on held-out text the run no longer" in caplog.text
+
+
+def test_each_row_records_the_context_it_was_scored_with(
+    causal_run, causal_teacher_dirs, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--models a=BL --context 8``, then ``--models b=BL`` (its 256 positions): the table
+    had held the same model's two scores side by side with nothing saying which window gave
+    which. Each row records its ``context``."""
+    import csv
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_run, run, ignore=shutil.ignore_patterns("evaluation"))
+    for name, extra in (("a", ["--context", "8"]), ("b", [])):
+        args = ["merge", "bits-per-byte", str(run), "--languages", "xx", *extra]
+        code, err = run_cli(
+            [*args, "--models", f"{name}={causal_teacher_dirs['bl']}"], monkeypatch, capsys
+        )
+        assert code == 0, err
+    with (run / "evaluation" / "scored_bits_per_byte.csv").open(encoding="utf-8") as table:
+        rows = {row["model"]: row for row in csv.DictReader(table)}
+    assert {name: row["context"] for name, row in rows.items()} == {"a": "8", "b": "256"}
+    assert rows["a"]["bits_per_byte"] != rows["b"]["bits_per_byte"]
 
 
 def test_a_name_given_to_another_model_drops_its_earlier_rows(
@@ -265,8 +328,8 @@ def test_a_name_given_to_another_model_drops_its_earlier_rows(
         code, err = run_cli(args, monkeypatch, capsys)
         assert code == 0, err
         lines = table.read_text().splitlines()
-        assert lines[0].endswith(",reference")
-        return {tuple(ln.split(",")[:2]): ln.split(",")[-1].split("#")[0] for ln in lines[1:]}
+        column = lines[0].split(",").index("reference")
+        return {tuple(ln.split(",")[:2]): ln.split(",")[column].split("#")[0] for ln in lines[1:]}
 
     bl, uni = (f"transformers:{causal_teacher_dirs[m].resolve()}" for m in ("bl", "uni"))
     assert score("bl") == {("xx", "a"): bl, ("yy", "a"): bl}
@@ -302,8 +365,11 @@ def test_a_model_trained_again_at_the_same_path_drops_its_earlier_rows(
         return {tuple(ln.split(",")[:2]) for ln in table.read_text().splitlines()[1:]}
 
     assert score() == {("xx", "a"), ("yy", "a")}
-    older = [ln.split("#sha256=")[0] for ln in table.read_text().splitlines()]
-    table.write_text("\n".join(older) + "\n")  # as the release before digests wrote it
+    # as the release before digests wrote it: no held-out digest, no digest of the model
+    older = [
+        ",".join(ln.split(",")[:-2]).split("#sha256=")[0] for ln in table.read_text().splitlines()
+    ]
+    table.write_text("\n".join(older) + "\n")
     assert score("xx") == {("xx", "a"), ("yy", "a")}  # the same model: kept
     assert score("yy") == {("xx", "a"), ("yy", "a")}  # each row with its digest now
     weights = load_file(str(model / "model.safetensors"))

@@ -209,6 +209,24 @@ def test_a_run_killed_while_it_keeps_a_new_best_resumes_from_its_checkpoint(
     assert json.loads((tmp_path / "best" / "best.json").read_text())["step"] == 4
 
 
+def test_a_checkpoint_before_the_first_validation_is_whole_and_resumes(recipe_path: Path) -> None:
+    """A checkpoint written before the first validation records no best score yet (infinity,
+    null in the file): its checksum had been taken over the infinity, so ``merge verify``
+    named it damaged and a run resumed from it skipped it; read back, the null is no best."""
+    import shutil
+
+    from lmalgebra.train.checkpoint import damage
+
+    model = train_causal(recipe_path, "late", steps=4, validation_every=4)
+    checkpoints = model.parent / "checkpoints"
+    assert damage(checkpoints / "step-0000002")[1] == ""
+    shutil.rmtree(checkpoints / "step-0000004")
+    shutil.rmtree(model)
+    train_causal(recipe_path, "late", steps=4, validation_every=4)  # resumed from step 2
+    assert [r["step"] for r in train_log(model) if "loss" in r][:2] == [1, 2]
+    assert json.loads((model / "lmalgebra.json").read_text())["final"]["best_step"] == 4
+
+
 def test_candidates_over_a_student_trained_without_them_are_refused(recipe_path: Path) -> None:
     """A student trained at one KD weight, then asked for ``lambda_candidates`` without
     ``--restart``: the candidates train in directories of their own, where no checkpoint is, so

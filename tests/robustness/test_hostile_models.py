@@ -197,7 +197,8 @@ def test_verify_names_a_student_merge_evaluate_refuses(
     run = str(tmp_path / "run")
     said = ["student 'student' was trained from teacher 'sp'", "--restart"]
     assert_one_line(*cli(["merge", "verify", run]), said)
-    assert_one_line(*cli(["merge", "evaluate", run]), said)
+    line = assert_one_line(*cli(["merge", "evaluate", run]), said)
+    assert line.count("restart=True") == 1, line  # the call named once, not its keyword again
     assert cli(["merge", "train", recipe, "--no-progress", "--restart"])[0] == 0
     assert cli(["merge", "verify", run]) == (0, "")
 
@@ -220,7 +221,8 @@ def test_a_student_of_a_vocabulary_since_built_again_is_not_scored(
     assert cli(["merge", "vocab", str(recipe)])[0] == 0
     run = str(tmp_path / "run")
     said = ["student 'student' was trained on the union vocabulary as it was before", "--restart"]
-    assert_one_line(*cli(["merge", "verify", run]), said)
+    line = assert_one_line(*cli(["merge", "verify", run]), said)
+    assert line.count("restart=True") == 1, line
     assert_one_line(*cli(["merge", "evaluate", run]), said)
     assert not (tmp_path / "run" / "evaluation").exists()
     assert cli(["merge", "train", str(recipe), "--no-progress", "--restart"])[0] == 0

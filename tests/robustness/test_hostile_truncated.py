@@ -182,7 +182,7 @@ def test_a_table_row_torn_short_or_run_on_is_refused_by_line(torn: str, tmp_path
     from lmalgebra.storage.csv_tables import read_table
 
     header = ",".join(SCORED.columns)
-    whole = "xx,s,5,1010,0,1500,1500,5389.1,5.183219879385305,5.183219879385305,ref"
+    whole = "xx,s,5,1010,0,1500,1500,5389.1,5.183219879385305,5.183219879385305,ref,digest,256"
     row = whole[: whole.index("5.18") + 6] if torn == "cut short" else f"{whole},more"
     (tmp_path / SCORED.file).write_text(f"{header}\n{whole}\n{row}", encoding="utf-8")
     with pytest.raises(UserInputError, match=r"scored_bits_per_byte\.csv, line 3: \d+ cells"):

@@ -133,6 +133,29 @@ def test_a_weight_stored_as_integers_is_refused_by_the_plan_too(
         )
 
 
+def test_a_weight_stored_twice_under_the_base_model_prefix_is_refused(
+    bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A weight stored under its name and again under ``bert.`` + its name (other values) is
+    one weight to transformers, which loaded one of the two without a word: refused naming it,
+    by the plan (from the headers) and by the load, for a model to embed and a teacher."""
+    tensors = load_file(bert_copy / "model.safetensors")
+    tensors[f"bert.{DROPPED}"] = 2 * tensors[DROPPED]
+    save_file(tensors, str(bert_copy / "model.safetensors"), metadata={"format": "pt"})
+    ref = ModelRef(name="enc", path=str(bert_copy))
+    twice = rf"model 'enc'.*holds 1 of the model's weights twice.*\(bert\.{DROPPED}\)"
+    with pytest.raises(UserInputError, match=twice):
+        source_of(ref, bert_copy, weights=False).check_architecture(remember=False)
+    with pytest.raises(UserInputError, match=twice):
+        source_of(ref, bert_copy).load()
+    teacher = Path(shutil.copytree(teacher_dirs["wp"], tmp_path / "wp"))
+    tensors = load_file(teacher / "model.safetensors")
+    tensors[DROPPED] = tensors[f"bert.{DROPPED}"].clone()
+    save_file(tensors, str(teacher / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(UserInputError, match=rf"teacher 'wp'.*twice.*bert\.{DROPPED}"):
+        load_lm(ModelRef(name="wp", path=str(teacher)), teacher, "masked")
+
+
 def test_a_stale_index_beside_model_safetensors_is_not_read(
     bert_copy: Path, teacher_dirs: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -34,7 +34,7 @@ from rich.markup import escape
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import parse_yaml
-from lmalgebra.core.settings import EMPTY_PATH, is_empty_path
+from lmalgebra.core.settings import EMPTY_PATH, inside_value, is_empty_path
 from lmalgebra.sources.models import ModelRef
 
 FlagKind = Literal["value", "list", "tuple", "switch", "structured"]
@@ -182,8 +182,7 @@ class ConfigFlag:
         try:
             return TypeAdapter(annotation).validate_python(value)
         except ValidationError as err:
-            reason = err.errors()[0]["msg"]
-            raise UserInputError(f"{self.label} {text!r}: {reason}") from None
+            raise UserInputError(f"{self.label} {text!r}: {inside_value(err)}") from None
 
 
 def _without_none(annotation: Any) -> Any:

@@ -28,7 +28,7 @@ SpecArg = Annotated[
 ]
 STYLES = {"corpus.paths": FlagStyle(comma_separated=False, metavar="PATH")}
 FLAGS_NOTE = (
-    "\n\nEvery key of the spec has a flag (--tokenizer.vocab_size, --training.steps); the "
+    "\n\nEvery key of the spec has a flag (--out, --training.steps); the "
     "defaults shown apply when neither a flag nor the file sets them."
 )
 KINDS: dict[str, type[BaseModel]] = {

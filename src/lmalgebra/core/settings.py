@@ -60,6 +60,23 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
     return f"{source}: key {key!r}: {msg}{shown}"
 
 
+def inside_value(err: ValidationError) -> str:
+    """What a value given whole (a flag's) was refused for: the key or position inside it
+    that failed (``xx.1`` of ``{xx: [bl, 3]}``, past the members of a union, as
+    :func:`describe` names a recipe's) with what it holds, or the reason alone where the value
+    itself failed."""
+    errors: list[dict[str, Any]] = [dict(e) for e in err.errors()]
+    first, msg = _past_unions(errors[0], errors)
+    if not first["loc"]:
+        return msg
+    given = first.get("input")
+    shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
+    loc = first["loc"]
+    if len(loc) == 1 and isinstance(loc[0], int):  # an item of a list given whole
+        return f"item {loc[0] + 1}: {msg}{shown}"
+    return f"key {'.'.join(str(p) for p in loc)!r}: {msg}{shown}"
+
+
 _BARE_TYPES = frozenset({"int", "float", "str", "bool", "none", "bytes"})
 
 

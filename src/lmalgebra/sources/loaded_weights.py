@@ -103,7 +103,10 @@ def refuse_incomplete(
         {_shapes(key) for key in info.get("mismatched_keys", ())},
         unused,
     )
-    _refuse_integral(owner, shown, _integer_weights(directory, model))
+    stored = _header_shapes(str(directory), safetensors_files(directory))
+    prefix, weights = getattr(model, "base_model_prefix", ""), set(model.state_dict())
+    _refuse_doubled(owner, shown, _doubled(stored, prefix, weights))
+    _refuse_integral(owner, shown, _integer_weights(stored, model))
     non_finite = _non_finite_weights(model)
     if non_finite:
         raise UserInputError(
@@ -121,6 +124,29 @@ def _refuse_integral(owner: str, shown: str, integral: set[str]) -> None:
             f"{owner}: {shown} stores {len(integral)} of the model's floating-point weights "
             f"as integers ({listed(integral)}); transformers would cast them to float: the "
             "file is damaged or not this model's"
+        )
+
+
+def _doubled(stored: Iterable[str], prefix: str, weights: set[str]) -> set[str]:
+    """The model's weights ``stored`` twice, under their name with the base-model prefix and
+    without it (``h.0.mlp.c_fc.weight`` beside ``transformer.h.0.mlp.c_fc.weight``): each pair
+    is one weight to transformers, which loads one of the two without a word."""
+    names = set(stored)
+    return {
+        f"{prefix}.{key}"
+        for key in names
+        if prefix and f"{prefix}.{key}" in names and {key, f"{prefix}.{key}"} & weights
+    }
+
+
+def _refuse_doubled(owner: str, shown: str, doubled: set[str]) -> None:
+    """The one line for weights stored twice (:func:`_doubled`), whether found by a load or
+    from the files' headers."""
+    if doubled:
+        raise UserInputError(
+            f"{owner}: {shown} holds {len(doubled)} of the model's weights twice, with the "
+            f"base-model prefix and without it ({listed(doubled)}); transformers would load one "
+            "of each pair and drop the other: the files are not one model's"
         )
 
 
@@ -262,7 +288,8 @@ def refuse_planned_gaps(
         return
     if gaps is None:
         return
-    missing, unplaced, mismatched, integral, base = gaps
+    missing, unplaced, mismatched, integral, base, expected = gaps
+    _refuse_doubled(owner, shown, _doubled(stored, base, expected))
     refuse_headless(owner, shown, auto, base, missing)
     _refuse_gaps(owner, shown, missing, unplaced, mismatched, unused)
     _refuse_integral(owner, shown, integral)
@@ -270,11 +297,11 @@ def refuse_planned_gaps(
 
 def _planned_gaps(
     directory: Path, auto: str, stored: dict[str, tuple[tuple[int, ...], str]]
-) -> tuple[set[str], set[str], set[str], set[str], str] | None:
+) -> tuple[set[str], set[str], set[str], set[str], str, set[str]] | None:
     """What :func:`refuse_incomplete` would find missing, unplaced, mismatched and stored as
     integers were the tensors ``stored`` (name: shape, dtype) loaded into the ``auto`` model of
-    ``directory``'s configuration, and the model's base-model prefix; None for a quantised
-    checkpoint, whose tensors its quantiser names."""
+    ``directory``'s configuration, the model's base-model prefix and its weights' names; None
+    for a quantised checkpoint, whose tensors its quantiser names."""
     import re
 
     import torch
@@ -328,17 +355,16 @@ def _planned_gaps(
     ignored = [*(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())]
     ignored += [r"rotary_emb\.inv_freq", r"(^|\.)position_ids$"]
     unplaced = {k for k in unplaced if not any(re.search(p, k) for p in ignored)}
-    return missing, unplaced, mismatched, integral, prefix
+    return missing, unplaced, mismatched, integral, prefix, set(expected)
 
 
-def _integer_weights(directory: Path, model: Any) -> set[str]:
-    """The tensors of ``directory``'s safetensors files (their headers alone) stored in an
-    integer or boolean dtype where ``model`` has a floating-point parameter of that name (a
-    head-model checkpoint's ``base_model_prefix`` aside), as ``name in I32``. Integer buffers
+def _integer_weights(stored: dict[str, tuple[tuple[int, ...], str]], model: Any) -> set[str]:
+    """The tensors ``stored`` (a model's files' headers: name, shape and dtype) in an integer
+    or boolean dtype where ``model`` has a floating-point parameter of that name (a head-model
+    checkpoint's ``base_model_prefix`` aside), as ``name in I32``. Integer buffers
     (``position_ids``) and a quantised model's own integer parameters are no such weights."""
     floating = {n for n, p in model.named_parameters() if p.dtype.is_floating_point}
     prefix = getattr(model, "base_model_prefix", "") + "."
-    stored = _header_shapes(str(directory), safetensors_files(directory))
     return {
         f"{key} in {dtype}"
         for key, (_, dtype) in stored.items()

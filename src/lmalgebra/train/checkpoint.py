@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from lmalgebra.core.errors import RESTART, UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_json
+from lmalgebra.core.fingerprint import sealed, sha256_file, sha256_json
 from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import as_created, write_json_atomic
 from lmalgebra.storage.disk_space import naming_file
@@ -79,8 +79,9 @@ def save_checkpoint(
         }
         if fingerprint is not None:
             state["fingerprint"] = fingerprint
-        state[STATE_SUM] = _state_sum(state)
-        write_json_atomic(tmp / "state.json", state)
+        # its checksum covers the state as the file holds it (an infinity as null: the best
+        # validation score before the first validation), or it never matched when read back
+        write_json_atomic(tmp / "state.json", sealed(state, STATE_SUM))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -56,7 +56,8 @@ class ValidationTracker:
     ):
         self.validation, self.folder = validation, out / BEST
         saved = saved or {}
-        self.best = float(saved.get("best", math.inf))
+        best = saved.get("best")  # null (JSON's infinity) before the first validation
+        self.best = math.inf if best is None else float(best)
         self.best_step = int(saved.get("best_step", 0))
         self.misses = int(saved.get("misses", 0))
         self.stopped = bool(saved.get("stopped", False))

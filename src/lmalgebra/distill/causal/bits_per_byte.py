@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from lmalgebra.core.errors import UserInputError, either
-from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import heldout_texts, require_examples
@@ -50,7 +50,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TextScore:
-    """What a model gives a set of documents: NLL in nats, and what it is divided by."""
+    """What a model gives a set of documents: NLL in nats, what it is divided by, and the
+    input tokens per window it was scored with (``context``)."""
 
     documents: int
     tokens: int
@@ -58,6 +59,7 @@ class TextScore:
     nats: float
     bytes: int
     chars: int
+    context: int
 
     @property
     def bits_per_byte(self) -> float:
@@ -136,6 +138,7 @@ def score_texts(
         nats=float(nats),
         bytes=sum(len(t.encode("utf-8")) for t in texts),
         chars=sum(len(t) for t in texts),
+        context=context,
     )
 
 
@@ -222,7 +225,7 @@ class BitsRow:
 
 
 @dataclass(frozen=True)
-class ScoredRow(BitsRow):
+class ReferencedRow(BitsRow):
     """A row of ``merge bits-per-byte``'s own table: with the model the name stood for
     (``reference``: its kind, path as resolved, revision), so that a row a later call keeps is
     known to be of the model that call gives the name to."""
@@ -230,11 +233,25 @@ class ScoredRow(BitsRow):
     reference: str = ""
 
 
+@dataclass(frozen=True)
+class ScoredRow(ReferencedRow):
+    """A row of ``merge bits-per-byte``'s own table as this release writes it: with the digest
+    of the held-out texts it was scored on (``heldout``; empty in a row of an earlier release),
+    so that a row a later call keeps is known to be of the run's held-out text as it is, and
+    the input tokens per window it was scored with (``context``; None: an earlier release's),
+    so that rows of one table scored with other windows are told apart."""
+
+    heldout: str = ""
+    context: int | None = None
+
+
 BITS = Table("bits_per_byte.csv", BitsRow, nan="nan")  # merge evaluate's: teachers, students
 # merge bits-per-byte's, of the models it was given: beside merge evaluate's table, whose RDT
 # (rdt.csv) was computed from it, never over it
 SCORED = Table("scored_bits_per_byte.csv", ScoredRow, nan="nan")
-# the same table as an older release wrote it, without the models' references
+# the same table as earlier releases wrote it: without the held-out texts' digest, and before
+# that without the models' references too
+REFERENCED_SCORED = Table("scored_bits_per_byte.csv", ReferencedRow, nan="nan")
 OLDER_SCORED = Table("scored_bits_per_byte.csv", BitsRow, nan="nan")
 
 
@@ -280,9 +297,10 @@ def evaluate_bits(
         check_directory(RunLayout(run_dir).evaluation, "evaluation directory")
         refuse_unwritable(RunLayout(run_dir).evaluation / table.file)
     texts = heldout_texts(run_dir, languages)
-    rows = []
+    rows, contexts = [], {}
     for ref in models:
         for lang, score in bits_per_byte(ref, texts, context).items():
+            contexts[ref.name] = score.context
             rows.append(
                 BitsRow(
                     lang,
@@ -300,7 +318,8 @@ def evaluate_bits(
     if table is SCORED:
         memo = RunLayout(run_dir).hashes
         prints = {ref.name: source_of(ref).fingerprint(memo) for ref in models}
-        scored = _scored_rows(rows, models, prints)
+        digests = {lang: sha256_texts(docs) for lang, docs in texts.items()}
+        scored = _scored_rows(rows, models, prints, digests, contexts)
         write_table(
             RunLayout(run_dir).evaluation, SCORED, [*_earlier_rows(run_dir, scored), *scored]
         )
@@ -310,10 +329,25 @@ def evaluate_bits(
 
 
 def _scored_rows(
-    rows: Sequence[BitsRow], models: Sequence[ModelRef], prints: Mapping[str, Mapping[str, str]]
+    rows: Sequence[BitsRow],
+    models: Sequence[ModelRef],
+    prints: Mapping[str, Mapping[str, str]],
+    heldout: Mapping[str, str],
+    contexts: Mapping[str, int],
 ) -> list[ScoredRow]:
+    """``rows`` as the table records them: with the model each name stood for, the digest of
+    the held-out texts (``heldout``: language -> digest) and the context (``contexts``: model
+    -> tokens per window) it was scored with."""
     references = {ref.name: reference_of(ref, prints[ref.name]) for ref in models}
-    return [ScoredRow(**asdict(row), reference=references[row.model]) for row in rows]
+    return [
+        ScoredRow(
+            **asdict(row),
+            reference=references[row.model],
+            heldout=heldout[row.language],
+            context=contexts[row.model],
+        )
+        for row in rows
+    ]
 
 
 def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
@@ -354,8 +388,10 @@ def _same_model(a: ModelRef, b: ModelRef) -> bool:
 def _earlier_rows(run_dir: Path, rows: Sequence[ScoredRow]) -> list[ScoredRow]:
     """The rows an earlier ``merge bits-per-byte`` wrote of other models or languages than
     ``rows``, kept beside them (a later call of other models had replaced the table): those of
-    a language whose held-out text is still what they were scored on (its documents, bytes and
-    characters); the others are dropped, and said so, as is a table that cannot be read."""
+    a language whose held-out text is still what they were scored on (its digest; a row of an
+    earlier release, which recorded none, by its documents, bytes and characters, which an edit
+    of a letter keeps); the others are dropped, and said so, as is a table that cannot be
+    read."""
     directory = RunLayout(run_dir).evaluation
     try:
         earlier = _read_scored(directory)
@@ -370,11 +406,17 @@ def _earlier_rows(run_dir: Path, rows: Sequence[ScoredRow]) -> list[ScoredRow]:
     texts = heldout_texts(
         run_dir, sorted(set(require_examples(run_dir)) & {r.language for r in earlier})
     )
+    digests = {lang: sha256_texts(docs) for lang, docs in texts.items()}
     held = {
         lang: (len(docs), sum(len(t.encode("utf-8")) for t in docs), sum(len(t) for t in docs))
         for lang, docs in texts.items()
     }
-    kept = [r for r in earlier if held.get(r.language) == (r.documents, r.bytes, r.chars)]
+    kept = [
+        r
+        for r in earlier
+        if (digests.get(r.language) == r.heldout)
+        or (not r.heldout and held.get(r.language) == (r.documents, r.bytes, r.chars))
+    ]
     if len(kept) < len(earlier):
         gone = sorted({f"{r.model} ({r.language})" for r in earlier if r not in kept})
         log.warning(
@@ -386,13 +428,16 @@ def _earlier_rows(run_dir: Path, rows: Sequence[ScoredRow]) -> list[ScoredRow]:
 
 
 def _read_scored(directory: Path) -> list[ScoredRow]:
-    """The rows of ``merge bits-per-byte``'s table; one an older release wrote, without the
-    ``reference`` column, read with no model recorded."""
+    """The rows of ``merge bits-per-byte``'s table; one an earlier release wrote, without the
+    ``heldout`` column (or the ``reference`` column too), read with nothing recorded there."""
     try:
         return read_table(directory, SCORED) or []
     except UserInputError:
-        older = read_table(directory, OLDER_SCORED) or []  # a damaged table: raised again
-    return [ScoredRow(**asdict(row)) for row in older]
+        pass
+    try:
+        return [ScoredRow(**asdict(r)) for r in read_table(directory, REFERENCED_SCORED) or []]
+    except UserInputError:  # a damaged table: raised again
+        return [ScoredRow(**asdict(r)) for r in read_table(directory, OLDER_SCORED) or []]
 
 
 def _of_the_same_models(

@@ -295,7 +295,7 @@ def _refuse_unreadable_text(owner: str, shown: str, config: Any, found: Any) -> 
 
 # the architecture checks' own version, in their memo's key: a check added since is made once
 # more on every model
-CHECKS = 2
+CHECKS = 3
 
 
 def _architecture_memo(directory: Path, auto: str, memo_dir: Path | None) -> Path | None:
