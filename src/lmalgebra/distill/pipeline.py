@@ -132,8 +132,8 @@ def refuse_other_objective(objective: Objective) -> None:
     this objective reads them, its stages had called the run unprepared, and its own store had
     been written beside them."""
     layout = objective.layout
-    for other in OBJECTIVES.values():
-        found = [p for p in other.store_parts if other.kind != objective.kind and layout.pairs(p)]
+    for other in (o for o in OBJECTIVES.values() if o.kind != objective.kind):
+        found = [p for p in other.store_parts if layout.pairs(p)]
         if found:
             raise UserInputError(
                 f"{layout.root} holds a {other.kind} run ({', '.join(f'{p}/' for p in found)}), "
