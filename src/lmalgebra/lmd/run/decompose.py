@@ -233,7 +233,7 @@ def _cache_parts(config: DecomposeConfig) -> list[str]:
     read from files, and where a model embeds here, the span plan and the embeddings."""
     from lmalgebra.sources.kinds import KINDS
 
-    parts = ["hashes"] if any(m.kind != "memory" for m in config.models) else []
+    parts = ["hashes"] if not all(KINDS[m.kind].python_object for m in config.models) else []
     if any(KINDS[m.kind].cached for m in config.models):
         parts += ["spans", "embeddings"]
     return parts

@@ -59,6 +59,8 @@ class TransformersModel(ReferencedModel):
 
     options: ClassVar[tuple[str, ...]] = ("revision", "random_init")
     runs_remote_code: ClassVar[bool] = True
+    transformers_model: ClassVar[bool] = True
+    what: ClassVar[str] = "a transformers model"
 
     @property
     def pretrained(self) -> bool:
