@@ -1243,6 +1243,33 @@ def test_a_damaged_provenance_does_not_switch_the_input_check_off(
     assert digests(out) == before
 
 
+@pytest.mark.parametrize("how", ["deleted", "directory", "dangling link"])
+def test_a_finished_runs_configuration_gone_is_named_not_called_no_run(
+    how: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """A finished run whose ``config.yaml`` is gone (``summary.json`` records it) had been
+    called a directory that "holds no decomposition", run again over: the file is named."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "config.yaml").unlink()
+    if how == "directory":
+        (out / "config.yaml").mkdir()
+    elif how == "dangling link":
+        (out / "config.yaml").symlink_to(tmp_path / "gone")
+    before = digests(out)
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    one_error(*cli(*args), "config.yaml", "though", "summary.json records it", "--overwrite")
+    assert digests(out) == before
+
+
 def test_a_damaged_record_of_the_runs_files_is_refused_by_report(
     cli: Runner, finished_run: Path, tmp_path: Path
 ) -> None:
