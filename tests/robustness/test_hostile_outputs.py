@@ -1208,6 +1208,32 @@ def test_a_file_output_does_not_go_into_a_directory_another_run_holds(
         holder.wait()
 
 
+def test_a_run_another_command_is_writing_is_named_as_in_use_not_incomplete(
+    cli: Runner, tmp_path: Path
+) -> None:
+    """``report`` of, and ``Decomposition.load`` of, a run whose decomposition is under way
+    (its lock held, its ``summary.json`` not written yet) name the run in progress, as ``merge
+    verify`` does; they had called it "not a complete decomposition run"."""
+    import subprocess
+
+    from lmalgebra import Decomposition
+
+    held = tmp_path / "held"
+    held.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        one_error(*cli("report", str(held)), str(held), "in use by another", "holder command")
+        in_use = f"in use by another lmalgebra run .pid {holder.pid}"
+        with pytest.raises(UserInputError, match=in_use):
+            Decomposition.load(held)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize(
     ("record", "content"),
     [
