@@ -1377,3 +1377,29 @@ def test_a_device_as_an_output_is_refused_without_advice_to_remove_it(tmp_path: 
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(UserInputError, match="remove it, or name another path"):
         refuse_special(tmp_path / "pipe")
+
+
+def test_an_overwrite_stopped_midway_leaves_a_directory_of_the_same_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``experimental select --overwrite`` stopped after its first removal had left a
+    ``summary.json`` without its ``recommended.yaml``: the same command then called the folder
+    a decomposition run and refused it. The files that tell the kind go last."""
+    from lmalgebra.experimental.selection.outputs import OWNED
+    from lmalgebra.storage.output_paths import directory_kind, remove_run_files
+
+    out = tmp_path / "selection"
+    out.mkdir()
+    for name in OWNED:
+        (out / name).write_text("x", encoding="utf-8")
+    kinds = []
+    unlink = Path.unlink
+
+    def watched(path: Path, *args: Any, **kwargs: Any) -> None:
+        unlink(path, *args, **kwargs)
+        if any(out.iterdir()):
+            kinds.append(directory_kind(out))
+
+    monkeypatch.setattr(Path, "unlink", watched)
+    remove_run_files(out, "teacher selection", OWNED)
+    assert kinds and {k[0] if k else None for k in kinds} == {"a teacher selection"}
