@@ -1395,8 +1395,8 @@ def test_an_overwrite_stopped_midway_leaves_a_directory_of_the_same_kind(
     kinds = []
     unlink = Path.unlink
 
-    def watched(path: Path, *args: Any, **kwargs: Any) -> None:
-        unlink(path, *args, **kwargs)
+    def watched(path: Path, *args: object, **kwargs: object) -> None:
+        unlink(path, *args, **kwargs)  # type: ignore[arg-type]
         if any(out.iterdir()):
             kinds.append(directory_kind(out))
 

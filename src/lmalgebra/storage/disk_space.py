@@ -133,9 +133,7 @@ def system_refusal(err: BaseException) -> str | None:
 
     if is_out_of_space(err):
         return message(getattr(err, "filename", None))
-    return (
-        refused_permission(err) or too_long_a_path(err) or refused_memory(err) or link_loop(err)
-    )
+    return refused_permission(err) or too_long_a_path(err) or refused_memory(err) or link_loop(err)
 
 
 def link_loop(err: BaseException) -> str | None:
