@@ -154,3 +154,31 @@ def test_an_output_through_a_link_into_another_output_is_refused(tmp_path: Path)
     link.unlink()
     link.symlink_to(elsewhere)
     check_output_directory(link)  # a link to a directory of no output is followed
+
+
+def test_a_model_written_again_in_a_hard_link_copy_leaves_the_original(
+    gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A run copied with hard links (``cp -al``, ``rsync --link-dest``) and its student trained
+    again in the copy: ``save_pretrained`` writes in place, and had written the new model's
+    ``config.json`` (tokenizer files) into the original's, which then failed its record."""
+    import os
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hostile_helpers import digests
+    from lmalgebra.distill.layout import write_model_directory
+    from lmalgebra.sources.model_files import model_damage
+
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(gpt2_dir)
+    original, copy = tmp_path / "run" / "model", tmp_path / "copy" / "model"
+    write_model_directory(original, model, tokenizer, {"steps": 1})
+    copy.mkdir(parents=True)
+    for path in original.iterdir():
+        os.link(path, copy / path.name)
+    before = digests(original)
+    model.config.summary_activation = "tanh"  # another model's configuration
+    write_model_directory(copy, model, tokenizer, {"steps": 2})
+    assert digests(original) == before
+    assert model_damage(original) is None and model_damage(copy) is None
