@@ -183,6 +183,8 @@ class DecomposeConfig(Settings):
                 raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
             if not self.basis:
                 raise UserInputError("the basis is empty")
+            if len(set(self.basis)) != len(self.basis):  # the solver's line, by the plan too
+                raise UserInputError(f"the basis names a model twice: {list(self.basis)}")
         if self.scale.reduced:  # its statistics of principal coordinates take float32 products
             refuse_ignored(self, "--", {"products": "--scale.method exact"})
         if self.study.lengths is not None and set(self.study.lengths) == {self.spans.length}:
