@@ -51,6 +51,11 @@ DECOMPOSE = {
         ["--study.seed", "4"],
         ["--study.seed 4", "ignored", "--study.bootstrap", "--study.attribution"],
     ),
+    # Shapley values of up to 9 models are exact: the seed had been recorded and never drawn
+    "seed_of_exact_shapley_values": (
+        ["--study.attribution", "--study.seed", "4"],
+        ["--study.seed 4", "ignored", "more than 9 models (sampled; those of 2 are exact)"],
+    ),
     # a reduced or sketched run takes float32 products of its principal coordinates: the
     # setting had been recorded in config.yaml and ignored
     "float64_products_of_a_reduced_run": (
