@@ -832,6 +832,13 @@ def test_random_copies_of_models_without_trained_weights_are_refused(
     for dry in ([], ["--dry-run"]):
         flags = ["--study.nulls", *dry]
         refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+    # one model of trained weights has a copy, and no other copy to be fitted on: its copy had
+    # been embedded, and nothing fitted on it
+    models = {"a": str(bert_dir), "b": f"random:{bert2_dir}"}
+    needles = ["--study.nulls would add nothing", "only 'a' is one"]
+    for dry in ([], ["--dry-run"]):
+        flags = ["--study.nulls", *dry]
+        refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("dry", [False, True], ids=["run", "plan"])
