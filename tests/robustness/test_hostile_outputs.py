@@ -12,6 +12,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -1308,6 +1309,24 @@ def test_a_run_of_another_configuration_is_named_in_plain_words(
             overwrite=False,
             what="decomposition",
         )
+
+
+def test_another_configuration_names_the_model_that_differs(tmp_path: Path) -> None:
+    """A decomposition of the same models spelt by other paths (``./m/a``, an absolute one) was
+    refused as "another configuration (models differs)", naming none: the list of models, named,
+    is compared model by model; models of another order or other names are the list's."""
+    from lmalgebra.storage.output_paths import claim_run_directory
+
+    (tmp_path / "config.yaml").write_text("models: []\n")
+    args: dict[str, Any] = {"finished": True, "overwrite": False, "what": "decomposition"}
+    a, b = {"name": "a", "path": "m/a"}, {"name": "b", "path": "m/b"}
+    for models, said in (
+        ([a | {"path": "./m/a"}, b], r"\(models\.a\.path differs\)"),
+        ([b, a], r"\(models differs\)"),
+        ([a, b | {"name": "c"}], r"\(models differs\)"),
+    ):
+        with pytest.raises(UserInputError, match=said):
+            claim_run_directory(tmp_path, {"models": models}, {"models": [a, b]}, **args)
 
 
 def test_a_run_read_back_and_saved_onto_a_full_disk_is_one_error(
