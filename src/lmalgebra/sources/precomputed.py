@@ -17,7 +17,6 @@ span in row order. A file carrying no order at all is refused unless the model i
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import read_json_object, read_text
 
 log = logging.getLogger(__name__)
 
@@ -343,20 +342,24 @@ def _read_sidecar(name: str, path: Path) -> str | None:
     json_form = path.with_name(f"{path.name}.spans.json")
     # one that is there but no regular file (a FIFO, a directory, a link to nothing) is named
     # by the reader, not taken for no sidecar
+    found = {}
     if text_form.exists() or text_form.is_symlink():
         words = read_text(text_form, "digest file").split()
         if not words:
             raise UserInputError(f"model {name!r}: {text_form} is empty; it must hold the digest")
-        return words[0].lower()
+        found[text_form] = words[0].lower()
     if json_form.exists() or json_form.is_symlink():
-        try:
-            digest = json.loads(read_text(json_form, "digest file")).get("spans_sha256")
-        except (json.JSONDecodeError, AttributeError):
-            digest = None
+        digest = read_json_object(json_form, "digest file").get("spans_sha256")
         if not isinstance(digest, str):
             raise UserInputError(f"model {name!r}: {json_form} has no 'spans_sha256' string")
-        return digest.lower()
-    return None
+        found[json_form] = digest.lower()
+    if len(set(found.values())) > 1:  # one of the two vouches for other spans
+        raise UserInputError(
+            f"model {name!r}: {text_form} and {json_form} give other order digests "
+            f"({', '.join(d[:12] + '...' for d in found.values())}); keep the one of this "
+            "file's spans"
+        )
+    return next(iter(found.values()), None)
 
 
 def _open_safetensors(name: str, path: Path) -> _Source:
