@@ -210,6 +210,24 @@ def _where(row: int, counts: Mapping[str, int]) -> str:
     return "past the last span"
 
 
+def _refuse_other_rows(
+    name: str, path: Path, rows: tuple[Sequence[str], list[str], str], counts: dict[str, int]
+) -> None:
+    """Refuse a file whose rows' span ids (or texts) are not the run's spans, row by row."""
+    given, wanted, what = rows
+    bad = [i for i, (g, w) in enumerate(zip(given, wanted, strict=True)) if g != w]
+    if bad:
+        how = (
+            "the same spans in another order: sort the rows as `lmalgebra spans` lists them"
+            if sorted(given) == sorted(wanted)
+            else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
+        )
+        raise UserInputError(
+            f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
+            f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
+        )
+
+
 def _check_order(
     name: str,
     path: Path,
@@ -221,21 +239,12 @@ def _check_order(
     counts = {s: len(texts.get(s, ())) for s in SPLITS}
     if source.ids is not None or source.texts is not None:
         run_texts = [t for s in SPLITS for t in texts.get(s, ())]
-        if source.ids is not None:
-            given, wanted, what = source.ids, [span_sha256(t) for t in run_texts], "id"
-        else:
-            given, wanted, what = source.texts or [], run_texts, "text"
-        bad = [i for i, (g, w) in enumerate(zip(given, wanted, strict=True)) if g != w]
-        if bad:
-            how = (
-                "the same spans in another order: sort the rows as `lmalgebra spans` lists them"
-                if sorted(given) == sorted(wanted)
-                else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
-            )
-            raise UserInputError(
-                f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
-                f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
-            )
+        for given, wanted, what in (
+            (source.ids, [span_sha256(t) for t in run_texts], "id"),
+            (source.texts, run_texts, "text"),
+        ):
+            if given is not None:
+                _refuse_other_rows(name, path, (given, wanted, what), counts)
         return
     if source.digest is not None:
         wanted_digest = digest or order_digest(texts)
@@ -417,9 +426,9 @@ def _open_parquet(name: str, path: Path) -> _Source:
         raise UserInputError(
             f"model {name!r}: {path} has no column 'embedding' (columns: {', '.join(columns)})"
         )
-    id_column = next((c for c in ("span_sha256", "text") if c in columns), None)
+    id_columns = [c for c in ("span_sha256", "text") if c in columns]  # both: both checked
     try:  # a damaged page is found only when the rows are read
-        table = pq.read_table(path, columns=["embedding", *([id_column] if id_column else [])])
+        table = pq.read_table(path, columns=["embedding", *id_columns])
     except (pa.ArrowException, OSError) as err:
         raise UserInputError(
             f"model {name!r}: cannot read {path} as Parquet: {_reason(err)}"
@@ -445,12 +454,14 @@ def _open_parquet(name: str, path: Path) -> _Source:
     if flat.null_count:
         raise UserInputError(f"model {name!r}: {path}: 'embedding' holds null values")
     values = flat.to_numpy(zero_copy_only=False).reshape(rows, dim)
-    ids = table.column(id_column).to_pylist() if id_column else []
+    ids, texts = (
+        table.column(c).to_pylist() if c in id_columns else None for c in ("span_sha256", "text")
+    )
     return _Source(
         rows,
         dim,
         lambda a, b: values[a:b],
-        ids=[str(i).lower() for i in ids] if id_column == "span_sha256" else None,
-        texts=[str(t) for t in ids] if id_column == "text" else None,
+        ids=None if ids is None else [str(i).lower() for i in ids],
+        texts=None if texts is None else [str(t) for t in texts],
         how="no 'span_sha256' or 'text' column",
     )
