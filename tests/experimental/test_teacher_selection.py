@@ -277,7 +277,7 @@ def test_a_selection_is_not_written_where_its_recommended_recipe_would_run(
     run = Path(selection.recipe.output_dir)
     with pytest.raises(UserInputError, match="is the recipe's output_dir .* merge run would"):
         selection.save(run)
-    assert not run.exists()
+    assert not (run / "recommended.yaml").exists()
     recipe = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
     below = tmp_path / "sel" / "run"  # the run inside the selection
     text = recipe.read_text(encoding="utf-8").replace(str(tmp_path / "run"), str(below))
