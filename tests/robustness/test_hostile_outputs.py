@@ -178,6 +178,32 @@ def test_another_configuration_into_a_finished_run_is_refused(
     assert digests(finished_run) == before
 
 
+def test_the_same_run_again_without_statistics_leaves_none_of_the_earlier_runs(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """``--save_statistics`` is no part of a run's identity: the same run computed again
+    without it had left the earlier run's ``stats/``, which its new ``summary.json`` does not
+    record, so that ``report`` and ``Decomposition.load`` refused the run it had just finished."""
+    import shutil
+
+    from lmalgebra import Decomposition
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    code, err = cli(*args, "--save_statistics")
+    assert code == 0 and (out / "stats" / "train.safetensors").is_file(), err
+    code, err = cli(*args)
+    assert code == 0, err
+    assert not (out / "stats").exists()
+    assert Decomposition.load(out).names == ["a", "b"]
+
+
 def test_overwrite_replaces_the_old_run_without_stale_files(
     cli: Runner,
     finished_run: Path,
