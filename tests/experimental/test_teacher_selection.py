@@ -275,7 +275,7 @@ def test_a_selection_is_not_written_where_its_recommended_recipe_would_run(
     selection's: refused before any teacher is scored, by the command and by ``save``."""
     _, _, selection = selected
     run = Path(selection.recipe.output_dir)
-    with pytest.raises(UserInputError, match="is the recipe's output_dir .* merge run would"):
+    with pytest.raises(UserInputError, match=r"is the recipe's output_dir .* merge run would"):
         selection.save(run)
     assert not (run / "recommended.yaml").exists()
     recipe = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
