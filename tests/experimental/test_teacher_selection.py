@@ -263,6 +263,32 @@ def test_a_selection_refused_where_it_would_go_leaves_no_directory(
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "summary.json"]
 
 
+def test_a_selection_is_not_written_where_its_recommended_recipe_would_run(
+    tmp_path: Path,
+    selected: tuple,
+    candidates: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A selection written into the recipe's ``output_dir`` (or a directory above it) had its
+    ``next: lmalgebra merge run .../recommended.yaml`` refused, the run's directory being the
+    selection's: refused before any teacher is scored, by the command and by ``save``."""
+    _, _, selection = selected
+    run = Path(selection.recipe.output_dir)
+    with pytest.raises(UserInputError, match=r"is the recipe's output_dir .* merge run would"):
+        selection.save(run)
+    assert not (run / "recommended.yaml").exists()
+    recipe = write(tmp_path, {k: candidates[k] for k in ("wp", "sp")}, ["wp", "sp"])
+    below = tmp_path / "sel" / "run"  # the run inside the selection
+    text = recipe.read_text(encoding="utf-8").replace(str(tmp_path / "run"), str(below))
+    recipe.write_text(text, encoding="utf-8")
+    for out, how in ((below, "is"), (below.parent, "holds")):
+        args = ["experimental", "select", str(recipe), "--out", str(out)]
+        code, err = run_cli(args, monkeypatch, capsys)
+        assert_one_line(code, err, [f"selection directory {out} {how} the recipe's output_dir"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["recipe.yaml", "xx.txt"]
+
+
 def test_a_singular_basis_names_this_commands_flag(tmp_path: Path, candidates: dict) -> None:
     """At ``alpha 0`` the refusal named ``--products``, a flag of ``decompose`` that select
     lacks (and a teacher whose name holds "span" turned it into "too little text")."""

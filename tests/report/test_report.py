@@ -149,6 +149,22 @@ def test_only_existing_nonempty_tables_get_figures(tmp_path: Path) -> None:
     assert all(p.parent == tmp_path / "figs" for p in written)
 
 
+def test_an_interval_that_does_not_hold_its_estimate_is_drawn(tmp_path: Path) -> None:
+    """A bootstrap interval of few replicates (its ends the extreme replicates) need not hold
+    the estimate: the group figure had raised matplotlib's ``'yerr' must not contain negative
+    values``, a traceback from ``report`` and from ``decompose --figures`` (no summary)."""
+    run = build_run(tmp_path / "run")
+    fits = (run / "fits.csv").read_text(encoding="utf-8").splitlines()
+    header, rows = fits[0], [line.split(",") for line in fits[1:]]
+    for row in rows:  # every interval moved above its estimate
+        r2 = float(row[4])
+        if row[0] == "group" and row[5]:
+            row[5], row[6] = f"{r2 + 0.01:.4f}", f"{r2 + 0.05:.4f}"
+    (run / "fits.csv").write_text("\n".join([header, *map(",".join, rows)]) + "\n")
+    written = write_plots(run, out_dir=tmp_path / "figs")
+    assert (tmp_path / "figs" / "group_r2.png") in written
+
+
 def test_a_crowded_sweep_shows_the_group_fits_alone() -> None:
     from dataclasses import replace
 

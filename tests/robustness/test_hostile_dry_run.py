@@ -216,6 +216,42 @@ def test_a_layer_the_models_lack_is_refused_by_the_dry_run_too(
     assert not out.exists()
 
 
+def test_a_basis_naming_a_model_twice_is_refused_by_the_dry_run_too(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, monkeypatch, cli
+) -> None:
+    """``--target a --basis b,b`` had been planned (exit 0); the run refused it from the solver,
+    once every model had embedded the text."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(out), "-T", "8"]
+    args += ["--target", "a", "--basis", "b,b"]
+    said = [
+        assert_one_line(*cli([*args, *dry]), ["the basis names a model twice: ['b', 'b']"])
+        for dry in ([], ["--dry-run"])
+    ]
+    assert said[0] == said[1]
+    assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_reference_tokenizer_naming_a_model_without_one_is_refused_by_the_plan_too(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path
+) -> None:
+    """``reference_tokenizer`` naming a model given as its span embeddings (an array, or a
+    ``precomputed:`` file) had been planned; the run refused it once the corpus was read."""
+    import numpy as np
+
+    import lmalgebra
+    from lmalgebra.core.errors import UserInputError
+
+    models = {"a": str(bert_dir), "x": np.zeros((5, 3), np.float32)}
+    texts = corpus_txt.read_text(encoding="utf-8").splitlines()
+    for call in (lmalgebra.decompose_plan, lmalgebra.decompose):
+        with pytest.raises(UserInputError, match="reference_tokenizer 'x' has no tokenizer"):
+            call(models, texts, reference_tokenizer="x", cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
 @pytest.fixture(scope="module")
 def bert_graph(tmp_path_factory: pytest.TempPathFactory, bert_dir: Path) -> Path:
     """The tiny BERT as an ONNX graph, alone in its folder (no tokenizer beside it)."""

@@ -12,6 +12,7 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -175,6 +176,32 @@ def test_another_configuration_into_a_finished_run_is_refused(
     args = decompose_args(bert_dir, gpt2_dir, corpus_txt, finished_run)
     one_error(*cli(*args[:-4], "-T", "6", *args[-2:]), "spans")
     assert digests(finished_run) == before
+
+
+def test_the_same_run_again_without_statistics_leaves_none_of_the_earlier_runs(
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """``--save_statistics`` is no part of a run's identity: the same run computed again
+    without it had left the earlier run's ``stats/``, which its new ``summary.json`` does not
+    record, so that ``report`` and ``Decomposition.load`` refused the run it had just finished."""
+    import shutil
+
+    from lmalgebra import Decomposition
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    code, err = cli(*args, "--save_statistics")
+    assert code == 0 and (out / "stats" / "train.safetensors").is_file(), err
+    code, err = cli(*args)
+    assert code == 0, err
+    assert not (out / "stats").exists()
+    assert Decomposition.load(out).names == ["a", "b"]
 
 
 def test_overwrite_replaces_the_old_run_without_stale_files(
@@ -1361,6 +1388,24 @@ def test_a_run_of_another_configuration_is_named_in_plain_words(
             overwrite=False,
             what="decomposition",
         )
+
+
+def test_another_configuration_names_the_model_that_differs(tmp_path: Path) -> None:
+    """A decomposition of the same models spelt by other paths (``./m/a``, an absolute one) was
+    refused as "another configuration (models differs)", naming none: the list of models, named,
+    is compared model by model; models of another order or other names are the list's."""
+    from lmalgebra.storage.output_paths import claim_run_directory
+
+    (tmp_path / "config.yaml").write_text("models: []\n")
+    args: dict[str, Any] = {"finished": True, "overwrite": False, "what": "decomposition"}
+    a, b = {"name": "a", "path": "m/a"}, {"name": "b", "path": "m/b"}
+    for models, said in (
+        ([a | {"path": "./m/a"}, b], r"\(models\.a\.path differs\)"),
+        ([b, a], r"\(models differs\)"),
+        ([a, b | {"name": "c"}], r"\(models differs\)"),
+    ):
+        with pytest.raises(UserInputError, match=said):
+            claim_run_directory(tmp_path, {"models": models}, {"models": [a, b]}, **args)
 
 
 def test_a_run_read_back_and_saved_onto_a_full_disk_is_one_error(

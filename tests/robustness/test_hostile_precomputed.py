@@ -92,6 +92,40 @@ def test_a_safetensors_digest_in_capitals_is_the_same_digest(tmp_path: Path) -> 
     np.testing.assert_array_equal(read, vectors)
 
 
+def test_two_digests_beside_a_file_must_agree_and_a_damaged_one_is_named_so(
+    tmp_path: Path,
+) -> None:
+    """A ``.npy`` with both sidecars, ``.spans.sha256`` of its spans and ``.spans.json`` of
+    others, was read by the first alone (the other never looked at); a ``.spans.json`` that is
+    no JSON was named as having no digest string."""
+    path = _npy(tmp_path / "v.npy", np.arange(32, dtype=np.float32).reshape(8, 4))
+    json_form = path.with_name("v.npy.spans.json")
+    json_form.write_text('{"spans_sha256": "' + "0" * 64 + '"}\n')
+    with pytest.raises(UserInputError, match=r"^model 'v': .*v\.npy\.spans\.sha256 and .* give"):
+        load_precomputed("v", path, TEXTS)
+    json_form.write_text('{"spans_sha256": "' + order_digest(TEXTS) + '"}\n')
+    assert load_precomputed("v", path, TEXTS).splits  # the same digest twice: read
+    path.with_name("v.npy.spans.sha256").unlink()
+    json_form.write_text("{bad\n")
+    with pytest.raises(UserInputError, match=r"^model 'v': .*v\.npy\.spans\.json is not readable"):
+        load_precomputed("v", path, TEXTS)
+
+
+def test_a_parquet_file_of_ids_and_texts_has_both_checked(tmp_path: Path) -> None:
+    """A Parquet file with both ``span_sha256`` (the run's spans) and ``text`` (other spans, or
+    the same in another order) was read by its ids alone, its texts never compared."""
+    vectors = np.arange(32, dtype=np.float32).reshape(8, 4)
+    path = _parquet(tmp_path / "v.parquet", vectors)
+    table = pq.read_table(path)
+    for texts, said in ((ROWS, None), ([*ROWS[1:], ROWS[0]], "another order")):
+        pq.write_table(table.append_column("text", pa.array(texts)), path)
+        if said is None:
+            assert load_precomputed("v", path, TEXTS).splits
+            continue
+        with pytest.raises(UserInputError, match=rf"^model 'v': .* span text differs\); .*{said}"):
+            load_precomputed("v", path, TEXTS)
+
+
 def test_a_float64_file_whose_variation_float32_loses_is_named_so(tmp_path: Path) -> None:
     """A float64 file of ``1e8 + x``: read in float32 blocks, its variation was lost before any
     check, and it was refused as "does not vary ... (every embedding is the same)", or, lost in

@@ -60,6 +60,24 @@ def test_pretrain_with_fewer_steps_over_its_model_is_refused(
     assert digests(out) == before
 
 
+def test_pretrain_over_a_teacher_of_another_kind_is_refused_naming_both(
+    corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """``pretrain masked`` into a causal teacher's directory had been refused as a checkpoint of
+    "other inputs" (``data.lowercase (absent) -> False; ...``), offering ``--restart``, which
+    then replaced the causal teacher with a masked one: both kinds are named, restart or not."""
+    out = tmp_path / "teacher"
+    common = ["--corpus.paths", str(corpus_txt), "--language", "xx", "--no-progress"]
+    common += ["--training.steps", "1", "--example_length", "16", "--out", str(out)]
+    code, err = cli(["pretrain", "causal", *common, "--tokenizer.vocab_size", "300"])
+    assert code == 0, err
+    before = digests(out)
+    for restart in ([], ["--restart"]):
+        args = ["pretrain", "masked", *common, "--tokenizer.vocab_size", "100", *restart]
+        assert_one_line(*cli(args), [str(out), "holds a causal teacher", "makes a masked teacher"])
+    assert digests(out) == before
+
+
 def _train(recipe: Path, name: str, steps: int, cli) -> None:
     args = ["merge", "train", str(recipe), "--name", name, "--training.steps", str(steps)]
     code, stderr = cli([*args, "--no-progress"])

@@ -51,6 +51,11 @@ DECOMPOSE = {
         ["--study.seed", "4"],
         ["--study.seed 4", "ignored", "--study.bootstrap", "--study.attribution"],
     ),
+    # Shapley values of up to 9 models are exact: the seed had been recorded and never drawn
+    "seed_of_exact_shapley_values": (
+        ["--study.attribution", "--study.seed", "4"],
+        ["--study.seed 4", "ignored", "more than 9 models (sampled; those of 2 are exact)"],
+    ),
     # a reduced or sketched run takes float32 products of its principal coordinates: the
     # setting had been recorded in config.yaml and ignored
     "float64_products_of_a_reduced_run": (
@@ -824,6 +829,13 @@ def test_random_copies_of_models_without_trained_weights_are_refused(
     with no random copy fitted: ``nulls.csv`` held the shuffled null alone, exit 0."""
     models = {"a": f"random:{bert_dir}", "b": f"random:{bert2_dir}"}
     needles = ["--study.nulls would add nothing", "random:"]
+    for dry in ([], ["--dry-run"]):
+        flags = ["--study.nulls", *dry]
+        refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+    # one model of trained weights has a copy, and no other copy to be fitted on: its copy had
+    # been embedded, and nothing fitted on it
+    models = {"a": str(bert_dir), "b": f"random:{bert2_dir}"}
+    needles = ["--study.nulls would add nothing", "only 'a' is one"]
     for dry in ([], ["--dry-run"]):
         flags = ["--study.nulls", *dry]
         refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)

@@ -29,13 +29,21 @@ from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, load_config
-from lmalgebra.lmd.spans.draw import SpanPlanSpec, plan_spans, span_tokenizer, warn_if_short
+from lmalgebra.lmd.spans.draw import (
+    SpanPlanSpec,
+    plan_spans,
+    reference_model,
+    span_tokenizer,
+    warn_if_short,
+)
 from lmalgebra.sources.corpus import CorpusSpec, DocSep, corpus_paths, read_documents
 from lmalgebra.sources.kinds import bound_sources
 from lmalgebra.storage.output_paths import cache_root
 
 if TYPE_CHECKING:  # pandas is imported by the calls that make a table
     import pandas as pd
+
+    from lmalgebra.sources.model_source import ModelSource
 
 SOURCE = "decompose()"
 # the recipe's keys a call gives as keywords: every key but the models (given as ``models``),
@@ -172,15 +180,18 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
     config.refuse_unread(unread, what, "")
 
 
-def _check_reference(config: DecomposeConfig) -> None:
-    """A ``reference_tokenizer`` that names no model and no tokenizer the run could read,
-    refused as the run refuses it: a hub id is read as a model's is (its tokenizer files, from
-    the Hugging Face cache or the hub; one that cannot be reached is refused); a GGUF file or
-    packaged model is read without writing to the cache."""
+def _check_reference(config: DecomposeConfig, given: Mapping[str, ModelSource]) -> None:
+    """A ``reference_tokenizer`` the run would refuse, refused as the run refuses it: a model
+    of no tokenizer (precomputed embeddings, an array: ``given``, the models given as objects),
+    or no model and no tokenizer the run could read: a hub id is read as a model's is (its
+    tokenizer files, from the Hugging Face cache or the hub; one that cannot be reached is
+    refused); a GGUF file or packaged model is read without writing to the cache."""
     from lmalgebra.sources.tokenizers import load_reference_tokenizer
 
     reference, names = config.reference_tokenizer, [m.name for m in config.models]
-    if reference is not None and reference not in names:
+    if reference in names:
+        reference_model(config.models, reference, given if reference in given else None)
+    elif reference is not None:
         load_reference_tokenizer(reference, names, weights=False)
 
 
@@ -193,7 +204,7 @@ def plan_frame(
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
     config.embed_spec()  # a device or dtype this machine lacks: refused as the run refuses it
     with cache_root(config.cache_dir):
-        _check_reference(config)
+        _check_reference(config, given)
         with library_call():
             plan, shapes = plan_for(config, given, dry=True)
     unknown = [s.name for s in shapes if s.width <= 0]

@@ -5,6 +5,7 @@ teacher sets by LMD complementarity and quality."""
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,9 +82,8 @@ def experimental_select(
     parts = ("hashes", "spans", "embeddings")  # what its decompositions cache
     refuse_cache_overlap(target, cache_directory(spec.cache_dir), parts)
     with run_directory_lock(target, "experimental select"):  # refused before any teacher is scored
-        selection = select_teachers(
-            config, spec, lambda identity: claim_selection(target, identity, overwrite)
-        )
+        claim = partial(claim_selection, target, overwrite=overwrite, run=config.output_dir)
+        selection = select_teachers(config, spec, claim)
         found = TeacherSelection(selection, config)
         paths = found.save(target)
     table = Table("language", "rank", "teachers", "complementarity", "quality", "score")

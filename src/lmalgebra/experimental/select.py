@@ -65,7 +65,7 @@ class TeacherSelection:
         those; anything else in ``out`` is refused)."""
         check_directory(Path(out), "selection directory")  # made by the lock, once checked
         with run_directory_lock(Path(out), "experimental select"):
-            claim_selection(Path(out), self.selection.identity, overwrite)
+            claim_selection(Path(out), self.selection.identity, overwrite, self._input.output_dir)
             return write_selection(self.selection, self._input, Path(out))
 
     def __repr__(self) -> str:

@@ -17,7 +17,6 @@ span in row order. A file carrying no order at all is refused unless the model i
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.core.text_files import read_text
+from lmalgebra.core.text_files import read_json_object, read_text
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +210,24 @@ def _where(row: int, counts: Mapping[str, int]) -> str:
     return "past the last span"
 
 
+def _refuse_other_rows(
+    name: str, path: Path, rows: tuple[Sequence[str], list[str], str], counts: dict[str, int]
+) -> None:
+    """Refuse a file whose rows' span ids (or texts) are not the run's spans, row by row."""
+    given, wanted, what = rows
+    bad = [i for i, (g, w) in enumerate(zip(given, wanted, strict=True)) if g != w]
+    if bad:
+        how = (
+            "the same spans in another order: sort the rows as `lmalgebra spans` lists them"
+            if sorted(given) == sorted(wanted)
+            else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
+        )
+        raise UserInputError(
+            f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
+            f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
+        )
+
+
 def _check_order(
     name: str,
     path: Path,
@@ -222,21 +239,12 @@ def _check_order(
     counts = {s: len(texts.get(s, ())) for s in SPLITS}
     if source.ids is not None or source.texts is not None:
         run_texts = [t for s in SPLITS for t in texts.get(s, ())]
-        if source.ids is not None:
-            given, wanted, what = source.ids, [span_sha256(t) for t in run_texts], "id"
-        else:
-            given, wanted, what = source.texts or [], run_texts, "text"
-        bad = [i for i, (g, w) in enumerate(zip(given, wanted, strict=True)) if g != w]
-        if bad:
-            how = (
-                "the same spans in another order: sort the rows as `lmalgebra spans` lists them"
-                if sorted(given) == sorted(wanted)
-                else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
-            )
-            raise UserInputError(
-                f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
-                f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
-            )
+        for given, wanted, what in (
+            (source.ids, [span_sha256(t) for t in run_texts], "id"),
+            (source.texts, run_texts, "text"),
+        ):
+            if given is not None:
+                _refuse_other_rows(name, path, (given, wanted, what), counts)
         return
     if source.digest is not None:
         wanted_digest = digest or order_digest(texts)
@@ -343,20 +351,24 @@ def _read_sidecar(name: str, path: Path) -> str | None:
     json_form = path.with_name(f"{path.name}.spans.json")
     # one that is there but no regular file (a FIFO, a directory, a link to nothing) is named
     # by the reader, not taken for no sidecar
+    found = {}
     if text_form.exists() or text_form.is_symlink():
         words = read_text(text_form, "digest file").split()
         if not words:
             raise UserInputError(f"model {name!r}: {text_form} is empty; it must hold the digest")
-        return words[0].lower()
+        found[text_form] = words[0].lower()
     if json_form.exists() or json_form.is_symlink():
-        try:
-            digest = json.loads(read_text(json_form, "digest file")).get("spans_sha256")
-        except (json.JSONDecodeError, AttributeError):
-            digest = None
+        digest = read_json_object(json_form, "digest file").get("spans_sha256")
         if not isinstance(digest, str):
             raise UserInputError(f"model {name!r}: {json_form} has no 'spans_sha256' string")
-        return digest.lower()
-    return None
+        found[json_form] = digest.lower()
+    if len(set(found.values())) > 1:  # one of the two vouches for other spans
+        raise UserInputError(
+            f"model {name!r}: {text_form} and {json_form} give other order digests "
+            f"({', '.join(d[:12] + '...' for d in found.values())}); keep the one of this "
+            "file's spans"
+        )
+    return next(iter(found.values()), None)
 
 
 def _open_safetensors(name: str, path: Path) -> _Source:
@@ -414,9 +426,9 @@ def _open_parquet(name: str, path: Path) -> _Source:
         raise UserInputError(
             f"model {name!r}: {path} has no column 'embedding' (columns: {', '.join(columns)})"
         )
-    id_column = next((c for c in ("span_sha256", "text") if c in columns), None)
+    id_columns = [c for c in ("span_sha256", "text") if c in columns]  # both: both checked
     try:  # a damaged page is found only when the rows are read
-        table = pq.read_table(path, columns=["embedding", *([id_column] if id_column else [])])
+        table = pq.read_table(path, columns=["embedding", *id_columns])
     except (pa.ArrowException, OSError) as err:
         raise UserInputError(
             f"model {name!r}: cannot read {path} as Parquet: {_reason(err)}"
@@ -442,12 +454,14 @@ def _open_parquet(name: str, path: Path) -> _Source:
     if flat.null_count:
         raise UserInputError(f"model {name!r}: {path}: 'embedding' holds null values")
     values = flat.to_numpy(zero_copy_only=False).reshape(rows, dim)
-    ids = table.column(id_column).to_pylist() if id_column else []
+    ids, texts = (
+        table.column(c).to_pylist() if c in id_columns else None for c in ("span_sha256", "text")
+    )
     return _Source(
         rows,
         dim,
         lambda a, b: values[a:b],
-        ids=[str(i).lower() for i in ids] if id_column == "span_sha256" else None,
-        texts=[str(t) for t in ids] if id_column == "text" else None,
+        ids=None if ids is None else [str(i).lower() for i in ids],
+        texts=None if texts is None else [str(t) for t in texts],
         how="no 'span_sha256' or 'text' column",
     )

@@ -19,6 +19,7 @@ from itertools import combinations
 import numpy as np
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.stats.choices import EXACT_SHAPLEY
 from lmalgebra.stats.solver import Decomposer
 
 ValueFunction = Callable[[frozenset[str]], float]
@@ -136,7 +137,7 @@ def attribute(
     target: str,
     basis: Sequence[str] | None = None,
     split: str = "validation",
-    exact_max: int = 8,
+    exact_max: int = EXACT_SHAPLEY,
     permutations: int = 200,
     seed: int = 0,
 ) -> list[AttributionRow]:

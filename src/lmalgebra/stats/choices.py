@@ -13,6 +13,7 @@ Products = Literal["float32", "float64"]  # the dtype of the Gram products (``st
 Precision = Literal["float64", "float32"]  # the dtype the Gram matrix is kept in
 AlphaMode = Literal["relative", "absolute"]  # ridge strength per unit of variance, or as given
 PROBES = 32  # tail probes per reduced model (see ``stats.principal``)
+EXACT_SHAPLEY = 8  # basis models up to which Shapley values are exact, unseeded (``attribution``)
 
 
 def default_alpha_grid() -> list[float]:

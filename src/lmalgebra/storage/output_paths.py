@@ -429,11 +429,26 @@ def _changed(
     changed = []
     for key in sorted(recorded.keys() | identity.keys()):
         old, new = recorded.get(key), identity.get(key)
+        named = _named(old), _named(new)
+        if named[0] is not None and named[1] is not None and list(named[0]) == list(named[1]):
+            old, new = named  # two lists of the same names, in the same order
         if isinstance(old, Mapping) and isinstance(new, Mapping):
             changed += _changed(old, new, f"{within}{key}.")
         elif old != new:
             changed.append(f"{within}{key}")
     return changed
+
+
+def _named(value: Any) -> dict[str, Any] | None:
+    """A list of named settings (a decomposition's ``models``) as a mapping by name, in its
+    order, so that ``_changed`` names the one that differs (``models.a.path``); None for
+    anything else."""
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        return None
+    names = [v.get("name") for v in value]
+    if not names or not all(isinstance(n, str) for n in names) or len(set(names)) < len(names):
+        return None
+    return dict(zip(names, value, strict=True))
 
 
 def refuse_foreign(directory: Path, what: str, owned: Sequence[str] = ("*",)) -> None:

@@ -107,7 +107,7 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings; ``restart`` starts afresh."""
-    refuse_replacing(spec.out, spec.training, restart)
+    refuse_replacing(spec.out, spec.training, restart, "pretrained-causal-teacher")
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     refuse_other_made(spec.out, spec.made_from(texts), restart)  # no checkpoint left: text or sizes
     kind, size = spec.tokenizer.kind, spec.tokenizer.vocab_size

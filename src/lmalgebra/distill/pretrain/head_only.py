@@ -241,7 +241,7 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
 
     Resumes from ``out/training/checkpoints`` when they were written for the same encoder,
     corpus and settings (refused, naming the change, otherwise); ``restart`` starts afresh."""
-    refuse_replacing(spec.out, spec.training, restart)
+    refuse_replacing(spec.out, spec.training, restart, "head-only-teacher")
     ref = ModelRef.parse(spec.encoder).model_copy(  # messages name the setting: "model 'encoder'"
         update={"trust_remote_code": spec.trust_remote_code, "name": "encoder"}
     )

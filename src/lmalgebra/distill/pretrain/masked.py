@@ -105,7 +105,7 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
 
     Resumes from ``out/training/checkpoints`` when they were written for the same corpus and
     settings (refused, naming the change, otherwise); ``restart`` starts afresh instead."""
-    refuse_replacing(spec.out, spec.training, restart)
+    refuse_replacing(spec.out, spec.training, restart, "pretrained-teacher")
     kept_ids, texts = training_examples(spec.corpus, spec.language, spec.heldout_fraction)
     refuse_other_made(spec.out, spec.made_from(texts), restart)  # no checkpoint left: text or sizes
     given = spec.tokenizer.path

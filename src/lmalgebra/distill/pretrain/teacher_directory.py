@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lmalgebra.core.errors import UserInputError
 from lmalgebra.distill.layout import saved_steps, saved_training
 from lmalgebra.distill.teachers import warn_unknown
 from lmalgebra.train.config import OptimisationSpec
@@ -19,10 +20,26 @@ from lmalgebra.train.loop import (
 UNREAD_SAMPLE = 1000  # texts whose tokens are counted (the first of the corpus)
 
 
-def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool) -> None:
-    """Refuse a training directory training cannot write in, and (unless ``restart``) a model
-    saved at ``out`` that ``training`` would replace: one trained further (``steps: 0``, say) or
-    with other settings."""
+# the kind each pretrain command records in its model's ``lmalgebra.json``, as users name it
+TEACHER_KINDS = {
+    "pretrained-teacher": "masked teacher",
+    "pretrained-causal-teacher": "causal teacher",
+    "head-only-teacher": "head-only teacher",
+}
+
+
+def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool, kind: str) -> None:
+    """Refuse a model saved at ``out`` of another kind than ``kind`` (a causal teacher where a
+    masked one is made: its checkpoints had been named as of "other inputs", and ``--restart``
+    offered), a training directory training cannot write in, and (unless ``restart``) a model
+    that ``training`` would replace: one trained further (``steps: 0``, say) or with other
+    settings."""
+    found = saved_training(out, "kind")
+    if isinstance(found, str) and found != kind:
+        raise UserInputError(
+            f"{out} holds a {TEACHER_KINDS.get(found, found)} (lmalgebra.json kind {found!r}), "
+            f"and this makes a {TEACHER_KINDS[kind]}; give another --out (out), or remove it"
+        )
     refuse_training_parts(out / "training", itself=True)
     if not restart:
         refuse_fewer_steps(saved_steps(out), training.steps, out)

@@ -120,12 +120,23 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
     return paths
 
 
-def claim_selection(out: Path, identity: dict[str, Any], overwrite: bool) -> None:
+def claim_selection(
+    out: Path, identity: dict[str, Any], overwrite: bool, run: Path | None = None
+) -> None:
     """Make ``out`` this selection's own (``output_paths.claim_run_directory``): an empty
     directory, one holding a selection of the same recipe, settings, held-out text and teachers
     (computed again into the same files), or an unfinished selection's files; another selection,
     or files of no selection, is refused, naming what differs or a few of the files, unless
-    ``overwrite`` (a selection's files removed, and only those)."""
+    ``overwrite`` (a selection's files removed, and only those). ``run``, the recipe's
+    ``output_dir``, which the recommended recipe keeps: refused when it is ``out`` or inside it
+    (``merge run`` of the recommendation would then be refused among the selection's files)."""
+    if run is not None and run.resolve().is_relative_to(out.resolve()):
+        raise UserInputError(
+            f"selection directory {out} {'is' if run.resolve() == out.resolve() else 'holds'} "
+            f"the recipe's output_dir {run}, which its recommended.yaml keeps: merge run would "
+            "write there among the selection's files; write the selection elsewhere (by default "
+            "OUTPUT_DIR/selection)"
+        )
     try:
         summary = json.loads(read_record(out / SUMMARY))
     except FileNotFoundError:

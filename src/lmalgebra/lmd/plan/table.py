@@ -60,8 +60,8 @@ def model_shapes(
 def refuse_idle_studies(config: DecomposeConfig, sources: list[ModelSource]) -> None:
     """Refuse, before any embedding (by the dry run too), a study that these models leave with
     nothing to do: a layer map of a model given as its span embeddings (no layers), a layer
-    sweep where every model is one, random-initialised copies where no model named by reference
-    has trained weights to replace (``random:``, ONNX, vectors, Python objects)."""
+    sweep where every model is one, random-initialised copies where fewer than two models named
+    by reference have trained weights to replace (``random:``, ONNX, vectors, Python objects)."""
     study = config.study
     by_name = {s.name: s for s in sources}
     for name in study.layer_map or []:
@@ -72,12 +72,14 @@ def refuse_idle_studies(config: DecomposeConfig, sources: list[ModelSource]) -> 
             "--study.layers sweeps the models' hidden layers, and every model here is given as "
             f"its span embeddings ({_no_layers(sources[0])}); leave it out"
         )
-    if study.nulls and not any(s.pretrained for s in sources):
+    copied = [s.name for s in sources if s.pretrained]
+    if study.nulls and len(copied) < 2:  # each is fitted on the others' copies
+        which = f"only {copied[0]!r} is one" if copied else "no model here is one"
         raise UserInputError(
-            "--study.nulls would add nothing: it fits random-initialised copies of the models "
-            "named by reference that have trained weights, and no model here is one (random:, "
-            "ONNX graphs, embeddings given as they are and models given as Python objects have "
-            "no copy); leave it out"
+            "--study.nulls would add nothing: it fits each model named by reference that has "
+            "trained weights on the random-initialised copies of the others, and "
+            f"{which} (random:, ONNX graphs, embeddings given as they are and models given as "
+            "Python objects have no copy); leave it out"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
@@ -24,6 +25,7 @@ from lmalgebra.lmd.rundir.schema import (
     FILES,
     OWNED,
     PROVENANCE,
+    STATS_DIR,
     SUMMARY,
     recordable,
     refuse_linked_directories,
@@ -293,6 +295,12 @@ def _claim(config: DecomposeConfig, overwrite: bool, current: Inputs) -> None:
     if recorded is not None:  # the same configuration (else refused, or removed by overwrite)
         _check_inputs(out, current, overwrite)
     remove_file(out / SUMMARY)
+    if recorded is not None and not config.save_statistics:  # an earlier run's moments, which
+        for name in OWNED:  # this one writes no more: gone, not left for report to refuse
+            if name.startswith(f"{STATS_DIR}/"):
+                remove_file(out / name)
+        with contextlib.suppress(OSError):  # not there, or holding what claim let be
+            (out / STATS_DIR).rmdir()
     write_text_atomic(out / CONFIG, config_yaml(config))
 
 

@@ -25,7 +25,7 @@ from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.stats.choices import AlphaMode, Products
+from lmalgebra.stats.choices import EXACT_SHAPLEY, AlphaMode, Products
 from lmalgebra.storage.output_paths import default_cache_dir
 
 REFERENCE_TOKENIZER_HELP = (
@@ -183,6 +183,8 @@ class DecomposeConfig(Settings):
                 raise UserInputError(f"basis model {unknown[0]!r} is not among the models")
             if not self.basis:
                 raise UserInputError("the basis is empty")
+            if len(set(self.basis)) != len(self.basis):  # the solver's line, by the plan too
+                raise UserInputError(f"the basis names a model twice: {list(self.basis)}")
         if self.scale.reduced:  # its statistics of principal coordinates take float32 products
             refuse_ignored(self, "--", {"products": "--scale.method exact"})
         if self.study.lengths is not None and set(self.study.lengths) == {self.spans.length}:
@@ -200,6 +202,12 @@ class DecomposeConfig(Settings):
             raise UserInputError(
                 f"model {fixed[0]!r} is a file of precomputed embeddings of this run's spans; "
                 "the span-length and language sweeps draw other spans"
+            )
+        if self.study.attribution and not self.study.bootstrap and len(names) <= EXACT_SHAPLEY + 1:
+            sampled = f"Shapley values of more than {EXACT_SHAPLEY + 1} models (sampled"
+            exact = f"those of {len(names)} are exact)"
+            refuse_ignored(
+                self.study, "--study.", {"seed": f"--study.bootstrap and {sampled}; {exact}"}
             )
         for name in self.study.layer_map or []:
             if name not in names:
