@@ -47,6 +47,38 @@ def test_a_corpus_the_run_refuses_is_refused_by_the_dry_run_too(
     assert not out.exists() and not (tmp_path / "cache").exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--spans.length", "100000"], "no training span of 100000 tokens"),
+        (["--scale.memory_gib", "0.01"], "GiB are available"),
+    ],
+    ids=["spans longer than the documents", "a plan over the memory"],
+)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_what_the_run_refuses_of_its_spans_or_memory_the_dry_run_refuses(
+    flags: list[str],
+    words: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """Spans longer than any document holds, or a method that does not fit the memory given:
+    the run refused them, the dry run planned them and exited 0 (its table, which marks the
+    plan "fits: no", is printed before the same line)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.counts", "20,5,5", "--out", str(out)]
+    code, stderr = cli([*args, *flags, "--no-progress", *(["--dry-run"] if dry_run else [])])
+    assert_one_line(code, stderr, [words])
+    assert not (out / "summary.json").exists()
+
+
 @pytest.mark.parametrize("cache", ["file", "blank"])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_a_cache_directory_the_run_refuses_is_refused_by_the_dry_run_too(

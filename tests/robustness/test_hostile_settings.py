@@ -893,3 +893,29 @@ def test_merge_train_takes_a_causal_students_own_settings_from_flags(
     masked = write_recipe(tmp_path / "masked", teacher_dirs, student=TINY_STUDENT)
     code, stderr = cli(["merge", "train", str(masked), "--training.label_smoothing", "0.1"])
     assert_one_line(code, stderr, ["label_smoothing"])
+
+
+@pytest.mark.parametrize("command", ["decompose", "experimental select"])
+def test_bootstrap_replicates_beyond_any_use_are_refused(
+    command: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``--study.bootstrap 10**18``: planned by the dry run, the run ended in numpy's "array is
+    too big" traceback drawing the replicates (the selection's ``--bootstrap`` likewise)."""
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    many = str(10**18)
+    if command == "decompose":
+        args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+        args += ["--corpus.paths", str(corpus_txt), "--spans.counts", "20,5,5"]
+        args += ["--out", str(tmp_path / "out"), "--study.bootstrap", many, "--no-progress"]
+    else:
+        recipe = write_recipe(tmp_path, teacher_dirs)
+        args = ["experimental", "select", str(recipe), "--bootstrap", many, "--no-progress"]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, ["bootstrap", many, "less than or equal to 100000"])

@@ -24,7 +24,7 @@ from lmalgebra.core.fingerprint import span_sha256
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.core.settings import revalidated
 from lmalgebra.core.splits import SPLITS
-from lmalgebra.lmd.plan.estimate import GIB, measure_speeds
+from lmalgebra.lmd.plan.estimate import GIB, Plan, check_plan, measure_speeds
 from lmalgebra.lmd.plan.table import model_rows, plan_for, plan_rows
 from lmalgebra.lmd.run.decompose import decompose as decompose_to_directory
 from lmalgebra.lmd.run.pipeline import RunInputs, run_decomposition
@@ -136,9 +136,10 @@ def decompose_plan(
     that measure this machine's rates), ``disk_gib``, ``fits`` and ``chosen`` (booleans on the
     ``total`` rows, missing on the phases': ``plan[plan.chosen]`` is the run's).
     ``attrs["models"]``: per model its width, parameters and embedding-cache size;
-    ``attrs["available_gib"]``: the memory the plan is held to. Given ``out``, what the call
-    would refuse of that directory is refused here too (``overwrite`` as for the call), a
-    finished run there of other documents or arrays included (models by reference are not
+    ``attrs["available_gib"]``: the memory the plan is held to; ``attrs["refused"]``: the line
+    the call refuses the plan with (its chosen method does not fit), else None. Given ``out``,
+    what the call would refuse of that directory is refused here too (``overwrite`` as for the
+    call), a finished run there of other documents or arrays included (models by reference are not
     compared: that reads their weights).
     """
     from lmalgebra.lmd.run.decompose import check_cache, check_claim
@@ -223,7 +224,18 @@ def plan_frame(
     frame = rows.astype({"fits": "boolean", "chosen": "boolean"})
     frame.attrs["models"] = pd.DataFrame(model_rows(plan, shapes))
     frame.attrs["available_gib"] = plan.available / GIB
+    frame.attrs["refused"] = _refusal(plan, config.scale.probes)
     return frame
+
+
+def _refusal(plan: Plan, probes: int) -> str | None:
+    """The line the run refuses ``plan`` with (its chosen method does not fit the memory),
+    or None where it fits."""
+    try:
+        check_plan(plan, probes)
+    except UserInputError as err:
+        return str(err)
+    return None
 
 
 @library_entry

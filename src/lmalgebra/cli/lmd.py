@@ -79,11 +79,15 @@ def decompose(
     from lmalgebra.api.decompose import decompose_recipe, plan_frame
 
     if dry_run:
-        from lmalgebra.lmd.run.decompose import check_claim, check_corpus
+        from lmalgebra.lmd.run.decompose import check_claim, check_corpus, check_spans
 
         check_claim(config, overwrite)  # the run's refusals of its directory, nothing written
-        check_corpus(config)  # and of its text, read as the run reads it
-        _print_plan(plan_frame(config))
+        docs = check_corpus(config)  # and of its text, read as the run reads it
+        frame = plan_frame(config)
+        check_spans(config, docs)
+        _print_plan(frame)
+        if frame.attrs["refused"]:  # shown, then refused as the run refuses it
+            raise UserInputError(frame.attrs["refused"])
         return
     result = decompose_recipe(config, overwrite)
     console.print(_group_table(result))  # on the main rank alone (``cli.launched``)

@@ -14,6 +14,9 @@ Precision = Literal["float64", "float32"]  # the dtype the Gram matrix is kept i
 AlphaMode = Literal["relative", "absolute"]  # ridge strength per unit of variance, or as given
 PROBES = 32  # tail probes per reduced model (see ``stats.principal``)
 EXACT_SHAPLEY = 8  # basis models up to which Shapley values are exact, unseeded (``attribution``)
+# bootstrap replicates at most: a percentile interval is settled long before (more had ended in a
+# traceback allocating the draws, or run for weeks)
+MAX_REPLICATES = 100_000
 
 
 def default_alpha_grid() -> list[float]:

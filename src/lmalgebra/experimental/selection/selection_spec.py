@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, model_validator
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
 from lmalgebra.lmd.settings.spans import HeldOutSpans
+from lmalgebra.stats.choices import MAX_REPLICATES
 from lmalgebra.storage.output_paths import default_cache_dir
 
 
@@ -29,7 +30,12 @@ class SelectionSpec(Settings):
         default=None, ge=1, description="Held-out examples per language (default: all)."
     )
     alpha: float = Field(default=0.01, description="Ridge strength (relative).")
-    bootstrap: int = Field(default=1000, ge=0, description="Bootstrap replicates.")
+    bootstrap: int = Field(
+        default=1000,
+        ge=0,
+        le=MAX_REPLICATES,
+        description=f"Bootstrap replicates ({MAX_REPLICATES:,} at most).",
+    )
     level: float = Field(default=0.95, gt=0, lt=1, description="Confidence level of intervals.")
     seed: int = Field(default=0, description="Seed of the bootstrap.")
     batch_size: int = Field(default=32, ge=1, description="Spans per forward pass.")

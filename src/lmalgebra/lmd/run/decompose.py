@@ -32,6 +32,7 @@ from lmalgebra.lmd.rundir.schema import (
 )
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
+from lmalgebra.lmd.settings.spans import refuse_unfillable
 from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.storage.atomic import remove_file, write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
@@ -261,14 +262,23 @@ def _unread_inputs(config: DecomposeConfig, inputs: RunInputs | None) -> Inputs:
     return compute
 
 
-def check_corpus(config: DecomposeConfig) -> None:
+def check_corpus(config: DecomposeConfig) -> list[str] | None:
     """What a run of ``config`` refuses of its corpus, read as the run reads it before any
     embedding (``decompose --dry-run``): a file that is no regular file, is not UTF-8 text or
-    holds no text, or a per-language study of documents without languages."""
+    holds no text, or a per-language study of documents without languages. The documents the
+    run cuts its spans from (None: per language), for ``check_spans``."""
     if config.study.languages:
         documents_by_language(config.corpus)
-    else:
-        read_documents(config.corpus)
+        return None
+    return read_documents(config.corpus)
+
+
+def check_spans(config: DecomposeConfig, docs: list[str] | None) -> None:
+    """What a run of ``config`` refuses of the spans of ``docs`` that is known without a
+    tokenizer (``decompose --dry-run``, after the models, as the run checks them first):
+    spans longer than the documents can hold (``refuse_unfillable``)."""
+    if docs is not None:
+        refuse_unfillable(docs, config.spans)
 
 
 def _claim_directory(

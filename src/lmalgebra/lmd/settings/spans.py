@@ -144,16 +144,36 @@ def draw_spans(docs: list[str], tokenizer: Any, spec: SpanSpec) -> dict[str, lis
                 break
         out[split] = chosen
     for split in SPLITS:
-        # one span has no variance: a model constant over it, an R^2 of 0 / 0 (a validation
-        # span alone is kept: LMD coverage reads no validation R^2, and would lose its row)
-        if len(out[split]) < (1 if split == "validation" else 2):
-            found = "no" if not out[split] else "only one"
-            name, why = ("training", "") if split == "train" else (split, " for that split")
-            raise TooLittleTextError(
-                f"{found} {name} span of {spec.length} tokens (R^2 needs two at least): give "
-                f"more text, or a larger fraction{why}"
-            )
+        _refuse_too_few(split, len(out[split]), spec)
     return out
+
+
+def refuse_unfillable(docs: list[str], spec: SpanSpec) -> None:
+    """Refuse, without a tokenizer (a dry run), spans that no tokenizer can cut from ``docs``
+    as ``draw_spans`` would refuse them: a span's tokens cover text (empty ones are skipped),
+    and no tokenizer cuts more than two tokens from one UTF-8 byte (a byte-level one, one; a
+    word-marker token beside its word's first character, two), so a document of ``n`` bytes holds
+    at most ``2 n // length`` spans."""
+    assignment = assign_splits(docs, spec)
+    for split, count in zip(SPLITS, spec.counts, strict=True):
+        most = sum(
+            min(spec.per_doc, 2 * len(docs[i].encode("utf-8")) // spec.length)
+            for i in assignment[split]
+        )
+        _refuse_too_few(split, min(most, count), spec)
+
+
+def _refuse_too_few(split: str, found: int, spec: SpanSpec) -> None:
+    """Refuse a split of fewer spans than R^2 needs: one span has no variance (a model constant
+    over it, an R^2 of 0 / 0); a validation span alone is kept (LMD coverage reads no
+    validation R^2, and would lose its row)."""
+    if found < (1 if split == "validation" else 2):
+        many = "no" if not found else "only one"
+        name, why = ("training", "") if split == "train" else (split, " for that split")
+        raise TooLittleTextError(
+            f"{many} {name} span of {spec.length} tokens (R^2 needs two at least): give "
+            f"more text, or a larger fraction{why}"
+        )
 
 
 def span_texts(docs: list[str], spans: list[Span]) -> list[str]:

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.settings import Settings, refuse_ignored
-from lmalgebra.stats.choices import default_alpha_grid
+from lmalgebra.stats.choices import MAX_REPLICATES, default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
 
@@ -38,7 +38,12 @@ class StudySpec(Settings):
     blocks: int = Field(
         default=32, ge=2, description="Blocks of spans per split kept for resampling."
     )
-    bootstrap: int = Field(default=0, ge=0, description="Bootstrap replicates (0 = no intervals).")
+    bootstrap: int = Field(
+        default=0,
+        ge=0,
+        le=MAX_REPLICATES,
+        description=f"Bootstrap replicates (0 = no intervals; {MAX_REPLICATES:,} at most).",
+    )
     level: float = Field(default=0.95, description="Confidence level of the intervals.")
     alpha_select: AlphaSelect = Field(
         default="fixed",
