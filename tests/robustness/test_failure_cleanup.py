@@ -203,7 +203,7 @@ def merge_evaluate(ctx: Context) -> list[str]:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     _merge_copy(ctx)
-    ctx.monkeypatch.setattr(scores, "write_table", full)  # the first table of evaluation/
+    ctx.monkeypatch.setattr(scores, "write_text_atomic", full)  # the first table of evaluation/
     return ["merge", "evaluate", str(ctx.tmp / "run")]
 
 
