@@ -600,6 +600,38 @@ def test_verify_names_an_evaluation_of_a_student_trained_again_since(
     assert code == 0, stderr
 
 
+def test_an_evaluation_of_a_student_the_run_no_longer_holds_names_training_or_overwrite(
+    trained: Path, cli, tmp_path: Path
+) -> None:
+    """An evaluation holding the rows of a student the run holds no model of (removed, or the
+    evaluation copied from another run): verify said to score it again (``--students s2``),
+    which then said to train it, and an evaluation of every student said to evaluate every
+    student again together, which it was. Each names the two remedies: training it, or
+    ``--overwrite``, which replaces the evaluation, after which the run passes."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    recipe = tmp_path / "recipe.yaml"
+    data = yaml.safe_load(trained.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    _train(recipe, "s2", 2, cli)
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert code == 0, stderr
+    shutil.rmtree(run / "s2")
+    said = ["'s2'", "no saved model now", "--name s2", "--overwrite"]
+    for args in (["verify"], ["evaluate"], ["evaluate", "--students", "student"]):
+        code, stderr = cli(["merge", *args, str(run)])
+        assert_one_line(code, stderr, said)
+        assert "again together" not in stderr and "--students s2" not in stderr
+    code, stderr = cli(["merge", "evaluate", str(run), "--overwrite"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
 def test_keep_saved_keeps_only_a_student_trained_as_asked(
     tmp_path: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:
