@@ -28,7 +28,7 @@ from lmalgebra.distill.pipeline import (
     training_of,
     verify,
 )
-from lmalgebra.distill.recipe import RECIPES, MergeRecipe, load_recipe, parse_recipe, run_recipe
+from lmalgebra.distill.recipe import RECIPES, MergeRecipe, parse_recipe, run_recipe, user_recipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.train.config import TrainingSpec
 
@@ -262,7 +262,7 @@ def recipe_of(recipe: Any, call: str = "merge()") -> MergeRecipe:
     if isinstance(recipe, Mapping):
         return parse_recipe(dict(recipe), f"{call} recipe")
     if isinstance(recipe, str | Path):
-        return load_recipe(Path(recipe))
+        return user_recipe(Path(recipe))
     raise UserTypeError(
         f"{call}: recipe must be a YAML path, a mapping or a MergeRecipe, got "
         f"{type(recipe).__name__}"

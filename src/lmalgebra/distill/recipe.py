@@ -565,6 +565,21 @@ def load_recipe(path: Path) -> MergeRecipe:
     return parse_recipe(read_yaml(path), str(path))
 
 
+def user_recipe(path: Path) -> MergeRecipe:
+    """The recipe in the user's file ``path``, whose relative paths are read from the current
+    directory (as ``from_pretrained`` reads them): one that names nothing from here but
+    something from the recipe's own directory is refused, naming both (a teacher had been
+    taken for a hub id out of reach, a corpus named missing); of a file that says where it was
+    made (a run's copy, a selection's ``recommended.yaml``), something from there."""
+    recipe = load_recipe(path)
+    made_in = _made_in(path)
+    if made_in is not None:
+        _refuse_moved(recipe, path, made_in, "where it was made")
+    else:
+        _refuse_moved(recipe, path, home_expanded(path).absolute().parent, "the recipe's directory")
+    return recipe
+
+
 # the first line of a run's copy of its recipe: the directory its relative paths were read from
 # (commands given the run read them from the current directory, and refuse one found only there)
 MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
@@ -587,13 +602,13 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
     recipe = load_recipe(copy)
     base = _made_in(copy)
     if base is not None:
-        _refuse_moved(recipe, copy, base)
+        _refuse_moved(recipe, copy, base, "where the run was made")
     return recipe.model_copy(update={"output_dir": layout.root})
 
 
-def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path) -> None:
-    """Refuse the first relative path of ``recipe`` (the run's copy ``copy``) that names
-    something from ``base`` and nothing from the current directory."""
+def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str) -> None:
+    """Refuse the first relative path of ``recipe`` (read from the file ``copy``) that names
+    something from ``base`` (``where``: what it is) and nothing from the current directory."""
     try:
         here = Path.cwd()
     except OSError:  # no current directory: a relative path fails where it is read
@@ -604,9 +619,9 @@ def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path) -> None:
         if key == "output_dir" or path.is_absolute() or exists(path) or not exists(base / path):
             continue
         raise UserInputError(
-            f"{copy}: key {key!r}: {text!r} is relative to {base}, where the run was made, "
-            f"and names nothing from the current directory {here}: run the command from "
-            f"{base} (or name it by an absolute path in the recipe)"
+            f"{copy}: key {key!r}: {text!r} names something from {base}, {where}, and nothing "
+            f"from the current directory {here}, which a recipe's relative paths are read "
+            f"from: run the command from {base} (or name it by an absolute path in the recipe)"
         )
 
 
