@@ -1396,6 +1396,24 @@ def test_a_rule_across_a_calls_settings_names_the_call(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_recipe_path_holding_brackets_is_no_python_call(tmp_path: Path, cli) -> None:
+    """``validate()`` told a Python call's source from a file's by the ``()`` in its name: a
+    recipe in ``p()/`` had its rule across keys prefixed with the path, as a call's is, where
+    the same recipe elsewhere was not. A call is a type now (``Call``), not a spelling."""
+    text = (
+        "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        "corpus: {paths: [package:wiki-en]}\nalpha: 3\nstudy: {alpha_select: gcv}\n"
+    )
+    lines = []
+    for folder in ("p()", "plain"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "r.yaml").write_text(text)
+        code, stderr = cli(["decompose", str(tmp_path / folder / "r.yaml"), "--dry-run"])
+        lines.append(assert_one_line(code, stderr, ["--alpha 3 would be ignored"]))
+    assert lines[0] == lines[1]
+    assert "r.yaml" not in lines[0], lines[0]
+
+
 def test_a_table_with_no_row_has_the_dtypes_of_one_with_rows() -> None:
     """``MergeRun.coverage`` of an evaluation that covered no language (too little held-out
     text) had every column ``object``, where one with rows has text, float and integer columns:
