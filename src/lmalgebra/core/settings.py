@@ -134,24 +134,26 @@ def is_boolean(value: Any) -> bool:
     return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
 
 
-def _bool_for_number(annotation: Any, value: Any) -> bool:
+def bool_for_number(annotation: Any, value: Any) -> bool:
     """Whether ``value`` holds a boolean where ``annotation`` promises a number and no boolean
     (``steps: true``, ``layers: [true, 2]``): pydantic takes ``True`` for ``1``."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _bool_for_number(typing.get_args(annotation)[0], value)
+        return bool_for_number(typing.get_args(annotation)[0], value)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
         if is_boolean(value):
             return not any(_admits_bool(a) for a in options) and any(
                 _admits_number(a) for a in options
             )
-        return any(_bool_for_number(a, value) for a in options if typing.get_origin(a))
+        return any(bool_for_number(a, value) for a in options if typing.get_origin(a))
     if is_boolean(value):
         return _admits_number(annotation) and not _admits_bool(annotation)
     if isinstance(value, _SEQUENCES) and origin in (*_SEQUENCES, typing.Sequence):
         items = [a for a in typing.get_args(annotation) if a is not Ellipsis]
-        return any(_bool_for_number(a, v) for a in items for v in value)
+        return any(bool_for_number(a, v) for a in items for v in value)
+    if isinstance(value, Mapping) and origin in (dict, Mapping):  # ``objective_mix: {alm: yes}``
+        return any(bool_for_number(typing.get_args(annotation)[1], v) for v in value.values())
     return False
 
 
@@ -356,7 +358,7 @@ class Settings(BaseModel):
         """A boolean where a number is promised is refused, not read as 0 or 1 (a YAML
         ``steps: yes``, ``seed: true``)."""
         field = cls.model_fields.get(info.field_name or "")
-        if field is not None and _bool_for_number(field.annotation, value):
+        if field is not None and bool_for_number(field.annotation, value):
             promised = "number" if "float" in str(field.annotation) else "integer"
             raise PydanticCustomError("bool_for_number", f"a boolean is no {promised}")
         return value
