@@ -1316,6 +1316,25 @@ def test_a_summary_edited_in_the_object_is_not_taken_for_the_run_written_again(
     assert loaded.save(tmp_path / "copy").is_dir() and loaded.heatmap is not None
 
 
+def test_a_run_read_back_whose_directory_is_gone_names_the_remedy(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """A decomposition read back, saved to a copy, its directory then removed: ``report()`` and
+    ``save()`` refused it naming the directory gone, no word of what to do (the object copies
+    from its source, 8bab236): the line says to load the copy or compute it again."""
+    import shutil
+
+    loaded = Decomposition.load(decomposition.save(tmp_path / "run"))
+    loaded.save(tmp_path / "copy")
+    shutil.rmtree(tmp_path / "run")
+    for call in (lambda: loaded.report(tmp_path / "r.html"), lambda: loaded.save(tmp_path / "c2")):
+        with pytest.raises(UserInputError) as caught:
+            call()
+        said = str(caught.value)
+        assert "no longer holds this decomposition" in said and "Decomposition.load a copy" in said
+    assert Decomposition.load(tmp_path / "copy").summary == loaded.summary
+
+
 def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path: Path) -> None:
     """A lone surrogate (a byte decoded with ``errors='surrogateescape'``, or an undecodable
     byte of a command line) in a document or a model name had ended in a UnicodeEncodeError
