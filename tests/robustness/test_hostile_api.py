@@ -464,13 +464,18 @@ def test_a_training_key_of_the_other_objective_is_named_as_its(
 ) -> None:
     """``--training.objective_mix`` (a flag the help lists, for causal recipes) over a masked
     recipe, or ``training={"objective_mix": ...}``, said "unknown key" alone, where the recipe
-    file's reader names the objective the key belongs to: so do they now."""
+    file's reader names the objective the key belongs to: so do they now; the flag is named as
+    typed (it had been ``command line: unknown key 'objective_mix'``)."""
     recipe = write_recipe(tmp_path, teacher_dirs)
     wanted = "unknown key 'objective_mix': a setting of causal recipes' training, and this "
     with pytest.raises(UserInputError, match=r"^merge_plan\(\) training: " + wanted):
         lmalgebra.merge_plan(recipe, training={"objective_mix": {"ce": 1.0}})
     args = ["merge", "train", str(recipe), "--training.objective_mix", '{"ce": 1}', "--dry-run"]
-    assert_one_line(*cli(args), [f"command line: {wanted}recipe's objective is masked"])
+    said = "--training.objective_mix: a setting of causal recipes' training, and this recipe's"
+    line = assert_one_line(*cli(args), [f"error: {said} objective is masked"])
+    assert "unknown key" not in line and "command line" not in line, line  # the flag, named
+    args = ["merge", "train", str(recipe), "--training.label_smoothing", "0.1", "--dry-run"]
+    assert_one_line(*cli(args), ["error: --training.label_smoothing: a setting of causal"])
     assert not (tmp_path / "run").exists()
 
 
