@@ -240,7 +240,7 @@ def test_a_recipes_relative_teacher_read_from_elsewhere_names_both_directories(
     assert all(n in str(err.value) for n in needles), err.value
     made = project / "made"  # a file saying where it was made (a selection's recommended.yaml)
     made.mkdir()
-    (made / "r.yaml").write_text(f'{MADE_IN}"{project}"\n{path.read_text()}')
+    (made / "r.yaml").write_text(f'# chosen\n{MADE_IN}"{project}"\n{path.read_text()}')
     monkeypatch.chdir(made)
     code, stderr = cli(["merge", "prepare", "r.yaml", "--dry-run", "--no-progress"])
     assert_one_line(code, stderr, [*needles[:2], str(made), "where it was made"])

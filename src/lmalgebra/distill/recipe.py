@@ -626,13 +626,17 @@ def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str) -> No
 
 
 def _made_in(copy: Path) -> Path | None:
-    """The directory named on the first line of the run's copy ``copy`` (none: a copy from
-    before the line was written, or the user's own recipe kept as the copy)."""
+    """The directory named by the ``made in`` line among the leading comments of ``copy`` (a
+    run's copy's first line, a selection's ``recommended.yaml``'s second); none: a file without
+    one (a copy from before the line was written, the user's own recipe kept as the copy)."""
     with copy.open("rb") as handle:
-        first = handle.readline().decode("utf-8", "replace").rstrip("\n")
-    prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if first.startswith(p)), None)
-    if prefix is None:
-        return None
-    with contextlib.suppress(ValueError):
-        return Path(json.loads(first.removeprefix(prefix)))
+        for raw in handle:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if line.startswith(p)), None)
+            if prefix is not None:
+                with contextlib.suppress(ValueError):
+                    return Path(json.loads(line.removeprefix(prefix)))
+                return None
+            if not line.startswith("#"):
+                return None
     return None
