@@ -253,6 +253,32 @@ def test_a_recipes_relative_teacher_read_from_elsewhere_names_both_directories(
     assert str(project) not in line and str(elsewhere) not in line
 
 
+@pytest.mark.parametrize("command", ["decompose", "pretrain"])
+def test_a_decompose_or_pretrain_recipes_relative_path_read_from_elsewhere_names_both(
+    command: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decompose recipe (or a pretrain spec) naming its corpus beside it, run from another
+    directory: `corpus xx.txt does not exist`, no word of the file beside the recipe. Named as
+    a merge recipe's is; a flag's path (read from here, as given) is not the recipe's."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "xx.txt").write_text("one document\n")
+    if command == "decompose":
+        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        args = ["decompose", str(project / "r.yaml"), "--dry-run"]
+    else:
+        text = "language: xx\nout: o\ntraining: {steps: 1}\ntokenizer: {vocab_size: 200}\n"
+        args = ["pretrain", "masked", str(project / "r.yaml")]
+    (project / "r.yaml").write_text(text + "corpus: {paths: [xx.txt]}\n")
+    monkeypatch.chdir(elsewhere)
+    needles = ["key 'corpus.paths'", "'xx.txt'", str(project), str(elsewhere), "run the command"]
+    assert_one_line(*cli(args), needles)
+    code, stderr = cli([*args, "--corpus.paths", "xx.txt"])  # the flag's: read from here
+    assert code == 2 and str(project) not in stderr.splitlines()[-1], stderr
+    assert not (elsewhere / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "key"),
     [

@@ -10,7 +10,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
-from lmalgebra.core.settings import SettingsError, describe
+from lmalgebra.core.settings import (
+    SettingsError,
+    describe,
+    home_expanded,
+    recipe_paths,
+    refuse_found_elsewhere,
+)
 from lmalgebra.core.text_files import local_namesake, read_text
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -216,4 +222,9 @@ def load_settings(cls: type[ConfigT], path: Path | None, overrides: dict[str, An
     """A ``cls`` from a YAML file (optional) with command-line values laid over it; errors
     name the file, or the command line when there is none."""
     data = read_yaml(path) if path is not None else {}
-    return validate(cls, layered(data, overrides), str(path) if path else "command line")
+    settings = validate(cls, layered(data, overrides), str(path) if path else "command line")
+    if path is not None:  # a relative path of the file found beside it alone: named
+        base = home_expanded(path).absolute().parent
+        texts = recipe_paths(settings, overrides, ("out",))
+        refuse_found_elsewhere(texts, path, base, "the recipe's directory")
+    return settings

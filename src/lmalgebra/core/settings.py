@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -213,6 +213,44 @@ def path_texts(settings: BaseModel, prefix: str = "") -> typing.Iterator[tuple[s
             yield from ((key, str(v)) for v in items if v is not None)
         else:
             yield from _nested_paths(value, key)
+
+
+def recipe_paths(
+    settings: BaseModel, overrides: Mapping[str, Any], outputs: Sequence[str]
+) -> list[tuple[str, str]]:
+    """The paths to read (key, text) that ``settings`` takes from its recipe file: those of
+    ``outputs`` (keys it writes to) and those a flag gave (``overrides``: a section's keys or a
+    whole key) left out."""
+    given = [f"{k}.{s}" for k, v in overrides.items() if isinstance(v, Mapping) for s in v]
+    given += [k for k, v in overrides.items() if not isinstance(v, Mapping)]
+    return [
+        (key, text)
+        for key, text in path_texts(settings)
+        if key not in outputs and not any(f"{key}.".startswith(f"{g}.") for g in given)
+    ]
+
+
+def refuse_found_elsewhere(
+    texts: Iterable[tuple[str, str]], source: Path, base: Path, where: str
+) -> None:
+    """Refuse the first relative path of ``texts`` (key, path as written in the file ``source``)
+    that names something from ``base`` (``where``: what it is, the recipe's directory) and
+    nothing from the current directory, which a recipe's relative paths are read from (as
+    ``from_pretrained`` reads them): read from here it would be none, or a hub id."""
+    try:
+        here = Path.cwd()
+    except OSError:  # no current directory: a relative path fails where it is read
+        return
+    exists = os.path.lexists  # a link to nothing is there too
+    for key, text in texts if here != base else ():
+        path = home_expanded(Path(text))
+        if path.is_absolute() or exists(path) or not exists(base / path):
+            continue
+        raise UserInputError(
+            f"{source}: key {key!r}: {text!r} names something from {base}, {where}, and nothing "
+            f"from the current directory {here}, which a recipe's relative paths are read "
+            f"from: run the command from {base} (or name it by an absolute path in the recipe)"
+        )
 
 
 def _lists_paths(field: Any) -> bool:

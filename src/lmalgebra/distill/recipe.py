@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -37,6 +36,7 @@ from lmalgebra.core.settings import (
     describe,
     home_expanded,
     path_texts,
+    refuse_found_elsewhere,
     refuse_ignored,
 )
 from lmalgebra.distill.layout import RunLayout, check_plain_name
@@ -609,20 +609,8 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
 def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str) -> None:
     """Refuse the first relative path of ``recipe`` (read from the file ``copy``) that names
     something from ``base`` (``where``: what it is) and nothing from the current directory."""
-    try:
-        here = Path.cwd()
-    except OSError:  # no current directory: a relative path fails where it is read
-        return
-    for key, text in path_texts(recipe) if here != base else ():
-        path = home_expanded(Path(split_language(text)[1]))
-        exists = os.path.lexists  # a link to nothing is there too
-        if key == "output_dir" or path.is_absolute() or exists(path) or not exists(base / path):
-            continue
-        raise UserInputError(
-            f"{copy}: key {key!r}: {text!r} names something from {base}, {where}, and nothing "
-            f"from the current directory {here}, which a recipe's relative paths are read "
-            f"from: run the command from {base} (or name it by an absolute path in the recipe)"
-        )
+    texts = ((k, split_language(t)[1]) for k, t in path_texts(recipe) if k != "output_dir")
+    refuse_found_elsewhere(texts, copy, base, where)
 
 
 def _made_in(copy: Path) -> Path | None:
