@@ -437,6 +437,36 @@ def test_restart_removes_no_file_of_the_users_kept_in_a_checkpoint(
     assert not first.exists() and not second.exists()
 
 
+def test_a_users_directory_named_like_a_checkpoint_is_neither_read_nor_removed(
+    tmp_path: Path,
+) -> None:
+    """A user's ``step-0000001.bak`` (a copy of a checkpoint) or ``step-abc`` beside the
+    checkpoints: the step of the newest was read from every ``step-*`` name (a ValueError
+    traceback from ``merge train`` and its dry run), the copy was pruned as the run's oldest
+    checkpoint and removed by ``--restart``. Only ``step-NNNNNNN`` is the run's."""
+    import shutil
+
+    import torch
+
+    from lmalgebra.train.checkpoint import checkpointed_step, clear_checkpoints, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    root = tmp_path / "checkpoints"
+    first = save_checkpoint(root, 1, model, optimizer, {}, keep=1)
+    shutil.copytree(first, root / "step-0000001.bak")
+    (root / "step-abc").mkdir()
+    assert checkpointed_step(root) == 1
+    save_checkpoint(root, 2, model, optimizer, {}, keep=1)
+    assert sorted(p.name for p in root.iterdir()) == [
+        "step-0000001.bak",
+        "step-0000002",
+        "step-abc",
+    ]
+    clear_checkpoints(root)
+    assert sorted(p.name for p in root.iterdir()) == ["step-0000001.bak", "step-abc"]
+
+
 def test_pretrain_again_over_a_run_that_kept_no_checkpoint_says_it_starts_afresh(
     corpus_txt: Path, tmp_path: Path, cli, caplog: pytest.LogCaptureFixture
 ) -> None:
