@@ -1581,3 +1581,19 @@ def test_a_key_of_the_causal_training_given_to_training_spec_names_its_class() -
         lmalgebra.TrainingSpec(label_smoothing=0.1)
     with pytest.raises(UserInputError, match=r"^TrainingSpec: unknown key 'stepz'$"):
         lmalgebra.TrainingSpec(stepz=3)
+
+
+def test_a_key_of_a_sibling_settings_class_names_that_class() -> None:
+    """``MaskedStudentSpec(init=...)`` (a causal student's key) and
+    ``MaskedRecipe.model_validate({"teacher_text": ...})`` said "unknown key" alone, where a key
+    of a class built on the one given is named: a class built on the same base is too."""
+    from lmalgebra.distill.recipe import MaskedRecipe
+    from lmalgebra.distill.student import MaskedStudentSpec
+
+    said = r"a key of lmalgebra\.distill\.student\.CausalStudentSpec \(built on ModelSpec, as "
+    with pytest.raises(UserInputError, match=r"^MaskedStudentSpec: unknown key 'init': " + said):
+        MaskedStudentSpec(init="x")
+    with pytest.raises(UserInputError, match=r"recipe\.CausalRecipe \(built on MergeRecipe, as "):
+        MaskedRecipe.model_validate({"teacher_text": {}})
+    with pytest.raises(UserInputError, match=r"^MaskedStudentSpec: unknown key 'initt'$"):
+        MaskedStudentSpec(initt="x")

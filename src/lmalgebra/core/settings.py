@@ -330,19 +330,34 @@ class SettingsError(UserInputError, ValueError):
 
 def _key_of_subclass(kind: type[BaseModel], err: ValidationError) -> str:
     """For an unknown key of ``kind`` that a class built on it has (``TrainingSpec`` given
-    ``objective_mix``, a key of a causal recipe's ``CausalTrainingSpec``), which class that is."""
+    ``objective_mix``, a key of a causal recipe's ``CausalTrainingSpec``), or else a class built
+    on one of its bases (``MaskedStudentSpec`` given ``init``, a ``CausalStudentSpec``'s), which
+    class that is."""
     unknown = next((e for e in err.errors() if e["type"] == "extra_forbidden"), None)
     if unknown is None or len(unknown["loc"]) != 1:
         return ""
-    below, owner = list(kind.__subclasses__()), None
-    while below and owner is None:
+    bases = [b for b in kind.__mro__ if issubclass(b, Settings) and b is not Settings]
+    for base in bases:
+        owner = _owner_below(base, str(unknown["loc"][0]), kind)
+        if owner is not None:
+            name = f"{owner.__module__}.{owner.__name__}"
+            on = f"{base.__name__}, as {kind.__name__} is" if base is not kind else kind.__name__
+            return f": a key of {name} (built on {on}): build one of those instead"
+    return ""
+
+
+def _owner_below(base: type[BaseModel], key: str, given: type[BaseModel]) -> type | None:
+    """The first class built on ``base`` (``given`` and those built on it aside, unless ``base``
+    is ``given``) that has settings key ``key``."""
+    below, seen = list(base.__subclasses__()), {given} if base is not given else set()
+    while below:
         cls = below.pop(0)
-        owner = cls if unknown["loc"][0] in cls.model_fields else None
+        if cls in seen:
+            continue
+        if key in cls.model_fields:
+            return cls
         below += cls.__subclasses__()
-    if owner is None:
-        return ""
-    name = f"{owner.__module__}.{owner.__name__}"
-    return f": a key of {name} (built on {kind.__name__}): build one of those instead"
+    return None
 
 
 def _refuses_empty(kind: type[BaseModel]) -> bool:
@@ -456,7 +471,8 @@ class Settings(BaseModel):
         try:
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as err:
-            raise SettingsError(describe(err, cls.__name__), err) from None
+            message = describe(err, cls.__name__) + _key_of_subclass(cls, err)
+            raise SettingsError(message, err) from None
 
 
 def revalidated(settings: SettingsT, source: str) -> SettingsT:
