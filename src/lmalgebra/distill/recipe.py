@@ -609,8 +609,18 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
 def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str) -> None:
     """Refuse the first relative path of ``recipe`` (read from the file ``copy``) that names
     something from ``base`` (``where``: what it is) and nothing from the current directory."""
-    texts = ((k, split_language(t)[1]) for k, t in path_texts(recipe) if k != "output_dir")
+    texts = (
+        (k, split_language(t)[1]) for k, t in path_texts(recipe) if _read_as_path(recipe, k, t)
+    )
     refuse_found_elsewhere(texts, copy, base, where)
+
+
+def _read_as_path(recipe: MergeRecipe, key: str, text: str) -> bool:
+    """Whether the path-like setting ``key`` (``text``) of ``recipe`` is read as a path: not
+    the run's output, nor a student tokenizer naming a teacher (``bl``, ``teacher:bl``)."""
+    if key == "student.tokenizer":
+        return parse_student_tokenizer(text, list(recipe.teachers)).source == "model"
+    return key != "output_dir"
 
 
 def _made_in(copy: Path) -> Path | None:

@@ -271,7 +271,8 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
     if recipe is not None:  # a relative path of the file found beside it alone: named
         base = home_expanded(recipe).absolute().parent
         texts = recipe_paths(config, overrides, ("out", "cache_dir"))
-        split = [(key, split_language(text)[1]) for key, text in texts]
+        names = {m.name for m in config.models}  # a reference_tokenizer naming a model
+        split = [(key, split_language(text)[1]) for key, text in texts if text not in names]
         refuse_found_elsewhere(split, recipe, base, "the recipe's directory")
     return config
 
