@@ -400,3 +400,17 @@ def test_a_report_into_another_run_is_refused(
     assert (
         _cli(monkeypatch, str(tmp_path / "a"), "--out", str(tmp_path / "a" / "s" / "x.html")) == 0
     )
+
+
+def test_a_bootstrap_interval_that_misses_its_estimate_is_drawn(tmp_path: Path) -> None:
+    """A percentile interval need not hold its estimate (few spans, a skewed R^2): ``report``
+    of such a run (``--study.bootstrap`` on 20 training spans) had ended in matplotlib's
+    ``ValueError: 'yerr' must not contain negative values``."""
+    from lmalgebra.lmd.figures.run_figures import group_r2_bars
+    from lmalgebra.lmd.rundir.schema import FitRow
+
+    fits = [
+        FitRow("group", "a", "b", "test", -2.3, ci_low=-8.7, ci_high=-1.9),
+        FitRow("group", "b", "a", "test", -1.8, ci_low=-1.7, ci_high=-0.9),  # above it
+    ]
+    assert group_r2_bars(fits, [], tmp_path / "group_r2.png").stat().st_size > 0

@@ -385,6 +385,22 @@ def test_full_disk_during_decompose(
     assert json.loads((out / "summary.json").read_text())["status"] == "complete"
 
 
+def test_full_disk_while_a_cache_entry_is_built_names_the_entry(tmp_path: Path) -> None:
+    """A GGUF file dequantised (or a packaged model unpacked) into a cache on a full disk: the
+    line had named no file, so the user could not tell the cache's disk from the run's."""
+    from lmalgebra.storage.disk_space import OutOfSpaceError
+    from lmalgebra.storage.split_archive import build_once
+
+    def build(work: Path) -> Path:
+        (work / "model").mkdir()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    target = tmp_path / "cache" / "gguf" / "entry"
+    with pytest.raises(OutOfSpaceError, match=f"while writing {re.escape(str(target))};"):
+        build_once(target, build, what="model 'x'")
+    assert not (tmp_path / "cache").exists()
+
+
 def test_full_disk_is_recognised_in_every_writers_wording() -> None:
     assert is_out_of_space(OSError(errno.ENOSPC, "No space left on device"))
     assert is_out_of_space(OSError(errno.EDQUOT, "Disk quota exceeded"))

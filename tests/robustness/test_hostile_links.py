@@ -60,6 +60,32 @@ def test_a_loop_of_links_is_named_as_one(tmp_path: Path) -> None:
             read_documents(CorpusSpec(paths=[str(tmp_path / name)]))
 
 
+@pytest.mark.parametrize("part", ["embeddings", "hashes"])
+def test_a_loop_of_links_met_where_a_path_is_resolved_is_one_line(
+    part: str,
+    bert_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A cache directory linked to itself, and a run directory given to ``report`` that is
+    one, had ended in pathlib's ``RuntimeError: Symlink loop from ...``."""
+    from hostile_helpers import assert_one_line, run_cli
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / part).symlink_to(part)
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt)]
+    args += ["--out", str(tmp_path / "out"), "--no-progress"]
+    assert_one_line(*run_cli(args, monkeypatch, capsys), [f"{cache / part} is a symbolic", "loop"])
+    (tmp_path / "run").symlink_to("run")
+    code, stderr = run_cli(["report", str(tmp_path / "run")], monkeypatch, capsys)
+    assert_one_line(code, stderr, [f"{tmp_path / 'run'} is a symbolic link to run", "a loop"])
+
+
 @pytest.mark.parametrize("below", [False, True])
 def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
     below: bool,
@@ -128,3 +154,31 @@ def test_an_output_through_a_link_into_another_output_is_refused(tmp_path: Path)
     link.unlink()
     link.symlink_to(elsewhere)
     check_output_directory(link)  # a link to a directory of no output is followed
+
+
+def test_a_model_written_again_in_a_hard_link_copy_leaves_the_original(
+    gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A run copied with hard links (``cp -al``, ``rsync --link-dest``) and its student trained
+    again in the copy: ``save_pretrained`` writes in place, and had written the new model's
+    ``config.json`` (tokenizer files) into the original's, which then failed its record."""
+    import os
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hostile_helpers import digests
+    from lmalgebra.distill.layout import write_model_directory
+    from lmalgebra.sources.model_files import model_damage
+
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(gpt2_dir)
+    original, copy = tmp_path / "run" / "model", tmp_path / "copy" / "model"
+    write_model_directory(original, model, tokenizer, {"steps": 1})
+    copy.mkdir(parents=True)
+    for path in original.iterdir():
+        os.link(path, copy / path.name)
+    before = digests(original)
+    model.config.summary_activation = "tanh"  # another model's configuration
+    write_model_directory(copy, model, tokenizer, {"steps": 2})
+    assert digests(original) == before
+    assert model_damage(original) is None and model_damage(copy) is None

@@ -30,10 +30,18 @@ def _link_to_users_file(path: Path) -> None:
     path.symlink_to(target)
 
 
+def _hard_link_to_users_file(path: Path) -> None:
+    """A regular file, with another name: the lock's record had been written over the notes."""
+    target = path.parent.parent / "notes.txt"
+    target.write_text("the user's notes\n")
+    os.link(target, path)
+
+
 SPECIAL: dict[str, tuple[Callable[[Path], None], str]] = {
     "fifo": (_fifo, "is a FIFO, socket or device"),
     "directory": (_directory, "is a directory"),
     "link": (_link_to_users_file, "is a symbolic link to"),
+    "hard-link": (_hard_link_to_users_file, r"is a hard link \(2 names\)"),
 }
 
 
@@ -51,7 +59,7 @@ def test_a_lock_file_that_is_no_regular_file_is_refused(tmp_path: Path, kind: st
     ):
         pass
     assert (out / LOCK_NAME).is_symlink() or (out / LOCK_NAME).exists()  # left as it was
-    if kind == "link":
+    if kind in ("link", "hard-link"):
         assert (tmp_path / "notes.txt").read_text() == "the user's notes\n"
 
 

@@ -557,7 +557,7 @@ def test_a_teacher_that_is_no_transformers_model_is_refused_by_name(
         teachers = request.getfixturevalue("causal_teacher_dirs")
         recipe = write_causal_recipe(tmp_path, {**teachers, "uni": onnx})
         name = "uni"
-    needles = [f"teacher {name!r}: onnx:", "is of kind onnx", "a transformers language model"]
+    needles = [f"teacher {name!r}: onnx:", "is an ONNX graph", "a transformers language model"]
     for command in (["prepare", "--dry-run"], ["prepare"], ["train", "--dry-run"]):
         code, stderr = cli(["merge", command[0], str(recipe), *command[1:], "--no-progress"])
         assert_one_line(code, stderr, needles)

@@ -1208,6 +1208,32 @@ def test_a_file_output_does_not_go_into_a_directory_another_run_holds(
         holder.wait()
 
 
+def test_a_run_another_command_is_writing_is_named_as_in_use_not_incomplete(
+    cli: Runner, tmp_path: Path
+) -> None:
+    """``report`` of, and ``Decomposition.load`` of, a run whose decomposition is under way
+    (its lock held, its ``summary.json`` not written yet) name the run in progress, as ``merge
+    verify`` does; they had called it "not a complete decomposition run"."""
+    import subprocess
+
+    from lmalgebra import Decomposition
+
+    held = tmp_path / "held"
+    held.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        one_error(*cli("report", str(held)), str(held), "in use by another", "holder command")
+        in_use = f"in use by another lmalgebra run .pid {holder.pid}"
+        with pytest.raises(UserInputError, match=in_use):
+            Decomposition.load(held)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize(
     ("record", "content"),
     [
@@ -1240,6 +1266,33 @@ def test_a_damaged_provenance_does_not_switch_the_input_check_off(
     (out / record).write_text(content, encoding="utf-8")
     before = digests(out)
     one_error(*cli(*decompose_args(bert_dir, bert2_dir, corpus_txt, out)), record, "damaged")
+    assert digests(out) == before
+
+
+@pytest.mark.parametrize("how", ["deleted", "directory", "dangling link"])
+def test_a_finished_runs_configuration_gone_is_named_not_called_no_run(
+    how: str,
+    cli: Runner,
+    finished_run: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+) -> None:
+    """A finished run whose ``config.yaml`` is gone (``summary.json`` records it) had been
+    called a directory that "holds no decomposition", run again over: the file is named."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    (out / "config.yaml").unlink()
+    if how == "directory":
+        (out / "config.yaml").mkdir()
+    elif how == "dangling link":
+        (out / "config.yaml").symlink_to(tmp_path / "gone")
+    before = digests(out)
+    args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
+    one_error(*cli(*args), "config.yaml", "though", "summary.json records it", "--overwrite")
     assert digests(out) == before
 
 
@@ -1351,3 +1404,29 @@ def test_a_device_as_an_output_is_refused_without_advice_to_remove_it(tmp_path: 
     os.mkfifo(tmp_path / "pipe")
     with pytest.raises(UserInputError, match="remove it, or name another path"):
         refuse_special(tmp_path / "pipe")
+
+
+def test_an_overwrite_stopped_midway_leaves_a_directory_of_the_same_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``experimental select --overwrite`` stopped after its first removal had left a
+    ``summary.json`` without its ``recommended.yaml``: the same command then called the folder
+    a decomposition run and refused it. The files that tell the kind go last."""
+    from lmalgebra.experimental.selection.outputs import OWNED
+    from lmalgebra.storage.output_paths import directory_kind, remove_run_files
+
+    out = tmp_path / "selection"
+    out.mkdir()
+    for name in OWNED:
+        (out / name).write_text("x", encoding="utf-8")
+    kinds = []
+    unlink = Path.unlink
+
+    def watched(path: Path, *args: object, **kwargs: object) -> None:
+        unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+        if any(out.iterdir()):
+            kinds.append(directory_kind(out))
+
+    monkeypatch.setattr(Path, "unlink", watched)
+    remove_run_files(out, "teacher selection", OWNED)
+    assert kinds and {k[0] if k else None for k in kinds} == {"a teacher selection"}

@@ -5,7 +5,10 @@ directory wherever a path is given."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -322,3 +325,54 @@ def test_a_newline_in_a_path_named_keeps_the_message_one_line_from_python(tmp_pa
         with pytest.raises(UserInputError) as caught:
             call(tmp_path / "a\nb")
         assert "\n" not in str(caught.value) and "a\\nb" in str(caught.value)
+
+
+def _positional_paths() -> list[tuple[list[str], str]]:
+    """Every command's positional argument (each names a path: a recipe, a run, a spec, a
+    treebank), read from the command line itself, so that a new command is tried too."""
+    import typer.main
+
+    from lmalgebra.cli.app import app
+
+    found: list[tuple[list[str], str]] = []
+
+    def walk(command: Any, names: list[str]) -> None:
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            walk(sub, [*names, name])
+        arguments = [p for p in getattr(command, "params", []) if "Argument" in type(p).__name__]
+        found.extend((names, str(p.name)) for p in arguments)
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+POSITIONAL_PATHS = _positional_paths()
+NOT_FILES = ["fifo", "socket", "device", "dangling link"]
+REQUIRED = {"evaluate-pos": ["--models", "package:minilm"]}  # what the command asks for first
+
+
+def test_every_command_has_a_positional_path_tried_here() -> None:
+    assert len(POSITIONAL_PATHS) >= 18  # every command but demo, demo-lmd and packaged
+    assert (["merge", "bits-per-byte"], "run_dir") in POSITIONAL_PATHS
+
+
+@pytest.mark.parametrize("kind", NOT_FILES)
+@pytest.mark.parametrize(("command", "argument"), POSITIONAL_PATHS, ids=lambda v: str(v))
+def test_every_commands_path_that_is_no_file_or_directory_is_one_line(
+    cli, here: Path, command: list[str], argument: str, kind: str
+) -> None:
+    """A FIFO (read, it blocks the command), a socket, a device (``/dev/zero`` never ends) or a
+    link to nothing given for any command's path: one line naming it, exit status 2, nothing
+    written."""
+    path = {"device": Path("/dev/zero"), "dangling link": here / "link"}.get(kind, here / kind)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as bound:
+            bound.bind(str(path))
+    elif kind == "dangling link":
+        path.symlink_to(here / "gone")
+    before = sorted(p.name for p in here.iterdir())
+    code, stderr = cli([*command, str(path), *REQUIRED.get(command[0], [])])
+    assert_one_line(code, stderr, [str(path)])
+    assert sorted(p.name for p in here.iterdir()) == before

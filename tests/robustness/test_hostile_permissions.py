@@ -112,6 +112,27 @@ def test_a_read_only_cache_directory_ends_in_one_line(
     _ends_well(*bound(other, cache), cache / part)
 
 
+def test_a_read_only_hashes_directory_is_done_without(
+    bert_dir: Path,
+    gpt2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """Models never seen before, over a cache whose ``hashes/`` cannot be written: their
+    hashes and architecture checks are computed and not remembered (the architecture check's
+    memo had ended the run, naming its temporary file)."""
+    cache = tmp_path / "cache"
+    (cache / "hashes").mkdir(parents=True)
+    read_only(cache / "hashes")
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"g={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    code, stderr = bound([*args, "--out", str(tmp_path / "out"), "--no-progress"], cache)
+    assert code == 0, stderr
+    assert not list((cache / "hashes").iterdir())
+
+
 def test_a_read_only_gguf_cache_ends_in_one_line(
     gpt2_dir: Path,
     corpus_txt: Path,

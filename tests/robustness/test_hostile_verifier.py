@@ -509,6 +509,16 @@ def test_verify_checks_the_whole_run_and_each_stage_what_it_reads(
     for args in (["evaluate", str(run)], ["verify", str(run)]):
         code, stderr = cli(["merge", *args])
         assert code == 0, stderr
+    # a table edited, and one an evaluation stopped after its record had not written yet: the
+    # run's result, they had passed verify
+    table, report = run / "evaluation" / "scores.csv", run / "evaluation" / "evaluation.md"
+    table.write_text(table.read_text(encoding="utf-8").replace(",0.", ",1.", 1), encoding="utf-8")
+    report.unlink()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(table), str(report), "does not hold what evaluation.json"])
+    for args in (["evaluate", str(run)], ["verify", str(run)]):
+        code, stderr = cli(["merge", *args])
+        assert code == 0, stderr
     # the evaluation's record, which the next `merge evaluate` reads, edited as well-formed JSON
     record = run / "evaluation" / "evaluation.json"
     found = json.loads(record.read_text(encoding="utf-8"))

@@ -4,6 +4,7 @@ the registry alone, is parsed, planned, fingerprinted, embedded and decomposed l
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import ClassVar
 
@@ -90,3 +91,20 @@ def test_a_registered_kind_is_planned_and_decomposed(
     again = decompose(models, texts, spans=SPANS, cache_dir=cache, progress=False)
     assert sum(RandomVectors.embedded) == 100  # read back from the embedding cache
     assert again.pairwise().loc["r", "a"] == pytest.approx(result.pairwise().loc["r", "a"])
+
+
+def test_no_module_outside_the_kinds_tests_a_model_kind_by_name() -> None:
+    """A model's kind is looked up once, where its reference is parsed; everything else asks the
+    source's class attributes, so a new kind needs no branch elsewhere."""
+    kinds = "|".join(KINDS)
+    compared = re.compile(rf'(==|!=) *"({kinds})"|"({kinds})" *(==|!=)')
+    src = Path(lmalgebra.__file__).parent
+    allowed = {src / "sources" / "models.py", src / "sources" / "model_source.py"}
+    found = [
+        f"{path.relative_to(src)}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        if path.parent != src / "sources" / "kinds" and path not in allowed
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if compared.search(line)
+    ]
+    assert found == []

@@ -234,7 +234,10 @@ def write_model_directory(
     if not is_main():
         return target
     kept = _intact_files(target)
+    shared = _shared_files(target)
     remove_file(target / MARKER)
+    for path in shared:  # save_pretrained writes in place: through a hard link, into the other
+        path.unlink()
     before = _stamps(target)  # what is there already: a file left as it was is not this write's
     _without_call_settings(tokenizer)
     with naming_file(target):
@@ -266,6 +269,19 @@ def _intact_files(directory: Path) -> dict[str, Any] | None:
         return None
     sums = read_marker(directory).get(FILES_KEY)
     return sums if isinstance(sums, dict) else None
+
+
+def _shared_files(directory: Path) -> list[Path]:
+    """The model's own files (those its marker records) that have other names: a directory
+    copied with hard links (``cp -al``, ``rsync --link-dest``), whose model written again here
+    had been written into the other copy's files too."""
+    try:
+        recorded = read_marker(directory).get(FILES_KEY) if is_complete(directory) else None
+    except UserInputError:  # a damaged marker: the model is written anew all the same
+        recorded = None
+    names = recorded if isinstance(recorded, dict) else {}
+    paths = [directory / name for name in names if isinstance(name, str)]
+    return [p for p in paths if p.is_file() and not p.is_symlink() and p.stat().st_nlink > 1]
 
 
 def _stamps(directory: Path) -> dict[str, tuple[int, int, int]]:

@@ -621,6 +621,13 @@ class Objective(ABC):
         orders them."""
 
     @abstractmethod
+    def evaluation_texts(
+        self, tables: dict[str, list[dict[str, Any]]], students: list[str], settings: dict[str, Any]
+    ) -> dict[str, str]:
+        """The text files ``publish`` writes (the scores, ``rdt.csv``, ``evaluation.md``) by name,
+        as every row of ``tables`` makes them: what ``merge verify`` compares the files with."""
+
+    @abstractmethod
     def publish(
         self,
         tables: dict[str, list[dict[str, Any]]],

@@ -97,7 +97,12 @@ def verify(run_dir: Path) -> list[str]:
     problems = verify_run(run_dir, objective.store_parts, "vocab" in objective.stages)
     if (lock := lock_file_refusal(layout.root)) is not None:  # every stage refuses it
         problems.append(lock)
-    problems += record_problems(layout, objective.kind, objective.row_kinds())
+    problems += record_problems(
+        layout,
+        objective.kind,
+        objective.row_kinds(),
+        lambda r: objective.evaluation_texts(r["tables"], list(r["students"]), r["settings"]),
+    )
     problems += _student_problems(objective.recipe, list(layout.saved_students()))
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
     if problems or stale:

@@ -78,10 +78,10 @@ class TeacherSpec(Settings):
     def check_kind(self, name: str) -> None:
         """Refuse a model no teacher can be (an ONNX graph, a file of vectors: no head to read
         outputs from), before any stage or its dry run reads it."""
-        kind = self.ref(name).kind
-        if kind != "transformers":
+        source = self.ref(name).source
+        if not source.transformers_model:
             raise UserInputError(
-                f"teacher {name!r}: {self.path} is of kind {kind}; a teacher is a transformers "
+                f"teacher {name!r}: {self.path} is {source.what}; a teacher is a transformers "
                 "language model with its head (a directory, hub id, package:NAME or gguf:FILE)"
             )
 

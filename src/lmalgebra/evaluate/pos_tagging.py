@@ -128,7 +128,7 @@ def _batch(split: _Split, members: Sequence[int], pad_id: int) -> _Batch:
     return _Batch(input_ids, attention, as_long(rows), as_long(cols), as_long(labels))
 
 
-def _word_states(model: Any, batch: _Batch, layer: int) -> torch.Tensor:
+def _transformers_model(model: Any, batch: _Batch, layer: int) -> torch.Tensor:
     """States of each word's first subword at ``layer``: ``(words, hidden) float32``."""
     outputs = model(
         input_ids=batch.input_ids, attention_mask=batch.attention, output_hidden_states=True
@@ -153,7 +153,7 @@ def _features(
     with progress_bar(label or "", len(order), options.progress and bool(label)) as advance:
         for start in range(0, len(order), size):
             batch = _batch(split, order[start : start + size], pad_id)
-            states.append(_word_states(model, batch, options.layer))
+            states.append(_transformers_model(model, batch, options.layer))
             labels.append(batch.labels)
             advance(len(batch.input_ids))
     model.train(was_training)
@@ -238,7 +238,7 @@ def _finetune(
                 batch = _batch(train, order[start : start + options.batch_size], pad_id)
                 model.train()
                 head.train()
-                logits = head(_word_states(model, batch, options.layer))
+                logits = head(_transformers_model(model, batch, options.layer))
                 loss = torch.nn.functional.cross_entropy(logits, batch.labels)
                 optimiser.zero_grad()
                 loss.backward()
@@ -441,16 +441,12 @@ def evaluate_many(
 def refuse_untaggable(refs: Sequence[ModelRef]) -> None:
     """Refuse a model whose hidden states a tagger cannot read word by word: an ONNX graph, a
     file of vectors (a tagger runs a transformers model, frozen or fine-tuned)."""
-    for ref in refs:
-        if ref.kind != "transformers":
-            what = _KINDS.get(ref.kind, f"a model of kind {ref.kind}")
+    for source in (ref.source for ref in refs):
+        if not source.transformers_model:
             raise UserInputError(
-                f"model {ref.name!r} is {what}: a tagger reads each word's hidden state from a "
-                "transformers model (give a directory, package:NAME or hub id of one)"
+                f"model {source.name!r} is {source.what}: a tagger reads each word's hidden state "
+                "from a transformers model (give a directory, package:NAME or hub id of one)"
             )
-
-
-_KINDS = {"onnx": "an ONNX graph", "precomputed": "a file of precomputed embeddings"}
 
 
 def evaluation_identity(

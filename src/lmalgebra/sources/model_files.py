@@ -106,17 +106,20 @@ def memoised_hash(
         if check == sha256_json([stamp, memoised]):
             return memoised
     digest = sha256_files(files, root)
-    if remember and memo is not None and memo_dir is not None and _may_write(memo_dir):
-        write_text_atomic(memo, f"{digest} {sha256_json([stamp, digest])}")
+    if remember and memo is not None:
+        remember_memo(memo, f"{digest} {sha256_json([stamp, digest])}")
     return digest
 
 
-def _may_write(directory: Path) -> bool:
-    """Whether this process may write into ``directory`` (or make it): a memo of a place it may
-    only read (a read-only run that ``merge verify`` checks, a shared cache) is not written, and
-    the hash is computed again next time; anything else in the way is named by the write."""
+def remember_memo(memo: Path, text: str) -> None:
+    """Write ``memo`` (a remembered hash or check) where this process may write: one of a place
+    it may only read (a read-only run that ``merge verify`` checks, a shared cache, a read-only
+    mount) is not written, and is computed again next time; anything else in the way is named
+    by the write."""
+    directory = memo.parent
     found = next((p for p in (directory, *directory.parents) if p.exists()), directory)
-    return not found.is_dir() or os.access(found, os.W_OK | os.X_OK)
+    if not found.is_dir() or os.access(found, os.W_OK | os.X_OK):
+        write_text_atomic(memo, text)
 
 
 _WIDTH = ("hidden_size", "d_model", "n_embd", "dim")

@@ -110,12 +110,17 @@ class ModelSource:
     it. ``has_tokenizer``: it can cut the spans; ``cached``: its embeddings are kept in the
     embedding cache; ``python_object``: it was handed to ``lmalgebra.decompose()``;
     ``fixed_spans``: it holds vectors of this run's spans (no sweep may draw others);
-    ``IGNORES``: the run's embedding settings it does not read (an object loaded already)."""
+    ``transformers_model``: it loads as a transformers model (a tagger reads each word's hidden
+    state from it, a teacher its head);
+    ``what``: what it is, as messages name it; ``IGNORES``: the run's embedding settings it does
+    not read (an object loaded already)."""
 
     has_tokenizer: ClassVar[bool] = True
     cached: ClassVar[bool] = True
     python_object: ClassVar[bool] = False
     fixed_spans: ClassVar[bool] = False
+    transformers_model: ClassVar[bool] = False
+    what: ClassVar[str] = "a model"
     IGNORES: ClassVar[tuple[str, ...]] = ()
     name: str
     kind: str

@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.text_files import absent
 
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _NOT_PERMITTED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 _RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_LINK_LOOP = re.compile(r"^Symlink loop from '(.+)'$")  # pathlib's, before Python 3.13
 
 
 class OutOfSpaceError(UserInputError):
@@ -131,4 +133,18 @@ def system_refusal(err: BaseException) -> str | None:
 
     if is_out_of_space(err):
         return message(getattr(err, "filename", None))
-    return refused_permission(err) or too_long_a_path(err) or refused_memory(err)
+    return refused_permission(err) or too_long_a_path(err) or refused_memory(err) or link_loop(err)
+
+
+def link_loop(err: BaseException) -> str | None:
+    """The one line a user sees for a loop of symbolic links that no check named first (a
+    cache directory linked to itself, met where a path is resolved); None for any other error."""
+    found = _LINK_LOOP.match(str(err)) if isinstance(err, RuntimeError) else None
+    where = found.group(1) if found else None
+    if where is None and errno.ELOOP in _os_errors(err):
+        where = _paths_of(err) or "a path"
+    if where is None:
+        return None
+    path = Path(where)
+    link = next((p for p in (path, *path.parents) if p.is_symlink()), path)
+    return f"{link} {absent(link)}; remove the link, or name another path"

@@ -70,10 +70,17 @@ def _refuse_lock_file(path: Path, kind: str) -> NoReturn:
     raise UserInputError(_lock_file_text(path, kind))
 
 
-def _lock_file_text(path: Path, kind: str) -> str:
+def _lock_file_text(path: Path, kind: str, why: str = "not a regular file") -> str:
     return (
-        f"lock file {path} is {kind}, not a regular file: lmalgebra writes its lock there "
+        f"lock file {path} is {kind}, {why}: lmalgebra writes its lock there "
         "(and removes it when done); remove it, then run again"
+    )
+
+
+def _linked(path: Path, links: int) -> str:
+    """A lock file with other names: the lock would be written over a file kept elsewhere."""
+    return _lock_file_text(
+        path, f"a hard link ({links} names)", "a file named elsewhere too, which it would replace"
     )
 
 
@@ -88,6 +95,8 @@ def lock_file_refusal(directory: Path) -> str | None:
         return _lock_file_text(path, "a directory")
     if path.exists() and not path.is_file():
         return _lock_file_text(path, "a FIFO, socket or device")
+    if path.is_file() and path.stat().st_nlink > 1:
+        return _linked(path, path.stat().st_nlink)
     return None
 
 
@@ -103,9 +112,13 @@ def _open_lock_file(path: Path) -> int:
         if err.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             _refuse_lock_file(path, "a symbolic link or special file")
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode):
         os.close(fd)
         _refuse_lock_file(path, "a FIFO, socket or device")
+    if found.st_nlink > 1:
+        os.close(fd)
+        raise UserInputError(_linked(path, found.st_nlink))
     return fd
 
 

@@ -408,7 +408,11 @@ def remove_run_files(directory: Path, what: str, owned: Sequence[str] = ("*",)) 
     (a user's own files, in it or in a directory of the run's, another run), naming a few."""
     refuse_foreign(directory, what, owned)
     mine, _ = _sort_out(directory, owned)
-    for path in mine:
+    kind = directory_kind(directory)
+    markers = KIND_MARKERS.get(kind[0], ()) if kind is not None else ()
+    # the files that tell the kind go last: a run stopped in between is still its own kind
+    # (a selection's summary.json without its recommended.yaml read as a decomposition's)
+    for path in sorted(mine, key=lambda p: p.relative_to(directory).as_posix() in markers):
         path.unlink()
     # every directory left is the run's (another would have been refused): the emptied go
     folders = [p for p in directory.rglob("*") if p.is_dir() and not p.is_symlink()]

@@ -203,8 +203,9 @@ def _built(
         try:
             log.info("building %s into %s (once)", what, target)
             make_directories(work)
-            made = build(work)
-            _sync_tree(made)
+            with naming_file(target):  # a full disk named: the cache's, not a run's
+                made = build(work)
+                _sync_tree(made)
             try:
                 made.rename(target)
             except OSError:

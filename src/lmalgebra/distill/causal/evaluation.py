@@ -38,7 +38,7 @@ from lmalgebra.evaluate.lmd_coverage import (
 from lmalgebra.sources.kinds import source_of
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.csv_tables import write_table
+from lmalgebra.storage.csv_tables import table_text
 
 PROMPT_CHARS = 40  # prompts: the first words of held-out examples, up to this many characters
 CONTINUATIONS = 2  # per language
@@ -206,13 +206,22 @@ def write_causal_evaluation(layout: RunLayout, found: CausalEvaluation, scored: 
     """``evaluation/``'s ``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv`` and
     ``evaluation.md``, then the card of each student ``scored`` (the run's lock held:
     ``Objective.evaluate``)."""
-    out = layout.evaluation
-    write_table(out, BITS, found.bits)
-    write_text_atomic(out / RDT_FILE, rdt_text(found.rdt))
-    write_table(out, COVERAGE, found.coverage)
-    write_text_atomic(out / EVALUATION_MD, causal_markdown(found))
+    for name, text in causal_texts(found).items():
+        write_text_atomic(layout.evaluation / name, text)
     for name in scored:
         add_evaluation(layout.model(name), student_evaluation(found, name))
+
+
+def causal_texts(found: CausalEvaluation) -> dict[str, str]:
+    """The text files of an evaluation (``bits_per_byte.csv``, ``rdt.csv``, ``lmd_coverage.csv``,
+    ``evaluation.md``) by name, as its rows make them: what ``merge verify`` compares the files
+    with."""
+    return {
+        BITS.file: table_text(BITS, found.bits),
+        RDT_FILE: rdt_text(found.rdt),
+        COVERAGE.file: table_text(COVERAGE, found.coverage),
+        EVALUATION_MD: causal_markdown(found),
+    }
 
 
 def student_evaluation(found: CausalEvaluation, name: str) -> str:

@@ -202,6 +202,13 @@ class CausalObjective(Objective):
             "skipped": lambda r: of(r["language"])[0],
         }
 
+    def evaluation_texts(
+        self, tables: dict[str, list[dict[str, Any]]], students: list[str], settings: dict[str, Any]
+    ) -> dict[str, str]:
+        from lmalgebra.distill.causal.evaluation import causal_evaluation, causal_texts
+
+        return causal_texts(causal_evaluation(self.recipe, tables, students, settings["pooling"]))
+
     def publish(
         self,
         tables: dict[str, list[dict[str, Any]]],

@@ -205,6 +205,14 @@ class MaskedObjective(Objective):
 
         return {"scores": key}
 
+    def evaluation_texts(
+        self, tables: dict[str, list[dict[str, Any]]], students: list[str], settings: dict[str, Any]
+    ) -> dict[str, str]:
+        from lmalgebra.distill.masked.scores import evaluation_texts, score_rdt
+
+        scores = [Score(**row) for row in tables["scores"]]
+        return evaluation_texts(scores, {name: score_rdt(scores, name) for name in students})
+
     def publish(
         self,
         tables: dict[str, list[dict[str, Any]]],

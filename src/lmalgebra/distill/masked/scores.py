@@ -13,7 +13,7 @@ from lmalgebra.distill.layout import EVALUATION_MD, RDT_FILE
 from lmalgebra.distill.run.rdt import rdt, rdt_text
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_text_atomic
-from lmalgebra.storage.csv_tables import Table, write_table
+from lmalgebra.storage.csv_tables import Table, table_text
 
 ACCURACY_PLOT = "accuracy.png"
 
@@ -106,10 +106,21 @@ def write_evaluation(
 ) -> None:
     """``scores.csv``, ``rdt.csv``, ``evaluation.md`` and ``accuracy.png`` under ``out`` (the
     run's lock held: ``Objective.evaluate``)."""
-    write_table(out, SCORES, scores)
-    write_text_atomic(out / RDT_FILE, rdt_text(deviations))
-    write_text_atomic(out / EVALUATION_MD, markdown(scores, deviations))
+    for name, text in evaluation_texts(scores, deviations).items():
+        write_text_atomic(out / name, text)
     _bar_plot(scores, out / ACCURACY_PLOT)
+
+
+def evaluation_texts(
+    scores: list[Score], deviations: dict[str, dict[str, float]]
+) -> dict[str, str]:
+    """The text files of an evaluation (``scores.csv``, ``rdt.csv``, ``evaluation.md``) by name,
+    as its rows make them: what ``merge verify`` compares the files with."""
+    return {
+        SCORES.file: table_text(SCORES, scores),
+        RDT_FILE: rdt_text(deviations),
+        EVALUATION_MD: markdown(scores, deviations),
+    }
 
 
 def _or_na(value: float) -> str:

@@ -170,10 +170,18 @@ def read_record(path: Path, objective: str, kinds: Sequence[RowKind]) -> dict[st
     return record
 
 
-def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind]) -> list[str]:
+def record_problems(
+    layout: RunLayout,
+    objective: str,
+    kinds: Sequence[RowKind],
+    texts: Callable[[dict[str, Any]], dict[str, str]],
+) -> list[str]:
     """The run's evaluation record damaged, as ``merge evaluate`` would refuse it (``merge
     verify``): none when the run holds no record. An evaluation folder that is no directory
-    (a FIFO, a file, a link to nothing), which evaluate refuses, is named (it had passed)."""
+    (a FIFO, a file, a link to nothing), which evaluate refuses, is named (it had passed); so is
+    each of its text files that does not hold what the record's rows make (``texts``: the
+    objective's ``evaluation_texts`` of a record): edited since, or not yet written again by an
+    evaluation stopped between its record and its files, it had passed as the run's result."""
     folder = layout.evaluation
     if (folder.exists() or folder.is_symlink()) and not folder.is_dir():
         what = not_a_directory(folder) if folder.exists() else absent(folder)
@@ -185,12 +193,24 @@ def record_problems(layout: RunLayout, objective: str, kinds: Sequence[RowKind])
         record = read_record(path, objective, kinds)
     except UserInputError as err:
         return [f"merge evaluate: {err}"]
-    return [  # rows an evaluation of the other students refuses to keep (``_refuse_changed``)
+    stale = [  # rows an evaluation of the other students refuses to keep (``_refuse_changed``)
         f"{path} holds the rows of student {name!r}"
         + (_again(name) if now is not None else _gone(name, f"run {_REPLACING} to replace them"))
         for name, identity in record["students"].items()
         if (now := student_identity(layout, name)) != identity
     ]
+    return stale or [
+        f"{folder / name} does not hold what {RECORD} records (edited since, or the evaluation "
+        f"was stopped before it wrote it): "
+        f"{either('`lmalgebra merge evaluate RUN`', 'evaluate()')} writes it again"
+        for name, text in texts(record).items()
+        if _text_of(folder / name) != text
+    ]
+
+
+def _text_of(path: Path) -> str | None:
+    """The text of the regular file ``path`` (None where there is none: a FIFO is not read)."""
+    return path.read_bytes().decode("utf-8", "replace") if path.is_file() else None
 
 
 def _again(name: str) -> str:

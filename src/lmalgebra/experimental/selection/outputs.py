@@ -177,8 +177,9 @@ def plot_selection(selection: Selection, path: Path) -> Path:
         y = np.arange(len(ranking))[::-1]
         colours = [canvas.colour(0 if i else 1) for i in range(len(ranking))]
         ax.barh(y, scores, color=colours)
-        if np.isfinite(low).all():  # no bars without an interval
-            ax.errorbar(scores, y, xerr=[scores - low, high - scores], fmt="none", ecolor="k")
+        if np.isfinite(low).all():  # no bars without an interval, drawn as it is (its score
+            # may lie outside a bootstrap interval, a negative length matplotlib refuses)
+            ax.errorbar((low + high) / 2, y, xerr=(high - low) / 2, fmt="none", ecolor="k")
         ax.set_yticks(y, labels)
         ax.set_xlim(0, max(1.0, float(np.nanmax(high)) if np.isfinite(high).any() else 1.0))
         ax.set_xlabel("score = complementarity x quality")

@@ -64,12 +64,14 @@ METHODS = {"greedy": "greedy selection", "drop_one": "drop one", "shapley": "Sha
 
 
 def _whiskers(ax: Any, x: np.ndarray, y: np.ndarray, low: np.ndarray, high: np.ndarray) -> bool:
-    """Error bars from ``low`` to ``high`` ``(n,)`` around ``y`` at ``x``, drawn only where an
-    interval exists (finite and wider than nothing); whether any was drawn."""
+    """Error bars from ``low`` to ``high`` ``(n,)`` at ``x``, drawn only where an interval
+    exists (finite and wider than nothing) beside a value ``y``; whether any was drawn. A
+    bootstrap percentile interval need not hold its estimate (few spans, a skewed R^2): it is
+    drawn as it is (matplotlib had refused the negative length from ``y`` to it)."""
     shown = np.isfinite(low) & np.isfinite(high) & np.isfinite(y) & (high > low)
     if shown.any():
-        spread = np.vstack([y[shown] - low[shown], high[shown] - y[shown]])
-        ax.errorbar(x[shown], y[shown], yerr=spread, fmt="none", ecolor="black", capsize=3)
+        middle, half = (low[shown] + high[shown]) / 2, (high[shown] - low[shown]) / 2
+        ax.errorbar(x[shown], middle, yerr=half, fmt="none", ecolor="black", capsize=3)
     return bool(shown.any())
 
 

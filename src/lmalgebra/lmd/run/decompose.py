@@ -14,7 +14,7 @@ import yaml
 from lmalgebra.core.errors import OVERWRITE, UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_texts
 from lmalgebra.core.recipe_files import yaml_problem
-from lmalgebra.core.text_files import read_record, read_text
+from lmalgebra.core.text_files import not_a_file, read_record, read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
 from lmalgebra.lmd.measure import Measured, ModelPool
 from lmalgebra.lmd.run.outputs import write_outputs
@@ -48,9 +48,16 @@ from lmalgebra.storage.output_paths import (
 def _recorded_identity(out: Path, checked: bool = True) -> dict[str, Any] | None:
     """The identity of the decomposition already in ``out``, from its ``config.yaml``;
     ``checked``: refused, naming it, where the finished run's ``summary.json`` records another
-    sha256 of it (edited since, it would pass another configuration off as the run's)."""
+    sha256 of it (edited since, it would pass another configuration off as the run's), or
+    where it records one that is gone (the run had been called no decomposition at all)."""
     path = out / CONFIG
     if not path.is_file():
+        if checked and _recorded_sha256(path) is not None:
+            raise UserInputError(
+                f"{path} {not_a_file(path)}, though {out / SUMMARY} records it: the run's "
+                "configuration cannot be read; restore it, write to another directory, or pass "
+                f"{OVERWRITE} to replace the run"
+            )
         return None
     try:
         data = yaml.safe_load(read_text(path, "run configuration"))
@@ -233,7 +240,7 @@ def _cache_parts(config: DecomposeConfig) -> list[str]:
     read from files, and where a model embeds here, the span plan and the embeddings."""
     from lmalgebra.sources.kinds import KINDS
 
-    parts = ["hashes"] if any(m.kind != "memory" for m in config.models) else []
+    parts = ["hashes"] if not all(KINDS[m.kind].python_object for m in config.models) else []
     if any(KINDS[m.kind].cached for m in config.models):
         parts += ["spans", "embeddings"]
     return parts

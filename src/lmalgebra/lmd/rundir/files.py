@@ -26,7 +26,7 @@ from lmalgebra.lmd.rundir.schema import (
 )
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
-from lmalgebra.storage.output_paths import not_a
+from lmalgebra.storage.output_paths import lock_holder, not_a
 
 
 class HasSplit(Protocol):
@@ -68,6 +68,11 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / SUMMARY
     if path.exists() or path.is_symlink():
         read_json(path)  # a directory, link or special file in its place: named as such
+    if not path.is_file() and (holder := lock_holder(run_dir)) is not None:
+        raise UserInputError(
+            f"{run_dir} is in use by another lmalgebra run ({holder}): read it once that ends "
+            f"(it writes {SUMMARY} last)"
+        )
     if not path.is_file():
         raise UserInputError(
             f"{run_dir} is not a complete decomposition run: it has no {SUMMARY}"

@@ -46,6 +46,7 @@ class OnnxModel(ReferencedModel):
     prefix: ClassVar[str | None] = "onnx:"
     suffixes: ClassVar[tuple[str, ...]] = (".onnx",)
     options: ClassVar[tuple[str, ...]] = ("tokenizer",)
+    what: ClassVar[str] = "an ONNX graph"
     # onnxruntime runs the graph on the CPU, in the graph's own precision
     IGNORES: ClassVar[tuple[str, ...]] = ("dtype", "device", "weights_dtype", "device_map")
     _graph: OnnxEncoder | None = None  # the plan's session, opened on first use

@@ -23,6 +23,7 @@ class PrecomputedFile(ReferencedModel):
     has_tokenizer: ClassVar[bool] = False
     cached: ClassVar[bool] = False
     fixed_spans: ClassVar[bool] = True
+    what: ClassVar[str] = "a file of precomputed embeddings"
 
     def resolve(self, weights: bool = True) -> Path:
         path = self.local_file("embeddings file")

@@ -34,6 +34,7 @@ class ObjectReference(ReferencedModel):
 
     python_object: ClassVar[bool] = True
     cached: ClassVar[bool] = False
+    what: ClassVar[str] = "a Python object given to lmalgebra.decompose()"
 
     def resolve(self, weights: bool = True) -> NoReturn:
         raise UserInputError(

@@ -40,12 +40,12 @@ from lmalgebra.sources.model_files import (
     memoised_hash,
     read_config,
     refuse_damaged,
+    remember_memo,
     weight_files,
 )
 from lmalgebra.sources.model_source import ReferencedModel, refuse_missing_layer
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 from lmalgebra.sources.tokenizers import TOKENIZER_FILES
-from lmalgebra.storage.atomic import write_text_atomic
 
 _AUTO_KINDS = {
     "AutoModel": "base model",
@@ -59,6 +59,8 @@ class TransformersModel(ReferencedModel):
 
     options: ClassVar[tuple[str, ...]] = ("revision", "random_init")
     runs_remote_code: ClassVar[bool] = True
+    transformers_model: ClassVar[bool] = True
+    what: ClassVar[str] = "a transformers model"
 
     @property
     def pretrained(self) -> bool:
@@ -231,7 +233,7 @@ class TransformersModel(ReferencedModel):
             if home_expanded(Path(self.ref.path)).is_dir() and not weight_files(directory, owner):
                 raise UserInputError(f"{owner}: no weight files in {shown}")
         if memo is not None and remember:
-            write_text_atomic(memo, "checked\n")
+            remember_memo(memo, "checked\n")
 
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         """Weights (or config and seed if random), tokenizer and config, and the code it ships
