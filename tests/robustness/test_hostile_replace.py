@@ -467,6 +467,32 @@ def test_a_users_directory_named_like_a_checkpoint_is_neither_read_nor_removed(
     assert sorted(p.name for p in root.iterdir()) == ["step-0000001.bak", "step-abc"]
 
 
+def test_a_checkpoint_that_is_a_link_is_refused_by_the_dry_run_as_by_training(
+    trained: Path, tmp_path: Path, cli
+) -> None:
+    """A student's checkpoint replaced by a link to a copy elsewhere: pruning kept the link
+    without a word, and ``--restart`` refused it (rmtree refuses a link) after its dry run had
+    planned it. Training, its dry run and verify refuse it first, naming the link."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    recipe = tmp_path / "recipe.yaml"
+    data = yaml.safe_load(trained.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    first = sorted((run / "student" / "checkpoints").glob("step-*"))[0]
+    shutil.move(first, tmp_path / "elsewhere")
+    first.symlink_to(tmp_path / "elsewhere")
+    before = digests(run / "student")
+    for dry in (["--dry-run"], []):
+        args = ["merge", "train", str(recipe), "--restart", "--no-progress", *dry]
+        assert_one_line(*cli(args), [f"checkpoint {first} is a symbolic link", "remove the link"])
+    assert digests(run / "student") == before
+    assert_one_line(*cli(["merge", "verify", str(run)]), [f"checkpoint {first} is a symbolic"])
+
+
 def test_pretrain_again_over_a_run_that_kept_no_checkpoint_says_it_starts_afresh(
     corpus_txt: Path, tmp_path: Path, cli, caplog: pytest.LogCaptureFixture
 ) -> None:

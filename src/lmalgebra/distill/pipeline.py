@@ -56,7 +56,12 @@ from lmalgebra.storage.output_paths import (
     output_at,
     refuse_unusable_cache_parts,
 )
-from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
+from lmalgebra.train.checkpoint import (
+    checkpoint_dirs,
+    checkpointed_step,
+    refuse_other_inputs,
+    refuse_uncleared,
+)
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import (
     changed_training,
@@ -367,6 +372,13 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                     "training writes the student's files there itself and would replace what "
                     "the link names; remove the link"
                 )
+        linked = [c for c in checkpoint_dirs(student / CHECKPOINTS) if c.is_symlink()]
+        if linked:  # pruning kept it without a word, and --restart refused it after its plan
+            raise UserInputError(
+                f"checkpoint {linked[0]} is a symbolic link to {linked[0].readlink()}: training "
+                "resumes from, prunes and removes the student's checkpoints itself, and would "
+                "not remove the link; remove the link"
+            )
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
