@@ -17,7 +17,7 @@ from causal_fixtures import write_causal_recipe
 from hostile_helpers import assert_one_line, run_cli
 from lmalgebra.distill import pipeline
 from lmalgebra.distill.causal.bits_per_byte import bits_per_byte, score_texts, windows
-from lmalgebra.distill.recipe import load_recipe
+from lmalgebra.distill.recipe import load_recipe, run_recipe
 from tiny import documents, sentences
 
 TEXTS = [*documents(4, seed=5), "Ça coûte 5 €, señor 😀.", "x"]
@@ -436,3 +436,21 @@ def test_under_a_launcher_the_other_ranks_take_the_main_ranks_bits_per_byte(
     again = MergeRun.load(run).bits_per_byte(models=models, languages=["xx"])
     pd.testing.assert_frame_equal(again, first)
     assert (run / "evaluation" / "scored_bits_per_byte.csv").read_bytes() == table
+
+
+def test_a_runs_model_named_bare_is_told_how_to_score_it(
+    causal_run, tmp_path, monkeypatch, capsys
+) -> None:
+    """``--models bl`` (a teacher's name) or ``--models student`` (a student's), meant as the
+    run's model, was refused as another model of that name, with no word of how to score the
+    run's own: the line names the flag (and the mapping) that does."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(causal_run, run)
+    (run / "s1" / "model").mkdir(parents=True)
+    (run / "s1" / "model" / "lmalgebra.json").write_text("{}", encoding="utf-8")
+    for name, path in (("bl", run_recipe(run).teachers["bl"].path), ("s1", run / "s1" / "model")):
+        args = ["merge", "bits-per-byte", str(run), "--models", name]
+        line = assert_one_line(*run_cli(args, monkeypatch, capsys), ["name it otherwise"])
+        assert f"--models {name}={path} (models={{{name!r}: {str(path)!r}}})" in line, line

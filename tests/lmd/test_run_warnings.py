@@ -67,6 +67,20 @@ def test_fewer_training_spans_than_basis_columns_is_named(
     assert chosen.endswith("use more spans than basis columns (alpha is chosen by gcv already)")
 
 
+def test_a_sweeps_small_sizes_are_named_in_one_line(
+    decompose: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A train-size sweep (and a span-length one) whose small settings have fewer training
+    spans than basis columns warned once per basis and setting from the solver (four lines for
+    two sizes of two models): one line per sweep names the settings."""
+    decompose("--spans.counts", "60,5,5", "--study.train_sizes", "10,20,40", "--study.lengths", "4")
+    assert "has dimension" not in caplog.text
+    (curve,) = [r.getMessage() for r in caplog.records if "train-size sweep" in r.getMessage()]
+    assert curve.startswith("train-size sweep: size 10, size 20: fewer training spans than the ")
+    assert "widest basis's 32 columns" in curve and "size 40" not in curve
+    assert caplog.text.count("can interpolate") == 1  # 60 spans at T=4: the length sweep's fit
+
+
 def test_too_few_bootstrap_replicates_for_the_level_are_named(decompose: Any) -> None:
     """``--study.bootstrap 1`` had written intervals of width 0 around one replicate (which
     need not hold the estimate), with nothing said: fewer replicates than the level needs for

@@ -464,13 +464,18 @@ def test_a_training_key_of_the_other_objective_is_named_as_its(
 ) -> None:
     """``--training.objective_mix`` (a flag the help lists, for causal recipes) over a masked
     recipe, or ``training={"objective_mix": ...}``, said "unknown key" alone, where the recipe
-    file's reader names the objective the key belongs to: so do they now."""
+    file's reader names the objective the key belongs to: so do they now; the flag is named as
+    typed (it had been ``command line: unknown key 'objective_mix'``)."""
     recipe = write_recipe(tmp_path, teacher_dirs)
     wanted = "unknown key 'objective_mix': a setting of causal recipes' training, and this "
     with pytest.raises(UserInputError, match=r"^merge_plan\(\) training: " + wanted):
         lmalgebra.merge_plan(recipe, training={"objective_mix": {"ce": 1.0}})
     args = ["merge", "train", str(recipe), "--training.objective_mix", '{"ce": 1}', "--dry-run"]
-    assert_one_line(*cli(args), [f"command line: {wanted}recipe's objective is masked"])
+    said = "--training.objective_mix: a setting of causal recipes' training, and this recipe's"
+    line = assert_one_line(*cli(args), [f"error: {said} objective is masked"])
+    assert "unknown key" not in line and "command line" not in line, line  # the flag, named
+    args = ["merge", "train", str(recipe), "--training.label_smoothing", "0.1", "--dry-run"]
+    assert_one_line(*cli(args), ["error: --training.label_smoothing: a setting of causal"])
     assert not (tmp_path / "run").exists()
 
 
@@ -1316,6 +1321,25 @@ def test_a_summary_edited_in_the_object_is_not_taken_for_the_run_written_again(
     assert loaded.save(tmp_path / "copy").is_dir() and loaded.heatmap is not None
 
 
+def test_a_run_read_back_whose_directory_is_gone_names_the_remedy(
+    decomposition: Decomposition, tmp_path: Path
+) -> None:
+    """A decomposition read back, saved to a copy, its directory then removed: ``report()`` and
+    ``save()`` refused it naming the directory gone, no word of what to do (the object copies
+    from its source, 8bab236): the line says to load the copy or compute it again."""
+    import shutil
+
+    loaded = Decomposition.load(decomposition.save(tmp_path / "run"))
+    loaded.save(tmp_path / "copy")
+    shutil.rmtree(tmp_path / "run")
+    for call in (lambda: loaded.report(tmp_path / "r.html"), lambda: loaded.save(tmp_path / "c2")):
+        with pytest.raises(UserInputError) as caught:
+            call()
+        said = str(caught.value)
+        assert "no longer holds this decomposition" in said and "Decomposition.load a copy" in said
+    assert Decomposition.load(tmp_path / "copy").summary == loaded.summary
+
+
 def test_text_or_a_model_name_no_file_can_hold_is_named(bert_dir: Path, tmp_path: Path) -> None:
     """A lone surrogate (a byte decoded with ``errors='surrogateescape'``, or an undecodable
     byte of a command line) in a document or a model name had ended in a UnicodeEncodeError
@@ -1394,6 +1418,24 @@ def test_a_rule_across_a_calls_settings_names_the_call(
         line = assert_one_line(code, stderr, ["training.lambda_value 0.3 would be ignored"])
         assert "()" not in line, line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_recipe_path_holding_brackets_is_no_python_call(tmp_path: Path, cli) -> None:
+    """``validate()`` told a Python call's source from a file's by the ``()`` in its name: a
+    recipe in ``p()/`` had its rule across keys prefixed with the path, as a call's is, where
+    the same recipe elsewhere was not. A call is a type now (``Call``), not a spelling."""
+    text = (
+        "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        "corpus: {paths: [package:wiki-en]}\nalpha: 3\nstudy: {alpha_select: gcv}\n"
+    )
+    lines = []
+    for folder in ("p()", "plain"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "r.yaml").write_text(text)
+        code, stderr = cli(["decompose", str(tmp_path / folder / "r.yaml"), "--dry-run"])
+        lines.append(assert_one_line(code, stderr, ["--alpha 3 would be ignored"]))
+    assert lines[0] == lines[1]
+    assert "r.yaml" not in lines[0], lines[0]
 
 
 def test_a_table_with_no_row_has_the_dtypes_of_one_with_rows() -> None:
@@ -1539,3 +1581,19 @@ def test_a_key_of_the_causal_training_given_to_training_spec_names_its_class() -
         lmalgebra.TrainingSpec(label_smoothing=0.1)
     with pytest.raises(UserInputError, match=r"^TrainingSpec: unknown key 'stepz'$"):
         lmalgebra.TrainingSpec(stepz=3)
+
+
+def test_a_key_of_a_sibling_settings_class_names_that_class() -> None:
+    """``MaskedStudentSpec(init=...)`` (a causal student's key) and
+    ``MaskedRecipe.model_validate({"teacher_text": ...})`` said "unknown key" alone, where a key
+    of a class built on the one given is named: a class built on the same base is too."""
+    from lmalgebra.distill.recipe import MaskedRecipe
+    from lmalgebra.distill.student import MaskedStudentSpec
+
+    said = r"a key of lmalgebra\.distill\.student\.CausalStudentSpec \(built on ModelSpec, as "
+    with pytest.raises(UserInputError, match=r"^MaskedStudentSpec: unknown key 'init': " + said):
+        MaskedStudentSpec(init="x")
+    with pytest.raises(UserInputError, match=r"recipe\.CausalRecipe \(built on MergeRecipe, as "):
+        MaskedRecipe.model_validate({"teacher_text": {}})
+    with pytest.raises(UserInputError, match=r"^MaskedStudentSpec: unknown key 'initt'$"):
+        MaskedStudentSpec(initt="x")

@@ -503,3 +503,16 @@ def test_an_unknown_prefixed_name_points_to_the_local_path_spelled_the_same(
     assert_one_line(code, stderr, ["unknown packaged asset 'mine'", "as ./package:mine"])
     code, stderr = cli(["decompose", "recipe:nothing", "--dry-run"])
     assert "./recipe:nothing" not in stderr
+
+
+def test_a_model_name_with_spaces_around_it_is_named_in_its_reference(cli) -> None:
+    """``--models ' x =PATH'`` was refused as ``ModelRef: key 'name': ...``, an internal class
+    the user never named: the reference as given is named, as its other faults are."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources.models import ModelRef
+
+    with pytest.raises(UserInputError, match=r"^model reference ' x =p': key 'name': a model"):
+        ModelRef.parse(" x =p")
+    args = ["decompose", "--models", "a =package:minilm", "--models", "b=package:minilm"]
+    line = assert_one_line(*cli([*args, "--dry-run"]), ["model reference 'a =package:minilm'"])
+    assert "ModelRef" not in line

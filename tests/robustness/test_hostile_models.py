@@ -203,6 +203,27 @@ def test_verify_names_a_student_merge_evaluate_refuses(
     assert cli(["merge", "verify", run]) == (0, "")
 
 
+def test_verify_names_several_stale_students_in_one_readable_line(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """Several students trained from a teacher changed since: verify joined one full line per
+    student (about 250 characters each, its remedy repeated). One line names them all, the
+    first one's cause and remedy in full, its length that of one student's and their names."""
+    teachers = {name: tmp_path / name for name in teacher_dirs}
+    for name, path in teacher_dirs.items():
+        shutil.copytree(path, teachers[name])
+    recipe = str(built_store(tmp_path, teachers, training={**TINY_TRAINING, "steps": 1}))
+    for name in ("a1", "a2", "a3"):
+        assert cli(["merge", "train", recipe, "--name", name, "--no-progress"])[0] == 0
+    config = teachers["sp"] / "config.json"
+    settings = json.loads(config.read_text(encoding="utf-8"))
+    config.write_text(json.dumps({**settings, "hidden_dropout_prob": 0.2}), encoding="utf-8")
+    assert cli(["merge", "teach", recipe, "--no-progress"])[0] == 0
+    said = ["3 students", "('a1', 'a2', 'a3')", "student 'a1' was trained from teacher 'sp'"]
+    line = assert_one_line(*cli(["merge", "verify", str(tmp_path / "run")]), said)
+    assert line.count("--restart") == 1 and len(line) < 500, line
+
+
 def test_a_student_of_a_vocabulary_since_built_again_is_not_scored(
     tmp_path: Path, teacher_dirs: dict[str, Path], cli
 ) -> None:

@@ -217,6 +217,71 @@ def test_a_runs_relative_paths_read_from_elsewhere_are_refused_naming_both_direc
         run_recipe(project / "run")  # a path found here but not its neighbours
 
 
+def test_a_recipes_relative_teacher_read_from_elsewhere_names_both_directories(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe naming its teachers and corpora relative to its own directory (``teachers/sp``),
+    run from another: the teacher was refused as a hub id out of reach of the offline cache,
+    no word of the directory beside the recipe that holds it. Relative paths are read from the
+    current directory, as ``from_pretrained`` reads them; one that names nothing here and
+    something beside the recipe is refused, naming its key and both directories, by the command
+    and ``merge()``; a hub id that names no directory keeps the hub's line, no directory in it."""
+    import lmalgebra
+    from lmalgebra.distill.recipe import MADE_IN
+    from merge_fixtures import build_teachers, write_recipe
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    teachers = build_teachers(project / "teachers")
+    path = write_recipe(project, {n: p.relative_to(project) for n, p in teachers.items()})
+    monkeypatch.chdir(elsewhere)
+    needles = ["key 'teachers.sp.path'", str(project), str(elsewhere), "run the command from"]
+    code, stderr = cli(["merge", "prepare", str(path), "--dry-run", "--no-progress"])
+    assert_one_line(code, stderr, needles)
+    with pytest.raises(UserInputError) as err:
+        lmalgebra.merge(path, ["prepare"], progress=False)
+    assert all(n in str(err.value) for n in needles), err.value
+    made = project / "made"  # a file saying where it was made (a selection's recommended.yaml)
+    made.mkdir()
+    (made / "r.yaml").write_text(f'# chosen\n{MADE_IN}"{project}"\n{path.read_text()}')
+    monkeypatch.chdir(made)
+    code, stderr = cli(["merge", "prepare", "r.yaml", "--dry-run", "--no-progress"])
+    assert_one_line(code, stderr, [*needles[:2], str(made), "where it was made"])
+    data = yaml.safe_load(path.read_text())
+    data["teachers"] = {"sp": {"path": "someone/sp"}, "wp": {"path": str(teachers["wp"])}}
+    path.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, stderr = cli(["merge", "prepare", str(path), "--dry-run", "--no-progress"])
+    line = assert_one_line(code, stderr, ["'someone/sp'", "hub"])
+    assert str(project) not in line and str(elsewhere) not in line
+
+
+@pytest.mark.parametrize("command", ["decompose", "pretrain"])
+def test_a_decompose_or_pretrain_recipes_relative_path_read_from_elsewhere_names_both(
+    command: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decompose recipe (or a pretrain spec) naming its corpus beside it, run from another
+    directory: `corpus xx.txt does not exist`, no word of the file beside the recipe. Named as
+    a merge recipe's is; a flag's path (read from here, as given) is not the recipe's."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "xx.txt").write_text("one document\n")
+    if command == "decompose":
+        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        args = ["decompose", str(project / "r.yaml"), "--dry-run"]
+    else:
+        text = "language: xx\nout: o\ntraining: {steps: 1}\ntokenizer: {vocab_size: 200}\n"
+        args = ["pretrain", "masked", str(project / "r.yaml")]
+    (project / "r.yaml").write_text(text + "corpus: {paths: [xx.txt]}\n")
+    monkeypatch.chdir(elsewhere)
+    needles = ["key 'corpus.paths'", "'xx.txt'", str(project), str(elsewhere), "run the command"]
+    assert_one_line(*cli(args), needles)
+    code, stderr = cli([*args, "--corpus.paths", "xx.txt"])  # the flag's: read from here
+    assert code == 2 and str(project) not in stderr.splitlines()[-1], stderr
+    assert not (elsewhere / "o").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "key"),
     [

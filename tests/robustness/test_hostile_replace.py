@@ -455,6 +455,62 @@ def test_restart_removes_no_file_of_the_users_kept_in_a_checkpoint(
     assert not first.exists() and not second.exists()
 
 
+def test_a_users_directory_named_like_a_checkpoint_is_neither_read_nor_removed(
+    tmp_path: Path,
+) -> None:
+    """A user's ``step-0000001.bak`` (a copy of a checkpoint) or ``step-abc`` beside the
+    checkpoints: the step of the newest was read from every ``step-*`` name (a ValueError
+    traceback from ``merge train`` and its dry run), the copy was pruned as the run's oldest
+    checkpoint and removed by ``--restart``. Only ``step-NNNNNNN`` is the run's."""
+    import shutil
+
+    import torch
+
+    from lmalgebra.train.checkpoint import checkpointed_step, clear_checkpoints, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    root = tmp_path / "checkpoints"
+    first = save_checkpoint(root, 1, model, optimizer, {}, keep=1)
+    shutil.copytree(first, root / "step-0000001.bak")
+    (root / "step-abc").mkdir()
+    assert checkpointed_step(root) == 1
+    save_checkpoint(root, 2, model, optimizer, {}, keep=1)
+    assert sorted(p.name for p in root.iterdir()) == [
+        "step-0000001.bak",
+        "step-0000002",
+        "step-abc",
+    ]
+    clear_checkpoints(root)
+    assert sorted(p.name for p in root.iterdir()) == ["step-0000001.bak", "step-abc"]
+
+
+def test_a_checkpoint_that_is_a_link_is_refused_by_the_dry_run_as_by_training(
+    trained: Path, tmp_path: Path, cli
+) -> None:
+    """A student's checkpoint replaced by a link to a copy elsewhere: pruning kept the link
+    without a word, and ``--restart`` refused it (rmtree refuses a link) after its dry run had
+    planned it. Training, its dry run and verify refuse it first, naming the link."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    recipe = tmp_path / "recipe.yaml"
+    data = yaml.safe_load(trained.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    first = sorted((run / "student" / "checkpoints").glob("step-*"))[0]
+    shutil.move(first, tmp_path / "elsewhere")
+    first.symlink_to(tmp_path / "elsewhere")
+    before = digests(run / "student")
+    for dry in (["--dry-run"], []):
+        args = ["merge", "train", str(recipe), "--restart", "--no-progress", *dry]
+        assert_one_line(*cli(args), [f"checkpoint {first} is a symbolic link", "remove the link"])
+    assert digests(run / "student") == before
+    assert_one_line(*cli(["merge", "verify", str(run)]), [f"checkpoint {first} is a symbolic"])
+
+
 def test_pretrain_again_over_a_run_that_kept_no_checkpoint_says_it_starts_afresh(
     corpus_txt: Path, tmp_path: Path, cli, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -613,6 +669,38 @@ def test_verify_names_an_evaluation_of_a_student_trained_again_since(
     code, stderr = cli(["merge", "verify", str(run)])
     assert_one_line(code, stderr, ["evaluation.json", "'student'", "--students student"])
     code, stderr = cli(["merge", "evaluate", str(run), "--students", "student"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
+def test_an_evaluation_of_a_student_the_run_no_longer_holds_names_training_or_overwrite(
+    trained: Path, cli, tmp_path: Path
+) -> None:
+    """An evaluation holding the rows of a student the run holds no model of (removed, or the
+    evaluation copied from another run): verify said to score it again (``--students s2``),
+    which then said to train it, and an evaluation of every student said to evaluate every
+    student again together, which it was. Each names the two remedies: training it, or
+    ``--overwrite``, which replaces the evaluation, after which the run passes."""
+    import shutil
+
+    import yaml
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.parent / "run", run)
+    recipe = tmp_path / "recipe.yaml"
+    data = yaml.safe_load(trained.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    _train(recipe, "s2", 2, cli)
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert code == 0, stderr
+    shutil.rmtree(run / "s2")
+    said = ["'s2'", "no saved model now", "--name s2", "--overwrite"]
+    for args in (["verify"], ["evaluate"], ["evaluate", "--students", "student"]):
+        code, stderr = cli(["merge", *args, str(run)])
+        assert_one_line(code, stderr, said)
+        assert "again together" not in stderr and "--students s2" not in stderr
+    code, stderr = cli(["merge", "evaluate", str(run), "--overwrite"])
     assert code == 0, stderr
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr

@@ -358,3 +358,31 @@ def test_a_pos_tagger_that_diverges_is_not_scored(
     assert line.startswith("stopped: model 'a': the"), stderr
     assert "diverged at lr 3e+37" in line and "try a lower --lr (lr)" in line, stderr
     assert not out.exists()
+
+
+def test_a_boolean_or_no_finite_number_as_a_mix_weight_is_refused(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``objective_mix: {alm: true}`` (in a recipe, a flag or a Python mapping) was read as the
+    weight 1, as a boolean where one number is promised is not; the flag's ``{alm: .nan}`` and
+    ``{alm: 1e400}`` were named as ``command line: key 'objective_mix.alm'``, not the flag."""
+    import lmalgebra
+    from causal_fixtures import write_causal_recipe
+    from lmalgebra.core.errors import UserInputError
+
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    (tmp_path / "true.yaml").write_text(
+        recipe.read_text().replace("top_k:", "training: {objective_mix: {alm: true}}\ntop_k:")
+    )
+    code, stderr = cli(["merge", "train", str(tmp_path / "true.yaml"), "--dry-run"])
+    assert_one_line(code, stderr, ["key 'training.objective_mix'", "a boolean is no number"])
+    for value, said in (
+        ("{alm: true}", "a boolean is no number"),
+        ("{alm: .nan}", "not a finite number"),
+        ("{alm: 1e400}", "not a finite number"),
+    ):
+        args = ["merge", "train", str(recipe), "--training.objective_mix", value, "--dry-run"]
+        assert_one_line(*cli(args), [f"--training.objective_mix {value!r}: {said}"])
+    with pytest.raises(UserInputError, match="a boolean is no number"):
+        lmalgebra.merge_plan(recipe, training={"objective_mix": {"alm": True}})
+    assert not (tmp_path / "run").exists()

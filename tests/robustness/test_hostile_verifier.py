@@ -765,3 +765,20 @@ def test_a_run_of_the_other_objective_is_named(
     code, stderr = cli(["merge", call, str(causal if call == "prepare" else run)])
     assert_one_line(code, stderr, [f"{run} holds a masked run (masked/, topk/)", "causal"])
     assert digests(run) == before
+
+
+def test_a_checkpoint_of_another_training_beside_its_own_fails_verify(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """A checkpoint copied in from another student (every file matching its record) passed
+    ``merge verify``, and ``merge train`` then refused it as written with other settings. No
+    training writes checkpoints of two settings into one directory (``--restart`` drops them
+    all): verify names the two."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    own = run / "student" / "lambda-0.8" / "checkpoints" / "step-0000004"
+    shutil.rmtree(own)
+    shutil.copytree(run / "student" / "lambda-0.2" / "checkpoints" / "step-0000004", own)
+    code, stderr = cli(["merge", "verify", str(run)])
+    said = [str(own.parent / "step-0000002"), "step-0000004", "other inputs", "--restart"]
+    assert_one_line(code, stderr, said)

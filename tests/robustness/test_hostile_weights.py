@@ -651,6 +651,34 @@ def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused
         init_student(init)
 
 
+def test_a_tensor_two_shards_hold_is_refused_by_the_plan_and_the_load(
+    llama, tmp_path: Path
+) -> None:
+    """A sharded checkpoint whose first shard also holds a copy (other values) of a tensor the
+    index maps to another: transformers loads the later file's, the index's choice aside, and
+    the plan and the load had passed it. Both refuse it, naming the two files and the tensor."""
+    import torch
+
+    from lmalgebra.distill.causal.student_init import InitModel, init_student, open_init
+    from lmalgebra.distill.student import CausalStudentSpec
+
+    model, tokenizer = llama
+    sharded = _saved(model, tokenizer, tmp_path / "sharded", max_shard_size="20KB")
+    first, *_, last = sorted(sharded.glob("model-0*.safetensors"))
+    key = sorted(load_file(last))[0]
+    tensors = load_file(first)
+    tensors[key] = torch.zeros_like(load_file(last)[key])
+    save_file(tensors, str(first), metadata={"format": "pt"})
+    said = [last.name, first.name, key, "transformers would load one"]
+    with pytest.raises(UserInputError) as caught:
+        open_init(CausalStudentSpec(init=str(sharded)), weights=False)
+    assert all(s in str(caught.value) for s in said), caught.value
+    init = InitModel(str(sharded), ModelRef.parse(str(sharded)), sharded, 2, None, {})
+    with pytest.raises(UserInputError) as caught:
+        init_student(init)
+    assert all(s in str(caught.value) for s in said), caught.value
+
+
 @pytest.mark.parametrize("dry_run", [True, False])
 @pytest.mark.parametrize(
     ("drop", "architecture", "needle"),

@@ -21,7 +21,7 @@ from lmalgebra.api.model_inputs import corpus_input, model_entries
 from lmalgebra.api.runtime import library_call, library_entry
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import span_sha256
-from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.recipe_files import Call, validate
 from lmalgebra.core.settings import revalidated
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.plan.estimate import GIB, Plan, check_plan, measure_speeds
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # pandas is imported by the calls that make a table
 
     from lmalgebra.sources.model_source import ModelSource
 
-SOURCE = "decompose()"
+SOURCE = Call("decompose()")
 # the recipe's keys a call gives as keywords: every key but the models (given as ``models``),
 # plus trust_remote_code, which applies to the models given by reference
 _KEYS = (set(DecomposeConfig.model_fields) - {"models"}) | {"trust_remote_code"}
@@ -146,7 +146,7 @@ def decompose_plan(
 
     given = ["."] if texts is None else texts
     data, inputs = _recipe(models, given, dict(options), "decompose_plan()")
-    config = validate(DecomposeConfig, data, "decompose_plan()")
+    config = validate(DecomposeConfig, data, Call("decompose_plan()"))
     _check_arrays(config, inputs)
     if "out" in options:  # the call writes there: its refusals of the directory, nothing written
         check_claim(config, overwrite, inputs if texts is not None else None)
@@ -252,7 +252,7 @@ def decompose_recipe(
         inputs: documents and models given as Python objects (:func:`decompose`'s own).
     """
     if isinstance(recipe, Mapping):
-        recipe = validate(DecomposeConfig, dict(recipe), "decompose_recipe() recipe")
+        recipe = validate(DecomposeConfig, dict(recipe), Call("decompose_recipe() recipe"))
     elif isinstance(recipe, DecomposeConfig):  # a copy pydantic did not check
         recipe = revalidated(recipe, "decompose_recipe() recipe")
     config = recipe if isinstance(recipe, DecomposeConfig) else load_config(Path(recipe), {})
@@ -276,7 +276,7 @@ def spans(models: Any, texts: Any, **options: Any) -> pd.DataFrame:
     plan_spec: dict[str, Any] = {k: data[k] for k in ("models", "corpus") if k in data}
     plan_spec["spans"] = data.get("spans", {})
     plan_spec["reference_tokenizer"] = data.get("reference_tokenizer")
-    spec = validate(SpanPlanSpec, plan_spec, "spans()")
+    spec = validate(SpanPlanSpec, plan_spec, Call("spans()"))
     sources = bound_sources(spec.models, inputs.given)
     name, tokenizer = span_tokenizer(spec.models, spec.reference_tokenizer, sources)
     docs = inputs.docs if inputs.docs is not None else read_documents(spec.corpus)
@@ -303,4 +303,4 @@ def read_texts(
     (``.txt``, ``.jsonl``, ``.json``, ``.csv``, ``.parquet``, a saved dataset, ``package:NAME``);
     empty documents are dropped."""
     data = {"paths": [str(path)], "text_column": text_column, "doc_sep": doc_sep, "split": split}
-    return read_documents(validate(CorpusSpec, data, "read_texts()"))
+    return read_documents(validate(CorpusSpec, data, Call("read_texts()")))

@@ -274,7 +274,8 @@ class Decomposition:
             found = read_summary(self.run_dir)
         except UserInputError as err:
             raise UserInputError(
-                f"Decomposition.{call}: {self.run_dir} no longer holds this decomposition ({err})"
+                f"Decomposition.{call}: {self.run_dir} no longer holds this decomposition ({err}): "
+                "Decomposition.load a copy save() wrote of it, or compute it again"
             ) from None
         if _canonical(found) != self._identity:
             raise UserInputError(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lmalgebra.api.runtime import library_entry, refuse_keep_and_restart
 from lmalgebra.core.errors import UserInputError, UserTypeError, UserValueError
+from lmalgebra.core.recipe_files import Call
 from lmalgebra.core.settings import revalidated
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.distill.objective import STAGES
@@ -28,7 +29,7 @@ from lmalgebra.distill.pipeline import (
     training_of,
     verify,
 )
-from lmalgebra.distill.recipe import RECIPES, MergeRecipe, load_recipe, parse_recipe, run_recipe
+from lmalgebra.distill.recipe import RECIPES, MergeRecipe, parse_recipe, run_recipe, user_recipe
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.train.config import TrainingSpec
 
@@ -262,7 +263,7 @@ def recipe_of(recipe: Any, call: str = "merge()") -> MergeRecipe:
     if isinstance(recipe, Mapping):
         return parse_recipe(dict(recipe), f"{call} recipe")
     if isinstance(recipe, str | Path):
-        return load_recipe(Path(recipe))
+        return user_recipe(Path(recipe))
     raise UserTypeError(
         f"{call}: recipe must be a YAML path, a mapping or a MergeRecipe, got "
         f"{type(recipe).__name__}"
@@ -382,7 +383,7 @@ def merge(
     _refuse_idle(chosen, given, restart=restart, keep_saved=keep_saved)
     refuse_keep_and_restart("merge()", keep_saved, restart)
     _refuse_idle(chosen, None, languages=languages, pooling=pooling)
-    trainings = {name: _training(config, t, "merge() students") for name, t in given.items()}
+    trainings = {name: _training(config, t, Call("merge() students")) for name, t in given.items()}
     work = [s for s in RUN_STAGES if s in chosen]
     saved = run_stages(
         config,
@@ -427,6 +428,6 @@ def merge_plan(
 
     config = recipe_of(recipe, "merge_plan()")
     chosen = _stages(stages)
-    spec = _training(config, training, "merge_plan() training")
+    spec = _training(config, training, Call("merge_plan() training"))
     runs = [s for s in STAGES if s in chosen]  # evaluate too: alone, it refuses what it lacks
     return pd.DataFrame(plan(config, spec, runs, student, restart))

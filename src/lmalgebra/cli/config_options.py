@@ -34,7 +34,7 @@ from rich.markup import escape
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.recipe_files import parse_yaml
-from lmalgebra.core.settings import EMPTY_PATH, inside_value, is_empty_path
+from lmalgebra.core.settings import EMPTY_PATH, bool_for_number, inside_value, is_empty_path
 from lmalgebra.sources.models import ModelRef
 
 FlagKind = Literal["value", "list", "tuple", "switch", "structured"]
@@ -176,13 +176,23 @@ class ConfigFlag:
                     raise UserInputError(f"{self.label} {text!r}: not a finite number")
         if is_empty_path(self.field.annotation, value, self.field.metadata):  # not Path(".")
             raise UserInputError(f"{self.label} {text!r}: {EMPTY_PATH}")
+        if bool_for_number(self.field.annotation, value):  # YAML's ``{alm: true}``, as a file's
+            raise UserInputError(f"{self.label} {text!r}: a boolean is no number")
         annotation: Any = self.field.annotation
         for constraint in self.field.metadata:  # such as ``ge=1``
             annotation = Annotated[annotation, constraint]
         try:
-            return TypeAdapter(annotation).validate_python(value)
+            read = TypeAdapter(annotation).validate_python(value)
         except ValidationError as err:
             raise UserInputError(f"{self.label} {text!r}: {inside_value(err)}") from None
+        if any(isinstance(v, float) and not math.isfinite(v) for v in _values(read)):
+            raise UserInputError(f"{self.label} {text!r}: not a finite number")  # ``{alm: .nan}``
+        return read
+
+
+def _values(value: Any) -> list[Any]:
+    """The items of a list or the values of a mapping a structured flag's YAML gave."""
+    return list(value.values()) if isinstance(value, Mapping) else [value]
 
 
 def _without_none(annotation: Any) -> Any:

@@ -10,7 +10,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
-from lmalgebra.core.settings import SettingsError, describe
+from lmalgebra.core.settings import (
+    SettingsError,
+    describe,
+    home_expanded,
+    recipe_paths,
+    refuse_found_elsewhere,
+)
 from lmalgebra.core.text_files import local_namesake, read_text
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -24,10 +30,19 @@ def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
     return FieldInfo.merge_field_infos(model.model_fields[name], default=value)
 
 
+class Call(str):
+    """A Python call (and its argument) as :func:`validate` names it: ``Call("decompose_plan()")``,
+    ``Call("merge() students")``. A rule across keys refused there names the call, as its
+    arguments are named; a file's or a flag's source (a plain ``str``) is named by the rule's
+    own words, which name the flags."""
+
+    __slots__ = ()
+
+
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
     """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
-    value is bad, and the call (``source`` a Python call's, ``decompose_plan()``, ``merge()
-    students``) when a rule across keys refuses them, as its arguments are named."""
+    value is bad, and the call (``source`` a :class:`Call`) when a rule across keys refuses
+    them, as its arguments are named."""
     try:
         return cls.model_validate(data)
     except ValidationError as err:
@@ -35,7 +50,7 @@ def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
     except SettingsError as err:
         raise UserInputError(describe(err.validation, source)) from None
     except UserInputError as err:
-        if "()" not in source or str(err).startswith(source):
+        if not isinstance(source, Call) or str(err).startswith(source):
             raise
         raise type(err)(f"{source}: {err}") from None
 
@@ -207,4 +222,9 @@ def load_settings(cls: type[ConfigT], path: Path | None, overrides: dict[str, An
     """A ``cls`` from a YAML file (optional) with command-line values laid over it; errors
     name the file, or the command line when there is none."""
     data = read_yaml(path) if path is not None else {}
-    return validate(cls, layered(data, overrides), str(path) if path else "command line")
+    settings = validate(cls, layered(data, overrides), str(path) if path else "command line")
+    if path is not None:  # a relative path of the file found beside it alone: named
+        base = home_expanded(path).absolute().parent
+        texts = recipe_paths(settings, overrides, ("out",))
+        refuse_found_elsewhere(texts, path, base, "the recipe's directory")
+    return settings

@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -134,24 +134,26 @@ def is_boolean(value: Any) -> bool:
     return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOL_NAMES)
 
 
-def _bool_for_number(annotation: Any, value: Any) -> bool:
+def bool_for_number(annotation: Any, value: Any) -> bool:
     """Whether ``value`` holds a boolean where ``annotation`` promises a number and no boolean
     (``steps: true``, ``layers: [true, 2]``): pydantic takes ``True`` for ``1``."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _bool_for_number(typing.get_args(annotation)[0], value)
+        return bool_for_number(typing.get_args(annotation)[0], value)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(annotation)
         if is_boolean(value):
             return not any(_admits_bool(a) for a in options) and any(
                 _admits_number(a) for a in options
             )
-        return any(_bool_for_number(a, value) for a in options if typing.get_origin(a))
+        return any(bool_for_number(a, value) for a in options if typing.get_origin(a))
     if is_boolean(value):
         return _admits_number(annotation) and not _admits_bool(annotation)
     if isinstance(value, _SEQUENCES) and origin in (*_SEQUENCES, typing.Sequence):
         items = [a for a in typing.get_args(annotation) if a is not Ellipsis]
-        return any(_bool_for_number(a, v) for a in items for v in value)
+        return any(bool_for_number(a, v) for a in items for v in value)
+    if isinstance(value, Mapping) and origin in (dict, Mapping):  # ``objective_mix: {alm: yes}``
+        return any(bool_for_number(typing.get_args(annotation)[1], v) for v in value.values())
     return False
 
 
@@ -211,6 +213,44 @@ def path_texts(settings: BaseModel, prefix: str = "") -> typing.Iterator[tuple[s
             yield from ((key, str(v)) for v in items if v is not None)
         else:
             yield from _nested_paths(value, key)
+
+
+def recipe_paths(
+    settings: BaseModel, overrides: Mapping[str, Any], outputs: Sequence[str]
+) -> list[tuple[str, str]]:
+    """The paths to read (key, text) that ``settings`` takes from its recipe file: those of
+    ``outputs`` (keys it writes to) and those a flag gave (``overrides``: a section's keys or a
+    whole key) left out."""
+    given = [f"{k}.{s}" for k, v in overrides.items() if isinstance(v, Mapping) for s in v]
+    given += [k for k, v in overrides.items() if not isinstance(v, Mapping)]
+    return [
+        (key, text)
+        for key, text in path_texts(settings)
+        if key not in outputs and not any(f"{key}.".startswith(f"{g}.") for g in given)
+    ]
+
+
+def refuse_found_elsewhere(
+    texts: Iterable[tuple[str, str]], source: Path, base: Path, where: str
+) -> None:
+    """Refuse the first relative path of ``texts`` (key, path as written in the file ``source``)
+    that names something from ``base`` (``where``: what it is, the recipe's directory) and
+    nothing from the current directory, which a recipe's relative paths are read from (as
+    ``from_pretrained`` reads them): read from here it would be none, or a hub id."""
+    try:
+        here = Path.cwd()
+    except OSError:  # no current directory: a relative path fails where it is read
+        return
+    exists = os.path.lexists  # a link to nothing is there too
+    for key, text in texts if here != base else ():
+        path = home_expanded(Path(text))
+        if path.is_absolute() or exists(path) or not exists(base / path):
+            continue
+        raise UserInputError(
+            f"{source}: key {key!r}: {text!r} names something from {base}, {where}, and nothing "
+            f"from the current directory {here}, which a recipe's relative paths are read "
+            f"from: run the command from {base} (or name it by an absolute path in the recipe)"
+        )
 
 
 def _lists_paths(field: Any) -> bool:
@@ -290,19 +330,34 @@ class SettingsError(UserInputError, ValueError):
 
 def _key_of_subclass(kind: type[BaseModel], err: ValidationError) -> str:
     """For an unknown key of ``kind`` that a class built on it has (``TrainingSpec`` given
-    ``objective_mix``, a key of a causal recipe's ``CausalTrainingSpec``), which class that is."""
+    ``objective_mix``, a key of a causal recipe's ``CausalTrainingSpec``), or else a class built
+    on one of its bases (``MaskedStudentSpec`` given ``init``, a ``CausalStudentSpec``'s), which
+    class that is."""
     unknown = next((e for e in err.errors() if e["type"] == "extra_forbidden"), None)
     if unknown is None or len(unknown["loc"]) != 1:
         return ""
-    below, owner = list(kind.__subclasses__()), None
-    while below and owner is None:
+    bases = [b for b in kind.__mro__ if issubclass(b, Settings) and b is not Settings]
+    for base in bases:
+        owner = _owner_below(base, str(unknown["loc"][0]), kind)
+        if owner is not None:
+            name = f"{owner.__module__}.{owner.__name__}"
+            on = f"{base.__name__}, as {kind.__name__} is" if base is not kind else kind.__name__
+            return f": a key of {name} (built on {on}): build one of those instead"
+    return ""
+
+
+def _owner_below(base: type[BaseModel], key: str, given: type[BaseModel]) -> type | None:
+    """The first class built on ``base`` (``given`` and those built on it aside, unless ``base``
+    is ``given``) that has settings key ``key``."""
+    below, seen = list(base.__subclasses__()), {given} if base is not given else set()
+    while below:
         cls = below.pop(0)
-        owner = cls if unknown["loc"][0] in cls.model_fields else None
+        if cls in seen:
+            continue
+        if key in cls.model_fields:
+            return cls
         below += cls.__subclasses__()
-    if owner is None:
-        return ""
-    name = f"{owner.__module__}.{owner.__name__}"
-    return f": a key of {name} (built on {kind.__name__}): build one of those instead"
+    return None
 
 
 def _refuses_empty(kind: type[BaseModel]) -> bool:
@@ -356,7 +411,7 @@ class Settings(BaseModel):
         """A boolean where a number is promised is refused, not read as 0 or 1 (a YAML
         ``steps: yes``, ``seed: true``)."""
         field = cls.model_fields.get(info.field_name or "")
-        if field is not None and _bool_for_number(field.annotation, value):
+        if field is not None and bool_for_number(field.annotation, value):
             promised = "number" if "float" in str(field.annotation) else "integer"
             raise PydanticCustomError("bool_for_number", f"a boolean is no {promised}")
         return value
@@ -416,7 +471,8 @@ class Settings(BaseModel):
         try:
             return super().model_validate(obj, *args, **kwargs)
         except ValidationError as err:
-            raise SettingsError(describe(err, cls.__name__), err) from None
+            message = describe(err, cls.__name__) + _key_of_subclass(cls, err)
+            raise SettingsError(message, err) from None
 
 
 def revalidated(settings: SettingsT, source: str) -> SettingsT:

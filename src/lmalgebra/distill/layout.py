@@ -140,7 +140,9 @@ class RunLayout:
 
     def checkpoints(self) -> list[Path]:
         """Every checkpoint of every student of the run (its candidates' runs' too)."""
-        return sorted(c for run in self.training_runs() for c in run.glob(f"{CHECKPOINTS}/step-*"))
+        from lmalgebra.train.checkpoint import checkpoint_dirs
+
+        return sorted(c for run in self.training_runs() for c in checkpoint_dirs(run / CHECKPOINTS))
 
     @property
     def evaluation(self) -> Path:

@@ -93,6 +93,7 @@ Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
 
 log = logging.getLogger(__name__)
+SHOWN_STUDENTS = 5  # the stale students verify names by name
 
 
 def run_dir(self: Objective, **_: Any) -> Path:
@@ -495,8 +496,19 @@ class Objective(ABC):
         teachers = self.open_teachers()
         store = self.store_digest(teachers)
         names = [n for n, model in self.layout.saved_students().items() if not model_damage(model)]
-        problems = (self.stale_student(name, teachers, store) for name in names)
-        return [p for p in problems if p is not None]
+        problems = {n: p for n in names if (p := self.stale_student(n, teachers, store))}
+        if len(problems) < 2:
+            return list(problems.values())
+        # one line however many: the first student's, the others named (each said the same)
+        shown = ", ".join(map(repr, list(problems)[:SHOWN_STUDENTS]))
+        more = (
+            f" and {len(problems) - SHOWN_STUDENTS} more" if len(problems) > SHOWN_STUDENTS else ""
+        )
+        return [
+            f"{len(problems)} students were trained from teachers or a store as they were before "
+            f"they changed ({shown}{more}): {next(iter(problems.values()))}; train each of the "
+            "others again the same way"
+        ]
 
     def store_digest(self, teachers: dict[str, Teacher]) -> str:
         """The identity of the store that training reads (the keys of its sets as written):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import RESTART, UserInputError, UserValueError, merge_stage
-from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.recipe_files import Call, validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.causal.student_init import refuse_init_inside
@@ -56,7 +56,12 @@ from lmalgebra.storage.output_paths import (
     output_at,
     refuse_unusable_cache_parts,
 )
-from lmalgebra.train.checkpoint import checkpointed_step, refuse_other_inputs, refuse_uncleared
+from lmalgebra.train.checkpoint import (
+    checkpoint_dirs,
+    checkpointed_step,
+    refuse_other_inputs,
+    refuse_uncleared,
+)
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import (
     changed_training,
@@ -154,9 +159,11 @@ def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) 
     spec, kind = type(recipe.training), OBJECTIVES[type(recipe)].kind
     owned = ((k, key_owner(f"training.{k}", kind)) for k in overrides)
     if (other := next(((k, o) for k, o in owned if o is not None), None)) is not None:
-        raise UserInputError(  # the recipe's reader words it so; "unknown key" alone had misled
-            f"{source}: unknown key {other[0]!r}: a setting of {other[1]} recipes' training, and "
-            f"this recipe's objective is {kind}"
+        # the recipe's reader words it so; "unknown key" alone had misled, and a flag is named
+        named = f"{source}: unknown key {other[0]!r}" if isinstance(source, Call) else None
+        raise UserInputError(
+            f"{named or f'--training.{other[0]}'}: a setting of {other[1]} recipes' training, "
+            f"and this recipe's objective is {kind}"
         )
     base = recipe.training.model_dump()
     if kd_free(dict(overrides)):
@@ -365,6 +372,13 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                     "training writes the student's files there itself and would replace what "
                     "the link names; remove the link"
                 )
+        linked = [c for c in checkpoint_dirs(student / CHECKPOINTS) if c.is_symlink()]
+        if linked:  # pruning kept it without a word, and --restart refused it after its plan
+            raise UserInputError(
+                f"checkpoint {linked[0]} is a symbolic link to {linked[0].readlink()}: training "
+                "resumes from, prunes and removes the student's checkpoints itself, and would "
+                "not remove the link; remove the link"
+            )
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
@@ -37,6 +36,7 @@ from lmalgebra.core.settings import (
     describe,
     home_expanded,
     path_texts,
+    refuse_found_elsewhere,
     refuse_ignored,
 )
 from lmalgebra.distill.layout import RunLayout, check_plain_name
@@ -565,6 +565,21 @@ def load_recipe(path: Path) -> MergeRecipe:
     return parse_recipe(read_yaml(path), str(path))
 
 
+def user_recipe(path: Path) -> MergeRecipe:
+    """The recipe in the user's file ``path``, whose relative paths are read from the current
+    directory (as ``from_pretrained`` reads them): one that names nothing from here but
+    something from the recipe's own directory is refused, naming both (a teacher had been
+    taken for a hub id out of reach, a corpus named missing); of a file that says where it was
+    made (a run's copy, a selection's ``recommended.yaml``), something from there."""
+    recipe = load_recipe(path)
+    made_in = _made_in(path)
+    if made_in is not None:
+        _refuse_moved(recipe, path, made_in, "where it was made")
+    else:
+        _refuse_moved(recipe, path, home_expanded(path).absolute().parent, "the recipe's directory")
+    return recipe
+
+
 # the first line of a run's copy of its recipe: the directory its relative paths were read from
 # (commands given the run read them from the current directory, and refuse one found only there)
 MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
@@ -587,37 +602,39 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
     recipe = load_recipe(copy)
     base = _made_in(copy)
     if base is not None:
-        _refuse_moved(recipe, copy, base)
+        _refuse_moved(recipe, copy, base, "where the run was made")
     return recipe.model_copy(update={"output_dir": layout.root})
 
 
-def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path) -> None:
-    """Refuse the first relative path of ``recipe`` (the run's copy ``copy``) that names
-    something from ``base`` and nothing from the current directory."""
-    try:
-        here = Path.cwd()
-    except OSError:  # no current directory: a relative path fails where it is read
-        return
-    for key, text in path_texts(recipe) if here != base else ():
-        path = home_expanded(Path(split_language(text)[1]))
-        exists = os.path.lexists  # a link to nothing is there too
-        if key == "output_dir" or path.is_absolute() or exists(path) or not exists(base / path):
-            continue
-        raise UserInputError(
-            f"{copy}: key {key!r}: {text!r} is relative to {base}, where the run was made, "
-            f"and names nothing from the current directory {here}: run the command from "
-            f"{base} (or name it by an absolute path in the recipe)"
-        )
+def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str) -> None:
+    """Refuse the first relative path of ``recipe`` (read from the file ``copy``) that names
+    something from ``base`` (``where``: what it is) and nothing from the current directory."""
+    texts = (
+        (k, split_language(t)[1]) for k, t in path_texts(recipe) if _read_as_path(recipe, k, t)
+    )
+    refuse_found_elsewhere(texts, copy, base, where)
+
+
+def _read_as_path(recipe: MergeRecipe, key: str, text: str) -> bool:
+    """Whether the path-like setting ``key`` (``text``) of ``recipe`` is read as a path: not
+    the run's output, nor a student tokenizer naming a teacher (``bl``, ``teacher:bl``)."""
+    if key == "student.tokenizer":
+        return parse_student_tokenizer(text, list(recipe.teachers)).source == "model"
+    return key != "output_dir"
 
 
 def _made_in(copy: Path) -> Path | None:
-    """The directory named on the first line of the run's copy ``copy`` (none: a copy from
-    before the line was written, or the user's own recipe kept as the copy)."""
+    """The directory named by the ``made in`` line among the leading comments of ``copy`` (a
+    run's copy's first line, a selection's ``recommended.yaml``'s second); none: a file without
+    one (a copy from before the line was written, the user's own recipe kept as the copy)."""
     with copy.open("rb") as handle:
-        first = handle.readline().decode("utf-8", "replace").rstrip("\n")
-    prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if first.startswith(p)), None)
-    if prefix is None:
-        return None
-    with contextlib.suppress(ValueError):
-        return Path(json.loads(first.removeprefix(prefix)))
+        for raw in handle:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if line.startswith(p)), None)
+            if prefix is not None:
+                with contextlib.suppress(ValueError):
+                    return Path(json.loads(line.removeprefix(prefix)))
+                return None
+            if not line.startswith("#"):
+                return None
     return None

@@ -17,7 +17,7 @@ import pandas as pd
 
 from lmalgebra.api.merge import recipe_of
 from lmalgebra.api.runtime import library_entry
-from lmalgebra.core.recipe_files import validate
+from lmalgebra.core.recipe_files import Call, validate
 from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.experimental.selection.outputs import (
     SET_COLUMNS,
@@ -88,5 +88,5 @@ def select_teachers(recipe: Any, **settings: Any) -> TeacherSelection:
             ``cache_dir``.
     """
     config = recipe_of(recipe, "select_teachers()")
-    spec = validate(SelectionSpec, {"progress": False, **settings}, "select_teachers()")
+    spec = validate(SelectionSpec, {"progress": False, **settings}, Call("select_teachers()"))
     return TeacherSelection(_select(config, spec), config)

@@ -242,10 +242,12 @@ def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
 def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:
     """Each tensor's name, shape and dtype (``F32``) in ``files``, read from their headers (no
     weights read); a header safetensors cannot read is refused, naming the file (the load would
-    fail on it)."""
+    fail on it). A tensor two files hold is refused: transformers loads one of the two, the
+    index's choice aside, without a word."""
     from safetensors import safe_open
 
     shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+    held: dict[str, Path] = {}  # the file holding each tensor
     for path in files:
         try:  # a file this user may not read is no damaged one
             path.open("rb").close()
@@ -256,11 +258,30 @@ def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[tuple[int, 
                 for key in handle.keys():  # noqa: SIM118 (a safetensors handle is no dict)
                     found = handle.get_slice(key)
                     shapes[key] = (tuple(found.get_shape()), found.get_dtype())
+                    _refuse_twice(owner, path, held.setdefault(key, path), handle.keys())
+        except UserInputError:
+            raise
         except Exception as err:  # safetensors' own error types
             raise UserInputError(
                 f"{owner}: {path} is damaged: safetensors cannot read its header ({err})"
             ) from None
     return shapes
+
+
+def _refuse_twice(owner: str, path: Path, first: Path, keys: Iterable[str]) -> None:
+    """The one line for tensors ``path`` holds that ``first``, an earlier file of the set, holds
+    too (``keys``: those of ``path``)."""
+    if first == path:
+        return
+    from safetensors import safe_open
+
+    with safe_open(str(first), "pt") as handle:
+        twice = set(keys) & set(handle.keys())
+    raise UserInputError(
+        f"{owner}: {path} and {first.name} hold the same tensors, {len(twice)} of them "
+        f"({listed(twice)}); transformers would load one of each pair, whichever file the index "
+        "names, and drop the other: the files are not one model's"
+    )
 
 
 def refuse_planned_gaps(

@@ -16,6 +16,7 @@ from pydantic import field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.settings import SettingsError
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
 from lmalgebra.sources.model_source import ModelFields, ReferencedModel, exists
 from lmalgebra.sources.packaged import PACKAGE_PREFIX
@@ -111,7 +112,16 @@ class ModelRef(ModelFields):
     @classmethod
     def parse(cls, text: str) -> ModelRef:
         """CLI form: ``[NAME=][random:]PATH[@REVISION]``, ``[NAME=][random:]gguf:FILE``,
-        ``[NAME=]onnx:FILE[#TOKENIZER]`` or ``[NAME=]precomputed:FILE``."""
+        ``[NAME=]onnx:FILE[#TOKENIZER]`` or ``[NAME=]precomputed:FILE``; a part refused is
+        named in the reference as given (it had been named as ``ModelRef: key 'name'``)."""
+        try:
+            return cls._parse(text)
+        except SettingsError as err:
+            said = str(err).removeprefix(f"{cls.__name__}: ")
+            raise UserInputError(f"model reference {text!r}: {said}") from None
+
+    @classmethod
+    def _parse(cls, text: str) -> ModelRef:
         name, ref = _named(text)
         kind, file, tokenizer = _split_kind(ref)
         if kind is not None:

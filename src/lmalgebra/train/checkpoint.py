@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 FILES = ("model.safetensors", "optimizer.safetensors", "rng.safetensors")
 STATE_SUM = "state_sha256"
 OWN = (*FILES, "state.json")  # what a checkpoint directory holds: it is removed only with these
+STEP_NAME = re.compile(r"step-(\d+)")  # step-0000004; a user's step-0000004.bak is not the run's
 
 
 def _optimizer_tensors(
@@ -88,7 +90,7 @@ def save_checkpoint(
     if final.exists():  # a damaged checkpoint of this step, skipped when the run resumed
         _remove(final, "to save this step's checkpoint in its place")
     tmp.rename(final)
-    for old in sorted(root.glob("step-*"))[:-keep]:
+    for old in checkpoint_dirs(root)[:-keep]:
         _prune(old)
     return final
 
@@ -161,7 +163,7 @@ def load_latest(
 
     With ``fingerprint``, a checkpoint recorded with another one raises
     ``CheckpointMismatchError`` (a ``UserInputError``) naming what changed."""
-    for directory in sorted(root.glob("step-*"), reverse=True):
+    for directory in reversed(checkpoint_dirs(root)):
         state = _intact(directory)
         if state is None:
             continue
@@ -176,7 +178,7 @@ def load_latest(
                 f"afresh from step 0 (or remove {root})"
             ) from None
         return state
-    if any(root.glob("step-*")):
+    if checkpoint_dirs(root):
         log.warning("no intact checkpoint in %s; training starts again from step 0", root)
     return None
 
@@ -198,7 +200,7 @@ def refuse_other_inputs(root: Path, parts: dict[str, Any]) -> None:
     """What ``load_latest`` refuses of the newest intact checkpoint under ``root``, for the
     fingerprint's ``parts`` given alone (a dry run gives those it computes without reading
     weights; a dotted key, one leaf of a part: a student tokenizer's name, not its vocabulary)."""
-    for directory in sorted(root.glob("step-*"), reverse=True):
+    for directory in reversed(checkpoint_dirs(root)):
         state = damage(directory)[2]
         if state is None:
             continue  # skipped by the run too
@@ -211,22 +213,32 @@ def refuse_other_inputs(root: Path, parts: dict[str, Any]) -> None:
 
 def checkpointed_step(root: Path) -> int:
     """The step of the newest checkpoint under ``root`` (0: none), by its name alone."""
-    steps = [int(p.name.removeprefix("step-")) for p in root.glob("step-*") if p.is_dir()]
-    return max((s for s in steps if s >= 0), default=0)
+    return max((_step(p) for p in checkpoint_dirs(root) if p.is_dir()), default=0)
+
+
+def checkpoint_dirs(root: Path) -> list[Path]:
+    """The checkpoints under ``root`` (``step-NNNNNNN``), oldest first: a directory of another
+    name (a user's ``step-0000004.bak``) is not the run's to read, prune or remove (its step
+    had been read from its name, a traceback)."""
+    return sorted((p for p in root.glob("step-*") if STEP_NAME.fullmatch(p.name)), key=_step)
+
+
+def _step(checkpoint: Path) -> int:
+    return int(checkpoint.name.removeprefix("step-"))
 
 
 def clear_checkpoints(root: Path) -> None:
     """Remove every checkpoint under ``root`` (a run asked to start afresh); one that will not
     go (a directory made read-only) is one line naming it: the run would resume from it."""
     refuse_uncleared(root)  # all checked before any is removed
-    for checkpoint in sorted(root.glob("step-*")) + sorted(root.glob(".tmp-step-*")):
+    for checkpoint in checkpoint_dirs(root) + sorted(root.glob(".tmp-step-*")):
         _remove(checkpoint, f"to train from step 0 with {RESTART}: the run would resume from it")
 
 
 def refuse_uncleared(root: Path) -> None:
     """Refuse, removing nothing, what :func:`clear_checkpoints` would refuse to remove: a
     checkpoint under ``root`` holding files a checkpoint does not write (a dry run's check)."""
-    for checkpoint in sorted(root.glob("step-*")):
+    for checkpoint in checkpoint_dirs(root):
         _refuse_foreign(checkpoint, f"to train from step 0 with {RESTART}")
 
 

@@ -368,7 +368,7 @@ def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
             raise UserInputError(
                 f"model {ref.name!r} ({ref.path}) has the name of the run's teacher "
                 f"{ref.name!r} ({spec.path}), whose scores its rows would be taken for: name it "
-                "otherwise"
+                f"otherwise (the teacher is scored by its own: {_named(ref.name, spec.path)})"
             )
     students = RunLayout(run_dir).saved_students()
     for ref in models:
@@ -376,8 +376,14 @@ def refuse_names(run_dir: Path, models: Sequence[ModelRef]) -> None:
         if model is not None and _resolved(ref) != str(model.resolve()):
             raise UserInputError(
                 f"model {ref.name!r} ({ref.path}) has the name of the run's student {ref.name!r} "
-                f"({model}), whose scores its rows would be taken for: name it otherwise"
+                f"({model}), whose scores its rows would be taken for: name it otherwise (the "
+                f"student is scored by its model: {_named(ref.name, model)})"
             )
+
+
+def _named(name: str, path: object) -> str:
+    """Model ``name`` at ``path``, as the command line and Python name it."""
+    return either(f"--models {name}={path}", f"models={{{name!r}: {str(path)!r}}}")
 
 
 def _same_model(a: ModelRef, b: ModelRef) -> bool:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import OVERWRITE, UserInputError, either
+from lmalgebra.core.errors import OVERWRITE, UserInputError, either, merge_stage
 from lmalgebra.core.fingerprint import plain, sha256_file, sha256_json
 from lmalgebra.core.text_files import absent, not_a_directory, read_json_object
 from lmalgebra.distill.layout import (
@@ -39,6 +39,7 @@ from lmalgebra.storage.atomic import write_json_atomic
 
 RECORD = "evaluation.json"  # in evaluation/
 REPLACE = f"pass {OVERWRITE} to replace the evaluation with this one's rows alone"
+_REPLACING = either("`lmalgebra merge evaluate RUN --overwrite`", "evaluate(overwrite=True)")
 
 
 @dataclass(frozen=True)
@@ -193,10 +194,10 @@ def record_problems(
     except UserInputError as err:
         return [f"merge evaluate: {err}"]
     stale = [  # rows an evaluation of the other students refuses to keep (``_refuse_changed``)
-        f"{path} holds the rows of student {name!r} as it was before it was trained again (or "
-        f"removed): {_evaluate_again(name)} scores it again"
+        f"{path} holds the rows of student {name!r}"
+        + (_again(name) if now is not None else _gone(name, f"run {_REPLACING} to replace them"))
         for name, identity in record["students"].items()
-        if student_identity(layout, name) != identity
+        if (now := student_identity(layout, name)) != identity
     ]
     return stale or [
         f"{folder / name} does not hold what {RECORD} records (edited since, or the evaluation "
@@ -212,9 +213,21 @@ def _text_of(path: Path) -> str | None:
     return path.read_bytes().decode("utf-8", "replace") if path.is_file() else None
 
 
-def _evaluate_again(name: str) -> str:
-    """The evaluation of student ``name`` alone, as the command line and Python run it."""
-    return either(f"`lmalgebra merge evaluate RUN --students {name}`", f"evaluate([{name!r}])")
+def _again(name: str) -> str:
+    """Student ``name`` trained again since it was scored: its evaluation alone, as the command
+    line and Python run it, scores it again."""
+    again = either(f"`lmalgebra merge evaluate RUN --students {name}`", f"evaluate([{name!r}])")
+    return f" as it was before it was trained again: {again} scores it again"
+
+
+def _gone(name: str, replace: str) -> str:
+    """Student ``name`` scored there, of which the run holds no saved model (removed, or the
+    evaluation another run's): no evaluation keeps its rows, so its remedies are training it
+    or an evaluation replacing them (``replace``; one of it alone names it untrained)."""
+    return (
+        f", of which the run holds no saved model now (removed, or the evaluation another run's): "
+        f"train it again ({merge_stage('train', name)}) and evaluate it, or {replace}"
+    )
 
 
 def _checksum(record: Mapping[str, Any]) -> str:
@@ -297,7 +310,7 @@ def _refuse_changed(
     for name in [s for s in record["students"] if s in models]:
         now = student_identity(layout, name)
         if now is None:
-            raise refuse(f"student {name!r} scored there has no saved model now")
+            raise UserInputError(f"{out} holds the rows of student {name!r}{_gone(name, REPLACE)}")
         if now != record["students"][name]:
             raise refuse(f"student {name!r} was trained again since it was scored")
 

@@ -12,10 +12,11 @@ languages and teachers must be there."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from lmalgebra.core.errors import UserInputError, merge_stage
+from lmalgebra.core.errors import RESTART, UserInputError, merge_stage
 from lmalgebra.core.text_files import not_a_directory, not_a_file
-from lmalgebra.distill.layout import SHARD_SETS, RunLayout, model_damage
+from lmalgebra.distill.layout import CHECKPOINTS, SHARD_SETS, RunLayout, model_damage
 from lmalgebra.distill.recipe import MergeRecipe, run_recipe
 from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
@@ -23,6 +24,7 @@ from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
 from lmalgebra.train.checkpoint import damage
 from lmalgebra.train.loop import TRAIN_LOG
+from lmalgebra.train.run_fingerprint import differences
 from lmalgebra.train.validation import best_damage
 
 
@@ -41,10 +43,12 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
     languages = {lang: spec.teachers for lang, spec in recipe.languages.items()}
     problems += run_count_problems(layout, languages, *store_parts)
     problems += vocabulary_problems(layout)
-    for checkpoint in layout.checkpoints():
-        path, reason, state = damage(checkpoint)
+    states = {checkpoint: damage(checkpoint) for checkpoint in layout.checkpoints()}
+    for path, reason, state in states.values():
         if state is None:
             problems.append(f"checkpoint file {path} is damaged ({reason})")
+    whole = {c: found[2] for c, found in states.items() if found[2] is not None}
+    problems += [d for run in layout.training_runs() if (d := _mixed(run, whole)) is not None]
     problems += [d for d in map(best_damage, layout.training_runs()) if d is not None]
     # a student's log is checked where no checkpoint is left (``keep_checkpoints`` 0) too
     logged = {p.parent for p in layout.root.glob(f"*/{TRAIN_LOG}")}
@@ -52,6 +56,23 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
     problems += [d for d in map(_log_damage, runs) if d is not None]
     damaged = (model_damage(model) for model in layout.saved_students().values())
     return problems + [f"student model: {damage}" for damage in damaged if damage]
+
+
+def _mixed(run: Path, states: dict[Path, dict[str, Any]]) -> str | None:
+    """A whole checkpoint of ``run`` recorded with other inputs than its newest (copied in from
+    another student, say): no training writes both (``--restart`` drops every checkpoint), and
+    resuming refuses the newest where it is the stranger. ``states``: each whole checkpoint's."""
+    mine = sorted(c for c in states if c.parent == run / CHECKPOINTS)
+    recorded = [(d, states[d]["fingerprint"]) for d in mine if "fingerprint" in states[d]]
+    newest = recorded[-1] if recorded else None
+    for directory, fingerprint in recorded[:-1]:
+        if newest is not None and (changed := differences(fingerprint, newest[1])):
+            return (
+                f"checkpoints {directory} and {newest[0].name} were written by training runs "
+                f"with other inputs ({'; '.join(changed[:2])}): one is not this student's "
+                f"(copied from another?); remove it, or train with {RESTART}"
+            )
+    return None
 
 
 def _log_damage(run: Path) -> str | None:

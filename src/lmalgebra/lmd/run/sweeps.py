@@ -54,6 +54,27 @@ def fit_rows(decomposer: Decomposer, setting: Any, names: Sequence[str]) -> list
     return [{"setting": setting, **row} for row in rows]
 
 
+def warn_interpolating(sweep: str, short: Sequence[str], width: int) -> None:
+    """One line for the settings of a sweep whose training spans are fewer than the widest
+    basis of its fits (``short``: each setting, with its spans), where each fit had warned of
+    it, once per basis and setting."""
+    if short:
+        log.warning(
+            "%s sweep: %s: fewer training spans than the widest basis's %d columns, so those "
+            "fits can interpolate; trust their held-out R^2 only",
+            sweep,
+            ", ".join(short),
+            width,
+        )
+
+
+def widest_basis(solver: Decomposer, names: Sequence[str]) -> int:
+    """The most basis columns a fit of :func:`fit_rows` over ``names`` has (a group fit
+    leaves out the narrowest model; with two, a pairwise fit is that one too)."""
+    dims = [solver.block(n).basis_dim for n in names]
+    return sum(dims) - min(dims)
+
+
 def draw_sweep_spans(
     pool: ModelPool, docs: list[str], by_language: dict[str, list[str]] | None
 ) -> None:
@@ -84,12 +105,16 @@ def length_sweep(
     """R^2 at every span length T (new spans per T; their embeddings are cached)."""
     config = pool.config
     rows: list[Row] = []
+    short, width = [], 0
     for length in lengths:
         spec = config.spans.model_copy(update={"length": length})
         measured = measure(pool, docs, spec, _model_layers(pool.names), {}, label=f"T={length}")
-        solver = measured.decomposer(alpha, config.alpha_mode)
+        solver = measured.decomposer(alpha, config.alpha_mode, None, True)
         rows += fit_rows(solver, length, pool.names)
         log.info("T=%d: %d training spans", length, measured.spans["train"])
+        if solver.train.n < (width := widest_basis(solver, pool.names)):
+            short.append(f"T={length} ({solver.train.n} spans)")
+    warn_interpolating("length", short, width)
     return rows
 
 
@@ -159,11 +184,15 @@ def train_size_sweep(
     if curve is None:
         raise ValueError("the main measurement kept no learning-curve statistics")
     rows: list[Row] = []
+    short, width = [], 0
     for parts in range(1, len(curve.parts) + 1):
         size = curve.edges[parts]
         train = SplitMoments.of(curve.prefix(parts), in_place=True)
-        solver = main.decomposer(alpha, alpha_mode, train)  # type: ignore[arg-type]
+        solver = main.decomposer(alpha, alpha_mode, train, True)  # type: ignore[arg-type]
         rows += fit_rows(solver, size, names)
+        if solver.train.n < (width := widest_basis(solver, names)):
+            short.append(f"size {size}")
+    warn_interpolating("train-size", short, width)
     return rows
 
 
@@ -171,6 +200,7 @@ def language_sweep(pool: ModelPool, by_language: dict[str, list[str]], alpha: fl
     """R^2 per language (spans drawn from that language's documents only)."""
     config = pool.config
     rows: list[Row] = []
+    short, width = [], 0
     for language, docs in by_language.items():
         try:
             measured = measure(
@@ -178,8 +208,11 @@ def language_sweep(pool: ModelPool, by_language: dict[str, list[str]], alpha: fl
             )
         except UserInputError as err:
             raise UserInputError(f"language {language!r}: {err}") from None
-        solver = measured.decomposer(alpha, config.alpha_mode)
+        solver = measured.decomposer(alpha, config.alpha_mode, None, True)
         rows += fit_rows(solver, language, pool.names)
+        if solver.train.n < (width := widest_basis(solver, pool.names)):
+            short.append(f"{language} ({solver.train.n} spans)")
+    warn_interpolating("language", short, width)
     return rows
 
 

@@ -18,11 +18,18 @@ from lmalgebra.core.precision import (
     resolve_dtype_name,
 )
 from lmalgebra.core.recipe_files import read_yaml, validate
-from lmalgebra.core.settings import PathText, Settings, refuse_ignored
+from lmalgebra.core.settings import (
+    PathText,
+    Settings,
+    home_expanded,
+    recipe_paths,
+    refuse_found_elsewhere,
+    refuse_ignored,
+)
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
-from lmalgebra.sources.corpus import CorpusSpec
+from lmalgebra.sources.corpus import CorpusSpec, split_language
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
 from lmalgebra.sources.models import ModelRef
 from lmalgebra.stats.choices import EXACT_SHAPLEY, AlphaMode, Products
@@ -268,7 +275,14 @@ def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConf
             data[key] = {**data[key], **value}
         else:
             data[key] = value
-    return validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+    config = validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+    if recipe is not None:  # a relative path of the file found beside it alone: named
+        base = home_expanded(recipe).absolute().parent
+        texts = recipe_paths(config, overrides, ("out", "cache_dir"))
+        names = {m.name for m in config.models}  # a reference_tokenizer naming a model
+        split = [(key, split_language(text)[1]) for key, text in texts if text not in names]
+        refuse_found_elsewhere(split, recipe, base, "the recipe's directory")
+    return config
 
 
 # Fields that say where and how a run is shown or stored, not what it computes: a run resumed or
