@@ -19,6 +19,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import lmalgebra
 from causal_fixtures import CAUSAL_STUDENT, write_causal_recipe
 from hostile_helpers import ANSI, assert_one_line, run_cli
+from lmalgebra import UserInputError
 from lmalgebra.api.merge import merge_plan
 from lmalgebra.cli import main
 from lmalgebra.distill.masked.student_model import build_masked_lm
@@ -341,9 +342,12 @@ def test_causal_counts_and_store_bytes_are_what_prepare_and_teach_make(causal_re
 def test_a_causal_recipe_without_a_student_tokenizer_plans_its_store(
     tmp_path: Path, causal_teacher_dirs: dict[str, Path]
 ) -> None:
-    plan = merge_plan(write_causal_recipe(tmp_path, causal_teacher_dirs))
+    recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
+    plan = merge_plan(recipe, stages=["prepare", "teach"])  # `merge run`'s stages
     assert plan.train_s.isna().all()  # `merge train` would refuse it: no estimate
     assert (plan.teach_s > 0).all() and (plan.evaluate_s > 0).all()
+    with pytest.raises(UserInputError, match="student needs a tokenizer"):
+        merge_plan(recipe)  # every stage: refused as `merge(recipe)` refuses it, before any
 
 
 def test_the_dry_run_refuses_what_training_refuses(

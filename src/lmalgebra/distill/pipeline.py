@@ -18,6 +18,7 @@ from lmalgebra.core.recipe_files import Call, validate
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.causal.student_init import refuse_init_inside
+from lmalgebra.distill.causal.student_tokenizer import refuse_tokenless
 from lmalgebra.distill.layout import (
     BEST,
     CHECKPOINTS,
@@ -389,8 +390,9 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
 
 def refuse_own_init(recipe: MergeRecipe, names: Sequence[str]) -> None:
     """Refuse a causal recipe's ``student.init`` inside the directory of a student it would
-    start (``refuse_init_inside``)."""
+    start (``refuse_init_inside``), and a student with neither a tokenizer nor an ``init``."""
     if isinstance(recipe, CausalRecipe):
+        refuse_tokenless(recipe)
         for name in names:
             refuse_init_inside(recipe.student, RunLayout(recipe.output_dir).student(name))
 

@@ -61,6 +61,16 @@ def tokenizer_name(recipe: CausalRecipe) -> str | None:
     return None if given is None else str(parse_student_tokenizer(given, recipe.teachers))
 
 
+def refuse_tokenless(recipe: CausalRecipe) -> None:
+    """Refuse a student with neither a tokenizer nor a model to start from, as training does
+    (its dry run too; the stages before training need neither)."""
+    if recipe.student.tokenizer is None and recipe.student.init is None:
+        raise UserInputError(
+            "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "
+            "train:KIND:SIZE, bytes or a model reference (or student.init to start from a model)"
+        )
+
+
 def student_tokenizer(
     recipe: CausalRecipe, training: Texts, weights: bool = True
 ) -> tuple[Any, dict[str, Any]]:
@@ -75,10 +85,7 @@ def student_tokenizer(
         with named_as(ref.name, f"student.init {init!r}"):
             tokenizer = source_of(ref, weights=False).load_tokenizer()
     elif recipe.student.tokenizer is None:
-        raise UserInputError(
-            "a causal recipe's student needs a tokenizer: set student.tokenizer to teacher:NAME, "
-            "train:KIND:SIZE, bytes or a model reference (or student.init to start from a model)"
-        )
+        refuse_tokenless(recipe)
     else:
         given = recipe.student.tokenizer
         choice = parse_student_tokenizer(given, recipe.teachers)
