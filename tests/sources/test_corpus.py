@@ -408,6 +408,9 @@ def test_a_corpus_of_no_language_code_says_what_one_is(
         corpus_paths(CorpusSpec(paths=[f"{code}=corpus.txt"]))
     with pytest.raises(UserInputError, match=r"nofile\.txt does not exist$"):
         corpus_paths(CorpusSpec(paths=["fr=nofile.txt"]))
+    # no '=' at all: a missing file alone (it had been told it is no language code)
+    with pytest.raises(UserInputError, match=r"corpus /nope/x\.txt does not exist$"):
+        corpus_paths(CorpusSpec(paths=["/nope/x.txt"]))
 
 
 def test_a_language_code_of_a_recipe_is_one_of_lang_path_too(tmp_path: Path) -> None:

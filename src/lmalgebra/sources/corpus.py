@@ -77,8 +77,10 @@ def refuse_other_languages(spec: CorpusSpec, language: str, owner: str) -> None:
 def _not_a_language(entry: str) -> str:
     """What a missing ``entry`` of the form ``X=PATH`` whose ``PATH`` exists adds to its refusal:
     ``X`` is no language code (``ünï``, ``../x``), so the whole was read as a file's name."""
-    code, _, rest = entry.partition("=")
-    if not code or _LANGUAGE_ENTRY.match(entry) or not home_expanded(Path(rest)).exists():
+    code, equals, rest = entry.partition("=")
+    if not (code and equals and rest) or _LANGUAGE_ENTRY.match(entry):
+        return ""  # no '=': the whole is the file's name (``Path("")`` would be here, and exist)
+    if not home_expanded(Path(rest)).exists():
         return ""
     return f" ({code!r} is no language code of LANG=PATH: {PLAIN_NAME_RULE})"
 
