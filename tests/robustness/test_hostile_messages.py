@@ -516,3 +516,13 @@ def test_a_model_name_with_spaces_around_it_is_named_in_its_reference(cli) -> No
     args = ["decompose", "--models", "a =package:minilm", "--models", "b=package:minilm"]
     line = assert_one_line(*cli([*args, "--dry-run"]), ["model reference 'a =package:minilm'"])
     assert "ModelRef" not in line
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "evaluate", "bits-per-byte"])
+def test_a_run_directory_that_does_not_exist_is_named_so(command: str, tmp_path: Path, cli) -> None:
+    """A mistyped run directory had been called "not a merge run directory (no recipe.yaml)",
+    as if a run there were not yet prepared."""
+    missing = tmp_path / "nope"
+    code, stderr = cli(["merge", command, str(missing)])
+    assert_one_line(code, stderr, [f"run directory {missing} does not exist", "check the path"])
+    assert not missing.exists()

@@ -172,6 +172,11 @@ class RunLayout:
             raise UserInputError(f"run directory {self.root} {not_a_directory(self.root)}")
         if self.root.is_symlink() and not self.root.exists():
             raise UserInputError(f"run directory {self.root} {absent(self.root)}")
+        if not self.root.exists():  # a mistyped path had been called a run not yet prepared
+            raise UserInputError(
+                f"run directory {self.root} does not exist: check the path, or run "
+                f"{merge_stage('prepare')} first"
+            )
         if not self.recipe.is_file() and (self.recipe.exists() or self.recipe.is_symlink()):
             raise UserInputError(  # a FIFO, a directory, a link to nothing: not "no recipe.yaml"
                 f"{self.recipe} {not_a_file(self.recipe)}: it is the run's copy of its recipe, "
