@@ -7,10 +7,12 @@ changed). A run directory holding another configuration's run is refused unless 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,6 @@ def test_failed_command_leaves_no_empty_directory(
 def finished_run(
     tmp_path_factory: pytest.TempPathFactory, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
 ) -> Path:
-    import subprocess
-
     out = tmp_path_factory.mktemp("finished") / "run"
     args = decompose_args(bert_dir, bert2_dir, corpus_txt, out)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LMALGEBRA_CACHE": str(out.parent / "cache")}
@@ -738,7 +738,6 @@ def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
     their first model is loaded, as every other writer does, and write into no other kind of output:
     one line naming the directory (and the holder, or what it holds), nothing in it changed."""
     import shutil
-    import subprocess
 
     bank = tmp_path / "bank"
     bank.mkdir()
@@ -761,18 +760,11 @@ def test_selection_and_tagging_take_the_lock_and_keep_to_their_own_kind(
     assert digests(run) == before
 
     held = tmp_path / "held"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with held_by_another(held) as holder:
         before = digests(held)
         for args in (select(held), tag(held)):
             one_error(*cli(*args), str(held.resolve()), "in use by another", f"pid {holder.pid}")
         assert digests(held) == before
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_an_evaluation_of_other_inputs_is_not_replaced_without_overwrite(
@@ -822,6 +814,21 @@ with run_directory_lock(Path(sys.argv[1]), "holder command"):
     print("held", flush=True)
     time.sleep(120)
 """
+
+
+@contextlib.contextmanager
+def held_by_another(directory: Path) -> Iterator[subprocess.Popen[str]]:
+    """``directory`` locked by another process (``HOLDER``, named "holder command") while the
+    block runs."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_pretrain_resumes_into_its_own_unfinished_directory(
@@ -1098,7 +1105,6 @@ def test_a_second_demo_into_a_directory_a_demo_is_writing_is_refused_at_once(
 ) -> None:
     """A demo holds its directory's lock: a second demo there had run until the first step the
     two shared (and been stopped by that step's lock, named by its directory)."""
-    import subprocess
 
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.demo.plan import QUICK
@@ -1106,21 +1112,14 @@ def test_a_second_demo_into_a_directory_a_demo_is_writing_is_refused_at_once(
 
     held = tmp_path / "demo"
     held.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
-    )
     ran: list[str] = []
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with held_by_another(held) as holder:
         quick = {"demo": "quick masked", "plan": QUICK.as_dict()}
         with pytest.raises(
             UserInputError, match=f"in use by another lmalgebra run: pid {holder.pid}"
         ):
             run_workflow(held, lambda: ran.append("ran"), quick)
         assert not ran and sorted(p.name for p in held.iterdir()) == [".lmalgebra.lock"]
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize("special", ["fifo", "link", "dangling link"])
@@ -1173,7 +1172,6 @@ def test_every_writer_honours_the_lock_the_python_api_too(
     ``merge bits-per-byte``'s library call are refused naming the holder, and nothing there
     changes."""
     import shutil
-    import subprocess
 
     from lmalgebra import Decomposition
     from lmalgebra.distill.causal.bits_per_byte import evaluate_bits
@@ -1183,11 +1181,7 @@ def test_every_writer_honours_the_lock_the_python_api_too(
     shutil.copytree(finished_run, run)
     loaded = Decomposition.load(finished_run)
     for held in (tmp_path / "copy", run):
-        holder = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
-        )
-        try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with held_by_another(held) as holder:
             before = digests(held)
             if held == run:
                 one_error(*cli("report", str(run)), str(run), f"pid {holder.pid}")
@@ -1201,9 +1195,6 @@ def test_every_writer_honours_the_lock_the_python_api_too(
                 with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
                     loaded.save(held)
             assert digests(held) == before
-        finally:
-            holder.kill()
-            holder.wait()
     assert Decomposition.load(loaded.save(tmp_path / "copy")).names == loaded.names
 
 
@@ -1213,15 +1204,10 @@ def test_a_file_output_does_not_go_into_a_directory_another_run_holds(
     """A directory another command is writing (its lock held, its own files perhaps not there
     yet): a report page, a span list or a starter recipe had been written into it (the API's
     report of an unsaved decomposition too: the same check)."""
-    import subprocess
 
     held = tmp_path / "held"
     held.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with held_by_another(held):
         spans = ["spans", "--models", f"a={bert_dir}", "--corpus.paths", str(corpus_txt)]
         for command in (
             ["report", str(finished_run), "--out", str(held / "sub" / "report.html")],
@@ -1230,9 +1216,6 @@ def test_a_file_output_does_not_go_into_a_directory_another_run_holds(
         ):
             one_error(*cli(*command), str(held), "in use by another lmalgebra run")
         assert sorted(p.name for p in held.iterdir()) == [".lmalgebra.lock"]
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_run_another_command_is_writing_is_named_as_in_use_not_incomplete(
@@ -1241,24 +1224,16 @@ def test_a_run_another_command_is_writing_is_named_as_in_use_not_incomplete(
     """``report`` of, and ``Decomposition.load`` of, a run whose decomposition is under way
     (its lock held, its ``summary.json`` not written yet) name the run in progress, as ``merge
     verify`` does; they had called it "not a complete decomposition run"."""
-    import subprocess
 
     from lmalgebra import Decomposition
 
     held = tmp_path / "held"
     held.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(held)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with held_by_another(held) as holder:
         one_error(*cli("report", str(held)), str(held), "in use by another", "holder command")
         in_use = f"in use by another lmalgebra run .pid {holder.pid}"
         with pytest.raises(UserInputError, match=in_use):
             Decomposition.load(held)
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize(
