@@ -360,7 +360,7 @@ def _evaluate(
     source = ref.source
     tokenizer, model = source.load_tokenizer(), source.load()
     check_layer(ref.name, model, options.layer)
-    limit = max_tokens(model, tokenizer, options.max_length)
+    limit = max_tokens(model, tokenizer, options.max_length, f"model {ref.name!r}")
     encoded = {name: _encode(s, tokenizer, limit, tags) for name, s in data.items()}
     for split in encoded.values():
         refuse_foreign_ids(f"model {ref.name!r}", model, split.ids)

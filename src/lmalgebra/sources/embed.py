@@ -6,6 +6,8 @@ through the model, pooled over real tokens, and put back in input order.
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -15,6 +17,8 @@ import torch
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.precision import compute_context
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling, TokenReport
+
+log = logging.getLogger(__name__)
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:
@@ -33,9 +37,30 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Te
     return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
 
 
-def max_tokens(model: Any, tokenizer: Any, requested: int | None) -> int:
-    """Longest input the model accepts: the smallest of the request, tokenizer and positions."""
-    limits = [requested] if requested else []
+def max_tokens(model: Any, tokenizer: Any, requested: int | None, owner: str = "the model") -> int:
+    """Longest input the model accepts: the smallest of the request, tokenizer and positions.
+    A request above what the model reads is cut to it, and said, naming both (``owner``: the
+    model, as messages name it): the run records the value asked for."""
+    found = _model_limit(model, tokenizer)
+    if requested and found is not None and requested > found:
+        _say_cut(owner, found, requested)
+    limits = [v for v in (requested, found) if v]
+    return min(limits) if limits else 512
+
+
+@functools.cache
+def _say_cut(owner: str, found: int, requested: int) -> None:
+    """Say that ``owner`` reads fewer tokens than asked, once a process (each split embeds)."""
+    log.warning(
+        "%s reads at most %d tokens (its positions or its tokenizer's limit): --max_length %d "
+        "(max_length=%d) is cut to %d for it",
+        *(owner, found, requested, requested, found),
+    )
+
+
+def _model_limit(model: Any, tokenizer: Any) -> int | None:
+    """The fewest tokens of the tokenizer's limit and the model's positions (None: neither)."""
+    limits = []
     if 0 < getattr(tokenizer, "model_max_length", 0) < 1_000_000:
         limits.append(tokenizer.model_max_length)
     positions = getattr(model.config, "max_position_embeddings", None)
@@ -47,7 +72,7 @@ def max_tokens(model: Any, tokenizer: Any, requested: int | None) -> int:
             else 0
         )
         limits.append(positions - offset)
-    return min(limits) if limits else 512
+    return min(limits) if limits else None
 
 
 def tokenize(
@@ -132,7 +157,7 @@ def embed(
     """
     device = input_device(model, torch.device(spec.device))
     context = compute_context(device, getattr(torch, spec.dtype))
-    limit = max_tokens(model, tokenizer, spec.max_length)
+    limit = max_tokens(model, tokenizer, spec.max_length, owner)
     ids, special, report = tokenize(texts, tokenizer, limit)
     refuse_foreign_ids(owner, model, ids)
     pad_id = padding_id(tokenizer.pad_token_id, model)
