@@ -343,11 +343,11 @@ def test_a_causal_recipe_without_a_student_tokenizer_plans_its_store(
     tmp_path: Path, causal_teacher_dirs: dict[str, Path]
 ) -> None:
     recipe = write_causal_recipe(tmp_path, causal_teacher_dirs)
-    plan = merge_plan(recipe, stages=["prepare", "teach"])  # `merge run`'s stages
+    plan = merge_plan(recipe)
     assert plan.train_s.isna().all()  # `merge train` would refuse it: no estimate
     assert (plan.teach_s > 0).all() and (plan.evaluate_s > 0).all()
     with pytest.raises(UserInputError, match="student needs a tokenizer"):
-        merge_plan(recipe)  # every stage: refused as `merge(recipe)` refuses it, before any
+        merge_plan(recipe, stages=["train"])  # training alone: refused as training refuses it
 
 
 def test_the_dry_run_refuses_what_training_refuses(

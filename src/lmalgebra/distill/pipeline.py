@@ -390,9 +390,8 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
 
 def refuse_own_init(recipe: MergeRecipe, names: Sequence[str]) -> None:
     """Refuse a causal recipe's ``student.init`` inside the directory of a student it would
-    start (``refuse_init_inside``), and a student with neither a tokenizer nor an ``init``."""
+    start (``refuse_init_inside``)."""
     if isinstance(recipe, CausalRecipe):
-        refuse_tokenless(recipe)
         for name in names:
             refuse_init_inside(recipe.student, RunLayout(recipe.output_dir).student(name))
 
@@ -462,6 +461,8 @@ def plan(
         inference_setup(recipe)  # a device or dtype this machine lacks
     lacking = [f"{stage}_s" for stage in STAGES if stage not in objective.stages]
     rows = objective.plan(spec)  # what the settings make the stage refuse, first
+    if runnable[:1] == ["train"] and isinstance(recipe, CausalRecipe):  # training alone: a
+        refuse_tokenless(recipe)  # student without a tokenizer (a whole run's plan: '-')
     if "prepare" in runnable:  # then inputs edited since prepare wrote from them
         objective.refuse_edited_inputs()
     if runnable[:1] == ["evaluate"] and student is not None:  # evaluate alone scores a saved one
