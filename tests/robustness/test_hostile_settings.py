@@ -544,11 +544,11 @@ def test_a_patience_the_epochs_never_reach_is_refused(
         ({"path": "bert", "seed": 5}, ["seed 5 would be ignored", "random_init"]),
         (
             {"path": "x.npy", "kind": "precomputed", "trust_remote_code": True},
-            ["trust_remote_code would be ignored", "precomputed model runs no code"],
+            ["trust_remote_code would be ignored", "precomputed embeddings runs no code"],
         ),
         (
             {"path": "x.onnx", "kind": "onnx", "trust_remote_code": True},
-            ["trust_remote_code would be ignored", "onnx model runs no code"],
+            ["trust_remote_code would be ignored", "an ONNX graph runs no code"],
         ),
         (
             {"path": "package:minilm", "revision": "main"},

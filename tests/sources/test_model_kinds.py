@@ -31,6 +31,7 @@ class RandomVectors(ReferencedModel):
     every run, related to no model."""
 
     prefix: ClassVar[str | None] = "toy:"
+    what: ClassVar[str] = "a toy model"
     embedded: ClassVar[list[int]] = []  # spans embedded, over every instance
 
     def resolve(self, weights: bool = True) -> Path:

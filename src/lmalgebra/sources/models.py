@@ -78,12 +78,13 @@ class ModelRef(ModelFields):
         wrong = [o for o in options if o not in applies and getattr(self, o) not in (None, False)]
         if wrong:
             raise UserInputError(
-                f"model {self.name!r}: {', '.join(wrong)} does not apply to a {self.kind} model"
+                f"model {self.name!r}: {', '.join(wrong)} does not apply to "
+                f"{_kinds()[self.kind].what}"
             )
         if self.trust_remote_code and not _kinds()[self.kind].runs_remote_code:
             raise UserInputError(
-                f"model {self.name!r}: trust_remote_code would be ignored: a {self.kind} model "
-                "runs no code of its own"
+                f"model {self.name!r}: trust_remote_code would be ignored: "
+                f"{_kinds()[self.kind].what} runs no code of its own"
             )
         if self.trust_remote_code and not runs_own_code(self.kind, self.path):
             raise UserInputError(

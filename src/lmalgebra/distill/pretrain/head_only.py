@@ -59,7 +59,7 @@ def encoder_with_new_head(ref: ModelRef, directory: Path, seed: int) -> Any:
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
     if not ref.source.pretrained:
-        what = "random-initialised weights" if ref.random_init else f"an {ref.kind} model"
+        what = "random-initialised weights" if ref.random_init else ref.source.what
         raise UserInputError(
             f"encoder {ref.path}: {what} cannot carry a head-only teacher "
             "(give a trained transformers encoder: a directory, package:NAME or hub id)"
