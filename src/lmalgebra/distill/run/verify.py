@@ -22,7 +22,7 @@ from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
 from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
-from lmalgebra.train.checkpoint import damage
+from lmalgebra.train.checkpoint import checkpoint_dirs, damage
 from lmalgebra.train.loop import TRAIN_LOG
 from lmalgebra.train.run_fingerprint import differences
 from lmalgebra.train.validation import best_damage
@@ -62,13 +62,12 @@ def _mixed(run: Path, states: dict[Path, dict[str, Any]]) -> str | None:
     """A whole checkpoint of ``run`` recorded with other inputs than its newest (copied in from
     another student, say): no training writes both (``--restart`` drops every checkpoint), and
     resuming refuses the newest where it is the stranger. ``states``: each whole checkpoint's."""
-    mine = sorted(c for c in states if c.parent == run / CHECKPOINTS)
-    recorded = [(d, states[d]["fingerprint"]) for d in mine if "fingerprint" in states[d]]
-    newest = recorded[-1] if recorded else None
-    for directory, fingerprint in recorded[:-1]:
-        if newest is not None and (changed := differences(fingerprint, newest[1])):
+    mine = [c for c in checkpoint_dirs(run / CHECKPOINTS) if "fingerprint" in states.get(c, {})]
+    for directory in mine[:-1]:
+        newest = states[mine[-1]]["fingerprint"]
+        if changed := differences(states[directory]["fingerprint"], newest):
             return (
-                f"checkpoints {directory} and {newest[0].name} were written by training runs "
+                f"checkpoints {directory} and {mine[-1].name} were written by training runs "
                 f"with other inputs ({'; '.join(changed[:2])}): one is not this student's "
                 f"(copied from another?); remove it, or train with {RESTART}"
             )
