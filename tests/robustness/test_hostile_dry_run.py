@@ -173,6 +173,40 @@ def test_decompose_plan_refuses_the_directory_decompose_refuses(
     assert str(out) in said[lmalgebra.decompose]
 
 
+@pytest.mark.parametrize("given", ["list", "path", "latin-1 path"])
+def test_decompose_plan_refuses_the_text_the_dry_run_refuses(
+    given: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``decompose --dry-run`` refused spans longer than the documents can hold, and a corpus
+    the run cannot read; ``decompose_plan`` with the same documents (a list, or the corpus
+    path) had planned both, the corpus path unread. Both refuse them in the same line."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = corpus_txt
+    if given == "latin-1 path":
+        corpus = tmp_path / "corpus.txt"
+        corpus.write_bytes(LATIN1)
+    texts = documents(120) if given == "list" else corpus
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.decompose_plan(models, texts, timed=False, spans={"length": 100000})
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus), "--spans.length", "100000", "--dry-run"]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [str(caught.value)])
+    words = "byte 0xe9" if given == "latin-1 path" else "no training span of 100000 tokens"
+    assert words in str(caught.value)
+
+
 @pytest.mark.parametrize("part", ["", "spans"])
 def test_decompose_plan_without_out_refuses_the_cache_decompose_refuses(
     part: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path

@@ -133,7 +133,8 @@ def test_settings_of_torch_are_refused_where_every_model_is_an_onnx_graph(
     needles = [f"{flags[0]} 'bfloat16' would be ignored", "every model here is an ONNX graph"]
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
     mixed = {"a": models["a"], "b": str(bert2_dir)}
-    assert len(lmalgebra.decompose_plan(mixed, ["x"] * 4, timed=False, weights_dtype="bfloat16"))
+    plan = lmalgebra.decompose_plan(mixed, documents(40), timed=False, weights_dtype="bfloat16")
+    assert len(plan)
 
 
 def test_a_per_language_study_of_one_language_is_refused(
@@ -157,7 +158,7 @@ def test_the_default_alpha_beside_alpha_select_is_no_conflict(
     bert_dir: Path, bert2_dir: Path
 ) -> None:
     models = {"a": str(bert_dir), "b": str(bert2_dir)}
-    plan = lmalgebra.decompose_plan(models, ["x"] * 4, study={"alpha_select": "gcv"})
+    plan = lmalgebra.decompose_plan(models, documents(40), study={"alpha_select": "gcv"})
     assert len(plan) > 0
 
 
