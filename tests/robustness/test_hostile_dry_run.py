@@ -207,6 +207,39 @@ def test_decompose_plan_refuses_the_text_the_dry_run_refuses(
     assert words in str(caught.value)
 
 
+def test_span_embeddings_the_run_refuses_are_refused_by_the_plan_too(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """An array whose rows are all the same embedding, or one of more rows than the run can
+    have spans (``spans.counts``, or what the documents hold), had been planned; the run
+    refused the first once every other model had embedded, the second once the spans were
+    drawn. A file of more rows is refused by the dry run the same way."""
+    import numpy as np
+
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    options = {"spans": {"length": 8, "counts": (20, 5, 5)}}
+    constant = np.full((30, 4), 3.0)
+    for call in (lmalgebra.decompose_plan, lmalgebra.decompose):
+        with pytest.raises(UserInputError, match="model 'v' does not vary over the training"):
+            call({"a": str(bert_dir), "v": constant}, documents(40), **options)
+    rows = np.random.default_rng(0).normal(size=(31, 4))
+    wanted = "model 'v': 31 rows of embeddings, but the run has 30 spans at most"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.decompose_plan({"a": str(bert_dir), "v": rows}, documents(40), **options)
+    # fewer rows than the counts ask for: the text may give fewer spans, left to the run
+    plan = lmalgebra.decompose_plan({"a": str(bert_dir), "v": rows[:20]}, timed=False, **options)
+    assert len(plan)
+    np.save(tmp_path / "v.npy", rows.astype(np.float32))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"v=precomputed:{tmp_path}/v.npy"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.length", "8", "--spans.counts", "20,5,5"]
+    code, stderr = cli([*args, "--dry-run"])
+    assert_one_line(code, stderr, [wanted])
+
+
 @pytest.mark.parametrize("part", ["", "spans"])
 def test_decompose_plan_without_out_refuses_the_cache_decompose_refuses(
     part: str, tmp_path: Path, bert_dir: Path, bert2_dir: Path
@@ -310,7 +343,7 @@ def test_a_reference_tokenizer_naming_a_model_without_one_is_refused_by_the_plan
     import lmalgebra
     from lmalgebra.core.errors import UserInputError
 
-    models = {"a": str(bert_dir), "x": np.zeros((5, 3), np.float32)}
+    models = {"a": str(bert_dir), "x": np.eye(5, 3, dtype=np.float32)}
     texts = corpus_txt.read_text(encoding="utf-8").splitlines()
     for call in (lmalgebra.decompose_plan, lmalgebra.decompose):
         with pytest.raises(UserInputError, match="reference_tokenizer 'x' has no tokenizer"):

@@ -615,7 +615,7 @@ def test_trust_remote_code_that_no_model_takes_is_refused(
     assert not out.exists()
     from lmalgebra.core.errors import UserInputError
 
-    arrays = {"a": np.ones((4, 3)), "b": np.ones((4, 2))}
+    arrays = {"a": np.eye(4, 3), "b": np.eye(4, 2)}
     with pytest.raises(UserInputError, match="trust_remote_code would be ignored: it applies"):
         lmalgebra.decompose_plan(arrays, ["x y z"] * 4, trust_remote_code=True)
     # GGUF files alone: the flag had been set on them, and ran nothing

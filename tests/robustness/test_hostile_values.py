@@ -302,6 +302,7 @@ def test_a_model_whose_embeddings_do_not_vary_is_named(
     spans = {"length": 8, "counts": (20, 5, 5)}
     rows = len(lmalgebra.spans({"m": str(bert_dir)}, texts, spans=spans))
     constant = np.full((rows, 4), 3.0, np.float32)
+    constant[-1] = 4.0  # a test span's: the array varies, its training spans do not
     with pytest.raises(UserInputError, match=r"model 'b' does not vary over the training spans"):
         lmalgebra.decompose(
             {"a": str(bert_dir), "b": constant},

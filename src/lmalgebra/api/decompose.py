@@ -224,7 +224,7 @@ def plan_frame(
             f"model {unknown[0]!r}: its configuration names no hidden size, so its width "
             "is not known before it is loaded"
         )
-    check_spans(config, docs)
+    check_spans(config, docs, given)
     with library_call():
         speeds = measure_speeds() if timed else None
     import pandas as pd

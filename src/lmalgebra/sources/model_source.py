@@ -174,6 +174,11 @@ class ModelSource:
         them; None when it embeds them instead."""
         return None
 
+    def span_rows(self) -> int:
+        """Its rows of span embeddings, read without them (a file's header); 0 when it embeds
+        the spans instead (one of ``fixed_spans`` gives a row per span of the run)."""
+        return 0
+
     def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
         """Its vectors of ``texts``, and what its tokenizer made of them."""
         raise UserInputError(f"model {self.name!r} embeds no text")

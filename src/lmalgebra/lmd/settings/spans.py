@@ -154,13 +154,26 @@ def refuse_unfillable(docs: list[str], spec: SpanSpec) -> None:
     and no tokenizer cuts more than two tokens from one UTF-8 byte (a byte-level one, one; a
     word-marker token beside its word's first character, two), so a document of ``n`` bytes holds
     at most ``2 n // length`` spans."""
+    for split, most in most_spans(docs, spec).items():
+        _refuse_too_few(split, most, spec)
+
+
+def most_spans(docs: list[str] | None, spec: SpanSpec) -> dict[str, int]:
+    """The most spans of each split any tokenizer cuts from ``docs`` (see
+    ``refuse_unfillable``), at most its count; None: documents not known, the counts."""
+    if docs is None:
+        return dict(zip(SPLITS, spec.counts, strict=True))
     assignment = assign_splits(docs, spec)
-    for split, count in zip(SPLITS, spec.counts, strict=True):
-        most = sum(
-            min(spec.per_doc, 2 * len(docs[i].encode("utf-8")) // spec.length)
-            for i in assignment[split]
+    return {
+        split: min(
+            count,
+            sum(
+                min(spec.per_doc, 2 * len(docs[i].encode("utf-8")) // spec.length)
+                for i in assignment[split]
+            ),
         )
-        _refuse_too_few(split, min(most, count), spec)
+        for split, count in zip(SPLITS, spec.counts, strict=True)
+    }
 
 
 def _refuse_too_few(split: str, found: int, spec: SpanSpec) -> None:
