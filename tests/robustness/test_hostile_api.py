@@ -601,6 +601,23 @@ def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
             call({"a": "x"}, given)
 
 
+@pytest.mark.parametrize("kind", [set, frozenset])
+def test_a_set_where_order_counts_is_refused_naming_it(kind: type) -> None:
+    """A set iterates in an order that changes from process to process: texts given as one had
+    hashed as other documents in each (a run resumed, or read back, refused as on other
+    inputs), a ``layer_map`` had been read either way round and corpus paths in another order.
+    Each is refused, naming the texts or the key."""
+    texts = kind(documents(10))
+    for call in (lmalgebra.decompose, lmalgebra.decompose_plan, lmalgebra.spans):
+        with pytest.raises(UserInputError, match=rf"^texts is a {kind.__name__}, whose order"):
+            call({"a": "x", "b": "y"}, texts)
+    wanted = rf"key 'study.layer_map': a {kind.__name__} has no order of its own"
+    with pytest.raises(UserInputError, match=rf"^decompose_plan\(\): {wanted}"):
+        lmalgebra.decompose_plan({"a": "x", "b": "y"}, study={"layer_map": kind({"a", "b"})})
+    with pytest.raises(UserInputError, match=r"key 'corpus\.paths': a .*set has no order of its"):
+        lmalgebra.DecomposeConfig(models=[], corpus={"paths": kind({"a.txt", "b.txt"})})
+
+
 @pytest.mark.parametrize("call", ["decompose_plan", "spans"])
 def test_an_unknown_option_names_the_call_it_was_given_to(call: str) -> None:
     """``decompose_plan(..., spanz={})`` and ``spans(...)`` had been refused as

@@ -157,6 +157,15 @@ def bool_for_number(annotation: Any, value: Any) -> bool:
     return False
 
 
+def ordered(annotation: Any) -> bool:
+    """Whether ``annotation`` promises an ordered sequence (a list or tuple, ``None`` or not),
+    which a ``set`` is not."""
+    return any(
+        typing.get_origin(_bare(a)) in (list, tuple, typing.Sequence) or _bare(a) in (list, tuple)
+        for a in _options(_bare(annotation))
+    )
+
+
 def home_expanded(path: Path) -> Path:
     """``path`` with a leading ``~`` or ``~user`` read as that home directory (left as it is
     where there is no such user)."""
@@ -414,6 +423,22 @@ class Settings(BaseModel):
         if field is not None and bool_for_number(field.annotation, value):
             promised = "number" if "float" in str(field.annotation) else "integer"
             raise PydanticCustomError("bool_for_number", f"a boolean is no {promised}")
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_set_for_sequence(cls, value: Any, info: ValidationInfo) -> Any:
+        """A Python ``set`` where a list or tuple is promised is refused, not read in the order
+        it iterates, which changes from process to process (strings hash differently in each):
+        a ``layer_map`` had been read either way round, and corpus ``paths`` in another order
+        had been other documents to a run resumed."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and isinstance(value, set | frozenset) and ordered(field.annotation):
+            raise PydanticCustomError(
+                "unordered",
+                f"a {type(value).__name__} has no order of its own (a set of strings iterates "
+                "in another order in each process); give a list",
+            )
         return value
 
     @field_validator("*", mode="before")
