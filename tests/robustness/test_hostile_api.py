@@ -861,6 +861,27 @@ def test_a_model_name_the_tables_cannot_give_back_is_refused(name: str, bert_dir
         lmalgebra.DecomposeConfig(models=models)
 
 
+@pytest.mark.parametrize("name", ["x+y", "x,y"])
+def test_a_model_name_that_reads_as_a_basis_of_several_is_refused(
+    name: str, bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A model named ``x+y`` was written in fits.csv as the group basis of ``x`` and ``y`` is
+    (two different bases printed the same), and one named ``x,y`` could not be named in a
+    flag's list (``--basis x,y``). Refused before any work, naming the key, from Python, a
+    recipe and a directory whose name would be the model's."""
+    joiner = name[1]
+    wanted = f"a model name holds no {joiner!r}, which joins the names of a basis"
+    match = r"^decompose_plan\(\): key 'models\.0\.name': " + re.escape(wanted)
+    with pytest.raises(UserInputError, match=match):
+        lmalgebra.decompose_plan({name: str(bert_dir), "b": str(bert_dir)}, documents(40))
+    folder = tmp_path / name
+    folder.symlink_to(bert_dir)
+    code, stderr = cli(
+        ["decompose", "--models", str(folder), "--models", str(bert_dir), "--dry-run"]
+    )
+    assert_one_line(code, stderr, [wanted, "--models NAME=REFERENCE"])
+
+
 def test_a_numpy_boolean_is_no_number() -> None:
     """``np.bool_`` is no ``bool``: ``TrainingSpec(steps=np.bool_(True))`` trained one step,
     ``pairwise(diagonal=np.True_)`` and ``LinearDecomposition(blocks=[True, 5])`` took it for
