@@ -832,7 +832,7 @@ def test_a_model_on_the_meta_device_is_named(bert_dir: Path, tmp_path: Path) -> 
 
 
 def test_a_model_with_a_head_is_embedded_as_its_directory(
-    bert_dir: Path, gpt2_dir: Path, tmp_path: Path
+    bert_dir: Path, bert2_dir: Path, gpt2_dir: Path, tmp_path: Path
 ) -> None:
     """A ``(model, tokenizer)`` pair of a model with a head (``AutoModelForMaskedLM``,
     ``AutoModelForCausalLM``) had its logits pooled as its embedding: a ``ValueError`` (shape
@@ -843,8 +843,8 @@ def test_a_model_with_a_head_is_embedded_as_its_directory(
     options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
     for directory, head in ((bert_dir, BertForMaskedLM), (gpt2_dir, AutoModelForCausalLM)):
         pair = (head.from_pretrained(directory), AutoTokenizer.from_pretrained(directory))
-        by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert_dir)}, texts, **options)
-        given = lmalgebra.decompose({"m": pair, "b": str(bert_dir)}, texts, **options)
+        by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert2_dir)}, texts, **options)
+        given = lmalgebra.decompose({"m": pair, "b": str(bert2_dir)}, texts, **options)
         assert given.pairwise().equals(by_path.pairwise())
 
 
@@ -1464,7 +1464,7 @@ def test_a_recipe_path_holding_brackets_is_no_python_call(tmp_path: Path, cli) -
     recipe in ``p()/`` had its rule across keys prefixed with the path, as a call's is, where
     the same recipe elsewhere was not. A call is a type now (``Call``), not a spelling."""
     text = (
-        "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm-sre}]\n"
         "corpus: {paths: [package:wiki-en]}\nalpha: 3\nstudy: {alpha_select: gcv}\n"
     )
     lines = []

@@ -578,7 +578,12 @@ def test_a_file_where_a_stage_writes_a_directory_is_named_by_the_stage_and_its_d
 
 
 def test_a_finished_run_on_other_documents_or_arrays_is_refused_by_the_dry_run_too(
-    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
 ) -> None:
     """The run refuses a finished run of its configuration on a corpus edited since; the dry
     run, which reads the corpus to check it, had planned it. ``decompose_plan`` the same of an
@@ -592,7 +597,7 @@ def test_a_finished_run_on_other_documents_or_arrays_is_refused_by_the_dry_run_t
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(corpus_txt.read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "out"
-    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5"]
     args += ["--no-progress", "--out", str(out)]
     code, stderr = cli(args)

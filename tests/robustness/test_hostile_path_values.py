@@ -6,6 +6,7 @@ directory wherever a path is given."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -113,21 +114,24 @@ def test_a_leading_tilde_on_the_command_line_is_the_home_directory(
     [
         (["--models", "a=~nosuchuser/m", "--models", "b=B"], "directory ~nosuchuser/m"),
         (["--models", "a=gguf:~nosuchuser/m.gguf", "--models", "b=B"], "~nosuchuser/m.gguf"),
-        (["--models", "a=B", "--models", "b=B", "--reference_tokenizer", "~nosuchuser/t"], "t"),
+        (
+            ["--models", "a=B", "--models", "b=random:B", "--reference_tokenizer", "~nosuchuser/t"],
+            "t",
+        ),
     ],
     ids=["model", "gguf", "tokenizer"],
 )
 def test_a_tilde_of_no_user_is_a_path_as_given_not_a_traceback(
-    args: list[str], named: str, cli, here: Path, bert_dir: Path, corpus_txt: Path
+    args: list[str], named: str, cli, here: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
 ) -> None:
     """``~nosuchuser/...`` (a user this machine does not have) had raised ``RuntimeError: Could
     not determine home directory`` where a model, GGUF file, tokenizer or corpus is read; it is
     the path as given (as a shell leaves it), named as missing."""
-    given = [str(bert_dir) if a == "B" else a.replace("=B", f"={bert_dir}") for a in args]
+    given = [str(bert_dir) if a == "B" else re.sub(r"(?<=[=:])B$", str(bert_dir), a) for a in args]
     corpus = ["--corpus.paths", str(corpus_txt), "--out", str(here / "out"), "--dry-run"]
     code, stderr = cli(["decompose", *given, *corpus])
     assert_one_line(code, stderr, [named, "does not exist"])
-    models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}", "--dry-run"]
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "--dry-run"]
     code, stderr = cli(["decompose", *models, "--corpus.paths", "~nosuchuser/c.txt"])
     assert_one_line(code, stderr, ["corpus ~nosuchuser/c.txt does not exist"])
 
@@ -268,7 +272,7 @@ def test_a_decompose_or_pretrain_recipes_relative_path_read_from_elsewhere_names
     elsewhere.mkdir()
     (project / "xx.txt").write_text("one document\n")
     if command == "decompose":
-        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm-sre}]\n"
         args = ["decompose", str(project / "r.yaml"), "--dry-run"]
     else:
         text = "language: xx\nout: o\ntraining: {steps: 1}\ntokenizer: {vocab_size: 200}\n"

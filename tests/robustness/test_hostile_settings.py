@@ -920,3 +920,26 @@ def test_bootstrap_replicates_beyond_any_use_are_refused(
         args = ["experimental", "select", str(recipe), "--bootstrap", many, "--no-progress"]
     code, stderr = cli(args)
     assert_one_line(code, stderr, ["bootstrap", many, "less than or equal to 100000"])
+
+
+def test_one_model_under_two_names_is_refused(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``m/a`` and ``./m/a`` (or a link to it) as two models had been embedded twice and each
+    fitted on the other, its copy (R^2 1). Refused before any work, by the dry run and from
+    Python; a random-weights copy of it, and arrays of the same shape, are other models."""
+    monkeypatch.chdir(bert_dir.parent)
+    link = tmp_path / "link"
+    link.symlink_to(bert_dir)
+    corpus = ["--corpus.paths", str(corpus_txt), "--dry-run"]
+    for other in (f"./{bert_dir.name}", f"{bert_dir.name}/", str(link)):
+        args = ["decompose", "--models", f"p={bert_dir.name}", "--models", f"q={other}"]
+        code, stderr = cli([*args, *corpus])
+        assert_one_line(code, stderr, ["models 'p' and 'q' are the same model", other])
+    with pytest.raises(UserInputError, match="models 'p' and 'q' are the same model"):
+        lmalgebra.decompose_plan({"p": str(bert_dir), "q": f"{bert_dir}/."}, documents(40))
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    copy = {"p": str(bert_dir), "q": f"random:{bert_dir}"}
+    assert len(lmalgebra.decompose_plan(copy, documents(40), timed=False, spans=spans))
+    arrays = {"p": np.eye(30, 4), "q": np.eye(30, 4, 1)}
+    assert len(lmalgebra.decompose_plan(arrays, documents(40), timed=False, spans=spans))

@@ -31,7 +31,7 @@ from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec, split_language
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
-from lmalgebra.sources.models import ModelRef
+from lmalgebra.sources.models import ModelRef, refuse_same_model
 from lmalgebra.stats.choices import EXACT_SHAPLEY, AlphaMode, Products
 from lmalgebra.storage.output_paths import default_cache_dir
 
@@ -160,6 +160,7 @@ class DecomposeConfig(Settings):
                 f"model names must be unique; repeated: {', '.join(dup)} (name each model: "
                 "--models NAME=REFERENCE, or `name:` in the recipe)"
             )
+        refuse_same_model(self.models)
         if (self.target is None) != (self.basis is None):
             raise UserInputError("--target and --basis go together")
         if self.device_map is not None and self.device == "cpu":  # auto falls back as it says
