@@ -44,6 +44,7 @@ from lmalgebra.storage.output_paths import (
     cache_root,
     check_directory,
     claim_run_directory,
+    refuse_cache_inside_output,
     refuse_cache_overlap,
     refuse_inside_other_output,
     refuse_unusable_cache_parts,
@@ -237,7 +238,9 @@ def check_cache(config: DecomposeConfig) -> None:
     """What a run of ``config`` refuses of its cache: the root a file, or no writable
     directory, and the cache's directories it writes into (``_cache_parts``) files or links
     to nothing; found without writing anything."""
-    refuse_unusable_cache_parts(cache_directory(config.cache_dir), _cache_parts(config))
+    cache = cache_directory(config.cache_dir)
+    refuse_cache_inside_output(cache)
+    refuse_unusable_cache_parts(cache, _cache_parts(config))
 
 
 def _cache_parts(config: DecomposeConfig) -> list[str]:
