@@ -943,3 +943,25 @@ def test_one_model_under_two_names_is_refused(
     assert len(lmalgebra.decompose_plan(copy, documents(40), timed=False, spans=spans))
     arrays = {"p": np.eye(30, 4), "q": np.eye(30, 4, 1)}
     assert len(lmalgebra.decompose_plan(arrays, documents(40), timed=False, spans=spans))
+
+
+def test_training_sizes_beyond_the_training_spans_are_said_to_be_cut(
+    bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    """``train_sizes`` above the training spans the text gives had been cut to the whole split
+    without a word (the curve's point there is the main fit again); the run says so among its
+    warnings, naming the sizes and the spans, once."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    result = lmalgebra.decompose(
+        models,
+        documents(40),
+        spans=spans,
+        study={"train_sizes": [5, 100, 200]},
+        cache_dir=tmp_path,
+        progress=False,
+    )
+    said = [w for w in result.summary["warnings"] if "train_sizes" in w]
+    assert len(said) == 1, result.summary["warnings"]
+    assert "100, 200: more than the 20 training spans the text gave, so cut to 20" in said[0]
+    assert 'study={"train_sizes": [...]}' in said[0]
