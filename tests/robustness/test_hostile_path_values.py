@@ -287,6 +287,38 @@ def test_a_decompose_or_pretrain_recipes_relative_path_read_from_elsewhere_names
 
 
 @pytest.mark.parametrize(
+    ("command", "key"), [("decompose", "out"), ("decompose", "cache_dir"), ("pretrain", "out")]
+)
+def test_an_output_a_recipe_names_beside_it_alone_is_refused_from_elsewhere(
+    command: str, key: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe's relative ``out`` (or ``cache_dir``) that names a directory beside the recipe
+    (its earlier run, its cache) and nothing here had been read from here unchecked: a run from
+    another directory started afresh there, where its inputs' paths are refused naming both
+    directories. Refused the same way; the default, or a flag's, is not the recipe's."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "o").mkdir(parents=True)
+    elsewhere.mkdir()
+    corpus = tmp_path / "xx.txt"
+    corpus.write_text("one document\n")
+    if command == "decompose":
+        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm-sre}]\n"
+        text += f"{key}: o\n"
+        args = ["decompose", str(project / "r.yaml"), "--dry-run"]
+    else:
+        text = "language: xx\nout: o\ntraining: {steps: 1}\ntokenizer: {vocab_size: 200}\n"
+        args = ["pretrain", "masked", str(project / "r.yaml")]
+    (project / "r.yaml").write_text(text + f"corpus: {{paths: [{corpus}]}}\n")
+    monkeypatch.chdir(elsewhere)
+    needles = [f"key {key!r}", "'o'", str(project), str(elsewhere), "run the command"]
+    assert_one_line(*cli(args), needles)
+    assert not (elsewhere / "o").exists()
+    if command == "decompose":  # a flag's: read from here, as given (the dry run plans it)
+        _, stderr = cli([*args, f"--{key}", "o"])
+        assert str(project) not in stderr, stderr
+
+
+@pytest.mark.parametrize(
     ("text", "key"),
     [
         (

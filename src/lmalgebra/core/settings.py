@@ -227,15 +227,18 @@ def path_texts(settings: BaseModel, prefix: str = "") -> typing.Iterator[tuple[s
 def recipe_paths(
     settings: BaseModel, overrides: Mapping[str, Any], outputs: Sequence[str]
 ) -> list[tuple[str, str]]:
-    """The paths to read (key, text) that ``settings`` takes from its recipe file: those of
-    ``outputs`` (keys it writes to) and those a flag gave (``overrides``: a section's keys or a
-    whole key) left out."""
+    """The paths (key, text) that ``settings`` takes from its recipe file: those a flag gave
+    (``overrides``: a section's keys or a whole key) left out, and those of ``outputs`` (keys it
+    writes to) that the file does not set (a default, which names nothing of the file's).
+    An output the file names is read from the current directory as an input is: one naming a
+    run beside the recipe alone had been left there, and a new run made here."""
     given = [f"{k}.{s}" for k, v in overrides.items() if isinstance(v, Mapping) for s in v]
     given += [k for k, v in overrides.items() if not isinstance(v, Mapping)]
+    unset = [k for k in outputs if k not in settings.model_fields_set]
     return [
         (key, text)
         for key, text in path_texts(settings)
-        if key not in outputs and not any(f"{key}.".startswith(f"{g}.") for g in given)
+        if key not in unset and not any(f"{key}.".startswith(f"{g}.") for g in given)
     ]
 
 
