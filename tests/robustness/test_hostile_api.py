@@ -674,6 +674,56 @@ def test_a_message_reached_from_python_names_the_keyword_beside_the_flag(tmp_pat
 
 
 @pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            {"study": {"level": 0.9}},
+            "study.level 0.9 would be ignored: it applies to study.bootstrap",
+        ),
+        ({"alpha": 0, "alpha_mode": "absolute"}, "alpha_mode 'absolute' would be ignored: it ap"),
+        ({"scale": {"probes": 3}}, "scale.probes 3 would be ignored: it applies to scale.method"),
+        ({"alpha": 0.5, "study": {"alpha_select": "gcv"}}, "alpha 0.5 would be ignored: study.al"),
+        ({"study": {"lengths": [64]}}, "study.lengths [64] would be ignored: its one length is"),
+    ],
+    ids=["study", "top-level", "scale", "alpha", "lengths"],
+)
+def test_a_rule_across_settings_names_them_as_the_call_gave_them(
+    options: dict[str, Any], said: str
+) -> None:
+    """A rule across settings told a Python caller of ``--study.bootstrap`` or ``--alpha``,
+    flags of a command line it never used: from Python it names the keys the call was given
+    (``study.level`` for ``study={"level": ...}``); the command line still names its flags."""
+    models = {"a": np.eye(30, 4), "b": np.eye(30, 4, 1)}
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.decompose_plan(models, documents(40), **options)
+    assert str(caught.value).startswith(f"decompose_plan(): {said}"), str(caught.value)
+    assert "--" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"study": {"lengths": [0, 8]}}, "study.lengths"),
+        ({"study": {"lengths": []}}, "study.lengths"),
+        ({"study": {"train_sizes": [1, 8]}}, "study.train_sizes"),
+        ({"study": {"layer_map": ["a"]}}, "study.layer_map"),
+        ({"study": {"bootstrap": 10, "level": 1.5}}, "study.level"),
+        ({"study": {"alpha_select": "gcv", "alpha_grid": [0.0]}}, "study.alpha_grid"),
+        ({"spans": {"length": 0}}, "spans.length"),
+        ({"spans": {"per_doc": 0}}, "spans.per_doc"),
+        ({"spans": {"fractions": (1.0, 0.0, 0.0)}}, "spans.fractions"),
+    ],
+)
+def test_a_value_a_section_refuses_names_its_key(options: dict[str, Any], key: str) -> None:
+    """A value of the study or spans section refused by its own rule (a span length of 0, an
+    empty list of lengths, a level of 1.5) had been named by no key ("span length T must be
+    >= 1, got 0"): the key is named, as pydantic's own checks name theirs."""
+    models = {"a": np.eye(30, 4), "b": np.eye(30, 4, 1)}
+    with pytest.raises(UserInputError, match=rf"^decompose_plan\(\): key {key!r}: "):
+        lmalgebra.decompose_plan(models, documents(40), **options)
+
+
+@pytest.mark.parametrize(
     "setting", [{"layer": 1}, {"pooling": "first"}, {"exclude_special": True}, {"max_length": 4}]
 )
 def test_a_setting_no_sentence_transformer_reads_is_refused(

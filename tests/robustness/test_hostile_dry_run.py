@@ -116,7 +116,7 @@ def test_a_split_given_no_documents_is_refused_before_any_work(
     """A test fraction of 0 had been planned by the dry run; the run refused it once it had
     read the text and cut the spans ("no test span")."""
     flags = ["--spans.fractions", "0.9,0.1,0", *(["--dry-run"] if dry_run else [])]
-    needles = ["spans.fractions [0.9, 0.1, 0.0]", "test split no documents"]
+    needles = ["key 'spans.fractions': [0.9, 0.1, 0.0]", "test split no documents"]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
 

@@ -181,7 +181,7 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
         "its own encode(), an array is its span embeddings; or an ONNX graph)"
     )
-    config.refuse_unread(unread, what, "")
+    config.refuse_unread(unread, what)
 
 
 def _check_reference(config: DecomposeConfig, given: Mapping[str, ModelSource]) -> None:

@@ -14,7 +14,9 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -521,10 +523,32 @@ def revalidated(settings: SettingsT, source: str) -> SettingsT:
         raise SettingsError(f"{source} {err}", err.validation) from None
 
 
+# whether the settings being checked came from the command line (or a recipe it reads), whose
+# refusals name flags, or from Python, whose refusals name the keys the call was given
+_AS_FLAGS: ContextVar[bool] = ContextVar("settings_as_flags", default=False)
+
+
+@contextmanager
+def spelled_as_flags(flags: bool) -> Iterator[None]:
+    """Within the block, :func:`setting` names a setting as a flag (``flags``) or as a key."""
+    token = _AS_FLAGS.set(flags)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
+
+def setting(key: str) -> str:
+    """The setting ``key`` (dotted: ``study.level``) as the reader of a refusal gave it: the
+    flag ``--study.level`` to the command line (a recipe's key is its flag), the key
+    ``study.level`` to Python (``study={"level": ...}``; a top-level key is the keyword)."""
+    return f"--{key}" if _AS_FLAGS.get() else key
+
+
 def refuse_ignored(settings: BaseModel, prefix: str, unused: Mapping[str, str]) -> None:
     """Refuse a field given a value other than its default that the rest of ``settings`` makes
     the run ignore. ``unused``: each such field (of those that do not apply to this run) -> what
-    it applies to; ``prefix`` spells the field's flag (``--study.``)."""
+    it applies to; ``prefix`` spells the field's key (``setting("study.")``)."""
     fields = type(settings).model_fields
     for name, applies_to in unused.items():
         value = getattr(settings, name)
