@@ -700,6 +700,24 @@ def test_a_rule_across_settings_names_them_as_the_call_gave_them(
     assert "--" not in str(caught.value)
 
 
+def test_a_study_refused_once_its_models_are_known_names_the_keyword_beside_the_flag(
+    bert_dir: Path, bert2_dir: Path
+) -> None:
+    """A study the models leave nothing to do (``nulls`` of random-weights models, ``layers``
+    of arrays) was refused from Python naming ``--study.nulls`` alone, a flag of a command
+    line it never used: the keyword is named beside it."""
+    randoms = {"a": f"random:{bert_dir}", "b": f"random:{bert2_dir}"}
+    said = '--study.nulls (study={"nulls": True}) would add nothing'
+    with pytest.raises(UserInputError, match=re.escape(said)):
+        lmalgebra.decompose_plan(randoms, documents(40), timed=False, study={"nulls": True})
+    arrays = {"a": np.eye(30, 4), "b": np.eye(30, 4, 1)}
+    said = '--study.layers (study={"layers": True}) sweeps'
+    with pytest.raises(UserInputError, match=re.escape(said)):
+        lmalgebra.decompose_plan(
+            arrays, documents(40), reference_tokenizer=str(bert_dir), study={"layers": True}
+        )
+
+
 @pytest.mark.parametrize(
     ("options", "key"),
     [

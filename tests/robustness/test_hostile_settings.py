@@ -149,7 +149,10 @@ def test_a_per_language_study_of_one_language_is_refused(
     the main fits again, as a study of languages."""
     models = {"a": bert_dir, "b": bert2_dir}
     labelled = Path(f"en={corpus_txt}")  # the corpus entry LANG=PATH
-    needles = ["--study.languages would be ignored", "one language (en)"]
+    needles = [
+        '--study.languages (study={"languages": True}) would be ignored',
+        "one language (en)",
+    ]
     flags = ["--study.languages"]
     refused_before_embedding(cli, models, labelled, flags, needles, tmp_path, monkeypatch)
 
@@ -829,14 +832,14 @@ def test_random_copies_of_models_without_trained_weights_are_refused(
     """``--study.nulls`` over ``random:`` models (or ONNX graphs, vectors) had run to the end
     with no random copy fitted: ``nulls.csv`` held the shuffled null alone, exit 0."""
     models = {"a": f"random:{bert_dir}", "b": f"random:{bert2_dir}"}
-    needles = ["--study.nulls would add nothing", "random:"]
+    needles = ['--study.nulls (study={"nulls": True}) would add nothing', "random:"]
     for dry in ([], ["--dry-run"]):
         flags = ["--study.nulls", *dry]
         refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
     # one model of trained weights has a copy, and no other copy to be fitted on: its copy had
     # been embedded, and nothing fitted on it
     models = {"a": str(bert_dir), "b": f"random:{bert2_dir}"}
-    needles = ["--study.nulls would add nothing", "only 'a' is one"]
+    needles = ['--study.nulls (study={"nulls": True}) would add nothing', "only 'a' is one"]
     for dry in ([], ["--dry-run"]):
         flags = ["--study.nulls", *dry]
         refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
@@ -858,7 +861,7 @@ def test_a_layer_study_of_embeddings_given_as_they_are_is_refused_before_embeddi
     reference = {"reference_tokenizer": str(bert_dir)}
     cases = (
         ({"a": str(bert_dir), "b": vectors}, {"study": {"layer_map": ["a", "b"]}}, "map b"),
-        ({"a": vectors, "b": vectors}, {"study": {"layers": True}, **reference}, "layers sweeps"),
+        ({"a": vectors, "b": vectors}, {"study": {"layers": True}, **reference}, r"layers.*sweeps"),
     )
     for models, settings, wanted in cases:
         with pytest.raises(UserInputError, match=wanted) as err:

@@ -20,17 +20,20 @@ DECOMPOSE = {
     # more k-fold folds than training spans: refused after the main measurement too
     "folds_beyond_the_training_spans": (
         ["--study.alpha_select", "kfold", "--study.blocks", "30", "--study.folds", "30"],
-        ["--study.folds 30", "the training split has"],
+        ["--study.folds 30 (study={'folds': 30})", "the training split has"],
     ),
     "sweep_length_beyond_the_documents": (
         ["--study.lengths", "4,100000"],
-        ["--study.lengths 100000", "no training span of 100000 tokens"],
+        ["--study.lengths 100000 (study={'lengths': [4, 100000]})", "no training span of 100000"],
     ),
     # learning-curve sizes that are all the whole training split: capped, the curve's one point
     # was the main fit again (exit 0)
     "train_sizes_beyond_the_training_spans": (
         ["--study.train_sizes", "100000,200000"],
-        ["--study.train_sizes [100000, 200000] would be ignored", "training spans"],
+        [
+            "--study.train_sizes [100000, 200000] (study={'train_sizes': [100000, 200000]})",
+            "would be ignored",
+        ],
     ),
     # one span has no variance: every held-out R^2 had been NaN (exit 0), and one training span
     # had been blamed on the first model ("does not vary")

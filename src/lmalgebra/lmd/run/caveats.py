@@ -86,7 +86,7 @@ def run_warnings(
     least = math.ceil(2 / (1 - study.level))  # a replicate in each tail of the interval
     if 0 < study.bootstrap < least:
         warnings.append(
-            f"--study.bootstrap {study.bootstrap}: an interval at level {study.level} needs "
+            f"{_bootstrap(study.bootstrap)}: an interval at level {study.level} needs "
             f"{least} replicates at least to hold one in each tail; with fewer, its ends are "
             "the extreme replicates (one replicate: an interval of width 0, which need not "
             f"hold the estimate); use {_bootstrap(least)} or more"
