@@ -342,7 +342,7 @@ def test_bad_input_is_one_user_input_error_naming_the_culprit(
     # a rule across the arguments names the call too, as an argument's refusal does
     assert _bad({"a": str(bert_dir)}, texts).startswith("decompose(): decomposition needs at")
     with pytest.raises(UserInputError, match=r"^decompose_plan\(\): decomposition needs at"):
-        lmalgebra.decompose_plan({"a": np.zeros((3, 2))})
+        lmalgebra.decompose_plan({"a": np.eye(3, 2)})
     assert "'study.bootstrap'" in _bad(two, texts, study={"bootstrap": -1})
     assert "2-D" in _bad({**two, "c": np.zeros(5)}, texts)
     assert "list of strings" in _bad(two, texts, study={"languages": True})

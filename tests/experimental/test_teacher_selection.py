@@ -330,7 +330,7 @@ def test_too_few_replicates_are_named_in_selects_flag_and_keyword(
     with caplog.at_level("WARNING"):
         select_teachers(path, size=2, bootstrap=3, cache_dir=tmp_path / "c", spans={"length": 8})
     warned = [r.getMessage() for r in caplog.records if "replicates at least" in r.getMessage()]
-    assert warned and all(w.startswith("xx: --bootstrap 3: ") for w in warned), warned
+    assert warned and all(w.startswith("xx: --bootstrap 3 (bootstrap=3): ") for w in warned)
     assert all("use --bootstrap 40 (bootstrap=40) or more" in w for w in warned), warned
 
 

@@ -87,7 +87,8 @@ def test_too_few_bootstrap_replicates_for_the_level_are_named(decompose: Any) ->
     one in each tail are named, with the count it needs."""
     summary = decompose("--spans.counts", "60,10,10", "--study.bootstrap", "3")
     (warning,) = [w for w in summary["warnings"] if "--study.bootstrap" in w]
-    assert warning.startswith("--study.bootstrap 3: an interval at level 0.95 needs 40")
+    said = '--study.bootstrap 3 (study={"bootstrap": 3}): an interval at level 0.95 needs 40'
+    assert warning.startswith(said)
     assert warning.endswith('use --study.bootstrap 40 (study={"bootstrap": 40}) or more')
     assert not [
         w

@@ -24,7 +24,8 @@ from lmalgebra.sources.kinds.transformers import TransformersModel
 def _config(tmp_path: Path, model: Path, corpus: Path, **change: Any) -> DecomposeConfig:
     first = {"name": "a", "path": str(model), **change.pop("first", {})}
     raw = {
-        "models": [first, {"name": "b", "path": str(model)}],
+        # the spans are the first model's; the second, its random-weights copy, a model apart
+        "models": [first, {"name": "b", "path": str(model), "random_init": True}],
         "corpus": {"paths": [str(corpus)]},
         "spans": {"length": 8, "counts": [60, 12, 12], **change.pop("spans", {})},
         "cache_dir": str(tmp_path / "cache"),

@@ -601,6 +601,23 @@ def test_texts_given_as_bytes_are_named_as_given(given: Any) -> None:
             call({"a": "x"}, given)
 
 
+@pytest.mark.parametrize("kind", [set, frozenset])
+def test_a_set_where_order_counts_is_refused_naming_it(kind: type) -> None:
+    """A set iterates in an order that changes from process to process: texts given as one had
+    hashed as other documents in each (a run resumed, or read back, refused as on other
+    inputs), a ``layer_map`` had been read either way round and corpus paths in another order.
+    Each is refused, naming the texts or the key."""
+    texts = kind(documents(10))
+    for call in (lmalgebra.decompose, lmalgebra.decompose_plan, lmalgebra.spans):
+        with pytest.raises(UserInputError, match=rf"^texts is a {kind.__name__}, whose order"):
+            call({"a": "x", "b": "y"}, texts)
+    wanted = rf"key 'study.layer_map': a {kind.__name__} has no order of its own"
+    with pytest.raises(UserInputError, match=rf"^decompose_plan\(\): {wanted}"):
+        lmalgebra.decompose_plan({"a": "x", "b": "y"}, study={"layer_map": kind({"a", "b"})})
+    with pytest.raises(UserInputError, match=r"key 'corpus\.paths': a .*set has no order of its"):
+        lmalgebra.DecomposeConfig(models=[], corpus={"paths": kind({"a.txt", "b.txt"})})
+
+
 @pytest.mark.parametrize("call", ["decompose_plan", "spans"])
 def test_an_unknown_option_names_the_call_it_was_given_to(call: str) -> None:
     """``decompose_plan(..., spanz={})`` and ``spans(...)`` had been refused as
@@ -654,6 +671,74 @@ def test_a_message_reached_from_python_names_the_keyword_beside_the_flag(tmp_pat
         refuse_dropping(table, ["s1"], None)
     with pytest.raises(UserInputError, match=r"--restart \(restart=True\) starts afresh"):
         check_fingerprint({"lr": 1}, {"lr": 2}, "step-1", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (
+            {"study": {"level": 0.9}},
+            "study.level 0.9 would be ignored: it applies to study.bootstrap",
+        ),
+        ({"alpha": 0, "alpha_mode": "absolute"}, "alpha_mode 'absolute' would be ignored: it ap"),
+        ({"scale": {"probes": 3}}, "scale.probes 3 would be ignored: it applies to scale.method"),
+        ({"alpha": 0.5, "study": {"alpha_select": "gcv"}}, "alpha 0.5 would be ignored: study.al"),
+        ({"study": {"lengths": [64]}}, "study.lengths [64] would be ignored: its one length is"),
+    ],
+    ids=["study", "top-level", "scale", "alpha", "lengths"],
+)
+def test_a_rule_across_settings_names_them_as_the_call_gave_them(
+    options: dict[str, Any], said: str
+) -> None:
+    """A rule across settings told a Python caller of ``--study.bootstrap`` or ``--alpha``,
+    flags of a command line it never used: from Python it names the keys the call was given
+    (``study.level`` for ``study={"level": ...}``); the command line still names its flags."""
+    models = {"a": np.eye(30, 4), "b": np.eye(30, 4, 1)}
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.decompose_plan(models, documents(40), **options)
+    assert str(caught.value).startswith(f"decompose_plan(): {said}"), str(caught.value)
+    assert "--" not in str(caught.value)
+
+
+def test_a_study_refused_once_its_models_are_known_names_the_keyword_beside_the_flag(
+    bert_dir: Path, bert2_dir: Path
+) -> None:
+    """A study the models leave nothing to do (``nulls`` of random-weights models, ``layers``
+    of arrays) was refused from Python naming ``--study.nulls`` alone, a flag of a command
+    line it never used: the keyword is named beside it."""
+    randoms = {"a": f"random:{bert_dir}", "b": f"random:{bert2_dir}"}
+    said = '--study.nulls (study={"nulls": True}) would add nothing'
+    with pytest.raises(UserInputError, match=re.escape(said)):
+        lmalgebra.decompose_plan(randoms, documents(40), timed=False, study={"nulls": True})
+    arrays = {"a": np.eye(30, 4), "b": np.eye(30, 4, 1)}
+    said = '--study.layers (study={"layers": True}) sweeps'
+    with pytest.raises(UserInputError, match=re.escape(said)):
+        lmalgebra.decompose_plan(
+            arrays, documents(40), reference_tokenizer=str(bert_dir), study={"layers": True}
+        )
+
+
+@pytest.mark.parametrize(
+    ("options", "key"),
+    [
+        ({"study": {"lengths": [0, 8]}}, "study.lengths"),
+        ({"study": {"lengths": []}}, "study.lengths"),
+        ({"study": {"train_sizes": [1, 8]}}, "study.train_sizes"),
+        ({"study": {"layer_map": ["a"]}}, "study.layer_map"),
+        ({"study": {"bootstrap": 10, "level": 1.5}}, "study.level"),
+        ({"study": {"alpha_select": "gcv", "alpha_grid": [0.0]}}, "study.alpha_grid"),
+        ({"spans": {"length": 0}}, "spans.length"),
+        ({"spans": {"per_doc": 0}}, "spans.per_doc"),
+        ({"spans": {"fractions": (1.0, 0.0, 0.0)}}, "spans.fractions"),
+    ],
+)
+def test_a_value_a_section_refuses_names_its_key(options: dict[str, Any], key: str) -> None:
+    """A value of the study or spans section refused by its own rule (a span length of 0, an
+    empty list of lengths, a level of 1.5) had been named by no key ("span length T must be
+    >= 1, got 0"): the key is named, as pydantic's own checks name theirs."""
+    models = {"a": np.eye(30, 4), "b": np.eye(30, 4, 1)}
+    with pytest.raises(UserInputError, match=rf"^decompose_plan\(\): key {key!r}: "):
+        lmalgebra.decompose_plan(models, documents(40), **options)
 
 
 @pytest.mark.parametrize(
@@ -815,7 +900,7 @@ def test_a_model_on_the_meta_device_is_named(bert_dir: Path, tmp_path: Path) -> 
 
 
 def test_a_model_with_a_head_is_embedded_as_its_directory(
-    bert_dir: Path, gpt2_dir: Path, tmp_path: Path
+    bert_dir: Path, bert2_dir: Path, gpt2_dir: Path, tmp_path: Path
 ) -> None:
     """A ``(model, tokenizer)`` pair of a model with a head (``AutoModelForMaskedLM``,
     ``AutoModelForCausalLM``) had its logits pooled as its embedding: a ``ValueError`` (shape
@@ -826,8 +911,8 @@ def test_a_model_with_a_head_is_embedded_as_its_directory(
     options = {"spans": {"length": 8, "counts": (40, 10, 10)}, "cache_dir": tmp_path}
     for directory, head in ((bert_dir, BertForMaskedLM), (gpt2_dir, AutoModelForCausalLM)):
         pair = (head.from_pretrained(directory), AutoTokenizer.from_pretrained(directory))
-        by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert_dir)}, texts, **options)
-        given = lmalgebra.decompose({"m": pair, "b": str(bert_dir)}, texts, **options)
+        by_path = lmalgebra.decompose({"m": str(directory), "b": str(bert2_dir)}, texts, **options)
+        given = lmalgebra.decompose({"m": pair, "b": str(bert2_dir)}, texts, **options)
         assert given.pairwise().equals(by_path.pairwise())
 
 
@@ -842,6 +927,27 @@ def test_a_model_name_the_tables_cannot_give_back_is_refused(name: str, bert_dir
     models = [{"name": name, "path": str(bert_dir)}, {"name": "b", "path": str(bert_dir)}]
     with pytest.raises(UserInputError, match=wanted):
         lmalgebra.DecomposeConfig(models=models)
+
+
+@pytest.mark.parametrize("name", ["x+y", "x,y"])
+def test_a_model_name_that_reads_as_a_basis_of_several_is_refused(
+    name: str, bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A model named ``x+y`` was written in fits.csv as the group basis of ``x`` and ``y`` is
+    (two different bases printed the same), and one named ``x,y`` could not be named in a
+    flag's list (``--basis x,y``). Refused before any work, naming the key, from Python, a
+    recipe and a directory whose name would be the model's."""
+    joiner = name[1]
+    wanted = f"a model name holds no {joiner!r}, which joins the names of a basis"
+    match = r"^decompose_plan\(\): key 'models\.0\.name': " + re.escape(wanted)
+    with pytest.raises(UserInputError, match=match):
+        lmalgebra.decompose_plan({name: str(bert_dir), "b": str(bert_dir)}, documents(40))
+    folder = tmp_path / name
+    folder.symlink_to(bert_dir)
+    code, stderr = cli(
+        ["decompose", "--models", str(folder), "--models", str(bert_dir), "--dry-run"]
+    )
+    assert_one_line(code, stderr, [wanted, "--models NAME=REFERENCE"])
 
 
 def test_a_numpy_boolean_is_no_number() -> None:
@@ -1145,7 +1251,8 @@ def test_nulls_over_python_objects_say_why_there_is_no_copy(
         for name, path in (("a", bert_dir), ("b", bert2_dir))
     }
     wanted = "models given as Python objects have no copy"
-    with pytest.raises(UserInputError, match=r"^--study\.nulls would add nothing: .*" + wanted):
+    said = re.escape('--study.nulls (study={"nulls": True}) would add nothing: ')
+    with pytest.raises(UserInputError, match="^" + said + ".*" + wanted):
         lmalgebra.decompose(pairs, documents(60), study={"nulls": True})
 
 
@@ -1408,7 +1515,7 @@ def test_a_rule_across_a_calls_settings_names_the_call(
     for call, said in (
         (lambda: lmalgebra.merge_plan(recipe, training=linear), "merge_plan() training: "),
         (lambda: lmalgebra.merge(recipe, ["train"], students={"s": linear}), "merge() students: "),
-        (lambda: lmalgebra.decompose_plan({"a": np.zeros((3, 2))}), "decompose_plan(): "),
+        (lambda: lmalgebra.decompose_plan({"a": np.eye(3, 2)}), "decompose_plan(): "),
     ):
         with pytest.raises(UserInputError) as caught:
             call()
@@ -1426,7 +1533,7 @@ def test_a_recipe_path_holding_brackets_is_no_python_call(tmp_path: Path, cli) -
     recipe in ``p()/`` had its rule across keys prefixed with the path, as a call's is, where
     the same recipe elsewhere was not. A call is a type now (``Call``), not a spelling."""
     text = (
-        "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm-sre}]\n"
         "corpus: {paths: [package:wiki-en]}\nalpha: 3\nstudy: {alpha_select: gcv}\n"
     )
     lines = []

@@ -337,6 +337,37 @@ def test_a_cache_inside_the_output_or_an_output_inside_the_cache_is_refused_firs
     assert code == 0, stderr
 
 
+def test_a_cache_inside_another_runs_directory_is_refused_first(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """``--cache_dir`` inside another finished run's directory had been accepted: the cache's
+    files made among that run's, which are its own. Refused by the run and its dry run,
+    naming the run, nothing written."""
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--no-progress"]
+    first = tmp_path / "first"
+    code, stderr = cli([*args, "--out", str(first), "--cache_dir", str(tmp_path / "cache")])
+    assert code == 0, stderr
+    before = sorted(p.name for p in first.iterdir())
+    where = ["--out", str(tmp_path / "second"), "--cache_dir", str(first / "cache")]
+    for dry in (["--dry-run"], []):
+        code, stderr = cli([*args, *where, *dry])
+        assert_one_line(code, stderr, [str(first / "cache"), f"inside {first}", "decomposition"])
+    assert sorted(p.name for p in first.iterdir()) == before
+    assert not (tmp_path / "second").exists()
+    # from Python without an output directory, whose call fills its cache all the same
+    import lmalgebra
+    from tiny import documents
+
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    for call in (lmalgebra.decompose_plan, lmalgebra.decompose):
+        with pytest.raises(UserInputError, match=f"would go inside {first}, which holds a dec"):
+            call(models, documents(40), spans=spans, cache_dir=first / "cache")
+    assert sorted(p.name for p in first.iterdir()) == before
+
+
 def test_experimental_select_refuses_its_cache_inside_its_output_first(
     teacher_dirs: dict[str, Path], tmp_path: Path, cli
 ) -> None:

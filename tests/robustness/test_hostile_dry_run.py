@@ -116,7 +116,7 @@ def test_a_split_given_no_documents_is_refused_before_any_work(
     """A test fraction of 0 had been planned by the dry run; the run refused it once it had
     read the text and cut the spans ("no test span")."""
     flags = ["--spans.fractions", "0.9,0.1,0", *(["--dry-run"] if dry_run else [])]
-    needles = ["spans.fractions [0.9, 0.1, 0.0]", "test split no documents"]
+    needles = ["key 'spans.fractions': [0.9, 0.1, 0.0]", "test split no documents"]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
 
@@ -171,6 +171,73 @@ def test_decompose_plan_refuses_the_directory_decompose_refuses(
         said[call] = str(caught.value)
     assert said[lmalgebra.decompose] == said[lmalgebra.decompose_plan]
     assert str(out) in said[lmalgebra.decompose]
+
+
+@pytest.mark.parametrize("given", ["list", "path", "latin-1 path"])
+def test_decompose_plan_refuses_the_text_the_dry_run_refuses(
+    given: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """``decompose --dry-run`` refused spans longer than the documents can hold, and a corpus
+    the run cannot read; ``decompose_plan`` with the same documents (a list, or the corpus
+    path) had planned both, the corpus path unread. Both refuse them in the same line."""
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = corpus_txt
+    if given == "latin-1 path":
+        corpus = tmp_path / "corpus.txt"
+        corpus.write_bytes(LATIN1)
+    texts = documents(120) if given == "list" else corpus
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.decompose_plan(models, texts, timed=False, spans={"length": 100000})
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus), "--spans.length", "100000", "--dry-run"]
+    code, stderr = cli(args)
+    assert_one_line(code, stderr, [str(caught.value)])
+    words = "byte 0xe9" if given == "latin-1 path" else "no training span of 100000 tokens"
+    assert words in str(caught.value)
+
+
+def test_span_embeddings_the_run_refuses_are_refused_by_the_plan_too(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """An array whose rows are all the same embedding, or one of more rows than the run can
+    have spans (``spans.counts``, or what the documents hold), had been planned; the run
+    refused the first once every other model had embedded, the second once the spans were
+    drawn. A file of more rows is refused by the dry run the same way."""
+    import numpy as np
+
+    import lmalgebra
+    from lmalgebra import UserInputError
+    from tiny import documents
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    options = {"spans": {"length": 8, "counts": (20, 5, 5)}}
+    constant = np.full((30, 4), 3.0)
+    for call in (lmalgebra.decompose_plan, lmalgebra.decompose):
+        with pytest.raises(UserInputError, match="model 'v' does not vary over the training"):
+            call({"a": str(bert_dir), "v": constant}, documents(40), **options)
+    rows = np.random.default_rng(0).normal(size=(31, 4))
+    wanted = "model 'v': 31 rows of embeddings, but the run has 30 spans at most"
+    with pytest.raises(UserInputError, match=wanted):
+        lmalgebra.decompose_plan({"a": str(bert_dir), "v": rows}, documents(40), **options)
+    # fewer rows than the counts ask for: the text may give fewer spans, left to the run
+    plan = lmalgebra.decompose_plan({"a": str(bert_dir), "v": rows[:20]}, timed=False, **options)
+    assert len(plan)
+    np.save(tmp_path / "v.npy", rows.astype(np.float32))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"v=precomputed:{tmp_path}/v.npy"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.length", "8", "--spans.counts", "20,5,5"]
+    code, stderr = cli([*args, "--dry-run"])
+    assert_one_line(code, stderr, [wanted])
 
 
 @pytest.mark.parametrize("part", ["", "spans"])
@@ -276,7 +343,7 @@ def test_a_reference_tokenizer_naming_a_model_without_one_is_refused_by_the_plan
     import lmalgebra
     from lmalgebra.core.errors import UserInputError
 
-    models = {"a": str(bert_dir), "x": np.zeros((5, 3), np.float32)}
+    models = {"a": str(bert_dir), "x": np.eye(5, 3, dtype=np.float32)}
     texts = corpus_txt.read_text(encoding="utf-8").splitlines()
     for call in (lmalgebra.decompose_plan, lmalgebra.decompose):
         with pytest.raises(UserInputError, match="reference_tokenizer 'x' has no tokenizer"):
@@ -511,7 +578,12 @@ def test_a_file_where_a_stage_writes_a_directory_is_named_by_the_stage_and_its_d
 
 
 def test_a_finished_run_on_other_documents_or_arrays_is_refused_by_the_dry_run_too(
-    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
 ) -> None:
     """The run refuses a finished run of its configuration on a corpus edited since; the dry
     run, which reads the corpus to check it, had planned it. ``decompose_plan`` the same of an
@@ -525,7 +597,7 @@ def test_a_finished_run_on_other_documents_or_arrays_is_refused_by_the_dry_run_t
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(corpus_txt.read_text(encoding="utf-8"), encoding="utf-8")
     out = tmp_path / "out"
-    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus), "-T", "8", "--spans.counts", "20,5,5"]
     args += ["--no-progress", "--out", str(out)]
     code, stderr = cli(args)

@@ -64,6 +64,7 @@ def test_a_loop_of_links_is_named_as_one(tmp_path: Path) -> None:
 def test_a_loop_of_links_met_where_a_path_is_resolved_is_one_line(
     part: str,
     bert_dir: Path,
+    bert2_dir: Path,
     corpus_txt: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -77,7 +78,7 @@ def test_a_loop_of_links_met_where_a_path_is_resolved_is_one_line(
     cache.mkdir()
     (cache / part).symlink_to(part)
     monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
-    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt)]
     args += ["--out", str(tmp_path / "out"), "--no-progress"]
     assert_one_line(*run_cli(args, monkeypatch, capsys), [f"{cache / part} is a symbolic", "loop"])
@@ -92,6 +93,7 @@ def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
     tmp_path: Path,
     teacher_dirs: dict[str, Path],
     bert_dir: Path,
+    bert2_dir: Path,
     corpus_txt: Path,
     cli,
 ) -> None:
@@ -119,7 +121,7 @@ def test_an_output_directory_behind_a_link_to_nothing_is_not_made_at_its_target(
             *["--corpus.paths", str(corpus_txt), "--out", str(out), "--training.steps", "1"],
         ],
         [
-            *["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert_dir}"],
+            *["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"],
             *["--corpus.paths", str(corpus_txt), "--out", str(out)],
         ],
     ]

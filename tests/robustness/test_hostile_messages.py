@@ -371,7 +371,7 @@ def test_an_output_known_by_a_marker_that_is_no_file_is_still_that_kind(
 @pytest.mark.parametrize("where", ["output", "input"])
 @pytest.mark.parametrize("command", ["decompose", "evaluate-pos", "report", "merge init"])
 def test_a_path_too_long_for_the_file_system_is_one_line(
-    where: str, command: str, bert_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+    where: str, command: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
 ) -> None:
     """A name longer than 255 bytes (or a path longer than 4096), given as an input or an
     output: the first look at it had ended in an ``OSError: [Errno 36] File name too long``
@@ -379,7 +379,7 @@ def test_a_path_too_long_for_the_file_system_is_one_line(
     long = tmp_path / ("x" * 300)
     deep = tmp_path.joinpath(*["y" * 200] * 25)  # each name short, the whole beyond 4096
     path = long if where == "output" else deep
-    models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}"]
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
     args = {
         "decompose": ["decompose", *models, "--corpus.paths"]
         + ([str(corpus_txt), "--out", str(path)] if where == "output" else [str(path)]),

@@ -517,7 +517,7 @@ def test_a_working_directory_removed_under_the_command_is_one_line(
     # from Python too, where it had been a bare FileNotFoundError
     import lmalgebra
 
-    arrays = {"a": np.zeros((3, 2)), "b": np.ones((3, 2))}
+    arrays = {"a": np.eye(3, 2), "b": np.eye(3, 2, 1)}
     with pytest.raises(lmalgebra.UserInputError, match="the working directory no longer exists"):
         lmalgebra.decompose_plan(arrays, out="out")
 

@@ -6,6 +6,7 @@ directory wherever a path is given."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -113,21 +114,24 @@ def test_a_leading_tilde_on_the_command_line_is_the_home_directory(
     [
         (["--models", "a=~nosuchuser/m", "--models", "b=B"], "directory ~nosuchuser/m"),
         (["--models", "a=gguf:~nosuchuser/m.gguf", "--models", "b=B"], "~nosuchuser/m.gguf"),
-        (["--models", "a=B", "--models", "b=B", "--reference_tokenizer", "~nosuchuser/t"], "t"),
+        (
+            ["--models", "a=B", "--models", "b=random:B", "--reference_tokenizer", "~nosuchuser/t"],
+            "t",
+        ),
     ],
     ids=["model", "gguf", "tokenizer"],
 )
 def test_a_tilde_of_no_user_is_a_path_as_given_not_a_traceback(
-    args: list[str], named: str, cli, here: Path, bert_dir: Path, corpus_txt: Path
+    args: list[str], named: str, cli, here: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
 ) -> None:
     """``~nosuchuser/...`` (a user this machine does not have) had raised ``RuntimeError: Could
     not determine home directory`` where a model, GGUF file, tokenizer or corpus is read; it is
     the path as given (as a shell leaves it), named as missing."""
-    given = [str(bert_dir) if a == "B" else a.replace("=B", f"={bert_dir}") for a in args]
+    given = [str(bert_dir) if a == "B" else re.sub(r"(?<=[=:])B$", str(bert_dir), a) for a in args]
     corpus = ["--corpus.paths", str(corpus_txt), "--out", str(here / "out"), "--dry-run"]
     code, stderr = cli(["decompose", *given, *corpus])
     assert_one_line(code, stderr, [named, "does not exist"])
-    models = ["--models", f"a={bert_dir}", "--models", f"b={bert_dir}", "--dry-run"]
+    models = ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "--dry-run"]
     code, stderr = cli(["decompose", *models, "--corpus.paths", "~nosuchuser/c.txt"])
     assert_one_line(code, stderr, ["corpus ~nosuchuser/c.txt does not exist"])
 
@@ -268,7 +272,7 @@ def test_a_decompose_or_pretrain_recipes_relative_path_read_from_elsewhere_names
     elsewhere.mkdir()
     (project / "xx.txt").write_text("one document\n")
     if command == "decompose":
-        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm}]\n"
+        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm-sre}]\n"
         args = ["decompose", str(project / "r.yaml"), "--dry-run"]
     else:
         text = "language: xx\nout: o\ntraining: {steps: 1}\ntokenizer: {vocab_size: 200}\n"
@@ -280,6 +284,38 @@ def test_a_decompose_or_pretrain_recipes_relative_path_read_from_elsewhere_names
     code, stderr = cli([*args, "--corpus.paths", "xx.txt"])  # the flag's: read from here
     assert code == 2 and str(project) not in stderr.splitlines()[-1], stderr
     assert not (elsewhere / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "key"), [("decompose", "out"), ("decompose", "cache_dir"), ("pretrain", "out")]
+)
+def test_an_output_a_recipe_names_beside_it_alone_is_refused_from_elsewhere(
+    command: str, key: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe's relative ``out`` (or ``cache_dir``) that names a directory beside the recipe
+    (its earlier run, its cache) and nothing here had been read from here unchecked: a run from
+    another directory started afresh there, where its inputs' paths are refused naming both
+    directories. Refused the same way; the default, or a flag's, is not the recipe's."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "o").mkdir(parents=True)
+    elsewhere.mkdir()
+    corpus = tmp_path / "xx.txt"
+    corpus.write_text("one document\n")
+    if command == "decompose":
+        text = "models: [{name: a, path: package:minilm}, {name: b, path: package:minilm-sre}]\n"
+        text += f"{key}: o\n"
+        args = ["decompose", str(project / "r.yaml"), "--dry-run"]
+    else:
+        text = "language: xx\nout: o\ntraining: {steps: 1}\ntokenizer: {vocab_size: 200}\n"
+        args = ["pretrain", "masked", str(project / "r.yaml")]
+    (project / "r.yaml").write_text(text + f"corpus: {{paths: [{corpus}]}}\n")
+    monkeypatch.chdir(elsewhere)
+    needles = [f"key {key!r}", "'o'", str(project), str(elsewhere), "run the command"]
+    assert_one_line(*cli(args), needles)
+    assert not (elsewhere / "o").exists()
+    if command == "decompose":  # a flag's: read from here, as given (the dry run plans it)
+        _, stderr = cli([*args, f"--{key}", "o"])
+        assert str(project) not in stderr, stderr
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,8 @@ def test_settings_of_torch_are_refused_where_every_model_is_an_onnx_graph(
     needles = [f"{flags[0]} 'bfloat16' would be ignored", "every model here is an ONNX graph"]
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
     mixed = {"a": models["a"], "b": str(bert2_dir)}
-    assert len(lmalgebra.decompose_plan(mixed, ["x"] * 4, timed=False, weights_dtype="bfloat16"))
+    plan = lmalgebra.decompose_plan(mixed, documents(40), timed=False, weights_dtype="bfloat16")
+    assert len(plan)
 
 
 def test_a_per_language_study_of_one_language_is_refused(
@@ -148,7 +149,10 @@ def test_a_per_language_study_of_one_language_is_refused(
     the main fits again, as a study of languages."""
     models = {"a": bert_dir, "b": bert2_dir}
     labelled = Path(f"en={corpus_txt}")  # the corpus entry LANG=PATH
-    needles = ["--study.languages would be ignored", "one language (en)"]
+    needles = [
+        '--study.languages (study={"languages": True}) would be ignored',
+        "one language (en)",
+    ]
     flags = ["--study.languages"]
     refused_before_embedding(cli, models, labelled, flags, needles, tmp_path, monkeypatch)
 
@@ -157,7 +161,7 @@ def test_the_default_alpha_beside_alpha_select_is_no_conflict(
     bert_dir: Path, bert2_dir: Path
 ) -> None:
     models = {"a": str(bert_dir), "b": str(bert2_dir)}
-    plan = lmalgebra.decompose_plan(models, ["x"] * 4, study={"alpha_select": "gcv"})
+    plan = lmalgebra.decompose_plan(models, documents(40), study={"alpha_select": "gcv"})
     assert len(plan) > 0
 
 
@@ -614,7 +618,7 @@ def test_trust_remote_code_that_no_model_takes_is_refused(
     assert not out.exists()
     from lmalgebra.core.errors import UserInputError
 
-    arrays = {"a": np.ones((4, 3)), "b": np.ones((4, 2))}
+    arrays = {"a": np.eye(4, 3), "b": np.eye(4, 2)}
     with pytest.raises(UserInputError, match="trust_remote_code would be ignored: it applies"):
         lmalgebra.decompose_plan(arrays, ["x y z"] * 4, trust_remote_code=True)
     # GGUF files alone: the flag had been set on them, and ran nothing
@@ -828,14 +832,14 @@ def test_random_copies_of_models_without_trained_weights_are_refused(
     """``--study.nulls`` over ``random:`` models (or ONNX graphs, vectors) had run to the end
     with no random copy fitted: ``nulls.csv`` held the shuffled null alone, exit 0."""
     models = {"a": f"random:{bert_dir}", "b": f"random:{bert2_dir}"}
-    needles = ["--study.nulls would add nothing", "random:"]
+    needles = ['--study.nulls (study={"nulls": True}) would add nothing', "random:"]
     for dry in ([], ["--dry-run"]):
         flags = ["--study.nulls", *dry]
         refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
     # one model of trained weights has a copy, and no other copy to be fitted on: its copy had
     # been embedded, and nothing fitted on it
     models = {"a": str(bert_dir), "b": f"random:{bert2_dir}"}
-    needles = ["--study.nulls would add nothing", "only 'a' is one"]
+    needles = ['--study.nulls (study={"nulls": True}) would add nothing', "only 'a' is one"]
     for dry in ([], ["--dry-run"]):
         flags = ["--study.nulls", *dry]
         refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
@@ -857,7 +861,7 @@ def test_a_layer_study_of_embeddings_given_as_they_are_is_refused_before_embeddi
     reference = {"reference_tokenizer": str(bert_dir)}
     cases = (
         ({"a": str(bert_dir), "b": vectors}, {"study": {"layer_map": ["a", "b"]}}, "map b"),
-        ({"a": vectors, "b": vectors}, {"study": {"layers": True}, **reference}, "layers sweeps"),
+        ({"a": vectors, "b": vectors}, {"study": {"layers": True}, **reference}, r"layers.*sweeps"),
     )
     for models, settings, wanted in cases:
         with pytest.raises(UserInputError, match=wanted) as err:
@@ -919,3 +923,48 @@ def test_bootstrap_replicates_beyond_any_use_are_refused(
         args = ["experimental", "select", str(recipe), "--bootstrap", many, "--no-progress"]
     code, stderr = cli(args)
     assert_one_line(code, stderr, ["bootstrap", many, "less than or equal to 100000"])
+
+
+def test_one_model_under_two_names_is_refused(
+    tmp_path: Path, bert_dir: Path, corpus_txt: Path, monkeypatch: pytest.MonkeyPatch, cli
+) -> None:
+    """``m/a`` and ``./m/a`` (or a link to it) as two models had been embedded twice and each
+    fitted on the other, its copy (R^2 1). Refused before any work, by the dry run and from
+    Python; a random-weights copy of it, and arrays of the same shape, are other models."""
+    monkeypatch.chdir(bert_dir.parent)
+    link = tmp_path / "link"
+    link.symlink_to(bert_dir)
+    corpus = ["--corpus.paths", str(corpus_txt), "--dry-run"]
+    for other in (f"./{bert_dir.name}", f"{bert_dir.name}/", str(link)):
+        args = ["decompose", "--models", f"p={bert_dir.name}", "--models", f"q={other}"]
+        code, stderr = cli([*args, *corpus])
+        assert_one_line(code, stderr, ["models 'p' and 'q' are the same model", other])
+    with pytest.raises(UserInputError, match="models 'p' and 'q' are the same model"):
+        lmalgebra.decompose_plan({"p": str(bert_dir), "q": f"{bert_dir}/."}, documents(40))
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    copy = {"p": str(bert_dir), "q": f"random:{bert_dir}"}
+    assert len(lmalgebra.decompose_plan(copy, documents(40), timed=False, spans=spans))
+    arrays = {"p": np.eye(30, 4), "q": np.eye(30, 4, 1)}
+    assert len(lmalgebra.decompose_plan(arrays, documents(40), timed=False, spans=spans))
+
+
+def test_training_sizes_beyond_the_training_spans_are_said_to_be_cut(
+    bert_dir: Path, bert2_dir: Path, tmp_path: Path
+) -> None:
+    """``train_sizes`` above the training spans the text gives had been cut to the whole split
+    without a word (the curve's point there is the main fit again); the run says so among its
+    warnings, naming the sizes and the spans, once."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    result = lmalgebra.decompose(
+        models,
+        documents(40),
+        spans=spans,
+        study={"train_sizes": [5, 100, 200]},
+        cache_dir=tmp_path,
+        progress=False,
+    )
+    said = [w for w in result.summary["warnings"] if "train_sizes" in w]
+    assert len(said) == 1, result.summary["warnings"]
+    assert "100, 200: more than the 20 training spans the text gave, so cut to 20" in said[0]
+    assert 'study={"train_sizes": [...]}' in said[0]

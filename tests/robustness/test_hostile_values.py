@@ -20,23 +20,26 @@ DECOMPOSE = {
     # more k-fold folds than training spans: refused after the main measurement too
     "folds_beyond_the_training_spans": (
         ["--study.alpha_select", "kfold", "--study.blocks", "30", "--study.folds", "30"],
-        ["--study.folds 30", "the training split has"],
+        ["--study.folds 30 (study={'folds': 30})", "the training split has"],
     ),
     "sweep_length_beyond_the_documents": (
         ["--study.lengths", "4,100000"],
-        ["--study.lengths 100000", "no training span of 100000 tokens"],
+        ["--study.lengths 100000 (study={'lengths': [4, 100000]})", "no training span of 100000"],
     ),
     # learning-curve sizes that are all the whole training split: capped, the curve's one point
     # was the main fit again (exit 0)
     "train_sizes_beyond_the_training_spans": (
         ["--study.train_sizes", "100000,200000"],
-        ["--study.train_sizes [100000, 200000] would be ignored", "training spans"],
+        [
+            "--study.train_sizes [100000, 200000] (study={'train_sizes': [100000, 200000]})",
+            "would be ignored",
+        ],
     ),
     # one span has no variance: every held-out R^2 had been NaN (exit 0), and one training span
     # had been blamed on the first model ("does not vary")
     "a_split_of_one_span": (
         ["--spans.counts", "40,1,1"],
-        ["spans.counts [40, 1, 1]", "every split needs 2 spans at least"],
+        ["key 'spans.counts': [40, 1, 1]", "every split needs 2 spans at least"],
     ),
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),
@@ -302,6 +305,7 @@ def test_a_model_whose_embeddings_do_not_vary_is_named(
     spans = {"length": 8, "counts": (20, 5, 5)}
     rows = len(lmalgebra.spans({"m": str(bert_dir)}, texts, spans=spans))
     constant = np.full((rows, 4), 3.0, np.float32)
+    constant[-1] = 4.0  # a test span's: the array varies, its training spans do not
     with pytest.raises(UserInputError, match=r"model 'b' does not vary over the training spans"):
         lmalgebra.decompose(
             {"a": str(bert_dir), "b": constant},

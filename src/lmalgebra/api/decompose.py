@@ -140,9 +140,11 @@ def decompose_plan(
     the call refuses the plan with (its chosen method does not fit), else None. Given ``out``,
     what the call would refuse of that directory is refused here too (``overwrite`` as for the
     call), a finished run there of other documents or arrays included (models by reference are not
-    compared: that reads their weights).
+    compared: that reads their weights). Given ``texts``, what the call refuses of them without a
+    tokenizer is refused too, as ``lmalgebra decompose --dry-run`` refuses it: a corpus path it
+    cannot read, or spans longer than the documents can hold.
     """
-    from lmalgebra.lmd.run.decompose import check_cache, check_claim
+    from lmalgebra.lmd.run.decompose import check_cache, check_claim, check_corpus
 
     given = ["."] if texts is None else texts
     data, inputs = _recipe(models, given, dict(options), "decompose_plan()")
@@ -152,7 +154,8 @@ def decompose_plan(
         check_claim(config, overwrite, inputs if texts is not None else None)
     else:  # a call without out writes its cache all the same (a file there had been planned)
         check_cache(config.resolved())
-    return plan_frame(config, inputs, timed)
+    docs = inputs.docs if inputs.docs is not None or texts is None else check_corpus(config)
+    return plan_frame(config, inputs, timed, None if texts is None else docs)
 
 
 def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
@@ -178,7 +181,7 @@ def _check_arrays(config: DecomposeConfig, inputs: RunInputs) -> None:
         "(model, tokenizer) pair is loaded already, a SentenceTransformer embeds through "
         "its own encode(), an array is its span embeddings; or an ONNX graph)"
     )
-    config.refuse_unread(unread, what, "")
+    config.refuse_unread(unread, what)
 
 
 def _check_reference(config: DecomposeConfig, given: Mapping[str, ModelSource]) -> None:
@@ -197,9 +200,16 @@ def _check_reference(config: DecomposeConfig, given: Mapping[str, ModelSource]) 
 
 
 def plan_frame(
-    config: DecomposeConfig, inputs: RunInputs | None = None, timed: bool = True
+    config: DecomposeConfig,
+    inputs: RunInputs | None = None,
+    timed: bool = True,
+    docs: list[str] | None = None,
 ) -> pd.DataFrame:
-    """:func:`decompose_plan` of a validated configuration (``lmalgebra decompose --dry-run``)."""
+    """:func:`decompose_plan` of a validated configuration (``lmalgebra decompose --dry-run``).
+    ``docs``: the documents the spans are cut from, where known: spans longer than they can
+    hold are refused, after the models, as the run refuses them (``check_spans``)."""
+    from lmalgebra.lmd.run.decompose import check_spans
+
     given = inputs.given if inputs is not None else {}
     if inputs is None or inputs.docs is None:
         corpus_paths(config.corpus)  # a corpus the run would refuse: refused here too
@@ -214,6 +224,7 @@ def plan_frame(
             f"model {unknown[0]!r}: its configuration names no hidden size, so its width "
             "is not known before it is loaded"
         )
+    check_spans(config, docs, given)
     with library_call():
         speeds = measure_speeds() if timed else None
     import pandas as pd

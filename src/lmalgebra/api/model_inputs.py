@@ -128,6 +128,12 @@ def corpus_input(texts: Any, options: Mapping[str, Any]) -> tuple[dict[str, Any]
             f"texts must be a list of documents (strings) or a corpus path, "
             f"got {type(texts).__name__}"
         )
+    if isinstance(texts, set | frozenset):  # iterated in an order that changes per process
+        raise UserInputError(
+            f"texts is a {type(texts).__name__}, whose order changes from process to process "
+            "(and with it the documents' hash, which a run resumed or read back compares): give "
+            "a list, e.g. sorted(texts)"
+        )
     if hasattr(texts, "columns") and hasattr(texts, "iloc"):  # a DataFrame iterates its columns
         raise UserInputError(
             f"texts is a {type(texts).__name__}, which iterates as its column names "

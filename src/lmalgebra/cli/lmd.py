@@ -79,12 +79,11 @@ def decompose(
     from lmalgebra.api.decompose import decompose_recipe, plan_frame
 
     if dry_run:
-        from lmalgebra.lmd.run.decompose import check_claim, check_corpus, check_spans
+        from lmalgebra.lmd.run.decompose import check_claim, check_corpus
 
         check_claim(config, overwrite)  # the run's refusals of its directory, nothing written
         docs = check_corpus(config)  # and of its text, read as the run reads it
-        frame = plan_frame(config)
-        check_spans(config, docs)
+        frame = plan_frame(config, docs=docs)
         _print_plan(frame)
         if frame.attrs["refused"]:  # shown, then refused as the run refuses it
             raise UserInputError(frame.attrs["refused"])

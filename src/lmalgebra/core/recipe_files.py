@@ -16,6 +16,7 @@ from lmalgebra.core.settings import (
     home_expanded,
     recipe_paths,
     refuse_found_elsewhere,
+    spelled_as_flags,
 )
 from lmalgebra.core.text_files import local_namesake, read_text
 
@@ -42,9 +43,11 @@ class Call(str):
 def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
     """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
     value is bad, and the call (``source`` a :class:`Call`) when a rule across keys refuses
-    them, as its arguments are named."""
+    them, as its arguments are named; such a rule names the settings as flags (``--study.level``)
+    to a file or the command line, as keys (``study.level``) to a call (``setting``)."""
     try:
-        return cls.model_validate(data)
+        with spelled_as_flags(not isinstance(source, Call)):
+            return cls.model_validate(data)
     except ValidationError as err:
         raise UserInputError(describe(err, source)) from None
     except SettingsError as err:

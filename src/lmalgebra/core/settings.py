@@ -14,7 +14,9 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -157,6 +159,15 @@ def bool_for_number(annotation: Any, value: Any) -> bool:
     return False
 
 
+def ordered(annotation: Any) -> bool:
+    """Whether ``annotation`` promises an ordered sequence (a list or tuple, ``None`` or not),
+    which a ``set`` is not."""
+    return any(
+        typing.get_origin(_bare(a)) in (list, tuple, typing.Sequence) or _bare(a) in (list, tuple)
+        for a in _options(_bare(annotation))
+    )
+
+
 def home_expanded(path: Path) -> Path:
     """``path`` with a leading ``~`` or ``~user`` read as that home directory (left as it is
     where there is no such user)."""
@@ -218,15 +229,18 @@ def path_texts(settings: BaseModel, prefix: str = "") -> typing.Iterator[tuple[s
 def recipe_paths(
     settings: BaseModel, overrides: Mapping[str, Any], outputs: Sequence[str]
 ) -> list[tuple[str, str]]:
-    """The paths to read (key, text) that ``settings`` takes from its recipe file: those of
-    ``outputs`` (keys it writes to) and those a flag gave (``overrides``: a section's keys or a
-    whole key) left out."""
+    """The paths (key, text) that ``settings`` takes from its recipe file: those a flag gave
+    (``overrides``: a section's keys or a whole key) left out, and those of ``outputs`` (keys it
+    writes to) that the file does not set (a default, which names nothing of the file's).
+    An output the file names is read from the current directory as an input is: one naming a
+    run beside the recipe alone had been left there, and a new run made here."""
     given = [f"{k}.{s}" for k, v in overrides.items() if isinstance(v, Mapping) for s in v]
     given += [k for k, v in overrides.items() if not isinstance(v, Mapping)]
+    unset = [k for k in outputs if k not in settings.model_fields_set]
     return [
         (key, text)
         for key, text in path_texts(settings)
-        if key not in outputs and not any(f"{key}.".startswith(f"{g}.") for g in given)
+        if key not in unset and not any(f"{key}.".startswith(f"{g}.") for g in given)
     ]
 
 
@@ -418,6 +432,22 @@ class Settings(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
+    def _no_set_for_sequence(cls, value: Any, info: ValidationInfo) -> Any:
+        """A Python ``set`` where a list or tuple is promised is refused, not read in the order
+        it iterates, which changes from process to process (strings hash differently in each):
+        a ``layer_map`` had been read either way round, and corpus ``paths`` in another order
+        had been other documents to a run resumed."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is not None and isinstance(value, set | frozenset) and ordered(field.annotation):
+            raise PydanticCustomError(
+                "unordered",
+                f"a {type(value).__name__} has no order of its own (a set of strings iterates "
+                "in another order in each process); give a list",
+            )
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
     def _no_int_beyond_64_bits(cls, value: Any, info: ValidationInfo) -> Any:
         """An integer no 64-bit integer holds (``2**63`` and beyond) is refused where it is
         read, not passed on to fail inside torch; a seed, which seeds numpy's generators and
@@ -493,10 +523,32 @@ def revalidated(settings: SettingsT, source: str) -> SettingsT:
         raise SettingsError(f"{source} {err}", err.validation) from None
 
 
+# whether the settings being checked came from the command line (or a recipe it reads), whose
+# refusals name flags, or from Python, whose refusals name the keys the call was given
+_AS_FLAGS: ContextVar[bool] = ContextVar("settings_as_flags", default=False)
+
+
+@contextmanager
+def spelled_as_flags(flags: bool) -> Iterator[None]:
+    """Within the block, :func:`setting` names a setting as a flag (``flags``) or as a key."""
+    token = _AS_FLAGS.set(flags)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
+
+def setting(key: str) -> str:
+    """The setting ``key`` (dotted: ``study.level``) as the reader of a refusal gave it: the
+    flag ``--study.level`` to the command line (a recipe's key is its flag), the key
+    ``study.level`` to Python (``study={"level": ...}``; a top-level key is the keyword)."""
+    return f"--{key}" if _AS_FLAGS.get() else key
+
+
 def refuse_ignored(settings: BaseModel, prefix: str, unused: Mapping[str, str]) -> None:
     """Refuse a field given a value other than its default that the rest of ``settings`` makes
     the run ignore. ``unused``: each such field (of those that do not apply to this run) -> what
-    it applies to; ``prefix`` spells the field's flag (``--study.``)."""
+    it applies to; ``prefix`` spells the field's key (``setting("study.")``)."""
     fields = type(settings).model_fields
     for name, applies_to in unused.items():
         value = getattr(settings, name)

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings, refuse_ignored
+from lmalgebra.core.settings import Settings, refuse_ignored, setting
 from lmalgebra.sources.models import ModelRef
 
 Mode = Literal["probe", "finetune"]
@@ -91,11 +91,14 @@ class PosSpec(PosOptions):
     def _check_mode(self) -> PosSpec:
         refuse_repeated_names([ref.name for ref in self.models])
         if self.mode == "finetune":  # no probe is fitted
-            refuse_ignored(self, "--", {"probe_batch_words": "--mode probe"})
+            refuse_ignored(self, setting(""), {"probe_batch_words": f"{setting('mode')} probe"})
         epochs = self.epochs or MODE_DEFAULTS[self.mode][0]
         if epochs <= self.patience:  # the run ends before so many epochs can pass unimproved
-            runs = f"runs of more than {self.patience} epochs (this one has {epochs}: --epochs)"
-            refuse_ignored(self, "--", {"patience": runs})
+            runs = (
+                f"runs of more than {self.patience} epochs (this one has {epochs}: "
+                f"{setting('epochs')})"
+            )
+            refuse_ignored(self, setting(""), {"patience": runs})
         return self
 
     def options(self) -> PosOptions:

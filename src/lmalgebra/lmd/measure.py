@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.progress import progress_bar
 from lmalgebra.core.splits import SPLITS
@@ -302,8 +302,10 @@ def train_edges(requested: Sequence[int], available: int) -> list[int]:
     spans drawn are known once drawn: ``spans.counts`` are maxima). Sizes that are all the
     whole split are refused, before any model embeds: the curve's one point is the main fit."""
     if min(int(s) for s in requested) >= available:
+        sizes = list(requested)
+        given = either(f"--study.train_sizes {sizes}", f"study={{'train_sizes': {sizes}}}")
         raise UserInputError(
-            f"--study.train_sizes {list(requested)} would be ignored: the text gave "
+            f"{given} would be ignored: the text gave "
             f"{available} training spans, so every size is the whole split (the main fit "
             f"again); give sizes below {available}"
         )

@@ -19,12 +19,14 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.settings import PLAIN_NAME, PLAIN_NAME_RULE, PathText, Settings, home_expanded
 from lmalgebra.core.text_files import absent, read_lines, read_text
 from lmalgebra.sources.packaged import PACKAGE_PREFIX, asset_path
 
 log = logging.getLogger(__name__)
+# the per-language study as a refusal reached from the command line and Python names it
+STUDY_LANGUAGES = 'study={"languages": True}'
 DocSep = Literal["auto", "line", "blank"]
 
 
@@ -228,8 +230,9 @@ def documents_by_language(spec: CorpusSpec) -> dict[str, list[str]]:
         out.setdefault(language, []).append(text)
     if len(out) == 1:  # its one row would be the main fits again
         raise UserInputError(
-            f"--study.languages would be ignored: the corpus holds one language ({next(iter(out))}"
-            "), and a per-language study compares languages; leave it out"
+            f"{either('--study.languages', STUDY_LANGUAGES)} would be ignored: the corpus holds "
+            f"one language ({next(iter(out))}), and a per-language study compares languages; "
+            "leave it out"
         )
     return out
 

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from lmalgebra.sources.precomputed import PrecomputedSplit
 
 
+# what joins the names of a basis of several models: fits.csv's ``basis`` column, and a flag's
+# list (``--basis a,b``) and the weights file's metadata
+BASIS_JOINERS = ("+", ",")
+
+
 class ModelFields(Settings):
     """What a model reference says (``ModelRef`` parses and checks it against its kind)."""
 
@@ -87,6 +92,14 @@ class ModelFields(Settings):
             raise PydanticCustomError(
                 "model_name",
                 "a model name is UTF-8 text (a lone surrogate, a byte of no character, is none)",
+            )
+        joiner = next((c for c in BASIS_JOINERS if c in name), None)
+        if joiner is not None:  # 'x+y' had read as the group of x and y in fits.csv
+            raise PydanticCustomError(
+                "model_name",
+                f"a model name holds no {joiner!r}, which joins the names of a basis of "
+                "several models (fits.csv's '+', a flag's list's ','): it would read as several "
+                "models; name it otherwise (--models NAME=REFERENCE, a recipe's name:)",
             )
         return name
 
@@ -173,6 +186,11 @@ class ModelSource:
         """Its vectors of each split's spans ``texts`` (order digest ``order``), checked against
         them; None when it embeds them instead."""
         return None
+
+    def span_rows(self) -> int:
+        """Its rows of span embeddings, read without them (a file's header); 0 when it embeds
+        the spans instead (one of ``fixed_spans`` gives a row per span of the run)."""
+        return 0
 
     def embed(self, texts: list[str], spec: EmbedSpec) -> tuple[np.ndarray, TokenReport]:
         """Its vectors of ``texts``, and what its tokenizer made of them."""

@@ -8,7 +8,7 @@ file of vectors, one per span), and a Python object given to ``lmalgebra.decompo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from pydantic import field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import SettingsError
+from lmalgebra.core.settings import SettingsError, home_expanded
 from lmalgebra.sources.gguf_models import GGUF_PREFIX
 from lmalgebra.sources.model_source import ModelFields, ReferencedModel, exists
 from lmalgebra.sources.packaged import PACKAGE_PREFIX
@@ -144,6 +144,45 @@ class ModelRef(ModelFields):
             readable = Path(readable.removeprefix(GGUF_PREFIX)).stem if gguf else readable
             name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")
         return cls(name=name, path=path, revision=revision or None, random_init=random_init)
+
+
+def refuse_same_model(models: Sequence[ModelRef]) -> None:
+    """Refuse two names for one model: the same reference (a local path however spelled,
+    ``./m/a`` and ``m/a``, or a link to it; a hub id at the same revision), kind and options.
+    Each would be embedded and fitted as a model of its own, R^2 1 on the other. Models given
+    as Python objects (kind ``memory``) are not compared."""
+    seen: dict[tuple[Any, ...], ModelRef] = {}
+    for model in models:
+        if model.kind == "memory":
+            continue
+        key = _same_key(model)
+        if key in seen:
+            first = seen[key]
+            paths = {first.path: None, model.path: None}
+            raise UserInputError(
+                f"models {first.name!r} and {model.name!r} are the same model "
+                f"({' and '.join(paths)}): each would be fitted on the other, its copy; "
+                "name it once"
+            )
+        seen[key] = model
+
+
+def _same_key(model: ModelRef) -> tuple[Any, ...]:
+    """What makes ``model`` the model it is: its fields but the name, its local paths (the
+    model's, its tokenizer's) resolved."""
+    fields = model.model_dump(exclude={"name"})
+    for key in ("path", "tokenizer"):
+        fields[key] = _where(fields[key])
+    return tuple(sorted(fields.items()))
+
+
+def _where(path: str | None) -> str | None:
+    """``path`` (after a ``gguf:`` prefix) resolved where it names something here."""
+    if path is None:
+        return None
+    prefix = GGUF_PREFIX if path.startswith(GGUF_PREFIX) else ""
+    local = path.removeprefix(prefix)
+    return prefix + str(home_expanded(Path(local)).resolve()) if exists(local) else path
 
 
 def runs_own_code(kind: str, path: str) -> bool:

@@ -74,21 +74,30 @@ def cache_directory(root: Path | None = None) -> Path:
 
 def refuse_cache_overlap(out: Path, cache: Path, parts: Iterable[str]) -> None:
     """Refuse a cache directory inside the output directory ``out`` (whose files are the run's
-    alone: its ``--overwrite`` had then been refused over the cache), and ``out`` inside one of
-    the cache's own directories ``parts`` it writes into (among the cache's entries), before
-    either is written."""
+    alone: its ``--overwrite`` had then been refused over the cache) or inside another output
+    (a finished run, a model directory; a demo's, which holds its own cache, aside), and ``out``
+    inside one of the cache's own directories ``parts`` it writes into (among the cache's
+    entries), before either is written."""
     real = out.resolve()
     if cache.resolve().is_relative_to(real):
         raise UserInputError(
             f"cache directory {cache} is inside the output directory {out}, whose files are "
             "the run's alone; give a cache directory outside it"
         )
+    refuse_cache_inside_output(cache)
     inside = [cache / p for p in parts if real.is_relative_to((cache / p).resolve())]
     if inside:
         raise UserInputError(
             f"output directory {out} is inside the cache's {inside[0]}, whose files are the "
             "cache's alone; give an output directory outside it"
         )
+
+
+def refuse_cache_inside_output(cache: Path) -> None:
+    """Refuse a cache directory inside an lmalgebra output (a finished run, a model directory
+    lmalgebra wrote, at any depth; a demo's, which holds its own cache, aside): its files are
+    that output's own, which the cache's would be taken for, or mixed with."""
+    refuse_inside_other_output(cache, "cache directory", allowed=("a demo's output",))
 
 
 def refuse_unusable_cache_parts(root: Path, parts: Iterable[str]) -> None:

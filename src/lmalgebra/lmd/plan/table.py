@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.memory import available_bytes
 from lmalgebra.core.precision import launch_count
 from lmalgebra.lmd.plan.estimate import GIB, OVERHEAD, Plan, Speeds, check_plan, plan_run
@@ -20,6 +20,10 @@ from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.stats.nulls import random_copy
 
 log = logging.getLogger(__name__)
+
+# the studies as a refusal reached from the command line and from Python names them
+STUDY_LAYERS = 'study={"layers": True}'
+STUDY_NULLS = 'study={"nulls": True}'
 
 
 def memory_for(config: DecomposeConfig) -> float:
@@ -66,17 +70,20 @@ def refuse_idle_studies(config: DecomposeConfig, sources: list[ModelSource]) -> 
     by_name = {s.name: s for s in sources}
     for name in study.layer_map or []:
         if by_name[name].fixed_spans:
-            raise UserInputError(f"--study.layer_map {name}: {_no_layers(by_name[name])}")
+            given = either(f"--study.layer_map {name}", f"study={{'layer_map': [..., {name!r}]}}")
+            raise UserInputError(f"{given}: {_no_layers(by_name[name])}")
     if study.layers and all(s.fixed_spans for s in sources):
         raise UserInputError(
-            "--study.layers sweeps the models' hidden layers, and every model here is given as "
-            f"its span embeddings ({_no_layers(sources[0])}); leave it out"
+            f"{either('--study.layers', STUDY_LAYERS)} sweeps the models' hidden layers, and "
+            f"every model here is given as its span embeddings ({_no_layers(sources[0])}); "
+            "leave it out"
         )
     copied = [s.name for s in sources if s.pretrained]
     if study.nulls and len(copied) < 2:  # each is fitted on the others' copies
         which = f"only {copied[0]!r} is one" if copied else "no model here is one"
         raise UserInputError(
-            "--study.nulls would add nothing: it fits each model named by reference that has "
+            f"{either('--study.nulls', STUDY_NULLS)} would add nothing: it fits each model "
+            "named by reference that has "
             "trained weights on the random-initialised copies of the others, and "
             f"{which} (random:, ONNX graphs, embeddings given as they are and models given as "
             "Python objects have no copy); leave it out"

@@ -21,6 +21,7 @@ from lmalgebra.stats.solver import SplitMoments
 log = logging.getLogger(__name__)
 # remedies as both the command line and the Python API name them (both reach these warnings)
 _GCV = either("--study.alpha_select gcv", 'study={"alpha_select": "gcv"}')
+_TRAIN_SIZES = either("--study.train_sizes", 'study={"train_sizes": [...]}')
 
 
 def _bootstrap(replicates: int) -> str:
@@ -74,10 +75,18 @@ def run_warnings(
             )
     warnings += _flat_held_out(blocks or (), moments)
     study = config.study
+    over = sorted({s for s in study.train_sizes or () if s > n_train})
+    if over and n_train:  # cut to the split by ``measure.train_edges``
+        sizes = ", ".join(map(str, over))
+        warnings.append(
+            f"{_TRAIN_SIZES} {sizes}: more than the {n_train} training spans the text gave, so "
+            f"cut to {n_train}, the whole split (the learning curve's point there is the main "
+            f"fit); give sizes up to {n_train}, or more text"
+        )
     least = math.ceil(2 / (1 - study.level))  # a replicate in each tail of the interval
     if 0 < study.bootstrap < least:
         warnings.append(
-            f"--study.bootstrap {study.bootstrap}: an interval at level {study.level} needs "
+            f"{_bootstrap(study.bootstrap)}: an interval at level {study.level} needs "
             f"{least} replicates at least to hold one in each tail; with fewer, its ends are "
             "the extreme replicates (one replicate: an interval of width 0, which need not "
             f"hold the estimate); use {_bootstrap(least)} or more"

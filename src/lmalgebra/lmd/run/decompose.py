@@ -6,7 +6,7 @@ import contextlib
 import functools
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,10 @@ from lmalgebra.lmd.rundir.schema import (
 )
 from lmalgebra.lmd.rundir.statistics_files import StatisticsWriter
 from lmalgebra.lmd.settings.recipe import DecomposeConfig, config_yaml, run_identity
-from lmalgebra.lmd.settings.spans import refuse_unfillable
+from lmalgebra.lmd.settings.spans import most_spans, refuse_unfillable
 from lmalgebra.sources.corpus import documents_by_language, read_documents
+from lmalgebra.sources.kinds import bound_sources
+from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.storage.atomic import remove_file, write_atomic, write_text_atomic
 from lmalgebra.storage.lockfile import run_directory_lock
 from lmalgebra.storage.output_paths import (
@@ -42,6 +44,7 @@ from lmalgebra.storage.output_paths import (
     cache_root,
     check_directory,
     claim_run_directory,
+    refuse_cache_inside_output,
     refuse_cache_overlap,
     refuse_inside_other_output,
     refuse_unusable_cache_parts,
@@ -235,7 +238,9 @@ def check_cache(config: DecomposeConfig) -> None:
     """What a run of ``config`` refuses of its cache: the root a file, or no writable
     directory, and the cache's directories it writes into (``_cache_parts``) files or links
     to nothing; found without writing anything."""
-    refuse_unusable_cache_parts(cache_directory(config.cache_dir), _cache_parts(config))
+    cache = cache_directory(config.cache_dir)
+    refuse_cache_inside_output(cache)
+    refuse_unusable_cache_parts(cache, _cache_parts(config))
 
 
 def _cache_parts(config: DecomposeConfig) -> list[str]:
@@ -273,12 +278,29 @@ def check_corpus(config: DecomposeConfig) -> list[str] | None:
     return read_documents(config.corpus)
 
 
-def check_spans(config: DecomposeConfig, docs: list[str] | None) -> None:
+def check_spans(
+    config: DecomposeConfig, docs: list[str] | None, given: Mapping[str, ModelSource]
+) -> None:
     """What a run of ``config`` refuses of the spans of ``docs`` that is known without a
     tokenizer (``decompose --dry-run``, after the models, as the run checks them first):
-    spans longer than the documents can hold (``refuse_unfillable``)."""
+    spans longer than the documents can hold (``refuse_unfillable``), and a model given as its
+    span embeddings (an array among ``given``, a file) of more rows than the run can have
+    spans. A per-language study cuts each language's spans apart: those are left to the run."""
+    if config.study.languages:
+        return
     if docs is not None:
         refuse_unfillable(docs, config.spans)
+    most = most_spans(docs, config.spans)
+    sources = bound_sources(config.models, given)
+    for name, source in sources.items():
+        rows = source.span_rows()
+        if rows > sum(most.values()):
+            listed = ", ".join(f"{s} {n}" for s, n in most.items())
+            raise UserInputError(
+                f"model {name!r}: {rows} rows of embeddings, but the run has {sum(most.values())} "
+                f"spans at most ({listed}: spans.counts, or what the documents can hold); "
+                "lmalgebra.spans() lists them in row order"
+            )
 
 
 def _claim_directory(

@@ -38,7 +38,12 @@ from lmalgebra.stats.solver import Fit, SplitMoments
 from lmalgebra.stats.span_blocks import SpanBlockMoments
 from lmalgebra.storage.atomic import make_directories
 from lmalgebra.storage.lockfile import remove_stale_temporaries
-from lmalgebra.storage.output_paths import cache_directory, cache_root, tidy_on_failure
+from lmalgebra.storage.output_paths import (
+    cache_directory,
+    cache_root,
+    refuse_cache_inside_output,
+    tidy_on_failure,
+)
 
 log = logging.getLogger(__name__)
 # memoised model hashes (``ModelPool.prints``) and the remembered spans: written before any
@@ -103,7 +108,7 @@ def run_decomposition(
     (memoised model hashes alone do not count). ``dtype: auto`` is resolved first: the result's
     configuration holds the dtype the run used."""
     config = config.resolved()
-    cache_directory(config.cache_dir)
+    refuse_cache_inside_output(cache_directory(config.cache_dir))
     if is_main():  # the temporaries of cache writers killed (kill -9, power loss) go
         remove_stale_temporaries(config.cache_dir, CACHE_TEMPORARY_SETTLED)
     with (

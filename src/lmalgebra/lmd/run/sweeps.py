@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, draw_texts, measure
 from lmalgebra.stats.solver import Decomposer, SplitMoments
@@ -86,11 +86,16 @@ def draw_sweep_spans(
     if study.alpha_select == "kfold":  # folds of training blocks: at most one block per span
         train = len(draw_texts(pool, docs, spans)[0]["train"])
         if study.folds > train:
+            folds = either(f"--study.folds {study.folds}", f"study={{'folds': {study.folds}}}")
             raise UserInputError(
-                f"--study.folds {study.folds}: k-fold cuts the training spans into blocks, and "
-                f"the training split has {train} spans; give fewer folds or more spans"
+                f"{folds}: k-fold cuts the training spans into blocks, and the training split "
+                f"has {train} spans; give fewer folds or more spans"
             )
-    drawn = [(f"--study.lengths {t}", docs, {"length": t}) for t in pool.config.study.lengths or []]
+    lengths = study.lengths or []
+    drawn = [
+        (either(f"--study.lengths {t}", f"study={{'lengths': {lengths}}}"), docs, {"length": t})
+        for t in lengths
+    ]
     drawn += [(f"language {code!r}", texts, {}) for code, texts in (by_language or {}).items()]
     for what, texts, update in drawn:
         try:

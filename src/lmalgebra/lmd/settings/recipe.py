@@ -25,13 +25,14 @@ from lmalgebra.core.settings import (
     recipe_paths,
     refuse_found_elsewhere,
     refuse_ignored,
+    setting,
 )
 from lmalgebra.lmd.settings.scale import ScaleSpec
 from lmalgebra.lmd.settings.spans import SpanSpec
 from lmalgebra.lmd.settings.study import StudySpec
 from lmalgebra.sources.corpus import CorpusSpec, split_language
 from lmalgebra.sources.embed_spec import EmbedSpec, Pooling
-from lmalgebra.sources.models import ModelRef
+from lmalgebra.sources.models import ModelRef, refuse_same_model
 from lmalgebra.stats.choices import EXACT_SHAPLEY, AlphaMode, Products
 from lmalgebra.storage.output_paths import default_cache_dir
 
@@ -160,24 +161,27 @@ class DecomposeConfig(Settings):
                 f"model names must be unique; repeated: {', '.join(dup)} (name each model: "
                 "--models NAME=REFERENCE, or `name:` in the recipe)"
             )
+        refuse_same_model(self.models)
         if (self.target is None) != (self.basis is None):
-            raise UserInputError("--target and --basis go together")
+            raise UserInputError(f"{setting('target')} and {setting('basis')} go together")
         if self.device_map is not None and self.device == "cpu":  # auto falls back as it says
             default = "" if "device" in self.model_fields_set else " (the default)"
+            device, device_map = setting("device"), setting("device_map")
             raise UserInputError(
-                f"--device_map {self.device_map} spreads each model over the GPUs, and --device "
-                f"cpu{default} runs the models on the CPU: give --device cuda or auto with it, "
-                "or leave --device_map out"
+                f"{device_map} {self.device_map} spreads each model over the GPUs, and {device} "
+                f"cpu{default} runs the models on the CPU: give {device} cuda or auto with it, "
+                f"or leave {device_map} out"
             )
         default_alpha = type(self).model_fields["alpha"].default
         if self.study.alpha_select != "fixed" and self.alpha != default_alpha:
             raise UserInputError(
-                f"--alpha {self.alpha:g} would be ignored: --study.alpha_select "
-                f"{self.study.alpha_select} chooses alpha over --study.alpha_grid; give one of "
-                "the two"
+                f"{setting('alpha')} {self.alpha:g} would be ignored: "
+                f"{setting('study.alpha_select')} {self.study.alpha_select} chooses alpha over "
+                f"{setting('study.alpha_grid')}; give one of the two"
             )
         if self.alpha == 0 and self.study.alpha_select == "fixed":  # no penalty to scale
-            refuse_ignored(self, "--", {"alpha_mode": "--alpha above 0 (a ridge penalty)"})
+            penalty = f"{setting('alpha')} above 0 (a ridge penalty)"
+            refuse_ignored(self, setting(""), {"alpha_mode": penalty})
         if self.target is not None and self.basis is not None:
             if self.target not in names:
                 raise UserInputError(
@@ -193,14 +197,17 @@ class DecomposeConfig(Settings):
             if len(set(self.basis)) != len(self.basis):  # the solver's line, by the plan too
                 raise UserInputError(f"the basis names a model twice: {list(self.basis)}")
         if self.scale.reduced:  # its statistics of principal coordinates take float32 products
-            refuse_ignored(self, "--", {"products": "--scale.method exact"})
+            exact = f"{setting('scale.method')} exact"
+            refuse_ignored(self, setting(""), {"products": exact})
         if self.study.lengths is not None and set(self.study.lengths) == {self.spans.length}:
             raise UserInputError(  # its one row would be the main fits again
-                f"--study.lengths {self.study.lengths} would be ignored: its one length is the "
-                f"run's own (--spans.length {self.spans.length}); list other lengths beside it"
+                f"{setting('study.lengths')} {self.study.lengths} would be ignored: its one "
+                f"length is the run's own ({setting('spans.length')} {self.spans.length}); list "
+                "other lengths beside it"
             )
         if self.pooling == "first":  # the state at position 0, whatever the special tokens
-            refuse_ignored(self, "--", {"exclude_special": "--pooling mean or last"})
+            pooling = f"{setting('pooling')} mean or last"
+            refuse_ignored(self, setting(""), {"exclude_special": pooling})
         fixed = [m.name for m in self.models if m.source.fixed_spans]
         self.refuse_embedding_settings(fixed)
         unread = [m.source.IGNORES for m in self.models if m.name not in fixed]
@@ -213,9 +220,8 @@ class DecomposeConfig(Settings):
         if self.study.attribution and not self.study.bootstrap and len(names) <= EXACT_SHAPLEY + 1:
             sampled = f"Shapley values of more than {EXACT_SHAPLEY + 1} models (sampled"
             exact = f"those of {len(names)} are exact)"
-            refuse_ignored(
-                self.study, "--study.", {"seed": f"--study.bootstrap and {sampled}; {exact}"}
-            )
+            bootstrap = f"{setting('study.bootstrap')} and {sampled}; {exact}"
+            refuse_ignored(self.study, setting("study."), {"seed": bootstrap})
         for name in self.study.layer_map or []:
             if name not in names:
                 raise UserInputError(
@@ -229,16 +235,14 @@ class DecomposeConfig(Settings):
         precomputed embeddings; arrays given to ``lmalgebra.decompose()``): nothing embeds."""
         if set(fixed) >= {m.name for m in self.models}:
             what = "models that embed text (every model here is given as its span embeddings)"
-            refuse_ignored(self, "--", dict.fromkeys(EMBEDDING_SETTINGS, what))
+            refuse_ignored(self, setting(""), dict.fromkeys(EMBEDDING_SETTINGS, what))
 
-    def refuse_unread(
-        self, unread: Sequence[Collection[str]], what: str, prefix: str = "--"
-    ) -> None:
+    def refuse_unread(self, unread: Sequence[Collection[str]], what: str) -> None:
         """Refuse a setting of embedding of its own that none of the models embedding text
         reads (``unread``: those each does not read, its ``ModelSource.IGNORES``; ``what``
-        names the models that read them; ``prefix`` spells the setting)."""
+        names the models that read them)."""
         common = [s for s in EMBEDDING_SETTINGS if unread and all(s in u for u in unread)]
-        refuse_ignored(self, prefix, dict.fromkeys(common, what))
+        refuse_ignored(self, setting(""), dict.fromkeys(common, what))
 
     def resolved(self) -> DecomposeConfig:
         """This configuration with ``dtype: auto`` replaced by the dtype it resolves to here, as

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings, refuse_ignored
+from lmalgebra.core.settings import Settings, refuse_ignored, setting
 from lmalgebra.stats.choices import PROBES, Precision
 
 Method = Literal["exact", "reduced", "sketch"]
@@ -68,14 +68,8 @@ class ScaleSpec(Settings):
                 "methods; the exact method keeps every column (set scale.method)"
             )
         if not self.reduced:
-            refuse_ignored(
-                self,
-                "--scale.",
-                {
-                    "probes": "--scale.method reduced or sketch",
-                    "seed": "--scale.method reduced or sketch",
-                },
-            )
+            method = f"{setting('scale.method')} reduced or sketch"
+            refuse_ignored(self, setting("scale."), {"probes": method, "seed": method})
         if self.method == "sketch" and self.components is None:
             raise UserInputError(
                 "the sketch method needs scale.components (k: the sketch holds k plus "

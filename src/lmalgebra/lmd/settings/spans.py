@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import unit_hash
@@ -46,30 +47,48 @@ class SpanSpec(Settings):
     per_doc: int = Field(default=4, description="At most this many spans from one document.")
     seed: int = Field(default=0, description="Salt of the document hash that assigns splits.")
 
-    @model_validator(mode="after")
-    def _check(self) -> SpanSpec:
-        if self.length < 1:
-            raise UserInputError(f"span length T must be >= 1, got {self.length}")
-        if any(f < 0 for f in self.fractions) or abs(sum(self.fractions) - 1) > 1e-9:
-            raise UserInputError(
-                f"split fractions must be >= 0 and sum to 1, got {list(self.fractions)}"
+    @field_validator("length")
+    @classmethod
+    def _length(cls, length: int) -> int:
+        if length < 1:
+            raise PydanticCustomError("length", "span length T must be >= 1")
+        return length
+
+    @field_validator("fractions")
+    @classmethod
+    def _fractions(cls, fractions: tuple[float, float, float]) -> tuple[float, float, float]:
+        if any(f < 0 for f in fractions) or abs(sum(fractions) - 1) > 1e-9:
+            raise PydanticCustomError(
+                "fractions", f"split fractions must be >= 0 and sum to 1, got {list(fractions)}"
             )
-        if self.fractions[0] == 0:
-            raise UserInputError("the training split needs a fraction > 0")
-        if any(c < 2 for c in self.counts):  # one span has no variance: R^2 0 / 0
-            raise UserInputError(
-                f"spans.counts {list(self.counts)}: every split needs 2 spans at least (a "
-                "split's R^2 is measured against its variance, which one span does not have)"
-            )
-        empty = [s for s, f in zip(SPLITS[1:], self.fractions[1:], strict=True) if f == 0]
+        if fractions[0] == 0:
+            raise PydanticCustomError("fractions", "the training split needs a fraction > 0")
+        empty = [s for s, f in zip(SPLITS[1:], fractions[1:], strict=True) if f == 0]
         if empty:  # no document, no span: draw_spans refuses the split once the text is read
-            raise UserInputError(
-                f"spans.fractions {list(self.fractions)} gives the {empty[0]} split no "
-                "documents, so no span: give it a fraction > 0"
+            raise PydanticCustomError(
+                "fractions",
+                f"{list(fractions)} gives the {empty[0]} split no documents, so no span: give "
+                "it a fraction > 0",
             )
-        if self.per_doc < 1:
-            raise UserInputError(f"per_doc must be >= 1, got {self.per_doc}")
-        return self
+        return fractions
+
+    @field_validator("counts")
+    @classmethod
+    def _counts(cls, counts: tuple[int, int, int]) -> tuple[int, int, int]:
+        if any(c < 2 for c in counts):  # one span has no variance: R^2 0 / 0
+            raise PydanticCustomError(
+                "counts",
+                f"{list(counts)}: every split needs 2 spans at least (a split's R^2 is "
+                "measured against its variance, which one span does not have)",
+            )
+        return counts
+
+    @field_validator("per_doc")
+    @classmethod
+    def _per_doc(cls, per_doc: int) -> int:
+        if per_doc < 1:
+            raise PydanticCustomError("per_doc", "per_doc must be >= 1")
+        return per_doc
 
 
 class HeldOutSpans(SpanSpec):
@@ -154,13 +173,26 @@ def refuse_unfillable(docs: list[str], spec: SpanSpec) -> None:
     and no tokenizer cuts more than two tokens from one UTF-8 byte (a byte-level one, one; a
     word-marker token beside its word's first character, two), so a document of ``n`` bytes holds
     at most ``2 n // length`` spans."""
+    for split, most in most_spans(docs, spec).items():
+        _refuse_too_few(split, most, spec)
+
+
+def most_spans(docs: list[str] | None, spec: SpanSpec) -> dict[str, int]:
+    """The most spans of each split any tokenizer cuts from ``docs`` (see
+    ``refuse_unfillable``), at most its count; None: documents not known, the counts."""
+    if docs is None:
+        return dict(zip(SPLITS, spec.counts, strict=True))
     assignment = assign_splits(docs, spec)
-    for split, count in zip(SPLITS, spec.counts, strict=True):
-        most = sum(
-            min(spec.per_doc, 2 * len(docs[i].encode("utf-8")) // spec.length)
-            for i in assignment[split]
+    return {
+        split: min(
+            count,
+            sum(
+                min(spec.per_doc, 2 * len(docs[i].encode("utf-8")) // spec.length)
+                for i in assignment[split]
+            ),
         )
-        _refuse_too_few(split, min(most, count), spec)
+        for split, count in zip(SPLITS, spec.counts, strict=True)
+    }
 
 
 def _refuse_too_few(split: str, found: int, spec: SpanSpec) -> None:

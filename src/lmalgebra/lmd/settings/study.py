@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings, refuse_ignored
+from lmalgebra.core.settings import Settings, refuse_ignored, setting
 from lmalgebra.stats.choices import MAX_REPLICATES, default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
@@ -72,41 +73,67 @@ class StudySpec(Settings):
         "eigendecomposition per model and split, minutes each at widths of thousands.",
     )
 
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, lengths: list[int] | None) -> list[int] | None:
+        if lengths is not None and not lengths:
+            raise PydanticCustomError("empty", "the list of span lengths T is empty")
+        if lengths is not None and min(lengths) < 1:
+            raise PydanticCustomError("length", f"span length T must be >= 1, got {min(lengths)}")
+        return lengths
+
+    @field_validator("train_sizes")
+    @classmethod
+    def _train_sizes(cls, sizes: list[int] | None) -> list[int] | None:
+        if sizes is not None and not sizes:
+            raise PydanticCustomError("empty", "the list of training-set sizes is empty")
+        if sizes is not None and min(sizes) < 2:
+            raise PydanticCustomError("size", f"training-set sizes must be >= 2, got {sizes}")
+        return sizes
+
+    @field_validator("layer_map")
+    @classmethod
+    def _layer_map(cls, names: list[str] | None) -> list[str] | None:
+        if names is not None and len(names) != 2:
+            raise PydanticCustomError("layer_map", f"layer_map names two models, got {names}")
+        if names is not None and names[0] == names[1]:
+            raise PydanticCustomError(
+                "layer_map",
+                f"layer_map names {names[0]!r} twice: it maps the layers of one model from "
+                "those of another; name two models",
+            )
+        return names
+
+    @field_validator("level")
+    @classmethod
+    def _level(cls, level: float) -> float:
+        if not 0 < level < 1:
+            raise PydanticCustomError("level", "confidence level must be in (0, 1)")
+        return level
+
+    @field_validator("alpha_grid")
+    @classmethod
+    def _alpha_grid(cls, grid: list[float]) -> list[float]:
+        if not grid:
+            raise PydanticCustomError("empty", "the alpha grid is empty")
+        bad = [a for a in grid if not (a > 0 and math.isfinite(a))]
+        if bad:
+            raise PydanticCustomError(
+                "alpha", f"alpha grid values must be finite and > 0, got {bad[0]}"
+            )
+        return grid
+
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
-        if self.lengths is not None:
-            if not self.lengths:
-                raise UserInputError("the list of span lengths T is empty")
-            bad = [t for t in self.lengths if t < 1]
-            if bad:
-                raise UserInputError(f"span length T must be >= 1, got {bad[0]}")
-        if self.train_sizes is not None:
-            if not self.train_sizes:
-                raise UserInputError("the list of training-set sizes is empty")
-            if any(s < 2 for s in self.train_sizes):
-                raise UserInputError(f"training-set sizes must be >= 2, got {self.train_sizes}")
-        if self.layer_map is not None and len(self.layer_map) != 2:
-            raise UserInputError(f"layer_map names two models, got {self.layer_map}")
-        if self.layer_map is not None and self.layer_map[0] == self.layer_map[1]:
-            raise UserInputError(
-                f"layer_map names {self.layer_map[0]!r} twice: it maps the layers of one model "
-                "from those of another; name two models"
-            )
-        if not 0 < self.level < 1:
-            raise UserInputError(f"confidence level must be in (0, 1), got {self.level}")
-        if not self.alpha_grid:
-            raise UserInputError("the alpha grid is empty")
-        bad_alpha = [a for a in self.alpha_grid if not (a > 0 and math.isfinite(a))]
-        if bad_alpha:
-            raise UserInputError(f"alpha grid values must be finite and > 0, got {bad_alpha[0]}")
+        study = setting("study.")
         unused = {
-            "folds": "--study.alpha_select kfold",
-            "level": "--study.bootstrap intervals",
-            "blocks": "--study.bootstrap and --study.alpha_select kfold",
-            "alpha_grid": "--study.alpha_select gcv, kfold or validation",
-            "null_seed": "--study.nulls",
-            "attribution_split": "--study.attribution",
-            "seed": "--study.bootstrap and --study.attribution",
+            "folds": f"{study}alpha_select kfold",
+            "level": f"{study}bootstrap intervals",
+            "blocks": f"{study}bootstrap and {study}alpha_select kfold",
+            "alpha_grid": f"{study}alpha_select gcv, kfold or validation",
+            "null_seed": f"{study}nulls",
+            "attribution_split": f"{study}attribution",
+            "seed": f"{study}bootstrap and {study}attribution",
         }
         applies = {
             "folds": self.alpha_select == "kfold",
@@ -117,10 +144,11 @@ class StudySpec(Settings):
             "attribution_split": self.attribution,
             "seed": self.bootstrap > 0 or self.attribution,
         }
-        refuse_ignored(self, "--study.", {k: v for k, v in unused.items() if not applies[k]})
+        refuse_ignored(self, study, {k: v for k, v in unused.items() if not applies[k]})
         if self.alpha_select == "kfold" and not 2 <= self.folds <= self.blocks:
             raise UserInputError(
-                f"folds must be between 2 and blocks ({self.blocks}), got {self.folds}"
+                f"{study}folds must be between 2 and {study}blocks ({self.blocks}), "
+                f"got {self.folds}"
             )
         return self
 

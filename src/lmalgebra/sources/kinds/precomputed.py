@@ -48,6 +48,10 @@ class PrecomputedFile(ReferencedModel):
         found = load_precomputed(self.name, self.directory, texts, self.ref.unchecked_order, order)
         return found.splits
 
+    def span_rows(self) -> int:
+        """Its rows, one per span of the run, read from the file's header."""
+        return file_shape(self.name, self.planning_path())[0]
+
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         return {
             "weights": memoised_hash([self.directory], self.directory.parent, memo_dir),

@@ -273,8 +273,18 @@ class GivenArrays(_GivenObject):
         lost = Float32Spread(array.shape[1])
         lost.add(array, single)
         lost.refuse(f"model {self.name!r}: its embeddings")
+        if (single == single[0]).all():  # the run refuses it once every other model embedded
+            raise UserInputError(
+                f"model {self.name!r} does not vary over the training spans (every row of the "
+                "array is the same embedding): nothing can be fitted to it or from it; check "
+                "its embeddings"
+            )
         self.array, self.given = single, array  # the array given: each split's checked too
         self.description = f"array {self.array.shape[0]} x {self.array.shape[1]}"
+
+    def span_rows(self) -> int:
+        """Its rows, one per span of the run."""
+        return int(self.array.shape[0])
 
     def fingerprint(self, memo_dir: Path | None = None) -> dict[str, str]:
         return {
