@@ -418,6 +418,32 @@ def test_an_empty_choice_is_not_taken_for_all(
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
 
 
+@pytest.mark.parametrize("name", ["", " wp"], ids=["empty", "spaced"])
+def test_a_bad_model_name_of_bits_per_byte_is_named_as_given(
+    name: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A blank name in ``bits_per_byte``'s mapping (name -> path) had been refused as
+    ``ModelRef: key 'name'``, the internal class, not the model the caller gave."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    lmalgebra.merge(recipe, "prepare")
+    with pytest.raises(UserInputError) as caught:
+        MergeRun.load(tmp_path / "run").bits_per_byte({name: teacher_dirs["wp"]})
+    message = str(caught.value)
+    assert message.startswith(f"model {name!r} ({teacher_dirs['wp']}): a model name is"), message
+    assert "ModelRef" not in message and "key 'name'" not in message
+
+
+def test_a_mapping_of_bits_per_byte_reads_references_as_the_command_line_does(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``{"x": "random:DIR"}`` had been taken for a directory named ``random:DIR``, where the
+    same reference on the command line (``x=random:DIR``) is random weights, refused by name."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    lmalgebra.merge(recipe, "prepare")
+    with pytest.raises(UserInputError, match=r"^model 'x' \(random:.*\) must name a causal LM"):
+        MergeRun.load(tmp_path / "run").bits_per_byte({"x": f"random:{teacher_dirs['wp']}"})
+
+
 @pytest.mark.parametrize(
     ("stages", "kwargs", "words"),
     [

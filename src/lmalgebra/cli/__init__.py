@@ -33,6 +33,7 @@ try:  # a Ctrl-C while the command line loads (a second of imports) ends as one 
     from lmalgebra.cli.app import app
     from lmalgebra.cli.launched import placed_on_processes
     from lmalgebra.cli.path_values import read_paths
+    from lmalgebra.cli.switches import refuse_switch_values
     from lmalgebra.core import interrupt
     from lmalgebra.core.errors import (
         TrainingDivergedError,
@@ -63,7 +64,8 @@ def _run() -> object:
     interrupt.install()  # a Ctrl-C that lands in a finaliser is raised again by the loops
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
-    command = placed_on_processes(read_paths(typer.main.get_command(app)))
+    command = typer.main.get_command(app)
+    command = placed_on_processes(read_paths(refuse_switch_values(command)))
     with warnings.catch_warnings(), _help_piped_whole():  # the caller's settings given back
         warnings.showwarning = _warning_line
         return command(standalone_mode=False)
