@@ -199,7 +199,7 @@ def _usage_line(err: Any) -> str:
 
 def _fail(label: str, text: str, status: int) -> NoReturn:
     """``label: text`` on stderr, one line, then exit with ``status``."""
-    Console(stderr=True).print(
+    Console(stderr=True, emoji=False).print(
         f"[red]{label}:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
     )
     sys.exit(status)
@@ -209,7 +209,7 @@ def _interrupted() -> NoReturn:
     """Ctrl-C (exit 130), or SIGTERM taken as one (128 + SIGTERM, 143): one line."""
     stop = ("terminated (SIGTERM)", TERMINATED) if interrupt.terminated() else None
     what, status = stop or ("interrupted", INTERRUPTED)
-    Console(stderr=True).print(
+    Console(stderr=True, emoji=False).print(
         f"{what}; run the same command again to resume", highlight=False, soft_wrap=True
     )
     sys.exit(status)

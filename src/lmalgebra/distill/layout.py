@@ -44,7 +44,7 @@ from lmalgebra.storage.atomic import (
 )
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.manifest_parts import MANIFEST
-from lmalgebra.storage.output_paths import not_a
+from lmalgebra.storage.output_paths import holds_kind, not_a
 
 RECIPE = "recipe.yaml"
 HASHES = ".hashes"
@@ -187,6 +187,13 @@ class RunLayout:
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}"
                 f"{not_a(self.root, 'a merge run')}): run {merge_stage('prepare')} first"
+            )
+        if not holds_kind(self.root, "a merge run"):  # a user's recipe.yaml, read as the run's
+            raise UserInputError(
+                f"{self.root} is not a merge run directory: its {RECIPE} is no run's copy (no "
+                f"examples/ beside it, nor the line a run heads its copy with"
+                f"{not_a(self.root, 'a merge run')}); give the run's output_dir, or run "
+                f"{merge_stage('prepare')} first"
             )
         return self.recipe
 

@@ -455,6 +455,7 @@ def plan(
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
         if {"prepare", "teach"} & set(runnable):  # the stages that write the run's recipe.yaml
             refuse_unwritable(RunLayout(recipe.output_dir).recipe)
+            objective.recipe_kept()  # a user's recipe.yaml there, which the run's would replace
         refuse_parts_in_the_way(objective, runnable)
     writes = any(recipe.written_text(lang) is not None for lang in recipe.languages)
     if "teach" in runnable or ("prepare" in runnable and writes):  # as the run, before any work

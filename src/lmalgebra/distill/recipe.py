@@ -44,6 +44,7 @@ from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, Mode
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages, split_language
 from lmalgebra.sources.models import ModelRef
+from lmalgebra.storage.output_paths import MADE_IN, MADE_IN_BEFORE
 from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec, kd_free
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
@@ -580,10 +581,9 @@ def user_recipe(path: Path) -> MergeRecipe:
     return recipe
 
 
-# the first line of a run's copy of its recipe: the directory its relative paths were read from
-# (commands given the run read them from the current directory, and refuse one found only there)
-MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
-_MADE_IN_BEFORE = "# relative paths below are read from the directory the run was made in: "
+# the first line of a run's copy of its recipe (``MADE_IN``): the directory its relative paths
+# were read from (commands given the run read them from the current directory, and refuse one
+# found only there); it also tells the copy from a user's recipe.yaml (``output_paths``)
 
 
 def run_copy_text(recipe: MergeRecipe) -> str:
@@ -630,7 +630,7 @@ def _made_in(copy: Path) -> Path | None:
     with copy.open("rb") as handle:
         for raw in handle:
             line = raw.decode("utf-8", "replace").rstrip("\n")
-            prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if line.startswith(p)), None)
+            prefix = next((p for p in (MADE_IN, MADE_IN_BEFORE) if line.startswith(p)), None)
             if prefix is not None:
                 with contextlib.suppress(ValueError):
                     return Path(json.loads(line.removeprefix(prefix)))
