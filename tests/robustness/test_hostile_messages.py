@@ -619,3 +619,38 @@ def test_a_packaged_corpus_is_named_as_given(
     with pytest.raises(UserInputError) as caught:
         corpus.read_documents(spec)
     assert words in str(caught.value) and "site-packages" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        ("missing.yaml", None, "pretrain spec {path} does not exist"),
+        ("list.yaml", "- a\n", "pretrain spec {path}: the top level must be a mapping"),
+        (
+            "beside.yaml",
+            "language: xx\ncorpus: {paths: [xx.txt]}\nout: o\ntokenizer: {vocab_size: 300}\n",
+            "the pretrain spec's directory, and nothing from the current directory",
+        ),
+    ],
+    ids=["missing", "list", "relative"],
+)
+def test_a_pretrain_spec_is_called_a_spec(
+    name: str,
+    text: str | None,
+    words: str,
+    tmp_path: Path,
+    cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pretrain``'s file is its spec: its messages had called it a recipe (``recipe
+    spec.yaml does not exist``, ``the recipe's directory``), the merge recipe's word."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "xx.txt").write_text("Some text.\n", encoding="utf-8")
+    path = folder / name
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, stderr = cli(["pretrain", "causal", str(path.relative_to(tmp_path))])
+    line = assert_one_line(code, stderr, [words.format(path=path.relative_to(tmp_path))])
+    assert "recipe" not in line, line
