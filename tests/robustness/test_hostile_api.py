@@ -8,6 +8,7 @@ import ast
 import copy
 import inspect
 import re
+import shutil
 import typing
 from pathlib import Path
 from typing import Any
@@ -1276,6 +1277,38 @@ def test_keep_saved_keeps_only_a_teacher_of_this_spec(tmp_path: Path) -> None:
     assert (saved / "model.safetensors").read_bytes() == before
 
 
+def test_keep_saved_refuses_a_model_of_another_kind(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """``pretrain(spec, keep_saved=True)`` over a teacher of another kind had been refused as
+    one made from other inputs, naming sizes and tokenizer keys (or returned where none
+    differed); over a merge run's student it returned the student as the spec's teacher. Both
+    are refused as making one there refuses them, and nothing is written."""
+    from causal_fixtures import taught_causal_recipe, train_causal
+    from hostile_helpers import digests
+    from lmalgebra.api.pretrain import MaskedPretrainSpec, pretrain
+
+    spec = _causal_spec(tmp_path)
+    saved = pretrain(spec)
+    kept = spec.model_dump(exclude={"tokenizer", "model", "training"})
+    masked = MaskedPretrainSpec(**kept, tokenizer={"vocab_size": 300})
+    before = digests(saved)
+    with pytest.raises(UserInputError, match=r"holds a causal teacher .* makes a masked teacher"):
+        pretrain(masked, keep_saved=True)
+    assert digests(saved) == before
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2}
+    (tmp_path / "merge").mkdir()
+    recipe = taught_causal_recipe(tmp_path / "merge", causal_teacher_dirs, training)
+    student = train_causal(recipe, "student")
+    inside = spec.model_copy(update={"out": student})
+    with pytest.raises(UserInputError, match=r"would go inside .* which holds a merge run"):
+        pretrain(inside, keep_saved=True)
+    copied = tmp_path / "copied-student"
+    shutil.copytree(student, copied)
+    with pytest.raises(UserInputError, match=r"holds a model of kind 'causal-student'"):
+        pretrain(spec.model_copy(update={"out": copied}), keep_saved=True)
+
+
 def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(
     bert_dir: Path, tmp_path: Path
 ) -> None:
@@ -1523,7 +1556,7 @@ def test_a_stage_to_run_is_named_as_a_command_and_as_a_call(
     from lmalgebra.storage.lockfile import refuse_other_kind
 
     run = tmp_path / "other"
-    run.mkdir()
+    (run / "examples").mkdir(parents=True)  # a merge run's
     (run / "recipe.yaml").write_text("{}\n", encoding="utf-8")
     with pytest.raises(UserInputError) as caught:  # had named `lmalgebra pretrain` to pretrain()
         refuse_other_kind(run, "pretrain")
