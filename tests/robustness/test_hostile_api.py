@@ -1309,6 +1309,32 @@ def test_keep_saved_refuses_a_model_of_another_kind(
         pretrain(spec.model_copy(update={"out": copied}), keep_saved=True)
 
 
+def test_a_student_directory_holding_a_teacher_is_refused(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """A teacher ``pretrain`` made, copied to a student's ``model/``, had been kept by
+    ``merge(..., keep_saved=True)`` as the student, scored by ``evaluate`` as the student, and
+    trained over, its own files left among the student's."""
+    from causal_fixtures import taught_causal_recipe
+    from hostile_helpers import digests
+    from lmalgebra.api.pretrain import pretrain
+
+    teacher = pretrain(_causal_spec(tmp_path))
+    (tmp_path / "merge").mkdir()
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2}
+    recipe = taught_causal_recipe(tmp_path / "merge", causal_teacher_dirs, training)
+    model = tmp_path / "merge" / "run" / "s9" / "model"
+    shutil.copytree(teacher, model)
+    before = digests(model)
+    wanted = rf"^student directory {re.escape(str(model))} holds a causal teacher"
+    for keep in (True, False):
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge(recipe, "train", students={"s9": None}, keep_saved=keep)
+    with pytest.raises(UserInputError, match=wanted):
+        MergeRun.load(tmp_path / "merge" / "run").evaluate(students=["s9"])
+    assert digests(model) == before
+
+
 def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(
     bert_dir: Path, tmp_path: Path
 ) -> None:

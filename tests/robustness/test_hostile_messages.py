@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from hostile_helpers import assert_one_line, one_word_treebank
-from lmalgebra.storage.output_paths import MADE_IN
 from merge_fixtures import write_recipe
 
 
@@ -48,13 +47,13 @@ def test_a_directory_of_another_kind_is_called_what_it_is(
     marker: str, command: list[str], holds: str, tmp_path: Path, cli
 ) -> None:
     """Not only what the command misses in the directory: what the directory is instead (its
-    marker confirmed: a merge run's recipe.yaml headed as the run writes its copy, a
-    decomposition's summary.json beside its config.yaml, a model's lmalgebra.json beside its
-    config.json)."""
-    head = f'{MADE_IN}"{tmp_path}"\n' if marker == "recipe.yaml" else ""
-    (tmp_path / marker).write_text(head + "{}\n", encoding="utf-8")
+    marker confirmed: a merge run's recipe.yaml beside its examples/, a decomposition's
+    summary.json beside its config.yaml, a model's lmalgebra.json beside its config.json)."""
+    (tmp_path / marker).write_text("{}\n", encoding="utf-8")
+    if marker == "recipe.yaml":  # what such an output always holds beside its marker
+        (tmp_path / "examples").mkdir()
     beside = {"lmalgebra.json": "config.json", "summary.json": "config.yaml"}.get(marker)
-    if beside is not None:  # what such an output always holds beside its marker
+    if beside is not None:
         (tmp_path / beside).write_text("{}\n", encoding="utf-8")
     code, stderr = cli([*command, str(tmp_path)])
     assert_one_line(code, stderr, [str(tmp_path), holds])

@@ -45,7 +45,7 @@ from lmalgebra.distill.layout import (
     read_marker,
     trusted_model,
 )
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe, run_copy_text
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe, made_in, run_copy_text
 from lmalgebra.distill.run.evaluation_record import (
     RECORD,
     Basis,
@@ -322,8 +322,9 @@ class Objective(ABC):
 
     def recipe_kept(self) -> bool:
         """Whether the run's ``recipe.yaml`` reads as this recipe, kept as it is; refused where
-        it is a file of the user's that is no run's copy (``output_paths.holds_kind``), which
-        the run's copy had replaced unsaid. A damaged copy of a run is written again."""
+        it is a file of the user's, no run's copy (no ``examples/`` beside it,
+        ``output_paths.holds_kind``, nor the line a copy is headed with), which the run's copy
+        had replaced unsaid. A damaged copy of a run is written again."""
         if not self.layout.recipe.is_file():
             return False
         with contextlib.suppress(UserInputError):
@@ -331,7 +332,7 @@ class Objective(ABC):
                 mode="json"
             ):
                 return True
-        if not holds_kind(self.layout.root, "a merge run"):
+        if not holds_kind(self.layout.root, "a merge run") and made_in(self.layout.recipe) is None:
             raise UserInputError(
                 f"{self.layout.recipe} is no merge run's copy of its recipe (a file of yours?), "
                 "and the run writes its copy there: move the file, or give another output_dir"

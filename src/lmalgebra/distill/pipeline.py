@@ -380,12 +380,36 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                 "resumes from, prunes and removes the student's checkpoints itself, and would "
                 "not remove the link; remove the link"
             )
+        _refuse_other_model(recipe, student / MODEL)
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
                 f"{', '.join(recipe.teachers)}): their scores would be one model's; name the "
                 "student otherwise"
             )
+
+
+# the kind a student of each objective records in its ``lmalgebra.json``
+STUDENT_KINDS = {"masked": "mergedistill-student", "causal": "causal-student"}
+
+
+def _refuse_other_model(recipe: MergeRecipe, model: Path) -> None:
+    """Refuse a student's ``model`` directory that holds a model lmalgebra wrote of another kind
+    (a teacher ``pretrain`` made, the other objective's student, copied there): kept
+    (``keep_saved``) or scored it had been taken for the student, and trained it had been
+    written over, its own files left among the student's."""
+    from lmalgebra.distill.pretrain.teacher_directory import TEACHER_KINDS
+
+    objective = "causal" if isinstance(recipe, CausalRecipe) else "masked"
+    kind = STUDENT_KINDS[objective]
+    found = saved_training(model, "kind")
+    if isinstance(found, str) and found != kind:
+        shown = TEACHER_KINDS.get(found, f"model of kind {found!r}")
+        raise UserInputError(
+            f"student directory {model} holds a {shown} (lmalgebra.json kind {found!r}), not a "
+            f"{objective} run's student: move it out of the run, or name the student "
+            "otherwise"
+        )
 
 
 def refuse_own_init(recipe: MergeRecipe, names: Sequence[str]) -> None:

@@ -153,7 +153,7 @@ class ModelRef(ModelFields):
         gguf = ref.startswith(GGUF_PREFIX)
         # a file path (a GGUF file's, a local path as it stands): an @ in it is no revision
         path, _, revision = (ref, "", "") if gguf or exists(ref) else ref.partition("@")
-        if not path.removeprefix(GGUF_PREFIX):
+        if not path.removeprefix(GGUF_PREFIX).strip():  # blanks had been named as a model name
             raise UserInputError(f"model reference {text!r} names no path or hub id")
         if given is None and not name:
             readable = path.removeprefix(PACKAGE_PREFIX)  # package:minilm -> minilm

@@ -243,34 +243,21 @@ CONFIRMED_BY = {
 }
 
 
-# the first line of a merge run's copy of its recipe, and of a teacher selection's
-# ``recommended.yaml`` (``distill.recipe.run_copy_text``): the directory its relative paths were
-# read from; and the line a release before wrote in its place
-MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
-MADE_IN_BEFORE = "# relative paths below are read from the directory the run was made in: "
-
-
 # markers a user's own file is often named as: they tell their kind only where ``_confirmed``
 COMMON_NAMES = ("recipe.yaml", "summary.json")
 
 
 def _confirmed(directory: Path, kind: str, marker: str) -> bool:
-    """Whether ``marker`` (a file of ``KIND_MARKERS[kind]`` in ``directory``) is the output's:
-    a name of its own (not ``COMMON_NAMES``), what always stands beside it (``CONFIRMED_BY``),
-    or the line the toolkit heads the recipe it writes with (a merge run stopped before its
-    examples). A user's ``recipe.yaml`` or ``summary.json`` had made a folder of theirs "a merge
-    run" or "a decomposition run", in messages and in refusals of other outputs written there."""
+    """Whether ``marker`` (a file of ``KIND_MARKERS[kind]`` in ``directory``) tells its kind: a
+    name of its own (not ``COMMON_NAMES``), or one beside what such an output always holds
+    (``CONFIRMED_BY``), or something other than a file in its place (a FIFO, a link to
+    nothing), as the file would. A user's ``recipe.yaml`` or ``summary.json`` had made a folder
+    of theirs "a merge run" or "a decomposition run", in messages and in refusals of other
+    outputs written there."""
     beside = CONFIRMED_BY.get(kind)
     if marker not in COMMON_NAMES or beside is None or (directory / beside).exists():
         return True
-    if not (directory / marker).is_file():  # a FIFO, a link to nothing: tells as the file would
-        return True
-    try:
-        with (directory / marker).open("rb") as handle:
-            head = handle.read(max(len(MADE_IN), len(MADE_IN_BEFORE))).decode("utf-8", "replace")
-    except OSError:  # unreadable: what it is cannot be told, so it is taken as it is named
-        return True
-    return head.startswith((MADE_IN, MADE_IN_BEFORE))
+    return not (directory / marker).is_file()
 
 
 def holds_kind(directory: Path, kind: str) -> bool:
@@ -282,9 +269,12 @@ def holds_kind(directory: Path, kind: str) -> bool:
 
 def output_at(directory: Path) -> tuple[str, str] | None:
     """What lmalgebra output ``directory`` surely holds (a kind of ``KIND_MARKERS`` and the file
-    that tells, ``_confirmed``), or None."""
+    that tells, confirmed by ``CONFIRMED_BY``), or None."""
     found = directory_kind(directory)
-    return found if found is not None and found[0] in KIND_MARKERS else None
+    if found is None or found[0] not in KIND_MARKERS:
+        return None
+    beside = CONFIRMED_BY.get(found[0])
+    return found if beside is None or (directory / beside).exists() else None
 
 
 def refuse_inside_other_output(
