@@ -653,3 +653,12 @@ def test_a_pretrain_spec_is_called_a_spec(
     code, stderr = cli(["pretrain", "causal", str(path.relative_to(tmp_path))])
     line = assert_one_line(code, stderr, [words.format(path=path.relative_to(tmp_path))])
     assert "recipe" not in line, line
+
+
+def test_a_folder_holding_a_user_s_summary_is_no_decomposition_run(tmp_path: Path, cli) -> None:
+    """A ``summary.json`` of the user's (no ``config.yaml`` beside it) had made their folder "a
+    decomposition run" to the messages of the merge run's readers."""
+    (tmp_path / "summary.json").write_text("{}\n", encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(tmp_path)])
+    line = assert_one_line(code, stderr, [str(tmp_path), "is not a merge run directory"])
+    assert "decomposition run" not in line, line
