@@ -1314,7 +1314,8 @@ def test_a_student_directory_holding_a_teacher_is_refused(
 ) -> None:
     """A teacher ``pretrain`` made, copied to a student's ``model/``, had been kept by
     ``merge(..., keep_saved=True)`` as the student, scored by ``evaluate`` as the student, and
-    trained over, its own files left among the student's."""
+    trained over, its own files left among the student's; a model lmalgebra did not write
+    there had been trained over, unsaid."""
     from causal_fixtures import taught_causal_recipe
     from hostile_helpers import digests
     from lmalgebra.api.pretrain import pretrain
@@ -1333,6 +1334,13 @@ def test_a_student_directory_holding_a_teacher_is_refused(
     with pytest.raises(UserInputError, match=wanted):
         MergeRun.load(tmp_path / "merge" / "run").evaluate(students=["s9"])
     assert digests(model) == before
+    # a Hugging Face model lmalgebra did not write, where no training of the student ran
+    users = tmp_path / "merge" / "run" / "s8" / "model"
+    shutil.copytree(causal_teacher_dirs["bl"], users)
+    before = digests(users)
+    with pytest.raises(UserInputError, match=r"holds a model lmalgebra did not write"):
+        lmalgebra.merge(recipe, "train", students={"s8": None})
+    assert digests(users) == before
 
 
 def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(

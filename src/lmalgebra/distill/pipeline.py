@@ -47,10 +47,12 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
+from lmalgebra.sources.model_files import MARKER
 from lmalgebra.storage.atomic import refuse_unwritable
 from lmalgebra.storage.lockfile import lock_file_refusal, refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
+    MODEL_CONFIG,
     check_directory,
     directory_kind,
     lock_holder,
@@ -65,6 +67,7 @@ from lmalgebra.train.checkpoint import (
 )
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import (
+    TRAIN_LOG,
     changed_training,
     check_precision,
     refuse_fewer_steps,
@@ -397,11 +400,21 @@ def _refuse_other_model(recipe: MergeRecipe, model: Path) -> None:
     """Refuse a student's ``model`` directory that holds a model lmalgebra wrote of another kind
     (a teacher ``pretrain`` made, the other objective's student, copied there): kept
     (``keep_saved``) or scored it had been taken for the student, and trained it had been
-    written over, its own files left among the student's."""
+    written over, its own files left among the student's; and one that holds a model lmalgebra
+    did not write (a Hugging Face model copied there, where no training of the student ran),
+    which training had written over, unsaid."""
     from lmalgebra.distill.pretrain.teacher_directory import TEACHER_KINDS
 
     objective = "causal" if isinstance(recipe, CausalRecipe) else "masked"
     kind = STUDENT_KINDS[objective]
+    student = model.parent
+    logged = (student / TRAIN_LOG).exists() or any(student.glob(f"*/{TRAIN_LOG}"))
+    if (model / MODEL_CONFIG).is_file() and not (model / MARKER).exists() and not logged:
+        raise UserInputError(  # no save of the student's was cut short there: no training ran
+            f"student directory {model} holds a model lmalgebra did not write ({MODEL_CONFIG}, "
+            f"no {MARKER}), which training would write over: move it out of the run, or name "
+            "the student otherwise"
+        )
     found = saved_training(model, "kind")
     if isinstance(found, str) and found != kind:
         shown = TEACHER_KINDS.get(found, f"model of kind {found!r}")
