@@ -354,11 +354,11 @@ CASES: dict[str, Case] = {
         ],
         ["folds", "9"],
     ),
-    # a switch given a value (docs/scale.md had `--study.similarity false`): `false` is read as
-    # the recipe, which had been "recipe false does not exist" alone
+    # a switch given a value (docs/scale.md had `--study.similarity false`): `false` had been
+    # read as the recipe, "recipe false does not exist" alone; the switch is named
     "switch_given_a_value": lambda fx, tmp: (
         [*fx.models(), "--corpus.paths", str(fx.corpus), "--study.similarity", "false"],
-        ["recipe false does not exist", "a switch takes no value", "--no-FLAG"],
+        ["--study.similarity is a switch and takes no value", "'false'"],
     ),
 }
 

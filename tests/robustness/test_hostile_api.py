@@ -8,6 +8,7 @@ import ast
 import copy
 import inspect
 import re
+import shutil
 import typing
 from pathlib import Path
 from typing import Any
@@ -416,6 +417,32 @@ def test_an_empty_choice_is_not_taken_for_all(
         call(tmp_path)
     assert isinstance(e.value, ValueError)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
+
+
+@pytest.mark.parametrize("name", ["", " wp"], ids=["empty", "spaced"])
+def test_a_bad_model_name_of_bits_per_byte_is_named_as_given(
+    name: str, tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """A blank name in ``bits_per_byte``'s mapping (name -> path) had been refused as
+    ``ModelRef: key 'name'``, the internal class, not the model the caller gave."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    lmalgebra.merge(recipe, "prepare")
+    with pytest.raises(UserInputError) as caught:
+        MergeRun.load(tmp_path / "run").bits_per_byte({name: teacher_dirs["wp"]})
+    message = str(caught.value)
+    assert message.startswith(f"model {name!r} ({teacher_dirs['wp']}): a model name is"), message
+    assert "ModelRef" not in message and "key 'name'" not in message
+
+
+def test_a_mapping_of_bits_per_byte_reads_references_as_the_command_line_does(
+    tmp_path: Path, teacher_dirs: dict[str, Path]
+) -> None:
+    """``{"x": "random:DIR"}`` had been taken for a directory named ``random:DIR``, where the
+    same reference on the command line (``x=random:DIR``) is random weights, refused by name."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    lmalgebra.merge(recipe, "prepare")
+    with pytest.raises(UserInputError, match=r"^model 'x' \(random:.*\) must name a causal LM"):
+        MergeRun.load(tmp_path / "run").bits_per_byte({"x": f"random:{teacher_dirs['wp']}"})
 
 
 @pytest.mark.parametrize(
@@ -1357,6 +1384,72 @@ def test_keep_saved_keeps_only_a_teacher_of_this_spec(tmp_path: Path) -> None:
     assert (saved / "model.safetensors").read_bytes() == before
 
 
+def test_keep_saved_refuses_a_model_of_another_kind(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """``pretrain(spec, keep_saved=True)`` over a teacher of another kind had been refused as
+    one made from other inputs, naming sizes and tokenizer keys (or returned where none
+    differed); over a merge run's student it returned the student as the spec's teacher. Both
+    are refused as making one there refuses them, and nothing is written."""
+    from causal_fixtures import taught_causal_recipe, train_causal
+    from hostile_helpers import digests
+    from lmalgebra.api.pretrain import MaskedPretrainSpec, pretrain
+
+    spec = _causal_spec(tmp_path)
+    saved = pretrain(spec)
+    kept = spec.model_dump(exclude={"tokenizer", "model", "training"})
+    masked = MaskedPretrainSpec(**kept, tokenizer={"vocab_size": 300})
+    before = digests(saved)
+    with pytest.raises(UserInputError, match=r"holds a causal teacher .* makes a masked teacher"):
+        pretrain(masked, keep_saved=True)
+    assert digests(saved) == before
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2}
+    (tmp_path / "merge").mkdir()
+    recipe = taught_causal_recipe(tmp_path / "merge", causal_teacher_dirs, training)
+    student = train_causal(recipe, "student")
+    inside = spec.model_copy(update={"out": student})
+    with pytest.raises(UserInputError, match=r"would go inside .* which holds a merge run"):
+        pretrain(inside, keep_saved=True)
+    copied = tmp_path / "copied-student"
+    shutil.copytree(student, copied)
+    with pytest.raises(UserInputError, match=r"holds a model of kind 'causal-student'"):
+        pretrain(spec.model_copy(update={"out": copied}), keep_saved=True)
+
+
+def test_a_student_directory_holding_a_teacher_is_refused(
+    tmp_path: Path, causal_teacher_dirs: dict[str, Path]
+) -> None:
+    """A teacher ``pretrain`` made, copied to a student's ``model/``, had been kept by
+    ``merge(..., keep_saved=True)`` as the student, scored by ``evaluate`` as the student, and
+    trained over, its own files left among the student's; a model lmalgebra did not write
+    there had been trained over, unsaid."""
+    from causal_fixtures import taught_causal_recipe
+    from hostile_helpers import digests
+    from lmalgebra.api.pretrain import pretrain
+
+    teacher = pretrain(_causal_spec(tmp_path))
+    (tmp_path / "merge").mkdir()
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2}
+    recipe = taught_causal_recipe(tmp_path / "merge", causal_teacher_dirs, training)
+    model = tmp_path / "merge" / "run" / "s9" / "model"
+    shutil.copytree(teacher, model)
+    before = digests(model)
+    wanted = rf"^student directory {re.escape(str(model))} holds a causal teacher"
+    for keep in (True, False):
+        with pytest.raises(UserInputError, match=wanted):
+            lmalgebra.merge(recipe, "train", students={"s9": None}, keep_saved=keep)
+    with pytest.raises(UserInputError, match=wanted):
+        MergeRun.load(tmp_path / "merge" / "run").evaluate(students=["s9"])
+    assert digests(model) == before
+    # a Hugging Face model lmalgebra did not write, where no training of the student ran
+    users = tmp_path / "merge" / "run" / "s8" / "model"
+    shutil.copytree(causal_teacher_dirs["bl"], users)
+    before = digests(users)
+    with pytest.raises(UserInputError, match=r"holds a model lmalgebra did not write"):
+        lmalgebra.merge(recipe, "train", students={"s8": None})
+    assert digests(users) == before
+
+
 def test_a_call_gives_torchs_random_state_back_as_the_caller_left_it(
     bert_dir: Path, tmp_path: Path
 ) -> None:
@@ -1604,7 +1697,7 @@ def test_a_stage_to_run_is_named_as_a_command_and_as_a_call(
     from lmalgebra.storage.lockfile import refuse_other_kind
 
     run = tmp_path / "other"
-    run.mkdir()
+    (run / "examples").mkdir(parents=True)  # a merge run's
     (run / "recipe.yaml").write_text("{}\n", encoding="utf-8")
     with pytest.raises(UserInputError) as caught:  # had named `lmalgebra pretrain` to pretrain()
         refuse_other_kind(run, "pretrain")

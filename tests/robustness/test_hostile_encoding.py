@@ -90,11 +90,11 @@ def test_run_file_not_utf8_report(name: str, tmp_path: Path, cli) -> None:
 
 def test_run_recipe_not_utf8_merge_evaluate(tmp_path: Path, cli) -> None:
     run = tmp_path / "run"
-    run.mkdir()
+    (run / "examples").mkdir(parents=True)  # a run's: its copy of the recipe is read
     (run / "recipe.yaml").write_bytes(b"# " + LATIN1)
     code, stderr = cli(["merge", "evaluate", str(run)])
     assert_one_line(code, stderr, [str(run / "recipe.yaml"), "byte 0xe9 at offset 5"])
-    assert sorted(p.name for p in run.iterdir()) == ["recipe.yaml"]
+    assert sorted(p.name for p in run.iterdir()) == ["examples", "recipe.yaml"]
 
 
 def test_conllu_not_utf8(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hostile_helpers import assert_one_line, one_word_treebank
+from merge_fixtures import write_recipe
 
 
 def _decompose(bert_dir: Path, bert2_dir: Path, corpus: Path, out: Path, cache: Path) -> list[str]:
@@ -45,10 +46,37 @@ def test_report_of_a_file_says_it_is_a_file(tmp_path: Path, cli) -> None:
 def test_a_directory_of_another_kind_is_called_what_it_is(
     marker: str, command: list[str], holds: str, tmp_path: Path, cli
 ) -> None:
-    """Not only what the command misses in the directory: what the directory is instead."""
+    """Not only what the command misses in the directory: what the directory is instead (its
+    marker confirmed: a merge run's recipe.yaml beside its examples/, a decomposition's
+    summary.json beside its config.yaml, a model's lmalgebra.json beside its config.json)."""
     (tmp_path / marker).write_text("{}\n", encoding="utf-8")
+    if marker == "recipe.yaml":  # what such an output always holds beside its marker
+        (tmp_path / "examples").mkdir()
+    beside = {"lmalgebra.json": "config.json", "summary.json": "config.yaml"}.get(marker)
+    if beside is not None:
+        (tmp_path / beside).write_text("{}\n", encoding="utf-8")
     code, stderr = cli([*command, str(tmp_path)])
     assert_one_line(code, stderr, [str(tmp_path), holds])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["report"], ["merge", "verify"], ["merge", "inspect"], ["merge", "evaluate"]],
+    ids=["report", "verify", "inspect", "evaluate"],
+)
+def test_a_folder_holding_a_user_s_recipe_is_no_merge_run(
+    command: list[str], tmp_path: Path, cli
+) -> None:
+    """A folder holding a recipe.yaml of the user's (no run's copy: not headed as one, no
+    examples/ beside it) had been called "a merge run" by ``report``, and read as a run's copy
+    by the commands given a run (its keys refused as the run's)."""
+    (tmp_path / "recipe.yaml").write_text("notes: mine\n", encoding="utf-8")
+    code, stderr = cli([*command, str(tmp_path)])
+    line = assert_one_line(code, stderr, [str(tmp_path)])
+    assert "holds a merge run" not in line and "unknown key" not in line, line
+    if command[0] == "merge":
+        assert "is not a merge run directory: its recipe.yaml is no run's copy" in line
+    assert (tmp_path / "recipe.yaml").read_text(encoding="utf-8") == "notes: mine\n"
 
 
 def test_a_directory_in_place_of_a_span_cache_entry_is_named(
@@ -526,3 +554,111 @@ def test_a_run_directory_that_does_not_exist_is_named_so(command: str, tmp_path:
     code, stderr = cli(["merge", command, str(missing)])
     assert_one_line(code, stderr, [f"run directory {missing} does not exist", "check the path"])
     assert not missing.exists()
+
+
+def test_a_user_s_recipe_yaml_in_output_dir_is_not_replaced(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``merge prepare`` into a folder holding a recipe.yaml of the user's (not this recipe, no
+    run's copy) had replaced it with the run's copy, unsaid; ``pretrain`` there had been refused
+    as writing into "a merge run"."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "recipe.yaml").write_text("notes: mine\n", encoding="utf-8")
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
+    for dry in (["--dry-run"], []):
+        code, stderr = cli(["merge", "prepare", str(recipe), "--no-progress", *dry])
+        assert_one_line(code, stderr, [str(out / "recipe.yaml"), "no merge run's copy"])
+    assert sorted(p.name for p in out.iterdir()) == ["recipe.yaml"]
+    assert (out / "recipe.yaml").read_text(encoding="utf-8") == "notes: mine\n"
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(tmp_path / "xx.txt"), "--out", str(out)]
+    pretrain += ["--language", "xx", "--tokenizer.vocab_size", "100", "--training.steps", "1"]
+    code, stderr = cli([*pretrain, "--no-progress"])
+    assert code == 0, stderr  # a folder of the user's, as one holding their notes.txt is
+    assert (out / "recipe.yaml").read_text(encoding="utf-8") == "notes: mine\n"
+
+
+def test_a_message_holding_an_emoji_code_is_shown_as_written(tmp_path: Path, cli) -> None:
+    """A message naming ``onnx:package:NAME`` (a path, a model) had been shown as
+    ``onnx📦NAME``: the console read ``:package:`` as an emoji code."""
+    code, stderr = cli(["merge", "inspect", str(tmp_path / "onnx:package:minilm")])
+    assert_one_line(code, stderr, [f"{tmp_path}/onnx:package:minilm does not exist"])
+
+
+def test_the_console_shows_emoji_codes_as_written() -> None:
+    """What a command prints (a model named ``x:smile:y``, say) is shown as written."""
+    from lmalgebra.cli.app import console
+
+    with console.capture() as captured:
+        console.print("teacher onnx:package:minilm, model x:smile:y")
+    assert captured.get().strip() == "teacher onnx:package:minilm, model x:smile:y"
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"text_column": "nope"}, "package:wiki-en: no text field 'nope'"),
+        ({"doc_sep": "blank"}, "the corpus has none (package:wiki-en)"),
+    ],
+    ids=["text_column", "doc_sep"],
+)
+def test_a_packaged_corpus_is_named_as_given(
+    options: dict[str, str], words: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal of a ``package:NAME`` corpus had named its file inside the installed package
+    (``.../site-packages/.../summaries_en-us.json``), not the corpus the user wrote."""
+    from lmalgebra.core.errors import UserInputError
+    from lmalgebra.sources import corpus
+
+    inside = tmp_path / "site-packages" / "wiki" / "summaries_en-us.json"
+    inside.parent.mkdir(parents=True)
+    inside.write_text(json.dumps([{"title": "t", "extract": "Some text."}]), encoding="utf-8")
+    monkeypatch.setattr(corpus, "asset_path", lambda name, kind: inside)
+    spec = corpus.CorpusSpec(paths=["package:wiki-en"], **options)  # type: ignore[arg-type]
+    with pytest.raises(UserInputError) as caught:
+        corpus.read_documents(spec)
+    assert words in str(caught.value) and "site-packages" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        ("missing.yaml", None, "pretrain spec {path} does not exist"),
+        ("list.yaml", "- a\n", "pretrain spec {path}: the top level must be a mapping"),
+        (
+            "beside.yaml",
+            "language: xx\ncorpus: {paths: [xx.txt]}\nout: o\ntokenizer: {vocab_size: 300}\n",
+            "the pretrain spec's directory, and nothing from the current directory",
+        ),
+    ],
+    ids=["missing", "list", "relative"],
+)
+def test_a_pretrain_spec_is_called_a_spec(
+    name: str,
+    text: str | None,
+    words: str,
+    tmp_path: Path,
+    cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pretrain``'s file is its spec: its messages had called it a recipe (``recipe
+    spec.yaml does not exist``, ``the recipe's directory``), the merge recipe's word."""
+    folder = tmp_path / "specs"
+    folder.mkdir()
+    (folder / "xx.txt").write_text("Some text.\n", encoding="utf-8")
+    path = folder / name
+    if text is not None:
+        path.write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, stderr = cli(["pretrain", "causal", str(path.relative_to(tmp_path))])
+    line = assert_one_line(code, stderr, [words.format(path=path.relative_to(tmp_path))])
+    assert "recipe" not in line, line
+
+
+def test_a_folder_holding_a_user_s_summary_is_no_decomposition_run(tmp_path: Path, cli) -> None:
+    """A ``summary.json`` of the user's (no ``config.yaml`` beside it) had made their folder "a
+    decomposition run" to the messages of the merge run's readers."""
+    (tmp_path / "summary.json").write_text("{}\n", encoding="utf-8")
+    code, stderr = cli(["merge", "verify", str(tmp_path)])
+    line = assert_one_line(code, stderr, [str(tmp_path), "is not a merge run directory"])
+    assert "decomposition run" not in line, line

@@ -699,7 +699,7 @@ def test_no_command_writes_into_another_kind_of_directory(
     run = tmp_path / "decomposition"
     shutil.copytree(finished_run, run)
     merge_run = tmp_path / "merge-run"
-    merge_run.mkdir()
+    (merge_run / "examples").mkdir(parents=True)  # beside its recipe.yaml: a merge run's
     (merge_run / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
     model = tmp_path / "model"
     model.mkdir()
@@ -1063,11 +1063,11 @@ def test_each_demo_keeps_to_its_own_directory(
     )
     assert digests(out) == before
     merge_run = tmp_path / "merge-run"
-    merge_run.mkdir()
+    (merge_run / "examples").mkdir(parents=True)  # beside its recipe.yaml: a merge run's
     (merge_run / "recipe.yaml").write_text("objective: masked\n", encoding="utf-8")
     with pytest.raises(UserInputError, match=r"holds a merge run \(recipe\.yaml\)"):
         run_workflow(merge_run, never, quick)
-    assert sorted(p.name for p in merge_run.iterdir()) == ["recipe.yaml"]
+    assert sorted(p.name for p in merge_run.iterdir()) == ["examples", "recipe.yaml"]
     recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
     one_error(*cli("merge", "prepare", str(recipe), "--no-progress"), str(out), "a demo's output")
     assert digests(out) == before

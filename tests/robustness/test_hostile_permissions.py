@@ -387,3 +387,25 @@ def test_a_report_of_a_read_only_run_says_it_draws_into_the_run(
     read_only(run)
     code, stderr = bound(["report", str(run), "--out", str(tmp_path / "page.html")], cache)
     assert_one_line(code, stderr, [f"run directory {run} is not writable", "draws its figures"])
+
+
+def test_a_read_only_mined_maps_directory_is_named(
+    causal_teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    bound: Runner,
+    read_only: Callable[[Path], None],
+) -> None:
+    """Training a causal student over a cache whose ``mined-maps/`` cannot be written (the
+    MinED maps of teachers onto the student's vocabulary): one line naming the map's file
+    there, not the temporary file it is written to first, and no student saved."""
+    from causal_fixtures import taught_causal_recipe
+
+    cache = tmp_path / "cache"
+    (cache / "mined-maps").mkdir(parents=True)
+    read_only(cache / "mined-maps")
+    training = {"steps": 2, "batch_size": 4, "warmup_steps": 1, "checkpoint_every": 2}
+    recipe = taught_causal_recipe(tmp_path, causal_teacher_dirs, training)
+    code, stderr = bound(["merge", "train", str(recipe), "--no-progress"], cache)
+    line = assert_one_line(code, stderr, [str(cache / "mined-maps")])
+    assert ".tmp-" not in line, line
+    assert not (tmp_path / "run" / "student" / "model").exists()

@@ -390,3 +390,37 @@ def test_a_boolean_or_no_finite_number_as_a_mix_weight_is_refused(
     with pytest.raises(UserInputError, match="a boolean is no number"):
         lmalgebra.merge_plan(recipe, training={"objective_mix": {"alm": True}})
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "switch", "word"),
+    [
+        (["merge", "train", "--dry-run", "yes", "RECIPE"], "--dry-run", "yes"),
+        (["merge", "evaluate", "RUN", "--overwrite", "true"], "--overwrite", "true"),
+        (["merge", "prepare", "RECIPE", "--no-progress", "False"], "--no-progress", "False"),
+        (["pretrain", "causal", "--restart", "1", "SPEC"], "--restart", "1"),
+    ],
+    ids=["dry-run-yes", "overwrite-true", "no-progress-false", "restart-1"],
+)
+def test_a_switch_given_a_value_is_refused_naming_the_switch(
+    args: list[str], switch: str, word: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """``--dry-run yes RECIPE`` had read ``yes`` as the recipe and refused the recipe as an extra
+    argument; ``--overwrite true`` after the run, ``true`` as an extra argument: neither named
+    the switch, which takes no value."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    given = [str(recipe) if a in ("RECIPE", "SPEC") else a for a in args]
+    given = [str(tmp_path / "run") if a == "RUN" else a for a in given]
+    code, err = cli(given)
+    assert_one_line(code, err, [f"{switch} is a switch and takes no value", repr(word)])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_file_named_as_a_yes_or_no_word_after_a_switch_is_an_argument(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recipe the user named ``yes`` after ``--dry-run`` is the recipe, read as it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "yes").write_text(write_recipe(tmp_path, teacher_dirs).read_text())
+    code, err = cli(["merge", "prepare", "--dry-run", "yes"])
+    assert code == 0, err

@@ -109,3 +109,11 @@ def test_no_module_outside_the_kinds_tests_a_model_kind_by_name() -> None:
         if compared.search(line)
     ]
     assert found == []
+
+
+@pytest.mark.parametrize("text", [" ", "x= ", "random: "])
+def test_a_reference_of_blanks_names_no_path(text: str) -> None:
+    """A reference of blanks alone (``--models " "``) had been refused as a model name ``' '``
+    (``key 'name'``), the name made from the path it does not give."""
+    with pytest.raises(UserInputError, match=r"names no path or hub id$"):
+        ModelRef.parse(text)

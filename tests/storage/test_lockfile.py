@@ -125,6 +125,24 @@ def test_lock_of_a_killed_holder_does_not_block(tmp_path: Path, holder) -> None:
         assert holder_record(out)["pid"] == os.getpid()  # type: ignore[index]
 
 
+def test_a_stale_temporary_is_removed_where_its_file_is_written_again(tmp_path: Path) -> None:
+    """Taking a run's lock had removed every ``.NAME.tmp-PID`` of a dead pid under the run, at
+    any depth: a user's own files named so too. A dead writer's temporary is removed as its
+    file is written again in its directory, and nothing else is."""
+    from lmalgebra.storage.atomic import write_text_atomic
+
+    dead, run = _dead_pid(), tmp_path / "run"
+    (run / "notes").mkdir(parents=True)
+    stale = run / f".summary.json.tmp-{dead}"
+    users = [run / "notes" / f".draft.txt.tmp-{dead}", run / f".todo.tmp-{dead}"]
+    for path in [stale, *users]:
+        path.write_text("x", encoding="utf-8")
+    with run_directory_lock(run, "merge teach"):
+        assert all(p.exists() for p in [stale, *users])
+        write_text_atomic(run / "summary.json", "{}")
+    assert not stale.exists() and all(p.read_text(encoding="utf-8") == "x" for p in users)
+
+
 def test_only_temporaries_of_dead_writers_are_removed(tmp_path: Path) -> None:
     dead, alive = _dead_pid(), os.getppid()
     (tmp_path / "topk" / "xx").mkdir(parents=True)

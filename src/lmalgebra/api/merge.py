@@ -8,6 +8,7 @@ and writes the recipe's run directory, which is the product of a merge.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -150,7 +151,7 @@ class MergeRun:
         if models is None:
             refs = run_teachers(self.run_dir)
         elif isinstance(models, Mapping):
-            refs = [ModelRef(name=name, path=str(path)) for name, path in models.items()]
+            refs = [ModelRef.named(name, os.fspath(path)) for name, path in models.items()]
         else:
             refs = [ModelRef.parse(m) for m in models]
         names = {ref.name for ref in refs}

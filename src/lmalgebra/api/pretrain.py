@@ -42,12 +42,27 @@ def pretrain(
     return pretrain_head(spec, progress, restart)
 
 
+# the kind each spec's teacher records in its ``lmalgebra.json``
+KINDS = {
+    MaskedPretrainSpec: "pretrained-teacher",
+    CausalPretrainSpec: "pretrained-causal-teacher",
+    HeadOnlySpec: "head-only-teacher",
+}
+
+
 def _refuse_other_saved(spec: TeacherSpec) -> None:
     """Refuse to keep a saved teacher made from other inputs than ``spec``'s (its training
-    aside): one of other sizes, tokenizer or text had been returned as this spec's, unsaid."""
+    aside): one of other sizes, tokenizer or text had been returned as this spec's, unsaid;
+    and, as making one refuses them, a model of another kind (a teacher of another kind, a
+    merge run's student) and an ``out`` inside another output."""
     from lmalgebra.distill.examples import training_examples
     from lmalgebra.distill.layout import read_marker
+    from lmalgebra.distill.pretrain.teacher_directory import refuse_other_kind_saved
+    from lmalgebra.storage.lockfile import refuse_nested
     from lmalgebra.train.run_fingerprint import differences
+
+    refuse_nested(spec.out, "pretrain")
+    refuse_other_kind_saved(spec.out, KINDS[type(spec)])
 
     recorded = read_marker(spec.out).get("made_from")
     if recorded is None:  # a teacher of an older release: kept as it is

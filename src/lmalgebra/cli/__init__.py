@@ -33,6 +33,7 @@ try:  # a Ctrl-C while the command line loads (a second of imports) ends as one 
     from lmalgebra.cli.app import app
     from lmalgebra.cli.launched import placed_on_processes
     from lmalgebra.cli.path_values import read_paths
+    from lmalgebra.cli.switches import refuse_switch_values
     from lmalgebra.core import interrupt
     from lmalgebra.core.errors import (
         TrainingDivergedError,
@@ -63,7 +64,8 @@ def _run() -> object:
     interrupt.install()  # a Ctrl-C that lands in a finaliser is raised again by the loops
     # Not in standalone mode, typer turns Ctrl-C (KeyboardInterrupt) into exit code 130 and
     # ``typer.Exit(code)`` into ``code``, and *returns* them: ``main`` makes them the status.
-    command = placed_on_processes(read_paths(typer.main.get_command(app)))
+    command = typer.main.get_command(app)
+    command = placed_on_processes(read_paths(refuse_switch_values(command)))
     with warnings.catch_warnings(), _help_piped_whole():  # the caller's settings given back
         warnings.showwarning = _warning_line
         return command(standalone_mode=False)
@@ -197,7 +199,7 @@ def _usage_line(err: Any) -> str:
 
 def _fail(label: str, text: str, status: int) -> NoReturn:
     """``label: text`` on stderr, one line, then exit with ``status``."""
-    Console(stderr=True).print(
+    Console(stderr=True, emoji=False).print(
         f"[red]{label}:[/red] {escape(one_line(text))}", highlight=False, soft_wrap=True
     )
     sys.exit(status)
@@ -207,7 +209,7 @@ def _interrupted() -> NoReturn:
     """Ctrl-C (exit 130), or SIGTERM taken as one (128 + SIGTERM, 143): one line."""
     stop = ("terminated (SIGTERM)", TERMINATED) if interrupt.terminated() else None
     what, status = stop or ("interrupted", INTERRUPTED)
-    Console(stderr=True).print(
+    Console(stderr=True, emoji=False).print(
         f"{what}; run the same command again to resume", highlight=False, soft_wrap=True
     )
     sys.exit(status)

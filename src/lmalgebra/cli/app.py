@@ -105,8 +105,9 @@ class FoldingConsole(Console):
 
 
 # no markup: what it prints holds paths, names and text of the user's, whose brackets had been
-# read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work)
-console = FoldingConsole(markup=False)
+# read as styles (``o/c[red]d`` shown as ``o/cd``; ``[/x]`` a traceback after the work); no
+# emoji codes either (``onnx:package:NAME`` had been shown as ``onnx📦NAME``)
+console = FoldingConsole(markup=False, emoji=False)
 WIDEST = 400  # columns of a table piped
 
 

@@ -50,7 +50,7 @@ def _register(kind: str, spec_type: type[BaseModel]) -> None:
     ) -> None:
         from lmalgebra.api.pretrain import pretrain
 
-        settings: Any = load_settings(spec_type, spec, overrides)
+        settings: Any = load_settings(spec_type, spec, overrides, "pretrain spec")
         target = pretrain(settings, progress, restart)
         console.print(f"{kind} teacher saved to", bold(target))
 

@@ -199,13 +199,15 @@ def parse_yaml(text: str, what: str) -> Any:
     return data
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    path = recipe_path(path)
-    data = parse_yaml(read_text(path, "recipe"), f"recipe {path}")
+def read_yaml(path: Path, term: str = "recipe") -> dict[str, Any]:
+    """The keys of the YAML file ``path`` (``recipe:NAME``: a shipped recipe); ``term``: what
+    messages call the file (a pretrain spec is no recipe)."""
+    path = recipe_path(path) if term == "recipe" else Path(path)
+    data = parse_yaml(read_text(path, term), f"{term} {path}")
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserInputError(f"recipe {path}: the top level must be a mapping of keys")
+        raise UserInputError(f"{term} {path}: the top level must be a mapping of keys")
     return data
 
 
@@ -221,13 +223,16 @@ def layered(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_settings(cls: type[ConfigT], path: Path | None, overrides: dict[str, Any]) -> ConfigT:
+def load_settings(
+    cls: type[ConfigT], path: Path | None, overrides: dict[str, Any], term: str = "recipe"
+) -> ConfigT:
     """A ``cls`` from a YAML file (optional) with command-line values laid over it; errors
-    name the file, or the command line when there is none."""
-    data = read_yaml(path) if path is not None else {}
+    name the file, or the command line when there is none, and call the file ``term`` (a
+    pretrain ``spec``; its messages had called it a recipe)."""
+    data = read_yaml(path, term) if path is not None else {}
     settings = validate(cls, layered(data, overrides), str(path) if path else "command line")
     if path is not None:  # a relative path of the file found beside it alone: named
         base = home_expanded(path).absolute().parent
         texts = recipe_paths(settings, overrides, ("out",))
-        refuse_found_elsewhere(texts, path, base, "the recipe's directory")
+        refuse_found_elsewhere(texts, path, base, f"the {term}'s directory", term)
     return settings

@@ -245,12 +245,13 @@ def recipe_paths(
 
 
 def refuse_found_elsewhere(
-    texts: Iterable[tuple[str, str]], source: Path, base: Path, where: str
+    texts: Iterable[tuple[str, str]], source: Path, base: Path, where: str, term: str = "recipe"
 ) -> None:
-    """Refuse the first relative path of ``texts`` (key, path as written in the file ``source``)
-    that names something from ``base`` (``where``: what it is, the recipe's directory) and
-    nothing from the current directory, which a recipe's relative paths are read from (as
-    ``from_pretrained`` reads them): read from here it would be none, or a hub id."""
+    """Refuse the first relative path of ``texts`` (key, path as written in the file ``source``,
+    a ``term``: a recipe, a spec) that names something from ``base`` (``where``: what it is, the
+    recipe's directory) and nothing from the current directory, which a recipe's relative paths
+    are read from (as ``from_pretrained`` reads them): read from here it would be none, or a
+    hub id."""
     try:
         here = Path.cwd()
     except OSError:  # no current directory: a relative path fails where it is read
@@ -262,8 +263,8 @@ def refuse_found_elsewhere(
             continue
         raise UserInputError(
             f"{source}: key {key!r}: {text!r} names something from {base}, {where}, and nothing "
-            f"from the current directory {here}, which a recipe's relative paths are read "
-            f"from: run the command from {base} (or name it by an absolute path in the recipe)"
+            f"from the current directory {here}, which a {term}'s relative paths are read "
+            f"from: run the command from {base} (or name it by an absolute path in the {term})"
         )
 
 

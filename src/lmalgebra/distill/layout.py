@@ -24,6 +24,8 @@ it wrote (``model_damage`` checks them: a student is read only when they match).
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,7 @@ from lmalgebra.storage.atomic import (
 )
 from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.manifest_parts import MANIFEST
-from lmalgebra.storage.output_paths import not_a
+from lmalgebra.storage.output_paths import holds_kind, not_a
 
 RECIPE = "recipe.yaml"
 HASHES = ".hashes"
@@ -187,6 +189,15 @@ class RunLayout:
             raise UserInputError(
                 f"{self.root} is not a merge run directory (no {RECIPE}"
                 f"{not_a(self.root, 'a merge run')}): run {merge_stage('prepare')} first"
+            )
+        # a user's recipe.yaml, read as the run's copy (a run stopped before its examples has
+        # its copy, headed as one)
+        if not holds_kind(self.root, "a merge run") and made_in(self.recipe) is None:
+            raise UserInputError(
+                f"{self.root} is not a merge run directory: its {RECIPE} is no run's copy (no "
+                "examples/ beside it, nor the line a run heads its copy with"
+                f"{not_a(self.root, 'a merge run')}); give the run's output_dir, or run "
+                f"{merge_stage('prepare')} first"
             )
         return self.recipe
 
@@ -352,3 +363,26 @@ def trusted_model(directory: Path, missing: str) -> Path:
     if damage is not None:
         raise UserInputError(f"{damage}: train it again with {RESTART}, or remove {directory}")
     return directory
+
+
+# the first line of a run's copy of its recipe: the directory its relative paths were read from
+# (commands given the run read them from the current directory, and refuse one found only there)
+MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
+_MADE_IN_BEFORE = "# relative paths below are read from the directory the run was made in: "
+
+
+def made_in(copy: Path) -> Path | None:
+    """The directory named by the ``made in`` line among the leading comments of ``copy`` (a
+    run's copy's first line, a selection's ``recommended.yaml``'s second); none: a file without
+    one (a copy from before the line was written, the user's own recipe kept as the copy)."""
+    with copy.open("rb") as handle:
+        for raw in handle:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if line.startswith(p)), None)
+            if prefix is not None:
+                with contextlib.suppress(ValueError):
+                    return Path(json.loads(line.removeprefix(prefix)))
+                return None
+            if not line.startswith("#"):
+                return None
+    return None

@@ -45,7 +45,7 @@ from lmalgebra.distill.layout import (
     read_marker,
     trusted_model,
 )
-from lmalgebra.distill.recipe import MergeRecipe, load_recipe, run_copy_text
+from lmalgebra.distill.recipe import MergeRecipe, load_recipe, made_in, run_copy_text
 from lmalgebra.distill.run.evaluation_record import (
     RECORD,
     Basis,
@@ -84,7 +84,7 @@ from lmalgebra.distributed import is_main, main_rank_only, on_main_rank
 from lmalgebra.storage.atomic import refuse_special, refuse_unwritable, write_text_atomic
 from lmalgebra.storage.csv_tables import Table as CsvTable
 from lmalgebra.storage.lockfile import holding_lock
-from lmalgebra.storage.output_paths import check_directory
+from lmalgebra.storage.output_paths import check_directory, holds_kind
 from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.run_fingerprint import differences
@@ -303,6 +303,7 @@ class Objective(ABC):
         ``setup``: device and dtype already resolved (``teachers.inference_setup``)."""
         setup = setup or inference_setup(self.recipe)  # an unusable device or dtype: refused first
         refuse_unwritable(self.layout.recipe)  # written last: refused before the teachers run
+        self.recipe_kept()  # so is a user's file in its place
         teachers = self.open_teachers()
         for lang, name in self.pairs():
             self.write_outputs(lang, teachers[name], setup, progress)
@@ -315,12 +316,28 @@ class Objective(ABC):
         """Write the run's copy of the recipe (``recipe.yaml``), which the commands given the
         run directory read; one there that reads as this recipe is kept as it is (the user's
         own, comments and all, where the run is the recipe's directory: ``output_dir: .``)."""
-        settings = self.recipe.model_dump(mode="json")
-        if self.layout.recipe.is_file():
-            with contextlib.suppress(UserInputError):  # a damaged copy is written again
-                if load_recipe(self.layout.recipe).model_dump(mode="json") == settings:
-                    return
+        if self.recipe_kept():
+            return
         write_text_atomic(self.layout.recipe, run_copy_text(self.recipe))
+
+    def recipe_kept(self) -> bool:
+        """Whether the run's ``recipe.yaml`` reads as this recipe, kept as it is; refused where
+        it is a file of the user's, no run's copy (no ``examples/`` beside it,
+        ``output_paths.holds_kind``, nor the line a copy is headed with), which the run's copy
+        had replaced unsaid. A damaged copy of a run is written again."""
+        if not self.layout.recipe.is_file():
+            return False
+        with contextlib.suppress(UserInputError):
+            if load_recipe(self.layout.recipe).model_dump(mode="json") == self.recipe.model_dump(
+                mode="json"
+            ):
+                return True
+        if not holds_kind(self.layout.root, "a merge run") and made_in(self.layout.recipe) is None:
+            raise UserInputError(
+                f"{self.layout.recipe} is no merge run's copy of its recipe (a file of yours?), "
+                "and the run writes its copy there: move the file, or give another output_dir"
+            )
+        return False
 
     @abstractmethod
     def vocab(self) -> None:

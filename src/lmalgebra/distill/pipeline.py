@@ -47,10 +47,12 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
+from lmalgebra.sources.model_files import MARKER
 from lmalgebra.storage.atomic import refuse_unwritable
 from lmalgebra.storage.lockfile import lock_file_refusal, refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
+    MODEL_CONFIG,
     check_directory,
     directory_kind,
     lock_holder,
@@ -65,6 +67,7 @@ from lmalgebra.train.checkpoint import (
 )
 from lmalgebra.train.config import KD_SETTINGS, TrainingSpec, kd_free
 from lmalgebra.train.loop import (
+    TRAIN_LOG,
     changed_training,
     check_precision,
     refuse_fewer_steps,
@@ -380,12 +383,46 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                 "resumes from, prunes and removes the student's checkpoints itself, and would "
                 "not remove the link; remove the link"
             )
+        _refuse_other_model(recipe, student / MODEL)
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
                 f"{', '.join(recipe.teachers)}): their scores would be one model's; name the "
                 "student otherwise"
             )
+
+
+# the kind a student of each objective records in its ``lmalgebra.json``
+STUDENT_KINDS = {"masked": "mergedistill-student", "causal": "causal-student"}
+
+
+def _refuse_other_model(recipe: MergeRecipe, model: Path) -> None:
+    """Refuse a student's ``model`` directory that holds a model lmalgebra wrote of another kind
+    (a teacher ``pretrain`` made, the other objective's student, copied there): kept
+    (``keep_saved``) or scored it had been taken for the student, and trained it had been
+    written over, its own files left among the student's; and one that holds a model lmalgebra
+    did not write (a Hugging Face model copied there, where no training of the student ran),
+    which training had written over, unsaid."""
+    from lmalgebra.distill.pretrain.teacher_directory import TEACHER_KINDS
+
+    objective = "causal" if isinstance(recipe, CausalRecipe) else "masked"
+    kind = STUDENT_KINDS[objective]
+    student = model.parent
+    logged = (student / TRAIN_LOG).exists() or any(student.glob(f"*/{TRAIN_LOG}"))
+    if (model / MODEL_CONFIG).is_file() and not (model / MARKER).exists() and not logged:
+        raise UserInputError(  # no save of the student's was cut short there: no training ran
+            f"student directory {model} holds a model lmalgebra did not write ({MODEL_CONFIG}, "
+            f"no {MARKER}), which training would write over: move it out of the run, or name "
+            "the student otherwise"
+        )
+    found = saved_training(model, "kind")
+    if isinstance(found, str) and found != kind:
+        shown = TEACHER_KINDS.get(found, f"model of kind {found!r}")
+        raise UserInputError(
+            f"student directory {model} holds a {shown} (lmalgebra.json kind {found!r}), not a "
+            f"{objective} run's student: move it out of the run, or name the student "
+            "otherwise"
+        )
 
 
 def refuse_own_init(recipe: MergeRecipe, names: Sequence[str]) -> None:
@@ -455,6 +492,7 @@ def plan(
             refuse_other_kind(recipe.output_dir, f"merge {runnable[0]}")
         if {"prepare", "teach"} & set(runnable):  # the stages that write the run's recipe.yaml
             refuse_unwritable(RunLayout(recipe.output_dir).recipe)
+            objective.recipe_kept()  # a user's recipe.yaml there, which the run's would replace
         refuse_parts_in_the_way(objective, runnable)
     writes = any(recipe.written_text(lang) is not None for lang in recipe.languages)
     if "teach" in runnable or ("prepare" in runnable and writes):  # as the run, before any work

@@ -10,7 +10,6 @@ names, so a setting of the other objective is an unknown key, never silently ign
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
@@ -39,7 +38,7 @@ from lmalgebra.core.settings import (
     refuse_found_elsewhere,
     refuse_ignored,
 )
-from lmalgebra.distill.layout import RunLayout, check_plain_name
+from lmalgebra.distill.layout import MADE_IN, RunLayout, check_plain_name, made_in
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages, split_language
@@ -572,18 +571,12 @@ def user_recipe(path: Path) -> MergeRecipe:
     taken for a hub id out of reach, a corpus named missing); of a file that says where it was
     made (a run's copy, a selection's ``recommended.yaml``), something from there."""
     recipe = load_recipe(path)
-    made_in = _made_in(path)
-    if made_in is not None:
-        _refuse_moved(recipe, path, made_in, "where it was made")
+    base = made_in(path)
+    if base is not None:
+        _refuse_moved(recipe, path, base, "where it was made")
     else:
         _refuse_moved(recipe, path, home_expanded(path).absolute().parent, "the recipe's directory")
     return recipe
-
-
-# the first line of a run's copy of its recipe: the directory its relative paths were read from
-# (commands given the run read them from the current directory, and refuse one found only there)
-MADE_IN = "# made in (relative paths below name files from there: run its commands there): "
-_MADE_IN_BEFORE = "# relative paths below are read from the directory the run was made in: "
 
 
 def run_copy_text(recipe: MergeRecipe) -> str:
@@ -600,7 +593,7 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
     layout = RunLayout(run_dir)
     copy = layout.require_recipe()
     recipe = load_recipe(copy)
-    base = _made_in(copy)
+    base = made_in(copy)
     if base is not None:
         _refuse_moved(recipe, copy, base, "where the run was made")
     return recipe.model_copy(update={"output_dir": layout.root})
@@ -621,20 +614,3 @@ def _read_as_path(recipe: MergeRecipe, key: str, text: str) -> bool:
     if key == "student.tokenizer":
         return parse_student_tokenizer(text, list(recipe.teachers)).source == "model"
     return key != "output_dir"
-
-
-def _made_in(copy: Path) -> Path | None:
-    """The directory named by the ``made in`` line among the leading comments of ``copy`` (a
-    run's copy's first line, a selection's ``recommended.yaml``'s second); none: a file without
-    one (a copy from before the line was written, the user's own recipe kept as the copy)."""
-    with copy.open("rb") as handle:
-        for raw in handle:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            prefix = next((p for p in (MADE_IN, _MADE_IN_BEFORE) if line.startswith(p)), None)
-            if prefix is not None:
-                with contextlib.suppress(ValueError):
-                    return Path(json.loads(line.removeprefix(prefix)))
-                return None
-            if not line.startswith("#"):
-                return None
-    return None

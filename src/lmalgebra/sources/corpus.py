@@ -7,12 +7,14 @@ a language: from a field of each record (``language_column``) or from the corpus
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import logging
 import re
 import sys
+from collections.abc import Iterator
 from itertools import groupby
 from pathlib import Path
 from typing import Literal
@@ -252,8 +254,28 @@ def corpus_paths(spec: CorpusSpec) -> list[tuple[str | None, Path]]:
         if not path.exists():
             raise UserInputError(f"corpus {path} {absent(path)}{_not_a_language(entry)}")
         found.append((language, path))
-    _refuse_unread_fields(spec, found)
+    with as_given(spec):
+        _refuse_unread_fields(spec, found)
     return found
+
+
+@contextlib.contextmanager
+def as_given(spec: CorpusSpec) -> Iterator[None]:
+    """A refusal of the block that names the file of a packaged corpus (``package:wiki-en``, a
+    file inside the installed package) names it as the corpus gives it: the user wrote
+    ``package:NAME``, and a path inside site-packages had read as a file of theirs to fix."""
+    try:
+        yield
+    except UserInputError as err:
+        text = str(err)
+        for entry in spec.paths:
+            name = split_language(entry)[1]
+            if name.startswith(PACKAGE_PREFIX):
+                packaged = asset_path(name.removeprefix(PACKAGE_PREFIX), kind="corpus")
+                text = text.replace(str(packaged), name)
+        if text == str(err):
+            raise
+        raise UserInputError(text) from None
 
 
 def _refuse_unread_fields(spec: CorpusSpec, found: list[tuple[str | None, Path]]) -> None:
@@ -290,15 +312,21 @@ def read_labelled(spec: CorpusSpec) -> list[tuple[str, str | None]]:
     """``(document, language or None)`` for every non-empty document, in file order."""
     docs: list[tuple[str, str | None]] = []
     for language, path in corpus_paths(spec):
-        texts = _read(path, spec.text_column, spec)
-        labels: list[str | None] = [language] * len(texts)
-        if spec.language_column is not None and language is None and _has_records(path):
-            labels = [v or None for v in _read(path, spec.language_column, spec)]
-        kept = [(t, lang) for t, lang in zip(texts, labels, strict=True) if t.strip()]
-        if not kept:
-            raise UserInputError(f"corpus {path} holds no text")
-        docs.extend(kept)
+        with as_given(spec):
+            docs.extend(_labelled(path, language, spec))
     return docs
+
+
+def _labelled(path: Path, language: str | None, spec: CorpusSpec) -> list[tuple[str, str | None]]:
+    """``read_labelled``'s pairs of one corpus file."""
+    texts = _read(path, spec.text_column, spec)
+    labels: list[str | None] = [language] * len(texts)
+    if spec.language_column is not None and language is None and _has_records(path):
+        labels = [v or None for v in _read(path, spec.language_column, spec)]
+    kept = [(t, lang) for t, lang in zip(texts, labels, strict=True) if t.strip()]
+    if not kept:
+        raise UserInputError(f"corpus {path} holds no text")
+    return kept
 
 
 def _has_records(path: Path) -> bool:

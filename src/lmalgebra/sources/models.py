@@ -122,8 +122,23 @@ class ModelRef(ModelFields):
             raise UserInputError(f"model reference {text!r}: {said}") from None
 
     @classmethod
-    def _parse(cls, text: str) -> ModelRef:
-        name, ref = _named(text)
+    def named(cls, name: str, reference: str) -> ModelRef:
+        """An entry of a mapping name -> reference (``{"mine": "random:gpt2"}``): ``reference``
+        as on the command line without its ``NAME=``, under ``name``; either refused is named as
+        given (a blank name had been named as ``ModelRef: key 'name'``, the class, not the
+        argument)."""
+        if not reference.strip():
+            raise UserInputError(f"model {name!r}: the reference is empty")
+        try:
+            return cls._parse(reference, name)
+        except SettingsError as err:
+            said = str(err).removeprefix(f"{cls.__name__}: ").removeprefix("key 'name': ")
+            raise UserInputError(f"model {name!r} ({reference}): {said}") from None
+
+    @classmethod
+    def _parse(cls, text: str, given: str | None = None) -> ModelRef:
+        """``text`` as ``[NAME=]REFERENCE``, or as ``REFERENCE`` named ``given``."""
+        name, ref = _named(text) if given is None else (given, text)
         kind, file, tokenizer = _split_kind(ref)
         if kind is not None:
             if not file:
@@ -131,15 +146,16 @@ class ModelRef(ModelFields):
             suffixes = tuple(s for source in _kinds().values() for s in source.suffixes)
             stem = Path(file.rstrip("/")).stem if file.endswith(suffixes) else None
             default = stem or Path(file.removeprefix(PACKAGE_PREFIX).rstrip("/")).name
-            return cls(name=name or default, path=file, kind=kind, tokenizer=tokenizer)
+            name = default if given is None and not name else name
+            return cls(name=name, path=file, kind=kind, tokenizer=tokenizer)
         random_init = ref.startswith("random:")
         ref = ref.removeprefix("random:")
         gguf = ref.startswith(GGUF_PREFIX)
         # a file path (a GGUF file's, a local path as it stands): an @ in it is no revision
         path, _, revision = (ref, "", "") if gguf or exists(ref) else ref.partition("@")
-        if not path.removeprefix(GGUF_PREFIX):
+        if not path.removeprefix(GGUF_PREFIX).strip():  # blanks had been named as a model name
             raise UserInputError(f"model reference {text!r} names no path or hub id")
-        if not name:
+        if given is None and not name:
             readable = path.removeprefix(PACKAGE_PREFIX)  # package:minilm -> minilm
             readable = Path(readable.removeprefix(GGUF_PREFIX)).stem if gguf else readable
             name = Path(readable.rstrip("/")).name + ("-random" if random_init else "")

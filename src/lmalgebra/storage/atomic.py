@@ -12,6 +12,7 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.stale_temporaries import remove_stale_of
 
 
 def make_directories(path: Path) -> None:
@@ -102,6 +103,7 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     if blocker is not None and not blocker.is_dir():
         raise UserInputError(f"cannot write {path}: {blocker} {not_a_directory(blocker)}")
     make_directories(path.parent)
+    remove_stale_of(path)  # a temporary of this file that a writer killed here left
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with naming_file(path):

@@ -8,8 +8,8 @@ the file itself (holder details, JSON) is removed on release and overwritten by 
 
 In a run of several processes (``lmalgebra.distributed``) the main rank alone takes the lock and
 tells the other ranks whether it got it. Holding the lock alone in one process also makes it safe
-to remove temporaries (``.NAME.tmp-PID``, from ``lmalgebra.storage.atomic``) left by writers
-that died.
+to resume what writers that died left (their temporaries, ``.NAME.tmp-PID``, are removed as
+each file is written again: ``stale_temporaries``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import inspect
 import json
 import logging
 import os
-import re
 import socket
 import stat
 import sys
@@ -43,9 +42,9 @@ from lmalgebra.storage.output_paths import (
     read_lock_record,
     refuse_inside_other_output,
 )
+from lmalgebra.storage.stale_temporaries import TEMPORARY, alive
 
 log = logging.getLogger(__name__)
-TEMPORARY = re.compile(r"^\..+\.tmp-(\d+)$")  # lmalgebra.storage.atomic's temporary names
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -174,29 +173,21 @@ def _release(directory: Path, fd: int | None) -> None:
     os.close(fd)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(directory: Path, settled: float = 0.0) -> list[Path]:
     """Delete ``.NAME.tmp-PID`` files under ``directory`` whose process is gone; the paths removed.
 
-    Only safe while holding the directory's lock in a single-process run: a temporary is then
-    either this process's own or a leftover of a writer that died (``kill -9``, power loss).
-    ``settled``: seconds a temporary must have gone unwritten, for a directory no lock guards
-    (the cache, which a process of another machine may be writing, whose pid is not seen here).
+    For a directory that holds the toolkit's files alone (the cache: no user keeps a file of
+    theirs in it); an output directory's are removed where they were made, as each file is
+    written again (``stale_temporaries``), a user's own file named so kept. ``settled``: seconds
+    a temporary must have gone unwritten (the cache, which a process of another machine may be
+    writing, whose pid is not seen here).
     """
     removed = []
     for root, _, files in os.walk(directory):
         for name in files:
             match = TEMPORARY.match(name)
-            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            pid = int(match.group(2)) if match else None
+            if pid is not None and pid != os.getpid() and not alive(pid):
                 path = Path(root) / name
                 with contextlib.suppress(OSError):  # gone, or not this user's to remove
                     if time.time() - path.lstat().st_mtime < settled:
@@ -320,8 +311,6 @@ def run_directory_lock(
         before.scan()  # under the lock: what appears from now on is this run's
     failed = True
     try:
-        if size == 1:
-            remove_stale_temporaries(directory)
         refuse_other_kind(directory, command)
         yield
         failed = False

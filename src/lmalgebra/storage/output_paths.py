@@ -222,11 +222,11 @@ PRETRAIN_WORK = "training"
 
 def directory_kind(directory: Path) -> tuple[str, str] | None:
     """What kind of output ``directory`` holds, and the file that tells (the first of
-    ``KIND_MARKERS`` found; a Hugging Face model directory that ``lmalgebra pretrain`` is not
-    writing, by its ``config.json``), or None."""
+    ``KIND_MARKERS`` found that is the output's, ``_confirmed``; a Hugging Face model directory
+    that ``lmalgebra pretrain`` is not writing, by its ``config.json``), or None."""
     for kind, markers in KIND_MARKERS.items():
         for marker in markers:
-            if _stands(directory / marker):
+            if _stands(directory / marker) and _confirmed(directory, kind, marker):
                 return kind, marker
     if (directory / MODEL_CONFIG).is_file() and not (directory / PRETRAIN_WORK).is_dir():
         return "a model lmalgebra did not write", MODEL_CONFIG
@@ -250,6 +250,30 @@ CONFIRMED_BY = {
     "a merge run": "examples",
     "a model directory written by lmalgebra": MODEL_CONFIG,
 }
+
+
+# markers a user's own file is often named as: they tell their kind only where ``_confirmed``
+COMMON_NAMES = ("recipe.yaml", "summary.json")
+
+
+def _confirmed(directory: Path, kind: str, marker: str) -> bool:
+    """Whether ``marker`` (a file of ``KIND_MARKERS[kind]`` in ``directory``) tells its kind: a
+    name of its own (not ``COMMON_NAMES``), or one beside what such an output always holds
+    (``CONFIRMED_BY``), or something other than a file in its place (a FIFO, a link to
+    nothing), as the file would. A user's ``recipe.yaml`` or ``summary.json`` had made a folder
+    of theirs "a merge run" or "a decomposition run", in messages and in refusals of other
+    outputs written there."""
+    beside = CONFIRMED_BY.get(kind)
+    if marker not in COMMON_NAMES or beside is None or (directory / beside).exists():
+        return True
+    return not (directory / marker).is_file()
+
+
+def holds_kind(directory: Path, kind: str) -> bool:
+    """Whether ``directory`` holds a ``kind`` of output (a key of ``KIND_MARKERS``): one of its
+    markers stands there and is the output's (``_confirmed``)."""
+    markers = KIND_MARKERS[kind]
+    return any(_stands(directory / m) and _confirmed(directory, kind, m) for m in markers)
 
 
 def output_at(directory: Path) -> tuple[str, str] | None:

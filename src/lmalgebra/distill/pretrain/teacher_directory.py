@@ -28,18 +28,26 @@ TEACHER_KINDS = {
 }
 
 
-def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool, kind: str) -> None:
+def refuse_other_kind_saved(out: Path, kind: str) -> None:
     """Refuse a model saved at ``out`` of another kind than ``kind`` (a causal teacher where a
-    masked one is made: its checkpoints had been named as of "other inputs", and ``--restart``
-    offered), a training directory training cannot write in, and (unless ``restart``) a model
-    that ``training`` would replace: one trained further (``steps: 0``, say) or with other
-    settings."""
+    masked one is made, a merge run's student): its checkpoints had been named as of "other
+    inputs", and ``--restart`` offered; kept (``keep_saved``), it had been returned as this
+    spec's teacher, or refused as made from other inputs, naming sizes."""
     found = saved_training(out, "kind")
     if isinstance(found, str) and found != kind:
+        shown = TEACHER_KINDS.get(found, f"model of kind {found!r}")
         raise UserInputError(
-            f"{out} holds a {TEACHER_KINDS.get(found, found)} (lmalgebra.json kind {found!r}), "
-            f"and this makes a {TEACHER_KINDS[kind]}; give another --out (out), or remove it"
+            f"{out} holds a {shown} (lmalgebra.json kind {found!r}), and this makes a "
+            f"{TEACHER_KINDS[kind]}; give another --out (out), or remove it"
         )
+
+
+def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool, kind: str) -> None:
+    """Refuse a model saved at ``out`` of another kind than ``kind`` (``refuse_other_kind_saved``),
+    a training directory training cannot write in, and (unless ``restart``) a model that
+    ``training`` would replace: one trained further (``steps: 0``, say) or with other
+    settings."""
+    refuse_other_kind_saved(out, kind)
     refuse_training_parts(out / "training", itself=True)
     if not restart:
         refuse_fewer_steps(saved_steps(out), training.steps, out)
