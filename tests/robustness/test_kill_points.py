@@ -194,6 +194,17 @@ def test_causal_merge_stage(
     resumes(["merge", command, str(causal.recipe), "--no-progress"], causal.outputs)
 
 
+def test_causal_train_of_the_model_as_it_starts(
+    causal: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # steps 0 writes no training log: a save of the untrained model cut short is still known as
+    # the student's (it had been refused as a model lmalgebra did not write)
+    causal.after("teach")
+    _use_cache(causal, monkeypatch)
+    args = ["merge", "train", str(causal.recipe), "--name", "untrained", "--training.steps", "0"]
+    resumes([*args, "--no-progress"], causal.outputs)
+
+
 @pytest.mark.slow  # its best weights' writes alone: tests/distill/test_causal_validation.py
 def test_causal_train_keeping_its_best_validation_weights(
     causal: Run, resumes, monkeypatch: pytest.MonkeyPatch

@@ -36,7 +36,7 @@ from lmalgebra.core.fingerprint import sealed, sha256_file
 from lmalgebra.core.settings import PLAIN_NAME, PLAIN_NAME_RULE
 from lmalgebra.core.text_files import absent, not_a_directory, not_a_file, read_json_object
 from lmalgebra.distributed import is_main
-from lmalgebra.sources.model_files import CHECK_KEY, FILES_KEY, MARKER, model_damage
+from lmalgebra.sources.model_files import CHECK_KEY, FILES_KEY, MARKER, SAVING, model_damage
 from lmalgebra.storage.atomic import (
     as_created,
     remove_file,
@@ -252,6 +252,9 @@ def write_model_directory(
     kept = _intact_files(target)
     shared = _shared_files(target)
     remove_file(target / MARKER)
+    with naming_file(target):
+        target.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(target / SAVING, b"")
     for path in shared:  # save_pretrained writes in place: through a hard link, into the other
         path.unlink()
     before = _stamps(target)  # what is there already: a file left as it was is not this write's
@@ -275,6 +278,7 @@ def write_model_directory(
     if card is not None and not (sums == kept and (target / CARD).is_file()):
         write_text_atomic(target / CARD, card)
     write_json_atomic(target / MARKER, sealed({**metadata, FILES_KEY: sums}, CHECK_KEY))
+    remove_file(target / SAVING)
     return target
 
 

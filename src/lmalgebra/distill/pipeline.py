@@ -47,7 +47,7 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
-from lmalgebra.sources.model_files import MARKER
+from lmalgebra.sources.model_files import MARKER, SAVING
 from lmalgebra.storage.atomic import refuse_unwritable
 from lmalgebra.storage.lockfile import lock_file_refusal, refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
@@ -409,8 +409,9 @@ def _refuse_other_model(recipe: MergeRecipe, model: Path) -> None:
     kind = STUDENT_KINDS[objective]
     student = model.parent
     logged = (student / TRAIN_LOG).exists() or any(student.glob(f"*/{TRAIN_LOG}"))
-    if (model / MODEL_CONFIG).is_file() and not (model / MARKER).exists() and not logged:
-        raise UserInputError(  # no save of the student's was cut short there: no training ran
+    ours = logged or (model / MARKER).exists() or (model / SAVING).exists()
+    if (model / MODEL_CONFIG).is_file() and not ours:
+        raise UserInputError(  # no save of the student's was cut short there
             f"student directory {model} holds a model lmalgebra did not write ({MODEL_CONFIG}, "
             f"no {MARKER}), which training would write over: move it out of the run, or name "
             "the student otherwise"

@@ -22,6 +22,9 @@ from lmalgebra.storage.atomic import write_text_atomic
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
 MARKER = "lmalgebra.json"  # in a model directory written here: what made it; written last
+# in a model directory being written here, from before its first file to after the marker: a
+# directory a kill cut short is known for ours (a steps-0 student has no training log to say so)
+SAVING = ".lmalgebra-saving"
 FILES_KEY = "files"  # in the marker: file name -> sha256 of what write_model_directory wrote
 CHECK_KEY = "sha256"  # in the marker: of the rest of the marker
 
