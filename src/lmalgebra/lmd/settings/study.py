@@ -76,29 +76,35 @@ class StudySpec(Settings):
     def _check(self) -> StudySpec:
         if self.lengths is not None:
             if not self.lengths:
-                raise UserInputError("the list of span lengths T is empty")
+                raise UserInputError("study.lengths: the list of span lengths T is empty")
             bad = [t for t in self.lengths if t < 1]
             if bad:
-                raise UserInputError(f"span length T must be >= 1, got {bad[0]}")
+                raise UserInputError(f"study.lengths: span length T must be >= 1, got {bad[0]}")
         if self.train_sizes is not None:
             if not self.train_sizes:
-                raise UserInputError("the list of training-set sizes is empty")
+                raise UserInputError("study.train_sizes: the list of training-set sizes is empty")
             if any(s < 2 for s in self.train_sizes):
-                raise UserInputError(f"training-set sizes must be >= 2, got {self.train_sizes}")
+                raise UserInputError(
+                    f"study.train_sizes: training-set sizes must be >= 2, got {self.train_sizes}"
+                )
         if self.layer_map is not None and len(self.layer_map) != 2:
-            raise UserInputError(f"layer_map names two models, got {self.layer_map}")
+            raise UserInputError(f"study.layer_map names two models, got {self.layer_map}")
         if self.layer_map is not None and self.layer_map[0] == self.layer_map[1]:
             raise UserInputError(
                 f"layer_map names {self.layer_map[0]!r} twice: it maps the layers of one model "
                 "from those of another; name two models"
             )
         if not 0 < self.level < 1:
-            raise UserInputError(f"confidence level must be in (0, 1), got {self.level}")
+            raise UserInputError(
+                f"study.level: confidence level must be in (0, 1), got {self.level}"
+            )
         if not self.alpha_grid:
-            raise UserInputError("the alpha grid is empty")
+            raise UserInputError("study.alpha_grid: the alpha grid is empty")
         bad_alpha = [a for a in self.alpha_grid if not (a > 0 and math.isfinite(a))]
         if bad_alpha:
-            raise UserInputError(f"alpha grid values must be finite and > 0, got {bad_alpha[0]}")
+            raise UserInputError(
+                f"study.alpha_grid: alpha grid values must be finite and > 0, got {bad_alpha[0]}"
+            )
         unused = {
             "folds": "--study.alpha_select kfold",
             "level": "--study.bootstrap intervals",
