@@ -104,8 +104,12 @@ def complete_marks(root: Path) -> dict[str, int]:
 
 
 def _marks_complete(path: Path) -> bool:
+    """Whether ``path`` marks an output complete (a FIFO in its place is never opened: that
+    would wait for a writer forever)."""
+    if path.is_symlink() or not path.is_file():
+        return False
     if path.name != "manifest.json":
-        return path.is_file()
+        return True
     try:
         return json.loads(path.read_text(encoding="utf-8")).get("complete") is True
     except (OSError, ValueError, AttributeError):

@@ -37,7 +37,7 @@ def role_of(relative: Path) -> str:
     parts = list(relative.parts)
     if parts[0] in SHARD_SETS:
         parts = [parts[0], *("*" for _ in parts[1:-1]), parts[-1]]
-    return "/".join(HASHED.sub("H", NUMBERED.sub("N", part)) for part in parts)
+    return "/".join(NUMBERED.sub("N", HASHED.sub("H", part)) for part in parts)
 
 
 def roles(root: Path) -> dict[str, Path]:
@@ -93,7 +93,7 @@ def _checked(
             break  # verify named the damage: the stage after it is enough to check further
         rules = Rules(culprits=_culprits(damaged, top), marks_before=complete_marks(watched))
         rules.watched = watched
-        outcome = server.run(args, timeout=240, env=env)
+        outcome = server.run(args, timeout=90, env=env)
         broken = broken_rules(outcome, rules)
         if args[:2] == ["merge", "verify"]:
             verified = outcome.code == 0
