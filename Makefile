@@ -29,7 +29,7 @@ NO_DEPS := dante-corpora==2.0.5 \
 # `playwright install` download).
 CHROMIUM := /usr/bin/chromium
 
-.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge experiment-merge-text experiment-merge-long experiment-merge-gpu clean
+.PHONY: install docs demo demo-quick demo-real study test test-slow test-gpu test-sweep lint bench experiment-teachers experiment-causal-budget experiment-real-teachers experiment-little-data experiment-pruned experiment-merge experiment-merge-text experiment-merge-long experiment-merge-gpu clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -91,7 +91,7 @@ lint: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # the site: links, anchors, API references
 
 test: $(STAMP) lint
-	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow"
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m "not slow and not sweep"
 
 # LMD-chosen teachers against every pair distilled (README "Does the score predict students?")
 experiment-teachers: $(STAMP)
@@ -134,6 +134,12 @@ experiment-merge-gpu: $(STAMP)
 
 test-slow: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -m slow
+
+# the generated hostile-input sweep (tests/robustness/sweep/, docs/development.md "The
+# hostile-input sweep"): every command's paths, every file of a finished run damaged, every
+# recipe key given hostile values; cases one after another in forked children
+test-sweep: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/pytest -q -n 0 -m sweep tests/robustness/sweep
 
 # the checks that need a CUDA device (a lent GPU); skipped without one
 test-gpu: $(STAMP)

@@ -10,8 +10,10 @@ can be killed with SIGKILL at any point and leaves on disk whatever a killed com
 Protocol: one JSON object per line on stdin, one answer per line on stdout.
 
 * ``{"run": [ARGS...], "log": PATH}`` -> ``{"pid": PID}`` (stdout and stderr go to PATH); two
-  optional keys: ``"env"``, variables set in the child, and ``"bound": true``, the child bound by
-  file permissions (``bind_permissions``) before the command runs
+  optional keys: ``"env"``, variables set in the child, ``"bound": true``, the child bound by
+  file permissions (``bind_permissions``) before the command runs, and ``"memory"``, the most
+  bytes of address space the child may hold (``RLIMIT_AS``: a command that tries to take more
+  gets a MemoryError, not the machine's memory)
 * ``{"wait": PID}`` -> ``{"status": CODE}``: the exit code, or minus the signal that ended it
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import sys
 import traceback
 
@@ -73,9 +76,9 @@ def bind_permissions() -> None:
         raise OSError(ctypes.get_errno(), "capset")
 
 
-def _child(args: list[str], log: str, env: dict[str, str], bound: bool) -> None:
+def _child(args: list[str], log: str, env: dict[str, str], bound: bool, memory: int | None) -> None:
     """Run one command with stdout/stderr in ``log``, ``env`` set, bound by file permissions
-    when ``bound``; never returns."""
+    when ``bound``, its address space limited to ``memory`` bytes when given; never returns."""
     code = 1
     try:
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -86,6 +89,8 @@ def _child(args: list[str], log: str, env: dict[str, str], bound: bool) -> None:
         os.environ.update(env)
         if bound:
             bind_permissions()
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         sys.argv = ["lmalgebra", *args]
         try:
             lmalgebra.cli.main()
@@ -110,7 +115,8 @@ def serve() -> None:
             pid = os.fork()
             if pid == 0:
                 env = request.get("env", {})
-                _child(request["run"], request["log"], env, bool(request.get("bound")))
+                bound, memory = bool(request.get("bound")), request.get("memory")
+                _child(request["run"], request["log"], env, bound, memory)
             answer = {"pid": pid}
         else:
             _, status = os.waitpid(int(request["wait"]), 0)

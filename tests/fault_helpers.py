@@ -48,11 +48,19 @@ class ForkServer:
         return dict(json.loads(line))
 
     def start(
-        self, args: list[str], log: Path, env: dict[str, str] | None = None, bound: bool = False
+        self,
+        args: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        bound: bool = False,
+        memory: int | None = None,
     ) -> int:
-        """Start ``lmalgebra ARGS`` (its output in ``log``), with ``env`` set in its environment
-        and, when ``bound``, bound by file permissions (``cli_fork_server.bind_permissions``)."""
+        """Start ``lmalgebra ARGS`` (its output in ``log``), with ``env`` set in its environment,
+        when ``bound``, bound by file permissions (``cli_fork_server.bind_permissions``), and
+        with at most ``memory`` bytes of address space when given."""
         request: dict[str, object] = {"run": args, "log": str(log), "bound": bound}
+        if memory is not None:
+            request["memory"] = memory
         return self._ask({**request, "env": env or {}})["pid"]
 
     def wait(self, pid: int) -> int:

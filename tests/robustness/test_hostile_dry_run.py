@@ -678,3 +678,32 @@ def test_a_causal_student_without_a_tokenizer_is_refused_by_the_train_dry_run_to
     code, stderr = cli(["merge", "run", str(recipe), "--dry-run"])  # no training: planned
     assert code == 0, stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--study.train_sizes", "1,2", "training-set sizes must be >= 2"),
+        ("--study.lengths", "0,8", "span length T must be >= 1"),
+        ("--study.alpha_grid", "0,1", "values must be finite and > 0"),
+    ],
+)
+@pytest.mark.parametrize("dry_run", [True, False], ids=["dry_run", "run"])
+def test_a_study_setting_out_of_range_is_named_by_its_key(
+    flag: str,
+    value: str,
+    said: str,
+    dry_run: bool,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A list of the study's whose items are out of range: the line had named what was wrong
+    ("training-set sizes must be >= 2, got [1, 2]") and not the key to change."""
+    flags = [flag, value, *(["--dry-run"] if dry_run else [])]
+    needles = [f"key '{flag.removeprefix('--')}'", said]
+    models = {"a": bert_dir, "b": bert2_dir}
+    refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)

@@ -184,3 +184,44 @@ def test_a_model_written_again_in_a_hard_link_copy_leaves_the_original(
     write_model_directory(copy, model, tokenizer, {"steps": 2})
     assert digests(original) == before
     assert model_damage(original) is None and model_damage(copy) is None
+
+
+# a FIFO where the tokenizers library writes (tokenizer.json) blocks in its own code, which no
+# deadline here interrupts: the FIFO is tried where Python opens it, links everywhere
+@pytest.mark.parametrize(
+    ("blocker", "name"),
+    [
+        ("fifo", "config.json"),
+        ("link", "config.json"),
+        ("link", "tokenizer.json"),
+        ("link", "tokenizer_config.json"),
+    ],
+)
+def test_a_fifo_or_link_in_a_model_directory_written_again_is_refused(
+    name: str, blocker: str, gpt2_dir: Path, tmp_path: Path
+) -> None:
+    """A student trained again (``merge train`` of a finished student, ``pretrain`` into its
+    model) whose ``config.json`` or tokenizer file is a FIFO: ``save_pretrained`` writes them in
+    place, and opening the FIFO had waited for a reader forever; a link had been written
+    through. Either is named before anything is written."""
+    import os
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hostile_helpers import deadline
+    from lmalgebra.distill.layout import write_model_directory
+
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(gpt2_dir)
+    target = tmp_path / "student" / "model"
+    write_model_directory(target, model, tokenizer, {"steps": 1})
+    (target / name).unlink()
+    if blocker == "fifo":
+        os.mkfifo(target / name)
+    else:
+        (target / name).symlink_to(tmp_path / "elsewhere.json")
+    listed = sorted(p.name for p in target.iterdir())
+    with deadline(60), pytest.raises(UserInputError, match=f"{target / name} is"):
+        write_model_directory(target, model, tokenizer, {"steps": 2})
+    assert sorted(p.name for p in target.iterdir()) == listed
+    assert not (tmp_path / "elsewhere.json").exists()

@@ -548,6 +548,34 @@ def test_an_evaluation_folder_evaluate_refuses_is_named_by_verify(
     assert_one_line(code, stderr, [f"merge evaluate: evaluation directory {folder} "])
 
 
+@pytest.mark.parametrize("blocker", ["directory", "link to nothing"])
+def test_a_blocked_evaluation_file_or_model_card_is_named_by_verify(
+    blocker: str, built: Path, tmp_path: Path, cli
+) -> None:
+    """A directory or a link to nothing where ``merge evaluate`` writes its figure, and where
+    training and evaluation write a student's model card: both refuse it (one line, before any
+    scoring), and ``merge verify`` had passed the run."""
+    run, recipe = _copy_run(built, tmp_path)
+    code, stderr = cli(["merge", "train", str(recipe), "--no-progress"])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert code == 0, stderr
+    figure, card = run / "evaluation" / "accuracy.png", run / "student" / "model" / "README.md"
+    for path in (figure, card):
+        path.unlink()
+        path.mkdir() if blocker == "directory" else path.symlink_to(tmp_path / "gone")
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert_one_line(code, stderr, [str(figure), str(card)])
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert_one_line(code, stderr, [str(figure)])
+    for path in (figure, card):
+        path.rmdir() if blocker == "directory" else path.unlink()
+    code, stderr = cli(["merge", "evaluate", str(run)])
+    assert code == 0, stderr
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
+
+
 @pytest.fixture(scope="module")
 def candidates_trained(tmp_path_factory: pytest.TempPathFactory, causal_teacher_dirs) -> Path:
     """A causal run whose student was trained at two ``lambda_candidates``, validating."""

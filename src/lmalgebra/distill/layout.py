@@ -39,6 +39,7 @@ from lmalgebra.distributed import is_main
 from lmalgebra.sources.model_files import CHECK_KEY, FILES_KEY, MARKER, SAVING, model_damage
 from lmalgebra.storage.atomic import (
     as_created,
+    refuse_special,
     remove_file,
     write_bytes_atomic,
     write_json_atomic,
@@ -249,6 +250,7 @@ def write_model_directory(
     Under several processes the main rank alone writes it (every rank holds the same model)."""
     if not is_main():
         return target
+    refuse_special_entries(target)
     kept = _intact_files(target)
     shared = _shared_files(target)
     remove_file(target / MARKER)
@@ -280,6 +282,19 @@ def write_model_directory(
     write_json_atomic(target / MARKER, sealed({**metadata, FILES_KEY: sums}, CHECK_KEY))
     remove_file(target / SAVING)
     return target
+
+
+def refuse_special_entries(target: Path) -> None:
+    """Refuse a link or a special file (a FIFO, a socket, a device) directly in the model
+    directory ``target``, before anything is written: ``save_pretrained`` writes its files
+    (``config.json``, the tokenizer's) in place, and opening a FIFO there to write had waited
+    for a reader forever, and a link had been written through (``storage.atomic.refuse_special``).
+    Hidden files (the lock, temporaries of atomic writes) are not the model's."""
+    if not target.is_dir() or target.is_symlink():
+        return
+    for entry in sorted(target.iterdir()):
+        if not entry.name.startswith("."):
+            refuse_special(entry, "file of model directory")
 
 
 def _intact_files(directory: Path) -> dict[str, Any] | None:

@@ -585,8 +585,8 @@ class Objective(ABC):
         """``evaluate`` in one process."""
         settings = self.evaluation_settings(pooling)
         check_directory(self.layout.evaluation, "evaluation directory")  # before any scoring
-        for file in (RECORD, *self.evaluation_files()):  # a directory or a link in the way
-            refuse_unwritable(self.layout.evaluation / file)  # had been met after the scoring
+        for problem in self.blocked_outputs([]):  # had been met after the scoring
+            raise UserInputError(problem)
         names = list(dict.fromkeys(students))
         self.refuse_untrained(names)
         teachers = self.check_students(names)
@@ -611,6 +611,22 @@ class Objective(ABC):
         identities = {**earlier.students, **{s: student_identity(self.layout, s) for s in names}}
         write_record(self.layout, basis, tables, {s: str(identities[s]) for s in everyone})
         return self.publish(tables, everyone, names, settings)
+
+    def blocked_outputs(self, students: Sequence[str]) -> list[str]:
+        """What stands where ``merge evaluate`` writes a file (a directory, a link or a special
+        file in place of an evaluation file, or of a saved student's model card, which training
+        and evaluation write), each named as the writer refuses it: ``evaluate`` refuses the
+        first before any scoring, ``merge verify`` names them all (it had passed a run that the
+        next evaluation or training then refused)."""
+        paths = [self.layout.evaluation / file for file in (RECORD, *self.evaluation_files())]
+        paths += [self.layout.model(name) / CARD for name in students]
+        problems = []
+        for path in paths:
+            try:
+                refuse_unwritable(path)
+            except UserInputError as err:
+                problems.append(str(err))
+        return problems
 
     @abstractmethod
     def evaluation_files(self) -> tuple[str, ...]:
