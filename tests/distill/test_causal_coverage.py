@@ -5,6 +5,7 @@ pipeline; teachers and students with different tokenizers read the same span tex
 from __future__ import annotations
 
 import math
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -55,9 +56,12 @@ def _coverage(
     )
 
 
-def test_a_copy_of_the_teacher_carries_all_of_it(causal_teacher_dirs: dict[str, Path]) -> None:
+def test_a_copy_of_the_teacher_carries_all_of_it(
+    causal_teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
     teachers = {n: causal_teacher_dirs[n] for n in ("bl", "uni")}
-    students = {"copy": causal_teacher_dirs["bl"], "other": causal_teacher_dirs["wp"]}
+    copy = Path(shutil.copytree(causal_teacher_dirs["bl"], tmp_path / "copy"))
+    students = {"copy": copy, "other": causal_teacher_dirs["wp"]}
     rows, skipped = _coverage(teachers, students)
     got = {(r.teacher, r.student): r for r in rows}
     assert set(got) == {(t, s) for t in teachers for s in students}
@@ -149,6 +153,7 @@ def test_bad_pooling_is_refused(
     )
     assert_one_line(code, err, ["pooling", "'mean' or 'last'", "'max'"])
     masked = write_recipe(tmp_path, teacher_dirs).parent
+    (masked / "examples").mkdir()  # a run's, as its copy of the recipe is
     code, err = run_cli(
         ["merge", "evaluate", str(masked), "--pooling", "last"], monkeypatch, capsys
     )
@@ -156,7 +161,7 @@ def test_bad_pooling_is_refused(
 
 
 def test_coverage_words_its_warnings_and_refusals_for_merge_evaluate(
-    causal_teacher_dirs: dict[str, Path], caplog: pytest.LogCaptureFixture
+    causal_teacher_dirs: dict[str, Path], caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     """The LMD run inside ``merge evaluate`` logged decompose's warnings as they are, naming
     flags that command lacks (``spans.length (-T)``, ``--study.alpha_select gcv``) and no
@@ -164,7 +169,7 @@ def test_coverage_words_its_warnings_and_refusals_for_merge_evaluate(
     from lmalgebra.core.errors import UserInputError
 
     teachers = {"bl": causal_teacher_dirs["bl"]}
-    students = {"copy": causal_teacher_dirs["bl"]}
+    students = {"copy": Path(shutil.copytree(causal_teacher_dirs["bl"], tmp_path / "copy"))}
     with caplog.at_level("WARNING"):
         _coverage(teachers, students)  # the default counts: more spans than the text holds
     warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

@@ -170,6 +170,7 @@ def test_an_output_directory_the_run_refuses_the_dry_run_refuses_alike(
     else:  # a decomposition run
         target.mkdir()
         (target / "summary.json").write_text("{}", encoding="utf-8")
+        (target / "config.yaml").write_text("models: []\n", encoding="utf-8")
     recipe = write_recipe(
         tmp_path, teacher_dirs, student=TINY_STUDENT, training=TINY_TRAINING, output_dir=str(target)
     )

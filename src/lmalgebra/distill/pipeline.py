@@ -203,9 +203,9 @@ def run_stages(
         raise ValueError(f"unknown MergeDistill stage {unknown[0]!r}; stages are {RUN_STAGES}")
     if "train" in stages and not students:
         raise UserValueError("students is empty: the train stage needs at least one student")
-    check_students(recipe, list(students or {}))  # refused before any stage writes
-    if "train" in stages:
+    if "train" in stages:  # the init inside the student's directory: the more telling line
         refuse_own_init(recipe, list(students or {}))
+    check_students(recipe, list(students or {}))  # refused before any stage writes
     refuse_linked_parts(recipe)
     objective = objective_of(recipe)
     stages = objective.runnable(stages)
@@ -462,8 +462,8 @@ def plan(
     runnable = objective.runnable(stages)
     spec = training or recipe.training
     if student is not None and "train" in runnable:
-        check_students(recipe, [student])
         refuse_own_init(recipe, [student])
+        check_students(recipe, [student])
         layout = RunLayout(recipe.output_dir)
         done = layout.student(student) / CHECKPOINTS
         reached = max(saved_steps(layout.model(student)), checkpointed_step(done))
