@@ -126,10 +126,6 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
     return paths
 
 
-# the cache's directories a selection's decompositions write into
-CACHE_PARTS = ("hashes", "spans", "embeddings")
-
-
 def check_selection_directory(out: Path, cache: Path | None) -> None:
     """Refuse ``out`` unless it is, or can be made, a writable directory, and a cache directory
     ``cache`` (the selection's ``cache_dir``; None: the default) inside it, inside another
@@ -137,7 +133,7 @@ def check_selection_directory(out: Path, cache: Path | None) -> None:
     ``TeacherSelection.save`` before writing (a cache inside it had been refused as "files of
     no selection", an ``out`` inside the cache's written)."""
     check_directory(out, "selection directory")
-    refuse_cache_overlap(out, cache_directory(cache), CACHE_PARTS)
+    refuse_cache_overlap(out, cache_directory(cache))
 
 
 def claim_selection(
