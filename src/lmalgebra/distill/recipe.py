@@ -39,7 +39,7 @@ from lmalgebra.core.settings import (
     refuse_found_elsewhere,
     refuse_ignored,
 )
-from lmalgebra.distill.layout import RunLayout, check_plain_name
+from lmalgebra.distill.layout import RunLayout, check_language_name, check_plain_name
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages, split_language
@@ -275,7 +275,7 @@ class MergeRecipe(Settings):
             check_plain_name(name, "teacher name")
             teacher.check_kind(name)
         for code, lang in self.languages.items():
-            check_plain_name(code, "language")
+            check_language_name(code)
             refuse_other_languages(lang.corpus, code, f"language {code!r}")
             if not lang.teachers:
                 raise UserInputError(f"language {code!r} has no teacher")
