@@ -264,3 +264,24 @@ def test_a_candidates_directory_in_the_way_is_refused_by_training_and_its_dry_ru
         train_causal(recipe_path, student.name, **changes)
     assert sorted(p.name for p in student.iterdir()) == ["lambda-0.1"]
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("damage", ["removed", "emptied", "no-step"])
+def test_a_finished_student_trained_again_keeps_its_record_whatever_its_log_holds(
+    recipe_path: Path, damage: str
+) -> None:
+    """A finished student trained again resumes from its last checkpoint with no step left,
+    and returns the record of that step: read from the training log alone, a log removed or
+    damaged since (which ``merge verify`` passes) had given an empty record, and the student
+    was saved again with none of its last step's figures (``final``: the best step alone).
+    The checkpoint holds the record, checksummed with it; the student is saved as it was."""
+    model = train_causal(recipe_path, f"relogged-{damage}", steps=2)
+    before = json.loads((model / "lmalgebra.json").read_text())["final"]
+    assert {"loss", "step", "validation", "best_step"} <= set(before)
+    log = model.parent / "train_log.jsonl"
+    if damage == "removed":
+        log.unlink()
+    else:
+        log.write_text("" if damage == "emptied" else "{}\n")  # a line of no step
+    train_causal(recipe_path, f"relogged-{damage}", steps=2)
+    assert json.loads((model / "lmalgebra.json").read_text())["final"] == before

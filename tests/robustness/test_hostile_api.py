@@ -977,6 +977,24 @@ def test_a_model_name_that_reads_as_a_basis_of_several_is_refused(
     assert_one_line(code, stderr, [wanted, "--models NAME=REFERENCE"])
 
 
+def test_a_model_named_as_the_group_tables_mean_row_is_refused(
+    bert_dir: Path, tmp_path: Path, cli
+) -> None:
+    """A model named ``mean`` was fitted and written: group_r2.csv then held two rows
+    ``mean``, the model's and the mean over the models, one read as the other. Refused before
+    any work, naming the key, from Python and a directory whose name would be the model's."""
+    wanted = "a model name is not 'mean', the target of group_r2.csv's row of the mean"
+    match = r"^decompose_plan\(\): key 'models\.1\.name': " + re.escape(wanted)
+    with pytest.raises(UserInputError, match=match):
+        lmalgebra.decompose_plan({"a": str(bert_dir), "mean": str(bert_dir)}, documents(40))
+    folder = tmp_path / "mean"
+    folder.symlink_to(bert_dir)
+    code, stderr = cli(
+        ["decompose", "--models", str(bert_dir), "--models", str(folder), "--dry-run"]
+    )
+    assert_one_line(code, stderr, [wanted, "--models NAME=REFERENCE"])
+
+
 def test_a_numpy_boolean_is_no_number() -> None:
     """``np.bool_`` is no ``bool``: ``TrainingSpec(steps=np.bool_(True))`` trained one step,
     ``pairwise(diagonal=np.True_)`` and ``LinearDecomposition(blocks=[True, 5])`` took it for

@@ -380,3 +380,66 @@ def test_experimental_select_refuses_its_cache_inside_its_output_first(
     code, stderr = cli([*args, "--no-progress", "--out", str(out), "--cache_dir", str(out / "c")])
     assert_one_line(code, stderr, [str(out / "c"), "is inside the output directory"])
     assert not out.exists()
+
+
+def test_a_selection_saved_from_python_refuses_its_cache_inside_it_or_it_inside_the_cache(
+    teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """``select_teachers(..., cache_dir=OUT/c).save(OUT)`` had been refused as "not empty and
+    holds no teacher selection (c/)", and ``save`` into the cache's ``spans/`` had written the
+    selection among the cache's files: the command refused both, the call neither. ``save``
+    names the cache inside the output, and the output inside the cache, nothing written."""
+    import warnings
+
+    from lmalgebra.experimental import select_teachers
+
+    recipe = write_recipe(tmp_path, teacher_dirs, heldout_fraction=0.5)
+    options = {"spans": {"counts": (40, 10, 20), "length": 8, "per_doc": 4}, "bootstrap": 4}
+    out, cache = tmp_path / "selection", tmp_path / "cache"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inside = select_teachers(recipe, languages=["yy"], cache_dir=out / "c", **options)
+        beside = select_teachers(recipe, languages=["yy"], cache_dir=cache, **options)
+    with pytest.raises(UserInputError, match=rf"^cache directory {out / 'c'} is inside the out"):
+        inside.save(out)
+    assert sorted(p.name for p in out.iterdir()) == ["c"]
+    target = cache / "spans" / "selection"
+    with pytest.raises(UserInputError, match=rf"^output directory {target} is inside the cache"):
+        beside.save(target)
+    assert not target.exists()
+    assert (tmp_path / "elsewhere" / "summary.json") in beside.save(tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize("part", ["gguf", "packaged", "mined-maps"])
+def test_an_output_inside_the_caches_model_directories_is_refused_by_every_command(
+    part: str,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    teacher_dirs: dict[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """An output directory inside the cache's ``gguf/`` or ``packaged/`` (or its token maps)
+    had been written among the models built there, where one inside its ``spans/`` was
+    refused (and by ``decompose`` alone). ``decompose`` (its dry run too), ``merge`` (its dry
+    run too) and ``pretrain`` refuse it, naming both, nothing written."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(cache))
+    out = cache / part / "run"
+    decompose = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    decompose += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--training.steps", "1", "--out", str(out)]
+    needles = [f"output directory {out} is inside the cache's {cache / part}"]
+    for args in (
+        [*decompose, "--out", str(out), "--dry-run"],
+        [*decompose, "--out", str(out), "--cache_dir", str(cache)],
+        ["merge", "prepare", str(recipe), "--dry-run"],
+        ["merge", "prepare", str(recipe)],
+        pretrain,
+    ):
+        assert_one_line(*cli([*args, "--no-progress"]), needles)
+        assert not out.exists()

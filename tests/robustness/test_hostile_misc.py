@@ -421,6 +421,27 @@ def test_a_language_or_teacher_name_that_leaves_the_run_is_refused(
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.parametrize(("name", "table"), [("average", "rdt.csv"), ("overall", "sets.csv")])
+def test_a_language_named_as_a_tables_row_over_the_languages_is_refused(
+    name: str, table: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A language ``average`` had its RDT replaced in rdt.csv by the average over the languages
+    (one column ``average``, nothing said), and a language ``overall`` its ranked sets in
+    experimental select's sets.csv by those for the whole student. Refused before any work,
+    naming the language and the table, from the command and from Python."""
+    from lmalgebra.distill.recipe import parse_recipe
+
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    data = yaml.safe_load(recipe.read_text())
+    data["languages"][name] = data["languages"].pop("xx")
+    recipe.write_text(yaml.safe_dump(data))
+    code, stderr = cli(["merge", "prepare", str(recipe), "--dry-run"])
+    assert_one_line(code, stderr, [f"language {name!r}", table, "name the language otherwise"])
+    with pytest.raises(UserInputError, match=f"language {name!r} is the name of"):
+        parse_recipe(data, "merge() recipe")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_student_name_too_long_is_refused_saying_how_long_one_may_be() -> None:
     """A name of 101 letters had been refused as not "letters, digits, '.', '_', '-'", which it
     is: the line did not say what was wrong with it. It says the length now."""

@@ -318,6 +318,36 @@ def test_an_output_a_recipe_names_beside_it_alone_is_refused_from_elsewhere(
         assert str(project) not in stderr, stderr
 
 
+def test_a_merge_recipes_output_dir_beside_it_alone_is_refused_from_elsewhere(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A merge recipe's relative ``output_dir`` naming a run beside the recipe and nothing here
+    had been read from here unchecked (``merge teach`` from elsewhere named the prepared run
+    missing, ``merge prepare`` started another), where a decompose recipe's ``out`` is refused
+    naming both directories. Refused the same way; the default names nothing of the file's, and
+    the commands given the run read its copy's ``output_dir`` as the run directory given."""
+    from lmalgebra.distill.recipe import MADE_IN, run_recipe, user_recipe
+    from merge_fixtures import write_recipe
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "run").mkdir(parents=True)
+    elsewhere.mkdir()
+    teachers = {"wp": project / "wp", "sp": project / "sp"}
+    path = write_recipe(project, teachers, output_dir="run")
+    monkeypatch.chdir(elsewhere)
+    needles = ["key 'output_dir'", "'run'", str(project), str(elsewhere), "run the command"]
+    assert_one_line(*cli(["merge", "teach", str(path), "--dry-run"]), needles)
+    code, _ = cli(["merge", "prepare", str(path), "--no-progress"])
+    assert code == 2 and not (elsewhere / "run").exists()
+    (project / "run" / "recipe.yaml").write_text(f'{MADE_IN}"{project}"\n{path.read_text()}')
+    assert run_recipe(project / "run").output_dir == project / "run"
+    data = yaml.safe_load(path.read_text())
+    del data["output_dir"]
+    path.write_text(yaml.safe_dump(data))
+    (project / "runs" / "merge").mkdir(parents=True)
+    assert user_recipe(path).output_dir == Path("runs/merge")  # the default: read from here
+
+
 @pytest.mark.parametrize(
     ("text", "key"),
     [

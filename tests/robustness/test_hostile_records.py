@@ -205,6 +205,29 @@ def _fifo(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("content", ["{}", "[]", '{"step": 2, "sha256": {}}', "3"])
+def test_a_checkpoint_state_of_no_checksums_is_named_not_its_model(
+    content: str, tmp_path: Path
+) -> None:
+    """A checkpoint's ``state.json`` holding ``{}`` (or a list, or no sha256 of its files):
+    ``merge verify`` had named the checkpoint's ``model.safetensors`` damaged, as ``('sha256')``,
+    where the record is what was damaged. The record is named, in words; training skips the
+    checkpoint as before."""
+    import torch
+
+    from lmalgebra.train.checkpoint import damage, save_checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    save_checkpoint(tmp_path, 1, model, optimizer, {}, keep=1)
+    directory = next(tmp_path.iterdir())
+    assert damage(directory)[2] is not None
+    (directory / "state.json").write_text(content, encoding="utf-8")
+    path, reason, found = damage(directory)
+    assert (path, found) == (directory / "state.json", None), (path, reason)
+    assert reason.startswith("it records no sha256 of each of the checkpoint's files"), reason
+
+
 def test_a_record_read_back_that_is_a_fifo_is_never_waited_on(tmp_path: Path) -> None:
     """Every record a command reads back to resume or to compare (an evaluation's
     ``pos_config.json``, a selection's ``summary.json``, a checkpoint's ``state.json`` and the

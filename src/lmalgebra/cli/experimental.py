@@ -65,22 +65,15 @@ def experimental_select(
     from lmalgebra.core.recipe_files import validate
     from lmalgebra.distill.layout import RunLayout
     from lmalgebra.experimental.select import TeacherSelection
-    from lmalgebra.experimental.selection.outputs import claim_selection
+    from lmalgebra.experimental.selection.outputs import check_selection_directory, claim_selection
     from lmalgebra.experimental.selection.teacher_sets import select_teachers
     from lmalgebra.storage.lockfile import run_directory_lock
-    from lmalgebra.storage.output_paths import (
-        cache_directory,
-        check_directory,
-        refuse_cache_overlap,
-    )
 
     experimental.warn()
     config = recipe_of(recipe)
     spec = validate(SelectionSpec, overrides, "experimental select")
     target = out if out is not None else RunLayout(config.output_dir).selection
-    check_directory(target, "selection directory")
-    parts = ("hashes", "spans", "embeddings")  # what its decompositions cache
-    refuse_cache_overlap(target, cache_directory(spec.cache_dir), parts)
+    check_selection_directory(target, spec.cache_dir)
     with run_directory_lock(target, "experimental select"):  # refused before any teacher is scored
         claim = partial(claim_selection, target, overwrite=overwrite, run=config.output_dir)
         selection = select_teachers(config, spec, claim)

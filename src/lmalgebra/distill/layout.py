@@ -91,6 +91,24 @@ RESERVED = (
     EVALUATION,
     SELECTION,
 )
+# the names a run's tables give a row or column over the languages: no language may take one
+SUMMARY_LANGUAGES = {
+    "average": "the column of rdt.csv (and of the scores) that averages the languages",
+    "overall": "the rows of experimental select's sets.csv for the whole student",
+}
+
+
+def check_language_name(code: str) -> str:
+    """``code`` if it is one plain directory name that no table of the run gives its row or
+    column over the languages (``SUMMARY_LANGUAGES``); UserInputError naming it otherwise: a
+    language ``average`` had its RDT replaced by the average in rdt.csv, with nothing said."""
+    check_plain_name(code, "language")
+    if code in SUMMARY_LANGUAGES:
+        raise UserInputError(
+            f"language {code!r} is the name of {SUMMARY_LANGUAGES[code]}: its figures would be "
+            "taken for those; name the language otherwise"
+        )
+    return code
 
 
 @dataclass(frozen=True)

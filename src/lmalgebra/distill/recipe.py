@@ -38,7 +38,13 @@ from lmalgebra.core.settings import (
     refuse_found_elsewhere,
     refuse_ignored,
 )
-from lmalgebra.distill.layout import MADE_IN, RunLayout, check_plain_name, made_in
+from lmalgebra.distill.layout import (
+    MADE_IN,
+    RunLayout,
+    check_language_name,
+    check_plain_name,
+    made_in,
+)
 from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, ModelSpec
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages, split_language
@@ -274,7 +280,7 @@ class MergeRecipe(Settings):
             check_plain_name(name, "teacher name")
             teacher.check_kind(name)
         for code, lang in self.languages.items():
-            check_plain_name(code, "language")
+            check_language_name(code)
             refuse_other_languages(lang.corpus, code, f"language {code!r}")
             if not lang.teachers:
                 raise UserInputError(f"language {code!r} has no teacher")
@@ -573,9 +579,10 @@ def user_recipe(path: Path) -> MergeRecipe:
     recipe = load_recipe(path)
     base = made_in(path)
     if base is not None:
-        _refuse_moved(recipe, path, base, "where it was made")
+        _refuse_moved(recipe, path, base, "where it was made", output=True)
     else:
-        _refuse_moved(recipe, path, home_expanded(path).absolute().parent, "the recipe's directory")
+        base = home_expanded(path).absolute().parent
+        _refuse_moved(recipe, path, base, "the recipe's directory", output=True)
     return recipe
 
 
@@ -595,22 +602,31 @@ def run_recipe(run_dir: Path) -> MergeRecipe:
     recipe = load_recipe(copy)
     base = made_in(copy)
     if base is not None:
-        _refuse_moved(recipe, copy, base, "where the run was made")
+        _refuse_moved(recipe, copy, base, "where the run was made", output=False)
     return recipe.model_copy(update={"output_dir": layout.root})
 
 
-def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str) -> None:
+def _refuse_moved(recipe: MergeRecipe, copy: Path, base: Path, where: str, *, output: bool) -> None:
     """Refuse the first relative path of ``recipe`` (read from the file ``copy``) that names
-    something from ``base`` (``where``: what it is) and nothing from the current directory."""
+    something from ``base`` (``where``: what it is) and nothing from the current directory;
+    with ``output``, the ``output_dir`` the file names too (a run's copy's is the run's own
+    directory, given to the command instead)."""
     texts = (
-        (k, split_language(t)[1]) for k, t in path_texts(recipe) if _read_as_path(recipe, k, t)
+        (k, split_language(t)[1])
+        for k, t in path_texts(recipe)
+        if _read_as_path(recipe, k, t, output=output)
     )
     refuse_found_elsewhere(texts, copy, base, where)
 
 
-def _read_as_path(recipe: MergeRecipe, key: str, text: str) -> bool:
-    """Whether the path-like setting ``key`` (``text``) of ``recipe`` is read as a path: not
-    the run's output, nor a student tokenizer naming a teacher (``bl``, ``teacher:bl``)."""
+def _read_as_path(recipe: MergeRecipe, key: str, text: str, *, output: bool) -> bool:
+    """Whether the path-like setting ``key`` (``text``) of ``recipe`` is read as a path: not a
+    student tokenizer naming a teacher (``bl``, ``teacher:bl``), nor the run's output unless
+    ``output`` and the file sets it: an ``output_dir`` naming a run beside the recipe alone had
+    been read from here unchecked, and a new run made here (the default names nothing of the
+    file's)."""
     if key == "student.tokenizer":
         return parse_student_tokenizer(text, list(recipe.teachers)).source == "model"
-    return key != "output_dir"
+    if key == "output_dir":
+        return output and "output_dir" in recipe.model_fields_set
+    return True

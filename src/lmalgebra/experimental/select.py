@@ -22,6 +22,7 @@ from lmalgebra.distill.recipe import MergeRecipe
 from lmalgebra.experimental.selection.outputs import (
     SET_COLUMNS,
     TEACHER_COLUMNS,
+    check_selection_directory,
     claim_selection,
     set_rows,
     teacher_rows,
@@ -31,7 +32,6 @@ from lmalgebra.experimental.selection.selection_spec import SelectionSpec
 from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.experimental.selection.teacher_sets import select_teachers as _select
 from lmalgebra.storage.lockfile import run_directory_lock
-from lmalgebra.storage.output_paths import check_directory
 
 
 class TeacherSelection:
@@ -63,7 +63,7 @@ class TeacherSelection:
         A selection of another recipe, settings, held-out text or teachers already in ``out``
         is refused, naming what differs, unless ``overwrite`` (its files removed, and only
         those; anything else in ``out`` is refused)."""
-        check_directory(Path(out), "selection directory")  # made by the lock, once checked
+        check_selection_directory(Path(out), self.selection.cache_dir)  # made by the lock
         with run_directory_lock(Path(out), "experimental select"):
             claim_selection(Path(out), self.selection.identity, overwrite, self._input.output_dir)
             return write_selection(self.selection, self._input, Path(out))

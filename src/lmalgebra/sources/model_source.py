@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # what joins the names of a basis of several models: fits.csv's ``basis`` column, and a flag's
 # list (``--basis a,b``) and the weights file's metadata
 BASIS_JOINERS = ("+", ",")
+# the target of group_r2.csv's last row, the mean over the models: the name of no model
+GROUP_MEAN = "mean"
 
 
 class ModelFields(Settings):
@@ -100,6 +102,13 @@ class ModelFields(Settings):
                 f"a model name holds no {joiner!r}, which joins the names of a basis of "
                 "several models (fits.csv's '+', a flag's list's ','): it would read as several "
                 "models; name it otherwise (--models NAME=REFERENCE, a recipe's name:)",
+            )
+        if name == GROUP_MEAN:  # group_r2.csv had held two rows 'mean', the model's and theirs
+            raise PydanticCustomError(
+                "model_name",
+                f"a model name is not {GROUP_MEAN!r}, the target of group_r2.csv's row of the "
+                "mean over the models: the model's row would read as theirs; name it otherwise "
+                "(--models NAME=REFERENCE, a recipe's name:)",
             )
         return name
 

@@ -37,10 +37,12 @@ from lmalgebra.storage.output_paths import (
     LOCK_NAME,
     Snapshot,
     check_directory,
+    default_cache_dir,
     directory_kind,
     make_directory,
     read_lock_record,
     refuse_inside_other_output,
+    refuse_output_inside_cache,
 )
 from lmalgebra.storage.stale_temporaries import TEMPORARY, alive
 
@@ -243,7 +245,9 @@ def refuse_nested(directory: Path, command: str) -> None:
     """Refuse ``command`` writing its output inside another lmalgebra output, at any depth
     (``output_paths.refuse_inside_other_output``), but where its kind may go (``INSIDE``): a
     merge run or a teacher made inside a decomposition run or a merge run's store had mixed its
-    files with that output's own."""
+    files with that output's own. Any command's output inside the cache's own directories
+    (``output_paths.refuse_output_inside_cache``, of the cache the command reads) is refused."""
+    refuse_output_inside_cache(directory, default_cache_dir())
     kind = WRITES.get(command, WRITES.get(command.split()[0]))
     if kind is not None:  # a decomposition judges its directory itself
         refuse_inside_other_output(directory, "output directory", allowed=INSIDE[kind])

@@ -72,20 +72,37 @@ def cache_directory(root: Path | None = None) -> Path:
     return path
 
 
-def refuse_cache_overlap(out: Path, cache: Path, parts: Iterable[str]) -> None:
+# the mined token maps of causal training, below the cache root
+MINED_MAPS = "mined-maps"
+# the cache's own directories below its root, each holding the cache's files alone: the
+# remembered hashes, span plans, embeddings, dequantised GGUF and unpacked packaged models, and
+# the mined token maps
+CACHE_DIRECTORIES = ("hashes", "spans", "embeddings", "gguf", "packaged", MINED_MAPS)
+
+
+def refuse_cache_overlap(out: Path, cache: Path) -> None:
     """Refuse a cache directory inside the output directory ``out`` (whose files are the run's
     alone: its ``--overwrite`` had then been refused over the cache) or inside another output
     (a finished run, a model directory; a demo's, which holds its own cache, aside), and ``out``
-    inside one of the cache's own directories ``parts`` it writes into (among the cache's
-    entries), before either is written."""
-    real = out.resolve()
-    if cache.resolve().is_relative_to(real):
+    inside one of the cache's own directories (:func:`refuse_output_inside_cache`), before
+    either is written."""
+    if cache.resolve().is_relative_to(out.resolve()):
         raise UserInputError(
             f"cache directory {cache} is inside the output directory {out}, whose files are "
             "the run's alone; give a cache directory outside it"
         )
     refuse_cache_inside_output(cache)
-    inside = [cache / p for p in parts if real.is_relative_to((cache / p).resolve())]
+    refuse_output_inside_cache(out, cache)
+
+
+def refuse_output_inside_cache(out: Path, cache: Path) -> None:
+    """Refuse the output directory ``out`` inside one of the cache's own directories
+    (``CACHE_DIRECTORIES``, below the cache root ``cache``), whether or not the run writes
+    there: its files would be taken for the cache's entries, or mixed with them (one inside
+    ``gguf/`` or ``packaged/`` had been written among the models built there). A run in the
+    cache's root, beside them, is fine."""
+    real = out.resolve()
+    inside = [cache / p for p in CACHE_DIRECTORIES if real.is_relative_to((cache / p).resolve())]
     if inside:
         raise UserInputError(
             f"output directory {out} is inside the cache's {inside[0]}, whose files are the "

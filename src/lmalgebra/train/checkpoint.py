@@ -133,8 +133,7 @@ def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
     path = directory / "state.json"
     try:
         state = json.loads(read_record(path))
-        if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
-            raise ValueError("its content does not match its checksum (edited or damaged)")
+        _check_state(state)
         for name in FILES:
             path = directory / name
             if sha256_file(path) != state["sha256"][name]:
@@ -143,6 +142,19 @@ def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
     except (OSError, ValueError, KeyError, TypeError) as err:
         reason = "missing" if isinstance(err, FileNotFoundError) else str(err) or type(err).__name__
         return path, reason, None
+
+
+def _check_state(state: Any) -> None:
+    """Refuse (``ValueError``) a checkpoint's ``state.json`` that is no record of one: not a
+    mapping, without the sha256 of each of its files (``{}`` had been taken for a record, and
+    the checkpoint's model named damaged, as ``'sha256'``), or not matching its checksum."""
+    sums = state.get("sha256") if isinstance(state, dict) else None
+    if not isinstance(sums, dict) or not all(isinstance(sums.get(n), str) for n in FILES):
+        raise ValueError(
+            "it records no sha256 of each of the checkpoint's files (edited or damaged)"
+        )
+    if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
+        raise ValueError("its content does not match its checksum (edited or damaged)")
 
 
 def _intact(directory: Path) -> dict[str, Any] | None:

@@ -324,7 +324,7 @@ def train(
     tracker = None if validation is None else ValidationTracker(validation, out, saved, start)
     reuse_freed_memory()  # a step's large temporaries faulted in once, not every step
     model.train()
-    last: dict[str, Any] = {} if logger is None else logger.last  # no step left: as logged
+    last = {} if logger is None else _resumed_record(state, logger)  # no step left: as saved
     masks = (
         lane_dropout(accelerator.unwrap_model(model))
         if spec.dropout_masks == "lanes"
@@ -353,6 +353,7 @@ def train(
                     optimizer.optimizer,
                     {
                         "languages": source.languages,
+                        "record": plain(last),
                         **({} if tracker is None else {"validation": tracker.state()}),
                     },
                     keep=max(1, spec.keep_checkpoints),
@@ -366,6 +367,16 @@ def train(
     model.eval()
     release_free_memory()
     return last
+
+
+def _resumed_record(state: dict[str, Any] | None, logger: _Log) -> dict[str, Any]:
+    """The record of the step a run resumes from, what it returns when no step is left to
+    train: the one its checkpoint holds (checksummed with it), else (a checkpoint of an older
+    release) the training log's. The log's alone had been read: a log damaged or removed since
+    gave an empty record, and a finished student trained again was saved with none of its last
+    step's figures."""
+    record = (state or {}).get("extra", {}).get("record")
+    return dict(record) if isinstance(record, dict) else logger.last
 
 
 def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:

@@ -38,14 +38,14 @@ from lmalgebra.core.fingerprint import sha256_json, sha256_texts
 from lmalgebra.distill.vocab.edit_distance import by_length, distance_matrix
 from lmalgebra.distill.vocab.union import CanonicalVocabulary, canonical_vocabulary
 from lmalgebra.storage.atomic import write_atomic
-from lmalgebra.storage.output_paths import cache_directory
+from lmalgebra.storage.output_paths import MINED_MAPS, cache_directory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 FORMAT = 1
-CACHE_SUBDIR = "mined-maps"
+CACHE_SUBDIR = MINED_MAPS
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from lmalgebra.experimental.selection.teacher_sets import Selection
 from lmalgebra.figures import canvas
 from lmalgebra.storage.atomic import write_json_atomic, write_text_atomic
 from lmalgebra.storage.csv_tables import csv_text, format_cell
-from lmalgebra.storage.output_paths import claim_run_directory, holds_only
+from lmalgebra.storage.output_paths import (
+    cache_directory,
+    check_directory,
+    claim_run_directory,
+    holds_only,
+    refuse_cache_overlap,
+)
 
 SET_COLUMNS = (
     "language",
@@ -118,6 +124,16 @@ def write_selection(selection: Selection, recipe: MergeRecipe, out: Path) -> lis
     paths.append(out / SUMMARY)  # last: it marks the selection complete
     write_json_atomic(paths[-1], summary)
     return paths
+
+
+def check_selection_directory(out: Path, cache: Path | None) -> None:
+    """Refuse ``out`` unless it is, or can be made, a writable directory, and a cache directory
+    ``cache`` (the selection's ``cache_dir``; None: the default) inside it, inside another
+    output, or holding ``out`` in its own directories: by the command before any work, and by
+    ``TeacherSelection.save`` before writing (a cache inside it had been refused as "files of
+    no selection", an ``out`` inside the cache's written)."""
+    check_directory(out, "selection directory")
+    refuse_cache_overlap(out, cache_directory(cache))
 
 
 def claim_selection(

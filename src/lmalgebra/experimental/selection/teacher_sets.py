@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ class Selection:
     overall: list[SetScore]
     timings: dict[str, float]
     identity: dict[str, Any] = field(default_factory=dict)  # selection_identity
+    cache_dir: Path | None = None  # the cache its decompositions wrote (SelectionSpec.cache_dir)
 
     @property
     def recommended(self) -> dict[str, list[str]]:
@@ -114,7 +116,7 @@ def select_teachers(
     clock = time.perf_counter()
     overall = _overall(found, spec)
     timings["overall"] = time.perf_counter() - clock
-    return Selection(spec.size, found, overall, timings, identity)
+    return Selection(spec.size, found, overall, timings, identity, spec.cache_dir)
 
 
 def selection_identity(

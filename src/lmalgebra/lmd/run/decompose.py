@@ -227,7 +227,7 @@ def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | No
     config = config.resolved()
     check_output_directory(config.out)
     check_cache(config)
-    refuse_cache_overlap(config.out, cache_directory(config.cache_dir), _cache_parts(config))
+    refuse_cache_overlap(config.out, cache_directory(config.cache_dir))
     if config.out.is_dir():
         _claim_directory(config, overwrite, dry=True)
         if inputs is not None or config.corpus.paths:  # a plan may be given no documents
@@ -349,7 +349,7 @@ def decompose(
     """
     config = config.resolved()
     check_output_directory(config.out)
-    refuse_cache_overlap(config.out, cache_directory(config.cache_dir), _cache_parts(config))
+    refuse_cache_overlap(config.out, cache_directory(config.cache_dir))
     with cache_root(config.cache_dir), run_directory_lock(config.out, "decompose"):
         _claim_everywhere(config, overwrite, run_inputs(config, inputs))
         writers: list[StatisticsWriter] = []

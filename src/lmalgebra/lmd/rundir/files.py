@@ -18,12 +18,12 @@ from lmalgebra.lmd.rundir.schema import (
     FILES,
     FITS,
     GROUP,
-    GROUP_MEAN,
     SUMMARY,
     SUMMARY_CHECK,
     FitRow,
     recordable,
 )
+from lmalgebra.sources.model_source import GROUP_MEAN
 from lmalgebra.storage.csv_tables import read_table
 from lmalgebra.storage.file_record import check_files
 from lmalgebra.storage.output_paths import lock_holder, not_a

@@ -21,6 +21,7 @@ import numpy as np
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_text
+from lmalgebra.sources.model_source import GROUP_MEAN
 from lmalgebra.stats.alpha_select import AlphaSelection
 from lmalgebra.stats.attribution import AttributionRow
 from lmalgebra.storage.atomic import write_text_atomic
@@ -173,7 +174,6 @@ TRAIN_SIZE_SWEEP = Table("sweeps/train_size.csv", SweepRow)
 LANGUAGE_SWEEP = Table("sweeps/language.csv", SweepRow)
 REDUCTION = Table("reduction.csv", ReductionRow)
 GROUP = Table("group_r2.csv", GroupRow, decimals=WIDE_DECIMALS)
-GROUP_MEAN = "mean"
 
 GROUP_FIGURE = "group_r2.png"  # under plots/: each target's group R^2
 # the tables drawn one figure each under plots/, named after the table (``figure_name``)
