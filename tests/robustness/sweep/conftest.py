@@ -1,4 +1,4 @@
-"""The sweep's runs, built once per session: a finished masked and causal MergeDistill run (store,
+"""The sweep's runs, built once per pytest run: a finished masked and causal MergeDistill run (store,
 vocabulary, a trained and evaluated student) and a finished decomposition, over the tiny fixtures;
 and the fork server every case runs in."""
 
