@@ -1,6 +1,6 @@
-"""The sweep's runs, built once per pytest run: a finished masked and causal MergeDistill run (store,
-vocabulary, a trained and evaluated student) and a finished decomposition, over the tiny fixtures;
-and the fork server every case runs in."""
+"""The sweep's runs, built once per pytest run: a finished masked and causal MergeDistill run
+(store, vocabulary, a trained and evaluated student) and a finished decomposition, over the tiny
+fixtures; and the fork server every case runs in."""
 
 from __future__ import annotations
 
