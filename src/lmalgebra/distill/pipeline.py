@@ -404,7 +404,7 @@ def _refuse_other_model(recipe: MergeRecipe, model: Path) -> None:
     written over, its own files left among the student's; and one that holds a model lmalgebra
     did not write (a Hugging Face model copied there, where no training of the student ran),
     which training had written over, unsaid."""
-    from lmalgebra.distill.pretrain.teacher_directory import TEACHER_KINDS
+    from lmalgebra.distill.pretrain.teacher_directory import other_kind
 
     objective = "causal" if isinstance(recipe, CausalRecipe) else "masked"
     kind = STUDENT_KINDS[objective]
@@ -417,13 +417,10 @@ def _refuse_other_model(recipe: MergeRecipe, model: Path) -> None:
             f"no {MARKER}), which training would write over: move it out of the run, or name "
             "the student otherwise"
         )
-    found = saved_training(model, "kind")
-    if isinstance(found, str) and found != kind:
-        shown = TEACHER_KINDS.get(found, f"model of kind {found!r}")
+    if (shown := other_kind(model, kind)) is not None:
         raise UserInputError(
-            f"student directory {model} holds a {shown} (lmalgebra.json kind {found!r}), not a "
-            f"{objective} run's student: move it out of the run, or name the student "
-            "otherwise"
+            f"student directory {model} holds {shown}, not a {objective} run's student: move it "
+            "out of the run, or name the student otherwise"
         )
 
 

@@ -28,17 +28,27 @@ TEACHER_KINDS = {
 }
 
 
+def other_kind(directory: Path, kind: str) -> str | None:
+    """The model lmalgebra saved at ``directory`` as another kind than ``kind``, as a message
+    shows it (``a causal LM teacher (lmalgebra.json kind 'causal-teacher')``); None where it
+    saved none there, or one of ``kind``."""
+    found = saved_training(directory, "kind")
+    if not isinstance(found, str) or found == kind:
+        return None
+    return (
+        f"a {TEACHER_KINDS.get(found, f'model of kind {found!r}')} (lmalgebra.json kind {found!r})"
+    )
+
+
 def refuse_other_kind_saved(out: Path, kind: str) -> None:
     """Refuse a model saved at ``out`` of another kind than ``kind`` (a causal teacher where a
     masked one is made, a merge run's student): its checkpoints had been named as of "other
     inputs", and ``--restart`` offered; kept (``keep_saved``), it had been returned as this
     spec's teacher, or refused as made from other inputs, naming sizes."""
-    found = saved_training(out, "kind")
-    if isinstance(found, str) and found != kind:
-        shown = TEACHER_KINDS.get(found, f"model of kind {found!r}")
+    if (shown := other_kind(out, kind)) is not None:
         raise UserInputError(
-            f"{out} holds a {shown} (lmalgebra.json kind {found!r}), and this makes a "
-            f"{TEACHER_KINDS[kind]}; give another --out (out), or remove it"
+            f"{out} holds {shown}, and this makes a {TEACHER_KINDS[kind]}; give another --out "
+            "(out), or remove it"
         )
 
 
