@@ -249,7 +249,7 @@ def _refusals(plan: RunSpans, vectors: np.ndarray, tmp: Path) -> dict[str, tuple
         ),
         "other_spans": (
             write_parquet(tmp / "other.parquet", vectors, "span_sha256", other),
-            ["1 rows do not match", "first row 5", "belong to other spans"],
+            ["1 row does not match", "first row 5", "belong to other spans"],
         ),
         "no_ids": (
             write_parquet(tmp / "noid.parquet", vectors, "title", ["x"] * 84),

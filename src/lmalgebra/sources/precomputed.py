@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted
 from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_json_object, read_text
@@ -223,7 +223,8 @@ def _refuse_other_rows(
             else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
         )
         raise UserInputError(
-            f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
+            f"model {name!r}: {path}: {counted(len(bad), 'row')} "
+            f"{'does' if len(bad) == 1 else 'do'} not match the run's spans, first "
             f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
         )
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.examples import Example, language_examples
@@ -154,7 +154,7 @@ def _languages(recipe: MaskedRecipe, spec: SelectionSpec) -> list[str]:
         which = f"--languages ({', '.join(chosen)})" if spec.languages else "the recipe"
         raise UserInputError(
             f"size {spec.size} is larger than the candidates: no language of {which} lists "
-            f"more than {most} teacher(s)"
+            f"more than {counted(most, 'teacher')}"
         )
     return chosen
 
