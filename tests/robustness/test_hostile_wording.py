@@ -237,3 +237,31 @@ def test_a_link_to_a_link_to_nothing_names_where_the_chain_ends(
             f"{tmp_path / 'gone'}, which does not exist"
         ],
     )
+
+
+def test_a_flags_bad_value_over_a_recipe_is_named_as_the_flag(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, cli
+) -> None:
+    """``decompose r.yaml --study.level 2`` had been refused as ``r.yaml: key 'study.level'``,
+    blaming the file for the flag's value; a bad value of the file itself is still the file's."""
+    recipe = _decompose_recipe(tmp_path, bert_dir, bert2_dir, corpus_txt, spans={"length": 8})
+    code, stderr = cli(["decompose", str(recipe), "--study.level", "2", "--dry-run"])
+    line = assert_one_line(code, stderr, ["command line: --study.level: ", "got 2.0"])
+    assert str(recipe) not in line
+    recipe = _decompose_recipe(tmp_path, bert_dir, bert2_dir, corpus_txt, spans={"length": 0})
+    code, stderr = cli(["decompose", str(recipe), "--study.lengths", "8,16", "--dry-run"])
+    assert_one_line(code, stderr, [f"{recipe}: key 'spans.length'"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_stage_refused_names_the_call_and_its_argument(tmp_path: Path, teacher_dirs) -> None:
+    """``merge(recipe, "verify")`` had been told ``unknown stage 'verify'``, naming neither the
+    call nor its argument."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    for call, wanted in (
+        (lambda: lmalgebra.merge(recipe, ["prepare", "bake"]), r"^merge\(\): stages: unknown "),
+        (lambda: lmalgebra.merge_plan(recipe, stages=[]), r"^merge_plan\(\): stages: no stage "),
+    ):
+        with pytest.raises(UserInputError, match=wanted):
+            call()
+    assert not (tmp_path / "run").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
 from lmalgebra.core.settings import (
+    COMMAND_LINE,
     SettingsError,
     describe,
     home_expanded,
@@ -32,10 +34,6 @@ def with_default(model: type[BaseModel], name: str, value: Any) -> Any:
     return FieldInfo.merge_field_infos(model.model_fields[name], default=value)
 
 
-# the source of settings given as flags alone, no file: its refusals name the flags
-COMMAND_LINE = "command line"
-
-
 class Call(str):
     """A Python call (and its argument) as :func:`validate` names it: ``Call("decompose_plan()")``,
     ``Call("merge() students")``. A rule across keys refused there names the call, as its
@@ -45,23 +43,39 @@ class Call(str):
     __slots__ = ()
 
 
-def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
+def validate(
+    cls: type[ConfigT], data: dict[str, Any], source: str, flagged: Collection[str] = ()
+) -> ConfigT:
     """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
     value is bad, and the call (``source`` a :class:`Call`) when a rule across keys refuses
     them, as its arguments are named; such a rule names the settings as flags (``--study.level``)
-    to a file or the command line, as keys (``study.level``) to a call (``setting``)."""
+    to a file or the command line, as keys (``study.level``) to a call (``setting``).
+    ``flagged``: the dotted keys given as flags over the file ``source`` (``flag_keys``), whose
+    bad values are named as the command line's."""
+    flags: bool | Collection[str] = True if source == COMMAND_LINE else flagged
     try:
         with spelled_as_flags(not isinstance(source, Call)):
             return cls.model_validate(data)
     except ValidationError as err:
-        raise UserInputError(describe(err, source, flags=source == COMMAND_LINE)) from None
+        raise UserInputError(describe(err, source, flags=flags)) from None
     except SettingsError as err:
-        flags = source == COMMAND_LINE
         raise UserInputError(describe(err.validation, source, flags=flags)) from None
     except UserInputError as err:
         if not isinstance(source, Call) or str(err).startswith(source):
             raise
         raise type(err)(f"{source}: {err}") from None
+
+
+def flag_keys(overrides: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys that flags set in ``overrides`` (``{"study": {"level": 2}}``:
+    ``study.level``)."""
+    keys: list[str] = []
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value:
+            keys += flag_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
 
 
 def yaml_problem(err: yaml.YAMLError) -> str:
@@ -247,7 +261,8 @@ def load_settings(
     name the file, or the command line when there is none, and call the file ``term`` (a
     pretrain ``spec``; its messages had called it a recipe)."""
     data = read_yaml(path, term) if path is not None else {}
-    settings = validate(cls, layered(data, overrides), str(path) if path else COMMAND_LINE)
+    source = str(path) if path else COMMAND_LINE
+    settings = validate(cls, layered(data, overrides), source, flag_keys(overrides))
     if path is not None:  # a relative path of the file found beside it alone: named
         base = home_expanded(path).absolute().parent
         texts = recipe_paths(settings, overrides, ("out",))

@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -29,10 +29,18 @@ from lmalgebra.core.errors import UserInputError, UserValueError
 _SHOWN = (bool, int, float, str, type(None))  # inputs short enough to quote in a message
 
 
-def describe(err: ValidationError, source: str, tagged: bool = False, flags: bool = False) -> str:
+# the source of settings given as flags alone, no file: its refusals name the flags
+COMMAND_LINE = "command line"
+
+
+def describe(
+    err: ValidationError, source: str, tagged: bool = False, flags: bool | Collection[str] = False
+) -> str:
     """One line naming the first offending key (dotted path), the value given and the source;
-    ``flags``: the values came from the command line's flags, and the key is named as its flag
-    (``--study.level``; "key 'study.level'" had named a key of no file the user wrote).
+    ``flags``: the values came from the command line's flags (True), or those of these dotted
+    keys did, laid over a file's: such a key is named as its flag, from the command line
+    (``--study.level``; "key 'study.level'" had named a key of no file, or blamed the file for
+    a flag's value).
 
     ``tagged``: the data was validated as a tagged union, whose tag leads every error's path
     (it is not a key). A value no member of a union field takes (``list[str] | dict[...]``) is
@@ -49,12 +57,15 @@ def describe(err: ValidationError, source: str, tagged: bool = False, flags: boo
         return f"{source}: {msg.removeprefix('Value error, ')}"
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
-    named = f"--{key}" if flags else f"key {key!r}"
+    as_flag = flags if isinstance(flags, bool) else _under(key, flags)
+    if as_flag and not isinstance(flags, bool):
+        source = COMMAND_LINE
+    named = f"--{key}" if as_flag else f"key {key!r}"
     if first["type"] == "missing":
         *within, last = first["loc"] or ("",)
         if isinstance(last, int) and within:  # a tuple cut short: no key is missing
             parent = ".".join(str(p) for p in within)
-            parent = f"--{parent}" if flags else f"key {parent!r}"
+            parent = f"--{parent}" if as_flag else f"key {parent!r}"
             return f"{source}: {parent}: too few values (none at position {last + 1})"
         return f"{source}: missing {named}"
     given = first.get("input")
@@ -64,6 +75,11 @@ def describe(err: ValidationError, source: str, tagged: bool = False, flags: boo
     if given is None and first["type"] in ("path_type", "string_type"):  # `out: ~` in YAML
         shown += " (YAML's null: an empty value, ~ or null; '~' in quotes is the home directory)"
     return f"{source}: {named}: {msg}{shown}"
+
+
+def _under(key: str, keys: Collection[str]) -> bool:
+    """Whether the dotted ``key`` is one of ``keys`` or inside one."""
+    return any(key == k or key.startswith(f"{k}.") for k in keys)
 
 
 def inside_value(err: ValidationError) -> str:

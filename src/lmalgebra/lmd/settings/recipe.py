@@ -17,8 +17,9 @@ from lmalgebra.core.precision import (
     device_type,
     resolve_dtype_name,
 )
-from lmalgebra.core.recipe_files import Call, read_yaml, validate
+from lmalgebra.core.recipe_files import Call, flag_keys, read_yaml, validate
 from lmalgebra.core.settings import (
+    COMMAND_LINE,
     PathText,
     Settings,
     home_expanded,
@@ -284,8 +285,9 @@ def load_config(
             data[key] = {**data[key], **value}
         else:
             data[key] = value
-    source = str(recipe) if recipe else "command line"
-    config = validate(DecomposeConfig, data, Call(f"{call} {source}") if call else source)
+    source = str(recipe) if recipe else COMMAND_LINE
+    flagged = flag_keys(overrides)
+    config = validate(DecomposeConfig, data, Call(f"{call} {source}") if call else source, flagged)
     if recipe is not None:  # a relative path of the file found beside it alone: named
         base = home_expanded(recipe).absolute().parent
         texts = recipe_paths(config, overrides, ("out", "cache_dir"))
