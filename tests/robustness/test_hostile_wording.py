@@ -265,3 +265,16 @@ def test_a_stage_refused_names_the_call_and_its_argument(tmp_path: Path, teacher
         with pytest.raises(UserInputError, match=wanted):
             call()
     assert not (tmp_path / "run").exists()
+
+
+def test_spans_too_long_for_the_text_are_named_as_the_remedy(
+    bert_dir: Path, bert2_dir: Path, corpus_txt: Path
+) -> None:
+    """Spans longer than any document had been refused with "give more text, or a larger
+    fraction", not the span length that left no span."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.decompose_plan(models, str(corpus_txt), spans={"length": 10**6})
+    assert str(caught.value).endswith(
+        """or shorter spans (--spans.length (spans={"length": N}))"""
+    ), caught.value
