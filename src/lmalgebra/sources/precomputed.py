@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError, counted
+from lmalgebra.core.errors import UserInputError, counted, either
 from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_json_object, read_text
@@ -36,6 +36,8 @@ SUFFIXES = (".npy", ".parquet", ".safetensors")
 SHARD_ROWS = 2048
 _BLOCK = 8192  # rows per read while validating
 Reader = Callable[[int, int], np.ndarray]
+# how the spans of a run are exported, on the command line and from Python
+EXPORT = either("`lmalgebra spans`", "lmalgebra.spans()")
 
 
 @dataclass(frozen=True)
@@ -253,13 +255,14 @@ def _check_order(
             raise UserInputError(
                 f"model {name!r}: {path} was made for other spans (order digest "
                 f"{source.digest[:12]}..., this run's {wanted_digest[:12]}...); export this "
-                "run's spans with `lmalgebra spans` and embed them"
+                f"run's spans with {EXPORT} and embed them"
             )
         return
     if not unchecked:
         raise UserInputError(
             f"model {name!r}: {path} carries no span order ({source.how}); write the digest that "
-            f"`lmalgebra spans --out spans.jsonl` saves in spans.sha256 to {path}.spans.sha256, "
+            f"`lmalgebra spans --out spans.jsonl` saves in spans.sha256 "
+            f"(lmalgebra.spans()'s attrs['spans_sha256']) to {path}.spans.sha256, "
             "or set unchecked_order: true on this model to accept the rows as they are"
         )
     log.warning("model %s: the row order of %s is not checked (unchecked_order)", name, path)
