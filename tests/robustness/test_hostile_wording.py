@@ -278,3 +278,17 @@ def test_spans_too_long_for_the_text_are_named_as_the_remedy(
     assert str(caught.value).endswith(
         """or shorter spans (--spans.length (spans={"length": N}))"""
     ), caught.value
+
+
+def test_a_save_refused_names_the_method_of_its_class(
+    tmp_path: Path, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
+) -> None:
+    """``Decomposition.save(FILE)`` had been refused as ``save() directory FILE``, a function
+    lmalgebra does not have; it names the method, as the class's other refusals do."""
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    found = lmalgebra.decompose(models, str(corpus_txt), spans=spans, cache_dir=tmp_path / "c")
+    (tmp_path / "file").write_text("mine\n", encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"^Decomposition\.save\(\) directory .*file is a"):
+        found.save(tmp_path / "file")
+    assert (tmp_path / "file").read_text(encoding="utf-8") == "mine\n"
