@@ -292,3 +292,17 @@ def test_a_save_refused_names_the_method_of_its_class(
     with pytest.raises(UserInputError, match=r"^Decomposition\.save\(\) directory .*file is a"):
         found.save(tmp_path / "file")
     assert (tmp_path / "file").read_text(encoding="utf-8") == "mine\n"
+
+
+def test_report_of_a_run_directory_that_is_none_names_the_run_directory(
+    tmp_path: Path, cli
+) -> None:
+    """``lmalgebra report FILE`` (or a link to nothing) had been refused as ``cannot create
+    report file FILE/report.html``, naming the page it would write, not the run it was given."""
+    (tmp_path / "file").write_text("mine\n", encoding="utf-8")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    for given, said in (("file", "is a file, not a directory"), ("gone", "which does not exist")):
+        code, stderr = cli(["report", str(tmp_path / given)])
+        line = assert_one_line(code, stderr, [f"run directory {tmp_path / given} ", said])
+        assert "report file" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "gone"]
