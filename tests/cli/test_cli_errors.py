@@ -219,7 +219,7 @@ CASES: dict[str, Case] = {
     ),
     "no_model": lambda fx, tmp: (
         ["--corpus.paths", str(fx.corpus)],
-        ["command line", "'models'"],
+        ["command line: missing --models"],
     ),
     "duplicate_model_names": lambda fx, tmp: (
         ["--models", f"a={fx.bert}", "--models", f"a={fx.bert2}", "--corpus.paths", str(fx.corpus)],

@@ -157,7 +157,7 @@ def test_bad_pooling_is_refused(
     code, err = run_cli(
         ["merge", "evaluate", str(masked), "--pooling", "last"], monkeypatch, capsys
     )
-    assert_one_line(code, err, ["pooling applies to causal runs only"])
+    assert_one_line(code, err, ["--pooling (pooling=) 'last' would be ignored", "causal runs only"])
 
 
 def test_coverage_words_its_warnings_and_refusals_for_merge_evaluate(

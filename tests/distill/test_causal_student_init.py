@@ -322,7 +322,9 @@ def test_an_init_inside_the_students_own_directory_is_refused(
     code, err = run_cli(
         ["merge", "train", str(recipe), "--name", "own", *flags], monkeypatch, capsys
     )
-    assert_one_line(code, err, [f"student.init '{own}' is inside", "merge train --name"])
+    assert_one_line(
+        code, err, [f"student.init '{own}' is inside", "merge train RECIPE --name OTHER"]
+    )
     assert sorted(p.name for p in own.iterdir()) == before
     if dry_run:
         args = ["merge", "train", str(recipe), "--name", "other", "--dry-run"]

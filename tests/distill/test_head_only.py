@@ -171,12 +171,12 @@ def test_head_on_cached_states_gives_the_full_models_logits(bert_dir: Path) -> N
 @pytest.mark.parametrize(
     ("kind", "extra", "needles"),
     [
-        ("head-only", [], ["missing key 'encoder'"]),
+        ("head-only", [], ["command line: missing --encoder"]),
         ("head-only", ["--encoder", "{gpt2}"], ["encoder", "not an encoder with a masked-LM form"]),
         ("head-only", ["--encoder", "/no/such/dir"], ["/no/such/dir", "does not exist"]),
         # the keys it needs, where it had named the section ("missing key 'tokenizer'")
         ("masked", [], ["give tokenizer.vocab_size", "or tokenizer.path"]),
-        ("causal", [], ["missing key 'tokenizer.vocab_size'"]),
+        ("causal", [], ["command line: missing --tokenizer.vocab_size"]),
         (
             "masked",
             ["--tokenizer.vocab_size", "100", "--tokenizer.path", "{bert}"],

@@ -111,7 +111,10 @@ def test_cli_writes_the_tables_and_a_recipe_that_runs(
         (["--size", "5"], ["size 5", "4"]),
         (["--languages", "zz"], ["'zz'"]),
         # yy alone has one teacher: the line had said no language of the recipe had more
-        (["--languages", "yy"], ["size 2", "no language of --languages (yy) lists more than 1"]),
+        (
+            ["--languages", "yy"],
+            ["size 2", "no language of --languages (languages=), yy, lists more than 1 teacher"],
+        ),
         # an empty list (a variable left unset) had selected for every language
         (["--languages", ""], ["--languages (languages) names no language"]),
         (["--languages", ","], ["--languages (languages) names no language"]),

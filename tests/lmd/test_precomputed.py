@@ -237,11 +237,11 @@ def _refusals(plan: RunSpans, vectors: np.ndarray, tmp: Path) -> dict[str, tuple
         ),
         "no_order": (
             write_npy(tmp / "bare.npy", vectors, None),
-            ["carries no span order", "bare.npy.spans.sha256", "unchecked_order: true"],
+            ["carries no span order", "attrs['spans_sha256']) to", "unchecked_order: true"],
         ),
         "wrong_digest": (
             write_npy(tmp / "stale.npy", vectors, "0" * 64),
-            ["made for other spans", "lmalgebra spans"],
+            ["made for other spans", "`lmalgebra spans` (lmalgebra.spans())"],
         ),
         "other_order": (
             write_parquet(tmp / "swapped.parquet", vectors, "span_sha256", swapped),
@@ -249,7 +249,7 @@ def _refusals(plan: RunSpans, vectors: np.ndarray, tmp: Path) -> dict[str, tuple
         ),
         "other_spans": (
             write_parquet(tmp / "other.parquet", vectors, "span_sha256", other),
-            ["1 rows do not match", "first row 5", "belong to other spans"],
+            ["1 row does not match", "first row 5", "belong to other spans"],
         ),
         "no_ids": (
             write_parquet(tmp / "noid.parquet", vectors, "title", ["x"] * 84),

@@ -116,7 +116,7 @@ def test_a_split_given_no_documents_is_refused_before_any_work(
     """A test fraction of 0 had been planned by the dry run; the run refused it once it had
     read the text and cut the spans ("no test span")."""
     flags = ["--spans.fractions", "0.9,0.1,0", *(["--dry-run"] if dry_run else [])]
-    needles = ["key 'spans.fractions': [0.9, 0.1, 0.0]", "test split no documents"]
+    needles = ["--spans.fractions: [0.9, 0.1, 0.0]", "test split no documents"]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
 
@@ -702,8 +702,9 @@ def test_a_study_setting_out_of_range_is_named_by_its_key(
     cli,
 ) -> None:
     """A list of the study's whose items are out of range: the line had named what was wrong
-    ("training-set sizes must be >= 2, got [1, 2]") and not the key to change."""
+    ("training-set sizes must be >= 2, got [1, 2]") and not the flag to change (then the key,
+    ``key 'study.lengths'``, of no file the command read)."""
     flags = [flag, value, *(["--dry-run"] if dry_run else [])]
-    needles = [f"key '{flag.removeprefix('--')}'", said]
+    needles = [f"command line: {flag}: ", said]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)

@@ -490,7 +490,7 @@ def test_a_max_length_that_leaves_every_span_alike_names_it(
     alike, and the refusal had named the model alone ("check its embeddings")."""
     args = _decompose(bert_dir, bert2_dir, corpus_txt, tmp_path / "out", tmp_path / "cache")
     code, stderr = cli([*args, "--max_length", "2"])
-    needles = ["model 'a' does not vary", "cut to its first 2 tokens (--max_length"]
+    needles = ["model 'a' does not vary", "cut to its first 2 tokens", "raise --max_length (max_"]
     assert_one_line(code, stderr, needles)
 
 

@@ -39,7 +39,7 @@ DECOMPOSE = {
     # had been blamed on the first model ("does not vary")
     "a_split_of_one_span": (
         ["--spans.counts", "40,1,1"],
-        ["key 'spans.counts': [40, 1, 1]", "every split needs 2 spans at least"],
+        ["--spans.counts: [40, 1, 1]", "every split needs 2 spans at least"],
     ),
     "nan_fraction": (["--spans.fractions", "nan,0.5,0.5"], ["spans.fractions", "finite", "nan"]),
     "inf_alpha": (["--alpha", "inf"], ["--alpha", "finite", "inf"]),

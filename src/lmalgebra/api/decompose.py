@@ -266,9 +266,10 @@ def decompose_recipe(
         recipe = validate(DecomposeConfig, dict(recipe), Call("decompose_recipe() recipe"))
     elif isinstance(recipe, DecomposeConfig):  # a copy pydantic did not check
         recipe = revalidated(recipe, "decompose_recipe() recipe")
-    config = recipe if isinstance(recipe, DecomposeConfig) else load_config(Path(recipe), {})
-    result = decompose_to_directory(config, overwrite, inputs)
-    return Decomposition.from_result(result, config.out)
+    else:
+        recipe = load_config(Path(recipe), {}, "decompose_recipe() recipe")
+    result = decompose_to_directory(recipe, overwrite, inputs)
+    return Decomposition.from_result(result, recipe.out)
 
 
 @library_entry

@@ -217,7 +217,7 @@ class Decomposition:
         figures, ``config.yaml``, ``summary.json`` last). ``directory`` must be empty or absent,
         or hold this same run; ``overwrite`` replaces a run of another configuration."""
         target = Path(directory)
-        check_output_directory(target, "save() directory")
+        check_output_directory(target, "Decomposition.save() directory")
         if self._result is None:
             return self._copy_to(target, overwrite)
         config: DecomposeConfig = self._result.config.model_copy(update={"out": target})

@@ -286,13 +286,17 @@ def _chosen(
     return list(values)
 
 
-def _stages(stages: Sequence[str] | str) -> list[str]:
+def _stages(stages: Sequence[str] | str, call: str) -> list[str]:
+    """``stages`` as a list, refused naming the argument of ``call`` (``merge()``) where one is
+    no stage or none is given (it had named neither the call nor its argument)."""
     chosen = [stages] if isinstance(stages, str) else list(stages)
     unknown = [s for s in chosen if s not in STAGES]
     if unknown:
-        raise UserInputError(f"unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})")
+        raise UserInputError(
+            f"{call}: stages: unknown stage {unknown[0]!r} (stages: {', '.join(STAGES)})"
+        )
     if not chosen:
-        raise UserInputError(f"no stage given (stages: {', '.join(STAGES)})")
+        raise UserInputError(f"{call}: stages: no stage given (stages: {', '.join(STAGES)})")
     return chosen
 
 
@@ -373,7 +377,7 @@ def merge(
     """
     config = recipe_of(recipe)
     run = MergeRun(config)
-    chosen = _stages(stages)
+    chosen = _stages(stages, "merge()")
     languages = _chosen(languages, "languages", "merge()")
     given = dict(students) if students is not None else {"student": None}
     if not given:
@@ -428,7 +432,7 @@ def merge_plan(
     import pandas as pd
 
     config = recipe_of(recipe, "merge_plan()")
-    chosen = _stages(stages)
+    chosen = _stages(stages, "merge_plan()")
     spec = _training(config, training, Call("merge_plan() training"))
     runs = [s for s in STAGES if s in chosen]  # evaluate too: alone, it refuses what it lacks
     return pd.DataFrame(plan(config, spec, runs, student, restart))

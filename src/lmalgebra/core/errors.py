@@ -64,7 +64,16 @@ def merge_stage(stage: str, name: str | None = None, *, restart: bool = False) -
 
 
 OVERWRITE = either("--overwrite", "overwrite=True")
+# how a decomposition's model is named, on the command line, in a recipe and from Python
+MODEL_NAMING = "--models NAME=REFERENCE, a recipe's name:, or the key of decompose()'s models"
+TRUST_REMOTE_CODE = either("--trust-remote-code", "trust_remote_code=True")
 RESTART = either("--restart", "restart=True")
+
+
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """``count`` and ``noun``, in the plural (``plural``, or ``noun`` with an s) unless it is 1:
+    a message had said "1 weights", "1 teachers"."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def did_you_mean(name: str, known: list[str]) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -11,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from lmalgebra.core.errors import UserInputError, did_you_mean
 from lmalgebra.core.settings import (
+    COMMAND_LINE,
     SettingsError,
     describe,
     home_expanded,
@@ -40,22 +43,39 @@ class Call(str):
     __slots__ = ()
 
 
-def validate(cls: type[ConfigT], data: dict[str, Any], source: str) -> ConfigT:
+def validate(
+    cls: type[ConfigT], data: dict[str, Any], source: str, flagged: Collection[str] = ()
+) -> ConfigT:
     """``cls`` from ``data``; one line naming the key and ``source`` (a file, a flag) when a
     value is bad, and the call (``source`` a :class:`Call`) when a rule across keys refuses
     them, as its arguments are named; such a rule names the settings as flags (``--study.level``)
-    to a file or the command line, as keys (``study.level``) to a call (``setting``)."""
+    to a file or the command line, as keys (``study.level``) to a call (``setting``).
+    ``flagged``: the dotted keys given as flags over the file ``source`` (``flag_keys``), whose
+    bad values are named as the command line's."""
+    flags: bool | Collection[str] = True if source == COMMAND_LINE else flagged
     try:
         with spelled_as_flags(not isinstance(source, Call)):
             return cls.model_validate(data)
     except ValidationError as err:
-        raise UserInputError(describe(err, source)) from None
+        raise UserInputError(describe(err, source, flags=flags)) from None
     except SettingsError as err:
-        raise UserInputError(describe(err.validation, source)) from None
+        raise UserInputError(describe(err.validation, source, flags=flags)) from None
     except UserInputError as err:
         if not isinstance(source, Call) or str(err).startswith(source):
             raise
         raise type(err)(f"{source}: {err}") from None
+
+
+def flag_keys(overrides: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted keys that flags set in ``overrides`` (``{"study": {"level": 2}}``:
+    ``study.level``)."""
+    keys: list[str] = []
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value:
+            keys += flag_keys(value, f"{prefix}{key}.")
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
 
 
 def yaml_problem(err: yaml.YAMLError) -> str:
@@ -84,16 +104,26 @@ def shipped_recipes() -> list[str]:
     )
 
 
-def recipe_path(path: Path | str) -> Path:
-    """``path``, or for ``recipe:NAME`` the shipped recipe of that name (from any directory)."""
+def recipe_path(path: Path | str, term: str = "recipe", shipped: bool = False) -> Path:
+    """``path``, or for ``recipe:NAME`` the shipped recipe of that name (from any directory)
+    where the file read is a decomposition recipe (``shipped``); elsewhere (a merge recipe, a
+    pretrain spec: ``term``) one is refused as what it is, where a merge had been given a
+    decomposition recipe ("unknown key 'models'") and told of no recipe by the decomposition
+    recipes' names, and a pretrain told the spec does not exist."""
     text = str(path)
     if text.lower() in ("true", "false") and not Path(text).exists():  # `--figures false`
         raise UserInputError(
-            f"recipe {text} does not exist: a switch takes no value (--FLAG or --no-FLAG, not "
-            f"--FLAG {text}), so {text!r} was read as the recipe"
+            f"{term} {text} does not exist: a switch takes no value (--FLAG or --no-FLAG, not "
+            f"--FLAG {text}), so {text!r} was read as the {term}"
         )
-    if not text.startswith(RECIPE_PREFIX):
+    if not text.startswith(RECIPE_PREFIX) or (not shipped and os.path.lexists(text)):
         return Path(path)
+    if not shipped:  # the one reader of other recipes is the merge's
+        what = "MergeDistill recipe" if term == "recipe" else term
+        raise UserInputError(
+            f"{term} {text}: {RECIPE_PREFIX}NAME names a decomposition recipe shipped with "
+            f"lmalgebra (for lmalgebra decompose), not a {what}; name the file's path"
+        )
     from importlib.resources import files
 
     name = text.removeprefix(RECIPE_PREFIX).removesuffix(".yaml")
@@ -199,10 +229,11 @@ def parse_yaml(text: str, what: str) -> Any:
     return data
 
 
-def read_yaml(path: Path, term: str = "recipe") -> dict[str, Any]:
-    """The keys of the YAML file ``path`` (``recipe:NAME``: a shipped recipe); ``term``: what
-    messages call the file (a pretrain spec is no recipe)."""
-    path = recipe_path(path) if term == "recipe" else Path(path)
+def read_yaml(path: Path, term: str = "recipe", shipped: bool = False) -> dict[str, Any]:
+    """The keys of the YAML file ``path``; ``term``: what messages call the file (a pretrain
+    spec is no recipe); ``shipped``: a decomposition recipe, which ``recipe:NAME`` names from
+    those shipped (``recipe_path``)."""
+    path = recipe_path(path, term, shipped)
     data = parse_yaml(read_text(path, term), f"{term} {path}")
     if data is None:
         return {}
@@ -230,7 +261,8 @@ def load_settings(
     name the file, or the command line when there is none, and call the file ``term`` (a
     pretrain ``spec``; its messages had called it a recipe)."""
     data = read_yaml(path, term) if path is not None else {}
-    settings = validate(cls, layered(data, overrides), str(path) if path else "command line")
+    source = str(path) if path else COMMAND_LINE
+    settings = validate(cls, layered(data, overrides), source, flag_keys(overrides))
     if path is not None:  # a relative path of the file found beside it alone: named
         base = home_expanded(path).absolute().parent
         texts = recipe_paths(settings, overrides, ("out",))

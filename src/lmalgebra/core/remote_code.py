@@ -11,7 +11,7 @@ import json
 import logging
 from pathlib import Path
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import TRUST_REMOTE_CODE, UserInputError
 from lmalgebra.core.text_files import read_record
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def refuse_code_replaced(owner: str, shown: str, directory: Path, auto: str) -> 
     if data.get("model_type") in CONFIG_MAPPING:  # else transformers refuses it, naming the flag
         raise UserInputError(
             f"{owner}: {shown} ships its own code for {auto} ({auto_map[auto]}, its "
-            "config.json's auto_map), which runs only with --trust-remote-code (for a teacher "
+            f"config.json's auto_map), which runs only with {TRUST_REMOTE_CODE} (for a teacher "
             "in a recipe: trust_remote_code: true); without it transformers would run its own "
             f"{data.get('model_type')!r} model in its place"
         )
@@ -104,7 +104,7 @@ def load_failure(err: BaseException) -> str:
     text = str(err)
     if "trust_remote_code" in text or "custom code" in text:
         return (
-            "the model needs its own code to load; allow it with --trust-remote-code "
+            f"the model needs its own code to load; allow it with {TRUST_REMOTE_CODE} "
             "(for a teacher in a recipe: trust_remote_code: true) if you trust its source"
         )
     if "Weights only load failed" in text:  # torch's advice would run the file's code

@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -24,13 +24,23 @@ from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, UserValueError
 
 _SHOWN = (bool, int, float, str, type(None))  # inputs short enough to quote in a message
 
 
-def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
-    """One line naming the first offending key (dotted path), the value given and the source.
+# the source of settings given as flags alone, no file: its refusals name the flags
+COMMAND_LINE = "command line"
+
+
+def describe(
+    err: ValidationError, source: str, tagged: bool = False, flags: bool | Collection[str] = False
+) -> str:
+    """One line naming the first offending key (dotted path), the value given and the source;
+    ``flags``: the values came from the command line's flags (True), or those of these dotted
+    keys did, laid over a file's: such a key is named as its flag, from the command line
+    (``--study.level``; "key 'study.level'" had named a key of no file, or blamed the file for
+    a flag's value).
 
     ``tagged``: the data was validated as a tagged union, whose tag leads every error's path
     (it is not a key). A value no member of a union field takes (``list[str] | dict[...]``) is
@@ -47,19 +57,29 @@ def describe(err: ValidationError, source: str, tagged: bool = False) -> str:
         return f"{source}: {msg.removeprefix('Value error, ')}"
     if first["type"] == "extra_forbidden":
         return f"{source}: unknown key {key!r}"
+    as_flag = flags if isinstance(flags, bool) else _under(key, flags)
+    if as_flag and not isinstance(flags, bool):
+        source = COMMAND_LINE
+    named = f"--{key}" if as_flag else f"key {key!r}"
     if first["type"] == "missing":
         *within, last = first["loc"] or ("",)
         if isinstance(last, int) and within:  # a tuple cut short: no key is missing
             parent = ".".join(str(p) for p in within)
-            return f"{source}: key {parent!r}: too few values (none at position {last + 1})"
-        return f"{source}: missing key {key!r}"
+            parent = f"--{parent}" if as_flag else f"key {parent!r}"
+            return f"{source}: {parent}: too few values (none at position {last + 1})"
+        return f"{source}: missing {named}"
     given = first.get("input")
     shown = f", got {given!r}" if isinstance(given, _SHOWN) and len(repr(given)) <= 80 else ""
     if first["type"] == "path_type":  # not pydantic's "valid path for <class 'pathlib.Path'>"
         msg = "must be a path"
     if given is None and first["type"] in ("path_type", "string_type"):  # `out: ~` in YAML
         shown += " (YAML's null: an empty value, ~ or null; '~' in quotes is the home directory)"
-    return f"{source}: key {key!r}: {msg}{shown}"
+    return f"{source}: {named}: {msg}{shown}"
+
+
+def _under(key: str, keys: Collection[str]) -> bool:
+    """Whether the dotted ``key`` is one of ``keys`` or inside one."""
+    return any(key == k or key.startswith(f"{k}.") for k in keys)
 
 
 def inside_value(err: ValidationError) -> str:
@@ -256,6 +276,7 @@ def refuse_found_elsewhere(
         here = Path.cwd()
     except OSError:  # no current directory: a relative path fails where it is read
         return
+    base = Path(os.path.realpath(base))  # as the current directory is told: no `..` in it
     exists = os.path.lexists  # a link to nothing is there too
     for key, text in texts if here != base else ():
         path = home_expanded(Path(text))
@@ -388,11 +409,20 @@ class Settings(BaseModel):
     """A pydantic model whose bad values raise :class:`SettingsError` (see the module)."""
 
     def __init__(self, /, **data: Any) -> None:
+        token = _BUILT.set(type(self))
         try:
             super().__init__(**data)
         except ValidationError as err:
             message = describe(err, type(self).__name__) + _key_of_subclass(type(self), err)
             raise SettingsError(message, err) from None
+        except SettingsError:
+            raise
+        except UserInputError as err:  # a rule across keys: a ValueError, as a bad value's is
+            if isinstance(err, ValueError):
+                raise
+            raise UserValueError(str(err)) from None
+        finally:
+            _BUILT.reset(token)
 
     # pydantic's own mark of its __init__ (RootModel's too): validation, of this model and of the
     # models that hold it, goes on calling the validator directly, not this method, so only the
@@ -537,6 +567,19 @@ def spelled_as_flags(flags: bool) -> Iterator[None]:
         yield
     finally:
         _AS_FLAGS.reset(token)
+
+
+# the settings class a Python caller is building itself (``StudySpec(level=0.9)``), while
+# its validators run: a section built alone names its keys without the section's prefix
+_BUILT: ContextVar[type[BaseModel] | None] = ContextVar("settings_built", default=None)
+
+
+def section_key(section: type[BaseModel], prefix: str) -> str:
+    """The prefix of the keys of ``section`` in its refusals: ``prefix`` (``study.``, spelled
+    as :func:`setting` spells it) within a recipe, nothing where the caller built the section
+    itself (``StudySpec(level=0.9)`` had been told about ``study.level``)."""
+    built = _BUILT.get()
+    return "" if built is not None and issubclass(built, section) else setting(prefix)
 
 
 def setting(key: str) -> str:

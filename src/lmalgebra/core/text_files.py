@@ -32,6 +32,12 @@ def absent(path: Path) -> str:
             target = "a path"
         if _loops(path):
             return f"is a symbolic link to {target}, which leads back to it (a loop of links)"
+        if (path.parent / target).is_symlink():  # a chain: the link it names is there
+            end = os.path.realpath(path)
+            return (
+                f"is a symbolic link to {target}, itself a link leading to {end}, which does "
+                "not exist"
+            )
         return f"is a symbolic link to {target}, which does not exist"
     return "does not exist"
 

@@ -49,6 +49,9 @@ from lmalgebra.storage.disk_space import naming_file
 from lmalgebra.storage.manifest_parts import MANIFEST
 from lmalgebra.storage.output_paths import holds_kind, not_a
 
+# how a merge trains a student beside one it would replace, as a refusal offers it
+ANOTHER_STUDENT = merge_stage("train", "OTHER")
+
 RECIPE = "recipe.yaml"
 HASHES = ".hashes"
 EXAMPLES = "examples"

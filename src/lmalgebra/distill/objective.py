@@ -89,6 +89,8 @@ from lmalgebra.storage.shard_set import ShardSet
 from lmalgebra.train.config import TrainingSpec
 from lmalgebra.train.run_fingerprint import differences
 
+# the evaluation's pooling, as a refusal reached from ``merge evaluate`` and from Python names it
+POOLING = either("--pooling", "pooling=")
 Stage = Literal["prepare", "teach", "vocab", "train", "evaluate"]
 STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab", "train", "evaluate")
 
@@ -639,7 +641,7 @@ class Objective(ABC):
     @abstractmethod
     def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
         """The evaluation's settings that change its rows, checked (``pooling``: objectives that
-        measure LMD coverage)."""
+        measure LMD coverage; a refusal names it as ``POOLING`` does)."""
 
     @abstractmethod
     def score(

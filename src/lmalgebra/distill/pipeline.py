@@ -20,6 +20,7 @@ from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.causal.student_init import refuse_init_inside
 from lmalgebra.distill.causal.student_tokenizer import refuse_tokenless
 from lmalgebra.distill.layout import (
+    ANOTHER_STUDENT,
     BEST,
     CHECKPOINTS,
     HASHES,
@@ -467,15 +468,18 @@ def plan(
         for out in objective.training_runs(student, spec):  # as training refuses them
             refuse_training_parts(out, itself=out != layout.student(student))
         if not restart:
-            refuse_fewer_steps(reached, spec.steps, layout.student(student))
+            refuse_fewer_steps(reached, spec.steps, layout.student(student), ANOTHER_STUDENT)
             saved, runs = layout.model(student), objective.training_runs(student, spec)
-            refuse_other_training(saved_training(saved), spec, runs, saved)  # no checkpoint
+            # no checkpoint
+            refuse_other_training(saved_training(saved), spec, runs, saved, ANOTHER_STUDENT)
             if "teach" not in runnable and "prepare" not in runnable:  # the store as it stays
                 _refuse_stale_unresumable(objective, student, spec)
             parts = objective.recorded_inputs()
             for out, run_spec in objective.training_runs(student, spec).items():
                 # as each run refuses it: more steps than asked (a lambda candidate's own)
-                refuse_fewer_steps(checkpointed_step(out / CHECKPOINTS), run_spec.steps, out)
+                refuse_fewer_steps(
+                    checkpointed_step(out / CHECKPOINTS), run_spec.steps, out, ANOTHER_STUDENT
+                )
                 # as resuming refuses it: other data, or other settings of the student's own
                 refuse_other_inputs(
                     out / CHECKPOINTS, {"training": training_part(run_spec), **parts}

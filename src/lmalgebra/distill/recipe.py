@@ -37,6 +37,7 @@ from lmalgebra.core.settings import (
     path_texts,
     refuse_found_elsewhere,
     refuse_ignored,
+    section_key,
 )
 from lmalgebra.distill.layout import (
     MADE_IN,
@@ -123,7 +124,8 @@ class MaskingSpec(Settings):
     def _check(self) -> MaskingSpec:
         if any(r < 0 for r in self.replace) or abs(sum(self.replace) - 1) > 1e-9:
             raise UserInputError(
-                f"masking.replace must be >= 0 and sum to 1, got {list(self.replace)}"
+                f"{section_key(MaskingSpec, 'masking.')}replace must be >= 0 and sum to 1, "
+                f"got {list(self.replace)}"
             )
         return self
 
@@ -155,7 +157,8 @@ class CausalSpec(Settings):
     @model_validator(mode="after")
     def _check(self) -> CausalSpec:
         if not self.samples:  # nothing is drawn: a seed of the draws would do nothing
-            refuse_ignored(self, "causal.", {"sample_seed": "causal.samples above 0"})
+            causal = section_key(CausalSpec, "causal.")
+            refuse_ignored(self, causal, {"sample_seed": f"{causal}samples above 0"})
         return self
 
 

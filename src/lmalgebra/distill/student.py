@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from lmalgebra.core import plugins
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.settings import PathText, Settings
 from lmalgebra.distill.layout import RunLayout
@@ -180,7 +180,7 @@ def check_layer_list(layers: list[int], depth: int | None = None) -> None:
         raise UserInputError("student.layers is empty: list the layers to keep, or leave it out")
     for index, layer in enumerate(layers):
         if layer < 0 or (depth is not None and layer >= depth):
-            have = f" (the model has {depth} layers: 0..{depth - 1})" if depth else ""
+            have = f" (the model has {counted(depth, 'layer')}: 0..{depth - 1})" if depth else ""
             raise UserInputError(f"student.layers: layer {layer} does not exist{have}")
         if layer in layers[:index]:
             raise UserInputError(f"student.layers lists layer {layer} more than once")

@@ -309,6 +309,8 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
 
     Raises UserInputError naming the directory when it holds no ``summary.json``.
     """
+    if out is None:  # the page goes into the run: a run directory that is none is named so
+        read_summary(run_dir)  # (a file, a link to nothing had been a report file not created)
     target = out if out is not None else run_dir / REPORT
     refuse_inside_other_output(target, "report", run_dir)
     check_file(target, "report file", lambda head: TITLE.encode() in head)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted
 from lmalgebra.sources.loaded_weights import listed
 
 # architectures whose tensor processor stores some tensors under names of its own (experts
@@ -57,14 +57,14 @@ def refuse_foreign_tensors(
     foreign = set(sizes) - set(mapping)
     if foreign:
         raise UserInputError(
-            f"{owner}: {path} holds {len(foreign)} tensors the {architecture!r} model it "
-            f"declares has no place for ({listed(foreign)}); transformers would drop them: "
-            "the file is not the model its metadata describes"
+            f"{owner}: {path} holds {counted(len(foreign), 'tensor')} the {architecture!r} "
+            f"model it declares has no place for ({listed(foreign)}); transformers would drop "
+            "them: the file is not the model its metadata describes"
         )
     other = _other_sizes(model, mapping, sizes)
     if other:
         raise UserInputError(
-            f"{owner}: {path} holds {len(other)} tensors of other sizes than the "
+            f"{owner}: {path} holds {counted(len(other), 'tensor')} of other sizes than the "
             f"{architecture!r} model it declares ({listed(other)}); the file is not the model "
             "its metadata describes"
         )

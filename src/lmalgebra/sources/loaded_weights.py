@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted
 
 SHOWN = 3  # tensors named in a message; the count says how many more
 FINITE_SLICE = 1 << 22  # values of a weight checked for NaN or inf at once
@@ -195,12 +195,12 @@ def _refuse_gaps(
         )
     if unplaced:
         raise UserInputError(
-            f"{owner}: {shown} holds {len(unplaced)} weights its configuration has no "
+            f"{owner}: {shown} holds {counted(len(unplaced), 'weight')} its configuration has no "
             f"place for ({listed(unplaced)}); config.json does not describe these weights"
         )
     if mismatched:
         raise UserInputError(
-            f"{owner}: {shown} holds {len(mismatched)} weights of other shapes than its "
+            f"{owner}: {shown} holds {counted(len(mismatched), 'weight')} of other shapes than its "
             f"configuration gives ({listed(mismatched)}); transformers would fill them with "
             "random values"
         )

@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import MODEL_NAMING, UserInputError, counted
 from lmalgebra.core.remote_code import announce_remote_code
 from lmalgebra.core.settings import PathText, Settings, home_expanded
 from lmalgebra.core.text_files import absent, unencodable
@@ -101,14 +101,14 @@ class ModelFields(Settings):
                 "model_name",
                 f"a model name holds no {joiner!r}, which joins the names of a basis of "
                 "several models (fits.csv's '+', a flag's list's ','): it would read as several "
-                "models; name it otherwise (--models NAME=REFERENCE, a recipe's name:)",
+                f"models; name it otherwise ({MODEL_NAMING})",
             )
         if name == GROUP_MEAN:  # group_r2.csv had held two rows 'mean', the model's and theirs
             raise PydanticCustomError(
                 "model_name",
                 f"a model name is not {GROUP_MEAN!r}, the target of group_r2.csv's row of the "
                 "mean over the models: the model's row would read as theirs; name it otherwise "
-                "(--models NAME=REFERENCE, a recipe's name:)",
+                f"({MODEL_NAMING})",
             )
         return name
 
@@ -341,7 +341,7 @@ def refuse_missing_layer(name: str, layers: Any, layer: int) -> None:
     if isinstance(layers, int) and not -(layers + 1) <= layer <= layers:
         raise UserInputError(
             f"model {name!r}: layer {layer} does not exist "
-            f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
+            f"({counted(layers, 'layer')}; use 0..{layers} or -{layers + 1}..-1)"
         )
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted, either
 from lmalgebra.core.fingerprint import order_digest, span_sha256
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.core.text_files import read_json_object, read_text
@@ -36,6 +36,8 @@ SUFFIXES = (".npy", ".parquet", ".safetensors")
 SHARD_ROWS = 2048
 _BLOCK = 8192  # rows per read while validating
 Reader = Callable[[int, int], np.ndarray]
+# how the spans of a run are exported, on the command line and from Python
+EXPORT = either("`lmalgebra spans`", "lmalgebra.spans()")
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,8 @@ def _refuse_other_rows(
             else "rows belong to other spans: embed the spans `lmalgebra spans` exports"
         )
         raise UserInputError(
-            f"model {name!r}: {path}: {len(bad)} rows do not match the run's spans, first "
+            f"model {name!r}: {path}: {counted(len(bad), 'row')} "
+            f"{'does' if len(bad) == 1 else 'do'} not match the run's spans, first "
             f"row {bad[0]} (the run's {_where(bad[0], counts)}: span {what} differs); {how}"
         )
 
@@ -252,13 +255,14 @@ def _check_order(
             raise UserInputError(
                 f"model {name!r}: {path} was made for other spans (order digest "
                 f"{source.digest[:12]}..., this run's {wanted_digest[:12]}...); export this "
-                "run's spans with `lmalgebra spans` and embed them"
+                f"run's spans with {EXPORT} and embed them"
             )
         return
     if not unchecked:
         raise UserInputError(
             f"model {name!r}: {path} carries no span order ({source.how}); write the digest that "
-            f"`lmalgebra spans --out spans.jsonl` saves in spans.sha256 to {path}.spans.sha256, "
+            f"`lmalgebra spans --out spans.jsonl` saves in spans.sha256 "
+            f"(lmalgebra.spans()'s attrs['spans_sha256']) to {path}.spans.sha256, "
             "or set unchecked_order: true on this model to accept the rows as they are"
         )
     log.warning("model %s: the row order of %s is not checked (unchecked_order)", name, path)

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.stats.choices import default_alpha_grid
 from lmalgebra.stats.moments import ModelColumns
 from lmalgebra.stats.ridge_path import RidgePath
@@ -305,7 +305,9 @@ def effective_df(decomposer: Decomposer, basis: Sequence[str]) -> float:
     system[np.diag_indices(len(cols))] += penalty
     factor, ok = cholesky(system)
     if not ok:
-        raise UserInputError(f"basis [{'+'.join(basis)}] is singular; use a larger --alpha")
+        raise UserInputError(
+            f"basis [{'+'.join(basis)}] is singular; use a larger {either('--alpha', 'alpha=')}"
+        )
     # tr(Lam P) = |L^-1 Lam^1/2|_F^2 with P = (L L^T)^-1
     solved = solve_triangular(factor, np.diag(np.sqrt(penalty)), lower=True, check_finite=False)
     return float(len(cols) - (solved**2).sum())

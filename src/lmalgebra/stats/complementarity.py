@@ -25,7 +25,7 @@ from itertools import combinations
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted
 from lmalgebra.stats.block_scores import FixedScorer
 from lmalgebra.stats.bootstrap import draw_counts, percentile_interval, split_rng
 from lmalgebra.stats.solver import Decomposer, Fit
@@ -92,7 +92,8 @@ def set_samples(
         raise UserInputError("the candidates contain a model twice")
     if not 1 <= size <= len(names):
         raise UserInputError(
-            f"a set of {size} cannot be drawn from {len(names)} candidates ({', '.join(names)})"
+            f"a set of {size} cannot be drawn from {counted(len(names), 'candidate')} "
+            f"({', '.join(names)})"
         )
     missing = [n for n in names if n not in quality]
     if missing:

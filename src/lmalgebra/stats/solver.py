@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.stats.choices import AlphaMode
 from lmalgebra.stats.loo_operators import leave_one_out_operators
 from lmalgebra.stats.moments import ModelColumns, SecondMoments, layout, refuse_constant
@@ -80,8 +80,8 @@ class SingularBasisError(UserInputError):
     def of(cls, label: str) -> SingularBasisError:
         what = f"basis [{label}] is singular (covariance not positive definite)"
         err = cls(
-            f"{what}; use a larger --alpha (or, where the statistics took float32 products, "
-            "--products float64)"
+            f"{what}; use a larger {either('--alpha', 'alpha=')} (or, where the statistics took "
+            f"float32 products, {either('--products float64', 'products=' + repr('float64'))})"
         )
         err.what = what
         return err

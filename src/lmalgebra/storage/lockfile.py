@@ -263,8 +263,8 @@ def refuse_other_kind(directory: Path, command: str) -> None:
     found = directory_kind(directory)
     if found is not None and found[0] != kind:
         raise UserInputError(
-            f"{directory} holds {found[0]} ({found[1]}), and {command} writes {kind} into no "
-            "other kind of directory; write to another one"
+            f"{directory} holds {found[0]} ({found[1]}), not {kind}, which {command} writes: "
+            "write to another directory"
         )
 
 

@@ -246,8 +246,24 @@ def directory_kind(directory: Path) -> tuple[str, str] | None:
             if _stands(directory / marker) and _confirmed(directory, kind, marker):
                 return kind, marker
     if (directory / MODEL_CONFIG).is_file() and not (directory / PRETRAIN_WORK).is_dir():
+        if not _model_config(directory / MODEL_CONFIG):  # a user's own file of that name
+            return "a file of the user's", MODEL_CONFIG
         return "a model lmalgebra did not write", MODEL_CONFIG
     return None
+
+
+def _model_config(path: Path) -> bool:
+    """Whether the file ``path`` holds a model's configuration (a JSON object naming its
+    ``model_type``, as every Hugging Face model's does); one that cannot be read is taken for
+    one. A user's own ``config.json`` (of a tool, an experiment) had been called "a model
+    lmalgebra did not write"."""
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError:
+        return True
+    except ValueError:  # no JSON, or no UTF-8 text
+        return False
+    return isinstance(data, dict) and "model_type" in data
 
 
 def _stands(marker: Path) -> bool:

@@ -122,7 +122,10 @@ class TrainingSpec(OptimisationSpec):
         if not 0 <= self.lambda_value <= 1:
             raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
         default = type(self).model_fields["lambda_value"].default
-        if self.lambda_schedule != "constant" and self.lambda_value != default:
+        # in a run that distils nothing, what makes it so is named (``without_kd``): a constant
+        # schedule, which this refusal had offered, would not use the weight either
+        idle = kd_free({"gold_only": self.gold_only, "objective_mix": self.mix_given()})
+        if self.lambda_schedule != "constant" and self.lambda_value != default and not idle:
             raise UserInputError(
                 f"training.lambda_value {self.lambda_value:g} would be ignored: the "
                 f"{self.lambda_schedule} lambda_schedule anneals the KD weight from 1 to 0; set "
@@ -153,6 +156,10 @@ class TrainingSpec(OptimisationSpec):
             repeated = [name for i, name in enumerate(names) if name in names[:i]]
             if repeated:
                 raise UserInputError(f"{key} lists teacher {repeated[0]!r} more than once")
+
+    def mix_given(self) -> dict[str, float] | None:
+        """The losses' mix given (a causal student's ``objective_mix``; None here)."""
+        return None
 
     def kd_weights(self) -> list[float] | None:
         """The constant KD weights the run trains with (None: the schedule anneals it)."""
@@ -291,6 +298,9 @@ class CausalTrainingSpec(TrainingSpec):
         if self.lambda_candidates:
             return f"training.lambda_candidates {self.lambda_candidates}"
         return super().kd_weights_given()
+
+    def mix_given(self) -> dict[str, float] | None:
+        return self.objective_mix
 
     def kd_shaping(self) -> dict[str, Any]:
         shaping = super().kd_shaping()

@@ -20,7 +20,7 @@ import torch
 
 from lmalgebra.core import interrupt
 from lmalgebra.core.allocator import release_free_memory, reuse_freed_memory
-from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError, either
+from lmalgebra.core.errors import RESTART, TrainingDivergedError, UserInputError, counted, either
 from lmalgebra.core.fingerprint import plain
 from lmalgebra.core.precision import check_bf16
 from lmalgebra.core.progress import progress_bar
@@ -53,7 +53,6 @@ from lmalgebra.train.validation import BEST, Validation, ValidationTracker, clea
 log = logging.getLogger(__name__)
 TRAIN_LOG = "train_log.jsonl"  # one line per logged step, which a resumed run cuts back
 # another model to train beside a trained one, in the command line's and the Python API's terms
-BESIDE = either("merge train --name, another pretrain --out", "another students key, spec out")
 
 # (model, batch, settings, KD weight) -> the loss parts of one micro-batch
 StepLoss = Callable[[Any, Any, TrainingSpec, float], LossParts]
@@ -145,15 +144,17 @@ class _Log:
                     self.board.add_scalar(key, value, record["step"])
 
 
-def refuse_fewer_steps(reached: int, steps: int, where: Path) -> None:
+def refuse_fewer_steps(reached: int, steps: int, where: Path, beside: str) -> None:
     """Refuse to train a run that has ``reached`` a later step than ``steps`` (its checkpoints,
     or its saved model): the model saved at the end would replace a trained one with one
-    labelled with fewer steps, or with the untrained model (``steps: 0``)."""
+    labelled with fewer steps, or with the untrained model (``steps: 0``). ``beside``: how the
+    command that trains it trains another model instead (a merge's other student, a pretrain's
+    other ``out``), which the refusal offers."""
     if reached > steps:
         raise UserInputError(
-            f"{where} holds a run trained {reached} steps: training.steps {steps} would "
+            f"{where} holds a run trained {counted(reached, 'step')}: training.steps {steps} would "
             f"replace it; give steps >= {reached}, {RESTART} to train it again from step 0, or "
-            f"train another beside it ({BESIDE})"
+            f"train another beside it ({beside})"
         )
 
 
@@ -199,7 +200,7 @@ def changed_training(recorded: Any, spec: OptimisationSpec) -> list[str]:
 
 
 def refuse_other_training(
-    recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path
+    recorded: Any, spec: OptimisationSpec, runs: Iterable[Path], where: Path, beside: str
 ) -> None:
     """Refuse to train ``spec`` over the model saved at ``where`` with other settings that shape
     every step than it was trained with (``recorded``: its record of them, None where it has
@@ -209,7 +210,8 @@ def refuse_other_training(
     is refused. Other ``lambda_candidates`` train in other directories, so the checkpoints there
     (an earlier run's, kept by a ``--restart`` of the other layout) are not the saved model's:
     refused whatever they hold (they had been resumed and replaced it). A setting one of them
-    lacks (a record of an older release) is not compared."""
+    lacks (a record of an older release) is not compared. ``beside``: as
+    :func:`refuse_fewer_steps` offers it."""
     runs = list(runs)
     changed = changed_training(recorded, spec)
     moved = any(c.startswith("lambda_candidates ") for c in changed)
@@ -220,7 +222,7 @@ def refuse_other_training(
     why = f"the checkpoints in {runs[0]} are not its own" if kept else no_checkpoint(recorded, runs)
     raise UserInputError(
         f"{where} was trained with other settings ({shown}) and {why}: training would replace "
-        f"it; {RESTART} trains it again, or train another beside it ({BESIDE})"
+        f"it; {RESTART} trains it again, or train another beside it ({beside})"
     )
 
 
@@ -265,6 +267,8 @@ def train(
     restart: bool = False,
     step_loss: StepLoss | None = None,
     validation: Validation | None = None,
+    *,
+    beside: str = "another output directory",
 ) -> dict[str, Any]:
     """Train ``model`` for ``spec.steps`` optimizer steps, resuming from ``out/checkpoints``.
 
@@ -274,12 +278,13 @@ def train(
     ``step_loss``: the loss of a micro-batch (default: masked-LM gold and KD terms over the
     masked positions of a :class:`Batch`). ``validation``: score the model every few steps on
     examples kept out of training; the best-scoring weights are the run's result, and the run
-    stops early once they stop improving (``train.validation``).
+    stops early once they stop improving (``train.validation``). ``beside``: how the command
+    trains another model instead, which a refusal of ``out``'s checkpoints offers.
     """
 
     refuse_training_parts(out)
     if not restart:
-        refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out)
+        refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out, beside)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written
         log.info("steps 0: the model is kept as it starts, untrained")
         model.eval()

@@ -4,6 +4,7 @@ of its own trained with cross-tokenizer losses, and held-out bits per byte again
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -17,7 +18,7 @@ from lmalgebra.distill.causal.plan import plan_student, zero_logprobs
 from lmalgebra.distill.causal.store import OFFSETS_RULES, logprobs_inference, tokens_table
 from lmalgebra.distill.causal.teachers import open_teachers, start_token_id, teacher_tokenizer
 from lmalgebra.distill.layout import EVALUATION_MD, LOGPROBS, RDT_FILE, RUN_SCRATCH, TOKENS
-from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
+from lmalgebra.distill.objective import POOLING, Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
@@ -168,8 +169,14 @@ class CausalObjective(Objective):
         )
 
     def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
-        from lmalgebra.evaluate.lmd_coverage import CoverageSpec
+        from lmalgebra.evaluate.lmd_coverage import CoveragePooling, CoverageSpec
 
+        known = typing.get_args(CoveragePooling)
+        if pooling is not None and pooling not in known:  # named as given: flag or keyword
+            raise UserInputError(
+                f"{POOLING} {pooling!r} is no pooling of LMD coverage: "
+                f"{' or '.join(map(repr, known))}"
+            )
         spec = validate(CoverageSpec, {"pooling": pooling or "mean"}, "evaluate")
         # what changes the coverage's rows (not where embeddings are kept, nor their batches)
         return spec.model_dump(mode="json", include={"pooling", "spans", "alpha"})

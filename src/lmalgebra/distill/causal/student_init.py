@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted, merge_stage
 from lmalgebra.core.settings import home_expanded
 from lmalgebra.distill.student import CausalStudentSpec, check_layer_list
 from lmalgebra.distill.teachers import load_lm, max_positions, model_config, refuse_other_head
@@ -99,8 +99,8 @@ def refuse_init_inside(spec: CausalStudentSpec, student: Path) -> None:
         raise UserInputError(
             f"student.init {spec.init!r} is inside {student}, the directory of the student it "
             "would start: training would write over the model it starts from and could never "
-            "resume; copy that model elsewhere, or train a student of another name (merge "
-            "train --name)"
+            f"resume; copy that model elsewhere, or train a student of another name "
+            f"({merge_stage('train', 'OTHER')})"
         )
 
 
@@ -155,7 +155,7 @@ def decoder_layers(model: Any) -> tuple[Any, str]:
     if len(found) != 1:
         raise UserInputError(
             f"student.layers: cannot tell which of {type(model).__name__}'s module lists holds "
-            f"its {depth} decoder layers ({len(found)} candidates)"
+            f"its {counted(depth, 'decoder layer')} ({counted(len(found), 'candidate')})"
         )
     return found[0]
 

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from lmalgebra.core.errors import UserInputError, merge_stage
+from lmalgebra.core.errors import UserInputError, counted, merge_stage
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.precision import compute_context, dtype_name
 from lmalgebra.core.progress import progress_bar
@@ -86,7 +86,7 @@ def prompt_documents(recipe: CausalRecipe, lang: str) -> list[str]:
     if len(documents) < spec.documents:
         raise UserInputError(
             f"teacher_text.{lang}.prompts ({', '.join(spec.prompts.paths)}) has "
-            f"{len(documents)} documents, fewer than teacher_text.{lang}.documents "
+            f"{counted(len(documents), 'document')}, fewer than teacher_text.{lang}.documents "
             f"{spec.documents}: give more prompt text or ask for fewer documents"
         )
     return documents[: spec.documents]

@@ -32,6 +32,7 @@ from lmalgebra.distill.causal.student_tokenizer import student_tokenizer
 from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import stored_texts
 from lmalgebra.distill.layout import (
+    ANOTHER_STUDENT,
     LOGPROBS,
     RunLayout,
     saved_steps,
@@ -211,8 +212,8 @@ def train_causal_student(
     for value, out in outs.items():  # a candidate's directory is training's own, like a link
         refuse_training_parts(out, itself=value is not None)
     if not restart:  # a saved student of more steps, or other settings, is not replaced
-        refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
-        refuse_other_training(saved_training(saved), spec, outs.values(), saved)
+        refuse_fewer_steps(saved_steps(saved), spec.steps, saved, ANOTHER_STUDENT)
+        refuse_other_training(saved_training(saved), spec, outs.values(), saved, ANOTHER_STUDENT)
     data = causal_student_data(recipe, spec, mix, teachers)
     source, tokenizer = data.source, data.tokenizer
     log.info("language sampling probabilities: %s", source.probabilities)
@@ -228,7 +229,18 @@ def train_causal_student(
     for value, run_spec in runs.items():
         out = outs[value]
         model = causal_student(recipe.student, tokenizer, spec.seed, data.init)
-        final = train(model, source, run_spec, out, progress, inputs, restart, step, validation)
+        final = train(
+            model,
+            source,
+            run_spec,
+            out,
+            progress,
+            inputs,
+            restart,
+            step,
+            validation,
+            beside=ANOTHER_STUDENT,
+        )
         score = float(final.get("best_validation", math.inf))
         if value is not None:
             choice[f"{value:g}"] = score

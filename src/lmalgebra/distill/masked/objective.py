@@ -26,7 +26,7 @@ from lmalgebra.distill.masked.scores import ACCURACY_PLOT, SCORES, Score
 from lmalgebra.distill.masked.store import masking, topk_inference
 from lmalgebra.distill.masked.teachers import open_teachers, teacher_tokenizer
 from lmalgebra.distill.masked.vocabulary import build_vocabulary, vocab_stamp
-from lmalgebra.distill.objective import Evaluation, Objective, Stage, Table, run_dir
+from lmalgebra.distill.objective import POOLING, Evaluation, Objective, Stage, Table, run_dir
 from lmalgebra.distill.plan import plan_rows
 from lmalgebra.distill.recipe import MaskedRecipe
 from lmalgebra.distill.run.evaluation_record import RowKind
@@ -184,7 +184,8 @@ class MaskedObjective(Objective):
     def evaluation_settings(self, pooling: str | None) -> dict[str, Any]:
         if pooling is not None:
             raise UserInputError(
-                "pooling applies to causal runs only (LMD coverage of their teachers)"
+                f"{POOLING} {pooling!r} would be ignored: it applies to causal runs only (LMD "
+                "coverage of their teachers)"
             )
         return {}
 

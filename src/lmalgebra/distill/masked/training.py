@@ -11,6 +11,7 @@ from lmalgebra.core import plugins
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill.layout import (
+    ANOTHER_STUDENT,
     TOPK,
     RunLayout,
     saved_steps,
@@ -75,8 +76,10 @@ def train_masked_student(
     layout = RunLayout(recipe.output_dir)
     saved = layout.model(name)
     if not restart:  # a saved student of more steps, or other settings, is not replaced
-        refuse_fewer_steps(saved_steps(saved), spec.steps, saved)
-        refuse_other_training(saved_training(saved), spec, [layout.student(name)], saved)
+        refuse_fewer_steps(saved_steps(saved), spec.steps, saved, ANOTHER_STUDENT)
+        refuse_other_training(
+            saved_training(saved), spec, [layout.student(name)], saved, ANOTHER_STUDENT
+        )
     vocab = UnionVocab.load(layout.vocab)
     recipe.student.fits(len(vocab.tokens), recipe.example_length)
     init = recipe.student.embedding_init()  # refused before any work
@@ -97,7 +100,9 @@ def train_masked_student(
     seeding: dict[str, Any] | None = None
     if init is not None:  # an entry point (core.plugins)
         seeding = init(model, recipe, vocab)
-    final = train(model, source, spec, layout.student(name), progress, inputs, restart)
+    final = train(
+        model, source, spec, layout.student(name), progress, inputs, restart, beside=ANOTHER_STUDENT
+    )
     target = layout.model(name)
     metadata: dict[str, Any] = {
         "kind": "mergedistill-student",

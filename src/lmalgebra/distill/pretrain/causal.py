@@ -24,7 +24,11 @@ from lmalgebra.distill.causal.student_model import build_causal_lm
 from lmalgebra.distill.examples import training_examples
 from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.pretrain.specs import CausalPretrainSpec
-from lmalgebra.distill.pretrain.teacher_directory import refuse_other_made, refuse_replacing
+from lmalgebra.distill.pretrain.teacher_directory import (
+    ANOTHER_TEACHER,
+    refuse_other_made,
+    refuse_replacing,
+)
 from lmalgebra.distill.run.model_card import sizes, teacher_card
 from lmalgebra.distill.vocab.tokenizer_trainers import train_causal_tokenizer
 from lmalgebra.storage.lockfile import holding_lock
@@ -132,7 +136,8 @@ def pretrain_causal(spec: CausalPretrainSpec, progress: bool = True, restart: bo
     }
     inputs = {"corpus": sha256_texts(texts), "data": data}
     training = TrainingSpec.gold(spec.training)
-    last = train(network, source, training, spec.out / "training", progress, inputs, restart)
+    out = spec.out / "training"
+    last = train(network, source, training, out, progress, inputs, restart, beside=ANOTHER_TEACHER)
     facts = [
         ("tokenizer", f"{kind}, {len(tokenizer)} tokens, trained on the same text"),
         ("model", sizes(spec.model.model_dump())),

@@ -34,6 +34,7 @@ from lmalgebra.distill.layout import write_model_directory
 from lmalgebra.distill.masked.masking import MaskedCopy, TeacherMasker, pad_batch
 from lmalgebra.distill.pretrain.specs import HeadOnlySpec
 from lmalgebra.distill.pretrain.teacher_directory import (
+    ANOTHER_TEACHER,
     refuse_other_made,
     refuse_replacing,
     warn_unread,
@@ -274,7 +275,10 @@ def pretrain_head(spec: HeadOnlySpec, progress: bool = True, restart: bool = Fal
         model, tokenizer, (ids, texts), spec.example_length, training, spec.language, progress
     )
     with encoder_replaced(model, CachedEncoder(states)) as fitting:
-        last = train(fitting, source, training, spec.out / "training", progress, inputs, restart)
+        out = spec.out / "training"
+        last = train(
+            fitting, source, training, out, progress, inputs, restart, beside=ANOTHER_TEACHER
+        )
     # the head's own parameters, not the tied projection
     trained = [name for name, p in model.named_parameters() if p.requires_grad]
     tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight

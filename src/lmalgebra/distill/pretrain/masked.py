@@ -23,6 +23,7 @@ from lmalgebra.distill.masked.masking import Encoded, TeacherMasker, pad_batch
 from lmalgebra.distill.masked.student_model import build_masked_lm
 from lmalgebra.distill.pretrain.specs import MaskedPretrainSpec
 from lmalgebra.distill.pretrain.teacher_directory import (
+    ANOTHER_TEACHER,
     refuse_other_made,
     refuse_replacing,
     warn_unread,
@@ -138,7 +139,8 @@ def pretrain_masked(spec: MaskedPretrainSpec, progress: bool = True, restart: bo
     }
     inputs = {"corpus": sha256_texts(texts), "data": data}
     training = TrainingSpec.gold(spec.training)
-    last = train(model, source, training, spec.out / "training", progress, inputs, restart)
+    out = spec.out / "training"
+    last = train(model, source, training, out, progress, inputs, restart, beside=ANOTHER_TEACHER)
     trained = f"WordPiece, {len(chosen)} pieces, trained on the same text"
     facts = [("tokenizer", given or trained), ("model", sizes(spec.model.model_dump()))]
     card = teacher_card(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.distill.layout import saved_steps, saved_training
 from lmalgebra.distill.teachers import warn_unknown
 from lmalgebra.train.config import OptimisationSpec
@@ -17,6 +17,8 @@ from lmalgebra.train.loop import (
     refuse_training_parts,
 )
 
+# how a pretrain makes a teacher beside one it would replace, as a refusal offers it
+ANOTHER_TEACHER = either("another --out", "another out in the spec")
 UNREAD_SAMPLE = 1000  # texts whose tokens are counted (the first of the corpus)
 
 
@@ -60,8 +62,10 @@ def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool, kind:
     refuse_other_kind_saved(out, kind)
     refuse_training_parts(out / "training", itself=True)
     if not restart:
-        refuse_fewer_steps(saved_steps(out), training.steps, out)
-        refuse_other_training(saved_training(out), training, [out / "training"], out)
+        refuse_fewer_steps(saved_steps(out), training.steps, out, ANOTHER_TEACHER)
+        refuse_other_training(
+            saved_training(out), training, [out / "training"], out, ANOTHER_TEACHER
+        )
 
 
 def refuse_other_made(out: Path, made_from: dict[str, Any], restart: bool) -> None:

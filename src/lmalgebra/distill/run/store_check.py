@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lmalgebra.core.errors import UserInputError, merge_stage
+from lmalgebra.core.errors import UserInputError, counted, merge_stage
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.distill.layout import RunLayout
 from lmalgebra.storage.shard_set import ShardSet
@@ -167,7 +167,8 @@ def aligned_problems(made: ShardSet, source: ShardSet, what: str, stage: str) ->
     if rows == expected:
         return []
     return [
-        f"{made.directory}: {len(rows)} shards of {sum(rows)} rows, but {source.directory} it "
+        f"{made.directory}: {counted(len(rows), 'shard')} of {counted(sum(rows), 'row')}, but "
+        f"{source.directory} it "
         f"was computed from holds {len(expected)} of {sum(expected)} {what} (run "
         f"{merge_stage(stage)} again)"
     ]

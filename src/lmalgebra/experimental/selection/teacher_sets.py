@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted, either
 from lmalgebra.core.fingerprint import sha256_texts
 from lmalgebra.core.recipe_files import validate
 from lmalgebra.distill.examples import Example, language_examples
@@ -151,10 +151,11 @@ def _languages(recipe: MaskedRecipe, spec: SelectionSpec) -> list[str]:
         raise UserInputError(f"size must be at least 1, got {spec.size}")
     most = max(len(recipe.languages[lang].teachers) for lang in chosen)
     if spec.size > most:
-        which = f"--languages ({', '.join(chosen)})" if spec.languages else "the recipe"
+        given = either("--languages", "languages=")
+        which = f"{given}, {', '.join(chosen)}," if spec.languages else "the recipe"
         raise UserInputError(
             f"size {spec.size} is larger than the candidates: no language of {which} lists "
-            f"more than {most} teacher(s)"
+            f"more than {counted(most, 'teacher')}"
         )
     return chosen
 

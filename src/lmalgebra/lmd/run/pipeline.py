@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.splits import SPLITS
 from lmalgebra.distributed import is_main
 from lmalgebra.lmd.measure import Measured, ModelLayers, ModelPool, measure
@@ -206,8 +206,8 @@ def _cut_short(
             f"{err}: every span of it was cut at its maximum length ({cause})"
         )
     return ConstantModelError(
-        f"{err}: every span of it was cut to its first {config.max_length} tokens (--max_length, "
-        "special tokens included); raise --max_length"
+        f"{err}: every span of it was cut to its first {config.max_length} tokens (max_length, "
+        f"special tokens included); raise {either('--max_length', 'max_length=')}"
     )
 
 

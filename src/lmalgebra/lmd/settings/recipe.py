@@ -9,7 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import ConfigDict, Field, model_validator
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import MODEL_NAMING, UserInputError
 from lmalgebra.core.precision import (
     DeviceChoice,
     DtypeChoice,
@@ -17,8 +17,9 @@ from lmalgebra.core.precision import (
     device_type,
     resolve_dtype_name,
 )
-from lmalgebra.core.recipe_files import read_yaml, validate
+from lmalgebra.core.recipe_files import Call, flag_keys, read_yaml, validate
 from lmalgebra.core.settings import (
+    COMMAND_LINE,
     PathText,
     Settings,
     home_expanded,
@@ -159,7 +160,7 @@ class DecomposeConfig(Settings):
             dup = sorted({n for n in names if names.count(n) > 1})
             raise UserInputError(
                 f"model names must be unique; repeated: {', '.join(dup)} (name each model: "
-                "--models NAME=REFERENCE, or `name:` in the recipe)"
+                f"{MODEL_NAMING})"
             )
         refuse_same_model(self.models)
         if (self.target is None) != (self.basis is None):
@@ -271,15 +272,22 @@ class DecomposeConfig(Settings):
         )
 
 
-def load_config(recipe: Path | None, overrides: dict[str, Any]) -> DecomposeConfig:
-    """A recipe file (optional) with command-line values laid over it."""
-    data = read_yaml(recipe) if recipe is not None else {}
+def load_config(
+    recipe: Path | None, overrides: dict[str, Any], call: str | None = None
+) -> DecomposeConfig:
+    """A recipe file (optional) with command-line values laid over it. ``call``: the Python
+    call that reads the file (``decompose_recipe() recipe``), whose refusals name the file's
+    keys as keys, where the command line's name them as flags (``--study.level``, a Python
+    caller had been told of flags)."""
+    data = read_yaml(recipe, shipped=True) if recipe is not None else {}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
         else:
             data[key] = value
-    config = validate(DecomposeConfig, data, str(recipe) if recipe else "command line")
+    source = str(recipe) if recipe else COMMAND_LINE
+    flagged = flag_keys(overrides)
+    config = validate(DecomposeConfig, data, Call(f"{call} {source}") if call else source, flagged)
     if recipe is not None:  # a relative path of the file found beside it alone: named
         base = home_expanded(recipe).absolute().parent
         texts = recipe_paths(config, overrides, ("out", "cache_dir"))

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings, refuse_ignored, setting
+from lmalgebra.core.settings import Settings, refuse_ignored, section_key
 from lmalgebra.stats.choices import PROBES, Precision
 
 Method = Literal["exact", "reduced", "sketch"]
@@ -60,19 +60,20 @@ class ScaleSpec(Settings):
 
     @model_validator(mode="after")
     def _check(self) -> ScaleSpec:
+        scale = section_key(ScaleSpec, "scale.")
         if self.retained is not None and not 0 < self.retained <= 1:
-            raise UserInputError(f"scale.retained must be in (0, 1], got {self.retained}")
+            raise UserInputError(f"{scale}retained must be in (0, 1], got {self.retained}")
         if self.method == "exact" and (self.components or self.retained):
             raise UserInputError(
-                "scale.components and scale.retained choose k for the reduced and sketch "
-                "methods; the exact method keeps every column (set scale.method)"
+                f"{scale}components and {scale}retained choose k for the reduced and sketch "
+                f"methods; the exact method keeps every column (set {scale}method)"
             )
         if not self.reduced:
-            method = f"{setting('scale.method')} reduced or sketch"
-            refuse_ignored(self, setting("scale."), {"probes": method, "seed": method})
+            method = f"{scale}method reduced or sketch"
+            refuse_ignored(self, scale, {"probes": method, "seed": method})
         if self.method == "sketch" and self.components is None:
             raise UserInputError(
-                "the sketch method needs scale.components (k: the sketch holds k plus "
+                f"the sketch method needs {scale}components (k: the sketch holds k plus "
                 "oversampling columns per model)"
             )
         return self

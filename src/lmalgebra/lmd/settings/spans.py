@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, either
 from lmalgebra.core.fingerprint import unit_hash
 from lmalgebra.core.recipe_files import with_default
 from lmalgebra.core.settings import Settings
@@ -202,9 +202,10 @@ def _refuse_too_few(split: str, found: int, spec: SpanSpec) -> None:
     if found < (1 if split == "validation" else 2):
         many = "no" if not found else "only one"
         name, why = ("training", "") if split == "train" else (split, " for that split")
+        shorter = either("--spans.length", 'spans={"length": N}')
         raise TooLittleTextError(
             f"{many} {name} span of {spec.length} tokens (R^2 needs two at least): give "
-            f"more text, or a larger fraction{why}"
+            f"more text, a larger fraction{why}, or shorter spans ({shorter})"
         )
 
 

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings, refuse_ignored, setting
+from lmalgebra.core.settings import Settings, refuse_ignored, section_key
 from lmalgebra.stats.choices import MAX_REPLICATES, default_alpha_grid
 
 AlphaSelect = Literal["fixed", "gcv", "kfold", "validation"]
@@ -125,7 +125,7 @@ class StudySpec(Settings):
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
-        study = setting("study.")
+        study = section_key(StudySpec, "study.")
         unused = {
             "folds": f"{study}alpha_select kfold",
             "level": f"{study}bootstrap intervals",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.errors import UserInputError, counted, either
 from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.core.text_files import require_file
 from lmalgebra.sources.embed_spec import EmbedSpec, TokenReport
@@ -295,15 +295,16 @@ class OnnxEncoder:
             if layer != -1:
                 raise UserInputError(
                     f"model {self.name!r}: ONNX file {self.path} exposes only its last hidden "
-                    f"state, so layer {layer} is not available: use --layer -1, or export the "
-                    "graph with every hidden state as outputs hidden_states.0..N"
+                    f"state, so layer {layer} is not available: use "
+                    f"{either('--layer -1', 'layer=-1')}, or export the graph with every hidden "
+                    "state as outputs hidden_states.0..N"
                 )
             return
         layers = len(self.hidden) - 1
         if not -(layers + 1) <= layer <= layers:
             raise UserInputError(
                 f"model {self.name!r}: layer {layer} does not exist "
-                f"({layers} layers; use 0..{layers} or -{layers + 1}..-1)"
+                f"({counted(layers, 'layer')}; use 0..{layers} or -{layers + 1}..-1)"
             )
 
     def __call__(
@@ -399,4 +400,4 @@ def _remedy(err: Exception, input_ids: Any) -> str:
                 f"the tokenizer gives token id {largest}, beyond the {rows} rows of a table of "
                 "the graph: is it this model's own tokenizer?"
             )
-    return "a smaller --max_length may help"
+    return f"a smaller {either('--max_length', 'max_length=')} may help"
