@@ -651,6 +651,23 @@ def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused
         init_student(init)
 
 
+def test_an_index_naming_no_weight_file_is_refused_by_the_plan_and_the_load(
+    bert_copy: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A sharded checkpoint's index whose ``weight_map`` is empty, beside a shard: the dry run
+    had planned it, exit 0, and the run ended in transformers' ``list index out of range``."""
+    (bert_copy / "model.safetensors").rename(bert_copy / "model-00001-of-00001.safetensors")
+    index = bert_copy / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    args = ["decompose", "--models", f"a={bert_copy}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache")]
+    for dry_run in (["--dry-run"], []):
+        said = ["model 'a'", str(index), "names no weight file"]
+        assert_one_line(*cli([*args, *dry_run]), said)
+        assert not (tmp_path / "out").exists()
+
+
 def test_a_tensor_two_shards_hold_is_refused_by_the_plan_and_the_load(
     llama, tmp_path: Path
 ) -> None:
