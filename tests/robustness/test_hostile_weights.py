@@ -301,6 +301,48 @@ def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and
     ]
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ("mistral", "holds a 'mistral' model, which transformers cannot read from GGUF"),
+        ("integers", "stores 1 of the model's weights as integers (blk.0.attn_norm.weight in I32)"),
+    ],
+)
+def test_a_gguf_file_transformers_cannot_dequantise_is_refused_by_plan_and_run(
+    llama,
+    corpus_txt: Path,
+    bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
+    needle: str,
+    dry_run: bool,
+    cli,
+) -> None:
+    """A file declaring ``mistral`` (whose tensors the gguf package has no names for: llama.cpp
+    writes Mistral as ``llama``), and a weight stored as integers, which no GGUF dequantiser
+    reads: the dry run had planned both, exit 0, and the run failed in transformers' words."""
+    import numpy as np
+
+    import gguf_fixtures
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "odd.gguf"
+    if change == "mistral":
+        write_llama_gguf(*llama, path, architecture="mistral")
+    else:
+        own = gguf_fixtures._tensors
+        integral = {"blk.0.attn_norm.weight": np.ones(32, dtype=np.int32)}
+        monkeypatch.setattr(gguf_fixtures, "_tensors", lambda model: {**own(model), **integral})
+        write_llama_gguf(*llama, path)
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), *(["--dry-run"] if dry_run else [])]
+    assert_one_line(*cli(args), ["model 'a'", str(path), needle])
+    assert not (tmp_path / "out").exists()
+
+
 def _retyped(source: Path, target: Path, model_type: str) -> Path:
     """A copy of ``source`` whose ``config.json`` names ``model_type`` and no architecture."""
     shutil.copytree(source, target)

@@ -21,6 +21,9 @@ from lmalgebra.sources.loaded_weights import listed
 # gpt2's processor only transposes tensors and files ``output.weight`` as the head, the name
 # its table gives too: it is checked here
 _RENAMING = frozenset({"qwen2moe", "qwen3moe", "gpt_oss", "gpt-oss", "minimax-m2"})
+# GGUF tensor types of integers: no floating-point weight is stored so, and the gguf package
+# dequantises none of them (the load had failed on one, after the dry run had passed the file)
+_INTEGRAL = frozenset({"I8", "I16", "I32", "I64"})
 
 
 def model_class(config: Any) -> Any:
@@ -33,19 +36,24 @@ def model_class(config: Any) -> Any:
 
 
 def refuse_foreign_tensors(
-    path: Path, config: Any, architecture: str, sizes: dict[str, int], owner: str
+    path: Path, config: Any, architecture: str, tensors: dict[str, tuple[int, str]], owner: str
 ) -> None:
     """Refuse GGUF file ``path`` (of ``config``, declaring ``architecture``, holding tensors of
-    ``sizes`` elements by name) when it lacks a weight the model uses, holds a tensor the model
-    has no place for, or one of another size. An architecture whose loader renames tensors is
-    left to the check of the loaded model."""
+    ``(elements, GGUF type)`` by name, ``(2048, "Q4_K")``) when a tensor is stored as integers,
+    when transformers has no names for the tensors of the model its configuration gives, or when
+    it lacks a weight the model uses, holds a tensor the model has no place for, or one of
+    another size. An architecture whose loader renames tensors is left to the check of the
+    loaded model."""
     import gguf
     import torch
 
-    if architecture in _RENAMING or architecture not in gguf.MODEL_ARCH_NAMES.values():
-        return
+    _refuse_integral(path, {name: kind for name, (_, kind) in tensors.items()}, owner)
+    sizes = {name: count for name, (count, _) in tensors.items()}
     with torch.device("meta"):
         model = model_class(config).from_config(config)
+    _refuse_unnamed(path, model, owner)
+    if architecture in _RENAMING or architecture not in gguf.MODEL_ARCH_NAMES.values():
+        return
     mapping = _weights_map(model, config, architecture)
     missing = _missing(model, mapping, sizes)
     if missing:
@@ -68,6 +76,38 @@ def refuse_foreign_tensors(
             f"{architecture!r} model it declares ({listed(other)}); the file is not the model "
             "its metadata describes"
         )
+
+
+def _refuse_integral(path: Path, types: dict[str, str], owner: str) -> None:
+    """The one line for tensors ``types`` (name: GGUF type) gives an integer type."""
+    integral = {f"{name} in {kind}" for name, kind in types.items() if kind in _INTEGRAL}
+    if integral:
+        raise UserInputError(
+            f"{owner}: {path} stores {len(integral)} of the model's weights as integers "
+            f"({listed(integral)}); transformers cannot dequantise them: the file is damaged or "
+            "not this model's"
+        )
+
+
+def _refuse_unnamed(path: Path, model: Any, owner: str) -> None:
+    """Refuse the GGUF file ``path`` whose configuration gives ``model`` (built on the meta
+    device) when transformers finds no GGUF names for that model's tensors, as its load looks
+    them up (its ``model_type`` in the gguf package's table of architectures: a file declaring
+    ``mistral``, which llama.cpp writes as ``llama``, has none). Another failure of that lookup
+    is left to the load."""
+    from transformers.modeling_gguf_pytorch_utils import TensorProcessor, get_gguf_hf_weights_map
+
+    try:
+        get_gguf_hf_weights_map(model, TensorProcessor())
+    except NotImplementedError:
+        model_type = model.config.model_type
+        raise UserInputError(
+            f"{owner}: {path} holds a {model_type!r} model, which transformers cannot read from "
+            f"GGUF (the gguf package names no tensors of a {model_type!r} model); convert the "
+            "original checkpoint instead, or give its Hugging Face directory"
+        ) from None
+    except Exception:  # transformers' internals of another release: the load says what fails
+        return
 
 
 def _weights_map(model: Any, config: Any, architecture: str) -> dict[str, str]:
