@@ -297,3 +297,50 @@ def test_a_users_file_kept_in_a_run_is_not_recorded_as_the_runs(
     notes.write_text("mine, edited\n", encoding="utf-8")
     code, stderr = cli(["report", str(out)])
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("damage", ["cut short", "files record removed", "a JSON list"])
+def test_a_damaged_summary_of_a_finished_decomposition_is_refused_not_read_as_no_record(
+    damage: str,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A finished run's ``summary.json`` cut short, edited (its record of the run's files
+    removed) or replaced had been read as recording no sha256, which switched off the check of
+    its ``provenance.json``: with that emptied too, a run over an edited corpus replaced the
+    finished one, exit 0. The summary is refused, naming it, by the run and its dry run alike;
+    ``--overwrite`` replaces the run."""
+    from hostile_helpers import assert_one_line, digests
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "docs.txt"
+    shutil.copy(corpus_txt, corpus)
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus), "--spans.counts", "20,5,5", "--out", str(out)]
+    args += ["--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    summary = out / "summary.json"
+    if damage == "cut short":
+        summary.write_text(summary.read_text(encoding="utf-8")[:-40], encoding="utf-8")
+    elif damage == "files record removed":
+        record = json.loads(summary.read_text(encoding="utf-8"))
+        del record["files"]
+        summary.write_text(json.dumps(record), encoding="utf-8")
+    else:
+        summary.write_text("[]", encoding="utf-8")
+    provenance = json.loads((out / "provenance.json").read_text(encoding="utf-8"))
+    (out / "provenance.json").write_text(json.dumps({**provenance, "models": {}}))
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\nanother document about the river and the city\n")
+    before = digests(out)
+    for dry_run in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *dry_run]), [str(summary), "is damaged", "--overwrite"])
+    assert digests(out) == before
+    code, stderr = cli([*args, "--overwrite"])
+    assert code == 0, stderr
