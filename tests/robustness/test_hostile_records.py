@@ -344,3 +344,22 @@ def test_a_damaged_summary_of_a_finished_decomposition_is_refused_not_read_as_no
     assert digests(out) == before
     code, stderr = cli([*args, "--overwrite"])
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("record", ['{"files": []}', '{"files": "model.safetensors"}'])
+def test_a_model_marker_whose_record_of_files_is_no_mapping_is_named(
+    record: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model directory's ``lmalgebra.json`` (written without its checksum, or torn) whose
+    record of the model's files is no mapping had ended a command that reads the model in a
+    traceback (``'list' object has no attribute 'items'``)."""
+    from hostile_helpers import assert_one_line
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    (model / "lmalgebra.json").write_text(record, encoding="utf-8")
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache")]
+    needles = ["model 'a'", str(model / "lmalgebra.json"), "is damaged", "no mapping"]
+    assert_one_line(*cli(args), needles)
+    assert not (tmp_path / "out").exists()
