@@ -363,3 +363,21 @@ def test_a_model_marker_whose_record_of_files_is_no_mapping_is_named(
     needles = ["model 'a'", str(model / "lmalgebra.json"), "is damaged", "no mapping"]
     assert_one_line(*cli(args), needles)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("record", ["{", "[]", '{"sha256": "x"}'])
+def test_a_damaged_record_of_a_dequantised_models_gguf_file_is_named(
+    record: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model directory holding a dequantised model's ``gguf.json`` (copied out of the cache)
+    whose record cannot be read, or names no file's sha256 or quantisation, had ended
+    ``decompose`` in a traceback as its fingerprint read the record."""
+    from hostile_helpers import assert_one_line
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    (model / "gguf.json").write_text(record, encoding="utf-8")
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.counts", "20,5,5"]
+    args += ["--out", str(tmp_path / "out"), "--cache_dir", str(tmp_path / "cache")]
+    assert_one_line(*cli(args), ["model 'a'", str(model / "gguf.json"), "is damaged"])
+    assert not (tmp_path / "out").exists()
