@@ -381,3 +381,37 @@ def test_a_damaged_record_of_a_dequantised_models_gguf_file_is_named(
     args += ["--out", str(tmp_path / "out"), "--cache_dir", str(tmp_path / "cache")]
     assert_one_line(*cli(args), ["model 'a'", str(model / "gguf.json"), "is damaged"])
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_file_written_again_at_its_size_and_time_is_recorded_and_checked(
+    teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model directory written again tells the files it wrote from those it left as they were
+    (a user's note) by what the file system says of them: a file written again in place (the
+    model's ``config.json``), of the same size, whose modification time came out the same (a
+    file system of coarse times, a clock set back) had been taken for one left as it was, and
+    was missing from ``lmalgebra.json``, so no later damage of it was ever seen. Its change
+    time tells it."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from lmalgebra.distill.layout import write_model_directory
+    from lmalgebra.sources.model_files import FILES_KEY, MARKER, model_damage
+
+    model = AutoModelForMaskedLM.from_pretrained(teacher_dirs["wp"])
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    target = tmp_path / "model"
+    write_model_directory(target, model, tokenizer, {"kind": "student"})
+    config = target / "config.json"
+    stamp = config.stat()
+    save = type(model).save_pretrained
+
+    def at_the_same_time(self: object, directory: Path, **options: object) -> None:
+        save(self, directory, **options)
+        os.utime(config, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+    monkeypatch.setattr(type(model), "save_pretrained", at_the_same_time)
+    write_model_directory(target, model, tokenizer, {"kind": "student"})
+    assert (config.stat().st_ino, config.stat().st_size) == (stamp.st_ino, stamp.st_size)
+    assert "config.json" in json.loads((target / MARKER).read_text())[FILES_KEY]
+    config.write_text(config.read_text().replace('"gelu"', '"relu"'))
+    assert "config.json is damaged" in str(model_damage(target))
