@@ -240,7 +240,8 @@ def test_a_gguf_file_whose_tensors_miss_layers_is_refused_and_not_cached(
 
 def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
     """A GGUF file of the tiny Llama with a tensor beyond its two layers (``extra``), of a name
-    no Llama has (``unknown``) or of half its size (``smaller``) written beside its own."""
+    no Llama has (``unknown``) or of half its size (``smaller``) written beside its own, or one
+    of its weights flattened (``flattened``: as many values, which the plan had passed)."""
     import numpy as np
 
     import gguf_fixtures
@@ -254,6 +255,8 @@ def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
             tensors["blk.2.attn_norm.weight"] = ones
         elif change == "unknown":
             tensors["foo.bar.weight"] = ones
+        elif change == "flattened":  # as many values, of other axes
+            tensors["blk.0.ffn_up.weight"] = tensors["blk.0.ffn_up.weight"].reshape(-1).copy()
         else:
             tensors["blk.0.attn_norm.weight"] = ones[:16].copy()
         return tensors
@@ -272,6 +275,7 @@ def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
         ("extra", "no place for (blk.2.attn_norm.weight)"),
         ("unknown", "no place for (foo.bar.weight)"),
         ("smaller", "other sizes than the 'llama' model it declares (blk.0.attn_norm.weight"),
+        ("flattened", "declares (blk.0.ffn_up.weight (file 2048, model 64x32))"),
     ],
 )
 def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and_run(
