@@ -297,3 +297,121 @@ def test_a_users_file_kept_in_a_run_is_not_recorded_as_the_runs(
     notes.write_text("mine, edited\n", encoding="utf-8")
     code, stderr = cli(["report", str(out)])
     assert code == 0, stderr
+
+
+@pytest.mark.parametrize("damage", ["cut short", "files record removed", "a JSON list"])
+def test_a_damaged_summary_of_a_finished_decomposition_is_refused_not_read_as_no_record(
+    damage: str,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cli,
+) -> None:
+    """A finished run's ``summary.json`` cut short, edited (its record of the run's files
+    removed) or replaced had been read as recording no sha256, which switched off the check of
+    its ``provenance.json``: with that emptied too, a run over an edited corpus replaced the
+    finished one, exit 0. The summary is refused, naming it, by the run and its dry run alike;
+    ``--overwrite`` replaces the run."""
+    from hostile_helpers import assert_one_line, digests
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "docs.txt"
+    shutil.copy(corpus_txt, corpus)
+    out = tmp_path / "out"
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus), "--spans.counts", "20,5,5", "--out", str(out)]
+    args += ["--no-progress"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    summary = out / "summary.json"
+    if damage == "cut short":
+        summary.write_text(summary.read_text(encoding="utf-8")[:-40], encoding="utf-8")
+    elif damage == "files record removed":
+        record = json.loads(summary.read_text(encoding="utf-8"))
+        del record["files"]
+        summary.write_text(json.dumps(record), encoding="utf-8")
+    else:
+        summary.write_text("[]", encoding="utf-8")
+    provenance = json.loads((out / "provenance.json").read_text(encoding="utf-8"))
+    (out / "provenance.json").write_text(json.dumps({**provenance, "models": {}}))
+    with corpus.open("a", encoding="utf-8") as handle:
+        handle.write("\nanother document about the river and the city\n")
+    before = digests(out)
+    for dry_run in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *dry_run]), [str(summary), "is damaged", "--overwrite"])
+    assert digests(out) == before
+    code, stderr = cli([*args, "--overwrite"])
+    assert code == 0, stderr
+
+
+@pytest.mark.parametrize("record", ['{"files": []}', '{"files": "model.safetensors"}'])
+def test_a_model_marker_whose_record_of_files_is_no_mapping_is_named(
+    record: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model directory's ``lmalgebra.json`` (written without its checksum, or torn) whose
+    record of the model's files is no mapping had ended a command that reads the model in a
+    traceback (``'list' object has no attribute 'items'``)."""
+    from hostile_helpers import assert_one_line
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    (model / "lmalgebra.json").write_text(record, encoding="utf-8")
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache")]
+    needles = ["model 'a'", str(model / "lmalgebra.json"), "is damaged", "no mapping"]
+    assert_one_line(*cli(args), needles)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("record", ["{", "[]", '{"sha256": "x"}'])
+def test_a_damaged_record_of_a_dequantised_models_gguf_file_is_named(
+    record: str, bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A model directory holding a dequantised model's ``gguf.json`` (copied out of the cache)
+    whose record cannot be read, or names no file's sha256 or quantisation, had ended
+    ``decompose`` in a traceback as its fingerprint read the record."""
+    from hostile_helpers import assert_one_line
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    (model / "gguf.json").write_text(record, encoding="utf-8")
+    args = ["decompose", "--models", f"a={model}", "--models", f"b={bert2_dir}", "-T", "8"]
+    args += ["--corpus.paths", str(corpus_txt), "--spans.counts", "20,5,5"]
+    args += ["--out", str(tmp_path / "out"), "--cache_dir", str(tmp_path / "cache")]
+    assert_one_line(*cli(args), ["model 'a'", str(model / "gguf.json"), "is damaged"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_file_written_again_at_its_size_and_time_is_recorded_and_checked(
+    teacher_dirs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model directory written again tells the files it wrote from those it left as they were
+    (a user's note) by what the file system says of them: a file written again in place (the
+    model's ``config.json``), of the same size, whose modification time came out the same (a
+    file system of coarse times, a clock set back) had been taken for one left as it was, and
+    was missing from ``lmalgebra.json``, so no later damage of it was ever seen. Its change
+    time tells it."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from lmalgebra.distill.layout import write_model_directory
+    from lmalgebra.sources.model_files import FILES_KEY, MARKER, model_damage
+
+    model = AutoModelForMaskedLM.from_pretrained(teacher_dirs["wp"])
+    tokenizer = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    target = tmp_path / "model"
+    write_model_directory(target, model, tokenizer, {"kind": "student"})
+    config = target / "config.json"
+    stamp = config.stat()
+    save = type(model).save_pretrained
+
+    def at_the_same_time(self: object, directory: Path, **options: object) -> None:
+        save(self, directory, **options)
+        os.utime(config, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+    monkeypatch.setattr(type(model), "save_pretrained", at_the_same_time)
+    write_model_directory(target, model, tokenizer, {"kind": "student"})
+    assert (config.stat().st_ino, config.stat().st_size) == (stamp.st_ino, stamp.st_size)
+    assert "config.json" in json.loads((target / MARKER).read_text())[FILES_KEY]
+    config.write_text(config.read_text().replace('"gelu"', '"relu"'))
+    assert "config.json is damaged" in str(model_damage(target))

@@ -240,7 +240,8 @@ def test_a_gguf_file_whose_tensors_miss_layers_is_refused_and_not_cached(
 
 def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
     """A GGUF file of the tiny Llama with a tensor beyond its two layers (``extra``), of a name
-    no Llama has (``unknown``) or of half its size (``smaller``) written beside its own."""
+    no Llama has (``unknown``) or of half its size (``smaller``) written beside its own, or one
+    of its weights flattened (``flattened``: as many values, which the plan had passed)."""
     import numpy as np
 
     import gguf_fixtures
@@ -254,6 +255,8 @@ def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
             tensors["blk.2.attn_norm.weight"] = ones
         elif change == "unknown":
             tensors["foo.bar.weight"] = ones
+        elif change == "flattened":  # as many values, of other axes
+            tensors["blk.0.ffn_up.weight"] = tensors["blk.0.ffn_up.weight"].reshape(-1).copy()
         else:
             tensors["blk.0.attn_norm.weight"] = ones[:16].copy()
         return tensors
@@ -272,6 +275,7 @@ def _foreign_gguf(llama: tuple[Any, Any], path: Path, change: str) -> Path:
         ("extra", "no place for (blk.2.attn_norm.weight)"),
         ("unknown", "no place for (foo.bar.weight)"),
         ("smaller", "other sizes than the 'llama' model it declares (blk.0.attn_norm.weight"),
+        ("flattened", "declares (blk.0.ffn_up.weight (file 2048, model 64x32))"),
     ],
 )
 def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and_run(
@@ -299,6 +303,48 @@ def test_a_gguf_file_with_tensors_not_of_its_architecture_is_refused_by_plan_and
     assert not gguf_entries.exists() or not [
         p for p in gguf_entries.iterdir() if not p.name.endswith(".lock")
     ]
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ("mistral", "holds a 'mistral' model, which transformers cannot read from GGUF"),
+        ("integers", "stores 1 of the model's weights as integers (blk.0.attn_norm.weight in I32)"),
+    ],
+)
+def test_a_gguf_file_transformers_cannot_dequantise_is_refused_by_plan_and_run(
+    llama,
+    corpus_txt: Path,
+    bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    change: str,
+    needle: str,
+    dry_run: bool,
+    cli,
+) -> None:
+    """A file declaring ``mistral`` (whose tensors the gguf package has no names for: llama.cpp
+    writes Mistral as ``llama``), and a weight stored as integers, which no GGUF dequantiser
+    reads: the dry run had planned both, exit 0, and the run failed in transformers' words."""
+    import numpy as np
+
+    import gguf_fixtures
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "odd.gguf"
+    if change == "mistral":
+        write_llama_gguf(*llama, path, architecture="mistral")
+    else:
+        own = gguf_fixtures._tensors
+        integral = {"blk.0.attn_norm.weight": np.ones(32, dtype=np.int32)}
+        monkeypatch.setattr(gguf_fixtures, "_tensors", lambda model: {**own(model), **integral})
+        write_llama_gguf(*llama, path)
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache"), *(["--dry-run"] if dry_run else [])]
+    assert_one_line(*cli(args), ["model 'a'", str(path), needle])
+    assert not (tmp_path / "out").exists()
 
 
 def _retyped(source: Path, target: Path, model_type: str) -> Path:
@@ -649,6 +695,23 @@ def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused
     init = InitModel(str(lacking), ModelRef.parse(str(lacking)), lacking, 2, None, {})
     with pytest.raises(UserInputError, match=rf"^student\.init {re.escape(repr(str(lacking)))}:"):
         init_student(init)
+
+
+def test_an_index_naming_no_weight_file_is_refused_by_the_plan_and_the_load(
+    bert_copy: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """A sharded checkpoint's index whose ``weight_map`` is empty, beside a shard: the dry run
+    had planned it, exit 0, and the run ended in transformers' ``list index out of range``."""
+    (bert_copy / "model.safetensors").rename(bert_copy / "model-00001-of-00001.safetensors")
+    index = bert_copy / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    args = ["decompose", "--models", f"a={bert_copy}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache")]
+    for dry_run in (["--dry-run"], []):
+        said = ["model 'a'", str(index), "names no weight file"]
+        assert_one_line(*cli([*args, *dry_run]), said)
+        assert not (tmp_path / "out").exists()
 
 
 def test_a_tensor_two_shards_hold_is_refused_by_the_plan_and_the_load(

@@ -340,16 +340,18 @@ def _shared_files(directory: Path) -> list[Path]:
     return [p for p in paths if p.is_file() and not p.is_symlink() and p.stat().st_nlink > 1]
 
 
-def _stamps(directory: Path) -> dict[str, tuple[int, int, int]]:
-    """Each regular file directly in ``directory`` by name: inode, size and modification time
-    (a file written again has another)."""
+def _stamps(directory: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Each regular file directly in ``directory`` by name: inode, size, modification and change
+    times (a file written again has another change time, which the kernel sets on every write:
+    its modification time can come out the same, on a file system of coarse times or a clock
+    set back, and a file written again in place had been taken for one left as it was)."""
     if not directory.is_dir():
         return {}
     found = {}
     for path in directory.iterdir():
         if path.is_file() and not path.is_symlink():
             stat = path.stat()
-            found[path.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            found[path.name] = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     return found
 
 

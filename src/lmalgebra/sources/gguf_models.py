@@ -111,8 +111,8 @@ def checked_gguf(path: Path, owner: str) -> tuple[dict[str, Any], Any]:
     architecture transformers cannot read and tensors that are not that model's."""
     reader, architecture = _opened(path, owner)
     config = _config(path, owner)
-    sizes = {t.name: int(t.n_elements) for t in reader.tensors}
-    refuse_foreign_tensors(path, config, architecture, sizes, owner)
+    tensors = {t.name: (tuple(map(int, t.shape)), t.tensor_type.name) for t in reader.tensors}
+    refuse_foreign_tensors(path, config, architecture, tensors, owner)
     gguf = _gguf_package(owner)
     file_type = reader.fields.get("general.file_type")
     try:

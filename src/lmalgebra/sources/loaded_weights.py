@@ -223,6 +223,8 @@ def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
     try:
         names = json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()
         files = [directory / str(name) for name in sorted(set(names))]
+        if not files:  # transformers fails on it with an IndexError, after the plan passed
+            raise ValueError("its weight_map names no weight file")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         if owner is None:
             return []

@@ -40,6 +40,8 @@ def model_damage(directory: Path) -> str | None:
     if unseal(marker, CHECK_KEY) is False:
         return f"{directory / MARKER} was edited since it was written (its sha256)"
     sums = marker.get(FILES_KEY, {})
+    if not isinstance(sums, dict):  # hand-written, or torn: no check to switch off
+        return f"{directory / MARKER} is damaged: its record of the model's files is no mapping"
     for name, digest in sums.items():
         path = directory / name
         if not path.is_file():

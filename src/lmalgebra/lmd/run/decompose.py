@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from lmalgebra.core.errors import OVERWRITE, UserInputError
-from lmalgebra.core.fingerprint import sha256_file, sha256_texts
+from lmalgebra.core.fingerprint import sha256_file, sha256_texts, unseal
 from lmalgebra.core.recipe_files import yaml_problem
 from lmalgebra.core.text_files import not_a_file, read_record, read_text
 from lmalgebra.distributed import any_rank, barrier, is_main
@@ -27,6 +27,7 @@ from lmalgebra.lmd.rundir.schema import (
     PROVENANCE,
     STATS_DIR,
     SUMMARY,
+    SUMMARY_CHECK,
     recordable,
     refuse_linked_directories,
 )
@@ -170,13 +171,39 @@ def owned_names(out: Path) -> tuple[str, ...]:
 
 def _recorded_sha256(path: Path) -> str | None:
     """The sha256 the finished run's ``summary.json`` records of its file ``path``; None when it
-    records none (a run of an older release) or cannot be read (named by ``report``)."""
-    try:
-        summary = json.loads(read_record(path.parent / SUMMARY))
-        digest = summary[FILES][path.name]["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    records none (a run of an older release, or no finished run). A damaged summary is refused
+    (``_recorded_files``)."""
+    record = _recorded_files(path.parent)
+    entry = record.get(path.name) if record is not None else None
+    digest = entry.get("sha256") if isinstance(entry, dict) else None
     return digest if isinstance(digest, str) else None
+
+
+def _recorded_files(out: Path) -> dict[str, Any] | None:
+    """The record of the run's files that the finished run's ``summary.json`` in ``out`` keeps
+    (None: no summary, or one of an older release, without the record). A summary that is no
+    JSON object, was edited since the run wrote it (its checksum) or whose record is no mapping
+    is refused, naming it: read as no record, it had switched off the comparison of the run's
+    ``provenance.json`` and ``config.yaml`` with the sha256 it records, and a run of other
+    inputs had replaced the finished one."""
+    path = out / SUMMARY
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(read_record(path))
+        if not isinstance(summary, dict):
+            raise ValueError("it holds no JSON object")
+        if unseal(summary, SUMMARY_CHECK) is False:
+            raise ValueError(f"edited since the run wrote it: its {SUMMARY_CHECK} is another")
+        record = summary.get(FILES)
+        if record is not None and not isinstance(record, dict):
+            raise ValueError(f"its record of the run's files ({FILES!r}) is no mapping")
+    except ValueError as err:  # not JSON, or bytes that are not UTF-8, too
+        raise UserInputError(
+            f"{path} is damaged ({err}): the finished run's records cannot be checked against "
+            f"it; restore it, write to another directory, or pass {OVERWRITE} to replace the run"
+        ) from None
+    return record
 
 
 def claim_copy(source: Path, target: Path, overwrite: bool) -> None:

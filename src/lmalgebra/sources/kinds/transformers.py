@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.fingerprint import sha256_json
+from lmalgebra.core.fingerprint import sha256_json, unseal
 from lmalgebra.core.precision import device_map_memory
 from lmalgebra.core.remote_code import (
     announce_remote_code,
@@ -23,7 +23,13 @@ from lmalgebra.core.remote_code import (
 )
 from lmalgebra.core.settings import home_expanded
 from lmalgebra.core.text_files import absent
-from lmalgebra.sources.gguf_models import GGUF_PREFIX, file_directory, read_provenance
+from lmalgebra.sources.gguf_models import (
+    GGUF_PREFIX,
+    PROVENANCE,
+    RECORD_CHECK,
+    file_directory,
+    read_provenance,
+)
 from lmalgebra.sources.hub import looks_local, snapshot
 from lmalgebra.sources.loaded_weights import (
     CHECKED_LOAD,
@@ -257,11 +263,7 @@ class TransformersModel(ReferencedModel):
         code = shipped_code(directory) if ref.trust_remote_code else []
         if code:  # the code it runs computes its outputs as much as its weights do
             hashes["code"] = memoised_hash(code, directory, memo_dir)
-        source = read_provenance(directory)
-        if source is not None:
-            hashes["gguf_sha256"] = str(source["sha256"])
-            hashes["quantisation"] = str(source["quantisation"])
-        return hashes
+        return {**hashes, **_gguf_origin(directory, f"model {ref.name!r}")}
 
     def shape(self, bytes_per_weight: int = 4) -> ModelShape:
         path = self.planning_path()
@@ -273,6 +275,30 @@ class TransformersModel(ReferencedModel):
         # the files' size stands in for an architecture the config does not describe
         weight_bytes = bytes_per_weight * total or on_disk
         return self._shape(width, layer, weight_bytes, hidden, intermediate)
+
+
+def _gguf_origin(directory: Path, owner: str) -> dict[str, str]:
+    """What a model dequantised from a GGUF file adds to its fingerprint, from the record
+    written beside it (:data:`PROVENANCE`): the file's sha256 (``gguf_sha256``) and its
+    ``quantisation``; none for a directory without that record. A record that cannot be read,
+    was edited since (its checksum) or names no file's sha256 is refused, naming it (``owner``
+    starts the message): a dequantised model copied out of the cache, its record damaged since,
+    had ended the command in a traceback."""
+    path = directory / PROVENANCE
+    if not path.is_file():
+        return {}
+    try:
+        record = read_provenance(directory) or {}
+        if unseal(record, RECORD_CHECK) is False:
+            raise ValueError(f"edited since it was written: its {RECORD_CHECK} is another")
+        if not isinstance(record["sha256"], str):
+            raise TypeError("its sha256 is no text")
+        return {"gguf_sha256": record["sha256"], "quantisation": str(record["quantisation"])}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserInputError(
+            f"{owner}: {path} is damaged ({type(err).__name__}: {err}): the GGUF file the model "
+            "was dequantised from cannot be read from it; restore it, or remove it"
+        ) from None
 
 
 def _refuse_unreadable_text(owner: str, shown: str, config: Any, found: Any) -> None:
