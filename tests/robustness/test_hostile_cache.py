@@ -3,12 +3,14 @@ the cache refuses with one line naming it (exit 2), before it writes a run marke
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
+from gguf_fixtures import tiny_llama, write_llama_gguf
 from hostile_helpers import assert_one_line, blocked
 from lmalgebra import UserInputError
 from lmalgebra.distill.vocab.mined_map import mined_map
@@ -443,3 +445,39 @@ def test_an_output_inside_the_caches_model_directories_is_refused_by_every_comma
     ):
         assert_one_line(*cli([*args, "--no-progress"]), needles)
         assert not out.exists()
+
+
+def _build_lock(cache: Path, gguf_file: Path) -> Path:
+    """The lock file a build of ``gguf_file``'s cache entry takes turns on."""
+    digest = hashlib.sha256(gguf_file.read_bytes()).hexdigest()
+    return cache / "gguf" / f".{gguf_file.stem}-{digest[:16]}.lock"
+
+
+@pytest.mark.parametrize("kind", ["link to nothing", "fifo", "directory"])
+def test_a_cache_build_lock_that_is_no_regular_file_is_refused_by_run_and_plan(
+    kind: str, gpt2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """The lock a GGUF model's build takes beside its cache entry (``gguf/.NAME.lock``) a link
+    to nothing, a FIFO or a directory: one line naming it, from the run and its dry run (which
+    had planned it). Through the link the lock had been made as a file where it pointed,
+    outside the cache."""
+    model, tokenizer = tiny_llama()
+    gguf_file = write_llama_gguf(model, tokenizer, tmp_path / "tiny.gguf")
+    cache = tmp_path / "cache"
+    lock = _build_lock(cache, gguf_file)
+    lock.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.lock"
+    if kind == "link to nothing":
+        lock.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    args = ["decompose", "--models", f"a=gguf:{gguf_file}", "--models", f"b={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
+    for flags in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *flags]), [f"lock file {lock}", "remove it"])
+        assert not target.exists()
+        assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in lock.parent.iterdir()) == [lock.name]

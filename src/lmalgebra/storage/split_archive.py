@@ -28,18 +28,36 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.storage.atomic import make_directories
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.lockfile import lock_refusal, open_lock_file
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 22
 
 
+def build_lock(target: Path) -> Path:
+    """The lock file the builders of ``target`` take turns on (``.NAME.lock`` beside it)."""
+    return target.parent / f".{target.name}.lock"
+
+
+def build_lock_refusal(target: Path) -> str | None:
+    """How a build of ``target`` refuses its lock file (a link, a directory, a FIFO), found
+    without opening it (a plan, which builds nothing, refuses what the build would), or None."""
+    path = build_lock(target)
+    if path.is_file() and not path.is_symlink():
+        return None  # a hard link too: the build writes nothing into its lock
+    return lock_refusal(path)
+
+
 @contextlib.contextmanager
 def _exclusive(path: Path) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path``, waiting for it; yields False where the
-    filesystem has no locks (then concurrent assemblies are not serialised, only wasteful)."""
+    filesystem has no locks (then concurrent assemblies are not serialised, only wasteful). A
+    link, a directory or a FIFO there is refused as a run's lock file is (a hard link is not:
+    nothing is written into it): opened through a link to nothing, the lock had been made as a
+    file where the link pointed."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:  # a cache directory made read-only, a link to nothing in its place
+        fd = open_lock_file(path, written=False)
+    except OSError as err:  # a cache directory made read-only
         raise UserInputError(f"cannot open the lock file {path}: {err.strerror or err}") from err
     try:
         try:
@@ -178,7 +196,7 @@ def build_once(
         return _built(target, build, what, usable)
     except BaseException:
         if made:  # a refused build leaves no cache directory of its lock alone behind
-            (target.parent / f".{target.name}.lock").unlink(missing_ok=True)
+            build_lock(target).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 for directory in made:
                     directory.rmdir()
@@ -189,7 +207,7 @@ def _built(
     target: Path, build: Callable[[Path], Path], what: str, usable: Callable[[], bool]
 ) -> Path:
     """:func:`build_once`'s work once ``target``'s directory is there."""
-    with _exclusive(target.parent / f".{target.name}.lock") as locked:
+    with _exclusive(build_lock(target)) as locked:
         if usable():  # built by the process we waited for
             return target
         if locked:  # we are the only builder: any temporary is a leftover of a killed one
