@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -481,3 +482,100 @@ def test_a_cache_build_lock_that_is_no_regular_file_is_refused_by_run_and_plan(
         assert not target.exists()
         assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in lock.parent.iterdir()) == [lock.name]
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.mkdir()
+    (path / "x").write_text("x")
+
+
+def _link_to_nothing(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.symlink_to(path.with_name("gone"))
+
+
+def _first(cache: Path, pattern: str) -> Path:
+    return sorted(cache.glob(pattern))[0]
+
+
+# what no writer of the cache leaves, in place of an entry (or of a file in it)
+_MISPLACED = {
+    "span plan a fifo": ("spans/*.safetensors", _fifo),
+    "span plan a directory": ("spans/*.safetensors", _directory),
+    "remembered hash a fifo": ("hashes/*.hash", _fifo),
+    "architecture check a directory": ("hashes/architecture-*.checked", _directory),
+    "embeddings folder a file": ("embeddings/??", lambda p: (shutil.rmtree(p), p.write_text("x"))),
+    "embedding entry a link to nothing": ("embeddings/??/*", _link_to_nothing),
+    "embedding manifest a fifo": ("embeddings/??/*/manifest.json", _fifo),
+    "embedding shard a directory": ("embeddings/??/*/shard-00000.safetensors", _directory),
+}
+
+
+_ARGS = ["-T", "8", "--spans.counts", "20,5,5", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def cached_decomposition(
+    tmp_path_factory: pytest.TempPathFactory, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
+) -> tuple[Path, Path]:
+    """A decomposition's cache and its run."""
+    import lmalgebra
+
+    root = tmp_path_factory.mktemp("cached")
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    options = {"cache_dir": str(root / "cache"), "spans": spans, "progress": False}
+    lmalgebra.decompose(models, str(corpus_txt), out=root / "out", **options)
+    return root / "cache", root / "out"
+
+
+@pytest.mark.parametrize("damage", list(_MISPLACED))
+def test_what_no_cache_writer_leaves_in_an_entry_is_built_again_and_passed_by_the_dry_run(
+    damage: str,
+    cached_decomposition: tuple[Path, Path],
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    cli,
+) -> None:
+    """A FIFO, a directory or a link to nothing in place of a cache entry (or a file in it):
+    the run had refused it in one line, which its dry run (which reads no entry) had passed;
+    it is built again, and the run's results are those of the intact cache."""
+    source, reference = cached_decomposition
+    cache = tmp_path / "cache"
+    shutil.copytree(source, cache, symlinks=True)
+    pattern, damaged = _MISPLACED[damage]
+    damaged(_first(cache, pattern))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), *_ARGS, "--cache_dir", str(cache)]
+    args += ["--out", str(tmp_path / "out")]
+    before = sorted(cache.rglob("*"))
+    code, stderr = cli([*args, "--dry-run"])
+    assert code == 0, stderr
+    assert sorted(cache.rglob("*")) == before  # the dry run wrote, and moved, nothing
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    for table in ("pairwise_r2_test.csv", "group_r2.csv"):
+        assert (tmp_path / "out" / table).read_text() == (reference / table).read_text()
+
+
+def test_a_token_map_in_place_of_which_stands_a_fifo_is_computed_again(
+    teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A FIFO in place of a cached MinED map had been refused in one line by causal training,
+    which its dry run had passed; the map is computed again."""
+    teacher = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    student = AutoTokenizer.from_pretrained(teacher_dirs["sp"])
+    first = mined_map(teacher, student, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("mined-*.safetensors")
+    _fifo(path)
+    again = mined_map(teacher, student, cache_dir=tmp_path)
+    assert again.student_ids.tolist() == first.student_ids.tolist()
+    assert path.is_file()

@@ -134,12 +134,40 @@ def unpack_into(parts: Sequence[Path], sha256: str, work: Path, *, what: str, re
     return _build(parts, sha256, work, what, remedy)
 
 
-def _set_aside(target: Path) -> None:
-    """Move the damaged ``target`` out of the way (renamed, then removed); a directory that
-    will not let it move (not writable) is one line naming both."""
+def misplaced(path: Path, directory: bool) -> str | None:
+    """What stands at ``path`` where the cache keeps a file (``directory=False``) or a
+    directory of its own, when it is nothing the cache writes there: a link to nothing or in a
+    loop, a FIFO, a socket or a device, the other of a file and a directory, and in a file's
+    place any link (a write renames a file over the link). None when it is what the cache
+    writes, or nothing."""
+    if not path.is_symlink() and not path.exists():
+        return None
+    if path.is_symlink() and (not directory or not path.is_dir()):
+        return f"a symbolic link to {path.readlink()}"
+    if directory:
+        return None if path.is_dir() else ("a file" if path.is_file() else "a special file")
+    return None if path.is_file() else ("a directory" if path.is_dir() else "a special file")
+
+
+def clear_misplaced(path: Path, directory: bool, what: str) -> None:
+    """Move aside what :func:`misplaced` finds at ``path`` in the cache, so the entry is built
+    again (as a damaged one is) rather than refused: no writer of the cache leaves it, and a
+    dry run, which writes nothing, had passed it."""
+    kind = misplaced(path, directory)
+    if kind is not None:
+        log.warning("%s %s is %s; building it again", what, path, kind)
+        set_aside(path)
+
+
+def set_aside(target: Path) -> None:
+    """Move the damaged ``target`` out of the way (renamed, then removed; gone meanwhile,
+    moved by another process, it is left to it); a directory that will not let it move (not
+    writable) is one line naming both."""
     aside = target.parent / f".{target.name}.tmp-damaged-{os.getpid()}"
     try:
         target.rename(aside)
+    except FileNotFoundError:
+        return
     except OSError as err:
         raise UserInputError(
             f"cannot build {target} again (it is damaged): {target.parent} will not let it "
@@ -215,7 +243,7 @@ def _built(
                 _remove_tree(stale)
         if target.exists() or target.is_symlink():  # damaged, or a file in its place
             log.warning("%s in %s is damaged; building it again", what, target)
-            _set_aside(target)
+            set_aside(target)
         work = target.parent / f".{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         try:
