@@ -3,12 +3,15 @@ the cache refuses with one line naming it (exit 2), before it writes a run marke
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer
 
+from gguf_fixtures import tiny_llama, write_llama_gguf
 from hostile_helpers import assert_one_line, blocked
 from lmalgebra import UserInputError
 from lmalgebra.distill.vocab.mined_map import mined_map
@@ -443,3 +446,136 @@ def test_an_output_inside_the_caches_model_directories_is_refused_by_every_comma
     ):
         assert_one_line(*cli([*args, "--no-progress"]), needles)
         assert not out.exists()
+
+
+def _build_lock(cache: Path, gguf_file: Path) -> Path:
+    """The lock file a build of ``gguf_file``'s cache entry takes turns on."""
+    digest = hashlib.sha256(gguf_file.read_bytes()).hexdigest()
+    return cache / "gguf" / f".{gguf_file.stem}-{digest[:16]}.lock"
+
+
+@pytest.mark.parametrize("kind", ["link to nothing", "fifo", "directory"])
+def test_a_cache_build_lock_that_is_no_regular_file_is_refused_by_run_and_plan(
+    kind: str, gpt2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+) -> None:
+    """The lock a GGUF model's build takes beside its cache entry (``gguf/.NAME.lock``) a link
+    to nothing, a FIFO or a directory: one line naming it, from the run and its dry run (which
+    had planned it). Through the link the lock had been made as a file where it pointed,
+    outside the cache."""
+    model, tokenizer = tiny_llama()
+    gguf_file = write_llama_gguf(model, tokenizer, tmp_path / "tiny.gguf")
+    cache = tmp_path / "cache"
+    lock = _build_lock(cache, gguf_file)
+    lock.parent.mkdir(parents=True)
+    target = tmp_path / "elsewhere.lock"
+    if kind == "link to nothing":
+        lock.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    args = ["decompose", "--models", f"a=gguf:{gguf_file}", "--models", f"b={gpt2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
+    args += ["--cache_dir", str(cache), "--no-progress", "--out", str(tmp_path / "out")]
+    for flags in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *flags]), [f"lock file {lock}", "remove it"])
+        assert not target.exists()
+        assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in lock.parent.iterdir()) == [lock.name]
+
+
+def _fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def _directory(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.mkdir()
+    (path / "x").write_text("x")
+
+
+def _link_to_nothing(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    path.symlink_to(path.with_name("gone"))
+
+
+def _first(cache: Path, pattern: str) -> Path:
+    return sorted(cache.glob(pattern))[0]
+
+
+# what no writer of the cache leaves, in place of an entry (or of a file in it)
+_MISPLACED = {
+    "span plan a fifo": ("spans/*.safetensors", _fifo),
+    "span plan a directory": ("spans/*.safetensors", _directory),
+    "remembered hash a fifo": ("hashes/*.hash", _fifo),
+    "architecture check a directory": ("hashes/architecture-*.checked", _directory),
+    "embeddings folder a file": ("embeddings/??", lambda p: (shutil.rmtree(p), p.write_text("x"))),
+    "embedding entry a link to nothing": ("embeddings/??/*", _link_to_nothing),
+    "embedding manifest a fifo": ("embeddings/??/*/manifest.json", _fifo),
+    "embedding shard a directory": ("embeddings/??/*/shard-00000.safetensors", _directory),
+}
+
+
+_ARGS = ["-T", "8", "--spans.counts", "20,5,5", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def cached_decomposition(
+    tmp_path_factory: pytest.TempPathFactory, bert_dir: Path, bert2_dir: Path, corpus_txt: Path
+) -> tuple[Path, Path]:
+    """A decomposition's cache and its run."""
+    import lmalgebra
+
+    root = tmp_path_factory.mktemp("cached")
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    spans = {"length": 8, "counts": (20, 5, 5)}
+    options = {"cache_dir": str(root / "cache"), "spans": spans, "progress": False}
+    lmalgebra.decompose(models, str(corpus_txt), out=root / "out", **options)
+    return root / "cache", root / "out"
+
+
+@pytest.mark.parametrize("damage", list(_MISPLACED))
+def test_what_no_cache_writer_leaves_in_an_entry_is_built_again_and_passed_by_the_dry_run(
+    damage: str,
+    cached_decomposition: tuple[Path, Path],
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    cli,
+) -> None:
+    """A FIFO, a directory or a link to nothing in place of a cache entry (or a file in it):
+    the run had refused it in one line, which its dry run (which reads no entry) had passed;
+    it is built again, and the run's results are those of the intact cache."""
+    source, reference = cached_decomposition
+    cache = tmp_path / "cache"
+    shutil.copytree(source, cache, symlinks=True)
+    pattern, damaged = _MISPLACED[damage]
+    damaged(_first(cache, pattern))
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), *_ARGS, "--cache_dir", str(cache)]
+    args += ["--out", str(tmp_path / "out")]
+    before = sorted(cache.rglob("*"))
+    code, stderr = cli([*args, "--dry-run"])
+    assert code == 0, stderr
+    assert sorted(cache.rglob("*")) == before  # the dry run wrote, and moved, nothing
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    for table in ("pairwise_r2_test.csv", "group_r2.csv"):
+        assert (tmp_path / "out" / table).read_text() == (reference / table).read_text()
+
+
+def test_a_token_map_in_place_of_which_stands_a_fifo_is_computed_again(
+    teacher_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    """A FIFO in place of a cached MinED map had been refused in one line by causal training,
+    which its dry run had passed; the map is computed again."""
+    teacher = AutoTokenizer.from_pretrained(teacher_dirs["wp"])
+    student = AutoTokenizer.from_pretrained(teacher_dirs["sp"])
+    first = mined_map(teacher, student, cache_dir=tmp_path)
+    (path,) = tmp_path.glob("mined-*.safetensors")
+    _fifo(path)
+    again = mined_map(teacher, student, cache_dir=tmp_path)
+    assert again.student_ids.tolist() == first.student_ids.tolist()
+    assert path.is_file()

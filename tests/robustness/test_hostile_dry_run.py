@@ -708,3 +708,53 @@ def test_a_study_setting_out_of_range_is_named_by_its_key(
     needles = [f"command line: {flag}: ", said]
     models = {"a": bert_dir, "b": bert2_dir}
     refused_before_embedding(cli, models, corpus_txt, flags, needles, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("file", "command"),
+    [
+        ("examples/xx/manifest.json", "prepare"),
+        ("masked/yy/sp/shard-00000.arrow", "prepare"),
+        ("topk/yy/sp/manifest.json", "teach"),
+        ("vocab/vocab_union.json", "vocab"),
+        ("vocab/complete.json", "run"),
+    ],
+)
+def test_a_fifo_in_place_of_a_file_a_stage_writes_again_is_refused_by_its_dry_run_too(
+    file: str, command: str, tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A FIFO in place of a shard set's manifest or shard, or of a vocabulary's file: no stage
+    reads it, so the stage writes it again and refuses it there in one line; its dry run had
+    planned the run."""
+    from hostile_helpers import built_store
+
+    recipe = str(built_store(tmp_path, teacher_dirs))
+    place = tmp_path / "run" / file
+    place.unlink()
+    os.mkfifo(place)
+    quiet = [] if command == "vocab" else ["--no-progress"]  # vocab shows no progress
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", command, recipe, *quiet, *flags])
+        assert_one_line(code, stderr, [str(place), "is not a regular file"])
+
+
+def test_a_fifo_among_a_students_model_files_is_refused_before_training(
+    tmp_path: Path, teacher_dirs: dict[str, Path], cli
+) -> None:
+    """A FIFO in place of a saved student's ``config.json``: ``merge train --restart`` trained
+    every step, then refused it as it saved the model; its dry run had planned the run. Both
+    refuse it first."""
+    from hostile_helpers import built_store
+
+    recipe = str(built_store(tmp_path, teacher_dirs))
+    assert cli(["merge", "train", recipe, "--no-progress"])[0] == 0
+    student = tmp_path / "run" / "student"
+    (student / "model" / "config.json").unlink()
+    os.mkfifo(student / "model" / "config.json")
+    checkpoints = {p.name: p.stat().st_mtime_ns for p in (student / "checkpoints").iterdir()}
+    for flags in (["--dry-run"], []):
+        code, stderr = cli(["merge", "train", recipe, "--restart", "--no-progress", *flags])
+        assert_one_line(code, stderr, [str(student / "model" / "config.json"), "FIFO"])
+    assert {p.name: p.stat().st_mtime_ns for p in (student / "checkpoints").iterdir()} == (
+        checkpoints
+    )

@@ -847,6 +847,24 @@ def test_pretrain_resumes_into_its_own_unfinished_directory(
     assert (out / "lmalgebra.json").is_file()
 
 
+def test_pretrain_refuses_a_fifo_among_its_models_files_before_training(
+    cli: Runner, corpus_txt: Path, tmp_path: Path
+) -> None:
+    """A FIFO in place of the ``config.json`` of the model ``pretrain --restart`` trains again:
+    it trained every step, then refused it as it saved the model; refused before the first."""
+    out = tmp_path / "teacher"
+    pretrain = ["pretrain", "masked", "--corpus.paths", str(corpus_txt), "--language", "xx"]
+    pretrain += ["--tokenizer.vocab_size", "100", "--no-progress", "--out", str(out)]
+    code, err = cli(*pretrain, "--training.steps", "1")
+    assert code == 0, err
+    (out / "config.json").unlink()
+    os.mkfifo(out / "config.json")
+    log = (out / "training" / "train_log.jsonl").read_text(encoding="utf-8")
+    code, err = cli(*pretrain, "--training.steps", "2", "--restart")
+    assert_one_line(code, err, [str(out / "config.json"), "FIFO"])
+    assert (out / "training" / "train_log.jsonl").read_text(encoding="utf-8") == log
+
+
 def test_a_users_file_is_not_replaced_by_a_report_or_a_span_list(
     cli: Runner,
     finished_run: Path,

@@ -31,6 +31,7 @@ from lmalgebra.distill.layout import (
     RunLayout,
     check_student_name,
     is_complete,
+    refuse_special_entries,
     saved_steps,
     saved_training,
 )
@@ -48,8 +49,10 @@ from lmalgebra.distill.run.evaluation_record import record_problems
 from lmalgebra.distill.run.inspection import RunInspection
 from lmalgebra.distill.run.verify import verify_run
 from lmalgebra.distill.teachers import inference_setup
+from lmalgebra.distill.vocab.union import MAPS_FILE, META_FILE, REPORT
 from lmalgebra.sources.model_files import MARKER, SAVING
 from lmalgebra.storage.atomic import refuse_unwritable
+from lmalgebra.storage.completion import STAMP
 from lmalgebra.storage.lockfile import lock_file_refusal, refuse_nested, refuse_other_kind
 from lmalgebra.storage.output_paths import (
     KIND_MARKERS,
@@ -362,7 +365,9 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
     evaluation's rows of the two would be one model's; and one whose directory in the run, or
     its model's, checkpoints' or best weights', is something else (a file, a FIFO, a link to
     nothing), which training would fail to create after its steps, or (below the student's own
-    directory) a link, through which training would replace the directory it names."""
+    directory) a link, through which training would replace the directory it names; and a link
+    or a FIFO among its model's files, which saving the model (after every step) and its card
+    refuse."""
     for name in names:
         check_student_name(name)
         student = RunLayout(recipe.output_dir).student(name)
@@ -386,6 +391,7 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                 "not remove the link; remove the link"
             )
         _refuse_other_model(recipe, student / MODEL)
+        refuse_special_entries(student / MODEL)  # as saving it refuses them, after the steps
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
@@ -536,7 +542,9 @@ def _written_parts(objective: Objective, stages: Sequence[Stage]) -> list[Path]:
 def refuse_parts_in_the_way(objective: Objective, stages: Sequence[Stage]) -> None:
     """Refuse, in one line naming it, a file (a FIFO, a link to nothing) where ``stages`` write
     a directory of the run, or where a folder above one is: the stage cannot write there (a dry
-    run, which writes nothing, had planned it)."""
+    run, which writes nothing, had planned it); and in such a directory, what the stage's write
+    refuses where it writes a file again (a FIFO, a directory, a link to nothing in place of a
+    manifest, a shard, a vocabulary's file: no stage reads one, so each is written again)."""
     root = objective.layout.root
     for part in _written_parts(objective, stages):
         for place in [part, *part.parents]:
@@ -547,6 +555,26 @@ def refuse_parts_in_the_way(objective: Objective, stages: Sequence[Stage]) -> No
                     f"cannot write {part}: {place} {not_a_directory(place)}; remove it, then "
                     "run again"
                 )
+        if part.is_dir():
+            for entry in sorted(part.iterdir()):
+                if _rewritten(entry.name) and _unreadable(entry):
+                    refuse_unwritable(entry)
+
+
+_VOCABULARY_FILES = (MAPS_FILE, META_FILE, REPORT, STAMP, "tokenizer.json")
+
+
+def _rewritten(name: str) -> bool:
+    """Whether a stage writes the file ``name`` of its directory again when it cannot read it:
+    a shard set's manifest (and its parts) and shards, the vocabulary's checksummed files."""
+    return name.startswith(("manifest.", "shard-")) or name in _VOCABULARY_FILES
+
+
+def _unreadable(entry: Path) -> bool:
+    """A directory, a FIFO, a socket, a device or a link to nothing at ``entry``."""
+    if entry.is_symlink() and not entry.exists():
+        return True
+    return entry.exists() and not entry.is_file()
 
 
 def inspect_run(run_dir: Path) -> RunInspection:

@@ -31,7 +31,7 @@ from lmalgebra.sources.loaded_weights import CHECKED_LOAD, refuse_incomplete
 from lmalgebra.sources.model_files import memoised_hash
 from lmalgebra.storage.atomic import as_created
 from lmalgebra.storage.output_paths import cache_directory, check_directory
-from lmalgebra.storage.split_archive import build_once, checked_file
+from lmalgebra.storage.split_archive import build_lock_refusal, build_once, checked_file
 
 GGUF_PREFIX = "gguf:"
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ def _planning_directory(file: Path, owner: str) -> Path:
     target = _cache_directory(file.stem, sha256)
     if target.is_dir() and _checked(target, remember=False, sha256=sha256):
         return target
-    refuse_unwritable_part(target.parent)
+    refuse_unwritable_part(target)
     return _described(file, owner, scratch())
 
 
@@ -255,20 +255,23 @@ def planning_directory(parts: list[Path], name: str, sha256: str, owner: str, re
     target = _cache_directory(Path(name).stem, sha256)
     if target.is_dir() and _checked(target, remember=False, sha256=sha256):
         return target
-    refuse_unwritable_part(target.parent)
+    refuse_unwritable_part(target)
     _gguf_package(owner)
     work = scratch()
     return _described(checked_file(parts, work, name, sha256, owner, remedy), owner, work / "plan")
 
 
-def refuse_unwritable_part(part: Path) -> None:
-    """What the run refuses of the cache's directory ``part`` (``gguf/``, ``packaged/``) it
-    would build a model into, refused by a plan, which builds it elsewhere: a file, a link to
-    nothing, no permission (the dry run had passed them)."""
+def refuse_unwritable_part(target: Path) -> None:
+    """What the run refuses of the cache's entry ``target`` it would build a model into,
+    refused by a plan, which builds it elsewhere: its directory (``gguf/``, ``packaged/``) a
+    file, a link to nothing or without permission, and the build's lock file beside it a link,
+    a directory or a FIFO (the dry run had passed them)."""
     try:
-        check_directory(part, "cache directory")
+        check_directory(target.parent, "cache directory")
     except UserInputError as err:
         raise UserInputError(f"{err} (the run builds the model there)") from None
+    if (refusal := build_lock_refusal(target)) is not None:
+        raise UserInputError(refusal)
 
 
 SCRATCH_PREFIX = "lmalgebra-plan-"

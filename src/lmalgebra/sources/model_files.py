@@ -9,6 +9,7 @@ still seen.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_files, sha256_json, unseal
 from lmalgebra.core.text_files import not_a_file, read_json_object
 from lmalgebra.storage.atomic import write_text_atomic
+from lmalgebra.storage.split_archive import misplaced
 
+log = logging.getLogger(__name__)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx")
 MARKER = "lmalgebra.json"  # in a model directory written here: what made it; written last
 # in a model directory being written here, from before its first file to after the marker: a
@@ -119,8 +122,12 @@ def memoised_hash(
 def remember_memo(memo: Path, text: str) -> None:
     """Write ``memo`` (a remembered hash or check) where this process may write: one of a place
     it may only read (a read-only run that ``merge verify`` checks, a shared cache, a read-only
-    mount) is not written, and is computed again next time; anything else in the way is named
-    by the write."""
+    mount) is not written, and is computed again next time, as is one whose place holds what no
+    writer of memos leaves (a FIFO, a directory, a link: the run had refused it, which its dry
+    run, writing nothing, had passed); anything else in the way is named by the write."""
+    if (kind := misplaced(memo, directory=False)) is not None:
+        log.warning("remembered hash %s is %s: not written, computed again next time", memo, kind)
+        return
     directory = memo.parent
     found = next((p for p in (directory, *directory.parents) if p.exists()), directory)
     if not found.is_dir() or os.access(found, os.W_OK | os.X_OK):

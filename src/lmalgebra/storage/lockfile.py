@@ -73,8 +73,8 @@ def _refuse_lock_file(path: Path, kind: str) -> NoReturn:
 
 def _lock_file_text(path: Path, kind: str, why: str = "not a regular file") -> str:
     return (
-        f"lock file {path} is {kind}, {why}: lmalgebra writes its lock there "
-        "(and removes it when done); remove it, then run again"
+        f"lock file {path} is {kind}, {why}: lmalgebra writes its lock there; "
+        "remove it, then run again"
     )
 
 
@@ -89,7 +89,11 @@ def lock_file_refusal(directory: Path) -> str | None:
     """How every writer of ``directory`` refuses its lock file, found without opening it (a
     link, a directory, a FIFO, a socket or a device there), or None (``merge verify``, which
     writes nothing, names what the next stage would refuse)."""
-    path = directory / LOCK_NAME
+    return lock_refusal(directory / LOCK_NAME)
+
+
+def lock_refusal(path: Path) -> str | None:
+    """:func:`lock_file_refusal` of the lock file ``path``, wherever it lies."""
     if path.is_symlink():
         return _lock_file_text(path, f"a symbolic link to {path.readlink()}")
     if path.is_dir():
@@ -101,12 +105,14 @@ def lock_file_refusal(directory: Path) -> str | None:
     return None
 
 
-def _open_lock_file(path: Path) -> int:
-    """Open (or create) the lock file, never through a link (the file it names would be
-    written over) nor into a FIFO (opening it waits for a writer): anything but a regular file
-    there is refused, naming it."""
+def open_lock_file(path: Path, written: bool = True) -> int:
+    """Open (or create) the lock file ``path`` (a run directory's, or the cache's beside an
+    entry it builds), never through a link (the file it names would be written over, or made
+    where the link points) nor into a FIFO (opening it waits for a writer): anything but a
+    regular file there is refused, naming it. ``written``: the holder writes its record into
+    the file, so a hard link (another name of a file kept elsewhere) is refused too."""
     if path.is_symlink() or path.is_dir():
-        raise UserInputError(lock_file_refusal(path.parent))
+        raise UserInputError(str(lock_refusal(path)))
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
     except OSError as err:
@@ -117,7 +123,7 @@ def _open_lock_file(path: Path) -> int:
     if not stat.S_ISREG(found.st_mode):
         os.close(fd)
         _refuse_lock_file(path, "a FIFO, socket or device")
-    if found.st_nlink > 1:
+    if written and found.st_nlink > 1:
         os.close(fd)
         raise UserInputError(_linked(path, found.st_nlink))
     return fd
@@ -127,7 +133,7 @@ def _try_lock(directory: Path, command: str) -> int | None:
     """The descriptor of the locked file; raises ``DirectoryInUseError`` when it is taken."""
     path = directory / LOCK_NAME
     while True:
-        fd = _open_lock_file(path)
+        fd = open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

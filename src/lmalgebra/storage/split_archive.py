@@ -28,18 +28,36 @@ from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.storage.atomic import make_directories
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.lockfile import lock_refusal, open_lock_file
 
 log = logging.getLogger(__name__)
 _CHUNK = 1 << 22
 
 
+def build_lock(target: Path) -> Path:
+    """The lock file the builders of ``target`` take turns on (``.NAME.lock`` beside it)."""
+    return target.parent / f".{target.name}.lock"
+
+
+def build_lock_refusal(target: Path) -> str | None:
+    """How a build of ``target`` refuses its lock file (a link, a directory, a FIFO), found
+    without opening it (a plan, which builds nothing, refuses what the build would), or None."""
+    path = build_lock(target)
+    if path.is_file() and not path.is_symlink():
+        return None  # a hard link too: the build writes nothing into its lock
+    return lock_refusal(path)
+
+
 @contextlib.contextmanager
 def _exclusive(path: Path) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path``, waiting for it; yields False where the
-    filesystem has no locks (then concurrent assemblies are not serialised, only wasteful)."""
+    filesystem has no locks (then concurrent assemblies are not serialised, only wasteful). A
+    link, a directory or a FIFO there is refused as a run's lock file is (a hard link is not:
+    nothing is written into it): opened through a link to nothing, the lock had been made as a
+    file where the link pointed."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:  # a cache directory made read-only, a link to nothing in its place
+        fd = open_lock_file(path, written=False)
+    except OSError as err:  # a cache directory made read-only
         raise UserInputError(f"cannot open the lock file {path}: {err.strerror or err}") from err
     try:
         try:
@@ -116,12 +134,40 @@ def unpack_into(parts: Sequence[Path], sha256: str, work: Path, *, what: str, re
     return _build(parts, sha256, work, what, remedy)
 
 
-def _set_aside(target: Path) -> None:
-    """Move the damaged ``target`` out of the way (renamed, then removed); a directory that
-    will not let it move (not writable) is one line naming both."""
+def misplaced(path: Path, directory: bool) -> str | None:
+    """What stands at ``path`` where the cache keeps a file (``directory=False``) or a
+    directory of its own, when it is nothing the cache writes there: a link to nothing or in a
+    loop, a FIFO, a socket or a device, the other of a file and a directory, and in a file's
+    place any link (a write renames a file over the link). None when it is what the cache
+    writes, or nothing."""
+    if not path.is_symlink() and not path.exists():
+        return None
+    if path.is_symlink() and (not directory or not path.is_dir()):
+        return f"a symbolic link to {path.readlink()}"
+    if directory:
+        return None if path.is_dir() else ("a file" if path.is_file() else "a special file")
+    return None if path.is_file() else ("a directory" if path.is_dir() else "a special file")
+
+
+def clear_misplaced(path: Path, directory: bool, what: str) -> None:
+    """Move aside what :func:`misplaced` finds at ``path`` in the cache, so the entry is built
+    again (as a damaged one is) rather than refused: no writer of the cache leaves it, and a
+    dry run, which writes nothing, had passed it."""
+    kind = misplaced(path, directory)
+    if kind is not None:
+        log.warning("%s %s is %s; building it again", what, path, kind)
+        set_aside(path)
+
+
+def set_aside(target: Path) -> None:
+    """Move the damaged ``target`` out of the way (renamed, then removed; gone meanwhile,
+    moved by another process, it is left to it); a directory that will not let it move (not
+    writable) is one line naming both."""
     aside = target.parent / f".{target.name}.tmp-damaged-{os.getpid()}"
     try:
         target.rename(aside)
+    except FileNotFoundError:
+        return
     except OSError as err:
         raise UserInputError(
             f"cannot build {target} again (it is damaged): {target.parent} will not let it "
@@ -178,7 +224,7 @@ def build_once(
         return _built(target, build, what, usable)
     except BaseException:
         if made:  # a refused build leaves no cache directory of its lock alone behind
-            (target.parent / f".{target.name}.lock").unlink(missing_ok=True)
+            build_lock(target).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 for directory in made:
                     directory.rmdir()
@@ -189,7 +235,7 @@ def _built(
     target: Path, build: Callable[[Path], Path], what: str, usable: Callable[[], bool]
 ) -> Path:
     """:func:`build_once`'s work once ``target``'s directory is there."""
-    with _exclusive(target.parent / f".{target.name}.lock") as locked:
+    with _exclusive(build_lock(target)) as locked:
         if usable():  # built by the process we waited for
             return target
         if locked:  # we are the only builder: any temporary is a leftover of a killed one
@@ -197,7 +243,7 @@ def _built(
                 _remove_tree(stale)
         if target.exists() or target.is_symlink():  # damaged, or a file in its place
             log.warning("%s in %s is damaged; building it again", what, target)
-            _set_aside(target)
+            set_aside(target)
         work = target.parent / f".{target.name}.tmp-{os.getpid()}"
         shutil.rmtree(work, ignore_errors=True)
         try:

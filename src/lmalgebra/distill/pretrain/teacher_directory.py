@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from lmalgebra.core.errors import UserInputError, either
-from lmalgebra.distill.layout import saved_steps, saved_training
+from lmalgebra.distill.layout import refuse_special_entries, saved_steps, saved_training
 from lmalgebra.distill.teachers import warn_unknown
 from lmalgebra.train.config import OptimisationSpec
 from lmalgebra.train.loop import (
@@ -58,9 +58,11 @@ def refuse_replacing(out: Path, training: OptimisationSpec, restart: bool, kind:
     """Refuse a model saved at ``out`` of another kind than ``kind`` (``refuse_other_kind_saved``),
     a training directory training cannot write in, and (unless ``restart``) a model that
     ``training`` would replace: one trained further (``steps: 0``, say) or with other
-    settings."""
+    settings; and a link or a FIFO among the model's files, which saving it refuses (it had,
+    after every step)."""
     refuse_other_kind_saved(out, kind)
     refuse_training_parts(out / "training", itself=True)
+    refuse_special_entries(out)
     if not restart:
         refuse_fewer_steps(saved_steps(out), training.steps, out, ANOTHER_TEACHER)
         refuse_other_training(

@@ -39,6 +39,7 @@ from lmalgebra.distill.vocab.edit_distance import by_length, distance_matrix
 from lmalgebra.distill.vocab.union import CanonicalVocabulary, canonical_vocabulary
 from lmalgebra.storage.atomic import write_atomic
 from lmalgebra.storage.output_paths import MINED_MAPS, cache_directory
+from lmalgebra.storage.split_archive import clear_misplaced
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -187,6 +188,7 @@ def mined_map(
         }
     )
     path = (cache_dir or cache_directory() / CACHE_SUBDIR) / f"mined-{key[:32]}.safetensors"
+    clear_misplaced(path, False, "cached MinED map")  # a FIFO, a directory: computed again
     if (cached := _load(path, key, len(teacher_forms), len(student_forms))) is not None:
         return MinedMap(*cached, key=key)
     import torch  # its thread count: the share of the CPU this process was given

@@ -22,6 +22,7 @@ from lmalgebra.core.fingerprint import sha256_json
 from lmalgebra.sources.embed_spec import TokenReport
 from lmalgebra.storage.shard_formats import SAFETENSORS_ROWS, RowBlock
 from lmalgebra.storage.shard_set import ShardSet
+from lmalgebra.storage.split_archive import clear_misplaced
 
 FORMAT = 1
 Compute = Callable[[list[str]], tuple[np.ndarray, TokenReport]]
@@ -71,6 +72,7 @@ class EmbeddingCache:
         Collective: every rank must call it for the same entries in the same order.
         """
         advance = progress or (lambda rows: None)
+        self._clear_misplaced()
         shards = self._shards()
         ranges = self.ranges
         todo = shards.plan(len(ranges))
@@ -95,6 +97,17 @@ class EmbeddingCache:
             advance(b - a)
         shards.finish()
         return _report(shards)
+
+    def _clear_misplaced(self) -> None:
+        """What no writer of the cache leaves in the entry's place (its directory or the one
+        above a file, a link to nothing; a FIFO, a directory or a link in a file's place) moved
+        aside, so the entry is built again: the run had refused it, which its dry run, writing
+        nothing, had passed."""
+        for directory in (self.dir.parent, self.dir):
+            clear_misplaced(directory, True, "embedding cache entry")
+        if self.dir.is_dir():
+            for path in self.dir.iterdir():
+                clear_misplaced(path, False, "embedding cache file")
 
     @property
     def dim(self) -> int:

@@ -26,6 +26,7 @@ from lmalgebra.core.splits import SPLITS
 from lmalgebra.lmd.settings.spans import Span, SpanSpec
 from lmalgebra.lmd.spans.draw import RunSpans, plan_of
 from lmalgebra.storage.atomic import write_atomic
+from lmalgebra.storage.split_archive import clear_misplaced
 
 log = logging.getLogger(__name__)
 FORMAT = 1
@@ -53,6 +54,7 @@ def remembered_plan(
 ) -> RunSpans:
     """The entry of ``key`` under ``directory`` when it is sound, else ``draw()`` (then stored)."""
     path = directory / f"{sha256_json(key)}.safetensors"
+    clear_misplaced(path, False, "span cache")  # a FIFO, a directory: drawn again, not refused
     if path.is_file():
         plan = _read(path, docs, reference, key)
         if plan is not None:
