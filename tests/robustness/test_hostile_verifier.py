@@ -649,13 +649,48 @@ def test_a_best_record_edited_fails_verify_and_training_refuses_it_first(
     assert sorted(p.name for p in (candidate / "checkpoints").iterdir()) == checkpoints
 
 
+@pytest.mark.parametrize("damage", ["deleted", "edited", "another step's"])
+def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
+    damage: str, candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """Best validation weights that resuming refuses before its first step (``best/`` deleted,
+    its ``best.json`` edited, a best kept at another step than the checkpoint records) had
+    passed ``merge train --dry-run``, and the deleted and another step's passed ``merge
+    verify``: both name them now, as training does."""
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    best = run / "student" / "lambda-0.8" / "best"
+    if damage == "deleted":
+        shutil.rmtree(best)
+    else:
+        record = json.loads((best / "best.json").read_text(encoding="utf-8"))
+        record["step"] = 2 if record["step"] != 2 else 4
+        if damage == "another step's":  # sealed again: an intact record of another step
+            from lmalgebra.core.fingerprint import sealed
+
+            record = sealed(
+                {k: v for k, v in record.items() if k != "record_sha256"}, "record_sha256"
+            )
+        (best / "best.json").write_text(json.dumps(record), encoding="utf-8")
+    assert_one_line(*cli(["merge", "verify", str(run)]), [str(best)])
+    recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
+    train = ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress"]
+    for dry in (["--dry-run"], []):
+        assert_one_line(*cli([*train, *dry]), [str(best), "--restart"])
+
+
 def test_the_other_layouts_checkpoints_do_not_replace_a_student_trained_again(
     candidates_trained: Path, tmp_path: Path, cli
 ) -> None:
     """A student trained with ``lambda_candidates``, trained again with ``--restart`` without
-    them (its ``lambda-W/`` runs stay), then trained with the candidates again: the old
-    candidates' checkpoints had been resumed and their best had replaced the student saved by
-    the restart, unsaid. Refused now, naming the settings; the model is left as it was."""
+    them, then trained with the candidates again: the old candidates' checkpoints (which the
+    restart had kept) had been resumed and their best had replaced the student saved by the
+    restart, unsaid. The restart drops them now, and training with the candidates is refused,
+    naming the settings; the model is left as it was."""
     run = tmp_path / "run"
     shutil.copytree(candidates_trained, run)
     recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
@@ -670,13 +705,43 @@ def test_the_other_layouts_checkpoints_do_not_replace_a_student_trained_again(
     plain.write_text(yaml.safe_dump(data), encoding="utf-8")
     code, stderr = cli(["merge", "train", str(plain), "--restart", "--no-progress"])
     assert code == 0, stderr
+    assert not list((run / "student").glob("lambda-*"))
     model = run / "student" / "model" / "model.safetensors"
     before = model.read_bytes()
     for dry in ([], ["--dry-run"]):
         code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *dry])
-        said = ["training.lambda_candidates None -> [0.2, 0.8]", "are not its own", "--restart"]
+        said = ["training.lambda_candidates None -> [0.2, 0.8]", "no checkpoint", "--restart"]
         assert_one_line(code, stderr, said)
     assert model.read_bytes() == before
+
+
+def test_a_restart_with_fewer_candidates_drops_the_runs_it_leaves_out(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """``--restart`` with fewer ``lambda_candidates`` had left the dropped candidate's run
+    (``lambda-0.8/``: checkpoints, best weights, log) beside the student, which verify went on
+    checking as the student's own. Its files are removed now, a user's file there kept; a
+    checkpoint holding a user's file is refused first, by the dry run too, naming it."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
+    dropped = run / "student" / "lambda-0.8"
+    (dropped / "notes.txt").write_text("mine\n", encoding="utf-8")
+    step = sorted((dropped / "checkpoints").iterdir())[0]
+    (step / "notes.txt").write_text("mine\n", encoding="utf-8")
+    args = ["merge", "train", str(recipe), "--restart", "--no-progress"]
+    args += ["--training.lambda_candidates", "0.2"]
+    for dry in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *dry]), [str(step), "notes.txt"])
+    (step / "notes.txt").unlink()
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    assert sorted(p.name for p in dropped.iterdir()) == ["notes.txt"]
+    assert (run / "student" / "lambda-0.2" / "checkpoints").is_dir()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["checkpoints", "no_checkpoint"])

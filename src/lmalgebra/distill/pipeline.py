@@ -75,6 +75,7 @@ from lmalgebra.train.loop import (
     refuse_training_parts,
 )
 from lmalgebra.train.run_fingerprint import differences, training_part
+from lmalgebra.train.validation import refuse_unrestorable_best
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -480,8 +481,10 @@ def plan(
                 refuse_other_inputs(
                     out / CHECKPOINTS, {"training": training_part(run_spec), **parts}
                 )
+                refuse_unrestorable_best(out)  # as resuming refuses them, before any step
         else:  # as --restart refuses to drop a checkpoint holding a user's file
-            for out in objective.training_runs(student, spec):
+            left = {*objective.training_runs(student, spec), *layout.student_runs(student)}
+            for out in sorted(left):  # those it trains in no more too (a dropped candidate's)
                 refuse_uncleared(out / CHECKPOINTS)
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")

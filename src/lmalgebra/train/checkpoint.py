@@ -208,19 +208,29 @@ def _restore(
     torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
 
 
+def latest_state(root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest intact checkpoint under ``root`` and its state (the one ``load_latest``
+    resumes from; damaged ones are skipped, as it skips them), read without loading it; None
+    where there is none."""
+    for directory in reversed(checkpoint_dirs(root)):
+        state = damage(directory)[2]
+        if state is not None:
+            return directory, state
+    return None
+
+
 def refuse_other_inputs(root: Path, parts: dict[str, Any]) -> None:
     """What ``load_latest`` refuses of the newest intact checkpoint under ``root``, for the
     fingerprint's ``parts`` given alone (a dry run gives those it computes without reading
     weights; a dotted key, one leaf of a part: a student tokenizer's name, not its vocabulary)."""
-    for directory in reversed(checkpoint_dirs(root)):
-        state = damage(directory)[2]
-        if state is None:
-            continue  # skipped by the run too
-        recorded = state.get("fingerprint")
-        if isinstance(recorded, dict):
-            shown = {k: v for k in parts if (v := _leaf(recorded, k)) is not _ABSENT}
-            check_fingerprint(shown, as_json(parts), str(directory), str(root))
+    found = latest_state(root)
+    if found is None:
         return
+    directory, state = found
+    recorded = state.get("fingerprint")
+    if isinstance(recorded, dict):
+        shown = {k: v for k in parts if (v := _leaf(recorded, k)) is not _ABSENT}
+        check_fingerprint(shown, as_json(parts), str(directory), str(root))
 
 
 def checkpointed_step(root: Path) -> int:

@@ -387,6 +387,23 @@ def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
         clear_best(out)
 
 
+def clear_training_run(out: Path) -> None:
+    """Remove what training wrote in ``out``, a directory a student trains in no more (a
+    ``lambda_candidates`` run that ``--restart`` with other candidates, or none, leaves out):
+    its checkpoints, best validation weights and training log, then ``out`` itself where that
+    leaves it empty (a file of the user's there is kept, and the directory with it). A
+    checkpoint holding a file of the user's is refused before anything is removed
+    (``clear_checkpoints``): a dry run checks it with ``refuse_uncleared``."""
+    if not is_main():
+        return
+    clear_checkpoints(out / "checkpoints")
+    clear_best(out)
+    remove_file(out / TRAIN_LOG)
+    for empty in (out / "checkpoints", out):
+        with contextlib.suppress(OSError):
+            empty.rmdir()
+
+
 def _accelerator(mixed_precision: str) -> Any:
     """An ``Accelerator`` in ``mixed_precision``. Accelerate keeps one precision per process and
     refuses another with a traceback: a process that trained one student in float32 and now
