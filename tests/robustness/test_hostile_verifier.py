@@ -296,6 +296,28 @@ def test_a_causal_teacher_holding_fewer_examples_fails_verify(
     assert not (run / "student").exists()
 
 
+@pytest.mark.parametrize("blocker", ["directory", "fifo", "link to nothing"])
+def test_a_blocked_bits_per_byte_table_is_named_by_verify(
+    blocker: str, causal_built: Path, tmp_path: Path, cli
+) -> None:
+    """A directory, a FIFO or a link to nothing where ``merge bits-per-byte`` writes its table
+    (``scored_bits_per_byte.csv``, beside the evaluation's): bits-per-byte refuses it before
+    any scoring, and ``merge verify`` had passed the run."""
+    import os
+
+    from hostile_helpers import blocked
+
+    run, _ = _copy_run(causal_built, tmp_path)
+    (run / "evaluation").mkdir()
+    table = run / "evaluation" / "scored_bits_per_byte.csv"
+    if blocker == "directory":
+        table.mkdir()
+    else:
+        os.mkfifo(table) if blocker == "fifo" else blocked(table, blocker)
+    assert_one_line(*cli(["merge", "verify", str(run)]), [str(table)])
+    assert_one_line(*cli(["merge", "bits-per-byte", str(run)]), [str(table)])
+
+
 @pytest.mark.parametrize("content", ["garbage\n", "[]\n", '{"x": 1}\n'])
 def test_a_damaged_vocabulary_report_is_named_and_vocab_mends_it(
     content: str, built: Path, tmp_path: Path, cli

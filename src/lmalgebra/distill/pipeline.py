@@ -114,7 +114,7 @@ def verify(run_dir: Path) -> list[str]:
         lambda r: objective.evaluation_texts(r["tables"], list(r["students"]), r["settings"]),
     )
     problems += _student_problems(objective.recipe, list(layout.saved_students()))
-    problems += objective.blocked_outputs(list(layout.saved_students()))
+    problems += objective.blocked_outputs(list(layout.saved_students()), others=True)
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
     if problems or stale:
         return problems + stale
