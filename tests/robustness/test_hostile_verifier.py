@@ -705,6 +705,21 @@ def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
         assert_one_line(*cli([*train, *dry]), [str(best), "--restart"])
 
 
+def test_a_checkpoint_renamed_to_another_step_fails_verify(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """A checkpoint renamed (``step-0000004`` to ``step-0000008``) had passed ``merge verify``:
+    training took the run for one of 8 steps, and resumed from the 4 it holds. Its state's step
+    is checked against its name now: verify names it, and training skips it, as a damaged one."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    checkpoints = run / "student" / "lambda-0.2" / "checkpoints"
+    (checkpoints / "step-0000004").rename(checkpoints / "step-0000008")
+    code, stderr = cli(["merge", "verify", str(run)])
+    state = checkpoints / "step-0000008" / "state.json"
+    assert_one_line(code, stderr, [str(state), "records step 4", "step 8"])
+
+
 def test_the_other_layouts_checkpoints_do_not_replace_a_student_trained_again(
     candidates_trained: Path, tmp_path: Path, cli
 ) -> None:

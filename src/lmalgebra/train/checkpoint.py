@@ -134,6 +134,7 @@ def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
     try:
         state = json.loads(read_record(path))
         _check_state(state)
+        _check_step(directory, state)
         for name in FILES:
             path = directory / name
             if sha256_file(path) != state["sha256"][name]:
@@ -155,6 +156,18 @@ def _check_state(state: Any) -> None:
         )
     if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
         raise ValueError("its content does not match its checksum (edited or damaged)")
+
+
+def _check_step(directory: Path, state: dict[str, Any]) -> None:
+    """Refuse (``ValueError``) a checkpoint whose state records another step than its directory
+    is named for (renamed, or copied under another name): the run's step count is read from the
+    names, and one renamed had passed ``merge verify``, been taken for a run of more steps, and
+    been resumed from the step it holds and then replaced."""
+    if state.get("step") != _step(directory):
+        raise ValueError(
+            f"it records step {state.get('step')}, not the step {_step(directory)} its "
+            "directory is named for (renamed or copied since)"
+        )
 
 
 def _intact(directory: Path) -> dict[str, Any] | None:
