@@ -71,6 +71,7 @@ from lmalgebra.train.loop import (
     changed_training,
     check_precision,
     refuse_fewer_steps,
+    refuse_held_output,
     refuse_other_training,
     refuse_training_parts,
 )
@@ -362,7 +363,8 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
     evaluation's rows of the two would be one model's; and one whose directory in the run, or
     its model's, checkpoints' or best weights', is something else (a file, a FIFO, a link to
     nothing), which training would fail to create after its steps, or (below the student's own
-    directory) a link, through which training would replace the directory it names."""
+    directory) a link, through which training would replace the directory it names; and a
+    student's directory holding another output (``refuse_held_output``)."""
     for name in names:
         check_student_name(name)
         student = RunLayout(recipe.output_dir).student(name)
@@ -386,6 +388,7 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
                 "not remove the link; remove the link"
             )
         _refuse_other_model(recipe, student / MODEL)
+        refuse_held_output(student)  # a teacher selection written there
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
