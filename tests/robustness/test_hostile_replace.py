@@ -802,3 +802,26 @@ def test_a_student_setting_an_older_record_lacks_is_not_compared(
     assert pipeline._student_changes(tmp_path, recipe) == []
     older["hidden_size"] = 48
     assert pipeline._student_changes(tmp_path, recipe) == ["student.hidden_size 48 -> 32"]
+
+
+def test_a_student_is_not_trained_into_a_teacher_selection(trained: Path, cli) -> None:
+    """A teacher selection written inside its merge run (``experimental select --out RUN/sel``,
+    which the run allows) and a student then trained under that name: training had written its
+    checkpoints, log and model among the selection's files. Refused, by the dry run too, and
+    nothing there is touched."""
+    import json
+    import shutil
+
+    selection = trained.parent / "run" / "sel"
+    selection.mkdir()
+    try:
+        (selection / "recommended.yaml").write_text("languages: {}\n", encoding="utf-8")
+        (selection / "summary.json").write_text(json.dumps({"identity": {}}), encoding="utf-8")
+        before = digests(selection)
+        args = ["merge", "train", str(trained), "--name", "sel", "--no-progress"]
+        for dry in (["--dry-run"], []):
+            assert_one_line(*cli([*args, *dry]), [str(selection), "a teacher selection"])
+        assert digests(selection) == before
+        assert sorted(p.name for p in selection.iterdir()) == ["recommended.yaml", "summary.json"]
+    finally:
+        shutil.rmtree(selection)

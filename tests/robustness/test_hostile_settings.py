@@ -968,3 +968,22 @@ def test_training_sizes_beyond_the_training_spans_are_said_to_be_cut(
     assert len(said) == 1, result.summary["warnings"]
     assert "100, 200: more than the 20 training spans the text gave, so cut to 20" in said[0]
     assert 'study={"train_sizes": [...]}' in said[0]
+
+
+def test_an_untrained_causal_teacher_of_few_positions_is_not_refused_its_example_length(
+    tmp_path: Path, cli
+) -> None:
+    """``pretrain causal --training.steps 0`` of a model of fewer than 128 positions had been
+    refused whatever was given: the default ``example_length`` (128) as beyond the positions,
+    and one given as ignored by a run that trains nothing. The windows are checked against the
+    positions only where training cuts them; a run that trains still refuses them."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(documents(20)) + "\n", encoding="utf-8")
+    args = ["pretrain", "causal", "--corpus.paths", str(corpus), "--language", "xx"]
+    args += ["--model.hidden_size", "32", "--model.max_position_embeddings", "64"]
+    args += ["--tokenizer.vocab_size", "300", "--no-progress", "--out", str(tmp_path / "t")]
+    code, stderr = cli([*args, "--training.steps", "1"])
+    assert_one_line(code, stderr, ["example_length 128 exceeds the model's 64 positions"])
+    code, stderr = cli([*args, "--training.steps", "0"])
+    assert code == 0, stderr
+    assert (tmp_path / "t" / "lmalgebra.json").is_file()

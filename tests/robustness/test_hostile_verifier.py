@@ -296,6 +296,28 @@ def test_a_causal_teacher_holding_fewer_examples_fails_verify(
     assert not (run / "student").exists()
 
 
+@pytest.mark.parametrize("blocker", ["directory", "fifo", "link to nothing"])
+def test_a_blocked_bits_per_byte_table_is_named_by_verify(
+    blocker: str, causal_built: Path, tmp_path: Path, cli
+) -> None:
+    """A directory, a FIFO or a link to nothing where ``merge bits-per-byte`` writes its table
+    (``scored_bits_per_byte.csv``, beside the evaluation's): bits-per-byte refuses it before
+    any scoring, and ``merge verify`` had passed the run."""
+    import os
+
+    from hostile_helpers import blocked
+
+    run, _ = _copy_run(causal_built, tmp_path)
+    (run / "evaluation").mkdir()
+    table = run / "evaluation" / "scored_bits_per_byte.csv"
+    if blocker == "directory":
+        table.mkdir()
+    else:
+        os.mkfifo(table) if blocker == "fifo" else blocked(table, blocker)
+    assert_one_line(*cli(["merge", "verify", str(run)]), [str(table)])
+    assert_one_line(*cli(["merge", "bits-per-byte", str(run)]), [str(table)])
+
+
 @pytest.mark.parametrize("content", ["garbage\n", "[]\n", '{"x": 1}\n'])
 def test_a_damaged_vocabulary_report_is_named_and_vocab_mends_it(
     content: str, built: Path, tmp_path: Path, cli
@@ -650,13 +672,63 @@ def test_a_best_record_edited_fails_verify_and_training_refuses_it_first(
     assert sorted(p.name for p in (candidate / "checkpoints").iterdir()) == checkpoints
 
 
+@pytest.mark.parametrize("damage", ["deleted", "edited", "another step's"])
+def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
+    damage: str, candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """Best validation weights that resuming refuses before its first step (``best/`` deleted,
+    its ``best.json`` edited, a best kept at another step than the checkpoint records) had
+    passed ``merge train --dry-run``, and the deleted and another step's passed ``merge
+    verify``: both name them now, as training does."""
+    import json
+
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    best = run / "student" / "lambda-0.8" / "best"
+    if damage == "deleted":
+        shutil.rmtree(best)
+    else:
+        record = json.loads((best / "best.json").read_text(encoding="utf-8"))
+        record["step"] = 2 if record["step"] != 2 else 4
+        if damage == "another step's":  # sealed again: an intact record of another step
+            from lmalgebra.core.fingerprint import sealed
+
+            record = sealed(
+                {k: v for k, v in record.items() if k != "record_sha256"}, "record_sha256"
+            )
+        (best / "best.json").write_text(json.dumps(record), encoding="utf-8")
+    assert_one_line(*cli(["merge", "verify", str(run)]), [str(best)])
+    recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
+    train = ["merge", "train", str(recipe), "--training.steps", "6", "--no-progress"]
+    for dry in (["--dry-run"], []):
+        assert_one_line(*cli([*train, *dry]), [str(best), "--restart"])
+
+
+def test_a_checkpoint_renamed_to_another_step_fails_verify(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """A checkpoint renamed (``step-0000004`` to ``step-0000008``) had passed ``merge verify``:
+    training took the run for one of 8 steps, and resumed from the 4 it holds. Its state's step
+    is checked against its name now: verify names it, and training skips it, as a damaged one."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    checkpoints = run / "student" / "lambda-0.2" / "checkpoints"
+    (checkpoints / "step-0000004").rename(checkpoints / "step-0000008")
+    code, stderr = cli(["merge", "verify", str(run)])
+    state = checkpoints / "step-0000008" / "state.json"
+    assert_one_line(code, stderr, [str(state), "records step 4", "step 8"])
+
+
 def test_the_other_layouts_checkpoints_do_not_replace_a_student_trained_again(
     candidates_trained: Path, tmp_path: Path, cli
 ) -> None:
     """A student trained with ``lambda_candidates``, trained again with ``--restart`` without
-    them (its ``lambda-W/`` runs stay), then trained with the candidates again: the old
-    candidates' checkpoints had been resumed and their best had replaced the student saved by
-    the restart, unsaid. Refused now, naming the settings; the model is left as it was."""
+    them, then trained with the candidates again: the old candidates' checkpoints (which the
+    restart had kept) had been resumed and their best had replaced the student saved by the
+    restart, unsaid. The restart drops them now, and training with the candidates is refused,
+    naming the settings; the model is left as it was."""
     run = tmp_path / "run"
     shutil.copytree(candidates_trained, run)
     recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
@@ -671,13 +743,43 @@ def test_the_other_layouts_checkpoints_do_not_replace_a_student_trained_again(
     plain.write_text(yaml.safe_dump(data), encoding="utf-8")
     code, stderr = cli(["merge", "train", str(plain), "--restart", "--no-progress"])
     assert code == 0, stderr
+    assert not list((run / "student").glob("lambda-*"))
     model = run / "student" / "model" / "model.safetensors"
     before = model.read_bytes()
     for dry in ([], ["--dry-run"]):
         code, stderr = cli(["merge", "train", str(recipe), "--no-progress", *dry])
-        said = ["training.lambda_candidates None -> [0.2, 0.8]", "are not its own", "--restart"]
+        said = ["training.lambda_candidates None -> [0.2, 0.8]", "no checkpoint", "--restart"]
         assert_one_line(code, stderr, said)
     assert model.read_bytes() == before
+
+
+def test_a_restart_with_fewer_candidates_drops_the_runs_it_leaves_out(
+    candidates_trained: Path, tmp_path: Path, cli
+) -> None:
+    """``--restart`` with fewer ``lambda_candidates`` had left the dropped candidate's run
+    (``lambda-0.8/``: checkpoints, best weights, log) beside the student, which verify went on
+    checking as the student's own. Its files are removed now, a user's file there kept; a
+    checkpoint holding a user's file is refused first, by the dry run too, naming it."""
+    run = tmp_path / "run"
+    shutil.copytree(candidates_trained, run)
+    recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
+    text = (run / "recipe.yaml").read_text(encoding="utf-8")
+    recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
+    dropped = run / "student" / "lambda-0.8"
+    (dropped / "notes.txt").write_text("mine\n", encoding="utf-8")
+    step = sorted((dropped / "checkpoints").iterdir())[0]
+    (step / "notes.txt").write_text("mine\n", encoding="utf-8")
+    args = ["merge", "train", str(recipe), "--restart", "--no-progress"]
+    args += ["--training.lambda_candidates", "0.2"]
+    for dry in (["--dry-run"], []):
+        assert_one_line(*cli([*args, *dry]), [str(step), "notes.txt"])
+    (step / "notes.txt").unlink()
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    assert sorted(p.name for p in dropped.iterdir()) == ["notes.txt"]
+    assert (run / "student" / "lambda-0.2" / "checkpoints").is_dir()
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr
 
 
 @pytest.mark.parametrize("kept", [True, False], ids=["checkpoints", "no_checkpoint"])

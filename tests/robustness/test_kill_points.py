@@ -218,6 +218,61 @@ def test_causal_train_keeping_its_best_validation_weights(
     resumes(args, causal.outputs)
 
 
+def test_causal_prepare_writing_teacher_text(
+    tmp_path_factory: pytest.TempPathFactory,
+    causal_teacher_dirs: dict[str, Path],
+    resumes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``merge prepare`` of a recipe whose teacher writes text for a language (``teacher_text``:
+    the text's shards and record, then the examples that join it)."""
+    root = tmp_path_factory.mktemp("kill-teacher-text")
+    prompts = root / "prompts.txt"
+    prompts.write_text("\n".join(documents(8, seed=77)) + "\n", encoding="utf-8")
+    text = {"teacher": "bl", "documents": 6, "new_tokens": 4, "batch_size": 4, "prompt_chars": 30}
+    text["prompts"] = {"paths": [str(prompts)]}
+    recipe = write_causal_recipe(
+        root, causal_teacher_dirs, student=CAUSAL_STUDENT, shard_rows=24, teacher_text={"xx": text}
+    )
+    run = Run(root, recipe, ("prepare",))
+    _use_cache(run, monkeypatch)
+    resumes(["merge", "prepare", str(recipe), "--no-progress"], run.outputs)
+
+
+CANDIDATES = ["--training.lambda_schedule", "constant", "--training.validation_every", "2"]
+CANDIDATES += ["--training.validation_fraction", "0.3", "--training.objective_mix", "{alm: 1.0}"]
+
+
+@pytest.mark.slow  # two runs of training, each stopped at its writes
+def test_causal_train_of_lambda_candidates(
+    causal: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A student trained at two ``lambda_candidates`` (a run each in ``lambda-W/``, then the
+    best of them saved as the student)."""
+    causal.after("teach")
+    _use_cache(causal, monkeypatch)
+    args = ["merge", "train", str(causal.recipe), "--no-progress", *CANDIDATES]
+    resumes([*args, "--training.lambda_candidates", "0.2,0.8"], causal.outputs)
+
+
+@pytest.mark.slow  # a run of training stopped at its writes
+def test_causal_train_restarted_with_fewer_lambda_candidates(
+    causal: Run, resumes, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--restart`` with one of two ``lambda_candidates``: the dropped candidate's run removed,
+    then the other trained again from step 0."""
+    from hostile_helpers import run_cli
+
+    causal.after("teach")
+    _use_cache(causal, monkeypatch)
+    args = ["merge", "train", str(causal.recipe), "--no-progress", *CANDIDATES]
+    code, stderr = run_cli([*args, "--training.lambda_candidates", "0.2,0.8"], monkeypatch, capsys)
+    assert code == 0, stderr
+    args += ["--restart", "--training.lambda_candidates", "0.8"]
+    found = resumes(args, causal.outputs)
+    assert not (causal.run / "student" / "lambda-0.2").exists(), found
+
+
 @pytest.mark.parametrize("command", ["evaluate", "bits-per-byte"])
 def test_causal_merge_scores(
     command: str, causal: Run, resumes, monkeypatch: pytest.MonkeyPatch

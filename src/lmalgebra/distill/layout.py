@@ -162,6 +162,14 @@ class RunLayout:
         found |= {p.parent for p in self.root.glob(f"*/{BEST}")}
         return sorted(p for p in found if p.is_dir())
 
+    def student_runs(self, name: str) -> list[Path]:
+        """Every directory student ``name`` has trained in (``training_runs``, of it alone; its
+        own directory too where it holds a training log alone: ``keep_checkpoints`` 0)."""
+        own = self.student(name)
+        found = {r for r in self.training_runs() if own in (r, r.parent)}
+        found |= {own} if (own / "train_log.jsonl").is_file() else set()
+        return sorted(found)
+
     def checkpoints(self) -> list[Path]:
         """Every checkpoint of every student of the run (its candidates' runs' too)."""
         from lmalgebra.train.checkpoint import checkpoint_dirs

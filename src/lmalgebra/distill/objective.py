@@ -614,13 +614,15 @@ class Objective(ABC):
         write_record(self.layout, basis, tables, {s: str(identities[s]) for s in everyone})
         return self.publish(tables, everyone, names, settings)
 
-    def blocked_outputs(self, students: Sequence[str]) -> list[str]:
+    def blocked_outputs(self, students: Sequence[str], others: bool = False) -> list[str]:
         """What stands where ``merge evaluate`` writes a file (a directory, a link or a special
         file in place of an evaluation file, or of a saved student's model card, which training
         and evaluation write), each named as the writer refuses it: ``evaluate`` refuses the
         first before any scoring, ``merge verify`` names them all (it had passed a run that the
-        next evaluation or training then refused)."""
-        paths = [self.layout.evaluation / file for file in (RECORD, *self.evaluation_files())]
+        next evaluation or training then refused); ``others``: where the run's other commands
+        write into ``evaluation/`` too (``scored_files``: ``merge verify``'s)."""
+        files = (RECORD, *self.evaluation_files(), *(self.scored_files() if others else ()))
+        paths = [self.layout.evaluation / file for file in files]
         paths += [self.layout.model(name) / CARD for name in students]
         problems = []
         for path in paths:
@@ -633,6 +635,11 @@ class Objective(ABC):
     @abstractmethod
     def evaluation_files(self) -> tuple[str, ...]:
         """The files of ``evaluation/`` that ``publish`` writes (its record aside)."""
+
+    def scored_files(self) -> tuple[str, ...]:
+        """The files of ``evaluation/`` that commands other than ``merge evaluate`` write (and
+        read back, to keep their earlier rows): none but a causal run's."""
+        return ()
 
     @abstractmethod
     def row_kinds(self) -> tuple[RowKind, ...]:

@@ -75,10 +75,12 @@ from lmalgebra.train.loop import (
     changed_training,
     check_precision,
     refuse_fewer_steps,
+    refuse_held_output,
     refuse_other_training,
     refuse_training_parts,
 )
 from lmalgebra.train.run_fingerprint import differences, training_part
+from lmalgebra.train.validation import refuse_unrestorable_best
 
 RUN_STAGES: tuple[Stage, ...] = STAGES[:-1]  # what run_stages runs (evaluate: evaluate_students)
 STORE_STAGES: tuple[Stage, ...] = ("prepare", "teach", "vocab")  # everything before training
@@ -117,7 +119,7 @@ def verify(run_dir: Path) -> list[str]:
         lambda r: objective.evaluation_texts(r["tables"], list(r["students"]), r["settings"]),
     )
     problems += _student_problems(objective.recipe, list(layout.saved_students()))
-    problems += objective.blocked_outputs(list(layout.saved_students()))
+    problems += objective.blocked_outputs(list(layout.saved_students()), others=True)
     stale = objective.stale_store()  # what training's ``check_store`` would refuse
     if problems or stale:
         return problems + stale
@@ -365,9 +367,9 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
     evaluation's rows of the two would be one model's; and one whose directory in the run, or
     its model's, checkpoints' or best weights', is something else (a file, a FIFO, a link to
     nothing), which training would fail to create after its steps, or (below the student's own
-    directory) a link, through which training would replace the directory it names; and a link
+    directory) a link, through which training would replace the directory it names; a link
     or a FIFO among its model's files, which saving the model (after every step) and its card
-    refuse."""
+    refuse; and a student's directory holding another output (``refuse_held_output``)."""
     for name in names:
         check_student_name(name)
         student = RunLayout(recipe.output_dir).student(name)
@@ -392,6 +394,7 @@ def check_students(recipe: MergeRecipe, names: Sequence[str]) -> None:
             )
         _refuse_other_model(recipe, student / MODEL)
         refuse_special_entries(student / MODEL)  # as saving it refuses them, after the steps
+        refuse_held_output(student)  # a teacher selection written there
         if name in recipe.teachers:
             raise UserInputError(
                 f"student name {name!r} is the name of a teacher of the recipe (teachers: "
@@ -490,8 +493,10 @@ def plan(
                 refuse_other_inputs(
                     out / CHECKPOINTS, {"training": training_part(run_spec), **parts}
                 )
+                refuse_unrestorable_best(out)  # as resuming refuses them, before any step
         else:  # as --restart refuses to drop a checkpoint holding a user's file
-            for out in objective.training_runs(student, spec):
+            left = {*objective.training_runs(student, spec), *layout.student_runs(student)}
+            for out in sorted(left):  # those it trains in no more too (a dropped candidate's)
                 refuse_uncleared(out / CHECKPOINTS)
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")

@@ -134,6 +134,7 @@ def damage(directory: Path) -> tuple[Path, str, dict[str, Any] | None]:
     try:
         state = json.loads(read_record(path))
         _check_state(state)
+        _check_step(directory, state)
         for name in FILES:
             path = directory / name
             if sha256_file(path) != state["sha256"][name]:
@@ -155,6 +156,18 @@ def _check_state(state: Any) -> None:
         )
     if STATE_SUM in state and state[STATE_SUM] != _state_sum(state):
         raise ValueError("its content does not match its checksum (edited or damaged)")
+
+
+def _check_step(directory: Path, state: dict[str, Any]) -> None:
+    """Refuse (``ValueError``) a checkpoint whose state records another step than its directory
+    is named for (renamed, or copied under another name): the run's step count is read from the
+    names, and one renamed had passed ``merge verify``, been taken for a run of more steps, and
+    been resumed from the step it holds and then replaced."""
+    if state.get("step") != _step(directory):
+        raise ValueError(
+            f"it records step {state.get('step')}, not the step {_step(directory)} its "
+            "directory is named for (renamed or copied since)"
+        )
 
 
 def _intact(directory: Path) -> dict[str, Any] | None:
@@ -208,19 +221,29 @@ def _restore(
     torch.set_rng_state(load_file(str(directory / "rng.safetensors"))["torch"])
 
 
+def latest_state(root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest intact checkpoint under ``root`` and its state (the one ``load_latest``
+    resumes from; damaged ones are skipped, as it skips them), read without loading it; None
+    where there is none."""
+    for directory in reversed(checkpoint_dirs(root)):
+        state = damage(directory)[2]
+        if state is not None:
+            return directory, state
+    return None
+
+
 def refuse_other_inputs(root: Path, parts: dict[str, Any]) -> None:
     """What ``load_latest`` refuses of the newest intact checkpoint under ``root``, for the
     fingerprint's ``parts`` given alone (a dry run gives those it computes without reading
     weights; a dotted key, one leaf of a part: a student tokenizer's name, not its vocabulary)."""
-    for directory in reversed(checkpoint_dirs(root)):
-        state = damage(directory)[2]
-        if state is None:
-            continue  # skipped by the run too
-        recorded = state.get("fingerprint")
-        if isinstance(recorded, dict):
-            shown = {k: v for k in parts if (v := _leaf(recorded, k)) is not _ABSENT}
-            check_fingerprint(shown, as_json(parts), str(directory), str(root))
+    found = latest_state(root)
+    if found is None:
         return
+    directory, state = found
+    recorded = state.get("fingerprint")
+    if isinstance(recorded, dict):
+        shown = {k: v for k in parts if (v := _leaf(recorded, k)) is not _ABSENT}
+        check_fingerprint(shown, as_json(parts), str(directory), str(root))
 
 
 def checkpointed_step(root: Path) -> int:

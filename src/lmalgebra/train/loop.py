@@ -28,6 +28,7 @@ from lmalgebra.core.text_files import absent, not_a_directory, not_a_file
 from lmalgebra.distributed import barrier, is_main, world
 from lmalgebra.storage.atomic import remove_file, write_text_atomic
 from lmalgebra.storage.disk_space import naming_file
+from lmalgebra.storage.output_paths import directory_kind
 from lmalgebra.train.batches import Batch, BatchSource
 from lmalgebra.train.checkpoint import (
     checkpointed_step,
@@ -165,7 +166,9 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
     itself (``checkpoints/``, ``best/``, the training log) or (``itself``) of ``out``: training
     writes their files, and ``--restart`` removes checkpoints, through the link, over what it
     names (a directory of the user's elsewhere); and a training log that is there but is no
-    file (a directory, a FIFO), which training met only once the model was built."""
+    file (a directory, a FIFO), which training met only once the model was built; and ``out``
+    holding another lmalgebra output (a teacher selection written there), which training had
+    filled with its checkpoints."""
     for path in (out, out / "checkpoints", out / BEST):
         if path.is_symlink() and not path.exists():
             raise UserInputError(f"training directory {path} {absent(path)}")
@@ -178,11 +181,26 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
                 f"writes its files there itself and would replace (with {RESTART}, remove) "
                 "what the link names; remove the link"
             )
+    refuse_held_output(out)
     log = out / TRAIN_LOG
     if log.exists() and not log.is_file():  # a directory, a FIFO: met once the model is built
         raise UserInputError(
             f"training log {log} {not_a_file(log)}: training reads it to resume and writes it; "
             "remove it, then run again"
+        )
+
+
+def refuse_held_output(directory: Path) -> None:
+    """Refuse a directory training writes in (a student's, a run of one of its
+    ``lambda_candidates``, a teacher's ``training/``) that holds another lmalgebra output (a
+    teacher selection written there: ``output_paths.directory_kind``): training had written
+    its checkpoints, log and model among that output's files."""
+    kind = directory_kind(directory) if directory.is_dir() else None
+    if kind is not None:
+        raise UserInputError(
+            f"training directory {directory} holds {kind[0]} ({kind[1]}): training would write "
+            "its checkpoints, log and model among that output's files; move it away, or train "
+            f"another beside it ({BESIDE})"
         )
 
 
@@ -390,6 +408,23 @@ def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
     if spec.keep_checkpoints == 0 and is_main():
         clear_checkpoints(out / "checkpoints")
         clear_best(out)
+
+
+def clear_training_run(out: Path) -> None:
+    """Remove what training wrote in ``out``, a directory a student trains in no more (a
+    ``lambda_candidates`` run that ``--restart`` with other candidates, or none, leaves out):
+    its checkpoints, best validation weights and training log, then ``out`` itself where that
+    leaves it empty (a file of the user's there is kept, and the directory with it). A
+    checkpoint holding a file of the user's is refused before anything is removed
+    (``clear_checkpoints``): a dry run checks it with ``refuse_uncleared``."""
+    if not is_main():
+        return
+    clear_checkpoints(out / "checkpoints")
+    clear_best(out)
+    remove_file(out / TRAIN_LOG)
+    for empty in (out / "checkpoints", out):
+        with contextlib.suppress(OSError):
+            empty.rmdir()
 
 
 def _accelerator(mixed_precision: str) -> Any:

@@ -27,9 +27,11 @@ from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.train.checkpoint import latest_state
 
 log = logging.getLogger(__name__)
 BEST = "best"
+CHECKPOINTS = "checkpoints"  # beside best/: the run's checkpoints
 RECORD_SHA256 = "record_sha256"  # best.json's checksum of itself
 
 
@@ -132,16 +134,43 @@ class ValidationTracker:
 
     def _refuse_unrestorable(self, start: int | None = None) -> None:
         """Refuse best weights, once a check has kept some, that are not those this run
-        recorded as its best (their record damaged or edited, another step's); resuming from
-        step ``start``, weights kept after it pass (a run killed before its next checkpoint
-        kept them; training them again keeps them again)."""
-        record = _intact_record(self.folder) if self.best_step else {"step": 0}
-        later = record is not None and start is not None and record.get("step", 0) > start
-        if record is None or (record.get("step") != self.best_step and not later):
-            raise UserInputError(
-                f"{self.folder}: the best validation weights (step {self.best_step}) are missing "
-                f"or not the ones this run recorded; train again with {RESTART}"
-            )
+        recorded as its best (``unrestorable``)."""
+        if unrestorable(self.folder, self.best_step, start):
+            raise UserInputError(_unrestorable_message(self.folder, self.best_step))
+
+
+def unrestorable(folder: Path, best_step: int, start: int | None = None) -> bool:
+    """Whether the best weights in ``folder`` are not those a run that recorded step
+    ``best_step`` as its best (0: none kept yet) can restore: their record damaged or edited,
+    the weights gone or another step's. Resuming from step ``start``, weights kept after it pass
+    (a run killed before its next checkpoint kept them; training them again keeps them again)."""
+    record = _intact_record(folder) if best_step else {"step": 0}
+    later = record is not None and start is not None and record.get("step", 0) > start
+    return record is None or (record.get("step") != best_step and not later)
+
+
+def _unrestorable_message(folder: Path, best_step: int) -> str:
+    return (
+        f"{folder}: the best validation weights (step {best_step}) are missing or not the ones "
+        f"this run recorded; train again with {RESTART}"
+    )
+
+
+def resume_refusal(out: Path, state: dict[str, Any] | None) -> str | None:
+    """What resuming the run in ``out`` from its checkpoint ``state`` (the newest intact one;
+    None: none) refuses of its best validation weights, before any step (``ValidationTracker``
+    at its start), or None: for ``merge verify`` and the dry run, which had passed best weights
+    deleted, edited or of another step, that training then refused."""
+    saved = (state or {}).get("extra", {}).get("validation")
+    if state is None or not isinstance(saved, dict):
+        return None  # no checkpoint, or a run that validates nothing: best/ is not read
+    try:
+        best_step, start = int(saved.get("best_step", 0)), int(state["step"])
+    except (KeyError, TypeError, ValueError):
+        return None  # a state of no step is a damaged checkpoint, named as such
+    if unrestorable(out / BEST, best_step, start):
+        return _unrestorable_message(out / BEST, best_step)
+    return None
 
 
 def best_damage(out: Path) -> str | None:
@@ -154,6 +183,15 @@ def best_damage(out: Path) -> str | None:
         f"{folder}: the best validation weights are missing or not the ones their best.json "
         f"records, or best.json is damaged or edited since; train again with {RESTART}"
     )
+
+
+def refuse_unrestorable_best(out: Path) -> None:
+    """Refuse, as resuming the run in ``out`` refuses them before any step, best validation
+    weights its newest intact checkpoint does not find (``resume_refusal``): for a dry run."""
+    found = latest_state(out / CHECKPOINTS)
+    refusal = resume_refusal(out, None if found is None else found[1])
+    if refusal is not None:
+        raise UserInputError(refusal)
 
 
 def _intact_record(folder: Path) -> dict[str, Any] | None:

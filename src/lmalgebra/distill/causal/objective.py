@@ -156,6 +156,11 @@ class CausalObjective(Objective):
 
         return (BITS.file, RDT_FILE, COVERAGE.file, EVALUATION_MD)
 
+    def scored_files(self) -> tuple[str, ...]:
+        from lmalgebra.distill.causal.bits_per_byte import SCORED
+
+        return (SCORED.file,)  # merge bits-per-byte's table
+
     def row_kinds(self) -> tuple[RowKind, ...]:
         from lmalgebra.distill.causal.bits_per_byte import BitsRow
         from lmalgebra.distill.causal.evaluation import Continuation, Skipped

@@ -33,6 +33,7 @@ from lmalgebra.distill.causal.teachers import start_token_id
 from lmalgebra.distill.examples import stored_texts
 from lmalgebra.distill.layout import (
     ANOTHER_STUDENT,
+    CHECKPOINTS,
     LOGPROBS,
     RunLayout,
     saved_steps,
@@ -43,11 +44,13 @@ from lmalgebra.distill.recipe import CausalRecipe
 from lmalgebra.distill.run.model_card import causal_student_card
 from lmalgebra.distill.student import student_inputs
 from lmalgebra.distill.teachers import Teacher
+from lmalgebra.train.checkpoint import refuse_uncleared
 from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
 from lmalgebra.train.cross_tokenizer import LOSSES, Mean, batch_mean, ce_loss, needs_of
 from lmalgebra.train.data_parallel import global_mean
 from lmalgebra.train.loop import (
     StepLoss,
+    clear_training_run,
     refuse_fewer_steps,
     refuse_other_training,
     refuse_training_parts,
@@ -211,6 +214,10 @@ def train_causal_student(
     outs = {v: layout.student(name) if v is None else layout.candidate(name, v) for v in runs}
     for value, out in outs.items():  # a candidate's directory is training's own, like a link
         refuse_training_parts(out, itself=value is not None)
+    # what the student trained in before and trains in no more (a dropped candidate's run)
+    left = [r for r in layout.student_runs(name) if r not in outs.values()] if restart else []
+    for out in sorted({*outs.values(), *left}) if restart else []:  # as the dry run, first
+        refuse_uncleared(out / CHECKPOINTS)  # a checkpoint holding a user's file
     if not restart:  # a saved student of more steps, or other settings, is not replaced
         refuse_fewer_steps(saved_steps(saved), spec.steps, saved, ANOTHER_STUDENT)
         refuse_other_training(saved_training(saved), spec, outs.values(), saved, ANOTHER_STUDENT)
@@ -224,6 +231,8 @@ def train_causal_student(
     context = recipe.student.max_position_embeddings if data.init is None else data.init.positions
     validation = validation_of(spec, data, context)
     plugins.announce(plugins.CAUSAL_LOSSES, mix)  # its checks passed: training starts
+    for out in left:  # its checkpoints and best weights had stayed, and verify checked them
+        clear_training_run(out)
     chosen: tuple[float, Any, dict[str, Any]] | None = None
     choice: dict[str, float] = {}
     for value, run_spec in runs.items():

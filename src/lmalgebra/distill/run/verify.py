@@ -22,10 +22,10 @@ from lmalgebra.distill.run.store_check import run_count_problems
 from lmalgebra.distill.vocab.union import META_FILE, UnionVocab, read_report
 from lmalgebra.storage.completion import STAMP, CompletionStamp
 from lmalgebra.storage.shard_set import MANIFEST, SHARD_PREFIX, ShardSet
-from lmalgebra.train.checkpoint import checkpoint_dirs, damage
+from lmalgebra.train.checkpoint import checkpoint_dirs, damage, latest_state
 from lmalgebra.train.loop import TRAIN_LOG
 from lmalgebra.train.run_fingerprint import differences
-from lmalgebra.train.validation import best_damage
+from lmalgebra.train.validation import best_damage, resume_refusal
 
 
 def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list[str]:
@@ -49,7 +49,7 @@ def verify_run(run_dir: Path, store_parts: tuple[str, str], vocab: bool) -> list
             problems.append(f"checkpoint file {path} is damaged ({reason})")
     whole = {c: found[2] for c, found in states.items() if found[2] is not None}
     problems += [d for run in layout.training_runs() if (d := _mixed(run, whole)) is not None]
-    problems += [d for d in map(best_damage, layout.training_runs()) if d is not None]
+    problems += [d for d in map(_best_problem, layout.training_runs()) if d is not None]
     # a student's log is checked where no checkpoint is left (``keep_checkpoints`` 0) too
     logged = {p.parent for p in layout.root.glob(f"*/{TRAIN_LOG}")}
     runs = sorted({*layout.training_runs(), *logged})
@@ -155,3 +155,11 @@ def vocabulary_problems(layout: RunLayout) -> list[str]:
     if CompletionStamp(directory, "").damaged():  # training would take it for no vocabulary
         return [f"{directory / STAMP} is damaged (run {merge_stage('vocab')} again)"]
     return []
+
+
+def _best_problem(run: Path) -> str | None:
+    """Why the best validation weights of training run ``run`` cannot be restored: damaged
+    (``best_damage``), or not those its newest intact checkpoint records as its best, which
+    resuming refuses (``resume_refusal``: ``best/`` deleted, or another step's, had passed)."""
+    found = latest_state(run / CHECKPOINTS)
+    return best_damage(run) or resume_refusal(run, None if found is None else found[1])
