@@ -200,7 +200,7 @@ def refuse_held_output(directory: Path) -> None:
         raise UserInputError(
             f"training directory {directory} holds {kind[0]} ({kind[1]}): training would write "
             "its checkpoints, log and model among that output's files; move it away, or train "
-            f"another beside it ({BESIDE})"
+            "in another directory"
         )
 
 
