@@ -415,3 +415,35 @@ def test_a_model_file_written_again_at_its_size_and_time_is_recorded_and_checked
     assert "config.json" in json.loads((target / MARKER).read_text())[FILES_KEY]
     config.write_text(config.read_text().replace('"gelu"', '"relu"'))
     assert "config.json is damaged" in str(model_damage(target))
+
+
+def test_a_shard_the_index_names_in_a_folder_is_part_of_the_models_fingerprint(
+    bert_dir: Path, tmp_path: Path
+) -> None:
+    """A sharded checkpoint whose index names a shard in a folder of the model's directory
+    (``w/model-00002-of-00002.safetensors``), which transformers loads: its weights had been
+    left out of the model's fingerprint, so an edit of that shard kept the cached embeddings
+    and the finished runs of the model as it was."""
+    from safetensors.torch import load_file, save_file
+
+    model = Path(shutil.copytree(bert_dir, tmp_path / "model"))
+    tensors = load_file(model / "model.safetensors")
+    (model / "model.safetensors").unlink()
+    (model / "w").mkdir()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:8]}
+    shards["w/model-00002-of-00002.safetensors"] = names[8:]
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(model / shard), metadata={"format": "pt"})
+    weight_map = {key: shard for shard, keys in shards.items() for key in keys}
+    index = {"metadata": {}, "weight_map": weight_map}
+    (model / "model.safetensors.index.json").write_text(json.dumps(index))
+    ref = ModelRef(name="m", path=str(model))
+    memo = tmp_path / "hashes"
+    first = source_of(ref, model).fingerprint(memo)["weights"]
+    inner = model / "w" / "model-00002-of-00002.safetensors"
+    edited = load_file(inner)
+    key = next(k for k in edited if k.startswith("encoder."))
+    edited[key] = edited[key] + 1.0
+    save_file(edited, str(inner), metadata={"format": "pt"})
+    assert source_of(ref, model).fingerprint(memo)["weights"] != first

@@ -697,19 +697,30 @@ def test_a_sharded_checkpoint_missing_a_shard_or_an_unreadable_header_is_refused
         init_student(init)
 
 
+@pytest.mark.parametrize("shard", ["", "../elsewhere/model-00001-of-00001.safetensors"])
 def test_an_index_naming_no_weight_file_is_refused_by_the_plan_and_the_load(
-    bert_copy: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
+    shard: str, bert_copy: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, cli
 ) -> None:
     """A sharded checkpoint's index whose ``weight_map`` is empty, beside a shard: the dry run
-    had planned it, exit 0, and the run ended in transformers' ``list index out of range``."""
-    (bert_copy / "model.safetensors").rename(bert_copy / "model-00001-of-00001.safetensors")
+    had planned it, exit 0, and the run ended in transformers' ``list index out of range``.
+    One naming a shard outside the model's directory, which transformers refuses to load, is
+    named as such (its shard is no file of the model, to be hashed with it)."""
+    weights = bert_copy / "model.safetensors"
     index = bert_copy / "model.safetensors.index.json"
-    index.write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    if shard:
+        (tmp_path / "elsewhere").mkdir()
+        names = load_file(weights)
+        weights.rename(tmp_path / "elsewhere" / "model-00001-of-00001.safetensors")
+        index.write_text(json.dumps({"weight_map": dict.fromkeys(names, shard)}))
+        said = ["model 'a'", str(index), "names 1 weight files outside", shard]
+    else:
+        weights.rename(bert_copy / "model-00001-of-00001.safetensors")
+        index.write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+        said = ["model 'a'", str(index), "names no weight file"]
     args = ["decompose", "--models", f"a={bert_copy}", "--models", f"b={bert2_dir}"]
     args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
     args += ["--cache_dir", str(tmp_path / "cache")]
     for dry_run in (["--dry-run"], []):
-        said = ["model 'a'", str(index), "names no weight file"]
         assert_one_line(*cli([*args, *dry_run]), said)
         assert not (tmp_path / "out").exists()
 

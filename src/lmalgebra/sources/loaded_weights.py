@@ -210,8 +210,9 @@ def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
     """The safetensors files ``from_pretrained`` reads in ``directory``: ``model.safetensors``,
     else those its sharded checkpoint's index names (none: ``.bin`` weights, or no weights).
     With ``owner`` (how a message starts), an index that cannot be read or that names a file
-    that is not there is refused, naming it, as the load would fail on it; without, such an
-    index gives no files."""
+    that is not there or one outside ``directory`` is refused, naming it, as the load would
+    fail on it; without, such an index gives no files. A shard in a folder of the directory is
+    one of its files (:func:`lmalgebra.sources.model_files.weight_files` hashes it)."""
     import json
 
     single = directory / "model.safetensors"
@@ -232,6 +233,14 @@ def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
             f"{owner}: {index} is no index of a sharded checkpoint ({type(err).__name__}: "
             f"{err}); transformers cannot load the model from it"
         ) from None
+    outside = [name for name in sorted({str(n) for n in names}) if _outside(name)]
+    if outside:  # transformers refuses the index: a shard outside the model's directory
+        if owner is None:
+            return []
+        raise UserInputError(
+            f"{owner}: {index} names {len(outside)} weight files outside {directory} "
+            f"({listed(outside)}); transformers loads no shard from outside the model's directory"
+        )
     absent = [f.name for f in files if not f.is_file()]
     if absent and owner is not None:
         raise UserInputError(
@@ -239,6 +248,13 @@ def safetensors_files(directory: Path, owner: str | None = None) -> list[Path]:
             f"({listed(absent)}); transformers cannot load the model without them"
         )
     return [] if absent else files
+
+
+def _outside(name: str) -> bool:
+    """Whether a shard's ``name`` in an index leaves the model's directory, as transformers
+    tells it: an absolute path, or one through ``..`` (not by following links: a hub snapshot's
+    shards are links into its cache)."""
+    return bool(Path(name).anchor) or ".." in Path(name).parts
 
 
 def _header_shapes(owner: str, files: list[Path]) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -19,6 +19,7 @@ from typing import Any
 from lmalgebra.core.errors import UserInputError
 from lmalgebra.core.fingerprint import sha256_file, sha256_files, sha256_json, unseal
 from lmalgebra.core.text_files import not_a_file, read_json_object
+from lmalgebra.sources.loaded_weights import safetensors_files
 from lmalgebra.storage.atomic import write_text_atomic
 from lmalgebra.storage.split_archive import misplaced
 
@@ -78,16 +79,19 @@ def refuse_damaged(owner: str, directory: Path) -> None:
 
 def weight_files(directory: Path, owner: str | None = None) -> list[Path]:
     """The weight files ``from_pretrained`` reads: the directory's own, not a subfolder's (a
-    teacher made by ``pretrain`` keeps its training checkpoints under ``training/``). A weight
-    file or shard index that is no regular file (a link to nothing, a directory, a FIFO), which
-    transformers passes over for another file or calls missing, is refused naming it (``owner``
-    starts the message)."""
+    teacher made by ``pretrain`` keeps its training checkpoints under ``training/``), and the
+    shards a sharded checkpoint's index names wherever they lie (``w/model-00002.safetensors``:
+    left out, an edit of it had kept the model's fingerprint, and its cached embeddings and
+    finished runs were taken for the edited model's). A weight file or shard index that is no
+    regular file (a link to nothing, a directory, a FIFO), which transformers passes over for
+    another file or calls missing, is refused naming it (``owner`` starts the message)."""
     found = [p for p in directory.iterdir() if p.name.endswith((*WEIGHT_SUFFIXES, ".index.json"))]
     for path in found:
         if not path.is_file():
             start = f"{owner}: " if owner else ""
             raise UserInputError(f"{start}weight file {path} {not_a_file(path)}")
-    return [p for p in found if p.name.endswith(WEIGHT_SUFFIXES)]
+    own = [p for p in found if p.name.endswith(WEIGHT_SUFFIXES)]
+    return own + [p for p in safetensors_files(directory) if p.parent != directory]
 
 
 def _stat_key(path: Path) -> list[int]:
