@@ -347,6 +347,33 @@ def test_a_gguf_file_transformers_cannot_dequantise_is_refused_by_plan_and_run(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("architecture", ["qwen2moe", "qwen3moe"])
+def test_an_architecture_named_as_llama_cpp_names_it_is_read(
+    llama,
+    corpus_txt: Path,
+    bert_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    architecture: str,
+    cli,
+) -> None:
+    """llama.cpp writes Qwen2-MoE as ``qwen2moe``, which transformers reads as ``qwen2_moe``:
+    the file had been refused as an architecture transformers cannot read. This one holds a
+    Llama's tensors, so the load names the experts it lacks."""
+    from lmalgebra.sources.gguf_models import checked_gguf
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    path = write_llama_gguf(*llama, tmp_path / "moe.gguf", architecture=architecture)
+    header, config = checked_gguf(path, "model 'a'")
+    assert header["architecture"] == architecture
+    assert config.model_type == architecture.replace("moe", "_moe")
+    args = ["decompose", "--models", f"a=gguf:{path}", "--models", f"b={bert_dir}"]
+    args += ["--corpus.paths", str(corpus_txt), "--out", str(tmp_path / "out")]
+    args += ["--cache_dir", str(tmp_path / "cache")]
+    assert_one_line(*cli(args), ["model 'a'", str(path), "of the model's weights", "experts"])
+    assert not (tmp_path / "out").exists()
+
+
 def _retyped(source: Path, target: Path, model_type: str) -> Path:
     """A copy of ``source`` whose ``config.json`` names ``model_type`` and no architecture."""
     shutil.copytree(source, target)

@@ -41,6 +41,14 @@ RECORD_CHECK = "record_sha256"  # in gguf.json: of the rest of the record
 TENSORS_CHECKED = "tensors_checked"  # in gguf.json: the file's tensors were checked first
 GGUF_REQUIREMENT = "gguf==0.19.0"
 _METADATA_SECTIONS = ("general", "tokenizer")  # keys of transformers' mapping that are no model
+# llama.cpp's names of architectures that transformers knows by another, and reads as it
+_LLAMA_CPP_NAMES = {
+    "qwen2moe": "qwen2_moe",
+    "qwen3moe": "qwen3_moe",
+    "gpt-oss": "gpt_oss",
+    "minimax-m2": "minimax_m2",
+    "t5encoder": "t5",
+}
 
 
 def _gguf_package(owner: str) -> Any:
@@ -54,11 +62,13 @@ def _gguf_package(owner: str) -> Any:
 
 
 def supported_architectures() -> set[str]:
-    """The GGUF architectures (``general.architecture``) transformers' loaders read."""
+    """The GGUF architectures (``general.architecture``) transformers' loaders read: by its
+    own names, and by llama.cpp's where they differ (``qwen2moe`` for ``qwen2_moe``)."""
     from transformers.integrations.gguf.gguf_conversion_mapping import GGUF_ARCHS
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    return (set(GGUF_ARCHS) | set(GGUF_SUPPORTED_ARCHITECTURES)) - set(_METADATA_SECTIONS)
+    known = (set(GGUF_ARCHS) | set(GGUF_SUPPORTED_ARCHITECTURES)) - set(_METADATA_SECTIONS)
+    return known | {name for name, own in _LLAMA_CPP_NAMES.items() if own in known}
 
 
 def _why(path: Path, err: Exception) -> str:
