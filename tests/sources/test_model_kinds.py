@@ -117,3 +117,18 @@ def test_a_reference_of_blanks_names_no_path(text: str) -> None:
     (``key 'name'``), the name made from the path it does not give."""
     with pytest.raises(UserInputError, match=r"names no path or hub id$"):
         ModelRef.parse(text)
+
+
+@pytest.mark.parametrize(
+    "family", ["Bert", "DebertaV2", "XLMRoberta", "Albert", "T5", "GPT2", "Llama", "Gemma"]
+)
+def test_every_vocabulary_file_transformers_reads_is_a_tokenizer_file(family: str) -> None:
+    """The files of a tokenizer that transformers reads (its class's ``vocab_files_names``)
+    are hashed into the model's identity and fetched for a plan: DeBERTa's ``spm.model`` had
+    been left out, so an edit of it went unseen."""
+    import transformers
+
+    from lmalgebra.sources.tokenizers import TOKENIZER_FILES
+
+    names = getattr(transformers, f"{family}Tokenizer").vocab_files_names.values()
+    assert set(names) <= set(TOKENIZER_FILES)

@@ -23,6 +23,8 @@ TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
     "spiece.model",
+    "spm.model",
+    "sentencepiece.model",
     "sentencepiece.bpe.model",
     "tokenizer.model",
     "added_tokens.json",
