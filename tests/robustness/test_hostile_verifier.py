@@ -671,14 +671,16 @@ def test_a_best_record_edited_fails_verify_and_training_refuses_it_first(
     assert sorted(p.name for p in (candidate / "checkpoints").iterdir()) == checkpoints
 
 
-@pytest.mark.parametrize("damage", ["deleted", "edited", "another step's"])
+@pytest.mark.parametrize("damage", ["deleted", "edited", "another step's", "another run's"])
 def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
     damage: str, candidates_trained: Path, tmp_path: Path, cli
 ) -> None:
     """Best validation weights that resuming refuses before its first step (``best/`` deleted,
     its ``best.json`` edited, a best kept at another step than the checkpoint records) had
     passed ``merge train --dry-run``, and the deleted and another step's passed ``merge
-    verify``: both name them now, as training does."""
+    verify``: both name them now, as training does. So are another run's best weights, intact,
+    of the same step (another candidate's ``best/`` copied in), which training had restored
+    and saved as this run's: each checkpoint records the sha256 of its best weights."""
     import json
 
     run = tmp_path / "run"
@@ -686,6 +688,9 @@ def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
     best = run / "student" / "lambda-0.8" / "best"
     if damage == "deleted":
         shutil.rmtree(best)
+    elif damage == "another run's":
+        shutil.rmtree(best)
+        shutil.copytree(run / "student" / "lambda-0.2" / "best", best)
     else:
         record = json.loads((best / "best.json").read_text(encoding="utf-8"))
         record["step"] = 2 if record["step"] != 2 else 4
