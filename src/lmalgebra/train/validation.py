@@ -193,8 +193,9 @@ def best_damage(out: Path) -> str | None:
     """Why ``out``'s best validation weights cannot be restored (their record unreadable, or the
     weights not of the sha256 it records), or None (intact, or none kept)."""
     folder = out / BEST
-    if not folder.exists() or _intact_record(folder) is not None:
-        return None
+    kept = [folder / n for n in ("best.json", "model.safetensors")]
+    if not any(p.exists() or p.is_symlink() for p in kept) or _intact_record(folder) is not None:
+        return None  # none kept (a user's file left in best/ by --restart is not a record)
     return (
         f"{folder}: the best validation weights are missing or not the ones their best.json "
         f"records, or best.json is damaged or edited since; train again with {RESTART}"
