@@ -763,14 +763,17 @@ def test_a_restart_with_fewer_candidates_drops_the_runs_it_leaves_out(
     """``--restart`` with fewer ``lambda_candidates`` had left the dropped candidate's run
     (``lambda-0.8/``: checkpoints, best weights, log) beside the student, which verify went on
     checking as the student's own. Its files are removed now, a user's file there kept (and
-    not taken for damaged best weights by verify); a checkpoint holding a user's file is
-    refused first, by the dry run too, naming it."""
+    not taken for damaged best weights by verify), and so is a user's copy of the run
+    (``lambda-0.8.bak``); a checkpoint holding a user's file is refused first, by the dry run
+    too, naming it."""
     run = tmp_path / "run"
     shutil.copytree(candidates_trained, run)
     recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
     text = (run / "recipe.yaml").read_text(encoding="utf-8")
     recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
     dropped = run / "student" / "lambda-0.8"
+    copy = run / "student" / "lambda-0.8.bak"  # a user's copy of the run: not the run's
+    shutil.copytree(dropped, copy)
     (dropped / "notes.txt").write_text("mine\n", encoding="utf-8")
     (dropped / "best" / "notes.txt").write_text("mine\n", encoding="utf-8")
     step = sorted((dropped / "checkpoints").iterdir())[0]
@@ -785,6 +788,7 @@ def test_a_restart_with_fewer_candidates_drops_the_runs_it_leaves_out(
     assert sorted(p.name for p in dropped.iterdir()) == ["best", "notes.txt"]
     assert sorted(p.name for p in (dropped / "best").iterdir()) == ["notes.txt"]
     assert (run / "student" / "lambda-0.2" / "checkpoints").is_dir()
+    assert (copy / "checkpoints").is_dir() and (copy / "best" / "best.json").is_file()
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
 
