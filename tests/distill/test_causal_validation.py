@@ -20,6 +20,7 @@ from causal_fixtures import (
     train_log,
 )
 from lmalgebra.core.errors import UserInputError
+from lmalgebra.core.fingerprint import sha256_file
 from lmalgebra.distill import examples
 from lmalgebra.distill.causal import training
 from lmalgebra.distill.causal.store import load_causal_store
@@ -168,7 +169,9 @@ def test_tracker_counts_misses_and_refuses_weights_it_did_not_write(tmp_path: Pa
     model = torch.nn.Linear(2, 2)
     for step in (2, 4, 6, 8):
         tracker.check(model, step, write=True)
-    assert tracker.state() == {"best": 0.5, "best_step": 4, "misses": 2, "stopped": True}
+    state = tracker.state()  # with the sha256 of the best weights kept
+    assert state.pop("best_sha256") == sha256_file(tmp_path / "best" / "model.safetensors")
+    assert state == {"best": 0.5, "best_step": 4, "misses": 2, "stopped": True}
     resumed = ValidationTracker(tracker.validation, tmp_path, tracker.state())
     resumed.restore(model)
     resumed.best_step = 6

@@ -825,3 +825,28 @@ def test_a_student_is_not_trained_into_a_teacher_selection(trained: Path, cli) -
         assert sorted(p.name for p in selection.iterdir()) == ["recommended.yaml", "summary.json"]
     finally:
         shutil.rmtree(selection)
+
+
+def test_a_restart_that_trains_nothing_drops_the_training_it_replaces(
+    trained: Path, tmp_path: Path, cli
+) -> None:
+    """``merge train --restart --training.steps 0`` (the model as it starts, over a trained
+    student) had saved the untrained model beside the checkpoints and log of the training it
+    replaced, and the next ``merge train`` resumed from them. The restart drops them now."""
+    import shutil
+
+    import yaml
+
+    shutil.copytree(trained.parent, tmp_path / "copy")
+    run, recipe = tmp_path / "copy" / "run", tmp_path / "copy" / "recipe.yaml"
+    data = yaml.safe_load(recipe.read_text(encoding="utf-8"))
+    recipe.write_text(yaml.safe_dump({**data, "output_dir": str(run)}), encoding="utf-8")
+    shutil.rmtree(run / "evaluation", ignore_errors=True)  # an earlier test's, of the student
+    student = run / "student"
+    assert list((student / "checkpoints").iterdir()) and (student / "train_log.jsonl").is_file()
+    args = ["merge", "train", str(recipe), "--no-progress", "--restart", "--training.steps", "0"]
+    code, stderr = cli(args)
+    assert code == 0, stderr
+    assert sorted(p.name for p in student.iterdir()) == ["model"]
+    code, stderr = cli(["merge", "verify", str(run)])
+    assert code == 0, stderr

@@ -672,14 +672,16 @@ def test_a_best_record_edited_fails_verify_and_training_refuses_it_first(
     assert sorted(p.name for p in (candidate / "checkpoints").iterdir()) == checkpoints
 
 
-@pytest.mark.parametrize("damage", ["deleted", "edited", "another step's"])
+@pytest.mark.parametrize("damage", ["deleted", "edited", "another step's", "another run's"])
 def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
     damage: str, candidates_trained: Path, tmp_path: Path, cli
 ) -> None:
     """Best validation weights that resuming refuses before its first step (``best/`` deleted,
     its ``best.json`` edited, a best kept at another step than the checkpoint records) had
     passed ``merge train --dry-run``, and the deleted and another step's passed ``merge
-    verify``: both name them now, as training does."""
+    verify``: both name them now, as training does. So are another run's best weights, intact,
+    of the same step (another candidate's ``best/`` copied in), which training had restored
+    and saved as this run's: each checkpoint records the sha256 of its best weights."""
     import json
 
     run = tmp_path / "run"
@@ -687,6 +689,9 @@ def test_best_weights_resuming_refuses_fail_verify_and_the_dry_run(
     best = run / "student" / "lambda-0.8" / "best"
     if damage == "deleted":
         shutil.rmtree(best)
+    elif damage == "another run's":
+        shutil.rmtree(best)
+        shutil.copytree(run / "student" / "lambda-0.2" / "best", best)
     else:
         record = json.loads((best / "best.json").read_text(encoding="utf-8"))
         record["step"] = 2 if record["step"] != 2 else 4
@@ -758,15 +763,20 @@ def test_a_restart_with_fewer_candidates_drops_the_runs_it_leaves_out(
 ) -> None:
     """``--restart`` with fewer ``lambda_candidates`` had left the dropped candidate's run
     (``lambda-0.8/``: checkpoints, best weights, log) beside the student, which verify went on
-    checking as the student's own. Its files are removed now, a user's file there kept; a
-    checkpoint holding a user's file is refused first, by the dry run too, naming it."""
+    checking as the student's own. Its files are removed now, a user's file there kept (and
+    not taken for damaged best weights by verify), and so is a user's copy of the run
+    (``lambda-0.8.bak``); a checkpoint holding a user's file is refused first, by the dry run
+    too, naming it."""
     run = tmp_path / "run"
     shutil.copytree(candidates_trained, run)
     recipe = tmp_path / "recipe.yaml"  # the copy's, its output_dir the copy
     text = (run / "recipe.yaml").read_text(encoding="utf-8")
     recipe.write_text(text.replace(str(candidates_trained), str(run)), encoding="utf-8")
     dropped = run / "student" / "lambda-0.8"
+    copy = run / "student" / "lambda-0.8.bak"  # a user's copy of the run: not the run's
+    shutil.copytree(dropped, copy)
     (dropped / "notes.txt").write_text("mine\n", encoding="utf-8")
+    (dropped / "best" / "notes.txt").write_text("mine\n", encoding="utf-8")
     step = sorted((dropped / "checkpoints").iterdir())[0]
     (step / "notes.txt").write_text("mine\n", encoding="utf-8")
     args = ["merge", "train", str(recipe), "--restart", "--no-progress"]
@@ -776,8 +786,10 @@ def test_a_restart_with_fewer_candidates_drops_the_runs_it_leaves_out(
     (step / "notes.txt").unlink()
     code, stderr = cli(args)
     assert code == 0, stderr
-    assert sorted(p.name for p in dropped.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in dropped.iterdir()) == ["best", "notes.txt"]
+    assert sorted(p.name for p in (dropped / "best").iterdir()) == ["notes.txt"]
     assert (run / "student" / "lambda-0.2" / "checkpoints").is_dir()
+    assert (copy / "checkpoints").is_dir() and (copy / "best" / "best.json").is_file()
     code, stderr = cli(["merge", "verify", str(run)])
     assert code == 0, stderr
 

@@ -162,6 +162,27 @@ def test_masked_merge_stage(
     resumes(["merge", command, str(masked.recipe), *progress], masked.outputs)
 
 
+def test_masked_train_keeping_no_checkpoint(
+    masked: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``training.keep_checkpoints 0``: the model saved, then its checkpoint removed."""
+    masked.after("vocab")
+    _use_cache(masked, monkeypatch)
+    args = ["merge", "train", str(masked.recipe), "--no-progress"]
+    resumes([*args, "--training.keep_checkpoints", "0"], masked.outputs)
+
+
+def test_masked_train_restarted_with_no_step(
+    masked: Run, resumes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--restart --training.steps 0`` over a trained student: its checkpoints and log
+    dropped, then the model as it starts saved."""
+    masked.after("train")
+    _use_cache(masked, monkeypatch)
+    args = ["merge", "train", str(masked.recipe), "--no-progress", "--restart"]
+    resumes([*args, "--training.steps", "0"], masked.outputs)
+
+
 def test_masked_merge_evaluate(masked: Run, resumes, monkeypatch: pytest.MonkeyPatch) -> None:
     masked.after("train")
     _use_cache(masked, monkeypatch)
@@ -351,6 +372,32 @@ def test_decompose(
     )
 
 
+def test_decompose_overwriting_another_run(
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    tmp_path: Path,
+    resumes,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--overwrite`` of a finished run of another configuration, its report drawn into it:
+    the old run's files removed (what tells its kind last), then the new run written."""
+    from hostile_helpers import run_cli
+
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["decompose", *_decompose(bert_dir, bert2_dir, corpus_txt), "--no-progress"]
+    out = ["--out", str(tmp_path / "out")]
+    code, stderr = run_cli([*args, *out], monkeypatch, capsys)
+    assert code == 0, stderr
+    code, stderr = run_cli(["report", str(tmp_path / "out")], monkeypatch, capsys)
+    assert code == 0, stderr
+    found = resumes(
+        [*args, *out, "--alpha", "0.5", "--overwrite"], [tmp_path / "out", tmp_path / "cache"]
+    )
+    assert not (tmp_path / "out" / "report.html").exists(), found
+
+
 def test_spans(
     bert_dir: Path, bert2_dir: Path, corpus_txt: Path, tmp_path: Path, resumes, monkeypatch
 ) -> None:
@@ -394,6 +441,34 @@ def test_evaluate_pos(
     monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
     args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
     args += ["--models", f"a={bert_dir}", "--models", f"b={bert2_dir}"]
+    resumes(args, [tmp_path / "pos", tmp_path / "cache"])
+
+
+def test_evaluate_pos_overwriting_another(
+    bert_dir: Path,
+    bert2_dir: Path,
+    tmp_path: Path,
+    resumes,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--overwrite`` of an evaluation of another model: its three files removed, then this
+    one's written; the tagger's scores stubbed."""
+    import lmalgebra.evaluate.pos_tagging as pos
+    from hostile_helpers import run_cli
+    from lmalgebra.evaluate.pos_results import PosResult
+
+    def scored(ref, *args, **kwargs) -> PosResult:
+        zeros = dict.fromkeys(PosResult.__dataclass_fields__, 0)
+        return PosResult(**zeros | {"model": ref.name, "mode": "probe"})
+
+    monkeypatch.setattr(pos, "_evaluate", scored)
+    bank = one_word_treebank(tmp_path / "bank")
+    monkeypatch.setenv("LMALGEBRA_CACHE", str(tmp_path / "cache"))
+    args = ["evaluate-pos", str(bank), "--out", str(tmp_path / "pos"), "--no-progress"]
+    code, stderr = run_cli([*args, "--models", f"a={bert_dir}"], monkeypatch, capsys)
+    assert code == 0, stderr
+    args += ["--models", f"a={bert2_dir}", "--overwrite"]
     resumes(args, [tmp_path / "pos", tmp_path / "cache"])
 
 

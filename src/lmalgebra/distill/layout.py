@@ -114,6 +114,18 @@ def check_language_name(code: str) -> str:
     return code
 
 
+def is_candidate_run(name: str) -> bool:
+    """Whether ``name`` is one that a run of a ``lambda_candidates`` KD weight trains in
+    (``RunLayout.candidate``: ``lambda-0.8``), not a user's copy of one (``lambda-0.8.bak``),
+    which no command reads, checks or removes (``--restart`` had removed its files)."""
+    value = name.removeprefix(CANDIDATE)
+    try:
+        weight = float(value)
+    except ValueError:
+        return False
+    return name.startswith(CANDIDATE) and 0 <= weight <= 1 and f"{weight:g}" == value
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """The paths of one run directory ``root``."""
@@ -158,7 +170,7 @@ class RunLayout:
         """Every directory a student of the run trains in: each student's own, and each of its
         ``lambda_candidates`` runs."""
         found = {p.parent for p in self.root.glob(f"*/{CHECKPOINTS}")}
-        found |= set(self.root.glob(f"*/{CANDIDATE}*"))
+        found |= {p for p in self.root.glob(f"*/{CANDIDATE}*") if is_candidate_run(p.name)}
         found |= {p.parent for p in self.root.glob(f"*/{BEST}")}
         return sorted(p for p in found if p.is_dir())
 

@@ -304,6 +304,8 @@ def train(
     if not restart:
         refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out, beside)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written
+        if restart and is_main():  # an earlier training's files are not this model's
+            clear_training(out)
         log.info("steps 0: the model is kept as it starts, untrained")
         model.eval()
         return {}
@@ -410,21 +412,29 @@ def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
         clear_best(out)
 
 
-def clear_training_run(out: Path) -> None:
-    """Remove what training wrote in ``out``, a directory a student trains in no more (a
-    ``lambda_candidates`` run that ``--restart`` with other candidates, or none, leaves out):
-    its checkpoints, best validation weights and training log, then ``out`` itself where that
-    leaves it empty (a file of the user's there is kept, and the directory with it). A
-    checkpoint holding a file of the user's is refused before anything is removed
-    (``clear_checkpoints``): a dry run checks it with ``refuse_uncleared``."""
-    if not is_main():
-        return
+def clear_training(out: Path) -> None:
+    """Remove what training wrote in ``out``: its checkpoints, best validation weights and
+    training log (``--restart`` of a run that trains nothing, ``steps: 0``, whose model had
+    been saved beside the checkpoints and log of the training it replaced, and resumed from
+    them by the next run). A checkpoint holding a file of the user's is refused before anything
+    is removed (``clear_checkpoints``): a dry run checks it with ``refuse_uncleared``."""
     clear_checkpoints(out / "checkpoints")
     clear_best(out)
     remove_file(out / TRAIN_LOG)
-    for empty in (out / "checkpoints", out):
-        with contextlib.suppress(OSError):
-            empty.rmdir()
+    with contextlib.suppress(OSError):
+        (out / "checkpoints").rmdir()
+
+
+def clear_training_run(out: Path) -> None:
+    """Remove what training wrote in ``out``, a directory a student trains in no more (a
+    ``lambda_candidates`` run that ``--restart`` with other candidates, or none, leaves out):
+    ``clear_training``, then ``out`` itself where that leaves it empty (a file of the user's
+    there is kept, and the directory with it)."""
+    if not is_main():
+        return
+    clear_training(out)
+    with contextlib.suppress(OSError):
+        out.rmdir()
 
 
 def _accelerator(mixed_precision: str) -> Any:

@@ -63,6 +63,8 @@ class ValidationTracker:
         self.best_step = int(saved.get("best_step", 0))
         self.misses = int(saved.get("misses", 0))
         self.stopped = bool(saved.get("stopped", False))
+        # the sha256 of the best weights (a checkpoint of an older release records none)
+        self.best_sha256: str | None = _text(saved.get("best_sha256"))
         self._kept: dict[str, Any] | None = None  # the record this process wrote last
         self._refuse_unrestorable(start)  # at the start: training to the end had ended refused
 
@@ -102,6 +104,7 @@ class ValidationTracker:
             "best_step": self.best_step,
             "misses": self.misses,
             "stopped": self.stopped,
+            **({"best_sha256": self.best_sha256} if self.best_sha256 else {}),
         }
 
     def _keep(self, model: Any, step: int, score: float) -> None:
@@ -121,6 +124,7 @@ class ValidationTracker:
         write_atomic(self.folder / "model.safetensors", save)
         self._record(record)
         self._kept = record
+        self.best_sha256 = record["sha256"]
 
     def _record(self, record: dict[str, Any]) -> None:
         write_json_atomic(self.folder / "best.json", sealed(record, RECORD_SHA256))
@@ -135,18 +139,30 @@ class ValidationTracker:
     def _refuse_unrestorable(self, start: int | None = None) -> None:
         """Refuse best weights, once a check has kept some, that are not those this run
         recorded as its best (``unrestorable``)."""
-        if unrestorable(self.folder, self.best_step, start):
+        # the weights' sha256 at the start alone: a rank that keeps no weights knows no new one
+        sha256 = self.best_sha256 if start is not None else None
+        if unrestorable(self.folder, self.best_step, start, sha256):
             raise UserInputError(_unrestorable_message(self.folder, self.best_step))
 
 
-def unrestorable(folder: Path, best_step: int, start: int | None = None) -> bool:
+def unrestorable(
+    folder: Path, best_step: int, start: int | None = None, sha256: str | None = None
+) -> bool:
     """Whether the best weights in ``folder`` are not those a run that recorded step
-    ``best_step`` as its best (0: none kept yet) can restore: their record damaged or edited,
-    the weights gone or another step's. Resuming from step ``start``, weights kept after it pass
-    (a run killed before its next checkpoint kept them; training them again keeps them again)."""
-    record = _intact_record(folder) if best_step else {"step": 0}
-    later = record is not None and start is not None and record.get("step", 0) > start
-    return record is None or (record.get("step") != best_step and not later)
+    ``best_step`` as its best (0: none kept yet), of ``sha256`` where it recorded it, can
+    restore: their record damaged or edited, the weights gone, another step's or another run's
+    (copied from another ``lambda_candidates`` run). Resuming from step ``start``, weights kept
+    after it pass (a run killed before its next checkpoint kept them; training them again
+    keeps them again)."""
+    record: dict[str, Any] | None = {"step": 0, "sha256": sha256}
+    if best_step:
+        record = _intact_record(folder)
+    if record is None:
+        return True
+    if start is not None and record.get("step", 0) > start:
+        return False
+    other = sha256 is not None and record.get("sha256") != sha256
+    return record.get("step") != best_step or other
 
 
 def _unrestorable_message(folder: Path, best_step: int) -> str:
@@ -168,7 +184,7 @@ def resume_refusal(out: Path, state: dict[str, Any] | None) -> str | None:
         best_step, start = int(saved.get("best_step", 0)), int(state["step"])
     except (KeyError, TypeError, ValueError):
         return None  # a state of no step is a damaged checkpoint, named as such
-    if unrestorable(out / BEST, best_step, start):
+    if unrestorable(out / BEST, best_step, start, _text(saved.get("best_sha256"))):
         return _unrestorable_message(out / BEST, best_step)
     return None
 
@@ -177,12 +193,17 @@ def best_damage(out: Path) -> str | None:
     """Why ``out``'s best validation weights cannot be restored (their record unreadable, or the
     weights not of the sha256 it records), or None (intact, or none kept)."""
     folder = out / BEST
-    if not folder.exists() or _intact_record(folder) is not None:
-        return None
+    kept = [folder / n for n in ("best.json", "model.safetensors")]
+    if not any(p.exists() or p.is_symlink() for p in kept) or _intact_record(folder) is not None:
+        return None  # none kept (a user's file left in best/ by --restart is not a record)
     return (
         f"{folder}: the best validation weights are missing or not the ones their best.json "
         f"records, or best.json is damaged or edited since; train again with {RESTART}"
     )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def refuse_unrestorable_best(out: Path) -> None:
