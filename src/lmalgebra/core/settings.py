@@ -582,6 +582,29 @@ def section_key(section: type[BaseModel], prefix: str) -> str:
     return "" if built is not None and issubclass(built, section) else setting(prefix)
 
 
+@contextmanager
+def keys_alone(section: type[BaseModel]) -> Iterator[None]:
+    """Within the block, the keys of ``section`` are named as :func:`section_key` names those of
+    a section built alone: a Python caller gave them as a mapping of the section's own keys
+    (``training={"gold_only": True}``)."""
+    token = _BUILT.set(section)
+    try:
+        yield
+    finally:
+        _BUILT.reset(token)
+
+
+def switched_on(section: type[BaseModel], prefix: str, name: str) -> str:
+    """The switch ``name`` of ``section`` turned on, as the caller gave it: the flag
+    ``--training.gold_only`` to the command line, the keyword ``gold_only=True`` to a caller
+    who gave the section's keys alone, the key ``training.gold_only: true`` in a recipe (which
+    a Python caller had been told)."""
+    key = section_key(section, prefix)
+    if key.startswith("--"):
+        return f"{key}{name}"
+    return f"{key}{name}: true" if key else f"{name}=True"
+
+
 def setting(key: str) -> str:
     """The setting ``key`` (dotted: ``study.level``) as the reader of a refusal gave it: the
     flag ``--study.level`` to the command line (a recipe's key is its flag), the key
