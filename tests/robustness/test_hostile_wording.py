@@ -395,3 +395,23 @@ def test_a_recipes_rule_on_a_students_training_names_the_keys_given(
         "several languages only"
     )
     assert not (tmp_path / "c" / "run").exists() and not (tmp_path / "m" / "run").exists()
+
+
+def test_a_bad_argument_to_quiet_or_a_run_inspections_frame_names_the_call() -> None:
+    """``lmalgebra.quiet(True)`` and ``RunInspection.frame("x")`` had raised Python's own
+    ``TypeError`` (``quiet() takes 0 positional arguments but 1 was given``): one
+    ``UserInputError`` names the call and the argument, as the API's entry points name theirs."""
+    inspection = lmalgebra.RunInspection(Path("run"), [], [], "", "", None)
+    calls = {
+        "quiet(): takes no argument, got True": lambda: lmalgebra.quiet(True),
+        "quiet(): got an unexpected keyword argument 'on'": lambda: lmalgebra.quiet(on=True),
+        "RunInspection.frame(): takes no argument, got 'x'": lambda: inspection.frame("x"),
+        "RunInspection.as_dict(): takes no argument, got 2": lambda: inspection.as_dict(2),
+    }
+    for message, call in calls.items():
+        with pytest.raises(TypeError) as caught:
+            call()
+        assert isinstance(caught.value, UserInputError)
+        assert str(caught.value) == message
+    with lmalgebra.quiet():  # called as it takes it: as before
+        assert inspection.as_dict()["pairs"] == []
