@@ -415,3 +415,19 @@ def test_a_bad_argument_to_quiet_or_a_run_inspections_frame_names_the_call() -> 
         assert str(caught.value) == message
     with lmalgebra.quiet():  # called as it takes it: as before
         assert inspection.as_dict()["pairs"] == []
+
+
+def test_a_key_of_another_pretrain_spec_names_the_module_it_is_imported_from() -> None:
+    """A key of another teacher spec had been named by the module that defines it
+    (``lmalgebra.distill.pretrain.specs.MaskedPretrainSpec``), not where the documentation
+    imports it from: ``lmalgebra.api.pretrain``; ``TrainingSpec`` by ``lmalgebra``'s own."""
+    import lmalgebra.api.pretrain as pretrain
+    from lmalgebra.distill.pretrain.specs import TeacherTrainingSpec
+
+    with pytest.raises(ValueError, match=r"a key of lmalgebra\.api\.pretrain\.MaskedPretrainSpec "):
+        pretrain.HeadOnlySpec(tokenizer={"vocab_size": 300})
+    with pytest.raises(ValueError, match=r"a key of lmalgebra\.api\.pretrain\.HeadOnlySpec "):
+        pretrain.CausalPretrainSpec(encoder="x")
+    with pytest.raises(ValueError, match=r"a key of lmalgebra\.TrainingSpec "):
+        TeacherTrainingSpec(temperature=2)
+    assert {"MaskedPretrainSpec", "HeadOnlySpec"} <= set(pretrain.__all__)

@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -376,7 +376,9 @@ def _key_of_subclass(kind: type[BaseModel], err: ValidationError) -> str:
     for base in bases:
         owner = _owner_below(base, str(unknown["loc"][0]), kind)
         if owner is not None:
-            name = f"{owner.__module__}.{owner.__name__}"
+            # where the caller imports it: ``lmalgebra.api.pretrain``, not the module that
+            # defines it (a spec of pretrain had been named by ``lmalgebra.distill...``)
+            name = f"{vars(owner).get('public_module') or owner.__module__}.{owner.__name__}"
             on = f"{base.__name__}, as {kind.__name__} is" if base is not kind else kind.__name__
             return f": a key of {name} (built on {on}): build one of those instead"
     return ""
@@ -407,6 +409,10 @@ def _refuses_empty(kind: type[BaseModel]) -> bool:
 
 class Settings(BaseModel):
     """A pydantic model whose bad values raise :class:`SettingsError` (see the module)."""
+
+    # the module a caller imports the class from, set on the class itself where that is not the
+    # module that defines it (``lmalgebra.api.pretrain``): a refusal names the class so
+    public_module: ClassVar[str | None] = None
 
     def __init__(self, /, **data: Any) -> None:
         token = _BUILT.set(type(self))

@@ -88,6 +88,8 @@ class TrainingSpec(OptimisationSpec):
     """A student's training: optimisation, and the distillation weight, temperature and data
     mix."""
 
+    public_module = "lmalgebra"
+
     lambda_schedule: LambdaSchedule = Field(
         default="linear",
         description="KD weight: constant, linear 1->0 (teacher annealing), cosine 1->0.",
