@@ -222,18 +222,18 @@ def test_sampling_settings_the_recipe_gives_nothing_to_choose_from_are_refused(
 CHOICES = {
     "teachers_of_ce_alone": (
         ["--training.objective_mix", "{ce: 1}", "--training.teachers", "{xx: [bl]}"],
-        ["training.teachers {'xx': ['bl']} would be ignored under training.objective_mix {ce}"],
+        ["--training.teachers {'xx': ['bl']} would be ignored under --training.objective_mix {ce}"],
     ),
     "best_of_gold_only": (
         ["--training.gold_only", "--training.multi_teacher", "best"],
-        ["training.multi_teacher 'best' would be ignored under training.gold_only: true"],
+        ["--training.multi_teacher 'best' would be ignored under --training.gold_only:"],
     ),
     "best_at_kd_weight_0": (
         [
             *("--training.lambda_schedule", "constant", "--training.lambda_value", "0"),
             *("--training.multi_teacher", "best"),
         ],
-        ["training.multi_teacher 'best' would be ignored under training.lambda_value 0"],
+        ["--training.multi_teacher 'best' would be ignored under --training.lambda_value 0"],
     ),
 }
 
@@ -278,9 +278,7 @@ def test_ce_alone_or_gold_only_refuses_what_only_distillation_reads() -> None:
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.train.config import CausalTrainingSpec
 
-    with pytest.raises(
-        UserInputError, match=r"training\.lambda_schedule .constant. .*ignored.*\{ce\}"
-    ):
+    with pytest.raises(UserInputError, match=r"^lambda_schedule .constant. .*ignored.*\{ce\}"):
         CausalTrainingSpec(objective_mix={"ce": 1.0}, lambda_schedule="constant", lambda_value=0.3)
     with pytest.raises(UserInputError, match=r"objective_mix would be ignored.*gold_only"):
         CausalTrainingSpec(objective_mix={"alm": 1.0}, gold_only=True)
@@ -291,31 +289,31 @@ VALIDATED = {"validation_every": 2, "validation_fraction": 0.2}
 UNWEIGHTED = {
     "candidates_beside_value": (
         {"lambda_value": 0.3, "lambda_candidates": [0.1, 0.9], **VALIDATED},
-        r"training\.lambda_value 0\.3 would be ignored: training\.lambda_candidates",
+        r"^lambda_value 0\.3 would be ignored: lambda_candidates",
     ),
     "temperature_at_zero": (
         {"lambda_value": 0.0, "temperature": 2.0},
-        r"training\.temperature 2\.0 would be ignored: training\.lambda_value 0 ",
+        r"^temperature 2\.0 would be ignored: lambda_value 0 ",
     ),
     "balance_at_zero": (
         {"lambda_value": 0.0, "kd_balance": "gradient"},
-        r"training\.kd_balance 'gradient' would be ignored: training\.lambda_value 0 ",
+        r"^kd_balance 'gradient' would be ignored: lambda_value 0 ",
     ),
     "mix_at_zero": (
         {"lambda_value": 0.0, "objective_mix": {"prefix_kl": 1.0}},
-        r"training\.objective_mix \{'prefix_kl': 1\.0\} would be ignored",
+        r"^objective_mix \{'prefix_kl': 1\.0\} would be ignored",
     ),
     "temperature_at_zero_candidates": (
         {"lambda_candidates": [0.0], "temperature": 2.0, **VALIDATED},
-        r"training\.temperature 2\.0 would be ignored: training\.lambda_candidates \[0\.0\]",
+        r"^temperature 2\.0 would be ignored: lambda_candidates \[0\.0\]",
     ),
     "smoothing_at_one": (
         {"lambda_value": 1.0, "label_smoothing": 0.1},
-        r"training\.label_smoothing 0\.1 would be ignored: training\.lambda_value 1 ",
+        r"^label_smoothing 0\.1 would be ignored: lambda_value 1 ",
     ),
     "smoothing_at_one_candidates": (
         {"lambda_candidates": [1.0], "label_smoothing": 0.1, **VALIDATED},
-        r"label_smoothing 0\.1 would be ignored: training\.lambda_candidates \[1\.0\]",
+        r"^label_smoothing 0\.1 would be ignored: lambda_candidates \[1\.0\]",
     ),
 }
 
@@ -345,7 +343,7 @@ def test_a_patience_fewer_validations_cannot_reach_is_refused() -> None:
     from lmalgebra.train.config import CausalTrainingSpec
 
     given = {"steps": 4, "warmup_steps": 1, "validation_fraction": 0.2}
-    with pytest.raises(UserInputError, match=r"training\.patience 3 would be ignored: .*every 100"):
+    with pytest.raises(UserInputError, match=r"^patience 3 would be ignored: .*every 100"):
         CausalTrainingSpec(**given, validation_every=100, patience=3)
     with pytest.raises(UserInputError, match=r"validates 4 time\(s\)"):
         CausalTrainingSpec(**given, validation_every=1, patience=4)
@@ -370,7 +368,7 @@ def test_a_masked_students_temperature_at_kd_weight_zero_is_refused() -> None:
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.train.config import TrainingSpec
 
-    with pytest.raises(UserInputError, match=r"training\.temperature 2\.0 would be ignored"):
+    with pytest.raises(UserInputError, match=r"^temperature 2\.0 would be ignored"):
         TrainingSpec(lambda_schedule="constant", lambda_value=0.0, temperature=2.0)
     TrainingSpec(lambda_schedule="linear", temperature=2.0)  # annealed from 1: applied
 
@@ -730,7 +728,7 @@ def test_a_broken_entry_point_a_recipe_does_not_name_leaves_its_refusal_alone(
     from lmalgebra.core.errors import UserInputError
     from lmalgebra.train.config import CausalTrainingSpec
 
-    wanted = r"^training\.temperature 2 would be ignored: none of sampled is tempered \(tempered: "
+    wanted = r"^temperature 2 would be ignored: none of sampled is tempered \(tempered: "
     with pytest.raises(UserInputError, match=wanted) as caught:
         CausalTrainingSpec(
             objective_mix={"sampled": 1.0}, temperature=2.0, lambda_schedule="constant"

@@ -187,8 +187,8 @@ def test_a_users_config_json_is_not_called_a_model(tmp_path: Path, cli) -> None:
 @pytest.mark.parametrize(
     "given, reason",
     [
-        ({"gold_only": True}, "training.gold_only: true"),
-        ({"objective_mix": {"ce": 1.0}}, "training.objective_mix {ce} (the CE-only baseline)"),
+        ({"gold_only": True}, "gold_only=True"),
+        ({"objective_mix": {"ce": 1.0}}, "objective_mix {ce} (the CE-only baseline)"),
     ],
 )
 def test_a_kd_weight_in_a_run_that_distils_nothing_names_why(
@@ -201,8 +201,67 @@ def test_a_kd_weight_in_a_run_that_distils_nothing_names_why(
 
     with pytest.raises(UserInputError) as caught:
         CausalTrainingSpec(**given, lambda_value=0.3)
-    assert f"training.lambda_value 0.3 would be ignored under {reason}:" in str(caught.value)
+    assert str(caught.value).startswith(f"lambda_value 0.3 would be ignored under {reason}:")
     assert "lambda_schedule" not in str(caught.value)
+
+
+def test_a_training_section_built_alone_names_its_own_keys() -> None:
+    """``TrainingSpec(gold_only=True, temperature=2)`` (and the causal and teacher training
+    sections, built alone) had been refused naming ``training.temperature`` and
+    ``training.gold_only: true``, keys of a recipe the caller never wrote; within a recipe
+    the recipe's keys are named, as before."""
+    from lmalgebra.distill.pretrain.specs import TeacherTrainingSpec
+    from lmalgebra.train.config import CausalTrainingSpec, TrainingSpec
+
+    built = {
+        "temperature 2.0 would be ignored under gold_only=True: it shapes the distillation "
+        "term, and this run distils nothing; leave it out": (
+            lambda: TrainingSpec(gold_only=True, temperature=2)
+        ),
+        "teachers is empty: name at least one teacher, or omit it": (
+            lambda: TrainingSpec(teachers=[])
+        ),
+        "lambda_value 0.3 would be ignored: the linear lambda_schedule anneals the KD weight "
+        "from 1 to 0; set lambda_schedule constant to use it": (
+            lambda: TrainingSpec(lambda_value=0.3)
+        ),
+        "patience 2 would be ignored: it counts validations; set validation_every and "
+        "validation_fraction": (lambda: CausalTrainingSpec(patience=2)),
+        "kd_balance gradient would be ignored: gold_only=True trains on CE alone, with no "
+        "distillation term to balance": (
+            lambda: CausalTrainingSpec(gold_only=True, kd_balance="gradient")
+        ),
+        "objective_mix would be ignored: gold_only=True trains on gold labels alone; give one "
+        "of them": (lambda: CausalTrainingSpec(gold_only=True, objective_mix={"alm": 1.0})),
+        "warmup_steps 10 exceeds steps 5: the learning rate would never reach lr; use "
+        "warmup_steps <= 5": (lambda: TeacherTrainingSpec(steps=5, warmup_steps=10)),
+    }
+    for message, build in built.items():
+        with pytest.raises(ValueError) as caught:
+            build()
+        assert isinstance(caught.value, UserInputError)
+        assert str(caught.value) == message
+    training = {"gold_only": True, "temperature": 2}
+    with pytest.raises(UserInputError, match=r"^training\.temperature 2\.0 .* under training\."):
+        lmalgebra.MergeRecipe.model_validate({"teachers": {}, "training": training})
+
+
+def test_a_students_training_given_to_merge_plan_names_the_keys_given(
+    tmp_path: Path, teacher_dirs
+) -> None:
+    """``merge_plan(recipe, training={"gold_only": True, "temperature": 2})`` had been told of
+    ``training.temperature`` under ``training.gold_only: true``, a recipe's keys in YAML's
+    spelling: the keys of the mapping it gave are named, after the call."""
+    recipe = write_recipe(tmp_path, teacher_dirs)
+    for training in ({"gold_only": True, "temperature": 2}, lmalgebra.TrainingSpec(steps=2)):
+        if isinstance(training, lmalgebra.TrainingSpec):  # unchecked, as a model_copy is
+            training = training.model_copy(update={"gold_only": True, "temperature": 2.0})
+        with pytest.raises(UserInputError) as caught:
+            lmalgebra.merge_plan(recipe, training=training)
+        assert str(caught.value).startswith(
+            "merge_plan() training: temperature 2.0 would be ignored under gold_only=True: "
+        ), caught.value
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_model_name_refused_from_python_names_the_calls_key(
@@ -306,3 +365,69 @@ def test_report_of_a_run_directory_that_is_none_names_the_run_directory(
         line = assert_one_line(code, stderr, [f"run directory {tmp_path / given} ", said])
         assert "report file" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "gone"]
+
+
+def test_a_recipes_rule_on_a_students_training_names_the_keys_given(
+    tmp_path: Path, teacher_dirs, causal_teacher_dirs
+) -> None:
+    """The rules a recipe applies to a student's training (a choice of teachers where a causal
+    student distils nothing, ``sampling_exponent`` with one language) had named
+    ``training.multi_teacher ... under training.gold_only: true`` to a Python caller that gave
+    ``training={"gold_only": True, "multi_teacher": "best"}``, and no call: the keys of the
+    call's mapping are named, after the call."""
+    from causal_fixtures import write_causal_recipe
+
+    (tmp_path / "c").mkdir()
+    (tmp_path / "m").mkdir()
+    causal = write_causal_recipe(tmp_path / "c", causal_teacher_dirs)
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.merge_plan(causal, training={"gold_only": True, "multi_teacher": "best"})
+    assert str(caught.value).startswith(
+        "merge_plan() training: multi_teacher 'best' would be ignored under gold_only=True: a "
+        "causal student that distils nothing"
+    ), caught.value
+    one = {"xx": {"corpus": {"paths": [str(tmp_path / "m" / "xx.txt")]}, "teachers": ["wp"]}}
+    masked = write_recipe(tmp_path / "m", {"wp": teacher_dirs["wp"]}, languages=one)
+    with pytest.raises(UserInputError) as caught:
+        lmalgebra.merge(masked, ["train"], students={"s": {"sampling_exponent": 0.3}})
+    assert str(caught.value) == (
+        "merge() students: sampling_exponent 0.3 would be ignored: it applies to recipes of "
+        "several languages only"
+    )
+    assert not (tmp_path / "c" / "run").exists() and not (tmp_path / "m" / "run").exists()
+
+
+def test_a_bad_argument_to_quiet_or_a_run_inspections_frame_names_the_call() -> None:
+    """``lmalgebra.quiet(True)`` and ``RunInspection.frame("x")`` had raised Python's own
+    ``TypeError`` (``quiet() takes 0 positional arguments but 1 was given``): one
+    ``UserInputError`` names the call and the argument, as the API's entry points name theirs."""
+    inspection = lmalgebra.RunInspection(Path("run"), [], [], "", "", None)
+    calls = {
+        "quiet(): takes no argument, got True": lambda: lmalgebra.quiet(True),
+        "quiet(): got an unexpected keyword argument 'on'": lambda: lmalgebra.quiet(on=True),
+        "RunInspection.frame(): takes no argument, got 'x'": lambda: inspection.frame("x"),
+        "RunInspection.as_dict(): takes no argument, got 2": lambda: inspection.as_dict(2),
+    }
+    for message, call in calls.items():
+        with pytest.raises(TypeError) as caught:
+            call()
+        assert isinstance(caught.value, UserInputError)
+        assert str(caught.value) == message
+    with lmalgebra.quiet():  # called as it takes it: as before
+        assert inspection.as_dict()["pairs"] == []
+
+
+def test_a_key_of_another_pretrain_spec_names_the_module_it_is_imported_from() -> None:
+    """A key of another teacher spec had been named by the module that defines it
+    (``lmalgebra.distill.pretrain.specs.MaskedPretrainSpec``), not where the documentation
+    imports it from: ``lmalgebra.api.pretrain``; ``TrainingSpec`` by ``lmalgebra``'s own."""
+    import lmalgebra.api.pretrain as pretrain
+    from lmalgebra.distill.pretrain.specs import TeacherTrainingSpec
+
+    with pytest.raises(ValueError, match=r"a key of lmalgebra\.api\.pretrain\.MaskedPretrainSpec "):
+        pretrain.HeadOnlySpec(tokenizer={"vocab_size": 300})
+    with pytest.raises(ValueError, match=r"a key of lmalgebra\.api\.pretrain\.HeadOnlySpec "):
+        pretrain.CausalPretrainSpec(encoder="x")
+    with pytest.raises(ValueError, match=r"a key of lmalgebra\.TrainingSpec "):
+        TeacherTrainingSpec(temperature=2)
+    assert {"MaskedPretrainSpec", "HeadOnlySpec"} <= set(pretrain.__all__)

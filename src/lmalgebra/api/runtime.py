@@ -25,6 +25,7 @@ from lmalgebra.core.errors import (
     UserInputError,
     UserTypeError,
     UserValueError,
+    call_bound,
     refuse_missing_cwd,
 )
 from lmalgebra.core.interrupt import imports_whole, requested
@@ -49,6 +50,7 @@ _ONE_CALL_AT_A_TIME = threading.RLock()
 QUIET_ENVIRONMENT = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
+@call_bound  # quiet(True) named, as an entry point's arguments are
 @contextmanager
 def quiet() -> Iterator[None]:
     """Silence transformers' load reports and progress bars (``Loading weights``), the model

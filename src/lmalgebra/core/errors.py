@@ -1,5 +1,14 @@
 """The one exception type for bad user input: the CLI prints its message on one line and exits 2."""
 
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+Function = TypeVar("Function", bound=Callable[..., Any])
+
 
 class UserInputError(Exception):
     """Input a user gave is unusable; the message names the culprit, on one line (a path or
@@ -82,3 +91,39 @@ def did_you_mean(name: str, known: list[str]) -> str:
 
     match = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def call_bound(function: Function) -> Function:
+    """``function``, a call of which Python refuses (an argument too many, unknown or missing)
+    raised as one ``UserTypeError`` naming the function (``quiet(): too many positional
+    arguments``): a public function or method that checks nothing else of its arguments, as
+    the API's entry points name theirs (``check_arguments``)."""
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            inspect.signature(function).bind(*args, **kwargs)
+        except TypeError as err:
+            raise UserTypeError(_unbound(function, args, err)) from None
+        return function(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+def _unbound(function: Callable[..., Any], args: tuple[Any, ...], err: TypeError) -> str:
+    """Why ``function`` refuses ``args`` (``err``: Python's words), naming an argument too many
+    (``quiet(True)``: ``quiet(): takes no argument, got True``)."""
+    where = f"{function.__qualname__}()"
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return f"{where}: {err}"
+    positional = [
+        p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(args) <= len(positional):
+        return f"{where}: {err}"
+    own = [name for name in positional if name not in ("self", "cls")]
+    takes = f"takes {', '.join(own)} alone" if own else "takes no argument"
+    extra = args[len(positional)]
+    shown = repr(extra) if len(repr(extra)) <= 60 else type(extra).__name__
+    return f"{where}: {takes}, got {shown}"

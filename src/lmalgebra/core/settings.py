@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -376,7 +376,9 @@ def _key_of_subclass(kind: type[BaseModel], err: ValidationError) -> str:
     for base in bases:
         owner = _owner_below(base, str(unknown["loc"][0]), kind)
         if owner is not None:
-            name = f"{owner.__module__}.{owner.__name__}"
+            # where the caller imports it: ``lmalgebra.api.pretrain``, not the module that
+            # defines it (a spec of pretrain had been named by ``lmalgebra.distill...``)
+            name = f"{vars(owner).get('public_module') or owner.__module__}.{owner.__name__}"
             on = f"{base.__name__}, as {kind.__name__} is" if base is not kind else kind.__name__
             return f": a key of {name} (built on {on}): build one of those instead"
     return ""
@@ -407,6 +409,10 @@ def _refuses_empty(kind: type[BaseModel]) -> bool:
 
 class Settings(BaseModel):
     """A pydantic model whose bad values raise :class:`SettingsError` (see the module)."""
+
+    # the module a caller imports the class from, set on the class itself where that is not the
+    # module that defines it (``lmalgebra.api.pretrain``): a refusal names the class so
+    public_module: ClassVar[str | None] = None
 
     def __init__(self, /, **data: Any) -> None:
         token = _BUILT.set(type(self))
@@ -580,6 +586,29 @@ def section_key(section: type[BaseModel], prefix: str) -> str:
     itself (``StudySpec(level=0.9)`` had been told about ``study.level``)."""
     built = _BUILT.get()
     return "" if built is not None and issubclass(built, section) else setting(prefix)
+
+
+@contextmanager
+def keys_alone(section: type[BaseModel]) -> Iterator[None]:
+    """Within the block, the keys of ``section`` are named as :func:`section_key` names those of
+    a section built alone: a Python caller gave them as a mapping of the section's own keys
+    (``training={"gold_only": True}``)."""
+    token = _BUILT.set(section)
+    try:
+        yield
+    finally:
+        _BUILT.reset(token)
+
+
+def switched_on(section: type[BaseModel], prefix: str, name: str) -> str:
+    """The switch ``name`` of ``section`` turned on, as the caller gave it: the flag
+    ``--training.gold_only`` to the command line, the keyword ``gold_only=True`` to a caller
+    who gave the section's keys alone, the key ``training.gold_only: true`` in a recipe (which
+    a Python caller had been told)."""
+    key = section_key(section, prefix)
+    if key.startswith("--"):
+        return f"{key}{name}"
+    return f"{key}{name}: true" if key else f"{name}=True"
 
 
 def setting(key: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from lmalgebra.core.errors import RESTART, UserInputError, UserValueError, merge_stage
 from lmalgebra.core.recipe_files import Call, validate
+from lmalgebra.core.settings import keys_alone, spelled_as_flags
 from lmalgebra.core.text_files import absent, not_a_directory
 from lmalgebra.distill.causal.objective import CausalObjective
 from lmalgebra.distill.causal.student_init import refuse_init_inside
@@ -184,7 +185,28 @@ def training_of(recipe: MergeRecipe, overrides: Mapping[str, Any], source: str) 
         if isinstance(recipe, CausalRecipe):  # its student reads the text, whichever copy
             dropped |= set(TEACHER_CHOICE) - set(overrides)
         base = {k: v for k, v in base.items() if k not in dropped}
-    return validate(spec, {**base, **overrides}, source)
+    if not overrides:  # the recipe's own: refused by the recipe's reader, in its keys
+        return validate(spec, base, source)
+    if not isinstance(source, Call):
+        return _within_recipe(recipe, validate(spec, {**base, **overrides}, source), source)
+    with keys_alone(spec):  # a Python caller's keys of the training, as it gave them
+        return _within_recipe(recipe, validate(spec, {**base, **overrides}, source), source)
+
+
+def _within_recipe(recipe: MergeRecipe, spec: TrainingSpec, source: str) -> TrainingSpec:
+    """``spec``, refused as the recipe's rules on its training refuse it (``check_training``,
+    which training applies again), naming the settings as ``source`` gave them: the flags to
+    the command line, the keys of the call's mapping after the call (``merge_plan() training:
+    multi_teacher 'best' would be ignored under gold_only=True``), where a rule run later had
+    named a recipe's keys in YAML's spelling (``training.gold_only: true``)."""
+    with spelled_as_flags(not isinstance(source, Call)):
+        try:
+            recipe.check_training(spec)
+        except UserInputError as err:
+            if not isinstance(source, Call) or str(err).startswith(source):
+                raise
+            raise type(err)(f"{source}: {err}") from None
+    return spec
 
 
 def run_stages(

@@ -38,6 +38,7 @@ from lmalgebra.core.settings import (
     refuse_found_elsewhere,
     refuse_ignored,
     section_key,
+    switched_on,
 )
 from lmalgebra.distill.layout import (
     MADE_IN,
@@ -50,7 +51,13 @@ from lmalgebra.distill.student import CausalStudentSpec, MaskedStudentSpec, Mode
 from lmalgebra.distill.vocab.tokenizer_choice import parse_student_tokenizer
 from lmalgebra.sources.corpus import CorpusSpec, refuse_other_languages, split_language
 from lmalgebra.sources.models import ModelRef
-from lmalgebra.train.config import MIN_TEMPERATURE, CausalTrainingSpec, TrainingSpec, kd_free
+from lmalgebra.train.config import (
+    MIN_TEMPERATURE,
+    CausalTrainingSpec,
+    TrainingSpec,
+    kd_free,
+    training_key,
+)
 
 # [CLS], [SEP] and a few words: the shortest example that leaves tokens to mask
 MIN_EXAMPLE_LENGTH = 8
@@ -353,7 +360,7 @@ class MergeRecipe(Settings):
             unused["multi_teacher"] = "languages of several teachers"
         if getattr(self.student, "init", None) is None and not self.student.dropout:
             unused["dropout_masks"] = "students with dropout (student.dropout above 0)"
-        refuse_ignored(spec, "training.", unused)
+        refuse_ignored(spec, training_key(TrainingSpec), unused)
         return kept
 
     def example_text(self, text: str) -> str:
@@ -450,7 +457,8 @@ class CausalRecipe(MergeRecipe):
         given = [n for n in TEACHER_CHOICE if getattr(spec, n) != fields[n].get_default()]
         if idle is not None and given:
             raise UserInputError(
-                f"training.{given[0]} {getattr(spec, given[0])!r} would be ignored under {idle}: "
+                f"{training_key(TrainingSpec)}{given[0]} {getattr(spec, given[0])!r} would be "
+                f"ignored under {idle}: "
                 "a causal student that distils nothing reads an example's text alone, the same "
                 "in every teacher's copy; leave it out"
             )
@@ -473,9 +481,9 @@ def distils_nothing(spec: TrainingSpec) -> str | None:
     """What makes a student of ``spec`` learn nothing from its teachers (gold labels alone, CE
     alone, every KD weight 0), as a message names it; None where it distils."""
     if spec.gold_only:
-        return "training.gold_only: true"
+        return switched_on(TrainingSpec, "training.", "gold_only")
     if kd_free(spec.model_dump()):
-        return "training.objective_mix {ce} (the CE-only baseline)"
+        return f"{training_key(TrainingSpec)}objective_mix {{ce}} (the CE-only baseline)"
     weights = spec.kd_weights()
     if weights is not None and not any(weights):
         return f"{spec.kd_weights_given()}, which weighs the distillation term by nothing"

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from lmalgebra.core.errors import UserInputError
-from lmalgebra.core.settings import Settings
+from lmalgebra.core.settings import Settings, section_key, switched_on
 from lmalgebra.train.schedules import LambdaSchedule
 
 # what weighs and shapes the distillation term: nothing of it is read without one
@@ -75,9 +75,10 @@ class OptimisationSpec(Settings):
         field = type(self).model_fields["warmup_steps"]
         default = None if field.default_factory else field.default
         if 0 < self.steps < self.warmup_steps and self.warmup_steps != default:
+            key = training_key(OptimisationSpec)
             raise UserInputError(
-                f"training.warmup_steps {self.warmup_steps} exceeds training.steps "
-                f"{self.steps}: the learning rate would never reach training.lr; use "
+                f"{key}warmup_steps {self.warmup_steps} exceeds {key}steps "
+                f"{self.steps}: the learning rate would never reach {key}lr; use "
                 f"warmup_steps <= {self.steps}"
             )
         return self
@@ -86,6 +87,8 @@ class OptimisationSpec(Settings):
 class TrainingSpec(OptimisationSpec):
     """A student's training: optimisation, and the distillation weight, temperature and data
     mix."""
+
+    public_module = "lmalgebra"
 
     lambda_schedule: LambdaSchedule = Field(
         default="linear",
@@ -119,22 +122,23 @@ class TrainingSpec(OptimisationSpec):
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
+        key = training_key(TrainingSpec)
         if not 0 <= self.lambda_value <= 1:
-            raise UserInputError(f"lambda_value must be in [0, 1], got {self.lambda_value}")
+            raise UserInputError(f"{key}lambda_value must be in [0, 1], got {self.lambda_value}")
         default = type(self).model_fields["lambda_value"].default
         # in a run that distils nothing, what makes it so is named (``without_kd``): a constant
         # schedule, which this refusal had offered, would not use the weight either
         idle = kd_free({"gold_only": self.gold_only, "objective_mix": self.mix_given()})
         if self.lambda_schedule != "constant" and self.lambda_value != default and not idle:
             raise UserInputError(
-                f"training.lambda_value {self.lambda_value:g} would be ignored: the "
+                f"{key}lambda_value {self.lambda_value:g} would be ignored: the "
                 f"{self.lambda_schedule} lambda_schedule anneals the KD weight from 1 to 0; set "
-                "lambda_schedule: constant to use it"
+                f"{key}lambda_schedule constant to use it"
             )
         if self.teachers is not None:
             self._check_teacher_lists(self.teachers)
         if self.gold_only:
-            without_kd(self, "training.gold_only: true")
+            without_kd(self, switched_on(TrainingSpec, "training.", "gold_only"))
         weights = self.kd_weights()
         if weights is not None and not any(weights):
             self._refuse_unweighted()
@@ -144,13 +148,12 @@ class TrainingSpec(OptimisationSpec):
     def _check_teacher_lists(teachers: list[str] | dict[str, list[str]]) -> None:
         """Refuse an empty ``training.teachers`` (or a language's empty list) and a teacher
         listed twice in one list (as ``languages.<lang>.teachers`` refuses it)."""
+        own = f"{training_key(TrainingSpec)}teachers"
         if not teachers:
-            raise UserInputError(
-                "training.teachers is empty: name at least one teacher, or omit it"
-            )
+            raise UserInputError(f"{own} is empty: name at least one teacher, or omit it")
         lists = teachers if isinstance(teachers, dict) else {"": teachers}
         for lang, names in lists.items():
-            key = f"training.teachers.{lang}" if lang else "training.teachers"
+            key = f"{own}.{lang}" if lang else own
             if not names:
                 raise UserInputError(f"{key} is empty: name at least one teacher")
             repeated = [name for i, name in enumerate(names) if name in names[:i]]
@@ -167,7 +170,8 @@ class TrainingSpec(OptimisationSpec):
 
     def kd_weights_given(self) -> str:
         """The setting that gives :meth:`kd_weights`, as a message names it."""
-        return f"training.lambda_value {self.lambda_value:g} (a constant schedule)"
+        key = training_key(TrainingSpec)
+        return f"{key}lambda_value {self.lambda_value:g} (a constant schedule)"
 
     def kd_shaping(self) -> dict[str, Any]:
         """The settings of this run, other than their defaults, that shape the distillation term
@@ -179,7 +183,8 @@ class TrainingSpec(OptimisationSpec):
         """Refuse a setting that shapes the distillation term where every KD weight is 0."""
         for name, value in self.kd_shaping().items():
             raise UserInputError(
-                f"training.{name} {value!r} would be ignored: {self.kd_weights_given()} weighs "
+                f"{training_key(TrainingSpec)}{name} {value!r} would be ignored: "
+                f"{self.kd_weights_given()} weighs "
                 "the distillation term by nothing; leave it out"
             )
 
@@ -245,23 +250,24 @@ class CausalTrainingSpec(TrainingSpec):
 
     @model_validator(mode="after")
     def _check_validation(self) -> CausalTrainingSpec:
+        key = training_key(CausalTrainingSpec)
         if (self.validation_fraction > 0) != (self.validation_every > 0):
             raise UserInputError(
-                "training.validation_fraction and training.validation_every go together: "
+                f"{key}validation_fraction and {key}validation_every go together: "
                 f"got {self.validation_fraction:g} and {self.validation_every} (set both, or "
                 "neither)"
             )
         if self.patience and not self.validation_every:
             raise UserInputError(
-                f"training.patience {self.patience} would be ignored: it counts validations; "
-                "set training.validation_every and training.validation_fraction"
+                f"{key}patience {self.patience} would be ignored: it counts validations; "
+                f"set {key}validation_every and {key}validation_fraction"
             )
         checks = -(-self.steps // self.validation_every) if self.validation_every else 0
         # steps 0 keeps the model as it starts: its training section is kept as a baseline does
         if self.patience and self.steps and checks <= self.patience:
             raise UserInputError(
-                f"training.patience {self.patience} would be ignored: training.validation_every "
-                f"{self.validation_every} over training.steps {self.steps} validates {checks} "
+                f"{key}patience {self.patience} would be ignored: {key}validation_every "
+                f"{self.validation_every} over {key}steps {self.steps} validates {checks} "
                 f"time(s), and a run stops only after {self.patience} validations without "
                 "improvement on the first; validate more often, or leave patience out"
             )
@@ -270,25 +276,26 @@ class CausalTrainingSpec(TrainingSpec):
         return self
 
     def _check_candidates(self, candidates: list[float]) -> None:
+        key = training_key(CausalTrainingSpec)
         if not candidates or any(not 0 <= c <= 1 for c in candidates):
             raise UserInputError(
-                f"training.lambda_candidates must list KD weights in [0, 1], got {candidates}"
+                f"{key}lambda_candidates must list KD weights in [0, 1], got {candidates}"
             )
         if len(set(candidates)) != len(candidates):
-            raise UserInputError(f"training.lambda_candidates repeats a value: {candidates}")
+            raise UserInputError(f"{key}lambda_candidates repeats a value: {candidates}")
         if not self.validation_every:
             raise UserInputError(
-                "training.lambda_candidates are chosen on validation: set "
-                "training.validation_every and training.validation_fraction"
+                f"{key}lambda_candidates are chosen on validation: set "
+                f"{key}validation_every and {key}validation_fraction"
             )
         # before the schedule: under CE alone, setting the schedule would be refused in turn
         if self.gold_only or (self.objective_mix is not None and "ce" in self.objective_mix):
             raise UserInputError(
-                "training.lambda_candidates would be ignored: CE alone has no KD weight"
+                f"{key}lambda_candidates would be ignored: CE alone has no KD weight"
             )
         if self.lambda_schedule != "constant":
             raise UserInputError(
-                "training.lambda_candidates are constant KD weights: set lambda_schedule: constant"
+                f"{key}lambda_candidates are constant KD weights: set {key}lambda_schedule constant"
             )
 
     def kd_weights(self) -> list[float] | None:
@@ -296,7 +303,7 @@ class CausalTrainingSpec(TrainingSpec):
 
     def kd_weights_given(self) -> str:
         if self.lambda_candidates:
-            return f"training.lambda_candidates {self.lambda_candidates}"
+            return f"{training_key(CausalTrainingSpec)}lambda_candidates {self.lambda_candidates}"
         return super().kd_weights_given()
 
     def mix_given(self) -> dict[str, float] | None:
@@ -312,27 +319,30 @@ class CausalTrainingSpec(TrainingSpec):
 
     @model_validator(mode="after")
     def _check_weights(self) -> CausalTrainingSpec:
+        key = training_key(CausalTrainingSpec)
         default = type(self).model_fields["lambda_value"].default
         if self.lambda_candidates is not None and self.lambda_value != default:
             raise UserInputError(
-                f"training.lambda_value {self.lambda_value:g} would be ignored: "
-                "training.lambda_candidates gives the KD weight of each run; leave it out"
+                f"{key}lambda_value {self.lambda_value:g} would be ignored: "
+                f"{key}lambda_candidates gives the KD weight of each run; leave it out"
             )
         weights = self.kd_weights()
         if self.label_smoothing and weights is not None and all(w == 1 for w in weights):
             raise UserInputError(
-                f"training.label_smoothing {self.label_smoothing:g} would be ignored: "
+                f"{key}label_smoothing {self.label_smoothing:g} would be ignored: "
                 f"{self.kd_weights_given()} weighs the CE term it smooths by nothing; leave it out"
             )
         return self
 
     @model_validator(mode="after")
     def _check_mix(self) -> CausalTrainingSpec:
+        key = training_key(CausalTrainingSpec)
+        gold = switched_on(CausalTrainingSpec, "training.", "gold_only")
         ce_only = self.objective_mix is not None and "ce" in self.objective_mix
         if self.kd_balance != "lambda" and (self.gold_only or ce_only):
             raise UserInputError(
-                f"training.kd_balance {self.kd_balance} would be ignored: "
-                f"{'gold_only' if self.gold_only else 'objective_mix {ce: ...}'} trains on CE "
+                f"{key}kd_balance {self.kd_balance} would be ignored: "
+                f"{gold if self.gold_only else key + 'objective_mix {ce: ...}'} trains on CE "
                 "alone, with no distillation term to balance"
             )
         if self.objective_mix is None:
@@ -344,35 +354,35 @@ class CausalTrainingSpec(TrainingSpec):
         for name, weight in self.objective_mix.items():
             if name not in LOSSES:
                 raise UserInputError(
-                    f"training.objective_mix: unknown loss {name!r}; losses are {', '.join(LOSSES)}"
+                    f"{key}objective_mix: unknown loss {name!r}; losses are {', '.join(LOSSES)}"
                 )
             if weight < 0:
-                raise UserInputError(f"training.objective_mix: {name} weight {weight} is below 0")
+                raise UserInputError(f"{key}objective_mix: {name} weight {weight} is below 0")
         if not self.objective_mix or sum(self.objective_mix.values()) <= 0:
-            raise UserInputError("training.objective_mix: give at least one positive weight")
+            raise UserInputError(f"{key}objective_mix: give at least one positive weight")
         idle = [name for name, weight in self.objective_mix.items() if weight == 0]
         if idle:
             raise UserInputError(
-                f"training.objective_mix: {idle[0]} weight 0 would be ignored (the loss is not "
+                f"{key}objective_mix: {idle[0]} weight 0 would be ignored (the loss is not "
                 "computed); leave it out"
             )
         if "ce" in self.objective_mix and len(self.objective_mix) > 1:
             raise UserInputError(
-                "training.objective_mix: ce stands alone (the CE-only baseline); the "
+                f"{key}objective_mix: ce stands alone (the CE-only baseline); the "
                 "distillation losses are always added to CE by the lambda schedule"
             )
         if self.gold_only:
             raise UserInputError(
-                "training.objective_mix would be ignored: training.gold_only: true trains on "
-                "gold labels alone; give one of them"
+                f"{key}objective_mix would be ignored: {gold} trains on gold labels alone; give "
+                "one of them"
             )
         if "ce" in self.objective_mix:
-            without_kd(self, "training.objective_mix {ce} (the CE-only baseline)")
+            without_kd(self, f"{key}objective_mix {{ce}} (the CE-only baseline)")
         used = [n for n, w in self.objective_mix.items() if w > 0]
         default = type(self).model_fields["temperature"].default
         if self.temperature != default and not any(LOSSES[n].tempered for n in used):
             raise UserInputError(
-                f"training.temperature {self.temperature:g} would be ignored: none of "
+                f"{key}temperature {self.temperature:g} would be ignored: none of "
                 f"{', '.join(used)} is tempered (tempered: "
                 f"{', '.join(tempered_names())})"
             )
@@ -387,7 +397,8 @@ def without_kd(spec: TrainingSpec, why: str) -> None:
         value = getattr(spec, name)
         if value != fields[name].get_default(call_default_factory=True):
             raise UserInputError(
-                f"training.{name} {value!r} would be ignored under {why}: it shapes the "
+                f"{training_key(TrainingSpec)}{name} {value!r} would be ignored under {why}: it "
+                "shapes the "
                 "distillation term, and this run distils nothing; leave it out"
             )
 
@@ -396,3 +407,10 @@ def kd_free(training: dict[str, Any]) -> bool:
     """Whether a run of these training settings (a mapping of its keys) distils nothing."""
     mix = training.get("objective_mix")
     return bool(training.get("gold_only")) or (isinstance(mix, dict) and "ce" in mix)
+
+
+def training_key(section: type[OptimisationSpec]) -> str:
+    """The prefix of a key of ``section`` (``training.``) as a refusal names it: a recipe's
+    (its flag to the command line), none where the caller gave the section's keys alone
+    (``TrainingSpec(gold_only=True, temperature=2)`` had been told of ``training.temperature``)."""
+    return section_key(section, "training.")

@@ -163,6 +163,8 @@ class WordPieceSpec(Settings):
 class MaskedPretrainSpec(PretrainText):
     """A small BERT masked LM and its WordPiece tokenizer, trained from scratch."""
 
+    public_module = "lmalgebra.api.pretrain"
+
     example_length: int = Field(
         default=128,
         ge=MIN_EXAMPLE_LENGTH,
@@ -199,6 +201,8 @@ class CausalTokenizerSpec(Settings):
 class CausalPretrainSpec(PretrainText):
     """A small GPT-2-style causal LM and its tokenizer, trained from scratch."""
 
+    public_module = "lmalgebra.api.pretrain"
+
     example_length: int = Field(
         default=128,
         ge=2,
@@ -221,6 +225,8 @@ class CausalPretrainSpec(PretrainText):
 
 class HeadOnlySpec(PretrainText):
     """A masked-LM head fitted on an existing encoder, kept frozen, with its own tokenizer."""
+
+    public_module = "lmalgebra.api.pretrain"
 
     encoder: PathText = Field(
         description="The encoder: a directory, package:NAME or hub id of a transformers model."

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lmalgebra.core.errors import UserInputError, merge_stage
+from lmalgebra.core.errors import UserInputError, call_bound, merge_stage
 from lmalgebra.distill.run.store_check import missing_set
 from lmalgebra.storage.shard_set import ShardSet
 
@@ -41,6 +41,7 @@ class RunInspection:
     vocab: dict[str, Any] | None
     row_types: dict[str, str] = field(default_factory=dict)
 
+    @call_bound
     def frame(self) -> pd.DataFrame:
         """``pairs`` as a DataFrame indexed by (language, teacher)."""
         import pandas as pd
@@ -56,6 +57,7 @@ class RunInspection:
                 frame[name] = pd.to_numeric(frame[name])
         return frame
 
+    @call_bound
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``merge inspect --json``): the run directory as text."""
         found = asdict(self)
