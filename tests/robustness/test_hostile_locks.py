@@ -103,3 +103,38 @@ def test_a_stale_lock_naming_a_live_process_does_not_hold_the_directory(
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+def test_a_lock_file_the_run_refuses_is_refused_by_its_dry_run_too(
+    kind: str,
+    tmp_path: Path,
+    bert_dir: Path,
+    bert2_dir: Path,
+    corpus_txt: Path,
+    teacher_dirs: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A lock file that is no regular file in the output directory: every writer refuses it as
+    it takes the lock; ``decompose --dry-run`` and ``decompose_plan(out=...)``, which take none,
+    had planned the run (and so had the merge dry runs and ``merge_plan``)."""
+    import lmalgebra
+    from hostile_helpers import assert_one_line
+    from merge_fixtures import write_recipe
+
+    out = tmp_path / "out"
+    out.mkdir()
+    make, words = SPECIAL[kind]
+    make(out / LOCK_NAME)
+    needles = [f"lock file {out / LOCK_NAME}"]
+    args = ["decompose", "--models", f"a={bert_dir}", "--models", f"b={bert2_dir}", "--dry-run"]
+    args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--out", str(out)]
+    assert_one_line(*run_cli(args, monkeypatch, capsys), needles)
+    models = {"a": str(bert_dir), "b": str(bert2_dir)}
+    with pytest.raises(UserInputError, match=f"lock file {out / LOCK_NAME} {words}"):
+        lmalgebra.decompose_plan(models, str(corpus_txt), out=out, spans={"length": 8})
+    recipe = write_recipe(tmp_path, teacher_dirs, output_dir=str(out))
+    code, stderr = run_cli(["merge", "prepare", str(recipe), "--dry-run"], monkeypatch, capsys)
+    assert_one_line(code, stderr, needles)
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]

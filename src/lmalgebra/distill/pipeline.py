@@ -522,6 +522,8 @@ def plan(
                 refuse_uncleared(out / CHECKPOINTS)
     if runnable:  # the run's own checks of its directory, which write nothing
         check_directory(recipe.output_dir, "output directory")
+        if (lock := lock_file_refusal(recipe.output_dir)) is not None:  # as taking it does
+            raise UserInputError(lock)
         refuse_linked_parts(recipe)
         refuse_nested(recipe.output_dir, f"merge {runnable[0]}")
         if recipe.output_dir.is_dir():

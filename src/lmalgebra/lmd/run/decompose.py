@@ -38,7 +38,7 @@ from lmalgebra.sources.corpus import documents_by_language, read_documents
 from lmalgebra.sources.kinds import bound_sources
 from lmalgebra.sources.model_source import ModelSource
 from lmalgebra.storage.atomic import remove_file, write_atomic, write_text_atomic
-from lmalgebra.storage.lockfile import run_directory_lock
+from lmalgebra.storage.lockfile import lock_file_refusal, run_directory_lock
 from lmalgebra.storage.output_paths import (
     LOCK_NAME,
     cache_directory,
@@ -236,10 +236,13 @@ def check_output_directory(out: Path, what: str = "output directory") -> None:
     (``check_directory``), and one inside another lmalgebra output (a run, a model directory,
     at any depth; a demo's directory, which holds its own runs, aside), whose own files those of
     a run would mix with (a run read back and saved into a folder of itself had copied itself
-    into the copy)."""
+    into the copy); and its lock file that is no regular file (a FIFO, a link), which taking
+    the lock refuses (a dry run, which takes none, had planned the run)."""
     check_directory(out, what)
     refuse_inside_other_output(out, what, allowed=("a demo's output",))
     refuse_linked_directories(out)
+    if (lock := lock_file_refusal(out)) is not None:
+        raise UserInputError(lock)
 
 
 def check_claim(config: DecomposeConfig, overwrite: bool, inputs: RunInputs | None = None) -> None:
