@@ -4,7 +4,7 @@ distillation settings (``TrainingSpec``), and a causal student's mix of cross-to
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -88,7 +88,7 @@ class TrainingSpec(OptimisationSpec):
     """A student's training: optimisation, and the distillation weight, temperature and data
     mix."""
 
-    public_module = "lmalgebra"
+    public_module: ClassVar[str | None] = "lmalgebra"
 
     lambda_schedule: LambdaSchedule = Field(
         default="linear",

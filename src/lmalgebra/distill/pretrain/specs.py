@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
@@ -163,7 +163,7 @@ class WordPieceSpec(Settings):
 class MaskedPretrainSpec(PretrainText):
     """A small BERT masked LM and its WordPiece tokenizer, trained from scratch."""
 
-    public_module = "lmalgebra.api.pretrain"
+    public_module: ClassVar[str | None] = "lmalgebra.api.pretrain"
 
     example_length: int = Field(
         default=128,
@@ -201,7 +201,7 @@ class CausalTokenizerSpec(Settings):
 class CausalPretrainSpec(PretrainText):
     """A small GPT-2-style causal LM and its tokenizer, trained from scratch."""
 
-    public_module = "lmalgebra.api.pretrain"
+    public_module: ClassVar[str | None] = "lmalgebra.api.pretrain"
 
     example_length: int = Field(
         default=128,
@@ -226,7 +226,7 @@ class CausalPretrainSpec(PretrainText):
 class HeadOnlySpec(PretrainText):
     """A masked-LM head fitted on an existing encoder, kept frozen, with its own tokenizer."""
 
-    public_module = "lmalgebra.api.pretrain"
+    public_module: ClassVar[str | None] = "lmalgebra.api.pretrain"
 
     encoder: PathText = Field(
         description="The encoder: a directory, package:NAME or hub id of a transformers model."
