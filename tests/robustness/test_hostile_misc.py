@@ -198,7 +198,7 @@ def test_remote_code_refusal_names_the_flag(
     args += ["--corpus.paths", str(corpus_txt), "-T", "8", "--spans.counts", "20,5,5"]
     code, stderr = cli([*args, "--out", str(tmp_path / "out")])
     line = assert_one_line(code, stderr, ["model 'c'", "--trust-remote-code"])
-    assert "trust_remote_code=True" not in line
+    assert "--trust-remote-code (trust_remote_code=True)" in line  # the flag first
 
 
 def test_records_whose_text_is_not_a_string_are_warned_about(
