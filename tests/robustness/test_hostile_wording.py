@@ -151,6 +151,23 @@ def test_a_refused_retraining_offers_the_commands_own_remedy(tmp_path: Path) -> 
     assert "merge" not in message and "students" not in message
 
 
+def test_a_model_saved_untrained_is_not_called_trained(tmp_path: Path) -> None:
+    """A teacher saved with ``steps: 0``, then asked for training of other settings, was
+    refused as "trained with other settings", which it never was."""
+    from lmalgebra.api.pretrain import CausalPretrainSpec, pretrain
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("some text\n\nmore text here\n", encoding="utf-8")
+    spec = {"language": "xx", "corpus": {"paths": [str(corpus)]}, "out": str(tmp_path / "t")}
+    pretrain(CausalPretrainSpec(**spec, tokenizer={"vocab_size": 300}, training={"steps": 0}))
+    other = {"steps": 1, "batch_size": 4}
+    with pytest.raises(UserInputError) as caught:
+        pretrain(CausalPretrainSpec(**spec, tokenizer={"vocab_size": 300}, training=other))
+    message = str(caught.value)
+    assert "was saved untrained (steps 0) with other settings (training.batch_size" in message
+    assert "was trained" not in message
+
+
 def test_a_refused_student_offers_the_merges_own_remedy(tmp_path: Path, teacher_dirs) -> None:
     """The same refusal of a merge's student names another student of the merge, not
     ``pretrain --out``."""

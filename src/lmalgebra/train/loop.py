@@ -238,8 +238,10 @@ def refuse_other_training(
         return
     shown = "; ".join(f"training.{c}" for c in changed[:3])
     why = f"the checkpoints in {runs[0]} are not its own" if kept else no_checkpoint(recorded, runs)
+    untrained = isinstance(recorded, dict) and recorded.get("steps") == 0
+    made = "was saved untrained (steps 0)" if untrained else "was trained"
     raise UserInputError(
-        f"{where} was trained with other settings ({shown}) and {why}: training would replace "
+        f"{where} {made} with other settings ({shown}) and {why}: training would replace "
         f"it; {RESTART} trains it again, or train another beside it ({beside})"
     )
 
