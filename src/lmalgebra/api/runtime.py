@@ -31,6 +31,7 @@ from lmalgebra.core.errors import (
 from lmalgebra.core.interrupt import imports_whole, requested
 from lmalgebra.core.settings import EMPTY_PATH, home_expanded, is_boolean
 from lmalgebra.core.threads import pin_thread_count_when_imported
+from lmalgebra.storage import stale_temporaries
 from lmalgebra.storage.disk_space import system_refusal
 
 Call = TypeVar("Call", bound=Callable[..., Any])
@@ -105,6 +106,7 @@ def library_call() -> Iterator[None]:
     refuse_missing_cwd()  # as the command line refuses it, before transformers reads it
     pin_thread_count_when_imported()
     remote_code.new_call()
+    stale_temporaries.new_call()
     with quiet(), _torch_as_a_command_finds_it():
         yield
 

@@ -153,6 +153,9 @@ def run_command(call: Callable[[], object]) -> None:
     """``call()`` with the command line's handling of what goes wrong (``main``'s): bad input
     (a full disk included) -> one ``error:`` line, exit status 2; Ctrl-C -> one line, 130; a
     diverged training run -> one line, 1. The experiment scripts run their ``main`` in it."""
+    from lmalgebra.storage import stale_temporaries
+
+    stale_temporaries.new_call()  # a process that runs several commands (the tests') lists again
     try:
         status = call()
     except UserInputError as err:

@@ -294,10 +294,10 @@ def write_model_directory(
     refuse_special_entries(target)
     kept = _intact_files(target)
     shared = _shared_files(target)
-    remove_file(target / MARKER)
     with naming_file(target):
         target.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(target / SAVING, b"")
+    write_bytes_atomic(target / SAVING, b"")  # before the marker goes: a model saved here, always
+    remove_file(target / MARKER)
     for path in shared:  # save_pretrained writes in place: through a hard link, into the other
         path.unlink()
     before = _stamps(target)  # what is there already: a file left as it was is not this write's

@@ -26,6 +26,13 @@ TEMPORARY = re.compile(r"^\.(.+)\.tmp-(\d+)$")  # ``.NAME.tmp-PID``: NAME and th
 _stale: dict[tuple[int, Path], dict[str, list[Path]]] = {}
 
 
+def new_call() -> None:
+    """A command or library call begins: each directory is listed again at its first write (a
+    process that runs several, a notebook's, had kept the listing of its first call, blind to
+    the temporaries a writer killed since had left)."""
+    _stale.clear()
+
+
 def alive(pid: int) -> bool:
     """Whether a process ``pid`` runs on this machine (one of another user's too)."""
     try:

@@ -27,6 +27,7 @@ from lmalgebra.core.errors import RESTART, UserInputError
 from lmalgebra.core.fingerprint import sealed, sha256_file, unseal
 from lmalgebra.core.text_files import read_record
 from lmalgebra.storage.atomic import write_atomic, write_json_atomic
+from lmalgebra.storage.stale_temporaries import remove_stale_of
 from lmalgebra.train.checkpoint import latest_state
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class ValidationTracker:
         self.best_sha256: str | None = _text(saved.get("best_sha256"))
         self._kept: dict[str, Any] | None = None  # the record this process wrote last
         self._refuse_unrestorable(start)  # at the start: training to the end had ended refused
+        for name in ("model.safetensors", "best.json"):  # a killed writer's temporaries, left
+            remove_stale_of(self.folder / name)  # where no better weights are written again
 
     def due(self, step: int, steps: int) -> bool:
         """Whether step ``step`` (counted from 1) is checked."""
