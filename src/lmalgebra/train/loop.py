@@ -49,7 +49,7 @@ from lmalgebra.train.run_fingerprint import (
     training_part,
 )
 from lmalgebra.train.schedules import kd_weight, learning_rate
-from lmalgebra.train.validation import BEST, Validation, ValidationTracker, clear_best
+from lmalgebra.train.validation import BEST, CHECKPOINTS, Validation, ValidationTracker, clear_best
 
 log = logging.getLogger(__name__)
 TRAIN_LOG = "train_log.jsonl"  # one line per logged step, which a resumed run cuts back
@@ -169,12 +169,12 @@ def refuse_training_parts(out: Path, itself: bool = False) -> None:
     file (a directory, a FIFO), which training met only once the model was built; and ``out``
     holding another lmalgebra output (a teacher selection written there), which training had
     filled with its checkpoints."""
-    for path in (out, out / "checkpoints", out / BEST):
+    for path in (out, out / CHECKPOINTS, out / BEST):
         if path.is_symlink() and not path.exists():
             raise UserInputError(f"training directory {path} {absent(path)}")
         if path.exists() and not path.is_dir():
             raise UserInputError(f"training directory {path} {not_a_directory(path)}")
-    for path in ([out] if itself else []) + [out / "checkpoints", out / BEST, out / TRAIN_LOG]:
+    for path in ([out] if itself else []) + [out / CHECKPOINTS, out / BEST, out / TRAIN_LOG]:
         if path.is_symlink():
             raise UserInputError(
                 f"training directory {path} is a symbolic link to {path.readlink()}: training "
@@ -233,7 +233,7 @@ def refuse_other_training(
     runs = list(runs)
     changed = changed_training(recorded, spec)
     moved = any(c.startswith("lambda_candidates ") for c in changed)
-    kept = any(checkpointed_step(r / "checkpoints") for r in runs)
+    kept = any(checkpointed_step(r / CHECKPOINTS) for r in runs)
     if not changed or (kept and not moved):
         return
     shown = "; ".join(f"training.{c}" for c in changed[:3])
@@ -266,7 +266,7 @@ def refuse_other_inputs_saved(
     again from step 0 and replace it, with its text edited or its sizes changed, unsaid.
     ``training``: its record of its training settings (what ``no_checkpoint`` reads)."""
     runs = list(runs)
-    if not isinstance(recorded, dict) or any(checkpointed_step(r / "checkpoints") for r in runs):
+    if not isinstance(recorded, dict) or any(checkpointed_step(r / CHECKPOINTS) for r in runs):
         return
     changed = differences(recorded, current)
     if changed:
@@ -304,7 +304,7 @@ def train(
 
     refuse_training_parts(out)
     if not restart:
-        refuse_fewer_steps(checkpointed_step(out / "checkpoints"), spec.steps, out, beside)
+        refuse_fewer_steps(checkpointed_step(out / CHECKPOINTS), spec.steps, out, beside)
     if spec.steps == 0:  # the model as it starts: nothing read, trained or written
         if restart and is_main():  # an earlier training's files are not this model's
             clear_training(out)
@@ -319,14 +319,14 @@ def train(
     check_precision(spec)  # before any checkpoint is dropped
     if restart:
         if is_main():
-            clear_checkpoints(out / "checkpoints")
+            clear_checkpoints(out / CHECKPOINTS)
         barrier()
     accelerator = _accelerator(spec.mixed_precision)
     torch.manual_seed(spec.seed)
     optimizer = _optimizer(model, spec, accelerator.device.type)
     model, optimizer = accelerator.prepare(model, optimizer)
     state = load_latest(
-        out / "checkpoints", accelerator.unwrap_model(model), optimizer.optimizer, fingerprint
+        out / CHECKPOINTS, accelerator.unwrap_model(model), optimizer.optimizer, fingerprint
     )
     start = int(state["step"]) if state else 0
     if start:
@@ -374,7 +374,7 @@ def train(
                 logger.write(last)
             if main and ((step + 1) % spec.checkpoint_every == 0 or ends):
                 save_checkpoint(
-                    out / "checkpoints",
+                    out / CHECKPOINTS,
                     step + 1,
                     accelerator.unwrap_model(model),
                     optimizer.optimizer,
@@ -410,7 +410,7 @@ def release_checkpoints(out: Path, spec: OptimisationSpec) -> None:
     """Once the trained model is saved: remove ``out``'s checkpoints, and the best validation
     weights it was saved from, where the run keeps none (``keep_checkpoints`` 0)."""
     if spec.keep_checkpoints == 0 and is_main():
-        clear_checkpoints(out / "checkpoints")
+        clear_checkpoints(out / CHECKPOINTS)
         clear_best(out)
 
 
@@ -420,11 +420,11 @@ def clear_training(out: Path) -> None:
     been saved beside the checkpoints and log of the training it replaced, and resumed from
     them by the next run). A checkpoint holding a file of the user's is refused before anything
     is removed (``clear_checkpoints``): a dry run checks it with ``refuse_uncleared``."""
-    clear_checkpoints(out / "checkpoints")
+    clear_checkpoints(out / CHECKPOINTS)
     clear_best(out)
     remove_file(out / TRAIN_LOG)
     with contextlib.suppress(OSError):
-        (out / "checkpoints").rmdir()
+        (out / CHECKPOINTS).rmdir()
 
 
 def clear_training_run(out: Path) -> None:

@@ -32,7 +32,8 @@ from lmalgebra.train.checkpoint import latest_state
 
 log = logging.getLogger(__name__)
 BEST = "best"
-CHECKPOINTS = "checkpoints"  # beside best/: the run's checkpoints
+# beside best/: the run's checkpoints (distill.layout names it too, without importing torch)
+CHECKPOINTS = "checkpoints"
 RECORD_SHA256 = "record_sha256"  # best.json's checksum of itself
 
 
